@@ -1,0 +1,1 @@
+"""agents part of pytest-kernelpro."""

@@ -1,0 +1,1 @@
+"""cutlass part of pytest-kernelpro."""

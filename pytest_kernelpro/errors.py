@@ -1,0 +1,21 @@
+"""Exceptions and warnings shared by every part of the plugin."""
+
+from __future__ import annotations
+
+import pytest
+
+
+class KernelproError(Exception):
+    """A failure of one kernel item that the user can act on.
+
+    The message already names the value, where it came from and the fix; `repr_failure`
+    shows it without a traceback into the plugin.
+    """
+
+
+class KernelproConfigError(KernelproError):
+    """A bad marker keyword, option, ini value or environment variable."""
+
+
+class KernelproWarning(pytest.PytestWarning):
+    """Something was not collected or not measured; the run goes on."""

@@ -1,0 +1,1 @@
+"""gate part of pytest-kernelpro."""

@@ -1,0 +1,1 @@
+"""measure part of pytest-kernelpro."""

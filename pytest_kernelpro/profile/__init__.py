@@ -1,0 +1,1 @@
+"""profile part of pytest-kernelpro."""

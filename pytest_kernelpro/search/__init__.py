@@ -1,0 +1,1 @@
+"""search part of pytest-kernelpro."""

@@ -1,0 +1,1 @@
+"""tools part of pytest-kernelpro."""
