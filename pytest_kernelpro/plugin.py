@@ -1,3 +1,142 @@
-"""pytest hooks of pytest-kernelpro (hooks only; the work lives in the parts)."""
+"""pytest hooks of pytest-kernelpro (hooks only; the work lives in the parts).
+
+Imports nothing heavy: torch, triton and GPU libraries load inside the item that needs them.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from . import hookspec
+from .config import KernelproConfig, add_options
+from .items import PLUGIN_NAME, RECORD_KEY, KernelBenchFile, KernelItem, collect_marked
+from .problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
+from .session import REPORT_ATTR, KernelproSession
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Register the `pytest_kernelpro_*` extension hooks."""
+    pluginmanager.add_hookspecs(hookspec)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the `kernelpro` option group and its ini keys."""
+    add_options(parser)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the marker, parse settings once, pin xdist workers to GPUs."""
+    config.addinivalue_line("markers", MARKER_SIGNATURE)
+    settings = KernelproConfig.from_pytest_config(config)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        from .workers import assign_worker_gpu
+
+        try:
+            assign_worker_gpu(workerinput["workerid"], int(workerinput.get("workercount", 1)))
+        except ValueError as exc:
+            raise pytest.UsageError(f"kernelpro: {exc}") from None
+    if settings.problems is not None:
+        if not settings.problems.is_dir():
+            raise pytest.UsageError(
+                f"kernelpro: problems directory {settings.problems} "
+                f"({settings.sources['problems']}) does not exist; pass an existing DIR"
+            )
+        if not any(_is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
+            config.args.append(str(settings.problems))
+    config.pluginmanager.register(KernelproSession(settings=settings, config=config), PLUGIN_NAME)
+
+
+def _is_within(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(
+    collector: pytest.Collector, name: str, obj: Any
+) -> list[pytest.Item] | None:
+    """Collect functions and classes marked `kernelpro` as kernel items where defined."""
+    mark = marker_of(obj)
+    if mark is None or not callable(obj):
+        return None
+    if getattr(obj, "__module__", None) != getattr(
+        getattr(collector, "obj", None), "__name__", None
+    ):
+        return None  # imported from elsewhere: collected where it is defined
+    return collect_marked(collector, name, obj, mark)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    """Collect KernelBench problem files found in the problems directory."""
+    session: KernelproSession | None = parent.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    problems = session.settings.problems if session else None
+    if problems is None or file_path.suffix != ".py" or not _is_within(file_path, problems):
+        return None
+    from .kernelbench import is_kernelbench_file
+
+    if not is_kernelbench_file(file_path):
+        return None
+    return KernelBenchFile.from_parent(parent, path=file_path)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --kernelpro-only, deselect everything that is not a kernel item."""
+    if not config.getoption("kernelpro_only", default=False):
+        return
+    kept = [i for i in items if i.get_closest_marker(MARKER_NAME) is not None]
+    dropped = [i for i in items if i.get_closest_marker(MARKER_NAME) is None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, Any, Any]:
+    """Attach the kernel record and a `kernelpro` section to the call report."""
+    report = yield
+    if call.when == "call" and isinstance(item, KernelItem):
+        record = item.stash.get(RECORD_KEY, None)
+        if record is not None:
+            from .sections import render_item_section
+
+            setattr(report, REPORT_ATTR, record.to_dict())
+            report.sections.append(("kernelpro", render_item_section(record)))
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the JSON report and, when asked, the baseline (controller only)."""
+    kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is None or kp.is_xdist_worker or not kp.records:
+        return
+    from .reporting import write_session_outputs
+
+    write_session_outputs(kp)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """Print the kernel table when kernels ran."""
+    kp: KernelproSession | None = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is None or kp.is_xdist_worker or not kp.records:
+        return
+    from .reporting import terminal_summary
+
+    terminal_summary(kp, terminalreporter)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Drop the session object."""
+    plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if plugin is not None:
+        config.pluginmanager.unregister(plugin, PLUGIN_NAME)

@@ -1,0 +1,1 @@
+"""Example kernels: PyTorch (runs anywhere), Triton and CUDA (need a GPU)."""

@@ -1,0 +1,58 @@
+"""The `kernelpro` command: comment, compare, show, calibrate.
+
+Each subcommand lives in its part; this module only dispatches, importing lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "comment": (
+        "pytest_kernelpro.gate.comment",
+        "comment_main",
+        "build (and --post) the PR comment from a JSON report or JUnit XML",
+    ),
+    "compare": (
+        "pytest_kernelpro.gate.compare",
+        "compare_main",
+        "compare two JSON reports (base vs head) as a speedup table",
+    ),
+    "show": (
+        "pytest_kernelpro.search.show",
+        "show_main",
+        "print a search trajectory's tree and best path",
+    ),
+    "calibrate": (
+        "pytest_kernelpro.measure.ceilings",
+        "calibrate_main",
+        "re-measure this machine's copy bandwidth and matmul FLOP/s",
+    ),
+}
+
+
+def usage() -> str:
+    lines = ["usage: kernelpro COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<10} {help_text}" for name, (_, _, help_text) in COMMANDS.items()]
+    lines.append("\n`kernelpro COMMAND --help` for a command's options")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"kernelpro: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, func_name, _ = COMMANDS[name]
+    func = getattr(importlib.import_module(module_name), func_name)
+    return int(func(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,354 @@
+"""Settings: one option group, ini mirrors, `KERNELPRO_*` environment variables.
+
+Precedence (highest first): marker keyword > command line > environment > ini > default.
+Settings are parsed once, in `pytest_configure`, into the frozen `KernelproConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pytest
+
+GROUP_NAME = "kernelpro"
+GROUP_DESCRIPTION = "GPU kernel checking, timing, roofline and regression gate"
+
+DEVICE_CHOICES = ("auto", "cuda", "cpu")
+FEEDBACK_CHOICES = ("tools", "raw", "none")
+
+
+def parse_fraction(text: str) -> float:
+    """A fraction in (0, 1], also written as a percentage ("5%")."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a fraction; write e.g. 0.05 or 5%"
+        ) from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside (0, 1]; write e.g. 0.05 or 5%")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. 2 or 0.5") from None
+    if not value > 0.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def parse_positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write e.g. 3") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def parse_device(text: str) -> str:
+    value = str(text).strip().lower()
+    if value in DEVICE_CHOICES or value.startswith("cuda:"):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a device; use one of auto, cuda, cuda:N, cpu"
+    )
+
+
+def parse_feedback(text: str) -> str:
+    value = str(text).strip().lower()
+    if value in FEEDBACK_CHOICES:
+        return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
+
+
+def parse_bool(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One persistent setting: a CLI flag, an ini key and an environment variable."""
+
+    name: str  # ini key without prefix, e.g. "threshold"
+    help: str
+    parse: Callable[[str], Any]
+    default: Any
+    metavar: str | None = None
+    is_flag: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--kernelpro-" + self.name.replace("_", "-")
+
+    @property
+    def ini_key(self) -> str:
+        return "kernelpro_" + self.name
+
+    @property
+    def env_var(self) -> str:
+        return "KERNELPRO_" + self.name.upper()
+
+    @property
+    def dest(self) -> str:
+        return "kernelpro_" + self.name
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "device",
+        "Device that runs PyTorch kernels: auto, cuda, cuda:N or cpu",
+        parse_device,
+        "auto",
+        "DEVICE",
+    ),
+    Setting(
+        "time_budget",
+        "Sampling budget per kernel in seconds (timing stops earlier once the median is stable)",
+        parse_positive_float,
+        2.0,
+        "SECONDS",
+    ),
+    Setting(
+        "target_rel_ci",
+        "Stop sampling when the median's 95% CI half-width is below this fraction of it",
+        parse_fraction,
+        0.005,
+        "FRACTION",
+    ),
+    Setting(
+        "warmup_ms", "Warm-up time per kernel in milliseconds", parse_positive_float, 25.0, "MS"
+    ),
+    Setting(
+        "trials",
+        "Correctness trials per kernel, each with fresh random inputs",
+        parse_positive_int,
+        3,
+        "N",
+    ),
+    Setting(
+        "threshold",
+        "Regression threshold, relative to the baseline (marker threshold= wins)",
+        parse_fraction,
+        0.05,
+        "FRACTION",
+    ),
+    Setting(
+        "cuda_graph",
+        "Time CUDA-graph replays instead of single launches (for launch-bound kernels)",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "problems", "Directory of KernelBench-format problem files to collect", str, None, "DIR"
+    ),
+    Setting(
+        "baseline",
+        "Baseline YAML that --kernelpro-check compares with",
+        str,
+        "kernelpro-baseline.yaml",
+        "PATH",
+    ),
+    Setting(
+        "json", "Where to write the JSON report", str, ".kernelpro/kernelpro-report.json", "PATH"
+    ),
+    Setting(
+        "ceilings",
+        "JSON file of device ceilings to use instead of measuring them",
+        str,
+        None,
+        "PATH",
+    ),
+    Setting(
+        "feedback",
+        "Profiler feedback given to the optimizer: tools, raw or none",
+        parse_feedback,
+        "tools",
+        "MODE",
+    ),
+    Setting(
+        "profile_timeout",
+        "Time limit in seconds for one kernel's profiler run",
+        parse_positive_float,
+        120.0,
+        "SECONDS",
+    ),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+def _help(setting: Setting) -> str:
+    return f"{setting.help}. Default: {setting.default!r} (ini {setting.ini_key}, env {setting.env_var})"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register the `kernelpro` option group and its ini mirrors."""
+    group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
+    group.addoption(
+        "--kernelpro-check",
+        action="store_true",
+        default=False,
+        help="Compare every kernel with its baseline and fail on regressions. Default: False",
+    )
+    group.addoption(
+        "--kernelpro-save-baseline",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="PATH",
+        help="Write this run's results as the baseline (PATH or the baseline setting). Default: None",
+    )
+    group.addoption(
+        "--kernelpro-profile",
+        action="store_true",
+        default=False,
+        help="Profile every kernel (ncu metrics, SASS, timeline) and run the tools. Default: False",
+    )
+    group.addoption(
+        "--kernelpro-optimize",
+        default=None,
+        metavar="BUDGET",
+        help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, 20,30m). Default: None",
+    )
+    group.addoption(
+        "--kernelpro-only",
+        action="store_true",
+        default=False,
+        help="Run only kernel items; deselect ordinary tests. Default: False",
+    )
+    for setting in SETTINGS:
+        if setting.is_flag:
+            group.addoption(
+                setting.flag,
+                action="store_const",
+                const=True,
+                default=None,
+                dest=setting.dest,
+                help=_help(setting),
+            )
+        else:
+            group.addoption(
+                setting.flag,
+                default=None,
+                dest=setting.dest,
+                metavar=setting.metavar,
+                type=setting.parse,
+                help=_help(setting),
+            )
+        parser.addini(setting.ini_key, _help(setting), type="string", default=None)
+
+
+def resolve_setting(
+    config: pytest.Config, setting: Setting, environ: dict[str, str] | None = None
+) -> tuple[Any, str]:
+    """The value of one setting and where it came from (CLI > env > ini > default)."""
+    import pytest
+
+    env = os.environ if environ is None else environ
+    cli_value = config.getoption(setting.dest, default=None)
+    if cli_value is not None:
+        return cli_value, f"command line {setting.flag}"
+    candidates = ((env.get(setting.env_var), f"environment variable {setting.env_var}"),)
+    ini_raw = config.getini(setting.ini_key)
+    candidates += ((ini_raw if ini_raw not in (None, "") else None, f"ini key {setting.ini_key}"),)
+    for raw, where in candidates:
+        if raw is None:
+            continue
+        try:
+            return setting.parse(str(raw)), where
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"kernelpro: invalid value from {where}: {exc}") from None
+    return setting.default, "default"
+
+
+@dataclass(frozen=True)
+class KernelproConfig:
+    """All session-wide settings, parsed once."""
+
+    rootpath: Path
+    check: bool
+    save_baseline: str | None  # path, or None when not saving
+    profile: bool
+    optimize: str | None
+    only: bool
+    device: str
+    time_budget_s: float
+    target_rel_ci: float
+    warmup_ms: float
+    trials: int
+    threshold: float
+    cuda_graph: bool
+    problems: Path | None
+    baseline_path: Path
+    json_path: Path
+    ceilings_path: Path | None
+    feedback: str
+    profile_timeout_s: float
+    sources: dict[str, str]  # setting name -> where its value came from
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.rootpath / ".kernelpro"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.artifacts_dir / "cache"
+
+    @classmethod
+    def from_pytest_config(
+        cls, config: pytest.Config, environ: dict[str, str] | None = None
+    ) -> KernelproConfig:
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        for setting in SETTINGS:
+            values[setting.name], sources[setting.name] = resolve_setting(config, setting, environ)
+        root = Path(config.rootpath)
+
+        def rooted(value: str | None) -> Path | None:
+            if value is None:
+                return None
+            path = Path(value).expanduser()
+            return path if path.is_absolute() else root / path
+
+        baseline_path = rooted(values["baseline"])
+        save = config.getoption("kernelpro_save_baseline", default=None)
+        save_path = None if save is None else str(rooted(save) if save else baseline_path)
+        return cls(
+            rootpath=root,
+            check=bool(config.getoption("kernelpro_check", default=False)),
+            save_baseline=save_path,
+            profile=bool(config.getoption("kernelpro_profile", default=False)),
+            optimize=config.getoption("kernelpro_optimize", default=None),
+            only=bool(config.getoption("kernelpro_only", default=False)),
+            device=values["device"],
+            time_budget_s=values["time_budget"],
+            target_rel_ci=values["target_rel_ci"],
+            warmup_ms=values["warmup_ms"],
+            trials=values["trials"],
+            threshold=values["threshold"],
+            cuda_graph=values["cuda_graph"],
+            problems=rooted(values["problems"]),
+            baseline_path=baseline_path or root / "kernelpro-baseline.yaml",
+            json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
+            ceilings_path=rooted(values["ceilings"]),
+            feedback=values["feedback"],
+            profile_timeout_s=values["profile_timeout"],
+            sources=sources,
+        )

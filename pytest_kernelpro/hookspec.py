@@ -1,0 +1,68 @@
+"""Extension points of pytest-kernelpro, registered through `pytest_addhooks`.
+
+Implement them in a `conftest.py` or a plugin package; no fork needed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from .measure.devices import DeviceSpec
+    from .measure.roofline import OpCost
+    from .results import KernelRecord
+
+hookspec = pluggy.HookspecMarker("pytest")
+
+
+@hookspec
+def pytest_kernelpro_device_specs() -> list[DeviceSpec]:
+    """Return extra GPU specs; they win over the built-in table for matching names.
+
+    Example (conftest.py)::
+
+        from pytest_kernelpro.measure.devices import DeviceSpec
+
+        def pytest_kernelpro_device_specs():
+            return [DeviceSpec(name="NVIDIA RTX 6000 Ada", aliases=("RTX 6000 Ada",), arch="sm_89",
+                               sms=142, dram_bandwidth_Bps=960e9, l2_bytes=96 << 20,
+                               smem_per_sm_bytes=100 << 10, max_smem_per_block_bytes=99 << 10,
+                               regs_per_sm=65536, max_threads_per_sm=1536,
+                               peak_flops={"fp32": 91.1e12, "bf16_tensor": 364e12},
+                               mma_shapes=("mma.sync m16n8k16",), source="datasheet")]
+    """
+
+
+@hookspec(firstresult=True)
+def pytest_kernelpro_op_cost(
+    op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+) -> OpCost | None:
+    """Return the FLOPs and bytes of one aten op (e.g. your custom op), or None to let the
+    built-in formulas count it.
+
+    Example (conftest.py)::
+
+        from pytest_kernelpro.measure.roofline import OpCost
+
+        def pytest_kernelpro_op_cost(op, args, kwargs, out):
+            if op.startswith("mylib.fused_rope"):
+                n = out.numel()
+                return OpCost(op=op, category="elementwise", flops=6 * n,
+                              bytes_unfused=3 * n * out.element_size(), dtype=str(out.dtype),
+                              peak_key="fp32")
+            return None
+    """
+
+
+@hookspec
+def pytest_kernelpro_record(record: KernelRecord) -> None:
+    """Called on the controller with every finished kernel record (e.g. to upload it).
+
+    Example (conftest.py)::
+
+        def pytest_kernelpro_record(record):
+            if record.outcome == "failed":
+                notify_team(record.name, record.message)
+    """

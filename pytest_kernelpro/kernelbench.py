@@ -1,0 +1,82 @@
+"""KernelBench-format problem files: `class Model`, `get_inputs()`, `get_init_inputs()`,
+and optionally `class ModelNew` (the kernel under test; `Model` is the reference).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import KernelproConfigError
+from .problem import Problem, _share_parameters, detect_language, import_file
+
+_MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
+_INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
+
+
+def is_kernelbench_file(path: Path) -> bool:
+    """True for a .py file defining `class Model(` and `def get_inputs(` at top level."""
+    if path.suffix != ".py" or not path.is_file():
+        return False
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return bool(_MODEL_RE.search(text) and _INPUTS_RE.search(text))
+
+
+def _to_device(value: Any, device: str) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
+def problem_from_kernelbench(path: Path) -> Problem:
+    """Import the file and wrap it as a Problem; a broken file is a clear error."""
+    try:
+        module = import_file(path)
+    except Exception as exc:
+        raise KernelproConfigError(
+            f"KernelBench file {path} failed to import: {type(exc).__name__}: {exc}"
+        ) from exc
+    missing = [n for n in ("Model", "get_inputs") if not hasattr(module, n)]
+    if missing:
+        raise KernelproConfigError(
+            f"KernelBench file {path} lacks {', '.join(missing)}; it needs class Model, "
+            "get_inputs() and get_init_inputs()"
+        )
+    get_init = getattr(module, "get_init_inputs", lambda: [])
+    reference_cls = module.Model
+    kernel_cls = getattr(module, "ModelNew", None) or reference_cls
+
+    def build(cls: type) -> Any:
+        def factory(device: str) -> Any:
+            import torch
+
+            torch.manual_seed(0)
+            return cls(*get_init()).to(device).eval()
+
+        return factory
+
+    def inputs(device: str) -> tuple[Any, ...]:
+        # get_inputs() draws on the CPU with the global RNG, seeded by the caller.
+        return tuple(_to_device(v, device) for v in module.get_inputs())
+
+    text = path.read_text(encoding="utf-8")
+    language = detect_language(text) if kernel_cls is not reference_cls else "pytorch"
+    return Problem(
+        name=path.stem,
+        kernel_factory=_share_parameters(build(kernel_cls), build(reference_cls)),
+        reference_factory=build(reference_cls),
+        input_factory=inputs,
+        kind="kernelbench",
+        source_file=str(path),
+        language=language,
+        device_preference="cuda" if language in ("triton", "cuda") else "any",
+        extra={"has_model_new": kernel_cls is not reference_cls},
+    )

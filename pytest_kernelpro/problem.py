@@ -1,0 +1,377 @@
+"""The unified Problem: every kind of kernel (marked function, marked nn.Module class,
+KernelBench file) becomes one of these, and everything downstream consumes only this.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import KernelproConfigError
+
+MARKER_NAME = "kernelpro"
+MARKER_SIGNATURE = (
+    "kernelpro(reference, inputs, rtol=None, atol=None, flops=None, bytes=None, "
+    "min_roofline=None, threshold=None, source=None, language=None, shapes=None, "
+    "device=None, init_inputs=(), trials=None): collect this function or nn.Module class as "
+    "a kernel item: checked against `reference` on inputs from `inputs(device)`, timed, and "
+    "placed on its roofline"
+)
+LANGUAGES = ("pytorch", "triton", "cuda")
+DEVICES = ("cuda", "cpu", "any")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _positive_fraction(value: Any) -> bool:
+    return _number(value) and 0 < value <= 1
+
+
+def _nonnegative(value: Any) -> bool:
+    return _number(value) and value >= 0
+
+
+# keyword -> (check, what it must be)
+_MARKER_KEYWORDS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "reference": (callable, "a callable or nn.Module class computing the expected output"),
+    "inputs": (callable, "a callable inputs(device) returning a tuple of inputs"),
+    "rtol": (_nonnegative, "a number >= 0, e.g. rtol=1e-3"),
+    "atol": (_nonnegative, "a number >= 0, e.g. atol=1e-5"),
+    "flops": (_nonnegative, "the FLOP count as a number, e.g. flops=2 * M * N * K"),
+    "bytes": (_nonnegative, "the minimal byte count as a number, e.g. bytes=4 * (M * K + K * N)"),
+    "min_roofline": (_positive_fraction, "a fraction in (0, 1], e.g. min_roofline=0.6"),
+    "threshold": (_positive_fraction, "a fraction in (0, 1], e.g. threshold=0.05"),
+    "source": (lambda v: isinstance(v, (str, Path)), "a path to the kernel's source file"),
+    "language": (lambda v: v in LANGUAGES, "one of " + ", ".join(LANGUAGES)),
+    "shapes": (
+        lambda v: isinstance(v, (list, tuple)) and len(v) > 0,
+        "a non-empty list of shapes, e.g. shapes=[(8192, 4096), (1024, 1024)]",
+    ),
+    "device": (lambda v: v in DEVICES, "one of " + ", ".join(DEVICES)),
+    "init_inputs": (
+        lambda v: isinstance(v, (list, tuple)) or callable(v),
+        "a tuple of constructor arguments for nn.Module kernels",
+    ),
+    "trials": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+}
+
+
+@dataclass(frozen=True)
+class MarkerOptions:
+    """The validated keywords of one `@pytest.mark.kernelpro(...)`."""
+
+    reference: Any
+    inputs: Callable[..., Any]
+    rtol: float | None = None
+    atol: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    min_roofline: float | None = None
+    threshold: float | None = None
+    source: str | None = None
+    language: str | None = None
+    shapes: tuple[Any, ...] | None = None
+    device: str | None = None
+    init_inputs: Any = ()
+    trials: int | None = None
+
+    @classmethod
+    def from_marker(
+        cls, args: Sequence[Any], kwargs: dict[str, Any], *, kernel_name: str
+    ) -> MarkerOptions:
+        """Validate marker arguments; every problem names the kernel, the value and the fix."""
+        where = f"@pytest.mark.kernelpro on {kernel_name!r}"
+        if args:
+            raise KernelproConfigError(
+                f"{where}: positional arguments {args!r} are not accepted; "
+                "pass keywords, e.g. kernelpro(reference=..., inputs=...)"
+            )
+        unknown = sorted(set(kwargs) - set(_MARKER_KEYWORDS))
+        if unknown:
+            raise KernelproConfigError(
+                f"{where}: unknown keyword(s) {', '.join(unknown)}; valid keywords are "
+                + ", ".join(_MARKER_KEYWORDS)
+            )
+        for required in ("reference", "inputs"):
+            if kwargs.get(required) is None:
+                raise KernelproConfigError(
+                    f"{where}: missing {required}=; pass {_MARKER_KEYWORDS[required][1]}"
+                )
+        for key, value in kwargs.items():
+            check, expected = _MARKER_KEYWORDS[key]
+            if value is not None and not check(value):
+                raise KernelproConfigError(
+                    f"{where}: {key}={value!r} is invalid; {key} must be {expected}"
+                )
+        values = dict(kwargs)
+        if values.get("shapes") is not None:
+            values["shapes"] = tuple(values["shapes"])
+        if values.get("source") is not None:
+            values["source"] = str(values["source"])
+        return cls(**values)
+
+
+def shape_id(shape: Any) -> str:
+    """`(8192, 4096)` -> "8192x4096"; `{"M": 64}` -> "M=64"; anything else -> str()."""
+    if isinstance(shape, (tuple, list)) and all(isinstance(d, int) for d in shape):
+        return "x".join(str(d) for d in shape)
+    if isinstance(shape, dict):
+        return ",".join(f"{k}={shape_id(v)}" for k, v in shape.items())
+    text = str(shape)
+    return re.sub(r"\s+", "", text)
+
+
+def _accepts(func: Callable[..., Any], name: str) -> bool:
+    try:
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def call_input_factory(
+    factory: Callable[..., Any], device: str, seed: int, shape: Any = None
+) -> tuple[Any, ...]:
+    """Build one fresh input set: seeds torch, passes the device, and `shape`/`generator`
+    when the factory accepts them. Returns a tuple."""
+    import torch
+
+    torch.manual_seed(seed)
+    kwargs: dict[str, Any] = {}
+    if shape is not None:
+        if not _accepts(factory, "shape"):
+            raise KernelproConfigError(
+                f"input factory {getattr(factory, '__name__', factory)!r} takes no 'shape' "
+                f"argument, but the marker gives shapes; define it as inputs(device, shape)"
+            )
+        kwargs["shape"] = shape
+    if _accepts(factory, "generator"):
+        generator = torch.Generator(device=torch.device(device).type)
+        generator.manual_seed(seed)
+        kwargs["generator"] = generator
+    try:
+        params = inspect.signature(factory).parameters
+        takes_device = len(params) > len(kwargs) or any(
+            p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()
+        )
+    except (TypeError, ValueError):
+        takes_device = True
+    result = factory(device, **kwargs) if takes_device else factory(**kwargs)
+    if isinstance(result, list):
+        result = tuple(result)
+    if not isinstance(result, tuple):
+        result = (result,)
+    return result
+
+
+@dataclass
+class Problem:
+    """One kernel at one shape: what to run, what to compare with, how to make inputs."""
+
+    name: str  # base kernel name
+    kernel_factory: Callable[[str], Callable[..., Any]]  # device -> kernel callable
+    reference_factory: Callable[[str], Callable[..., Any]]  # device -> reference callable
+    input_factory: Callable[..., Any]
+    kind: str  # function | module | kernelbench
+    source_file: str
+    language: str = "pytorch"
+    shape: Any = None
+    rtol: float | None = None
+    atol: float | None = None
+    flops: float | None = None
+    bytes: float | None = None
+    min_roofline: float | None = None
+    threshold: float | None = None
+    device_preference: str = "any"  # cuda | cpu | any
+    trials: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def shape_id(self) -> str | None:
+        return None if self.shape is None else shape_id(self.shape)
+
+    @property
+    def display_name(self) -> str:
+        return self.name if self.shape is None else f"{self.name}[{self.shape_id}]"
+
+    def make_inputs(self, device: str, seed: int) -> tuple[Any, ...]:
+        return call_input_factory(self.input_factory, device, seed, self.shape)
+
+    def instantiate(self, device: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+        """(kernel, reference) ready to run on `device`; modules are built with the same
+        seed so parameters match, and moved to the device."""
+        return self.kernel_factory(device), self.reference_factory(device)
+
+    def at_shapes(self) -> list[Problem]:
+        shapes = self.extra.get("shapes")
+        if not shapes:
+            return [self]
+        return [
+            replace(self, shape=s, extra={k: v for k, v in self.extra.items() if k != "shapes"})
+            for s in shapes
+        ]
+
+
+def detect_language(source_text: str) -> str:
+    """Best guess of the kernel language from its defining module's source."""
+    if re.search(r"@triton\.jit|import triton|from triton", source_text):
+        return "triton"
+    if re.search(r"load_inline|cpp_extension|__global__", source_text):
+        return "cuda"
+    return "pytorch"
+
+
+def _is_module_class(obj: Any) -> bool:
+    if not inspect.isclass(obj):
+        return False
+    torch_nn = sys.modules.get("torch.nn")
+    return torch_nn is not None and issubclass(obj, torch_nn.Module)
+
+
+def _callable_factory(
+    obj: Any, init_inputs: Any, seed: int = 0
+) -> Callable[[str], Callable[..., Any]]:
+    """device -> callable; classes are instantiated (seeded) and moved to the device."""
+    if not _is_module_class(obj):
+        return lambda device: obj
+
+    def build(device: str) -> Callable[..., Any]:
+        import torch
+
+        args = init_inputs() if callable(init_inputs) else init_inputs
+        torch.manual_seed(seed)
+        module = obj(*args)
+        return module.to(device).eval()
+
+    return build
+
+
+def _share_parameters(
+    kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
+):
+    """Wrap factories so that a module kernel gets the reference module's parameters when
+    their state_dict keys match (KernelBench practice: both built from the same seed)."""
+
+    def kernel(device: str) -> Any:
+        built = kernel_factory(device)
+        ref = reference_factory(device)
+        k_sd = getattr(built, "state_dict", None)
+        r_sd = getattr(ref, "state_dict", None)
+        if callable(k_sd) and callable(r_sd):
+            ref_state = r_sd()
+            if ref_state and set(ref_state) == set(k_sd()):
+                built.load_state_dict(ref_state)
+        return built
+
+    return kernel
+
+
+def problem_from_marker(
+    obj: Any, options: MarkerOptions, *, name: str, source_file: str
+) -> Problem:
+    """A Problem for a marked function or nn.Module class."""
+    kind = "module" if _is_module_class(obj) else "function"
+    language = options.language
+    if language is None:
+        try:
+            language = detect_language(Path(source_file).read_text(encoding="utf-8"))
+        except OSError:
+            language = "pytorch"
+    device_pref = options.device or ("cuda" if language in ("triton", "cuda") else "any")
+    kernel_factory = _callable_factory(obj, options.init_inputs)
+    reference_factory = _callable_factory(options.reference, options.init_inputs)
+    if kind == "module" and _is_module_class(options.reference):
+        kernel_factory = _share_parameters(kernel_factory, reference_factory)
+    return Problem(
+        name=name,
+        kernel_factory=kernel_factory,
+        reference_factory=reference_factory,
+        input_factory=options.inputs,
+        kind=kind,
+        source_file=str(options.source or source_file),
+        language=language,
+        rtol=options.rtol,
+        atol=options.atol,
+        flops=options.flops,
+        bytes=options.bytes,
+        min_roofline=options.min_roofline,
+        threshold=options.threshold,
+        device_preference=device_pref,
+        trials=options.trials,
+        extra={"shapes": options.shapes} if options.shapes else {},
+    )
+
+
+# --- loading a problem outside pytest (profiler target, search worker) -------------------
+
+
+@dataclass(frozen=True)
+class ProblemLocator:
+    """Enough to rebuild a Problem in another process: file, object name, shape index."""
+
+    path: str
+    qualname: str
+    shape_index: int | None = None
+
+
+def import_file(path: str | Path, module_name: str | None = None) -> Any:
+    """Import a Python file by path, with its directory on sys.path (as pytest's rootdir
+    insertion would have it), so `from mykernels import ...` works."""
+    file = Path(path).resolve()
+    for entry in (str(file.parent), str(Path.cwd())):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    name = module_name or f"_kernelpro_{file.stem}_{abs(hash(str(file))) % 10**8}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise KernelproConfigError(f"cannot import {file}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def marker_of(obj: Any) -> Any | None:
+    """The `kernelpro` Mark stored on a decorated object, if any."""
+    for mark in getattr(obj, "pytestmark", []) or []:
+        if getattr(mark, "name", None) == MARKER_NAME:
+            return mark
+    return None
+
+
+def load_problem(locator: ProblemLocator) -> Problem:
+    """Rebuild the Problem a kernel item ran, from its file (used in subprocesses)."""
+    from .kernelbench import is_kernelbench_file, problem_from_kernelbench
+
+    path = Path(locator.path)
+    if is_kernelbench_file(path):
+        problem = problem_from_kernelbench(path)
+    else:
+        module = import_file(path)
+        obj = module
+        for part in locator.qualname.split("."):
+            obj = getattr(obj, part)
+        mark = marker_of(obj)
+        if mark is None:
+            raise KernelproConfigError(
+                f"{locator.qualname} in {path} carries no @pytest.mark.kernelpro"
+            )
+        options = MarkerOptions.from_marker(
+            mark.args, dict(mark.kwargs), kernel_name=locator.qualname
+        )
+        problem = problem_from_marker(obj, options, name=locator.qualname, source_file=str(path))
+    variants = problem.at_shapes()
+    index = locator.shape_index or 0
+    if not 0 <= index < len(variants):
+        raise KernelproConfigError(
+            f"shape index {index} out of range for {locator.qualname} ({len(variants)} shapes)"
+        )
+    return variants[index]

@@ -1,0 +1,63 @@
+"""End-of-session outputs: the JSON report, the baseline, the terminal table."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from .errors import KernelproError, KernelproWarning
+
+if TYPE_CHECKING:
+    from .session import KernelproSession
+
+
+def write_session_outputs(kp: KernelproSession) -> None:
+    """Write the JSON report and, when asked, the baseline; never raise into pytest."""
+    from .gate.report import build_report, write_json_report
+
+    settings = kp.settings
+    report = build_report(kp.records, meta=kp.report_meta())
+    try:
+        write_json_report(settings.json_path, report)
+        _ignore_artifacts_dir(settings.artifacts_dir)
+    except OSError as exc:
+        warnings.warn(
+            f"kernelpro: could not write the JSON report to {settings.json_path}: {exc}; "
+            "set --kernelpro-json to a writable path",
+            KernelproWarning,
+            stacklevel=1,
+        )
+    if settings.save_baseline is not None:
+        from .gate.baseline import save_baseline
+
+        measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
+        try:
+            save_baseline(settings.save_baseline, measured)
+        except (OSError, KernelproError) as exc:
+            warnings.warn(
+                f"kernelpro: could not save the baseline to {settings.save_baseline}: {exc}",
+                KernelproWarning,
+                stacklevel=1,
+            )
+
+
+def _ignore_artifacts_dir(path: Any) -> None:
+    gitignore = path / ".gitignore"
+    if path.is_dir() and not gitignore.exists():
+        gitignore.write_text("*\n", encoding="utf-8")
+
+
+def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
+    from .gate.report import render_terminal_table
+
+    width = getattr(terminalreporter, "_tw", None)
+    columns = getattr(width, "fullwidth", 120) if width is not None else 120
+    color = bool(getattr(width, "hasmarkup", False))
+    terminalreporter.write_sep("=", "kernelpro")
+    terminalreporter.write_line(
+        render_terminal_table(kp.records, width=columns, color=color).rstrip("\n")
+    )
+    settings = kp.settings
+    terminalreporter.write_line(f"kernelpro: JSON report {settings.json_path}")
+    if settings.save_baseline is not None:
+        terminalreporter.write_line(f"kernelpro: baseline written to {settings.save_baseline}")

@@ -1,0 +1,225 @@
+"""What one kernel item does when it runs: check, time, roofline, profile, gate.
+
+Every failure becomes a `KernelproError` that names what went wrong and the fix, so one
+bad kernel fails alone and the session goes on.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from .errors import KernelproError
+from .items import RECORD_KEY
+from .results import KernelRecord
+
+if TYPE_CHECKING:
+    from .items import KernelItem
+    from .session import KernelproSession
+
+
+def _describe_exception(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _is_cuda_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return "CUDA error" in text or "cudaError" in text or "an illegal memory access" in text
+
+
+def new_record(item: KernelItem) -> KernelRecord:
+    problem = item.problem
+    return KernelRecord(
+        nodeid=item.nodeid,
+        name=problem.display_name,
+        kernel=problem.name,
+        shape=problem.shape_id,
+        language=problem.language,
+    )
+
+
+def run_kernel_item(item: KernelItem, session: KernelproSession) -> None:
+    record = new_record(item)
+    item.stash[RECORD_KEY] = record
+    started = time.perf_counter()
+    try:
+        _run(item, session, record)
+        record.outcome = "passed"
+    except KernelproError as exc:
+        record.outcome = "failed"
+        record.message = str(exc)
+        raise
+    except pytest.skip.Exception as exc:
+        record.outcome = "skipped"
+        record.message = str(exc.msg)
+        raise
+    finally:
+        record.wall_s = time.perf_counter() - started
+
+
+def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+    from .measure.correctness import Tolerance, check_correctness, default_tolerance
+    from .measure.timing import TimingBudget, time_kernel
+
+    settings = session.settings
+    problem = item.problem
+    choice = session.choose_device(problem)
+    if choice.device is None:
+        pytest.skip(choice.skip_reason or "no device")
+    device = choice.device
+    record.device_kind = "cuda" if device.startswith("cuda") else "cpu"
+    if record.device_kind == "cuda" and session.cuda_poisoned_by:
+        raise KernelproError(
+            f"not run: the CUDA context was broken by an earlier CUDA error in "
+            f"{session.cuda_poisoned_by}; a CUDA error cannot be recovered inside one process. "
+            "Fix that kernel, or run with pytest-xdist (-n 1) so a crashed worker is replaced"
+        )
+    record.threshold = problem.threshold or settings.threshold
+    record.min_roofline = problem.min_roofline
+
+    try:
+        kernel, reference = problem.instantiate(device)
+    except Exception as exc:
+        raise KernelproError(
+            f"building {problem.display_name} failed: {_describe_exception(exc)}"
+        ) from exc
+
+    def make_inputs(seed: int) -> tuple[Any, ...]:
+        try:
+            return problem.make_inputs(device, seed)
+        except KernelproError:
+            raise
+        except Exception as exc:
+            name = getattr(problem.input_factory, "__name__", repr(problem.input_factory))
+            raise KernelproError(
+                f"input factory {name}({device!r}) raised {_describe_exception(exc)}; "
+                "it must return a tuple of inputs for the given device"
+            ) from exc
+
+    trials = problem.trials or settings.trials
+    tolerance = None
+    if problem.rtol is not None or problem.atol is not None:
+        base = default_tolerance(_reference_dtype(reference, make_inputs(0)))
+        tolerance = Tolerance(
+            rtol=problem.rtol if problem.rtol is not None else base.rtol,
+            atol=problem.atol if problem.atol is not None else base.atol,
+            source="marker",
+        )
+    try:
+        correctness = check_correctness(
+            kernel, reference, make_inputs, device=device, trials=trials, tolerance=tolerance
+        )
+    except KernelproError:
+        raise
+    except Exception as exc:
+        _note_cuda_error(session, exc, problem.display_name)
+        raise KernelproError(f"{problem.display_name} raised {_describe_exception(exc)}") from exc
+    record.correctness = correctness.to_dict()
+    if not correctness.passed:
+        raise KernelproError(f"{problem.display_name} is wrong: {correctness.failure}")
+
+    inputs = make_inputs(1_000_003)
+    budget = TimingBudget(
+        warmup_ms=settings.warmup_ms,
+        max_time_s=settings.time_budget_s,
+        target_rel_ci=settings.target_rel_ci,
+        cuda_graph=settings.cuda_graph,
+    )
+    try:
+        timing = time_kernel(lambda: kernel(*inputs), device=device, budget=budget)
+    except Exception as exc:
+        _note_cuda_error(session, exc, problem.display_name)
+        raise KernelproError(
+            f"timing {problem.display_name} failed: {_describe_exception(exc)}"
+        ) from exc
+    record.timing = timing.to_dict()
+    record.device = timing.device
+
+    _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s)
+
+    if settings.check:
+        _gate(
+            item,
+            session,
+            record,
+            lambda: time_kernel(lambda: kernel(*inputs), device=device, budget=budget),
+        )
+
+    if record.min_roofline is not None and record.efficiency is not None:
+        if record.efficiency < record.min_roofline:
+            raise KernelproError(
+                f"{problem.display_name} reaches {record.efficiency:.1%} of its roofline, below "
+                f"min_roofline={record.min_roofline:.0%} set in its marker "
+                f"(median {timing.stats.median_s * 1e6:.1f} us vs roofline "
+                f"{(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
+            )
+
+
+def _reference_dtype(reference: Any, inputs: tuple[Any, ...]) -> Any:
+    out = reference(*inputs)
+    while isinstance(out, (tuple, list)) and out:
+        out = out[0]
+    return getattr(out, "dtype", None)
+
+
+def _note_cuda_error(session: KernelproSession, exc: BaseException, name: str) -> None:
+    if _is_cuda_error(exc) and session.cuda_poisoned_by is None:
+        session.cuda_poisoned_by = name
+
+
+def _roofline(
+    session: KernelproSession,
+    record: KernelRecord,
+    reference: Any,
+    inputs: tuple[Any, ...],
+    device: str,
+    problem: Any,
+    median_s: float,
+) -> None:
+    from .measure.roofline import analyze_reference
+
+    try:
+        ceilings = session.ceilings_for(device)
+        analysis = analyze_reference(
+            reference,
+            inputs,
+            ceilings=ceilings,
+            flops=problem.flops,
+            bytes=problem.bytes,
+            op_cost_hook=session.op_cost_hook,
+        )
+    except KernelproError:
+        raise
+    except Exception as exc:
+        raise KernelproError(
+            f"roofline analysis of the reference of {problem.display_name} failed: "
+            f"{_describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
+        ) from exc
+    record.roofline = analysis.to_dict()
+    record.efficiency = analysis.efficiency(median_s)
+
+
+def _gate(
+    item: KernelItem, session: KernelproSession, record: KernelRecord, remeasure: Any
+) -> None:
+    from .gate.verdict import compare, confirm, needs_confirmation
+
+    baseline = session.baseline()
+    entry = baseline.entries.get(record.name) if baseline is not None else None
+    verdict = compare(record, entry, threshold=record.threshold)
+    if needs_confirmation(verdict):
+        timing = remeasure()
+        confirmed = KernelRecord.from_dict(record.to_dict())
+        confirmed.timing = timing.to_dict()
+        if record.roofline:
+            confirmed.efficiency = record.roofline["roofline_time_s"] / timing.stats.median_s
+        verdict = confirm(verdict, confirmed, entry)
+        record.extra["confirmation_timing"] = timing.to_dict()
+    record.gate = verdict.to_dict()
+    if verdict.failed:
+        raise KernelproError(f"{record.name}: {verdict.message}")

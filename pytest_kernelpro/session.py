@@ -1,0 +1,171 @@
+"""The one session object: settings, ceilings per device, the baseline, and the records."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import KernelproError
+from .results import KernelRecord
+
+if TYPE_CHECKING:
+    import pytest
+
+    from .config import KernelproConfig
+    from .gate.baseline import Baseline
+    from .measure.ceilings import Ceilings
+    from .problem import Problem
+
+
+REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
+
+
+@dataclass
+class DeviceChoice:
+    device: str | None  # "cpu", "cuda", or None when the item must be skipped
+    skip_reason: str | None = None
+
+
+def cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@dataclass(eq=False)  # hashable by identity: pluggy registers it as a plugin
+class KernelproSession:
+    """Holds what every kernel item of one pytest session shares."""
+
+    settings: KernelproConfig
+    config: pytest.Config
+    records: list[KernelRecord] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+    _ceilings: dict[str, Ceilings] = field(default_factory=dict)
+    _baseline: Baseline | None = None
+    _baseline_error: KernelproError | None = None
+    _baseline_loaded: bool = False
+    cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
+
+    @property
+    def is_xdist_worker(self) -> bool:
+        return hasattr(self.config, "workerinput")
+
+    # -- devices ---------------------------------------------------------------------------
+    def choose_device(self, problem: Problem) -> DeviceChoice:
+        wanted = self.settings.device
+        preference = problem.device_preference
+        has_cuda = cuda_available()
+        if preference == "cpu" or wanted == "cpu":
+            if preference == "cuda":
+                return DeviceChoice(
+                    None,
+                    f"{problem.display_name} is a {problem.language} kernel that needs a CUDA GPU, "
+                    f"but the device setting is 'cpu' ({self.settings.sources.get('device')})",
+                )
+            return DeviceChoice("cpu")
+        if has_cuda:
+            return DeviceChoice(wanted if wanted.startswith("cuda") else "cuda")
+        if preference == "cuda" or wanted.startswith("cuda"):
+            return DeviceChoice(
+                None,
+                f"needs a CUDA GPU ({problem.language} kernel) and none is visible "
+                "(torch.cuda.is_available() is False); run on a GPU runner",
+            )
+        return DeviceChoice("cpu")
+
+    # -- ceilings --------------------------------------------------------------------------
+    def ceilings_for(self, device: str) -> Ceilings:
+        """Measured once per machine and cached; a ceilings file from settings wins."""
+        from .measure.ceilings import Ceilings, load_or_measure_ceilings
+        from .measure.devices import find_device_spec
+
+        key = "cpu" if device == "cpu" else device
+        if key in self._ceilings:
+            return self._ceilings[key]
+        if self.settings.ceilings_path is not None:
+            path = self.settings.ceilings_path
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+                ceilings = Ceilings.from_dict(data)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise KernelproError(
+                    f"ceilings file {path} ({self.settings.sources.get('ceilings')}) is unreadable: "
+                    f"{exc}; write it with `kernelpro calibrate --out {path}` or drop the setting"
+                ) from exc
+        else:
+            spec = None
+            if device.startswith("cuda"):
+                import torch
+
+                extra = [
+                    s
+                    for specs in self.config.hook.pytest_kernelpro_device_specs()
+                    for s in (specs or [])
+                ]
+                spec = find_device_spec(torch.cuda.get_device_name(torch.device(device)), extra)
+            ceilings = load_or_measure_ceilings(device, self.settings.cache_dir, spec=spec)
+        self._ceilings[key] = ceilings
+        return ceilings
+
+    def op_cost_hook(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+        return self.config.hook.pytest_kernelpro_op_cost(op=op, args=args, kwargs=kwargs, out=out)
+
+    # -- baseline --------------------------------------------------------------------------
+    def baseline(self) -> Baseline | None:
+        """The baseline for --kernelpro-check; raises the load error for every item."""
+        if not self._baseline_loaded:
+            self._baseline_loaded = True
+            from .gate.baseline import load_baseline
+
+            path = self.settings.baseline_path
+            if not path.exists() and self.settings.save_baseline is not None:
+                self._baseline = None  # bootstrapping: every kernel is new
+            else:
+                try:
+                    self._baseline = load_baseline(path)
+                except KernelproError as exc:
+                    self._baseline_error = exc
+        if self._baseline_error is not None:
+            raise self._baseline_error
+        return self._baseline
+
+    # -- records ---------------------------------------------------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        """Gather records on the controller (also those sent by xdist workers).
+
+        A hook on the registered session object, because the report carries no config.
+        """
+        data = getattr(report, REPORT_ATTR, None)
+        if data is None or self.is_xdist_worker:
+            return
+        self.add_record(KernelRecord.from_dict(data))
+
+    def add_record(self, record: KernelRecord) -> None:
+        self.records.append(record)
+        self.config.hook.pytest_kernelpro_record(record=record)
+
+    def report_meta(self) -> dict[str, Any]:
+        import platform
+
+        meta: dict[str, Any] = {
+            "python": platform.python_version(),
+            "wall_s": time.perf_counter() - self.started,
+            "check": self.settings.check,
+            "threshold": self.settings.threshold,
+            "baseline": str(self.settings.baseline_path),
+            "commit": os.environ.get("GITHUB_SHA"),
+        }
+        try:
+            import torch
+
+            meta["torch"] = torch.__version__
+        except ImportError:
+            meta["torch"] = None
+        devices = sorted({r.device for r in self.records if r.device})
+        meta["devices"] = devices
+        return meta
