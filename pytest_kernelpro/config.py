@@ -195,7 +195,8 @@ SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def _help(setting: Setting) -> str:
-    return f"{setting.help}. Default: {setting.default!r} (ini {setting.ini_key}, env {setting.env_var})"
+    text = f"{setting.help}. Default: {setting.default!r} (ini {setting.ini_key}, env {setting.env_var})"
+    return text.replace("%", "%%")  # argparse formats help with %
 
 
 def add_options(parser: pytest.Parser) -> None:

@@ -54,10 +54,8 @@ class KernelConfigErrorItem(pytest.Item):
         super().__init__(**kwargs)
         self.error = error
 
-    def setup(self) -> None:
-        raise self.error
-
-    def runtest(self) -> None:  # pragma: no cover - setup always raises
+    def runtest(self) -> None:
+        # Raised when run, not at collection: a collection error would stop the session.
         raise self.error
 
     def repr_failure(

@@ -1,0 +1,388 @@
+"""Baselines: one YAML file per device run, written atomically, validated when read.
+
+Layout (schema 1)::
+
+    schema_version: 1
+    tool: pytest-kernelpro 0.1.0
+    device: NVIDIA H200
+    commit: 3f2a9c...            # or null
+    created: '2026-11-30T12:00:00+00:00'
+    kernels:
+      tests/test_softmax.py::softmax[8192x4096]:
+        name: softmax[8192x4096]
+        kernel: softmax
+        device: NVIDIA H200
+        median_s: 5.21e-05
+        q1_s: 5.19e-05
+        q3_s: 5.24e-05
+        n: 1840                  # samples behind median/q1/q3
+        efficiency: 0.61
+        roofline_time_s: 3.18e-05
+        method: cuda-events
+        samples_s: [...]         # <= BASELINE_SAMPLES order statistics (see below)
+
+Why up to 200 samples: the regression test (`verdict.py`) is Mann-Whitney U at alpha 0.01.
+With 200 samples on each side it detects a shift of about 0.4 standard deviations with 95%
+power (z_0.99 + z_0.95 = 3.97; 3.97 * sqrt(2/200) ~ 0.40). Kernel timings have a relative
+spread of 0.5-3%, so 0.4 sigma is well under the smallest threshold anyone gates on (2-5%):
+more samples would not change a verdict, only make the file bigger (200 values are ~3 KB per
+kernel). The kept values are the sample's quantiles (`stats.quantile_subsample`), so the
+median and the tails are preserved; `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import os
+import subprocess
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro import __version__
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.fileio import atomic_write_text
+from pytest_kernelpro.gate.stats import quantile_subsample
+from pytest_kernelpro.results import KernelRecord
+
+BASELINE_SCHEMA_VERSION = 1
+BASELINE_SAMPLES = 200
+DEFAULT_BASELINE_PATH = ".kernelpro/baseline.yaml"
+_SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on the base commit"
+
+
+class BaselineError(KernelproError):
+    """A baseline file is missing, empty, corrupt or of another schema version."""
+
+
+@dataclass
+class BaselineEntry:
+    """What the gate keeps of one kernel's measurement."""
+
+    name: str
+    median_s: float
+    samples_s: list[float]
+    device: str = ""
+    kernel: str = ""
+    q1_s: float | None = None
+    q3_s: float | None = None
+    n: int = 0
+    efficiency: float | None = None
+    roofline_time_s: float | None = None
+    method: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only, in a stable key order, for YAML."""
+        return {
+            "name": self.name,
+            "kernel": self.kernel,
+            "device": self.device,
+            "median_s": _sig(self.median_s),
+            "q1_s": _sig(self.q1_s),
+            "q3_s": _sig(self.q3_s),
+            "n": int(self.n),
+            "efficiency": _sig(self.efficiency),
+            "roofline_time_s": _sig(self.roofline_time_s),
+            "method": self.method,
+            "samples_s": [_sig(v) for v in self.samples_s],
+        }
+
+    @classmethod
+    def from_record(cls, record: KernelRecord) -> BaselineEntry | None:
+        """The entry for a measured record; None when the record has no timing samples."""
+        timing = record.timing or {}
+        stats = timing.get("stats") or {}
+        samples = [float(v) for v in timing.get("samples_s") or [] if _finite_pos(v)]
+        med = stats.get("median_s")
+        if not samples or med is None or not _finite_pos(med):
+            return None
+        roofline = record.roofline or {}
+        return cls(
+            name=record.name,
+            kernel=record.kernel,
+            device=record.device,
+            median_s=float(med),
+            q1_s=_opt_float(stats.get("q1_s")),
+            q3_s=_opt_float(stats.get("q3_s")),
+            n=int(stats.get("n") or len(samples)),
+            efficiency=_opt_float(record.efficiency),
+            roofline_time_s=_opt_float(roofline.get("roofline_time_s")),
+            method=timing.get("method"),
+            samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
+        )
+
+
+@dataclass
+class Baseline:
+    """A loaded (or just written) baseline file."""
+
+    path: str
+    device: str
+    commit: str | None
+    created: str
+    tool: str
+    entries: dict[str, BaselineEntry] = field(default_factory=dict)
+    schema_version: int = BASELINE_SCHEMA_VERSION
+
+    def entry_for(self, record: KernelRecord) -> BaselineEntry | None:
+        """The entry of this record: by node id, else by item name when that is unique.
+
+        The name fallback keeps a baseline usable after a test file was moved or renamed.
+        """
+        entry = self.entries.get(record.nodeid)
+        if entry is not None:
+            return entry
+        same_name = [e for e in self.entries.values() if e.name == record.name]
+        return same_name[0] if len(same_name) == 1 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "device": self.device,
+            "commit": self.commit,
+            "created": self.created,
+            "kernels": {key: e.to_dict() for key, e in sorted(self.entries.items())},
+        }
+
+
+def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
+    """The commit being measured: KERNELPRO_COMMIT, else `git rev-parse HEAD`, else GITHUB_SHA.
+
+    git comes before GITHUB_SHA on purpose: on `pull_request` events GITHUB_SHA is the
+    synthetic merge commit, and in a base-commit checkout it is not the commit measured.
+    """
+    explicit = os.environ.get("KERNELPRO_COMMIT")
+    if explicit:
+        return explicit.strip()
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return os.environ.get("GITHUB_SHA") or None
+
+
+def _session_device(records: list[KernelRecord]) -> str:
+    devices = [r.device for r in records if r.device]
+    return max(set(devices), key=devices.count) if devices else ""
+
+
+def save_baseline(
+    path: str | os.PathLike[str],
+    records: Iterable[KernelRecord],
+    *,
+    commit: str | None = None,
+    merge: bool = True,
+) -> Baseline:
+    """Write the baseline of the measured `records` to `path` atomically and return it.
+
+    With `merge=True` the entries of kernels that are in the existing file but were not
+    measured this time (deselected, failed, skipped) are kept, so a partial run does not
+    erase the rest of the baseline. An unreadable existing file is replaced, with a warning.
+    Records without timing samples are left out.
+    """
+    records = list(records)
+    target = Path(path)
+    entries: dict[str, BaselineEntry] = {}
+    if merge and target.exists():
+        try:
+            entries.update(load_baseline(target).entries)
+        except BaselineError as exc:
+            warnings.warn(
+                f"kernelpro: replacing the unreadable baseline {target} ({exc})",
+                KernelproWarning,
+                stacklevel=2,
+            )
+    measured = 0
+    for record in records:
+        entry = BaselineEntry.from_record(record)
+        if entry is not None:
+            entries[record.nodeid] = entry
+            measured += 1
+    if not entries:
+        raise BaselineError(
+            f"kernelpro baseline {target}: none of the {len(records)} kernel item(s) was "
+            "measured (no timing samples), so there is nothing to save. Fix: make the kernel "
+            "items pass (see their failures above) and save the baseline again."
+        )
+    baseline = Baseline(
+        path=str(target),
+        device=_session_device(records) or _session_device_from_entries(entries),
+        commit=commit if commit is not None else detect_commit(),
+        created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        tool=f"pytest-kernelpro {__version__}",
+        entries=entries,
+    )
+    import yaml
+
+    header = (
+        "# pytest-kernelpro baseline: written by --kernelpro-save-baseline; "
+        "read by --kernelpro-check --kernelpro-baseline\n"
+    )
+    text = yaml.safe_dump(baseline.to_dict(), sort_keys=False, default_flow_style=None, width=100)
+    atomic_write_text(target, header + text)
+    return baseline
+
+
+def _session_device_from_entries(entries: Mapping[str, BaselineEntry]) -> str:
+    devices = [e.device for e in entries.values() if e.device]
+    return max(set(devices), key=devices.count) if devices else ""
+
+
+def load_baseline(path: str | os.PathLike[str]) -> Baseline:
+    """Read and validate a baseline; every problem is a `BaselineError` naming the fix."""
+    import yaml
+
+    target = Path(path)
+    hint = _SAVE_HINT.format(path=target)
+
+    def fail(what: str) -> BaselineError:
+        return BaselineError(f"kernelpro baseline {target}: {what}. Fix: {hint}.")
+
+    if not target.exists():
+        raise fail("the file does not exist")
+    if target.is_dir():
+        raise fail("is a directory, not a YAML file")
+    try:
+        text = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise fail(f"cannot be read ({exc.__class__.__name__}: {exc})") from exc
+    if not text.strip():
+        raise fail("the file is empty")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise fail(f"is not valid YAML{at} ({getattr(exc, 'problem', exc)})") from exc
+    if data is None:
+        raise fail("the file is empty")
+    if not isinstance(data, dict):
+        raise fail(f"the top level is a {type(data).__name__}, expected a mapping")
+    version = data.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise fail(f"schema_version is {version!r}, expected an integer")
+    if version < BASELINE_SCHEMA_VERSION:
+        raise fail(
+            f"it has schema version {version}, older than the version "
+            f"{BASELINE_SCHEMA_VERSION} this pytest-kernelpro {__version__} reads"
+        )
+    if version > BASELINE_SCHEMA_VERSION:
+        raise BaselineError(
+            f"kernelpro baseline {target}: it has schema version {version}, newer than the "
+            f"version {BASELINE_SCHEMA_VERSION} this pytest-kernelpro {__version__} reads. "
+            f"Fix: upgrade pytest-kernelpro, or {hint}."
+        )
+    kernels = data.get("kernels")
+    if not isinstance(kernels, dict):
+        raise fail(f"'kernels' is {type(kernels).__name__}, expected a mapping")
+    if not kernels:
+        raise fail("'kernels' is empty, so every kernel would pass as new")
+    entries: dict[str, BaselineEntry] = {}
+    for key, raw in kernels.items():
+        try:
+            entries[str(key)] = _parse_entry(raw)
+        except ValueError as exc:
+            raise fail(f"kernel {key!r}: {exc}") from None
+    for name in ("device", "created", "tool"):
+        if data.get(name) is not None and not isinstance(data.get(name), str):
+            raise fail(f"{name} is {data.get(name)!r}, expected a string")
+    commit = data.get("commit")
+    if commit is not None and not isinstance(commit, str):
+        raise fail(f"commit is {commit!r}, expected a string or null")
+    return Baseline(
+        path=str(target),
+        device=data.get("device") or "",
+        commit=commit,
+        created=str(data.get("created") or ""),
+        tool=str(data.get("tool") or ""),
+        entries=entries,
+        schema_version=version,
+    )
+
+
+def _parse_entry(raw: Any) -> BaselineEntry:
+    if not isinstance(raw, dict):
+        raise ValueError(f"the entry is a {type(raw).__name__}, expected a mapping")
+    median = raw.get("median_s")
+    if not _finite_pos(median):
+        raise ValueError(f"median_s is {median!r}, expected a positive number of seconds")
+    samples = raw.get("samples_s")
+    if not isinstance(samples, list) or not samples:
+        raise ValueError(f"samples_s is {_short(samples)}, expected a non-empty list of seconds")
+    bad = [v for v in samples if not _finite_pos(v)]
+    if bad:
+        raise ValueError(f"samples_s holds {_short(bad[0])}, expected positive numbers")
+    out = BaselineEntry(
+        name=_opt_str(raw, "name") or "",
+        kernel=_opt_str(raw, "kernel") or "",
+        device=_opt_str(raw, "device") or "",
+        median_s=float(median),
+        samples_s=[float(v) for v in samples],
+        method=_opt_str(raw, "method"),
+    )
+    for key in ("q1_s", "q3_s", "efficiency", "roofline_time_s"):
+        value = raw.get(key)
+        if value is not None and not _finite_nonneg(value):
+            raise ValueError(f"{key} is {_short(value)}, expected a number or null")
+        setattr(out, key, None if value is None else float(value))
+    n = raw.get("n", len(samples))
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n is {_short(n)}, expected a positive integer")
+    out.n = n
+    return out
+
+
+def _opt_str(raw: dict[str, Any], key: str) -> str | None:
+    value = raw.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"{key} is {_short(value)}, expected a string")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _finite_pos(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value) and value > 0
+
+
+def _finite_nonneg(value: Any) -> bool:
+    return _is_number(value) and math.isfinite(value) and value >= 0
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _sig(value: float | None, digits: int = 6) -> float | None:
+    """Six significant digits: below timer resolution (CUDA events ~0.5 us), a third the size."""
+    if value is None:
+        return None
+    return float(f"{float(value):.{digits}g}")

@@ -1,0 +1,123 @@
+"""Small formatting helpers shared by the terminal table and the PR comment."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pytest_kernelpro.results import KernelRecord
+
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+# status -> (emoji for Markdown, word for terminals, rich style)
+STATUS_STYLE: dict[str, tuple[str, str, str]] = {
+    "regressed": ("🔴", "REGRESSED", "bold red"),
+    "below-roofline": ("🟥", "BELOW ROOFLINE", "bold red"),
+    "suspect": ("🟡", "suspect", "yellow"),
+    "improved": ("🟢", "improved", "green"),
+    "ok": ("⚪", "ok", ""),
+    "new": ("🆕", "new", "cyan"),
+    "incomparable": ("⚫", "incomparable", "magenta"),
+    "unmeasured": ("➖", "not timed", "dim"),
+    "failed": ("❌", "FAILED", "bold red"),
+    "error": ("❌", "ERROR", "bold red"),
+    "skipped": ("⏭️", "skipped", "dim"),
+    "passed": ("✅", "passed", "green"),
+}
+
+# Order in which comments and tables list kernels: what needs attention first.
+STATUS_ORDER = {
+    s: i
+    for i, s in enumerate(
+        (
+            "failed",
+            "error",
+            "regressed",
+            "below-roofline",
+            "suspect",
+            "incomparable",
+            "improved",
+            "new",
+            "ok",
+            "passed",
+            "unmeasured",
+            "skipped",
+        )
+    )
+}
+
+
+def format_time(seconds: float | None, digits: int = 3) -> str:
+    """Seconds with the unit that reads best: '812 ns', '52.1 µs', '3.20 ms', '1.05 s'."""
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    mag = abs(seconds)
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if mag >= scale:
+            return f"{seconds / scale:.{digits}g} {unit}"
+    return f"{seconds / 1e-9:.{digits}g} ns"
+
+
+def format_change(change: float | None) -> str:
+    """'+7.2%' / '−3.0%' (a real minus sign, so columns line up in proportional fonts)."""
+    if change is None or not math.isfinite(change):
+        return "–"
+    text = f"{change * 100:+.1f}%"
+    return text.replace("-", "−")
+
+
+def bar(fraction: float | None, width: int = 8) -> str:
+    """A unicode bar of `width` cells for a fraction 0..1 (clipped), in eighths of a cell."""
+    if fraction is None or not math.isfinite(fraction):
+        return " " * width
+    eighths = round(max(0.0, min(1.0, fraction)) * width * 8)
+    full, rest = divmod(eighths, 8)
+    text = "█" * full + (_EIGHTHS[rest] if rest else "")
+    return text + " " * (width - len(text))
+
+
+def short_device(name: str | None) -> str:
+    """'NVIDIA H200' -> 'H200', 'NVIDIA GeForce RTX 4090' -> 'RTX 4090'; 'cpu' stays."""
+    if not name:
+        return "–"
+    for prefix in ("NVIDIA GeForce ", "NVIDIA "):
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def record_status(record: KernelRecord) -> str:
+    """The status that describes a record: its gate verdict, else its pytest outcome."""
+    if record.outcome in ("failed", "error") and not (record.gate or {}).get("failed"):
+        # failed for another reason (wrong result, crash): that is the news
+        return record.outcome
+    if record.gate and record.gate.get("status"):
+        return str(record.gate["status"])
+    return record.outcome or "pending"
+
+
+def stat(record: KernelRecord, key: str) -> float | None:
+    """A float from record.timing['stats'] (None when absent)."""
+    value = ((record.timing or {}).get("stats") or {}).get(key)
+    return _float(value)
+
+
+def roofline_value(record: KernelRecord, key: str) -> Any:
+    return (record.roofline or {}).get(key)
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def sort_key(record: KernelRecord) -> tuple[int, float, str]:
+    """Attention first, then the largest slowdown, then by name."""
+    status = record_status(record)
+    change = _float((record.gate or {}).get("change")) or 0.0
+    return (STATUS_ORDER.get(status, len(STATUS_ORDER)), -change, record.name)

@@ -1,0 +1,183 @@
+"""JUnit properties: what each kernel's test case carries in pytest's `--junitxml` file.
+
+The plugin appends `junit_properties(record)` to `item.user_properties`; pytest's junitxml
+plugin writes them as `<property name="kernelpro.*" value="..."/>` (any junit_family, no
+`record_property` warning). `read_junit_records` turns them back into KernelRecords, enough
+for `kernelpro comment JUNIT.xml` (no timing samples: those stay in the JSON report).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.results import KernelRecord
+
+PREFIX = "kernelpro."
+_RECORD_FIELDS = ("nodeid", "name", "kernel", "shape", "language", "device", "device_kind")
+_STATS = ("median_s", "q1_s", "q3_s", "iqr_s", "ci_low_s", "ci_high_s", "rel_ci_halfwidth", "n")
+_ROOFLINE = (
+    "flops",
+    "min_bytes",
+    "intensity",
+    "ridge",
+    "bound",
+    "peak_name",
+    "roofline_time_s",
+)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else "nan"
+    return str(value)
+
+
+def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
+    """(name, value) pairs for `item.user_properties`; values are strings, None is left out.
+
+    The verdict travels as one compact JSON property (`kernelpro.gate`) so no field of it is
+    lost; the scalar fields are also flat, for CI dashboards that read JUnit properties.
+    """
+    props: list[tuple[str, str]] = []
+
+    def add(key: str, value: Any) -> None:
+        if value is not None and value != "":
+            props.append((PREFIX + key, _text(value)))
+
+    for key in _RECORD_FIELDS:
+        add(key, getattr(record, key))
+    timing = record.timing or {}
+    stats = timing.get("stats") or {}
+    for key in _STATS:
+        add(key, stats.get(key))
+    add("method", timing.get("method"))
+    roofline = record.roofline or {}
+    for key in _ROOFLINE:
+        add(key, roofline.get(key))
+    add("efficiency", record.efficiency)
+    add("threshold", record.threshold)
+    add("min_roofline", record.min_roofline)
+    gate = record.gate or {}
+    add("verdict", gate.get("status"))
+    add("change", gate.get("change"))
+    add("p_value", gate.get("p_value"))
+    add("baseline_median_s", gate.get("baseline_median_s"))
+    add("basis", gate.get("basis"))
+    if gate:
+        add("gate", json.dumps(gate, separators=(",", ":"), default=str))
+    add("guidance", record.guidance)
+    return props
+
+
+def _num(value: str | None) -> float | int | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if number.is_integer() and "." not in value and "e" not in value.lower():
+        return int(number)
+    return number
+
+
+def _outcome(case: Any) -> tuple[str, str | None]:
+    if case.is_passed:
+        return "passed", None
+    results = list(case.result)
+    message = results[0].message if results else None
+    if case.is_skipped:
+        return "skipped", message
+    if case.is_error:
+        return "error", message
+    return "failed", message
+
+
+def read_junit_records(path: str | os.PathLike[str]) -> list[KernelRecord]:
+    """KernelRecords rebuilt from the `kernelpro.*` properties of a JUnit XML file.
+
+    Test cases without kernelpro properties (ordinary tests) are ignored. The outcome comes
+    from the test case's result (passed, failed, error, skipped).
+    """
+    from junitparser import JUnitXml, Properties, Property, TestSuite
+    from junitparser.junitparser import JUnitXmlError
+
+    target = Path(path)
+    try:
+        xml = JUnitXml.fromfile(str(target))
+    except FileNotFoundError:
+        raise KernelproError(
+            f"JUnit file {target} does not exist; write it with `pytest --junitxml={target}`"
+        ) from None
+    except (OSError, JUnitXmlError, SyntaxError, ValueError) as exc:
+        raise KernelproError(f"JUnit file {target} cannot be parsed: {exc}") from exc
+    suites = [xml] if isinstance(xml, TestSuite) else list(xml)
+    records: list[KernelRecord] = []
+    for suite in suites:
+        for case in suite:
+            props = {
+                p.name: p.value
+                for group in case.iterchildren(Properties)
+                for p in group.iterchildren(Property)
+                if p.name and p.name.startswith(PREFIX)
+            }
+            if not props:
+                continue
+            records.append(_record_from_props(props, case))
+    return records
+
+
+def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
+    def get(key: str) -> str | None:
+        return props.get(PREFIX + key)
+
+    outcome, message = _outcome(case)
+    name = get("name") or case.name or "?"
+    stats = {k: _num(get(k)) for k in _STATS if get(k) is not None}
+    timing = {"stats": stats, "method": get("method"), "samples_s": []} if stats else None
+    roofline: dict[str, Any] | None = {}
+    for key in _ROOFLINE:
+        raw = get(key)
+        if raw is not None:
+            roofline[key] = raw if key in ("bound", "peak_name") else _num(raw)
+    gate = None
+    if get("gate"):
+        try:
+            gate = json.loads(get("gate") or "")
+        except json.JSONDecodeError:
+            gate = None
+    if gate is None and get("verdict"):
+        gate = {
+            "status": get("verdict"),
+            "change": _num(get("change")),
+            "p_value": _num(get("p_value")),
+            "baseline_median_s": _num(get("baseline_median_s")),
+            "basis": get("basis"),
+        }
+    efficiency = _num(get("efficiency"))
+    threshold = _num(get("threshold"))
+    min_roofline = _num(get("min_roofline"))
+    return KernelRecord(
+        nodeid=get("nodeid") or f"{case.classname}::{case.name}",
+        name=name,
+        kernel=get("kernel") or name.split("[")[0],
+        shape=get("shape"),
+        language=get("language") or "pytorch",
+        device=get("device") or "",
+        device_kind=get("device_kind") or "cpu",
+        outcome=outcome,
+        message=message,
+        timing=timing,
+        roofline=roofline or None,
+        efficiency=None if efficiency is None else float(efficiency),
+        threshold=0.05 if threshold is None else float(threshold),
+        min_roofline=None if min_roofline is None else float(min_roofline),
+        gate=gate,
+        guidance=get("guidance"),
+        wall_s=float(case.time or 0.0),
+    )

@@ -1,0 +1,259 @@
+"""The session report: JSON (one file, mergeable across xdist workers and runs) and the
+terminal table.
+
+JSON layout (schema 1)::
+
+    {"schema_version": 1, "kind": "kernelpro-report", "tool": "pytest-kernelpro 0.1.0",
+     "created": "...", "meta": {device(s), torch, commit, wall_s, options...},
+     "summary": {"kernels": N, "failed": N, "by_status": {"ok": N, ...}},
+     "records": [KernelRecord.to_dict(), ...]}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import io
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro import __version__
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.fileio import atomic_write_json
+from pytest_kernelpro.gate.format import (
+    STATUS_STYLE,
+    bar,
+    format_change,
+    format_time,
+    record_status,
+    roofline_value,
+    short_device,
+    sort_key,
+    stat,
+)
+from pytest_kernelpro.results import KernelRecord
+
+REPORT_SCHEMA_VERSION = 1
+REPORT_KIND = "kernelpro-report"
+DEFAULT_JSON_PATH = ".kernelpro/kernelpro-report.json"
+
+
+def summarize(records: Sequence[KernelRecord]) -> dict[str, Any]:
+    """Counts by status, and the names of the kernels that fail the gate."""
+    statuses = Counter(record_status(r) for r in records)
+    failed = [r.name for r in records if (r.gate or {}).get("failed") or r.outcome == "failed"]
+    return {
+        "kernels": len(records),
+        "failed": len(failed),
+        "failed_names": failed,
+        "by_status": dict(sorted(statuses.items())),
+    }
+
+
+def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> dict[str, Any]:
+    """The report dict of one session: schema, session meta, summary and every record.
+
+    `meta` is what the plugin knows about the session (device(s), torch version, commit,
+    wall time, options); it is copied as given, with `devices` filled in from the records
+    when missing.
+    """
+    recs = list(records)
+    meta = dict(meta)
+    meta.setdefault("devices", sorted({r.device for r in recs if r.device}))
+    return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "kind": REPORT_KIND,
+        "tool": f"pytest-kernelpro {__version__}",
+        "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "meta": meta,
+        "summary": summarize(recs),
+        "records": [r.to_dict() for r in recs],
+    }
+
+
+def write_json_report(path: str | os.PathLike[str], report: dict[str, Any]) -> Path:
+    """Write the report atomically (a reader never sees half a file)."""
+    return atomic_write_json(path, report)
+
+
+def records_of(report: dict[str, Any]) -> list[KernelRecord]:
+    """The KernelRecords of a report dict."""
+    return [KernelRecord.from_dict(r) for r in report.get("records") or [] if isinstance(r, dict)]
+
+
+def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check one JSON report; a bad file is a KernelproError naming it."""
+    target = Path(path)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KernelproError(
+            f"kernelpro report {target} does not exist; write it with "
+            "`pytest --kernelpro-json=PATH` (default .kernelpro/kernelpro-report.json)"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise KernelproError(f"kernelpro report {target} cannot be read as JSON: {exc}") from exc
+    if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
+        raise KernelproError(
+            f"kernelpro report {target} is not a pytest-kernelpro JSON report (no "
+            f"'kind': '{REPORT_KIND}'); pass the file written by --kernelpro-json"
+        )
+    version = data.get("schema_version")
+    if version != REPORT_SCHEMA_VERSION:
+        raise KernelproError(
+            f"kernelpro report {target} has schema version {version!r}; this pytest-kernelpro "
+            f"{__version__} reads version {REPORT_SCHEMA_VERSION}. Use the same version to "
+            "write and read reports"
+        )
+    if not isinstance(data.get("records"), list):
+        raise KernelproError(f"kernelpro report {target}: 'records' is not a list")
+    return data
+
+
+def merge_report_dicts(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Merge reports of xdist workers, shards or several runs into one.
+
+    Records are keyed by node id; when two reports hold the same kernel, the later report
+    wins (a re-run replaces the earlier result). The merged meta keeps the first report's
+    options, the union of devices, the longest wall time (workers run in parallel) and the
+    list of commits when they differ.
+    """
+    if not reports:
+        raise KernelproError("kernelpro: no reports to merge")
+    by_id: dict[str, dict[str, Any]] = {}
+    for report in reports:
+        for rec in report.get("records") or []:
+            by_id[str(rec.get("nodeid"))] = rec
+    metas = [r.get("meta") or {} for r in reports]
+    meta = dict(metas[0])
+    devices = sorted({d for m in metas for d in (m.get("devices") or [])})
+    if devices:
+        meta["devices"] = devices
+    walls = [m.get("wall_s") for m in metas if isinstance(m.get("wall_s"), (int, float))]
+    if walls:
+        meta["wall_s"] = max(walls)
+    commits = sorted({m.get("commit") for m in metas if m.get("commit")})
+    if len(commits) > 1:
+        meta["commits"] = commits
+    meta["merged_from"] = len(reports)
+    records = [KernelRecord.from_dict(r) for r in by_id.values()]
+    return build_report(records, meta=meta)
+
+
+def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
+    """Load and merge JSON report files (see `merge_report_dicts`)."""
+    return merge_report_dicts([load_report(p) for p in paths])
+
+
+def _median_cell(record: KernelRecord) -> str:
+    med = stat(record, "median_s")
+    if med is None:
+        return "–"
+    q1, q3 = stat(record, "q1_s"), stat(record, "q3_s")
+    if q1 is None or q3 is None or med <= 0:
+        return format_time(med)
+    return f"{format_time(med)} ±{(q3 - q1) / 2 / med:.1%}"
+
+
+def _roofline_cell(record: KernelRecord, bar_width: int) -> str:
+    eff = record.efficiency
+    if eff is None:
+        return "–"
+    return f"{bar(eff, bar_width)} {eff:4.0%}"
+
+
+def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
+    status = record_status(record)
+    _, word, style = STATUS_STYLE.get(status, ("", status, ""))
+    gate = record.gate or {}
+    change = gate.get("change")
+    text = word
+    if change is not None and status not in ("new", "unmeasured"):
+        text = f"{word} {format_change(change)}"
+        if str(gate.get("basis", "")).startswith("efficiency"):
+            text += "*"
+    return text, style
+
+
+def render_terminal_table(
+    records: Sequence[KernelRecord], *, width: int = 100, color: bool = False
+) -> str:
+    """The kernel table for the terminal summary, rendered by rich to a string.
+
+    Columns: kernel, device, median ± half the IQR (relative), roofline time, % of roofline
+    with a bar, bound, verdict with the change. Fits 80 columns by folding long kernel names
+    and narrowing the bar; no escape codes unless `color`.
+    """
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    width = max(60, int(width))
+    narrow = width < 100
+    bar_width = 5 if narrow else 8
+    devices = sorted({short_device(r.device or r.device_kind) for r in records})
+    show_device = len(devices) > 1  # one device: named once, under the table
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    table.add_column("kernel", overflow="fold", min_width=12)
+    if show_device:
+        table.add_column(
+            "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
+        )
+    table.add_column("median ±IQR/2", justify="right", no_wrap=True)
+    if not narrow:
+        table.add_column("roofline", justify="right", no_wrap=True)
+    table.add_column("of roofline", no_wrap=True)
+    table.add_column("bound", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for record in sorted(records, key=sort_key):
+        text, style = _verdict_cell(record)
+        row: list[Any] = [record.name]
+        if show_device:
+            row.append(short_device(record.device or record.device_kind))
+        row.append(_median_cell(record))
+        if not narrow:
+            row.append(format_time(roofline_value(record, "roofline_time_s")))
+        row += [
+            _roofline_cell(record, bar_width),
+            str(roofline_value(record, "bound") or "–"),
+            Text(text, style=style if color else ""),
+        ]
+        table.add_row(*row)
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+    console.print(table)
+    summary = summarize(records)
+    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
+    if any(str((r.gate or {}).get("basis", "")).startswith("efficiency") for r in records):
+        console.print(
+            "* other device than the baseline: compared by efficiency (time relative to the "
+            "roofline), with the wider cross-device tolerance",
+            highlight=False,
+            soft_wrap=False,
+        )
+    where = f" on {devices[0]}" if len(devices) == 1 else ""
+    console.print(
+        f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts),
+        highlight=False,
+        soft_wrap=True,
+    )
+    return buffer.getvalue()

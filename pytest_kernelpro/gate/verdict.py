@@ -1,0 +1,378 @@
+"""The gate's verdict on one kernel: compare a record with its baseline entry.
+
+How a regression is decided, and why:
+
+1. **Effect size.** The relative change of the median (current / baseline - 1) must be
+   beyond the kernel's threshold (default 5%). The median, not the mean: one preempted
+   sample must not move the center (pytest-benchmark users gate on `median:` for that reason).
+2. **Statistical clarity.** A one-sided Mann-Whitney U test of the current samples against
+   the baseline's samples must give p < alpha (default 0.01). This is asv's test
+   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist), computed here with
+   numpy (`stats.mann_whitney_u`; exact for small untied samples, normal approximation with
+   tie correction otherwise). It needs no normality, is robust to the long right tail of
+   timings, and uses the samples a baseline keeps. A bootstrap CI of the ratio of medians
+   would need thousands of resamples per kernel for a similar answer, and requiring its lower
+   bound above 1 + threshold would miss most true regressions of exactly the threshold size.
+3. **Confirmation.** A change that passes 1 and 2 is re-measured once (the plugin re-times
+   the kernel and calls `confirm`); it fails the kernel only if the re-measurement passes 1
+   and 2 as well. Samples within one measurement are not independent (a clock or thermal
+   state, another process on the GPU) so a p-value alone overstates certainty; the second,
+   independent measurement is what nvbench-compare's "noise-aware" rules and PyTorch's
+   "two points in a row" policy approximate.
+
+Anything beyond the threshold that fails 2 or 3 is "suspect": reported with what to do,
+never a failure (nvbench users did not know what to do with AMBG: the reason says).
+
+Same device: times are compared (and the efficiency change is reported). Another device:
+samples are divided by each side's roofline time, so the comparison is of time relative to
+the roofline (1 / efficiency), with the wider `cross_device_tolerance`; the basis says so.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+from pytest_kernelpro.errors import KernelproConfigError
+from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.gate.baseline import BaselineEntry
+    from pytest_kernelpro.results import KernelRecord
+
+NEW = "new"
+OK = "ok"
+IMPROVED = "improved"
+REGRESSED = "regressed"
+SUSPECT = "suspect"
+BELOW_ROOFLINE = "below-roofline"
+INCOMPARABLE = "incomparable"  # other device and no roofline time on one side
+UNMEASURED = "unmeasured"  # the item produced no timing (failed, skipped)
+STATUSES = (NEW, OK, IMPROVED, REGRESSED, SUSPECT, BELOW_ROOFLINE, INCOMPARABLE, UNMEASURED)
+
+DEFAULT_ALPHA = 0.01
+CROSS_DEVICE_FACTOR = 3.0  # efficiency across devices is noisier than time on one device
+TEST_SAMPLES = 200  # both sides are reduced to this many quantiles before the U test
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of `compare` (and `confirm`) for one kernel."""
+
+    status: str  # one of STATUSES; regressed and below-roofline fail the kernel
+    change_status: str  # the baseline comparison alone (status without the roofline floor)
+    basis: str  # "time (same device: X)" or "efficiency (other device: A vs B)" or "none"
+    reason: str  # one sentence a user can act on
+    tolerance: float  # relative change allowed on this basis
+    threshold: float  # the kernel's same-device threshold
+    cross_device_tolerance: float
+    alpha: float
+    change: float | None = None  # compared quantity, now / baseline - 1; + means slower
+    p_value: float | None = None  # one-sided, in the direction of the change
+    current_median_s: float | None = None
+    baseline_median_s: float | None = None
+    efficiency: float | None = None
+    baseline_efficiency: float | None = None
+    device: str = ""
+    baseline_device: str = ""
+    n_current: int = 0
+    n_baseline: int = 0
+    below_roofline: bool = False
+    min_roofline: float | None = None
+    confirmed: bool = False  # the re-measurement reproduced the regression
+    confirmation: dict[str, Any] | None = None  # set once `confirm` ran
+
+    @property
+    def failed(self) -> bool:
+        """True when this verdict fails the kernel item."""
+        return self.change_status == REGRESSED or self.below_roofline
+
+    @property
+    def message(self) -> str:
+        """The reason, for failure messages and report sections."""
+        return self.reason
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["failed"] = self.failed
+        data["message"] = self.reason
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def needs_confirmation(verdict: Verdict) -> bool:
+    """True when the plugin must re-time the kernel and call `confirm`."""
+    return verdict.change_status == REGRESSED and verdict.confirmation is None
+
+
+def _samples(record: KernelRecord) -> list[float]:
+    timing = record.timing or {}
+    out = []
+    for value in timing.get("samples_s") or []:
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(v) and v > 0:
+            out.append(v)
+    return out
+
+
+def _roofline_time(record: KernelRecord) -> float | None:
+    value = (record.roofline or {}).get("roofline_time_s")
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) and out > 0 else None
+
+
+def _same_device(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:+.1f}%"
+
+
+def _p(p: float) -> str:
+    return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
+
+
+def _check_settings(threshold: float, cross: float, alpha: float) -> None:
+    for name, value in (("threshold", threshold), ("cross_device_tolerance", cross)):
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise KernelproConfigError(
+                f"kernelpro gate: {name}={value!r} is not a non-negative fraction; "
+                "use e.g. threshold=0.05 for 5%"
+            )
+    if not (0 < alpha < 1):
+        raise KernelproConfigError(
+            f"kernelpro gate: alpha={alpha!r} must be between 0 and 1 (default 0.01)"
+        )
+
+
+def _roofline_floor(
+    min_roofline: float | None, efficiency: float | None, measured: bool
+) -> tuple[bool, str | None]:
+    """(fails, reason) of the absolute min_roofline floor; independent of any baseline."""
+    if min_roofline is None or not measured:
+        return False, None  # not measured: the item already fails or skips for that
+    if efficiency is None:
+        return True, (
+            f"min_roofline={min_roofline:.0%} is set but this kernel has no roofline "
+            "(efficiency unknown); give the marker flops=/bytes= or remove min_roofline"
+        )
+    if efficiency < min_roofline:
+        return True, (
+            f"reaches {efficiency:.1%} of its roofline, below min_roofline={min_roofline:.0%}"
+        )
+    return False, None
+
+
+def compare(
+    record: KernelRecord,
+    entry: BaselineEntry | None,
+    *,
+    threshold: float | None = None,
+    cross_device_tolerance: float | None = None,
+    alpha: float = DEFAULT_ALPHA,
+) -> Verdict:
+    """Compare one measured kernel with its baseline entry (None: the kernel is new).
+
+    `threshold` defaults to `record.threshold` (marker > CLI > ini, resolved by the plugin);
+    `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
+    `confirm` has seen a re-measurement (`needs_confirmation`).
+    """
+    thr = float(record.threshold if threshold is None else threshold)
+    cross = float(
+        round(CROSS_DEVICE_FACTOR * thr, 12)
+        if cross_device_tolerance is None
+        else cross_device_tolerance
+    )
+    _check_settings(thr, cross, alpha)
+    samples = _samples(record)
+    below, floor_reason = _roofline_floor(record.min_roofline, record.efficiency, bool(samples))
+    base = {
+        "threshold": thr,
+        "cross_device_tolerance": cross,
+        "alpha": alpha,
+        "device": record.device,
+        "efficiency": record.efficiency,
+        "current_median_s": record.median_s,
+        "below_roofline": below,
+        "min_roofline": record.min_roofline,
+    }
+    if not samples:
+        return _finish(
+            change_status=UNMEASURED,
+            basis="none",
+            reason=f"not timed (outcome: {record.outcome}); nothing to compare",
+            tolerance=thr,
+            floor_reason=floor_reason,
+            **base,
+        )
+    base["n_current"] = len(samples)
+    if entry is None:
+        return _finish(
+            change_status=NEW,
+            basis="none",
+            reason="no baseline entry for this kernel; --kernelpro-save-baseline adds it",
+            tolerance=thr,
+            floor_reason=floor_reason,
+            **base,
+        )
+    base.update(
+        baseline_device=entry.device,
+        baseline_median_s=entry.median_s,
+        baseline_efficiency=entry.efficiency,
+        n_baseline=entry.n,
+    )
+    cur_med = record.median_s if record.median_s is not None else median(samples)
+    if _same_device(record.device, entry.device):
+        basis = f"time (same device: {record.device or 'unknown'})"
+        tol = thr
+        now, ref = samples, list(entry.samples_s)
+        ratio = cur_med / entry.median_s
+    else:
+        rt_now, rt_base = _roofline_time(record), entry.roofline_time_s
+        if rt_now is None or not rt_base:
+            missing = "this run" if rt_now is None else "the baseline"
+            return _finish(
+                change_status=INCOMPARABLE,
+                basis=f"none (other device: {entry.device} vs {record.device})",
+                reason=(
+                    f"the baseline was measured on {entry.device or 'an unknown device'} and "
+                    f"this run on {record.device or 'an unknown device'}; {missing} has no "
+                    "roofline time, so neither time nor efficiency can be compared. Save a "
+                    f"baseline on {record.device or 'this device'}"
+                ),
+                tolerance=cross,
+                floor_reason=floor_reason,
+                **base,
+            )
+        basis = f"efficiency (other device: {entry.device} vs {record.device})"
+        tol = cross
+        now = [v / rt_now for v in samples]
+        ref = [v / rt_base for v in entry.samples_s]
+        ratio = (cur_med / rt_now) / (entry.median_s / rt_base)
+    change = ratio - 1.0
+    now_q = quantile_subsample(now, TEST_SAMPLES)
+    ref_q = quantile_subsample(ref, TEST_SAMPLES)
+    what = "slower" if change > 0 else "faster"
+    if basis.startswith("efficiency"):
+        what = "further from its roofline" if change > 0 else "closer to its roofline"
+    if ratio > 1.0 + tol:
+        p = mann_whitney_u(now_q, ref_q, "greater").p_value
+        if p < alpha:
+            status = REGRESSED
+            reason = (
+                f"{what} by {abs(change):.1%} (tolerance {tol:.0%}), Mann-Whitney p = {_p(p)}"
+                f" < {alpha:g}; needs a confirmation re-measurement"
+            )
+        else:
+            status = SUSPECT
+            reason = (
+                f"{what} by {abs(change):.1%} (tolerance {tol:.0%}) but not statistically "
+                f"clear (p = {_p(p)} >= {alpha:g}): the samples are too few or too noisy. "
+                "Re-run, or give the kernel a longer timing budget"
+            )
+    elif ratio < 1.0 / (1.0 + tol):
+        p = mann_whitney_u(now_q, ref_q, "less").p_value
+        if p < alpha:
+            status = IMPROVED
+            reason = f"{what} by {abs(change):.1%} (tolerance {tol:.0%}), p = {_p(p)}"
+        else:
+            status = OK
+            reason = (
+                f"{what} by {abs(change):.1%} but not statistically clear (p = {_p(p)}); "
+                "not reported as an improvement"
+            )
+    else:
+        p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
+        status = OK
+        reason = f"within ±{tol:.0%} ({_pct(change)})"
+    return _finish(
+        change_status=status,
+        basis=basis,
+        reason=reason,
+        tolerance=tol,
+        floor_reason=floor_reason,
+        change=change,
+        p_value=p,
+        **base,
+    )
+
+
+def _finish(*, change_status: str, reason: str, floor_reason: str | None, **kw: Any) -> Verdict:
+    below = kw["below_roofline"]
+    if below and change_status != REGRESSED:
+        status = BELOW_ROOFLINE
+        reason = f"{floor_reason} (baseline: {reason})"
+    else:
+        status = change_status
+        if below:
+            reason = f"{reason}; also {floor_reason}"
+    return Verdict(status=status, change_status=change_status, reason=reason, **kw)
+
+
+def confirm(first: Verdict, record_after_remeasure: KernelRecord, entry: BaselineEntry) -> Verdict:
+    """Settle a provisional regression with an independent re-measurement of the kernel.
+
+    The regression stands (confirmed=True) only if the re-measurement is, by itself, a
+    regression under the same tolerance and alpha; otherwise the kernel is "suspect"
+    (reported, not failed). Verdicts that need no confirmation are returned unchanged.
+    """
+    if not needs_confirmation(first):
+        return first
+    second = compare(
+        record_after_remeasure,
+        entry,
+        threshold=first.threshold,
+        cross_device_tolerance=first.cross_device_tolerance,
+        alpha=first.alpha,
+    )
+    reproduced = second.change_status == REGRESSED
+    confirmation = {
+        "reproduced": reproduced,
+        "change": second.change,
+        "p_value": second.p_value,
+        "current_median_s": second.current_median_s,
+        "n": second.n_current,
+        "status": second.change_status,
+    }
+    core = first.reason.split("; needs a confirmation")[0]
+    if reproduced:
+        core = (
+            f"{core}; confirmed by a re-measurement "
+            f"({_pct(second.change or 0.0)}, p = {_p(second.p_value or 1.0)})"
+        )
+        status = REGRESSED
+    else:
+        again = "not timed" if second.change is None else _pct(second.change)
+        if second.p_value is not None:
+            again += f", p = {_p(second.p_value)}"
+        core = (
+            f"{core}, but the re-measurement did not reproduce it ({again}): "
+            "treated as noise, not a regression"
+        )
+        status = SUSPECT
+    _, floor_reason = _roofline_floor(first.min_roofline, first.efficiency, True)
+    kept = {
+        f.name: getattr(first, f.name)
+        for f in fields(first)
+        if f.name not in ("status", "change_status", "reason", "confirmed", "confirmation")
+    }
+    return _finish(
+        change_status=status,
+        reason=core,
+        floor_reason=floor_reason,
+        confirmed=reproduced,
+        confirmation=confirmation,
+        **kept,
+    )

@@ -1,0 +1,123 @@
+"""The `kernelpro calibrate` command: re-measure the ceilings, cache them, print a table.
+
+Output goes through rich's Console on sys.stdout (the plugin's no-print rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..errors import KernelproError
+from .ceilings import (
+    DEFAULT_CACHE_DIR,
+    Ceilings,
+    cache_path,
+    format_rate,
+    load_or_measure_ceilings,
+    resolve_device,
+)
+from .devices import PEAK_KEYS, DeviceSpec, find_device_spec
+
+
+def _ordered_keys(ceilings: Ceilings) -> list[str]:
+    order = [*PEAK_KEYS, "bf16", "fp16"]
+    return sorted(ceilings.flops, key=lambda k: (order.index(k) if k in order else len(order), k))
+
+
+def ceilings_table(ceilings: Ceilings, spec: DeviceSpec | None = None) -> Any:
+    """A rich Table of the ceilings, with the datasheet value and the ratio where known."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"kernelpro ceilings: {ceilings.device} (torch {ceilings.torch_version}, {ceilings.source})"
+    )
+    for column in ("ceiling", "value", "origin", "datasheet", "of datasheet", "measured on"):
+        table.add_column(
+            column, justify="left" if column in ("ceiling", "origin", "measured on") else "right"
+        )
+
+    def sheet(value: float | None, own: float, unit: str) -> tuple[str, str]:
+        if value is None:
+            return "-", "-"
+        return format_rate(value, unit), f"{own / value:.0%}"
+
+    copy = ceilings.details.get("copy") or {}
+    copy_note = f"copy of {copy['bytes_moved'] / 2 / 2**20:.0f} MiB" if copy else ""
+    table.add_row(
+        "bandwidth",
+        format_rate(ceilings.bandwidth_Bps, "B/s"),
+        str(ceilings.details.get("bandwidth_origin", "measured")),
+        *sheet(spec.dram_bandwidth_Bps if spec else None, ceilings.bandwidth_Bps, "B/s"),
+        copy_note,
+    )
+    gemms = ceilings.details.get("gemm") or {}
+    for key in _ordered_keys(ceilings):
+        gemm = gemms.get(key)
+        note = f"{gemm['dtype']} GEMM {gemm['n']}^3" if gemm else ""
+        table.add_row(
+            key,
+            format_rate(ceilings.flops[key], "FLOP/s"),
+            ceilings.origin(key),
+            *sheet(spec.peak_flops.get(key) if spec else None, ceilings.flops[key], "FLOP/s"),
+            note,
+        )
+    return table
+
+
+def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
+    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json]`.
+
+    Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
+    Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
+    """
+    parser = argparse.ArgumentParser(
+        prog="kernelpro calibrate",
+        description="Measure this machine's roofline ceilings (copy bandwidth, GEMM FLOP/s per dtype) and cache them.",
+    )
+    parser.add_argument(
+        "--device",
+        metavar="DEVICE",
+        default=None,
+        help="cpu, cuda or cuda:N. Default: cuda when torch sees a GPU, else cpu",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        type=Path,
+        default=DEFAULT_CACHE_DIR,
+        help=f"Where the ceilings JSON goes. Default: {str(DEFAULT_CACHE_DIR)!r}",
+    )
+    parser.add_argument("--quick", action="store_true", help="Smaller sizes (seconds, less exact)")
+    parser.add_argument(
+        "--json", action="store_true", help="Print the ceilings as JSON instead of a table"
+    )
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse already wrote the usage or the help
+        return int(exc.code or 0)
+    try:
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device_type, name, _ = resolve_device(device)
+        spec = find_device_spec(name, extra_specs) if device_type == "cuda" else None
+        ceilings = load_or_measure_ceilings(
+            device, args.cache_dir, spec=spec, refresh=True, quick=args.quick
+        )
+    except KernelproError as exc:
+        sys.stderr.write(f"kernelpro calibrate: {exc}\n")
+        return 2
+    path = cache_path(args.cache_dir, ceilings.device, ceilings.torch_version, args.quick)
+    if args.json:
+        sys.stdout.write(json.dumps(ceilings.to_dict(), indent=2) + "\n")
+        return 0
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, width=120)
+    console.print(ceilings_table(ceilings, spec))
+    console.print(f"cached in {path} ({ceilings.details.get('wall_s', 0.0):.1f} s to measure)")
+    return 0

@@ -1,0 +1,231 @@
+"""Check a kernel against its reference: fresh inputs per trial, poisoned outputs, tolerances.
+
+Each trial builds inputs with `make_inputs(seed + trial)` (under `torch.manual_seed` of the
+same number, restored afterwards), gives the reference and the kernel their own clones (an
+in-place kernel cannot change what the reference sees), runs the reference normally, then
+runs the kernel with uninitialized memory poisoned: `torch.empty`/`empty_like`/`new_empty`
+(also from C++ extensions and Triton wrappers) return NaN for floats and the largest value
+for integers, and on CUDA freed blocks of the outputs' sizes are pre-filled with the same
+poison, so an element the kernel never writes fails the comparison.
+
+Comparison follows `torch.allclose`: |got - expected| <= atol + rtol * |expected|, per
+element. NaN never passes, except where the reference itself produced NaN at the same place
+(the reference runs without poisoning, so its NaNs are its own). The defaults per dtype are
+per-element tolerances for outputs of order 1; long reductions (a GEMM over large K) grow
+the error with sqrt(K) and need the marker's rtol/atol.
+
+A kernel that raises gives a failed `CorrectnessResult` (the exception in `failure` and
+`exception`); a reference or input factory that raises is a problem definition error and
+raises `KernelproError` with the original exception chained.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import KernelproError
+from .compare import LeafReport, compare_outputs, json_float
+
+# (rtol, atol) per dtype name, chosen from the dtype's unit roundoff u (half an ulp at 1.0):
+# a few ulps for a result of order 1 computed in a different order than the reference.
+_FLOAT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),  # u = 1.1e-16: generous, kernels often accumulate differently
+    "complex128": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),  # u = 6e-8; a K=4096 fp32 dot product reordered differs ~1.2e-4
+    "complex64": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),  # u = 4.9e-4: ~10 ulps, for fp32-accumulated fp16 kernels
+    "bfloat16": (1.6e-2, 1e-2),  # u = 3.9e-3: 2 ulps at 1.0 (torch.testing uses rtol 1.6e-2)
+    "float8_e4m3fn": (1.25e-1, 1e-1),  # 3 mantissa bits: 1 ulp at 1.0
+    "float8_e4m3fnuz": (1.25e-1, 1e-1),
+    "float8_e5m2": (2.5e-1, 1e-1),  # 2 mantissa bits: 1 ulp at 1.0
+    "float8_e5m2fnuz": (2.5e-1, 1e-1),
+}
+# TF32 keeps fp16's 10 mantissa bits, so an fp32 result from TF32 tensor cores gets fp16's
+# tolerance; bf16 ("medium" matmul precision) gets bf16's.
+_TF32 = (1e-2, 1e-2)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Per-element tolerance, torch.allclose semantics; `source` says where it came from."""
+
+    rtol: float
+    atol: float
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict."""
+        return asdict(self)
+
+
+def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:
+    """The default tolerance for a reference output of `dtype` (a torch dtype or its name).
+
+    `tf32=True` (an fp32 reference whose matmuls/convolutions ran on TF32 tensor cores) gives
+    fp16's tolerance; `reduced` names another reduced type the fp32 matmuls ran in ("bf16"
+    under `torch.set_float32_matmul_precision("medium")`). Integers and bool compare exactly.
+    """
+    name = str(dtype).removeprefix("torch.")
+    label = f"torch.{name}"
+    if name in ("float32", "complex64") and reduced == "bf16":
+        rtol, atol = _FLOAT_TOLERANCES["bfloat16"]
+        return Tolerance(rtol, atol, f"default for {label} with fp32 matmuls in bf16")
+    if name in ("float32", "complex64") and tf32:
+        return Tolerance(*_TF32, f"default for {label} with TF32 matmul/conv allowed")
+    if name in _FLOAT_TOLERANCES:
+        rtol, atol = _FLOAT_TOLERANCES[name]
+        return Tolerance(rtol, atol, f"default for {label}")
+    if name == "bool" or name.startswith(("int", "uint")):
+        return Tolerance(0.0, 0.0, f"exact for {label}")
+    raise KernelproError(
+        f"no default tolerance for reference output dtype {label}: give rtol= and atol= "
+        "on the kernelpro marker"
+    )
+
+
+@dataclass(frozen=True)
+class CorrectnessResult:
+    """The verdict of `check_correctness` over all trials run."""
+
+    passed: bool
+    trials: int
+    trials_run: int
+    max_abs_err: float  # over all trials run and all finite elements
+    max_rel_err: float  # |err| / |expected| over elements with expected != 0
+    tolerance: Tolerance  # the one of the failing (else the closest-to-failing) output
+    failure: str | None
+    worst_index: tuple[int, ...] | None
+    output_path: str | None  # e.g. "output[1]"
+    worst_ratio: float = 0.0  # max |err| / (atol + rtol |expected|); <= 1 means inside
+    exception: str | None = None  # "TypeError: ..." when the kernel raised
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    tf32: bool = False  # the reference ran fp32 matmul/conv with TF32 allowed (on CUDA)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict (non-finite errors become "inf"/"nan" strings)."""
+        data = asdict(self)
+        for key in ("max_abs_err", "max_rel_err", "worst_ratio"):
+            data[key] = json_float(data[key])
+        data["worst_index"] = None if self.worst_index is None else list(self.worst_index)
+        data["notes"] = list(self.notes)
+        return data
+
+
+@contextlib.contextmanager
+def poisoned_allocations(torch: Any) -> Iterator[None]:
+    """Make uninitialized tensors NaN (floats) / max-int (ints) inside the block.
+
+    Uses torch's deterministic mode with `fill_uninitialized_memory` (warn-only, so kernels
+    with nondeterministic ops still run); restores the previous settings and swallows the
+    warnings this mode itself causes (the test config turns warnings into errors).
+    """
+    det_mod = torch.utils.deterministic
+    prev = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        det_mod.fill_uninitialized_memory,
+    )
+    with warnings.catch_warnings():
+        # "... does not have a deterministic implementation ..." and the CuBLAS
+        # CUBLAS_WORKSPACE_CONFIG note are both consequences of this scope, not the kernel.
+        warnings.filterwarnings("ignore", message=r"(?s).*[Dd]eterministic")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        det_mod.fill_uninitialized_memory = True
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+            det_mod.fill_uninitialized_memory = prev[2]
+
+
+def _poison_value(torch: Any, dtype: Any) -> Any:
+    if dtype.is_floating_point or dtype.is_complex:
+        return float("nan")
+    if dtype == torch.bool:
+        return True
+    return torch.iinfo(dtype).max
+
+
+def _prepoison_cuda_cache(torch: Any, expected: Any) -> None:
+    """Fill freed caching-allocator blocks of the outputs' sizes with poison.
+
+    Catches kernels that get output memory from the allocator without `at::empty` (raw
+    allocations), which fill_uninitialized_memory does not cover.
+    """
+    blocks = []
+    for leaf in _tensor_leaves(torch, expected):
+        if leaf.is_cuda and leaf.numel() > 0:
+            for _ in range(3):
+                blocks.append(torch.full((leaf.numel(),), _poison_value(torch, leaf.dtype), dtype=leaf.dtype, device=leaf.device))
+    del blocks  # back to the cache, poisoned
+
+
+def _tensor_leaves(torch: Any, obj: Any) -> Iterator[Any]:
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for item in obj:
+            yield from _tensor_leaves(torch, item)
+    elif isinstance(obj, dict):
+        for item in obj.values():
+            yield from _tensor_leaves(torch, item)
+
+
+def clone_inputs(torch: Any, obj: Any) -> Any:
+    """Deep copy of tensors (strides kept) inside lists/tuples/dicts; other objects shared."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(clone_inputs(torch, x) for x in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(clone_inputs(torch, x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: clone_inputs(torch, v) for k, v in obj.items()}
+    return obj
+
+
+_MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "convolution", "conv", "linear",
+               "scaled_dot_product", "_efficient_attention", "_flash_attention", "einsum", "tensordot")
+
+
+@contextlib.contextmanager
+def _record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
+    """Record (into `found`) aten matmul/conv ops with fp32 CUDA operands run in the block."""
+    try:
+        from torch.utils._python_dispatch import TorchDispatchMode
+    except ImportError:  # private API moved: assume the worst case the flags allow
+        found.append("unknown")
+        yield
+        return
+
+    class Recorder(TorchDispatchMode):  # type: ignore[misc]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            name = func.overloadpacket.__name__
+            if any(key in name for key in _MATMUL_OPS):
+                for arg in args:
+                    if isinstance(arg, torch.Tensor) and arg.is_cuda and arg.dtype == torch.float32:
+                        found.append(name)
+                        break
+            return func(*args, **(kwargs or {}))
+
+    with Recorder():
+        yield
+
+
+def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
+    """"tf32"/"bf16" when fp32 ops of kind `op` ("matmul" or "conv") may run reduced on CUDA."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # newer torch deprecates allow_tf32 in favour of fp32_precision
+        if op == "conv":
+            return "tf32" if torch.backends.cudnn.allow_tf32 else None
+        precision = torch.get_float32_matmul_precision()
+        if precision == "medium":
+            return "bf16"
+        if precision == "high" or torch.backends.cuda.matmul.allow_tf32:
+            return "tf32"
+    return None

@@ -1,0 +1,332 @@
+"""Time one kernel: warm-up, cache flush before every sample, adaptive sample count.
+
+GPU (the way `triton.testing.do_bench` and nvbench do it): one call to load/compile, an
+estimate of the per-call time from 5 flushed calls, warm-up for `warmup_ms`, then rounds of
+samples. Each sample is: write a buffer of twice the L2 size (evicting the kernel's inputs),
+record a CUDA event, call the kernel, record a second event; a round enqueues many samples
+and synchronizes once, behind a short `torch.cuda._sleep` so the CPU is ahead of the GPU and
+the events bracket GPU work only, not Python launch overhead. After each round the 95%
+bootstrap CI of the median decides: stop when its relative half-width is under the target,
+or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-event reasons
+are read while each round runs; samples of a round with a throttle reason are counted.
+CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
+
+CPU: `time.perf_counter` around each call, a write of twice the last-level cache before each
+sample when `flush_l2` is on, the same adaptive rounds and statistics.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from ..errors import KernelproConfigError, KernelproError
+from .stats import SampleStats, summarize
+
+DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # triton's buffer, used when the L2/LLC size is unknown
+MAX_ROUND_S = 0.25  # longest planned round: bounds how coarse the throttle attribution gets
+MAX_ROUND_SAMPLES = 1000  # events allocated per round
+PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
+GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
+CPU_MIN_SAMPLE_S = 20e-6  # unflushed CPU samples repeat the call until a sample lasts this
+
+
+@dataclass(frozen=True)
+class TimingBudget:
+    """How long and how precisely to time one kernel (see the module docstring)."""
+
+    warmup_ms: float = 25.0  # warm-up time before sampling
+    max_time_s: float = 2.0  # sampling budget per kernel; min_samples is honoured beyond it
+    min_samples: int = 20
+    max_samples: int = 5000
+    target_rel_ci: float = 0.005  # stop when the median's CI half-width / median is below
+    flush_l2: bool = True  # GPU: L2; CPU: last-level cache
+    cuda_graph: bool = False  # time CUDA-graph replays (launch-bound kernels)
+    flush_bytes: int | None = None  # None: twice the L2 (GPU) or last-level cache (CPU)
+    sync_per_sample: bool = False  # GPU: synchronize after every sample (GPU idles between)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.warmup_ms >= 0:
+            problems.append(f"warmup_ms={self.warmup_ms!r} (must be >= 0)")
+        if not self.max_time_s > 0:
+            problems.append(f"max_time_s={self.max_time_s!r} (must be > 0)")
+        if not 1 <= self.min_samples <= self.max_samples:
+            problems.append(
+                f"min_samples={self.min_samples!r}, max_samples={self.max_samples!r} "
+                "(need 1 <= min_samples <= max_samples)"
+            )
+        if not self.target_rel_ci >= 0:
+            problems.append(f"target_rel_ci={self.target_rel_ci!r} (must be >= 0)")
+        if self.flush_bytes is not None and self.flush_bytes <= 0:
+            problems.append(f"flush_bytes={self.flush_bytes!r} (must be > 0 or None)")
+        if problems:
+            raise KernelproConfigError("invalid TimingBudget: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-safe dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TimingResult:
+    """Per-call times of one kernel and how they were taken."""
+
+    samples_s: tuple[float, ...]
+    stats: SampleStats
+    method: str  # "cuda-events" | "cuda-graph" | "cpu-perf-counter"
+    device: str  # "NVIDIA H200" | "cpu (<model name>)"
+    stop_reason: str  # "converged" | "time-budget" | "max-samples"
+    wall_s: float  # everything time_kernel spent, warm-up and statistics included
+    warmup_runs: int  # calls made before the first sample (first call, estimate, warm-up)
+    throttled_samples: int  # samples in rounds where NVML reported throttling (0 on CPU)
+    clocks: dict[str, Any] | None  # clocks.summarize_readings(); None without NVML or on CPU
+    flushed_l2: bool
+    calls_per_sample: int = 1  # > 1 for CUDA graphs and very fast unflushed CPU calls
+    flush_bytes: int = 0
+    rounds: int = 0
+    budget: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def median_s(self) -> float:
+        """The median per-call time (the number reports and the gate use)."""
+        return self.stats.median_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe dict including the raw samples and the statistics."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["samples_s"] = list(self.samples_s)
+        data["stats"] = self.stats.to_dict()
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TimingResult:
+        """Inverse of `to_dict` (a stored result or baseline back into an object)."""
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["samples_s"] = tuple(float(x) for x in values["samples_s"])
+        values["stats"] = SampleStats.from_dict(values["stats"])
+        return cls(**values)
+
+
+def parse_device(device: str) -> tuple[str, int | None]:
+    """`"cpu"` → ("cpu", None); `"cuda"` → ("cuda", None); `"cuda:1"` → ("cuda", 1)."""
+    kind, _, index = str(device).partition(":")
+    if kind == "cpu" and not index:
+        return "cpu", None
+    if kind == "cuda" and (not index or index.isdigit()):
+        return "cuda", int(index) if index else None
+    raise KernelproConfigError(
+        f"unknown timing device {device!r}: use 'cpu', 'cuda' or 'cuda:<index>'"
+    )
+
+
+def time_kernel(
+    fn: Callable[[], object], *, device: str, budget: TimingBudget | None = None
+) -> TimingResult:
+    """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize.
+
+    Raises `KernelproError` (with the original exception chained) if `fn` raises, if CUDA is
+    requested but unavailable, or if CUDA-graph capture fails.
+    """
+    budget = budget or TimingBudget()
+    kind, index = parse_device(device)
+    if kind == "cpu":
+        return _time_cpu(fn, budget)
+    from .timing_cuda import time_cuda
+
+    return time_cuda(fn, index, budget)
+
+
+@dataclass
+class RoundLog:
+    """What the adaptive loop collected: samples, per-sample throttle flags, rounds."""
+
+    samples: list[float] = field(default_factory=list)
+    throttled: list[bool] = field(default_factory=list)
+    rounds: int = 0
+    stats: SampleStats | None = None
+    stop_reason: str = ""
+
+
+def adaptive_rounds(
+    run_round: Callable[[int], tuple[list[float], bool]],
+    budget: TimingBudget,
+    per_sample_s: float,
+) -> RoundLog:
+    """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.
+
+    The first round takes `min_samples`; each later one doubles the count (bounded by the
+    time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, which
+    costs O(n) per bootstrap row, runs only O(log n) times. `per_sample_s` is the wall time
+    one sample is expected to take; it is re-measured after every round.
+    """
+    log = RoundLog()
+    start = time.perf_counter()
+    want = budget.min_samples
+    while True:
+        want = max(1, min(want, budget.max_samples - len(log.samples)))
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # a collection inside a CPU sample would be timed
+        try:
+            values, throttled = run_round(want)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        log.samples.extend(values)
+        log.throttled.extend([throttled] * len(values))
+        log.rounds += 1
+        n = len(log.samples)
+        elapsed = time.perf_counter() - start
+        if n >= budget.min_samples:
+            log.stats = summarize(log.samples)
+            if log.stats.rel_ci_halfwidth <= budget.target_rel_ci:
+                log.stop_reason = "converged"
+            elif n >= budget.max_samples:
+                log.stop_reason = "max-samples"
+            elif elapsed >= budget.max_time_s:
+                log.stop_reason = "time-budget"
+            if log.stop_reason:
+                return log
+            per_sample_s = elapsed / n
+            left = budget.max_time_s - elapsed
+            want = min(n, int(left / per_sample_s), MAX_ROUND_SAMPLES)
+            want = min(want, max(1, int(MAX_ROUND_S / max(per_sample_s, 1e-9))))
+        else:
+            want = budget.min_samples - n
+
+
+def flush_size(budget: TimingBudget, cache_bytes: int | None) -> int:
+    """Bytes to write before each sample: the budget's, else twice the cache, else 256 MiB."""
+    if budget.flush_bytes is not None:
+        return int(budget.flush_bytes)
+    if cache_bytes and cache_bytes > 0:
+        return 2 * int(cache_bytes)
+    return DEFAULT_FLUSH_BYTES
+
+
+def warmup_count(warmup_ms: float, per_call_s: float) -> int:
+    """Calls that fill `warmup_ms`, at least 1 (do_bench's `max(1, warmup / estimate)`)."""
+    if per_call_s <= 0:
+        return 1
+    return max(1, min(100_000, math.ceil(warmup_ms * 1e-3 / per_call_s)))
+
+
+def kernel_failed(device: str, phase: str, exc: BaseException) -> KernelproError:
+    """The error for a kernel that raised while being timed."""
+    return KernelproError(
+        f"the kernel raised {type(exc).__name__} during {phase} on {device}: {exc}. "
+        "Timing runs only after the correctness check passed, so this points at state the "
+        "kernel keeps between calls (or an asynchronous CUDA error from earlier work)."
+    )
+
+
+def cpu_model_name() -> str:
+    """The CPU's marketing name from /proc/cpuinfo, else `platform.processor()`."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def last_level_cache_bytes() -> int | None:
+    """Size of the CPU's largest cache level (Linux sysfs, else sysconf), or None."""
+    import glob
+
+    best: tuple[int, int] | None = None
+    for folder in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+        try:
+            with open(f"{folder}/level", encoding="utf-8") as handle:
+                level = int(handle.read())
+            with open(f"{folder}/size", encoding="utf-8") as handle:
+                text = handle.read().strip().upper()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit() and (best is None or level > best[0]):
+            best = (level, int(digits) * scale)
+    if best is not None:
+        return best[1]
+    import os
+
+    try:
+        value = os.sysconf("SC_LEVEL3_CACHE_SIZE")
+    except (ValueError, OSError):
+        return None
+    return value if value > 0 else None
+
+
+def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
+    """CPU timing with `time.perf_counter` (see the module docstring)."""
+    import numpy as np
+
+    t_start = time.perf_counter()
+    device = f"cpu ({cpu_model_name()})"
+    nbytes = flush_size(budget, last_level_cache_bytes()) if budget.flush_l2 else 0
+    buf = np.empty(nbytes, dtype=np.uint8) if nbytes else None
+    fill = [0]
+
+    def flush() -> None:
+        if buf is not None:
+            fill[0] = (fill[0] + 1) & 0xFF  # a new value each time: no write can be skipped
+            buf.fill(fill[0])
+
+    def sample(calls: int) -> float:
+        flush()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - t0) / calls
+
+    try:
+        fn()
+        flush()  # first touch of the buffer's pages stays out of the estimate
+        t0 = time.perf_counter()
+        flush()
+        flush_s = time.perf_counter() - t0 if buf is not None else 0.0
+        per_call = float(np.median([sample(1) for _ in range(5)]))
+        calls = 1
+        if buf is None and per_call < CPU_MIN_SAMPLE_S:
+            # Timer overhead (~100 ns) matters for microsecond calls: repeat inside a sample.
+            calls = min(10_000, math.ceil(CPU_MIN_SAMPLE_S / max(per_call, 1e-9)))
+        n_warm = warmup_count(budget.warmup_ms, per_call * calls + flush_s)
+        for _ in range(n_warm):
+            sample(calls)
+
+        def run_round(k: int) -> tuple[list[float], bool]:
+            return [sample(calls) for _ in range(k)], False
+
+        log = adaptive_rounds(run_round, budget, per_call * calls + flush_s)
+    except KernelproError:
+        raise
+    except Exception as exc:
+        raise kernel_failed(device, "timing", exc) from exc
+    assert log.stats is not None
+    return TimingResult(
+        samples_s=tuple(log.samples),
+        stats=log.stats,
+        method="cpu-perf-counter",
+        device=device,
+        stop_reason=log.stop_reason,
+        wall_s=time.perf_counter() - t_start,
+        warmup_runs=1 + 5 + n_warm * calls,
+        throttled_samples=0,
+        clocks=None,
+        flushed_l2=buf is not None,
+        calls_per_sample=calls,
+        flush_bytes=nbytes,
+        rounds=log.rounds,
+        budget=budget.to_dict(),
+    )
+

@@ -1,0 +1,224 @@
+"""CUDA side of `timing.time_kernel`: events, L2 flush, sleep pre-roll, NVML, CUDA graphs.
+
+Split from `timing.py` to keep modules short; the method is described there.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import KernelproConfigError, KernelproError
+from .timing import (
+    GRAPH_TARGET_S,
+    PREROLL_CAP_S,
+    RoundLog,
+    TimingBudget,
+    TimingResult,
+    adaptive_rounds,
+    flush_size,
+    kernel_failed,
+    warmup_count,
+)
+
+_SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device
+
+
+def _sleep_cycles_per_s(torch: Any, index: int) -> float | None:
+    """Cycles of `torch.cuda._sleep` per second on this device (measured once), or None."""
+    if index in _SLEEP_CYCLES_PER_S:
+        return _SLEEP_CYCLES_PER_S[index]
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return None
+    cycles = 1_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    sleep(cycles // 10)  # load the sleep kernel's module outside the measurement
+    start.record()
+    sleep(cycles)
+    end.record()
+    end.synchronize()
+    seconds = start.elapsed_time(end) * 1e-3
+    _SLEEP_CYCLES_PER_S[index] = cycles / seconds if seconds > 0 else 0.0
+    return _SLEEP_CYCLES_PER_S[index] or None
+
+
+def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget) -> TimingResult:
+    """CUDA timing with events (see the module docstring)."""
+    import torch
+
+    t_start = time.perf_counter()
+    if not torch.cuda.is_available():
+        raise KernelproError(
+            f"timing device 'cuda' requested but torch.cuda.is_available() is False "
+            f"(torch {torch.__version__}, CUDA build {torch.version.cuda}); run on a machine "
+            "with an NVIDIA GPU or time on 'cpu'"
+        )
+    idx = torch.cuda.current_device() if index is None else index
+    if idx >= torch.cuda.device_count():
+        raise KernelproConfigError(
+            f"timing device 'cuda:{idx}' does not exist: this machine shows "
+            f"{torch.cuda.device_count()} CUDA device(s) (CUDA_VISIBLE_DEVICES applies)"
+        )
+    from .clocks import open_monitor, summarize_readings
+
+    with torch.cuda.device(idx):
+        props = torch.cuda.get_device_properties(idx)
+        monitor = open_monitor(idx, str(getattr(props, "uuid", "") or "") or None)
+        try:
+            result = _time_cuda_on(torch, fn, idx, props, budget, monitor)
+        finally:
+            if monitor is not None:
+                monitor.close()
+    log, extra = result
+    assert log.stats is not None
+    return TimingResult(
+        samples_s=tuple(log.samples),
+        stats=log.stats,
+        method="cuda-graph" if budget.cuda_graph else "cuda-events",
+        device=str(props.name),
+        stop_reason=log.stop_reason,
+        wall_s=time.perf_counter() - t_start,
+        warmup_runs=extra["warmup_runs"],
+        throttled_samples=sum(log.throttled),
+        clocks=summarize_readings(extra["readings"]),
+        flushed_l2=extra["flush_bytes"] > 0,
+        calls_per_sample=extra["calls_per_sample"],
+        flush_bytes=extra["flush_bytes"],
+        rounds=log.rounds,
+        budget=budget.to_dict(),
+    )
+
+
+def _time_cuda_on(
+    torch: Any, fn: Callable[[], object], idx: int, props: Any, budget: TimingBudget, monitor: Any
+) -> tuple[RoundLog, dict[str, Any]]:
+    """The CUDA measurement proper, on the current device; returns the log and side facts."""
+    device = f"cuda:{idx} ({props.name})"
+    nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
+    buf = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{idx}") if nbytes else None
+    event = torch.cuda.Event
+    readings: list[Any] = []
+    body: Callable[[], object] = fn
+    calls = 1
+    graph = None
+
+    def flush() -> None:
+        if buf is not None:
+            buf.zero_()
+
+    def enqueue(k: int, sleep_cycles: int = 0, sync_each: bool = False) -> list[Any]:
+        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]
+        if sleep_cycles and not sync_each:
+            torch.cuda._sleep(sleep_cycles)  # keeps the GPU busy while the CPU enqueues
+        for i, (start, end) in enumerate(pairs):
+            if sleep_cycles and sync_each:
+                torch.cuda._sleep(sleep_cycles)
+            flush()
+            start.record()
+            body()
+            end.record()
+            if sync_each:
+                if monitor is not None and i == k // 2:
+                    readings.append(monitor.read())
+                end.synchronize()
+        return pairs
+
+    def elapsed(pairs: list[Any]) -> list[float]:
+        pairs[-1][1].synchronize()
+        return [s.elapsed_time(e) * 1e-3 / calls for s, e in pairs]
+
+    phase = "the first call"
+    runs = 0  # calls of fn made before sampling (reported as warm-up runs)
+    try:
+        fn()
+        torch.cuda.synchronize()
+        phase = "the estimate"
+        flush_pairs = []
+        for _ in range(3):
+            start, end = event(enable_timing=True), event(enable_timing=True)
+            start.record()
+            flush()
+            end.record()
+            flush_pairs.append((start, end))
+        flush_s = sorted(elapsed(flush_pairs))[1] if buf is not None else 0.0
+        t0 = time.perf_counter()
+        est = elapsed(enqueue(5))
+        host_s = (time.perf_counter() - t0) / 5  # upper bound on the CPU time to enqueue one
+        per_call = sorted(est)[2]
+        runs = 6
+        if budget.cuda_graph:
+            phase = "CUDA-graph capture"
+            calls = max(1, min(1000, math.ceil(GRAPH_TARGET_S / max(per_call, 1e-7))))
+            graph = _capture(torch, fn, calls)
+            body = graph.replay
+            per_call = sorted(elapsed(enqueue(3)))[1]  # one replay, divided by calls
+            runs += 3 + 3 * calls  # side-stream warm-up + the replays just timed
+        phase = "warm-up"
+        n_warm = warmup_count(budget.warmup_ms, flush_s + per_call * calls)
+        for _ in range(n_warm):
+            flush()
+            body()
+        torch.cuda.synchronize()
+        runs += n_warm * calls
+        cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
+        per_sample_s = max(host_s, flush_s + per_call * calls)
+
+        def run_round(k: int) -> tuple[list[float], bool]:
+            seen_before = len(readings)
+            # Sleep long enough for the CPU to enqueue the round (or one sample) first.
+            ahead_s = host_s if budget.sync_per_sample else k * host_s
+            sleep = int(min(PREROLL_CAP_S, ahead_s) * cycles_per_s)
+            pairs = enqueue(k, sleep, budget.sync_per_sample)
+            if monitor is not None and not budget.sync_per_sample:
+                readings.append(monitor.read())  # the GPU is busy with the round now
+                next_read = time.perf_counter() + 0.01
+                while not pairs[-1][1].query():
+                    if time.perf_counter() >= next_read:
+                        readings.append(monitor.read())
+                        next_read += 0.01
+                    time.sleep(0.0005)
+            times = elapsed(pairs)
+            return times, any(r.throttled for r in readings[seen_before:])
+
+        phase = "sampling"
+        log = adaptive_rounds(run_round, budget, per_sample_s)
+    except KernelproError:
+        raise
+    except Exception as exc:
+        raise kernel_failed(device, phase, exc) from exc
+    finally:
+        graph = None  # free the graph's private memory pool and the flush buffer
+        buf = None
+    extra = {
+        "warmup_runs": runs,
+        "readings": readings,
+        "calls_per_sample": calls,
+        "flush_bytes": nbytes,
+    }
+    return log, extra
+
+
+def _capture(torch: Any, fn: Callable[[], object], calls: int) -> Any:
+    """A CUDA graph of `calls` back-to-back calls of `fn` (warmed up on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):  # capture needs the kernels' modules and workspaces created first
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception as exc:
+        raise KernelproError(
+            f"the kernel could not be captured in a CUDA graph ({type(exc).__name__}: {exc}); "
+            "graph timing needs a kernel without host synchronization or CPU-GPU copies: "
+            "time it without cuda_graph"
+        ) from exc
+    return graph

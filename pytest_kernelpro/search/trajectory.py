@@ -1,0 +1,346 @@
+"""The search trajectory: an append-only JSONL record of every node, written as it happens.
+
+Line 1 is a header (`"kind": "header"`: format, version, algorithm and its settings, reward
+tiers, budget, start time, optional meta). Every later line is one evaluated node
+(`"kind": "node"`: id, parent id (0 = ROOT), mode, prompt id, strategy, code, status,
+reason, reward, speedup, build log, logs, correctness, timing, metrics, findings, tokens,
+cost, evaluation wall time, search time). Each line is flushed and fsynced by
+`fileio.append_jsonl`, so a crash or Ctrl-C loses at most the line in flight;
+`load_trajectory` drops such a truncated last line with a warning, and a resumed search
+first cuts it off the file so that new lines start clean.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
+from pytest_kernelpro.search.base import Candidate, Evaluation
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.search.base import Mode
+    from pytest_kernelpro.search.budget import Budget
+    from pytest_kernelpro.search.engine import SearchAlgorithm
+    from pytest_kernelpro.search.reward import RewardConfig
+    from pytest_kernelpro.search.tree import SearchNode
+
+FORMAT = "kernelpro-trajectory"
+VERSION = 1
+
+
+def header_record(
+    algorithm: str,
+    config: Mapping[str, Any],
+    reward: RewardConfig,
+    budget: Budget,
+) -> dict[str, Any]:
+    """The first line of a trajectory file."""
+    return {
+        "kind": "header",
+        "format": FORMAT,
+        "version": VERSION,
+        "algorithm": algorithm,
+        "config": dict(config),
+        "reward": reward.to_dict(),
+        "budget": budget.to_dict(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def node_record(node: SearchNode) -> dict[str, Any]:
+    """One node as a trajectory line."""
+    assert node.parent is not None and node.candidate is not None
+    assert node.evaluation is not None
+    cand, ev = node.candidate, node.evaluation
+    return {
+        "kind": "node",
+        "id": node.id,
+        "parent": node.parent.id,
+        "depth": node.depth,
+        "mode": node.mode,
+        "prompt_id": cand.prompt_id,
+        "strategy": cand.strategy,
+        "code": cand.code,
+        "status": ev.status,
+        "reason": ev.reason,
+        "reward": node.reward,
+        "speedup": ev.speedup,
+        "build_log": ev.build_log,
+        "logs": ev.logs,
+        "correctness": ev.correctness,
+        "timing": ev.timing,
+        "metrics": ev.metrics,
+        "findings": ev.findings,
+        "tokens": cand.tokens,
+        "cost_usd": cand.cost_usd,
+        "meta": dict(cand.meta),
+        "wall_s": ev.wall_s,
+        "elapsed_s": node.elapsed_s,
+    }
+
+
+@dataclass
+class Trajectory:
+    """A loaded trajectory file."""
+
+    path: Path
+    header: dict[str, Any]
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    truncated: bool = False  # the last line was cut off (and is not in `nodes`)
+    good_bytes: int = 0  # length of the file up to the end of the last complete line
+
+    @property
+    def spent_seconds(self) -> float:
+        """Search time recorded with the last node."""
+        return max((float(r.get("elapsed_s") or 0.0) for r in self.nodes), default=0.0)
+
+    @property
+    def spent_usd(self) -> float:
+        """API spend of all recorded candidates."""
+        return sum(float(r.get("cost_usd") or 0.0) for r in self.nodes)
+
+
+def load_trajectory(path: str | os.PathLike[str]) -> Trajectory:
+    """Read a trajectory; a truncated last line is dropped with a `KernelproWarning`.
+
+    Raises `KernelproError` for a missing file, a missing header, or a corrupt line that
+    is not the last one (that is damage, not an interrupted write).
+    """
+    target = Path(path)
+    try:
+        raw = target.read_bytes()
+    except OSError as exc:
+        raise KernelproError(f"Cannot read trajectory {target}: {exc}") from exc
+    lines = raw.split(b"\n")
+    header: dict[str, Any] | None = None
+    nodes: list[dict[str, Any]] = []
+    offset = 0
+    good_bytes = 0
+    truncated = False
+    for number, line in enumerate(lines, start=1):
+        is_last = number == len(lines)
+        offset_next = offset + len(line) + (0 if is_last else 1)
+        if not line.strip():
+            offset = offset_next
+            if not is_last:
+                good_bytes = offset
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            remaining = [rest for rest in lines[number:] if rest.strip()]
+            if remaining:
+                raise KernelproError(
+                    f"Trajectory {target} line {number} is corrupt ({exc}) and is not the last "
+                    "line; the file was damaged, not interrupted. Repair or remove that line."
+                ) from exc
+            truncated = True
+            warnings.warn(
+                f"Trajectory {target}: the last line ({len(line)} bytes) is incomplete, "
+                "probably cut off by a crash mid-write; it is ignored.",
+                KernelproWarning,
+                stacklevel=2,
+            )
+            break
+        offset = offset_next
+        good_bytes = offset
+        if record.get("kind") == "header":
+            header = record
+        elif record.get("kind") == "node":
+            nodes.append(record)
+    if header is None or header.get("format") != FORMAT:
+        raise KernelproError(
+            f"{target} is not a kernelpro trajectory (no header line with format {FORMAT!r})."
+        )
+    return Trajectory(
+        path=target, header=header, nodes=nodes, truncated=truncated, good_bytes=good_bytes
+    )
+
+
+class TrajectoryWriter:
+    """Appends node lines to a trajectory file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], header: Mapping[str, Any]) -> TrajectoryWriter:
+        """Start a new trajectory with its header line."""
+        target = Path(path)
+        atomic_write_text(target, json.dumps(dict(header), default=str) + "\n")
+        return cls(target)
+
+    @classmethod
+    def reopen(cls, trajectory: Trajectory) -> TrajectoryWriter:
+        """Continue a loaded trajectory; a truncated last line is cut off first (and a
+        complete last line that lacks its newline gets one), so new lines start clean."""
+        raw = trajectory.path.read_bytes()
+        good = raw[: trajectory.good_bytes]
+        if good and not good.endswith(b"\n"):
+            good += b"\n"
+        if good != raw:
+            atomic_write_text(trajectory.path, good.decode("utf-8"))
+        return cls(trajectory.path)
+
+    def append_node(self, node: SearchNode) -> None:
+        """Append one evaluated node (flushed to disk before returning)."""
+        append_jsonl(self.path, node_record(node))
+
+
+class RecordedNode(NamedTuple):
+    """One node of a trajectory, as `replay` yields it."""
+
+    id: int
+    parent: int
+    mode: Mode
+    candidate: Candidate
+    evaluation: Evaluation
+    reward: float
+
+
+def replay(path: str | os.PathLike[str] | Trajectory) -> Iterator[RecordedNode]:
+    """Yield the recorded nodes of a trajectory in the order they were evaluated."""
+    trajectory = path if isinstance(path, Trajectory) else load_trajectory(path)
+    for record in trajectory.nodes:
+        yield RecordedNode(
+            id=int(record["id"]),
+            parent=int(record["parent"]),
+            mode=record["mode"],
+            candidate=Candidate.from_dict(record),
+            evaluation=Evaluation.from_dict(record),
+            reward=float(record["reward"]),
+        )
+
+
+class ReplayGenerator:
+    """A `CandidateGenerator` that serves the candidates of a trajectory in recorded order.
+
+    With the same algorithm and seed, and `ReplayEvaluator`, it reproduces the recorded
+    search without an LLM or a GPU. When the recorded candidates run out it returns none,
+    which ends the search.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | Trajectory) -> None:
+        self._queue = [node.candidate for node in replay(path)]
+
+    def generate(
+        self,
+        mode: Mode,
+        parent: Candidate | None,
+        evaluation: Evaluation | None,
+        *,
+        max_candidates: int = 1,
+    ) -> list[Candidate]:
+        """The next recorded candidates (at most `max_candidates`)."""
+        taken, self._queue = self._queue[:max_candidates], self._queue[max_candidates:]
+        return taken
+
+
+class ReplayEvaluator:
+    """An `Evaluator` that returns the recorded evaluation of a candidate's code."""
+
+    def __init__(self, path: str | os.PathLike[str] | Trajectory) -> None:
+        self._by_code = {node.candidate.code: node.evaluation for node in replay(path)}
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        """The recorded evaluation; a candidate never recorded is a run error."""
+        recorded = self._by_code.get(candidate.code)
+        if recorded is None:
+            return Evaluation(status="run_error", reason="candidate not in the replayed trajectory")
+        return Evaluation.from_dict(recorded.to_dict())
+
+
+def restore_search(path: str | os.PathLike[str] | Trajectory) -> SearchAlgorithm:
+    """The algorithm of a trajectory's header, with its tree rebuilt (statistics, dead ends)."""
+    from pytest_kernelpro.search.greedy import GreedySearch
+    from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
+    from pytest_kernelpro.search.reward import RewardConfig
+
+    trajectory = path if isinstance(path, Trajectory) else load_trajectory(path)
+    header = trajectory.header
+    config = dict(header.get("config") or {})
+    seed = int(config.pop("seed", 0))
+    reward = RewardConfig(**(header.get("reward") or {}))
+    algorithm: SearchAlgorithm
+    if header.get("algorithm") == "greedy":
+        algorithm = GreedySearch(
+            candidates_per_step=int(config.get("candidates_per_step", 1)), reward=reward, seed=seed
+        )
+    else:
+        algorithm = MCTS(MCTSConfig(**config), reward=reward, seed=seed)
+    algorithm.restore(trajectory)
+    return algorithm
+
+
+def render_tree(path: str | os.PathLike[str] | Trajectory, *, width: int = 110) -> str:
+    """The search tree and the best path as plain text (rich's tree layout, no colour)."""
+    import io
+
+    from rich.console import Console
+    from rich.text import Text
+    from rich.tree import Tree
+
+    trajectory = path if isinstance(path, Trajectory) else load_trajectory(path)
+    algorithm = restore_search(trajectory)
+    tree = algorithm.tree
+    best = tree.best()
+    on_best_path = {n.id for n in best.path()} if best is not None else set()
+    header = trajectory.header
+    root = tree.root
+    title = (
+        f"ROOT  {header.get('algorithm')}  {len(tree.nodes) - 1} nodes  "
+        f"N={root.visits} Q={root.Q:+.3f}"
+    )
+    rich_tree = Tree(Text(title))
+
+    def label(node: SearchNode) -> Text:
+        ev, cand = node.evaluation, node.candidate
+        assert ev is not None and cand is not None
+        parts = [f"{'*' if node.id in on_best_path else ' '}#{node.id} {node.mode:<8}"]
+        if ev.ok and ev.speedup is not None:
+            parts.append(f"correct {ev.speedup:.2f}x")
+        else:
+            parts.append(ev.status)
+        parts.append(f"r={node.reward:+.2f} N={node.visits} Q={node.Q:+.2f}")
+        if node.terminal:
+            parts.append("[terminal]")
+        elif node.exhausted:
+            parts.append("[exhausted]")
+        if cand.strategy:
+            parts.append(f'"{_one_line(cand.strategy, 40)}"')
+        if ev.reason and not ev.ok:
+            parts.append(f"- {_one_line(ev.reason, 60)}")
+        return Text("  ".join(parts))
+
+    def add(branch: Tree, node: SearchNode) -> None:
+        for child in node.children:
+            add(branch.add(label(child)), child)
+
+    add(rich_tree, root)
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=width, color_system=None, highlight=False)
+    console.print(rich_tree)
+    if best is None:
+        console.print(Text("Best path: no correct solution"))
+    else:
+        steps = " -> ".join(
+            f"#{n.id} {n.speedup:.2f}x" if n.speedup is not None else f"#{n.id} {n.kind}"
+            for n in best.path()[1:]
+        )
+        console.print(Text(f"Best path: ROOT -> {steps}  (best #{best.id}: {best.speedup:.2f}x)"))
+    return buffer.getvalue()
+
+
+def _one_line(text: str, limit: int) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

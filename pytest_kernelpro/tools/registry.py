@@ -1,0 +1,414 @@
+"""`ToolRegistry` and `run_tools`: proactive orchestration of every relevant tool.
+
+Tools register with `@ToolRegistry.register`; third-party packages add tools through the
+entry-point group `pytest_kernelpro.tools` (an entry point may name a `ProfilingTool`
+subclass, a module whose import registers tools, or a callable returning tool classes).
+`run_tools` runs every tool whose affinity matches the Stage-1 class of each kernel and records
+what it skipped and why (affinity, missing metrics or inputs, an error in the tool).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.tools.base import (
+    AFFINITIES,
+    SEVERITIES,
+    Finding,
+    ProfilingTool,
+    ToolContext,
+    cap_severity,
+    severity_rank,
+)
+from pytest_kernelpro.tools.signals import saturation
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.profile.model import KernelProfile, ProfileReport
+    from pytest_kernelpro.tools.stage1 import Stage1
+
+ENTRY_POINT_GROUP = "pytest_kernelpro.tools"
+_BUILTIN_MODULE = "pytest_kernelpro.tools.builtin"
+
+
+def affinity_allows(affinity: str, bottleneck: str | None) -> bool:
+    """Whether a tool of `affinity` runs for a kernel of Stage-1 class `bottleneck`.
+
+    Memory tools skip compute-bound kernels, compute tools skip memory-bound ones; every tool
+    runs for mixed, latency-bound and unclassified kernels.
+    """
+    if affinity in ("always", "latency", "timeline"):
+        return True
+    if bottleneck in (None, "mixed", "latency"):
+        return True
+    return affinity == bottleneck
+
+
+class ToolRegistry:
+    """Name -> tool class, for the built-in tools and the ones from entry points."""
+
+    _tools: ClassVar[dict[str, type[ProfilingTool]]] = {}
+    _entry_points_loaded: ClassVar[bool] = False
+    _entry_point_errors: ClassVar[list[str]] = []
+
+    @classmethod
+    def register(cls, tool_cls: type[ProfilingTool]) -> type[ProfilingTool]:
+        """Class decorator: add `tool_cls` to the registry (its `name` must be unique)."""
+        if not (inspect.isclass(tool_cls) and issubclass(tool_cls, ProfilingTool)):
+            raise KernelproError(
+                f"@ToolRegistry.register needs a ProfilingTool subclass, got {tool_cls!r}"
+            )
+        if inspect.isabstract(tool_cls):
+            raise KernelproError(
+                f"Tool class {tool_cls.__qualname__} is abstract: implement trigger() and analyze()"
+            )
+        name = tool_cls.name
+        if not name:
+            raise KernelproError(f"Tool class {tool_cls.__qualname__} has no `name`")
+        if tool_cls.affinity not in AFFINITIES:
+            raise KernelproError(
+                f"Tool {name!r} has affinity {tool_cls.affinity!r}; use one of {', '.join(AFFINITIES)}"
+            )
+        existing = cls._tools.get(name)
+        if existing is not None and existing is not tool_cls and (
+            existing.__module__ != tool_cls.__module__
+            or existing.__qualname__ != tool_cls.__qualname__
+        ):
+            raise KernelproError(
+                f"Tool name {name!r} of {tool_cls.__module__}.{tool_cls.__qualname__} is already "
+                f"registered by {existing.__module__}.{existing.__qualname__}; rename one of them"
+            )
+        cls._tools[name] = tool_cls
+        return tool_cls
+
+    @classmethod
+    def unregister(cls, name: str) -> None:
+        """Remove a tool (tests, or a team disabling a built-in tool)."""
+        cls._tools.pop(name, None)
+
+    @classmethod
+    def load_builtin(cls) -> None:
+        """Import the built-in tool modules (their decorators register them)."""
+        importlib.import_module(_BUILTIN_MODULE)
+
+    @classmethod
+    def load_entry_points(cls, force: bool = False) -> list[str]:
+        """Load third-party tools from the `pytest_kernelpro.tools` entry-point group.
+
+        Returns the names of tools registered by entry points. A broken entry point warns
+        (`KernelproWarning`) and is skipped; the others still load.
+        """
+        if cls._entry_points_loaded and not force:
+            return []
+        cls._entry_points_loaded = True
+        before = set(cls._tools)
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+                for tool_cls in _tool_classes(obj):
+                    cls.register(tool_cls)
+            except Exception as exc:  # a third-party plugin must not break the run
+                msg = (
+                    f"Could not load micro-profiling tool entry point {ep.name!r} = "
+                    f"{ep.value!r} (group {ENTRY_POINT_GROUP}): {type(exc).__name__}: {exc}"
+                )
+                cls._entry_point_errors.append(msg)
+                warnings.warn(msg, KernelproWarning, stacklevel=2)
+        return sorted(set(cls._tools) - before)
+
+    @classmethod
+    def _ensure_loaded(cls) -> None:
+        cls.load_builtin()
+        cls.load_entry_points()
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """Names of every registered tool (built-in and entry points)."""
+        cls._ensure_loaded()
+        return sorted(cls._tools)
+
+    @classmethod
+    def get(cls, name: str) -> type[ProfilingTool]:
+        """The tool class registered as `name`."""
+        cls._ensure_loaded()
+        try:
+            return cls._tools[name]
+        except KeyError:
+            raise KernelproError(
+                f"Unknown micro-profiling tool {name!r}; registered tools: {', '.join(sorted(cls._tools))}"
+            ) from None
+
+    @classmethod
+    def create(
+        cls,
+        names: Iterable[str] | None = None,
+        thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    ) -> list[ProfilingTool]:
+        """Instances of the named tools (all when None), with per-tool threshold overrides."""
+        cls._ensure_loaded()
+        chosen = sorted(cls._tools) if names is None else list(names)
+        overrides = dict(thresholds or {})
+        unknown = sorted(set(overrides) - set(chosen))
+        if unknown:
+            raise KernelproError(
+                f"Threshold overrides for unknown or unselected tools: {', '.join(unknown)}; "
+                f"registered tools: {', '.join(sorted(cls._tools))}"
+            )
+        return [cls.get(name)(overrides.get(name)) for name in chosen]
+
+    @classmethod
+    def run(cls, report: ProfileReport, stage1: Stage1 | Mapping[str, Stage1] | None = None, **kw: Any) -> ToolRun:
+        """Alias of `run_tools` (the paper's spelling)."""
+        return run_tools(report, stage1, **kw)
+
+    @classmethod
+    def generate_prompt_guidance(
+        cls, report: ProfileReport, tool_run: ToolRun, stage1: Stage1 | None = None, mode: str = "tools"
+    ) -> str:
+        """Alias of `guidance.generate_prompt_guidance` (the paper's spelling)."""
+        from pytest_kernelpro.tools.guidance import generate_prompt_guidance
+
+        return generate_prompt_guidance(report, tool_run, stage1, mode=mode)
+
+
+def _tool_classes(obj: object) -> list[type[ProfilingTool]]:
+    """Tool classes an entry point refers to: a class, a module, or a callable returning them."""
+    if inspect.isclass(obj):
+        if issubclass(obj, ProfilingTool):
+            return [obj]
+        raise KernelproError(f"{obj!r} is not a ProfilingTool subclass")
+    if inspect.ismodule(obj):
+        # Importing the module ran its @ToolRegistry.register decorators; also pick up
+        # undecorated concrete subclasses defined there.
+        return [
+            member
+            for member in vars(obj).values()
+            if inspect.isclass(member)
+            and issubclass(member, ProfilingTool)
+            and member.__module__ == obj.__name__
+            and not inspect.isabstract(member)
+            and member.name
+        ]
+    if callable(obj):
+        result = obj()
+        classes = list(result) if isinstance(result, Iterable) else [result]
+        out: list[type[ProfilingTool]] = []
+        for item in classes:
+            out.extend(_tool_classes(item))
+        return out
+    raise KernelproError(f"Entry point object {obj!r} is not a tool class, module or callable")
+
+
+@dataclass(frozen=True)
+class SkippedTool:
+    """A tool that did not run on a kernel, and why."""
+
+    tool: str
+    kernel: str
+    reason: str  # "affinity" | "missing_metrics" | "error"
+    missing: tuple[str, ...] = ()
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool": self.tool,
+            "kernel": self.kernel,
+            "reason": self.reason,
+            "missing": list(self.missing),
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    tool: str
+    kernel: str
+    triggered: bool
+
+
+@dataclass
+class ToolRun:
+    """The outcome of `run_tools` for one profile report."""
+
+    findings: list[Finding] = field(default_factory=list)
+    skipped: list[SkippedTool] = field(default_factory=list)
+    results: list[ToolResult] = field(default_factory=list)
+    stage1: dict[str, Stage1] = field(default_factory=dict)  # kernel name -> class used
+
+    def sorted_findings(self) -> list[Finding]:
+        """Findings by severity (critical first), then kernel, then tool."""
+        return sorted(self.findings, key=lambda f: (f.rank, f.kernel, f.tool))
+
+    def findings_for(self, kernel: str) -> list[Finding]:
+        return [f for f in self.sorted_findings() if f.kernel == kernel]
+
+    def counts(self) -> dict[str, int]:
+        """Severity -> number of findings."""
+        out = dict.fromkeys(SEVERITIES, 0)
+        for finding in self.findings:
+            out[finding.severity] += 1
+        return out
+
+    def worst(self) -> str | None:
+        """The most severe severity present, or None."""
+        return self.sorted_findings()[0].severity if self.findings else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "findings": [f.to_dict() for f in self.sorted_findings()],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "ran": [
+                {"tool": r.tool, "kernel": r.kernel, "triggered": r.triggered} for r in self.results
+            ],
+            "stage1": {k: s.to_dict() for k, s in self.stage1.items()},
+            "counts": self.counts(),
+        }
+
+
+def _stage1_for(
+    stage1: Stage1 | Mapping[str, Stage1] | None, kernel: KernelProfile | None
+) -> Stage1 | None:
+    if stage1 is None or not isinstance(stage1, Mapping):
+        return stage1
+    if kernel is None:
+        return None
+    return stage1.get(kernel.name)
+
+
+def run_tools(
+    report: ProfileReport,
+    stage1: Stage1 | Mapping[str, Stage1] | None = None,
+    *,
+    tools: Iterable[str | ProfilingTool] | None = None,
+    thresholds: Mapping[str, Mapping[str, float]] | None = None,
+    op_category: str | None = None,
+    min_bytes: float | None = None,
+    flops: float | None = None,
+    dtype: str | None = None,
+    roofline_fraction: float | None = None,
+    near_roofline_pct: float = 80.0,
+    library_max_severity: str = "medium",
+) -> ToolRun:
+    """Run every relevant tool on every kernel of `report`.
+
+    `stage1` is one classification for the item or a mapping kernel name -> classification.
+    Kernel-scope tools run once per kernel; item-scope tools (timeline) once per report.
+    Two policies keep severities honest:
+    - near the roofline: when a kernel already runs at >= `near_roofline_pct` of a hardware
+      peak (DRAM bandwidth or a compute pipe, or the measured roofline efficiency), findings of
+      tools whose fix cannot move that roof are capped at "low" and their estimates at the
+      remaining headroom (100 / pct);
+    - library kernels (cuBLAS, CUTLASS, nvjet, PyTorch's own): capped at
+      `library_max_severity`, since the user can change the call but not the kernel.
+    """
+    severity_rank(library_max_severity)
+    if tools is None:
+        instances = ToolRegistry.create(thresholds=thresholds)
+    else:
+        names = [t for t in tools if isinstance(t, str)]
+        given = [t for t in tools if isinstance(t, ProfilingTool)]
+        instances = ToolRegistry.create(names, thresholds=thresholds) + given
+    run = ToolRun()
+    common = dict(
+        arch=report.arch,
+        op_category=op_category,
+        timeline=report.timeline,
+        linkage=report.linkage,
+        min_bytes=min_bytes,
+        flops=flops,
+        dtype=dtype,
+        roofline_fraction=roofline_fraction,
+    )
+    kernel_tools = [t for t in instances if t.scope == "kernel"]
+    item_tools = [t for t in instances if t.scope != "kernel"]
+    for kernel in report.kernels:
+        ctx = ToolContext(kernel=kernel, stage1=_stage1_for(stage1, kernel), **common)  # type: ignore[arg-type]
+        if ctx.stage1 is not None:
+            run.stage1[kernel.name] = ctx.stage1
+        for tool in kernel_tools:
+            _run_one(tool, ctx, run, near_roofline_pct, library_max_severity)
+    if item_tools:
+        item_stage1 = stage1 if not isinstance(stage1, Mapping) else None
+        ctx = ToolContext(kernel=None, stage1=item_stage1, **common)  # type: ignore[arg-type]
+        for tool in item_tools:
+            _run_one(tool, ctx, run, near_roofline_pct, library_max_severity)
+    return run
+
+
+def _run_one(
+    tool: ProfilingTool,
+    ctx: ToolContext,
+    run: ToolRun,
+    near_roofline_pct: float,
+    library_max_severity: str,
+) -> None:
+    kernel = ctx.kernel_name
+    if not affinity_allows(tool.affinity, ctx.bottleneck):
+        run.skipped.append(
+            SkippedTool(
+                tool.name,
+                kernel,
+                "affinity",
+                detail=f"{tool.affinity} tool skipped for a {ctx.bottleneck}-bound kernel",
+            )
+        )
+        return
+    missing = tool.missing_inputs(ctx)
+    if missing:
+        run.skipped.append(SkippedTool(tool.name, kernel, "missing_metrics", tuple(missing)))
+        return
+    try:
+        fired = bool(tool.trigger(ctx))
+        finding = tool.analyze(ctx) if fired else None
+    except Exception as exc:  # one broken (possibly third-party) tool must not stop the others
+        detail = f"{type(exc).__name__}: {exc}"
+        run.skipped.append(SkippedTool(tool.name, kernel, "error", detail=detail))
+        warnings.warn(
+            f"Micro-profiling tool {tool.name!r} failed on kernel {kernel!r}: {detail}",
+            KernelproWarning,
+            stacklevel=3,
+        )
+        return
+    run.results.append(ToolResult(tool.name, kernel, fired))
+    if finding is not None:
+        run.findings.append(_apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity))
+
+
+def _apply_policies(
+    tool: ProfilingTool,
+    ctx: ToolContext,
+    finding: Finding,
+    near_roofline_pct: float,
+    library_max_severity: str,
+) -> Finding:
+    if tool.scope != "kernel":
+        return finding
+    sat = saturation(ctx) if tool.bounded_by_saturation else None
+    if sat is not None and sat[1] >= near_roofline_pct:
+        resource, value, _ = sat
+        headroom = 100.0 / max(value, 1e-9)
+        if finding.rank < severity_rank("low"):
+            finding.notes.append(
+                f"Severity lowered from {finding.severity} to low: the kernel already runs at "
+                f"{value:.1f}% of its {resource} peak, so this fix can gain at most "
+                f"{headroom:.2f}x."
+            )
+            finding.severity = "low"
+        finding.recommendations = [r.capped(headroom) for r in finding.recommendations]
+    library = ctx.library_match
+    if library is not None:
+        capped = cap_severity(finding.severity, library_max_severity)
+        if capped != finding.severity:
+            finding.notes.append(
+                f"Severity lowered from {finding.severity} to {capped}: this is a library "
+                f"kernel (name contains {library!r}); change the call (dtype, layout, shape, "
+                "library settings) or replace it, you cannot edit it."
+            )
+            finding.severity = capped
+    return finding

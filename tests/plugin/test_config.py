@@ -1,0 +1,57 @@
+"""Settings precedence: CLI > KERNELPRO_* environment > ini > default; clear bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kernelpro.config import KernelproConfig
+
+
+def _settings(pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = None) -> KernelproConfig:
+    config = pytester.parseconfigure(*args)
+    return KernelproConfig.from_pytest_config(config, environ=env or {})
+
+
+def test_defaults(pytester: pytest.Pytester) -> None:
+    s = _settings(pytester)
+    assert (s.threshold, s.trials, s.device, s.check, s.cuda_graph) == (0.05, 3, "auto", False, False)
+    assert s.baseline_path == pytester.path / "kernelpro-baseline.yaml"
+    assert s.sources["threshold"] == "default"
+
+
+def test_ini_then_env_then_cli(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nkernelpro_threshold = 0.2\nkernelpro_trials = 5\n")
+    s = _settings(pytester)
+    assert (s.threshold, s.trials) == (0.2, 5)
+    assert s.sources["threshold"] == "ini key kernelpro_threshold"
+    s = _settings(pytester, env={"KERNELPRO_THRESHOLD": "3%"})
+    assert s.threshold == pytest.approx(0.03)
+    assert s.sources["threshold"] == "environment variable KERNELPRO_THRESHOLD"
+    s = _settings(pytester, "--kernelpro-threshold=0.07", env={"KERNELPRO_THRESHOLD": "3%"})
+    assert s.threshold == pytest.approx(0.07)
+    assert s.sources["threshold"] == "command line --kernelpro-threshold"
+
+
+def test_pyproject_ini_keys(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nkernelpro_device = "cpu"\nkernelpro_cuda_graph = "true"\n')
+    s = _settings(pytester)
+    assert (s.device, s.cuda_graph) == ("cpu", True)
+
+
+def test_bad_ini_value_names_source_and_fix(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nkernelpro_threshold = lots\n")
+    with pytest.raises(pytest.UsageError, match=r"invalid value from ini key kernelpro_threshold: 'lots' is not a fraction; write e\.g\. 0\.05 or 5%"):
+        _settings(pytester)
+
+
+def test_bad_cli_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kernelpro-trials=0")
+    result.stderr.fnmatch_lines(["*--kernelpro-trials*'0' must be 1 or more*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_save_baseline_defaults_to_the_baseline_path(pytester: pytest.Pytester) -> None:
+    s = _settings(pytester, "--kernelpro-save-baseline", "--kernelpro-baseline=b.yaml")
+    assert s.save_baseline == str(pytester.path / "b.yaml")
+    s = _settings(pytester, "--kernelpro-save-baseline=out/new.yaml")
+    assert s.save_baseline == str(pytester.path / "out/new.yaml")
