@@ -121,7 +121,10 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
         raise KernelproError(f"{problem.display_name} raised {_describe_exception(exc)}") from exc
     record.correctness = correctness.to_dict()
     if not correctness.passed:
-        raise KernelproError(f"{problem.display_name} is wrong: {correctness.failure}")
+        failure = correctness.failure or "no detail"
+        if failure.startswith("The kernel raised"):
+            raise KernelproError(f"{problem.display_name}: {failure}")
+        raise KernelproError(f"{problem.display_name} is wrong: {failure}")
 
     inputs = make_inputs(1_000_003)
     budget = TimingBudget(

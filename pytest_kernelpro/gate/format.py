@@ -47,15 +47,22 @@ STATUS_ORDER = {
 }
 
 
-def format_time(seconds: float | None, digits: int = 3) -> str:
-    """Seconds with the unit that reads best: '812 ns', '52.1 µs', '3.20 ms', '1.05 s'."""
+def format_time(seconds: float | None) -> str:
+    """Seconds with the unit that reads best, 3 significant digits, trailing zeros kept:
+    '812 ns', '52.1 µs', '50.0 µs', '3.20 ms', '1.05 s'."""
     if seconds is None or not math.isfinite(seconds):
         return "–"
     mag = abs(seconds)
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if mag >= scale:
-            return f"{seconds / scale:.{digits}g} {unit}"
-    return f"{seconds / 1e-9:.{digits}g} ns"
+    unit, scale = "ns", 1e-9
+    for name, factor in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if mag >= factor:
+            unit, scale = name, factor
+            break
+    value = seconds / scale
+    if round(abs(value), 1) >= 1000 and unit != "s":  # 999.96 µs rounds up: next unit
+        return format_time(round(seconds / scale, 0) * scale * (1 + 1e-12))
+    decimals = 0 if abs(value) >= 99.95 else 1 if abs(value) >= 9.995 else 2
+    return f"{value:.{decimals}f} {unit}"
 
 
 def format_change(change: float | None) -> str:

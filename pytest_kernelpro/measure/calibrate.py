@@ -119,5 +119,11 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
 
     console = Console(file=sys.stdout, width=120)
     console.print(ceilings_table(ceilings, spec))
+    load, cores = ceilings.details.get("loadavg_1m"), ceilings.details.get("cpu_count")
+    if load is not None and cores and load > cores:
+        console.print(
+            f"note: the machine was busy (load {load:.1f} on {cores} cores); "
+            "re-run on an idle machine for ceilings that kernels can reach"
+        )
     console.print(f"cached in {path} ({ceilings.details.get('wall_s', 0.0):.1f} s to measure)")
     return 0

@@ -13,6 +13,7 @@ grown until one product takes a fraction of a second.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import statistics
@@ -252,17 +253,23 @@ def _copy_rate(
     return {"bytes_moved": moved, "times_s": times, "median_s": median, "rate": moved / median}
 
 
-def _cpu_gemm_size(dtype: torch.dtype, target_s: float) -> int:
-    """Grow n until the next size (8x the work) would pass `target_s` for one product."""
+def _cpu_gemm_size(dtype: torch.dtype, target_s: float, min_n: int) -> int:
+    """Grow n until the next size (8x the work) would pass `target_s` for one product.
+
+    Sizes below `min_n` are passed over unless one product already exceeds `target_s`: on an
+    oversubscribed machine a thread stall makes a tiny product look slow, and stopping there
+    would report a fraction of the real rate.
+    """
     import torch
 
     chosen = _CPU_LADDER[0]
     for n in _CPU_LADDER:
         a = torch.randn(n, n).to(dtype)
-        torch.matmul(a, a)  # the first call at a size pays for allocation and thread start
-        elapsed = min(_times_cpu(lambda a=a: torch.matmul(a, a), reps=2, warmup=0))
+        # The fastest of three after a warm-up call: a busy machine's stalls must not stop the
+        # growth at a size too small to reach the matmul's real rate.
+        elapsed = min(_times_cpu(lambda a=a: torch.matmul(a, a), reps=3, warmup=1))
         chosen = n
-        if elapsed * 8 > target_s:
+        if elapsed > target_s or (elapsed * 8 > target_s and n >= min_n):
             break
     return chosen
 
@@ -278,7 +285,7 @@ def _measure_cpu(quick: bool) -> tuple[float | None, dict[str, float], dict[str,
     details["copy"] = copy
     flops: dict[str, float] = {}
     for key, dtype in (("fp32", torch.float32), ("fp64", torch.float64), ("bf16", torch.bfloat16)):
-        n = _cpu_gemm_size(dtype, target)
+        n = _cpu_gemm_size(dtype, target, 256 if quick else 512)
         # Three products: at the chosen size one takes about target/8 to target seconds.
         result = _gemm_rate(dtype, n, "cpu", _times_cpu, 3)
         details["gemm"][key] = result
@@ -336,7 +343,7 @@ def _measure_cuda(
     return bandwidth, flops, details
 
 
-def _combine(
+def combine_with_spec(
     name: str,
     bandwidth: float | None,
     measured: Mapping[str, float],
@@ -384,7 +391,9 @@ def measure_ceilings(
     import torch
 
     device_type, name, index = resolve_device(device)
-    if device_type == "cuda" and spec is None:
+    if device_type == "cpu":
+        spec = None  # GPU datasheets say nothing about a CPU
+    elif spec is None:
         spec = find_device_spec(name)
     measured_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     start = time.perf_counter()
@@ -394,8 +403,11 @@ def measure_ceilings(
         bandwidth, flops, details = _measure_cuda(index, spec, quick)
     details["quick"] = quick
     details["device_type"] = device_type
+    # A busy host lowers CPU ceilings (and the launch rate of GPU ones): keep the evidence.
+    details["loadavg_1m"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    details["cpu_count"] = os.cpu_count()
     details["wall_s"] = time.perf_counter() - start
-    return _combine(name, bandwidth, flops, spec, details, measured_at, torch.__version__)
+    return combine_with_spec(name, bandwidth, flops, spec, details, measured_at, torch.__version__)
 
 
 def _merge_spec(ceilings: Ceilings, spec: DeviceSpec | None) -> Ceilings:
@@ -408,7 +420,7 @@ def _merge_spec(ceilings: Ceilings, spec: DeviceSpec | None) -> Ceilings:
     )
     if spec is None and bandwidth is None:
         return ceilings
-    return _combine(
+    return combine_with_spec(
         ceilings.device,
         bandwidth,
         measured,
@@ -440,7 +452,9 @@ def load_or_measure_ceilings(
     import torch
 
     device_type, name, _ = resolve_device(device)
-    if device_type == "cuda" and spec is None:
+    if device_type == "cpu":
+        spec = None
+    elif spec is None:
         spec = find_device_spec(name)
     path = cache_path(Path(cache_dir), name, torch.__version__, quick)
     if path.exists() and not refresh:

@@ -46,7 +46,8 @@ _FLOAT_TOLERANCES: dict[str, tuple[float, float]] = {
     "float8_e5m2fnuz": (2.5e-1, 1e-1),
 }
 # TF32 keeps fp16's 10 mantissa bits, so an fp32 result from TF32 tensor cores gets fp16's
-# tolerance; bf16 ("medium" matmul precision) gets bf16's.
+# tolerance; fp32 matmuls in bf16 (`torch.backends.cuda.matmul.fp32_precision = "bf16"`)
+# get bf16's.
 _TF32 = (1e-2, 1e-2)
 
 
@@ -68,7 +69,8 @@ def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = N
 
     `tf32=True` (an fp32 reference whose matmuls/convolutions ran on TF32 tensor cores) gives
     fp16's tolerance; `reduced` names another reduced type the fp32 matmuls ran in ("bf16"
-    under `torch.set_float32_matmul_precision("medium")`). Integers and bool compare exactly.
+    under `torch.backends.cuda.matmul.fp32_precision = "bf16"`). Integers and bool compare
+    exactly.
     """
     name = str(dtype).removeprefix("torch.")
     label = f"torch.{name}"
@@ -161,7 +163,14 @@ def _prepoison_cuda_cache(torch: Any, expected: Any) -> None:
     for leaf in _tensor_leaves(torch, expected):
         if leaf.is_cuda and leaf.numel() > 0:
             for _ in range(3):
-                blocks.append(torch.full((leaf.numel(),), _poison_value(torch, leaf.dtype), dtype=leaf.dtype, device=leaf.device))
+                blocks.append(
+                    torch.full(
+                        (leaf.numel(),),
+                        _poison_value(torch, leaf.dtype),
+                        dtype=leaf.dtype,
+                        device=leaf.device,
+                    )
+                )
     del blocks  # back to the cache, poisoned
 
 
@@ -189,8 +198,18 @@ def clone_inputs(torch: Any, obj: Any) -> Any:
     return obj
 
 
-_MATMUL_OPS = ("mm", "addmm", "bmm", "baddbmm", "matmul", "convolution", "conv", "linear",
-               "scaled_dot_product", "_efficient_attention", "_flash_attention", "einsum", "tensordot")
+# aten ops (as a TorchDispatchMode sees them, after composite ops decompose) that cuBLAS or
+# cuDNN may run on TF32 tensor cores for fp32 operands.
+_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation"})
+_CONV_OPS = frozenset(
+    {
+        "convolution",
+        "_convolution",
+        "cudnn_convolution",
+        "cudnn_convolution_transpose",
+        "convolution_overrideable",
+    }
+)
 
 
 @contextlib.contextmanager
@@ -206,7 +225,7 @@ def _record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
     class Recorder(TorchDispatchMode):  # type: ignore[misc]
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             name = func.overloadpacket.__name__
-            if any(key in name for key in _MATMUL_OPS):
+            if name in _GEMM_OPS or name in _CONV_OPS:
                 for arg in args:
                     if isinstance(arg, torch.Tensor) and arg.is_cuda and arg.dtype == torch.float32:
                         found.append(name)
@@ -218,14 +237,203 @@ def _record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
 
 
 def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
-    """"tf32"/"bf16" when fp32 ops of kind `op` ("matmul" or "conv") may run reduced on CUDA."""
+    """`"tf32"`/`"bf16"` when fp32 ops of kind `op` ("matmul"/"conv") may run reduced on CUDA.
+
+    Reads the newer `fp32_precision` settings (torch >= 2.9) first; "none" there defers to
+    the legacy flags, which newer torch refuses to read after a mix of both APIs.
+    """
+    if op == "conv":
+        backend = getattr(torch.backends.cudnn, "conv", None)
+        legacy = ("cudnn", "allow_tf32")
+    else:
+        backend = torch.backends.cuda.matmul
+        legacy = ("cuda", "allow_tf32")
+    new = getattr(backend, "fp32_precision", None)
+    if new in ("tf32", "bf16"):
+        return str(new)
+    if new == "ieee":
+        return None
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # newer torch deprecates allow_tf32 in favour of fp32_precision
-        if op == "conv":
-            return "tf32" if torch.backends.cudnn.allow_tf32 else None
-        precision = torch.get_float32_matmul_precision()
-        if precision == "medium":
-            return "bf16"
-        if precision == "high" or torch.backends.cuda.matmul.allow_tf32:
-            return "tf32"
-    return None
+        warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
+        try:
+            # "high" and "medium" float32 matmul precision both mean TF32 in cuBLAS.
+            flags = torch.backends.cudnn if legacy[0] == "cudnn" else torch.backends.cuda.matmul
+            return "tf32" if getattr(flags, legacy[1]) else None
+        except RuntimeError:  # "mix of the legacy and new APIs": treat as full fp32
+            return None
+
+
+_UNSET = object()  # the reference has not produced an output yet
+
+
+def _sync(torch: Any, device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize(device)
+
+
+def _kernel_exception_text(exc: BaseException) -> str:
+    """The traceback from the kernel's own frames down (this module's frame left out)."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    lines = traceback.format_exception(type(exc), exc, tb)
+    return "".join(lines[-8:]).strip()[-2000:]
+
+
+def check_correctness(
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    make_inputs: Callable[[int], Sequence[Any]],
+    *,
+    device: str,
+    trials: int = 3,
+    tolerance: Tolerance | None = None,
+    seed: int = 0,
+) -> CorrectnessResult:
+    """Run `trials` trials of kernel vs reference on fresh inputs; stop at the first failure.
+
+    `tolerance` None: per-output defaults from the reference's dtype (`default_tolerance`,
+    TF32-aware on CUDA). Raises `KernelproError` if `make_inputs` or `reference` raises.
+    """
+    import torch
+
+    if trials < 1:
+        raise KernelproError(f"check_correctness(trials={trials!r}): need at least one trial")
+    cuda_devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    tf32_mode: str | None = None
+    worst: LeafReport | None = None
+    max_abs = max_rel = 0.0
+    notes: list[str] = []
+    first_tol: Tolerance | None = None
+
+    def tolerance_for(dtype: Any) -> Tolerance:
+        if tolerance is not None:
+            return tolerance
+        if dtype is None:
+            return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
+        name = str(dtype).removeprefix("torch.")
+        return default_tolerance(
+            dtype,
+            tf32=tf32_mode == "tf32",
+            reduced="bf16" if tf32_mode == "bf16" and name == "float32" else None,
+        )
+
+    for trial in range(trials):
+        trial_seed = seed + trial
+        where = f"trial {trial + 1} of {trials} (inputs seed {trial_seed})"
+        with torch.random.fork_rng(devices=cuda_devices):
+            torch.manual_seed(trial_seed)
+            try:
+                inputs = make_inputs(trial_seed)
+            except KernelproError:
+                raise
+            except Exception as exc:
+                raise KernelproError(
+                    f"the input factory raised {type(exc).__name__} for seed {trial_seed}: {exc}"
+                ) from exc
+        if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
+            inputs = (inputs,)
+        found: list[str] = []
+        try:
+            expected: Any = _UNSET
+            if trial == 0 and device.startswith("cuda"):
+                try:  # record which fp32 matmuls/convs the reference runs (TF32 tolerance)
+                    with _record_fp32_matmuls(torch, found):
+                        expected = reference(*clone_inputs(torch, inputs))
+                    _sync(torch, device)
+                except Exception:  # a reference the dispatch mode upsets: run it plainly
+                    found, expected = ["unknown"], _UNSET
+            if expected is _UNSET:
+                expected = reference(*clone_inputs(torch, inputs))
+                _sync(torch, device)
+        except KernelproError:
+            raise
+        except Exception as exc:
+            raise KernelproError(
+                f"the reference raised {type(exc).__name__} on {where}: {exc}"
+            ) from exc
+        ker_inputs = clone_inputs(torch, inputs)
+        del inputs
+        if found:
+            unknown = "unknown" in found
+            modes = {
+                _fp32_reduced_mode(torch, "matmul") if unknown or set(found) & _GEMM_OPS else None,
+                _fp32_reduced_mode(torch, "conv") if unknown or set(found) & _CONV_OPS else None,
+            }
+            tf32_mode = "bf16" if "bf16" in modes else "tf32" if "tf32" in modes else None
+        if device.startswith("cuda"):
+            _prepoison_cuda_cache(torch, expected)
+        try:
+            with poisoned_allocations(torch):
+                got = kernel(*ker_inputs)
+                _sync(torch, device)
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            return CorrectnessResult(
+                passed=False,
+                trials=trials,
+                trials_run=trial + 1,
+                max_abs_err=max_abs,
+                max_rel_err=max_rel,
+                tolerance=first_tol or tolerance_for(getattr(expected, "dtype", None)),
+                failure=f"The kernel raised {text.strip()} on {where}.\n{_kernel_exception_text(exc)}",
+                worst_index=None,
+                output_path=None,
+                exception=text[:500],
+                notes=tuple(notes),
+                tf32=tf32_mode == "tf32",
+            )
+        reports = compare_outputs(torch, got, expected, tolerance_for)
+        for report in reports:
+            first_tol = first_tol or report.tolerance
+            max_abs = max(max_abs, report.max_abs)
+            max_rel = max(max_rel, report.max_rel)
+            # One note per output path (later trials repeat it with other counts).
+            notes.extend(
+                n for n in report.notes if not any(o.startswith(report.path + ":") for o in notes)
+            )
+            if (
+                worst is None
+                or report.worst_ratio > worst.worst_ratio
+                or (not report.ok and worst.ok)
+            ):
+                worst = report
+        failed = [r for r in reports if not r.ok]
+        if failed:
+            text = " ".join(r.message or "" for r in failed[:3])
+            if len(failed) > 3:
+                text += f" ({len(failed) - 3} more outputs differ.)"
+            hint = ""
+            if any(r.kind == "values" for r in failed):
+                hint = (
+                    " If this is rounding (a long reduction or matmul accumulates error with its"
+                    " length), set rtol=/atol= on the kernelpro marker."
+                )
+            first = failed[0]
+            return CorrectnessResult(
+                passed=False,
+                trials=trials,
+                trials_run=trial + 1,
+                max_abs_err=max_abs,
+                max_rel_err=max_rel,
+                tolerance=first.tolerance,
+                failure=f"{text} Failed on {where}.{hint}",
+                worst_index=first.worst_index,
+                output_path=first.path,
+                worst_ratio=first.worst_ratio,
+                notes=tuple(notes),
+                tf32=tf32_mode == "tf32",
+            )
+    assert worst is not None  # at least one trial ran and every output produced a report
+    return CorrectnessResult(
+        passed=True,
+        trials=trials,
+        trials_run=trials,
+        max_abs_err=max_abs,
+        max_rel_err=max_rel,
+        tolerance=worst.tolerance,
+        failure=None,
+        worst_index=worst.worst_index,
+        output_path=worst.path,
+        worst_ratio=worst.worst_ratio,
+        notes=tuple(notes),
+        tf32=tf32_mode == "tf32",
+    )

@@ -47,7 +47,10 @@ class SampleStats:
         """Plain JSON-safe dict; the one possible non-finite value (`rel_ci_halfwidth` of an
         all-zero-median set with spread) becomes None."""
         data = asdict(self)
-        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in data.items()}
+        return {
+            k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+            for k, v in data.items()
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SampleStats:

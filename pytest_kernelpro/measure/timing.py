@@ -154,16 +154,14 @@ class RoundLog:
 
 
 def adaptive_rounds(
-    run_round: Callable[[int], tuple[list[float], bool]],
-    budget: TimingBudget,
-    per_sample_s: float,
+    run_round: Callable[[int], tuple[list[float], bool]], budget: TimingBudget
 ) -> RoundLog:
     """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.
 
     The first round takes `min_samples`; each later one doubles the count (bounded by the
     time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, which
-    costs O(n) per bootstrap row, runs only O(log n) times. `per_sample_s` is the wall time
-    one sample is expected to take; it is re-measured after every round.
+    costs O(n) per bootstrap row, runs only O(log n) times. The wall time per sample is
+    measured over the rounds so far, statistics included.
     """
     log = RoundLog()
     start = time.perf_counter()
@@ -267,6 +265,9 @@ def last_level_cache_bytes() -> int | None:
     return value if value > 0 else None
 
 
+_CPU_FLUSH_BUFFERS: dict[int, Any] = {}
+
+
 def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
     """CPU timing with `time.perf_counter` (see the module docstring)."""
     import numpy as np
@@ -274,7 +275,11 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
     t_start = time.perf_counter()
     device = f"cpu ({cpu_model_name()})"
     nbytes = flush_size(budget, last_level_cache_bytes()) if budget.flush_l2 else 0
-    buf = np.empty(nbytes, dtype=np.uint8) if nbytes else None
+    buf = None
+    if nbytes:
+        if nbytes not in _CPU_FLUSH_BUFFERS:  # kept for the process: page faults paid once
+            _CPU_FLUSH_BUFFERS[nbytes] = np.ones(nbytes, dtype=np.uint8)
+        buf = _CPU_FLUSH_BUFFERS[nbytes]
     fill = [0]
 
     def flush() -> None:
@@ -291,7 +296,6 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
 
     try:
         fn()
-        flush()  # first touch of the buffer's pages stays out of the estimate
         t0 = time.perf_counter()
         flush()
         flush_s = time.perf_counter() - t0 if buf is not None else 0.0
@@ -307,7 +311,7 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
         def run_round(k: int) -> tuple[list[float], bool]:
             return [sample(calls) for _ in range(k)], False
 
-        log = adaptive_rounds(run_round, budget, per_call * calls + flush_s)
+        log = adaptive_rounds(run_round, budget)
     except KernelproError:
         raise
     except Exception as exc:
@@ -329,4 +333,3 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
         rounds=log.rounds,
         budget=budget.to_dict(),
     )
-

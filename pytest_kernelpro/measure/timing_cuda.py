@@ -24,6 +24,16 @@ from .timing import (
 )
 
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device
+# One flush buffer per (device, size), kept for the process like triton's cache buffer, so
+# each kernel does not pay an allocation.
+_FLUSH_BUFFERS: dict[tuple[int, int], Any] = {}
+
+
+def _flush_buffer(torch: Any, idx: int, nbytes: int) -> Any:
+    key = (idx, nbytes)
+    if key not in _FLUSH_BUFFERS:
+        _FLUSH_BUFFERS[key] = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{idx}")
+    return _FLUSH_BUFFERS[key]
 
 
 def _sleep_cycles_per_s(torch: Any, index: int) -> float | None:
@@ -98,7 +108,7 @@ def _time_cuda_on(
     """The CUDA measurement proper, on the current device; returns the log and side facts."""
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
-    buf = torch.empty(nbytes // 4, dtype=torch.int32, device=f"cuda:{idx}") if nbytes else None
+    buf = _flush_buffer(torch, idx, nbytes) if nbytes else None
     event = torch.cuda.Event
     readings: list[Any] = []
     body: Callable[[], object] = fn
@@ -145,9 +155,9 @@ def _time_cuda_on(
             flush_pairs.append((start, end))
         flush_s = sorted(elapsed(flush_pairs))[1] if buf is not None else 0.0
         t0 = time.perf_counter()
-        est = elapsed(enqueue(5))
-        host_s = (time.perf_counter() - t0) / 5  # upper bound on the CPU time to enqueue one
-        per_call = sorted(est)[2]
+        pairs = enqueue(5)
+        host_s = (time.perf_counter() - t0) / 5  # CPU time to enqueue one sample
+        per_call = sorted(elapsed(pairs))[2]
         runs = 6
         if budget.cuda_graph:
             phase = "CUDA-graph capture"
@@ -164,12 +174,13 @@ def _time_cuda_on(
         torch.cuda.synchronize()
         runs += n_warm * calls
         cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
-        per_sample_s = max(host_s, flush_s + per_call * calls)
+        gpu_s = flush_s + per_call * calls  # GPU time of one sample
 
         def run_round(k: int) -> tuple[list[float], bool]:
             seen_before = len(readings)
-            # Sleep long enough for the CPU to enqueue the round (or one sample) first.
-            ahead_s = host_s if budget.sync_per_sample else k * host_s
+            # Keep the GPU busy until the CPU has enqueued the round: one sample's enqueue
+            # time, plus what the CPU loses per sample when enqueueing is slower than running.
+            ahead_s = host_s if budget.sync_per_sample else host_s + k * max(0.0, host_s - gpu_s)
             sleep = int(min(PREROLL_CAP_S, ahead_s) * cycles_per_s)
             pairs = enqueue(k, sleep, budget.sync_per_sample)
             if monitor is not None and not budget.sync_per_sample:
@@ -184,14 +195,13 @@ def _time_cuda_on(
             return times, any(r.throttled for r in readings[seen_before:])
 
         phase = "sampling"
-        log = adaptive_rounds(run_round, budget, per_sample_s)
+        log = adaptive_rounds(run_round, budget)
     except KernelproError:
         raise
     except Exception as exc:
         raise kernel_failed(device, phase, exc) from exc
     finally:
-        graph = None  # free the graph's private memory pool and the flush buffer
-        buf = None
+        graph = None  # free the graph's private memory pool
     extra = {
         "warmup_runs": runs,
         "readings": readings,

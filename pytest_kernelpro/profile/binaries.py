@@ -74,13 +74,19 @@ class ToolRun:
 
 
 def run_tool(
-    what: str, command: list[str], *, timeout_s: float = 120.0, stdin: str | None = None
+    what: str,
+    command: list[str],
+    *,
+    timeout_s: float = 120.0,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> ToolRun | NotCollected:
     """Run `command`; a missing binary, a timeout or a non-zero exit becomes `NotCollected`."""
     try:
         completed = subprocess.run(
             command,
             input=stdin,
+            env=env,
             capture_output=True,
             text=True,
             errors="replace",
@@ -101,3 +107,16 @@ def run_tool(
             f"{Path(command[0]).name} exited with {completed.returncode}: " + " | ".join(tail),
         )
     return run
+
+
+def cuobjdump_env() -> dict[str, str]:
+    """The environment for cuobjdump: `--dump-sass` runs nvdisasm, which the PyPI
+    `nvidia-cuda-cuobjdump` wheel does not ship; point it at a located nvdisasm (PATH,
+    CUDA toolkit or the `nvidia-cuda-nvdisasm` wheel) through NVDISASM_PATH and PATH."""
+    env = dict(os.environ)
+    nvdisasm = find_tool("nvdisasm")
+    if nvdisasm is not None and "NVDISASM_PATH" not in env:
+        folder = str(Path(nvdisasm).parent)
+        env["NVDISASM_PATH"] = folder
+        env["PATH"] = folder + os.pathsep + env.get("PATH", "")
+    return env

@@ -96,7 +96,9 @@ CURATED_METRICS: tuple[CatalogMetric, ...] = (
     _m("lts__t_sector_hit_rate.pct", "memory", "L2 hit rate", "%"),
     _m("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", "memory", "Global load sectors", "sector"),
     _m("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "memory", "Global load requests", ""),
-    _m("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "memory", "Global store sectors", "sector"),
+    _m(
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "memory", "Global store sectors", "sector"
+    ),
     _m("l1tex__t_requests_pipe_lsu_mem_global_op_st.sum", "memory", "Global store requests", ""),
     _m(
         "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio",
@@ -136,7 +138,9 @@ CURATED_METRICS: tuple[CatalogMetric, ...] = (
     _m(f"sm__warps_active.{_PCT_ACTIVE}", "occupancy", "Achieved occupancy", "%"),
     _m("sm__maximum_warps_per_active_cycle_pct", "occupancy", "Theoretical occupancy", "%", True),
     _m("launch__occupancy_limit_registers", "occupancy", "Block limit (registers)", "block", True),
-    _m("launch__occupancy_limit_shared_mem", "occupancy", "Block limit (shared mem)", "block", True),
+    _m(
+        "launch__occupancy_limit_shared_mem", "occupancy", "Block limit (shared mem)", "block", True
+    ),
     _m("launch__occupancy_limit_warps", "occupancy", "Block limit (warps)", "block", True),
     _m("launch__occupancy_limit_blocks", "occupancy", "Block limit (blocks)", "block", True),
     # Launch configuration.
@@ -151,10 +155,7 @@ CURATED_METRICS: tuple[CatalogMetric, ...] = (
     _m(f"smsp__issue_active.{_PCT_ACTIVE}", "scheduler", "Issue slots busy", "%"),
     _m("smsp__warps_eligible.avg.per_cycle_active", "scheduler", "Eligible warps/cycle", "warp"),
     # Warp stalls, % of active warp cycles.
-    *(
-        _m(stall_metric(r), "stalls", f"Stall {r.replace('_', ' ')}", "%")
-        for r in STALL_REASONS
-    ),
+    *(_m(stall_metric(r), "stalls", f"Stall {r.replace('_', ' ')}", "%") for r in STALL_REASONS),
     # Pipe utilization, % of peak while the SM is active.
     _m(f"sm__pipe_fma_cycles_active.{_PCT_ACTIVE}", "pipes", "FMA pipe", "%"),
     _m(f"sm__pipe_alu_cycles_active.{_PCT_ACTIVE}", "pipes", "ALU pipe", "%"),
@@ -256,9 +257,7 @@ def filter_by_catalog(
     return kept, dropped
 
 
-def drop_unavailable(
-    names: Iterable[str], catalog: Iterable[str]
-) -> tuple[list[str], list[str]]:
+def drop_unavailable(names: Iterable[str], catalog: Iterable[str]) -> tuple[list[str], list[str]]:
     """Like `filter_by_catalog` for plain names (names not in the curated set are counters)."""
     available = frozenset(catalog)
     kept: list[str] = []

@@ -91,6 +91,8 @@ def detect_decimal_separator(cells: Iterable[str]) -> str:
     """
     votes = {".": 0, ",": 0}
     for raw in cells:
+        if abs(votes["."] - votes[","]) >= 64:
+            break  # decided; a wide table has tens of thousands of cells
         cell = raw.strip()
         if not cell or not _NUMBER_CHARS.match(cell):
             continue

@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from pytest_kernelpro.profile.binaries import find_tool, run_tool, where_looked
+from pytest_kernelpro.profile.binaries import cuobjdump_env, find_tool, run_tool, where_looked
 from pytest_kernelpro.profile.model import NotCollected, SassSummary
 from pytest_kernelpro.profile.symbols import demangle
 
@@ -153,7 +153,7 @@ def dump_sass(
     wanted = list(functions or [])
     if wanted:
         command += ["--function", ",".join(wanted)]
-    run = run_tool("sass", [*command, module_path], timeout_s=timeout_s)
+    run = run_tool("sass", [*command, module_path], timeout_s=timeout_s, env=cuobjdump_env())
     if isinstance(run, NotCollected):
         return run
     return run.stdout

@@ -22,8 +22,8 @@ class DeviceSymbol:
 
     name: str  # mangled
     arch: str  # e.g. "sm_90a"; "" when the dump did not say
-    kind: str  # STT_FUNC, STT_OBJECT, ...
-    binding: str  # STB_GLOBAL, STB_LOCAL, STB_WEAK
+    kind: str  # FUNC, OBJECT, NOTYPE, ... (without the STT_ prefix)
+    binding: str  # GLOBAL, LOCAL, WEAK (without the STB_ prefix)
     entry: bool  # STO_ENTRY: a __global__ function
     undefined: bool
 
@@ -31,8 +31,17 @@ class DeviceSymbol:
 _ARCH = re.compile(r"^\s*arch\s*=\s*(\S+)")
 
 
+_SYMBOL_TYPES = frozenset({"FUNC", "OBJECT", "NOTYPE", "SECTION", "FILE", "?", "TLS", "COMMON"})
+_BINDINGS = frozenset({"GLOBAL", "LOCAL", "WEAK"})
+
+
 def parse_cuobjdump_symbols(text: str) -> list[DeviceSymbol]:
-    """Every symbol line of `cuobjdump -symbols` output, with the arch of its ELF."""
+    """Every named symbol line of `cuobjdump -symbols` output, with the arch of its ELF.
+
+    Two layouts exist: CUDA 13.0 prints `STT_FUNC STB_GLOBAL STO_ENTRY <name>`; 13.5 prints
+    `FUNC GLOBAL DEFAULT ENTRY <name>`. Both are read; `kind` and `binding` are stored without
+    the `STT_`/`STB_` prefixes ("FUNC", "GLOBAL").
+    """
     symbols: list[DeviceSymbol] = []
     arch = ""
     for line in text.splitlines():
@@ -40,18 +49,24 @@ def parse_cuobjdump_symbols(text: str) -> list[DeviceSymbol]:
         if match:
             arch = match.group(1)
             continue
-        # "<type> <binding> <visibility/other> [U] <name>"; the name may be missing.
         tokens = line.split()
-        if len(tokens) < 4 or not tokens[0].startswith("STT_") or tokens[-1] == "U":
+        if len(tokens) < 3:
             continue
+        kind = tokens[0].removeprefix("STT_")
+        binding = tokens[1].removeprefix("STB_")
+        if kind not in _SYMBOL_TYPES or binding not in _BINDINGS:
+            continue
+        if tokens[-1] in {"U", "-"} or len(tokens) < 4:
+            continue  # a nameless symbol such as "STT_? STB_LOCAL STV_DEFAULT U"
+        middle = tokens[2:-1]
         symbols.append(
             DeviceSymbol(
                 name=tokens[-1],
                 arch=arch,
-                kind=tokens[0],
-                binding=tokens[1],
-                entry=tokens[2] == "STO_ENTRY",
-                undefined="U" in tokens[3:-1],
+                kind=kind,
+                binding=binding,
+                entry="STO_ENTRY" in middle or "ENTRY" in middle,
+                undefined="U" in middle,
             )
         )
     return symbols
@@ -62,8 +77,8 @@ def entry_points(symbols: Iterable[DeviceSymbol]) -> list[str]:
     names: dict[str, None] = {}
     for symbol in symbols:
         if (
-            symbol.kind == "STT_FUNC"
-            and symbol.binding == "STB_GLOBAL"
+            symbol.kind == "FUNC"
+            and symbol.binding == "GLOBAL"
             and symbol.entry
             and not symbol.undefined
         ):
@@ -77,7 +92,9 @@ def read_module_symbols(
     """`cuobjdump -symbols` of a `.so`, `.cubin` or executable, parsed."""
     tool = cuobjdump or find_tool("cuobjdump")
     if tool is None:
-        return NotCollected("symbols", f"cuobjdump not found (looked in {where_looked('cuobjdump')})")
+        return NotCollected(
+            "symbols", f"cuobjdump not found (looked in {where_looked('cuobjdump')})"
+        )
     run = run_tool("symbols", [tool, "-symbols", module_path], timeout_s=timeout_s)
     if isinstance(run, NotCollected):
         return run

@@ -381,6 +381,13 @@ class ProfilingTool(ABC):
             notes=list(notes),
         )
 
+    def not_triggered(self, ctx: ToolContext) -> KernelproError:
+        """The error for `analyze()` called on a context where `trigger()` is False."""
+        return KernelproError(
+            f"Tool {self.name!r}: analyze() called on kernel {ctx.kernel_name!r} although "
+            "trigger() is False; call trigger() first"
+        )
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} affinity={self.affinity}>"
 

@@ -21,9 +21,17 @@ from pytest_kernelpro.tools.base import (
     pct,
 )
 from pytest_kernelpro.tools.registry import ToolRegistry
-from pytest_kernelpro.tools.signals import BLOCK_SIZE, GRID_SIZE, OCC_LIMITS, WAVES, occupancy_limiters
+from pytest_kernelpro.tools.signals import (
+    BLOCK_SIZE,
+    GRID_SIZE,
+    OCC_LIMITS,
+    WAVES,
+    occupancy_limiters,
+)
 
-SM_COUNT = MetricRequest("launch__sm_count", "SMs", alternatives=("device__attribute_multiprocessor_count",))
+SM_COUNT = MetricRequest(
+    "launch__sm_count", "SMs", alternatives=("device__attribute_multiprocessor_count",)
+)
 
 GRID_STRIDE_EXAMPLE = """\
 // Size the grid from the device, and let each thread loop over the work.
@@ -133,7 +141,7 @@ class TailEffectTool(ProfilingTool):
         partial = int(grid - full * wave)
         if partial == 0:
             return grid, wave, full, 0, 0.0
-        idle = 100.0 * (1.0 - partial / wave) / (full + 1)
+        idle = 100.0 * (wave - partial) / (wave * (full + 1))  # exact at round numbers
         return grid, wave, full, partial, idle
 
     def trigger(self, ctx: ToolContext) -> bool:
@@ -142,12 +150,15 @@ class TailEffectTool(ProfilingTool):
 
     def analyze(self, ctx: ToolContext) -> Finding:
         found = self._waves(ctx)
-        assert found is not None
+        if found is None:
+            raise self.not_triggered(ctx)
         grid, wave, full, partial, idle = found
         severity = "high" if idle >= self.HIGH_IDLE_PCT else "medium"
         fill = 100.0 * partial / wave
         evidence = {
-            GRID_SIZE: Evidence(grid, f"{num(grid)} blocks = {full} full wave(s) of {num(wave)} + {partial}"),
+            GRID_SIZE: Evidence(
+                grid, f"{num(grid)} blocks = {full} full wave(s) of {num(wave)} + {partial}"
+            ),
             "tail idle share": Evidence(
                 round(idle, 2),
                 f"last wave {pct(fill)} full -> ~{pct(idle)} of SM time idle >= {self.TRIGGER_IDLE_PCT:g}%",
@@ -188,7 +199,9 @@ class LaunchConfigTool(ProfilingTool):
     """Block sizes that waste warp lanes or hit the per-SM block limit."""
 
     name = "launch_config"
-    description = "Block size not a multiple of 32, or blocks so small that the block limit caps occupancy"
+    description = (
+        "Block size not a multiple of 32, or blocks so small that the block limit caps occupancy"
+    )
     affinity = "latency"
     required_metrics = (
         MetricRequest(BLOCK_SIZE, "block size"),
@@ -226,8 +239,13 @@ class LaunchConfigTool(ProfilingTool):
                     "medium",
                     f"blocks of {num(block)} threads hit the per-SM block limit before any other "
                     "resource, so few warps are resident",
-                    Evidence(block, f"{num(block)} < {self.SMALL_BLOCK_THREADS:g} threads and the block limit is the tightest"),
-                    Recommendation("Use blocks of at least 64 (better 128-256) threads", 1.1, 1.5, "heuristic"),
+                    Evidence(
+                        block,
+                        f"{num(block)} < {self.SMALL_BLOCK_THREADS:g} threads and the block limit is the tightest",
+                    ),
+                    Recommendation(
+                        "Use blocks of at least 64 (better 128-256) threads", 1.1, 1.5, "heuristic"
+                    ),
                 )
             )
         return issues

@@ -67,7 +67,13 @@ class OccupancyTool(ProfilingTool):
         ach = ctx.value(ACHIEVED_OCC)
         if theo is None or ach is None:
             return False
-        return theo < self.THEORETICAL_LOW_PCT or theo - ach > self.ACHIEVED_GAP_PCT
+        if theo < self.THEORETICAL_LOW_PCT:
+            return True
+        # A grid with fewer blocks than SMs explains the gap by itself: small_grid reports it.
+        grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
+        if grid is not None and sms is not None and grid < sms:
+            return False
+        return theo - ach > self.ACHIEVED_GAP_PCT
 
     def _severity(self, ctx: ToolContext, ach: float) -> tuple[str, str]:
         pipes = pipe_utilization(ctx)
@@ -104,9 +110,13 @@ class OccupancyTool(ProfilingTool):
         waves = ctx.value(WAVES)
         grid = ctx.value(GRID_SIZE)
         if theo < self.THEORETICAL_LOW_PCT:
-            evidence[THEORETICAL_OCC] = Evidence(theo, f"{pct(theo)} < {self.THEORETICAL_LOW_PCT:g}% of the hardware maximum", "%")
+            evidence[THEORETICAL_OCC] = Evidence(
+                theo, f"{pct(theo)} < {self.THEORETICAL_LOW_PCT:g}% of the hardware maximum", "%"
+            )
             for label in limiters:
-                evidence[OCC_LIMITS[label]] = Evidence(limits[label], f"{num(limits[label])} blocks/SM: the tightest limit")
+                evidence[OCC_LIMITS[label]] = Evidence(
+                    limits[label], f"{num(limits[label])} blocks/SM: the tightest limit"
+                )
             detail = self._limiter_detail(ctx, limiters, blocks_per_sm)
             causes.append(
                 f"theoretical occupancy is {pct(theo)}, limited by {' and '.join(limiters) or 'an unknown resource'}"
@@ -116,10 +126,16 @@ class OccupancyTool(ProfilingTool):
             if "registers" in limiters:
                 code = LAUNCH_BOUNDS_EXAMPLE
         if gap > self.ACHIEVED_GAP_PCT:
-            evidence[ACHIEVED_OCC] = Evidence(ach, f"{pct(ach)} is {gap:.1f} points below theoretical {pct(theo)} (> {self.ACHIEVED_GAP_PCT:g})", "%")
+            evidence[ACHIEVED_OCC] = Evidence(
+                ach,
+                f"{pct(ach)} is {gap:.1f} points below theoretical {pct(theo)} (> {self.ACHIEVED_GAP_PCT:g})",
+                "%",
+            )
             sms = ctx.sm_count
             if waves is not None and waves < 1.0 and grid is not None:
-                evidence[WAVES] = Evidence(waves, f"{waves:.2f} waves < 1: the grid does not fill the GPU once")
+                evidence[WAVES] = Evidence(
+                    waves, f"{waves:.2f} waves < 1: the grid does not fill the GPU once"
+                )
                 causes.append(
                     f"achieved occupancy is only {pct(ach)} because the grid is too small: "
                     f"{num(grid)} blocks{f' for {sms} SMs' if sms else ''} ({waves:.2f} waves)"
@@ -150,7 +166,9 @@ class OccupancyTool(ProfilingTool):
                 )
         eligible = ctx.value(ELIGIBLE_WARPS)
         if eligible is not None:
-            evidence[ELIGIBLE_WARPS] = Evidence(eligible, f"{eligible:.2f} eligible warps per scheduler per cycle")
+            evidence[ELIGIBLE_WARPS] = Evidence(
+                eligible, f"{eligible:.2f} eligible warps per scheduler per cycle"
+            )
         return self.make_finding(
             ctx,
             severity=severity,
@@ -176,7 +194,9 @@ class OccupancyTool(ProfilingTool):
             parts.append(f"{num(blocks)} block(s) of {num(block)} threads per SM")
         return f" ({', '.join(parts)})" if parts else ""
 
-    def _limiter_recs(self, ctx: ToolContext, limiters: list[str], blocks: float | None) -> list[Recommendation]:
+    def _limiter_recs(
+        self, ctx: ToolContext, limiters: list[str], blocks: float | None
+    ) -> list[Recommendation]:
         recs: list[Recommendation] = []
         block = ctx.value(BLOCK_SIZE)
         if "registers" in limiters:

@@ -76,9 +76,13 @@ class ToolRegistry:
                 f"Tool {name!r} has affinity {tool_cls.affinity!r}; use one of {', '.join(AFFINITIES)}"
             )
         existing = cls._tools.get(name)
-        if existing is not None and existing is not tool_cls and (
-            existing.__module__ != tool_cls.__module__
-            or existing.__qualname__ != tool_cls.__qualname__
+        if (
+            existing is not None
+            and existing is not tool_cls
+            and (
+                existing.__module__ != tool_cls.__module__
+                or existing.__qualname__ != tool_cls.__qualname__
+            )
         ):
             raise KernelproError(
                 f"Tool name {name!r} of {tool_cls.__module__}.{tool_cls.__qualname__} is already "
@@ -163,13 +167,19 @@ class ToolRegistry:
         return [cls.get(name)(overrides.get(name)) for name in chosen]
 
     @classmethod
-    def run(cls, report: ProfileReport, stage1: Stage1 | Mapping[str, Stage1] | None = None, **kw: Any) -> ToolRun:
+    def run(
+        cls, report: ProfileReport, stage1: Stage1 | Mapping[str, Stage1] | None = None, **kw: Any
+    ) -> ToolRun:
         """Alias of `run_tools` (the paper's spelling)."""
         return run_tools(report, stage1, **kw)
 
     @classmethod
     def generate_prompt_guidance(
-        cls, report: ProfileReport, tool_run: ToolRun, stage1: Stage1 | None = None, mode: str = "tools"
+        cls,
+        report: ProfileReport,
+        tool_run: ToolRun,
+        stage1: Stage1 | None = None,
+        mode: str = "tools",
     ) -> str:
         """Alias of `guidance.generate_prompt_guidance` (the paper's spelling)."""
         from pytest_kernelpro.tools.guidance import generate_prompt_guidance
@@ -377,7 +387,9 @@ def _run_one(
         return
     run.results.append(ToolResult(tool.name, kernel, fired))
     if finding is not None:
-        run.findings.append(_apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity))
+        run.findings.append(
+            _apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity)
+        )
 
 
 def _apply_policies(

@@ -92,7 +92,9 @@ TENSOR_PIPE = MetricRequest(
     alternatives=("sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",),
 )
 PIPES: dict[str, MetricRequest] = {
-    "FMA (FP32)": MetricRequest("sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "fma"),
+    "FMA (FP32)": MetricRequest(
+        "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active", "fma"
+    ),
     "ALU (integer/logic)": MetricRequest(
         "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active", "alu"
     ),
@@ -106,7 +108,9 @@ PIPES: dict[str, MetricRequest] = {
     ),
 }
 
-DRAM_REQUEST = MetricRequest(DRAM_THROUGHPUT, "DRAM throughput", alternatives=(DRAM_THROUGHPUT_ALT,))
+DRAM_REQUEST = MetricRequest(
+    DRAM_THROUGHPUT, "DRAM throughput", alternatives=(DRAM_THROUGHPUT_ALT,)
+)
 
 STALL_REASONS: tuple[str, ...] = (
     "long_scoreboard",
@@ -233,7 +237,15 @@ WGMMA_OPS: tuple[str, ...] = ("HGMMA", "IGMMA", "QGMMA", "BGMMA")
 MMA_SYNC_OPS: tuple[str, ...] = ("HMMA", "IMMA", "DMMA", "BMMA")
 TENSOR_OPS: tuple[str, ...] = WGMMA_OPS + MMA_SYNC_OPS
 ASYNC_COPY_OPS: tuple[str, ...] = ("LDGSTS",)
-TMA_OPS: tuple[str, ...] = ("UTMALDG", "UTMASTG", "UTMAREDG", "UTMAPF", "UBLKCP", "UBLKRED", "UBLKPF")
+TMA_OPS: tuple[str, ...] = (
+    "UTMALDG",
+    "UTMASTG",
+    "UTMAREDG",
+    "UTMAPF",
+    "UBLKCP",
+    "UBLKRED",
+    "UBLKPF",
+)
 
 
 def sass_count(ctx: ToolContext, *classes: str) -> int | None:

@@ -51,22 +51,6 @@ class Stage1:
         )
 
 
-def class_from_intensity(
-    intensity: float, ridge: float, memory_below: float = 0.5, compute_above: float = 2.0
-) -> str:
-    """The theoretical class of arithmetic intensity `intensity` (FLOP/byte) against the ridge
-    point `ridge` (peak FLOP/s / peak bytes/s): design §3.2's CI/ridge < 0.5 memory, > 2
-    compute, mixed between."""
-    if ridge <= 0:
-        raise KernelproError(f"Ridge point must be positive, got {ridge!r}")
-    ratio = intensity / ridge
-    if ratio < memory_below:
-        return "memory"
-    if ratio > compute_above:
-        return "compute"
-    return "mixed"
-
-
 def measured_class(metrics: KernelMetrics | None) -> tuple[str | None, float | None, float | None]:
     """(class, SM %, memory %) from ncu's speed-of-light metrics; class None if absent."""
     if metrics is None:
@@ -108,7 +92,13 @@ def classify(theoretical: str | None, metrics: KernelMetrics | None) -> Stage1:
         return Stage1(theoretical, "high", theoretical, measured, sm, mem, f"agree: {sol}")
     if theoretical == "mixed" and measured in ("memory", "compute"):
         return Stage1(
-            "mixed", "medium", theoretical, measured, sm, mem, f"mixed kernel on the {measured} roof: {sol}"
+            "mixed",
+            "medium",
+            theoretical,
+            measured,
+            sm,
+            mem,
+            f"mixed kernel on the {measured} roof: {sol}",
         )
     return Stage1(
         theoretical,

@@ -20,7 +20,12 @@ from pytest_kernelpro.tools.base import (
     pct,
 )
 from pytest_kernelpro.tools.registry import ToolRegistry
-from pytest_kernelpro.tools.signals import ISSUE_ACTIVE, StallBreakdown, stall_breakdown, stall_request
+from pytest_kernelpro.tools.signals import (
+    ISSUE_ACTIVE,
+    StallBreakdown,
+    stall_breakdown,
+    stall_request,
+)
 
 # Reasons a kernel author can act on; `selected`, `not_selected`, `misc` and `sleeping` are not.
 ACTIONABLE = (
@@ -91,27 +96,45 @@ STALL_ADVICE: dict[str, StallAdvice] = {
         "warps wait on global/local memory loads (hundreds of cycles to DRAM) and there is not "
         "enough independent work or prefetching to hide that latency",
         (
-            ("Stage data that is reused in shared memory (tile the loop) so each global value "
-             "is loaded once per block instead of once per use", 1.5, 3.0),
-            ("Keep several independent loads in flight per thread (unroll, load the next "
-             "iteration's data before using the current one) and use 128-bit loads (float4)",
-             1.2, 1.6),
-            ("On sm_80+ prefetch the next tile asynchronously (cp.async on Ampere, TMA on "
-             "Hopper) while computing on the current one", 1.2, 1.5),
+            (
+                "Stage data that is reused in shared memory (tile the loop) so each global value "
+                "is loaded once per block instead of once per use",
+                1.5,
+                3.0,
+            ),
+            (
+                "Keep several independent loads in flight per thread (unroll, load the next "
+                "iteration's data before using the current one) and use 128-bit loads (float4)",
+                1.2,
+                1.6,
+            ),
+            (
+                "On sm_80+ prefetch the next tile asynchronously (cp.async on Ampere, TMA on "
+                "Hopper) while computing on the current one",
+                1.2,
+                1.5,
+            ),
         ),
         SMEM_TILING_EXAMPLE,
     ),
     "short_scoreboard": StallAdvice(
-        "waiting for an MIO result (shared memory, special functions such as exp/rsqrt, "
-        "shuffles)",
+        "waiting for an MIO result (shared memory, special functions such as exp/rsqrt, shuffles)",
         "warps wait on shared-memory loads or MUFU/special-function results that the next "
         "instruction needs",
         (
-            ("Keep reused shared-memory values in registers (register tiling) so fewer "
-             "shared loads sit on the critical path", 1.2, 1.6),
+            (
+                "Keep reused shared-memory values in registers (register tiling) so fewer "
+                "shared loads sit on the critical path",
+                1.2,
+                1.6,
+            ),
             ("Remove shared-memory bank conflicts (pad rows by one element, swizzle)", 1.1, 1.4),
-            ("Interleave independent work between a shared load / special function and its "
-             "use; hoist transcendental math out of inner loops", 1.1, 1.3),
+            (
+                "Interleave independent work between a shared load / special function and its "
+                "use; hoist transcendental math out of inner loops",
+                1.1,
+                1.3,
+            ),
         ),
         REGISTER_TILE_EXAMPLE,
     ),
@@ -120,12 +143,24 @@ STALL_ADVICE: dict[str, StallAdvice] = {
         "warps reach __syncthreads() at different times, so most of the block waits for the "
         "slowest warp",
         (
-            ("Use warp-level primitives (__shfl_xor_sync, __reduce_add_sync, cooperative "
-             "groups) instead of shared memory + __syncthreads() for reductions", 1.2, 2.0),
-            ("Cut barriers per iteration: double-buffer shared tiles so one barrier per tile "
-             "suffices", 1.1, 1.4),
-            ("Balance work across the warps of a block (no warp-dependent loop bounds before a "
-             "barrier); consider smaller blocks", 1.1, 1.3),
+            (
+                "Use warp-level primitives (__shfl_xor_sync, __reduce_add_sync, cooperative "
+                "groups) instead of shared memory + __syncthreads() for reductions",
+                1.2,
+                2.0,
+            ),
+            (
+                "Cut barriers per iteration: double-buffer shared tiles so one barrier per tile "
+                "suffices",
+                1.1,
+                1.4,
+            ),
+            (
+                "Balance work across the warps of a block (no warp-dependent loop bounds before a "
+                "barrier); consider smaller blocks",
+                1.1,
+                1.3,
+            ),
         ),
         WARP_REDUCE_EXAMPLE,
     ),
@@ -133,10 +168,18 @@ STALL_ADVICE: dict[str, StallAdvice] = {
         "waiting for a branch target to be computed or the warp's divergence to be resolved",
         "data-dependent control flow in hot code makes warps wait on branch resolution",
         (
-            ("Replace conditionals in the inner loop with predication / selects "
-             "(result = cond ? a : b, or cond * a + (1 - cond) * b)", 1.1, 1.4),
-            ("Hoist loop-invariant and warp-uniform conditions out of the loop; make loop "
-             "bounds compile-time constants where possible", 1.05, 1.2),
+            (
+                "Replace conditionals in the inner loop with predication / selects "
+                "(result = cond ? a : b, or cond * a + (1 - cond) * b)",
+                1.1,
+                1.4,
+            ),
+            (
+                "Hoist loop-invariant and warp-uniform conditions out of the loop; make loop "
+                "bounds compile-time constants where possible",
+                1.05,
+                1.2,
+            ),
         ),
         PREDICATION_EXAMPLE,
     ),
@@ -145,10 +188,18 @@ STALL_ADVICE: dict[str, StallAdvice] = {
         "the kernel issues more shared-memory / special-function / shuffle instructions than "
         "the MIO pipe accepts: typically one shared load per FMA in a tiled loop",
         (
-            ("Register-tile: each thread computes a micro-tile (e.g. 4x4 or 8x8 outputs) so "
-             "each shared load feeds several FMAs", 1.5, 3.0),
-            ("Use wider shared loads (float4 / LDS.128) and, for tensor-core fragments, "
-             "ldmatrix", 1.2, 1.5),
+            (
+                "Register-tile: each thread computes a micro-tile (e.g. 4x4 or 8x8 outputs) so "
+                "each shared load feeds several FMAs",
+                1.5,
+                3.0,
+            ),
+            (
+                "Use wider shared loads (float4 / LDS.128) and, for tensor-core fragments, "
+                "ldmatrix",
+                1.2,
+                1.5,
+            ),
             ("Remove shared-memory bank conflicts (each replay is another MIO op)", 1.05, 1.3),
         ),
         REGISTER_TILE_EXAMPLE,
@@ -158,10 +209,17 @@ STALL_ADVICE: dict[str, StallAdvice] = {
         "the kernel issues too many global or local memory instructions: scalar (32-bit) "
         "accesses, or values re-read from global memory instead of being reused",
         (
-            ("Reuse loaded values: cache tiles in shared memory or registers instead of "
-             "re-reading global memory inside the loop", 1.5, 4.0),
-            ("Vectorize global accesses (float4 / 128-bit) to issue 4x fewer instructions",
-             1.2, 2.0),
+            (
+                "Reuse loaded values: cache tiles in shared memory or registers instead of "
+                "re-reading global memory inside the loop",
+                1.5,
+                4.0,
+            ),
+            (
+                "Vectorize global accesses (float4 / 128-bit) to issue 4x fewer instructions",
+                1.2,
+                2.0,
+            ),
             ("Remove local-memory traffic (spills, dynamically indexed local arrays)", 1.1, 1.5),
         ),
         SMEM_TILING_EXAMPLE,
@@ -170,18 +228,30 @@ STALL_ADVICE: dict[str, StallAdvice] = {
         "a math pipe (FMA, ALU, FP64, tensor) is busy",
         "the kernel saturates one arithmetic pipe: it is compute-limited on that pipe",
         (
-            ("Move matrix work to tensor cores (WMMA/mma.sync, or wgmma on Hopper) or to a "
-             "library GEMM", 2.0, 8.0),
-            ("Use cheaper instructions on the busy pipe: FP32 instead of FP64, fused FFMA, "
-             "fast intrinsics; spread integer index math to other pipes", 1.1, 1.5),
+            (
+                "Move matrix work to tensor cores (WMMA/mma.sync, or wgmma on Hopper) or to a "
+                "library GEMM",
+                2.0,
+                8.0,
+            ),
+            (
+                "Use cheaper instructions on the busy pipe: FP32 instead of FP64, fused FFMA, "
+                "fast intrinsics; spread integer index math to other pipes",
+                1.1,
+                1.5,
+            ),
         ),
     ),
     "wait": StallAdvice(
         "waiting on a fixed-latency dependency (the previous arithmetic result)",
         "long chains of dependent arithmetic: each instruction needs the previous result",
         (
-            ("Increase instruction-level parallelism: unroll with several independent "
-             "accumulators", 1.1, 1.5),
+            (
+                "Increase instruction-level parallelism: unroll with several independent "
+                "accumulators",
+                1.1,
+                1.5,
+            ),
             ("Raise the number of eligible warps (occupancy) to hide fixed latencies", 1.05, 1.3),
         ),
     ),
@@ -193,32 +263,60 @@ STALL_ADVICE: dict[str, StallAdvice] = {
     "membar": StallAdvice(
         "waiting on a memory fence (__threadfence, membar)",
         "memory fences in hot code force warps to wait for outstanding memory operations",
-        (("Remove or narrow fences (use block- or cluster-scoped fences, or mbarrier "
-          "synchronization)", 1.05, 1.5),),
+        (
+            (
+                "Remove or narrow fences (use block- or cluster-scoped fences, or mbarrier "
+                "synchronization)",
+                1.05,
+                1.5,
+            ),
+        ),
     ),
     "gmma": StallAdvice(
         "waiting for warpgroup MMA (wgmma) results",
         "warpgroups wait on their own wgmma results: the MMA pipeline is not deep enough",
-        (("Keep more wgmma groups in flight (wgmma.wait_group with N > 0, more pipeline "
-          "stages) and overlap the epilogue with the next tile's MMAs", 1.1, 1.4),),
+        (
+            (
+                "Keep more wgmma groups in flight (wgmma.wait_group with N > 0, more pipeline "
+                "stages) and overlap the epilogue with the next tile's MMAs",
+                1.1,
+                1.4,
+            ),
+        ),
     ),
     "dispatch_stall": StallAdvice(
         "the dispatcher could not issue the selected instruction",
         "pipeline conflicts at dispatch, often with many register-bank or pipe conflicts",
-        (("Rebalance the instruction mix across pipes; check register bank conflicts in the "
-          "inner loop", 1.02, 1.15),),
+        (
+            (
+                "Rebalance the instruction mix across pipes; check register bank conflicts in the "
+                "inner loop",
+                1.02,
+                1.15,
+            ),
+        ),
     ),
     "drain": StallAdvice(
         "waiting for memory stores to drain at warp exit",
         "the kernel ends with many outstanding stores",
-        (("Issue stores earlier or vectorize them; give each warp more work so exit is rarer",
-          1.02, 1.2),),
+        (
+            (
+                "Issue stores earlier or vectorize them; give each warp more work so exit is rarer",
+                1.02,
+                1.2,
+            ),
+        ),
     ),
     "imc_miss": StallAdvice(
         "waiting on an immediate-constant cache miss",
         "constant-memory accesses miss the constant cache (divergent constant indices)",
-        (("Make constant-memory indices warp-uniform or move the table to shared memory",
-          1.02, 1.2),),
+        (
+            (
+                "Make constant-memory indices warp-uniform or move the table to shared memory",
+                1.02,
+                1.2,
+            ),
+        ),
     ),
     "no_instruction": StallAdvice(
         "waiting for instructions (instruction cache miss)",
@@ -254,7 +352,16 @@ class WarpStallTool(ProfilingTool):
     description = "Dominant warp stall reason (long/short scoreboard, barrier, branch, MIO/LG throttle, math pipe)"
     affinity = "always"
     required_metrics = (
-        *(stall_request(r) for r in ("long_scoreboard", "short_scoreboard", "barrier", "branch_resolving", "mio_throttle")),
+        *(
+            stall_request(r)
+            for r in (
+                "long_scoreboard",
+                "short_scoreboard",
+                "barrier",
+                "branch_resolving",
+                "mio_throttle",
+            )
+        ),
         MetricRequest(ISSUE_ACTIVE, "issue active", required=False),
     )
     TRIGGER_PCT = 40.0
@@ -280,7 +387,8 @@ class WarpStallTool(ProfilingTool):
 
     def analyze(self, ctx: ToolContext) -> Finding:
         found = self._dominant(ctx)
-        assert found is not None
+        if found is None:
+            raise self.not_triggered(ctx)
         bd, reason, share = found
         advice = STALL_ADVICE[reason]
         severity = "critical" if share > self.CRITICAL_PCT else "high"
@@ -294,10 +402,14 @@ class WarpStallTool(ProfilingTool):
         evidence = _stall_evidence(bd, [reason, *(r for r, _ in ranked)], conditions)
         issue = ctx.value(ISSUE_ACTIVE)
         if issue is not None:
-            evidence[ISSUE_ACTIVE] = Evidence(issue, f"{pct(issue)} < {self.ISSUE_HIDDEN_PCT:g}%: stalls are not hidden", "%")
+            evidence[ISSUE_ACTIVE] = Evidence(
+                issue, f"{pct(issue)} < {self.ISSUE_HIDDEN_PCT:g}%: stalls are not hidden", "%"
+            )
         bound = _amdahl(share)
         recs = [
-            Recommendation(text, lo, hi, "heuristic range, capped by 1/(1 - stall share)").capped(bound)
+            Recommendation(text, lo, hi, "heuristic range, capped by 1/(1 - stall share)").capped(
+                bound
+            )
             for text, lo, hi in advice.recommendations
         ]
         others = ", ".join(f"{r} {pct(s)}" for r, s in ranked) or "none"
@@ -338,7 +450,8 @@ class BarrierStallTool(ProfilingTool):
 
     def analyze(self, ctx: ToolContext) -> Finding:
         found = self._share(ctx)
-        assert found is not None
+        if found is None:
+            raise self.not_triggered(ctx)
         bd, share = found
         severity = "critical" if share > self.CRITICAL_PCT else "high"
         limit = self.CRITICAL_PCT if severity == "critical" else self.TRIGGER_PCT
@@ -347,7 +460,9 @@ class BarrierStallTool(ProfilingTool):
         )
         block = ctx.value("launch__block_size")
         if block is not None:
-            evidence["launch__block_size"] = Evidence(block, f"{num(block)} threads wait for the slowest warp")
+            evidence["launch__block_size"] = Evidence(
+                block, f"{num(block)} threads wait for the slowest warp"
+            )
         advice = STALL_ADVICE["barrier"]
         bound = _amdahl(share)
         return self.make_finding(
@@ -361,7 +476,9 @@ class BarrierStallTool(ProfilingTool):
             ),
             evidence=evidence,
             recommendations=[
-                Recommendation(t, lo, hi, "heuristic range, capped by 1/(1 - stall share)").capped(bound)
+                Recommendation(t, lo, hi, "heuristic range, capped by 1/(1 - stall share)").capped(
+                    bound
+                )
                 for t, lo, hi in advice.recommendations
             ],
             code_example=advice.code,

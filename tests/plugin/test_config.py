@@ -7,14 +7,22 @@ import pytest
 from pytest_kernelpro.config import KernelproConfig
 
 
-def _settings(pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = None) -> KernelproConfig:
+def _settings(
+    pytester: pytest.Pytester, *args: str, env: dict[str, str] | None = None
+) -> KernelproConfig:
     config = pytester.parseconfigure(*args)
     return KernelproConfig.from_pytest_config(config, environ=env or {})
 
 
 def test_defaults(pytester: pytest.Pytester) -> None:
     s = _settings(pytester)
-    assert (s.threshold, s.trials, s.device, s.check, s.cuda_graph) == (0.05, 3, "auto", False, False)
+    assert (s.threshold, s.trials, s.device, s.check, s.cuda_graph) == (
+        0.05,
+        3,
+        "auto",
+        False,
+        False,
+    )
     assert s.baseline_path == pytester.path / "kernelpro-baseline.yaml"
     assert s.sources["threshold"] == "default"
 
@@ -33,14 +41,19 @@ def test_ini_then_env_then_cli(pytester: pytest.Pytester) -> None:
 
 
 def test_pyproject_ini_keys(pytester: pytest.Pytester) -> None:
-    pytester.makepyprojecttoml('[tool.pytest.ini_options]\nkernelpro_device = "cpu"\nkernelpro_cuda_graph = "true"\n')
+    pytester.makepyprojecttoml(
+        '[tool.pytest.ini_options]\nkernelpro_device = "cpu"\nkernelpro_cuda_graph = "true"\n'
+    )
     s = _settings(pytester)
     assert (s.device, s.cuda_graph) == ("cpu", True)
 
 
 def test_bad_ini_value_names_source_and_fix(pytester: pytest.Pytester) -> None:
     pytester.makeini("[pytest]\nkernelpro_threshold = lots\n")
-    with pytest.raises(pytest.UsageError, match=r"invalid value from ini key kernelpro_threshold: 'lots' is not a fraction; write e\.g\. 0\.05 or 5%"):
+    with pytest.raises(
+        pytest.UsageError,
+        match=r"invalid value from ini key kernelpro_threshold: 'lots' is not a fraction; write e\.g\. 0\.05 or 5%",
+    ):
         _settings(pytester)
 
 

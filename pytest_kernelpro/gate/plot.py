@@ -1,0 +1,184 @@
+"""A log-log roofline plot (PNG) of every measured kernel, written atomically.
+
+Each device/peak pair gets its ceilings: the memory slope (bandwidth x intensity) and the
+compute roof (peak FLOP/s), meeting at the ridge point. Each kernel is a point at its
+arithmetic intensity and achieved FLOP/s (FLOPs / median time). The ceilings come from the
+record's roofline dict: `peak_flops` and `bandwidth_Bps` when present, otherwise derived from
+`ridge` (= P / BW) and `roofline_time_s` (= max(F / P, B / BW)).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.gate.format import short_device
+from pytest_kernelpro.results import KernelRecord
+
+_PEAK_KEYS = ("peak_flops", "peak_flops_per_s", "peak_flop_s")
+_BW_KEYS = ("bandwidth_Bps", "peak_bandwidth_Bps", "bandwidth")
+
+
+@dataclass(frozen=True)
+class RooflinePoint:
+    """One kernel on the plot."""
+
+    label: str
+    device: str
+    peak_name: str
+    intensity: float  # FLOP per byte
+    achieved_flops: float  # FLOP/s
+    peak_flops: float
+    bandwidth_Bps: float
+
+
+def _pos(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) and out > 0 else None
+
+
+def _ceilings(roofline: dict[str, Any]) -> tuple[float, float] | None:
+    """(peak FLOP/s, bandwidth B/s) of a roofline dict, or None if they cannot be known."""
+    peak = next((_pos(roofline.get(k)) for k in _PEAK_KEYS if _pos(roofline.get(k))), None)
+    bw = next((_pos(roofline.get(k)) for k in _BW_KEYS if _pos(roofline.get(k))), None)
+    if peak and bw:
+        return peak, bw
+    flops, nbytes = _pos(roofline.get("flops")), _pos(roofline.get("min_bytes"))
+    ridge, rt = _pos(roofline.get("ridge")), _pos(roofline.get("roofline_time_s"))
+    if not (flops and nbytes and ridge and rt):
+        return None
+    # rt = max(F/P, B/BW) and P = ridge * BW: solve for BW on whichever side bound it.
+    if flops / nbytes >= ridge:  # compute-bound: rt = F / P
+        peak = flops / rt
+        return peak, peak / ridge
+    bw = nbytes / rt  # memory-bound: rt = B / BW
+    return ridge * bw, bw
+
+
+def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint], list[str]]:
+    """The plottable kernels, and the names of those that cannot be placed (and why)."""
+    points: list[RooflinePoint] = []
+    skipped: list[str] = []
+    for r in records:
+        roofline = r.roofline or {}
+        med = r.median_s
+        flops = _pos(roofline.get("flops"))
+        nbytes = _pos(roofline.get("min_bytes"))
+        ceilings = _ceilings(roofline)
+        if med is None or not med > 0:
+            skipped.append(f"{r.name} (not timed)")
+        elif not flops or not nbytes:
+            skipped.append(f"{r.name} (0 FLOPs: no point on a log axis)")
+        elif ceilings is None:
+            skipped.append(f"{r.name} (no roofline ceilings)")
+        else:
+            points.append(
+                RooflinePoint(
+                    label=r.name,
+                    device=short_device(r.device),
+                    peak_name=str(roofline.get("peak_name") or "peak"),
+                    intensity=flops / nbytes,
+                    achieved_flops=flops / med,
+                    peak_flops=ceilings[0],
+                    bandwidth_Bps=ceilings[1],
+                )
+            )
+    return points, skipped
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def roofline_plot(
+    records: Sequence[KernelRecord], path: str | os.PathLike[str], *, title: str | None = None
+) -> Path:
+    """Draw every kernel on its device's roofline and write a PNG to `path` atomically.
+
+    Raises KernelproError when no kernel can be placed (none timed, or none with FLOPs and
+    bytes), so a CI step does not upload an empty picture silently.
+    """
+    points, skipped = roofline_points(records)
+    target = Path(path)
+    if not points:
+        raise KernelproError(
+            f"roofline plot {target}: no kernel has FLOPs, bytes, ceilings and a median time "
+            f"({'; '.join(skipped) or 'no records'}); nothing to draw"
+        )
+    # The Agg canvas directly, not pyplot: no global backend switch, no GUI, thread-safe.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 6), dpi=120)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    lo = min(p.intensity for p in points) / 8
+    hi = max(max(p.intensity for p in points), max(p.peak_flops / p.bandwidth_Bps for p in points))
+    hi *= 8
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ceilings = sorted({(p.device, p.peak_name, p.peak_flops, p.bandwidth_Bps) for p in points})
+    color_of = {}
+    for i, (device, peak_name, peak, bw) in enumerate(ceilings):
+        color = f"C{i % 10}"
+        color_of[(device, peak_name, peak, bw)] = color
+        ax.plot(
+            grid,
+            [min(peak, bw * x) for x in grid],
+            color=color,
+            linewidth=1.6,
+            label=f"{device} {peak_name}: {peak / 1e12:.3g} TFLOP/s, {bw / 1e9:.4g} GB/s",
+        )
+        ax.axvline(peak / bw, color=color, linewidth=0.6, linestyle=":", alpha=0.7)
+    ys = [math.log10(p.achieved_flops) for p in points]
+    pts_per_decade = 330.0 / max(1.0, max(ys) - min(ys) + 1.0)  # ~ axes height in points
+    labels: list[tuple[float, float]] = []  # (x in decades, label y in points)
+    for p in sorted(points, key=lambda q: (q.intensity, -q.achieved_flops)):
+        color = color_of[(p.device, p.peak_name, p.peak_flops, p.bandwidth_Bps)]
+        ax.scatter([p.intensity], [p.achieved_flops], color=color, edgecolor="black", zorder=3)
+        roof = min(p.peak_flops, p.bandwidth_Bps * p.intensity)
+        x, y = math.log10(p.intensity), math.log10(p.achieved_flops) * pts_per_decade
+        # Move a label down until it clears the labels already placed near it.
+        k = 0
+        while any(abs(lx - x) < 0.6 and abs(ly - (y - 10 - 9 * k)) < 8.5 for lx, ly in labels):
+            k += 1
+        labels.append((x, y - 10 - 9 * k))
+        ax.annotate(
+            f"{p.label} ({p.achieved_flops / roof:.0%})",
+            (p.intensity, p.achieved_flops),
+            textcoords="offset points",
+            xytext=(6, -10 - 9 * k),
+            fontsize=7,
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte, minimal bytes)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.set_title(title or f"Roofline: {len(points)} kernel(s)")
+    ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
+    ax.legend(fontsize=7, loc="lower right")
+    if skipped:
+        fig.text(0.01, 0.01, "not shown: " + "; ".join(skipped)[:300], fontsize=6)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    _atomic_write_bytes(target, buffer.getvalue())
+    return target

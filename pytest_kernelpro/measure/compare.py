@@ -1,0 +1,236 @@
+"""Compare a kernel's outputs with the reference's, leaf by leaf, and explain any difference.
+
+Split from `correctness.py` (which runs the trials); this part only compares two output
+structures: tensors, tuples/lists/dicts of them (nested), and plain Python values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .correctness import Tolerance
+
+TolFor = Callable[[Any], "Tolerance"]
+
+
+def json_float(value: float) -> float | str:
+    """A float for JSON: finite as is, else "inf", "-inf" or "nan"."""
+    return value if math.isfinite(value) else str(value)
+
+
+@dataclass
+class LeafReport:
+    """The comparison of one output leaf (one tensor or value)."""
+
+    path: str
+    tolerance: Tolerance
+    ok: bool
+    message: str | None = None
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    worst_ratio: float = 0.0  # max |err| / (atol + rtol |expected|); inf for NaN/exact misses
+    worst_index: tuple[int, ...] | None = None
+    notes: list[str] = field(default_factory=list)
+    kind: str = "values"  # what failed: "values" (beyond tolerance), "nan", "exact", "structure"
+
+
+def _describe(torch: Any, obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        dtype = str(obj.dtype).removeprefix("torch.")
+        return f"a tensor of shape {tuple(obj.shape)} dtype {dtype}"
+    if isinstance(obj, (list, tuple)):
+        return f"a {type(obj).__name__} of {len(obj)} items"
+    if isinstance(obj, dict):
+        return f"a dict with keys {sorted(map(str, obj))}"
+    return f"{type(obj).__name__} {obj!r}"[:120]
+
+
+def _mismatch(torch: Any, path: str, tol: Tolerance, got: Any, expected: Any) -> LeafReport:
+    text = f"{path}: kernel returned {_describe(torch, got)}; reference returned {_describe(torch, expected)}."
+    return LeafReport(path, tol, False, text, worst_ratio=math.inf, kind="structure")
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.7g}" if isinstance(value, (float, complex)) else repr(value)
+
+
+def compare_outputs(
+    torch: Any, got: Any, expected: Any, tolerance_for: TolFor, path: str = "output"
+) -> list[LeafReport]:
+    """Compare `got` (kernel) with `expected` (reference); one `LeafReport` per leaf.
+
+    A structure mismatch (a tuple of 2 vs 3, a tensor vs a list) is one failing report at
+    the path where the structures part. Tuples and lists are interchangeable.
+    """
+    if isinstance(expected, torch.Tensor):
+        return [compare_tensor(torch, path, got, expected, tolerance_for(expected.dtype))]
+    if isinstance(expected, (list, tuple, dict)):
+        kind = dict if isinstance(expected, dict) else (list, tuple)
+        if not isinstance(got, kind) or len(got) != len(expected):
+            return [_mismatch(torch, path, tolerance_for(None), got, expected)]
+        if isinstance(expected, dict) and set(got) != set(expected):
+            return [_mismatch(torch, path, tolerance_for(None), got, expected)]
+        keys = list(expected) if isinstance(expected, dict) else range(len(expected))
+        reports: list[LeafReport] = []
+        for key in keys:
+            sub = f"{path}[{key!r}]" if isinstance(expected, dict) else f"{path}[{key}]"
+            reports.extend(compare_outputs(torch, got[key], expected[key], tolerance_for, sub))
+        return reports
+    return [_compare_value(torch, path, got, expected, tolerance_for)]
+
+
+def _compare_value(
+    torch: Any, path: str, got: Any, expected: Any, tolerance_for: TolFor
+) -> LeafReport:
+    """Plain Python leaves: floats with the tolerance (float64's by default), others by ==."""
+    is_number = isinstance(got, (int, float)) and not isinstance(got, bool)
+    if not (isinstance(expected, float) and is_number):
+        tol = tolerance_for(None)
+        if type(got) is type(expected) and got == expected:
+            return LeafReport(path, tol, True)
+        return _mismatch(torch, path, tol, got, expected)
+    tol = tolerance_for("float64")
+    if math.isnan(expected) and math.isnan(got):
+        note = f"{path}: the reference produced NaN and so did the kernel (accepted)"
+        return LeafReport(path, tol, True, notes=[note])
+    diff = abs(got - expected)
+    limit = tol.atol + tol.rtol * abs(expected)
+    ratio = diff / limit if limit else (0.0 if diff == 0 else math.inf)
+    ok = not math.isnan(diff) and ratio <= 1.0
+    rel = diff / abs(expected) if expected else 0.0
+    msg = None
+    if not ok:
+        msg = (
+            f"{path}: expected {_fmt(expected)}, got {_fmt(got)} "
+            f"(rtol={tol.rtol:g}, atol={tol.atol:g}, {tol.source})."
+        )
+    return LeafReport(path, tol, ok, msg, diff, rel, ratio if ok or ratio > 1 else math.inf)
+
+
+def compare_tensor(torch: Any, path: str, got: Any, exp: Any, tol: Tolerance) -> LeafReport:
+    """One tensor pair: shape/dtype first, then exact (int/bool) or allclose (float)."""
+    if not isinstance(got, torch.Tensor):
+        return _mismatch(torch, path, tol, got, exp)
+    if tuple(got.shape) != tuple(exp.shape) or got.dtype != exp.dtype:
+        g_dtype = str(got.dtype).removeprefix("torch.")
+        e_dtype = str(exp.dtype).removeprefix("torch.")
+        text = (
+            f"{path}: kernel returned shape {tuple(got.shape)} dtype {g_dtype}; "
+            f"reference returned {tuple(exp.shape)} {e_dtype}."
+        )
+        return LeafReport(path, tol, False, text, worst_ratio=math.inf, kind="structure")
+    if exp.numel() == 0:
+        return LeafReport(path, tol, True)
+    g, e = got.detach(), exp.detach()
+    if g.device != e.device:
+        g = g.to(e.device)
+    if exp.dtype.is_floating_point or exp.dtype.is_complex:
+        return _compare_float(torch, path, g, e, tol)
+    return _compare_exact(torch, path, g, e, tol)
+
+
+def _compare_exact(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
+    """Integers and bool: every element equal."""
+    shape, total = tuple(e.shape), e.numel()
+    bad = (g != e).reshape(-1)
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return LeafReport(path, tol, True)
+    flat = int(bad.nonzero()[0])
+    index = _unravel(flat, shape)
+    got_v, exp_v = g.reshape(-1)[flat].item(), e.reshape(-1)[flat].item()
+    text = (
+        f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) differ "
+        f"({tol.source}); first at index {index}: expected {exp_v!r}, got {got_v!r}."
+    )
+    if e.dtype != torch.bool and got_v == torch.iinfo(e.dtype).max:
+        dtype = str(e.dtype).removeprefix("torch.")
+        text += (
+            f" {got_v} is the poison value for {dtype}: that element was probably never written."
+        )
+    return LeafReport(path, tol, False, text, worst_ratio=math.inf, worst_index=index, kind="exact")
+
+
+def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
+    """Floating/complex: allclose per element in float64, NaN and infinities explained."""
+    shape, total = tuple(e.shape), e.numel()
+    work = torch.complex128 if e.dtype.is_complex else torch.float64
+    gd, ed = g.to(work).reshape(-1), e.to(work).reshape(-1)
+    g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+    numbers = ~g_nan & ~e_nan
+    inf_any = numbers & (torch.isinf(gd) | torch.isinf(ed))
+    finite = numbers & ~inf_any
+    masks = {
+        "nan": g_nan & ~e_nan,  # kernel NaN where the reference is a number
+        "missing nan": e_nan & ~g_nan,  # the reference is NaN, the kernel a number
+        "inf": inf_any & (gd != ed),  # an infinity on one side only, or of the other sign
+    }
+    zero = torch.zeros((), dtype=torch.float64, device=gd.device)
+    diff = torch.where(finite, (gd - ed).abs(), zero)
+    e_abs = ed.abs()
+    limit = tol.atol + tol.rtol * e_abs
+    masks["over"] = finite & (diff > limit)
+    # diff / 0 (exact tolerance) is inf for a real difference; elements with diff 0 give 0.
+    ratio = torch.where(diff > 0, diff / limit, zero)
+    max_abs = float(diff.max())
+    rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
+    max_rel = float(rel.max())
+    worst_flat = int(ratio.argmax())
+    worst_ratio = float(ratio[worst_flat])
+    counts = {name: int(mask.sum()) for name, mask in masks.items()}
+    notes = []
+    n_both_nan = int((g_nan & e_nan).sum())
+    if n_both_nan:
+        notes.append(
+            f"{path}: the reference itself produced NaN at {n_both_nan} element(s) and the kernel "
+            "has NaN at the same places (accepted: the reference runs without output poisoning)"
+        )
+    n_bad = sum(counts.values())
+    if n_bad == 0:
+        index = _unravel(worst_flat, shape)
+        return LeafReport(path, tol, True, None, max_abs, max_rel, worst_ratio, index, notes)
+    parts = [
+        f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "
+        f"rtol={tol.rtol:g}, atol={tol.atol:g} ({tol.source})."
+    ]
+    kind = "values"
+    for name in ("nan", "missing nan", "inf"):
+        if counts[name]:
+            first_flat = int(masks[name].nonzero()[0])
+            if kind == "values":  # the first non-number problem names the worst element
+                kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
+            first = _unravel(first_flat, shape)
+            parts.append(
+                {
+                    "nan": f"{counts[name]} NaN where the reference is a number, first at index "
+                    f"{first}: never written by the kernel (outputs are poisoned with NaN before "
+                    "it runs) or computed as NaN.",
+                    "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
+                    f"the kernel is not, first at index {first}.",
+                    "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
+                    f"the other sign, first at index {first}.",
+                }[name]
+            )
+    index = _unravel(worst_flat, shape)
+    exp_v, got_v = e.reshape(-1)[worst_flat].item(), g.reshape(-1)[worst_flat].item()
+    parts.append(f"Worst at index {index}: expected {_fmt(exp_v)}, got {_fmt(got_v)}.")
+    if counts["over"]:
+        parts.append(
+            f"Max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+            "(over the elements that are numbers on both sides)."
+        )
+    return LeafReport(
+        path, tol, False, " ".join(parts), max_abs, max_rel, worst_ratio, index, notes, kind
+    )

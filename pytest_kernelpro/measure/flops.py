@@ -1,0 +1,430 @@
+"""FLOPs, bytes, category and peak of one aten op (the counting rules of the roofline).
+
+GEMM, convolution and attention FLOPs come from torch's own registry
+(`torch.utils.flop_counter.flop_registry`, what FlopCounterMode counts). Everything else
+uses the formulas below, per element of the tensor named:
+
+==============================  ===========================================================
+elementwise (pointwise tag)     1 per output element, transcendental ops (exp, tanh, gelu,
+                                ...) too: the roofline prices an op, not its instruction mix
+reduction (sum, mean, amax...)  1 per input element (n - 1 adds per row of n, taken as n)
+var / std (+ _mean)             4 per input element (mean, subtract, square, sum)
+norm / linalg_vector_norm       2 per input element (square, sum)
+logsumexp                       4 per input element (max, subtract, exp, sum)
+softmax, log_softmax            5 per element (max, subtract, exp, sum, divide/subtract)
+layer / group norm, batch norm  5 per element (mean, subtract, square, sum, scale by rstd)
+  (training statistics)         + 1 per element for a weight, + 1 for a bias
+batch norm (running stats)      2 per element (subtract, scale) + weight + bias
+rms norm (fused)                3 per element (square, sum, scale) + 1 for a weight
+cumsum / cumprod / cummax/min   1 per element; logcumsumexp 3 per element
+losses                          mse / l1 3, smooth_l1 / huber 4, kl_div 3, binary
+                                cross-entropy 6 (with logits 7) per element; nll_loss 1
+                                per target
+attention without a registry    torch's SDPA formula: 2*B*H*Lq*Lk*(D + Dv)
+  entry (CPU flash kernel)
+copies, casts, cat, gather,     0 FLOPs (bytes only)
+  fills, random fills
+views, empty allocations        no cost at all (not listed)
+anything else                   0 FLOPs and a note: give the marker `flops=` or answer the
+                                pytest_kernelpro_op_cost hook
+==============================  ===========================================================
+
+Bytes of an op ("unfused" bytes) are its input tensors read plus its output tensors
+written, each distinct tensor once; a broadcast (stride-0) dimension counts once. The first
+argument of a write-only op (copy_, fill_, zero_, random fills) and `out=` tensors are not
+read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .devices import DeviceSpec
+
+CATEGORIES: tuple[str, ...] = (
+    "gemm",
+    "conv",
+    "attention",
+    "softmax",
+    "norm",
+    "reduction",
+    "elementwise",
+    "scan",
+    "copy",
+    "other",
+)
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The cost of one aten op (or, aggregated, of all calls of one op at one peak)."""
+
+    op: str
+    category: str
+    flops: float
+    bytes_unfused: float
+    dtype: str
+    peak_key: str
+    count: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------- op tables
+
+_GEMM = {
+    "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "matmul",
+    "linear", "_int_mm", "_scaled_mm", "_grouped_mm", "_scaled_grouped_mm", "einsum",
+}  # fmt: skip
+_CONV_PREFIXES = ("conv", "_conv", "cudnn_conv", "mkldnn_conv", "miopen_conv", "_slow_conv",
+                  "slow_conv", "thnn_conv")  # fmt: skip
+_SOFTMAX = {
+    "_softmax",
+    "softmax",
+    "_log_softmax",
+    "log_softmax",
+    "_safe_softmax",
+    "_masked_softmax",
+}
+_NORM = {
+    "native_layer_norm", "layer_norm", "native_group_norm", "group_norm", "_fused_rms_norm",
+    "rms_norm", "native_batch_norm", "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training", "_native_batch_norm_legit_functional",
+    "batch_norm", "cudnn_batch_norm", "miopen_batch_norm", "instance_norm",
+    "_batch_norm_with_update", "_batch_norm_no_update", "_batch_norm_impl_index",
+}  # fmt: skip
+_REDUCTION_PER_ELEMENT = {
+    "sum": 1, "nansum": 1, "mean": 1, "nanmean": 1, "amax": 1, "amin": 1, "max": 1, "min": 1,
+    "aminmax": 1, "prod": 1, "any": 1, "all": 1, "argmax": 1, "argmin": 1,
+    "count_nonzero": 1, "var": 4, "std": 4, "var_mean": 4, "std_mean": 4, "norm": 2,
+    "linalg_vector_norm": 2, "logsumexp": 4,
+    # losses (per element of the input)
+    "mse_loss": 3, "l1_loss": 3, "smooth_l1_loss": 4, "huber_loss": 4, "kl_div": 3,
+    "binary_cross_entropy": 6, "binary_cross_entropy_with_logits": 7, "soft_margin_loss": 4,
+}  # fmt: skip
+_NLL = {"nll_loss_forward", "nll_loss2d_forward", "nll_loss", "nll_loss_nd"}
+_SCAN_PER_ELEMENT = {"cumsum": 1, "cumprod": 1, "cummax": 1, "cummin": 1, "_cummax_helper": 1,
+                     "_cummin_helper": 1, "logcumsumexp": 3}  # fmt: skip
+_COPY = {
+    "copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index_select", "gather",
+    "scatter", "scatter_", "scatter_add", "scatter_add_", "index", "_unsafe_index", "index_put",
+    "index_put_", "_index_put_impl_", "embedding", "_copy_from", "_copy_from_and_resize",
+    "fill", "fill_", "zero_", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like",
+    "new_zeros", "new_ones", "new_full", "scalar_tensor", "arange", "linspace", "randn",
+    "rand", "randint", "randn_like", "rand_like", "randint_like", "normal", "normal_",
+    "uniform_", "bernoulli", "bernoulli_", "random_", "exponential_", "flip", "roll",
+    "repeat", "tril", "triu", "constant_pad_nd", "narrow_copy", "slice_scatter",
+    "select_scatter", "diagonal_scatter", "masked_select", "take", "lift_fresh_copy",
+    "_local_scalar_dense", "masked_scatter", "index_copy", "index_fill", "index_add", "sort",
+    "topk", "unique", "_unique2", "nonzero", "view_copy", "permute_copy", "expand_copy",
+    "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy",
+}  # fmt: skip
+# Ops whose first argument is only written (not read).
+_WRITE_ONLY_SELF = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
+                    "exponential_", "index_put_", "_index_put_impl_", "scatter_"}  # fmt: skip
+# Ops that move no bytes: views and allocations without a fill.
+_NO_COST = {
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "alias", "detach", "lift_fresh",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "empty_permuted", "resize_", "set_", "as_strided", "t", "expand", "unsqueeze", "squeeze",
+    "permute", "transpose", "slice", "select", "split", "split_with_sizes", "unbind",
+    "chunk", "unfold", "diagonal", "narrow", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "_assert_async", "_assert_scalar", "record_stream", "_to_dense",
+}  # fmt: skip
+_EXTRA_ELEMENTWISE = {"native_dropout", "dropout", "_prelu_kernel", "prelu", "glu",
+                      "_masked_scale", "threshold", "where", "masked_fill", "clamp"}  # fmt: skip
+
+_DTYPE_CPU_KEY = {"float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def base_name(func: Any) -> str:
+    """The aten op's base name without namespace or overload: aten.mm.default -> "mm"."""
+    schema = getattr(func, "_schema", None)
+    name = schema.name if schema is not None else str(func)
+    return name.split("::")[-1].split(".")[0]
+
+
+def is_no_cost(func: Any) -> bool:
+    """A view or a bare allocation: it reads and writes nothing."""
+    return bool(getattr(func, "is_view", False)) or base_name(func) in _NO_COST
+
+
+def op_category(func: Any) -> str:
+    """The roofline category of an aten op (see the module docstring's table)."""
+    import torch
+
+    name = base_name(func)
+    if name in _GEMM:
+        return "gemm"
+    if name.startswith(_CONV_PREFIXES):
+        return "conv"
+    if "attention" in name:
+        return "attention"
+    if name in _SOFTMAX:
+        return "softmax"
+    if name in _NORM:
+        return "norm"
+    if name in _REDUCTION_PER_ELEMENT or name in _NLL:
+        return "reduction"
+    if name in _SCAN_PER_ELEMENT:
+        return "scan"
+    if name in _COPY or name.endswith("_copy"):
+        return "copy"
+    if torch.Tag.pointwise in getattr(func, "tags", ()) or name.rstrip("_") in _EXTRA_ELEMENTWISE:
+        return "elementwise"
+    return "other"
+
+
+# ---------------------------------------------------------------------------- tensors
+
+
+def iter_tensors(obj: Any) -> Iterator[Any]:
+    """Every torch.Tensor inside nested args/kwargs/outputs (pytree leaves)."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    for leaf in tree_flatten(obj)[0]:
+        if isinstance(leaf, torch.Tensor):
+            yield leaf
+
+
+def tensor_bytes(t: Any) -> int:
+    """Bytes a tensor occupies once: a broadcast (stride-0) dimension counts once."""
+    if t.numel() == 0:
+        return 0
+    unique = math.prod(
+        size for size, stride in zip(t.shape, t.stride(), strict=True) if stride != 0
+    )
+    return int(unique) * t.element_size()
+
+
+def _tensor_key(t: Any) -> tuple[Any, ...]:
+    try:
+        ptr = t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError, AttributeError):
+        ptr = id(t)
+    return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> float:
+    """Bytes read (distinct input tensors) plus bytes written (distinct outputs)."""
+    kwargs = dict(kwargs)
+    out_kw = kwargs.pop("out", None)
+    read_args: Any = args
+    if base_name(func) in _WRITE_ONLY_SELF and args:
+        read_args = args[1:]
+    reads = {_tensor_key(t): tensor_bytes(t) for t in iter_tensors((read_args, kwargs))}
+    writes = {_tensor_key(t): tensor_bytes(t) for t in iter_tensors((out, out_kw))}
+    return float(sum(reads.values()) + sum(writes.values()))
+
+
+def compute_dtype(category: str, args: tuple, out: Any) -> str:
+    """The dtype that decides the unit: the first floating (or int8/fp8) input, else the output."""
+    tensors = list(iter_tensors(args))
+    if category in ("gemm", "conv", "attention"):
+        for t in tensors:
+            if t.dtype.is_floating_point or str(t.dtype) in ("torch.int8", "torch.uint8"):
+                return str(t.dtype).removeprefix("torch.")
+    for t in tensors:
+        if t.dtype.is_floating_point or t.dtype.is_complex:
+            return _real_dtype(t)
+    outs = list(iter_tensors(out))
+    if outs:
+        return _real_dtype(outs[0])
+    return str(tensors[0].dtype).removeprefix("torch.") if tensors else "float32"
+
+
+def _real_dtype(t: Any) -> str:
+    # complex64 runs on the fp32 units, complex128 on the fp64 ones
+    name = str(t.dtype).removeprefix("torch.")
+    return {"complex64": "float32", "complex128": "float64", "complex32": "float16"}.get(name, name)
+
+
+def op_device_type(args: tuple, out: Any) -> str:
+    """ "cuda" or "cpu" (or another torch device type) of the op's first tensor."""
+    for t in (*iter_tensors(args), *iter_tensors(out)):
+        return str(t.device.type)
+    return "cpu"
+
+
+# ---------------------------------------------------------------------------- FLOPs
+
+
+def _numel(t: Any) -> int:
+    return int(t.numel())
+
+
+def _first(tensors: Iterable[Any]) -> Any:
+    return next(iter(tensors), None)
+
+
+def _sdpa_flops(args: tuple) -> float:
+    q, k, v = args[0], args[1], args[2]
+    batch = math.prod(q.shape[:-2])
+    lq, d = q.shape[-2], q.shape[-1]
+    lk, dv = k.shape[-2], v.shape[-1]
+    return 2.0 * batch * lq * lk * (d + dv)
+
+
+def _gemm_fallback(name: str, args: tuple, out: Any) -> float | None:
+    tensors = [t for t in iter_tensors(args)]
+    if name in ("dot", "vdot") and tensors:
+        return 2.0 * _numel(tensors[0])
+    if name in ("mv", "addmv") and len(tensors) >= 2:
+        mat = tensors[-2]
+        return 2.0 * _numel(mat)
+    outs = list(iter_tensors(out))
+    if name in ("_int_mm", "_grouped_mm", "_scaled_grouped_mm") and len(tensors) >= 2 and outs:
+        k = tensors[0].shape[-1]
+        return 2.0 * _numel(outs[0]) * k
+    return None
+
+
+def _norm_flops(name: str, args: tuple) -> float:
+    x = args[0]
+    n = float(_numel(x))
+
+    def present(i: int) -> int:
+        return int(len(args) > i and _is_tensor(args[i]))
+
+    if name in ("_fused_rms_norm", "rms_norm"):
+        return n * (3 + present(2))
+    if "layer_norm" in name:  # (input, normalized_shape, weight, bias, eps)
+        return n * (5 + present(2) + present(3))
+    affine = present(1) + present(2)  # batch/group norm: (input, weight, bias, ...)
+    if "batch_norm" in name:
+        # Training computes the batch statistics; every schema passes `training` as a bool
+        # after the tensors (the no_training/no_update variants use the running stats).
+        training = name == "_batch_norm_with_update" or (
+            "no_training" not in name
+            and "no_update" not in name
+            and any(a is True for a in args[3:])
+        )
+        return n * ((5 if training else 2) + affine)
+    return n * (5 + affine)
+
+
+def _is_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def op_flops(
+    func: Any, category: str, args: tuple, kwargs: dict, out: Any
+) -> tuple[float, str | None]:
+    """(FLOPs, note) of one op call; the note says when no formula applied."""
+    from torch.utils.flop_counter import flop_registry
+
+    packet = getattr(func, "_overloadpacket", None)
+    name = base_name(func)
+    if category in ("gemm", "conv", "attention"):
+        if packet is not None and packet in flop_registry:
+            return float(flop_registry[packet](*args, **kwargs, out_val=out)), None
+        if category == "attention" and len(args) >= 3 and all(_is_tensor(a) for a in args[:3]):
+            return _sdpa_flops(args), f"{func}: torch's SDPA formula 2*B*H*Lq*Lk*(D+Dv)"
+        fallback = _gemm_fallback(name, args, out) if category == "gemm" else None
+        if fallback is not None:
+            return fallback, None
+        return 0.0, f"{func}: no FLOP formula; counted 0 (give flops= or a hook)"
+    first_in = _first(t for t in iter_tensors(args))
+    first_out = _first(iter_tensors(out))
+    if category == "softmax":
+        return 5.0 * _numel(first_in), None
+    if category == "norm":
+        return float(_norm_flops(name, args)), None
+    if category == "reduction":
+        if name in _NLL:
+            target = args[1] if len(args) > 1 and _is_tensor(args[1]) else first_in
+            return float(_numel(target)), None
+        return float(_REDUCTION_PER_ELEMENT.get(name, 1) * _numel(first_in)), None
+    if category == "scan":
+        return float(_SCAN_PER_ELEMENT.get(name, 1) * _numel(first_in)), None
+    if category == "elementwise":
+        ref = first_out if first_out is not None else first_in
+        return float(_numel(ref)) if ref is not None else 0.0, None
+    if category == "copy":
+        return 0.0, None
+    return 0.0, f"{func}: no FLOP formula; counted 0 (give flops= or a hook)"
+
+
+# ---------------------------------------------------------------------------- peaks
+
+
+def select_peak_key(
+    op_category: str,
+    dtype: str,
+    device_type: str,
+    allow_tf32: bool,
+    allow_cudnn_tf32: bool,
+    spec: DeviceSpec | None,
+) -> str:
+    """The ceiling key whose rate the op runs at.
+
+    CUDA: fp32 GEMM/attention -> "tf32_tensor" when torch allows TF32 for cuBLAS, else
+    "fp32"; fp32 convolution the same with cuDNN's flag; bf16/fp16/fp8/int8 matrix work ->
+    its tensor-core key; fp64 matrix work -> "fp64_tensor" (DMMA) unless the spec lacks it;
+    everything else runs on CUDA cores: "fp64" for float64, "fp32" for the rest (bf16/fp16
+    elementwise math is done in fp32 registers). CPU has no tensor-core keys: every op uses
+    the measured torch.matmul rate of its dtype ("fp32", "fp64", "bf16", "fp16").
+    """
+    if device_type != "cuda":
+        return _DTYPE_CPU_KEY.get(dtype, "fp32")
+    if op_category in ("gemm", "conv", "attention"):
+        if dtype == "float32":
+            tf32 = allow_cudnn_tf32 if op_category == "conv" else allow_tf32
+            return "tf32_tensor" if tf32 else "fp32"
+        if dtype == "bfloat16":
+            return "bf16_tensor"
+        if dtype == "float16":
+            return "fp16_tensor"
+        if dtype.startswith("float8"):
+            return "fp8_tensor"
+        if dtype in ("int8", "uint8"):
+            return "int8_tensor"
+        if dtype == "float64":
+            if spec is not None and "fp64_tensor" not in spec.peak_flops:
+                return "fp64"
+            return "fp64_tensor"
+    return "fp64" if dtype == "float64" else "fp32"
+
+
+def _read_flag(new: Callable[[], str], legacy: Callable[[], bool]) -> bool:
+    """A TF32 flag through torch's new fp32_precision API, else the legacy boolean."""
+    try:
+        value = new()
+        if value in ("tf32", "ieee"):
+            return value == "tf32"
+    except (AttributeError, RuntimeError):
+        pass
+    try:
+        return bool(legacy())
+    except (AttributeError, RuntimeError):  # torch raises when both APIs were mixed
+        return False
+
+
+def tf32_flags() -> tuple[bool, bool]:
+    """(cuBLAS matmul TF32 allowed, cuDNN convolution TF32 allowed) as torch is set now."""
+    import torch
+
+    backends = torch.backends
+
+    def matmul_new() -> str:
+        value = backends.cuda.matmul.fp32_precision
+        return backends.fp32_precision if value == "none" else value
+
+    def conv_new() -> str:
+        value = backends.cudnn.conv.fp32_precision
+        if value == "none":
+            value = backends.cudnn.fp32_precision
+        return backends.fp32_precision if value == "none" else value
+
+    return (
+        _read_flag(matmul_new, lambda: backends.cuda.matmul.allow_tf32),
+        _read_flag(conv_new, lambda: backends.cudnn.allow_tf32),
+    )

@@ -1,0 +1,487 @@
+"""Roofline analysis of a kernel's reference (the Benchmarking Agent's core).
+
+The reference runs once under a TorchDispatchMode that sees every aten op with its real
+tensors. Per op: category, FLOPs (`flops.py`), unfused bytes and the peak it runs at. Per
+graph: the minimal bytes (each input of the reference read once, each output written once),
+the arithmetic intensity against the ridge of the unit the work actually uses, the bound
+class and the roofline time max(FLOPs / P, bytes / BW).
+
+Work the dispatcher never sees (a Triton or CUDA kernel launched directly, not through a
+torch op) counts nothing; the marker's `flops=`/`bytes=` or the op-cost hook fill that in.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import KernelproError
+from .ceilings import Ceilings, format_rate
+from .devices import DeviceSpec
+from .flops import (
+    CATEGORIES,
+    OpCost,
+    compute_dtype,
+    is_no_cost,
+    iter_tensors,
+    op_bytes,
+    op_category,
+    op_device_type,
+    op_flops,
+    select_peak_key,
+    tensor_bytes,
+    tf32_flags,
+)
+
+OpCostHook = Callable[[str, tuple, dict, Any], "OpCost | None"]
+
+# When a key is not in the ceilings, the next one that is stands in (noted in the analysis).
+_FALLBACK: dict[str, tuple[str, ...]] = {
+    "fp64": ("fp64_tensor", "fp32"),
+    "fp64_tensor": ("fp64", "fp32"),
+    "tf32_tensor": ("fp32",),
+    "fp16_tensor": ("bf16_tensor", "fp16", "bf16", "tf32_tensor", "fp32"),
+    "bf16_tensor": ("fp16_tensor", "bf16", "fp16", "tf32_tensor", "fp32"),
+    "fp8_tensor": ("int8_tensor", "bf16_tensor", "fp16_tensor", "bf16", "fp32"),
+    "int8_tensor": ("fp8_tensor", "bf16_tensor", "fp16_tensor", "bf16", "fp32"),
+    "fp16": ("bf16", "fp32"),
+    "bf16": ("fp16", "fp32"),
+    "fp32": ("tf32_tensor", "fp64"),
+}
+_LABELS = {
+    "fp64": "FP64 CUDA core",
+    "fp64_tensor": "FP64 tensor core (DMMA)",
+    "fp32": "FP32 CUDA core",
+    "tf32_tensor": "TF32 tensor core",
+    "bf16_tensor": "BF16 tensor core",
+    "fp16_tensor": "FP16 tensor core",
+    "fp8_tensor": "FP8 tensor core",
+    "int8_tensor": "INT8 tensor core",
+}
+
+
+def peak_label(key: str, device_type: str) -> str:
+    """Human name of a peak key: "tf32_tensor" -> "TF32 tensor core"."""
+    if device_type != "cuda":
+        return f"CPU {key.upper()} (torch.matmul rate)"
+    return _LABELS.get(key, key)
+
+
+def resolve_peak(ceilings: Ceilings, key: str) -> tuple[str, float, str | None]:
+    """(key used, FLOP/s, note) for `key`, falling back along _FALLBACK when it is missing."""
+    if key in ceilings.flops:
+        return key, ceilings.flops[key], None
+    for other in _FALLBACK.get(key, ("fp32",)):
+        if other in ceilings.flops:
+            note = (
+                f"no {key!r} ceiling for {ceilings.device}; used {other!r} "
+                f"({format_rate(ceilings.flops[other], 'FLOP/s')}) instead"
+            )
+            return other, ceilings.flops[other], note
+    raise KernelproError(
+        f"ceilings of {ceilings.device} have no {key!r} rate nor a stand-in "
+        f"(have {sorted(ceilings.flops)}); run `kernelpro calibrate` or add a device spec"
+    )
+
+
+def classify_bound(intensity: float, ridge: float, band: tuple[float, float] = (0.5, 2.0)) -> str:
+    """ "memory" if intensity/ridge < band[0], "compute" if > band[1], else "mixed"."""
+    low, high = band
+    if not 0 < low <= high:
+        raise KernelproError(f"bound band {band!r} must satisfy 0 < low <= high, e.g. (0.5, 2.0)")
+    ratio = intensity / ridge
+    if ratio < low:
+        return "memory"
+    if ratio > high:
+        return "compute"
+    return "mixed"
+
+
+@dataclass(frozen=True)
+class ReferenceAnalysis:
+    """FLOPs, bytes, bound and roofline time of one reference on one device's ceilings."""
+
+    ops: tuple[OpCost, ...]
+    flops: float
+    min_bytes: float
+    unfused_bytes: float
+    intensity: float
+    ridge: float
+    bound: str
+    dominant_category: str
+    peak_flops: float
+    peak_name: str
+    bandwidth_Bps: float
+    compute_time_s: float
+    memory_time_s: float
+    roofline_time_s: float
+    flops_source: str
+    bytes_source: str
+    notes: tuple[str, ...] = ()
+    device: str = ""
+    bound_band: tuple[float, float] = (0.5, 2.0)
+    peak_mix: Mapping[str, float] = field(default_factory=dict)  # key -> share of FLOPs
+
+    def efficiency(self, measured_s: float) -> float:
+        """Fraction of the roofline reached: roofline time / measured time (1.0 = at the roof)."""
+        if not (
+            isinstance(measured_s, (int, float)) and math.isfinite(measured_s) and measured_s > 0
+        ):
+            raise KernelproError(
+                f"measured time {measured_s!r} s must be a positive finite number to compare "
+                "with the roofline"
+            )
+        return self.roofline_time_s / measured_s
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict; infinities (nothing to divide by) become None."""
+
+        def clean(value: Any) -> Any:
+            if isinstance(value, float) and not math.isfinite(value):
+                return None
+            return value
+
+        return {
+            "ops": [op.to_dict() for op in self.ops],
+            **{
+                name: clean(getattr(self, name))
+                for name in (
+                    "flops",
+                    "min_bytes",
+                    "unfused_bytes",
+                    "intensity",
+                    "ridge",
+                    "bound",
+                    "dominant_category",
+                    "peak_flops",
+                    "peak_name",
+                    "bandwidth_Bps",
+                    "compute_time_s",
+                    "memory_time_s",
+                    "roofline_time_s",
+                    "flops_source",
+                    "bytes_source",
+                    "device",
+                )
+            },  # fmt: skip
+            "notes": list(self.notes),
+            "bound_band": list(self.bound_band),
+            "peak_mix": dict(self.peak_mix),
+        }
+
+
+# ---------------------------------------------------------------------------- recording
+
+
+def _make_recorder(
+    hook: OpCostHook | None, allow_tf32: bool, allow_cudnn_tf32: bool, spec: DeviceSpec | None
+) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Recorder(TorchDispatchMode):
+        """Runs every op, then prices it (the hook first, the built-in formulas after)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.costs: list[OpCost] = []
+            self.notes: list[str] = []
+            self.hooked = 0
+            self.hook_error: BaseException | None = None
+            # Tensors an op reads that no op of the reference produced: captured weights,
+            # constants, a closure's tensors. They are graph inputs for the minimal bytes.
+            self.external: dict[Any, Any] = {}
+            self.produced: set[Any] = set()
+
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
+        ) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if self.hook_error is None:
+                self._track(args, kwargs, out)
+                self._price(func, args, kwargs, out)
+            return out
+
+        def _track(self, args: tuple, kwargs: dict, out: Any) -> None:
+            for t in iter_tensors((args, kwargs)):
+                key = _storage_key(t)
+                if key not in self.produced:
+                    self.external.setdefault((key, _view_key(t)), t)
+            external_storages = {k for k, _ in self.external}
+            for t in iter_tensors(out):
+                key = _storage_key(t)
+                if key not in external_storages:  # a view or in-place write of an input is not new
+                    self.produced.add(key)
+
+        def _price(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+            name = str(func)
+            if hook is not None:
+                try:
+                    cost = hook(name, args, kwargs, out)
+                except Exception as exc:  # the user's hook: report it as theirs
+                    self.hook_error = exc
+                    return
+                if cost is not None:
+                    if not isinstance(cost, OpCost):
+                        self.hook_error = TypeError(
+                            f"op-cost hook returned {type(cost).__name__} for {name}; "
+                            "return an OpCost or None"
+                        )
+                        return
+                    self.costs.append(cost)
+                    self.hooked += 1
+                    return
+            if is_no_cost(func):
+                return
+            category = op_category(func)
+            flops, note = op_flops(func, category, args, kwargs, out)
+            if note:
+                self.notes.append(note)
+            dtype = compute_dtype(category, args, out)
+            device_type = op_device_type(args, out)
+            key = select_peak_key(category, dtype, device_type, allow_tf32, allow_cudnn_tf32, spec)
+            self.costs.append(
+                OpCost(name, category, flops, op_bytes(func, args, kwargs, out), dtype, key)
+            )
+
+    return _Recorder()
+
+
+def _storage_key(t: Any) -> Any:
+    try:
+        return (str(t.device), t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return ("id", id(t))
+
+
+def _view_key(t: Any) -> tuple[Any, ...]:
+    return (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _aggregate(costs: Sequence[OpCost]) -> tuple[OpCost, ...]:
+    merged: dict[tuple[str, str], OpCost] = {}
+    for cost in costs:
+        key = (cost.op, cost.peak_key)
+        prev = merged.get(key)
+        if prev is None:
+            merged[key] = cost
+        else:
+            merged[key] = OpCost(
+                cost.op, prev.category, prev.flops + cost.flops,
+                prev.bytes_unfused + cost.bytes_unfused, prev.dtype, cost.peak_key,
+                prev.count + cost.count,
+            )  # fmt: skip
+    return tuple(merged.values())
+
+
+def graph_bytes(tensors: Sequence[Any]) -> float:
+    """Bytes of a set of tensors, each storage once: aliases and views are not double-counted.
+
+    One tensor on a storage counts its own bytes (a broadcast dimension once); several
+    tensors on one storage count the union of the element ranges they span.
+    """
+    by_storage: dict[Any, dict[Any, Any]] = {}
+    for t in tensors:
+        if t.numel() > 0:
+            by_storage.setdefault(_storage_key(t), {})[_view_key(t)] = t
+    total = 0
+    for views in by_storage.values():
+        group = list(views.values())
+        if len(group) == 1:
+            total += tensor_bytes(group[0])
+            continue
+        spans = []
+        for t in group:
+            start = t.storage_offset() * t.element_size()
+            length = (
+                1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
+            ) * t.element_size()
+            spans.append((start, start + length))
+        spans.sort()
+        covered, end = 0, -1
+        for lo, hi in spans:
+            if lo > end:
+                covered += hi - lo
+                end = hi
+            elif hi > end:
+                covered += hi - end
+                end = hi
+        total += covered
+    return float(total)
+
+
+def _module_of(reference: Any) -> Any:
+    import torch
+
+    if isinstance(reference, torch.nn.Module):
+        return reference
+    owner = getattr(reference, "__self__", None)  # a bound method such as model.forward
+    return owner if isinstance(owner, torch.nn.Module) else None
+
+
+# ---------------------------------------------------------------------------- analysis
+
+
+def analyze_reference(
+    reference: Callable[..., Any],
+    inputs: Sequence[Any],
+    *,
+    ceilings: Ceilings,
+    flops: float | None = None,
+    bytes: float | None = None,
+    op_cost_hook: OpCostHook | None = None,
+    bound_band: tuple[float, float] = (0.5, 2.0),
+    spec: DeviceSpec | None = None,
+) -> ReferenceAnalysis:
+    """Count the reference's FLOPs and bytes once and place it on the ceilings' roofline.
+
+    `flops`/`bytes` (the marker's overrides) replace the counted totals. `op_cost_hook` is
+    asked first for every op; its OpCost replaces the built-in formula for that op. `spec`
+    only decides whether fp64 matrix work has a DMMA key (`select_peak_key`).
+    """
+    import torch
+
+    for name, value in (("flops", flops), ("bytes", bytes)):
+        if value is not None and not (
+            isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
+        ):
+            raise KernelproError(f"marker {name}={value!r} must be a finite number >= 0")
+    allow_tf32, allow_cudnn_tf32 = tf32_flags()
+    recorder = _make_recorder(op_cost_hook, allow_tf32, allow_cudnn_tf32, spec)
+    try:
+        with torch.no_grad(), recorder:
+            output = reference(*inputs)
+    except Exception as exc:
+        if recorder.hook_error is not None:
+            raise KernelproError(
+                f"op-cost hook failed: {recorder.hook_error!r}"
+            ) from recorder.hook_error
+        raise KernelproError(
+            f"reference raised {type(exc).__name__}: {exc} while its FLOPs and bytes were "
+            "counted; fix the reference or its inputs"
+        ) from exc
+    if recorder.hook_error is not None:
+        raise KernelproError(
+            f"op-cost hook failed: {recorder.hook_error!r}; fix the pytest_kernelpro_op_cost "
+            "implementation"
+        ) from recorder.hook_error
+
+    notes = list(dict.fromkeys(recorder.notes))
+    ops = _aggregate(recorder.costs)
+    if not ops:
+        notes.append(
+            "no aten op recorded (a kernel launched outside torch ops?); give flops=/bytes="
+        )
+    unknown = sorted({op.category for op in ops} - set(CATEGORIES))
+    if unknown:
+        notes.append(f"op-cost hook used categories outside {CATEGORIES}: {unknown}")
+
+    # Bytes: graph inputs (with a module's parameters and buffers, and any other tensor an
+    # op read that no op produced) once, outputs once.
+    read = list(iter_tensors(list(inputs)))
+    module = _module_of(reference)
+    if module is not None:
+        read += [*module.parameters(), *module.buffers()]
+    read += list(recorder.external.values())
+    counted_min_bytes = graph_bytes(read) + graph_bytes(list(iter_tensors(output)))
+    unfused = float(sum(op.bytes_unfused for op in ops))
+
+    # Peak: FLOP-weighted harmonic mean of the rates of the units the ops run on.
+    device_type = next((str(t.device.type) for t in read), ceilings.device_type)
+    compute_time_counted = 0.0
+    per_key: dict[str, float] = {}
+    rates: dict[str, tuple[float, str]] = {}
+    op_rate: dict[str, float] = {}  # the op's own key -> the rate it is priced at
+    for op in ops:
+        if op.flops <= 0:
+            continue
+        used, rate, note = resolve_peak(ceilings, op.peak_key)
+        if note:
+            notes.append(note)
+        op_rate[op.peak_key] = rate
+        rates[used] = (rate, ceilings.origin(used))
+        per_key[used] = per_key.get(used, 0.0) + op.flops
+        compute_time_counted += op.flops / rate
+    counted_flops = float(sum(per_key.values()))
+    if counted_flops > 0:
+        peak = counted_flops / compute_time_counted
+    else:
+        dtype = next(
+            (str(t.dtype).removeprefix("torch.") for t in read if t.dtype.is_floating_point),
+            "float32",
+        )
+        key = select_peak_key("elementwise", dtype, device_type, allow_tf32, allow_cudnn_tf32, spec)
+        used, peak, note = resolve_peak(ceilings, key)
+        if note:
+            notes.append(note)
+        rates[used] = (peak, ceilings.origin(used))
+        per_key[used] = 0.0
+        if flops:
+            notes.append(f"no counted op carries FLOPs: the marker's flops priced at {used!r}")
+    peak_name = _peak_name(per_key, rates, peak, device_type)
+
+    total_flops = float(flops) if flops is not None else counted_flops
+    min_bytes = float(bytes) if bytes is not None else counted_min_bytes
+    flops_source = "marker" if flops is not None else ("hook" if recorder.hooked else "counted")
+    bytes_source = "marker" if bytes is not None else "counted"
+    bandwidth = ceilings.bandwidth_Bps
+    ridge = peak / bandwidth
+    intensity = total_flops / min_bytes if min_bytes > 0 else (math.inf if total_flops > 0 else 0.0)
+    compute_time = total_flops / peak
+    memory_time = min_bytes / bandwidth
+    mix = {k: (v / counted_flops if counted_flops else 0.0) for k, v in per_key.items()}
+    return ReferenceAnalysis(
+        ops=ops,
+        flops=total_flops,
+        min_bytes=min_bytes,
+        unfused_bytes=unfused,
+        intensity=intensity,
+        ridge=ridge,
+        bound=classify_bound(intensity, ridge, bound_band),
+        dominant_category=_dominant(ops, op_rate, bandwidth),
+        peak_flops=peak,
+        peak_name=peak_name,
+        bandwidth_Bps=bandwidth,
+        compute_time_s=compute_time,
+        memory_time_s=memory_time,
+        roofline_time_s=max(compute_time, memory_time),
+        flops_source=flops_source,
+        bytes_source=bytes_source,
+        notes=tuple(dict.fromkeys(notes)),
+        device=ceilings.device,
+        bound_band=tuple(bound_band),  # type: ignore[arg-type]
+        peak_mix=mix,
+    )
+
+
+def _peak_name(
+    per_key: Mapping[str, float],
+    rates: Mapping[str, tuple[float, str]],
+    peak: float,
+    device_type: str,
+) -> str:
+    def one(key: str) -> str:
+        rate, origin = rates[key]
+        return f"{peak_label(key, device_type)} ({origin} {format_rate(rate, 'FLOP/s')})"
+
+    if len(per_key) == 1:
+        return one(next(iter(per_key)))
+    total = sum(per_key.values())
+    parts = sorted(per_key, key=lambda k: -per_key[k])
+    shares = ", ".join(f"{per_key[k] / total:.0%} on {one(k)}" for k in parts)
+    return f"mixed, effective {format_rate(peak, 'FLOP/s')}: {shares}"
+
+
+def _dominant(ops: Sequence[OpCost], op_rate: Mapping[str, float], bandwidth: float) -> str:
+    """The category with the largest estimated time, max(FLOPs/P, unfused bytes/BW) per op."""
+    if not ops:
+        return "other"
+    per_category: dict[str, float] = {}
+    for op in ops:
+        rate = op_rate.get(op.peak_key, 0.0)
+        compute = op.flops / rate if rate > 0 else 0.0
+        estimate = max(compute, op.bytes_unfused / bandwidth)
+        per_category[op.category] = per_category.get(op.category, 0.0) + estimate
+    return max(per_category, key=lambda c: per_category[c])

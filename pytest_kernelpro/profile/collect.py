@@ -1,0 +1,296 @@
+"""Profile one kernel item: its own kernels' ncu metrics, SASS, ptxas, linkage and timeline.
+
+Order of work (`profile_kernel_item`):
+1. static analysis of the captured `.so` files, which needs no GPU: `cuobjdump -symbols`
+   (kernel entry points), `--dump-sass` (instruction classes), `readelf`/`nm` (linkage);
+2. a timeline of N runs in a child process (`target.py`, kineto; nsys when it works);
+3. kernel selection: the entry points that the timeline saw run; with no module of its own
+   (PyTorch, Triton, cuBLAS-backed), the kernels that take most of the time;
+4. one ncu invocation over the selected kernels inside the `kernelpro/` NVTX range;
+5. one `KernelProfile` per kernel, joining names across tools by mangled name first and by
+   bare function name second.
+
+Every part that cannot run leaves a `NotCollected` entry; nothing here raises for a missing
+or refused profiler.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_kernelpro.fileio import atomic_write_json
+from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS
+from pytest_kernelpro.profile.linkage import (
+    linkage_from_kernel_names,
+    merge_linkage,
+    read_linkage,
+)
+from pytest_kernelpro.profile.model import (
+    KernelMetrics,
+    KernelProfile,
+    NotCollected,
+    ProfileReport,
+    PtxasReport,
+    SassSummary,
+)
+from pytest_kernelpro.profile.ncu import KernelSelector, NcuRequest, arch_from_cc, run_ncu
+from pytest_kernelpro.profile.ncu_csv import first_launch_per_kernel
+from pytest_kernelpro.profile.ptxas import ptxas_by_function
+from pytest_kernelpro.profile.render import render_profile_section
+from pytest_kernelpro.profile.sass import sass_of_module
+from pytest_kernelpro.profile.symbols import (
+    demangle,
+    entry_points,
+    kernel_base_name,
+    read_module_symbols,
+)
+from pytest_kernelpro.profile.timeline import (
+    dominant_kernels,
+    kernel_time_by_name,
+    nsys_status,
+    nsys_timeline,
+    summarize_events,
+)
+
+__all__ = ["profile_kernel_item", "render_profile_section", "select_kernels"]
+
+
+@dataclass
+class _ModuleScan:
+    """What the static tools found in the captured modules."""
+
+    entries: list[str] = field(default_factory=list)  # mangled, in module order
+    sass: dict[str, SassSummary] = field(default_factory=dict)
+    not_collected: list[NotCollected] = field(default_factory=list)
+
+
+def _gpu_problem(device: str) -> str | None:
+    if not str(device).startswith("cuda"):
+        return f"device is {device!r}, not a CUDA device"
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return "no CUDA device (torch.cuda.is_available() is False)"
+    return None
+
+
+def _scan_modules(so_paths: Sequence[str]) -> _ModuleScan:
+    scan = _ModuleScan()
+    for so in so_paths:
+        symbols = read_module_symbols(so)
+        if isinstance(symbols, NotCollected):
+            scan.not_collected.append(symbols)
+        else:
+            scan.entries += [e for e in entry_points(symbols) if e not in scan.entries]
+        sass = sass_of_module(so)
+        if isinstance(sass, NotCollected):
+            scan.not_collected.append(sass)
+        else:
+            scan.sass.update(sass)
+    return scan
+
+
+def select_kernels(
+    entries: Sequence[str], observed_times: dict[str, float] | None
+) -> tuple[KernelSelector | None, bool]:
+    """(selector, fell_back): the item's own entry points that ran, else the longest kernels.
+
+    `observed_times` is the kineto kernel time per (demangled) name, None without a trace.
+    """
+    by_base = {kernel_base_name(e): e for e in entries}
+    if observed_times:
+        own = [by_base[b] for b in (kernel_base_name(n) for n in observed_times) if b in by_base]
+        if own:
+            return KernelSelector(tuple(dict.fromkeys(own)), "mangled"), False
+        longest = dominant_kernels(observed_times)
+        names = tuple(dict.fromkeys(kernel_base_name(n) for n in longest))
+        return KernelSelector(names, "function"), bool(entries)
+    if entries:
+        return KernelSelector(tuple(entries), "mangled"), False
+    return None, False
+
+
+def _spec(locator: Any, device: str, mode: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "problem_file": str(getattr(locator, "path", "")),
+        "qualname": str(getattr(locator, "qualname", "")),
+        "shape_index": getattr(locator, "shape_index", None),
+        "device": device,
+        "mode": mode,
+        **extra,
+    }
+
+
+def _run_timeline_child(
+    python: str, spec_path: str, output: str, timeout_s: float
+) -> list[dict[str, Any]] | NotCollected:
+    command = [python, "-m", "pytest_kernelpro.profile.target", spec_path]
+    try:
+        completed = subprocess.run(
+            command, capture_output=True, text=True, errors="replace", timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return NotCollected("timeline", f"the kineto run timed out after {timeout_s:.0f} s")
+    if completed.returncode != 0 or not os.path.exists(output):
+        tail = " | ".join(completed.stderr.strip().splitlines()[-3:])[:500]
+        return NotCollected("timeline", f"the kineto run failed ({completed.returncode}): {tail}")
+    with open(output, encoding="utf-8") as handle:
+        payload = json.load(handle)
+    if "not_collected" in payload:
+        return NotCollected("timeline", str(payload["not_collected"]))
+    return list(payload.get("events", []))
+
+
+def _match_launch(name: str, launches: dict[str, KernelMetrics]) -> KernelMetrics | None:
+    if name in launches:
+        return launches[name]
+    base = kernel_base_name(name)
+    for launch_name, launch in launches.items():
+        if kernel_base_name(launch_name) == base:
+            return launch
+    return None
+
+
+def profile_kernel_item(
+    locator: Any,
+    *,
+    so_paths: Sequence[str] = (),
+    device: str = "cuda",
+    metrics: Sequence[str] | None = None,
+    timeout_s: float = 300.0,
+    ncu_path: str | None = None,
+    ptxas: Iterable[PtxasReport] = (),
+    timeline_runs: int = 10,
+    max_launches: int = 32,
+    extra_cuda_cflags: Sequence[str] = DEFAULT_CUDA_FLAGS,
+    python: str | None = None,
+) -> ProfileReport:
+    """Profile the kernel item at `locator` (a `ProblemLocator`: path, qualname, shape_index).
+
+    `so_paths` and `ptxas` come from `capture_extensions` around the item's run; `metrics`
+    defaults to the curated counters. Profilers that are missing or refused are reported in
+    `ProfileReport.not_collected`; `wall_s` is the time this call took.
+    """
+    started = time.perf_counter()
+    report = ProfileReport()
+    python = python or sys.executable
+    scan = _scan_modules(list(dict.fromkeys(so_paths)))
+    report.not_collected += scan.not_collected
+    linkages = [read_linkage(so) for so in dict.fromkeys(so_paths)]
+    report.not_collected += [lk for lk in linkages if isinstance(lk, NotCollected)]
+    module_linkage = merge_linkage(*(lk for lk in linkages if not isinstance(lk, NotCollected)))
+    ptxas_map = ptxas_by_function(ptxas)
+
+    gpu_problem = _gpu_problem(device)
+    ncu_kernels: list[KernelMetrics] = []
+    selector: KernelSelector | None = None
+    observed: dict[str, float] | None = None
+    if gpu_problem is not None:
+        report.not_collected.append(NotCollected("ncu", gpu_problem))
+        report.not_collected.append(NotCollected("timeline", gpu_problem))
+        selector, _ = select_kernels(scan.entries, None)
+    else:
+        flags = list(extra_cuda_cflags)
+        with tempfile.TemporaryDirectory(prefix="kernelpro-profile-") as tmp:
+            events_path = os.path.join(tmp, "events.json")
+            timeline_spec = os.path.join(tmp, "timeline.json")
+            atomic_write_json(
+                timeline_spec,
+                _spec(
+                    locator,
+                    device,
+                    "timeline",
+                    runs=timeline_runs,
+                    output=events_path,
+                    extra_cuda_cflags=flags,
+                ),
+            )
+            events = _run_timeline_child(python, timeline_spec, events_path, timeout_s)
+            if isinstance(events, NotCollected):
+                report.not_collected.append(events)
+            else:
+                observed = kernel_time_by_name(events)
+                report.timeline = summarize_events(events, source="kineto")
+                if nsys_status() is None:
+                    nsys_spec = os.path.join(tmp, "nsys.json")
+                    atomic_write_json(
+                        nsys_spec,
+                        _spec(locator, device, "nsys", runs=timeline_runs, extra_cuda_cflags=flags),
+                    )
+                    nsys = nsys_timeline(
+                        [python, "-m", "pytest_kernelpro.profile.target", nsys_spec],
+                        timeout_s=timeout_s,
+                    )
+                    if isinstance(nsys, NotCollected):
+                        report.not_collected.append(nsys)
+                    else:
+                        report.timeline = nsys
+            selector, fell_back = select_kernels(scan.entries, observed)
+            if fell_back and selector is not None:
+                report.not_collected.append(
+                    NotCollected(
+                        "own-kernels",
+                        "none of the captured modules' kernels ran; profiled the longest "
+                        "kernels instead: " + ", ".join(selector.names),
+                    )
+                )
+            ncu_spec = os.path.join(tmp, "ncu.json")
+            atomic_write_json(ncu_spec, _spec(locator, device, "ncu", extra_cuda_cflags=flags))
+            request = NcuRequest(
+                target_command=(python, "-m", "pytest_kernelpro.profile.target", ncu_spec),
+                kernels=selector,
+                timeout_s=timeout_s,
+                launch_count=max_launches,
+                **({} if metrics is None else {"metrics": tuple(metrics)}),
+            )
+            ncu_result = run_ncu(request, ncu_path=ncu_path)
+            report.not_collected += ncu_result.not_collected
+            if ncu_result.dropped_metrics:
+                report.not_collected.append(
+                    NotCollected(
+                        "ncu-metrics",
+                        f"{len(ncu_result.dropped_metrics)} metrics this chip or ncu lacks were "
+                        "dropped: " + ", ".join(ncu_result.dropped_metrics),
+                    )
+                )
+            ncu_kernels = ncu_result.kernels
+            report.arch = arch_from_cc(ncu_result.compute_capability)
+
+    launches = first_launch_per_kernel(ncu_kernels)
+    own = list(selector.names) if selector is not None and selector.base == "mangled" else []
+    display = demangle([*own, *launches])
+    used_launches: set[str] = set()
+    for mangled in own:
+        launch = _match_launch(mangled, launches)
+        if launch is not None:
+            used_launches.add(launch.kernel_name)
+        report.kernels.append(
+            KernelProfile(
+                name=display.get(mangled, mangled),
+                metrics=launch,
+                sass=scan.sass.get(mangled),
+                ptxas=ptxas_map.get(mangled),
+            )
+        )
+    for name, launch in launches.items():
+        if name not in used_launches:
+            report.kernels.append(KernelProfile(name=display.get(name, name), metrics=launch))
+
+    names_seen = list(observed or {}) + list(launches)
+    report.linkage = merge_linkage(
+        module_linkage, linkage_from_kernel_names(names_seen) if names_seen else None
+    )
+    if report.arch is None:
+        report.arch = next((p.arch for p in ptxas_map.values() if p.arch), None)
+    report.wall_s = time.perf_counter() - started
+    return report

@@ -1,0 +1,370 @@
+"""The sandboxed evaluator: each candidate is built, checked and timed in its own process.
+
+`SandboxEvaluator(task).evaluate(candidate)` writes the task and the candidate's code to a
+temporary directory, starts `python -m pytest_kernelpro.search.worker` in a new session
+(its own process group) with an environment stripped of secrets, and watches it:
+
+- build timeout until the worker reports "built", then run timeout (a hang is killed,
+  whole process group, compiler children included) → status `timeout`;
+- resident memory over the limit (polled from /proc; the worker also caps its address
+  space on the CPU) → `run_error`, "out of memory";
+- no result file (segfault, `os._exit`, a CUDA error that kills the process) → `run_error`
+  (or `build_error` when it died while building), with the signal or exit code and the
+  phase it was in.
+
+Nothing a candidate does can raise into the search or the pytest session, and every
+candidate gets a fresh CUDA context, so the GPU is usable by the next one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.worker import RUN_PHASES
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pytest_kernelpro/
+
+# Variables a build and a kernel need. Everything else is dropped, and these too when the
+# name looks like a secret.
+SAFE_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
+    "TMP", "TEMP", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX",
+    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
+    "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS", "CUTLASS_PATH", "MALLOC_ARENA_MAX",
+    "OPENBLAS_NUM_THREADS",
+})
+SAFE_PREFIXES = ("CUDA_", "CUDNN_", "NVIDIA_", "NCCL_", "NVCC_", "TORCH_", "PYTORCH_",
+                 "TRITON_", "LC_", "OMP_", "MKL_", "KMP_", "XDG_", "KERNELPRO_")
+_SECRET_WORDS = re.compile(
+    r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|SESSION|COOKIE|ACCESS_?KEY",
+    re.IGNORECASE,
+)
+_SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_", "AWS_", "AZURE_", "GOOGLE_", "GCP_", "GH_",
+                    "GITHUB_", "GITLAB_", "HF_", "HUGGING", "WANDB_", "SSH_", "GPG_", "NPM_",
+                    "PYPI_", "TWINE_", "DOCKER_", "SLACK_", "CI_JOB_")
+
+
+def is_secret_name(name: str) -> bool:
+    """True for a variable name that may hold a credential (never passed to a worker)."""
+    upper = name.upper()
+    return bool(_SECRET_WORDS.search(upper)) or upper.startswith(_SECRET_PREFIXES)
+
+
+def scrub_environment(env: Mapping[str, str], keep: Sequence[str] = ()) -> dict[str, str]:
+    """The worker's environment: allow-listed names (plus `keep`), minus anything secret."""
+    kept = set(keep)
+    return {
+        name: value
+        for name, value in env.items()
+        if (name in SAFE_NAMES or name.startswith(SAFE_PREFIXES) or name in kept)
+        and not is_secret_name(name)
+    }
+
+
+@dataclass(frozen=True)
+class KernelBenchTask:
+    """A KernelBench-format problem and how to check candidates against it."""
+
+    reference: str  # source text: class Model, get_inputs(), get_init_inputs()
+    name: str = "task"
+    device: str = "auto"  # "auto" (cuda when available), "cuda" or "cpu"
+    seed: int = 42
+    correct_trials: int = 3
+    atol: float | None = None  # None: by output dtype (fp32 1e-4, fp16/bf16 1e-2)
+    rtol: float | None = None
+    forbidden_ops: tuple[str, ...] = ()  # e.g. ("aten.mm", "aten.addmm") for a GEMM task
+    shape_check: str = "auto"  # "auto" | "variants" | "off" (see harness.py)
+    warmup_ms: float = 25.0
+    rep_ms: float = 100.0
+    max_samples: int = 100
+
+    def __post_init__(self) -> None:
+        if self.shape_check not in ("auto", "variants", "off"):
+            raise KernelproError(
+                f"Invalid shape_check={self.shape_check!r} for task {self.name!r}: use "
+                "'auto', 'variants' or 'off'."
+            )
+        if self.device not in ("auto", "cuda", "cpu") and not self.device.startswith("cuda:"):
+            raise KernelproError(
+                f"Invalid device={self.device!r} for task {self.name!r}: use 'auto', 'cuda', "
+                "'cuda:N' or 'cpu'."
+            )
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> KernelBenchTask:
+        """A task from a KernelBench problem file."""
+        source = Path(path).read_text(encoding="utf-8")
+        return cls(reference=source, name=options.pop("name", Path(path).stem), **options)
+
+
+def _default_memory_mb() -> int | None:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(1024, total // (2 * 1024 * 1024))
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Process limits of one evaluation."""
+
+    build_timeout_s: float = 300.0  # start, imports, reference, candidate build (load_inline)
+    run_timeout_s: float = 120.0  # correctness, checks, timing
+    memory_limit_mb: int | None = field(default_factory=_default_memory_mb)  # host memory
+    python: str = sys.executable
+    extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)
+    keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
+    log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
+    keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
+
+
+class SandboxEvaluator:
+    """An `Evaluator` that runs every candidate in a fresh, sandboxed worker process."""
+
+    def __init__(self, task: KernelBenchTask, limits: SandboxLimits | None = None) -> None:
+        self.task = task
+        self.limits = limits or SandboxLimits()
+        default_ext = Path(tempfile.gettempdir()) / "kernelpro-torch-extensions"
+        self.extensions_dir = Path(
+            self.limits.extensions_dir or os.environ.get("TORCH_EXTENSIONS_DIR") or default_ext
+        )
+
+    def environment(self) -> dict[str, str]:
+        """The worker's environment (scrubbed; package importable; shared build cache)."""
+        env = scrub_environment(os.environ, self.limits.keep_env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        # ninja and nvcc wrappers live next to the interpreter in a virtualenv.
+        env["PATH"] = os.pathsep.join(
+            p for p in (str(Path(self.limits.python).parent), env.get("PATH", "")) if p
+        )
+        env["TORCH_EXTENSIONS_DIR"] = str(self.extensions_dir)
+        env["PYTHONUNBUFFERED"] = "1"  # a crash keeps everything printed before it
+        env.setdefault("MALLOC_ARENA_MAX", "4")  # fewer 64 MB arenas under RLIMIT_AS
+        return env
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        """Build, check and time `candidate` in a worker; never raises for its failures."""
+        payload = {**asdict(self.task), "forbidden_ops": list(self.task.forbidden_ops),
+                   "candidate": candidate.code, "memory_limit_mb": self.limits.memory_limit_mb}
+        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
+        try:
+            (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+            return self._run_worker(workdir)
+        finally:
+            if not self.limits.keep_workdirs:
+                _remove_tree(workdir)
+
+    def evaluate_many(self, candidates: Sequence[Candidate], *, jobs: int = 1) -> list[Evaluation]:
+        """Evaluate several candidates, `jobs` workers at a time (CPU only: on one GPU,
+        concurrent timing would disturb each other)."""
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(self.evaluate, candidates))
+
+    # ----- the worker process -----
+
+    def _run_worker(self, workdir: Path) -> Evaluation:
+        limits = self.limits
+        result_path, progress_path = workdir / "result.json", workdir / "progress.log"
+        command = [limits.python, "-m", "pytest_kernelpro.search.worker",
+                   "--task", str(workdir / "task.json"), "--result", str(result_path),
+                   "--progress", str(progress_path)]
+        started = time.monotonic()
+        with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
+            proc = subprocess.Popen(command, cwd=workdir, env=self.environment(), stdout=out,
+                                    stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
+            killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+        wall = time.monotonic() - started
+        logs = _tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
+        if killed == "timeout" or killed is None or not result_path.exists():
+            # A build killed or crashed mid-way may leave torch's build lock behind, which
+            # would make every later build with that extension name wait forever.
+            if phase not in RUN_PHASES:
+                _clear_stale_locks(self.extensions_dir, started)
+        evaluation = self._classify(proc.returncode, killed, phase, peak_mb, result_path, wall)
+        evaluation.logs = logs
+        evaluation.wall_s = wall
+        if not evaluation.build_log and evaluation.status == "build_error":
+            evaluation.build_log = logs
+        return evaluation
+
+    def _watch(
+        self, proc: subprocess.Popen[bytes], progress_path: Path, result_path: Path,
+        started: float,
+    ) -> tuple[str | None, str, float]:
+        """Wait for the worker; kill its group on a timeout or memory overrun.
+
+        Returns (why it was killed or None, last phase, peak RSS in MB).
+        """
+        limits = self.limits
+        deadline = started + limits.build_timeout_s
+        run_started: float | None = None
+        phase, peak_mb, killed = "start", 0.0, None
+        result_seen: float | None = None
+        delay = 0.02
+        while True:
+            if _exited(proc):
+                break
+            now = time.monotonic()
+            phase = _last_phase(progress_path) or phase
+            if run_started is None and phase in RUN_PHASES:
+                run_started = now
+                deadline = now + limits.run_timeout_s
+            rss = _rss_mb(proc.pid)
+            peak_mb = max(peak_mb, rss)
+            if limits.memory_limit_mb and rss > limits.memory_limit_mb:
+                killed = "memory"
+            elif now > deadline:
+                killed = "timeout"
+            elif result_path.exists():
+                # The worker exits right after writing; give it a moment, then stop waiting.
+                result_seen = result_seen or now
+                if now - result_seen > 10.0:
+                    killed = "linger"
+            if killed:
+                break
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.2)
+        _kill_group(proc)  # also stray children of a worker that exited on its own
+        proc.wait()
+        return killed, phase, peak_mb
+
+    def _classify(
+        self, returncode: int | None, killed: str | None, phase: str, peak_mb: float,
+        result_path: Path, wall: float,
+    ) -> Evaluation:
+        in_build = phase not in RUN_PHASES
+        if result_path.exists() and killed != "memory":
+            try:
+                data = json.loads(result_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                return Evaluation(status="run_error", reason=f"unreadable worker result: {exc}")
+            if data.get("harness_error"):
+                raise KernelproError(
+                    f"The reference of task {self.task.name!r} failed in the sandbox, so no "
+                    f"candidate can be checked: {data.get('reason')}. Fix the problem file "
+                    f"(class Model, get_inputs, get_init_inputs).\n{data['harness_error']}"
+                )
+            data.pop("harness_error", None)
+            return Evaluation.from_dict(data)
+        if killed == "memory":
+            return Evaluation(
+                status="run_error",
+                reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
+                       f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "timeout":
+            limit = self.limits.build_timeout_s if in_build else self.limits.run_timeout_s
+            what = "build" if in_build else "run"
+            return Evaluation(
+                status="timeout",
+                reason=f"no result within the {limit:g}s {what} timeout (phase {phase!r}); "
+                       "process group killed",
+            )
+        if returncode is not None and returncode < 0:
+            try:
+                how = f"signal {signal.Signals(-returncode).name}"
+            except ValueError:
+                how = f"signal {-returncode}"
+        else:
+            how = f"exit code {returncode}"
+        return Evaluation(
+            status="build_error" if phase == "build" else "run_error",
+            reason=f"worker died ({how}) without a result in phase {phase!r}",
+        )
+
+
+# ----- process helpers -----
+
+
+def _exited(proc: subprocess.Popen[bytes]) -> bool:
+    """True once the worker exited, without reaping it: until `wait`, its pid (and so its
+    process group id) cannot be reused, so killing the group stays safe."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return proc.poll() is not None
+    try:
+        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def _last_phase(progress_path: Path) -> str | None:
+    try:
+        text = progress_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    # Complete lines are "phase timestamp"; a line still being written is skipped.
+    for line in reversed(text.splitlines()):
+        fields = line.split()
+        if len(fields) == 2:
+            return fields[0]
+    return None
+
+
+def _tail(stdout: Path, stderr: Path, limit: int) -> str:
+    parts = []
+    for label, path in (("stdout", stdout), ("stderr", stderr)):
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            if len(text) > limit // 2:
+                text = "[...]\n" + text[-(limit // 2):]
+            parts.append(f"----- worker {label} -----\n{text.rstrip()}")
+    return "\n".join(parts)
+
+
+def _clear_stale_locks(extensions_dir: Path, since: float) -> None:
+    """Remove torch build locks created after `since` (monotonic) by a killed worker."""
+    if not extensions_dir.is_dir():
+        return
+    cutoff = time.time() - (time.monotonic() - since)
+    for lock in extensions_dir.glob("*/lock"):
+        try:
+            if lock.stat().st_mtime >= cutoff - 1.0:
+                lock.unlink()
+        except OSError:
+            pass
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

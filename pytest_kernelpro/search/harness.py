@@ -1,0 +1,363 @@
+"""The KernelBench evaluation pipeline, run inside the sandbox worker (see `worker.py`).
+
+Phases (each reported to the parent through the progress file, which times the build and
+the run separately): reference → build → built → correctness → checks → shapes → timing →
+done.
+
+- reference: exec the reference source (`class Model`, `get_inputs()`,
+  `get_init_inputs()`) in a fresh module and build `Model` with seeded init inputs.
+- build: exec the candidate (`class ModelNew`, may call `load_inline`) in another fresh
+  module, build `ModelNew` with the same seed and init inputs, and copy `Model`'s
+  state_dict into it when the keys and shapes match. Any exception here is a build error.
+- correctness: `correct_trials` trials, each on fresh random inputs (a new seed per trial),
+  with allocations poisoned (NaN) during the candidate's run, dtype tolerances, NaN never
+  passing. The anti-cheating checks run on the same calls:
+  * calls into the reference (Model.forward or a reference function) while the candidate
+    runs → cheat; * a forbidden aten op (TorchDispatchMode) → cheat; * a CUDA stream
+    created or switched to, or an output not ready on the current stream → cheat;
+  * inputs modified in place, or an output that aliases an input (when the reference does
+    neither) → cheat; * the same output for different inputs → cheat (cached).
+- checks: the inputs of the last trial are refilled *in place* (same addresses) and the
+  candidate must follow (defeats caches keyed on data pointers).
+- shapes: a second input shape: `get_inputs_variants()` when the problem defines it (a
+  list of input lists), else (shape_check="auto") the batch halved: every tensor input whose
+  leading dimension equals the first tensor's is cut to half, if the reference accepts the
+  result. Wrong numbers there → cheat ("passes only for the checked shapes"); an exception
+  → wrong. shape_check="off" skips this for kernels specialised to one shape by design.
+- timing: reference and candidate medians (`checks.measure`), speedup = ref / candidate,
+  then one more fresh-input check (a candidate must not change behaviour once timed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from pytest_kernelpro.search import checks
+from pytest_kernelpro.search.loader import load_source
+
+EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
+
+
+class Rejected(Exception):
+    """The candidate failed a check; carries its status and one-line reason."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def classify_exception(exc: BaseException) -> str:
+    """One line naming an exception, with out-of-memory and CUDA errors called out."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    lowered = str(exc).lower()
+    oom_types = tuple(
+        t for t in (getattr(torch, "OutOfMemoryError", None),
+                    getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None
+    )
+    if isinstance(exc, MemoryError) or isinstance(exc, oom_types) or (
+        "out of memory" in lowered or "can't allocate memory" in lowered
+    ):
+        return f"out of memory: {name}: {text}"[:400]
+    if "illegal memory access" in lowered or "illegal address" in lowered:
+        return f"illegal memory access: {name}: {text}"[:400]
+    if "cuda error" in lowered or name == "AcceleratorError":
+        return f"CUDA error: {name}: {text}"[:400]
+    return f"{name}: {text}"[:400]
+
+
+def summarize_build_error(exc: BaseException) -> str:
+    """First line of a build failure plus the first compiler `error` line, if any."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    head = f"{type(exc).__name__}: {lines[0] if lines else ''}"
+    for line in lines[1:]:
+        if "error" in line.lower():
+            return f"{head} | {line}"[:400]
+    return head[:400]
+
+
+def _to_device(values: list[Any], device: torch.device) -> list[Any]:
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+class _Pipeline:
+    def __init__(self, task: dict[str, Any], progress: Callable[[str], None]) -> None:
+        self.task = task
+        self.progress = progress
+        self.seed = int(task.get("seed", 42))
+        requested = task.get("device", "auto")
+        if requested == "auto":
+            requested = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(requested)
+        self.atol, self.rtol = task.get("atol"), task.get("rtol")
+        self.forbidden = list(task.get("forbidden_ops") or [])
+        self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
+        self.findings: list[dict[str, Any]] = []
+
+    # ----- inputs and runs -----
+
+    def inputs(self, seed: int) -> list[Any]:
+        torch.manual_seed(seed)
+        return _to_device(list(self.ref_mod.get_inputs()), self.device)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run_reference(self, args: list[Any]) -> tuple[Any, bool, bool]:
+        """Reference output, and whether it modified or aliased its inputs."""
+        before = checks.clone_tree(args)
+        with torch.no_grad():
+            out = self.ref_model(*args)
+        self.sync()
+        modified = not checks.same_values(before, args)
+        return checks.clone_tree(out), modified, checks.shares_storage(out, args)
+
+    def run_candidate(self, args: list[Any]) -> tuple[Any, Any]:
+        """Candidate output (and a copy taken on the current stream before any device
+        synchronization, to see work left running on another stream), under all guards."""
+        # Entering a dispatch mode imports torch._dynamo (seconds): only when ops are forbidden.
+        recorder = checks.OpRecorder() if self.forbidden else contextlib.nullcontext()
+        stream_before = torch.cuda.current_stream(self.device) if self.device.type == "cuda" \
+            else None
+        self.ref_guard.active = self.stream_guard.active = True
+        try:
+            with torch.no_grad(), checks.poisoned_allocations(), recorder:
+                out = self.new_model(*args)
+                early = checks.clone_tree(out)  # enqueued on the current stream
+        finally:
+            self.ref_guard.active = self.stream_guard.active = False
+        if stream_before is not None and torch.cuda.current_stream(self.device) != stream_before:
+            self.stream_guard.events.append("left a different current stream set")
+        self.sync()
+        if self.ref_guard.calls:
+            called = ", ".join(f"{k} x{v}" for k, v in sorted(self.ref_guard.calls.items()))
+            raise Rejected("cheat", f"calls the reference during its run ({called})")
+        used = checks.forbidden_used(recorder.ops, self.forbidden) if self.forbidden else []
+        if used:
+            raise Rejected("cheat", f"uses forbidden library op(s) {', '.join(used)} "
+                                    "that compute the answer")
+        if self.stream_guard.events:
+            raise Rejected("cheat", "launches work outside the current CUDA stream, which "
+                                    f"escapes timing ({'; '.join(self.stream_guard.events[:3])})")
+        return out, early
+
+    def check_call(self, args: list[Any], label: str) -> Any:
+        """One checked call on `args`: reference, candidate, every per-call check."""
+        ref_args = checks.clone_tree(args)
+        ref_out, ref_modifies, ref_aliases = self.run_reference(ref_args)
+        cand_args = checks.clone_tree(args)
+        out, early = self.run_candidate(cand_args)
+        if not ref_modifies and not checks.same_values(cand_args, args):
+            raise Rejected("cheat", f"modifies its inputs in place ({label})")
+        if not ref_aliases and checks.shares_storage(out, cand_args):
+            raise Rejected("cheat", f"returns an output that aliases an input ({label})")
+        ok, detail = checks.compare(ref_out, out, self.atol, self.rtol)
+        for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
+            if key in detail:
+                self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
+        if ok and self.device.type == "cuda" and not checks.same_values(early, out):
+            raise Rejected("cheat", "output was not ready on the current stream when the call "
+                                    f"returned (work launched on another stream, {label})")
+        if not ok:
+            raise Rejected("wrong", f"wrong result ({label}): {detail.get('why')}")
+        return ref_out, checks.clone_tree(out)
+
+    # ----- phases -----
+
+    def build(self) -> None:
+        self.progress("reference")
+        self.ref_mod = load_source(self.task["reference"], "kernelpro_reference")
+        torch.manual_seed(self.seed)
+        init_inputs = list(self.ref_mod.get_init_inputs())
+        torch.manual_seed(self.seed)
+        self.ref_model = self.ref_mod.Model(*init_inputs).to(self.device).eval()
+        self.ref_guard = checks.ReferenceGuard(self.ref_mod).install()
+        self.stream_guard = checks.StreamGuard().install()
+        self.progress("build")
+        try:
+            self.stream_guard.active = True  # streams created at import time count too
+            cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
+            self.stream_guard.active = False
+            model_new = getattr(cand_mod, "ModelNew", None)
+            if model_new is None:
+                raise Rejected("build_error", "the candidate defines no class ModelNew")
+            torch.manual_seed(self.seed)
+            self.new_model = model_new(*init_inputs).to(self.device).eval()
+        except Rejected:
+            raise
+        except BaseException as exc:
+            self.build_log = traceback.format_exc()
+            raise Rejected("build_error", summarize_build_error(exc)) from exc
+        finally:
+            self.stream_guard.active = False
+        self._copy_weights()
+        self.progress("built")
+
+    def _copy_weights(self) -> None:
+        ref_state, new_state = self.ref_model.state_dict(), self.new_model.state_dict()
+        same = set(ref_state) == set(new_state) and all(
+            ref_state[k].shape == new_state[k].shape for k in ref_state
+        )
+        if same and ref_state:
+            self.new_model.load_state_dict(ref_state)
+        self.correctness["weights_copied"] = bool(same and ref_state)
+
+    def check(self) -> None:
+        self.progress("correctness")
+        trials = max(1, int(self.task.get("correct_trials", 3)))
+        previous: tuple[Any, Any] | None = None
+        for trial in range(trials):
+            args = self.inputs(self.seed + 1 + trial)
+            ref_out, out = self.check_call(args, f"trial {trial + 1}/{trials}")
+            if previous is not None and checks.same_values(previous[1], out) and not \
+                    checks.same_values(previous[0], ref_out):
+                raise Rejected("cheat", "returns the same output for different inputs (cached)")
+            previous = (ref_out, out)
+            self.correctness["trials"] = self.correctness["passed"] = trial + 1
+        self.correctness["checks"].append("fresh inputs")
+        self.progress("checks")
+        # Same tensors, new values: a result cached by input address goes stale.
+        args = self.inputs(self.seed + 101)
+        self.run_candidate(args)
+        fresh = self.inputs(self.seed + 102)
+        for dst, src in zip(args, fresh):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        try:
+            self.check_call_inplace(args)
+        except Rejected as exc:
+            if exc.status == "wrong":
+                raise Rejected("cheat", "returns a stale output when its inputs change in place "
+                                        f"(cached by address): {exc.reason}") from None
+            raise
+        self.correctness["checks"].append("inputs changed in place")
+
+    def check_call_inplace(self, args: list[Any]) -> None:
+        ref_out, _, _ = self.run_reference(checks.clone_tree(args))
+        out, _ = self.run_candidate(args)
+        ok, detail = checks.compare(ref_out, out, self.atol, self.rtol)
+        if not ok:
+            raise Rejected("wrong", str(detail.get("why")))
+
+    def shapes(self) -> None:
+        mode = self.task.get("shape_check", "auto")
+        self.progress("shapes")
+        if mode == "off":
+            self.correctness["shape_check"] = "off"
+            return
+        variants: list[tuple[str, list[Any]]] = []
+        if hasattr(self.ref_mod, "get_inputs_variants"):
+            torch.manual_seed(self.seed + 201)
+            for i, v in enumerate(self.ref_mod.get_inputs_variants()):
+                variants.append((f"inputs variant {i}", _to_device(list(v), self.device)))
+        elif mode == "auto":
+            args = self.inputs(self.seed + 201)
+            tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 1]
+            if tensors and tensors[0].shape[0] >= 2:
+                batch = tensors[0].shape[0]
+                half = [a[: batch // 2].clone() if isinstance(a, torch.Tensor) and a.dim() >= 1
+                        and a.shape[0] == batch else a for a in args]
+                variants.append((f"batch {batch // 2} instead of {batch}", half))
+        checked = []
+        for label, args in variants:
+            try:
+                self.run_reference(checks.clone_tree(args))
+            except Exception as exc:  # the problem does not accept this shape: not a test
+                self.correctness.setdefault("shape_skipped", []).append(
+                    f"{label}: reference raises {type(exc).__name__}")
+                continue
+            try:
+                self.check_call(args, label)
+            except Rejected as exc:
+                if exc.status == "wrong":
+                    raise Rejected("cheat", "passes only for the checked shapes: "
+                                            f"{exc.reason}") from None
+                raise
+            except Exception as exc:
+                reason = classify_exception(exc)
+                if reason.startswith(("out of memory", "illegal memory", "CUDA error")):
+                    raise
+                raise Rejected("wrong", f"raises at a second input shape ({label}): "
+                                        f"{reason}") from None
+            checked.append(label)
+        self.correctness["shape_check"] = checked or "none applicable"
+
+    def time(self) -> dict[str, Any]:
+        self.progress("timing")
+        args = self.inputs(self.seed)
+        cfg = {k: self.task[k] for k in ("warmup_ms", "rep_ms", "max_samples") if k in self.task}
+        with torch.no_grad():
+            ref = checks.measure(lambda: self.ref_model(*args), self.device, **cfg)
+            new = checks.measure(lambda: self.new_model(*args), self.device, **cfg)
+        try:
+            self.check_call(self.inputs(self.seed + 301), "after timing")
+        except Rejected as exc:
+            if exc.status == "wrong":
+                raise Rejected("cheat", f"wrong once timed (behaves differently after repeated "
+                                        f"calls): {exc.reason}") from None
+            raise
+        return {"reference": ref, "candidate": new}
+
+    def run(self) -> dict[str, Any]:
+        self.build_log = ""
+        self.build()
+        self.check()
+        self.shapes()
+        timing = self.time()
+        speedup = timing["reference"]["median_s"] / max(timing["candidate"]["median_s"], 1e-12)
+        if speedup > EXCESSIVE_SPEEDUP:
+            self.findings.append({
+                "severity": "medium",
+                "title": "excessive speedup",
+                "message": f"{speedup:.1f}x over the reference; KernelBench treats more than "
+                           f"{EXCESSIVE_SPEEDUP:g}x as a likely reward hack: review the code.",
+            })
+        self.progress("done")
+        return {
+            "status": "correct",
+            "speedup": speedup,
+            "timing": timing,
+            "correctness": self.correctness,
+            "metrics": {"device": self._device_name(),
+                        "ref_median_s": timing["reference"]["median_s"],
+                        "candidate_median_s": timing["candidate"]["median_s"]},
+            "findings": self.findings,
+            "build_log": self.build_log,
+        }
+
+    def _device_name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return "cpu"
+
+
+def run_task(task: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
+    """Evaluate one candidate against the reference; returns an Evaluation dict.
+
+    Never raises for a candidate's failure; a broken *reference* is reported with
+    `harness_error` set, so the parent can tell the problem from the candidate.
+    """
+    pipeline = _Pipeline(task, progress)
+    try:
+        return pipeline.run()
+    except Rejected as exc:
+        return {"status": exc.status, "reason": exc.reason, "correctness": pipeline.correctness,
+                "build_log": getattr(pipeline, "build_log", ""), "findings": pipeline.findings}
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        log = traceback.format_exc()
+        sys.stderr.write(log)
+        if not hasattr(pipeline, "new_model"):  # failed before the candidate was built
+            return {"status": "run_error", "reason": f"reference failed: {classify_exception(exc)}",
+                    "harness_error": log[-4000:], "build_log": log}
+        return {"status": "run_error", "reason": classify_exception(exc),
+                "correctness": pipeline.correctness, "build_log": getattr(pipeline, "build_log", "")}

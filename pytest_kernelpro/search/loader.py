@@ -1,0 +1,27 @@
+"""Execute problem and candidate source text as fresh, importable modules."""
+
+from __future__ import annotations
+
+import linecache
+import sys
+import types
+
+
+def load_source(source: str, name: str) -> types.ModuleType:
+    """Exec `source` in a new module called `name`, registered in `sys.modules`.
+
+    Registering it lets dataclasses, pickling and `inspect` work inside the code; the source
+    is put in `linecache` so tracebacks show its lines. `__name__` is `name`, so an
+    `if __name__ == "__main__":` block does not run.
+    """
+    filename = f"<{name}>"
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    sys.modules[name] = module
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module

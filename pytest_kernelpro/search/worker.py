@@ -1,0 +1,107 @@
+"""The sandbox worker process: evaluates one candidate and writes its result as JSON.
+
+    python -m pytest_kernelpro.search.worker --task TASK.json --result RESULT.json \
+        --progress PROGRESS.log
+
+The parent (`evaluator.SandboxEvaluator`) starts it in a new session (its own process
+group) with a scrubbed environment, watches the progress file to time the build and the
+run separately, and kills the whole group on a timeout or when its memory grows past the
+limit. Inside, the worker turns core dumps off, installs faulthandler (a segfault prints a
+Python traceback into the log), limits its address space on the CPU, runs
+`harness.run_task` and exits with `os._exit` so that a corrupted CUDA context cannot hang
+interpreter shutdown. No result file means the worker died: the parent classifies that.
+This module imports nothing heavy at import time: the parent imports its phase names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# Phases before "built" count against the build timeout, the rest against the run timeout.
+BUILD_PHASES = ("start", "import", "reference", "build")
+RUN_PHASES = ("built", "correctness", "checks", "shapes", "timing", "done")
+
+
+def _vm_size_bytes() -> int | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def limit_memory(limit_mb: int | None, cuda: bool) -> str:
+    """No core dumps; on the CPU, cap the address space at current size + `limit_mb`.
+
+    CUDA reserves far more virtual address space than it uses, so with CUDA the cap would
+    break the driver: the parent's RSS watchdog and torch's OutOfMemoryError cover the GPU
+    path instead. Returns what was applied (for the log).
+    """
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return "no resource module"
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if not limit_mb or cuda:
+        return "RLIMIT_AS not set" + (" (CUDA)" if cuda else "")
+    current = _vm_size_bytes()
+    if current is None:
+        return "RLIMIT_AS not set (no /proc)"
+    cap = current + int(limit_mb) * 1024 * 1024
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    return f"RLIMIT_AS={cap // (1024 * 1024)} MB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m pytest_kernelpro.search.worker")
+    parser.add_argument("--task", required=True, type=Path)
+    parser.add_argument("--result", required=True, type=Path)
+    parser.add_argument("--progress", required=True, type=Path)
+    args = parser.parse_args(argv)
+    faulthandler.enable(all_threads=True)
+    progress_file = open(args.progress, "a", encoding="utf-8")  # noqa: SIM115 - lives until exit
+
+    def progress(phase: str) -> None:
+        progress_file.write(f"{phase} {time.monotonic():.3f}\n")
+        progress_file.flush()
+
+    progress("start")
+    task: dict[str, Any] = json.loads(args.task.read_text(encoding="utf-8"))
+    try:
+        progress("import")
+        import torch
+
+        device = task.get("device", "auto")
+        cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+        sys.stderr.write(f"kernelpro worker: {limit_memory(task.get('memory_limit_mb'), cuda)}\n")
+        from pytest_kernelpro.search.harness import run_task
+
+        result = run_task(task, progress)
+    except MemoryError as exc:
+        result = {"status": "run_error", "reason": f"out of memory: MemoryError: {exc}"}
+    except Exception as exc:
+        result = {"status": "run_error", "reason": f"worker error: {type(exc).__name__}: {exc}"}
+    from pytest_kernelpro.fileio import atomic_write_json
+
+    atomic_write_json(args.result, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    progress_file.close()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

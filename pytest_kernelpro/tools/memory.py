@@ -1,0 +1,496 @@
+"""Global-memory tools: coalescing, vectorization, DRAM saturation, L2 locality.
+
+Coalescing. A warp-wide access of b-bit elements by 32 threads needs b/8 sectors of 32 bytes
+(4 for 32-bit, 16 for 128-bit). ncu gives sectors and requests per op; SASS gives the access
+widths, so the ideal is the static-count-weighted mean of b/8 over the op's instructions
+(exact when one width is used). Sectors above ideal x requests are excess, the same quantity as
+Nsight Compute's "excessive sectors" (its UncoalescedGlobalAccess rule). Without SASS the
+width is unknown; only more than 16 sectors per request (beyond even 128-bit accesses) is
+then reported, against an assumed 128-bit ideal, as a lower bound.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pytest_kernelpro.tools.base import (
+    Evidence,
+    Finding,
+    MetricRequest,
+    ProfilingTool,
+    Recommendation,
+    ToolContext,
+    num,
+    pct,
+)
+from pytest_kernelpro.tools.registry import ToolRegistry
+from pytest_kernelpro.tools.signals import (
+    DRAM_READ,
+    DRAM_REQUEST,
+    DRAM_WRITE,
+    GLD_REQUESTS,
+    GLD_SECTORS,
+    GST_REQUESTS,
+    GST_SECTORS,
+    L2_HIT,
+    LLD_SECTORS,
+    LST_SECTORS,
+)
+
+WARP_PER_ROW_EXAMPLE = """\
+// One warp per row: lane i reads elements i, i+32, ... so a warp touches 128 contiguous bytes.
+int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+const float* xr = x + (size_t)row * cols;
+float m = -INFINITY;
+for (int c = lane; c < cols; c += 32) m = fmaxf(m, xr[c]);
+for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+"""
+
+FLOAT4_EXAMPLE = """\
+// 128-bit accesses: one instruction moves 4 floats (requires 16-byte alignment, n % 4 == 0).
+const float4* x4 = reinterpret_cast<const float4*>(x);
+float4* y4 = reinterpret_cast<float4*>(y);
+for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
+  float4 v = x4[i];
+  y4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
+}
+"""
+
+MAX_IDEAL_SECTORS = 16.0  # 32 threads x 16 bytes / 32-byte sectors
+
+
+@dataclass(frozen=True)
+class OpCoalescing:
+    op: str  # "load" | "store"
+    sectors_metric: str
+    sectors: float
+    requests: float
+    ideal: float  # sectors per request
+    width_note: str
+    lower_bound: bool
+
+    @property
+    def per_request(self) -> float:
+        return self.sectors / self.requests
+
+    @property
+    def excess(self) -> float:
+        return max(0.0, self.sectors - self.ideal * self.requests)
+
+
+def _ideal_from_widths(widths: dict[int, int] | None) -> tuple[float, str] | None:
+    if not widths:
+        return None
+    total = sum(widths.values())
+    if total <= 0:
+        return None
+    ideal = sum(max(bits / 8.0, 1.0) * n for bits, n in widths.items()) / total
+    desc = ", ".join(f"{n}x {bits}-bit" for bits, n in sorted(widths.items()))
+    return ideal, f"SASS: {desc}"
+
+
+def coalescing_ops(ctx: ToolContext) -> list[OpCoalescing]:
+    """Per-op sectors/request against the ideal, for every op that can be assessed."""
+    sass = ctx.sass
+    out = []
+    for op, sectors_name, requests_name, widths in (
+        (
+            "load",
+            GLD_SECTORS,
+            GLD_REQUESTS,
+            None if sass is None else dict(sass.global_load_widths),
+        ),
+        (
+            "store",
+            GST_SECTORS,
+            GST_REQUESTS,
+            None if sass is None else dict(sass.global_store_widths),
+        ),
+    ):
+        sectors = ctx.value(sectors_name)
+        requests = ctx.value(requests_name)
+        if not sectors or not requests:
+            continue
+        ideal = _ideal_from_widths(widths)
+        if ideal is not None:
+            out.append(OpCoalescing(op, sectors_name, sectors, requests, ideal[0], ideal[1], False))
+        elif sectors / requests > MAX_IDEAL_SECTORS:
+            out.append(
+                OpCoalescing(
+                    op,
+                    sectors_name,
+                    sectors,
+                    requests,
+                    MAX_IDEAL_SECTORS,
+                    "no SASS: assumed 128-bit accesses (excess is a lower bound)",
+                    True,
+                )
+            )
+    return out
+
+
+def excess_share(ops: list[OpCoalescing]) -> float:
+    total = sum(o.sectors for o in ops)
+    return 0.0 if total <= 0 else 100.0 * sum(o.excess for o in ops) / total
+
+
+@ToolRegistry.register
+class GlobalCoalescingTool(ProfilingTool):
+    """Uncoalesced global accesses: more 32-byte sectors per request than the access width needs."""
+
+    name = "global_coalescing"
+    description = "Global memory sectors per request vs the ideal for the access width"
+    affinity = "memory"
+    bounded_by_saturation = False  # coalescing removes bytes, so the DRAM roof does not bound it
+    required_metrics = (
+        MetricRequest(GLD_SECTORS, "global load sectors"),
+        MetricRequest(GLD_REQUESTS, "global load requests"),
+        MetricRequest(GST_SECTORS, "global store sectors", required=False),
+        MetricRequest(GST_REQUESTS, "global store requests", required=False),
+    )
+    TRIGGER_PCT = 10.0
+    HIGH_PCT = 30.0
+    CRITICAL_PCT = 60.0
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        return excess_share(coalescing_ops(ctx)) >= self.TRIGGER_PCT
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        ops = coalescing_ops(ctx)
+        share = excess_share(ops)
+        severity = (
+            "critical"
+            if share >= self.CRITICAL_PCT
+            else "high"
+            if share >= self.HIGH_PCT
+            else "medium"
+        )
+        total = sum(o.sectors for o in ops)
+        excess = sum(o.excess for o in ops)
+        evidence = {
+            o.sectors_metric: Evidence(
+                round(o.per_request, 2),
+                f"{o.per_request:.1f} sectors/request vs ideal {o.ideal:.3g} ({o.width_note})",
+                "sectors/request",
+            )
+            for o in ops
+        }
+        limit = (
+            self.CRITICAL_PCT
+            if severity == "critical"
+            else self.HIGH_PCT
+            if severity == "high"
+            else self.TRIGGER_PCT
+        )
+        evidence["excess sectors"] = Evidence(
+            excess, f"{num(excess)} of {num(total)} sectors ({pct(share)}) are excess >= {limit:g}%"
+        )
+        bound = min(1.0 / max(1.0 - share / 100.0, 0.125), 8.0)
+        worst = max(ops, key=lambda o: o.excess)
+        lower = any(o.lower_bound for o in ops)
+        return self.make_finding(
+            ctx,
+            severity=severity,
+            title=f"Uncoalesced global memory: {pct(share)} of sectors are excess",
+            root_cause=(
+                f"Global {worst.op}s use {worst.per_request:.1f} sectors per request where "
+                f"{worst.ideal:.3g} would do: neighbouring threads access addresses far apart (a "
+                f"stride between threads), so each 32-byte sector carries few useful bytes. "
+                f"{num(excess)} of {num(total)} sectors ({pct(share)}) are excess"
+                + (" (a lower bound: access widths unknown without SASS)." if lower else ".")
+            ),
+            evidence=evidence,
+            recommendations=[
+                Recommendation(
+                    "Remap threads so consecutive threads (lanes) touch consecutive addresses: "
+                    "e.g. a warp or block per row with lanes striding over columns, instead of "
+                    "a thread per row",
+                    1.0 + (bound - 1.0) / 4.0,
+                    bound,
+                    "bound: 1/(1 - excess share) sectors, capped at 8x",
+                ),
+                Recommendation(
+                    "If the access must be strided (transpose, gather), stage it through shared "
+                    "memory: load coalesced tiles, then read them in the needed order",
+                    1.0 + (bound - 1.0) / 6.0,
+                    1.0 + (bound - 1.0) / 2.0,
+                    "heuristic fraction of the bound",
+                ),
+                Recommendation(
+                    "After coalescing, vectorize (float4) for fewer memory instructions",
+                    1.05,
+                    1.3,
+                    "heuristic",
+                ),
+            ],
+            code_example=WARP_PER_ROW_EXAMPLE,
+        )
+
+
+@ToolRegistry.register
+class VectorizationTool(ProfilingTool):
+    """Mostly scalar (<= 32-bit) global accesses in a memory-bound kernel."""
+
+    name = "vectorization"
+    description = "Global load/store widths from SASS: scalar accesses where 128-bit would do"
+    affinity = "memory"
+    required_inputs = ("metrics", "sass")
+    required_metrics = (
+        MetricRequest(
+            DRAM_REQUEST.name,
+            "DRAM throughput",
+            required=False,
+            alternatives=DRAM_REQUEST.alternatives,
+        ),
+    )
+    NARROW_SHARE_PCT = 80.0
+    DRAM_SATURATED_PCT = 80.0
+    UNCOALESCED_PCT = 30.0  # above this excess share, fix coalescing first
+
+    def _widths(self, ctx: ToolContext) -> tuple[int, int, dict[int, int]] | None:
+        sass = ctx.sass
+        if sass is None:
+            return None
+        merged: dict[int, int] = {}
+        for widths in (sass.global_load_widths, sass.global_store_widths):
+            for bits, n in widths.items():
+                merged[int(bits)] = merged.get(int(bits), 0) + int(n)
+        total = sum(merged.values())
+        narrow = sum(n for bits, n in merged.items() if bits <= 32)
+        return (narrow, total, merged) if total else None
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        found = self._widths(ctx)
+        if found is None:
+            return False
+        narrow, total, _ = found
+        dram = ctx.value(DRAM_REQUEST)
+        if dram is not None and dram >= self.DRAM_SATURATED_PCT:
+            return False
+        return 100.0 * narrow / total >= self.NARROW_SHARE_PCT
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        found = self._widths(ctx)
+        if found is None:
+            raise self.not_triggered(ctx)
+        narrow, total, merged = found
+        share = 100.0 * narrow / total
+        uncoalesced = excess_share(coalescing_ops(ctx))
+        severity = "low" if uncoalesced >= self.UNCOALESCED_PCT else "medium"
+        widths = ", ".join(f"{n}x {bits}-bit" for bits, n in sorted(merged.items()))
+        evidence = {
+            "sass global access widths": Evidence(
+                widths,
+                f"{narrow} of {total} global ld/st instructions ({pct(share)}) are <= 32-bit >= {self.NARROW_SHARE_PCT:g}%",
+            )
+        }
+        dram = ctx.resolve(DRAM_REQUEST)
+        if dram is not None:
+            evidence[dram[0]] = Evidence(
+                dram[1],
+                f"{pct(dram[1])} < {self.DRAM_SATURATED_PCT:g}%: bandwidth headroom left",
+                "%",
+            )
+        notes = []
+        if severity == "low":
+            notes.append(
+                f"{pct(uncoalesced)} of sectors are excess: fix coalescing first "
+                "(global_coalescing), vectorize afterwards."
+            )
+        return self.make_finding(
+            ctx,
+            severity=severity,
+            title=f"Scalar global accesses: {pct(share)} of global ld/st are <= 32-bit",
+            root_cause=(
+                f"SASS shows {widths} global accesses: each instruction moves at most 4 bytes per "
+                "thread, so the kernel needs 4x more memory instructions (and LSU queue slots) "
+                "than with 128-bit accesses, while DRAM still has headroom."
+            ),
+            evidence=evidence,
+            recommendations=[
+                Recommendation(
+                    "Load and store 128-bit vectors (float4 / int4, or 8 x bf16) with 16-byte "
+                    "aligned pointers; handle the remainder separately",
+                    1.1,
+                    1.4,
+                    "heuristic (fewer instructions; bytes unchanged)",
+                ),
+                Recommendation(
+                    "Give each thread several elements (unroll) so more bytes are in flight per thread",
+                    1.05,
+                    1.3,
+                    "heuristic",
+                ),
+            ],
+            code_example=FLOAT4_EXAMPLE,
+            notes=notes,
+        )
+
+
+@ToolRegistry.register
+class DramSaturationTool(ProfilingTool):
+    """DRAM bandwidth near its peak: access-pattern tuning is done; only fewer bytes help."""
+
+    name = "dram_saturation"
+    description = "DRAM throughput near peak: stop optimizing memory traffic patterns"
+    affinity = "memory"
+    required_metrics = (
+        DRAM_REQUEST,
+        MetricRequest(DRAM_READ, "DRAM bytes read", required=False),
+        MetricRequest(DRAM_WRITE, "DRAM bytes written", required=False),
+    )
+    SATURATED_PCT = 80.0
+    AT_MINIMUM_RATIO = 1.25  # DRAM bytes / minimal bytes considered "already minimal"
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        dram = ctx.value(DRAM_REQUEST)
+        return dram is not None and dram >= self.SATURATED_PCT
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        name, dram = ctx.resolve(DRAM_REQUEST) or (DRAM_REQUEST.name, 0.0)
+        headroom = 100.0 / max(dram, 1e-9)
+        evidence = {
+            name: Evidence(
+                dram, f"{pct(dram)} >= {self.SATURATED_PCT:g}% of peak DRAM bandwidth", "%"
+            )
+        }
+        moved = (ctx.value(DRAM_READ) or 0.0) + (ctx.value(DRAM_WRITE) or 0.0)
+        extra = ""
+        if ctx.min_bytes and moved:
+            ratio = moved / ctx.min_bytes
+            evidence["dram bytes / minimal bytes"] = Evidence(
+                round(ratio, 3), f"{num(moved)} B moved vs {num(ctx.min_bytes)} B minimal"
+            )
+            if ratio <= self.AT_MINIMUM_RATIO:
+                extra = (
+                    f" It moves {ratio:.2f}x the minimal bytes, so it sits on the memory roofline."
+                )
+            else:
+                extra = f" It moves {ratio:.2f}x the minimal bytes: the remaining gain is in moving fewer bytes."
+        return self.make_finding(
+            ctx,
+            severity="low",
+            title=f"DRAM bandwidth at {pct(dram)} of peak: stop optimizing memory traffic",
+            root_cause=(
+                f"DRAM runs at {pct(dram)} of its peak bandwidth; reordering or vectorizing "
+                f"accesses can gain at most {headroom:.2f}x.{extra}"
+            ),
+            evidence=evidence,
+            recommendations=[
+                Recommendation(
+                    "Reduce bytes instead: fuse with the neighbouring ops, store lower precision "
+                    "(bf16/fp8) where tolerances allow, recompute instead of re-reading",
+                    1.1,
+                    2.0,
+                    "heuristic (depends on how many bytes fusion or precision removes)",
+                ),
+                Recommendation(
+                    "Stop optimizing memory access patterns for this kernel",
+                    1.0,
+                    headroom,
+                    "bound: 100 / DRAM throughput %",
+                ),
+            ],
+        )
+
+
+@ToolRegistry.register
+class L2LocalityTool(ProfilingTool):
+    """DRAM traffic well above the reference's minimal bytes: data is re-fetched from DRAM."""
+
+    name = "l2_locality"
+    description = "DRAM bytes vs the minimal bytes of the reference, with the L2 hit rate"
+    affinity = "memory"
+    bounded_by_saturation = False
+    required_inputs = ("metrics", "min_bytes")
+    required_metrics = (
+        MetricRequest(DRAM_READ, "DRAM bytes read"),
+        MetricRequest(DRAM_WRITE, "DRAM bytes written"),
+        MetricRequest(L2_HIT, "L2 hit rate", required=False),
+    )
+    EXCESS_RATIO = 1.5
+    MEDIUM_RATIO = 2.0
+    HIGH_RATIO = 4.0
+    DRAM_RELEVANT_PCT = 50.0  # below this DRAM utilization, extra traffic is not the limiter yet
+
+    def _ratio(self, ctx: ToolContext) -> tuple[float, float] | None:
+        read, write = ctx.value(DRAM_READ), ctx.value(DRAM_WRITE)
+        if read is None or write is None or not ctx.min_bytes:
+            return None
+        return (read + write) / ctx.min_bytes, read + write
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        found = self._ratio(ctx)
+        return found is not None and found[0] >= self.EXCESS_RATIO
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        found = self._ratio(ctx)
+        if found is None or not ctx.min_bytes:
+            raise self.not_triggered(ctx)
+        ratio, moved = found
+        severity = (
+            "high"
+            if ratio >= self.HIGH_RATIO
+            else "medium"
+            if ratio >= self.MEDIUM_RATIO
+            else "low"
+        )
+        evidence = {
+            "dram bytes / minimal bytes": Evidence(
+                round(ratio, 3),
+                f"{num(moved)} B moved / {num(ctx.min_bytes)} B minimal = {ratio:.2f}x >= {self.EXCESS_RATIO:g}x",
+            )
+        }
+        notes = []
+        dram = ctx.resolve(DRAM_REQUEST)
+        if dram is not None:
+            evidence[dram[0]] = Evidence(dram[1], f"DRAM at {pct(dram[1])} of peak", "%")
+            if dram[1] < self.DRAM_RELEVANT_PCT and severity != "low":
+                severity = "medium" if severity == "high" else "low"
+                notes.append(
+                    f"Severity lowered: DRAM runs at only {pct(dram[1])} of peak, so the extra "
+                    "traffic is not the limiter yet; it becomes one once the other findings are fixed."
+                )
+        hit = ctx.value(L2_HIT)
+        hit_text = ""
+        if hit is not None:
+            evidence[L2_HIT] = Evidence(hit, f"L2 hit rate {pct(hit)}", "%")
+            hit_text = f" with an L2 hit rate of {pct(hit)}"
+        local = (ctx.value(LLD_SECTORS) or 0.0) + (ctx.value(LST_SECTORS) or 0.0)
+        local_text = ""
+        if local > 0:
+            local_text = (
+                f" Part of it is local-memory traffic ({num(local)} local sectors in L1): see the "
+                "register-spill finding."
+            )
+        bound = min(ratio, 4.0)
+        return self.make_finding(
+            ctx,
+            severity=severity,
+            title=f"DRAM traffic is {ratio:.2f}x the minimal bytes",
+            root_cause=(
+                f"The kernel moves {num(moved)} bytes to/from DRAM, {ratio:.2f}x the "
+                f"{num(ctx.min_bytes)} bytes the reference needs at minimum{hit_text}: data is "
+                "fetched from DRAM more than once (passes over the same data, or a working set "
+                f"larger than L2 between reuses).{local_text}"
+            ),
+            evidence=evidence,
+            recommendations=[
+                Recommendation(
+                    "Read each input once: fuse the passes (e.g. softmax max/sum/normalize over a "
+                    "row kept in registers or shared memory; online softmax)",
+                    1.1,
+                    max(1.1, bound),
+                    "bound: DRAM bytes / minimal bytes, capped at 4x",
+                ),
+                Recommendation(
+                    "Improve temporal locality: process tiles that share data together (block "
+                    "swizzling / rasterization), or pin a reused buffer in L2 with an access "
+                    "policy window (cudaStreamAttributeAccessPolicyWindow)",
+                    1.05,
+                    max(1.05, (1.0 + bound) / 2.0),
+                    "heuristic",
+                ),
+            ],
+            notes=notes,
+        )

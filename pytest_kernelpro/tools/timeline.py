@@ -1,0 +1,165 @@
+"""Timeline tools (once per item): launch overhead and host synchronization.
+
+They read the `TimelineSummary` the profiler built from nsys or kineto: the share of
+end-to-end time not covered by kernels, the sync calls, and the gaps the profiler flagged
+(larger than max(1% of end-to-end time, 5 us), design §3.3).
+"""
+
+from __future__ import annotations
+
+from pytest_kernelpro.tools.base import (
+    Evidence,
+    Finding,
+    ProfilingTool,
+    Recommendation,
+    ToolContext,
+    pct,
+)
+from pytest_kernelpro.tools.registry import ToolRegistry
+
+CUDA_GRAPH_EXAMPLE = """\
+# Capture the launches once, replay them with one launch.
+g = torch.cuda.CUDAGraph()
+static_out = model(static_in)                 # warm-up on a side stream first
+with torch.cuda.graph(g):
+    static_out = model(static_in)
+static_in.copy_(new_input); g.replay()
+# or: model = torch.compile(model, mode="reduce-overhead")
+"""
+
+
+def _graded(value: float, critical: float, high: float) -> str:
+    return "critical" if value >= critical else "high" if value >= high else "medium"
+
+
+@ToolRegistry.register
+class LaunchOverheadTool(ProfilingTool):
+    """End-to-end time dominated by launch overhead rather than kernel execution."""
+
+    name = "launch_overhead"
+    description = "Share of end-to-end time not covered by kernels (launch overhead)"
+    affinity = "timeline"
+    scope = "item"
+    required_inputs = ("timeline",)
+    TRIGGER_PCT = 20.0
+    HIGH_PCT = 40.0
+    CRITICAL_PCT = 60.0
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        tl = ctx.timeline
+        return tl is not None and 100.0 * tl.launch_overhead_share >= self.TRIGGER_PCT
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        tl = ctx.timeline
+        if tl is None:
+            raise self.not_triggered(ctx)
+        share = 100.0 * tl.launch_overhead_share
+        severity = _graded(share, self.CRITICAL_PCT, self.HIGH_PCT)
+        per_kernel = tl.kernel_time_us / tl.kernel_count if tl.kernel_count else 0.0
+        bound = 1.0 / max(1.0 - share / 100.0, 0.05)
+        return self.make_finding(
+            ctx,
+            severity=severity,
+            title=f"Launch overhead: {pct(share)} of end-to-end time is outside kernels",
+            root_cause=(
+                f"Over {tl.end_to_end_us:.1f} us end to end ({tl.source}), kernels run for "
+                f"{tl.kernel_time_us:.1f} us in {tl.kernel_count} launches ({per_kernel:.1f} us "
+                f"each): {pct(share)} of the time the GPU waits for the host to launch work."
+            ),
+            evidence={
+                "launch_overhead_share": Evidence(
+                    round(share, 2), f"{pct(share)} >= {self.TRIGGER_PCT:g}%", "%"
+                ),
+                "kernel_count": Evidence(tl.kernel_count, f"{tl.kernel_count} kernel launches"),
+            },
+            recommendations=[
+                Recommendation(
+                    "Capture the launches in a CUDA graph (torch.cuda.graphs, or torch.compile "
+                    "mode='reduce-overhead') so they replay with one launch",
+                    1.0 + (bound - 1.0) / 2.0,
+                    bound,
+                    "bound: 1/(1 - overhead share)",
+                ),
+                Recommendation(
+                    f"Fuse the {tl.kernel_count} kernels (fewer, larger launches; a persistent kernel)",
+                    1.0 + (bound - 1.0) / 3.0,
+                    bound,
+                    "bound: 1/(1 - overhead share)",
+                ),
+            ],
+            code_example=CUDA_GRAPH_EXAMPLE,
+        )
+
+
+@ToolRegistry.register
+class SynchronizationTool(ProfilingTool):
+    """Host synchronizations and idle gaps between kernels."""
+
+    name = "synchronization"
+    description = "Host sync calls and flagged idle gaps between kernels"
+    affinity = "timeline"
+    scope = "item"
+    required_inputs = ("timeline",)
+    GAP_PCT = 10.0  # total flagged gap time, % of end-to-end
+    HIGH_GAP_PCT = 30.0
+    CRITICAL_GAP_PCT = 60.0
+
+    def _gap_share(self, ctx: ToolContext) -> float:
+        tl = ctx.timeline
+        if tl is None or tl.end_to_end_us <= 0:
+            return 0.0
+        return 100.0 * sum(g.duration_us for g in tl.gaps) / tl.end_to_end_us
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        tl = ctx.timeline
+        if tl is None:
+            return False
+        return (tl.sync_calls > 0 and bool(tl.gaps)) or self._gap_share(ctx) >= self.GAP_PCT
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        tl = ctx.timeline
+        if tl is None:
+            raise self.not_triggered(ctx)
+        share = self._gap_share(ctx)
+        severity = (
+            _graded(share, self.CRITICAL_GAP_PCT, self.HIGH_GAP_PCT)
+            if share >= self.GAP_PCT
+            else "low"
+        )
+        worst = max(tl.gaps, key=lambda g: g.duration_us, default=None)
+        where = (
+            f"; the largest ({worst.duration_us:.1f} us) precedes {worst.before_kernel}"
+            if worst
+            else ""
+        )
+        bound = 1.0 / max(1.0 - share / 100.0, 0.05)
+        return self.make_finding(
+            ctx,
+            severity=severity,
+            title=f"{tl.sync_calls} host sync call(s), {len(tl.gaps)} idle gap(s) ({pct(share)} of time)",
+            root_cause=(
+                f"The GPU sits idle between kernels: {len(tl.gaps)} gap(s) above "
+                f"{tl.gap_threshold_us:.1f} us add up to {pct(share)} of end-to-end time{where}. "
+                f"{tl.sync_calls} synchronizing call(s) (cudaDeviceSynchronize / "
+                "cudaStreamSynchronize, .item(), .cpu(), blocking copies) make the host wait "
+                "for the GPU and then the GPU wait for the host."
+            ),
+            evidence={
+                "sync_calls": Evidence(tl.sync_calls, f"{tl.sync_calls} synchronizing calls"),
+                "gap share": Evidence(
+                    round(share, 2),
+                    f"{pct(share)} of {tl.end_to_end_us:.1f} us in flagged gaps",
+                    "%",
+                ),
+            },
+            recommendations=[
+                Recommendation(
+                    "Remove host syncs from the hot path (.item(), .cpu(), print of tensors, "
+                    "torch.cuda.synchronize()); keep data on the GPU and copy with "
+                    "non_blocking=True from pinned memory",
+                    1.0 + (bound - 1.0) / 2.0,
+                    max(1.0, bound),
+                    "bound: 1/(1 - gap share)",
+                ),
+            ],
+        )

@@ -1,0 +1,10 @@
+import torch.nn as nn
+
+
+class ModelNew(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.lin = nn.Linear(n, n)
+
+    def forward(self, x):
+        raise ValueError("kernel launch failed: invalid configuration argument")

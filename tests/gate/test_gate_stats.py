@@ -1,0 +1,87 @@
+"""The gate's statistics: Mann-Whitney U against known values and scipy, the subsample."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
+
+
+def test_exact_p_value_of_complete_separation() -> None:
+    # 5 vs 5 with every x above every y: one arrangement in C(10, 5) = 252.
+    res = mann_whitney_u([6, 7, 8, 9, 10], [1, 2, 3, 4, 5], "greater")
+    assert res.method == "exact"
+    assert res.u == 25
+    assert res.p_value == pytest.approx(1 / 252)
+    assert mann_whitney_u([6, 7, 8, 9, 10], [1, 2, 3, 4, 5], "less").p_value == pytest.approx(1.0)
+    two = mann_whitney_u([6, 7, 8, 9, 10], [1, 2, 3, 4, 5], "two-sided").p_value
+    assert two == pytest.approx(2 / 252)
+
+
+def test_exact_small_table_by_enumeration() -> None:
+    # n_x = 2, n_y = 3: U takes 0..6 with counts 1,1,2,2,2,1,1 (10 arrangements).
+    x, y = [2.5, 4.5], [1.0, 2.0, 3.0]  # x beats 2 + 3 = 5 of the y's
+    res = mann_whitney_u(x, y, "greater")
+    assert res.u == 5
+    assert res.p_value == pytest.approx(2 / 10)
+
+
+def test_ties_use_the_normal_approximation_and_equal_samples_give_no_evidence() -> None:
+    same = [1.0] * 30
+    res = mann_whitney_u(same, same, "greater")
+    assert res.method == "normal"
+    assert res.p_value == 1.0
+    tied = mann_whitney_u([1, 1, 2, 2, 3], [1, 2, 2, 3, 3], "greater")
+    assert tied.method == "normal"
+    assert 0.5 < tied.p_value <= 1.0
+
+
+def test_empty_sample_is_not_evidence() -> None:
+    assert mann_whitney_u([], [1.0, 2.0]).p_value == 1.0
+    assert mann_whitney_u([1.0, float("nan")], []).p_value == 1.0
+
+
+@pytest.mark.parametrize(
+    ("n_x", "n_y", "ties", "shift"),
+    [(7, 9, False, 0.8), (40, 55, False, 0.3), (200, 150, False, 0.1), (300, 300, True, 0.2)],
+)
+@pytest.mark.parametrize("alternative", ["greater", "less", "two-sided"])
+def test_matches_scipy(n_x: int, n_y: int, ties: bool, shift: float, alternative: str) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(n_x * 1000 + n_y)
+    x, y = rng.normal(shift, 1, n_x), rng.normal(0, 1, n_y)
+    if ties:
+        x, y = np.round(x, 1), np.round(y, 1)
+    ours = mann_whitney_u(x, y, alternative)  # type: ignore[arg-type]
+    method = "exact" if ours.method == "exact" else "asymptotic"
+    theirs = stats.mannwhitneyu(x, y, alternative=alternative, method=method)
+    assert ours.u == pytest.approx(theirs.statistic)
+    assert ours.p_value == pytest.approx(theirs.pvalue, rel=1e-6, abs=1e-12)
+
+
+def test_p_values_are_uniform_under_the_null() -> None:
+    # 400 A/A tests of untied samples: about alpha of them below alpha, not many more.
+    rng = np.random.default_rng(7)
+    ps = [mann_whitney_u(rng.normal(size=80), rng.normal(size=80)).p_value for _ in range(400)]
+    assert sum(p < 0.05 for p in ps) <= 0.05 * 400 * 1.6
+    assert sum(p < 0.5 for p in ps) == pytest.approx(200, abs=40)
+
+
+def test_quantile_subsample_keeps_the_shape() -> None:
+    rng = np.random.default_rng(3)
+    data = rng.lognormal(0, 0.3, 5000)
+    sub = quantile_subsample(data, 200)
+    assert len(sub) == 200
+    assert sub == sorted(sub)
+    assert median(sub) == pytest.approx(float(np.median(data)), rel=0.01)
+    assert np.quantile(sub, 0.9) == pytest.approx(float(np.quantile(data, 0.9)), rel=0.02)
+    assert quantile_subsample(data, 200) == sub  # deterministic
+    assert quantile_subsample([3.0, 1.0, 2.0], 200) == [1.0, 2.0, 3.0]  # short: all kept
+
+
+def test_median_ignores_non_finite() -> None:
+    assert median([1.0, 2.0, float("nan"), 3.0]) == 2.0
+    assert math.isnan(median([]))

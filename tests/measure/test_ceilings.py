@@ -1,0 +1,186 @@
+"""Ceilings measured for real on this machine's CPU (quick sizes), the cache, `calibrate`."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
+from pytest_kernelpro.measure.ceilings import (  # noqa: E402
+    CACHE_SCHEMA,
+    Ceilings,
+    cache_path,
+    calibrate_main,
+    combine_with_spec,
+    format_rate,
+    load_or_measure_ceilings,
+    measure_ceilings,
+    resolve_device,
+)
+from pytest_kernelpro.measure.devices import find_device_spec  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cpu_quick() -> Ceilings:
+    return measure_ceilings("cpu", quick=True)
+
+
+def test_cpu_ceilings_are_measured_and_plausible(cpu_quick: Ceilings) -> None:
+    c = cpu_quick
+    assert c.device.startswith("cpu (")
+    assert c.device_type == "cpu"
+    assert c.source == "measured"
+    assert c.torch_version == torch.__version__
+    datetime.fromisoformat(c.measured_at)
+    # a 64 MiB copy on any CPU of the last decade: 0.5 to 500 GB/s (bytes read + written)
+    assert 5e8 < c.bandwidth_Bps < 5e11
+    assert c.details["copy"]["bytes_moved"] == 2 * (64 << 20)
+    assert set(c.flops) == {"fp32", "fp64", "bf16"}
+    for key, rate in c.flops.items():
+        assert 1e7 < rate < 1e14, key  # 10 MFLOP/s .. 100 TFLOP/s
+        assert c.origin(key) == "measured"
+        gemm = c.details["gemm"][key]
+        assert rate == pytest.approx(2 * gemm["n"] ** 3 / gemm["median_s"])
+        assert len(gemm["times_s"]) == 3
+    assert c.origin("bf16_tensor") == "missing"
+
+
+def test_round_trip_and_validation(cpu_quick: Ceilings) -> None:
+    assert Ceilings.from_dict(json.loads(json.dumps(cpu_quick.to_dict()))) == cpu_quick
+    data = cpu_quick.to_dict()
+    del data["bandwidth_Bps"]
+    with pytest.raises(KernelproError, match="malformed"):
+        Ceilings.from_dict(data)
+    with pytest.raises(KernelproError, match="bandwidth_Bps=-1.0 must be a positive"):
+        Ceilings("cpu (x)", -1.0, {"fp32": 1.0}, "measured", "t", "v", {})
+    with pytest.raises(KernelproError, match="flops\\['fp32'\\]=0.0"):
+        Ceilings("cpu (x)", 1.0, {"fp32": 0.0}, "measured", "t", "v", {})
+
+
+def test_spec_fills_what_was_not_measured() -> None:
+    spec = find_device_spec("NVIDIA H200")
+    assert spec is not None
+    measured = {"bf16_tensor": 790e12, "fp32": 51e12}
+    c = combine_with_spec("NVIDIA H200", 4.3e12, measured, spec, {}, "t", "2.11")
+    assert c.source == "measured+datasheet"
+    assert c.flops["bf16_tensor"] == 790e12
+    assert c.origin("bf16_tensor") == "measured"
+    assert c.flops["fp8_tensor"] == spec.peak_flops["fp8_tensor"]
+    assert c.origin("fp8_tensor") == "datasheet"
+    assert c.bandwidth_Bps == 4.3e12
+    no_copy = combine_with_spec("NVIDIA H200", None, measured, spec, {}, "t", "2.11")
+    assert no_copy.bandwidth_Bps == 4.8e12
+    assert no_copy.details["bandwidth_origin"] == "datasheet"
+    with pytest.raises(KernelproError, match="could neither be measured nor found"):
+        combine_with_spec("NVIDIA X", None, measured, None, {}, "t", "2.11")
+
+
+def test_cache_round_trip(tmp_path: Path) -> None:
+    first = load_or_measure_ceilings("cpu", tmp_path, quick=True)
+    path = cache_path(tmp_path, first.device, torch.__version__, quick=True)
+    record = json.loads(path.read_text())
+    assert record["schema"] == CACHE_SCHEMA
+    assert record["ceilings"]["device"] == first.device
+    # Doctor the cached bandwidth: a second call must return the cached value, not measure.
+    record["ceilings"]["bandwidth_Bps"] = 123.0
+    path.write_text(json.dumps(record))
+    assert load_or_measure_ceilings("cpu", tmp_path, quick=True).bandwidth_Bps == 123.0
+    refreshed = load_or_measure_ceilings("cpu", tmp_path, quick=True, refresh=True)
+    assert refreshed.bandwidth_Bps > 5e8
+    assert json.loads(path.read_text())["ceilings"]["bandwidth_Bps"] == refreshed.bandwidth_Bps
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{not json", json.dumps({"schema": 99, "ceilings": {}}), json.dumps({"schema": CACHE_SCHEMA})],
+    ids=["garbage", "old-schema", "no-ceilings"],
+)
+def test_corrupt_cache_warns_and_remeasures(tmp_path: Path, content: str) -> None:
+    _, name, _ = resolve_device("cpu")
+    path = cache_path(tmp_path, name, torch.__version__, quick=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    with pytest.warns(KernelproWarning, match="ignoring ceilings cache"):
+        c = load_or_measure_ceilings("cpu", tmp_path, quick=True)
+    assert c.bandwidth_Bps > 5e8
+    assert Ceilings.from_dict(json.loads(path.read_text())["ceilings"]) == c
+
+
+def test_cache_of_another_device_is_not_trusted(tmp_path: Path, cpu_quick: Ceilings) -> None:
+    path = cache_path(tmp_path, cpu_quick.device, torch.__version__, quick=True)
+    other = {**cpu_quick.to_dict(), "device": "cpu (some other model)"}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"schema": CACHE_SCHEMA, "ceilings": other}))
+    with pytest.warns(KernelproWarning, match="holds 'cpu \\(some other model\\)'"):
+        c = load_or_measure_ceilings("cpu", tmp_path, quick=True)
+    assert c.device == cpu_quick.device
+
+
+def test_calibrate_prints_table_and_caches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = calibrate_main(["--device", "cpu", "--quick", "--cache-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    _, name, _ = resolve_device("cpu")
+    cached = Ceilings.from_dict(
+        json.loads(cache_path(tmp_path, name, torch.__version__, quick=True).read_text())[
+            "ceilings"
+        ]
+    )
+    assert name in out
+    assert format_rate(cached.bandwidth_Bps, "B/s") in out
+    for key in ("fp32", "fp64", "bf16"):
+        assert format_rate(cached.flops[key], "FLOP/s") in out
+    assert "cached in" in out
+
+
+def test_calibrate_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert (
+        calibrate_main(["--device", "cpu", "--quick", "--json", "--cache-dir", str(tmp_path)]) == 0
+    )
+    data = json.loads(capsys.readouterr().out)
+    assert data["device"].startswith("cpu (")
+    assert data["bandwidth_Bps"] > 0
+    assert calibrate_main(["--device", "tpu", "--cache-dir", str(tmp_path)]) == 2
+    assert "device 'tpu' is not 'cpu', 'cuda' or 'cuda:N'" in capsys.readouterr().err
+    assert calibrate_main(["--bogus"]) == 2
+
+
+@pytest.mark.skipif(
+    torch.cuda.is_available(), reason="checks the message on a machine without a GPU"
+)
+def test_calibrate_cuda_without_gpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert calibrate_main(["--device", "cuda", "--cache-dir", str(tmp_path)]) == 2
+    assert "torch sees no CUDA GPU" in capsys.readouterr().err
+
+
+def test_format_rate() -> None:
+    assert format_rate(788e12, "FLOP/s") == "788 TFLOP/s"
+    assert format_rate(4.3e12, "B/s") == "4.3 TB/s"
+    assert format_rate(2.25e15, "FLOP/s") == "2.25 PFLOP/s"
+    assert format_rate(12.0, "B/s") == "12 B/s"
+
+
+@pytest.mark.gpu
+def test_gpu_ceilings_quick() -> None:
+    c = measure_ceilings("cuda", quick=True)
+    assert c.device_type == "cuda"
+    assert {"bf16_tensor", "fp16_tensor", "tf32_tensor", "fp32"} <= {
+        k for k in c.flops if c.origin(k) == "measured"
+    }
+    # tensor cores beat the CUDA-core fp32 GEMM; TF32 sits between
+    assert c.flops["bf16_tensor"] > c.flops["tf32_tensor"] > c.flops["fp32"]
+    spec = find_device_spec(c.device)
+    if spec is not None:  # measured ceilings stay below the datasheet, within reason
+        assert 0.4 * spec.dram_bandwidth_Bps < c.bandwidth_Bps < 1.05 * spec.dram_bandwidth_Bps
+        assert (
+            0.3 * spec.peak_flops["bf16_tensor"]
+            < c.flops["bf16_tensor"]
+            < 1.05 * spec.peak_flops["bf16_tensor"]
+        )

@@ -1,0 +1,336 @@
+"""check_correctness: trials, poisoning, NaN rules, structure checks, tolerances."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_kernelpro.errors import KernelproError  # noqa: E402
+from pytest_kernelpro.measure.correctness import (  # noqa: E402
+    Tolerance,
+    check_correctness,
+    default_tolerance,
+    poisoned_allocations,
+)
+
+
+def randn_inputs(seed: int) -> tuple[Any, ...]:
+    return (torch.randn(64, 32, generator=torch.Generator().manual_seed(seed)),)
+
+
+def double(x: Any) -> Any:
+    return x * 2
+
+
+def test_exact_pass_reports_zero_error() -> None:
+    r = check_correctness(double, double, randn_inputs, device="cpu")
+    assert r.passed
+    assert r.failure is None
+    assert (r.trials, r.trials_run) == (3, 3)
+    assert r.max_abs_err == 0.0
+    assert r.max_rel_err == 0.0
+    assert r.tolerance.source == "default for torch.float32"
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+@pytest.mark.parametrize(("offset", "passes"), [(0.9e-3, True), (1.1e-3, False)])
+def test_tolerance_edge(offset: float, passes: bool) -> None:
+    def inputs(seed: int) -> tuple[Any, ...]:
+        return (
+            torch.randn(100, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)),
+        )
+
+    tol = Tolerance(rtol=0.0, atol=1e-3, source="marker")
+    r = check_correctness(lambda x: x + offset, lambda x: x, inputs, device="cpu", tolerance=tol)
+    assert r.passed is passes
+    assert r.worst_ratio == pytest.approx(offset / 1e-3, rel=1e-6)
+    assert r.max_abs_err == pytest.approx(offset, rel=1e-6)
+    assert r.tolerance == tol
+    if not passes:
+        assert "100 of 100 elements" in r.failure
+        assert "atol=0.001 (marker)" in r.failure
+
+
+def test_relative_tolerance_follows_allclose() -> None:
+    def inputs(seed: int) -> tuple[Any, ...]:
+        return (torch.tensor([1.0, 100.0, 1000.0], dtype=torch.float64),)
+
+    tol = Tolerance(rtol=1e-3, atol=0.0, source="test")
+    ok = check_correctness(
+        lambda x: x * (1 + 0.9e-3), lambda x: x, inputs, device="cpu", tolerance=tol
+    )
+    bad = check_correctness(
+        lambda x: x * (1 + 1.1e-3), lambda x: x, inputs, device="cpu", tolerance=tol
+    )
+    assert ok.passed
+    assert not bad.passed
+    assert bad.max_rel_err == pytest.approx(1.1e-3, rel=1e-6)
+    assert bad.max_abs_err == pytest.approx(1.1, rel=1e-6)
+
+
+def test_nan_in_output_fails() -> None:
+    def kernel(x: Any) -> Any:
+        out = x * 2
+        out[5, 7] = float("nan")
+        return out
+
+    r = check_correctness(kernel, double, randn_inputs, device="cpu")
+    assert not r.passed
+    assert r.worst_index == (5, 7)
+    assert r.output_path == "output"
+    assert "1 NaN where the reference is a number, first at index (5, 7)" in r.failure
+    assert "got nan" in r.failure
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_nan_in_reference_and_output_at_same_place_passes_with_a_note() -> None:
+    r = check_correctness(torch.log, torch.log, randn_inputs, device="cpu")
+    assert r.passed
+    assert len(r.notes) == 1
+    assert "reference itself produced NaN" in r.notes[0]
+
+
+def test_reference_nan_where_kernel_is_finite_fails() -> None:
+    r = check_correctness(lambda x: torch.log(x.abs()), torch.log, randn_inputs, device="cpu")
+    assert not r.passed
+    assert "where the reference is NaN and the kernel is not" in r.failure
+
+
+def test_poisoning_catches_an_unwritten_element() -> None:
+    def partial(x: Any) -> Any:
+        out = torch.empty_like(x)
+        out.view(-1)[:-1] = (x * 2).view(-1)[:-1]
+        return out
+
+    r = check_correctness(partial, double, randn_inputs, device="cpu")
+    assert not r.passed
+    assert r.trials_run == 1
+    assert r.worst_index == (63, 31)
+    assert "first at index (63, 31)" in r.failure
+    assert "never written" in r.failure
+
+
+def test_poisoning_catches_unwritten_integers() -> None:
+    def inputs(seed: int) -> tuple[Any, ...]:
+        return (torch.arange(10, dtype=torch.int32),)
+
+    def partial(x: Any) -> Any:
+        out = x.new_empty(x.shape)
+        out[:-1] = x[:-1] + 1
+        return out
+
+    r = check_correctness(partial, lambda x: x + 1, inputs, device="cpu")
+    assert not r.passed
+    assert r.worst_index == (9,)
+    assert "2147483647 is the poison value for int32" in r.failure
+    assert r.tolerance.source == "exact for torch.int32"
+
+
+def test_poison_scope_restores_settings() -> None:
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    with poisoned_allocations(torch):
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.isnan(torch.empty(4)).all()
+    after = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    assert before == after
+
+
+def test_in_place_kernel_cannot_corrupt_the_reference() -> None:
+    def in_place_kernel(x: Any) -> Any:
+        return x.mul_(2)
+
+    def in_place_reference(x: Any) -> Any:
+        return x.add_(x)
+
+    r = check_correctness(in_place_kernel, in_place_reference, randn_inputs, device="cpu")
+    assert r.passed
+    assert r.max_abs_err == 0.0
+
+
+def test_shape_mismatch_message() -> None:
+    r = check_correctness(lambda x: x.t() * 2, double, randn_inputs, device="cpu")
+    assert not r.passed
+    assert (
+        "kernel returned shape (32, 64) dtype float32; reference returned (64, 32) float32"
+        in r.failure
+    )
+    assert "rtol=" not in r.failure  # no tolerance hint for a structural error
+
+
+def test_dtype_mismatch_message() -> None:
+    def inputs(seed: int) -> tuple[Any, ...]:
+        return (torch.randn(8, 4),)
+
+    r = check_correctness(lambda x: (x * 2).half(), double, inputs, device="cpu")
+    assert not r.passed
+    assert (
+        "kernel returned shape (8, 4) dtype float16; reference returned (8, 4) float32" in r.failure
+    )
+
+
+def test_tuple_outputs_name_the_failing_item() -> None:
+    ok = check_correctness(lambda x: (x, x * 2), lambda x: (x, x * 2), randn_inputs, device="cpu")
+    assert ok.passed
+    bad = check_correctness(lambda x: [x, x * 3], lambda x: (x, x * 2), randn_inputs, device="cpu")
+    assert not bad.passed
+    assert bad.output_path == "output[1]"
+    assert bad.failure.startswith("output[1]: 2048 of 2048 elements")
+
+
+def test_nested_and_length_mismatch() -> None:
+    def ref(x: Any) -> Any:
+        return {"y": (x, x + 1), "n": 3}
+
+    assert check_correctness(ref, ref, randn_inputs, device="cpu").passed
+    r = check_correctness(lambda x: {"y": (x,), "n": 3}, ref, randn_inputs, device="cpu")
+    assert not r.passed
+    assert r.output_path == "output['y']"
+    assert "kernel returned a tuple of 1 items; reference returned a tuple of 2 items" in r.failure
+
+
+def test_kernel_raising_is_a_failed_result() -> None:
+    def broken_kernel(x: Any) -> Any:
+        raise ValueError("BLOCK_SIZE must be a power of two, got 96")
+
+    r = check_correctness(broken_kernel, double, randn_inputs, device="cpu")
+    assert not r.passed
+    assert r.trials_run == 1
+    assert r.exception == "ValueError: BLOCK_SIZE must be a power of two, got 96"
+    assert "in broken_kernel" in r.failure  # the kernel's own frame is in the traceback
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_reference_or_inputs_raising_is_a_kernelpro_error() -> None:
+    def bad_reference(x: Any) -> Any:
+        raise RuntimeError("reference broke")
+
+    with pytest.raises(KernelproError, match="the reference raised RuntimeError") as info:
+        check_correctness(double, bad_reference, randn_inputs, device="cpu")
+    assert isinstance(info.value.__cause__, RuntimeError)
+
+    def bad_inputs(seed: int) -> tuple[Any, ...]:
+        raise OSError("no data")
+
+    with pytest.raises(KernelproError, match="input factory raised OSError for seed 0"):
+        check_correctness(double, double, bad_inputs, device="cpu")
+
+
+def test_fresh_inputs_each_trial_and_stop_at_first_failure() -> None:
+    seeds: list[int] = []
+
+    def inputs(seed: int) -> tuple[Any, ...]:
+        seeds.append(seed)
+        return (torch.full((4,), float(seed)),)
+
+    def wrong_on_six(x: Any) -> Any:
+        return x + 1 if x[0] != 6 else x
+
+    r = check_correctness(wrong_on_six, lambda x: x + 1, inputs, device="cpu", seed=5, trials=4)
+    assert seeds == [5, 6]
+    assert not r.passed
+    assert (r.trials, r.trials_run) == (4, 2)
+    assert "trial 2 of 4 (inputs seed 6)" in r.failure
+
+
+def test_inputs_are_seeded_and_global_rng_restored() -> None:
+    seen = []
+
+    def unseeded_inputs(seed: int) -> tuple[Any, ...]:
+        x = torch.randn(3)  # uses the global generator, which check_correctness seeds
+        seen.append(x.clone())
+        return (x,)
+
+    torch.manual_seed(123)
+    expected_next = torch.randn(2)
+    torch.manual_seed(123)
+    check_correctness(double, double, unseeded_inputs, device="cpu", trials=2)
+    assert torch.equal(torch.randn(2), expected_next)  # the caller's stream is untouched
+    torch.manual_seed(0)  # trial 1 ran under seed 0
+    assert torch.equal(seen[0], torch.randn(3))
+    assert not torch.equal(seen[0], seen[1])
+
+
+def test_bf16_kernel_with_fp32_accumulation_passes_default_tolerance() -> None:
+    def inputs(seed: int) -> tuple[Any, ...]:
+        g = torch.Generator().manual_seed(seed)
+        return (
+            torch.randn(64, 256, generator=g).bfloat16(),
+            torch.randn(256, 64, generator=g).bfloat16(),
+        )
+
+    def fp32_accumulate(a: Any, b: Any) -> Any:
+        return (a.float() @ b.float()).bfloat16()
+
+    r = check_correctness(fp32_accumulate, torch.matmul, inputs, device="cpu")
+    assert r.passed, r.failure
+    assert r.tolerance.source == "default for torch.bfloat16"
+    off = check_correctness(lambda a, b: (a @ b) * 1.03, torch.matmul, inputs, device="cpu")
+    assert not off.passed
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rtol", "atol", "source"),
+    [
+        (torch.float64, 1e-7, 1e-7, "default for torch.float64"),
+        (torch.float32, 1e-4, 1e-4, "default for torch.float32"),
+        (torch.float16, 1e-2, 1e-2, "default for torch.float16"),
+        (torch.bfloat16, 1.6e-2, 1e-2, "default for torch.bfloat16"),
+        (torch.int32, 0.0, 0.0, "exact for torch.int32"),
+        (torch.bool, 0.0, 0.0, "exact for torch.bool"),
+        ("float32", 1e-4, 1e-4, "default for torch.float32"),
+    ],
+)
+def test_default_tolerances(dtype: Any, rtol: float, atol: float, source: str) -> None:
+    assert default_tolerance(dtype) == Tolerance(rtol, atol, source)
+
+
+def test_tf32_and_bf16_matmul_tolerances() -> None:
+    tf32 = default_tolerance(torch.float32, tf32=True)
+    assert (tf32.rtol, tf32.atol) == (1e-2, 1e-2)
+    assert "TF32" in tf32.source
+    assert default_tolerance(torch.bfloat16, tf32=True).source == "default for torch.bfloat16"
+    medium = default_tolerance(torch.float32, reduced="bf16")
+    assert medium.rtol == 1.6e-2
+    assert "bf16" in medium.source
+    with pytest.raises(KernelproError, match="rtol= and atol= on the kernelpro marker"):
+        default_tolerance("quint8")
+
+
+@pytest.mark.gpu
+def test_cuda_poisoning_tf32_and_nondeterministic_ops() -> None:
+    def inputs(seed: int) -> tuple[Any, ...]:
+        return (torch.randn(256, 256, device="cuda"),)
+
+    def partial(x: Any) -> Any:
+        out = torch.empty_like(x)
+        out[:, :-1] = x[:, :-1] * 2
+        return out
+
+    r = check_correctness(partial, double, inputs, device="cuda")
+    assert not r.passed
+    assert r.worst_index == (0, 255)
+
+    def index_add(x: Any) -> Any:  # nondeterministic on CUDA: warns in the poison scope
+        return torch.zeros_like(x).index_add_(0, torch.arange(256, device="cuda"), x * 2)
+
+    assert check_correctness(index_add, double, inputs, device="cuda").passed
+
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        r = check_correctness(torch.mm, torch.mm, lambda s: (*inputs(s), *inputs(s)), device="cuda")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    assert r.passed
+    assert r.tf32
+    assert "TF32" in r.tolerance.source

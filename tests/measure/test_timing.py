@@ -1,0 +1,170 @@
+"""time_kernel on real CPU callables (and on a GPU when there is one)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from pytest_kernelpro.errors import KernelproConfigError, KernelproError
+from pytest_kernelpro.measure.timing import (
+    TimingBudget,
+    TimingResult,
+    last_level_cache_bytes,
+    parse_device,
+    time_kernel,
+)
+
+QUICK = TimingBudget(warmup_ms=5, max_time_s=0.5, flush_l2=False)
+
+
+def test_sleep_ratio_is_measured() -> None:
+    """2 ms and 4 ms sleeps: medians in a 2:1 ratio (within 10%), sensible statistics."""
+    short = time_kernel(lambda: time.sleep(0.002), device="cpu", budget=QUICK)
+    long = time_kernel(lambda: time.sleep(0.004), device="cpu", budget=QUICK)
+    assert long.median_s / short.median_s == pytest.approx(2.0, rel=0.1)
+    assert 0.002 <= short.median_s < 0.003
+    for r in (short, long):
+        assert r.method == "cpu-perf-counter"
+        assert r.device.startswith("cpu (")
+        assert r.stats.n == len(r.samples_s) >= QUICK.min_samples
+        assert r.stats.min_s <= r.stats.q1_s <= r.stats.median_s <= r.stats.q3_s <= r.stats.max_s
+        assert r.clocks is None
+        assert r.throttled_samples == 0
+        assert r.warmup_runs >= 7  # first call, 5 estimate calls, at least one warm-up
+
+
+def test_converges_on_a_steady_callable() -> None:
+    budget = TimingBudget(warmup_ms=5, max_time_s=5.0, target_rel_ci=0.05, flush_l2=False)
+    r = time_kernel(lambda: time.sleep(0.001), device="cpu", budget=budget)
+    assert r.stop_reason == "converged"
+    assert r.stats.rel_ci_halfwidth <= 0.05
+    assert r.wall_s < 2.0  # stopped well before the 5 s budget
+
+
+def test_time_budget_stops_sampling() -> None:
+    x = np.random.default_rng(0).random(20_000)
+    budget = TimingBudget(warmup_ms=1, max_time_s=0.2, target_rel_ci=0.0, flush_l2=False)
+    r = time_kernel(lambda: np.sort(x), device="cpu", budget=budget)
+    assert r.stop_reason == "time-budget"
+    assert r.stats.n > budget.min_samples
+    assert r.wall_s < 1.0  # rounds are sized to the time left
+
+
+def test_max_samples_stops_sampling() -> None:
+    x = np.random.default_rng(0).random(1000)
+    budget = TimingBudget(
+        warmup_ms=1, max_time_s=30.0, target_rel_ci=0.0, max_samples=50, flush_l2=False
+    )
+    r = time_kernel(lambda: np.cumsum(x), device="cpu", budget=budget)
+    assert r.stop_reason == "max-samples"
+    assert r.stats.n == 50
+    assert r.rounds == 3  # 20, then doubling capped by max_samples: 20, 10
+
+
+def test_min_samples_are_taken_even_past_the_budget() -> None:
+    budget = TimingBudget(warmup_ms=0, max_time_s=0.01, min_samples=8, flush_l2=False)
+    r = time_kernel(lambda: time.sleep(0.003), device="cpu", budget=budget)
+    assert r.stats.n == 8
+    assert r.stop_reason in ("time-budget", "converged")
+
+
+def test_cache_flush_makes_cached_data_cold() -> None:
+    """Summing data that fits in the last-level cache is slower after the flush."""
+    llc = last_level_cache_bytes() or 32 * 1024 * 1024
+    x = np.random.default_rng(0).random(llc // 4 // 8)  # a quarter of the LLC
+    base = {"warmup_ms": 5, "max_time_s": 0.5, "target_rel_ci": 0.01}
+    cold = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=True))
+    warm = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=False))
+    assert cold.flushed_l2
+    assert cold.flush_bytes == 2 * llc
+    assert not warm.flushed_l2
+    assert warm.flush_bytes == 0
+    assert cold.median_s > 1.1 * warm.median_s
+
+
+def test_very_fast_calls_are_repeated_within_a_sample() -> None:
+    r = time_kernel(lambda: None, device="cpu", budget=QUICK)
+    assert r.calls_per_sample > 1
+    assert r.median_s < 2e-6
+
+
+def test_json_round_trip() -> None:
+    r = time_kernel(lambda: time.sleep(0.0005), device="cpu", budget=QUICK)
+    text = json.dumps(r.to_dict(), allow_nan=False)
+    data = json.loads(text)
+    assert data["samples_s"] == list(r.samples_s)
+    assert data["stats"]["median_s"] == r.median_s
+    assert data["budget"]["max_time_s"] == QUICK.max_time_s
+    assert TimingResult.from_dict(data) == r
+
+
+def test_kernel_raising_is_a_kernelpro_error() -> None:
+    calls = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) > 3:
+            raise ValueError("tile size 0")
+
+    with pytest.raises(KernelproError, match="raised ValueError during timing") as info:
+        time_kernel(flaky, device="cpu", budget=QUICK)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"), [("cpu", ("cpu", None)), ("cuda", ("cuda", None)), ("cuda:1", ("cuda", 1))]
+)
+def test_parse_device(text: str, parsed: tuple[str, int | None]) -> None:
+    assert parse_device(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["tpu", "cuda:x", "cpu:0", ""])
+def test_parse_device_rejects(text: str) -> None:
+    with pytest.raises(KernelproConfigError, match="unknown timing device"):
+        parse_device(text)
+
+
+def test_budget_validation_names_the_bad_values() -> None:
+    with pytest.raises(KernelproConfigError, match=r"max_time_s=0 .*min_samples=10"):
+        TimingBudget(max_time_s=0, min_samples=10, max_samples=5)
+
+
+def test_cuda_without_a_gpu_is_a_clear_error() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(KernelproError, match="torch.cuda.is_available"):
+        time_kernel(lambda: None, device="cuda")
+
+
+@pytest.mark.gpu
+def test_cuda_events_time_a_matmul() -> None:
+    torch = pytest.importorskip("torch")
+    a = torch.randn(2048, 2048, device="cuda")
+    r = time_kernel(lambda: a @ a, device="cuda", budget=TimingBudget(max_time_s=1.0))
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert r.method == "cuda-events"
+    assert r.device == torch.cuda.get_device_name(0)
+    assert r.flush_bytes == 2 * l2
+    assert r.flushed_l2
+    # 2*2048^3 FLOP cannot run faster than 2 PFLOP/s nor slower than 1 TFLOP/s on a real GPU.
+    assert 2 * 2048**3 / 2e15 < r.median_s < 2 * 2048**3 / 1e12
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_mode_times_a_tiny_kernel() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1024, device="cuda")
+    events = time_kernel(lambda: x + x, device="cuda", budget=TimingBudget(max_time_s=0.5))
+    graph = time_kernel(
+        lambda: x + x, device="cuda", budget=TimingBudget(max_time_s=0.5, cuda_graph=True)
+    )
+    assert graph.method == "cuda-graph"
+    assert graph.calls_per_sample > 1
+    assert events.calls_per_sample == 1
+    assert 0 < graph.median_s < 50e-6
+    assert 0 < events.median_s < 50e-6
