@@ -195,6 +195,7 @@ def _roofline(
             flops=problem.flops,
             bytes=problem.bytes,
             op_cost_hook=session.op_cost_hook,
+            spec=session.spec_for(device),
         )
     except KernelproError:
         raise

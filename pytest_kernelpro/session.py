@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .config import KernelproConfig
     from .gate.baseline import Baseline
     from .measure.ceilings import Ceilings
+    from .measure.devices import DeviceSpec
     from .problem import Problem
 
 
@@ -46,6 +47,7 @@ class KernelproSession:
     records: list[KernelRecord] = field(default_factory=list)
     started: float = field(default_factory=time.perf_counter)
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
+    _specs: dict[str, DeviceSpec | None] = field(default_factory=dict)
     _baseline: Baseline | None = None
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
@@ -82,7 +84,6 @@ class KernelproSession:
     def ceilings_for(self, device: str) -> Ceilings:
         """Measured once per machine and cached; a ceilings file from settings wins."""
         from .measure.ceilings import Ceilings, load_or_measure_ceilings
-        from .measure.devices import find_device_spec
 
         key = "cpu" if device == "cpu" else device
         if key in self._ceilings:
@@ -92,7 +93,7 @@ class KernelproSession:
             try:
                 data = json.loads(path.read_text(encoding="utf-8"))
                 ceilings = Ceilings.from_dict(data)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, KernelproError) as exc:
                 raise KernelproError(
                     f"ceilings file {path} ({self.settings.sources.get('ceilings')}) is unreadable: "
                     f"{exc}; write it with `kernelpro calibrate --out {path}` or drop the setting"
@@ -111,6 +112,19 @@ class KernelproSession:
             ceilings = load_or_measure_ceilings(device, self.settings.cache_dir, spec=spec)
         self._ceilings[key] = ceilings
         return ceilings
+
+    def spec_for(self, device: str) -> DeviceSpec | None:
+        """The device table entry of a GPU (hook-provided specs win); None on CPU."""
+        from .measure.devices import find_device_spec
+
+        if not device.startswith("cuda"):
+            return None
+        if device not in self._specs:
+            import torch
+
+            extra = [s for specs in self.config.hook.pytest_kernelpro_device_specs() for s in (specs or [])]
+            self._specs[device] = find_device_spec(torch.cuda.get_device_name(torch.device(device)), extra)
+        return self._specs[device]
 
     def op_cost_hook(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
         return self.config.hook.pytest_kernelpro_op_cost(op=op, args=args, kwargs=kwargs, out=out)

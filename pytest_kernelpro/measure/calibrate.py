@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernelproError
+from ..fileio import atomic_write_json
 from .ceilings import (
     DEFAULT_CACHE_DIR,
     Ceilings,
@@ -69,7 +70,7 @@ def ceilings_table(ceilings: Ceilings, spec: DeviceSpec | None = None) -> Any:
 
 
 def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
-    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json]`.
+    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
 
     Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
     Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
@@ -95,6 +96,13 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
     parser.add_argument(
         "--json", action="store_true", help="Print the ceilings as JSON instead of a table"
     )
+    parser.add_argument(
+        "--out",
+        metavar="PATH",
+        type=Path,
+        default=None,
+        help="Also write the ceilings (Ceilings.to_dict) to PATH, for the ceilings setting. Default: None",
+    )
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already wrote the usage or the help
@@ -112,6 +120,8 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         sys.stderr.write(f"kernelpro calibrate: {exc}\n")
         return 2
     path = cache_path(args.cache_dir, ceilings.device, ceilings.torch_version, args.quick)
+    if args.out is not None:
+        atomic_write_json(args.out, ceilings.to_dict())
     if args.json:
         sys.stdout.write(json.dumps(ceilings.to_dict(), indent=2) + "\n")
         return 0

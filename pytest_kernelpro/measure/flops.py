@@ -370,11 +370,18 @@ def select_peak_key(
     "fp32"; fp32 convolution the same with cuDNN's flag; bf16/fp16/fp8/int8 matrix work ->
     its tensor-core key; fp64 matrix work -> "fp64_tensor" (DMMA) unless the spec lacks it;
     everything else runs on CUDA cores: "fp64" for float64, "fp32" for the rest (bf16/fp16
-    elementwise math is done in fp32 registers). CPU has no tensor-core keys: every op uses
-    the measured torch.matmul rate of its dtype ("fp32", "fp64", "bf16", "fp16").
+    elementwise math is done in fp32 registers).
+
+    CPU has no tensor-core keys; its ceilings are torch.matmul rates per dtype. GEMM and
+    convolution use the rate of their dtype ("fp32", "fp64", "bf16", "fp16"); every other op
+    uses the fp32 rate ("fp64" for float64), because CPU kernels do bf16/fp16 math in fp32
+    registers too: on a CPU without bf16 instructions the bf16 matmul ran at 0.46 GFLOP/s
+    while torch's CPU flash attention did 18 GFLOP/s on the same bf16 tensors.
     """
     if device_type != "cuda":
-        return _DTYPE_CPU_KEY.get(dtype, "fp32")
+        if op_category in ("gemm", "conv"):
+            return _DTYPE_CPU_KEY.get(dtype, "fp32")
+        return "fp64" if dtype == "float64" else "fp32"
     if op_category in ("gemm", "conv", "attention"):
         if dtype == "float32":
             tf32 = allow_cudnn_tf32 if op_category == "conv" else allow_tf32

@@ -235,16 +235,21 @@ def _make_recorder(
                     return
             if is_no_cost(func):
                 return
-            category = op_category(func)
-            flops, note = op_flops(func, category, args, kwargs, out)
+            try:
+                category = op_category(func)
+                flops, note = op_flops(func, category, args, kwargs, out)
+                dtype = compute_dtype(category, args, out)
+                device_type = op_device_type(args, out)
+                key = select_peak_key(
+                    category, dtype, device_type, allow_tf32, allow_cudnn_tf32, spec
+                )
+                nbytes = op_bytes(func, args, kwargs, out)
+            except Exception as exc:  # an odd schema must not break the user's reference
+                self.notes.append(f"{name}: not priced ({type(exc).__name__}: {exc})")
+                return
             if note:
                 self.notes.append(note)
-            dtype = compute_dtype(category, args, out)
-            device_type = op_device_type(args, out)
-            key = select_peak_key(category, dtype, device_type, allow_tf32, allow_cudnn_tf32, spec)
-            self.costs.append(
-                OpCost(name, category, flops, op_bytes(func, args, kwargs, out), dtype, key)
-            )
+            self.costs.append(OpCost(name, category, flops, nbytes, dtype, key))
 
     return _Recorder()
 

@@ -51,7 +51,7 @@ class ExtensionBuild:
     error: str | None = None  # the build or import error, re-raised to the caller unchanged
 
 
-@dataclass
+@dataclass(eq=False)  # identity: two open captures with equal contents are still two
 class ExtensionCapture:
     """What one `capture_extensions()` block saw."""
 
@@ -117,7 +117,9 @@ def _is_cuda_source(path: str) -> bool:
 
 def _merge_flags(existing: Sequence[str] | None, extra: Sequence[str]) -> list[str]:
     flags = list(existing or [])
-    flags += [f for f in extra if f not in flags]
+    for flag in extra:  # several open captures may ask for the same flag
+        if flag not in flags:
+            flags.append(flag)
     return flags
 
 

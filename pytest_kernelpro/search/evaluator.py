@@ -91,6 +91,7 @@ class KernelBenchTask:
     warmup_ms: float = 25.0
     rep_ms: float = 100.0
     max_samples: int = 100
+    cpu_threads: int | None = None  # torch.set_num_threads in the worker (None: torch's default)
 
     def __post_init__(self) -> None:
         if self.shape_check not in ("auto", "variants", "off"):
@@ -243,7 +244,8 @@ class SandboxEvaluator:
             delay = min(delay * 1.5, 0.2)
         _kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
-        return killed, phase, peak_mb
+        # The worker may have moved on since the last poll: the file has its final phase.
+        return killed, _last_phase(progress_path) or phase, peak_mb
 
     def _classify(
         self, returncode: int | None, killed: str | None, phase: str, peak_mb: float,

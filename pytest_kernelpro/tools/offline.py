@@ -170,7 +170,7 @@ RULE_IDS: tuple[tuple[str, str, str], ...] = (
     ("Warp State Statistics", r"Warp Stall Sampling", "PCSamplingData"),
     ("Warp State Statistics", r"", "CPIStall"),
     ("Instruction Statistics", r"fused", "FPInstructions"),
-    ("Launch Statistics", r"partial wave|tail", "LaunchConfiguration (tail effect)"),
+    ("Launch Statistics", r"partial wave|tail effect", "LaunchConfiguration (tail effect)"),
     ("Launch Statistics", r"multiprocessors|too small", "LaunchConfiguration (small grid)"),
     ("Launch Statistics", r"", "LaunchConfiguration"),
     ("Occupancy", r"measured achieved occupancy", "AchievedOccupancy"),

@@ -34,7 +34,9 @@ from pytest_kernelpro.tools.signals import (
     PIPES,
     SM_THROUGHPUT,
     THREADS_PER_INST,
+    THREADS_PER_INST_NEW,
     THREADS_PRED_ON_PER_INST,
+    THREADS_PRED_ON_PER_INST_OLD,
     pipe_utilization,
     sass_count,
 )
@@ -325,22 +327,29 @@ class WarpDivergenceTool(ProfilingTool):
     name = "warp_divergence"
     description = "Thread divergence: active threads per warp instruction below 24 of 32"
     affinity = "always"
+    ACTIVE = MetricRequest(
+        THREADS_PER_INST, "active threads per instruction", alternatives=(THREADS_PER_INST_NEW,)
+    )
+    PRED_ON = MetricRequest(
+        THREADS_PRED_ON_PER_INST,
+        "predicated-on threads per instruction",
+        required=False,
+        alternatives=(THREADS_PRED_ON_PER_INST_OLD,),
+    )
     required_metrics = (
-        MetricRequest(THREADS_PER_INST, "active threads per instruction"),
-        MetricRequest(
-            THREADS_PRED_ON_PER_INST, "predicated-on threads per instruction", required=False
-        ),
+        ACTIVE,
+        PRED_ON,
         MetricRequest(BRANCH_UNIFORM, "uniform branch targets", required=False),
     )
     TRIGGER_THREADS = 24.0
     HIGH_THREADS = 16.0
 
     def _threads(self, ctx: ToolContext) -> tuple[str, float]:
-        active = ctx.value(THREADS_PER_INST) or 32.0
-        pred = ctx.value(THREADS_PRED_ON_PER_INST)
-        if pred is not None and pred < active:
-            return THREADS_PRED_ON_PER_INST, pred
-        return THREADS_PER_INST, active
+        active = ctx.resolve(self.ACTIVE) or (THREADS_PER_INST, 32.0)
+        pred = ctx.resolve(self.PRED_ON)
+        if pred is not None and pred[1] < active[1]:
+            return pred
+        return active
 
     def trigger(self, ctx: ToolContext) -> bool:
         return self._threads(ctx)[1] < self.TRIGGER_THREADS

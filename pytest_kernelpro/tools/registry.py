@@ -304,6 +304,7 @@ def run_tools(
     roofline_fraction: float | None = None,
     near_roofline_pct: float = 80.0,
     library_max_severity: str = "medium",
+    affinity_mode: str = "final",
 ) -> ToolRun:
     """Run every relevant tool on every kernel of `report`.
 
@@ -316,8 +317,15 @@ def run_tools(
       remaining headroom (100 / pct);
     - library kernels (cuBLAS, CUTLASS, nvjet, PyTorch's own): capped at
       `library_max_severity`, since the user can change the call but not the kernel.
+
+    `affinity_mode` "final" (the design: tools of the final Stage-1 class) or "both": when
+    the theoretical and measured classes disagree, also run the measured class's tools (the
+    kernel's current bottleneck), e.g. coalescing on a compute-bound GEMM that is stuck on
+    memory today.
     """
     severity_rank(library_max_severity)
+    if affinity_mode not in ("final", "both"):
+        raise KernelproError(f"Unknown affinity_mode {affinity_mode!r}; use 'final' or 'both'")
     if tools is None:
         instances = ToolRegistry.create(thresholds=thresholds)
     else:
@@ -342,12 +350,12 @@ def run_tools(
         if ctx.stage1 is not None:
             run.stage1[kernel.name] = ctx.stage1
         for tool in kernel_tools:
-            _run_one(tool, ctx, run, near_roofline_pct, library_max_severity)
+            _run_one(tool, ctx, run, near_roofline_pct, library_max_severity, affinity_mode)
     if item_tools:
         item_stage1 = stage1 if not isinstance(stage1, Mapping) else None
         ctx = ToolContext(kernel=None, stage1=item_stage1, **common)  # type: ignore[arg-type]
         for tool in item_tools:
-            _run_one(tool, ctx, run, near_roofline_pct, library_max_severity)
+            _run_one(tool, ctx, run, near_roofline_pct, library_max_severity, affinity_mode)
     return run
 
 
@@ -357,9 +365,14 @@ def _run_one(
     run: ToolRun,
     near_roofline_pct: float,
     library_max_severity: str,
+    affinity_mode: str = "final",
 ) -> None:
     kernel = ctx.kernel_name
-    if not affinity_allows(tool.affinity, ctx.bottleneck):
+    allowed = affinity_allows(tool.affinity, ctx.bottleneck)
+    s1 = ctx.stage1
+    if not allowed and affinity_mode == "both" and s1 is not None and s1.measured != s1.cls:
+        allowed = affinity_allows(tool.affinity, s1.measured)
+    if not allowed:
         run.skipped.append(
             SkippedTool(
                 tool.name,

@@ -7,14 +7,15 @@ to ~100% over all reasons including `selected`), cycles per issued instruction
 (`smsp__average_warps_issue_stalled_<r>_per_issue_active.ratio`) and an aggregate latency
 (`smsp__average_warp_latency_issue_stalled_<r>.ratio`). All three count the same stalled
 warp-cycles with a different denominator, so the *share* of a reason is identical whichever
-family is present. We define
+family is present (on the H200 capture the three agree to within rounding). We define
 
     share(r) = value(r) / sum(value(s) for every reason s except "selected") * 100
 
 i.e. the % of stalled (not-issuing) warp-cycles spent on reason r. `selected` is the cycle in
 which the warp issues, not a stall; `not_selected` (eligible but another warp won) stays in the
 denominator, so a kernel with plenty of eligible warps shows smaller problem shares.
-PC-sampling counts (`smsp__pcsamp_warps_issue_stalled_<r>`) are the last fallback.
+(PC-sampling counts, `smsp__pcsamp_warps_issue_stalled_<r>`, are per-PC source counters, not
+in `ncu --query-metrics` for the raw page, so they are not used.)
 """
 
 from __future__ import annotations
@@ -77,8 +78,12 @@ FMUL = "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum"
 DFMA = "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum"
 DADD = "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum"
 DMUL = "smsp__sass_thread_inst_executed_op_dmul_pred_on.sum"
+# ncu 2025.3 marks the smsp__thread_inst_executed_*_per_inst_executed names deprecated in favour
+# of smsp__average_thread_inst_executed_*; the capture (and the profile part) use the old one.
 THREADS_PER_INST = "smsp__thread_inst_executed_per_inst_executed.ratio"
-THREADS_PRED_ON_PER_INST = "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio"
+THREADS_PER_INST_NEW = "smsp__average_thread_inst_executed_per_inst_executed.ratio"
+THREADS_PRED_ON_PER_INST = "smsp__average_thread_inst_executed_pred_on_per_inst_executed.ratio"
+THREADS_PRED_ON_PER_INST_OLD = "smsp__thread_inst_executed_pred_on_per_inst_executed.ratio"
 BRANCH_UNIFORM = "smsp__sass_average_branch_targets_threads_uniform.pct"
 GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"
 FP64_RATIO = "device__attribute_single_to_double_precision_perf_ratio"
@@ -137,17 +142,12 @@ STALL_FAMILIES: tuple[str, ...] = (
     "smsp__warp_issue_stalled_{r}_per_warp_active.pct",
     "smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio",
     "smsp__average_warp_latency_issue_stalled_{r}.ratio",
-    "smsp__pcsamp_warps_issue_stalled_{r}",
 )
-# Spellings that differ between families (ncu 2025.3 CPIStall.py).
-_PCSAMP_SPELLING = {"no_instruction": "no_instructions"}
 _MIN_REASONS = 5
 
 
 def stall_metric(reason: str, family: str = STALL_FAMILIES[0]) -> str:
     """The metric name of `reason` in `family`."""
-    if family == STALL_FAMILIES[3]:
-        reason = _PCSAMP_SPELLING.get(reason, reason)
     return family.format(r=reason)
 
 

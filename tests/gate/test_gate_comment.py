@@ -66,10 +66,13 @@ def test_comment_has_marker_summary_and_table(report: dict) -> None:
     slow = rows["softmax[8192x4096]"]
     assert slow[1:3] == ["50.0 µs", "55.0 µs"]
     assert re.fullmatch(r"\*\*\+(9\.9|10\.0|10\.1)%\*\*", slow[3])
-    assert slow[4].startswith("`████▍") and slow[4].endswith("55%")
+    assert slow[4].startswith("`████▍")
+    assert slow[4].endswith("55%")
     assert slow[5:] == ["memory", "🔴 regressed"]
-    assert rows["matmul[4096]"][3].startswith("**−") and rows["matmul[4096]"][6] == "🟢 improved"
-    assert rows["fresh[1]"][1] == "–" and rows["fresh[1]"][6] == "🆕 new"
+    assert rows["matmul[4096]"][3].startswith("**−")
+    assert rows["matmul[4096]"][6] == "🟢 improved"
+    assert rows["fresh[1]"][1] == "–"
+    assert rows["fresh[1]"][6] == "🆕 new"
     assert rows["rms\\|norm[1024]"][6] == "⚪ ok"
     assert rows["gelu[2048]"][3].endswith("\\*")  # other device: by efficiency, footnoted
     assert "compared by efficiency" in body
@@ -77,7 +80,8 @@ def test_comment_has_marker_summary_and_table(report: dict) -> None:
     # Order: what needs attention first.
     names = list(rows)
     assert names.index("broken[1]") < names.index("softmax[8192x4096]") < names.index("fresh[1]")
-    assert "commit `0123456789ab`" in body and "torch 2.11.0" in body
+    assert "commit `0123456789ab`" in body
+    assert "torch 2.11.0" in body
 
 
 def test_details_for_regressed_and_failed_kernels(report: dict) -> None:
@@ -99,7 +103,8 @@ def test_many_unchanged_kernels_are_folded() -> None:
     body = render_comment(build_report(records, meta={}))
     assert "<details><summary>20 unchanged kernels</summary>" in body
     first_table = body.split("<details>")[0]
-    assert "slow[1]" in first_table and "k3[1]" not in first_table
+    assert "slow[1]" in first_table
+    assert "k3[1]" not in first_table
 
 
 def test_huge_comment_stays_under_github_limit() -> None:
@@ -130,7 +135,10 @@ def test_post_creates_then_updates_one_sticky_comment() -> None:
         assert bodies[-1] == f"{MARKER}\nsecond"  # the marker is added when missing
         methods = [(m, p.split("?")[0]) for m, p, _, _ in gh.requests]
         assert methods.count(("POST", "/repos/octo/kernels/issues/7/comments")) == 1
-        assert ("PATCH", f"/repos/octo/kernels/issues/comments/{gh.all_comments(7)[-1]['id']}") in methods
+        assert (
+            "PATCH",
+            f"/repos/octo/kernels/issues/comments/{gh.all_comments(7)[-1]['id']}",
+        ) in methods
         assert any("page=2" in p for m, p, _, _ in gh.requests if m == "GET")  # pagination
         for _, _, headers, _ in gh.requests:
             assert headers["Authorization"] == f"Bearer {TOKEN}"
@@ -158,7 +166,8 @@ def test_api_error_is_clear_and_never_shows_the_token() -> None:
     assert "HTTP 403" in message
     assert "GET /repos/o/r/issues/1/comments" in message
     assert "pull-requests: write" in message
-    assert TOKEN not in message and "***" in message
+    assert TOKEN not in message
+    assert "***" in message
 
 
 def test_bad_token_is_reported_as_such() -> None:
@@ -208,11 +217,16 @@ def test_cli_merges_several_reports(tmp_path: Path) -> None:
     out = tmp_path / "c.md"
     assert comment_main([str(a), str(b), "--out", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
-    assert "| a[1] |" in text and "| b[1] |" in text and "(2 kernels)" in text
+    assert "| a[1] |" in text
+    assert "| b[1] |" in text
+    assert "(2 kernels)" in text
 
 
 def test_cli_posts_with_the_token_from_the_environment(
-    tmp_path: Path, report: dict, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    report: dict,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = write_json_report(tmp_path / "r.json", report)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)

@@ -22,7 +22,8 @@ import pytest
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.results import KernelRecord
 
-RECORDS = {r["name"]: KernelRecord.from_dict(r) for r in json.load(open("records.json"))}
+with open("records.json", encoding="utf-8") as handle:
+    RECORDS = {r["name"]: KernelRecord.from_dict(r) for r in json.load(handle)}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item):
@@ -47,7 +48,9 @@ def _records() -> list:
     entry = BaselineEntry.from_record(make_record("softmax[8192x4096]", seed=1))
     slow = make_record("softmax[8192x4096]", median_s=56e-6, seed=2)
     first = compare(slow, entry)
-    slow.gate = confirm(first, make_record("softmax[8192x4096]", median_s=56e-6, seed=3), entry).to_dict()
+    slow.gate = confirm(
+        first, make_record("softmax[8192x4096]", median_s=56e-6, seed=3), entry
+    ).to_dict()
     slow.guidance = "### Automated Bottleneck Analysis\n- L2 hit rate 12% & falling <check>"
     fresh = make_record("fresh[1]", seed=4, bound="compute")
     fresh.gate = compare(fresh, None).to_dict()
@@ -55,8 +58,7 @@ def _records() -> list:
     return [slow, fresh, wrong]
 
 
-@pytest.mark.parametrize("family", ["xunit2", "xunit1"])
-def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester, family: str) -> None:
+def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester) -> None:
     records = _records()
     (pytester.path / "records.json").write_text(
         json.dumps([r.to_dict() for r in records]), encoding="utf-8"
@@ -65,22 +67,31 @@ def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester, family: s
     pytester.makepyfile(test_kernels=TESTS)
     xml = pytester.path / "junit.xml"
     result = pytester.runpytest(
-        "-p", "no:kernelpro", f"--junitxml={xml}", "-o", f"junit_family={family}", "-W", "error"
+        "-p",
+        "no:kernelpro",
+        f"--junitxml={xml}",
+        "-W",
+        "error",  # default junit_family
     )
     result.assert_outcomes(passed=3, failed=1)
     back = {r.name: r for r in read_junit_records(xml)}
     assert set(back) == {"softmax[8192x4096]", "fresh[1]", "wrong[1]"}  # ordinary test ignored
     slow, orig = back["softmax[8192x4096]"], records[0]
     assert slow.outcome == "passed"
-    assert slow.nodeid == orig.nodeid and slow.kernel == "softmax" and slow.shape == "8192x4096"
-    assert slow.device == "NVIDIA H200" and slow.device_kind == "cuda" and slow.language == "triton"
+    assert slow.nodeid == orig.nodeid
+    assert slow.kernel == "softmax"
+    assert slow.shape == "8192x4096"
+    assert slow.device == "NVIDIA H200"
+    assert slow.device_kind == "cuda"
+    assert slow.language == "triton"
     assert slow.median_s == orig.median_s  # repr() keeps every bit of a float
     assert slow.timing["stats"]["n"] == 400
     assert slow.efficiency == orig.efficiency
     assert slow.roofline["bound"] == "memory"
     assert slow.roofline["roofline_time_s"] == orig.roofline["roofline_time_s"]
     assert slow.gate == json.loads(json.dumps(orig.gate))  # the whole verdict survives
-    assert slow.gate["status"] == "regressed" and slow.gate["confirmed"] is True
+    assert slow.gate["status"] == "regressed"
+    assert slow.gate["confirmed"] is True
     assert slow.guidance == orig.guidance
     assert back["fresh[1]"].gate["status"] == "new"
     wrong = back["wrong[1]"]
@@ -89,7 +100,9 @@ def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester, family: s
     # Enough for the comment: same rows as from the JSON report.
     body = render_comment(build_report(list(back.values()), meta={}))
     assert "| softmax[8192x4096] | 50.0 µs | 56.0 µs |" in body
-    assert "🔴 regressed" in body and "🆕 new" in body and "❌ failed" in body
+    assert "🔴 regressed" in body
+    assert "🆕 new" in body
+    assert "❌ failed" in body
 
 
 def test_properties_are_strings_and_skip_missing_values() -> None:

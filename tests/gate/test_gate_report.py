@@ -36,7 +36,11 @@ def gated(name: str, scale: float, **kw: object):
 
 
 def test_build_write_load(tmp_path: Path) -> None:
-    records = [gated("a[1]", 1.0), gated("b[1]", 1.2), make_record("c[1]", timed=False, outcome="failed")]
+    records = [
+        gated("a[1]", 1.0),
+        gated("b[1]", 1.2),
+        make_record("c[1]", timed=False, outcome="failed"),
+    ]
     meta = {"torch": "2.11.0", "commit": "abc", "wall_s": 12.5, "options": {"check": True}}
     report = build_report(records, meta=meta)
     assert report["schema_version"] == REPORT_SCHEMA_VERSION
@@ -113,8 +117,10 @@ def test_terminal_table_fits_and_shows_everything(width: int) -> None:
     assert max(len(line) for line in lines) <= width
     joined = "\n".join(lines)
     assert "softmax[8192x4096]" in joined
-    assert "REGRESSED +" in joined and "improved −" in joined
-    assert "812 ns" in joined and "3.20 ms" in joined
+    assert "REGRESSED +" in joined
+    assert "improved −" in joined
+    assert "812 ns" in joined
+    assert "3.20 ms" in joined
     assert "60%" in joined  # 30 µs roofline / 50 µs median
     assert "compute" in joined
     assert "5 kernel(s) on H200" in lines[-1]
@@ -133,7 +139,8 @@ def test_terminal_table_color_and_other_device() -> None:
     text = render_terminal_table(recs, width=120, color=True)
     assert ANSI.search(text)
     plain = ANSI.sub("", text)
-    assert "H100 80GB HBM3" in plain and "device" in plain
+    assert "H100 80GB HBM3" in plain
+    assert "device" in plain
     assert "compared by efficiency" in plain
 
 

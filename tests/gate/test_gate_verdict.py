@@ -38,7 +38,8 @@ def test_same_kernel_again_is_ok() -> None:
     assert not v.failed
     assert v.basis == "time (same device: NVIDIA H200)"
     assert abs(v.change) < 0.01
-    assert v.p_value is not None and v.p_value > 0.01
+    assert v.p_value is not None
+    assert v.p_value > 0.01
     assert not needs_confirmation(v)
 
 
@@ -161,7 +162,8 @@ def test_below_roofline_fails_without_any_baseline() -> None:
     v = compare(make_record(seed=16, min_roofline=0.8), None, threshold=0.05)  # eff 0.6
     assert v.status == BELOW_ROOFLINE
     assert v.change_status == NEW
-    assert v.below_roofline and v.failed
+    assert v.below_roofline
+    assert v.failed
     assert "below min_roofline=80%" in v.reason
     assert compare(make_record(seed=16, min_roofline=0.5), None).failed is False
 
@@ -169,7 +171,8 @@ def test_below_roofline_fails_without_any_baseline() -> None:
 def test_below_roofline_and_regressed_keeps_both() -> None:
     entry = entry_of()
     first = compare(make_record(median_s=60 * US, seed=17, min_roofline=0.8), entry)
-    assert first.status == REGRESSED and first.below_roofline
+    assert first.status == REGRESSED
+    assert first.below_roofline
     # The regression does not reproduce: still fails on the floor.
     final = confirm(first, make_record(seed=18, min_roofline=0.8), entry)
     assert final.status == BELOW_ROOFLINE
@@ -204,8 +207,7 @@ def test_no_false_alarm_over_200_a_a_comparisons() -> None:
     """Same distribution, different draws: no kernel may fail (before confirmation even)."""
     entry = entry_of(noise=0.02)
     statuses = [
-        compare(make_record(noise=0.02, seed=s), entry, threshold=0.05).status
-        for s in range(200)
+        compare(make_record(noise=0.02, seed=s), entry, threshold=0.05).status for s in range(200)
     ]
     assert statuses.count(REGRESSED) == 0
     assert statuses.count(OK) == 200

@@ -45,8 +45,10 @@ def test_cpu_ceilings_are_measured_and_plausible(cpu_quick: Ceilings) -> None:
         assert 1e7 < rate < 1e14, key  # 10 MFLOP/s .. 100 TFLOP/s
         assert c.origin(key) == "measured"
         gemm = c.details["gemm"][key]
-        assert rate == pytest.approx(2 * gemm["n"] ** 3 / gemm["median_s"])
-        assert len(gemm["times_s"]) == 3
+        # CPU ceilings come from the fastest run (stalls of a busy host only slow runs down)
+        assert gemm["statistic"] == "min"
+        assert rate == 2 * gemm["n"] ** 3 / min(gemm["times_s"])
+        assert len(gemm["times_s"]) == 5
     assert c.origin("bf16_tensor") == "missing"
 
 
@@ -145,6 +147,11 @@ def test_calibrate_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture
         calibrate_main(["--device", "cpu", "--quick", "--json", "--cache-dir", str(tmp_path)]) == 0
     )
     data = json.loads(capsys.readouterr().out)
+    out_file = tmp_path / "ceilings.json"
+    assert calibrate_main(["--device", "cpu", "--quick", "--json", "--out", str(out_file),
+                           "--cache-dir", str(tmp_path)]) == 0  # fmt: skip
+    capsys.readouterr()
+    assert Ceilings.from_dict(json.loads(out_file.read_text())).device == data["device"]
     assert data["device"].startswith("cpu (")
     assert data["bandwidth_Bps"] > 0
     assert calibrate_main(["--device", "tpu", "--cache-dir", str(tmp_path)]) == 2

@@ -3,6 +3,7 @@ load_inline extension built (compile and link only, no GPU) under capture_extens
 
 from __future__ import annotations
 
+import copy
 import os
 import shutil
 import subprocess
@@ -115,6 +116,10 @@ class BuiltExtension:
     build_directory: Path
     load_kwargs: dict
 
+    def kwargs(self, **changes: object) -> dict:
+        """A fresh copy of the load_inline keywords (torch mutates the lists it is given)."""
+        return {**copy.deepcopy(self.load_kwargs), **changes}
+
 
 def extension_kwargs(build_directory: Path, stubs: Path | None) -> dict:
     """load_inline keywords for a header-free CUDA extension that links on a CPU-only torch."""
@@ -185,6 +190,8 @@ def built_extension(
     build = root / "build"
     build.mkdir()
     kwargs = extension_kwargs(build, stubs)
+    # torch appends its own libraries to the extra_ldflags list it is given, so a reused
+    # list changes the build arguments and bumps the module version: keep a pristine copy.
     with capture_extensions() as capture:
-        result = cuda_extension_env.load_inline("kp_scale_ext", "", **kwargs)
+        result = cuda_extension_env.load_inline("kp_scale_ext", "", **copy.deepcopy(kwargs))
     return BuiltExtension(capture, result, build, kwargs)

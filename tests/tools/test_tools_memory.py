@@ -23,7 +23,10 @@ DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 def test_coalescing_naive_softmax_matches_ncu_excess_sectors() -> None:
     c = probe_ctx("naive_softmax_kernel")
     ops = coalescing_ops(c)
-    assert [(o.op, o.ideal, round(o.per_request, 2)) for o in ops] == [("load", 4.0, 32.0), ("store", 4.0, 32.0)]
+    assert [(o.op, o.ideal, round(o.per_request, 2)) for o in ops] == [
+        ("load", 4.0, 32.0),
+        ("store", 4.0, 32.0),
+    ]
     f = GlobalCoalescingTool().analyze(c)
     assert f.severity == "critical"
     # ncu's UncoalescedGlobalAccess rule on the same launch: 117440512 excessive sectors (88%).
@@ -48,7 +51,7 @@ def test_coalescing_other_fixture_kernels() -> None:
     assert not tool.trigger(probe_ctx("softmax_kernel"))
 
 
-def coal(ld_per_req: float, widths: dict[int, int] | None = {32: 4}) -> object:
+def coal(ld_per_req: float, widths: dict[int, int] | None) -> object:
     values = {LD_SEC: ld_per_req * 1000.0, LD_REQ: 1000.0}
     return ctx(values, sass_summary=None if widths is None else sass(loads=widths))
 
@@ -75,7 +78,8 @@ def test_coalescing_thresholds(requests: float, expected: str | None) -> None:
 def test_coalescing_without_sass_only_reports_beyond_128_bit() -> None:
     assert not GlobalCoalescingTool().trigger(coal(16.0, widths=None))
     f = GlobalCoalescingTool().analyze(coal(32.0, widths=None))
-    assert "lower bound" in f.root_cause and f.severity == "high"  # 50% against a 16-sector ideal
+    assert "lower bound" in f.root_cause
+    assert f.severity == "high"
 
 
 def test_coalescing_ideal_is_width_weighted() -> None:
@@ -93,16 +97,24 @@ def test_vectorization() -> None:
     tool = VectorizationTool()
     # spill kernel: all LDG.E / STG.E (32-bit), DRAM at 35.9%.
     f = tool.analyze(probe_ctx("spill_kernel"))
-    assert f.severity == "medium" and "100.0%" in f.title
+    assert f.severity == "medium"
+    assert "100.0%" in f.title
     assert not tool.trigger(probe_ctx("vec_add_kernel"))  # LDG.E.128
     soft = tool.analyze(probe_ctx("naive_softmax_kernel"))
-    assert soft.severity == "low" and "fix coalescing first" in soft.notes[0]
+    assert soft.severity == "low"
+    assert "fix coalescing first" in soft.notes[0]
     assert tool.missing_inputs(probe_ctx("softmax_kernel")) == ["sass"]  # Triton: not in the .so
 
 
 @pytest.mark.parametrize(
     ("narrow", "wide", "dram", "fires"),
-    [(8, 2, 50.0, True), (79, 21, 50.0, False), (80, 20, 50.0, True), (10, 0, 79.9, True), (10, 0, 80.0, False)],
+    [
+        (8, 2, 50.0, True),
+        (79, 21, 50.0, False),
+        (80, 20, 50.0, True),
+        (10, 0, 79.9, True),
+        (10, 0, 80.0, False),
+    ],
 )
 def test_vectorization_thresholds(narrow: int, wide: int, dram: float, fires: bool) -> None:
     c = ctx({DRAM: dram}, sass_summary=sass(loads={32: narrow, 128: wide}))
@@ -115,7 +127,8 @@ def test_dram_saturation_thresholds(dram: float, fires: bool) -> None:
     assert DramSaturationTool().trigger(c) is fires
     if fires:
         f = DramSaturationTool().analyze(c)
-        assert f.severity == "low" and "stop optimizing memory traffic" in f.title
+        assert f.severity == "low"
+        assert "stop optimizing memory traffic" in f.title
         assert f.recommendations[1].high == pytest.approx(100 / dram)
 
 
@@ -131,7 +144,14 @@ def test_dram_saturation_on_fixtures() -> None:
 
 @pytest.mark.parametrize(
     ("ratio", "dram", "expected"),
-    [(1.49, 80.0, None), (1.5, 80.0, "low"), (2.0, 80.0, "medium"), (4.0, 80.0, "high"), (4.0, 49.0, "medium"), (2.0, 49.0, "low")],
+    [
+        (1.49, 80.0, None),
+        (1.5, 80.0, "low"),
+        (2.0, 80.0, "medium"),
+        (4.0, 80.0, "high"),
+        (4.0, 49.0, "medium"),
+        (2.0, 49.0, "low"),
+    ],
 )
 def test_l2_locality_thresholds(ratio: float, dram: float, expected: str | None) -> None:
     values = {"dram__bytes_read.sum": ratio * 1e6, "dram__bytes_write.sum": 0.0, DRAM: dram}
@@ -148,6 +168,7 @@ def test_l2_locality_on_fixtures() -> None:
     assert soft.evidence["dram bytes / minimal bytes"].value == pytest.approx(1.954, abs=0.001)
     spill = tool.analyze(probe_ctx("spill_kernel"))
     assert spill.evidence["dram bytes / minimal bytes"].value == pytest.approx(27.29, abs=0.01)
-    assert "local-memory traffic" in spill.root_cause and spill.severity == "medium"
+    assert "local-memory traffic" in spill.root_cause
+    assert spill.severity == "medium"
     assert not tool.trigger(probe_ctx("vec_add_kernel"))
     assert tool.missing_inputs(probe_ctx("vec_add_kernel", min_bytes=None)) == ["min_bytes"]

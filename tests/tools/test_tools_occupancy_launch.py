@@ -33,15 +33,21 @@ def test_occupancy_thresholds(theo: float, ach: float, fires: bool) -> None:
 
 def test_occupancy_names_register_limiter_and_target() -> None:
     c = ctx(
-        occ(25.0, 24.0, eligible=0.4, **{
-            "launch__block_size": 256.0,
-            "launch__registers_per_thread": 128.0,
-            "device__attribute_max_registers_per_multiprocessor": 65536.0,
-        })
+        occ(
+            25.0,
+            24.0,
+            eligible=0.4,
+            **{
+                "launch__block_size": 256.0,
+                "launch__registers_per_thread": 128.0,
+                "device__attribute_max_registers_per_multiprocessor": 65536.0,
+            },
+        )
     )
     f = OccupancyTool().analyze(c)
     assert f.severity == "critical"  # achieved < 25% and < 1 eligible warp per scheduler
-    assert "limited by registers" in f.root_cause and "128 registers/thread" in f.root_cause
+    assert "limited by registers" in f.root_cause
+    assert "128 registers/thread" in f.root_cause
     # 65536 / (256 * 3 blocks) = 85.3 -> 80 registers (multiple of 8) fits one more block.
     assert "at most 80 registers/thread" in f.recommendations[0].action
     assert "launch__occupancy_limit_registers" in f.evidence
@@ -51,14 +57,22 @@ def test_occupancy_names_register_limiter_and_target() -> None:
     ("ach", "eligible", "expected"),
     [(20.0, 0.5, "critical"), (40.0, 0.5, "high"), (70.0, 0.5, "medium"), (40.0, 1.0, "low")],
 )
-def test_occupancy_severity_follows_scheduler_starvation(ach: float, eligible: float, expected: str) -> None:
+def test_occupancy_severity_follows_scheduler_starvation(
+    ach: float, eligible: float, expected: str
+) -> None:
     assert OccupancyTool().analyze(ctx(occ(100.0, ach, eligible))).severity == expected
 
 
 def test_occupancy_low_when_a_pipe_is_busy() -> None:
-    values = occ(18.75, 14.0, eligible=0.13, **{"sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": 83.0})
+    values = occ(
+        18.75,
+        14.0,
+        eligible=0.13,
+        **{"sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": 83.0},
+    )
     f = OccupancyTool().analyze(ctx(values))
-    assert f.severity == "low" and "tensor pipe is already 83.0% busy" in f.root_cause
+    assert f.severity == "low"
+    assert "tensor pipe is already 83.0% busy" in f.root_cause
 
 
 def test_occupancy_on_fixtures() -> None:
@@ -66,9 +80,12 @@ def test_occupancy_on_fixtures() -> None:
     assert not OccupancyTool().trigger(probe_ctx("naive_softmax_kernel"))
     # triton softmax: theoretical 56.25% limited by 55 registers/thread (9 blocks/SM).
     f = OccupancyTool().analyze(probe_ctx("softmax_kernel"))
-    assert "registers" in f.root_cause and "55 registers/thread" in f.root_cause
+    assert "registers" in f.root_cause
+    assert "55 registers/thread" in f.root_cause
     # nvjet (cuBLAS wgmma): 18.75% theoretical by design, tensor pipe 83% busy.
-    assert by_tool(probe_run("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"))["occupancy"] == "low"
+    assert (
+        by_tool(probe_run("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"))["occupancy"] == "low"
+    )
     # Good occupancy: naive matmul 97.9% of 100%.
     assert not OccupancyTool().trigger(probe_ctx("naive_matmul_kernel"))
 
@@ -79,7 +96,15 @@ SMS = "launch__sm_count"
 
 @pytest.mark.parametrize(
     ("grid", "expected"),
-    [(132, None), (131, "low"), (119, "low"), (118, "medium"), (99, "high"), (66, "critical"), (1, "critical")],
+    [
+        (132, None),
+        (131, "low"),
+        (119, "low"),
+        (118, "medium"),
+        (99, "high"),
+        (66, "critical"),
+        (1, "critical"),
+    ],
 )
 def test_small_grid_thresholds(grid: int, expected: str | None) -> None:
     c = ctx({GRID: float(grid), SMS: 132.0})
@@ -93,7 +118,8 @@ def test_small_grid_thresholds(grid: int, expected: str | None) -> None:
 
 def test_small_grid_on_naive_softmax() -> None:
     f = SmallGridTool().analyze(probe_ctx("naive_softmax_kernel"))
-    assert f.severity == "critical" and "64 blocks for 132 SMs" in f.title
+    assert f.severity == "critical"
+    assert "64 blocks for 132 SMs" in f.title
     assert "51.5%" in f.title
     assert not SmallGridTool().trigger(probe_ctx("vec_add_kernel"))
 
@@ -138,7 +164,9 @@ def test_tail_effect_on_fixtures_is_quieter_than_ncu() -> None:
     assert not tool.trigger(probe_ctx("wmma_matmul_kernel"))
 
 
-@pytest.mark.parametrize(("block", "fires"), [(96.0, False), (100.0, True), (256.0, False), (33.0, True)])
+@pytest.mark.parametrize(
+    ("block", "fires"), [(96.0, False), (100.0, True), (256.0, False), (33.0, True)]
+)
 def test_launch_config_block_multiple_of_32(block: float, fires: bool) -> None:
     assert LaunchConfigTool().trigger(ctx({"launch__block_size": block})) is fires
 
@@ -151,11 +179,17 @@ def test_launch_config_small_blocks_hit_block_limit() -> None:
         "launch__occupancy_limit_registers": 64.0,
     }
     f = LaunchConfigTool().analyze(ctx(values))
-    assert "per-SM block limit" in f.root_cause and f.severity == "medium"
+    assert "per-SM block limit" in f.root_cause
+    assert f.severity == "medium"
     values["launch__block_size"] = 64.0
     assert not LaunchConfigTool().trigger(ctx(values))
 
 
 def test_launch_config_quiet_on_fixtures() -> None:
-    for base in ("naive_softmax_kernel", "tiled_matmul_kernel", "vec_add_kernel", "wmma_matmul_kernel"):
+    for base in (
+        "naive_softmax_kernel",
+        "tiled_matmul_kernel",
+        "vec_add_kernel",
+        "wmma_matmul_kernel",
+    ):
         assert not LaunchConfigTool().trigger(probe_ctx(base)), base

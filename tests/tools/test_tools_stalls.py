@@ -15,7 +15,8 @@ def test_stall_share_excludes_selected_and_matches_across_families() -> None:
     # naive_softmax: long_scoreboard 75.20% of active warp-cycles, selected 4.74%.
     c = probe_ctx("naive_softmax_kernel")
     bd = stall_breakdown(c)
-    assert bd is not None and bd.family == STALL_FAMILIES[0]
+    assert bd is not None
+    assert bd.family == STALL_FAMILIES[0]
     total = sum(v for r, v in bd.values.items() if r != "selected")
     assert bd.shares["long_scoreboard"] == pytest.approx(100 * 75.20 / total)
     assert bd.shares["long_scoreboard"] == pytest.approx(78.9, abs=0.05)
@@ -27,7 +28,8 @@ def test_stall_share_excludes_selected_and_matches_across_families() -> None:
         {n: v for n, v in metrics.metrics.items() if "per_issue_active" in n},
     )
     bd2 = stall_breakdown(ToolContext(kernel=type(c.kernel)(c.kernel_name, only_ratio)))  # type: ignore[misc]
-    assert bd2 is not None and bd2.family == STALL_FAMILIES[1]
+    assert bd2 is not None
+    assert bd2.family == STALL_FAMILIES[1]
     assert bd2.shares["long_scoreboard"] == pytest.approx(bd.shares["long_scoreboard"], abs=1.0)
 
 
@@ -37,16 +39,19 @@ def test_warp_stalls_on_fixture_kernels() -> None:
     assert tool.trigger(soft)
     f = tool.analyze(soft)
     assert f.severity == "critical"
-    assert "long_scoreboard" in f.title and "78.9%" in f.title
+    assert "long_scoreboard" in f.title
+    assert "78.9%" in f.title
     assert stall_metric("long_scoreboard") in f.evidence
     assert "> 60%" in f.evidence[stall_metric("long_scoreboard")].condition
     # tiled matmul: MIO throttle (shared-memory pressure) dominates, not barriers (8%).
     tiled = tool.analyze(probe_ctx("tiled_matmul_kernel"))
-    assert tiled.severity == "high" and "mio_throttle" in tiled.title
+    assert tiled.severity == "high"
+    assert "mio_throttle" in tiled.title
     assert "Register-tile" in tiled.recommendations[0].action
     # naive matmul: LG throttle just above 40%.
     naive = tool.analyze(probe_ctx("naive_matmul_kernel"))
-    assert naive.severity == "high" and "lg_throttle" in naive.title
+    assert naive.severity == "high"
+    assert "lg_throttle" in naive.title
     # triton softmax: long scoreboard 38.0% of stalls -> below the trigger.
     assert not tool.trigger(probe_ctx("softmax_kernel"))
 
@@ -70,17 +75,30 @@ def test_warp_stall_thresholds(share: float, expected: str | None) -> None:
 
 def test_warp_stall_hidden_when_issue_slots_busy() -> None:
     values = stall_values(long_scoreboard=70.0)
-    assert WarpStallTool().trigger(ctx({**values, "smsp__issue_active.avg.pct_of_peak_sustained_active": 79.9}))
-    assert not WarpStallTool().trigger(ctx({**values, "smsp__issue_active.avg.pct_of_peak_sustained_active": 80.0}))
+    assert WarpStallTool().trigger(
+        ctx({**values, "smsp__issue_active.avg.pct_of_peak_sustained_active": 79.9})
+    )
+    assert not WarpStallTool().trigger(
+        ctx({**values, "smsp__issue_active.avg.pct_of_peak_sustained_active": 80.0})
+    )
 
 
 @pytest.mark.parametrize(
     "reason",
-    ["long_scoreboard", "short_scoreboard", "barrier", "branch_resolving", "mio_throttle", "lg_throttle", "math_pipe_throttle"],
+    [
+        "long_scoreboard",
+        "short_scoreboard",
+        "barrier",
+        "branch_resolving",
+        "mio_throttle",
+        "lg_throttle",
+        "math_pipe_throttle",
+    ],
 )
 def test_each_stall_type_gets_its_own_advice(reason: str) -> None:
     f = WarpStallTool().analyze(ctx(stall_values(**{reason: 65.0})))
-    assert reason in f.title and f.severity == "critical"
+    assert reason in f.title
+    assert f.severity == "critical"
     assert f.recommendations[0].action == STALL_ADVICE[reason].recommendations[0][0]
     assert STALL_ADVICE[reason].cause in f.root_cause
     # Estimates are capped by the Amdahl bound 1/(1 - 0.65) = 2.86x.
@@ -93,7 +111,9 @@ def test_not_selected_is_not_a_dominant_problem() -> None:
 
 
 def test_warp_stalls_missing_metrics_are_listed() -> None:
-    missing = WarpStallTool().missing_inputs(ctx({"sm__throughput.avg.pct_of_peak_sustained_elapsed": 10.0}))
+    missing = WarpStallTool().missing_inputs(
+        ctx({"sm__throughput.avg.pct_of_peak_sustained_elapsed": 10.0})
+    )
     assert any(m.startswith(stall_metric("long_scoreboard")) for m in missing)
     assert any("per_issue_active" in m for m in missing)  # the alternatives are named too
 
@@ -119,7 +139,10 @@ def test_barrier_on_fixtures() -> None:
     assert not tool.trigger(probe_ctx("naive_softmax_kernel"))
     # cuBLAS nvjet (warp-specialized wgmma): 37.1% barrier, fires but capped (tensor pipe 83%).
     assert tool.trigger(probe_ctx("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"))
-    assert by_tool(probe_run("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"))["barrier_stalls"] == "low"
+    assert (
+        by_tool(probe_run("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"))["barrier_stalls"]
+        == "low"
+    )
 
 
 def test_analyze_without_trigger_raises() -> None:

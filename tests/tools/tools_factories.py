@@ -24,7 +24,13 @@ from pytest_kernelpro.tools.signals import stall_metric
 from pytest_kernelpro.tools.stage1 import Stage1, classify
 
 PROBE_DIR = Path(__file__).resolve().parent.parent / "data" / "tools" / "h200-probe"
-REQUIRED_STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "branch_resolving", "mio_throttle")
+REQUIRED_STALLS = (
+    "long_scoreboard",
+    "short_scoreboard",
+    "barrier",
+    "branch_resolving",
+    "mio_throttle",
+)
 
 
 def km(values: dict[str, float | str], name: str = "k(float*)") -> KernelMetrics:
@@ -44,7 +50,11 @@ def stall_values(**shares: float) -> dict[str, float]:
     return {stall_metric(r): v for r, v in values.items()}
 
 
-def sass(counts: dict[str, int] | None = None, loads: dict[int, int] | None = None, stores: dict[int, int] | None = None) -> SassSummary:
+def sass(
+    counts: dict[str, int] | None = None,
+    loads: dict[int, int] | None = None,
+    stores: dict[int, int] | None = None,
+) -> SassSummary:
     counts = dict(counts or {})
     return SassSummary(
         function="k(float*)",
@@ -67,16 +77,28 @@ def ctx(
 ) -> ToolContext:
     """A ToolContext for one constructed kernel (metrics None when `values` is None)."""
     metrics = None if values is None else km(values, name)
-    return ToolContext(kernel=KernelProfile(name, metrics, sass_summary, ptxas), stage1=stage1, **kw)
+    return ToolContext(
+        kernel=KernelProfile(name, metrics, sass_summary, ptxas), stage1=stage1, **kw
+    )
 
 
-def report(values: dict[str, float | str] | None, *, name: str = "k(float*)", arch: str | None = "sm_90a", **kw: Any) -> ProfileReport:
+def report(
+    values: dict[str, float | str] | None,
+    *,
+    name: str = "k(float*)",
+    arch: str | None = "sm_90a",
+    **kw: Any,
+) -> ProfileReport:
     metrics = None if values is None else km(values, name)
     return ProfileReport(arch=arch, kernels=[KernelProfile(name, metrics)], **kw)
 
 
 def timeline(
-    overhead: float = 0.0, sync_calls: int = 0, gaps_us: tuple[float, ...] = (), e2e_us: float = 1000.0, kernels: int = 10
+    overhead: float = 0.0,
+    sync_calls: int = 0,
+    gaps_us: tuple[float, ...] = (),
+    e2e_us: float = 1000.0,
+    kernels: int = 10,
 ) -> TimelineSummary:
     gaps = tuple(TimelineGap(10.0 * i, g, f"kernel_{i}") for i, g in enumerate(gaps_us))
     return TimelineSummary(
@@ -122,12 +144,14 @@ def probe_ctx(base: str, **kw: Any) -> ToolContext:
     return ToolContext(kernel=kernel, **defaults)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe_run(base: str) -> ToolRun:
     """run_tools on one probe kernel with its Stage 1 and roofline facts."""
     k = probe()[base]
     c = probe_ctx(base)
-    return run_tools(k.report, c.stage1, op_category=c.op_category, min_bytes=c.min_bytes, dtype=c.dtype)
+    return run_tools(
+        k.report, c.stage1, op_category=c.op_category, min_bytes=c.min_bytes, dtype=c.dtype
+    )
 
 
 def by_tool(run: ToolRun) -> dict[str, str]:
