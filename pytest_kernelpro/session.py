@@ -99,17 +99,9 @@ class KernelproSession:
                     f"{exc}; write it with `kernelpro calibrate --out {path}` or drop the setting"
                 ) from exc
         else:
-            spec = None
-            if device.startswith("cuda"):
-                import torch
-
-                extra = [
-                    s
-                    for specs in self.config.hook.pytest_kernelpro_device_specs()
-                    for s in (specs or [])
-                ]
-                spec = find_device_spec(torch.cuda.get_device_name(torch.device(device)), extra)
-            ceilings = load_or_measure_ceilings(device, self.settings.cache_dir, spec=spec)
+            ceilings = load_or_measure_ceilings(
+                device, self.settings.cache_dir, spec=self.spec_for(device)
+            )
         self._ceilings[key] = ceilings
         return ceilings
 
