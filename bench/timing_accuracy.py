@@ -164,10 +164,14 @@ def _do_bench(fn: Callable[[], object], graph: bool) -> float | None:
     return tt.do_bench(fn, return_mode="median") * 1e-3
 
 
-def _measure(fn: Callable[[], object], device: str, budget: TimingBudget) -> dict[str, Any]:
+def _measure(
+    fn: Callable[[], object], device: str, budget: TimingBudget, keep_samples: bool = False
+) -> dict[str, Any]:
     r = time_kernel(fn, device=device, budget=budget)
     clocks = r.clocks or {}
+    extra = {"samples_us": [round(x * 1e6, 4) for x in r.samples_s]} if keep_samples else {}
     return {
+        **extra,
         "median_s": r.median_s,
         "rel_ci": r.stats.rel_ci_halfwidth,
         "iqr_s": r.stats.iqr_s,
@@ -234,7 +238,7 @@ def run(out: Path, budget_s: float, sync_variant: bool) -> dict[str, Any]:
             if sync is None:
                 row[label] = _do_bench(fn, row["mode"] == "graph")
             else:
-                row[label] = _measure(fn, device, budget(row, sync))
+                row[label] = _measure(fn, device, budget(row, sync), keep_samples=label == "A")
     for row in live:
         a, b = row["A"]["median_s"], row["B"]["median_s"]
         row["ratio_vs_do_bench"] = a / row["dobench1"] if row.get("dobench1") else None
@@ -246,9 +250,16 @@ def run(out: Path, budget_s: float, sync_variant: bool) -> dict[str, Any]:
         med = statistics.mean([a, b])
         row["achieved_tflops"] = row["flops"] / med / 1e12 if row["flops"] else None
         row["achieved_gbps"] = row["bytes"] / med / 1e9
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
     result = {
         "device": torch.cuda.get_device_name(0) if _gpu(device) else "cpu",
         "torch": torch.__version__,
+        "triton": triton_version,
         "budget_s": budget_s,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "rows": rows,

@@ -229,6 +229,34 @@ def detect_language(source_text: str) -> str:
     return "pytorch"
 
 
+def _source_of(obj: Any) -> str:
+    try:
+        return inspect.getsource(obj)
+    except (OSError, TypeError):
+        return ""
+
+
+def detect_language_of(obj: Any) -> str:
+    """The language of a kernel callable: its own source, then the modules and functions
+    its code refers to (one level), e.g. `triton_kernels.softmax(x)` -> "triton"."""
+    own = _source_of(obj)
+    found = detect_language(own)
+    if found != "pytorch":
+        return found
+    target = obj.forward if inspect.isclass(obj) and hasattr(obj, "forward") else obj
+    code = getattr(target, "__code__", None)
+    namespace = getattr(target, "__globals__", {})
+    for name in getattr(code, "co_names", ()):
+        ref = namespace.get(name)
+        if inspect.ismodule(ref) or inspect.isfunction(ref):
+            if inspect.ismodule(ref) and ref.__name__.split(".")[0] in ("torch", "numpy", "math"):
+                continue
+            found = detect_language(_source_of(ref))
+            if found != "pytorch":
+                return found
+    return "pytorch"
+
+
 def _is_module_class(obj: Any) -> bool:
     if not inspect.isclass(obj):
         return False
@@ -279,12 +307,7 @@ def problem_from_marker(
 ) -> Problem:
     """A Problem for a marked function or nn.Module class."""
     kind = "module" if _is_module_class(obj) else "function"
-    language = options.language
-    if language is None:
-        try:
-            language = detect_language(Path(source_file).read_text(encoding="utf-8"))
-        except OSError:
-            language = "pytorch"
+    language = options.language or detect_language_of(obj)
     device_pref = options.device or ("cuda" if language in ("triton", "cuda") else "any")
     kernel_factory = _callable_factory(obj, options.init_inputs)
     reference_factory = _callable_factory(options.reference, options.init_inputs)

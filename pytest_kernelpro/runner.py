@@ -120,6 +120,8 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
         _note_cuda_error(session, exc, problem.display_name)
         raise KernelproError(f"{problem.display_name} raised {_describe_exception(exc)}") from exc
     record.correctness = correctness.to_dict()
+    if getattr(correctness, "cuda_error", False) and session.cuda_poisoned_by is None:
+        session.cuda_poisoned_by = problem.display_name
     if not correctness.passed:
         failure = correctness.failure or "no detail"
         if failure.startswith("The kernel raised"):

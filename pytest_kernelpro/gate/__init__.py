@@ -1,1 +1,12 @@
-"""gate part of pytest-kernelpro."""
+"""The regression gate and its reports, as plain functions over `KernelRecord` lists.
+
+- `baseline`: `save_baseline`, `load_baseline` (YAML; `BaselineError` names the fix)
+- `verdict`: `compare`, `needs_confirmation`, `confirm` -> `Verdict`
+- `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
+- `junit`: `junit_properties`, `read_junit_records`
+- `comment`: `render_comment`, `post_comment`, `comment_main` (`kernelpro comment`)
+- `compare`: `compare_main` (`kernelpro compare BASE HEAD`)
+- `plot`: `roofline_plot`
+
+Nothing here is imported by the plugin at import time; import the module you need.
+"""

@@ -67,11 +67,14 @@ class Tolerance:
 def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:
     """The default tolerance for a reference output of `dtype` (a torch dtype or its name).
 
+    `None` (a non-tensor output) compares exactly.
     `tf32=True` (an fp32 reference whose matmuls/convolutions ran on TF32 tensor cores) gives
     fp16's tolerance; `reduced` names another reduced type the fp32 matmuls ran in ("bf16"
     under `torch.backends.cuda.matmul.fp32_precision = "bf16"`). Integers and bool compare
     exactly.
     """
+    if dtype is None:
+        return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
     name = str(dtype).removeprefix("torch.")
     label = f"torch.{name}"
     if name in ("float32", "complex64") and reduced == "bf16":
@@ -107,6 +110,7 @@ class CorrectnessResult:
     exception: str | None = None  # "TypeError: ..." when the kernel raised
     notes: tuple[str, ...] = field(default_factory=tuple)
     tf32: bool = False  # the reference ran fp32 matmul/conv with TF32 allowed (on CUDA)
+    cuda_error: bool = False  # the kernel raised a CUDA error: this process's context is broken
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (non-finite errors become "inf"/"nan" strings)."""
@@ -132,16 +136,23 @@ def poisoned_allocations(torch: Any) -> Iterator[None]:
         torch.is_deterministic_algorithms_warn_only_enabled(),
         det_mod.fill_uninitialized_memory,
     )
+    # The public torch.use_deterministic_algorithms also flips torch._inductor's
+    # `deterministic` config (importing inductor, seconds, and changing what a
+    # torch.compile'd kernel compiles to during this check); the C setter does only the
+    # dispatcher part.
+    set_mode = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if set_mode is None:
+        set_mode = torch.use_deterministic_algorithms
     with warnings.catch_warnings():
         # "... does not have a deterministic implementation ..." and the CuBLAS
         # CUBLAS_WORKSPACE_CONFIG note are both consequences of this scope, not the kernel.
         warnings.filterwarnings("ignore", message=r"(?s).*[Dd]eterministic")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        set_mode(True, warn_only=True)
         det_mod.fill_uninitialized_memory = True
         try:
             yield
         finally:
-            torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+            set_mode(prev[0], warn_only=prev[1])
             det_mod.fill_uninitialized_memory = prev[2]
 
 
@@ -157,20 +168,21 @@ def _prepoison_cuda_cache(torch: Any, expected: Any) -> None:
     """Fill freed caching-allocator blocks of the outputs' sizes with poison.
 
     Catches kernels that get output memory from the allocator without `at::empty` (raw
-    allocations), which fill_uninitialized_memory does not cover.
+    allocations), which fill_uninitialized_memory does not cover. Best effort: a dtype
+    `torch.full` cannot fill (float8) or an allocation that does not fit is skipped.
     """
     blocks = []
     for leaf in _tensor_leaves(torch, expected):
-        if leaf.is_cuda and leaf.numel() > 0:
-            for _ in range(3):
+        if not leaf.is_cuda or leaf.numel() == 0 or leaf.numel() * leaf.element_size() > 2**31:
+            continue
+        value = _poison_value(torch, leaf.dtype)
+        for _ in range(3):
+            try:
                 blocks.append(
-                    torch.full(
-                        (leaf.numel(),),
-                        _poison_value(torch, leaf.dtype),
-                        dtype=leaf.dtype,
-                        device=leaf.device,
-                    )
+                    torch.full((leaf.numel(),), value, dtype=leaf.dtype, device=leaf.device)
                 )
+            except RuntimeError:  # out of memory, or no fill kernel for this dtype
+                break
     del blocks  # back to the cache, poisoned
 
 
@@ -266,6 +278,16 @@ def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
 _UNSET = object()  # the reference has not produced an output yet
 
 
+def is_cuda_error(exc: BaseException) -> bool:
+    """True for a CUDA runtime error (illegal address, device-side assert, launch failure).
+
+    torch raises these as `torch.AcceleratorError` (2.8+) or RuntimeError("CUDA error: ...");
+    after one the CUDA context of the process is unusable.
+    """
+    text = f"{type(exc).__name__}: {exc}"
+    return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
+
+
 def _sync(torch: Any, device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
@@ -307,8 +329,6 @@ def check_correctness(
     def tolerance_for(dtype: Any) -> Tolerance:
         if tolerance is not None:
             return tolerance
-        if dtype is None:
-            return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
         name = str(dtype).removeprefix("torch.")
         return default_tolerance(
             dtype,
@@ -378,6 +398,7 @@ def check_correctness(
                 worst_index=None,
                 output_path=None,
                 exception=text[:500],
+                cuda_error=is_cuda_error(exc),
                 notes=tuple(notes),
                 tf32=tf32_mode == "tf32",
             )

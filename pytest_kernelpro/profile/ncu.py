@@ -86,6 +86,8 @@ class NcuResult:
     wall_s: float = 0.0
     compute_capability: str | None = None
     output_tail: str = ""
+    stdout: str = ""  # the raw page as ncu printed it (for saving a capture)
+    attempt_errors: tuple[str, ...] = ()  # ==ERROR== lines of attempts that were repeated
 
 
 def find_ncu(ncu_path: str | None = None) -> str | None:
@@ -234,6 +236,7 @@ def run_ncu(
         returncode, stdout, stderr = _run_process_group(command, request.timeout_s)
         output = stdout + "\n" + stderr
         result.output_tail = output[-4000:]
+        result.stdout = stdout
         if returncode is None:
             result.not_collected.append(
                 NotCollected(
@@ -246,6 +249,9 @@ def run_ncu(
         table = parse_ncu_raw_table(stdout)
         rejected = [] if table.rows else rejected_metrics(output, metrics)
         if rejected and attempt == 0:
+            result.attempt_errors += tuple(
+                line.strip() for line in output.splitlines() if "==ERROR==" in line
+            )
             dropped += rejected
             metrics = [m for m in metrics if m not in rejected]
             continue

@@ -11,7 +11,10 @@ family is present (on the H200 capture the three agree to within rounding). We d
 
     share(r) = value(r) / sum(value(s) for every reason s except "selected") * 100
 
-i.e. the % of stalled (not-issuing) warp-cycles spent on reason r. `selected` is the cycle in
+i.e. the % of stalled (not-issuing) warp-cycles spent on reason r. For the first family the
+denominator is computed as 100 - selected (the states sum to 100%), which stays right when only
+some reasons were collected; without `selected` it falls back to 100, the paper's "% of active
+cycles stalled on r". `selected` is the cycle in
 which the warp issues, not a stall; `not_selected` (eligible but another warp won) stays in the
 denominator, so a kernel with plenty of eligible warps shows smaller problem shares.
 (PC-sampling counts, `smsp__pcsamp_warps_issue_stalled_<r>`, are per-PC source counters, not
@@ -185,7 +188,13 @@ def stall_breakdown(ctx: ToolContext) -> StallBreakdown | None:
                 names[reason] = name
         if len(values) < _MIN_REASONS:
             continue
-        total = sum(v for r, v in values.items() if r != "selected")
+        if family == STALL_FAMILIES[0]:
+            # Warp states as % of active warp-cycles sum to 100 over all reasons, so the stalled
+            # part is 100 - selected even when some reasons were not collected. Without
+            # `selected` this is the paper's plain "% of active cycles" (a few % low).
+            total = 100.0 - values.get("selected", 0.0)
+        else:
+            total = sum(v for r, v in values.items() if r != "selected")
         if total <= 0:
             return StallBreakdown(family, values, {}, names)
         shares = {r: 100.0 * v / total for r, v in values.items() if r != "selected"}

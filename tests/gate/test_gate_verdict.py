@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from gate_factories import make_record
 
@@ -48,6 +49,7 @@ def test_clear_regression_needs_and_survives_confirmation() -> None:
     v = compare(make_record(median_s=55 * US, seed=2), entry, threshold=0.05)
     assert v.status == REGRESSED
     assert v.change == pytest.approx(0.10, abs=0.01)
+    assert v.change_low == pytest.approx(0.10, abs=0.01)  # every call is slower
     assert v.p_value < 1e-6
     assert needs_confirmation(v)
     assert v.failed  # provisional: the plugin must confirm before reporting
@@ -89,6 +91,23 @@ def test_small_noisy_change_beyond_threshold_is_suspect_not_failed() -> None:
     assert not v.failed
     assert not needs_confirmation(v)
     assert "not statistically clear" in v.reason
+
+
+def test_interference_that_spares_the_fastest_calls_is_suspect() -> None:
+    # 60% of the calls lost 30% to another process; the other 40% ran as before: the median
+    # is far beyond the threshold, the fastest calls are not. Not a slower kernel.
+    record = make_record(seed=21, n=400)
+    samples = record.timing["samples_s"]
+    hit = set(range(0, 400, 5)) | set(range(1, 400, 5)) | set(range(2, 400, 5))
+    record.timing["samples_s"] = [v * 1.3 if i in hit else v for i, v in enumerate(samples)]
+    record.timing["stats"]["median_s"] = float(np.median(record.timing["samples_s"]))
+    v = compare(record, entry_of(), threshold=0.05)
+    assert v.change > 0.2
+    assert v.p_value < 1e-6
+    assert v.change_low < 0.05
+    assert v.status == SUSPECT
+    assert not v.failed
+    assert "fastest 10% of calls" in v.reason
 
 
 def test_significant_change_within_threshold_is_ok() -> None:

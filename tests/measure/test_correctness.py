@@ -12,8 +12,10 @@ torch = pytest.importorskip("torch")
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
 from pytest_kernelpro.measure.correctness import (  # noqa: E402
     Tolerance,
+    _fp32_reduced_mode,
     check_correctness,
     default_tolerance,
+    is_cuda_error,
     poisoned_allocations,
 )
 
@@ -207,7 +209,13 @@ def test_kernel_raising_is_a_failed_result() -> None:
     assert r.trials_run == 1
     assert r.exception == "ValueError: BLOCK_SIZE must be a power of two, got 96"
     assert "in broken_kernel" in r.failure  # the kernel's own frame is in the traceback
+    assert not r.cuda_error
     json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_cuda_errors_are_recognised() -> None:
+    assert is_cuda_error(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not is_cuda_error(RuntimeError("shape mismatch"))
 
 
 def test_reference_or_inputs_raising_is_a_kernelpro_error() -> None:
@@ -304,6 +312,32 @@ def test_tf32_and_bf16_matmul_tolerances() -> None:
     assert "bf16" in medium.source
     with pytest.raises(KernelproError, match="rtol= and atol= on the kernelpro marker"):
         default_tolerance("quint8")
+
+
+def test_tf32_mode_follows_torch_flags() -> None:
+    matmul = torch.backends.cuda.matmul
+    if getattr(matmul, "fp32_precision", "none") not in ("none", "ieee"):
+        pytest.skip("this process set the new fp32_precision API")
+    previous = matmul.allow_tf32
+    try:
+        matmul.allow_tf32 = True
+        assert _fp32_reduced_mode(torch, "matmul") == "tf32"
+        matmul.allow_tf32 = False
+        assert _fp32_reduced_mode(torch, "matmul") is None
+    finally:
+        matmul.allow_tf32 = previous
+    expected = "tf32" if torch.backends.cudnn.allow_tf32 else None  # cuDNN's default is True
+    assert _fp32_reduced_mode(torch, "conv") == expected
+
+
+def test_non_tensor_outputs_compare_exactly() -> None:
+    assert default_tolerance(None) == Tolerance(0.0, 0.0, "exact for non-tensor outputs")
+    r = check_correctness(
+        lambda x: (x * 2, "ok"), lambda x: (x * 2, "okay"), randn_inputs, device="cpu"
+    )
+    assert not r.passed
+    assert r.output_path == "output[1]"
+    assert "kernel returned str 'ok'; reference returned str 'okay'" in r.failure
 
 
 @pytest.mark.gpu

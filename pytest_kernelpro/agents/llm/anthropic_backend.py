@@ -1,0 +1,180 @@
+"""The Anthropic Messages API backend, through the official `anthropic` SDK.
+
+The API key is read from the environment variable ANTHROPIC_API_KEY only (never from an
+option, a file or a marker), kept inside the SDK client and a `_Secret` holder whose repr is
+masked, and scrubbed from every error message this module raises. Errors are raised outside
+the SDK's `except` block so that no exception chain carries the SDK's request object (with
+its headers) along.
+
+Long replies: the SDK refuses a non-streaming call whose `max_tokens` could take more than
+10 minutes; above `stream_threshold` output tokens the backend streams and collects the
+final message instead, which is the SDK's recommended path for long requests.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproWarning
+from pytest_kernelpro.agents.llm.base import (
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    ModelPrice,
+    compute_cost,
+)
+
+API_KEY_ENV = "ANTHROPIC_API_KEY"
+BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+DEFAULT_MODEL = "claude-sonnet-5-5"
+
+
+class _Secret:
+    """Holds a credential; its repr and str never show it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "_Secret('***')"
+
+    __str__ = __repr__
+
+
+class AnthropicBackend:
+    """`LLMBackend` over the Anthropic Messages API.
+
+    `base_url` (or ANTHROPIC_BASE_URL) points the SDK at another endpoint (a proxy, or a
+    local server in tests). `prices` overrides the built-in price table.
+    """
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        base_url: str | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 2,
+        stream_threshold: int = 16_000,
+        prices: Mapping[str, ModelPrice | Sequence[float]] | None = None,
+    ) -> None:
+        key = os.environ.get(API_KEY_ENV, "").strip()
+        if not key:
+            raise LLMError(
+                f"the environment variable {API_KEY_ENV} is not set (or empty); export your "
+                f"Anthropic API key as {API_KEY_ENV}, or replay a recording with "
+                "--kernelpro-llm=replay:PATH"
+            )
+        try:
+            import anthropic
+        except ImportError:
+            raise LLMError(
+                "the anthropic package is not installed; `pip install anthropic` (or "
+                "`pip install pytest-kernelpro[llm]`)"
+            ) from None
+        self.model = model
+        self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
+        self.timeout_s = float(timeout_s)
+        self.stream_threshold = int(stream_threshold)
+        self.prices = dict(prices or {})
+        self._key = _Secret(key)
+        # An explicit timeout also lifts the SDK's "streaming required" guess for calls below
+        # the stream threshold; above it we stream anyway.
+        self._client = anthropic.Anthropic(
+            api_key=self._key.reveal(),
+            base_url=self.base_url,
+            timeout=self.timeout_s,
+            max_retries=int(max_retries),
+        )
+        self._api_error = anthropic.APIError
+        self._deprecation_warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"AnthropicBackend(model={self.model!r}, base_url={self.base_url!r})"
+
+    __str__ = __repr__
+
+    def _scrub(self, text: str) -> str:
+        key = self._key.reveal()
+        return text.replace(key, "***") if key else text
+
+    def _rewarn(self, caught: list[warnings.WarningMessage]) -> None:
+        """The SDK's model-deprecation warnings become one KernelproWarning per model, so a
+        suite with filterwarnings=error is told once, in the plugin's words."""
+        for item in caught:
+            if issubclass(item.category, DeprecationWarning) and "deprecated" in str(item.message):
+                if self.model not in self._deprecation_warned:
+                    self._deprecation_warned.add(self.model)
+                    warnings.warn(
+                        f"{item.message} Choose another model with --kernelpro-model.",
+                        KernelproWarning,
+                        stacklevel=3,
+                    )
+            else:
+                warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send one Messages API request; API and network failures raise `LLMError`."""
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "messages": [m.to_dict() for m in request.messages],
+        }
+        if request.system:
+            kwargs["system"] = request.system
+        if request.temperature is not None:
+            # Newer SDKs (2.x) dropped the `temperature` argument; the API field is sent as is
+            # through extra_body, which every SDK version accepts. Leave temperature None for
+            # models that no longer take it.
+            kwargs["extra_body"] = {"temperature": request.temperature}
+        failure: str | None = None
+        message: Any = None
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if request.max_tokens > self.stream_threshold:
+                    with self._client.messages.stream(**kwargs) as stream:
+                        message = stream.get_final_message()
+                else:
+                    message = self._client.messages.create(**kwargs)
+            self._rewarn(caught)
+        except self._api_error as exc:
+            status = getattr(exc, "status_code", None)
+            failure = (
+                f"Anthropic API call failed ({type(exc).__name__}"
+                + (f", HTTP {status}" if status else "")
+                + f"): {exc}"
+            )
+        if failure is not None:
+            # Raised here, outside the except block: no __context__ holding the SDK request.
+            raise LLMError(
+                self._scrub(failure) + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]"
+            )
+        text = "".join(
+            getattr(block, "text", "")
+            for block in message.content
+            if getattr(block, "type", "") == "text"
+        )
+        usage = message.usage
+        input_tokens = int(getattr(usage, "input_tokens", 0) or 0)
+        output_tokens = int(getattr(usage, "output_tokens", 0) or 0)
+        model = str(getattr(message, "model", "") or self.model)
+        return LLMResponse(
+            text=text,
+            stop_reason=str(message.stop_reason or "end_turn"),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=compute_cost(model, input_tokens, output_tokens, self.prices),
+            model=model,
+            request_hash=request.request_hash(),
+        )

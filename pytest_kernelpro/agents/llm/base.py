@@ -1,0 +1,261 @@
+"""The model interface every agent talks to: one request type, one response type, one protocol.
+
+A backend turns an `LLMRequest` (system prompt, messages, output-token limit, temperature)
+into an `LLMResponse` (text, stop reason, token counts, cost, model). Backends: the Anthropic
+Messages API (`anthropic_backend.py`) and the replay of recorded responses (`replay.py`);
+`make_backend` (in `factory.py`) picks one by name.
+
+Costs come from `prices.yaml` (list prices per million tokens, with its source); a model that
+is not in the table costs 0 with a `KernelproWarning`, so an API-spend budget cannot silently
+undercount without saying so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
+
+Role = Literal["user", "assistant"]
+#: Stop reasons of the Messages API; "max_tokens" means the reply was cut off.
+STOP_REASONS: tuple[str, ...] = (
+    "end_turn",
+    "max_tokens",
+    "stop_sequence",
+    "tool_use",
+    "pause_turn",
+    "refusal",
+)
+PRICES_FILE = Path(__file__).with_name("prices.yaml")
+# What may follow a priced model id: a release date, "-latest", or a cloud provider suffix.
+_MODEL_SUFFIX = re.compile(r"^(?:-\d{8}|-latest|-v\d+(?::\d+)?|@\d{8})*$")
+
+
+class LLMError(KernelproError):
+    """A model call failed (network, API error, missing key, missing recording)."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One turn of the conversation."""
+
+    role: Role
+    content: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ("user", "assistant"):
+            raise KernelproError(f"message role {self.role!r} must be 'user' or 'assistant'")
+
+    def to_dict(self) -> dict[str, str]:
+        """{"role": ..., "content": ...} as the Messages API takes it."""
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One model call. `meta` (purpose, prompt id) travels with it but is not sent or hashed."""
+
+    system: str
+    messages: tuple[Message, ...]
+    max_tokens: int
+    temperature: float | None = None
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        msgs = tuple(
+            m if isinstance(m, Message) else Message(str(m["role"]), str(m["content"]))  # type: ignore[arg-type]
+            for m in self.messages
+        )
+        object.__setattr__(self, "messages", msgs)
+        if not msgs or msgs[0].role != "user":
+            raise KernelproError("an LLM request needs at least one message, starting with 'user'")
+        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise KernelproError(f"max_tokens={self.max_tokens!r} must be a positive integer")
+        if self.temperature is not None and not 0.0 <= self.temperature <= 1.0:
+            raise KernelproError(f"temperature={self.temperature!r} must be within [0, 1]")
+
+    @classmethod
+    def single(
+        cls,
+        system: str,
+        user: str,
+        max_tokens: int,
+        temperature: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> LLMRequest:
+        """A request with one user message."""
+        return cls(system, (Message("user", user),), max_tokens, temperature, dict(meta or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """What is sent (no model: the backend decides it), JSON-ready."""
+        return {
+            "system": self.system,
+            "messages": [m.to_dict() for m in self.messages],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+
+    def request_hash(self) -> str:
+        """A stable 16-hex-digit hash of what is sent; the key of a recorded response.
+
+        The model is left out on purpose: a recording replays whatever model option the
+        replaying run was given.
+        """
+        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """A model's reply and what it cost."""
+
+    text: str
+    stop_reason: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    model: str
+    request_hash: str = ""
+
+    @property
+    def truncated(self) -> bool:
+        """True when the reply hit the output-token limit (stop reason "max_tokens")."""
+        return self.stop_reason == "max_tokens"
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {
+            "text": self.text,
+            "stop_reason": self.stop_reason,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "model": self.model,
+            "request_hash": self.request_hash,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LLMResponse:
+        """Inverse of `to_dict`; a missing `text` or `stop_reason` raises KernelproError."""
+        try:
+            return cls(
+                text=str(data["text"]),
+                stop_reason=str(data["stop_reason"]),
+                input_tokens=int(data.get("input_tokens") or 0),
+                output_tokens=int(data.get("output_tokens") or 0),
+                cost_usd=float(data.get("cost_usd") or 0.0),
+                model=str(data.get("model") or ""),
+                request_hash=str(data.get("request_hash") or ""),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise KernelproError(
+                f"recorded LLM response is malformed ({type(exc).__name__}: {exc}); it needs at "
+                "least 'text' and 'stop_reason'"
+            ) from None
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """A language model: `complete` one request. Raises `LLMError` when the call fails."""
+
+    name: str
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send `request` and return the reply."""
+        ...
+
+
+# ------------------------------------------------------------------------------- prices
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """US dollars per million input and output tokens."""
+
+    input_per_mtok: float
+    output_per_mtok: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """Dollars for a call with these token counts."""
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+def _as_price(model: str, value: Any, where: str) -> ModelPrice:
+    if isinstance(value, ModelPrice):
+        return value
+    if (
+        isinstance(value, Sequence)
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and v >= 0 for v in value)
+    ):
+        return ModelPrice(float(value[0]), float(value[1]))
+    raise KernelproError(
+        f"price of {model!r} in {where} is {value!r}; give [input, output] dollars per million "
+        "tokens, e.g. [3.0, 15.0]"
+    )
+
+
+@lru_cache(maxsize=1)
+def builtin_prices() -> dict[str, ModelPrice]:
+    """The price table of `prices.yaml`."""
+    import yaml
+
+    data = yaml.safe_load(PRICES_FILE.read_text(encoding="utf-8")) or {}
+    return {str(k): _as_price(str(k), v, str(PRICES_FILE)) for k, v in data.items()}
+
+
+def find_price(
+    model: str, prices: Mapping[str, ModelPrice | Sequence[float]] | None = None
+) -> ModelPrice | None:
+    """The price of `model`: `prices` first, then the built-in table; None if unknown.
+
+    A key matches the model id exactly or followed only by a date/"-latest"/provider suffix,
+    so "claude-sonnet-4-5-20250929" is priced as "claude-sonnet-4-5" but "claude-sonnet-4-6"
+    is not priced as "claude-sonnet-4".
+    """
+    for table, where in ((prices or {}, "the prices option"), (builtin_prices(), "prices.yaml")):
+        best: str | None = None
+        for key in table:
+            if model.startswith(key) and _MODEL_SUFFIX.match(model[len(key) :]):
+                if best is None or len(key) > len(best):
+                    best = key
+        if best is not None:
+            return _as_price(best, table[best], where)
+    return None
+
+
+_WARNED_UNPRICED: set[str] = set()
+
+
+def compute_cost(
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    prices: Mapping[str, ModelPrice | Sequence[float]] | None = None,
+) -> float:
+    """Dollar cost of a call; an unpriced model costs 0 and warns once per model."""
+    price = find_price(model, prices)
+    if price is None:
+        if model not in _WARNED_UNPRICED:
+            _WARNED_UNPRICED.add(model)
+            warnings.warn(
+                f"no price known for model {model!r}; its calls count $0 against an API-spend "
+                f"budget. Add it to {PRICES_FILE} or pass prices={{{model!r}: [in, out]}}.",
+                KernelproWarning,
+                stacklevel=3,
+            )
+        return 0.0
+    return price.cost(input_tokens, output_tokens)

@@ -1,0 +1,83 @@
+"""The profiled program `python -m pytest_kernelpro.profile.target <spec>`, run for real."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelpro.profile.target import EXIT_BAD_SPEC, EXIT_PROBLEM_FAILED, load_spec, main
+
+PROBLEM = '''
+import pytest
+import torch
+
+
+def inputs(device):
+    return (torch.arange(6, dtype=torch.float32, device=device),)
+
+
+@pytest.mark.kernelpro(reference=lambda x: x * 2, inputs=inputs)
+def double(x):
+    return x * 2
+'''
+
+
+def run_target(spec: dict | str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    argument = spec if isinstance(spec, str) else json.dumps(spec)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_kernelpro.profile.target", argument],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        check=False,
+    )
+
+
+def test_load_spec_inline_and_file(tmp_path: Path) -> None:
+    spec = {"problem_file": "k.py", "qualname": "double", "shape_index": None}
+    assert load_spec(json.dumps(spec)) == spec
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec), encoding="utf-8")
+    assert load_spec(str(path))["qualname"] == "double"
+    with pytest.raises(ValueError, match="no 'qualname'"):
+        load_spec('{"problem_file": "k.py"}')
+
+
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == EXIT_BAD_SPEC
+    assert main(["{not json"]) == EXIT_BAD_SPEC
+    assert "bad spec" in capsys.readouterr().err
+
+
+def test_timeline_mode_loads_the_problem_and_reports_no_gpu(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only answer")
+    problem = tmp_path / "test_double.py"
+    problem.write_text(PROBLEM, encoding="utf-8")
+    output = tmp_path / "events.json"
+    spec = {
+        "problem_file": str(problem),
+        "qualname": "double",
+        "shape_index": None,
+        "device": "cpu",
+        "mode": "timeline",
+        "output": str(output),
+    }
+    completed = run_target(spec, tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    payload = json.loads(output.read_text(encoding="utf-8"))
+    assert "no CUDA device" in payload["not_collected"]
+
+
+def test_failing_problem_exits_3_with_the_reason(tmp_path: Path) -> None:
+    spec = {"problem_file": str(tmp_path / "missing.py"), "qualname": "nope", "mode": "ncu"}
+    completed = run_target(spec, tmp_path)
+    assert completed.returncode == EXIT_PROBLEM_FAILED
+    assert completed.stderr.startswith("kernelpro target: ")
+    assert "missing.py" in completed.stderr
