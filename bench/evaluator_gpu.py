@@ -48,7 +48,7 @@ from pytest_kernelpro.search.evaluator import (  # noqa: E402
 from pytest_kernelpro.search.mcts import MCTS  # noqa: E402
 from pytest_kernelpro.search.trajectory import render_tree  # noqa: E402
 
-REFERENCE = '''
+REFERENCE = """
 import torch
 import torch.nn as nn
 
@@ -67,9 +67,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-CUDA_SOURCE = r'''
+CUDA_SOURCE = r"""
 #include <torch/extension.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -117,22 +117,23 @@ torch::Tensor spin(torch::Tensor a) {
                                                                 out.data_ptr<float>());
     return out;
 }
-'''
+"""
 
-CPP_DECLS = '''
+CPP_DECLS = """
 torch::Tensor add(torch::Tensor a, torch::Tensor b);
 torch::Tensor sub(torch::Tensor a, torch::Tensor b);
 torch::Tensor oob(torch::Tensor a);
 torch::Tensor spin(torch::Tensor a);
-'''
+"""
 
 FLAGS = "['-O3', '-gencode=arch=compute_90a,code=sm_90a']"
 
 
-def _with_ext(body: str, *, name: str = "kp_eval_shared", cuda: str = CUDA_SOURCE,
-              header: str = "") -> str:
+def _with_ext(
+    body: str, *, name: str = "kp_eval_shared", cuda: str = CUDA_SOURCE, header: str = ""
+) -> str:
     """A candidate module that builds the shared extension, then defines ModelNew."""
-    return f'''
+    return f"""
 import sys
 import torch
 import torch.nn as nn
@@ -151,7 +152,7 @@ ext = load_inline(
 class ModelNew(nn.Module):
     def forward(self, a, b):
 {body}
-'''
+"""
 
 
 def gpu_candidates() -> list[tuple[str, str, str, Candidate]]:
@@ -161,42 +162,81 @@ def gpu_candidates() -> list[tuple[str, str, str, Candidate]]:
     rows = [
         ("correct", "correct", "", _with_ext("        return ext.add(a, b)")),
         ("wrong", "wrong", "wrong result", _with_ext("        return ext.sub(a, b)")),
-        ("does_not_compile", "build_error", "",
-         _with_ext("        return ext.add(a, b)", name="kp_eval_broken", cuda=broken)),
-        ("illegal_address", "run_error", "illegal memory access",
-         _with_ext("        return ext.oob(a)")),
+        (
+            "does_not_compile",
+            "build_error",
+            "",
+            _with_ext("        return ext.add(a, b)", name="kp_eval_broken", cuda=broken),
+        ),
+        (
+            "illegal_address",
+            "run_error",
+            "illegal memory access",
+            _with_ext("        return ext.oob(a)"),
+        ),
         ("hangs", "timeout", "timeout", _with_ext("        return ext.spin(a)")),
         ("correct_again", "correct", "", _with_ext("        return ext.add(a, b)")),
-        ("gpu_oom", "run_error", "out of memory", plain + '''
+        (
+            "gpu_oom",
+            "run_error",
+            "out of memory",
+            plain
+            + """
 class ModelNew(nn.Module):
     def forward(self, a, b):
         hoard = torch.empty(2 * 1024 ** 4 // 4, device=a.device)  # 2 TB
         return a + b + hoard[:1]
-'''),
-        ("side_stream", "cheat", "stream", _with_ext(
-            "        with torch.cuda.stream(self.side):\n            return ext.add(a, b)",
-            header="SIDE = torch.cuda.Stream()").replace(
-            "class ModelNew(nn.Module):\n",
-            "class ModelNew(nn.Module):\n    side = SIDE\n")),
-        ("forbidden_op", "cheat", "forbidden", plain + '''
+""",
+        ),
+        (
+            "side_stream",
+            "cheat",
+            "stream",
+            _with_ext(
+                "        with torch.cuda.stream(self.side):\n            return ext.add(a, b)",
+                header="SIDE = torch.cuda.Stream()",
+            ).replace(
+                "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    side = SIDE\n"
+            ),
+        ),
+        (
+            "forbidden_op",
+            "cheat",
+            "forbidden",
+            plain
+            + """
 class ModelNew(nn.Module):
     def forward(self, a, b):
         return torch.add(a, b)
-'''),
-        ("calls_reference", "cheat", "calls the reference", plain + '''
+""",
+        ),
+        (
+            "calls_reference",
+            "cheat",
+            "calls the reference",
+            plain
+            + """
 class ModelNew(nn.Module):
     def forward(self, a, b):
         return sys.modules["kernelpro_reference"].Model.forward(self, a, b)
-'''),
-        ("cached", "cheat", "cached", _with_ext(
-            "        if self.saved is None:\n            self.saved = ext.add(a, b)\n"
-            "        return self.saved.clone()").replace(
-            "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    saved = None\n")),
+""",
+        ),
+        (
+            "cached",
+            "cheat",
+            "cached",
+            _with_ext(
+                "        if self.saved is None:\n            self.saved = ext.add(a, b)\n"
+                "        return self.saved.clone()"
+            ).replace(
+                "class ModelNew(nn.Module):\n", "class ModelNew(nn.Module):\n    saved = None\n"
+            ),
+        ),
     ]
     return [(n, s, r, Candidate(code=c, strategy=n)) for n, s, r, c in rows]
 
 
-CPU_REFERENCE = '''
+CPU_REFERENCE = """
 import torch
 import torch.nn as nn
 
@@ -212,25 +252,39 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def cpu_candidates() -> list[tuple[str, str, str, Candidate]]:
-    head = "import os\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n" \
-           "    def forward(self, a, b):\n"
+    head = (
+        "import os\nimport torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+        "    def forward(self, a, b):\n"
+    )
     rows = [
         ("correct", "correct", "", "        return a.clamp_min(0) + b\n"),
         ("wrong", "wrong", "wrong result", "        return a + b\n"),
-        ("raising", "run_error", "RuntimeError",
-         "        raise RuntimeError('CUDA error: invalid argument (simulated)')\n"),
+        (
+            "raising",
+            "run_error",
+            "RuntimeError",
+            "        raise RuntimeError('CUDA error: invalid argument (simulated)')\n",
+        ),
         ("exit_crash", "run_error", "exit code 7", "        os._exit(7)\n"),
         ("hangs", "timeout", "timeout", "        while True:\n            pass\n"),
-        ("memory_hog", "run_error", "out of memory",
-         "        hoard = []\n        while True:\n"
-         "            hoard.append(torch.ones(64 * 1024 * 1024))\n"),
-        ("env_reader", "correct", "",
-         "        print('SECRET_SEEN=' + os.environ.get('KERNELPRO_BENCH_API_KEY', 'absent'))\n"
-         "        return a.clamp_min(0) + b\n"),
+        (
+            "memory_hog",
+            "run_error",
+            "out of memory",
+            "        hoard = []\n        while True:\n"
+            "            hoard.append(torch.ones(64 * 1024 * 1024))\n",
+        ),
+        (
+            "env_reader",
+            "correct",
+            "",
+            "        print('SECRET_SEEN=' + os.environ.get('KERNELPRO_BENCH_API_KEY', 'absent'))\n"
+            "        return a.clamp_min(0) + b\n",
+        ),
     ]
     return [(n, s, r, Candidate(code=head + body, strategy=n)) for n, s, r, body in rows]
 
@@ -259,26 +313,39 @@ def main(argv: list[str] | None = None) -> int:
     gpu = torch.cuda.is_available()
     if gpu:
         rows = gpu_candidates()
-        task = KernelBenchTask(REFERENCE, name="vector_add", device="cuda",
-                               forbidden_ops=("aten.add",))
+        task = KernelBenchTask(
+            REFERENCE, name="vector_add", device="cuda", forbidden_ops=("aten.add",)
+        )
         memory_mb = None  # let the default (half of RAM) apply
     else:
         rows = cpu_candidates()
-        task = KernelBenchTask(CPU_REFERENCE, name="relu_add", device="cpu", warmup_ms=5,
-                               rep_ms=20, cpu_threads=1)
+        task = KernelBenchTask(
+            CPU_REFERENCE,
+            name="relu_add",
+            device="cpu",
+            cpu_threads=1,
+            timing={"warmup_ms": 5, "max_time_s": 0.1, "min_samples": 10, "flush_l2": False},
+        )
         memory_mb = 1024
     os.environ["KERNELPRO_BENCH_API_KEY"] = "sk-bench-must-not-leak"
     # Workers share one build cache (TORCH_EXTENSIONS_DIR, else a kernelpro folder in the
     # temp directory), so the shared extension is compiled once.
-    limits = SandboxLimits(build_timeout_s=args.build_timeout, run_timeout_s=args.run_timeout,
-                           **({"memory_limit_mb": memory_mb} if memory_mb else {}))
+    limits = SandboxLimits(
+        build_timeout_s=args.build_timeout,
+        run_timeout_s=args.run_timeout,
+        **({"memory_limit_mb": memory_mb} if memory_mb else {}),
+    )
     evaluator = SandboxEvaluator(task, limits)
     trajectory = args.out / "trajectory.jsonl"
     trajectory.unlink(missing_ok=True)
     start = time.perf_counter()
-    result = MCTS(seed=0).run(ScriptedGenerator([c for *_, c in rows]), evaluator,
-                              str(len(rows)), trajectory=trajectory,
-                              meta={"bench": "evaluator_gpu", "gpu": gpu})
+    result = MCTS(seed=0).run(
+        ScriptedGenerator([c for *_, c in rows]),
+        evaluator,
+        str(len(rows)),
+        trajectory=trajectory,
+        meta={"bench": "evaluator_gpu", "gpu": gpu},
+    )
     elapsed = time.perf_counter() - start
     parent_gpu_ok = None
     if gpu:  # this process is alive and can still use the GPU
@@ -291,34 +358,53 @@ def main(argv: list[str] | None = None) -> int:
         ev = node.evaluation if node else None
         got = ev.status if ev else "not evaluated"
         reason = (ev.reason or "") if ev else ""
-        ok = got == want and fragment.lower() in (reason.lower() + (" timeout" if
-                                                                    got == "timeout" else ""))
+        ok = got == want and fragment.lower() in (
+            reason.lower() + (" timeout" if got == "timeout" else "")
+        )
         if name == "env_reader" and ev is not None:
             ok = ok and "SECRET_SEEN=absent" in ev.logs and "sk-bench" not in ev.logs
-        report.append({"name": name, "expected": want, "status": got, "ok": ok,
-                       "reason": reason, "speedup": ev.speedup if ev else None,
-                       "wall_s": round(ev.wall_s, 1) if ev else None,
-                       "node": node.id if node else None})
+        report.append(
+            {
+                "name": name,
+                "expected": want,
+                "status": got,
+                "ok": ok,
+                "reason": reason,
+                "speedup": ev.speedup if ev else None,
+                "wall_s": round(ev.wall_s, 1) if ev else None,
+                "node": node.id if node else None,
+            }
+        )
     summary = {
-        "device": torch.cuda.get_device_name(0) if gpu else f"cpu ({platform.processor()})",
-        "torch": torch.__version__, "python": platform.python_version(),
-        "candidates": len(rows), "classified_right": sum(r["ok"] for r in report),
-        "search_stop_reason": result.stop_reason, "search_seconds": round(elapsed, 1),
-        "parent_process_alive": True, "parent_gpu_ok": parent_gpu_ok,
+        "device": torch.cuda.get_device_name(0) if gpu else f"cpu ({platform.machine()})",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "candidates": len(rows),
+        "classified_right": sum(r["ok"] for r in report),
+        "search_stop_reason": result.stop_reason,
+        "search_seconds": round(elapsed, 1),
+        "parent_process_alive": True,
+        "parent_gpu_ok": parent_gpu_ok,
         "rows": report,
     }
     (args.out / "results.json").write_text(json.dumps(summary, indent=2) + "\n")
     (args.out / "tree.txt").write_text(render_tree(trajectory))
 
-    print(f"evaluator_gpu: {summary['device']}, torch {summary['torch']}, "
-          f"{elapsed:.0f}s, stop: {result.stop_reason}")
+    print(
+        f"evaluator_gpu: {summary['device']}, torch {summary['torch']}, "
+        f"{elapsed:.0f}s, stop: {result.stop_reason}"
+    )
     print(f"{'candidate':<18} {'expected':<12} {'got':<12} {'ok':<4} {'wall':>6}  reason")
     for r in report:
         note = r["reason"] or (f"{r['speedup']:.2f}x" if r["speedup"] else "")
-        print(f"{r['name']:<18} {r['expected']:<12} {r['status']:<12} "
-              f"{'yes' if r['ok'] else 'NO':<4} {r['wall_s'] or 0:>5.1f}s  {note[:70]}")
-    print(f"classified right: {summary['classified_right']}/{len(rows)}; this process alive; "
-          f"GPU usable here afterwards: {parent_gpu_ok}")
+        print(
+            f"{r['name']:<18} {r['expected']:<12} {r['status']:<12} "
+            f"{'yes' if r['ok'] else 'NO':<4} {r['wall_s'] or 0:>5.1f}s  {note[:70]}"
+        )
+    print(
+        f"classified right: {summary['classified_right']}/{len(rows)}; this process alive; "
+        f"GPU usable here afterwards: {parent_gpu_ok}"
+    )
     return 0 if summary["classified_right"] == len(rows) else 1
 
 

@@ -88,8 +88,14 @@ def make_task(family: str, index: int, rng: random.Random) -> Task:
         )
     elif family == "failure-heavy":
         basins = tuple(
-            Basin(0.5, u(0.08, 0.15), u(0.15, 0.25), 0.35, math.log(u(0.6, 1.2)),
-                  math.log(u(2.0, 6.0)))
+            Basin(
+                0.5,
+                u(0.08, 0.15),
+                u(0.15, 0.25),
+                0.35,
+                math.log(u(0.6, 1.2)),
+                math.log(u(2.0, 6.0)),
+            )
             for _ in range(2)
         )
     elif family == "chain":
@@ -118,8 +124,13 @@ class SyntheticGenerator:
         rng = self.rng
         if rng.random() < p_ok:
             return {"basin": basin, "x": intended, "stage": stage, "ok": True}
-        return {"basin": basin, "x": intended, "stage": stage, "ok": False,
-                "fail": rng.choice(FAIL_KINDS)}
+        return {
+            "basin": basin,
+            "x": intended,
+            "stage": stage,
+            "ok": False,
+            "fail": rng.choice(FAIL_KINDS),
+        }
 
     def generate(self, mode, parent, evaluation, *, max_candidates=1):  # noqa: ANN001
         rng = self.rng
@@ -135,9 +146,12 @@ class SyntheticGenerator:
             state = json.loads(parent.code)
             basin = self.task.basins[state["basin"]]
             if mode == "debug":
-                out.append(self._candidate(
-                    self._outcome(state["basin"], state["x"], state["stage"], basin.p_fix),
-                    "repair"))
+                out.append(
+                    self._candidate(
+                        self._outcome(state["basin"], state["x"], state["stage"], basin.p_fix),
+                        "repair",
+                    )
+                )
                 continue
             # optimize
             stage, x = state["stage"], state["x"]
@@ -152,8 +166,11 @@ class SyntheticGenerator:
             else:
                 x = x + basin.rate * (basin.ceiling - x) * rng.random() + rng.gauss(0.0, 0.08)
                 x = min(x, basin.ceiling + 0.05)
-            out.append(self._candidate(
-                self._outcome(state["basin"], x, stage, 1.0 - basin.p_break), "refine"))
+            out.append(
+                self._candidate(
+                    self._outcome(state["basin"], x, stage, 1.0 - basin.p_break), "refine"
+                )
+            )
         return out
 
 
@@ -184,14 +201,16 @@ def compare(tasks: list[Task], budget: int, seed: int, c_uct: float = math.sqrt(
         run_seed = seed * 100_003 + zlib.crc32(f"{task.family}/{task.index}".encode()) % 100_000
         mcts = run_one(task, MCTS(MCTSConfig(c_uct=c_uct), seed=run_seed), budget, run_seed)
         greedy = run_one(task, GreedySearch(seed=run_seed), budget, run_seed)
-        rows.append({
-            "family": task.family,
-            "task": task.index,
-            "mcts_best": mcts,
-            "greedy_best": greedy,
-            "mcts": max(1.0, mcts or 1.0),
-            "greedy": max(1.0, greedy or 1.0),
-        })
+        rows.append(
+            {
+                "family": task.family,
+                "task": task.index,
+                "mcts_best": mcts,
+                "greedy_best": greedy,
+                "mcts": max(1.0, mcts or 1.0),
+                "greedy": max(1.0, greedy or 1.0),
+            }
+        )
     return {"rows": rows, "summary": summarize(rows)}
 
 
@@ -212,7 +231,10 @@ def summarize(rows: list[dict]) -> dict:
         }
 
     families = [f for f in FAMILIES if any(r["family"] == f for r in rows)]
-    return {"all": block(rows), **{f: block([r for r in rows if r["family"] == f]) for f in families}}
+    return {
+        "all": block(rows),
+        **{f: block([r for r in rows if r["family"] == f]) for f in families},
+    }
 
 
 def markdown(summary: dict) -> str:
@@ -234,13 +256,23 @@ def markdown(summary: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks-per-family", type=int, default=15)
-    parser.add_argument("--budgets", default="15,30,60,120,250",
-                        help="Comma-separated evaluation budgets; each is one comparison")
+    parser.add_argument(
+        "--budgets",
+        default="15,30,60,120,250",
+        help="Comma-separated evaluation budgets; each is one comparison",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeat-seeds", type=int, default=4,
-                        help="Extra master seeds (new tasks, new generator draws) per budget")
-    parser.add_argument("--c-uct-sweep", default="0.25,0.5,1.0",
-                        help="Other exploration constants to report (sensitivity; '' to skip)")
+    parser.add_argument(
+        "--repeat-seeds",
+        type=int,
+        default=4,
+        help="Extra master seeds (new tasks, new generator draws) per budget",
+    )
+    parser.add_argument(
+        "--c-uct-sweep",
+        default="0.25,0.5,1.0",
+        help="Other exploration constants to report (sensitivity; '' to skip)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON results file")
     args = parser.parse_args(argv)
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
@@ -256,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     for budget in budgets:
         results["budgets"][budget] = compare(tasks, budget, args.seed)
         results["robustness"][budget] = [
-            {"seed": args.seed + k,
-             **compare(tasks_for(args.seed + k), budget, args.seed + k)["summary"]["all"]}
+            {
+                "seed": args.seed + k,
+                **compare(tasks_for(args.seed + k), budget, args.seed + k)["summary"]["all"],
+            }
             for k in range(1, args.repeat_seeds + 1)
         ]
         results["c_uct_sweep"][budget] = {
@@ -265,19 +299,26 @@ def main(argv: list[str] | None = None) -> int:
         }
     elapsed = time.perf_counter() - start
 
-    print(f"search_sim: {len(tasks)} tasks ({args.tasks_per_family} per family), "
-          f"budgets {budgets} evaluations, seed {args.seed}, C_uct = sqrt(2), {elapsed:.1f}s")
+    print(
+        f"search_sim: {len(tasks)} tasks ({args.tasks_per_family} per family), "
+        f"budgets {budgets} evaluations, seed {args.seed}, C_uct = sqrt(2), {elapsed:.1f}s"
+    )
     for budget in budgets:
         print(f"\n### Budget {budget} evaluations (seed {args.seed})\n")
         print(markdown(results["budgets"][budget]["summary"]))
     if args.repeat_seeds:
         print("\n### Other master seeds: ratio MCTS/greedy over all tasks (W/T/L)\n")
-        print("| budget | " + " | ".join(f"seed {args.seed + k}"
-                                         for k in range(1, args.repeat_seeds + 1)) + " |")
+        print(
+            "| budget | "
+            + " | ".join(f"seed {args.seed + k}" for k in range(1, args.repeat_seeds + 1))
+            + " |"
+        )
         print("|---:|" + "---:|" * args.repeat_seeds)
         for budget in budgets:
-            cells = [f"{r['geomean_ratio']:.3f} ({r['wins']}/{r['ties']}/{r['losses']})"
-                     for r in results["robustness"][budget]]
+            cells = [
+                f"{r['geomean_ratio']:.3f} ({r['wins']}/{r['ties']}/{r['losses']})"
+                for r in results["robustness"][budget]
+            ]
             print(f"| {budget} | " + " | ".join(cells) + " |")
     if sweep:
         print(f"\n### Sensitivity to C_uct (seed {args.seed}): ratio MCTS/greedy\n")
@@ -291,13 +332,21 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {budget} | {c:.2f} | {summ['all']['geomean_ratio']:.3f} | {fam} |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({
-            "config": {k: str(v) for k, v in vars(args).items()},
-            "example_tasks": {f: asdict(next(t for t in tasks if t.family == f))
-                              for f in FAMILIES},
-            **results,
-            "elapsed_s": elapsed,
-        }, indent=2, default=str) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {
+                    "config": {k: str(v) for k, v in vars(args).items()},
+                    "example_tasks": {
+                        f: asdict(next(t for t in tasks if t.family == f)) for f in FAMILIES
+                    },
+                    **results,
+                    "elapsed_s": elapsed,
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -64,7 +64,11 @@ def render_reference_analysis(
         )
     ops = sorted(analysis.ops, key=lambda op: op.flops + op.bytes_unfused, reverse=True)
     if ops:
-        lines += ["", "| op | category | calls | FLOPs | bytes (unfused) | dtype |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| op | category | calls | FLOPs | bytes (unfused) | dtype |",
+            "|---|---|---|---|---|---|",
+        ]
         for op in ops[:max_ops]:
             lines.append(
                 f"| `{op.op}` | {op.category} | {op.count} | {format_rate(op.flops, '')} | "

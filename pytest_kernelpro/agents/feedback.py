@@ -63,7 +63,7 @@ def _fmt_seconds(value: Any) -> str:
 
 
 def speedup_line(evaluation: Evaluation | None) -> str:
-    """"Its speedup over the reference is 1.42x (reference 2.1 ms, this 1.48 ms)." or ""."""
+    """ "Its speedup over the reference is 1.42x (reference 2.1 ms, this 1.48 ms)." or ""."""
     if evaluation is None or evaluation.speedup is None:
         return ""
     metrics = evaluation.metrics
@@ -86,11 +86,19 @@ def render_failure(evaluation: Evaluation | None) -> str:
         "wrong": "It produced wrong results",
         "cheat": "It was rejected as a cheat",
     }
-    lines = [f"{labels.get(evaluation.status, evaluation.status)}: {evaluation.reason or 'no reason given'}."]
+    lines = [
+        f"{labels.get(evaluation.status, evaluation.status)}: {evaluation.reason or 'no reason given'}."
+    ]
     if evaluation.correctness:
         detail = {k: v for k, v in evaluation.correctness.items() if v not in (None, "", [], {})}
         if detail:
-            lines += ["", "Correctness check:", "```json", json.dumps(detail, indent=1, default=str)[:2000], "```"]
+            lines += [
+                "",
+                "Correctness check:",
+                "```json",
+                json.dumps(detail, indent=1, default=str)[:2000],
+                "```",
+            ]
     if evaluation.build_log.strip():
         lines += ["", "Build log (end):", "```text", tail(evaluation.build_log), "```"]
     if evaluation.logs.strip() and evaluation.status != "build_error":

@@ -126,7 +126,9 @@ def _from_mapping(data: Mapping[str, Any]) -> ProfileAnalysis:
                 str(item.get("expected_gain") or item.get("expected") or "").strip(),
             ))  # fmt: skip
     recs.sort(key=lambda r: r.priority)
-    return ProfileAnalysis(bottleneck, severity, str(data.get("summary") or "").strip(), tuple(recs))
+    return ProfileAnalysis(
+        bottleneck, severity, str(data.get("summary") or "").strip(), tuple(recs)
+    )
 
 
 def parse_profile_analysis(text: str) -> ProfileAnalysis:

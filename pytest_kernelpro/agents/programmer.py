@@ -32,9 +32,9 @@ from pytest_kernelpro.agents.feedback import (
 )
 from pytest_kernelpro.agents.llm.base import LLMRequest, LLMResponse, Message
 from pytest_kernelpro.agents.llm.replay import call_record
+from pytest_kernelpro.agents.profiling import ProfileAnalysisError
 from pytest_kernelpro.agents.prompts.builder import PromptBuilder, check_language
 from pytest_kernelpro.agents.prompts.parse import CompletionParseError, parse_multiple_completions
-from pytest_kernelpro.agents.profiling import ProfileAnalysisError
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.search.base import MODES, Candidate
 

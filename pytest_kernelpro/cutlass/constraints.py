@@ -171,9 +171,7 @@ CONSTRAINTS: tuple[Constraint, ...] = (
         "multiple of 16 bytes, and a box whose innermost extent x element size is a multiple "
         "of 16 bytes (at most 256 elements per box dimension).",
         anchors=(
-            Anchor(
-                "include/cute/atom/copy_traits_sm90_tma.hpp", r"Address must be 16B-aligned"
-            ),
+            Anchor("include/cute/atom/copy_traits_sm90_tma.hpp", r"Address must be 16B-aligned"),
         ),
     ),
     Constraint(
@@ -255,8 +253,7 @@ def render_constraints(constraints: Sequence[Constraint]) -> str:
         return ""
     lines = [
         "## Hard constraints for CUTLASS/CuTe and Hopper code (non-negotiable)",
-        "Code that uses these features and breaks a rule below is rejected before it is "
-        "compiled.",
+        "Code that uses these features and breaks a rule below is rejected before it is compiled.",
         *(c.render() for c in constraints),
     ]
     return "\n".join(lines) + "\n"
@@ -319,65 +316,133 @@ def check_source(source: str, *, arch: str = "sm_90a") -> list[Violation]:
     if hopper_feature is not None:
         line = _line(text, hopper_feature.start())
         if number < 90:
-            found.append(Violation("arch-target", "error", f"uses Hopper instructions "
-                                   f"({hopper_feature.group(0)!r}) but the target is {arch}", line))
+            found.append(
+                Violation(
+                    "arch-target",
+                    "error",
+                    f"uses Hopper instructions "
+                    f"({hopper_feature.group(0)!r}) but the target is {arch}",
+                    line,
+                )
+            )
         elif number in (90, 100) and suffix != "a":
-            found.append(Violation("arch-target", "error", f"uses {hopper_feature.group(0)!r}, "
-                                   f"which needs sm_{number}a, but the target is {arch}", line))
+            found.append(
+                Violation(
+                    "arch-target",
+                    "error",
+                    f"uses {hopper_feature.group(0)!r}, "
+                    f"which needs sm_{number}a, but the target is {arch}",
+                    line,
+                )
+            )
         plain = first(_PLAIN_SM90)
         if plain is not None:
-            found.append(Violation("arch-target", "error", f"build flag {plain.group(0)!r} "
-                                   "targets plain sm_90; use compute_90a/sm_90a",
-                                   _line(text, plain.start())))
+            found.append(
+                Violation(
+                    "arch-target",
+                    "error",
+                    f"build flag {plain.group(0)!r} targets plain sm_90; use compute_90a/sm_90a",
+                    _line(text, plain.start()),
+                )
+            )
     init = first(_BARRIER_INIT)
     if init is not None:
         line = _line(text, init.start())
         if first(_BLOCK_SYNC) is None:
-            found.append(Violation("barrier-init", "error", "mbarrier initialized but no "
-                                   "__syncthreads()/cluster sync makes the init visible", line))
+            found.append(
+                Violation(
+                    "barrier-init",
+                    "error",
+                    "mbarrier initialized but no "
+                    "__syncthreads()/cluster sync makes the init visible",
+                    line,
+                )
+            )
         if first(_FENCE_INIT) is None:
             severity: Severity = "error" if tma else "warning"
-            found.append(Violation("barrier-init", severity, "mbarrier initialized without "
-                                   "fence_barrier_init() (fence.mbarrier_init)", line))
+            found.append(
+                Violation(
+                    "barrier-init",
+                    severity,
+                    "mbarrier initialized without fence_barrier_init() (fence.mbarrier_init)",
+                    line,
+                )
+            )
     if tma is not None and first(_EXPECT_TX) is None:
-        found.append(Violation("barrier-expect-tx", "error", "TMA loads but no "
-                               "arrive_and_expect_tx/expect_tx: the barrier never completes",
-                               _line(text, tma.start())))
+        found.append(
+            Violation(
+                "barrier-expect-tx",
+                "error",
+                "TMA loads but no arrive_and_expect_tx/expect_tx: the barrier never completes",
+                _line(text, tma.start()),
+            )
+        )
     if wgmma is not None:
         line = _line(text, wgmma.start())
-        for regex, what in ((_WG_ARRIVE, "warpgroup_arrive() / wgmma.fence"),
-                            (_WG_COMMIT, "warpgroup_commit_batch() / wgmma.commit_group"),
-                            (_WG_WAIT, "warpgroup_wait<N>() / wgmma.wait_group")):
+        for regex, what in (
+            (_WG_ARRIVE, "warpgroup_arrive() / wgmma.fence"),
+            (_WG_COMMIT, "warpgroup_commit_batch() / wgmma.commit_group"),
+            (_WG_WAIT, "warpgroup_wait<N>() / wgmma.wait_group"),
+        ):
             if first(regex) is None:
                 found.append(Violation("wgmma-fence", "error", f"wgmma without {what}", line))
         for bound in _LAUNCH_BOUNDS.finditer(text):
             if int(bound.group(1)) % 128:
-                found.append(Violation("warpgroup-shape", "error", f"__launch_bounds__("
-                                       f"{bound.group(1)}) is not a multiple of 128 threads "
-                                       "(one warpgroup)", _line(text, bound.start())))
+                found.append(
+                    Violation(
+                        "warpgroup-shape",
+                        "error",
+                        f"__launch_bounds__("
+                        f"{bound.group(1)}) is not a multiple of 128 threads "
+                        "(one warpgroup)",
+                        _line(text, bound.start()),
+                    )
+                )
     kinds = set()
     for reg in regs:
         kind = reg.group(1) or ("alloc" if reg.group(3) == "inc" else "dealloc")
         kinds.add(kind)
         count = int(reg.group(2) or reg.group(4))
         if count % 8 or not 24 <= count <= 256:
-            found.append(Violation("warpgroup-registers", "error", f"register count {count} "
-                                   "must be a multiple of 8 within [24, 256]",
-                                   _line(text, reg.start())))
+            found.append(
+                Violation(
+                    "warpgroup-registers",
+                    "error",
+                    f"register count {count} must be a multiple of 8 within [24, 256]",
+                    _line(text, reg.start()),
+                )
+            )
     if len(kinds) == 1:
         only = kinds.pop()
-        found.append(Violation("warpgroup-registers", "warning", f"only warpgroup_reg_{only} "
-                               "is used; producers dealloc and consumers alloc",
-                               _line(text, regs[0].start())))
+        found.append(
+            Violation(
+                "warpgroup-registers",
+                "warning",
+                f"only warpgroup_reg_{only} is used; producers dealloc and consumers alloc",
+                _line(text, regs[0].start()),
+            )
+        )
     for stage in _STAGES.finditer(text):
         value = int(stage.group(1) or stage.group(2))
         if value < 2 and (tma is not None or stage.group(1)):
-            found.append(Violation("tma-pipeline-depth", "error", f"{value} pipeline stage(s): "
-                                   "at least 2 are needed to overlap loads and MMA",
-                                   _line(text, stage.start())))
+            found.append(
+                Violation(
+                    "tma-pipeline-depth",
+                    "error",
+                    f"{value} pipeline stage(s): at least 2 are needed to overlap loads and MMA",
+                    _line(text, stage.start()),
+                )
+            )
     cast = first(_VECTOR_CAST)
     if cast is not None and first(_ALIGN_GUARD) is None:
-        found.append(Violation("epilogue-vector", "warning", f"{cast.group(0)} without an "
-                               "alignment or divisibility guard; misaligned or tail elements "
-                               "fault or are skipped", _line(text, cast.start())))
+        found.append(
+            Violation(
+                "epilogue-vector",
+                "warning",
+                f"{cast.group(0)} without an "
+                "alignment or divisibility guard; misaligned or tail elements "
+                "fault or are skipped",
+                _line(text, cast.start()),
+            )
+        )
     return found

@@ -53,7 +53,7 @@ class CutlassLookup:
 
 
 def read_version(include_dir: Path) -> str | None:
-    """"4.2.0" from `cutlass/version.h`, or None when it cannot be read."""
+    """ "4.2.0" from `cutlass/version.h`, or None when it cannot be read."""
     try:
         text = (include_dir / "cutlass" / "version.h").read_text(encoding="utf-8", errors="replace")
     except OSError:

@@ -36,10 +36,12 @@ class PrecheckEvaluator:
             )
         evaluation = self.inner.evaluate(candidate)
         for v in violations:
-            evaluation.findings.append({
-                "tool": "constraint-check",
-                "severity": "low",
-                "title": f"constraint warning [{v.constraint}]",
-                "message": v.render(),
-            })
+            evaluation.findings.append(
+                {
+                    "tool": "constraint-check",
+                    "severity": "low",
+                    "title": f"constraint warning [{v.constraint}]",
+                    "message": v.render(),
+                }
+            )
         return evaluation

@@ -190,9 +190,9 @@ class CutlassSearchTools:
             dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
             for name in sorted(filenames):
                 file = Path(dirpath) / name
-                if glob and not (fnmatch.fnmatch(name, glob) or fnmatch.fnmatch(
-                    self._relative(file), glob
-                )):
+                if glob and not (
+                    fnmatch.fnmatch(name, glob) or fnmatch.fnmatch(self._relative(file), glob)
+                ):
                     continue
                 if not glob and file.suffix not in TEXT_SUFFIXES:
                     continue
@@ -213,9 +213,7 @@ class CutlassSearchTools:
         stop = total if end is None else min(total, int(end))
         stop = min(stop, start + self.max_read_lines - 1)
         if start > max(total, 1) or stop < start:
-            raise CutlassToolError(
-                f"line range {start}-{end} is outside {path!r} ({total} lines)"
-            )
+            raise CutlassToolError(f"line range {start}-{end} is outside {path!r} ({total} lines)")
         width = len(str(stop))
         text = "\n".join(f"{n:>{width}}  {lines[n - 1]}" for n in range(start, stop + 1))
         return FileExcerpt(self._relative(file), start, stop, total, text)

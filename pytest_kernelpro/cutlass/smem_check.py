@@ -30,8 +30,11 @@ from pytest_kernelpro.errors import KernelproError
 # What the atom/element expressions may contain: C++ type expressions, no statements,
 # preprocessor lines, strings or line breaks (the probe is built from them).
 _SAFE_EXPR = re.compile(r"^[A-Za-z0-9_:<>,()\[\]{} +*.-]+$")
-_ERROR_LINE = re.compile(r"(?:\((\d+)\)|:(\d+):\d+:)\s*(?:catastrophic )?error:\s*(.*)$")
-_SMEM_REPORT = re.compile(r"kernelpro_smem_bytes(?:<|\(\) \[with long long int Bytes = )(\d+)")
+_ERROR_LINE = re.compile(r"(?:\((\d+)\):|:(\d+):\d+:)\s*(?:catastrophic |fatal )?error:\s*(.*)$")
+_SMEM_REPORT = re.compile(
+    r"kernelpro_smem_(?:bytes(?:<|\(\) \[with long long int Bytes = )|fits<)(\d+)"
+)
+_OVER_LIMIT = re.compile(r"kernelpro_smem_fits<(\d+)LL, (\d+)LL, false>")
 
 PROBE_HEADERS = ("cute/tensor.hpp", "cute/atom/mma_traits_sm90_gmma.hpp")
 
@@ -97,7 +100,7 @@ def parse_compiler_errors(log: str) -> list[str]:
         match = _ERROR_LINE.search(line)
         if match:
             seen.setdefault(match.group(3).strip(), None)
-        elif line.strip().startswith("error:") or " fatal error: " in line:
+        elif line.strip().startswith(("error:", "nvcc fatal")):
             seen.setdefault(line.strip(), None)
     return list(seen)
 
@@ -163,16 +166,21 @@ def probe_source(
         f"using KpLayout = decltype(tile_to_shape(KpAtom{{}}, make_shape({shape})));",
         "constexpr long long kp_smem_bytes ="
         " static_cast<long long>(cute::cosize_v<KpLayout>) * sizeof(KpElement);",
-        "template <long long Bytes> [[deprecated(\"kernelpro smem report\")]]",
+        'template <long long Bytes> [[deprecated("kernelpro smem report")]]',
         "constexpr bool kernelpro_smem_bytes() { return true; }",
-        "static_assert(kernelpro_smem_bytes<kp_smem_bytes>(), \"\");",
+        'static_assert(kernelpro_smem_bytes<kp_smem_bytes>(), "");',
     ]
     if smem_limit_bytes is not None:
-        lines.append(
-            f"static_assert(kp_smem_bytes <= {int(smem_limit_bytes)}LL, "
-            f"\"kernelpro: the layout needs more shared memory than the {int(smem_limit_bytes)}"
-            " bytes a block may use\");"
-        )
+        # Over the limit, the incomplete specialization is named in the error with both
+        # numbers (a static_assert message cannot show a computed value in C++17).
+        lines += [
+            "template <long long Bytes, long long Limit, bool Fits = (Bytes <= Limit)>",
+            "struct kernelpro_smem_fits { static constexpr bool value = true; };",
+            "template <long long Bytes, long long Limit>",
+            "struct kernelpro_smem_fits<Bytes, Limit, false>;",
+            f"static_assert(kernelpro_smem_fits<kp_smem_bytes, {int(smem_limit_bytes)}LL>::value,"
+            ' "kernelpro: shared memory over the limit");',
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -222,6 +230,12 @@ def check_smem_layout(
     smem = int(report.group(1)) if report else None
     if probe.returncode == 0:
         return SmemCheckResult("ok", "", [], smem, probe.log, probe.seconds)
+    errors = list(probe.errors)
+    over = _OVER_LIMIT.search(probe.log)
+    if over is not None:
+        errors = [e for e in errors if "kernelpro_smem_fits" not in e]
+        errors.insert(0, f"the layout needs {over.group(1)} bytes of shared memory, more than "
+                         f"the {over.group(2)} bytes a block may use")  # fmt: skip
     return SmemCheckResult(
-        "error", "the probe did not compile", probe.errors, smem, probe.log, probe.seconds
+        "error", "the probe did not compile", errors, smem, probe.log, probe.seconds
     )

@@ -155,7 +155,7 @@ def _details(record: KernelRecord, with_guidance: bool) -> str:
             f"({format_change(conf.get('change'))}{p_text})"
         )
     lines.append(f"- **Why:** {_cell(gate.get('reason') or gate.get('message') or '')}")
-    if record.outcome in ("failed", "error") and record.message:
+    if record.outcome in ("failed", "error") and record.message and not gate.get("failed"):
         lines.append(f"- **Test failure:** {_cell(record.message[:1000])}")
     if with_guidance and record.guidance:
         guidance = record.guidance.replace("<!--", "&lt;!--")  # keep the marker unique
@@ -187,7 +187,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
     records = sorted((KernelRecord.from_dict(r) for r in report.get("records") or []), key=sort_key)
     out = [MARKER, _summary_line(records), ""]
     if records:
-        quiet = [r for r in records if record_status(r) in ("ok", "passed")]
+        quiet = [r for r in records if record_status(r) in ("ok", "passed", "skipped")]
         shown = records
         if len(records) > FOLD_OK_ABOVE and quiet:
             shown = [r for r in records if r not in quiet]
@@ -195,7 +195,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
             out += [_HEADER, *(_row(r) for r in shown), ""]
         if shown is not records:
             out += [
-                f"<details><summary>{len(quiet)} unchanged kernels</summary>",
+                f"<details><summary>{len(quiet)} unchanged or skipped kernels</summary>",
                 "",
                 _HEADER,
                 *(_row(r) for r in quiet),

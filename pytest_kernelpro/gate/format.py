@@ -84,12 +84,15 @@ def bar(fraction: float | None, width: int = 8) -> str:
 
 
 def short_device(name: str | None) -> str:
-    """'NVIDIA H200' -> 'H200', 'NVIDIA GeForce RTX 4090' -> 'RTX 4090'; 'cpu' stays."""
+    """'NVIDIA H200' -> 'H200', 'NVIDIA GeForce RTX 4090' -> 'RTX 4090',
+    'cpu (AMD EPYC)' -> 'AMD EPYC'; anything else stays."""
     if not name:
         return "–"
     for prefix in ("NVIDIA GeForce ", "NVIDIA "):
         if name.startswith(prefix):
             return name[len(prefix) :]
+    if name.startswith("cpu (") and name.endswith(")"):  # "cpu (AMD EPYC)" -> "AMD EPYC"
+        return name[5:-1] or "cpu"
     return name
 
 

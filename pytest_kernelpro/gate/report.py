@@ -195,7 +195,7 @@ def render_terminal_table(
     width = max(60, int(width))
     narrow = width < 100
     bar_width = 5 if narrow else 8
-    devices = sorted({short_device(r.device or r.device_kind) for r in records})
+    devices = sorted({short_device(r.device) for r in records if r.device})
     show_device = len(devices) > 1  # one device: named once, under the table
     table = Table(
         box=box.SIMPLE_HEAD,
@@ -219,7 +219,7 @@ def render_terminal_table(
         text, style = _verdict_cell(record)
         row: list[Any] = [record.name]
         if show_device:
-            row.append(short_device(record.device or record.device_kind))
+            row.append(short_device(record.device))
         row.append(_median_cell(record))
         if not narrow:
             row.append(format_time(roofline_value(record, "roofline_time_s")))

@@ -18,9 +18,9 @@ How a regression is decided, and why:
    interval) only ever adds time, so it raises the median and the tail but leaves the fastest
    calls alone, while a slower kernel shifts every call (the argument of Chen & Revels,
    "Robust benchmarking in noisy environments", behind BenchmarkTools.jl's use of the
-   minimum). On a loaded 2-core CI VM this condition cut the A/A false alarms several-fold
-   (bench/gate_accuracy.py); on a quiet GPU it costs nothing, because there the decile moves
-   with the median.
+   minimum). On a loaded, shared 2-core VM it took the A/A false alarms at a 5% threshold
+   from 14% to 2% (bench/results/2026-11-30-gate-accuracy-cpu.md); where the noise is small
+   the decile moves with the median and the condition costs little.
 4. **Confirmation.** A change that passes 1-3 is re-measured once (the plugin re-times the
    kernel and calls `confirm`); it fails the kernel only if the re-measurement passes 1-3 as
    well. Samples within one measurement are not independent (a clock or thermal state,

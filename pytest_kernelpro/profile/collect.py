@@ -72,6 +72,16 @@ class _ModuleScan:
     not_collected: list[NotCollected] = field(default_factory=list)
 
 
+# nsys that fails once (it could not make reports on the H200 machine) is not retried for
+# every item of the session; kineto's timeline stands in.
+_NSYS_FAILED: str | None = None
+
+
+def _remember_nsys_failure(why: str) -> None:
+    global _NSYS_FAILED
+    _NSYS_FAILED = why
+
+
 def _gpu_problem(device: str) -> str | None:
     if not str(device).startswith("cuda"):
         return f"device is {device!r}, not a CUDA device"
@@ -221,7 +231,7 @@ def profile_kernel_item(
             else:
                 observed = kernel_time_by_name(events)
                 report.timeline = summarize_events(events, source="kineto")
-                if nsys_status() is None:
+                if nsys_status() is None and _NSYS_FAILED is None:
                     nsys_spec = os.path.join(tmp, "nsys.json")
                     atomic_write_json(
                         nsys_spec,
@@ -232,6 +242,7 @@ def profile_kernel_item(
                         timeout_s=timeout_s,
                     )
                     if isinstance(nsys, NotCollected):
+                        _remember_nsys_failure(nsys.why)
                         report.not_collected.append(nsys)
                     else:
                         report.timeline = nsys

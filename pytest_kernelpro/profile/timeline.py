@@ -13,6 +13,7 @@ only where `nsys_status()` says it can make a report (it could not on the H200 m
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import json
 import os
@@ -195,8 +196,9 @@ def timeline_of_callable(
 # --- nsys ---------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1)
 def nsys_status(*, timeout_s: float = 60.0) -> str | None:
-    """None when nsys can make a report here, else why not."""
+    """None when nsys can make a report here, else why not (checked once per process)."""
     nsys = find_tool("nsys")
     if nsys is None:
         return "nsys not found on PATH, $CUDA_HOME/bin or KERNELPRO_NSYS"

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,22 +41,80 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pyte
 
 # Variables a build and a kernel need. Everything else is dropped, and these too when the
 # name looks like a secret.
-SAFE_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR",
-    "TMP", "TEMP", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX",
-    "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH",
-    "CC", "CXX", "CUDAHOSTCXX", "MAX_JOBS", "CUTLASS_PATH", "MALLOC_ARENA_MAX",
-    "OPENBLAS_NUM_THREADS",
-})
-SAFE_PREFIXES = ("CUDA_", "CUDNN_", "NVIDIA_", "NCCL_", "NVCC_", "TORCH_", "PYTORCH_",
-                 "TRITON_", "LC_", "OMP_", "MKL_", "KMP_", "XDG_", "KERNELPRO_")
+SAFE_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "TMP",
+        "TEMP",
+        "PYTHONPATH",
+        "PYTHONHASHSEED",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "LD_LIBRARY_PATH",
+        "LIBRARY_PATH",
+        "CPATH",
+        "C_INCLUDE_PATH",
+        "CPLUS_INCLUDE_PATH",
+        "CC",
+        "CXX",
+        "CUDAHOSTCXX",
+        "MAX_JOBS",
+        "CUTLASS_PATH",
+        "MALLOC_ARENA_MAX",
+        "OPENBLAS_NUM_THREADS",
+    }
+)
+SAFE_PREFIXES = (
+    "CUDA_",
+    "CUDNN_",
+    "NVIDIA_",
+    "NCCL_",
+    "NVCC_",
+    "TORCH_",
+    "PYTORCH_",
+    "TRITON_",
+    "LC_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "XDG_",
+    "KERNELPRO_",
+)
 _SECRET_WORDS = re.compile(
     r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|SESSION|COOKIE|ACCESS_?KEY",
     re.IGNORECASE,
 )
-_SECRET_PREFIXES = ("ANTHROPIC_", "OPENAI_", "AWS_", "AZURE_", "GOOGLE_", "GCP_", "GH_",
-                    "GITHUB_", "GITLAB_", "HF_", "HUGGING", "WANDB_", "SSH_", "GPG_", "NPM_",
-                    "PYPI_", "TWINE_", "DOCKER_", "SLACK_", "CI_JOB_")
+_SECRET_PREFIXES = (
+    "ANTHROPIC_",
+    "OPENAI_",
+    "AWS_",
+    "AZURE_",
+    "GOOGLE_",
+    "GCP_",
+    "GH_",
+    "GITHUB_",
+    "GITLAB_",
+    "HF_",
+    "HUGGING",
+    "WANDB_",
+    "SSH_",
+    "GPG_",
+    "NPM_",
+    "PYPI_",
+    "TWINE_",
+    "DOCKER_",
+    "SLACK_",
+    "CI_JOB_",
+)
 
 
 def is_secret_name(name: str) -> bool:
@@ -88,9 +147,9 @@ class KernelBenchTask:
     rtol: float | None = None
     forbidden_ops: tuple[str, ...] = ()  # e.g. ("aten.mm", "aten.addmm") for a GEMM task
     shape_check: str = "auto"  # "auto" | "variants" | "off" (see harness.py)
-    warmup_ms: float = 25.0
-    rep_ms: float = 100.0
-    max_samples: int = 100
+    # `measure.timing.TimingBudget` settings (warmup_ms, max_time_s, min_samples,
+    # max_samples, flush_l2, ...) for the reference and each candidate; empty: its defaults.
+    timing: Mapping[str, Any] = field(default_factory=dict)
     cpu_threads: int | None = None  # torch.set_num_threads in the worker (None: torch's default)
 
     def __post_init__(self) -> None:
@@ -140,6 +199,8 @@ class SandboxEvaluator:
     def __init__(self, task: KernelBenchTask, limits: SandboxLimits | None = None) -> None:
         self.task = task
         self.limits = limits or SandboxLimits()
+        self._inflight = 0  # workers running now (evaluate_many runs several)
+        self._inflight_lock = threading.Lock()
         default_ext = Path(tempfile.gettempdir()) / "kernelpro-torch-extensions"
         self.extensions_dir = Path(
             self.limits.extensions_dir or os.environ.get("TORCH_EXTENSIONS_DIR") or default_ext
@@ -162,8 +223,13 @@ class SandboxEvaluator:
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
-        payload = {**asdict(self.task), "forbidden_ops": list(self.task.forbidden_ops),
-                   "candidate": candidate.code, "memory_limit_mb": self.limits.memory_limit_mb}
+        payload = {
+            **asdict(self.task),
+            "forbidden_ops": list(self.task.forbidden_ops),
+            "timing": dict(self.task.timing),
+            "candidate": candidate.code,
+            "memory_limit_mb": self.limits.memory_limit_mb,
+        }
         workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
@@ -183,20 +249,47 @@ class SandboxEvaluator:
     def _run_worker(self, workdir: Path) -> Evaluation:
         limits = self.limits
         result_path, progress_path = workdir / "result.json", workdir / "progress.log"
-        command = [limits.python, "-m", "pytest_kernelpro.search.worker",
-                   "--task", str(workdir / "task.json"), "--result", str(result_path),
-                   "--progress", str(progress_path)]
+        command = [
+            limits.python,
+            "-m",
+            "pytest_kernelpro.search.worker",
+            "--task",
+            str(workdir / "task.json"),
+            "--result",
+            str(result_path),
+            "--progress",
+            str(progress_path),
+        ]
         started = time.monotonic()
+        with self._inflight_lock:
+            self._inflight += 1
         with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
-            proc = subprocess.Popen(command, cwd=workdir, env=self.environment(), stdout=out,
-                                    stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
-            killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+            proc = subprocess.Popen(
+                command,
+                cwd=workdir,
+                env=self.environment(),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            try:
+                killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+            except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
+                _kill_group(proc)
+                proc.wait()
+                with self._inflight_lock:
+                    self._inflight -= 1
+                raise
         wall = time.monotonic() - started
         logs = _tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
-        if killed == "timeout" or killed is None or not result_path.exists():
+        with self._inflight_lock:
+            self._inflight -= 1
             # A build killed or crashed mid-way may leave torch's build lock behind, which
-            # would make every later build with that extension name wait forever.
-            if phase not in RUN_PHASES:
+            # would make every later build with that extension name wait forever. Only when
+            # no other worker runs: a sibling's fresh lock must not be taken away.
+            died = killed is not None or not result_path.exists()
+            if died and phase not in RUN_PHASES and self._inflight == 0:
                 _clear_stale_locks(self.extensions_dir, started)
         evaluation = self._classify(proc.returncode, killed, phase, peak_mb, result_path, wall)
         evaluation.logs = logs
@@ -206,7 +299,10 @@ class SandboxEvaluator:
         return evaluation
 
     def _watch(
-        self, proc: subprocess.Popen[bytes], progress_path: Path, result_path: Path,
+        self,
+        proc: subprocess.Popen[bytes],
+        progress_path: Path,
+        result_path: Path,
         started: float,
     ) -> tuple[str | None, str, float]:
         """Wait for the worker; kill its group on a timeout or memory overrun.
@@ -248,8 +344,13 @@ class SandboxEvaluator:
         return killed, _last_phase(progress_path) or phase, peak_mb
 
     def _classify(
-        self, returncode: int | None, killed: str | None, phase: str, peak_mb: float,
-        result_path: Path, wall: float,
+        self,
+        returncode: int | None,
+        killed: str | None,
+        phase: str,
+        peak_mb: float,
+        result_path: Path,
+        wall: float,
     ) -> Evaluation:
         in_build = phase not in RUN_PHASES
         if result_path.exists() and killed != "memory":
@@ -269,7 +370,7 @@ class SandboxEvaluator:
             return Evaluation(
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
-                       f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+                f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
             )
         if killed == "timeout":
             limit = self.limits.build_timeout_s if in_build else self.limits.run_timeout_s
@@ -277,7 +378,7 @@ class SandboxEvaluator:
             return Evaluation(
                 status="timeout",
                 reason=f"no result within the {limit:g}s {what} timeout (phase {phase!r}); "
-                       "process group killed",
+                "process group killed",
             )
         if returncode is not None and returncode < 0:
             try:
@@ -348,7 +449,7 @@ def _tail(stdout: Path, stderr: Path, limit: int) -> str:
             continue
         if text.strip():
             if len(text) > limit // 2:
-                text = "[...]\n" + text[-(limit // 2):]
+                text = "[...]\n" + text[-(limit // 2) :]
             parts.append(f"----- worker {label} -----\n{text.rstrip()}")
     return "\n".join(parts)
 

@@ -59,11 +59,17 @@ def classify_exception(exc: BaseException) -> str:
     name = type(exc).__name__
     lowered = str(exc).lower()
     oom_types = tuple(
-        t for t in (getattr(torch, "OutOfMemoryError", None),
-                    getattr(torch.cuda, "OutOfMemoryError", None)) if t is not None
+        t
+        for t in (
+            getattr(torch, "OutOfMemoryError", None),
+            getattr(torch.cuda, "OutOfMemoryError", None),
+        )
+        if t is not None
     )
-    if isinstance(exc, MemoryError) or isinstance(exc, oom_types) or (
-        "out of memory" in lowered or "can't allocate memory" in lowered
+    if (
+        isinstance(exc, MemoryError)
+        or isinstance(exc, oom_types)
+        or ("out of memory" in lowered or "can't allocate memory" in lowered)
     ):
         return f"out of memory: {name}: {text}"[:400]
     if "illegal memory access" in lowered or "illegal address" in lowered:
@@ -127,8 +133,9 @@ class _Pipeline:
         synchronization, to see work left running on another stream), under all guards."""
         # Entering a dispatch mode imports torch._dynamo (seconds): only when ops are forbidden.
         recorder = checks.OpRecorder() if self.forbidden else contextlib.nullcontext()
-        stream_before = torch.cuda.current_stream(self.device) if self.device.type == "cuda" \
-            else None
+        stream_before = (
+            torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        )
         self.ref_guard.active = self.stream_guard.active = True
         try:
             with torch.no_grad(), checks.poisoned_allocations():
@@ -145,11 +152,15 @@ class _Pipeline:
             raise Rejected("cheat", f"calls the reference during its run ({called})")
         used = checks.forbidden_used(recorder.ops, self.forbidden) if self.forbidden else []
         if used:
-            raise Rejected("cheat", f"uses forbidden library op(s) {', '.join(used)} "
-                                    "that compute the answer")
+            raise Rejected(
+                "cheat", f"uses forbidden library op(s) {', '.join(used)} that compute the answer"
+            )
         if self.stream_guard.events:
-            raise Rejected("cheat", "launches work outside the current CUDA stream, which "
-                                    f"escapes timing ({'; '.join(self.stream_guard.events[:3])})")
+            raise Rejected(
+                "cheat",
+                "launches work outside the current CUDA stream, which "
+                f"escapes timing ({'; '.join(self.stream_guard.events[:3])})",
+            )
         return out, early
 
     def check_call(
@@ -164,10 +175,14 @@ class _Pipeline:
         ref_out, ref_modifies, ref_aliases = self.run_reference(ref_args)
         cand_args = checks.clone_tree(args)
         out, early = self.run_candidate(cand_args)
-        if previous is not None and checks.same_values(previous[1], out) and not \
-                checks.same_values(previous[0], ref_out):
-            raise Rejected("cheat", f"returns the same output for different inputs (cached, "
-                                    f"{label})")
+        if (
+            previous is not None
+            and checks.same_values(previous[1], out)
+            and not checks.same_values(previous[0], ref_out)
+        ):
+            raise Rejected(
+                "cheat", f"returns the same output for different inputs (cached, {label})"
+            )
         if not ref_modifies and not checks.same_values(cand_args, args):
             raise Rejected("cheat", f"modifies its inputs in place ({label})")
         if not ref_aliases and checks.shares_storage(out, cand_args):
@@ -177,8 +192,11 @@ class _Pipeline:
             if key in detail:
                 self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
         if ok and self.device.type == "cuda" and not checks.same_values(early, out):
-            raise Rejected("cheat", "output was not ready on the current stream when the call "
-                                    f"returned (work launched on another stream, {label})")
+            raise Rejected(
+                "cheat",
+                "output was not ready on the current stream when the call "
+                f"returned (work launched on another stream, {label})",
+            )
         if not ok:
             raise Rejected("wrong", f"wrong result ({label}): {detail.get('why')}")
         return ref_out, checks.clone_tree(out)
@@ -237,15 +255,18 @@ class _Pipeline:
         args = self.inputs(self.seed + 101)
         self.run_candidate(args)
         fresh = self.inputs(self.seed + 102)
-        for dst, src in zip(args, fresh):
+        for dst, src in zip(args, fresh, strict=True):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
         try:
             self.check_call_inplace(args)
         except Rejected as exc:
             if exc.status == "wrong":
-                raise Rejected("cheat", "returns a stale output when its inputs change in place "
-                                        f"(cached by address): {exc.reason}") from None
+                raise Rejected(
+                    "cheat",
+                    "returns a stale output when its inputs change in place "
+                    f"(cached by address): {exc.reason}",
+                ) from None
             raise
         self.correctness["checks"].append("inputs changed in place")
 
@@ -272,8 +293,12 @@ class _Pipeline:
             tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 1]
             if tensors and tensors[0].shape[0] >= 2:
                 batch = tensors[0].shape[0]
-                half = [a[: batch // 2].clone() if isinstance(a, torch.Tensor) and a.dim() >= 1
-                        and a.shape[0] == batch else a for a in args]
+                half = [
+                    a[: batch // 2].clone()
+                    if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == batch
+                    else a
+                    for a in args
+                ]
                 variants.append((f"batch {batch // 2} instead of {batch}", half))
         checked = []
         for label, args in variants:
@@ -281,39 +306,63 @@ class _Pipeline:
                 self.run_reference(checks.clone_tree(args))
             except Exception as exc:  # the problem does not accept this shape: not a test
                 self.correctness.setdefault("shape_skipped", []).append(
-                    f"{label}: reference raises {type(exc).__name__}")
+                    f"{label}: reference raises {type(exc).__name__}"
+                )
                 continue
             try:
                 self.check_call(args, label)
             except Rejected as exc:
                 if exc.status == "wrong":
-                    raise Rejected("cheat", "passes only for the checked shapes: "
-                                            f"{exc.reason}") from None
+                    raise Rejected(
+                        "cheat", f"passes only for the checked shapes: {exc.reason}"
+                    ) from None
                 raise
             except Exception as exc:
                 reason = classify_exception(exc)
                 if reason.startswith(("out of memory", "illegal memory", "CUDA error")):
                     raise
-                raise Rejected("wrong", f"raises at a second input shape ({label}): "
-                                        f"{reason}") from None
+                raise Rejected(
+                    "wrong", f"raises at a second input shape ({label}): {reason}"
+                ) from None
             checked.append(label)
         self.correctness["shape_check"] = checked or "none applicable"
 
     def time(self) -> dict[str, Any]:
         self.progress("timing")
         args = self.inputs(self.seed)
-        cfg = {k: self.task[k] for k in ("warmup_ms", "rep_ms", "max_samples") if k in self.task}
         with torch.no_grad():
-            ref = checks.measure(lambda: self.ref_model(*args), self.device, **cfg)
-            new = checks.measure(lambda: self.new_model(*args), self.device, **cfg)
+            ref = self._measure(lambda: self.ref_model(*args))
+            new = self._measure(lambda: self.new_model(*args))
         try:
             self.check_call(self.inputs(self.seed + 301), "after timing")
         except Rejected as exc:
             if exc.status == "wrong":
-                raise Rejected("cheat", f"wrong once timed (behaves differently after repeated "
-                                        f"calls): {exc.reason}") from None
+                raise Rejected(
+                    "cheat",
+                    f"wrong once timed (behaves differently after repeated calls): {exc.reason}",
+                ) from None
             raise
         return {"reference": ref, "candidate": new}
+
+    def _measure(self, fn: Callable[[], Any]) -> dict[str, Any]:
+        """Median time of `fn`: the plugin's `measure.timing` (adaptive rounds, L2 flush,
+        bootstrap CI) when present, else the small do_bench-style `checks.measure`."""
+        budget = dict(self.task.get("timing") or {})
+        try:
+            from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+        except ImportError:
+            return checks.measure(
+                fn,
+                self.device,
+                warmup_ms=float(budget.get("warmup_ms", 25.0)),
+                rep_ms=1e3 * float(budget.get("max_time_s", 1.0)),
+                min_samples=int(budget.get("min_samples", 5)),
+                max_samples=int(budget.get("max_samples", 200)),
+            )
+        result = time_kernel(fn, device=str(self.device), budget=TimingBudget(**budget))
+        data = result.to_dict()
+        data.pop("samples_s", None)  # thousands of floats per node: the stats say enough
+        return {"median_s": result.median_s, "samples": len(result.samples_s), **data}
 
     def run(self) -> dict[str, Any]:
         self.build_log = ""
@@ -323,21 +372,25 @@ class _Pipeline:
         timing = self.time()
         speedup = timing["reference"]["median_s"] / max(timing["candidate"]["median_s"], 1e-12)
         if speedup > EXCESSIVE_SPEEDUP:
-            self.findings.append({
-                "severity": "medium",
-                "title": "excessive speedup",
-                "message": f"{speedup:.1f}x over the reference; KernelBench treats more than "
-                           f"{EXCESSIVE_SPEEDUP:g}x as a likely reward hack: review the code.",
-            })
+            self.findings.append(
+                {
+                    "severity": "medium",
+                    "title": "excessive speedup",
+                    "message": f"{speedup:.1f}x over the reference; KernelBench treats more than "
+                    f"{EXCESSIVE_SPEEDUP:g}x as a likely reward hack: review the code.",
+                }
+            )
         self.progress("done")
         return {
             "status": "correct",
             "speedup": speedup,
             "timing": timing,
             "correctness": self.correctness,
-            "metrics": {"device": self._device_name(),
-                        "ref_median_s": timing["reference"]["median_s"],
-                        "candidate_median_s": timing["candidate"]["median_s"]},
+            "metrics": {
+                "device": self._device_name(),
+                "ref_median_s": timing["reference"]["median_s"],
+                "candidate_median_s": timing["candidate"]["median_s"],
+            },
             "findings": self.findings,
             "build_log": self.build_log,
         }
@@ -358,15 +411,28 @@ def run_task(task: dict[str, Any], progress: Callable[[str], None]) -> dict[str,
     try:
         return pipeline.run()
     except Rejected as exc:
-        return {"status": exc.status, "reason": exc.reason, "correctness": pipeline.correctness,
-                "build_log": getattr(pipeline, "build_log", ""), "findings": pipeline.findings}
+        return {
+            "status": exc.status,
+            "reason": exc.reason,
+            "correctness": pipeline.correctness,
+            "build_log": getattr(pipeline, "build_log", ""),
+            "findings": pipeline.findings,
+        }
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         log = traceback.format_exc()
         sys.stderr.write(log)
         if not hasattr(pipeline, "new_model"):  # failed before the candidate was built
-            return {"status": "run_error", "reason": f"reference failed: {classify_exception(exc)}",
-                    "harness_error": log[-4000:], "build_log": log}
-        return {"status": "run_error", "reason": classify_exception(exc),
-                "correctness": pipeline.correctness, "build_log": getattr(pipeline, "build_log", "")}
+            return {
+                "status": "run_error",
+                "reason": f"reference failed: {classify_exception(exc)}",
+                "harness_error": log[-4000:],
+                "build_log": log,
+            }
+        return {
+            "status": "run_error",
+            "reason": classify_exception(exc),
+            "correctness": pipeline.correctness,
+            "build_log": getattr(pipeline, "build_log", ""),
+        }

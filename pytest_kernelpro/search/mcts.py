@@ -145,9 +145,7 @@ class MCTS(SearchAlgorithm):
         """
         if node.visits == 0:
             return math.inf
-        return node.Q + self.config.c_uct * math.sqrt(
-            math.log(node.visits) / self.fair_share(node)
-        )
+        return node.Q + self.config.c_uct * math.sqrt(math.log(node.visits) / self.fair_share(node))
 
     def decide(self, node: SearchNode) -> tuple[Decision, SearchNode | None]:
         """At `node`: expand it, descend into a child (returned), or declare it dead."""
@@ -159,7 +157,7 @@ class MCTS(SearchAlgorithm):
             return "dead", None
         scores = [self.uct(child) for child in live]
         top = max(scores)
-        best = self.rng.choice([c for c, s in zip(live, scores) if s == top])
+        best = self.rng.choice([c for c, s in zip(live, scores, strict=True) if s == top])
         if widen and self.virtual_uct(node) > top:
             return "expand", None
         return "descend", best

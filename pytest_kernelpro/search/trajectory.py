@@ -57,7 +57,8 @@ def header_record(
 
 def node_record(node: SearchNode) -> dict[str, Any]:
     """One node as a trajectory line."""
-    assert node.parent is not None and node.candidate is not None
+    assert node.parent is not None
+    assert node.candidate is not None
     assert node.evaluation is not None
     cand, ev = node.candidate, node.evaluation
     return {
@@ -305,7 +306,8 @@ def render_tree(path: str | os.PathLike[str] | Trajectory, *, width: int = 110) 
 
     def label(node: SearchNode) -> Text:
         ev, cand = node.evaluation, node.candidate
-        assert ev is not None and cand is not None
+        assert ev is not None
+        assert cand is not None
         parts = [f"{'*' if node.id in on_best_path else ' '}#{node.id} {node.mode:<8}"]
         if ev.ok and ev.speedup is not None:
             parts.append(f"correct {ev.speedup:.2f}x")

@@ -47,7 +47,7 @@ class SearchNode:
 
     @property
     def kind(self) -> NodeKind:
-        """"root", "success" (correct candidate) or "failed" (anything else)."""
+        """ "root", "success" (correct candidate) or "failed" (anything else)."""
         if self.parent is None:
             return "root"
         assert self.evaluation is not None

@@ -58,23 +58,32 @@ def _events(api: FakeMessagesAPI, reply: Reply) -> Iterator[tuple[str, dict[str,
     start.update(content=[], stop_reason=None)
     start["usage"] = {"input_tokens": reply.input_tokens, "output_tokens": 1}
     yield "message_start", {"type": "message_start", "message": start}
-    yield "content_block_start", {
-        "type": "content_block_start",
-        "index": 0,
-        "content_block": {"type": "text", "text": ""},
-    }
-    for i in range(0, len(reply.text), 64):
-        yield "content_block_delta", {
-            "type": "content_block_delta",
+    yield (
+        "content_block_start",
+        {
+            "type": "content_block_start",
             "index": 0,
-            "delta": {"type": "text_delta", "text": reply.text[i : i + 64]},
-        }
+            "content_block": {"type": "text", "text": ""},
+        },
+    )
+    for i in range(0, len(reply.text), 64):
+        yield (
+            "content_block_delta",
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": reply.text[i : i + 64]},
+            },
+        )
     yield "content_block_stop", {"type": "content_block_stop", "index": 0}
-    yield "message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
-        "usage": {"output_tokens": reply.output_tokens},
-    }
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": reply.output_tokens},
+        },
+    )
     yield "message_stop", {"type": "message_stop"}
 
 
@@ -98,7 +107,8 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 return
             if body.get("stream"):
                 chunks = "".join(
-                    f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in _events(api, reply)
+                    f"event: {name}\ndata: {json.dumps(data)}\n\n"
+                    for name, data in _events(api, reply)
                 )
                 self._send(200, "text/event-stream", chunks.encode())
             else:

@@ -33,7 +33,8 @@ def _settings(pytester: pytest.Pytester, template: str, *args: str) -> dict:
     pytester.makeconftest((TEMPLATES / template).read_text(encoding="utf-8"))
     pytester.makepyfile(inspect_plugin=INSPECT, test_nothing="def test_nothing():\n    pass\n")
     pytester.syspathinsert()
-    result = pytester.runpytest("-p", "inspect_plugin", *args)
+    # Other installed plugins stay out of the inner run (pytest-benchmark warns under xdist).
+    result = pytester.runpytest("-p", "inspect_plugin", "-p", "no:benchmark", *args)
     assert result.ret in (0, 5), result.stdout.str()
     return json.loads((pytester.path / "settings.json").read_text(encoding="utf-8"))
 

@@ -69,6 +69,8 @@ def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest(
         "-p",
         "no:kernelpro",
+        "-p",
+        "no:benchmark",  # an installed pytest-benchmark warns under xdist
         f"--junitxml={xml}",
         "-W",
         "error",  # default junit_family

@@ -111,7 +111,9 @@ def _table_records() -> list:
 
 @pytest.mark.parametrize("width", [80, 100, 120])
 def test_terminal_table_fits_and_shows_everything(width: int) -> None:
-    text = render_terminal_table(_table_records(), width=width, color=False)
+    skipped = make_record("triton_add[1]", timed=False, outcome="skipped", roofline_time_s=None)
+    skipped.device = ""  # skipped before a device was chosen
+    text = render_terminal_table([*_table_records(), skipped], width=width, color=False)
     assert not ANSI.search(text)
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= width
@@ -123,7 +125,8 @@ def test_terminal_table_fits_and_shows_everything(width: int) -> None:
     assert "3.20 ms" in joined
     assert "60%" in joined  # 30 µs roofline / 50 µs median
     assert "compute" in joined
-    assert "5 kernel(s) on H200" in lines[-1]
+    assert "6 kernel(s) on H200" in lines[-1]
+    assert "device" not in lines[0]  # one device: named under the table, not in a column
     if width >= 100:
         assert "30.0 µs" in joined  # the roofline time column
     if width >= 120:

@@ -179,9 +179,7 @@ def cuda_extension_env():
 
 
 @pytest.fixture(scope="session")
-def built_extension(
-    tmp_path_factory: pytest.TempPathFactory, cuda_extension_env
-) -> BuiltExtension:
+def built_extension(tmp_path_factory: pytest.TempPathFactory, cuda_extension_env) -> BuiltExtension:
     """A real load_inline build of EXTENSION_SOURCE inside capture_extensions."""
     from pytest_kernelpro.profile.capture import capture_extensions
 

@@ -13,21 +13,27 @@ from pytest_kernelpro.profile.model import NotCollected
 from pytest_kernelpro.profile.sass import sass_of_module
 from pytest_kernelpro.profile.symbols import entry_points, read_module_symbols
 
-from conftest import extension_kwargs  # noqa: I001  (tests/profile/conftest.py)
-
 
 def test_build_is_recorded_and_the_return_value_untouched(built_extension) -> None:
     (build,) = built_extension.capture.builds
     assert built_extension.result == build.so_path  # is_python_module=False returns the path
     assert Path(build.so_path).name == "kp_scale_ext.so"
     assert build.build_directory == str(built_extension.build_directory)
-    assert build.error is None and build.log_source == "ninja"
+    assert build.error is None
+    assert build.log_source == "ninja"
     # the user's flag first, the profiling flags appended once
-    assert build.extra_cuda_cflags == ("-gencode=arch=compute_90a,code=sm_90a", "-lineinfo", "-Xptxas=-v")
-    assert "nvcc" in build.build_log and "ptxas info" in build.build_log
+    assert build.extra_cuda_cflags == (
+        "-gencode=arch=compute_90a,code=sm_90a",
+        "-lineinfo",
+        "-Xptxas=-v",
+    )
+    assert "nvcc" in build.build_log
+    assert "ptxas info" in build.build_log
     (ptxas,) = build.ptxas
-    assert ptxas.function == "_Z12scale_kernelPffi" and ptxas.arch == "sm_90a"
-    assert 0 < ptxas.registers <= 32 and ptxas.spill_store_bytes == 0
+    assert ptxas.function == "_Z12scale_kernelPffi"
+    assert ptxas.arch == "sm_90a"
+    assert 0 < ptxas.registers <= 32
+    assert ptxas.spill_store_bytes == 0
     assert build.build_seconds > 0
     assert (built_extension.build_directory / BUILD_LOG_NAME).exists()
     assert built_extension.capture.so_paths == [build.so_path]
@@ -44,7 +50,8 @@ def test_captured_module_gives_entry_points_and_sass(built_extension, tool_or_sk
     assert not isinstance(sass, NotCollected), sass
     summary = sass["_Z12scale_kernelPffi"]
     assert summary.function.startswith("scale_kernel(")
-    assert summary.count("FMUL") == 1 and dict(summary.global_load_widths) == {32: 1}
+    assert summary.count("FMUL") == 1
+    assert dict(summary.global_load_widths) == {32: 1}
 
 
 def test_patch_is_restored(cuda_extension_env) -> None:
@@ -71,9 +78,9 @@ def test_cached_build_reads_the_saved_ptxas_log(built_extension, cuda_extension_
 
 
 def test_failed_build_is_recorded_and_the_error_unchanged(
-    cuda_extension_env, tmp_path: Path
+    cuda_extension_env, built_extension, tmp_path: Path
 ) -> None:
-    kwargs = extension_kwargs(tmp_path, None)
+    kwargs = built_extension.kwargs(build_directory=str(tmp_path))
     kwargs["cuda_sources"] = "__global__ void broken(float* x) { x[0] = undefined_name; }\n"
     kwargs["extra_cuda_cflags"] = ["-gencode=arch=compute_90a,code=sm_90a", "-lineinfo"]
     with capture_extensions() as capture, pytest.raises(RuntimeError) as raised:
@@ -83,7 +90,8 @@ def test_failed_build_is_recorded_and_the_error_unchanged(
     assert "undefined_name" in message  # ninja's output, as torch reports it without capture
     (build,) = capture.builds
     assert build.so_path is None
-    assert build.error is not None and build.error.startswith("RuntimeError: Error building")
+    assert build.error is not None
+    assert build.error.startswith("RuntimeError: Error building")
     assert "undefined_name" in build.build_log
     assert build.extra_cuda_cflags.count("-lineinfo") == 1  # not added twice
 
@@ -95,9 +103,11 @@ def test_verbose_output_still_reaches_stdout(
     with capture_extensions() as capture:
         cuda_extension_env.load_inline("kp_scale_ext", "", verbose=True, **kwargs)
     out = capfd.readouterr().out
-    assert "ptxas info" in out and "Compiling entry function '_Z12scale_kernelPffi'" in out
+    assert "ptxas info" in out
+    assert "Compiling entry function '_Z12scale_kernelPffi'" in out
     (build,) = capture.builds
-    assert build.log_source == "ninja" and len(build.ptxas) == 1
+    assert build.log_source == "ninja"
+    assert len(build.ptxas) == 1
 
 
 def test_captures_open_in_other_threads_all_see_a_build(

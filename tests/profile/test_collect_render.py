@@ -57,7 +57,8 @@ def test_selection_falls_back_to_the_longest_kernels() -> None:
         "vectorized_elementwise_kernel",
     )
     selector, fell_back = select_kernels([], observed)
-    assert not fell_back and selector.base == "function"
+    assert not fell_back
+    assert selector.base == "function"
     # no trace: all entry points; nothing known: the whole NVTX range
     assert select_kernels(PROBE_ENTRIES, None)[0].names == tuple(PROBE_ENTRIES)
     assert select_kernels([], None) == (None, False)
@@ -76,17 +77,22 @@ def test_cpu_profile_of_a_captured_module(built_extension, tool_or_skip) -> None
     (kernel,) = report.kernels
     assert kernel.name.startswith("scale_kernel(")
     assert kernel.metrics is None
-    assert kernel.sass is not None and kernel.sass.count("FMUL") == 1
-    assert kernel.ptxas is not None and kernel.ptxas.function == "_Z12scale_kernelPffi"
+    assert kernel.sass is not None
+    assert kernel.sass.count("FMUL") == 1
+    assert kernel.ptxas is not None
+    assert kernel.ptxas.function == "_Z12scale_kernelPffi"
     assert report.arch == "sm_90a"
     reasons = {n.what: n.why for n in report.not_collected}
-    assert "no CUDA device" in reasons["ncu"] and "no CUDA device" in reasons["timeline"]
-    assert report.linkage is not None and not report.linkage.cublas
+    assert "no CUDA device" in reasons["ncu"]
+    assert "no CUDA device" in reasons["timeline"]
+    assert report.linkage is not None
+    assert not report.linkage.cublas
     assert any(lib.startswith("libcudart") for lib in report.linkage.libraries)
     assert report.wall_s > 0
     text = render_profile_section(report)
     assert "kernel scale_kernel(" in text
-    assert "sass: " in text and "ptxas (sm_90a): " in text
+    assert "sass: " in text
+    assert "ptxas (sm_90a): " in text
     assert "not collected: ncu: no CUDA device" in text
     assert report.to_dict()["kernels"][0]["ptxas"]["registers"] == kernel.ptxas.registers
 
@@ -94,7 +100,8 @@ def test_cpu_profile_of_a_captured_module(built_extension, tool_or_skip) -> None
 def test_cpu_device_and_missing_module() -> None:
     report = profile_kernel_item(Locator(), so_paths=["/nonexistent/mod.so"], device="cpu")
     whats = [n.what for n in report.not_collected]
-    assert "ncu" in whats and "timeline" in whats
+    assert "ncu" in whats
+    assert "timeline" in whats
     assert any(n.what in {"symbols", "sass", "linkage"} for n in report.not_collected)
     assert report.kernels == []
     assert "no kernel profiled" in render_profile_section(report)
@@ -102,7 +109,9 @@ def test_cpu_device_and_missing_module() -> None:
 
 def test_rendered_h200_spill_kernel() -> None:
     keep = [m.name for m in CURATED_METRICS]
-    launches = first_launch_per_kernel(parse_ncu_raw_csv((DATA / "ncu_raw.csv").read_text(), keep=keep))
+    launches = first_launch_per_kernel(
+        parse_ncu_raw_csv((DATA / "ncu_raw.csv").read_text(), keep=keep)
+    )
     sass = summarize_sass((DATA / "sass.txt").read_text())
     ptxas = ptxas_by_function(parse_ptxas_output((DATA / "run.log").read_text()))
     name = "spill_kernel(const float *, float *, const int *, int)"
@@ -122,7 +131,9 @@ def test_rendered_h200_spill_kernel() -> None:
                 {"ph": "X", "cat": "kernel", "name": "spill_kernel", "ts": 260.0, "dur": 199.0},
             ]
         ),
-        not_collected=[NotCollected("ncu-metrics", "2 metrics this chip or ncu lacks were dropped")],
+        not_collected=[
+            NotCollected("ncu-metrics", "2 metrics this chip or ncu lacks were dropped")
+        ],
         wall_s=12.5,
     )
     text = render_profile_section(report)
@@ -134,7 +145,8 @@ def test_rendered_h200_spill_kernel() -> None:
     assert "stalls (% of warp cycles): long_scoreboard 66.3%" in text
     assert "  sass: 104 inst; LOCAL 2 MUFU 2; LDG 32b x2; STG 32b x1" in lines
     assert "  ptxas (sm_90a): 20 regs, smem 0 B, stack 256 B, spill st/ld 0/0 B" in lines
-    assert "timeline (kineto): 2 kernels" in text and "1 gaps > 5.0 us" in text
+    assert "timeline (kineto): 2 kernels" in text
+    assert "1 gaps > 5.0 us" in text
     assert "not collected: ncu-metrics: 2 metrics" in text
 
 
@@ -142,7 +154,9 @@ def test_derived_metrics_of_real_kernels() -> None:
     launches = first_launch_per_kernel(parse_ncu_raw_csv((DATA / "ncu_raw.csv").read_text()))
     naive = derived_metrics(launches["naive_softmax_kernel(const float *, float *, int, int)"])
     assert naive["sectors/request (ld)"] == 32.0
-    matmul = derived_metrics(launches["naive_matmul_kernel(const float *, const float *, float *, int)"])
+    matmul = derived_metrics(
+        launches["naive_matmul_kernel(const float *, const float *, float *, int)"]
+    )
     # 2048^3 FMAs = 2 * 2048^3 FLOP on the FP32 pipes (no FADD/FMUL in the inner loop)
     assert matmul["FP32 FLOP"] == pytest.approx(2 * 2048**3, rel=1e-3)
 

@@ -53,7 +53,10 @@ def test_implicit_metrics_are_not_in_the_catalog_but_on_the_raw_page(
 
 
 def test_missing_counters_are_dropped_and_reported(catalog: frozenset[str]) -> None:
-    older = catalog - {"sm__pipe_tma_cycles_active", "smsp__warp_issue_stalled_gmma_per_warp_active"}
+    older = catalog - {
+        "sm__pipe_tma_cycles_active",
+        "smsp__warp_issue_stalled_gmma_per_warp_active",
+    }
     kept, dropped = filter_by_catalog(CURATED_METRICS, older)
     assert {m.name for m in dropped} == {
         "sm__pipe_tma_cycles_active.avg.pct_of_peak_sustained_active",
@@ -75,11 +78,20 @@ def test_catalog_shape() -> None:
     assert list(groups) == list(CATEGORIES)
     assert all(m.label and m.category in CATEGORIES for m in CURATED_METRICS)
     stalls = {m.name for m in groups["stalls"]}
-    for reason in ("long_scoreboard", "short_scoreboard", "barrier", "branch_resolving", "mio_throttle"):
+    for reason in (
+        "long_scoreboard",
+        "short_scoreboard",
+        "barrier",
+        "branch_resolving",
+        "mio_throttle",
+    ):
         assert reason in STALL_REASONS
         assert stall_metric(reason) in stalls
     pipes = {m.name for m in groups["pipes"]}
-    assert "sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active" in pipes
+    assert (
+        "sm__pipe_tensor_op_hmma_type_hmma_hgmma_qgmma_cycles_active.avg.pct_of_peak_sustained_active"
+        in pipes
+    )
     flops = {m.name for m in groups["instructions"]}
     for op in ("fadd", "fmul", "ffma", "dadd", "dmul", "dfma"):
         assert f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum" in flops

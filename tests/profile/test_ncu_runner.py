@@ -78,7 +78,8 @@ def test_command_line() -> None:
 
 def test_command_line_for_library_kernels_and_no_filters() -> None:
     by_function = NcuRequest(
-        target_command=TARGET, kernels=KernelSelector(("nvjet_sm90_tst", "softmax_kernel"), "function")
+        target_command=TARGET,
+        kernels=KernelSelector(("nvjet_sm90_tst", "softmax_kernel"), "function"),
     )
     command = build_ncu_command("ncu", by_function)
     assert command[command.index("-k") + 1] == "regex:(nvjet_sm90_tst|softmax_kernel)"
@@ -86,8 +87,12 @@ def test_command_line_for_library_kernels_and_no_filters() -> None:
     metrics = command[command.index("--metrics") + 1].split(",")
     assert "launch__grid_size" not in metrics  # implicit: written on every raw page
     assert "gpu__time_duration.sum" in metrics
-    bare = build_ncu_command("ncu", NcuRequest(target_command=TARGET, metrics=(), nvtx_include=None))
-    assert "-k" not in bare and "--nvtx" not in bare and "--metrics" not in bare
+    bare = build_ncu_command(
+        "ncu", NcuRequest(target_command=TARGET, metrics=(), nvtx_include=None)
+    )
+    assert "-k" not in bare
+    assert "--nvtx" not in bare
+    assert "--metrics" not in bare
 
 
 def test_no_ncu_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -100,7 +105,8 @@ def test_no_ncu_binary(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert result.kernels == []
     (missing,) = result.not_collected
     assert missing.what == "ncu"
-    assert "ncu not found on PATH" in missing.why and NCU_ENV_VAR in missing.why
+    assert "ncu not found on PATH" in missing.why
+    assert NCU_ENV_VAR in missing.why
     explicit = run_ncu(NcuRequest(target_command=TARGET), ncu_path=str(tmp_path / "nope"))
     assert "is not executable" in explicit.not_collected[0].why
 
@@ -198,6 +204,7 @@ def test_rejected_metric_is_dropped_and_the_run_repeated(tmp_path: Path) -> None
     )
     result = run_ncu(request, ncu_path=script, query_catalog_first=False)
     assert result.dropped_metrics == ("sm__bogus_metric.sum",)
+    assert result.attempt_errors == ("==ERROR== Failed to find metric sm__bogus_metric.sum",)
     assert result.not_collected == []
     assert len(calls.read_text().splitlines()) == 2
     assert "sm__bogus_metric.sum" not in " ".join(result.command)
@@ -220,7 +227,8 @@ def test_catalog_drops_before_running(tmp_path: Path, probe_catalog: str) -> Non
         "print(open(os.path.join(DATA, 'ncu_raw.csv')).read())\n",
     )
     catalog = query_catalog(script)
-    assert catalog is not None and "dram__bytes_read" in catalog
+    assert catalog is not None
+    assert "dram__bytes_read" in catalog
     request = NcuRequest(target_command=TARGET, metrics=("dram__bytes_read.sum", "sm__gone.sum"))
     result = run_ncu(request, ncu_path=script)
     assert result.dropped_metrics == ("sm__gone.sum",)
@@ -230,10 +238,14 @@ def test_catalog_drops_before_running(tmp_path: Path, probe_catalog: str) -> Non
 
 def test_rejected_metrics_only_from_error_lines() -> None:
     requested = ["gpu__time_duration.sum", "sm__foo.avg.pct_of_peak_sustained_active"]
-    assert rejected_metrics("==ERROR== Failed to find metric sm__foo\n", requested) == [requested[1]]
+    assert rejected_metrics("==ERROR== Failed to find metric sm__foo\n", requested) == [
+        requested[1]
+    ]
     assert rejected_metrics("sm__foo mentioned in program output\n", requested) == []
 
 
-@pytest.mark.parametrize(("cc", "arch"), [("9.0", "sm_90"), ("10,0", "sm_100"), ("", None), (None, None)])
+@pytest.mark.parametrize(
+    ("cc", "arch"), [("9.0", "sm_90"), ("10,0", "sm_100"), ("", None), (None, None)]
+)
 def test_arch_from_cc(cc, arch) -> None:
     assert arch_from_cc(cc) == arch

@@ -11,7 +11,7 @@ import pytest
 
 from pytest_kernelpro.profile.target import EXIT_BAD_SPEC, EXIT_PROBLEM_FAILED, load_spec, main
 
-PROBLEM = '''
+PROBLEM = """
 import pytest
 import torch
 
@@ -23,7 +23,7 @@ def inputs(device):
 @pytest.mark.kernelpro(reference=lambda x: x * 2, inputs=inputs)
 def double(x):
     return x * 2
-'''
+"""
 
 
 def run_target(spec: dict | str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -34,7 +34,8 @@ def test_fresh_nvcc_output_with_real_spills(sass_cubin) -> None:
     spill = reports["_Z14spill_pressurePKfPfi"]
     # __launch_bounds__(1024, 2) caps registers at 32 and the 96 live floats spill
     assert spill.registers <= 32
-    assert spill.spill_store_bytes > 0 and spill.spill_load_bytes > 0
+    assert spill.spill_store_bytes > 0
+    assert spill.spill_load_bytes > 0
     assert spill.stack_frame_bytes > 0  # spill bytes count stores in the code, not frame size
     staged = reports["_Z14cp_async_stagePK6float4PS_"]
     assert staged.shared_bytes == 128 * 16

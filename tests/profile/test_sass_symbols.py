@@ -30,7 +30,8 @@ def test_h200_wmma_kernel_has_hmma_and_no_hgmma(probe_sass) -> None:
     wmma = probe_sass["_Z18wmma_matmul_kernelPK6__halfS1_Pfi"]
     assert wmma.count("HMMA") == 10
     assert wmma.count("MMA_SYNC") == 10
-    assert wmma.count("HGMMA") == 0 and wmma.count("WGMMA") == 0
+    assert wmma.count("HGMMA") == 0
+    assert wmma.count("WGMMA") == 0
     assert wmma.total_instructions == 256
     assert dict(wmma.global_load_widths) == {32: 40}
     assert dict(wmma.global_store_widths) == {64: 4}
@@ -43,11 +44,14 @@ def test_h200_spill_vector_and_tiled_kernels(probe_sass) -> None:
     assert dict(vec.global_load_widths) == {128: 2}
     assert dict(vec.global_store_widths) == {128: 1}
     tiled = probe_sass["_Z19tiled_matmul_kernelPKfS0_Pfi"]
-    assert tiled.count("LDS") == 40 and tiled.count("SHARED_LD") == 40
-    assert tiled.count("BAR") == 2 and tiled.count("FFMA") == 32
+    assert tiled.count("LDS") == 40
+    assert tiled.count("SHARED_LD") == 40
+    assert tiled.count("BAR") == 2
+    assert tiled.count("FFMA") == 32
     # HFMA2.MMA is an FMA-pipe move, not a tensor-core instruction
     naive = probe_sass["_Z19naive_matmul_kernelPKfS0_Pfi"]
-    assert naive.count("HFMA2") == 1 and naive.count("HMMA") == 0
+    assert naive.count("HFMA2") == 1
+    assert naive.count("HMMA") == 0
     assert probe_sass["_Z20naive_softmax_kernelPKfPfii"].count("MUFU") == 41
 
 
@@ -64,7 +68,9 @@ def test_h200_symbols_entry_points() -> None:
     ]
     assert all(s.arch == "sm_90a" for s in symbols)
     weak = [s for s in symbols if s.name == "$__internal_0_$__cuda_sm3x_div_rn_noftz_f32_slowpath"]
-    assert weak and weak[0].binding == "WEAK" and weak[0].name not in entries
+    assert weak
+    assert weak[0].binding == "WEAK"
+    assert weak[0].name not in entries
 
 
 def test_symbols_of_the_newer_cuobjdump_layout() -> None:
@@ -105,7 +111,8 @@ def test_predicated_and_uniform_predicated_lines() -> None:
 """
     summary = summarize_sass(text)["_Z1kv"]
     assert summary.total_instructions == 3
-    assert summary.count("HGMMA") == 1 and summary.count("WGMMA") == 1
+    assert summary.count("HGMMA") == 1
+    assert summary.count("WGMMA") == 1
     assert dict(summary.global_load_widths) == {128: 1}
 
 
@@ -132,19 +139,24 @@ def test_compiled_wgmma_kernel_emits_hgmma(cubin_sass) -> None:
 def test_compiled_wmma_kernel_emits_hmma_only(cubin_sass) -> None:
     wmma = cubin_sass["wmma_tile"]
     assert wmma.count("HMMA") >= 1
-    assert wmma.count("HGMMA") == 0 and wmma.count("TMA") == 0
+    assert wmma.count("HGMMA") == 0
+    assert wmma.count("TMA") == 0
 
 
 def test_compiled_vector_scalar_cp_async_and_spill_kernels(cubin_sass) -> None:
     vec, scalar = cubin_sass["copy_vec4"], cubin_sass["copy_scalar"]
-    assert set(vec.global_load_widths) == {128} and set(vec.global_store_widths) == {128}
-    assert set(scalar.global_load_widths) == {32} and set(scalar.global_store_widths) == {32}
+    assert set(vec.global_load_widths) == {128}
+    assert set(vec.global_store_widths) == {128}
+    assert set(scalar.global_load_widths) == {32}
+    assert set(scalar.global_store_widths) == {32}
     staged = cubin_sass["cp_async_stage"]
-    assert staged.count("LDGSTS") >= 1 and staged.count("CP_ASYNC") == staged.count("LDGSTS")
+    assert staged.count("LDGSTS") >= 1
+    assert staged.count("CP_ASYNC") == staged.count("LDGSTS")
     assert staged.count("BAR") >= 1
     assert not staged.global_load_widths  # the global reads are the cp.async itself
     spill = cubin_sass["spill_pressure"]
-    assert spill.count("STL") > 0 and spill.count("LDL") > 0
+    assert spill.count("STL") > 0
+    assert spill.count("LDL") > 0
     assert cubin_sass["copy_vec4"].count("LOCAL") == 0
 
 
@@ -153,7 +165,8 @@ def test_compiled_cubin_symbols_and_demangling(sass_cubin, tool_or_skip) -> None
     symbols = read_module_symbols(str(sass_cubin.path))
     assert not isinstance(symbols, NotCollected), symbols
     entries = entry_points(symbols)
-    assert len(entries) == 6 and "_Z10wgmma_tilePfyy" in entries
+    assert len(entries) == 6
+    assert "_Z10wgmma_tilePfyy" in entries
     names = demangle(entries)
     assert kernel_base_name(names["_Z10wgmma_tilePfyy"]) == "wgmma_tile"
     assert names["_Z11copy_scalarPKfPfi"].startswith("copy_scalar(")
@@ -162,7 +175,8 @@ def test_compiled_cubin_symbols_and_demangling(sass_cubin, tool_or_skip) -> None
 def test_missing_module_is_not_collected(tmp_path: Path, tool_or_skip) -> None:
     tool_or_skip("cuobjdump")
     result = read_module_symbols(str(tmp_path / "missing.so"))
-    assert isinstance(result, NotCollected) and result.what == "symbols"
+    assert isinstance(result, NotCollected)
+    assert result.what == "symbols"
 
 
 @pytest.mark.parametrize(
@@ -190,9 +204,15 @@ def test_fallback_demangle(name: str, demangled: str) -> None:
         ("naive_softmax_kernel(const float *, float *, int, int)", "naive_softmax_kernel"),
         ("naive_softmax_kernel(float const*, float*, int, int)", "naive_softmax_kernel"),
         ("_Z20naive_softmax_kernelPKfPfii", "naive_softmax_kernel"),
-        ("void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)", "Kernel2"),
+        (
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_256x128_8x4_nn_align1>(T1::Params)",
+            "Kernel2",
+        ),
         ("(anonymous namespace)::tile_kernel(float*)", "tile_kernel"),
-        ("nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"),
+        (
+            "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
+            "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
+        ),
     ],
 )
 def test_kernel_base_name(name: str, base: str) -> None:

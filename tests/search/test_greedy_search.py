@@ -80,12 +80,14 @@ def test_greedy_commits_to_the_first_basin_where_mcts_reseeds() -> None:
     greedy = GreedySearch().run(Trap(), CodeEvaluator(), "12")
     mcts = MCTS().run(Trap(), CodeEvaluator(), "12")
     assert greedy.best_speedup == 1.2
-    assert mcts.best_speedup is not None and mcts.best_speedup >= 3.0
+    assert mcts.best_speedup is not None
+    assert mcts.best_speedup >= 3.0
 
 
 def test_candidates_per_step() -> None:
     gen = Scripted(["1.0"] * 6)
     result = GreedySearch(candidates_per_step=3).run(gen, CodeEvaluator(), "6")
-    assert len(gen.calls) == 2 and result.evaluations == 6
+    assert len(gen.calls) == 2
+    assert result.evaluations == 6
     with pytest.raises(KernelproConfigError, match="candidates_per_step=0"):
         GreedySearch(candidates_per_step=0)

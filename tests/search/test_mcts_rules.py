@@ -43,8 +43,14 @@ class Scripted:
         self.count = 0
 
     def generate(self, mode, parent, evaluation, *, max_candidates=1):  # noqa: ANN001
-        self.calls.append((mode, parent.code if parent else None,
-                           evaluation.status if evaluation else None, max_candidates))
+        self.calls.append(
+            (
+                mode,
+                parent.code if parent else None,
+                evaluation.status if evaluation else None,
+                max_candidates,
+            )
+        )
         out = []
         for _ in range(max_candidates):
             if not self.specs:
@@ -67,9 +73,21 @@ def add(mcts: MCTS, parent: SearchNode, spec: str) -> SearchNode:
 @pytest.mark.parametrize(
     ("kind_spec", "visits", "expected"),
     [
-        (None, 0, 2), (None, 1, 2), (None, 2, 2), (None, 3, 3), (None, 4, 4), (None, 9, 6),
-        ("wrong", 1, 2), ("build_error", 4, 4), ("timeout", 9, 6), ("cheat", 16, 8),
-        ("1.0", 1, 3), ("1.0", 2, 4), ("1.0", 4, 6), ("1.0", 9, 9), ("1.0", 16, 12),
+        (None, 0, 2),
+        (None, 1, 2),
+        (None, 2, 2),
+        (None, 3, 3),
+        (None, 4, 4),
+        (None, 9, 6),
+        ("wrong", 1, 2),
+        ("build_error", 4, 4),
+        ("timeout", 9, 6),
+        ("cheat", 16, 8),
+        ("1.0", 1, 3),
+        ("1.0", 2, 4),
+        ("1.0", 4, 6),
+        ("1.0", 9, 9),
+        ("1.0", 16, 12),
     ],
 )
 def test_widening_limit_by_status(kind_spec: str | None, visits: int, expected: int) -> None:
@@ -77,8 +95,9 @@ def test_widening_limit_by_status(kind_spec: str | None, visits: int, expected: 
     node = mcts.tree.root if kind_spec is None else add(mcts, mcts.tree.root, kind_spec)
     node.visits = visits
     assert mcts.max_children(node) == expected
-    assert mcts.max_children(node) == max(1, math.floor(
-        mcts.widening_constant(node) * max(visits, 1) ** 0.5 + 1e-9))
+    assert mcts.max_children(node) == max(
+        1, math.floor(mcts.widening_constant(node) * max(visits, 1) ** 0.5 + 1e-9)
+    )
 
 
 def test_widening_constants_follow_the_node() -> None:
@@ -105,7 +124,8 @@ def test_widening_gates_expansion_even_when_the_virtual_child_wins() -> None:
     assert mcts.virtual_uct(root) > max(mcts.uct(a), mcts.uct(b))
     assert not mcts.can_widen(root)
     decision, child = mcts.decide(root)
-    assert decision == "descend" and child in (a, b)
+    assert decision == "descend"
+    assert child in (a, b)
 
 
 # ----- the virtual child -----
@@ -115,7 +135,8 @@ def test_virtual_child_uses_parent_mean_and_a_fair_share_of_visits() -> None:
     mcts = MCTS()
     s = add(mcts, mcts.tree.root, "1.6487212707")  # ln = 0.5
     f = add(mcts, s, "build_error")  # reward -3
-    assert s.visits == 2 and s.Q == pytest.approx((0.5 - 3.0) / 2)
+    assert s.visits == 2
+    assert s.Q == pytest.approx((0.5 - 3.0) / 2)
     assert mcts.fair_share(s) == pytest.approx(2 / 2)  # N / (k + 1), k = 1 child
     expected_virtual = -1.25 + C * math.sqrt(math.log(2) / 1.0)
     expected_child = -3.0 + C * math.sqrt(math.log(2) / 1)
@@ -168,7 +189,8 @@ def test_root_is_re_expanded_with_fresh_seeds() -> None:
     assert modes[:3] == ["initial", "debug", "initial"]
     for mode, parent, status, _ in gen.calls:
         if mode == "initial":
-            assert parent is None and status is None
+            assert parent is None
+            assert status is None
 
 
 def test_modes_follow_the_node_status() -> None:
@@ -187,7 +209,8 @@ def test_root_is_forced_open_when_every_seed_is_dead() -> None:
     seed = add(mcts, root, "wrong")
     for _ in range(3):
         add(mcts, seed, "build_error")
-    assert seed.terminal and root.visits == 4
+    assert seed.terminal
+    assert root.visits == 4
     assert not mcts.can_widen(root)  # the gate is closed, yet ROOT is never exhausted
     assert mcts.decide(root) == ("expand", None)
     assert mcts.select() is root
@@ -208,7 +231,8 @@ def test_backpropagation_updates_every_ancestor() -> None:
     assert a.Q == pytest.approx(sum(rewards) / 3)
     assert b.Q == pytest.approx((-2.0 + math.log(4.0)) / 2)
     assert c.reward == pytest.approx(compute_reward(outcome("4.0")))
-    assert mcts.tree.best() is c and c.path() == [root, a, b, c]
+    assert mcts.tree.best() is c
+    assert c.path() == [root, a, b, c]
 
 
 # ----- terminal marking and exhaustion -----
@@ -221,7 +245,8 @@ def test_failed_node_with_three_failed_repairs_is_terminal() -> None:
     add(mcts, f, "wrong")
     assert not f.terminal
     add(mcts, f, "timeout")
-    assert f.terminal and f.dead
+    assert f.terminal
+    assert f.dead
 
 
 def test_a_successful_repair_keeps_the_node_alive() -> None:
@@ -261,9 +286,11 @@ def test_exhaustion_propagates_up_the_tree() -> None:
     for _ in range(3):
         add(mcts, f2, "build_error")
     assert f2.terminal
-    assert f1.exhausted and not f1.terminal  # its only child is dead, it may not widen
+    assert f1.exhausted
+    assert not f1.terminal
     assert s.exhausted  # and so on up to ROOT's child
-    assert not root.exhausted and not root.terminal
+    assert not root.exhausted
+    assert not root.terminal
     assert mcts.select() is root  # the dead branch is never selected again
 
 
@@ -276,7 +303,8 @@ def test_dead_children_are_excluded_from_selection() -> None:
     alive = add(mcts, root, "1.2")
     for _ in range(20):
         node = mcts.select()
-        assert node is not dead and dead not in node.path()
+        assert node is not dead
+        assert dead not in node.path()
         add(mcts, node, "1.1")
     assert alive.visits > 1
 
@@ -296,17 +324,21 @@ def test_runs_are_deterministic_given_the_seed() -> None:
 
 def test_budget_stops_the_search_and_the_result_reports_it() -> None:
     result = MCTS().run(Scripted(["1.5"] * 50), CodeEvaluator(), "7")
-    assert result.evaluations == 7 and len(result.nodes) == 7
+    assert result.evaluations == 7
+    assert len(result.nodes) == 7
     assert result.stop_reason == "evaluation budget spent (7/7)"
-    assert result.best is not None and result.best_speedup == 1.5
+    assert result.best is not None
+    assert result.best_speedup == 1.5
     assert result.root.visits == 7
 
 
 def test_api_budget_counts_generation_cost() -> None:
     class Costly(Scripted):
         def generate(self, mode, parent, evaluation, *, max_candidates=1):  # noqa: ANN001
-            return [Candidate(code=c.code, cost_usd=0.4) for c in super().generate(
-                mode, parent, evaluation, max_candidates=max_candidates)]
+            return [
+                Candidate(code=c.code, cost_usd=0.4)
+                for c in super().generate(mode, parent, evaluation, max_candidates=max_candidates)
+            ]
 
     result = MCTS().run(Costly(["1.0"] * 10), CodeEvaluator(), "$1")
     assert result.evaluations == 3  # $0.4 + $0.4 + $0.4 passes $1 after the third
@@ -323,7 +355,8 @@ def test_time_budget_uses_the_injected_clock() -> None:
             return super().evaluate(candidate)
 
     result = MCTS().run(Scripted(["1.0"] * 10), SlowEvaluator(), "60s", clock=lambda: now[0])
-    assert result.evaluations == 3 and result.stop_reason.startswith("time budget spent")
+    assert result.evaluations == 3
+    assert result.stop_reason.startswith("time budget spent")
 
 
 def test_extra_candidates_beyond_the_widening_room_are_ignored() -> None:
@@ -333,7 +366,8 @@ def test_extra_candidates_beyond_the_widening_room_are_ignored() -> None:
 
     gen = Greedy(["1.0"] * 20)
     result = MCTS().run(gen, CodeEvaluator(), "1")
-    assert len(result.nodes) == 1 and gen.calls[0][3] == 5
+    assert len(result.nodes) == 1
+    assert gen.calls[0][3] == 5
 
 
 def test_a_raising_evaluator_fails_only_that_candidate() -> None:
@@ -358,13 +392,15 @@ def test_a_raising_generator_stops_the_search_with_what_it_found() -> None:
 
     with pytest.warns(KernelproWarning, match="generator raised ConnectionError"):
         result = MCTS().run(Outage(["1.3"] * 5), CodeEvaluator(), "10")
-    assert len(result.nodes) == 2 and result.best_speedup == 1.3
+    assert len(result.nodes) == 2
+    assert result.best_speedup == 1.3
     assert result.stop_reason == "generator raised ConnectionError: API unreachable"
 
 
 def test_an_empty_generation_ends_the_search() -> None:
     result = MCTS().run(Scripted([]), CodeEvaluator(), "10")
-    assert result.nodes == () and result.best is None
+    assert result.nodes == ()
+    assert result.best is None
     assert result.stop_reason == "generator returned no candidates for mode 'initial'"
 
 

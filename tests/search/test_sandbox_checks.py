@@ -8,6 +8,7 @@ import sys
 import pytest
 import torch
 
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search import checks
 from pytest_kernelpro.search.evaluator import (
     KernelBenchTask,
@@ -17,14 +18,18 @@ from pytest_kernelpro.search.evaluator import (
 )
 from pytest_kernelpro.search.harness import classify_exception, summarize_build_error
 from pytest_kernelpro.search.loader import load_source
-from pytest_kernelpro.errors import KernelproError
 
 
 @pytest.mark.parametrize(
     ("dtype", "expected"),
-    [(torch.float32, (1e-4, 1e-4)), (torch.float16, (1e-2, 1e-2)),
-     (torch.bfloat16, (1e-2, 1e-2)), (torch.float64, (1e-7, 1e-7)), (torch.int32, (0.0, 0.0)),
-     (torch.bool, (0.0, 0.0))],
+    [
+        (torch.float32, (1e-4, 1e-4)),
+        (torch.float16, (1e-2, 1e-2)),
+        (torch.bfloat16, (1e-2, 1e-2)),
+        (torch.float64, (1e-7, 1e-7)),
+        (torch.int32, (0.0, 0.0)),
+        (torch.bool, (0.0, 0.0)),
+    ],
 )
 def test_tolerance_by_dtype(dtype: torch.dtype, expected: tuple[float, float]) -> None:
     assert checks.tolerance_for(dtype) == expected
@@ -33,7 +38,8 @@ def test_tolerance_by_dtype(dtype: torch.dtype, expected: tuple[float, float]) -
 def test_within_tolerance_passes_and_reports_errors() -> None:
     ref = torch.tensor([1.0, 2.0, 3.0])
     ok, detail = checks.compare(ref, ref + 5e-5)
-    assert ok and detail["max_abs_err"] == pytest.approx(5e-5, rel=1e-2)
+    assert ok
+    assert detail["max_abs_err"] == pytest.approx(5e-5, rel=1e-2)
 
 
 def test_beyond_tolerance_fails_naming_the_index() -> None:
@@ -41,14 +47,17 @@ def test_beyond_tolerance_fails_naming_the_index() -> None:
     out = ref.clone()
     out[2, 3] = 0.5
     ok, detail = checks.compare(ref, out)
-    assert not ok and "differs at (2, 3)" in detail["why"] and "1/16 elements" in detail["why"]
+    assert not ok
+    assert "differs at (2, 3)" in detail["why"]
+    assert "1/16 elements" in detail["why"]
 
 
 def test_nan_never_passes_whatever_the_tolerance() -> None:
     ref = torch.ones(3)
     out = torch.tensor([1.0, math.nan, 1.0])
     ok, detail = checks.compare(ref, out, atol=1e9, rtol=1e9)
-    assert not ok and "NaN at (1,)" in detail["why"]
+    assert not ok
+    assert "NaN at (1,)" in detail["why"]
     ok, _ = checks.compare(torch.tensor([math.nan]), torch.tensor([math.nan]))
     assert not ok
 
@@ -62,14 +71,17 @@ def test_infinities_must_match_exactly() -> None:
 
 @pytest.mark.parametrize(
     ("out", "why"),
-    [(torch.zeros(3, 2), "shape (3, 2), expected (2, 3)"),
-     (torch.zeros(2, 3, dtype=torch.float16), "dtype torch.float16, expected torch.float32"),
-     ((torch.zeros(2, 3), torch.zeros(1)), "2 outputs, expected 1"),
-     (3.0, "is float, expected a tensor")],
+    [
+        (torch.zeros(3, 2), "shape (3, 2), expected (2, 3)"),
+        (torch.zeros(2, 3, dtype=torch.float16), "dtype torch.float16, expected torch.float32"),
+        ((torch.zeros(2, 3), torch.zeros(1)), "2 outputs, expected 1"),
+        (3.0, "is float, expected a tensor"),
+    ],
 )
 def test_structure_mismatches(out: object, why: str) -> None:
     ok, detail = checks.compare(torch.zeros(2, 3), out)
-    assert not ok and why in detail["why"]
+    assert not ok
+    assert why in detail["why"]
 
 
 def test_integers_compare_exactly() -> None:
@@ -86,14 +98,22 @@ def test_poisoned_allocations_fill_empty_with_nan_and_restore_state() -> None:
     assert torch.are_deterministic_algorithms_enabled() == before
 
 
-def test_op_recorder_and_forbidden_op_names() -> None:
-    recorder = checks.OpRecorder()
-    with recorder:
-        torch.nn.functional.linear(torch.randn(2, 3), torch.randn(4, 3), torch.randn(4))
-        torch.softmax(torch.randn(2, 3), -1)
-    assert {"aten.addmm", "aten._softmax"} <= recorder.ops
-    assert checks.forbidden_used(recorder.ops, ["mm", "aten::addmm", "aten._softmax"]) == [
-        "aten._softmax", "aten.addmm"]
+def test_forbidden_op_names_are_normalized() -> None:
+    # What OpRecorder records for F.linear + softmax (the recorder itself runs in the worker
+    # tests: entering a dispatch mode imports torch._dynamo, seconds in process).
+    recorded = {
+        "aten.t",
+        "aten.t.default",
+        "aten.addmm",
+        "aten.addmm.default",
+        "aten._softmax",
+        "aten._softmax.default",
+    }
+    assert checks.forbidden_used(recorded, ["mm", "aten::addmm", "aten._softmax"]) == [
+        "aten._softmax",
+        "aten.addmm",
+    ]
+    assert checks.forbidden_used(recorded, ["aten.addmm.out"]) == []
     assert checks.normalize_op("aten.mm.default") == "aten.mm.default"
 
 
@@ -135,10 +155,12 @@ def test_same_values_treats_nan_as_equal() -> None:
 
 
 def test_load_source_is_a_fresh_importable_module() -> None:
-    module = load_source("X = __name__\nif __name__ == '__main__':\n    raise SystemExit\n",
-                         "kp_test_module")
+    module = load_source(
+        "X = __name__\nif __name__ == '__main__':\n    raise SystemExit\n", "kp_test_module"
+    )
     try:
-        assert module.X == "kp_test_module" and sys.modules["kp_test_module"] is module
+        assert module.X == "kp_test_module"
+        assert sys.modules["kp_test_module"] is module
     finally:
         sys.modules.pop("kp_test_module", None)
     with pytest.raises(SyntaxError):
@@ -148,25 +170,45 @@ def test_load_source_is_a_fresh_importable_module() -> None:
 
 def test_exception_classification() -> None:
     assert classify_exception(MemoryError()).startswith("out of memory")
-    assert classify_exception(RuntimeError(
-        "DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")).startswith(
-        "out of memory")
-    assert classify_exception(RuntimeError(
-        "CUDA error: an illegal memory access was encountered\nCompile with TORCH_USE_CUDA_DSA"
-    )) == "illegal memory access: RuntimeError: CUDA error: an illegal memory access was " \
-          "encountered"
+    assert classify_exception(
+        RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+    ).startswith("out of memory")
+    assert (
+        classify_exception(
+            RuntimeError(
+                "CUDA error: an illegal memory access was encountered\nCompile with TORCH_USE_CUDA_DSA"
+            )
+        )
+        == "illegal memory access: RuntimeError: CUDA error: an illegal memory access was "
+        "encountered"
+    )
     assert classify_exception(ValueError("bad")) == "ValueError: bad"
-    build = RuntimeError("Error building extension 'kp'\n[1/2] nvcc ...\nk.cu(8): error: "
-                         "expected a \";\"\nninja: build stopped")
+    build = RuntimeError(
+        "Error building extension 'kp'\n[1/2] nvcc ...\nk.cu(8): error: "
+        'expected a ";"\nninja: build stopped'
+    )
     assert summarize_build_error(build) == (
-        "RuntimeError: Error building extension 'kp' | k.cu(8): error: expected a \";\"")
+        "RuntimeError: Error building extension 'kp' | k.cu(8): error: expected a \";\""
+    )
 
 
 @pytest.mark.parametrize(
     "name",
-    ["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "GITHUB_TOKEN",
-     "GH_TOKEN", "HF_TOKEN", "HF_HOME", "MY_SERVICE_PASSWORD", "DB_CREDENTIALS", "x_api_key",
-     "SLACK_WEBHOOK", "CUDA_TOKEN"],
+    [
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_REGION",
+        "GITHUB_TOKEN",
+        "GH_TOKEN",
+        "HF_TOKEN",
+        "HF_HOME",
+        "MY_SERVICE_PASSWORD",
+        "DB_CREDENTIALS",
+        "x_api_key",
+        "SLACK_WEBHOOK",
+        "CUDA_TOKEN",
+    ],
 )
 def test_secret_names(name: str) -> None:
     assert is_secret_name(name)
@@ -174,17 +216,31 @@ def test_secret_names(name: str) -> None:
 
 def test_scrub_environment_keeps_what_builds_need_and_drops_secrets() -> None:
     env = {
-        "PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0", "TORCH_CUDA_ARCH_LIST": "9.0",
-        "PYTHONPATH": "/x", "LD_LIBRARY_PATH": "/lib", "TRITON_CACHE_DIR": "/t",
-        "ANTHROPIC_API_KEY": "sk-ant", "OPENAI_API_KEY": "sk-oa", "AWS_ACCESS_KEY_ID": "AK",
-        "GITHUB_TOKEN": "ghp", "HF_TOKEN": "hf", "RANDOM_APP_SETTING": "1",
+        "PATH": "/bin",
+        "HOME": "/root",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "PYTHONPATH": "/x",
+        "LD_LIBRARY_PATH": "/lib",
+        "TRITON_CACHE_DIR": "/t",
+        "ANTHROPIC_API_KEY": "sk-ant",
+        "OPENAI_API_KEY": "sk-oa",
+        "AWS_ACCESS_KEY_ID": "AK",
+        "GITHUB_TOKEN": "ghp",
+        "HF_TOKEN": "hf",
+        "RANDOM_APP_SETTING": "1",
         "TORCH_HUB_TOKEN": "tok",
     }
     kept = scrub_environment(env, keep=("RANDOM_APP_SETTING", "GITHUB_TOKEN"))
     assert kept == {
-        "PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0",
-        "TORCH_CUDA_ARCH_LIST": "9.0", "PYTHONPATH": "/x", "LD_LIBRARY_PATH": "/lib",
-        "TRITON_CACHE_DIR": "/t", "RANDOM_APP_SETTING": "1",
+        "PATH": "/bin",
+        "HOME": "/root",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TORCH_CUDA_ARCH_LIST": "9.0",
+        "PYTHONPATH": "/x",
+        "LD_LIBRARY_PATH": "/lib",
+        "TRITON_CACHE_DIR": "/t",
+        "RANDOM_APP_SETTING": "1",
     }
 
 

@@ -126,14 +126,18 @@ def test_tracker_counts_evaluations() -> None:
 def test_tracker_resumes_from_spent_amounts() -> None:
     clock = FakeClock()
     tracker = BudgetTracker(
-        parse_budget("10,100s"), clock=clock, spent_evaluations=4, spent_seconds=90.0,
+        parse_budget("10,100s"),
+        clock=clock,
+        spent_evaluations=4,
+        spent_seconds=90.0,
         spent_usd=1.5,
     )
     assert tracker.seconds == 90.0  # before start: only what earlier sessions spent
     tracker.start()
     clock.now += 5
     assert tracker.seconds == 95.0
-    assert tracker.evaluations == 4 and tracker.usd == 1.5
+    assert tracker.evaluations == 4
+    assert tracker.usd == 1.5
     clock.now += 5
     assert tracker.exhausted() == "time budget spent (100.0s/100s)"
 

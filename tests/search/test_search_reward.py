@@ -51,7 +51,8 @@ def test_floor_at_or_below_wrong_is_rejected_naming_both(floor: float, wrong: fl
     with pytest.raises(KernelproConfigError) as info:
         RewardConfig(wrong=wrong, floor=floor)
     message = str(info.value)
-    assert f"floor={floor}" in message and f"wrong={wrong}" in message
+    assert f"floor={floor}" in message
+    assert f"wrong={wrong}" in message
 
 
 def test_failure_above_wrong_is_rejected() -> None:

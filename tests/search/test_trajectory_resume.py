@@ -21,11 +21,42 @@ from pytest_kernelpro.search.trajectory import (
     restore_search,
 )
 
-SPECS = ["wrong", "1.2", "build_error", "1.5", "run_error", "wrong", "timeout", "2.5", "0.9",
-         "cheat", "1.7", "build_error"] * 3
-NODE_FIELDS = {"id", "parent", "mode", "prompt_id", "strategy", "code", "status", "reason",
-               "reward", "speedup", "build_log", "logs", "correctness", "timing", "metrics",
-               "findings", "tokens", "cost_usd", "wall_s", "elapsed_s"}
+SPECS = [
+    "wrong",
+    "1.2",
+    "build_error",
+    "1.5",
+    "run_error",
+    "wrong",
+    "timeout",
+    "2.5",
+    "0.9",
+    "cheat",
+    "1.7",
+    "build_error",
+] * 3
+NODE_FIELDS = {
+    "id",
+    "parent",
+    "mode",
+    "prompt_id",
+    "strategy",
+    "code",
+    "status",
+    "reason",
+    "reward",
+    "speedup",
+    "build_log",
+    "logs",
+    "correctness",
+    "timing",
+    "metrics",
+    "findings",
+    "tokens",
+    "cost_usd",
+    "wall_s",
+    "elapsed_s",
+}
 
 
 def outcome(spec: str) -> Evaluation:
@@ -33,9 +64,14 @@ def outcome(spec: str) -> Evaluation:
         speedup = float(spec)
     except ValueError:
         return Evaluation(status=spec, reason=f"scripted {spec}", build_log=f"log of {spec}")
-    return Evaluation(status="correct", speedup=speedup, timing={"candidate": {"median_s": 1e-3}},
-                      correctness={"trials": 3}, metrics={"device": "cpu"},
-                      findings=[{"severity": "low", "title": "t"}])
+    return Evaluation(
+        status="correct",
+        speedup=speedup,
+        timing={"candidate": {"median_s": 1e-3}},
+        correctness={"trials": 3},
+        metrics={"device": "cpu"},
+        findings=[{"severity": "low", "title": "t"}],
+    )
 
 
 class CodeEvaluator:
@@ -58,9 +94,15 @@ class Scripted:
         for _ in range(max_candidates):
             if self.specs:
                 self.count += 1
-                out.append(Candidate(code=f"{self.specs.pop(0)}#{self.count}",
-                                     strategy=f"{mode} step", prompt_id=f"{mode}-v1",
-                                     tokens=100, cost_usd=0.01))
+                out.append(
+                    Candidate(
+                        code=f"{self.specs.pop(0)}#{self.count}",
+                        strategy=f"{mode} step",
+                        prompt_id=f"{mode}-v1",
+                        tokens=100,
+                        cost_usd=0.01,
+                    )
+                )
         return out
 
 
@@ -72,20 +114,25 @@ def test_every_node_is_written_as_the_search_goes(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     seen: list[int] = []
     evaluator = CodeEvaluator(on_evaluate=lambda: seen.append(len(lines(path)) - 1))
-    result = MCTS(seed=2).run(Scripted(SPECS), evaluator, "10", trajectory=path,
-                              meta={"problem": "softmax"})
+    result = MCTS(seed=2).run(
+        Scripted(SPECS), evaluator, "10", trajectory=path, meta={"problem": "softmax"}
+    )
     assert seen == list(range(10))  # before each evaluation, all earlier nodes are on disk
     records = lines(path)
     header, nodes = records[0], records[1:]
-    assert header["kind"] == "header" and header["algorithm"] == "mcts"
-    assert header["config"]["c_uct"] == pytest.approx(2 ** 0.5)
+    assert header["kind"] == "header"
+    assert header["algorithm"] == "mcts"
+    assert header["config"]["c_uct"] == pytest.approx(2**0.5)
     assert header["reward"] == {"failure": -3.0, "wrong": -2.0, "floor": -1.9}
-    assert header["budget"]["max_evaluations"] == 10 and header["meta"] == {"problem": "softmax"}
+    assert header["budget"]["max_evaluations"] == 10
+    assert header["meta"] == {"problem": "softmax"}
     assert len(nodes) == 10 == result.evaluations
-    for record, node in zip(nodes, result.nodes):
+    for record, node in zip(nodes, result.nodes, strict=True):
         assert NODE_FIELDS <= set(record)
-        assert record["id"] == node.id and record["parent"] == node.parent.id
-        assert record["reward"] == node.reward and record["code"] == node.candidate.code
+        assert record["id"] == node.id
+        assert record["parent"] == node.parent.id
+        assert record["reward"] == node.reward
+        assert record["code"] == node.candidate.code
         assert record["prompt_id"] == f"{record['mode']}-v1"
     failed = next(r for r in nodes if r["status"] == "build_error")
     assert failed["build_log"] == "log of build_error"
@@ -107,7 +154,8 @@ def test_truncated_last_line_is_dropped_with_a_warning(tmp_path: Path) -> None:
         handle.write('{"kind":"node","id":6,"parent":0,"co')  # crash mid-write
     with pytest.warns(KernelproWarning, match="last line .* is incomplete"):
         loaded = load_trajectory(path)
-    assert loaded.truncated and len(loaded.nodes) == 5
+    assert loaded.truncated
+    assert len(loaded.nodes) == 5
 
 
 def test_a_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
@@ -133,8 +181,9 @@ def test_resume_after_a_crash_continues_the_same_search(tmp_path: Path) -> None:
     with path.open("a") as handle:
         handle.write('{"kind":"node","id":9')  # the process died here
     with pytest.warns(KernelproWarning, match="incomplete"):
-        resumed = MCTS(seed=4).run(Scripted(SPECS[8:], start=8), CodeEvaluator(), "12",
-                                   trajectory=path, resume=True)
+        resumed = MCTS(seed=4).run(
+            Scripted(SPECS[8:], start=8), CodeEvaluator(), "12", trajectory=path, resume=True
+        )
     assert resumed.evaluations == 12  # 8 recorded + 4 new: the budget counts the whole search
     assert [n.id for n in resumed.nodes] == list(range(1, 13))
     assert resumed.usd == pytest.approx(0.12)
@@ -152,8 +201,9 @@ def test_resume_after_a_crash_continues_the_same_search(tmp_path: Path) -> None:
 def test_resume_restores_dead_ends(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     # A narrow ROOT keeps the search on one seed long enough for its repairs to fail.
-    live = MCTS(MCTSConfig(c_pw_root=0.5)).run(Scripted(["wrong"] * 20), CodeEvaluator(), "20",
-                                               trajectory=path)
+    live = MCTS(MCTSConfig(c_pw_root=0.5)).run(
+        Scripted(["wrong"] * 20), CodeEvaluator(), "20", trajectory=path
+    )
     search = restore_search(path)
     flags = [(n.terminal, n.exhausted) for n in search.tree.evaluated()]
     assert flags == [(n.terminal, n.exhausted) for n in live.nodes]
@@ -162,9 +212,9 @@ def test_resume_restores_dead_ends(tmp_path: Path) -> None:
 
 def test_resume_of_a_missing_file_starts_fresh(tmp_path: Path) -> None:
     path = tmp_path / "new.jsonl"
-    result = GreedySearch().run(Scripted(SPECS), CodeEvaluator(), "3", trajectory=path,
-                                resume=True)
-    assert result.evaluations == 3 and lines(path)[0]["algorithm"] == "greedy"
+    result = GreedySearch().run(Scripted(SPECS), CodeEvaluator(), "3", trajectory=path, resume=True)
+    assert result.evaluations == 3
+    assert lines(path)[0]["algorithm"] == "greedy"
 
 
 def test_replay_reproduces_the_search(tmp_path: Path) -> None:
@@ -191,10 +241,10 @@ def test_render_tree_shows_every_node_and_the_best_path(tmp_path: Path) -> None:
     path_ids = " -> ".join(f"#{n.id}" for n in best.path()[1:])
     best_line = text.strip().splitlines()[-1]
     assert best_line.startswith("Best path: ROOT -> ")
-    assert [tok for tok in best_line.split() if tok.startswith("#")][:-1] == path_ids.split(
-        " -> ")
+    assert [tok for tok in best_line.split() if tok.startswith("#")][:-1] == path_ids.split(" -> ")
     assert f"(best #{best.id}: {best.speedup:.2f}x)" in best_line
-    assert "build_error" in text and "scripted build_error" in text
+    assert "build_error" in text
+    assert "scripted build_error" in text
 
 
 def test_show_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -204,7 +254,8 @@ def test_show_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "Best path:" in capsys.readouterr().out
     assert show_main([str(path), "--code", "2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# node 2 (parent") and "#2" in out
+    assert out.startswith("# node 2 (parent")
+    assert "#2" in out
     assert show_main([str(path), "--code", "99"]) == 2
     assert "Node 99 is not in" in capsys.readouterr().err
     assert show_main([str(tmp_path / "missing.jsonl")]) == 2

@@ -18,7 +18,6 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_kernelpro.errors import KernelproWarning
 from pytest_kernelpro.agents.llm.base import (
     LLMError,
     LLMRequest,
@@ -26,6 +25,7 @@ from pytest_kernelpro.agents.llm.base import (
     ModelPrice,
     compute_cost,
 )
+from pytest_kernelpro.errors import KernelproWarning
 
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 BASE_URL_ENV = "ANTHROPIC_BASE_URL"
@@ -158,7 +158,8 @@ class AnthropicBackend:
         if failure is not None:
             # Raised here, outside the except block: no __context__ holding the SDK request.
             raise LLMError(
-                self._scrub(failure) + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]"
+                self._scrub(failure)
+                + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]"
             )
         text = "".join(
             getattr(block, "text", "")

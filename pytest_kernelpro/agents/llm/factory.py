@@ -11,7 +11,9 @@ from pytest_kernelpro.errors import KernelproConfigError
 BACKEND_NAMES = ("anthropic", "replay:PATH")
 
 
-def make_backend(name: str, *, record_to: str | os.PathLike[str] | None = None, **options: Any) -> LLMBackend:
+def make_backend(
+    name: str, *, record_to: str | os.PathLike[str] | None = None, **options: Any
+) -> LLMBackend:
     """The backend for `name`: "anthropic" or "replay:PATH".
 
     `options` go to the backend's constructor (for "anthropic": model, base_url, timeout_s,

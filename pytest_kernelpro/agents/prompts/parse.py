@@ -143,9 +143,7 @@ def parse_multiple_completions(text: str) -> list[ParsedCandidate]:
     candidates: list[ParsedCandidate] = []
     # A "# Strategy: ..." comment inside a code block is not a heading.
     spans = [(b.start, b.end) for b in _blocks(text)]
-    headings = [
-        h for h in _STRATEGY.finditer(text) if not any(a < h.start() < b for a, b in spans)
-    ]
+    headings = [h for h in _STRATEGY.finditer(text) if not any(a < h.start() < b for a, b in spans)]
     if headings:
         for i, heading in enumerate(headings):
             end = headings[i + 1].start() if i + 1 < len(headings) else len(text)

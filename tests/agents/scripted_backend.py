@@ -1,0 +1,38 @@
+"""A scripted LLM backend for agent tests: serves given replies in order, keeps requests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pytest_kernelpro.agents.llm import LLMRequest, LLMResponse, compute_cost
+
+
+@dataclass
+class ScriptedBackend:
+    # A list served in order, or a function of the request (for searches of unknown length).
+    replies: list[tuple[str, str] | str] | Callable[[LLMRequest], tuple[str, str] | str]
+    model: str = "claude-sonnet-5-5"
+    requests: list[LLMRequest] = field(default_factory=list)
+    name: str = "scripted"
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        self.requests.append(request)
+        if callable(self.replies):
+            reply = self.replies(request)
+        elif self.replies:
+            reply = self.replies.pop(0)
+        else:
+            raise AssertionError("ScriptedBackend: no reply left for this request")
+        text, stop = (reply, "end_turn") if isinstance(reply, str) else reply
+        input_tokens = len(request.system + "".join(m.content for m in request.messages)) // 4
+        output_tokens = max(1, len(text) // 4)
+        return LLMResponse(
+            text=text,
+            stop_reason=stop,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=compute_cost(self.model, input_tokens, output_tokens),
+            model=self.model,
+            request_hash=request.request_hash(),
+        )
