@@ -53,7 +53,8 @@ def run_pytest(workdir: Path, json_path: Path, device: str, budget: float) -> di
         f"--rootdir={workdir}",
     ]
     started = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    env = dict(os.environ, KP_REPO_ROOT=str(HERE.parent))
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - started
     tail = (proc.stdout + proc.stderr)[-6000:]
     report = json.loads(json_path.read_text()) if json_path.exists() else {"records": []}
@@ -93,7 +94,7 @@ def ncu_target(name: str) -> None:
     args = inputs("cuda")
     kernel(*args)  # warm-up: compile, autotune, handle creation
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(f"kp/{name}")
+    torch.cuda.nvtx.range_push(f"kp_{name}")  # no "/" in the name: ncu reads it as nesting
     kernel(*args)
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
@@ -216,8 +217,8 @@ def main() -> int:
                     "ncu_wall_s": ncu[name].get("wall_s"),
                 }
             )
-        elif name in ncu:
-            row["ncu_error"] = ncu[name]
+        if name in ncu and not (n and ncu[name].get("kernels")):
+            row["ncu_error"] = {k: v for k, v in ncu[name].items() if k != "totals"}
         rows.append(row)
     result = {
         "env": env_note,

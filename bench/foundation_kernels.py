@@ -13,7 +13,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "example_repo"))
+# The example repository's Triton kernels; KP_REPO_ROOT is set when this file is copied.
+_REPO = Path(os.environ.get("KP_REPO_ROOT") or Path(__file__).resolve().parents[1])
+sys.path.insert(0, str(_REPO / "example_repo"))
 
 # KP_BENCH_SMALL=1 shrinks every size (a CPU dry run of the pipeline, not a measurement).
 SHRINK = 64 if os.environ.get("KP_BENCH_SMALL") else 1

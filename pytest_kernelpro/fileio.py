@@ -19,6 +19,10 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        # mkstemp creates 0600; reports and baselines are shared files: honour the umask.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_name, 0o666 & ~umask)
         os.replace(tmp_name, target)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -104,14 +104,19 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, Any]:
     """Attach the kernel record and a `kernelpro` section to the call report."""
-    report = yield
-    if call.when == "call" and isinstance(item, KernelItem):
-        record = item.stash.get(RECORD_KEY, None)
-        if record is not None:
-            from .sections import render_item_section
+    record = item.stash.get(RECORD_KEY, None) if isinstance(item, KernelItem) else None
+    if call.when == "call" and record is not None:
+        from .gate.junit import junit_properties
 
-            setattr(report, REPORT_ATTR, record.to_dict())
-            report.sections.append(("kernelpro", render_item_section(record)))
+        # pytest's --junitxml writes the item's user_properties (as of teardown) as
+        # <property> elements of the test case.
+        item.user_properties.extend(junit_properties(record))
+    report = yield
+    if call.when == "call" and record is not None:
+        from .sections import render_item_section
+
+        setattr(report, REPORT_ATTR, record.to_dict())
+        report.sections.append(("kernelpro", render_item_section(record)))
     return report
 
 

@@ -155,7 +155,8 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
             lambda: time_kernel(lambda: kernel(*inputs), device=device, budget=budget),
         )
 
-    if record.min_roofline is not None and record.efficiency is not None:
+    # In check mode the verdict already fails a kernel below its min_roofline.
+    if not settings.check and record.min_roofline is not None and record.efficiency is not None:
         if record.efficiency < record.min_roofline:
             raise KernelproError(
                 f"{problem.display_name} reaches {record.efficiency:.1%} of its roofline, below "
@@ -216,7 +217,7 @@ def _gate(
     from .gate.verdict import compare, confirm, needs_confirmation
 
     baseline = session.baseline()
-    entry = baseline.entries.get(record.name) if baseline is not None else None
+    entry = baseline.entry_for(record) if baseline is not None else None
     verdict = compare(record, entry, threshold=record.threshold)
     if needs_confirmation(verdict):
         timing = remeasure()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -114,8 +113,14 @@ class KernelproSession:
         if device not in self._specs:
             import torch
 
-            extra = [s for specs in self.config.hook.pytest_kernelpro_device_specs() for s in (specs or [])]
-            self._specs[device] = find_device_spec(torch.cuda.get_device_name(torch.device(device)), extra)
+            extra = [
+                s
+                for specs in self.config.hook.pytest_kernelpro_device_specs()
+                for s in (specs or [])
+            ]
+            self._specs[device] = find_device_spec(
+                torch.cuda.get_device_name(torch.device(device)), extra
+            )
         return self._specs[device]
 
     def op_cost_hook(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
@@ -158,13 +163,16 @@ class KernelproSession:
     def report_meta(self) -> dict[str, Any]:
         import platform
 
+        from .gate.baseline import detect_commit
+
         meta: dict[str, Any] = {
             "python": platform.python_version(),
             "wall_s": time.perf_counter() - self.started,
             "check": self.settings.check,
             "threshold": self.settings.threshold,
             "baseline": str(self.settings.baseline_path),
-            "commit": os.environ.get("GITHUB_SHA"),
+            "commit": detect_commit(self.settings.rootpath),
+            "baseline_commit": self._baseline.commit if self._baseline is not None else None,
         }
         try:
             import torch

@@ -233,7 +233,11 @@ def run_ncu(
         current = dataclasses.replace(request, metrics=tuple(metrics))
         command = build_ncu_command(ncu, current)
         result.command = tuple(command)
-        returncode, stdout, stderr = _run_process_group(command, request.timeout_s)
+        try:
+            returncode, stdout, stderr = _run_process_group(command, request.timeout_s)
+        except OSError as exc:  # not executable, wrong architecture, ...
+            result.not_collected.append(NotCollected("ncu", f"cannot run {ncu}: {exc}"))
+            break
         output = stdout + "\n" + stderr
         result.output_tail = output[-4000:]
         result.stdout = stdout

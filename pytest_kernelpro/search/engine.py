@@ -60,11 +60,13 @@ class SearchAlgorithm(ABC):
     # ----- the four steps -----
 
     def simulate(self, evaluator: Evaluator, candidate: Candidate) -> Evaluation:
-        """Evaluate one candidate. An evaluator that raises fails only that candidate."""
+        """Evaluate one candidate. An evaluator that raises fails only that candidate,
+        except with `KernelproError`: a problem no candidate can fix (a broken reference),
+        which ends the search."""
         start = time.perf_counter()
         try:
             evaluation = evaluator.evaluate(candidate)
-        except (KeyboardInterrupt, SystemExit):
+        except (KeyboardInterrupt, SystemExit, KernelproError):
             raise
         except Exception as exc:  # a bug in the evaluator must not end the search
             warnings.warn(

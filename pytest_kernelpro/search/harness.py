@@ -24,7 +24,8 @@ done.
   leading dimension equals the first tensor's is cut to half, if the reference accepts the
   result. Wrong numbers there → cheat ("passes only for the checked shapes"); an exception
   → wrong. shape_check="off" skips this for kernels specialised to one shape by design.
-- timing: reference and candidate medians (`checks.measure`), speedup = ref / candidate,
+- timing: reference and candidate medians (`measure.timing.time_kernel` with the task's
+  `TimingBudget`; `checks.measure` if that module is missing), speedup = ref / candidate,
   then one more fresh-input check (a candidate must not change behaviour once timed).
 """
 

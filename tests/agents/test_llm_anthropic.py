@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -163,3 +164,20 @@ def test_truncation_recovery_doubles_then_restarts_concisely(api_key: str) -> No
     calls = candidates[0].meta["llm_calls"]
     assert [c["response"]["stop_reason"] for c in calls] == ["max_tokens", "max_tokens", "end_turn"]
     assert len({c["request_hash"] for c in calls}) == 3  # budget and directive change the request
+
+
+def test_recordings_and_candidates_never_hold_the_key(api_key: str, tmp_path) -> None:
+    with running_fake_api([Reply(GOOD, output_tokens=40)]) as api:
+        backend = make_backend(
+            "anthropic", base_url=api.url, max_retries=0, record_to=tmp_path / "calls.jsonl"
+        )
+        agent = ProgrammerAgent(
+            backend,
+            problem_source="class Model: ...",
+            language="cuda",
+            device_name="NVIDIA H100 SXM",
+        )
+        candidates = agent.generate("initial", None, None)
+    assert len(candidates) == 1
+    assert api_key not in (tmp_path / "calls.jsonl").read_text()
+    assert api_key not in json.dumps([c.to_dict() for c in candidates]) + repr(agent)

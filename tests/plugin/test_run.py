@@ -207,3 +207,51 @@ def test_shapes_become_items_with_their_own_records(kp_project: pytest.Pytester)
     assert records["triple[128x64]"]["roofline"]["min_bytes"] == 2 * 4 * 128 * 64
     assert records["triple[32]"]["roofline"]["min_bytes"] == 2 * 4 * 32
     assert records["triple[32]"]["shape"] == "32"
+
+
+GATED = """
+import os, time, pytest, torch
+
+def inp(device):
+    return (torch.randn(4096, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def neg(x):
+    if os.environ.get("KP_TEST_SLOW"):
+        time.sleep(0.004)  # a 4 ms slowdown, far beyond any threshold
+    time.sleep(0.001)
+    return -x
+"""
+
+
+def test_check_without_baseline_fails_clearly(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(test_k=GATED)
+    result = kp_project.runpytest("--kernelpro-check")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*kernelpro-baseline.yaml*--kernelpro-save-baseline*"])
+
+
+def test_save_then_check_passes_then_catches_a_regression(kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    kp_project.makepyfile(test_k=GATED)
+    kp_project.runpytest("--kernelpro-save-baseline").assert_outcomes(passed=1)
+    baseline = kp_project.path / "kernelpro-baseline.yaml"
+    assert "neg" in baseline.read_text()
+
+    result = kp_project.runpytest("--kernelpro-check", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1)
+    gate = records_by_name(kp_project)["neg"]["gate"]
+    assert gate["status"] in ("ok", "improved", "suspect")
+    junit = (kp_project.path / "junit.xml").read_text()
+    from pytest_kernelpro.gate.junit import read_junit_records
+
+    (from_junit,) = read_junit_records(kp_project.path / "junit.xml")
+    assert from_junit.name == "neg"
+    assert from_junit.median_s == pytest.approx(records_by_name(kp_project)["neg"]["timing"]["stats"]["median_s"], rel=1e-3)
+    assert "<property" in junit
+
+    monkeypatch.setenv("KP_TEST_SLOW", "1")
+    result = kp_project.runpytest("--kernelpro-check")
+    result.assert_outcomes(failed=1)
+    gate = records_by_name(kp_project)["neg"]["gate"]
+    assert gate["status"] == "regressed"
+    assert gate["confirmed"] is True

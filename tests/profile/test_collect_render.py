@@ -3,6 +3,7 @@ captured module, and the rendered text of real H200 numbers."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,78 @@ def test_derived_metrics_of_real_kernels() -> None:
 )
 def test_format_value(value: float, unit: str, text: str) -> None:
     assert format_value(value, unit) == text
+
+
+FAKE_NCU = r"""
+import json
+# the target command is the last four arguments: python -m <target module> <spec.json>
+spec = json.load(open(argv[-1]))
+assert spec["mode"] == "ncu" and spec["qualname"] == "double", spec
+regex = argv[argv.index("-k") + 1]
+open(OUT, "w").write(json.dumps({"argv": argv, "spec": spec}))
+text = open(CSV).read()
+# ncu prints the kernel by its mangled name under --print-kernel-base mangled
+print(text.replace("spill_kernel(const float *, float *, const int *, int)", "_Z12scale_kernelPffi"))
+"""
+
+
+def test_gpu_path_with_a_fake_ncu(
+    built_extension, tool_or_skip, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Everything real except the GPU check and ncu itself: the timeline child runs (and,
+    without a GPU, fails with its reason), the selection, the ncu command, the join."""
+    tool_or_skip("cuobjdump")
+    tool_or_skip("nvdisasm")
+    import sys
+
+    problem = tmp_path / "test_double.py"
+    problem.write_text(
+        "import pytest, torch\n"
+        "def inputs(device):\n    return (torch.ones(4, device=device),)\n"
+        "@pytest.mark.kernelpro(reference=lambda x: x * 2, inputs=inputs)\n"
+        "def double(x):\n    return x * 2\n",
+        encoding="utf-8",
+    )
+    record = tmp_path / "ncu_call.json"
+    ncu = tmp_path / "ncu"
+    ncu.write_text(
+        f"#!{sys.executable}\nimport sys\nargv = sys.argv[1:]\n"
+        f"OUT = {str(record)!r}\nCSV = {str(DATA / 'ncu_raw.csv')!r}\n" + FAKE_NCU,
+        encoding="utf-8",
+    )
+    ncu.chmod(0o755)
+    monkeypatch.setattr("pytest_kernelpro.profile.collect._gpu_problem", lambda device: None)
+    monkeypatch.setattr("pytest_kernelpro.profile.collect.nsys_status", lambda: "not here")
+
+    class ProblemLocator:
+        path = str(problem)
+        qualname = "double"
+        shape_index = None
+
+    (build,) = built_extension.capture.builds
+    report = profile_kernel_item(
+        ProblemLocator(),
+        so_paths=[build.so_path],
+        device="cuda",
+        timeout_s=120,
+        ncu_path=str(ncu),
+        ptxas=build.ptxas,
+    )
+    call = json.loads(record.read_text())
+    argv = call["argv"]
+    assert argv[argv.index("-k") + 1] == "regex:^(_Z12scale_kernelPffi)$"
+    assert argv[argv.index("--nvtx-include") + 1] == "kernelpro/"
+    assert argv[argv.index("--launch-count") + 1] == "32"
+    assert call["spec"]["extra_cuda_cflags"] == ["-lineinfo", "-Xptxas=-v"]
+    own = report.kernels[0]
+    assert own.name.startswith("scale_kernel(")
+    assert own.metrics is not None
+    assert own.metrics.kernel_name == "_Z12scale_kernelPffi"
+    assert own.metrics.get("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum") == 63_476_927
+    assert own.sass is not None
+    assert own.ptxas is not None
+    assert report.arch == "sm_90"
+    # the fixture's other launches are still reported, after the item's own kernel
+    assert len(report.kernels) > 1
+    timeline = next(n for n in report.not_collected if n.what == "timeline")
+    assert "kineto run failed" in timeline.why or "no CUDA device" in timeline.why

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pytest_kernelpro.errors import KernelproConfigError, KernelproWarning
+from pytest_kernelpro.errors import KernelproConfigError, KernelproError, KernelproWarning
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
 from pytest_kernelpro.search.reward import compute_reward
@@ -381,6 +381,15 @@ def test_a_raising_evaluator_fails_only_that_candidate() -> None:
         result = MCTS().run(Scripted(["1.0"] * 5), Flaky(), "4")
     assert [n.evaluation.status for n in result.nodes].count("run_error") == 1
     assert result.evaluations == 4
+
+
+def test_a_problem_error_from_the_evaluator_ends_the_search() -> None:
+    class BrokenReference(CodeEvaluator):
+        def evaluate(self, candidate: Candidate) -> Evaluation:
+            raise KernelproError("The reference of task 'x' failed in the sandbox")
+
+    with pytest.raises(KernelproError, match="reference of task 'x' failed"):
+        MCTS().run(Scripted(["1.0"] * 3), BrokenReference(), "3")
 
 
 def test_a_raising_generator_stops_the_search_with_what_it_found() -> None:

@@ -250,3 +250,14 @@ def test_task_options_are_validated() -> None:
     with pytest.raises(KernelproError, match="device='tpu'"):
         KernelBenchTask("x", device="tpu")
     assert SandboxLimits().memory_limit_mb is None or SandboxLimits().memory_limit_mb >= 1024
+
+
+def test_fallback_timer_measures_a_known_delay() -> None:
+    import time
+
+    result = checks.measure(
+        lambda: time.sleep(0.002), torch.device("cpu"), warmup_ms=1.0, rep_ms=20.0, max_samples=8
+    )
+    assert result["method"] == "perf_counter"
+    assert 5 <= result["samples"] <= 8
+    assert 0.002 <= result["median_s"] < 0.05

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
 from pytest_kernelpro.search.mcts import MCTS
@@ -213,3 +214,13 @@ def test_a_search_survives_crashing_candidates(tmp_path: Path) -> None:
     assert fixed.evaluation.status == "correct"
     assert result.best is fixed
     assert SECRET not in path.read_text()
+
+
+def test_a_broken_reference_is_a_problem_error_not_a_candidate_failure() -> None:
+    broken = KernelBenchTask(
+        source("reference").replace("return [n]", "raise RuntimeError('no init inputs')"),
+        name="broken_problem",
+        device="cpu",
+    )
+    with pytest.raises(KernelproError, match=r"The reference of task 'broken_problem' failed"):
+        SandboxEvaluator(broken, LIMITS).evaluate(Candidate(source("correct")))
