@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from kernels import cuda_kernels, torch_kernels, triton_kernels
 
 

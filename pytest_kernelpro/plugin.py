@@ -49,7 +49,14 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         if not any(_is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
             config.args.append(str(settings.problems))
-    config.pluginmanager.register(KernelproSession(settings=settings, config=config), PLUGIN_NAME)
+    session = KernelproSession(settings=settings, config=config)
+    if settings.profile or settings.check:
+        from .profiling import SessionCapture
+
+        # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
+        session.capture = SessionCapture(extra_flags=settings.profile)
+        session.capture.start()
+    config.pluginmanager.register(session, PLUGIN_NAME)
 
 
 def _is_within(child: Path, parent: Path) -> bool:
@@ -144,4 +151,6 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Drop the session object."""
     plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
     if plugin is not None:
+        if plugin.capture is not None:
+            plugin.capture.stop()
         config.pluginmanager.unregister(plugin, PLUGIN_NAME)

@@ -211,6 +211,22 @@ def _roofline(
     record.efficiency = analysis.efficiency(median_s)
 
 
+def _profile(
+    item: KernelItem, session: KernelproSession, record: KernelRecord, device: str
+) -> None:
+    from .profiling import profile_item
+
+    if not device.startswith("cuda"):
+        record.extra["profile_text"] = (
+            "profile: not collected: ncu, SASS and timeline need a CUDA GPU"
+        )
+        return
+    try:
+        profile_item(item, session, record, device)
+    except Exception as exc:  # a profiler failure never fails the kernel
+        record.extra["profile_text"] = f"profile: failed: {_describe_exception(exc)}"
+
+
 def _gate(
     item: KernelItem, session: KernelproSession, record: KernelRecord, remeasure: Any
 ) -> None:
@@ -228,5 +244,8 @@ def _gate(
         verdict = confirm(verdict, confirmed, entry)
         record.extra["confirmation_timing"] = timing.to_dict()
     record.gate = verdict.to_dict()
+    if verdict.failed and verdict.status == "regressed" and record.profile is None:
+        # A regression comes with its profile: what changed, in the counters' words.
+        _profile(item, session, record, record.device_kind)
     if verdict.failed:
         raise KernelproError(f"{record.name}: {verdict.message}")

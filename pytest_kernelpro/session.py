@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .measure.ceilings import Ceilings
     from .measure.devices import DeviceSpec
     from .problem import Problem
+    from .profiling import SessionCapture
 
 
 REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
@@ -51,6 +52,7 @@ class KernelproSession:
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
+    capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
 
     @property
     def is_xdist_worker(self) -> bool:

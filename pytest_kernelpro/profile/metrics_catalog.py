@@ -72,6 +72,15 @@ STALL_REASONS: tuple[str, ...] = (
     "no_instruction",
     "membar",
     "gmma",
+    # The rest of ncu's stall reasons: the tools normalise by all stalled cycles
+    # (100 - selected), so every reason must be collected for the shares to be right.
+    "selected",
+    "dispatch_stall",
+    "drain",
+    "imc_miss",
+    "misc",
+    "sleeping",
+    "tex_throttle",
 )
 
 
@@ -143,12 +152,14 @@ CURATED_METRICS: tuple[CatalogMetric, ...] = (
     ),
     _m("launch__occupancy_limit_warps", "occupancy", "Block limit (warps)", "block", True),
     _m("launch__occupancy_limit_blocks", "occupancy", "Block limit (blocks)", "block", True),
+    _m("launch__occupancy_limit_barriers", "occupancy", "Block limit (barriers)", "block", True),
     # Launch configuration.
     _m("launch__grid_size", "launch", "Grid size", "", True),
     _m("launch__block_size", "launch", "Block size", "", True),
     _m("launch__registers_per_thread", "launch", "Registers per thread", "register/thread", True),
     _m("launch__shared_mem_per_block_static", "launch", "Static shared mem", "byte/block", True),
     _m("launch__shared_mem_per_block_dynamic", "launch", "Dynamic shared mem", "byte/block", True),
+    _m("launch__shared_mem_per_block", "launch", "Shared mem per block", "byte/block", True),
     _m("launch__waves_per_multiprocessor", "launch", "Waves per SM", "", True),
     _m("launch__sm_count", "launch", "SMs", "SM", True),
     # Scheduler.
