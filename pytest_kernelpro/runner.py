@@ -147,6 +147,8 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
 
     _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s)
 
+    if settings.profile:
+        _profile(item, session, record, device)
     if settings.check:
         _gate(
             item,
