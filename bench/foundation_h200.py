@@ -94,10 +94,11 @@ def ncu_target(name: str) -> None:
     args = inputs("cuda")
     kernel(*args)  # warm-up: compile, autotune, handle creation
     torch.cuda.synchronize()
-    torch.cuda.nvtx.range_push(f"kp_{name}")  # no "/" in the name: ncu reads it as nesting
+    # ncu runs with --profile-from-start off: only launches between start and stop count.
+    torch.cuda.cudart().cudaProfilerStart()
     kernel(*args)
-    torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
 
 
 def run_ncu(name: str, out_dir: Path) -> dict:
@@ -132,6 +133,7 @@ def run_ncu(name: str, out_dir: Path) -> dict:
         "wall_s": time.perf_counter() - started,
         "rc": proc.returncode,
         "stderr_tail": proc.stderr[-1500:],
+        "stdout_head": proc.stdout[:1500],
     }
 
 

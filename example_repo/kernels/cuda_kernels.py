@@ -9,6 +9,7 @@ import torch
 CUDA_SOURCE = r"""
 #include <torch/extension.h>
 #include <cuda_runtime.h>
+#include <c10/cuda/CUDAException.h>
 
 // y = a * x + y over float4 vectors; n must be a multiple of 4.
 __global__ void saxpy4_kernel(float a, const float4* __restrict__ x, const float4* __restrict__ y,
