@@ -95,10 +95,10 @@ def ncu_target(name: str) -> None:
     kernel(*args)  # warm-up: compile, autotune, handle creation
     torch.cuda.synchronize()
     # ncu runs with --profile-from-start off: only launches between start and stop count.
-    torch.cuda.cudart().cudaProfilerStart()
+    torch.cuda.profiler.start()
     kernel(*args)
     torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    torch.cuda.profiler.stop()
 
 
 def run_ncu(name: str, out_dir: Path) -> dict:
@@ -110,9 +110,8 @@ def run_ncu(name: str, out_dir: Path) -> dict:
         "raw",
         "--clock-control",
         "none",
-        "--nvtx",
-        "--nvtx-include",
-        f"kp/{name}/",
+        "--profile-from-start",
+        "off",
         "--metrics",
         ",".join(NCU_METRICS),
         sys.executable,
