@@ -73,6 +73,14 @@ def parse_feedback(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
 
 
+def parse_budget_text(text: str) -> str:
+    """Validate an optimizer budget ("20", "30m", "5usd", "20,30m"); kept as text."""
+    from .search.budget import parse_budget
+
+    parse_budget(text, where="--kernelpro-optimize")  # raises an ArgumentTypeError subclass
+    return text
+
+
 def parse_bool(text: str) -> bool:
     value = str(text).strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -184,6 +192,20 @@ SETTINGS: tuple[Setting, ...] = (
         "MODE",
     ),
     Setting(
+        "llm",
+        "Model backend of the optimizer: anthropic, or replay:PATH (recorded calls)",
+        str,
+        "anthropic",
+        "BACKEND",
+    ),
+    Setting("model", "Model name for the anthropic backend", str, "claude-sonnet-5-5", "NAME"),
+    Setting(
+        "candidates", "Candidates the optimizer asks for per expansion", parse_positive_int, 2, "N"
+    ),
+    Setting(
+        "max_tokens", "Output token budget of one optimizer call", parse_positive_int, 8192, "N"
+    ),
+    Setting(
         "profile_timeout",
         "Time limit in seconds for one kernel's profiler run",
         parse_positive_float,
@@ -226,6 +248,7 @@ def add_options(parser: pytest.Parser) -> None:
         "--kernelpro-optimize",
         default=None,
         metavar="BUDGET",
+        type=parse_budget_text,
         help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, 20,30m). Default: None",
     )
     group.addoption(
@@ -301,6 +324,10 @@ class KernelproConfig:
     json_path: Path
     ceilings_path: Path | None
     feedback: str
+    llm: str
+    model: str
+    candidates: int
+    max_tokens: int
     profile_timeout_s: float
     sources: dict[str, str]  # setting name -> where its value came from
 
@@ -350,6 +377,10 @@ class KernelproConfig:
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
             ceilings_path=rooted(values["ceilings"]),
             feedback=values["feedback"],
+            llm=values["llm"],
+            model=values["model"],
+            candidates=values["candidates"],
+            max_tokens=values["max_tokens"],
             profile_timeout_s=values["profile_timeout"],
             sources=sources,
         )

@@ -147,8 +147,12 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
 
     _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s)
 
-    if settings.profile:
+    if settings.profile or settings.optimize:
         _profile(item, session, record, device)
+    if settings.optimize:
+        from .optimize import optimize_item
+
+        optimize_item(item, session, record, device)
     if settings.check:
         _gate(
             item,

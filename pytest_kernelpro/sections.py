@@ -52,4 +52,7 @@ def render_item_section(record: KernelRecord) -> str:
         lines.append(profile_text)
     if record.guidance:
         lines.append(record.guidance)
+    optimize_text = record.extra.get("optimize_text")
+    if optimize_text:
+        lines.append(optimize_text)
     return "\n".join(lines)

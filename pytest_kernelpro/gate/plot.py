@@ -5,6 +5,12 @@ compute roof (peak FLOP/s), meeting at the ridge point. Each kernel is a point a
 arithmetic intensity and achieved FLOP/s (FLOPs / median time). The ceilings come from the
 record's roofline dict: `peak_flops` and `bandwidth_Bps` when present, otherwise derived from
 `ridge` (= P / BW) and `roofline_time_s` (= max(F / P, B / BW)).
+
+Ceilings equal to 6 significant digits are drawn once (the same measured peak reaches
+records through different float paths and must not become two legend entries). A kernel whose
+verdict needs attention (regressed, suspect, below its roofline floor, improved) gets its own
+marker and the verdict with its change in the label, so the plot and the comment agree.
+The legend sits below the axes, where it cannot hide a point or a label.
 """
 
 from __future__ import annotations
@@ -16,11 +22,14 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.format import short_device
+from pytest_kernelpro.gate.format import format_change, record_status, short_device
 from pytest_kernelpro.results import KernelRecord
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 _PEAK_KEYS = ("peak_flops", "peak_flops_per_s", "peak_flop_s")
 _BW_KEYS = ("bandwidth_Bps", "peak_bandwidth_Bps", "bandwidth")
@@ -37,7 +46,31 @@ class RooflinePoint:
     achieved_flops: float  # FLOP/s
     peak_flops: float
     bandwidth_Bps: float
+    status: str = "ok"  # the record's verdict (format.record_status)
+    change: float | None = None  # the gate's change, now / baseline - 1
 
+    @property
+    def roof_flops(self) -> float:
+        """The attainable FLOP/s at this intensity: min(peak, bandwidth x intensity)."""
+        return min(self.peak_flops, self.bandwidth_Bps * self.intensity)
+
+    @property
+    def label_text(self) -> str:
+        """'name (76%)', or 'name (1%, suspect +94.2%)' when the verdict needs attention."""
+        text = f"{self.label} ({self.achieved_flops / self.roof_flops:.0%}"
+        if self.status in _MARKERS:
+            change = format_change(self.change)
+            text += f", {self.status}" + (f" {change}" if change != "–" else "")
+        return text + ")"
+
+
+# verdict -> (marker, edge color, legend text); other verdicts are plain circles
+_MARKERS: dict[str, tuple[str, str, str]] = {
+    "regressed": ("X", "red", "regressed"),
+    "below-roofline": ("v", "red", "below min_roofline"),
+    "suspect": ("D", "goldenrod", "suspect (not failed)"),
+    "improved": ("^", "green", "improved"),
+}
 
 def _pos(value: Any) -> float | None:
     try:
@@ -45,6 +78,26 @@ def _pos(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return out if math.isfinite(out) and out > 0 else None
+
+
+def _finite(value: Any) -> float | None:
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _key(p: RooflinePoint) -> tuple[str, str, float, float]:
+    """One ceiling per device, peak name and (peak, bandwidth) to 6 significant digits."""
+    return (p.device, p.peak_name, float(f"{p.peak_flops:.6g}"), float(f"{p.bandwidth_Bps:.6g}"))
+
+
+def _ceiling_label(device: str, peak_name: str, peak: float, bw: float) -> str:
+    # Peak names often carry their value ("FP32 CUDA core (measured 50.9 TFLOP/s)"):
+    # do not say it twice.
+    flops = "" if "FLOP/s" in peak_name else f": {peak / 1e12:.3g} TFLOP/s"
+    return f"{device} {peak_name}{flops}, {bw / 1e9:.4g} GB/s"
 
 
 def _ceilings(roofline: dict[str, Any]) -> tuple[float, float] | None:
@@ -91,6 +144,8 @@ def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint
                     achieved_flops=flops / med,
                     peak_flops=ceilings[0],
                     bandwidth_Bps=ceilings[1],
+                    status=record_status(r),
+                    change=_finite((r.gate or {}).get("change")),
                 )
             )
     return points, skipped
@@ -111,52 +166,60 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def roofline_plot(
-    records: Sequence[KernelRecord], path: str | os.PathLike[str], *, title: str | None = None
-) -> Path:
-    """Draw every kernel on its device's roofline and write a PNG to `path` atomically.
+def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None) -> Figure:
+    """The roofline plot of `records` as a matplotlib Figure (Agg canvas, no pyplot).
 
     Raises KernelproError when no kernel can be placed (none timed, or none with FLOPs and
     bytes), so a CI step does not upload an empty picture silently.
     """
     points, skipped = roofline_points(records)
-    target = Path(path)
     if not points:
         raise KernelproError(
-            f"roofline plot {target}: no kernel has FLOPs, bytes, ceilings and a median time "
+            "roofline plot: no kernel has FLOPs, bytes, ceilings and a median time "
             f"({'; '.join(skipped) or 'no records'}); nothing to draw"
         )
     # The Agg canvas directly, not pyplot: no global backend switch, no GUI, thread-safe.
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
 
-    fig = Figure(figsize=(9, 6), dpi=120)
+    fig = Figure(figsize=(9, 6.5), dpi=120)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     lo = min(p.intensity for p in points) / 8
     hi = max(max(p.intensity for p in points), max(p.peak_flops / p.bandwidth_Bps for p in points))
     hi *= 8
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ceilings = sorted({(p.device, p.peak_name, p.peak_flops, p.bandwidth_Bps) for p in points})
-    color_of = {}
-    for i, (device, peak_name, peak, bw) in enumerate(ceilings):
+    color_of: dict[tuple[str, str, float, float], str] = {}
+    for i, key in enumerate(sorted({_key(p) for p in points})):
+        device, peak_name, peak, bw = key
         color = f"C{i % 10}"
-        color_of[(device, peak_name, peak, bw)] = color
+        color_of[key] = color
         ax.plot(
             grid,
             [min(peak, bw * x) for x in grid],
             color=color,
             linewidth=1.6,
-            label=f"{device} {peak_name}: {peak / 1e12:.3g} TFLOP/s, {bw / 1e9:.4g} GB/s",
+            label=_ceiling_label(device, peak_name, peak, bw),
         )
         ax.axvline(peak / bw, color=color, linewidth=0.6, linestyle=":", alpha=0.7)
     ys = [math.log10(p.achieved_flops) for p in points]
     pts_per_decade = 330.0 / max(1.0, max(ys) - min(ys) + 1.0)  # ~ axes height in points
     labels: list[tuple[float, float]] = []  # (x in decades, label y in points)
     for p in sorted(points, key=lambda q: (q.intensity, -q.achieved_flops)):
-        color = color_of[(p.device, p.peak_name, p.peak_flops, p.bandwidth_Bps)]
-        ax.scatter([p.intensity], [p.achieved_flops], color=color, edgecolor="black", zorder=3)
-        roof = min(p.peak_flops, p.bandwidth_Bps * p.intensity)
+        color = color_of[_key(p)]
+        marker, edge, _ = _MARKERS.get(p.status, ("o", "black", ""))
+        flagged = p.status in _MARKERS
+        ax.scatter(
+            [p.intensity],
+            [p.achieved_flops],
+            color=color,
+            marker=marker,
+            s=90 if flagged else 36,
+            edgecolor=edge,
+            linewidth=1.8 if flagged else 1.0,
+            zorder=3,
+        )
         x, y = math.log10(p.intensity), math.log10(p.achieved_flops) * pts_per_decade
         # Move a label down until it clears the labels already placed near it.
         k = 0
@@ -164,21 +227,55 @@ def roofline_plot(
             k += 1
         labels.append((x, y - 10 - 9 * k))
         ax.annotate(
-            f"{p.label} ({p.achieved_flops / roof:.0%})",
+            p.label_text,
             (p.intensity, p.achieved_flops),
             textcoords="offset points",
             xytext=(6, -10 - 9 * k),
             fontsize=7,
+            color=edge if flagged else "black",
+            fontweight="bold" if flagged else "normal",
+            # A label pushed away from its point gets a leader line, so two neighbours'
+            # labels cannot be read as each other's.
+            arrowprops={"arrowstyle": "-", "linewidth": 0.5, "color": "0.4"} if k else None,
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP / byte, minimal bytes)")
-    ax.set_ylabel("achieved FLOP/s")
-    ax.set_title(title or f"Roofline: {len(points)} kernel(s)")
+    ax.set_ylabel("achieved FLOP/s (FLOPs / median time)")
+    devices = sorted({p.device for p in points})
+    ax.set_title(
+        title or f"Roofline on {', '.join(devices)}: {len(points)} kernel{'s' * (len(points) > 1)}"
+    )
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
-    ax.legend(fontsize=7, loc="lower right")
+    handles, texts = ax.get_legend_handles_labels()
+    for status in sorted({p.status for p in points if p.status in _MARKERS}):
+        marker, edge, text = _MARKERS[status]
+        handles.append(
+            Line2D([], [], marker=marker, linestyle="", color="white", markeredgecolor=edge)
+        )
+        texts.append(text)
+    # Below the axes: inside, it hid the slowest kernel's label in the H200 example plot.
+    ax.legend(
+        handles, texts, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=1
+    )
     if skipped:
         fig.text(0.01, 0.01, "not shown: " + "; ".join(skipped)[:300], fontsize=6)
+    return fig
+
+
+def roofline_plot(
+    records: Sequence[KernelRecord], path: str | os.PathLike[str], *, title: str | None = None
+) -> Path:
+    """Draw every kernel on its device's roofline and write a PNG to `path` atomically.
+
+    Raises KernelproError when no kernel can be placed (see `roofline_figure`); nothing is
+    written then.
+    """
+    target = Path(path)
+    try:
+        fig = roofline_figure(records, title=title)
+    except KernelproError as exc:
+        raise KernelproError(f"{target}: {exc}") from None
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight")
     _atomic_write_bytes(target, buffer.getvalue())

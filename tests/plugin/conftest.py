@@ -31,7 +31,9 @@ FIXED_CEILINGS = {
 
 def _warm_up_lazy_imports() -> None:
     check_correctness(torch.neg, torch.neg, lambda seed: (torch.ones(4),), device="cpu", trials=1)
-    analyze_reference(torch.mm, (torch.ones(4, 4), torch.ones(4, 4)), ceilings=Ceilings.from_dict(FIXED_CEILINGS))
+    analyze_reference(
+        torch.mm, (torch.ones(4, 4), torch.ones(4, 4)), ceilings=Ceilings.from_dict(FIXED_CEILINGS)
+    )
 
 
 _warm_up_lazy_imports()

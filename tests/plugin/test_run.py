@@ -82,7 +82,9 @@ def test_wrong_kernel_reports_error_and_worst_index(kp_project: pytest.Pytester)
     )
     result = kp_project.runpytest()
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*relu_off_by_one is wrong*Worst at index (3, 5): expected 0, got 0.5*"])
+    result.stdout.fnmatch_lines(
+        ["*relu_off_by_one is wrong*Worst at index (3, 5): expected 0, got 0.5*"]
+    )
     assert records_by_name(kp_project)["relu_off_by_one"]["outcome"] == "failed"
 
 
@@ -231,7 +233,9 @@ def test_check_without_baseline_fails_clearly(kp_project: pytest.Pytester) -> No
     result.stdout.fnmatch_lines(["*kernelpro-baseline.yaml*--kernelpro-save-baseline*"])
 
 
-def test_save_then_check_passes_then_catches_a_regression(kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_save_then_check_passes_then_catches_a_regression(
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kp_project.makepyfile(test_k=GATED)
     kp_project.runpytest("--kernelpro-save-baseline").assert_outcomes(passed=1)
     baseline = kp_project.path / "kernelpro-baseline.yaml"
@@ -246,7 +250,9 @@ def test_save_then_check_passes_then_catches_a_regression(kp_project: pytest.Pyt
 
     (from_junit,) = read_junit_records(kp_project.path / "junit.xml")
     assert from_junit.name == "neg"
-    assert from_junit.median_s == pytest.approx(records_by_name(kp_project)["neg"]["timing"]["stats"]["median_s"], rel=1e-3)
+    assert from_junit.median_s == pytest.approx(
+        records_by_name(kp_project)["neg"]["timing"]["stats"]["median_s"], rel=1e-3
+    )
     assert "<property" in junit
 
     monkeypatch.setenv("KP_TEST_SLOW", "1")
