@@ -31,24 +31,9 @@ GPU_RUNNER_DEFAULTS: dict[str, Any] = {
 }
 
 
-def set_kernelpro_default(config: pytest.Config, name: str, value: Any) -> None:
-    """Give setting `name` a default unless the command line, its KERNELPRO_<NAME>
-    environment variable or the ini file already sets it."""
-    dest = f"kernelpro_{name}"
-    if getattr(config.option, dest, None) is not None:
-        return
-    if os.environ.get(f"KERNELPRO_{name.upper()}"):
-        return
-    if config.getini(f"kernelpro_{name}"):
-        return
-    setattr(config.option, dest, value)
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-kernelpro reads its settings
-def pytest_configure(config: pytest.Config) -> None:
-    """Apply the GPU-runner defaults."""
-    for name, value in GPU_RUNNER_DEFAULTS.items():
-        set_kernelpro_default(config, name, value)
+def pytest_kernelpro_defaults(config: pytest.Config) -> dict[str, Any]:
+    """This file's defaults; the command line, KERNELPRO_* variables and the ini file win."""
+    return GPU_RUNNER_DEFAULTS
 
 
 def pytest_kernelpro_device_specs() -> list[Any]:

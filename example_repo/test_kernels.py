@@ -49,7 +49,9 @@ def rmsnorm_inputs(device: str):
     return (torch.randn(rows, 1024, device=device),)
 
 
-@pytest.mark.kernelpro(reference=torch_kernels.RMSNormReference, inputs=rmsnorm_inputs, rtol=1e-5, atol=1e-5)
+@pytest.mark.kernelpro(
+    reference=torch_kernels.RMSNormReference, inputs=rmsnorm_inputs, rtol=1e-5, atol=1e-5
+)
 class RMSNorm(torch_kernels.RMSNorm):
     """The module under test (the class in kernels/ is reused as is)."""
 
@@ -71,7 +73,9 @@ def triton_softmax_inputs(device: str):
     return (torch.randn(8192, 4096, device=device),)
 
 
-@pytest.mark.kernelpro(reference=lambda x: torch.softmax(x, -1), inputs=triton_softmax_inputs, language="triton")
+@pytest.mark.kernelpro(
+    reference=lambda x: torch.softmax(x, -1), inputs=triton_softmax_inputs, language="triton"
+)
 def triton_softmax(x):
     return triton_kernels.softmax(x)
 
@@ -94,7 +98,9 @@ def saxpy_inputs(device: str):
     return 2.5, torch.randn(n, device=device), torch.randn(n, device=device)
 
 
-@pytest.mark.kernelpro(reference=lambda a, x, y: a * x + y, inputs=saxpy_inputs, language="cuda", min_roofline=0.5)
+@pytest.mark.kernelpro(
+    reference=lambda a, x, y: a * x + y, inputs=saxpy_inputs, language="cuda", min_roofline=0.5
+)
 def cuda_saxpy(a, x, y):
     return cuda_kernels.saxpy(a, x, y)
 

@@ -280,9 +280,12 @@ def add_options(parser: pytest.Parser) -> None:
 
 
 def resolve_setting(
-    config: pytest.Config, setting: Setting, environ: dict[str, str] | None = None
+    config: pytest.Config,
+    setting: Setting,
+    environ: dict[str, str] | None = None,
+    defaults: dict[str, Any] | None = None,
 ) -> tuple[Any, str]:
-    """The value of one setting and where it came from (CLI > env > ini > default)."""
+    """The value of one setting and where it came from (CLI > env > ini > conftest > default)."""
     import pytest
 
     env = os.environ if environ is None else environ
@@ -297,6 +300,13 @@ def resolve_setting(
             continue
         try:
             return setting.parse(str(raw)), where
+        except argparse.ArgumentTypeError as exc:
+            raise pytest.UsageError(f"kernelpro: invalid value from {where}: {exc}") from None
+    conftest_value = (defaults or {}).get(setting.name)
+    if conftest_value is not None:
+        where = "conftest pytest_kernelpro_defaults"
+        try:
+            return setting.parse(str(conftest_value)), where
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"kernelpro: invalid value from {where}: {exc}") from None
     return setting.default, "default"
@@ -345,8 +355,21 @@ class KernelproConfig:
     ) -> KernelproConfig:
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
+        defaults: dict[str, Any] = {}
+        for contributed in reversed(config.hook.pytest_kernelpro_defaults(config=config)):
+            defaults.update(contributed or {})  # pluggy calls the last registered first
+        unknown = sorted(set(defaults) - set(SETTINGS_BY_NAME))
+        if unknown:
+            import pytest
+
+            raise pytest.UsageError(
+                f"kernelpro: pytest_kernelpro_defaults returned unknown setting(s) "
+                f"{', '.join(unknown)}; valid names: {', '.join(SETTINGS_BY_NAME)}"
+            )
         for setting in SETTINGS:
-            values[setting.name], sources[setting.name] = resolve_setting(config, setting, environ)
+            values[setting.name], sources[setting.name] = resolve_setting(
+                config, setting, environ, defaults
+            )
         root = Path(config.rootpath)
 
         def rooted(value: str | None) -> Path | None:

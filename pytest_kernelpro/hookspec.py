@@ -18,6 +18,19 @@ hookspec = pluggy.HookspecMarker("pytest")
 
 
 @hookspec
+def pytest_kernelpro_defaults(config: Any) -> dict[str, Any] | None:
+    """Return default settings for this project (ini key names without the `kernelpro_`
+    prefix). They rank below the ini file: marker > command line > KERNELPRO_* > ini >
+    these defaults > built-in defaults. Values may be parsed values or strings.
+
+    Example (conftest.py)::
+
+        def pytest_kernelpro_defaults(config):
+            return {"device": "cuda", "time_budget": 3.0, "threshold": 0.05}
+    """
+
+
+@hookspec
 def pytest_kernelpro_device_specs() -> list[DeviceSpec]:
     """Return extra GPU specs; they win over the built-in table for matching names.
 

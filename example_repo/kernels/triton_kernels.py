@@ -32,7 +32,9 @@ def softmax(x: torch.Tensor) -> torch.Tensor:
     rows, cols = x.shape
     out = torch.empty_like(x)
     block = triton.next_power_of_2(cols)
-    _softmax_kernel()[(rows,)](out, x, x.stride(0), cols, BLOCK=block, num_warps=8 if block >= 2048 else 4)
+    _softmax_kernel()[(rows,)](
+        out, x, x.stride(0), cols, BLOCK=block, num_warps=8 if block >= 2048 else 4
+    )
     return out
 
 
@@ -45,7 +47,11 @@ def _add_kernel():
     def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
-        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+        tl.store(
+            out_ptr + offs,
+            tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask),
+            mask=mask,
+        )
 
     return add_kernel
 

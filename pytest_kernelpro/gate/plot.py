@@ -30,6 +30,7 @@ from pytest_kernelpro.results import KernelRecord
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from matplotlib.transforms import Bbox
 
 _PEAK_KEYS = ("peak_flops", "peak_flops_per_s", "peak_flop_s")
 _BW_KEYS = ("bandwidth_Bps", "peak_bandwidth_Bps", "bandwidth")
@@ -64,6 +65,16 @@ class RooflinePoint:
         return text + ")"
 
 
+# Label positions tried in order: (dx, dy) in points from the point, text alignment, and
+# whether a leader line joins label and point. Beside the point first (right, then level on
+# the left); then further below or above on the right with a leader, so that two neighbours'
+# labels cannot be read as each other's; then diagonally left (a leader that short would hide
+# under the marker). The last one is used when none fits: labels overlap rather than vanish.
+_NEAR = ((6, -10, "left", False), (6, 4, "left", False), (-8, -3, "right", False))
+_FAR = tuple((6, dy, "left", True) for k in range(1, 4) for dy in (-10 - 10 * k, 4 + 10 * k))
+_LEFT = ((-6, -10, "right", False), (-6, 4, "right", False))
+_LABEL_POSITIONS = _NEAR + _FAR + _LEFT
+
 # verdict -> (marker, edge color, legend text); other verdicts are plain circles
 _MARKERS: dict[str, tuple[str, str, str]] = {
     "regressed": ("X", "red", "regressed"),
@@ -71,6 +82,7 @@ _MARKERS: dict[str, tuple[str, str, str]] = {
     "suspect": ("D", "goldenrod", "suspect (not failed)"),
     "improved": ("^", "green", "improved"),
 }
+
 
 def _pos(value: Any) -> float | None:
     try:
@@ -166,6 +178,55 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def _place_labels(fig: Figure, ax: Any, points: Sequence[RooflinePoint]) -> None:
+    """Annotate each point where its label overlaps no other label, point or the axes edge.
+
+    Text sizes are measured with the figure's renderer after the axes limits are frozen, so
+    the check is in the pixels the PNG will have.
+    """
+    ax.autoscale_view()
+    ax.set_xlim(ax.get_xlim())  # freeze: annotations must not move the limits afterwards
+    ax.set_ylim(ax.get_ylim())
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    centers = [ax.transData.transform((p.intensity, p.achieved_flops)) for p in points]
+    dots = [Bbox.from_bounds(x - 5, y - 5, 10, 10) for x, y in centers]
+    placed: list[Bbox] = []
+    for i, p in enumerate(points):
+        flagged = p.status in _MARKERS
+        style = {
+            "textcoords": "offset points",
+            "fontsize": 7,
+            "color": _MARKERS[p.status][1] if flagged else "black",
+            "fontweight": "bold" if flagged else "normal",
+        }
+        others = [b for j, b in enumerate(dots) if j != i]
+        for n, (dx, dy, ha, far) in enumerate(_LABEL_POSITIONS):
+            leader = {"arrowstyle": "-", "linewidth": 0.5, "color": "0.4"} if far else None
+            note = ax.annotate(
+                p.label_text,
+                (p.intensity, p.achieved_flops),
+                xytext=(dx, dy),
+                ha=ha,
+                arrowprops=leader,
+                **style,
+            )
+            box = note.get_window_extent(renderer)
+            fits = (
+                frame.x0 <= box.x0
+                and box.x1 <= frame.x1
+                and frame.y0 <= box.y0
+                and box.y1 <= frame.y1
+                and not any(box.overlaps(b) for b in placed + others)
+            )
+            if fits or n == len(_LABEL_POSITIONS) - 1:
+                placed.append(box)
+                break
+            note.remove()
+
+
 def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None) -> Figure:
     """The roofline plot of `records` as a matplotlib Figure (Agg canvas, no pyplot).
 
@@ -203,43 +264,23 @@ def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None
             label=_ceiling_label(device, peak_name, peak, bw),
         )
         ax.axvline(peak / bw, color=color, linewidth=0.6, linestyle=":", alpha=0.7)
-    ys = [math.log10(p.achieved_flops) for p in points]
-    pts_per_decade = 330.0 / max(1.0, max(ys) - min(ys) + 1.0)  # ~ axes height in points
-    labels: list[tuple[float, float]] = []  # (x in decades, label y in points)
-    for p in sorted(points, key=lambda q: (q.intensity, -q.achieved_flops)):
-        color = color_of[_key(p)]
+    ordered = sorted(points, key=lambda q: (q.intensity, -q.achieved_flops))
+    for p in ordered:
         marker, edge, _ = _MARKERS.get(p.status, ("o", "black", ""))
         flagged = p.status in _MARKERS
         ax.scatter(
             [p.intensity],
             [p.achieved_flops],
-            color=color,
+            color=color_of[_key(p)],
             marker=marker,
             s=90 if flagged else 36,
             edgecolor=edge,
             linewidth=1.8 if flagged else 1.0,
             zorder=3,
         )
-        x, y = math.log10(p.intensity), math.log10(p.achieved_flops) * pts_per_decade
-        # Move a label down until it clears the labels already placed near it.
-        k = 0
-        while any(abs(lx - x) < 0.6 and abs(ly - (y - 10 - 9 * k)) < 8.5 for lx, ly in labels):
-            k += 1
-        labels.append((x, y - 10 - 9 * k))
-        ax.annotate(
-            p.label_text,
-            (p.intensity, p.achieved_flops),
-            textcoords="offset points",
-            xytext=(6, -10 - 9 * k),
-            fontsize=7,
-            color=edge if flagged else "black",
-            fontweight="bold" if flagged else "normal",
-            # A label pushed away from its point gets a leader line, so two neighbours'
-            # labels cannot be read as each other's.
-            arrowprops={"arrowstyle": "-", "linewidth": 0.5, "color": "0.4"} if k else None,
-        )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _place_labels(fig, ax, ordered)
     ax.set_xlabel("arithmetic intensity (FLOP / byte, minimal bytes)")
     ax.set_ylabel("achieved FLOP/s (FLOPs / median time)")
     devices = sorted({p.device for p in points})
@@ -255,9 +296,7 @@ def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None
         )
         texts.append(text)
     # Below the axes: inside, it hid the slowest kernel's label in the H200 example plot.
-    ax.legend(
-        handles, texts, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=1
-    )
+    ax.legend(handles, texts, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=1)
     if skipped:
         fig.text(0.01, 0.01, "not shown: " + "; ".join(skipped)[:300], fontsize=6)
     return fig

@@ -32,13 +32,17 @@ if TYPE_CHECKING:
 SEVERITIES: tuple[str, ...] = ("critical", "high", "medium", "low")
 AFFINITIES: tuple[str, ...] = ("memory", "compute", "latency", "timeline", "always")
 # Inputs beyond ncu metrics that a tool may declare in `required_inputs`.
-INPUTS: tuple[str, ...] = ("metrics", "sass", "ptxas", "timeline", "min_bytes")
+INPUTS: tuple[str, ...] = ("metrics", "sass", "ptxas", "timeline", "min_bytes", "kernels")
 
 # Kernels that ship in a vendor or framework library: the user cannot edit them, so findings
 # on them say "change the call", and the registry caps their severity.
+# PyTorch's kernels also show up without their `at::native::` namespace (ncu prints e.g.
+# "void reduce_kernel<512, 1, ReduceOp<float, func_wrapper_t<...>>>(T3)"), so its
+# TensorIterator template arguments are markers too.
 LIBRARY_KERNEL_RE = re.compile(
     r"(cublas|cutlass|nvjet|xmma|cudnn|cusparse|cufft|\bsm\d+_|ampere_|hopper_|volta_|"
-    r"turing_|gemv2?T?_kernel|gemmSN|flash_fwd|flash_bwd|\bat::|cunn_|\bc10::)",
+    r"turing_|gemv2?T?_kernel|gemmSN|flash_fwd|flash_bwd|\bat::|cunn_|\bc10::|"
+    r"TensorIterator|func_wrapper_t|gpu_kernel_impl)",
     re.IGNORECASE,
 )
 
@@ -100,6 +104,10 @@ class Recommendation:
     low: float
     high: float
     basis: str = ""  # where the estimate comes from (a bound, a peak ratio, a heuristic)
+    # False for actions that remove bytes or work (fusion, lower precision): their gain is not
+    # limited by how close the kernel runs to a hardware roof, so the near-roofline policy
+    # leaves their estimate alone.
+    bounded_by_saturation: bool = True
 
     def __post_init__(self) -> None:
         if not (self.low > 0 and self.high >= self.low):
@@ -117,7 +125,9 @@ class Recommendation:
         high = max(1.0, high)
         if self.high <= high:
             return self
-        return Recommendation(self.action, min(self.low, high), high, self.basis)
+        return Recommendation(
+            self.action, min(self.low, high), high, self.basis, self.bounded_by_saturation
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -181,6 +191,9 @@ class ToolContext:
     flops: float | None = None
     dtype: str | None = None  # "float32", "bfloat16", ...
     roofline_fraction: float | None = None  # measured efficiency vs the roofline, 0..1
+    # Every kernel of the item's profile (one call of the item), for item-scope tools that
+    # compare kernels, e.g. several memory-bound kernels that could be one.
+    kernels: tuple[KernelProfile, ...] = ()
 
     @property
     def kernel_name(self) -> str:
@@ -223,7 +236,8 @@ class ToolContext:
         return default if found is None else found[1]
 
     def has_input(self, name: str) -> bool:
-        """Whether a non-metric input ("sass", "ptxas", "timeline", "min_bytes") is present."""
+        """Whether a non-metric input ("sass", "ptxas", "timeline", "min_bytes", "kernels") is
+        present."""
         if name == "metrics":
             return self.metrics is not None
         if name == "sass":
@@ -234,6 +248,8 @@ class ToolContext:
             return self.timeline is not None
         if name == "min_bytes":
             return self.min_bytes is not None and self.min_bytes > 0
+        if name == "kernels":
+            return any(k.metrics is not None for k in self.kernels)
         raise KernelproError(f"Unknown tool input {name!r}; use one of {', '.join(INPUTS)}")
 
     @property

@@ -383,6 +383,7 @@ class DramSaturationTool(ProfilingTool):
                     1.1,
                     2.0,
                     "heuristic (depends on how many bytes fusion or precision removes)",
+                    bounded_by_saturation=False,
                 ),
                 Recommendation(
                     "Stop optimizing memory access patterns for this kernel",

@@ -309,10 +309,11 @@ def run_tools(
     """Run every relevant tool on every kernel of `report`.
 
     `stage1` is one classification for the item or a mapping kernel name -> classification.
-    Kernel-scope tools run once per kernel; item-scope tools (timeline) once per report.
-    Two policies keep severities honest:
+    Kernel-scope tools run once per kernel; item-scope tools (timeline, fusion) once per
+    report, seeing every kernel of it. Two policies keep severities honest:
     - near the roofline: when a kernel already runs at >= `near_roofline_pct` of a hardware
-      peak (DRAM bandwidth or a compute pipe, or the measured roofline efficiency), findings of
+      peak (DRAM bandwidth or a compute pipe) or the item at that share of its roofline
+      (the highest of these counts, `signals.saturation`), findings of
       tools whose fix cannot move that roof are capped at "low" and their estimates at the
       remaining headroom (100 / pct);
     - library kernels (cuBLAS, CUTLASS, nvjet, PyTorch's own): capped at
@@ -342,6 +343,7 @@ def run_tools(
         flops=flops,
         dtype=dtype,
         roofline_fraction=roofline_fraction,
+        kernels=tuple(report.kernels),
     )
     kernel_tools = [t for t in instances if t.scope == "kernel"]
     item_tools = [t for t in instances if t.scope != "kernel"]
@@ -425,7 +427,9 @@ def _apply_policies(
                 f"{headroom:.2f}x."
             )
             finding.severity = "low"
-        finding.recommendations = [r.capped(headroom) for r in finding.recommendations]
+        finding.recommendations = [
+            r.capped(headroom) if r.bounded_by_saturation else r for r in finding.recommendations
+        ]
     library = ctx.library_match
     if library is not None:
         capped = cap_severity(finding.severity, library_max_severity)

@@ -213,11 +213,19 @@ def pipe_utilization(ctx: ToolContext) -> dict[str, tuple[str, float]]:
 
 
 def saturation(ctx: ToolContext) -> tuple[str, float, str] | None:
-    """(resource, % of peak, metric) of the most saturated hardware roof: DRAM bandwidth or a
-    compute pipe. A measured roofline efficiency in the context takes precedence."""
-    if ctx.roofline_fraction is not None:
-        return "roofline (measured efficiency)", 100.0 * ctx.roofline_fraction, "roofline_fraction"
+    """(resource, % of peak, metric) of the most saturated roof: DRAM bandwidth, a compute
+    pipe, or the item's measured roofline efficiency, whichever is highest.
+
+    Each is an upper bound on what a kernel-local fix can gain (100 / %), so the tightest one
+    wins. The roofline efficiency is the whole item's: in an item of several kernels (an
+    unfused softmax at 18% of its roofline) one kernel can still run at 82% of DRAM bandwidth,
+    and access-pattern advice for that kernel is worth at most 1.22x.
+    """
     candidates: list[tuple[str, float, str]] = []
+    if ctx.roofline_fraction is not None:
+        candidates.append(
+            ("roofline (measured efficiency)", 100.0 * ctx.roofline_fraction, "roofline_fraction")
+        )
     dram = ctx.resolve(DRAM_REQUEST)
     if dram is not None:
         candidates.append(("DRAM bandwidth", dram[1], dram[0]))
@@ -238,7 +246,13 @@ def occupancy_limiters(ctx: ToolContext) -> tuple[list[str], float | None, dict[
     if not limits:
         return [], None, limits
     least = min(limits.values())
-    return [label for label, v in limits.items() if v == least], least, limits
+    tightest = [label for label, v in limits.items() if v == least]
+    if "blocks per SM" in tightest:
+        # The driver sizes the shared-memory carveout to fit the blocks-per-SM limit, and the
+        # barrier limit (32 per SM) equals it, so a tie of those two with the blocks limit
+        # (e.g. 1 KB of driver-reserved shared memory per 32-thread block) binds nothing else.
+        tightest = [t for t in tightest if t not in ("shared memory", "barriers")]
+    return tightest, least, limits
 
 
 # SASS instruction classes (cuobjdump opcodes; design §3.3 and profiler-reference §5.2).

@@ -26,6 +26,7 @@ from pytest_kernelpro.tools.signals import (
     stall_breakdown,
     stall_request,
 )
+from pytest_kernelpro.tools.streaming import long_scoreboard_advice, stream_state
 
 # Reasons a kernel author can act on; `selected`, `not_selected`, `misc` and `sleeping` are not.
 ACTIONABLE = (
@@ -368,6 +369,18 @@ class WarpStallTool(ProfilingTool):
     CRITICAL_PCT = 60.0
     # At or above this issue-slot utilization the stalls are hidden by other warps (CPIStall).
     ISSUE_HIDDEN_PCT = 80.0
+    # Long-scoreboard stalls near the DRAM roof are the signature of a bandwidth-bound kernel
+    # (see `streaming`): at most medium from this DRAM throughput (% of peak), low from the next.
+    # The H200's copies reach 86-90%, so 60% leaves <= 1.5x and 70% <= 1.3x to gain.
+    STREAM_MEDIUM_DRAM_PCT = 60.0
+    STREAM_LOW_DRAM_PCT = 70.0
+    # Global-load bytes requested from L1 / DRAM bytes read at or below which a kernel streams
+    # (uses each loaded byte about once): shared-memory staging has nothing to reuse.
+    STREAM_REUSE_RATIO = 1.5
+    # Below this DRAM throughput a kernel barely reads DRAM: its reuse ratio is not evidence.
+    STREAM_MIN_DRAM_PCT = 10.0
+    # DRAM bytes / minimal bytes from which "cut the excess traffic" leads the advice.
+    EXCESS_BYTES_RATIO = 1.5
 
     def _dominant(self, ctx: ToolContext) -> tuple[StallBreakdown, str, float] | None:
         bd = stall_breakdown(ctx)
@@ -412,6 +425,27 @@ class WarpStallTool(ProfilingTool):
             )
             for text, lo, hi in advice.recommendations
         ]
+        cause, code, notes = advice.cause, advice.code, []
+        if reason == "long_scoreboard":
+            stream = long_scoreboard_advice(
+                stream_state(ctx),
+                severity,
+                bound,
+                medium_dram_pct=self.STREAM_MEDIUM_DRAM_PCT,
+                low_dram_pct=self.STREAM_LOW_DRAM_PCT,
+                reuse_ratio=self.STREAM_REUSE_RATIO,
+                excess_ratio=self.EXCESS_BYTES_RATIO,
+                min_stream_dram_pct=self.STREAM_MIN_DRAM_PCT,
+            )
+            if stream is not None:
+                severity, cause, recs, code = (
+                    stream.severity,
+                    stream.cause,
+                    stream.recommendations,
+                    stream.code,
+                )
+                evidence.update(stream.evidence)
+                notes = stream.notes
         others = ", ".join(f"{r} {pct(s)}" for r, s in ranked) or "none"
         return self.make_finding(
             ctx,
@@ -419,11 +453,12 @@ class WarpStallTool(ProfilingTool):
             title=f"{reason} stalls dominate ({pct(share)} of stalled warp-cycles)",
             root_cause=(
                 f"{pct(share)} of stalled warp-cycles are '{reason}' ({advice.meaning}): "
-                f"{advice.cause}. Next largest: {others}."
+                f"{cause}. Next largest: {others}."
             ),
             evidence=evidence,
             recommendations=recs,
-            code_example=advice.code,
+            code_example=code,
+            notes=notes,
         )
 
 

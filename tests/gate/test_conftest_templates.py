@@ -45,7 +45,7 @@ def test_gpu_runner_defaults(pytester: pytest.Pytester) -> None:
     assert s["time_budget_s"] == 3.0
     assert s["target_rel_ci"] == 0.003
     assert s["baseline"].endswith("kernelpro-baseline.yaml")
-    assert s["sources"]["time_budget"] == "command line --kernelpro-time-budget"
+    assert s["sources"]["time_budget"] == "conftest pytest_kernelpro_defaults"
 
 
 def test_cli_env_and_ini_still_win(

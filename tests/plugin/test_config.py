@@ -68,3 +68,26 @@ def test_save_baseline_defaults_to_the_baseline_path(pytester: pytest.Pytester) 
     assert s.save_baseline == str(pytester.path / "b.yaml")
     s = _settings(pytester, "--kernelpro-save-baseline=out/new.yaml")
     assert s.save_baseline == str(pytester.path / "out/new.yaml")
+
+
+def test_conftest_defaults_rank_below_ini_and_above_builtin(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        def pytest_kernelpro_defaults(config):
+            return {"threshold": 0.2, "trials": "4"}
+        """
+    )
+    s = _settings(pytester)
+    assert (s.threshold, s.trials) == (0.2, 4)
+    assert s.sources["threshold"] == "conftest pytest_kernelpro_defaults"
+    pytester.makeini("[pytest]\nkernelpro_threshold = 0.3\n")
+    s = _settings(pytester)
+    assert s.threshold == 0.3
+    assert s.sources["threshold"] == "ini key kernelpro_threshold"
+
+
+def test_unknown_conftest_default_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("def pytest_kernelpro_defaults(config):\n    return {'thresold': 0.2}\n")
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown setting(s) thresold; valid names: device*"])

@@ -128,7 +128,7 @@ def test_threshold_override_and_errors() -> None:
     assert not WarpStallTool().trigger(c)
     with pytest.raises(
         KernelproError,
-        match=r"Unknown threshold 'TRIGER_PCT' for tool 'warp_stalls'; valid names: CRITICAL_PCT, ISSUE_HIDDEN_PCT, TRIGGER_PCT",
+        match=r"Unknown threshold 'TRIGER_PCT' for tool 'warp_stalls'; valid names: CRITICAL_PCT, EXCESS_BYTES_RATIO, ISSUE_HIDDEN_PCT, STREAM_LOW_DRAM_PCT, STREAM_MEDIUM_DRAM_PCT, STREAM_MIN_DRAM_PCT, STREAM_REUSE_RATIO, TRIGGER_PCT",
     ):
         WarpStallTool(thresholds={"TRIGER_PCT": 30})
     with pytest.raises(KernelproError, match="must be a number"):
@@ -213,10 +213,22 @@ def test_near_roofline_and_library_caps() -> None:
     assert capped.severity == "low"
     assert "90.0% of its roofline" in capped.notes[0]
     assert all(r.high <= 1 / 0.9 + 1e-9 for r in capped.recommendations)
-    dram = {**values, "dram__throughput.avg.pct_of_peak_sustained_elapsed": 79.9}
+    # MIO-throttle stalls: the warp_stalls tool itself does not look at DRAM for them (it does
+    # for long scoreboard, see test_tools_streaming.py), so only the registry policy caps.
+    mio = stall_values(mio_throttle=70.0)
+    dram = {**mio, "dram__throughput.avg.pct_of_peak_sustained_elapsed": 79.9}
     assert run_tools(report(dram), tools=["warp_stalls"]).findings[0].severity == "critical"
     dram["dram__throughput.avg.pct_of_peak_sustained_elapsed"] = 80.0
     assert run_tools(report(dram), tools=["warp_stalls"]).findings[0].severity == "low"
+    # The item's roofline efficiency does not hide a kernel at its DRAM roof: the highest
+    # saturation wins (an unfused softmax at 17.9% of its roofline, one kernel at 82.1% DRAM).
+    dram["dram__throughput.avg.pct_of_peak_sustained_elapsed"] = 82.1
+    item = run_tools(report(dram), tools=["warp_stalls"], roofline_fraction=0.179).findings[0]
+    assert item.severity == "low"
+    assert "82.1% of its DRAM bandwidth peak" in item.notes[0]
+    dram["dram__throughput.avg.pct_of_peak_sustained_elapsed"] = 50.0
+    item = run_tools(report(dram), tools=["warp_stalls"], roofline_fraction=0.179).findings[0]
+    assert item.severity == "critical"
     lib = run_tools(
         report(values, name="void cutlass::Kernel2<cutlass_80_simt_sgemm>(T1::Params)"),
         tools=["warp_stalls"],

@@ -24,6 +24,8 @@ from pytest_kernelpro.tools.signals import stall_metric
 from pytest_kernelpro.tools.stage1 import Stage1, classify
 
 PROBE_DIR = Path(__file__).resolve().parent.parent / "data" / "tools" / "h200-probe"
+CAPTURE_DIR = PROBE_DIR.parent / "h200-capture"
+EXAMPLE_RECORDS = PROBE_DIR.parent / "h200-example-repo" / "profile_records.json"
 REQUIRED_STALLS = (
     "long_scoreboard",
     "short_scoreboard",
@@ -151,6 +153,103 @@ def probe_run(base: str) -> ToolRun:
     c = probe_ctx(base)
     return run_tools(
         k.report, c.stage1, op_category=c.op_category, min_bytes=c.min_bytes, dtype=c.dtype
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def capture() -> dict[str, OfflineKernel]:
+    """The profile-capture kernels (bench/profile_capture.py on the H200) by base name."""
+    return {k.base_name: k for k in load_capture_dir(CAPTURE_DIR)}
+
+
+def capture_ctx(base: str, **kw: Any) -> ToolContext:
+    """A ToolContext for one profile-capture kernel, with its Stage 1 and roofline facts."""
+    k = capture()[base]
+    kernel = k.report.kernels[0]
+    theo, _ = theoretical_class(k.meta, kernel.metrics.text("device__attribute_display_name"))
+    defaults: dict[str, Any] = dict(
+        arch=k.report.arch,
+        stage1=classify(theo, kernel.metrics),
+        op_category=k.meta.get("op"),
+        min_bytes=k.meta.get("min_bytes"),
+        dtype=k.meta.get("dtype"),
+    )
+    defaults.update(kw)
+    return ToolContext(kernel=kernel, **defaults)
+
+
+def report_from_dict(data: dict[str, Any]) -> ProfileReport:
+    """A ProfileReport from its `to_dict()` form (the `profile` of a JSON report record)."""
+    kernels = []
+    for k in data["kernels"]:
+        m = k.get("metrics")
+        metrics = None
+        if m is not None:
+            metrics = KernelMetrics(
+                m["kernel_name"],
+                {
+                    n: MetricValue(v["name"], v["value"], v.get("unit", ""))
+                    for n, v in m["metrics"].items()
+                },
+                tuple(m.get("missing") or ()),
+                tuple(m["block_size"]) if m.get("block_size") else None,
+                tuple(m["grid_size"]) if m.get("grid_size") else None,
+            )
+        sass_d = k.get("sass")
+        sass_summary = None
+        if sass_d is not None:
+            sass_summary = SassSummary(
+                function=sass_d["function"],
+                mangled=sass_d["mangled"],
+                counts=dict(sass_d["counts"]),
+                total_instructions=sass_d["total_instructions"],
+                global_load_widths={int(b): n for b, n in sass_d["global_load_widths"].items()},
+                global_store_widths={int(b): n for b, n in sass_d["global_store_widths"].items()},
+            )
+        ptxas_d = k.get("ptxas")
+        kernels.append(
+            KernelProfile(
+                k["name"], metrics, sass_summary, PtxasReport(**ptxas_d) if ptxas_d else None
+            )
+        )
+    tl = data.get("timeline")
+    tl_obj = None
+    if tl is not None:
+        tl_obj = TimelineSummary(
+            **{
+                **tl,
+                "gaps": tuple(TimelineGap(**g) for g in tl["gaps"]),
+                "kernel_names": tuple(tl["kernel_names"]),
+            }
+        )
+    lk = data.get("linkage")
+    linkage = LibraryLinkage(**{**lk, "libraries": tuple(lk["libraries"])}) if lk else None
+    return ProfileReport(arch=data["arch"], kernels=kernels, timeline=tl_obj, linkage=linkage)
+
+
+@functools.lru_cache(maxsize=1)
+def example_records() -> dict[str, dict[str, Any]]:
+    """Records of the example repository's `--kernelpro-profile` run on the H200, by name."""
+    import json
+
+    data = json.loads(EXAMPLE_RECORDS.read_text())
+    return {r["name"]: r for r in data["records"]}
+
+
+def example_run(name: str) -> ToolRun:
+    """run_tools on one example record exactly as pytest_kernelpro.profiling calls it."""
+    record = example_records()[name]
+    rep = report_from_dict(record["profile"])
+    roofline = record["roofline"]
+    main = next((k for k in rep.kernels if k.metrics is not None), None)
+    s1 = classify(roofline.get("bound"), main.metrics if main else None)
+    return run_tools(
+        rep,
+        s1,
+        op_category=roofline.get("dominant_category"),
+        min_bytes=roofline.get("min_bytes"),
+        flops=roofline.get("flops"),
+        roofline_fraction=record["efficiency"],
     )
 
 
