@@ -117,7 +117,9 @@ def test_labels_of_crowded_points_do_not_overlap() -> None:
     assert len(boxes) == 6
     frame = ax.get_window_extent(renderer)
     for i, a in enumerate(boxes):
-        assert frame.x0 <= a.x0 and a.x1 <= frame.x1
-        assert frame.y0 <= a.y0 and a.y1 <= frame.y1
+        assert frame.x0 <= a.x0
+        assert a.x1 <= frame.x1
+        assert frame.y0 <= a.y0
+        assert a.y1 <= frame.y1
         for b in boxes[i + 1 :]:
             assert not a.overlaps(b), (a, b)

@@ -53,7 +53,7 @@ def test_long_scoreboard_severity_by_dram_throughput(dram: float, expected: str)
     assert all(TILE_ADVICE != r.action for r in f.recommendations)
     if expected != "critical":
         assert f"DRAM runs at {dram:.1f}% of peak" in f.notes[0]
-        assert "signature of a bandwidth-bound kernel" in f.root_cause
+        assert "bound by the bytes it moves" in f.root_cause
         assert DRAM_THROUGHPUT in f.evidence
 
 
@@ -168,8 +168,7 @@ def test_example_softmax_rows_has_no_latency_advice_for_its_streams() -> None:
     assert len(stalls) == 5
     assert all(f.severity in ("low", "medium") for f in stalls)
     assert all(TILE_ADVICE not in [r.action for r in f.recommendations] for f in stalls)
-    by_kernel = {f.kernel.split("<")[0] + f.kernel[30:60]: f.severity for f in stalls}
-    assert sorted(by_kernel.values()) == ["low", "low", "low", "medium", "medium"]
+    assert sorted(f.severity for f in stalls) == ["low", "low", "low", "medium", "medium"]
     # The two at 51-53% DRAM are PyTorch's (TensorIterator) kernels: capped at medium.
     assert sum("library kernel" in " ".join(f.notes) for f in stalls) == 2
     assert run.worst() == "high"  # kernel_fusion and launch_overhead
