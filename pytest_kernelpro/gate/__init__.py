@@ -6,7 +6,7 @@
 - `junit`: `junit_properties`, `read_junit_records`
 - `comment`: `render_comment`, `post_comment`, `comment_main` (`kernelpro comment`)
 - `compare`: `compare_main` (`kernelpro compare BASE HEAD`)
-- `plot`: `roofline_plot`
+- `plot`: `roofline_plot` (PNG), `roofline_figure` (the matplotlib Figure), `roofline_points`
 
 Nothing here is imported by the plugin at import time; import the module you need.
 """

@@ -10,7 +10,8 @@ Ceilings equal to 6 significant digits are drawn once (the same measured peak re
 records through different float paths and must not become two legend entries). A kernel whose
 verdict needs attention (regressed, suspect, below its roofline floor, improved) gets its own
 marker and the verdict with its change in the label, so the plot and the comment agree.
-The legend sits below the axes, where it cannot hide a point or a label.
+The legend sits below the axes, where it cannot hide a point or a label, and each label is
+put where its text (measured by the renderer) overlaps no other label or point.
 """
 
 from __future__ import annotations
