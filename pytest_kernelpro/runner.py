@@ -73,6 +73,12 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
         pytest.skip(choice.skip_reason or "no device")
     device = choice.device
     record.device_kind = "cuda" if device.startswith("cuda") else "cpu"
+    if record.device_kind == "cuda":
+        import os
+
+        # Which physical GPU (pinned per pytest-xdist worker) measured this kernel.
+        record.extra["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
+        record.extra["xdist_worker"] = os.environ.get("PYTEST_XDIST_WORKER")
     if record.device_kind == "cuda" and session.cuda_poisoned_by:
         raise KernelproError(
             f"not run: the CUDA context was broken by an earlier CUDA error in "
