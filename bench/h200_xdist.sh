@@ -16,7 +16,7 @@ rep = json.load(open(f"{r}/check.json"))
 recs = rep["records"]
 print("records in merged report:", len(recs))
 for x in recs:
-    print(f"{x['name']:24s} {x['outcome']:8s} device={x['device']:28s} gpu={x["extra"].get("cuda_visible_devices")} worker={x["extra"].get("xdist_worker")} verdict={(x.get('gate') or {}).get('status')}")
+    print(f"{x['name']:24s} {x['outcome']:8s} device={x['device']:28s} gpu={x['extra'].get('cuda_visible_devices')} worker={x['extra'].get('xdist_worker')} verdict={(x.get('gate') or {}).get('status')}")
 PY
 cd ..; tar czf "$OUT/xdist.tgz" -C "$R" .
 tail -n 14 "$R/check.log"; tail -n 4 "$R/n3.log"; cat "$R/steps.txt"
