@@ -32,7 +32,15 @@ if TYPE_CHECKING:
 SEVERITIES: tuple[str, ...] = ("critical", "high", "medium", "low")
 AFFINITIES: tuple[str, ...] = ("memory", "compute", "latency", "timeline", "always")
 # Inputs beyond ncu metrics that a tool may declare in `required_inputs`.
-INPUTS: tuple[str, ...] = ("metrics", "sass", "ptxas", "timeline", "min_bytes", "kernels")
+INPUTS: tuple[str, ...] = (
+    "metrics",
+    "sass",
+    "ptxas",
+    "timeline",
+    "min_bytes",
+    "flops",
+    "kernels",
+)
 
 # Kernels that ship in a vendor or framework library: the user cannot edit them, so findings
 # on them say "change the call", and the registry caps their severity.
@@ -236,8 +244,8 @@ class ToolContext:
         return default if found is None else found[1]
 
     def has_input(self, name: str) -> bool:
-        """Whether a non-metric input ("sass", "ptxas", "timeline", "min_bytes", "kernels") is
-        present."""
+        """Whether a non-metric input ("sass", "ptxas", "timeline", "min_bytes", "flops",
+        "kernels") is present."""
         if name == "metrics":
             return self.metrics is not None
         if name == "sass":
@@ -248,6 +256,8 @@ class ToolContext:
             return self.timeline is not None
         if name == "min_bytes":
             return self.min_bytes is not None and self.min_bytes > 0
+        if name == "flops":
+            return self.flops is not None and self.flops > 0
         if name == "kernels":
             return any(k.metrics is not None for k in self.kernels)
         raise KernelproError(f"Unknown tool input {name!r}; use one of {', '.join(INPUTS)}")

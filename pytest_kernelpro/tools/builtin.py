@@ -13,4 +13,5 @@ from pytest_kernelpro.tools import (  # noqa: F401
     stalls,
     tensorcore,
     timeline,
+    work,
 )

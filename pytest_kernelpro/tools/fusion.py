@@ -76,7 +76,9 @@ class KernelFusionTool(ProfilingTool):
     def _state(self, ctx: ToolContext) -> tuple[list[KernelTraffic], list[KernelTraffic], float]:
         traffic = kernel_traffic(ctx)
         bound = [
-            t for t in traffic if t.dram_pct is not None and t.dram_pct >= self.MEMORY_BOUND_DRAM_PCT
+            t
+            for t in traffic
+            if t.dram_pct is not None and t.dram_pct >= self.MEMORY_BOUND_DRAM_PCT
         ]
         total = sum(t.moved for t in traffic)
         ratio = total / ctx.min_bytes if ctx.min_bytes else 0.0

@@ -50,7 +50,9 @@ def test_needs_two_memory_bound_kernels(dram: float, fires: bool) -> None:
 def test_estimate_from_durations() -> None:
     # a: 100 B in 10 ns (10 B/ns, the best); b: 200 B in 40 ns. Fused: 100 minimal bytes at
     # 10 B/ns = 10 ns vs 50 ns spent -> 5x; by bytes 300 / 100 = 3x.
-    f = KernelFusionTool().analyze(item(kernel("a", 80.0, 100.0, 10.0), kernel("b", 70.0, 200.0, 40.0)))
+    f = KernelFusionTool().analyze(
+        item(kernel("a", 80.0, 100.0, 10.0), kernel("b", 70.0, 200.0, 40.0))
+    )
     rec = f.recommendations[0]
     assert (rec.low, rec.high) == (pytest.approx(3.0), pytest.approx(5.0))
     assert f.severity == "high"
@@ -95,7 +97,8 @@ def test_unfused_softmax_of_the_example_repo() -> None:
     rec = f.recommendations[0]
     assert rec.low == pytest.approx(3.793, abs=1e-3)
     assert rec.high == pytest.approx(4.944, abs=1e-3)
-    assert rec.low <= 351 / 69.1 * 1.05 and 351 / 69.1 <= rec.high * 1.05
+    assert rec.low <= 351 / 69.1 * 1.05
+    assert 351 / 69.1 <= rec.high * 1.05
     assert "torch.compile" in (f.code_example or "")
     # Single-kernel items: nothing to fuse.
     for name in ("triton_softmax", "cuda_row_rms"):

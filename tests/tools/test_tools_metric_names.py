@@ -1,12 +1,13 @@
-"""Every ncu metric a tool reads is a real Hopper name: a column of the H200 raw CSV, or a base
-listed by `ncu --query-metrics` on gh100 with a suffix that fits its type."""
+"""Every ncu metric a tool reads is a real Hopper name: a column of one of the H200 raw CSVs
+(the probe, or bench/profile_capture.py's), or a base listed by `ncu --query-metrics` on gh100
+with a suffix that fits its type."""
 
 from __future__ import annotations
 
 import csv
 import re
 
-from tools_factories import PROBE_DIR
+from tools_factories import CAPTURE_DIR, PROBE_DIR
 
 from pytest_kernelpro.tools import ToolRegistry, signals
 
@@ -42,8 +43,11 @@ def tool_metric_names() -> set[str]:
 
 
 def csv_columns() -> set[str]:
-    rows = list(csv.reader((PROBE_DIR / "ncu_raw.csv").read_text().splitlines()))
-    return set(next(r for r in rows if r and r[0] == "ID"))
+    columns: set[str] = set()
+    for folder in (PROBE_DIR, CAPTURE_DIR):
+        rows = list(csv.reader((folder / "ncu_raw.csv").read_text().splitlines()))
+        columns.update(next(r for r in rows if r and r[0] == "ID"))
+    return columns
 
 
 def query_types() -> dict[str, str]:

@@ -172,6 +172,7 @@ def capture_ctx(base: str, **kw: Any) -> ToolContext:
         stage1=classify(theo, kernel.metrics),
         op_category=k.meta.get("op"),
         min_bytes=k.meta.get("min_bytes"),
+        flops=k.meta.get("flops"),
         dtype=k.meta.get("dtype"),
     )
     defaults.update(kw)
