@@ -351,10 +351,11 @@ def main(argv: list[str] | None = None) -> int:
     if gpu:  # this process is alive and can still use the GPU
         parent_gpu_ok = float(torch.ones(1024, device="cuda").sum().item()) == 1024.0
 
-    by_code = {node.candidate.code: node for node in result.nodes}
+    # Match by evaluation order, not by code: two candidates may share their code.
+    evaluated = sorted((n for n in result.nodes if n.candidate is not None), key=lambda n: n.id)
     report = []
-    for name, want, fragment, cand in rows:
-        node = by_code.get(cand.code)
+    for index, (name, want, fragment, _cand) in enumerate(rows):
+        node = evaluated[index] if index < len(evaluated) else None
         ev = node.evaluation if node else None
         got = ev.status if ev else "not evaluated"
         reason = (ev.reason or "") if ev else ""
