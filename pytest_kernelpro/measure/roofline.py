@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import KernelproError
@@ -254,6 +254,48 @@ def _make_recorder(
     return _Recorder()
 
 
+def _price_upcasts_at_io_dtype(
+    ops: list[OpCost] | tuple[OpCost, ...],
+    inputs: Sequence[Any],
+    output: Any,
+    device_type: str,
+    allow_tf32: bool,
+    allow_cudnn_tf32: bool,
+    spec: DeviceSpec | None,
+    notes: list[str],
+) -> list[OpCost]:
+    """A reference that upcasts to float64 for accuracy (inputs and outputs in a narrower
+    float type) describes the kernel's work in that narrower type: price its float64 ops at
+    the rate of the inputs' dtype, not at the FP64 pipe's, which the kernel never uses."""
+    io = [
+        t for t in (*iter_tensors(list(inputs)), *iter_tensors(output)) if t.dtype.is_floating_point
+    ]
+    io_dtypes = {str(t.dtype).removeprefix("torch.") for t in io}
+    if not io_dtypes or "float64" in io_dtypes:
+        return list(ops)
+    io_dtype = max(io_dtypes, key=lambda d: _DTYPE_WIDTH.get(d, 4))
+    repriced: list[OpCost] = []
+    changed = False
+    for op in ops:
+        if op.dtype == "float64":
+            key = select_peak_key(
+                op.category, io_dtype, device_type, allow_tf32, allow_cudnn_tf32, spec
+            )
+            repriced.append(replace(op, dtype=io_dtype, peak_key=key))
+            changed = True
+        else:
+            repriced.append(op)
+    if changed:
+        notes.append(
+            f"the reference computes in float64 but takes and returns {io_dtype}: its float64 "
+            f"ops are priced at the {io_dtype} rate the kernel's work runs at"
+        )
+    return repriced
+
+
+_DTYPE_WIDTH = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
+
 def _storage_key(t: Any) -> Any:
     try:
         return (str(t.device), t.untyped_storage().data_ptr())
@@ -395,6 +437,9 @@ def analyze_reference(
 
     # Peak: FLOP-weighted harmonic mean of the rates of the units the ops run on.
     device_type = next((str(t.device.type) for t in read), ceilings.device_type)
+    ops = _price_upcasts_at_io_dtype(
+        ops, inputs, output, device_type, allow_tf32, allow_cudnn_tf32, spec, notes
+    )
     compute_time_counted = 0.0
     per_key: dict[str, float] = {}
     rates: dict[str, tuple[float, str]] = {}

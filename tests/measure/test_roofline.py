@@ -269,3 +269,31 @@ def test_efficiency_rejects_bad_times() -> None:
 def test_marker_values_are_validated() -> None:
     with pytest.raises(KernelproError, match="marker flops=-1"):
         analyze_reference(torch.relu, (torch.randn(8),), ceilings=CEIL, flops=-1)
+
+
+def test_float64_reference_of_float32_work_is_priced_at_the_float32_rate() -> None:
+    """An accuracy-minded reference upcasts; the kernel's work stays in the inputs' dtype."""
+    import torch
+
+    from pytest_kernelpro.measure.ceilings import Ceilings
+    from pytest_kernelpro.measure.roofline import analyze_reference
+
+    ceilings = Ceilings.from_dict(
+        {
+            "device": "t",
+            "bandwidth_Bps": 100e9,
+            "flops": {"fp32": 1e12, "fp64": 0.5e12},
+            "source": "measured",
+            "measured_at": "x",
+            "torch_version": "x",
+            "details": {},
+        }
+    )
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    upcast = analyze_reference(
+        lambda x, y: (x.double() @ y.double()).float(), (a, b), ceilings=ceilings
+    )
+    assert upcast.compute_time_s == pytest.approx(2 * 64**3 / 1e12)
+    assert any("priced at the float32 rate" in n for n in upcast.notes)
+    native = analyze_reference(torch.mm, (a.double(), b.double()), ceilings=ceilings)
+    assert native.compute_time_s == pytest.approx(2 * 64**3 / 0.5e12)

@@ -128,7 +128,7 @@ def test_threshold_override_and_errors() -> None:
     assert not WarpStallTool().trigger(c)
     with pytest.raises(
         KernelproError,
-        match=r"Unknown threshold 'TRIGER_PCT' for tool 'warp_stalls'; valid names: CRITICAL_PCT, EXCESS_BYTES_RATIO, ISSUE_HIDDEN_PCT, STREAM_LOW_DRAM_PCT, STREAM_MEDIUM_DRAM_PCT, STREAM_MIN_DRAM_PCT, STREAM_REUSE_RATIO, TRIGGER_PCT",
+        match=r"Unknown threshold 'TRIGER_PCT' for tool 'warp_stalls'; valid names: BANK_CONFLICT_LEAD_PCT, CRITICAL_PCT, EXCESS_BYTES_RATIO, ISSUE_HIDDEN_PCT, STREAM_LOW_DRAM_PCT, STREAM_MEDIUM_DRAM_PCT, STREAM_MIN_DRAM_PCT, STREAM_REUSE_RATIO, TRIGGER_PCT",
     ):
         WarpStallTool(thresholds={"TRIGER_PCT": 30})
     with pytest.raises(KernelproError, match="must be a number"):

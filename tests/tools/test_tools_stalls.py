@@ -174,3 +174,40 @@ def test_analyze_without_trigger_raises() -> None:
         BarrierStallTool().analyze(no_stalls)
     with pytest.raises(KernelproError, match="warp_stalls"):
         WarpStallTool().analyze(no_stalls)
+
+
+@pytest.mark.parametrize(("conflicts", "leads"), [(499.0, False), (500.0, True)])
+def test_bank_conflicts_lead_mio_advice(conflicts: float, leads: bool) -> None:
+    from pytest_kernelpro.tools.signals import SHARED_LD_CONFLICTS, SHARED_LD_WAVEFRONTS
+
+    values = {
+        **stall_values(mio_throttle=70.0),
+        SHARED_LD_CONFLICTS: conflicts,
+        SHARED_LD_WAVEFRONTS: 1000.0,
+    }
+    f = WarpStallTool().analyze(ctx(values))
+    assert (
+        f.recommendations[0].action.startswith("Remove the shared-memory bank conflicts") is leads
+    )
+    assert ("32 + 1" in (f.code_example or "")) is leads
+    if leads:
+        # 1000 wavefronts of which 500 replays: 2x, under the Amdahl bound 1/(1 - 0.7).
+        assert f.recommendations[0].high == pytest.approx(2.0)
+        assert sum("bank conflicts" in r.action for r in f.recommendations) == 1
+
+
+def test_bank_conflict_kernel_of_the_capture() -> None:
+    from tools_factories import capture_ctx
+
+    # bank_conflict: 772,190,525 of 805,744,957 shared load wavefronts are replays (95.8%).
+    # Removing them leads, capped by the MIO stall share's Amdahl bound.
+    f = WarpStallTool().analyze(capture_ctx("bank_conflict_kernel"))
+    assert f.severity == "critical"
+    assert "mio_throttle" in f.title
+    first = f.recommendations[0]
+    assert first.action.startswith("Remove the shared-memory bank conflicts first")
+    # MIO share of stalled cycles 76.77% (76.5% of active / (100 - 0.3% selected)): 4.30x.
+    assert first.high == pytest.approx(1 / (1 - 0.7677), rel=1e-3)
+    # tiled matmul (2,120,047 + 164,202 of 555,932,377 wavefronts conflict): register tiling leads.
+    tiled = WarpStallTool().analyze(capture_ctx("tiled_matmul_kernel"))
+    assert tiled.recommendations[0].action.startswith("Register-tile")
