@@ -263,7 +263,7 @@ def _price_upcasts_at_io_dtype(
     allow_cudnn_tf32: bool,
     spec: DeviceSpec | None,
     notes: list[str],
-) -> list[OpCost]:
+) -> tuple[OpCost, ...]:
     """A reference that upcasts to float64 for accuracy (inputs and outputs in a narrower
     float type) describes the kernel's work in that narrower type: price its float64 ops at
     the rate of the inputs' dtype, not at the FP64 pipe's, which the kernel never uses."""
@@ -272,7 +272,7 @@ def _price_upcasts_at_io_dtype(
     ]
     io_dtypes = {str(t.dtype).removeprefix("torch.") for t in io}
     if not io_dtypes or "float64" in io_dtypes:
-        return list(ops)
+        return tuple(ops)
     io_dtype = max(io_dtypes, key=lambda d: _DTYPE_WIDTH.get(d, 4))
     repriced: list[OpCost] = []
     changed = False
@@ -290,7 +290,7 @@ def _price_upcasts_at_io_dtype(
             f"the reference computes in float64 but takes and returns {io_dtype}: its float64 "
             f"ops are priced at the {io_dtype} rate the kernel's work runs at"
         )
-    return repriced
+    return tuple(repriced)
 
 
 _DTYPE_WIDTH = {"float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}

@@ -413,6 +413,7 @@ class L2LocalityTool(ProfilingTool):
     MEDIUM_RATIO = 2.0
     HIGH_RATIO = 4.0
     DRAM_RELEVANT_PCT = 50.0  # below this DRAM utilization, extra traffic is not the limiter yet
+    DRAM_NEGLIGIBLE_PCT = 5.0  # below this the kernel barely uses DRAM: the ratio is noise
 
     def _ratio(self, ctx: ToolContext) -> tuple[float, float] | None:
         read, write = ctx.value(DRAM_READ), ctx.value(DRAM_WRITE)
@@ -446,7 +447,13 @@ class L2LocalityTool(ProfilingTool):
         dram = ctx.resolve(DRAM_REQUEST)
         if dram is not None:
             evidence[dram[0]] = Evidence(dram[1], f"DRAM at {pct(dram[1])} of peak", "%")
-            if dram[1] < self.DRAM_RELEVANT_PCT and severity != "low":
+            if dram[1] < self.DRAM_NEGLIGIBLE_PCT and severity != "low":
+                severity = "low"
+                notes.append(
+                    f"Severity lowered: DRAM runs at {pct(dram[1])} of peak, so the extra "
+                    f"{num(moved - ctx.min_bytes)} bytes cannot be what limits this kernel."
+                )
+            elif dram[1] < self.DRAM_RELEVANT_PCT and severity != "low":
                 severity = "medium" if severity == "high" else "low"
                 notes.append(
                     f"Severity lowered: DRAM runs at only {pct(dram[1])} of peak, so the extra "

@@ -101,6 +101,15 @@ class OccupancyTool(ProfilingTool):
         theo = ctx.value(THEORETICAL_OCC) or 0.0
         ach = ctx.value(ACHIEVED_OCC) or 0.0
         severity, why = self._severity(ctx, ach)
+        grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
+        if grid is not None and sms is not None and grid < sms and severity != "low":
+            # Fewer blocks than SMs: no per-SM resource matters until the grid fills the GPU,
+            # and small_grid reports that.
+            severity = "low"
+            why = (
+                f"the grid has only {num(grid)} blocks for {sms} SMs, so the per-SM limits "
+                "do not bind yet (see small_grid)"
+            )
         limiters, blocks_per_sm, limits = occupancy_limiters(ctx)
         evidence: dict[str, Evidence] = {}
         recs: list[Recommendation] = []
