@@ -51,6 +51,7 @@ def profile_item(
 ) -> None:
     """Fill record.profile, the tools' findings, guidance and the report text."""
     from .profile.collect import profile_kernel_item
+    from .profile.model import NotCollected
     from .profile.render import render_profile_section
     from .tools.guidance import generate_prompt_guidance, render_findings_text
     from .tools.registry import run_tools
@@ -75,7 +76,17 @@ def profile_item(
         min_bytes=roofline.get("min_bytes"),
         flops=roofline.get("flops"),
         roofline_fraction=record.efficiency,
+        dtype=next((op.get("dtype") for op in roofline.get("ops") or [] if op.get("dtype")), None),
     )
+    # SASS and ptxas exist only for kernels of a captured load_inline module.
+    if report.kernels and all(k.sass is None for k in report.kernels):
+        report.not_collected.append(
+            NotCollected(
+                "sass",
+                "no captured load_inline module holds these kernels (PyTorch, Triton or "
+                "library kernels): SASS and ptxas resources are read from captured .so files only",
+            )
+        )
     record.profile = report.to_dict()
     record.extra["tools"] = tool_run.to_dict()
     record.extra["profile_wall_s"] = report.wall_s

@@ -231,7 +231,12 @@ def profile_kernel_item(
             else:
                 observed = kernel_time_by_name(events)
                 report.timeline = summarize_events(events, source="kineto")
-                if nsys_status() is None and _NSYS_FAILED is None:
+                nsys_problem = nsys_status() or _NSYS_FAILED
+                if nsys_problem is not None:
+                    report.not_collected.append(
+                        NotCollected("nsys", f"{nsys_problem}; the timeline comes from kineto")
+                    )
+                else:
                     nsys_spec = os.path.join(tmp, "nsys.json")
                     atomic_write_json(
                         nsys_spec,

@@ -151,6 +151,8 @@ def test_dram_saturation_on_fixtures() -> None:
         (4.0, 80.0, "high"),
         (4.0, 49.0, "medium"),
         (2.0, 49.0, "low"),
+        (4.0, 5.0, "medium"),
+        (4.0, 4.9, "low"),  # DRAM barely used: the ratio is noise (the capture's tiny kernel)
     ],
 )
 def test_l2_locality_thresholds(ratio: float, dram: float, expected: str | None) -> None:

@@ -193,3 +193,31 @@ def test_launch_config_quiet_on_fixtures() -> None:
         "wmma_matmul_kernel",
     ):
         assert not LaunchConfigTool().trigger(probe_ctx(base)), base
+
+
+@pytest.mark.parametrize(("grid", "expected"), [(131, "low"), (132, "critical")])
+def test_occupancy_defers_to_small_grid(grid: int, expected: str) -> None:
+    # Theoretical 50% (32 blocks of 32 threads), achieved 1%, schedulers starved: with fewer
+    # blocks than SMs no per-SM limit binds yet, small_grid owns the finding.
+    values = {
+        "sm__maximum_warps_per_active_cycle_pct": 50.0,
+        "sm__warps_active.avg.pct_of_peak_sustained_active": 1.0,
+        "smsp__warps_eligible.avg.per_cycle_active": 0.01,
+        "launch__grid_size": float(grid),
+        "launch__sm_count": 132.0,
+        "launch__occupancy_limit_blocks": 32.0,
+        "launch__block_size": 32.0,
+    }
+    f = OccupancyTool().analyze(ctx(values))
+    assert f.severity == expected
+    if expected == "low":
+        assert "see small_grid" in f.root_cause
+
+
+def test_occupancy_on_the_capture_tiny_kernel() -> None:
+    from tools_factories import capture_ctx
+
+    # tiny_kernel: 1 block of 32 threads; small_grid is critical, occupancy only low.
+    f = OccupancyTool().analyze(capture_ctx("tiny_kernel"))
+    assert f.severity == "low"
+    assert SmallGridTool().analyze(capture_ctx("tiny_kernel")).severity == "critical"

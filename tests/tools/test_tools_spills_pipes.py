@@ -243,6 +243,20 @@ def test_launch_overhead_thresholds(overhead: float, expected: str | None) -> No
 
 
 @pytest.mark.parametrize(
+    ("fraction", "expected"), [(None, "critical"), (0.799, "critical"), (0.8, "low")]
+)
+def test_launch_overhead_low_when_the_timed_loop_reaches_the_roofline(
+    fraction: float | None, expected: str
+) -> None:
+    # The Triton softmax of the example repo: 79.2% idle in the kineto timeline, yet 91.3% of
+    # its roofline when timed back to back: the timeline's idle time is host time between calls.
+    c = ctx(None, timeline=timeline(overhead=0.792), roofline_fraction=fraction)
+    f = LaunchOverheadTool().analyze(c)
+    assert f.severity == expected
+    assert bool(f.notes) is (expected == "low")
+
+
+@pytest.mark.parametrize(
     ("sync_calls", "gaps", "expected"),
     [
         (0, (99.0,), None),  # 9.9% of 1000 us in gaps, no sync
