@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from pytest_kernelpro.profile.metrics_catalog import STALL_REASONS as CATALOG_STALL_REASONS
 from pytest_kernelpro.tools.base import MetricRequest
 
 if TYPE_CHECKING:
@@ -120,27 +121,8 @@ DRAM_REQUEST = MetricRequest(
     DRAM_THROUGHPUT, "DRAM throughput", alternatives=(DRAM_THROUGHPUT_ALT,)
 )
 
-STALL_REASONS: tuple[str, ...] = (
-    "long_scoreboard",
-    "short_scoreboard",
-    "barrier",
-    "branch_resolving",
-    "mio_throttle",
-    "lg_throttle",
-    "math_pipe_throttle",
-    "wait",
-    "tex_throttle",
-    "membar",
-    "gmma",
-    "dispatch_stall",
-    "drain",
-    "imc_miss",
-    "no_instruction",
-    "sleeping",
-    "misc",
-    "not_selected",
-    "selected",
-)
+# The stall reasons ncu reports, one list for the profiler and the tools.
+STALL_REASONS: tuple[str, ...] = CATALOG_STALL_REASONS
 STALL_FAMILIES: tuple[str, ...] = (
     "smsp__warp_issue_stalled_{r}_per_warp_active.pct",
     "smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio",

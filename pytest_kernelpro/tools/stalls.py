@@ -25,6 +25,7 @@ from pytest_kernelpro.tools.signals import (
     SHARED_LD_WAVEFRONTS,
     SHARED_ST_CONFLICTS,
     SHARED_ST_WAVEFRONTS,
+    STALL_REASONS,
     StallBreakdown,
     stall_breakdown,
     stall_request,
@@ -35,22 +36,8 @@ from pytest_kernelpro.tools.streaming import long_scoreboard_advice, stream_stat
 CONFLICTS_FIRST = "Remove the shared-memory bank conflicts first"
 
 # Reasons a kernel author can act on; `selected`, `not_selected`, `misc` and `sleeping` are not.
-ACTIONABLE = (
-    "long_scoreboard",
-    "short_scoreboard",
-    "barrier",
-    "branch_resolving",
-    "mio_throttle",
-    "lg_throttle",
-    "math_pipe_throttle",
-    "wait",
-    "tex_throttle",
-    "membar",
-    "gmma",
-    "dispatch_stall",
-    "drain",
-    "imc_miss",
-    "no_instruction",
+ACTIONABLE = tuple(
+    r for r in STALL_REASONS if r not in ("selected", "not_selected", "misc", "sleeping")
 )
 
 
