@@ -76,6 +76,7 @@ def profile_item(
         min_bytes=roofline.get("min_bytes"),
         flops=roofline.get("flops"),
         roofline_fraction=record.efficiency,
+        timed_median_s=record.median_s,
         dtype=next((op.get("dtype") for op in roofline.get("ops") or [] if op.get("dtype")), None),
     )
     # SASS and ptxas exist only for kernels of a captured load_inline module.

@@ -199,6 +199,7 @@ class ToolContext:
     flops: float | None = None
     dtype: str | None = None  # "float32", "bfloat16", ...
     roofline_fraction: float | None = None  # measured efficiency vs the roofline, 0..1
+    timed_median_s: float | None = None  # the item's timed median (calls back to back)
     # Every kernel of the item's profile (one call of the item), for item-scope tools that
     # compare kernels, e.g. several memory-bound kernels that could be one.
     kernels: tuple[KernelProfile, ...] = ()

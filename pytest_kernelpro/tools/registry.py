@@ -302,6 +302,7 @@ def run_tools(
     flops: float | None = None,
     dtype: str | None = None,
     roofline_fraction: float | None = None,
+    timed_median_s: float | None = None,
     near_roofline_pct: float = 80.0,
     library_max_severity: str = "medium",
     affinity_mode: str = "final",
@@ -343,6 +344,7 @@ def run_tools(
         flops=flops,
         dtype=dtype,
         roofline_fraction=roofline_fraction,
+        timed_median_s=timed_median_s,
         kernels=tuple(report.kernels),
     )
     kernel_tools = [t for t in instances if t.scope == "kernel"]

@@ -32,6 +32,32 @@ def _graded(value: float, critical: float, high: float) -> str:
     return "critical" if value >= critical else "high" if value >= high else "medium"
 
 
+def _gpu_busy_share(ctx: ToolContext) -> float | None:
+    """Sum of the item's kernel durations (ncu, one call) over its timed median, or None."""
+    if not ctx.timed_median_s or not ctx.kernels:
+        return None
+    seconds = []
+    for kernel in ctx.kernels:
+        entry = kernel.metrics.metrics.get("gpu__time_duration.sum") if kernel.metrics else None
+        scale = _SECONDS_PER_UNIT.get(entry.unit if entry else "", None)
+        if entry is None or scale is None or isinstance(entry.value, str):
+            return None
+        seconds.append(float(entry.value) * scale)
+    return min(1.0, sum(seconds) / ctx.timed_median_s)
+
+
+_SECONDS_PER_UNIT = {
+    "ns": 1e-9,
+    "nsecond": 1e-9,
+    "us": 1e-6,
+    "usecond": 1e-6,
+    "ms": 1e-3,
+    "msecond": 1e-3,
+    "s": 1.0,
+    "second": 1.0,
+}
+
+
 @ToolRegistry.register
 class LaunchOverheadTool(ProfilingTool):
     """End-to-end time dominated by launch overhead rather than kernel execution."""
@@ -68,6 +94,15 @@ class LaunchOverheadTool(ProfilingTool):
                 "the host. The idle share is host time between the profiled calls (kineto's "
                 "own overhead included); it matters when the caller launches this op one call "
                 "at a time between host work."
+            )
+            severity = "low"
+        busy = _gpu_busy_share(ctx)
+        if severity != "low" and busy is not None and 100.0 * busy >= self.TIMED_ROOFLINE_PCT:
+            notes.append(
+                f"Severity lowered from {severity} to low: the item's own kernels (ncu "
+                f"durations) fill {pct(100.0 * busy)} of its timed median, so when it is "
+                "called back to back the GPU does not wait for the host; the idle share is "
+                "host time between the profiled calls."
             )
             severity = "low"
         per_kernel = tl.kernel_time_us / tl.kernel_count if tl.kernel_count else 0.0

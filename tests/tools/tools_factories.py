@@ -251,6 +251,7 @@ def example_run(name: str) -> ToolRun:
         min_bytes=roofline.get("min_bytes"),
         flops=roofline.get("flops"),
         roofline_fraction=record["efficiency"],
+        timed_median_s=record["timing"]["stats"]["median_s"],
     )
 
 
