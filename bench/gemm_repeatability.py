@@ -26,7 +26,7 @@ fn(); torch.cuda.synchronize()
 with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
     fn(); torch.cuda.synchronize()
 names = sorted({e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA})
-res = time_kernel(fn, device="cuda", budget=TimingBudget(max_time_s=2.0))
+res = time_kernel(fn, device="cuda", budget=TimingBudget(max_time_s=2.0, warmup_ms=WARMUP_MS, min_samples=MIN_SAMPLES))
 from triton.testing import do_bench
 db = do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e-3
 print("RESULT", json.dumps({"kernels": names, "median_s": res.stats.median_s, "n": res.stats.n,
@@ -39,6 +39,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--warmup-ms", type=float, default=25.0)
+    parser.add_argument("--min-samples", type=int, default=20)
     args = parser.parse_args()
     rows = []
     for i in range(args.processes):
