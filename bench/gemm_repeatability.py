@@ -44,8 +44,10 @@ def main() -> int:
     args = parser.parse_args()
     rows = []
     for i in range(args.processes):
+        child = CHILD.replace("WARMUP_MS", repr(args.warmup_ms))
+        child = child.replace("MIN_SAMPLES", repr(args.min_samples))
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300
+            [sys.executable, "-c", child], capture_output=True, text=True, timeout=300
         )
         line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
