@@ -141,7 +141,7 @@ SETTINGS: tuple[Setting, ...] = (
         "FRACTION",
     ),
     Setting(
-        "warmup_ms", "Warm-up time per kernel in milliseconds", parse_positive_float, 25.0, "MS"
+        "warmup_ms", "Warm-up time per kernel in milliseconds", parse_positive_float, 300.0, "MS"
     ),
     Setting(
         "trials",
