@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pytest_kernelpro.tools import (  # noqa: F401
+    dram,
     fusion,
     launch,
     memory,

@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 from tools_factories import by_tool, ctx, probe_ctx, probe_run, sass
 
-from pytest_kernelpro.tools.memory import (
-    DramSaturationTool,
-    GlobalCoalescingTool,
-    L2LocalityTool,
-    VectorizationTool,
-    coalescing_ops,
-)
+from pytest_kernelpro.tools.dram import DramSaturationTool, L2LocalityTool
+from pytest_kernelpro.tools.memory import GlobalCoalescingTool, VectorizationTool, coalescing_ops
 
 LD_SEC = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
 LD_REQ = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"

@@ -1,0 +1,225 @@
+"""DRAM tools: bandwidth saturation (the memory roof is reached) and L2 locality.
+
+Split from `memory.py` (coalescing and vectorization: how accesses are shaped); these read
+how much traffic reaches DRAM at all.
+"""
+
+from __future__ import annotations
+
+from pytest_kernelpro.tools.base import (
+    Evidence,
+    Finding,
+    MetricRequest,
+    ProfilingTool,
+    Recommendation,
+    ToolContext,
+    num,
+    pct,
+)
+from pytest_kernelpro.tools.registry import ToolRegistry
+from pytest_kernelpro.tools.signals import (
+    DRAM_READ,
+    DRAM_REQUEST,
+    DRAM_WRITE,
+    L2_HIT,
+    LLD_SECTORS,
+    LST_SECTORS,
+)
+
+WARP_PER_ROW_EXAMPLE = """\
+// One warp per row: lane i reads elements i, i+32, ... so a warp touches 128 contiguous bytes.
+int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+const float* xr = x + (size_t)row * cols;
+float m = -INFINITY;
+for (int c = lane; c < cols; c += 32) m = fmaxf(m, xr[c]);
+for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+"""
+
+FLOAT4_EXAMPLE = """\
+// 128-bit accesses: one instruction moves 4 floats (requires 16-byte alignment, n % 4 == 0).
+const float4* x4 = reinterpret_cast<const float4*>(x);
+float4* y4 = reinterpret_cast<float4*>(y);
+for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
+  float4 v = x4[i];
+  y4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
+}
+"""
+
+MAX_IDEAL_SECTORS = 16.0  # 32 threads x 16 bytes / 32-byte sectors
+
+
+@ToolRegistry.register
+class DramSaturationTool(ProfilingTool):
+    """DRAM bandwidth near its peak: access-pattern tuning is done; only fewer bytes help."""
+
+    name = "dram_saturation"
+    description = "DRAM throughput near peak: stop optimizing memory traffic patterns"
+    affinity = "memory"
+    required_metrics = (
+        DRAM_REQUEST,
+        MetricRequest(DRAM_READ, "DRAM bytes read", required=False),
+        MetricRequest(DRAM_WRITE, "DRAM bytes written", required=False),
+    )
+    SATURATED_PCT = 80.0
+    AT_MINIMUM_RATIO = 1.25  # DRAM bytes / minimal bytes considered "already minimal"
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        dram = ctx.value(DRAM_REQUEST)
+        return dram is not None and dram >= self.SATURATED_PCT
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        name, dram = ctx.resolve(DRAM_REQUEST) or (DRAM_REQUEST.name, 0.0)
+        headroom = 100.0 / max(dram, 1e-9)
+        evidence = {
+            name: Evidence(
+                dram, f"{pct(dram)} >= {self.SATURATED_PCT:g}% of peak DRAM bandwidth", "%"
+            )
+        }
+        moved = (ctx.value(DRAM_READ) or 0.0) + (ctx.value(DRAM_WRITE) or 0.0)
+        extra = ""
+        if ctx.min_bytes and moved:
+            ratio = moved / ctx.min_bytes
+            evidence["dram bytes / minimal bytes"] = Evidence(
+                round(ratio, 3), f"{num(moved)} B moved vs {num(ctx.min_bytes)} B minimal"
+            )
+            if ratio <= self.AT_MINIMUM_RATIO:
+                extra = (
+                    f" It moves {ratio:.2f}x the minimal bytes, so it sits on the memory roofline."
+                )
+            else:
+                extra = f" It moves {ratio:.2f}x the minimal bytes: the remaining gain is in moving fewer bytes."
+        return self.make_finding(
+            ctx,
+            severity="low",
+            title=f"DRAM bandwidth at {pct(dram)} of peak: stop optimizing memory traffic",
+            root_cause=(
+                f"DRAM runs at {pct(dram)} of its peak bandwidth; reordering or vectorizing "
+                f"accesses can gain at most {headroom:.2f}x.{extra}"
+            ),
+            evidence=evidence,
+            recommendations=[
+                Recommendation(
+                    "Reduce bytes instead: fuse with the neighbouring ops, store lower precision "
+                    "(bf16/fp8) where tolerances allow, recompute instead of re-reading",
+                    1.1,
+                    2.0,
+                    "heuristic (depends on how many bytes fusion or precision removes)",
+                    bounded_by_saturation=False,
+                ),
+                Recommendation(
+                    "Stop optimizing memory access patterns for this kernel",
+                    1.0,
+                    headroom,
+                    "bound: 100 / DRAM throughput %",
+                ),
+            ],
+        )
+
+
+@ToolRegistry.register
+class L2LocalityTool(ProfilingTool):
+    """DRAM traffic well above the reference's minimal bytes: data is re-fetched from DRAM."""
+
+    name = "l2_locality"
+    description = "DRAM bytes vs the minimal bytes of the reference, with the L2 hit rate"
+    affinity = "memory"
+    bounded_by_saturation = False
+    required_inputs = ("metrics", "min_bytes")
+    required_metrics = (
+        MetricRequest(DRAM_READ, "DRAM bytes read"),
+        MetricRequest(DRAM_WRITE, "DRAM bytes written"),
+        MetricRequest(L2_HIT, "L2 hit rate", required=False),
+    )
+    EXCESS_RATIO = 1.5
+    MEDIUM_RATIO = 2.0
+    HIGH_RATIO = 4.0
+    DRAM_RELEVANT_PCT = 50.0  # below this DRAM utilization, extra traffic is not the limiter yet
+    DRAM_NEGLIGIBLE_PCT = 5.0  # below this the kernel barely uses DRAM: the ratio is noise
+
+    def _ratio(self, ctx: ToolContext) -> tuple[float, float] | None:
+        read, write = ctx.value(DRAM_READ), ctx.value(DRAM_WRITE)
+        if read is None or write is None or not ctx.min_bytes:
+            return None
+        return (read + write) / ctx.min_bytes, read + write
+
+    def trigger(self, ctx: ToolContext) -> bool:
+        found = self._ratio(ctx)
+        return found is not None and found[0] >= self.EXCESS_RATIO
+
+    def analyze(self, ctx: ToolContext) -> Finding:
+        found = self._ratio(ctx)
+        if found is None or not ctx.min_bytes:
+            raise self.not_triggered(ctx)
+        ratio, moved = found
+        severity = (
+            "high"
+            if ratio >= self.HIGH_RATIO
+            else "medium"
+            if ratio >= self.MEDIUM_RATIO
+            else "low"
+        )
+        evidence = {
+            "dram bytes / minimal bytes": Evidence(
+                round(ratio, 3),
+                f"{num(moved)} B moved / {num(ctx.min_bytes)} B minimal = {ratio:.2f}x >= {self.EXCESS_RATIO:g}x",
+            )
+        }
+        notes = []
+        dram = ctx.resolve(DRAM_REQUEST)
+        if dram is not None:
+            evidence[dram[0]] = Evidence(dram[1], f"DRAM at {pct(dram[1])} of peak", "%")
+            if dram[1] < self.DRAM_NEGLIGIBLE_PCT and severity != "low":
+                severity = "low"
+                notes.append(
+                    f"Severity lowered: DRAM runs at {pct(dram[1])} of peak, so the extra "
+                    f"{num(moved - ctx.min_bytes)} bytes cannot be what limits this kernel."
+                )
+            elif dram[1] < self.DRAM_RELEVANT_PCT and severity != "low":
+                severity = "medium" if severity == "high" else "low"
+                notes.append(
+                    f"Severity lowered: DRAM runs at only {pct(dram[1])} of peak, so the extra "
+                    "traffic is not the limiter yet; it becomes one once the other findings are fixed."
+                )
+        hit = ctx.value(L2_HIT)
+        hit_text = ""
+        if hit is not None:
+            evidence[L2_HIT] = Evidence(hit, f"L2 hit rate {pct(hit)}", "%")
+            hit_text = f" with an L2 hit rate of {pct(hit)}"
+        local = (ctx.value(LLD_SECTORS) or 0.0) + (ctx.value(LST_SECTORS) or 0.0)
+        local_text = ""
+        if local > 0:
+            local_text = (
+                f" Part of it is local-memory traffic ({num(local)} local sectors in L1): see the "
+                "register-spill finding."
+            )
+        bound = min(ratio, 4.0)
+        return self.make_finding(
+            ctx,
+            severity=severity,
+            title=f"DRAM traffic is {ratio:.2f}x the minimal bytes",
+            root_cause=(
+                f"The kernel moves {num(moved)} bytes to/from DRAM, {ratio:.2f}x the "
+                f"{num(ctx.min_bytes)} bytes the reference needs at minimum{hit_text}: data is "
+                "fetched from DRAM more than once (passes over the same data, or a working set "
+                f"larger than L2 between reuses).{local_text}"
+            ),
+            evidence=evidence,
+            recommendations=[
+                Recommendation(
+                    "Read each input once: fuse the passes (e.g. softmax max/sum/normalize over a "
+                    "row kept in registers or shared memory; online softmax)",
+                    1.1,
+                    max(1.1, bound),
+                    "bound: DRAM bytes / minimal bytes, capped at 4x",
+                ),
+                Recommendation(
+                    "Improve temporal locality: process tiles that share data together (block "
+                    "swizzling / rasterization), or pin a reused buffer in L2 with an access "
+                    "policy window (cudaStreamAttributeAccessPolicyWindow)",
+                    1.05,
+                    max(1.05, (1.0 + bound) / 2.0),
+                    "heuristic",
+                ),
+            ],
+            notes=notes,
+        )
