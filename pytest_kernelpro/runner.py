@@ -27,11 +27,6 @@ def _describe_exception(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _is_cuda_error(exc: BaseException) -> bool:
-    text = str(exc)
-    return "CUDA error" in text or "cudaError" in text or "an illegal memory access" in text
-
-
 def new_record(item: KernelItem) -> KernelRecord:
     problem = item.problem
     return KernelRecord(
@@ -63,7 +58,7 @@ def run_kernel_item(item: KernelItem, session: KernelproSession) -> None:
 
 
 def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
-    from .measure.correctness import Tolerance, check_correctness, default_tolerance
+    from .measure.correctness import check_correctness
     from .measure.timing import TimingBudget, time_kernel
 
     settings = session.settings
@@ -108,17 +103,15 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
             ) from exc
 
     trials = problem.trials or settings.trials
-    tolerance = None
-    if problem.rtol is not None or problem.atol is not None:
-        base = default_tolerance(_reference_dtype(reference, make_inputs(0)))
-        tolerance = Tolerance(
-            rtol=problem.rtol if problem.rtol is not None else base.rtol,
-            atol=problem.atol if problem.atol is not None else base.atol,
-            source="marker",
-        )
     try:
         correctness = check_correctness(
-            kernel, reference, make_inputs, device=device, trials=trials, tolerance=tolerance
+            kernel,
+            reference,
+            make_inputs,
+            device=device,
+            trials=trials,
+            rtol=problem.rtol,
+            atol=problem.atol,
         )
     except KernelproError:
         raise
@@ -178,15 +171,10 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
             )
 
 
-def _reference_dtype(reference: Any, inputs: tuple[Any, ...]) -> Any:
-    out = reference(*inputs)
-    while isinstance(out, (tuple, list)) and out:
-        out = out[0]
-    return getattr(out, "dtype", None)
-
-
 def _note_cuda_error(session: KernelproSession, exc: BaseException, name: str) -> None:
-    if _is_cuda_error(exc) and session.cuda_poisoned_by is None:
+    from .measure.correctness import is_cuda_error
+
+    if is_cuda_error(exc) and session.cuda_poisoned_by is None:
         session.cuda_poisoned_by = name
 
 

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
+from .gate.format import format_time
 from .results import KernelRecord
-
-
-def format_seconds(value: float | None) -> str:
-    """Seconds in the unit that reads best: ns, us, ms or s."""
-    if value is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if value >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value / 1e-9:.3g} ns"
 
 
 def render_item_section(record: KernelRecord) -> str:
@@ -30,9 +21,9 @@ def render_item_section(record: KernelRecord) -> str:
         t = record.timing
         s = t.get("stats", {})
         lines.append(
-            f"timing: median {format_seconds(s.get('median_s'))}, IQR "
-            f"{format_seconds(s.get('iqr_s'))}, 95% CI [{format_seconds(s.get('ci_low_s'))}, "
-            f"{format_seconds(s.get('ci_high_s'))}], n={s.get('n')}, {t.get('method')}, "
+            f"timing: median {format_time(s.get('median_s'))}, IQR "
+            f"{format_time(s.get('iqr_s'))}, 95% CI [{format_time(s.get('ci_low_s'))}, "
+            f"{format_time(s.get('ci_high_s'))}], n={s.get('n')}, {t.get('method')}, "
             f"stop: {t.get('stop_reason')}, throttled samples: {t.get('throttled_samples')}"
         )
     if record.roofline:
@@ -42,7 +33,7 @@ def render_item_section(record: KernelRecord) -> str:
             f"roofline: {r.get('flops', 0):.4g} FLOP, {r.get('min_bytes', 0):.4g} B minimal "
             f"({r.get('unfused_bytes', 0):.4g} B unfused), intensity {r.get('intensity', 0):.3g} "
             f"FLOP/B vs ridge {r.get('ridge', 0):.3g} -> {r.get('bound')}-bound; peak "
-            f"{r.get('peak_name')}; roofline time {format_seconds(r.get('roofline_time_s'))}; "
+            f"{r.get('peak_name')}; roofline time {format_time(r.get('roofline_time_s'))}; "
             f"reaches {eff}"
         )
     if record.gate:

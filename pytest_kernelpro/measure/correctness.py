@@ -309,11 +309,14 @@ def check_correctness(
     trials: int = 3,
     tolerance: Tolerance | None = None,
     seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
 ) -> CorrectnessResult:
     """Run `trials` trials of kernel vs reference on fresh inputs; stop at the first failure.
 
     `tolerance` None: per-output defaults from the reference's dtype (`default_tolerance`,
-    TF32-aware on CUDA). Raises `KernelproError` if `make_inputs` or `reference` raises.
+    TF32-aware on CUDA), with `rtol`/`atol` (a marker's) replacing the default's fields when
+    given. Raises `KernelproError` if `make_inputs` or `reference` raises.
     """
     import torch
 
@@ -330,10 +333,17 @@ def check_correctness(
         if tolerance is not None:
             return tolerance
         name = str(dtype).removeprefix("torch.")
-        return default_tolerance(
+        base = default_tolerance(
             dtype,
             tf32=tf32_mode == "tf32",
             reduced="bf16" if tf32_mode == "bf16" and name == "float32" else None,
+        )
+        if rtol is None and atol is None:
+            return base
+        return Tolerance(
+            rtol=base.rtol if rtol is None else rtol,
+            atol=base.atol if atol is None else atol,
+            source="marker",
         )
 
     for trial in range(trials):

@@ -368,3 +368,18 @@ def test_cuda_poisoning_tf32_and_nondeterministic_ops() -> None:
     assert r.passed
     assert r.tf32
     assert "TF32" in r.tolerance.source
+
+
+def test_marker_rtol_alone_keeps_the_dtype_default_atol() -> None:
+    """rtol= from a marker replaces only rtol; atol stays the default of the output dtype."""
+    import torch
+
+    from pytest_kernelpro.measure.correctness import check_correctness, default_tolerance
+
+    result = check_correctness(
+        torch.neg, torch.neg, lambda seed: (torch.randn(8),), device="cpu", trials=1, rtol=0.5
+    )
+    assert result.passed
+    assert result.tolerance.rtol == 0.5
+    assert result.tolerance.atol == default_tolerance(torch.float32).atol
+    assert result.tolerance.source == "marker"
