@@ -208,7 +208,10 @@ class Problem:
     def instantiate(self, device: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
         """(kernel, reference) ready to run on `device`; modules are built with the same
         seed so parameters match, and moved to the device."""
-        return self.kernel_factory(device), self.reference_factory(device)
+        reference = self.reference_factory(device)
+        if getattr(self.kernel_factory, "takes_reference", False):
+            return self.kernel_factory(device, reference=reference), reference  # type: ignore[call-arg]
+        return self.kernel_factory(device), reference
 
     def at_shapes(self) -> list[Problem]:
         shapes = self.extra.get("shapes")
@@ -288,9 +291,11 @@ def _share_parameters(
     """Wrap factories so that a module kernel gets the reference module's parameters when
     their state_dict keys match (KernelBench practice: both built from the same seed)."""
 
-    def kernel(device: str) -> Any:
+    def kernel(device: str, reference: Any = None) -> Any:
+        # `reference`: one already built for this device (Problem.instantiate), so the
+        # reference module is not constructed twice.
         built = kernel_factory(device)
-        ref = reference_factory(device)
+        ref = reference_factory(device) if reference is None else reference
         k_sd = getattr(built, "state_dict", None)
         r_sd = getattr(ref, "state_dict", None)
         if callable(k_sd) and callable(r_sd):
@@ -299,6 +304,7 @@ def _share_parameters(
                 built.load_state_dict(ref_state)
         return built
 
+    kernel.takes_reference = True  # type: ignore[attr-defined]
     return kernel
 
 
