@@ -26,27 +26,6 @@ from pytest_kernelpro.tools.signals import (
     LST_SECTORS,
 )
 
-WARP_PER_ROW_EXAMPLE = """\
-// One warp per row: lane i reads elements i, i+32, ... so a warp touches 128 contiguous bytes.
-int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-const float* xr = x + (size_t)row * cols;
-float m = -INFINITY;
-for (int c = lane; c < cols; c += 32) m = fmaxf(m, xr[c]);
-for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-"""
-
-FLOAT4_EXAMPLE = """\
-// 128-bit accesses: one instruction moves 4 floats (requires 16-byte alignment, n % 4 == 0).
-const float4* x4 = reinterpret_cast<const float4*>(x);
-float4* y4 = reinterpret_cast<float4*>(y);
-for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
-  float4 v = x4[i];
-  y4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
-}
-"""
-
-MAX_IDEAL_SECTORS = 16.0  # 32 threads x 16 bytes / 32-byte sectors
-
 
 @ToolRegistry.register
 class DramSaturationTool(ProfilingTool):
