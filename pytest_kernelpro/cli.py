@@ -1,4 +1,4 @@
-"""The `kernelpro` command: comment, compare, show, calibrate.
+"""The `kernelpro` command: comment, compare, history, show, calibrate; `--version`.
 
 Each subcommand lives in its part; this module only dispatches, importing lazily.
 """
@@ -20,6 +20,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "compare_main",
         "compare two JSON reports (base vs head) as a speedup table",
     ),
+    "history": (
+        "pytest_kernelpro.gate.history",
+        "history_main",
+        "list the runs kept in .kernelpro/history (one JSON per run, by commit and machine)",
+    ),
     "show": (
         "pytest_kernelpro.search.show",
         "show_main",
@@ -34,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 
 
 def usage() -> str:
-    lines = ["usage: kernelpro COMMAND [ARGS...]", "", "commands:"]
+    lines = ["usage: kernelpro [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<10} {help_text}" for name, (_, _, help_text) in COMMANDS.items()]
     lines.append("\n`kernelpro COMMAND --help` for a command's options")
     return "\n".join(lines)
@@ -45,6 +50,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help"):
         print(usage())
         return 0 if args else 2
+    if args[0] in ("-V", "--version"):
+        from pytest_kernelpro import __version__
+
+        print(f"kernelpro (pytest-kernelpro) {__version__}")
+        return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
         print(f"kernelpro: unknown command {name!r}\n\n{usage()}", file=sys.stderr)

@@ -21,6 +21,9 @@ GROUP_DESCRIPTION = "GPU kernel checking, timing, roofline and regression gate"
 
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 FEEDBACK_CHOICES = ("tools", "raw", "none")
+CPU_FLUSH_CHOICES = ("auto", "on", "off")
+CROSS_CPU_CHOICES = ("info", "gate")
+SORT_CHOICES = ("status", "name", "median", "roofline", "change")
 
 
 def parse_fraction(text: str) -> float:
@@ -71,6 +74,37 @@ def parse_feedback(text: str) -> str:
     if value in FEEDBACK_CHOICES:
         return value
     raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
+
+
+def _choice(kind: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value in choices:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a {kind}; use one of {', '.join(choices)}"
+        )
+
+    parse.__name__ = f"parse_{kind.replace(' ', '_')}"
+    return parse
+
+
+parse_cpu_flush = _choice("CPU flush mode", CPU_FLUSH_CHOICES)
+parse_cross_cpu = _choice("cross-CPU mode", CROSS_CPU_CHOICES)
+parse_sort = _choice("sort order", SORT_CHOICES)
+
+
+def parse_threads(text: str) -> int:
+    """`auto` (0: the thread policy decides) or a positive thread count."""
+    if str(text).strip().lower() == "auto":
+        return 0
+    return parse_positive_int(text)
+
+
+def parse_history(text: str) -> str:
+    """A directory for the run history, or `off`."""
+    value = str(text).strip()
+    return "" if value.lower() in ("off", "none", "false", "0", "") else value
 
 
 def parse_budget_text(text: str) -> str:
@@ -128,10 +162,56 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "time_budget",
-        "Sampling budget per kernel in seconds (timing stops earlier once the median is stable)",
+        "Timing budget per kernel in seconds (timing stops earlier once the median is stable; "
+        "on the CPU it covers warm-up too). Default when unset: 2 on a GPU, 1 on the CPU",
         parse_positive_float,
-        2.0,
+        None,
         "SECONDS",
+    ),
+    Setting(
+        "cpu_flush",
+        "CPU cache flush before each sample: auto (only when the inputs fit in the "
+        "last-level cache), on or off",
+        parse_cpu_flush,
+        "auto",
+        "MODE",
+    ),
+    Setting(
+        "cpu_threads",
+        "torch threads for timing CPU kernels: auto (one thread: steady when other work "
+        "shares the machine) or a number",
+        parse_threads,
+        0,
+        "N",
+    ),
+    Setting(
+        "cpu_cross_device",
+        "A baseline from another CPU: info (reported, never fails) or gate (compared by "
+        "efficiency and failed like a GPU's)",
+        parse_cross_cpu,
+        "info",
+        "MODE",
+    ),
+    Setting(
+        "sort",
+        "Order of the terminal table: status (attention first), name, median, roofline, change",
+        parse_sort,
+        "status",
+        "KEY",
+    ),
+    Setting(
+        "history",
+        "Directory that keeps one JSON report per run (keyed by commit and machine), or off",
+        parse_history,
+        ".kernelpro/history",
+        "DIR",
+    ),
+    Setting(
+        "correctness_only",
+        "Check correctness only: no timing, roofline, gate or profile",
+        parse_bool,
+        False,
+        is_flag=True,
     ),
     Setting(
         "target_rel_ci",
@@ -323,7 +403,7 @@ class KernelproConfig:
     optimize: str | None
     only: bool
     device: str
-    time_budget_s: float
+    time_budget_s: float | None  # None: 2 s on a GPU, 1 s on the CPU (budget_for)
     target_rel_ci: float
     warmup_ms: float
     trials: int
@@ -340,6 +420,19 @@ class KernelproConfig:
     max_tokens: int
     profile_timeout_s: float
     sources: dict[str, str]  # setting name -> where its value came from
+    cpu_flush: str = "auto"
+    cpu_threads: int = 0  # 0: auto (measure.cpuload.policy_threads)
+    cpu_cross_device: str = "info"
+    sort: str = "status"
+    history_dir: Path | None = None
+    correctness_only: bool = False
+
+    def budget_for(self, device: str) -> float:
+        """The timing budget on `device`: the setting, else 2 s on a GPU and 1 s on the CPU
+        (pytest-benchmark's max_time; CPU timings stop at the budget far more often)."""
+        if self.time_budget_s is not None:
+            return self.time_budget_s
+        return 2.0 if device.startswith("cuda") else 1.0
 
     @property
     def artifacts_dir(self) -> Path:
@@ -406,4 +499,10 @@ class KernelproConfig:
             max_tokens=values["max_tokens"],
             profile_timeout_s=values["profile_timeout"],
             sources=sources,
+            cpu_flush=values["cpu_flush"],
+            cpu_threads=values["cpu_threads"],
+            cpu_cross_device=values["cpu_cross_device"],
+            sort=values["sort"],
+            history_dir=rooted(values["history"] or None),
+            correctness_only=bool(values["correctness_only"]),
         )

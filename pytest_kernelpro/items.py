@@ -56,6 +56,15 @@ class KernelConfigErrorItem(pytest.Item):
 
     def runtest(self) -> None:
         # Raised when run, not at collection: a collection error would stop the session.
+        # The record makes the kernel count in the kernelpro summary as pytest counts it.
+        self.stash[RECORD_KEY] = KernelRecord(
+            nodeid=self.nodeid,
+            name=self.name,
+            kernel=self.name,
+            outcome="failed",
+            message=str(self.error),
+            extra={"invalid_marker": True},
+        )
         raise self.error
 
     def repr_failure(

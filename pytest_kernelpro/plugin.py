@@ -13,7 +13,14 @@ import pytest
 
 from . import hookspec
 from .config import KernelproConfig, add_options
-from .items import PLUGIN_NAME, RECORD_KEY, KernelBenchFile, KernelItem, collect_marked
+from .items import (
+    PLUGIN_NAME,
+    RECORD_KEY,
+    KernelBenchFile,
+    KernelConfigErrorItem,
+    KernelItem,
+    collect_marked,
+)
 from .problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
 from .session import REPORT_ATTR, KernelproSession
 
@@ -111,7 +118,8 @@ def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, Any, Any]:
     """Attach the kernel record and a `kernelpro` section to the call report."""
-    record = item.stash.get(RECORD_KEY, None) if isinstance(item, KernelItem) else None
+    is_kernel = isinstance(item, (KernelItem, KernelConfigErrorItem))
+    record = item.stash.get(RECORD_KEY, None) if is_kernel else None
     if call.when == "call" and record is not None:
         from .gate.junit import junit_properties
 

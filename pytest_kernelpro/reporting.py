@@ -27,6 +27,19 @@ def write_session_outputs(kp: KernelproSession) -> None:
             KernelproWarning,
             stacklevel=1,
         )
+    if settings.history_dir is not None:
+        from .gate.history import save_run
+
+        try:
+            kp.history_path = save_run(settings.history_dir, report)
+        except OSError as exc:
+            warnings.warn(
+                f"kernelpro: could not keep this run in the history {settings.history_dir} "
+                f"({settings.sources.get('history')}): {exc}; set kernelpro_history to a "
+                "writable directory or to off",
+                KernelproWarning,
+                stacklevel=1,
+            )
     if settings.save_baseline is not None:
         from .gate.baseline import save_baseline
 
@@ -53,11 +66,63 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     width = getattr(terminalreporter, "_tw", None)
     columns = getattr(width, "fullwidth", 120) if width is not None else 120
     color = bool(getattr(width, "hasmarkup", False))
+    settings = kp.settings
     terminalreporter.write_sep("=", "kernelpro")
     terminalreporter.write_line(
-        render_terminal_table(kp.records, width=columns, color=color).rstrip("\n")
+        render_terminal_table(kp.records, width=columns, color=color, sort=settings.sort).rstrip(
+            "\n"
+        )
     )
-    settings = kp.settings
+    for line in summary_notes(kp):
+        terminalreporter.write_line(f"kernelpro: {line}")
     terminalreporter.write_line(f"kernelpro: JSON report {settings.json_path}")
+    if kp.history_path is not None:
+        terminalreporter.write_line(
+            f"kernelpro: run kept as {kp.history_path.stem} (`kernelpro compare` compares the "
+            "last two runs)"
+        )
     if settings.save_baseline is not None:
         terminalreporter.write_line(f"kernelpro: baseline written to {settings.save_baseline}")
+
+
+def _names(records: list[Any], limit: int = 5) -> str:
+    names = [r.name for r in records[:limit]]
+    return ", ".join(names) + (f" and {len(records) - limit} more" if len(records) > limit else "")
+
+
+def summary_notes(kp: KernelproSession) -> list[str]:
+    """Lines for work that was asked for and did not run, and for timings not to trust."""
+    settings = kp.settings
+    records = kp.records
+    notes: list[str] = []
+    if settings.correctness_only:
+        checked = [r for r in records if r.extra.get("correctness_only")]
+        notes.append(
+            f"correctness only: {len(checked)} kernel(s) checked; nothing was timed, placed on "
+            "the roofline, gated or profiled"
+        )
+    busy = [r for r in records if ((r.timing or {}).get("cpu_load") or {}).get("oversubscribed")]
+    if busy:
+        load = (busy[0].timing or {}).get("cpu_load") or {}
+        from .measure.cpuload import CpuLoad
+
+        notes.append(
+            f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
+            f"{CpuLoad.from_dict(load).describe()}. Treat them as suspect: a slowdown there is "
+            "reported as suspect, never failed; re-run on a quiet machine"
+            + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
+        )
+    unprofiled = [r for r in records if r.extra.get("profile_skipped")]
+    if settings.profile and unprofiled:
+        notes.append(
+            f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled ({_names(unprofiled)}): "
+            "ncu, SASS and timeline need a CUDA GPU, and this run had none"
+        )
+    invalid = [r for r in records if r.extra.get("invalid_marker")]
+    if invalid:
+        notes.append(
+            f"{len(invalid)} kernel(s) with an invalid marker failed without running "
+            f"({_names(invalid)}); the failure says what to fix"
+        )
+    notes.extend(kp.notes)
+    return notes

@@ -6,8 +6,10 @@ bad kernel fails alone and the session goes on.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -58,15 +60,52 @@ def run_kernel_item(item: KernelItem, session: KernelproSession) -> None:
 
 
 def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+    choice = session.choose_device(item.problem)
+    if choice.device is None:
+        pytest.skip(choice.skip_reason or "no device")
+    if choice.device.startswith("cuda"):
+        _run_on(item, session, record, choice.device)
+        return
+    with cpu_thread_policy(session.settings.cpu_threads) as threads:
+        record.extra["cpu_threads"] = threads
+        _run_on(item, session, record, choice.device)
+
+
+@contextlib.contextmanager
+def cpu_thread_policy(requested: int) -> Iterator[int]:
+    """Run a CPU kernel item with the thread policy's torch thread count (measure.cpuload),
+    restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
+    import torch
+
+    from .measure.cpuload import policy_threads
+
+    before = torch.get_num_threads()
+    threads = policy_threads(requested)
+    if threads != before:
+        torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+def _input_bytes(inputs: tuple[Any, ...]) -> int:
+    """Bytes of the tensors among the inputs (the working set of a CPU cache flush)."""
+    total = 0
+    for value in inputs:
+        nbytes = getattr(value, "nbytes", None)
+        if isinstance(nbytes, int):
+            total += nbytes
+    return total
+
+
+def _run_on(item: KernelItem, session: KernelproSession, record: KernelRecord, device: str) -> None:
     from .measure.correctness import check_correctness
     from .measure.timing import TimingBudget, time_kernel
 
     settings = session.settings
     problem = item.problem
-    choice = session.choose_device(problem)
-    if choice.device is None:
-        pytest.skip(choice.skip_reason or "no device")
-    device = choice.device
     record.device_kind = "cuda" if device.startswith("cuda") else "cpu"
     if record.device_kind == "cuda":
         import os
@@ -126,13 +165,18 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
         if failure.startswith("The kernel raised"):
             raise KernelproError(f"{problem.display_name}: {failure}")
         raise KernelproError(f"{problem.display_name} is wrong: {failure}")
+    if settings.correctness_only:
+        record.extra["correctness_only"] = True
+        return
 
     inputs = make_inputs(1_000_003)
     budget = TimingBudget(
         warmup_ms=settings.warmup_ms,
-        max_time_s=settings.time_budget_s,
+        max_time_s=settings.budget_for(device),
         target_rel_ci=settings.target_rel_ci,
         cuda_graph=settings.cuda_graph,
+        cpu_flush=settings.cpu_flush,
+        working_set_bytes=_input_bytes(inputs),
     )
     try:
         timing = time_kernel(lambda: kernel(*inputs), device=device, budget=budget)
@@ -143,6 +187,11 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
         ) from exc
     record.timing = timing.to_dict()
     record.device = timing.device
+    if timing.threads is not None:
+        # Timings with other thread counts are not comparable: the count is part of the device.
+        record.device = (
+            f"{timing.device[:-1]}, {timing.threads} thread{'s' * (timing.threads != 1)})"
+        )
 
     _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s)
 
@@ -220,6 +269,7 @@ def _profile(
         record.extra["profile_text"] = (
             "profile: not collected: ncu, SASS and timeline need a CUDA GPU"
         )
+        record.extra["profile_skipped"] = "no CUDA GPU"
         return
     try:
         profile_item(item, session, record, device)
@@ -234,14 +284,16 @@ def _gate(
 
     baseline = session.baseline()
     entry = baseline.entry_for(record) if baseline is not None else None
-    verdict = compare(record, entry, threshold=record.threshold)
+    verdict = compare(
+        record, entry, threshold=record.threshold, cross_cpu=session.settings.cpu_cross_device
+    )
     if needs_confirmation(verdict):
         timing = remeasure()
         confirmed = KernelRecord.from_dict(record.to_dict())
         confirmed.timing = timing.to_dict()
         if record.roofline:
             confirmed.efficiency = record.roofline["roofline_time_s"] / timing.stats.median_s
-        verdict = confirm(verdict, confirmed, entry)
+        verdict = confirm(verdict, confirmed, entry, cross_cpu=session.settings.cpu_cross_device)
         record.extra["confirmation_timing"] = timing.to_dict()
     record.gate = verdict.to_dict()
     if verdict.failed and verdict.status == "regressed" and record.profile is None:

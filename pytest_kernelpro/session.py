@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import KernelproError
@@ -53,6 +54,16 @@ class KernelproSession:
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
     capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
+    notes: list[str] = field(default_factory=list)  # lines for the terminal summary
+    history_path: Path | None = None  # this run's file in the run history, once written
+
+    def progress(self, line: str) -> None:
+        """Say on the terminal that a silent one-time step (ceilings) is starting."""
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None or self.is_xdist_worker:
+            return
+        reporter.ensure_newline()
+        reporter.write_line(line)
 
     @property
     def is_xdist_worker(self) -> bool:
@@ -101,8 +112,13 @@ class KernelproSession:
                 ) from exc
         else:
             ceilings = load_or_measure_ceilings(
-                device, self.settings.cache_dir, spec=self.spec_for(device)
+                device, self.settings.cache_dir, spec=self.spec_for(device), progress=self.progress
             )
+            if ceilings.details.get("not_cached"):
+                self.notes.append(
+                    f"ceilings of {ceilings.device}: {ceilings.details['not_cached']} (not cached; "
+                    "`kernelpro calibrate` on a quiet machine caches them)"
+                )
         self._ceilings[key] = ceilings
         return ceilings
 
@@ -166,9 +182,11 @@ class KernelproSession:
         import platform
 
         from .gate.baseline import detect_commit
+        from .gate.history import machine_name
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
+            "machine": machine_name(),
             "wall_s": time.perf_counter() - self.started,
             "check": self.settings.check,
             "threshold": self.settings.threshold,

@@ -1,8 +1,12 @@
-"""`kernelpro compare BASE HEAD`: gate two saved runs against each other, offline.
+"""`kernelpro compare [BASE] [HEAD]`: gate two saved runs against each other, offline.
 
-BASE is a JSON report (with its timing samples) or a baseline YAML; HEAD is a JSON report.
+BASE is a JSON report (with its timing samples) or a baseline YAML; HEAD is a JSON report;
+either can also be a run of the history (`-1` the latest, `-2` the one before, a run id or a
+commit prefix: see gate/history.py). Without arguments: the two latest runs of the history.
 Every kernel of HEAD gets the same verdict `--kernelpro-check` would give it, except that
 no confirmation re-measurement is possible offline: a regression is shown as unconfirmed.
+The table has the baseline's and the head's medians and the speedup (baseline / head, so
+2.00x is twice as fast and 0.50x twice as slow).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import argparse
 import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, load_baseline
@@ -38,36 +43,108 @@ def gate_records(
     *,
     threshold: float | None = None,
     alpha: float = DEFAULT_ALPHA,
+    cross_cpu: str = "info",
 ) -> list[KernelRecord]:
     """HEAD's records with `gate` set by comparing them with BASE (no confirmation)."""
     out = []
     for record in head:
-        verdict = compare(record, base.entry_for(record), threshold=threshold, alpha=alpha)
+        verdict = compare(
+            record, base.entry_for(record), threshold=threshold, alpha=alpha, cross_cpu=cross_cpu
+        )
         record.gate = verdict.to_dict()
         out.append(record)
     return out
 
 
+def render_compare_table(
+    base: Baseline, gated: Sequence[KernelRecord], *, width: int = 100, color: bool = False
+) -> str:
+    """kernel | baseline | head | speedup | verdict (with the change), rendered by rich."""
+    import io
+
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from pytest_kernelpro.gate.format import STATUS_STYLE, format_change, format_time, sort_key
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+    table.add_column("kernel", overflow="fold", min_width=12)
+    for name in ("baseline", "head", "speedup"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for record in sorted(gated, key=sort_key):
+        entry = base.entry_for(record)
+        head_s = record.median_s
+        base_s = entry.median_s if entry is not None else None
+        speedup = f"{base_s / head_s:.2f}×" if base_s and head_s else "–"
+        gate = record.gate or {}
+        status = str(gate.get("status") or record.outcome)
+        _, word, style = STATUS_STYLE.get(status, ("", status, ""))
+        change = gate.get("change")
+        verdict = word if change is None else f"{word} {format_change(change)}"
+        table.add_row(
+            Text(record.name),
+            format_time(base_s),
+            format_time(head_s),
+            speedup,
+            Text(verdict, style=style if color else ""),
+        )
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=max(60, width),
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+    )
+    console.print(table)
+    return buffer.getvalue()
+
+
 def compare_main(argv: Sequence[str] | None = None) -> int:
     """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression with
     --fail, 0 otherwise; 2 on bad usage."""
+    from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR, resolve_run
+
     parser = argparse.ArgumentParser(
         prog="kernelpro compare",
         description="Compare two kernelpro runs (base vs head) with the gate's statistics.",
     )
-    parser.add_argument("base", metavar="BASE.json|BASELINE.yaml")
-    parser.add_argument("head", metavar="HEAD.json")
+    parser.add_argument(
+        "base", metavar="BASE", nargs="?", default="-2", help="report, baseline YAML or run (-2)"
+    )
+    parser.add_argument("head", metavar="HEAD", nargs="?", default="-1", help="report or run (-1)")
+    parser.add_argument(
+        "--history",
+        type=Path,
+        default=DEFAULT_HISTORY_DIR,
+        help=f"run history for -1/-2/ids. Default: {str(DEFAULT_HISTORY_DIR)!r}",
+    )
     parser.add_argument(
         "--threshold", type=float, default=None, help="default: each kernel's own threshold"
     )
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA)
+    parser.add_argument(
+        "--cpu-cross-device",
+        choices=("info", "gate"),
+        default="info",
+        help="another CPU than the base's: info (default, never a regression) or gate",
+    )
     parser.add_argument("--markdown", action="store_true", help="print the PR-comment Markdown")
     parser.add_argument("--fail", action="store_true", help="exit 1 when a kernel regressed")
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        base = _base_entries(args.base)
-        head = records_of(load_report(args.head))
-        gated = gate_records(base, head, threshold=args.threshold, alpha=args.alpha)
+        base_path = resolve_run(args.base, args.history)
+        head_path = resolve_run(args.head, args.history)
+        base = _base_entries(str(base_path))
+        head = records_of(load_report(head_path))
+        gated = gate_records(
+            base, head, threshold=args.threshold, alpha=args.alpha, cross_cpu=args.cpu_cross_device
+        )
     except KernelproError as exc:
         sys.stderr.write(f"{exc}\n")
         return 2
@@ -75,12 +152,11 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         from pytest_kernelpro.gate.comment import render_comment
         from pytest_kernelpro.gate.report import build_report
 
-        sys.stdout.write(render_comment(build_report(gated, meta={"compared": args.base})))
+        sys.stdout.write(render_comment(build_report(gated, meta={"compared": str(base_path)})))
     else:
-        from pytest_kernelpro.gate.report import render_terminal_table
-
         width = shutil.get_terminal_size((100, 24)).columns
-        sys.stdout.write(render_terminal_table(gated, width=width, color=sys.stdout.isatty()))
+        sys.stdout.write(f"base {base_path}\nhead {head_path}\n")
+        sys.stdout.write(render_compare_table(base, gated, width=width, color=sys.stdout.isatty()))
         sys.stdout.write("(offline comparison: regressions are not confirmed by re-measuring)\n")
     regressed = [r.name for r in gated if (r.gate or {}).get("change_status") == REGRESSED]
     return 1 if (args.fail and regressed) else 0

@@ -178,8 +178,37 @@ def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
     return text, style
 
 
+SORT_KEYS = ("status", "name", "median", "roofline", "change")
+
+
+def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> list[KernelRecord]:
+    """Records in the table's order: `status` (attention first, then the largest slowdown),
+    `name`, `median` (slowest first), `roofline` (furthest from it first) or `change`
+    (largest slowdown first). Records without the value go last, by name."""
+    if sort not in SORT_KEYS:
+        raise KernelproError(f"unknown sort order {sort!r}; use one of {', '.join(SORT_KEYS)}")
+    if sort == "status":
+        return sorted(records, key=sort_key)
+    if sort == "name":
+        return sorted(records, key=lambda r: r.name)
+
+    def value(record: KernelRecord) -> float | None:
+        if sort == "median":
+            return stat(record, "median_s")
+        if sort == "roofline":
+            return None if record.efficiency is None else -float(record.efficiency)
+        change = (record.gate or {}).get("change")
+        return None if change is None else float(change)
+
+    def key(record: KernelRecord) -> tuple[int, float, str]:
+        v = value(record)
+        return (1, 0.0, record.name) if v is None else (0, -v, record.name)
+
+    return sorted(records, key=key)
+
+
 def render_terminal_table(
-    records: Sequence[KernelRecord], *, width: int = 100, color: bool = False
+    records: Sequence[KernelRecord], *, width: int = 100, color: bool = False, sort: str = "status"
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string.
 
@@ -215,11 +244,12 @@ def render_terminal_table(
     table.add_column("of roofline", no_wrap=True)
     table.add_column("bound", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    for record in sorted(records, key=sort_key):
+    for record in sorted_records(records, sort):
         text, style = _verdict_cell(record)
-        row: list[Any] = [record.name]
+        # Text, not str: a name like "k[/bold]" is a kernel's name, not rich markup.
+        row: list[Any] = [Text(record.name)]
         if show_device:
-            row.append(short_device(record.device))
+            row.append(Text(short_device(record.device)))
         row.append(_median_cell(record))
         if not narrow:
             row.append(format_time(roofline_value(record, "roofline_time_s")))
@@ -249,11 +279,13 @@ def render_terminal_table(
             "roofline), with the wider cross-device tolerance",
             highlight=False,
             soft_wrap=False,
+            markup=False,
         )
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     console.print(
         f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts),
         highlight=False,
         soft_wrap=True,
+        markup=False,
     )
     return buffer.getvalue()

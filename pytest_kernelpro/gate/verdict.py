@@ -34,6 +34,15 @@ never a failure (nvbench users did not know what to do with AMBG: the reason say
 Same device: times are compared (and the efficiency change is reported). Another device:
 samples are divided by each side's roofline time, so the comparison is of time relative to
 the roofline (1 / efficiency), with the wider `cross_device_tolerance`; the basis says so.
+
+Another CPU: reported as information ("incomparable" with the change), never a failure,
+unless `cross_cpu="gate"` (`--kernelpro-cpu-cross-device=gate`). A CPU's efficiency does not
+carry across CPU models (one committed baseline from another CPU "regressed" 3-5 of 5
+kernels by +68% to +12329% on fresh machines), and the thread count is part of a CPU
+device's name, so this also covers timings taken with other thread counts.
+
+An oversubscribed CPU timing (other processes held the cores its threads needed, see
+`measure/cpuload.py`) that would regress is "suspect": its slowdown is not the kernel's.
 """
 
 from __future__ import annotations
@@ -152,6 +161,18 @@ def _same_device(a: str, b: str) -> bool:
     return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 
+def _is_cpu(device: str) -> bool:
+    return device.strip().casefold().startswith("cpu")
+
+
+def oversubscribed_reason(record: KernelRecord) -> str | None:
+    """The reasons a CPU timing was oversubscribed (measure/cpuload.py), or None."""
+    load = (record.timing or {}).get("cpu_load") or {}
+    if not load.get("oversubscribed"):
+        return None
+    return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
+
+
 def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
@@ -198,12 +219,14 @@ def compare(
     threshold: float | None = None,
     cross_device_tolerance: float | None = None,
     alpha: float = DEFAULT_ALPHA,
+    cross_cpu: str = "info",
 ) -> Verdict:
     """Compare one measured kernel with its baseline entry (None: the kernel is new).
 
     `threshold` defaults to `record.threshold` (marker > CLI > ini, resolved by the plugin);
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
-    `confirm` has seen a re-measurement (`needs_confirmation`).
+    `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
+    a comparison with another CPU without failing, "gate" gates it like a GPU's.
     """
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
@@ -273,6 +296,23 @@ def compare(
                 **base,
             )
         basis = f"efficiency (other device: {entry.device} vs {record.device})"
+        if cross_cpu != "gate" and (_is_cpu(record.device) or _is_cpu(entry.device)):
+            change = (cur_med / rt_now) / (entry.median_s / rt_base) - 1.0
+            return _finish(
+                change_status=INCOMPARABLE,
+                basis=basis,
+                reason=(
+                    f"the baseline is from another CPU or thread count ({entry.device} vs "
+                    f"{record.device}): time relative to the roofline changed by "
+                    f"{_pct(change)}, reported as information only, because CPU efficiency "
+                    "does not carry across CPUs. Save a baseline on this machine "
+                    "(--kernelpro-save-baseline), or gate it with --kernelpro-cpu-cross-device=gate"
+                ),
+                tolerance=cross,
+                floor_reason=floor_reason,
+                change=change,
+                **base,
+            )
         tol = cross
         now = [v / rt_now for v in samples]
         ref = [v / rt_base for v in entry.samples_s]
@@ -301,6 +341,12 @@ def compare(
                 f"{_pct(change_low)}: time was added to some calls, not to all (other work on "
                 "the machine, clocks or throttling, or a slowdown that hits only some calls). "
                 "Re-run on an idle machine"
+            )
+        elif (busy := oversubscribed_reason(record)) is not None:
+            status = SUSPECT
+            reason = (
+                f"{moved}, but the CPU was oversubscribed while it was timed ({busy}): the "
+                "slowdown may be the other work's, not the kernel's. Re-run on a quiet machine"
             )
         else:
             status = REGRESSED
@@ -348,7 +394,13 @@ def _finish(*, change_status: str, reason: str, floor_reason: str | None, **kw: 
     return Verdict(status=status, change_status=change_status, reason=reason, **kw)
 
 
-def confirm(first: Verdict, record_after_remeasure: KernelRecord, entry: BaselineEntry) -> Verdict:
+def confirm(
+    first: Verdict,
+    record_after_remeasure: KernelRecord,
+    entry: BaselineEntry,
+    *,
+    cross_cpu: str = "info",
+) -> Verdict:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
     The regression stands (confirmed=True) only if the re-measurement is, by itself, a
@@ -363,6 +415,7 @@ def confirm(first: Verdict, record_after_remeasure: KernelRecord, entry: Baselin
         threshold=first.threshold,
         cross_device_tolerance=first.cross_device_tolerance,
         alpha=first.alpha,
+        cross_cpu=cross_cpu,
     )
     reproduced = second.change_status == REGRESSED
     confirmation = {

@@ -94,6 +94,14 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
     )
     parser.add_argument("--quick", action="store_true", help="Smaller sizes (seconds, less exact)")
     parser.add_argument(
+        "--threads",
+        metavar="N",
+        type=int,
+        default=0,
+        help="CPU: torch threads to measure with (the plugin's --kernelpro-cpu-threads). "
+        "Default: the thread policy's count (1)",
+    )
+    parser.add_argument(
         "--json", action="store_true", help="Print the ceilings as JSON instead of a table"
     )
     parser.add_argument(
@@ -113,13 +121,24 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         device_type, name, _ = resolve_device(device)
         spec = find_device_spec(name, extra_specs) if device_type == "cuda" else None
-        ceilings = load_or_measure_ceilings(
-            device, args.cache_dir, spec=spec, refresh=True, quick=args.quick
-        )
+        threads = None
+        if device_type == "cpu":
+            from .cpuload import policy_threads
+
+            threads = policy_threads(args.threads)
+        before = torch.get_num_threads()
+        if threads is not None:
+            torch.set_num_threads(threads)
+        try:
+            ceilings = load_or_measure_ceilings(
+                device, args.cache_dir, spec=spec, refresh=True, quick=args.quick
+            )
+        finally:
+            torch.set_num_threads(before)
     except KernelproError as exc:
         sys.stderr.write(f"kernelpro calibrate: {exc}\n")
         return 2
-    path = cache_path(args.cache_dir, ceilings.device, ceilings.torch_version, args.quick)
+    path = cache_path(args.cache_dir, ceilings.device, ceilings.torch_version, args.quick, threads)
     if args.out is not None:
         atomic_write_json(args.out, ceilings.to_dict())
     if args.json:
@@ -135,5 +154,13 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
             f"note: the machine was busy (load {load:.1f} on {cores} cores); "
             "re-run on an idle machine for ceilings that kernels can reach"
         )
-    console.print(f"cached in {path} ({ceilings.details.get('wall_s', 0.0):.1f} s to measure)")
+    wall = ceilings.details.get("wall_s", 0.0)
+    if ceilings.details.get("not_cached"):
+        console.print(
+            f"NOT cached: {ceilings.details['not_cached']}; re-run on a quiet machine "
+            f"({wall:.1f} s to measure)",
+            markup=False,
+        )
+        return 1
+    console.print(f"cached in {path} ({wall:.1f} s to measure)")
     return 0

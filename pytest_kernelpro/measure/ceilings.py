@@ -8,6 +8,12 @@ GPU: a device-to-device copy of >= 1 GiB (bytes read + written over the median t
 events) and a cuBLAS GEMM per dtype on random data (never zeros: zeros run faster). CPU:
 the copy of a tensor larger than the last-level cache, and torch.matmul per dtype at a size
 grown until one product takes a fraction of a second.
+
+CPU ceilings depend on the thread count, so they are measured at the thread policy's count
+(measure/cpuload.py) and cached per count. A CPU measurement taken while other processes
+held the cores it needed (`CpuLoadMonitor`) is used for that session only and never cached
+(once cached it would stay: FP32 45 GFLOP/s measured under load against 143-305 alone), and
+a cache file that records such a load is not trusted.
 """
 
 from __future__ import annotations
@@ -17,8 +23,8 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import KernelproError, KernelproWarning
 from ..fileio import atomic_write_json
 from .ceiling_probes import measure_cpu, measure_cuda, resolve_device
+from .cpuload import CpuLoadMonitor
 from .devices import DeviceSpec, find_device_spec
 
 if TYPE_CHECKING:
@@ -198,10 +205,25 @@ def _merge_spec(ceilings: Ceilings, spec: DeviceSpec | None) -> Ceilings:
     )
 
 
-def cache_path(cache_dir: Path, device_name: str, torch_version: str, quick: bool = False) -> Path:
-    """The cache file of one device and torch version."""
+def cache_path(
+    cache_dir: Path,
+    device_name: str,
+    torch_version: str,
+    quick: bool = False,
+    threads: int | None = None,
+) -> Path:
+    """The cache file of one device, torch version and (CPU) thread count."""
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", f"{device_name}-torch{torch_version}").strip("-").lower()
-    return Path(cache_dir) / f"ceilings-{slug}{'-quick' if quick else ''}.json"
+    per_threads = f"-{threads}t" if threads else ""
+    return Path(cache_dir) / f"ceilings-{slug}{per_threads}{'-quick' if quick else ''}.json"
+
+
+def measured_under_load(ceilings: Ceilings) -> str | None:
+    """Why these CPU ceilings must not be cached or trusted (None: measured undisturbed)."""
+    load = ceilings.details.get("load") or {}
+    if not load.get("oversubscribed"):
+        return None
+    return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
 
 
 def load_or_measure_ceilings(
@@ -211,19 +233,24 @@ def load_or_measure_ceilings(
     spec: DeviceSpec | None = None,
     refresh: bool = False,
     quick: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> Ceilings:
-    """Cached ceilings of `device` for this torch version, measured (and cached) if absent.
+    """Cached ceilings of `device` for this torch version (and CPU thread count), measured
+    and cached if absent; `progress` hears a line before a measurement starts.
 
     A corrupt or mismatched cache file is reported as a KernelproWarning and re-measured.
+    CPU ceilings measured under load are returned but not cached: their
+    `details["not_cached"]` says why.
     """
     import torch
 
     device_type, name, _ = resolve_device(device)
+    threads = torch.get_num_threads() if device_type == "cpu" else None
     if device_type == "cpu":
         spec = None
     elif spec is None:
         spec = find_device_spec(name)
-    path = cache_path(Path(cache_dir), name, torch.__version__, quick)
+    path = cache_path(Path(cache_dir), name, torch.__version__, quick, threads)
     if path.exists() and not refresh:
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
@@ -237,6 +264,9 @@ def load_or_measure_ceilings(
                     f"it holds {cached.device!r} / torch {cached.torch_version}, "
                     f"not {name!r} / torch {torch.__version__}"
                 )
+            busy = measured_under_load(cached)
+            if busy is not None:
+                raise KernelproError(f"it was measured under load ({busy})")
             return _merge_spec(cached, spec)
         except (OSError, ValueError, KeyError, TypeError, KernelproError) as exc:
             warnings.warn(
@@ -244,7 +274,24 @@ def load_or_measure_ceilings(
                 KernelproWarning,
                 stacklevel=2,
             )
+    if progress is not None:
+        what = f"{threads} thread(s)" if threads else "copy bandwidth and GEMMs"
+        progress(
+            f"kernelpro: measuring the ceilings of {name} ({what}; once per machine, "
+            f"cached in {path.parent})"
+        )
+    monitor = CpuLoadMonitor(threads) if threads else None
     ceilings = measure_ceilings(device, spec=spec, quick=quick)
+    if monitor is not None:
+        load = monitor.stop()
+        details = {**ceilings.details, "load": load.to_dict()}
+        if load.oversubscribed:
+            details["not_cached"] = (
+                f"measured under load ({'; '.join(load.reasons())}): used for this run only"
+            )
+        ceilings = replace(ceilings, details=details)
+        if load.oversubscribed:
+            return ceilings
     atomic_write_json(
         path, {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": ceilings.to_dict()}
     )

@@ -11,8 +11,19 @@ or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-
 are read while each round runs; samples of a round with a throttle reason are counted.
 CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
 
-CPU: `time.perf_counter` around each call, a write of twice the last-level cache before each
-sample when `flush_l2` is on, the same adaptive rounds and statistics.
+CPU: `time.perf_counter` around each call and the same adaptive rounds and statistics, with
+three differences:
+- the time budget covers everything `time_kernel` does (first call, estimate, warm-up,
+  samples and statistics), so a run takes its budget within 20% whenever one call is much
+  shorter than it; warm-up gets at most `CPU_WARMUP_SHARE` of it and `min_samples` shrinks
+  (to `CPU_MIN_SAMPLES_FLOOR`) when fewer samples fit;
+- the cache flush (`cpu_flush`): `on` writes the last-level cache plus the L2 of the CPU the
+  process runs on before each sample; `off` never does; `auto` (the default) flushes only
+  when the kernel's inputs fit in that cache (`working_set_bytes`), because inputs larger
+  than the cache come from memory whether or not it was flushed, and the flush would only
+  cost time (81 ms a sample on a machine with a 256 MiB last-level cache);
+- the CPU's load over the sampling is measured (`cpuload.CpuLoadMonitor`): a timing taken
+  while other processes held the cores the kernel's threads need is marked oversubscribed.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ import gc
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from ..errors import KernelproConfigError, KernelproError
@@ -33,6 +44,9 @@ MAX_ROUND_SAMPLES = 1000  # events allocated per round
 PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
 GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
 CPU_MIN_SAMPLE_S = 20e-6  # unflushed CPU samples repeat the call until a sample lasts this
+CPU_WARMUP_SHARE = 0.2  # CPU warm-up takes at most this share of the time budget
+CPU_MIN_SAMPLES_FLOOR = 5  # CPU: fewer samples than this are never taken, budget or not
+CPU_FLUSH_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,8 @@ class TimingBudget:
     cuda_graph: bool = False  # time CUDA-graph replays (launch-bound kernels)
     flush_bytes: int | None = None  # None: twice the L2 (GPU) or last-level cache (CPU)
     sync_per_sample: bool = False  # GPU: synchronize after every sample (GPU idles between)
+    cpu_flush: str = "auto"  # CPU cache flush: auto | on | off (see the module docstring)
+    working_set_bytes: int | None = None  # bytes of the kernel's inputs (cpu_flush=auto)
 
     def __post_init__(self) -> None:
         problems = []
@@ -64,6 +80,10 @@ class TimingBudget:
             problems.append(f"target_rel_ci={self.target_rel_ci!r} (must be >= 0)")
         if self.flush_bytes is not None and self.flush_bytes <= 0:
             problems.append(f"flush_bytes={self.flush_bytes!r} (must be > 0 or None)")
+        if self.cpu_flush not in CPU_FLUSH_MODES:
+            problems.append(
+                f"cpu_flush={self.cpu_flush!r} (use one of {', '.join(CPU_FLUSH_MODES)})"
+            )
         if problems:
             raise KernelproConfigError("invalid TimingBudget: " + "; ".join(problems))
 
@@ -90,6 +110,14 @@ class TimingResult:
     flush_bytes: int = 0
     rounds: int = 0
     budget: dict[str, Any] = field(default_factory=dict)
+    threads: int | None = None  # CPU: torch intra-op threads while timing
+    cpu_load: dict[str, Any] | None = None  # CPU: cpuload.CpuLoad.to_dict() of the sampling
+    flush_reason: str = ""  # CPU: why the cache was (not) flushed
+
+    @property
+    def oversubscribed(self) -> bool:
+        """True when the CPU was oversubscribed while the samples were taken."""
+        return bool((self.cpu_load or {}).get("oversubscribed"))
 
     @property
     def median_s(self) -> float:
@@ -237,12 +265,55 @@ def cpu_model_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def _current_cpu() -> int:
+    import os
+
+    try:
+        return min(os.sched_getaffinity(0))
+    except (AttributeError, OSError, ValueError):
+        return 0
+
+
+def cpu_cache_levels() -> dict[int, int]:
+    """Sizes of the data/unified caches of the CPU this process runs on, by level (sysfs)."""
+    import glob
+
+    sizes: dict[int, int] = {}
+    for folder in glob.glob(f"/sys/devices/system/cpu/cpu{_current_cpu()}/cache/index*"):
+        try:
+            with open(f"{folder}/level", encoding="utf-8") as handle:
+                level = int(handle.read())
+            with open(f"{folder}/type", encoding="utf-8") as handle:
+                kind = handle.read().strip()
+            with open(f"{folder}/size", encoding="utf-8") as handle:
+                text = handle.read().strip().upper()
+        except (OSError, ValueError):
+            continue
+        if kind == "Instruction":
+            continue
+        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
+        digits = text.rstrip("KMG")
+        if digits.isdigit():
+            sizes[level] = int(digits) * scale
+    return sizes
+
+
+def cpu_flush_bytes() -> int:
+    """Bytes a CPU flush writes: the last-level cache plus the level below it (the L2 of this
+    core), so every level that could hold the inputs is overwritten once; 256 MiB unknown."""
+    levels = cpu_cache_levels()
+    if levels:
+        top = sorted(levels)[-2:]
+        return sum(levels[level] for level in top)
+    return last_level_cache_bytes() or DEFAULT_FLUSH_BYTES
+
+
 def last_level_cache_bytes() -> int | None:
     """Size of the CPU's largest cache level (Linux sysfs, else sysconf), or None."""
     import glob
 
     best: tuple[int, int] | None = None
-    for folder in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+    for folder in glob.glob(f"/sys/devices/system/cpu/cpu{_current_cpu()}/cache/index*"):
         try:
             with open(f"{folder}/level", encoding="utf-8") as handle:
                 level = int(handle.read())
@@ -268,13 +339,33 @@ def last_level_cache_bytes() -> int | None:
 _CPU_FLUSH_BUFFERS: dict[int, Any] = {}
 
 
+def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
+    """(bytes to write before each CPU sample, why) for the budget's `cpu_flush` mode."""
+    if not budget.flush_l2 or budget.cpu_flush == "off":
+        return 0, "off" if budget.flush_l2 else "flush disabled"
+    nbytes = int(budget.flush_bytes) if budget.flush_bytes is not None else cpu_flush_bytes()
+    if budget.cpu_flush == "on":
+        return nbytes, "on"
+    working = budget.working_set_bytes
+    if working is not None and working > nbytes:
+        return 0, (
+            f"auto: the inputs ({working / 2**20:.0f} MiB) exceed the "
+            f"{nbytes / 2**20:.0f} MiB of cache, so they come from memory anyway"
+        )
+    return nbytes, "auto: the inputs fit in the cache"
+
+
 def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
     """CPU timing with `time.perf_counter` (see the module docstring)."""
     import numpy as np
 
+    from .cpuload import CpuLoadMonitor, torch_threads
+
     t_start = time.perf_counter()
+    deadline = t_start + budget.max_time_s
     device = f"cpu ({cpu_model_name()})"
-    nbytes = flush_size(budget, last_level_cache_bytes()) if budget.flush_l2 else 0
+    threads = torch_threads()
+    nbytes, flush_reason = cpu_flush_decision(budget)
     buf = None
     if nbytes:
         if nbytes not in _CPU_FLUSH_BUFFERS:  # kept for the process: page faults paid once
@@ -304,14 +395,29 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
         if buf is None and per_call < CPU_MIN_SAMPLE_S:
             # Timer overhead (~100 ns) matters for microsecond calls: repeat inside a sample.
             calls = min(10_000, math.ceil(CPU_MIN_SAMPLE_S / max(per_call, 1e-9)))
-        n_warm = warmup_count(budget.warmup_ms, per_call * calls + flush_s)
+        per_sample = per_call * calls + flush_s
+        warmup_ms = min(budget.warmup_ms, CPU_WARMUP_SHARE * budget.max_time_s * 1e3)
+        n_warm = warmup_count(warmup_ms, per_sample)
         for _ in range(n_warm):
             sample(calls)
+        left = max(deadline - time.perf_counter(), 0.0)
+        fit = int(left / per_sample) if per_sample > 0 else budget.min_samples
+        min_samples = max(
+            min(budget.min_samples, fit), min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
+        )
+        sampling = replace(
+            budget,
+            max_time_s=max(left, 1e-6),
+            min_samples=min_samples,
+            max_samples=max(budget.max_samples, min_samples),
+        )
 
         def run_round(k: int) -> tuple[list[float], bool]:
             return [sample(calls) for _ in range(k)], False
 
-        log = adaptive_rounds(run_round, budget)
+        monitor = CpuLoadMonitor(threads or 1)
+        log = adaptive_rounds(run_round, sampling)
+        load = monitor.stop()
     except KernelproError:
         raise
     except Exception as exc:
@@ -332,4 +438,7 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
         flush_bytes=nbytes,
         rounds=log.rounds,
         budget=budget.to_dict(),
+        threads=threads,
+        cpu_load=load.to_dict(),
+        flush_reason=flush_reason,
     )

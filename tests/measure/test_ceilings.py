@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
+from pytest_kernelpro.measure import ceilings as ceilings_module  # noqa: E402
 from pytest_kernelpro.measure.ceilings import (  # noqa: E402
     CACHE_SCHEMA,
     Ceilings,
@@ -22,12 +23,74 @@ from pytest_kernelpro.measure.ceilings import (  # noqa: E402
     measure_ceilings,
     resolve_device,
 )
+from pytest_kernelpro.measure.cpuload import CpuLoad  # noqa: E402
 from pytest_kernelpro.measure.devices import find_device_spec  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def cpu_quick() -> Ceilings:
     return measure_ceilings("cpu", quick=True)
+
+
+def _load(oversubscribed: bool) -> CpuLoad:
+    others = 1.9 if oversubscribed else 0.0
+    return CpuLoad(cores=2, cpus=2, threads=1, others_cores=others, loadavg_1m=None,
+                   runnable_threads=None, wall_s=1.0)  # fmt: skip
+
+
+class _FakeMonitor:
+    """Reports a fixed CPU load: the cache tests must not depend on the machine's load."""
+
+    oversubscribed = False
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def stop(self) -> CpuLoad:
+        return _load(self.oversubscribed)
+
+
+@pytest.fixture(autouse=True)
+def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> type[_FakeMonitor]:
+    monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", _FakeMonitor)
+    monkeypatch.setattr(_FakeMonitor, "oversubscribed", False)
+    return _FakeMonitor
+
+
+def _path(tmp_path: Path, name: str, threads: int | None = None) -> Path:
+    return cache_path(tmp_path, name, torch.__version__, True, threads or torch.get_num_threads())
+
+
+def test_ceilings_measured_under_load_are_not_cached(
+    tmp_path: Path, quiet_machine: type[_FakeMonitor]
+) -> None:
+    quiet_machine.oversubscribed = True
+    lines: list[str] = []
+    c = load_or_measure_ceilings("cpu", tmp_path, quick=True, progress=lines.append)
+    assert "measured under load" in c.details["not_cached"]
+    assert not _path(tmp_path, c.device).exists()
+    assert lines
+    assert lines[0].startswith(f"kernelpro: measuring the ceilings of {c.device}")
+    # A cache file that records a load (written by an older version) is not trusted either.
+    path = _path(tmp_path, c.device)
+    path.write_text(json.dumps({"schema": CACHE_SCHEMA, "ceilings": c.to_dict()}))
+    quiet_machine.oversubscribed = False
+    with pytest.warns(KernelproWarning, match="measured under load"):
+        again = load_or_measure_ceilings("cpu", tmp_path, quick=True)
+    assert "not_cached" not in again.details
+    assert json.loads(path.read_text())["ceilings"]["details"]["load"]["oversubscribed"] is False
+
+
+def test_cpu_ceilings_are_cached_per_thread_count(tmp_path: Path) -> None:
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = load_or_measure_ceilings("cpu", tmp_path, quick=True)
+        assert _path(tmp_path, one.device, 1).exists()
+        assert one.details["threads"] == 1
+        assert not _path(tmp_path, one.device, 2).exists()
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_cpu_ceilings_are_measured_and_plausible(cpu_quick: Ceilings) -> None:
@@ -84,7 +147,7 @@ def test_spec_fills_what_was_not_measured() -> None:
 
 def test_cache_round_trip(tmp_path: Path) -> None:
     first = load_or_measure_ceilings("cpu", tmp_path, quick=True)
-    path = cache_path(tmp_path, first.device, torch.__version__, quick=True)
+    path = _path(tmp_path, first.device)
     record = json.loads(path.read_text())
     assert record["schema"] == CACHE_SCHEMA
     assert record["ceilings"]["device"] == first.device
@@ -104,7 +167,7 @@ def test_cache_round_trip(tmp_path: Path) -> None:
 )
 def test_corrupt_cache_warns_and_remeasures(tmp_path: Path, content: str) -> None:
     _, name, _ = resolve_device("cpu")
-    path = cache_path(tmp_path, name, torch.__version__, quick=True)
+    path = _path(tmp_path, name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content)
     with pytest.warns(KernelproWarning, match="ignoring ceilings cache"):
@@ -114,7 +177,7 @@ def test_corrupt_cache_warns_and_remeasures(tmp_path: Path, content: str) -> Non
 
 
 def test_cache_of_another_device_is_not_trusted(tmp_path: Path, cpu_quick: Ceilings) -> None:
-    path = cache_path(tmp_path, cpu_quick.device, torch.__version__, quick=True)
+    path = _path(tmp_path, cpu_quick.device)
     other = {**cpu_quick.to_dict(), "device": "cpu (some other model)"}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"schema": CACHE_SCHEMA, "ceilings": other}))
@@ -130,11 +193,7 @@ def test_calibrate_prints_table_and_caches(
     out = capsys.readouterr().out
     assert rc == 0
     _, name, _ = resolve_device("cpu")
-    cached = Ceilings.from_dict(
-        json.loads(cache_path(tmp_path, name, torch.__version__, quick=True).read_text())[
-            "ceilings"
-        ]
-    )
+    cached = Ceilings.from_dict(json.loads(_path(tmp_path, name, 1).read_text())["ceilings"])
     assert name in out
     assert format_rate(cached.bandwidth_Bps, "B/s") in out
     for key in ("fp32", "fp64", "bf16"):

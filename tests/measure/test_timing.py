@@ -10,8 +10,12 @@ import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
 from pytest_kernelpro.measure.timing import (
+    CPU_MIN_SAMPLES_FLOOR,
     TimingBudget,
     TimingResult,
+    cpu_cache_levels,
+    cpu_flush_bytes,
+    cpu_flush_decision,
     last_level_cache_bytes,
     parse_device,
     time_kernel,
@@ -75,10 +79,11 @@ def test_max_samples_stops_sampling() -> None:
     assert r.rounds == 3  # 20, then doubling capped by max_samples: 20, 10
 
 
-def test_min_samples_are_taken_even_past_the_budget() -> None:
+def test_min_samples_shrink_to_the_floor_when_the_budget_is_short() -> None:
+    """A 3 ms call and a 10 ms budget: min_samples=8 does not fit, the floor of 5 is taken."""
     budget = TimingBudget(warmup_ms=0, max_time_s=0.01, min_samples=8, flush_l2=False)
     r = time_kernel(lambda: time.sleep(0.003), device="cpu", budget=budget)
-    assert r.stats.n == 8
+    assert r.stats.n == CPU_MIN_SAMPLES_FLOOR
     assert r.stop_reason in ("time-budget", "converged")
 
 
@@ -90,7 +95,7 @@ def test_cache_flush_makes_cached_data_cold() -> None:
     cold = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=True))
     warm = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=False))
     assert cold.flushed_l2
-    assert cold.flush_bytes == 2 * llc
+    assert cold.flush_bytes == cpu_flush_bytes() >= llc
     assert not warm.flushed_l2
     assert warm.flush_bytes == 0
     assert cold.median_s > 1.1 * warm.median_s
@@ -179,3 +184,47 @@ def test_cuda_graph_mode_times_a_tiny_kernel() -> None:
     assert events.calls_per_sample == 1
     assert 0 < graph.median_s < 50e-6
     assert 0 < events.median_s < 50e-6
+
+
+@pytest.mark.parametrize(
+    ("mode", "working_set", "flushes", "reason"),
+    [
+        ("on", 10**12, True, "on"),
+        ("off", 1, False, "off"),
+        ("auto", 1024, True, "auto: the inputs fit in the cache"),
+        ("auto", None, True, "auto: the inputs fit in the cache"),
+        ("auto", 10**12, False, "auto: the inputs (953674 MiB) exceed the"),
+    ],
+)
+def test_cpu_flush_switch_decides_by_mode_and_working_set(
+    mode: str, working_set: int | None, flushes: bool, reason: str
+) -> None:
+    budget = TimingBudget(cpu_flush=mode, working_set_bytes=working_set)
+    nbytes, why = cpu_flush_decision(budget)
+    assert (nbytes == cpu_flush_bytes()) is flushes
+    assert (nbytes == 0) is not flushes
+    assert why.startswith(reason)
+
+
+def test_cpu_flush_is_sized_to_this_cpus_last_two_cache_levels() -> None:
+    levels = cpu_cache_levels()
+    if not levels:
+        pytest.skip("no cache sizes in sysfs here")
+    top = sorted(levels)[-2:]
+    assert cpu_flush_bytes() == sum(levels[level] for level in top)
+    assert last_level_cache_bytes() == levels[max(levels)]
+
+
+def test_cpu_flush_mode_is_validated() -> None:
+    with pytest.raises(KernelproConfigError, match="cpu_flush='sometimes'"):
+        TimingBudget(cpu_flush="sometimes")
+
+
+def test_cpu_timing_reports_its_threads_and_load() -> None:
+    r = time_kernel(lambda: busy(0.0001), device="cpu", budget=QUICK)
+    load = r.cpu_load or {}
+    assert load["cores"] >= 1
+    assert load["threads"] >= 1
+    assert load["wall_s"] > 0
+    assert isinstance(load["oversubscribed"], bool)
+    assert r.oversubscribed is load["oversubscribed"]

@@ -12,6 +12,7 @@ import pytest
 # parts here, once, before any inner run.
 import torch
 
+from pytest_kernelpro.measure import timing  # imported once here, so injected_timing's patch holds
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.correctness import check_correctness
 from pytest_kernelpro.measure.roofline import analyze_reference
@@ -62,3 +63,56 @@ def load_report(pytester: pytest.Pytester) -> dict:
 
 def records_by_name(pytester: pytest.Pytester) -> dict[str, dict]:
     return {r["name"]: r for r in load_report(pytester)["records"]}
+
+
+SLOWDOWN_ENV = "KP_TEST_SLOWDOWN"  # factor the injected timer multiplies every sample by
+BUSY_ENV = "KP_TEST_OVERSUBSCRIBED"  # set: the injected timer reports a busy CPU
+
+
+@pytest.fixture
+def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Replace the CPU timer of in-process pytester runs with deterministic samples.
+
+    Every call of `time_kernel` still calls the kernel once (so a broken kernel still
+    fails), then returns 200 samples drawn from a lognormal around 1 ms (5% spread), a new
+    seed per call (each measurement is independent, as a real one would be) and multiplied
+    by the `KP_TEST_SLOWDOWN` environment variable; with `KP_TEST_OVERSUBSCRIBED` set, the
+    CPU load it reports is an oversubscribed one. Gate tests built on it decide nothing by
+    wall clock, so a loaded machine cannot flip them. Returns the list of medians handed out.
+    """
+    import os
+
+    import numpy as np
+
+    from pytest_kernelpro.measure.cpuload import CpuLoad
+    from pytest_kernelpro.measure.stats import summarize
+
+    medians: list[float] = []
+
+    def fake_time_kernel(fn, *, device, budget=None):  # noqa: ANN001, ANN202
+        fn()
+        factor = float(os.environ.get(SLOWDOWN_ENV, "1"))
+        rng = np.random.default_rng(len(medians))
+        samples = tuple(float(v) for v in 1e-3 * factor * rng.lognormal(0.0, 0.05, 200))
+        stats = summarize(samples)
+        medians.append(stats.median_s)
+        others = 1.5 if os.environ.get(BUSY_ENV) else 0.0
+        load = CpuLoad(cores=2, cpus=2, threads=1, others_cores=others, loadavg_1m=3.5,
+                       runnable_threads=4, wall_s=0.2)  # fmt: skip
+        return timing.TimingResult(
+            samples_s=samples,
+            stats=stats,
+            method="cpu-perf-counter",
+            device="cpu (injected)",
+            stop_reason="max-samples",
+            wall_s=0.0,
+            warmup_runs=0,
+            throttled_samples=0,
+            clocks=None,
+            flushed_l2=False,
+            threads=1,
+            cpu_load=load.to_dict(),
+        )
+
+    monkeypatch.setattr(timing, "time_kernel", fake_time_kernel)
+    return medians

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import records_by_name
+from conftest import SLOWDOWN_ENV, records_by_name
 
 GOOD = """
 import pytest, torch
@@ -212,16 +212,13 @@ def test_shapes_become_items_with_their_own_records(kp_project: pytest.Pytester)
 
 
 GATED = """
-import os, time, pytest, torch
+import pytest, torch
 
 def inp(device):
     return (torch.randn(4096, device=device),)
 
 @pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
 def neg(x):
-    if os.environ.get("KP_TEST_SLOW"):
-        time.sleep(0.004)  # a 4 ms slowdown, far beyond any threshold
-    time.sleep(0.001)
     return -x
 """
 
@@ -234,8 +231,9 @@ def test_check_without_baseline_fails_clearly(kp_project: pytest.Pytester) -> No
 
 
 def test_save_then_check_passes_then_catches_a_regression(
-    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected_timing: list[float]
 ) -> None:
+    """The gate end to end on injected timings: unchanged passes, 5x slower fails confirmed."""
     kp_project.makepyfile(test_k=GATED)
     kp_project.runpytest("--kernelpro-save-baseline").assert_outcomes(passed=1)
     baseline = kp_project.path / "kernelpro-baseline.yaml"
@@ -244,7 +242,8 @@ def test_save_then_check_passes_then_catches_a_regression(
     result = kp_project.runpytest("--kernelpro-check", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1)
     gate = records_by_name(kp_project)["neg"]["gate"]
-    assert gate["status"] in ("ok", "improved", "suspect")
+    assert gate["status"] == "ok"
+    assert gate["basis"].startswith("time (same device")
     junit = (kp_project.path / "junit.xml").read_text()
     from pytest_kernelpro.gate.junit import read_junit_records
 
@@ -255,9 +254,11 @@ def test_save_then_check_passes_then_catches_a_regression(
     )
     assert "<property" in junit
 
-    monkeypatch.setenv("KP_TEST_SLOW", "1")
+    monkeypatch.setenv(SLOWDOWN_ENV, "5")
     result = kp_project.runpytest("--kernelpro-check")
     result.assert_outcomes(failed=1)
     gate = records_by_name(kp_project)["neg"]["gate"]
     assert gate["status"] == "regressed"
     assert gate["confirmed"] is True
+    # The baseline keeps 6 significant digits of its median.
+    assert gate["change"] == pytest.approx(injected_timing[-2] / injected_timing[0] - 1, rel=1e-4)

@@ -1,0 +1,226 @@
+"""What the kernelpro summary says and the run modes: oversubscribed CPUs, the CPU flush
+switch, correctness-only runs, counts that match pytest's, names that are not markup, the
+run history, `kernelpro compare` / `history` / `--version`, and `--kernelpro-sort`."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from conftest import BUSY_ENV, SLOWDOWN_ENV, load_report, records_by_name
+
+from pytest_kernelpro.cli import main as kernelpro_main
+
+TWO = """
+import pytest, torch
+
+def inp(device):
+    return (torch.randn(4096, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def neg(x):
+    return -x
+
+@pytest.mark.kernelpro(reference=torch.abs, inputs=inp)
+def absolute(x):
+    return x.abs()
+"""
+
+
+def test_oversubscribed_cpu_is_said_and_a_slowdown_there_is_suspect_not_failed(
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected_timing: list[float]
+) -> None:
+    kp_project.makepyfile(test_k=TWO)
+    kp_project.runpytest("--kernelpro-save-baseline").assert_outcomes(passed=2)
+    monkeypatch.setenv(SLOWDOWN_ENV, "5")
+    monkeypatch.setenv(BUSY_ENV, "1")
+    result = kp_project.runpytest("--kernelpro-check")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "kernelpro: 2 CPU timing(s) taken on an oversubscribed CPU (*): other processes "
+            "used 1.5 of 2 core(s) while 1 thread(s) were timed; load average 3.5 on 2 CPU(s)*"
+            "Treat them as suspect*"
+        ]
+    )
+    gate = records_by_name(kp_project)["neg"]["gate"]
+    assert gate["status"] == "suspect"
+    assert "the CPU was oversubscribed while it was timed" in gate["reason"]
+    assert gate["change"] == pytest.approx(4.0, rel=0.05)
+
+
+def test_quiet_cpu_has_no_oversubscription_line(
+    kp_project: pytest.Pytester, injected_timing: list[float]
+) -> None:
+    kp_project.makepyfile(test_k=TWO)
+    result = kp_project.runpytest()
+    result.assert_outcomes(passed=2)
+    assert "oversubscribed" not in result.stdout.str()
+
+
+def test_another_cpu_in_the_baseline_is_information_unless_gated(
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected_timing: list[float]
+) -> None:
+    kp_project.makepyfile(test_k=TWO)
+    kp_project.runpytest("--kernelpro-save-baseline").assert_outcomes(passed=2)
+    baseline = kp_project.path / "kernelpro-baseline.yaml"
+    baseline.write_text(baseline.read_text().replace("cpu (injected", "cpu (another model"))
+    monkeypatch.setenv(SLOWDOWN_ENV, "5")
+    result = kp_project.runpytest("--kernelpro-check")
+    result.assert_outcomes(passed=2)
+    gate = records_by_name(kp_project)["neg"]["gate"]
+    assert gate["status"] == "incomparable"
+    assert "reported as information only" in gate["reason"]
+    assert gate["change"] == pytest.approx(4.0, rel=0.05)
+    gated = kp_project.runpytest("--kernelpro-check", "--kernelpro-cpu-cross-device=gate")
+    gated.assert_outcomes(failed=2)
+    assert records_by_name(kp_project)["neg"]["gate"]["status"] == "regressed"
+
+
+@pytest.mark.parametrize(
+    ("how", "mode", "flushed", "reason"),
+    [
+        ("cli", "off", False, "off"),
+        ("cli", "on", True, "on"),
+        ("ini", "off", False, "off"),
+        ("default", "auto", True, "auto: the inputs fit in the cache"),
+    ],
+)
+def test_cpu_flush_switch(
+    kp_project: pytest.Pytester, how: str, mode: str, flushed: bool, reason: str
+) -> None:
+    kp_project.makepyfile(test_k=TWO.split("@pytest.mark.kernelpro(reference=torch.abs")[0])
+    args = []
+    if how == "cli":
+        args.append(f"--kernelpro-cpu-flush={mode}")
+    elif how == "ini":
+        ini = (kp_project.path / "tox.ini").read_text()
+        kp_project.makeini(ini.rstrip("\n") + f"\nkernelpro_cpu_flush = {mode}\n")
+    kp_project.runpytest(*args).assert_outcomes(passed=1)
+    timing = records_by_name(kp_project)["neg"]["timing"]
+    assert timing["flushed_l2"] is flushed
+    assert timing["flush_reason"] == reason
+    assert timing["budget"]["cpu_flush"] == mode
+    assert (timing["flush_bytes"] > 0) is flushed
+
+
+def test_bad_cpu_flush_value_is_a_usage_error(kp_project: pytest.Pytester) -> None:
+    result = kp_project.runpytest("--kernelpro-cpu-flush=sometimes")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'sometimes' is not a CPU flush mode; use one of auto, on, off*"])
+
+
+def test_correctness_only_checks_and_times_nothing(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(
+        test_k=TWO
+        + """
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def wrong(x):
+    return x
+"""
+    )
+    result = kp_project.runpytest("--kernelpro-correctness-only", "--kernelpro-check")
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*wrong is wrong*", "kernelpro: correctness only: 2 kernel(s) checked; nothing was timed*"]
+    )
+    records = records_by_name(kp_project)
+    for name in ("neg", "absolute"):
+        assert records[name]["outcome"] == "passed"
+        assert records[name]["correctness"]["passed"] is True
+        assert records[name]["timing"] is None
+        assert records[name]["gate"] is None
+    assert records["wrong"]["outcome"] == "failed"
+
+
+def test_counts_match_pytest_and_names_are_not_markup(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(
+        test_k="""
+import pytest, torch
+
+def inp(device, shape):
+    return (torch.randn(64, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp, shapes=["/bold"])
+def k(x):
+    return -x
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp, bogus=1)
+def bad(x):
+    return -x
+"""
+    )
+    result = kp_project.runpytest("--kernelpro-profile")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert re.search(r"^k\[/bold\] ", out, re.MULTILINE)  # the name, printed as it is
+    result.stdout.fnmatch_lines(
+        [
+            "2 kernel(s)*: 1 failed, 1 passed",
+            "kernelpro: --kernelpro-profile: 1 kernel(s) not profiled (k[/bold]): ncu, SASS and "
+            "timeline need a CUDA GPU, and this run had none",
+            "kernelpro: 1 kernel(s) with an invalid marker failed without running (bad)*",
+        ]
+    )
+    assert load_report(kp_project)["summary"]["kernels"] == 2
+
+
+def test_sort_by_name(kp_project: pytest.Pytester, injected_timing: list[float]) -> None:
+    kp_project.makepyfile(test_k=TWO)
+    result = kp_project.runpytest("--kernelpro-sort=name")
+    lines = [line.split()[0] for line in result.stdout.lines if line.startswith(("neg", "abs"))]
+    assert lines == ["absolute", "neg"]
+
+
+def test_history_and_compare_over_two_runs(
+    kp_project: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    injected_timing: list[float],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    kp_project.makepyfile(test_k=TWO)
+    kp_project.runpytest().assert_outcomes(passed=2)
+    monkeypatch.setenv(SLOWDOWN_ENV, "2")
+    result = kp_project.runpytest()
+    result.stdout.fnmatch_lines(["kernelpro: run kept as *`kernelpro compare` compares*"])
+    history = kp_project.path / ".kernelpro" / "history"
+    runs = sorted(history.glob("*.json"))
+    assert len(runs) == 2
+    first = json.loads(runs[0].read_text())
+    assert first["kind"] == "kernelpro-report"
+    commit = str(first["meta"]["commit"] or "nocommit")[:12]
+    assert commit in runs[0].name
+    assert first["meta"]["machine"] in runs[0].name.lower() or first["meta"]["machine"]
+
+    monkeypatch.chdir(kp_project.path)
+    assert kernelpro_main(["history"]) == 0
+    listing = capsys.readouterr().out
+    assert runs[0].stem in listing
+    assert "-2" in listing
+
+    assert kernelpro_main(["compare"]) == 0  # the last two runs
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("kernel"))
+    assert header.split() == ["kernel", "baseline", "head", "speedup", "verdict"]
+    row = next(line for line in out.splitlines() if line.startswith("neg"))
+    speedup = injected_timing[0] / injected_timing[2]  # first run's neg / second run's neg
+    assert f"{speedup:.2f}×" in row
+    assert "REGRESSED" in row
+    assert kernelpro_main(["compare", runs[0].stem, "-1", "--fail"]) == 1
+    capsys.readouterr()
+    assert kernelpro_main(["compare", "-3", "-1"]) == 2
+    assert "holds 2 run(s)" in capsys.readouterr().err
+
+
+def test_history_can_be_turned_off(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(test_k=TWO.split("@pytest.mark.kernelpro(reference=torch.abs")[0])
+    kp_project.runpytest("--kernelpro-history=off").assert_outcomes(passed=1)
+    assert not (kp_project.path / ".kernelpro" / "history").exists()
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_kernelpro import __version__
+
+    assert kernelpro_main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"kernelpro (pytest-kernelpro) {__version__}"
