@@ -40,7 +40,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
                 KernelproWarning,
                 stacklevel=1,
             )
-    if settings.save_baseline is not None:
+    if settings.save_baseline is not None and not settings.correctness_only:
         from .gate.baseline import save_baseline
 
         measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
@@ -81,7 +81,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
             f"kernelpro: run kept as {kp.history_path.stem} (`kernelpro compare` compares the "
             "last two runs)"
         )
-    if settings.save_baseline is not None:
+    if settings.save_baseline is not None and not settings.correctness_only:
         terminalreporter.write_line(f"kernelpro: baseline written to {settings.save_baseline}")
 
 
@@ -100,6 +100,7 @@ def summary_notes(kp: KernelproSession) -> list[str]:
         notes.append(
             f"correctness only: {len(checked)} kernel(s) checked; nothing was timed, placed on "
             "the roofline, gated or profiled"
+            + ("; no baseline written" if settings.save_baseline is not None else "")
         )
     busy = [r for r in records if ((r.timing or {}).get("cpu_load") or {}).get("oversubscribed")]
     if busy:
