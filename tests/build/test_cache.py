@@ -47,9 +47,11 @@ def test_miss_builds_once_then_hits(cache: BuildCache) -> None:
     assert len(calls) == 1
     assert second.path == first.path == cache.path_of("ab" * 32)
     assert (second.path / "out.bin").read_text() == "built"
-    assert second.meta["what"] == "built" and second.meta["status"] == "ok"
+    assert second.meta["what"] == "built"
+    assert second.meta["status"] == "ok"
     other = cache.get_or_build("cd" * 32, writer(calls, "other"))
-    assert not other.hit and len(calls) == 2
+    assert not other.hit
+    assert len(calls) == 2
 
 
 def test_two_concurrent_builders_of_one_key_build_once(cache: BuildCache) -> None:
@@ -80,7 +82,8 @@ def test_two_concurrent_builders_of_one_key_build_once(cache: BuildCache) -> Non
     first.join(30)
     second.join(30)
     assert len(calls) == 1
-    assert results["first"].hit is False and results["second"].hit is True
+    assert results["first"].hit is False
+    assert results["second"].hit is True
     assert results["second"].path == results["first"].path
     assert (results["second"].path / "out.bin").read_text() == "slow"
 
@@ -110,7 +113,8 @@ def test_compiler_errors_are_cached_with_their_message(cache: BuildCache) -> Non
         cache.get_or_build("bb" * 32, failing)
     assert calls == ["x"]
     assert (first.value.cached, second.value.cached) == (False, True)
-    assert second.value.message == "kernel.cu(3): error: bad" and second.value.log == "full log"
+    assert second.value.message == "kernel.cu(3): error: bad"
+    assert second.value.log == "full log"
 
 
 def test_a_killed_builder_leaves_no_half_written_entry(cache: BuildCache, tmp_path: Path) -> None:
@@ -131,7 +135,8 @@ def test_a_killed_builder_leaves_no_half_written_entry(cache: BuildCache, tmp_pa
     assert cache.lookup("cc" * 32) is None
     assert not cache.path_of("cc" * 32).exists()
     entry = cache.get_or_build("cc" * 32, writer([]))
-    assert not entry.hit and (entry.path / ENTRY_FILE).is_file()
+    assert not entry.hit
+    assert (entry.path / ENTRY_FILE).is_file()
 
 
 def test_read_only_cache_serves_hits_and_never_publishes(tmp_path: Path) -> None:
@@ -140,7 +145,8 @@ def test_read_only_cache_serves_hits_and_never_publishes(tmp_path: Path) -> None
     reader = BuildCache(root, writable=False)
     assert reader.get_or_build("dd" * 32, writer([])).hit
     private = reader.get_or_build("ee" * 32, writer([], "private"))
-    assert not private.hit and not private.published
+    assert not private.hit
+    assert not private.published
     assert (private.path / "out.bin").read_text() == "private"
     assert BuildCache(root).lookup("ee" * 32) is None
     assert not (root / "locks").exists() or not list((root / "locks").glob("ee*"))
@@ -150,4 +156,5 @@ def test_read_only_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setenv("KERNELPRO_BUILD_CACHE", str(tmp_path / "c"))
     monkeypatch.setenv("KERNELPRO_BUILD_CACHE_READONLY", "1")
     cache = BuildCache()
-    assert cache.root == tmp_path / "c" and not cache.writable
+    assert cache.root == tmp_path / "c"
+    assert not cache.writable

@@ -37,13 +37,17 @@ def test_miss_then_hit_with_the_same_cubin(nvcc: str, cache: BuildCache) -> None
     first = build_cuda(ADD_SOURCE, arch=ARCH, cache=cache, nvcc=nvcc)
     second = build_cuda(ADD_SOURCE, arch=ARCH, cache=cache, nvcc=nvcc)
     assert (first.hit, second.hit) == (False, True)
-    assert first.key == second.key and first.cubin_path == second.cubin_path
+    assert first.key == second.key
+    assert first.cubin_path == second.cubin_path
     assert first.cubin_path.read_bytes()[:4] == b"\x7fELF"
-    assert first.compile_s > 0 and "Used" in first.log and "registers" in first.log  # ptxas -v
+    assert first.compile_s > 0
+    assert "Used" in first.log
+    assert "registers" in first.log
     assert sorted(first.kernels) == ["add"]
     # Another flag is another build.
     fast_math = build_cuda(ADD_SOURCE, arch=ARCH, cache=cache, nvcc=nvcc, flags=["--use_fast_math"])
-    assert not fast_math.hit and fast_math.key != first.key
+    assert not fast_math.hit
+    assert fast_math.key != first.key
 
 
 def test_two_processes_building_one_source_compile_once(nvcc: str, tmp_path: Path) -> None:
@@ -80,12 +84,15 @@ def test_compile_error_is_trimmed_and_cached(nvcc: str, cache: BuildCache) -> No
         build_cuda(broken, arch=ARCH, cache=cache, nvcc=nvcc)
     message = first.value.message
     assert 'kernel.cu(5): error: identifier "bogus" is undefined' in message
-    assert "a[i] + bogus[i]" in message and "^" in message  # the line and nvcc's caret
+    assert "a[i] + bogus[i]" in message
+    assert "^" in message
     assert "1 error detected" in message
-    assert str(cache.root) not in message and "/tmp" not in message  # no build paths
+    assert str(cache.root) not in message
+    assert "/tmp" not in message
     with pytest.raises(BuildError) as again:
         build_cuda(broken, arch=ARCH, cache=cache, nvcc=nvcc)
-    assert again.value.cached and again.value.message == message
+    assert again.value.cached
+    assert again.value.message == message
 
 
 def test_many_errors_are_cut_to_what_a_prompt_needs(nvcc: str, cache: BuildCache) -> None:
@@ -94,9 +101,12 @@ def test_many_errors_are_cut_to_what_a_prompt_needs(nvcc: str, cache: BuildCache
     with pytest.raises(BuildError) as caught:
         build_cuda(source, arch=ARCH, cache=cache, nvcc=nvcc)
     message = caught.value.message
-    assert message.count("error:") <= 8 and "more error(s)]" in message
-    assert len(message) <= 2200 and "undefined_0" in message
-    assert "30 errors detected" in message and len(caught.value.log) > len(message)
+    assert message.count("error:") <= 8
+    assert "more error(s)]" in message
+    assert len(message) <= 2200
+    assert "undefined_0" in message
+    assert "30 errors detected" in message
+    assert len(caught.value.log) > len(message)
 
 
 def test_fast_path_cubin_is_read_by_the_sass_analysis(nvcc: str, cache: BuildCache) -> None:
@@ -136,6 +146,7 @@ def test_loading_from_a_file_path(nvcc: str, cache: BuildCache, tmp_path: Path) 
     from_str = load_cuda(str(path), arch=ARCH, cache=cache, nvcc=nvcc)
     from_text = load_cuda(ADD_SOURCE, arch=ARCH, cache=cache, nvcc=nvcc)
     assert from_file.build["key"] == from_str.build["key"] == from_text.build["key"]
-    assert from_file.build["name"] == "my_kernel" and from_str.build["hit"]
+    assert from_file.build["name"] == "my_kernel"
+    assert from_str.build["hit"]
     with pytest.raises(AttributeError, match="kernels: add"):
         _ = from_file.sub

@@ -41,7 +41,8 @@ class ModelNew(nn.Module):
 
 def test_literal_sources_and_options_are_found_without_running_the_code() -> None:
     (request,) = find_builds(CANDIDATE)
-    assert request.source.startswith("\n#include <cuda_fp16.h>") and "OFFSET" in request.source
+    assert request.source.startswith("\n#include <cuda_fp16.h>")
+    assert "OFFSET" in request.source
     assert request.options == {"name": "add", "flags": ["-DOFFSET=0.0f"]}
     assert CANDIDATE.splitlines()[request.line - 1].startswith("kernels = load_cuda(")
 
@@ -74,15 +75,20 @@ def test_an_expansion_builds_in_parallel_and_the_worker_key_matches(
         assert builder.wait("class ModelNew: pass") is None
     finally:
         builder.close()
-    assert first is not None and second is not None
-    assert first.errors == [] and len(first.builds) == 1 and not first.builds[0]["hit"]
+    assert first is not None
+    assert second is not None
+    assert first.errors == []
+    assert len(first.builds) == 1
+    assert not first.builds[0]["hit"]
     assert first.builds[0]["key"] != second.builds[0]["key"]
-    assert first.build_s > 0 and first.compile_s > 0
+    assert first.build_s > 0
+    assert first.compile_s > 0
     # What the candidate's own load_cuda computes in the worker: a hit, read-only.
     (request,) = find_builds(CANDIDATE)
     reader = BuildCache(cache.root, writable=False)
     again = build_cuda(request.source, arch=ARCH, cache=reader, **request.options)
-    assert again.hit and again.key == first.builds[0]["key"]
+    assert again.hit
+    assert again.key == first.builds[0]["key"]
 
 
 def test_a_compile_error_found_ahead_is_cached_for_the_worker(nvcc: str, cache: BuildCache) -> None:
@@ -92,13 +98,16 @@ def test_a_compile_error_found_ahead_is_cached_for_the_worker(nvcc: str, cache: 
         result = builder.wait(broken)
     finally:
         builder.close()
-    assert result is not None and result.builds == []
-    assert len(result.errors) == 1 and 'identifier "c" is undefined' in result.errors[0]
+    assert result is not None
+    assert result.builds == []
+    assert len(result.errors) == 1
+    assert 'identifier "c" is undefined' in result.errors[0]
 
 
 def test_source_in_a_build_is_the_same_as_the_conftest_kernel() -> None:
     # Guard for the constant above: the kernel the tests build is the shared one plus OFFSET.
-    assert "a[i] + b[i]" in ADD_SOURCE and "a[i] + b[i] + OFFSET" in CANDIDATE
+    assert "a[i] + b[i]" in ADD_SOURCE
+    assert "a[i] + b[i] + OFFSET" in CANDIDATE
 
 
 def test_the_prompt_example_is_a_fast_path_candidate(nvcc: str, cache: BuildCache) -> None:

@@ -50,10 +50,12 @@ def test_the_worker_uses_the_kernel_built_ahead(evaluations) -> None:
     # No GPU here: the kernel built, the launch cannot run.
     assert good.status == "run_error", good.reason
     build = good.metrics["build"]
-    assert build["prebuild"]["errors"] == [] and len(build["prebuild"]["builds"]) == 1
+    assert build["prebuild"]["errors"] == []
+    assert len(build["prebuild"]["builds"]) == 1
     ahead = build["prebuild"]["builds"][0]
     (in_worker,) = build["builds"]
-    assert in_worker["hit"] is True and in_worker["key"] == ahead["key"]
+    assert in_worker["hit"] is True
+    assert in_worker["key"] == ahead["key"]
     assert in_worker["cubin"].startswith(str(cache_dir))
     assert good.build_s >= ahead["seconds"] > 0
 
