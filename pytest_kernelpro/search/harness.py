@@ -234,13 +234,37 @@ class _Pipeline:
         self.progress("built")
 
     def _copy_weights(self) -> None:
+        """Hand the reference's parameters and buffers to the candidate: by name when the
+        state_dict keys match, else by position when both state_dicts list tensors of the
+        same shapes in the same order (a candidate may name its weights as it likes)."""
         ref_state, new_state = self.ref_model.state_dict(), self.new_model.state_dict()
-        same = set(ref_state) == set(new_state) and all(
+        self.correctness["weights_copied"] = False
+        if not ref_state:
+            self.correctness["weights"] = "the reference has no parameters"
+            return
+        same_names = set(ref_state) == set(new_state) and all(
             ref_state[k].shape == new_state[k].shape for k in ref_state
         )
-        if same and ref_state:
+        ref_values, new_keys = list(ref_state.values()), list(new_state)
+        same_order = len(ref_values) == len(new_keys) and all(
+            v.shape == new_state[k].shape for v, k in zip(ref_values, new_keys, strict=True)
+        )
+        if same_names:
             self.new_model.load_state_dict(ref_state)
-        self.correctness["weights_copied"] = bool(same and ref_state)
+            self.correctness["weights"] = "copied by name"
+        elif same_order:
+            self.new_model.load_state_dict(dict(zip(new_keys, ref_values, strict=True)))
+            self.correctness["weights"] = "copied by position and shape"
+        else:
+            self.correctness["weights"] = (
+                "not copied: the reference's state_dict ("
+                + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(ref_state.items())[:6])
+                + ") matches the candidate's ("
+                + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(new_state.items())[:6])
+                + ") neither by name nor by position and shape"
+            )
+            return
+        self.correctness["weights_copied"] = True
 
     def check(self) -> None:
         self.progress("correctness")
