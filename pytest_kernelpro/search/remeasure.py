@@ -96,6 +96,12 @@ class _Worker:
         except (ProcessLookupError, PermissionError):
             pass
         self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
 
 
 def remeasure(
@@ -142,15 +148,16 @@ def remeasure(
         try:
             for label, code in contenders:
                 (work / f"{label}.py").write_text(_combined(reference, code), encoding="utf-8")
-                proc = subprocess.Popen(
-                    [python, "-m", "pytest_kernelpro.search.remeasure", str(work), label],
-                    cwd=work,
-                    env=dict(env),
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=open(work / f"{label}.stderr", "wb"),  # noqa: SIM115 - the child owns it
-                    start_new_session=True,
-                )
+                with open(work / f"{label}.stderr", "wb") as err:
+                    proc = subprocess.Popen(
+                        [python, "-m", "pytest_kernelpro.search.remeasure", str(work), label],
+                        cwd=work,
+                        env=dict(env),
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        start_new_session=True,
+                    )
                 workers.append(_Worker(label, proc))
             for w in workers:  # they build in parallel; the GPU work starts after
                 line = w.read(deadline)
