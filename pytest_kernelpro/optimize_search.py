@@ -139,7 +139,7 @@ class WallClock:
         """Split one evaluation's wall time: build (the worker's), timing (the timer's),
         check (the rest of the sandbox's time), profile (the profiling evaluator's)."""
         profile_s = float((evaluation.metrics.get("profile") or {}).get("profile_s") or 0.0)
-        build_s = float(evaluation.metrics.get("build_s") or 0.0)
+        build_s = float(getattr(evaluation, "build_s", 0.0) or 0.0)
         timing_s = sum(
             float(part.get("wall_s") or 0.0)
             for part in evaluation.timing.values()

@@ -7,9 +7,9 @@
 
 `problem_file` is a KernelBench-format file: the reference (`class Model`, `get_inputs`,
 `get_init_inputs`) followed by the candidate's module (`class ModelNew`). This program builds
-the candidate under `capture_extensions` (the same flags as the sandbox's build, so the cached
-`.so` is reused), which yields the `.so` files whose `__global__` entry points ncu profiles
-and whose SASS is read, then calls `analysis.profile_and_analyze` (timeline, ncu of its own
+the candidate under `capture_extensions` (load_inline builds: the `.so` files) and reads the
+cubins of its `load_cuda` fast-path builds; their `__global__` entry points are what ncu
+profiles and their SASS is read, then calls `analysis.profile_and_analyze` (timeline, ncu of its own
 kernels with the curated and tool-declared metrics) and writes `Analysis.to_dict()` to
 `output`. It runs candidate code, so the parent starts it with the sandbox's scrubbed
 environment, in its own session, under a time limit.
@@ -56,11 +56,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         model_new(*init)
     build_s = time.perf_counter() - started
     ptxas = [p for b in capture.builds for p in b.ptxas]
+    binaries = list(capture.so_paths) + _fast_path_cubins()
     facts = RooflineFacts(**dict(spec.get("facts") or {}))
     analysis = profile_and_analyze(
         ProblemLocator(problem_file, "ModelNew"),
         facts,
-        so_paths=capture.so_paths,
+        so_paths=binaries,
         ptxas=ptxas,
         device=str(spec.get("device", "cuda")),
         timeout_s=float(spec.get("timeout_s", 120.0)),
@@ -68,8 +69,18 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         timeline_runs=int(spec.get("timeline_runs", 5)),
     )
     analysis.extra["build_s"] = build_s
-    analysis.extra["so_paths"] = list(capture.so_paths)
+    analysis.extra["binaries"] = binaries
     return analysis.to_dict()
+
+
+def _fast_path_cubins() -> list[str]:
+    """Cubins the candidate built through `pytest_kernelpro.build.load_cuda` (no `.so`):
+    cuobjdump reads their entry points and SASS the same way."""
+    try:
+        from pytest_kernelpro.build.api import build_records
+    except ImportError:
+        return []
+    return [str(r["cubin"]) for r in build_records() if r.get("cubin")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

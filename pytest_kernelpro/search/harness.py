@@ -238,15 +238,20 @@ class _Pipeline:
         self.stream_guard = checks.StreamGuard().install()
         self.progress("build")
         started = time.perf_counter()
+        # load_inline builds get the profiler's flags (-lineinfo, -Xptxas=-v) here, so the
+        # profiling evaluator's child finds the same build in the extension cache.
+        from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
+
         try:
-            self.stream_guard.active = True  # streams created at import time count too
-            cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
-            self.stream_guard.active = False
-            model_new = getattr(cand_mod, "ModelNew", None)
-            if model_new is None:
-                raise Rejected("build_error", "the candidate defines no class ModelNew")
-            torch.manual_seed(self.seed)
-            self.new_model = model_new(*init_inputs).to(self.device).eval()
+            with capture_extensions(DEFAULT_CUDA_FLAGS):
+                self.stream_guard.active = True  # streams created at import time count too
+                cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
+                self.stream_guard.active = False
+                model_new = getattr(cand_mod, "ModelNew", None)
+                if model_new is None:
+                    raise Rejected("build_error", "the candidate defines no class ModelNew")
+                torch.manual_seed(self.seed)
+                self.new_model = model_new(*init_inputs).to(self.device).eval()
         except Rejected:
             raise
         except BaseException as exc:
