@@ -11,7 +11,7 @@ from pytest_kernelpro.search import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 
-REFERENCE = '''import torch
+REFERENCE = """import torch
 from torch import nn
 
 
@@ -26,7 +26,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 GOOD = "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x + x\n"
 FACTS = RooflineFacts(bound="memory", min_bytes=8192.0, flops=1024.0, roofline_time_s=1e-6)
 

@@ -9,7 +9,7 @@ from pytest_kernelpro.search.remeasure import remeasure
 
 pytestmark = pytest.mark.slow
 
-REFERENCE = '''import torch
+REFERENCE = """import torch
 from torch import nn
 
 
@@ -28,8 +28,8 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
-RENAMED = '''
+"""
+RENAMED = """
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -39,7 +39,7 @@ class ModelNew(nn.Module):
     def forward(self, x):
         print("done 0")  # output cannot forge the protocol
         return torch.relu(x @ self.w.t() + self.b)
-'''
+"""
 WRONG = "class ModelNew(Model):\n    def forward(self, x):\n        return x\n"
 TIMING = {"max_time_s": 0.03, "warmup_ms": 1, "min_samples": 5, "flush_l2": False}
 
