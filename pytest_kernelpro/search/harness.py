@@ -36,11 +36,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from pytest_kernelpro.search import checks
+from pytest_kernelpro.search import checks, judge
 from pytest_kernelpro.search.loader import load_source
 
 EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
@@ -223,7 +224,16 @@ class _Pipeline:
             )
         if not ok:
             raise Rejected("wrong", f"wrong result ({label}): {detail.get('why')}")
+        self.save_output(label, out)
         return ref_out, checks.clone_tree(out)
+
+    def save_output(self, label: str, out: Any) -> None:
+        """Hand the candidate's output for `label` to the trusted side (`judge.py`), which
+        recomputes the reference in a process the candidate never ran in and compares."""
+        name = judge.output_name(label)
+        if name is None or not self.task.get("outputs_dir"):
+            return
+        judge.save_output(Path(self.task["outputs_dir"]) / name, out)
 
     # ----- phases -----
 
@@ -331,6 +341,7 @@ class _Pipeline:
         ok, detail = checks.compare(ref_out, out, self.atol, self.rtol)
         if not ok:
             raise Rejected("wrong", str(detail.get("why")))
+        self.save_output("inputs changed in place", out)
 
     def shapes(self) -> None:
         mode = self.task.get("shape_check", "auto")
