@@ -76,18 +76,21 @@ def parse_feedback(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
 
 
-def _choice(kind: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = str(text).strip().lower()
         if value in choices:
             return value
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a {kind}; use one of {', '.join(choices)}"
+            f"{text!r} is not a valid {name}; use one of {', '.join(choices)}"
         )
 
-    parse.__name__ = f"parse_{kind.replace(' ', '_')}"
+    parse.__name__ = f"parse_{name.replace(' ', '_').replace('-', '_').lower()}"
     return parse
 
+
+SEARCH_CHOICES = ("mcts", "greedy")
+ORCHESTRATION_CHOICES = ("proactive", "reactive")
 
 parse_cpu_flush = _choice("CPU flush mode", CPU_FLUSH_CHOICES)
 parse_cross_cpu = _choice("cross-CPU mode", CROSS_CPU_CHOICES)
@@ -272,6 +275,28 @@ SETTINGS: tuple[Setting, ...] = (
         "MODE",
     ),
     Setting(
+        "orchestration",
+        "How the optimizer's tools are used: proactive (every relevant tool runs on each "
+        "candidate's profile) or reactive (the model calls tools itself)",
+        _choice("orchestration", ORCHESTRATION_CHOICES),
+        "proactive",
+        "MODE",
+    ),
+    Setting(
+        "search",
+        "Search algorithm of the optimizer: mcts or greedy",
+        _choice("search algorithm", SEARCH_CHOICES),
+        "mcts",
+        "ALGO",
+    ),
+    Setting(
+        "llm_base_url",
+        "Base URL of the model server (an OpenAI-compatible server for --kernelpro-llm=openai)",
+        str,
+        None,
+        "URL",
+    ),
+    Setting(
         "llm",
         "Model backend of the optimizer: anthropic, or replay:PATH (recorded calls)",
         str,
@@ -414,6 +439,9 @@ class KernelproConfig:
     json_path: Path
     ceilings_path: Path | None
     feedback: str
+    orchestration: str
+    search: str
+    llm_base_url: str | None
     llm: str
     model: str
     candidates: int
@@ -493,6 +521,9 @@ class KernelproConfig:
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
             ceilings_path=rooted(values["ceilings"]),
             feedback=values["feedback"],
+            orchestration=values["orchestration"],
+            search=values["search"],
+            llm_base_url=values["llm_base_url"],
             llm=values["llm"],
             model=values["model"],
             candidates=values["candidates"],

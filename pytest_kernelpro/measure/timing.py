@@ -13,10 +13,13 @@ CUDA-graph mode captures k calls in one graph and times replays (per call = repl
 
 CPU: `time.perf_counter` around each call and the same adaptive rounds and statistics, with
 three differences:
-- the time budget covers everything `time_kernel` does (first call, estimate, warm-up,
-  samples and statistics), so a run takes its budget within 20% whenever one call is much
-  shorter than it; warm-up gets at most `CPU_WARMUP_SHARE` of it and `min_samples` shrinks
-  (to `CPU_MIN_SAMPLES_FLOOR`) when fewer samples fit;
+- the time budget covers what `time_kernel` does after allocating the flush buffer once
+  (first call, estimate, warm-up, samples and statistics): the warm-up ends at a wall-clock
+  deadline (at most `CPU_WARMUP_SHARE` of the budget), a round ends at the budget's
+  deadline, and `min_samples` gives way to the budget once `CPU_MIN_SAMPLES_FLOOR` samples
+  are in. Measured: within 2% of budgets of 0.5-2 s at load 11 on 2 cores
+  (bench/results/2026-12-01-cpu-budget-cpu.md); a budget shorter than those 5 samples plus
+  the estimate cannot be honoured;
 - the cache flush (`cpu_flush`): `on` writes the last-level cache plus the L2 of the CPU the
   process runs on before each sample; `off` never does; `auto` (the default) flushes only
   when the kernel's inputs fit in that cache (`working_set_bytes`), because inputs larger
@@ -182,14 +185,18 @@ class RoundLog:
 
 
 def adaptive_rounds(
-    run_round: Callable[[int], tuple[list[float], bool]], budget: TimingBudget
+    run_round: Callable[[int], tuple[list[float], bool]],
+    budget: TimingBudget,
+    *,
+    floor_samples: int | None = None,
 ) -> RoundLog:
     """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.
 
     The first round takes `min_samples`; each later one doubles the count (bounded by the
     time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, which
     costs O(n) per bootstrap row, runs only O(log n) times. The wall time per sample is
-    measured over the rounds so far, statistics included.
+    measured over the rounds so far, statistics included. With `floor_samples`, the budget
+    wins over `min_samples` once that many samples are in (the CPU's budget rule).
     """
     log = RoundLog()
     start = time.perf_counter()
@@ -208,7 +215,9 @@ def adaptive_rounds(
         log.rounds += 1
         n = len(log.samples)
         elapsed = time.perf_counter() - start
-        if n >= budget.min_samples:
+        out_of_time = floor_samples is not None and n >= floor_samples
+        out_of_time = out_of_time and elapsed >= budget.max_time_s
+        if n >= budget.min_samples or out_of_time:
             log.stats = summarize(log.samples)
             if log.stats.rel_ci_halfwidth <= budget.target_rel_ci:
                 log.stop_reason = "converged"
@@ -362,7 +371,6 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
     from .cpuload import CpuLoadMonitor, torch_threads
 
     t_start = time.perf_counter()
-    deadline = t_start + budget.max_time_s
     device = f"cpu ({cpu_model_name()})"
     threads = torch_threads()
     nbytes, flush_reason = cpu_flush_decision(budget)
@@ -371,6 +379,8 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
         if nbytes not in _CPU_FLUSH_BUFFERS:  # kept for the process: page faults paid once
             _CPU_FLUSH_BUFFERS[nbytes] = np.ones(nbytes, dtype=np.uint8)
         buf = _CPU_FLUSH_BUFFERS[nbytes]
+    # The budget starts after the one-time allocation above (wall_s still includes it).
+    deadline = time.perf_counter() + budget.max_time_s
     fill = [0]
 
     def flush() -> None:
@@ -396,10 +406,14 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
             # Timer overhead (~100 ns) matters for microsecond calls: repeat inside a sample.
             calls = min(10_000, math.ceil(CPU_MIN_SAMPLE_S / max(per_call, 1e-9)))
         per_sample = per_call * calls + flush_s
-        warmup_ms = min(budget.warmup_ms, CPU_WARMUP_SHARE * budget.max_time_s * 1e3)
-        n_warm = warmup_count(warmup_ms, per_sample)
-        for _ in range(n_warm):
+        # Warm up until a wall-clock deadline, not for a count of calls: on a loaded machine
+        # a call takes many times its estimate (9,500 calls of 20 us took 3.4 s at load 12).
+        warmup_s = min(budget.warmup_ms * 1e-3, CPU_WARMUP_SHARE * budget.max_time_s)
+        warm_end = time.perf_counter() + warmup_s
+        n_warm = 0
+        while n_warm < 1 or time.perf_counter() < warm_end:
             sample(calls)
+            n_warm += 1
         left = max(deadline - time.perf_counter(), 0.0)
         fit = int(left / per_sample) if per_sample > 0 else budget.min_samples
         min_samples = max(
@@ -413,10 +427,19 @@ def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
         )
 
         def run_round(k: int) -> tuple[list[float], bool]:
-            return [sample(calls) for _ in range(k)], False
+            # A round ends at the deadline (after at least one sample): a round planned from
+            # the rate so far must not overrun the budget when the machine gets busier.
+            values = []
+            for _ in range(k):
+                values.append(sample(calls))
+                if time.perf_counter() >= deadline:
+                    break
+            return values, False
 
         monitor = CpuLoadMonitor(threads or 1)
-        log = adaptive_rounds(run_round, sampling)
+        log = adaptive_rounds(
+            run_round, sampling, floor_samples=min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
+        )
         load = monitor.stop()
     except KernelproError:
         raise
