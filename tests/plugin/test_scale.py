@@ -308,40 +308,43 @@ def test_check_fails_when_a_collected_kernel_has_no_record(kp_project: pytest.Py
 
 
 REGRESSING = """
-import os, time, pytest, torch
+import pytest, torch
 
 def inp(device):
     return (torch.randn(1024, device=device),)
 
-def slow_neg(x):
-    if os.environ.get("KP_TEST_SLOW"):
-        time.sleep(0.004)  # far beyond any threshold
-    time.sleep(0.001)
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def k1(x):
     return -x
 
 @pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
-def k1(x):
-    return slow_neg(x)
-
-@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
 def k2(x):
-    return slow_neg(x)
+    return -x
 
 @pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
 def k3(x):
-    return slow_neg(x)
+    return -x
 """
 
 
-def test_automatic_regression_profiles_are_bounded(
-    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_automatic_regression_profiles_are_bounded(kp_project: pytest.Pytester) -> None:
+    import yaml
+
     kp_project.makepyfile(test_k=REGRESSING)
-    kp_project.runpytest("--kernelpro-save-baseline", "-p", "no:randomly").assert_outcomes(
-        passed=3
+    kp_project.runpytest("--kernelpro-save-baseline", "-p", "no:randomly").assert_outcomes(passed=3)
+    # A baseline 1000x faster than anything this machine can measure: every kernel regresses
+    # and every confirmation reproduces it, however loaded the machine is.
+    path = Path(kp_project.path) / "kernelpro-baseline.yaml"
+    data = yaml.safe_load(path.read_text())
+    for entry in data["kernels"].values():
+        for key in ("median_s", "q1_s", "q3_s"):
+            if entry.get(key):
+                entry[key] = entry[key] / 1000
+        entry["samples_s"] = [v / 1000 for v in entry["samples_s"]]
+    path.write_text(yaml.safe_dump(data))
+    result = kp_project.runpytest(
+        "--kernelpro-check", "--kernelpro-auto-profiles=1", "-p", "no:randomly"
     )
-    monkeypatch.setenv("KP_TEST_SLOW", "1")
-    result = kp_project.runpytest("--kernelpro-check", "--kernelpro-auto-profiles=1")
     result.assert_outcomes(failed=3)
     records = records_by_name(kp_project)
     assert all(r["gate"]["status"] == "regressed" for r in records.values())
