@@ -222,8 +222,7 @@ def _run(
     record.device = timing.device
 
     phase[0] = "counting the reference's FLOPs and bytes"
-    with memory.reference_run():
-        _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s)
+    _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s, memory)
 
     if settings.profile or settings.optimize:
         phase[0] = "profiling"
@@ -268,20 +267,23 @@ def _roofline(
     device: str,
     problem: Any,
     median_s: float,
+    memory: Any,
 ) -> None:
     from .measure.roofline import analyze_reference
 
     try:
-        ceilings = session.ceilings_for(device)
-        analysis = analyze_reference(
-            reference,
-            inputs,
-            ceilings=ceilings,
-            flops=problem.flops,
-            bytes=problem.bytes,
-            op_cost_hook=session.op_cost_hook,
-            spec=session.spec_for(device),
-        )
+        ceilings = session.ceilings_for(device)  # a first measurement is not the reference's
+        spec = session.spec_for(device)
+        with memory.reference_run():  # the reference's own peak: part of the footprint
+            analysis = analyze_reference(
+                reference,
+                inputs,
+                ceilings=ceilings,
+                flops=problem.flops,
+                bytes=problem.bytes,
+                op_cost_hook=session.op_cost_hook,
+                spec=spec,
+            )
     except KernelproError:
         raise
     except Exception as exc:
