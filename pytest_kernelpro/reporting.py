@@ -75,7 +75,20 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     )
     for line in summary_notes(kp):
         terminalreporter.write_line(f"kernelpro: {line}")
+    missing = kp.missing_records()
+    if missing:
+        verdict = "fails the check" if settings.check else "not checked"
+        terminalreporter.write_line(
+            f"kernelpro: {len(missing)} collected kernel(s) left no record ({verdict}): "
+            + ", ".join(missing[:10])
+            + (" ..." if len(missing) > 10 else ""),
+            red=True,
+        )
     terminalreporter.write_line(f"kernelpro: JSON report {settings.json_path}")
+    terminalreporter.write_line(
+        f"kernelpro: records log {settings.records_path} (`kernelpro report` rebuilds the "
+        "report from it)"
+    )
     if kp.history_path is not None:
         terminalreporter.write_line(
             f"kernelpro: run kept as {kp.history_path.stem} (`kernelpro compare` compares the "

@@ -157,8 +157,8 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
     wall = ceilings.details.get("wall_s", 0.0)
     if ceilings.details.get("not_cached"):
         console.print(
-            f"NOT cached: {ceilings.details['not_cached']}; re-run on a quiet machine "
-            f"({wall:.1f} s to measure)",
+            f"{ceilings.details['not_cached']}: kept in {path} only until a quiet session "
+            f"re-measures them; re-run on a quiet machine ({wall:.1f} s to measure)",
             markup=False,
         )
         return 1
