@@ -79,6 +79,12 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
         "item_timeout": settings.item_timeout_s,
         "auto_profiles": settings.auto_profiles,
         "auto_profile_time": settings.auto_profile_time_s,
+        "cpu_flush": settings.cpu_flush,
+        "cpu_threads": settings.cpu_threads or "auto",
+        "cpu_cross_device": settings.cpu_cross_device,
+        "sort": settings.sort,
+        "correctness_only": settings.correctness_only,
+        "history": "off",  # the parent keeps the run in the history, once
     }
     for setting in SETTINGS:
         if setting.name in ("isolate", "json"):

@@ -357,7 +357,7 @@ def run_search(
     clock = WallClock()
     sandbox_source = kernelbench_source(item, device)
     context = problem_context(item, device, sandbox_source)
-    timing = {"max_time_s": settings.time_budget_s, "warmup_ms": settings.warmup_ms}
+    timing = {"max_time_s": settings.budget_for(device), "warmup_ms": settings.warmup_ms}
     task = KernelBenchTask(
         reference=sandbox_source,
         name=record.name,

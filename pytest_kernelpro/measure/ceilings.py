@@ -305,7 +305,16 @@ def load_or_measure_ceilings(
 
 
 def quiet_now(threads: int, seconds: float = 0.2) -> bool:
-    """True when, over the next `seconds`, other processes leave the cores `threads` need."""
+    """True when the machine looks quiet enough to re-measure: the 1-minute load average is
+    below the CPU count (a short look alone catches a lull between bursts: one re-measured
+    ceilings at load 11 and got provisional ones again, 17 s later), and over the next
+    `seconds` other processes leave the cores `threads` need."""
+    try:
+        load_1m = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load_1m = None
+    if load_1m is not None and load_1m >= (os.cpu_count() or 1):
+        return False
     monitor = CpuLoadMonitor(threads)
     time.sleep(seconds)
     return not monitor.stop().oversubscribed

@@ -54,7 +54,21 @@ class _FakeMonitor:
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> type[_FakeMonitor]:
     monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", _FakeMonitor)
     monkeypatch.setattr(_FakeMonitor, "oversubscribed", False)
+    # The load average is the machine's; here "quiet" is what the fake monitor says.
+    monkeypatch.setattr(ceilings_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     return _FakeMonitor
+
+
+def test_quiet_now_needs_a_low_load_average_and_a_quiet_look(
+    monkeypatch: pytest.MonkeyPatch, quiet_machine: type[_FakeMonitor]
+) -> None:
+    assert ceilings_module.quiet_now(1, seconds=0.0) is True
+    quiet_machine.oversubscribed = True
+    assert ceilings_module.quiet_now(1, seconds=0.0) is False
+    quiet_machine.oversubscribed = False
+    cpus = ceilings_module.os.cpu_count() or 1
+    monkeypatch.setattr(ceilings_module.os, "getloadavg", lambda: (float(cpus), 0.0, 0.0))
+    assert ceilings_module.quiet_now(1, seconds=0.0) is False
 
 
 def _path(tmp_path: Path, name: str, threads: int | None = None) -> Path:
