@@ -84,6 +84,8 @@ _CONFIRMATION_FIELDS = {
     "p_value": "num",
 }
 _META_FIELDS = {
+    "baseline_entries_without_kernel": "list",
+    "kernels_without_baseline_entry": "list",
     "devices": "list",
     "device": "str",
     "commit": "str",
@@ -257,6 +259,8 @@ def _summary_line(records: Sequence[KernelRecord]) -> str:
         ("improved", "improved"),
         ("new", "new"),
         ("incomparable", "incomparable"),
+        ("skipped", "skipped"),  # never hidden under "all passed"
+        ("unmeasured", "not timed"),
     ):
         if counts.get(status):
             parts.append(f"{_emoji(status)} {counts[status]} {word}")
@@ -356,6 +360,24 @@ def _details(record: KernelRecord, with_guidance: bool) -> str:
     return "\n".join(lines)
 
 
+def _coverage_lines(meta: dict[str, Any]) -> list[str]:
+    """Baseline entries no kernel matched, and kernels without an entry (renames show both)."""
+    lines = []
+    for key, words in (
+        (
+            "baseline_entries_without_kernel",
+            "baseline entries matched no kernel of this run (removed, renamed or deselected)",
+        ),
+        ("kernels_without_baseline_entry", "kernels have no baseline entry (new or renamed)"),
+    ):
+        names = meta.get(key) or []
+        if names:
+            shown = ", ".join(_text(n, limit=120, table=False) for n in names[:20])
+            more = f" and {len(names) - 20} more" if len(names) > 20 else ""
+            lines += [f"⚠️ {len(names)} {words}: {shown}{more}", ""]
+    return lines
+
+
 def _footer(report: dict[str, Any]) -> str:
     meta = report.get("meta") or {}
     parts = []
@@ -409,6 +431,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
         for r in records:
             if record_status(r) in _DETAIL_STATUSES:
                 out += [_details(r, with_guidance), ""]
+    out += _coverage_lines(report.get("meta") or {})
     out += ["---", _footer(report)]
     body = "\n".join(out) + "\n"
     if len(body) > MAX_BODY and with_guidance:
