@@ -73,6 +73,22 @@ def parse_feedback(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
 
 
+def _choice(name: str, choices: tuple[str, ...]) -> Any:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value in choices:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid {name}; use one of {', '.join(choices)}"
+        )
+
+    return parse
+
+
+SEARCH_CHOICES = ("mcts", "greedy")
+ORCHESTRATION_CHOICES = ("proactive", "reactive")
+
+
 def parse_budget_text(text: str) -> str:
     """Validate an optimizer budget ("20", "30m", "5usd", "20,30m"); kept as text."""
     from .search.budget import parse_budget
@@ -152,9 +168,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "threshold",
-        "Regression threshold, relative to the baseline (marker threshold= wins)",
+        "Regression threshold, relative to the baseline (marker threshold= wins); unset: "
+        "2% for kernels timed on a CUDA GPU, 5% on the CPU (see gate/verdict.py)",
         parse_fraction,
-        0.05,
+        None,
         "FRACTION",
     ),
     Setting(
@@ -200,6 +217,28 @@ SETTINGS: tuple[Setting, ...] = (
         "MODE",
     ),
     Setting(
+        "orchestration",
+        "How the optimizer's tools are used: proactive (every relevant tool runs on each "
+        "candidate's profile) or reactive (the model calls tools itself)",
+        _choice("orchestration", ORCHESTRATION_CHOICES),
+        "proactive",
+        "MODE",
+    ),
+    Setting(
+        "search",
+        "Search algorithm of the optimizer: mcts or greedy",
+        _choice("search algorithm", SEARCH_CHOICES),
+        "mcts",
+        "ALGO",
+    ),
+    Setting(
+        "llm_base_url",
+        "Base URL of the model server (an OpenAI-compatible server for --kernelpro-llm=openai)",
+        str,
+        None,
+        "URL",
+    ),
+    Setting(
         "llm",
         "Model backend of the optimizer: anthropic, or replay:PATH (recorded calls)",
         str,
@@ -218,6 +257,38 @@ SETTINGS: tuple[Setting, ...] = (
         "Time limit in seconds for one kernel's profiler run",
         parse_positive_float,
         120.0,
+        "SECONDS",
+    ),
+    Setting(
+        "item_timeout",
+        "Time limit in seconds for one kernel item (check, timing, roofline, profile, gate); "
+        "a kernel past it fails and the session goes on. Not applied by default under "
+        "--kernelpro-optimize, whose budget bounds the search",
+        parse_positive_float,
+        300.0,
+        "SECONDS",
+    ),
+    Setting(
+        "isolate",
+        "Run each kernel item in its own subprocess, so a crash (segfault, os._exit, an "
+        "out-of-memory kill) fails only that item",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "auto_profiles",
+        "Regressed kernels profiled automatically under --kernelpro-check (the rest say how "
+        "to profile them)",
+        parse_positive_int,
+        3,
+        "N",
+    ),
+    Setting(
+        "auto_profile_time",
+        "Seconds all automatic regression profiles of a session may take together",
+        parse_positive_float,
+        30.0,
         "SECONDS",
     ),
 )
@@ -264,6 +335,12 @@ def add_options(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="Run only kernel items; deselect ordinary tests. Default: False",
+    )
+    group.addoption(
+        "--kernelpro-isolated-child",
+        action="store_true",
+        default=False,
+        help=argparse.SUPPRESS,  # set by --kernelpro-isolate on the process of one item
     )
     for setting in SETTINGS:
         if setting.is_flag:
@@ -335,7 +412,7 @@ class KernelproConfig:
     target_rel_ci: float
     warmup_ms: float
     trials: int
-    threshold: float
+    threshold: float | None  # None: the per-device default (gate.verdict.default_threshold)
     cuda_graph: bool
     require_gpu: bool
     problems: Path | None
@@ -343,11 +420,19 @@ class KernelproConfig:
     json_path: Path
     ceilings_path: Path | None
     feedback: str
+    orchestration: str
+    search: str
+    llm_base_url: str | None
     llm: str
     model: str
     candidates: int
     max_tokens: int
     profile_timeout_s: float
+    item_timeout_s: float | None  # None: no limit
+    isolate: bool
+    isolated_child: bool  # this process runs one item for a --kernelpro-isolate parent
+    auto_profiles: int
+    auto_profile_time_s: float
     sources: dict[str, str]  # setting name -> where its value came from
 
     @property
@@ -357,6 +442,19 @@ class KernelproConfig:
     @property
     def cache_dir(self) -> Path:
         return self.artifacts_dir / "cache"
+
+    @property
+    def records_path(self) -> Path:
+        """The JSONL file each finished record is appended to, next to the JSON report."""
+        return self.json_path.with_suffix(".jsonl")
+
+    def threshold_for(self, device_kind: str) -> float:
+        """The session's regression threshold for a kernel timed on `device_kind`."""
+        if self.threshold is not None:
+            return self.threshold
+        from .gate.verdict import default_threshold
+
+        return default_threshold(device_kind)
 
     @classmethod
     def from_pytest_config(
@@ -410,10 +508,25 @@ class KernelproConfig:
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
             ceilings_path=rooted(values["ceilings"]),
             feedback=values["feedback"],
+            orchestration=values["orchestration"],
+            search=values["search"],
+            llm_base_url=values["llm_base_url"],
             llm=values["llm"],
             model=values["model"],
             candidates=values["candidates"],
             max_tokens=values["max_tokens"],
             profile_timeout_s=values["profile_timeout"],
+            item_timeout_s=_item_timeout(values["item_timeout"], sources["item_timeout"], config),
+            isolate=bool(values["isolate"]),
+            isolated_child=bool(config.getoption("kernelpro_isolated_child", default=False)),
+            auto_profiles=values["auto_profiles"],
+            auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
         )
+
+
+def _item_timeout(value: float, source: str, config: pytest.Config) -> float | None:
+    """The item time limit; the built-in default does not cut an optimizer search short."""
+    if source == "default" and config.getoption("kernelpro_optimize", default=None):
+        return None
+    return value

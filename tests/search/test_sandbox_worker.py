@@ -35,6 +35,7 @@ LIMITS = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_m
 
 CANDIDATES = [
     "correct",
+    "renamed_weights",
     "wrong",
     "unwritten",
     "syntax_error",
@@ -98,6 +99,15 @@ def test_correct_candidate_is_timed(results: dict[str, Evaluation]) -> None:
     assert ev.correctness["checks"] == ["fresh inputs", "inputs changed in place"]
     assert ev.metrics["device"] == "cpu"
     assert ev.wall_s > 0
+
+
+def test_module_candidate_with_other_weight_names_gets_the_reference_weights(
+    results: dict[str, Evaluation],
+) -> None:
+    ev = results["renamed_weights"]
+    assert ev.status == "correct", ev.reason or ev.logs
+    assert ev.correctness["weights"] == "copied by position and shape"
+    assert results["correct"].correctness["weights"] == "copied by name"
 
 
 @pytest.mark.parametrize(
