@@ -84,7 +84,7 @@ import torch
 from kernels import RMSNorm as _RMSNorm, RMSNormReference, bias_gelu as _bias_gelu, softmax_rows as _softmax
 
 
-ROWS = int(os.environ.get("KP_BENCH_ROWS", "8192"))  # the CPU dry run uses fewer rows
+ROWS = int(os.environ.get("KERNELPRO_BENCH_ROWS", "8192"))  # the CPU dry run uses fewer rows
 
 
 def gelu_inputs(device):
@@ -288,7 +288,7 @@ def main() -> int:
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        KP_BENCH_ROWS=str(args.rows),
+        KERNELPRO_BENCH_ROWS=str(args.rows),
     )
     started = time.monotonic()
     with open(out / "pytest.log", "w") as log:
