@@ -131,6 +131,8 @@ def _run(
     settings = session.settings
     problem = item.problem
     choice = session.choose_device(problem)
+    if choice.device is None and choice.fail:
+        raise KernelproError(choice.skip_reason or "no CUDA GPU")
     if choice.device is None:
         pytest.skip(choice.skip_reason or "no device")
     device = choice.device
@@ -220,6 +222,7 @@ def _run(
         ) from exc
     record.timing = timing.to_dict()
     record.device = timing.device
+    _recheck_after_timing(kernel, reference, inputs, make_inputs, device, problem, correctness)
 
     phase[0] = "counting the reference's FLOPs and bytes"
     _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s, memory)
@@ -250,6 +253,40 @@ def _run(
                 f"(median {timing.stats.median_s * 1e6:.1f} us vs roofline "
                 f"{(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
             )
+
+
+def _recheck_after_timing(
+    kernel: Any,
+    reference: Any,
+    inputs: tuple[Any, ...],
+    make_inputs: Any,
+    device: str,
+    problem: Any,
+    correctness: Any,
+) -> None:
+    """A kernel must stay correct after it was timed (see `recheck_after_timing`)."""
+    from .measure.correctness import recheck_after_timing
+
+    try:
+        failure = recheck_after_timing(
+            kernel,
+            reference,
+            inputs,
+            make_inputs(1_000_033),
+            device=device,
+            correctness=correctness,
+            rtol=problem.rtol,
+            atol=problem.atol,
+        )
+    except KernelproError:
+        raise
+    except Exception as exc:
+        raise KernelproError(
+            f"the reference raised {_describe_exception(exc)} when {problem.display_name} was "
+            "checked again after timing"
+        ) from exc
+    if failure is not None:
+        raise KernelproError(f"{problem.display_name} is wrong: {failure}")
 
 
 def _note_cuda_error(session: KernelproSession, exc: BaseException, name: str) -> None:
