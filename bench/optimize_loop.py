@@ -281,7 +281,7 @@ def main() -> int:
         sys.executable, "-m", "pytest", *_plugin_args(), "-q", "-rA", "-p", "no:cacheprovider",
         f"--kernelpro-device={args.device}", f"--kernelpro-optimize={args.budget}",
         "--kernelpro-search=greedy", "--kernelpro-llm=canned", "--kernelpro-candidates=2",
-        "--kernelpro-time-budget=0.25", "--kernelpro-profile-timeout=60",
+        "--kernelpro-time-budget=0.15", "--kernelpro-profile-timeout=60",
     ]  # fmt: skip
     if args.k:
         command += ["-k", args.k]
