@@ -99,15 +99,6 @@ def bias_gelu(x, bias):
     return _bias_gelu(x, bias)
 
 
-def softmax_inputs(device):
-    return (torch.randn(ROWS, 4096, device=device),)
-
-
-@pytest.mark.kernelpro(reference=lambda x: torch.softmax(x, -1), inputs=softmax_inputs)
-def softmax_rows(x):
-    return _softmax(x)
-
-
 def rms_inputs(device):
     return (torch.randn(2 * ROWS, 1024, device=device),)
 
@@ -115,6 +106,15 @@ def rms_inputs(device):
 @pytest.mark.kernelpro(reference=RMSNormReference, inputs=rms_inputs, rtol=1e-5, atol=1e-5)
 class RMSNorm(_RMSNorm):
     """The module under test."""
+
+
+def softmax_inputs(device):
+    return (torch.randn(ROWS, 4096, device=device),)
+
+
+@pytest.mark.kernelpro(reference=lambda x: torch.softmax(x, -1), inputs=softmax_inputs)
+def softmax_rows(x):
+    return _softmax(x)
 '''
 
 CONFTEST_PY = '''"""Bench only: the `canned` model backend (see bench/optimize_loop.py)."""
@@ -169,6 +169,24 @@ def make_backend(name, *, record_to=None, **options):
 
 
 factory.make_backend = make_backend
+
+# The namespace sandbox failed CUDA initialisation on the H200 host (cudaGetDeviceCount error
+# 304 in every worker and in the judge, run of 2026-12-01 10:09): the bench may ask for the
+# weaker fallback isolation through KERNELPRO_BENCH_ISOLATION, and the results say which.
+import dataclasses  # noqa: E402
+import os  # noqa: E402
+
+import pytest_kernelpro.search.evaluator as _evaluator  # noqa: E402
+
+_isolation = os.environ.get("KERNELPRO_BENCH_ISOLATION")
+if _isolation:
+    _init = _evaluator.SandboxEvaluator.__init__
+
+    def _with_isolation(self, task, limits=None):
+        limits = dataclasses.replace(limits or _evaluator.SandboxLimits(), isolation=_isolation)
+        _init(self, task, limits)
+
+    _evaluator.SandboxEvaluator.__init__ = _with_isolation
 '''
 
 
