@@ -49,6 +49,8 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         if not any(_is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
             config.args.append(str(settings.problems))
+    if settings.optimize and workerinput is None:
+        _preflight_optimize(settings)
     session = KernelproSession(settings=settings, config=config)
     if settings.profile or settings.check:
         from .profiling import SessionCapture
@@ -57,6 +59,30 @@ def pytest_configure(config: pytest.Config) -> None:
         session.capture = SessionCapture(extra_flags=settings.profile)
         session.capture.start()
     config.pluginmanager.register(session, PLUGIN_NAME)
+
+
+def _preflight_optimize(settings: KernelproConfig) -> None:
+    """A requested search that cannot run is a usage error before any work."""
+    from .handoff.preflight import PreflightError, check_backend
+
+    try:
+        check_backend(settings)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """With a replay directory, every kernel to optimize needs its recording."""
+    kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is None or not kp.settings.optimize or kp.is_xdist_worker:
+        return
+    from .handoff.preflight import PreflightError, check_replay_items
+
+    kernels = [(i.problem.display_name, i.problem.name) for i in session.items if isinstance(i, KernelItem)]
+    try:
+        check_replay_items(kp.settings, kernels)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
 
 
 def _is_within(child: Path, parent: Path) -> bool:
