@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kernelpro.agents.llm.base import LLMBackend, LLMRequest, LLMResponse
+from pytest_kernelpro.agents.llm.replay import code_hash, replay_key
 from pytest_kernelpro.agents.prompts.builder import PromptBuilder, code_block
 from pytest_kernelpro.errors import KernelproError
 
@@ -198,7 +199,11 @@ class ProfilingAgent:
             "\n\n".join(parts) + "\n",
             self.max_tokens,
             self.temperature,
-            meta={"purpose": "profiling"},
+            # Keyed by the code analyzed, not the measured guidance (agents/llm/replay.py).
+            meta={
+                "purpose": "profiling",
+                "replay_key": replay_key("profiling", code_hash(code), self.max_tokens),
+            },
         )
 
     def analyze(

@@ -31,7 +31,7 @@ from pytest_kernelpro.agents.feedback import (
     speedup_line,
 )
 from pytest_kernelpro.agents.llm.base import LLMRequest, LLMResponse, Message
-from pytest_kernelpro.agents.llm.replay import call_record
+from pytest_kernelpro.agents.llm.replay import call_record, code_hash, replay_key
 from pytest_kernelpro.agents.profiling import ProfileAnalysisError
 from pytest_kernelpro.agents.prompts.builder import PromptBuilder, check_language
 from pytest_kernelpro.agents.prompts.parse import CompletionParseError, parse_multiple_completions
@@ -112,6 +112,7 @@ class ProgrammerAgent:
         self.failures: list[GenerationFailure] = []
         self._carry = _Calls()
         self._analyses: dict[str, Any] = {}
+        self._node: int | None = None
 
     def __repr__(self) -> str:
         return (
@@ -184,13 +185,33 @@ class ProgrammerAgent:
 
     # ------------------------------------------------------------------ the model calls
 
-    def _request(self, prompt: Prompt, max_tokens: int, phase: str) -> LLMRequest:
+    def at_node(self, node_id: int) -> None:
+        """The search node the next `generate()` works for (named in replay errors)."""
+        self._node = node_id
+
+    def _request(
+        self, prompt: Prompt, max_tokens: int, phase: str, mode: str, parent: Candidate | None,
+        n: int,
+    ) -> LLMRequest:  # fmt: skip
+        # The replay key leaves out everything measured (speedups, profiles): a recorded
+        # search replays on another run of the same GPU (agents/llm/replay.py).
+        key = replay_key(
+            "programmer", prompt.prompt_id, mode, code_hash(parent.code if parent else None),
+            phase, n, max_tokens,
+        )  # fmt: skip
         return LLMRequest.single(
             prompt.system,
             prompt.user,
             max_tokens,
             self.temperature,
-            meta={"purpose": "programmer", "prompt_id": prompt.prompt_id, "phase": phase},
+            meta={
+                "purpose": "programmer",
+                "prompt_id": prompt.prompt_id,
+                "phase": phase,
+                "mode": mode,
+                "node": self._node,
+                "replay_key": key,
+            },
         )
 
     def _complete(
@@ -199,21 +220,21 @@ class ProgrammerAgent:
     ) -> tuple[LLMRequest, LLMResponse, Prompt, str] | str:  # fmt: skip
         """Run the call with truncation recovery; a string is the failure reason."""
         prompt = self.build_prompt(mode, parent, evaluation, n, calls=calls)
-        request = self._request(prompt, self.max_tokens, "initial")
+        request = self._request(prompt, self.max_tokens, "initial", mode, parent, n)
         response = self.backend.complete(request)
         calls.add(request, response)
         if not response.truncated:
             return request, response, prompt, "initial"
         # Phase A: the same prompt with twice the output budget.
         doubled = self.max_tokens * 2
-        request = self._request(prompt, doubled, "A")
+        request = self._request(prompt, doubled, "A", mode, parent, n)
         response = self.backend.complete(request)
         calls.add(request, response)
         if not response.truncated:
             return request, response, prompt, "A"
         # Phase B: same doubled budget, plus the directive to restart concisely.
         prompt = self.build_prompt(mode, parent, evaluation, n, concise=True, calls=calls)
-        request = self._request(prompt, doubled, "B")
+        request = self._request(prompt, doubled, "B", mode, parent, n)
         response = self.backend.complete(request)
         calls.add(request, response)
         if not response.truncated:
@@ -242,7 +263,11 @@ class ProgrammerAgent:
                         Message("user", f"Your reply could not be used: {exc} Reply again with "
                                         "the complete solutions in the required format."),
                     ),
-                    meta={**request.meta, "phase": "format-retry"},
+                    meta={
+                        **request.meta,
+                        "phase": "format-retry",
+                        "replay_key": replay_key(request.meta.get("replay_key"), "format-retry"),
+                    },
                 )  # fmt: skip
                 text_response = self.backend.complete(retry)
                 calls.add(retry, text_response)

@@ -214,6 +214,10 @@ class SearchAlgorithm(ABC):
                 return reason
             node = self.select()
             slots = self.slots(node)
+            # A generator that wants to know the node (to name it in errors) says so.
+            at_node = getattr(generator, "at_node", None)
+            if callable(at_node):
+                at_node(node.id)
             try:
                 candidates = list(
                     generator.generate(

@@ -1,7 +1,8 @@
 """Replay recorded model responses: reproducible searches and tests without an API key.
 
-Two sources are read, both keyed by `LLMRequest.request_hash()` (system prompt, messages,
-max_tokens, temperature; not the model):
+Two sources are read. Every recorded call carries `request_hash` (`LLMRequest.request_hash()`:
+system prompt, messages, max_tokens, temperature; not the model) and, when the agent gave
+one, a `replay_key` (`replay_key(...)`: what the request is for, without any measured number):
 
 1. A recording JSONL written by `RecordingBackend` (this module's own format): one line per
    call, `{"kind": "llm", "format": "kernelpro-llm-recording", "version": 1,
@@ -12,17 +13,28 @@ max_tokens, temperature; not the model):
    node as `meta["llm_calls"]` (a list of `{"request_hash", "purpose", "response"}`; the
    request text is not repeated there: the trajectory already holds the code).
 
+Why two keys. A prompt holds measured numbers (the parent's speedup, its profile), and two
+runs of the same kernel never measure the same nanoseconds, so a search keyed by the prompt's
+bytes cannot be replayed on a GPU: the first optimize prompt would miss. The Programmer and
+Profiling agents therefore key each request by what decides the answer's meaning: the
+purpose, the prompt template version, the mode, the code of the solution it works on and the
+retry phase. A request with a `replay_key` is served by that key; the replay counts the
+answers whose prompt bytes differed from the recording (`divergent`, measurement noise) so a
+byte-for-byte replay can be asserted. A request without a key is served by its hash.
+
 The same request may have been sent several times (fresh seeds at ROOT are the same prompt);
 its recorded responses are served in the order they were recorded, and asking once more than
-was recorded is an `LLMError`, as is a request that was never recorded.
+was recorded is an `LLMError` naming the search node, as is a request that was never recorded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import deque
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +46,18 @@ RECORDING_VERSION = 1
 TRAJECTORY_FORMAT = "kernelpro-trajectory"  # pytest_kernelpro.search.trajectory.FORMAT
 
 
+def replay_key(*parts: object) -> str:
+    """A 16-hex-digit key from the parts that decide what a request asks (never a measured
+    number): e.g. purpose, prompt id, mode, the SHA-256 of the code it works on, the phase."""
+    canonical = json.dumps([str(p) for p in parts], separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def code_hash(code: str | None) -> str:
+    """The SHA-256 (16 hex digits) of a solution's code, "" for none (ROOT)."""
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()[:16] if code else ""
+
+
 def call_record(request: LLMRequest, response: LLMResponse, *, full: bool = True) -> dict[str, Any]:
     """One recorded call; `full=False` leaves the request text out (for trajectory meta)."""
     record: dict[str, Any] = {
@@ -42,6 +66,10 @@ def call_record(request: LLMRequest, response: LLMResponse, *, full: bool = True
         "prompt_id": request.meta.get("prompt_id"),
         "response": response.to_dict(),
     }
+    if request.meta.get("replay_key"):
+        record["replay_key"] = str(request.meta["replay_key"])
+    if request.meta.get("node") is not None:
+        record["node"] = request.meta["node"]
     if full:
         record = {
             "kind": "llm",
@@ -98,6 +126,13 @@ def load_recorded_calls(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return calls
 
 
+@dataclass
+class _Recorded:
+    request_hash: str
+    response: LLMResponse
+    served: bool = False
+
+
 class ReplayBackend:
     """`LLMBackend` that answers from recorded responses (see the module doc)."""
 
@@ -105,13 +140,18 @@ class ReplayBackend:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._queues: dict[str, deque[LLMResponse]] = {}
+        self._by_hash: dict[str, deque[_Recorded]] = {}
+        self._by_key: dict[str, deque[_Recorded]] = {}
         self._served: dict[str, int] = {}
+        self.divergent = 0  # answers served by replay key whose prompt bytes differed
         for call in load_recorded_calls(self.path):
-            key = str(call.get("request_hash") or "")
-            if not key or "response" not in call:
+            digest = str(call.get("request_hash") or "")
+            if not digest or "response" not in call:
                 continue
-            self._queues.setdefault(key, deque()).append(LLMResponse.from_dict(call["response"]))
+            entry = _Recorded(digest, LLMResponse.from_dict(call["response"]))
+            self._by_hash.setdefault(digest, deque()).append(entry)
+            if call.get("replay_key"):
+                self._by_key.setdefault(str(call["replay_key"]), deque()).append(entry)
 
     def __repr__(self) -> str:
         return f"ReplayBackend({str(self.path)!r}, {self.recorded} responses)"
@@ -119,28 +159,44 @@ class ReplayBackend:
     @property
     def recorded(self) -> int:
         """Responses not served yet."""
-        return sum(len(q) for q in self._queues.values())
+        return sum(1 for q in self._by_hash.values() for e in q if not e.served)
+
+    @staticmethod
+    def _next(queue: deque[_Recorded] | None) -> _Recorded | None:
+        while queue and queue[0].served:
+            queue.popleft()
+        return queue.popleft() if queue else None
 
     def complete(self, request: LLMRequest) -> LLMResponse:
-        """The next recorded response to this exact request."""
-        key = request.request_hash()
-        queue = self._queues.get(key)
-        if not queue:
-            served = self._served.get(key, 0)
+        """The next recorded response to this request: by its replay key when it has one
+        (measurement noise in the prompt does not matter), else by its exact hash."""
+        digest = request.request_hash()
+        key = str(request.meta.get("replay_key") or "")
+        lookup = key or digest
+        entry = self._next(self._by_key.get(key) if key else self._by_hash.get(digest))
+        if entry is None:
+            served = self._served.get(lookup, 0)
             purpose = request.meta.get("purpose") or "model"
+            node = request.meta.get("node")
+            where = f" at search node {node}" if node is not None else ""
+            mode = f", {request.meta['mode']} mode" if request.meta.get("mode") else ""
             why = (
                 f"all {served} recorded response(s) to it were already served"
                 if served
                 else "it was never recorded"
             )
             raise LLMError(
-                f"no recorded response for {purpose} request {key} "
-                f"(prompt {request.meta.get('prompt_id')!r}, max_tokens {request.max_tokens}) in "
-                f"{self.path}: {why}. A replay reproduces only the recorded run: use the same "
-                "options, problem and seed, or record a new run with the anthropic backend."
+                f"no recorded response for {purpose} request {digest}{where} "
+                f"(replay key {key or 'none'}{mode}, prompt {request.meta.get('prompt_id')!r}, "
+                f"max_tokens {request.max_tokens}) in {self.path}: {why}. A replay reproduces "
+                "only the recorded run: use the same options, problem and seed, or record a "
+                "new run with a model backend."
             )
-        self._served[key] = self._served.get(key, 0) + 1
-        return queue.popleft()
+        entry.served = True
+        self._served[lookup] = self._served.get(lookup, 0) + 1
+        if entry.request_hash != digest:
+            self.divergent += 1
+        return entry.response
 
 
 class RecordingBackend:
