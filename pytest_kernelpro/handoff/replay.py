@@ -2,8 +2,9 @@
 
 A prompt holds the kernel's roofline efficiency, the parent's speedup and its profile, all
 measured again in a replay and never bit-identical, so a request's hash rarely matches the
-recording. `NoiseTolerantReplay` answers the exact request when it was recorded and
-otherwise the next recorded response of the same purpose (programmer, profiling), in
+recording. `NoiseTolerantReplay` answers the request recorded with the same replay key (the agents' key
+of what a request asks, `agents.llm.replay.replay_key`) or the same bytes, and otherwise
+the next recorded response of the same purpose (programmer, profiling), in
 recorded order: the candidates of a recorded search are served in the order the model
 wrote them, whatever the replaying machine measures. Asking for more than was recorded is
 an `LLMError`, which ends the search ("recorded responses used up").
@@ -66,8 +67,11 @@ class NoiseTolerantReplay:
                 continue
             index = len(self._responses)
             self._responses.append(LLMResponse.from_dict(call["response"]))
-            if call.get("request_hash"):
-                self._exact.setdefault(str(call["request_hash"]), deque()).append(index)
+            # The agents' replay key (what the request asks, no measured numbers) and the
+            # exact hash both identify a recorded request.
+            for key in (call.get("replay_key"), call.get("request_hash")):
+                if key:
+                    self._exact.setdefault(str(key), deque()).append(index)
             self._by_purpose.setdefault(str(call.get("purpose") or ""), deque()).append(index)
         if not self._responses:
             raise LLMError(
@@ -114,7 +118,10 @@ class NoiseTolerantReplay:
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         """The exact recorded answer, else the next one of the same purpose."""
-        index = self._take(self._exact.get(request.request_hash()))
+        index = None
+        for key in (request.meta.get("replay_key"), request.request_hash()):
+            if index is None and key:
+                index = self._take(self._exact.get(str(key)))
         purpose = str(request.meta.get("purpose") or "")
         if index is None:
             index = self._take(self._by_purpose.get(purpose))
