@@ -13,6 +13,8 @@ from pytest_kernelpro.cutlass.constraints import check_source
 from pytest_kernelpro.search.base import Evaluation
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pytest_kernelpro.search.base import Candidate, Evaluator
 
 
@@ -22,6 +24,12 @@ class PrecheckEvaluator:
     def __init__(self, inner: Evaluator, *, arch: str) -> None:
         self.inner = inner
         self.arch = arch
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Let the inner evaluator build ahead (see `SandboxEvaluator.prepare`)."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare(candidates)
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """A build error for constraint violations, else the inner evaluation."""

@@ -79,6 +79,7 @@ class Evaluation:
     build_log: str = ""
     logs: str = ""
     wall_s: float = 0.0
+    build_s: float = 0.0  # building the candidate (compiles, cache lookups, module import)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -108,6 +109,7 @@ class Evaluation:
             build_log=str(data.get("build_log") or ""),
             logs=str(data.get("logs") or ""),
             wall_s=float(data.get("wall_s") or 0.0),
+            build_s=float(data.get("build_s") or 0.0),
         )
 
 

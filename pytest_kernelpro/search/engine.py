@@ -238,6 +238,11 @@ class SearchAlgorithm(ABC):
             tracker.add_cost(sum(c.cost_usd for c in candidates))
             if not candidates:
                 return f"generator returned no candidates for mode {node.child_mode!r}"
+            # An evaluator that can build ahead (SandboxEvaluator.prepare) compiles the
+            # siblings on the CPU cores while the first ones run on the GPU.
+            prepare = getattr(evaluator, "prepare", None)
+            if callable(prepare):
+                prepare(candidates[:slots])
             for candidate in candidates[:slots]:
                 # Candidates already paid for are still evaluated when only the API budget
                 # ran out; evaluations and wall time stop them.

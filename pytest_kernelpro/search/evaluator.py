@@ -12,6 +12,12 @@ temporary directory, starts `python -m pytest_kernelpro.search.worker` in a new 
   (or `build_error` when it died while building), with the signal or exit code and the
   phase it was in.
 
+Fast-path kernels (`pytest_kernelpro.build.load_cuda` calls the candidate's source makes
+with literal arguments) are compiled before the worker starts, by a pool of build threads
+that `prepare(candidates)` fills with a whole expansion at once; the worker finds them in
+the build cache, which it may read but not write. `Evaluation.build_s` is the candidate's
+build time (those compiles plus the worker's build phase).
+
 Nothing a candidate does can raise into the search or the pytest session, and every
 candidate gets a fresh CUDA context, so the GPU is usable by the next one.
 """
@@ -33,6 +39,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelpro.build.api import ARCH_ENV
+from pytest_kernelpro.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
+from pytest_kernelpro.build.prebuild import Prebuilder
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.worker import RUN_PHASES
@@ -194,6 +203,10 @@ class SandboxLimits:
     keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
     log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
     keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
+    # Fast-path builds (pytest_kernelpro.build): the cache the evaluator builds into (the
+    # worker only reads it) and how many candidates compile at once.
+    build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
+    build_jobs: int | None = None  # default: min(8, CPU count)
 
 
 class SandboxEvaluator:
@@ -210,6 +223,51 @@ class SandboxEvaluator:
         self.extensions_dir = Path(
             self.limits.extensions_dir or os.environ.get("TORCH_EXTENSIONS_DIR") or default_ext
         )
+        self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
+        self._build_arch: str | None | bool = False  # False: not looked up yet
+        self._prebuilder: Prebuilder | None = None
+        self._prebuilder_lock = threading.Lock()
+
+    # ----- builds ahead of the worker (pytest_kernelpro.build) -----
+
+    def build_arch(self) -> str | None:
+        """The compile target of fast-path builds: $KERNELPRO_CUDA_ARCH, else the GPU's
+        (None on a machine without one, where the worker builds nothing ahead)."""
+        if self._build_arch is False:
+            from pytest_kernelpro.build.api import default_arch
+
+            arch: str | None
+            try:  # a CPU task builds ahead only when asked to ($KERNELPRO_CUDA_ARCH)
+                cpu_only = self.task.device == "cpu" and not os.environ.get(ARCH_ENV)
+                arch = None if cpu_only else default_arch()
+            except KernelproError:
+                arch = None
+            self._build_arch = arch
+        return self._build_arch or None
+
+    def _builder(self) -> Prebuilder | None:
+        arch = self.build_arch()
+        if arch is None:
+            return None
+        with self._prebuilder_lock:
+            if self._prebuilder is None:
+                self._prebuilder = Prebuilder(
+                    self.build_cache, arch=arch, jobs=self.limits.build_jobs
+                )
+            return self._prebuilder
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Start compiling the candidates' fast-path kernels on the CPU cores (all of one
+        expansion at once); `evaluate` then waits only for its own candidate's builds."""
+        builder = self._builder()
+        if builder is not None:
+            builder.submit_many([c.code for c in candidates])
+
+    def close(self) -> None:
+        """Stop the build threads (pending builds are dropped)."""
+        if self._prebuilder is not None:
+            self._prebuilder.close()
+            self._prebuilder = None
 
     def environment(self) -> dict[str, str]:
         """The worker's environment (scrubbed; package importable; shared build cache)."""
@@ -223,6 +281,13 @@ class SandboxEvaluator:
         )
         env["TORCH_EXTENSIONS_DIR"] = str(self.extensions_dir)
         env["PYTHONUNBUFFERED"] = "1"  # a crash keeps everything printed before it
+        # The worker reads the build cache but never writes it: a candidate cannot plant an
+        # entry that a later candidate would load. Its misses build in its own directory.
+        env[CACHE_ENV] = str(self.build_cache.root)
+        env[READONLY_ENV] = "1"
+        arch = self.build_arch()
+        if arch is not None:
+            env[ARCH_ENV] = arch  # the same target as the builds made ahead
         env.setdefault("MALLOC_ARENA_MAX", "4")  # fewer 64 MB arenas under RLIMIT_AS
         return env
 
@@ -236,10 +301,16 @@ class SandboxEvaluator:
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
         }
+        builder = self._builder()
+        prebuilt = builder.wait(candidate.code) if builder is not None else None
         workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
-            return self._run_worker(workdir)
+            evaluation = self._run_worker(workdir)
+            if prebuilt is not None:
+                evaluation.build_s += prebuilt.build_s
+                evaluation.metrics.setdefault("build", {})["prebuild"] = prebuilt.to_dict()
+            return evaluation
         finally:
             if not self.limits.keep_workdirs:
                 _remove_tree(workdir)
@@ -374,7 +445,11 @@ class SandboxEvaluator:
                     f"(class Model, get_inputs, get_init_inputs).\n{data['harness_error']}"
                 )
             data.pop("harness_error", None)
-            return Evaluation.from_dict(data)
+            evaluation = Evaluation.from_dict(data)
+            if isinstance(data.get("build"), dict):
+                worker = dict(data["build"], worker_s=evaluation.build_s)
+                evaluation.metrics["build"] = worker
+            return evaluation
         if killed == "memory":
             return Evaluation(
                 status="run_error",

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -82,12 +83,33 @@ def classify_exception(exc: BaseException) -> str:
 
 def summarize_build_error(exc: BaseException) -> str:
     """First line of a build failure plus the first compiler `error` line, if any."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    message = getattr(exc, "message", None)  # build.BuildError: already the trimmed log
+    lines = [line.strip() for line in str(message or exc).splitlines() if line.strip()]
     head = f"{type(exc).__name__}: {lines[0] if lines else ''}"
     for line in lines[1:]:
         if "error" in line.lower():
             return f"{head} | {line}"[:400]
     return head[:400]
+
+
+def build_failure_log(exc: BaseException, traceback_text: str) -> str:
+    """The build log a debug prompt gets: the compiler's errors (trimmed) where there are
+    any, and where in the candidate the build was called; else the traceback."""
+    from pytest_kernelpro.build.cache import BuildError
+    from pytest_kernelpro.build.nvcc import trim_compiler_log
+
+    frames = [
+        line.strip() for line in traceback_text.splitlines() if '"<kernelpro_candidate>"' in line
+    ]
+    where = f"(raised at {frames[-1]})\n" if frames else ""
+    if isinstance(exc, BuildError):
+        return f"{where}{exc.message}"
+    text = str(exc)
+    if "Error building extension" in text or "error:" in text:  # load_inline / ninja output
+        return f"{where}{type(exc).__name__}: {text.splitlines()[0] if text else ''}\n" + (
+            trim_compiler_log(text)
+        )
+    return traceback_text
 
 
 def _to_device(values: list[Any], device: torch.device) -> list[Any]:
@@ -108,6 +130,7 @@ class _Pipeline:
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
         self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
+        self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
         self.findings: list[dict[str, Any]] = []
 
     # ----- inputs and runs -----
@@ -214,6 +237,7 @@ class _Pipeline:
         self.ref_guard = checks.ReferenceGuard(self.ref_mod).install()
         self.stream_guard = checks.StreamGuard().install()
         self.progress("build")
+        started = time.perf_counter()
         try:
             self.stream_guard.active = True  # streams created at import time count too
             cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
@@ -226,10 +250,11 @@ class _Pipeline:
         except Rejected:
             raise
         except BaseException as exc:
-            self.build_log = traceback.format_exc()
+            self.build_log = build_failure_log(exc, traceback.format_exc())
             raise Rejected("build_error", summarize_build_error(exc)) from exc
         finally:
             self.stream_guard.active = False
+            self.build_s = time.perf_counter() - started
         self._copy_weights()
         self.progress("built")
 
@@ -394,7 +419,14 @@ class _Pipeline:
             },
             "findings": self.findings,
             "build_log": self.build_log,
+            **self.build_record(),
         }
+
+    def build_record(self) -> dict[str, Any]:
+        """How the candidate was built: seconds, and each fast-path build (cache hit or not)."""
+        from pytest_kernelpro.build.api import build_records
+
+        return {"build_s": self.build_s, "build": {"builds": build_records()}}
 
     def _device_name(self) -> str:
         if self.device.type == "cuda":
@@ -418,6 +450,7 @@ def run_task(task: dict[str, Any], progress: Callable[[str], None]) -> dict[str,
             "correctness": pipeline.correctness,
             "build_log": getattr(pipeline, "build_log", ""),
             "findings": pipeline.findings,
+            **pipeline.build_record(),
         }
     except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
@@ -436,4 +469,5 @@ def run_task(task: dict[str, Any], progress: Callable[[str], None]) -> dict[str,
             "reason": classify_exception(exc),
             "correctness": pipeline.correctness,
             "build_log": getattr(pipeline, "build_log", ""),
+            **pipeline.build_record(),
         }

@@ -77,6 +77,8 @@ def _node_text(record: dict) -> str:
         lines.append(f"# prompt: {record['prompt_id']}")
     if record.get("reason"):
         lines.append(f"# reason: {record['reason']}")
+    if record.get("build_s"):
+        lines.append(f"# build: {float(record['build_s']):.2f} s")
     lines.append(record.get("code", ""))
     if record.get("build_log"):
         lines += ["# ----- build log -----", record["build_log"]]

@@ -4,7 +4,7 @@ Line 1 is a header (`"kind": "header"`: format, version, algorithm and its setti
 tiers, budget, start time, optional meta). Every later line is one evaluated node
 (`"kind": "node"`: id, parent id (0 = ROOT), mode, prompt id, strategy, code, status,
 reason, reward, speedup, build log, logs, correctness, timing, metrics, findings, tokens,
-cost, evaluation wall time, search time). Each line is flushed and fsynced by
+cost, evaluation wall time, build time, search time). Each line is flushed and fsynced by
 `fileio.append_jsonl`, so a crash or Ctrl-C loses at most the line in flight;
 `load_trajectory` drops such a truncated last line with a warning, and a resumed search
 first cuts it off the file so that new lines start clean.
@@ -84,6 +84,7 @@ def node_record(node: SearchNode) -> dict[str, Any]:
         "cost_usd": cand.cost_usd,
         "meta": dict(cand.meta),
         "wall_s": ev.wall_s,
+        "build_s": ev.build_s,
         "elapsed_s": node.elapsed_s,
     }
 

@@ -77,7 +77,7 @@ def test_initial_prompt_composition(h200, language: str) -> None:
     )
     assert prompt.parts == (
         "system", "strategies", f"format_{language}", "mode_initial", "example_load_inline",
-        "output_format",
+        "build_form", "output_format",
     )  # fmt: skip
     assert prompt.template == f"initial.{language}"
     assert re.fullmatch(rf"initial\.{language}@[0-9a-f]{{10}}", prompt.prompt_id)
@@ -100,6 +100,10 @@ def test_debug_and_optimize_parts(h200) -> None:
     assert "identifier 'foo' is undefined" in debug.user
     assert parent.strip() in debug.user
     assert "example_load_inline" not in debug.parts
+    # Every mode that writes code is told the fast-path build form.
+    assert "build_form" in debug.parts
+    assert "kernels = load_cuda(CUDA_SRC" in debug.user
+    assert 'extern "C" __global__' in debug.user
     optimize = builder.build(
         "optimize", language="pytorch", problem_source=REFERENCE, n_candidates=2, gpu=h200,
         parent_code=parent, speedup="Its speedup over the reference is 1.5x.",
@@ -108,6 +112,7 @@ def test_debug_and_optimize_parts(h200) -> None:
     assert "Its speedup over the reference is 1.5x." in optimize.user
     assert "## Automated Bottleneck Analysis\nuse tensor cores" in optimize.user
     assert optimize.prompt_id.startswith("optimize.pytorch@")
+    assert optimize.parts[-2:] == ("build_form", "output_format")
     with pytest.raises(KernelproError, match="debug mode needs the parent"):
         builder.build("debug", language="cuda", problem_source=REFERENCE, n_candidates=1)
 
@@ -135,6 +140,7 @@ def test_cpu_prompt_has_no_cuda_example() -> None:
         gpu=gpu_context("cpu"),
     )  # fmt: skip
     assert "example_load_inline" not in prompt.parts
+    assert "build_form" not in prompt.parts
     assert "__global__" not in prompt.user
     assert "CPU (no CUDA GPU)" in prompt.system
 
@@ -151,7 +157,7 @@ def test_bad_inputs_and_parts(tmp_path: Path) -> None:
     assert sorted(p.stem for p in PARTS_DIR.glob("*.md")) == sorted([
         "system", "strategies", "format_pytorch", "format_triton", "format_cuda", "mode_initial",
         "mode_debug", "mode_optimize", "example_load_inline", "output_format", "concise",
-        "profiling_system",
+        "profiling_system", "build_form",
     ])  # fmt: skip
 
 

@@ -152,6 +152,10 @@ class PromptBuilder:
         if mode == "initial" and self.examples and (gpu is None or not gpu.is_cpu):
             user.append(self.part("example_load_inline").rstrip())
             used.append("example_load_inline")
+        # How candidates are built (pytest_kernelpro.build): the fast path's form, every mode.
+        if gpu is None or not gpu.is_cpu:
+            user.append(self.part("build_form").rstrip())
+            used.append("build_form")
         user.append(Template(self.part("output_format")).safe_substitute(fields).rstrip())
         used.append("output_format")
         if concise:
