@@ -260,6 +260,13 @@ class _ObservedEvaluator:
         self.inner = inner
         self.state = state
 
+    def prepare(self, candidates: Any) -> None:
+        """Let the inner evaluator build ahead (`SandboxEvaluator.prepare`)."""
+        self.state.progress.phase("building")
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare(candidates)
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
         state = self.state
         state.summary()
@@ -436,14 +443,19 @@ def _search(
         evaluator = PrecheckEvaluator(evaluator, arch=agent.gpu.target)
     algorithm = MCTS(MCTSConfig(candidates_per_expansion=settings.candidates))
     state.algorithm = algorithm
-    result = algorithm.run(
-        _ObservedGenerator(agent, state),
-        _ObservedEvaluator(evaluator, state),
-        budget,
-        trajectory=run.trajectory,
-        resume=run.resumed,
-        meta={"kernel": record.name},
-    )
+    try:
+        result = algorithm.run(
+            _ObservedGenerator(agent, state),
+            _ObservedEvaluator(evaluator, state),
+            budget,
+            trajectory=run.trajectory,
+            resume=run.resumed,
+            meta={"kernel": record.name},
+        )
+    finally:
+        close = getattr(sandbox, "close", None)
+        if callable(close):
+            close()  # the sandbox's build threads (pytest_kernelpro.build)
     return state.summary(stop_reason=result.stop_reason)
 
 
