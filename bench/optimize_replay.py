@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -72,16 +73,24 @@ def main() -> int:
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/kernelpro-bench"))
     parser.add_argument("--timing", default="0.3", help="--kernelpro-time-budget (seconds)")
     args = parser.parse_args()
-    out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    final: Path = args.out
+    final.mkdir(parents=True, exist_ok=True)
+    # Logs, reports and patches go to a raw folder, packed into one archive after every
+    # step (the device returns at most 8 files); results.json stays beside it.
+    out = args.scratch.parent / (args.scratch.name + "-raw")
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     results: dict[str, Any] = {"select": args.select, "budget": args.budget, "steps": {}}
 
     def save() -> None:
-        (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        (final / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        with tarfile.open(final / "raw.tar.gz", "w:gz") as tar:
+            tar.add(out, arcname="raw")
 
     user = args.scratch / "user-repo"
     clone = args.scratch / "fresh-clone"
     shutil.rmtree(args.scratch, ignore_errors=True)
+    args.scratch.mkdir(parents=True)
     shutil.copytree(
         REPO / "example_repo", user, ignore=shutil.ignore_patterns(".kernelpro", "__pycache__")
     )
