@@ -35,6 +35,16 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
     if summary.get("status") == "not run":
         return "\n".join(lines)
     current = summary.get("current") or {}
+    best = summary.get("best") or {}
+    if best and summary.get("rounds"):
+        vs_ref = best.get("speedup_vs_reference")
+        lines.append(
+            f"  candidate {best.get('node_id')}: {_x(best.get('speedup_vs_current'))} the "
+            f"{summary.get('baseline') or 'current kernel'}"
+            + (f" ({_x(vs_ref)} the reference)" if vs_ref else "")
+            + f", re-measured in {summary.get('rounds')} interleaved rounds: {best.get('verdict')}"
+            f" ({summary.get('evaluations', 0)} evaluations, stop: {summary.get('stop_reason')})"
+        )
     lines.append(
         f"  {summary.get('evaluations', 0)} evaluations (budget {summary.get('budget')}, stop: "
         f"{summary.get('stop_reason') or '-'}), ${float(summary.get('usd') or 0):.2f}, "
@@ -71,6 +81,11 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
             lines.append(
                 f"    node {step.get('node_id')}: " + "; ".join(step.get("guidance") or [])
             )
+    wall = summary.get("wall_s")
+    if isinstance(wall, Mapping) and wall:
+        lines.append(
+            "  wall: " + ", ".join(f"{k} {float(v):.1f} s" for k, v in wall.items())
+        )
     if summary.get("run_dir"):
         resumed = " (resumed)" if summary.get("resumed") else ""
         lines.append(

@@ -2,11 +2,12 @@
 current kernel and over the reference, % of roofline before and after, strategy, outcome),
 a patch per ranked candidate plus `best.patch`, and the tools' guidance that led there.
 
-Speedups over the current kernel come from the sandbox: the current kernel is evaluated there
-like a candidate before the search (`current_speedup`: its speedup over the reference in the
-same harness), so a candidate's speedup over it is the ratio of the two. These are single
-measurements of the search, marked "not re-measured"; % of roofline after is the kernel's
-measured % of roofline times that ratio.
+At the end of a search the speedups are the re-measured ones of `search.ranking`
+(`final_candidates`); while it runs, and when it is interrupted, they come from the search's
+single measurements (`rank_nodes`, marked "not re-measured"): the current kernel is evaluated
+in the sandbox like a candidate (`current_speedup`: its speedup over the reference there),
+and a candidate's speedup over it is the ratio of the two. % of roofline after is the
+kernel's measured % of roofline times the speedup over the current kernel.
 """
 
 from __future__ import annotations
@@ -96,58 +97,127 @@ def rank_nodes(
     return ranked, dict(outcomes)
 
 
+def final_candidates(
+    ranking: Any,
+    nodes: list[SearchNode],
+    *,
+    current_speedup: float | None,
+    efficiency_before: float | None,
+) -> list[dict[str, Any]]:
+    """The ranked candidates of a finished search (`search.ranking.SearchRanking`: the
+    re-measured contenders first, in rank order), as entries like `rank_nodes` makes, with
+    their code under "code"."""
+    by_id = {n.id: n for n in nodes}
+    out = []
+    for c in list(ranking.candidates)[:MAX_RANKED]:
+        vs_current = c.speedup_vs_current
+        if vs_current is None and c.search_speedup and current_speedup:
+            vs_current = c.search_speedup / current_speedup
+        node = by_id.get(c.node_id)
+        steps = lineage_guidance(node) if node is not None else []
+        if not steps:
+            steps = [
+                {"node_id": i, "guidance": [_first_line(text)]}
+                for i, text in zip(c.lineage, c.guidance, strict=False)
+                if _first_line(text)
+            ]
+        out.append(
+            {
+                "rank": c.rank,
+                "node_id": c.node_id,
+                "mode": c.mode,
+                "depth": c.depth,
+                "strategy": c.strategy,
+                "status": "correct",
+                "search_speedup": c.search_speedup,
+                "speedup_vs_reference": (
+                    c.speedup_vs_reference
+                    if c.speedup_vs_reference is not None
+                    else c.search_speedup
+                ),
+                "speedup_vs_current": vs_current,
+                "efficiency_after": (
+                    efficiency_before * vs_current
+                    if efficiency_before is not None and vs_current is not None
+                    else None
+                ),
+                "verdict": c.verdict,
+                "reason": c.reason,
+                "p_value": c.p_value,
+                "guidance": guidance_of(node) if node is not None else [],
+                "lineage_guidance": steps,
+                "lineage": list(c.lineage),
+                "code": c.code,
+            }
+        )
+    return out
+
+
+def _first_line(text: str) -> str:
+    for line in str(text).splitlines():
+        line = line.strip(" #*-")
+        if line and not line.lower().startswith("automated bottleneck"):
+            return line[:120]
+    return ""
+
+
 def write_patches(
     ranked: list[dict[str, Any]],
-    nodes_by_id: dict[int, SearchNode],
+    codes: dict[int, str],
     site: KernelSite,
     root: Path,
     folder: Path,
     *,
     kernel: str,
-    faster_only_best: bool = True,
+    best: int | None,
 ) -> dict[str, Any]:
-    """Write candidate-N.patch for every ranked candidate and best.patch for the first (when
-    it is faster than the current kernel). Returns {"best_patch", "errors"}; the paths go
-    into the ranked entries."""
+    """Write candidate-N.patch for every ranked candidate and best.patch for node `best`.
+    Returns {"best_patch", "errors"}; the paths go into the ranked entries."""
     from pytest_kernelpro.search.patch import PatchError, build_patch
 
     result: dict[str, Any] = {"best_patch": None, "errors": []}
     for entry in ranked:
-        node = nodes_by_id[entry["node_id"]]
-        assert node.candidate is not None
+        code = codes[entry["node_id"]]
+        node_id = entry["node_id"]
         vs_current = entry.get("speedup_vs_current")
         speed = (
             f"{vs_current:.2f}x the current kernel"
             if vs_current is not None
             else f"{entry['speedup_vs_reference']:.2f}x the reference"
         )
-        subject = f"kernelpro: {kernel} candidate {node.id} ({speed})"
+        subject = f"kernelpro: {kernel} candidate {node_id} ({speed})"
         message = _message(entry, kernel, speed)
         try:
             patch = build_patch(
                 site,
-                node.candidate.code,
+                code,
                 root=root,
                 subject=subject,
                 message=message,
                 header=f"{subject}\nstrategy: {entry.get('strategy') or '-'}",
-                note=f"candidate {node.id} of the search, {speed}",
+                note=f"candidate {node_id} of the search, {speed}",
             )
         except PatchError as exc:
-            result["errors"].append(f"candidate {node.id}: {exc}")
+            result["errors"].append(f"candidate {node_id}: {exc}")
             continue
-        path = atomic_write_text(folder / f"candidate-{node.id}.patch", patch.text)
+        path = atomic_write_text(folder / f"candidate-{node_id}.patch", patch.text)
         entry["patch"] = str(path)
         entry["files"] = [patch.new_file, patch.changed_file]
-        if entry is ranked[0] and (not faster_only_best or (vs_current or 0.0) > 1.0):
+        if node_id == best:
             result["best_patch"] = str(atomic_write_text(folder / "best.patch", patch.text))
     return result
 
 
 def _message(entry: dict[str, Any], kernel: str, speed: str) -> str:
+    measured = (
+        "one measurement in the sandbox, not re-measured"
+        if entry.get("verdict") in (None, "not re-measured")
+        else f"re-measured against the current kernel: {entry.get('verdict')}"
+        + (f", {entry['reason']}" if entry.get("reason") else "")
+    )
     lines = [
         f"The search of pytest --kernelpro-optimize found this candidate for {kernel}: {speed}"
-        f" (one measurement in the sandbox, not re-measured).",
+        f" ({measured}).",
         "",
         f"Strategy: {entry.get('strategy') or '-'}",
     ]

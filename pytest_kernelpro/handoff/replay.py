@@ -148,7 +148,11 @@ def recording_record(text: str, *, purpose: str = "programmer", model: str = "re
         "purpose": purpose,
         "prompt_id": None,
         "response": LLMResponse(
-            text=text, stop_reason="end_turn", input_tokens=0, output_tokens=0, cost_usd=0.0,
+            text=text,
+            stop_reason="end_turn",
+            input_tokens=0,
+            output_tokens=0,
+            cost_usd=0.0,
             model=model,
         ).to_dict(),
     }
