@@ -61,10 +61,10 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
         )
         for c in candidates:
             lines.append(
-                f"  {c.get('rank', '-'):>4}  {c.get('node_id'):>4}  {_x(c.get('speedup_vs_current')):>10}  "
+                f"  {_text(c.get('rank')):>4}  {_text(c.get('node_id')):>4}  {_x(c.get('speedup_vs_current')):>10}  "
                 f"{_x(c.get('speedup_vs_reference')):>12}  "
                 f"{_pct(current.get('efficiency')):>8} -> {_pct(c.get('efficiency_after')):<8}  "
-                f"{c.get('verdict', c.get('status', '')):<7}  {_one_line(c.get('strategy') or '-', 60)}"
+                f"{_text(c.get('verdict') or c.get('status')):<7}  {_one_line(c.get('strategy') or '-', 60)}"
             )
             if c.get("patch"):
                 lines.append(f"        patch: {c['patch']}")
@@ -170,6 +170,10 @@ def junit_optimize_properties(record: KernelRecord) -> list[tuple[str, Any]]:
         ("optimize.best_patch", summary.get("best_patch")),
         ("optimize.run_dir", summary.get("run_dir")),
     ]
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
 
 
 def _patch_name(path: Any) -> str:

@@ -180,11 +180,13 @@ def write_patches(
         code = codes[entry["node_id"]]
         node_id = entry["node_id"]
         vs_current = entry.get("speedup_vs_current")
-        speed = (
-            f"{vs_current:.2f}x the current kernel"
-            if vs_current is not None
-            else f"{entry['speedup_vs_reference']:.2f}x the reference"
-        )
+        vs_reference = entry.get("speedup_vs_reference")
+        if vs_current is not None:
+            speed = f"{vs_current:.2f}x the current kernel"
+        elif vs_reference is not None:
+            speed = f"{vs_reference:.2f}x the reference"
+        else:
+            speed = "speed not measured"
         subject = f"kernelpro: {kernel} candidate {node_id} ({speed})"
         message = _message(entry, kernel, speed)
         try:

@@ -57,7 +57,12 @@ def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
     from pytest_kernelpro.agents.llm.anthropic_backend import AnthropicBackend
 
     try:
-        backend = AnthropicBackend(model=settings.model, timeout_s=20.0, max_retries=0)
+        backend = AnthropicBackend(
+            model=settings.model,
+            base_url=getattr(settings, "llm_base_url", None),
+            timeout_s=20.0,
+            max_retries=0,
+        )
         if reach_api:
             backend.check_reachable()
     except LLMError as exc:
