@@ -16,14 +16,16 @@ _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
 
 
 def is_kernelbench_file(path: Path) -> bool:
-    """True for a .py file defining `class Model(` and `def get_inputs(` at top level."""
+    """True for a .py file in the problems directory that defines `class Model(` or
+    `def get_inputs(` at top level, or cannot be read: one that has only one of the two, or
+    is not UTF-8, is a broken problem and must fail as one, not be passed over."""
     if path.suffix != ".py" or not path.is_file():
         return False
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return False
-    return bool(_MODEL_RE.search(text) and _INPUTS_RE.search(text))
+        return True
+    return bool(_MODEL_RE.search(text) or _INPUTS_RE.search(text))
 
 
 def _to_device(value: Any, device: str) -> Any:
@@ -69,13 +71,38 @@ def problem_from_kernelbench(path: Path) -> Problem:
             import torch
 
             torch.manual_seed(0)
-            return cls(*get_init()).to(device).eval()
+            try:
+                # Parameters made on the device directly (seeded): no CPU initialization of
+                # large weights, no copy.
+                with torch.device(device):
+                    built = cls(*get_init())
+            except Exception:  # a model whose constructor needs the CPU: build it there
+                torch.manual_seed(0)
+                built = cls(*get_init())
+            return built.to(device).eval()
 
         return factory
 
     def inputs(device: str) -> tuple[Any, ...]:
-        # get_inputs() draws on the CPU with the global RNG, seeded by the caller.
-        return tuple(_to_device(v, device) for v in module.get_inputs())
+        import torch
+
+        # get_inputs() draws with torch's global RNG, seeded by the caller; with the device as
+        # the default device its tensors are made there (seeded, bit-identical across runs)
+        # instead of on the CPU and copied. What it still makes elsewhere is moved.
+        with torch.device(device):
+            made = module.get_inputs()
+        return tuple(_to_device(v, device) for v in made)
+
+    reference_factory = build(reference_cls)
+    if kernel_cls is reference_cls:
+        # No ModelNew: the kernel under test is the reference module itself; one instance,
+        # so its parameters are neither built nor held twice.
+        def kernel_factory(device: str, reference: Any = None) -> Any:
+            return reference if reference is not None else reference_factory(device)
+
+        kernel_factory.takes_reference = True  # type: ignore[attr-defined]
+    else:
+        kernel_factory = _share_parameters(build(kernel_cls), reference_factory)
 
     text = path.read_text(encoding="utf-8")
     language = detect_language(text) if kernel_cls is not reference_cls else "pytorch"
@@ -84,8 +111,8 @@ def problem_from_kernelbench(path: Path) -> Problem:
         language = detect_language(_defining_source(kernel_cls, text))
     return Problem(
         name=path.stem,
-        kernel_factory=_share_parameters(build(kernel_cls), build(reference_cls)),
-        reference_factory=build(reference_cls),
+        kernel_factory=kernel_factory,
+        reference_factory=reference_factory,
         input_factory=inputs,
         kind="kernelbench",
         source_file=str(path),

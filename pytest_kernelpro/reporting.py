@@ -47,6 +47,30 @@ def _ignore_artifacts_dir(path: Any) -> None:
         gitignore.write_text("*\n", encoding="utf-8")
 
 
+def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
+    """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
+    baseline = getattr(kp, "_baseline", None)
+    if not kp.settings.check or baseline is None:
+        return []
+    from .gate.baseline import unmatched
+
+    left, without = unmatched(baseline, kp.records)
+    lines = []
+    if left:
+        lines.append(
+            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
+            f"kernel of this run (removed, renamed or deselected): {', '.join(left[:10])}"
+            + (" ..." if len(left) > 10 else "")
+        )
+    if without:
+        lines.append(
+            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
+            f"--kernelpro-save-baseline adds them): {', '.join(without[:10])}"
+            + (" ..." if len(without) > 10 else "")
+        )
+    return lines
+
+
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     from .gate.report import render_terminal_table
 
@@ -63,6 +87,21 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_sep("=", "kernelpro optimize")
         terminal_section(kp.records, terminalreporter.write_line)
     settings = kp.settings
+    for line in baseline_coverage_lines(kp):
+        terminalreporter.write_line(line, yellow=True)
+    missing = kp.missing_records()
+    if missing:
+        verdict = "fails the check" if settings.check else "not checked"
+        terminalreporter.write_line(
+            f"kernelpro: {len(missing)} collected kernel(s) left no record ({verdict}): "
+            + ", ".join(missing[:10])
+            + (" ..." if len(missing) > 10 else ""),
+            red=True,
+        )
     terminalreporter.write_line(f"kernelpro: JSON report {settings.json_path}")
+    terminalreporter.write_line(
+        f"kernelpro: records log {settings.records_path} (`kernelpro report` rebuilds the "
+        "report from it)"
+    )
     if settings.save_baseline is not None:
         terminalreporter.write_line(f"kernelpro: baseline written to {settings.save_baseline}")

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from .config import KernelproConfig
     from .gate.baseline import Baseline
+    from .gate.records_log import RecordsLog
     from .measure.ceilings import Ceilings
     from .measure.devices import DeviceSpec
     from .problem import Problem
@@ -28,6 +29,7 @@ REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist seriali
 class DeviceChoice:
     device: str | None  # "cpu", "cuda", or None when the item must be skipped
     skip_reason: str | None = None
+    fail: bool = False  # --kernelpro-require-gpu: not running on the GPU is a failure
 
 
 def cuda_available() -> bool:
@@ -53,6 +55,10 @@ class KernelproSession:
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
     capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
+    records_log: RecordsLog | None = None  # every finished record, appended as it finishes
+    collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
+    auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
+    auto_profile_s: float = 0.0  # the time they took
 
     @property
     def is_xdist_worker(self) -> bool:
@@ -60,6 +66,26 @@ class KernelproSession:
 
     # -- devices ---------------------------------------------------------------------------
     def choose_device(self, problem: Problem) -> DeviceChoice:
+        choice = self._choose_device(problem)
+        if not self.settings.require_gpu or problem.device_preference == "cpu":
+            return choice
+        if choice.device is not None and choice.device.startswith("cuda"):
+            return choice
+        # A GPU runner where kernels silently skip or fall back to the CPU gates nothing.
+        why = choice.skip_reason or (
+            "it would run on the CPU: no CUDA GPU is visible"
+            if self.settings.device != "cpu"
+            else f"the device setting is 'cpu' ({self.settings.sources.get('device')})"
+        )
+        return DeviceChoice(
+            None,
+            f"{problem.display_name} must run on a CUDA GPU (--kernelpro-require-gpu, "
+            f"{self.settings.sources.get('require_gpu')}), but {why}. Fix the runner's GPU "
+            "(nvidia-smi, torch.cuda.is_available()), or mark CPU-only kernels device='cpu'",
+            fail=True,
+        )
+
+    def _choose_device(self, problem: Problem) -> DeviceChoice:
         wanted = self.settings.device
         preference = problem.device_preference
         has_cuda = cuda_available()
@@ -160,7 +186,60 @@ class KernelproSession:
 
     def add_record(self, record: KernelRecord) -> None:
         self.records.append(record)
+        if self.records_log is not None:
+            try:
+                self.records_log.record(record)
+            except OSError as exc:
+                self._log_failed(exc)
         self.config.hook.pytest_kernelpro_record(record=record)
+
+    # -- records log -----------------------------------------------------------------------
+    def start_records_log(self) -> None:
+        """Start this session's records log (controller only; workers send their records)."""
+        from .gate.records_log import RecordsLog
+
+        log = RecordsLog(self.settings.records_path)
+        try:
+            log.start(list(self.config.invocation_params.args))
+        except OSError as exc:
+            self._log_failed(exc)
+            return
+        self.records_log = log
+
+    def log_collected(self, nodeids: list[str]) -> None:
+        self.collected = list(nodeids)
+        if self.records_log is not None:
+            try:
+                self.records_log.collected(nodeids)
+            except OSError as exc:
+                self._log_failed(exc)
+
+    def log_finished(self, exitstatus: int) -> None:
+        if self.records_log is not None:
+            try:
+                self.records_log.finished(exitstatus)
+            except OSError as exc:
+                self._log_failed(exc)
+
+    def missing_records(self) -> list[str]:
+        """Collected kernel items that produced no record (known only without xdist)."""
+        if self.collected is None:
+            return []
+        done = {r.nodeid for r in self.records}
+        return [n for n in self.collected if n not in done]
+
+    def _log_failed(self, exc: OSError) -> None:
+        import warnings
+
+        from .errors import KernelproWarning
+
+        self.records_log = None
+        warnings.warn(
+            f"kernelpro: could not write the records log {self.settings.records_path}: {exc}; "
+            "records are kept in memory only (set --kernelpro-json to a writable path)",
+            KernelproWarning,
+            stacklevel=2,
+        )
 
     def report_meta(self) -> dict[str, Any]:
         import platform
@@ -171,7 +250,9 @@ class KernelproSession:
             "python": platform.python_version(),
             "wall_s": time.perf_counter() - self.started,
             "check": self.settings.check,
-            "threshold": self.settings.threshold,
+            "threshold": self.settings.threshold,  # None: the per-device defaults below
+            "default_thresholds": _default_thresholds(),
+            "records_log": str(self.settings.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
             "baseline_commit": self._baseline.commit if self._baseline is not None else None,
@@ -184,4 +265,16 @@ class KernelproSession:
             meta["torch"] = None
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
+        if self.settings.check and self._baseline is not None:
+            from .gate.baseline import unmatched
+
+            left, without = unmatched(self._baseline, self.records)
+            meta["baseline_entries_without_kernel"] = left
+            meta["kernels_without_baseline_entry"] = without
         return meta
+
+
+def _default_thresholds() -> dict[str, float]:
+    from .gate.verdict import default_threshold
+
+    return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}

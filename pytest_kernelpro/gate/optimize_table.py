@@ -109,7 +109,8 @@ def terminal_section(records: Sequence[KernelRecord], write_line: Callable[[str]
 
 
 def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str]) -> list[str]:
-    """The PR comment's optimize table (every string through `cell`); [] when none ran."""
+    """The PR comment's optimize table; every string from the report goes through `cell`
+    (the comment's escaping: `gate.comment._text`); [] when no kernel was optimized."""
     rows = []
     for record in records:
         summary = summary_of(record)
@@ -117,24 +118,22 @@ def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str
             continue
         best = (summary.get("candidates") or [{}])[0] if summary.get("candidates") else {}
         current = summary.get("current") or {}
-        rows.append(
-            "| "
-            + " | ".join(
-                cell(v)
-                for v in (
-                    record.name,
-                    summary.get("status", "")
-                    + (" (interrupted)" if summary.get("interrupted") else ""),
-                    _x(best.get("speedup_vs_current")),
-                    _x(best.get("speedup_vs_reference")),
-                    f"{_pct(current.get('efficiency'))} → {_pct(best.get('efficiency_after'))}",
-                    _one_line(best.get("strategy") or "-", 80),
-                    f"{summary.get('evaluations', 0)} ({_outcomes(summary)})",
-                    _patch_name(summary.get("best_patch")),
-                )
-            )
-            + " |"
+        status = str(summary.get("status", "")) + (
+            " (interrupted)" if summary.get("interrupted") else ""
         )
+        # Strings from the report go through `cell` (they may be hostile); the numbers are
+        # formatted here.
+        cells = (
+            cell(record.name),
+            cell(status),
+            _x(best.get("speedup_vs_current")),
+            _x(best.get("speedup_vs_reference")),
+            f"{_pct(current.get('efficiency'))} → {_pct(best.get('efficiency_after'))}",
+            cell(_one_line(best.get("strategy") or "-", 80)),
+            f"{int(summary.get('evaluations') or 0)} ({cell(_outcomes(summary))})",
+            cell(_patch_name(summary.get("best_patch"))),
+        )
+        rows.append("| " + " | ".join(cells) + " |")
     if not rows:
         return []
     return [

@@ -60,11 +60,11 @@ def test_text_lists_ranked_candidates_patch_and_guidance() -> None:
 def test_comment_has_an_escaped_optimize_table() -> None:
     body = render_comment({"records": [_record().to_dict()], "meta": {}})
     assert "#### kernelpro optimize" in body
-    row = next(line for line in body.splitlines() if line.startswith("| softmax | faster"))
-    assert "<script>" not in body
-    assert "&lt;script&gt;" in row
-    assert "one pass \\| " in row  # the pipe cannot split the cell
-    assert "softmax/run-1/patches/best.patch" in row
+    row = next(line for line in body.splitlines() if line.startswith("| `softmax` | `faster"))
+    # Report strings are literal text (code spans), and a pipe cannot split the cell.
+    assert "| `one pass \\| <script>alert(1)</script>` |" in row
+    assert "`softmax/run-1/patches/best.patch`" in row
+    assert "| 2.00x | 1.00x | 20.0% → 40.0% |" in row
 
 
 def test_junit_properties_carry_the_search() -> None:
