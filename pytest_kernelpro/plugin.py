@@ -73,14 +73,13 @@ def _preflight_optimize(settings: KernelproConfig) -> None:
         raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+def _check_replay_items(kp: KernelproSession, session: pytest.Session) -> None:
     """With a replay directory, every kernel to optimize needs its recording."""
-    kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
-    if kp is None or not kp.settings.optimize or kp.is_xdist_worker:
-        return
     from .handoff.preflight import PreflightError, check_replay_items
 
-    kernels = [(i.problem.display_name, i.problem.name) for i in session.items if isinstance(i, KernelItem)]
+    kernels = [
+        (i.problem.display_name, i.problem.name) for i in session.items if isinstance(i, KernelItem)
+    ]
     try:
         check_replay_items(kp.settings, kernels)
     except PreflightError as exc:
@@ -135,8 +134,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Log which kernel items were collected, so a missing record can be told (no xdist)."""
+    """Check the replay has every kernel to optimize; log which kernel items were collected,
+    so a missing record can be told (no xdist)."""
     kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is not None and kp.settings.optimize and not kp.is_xdist_worker:
+        _check_replay_items(kp, session)
     if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
         return  # the xdist controller collects nothing itself; a crashed worker fails its item
     kp.log_collected([i.nodeid for i in session.items if isinstance(i, KernelItem)])
