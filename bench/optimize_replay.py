@@ -33,19 +33,20 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SELECT = "softmax_rows or matmul or 2048x1024"
 
 
-def run(cmd: list[str], cwd: Path, out: Path, name: str, timeout: float) -> dict[str, Any]:
+def run(cmd: list[str], cwd: Path, logs: Path, name: str, timeout: float) -> dict[str, Any]:
+    """Run a step with its output streamed to LOGS/NAME.log (kept if the call is cut off)."""
     started = time.monotonic()
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    try:
-        proc = subprocess.run(
-            cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
-        )
-        code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
-    except subprocess.TimeoutExpired as exc:
-        code, stdout, stderr = "timeout", str(exc.stdout or ""), str(exc.stderr or "")
-    wall = time.monotonic() - started
-    (out / f"{name}.stdout.txt").write_text(stdout + "\n----- stderr -----\n" + stderr)
-    return {"cmd": " ".join(cmd), "exit": code, "wall_s": round(wall, 1)}
+    with open(logs / f"{name}.log", "w", encoding="utf-8") as log:
+        try:
+            proc = subprocess.run(
+                cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                timeout=timeout, check=False,
+            )  # fmt: skip
+            code: Any = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    return {"cmd": " ".join(cmd), "exit": code, "wall_s": round(time.monotonic() - started, 1)}
 
 
 def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,6 +70,7 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--select", default=DEFAULT_SELECT)
     parser.add_argument("--budget", default="20")
+    parser.add_argument("--feedback", default=None, help="--kernelpro-feedback (none: no ncu)")
     parser.add_argument("--device", default=None, help="cpu: a dry run on a machine without GPU")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/kernelpro-bench"))
     parser.add_argument("--timing", default="0.3", help="--kernelpro-time-budget (seconds)")
@@ -106,12 +108,14 @@ def main() -> int:
     ]
     if args.device:
         common.append(f"--kernelpro-device={args.device}")
+    if args.feedback:
+        common.append(f"--kernelpro-feedback={args.feedback}")
     cmd = [
         sys.executable, "-m", "pytest", *common, f"--kernelpro-optimize={args.budget}",
         "--kernelpro-llm=replay:replays", "-k", args.select,
         f"--kernelpro-save-baseline={base}", "--junitxml=junit.xml",
     ]  # fmt: skip
-    results["steps"]["optimize"] = run(cmd, user, out, "optimize", 900)
+    results["steps"]["optimize"] = run(cmd, user, final, "optimize", 900)
     report = user / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
         shutil.copy(report, out / "optimize-report.json")
@@ -170,7 +174,7 @@ def main() -> int:
     if patched:
         cmd = [sys.executable, "-m", "pytest", *common, "--kernelpro-check",
                f"--kernelpro-baseline={base}", "-k", args.select]  # fmt: skip
-        results["steps"]["recheck"] = run(cmd, clone, out, "recheck", 300)
+        results["steps"]["recheck"] = run(cmd, clone, final, "recheck", 300)
         rechecked = records(clone / ".kernelpro" / "kernelpro-report.json")
         if (clone / ".kernelpro" / "kernelpro-report.json").is_file():
             shutil.copy(clone / ".kernelpro" / "kernelpro-report.json", out / "recheck-report.json")
@@ -193,7 +197,7 @@ def main() -> int:
         # Every item of the repository is still collected (running them all would build the
         # load_inline kernels: minutes of device time).
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
-        results["steps"]["collect_after_patch"] = run(cmd, clone, out, "collect", 120)
+        results["steps"]["collect_after_patch"] = run(cmd, clone, final, "collect", 120)
         save()
     return 0
 
