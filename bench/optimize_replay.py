@@ -49,7 +49,12 @@ def run(cmd: list[str], cwd: Path, logs: Path, name: str, timeout: float) -> dic
     return {"cmd": " ".join(cmd), "exit": code, "wall_s": round(time.monotonic() - started, 1)}
 
 
+HAVE_GIT = shutil.which("git") is not None
+
+
 def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    if not HAVE_GIT:
+        return _no_git(cwd, *args)
     return subprocess.run(
         ["git", "-c", "user.email=bench@example.com", "-c", "user.name=bench", *args],
         cwd=cwd,
@@ -57,6 +62,59 @@ def git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         check=False,
     )
+
+
+def _no_git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Where the machine has no git: a copy for `clone`, a strict hunk applier for `apply`
+    (context must match exactly, as git apply requires); results.json says it was used."""
+    ok = subprocess.CompletedProcess(["git", *args], 0, "", "")
+    if args[0] in ("init", "add", "commit"):
+        return ok
+    if args[0] == "clone":
+        shutil.copytree(args[-2], args[-1])
+        return ok
+    if args[0] == "apply":
+        check = "--check" in args
+        try:
+            _apply(cwd, Path(args[-1]).read_text(encoding="utf-8"), dry=check)
+        except ValueError as exc:
+            return subprocess.CompletedProcess(["git", *args], 1, "", str(exc))
+        return ok
+    raise ValueError(f"no git here for {args}")
+
+
+def _apply(root: Path, text: str, *, dry: bool) -> None:
+    import re
+
+    files = re.split(r"^diff --git a/\S+ b/(\S+)\n", text, flags=re.M)
+    for name, body in zip(files[1::2], files[2::2], strict=True):
+        target = root / name
+        lines = target.read_text(encoding="utf-8").splitlines(True) if target.exists() else []
+        if "new file mode" in body.split("@@", 1)[0] and target.exists():
+            raise ValueError(f"{name} already exists")
+        out, pos = [], 0
+        parts = re.split(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*\n", body, flags=re.M)
+        for start, hunk in zip(parts[1::2], parts[2::2], strict=True):
+            old = max(int(start) - 1, 0)
+            out += lines[pos:old]
+            pos = old
+            for line in hunk.splitlines(True):
+                if line.startswith("-- \n") or line.startswith("\\"):
+                    break
+                tag, rest = line[:1], line[1:]
+                if tag in (" ", "-"):
+                    if pos >= len(lines) or lines[pos] != rest:
+                        raise ValueError(f"{name}: context does not match at line {pos + 1}")
+                    pos += 1
+                    if tag == " ":
+                        out.append(rest)
+                elif tag == "+":
+                    out.append(rest)
+                else:
+                    break
+        out += lines[pos:]
+        if not dry:
+            target.write_text("".join(out), encoding="utf-8")
 
 
 def records(report: Path) -> dict[str, Any]:
@@ -82,7 +140,12 @@ def main() -> int:
     out = args.scratch.parent / (args.scratch.name + "-raw")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    results: dict[str, Any] = {"select": args.select, "budget": args.budget, "steps": {}}
+    results: dict[str, Any] = {
+        "select": args.select,
+        "budget": args.budget,
+        "git": "git" if HAVE_GIT else "no git on this machine: copies and a strict hunk applier",
+        "steps": {},
+    }
 
     def save() -> None:
         (final / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
