@@ -163,7 +163,15 @@ def main() -> int:
     git(user, "add", "-A")
     git(user, "commit", "-qm", "example_repo")
     base = args.scratch / "base.yaml"
-    common = [
+    # The plugin by its entry point when installed, else named (a machine with the package
+    # only on PYTHONPATH).
+    import importlib.metadata
+
+    installed = any(
+        "pytest_kernelpro" in e.value for e in importlib.metadata.entry_points(group="pytest11")
+    )
+    common = [] if installed else ["-p", "pytest_kernelpro.plugin"]
+    common += [
         "-p",
         "no:cacheprovider",
         f"--kernelpro-time-budget={args.timing}",
