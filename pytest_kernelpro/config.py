@@ -398,6 +398,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, 20,30m). Default: None",
     )
     group.addoption(
+        "--kernelpro-resume",
+        action="store_true",
+        default=False,
+        help="With --kernelpro-optimize: continue each kernel's latest search (its run folder "
+        "under .kernelpro/optimize/) instead of starting a new one; the budget counts the whole "
+        "search. Default: False",
+    )
+    group.addoption(
         "--kernelpro-only",
         action="store_true",
         default=False,
@@ -501,6 +509,7 @@ class KernelproConfig:
     auto_profiles: int
     auto_profile_time_s: float
     sources: dict[str, str]  # setting name -> where its value came from
+    resume: bool = False  # --kernelpro-resume: continue the latest search of each kernel
     cpu_flush: str = "auto"
     cpu_threads: int = 0  # 0: auto (measure.cpuload.policy_threads)
     cpu_cross_device: str = "info"
@@ -608,6 +617,7 @@ class KernelproConfig:
             sort=values["sort"],
             history_dir=rooted(values["history"] or None),
             correctness_only=bool(values["correctness_only"]),
+            resume=bool(config.getoption("kernelpro_resume", default=False)),
         )
 
 

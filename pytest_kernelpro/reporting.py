@@ -97,6 +97,11 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
             "\n"
         )
     )
+    from .gate.optimize_table import summary_of, terminal_section
+
+    if any(summary_of(r) is not None for r in kp.records):
+        terminalreporter.write_sep("=", "kernelpro optimize")
+        terminal_section(kp.records, terminalreporter.write_line)
     for line in baseline_coverage_lines(kp):
         terminalreporter.write_line(line, yellow=True)
     for line in summary_notes(kp):
