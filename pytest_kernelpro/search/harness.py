@@ -112,6 +112,23 @@ def build_failure_log(exc: BaseException, traceback_text: str) -> str:
     return traceback_text
 
 
+@contextlib.contextmanager
+def cached_extension_builds() -> Any:
+    """While the candidate's module runs, its `load_inline` calls build through the build
+    cache (`build.extension`): the evaluator may have built them ahead, and siblings that
+    differ only in CUDA code share the compiled host binding."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    from pytest_kernelpro.build.extension import cached_load_inline
+
+    original = cpp_extension.load_inline
+    cpp_extension.load_inline = cached_load_inline(original)
+    try:
+        yield
+    finally:
+        cpp_extension.load_inline = original
+
+
 def _to_device(values: list[Any], device: torch.device) -> list[Any]:
     return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
 
@@ -240,7 +257,8 @@ class _Pipeline:
         started = time.perf_counter()
         try:
             self.stream_guard.active = True  # streams created at import time count too
-            cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
+            with cached_extension_builds():
+                cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
             self.stream_guard.active = False
             model_new = getattr(cand_mod, "ModelNew", None)
             if model_new is None:
@@ -425,8 +443,10 @@ class _Pipeline:
     def build_record(self) -> dict[str, Any]:
         """How the candidate was built: seconds, and each fast-path build (cache hit or not)."""
         from pytest_kernelpro.build.api import build_records
+        from pytest_kernelpro.build.extension import extension_records
 
-        return {"build_s": self.build_s, "build": {"builds": build_records()}}
+        builds = build_records() + extension_records()
+        return {"build_s": self.build_s, "build": {"builds": builds}}
 
     def _device_name(self) -> str:
         if self.device.type == "cuda":
