@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,14 @@ def run_extension_demo(names: list[str], out: Path, cache: BuildCache, results: 
     (same binding: only cuda.cu recompiles)."""
     from pytest_kernelpro.build.extension import build_extension
 
+    if len(names) > 1:  # one thread per case: the cold builds run side by side
+        threads = [threading.Thread(target=run_extension_demo, args=([n], out, cache, results))
+                   for n in names]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return
     by_name = {c.name: c for c in CASES}
     for name in names:
         case = by_name[name]
@@ -181,6 +190,32 @@ def run_extension_demo(names: list[str], out: Path, cache: BuildCache, results: 
                           seconds=time.perf_counter() - started)  # fmt: skip
             results[(name, step)] = (record, build)
             log(out, record)
+
+
+def check_extensions(
+    ext_results: dict, by_name: dict, fast_outputs: dict, torch: Any, device: str
+) -> dict[str, Any]:
+    """Run each extension build on the GPU: reference check, and equality with the fast path."""
+    extension: dict[str, Any] = {}
+    for (name, step), (record, build) in sorted(ext_results.items()):
+        if build is not None and device == "cuda":
+            from pytest_kernelpro.build.extension import import_extension
+
+            try:
+                module = import_extension(build)
+
+                def ecall(kernel, *a, grid, block, shared_mem=0, _m=module):
+                    getattr(_m, f"launch_{kernel}")(*dims3(grid), *dims3(block), shared_mem, *a)
+
+                result, output = check(by_name[name], ecall, torch)
+                record["check"] = result
+                fast = fast_outputs.get(name)
+                if fast is not None:
+                    record["same_as_fast"] = bool(torch.equal(fast, output))
+            except Exception as exc:
+                record["check"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:800]}
+        extension[f"{name}/{step}"] = record
+    return extension
 
 
 def inline_kwargs(case: Case, build_dir: Path) -> dict[str, Any]:
@@ -291,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inline-deadline-s", type=float, default=120.0)
     parser.add_argument("--inline-one", help=argparse.SUPPRESS)
     parser.add_argument("--inline-only", action="store_true", help="dry run of the inline side")
+    parser.add_argument("--extension-only", action="store_true",
+                        help="only the full-path demo (--extension cases) and its checks")
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -321,8 +358,6 @@ def main(argv: list[str] | None = None) -> int:
         env["cuda_bindings"] = None
     log(out, env)
 
-    import threading
-
     ext_cache = BuildCache(Path(tempfile.mkdtemp(prefix="bs-ext-cache-")))
     ext_results: dict[Any, Any] = {}
     ext_names = [n for n in args.extension.split(",") if n]
@@ -331,6 +366,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     if ext_names:
         ext_thread.start()
+    if args.extension_only:
+        ext_thread.join()
+        fast_outputs = {}
+        for name in ext_names if args.device == "cuda" else []:
+            case = next(c for c in CASES if c.name == name)
+            module = load_cuda(case.source, arch=ARCH, cache=ext_cache, cutlass=case.cutlass)
+
+            def fcall(kernel, *a, grid, block, shared_mem=0, _m=module):
+                getattr(_m, kernel)(*a, grid=grid, block=block, shared_mem=shared_mem)
+
+            fast_outputs[name] = check(case, fcall, torch)[1]
+        by_name = {c.name: c for c in CASES}
+        extension = check_extensions(ext_results, by_name, fast_outputs, torch, args.device)
+        (out / "build_speed_extension.json").write_text(json.dumps(extension, indent=1, default=str))
+        print(json.dumps(extension, indent=1, default=str)[:6000])
+        return 0
     inline_names = [n for n in args.inline.split(",") if n]
     inline_started = time.perf_counter()
     procs = start_inline(inline_names, out, args.inline_jobs) if inline_names else []
@@ -434,25 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                   "error": (record.get("error") or "")[-800:]})  # fmt: skip
 
     ext_thread.join(timeout=max(1.0, deadline - time.perf_counter())) if ext_names else None
-    extension: dict[str, Any] = {}
-    for (name, step), (record, build) in sorted(ext_results.items()):
-        if build is not None and args.device == "cuda":
-            from pytest_kernelpro.build.extension import import_extension
-
-            try:
-                module = import_extension(build)
-
-                def ecall(kernel, *a, grid, block, shared_mem=0, _m=module):
-                    getattr(_m, f"launch_{kernel}")(*dims3(grid), *dims3(block), shared_mem, *a)
-
-                result, output = check(by_name[name], ecall, torch)
-                record["check"] = result
-                fast = fast_outputs.get(name)
-                if fast is not None:
-                    record["same_as_fast"] = bool(torch.equal(fast, output))
-            except Exception as exc:
-                record["check"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:800]}
-        extension[f"{name}/{step}"] = record
+    extension = check_extensions(ext_results, by_name, fast_outputs, torch, args.device)
     log(out, {"kind": "extension_checks", **{k: v.get("check") for k, v in extension.items()}})
 
     fast_times = list(cold.values())

@@ -216,8 +216,8 @@ def _run_child(spec: dict[str, Any], build_dir: Path, folder: Path, timeout_s: f
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, errors="replace", timeout=timeout_s,
-            env=env, check=False,
-        )  # fmt: skip
+            env=env, check=False, cwd=build_dir,  # not the caller's cwd: another checkout
+        )  # fmt: skip                                # of this package there would shadow it
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"the extension build did not finish within {timeout_s:g}s") from exc
     if done.returncode == 0:

@@ -66,12 +66,15 @@ def test_unsupported_load_inline_calls_go_to_torch_unchanged() -> None:
 @pytest.fixture
 def cuda_torch_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """nvcc, ninja and (on a CPU-only torch) empty libc10_cuda/libtorch_cuda to link with."""
-    nvcc = shutil.which("nvcc")
-    if nvcc is None or shutil.which("ninja") is None:
+    if shutil.which("nvcc") is None or shutil.which("ninja") is None:
         pytest.skip("needs nvcc and ninja (pip install ninja)")
-    root = Path(nvcc).resolve().parent.parent
+    from pytest_kernelpro.build.nvcc import find_nvcc
+
+    root = Path(find_nvcc()).parent.parent  # $CUDA_HOME, PATH, /usr/local/cuda
     if not (root / "lib64" / "libcudart.so").exists():
-        pytest.skip("no libcudart.so beside nvcc")
+        root = Path("/usr/local/cuda")
+    if not (root / "lib64" / "libcudart.so").exists():
+        pytest.skip("no CUDA toolkit root with lib64/libcudart.so (set CUDA_HOME)")
     import torch
 
     monkeypatch.setenv("CUDA_HOME", str(root))
@@ -90,10 +93,16 @@ def cuda_torch_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.slow
 def test_device_change_reuses_the_binding_and_identical_builds_hit(
-    cuda_torch_env: None, tmp_path: Path
+    cuda_torch_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from pytest_kernelpro.build.extension import build_extension, import_extension
 
+    # Another copy of the package in the caller's directory must not shadow this one in the
+    # build's child process (a repository checkout next to an installed plugin).
+    decoy = tmp_path / "cwd" / "pytest_kernelpro"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text("")
+    monkeypatch.chdir(decoy.parent)
     cache = BuildCache(tmp_path / "cache")
     first = build_extension("scale", CPP, CUDA, ["scale"], extra_cuda_cflags=FLAGS, cache=cache)
     binding_object = cache.root / "ext-build" / first.binding_key / "main.o"
