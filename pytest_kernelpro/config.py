@@ -73,6 +73,22 @@ def parse_feedback(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
 
 
+def _choice(name: str, choices: tuple[str, ...]) -> Any:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value in choices:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid {name}; use one of {', '.join(choices)}"
+        )
+
+    return parse
+
+
+SEARCH_CHOICES = ("mcts", "greedy")
+ORCHESTRATION_CHOICES = ("proactive", "reactive")
+
+
 def parse_budget_text(text: str) -> str:
     """Validate an optimizer budget ("20", "30m", "5usd", "20,30m"); kept as text."""
     from .search.budget import parse_budget
@@ -190,6 +206,28 @@ SETTINGS: tuple[Setting, ...] = (
         parse_feedback,
         "tools",
         "MODE",
+    ),
+    Setting(
+        "orchestration",
+        "How the optimizer's tools are used: proactive (every relevant tool runs on each "
+        "candidate's profile) or reactive (the model calls tools itself)",
+        _choice("orchestration", ORCHESTRATION_CHOICES),
+        "proactive",
+        "MODE",
+    ),
+    Setting(
+        "search",
+        "Search algorithm of the optimizer: mcts or greedy",
+        _choice("search algorithm", SEARCH_CHOICES),
+        "mcts",
+        "ALGO",
+    ),
+    Setting(
+        "llm_base_url",
+        "Base URL of the model server (an OpenAI-compatible server for --kernelpro-llm=openai)",
+        str,
+        None,
+        "URL",
     ),
     Setting(
         "llm",
@@ -334,6 +372,9 @@ class KernelproConfig:
     json_path: Path
     ceilings_path: Path | None
     feedback: str
+    orchestration: str
+    search: str
+    llm_base_url: str | None
     llm: str
     model: str
     candidates: int
@@ -400,6 +441,9 @@ class KernelproConfig:
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
             ceilings_path=rooted(values["ceilings"]),
             feedback=values["feedback"],
+            orchestration=values["orchestration"],
+            search=values["search"],
+            llm_base_url=values["llm_base_url"],
             llm=values["llm"],
             model=values["model"],
             candidates=values["candidates"],

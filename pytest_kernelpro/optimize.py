@@ -1,14 +1,17 @@
 """`--kernelpro-optimize`: the guided search for one kernel item.
 
-Glue only: the Programmer Agent (agents/) proposes candidates, the sandboxed evaluator
-(search/) checks and times them, MCTS (search/) decides where to look next. The best
-candidate, its patch against the kernel's source file and the trajectory are written under
-`.kernelpro/optimize/` and summarised in the item's report section.
+Glue only: `optimize_search.run_search` composes the loop (the Programmer Agent proposes,
+the sandbox checks and times, every correct candidate is profiled, MCTS or greedy decides,
+the top candidates are re-measured against the current kernel) and returns a
+`search.ranking.SearchRanking`. The ranked result, the top candidate and its patch against
+the kernel's source file and the trajectory are written under `.kernelpro/optimize/` and
+summarised in the item's report section.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -89,76 +92,56 @@ def optimize_item(
     lines = [f"optimize: {summary['status']}"]
     if summary.get("why"):
         lines.append(f"  {summary['why']}")
-    if summary.get("best_speedup") is not None:
+    best = summary.get("best")
+    if best:
+        vs_ref = best.get("speedup_vs_reference")
         lines.append(
-            f"  best candidate: {summary['best_speedup']:.2f}x over the reference "
-            f"({summary['evaluations']} evaluations, stop: {summary['stop_reason']})"
+            f"  candidate {best['node_id']}: {best['speedup_vs_current']:.3g}x the "
+            f"{summary.get('baseline', 'current kernel')}"
+            + (f" ({vs_ref:.3g}x the reference)" if vs_ref else "")
+            + f", re-measured in {summary.get('rounds', 0)} interleaved rounds: {best['verdict']}"
+            f" ({summary['evaluations']} evaluations, stop: {summary['stop_reason']})"
         )
+    if summary.get("patch"):
         lines.append(f"  patch: {summary['patch']}  trajectory: {summary['trajectory']}")
+    wall = summary.get("wall_s")
+    if wall:
+        lines.append("  wall: " + ", ".join(f"{k} {v:.1f} s" for k, v in wall.items()))
     record.extra["optimize_text"] = "\n".join(lines)
 
 
 def _search(
     item: KernelItem, session: KernelproSession, record: KernelRecord, device: str, out_dir: Path
 ) -> dict[str, Any]:
-    from .agents.llm.factory import make_backend
-    from .agents.profiling import ProfilingAgent
-    from .agents.programmer import ProgrammerAgent
-    from .search.budget import parse_budget
-    from .search.evaluator import KernelBenchTask, SandboxEvaluator
-    from .search.mcts import MCTS, MCTSConfig
+    from .optimize_search import run_search
 
-    settings = session.settings
-    budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
-    reference_source = kernelbench_source(item, device)
+    ranking, details = run_search(item, session, record, device, out_dir)
     source_file = Path(item.problem.source_file)
     kernel_source = source_file.read_text(encoding="utf-8") if source_file.is_file() else ""
-    options: dict[str, Any] = {"model": settings.model} if settings.llm == "anthropic" else {}
-    backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
-    device_name = record.device if device.startswith("cuda") else None
-    roofline_text = _roofline_text(record)
-    agent = ProgrammerAgent(
-        backend,
-        problem_source=reference_source
-        + "\n\n# Kernel under test ("
-        + str(source_file)
-        + "):\n"
-        + kernel_source,
-        language=item.problem.language,
-        device_name=device_name,
-        n_candidates=settings.candidates,
-        max_tokens=settings.max_tokens,
-        feedback=settings.feedback,
-        profiling_agent=ProfilingAgent(backend) if settings.feedback == "tools" else None,
-        reference_analysis=roofline_text,
-    )
-    task = KernelBenchTask(
-        reference=reference_source,
-        name=record.name,
-        device=device,
-        atol=item.problem.atol,
-        rtol=item.problem.rtol,
-        timing={"max_time_s": settings.time_budget_s, "warmup_ms": settings.warmup_ms},
-    )
-    evaluator: Any = SandboxEvaluator(task)
-    if getattr(agent.gpu, "target", None):
-        from .cutlass.precheck import PrecheckEvaluator
-
-        evaluator = PrecheckEvaluator(evaluator, arch=agent.gpu.target)
-    trajectory = out_dir / "trajectory.jsonl"
-    result = MCTS(MCTSConfig(candidates_per_expansion=settings.candidates)).run(
-        agent, evaluator, budget, trajectory=trajectory, meta={"kernel": record.name}
-    )
     summary: dict[str, Any] = {
-        "status": "done",
-        "evaluations": result.evaluations,
-        "stop_reason": result.stop_reason,
-        "usd": result.usd,
-        "trajectory": str(trajectory),
-        "best_speedup": result.best_speedup,
+        "status": ranking.status,
+        "evaluations": ranking.evaluations,
+        "stop_reason": ranking.stop_reason,
+        "usd": ranking.usd,
+        "trajectory": details.get("trajectory"),
+        "ranking": ranking.to_dict(),
+        "wall_s": dict(ranking.wall_s),
+        "rounds": ranking.rounds,
+        "baseline": ranking.baseline,
+        "profiles": details.get("profiles", []),
     }
-    if result.best is not None and result.best.candidate is not None:
-        best_code = result.best.candidate.code
+    if ranking.status != "improved":
+        summary["why"] = ranking.reason
+    top = ranking.winner or next(iter(ranking.remeasured), None)
+    if top is not None:
+        best_code = top.code
+        summary["best"] = {
+            "node_id": top.node_id,
+            "speedup_vs_current": top.speedup_vs_current,
+            "speedup_vs_reference": top.speedup_vs_reference,
+            "verdict": top.verdict,
+        }
+        summary["best_speedup"] = top.speedup_vs_reference
         best_path = atomic_write_text(out_dir / "best_candidate.py", best_code)
         patch = "".join(
             difflib.unified_diff(
@@ -170,19 +153,6 @@ def _search(
         )
         summary["patch"] = str(atomic_write_text(out_dir / "best_candidate.patch", patch))
         summary["best_candidate"] = str(best_path)
-        summary["strategy"] = result.best.candidate.strategy
-    else:
-        summary["status"] = "no correct candidate"
+        summary["strategy"] = top.strategy
+    atomic_write_text(out_dir / "ranking.json", json.dumps(ranking.to_dict(), indent=1))
     return summary
-
-
-def _roofline_text(record: KernelRecord) -> str | None:
-    r = record.roofline
-    if not r:
-        return None
-    return (
-        f"Reference roofline: {r.get('flops', 0):.4g} FLOP, {r.get('min_bytes', 0):.4g} bytes minimal "
-        f"({r.get('unfused_bytes', 0):.4g} unfused), {r.get('bound')}-bound, peak {r.get('peak_name')}, "
-        f"roofline time {r.get('roofline_time_s', 0) * 1e6:.1f} us; the current kernel reaches "
-        f"{(record.efficiency or 0):.1%} of it."
-    )

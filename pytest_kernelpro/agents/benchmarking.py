@@ -8,7 +8,7 @@ analysis" section (op list, FLOPs, bytes, intensity vs ridge, bound, roofline ti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.measure.ceilings import format_rate
@@ -126,3 +126,59 @@ class BenchmarkingAgent:
         """Analyze and render in one step."""
         analysis = self.analyze(reference, inputs, **overrides)
         return render_reference_analysis(analysis, measured_s=measured_s)
+
+
+def render_reference_summary(
+    roofline: Mapping[str, Any],
+    *,
+    reference_s: float | None = None,
+    current_s: float | None = None,
+    validation: Mapping[str, Any] | None = None,
+) -> str:
+    """The ReferenceAnalysis section of every prompt, from a record's roofline dict: the bound,
+    the peak that sets it, the % of the roofline the reference and the current kernel reach,
+    the headroom left, and the ncu validation of the class (Stage 1 on the reference)."""
+    bound = str(roofline.get("bound") or "unknown")
+    t = roofline.get("roofline_time_s")
+    lines = [
+        f"## Reference analysis (Benchmarking Agent, {roofline.get('device') or 'this device'})"
+    ]
+    lines.append(
+        f"- Bound: **{bound}** ({_BOUND_ADVICE.get(bound, bound)}); arithmetic intensity "
+        f"{float(roofline.get('intensity') or 0):.3g} FLOP/B vs ridge "
+        f"{float(roofline.get('ridge') or 0):.3g} FLOP/B."
+    )
+    peak = roofline.get("peak_name")
+    if peak:
+        lines.append(
+            f"- Peak that sets the roofline: {peak} "
+            f"({format_rate(float(roofline.get('peak_flops') or 0), 'FLOP/s')}) and "
+            f"{format_rate(float(roofline.get('bandwidth_Bps') or 0), 'B/s')} DRAM; work "
+            f"{format_rate(float(roofline.get('flops') or 0), 'FLOP')}, minimal traffic "
+            f"{format_rate(float(roofline.get('min_bytes') or 0), 'B')}."
+        )
+    if t:
+        parts = [f"- Roofline time {_seconds(float(t))}"]
+        if reference_s:
+            parts.append(
+                f"the reference takes {_seconds(reference_s)} ({float(t) / reference_s:.1%} of roofline)"
+            )
+        if current_s:
+            parts.append(
+                f"the current kernel {_seconds(current_s)} ({float(t) / current_s:.1%} of "
+                f"roofline): headroom at most {current_s / float(t):.3g}x"
+            )
+        lines.append("; ".join(parts) + ".")
+    if validation:
+        lines.append(
+            f"- ncu validation of the class on the reference: measured "
+            f"{validation.get('measured') or 'n/a'} (SM {_pct(validation.get('sm_pct'))}, "
+            f"memory {_pct(validation.get('memory_pct'))} of peak) vs theoretical "
+            f"{validation.get('theoretical') or 'n/a'}: Stage 1 says "
+            f"{validation.get('cls') or 'unknown'} (confidence {validation.get('confidence')})."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):.0f}%"

@@ -38,6 +38,8 @@ from pytest_kernelpro.agents.prompts.parse import CompletionParseError, parse_mu
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.search.base import MODES, Candidate
 
+ORCHESTRATIONS = ("proactive", "reactive")
+
 if TYPE_CHECKING:
     from pytest_kernelpro.agents.llm.base import LLMBackend
     from pytest_kernelpro.agents.profiling import ProfilingAgent
@@ -89,6 +91,9 @@ class ProgrammerAgent:
         reference_analysis: str | None = None,
         cutlass: str = "auto",
         parse_retries: int = 1,
+        problem_md: str | None = None,
+        orchestration: str = "proactive",
+        cutlass_tools: Any = "auto",
     ) -> None:
         if n_candidates < 1:
             raise KernelproError(f"n_candidates={n_candidates} must be at least 1")
@@ -97,6 +102,7 @@ class ProgrammerAgent:
         self.backend = backend
         self.builder = builder or PromptBuilder()
         self.problem_source = problem_source
+        self.problem_md = problem_md
         self.language = check_language(language)
         self.device_name = device_name
         self.n_candidates = n_candidates
@@ -109,6 +115,20 @@ class ProgrammerAgent:
         # GPU-aware injection happens once, at agent creation (architecture, MMA shapes,
         # CUTLASS paths, flags and constraints).
         self.gpu = self.builder.gpu_context(device_name, cutlass=cutlass)
+        if orchestration not in ORCHESTRATIONS:
+            raise KernelproError(
+                f"Unknown orchestration {orchestration!r}; use one of {', '.join(ORCHESTRATIONS)}"
+            )
+        self.orchestration = orchestration
+        # The seed's CUTLASS tools are offered while the model writes CUDA for a GPU whose
+        # CUTLASS headers were found.
+        if cutlass_tools == "auto":
+            cutlass_tools = None
+            if self.gpu.cutlass is not None and self.gpu.target:
+                from pytest_kernelpro.agents.toolbox import CutlassToolbox
+
+                cutlass_tools = CutlassToolbox.find(self.gpu.target)
+        self.cutlass_tools = cutlass_tools
         self.failures: list[GenerationFailure] = []
         self._carry = _Calls()
         self._analyses: dict[str, Any] = {}
@@ -166,9 +186,14 @@ class ProgrammerAgent:
             speed = speedup_line(evaluation)
             guidance = render_guidance(evaluation, self.feedback)
             analysis = ""
-            if self.feedback == "tools" and parent is not None:
+            if self.feedback == "tools" and self.orchestration == "reactive":
+                # Reactive: the model asks for the tools it wants (`_toolbox`).
+                guidance = self._profiling_toolbox(evaluation).prompt_note() if guidance else ""
+            elif self.feedback == "tools" and parent is not None:
                 analysis = self._analysis(guidance, parent.code, calls or _Calls())
-            feedback = "\n\n".join(t.rstrip() for t in (analysis, guidance) if t.strip())
+            # The seed's order: the profile (SASS, timeline, findings, ncu by category), then
+            # the Profiling Agent's synthesis of it.
+            feedback = "\n\n".join(t.rstrip() for t in (guidance, analysis) if t.strip())
         return self.builder.build(
             mode,
             language=self.language,
@@ -181,9 +206,34 @@ class ProgrammerAgent:
             speedup=speed,
             reference_analysis=self.reference_analysis,
             concise=concise,
+            problem_md=self.problem_md,
         )
 
     # ------------------------------------------------------------------ the model calls
+
+    def _profiling_toolbox(self, evaluation: Evaluation | None) -> Any:
+        from pytest_kernelpro.agents.toolbox import ProfilingToolbox
+
+        guidance = render_guidance(evaluation, "tools") if evaluation is not None else ""
+        return ProfilingToolbox(guidance)
+
+    def _toolbox(self, mode: str, evaluation: Evaluation | None) -> Any:
+        """The tools offered with this node's prompt (None: no tool use)."""
+        from pytest_kernelpro.agents.toolbox import Toolboxes
+
+        boxes: list[Any] = []
+        if (
+            mode == "optimize"
+            and self.feedback == "tools"
+            and self.orchestration == "reactive"
+            and render_guidance(evaluation, "tools")
+        ):
+            boxes.append(self._profiling_toolbox(evaluation))
+        if self.cutlass_tools is not None and self.gpu.target:
+            self.cutlass_tools.new_iteration()
+            boxes.append(self.cutlass_tools)
+        box = Toolboxes(*boxes)
+        return box if box else None
 
     def at_node(self, node_id: int) -> None:
         """The search node the next `generate()` works for (named in replay errors)."""
@@ -191,7 +241,7 @@ class ProgrammerAgent:
 
     def _request(
         self, prompt: Prompt, max_tokens: int, phase: str, mode: str, parent: Candidate | None,
-        n: int,
+        n: int, toolbox: Any = None,
     ) -> LLMRequest:  # fmt: skip
         # The replay key leaves out everything measured (speedups, profiles): a recorded
         # search replays on another run of the same GPU (agents/llm/replay.py).
@@ -199,20 +249,23 @@ class ProgrammerAgent:
             "programmer", prompt.prompt_id, mode, code_hash(parent.code if parent else None),
             phase, n, max_tokens,
         )  # fmt: skip
-        return LLMRequest.single(
-            prompt.system,
-            prompt.user,
-            max_tokens,
-            self.temperature,
-            meta={
-                "purpose": "programmer",
-                "prompt_id": prompt.prompt_id,
-                "phase": phase,
-                "mode": mode,
-                "node": self._node,
-                "replay_key": key,
-            },
+        meta: dict[str, Any] = {
+            "purpose": "programmer",
+            "prompt_id": prompt.prompt_id,
+            "phase": phase,
+            "mode": mode,
+            "node": self._node,
+            "replay_key": key,
+            "cache_prefix_chars": prompt.stable_chars,
+        }
+        if toolbox is not None:
+            meta["toolbox"] = toolbox
+        request = LLMRequest.single(
+            prompt.system, prompt.user, max_tokens, self.temperature, meta=meta
         )
+        if toolbox is not None:
+            request = replace(request, tools=tuple(toolbox.specs()))
+        return request
 
     def _complete(
         self, mode: Mode, parent: Candidate | None, evaluation: Evaluation | None, n: int,
@@ -220,21 +273,22 @@ class ProgrammerAgent:
     ) -> tuple[LLMRequest, LLMResponse, Prompt, str] | str:  # fmt: skip
         """Run the call with truncation recovery; a string is the failure reason."""
         prompt = self.build_prompt(mode, parent, evaluation, n, calls=calls)
-        request = self._request(prompt, self.max_tokens, "initial", mode, parent, n)
+        toolbox = self._toolbox(mode, evaluation)
+        request = self._request(prompt, self.max_tokens, "initial", mode, parent, n, toolbox)
         response = self.backend.complete(request)
         calls.add(request, response)
         if not response.truncated:
             return request, response, prompt, "initial"
         # Phase A: the same prompt with twice the output budget.
         doubled = self.max_tokens * 2
-        request = self._request(prompt, doubled, "A", mode, parent, n)
+        request = self._request(prompt, doubled, "A", mode, parent, n, toolbox)
         response = self.backend.complete(request)
         calls.add(request, response)
         if not response.truncated:
             return request, response, prompt, "A"
         # Phase B: same doubled budget, plus the directive to restart concisely.
         prompt = self.build_prompt(mode, parent, evaluation, n, concise=True, calls=calls)
-        request = self._request(prompt, doubled, "B", mode, parent, n)
+        request = self._request(prompt, doubled, "B", mode, parent, n, toolbox)
         response = self.backend.complete(request)
         calls.add(request, response)
         if not response.truncated:

@@ -25,6 +25,7 @@ run at once on the machine's cores.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import importlib.machinery
 import importlib.util
@@ -36,7 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -57,7 +58,7 @@ def _as_list(value: str | Sequence[str] | None) -> list[str]:
 
 
 @dataclass(frozen=True)
-class ExtensionBuild:
+class BuiltExtension:
     """The outcome of one `build_extension` call."""
 
     key: str
@@ -68,6 +69,7 @@ class ExtensionBuild:
     seconds: float  # this call's wall time
     compile_s: float  # the build's time when the entry was made
     binding_reused: bool  # the binding object was already compiled (only cuda.cu rebuilt)
+    log: str = ""  # the build's ninja -v output (compile lines, ptxas -v report)
 
     def record(self) -> dict[str, Any]:
         return {
@@ -101,7 +103,7 @@ def build_extension(
     extra_include_paths: Sequence[str] | None = None,
     cache: BuildCache | str | os.PathLike[str] | None = None,
     timeout_s: float = 900.0,
-) -> ExtensionBuild:
+) -> BuiltExtension:
     """Build (or find) the extension; see the module doc. `name` is only a label: the
     module name comes from the binding's key."""
     import torch
@@ -162,10 +164,11 @@ def build_extension(
         with open(lock_path, "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one build per build directory
             reused["value"] = any(build_dir.glob("main.o")) or any(build_dir.glob("*/main.o"))
-            _run_child(spec, build_dir, folder, timeout_s)
+            log = _run_child(spec, build_dir, folder, timeout_s)
         shutil.copy2(build_dir / f"{module_name}.so", folder / f"{module_name}.so")
         return {
             "kind": "extension",
+            "log": log[-20_000:],
             "module": module_name,
             "binding_key": binding_key,
             "binding_reused": reused["value"],
@@ -173,7 +176,7 @@ def build_extension(
         }
 
     entry = store.get_or_build(key, produce)
-    build = ExtensionBuild(
+    build = BuiltExtension(
         key=key,
         binding_key=binding_key,
         module_name=module_name,
@@ -182,12 +185,13 @@ def build_extension(
         seconds=time.monotonic() - started,
         compile_s=float(entry.meta.get("build_s") or 0.0),
         binding_reused=bool(entry.meta.get("binding_reused")),
+        log=str(entry.meta.get("log") or ""),
     )
     _records.append(build.record())
     return build
 
 
-def import_extension(build: ExtensionBuild) -> ModuleType:
+def import_extension(build: BuiltExtension) -> ModuleType:
     """Import the built extension from its cache entry."""
     loader = importlib.machinery.ExtensionFileLoader(build.module_name, str(build.path))
     spec = importlib.util.spec_from_file_location(build.module_name, str(build.path), loader=loader)
@@ -204,7 +208,7 @@ def load_extension(name: str, cpp_sources: Any, cuda_sources: Any = None, functi
     return import_extension(build_extension(name, cpp_sources, cuda_sources, functions, **options))
 
 
-def _run_child(spec: dict[str, Any], build_dir: Path, folder: Path, timeout_s: float) -> None:
+def _run_child(spec: dict[str, Any], build_dir: Path, folder: Path, timeout_s: float) -> str:
     build_dir.mkdir(parents=True, exist_ok=True)
     # torch's own lock of the directory, left behind by a build that was killed, would make
     # this one wait forever; the caller holds our lock of the directory, so none is running.
@@ -220,9 +224,9 @@ def _run_child(spec: dict[str, Any], build_dir: Path, folder: Path, timeout_s: f
         )  # fmt: skip                                # of this package there would shadow it
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"the extension build did not finish within {timeout_s:g}s") from exc
-    if done.returncode == 0:
-        return
     log = (done.stdout + done.stderr).replace(str(build_dir) + os.sep, "")
+    if done.returncode == 0:
+        return log
     if done.returncode == 3:  # the compiler refused the source: cache the failure
         raise CacheableBuildError(trim_compiler_log(log), log)
     raise BuildError(f"the extension build failed (exit {done.returncode})", log)
@@ -257,15 +261,64 @@ def cached_load_inline(original: Any, cache: BuildCache | None = None) -> Any:
                     **kwargs: Any) -> Any:  # fmt: skip
         if args or not set(kwargs) <= SUPPORTED_KEYWORDS or kwargs.get("with_cuda") is False:
             return original(name, cpp_sources, cuda_sources, *args, **kwargs)
-        return load_extension(
-            name, cpp_sources, cuda_sources, kwargs.get("functions"),
-            extra_cflags=kwargs.get("extra_cflags"),
-            extra_cuda_cflags=kwargs.get("extra_cuda_cflags"),
-            extra_include_paths=kwargs.get("extra_include_paths"), cache=cache,
-        )  # fmt: skip
+        from pytest_kernelpro.profile import capture
+
+        flags = kwargs.get("extra_cuda_cflags")
+        if cuda_sources:  # the profiler's flags, as a capture adds them to torch's builds
+            flags = capture.merge_cuda_flags(flags, capture.active_cuda_flags())
+        started = time.perf_counter()
+        try:
+            build = build_extension(
+                name, cpp_sources, cuda_sources, kwargs.get("functions"),
+                extra_cflags=kwargs.get("extra_cflags"), extra_cuda_cflags=flags,
+                extra_include_paths=kwargs.get("extra_include_paths"), cache=cache,
+            )  # fmt: skip
+            module = import_extension(build)
+        except BaseException as exc:
+            capture.record_build(_capture_record(name, None, flags, time.perf_counter() - started,
+                                                 error=f"{type(exc).__name__}: {exc}"))  # fmt: skip
+            raise
+        capture.record_build(_capture_record(name, build, flags, time.perf_counter() - started))
+        return module
 
     load_inline.__wrapped__ = original  # type: ignore[attr-defined]
     return load_inline
+
+
+def _capture_record(name: str, build: BuiltExtension | None, flags: Any, seconds: float,
+                    error: str | None = None) -> Any:  # fmt: skip
+    """The `profile.capture.ExtensionBuild` of a build made here."""
+    from pytest_kernelpro.profile.capture import ExtensionBuild
+    from pytest_kernelpro.profile.ptxas import parse_ptxas_output
+
+    log = build.log if build is not None else ""
+    return ExtensionBuild(
+        name=build.module_name if build is not None else name,
+        build_directory=str(build.path.parent) if build is not None else "",
+        so_path=str(build.path) if build is not None else None,
+        extra_cuda_cflags=tuple(flags or ()),
+        build_log=log,
+        build_seconds=seconds,
+        ptxas=tuple(parse_ptxas_output(log)),
+        log_source="none" if build is None else ("cached" if build.hit else "ninja"),
+        error=error,
+    )
+
+
+@contextlib.contextmanager
+def cached_extension_builds(cache: BuildCache | None = None) -> Iterator[None]:
+    """While the block runs, `load_inline` calls build through the build cache (see
+    `cached_load_inline`): the evaluator may have built them ahead, and candidates that
+    differ only in CUDA code share the compiled host binding. Open captures
+    (`profile.capture`) see these builds as they see torch's."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    original = cpp_extension.load_inline
+    cpp_extension.load_inline = cached_load_inline(original, cache)
+    try:
+        yield
+    finally:
+        cpp_extension.load_inline = original
 
 
 def _child(spec_path: Path) -> int:
@@ -276,7 +329,7 @@ def _child(spec_path: Path) -> int:
     if cpp_extension.CUDA_HOME is None and os.environ.get("CUDA_HOME"):
         cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # a CPU-only torch builds too
     try:
-        cpp_extension.load_inline(**spec, verbose=False)
+        cpp_extension.load_inline(**spec, verbose=True)  # ninja -v: the ptxas report
     except Exception as exc:
         sys.stderr.write(str(exc))
         return 3 if "Error building extension" in str(exc) else 1

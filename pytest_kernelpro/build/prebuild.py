@@ -224,6 +224,16 @@ class Prebuilder:
             began = time.monotonic()
             try:
                 if request.kind == "extension":
+                    # The sandbox worker builds under the profiler's capture, which adds its
+                    # flags: the same flags here, or the worker would not find this entry.
+                    from pytest_kernelpro.profile.capture import (
+                        DEFAULT_CUDA_FLAGS,
+                        merge_cuda_flags,
+                    )
+
+                    options["extra_cuda_cflags"] = merge_cuda_flags(
+                        options.get("extra_cuda_cflags"), DEFAULT_CUDA_FLAGS
+                    )
                     build: Any = build_extension(cache=self.cache, **options)
                 else:
                     options.setdefault("arch", self.arch)

@@ -152,7 +152,7 @@ def compare(
             return False, {
                 **detail,
                 "why": f"output {i} differs at {index}: "
-                f"{float(o[index]):.6g} vs {float(r[index]):.6g} "
+                f"got {float(o[index]):.6g}, expected {float(r[index]):.6g} "
                 f"({int(bad.sum())}/{bad.numel()} elements beyond "
                 f"atol={a_tol:g}, rtol={r_tol:g})",
             }

@@ -44,6 +44,7 @@ from pytest_kernelpro.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.build.prebuild import Prebuilder
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.isolation import Isolation
 from pytest_kernelpro.search.worker import RUN_PHASES
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pytest_kernelpro/
@@ -200,6 +201,16 @@ class SandboxLimits:
     keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
     log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
     keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
+    # "auto": Linux namespaces where the machine allows them, else the weaker fallback (the
+    # evaluation's metrics["sandbox"] says which); "namespaces": refuse the fallback.
+    isolation: str = "auto"
+    # Decide correctness and the reference's time in a trusted process (judge.py) for every
+    # candidate that claims to be correct. Off only for tests of the worker itself.
+    judge: bool = True
+    # `confirm()`: a re-timed median above this many times the search's median disqualifies.
+    # Generous because CPU timings on a loaded machine move by several times between
+    # processes; a forged time is off by orders of magnitude.
+    confirm_tolerance: float = 3.0
     # Fast-path builds (pytest_kernelpro.build): the cache the evaluator builds into (the
     # worker only reads it) and how many candidates compile at once.
     build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
@@ -218,6 +229,8 @@ class SandboxEvaluator:
         self.extensions_dir = Path(
             self.limits.extensions_dir or os.environ.get("TORCH_EXTENSIONS_DIR") or default_ext
         )
+        self._isolation: Isolation | None = None
+        self._reference_ok: bool | None = None  # set once the judge has run the reference
         self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
         self._build_arch: str | None | bool = False  # False: not looked up yet
         self._prebuilder: Prebuilder | None = None
@@ -264,9 +277,24 @@ class SandboxEvaluator:
             self._prebuilder.close()
             self._prebuilder = None
 
-    def environment(self) -> dict[str, str]:
+    @property
+    def isolation(self) -> Isolation:
+        """How workers are isolated on this machine (probed once)."""
+        if self._isolation is None:
+            self._isolation = Isolation.probe(self.limits.isolation)
+        return self._isolation
+
+    def environment(self, workdir: Path | None = None) -> dict[str, str]:
         """The worker's environment (scrubbed; package importable; shared build cache)."""
         env = scrub_environment(os.environ, self.limits.keep_env)
+        if workdir is not None:
+            # Caches (triton, CUDA's JIT cache) and temporary files go to the scratch
+            # directory: everything else is read-only in the sandbox.
+            for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):
+                (workdir / sub).mkdir(exist_ok=True)
+                env[name] = str(workdir / sub)
+            env.pop("TMP", None)
+            env.pop("TEMP", None)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
@@ -288,26 +316,187 @@ class SandboxEvaluator:
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
+        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
         payload = {
-            **asdict(self.task),
-            "forbidden_ops": list(self.task.forbidden_ops),
-            "timing": dict(self.task.timing),
+            **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
+            "outputs_dir": str(workdir / "outputs"),
         }
         builder = self._builder()
         prebuilt = builder.wait(candidate.code) if builder is not None else None
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_worker(workdir)
             if prebuilt is not None:
                 evaluation.build_s += prebuilt.build_s
                 evaluation.metrics.setdefault("build", {})["prebuild"] = prebuilt.to_dict()
+            evaluation.metrics["sandbox"] = self.isolation.describe()
+            if evaluation.status == "correct" and self.limits.judge:
+                evaluation = self._judged(evaluation, workdir / "outputs")
             return evaluation
         finally:
             if not self.limits.keep_workdirs:
                 _remove_tree(workdir)
+
+    def _task_payload(self) -> dict[str, Any]:
+        return {
+            **asdict(self.task),
+            "forbidden_ops": list(self.task.forbidden_ops),
+            "timing": dict(self.task.timing),
+        }
+
+    # ----- the trusted side -----
+
+    def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
+        """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
+        judgedir = Path(tempfile.mkdtemp(prefix="kernelpro-judge-"))
+        try:
+            task = {**self._task_payload(), "retime": retime}
+            (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
+            command = [
+                self.limits.python,
+                "-m",
+                "pytest_kernelpro.search.judge",
+                "--task",
+                str(judgedir / "task.json"),
+                "--result",
+                str(judgedir / "judge.json"),
+                *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
+            ]
+            run = self._launch(
+                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+            )
+            try:
+                return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                logs = _tail(judgedir / "stdout.log", judgedir / "stderr.log", 4000)
+                return {
+                    "ok": False,
+                    "judge_error": f"the judge process ended without a result ({run.how()}, "
+                    f"{run.killed or 'not killed'})\n{logs}",
+                }
+        finally:
+            if not self.limits.keep_workdirs:
+                _remove_tree(judgedir)
+
+    def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
+        return KernelproError(
+            f"The reference of task {self.task.name!r} fails in a trusted process, so no "
+            f"candidate can be checked: {verdict.get('reference_error')}. Fix the problem file "
+            f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
+        )
+
+    def _judged(self, evaluation: Evaluation, outputs: Path) -> Evaluation:
+        """The worker's "correct" is a claim: the judge checks its saved outputs and times
+        the reference; the speedup is the judge's reference time over the candidate's."""
+        verdict = self._run_judge(outputs)
+        if verdict.get("reference_error"):
+            raise self._reference_error(verdict)
+        if verdict.get("judge_error"):
+            return Evaluation(
+                status="run_error",
+                reason="the trusted check of this candidate's outputs did not finish: "
+                + str(verdict["judge_error"]).splitlines()[0],
+                logs=evaluation.logs + "\n" + str(verdict["judge_error"]),
+                metrics=evaluation.metrics,
+                wall_s=evaluation.wall_s,
+            )
+        self._reference_ok = True
+        if not verdict.get("ok"):
+            return Evaluation(
+                status="cheat",
+                reason="result not confirmed: the worker reported a correct result, but the "
+                "outputs it handed over differ from the reference computed in a trusted "
+                f"process ({verdict.get('reason')})",
+                correctness=evaluation.correctness,
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        ref_timing = dict(verdict.get("reference_timing") or {})
+        candidate_s = _positive(evaluation.timing.get("candidate", {}).get("median_s"))
+        ref_s = _positive(ref_timing.get("median_s"))
+        if candidate_s is None or ref_s is None:
+            return Evaluation(
+                status="run_error",
+                reason=f"no usable timing (candidate median {candidate_s!r}, reference "
+                f"median {ref_s!r} from the trusted process)",
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        evaluation.timing["reference_in_worker"] = evaluation.timing.get("reference")
+        evaluation.timing["reference"] = ref_timing
+        evaluation.speedup = ref_s / candidate_s
+        evaluation.metrics["ref_median_s"] = ref_s
+        evaluation.correctness["verified_by"] = (
+            "judge: outputs of " + ", ".join(verdict.get("checked") or []) + " compared with "
+            "the reference in a process without candidate code"
+        )
+        return evaluation
+
+    def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+        """Confirm a winner's time: re-time it in a fresh sandboxed worker whose clocks are
+        bound before the candidate's code runs (`worker.retime`), have the judge check the
+        output of a call made after timing, and compare with the time the search used.
+
+        A re-timed median more than `confirm_tolerance` times the search's median means the
+        search's number was not real: the candidate is disqualified (status `cheat`) with
+        both numbers in the reason. Otherwise `timing["confirmed"]` holds the re-timing and
+        the speedup it gives. Only correct evaluations are confirmed.
+        """
+        if evaluation.status != "correct":
+            return evaluation
+        claimed = _positive((evaluation.timing.get("candidate") or {}).get("median_s"))
+        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-retime-"))
+        payload = {
+            **self._task_payload(),
+            "candidate": candidate.code,
+            "memory_limit_mb": self.limits.memory_limit_mb,
+            "outputs_dir": str(workdir / "outputs"),
+            "retime": True,
+        }
+        try:
+            (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+            retimed = self._run_worker(workdir)
+            if retimed.status != "correct":
+                return _disqualified(
+                    evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
+                )
+            verdict = self._run_judge(workdir / "outputs", retime=True)
+        finally:
+            if not self.limits.keep_workdirs:
+                _remove_tree(workdir)
+        if not verdict.get("ok"):
+            why = (
+                verdict.get("reason")
+                or verdict.get("reference_error")
+                or verdict.get("judge_error")
+            )
+            return _disqualified(
+                evaluation,
+                f"timing not confirmed: the output of the re-timed kernel is wrong ({why})",
+            )
+        fresh = _positive((retimed.timing.get("retimed") or {}).get("median_s"))
+        ref_s = _positive((verdict.get("reference_timing") or {}).get("median_s"))
+        if fresh is None or claimed is None:
+            return _disqualified(evaluation, "timing not confirmed: no usable median")
+        tolerance = self.limits.confirm_tolerance
+        if fresh > claimed * tolerance:
+            return _disqualified(
+                evaluation,
+                f"timing not confirmed: re-timed in a fresh process at {fresh * 1e6:.4g} µs, "
+                f"{fresh / claimed:.3g}x the {claimed * 1e6:.4g} µs the search measured "
+                f"(more than the {tolerance:g}x allowed): the search's number was not real",
+            )
+        evaluation.timing["confirmed"] = {
+            **dict(retimed.timing.get("retimed") or {}),
+            "claimed_median_s": claimed,
+            "reference_median_s": ref_s,
+            "speedup": None if ref_s is None else ref_s / fresh,
+        }
+        return evaluation
 
     def evaluate_many(self, candidates: Sequence[Candidate], *, jobs: int = 1) -> list[Evaluation]:
         """Evaluate several candidates, `jobs` workers at a time (CPU only: on one GPU,
@@ -318,10 +507,9 @@ class SandboxEvaluator:
     # ----- the worker process -----
 
     def _run_worker(self, workdir: Path) -> Evaluation:
-        limits = self.limits
         result_path, progress_path = workdir / "result.json", workdir / "progress.log"
         command = [
-            limits.python,
+            self.limits.python,
             "-m",
             "pytest_kernelpro.search.worker",
             "--task",
@@ -331,14 +519,32 @@ class SandboxEvaluator:
             "--progress",
             str(progress_path),
         ]
+        run = self._launch(command, workdir, progress_path, result_path)
+        evaluation = self._classify(run, result_path)
+        evaluation.logs = run.logs
+        evaluation.wall_s = run.wall_s
+        if not evaluation.build_log and evaluation.status == "build_error":
+            evaluation.build_log = run.logs
+        return evaluation
+
+    def _launch(
+        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+    ) -> _Run:
+        """Run `command` in the sandbox with `workdir` as its scratch directory; watch it."""
+        limits = self.limits
+        self.extensions_dir.mkdir(parents=True, exist_ok=True)
+        wrapped = self.isolation.wrap(
+            command, scratch=workdir, writable=[self.extensions_dir], python=limits.python
+        )
+        env = self.environment(workdir)
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1
         with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
             proc = subprocess.Popen(
-                command,
+                wrapped,
                 cwd=workdir,
-                env=self.environment(),
+                env=env,
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -362,12 +568,7 @@ class SandboxEvaluator:
             died = killed is not None or not result_path.exists()
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 _clear_stale_locks(self.extensions_dir, started)
-        evaluation = self._classify(proc.returncode, killed, phase, peak_mb, result_path, wall)
-        evaluation.logs = logs
-        evaluation.wall_s = wall
-        if not evaluation.build_log and evaluation.status == "build_error":
-            evaluation.build_log = logs
-        return evaluation
+        return _Run(proc.returncode, killed, phase, peak_mb, wall, logs)
 
     def _watch(
         self,
@@ -394,7 +595,7 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            rss = _rss_mb(proc.pid)
+            rss = _tree_rss_mb(proc.pid)
             peak_mb = max(peak_mb, rss)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
@@ -414,29 +615,20 @@ class SandboxEvaluator:
         # The worker may have moved on since the last poll: the file has its final phase.
         return killed, _last_phase(progress_path) or phase, peak_mb
 
-    def _classify(
-        self,
-        returncode: int | None,
-        killed: str | None,
-        phase: str,
-        peak_mb: float,
-        result_path: Path,
-        wall: float,
-    ) -> Evaluation:
+    def _classify(self, run: _Run, result_path: Path) -> Evaluation:
+        killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
         if result_path.exists() and killed != "memory":
             try:
                 data = json.loads(result_path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
+                if not isinstance(data, dict):
+                    raise ValueError(f"a JSON {type(data).__name__}, not an object")
+                harness_error = data.pop("harness_error", None)
+                evaluation = Evaluation.from_dict(data)
+            except (OSError, ValueError, TypeError, KeyError) as exc:
                 return Evaluation(status="run_error", reason=f"unreadable worker result: {exc}")
-            if data.get("harness_error"):
-                raise KernelproError(
-                    f"The reference of task {self.task.name!r} failed in the sandbox, so no "
-                    f"candidate can be checked: {data.get('reason')}. Fix the problem file "
-                    f"(class Model, get_inputs, get_init_inputs).\n{data['harness_error']}"
-                )
-            data.pop("harness_error", None)
-            evaluation = Evaluation.from_dict(data)
+            if harness_error:
+                return self._reference_failure_claim(evaluation)
             if isinstance(data.get("build"), dict):
                 worker = dict(data["build"], worker_s=evaluation.build_s)
                 evaluation.metrics["build"] = worker
@@ -453,19 +645,84 @@ class SandboxEvaluator:
             return Evaluation(
                 status="timeout",
                 reason=f"no result within the {limit:g}s {what} timeout (phase {phase!r}); "
-                "process group killed",
+                + (
+                    "every process of its PID namespace killed"
+                    if self.isolation.isolated
+                    else "process group killed"
+                ),
             )
-        if returncode is not None and returncode < 0:
-            try:
-                how = f"signal {signal.Signals(-returncode).name}"
-            except ValueError:
-                how = f"signal {-returncode}"
-        else:
-            how = f"exit code {returncode}"
+        setup = _sandbox_setup_error(run.logs) if run.returncode == 125 else None
+        if setup:
+            raise KernelproError(
+                f"The candidate sandbox could not be set up ({setup}); no candidate runs "
+                "without it. Use SandboxLimits(isolation='fallback') to run with the weaker "
+                "isolation, or fix the mount that cannot be made read-only."
+            )
         return Evaluation(
             status="build_error" if phase == "build" else "run_error",
-            reason=f"worker died ({how}) without a result in phase {phase!r}",
+            reason=f"worker died ({run.how()}) without a result in phase {phase!r}",
         )
+
+    def _reference_failure_claim(self, evaluation: Evaluation) -> Evaluation:
+        """A worker says the reference failed. Its process may have run candidate code, so
+        the claim is checked in a trusted process before the user's problem is blamed."""
+        if self._reference_ok is None:
+            verdict = self._run_judge(None)
+            if verdict.get("reference_error"):
+                raise self._reference_error(verdict)
+            self._reference_ok = bool(verdict.get("ok"))
+        return Evaluation(
+            status="run_error",
+            reason="the worker reported that the reference failed, but the reference runs "
+            "in a trusted process: counted as this candidate's failure "
+            f"({str(evaluation.reason or '')[:200]})",
+            build_log=evaluation.build_log,
+        )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """How one sandboxed process ended."""
+
+    returncode: int | None
+    killed: str | None
+    phase: str
+    peak_mb: float
+    wall_s: float
+    logs: str
+
+    def how(self) -> str:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return f"signal {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return f"exit code {self.returncode}"
+
+
+def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:
+    return Evaluation(
+        status="cheat",
+        reason=reason,
+        timing=evaluation.timing,
+        correctness=evaluation.correctness,
+        metrics=evaluation.metrics,
+        logs=evaluation.logs,
+        wall_s=evaluation.wall_s,
+    )
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value > 0 and value == value and value != float("inf") else None
+
+
+def _sandbox_setup_error(logs: str) -> str | None:
+    for line in logs.splitlines():
+        if "kernelpro sandbox: setup failed" in line:
+            return line.split("setup failed", 1)[1].lstrip(", :")[:400]
+    return None
 
 
 # ----- process helpers -----
@@ -489,6 +746,31 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                kids += [int(k) for k in handle.read().split()]
+    except (OSError, ValueError):
+        pass
+    return kids
+
+
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
+    worker as a child, and a candidate may start processes of its own)."""
+    total, todo, seen = 0.0, [pid], set()
+    while todo and len(seen) < 4096:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        total += _rss_mb(current)
+        todo += _children(current)
+    return total
 
 
 def _rss_mb(pid: int) -> float:

@@ -36,11 +36,12 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from pytest_kernelpro.search import checks
+from pytest_kernelpro.search import checks, judge
 from pytest_kernelpro.search.loader import load_source
 
 EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
@@ -110,23 +111,6 @@ def build_failure_log(exc: BaseException, traceback_text: str) -> str:
             trim_compiler_log(text)
         )
     return traceback_text
-
-
-@contextlib.contextmanager
-def cached_extension_builds() -> Any:
-    """While the candidate's module runs, its `load_inline` calls build through the build
-    cache (`build.extension`): the evaluator may have built them ahead, and siblings that
-    differ only in CUDA code share the compiled host binding."""
-    import torch.utils.cpp_extension as cpp_extension
-
-    from pytest_kernelpro.build.extension import cached_load_inline
-
-    original = cpp_extension.load_inline
-    cpp_extension.load_inline = cached_load_inline(original)
-    try:
-        yield
-    finally:
-        cpp_extension.load_inline = original
 
 
 def _to_device(values: list[Any], device: torch.device) -> list[Any]:
@@ -240,7 +224,16 @@ class _Pipeline:
             )
         if not ok:
             raise Rejected("wrong", f"wrong result ({label}): {detail.get('why')}")
+        self.save_output(label, out)
         return ref_out, checks.clone_tree(out)
+
+    def save_output(self, label: str, out: Any) -> None:
+        """Hand the candidate's output for `label` to the trusted side (`judge.py`), which
+        recomputes the reference in a process the candidate never ran in and compares."""
+        name = judge.output_name(label)
+        if name is None or not self.task.get("outputs_dir"):
+            return
+        judge.save_output(Path(self.task["outputs_dir"]) / name, out)
 
     # ----- phases -----
 
@@ -255,16 +248,22 @@ class _Pipeline:
         self.stream_guard = checks.StreamGuard().install()
         self.progress("build")
         started = time.perf_counter()
+        # load_inline builds get the profiler's flags (-lineinfo, -Xptxas=-v) here, so the
+        # profiling evaluator's child finds the same build in the extension cache.
+        from pytest_kernelpro.build.extension import cached_extension_builds
+        from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
+
         try:
-            self.stream_guard.active = True  # streams created at import time count too
-            with cached_extension_builds():
+            # Inside the capture: routed builds report to it (flags, .so, ptxas log).
+            with capture_extensions(DEFAULT_CUDA_FLAGS), cached_extension_builds():
+                self.stream_guard.active = True  # streams created at import time count too
                 cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
-            self.stream_guard.active = False
-            model_new = getattr(cand_mod, "ModelNew", None)
-            if model_new is None:
-                raise Rejected("build_error", "the candidate defines no class ModelNew")
-            torch.manual_seed(self.seed)
-            self.new_model = model_new(*init_inputs).to(self.device).eval()
+                self.stream_guard.active = False
+                model_new = getattr(cand_mod, "ModelNew", None)
+                if model_new is None:
+                    raise Rejected("build_error", "the candidate defines no class ModelNew")
+                torch.manual_seed(self.seed)
+                self.new_model = model_new(*init_inputs).to(self.device).eval()
         except Rejected:
             raise
         except BaseException as exc:
@@ -277,13 +276,37 @@ class _Pipeline:
         self.progress("built")
 
     def _copy_weights(self) -> None:
+        """Hand the reference's parameters and buffers to the candidate: by name when the
+        state_dict keys match, else by position when both state_dicts list tensors of the
+        same shapes in the same order (a candidate may name its weights as it likes)."""
         ref_state, new_state = self.ref_model.state_dict(), self.new_model.state_dict()
-        same = set(ref_state) == set(new_state) and all(
+        self.correctness["weights_copied"] = False
+        if not ref_state:
+            self.correctness["weights"] = "the reference has no parameters"
+            return
+        same_names = set(ref_state) == set(new_state) and all(
             ref_state[k].shape == new_state[k].shape for k in ref_state
         )
-        if same and ref_state:
+        ref_values, new_keys = list(ref_state.values()), list(new_state)
+        same_order = len(ref_values) == len(new_keys) and all(
+            v.shape == new_state[k].shape for v, k in zip(ref_values, new_keys, strict=True)
+        )
+        if same_names:
             self.new_model.load_state_dict(ref_state)
-        self.correctness["weights_copied"] = bool(same and ref_state)
+            self.correctness["weights"] = "copied by name"
+        elif same_order:
+            self.new_model.load_state_dict(dict(zip(new_keys, ref_values, strict=True)))
+            self.correctness["weights"] = "copied by position and shape"
+        else:
+            self.correctness["weights"] = (
+                "not copied: the reference's state_dict ("
+                + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(ref_state.items())[:6])
+                + ") matches the candidate's ("
+                + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(new_state.items())[:6])
+                + ") neither by name nor by position and shape"
+            )
+            return
+        self.correctness["weights_copied"] = True
 
     def check(self) -> None:
         self.progress("correctness")
@@ -320,6 +343,7 @@ class _Pipeline:
         ok, detail = checks.compare(ref_out, out, self.atol, self.rtol)
         if not ok:
             raise Rejected("wrong", str(detail.get("why")))
+        self.save_output("inputs changed in place", out)
 
     def shapes(self) -> None:
         mode = self.task.get("shape_check", "auto")

@@ -24,6 +24,8 @@ class Reply:
     input_tokens: int = 100
     status: int = 200
     error_message: str = ""
+    # (tool name, input) blocks after the text; the stop reason becomes "tool_use".
+    tool_uses: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
 
 @dataclass
@@ -46,8 +48,12 @@ def _message(api: FakeMessagesAPI, reply: Reply) -> dict[str, Any]:
         "type": "message",
         "role": "assistant",
         "model": api.model,
-        "content": [{"type": "text", "text": reply.text}],
-        "stop_reason": reply.stop_reason,
+        "content": [{"type": "text", "text": reply.text}]
+        + [
+            {"type": "tool_use", "id": f"toolu_{len(api.requests)}_{i}", "name": n, "input": a}
+            for i, (n, a) in enumerate(reply.tool_uses)
+        ],
+        "stop_reason": "tool_use" if reply.tool_uses else reply.stop_reason,
         "stop_sequence": None,
         "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens},
     }

@@ -44,7 +44,10 @@ def test_request_body_header_and_response(api_key: str) -> None:
     assert body["model"] == "claude-sonnet-5-5"
     assert body["max_tokens"] == 512
     assert body["messages"] == [{"role": "user", "content": "hello"}]
-    assert body["system"] == "be brief"
+    # The system prompt is the stable part of every call: sent as a cached block.
+    assert body["system"] == [
+        {"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}
+    ]
     assert body["temperature"] == 0.2
     assert "stream" not in body or body["stream"] is False
     # Older SDKs send the key as `x-api-key`; anthropic 2.x sends `Authorization: Bearer`.
@@ -149,7 +152,13 @@ def test_truncation_recovery_doubles_then_restarts_concisely(api_key: str) -> No
     bodies = [r["body"] for r in api.requests]
     assert [b["max_tokens"] for b in bodies] == [1000, 2000, 2000]
     directive = "Start over and be concise"
-    prompts = [b["messages"][0]["content"] for b in bodies]
+    contents = [b["messages"][0]["content"] for b in bodies]
+    # The problem's stable head is a cached block, the node's part follows uncached.
+    assert all(c[0]["cache_control"] == {"type": "ephemeral"} for c in contents)
+    assert all("cache_control" not in c[1] for c in contents)
+    prompts = ["".join(block["text"] for block in c) for c in contents]
+    assert "class Model: ..." in contents[0][0]["text"]
+    assert "## Task" in contents[0][1]["text"]
     assert directive not in prompts[0]
     assert directive not in prompts[1]
     assert directive in prompts[2]

@@ -6,6 +6,17 @@ masked, and scrubbed from every error message this module raises. Errors are rai
 the SDK's `except` block so that no exception chain carries the SDK's request object (with
 its headers) along.
 
+Prompt caching: the system prompt (role, strategies, GPU injection) and the stable head of
+the first user message (`meta["cache_prefix_chars"]`: the input format, the problem, the
+reference analysis) are sent as text blocks marked `cache_control: ephemeral`, so repeated
+calls for one problem read them from the cache; cache reads and writes are priced
+(`ModelPrice.cost`).
+
+Tool use: a request with `tools` and a `ToolBox` in `meta["toolbox"]` is answered in a loop:
+each `tool_use` block is run by the toolbox, its result sent back as a `tool_result`, until the
+model ends its turn or `meta["max_tool_rounds"]` rounds are spent (then it is told to answer
+without tools). The response's `tool_calls` lists every call; tokens and cost add up.
+
 Long replies: the SDK refuses a non-streaming call whose `max_tokens` could take more than
 10 minutes; above `stream_threshold` output tokens the backend streams and collects the
 final message instead, which is the SDK's recommended path for long requests.
@@ -123,26 +134,27 @@ class AnthropicBackend:
             else:
                 warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
 
-    def complete(self, request: LLMRequest) -> LLMResponse:
-        """Send one Messages API request; API and network failures raise `LLMError`."""
-        kwargs: dict[str, Any] = {
-            "model": self.model,
-            "max_tokens": request.max_tokens,
-            "messages": [m.to_dict() for m in request.messages],
-        }
-        if request.system:
-            kwargs["system"] = request.system
-        if request.temperature is not None:
-            # Newer SDKs (2.x) dropped the `temperature` argument; the API field is sent as is
-            # through extra_body, which every SDK version accepts. Leave temperature None for
-            # models that no longer take it.
-            kwargs["extra_body"] = {"temperature": request.temperature}
+    def _messages(self, request: LLMRequest) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = [m.to_dict() for m in request.messages]
+        cut = int(request.meta.get("cache_prefix_chars") or 0)
+        first = request.messages[0].content
+        if 0 < cut < len(first):
+            messages[0] = {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": first[:cut], "cache_control": {"type": "ephemeral"}},
+                    {"type": "text", "text": first[cut:]},
+                ],
+            }
+        return messages
+
+    def _send(self, kwargs: dict[str, Any], max_tokens: int) -> Any:
         failure: str | None = None
         message: Any = None
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                if request.max_tokens > self.stream_threshold:
+                if max_tokens > self.stream_threshold:
                     with self._client.messages.stream(**kwargs) as stream:
                         message = stream.get_final_message()
                 else:
@@ -161,21 +173,80 @@ class AnthropicBackend:
                 self._scrub(failure)
                 + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]"
             )
+        return message
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        """Send one Messages API request (a tool-use loop when it offers tools); API and
+        network failures raise `LLMError`."""
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "messages": self._messages(request),
+        }
+        if request.system:
+            kwargs["system"] = [
+                {"type": "text", "text": request.system, "cache_control": {"type": "ephemeral"}}
+            ]
+        if request.temperature is not None:
+            # Newer SDKs (2.x) dropped the `temperature` argument; the API field is sent as is
+            # through extra_body, which every SDK version accepts. Leave temperature None for
+            # models that no longer take it.
+            kwargs["extra_body"] = {"temperature": request.temperature}
+        toolbox = request.toolbox
+        if toolbox is not None:
+            kwargs["tools"] = [dict(t) for t in request.tools]
+        rounds = int(request.meta.get("max_tool_rounds") or 8)
+        calls: list[dict[str, Any]] = []
+        totals = [0, 0, 0, 0]  # input, output, cache read, cache write
+        while True:
+            message = self._send(kwargs, request.max_tokens)
+            usage = message.usage
+            totals[0] += int(getattr(usage, "input_tokens", 0) or 0)
+            totals[1] += int(getattr(usage, "output_tokens", 0) or 0)
+            totals[2] += int(getattr(usage, "cache_read_input_tokens", 0) or 0)
+            totals[3] += int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
+            uses = [b for b in message.content if getattr(b, "type", "") == "tool_use"]
+            if toolbox is None or message.stop_reason != "tool_use" or not uses:
+                break
+            results = []
+            for block in uses:
+                arguments = dict(getattr(block, "input", None) or {})
+                if len(calls) >= rounds:
+                    output = "error: the tool budget of this reply is spent; answer now."
+                else:
+                    output = toolbox.call(block.name, arguments)
+                calls.append({"name": block.name, "input": arguments, "output": output})
+                results.append({"type": "tool_result", "tool_use_id": block.id, "content": output})
+            kwargs["messages"] = [
+                *kwargs["messages"],
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in message.content],
+                },
+                {"role": "user", "content": results},
+            ]
         text = "".join(
             getattr(block, "text", "")
             for block in message.content
             if getattr(block, "type", "") == "text"
         )
-        usage = message.usage
-        input_tokens = int(getattr(usage, "input_tokens", 0) or 0)
-        output_tokens = int(getattr(usage, "output_tokens", 0) or 0)
         model = str(getattr(message, "model", "") or self.model)
         return LLMResponse(
             text=text,
             stop_reason=str(message.stop_reason or "end_turn"),
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cost_usd=compute_cost(model, input_tokens, output_tokens, self.prices),
+            input_tokens=totals[0],
+            output_tokens=totals[1],
+            cost_usd=compute_cost(
+                model,
+                totals[0],
+                totals[1],
+                self.prices,
+                cache_read=totals[2],
+                cache_write=totals[3],
+            ),
             model=model,
             request_hash=request.request_hash(),
+            tool_calls=tuple(calls),
+            cache_read_tokens=totals[2],
+            cache_write_tokens=totals[3],
         )

@@ -59,15 +59,37 @@ class Message:
         return {"role": self.role, "content": self.content}
 
 
+@runtime_checkable
+class ToolBox(Protocol):
+    """Tools a model may call while answering (the Messages API's tool use).
+
+    `specs()` are JSON-schema descriptions in the Anthropic format (name, description,
+    input_schema); `call` runs one call and returns its result as text (errors as text too:
+    the model reads them and may try again)."""
+
+    def specs(self) -> list[dict[str, Any]]:
+        """The tools' descriptions."""
+        ...
+
+    def call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        """The result of one call."""
+        ...
+
+
 @dataclass(frozen=True)
 class LLMRequest:
-    """One model call. `meta` (purpose, prompt id) travels with it but is not sent or hashed."""
+    """One model call. `meta` (purpose, prompt id) travels with it but is not sent or hashed.
+
+    `tools` (JSON specs) are sent and hashed; the `ToolBox` that answers them travels in
+    `meta["toolbox"]`, and `meta["max_tool_rounds"]` caps the calls (default 8).
+    """
 
     system: str
     messages: tuple[Message, ...]
     max_tokens: int
     temperature: float | None = None
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    tools: tuple[Mapping[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         msgs = tuple(
@@ -95,13 +117,23 @@ class LLMRequest:
         return cls(system, (Message("user", user),), max_tokens, temperature, dict(meta or {}))
 
     def to_dict(self) -> dict[str, Any]:
-        """What is sent (no model: the backend decides it), JSON-ready."""
-        return {
+        """What is sent (no model: the backend decides it), JSON-ready. `tools` only when
+        there are any, so a request without tools hashes as it always did."""
+        data: dict[str, Any] = {
             "system": self.system,
             "messages": [m.to_dict() for m in self.messages],
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
         }
+        if self.tools:
+            data["tools"] = [dict(t) for t in self.tools]
+        return data
+
+    @property
+    def toolbox(self) -> ToolBox | None:
+        """The tools' handler, when the request offers tools."""
+        box = self.meta.get("toolbox")
+        return box if self.tools and box is not None else None
 
     def request_hash(self) -> str:
         """A stable 16-hex-digit hash of what is sent; the key of a recorded response.
@@ -124,6 +156,10 @@ class LLMResponse:
     cost_usd: float
     model: str
     request_hash: str = ""
+    # The tool calls made while answering: {"name", "input", "output"} each, in order.
+    tool_calls: tuple[Mapping[str, Any], ...] = ()
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def truncated(self) -> bool:
@@ -145,7 +181,13 @@ class LLMResponse:
             "cost_usd": self.cost_usd,
             "model": self.model,
             "request_hash": self.request_hash,
-        }
+            **({"tool_calls": [dict(c) for c in self.tool_calls]} if self.tool_calls else {}),
+            **(
+                {"cache_read_tokens": self.cache_read_tokens,
+                 "cache_write_tokens": self.cache_write_tokens}
+                if self.cache_read_tokens or self.cache_write_tokens else {}
+            ),
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LLMResponse:
@@ -159,6 +201,9 @@ class LLMResponse:
                 cost_usd=float(data.get("cost_usd") or 0.0),
                 model=str(data.get("model") or ""),
                 request_hash=str(data.get("request_hash") or ""),
+                tool_calls=tuple(dict(c) for c in data.get("tool_calls") or ()),
+                cache_read_tokens=int(data.get("cache_read_tokens") or 0),
+                cache_write_tokens=int(data.get("cache_write_tokens") or 0),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise KernelproError(
@@ -188,9 +233,13 @@ class ModelPrice:
     input_per_mtok: float
     output_per_mtok: float
 
-    def cost(self, input_tokens: int, output_tokens: int) -> float:
-        """Dollars for a call with these token counts."""
-        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+    def cost(
+        self, input_tokens: int, output_tokens: int, cache_read: int = 0, cache_write: int = 0
+    ) -> float:
+        """Dollars for a call with these token counts. Prompt-cache reads cost 0.1x and
+        5-minute cache writes 1.25x the input price (Anthropic's published multipliers)."""
+        inputs = input_tokens + 0.1 * cache_read + 1.25 * cache_write
+        return (inputs * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
 
 
 def _as_price(model: str, value: Any, where: str) -> ModelPrice:
@@ -245,8 +294,12 @@ def compute_cost(
     input_tokens: int,
     output_tokens: int,
     prices: Mapping[str, ModelPrice | Sequence[float]] | None = None,
+    *,
+    cache_read: int = 0,
+    cache_write: int = 0,
 ) -> float:
-    """Dollar cost of a call; an unpriced model costs 0 and warns once per model."""
+    """Dollar cost of a call; an unpriced model costs 0 and warns once per model (a search
+    with an API-spend budget refuses an unpriced model before any call: `require_price`)."""
     price = find_price(model, prices)
     if price is None:
         if model not in _WARNED_UNPRICED:
@@ -258,4 +311,21 @@ def compute_cost(
                 stacklevel=3,
             )
         return 0.0
-    return price.cost(input_tokens, output_tokens)
+    return price.cost(input_tokens, output_tokens, cache_read, cache_write)
+
+
+def require_price(
+    model: str, prices: Mapping[str, ModelPrice | Sequence[float]] | None = None, *, where: str
+) -> ModelPrice:
+    """The price of `model`, or a `KernelproConfigError` saying an API-spend budget cannot be
+    kept for it (raised before any call is made)."""
+    price = find_price(model, prices)
+    if price is None:
+        from pytest_kernelpro.errors import KernelproConfigError
+
+        raise KernelproConfigError(
+            f"{where}: an API-spend budget was given but model {model!r} has no price, so "
+            f"its spend cannot be counted. Add the model to {PRICES_FILE} (dollars per million "
+            "input and output tokens), or give a budget in evaluations or time instead."
+        )
+    return price

@@ -44,6 +44,9 @@ class Prompt:
     prompt_id: str
     template: str
     parts: tuple[str, ...]
+    # Characters at the head of `user` that do not depend on the node (input format, the
+    # problem, the reference analysis): what a backend may mark for prompt caching.
+    stable_chars: int = 0
 
 
 def check_language(language: str) -> str:
@@ -63,6 +66,18 @@ def code_block(code: str, lang: str = "python") -> str:
     longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{code.rstrip()}\n{fence}"
+
+
+def _feedback_note(feedback: str | None) -> str:
+    """What the optimize task says about the text after it (nothing when nothing follows)."""
+    text = feedback or ""
+    if "## Automated Bottleneck Analysis" in text or "## Profiling analysis" in text:
+        return "Use the profile and its analysis that follow to choose what to change."
+    if "## Profiling tools (on request)" in text:
+        return "Its profile is available through the profiling tools described below."
+    if "## Profiler Metrics (raw)" in text:
+        return "The profiler's counters for it follow."
+    return "No profile of it is given: reason from its code and the reference analysis."
 
 
 class PromptBuilder:
@@ -115,13 +130,16 @@ class PromptBuilder:
         speedup: str = "",
         reference_analysis: str | None = None,
         concise: bool = False,
+        problem_md: str | None = None,
     ) -> Prompt:
         """The prompt for one Programmer call.
 
         `failure` (debug) is the rendered error details; `feedback` (optimize) the profiling
         text (tools guidance, Profiling Agent analysis, raw metrics, or nothing); `speedup`
         one sentence on the parent's speed; `reference_analysis` the Benchmarking Agent's
-        roofline text; `concise` appends the Phase B directive.
+        roofline text; `concise` appends the Phase B directive. `problem_md`, when given, is
+        the rendered `ProblemContext` (the reference as written, the current kernel, the
+        inputs) and replaces the bare `problem_source` block.
         """
         if mode not in MODES:
             raise KernelproError(f"Unknown Programmer mode {mode!r}; use one of {MODES}")
@@ -134,7 +152,8 @@ class PromptBuilder:
         system = [self.part("system").rstrip(), self.part("strategies").rstrip()]
         if gpu is not None:
             system.append(gpu.text.rstrip())
-        user = [self.part(f"format_{language}").rstrip(), code_block(problem_source)]
+        problem = problem_md.rstrip() if problem_md else code_block(problem_source)
+        user = [self.part(f"format_{language}").rstrip(), problem]
         used.append(f"format_{language}")
         if reference_analysis:
             user.append(reference_analysis.rstrip())
@@ -142,8 +161,10 @@ class PromptBuilder:
             "parent_block": code_block(parent_code or ""),
             "failure": (failure or "No details were recorded.").rstrip(),
             "speedup_line": speedup,
+            "feedback_note": _feedback_note(feedback),
             "n": str(n_candidates),
         }
+        stable_chars = len("\n\n".join(user)) + 2
         user.append(Template(self.part(f"mode_{mode}")).safe_substitute(fields).rstrip())
         used.append(f"mode_{mode}")
         if mode == "optimize" and feedback and feedback.strip():
@@ -174,4 +195,5 @@ class PromptBuilder:
             prompt_id=prompt_id,
             template=template,
             parts=tuple(used),
+            stable_chars=stable_chars,
         )

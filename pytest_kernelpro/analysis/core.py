@@ -1,0 +1,280 @@
+"""profile -> Stage 1 -> tools -> guidance: the one path from measured counters to advice.
+
+`analyze_report` is what `--kernelpro-profile` (a user's kernel item) and the optimizer's
+profiling evaluator (every correct candidate) both call, so a candidate is judged exactly
+like the user's kernel:
+
+1. Stage 1 classifies the main kernel (roofline class vs ncu's speed of light);
+2. every registered tool whose affinity matches that class runs (proactive orchestration);
+3. the findings become the prompt guidance in the seed's order (SASS summary, timeline
+   summary, findings by severity, ncu metrics by category), the raw counters as name = value
+   lines (the "raw" feedback ablation) and the plain text of a terminal report.
+
+`requested_metrics` is what the profiler asks ncu for: the curated metrics plus every metric
+a registered tool declares (a third-party tool's counter is collected without editing the
+catalog).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.profile.model import ProfileReport
+    from pytest_kernelpro.tools.registry import ToolRun
+    from pytest_kernelpro.tools.stage1 import Stage1
+
+
+@dataclass(frozen=True)
+class RooflineFacts:
+    """What the tools need from the roofline of the problem the kernel solves."""
+
+    bound: str | None = None  # theoretical class: memory | compute | mixed
+    dominant_category: str | None = None
+    min_bytes: float | None = None
+    flops: float | None = None
+    dtype: str | None = None
+    roofline_time_s: float | None = None
+    efficiency: float | None = None  # roofline time / the kernel's timed median
+    timed_median_s: float | None = None
+
+    @classmethod
+    def from_roofline(
+        cls,
+        roofline: Mapping[str, Any] | None,
+        *,
+        median_s: float | None = None,
+        efficiency: float | None = None,
+    ) -> RooflineFacts:
+        """From a record's `roofline` dict (`measure.roofline`) and a measured median."""
+        r = dict(roofline or {})
+        dtype = next((op.get("dtype") for op in r.get("ops") or [] if op.get("dtype")), None)
+        t = r.get("roofline_time_s")
+        if efficiency is None and t and median_s:
+            efficiency = float(t) / float(median_s)
+        return cls(
+            bound=r.get("bound"),
+            dominant_category=r.get("dominant_category"),
+            min_bytes=r.get("min_bytes"),
+            flops=r.get("flops"),
+            dtype=dtype,
+            roofline_time_s=None if t is None else float(t),
+            efficiency=efficiency,
+            timed_median_s=median_s,
+        )
+
+    def for_median(self, median_s: float | None) -> RooflineFacts:
+        """The same problem's facts for another kernel timed at `median_s`."""
+        from dataclasses import replace
+
+        eff = self.roofline_time_s / median_s if self.roofline_time_s and median_s else None
+        return replace(self, timed_median_s=median_s, efficiency=eff)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass
+class Analysis:
+    """A profile and what the tools made of it."""
+
+    report: ProfileReport
+    stage1: Stage1
+    tool_run: ToolRun
+    guidance_md: str  # "tools" feedback: the seed's prompt structure
+    raw_md: str  # "raw" feedback: the ncu counters as name = value lines only
+    text: str  # the terminal / report section
+    analysis_s: float = 0.0  # Stage 1 + tools + rendering
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def profile_s(self) -> float:
+        """Wall time of collecting the profile (ncu, SASS, timeline)."""
+        return float(self.report.wall_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (what a profiling child process sends back)."""
+        return {
+            "profile": self.report.to_dict(),
+            "stage1": self.stage1.to_dict(),
+            "tools": self.tool_run.to_dict(),
+            "findings": [f.to_dict() for f in self.tool_run.sorted_findings()],
+            "guidance_md": self.guidance_md,
+            "raw_md": self.raw_md,
+            "text": self.text,
+            "profile_s": self.profile_s,
+            "analysis_s": self.analysis_s,
+            **self.extra,
+        }
+
+
+def requested_metrics() -> tuple[str, ...]:
+    """The curated ncu counters plus every metric a registered tool reads that the catalog
+    lacks (with its alternatives: the catalog cannot vouch for them). Launch and device
+    attributes are left out: ncu writes them on every raw page without being asked."""
+    from pytest_kernelpro.profile.metrics_catalog import CURATED_METRICS
+    from pytest_kernelpro.tools.registry import ToolRegistry
+
+    curated = [m.name for m in CURATED_METRICS if not m.implicit]
+    known = {m.name for m in CURATED_METRICS}
+    names = list(curated)
+    for tool_name in ToolRegistry.names():
+        for request in ToolRegistry.get(tool_name).required_metrics:
+            if request.name in known:
+                continue
+            names += [
+                n for n in request.names if not n.startswith(("launch__", "device__attribute"))
+            ]
+    return tuple(dict.fromkeys(names))
+
+
+def analyze_report(report: ProfileReport, facts: RooflineFacts) -> Analysis:
+    """Stage 1, every relevant tool and the three renderings of one profile."""
+    from pytest_kernelpro.profile.model import NotCollected
+    from pytest_kernelpro.profile.render import render_profile_section
+    from pytest_kernelpro.tools.guidance import generate_prompt_guidance, render_findings_text
+    from pytest_kernelpro.tools.registry import run_tools
+    from pytest_kernelpro.tools.stage1 import classify
+
+    started = time.perf_counter()
+    # SASS and ptxas exist only for kernels of a captured load_inline module.
+    if report.kernels and all(k.sass is None for k in report.kernels):
+        if not any(n.what == "sass" for n in report.not_collected):
+            report.not_collected.append(
+                NotCollected(
+                    "sass",
+                    "no captured load_inline module holds these kernels (PyTorch, Triton or "
+                    "library kernels): SASS and ptxas resources are read from captured .so "
+                    "files only",
+                )
+            )
+    main = next((k for k in report.kernels if k.metrics is not None), None)
+    stage1 = classify(facts.bound, main.metrics if main else None)
+    tool_run = run_tools(
+        report,
+        stage1,
+        op_category=facts.dominant_category,
+        min_bytes=facts.min_bytes,
+        flops=facts.flops,
+        roofline_fraction=facts.efficiency,
+        timed_median_s=facts.timed_median_s,
+        dtype=facts.dtype,
+    )
+    guidance = generate_prompt_guidance(report, tool_run, stage1, mode="tools")
+    raw = generate_prompt_guidance(report, tool_run, stage1, mode="raw")
+    if raw.strip() == "## Profiler Metrics (raw)":
+        raw = ""  # no counter was collected: "raw" has nothing to say
+    text = "\n".join(
+        part for part in (render_profile_section(report), render_findings_text(tool_run)) if part
+    )
+    return Analysis(
+        report=report,
+        stage1=stage1,
+        tool_run=tool_run,
+        guidance_md=guidance,
+        raw_md=raw,
+        text=text,
+        analysis_s=time.perf_counter() - started,
+    )
+
+
+def profile_and_analyze(
+    locator: Any,
+    facts: RooflineFacts,
+    *,
+    so_paths: Any = (),
+    ptxas: Any = (),
+    device: str = "cuda",
+    timeout_s: float = 300.0,
+    ncu_path: str | None = None,
+    **options: Any,
+) -> Analysis:
+    """Profile the kernel at `locator` (ncu of its own kernels with `requested_metrics()`,
+    SASS, timeline) and analyze it; nothing raises for a missing profiler."""
+    from pytest_kernelpro.profile.collect import profile_kernel_item
+
+    report = profile_kernel_item(
+        locator,
+        so_paths=so_paths,
+        ptxas=ptxas,
+        device=device,
+        timeout_s=timeout_s,
+        ncu_path=ncu_path,
+        metrics=requested_metrics(),
+        **options,
+    )
+    return analyze_report(report, facts)
+
+
+def report_from_dict(data: Mapping[str, Any]) -> ProfileReport:
+    """A `ProfileReport` from its `to_dict()` form (a JSON record's `profile`)."""
+    from pytest_kernelpro.profile.model import (
+        KernelMetrics,
+        KernelProfile,
+        LibraryLinkage,
+        MetricValue,
+        NotCollected,
+        ProfileReport,
+        PtxasReport,
+        SassSummary,
+        TimelineGap,
+        TimelineSummary,
+    )
+
+    kernels = []
+    for k in data.get("kernels") or ():
+        m = k.get("metrics")
+        metrics = None
+        if m is not None:
+            metrics = KernelMetrics(
+                m["kernel_name"],
+                {
+                    n: MetricValue(v["name"], v["value"], v.get("unit", ""))
+                    for n, v in m["metrics"].items()
+                },
+                tuple(m.get("missing") or ()),
+                tuple(m["block_size"]) if m.get("block_size") else None,
+                tuple(m["grid_size"]) if m.get("grid_size") else None,
+            )
+        s = k.get("sass")
+        sass = None
+        if s is not None:
+            sass = SassSummary(
+                function=s["function"],
+                mangled=s["mangled"],
+                counts=dict(s["counts"]),
+                total_instructions=s["total_instructions"],
+                global_load_widths={
+                    int(b): n for b, n in (s.get("global_load_widths") or {}).items()
+                },
+                global_store_widths={
+                    int(b): n for b, n in (s.get("global_store_widths") or {}).items()
+                },
+            )
+        p = k.get("ptxas")
+        kernels.append(KernelProfile(k["name"], metrics, sass, PtxasReport(**p) if p else None))
+    tl = data.get("timeline")
+    timeline = None
+    if tl is not None:
+        timeline = TimelineSummary(
+            **{
+                **tl,
+                "gaps": tuple(TimelineGap(**g) for g in tl.get("gaps") or ()),
+                "kernel_names": tuple(tl.get("kernel_names") or ()),
+            }
+        )
+    lk = data.get("linkage")
+    linkage = (
+        LibraryLinkage(**{**lk, "libraries": tuple(lk.get("libraries") or ())}) if lk else None
+    )
+    return ProfileReport(
+        arch=data.get("arch"),
+        kernels=kernels,
+        timeline=timeline,
+        linkage=linkage,
+        not_collected=[NotCollected(**n) for n in data.get("not_collected") or ()],
+        wall_s=float(data.get("wall_s") or 0.0),
+    )

@@ -1,0 +1,76 @@
+"""The final re-measurement with real worker processes on the CPU (each imports torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search.remeasure import remeasure
+
+pytestmark = pytest.mark.slow
+
+REFERENCE = """import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return torch.relu(self.lin(x))
+
+
+def get_inputs():
+    return [torch.randn(256, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+RENAMED = """
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.empty(64, 64))
+        self.b = nn.Parameter(torch.empty(64))
+
+    def forward(self, x):
+        print("done 0")  # output cannot forge the protocol
+        return torch.relu(x @ self.w.t() + self.b)
+"""
+WRONG = "class ModelNew(Model):\n    def forward(self, x):\n        return x\n"
+TIMING = {"max_time_s": 0.03, "warmup_ms": 1, "min_samples": 5, "flush_l2": False}
+
+
+def test_interleaved_rounds_pool_samples_and_failures_are_named():
+    result = remeasure(
+        REFERENCE,
+        [
+            ("reference", "ModelNew = Model\n"),
+            ("renamed", RENAMED),
+            ("wrong", WRONG),
+            ("crash", "raise RuntimeError('nope')\n"),
+        ],
+        device="cpu",
+        rounds=3,
+        timing=TIMING,
+        timeout_s=240,
+    )
+    assert set(result.samples) == {"reference", "renamed"}
+    assert all(len(v) >= 15 for v in result.samples.values())  # 3 rounds x >= 5 samples
+    assert result.order == [
+        ["reference", "renamed"],
+        ["renamed", "reference"],
+        ["reference", "renamed"],
+    ]
+    assert result.errors["wrong"].startswith("wrong result when re-measured: output 0 differs")
+    assert result.errors["crash"] == "RuntimeError: nope"
+
+
+def test_bad_arguments():
+    with pytest.raises(KernelproError, match="rounds"):
+        remeasure(REFERENCE, [("a", "")], rounds=0)
+    with pytest.raises(KernelproError, match="unique"):
+        remeasure(REFERENCE, [("a", ""), ("a", "")])
