@@ -53,7 +53,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.verdict import compare, confirm, needs_confirmation
+from pytest_kernelpro.gate.verdict import (
+    compare,
+    confirm,
+    default_threshold,
+    needs_confirmation,
+)
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 from pytest_kernelpro.results import KernelRecord
 
@@ -369,7 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="directory for the results")
     parser.add_argument("--trials", type=int, default=200, help="A/A comparisons (>= 200)")
     parser.add_argument("--ab-trials", type=int, default=100, help="A/B comparisons per slowdown")
-    parser.add_argument("--thresholds", default="0.02,0.05", help="comma-separated fractions")
+    parser.add_argument(
+        "--thresholds",
+        default=None,
+        help="comma-separated fractions (default: the plugin's default threshold for the "
+        "device, gate.verdict.default_threshold, and 0.05)",
+    )
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--numel", type=int, default=0, help="elements of A (0: by device)")
     parser.add_argument("--budget-s", type=float, default=0.0, help="timing budget (0: by device)")
@@ -397,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
         "N x (1 + s) elements, which slows a call by less than s when it has a fixed cost",
     )
     args = parser.parse_args(argv)
+    if args.thresholds is None:
+        default = default_threshold(args.device)
+        args.thresholds = ",".join(f"{t:g}" for t in sorted({default, 0.05}))
     args.budget_s = args.budget_s or (0.2 if args.device == "cuda" else 0.12)
     args.max_minutes = args.max_minutes or (7.0 if args.device == "cuda" else 10.0)
     if args.flush == "auto":

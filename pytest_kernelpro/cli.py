@@ -1,4 +1,4 @@
-"""The `kernelpro` command: comment, compare, show, calibrate.
+"""The `kernelpro` command: comment, compare, show, report, calibrate.
 
 Each subcommand lives in its part; this module only dispatches, importing lazily.
 """
@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "pytest_kernelpro.search.show",
         "show_main",
         "print a search trajectory's tree and best path",
+    ),
+    "report": (
+        "pytest_kernelpro.gate.records_log",
+        "report_main",
+        "rebuild the JSON report / JUnit file from a records log; --check fails on missing records",
     ),
     "calibrate": (
         "pytest_kernelpro.measure.ceilings",

@@ -168,9 +168,10 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "threshold",
-        "Regression threshold, relative to the baseline (marker threshold= wins)",
+        "Regression threshold, relative to the baseline (marker threshold= wins); unset: "
+        "2% for kernels timed on a CUDA GPU, 5% on the CPU (see gate/verdict.py)",
         parse_fraction,
-        0.05,
+        None,
         "FRACTION",
     ),
     Setting(
@@ -250,6 +251,38 @@ SETTINGS: tuple[Setting, ...] = (
         120.0,
         "SECONDS",
     ),
+    Setting(
+        "item_timeout",
+        "Time limit in seconds for one kernel item (check, timing, roofline, profile, gate); "
+        "a kernel past it fails and the session goes on. Not applied by default under "
+        "--kernelpro-optimize, whose budget bounds the search",
+        parse_positive_float,
+        300.0,
+        "SECONDS",
+    ),
+    Setting(
+        "isolate",
+        "Run each kernel item in its own subprocess, so a crash (segfault, os._exit, an "
+        "out-of-memory kill) fails only that item",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "auto_profiles",
+        "Regressed kernels profiled automatically under --kernelpro-check (the rest say how "
+        "to profile them)",
+        parse_positive_int,
+        3,
+        "N",
+    ),
+    Setting(
+        "auto_profile_time",
+        "Seconds all automatic regression profiles of a session may take together",
+        parse_positive_float,
+        30.0,
+        "SECONDS",
+    ),
 )
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 
@@ -294,6 +327,12 @@ def add_options(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="Run only kernel items; deselect ordinary tests. Default: False",
+    )
+    group.addoption(
+        "--kernelpro-isolated-child",
+        action="store_true",
+        default=False,
+        help=argparse.SUPPRESS,  # set by --kernelpro-isolate on the process of one item
     )
     for setting in SETTINGS:
         if setting.is_flag:
@@ -365,7 +404,7 @@ class KernelproConfig:
     target_rel_ci: float
     warmup_ms: float
     trials: int
-    threshold: float
+    threshold: float | None  # None: the per-device default (gate.verdict.default_threshold)
     cuda_graph: bool
     problems: Path | None
     baseline_path: Path
@@ -380,6 +419,11 @@ class KernelproConfig:
     candidates: int
     max_tokens: int
     profile_timeout_s: float
+    item_timeout_s: float | None  # None: no limit
+    isolate: bool
+    isolated_child: bool  # this process runs one item for a --kernelpro-isolate parent
+    auto_profiles: int
+    auto_profile_time_s: float
     sources: dict[str, str]  # setting name -> where its value came from
 
     @property
@@ -389,6 +433,19 @@ class KernelproConfig:
     @property
     def cache_dir(self) -> Path:
         return self.artifacts_dir / "cache"
+
+    @property
+    def records_path(self) -> Path:
+        """The JSONL file each finished record is appended to, next to the JSON report."""
+        return self.json_path.with_suffix(".jsonl")
+
+    def threshold_for(self, device_kind: str) -> float:
+        """The session's regression threshold for a kernel timed on `device_kind`."""
+        if self.threshold is not None:
+            return self.threshold
+        from .gate.verdict import default_threshold
+
+        return default_threshold(device_kind)
 
     @classmethod
     def from_pytest_config(
@@ -449,5 +506,17 @@ class KernelproConfig:
             candidates=values["candidates"],
             max_tokens=values["max_tokens"],
             profile_timeout_s=values["profile_timeout"],
+            item_timeout_s=_item_timeout(values["item_timeout"], sources["item_timeout"], config),
+            isolate=bool(values["isolate"]),
+            isolated_child=bool(config.getoption("kernelpro_isolated_child", default=False)),
+            auto_profiles=values["auto_profiles"],
+            auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
         )
+
+
+def _item_timeout(value: float, source: str, config: pytest.Config) -> float | None:
+    """The item time limit; the built-in default does not cut an optimizer search short."""
+    if source == "default" and config.getoption("kernelpro_optimize", default=None):
+        return None
+    return value

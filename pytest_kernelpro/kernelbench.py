@@ -59,20 +59,45 @@ def problem_from_kernelbench(path: Path) -> Problem:
             import torch
 
             torch.manual_seed(0)
-            return cls(*get_init()).to(device).eval()
+            try:
+                # Parameters made on the device directly (seeded): no CPU initialization of
+                # large weights, no copy.
+                with torch.device(device):
+                    built = cls(*get_init())
+            except Exception:  # a model whose constructor needs the CPU: build it there
+                torch.manual_seed(0)
+                built = cls(*get_init())
+            return built.to(device).eval()
 
         return factory
 
     def inputs(device: str) -> tuple[Any, ...]:
-        # get_inputs() draws on the CPU with the global RNG, seeded by the caller.
-        return tuple(_to_device(v, device) for v in module.get_inputs())
+        import torch
+
+        # get_inputs() draws with torch's global RNG, seeded by the caller; with the device as
+        # the default device its tensors are made there (seeded, bit-identical across runs)
+        # instead of on the CPU and copied. What it still makes elsewhere is moved.
+        with torch.device(device):
+            made = module.get_inputs()
+        return tuple(_to_device(v, device) for v in made)
+
+    reference_factory = build(reference_cls)
+    if kernel_cls is reference_cls:
+        # No ModelNew: the kernel under test is the reference module itself; one instance,
+        # so its parameters are neither built nor held twice.
+        def kernel_factory(device: str, reference: Any = None) -> Any:
+            return reference if reference is not None else reference_factory(device)
+
+        kernel_factory.takes_reference = True  # type: ignore[attr-defined]
+    else:
+        kernel_factory = _share_parameters(build(kernel_cls), reference_factory)
 
     text = path.read_text(encoding="utf-8")
     language = detect_language(text) if kernel_cls is not reference_cls else "pytorch"
     return Problem(
         name=path.stem,
-        kernel_factory=_share_parameters(build(kernel_cls), build(reference_cls)),
-        reference_factory=build(reference_cls),
+        kernel_factory=kernel_factory,
+        reference_factory=reference_factory,
         input_factory=inputs,
         kind="kernelbench",
         source_file=str(path),

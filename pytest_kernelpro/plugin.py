@@ -57,6 +57,8 @@ def pytest_configure(config: pytest.Config) -> None:
         session.capture = SessionCapture(extra_flags=settings.profile)
         session.capture.start()
     config.pluginmanager.register(session, PLUGIN_NAME)
+    if workerinput is None:
+        session.start_records_log()
 
 
 def _is_within(child: Path, parent: Path) -> bool:
@@ -106,6 +108,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Log which kernel items were collected, so a missing record can be told (no xdist)."""
+    kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
+        return  # the xdist controller collects nothing itself; a crashed worker fails its item
+    kp.log_collected([i.nodeid for i in session.items if isinstance(i, KernelItem)])
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
@@ -128,19 +138,24 @@ def pytest_runtest_makereport(
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write the JSON report and, when asked, the baseline (controller only)."""
+    """Write the JSON report and, when asked, the baseline (controller only); under
+    --kernelpro-check a collected kernel without a record fails the session."""
     kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
-    if kp is None or kp.is_xdist_worker or not kp.records:
+    if kp is None or kp.is_xdist_worker:
         return
-    from .reporting import write_session_outputs
+    if kp.settings.check and kp.missing_records() and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if kp.records:
+        from .reporting import write_session_outputs
 
-    write_session_outputs(kp)
+        write_session_outputs(kp)
+    kp.log_finished(int(session.exitstatus))
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     """Print the kernel table when kernels ran."""
     kp: KernelproSession | None = config.pluginmanager.get_plugin(PLUGIN_NAME)
-    if kp is None or kp.is_xdist_worker or not kp.records:
+    if kp is None or kp.is_xdist_worker or not (kp.records or kp.missing_records()):
         return
     from .reporting import terminal_summary
 

@@ -58,6 +58,19 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         render_terminal_table(kp.records, width=columns, color=color).rstrip("\n")
     )
     settings = kp.settings
+    missing = kp.missing_records()
+    if missing:
+        verdict = "fails the check" if settings.check else "not checked"
+        terminalreporter.write_line(
+            f"kernelpro: {len(missing)} collected kernel(s) left no record ({verdict}): "
+            + ", ".join(missing[:10])
+            + (" ..." if len(missing) > 10 else ""),
+            red=True,
+        )
     terminalreporter.write_line(f"kernelpro: JSON report {settings.json_path}")
+    terminalreporter.write_line(
+        f"kernelpro: records log {settings.records_path} (`kernelpro report` rebuilds the "
+        "report from it)"
+    )
     if settings.save_baseline is not None:
         terminalreporter.write_line(f"kernelpro: baseline written to {settings.save_baseline}")

@@ -6,6 +6,7 @@ bad kernel fails alone and the session goes on.
 
 from __future__ import annotations
 
+import shlex
 import time
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -39,26 +40,92 @@ def new_record(item: KernelItem) -> KernelRecord:
 
 
 def run_kernel_item(item: KernelItem, session: KernelproSession) -> None:
+    from .item_limits import ItemTimeout
+    from .measure.gpu_memory import ItemMemory, is_out_of_memory
+
     record = new_record(item)
     item.stash[RECORD_KEY] = record
     started = time.perf_counter()
+    settings = session.settings
+    memory = ItemMemory(device="cpu")
     try:
-        _run(item, session, record)
+        if settings.isolate and not settings.isolated_child:
+            from .isolate import run_isolated
+
+            run_isolated(item, session, record)
+        else:
+            _run_limited(item, session, record, memory)
         record.outcome = "passed"
-    except KernelproError as exc:
+    except (KernelproError, ItemTimeout) as exc:
+        oom = is_out_of_memory(exc)
         record.outcome = "failed"
-        record.message = str(exc)
-        raise
+        record.message = (
+            memory.oom_message(item.problem.display_name, oom) if oom is not None else str(exc)
+        )
+        _release_frames(exc)
+        # A fresh exception without the chain: pytest keeps the last failure (sys.last_value),
+        # and the chain's frames would keep this item's tensors on the GPU.
+        raise KernelproError(record.message) from None
     except pytest.skip.Exception as exc:
         record.outcome = "skipped"
         record.message = str(exc.msg)
         raise
     finally:
         record.wall_s = time.perf_counter() - started
+        try:
+            facts = memory.finish()
+        except Exception as exc:  # a broken CUDA context: the item already failed for it
+            facts = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        if facts is not None:
+            record.extra["memory"] = facts
 
 
-def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+def _release_frames(exc: BaseException | None) -> None:
+    """Clear the locals of the finished frames of an exception chain (tensors, modules)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        traceback.clear_frames(exc.__traceback__)
+        exc = exc.__cause__ or exc.__context__
+
+
+def _run_limited(
+    item: KernelItem, session: KernelproSession, record: KernelRecord, memory: Any
+) -> None:
+    from .item_limits import item_time_limit, timeout_message
+
+    settings = session.settings
+    limit = settings.item_timeout_s
+    phase = ["starting"]
+
+    def message() -> str:
+        assert limit is not None
+        source = settings.sources.get("item_timeout", "default")
+        return timeout_message(item.problem.display_name, limit, source, phase[0])
+
+    def on_native_hang(text: str) -> None:
+        from .reporting import write_session_outputs
+
+        record.outcome = "failed"
+        record.message = text
+        session.add_record(record)
+        if not session.is_xdist_worker:
+            write_session_outputs(session)
+
+    with item_time_limit(limit, message, on_native_hang):
+        _run(item, session, record, phase, memory)
+
+
+def _run(
+    item: KernelItem,
+    session: KernelproSession,
+    record: KernelRecord,
+    phase: list[str],
+    memory: Any,
+) -> None:
+    """The stages in order; `phase[0]` names the running one (for the time limit's message)."""
     from .measure.correctness import check_correctness
+    from .measure.gpu_memory import module_bytes, tensor_bytes_of
     from .measure.timing import TimingBudget, time_kernel
 
     settings = session.settings
@@ -80,19 +147,26 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
             f"{session.cuda_poisoned_by}; a CUDA error cannot be recovered inside one process. "
             "Fix that kernel, or run with pytest-xdist (-n 1) so a crashed worker is replaced"
         )
-    record.threshold = problem.threshold or settings.threshold
+    record.threshold = problem.threshold or settings.threshold_for(record.device_kind)
     record.min_roofline = problem.min_roofline
+    memory.device = device
+    memory.start()
 
+    phase[0] = "building the kernel and its reference"
     try:
         kernel, reference = problem.instantiate(device)
     except Exception as exc:
         raise KernelproError(
             f"building {problem.display_name} failed: {_describe_exception(exc)}"
         ) from exc
+    memory.params_bytes = module_bytes(reference)
 
     def make_inputs(seed: int) -> tuple[Any, ...]:
         try:
-            return problem.make_inputs(device, seed)
+            made = problem.make_inputs(device, seed)
+            if memory.inputs_bytes is None:
+                memory.inputs_bytes = tensor_bytes_of(made)
+            return made
         except KernelproError:
             raise
         except Exception as exc:
@@ -103,6 +177,7 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
             ) from exc
 
     trials = problem.trials or settings.trials
+    phase[0] = f"checking correctness ({trials} trials)"
     try:
         correctness = check_correctness(
             kernel,
@@ -127,6 +202,7 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
             raise KernelproError(f"{problem.display_name}: {failure}")
         raise KernelproError(f"{problem.display_name} is wrong: {failure}")
 
+    phase[0] = "making the timing inputs"
     inputs = make_inputs(1_000_003)
     budget = TimingBudget(
         warmup_ms=settings.warmup_ms,
@@ -134,6 +210,7 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
         target_rel_ci=settings.target_rel_ci,
         cuda_graph=settings.cuda_graph,
     )
+    phase[0] = "timing"
     try:
         timing = time_kernel(lambda: kernel(*inputs), device=device, budget=budget)
     except Exception as exc:
@@ -144,15 +221,19 @@ def _run(item: KernelItem, session: KernelproSession, record: KernelRecord) -> N
     record.timing = timing.to_dict()
     record.device = timing.device
 
-    _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s)
+    phase[0] = "counting the reference's FLOPs and bytes"
+    _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s, memory)
 
     if settings.profile or settings.optimize:
+        phase[0] = "profiling"
         _profile(item, session, record, device)
     if settings.optimize:
         from .optimize import optimize_item
 
+        phase[0] = "optimizing"
         optimize_item(item, session, record, device)
     if settings.check:
+        phase[0] = "gating (confirmation re-measurement, regression profile)"
         _gate(
             item,
             session,
@@ -186,20 +267,23 @@ def _roofline(
     device: str,
     problem: Any,
     median_s: float,
+    memory: Any,
 ) -> None:
     from .measure.roofline import analyze_reference
 
     try:
-        ceilings = session.ceilings_for(device)
-        analysis = analyze_reference(
-            reference,
-            inputs,
-            ceilings=ceilings,
-            flops=problem.flops,
-            bytes=problem.bytes,
-            op_cost_hook=session.op_cost_hook,
-            spec=session.spec_for(device),
-        )
+        ceilings = session.ceilings_for(device)  # a first measurement is not the reference's
+        spec = session.spec_for(device)
+        with memory.reference_run():  # the reference's own peak: part of the footprint
+            analysis = analyze_reference(
+                reference,
+                inputs,
+                ceilings=ceilings,
+                flops=problem.flops,
+                bytes=problem.bytes,
+                op_cost_hook=session.op_cost_hook,
+                spec=spec,
+            )
     except KernelproError:
         raise
     except Exception as exc:
@@ -221,6 +305,11 @@ def _profile(
             "profile: not collected: ncu, SASS and timeline need a CUDA GPU"
         )
         return
+    from .measure.gpu_memory import release_cached
+
+    # The profiler runs the kernel in child processes (ncu, kineto): give them the memory
+    # this process has cached but does not use.
+    release_cached(device, 0)
     try:
         profile_item(item, session, record, device)
     except Exception as exc:  # a profiler failure never fails the kernel
@@ -245,7 +334,31 @@ def _gate(
         record.extra["confirmation_timing"] = timing.to_dict()
     record.gate = verdict.to_dict()
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
-        # A regression comes with its profile: what changed, in the counters' words.
-        _profile(item, session, record, record.device_kind)
+        _auto_profile(item, session, record)
     if verdict.failed:
         raise KernelproError(f"{record.name}: {verdict.message}")
+
+
+def _auto_profile(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+    """A regression comes with its profile (what changed, in the counters' words), within the
+    session's budget of automatic profiles; past it, the record says how to profile it."""
+    settings = session.settings
+    spent = session.auto_profile_s
+    if (
+        session.auto_profiles_done >= settings.auto_profiles
+        or spent >= settings.auto_profile_time_s
+    ):
+        record.extra["profile_text"] = (
+            f"profile: not collected automatically: {session.auto_profiles_done} regressed "
+            f"kernel(s) were already profiled in {spent:.0f} s (budget: "
+            f"--kernelpro-auto-profiles={settings.auto_profiles}, "
+            f"--kernelpro-auto-profile-time={settings.auto_profile_time_s:g}). Profile this one "
+            f"with: pytest {shlex.quote(item.nodeid)} --kernelpro-profile"
+        )
+        return
+    started = time.perf_counter()
+    try:
+        _profile(item, session, record, record.device_kind)
+    finally:
+        session.auto_profiles_done += 1
+        session.auto_profile_s += time.perf_counter() - started

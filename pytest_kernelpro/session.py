@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from .config import KernelproConfig
     from .gate.baseline import Baseline
+    from .gate.records_log import RecordsLog
     from .measure.ceilings import Ceilings
     from .measure.devices import DeviceSpec
     from .problem import Problem
@@ -53,6 +54,10 @@ class KernelproSession:
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
     capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
+    records_log: RecordsLog | None = None  # every finished record, appended as it finishes
+    collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
+    auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
+    auto_profile_s: float = 0.0  # the time they took
 
     @property
     def is_xdist_worker(self) -> bool:
@@ -160,7 +165,60 @@ class KernelproSession:
 
     def add_record(self, record: KernelRecord) -> None:
         self.records.append(record)
+        if self.records_log is not None:
+            try:
+                self.records_log.record(record)
+            except OSError as exc:
+                self._log_failed(exc)
         self.config.hook.pytest_kernelpro_record(record=record)
+
+    # -- records log -----------------------------------------------------------------------
+    def start_records_log(self) -> None:
+        """Start this session's records log (controller only; workers send their records)."""
+        from .gate.records_log import RecordsLog
+
+        log = RecordsLog(self.settings.records_path)
+        try:
+            log.start(list(self.config.invocation_params.args))
+        except OSError as exc:
+            self._log_failed(exc)
+            return
+        self.records_log = log
+
+    def log_collected(self, nodeids: list[str]) -> None:
+        self.collected = list(nodeids)
+        if self.records_log is not None:
+            try:
+                self.records_log.collected(nodeids)
+            except OSError as exc:
+                self._log_failed(exc)
+
+    def log_finished(self, exitstatus: int) -> None:
+        if self.records_log is not None:
+            try:
+                self.records_log.finished(exitstatus)
+            except OSError as exc:
+                self._log_failed(exc)
+
+    def missing_records(self) -> list[str]:
+        """Collected kernel items that produced no record (known only without xdist)."""
+        if self.collected is None:
+            return []
+        done = {r.nodeid for r in self.records}
+        return [n for n in self.collected if n not in done]
+
+    def _log_failed(self, exc: OSError) -> None:
+        import warnings
+
+        from .errors import KernelproWarning
+
+        self.records_log = None
+        warnings.warn(
+            f"kernelpro: could not write the records log {self.settings.records_path}: {exc}; "
+            "records are kept in memory only (set --kernelpro-json to a writable path)",
+            KernelproWarning,
+            stacklevel=2,
+        )
 
     def report_meta(self) -> dict[str, Any]:
         import platform
@@ -171,7 +229,9 @@ class KernelproSession:
             "python": platform.python_version(),
             "wall_s": time.perf_counter() - self.started,
             "check": self.settings.check,
-            "threshold": self.settings.threshold,
+            "threshold": self.settings.threshold,  # None: the per-device defaults below
+            "default_thresholds": _default_thresholds(),
+            "records_log": str(self.settings.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
             "baseline_commit": self._baseline.commit if self._baseline is not None else None,
@@ -185,3 +245,9 @@ class KernelproSession:
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
         return meta
+
+
+def _default_thresholds() -> dict[str, float]:
+    from .gate.verdict import default_threshold
+
+    return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}

@@ -163,35 +163,58 @@ def _compare_exact(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     return LeafReport(path, tol, False, text, worst_ratio=math.inf, worst_index=index, kind="exact")
 
 
+COMPARE_CHUNK = 1 << 25  # elements compared at once: bounds the float64 temporaries (~2 GiB)
+
+
 def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
-    """Floating/complex: allclose per element in float64, NaN and infinities explained."""
+    """Floating/complex: allclose per element in float64, NaN and infinities explained.
+
+    Compared in chunks of COMPARE_CHUNK elements: the float64 copies and masks of a whole
+    multi-GB output would take many times its size (a 7.5 GB fp32 output needed over 100 GB).
+    """
     shape, total = tuple(e.shape), e.numel()
     work = torch.complex128 if e.dtype.is_complex else torch.float64
-    gd, ed = g.to(work).reshape(-1), e.to(work).reshape(-1)
-    g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
-    numbers = ~g_nan & ~e_nan
-    inf_any = numbers & (torch.isinf(gd) | torch.isinf(ed))
-    finite = numbers & ~inf_any
-    masks = {
-        "nan": g_nan & ~e_nan,  # kernel NaN where the reference is a number
-        "missing nan": e_nan & ~g_nan,  # the reference is NaN, the kernel a number
-        "inf": inf_any & (gd != ed),  # an infinity on one side only, or of the other sign
-    }
-    zero = torch.zeros((), dtype=torch.float64, device=gd.device)
-    diff = torch.where(finite, (gd - ed).abs(), zero)
-    e_abs = ed.abs()
-    limit = tol.atol + tol.rtol * e_abs
-    masks["over"] = finite & (diff > limit)
-    # diff / 0 (exact tolerance) is inf for a real difference; elements with diff 0 give 0.
-    ratio = torch.where(diff > 0, diff / limit, zero)
-    max_abs = float(diff.max())
-    rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
-    max_rel = float(rel.max())
-    worst_flat = int(ratio.argmax())
-    worst_ratio = float(ratio[worst_flat])
-    counts = {name: int(mask.sum()) for name, mask in masks.items()}
+    g_flat, e_flat = g.reshape(-1), e.reshape(-1)
+    names = ("nan", "missing nan", "inf", "over")
+    counts = dict.fromkeys(names, 0)
+    first: dict[str, int] = {}
+    max_abs = max_rel = worst_ratio = 0.0
+    worst_flat = 0
+    n_both_nan = 0
+    for lo in range(0, total, COMPARE_CHUNK):
+        hi = min(total, lo + COMPARE_CHUNK)
+        gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
+        g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+        numbers = ~g_nan & ~e_nan
+        inf_any = numbers & (torch.isinf(gd) | torch.isinf(ed))
+        finite = numbers & ~inf_any
+        zero = torch.zeros((), dtype=torch.float64, device=gd.device)
+        diff = torch.where(finite, (gd - ed).abs(), zero)
+        e_abs = ed.abs()
+        limit = tol.atol + tol.rtol * e_abs
+        masks = {
+            "nan": g_nan & ~e_nan,  # kernel NaN where the reference is a number
+            "missing nan": e_nan & ~g_nan,  # the reference is NaN, the kernel a number
+            "inf": inf_any & (gd != ed),  # an infinity on one side only, or of the other sign
+            "over": finite & (diff > limit),
+        }
+        # diff / 0 (exact tolerance) is inf for a real difference; elements with diff 0 give 0.
+        ratio = torch.where(diff > 0, diff / limit, zero)
+        max_abs = max(max_abs, float(diff.max()))
+        rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
+        max_rel = max(max_rel, float(rel.max()))
+        chunk_worst = int(ratio.argmax())
+        chunk_ratio = float(ratio[chunk_worst])
+        if chunk_ratio > worst_ratio or lo == 0:
+            worst_ratio, worst_flat = chunk_ratio, lo + chunk_worst
+        for name, mask in masks.items():
+            n = int(mask.sum())
+            if n and name not in first:
+                first[name] = lo + int(mask.nonzero()[0])
+            counts[name] += n
+        n_both_nan += int((g_nan & e_nan).sum())
+        del gd, ed, g_nan, e_nan, numbers, inf_any, finite, diff, e_abs, limit, masks, ratio, rel
     notes = []
-    n_both_nan = int((g_nan & e_nan).sum())
     if n_both_nan:
         notes.append(
             f"{path}: the reference itself produced NaN at {n_both_nan} element(s) and the kernel "
@@ -208,23 +231,23 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     kind = "values"
     for name in ("nan", "missing nan", "inf"):
         if counts[name]:
-            first_flat = int(masks[name].nonzero()[0])
+            first_flat = first[name]
             if kind == "values":  # the first non-number problem names the worst element
                 kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
-            first = _unravel(first_flat, shape)
+            at = _unravel(first_flat, shape)
             parts.append(
                 {
                     "nan": f"{counts[name]} NaN where the reference is a number, first at index "
-                    f"{first}: never written by the kernel (outputs are poisoned with NaN before "
+                    f"{at}: never written by the kernel (outputs are poisoned with NaN before "
                     "it runs) or computed as NaN.",
                     "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
-                    f"the kernel is not, first at index {first}.",
+                    f"the kernel is not, first at index {at}.",
                     "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
-                    f"the other sign, first at index {first}.",
+                    f"the other sign, first at index {at}.",
                 }[name]
             )
     index = _unravel(worst_flat, shape)
-    exp_v, got_v = e.reshape(-1)[worst_flat].item(), g.reshape(-1)[worst_flat].item()
+    exp_v, got_v = e_flat[worst_flat].item(), g_flat[worst_flat].item()
     parts.append(f"Worst at index {index}: expected {_fmt(exp_v)}, got {_fmt(got_v)}.")
     if counts["over"]:
         parts.append(

@@ -401,6 +401,30 @@ def select_peak_key(
     return "fp64" if dtype == "float64" else "fp32"
 
 
+# The rate of PyTorch's memory-efficient SDPA kernel for fp32 (CUTLASS's `DefaultGemmType` for
+# float on compute capability >= 8.0: OpClassTensorOp with OpMultiplyAddFastF32): each product
+# is three TF32 tensor-core MMAs (big*big + big*small + small*big), so fp32 attention runs on
+# tensor cores at a third of the TF32 rate, whatever torch's TF32 flags say.
+TF32X3_KEY = "tf32x3_tensor"
+TF32X3_MMAS = 3
+
+
+def backend_peak_key(
+    op_name: str, key: str, dtype: str, device_type: str
+) -> tuple[str, str | None]:
+    """The peak key of the kernel an op really dispatched to, where the op-level rule cannot
+    know it, and a note saying why. The dispatcher sees SDPA's chosen backend as its own aten
+    op (`_scaled_dot_product_efficient_attention`, `_flash_attention`, `_cudnn_attention`;
+    the math backend as the bmm/softmax ops it decomposes into), so the name is the backend."""
+    if device_type == "cuda" and dtype == "float32" and "efficient_attention" in op_name:
+        return TF32X3_KEY, (
+            f"{op_name}: SDPA chose the memory-efficient backend, whose fp32 kernel runs on "
+            "tensor cores as 3xTF32 (three TF32 MMAs per product): priced at a third of the "
+            "TF32 tensor-core rate, not at the FP32 CUDA-core rate"
+        )
+    return key, None
+
+
 def _read_flag(new: Callable[[], str], legacy: Callable[[], bool]) -> bool:
     """A TF32 flag through torch's new fp32_precision API, else the legacy boolean."""
     try:

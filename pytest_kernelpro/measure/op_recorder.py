@@ -15,6 +15,7 @@ from typing import Any
 from .devices import DeviceSpec
 from .flops import (
     OpCost,
+    backend_peak_key,
     compute_dtype,
     is_no_cost,
     iter_tensors,
@@ -96,6 +97,9 @@ def make_recorder(
                 key = select_peak_key(
                     category, dtype, device_type, allow_tf32, allow_cudnn_tf32, spec
                 )
+                key, backend_note = backend_peak_key(name, key, dtype, device_type)
+                if backend_note:
+                    self.notes.append(backend_note)
                 nbytes = op_bytes(func, args, kwargs, out)
             except Exception as exc:  # an odd schema must not break the user's reference
                 self.notes.append(f"{name}: not priced ({type(exc).__name__}: {exc})")

@@ -22,6 +22,8 @@ from .ceilings import Ceilings, format_rate
 from .devices import DeviceSpec
 from .flops import (
     CATEGORIES,
+    TF32X3_KEY,
+    TF32X3_MMAS,
     OpCost,
     iter_tensors,
     select_peak_key,
@@ -42,6 +44,7 @@ _FALLBACK: dict[str, tuple[str, ...]] = {
     "fp64": ("fp64_tensor", "fp32"),
     "fp64_tensor": ("fp64", "fp32"),
     "tf32_tensor": ("fp32",),
+    TF32X3_KEY: ("fp32",),
     "fp16_tensor": ("bf16_tensor", "fp16", "bf16", "tf32_tensor", "fp32"),
     "bf16_tensor": ("fp16_tensor", "bf16", "fp16", "tf32_tensor", "fp32"),
     "fp8_tensor": ("int8_tensor", "bf16_tensor", "fp16_tensor", "bf16", "fp32"),
@@ -55,6 +58,7 @@ _LABELS = {
     "fp64_tensor": "FP64 tensor core (DMMA)",
     "fp32": "FP32 CUDA core",
     "tf32_tensor": "TF32 tensor core",
+    TF32X3_KEY: "3xTF32 tensor core (fp32 as three TF32 MMAs)",
     "bf16_tensor": "BF16 tensor core",
     "fp16_tensor": "FP16 tensor core",
     "fp8_tensor": "FP8 tensor core",
@@ -73,6 +77,8 @@ def resolve_peak(ceilings: Ceilings, key: str) -> tuple[str, float, str | None]:
     """(key used, FLOP/s, note) for `key`, falling back along _FALLBACK when it is missing."""
     if key in ceilings.flops:
         return key, ceilings.flops[key], None
+    if key == TF32X3_KEY and "tf32_tensor" in ceilings.flops:
+        return key, ceilings.flops["tf32_tensor"] / TF32X3_MMAS, None
     for other in _FALLBACK.get(key, ("fp32",)):
         if other in ceilings.flops:
             note = (
@@ -84,6 +90,12 @@ def resolve_peak(ceilings: Ceilings, key: str) -> tuple[str, float, str | None]:
         f"ceilings of {ceilings.device} have no {key!r} rate nor a stand-in "
         f"(have {sorted(ceilings.flops)}); run `kernelpro calibrate` or add a device spec"
     )
+
+
+def _origin(ceilings: Ceilings, key: str) -> str:
+    if key == TF32X3_KEY:
+        return f"{ceilings.origin('tf32_tensor')} TF32 rate / {TF32X3_MMAS} ="
+    return ceilings.origin(key)
 
 
 def classify_bound(intensity: float, ridge: float, band: tuple[float, float] = (0.5, 2.0)) -> str:
@@ -300,7 +312,7 @@ def analyze_reference(
         if note:
             notes.append(note)
         op_rate[op.peak_key] = rate
-        rates[used] = (rate, ceilings.origin(used))
+        rates[used] = (rate, _origin(ceilings, used))
         per_key[used] = per_key.get(used, 0.0) + op.flops
         compute_time_counted += op.flops / rate
     counted_flops = float(sum(per_key.values()))
@@ -315,7 +327,7 @@ def analyze_reference(
         used, peak, note = resolve_peak(ceilings, key)
         if note:
             notes.append(note)
-        rates[used] = (peak, ceilings.origin(used))
+        rates[used] = (peak, _origin(ceilings, used))
         per_key[used] = 0.0
         if flops:
             notes.append(f"no counted op carries FLOPs: the marker's flops priced at {used!r}")

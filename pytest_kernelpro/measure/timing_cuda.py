@@ -36,6 +36,11 @@ def _flush_buffer(torch: Any, idx: int, nbytes: int) -> Any:
     return _FLUSH_BUFFERS[key]
 
 
+def flush_buffers_bytes() -> int:
+    """Bytes the session keeps in flush buffers (an item's memory report leaves them out)."""
+    return sum(int(b.numel()) * int(b.element_size()) for b in _FLUSH_BUFFERS.values())
+
+
 def _sleep_cycles_per_s(torch: Any, index: int) -> float | None:
     """Cycles of `torch.cuda._sleep` per second on this device (measured once), or None."""
     if index in _SLEEP_CYCLES_PER_S:

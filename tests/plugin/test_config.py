@@ -17,14 +17,33 @@ def _settings(
 def test_defaults(pytester: pytest.Pytester) -> None:
     s = _settings(pytester)
     assert (s.threshold, s.trials, s.device, s.check, s.cuda_graph) == (
-        0.05,
+        None,
         3,
         "auto",
         False,
         False,
     )
+    # Unset threshold: 2% for kernels timed on a CUDA GPU, 5% on the CPU (gate/verdict.py).
+    assert (s.threshold_for("cuda"), s.threshold_for("cpu")) == (0.02, 0.05)
+    assert (s.item_timeout_s, s.isolate, s.auto_profiles, s.auto_profile_time_s) == (
+        300.0,
+        False,
+        3,
+        30.0,
+    )
+    assert s.records_path == pytester.path / ".kernelpro" / "kernelpro-report.jsonl"
     assert s.baseline_path == pytester.path / "kernelpro-baseline.yaml"
     assert s.sources["threshold"] == "default"
+
+
+def test_item_timeout_default_is_off_under_optimize(pytester: pytest.Pytester) -> None:
+    s = _settings(pytester, "--kernelpro-optimize=3")
+    assert s.item_timeout_s is None
+    s = _settings(pytester, "--kernelpro-optimize=3", "--kernelpro-item-timeout=50")
+    assert s.item_timeout_s == 50.0
+    assert s.threshold_for("cuda") == 0.02
+    s = _settings(pytester, "--kernelpro-threshold=4%")
+    assert (s.threshold_for("cuda"), s.threshold_for("cpu")) == (0.04, 0.04)
 
 
 def test_ini_then_env_then_cli(pytester: pytest.Pytester) -> None:

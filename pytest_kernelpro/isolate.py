@@ -1,0 +1,195 @@
+"""`--kernelpro-isolate`: run one kernel item in its own pytest subprocess.
+
+A segfault, an `os._exit`, an out-of-memory kill or a CUDA error that breaks the context then
+ends only the child; the parent turns what happened into that item's failure and the session
+goes on. The child is pytest itself, on the item's node id, with the parent's settings (each
+resolved setting passed as its `KERNELPRO_*` variable, the session flags on its command line)
+and its own JSON report in a temporary directory: the record it logs there is the item's
+record. The parent enforces the item time limit (plus `STARTUP_ALLOWANCE_S` for the child's
+start) by killing the child's process group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .config import SETTINGS
+from .errors import KernelproError
+from .results import KernelRecord
+
+if TYPE_CHECKING:
+    from .items import KernelItem
+    from .session import KernelproSession
+
+CHILD_FLAG = "--kernelpro-isolated-child"  # hidden option: this process is an item's child
+STARTUP_ALLOWANCE_S = 60.0  # python + pytest + torch start-up in the child
+OUTPUT_TAIL_LINES = 25
+
+
+def child_command(item: KernelItem, session: KernelproSession, json_path: Path) -> list[str]:
+    config = session.config
+    settings = session.settings
+    cmd = [sys.executable, "-m", "pytest", item.nodeid, "-q", "-p", "no:cacheprovider"]
+    cmd += ["--rootdir", str(config.rootpath), CHILD_FLAG, f"--kernelpro-json={json_path}"]
+    if config.inipath is not None:
+        cmd += ["-c", str(config.inipath)]
+    for override in config.getoption("override_ini", default=None) or []:
+        cmd += ["-o", override]
+    if config.pluginmanager.hasplugin("xdist"):
+        cmd += ["-n", "0"]
+    if settings.check:
+        cmd.append("--kernelpro-check")
+    if settings.profile:
+        cmd.append("--kernelpro-profile")
+    if settings.optimize:
+        cmd.append(f"--kernelpro-optimize={settings.optimize}")
+    if settings.save_baseline is not None:  # bootstrapping: the child must not need the file
+        cmd.append(f"--kernelpro-save-baseline={json_path.with_suffix('.baseline.yaml')}")
+    return cmd
+
+
+def child_environment(session: KernelproSession) -> dict[str, str]:
+    """The parent's environment plus every resolved setting as its KERNELPRO_* variable."""
+    settings = session.settings
+    env = dict(os.environ)
+    values = {
+        "device": settings.device,
+        "time_budget": settings.time_budget_s,
+        "target_rel_ci": settings.target_rel_ci,
+        "warmup_ms": settings.warmup_ms,
+        "trials": settings.trials,
+        "threshold": settings.threshold,
+        "cuda_graph": settings.cuda_graph,
+        "problems": settings.problems,
+        "baseline": settings.baseline_path,
+        "ceilings": settings.ceilings_path,
+        "feedback": settings.feedback,
+        "llm": settings.llm,
+        "model": settings.model,
+        "candidates": settings.candidates,
+        "max_tokens": settings.max_tokens,
+        "profile_timeout": settings.profile_timeout_s,
+        "item_timeout": settings.item_timeout_s,
+        "auto_profiles": settings.auto_profiles,
+        "auto_profile_time": settings.auto_profile_time_s,
+    }
+    for setting in SETTINGS:
+        if setting.name in ("isolate", "json"):
+            continue
+        value = values.get(setting.name)
+        if value is None:
+            env.pop(setting.env_var, None)
+        elif isinstance(value, bool):
+            env[setting.env_var] = "true" if value else "false"
+        else:
+            env[setting.env_var] = str(value)
+    env.pop("KERNELPRO_ISOLATE", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        hint = {
+            "SIGSEGV": " (a segmentation fault: an invalid memory access in native code)",
+            "SIGKILL": " (killed: often the kernel out-of-memory killer)",
+            "SIGABRT": " (aborted: a failed assertion or a fatal error in native code)",
+            "SIGBUS": " (a bus error in native code)",
+        }.get(name, "")
+        return f"was killed by {name}{hint}"
+    return f"exited with status {returncode}"
+
+
+def _tail(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(lines[-OUTPUT_TAIL_LINES:])
+
+
+def _child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
+    from .gate.records_log import read_records_log
+
+    if not log_path.exists():
+        return None
+    try:
+        logged = read_records_log(log_path)
+    except KernelproError:
+        return None
+    return next((r for r in logged.records if r.nodeid == nodeid), None)
+
+
+def run_isolated(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+    """Run `item` in a child process and copy its record into `record`; raise on failure."""
+    import pytest
+
+    limit = session.settings.item_timeout_s
+    with tempfile.TemporaryDirectory(prefix="kernelpro-isolate-") as tmp:
+        json_path = Path(tmp) / "child.json"
+        cmd = child_command(item, session, json_path)
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd,
+            cwd=str(session.config.invocation_params.dir),
+            env=child_environment(session),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            start_new_session=True,  # its own process group: a kill takes its children too
+        )
+        timed_out = False
+        try:
+            output, _ = proc.communicate(
+                timeout=None if limit is None else limit + STARTUP_ALLOWANCE_S
+            )
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+            output, _ = proc.communicate()
+        wall = time.perf_counter() - started
+        child = _child_record(json_path.with_suffix(".jsonl"), item.nodeid)
+    isolation = {"returncode": proc.returncode, "wall_s": wall, "command": cmd}
+    if child is not None and not timed_out:
+        for name in child.__dataclass_fields__:
+            if name not in ("nodeid", "extra"):
+                setattr(record, name, getattr(child, name))
+        record.extra.update(child.extra)
+        record.extra["isolated"] = isolation
+        if child.outcome == "skipped":
+            pytest.skip(child.message or "skipped in the isolated child")
+        if child.outcome != "passed":
+            raise KernelproError(child.message or f"{item.name} failed in its isolated process")
+        return
+    record.extra["isolated"] = isolation
+    if timed_out:
+        assert limit is not None
+        what = (
+            f"ran past the item time limit of {limit:g} s "
+            f"({session.settings.sources.get('item_timeout')}) plus {STARTUP_ALLOWANCE_S:g} s "
+            "for its process to start, and its process was killed"
+        )
+    else:
+        what = f"did not report a result: its process {_describe_exit(proc.returncode)}"
+        if proc.returncode == 0:
+            what += " without writing its record (os._exit in the kernel, or a plugin exiting)"
+    raise KernelproError(
+        f"{item.name} {what} (--kernelpro-isolate; the other kernels are not affected). "
+        f"Last output of its process:\n{_tail(output or '') or '(none)'}"
+    )
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()

@@ -1,0 +1,117 @@
+"""Large problems: the chunked comparison, the memory facts of an item, the SDPA backend peak."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_kernelpro.measure import compare as compare_mod  # noqa: E402
+from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
+from pytest_kernelpro.measure.correctness import Tolerance  # noqa: E402
+from pytest_kernelpro.measure.flops import TF32X3_KEY, backend_peak_key  # noqa: E402
+from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
+    ItemMemory,
+    is_out_of_memory,
+    module_bytes,
+    tensor_bytes_of,
+)
+from pytest_kernelpro.measure.roofline import peak_label, resolve_peak  # noqa: E402
+
+TOL = Tolerance(1e-4, 1e-4, "test")
+
+
+def _case() -> tuple[object, object]:
+    exp = torch.linspace(-3, 3, 1000).reshape(10, 100)
+    got = exp.clone()
+    got[2, 5] += 1.0  # beyond the tolerance
+    got[7, 1] = float("nan")  # NaN where the reference is a number
+    got[9, 99] += 5.0  # the worst element, in the last chunk
+    exp[0, 3] = got[0, 3] = float("nan")  # both NaN: accepted with a note
+    return got, exp
+
+
+@pytest.mark.parametrize("chunk", [7, 100, 333, 1 << 25])
+def test_chunked_comparison_gives_the_whole_tensors_answer(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    got, exp = _case()
+    monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", chunk)
+    report = compare_mod.compare_tensor(torch, "output", got, exp, TOL)
+    assert not report.ok
+    assert report.kind == "nan"
+    assert report.worst_index == (7, 1)  # the first non-number problem is named
+    assert math.isinf(report.worst_ratio)
+    assert report.max_abs == pytest.approx(5.0, rel=1e-6)
+    assert "3 of 1000 elements" in (report.message or "")
+    assert "first at index (7, 1)" in (report.message or "")
+    assert any("produced NaN at 1 element" in n for n in report.notes)
+    clean = compare_mod.compare_tensor(torch, "output", exp.clone(), exp, TOL)
+    assert clean.ok
+    got2 = exp.clone()
+    got2[9, 99] += 5.0
+    got2[1, 1] += 0.5
+    worst = compare_mod.compare_tensor(torch, "output", got2, exp, TOL)
+    assert worst.worst_index == (9, 99)  # the largest ratio over all chunks
+
+
+def test_tensor_bytes_count_each_storage_once() -> None:
+    x = torch.zeros(1000)
+    assert (
+        tensor_bytes_of((x, x[:10], [x.view(10, 100)], {"y": torch.zeros(5, dtype=torch.int64)}))
+        == 4000 + 40
+    )
+    layer = torch.nn.Linear(10, 20)
+    assert module_bytes(layer) == 4 * (10 * 20 + 20)
+    assert module_bytes(torch.neg) == 0
+
+
+def test_out_of_memory_is_found_in_the_chain_and_named_with_sizes() -> None:
+    oom = torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 7.50 GiB")
+    outer = RuntimeError("timing failed")
+    outer.__cause__ = oom
+    assert is_out_of_memory(outer) is oom
+    assert is_out_of_memory(ValueError("no")) is None
+    memory = ItemMemory(device="cuda", inputs_bytes=7_500_000_000, params_bytes=0)
+    memory.total_bytes, memory.free_at_start = 150_000_000_000, 140_000_000_000
+    text = memory.oom_message("23_Softmax", oom)
+    assert "23_Softmax does not fit in GPU memory: CUDA out of memory" in text
+    assert "inputs 7.0 GiB" in text
+    assert "the GPU has 139.7 GiB, 130.4 GiB free" in text
+
+
+def test_item_memory_is_a_no_op_on_the_cpu() -> None:
+    memory = ItemMemory(device="cpu")
+    memory.start()
+    with memory.reference_run():
+        pass
+    assert memory.finish() is None
+
+
+def test_fp32_memory_efficient_sdpa_is_priced_as_3xtf32_tensor_cores() -> None:
+    name = "aten._scaled_dot_product_efficient_attention.default"
+    key, note = backend_peak_key(name, "fp32", "float32", "cuda")
+    assert key == TF32X3_KEY
+    assert note is not None
+    assert "memory-efficient backend" in note
+    # Other backends and dtypes keep the op-level rule.
+    assert backend_peak_key(name, "bf16_tensor", "bfloat16", "cuda") == ("bf16_tensor", None)
+    assert backend_peak_key("aten.bmm.default", "fp32", "float32", "cuda") == ("fp32", None)
+    assert backend_peak_key(name, "fp32", "float32", "cpu") == ("fp32", None)
+    ceilings = Ceilings(
+        "NVIDIA H200 (synthetic)",
+        4.0e12,
+        {"fp32": 60e12, "tf32_tensor": 480e12},
+        "measured",
+        "2026-01-01T00:00:00+00:00",
+        torch.__version__,
+        {},
+    )
+    assert resolve_peak(ceilings, TF32X3_KEY) == (TF32X3_KEY, 160e12, None)
+    assert peak_label(TF32X3_KEY, "cuda").startswith("3xTF32 tensor core")
+    no_tf32 = Ceilings("x", 1e12, {"fp32": 60e12}, "measured", "t", torch.__version__, {})
+    used, rate, fallback = resolve_peak(no_tf32, TF32X3_KEY)
+    assert (used, rate) == ("fp32", 60e12)
+    assert fallback is not None

@@ -1,0 +1,362 @@
+"""A suite at scale on the CPU: a KernelBench directory in one session, records that survive a
+killed session, the item time limit, crashes under --kernelpro-isolate, missing records."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import records_by_name
+
+from pytest_kernelpro.gate.records_log import read_records_log, report_main
+
+PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self{init_sig}):
+        super().__init__()
+        {init_body}
+    def forward(self, x):
+        return {forward}
+{model_new}
+def get_inputs():
+    return [torch.randn(64, 32)]
+
+def get_init_inputs():
+    return [{init_args}]
+"""
+
+PROBLEMS = {
+    "1_Relu.py": {"forward": "torch.relu(x)"},
+    "2_Softmax.py": {"forward": "torch.softmax(x, dim=1)"},
+    "3_Linear.py": {
+        "init_sig": ", n",
+        "init_body": "self.fc = nn.Linear(32, n)",
+        "forward": "self.fc(x)",
+        "init_args": "16",
+    },
+    "4_Wrong.py": {
+        "forward": "x * 2",
+        "model_new": ("class ModelNew(Model):\n    def forward(self, x):\n        return x * 3\n"),
+    },
+}
+
+
+def _write_problems(root: Path) -> Path:
+    folder = root / "problems"
+    folder.mkdir()
+    for name, parts in PROBLEMS.items():
+        fields = {"init_sig": "", "init_body": "pass", "model_new": "", "init_args": ""}
+        fields.update(parts)
+        (folder / name).write_text(PROBLEM.format(**fields))
+    return folder
+
+
+def _log_path(pytester: pytest.Pytester) -> Path:
+    return Path(pytester.path) / ".kernelpro" / "kernelpro-report.jsonl"
+
+
+def test_kernelbench_directory_in_one_session(kp_project: pytest.Pytester) -> None:
+    folder = _write_problems(Path(kp_project.path))
+    result = kp_project.runpytest(f"--kernelpro-problems={folder}", "-p", "no:randomly")
+    result.assert_outcomes(passed=3, failed=1)
+    logged = read_records_log(_log_path(kp_project))
+    assert logged.finished
+    assert logged.exitstatus == 1
+    assert sorted(r.name for r in logged.records) == ["1_Relu", "2_Softmax", "3_Linear", "4_Wrong"]
+    assert logged.missing == []
+    by_name = {r.name: r for r in logged.records}
+    assert by_name["4_Wrong"].outcome == "failed"
+    assert "is wrong" in (by_name["4_Wrong"].message or "")
+    # The records log and the JSON report hold the same records.
+    report = records_by_name(kp_project)
+    assert set(report) == set(by_name)
+    for name, record in by_name.items():
+        assert report[name]["timing"] == record.timing
+
+
+def test_kernelbench_inputs_are_seeded_and_the_model_is_built_once(tmp_path: Path) -> None:
+    import torch
+
+    from pytest_kernelpro.kernelbench import problem_from_kernelbench
+
+    folder = _write_problems(tmp_path)
+    relu = problem_from_kernelbench(folder / "1_Relu.py")
+    first, again, other = (
+        relu.make_inputs("cpu", 7),
+        relu.make_inputs("cpu", 7),
+        relu.make_inputs("cpu", 8),
+    )
+    assert torch.equal(first[0], again[0])  # bit-identical for one seed
+    assert not torch.equal(first[0], other[0])
+    kernel, reference = relu.instantiate("cpu")
+    assert kernel is reference  # no ModelNew: the reference module is the kernel, built once
+    linear = problem_from_kernelbench(folder / "3_Linear.py")
+    kernel, reference = linear.instantiate("cpu")
+    assert kernel is reference
+    assert reference.fc.weight.shape == (16, 32)
+    wrong = problem_from_kernelbench(folder / "4_Wrong.py")
+    kernel, reference = wrong.instantiate("cpu")
+    assert kernel is not reference
+    assert type(kernel).__name__ == "ModelNew"
+
+
+KILLED = """
+import os, signal, pytest, torch
+
+def vec(device):
+    return (torch.randn(1000, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def a_first(x):
+    return -x
+
+@pytest.mark.kernelpro(reference=torch.abs, inputs=vec)
+def b_second(x):
+    return x.abs()
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def c_killed(x):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def d_never(x):
+    return -x
+"""
+
+
+def _run_subprocess(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
+        cwd=pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_sigkilled_session_keeps_finished_records_and_the_check_fails(
+    kp_project: pytest.Pytester, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kp_project.makepyfile(test_k=KILLED)
+    proc = _run_subprocess(kp_project)
+    assert proc.returncode == -signal.SIGKILL, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not (Path(kp_project.path) / ".kernelpro" / "kernelpro-report.json").exists()
+    log = _log_path(kp_project)
+    logged = read_records_log(log)
+    assert not logged.finished
+    assert [r.name for r in logged.records] == ["a_first", "b_second"]
+    assert all(r.outcome == "passed" and r.timing for r in logged.records)
+    assert logged.missing == ["test_k.py::c_killed", "test_k.py::d_never"]
+    # The report is rebuilt from the log; --check fails on the missing records.
+    rebuilt, junit = Path(kp_project.path) / "rebuilt.json", Path(kp_project.path) / "junit.xml"
+    assert report_main([str(log), "--json", str(rebuilt), "--junit", str(junit)]) == 0
+    assert report_main([str(log), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert "2 collected kernel(s) have no record" in err
+    assert "did not finish" in err
+    report = json.loads(rebuilt.read_text())
+    assert report["summary"]["kernels"] == 4
+    assert report["summary"]["failed"] == 2
+    missing = [r for r in report["records"] if r["extra"].get("missing_record")]
+    assert [r["name"] for r in missing] == ["c_killed", "d_never"]
+    assert "ended before this kernel finished" in missing[0]["message"]
+    from pytest_kernelpro.gate.junit import read_junit_records
+
+    from_junit = {r.name: r for r in read_junit_records(junit)}
+    assert from_junit["a_first"].outcome == "passed"
+    assert from_junit["c_killed"].outcome == "failed"
+
+
+def test_records_log_tolerates_a_torn_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "r.jsonl"
+    log.write_text(
+        '{"kind": "session", "created": "x"}\n'
+        '{"kind": "collected", "nodeids": ["t.py::a"]}\n'
+        '{"kind": "record", "record": {"nodeid": "t.py::a", "name": "a", "kernel": "a", '
+        '"outcome": "passed"}}\n{"kind": "rec'
+    )
+    logged = read_records_log(log)
+    assert (len(logged.records), logged.torn_lines, logged.missing) == (1, 1, [])
+    log.write_text('{"kind": "session"}\nnot json\n{"kind": "finished", "exitstatus": 0}\n')
+    with pytest.raises(Exception, match="line 2 is not JSON"):
+        read_records_log(log)
+
+
+HANGING = """
+import time, pytest, torch
+
+def vec(device):
+    return (torch.randn(100, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def hangs(x):
+    while True:
+        time.sleep(0.05)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def fine(x):
+    return -x
+"""
+
+
+def test_item_timeout_fails_a_hanging_kernel_and_the_session_goes_on(
+    kp_project: pytest.Pytester,
+) -> None:
+    kp_project.makepyfile(test_k=HANGING)
+    result = kp_project.runpytest("--kernelpro-item-timeout=2", "-p", "no:randomly")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*hangs ran past the item time limit of 2 s (command line --kernelpro-item-timeout)*"]
+    )
+    records = records_by_name(kp_project)
+    assert records["hangs"]["outcome"] == "failed"
+    assert "checking correctness" in records["hangs"]["message"]
+    assert records["fine"]["outcome"] == "passed"
+
+
+CRASHING = """
+import ctypes, os, pytest, torch
+
+def vec(device):
+    return (torch.randn(100, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def exits(x):
+    os._exit(0)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def segfaults(x):
+    ctypes.string_at(0)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+def survives(x):
+    return -x
+"""
+
+
+def test_isolate_turns_os_exit_and_a_segfault_into_failures_of_their_items(
+    kp_project: pytest.Pytester,
+) -> None:
+    kp_project.makepyfile(test_k=CRASHING)
+    proc = _run_subprocess(kp_project, "--kernelpro-isolate", "-q")
+    out = proc.stdout
+    assert proc.returncode == 1, out[-3000:] + proc.stderr[-2000:]
+    assert "2 failed, 1 passed" in out
+    records = records_by_name(kp_project)
+    assert records["survives"]["outcome"] == "passed"
+    assert records["survives"]["timing"]["stats"]["median_s"] > 0
+    assert records["survives"]["extra"]["isolated"]["returncode"] == 0
+    exits, segv = records["exits"], records["segfaults"]
+    assert exits["outcome"] == segv["outcome"] == "failed"
+    assert "exited with status 0 without writing its record" in exits["message"]
+    assert "killed by SIGSEGV" in segv["message"]
+    assert "the other kernels are not affected" in segv["message"]
+    logged = read_records_log(_log_path(kp_project))
+    assert logged.finished
+    assert logged.missing == []
+    assert len(logged.records) == 3
+
+
+def _scale_baseline(path: Path, factor: float) -> None:
+    """Multiply every time in a saved baseline by `factor`."""
+    import yaml
+
+    data = yaml.safe_load(path.read_text())
+    for entry in data["kernels"].values():
+        for key in ("median_s", "q1_s", "q3_s"):
+            if entry.get(key):
+                entry[key] = entry[key] * factor
+        entry["samples_s"] = [v * factor for v in entry["samples_s"]]
+    path.write_text(yaml.safe_dump(data))
+
+
+LOST = """
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_logreport(report):
+    # Stands in for a record lost on the way (a worker that died after its item ran).
+    if report.nodeid.endswith("::lost") and hasattr(report, "kernelpro_record"):
+        del report.kernelpro_record
+"""
+
+
+def test_check_fails_when_a_collected_kernel_has_no_record(kp_project: pytest.Pytester) -> None:
+    kp_project.makeconftest(LOST)
+    kp_project.makepyfile(
+        test_k="""
+        import pytest, torch
+        vec = lambda device: (torch.randn(100, device=device),)
+
+        @pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+        def kept(x):
+            return -x
+
+        @pytest.mark.kernelpro(reference=torch.neg, inputs=vec)
+        def lost(x):
+            return -x
+        """
+    )
+    base = Path(kp_project.path) / "base.yaml"
+    kp_project.runpytest(f"--kernelpro-save-baseline={base}").assert_outcomes(passed=2)
+    _scale_baseline(base, 1000.0)  # far slower than now: no kernel can regress, whatever the load
+    result = kp_project.runpytest("--kernelpro-check", f"--kernelpro-baseline={base}")
+    result.assert_outcomes(passed=2)
+    assert result.ret == 1
+    result.stdout.fnmatch_lines(["*1 collected kernel(s) left no record (fails the check)*lost*"])
+    # Without --kernelpro-check a missing record is reported, not a failure.
+    result = kp_project.runpytest()
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*left no record (not checked)*"])
+
+
+REGRESSING = """
+import pytest, torch
+
+def inp(device):
+    return (torch.randn(1024, device=device),)
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def k1(x):
+    return -x
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def k2(x):
+    return -x
+
+@pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+def k3(x):
+    return -x
+"""
+
+
+def test_automatic_regression_profiles_are_bounded(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(test_k=REGRESSING)
+    kp_project.runpytest("--kernelpro-save-baseline", "-p", "no:randomly").assert_outcomes(passed=3)
+    # A baseline 1000x faster than anything this machine can measure: every kernel regresses
+    # and every confirmation reproduces it, however loaded the machine is.
+    _scale_baseline(Path(kp_project.path) / "kernelpro-baseline.yaml", 1e-3)
+    result = kp_project.runpytest(
+        "--kernelpro-check", "--kernelpro-auto-profiles=1", "-p", "no:randomly"
+    )
+    result.assert_outcomes(failed=3)
+    records = records_by_name(kp_project)
+    assert all(r["gate"]["status"] == "regressed" for r in records.values())
+    texts = [records[k]["extra"]["profile_text"] for k in ("k1", "k2", "k3")]
+    # The first regression got its automatic profile (on the CPU: a note that ncu needs a GPU),
+    # the others say how to profile them.
+    assert "need a CUDA GPU" in texts[0]
+    for name, text in zip(("k2", "k3"), texts[1:], strict=True):
+        assert "not collected automatically: 1 regressed kernel(s) were already profiled" in text
+        assert f"pytest test_k.py::{name} --kernelpro-profile" in text
