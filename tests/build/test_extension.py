@@ -121,3 +121,24 @@ def test_device_change_reuses_the_binding_and_identical_builds_hit(
     assert first.path != second.path
     module = import_extension(again)
     assert callable(module.scale)
+
+    # A candidate's own load_inline under the profiler's capture: routed through the cache
+    # (the binding is reused), reported to the capture with the profiler's flags and ptxas.
+    import torch.utils.cpp_extension as cpp_extension
+
+    from pytest_kernelpro.build.extension import cached_extension_builds
+    from pytest_kernelpro.profile.capture import capture_extensions
+
+    with capture_extensions(("-lineinfo", "-Xptxas=-v")) as capture, cached_extension_builds(cache):
+        routed = cpp_extension.load_inline(
+            "scale_ext", cpp_sources=CPP, cuda_sources=CUDA, functions=["scale"],
+            extra_cuda_cflags=FLAGS,
+        )  # fmt: skip
+    assert callable(routed.scale)
+    (seen,) = capture.builds
+    assert seen.error is None
+    assert seen.so_path is not None
+    assert Path(seen.so_path).is_file()
+    assert str(cache.root) in seen.so_path
+    assert {"-lineinfo", "-Xptxas=-v"} <= set(seen.extra_cuda_cflags)
+    assert any(report.registers for report in seen.ptxas), seen.build_log[-2000:]
