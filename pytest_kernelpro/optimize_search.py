@@ -204,6 +204,12 @@ class TimedEvaluator:
         self.inner = inner
         self.clock = clock
 
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Let the chain build the expansion ahead (`SandboxEvaluator.prepare`)."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare(candidates)
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
         started = time.perf_counter()
         evaluation = self.inner.evaluate(candidate)
