@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ADD_SOURCE, ARCH, require_tool
+from buildkit import ADD_SOURCE, ARCH, require_tool
 
 from pytest_kernelpro.build import BuildCache, BuildError, build_cuda, load_cuda
 from pytest_kernelpro.build.source import SourceError

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_prebuild import CANDIDATE
+from buildkit import CANDIDATE
 
 from pytest_kernelpro.search.base import Candidate
 from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
@@ -21,7 +21,7 @@ REFERENCE = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu" / "r
 
 @pytest.fixture(scope="module")
 def evaluations(tmp_path_factory: pytest.TempPathFactory):
-    from conftest import require_tool
+    from buildkit import require_tool
 
     nvcc = require_tool("nvcc")
     cache_dir = tmp_path_factory.mktemp("build-cache")
