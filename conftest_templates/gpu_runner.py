@@ -1,7 +1,8 @@
 """conftest.py for a self-hosted GPU CI runner (copy to the root of your kernel tests).
 
 What it sets, and why:
-- device "cuda": a kernel that cannot run on the GPU is an error here, not a CPU fallback.
+- device "cuda" and require_gpu: a kernel that cannot run on the GPU fails here, it is
+  neither a CPU fallback nor a skip (a runner that lost its GPU must not pass the check).
 - a longer timing budget and a tighter precision target than the defaults: a gate compares
   two runs, so each must be precise; nvbench's default is 0.5% relative noise, we aim at 0.3%.
 - threshold 5% (the issue's default), so a marker's `threshold=` can loosen single kernels.
@@ -28,6 +29,9 @@ GPU_RUNNER_DEFAULTS: dict[str, Any] = {
     # than in steady state; 300 ms reaches the steady state (bench/results, 2026-11-30).
     "warmup_ms": 300.0,
     "threshold": 0.05,
+    # A kernel skipped for want of a GPU (driver gone, CUDA_VISIBLE_DEVICES empty) fails
+    # instead of letting the check pass with nothing measured.
+    "require_gpu": True,
     "baseline": "kernelpro-baseline.yaml",
     "json": ".kernelpro/kernelpro-report.json",
 }

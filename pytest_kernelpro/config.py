@@ -182,6 +182,14 @@ SETTINGS: tuple[Setting, ...] = (
         is_flag=True,
     ),
     Setting(
+        "require_gpu",
+        "Fail every kernel that would be skipped or run on the CPU for want of a CUDA GPU "
+        "(GPU CI runners; kernels marked device='cpu' are exempt)",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
         "problems", "Directory of KernelBench-format problem files to collect", str, None, "DIR"
     ),
     Setting(
@@ -406,6 +414,7 @@ class KernelproConfig:
     trials: int
     threshold: float | None  # None: the per-device default (gate.verdict.default_threshold)
     cuda_graph: bool
+    require_gpu: bool
     problems: Path | None
     baseline_path: Path
     json_path: Path
@@ -493,6 +502,7 @@ class KernelproConfig:
             trials=values["trials"],
             threshold=values["threshold"],
             cuda_graph=values["cuda_graph"],
+            require_gpu=values["require_gpu"],
             problems=rooted(values["problems"]),
             baseline_path=baseline_path or root / "kernelpro-baseline.yaml",
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",

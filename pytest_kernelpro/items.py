@@ -53,6 +53,9 @@ class KernelConfigErrorItem(pytest.Item):
     def __init__(self, *, error: KernelproError, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.error = error
+        # A kernel item that failed to build is still a kernel item: --kernelpro-only keeps
+        # it, so a broken marker or problem file fails the run instead of vanishing.
+        self.add_marker(MARKER_NAME)
 
     def runtest(self) -> None:
         # Raised when run, not at collection: a collection error would stop the session.

@@ -16,14 +16,16 @@ _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
 
 
 def is_kernelbench_file(path: Path) -> bool:
-    """True for a .py file defining `class Model(` and `def get_inputs(` at top level."""
+    """True for a .py file in the problems directory that defines `class Model(` or
+    `def get_inputs(` at top level, or cannot be read: one that has only one of the two, or
+    is not UTF-8, is a broken problem and must fail as one, not be passed over."""
     if path.suffix != ".py" or not path.is_file():
         return False
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
-        return False
-    return bool(_MODEL_RE.search(text) and _INPUTS_RE.search(text))
+        return True
+    return bool(_MODEL_RE.search(text) or _INPUTS_RE.search(text))
 
 
 def _to_device(value: Any, device: str) -> Any:

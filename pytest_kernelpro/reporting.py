@@ -47,6 +47,30 @@ def _ignore_artifacts_dir(path: Any) -> None:
         gitignore.write_text("*\n", encoding="utf-8")
 
 
+def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
+    """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
+    baseline = getattr(kp, "_baseline", None)
+    if not kp.settings.check or baseline is None:
+        return []
+    from .gate.baseline import unmatched
+
+    left, without = unmatched(baseline, kp.records)
+    lines = []
+    if left:
+        lines.append(
+            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
+            f"kernel of this run (removed, renamed or deselected): {', '.join(left[:10])}"
+            + (" ..." if len(left) > 10 else "")
+        )
+    if without:
+        lines.append(
+            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
+            f"--kernelpro-save-baseline adds them): {', '.join(without[:10])}"
+            + (" ..." if len(without) > 10 else "")
+        )
+    return lines
+
+
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     from .gate.report import render_terminal_table
 
@@ -58,6 +82,8 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         render_terminal_table(kp.records, width=columns, color=color).rstrip("\n")
     )
     settings = kp.settings
+    for line in baseline_coverage_lines(kp):
+        terminalreporter.write_line(line, yellow=True)
     missing = kp.missing_records()
     if missing:
         verdict = "fails the check" if settings.check else "not checked"

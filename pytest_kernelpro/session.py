@@ -29,6 +29,7 @@ REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist seriali
 class DeviceChoice:
     device: str | None  # "cpu", "cuda", or None when the item must be skipped
     skip_reason: str | None = None
+    fail: bool = False  # --kernelpro-require-gpu: not running on the GPU is a failure
 
 
 def cuda_available() -> bool:
@@ -65,6 +66,26 @@ class KernelproSession:
 
     # -- devices ---------------------------------------------------------------------------
     def choose_device(self, problem: Problem) -> DeviceChoice:
+        choice = self._choose_device(problem)
+        if not self.settings.require_gpu or problem.device_preference == "cpu":
+            return choice
+        if choice.device is not None and choice.device.startswith("cuda"):
+            return choice
+        # A GPU runner where kernels silently skip or fall back to the CPU gates nothing.
+        why = choice.skip_reason or (
+            "it would run on the CPU: no CUDA GPU is visible"
+            if self.settings.device != "cpu"
+            else f"the device setting is 'cpu' ({self.settings.sources.get('device')})"
+        )
+        return DeviceChoice(
+            None,
+            f"{problem.display_name} must run on a CUDA GPU (--kernelpro-require-gpu, "
+            f"{self.settings.sources.get('require_gpu')}), but {why}. Fix the runner's GPU "
+            "(nvidia-smi, torch.cuda.is_available()), or mark CPU-only kernels device='cpu'",
+            fail=True,
+        )
+
+    def _choose_device(self, problem: Problem) -> DeviceChoice:
         wanted = self.settings.device
         preference = problem.device_preference
         has_cuda = cuda_available()
@@ -244,6 +265,12 @@ class KernelproSession:
             meta["torch"] = None
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
+        if self.settings.check and self._baseline is not None:
+            from .gate.baseline import unmatched
+
+            left, without = unmatched(self._baseline, self.records)
+            meta["baseline_entries_without_kernel"] = left
+            meta["kernels_without_baseline_entry"] = without
         return meta
 
 

@@ -20,7 +20,9 @@ def _has_gpu() -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if _has_gpu() or os.environ.get("KERNELPRO_FORCE_GPU_TESTS"):
         return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU (set KERNELPRO_FORCE_GPU_TESTS=1 to run anyway)")
+    skip = pytest.mark.skip(
+        reason="needs a CUDA GPU (set KERNELPRO_FORCE_GPU_TESTS=1 to run anyway)"
+    )
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(skip)

@@ -32,12 +32,13 @@ median and the tails are preserved; `median_s`, `q1_s`, `q3_s` and `n` come from
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import os
 import subprocess
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,6 +211,15 @@ def save_baseline(
     """
     records = list(records)
     target = Path(path)
+    # Read, merge and write under one lock: two processes saving the same file (xdist
+    # controllers of two jobs, a save while another runs) must not lose either's entries.
+    with _locked(target):
+        return _save_locked(target, records, commit=commit, merge=merge)
+
+
+def _save_locked(
+    target: Path, records: list[KernelRecord], *, commit: str | None, merge: bool
+) -> Baseline:
     entries: dict[str, BaselineEntry] = {}
     if merge and target.exists():
         try:
@@ -277,7 +287,7 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     if not text.strip():
         raise fail("the file is empty")
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_unique_key_loader())  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}" if where is not None else ""
@@ -326,6 +336,81 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         entries=entries,
         schema_version=version,
     )
+
+
+def _unique_key_loader() -> type:
+    """A SafeLoader that refuses a mapping with the same key twice.
+
+    PyYAML keeps the last of two equal keys without a word, so a baseline with a kernel
+    entered twice (a bad merge) would gate against whichever copy came last.
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first at line {seen[key] + 1}); each kernel "
+                    "may appear once",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return loader.construct_mapping(node, deep=True)
+
+    UniqueKeyLoader.add_constructor(
+        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+        construct_mapping,  # type: ignore[arg-type]
+    )
+    return UniqueKeyLoader
+
+
+@contextlib.contextmanager
+def _locked(target: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the directory of `target` (POSIX flock; elsewhere none).
+
+    The directory, not a lock file beside the baseline: it leaves nothing behind, and it
+    stays the same object while `atomic_write_text` replaces the file itself.
+    """
+    try:
+        import fcntl
+    except ImportError:  # Windows: no advisory locks through fcntl
+        yield
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def unmatched(baseline: Baseline, records: Iterable[KernelRecord]) -> tuple[list[str], list[str]]:
+    """(baseline entries no record of this run matched, records with no baseline entry).
+
+    A kernel renamed or removed since the baseline leaves an entry behind; a new or renamed
+    one has none. Both are reported by the check, so neither passes without a word.
+    """
+    records = list(records)
+    matched: set[int] = set()
+    without: list[str] = []
+    by_id = {id(entry): key for key, entry in baseline.entries.items()}
+    for record in records:
+        entry = baseline.entry_for(record)
+        if entry is None:
+            if record.timing:
+                without.append(record.name)
+        else:
+            matched.add(id(entry))
+    left = sorted(key for ident, key in by_id.items() if ident not in matched)
+    return left, sorted(without)
 
 
 def _parse_entry(raw: Any) -> BaselineEntry:

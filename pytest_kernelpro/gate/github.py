@@ -1,7 +1,8 @@
 """Create or update one sticky pull-request comment through the GitHub REST API (urllib).
 
-The comment is found by a hidden marker in its body (like marocchino/sticky-pull-request-
-comment and github-action-benchmark), across every page of the PR's comments. The token is
+The comment is found across every page of the PR's comments by its author (the bot the token
+posts as: login and id, `BotIdentity`) and the hidden marker its body starts with; a comment
+by anyone else is never edited, whatever it contains. The token is
 sent only to `api_url`'s own host (a `Link: next` URL elsewhere is refused) and never appears
 in an error message.
 """
@@ -14,6 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro import __version__
@@ -140,10 +142,42 @@ def _validate(repo: str, pr_number: int, token: str) -> None:
         )
 
 
-def find_comment(client: _Client, repo: str, pr_number: int, marker: str) -> dict[str, Any] | None:
-    """The PR comment holding `marker`, preferring one written by a bot (ours), else None."""
+@dataclass(frozen=True)
+class BotIdentity:
+    """Who the sticky comment belongs to: the account the workflow's token posts as.
+
+    With the workflow's GITHUB_TOKEN that is the GitHub Actions app's bot user (its public
+    login and id below); with a GitHub App's token, pass that app's bot login and id. A
+    comment is ours only when its author matches both *and* its body starts with the marker:
+    a person quoting the marker, or another bot, is never edited.
+    """
+
+    login: str = "github-actions[bot]"
+    id: int = 41898282
+
+    def owns(self, comment: dict[str, Any], marker: str) -> bool:
+        user = comment.get("user") or {}
+        return (
+            isinstance(user, dict)
+            and user.get("login") == self.login
+            and user.get("id") == self.id
+            and user.get("type") == "Bot"
+            and str(comment.get("body") or "").startswith(marker)
+        )
+
+
+GITHUB_ACTIONS_BOT = BotIdentity()
+
+
+def find_comment(
+    client: _Client,
+    repo: str,
+    pr_number: int,
+    marker: str,
+    bot: BotIdentity = GITHUB_ACTIONS_BOT,
+) -> dict[str, Any] | None:
+    """The PR's comment written by `bot` that starts with `marker` (the first), else None."""
     url: str | None = f"{client.base}/repos/{repo}/issues/{pr_number}/comments?per_page=100"
-    fallback = None
     for _ in range(_MAX_PAGES):
         if url is None:
             break
@@ -151,12 +185,10 @@ def find_comment(client: _Client, repo: str, pr_number: int, marker: str) -> dic
         if not isinstance(comments, list):
             raise GitHubApiError(f"GitHub API GET {url}: expected a list of comments")
         for comment in comments:
-            if marker in str(comment.get("body") or ""):
-                if (comment.get("user") or {}).get("type") == "Bot":
-                    return comment
-                fallback = fallback or comment
+            if isinstance(comment, dict) and bot.owns(comment, marker):
+                return comment
         url = _next_link(headers.get("link"))
-    return fallback
+    return None
 
 
 def pull_request_head(
@@ -178,17 +210,18 @@ def post_comment(
     api_url: str = DEFAULT_API_URL,
     marker: str = MARKER,
     timeout: float = 30,
+    bot: BotIdentity = GITHUB_ACTIONS_BOT,
 ) -> str:
     """Update the PR's sticky kernelpro comment, or create it; returns the comment's URL.
 
-    Never creates a second comment while one with `marker` exists. The marker is prepended
-    to `body` when missing.
+    Only a comment by `bot` whose body starts with `marker` is updated; anyone else's is
+    left alone. The marker is prepended to `body` when it does not start with it.
     """
     _validate(repo, pr_number, token)
-    if marker not in body:
+    if not body.startswith(marker):
         body = f"{marker}\n{body}"
     client = _Client(api_url, token, timeout)
-    existing = find_comment(client, repo, pr_number, marker)
+    existing = find_comment(client, repo, pr_number, marker, bot)
     if existing is not None:
         url = f"{client.base}/repos/{repo}/issues/comments/{int(existing['id'])}"
         result, _ = client.request("PATCH", url, {"body": body})

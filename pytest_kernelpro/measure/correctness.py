@@ -156,7 +156,7 @@ def poisoned_allocations(torch: Any) -> Iterator[None]:
             det_mod.fill_uninitialized_memory = prev[2]
 
 
-_POISON_SMALL_BYTES = 256 * 1024**2
+_POISON_SMALL_BYTES = 16 * 1024**2
 
 
 def _poison_value(torch: Any, dtype: Any) -> Any:
@@ -305,6 +305,87 @@ def _kernel_exception_text(exc: BaseException) -> str:
     return "".join(lines[-8:]).strip()[-2000:]
 
 
+def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") -> str | None:
+    """The first input tensor (its path and how many elements) that differs bitwise between
+    `original` and `used` (NaN equal to NaN), else None."""
+    if isinstance(original, torch.Tensor) and isinstance(used, torch.Tensor):
+        if original.shape != used.shape or original.dtype != used.dtype:
+            return f"{path} (its shape or dtype changed)"
+        a, b = original.detach(), used.detach()
+        if torch.equal(a, b):
+            return None
+        same = a == b
+        if a.is_floating_point() or a.is_complex():
+            same = same | (torch.isnan(a) & torch.isnan(b))
+        diff = int((~same).sum())
+        return None if diff == 0 else f"{path} ({diff} of {a.numel()} elements changed)"
+    if isinstance(original, (list, tuple)) and isinstance(used, (list, tuple)):
+        for i, (x, y) in enumerate(zip(original, used, strict=False)):
+            found = _changed_input(torch, x, y, f"{path}[{i}]" if path != "input" else f"input {i}")
+            if found:
+                return found
+        return None
+    if isinstance(original, dict) and isinstance(used, dict):
+        for key in original:
+            if key in used:
+                found = _changed_input(torch, original[key], used[key], f"{path}[{key!r}]")
+                if found:
+                    return found
+    return None
+
+
+def recheck_after_timing(
+    kernel: Callable[..., Any],
+    reference: Callable[..., Any],
+    timed_inputs: Sequence[Any],
+    fresh_inputs: Sequence[Any],
+    *,
+    device: str,
+    correctness: CorrectnessResult,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> str | None:
+    """Check the kernel once more after it was timed; the failure text, or None.
+
+    The timed inputs get new values written into them in place (same tensors, same
+    addresses), then the kernel runs on them under poisoned allocations and is compared with
+    the reference on a copy: a kernel that is correct only during the correctness trials
+    (counts its calls, caches by input address, leaves work for later) fails here.
+    """
+    import torch
+
+    for dst, src in zip(
+        _tensor_leaves(torch, timed_inputs), _tensor_leaves(torch, fresh_inputs), strict=False
+    ):
+        if dst.shape == src.shape and dst.dtype == src.dtype:
+            dst.copy_(src)
+    _sync(torch, device)
+
+    def tolerance_for(dtype: Any) -> Tolerance:
+        base = default_tolerance(dtype, tf32=correctness.tf32)
+        if rtol is None and atol is None:
+            return base
+        return Tolerance(
+            rtol=base.rtol if rtol is None else rtol,
+            atol=base.atol if atol is None else atol,
+            source="marker",
+        )
+
+    expected = reference(*clone_inputs(torch, timed_inputs))
+    _sync(torch, device)
+    try:
+        with poisoned_allocations(torch):
+            got = kernel(*timed_inputs)
+            _sync(torch, device)
+    except Exception as exc:
+        return f"after timing, the kernel raised {type(exc).__name__}: {exc}"
+    failed = [r for r in compare_outputs(torch, got, expected, tolerance_for) if not r.ok]
+    if not failed:
+        return None
+    text = " ".join(r.message or "" for r in failed[:3])
+    return f"correct in the trials, but wrong once timed (timed inputs refilled in place): {text}"
+
+
 def check_correctness(
     kernel: Callable[..., Any],
     reference: Callable[..., Any],
@@ -333,6 +414,7 @@ def check_correctness(
     max_abs = max_rel = 0.0
     notes: list[str] = []
     first_tol: Tolerance | None = None
+    reference_writes_inputs = False
 
     def tolerance_for(dtype: Any) -> Tolerance:
         if tolerance is not None:
@@ -371,14 +453,20 @@ def check_correctness(
             expected: Any = _UNSET
             if trial == 0 and device.startswith("cuda"):
                 try:  # record which fp32 matmuls/convs the reference runs (TF32 tolerance)
+                    ref_inputs = clone_inputs(torch, inputs)
                     with _record_fp32_matmuls(torch, found):
-                        expected = reference(*clone_inputs(torch, inputs))
+                        expected = reference(*ref_inputs)
                     _sync(torch, device)
+                    reference_writes_inputs = _changed_input(torch, inputs, ref_inputs) is not None
                 except Exception:  # a reference the dispatch mode upsets: run it plainly
                     found, expected = ["unknown"], _UNSET
             if expected is _UNSET:
-                expected = reference(*clone_inputs(torch, inputs))
+                ref_inputs = clone_inputs(torch, inputs)
+                expected = reference(*ref_inputs)
                 _sync(torch, device)
+                reference_writes_inputs = reference_writes_inputs or (
+                    _changed_input(torch, inputs, ref_inputs) is not None
+                )
         except KernelproError:
             raise
         except Exception as exc:
@@ -386,7 +474,6 @@ def check_correctness(
                 f"the reference raised {type(exc).__name__} on {where}: {exc}"
             ) from exc
         ker_inputs = clone_inputs(torch, inputs)
-        del inputs
         if found:
             unknown = "unknown" in found
             modes = {
@@ -414,6 +501,26 @@ def check_correctness(
                 output_path=None,
                 exception=text[:500],
                 cuda_error=is_cuda_error(exc),
+                notes=tuple(notes),
+                tf32=tf32_mode == "tf32",
+            )
+        # A kernel that writes into its inputs breaks its caller (and hides a reused scratch
+        # buffer); that is a failure unless the reference does the same by design.
+        changed = None if reference_writes_inputs else _changed_input(torch, inputs, ker_inputs)
+        del inputs
+        if changed is not None:
+            return CorrectnessResult(
+                passed=False,
+                trials=trials,
+                trials_run=trial + 1,
+                max_abs_err=max_abs,
+                max_rel_err=max_rel,
+                tolerance=first_tol or tolerance_for(getattr(expected, "dtype", None)),
+                failure=f"The kernel writes into its input {changed} on {where}; the "
+                "reference leaves its inputs unchanged. Write into a new or scratch tensor "
+                "instead.",
+                worst_index=None,
+                output_path=None,
                 notes=tuple(notes),
                 tf32=tf32_mode == "tf32",
             )

@@ -29,12 +29,14 @@ class FakeGitHub:
     url: str = ""
     link_host: str | None = None  # put another host into Link headers (token-leak check)
 
-    def add_comment(self, pr: int, body: str, user_type: str = "User") -> dict[str, Any]:
+    def add_comment(
+        self, pr: int, body: str, user_type: str = "User", login: str = "someone", uid: int = 1
+    ) -> dict[str, Any]:
         self.next_id += 1
         comment = {
             "id": self.next_id,
             "body": body,
-            "user": {"login": "someone", "type": user_type},
+            "user": {"login": login, "id": uid, "type": user_type},
             "html_url": f"https://github.example/pr/{pr}#issuecomment-{self.next_id}",
         }
         self.comments.setdefault(pr, []).append(comment)
@@ -82,7 +84,14 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                     headers["Link"] = f'<{nxt}>; rel="next", <{nxt}>; rel="last"'
                 return self._send(200, chunk, headers)
             if m and method == "POST":
-                comment = state.add_comment(int(m.group(1)), payload["body"], user_type="Bot")
+                # The token posts as the GitHub Actions bot.
+                comment = state.add_comment(
+                    int(m.group(1)),
+                    payload["body"],
+                    user_type="Bot",
+                    login="github-actions[bot]",
+                    uid=41898282,
+                )
                 return self._send(201, comment)
             m = re.fullmatch(r"/repos/[^/]+/[^/]+/issues/comments/(\d+)", parts.path)
             if m and method == "PATCH":

@@ -51,7 +51,7 @@ def table_rows(body: str) -> dict[str, list[str]]:
     for line in body.splitlines():
         if line.startswith("| ") and not line.startswith("| Kernel") and "|:--" not in line:
             cells = [c.strip() for c in line.strip("|").split(" | ")]
-            rows[cells[0]] = cells
+            rows[cells[0].strip("`")] = cells
     return rows
 
 
@@ -68,7 +68,7 @@ def test_comment_has_marker_summary_and_table(report: dict) -> None:
     assert re.fullmatch(r"\*\*\+(9\.9|10\.0|10\.1)%\*\*", slow[3])
     assert slow[4].startswith("`████▍")
     assert slow[4].endswith("55%")
-    assert slow[5:] == ["memory", "🔴 regressed"]
+    assert slow[5:] == ["memory", "🔴 regressed"]  # our own words: plain text
     assert rows["matmul[4096]"][3].startswith("**−")
     assert rows["matmul[4096]"][6] == "🟢 improved"
     assert rows["fresh[1]"][1] == "–"
@@ -81,20 +81,20 @@ def test_comment_has_marker_summary_and_table(report: dict) -> None:
     names = list(rows)
     assert names.index("broken[1]") < names.index("softmax[8192x4096]") < names.index("fresh[1]")
     assert "commit `0123456789ab`" in body
-    assert "torch 2.11.0" in body
+    assert "torch `2.11.0`" in body
 
 
 def test_details_for_regressed_and_failed_kernels(report: dict) -> None:
     body = render_comment(report)
     assert body.count("<details>") == 2
-    start = body.index("<details><summary>🔴 <b>softmax[8192x4096]</b>")
+    start = body.index("<details><summary>🔴 <code>softmax[8192x4096]</code>: regressed")
     block = body[start : body.index("</details>", start)]
     assert "Mann-Whitney U:** one-sided p = " in block
     assert "Confirmation re-measurement:** reproduced (+" in block
-    assert "time (same device: NVIDIA H200); tolerance 5.0%" in block
-    assert "### Automated Bottleneck Analysis" in block
-    assert "&lt;!-- x -->" in block  # guidance cannot plant a second marker
-    assert body.count("<!--") == 1
+    assert "time (same device: NVIDIA H200)`; tolerance 5.0%" in block
+    # The guidance comes from the artifact: a text block, shown verbatim, never rendered.
+    assert "```text\n### Automated Bottleneck Analysis\n- uncoalesced global loads" in block
+    assert body.startswith(MARKER)
     assert "output mismatch at [3, 7]" in body
 
 
@@ -145,16 +145,37 @@ def test_post_creates_then_updates_one_sticky_comment() -> None:
             assert headers["Accept"] == "application/vnd.github+json"
 
 
-def test_post_finds_the_marker_on_a_later_page_and_prefers_the_bot() -> None:
+def test_post_updates_only_the_bots_own_comment() -> None:
     with running_fake_github(TOKEN) as gh:
         for i in range(5):
             gh.add_comment(3, f"review {i}")
         quoted = gh.add_comment(3, f"> {MARKER} quoted by a person")
-        ours = gh.add_comment(3, f"{MARKER}\nold", user_type="Bot")
+        human = gh.add_comment(3, f"{MARKER}\na person's comment that starts with the marker")
+        other_bot = gh.add_comment(3, f"{MARKER}\nanother bot", user_type="Bot", login="evil[bot]")
+        impostor = gh.add_comment(  # the bot's login but another id
+            3, f"{MARKER}\nimpostor", user_type="Bot", login="github-actions[bot]", uid=7
+        )
+        mentions = gh.add_comment(  # the bot, but the marker is not at the start
+            3, f"hello {MARKER}", user_type="Bot", login="github-actions[bot]", uid=41898282
+        )
+        ours = gh.add_comment(
+            3, f"{MARKER}\nold", user_type="Bot", login="github-actions[bot]", uid=41898282
+        )
         post_comment("new", repo="o/r", pr_number=3, token=TOKEN, api_url=gh.url)
-        assert ours["body"] == f"{MARKER}\nnew"
-        assert quoted["body"].startswith("> ")
-        assert len(gh.all_comments(3)) == 7
+        assert ours["body"] == f"{MARKER}\nnew"  # found on the last page, by identity
+        for untouched in (quoted, human, other_bot, impostor, mentions):
+            assert "new" not in untouched["body"].splitlines()
+        assert len(gh.all_comments(3)) == 11
+        patched = [p for m, p, _, _ in gh.requests if m == "PATCH"]
+        assert patched == [f"/repos/o/r/issues/comments/{ours['id']}"]
+
+
+def test_post_never_edits_a_human_comment_with_the_marker_it_creates_its_own() -> None:
+    with running_fake_github(TOKEN) as gh:
+        human = gh.add_comment(4, f"{MARKER}\nI pasted the marker")
+        post_comment("ours", repo="o/r", pr_number=4, token=TOKEN, api_url=gh.url)
+        assert human["body"] == f"{MARKER}\nI pasted the marker"
+        assert [c["body"] for c in gh.all_comments(4)][-1] == f"{MARKER}\nours"
 
 
 def test_api_error_is_clear_and_never_shows_the_token() -> None:
@@ -217,8 +238,8 @@ def test_cli_merges_several_reports(tmp_path: Path) -> None:
     out = tmp_path / "c.md"
     assert comment_main([str(a), str(b), "--out", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
-    assert "| a[1] |" in text
-    assert "| b[1] |" in text
+    assert "| `a[1]` |" in text
+    assert "| `b[1]` |" in text
     assert "(2 kernels)" in text
 
 

@@ -44,7 +44,7 @@ def test_compare_against_a_baseline_yaml_as_markdown(
     assert compare_main([str(baseline), str(head), "--markdown"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("<!-- kernelpro-report -->")
-    assert "| b[1] | 50.0 µs | 60.0 µs |" in out
+    assert "| `b[1]` | 50.0 µs | 60.0 µs |" in out
 
 
 def test_compare_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -101,7 +101,7 @@ def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester) -> None:
     assert "output mismatch at [0, 3]" in (wrong.message or "")
     # Enough for the comment: same rows as from the JSON report.
     body = render_comment(build_report(list(back.values()), meta={}))
-    assert "| softmax[8192x4096] | 50.0 µs | 56.0 µs |" in body
+    assert "| `softmax[8192x4096]` | 50.0 µs | 56.0 µs |" in body
     assert "🔴 regressed" in body
     assert "🆕 new" in body
     assert "❌ failed" in body
