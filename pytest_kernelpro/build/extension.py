@@ -19,7 +19,8 @@ The build runs in a child process for three reasons: torch numbers repeated JIT 
 one name in a process (`name_v1`, which changes the compile flags and defeats the reuse);
 `load_inline` imports what it built, which runs the candidate's static initializers, and
 that must not happen in the process that builds ahead for the search; and several builds
-run at once on the machine's cores.
+run at once on the machine's cores. The child only builds: it does not import the module
+(which would run the candidate's static initializers outside the sandbox).
 """
 
 from __future__ import annotations
@@ -328,6 +329,11 @@ def _child(spec_path: Path) -> int:
 
     if cpp_extension.CUDA_HOME is None and os.environ.get("CUDA_HOME"):
         cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # a CPU-only torch builds too
+    # Build only: importing would run the candidate's static initializers here, outside the
+    # sandbox (the build ahead runs for the search's own process). The caller imports the
+    # `.so` from the cache entry where it is allowed to.
+    if hasattr(cpp_extension, "_import_module_from_library"):
+        cpp_extension._import_module_from_library = lambda *args, **kwargs: None
     try:
         cpp_extension.load_inline(**spec, verbose=True)  # ninja -v: the ptxas report
     except Exception as exc:
