@@ -52,11 +52,14 @@ def number_of(nodeid: str) -> int:
     return int(found.group(1)) if found else 10**6
 
 
-def sweep_order(nodeids: list[str]) -> list[str]:
-    """Level 1 in file-number order, then levels 2 and 3 interleaved (2, 3, 2, 3, ...)."""
+def sweep_order(nodeids: list[str], levels: list[int] | None = None) -> list[str]:
+    """Level 1 in file-number order, then levels 2 and 3 interleaved (2, 3, 2, 3, ...);
+    with `levels`, only those levels, one after the other in that order."""
     by_level: dict[int, list[str]] = {}
     for n in sorted(nodeids, key=lambda n: (level_of(n), number_of(n), n)):
         by_level.setdefault(level_of(n), []).append(n)
+    if levels:
+        return [n for level in levels for n in by_level.get(level, [])]
     order = list(by_level.pop(1, []))
     rest = [by_level[k] for k in sorted(by_level)]
     while any(rest):
@@ -131,7 +134,16 @@ def read_state(path: Path) -> list[dict[str, Any]]:
 class SweepPlugin:
     """Orders and filters the items, writes each record, stops at the deadline."""
 
-    def __init__(self, state: Path, done: set[str], deadline: float, limit: int, call: int):
+    def __init__(
+        self,
+        state: Path,
+        done: set[str],
+        deadline: float,
+        limit: int,
+        call: int,
+        levels: list[int] | None = None,
+    ):
+        self.levels = levels
         self.state = state
         self.done = done
         self.deadline = deadline
@@ -142,7 +154,7 @@ class SweepPlugin:
 
     def pytest_collection_modifyitems(self, config: Any, items: list[Any]) -> None:
         by_id = {i.nodeid: i for i in items}
-        order = [n for n in sweep_order(list(by_id)) if n not in self.done]
+        order = [n for n in sweep_order(list(by_id), self.levels) if n not in self.done]
         if self.limit:
             order = order[: self.limit]
         keep = set(order)
@@ -208,7 +220,8 @@ def run_call(args: argparse.Namespace, state: Path, call: int) -> dict[str, Any]
             argv.append(f"--kernelpro-ceilings={Path(args.ceilings).resolve()}")
         if not plugin_autoloaded():
             argv[0:0] = ["-p", "pytest_kernelpro.plugin"]
-        plugin = SweepPlugin(state, done, started + args.deadline_s, args.limit, call)
+        levels = [int(x) for x in args.levels.split(",")] if args.levels else None
+        plugin = SweepPlugin(state, done, started + args.deadline_s, args.limit, call, levels)
         exit_code = pytest.main(argv, plugins=[plugin])
     wall = time.monotonic() - started
     session = {
@@ -325,6 +338,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", help="state JSONL to resume from (default: OUT/sweep.jsonl)")
     parser.add_argument("--deadline-s", type=float, default=300.0, help="start no problem after")
     parser.add_argument("--limit", type=int, default=0, help="at most this many problems (0: all)")
+    parser.add_argument(
+        "--levels", help="only these levels, in this order, e.g. 3,1 (default: 1, then 2/3 mixed)"
+    )
     parser.add_argument("--device", default="auto", help="--kernelpro-device (auto: plugin's)")
     parser.add_argument("--ceilings", help="ceilings JSON measured on this device kind")
     parser.add_argument("--commit", help="the KernelBench commit (default: PROBLEMS/../COMMIT)")

@@ -180,16 +180,18 @@ def _run(
 
     trials = problem.trials or settings.trials
     phase[0] = f"checking correctness ({trials} trials)"
+    grad_mode = _grad_mode(problem)
     try:
-        correctness = check_correctness(
-            kernel,
-            reference,
-            make_inputs,
-            device=device,
-            trials=trials,
-            rtol=problem.rtol,
-            atol=problem.atol,
-        )
+        with grad_mode():
+            correctness = check_correctness(
+                kernel,
+                reference,
+                make_inputs,
+                device=device,
+                trials=trials,
+                rtol=problem.rtol,
+                atol=problem.atol,
+            )
     except KernelproError:
         raise
     except Exception as exc:
@@ -213,8 +215,13 @@ def _run(
         cuda_graph=settings.cuda_graph,
     )
     phase[0] = "timing"
+
+    def remeasure() -> Any:
+        with grad_mode():
+            return time_kernel(lambda: kernel(*inputs), device=device, budget=budget)
+
     try:
-        timing = time_kernel(lambda: kernel(*inputs), device=device, budget=budget)
+        timing = remeasure()
     except Exception as exc:
         _note_cuda_error(session, exc, problem.display_name)
         raise KernelproError(
@@ -222,7 +229,9 @@ def _run(
         ) from exc
     record.timing = timing.to_dict()
     record.device = timing.device
-    _recheck_after_timing(kernel, reference, inputs, make_inputs, device, problem, correctness)
+    phase[0] = "checking the kernel again after timing"
+    with grad_mode():
+        _recheck_after_timing(kernel, reference, inputs, make_inputs, device, problem, correctness)
 
     phase[0] = "counting the reference's FLOPs and bytes"
     _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s, memory)
@@ -237,12 +246,7 @@ def _run(
         optimize_item(item, session, record, device)
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
-        _gate(
-            item,
-            session,
-            record,
-            lambda: time_kernel(lambda: kernel(*inputs), device=device, budget=budget),
-        )
+        _gate(item, session, record, remeasure)
 
     # In check mode the verdict already fails a kernel below its min_roofline.
     if not settings.check and record.min_roofline is not None and record.efficiency is not None:
@@ -253,6 +257,24 @@ def _run(
                 f"(median {timing.stats.median_s * 1e6:.1f} us vs roofline "
                 f"{(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
             )
+
+
+def _grad_mode(problem: Any) -> Any:
+    """`torch.no_grad` for nn.Module kernels and KernelBench problems, else a no-op.
+
+    A module's parameters require gradients, so a forward outside no_grad records the
+    autograd graph and keeps every activation it saves alive as long as the output lives:
+    the check held a network's saved activations (ten times its footprint and more) and the
+    timing paid for recording the graph on every call. KernelBench's own evaluation runs the
+    models under no_grad. Plain functions keep the caller's mode (one may use autograd).
+    """
+    import contextlib
+
+    if problem.kind in ("kernelbench", "module"):
+        import torch
+
+        return torch.no_grad
+    return contextlib.nullcontext
 
 
 def _recheck_after_timing(

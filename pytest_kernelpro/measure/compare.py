@@ -119,6 +119,18 @@ def _compare_value(
     return LeafReport(path, tol, ok, msg, diff, rel, ratio if ok or ratio > 1 else math.inf)
 
 
+def _first_index(torch: Any, name: str, gd: Any, ed: Any) -> int:
+    """The first element of one chunk where mask `name` holds."""
+    g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+    if name == "nan":
+        mask = g_nan & ~e_nan
+    elif name == "missing nan":
+        mask = e_nan & ~g_nan
+    else:
+        mask = ~g_nan & ~e_nan & ~(torch.isfinite(gd) & torch.isfinite(ed)) & (gd != ed)
+    return int(mask.nonzero()[0])
+
+
 def compare_tensor(torch: Any, path: str, got: Any, exp: Any, tol: Tolerance) -> LeafReport:
     """One tensor pair: shape/dtype first, then exact (int/bool) or allclose (float)."""
     if not isinstance(got, torch.Tensor):
@@ -163,57 +175,82 @@ def _compare_exact(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     return LeafReport(path, tol, False, text, worst_ratio=math.inf, worst_index=index, kind="exact")
 
 
-COMPARE_CHUNK = 1 << 25  # elements compared at once: bounds the float64 temporaries (~2 GiB)
+COMPARE_CHUNK = 1 << 22  # elements compared at once: bounds the temporaries (~100 MB)
+
+
+def _work_dtype(torch: Any, dtype: Any) -> Any:
+    """float64 for float64/complex128 outputs; float32 (complex64) for narrower ones, whose
+    errors and tolerances float32 resolves with room to spare (its rounding, 6e-8 relative,
+    is far below any default rtol): half the memory of float64 temporaries."""
+    if dtype.is_complex:
+        return torch.complex128 if dtype == torch.complex128 else torch.complex64
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
-    """Floating/complex: allclose per element in float64, NaN and infinities explained.
+    """Floating/complex: allclose per element, NaN and infinities explained.
 
-    Compared in chunks of COMPARE_CHUNK elements: the float64 copies and masks of a whole
-    multi-GB output would take many times its size (a 7.5 GB fp32 output needed over 100 GB).
+    Compared in chunks of COMPARE_CHUNK elements, with the counts and maxima accumulated on
+    the device (one synchronization at the end): temporaries of a whole multi-GB output would
+    take many times its size (a 7.5 GB fp32 output needed over 100 GB in float64).
     """
     shape, total = tuple(e.shape), e.numel()
-    work = torch.complex128 if e.dtype.is_complex else torch.float64
+    work = _work_dtype(torch, e.dtype)
+    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
     g_flat, e_flat = g.reshape(-1), e.reshape(-1)
     names = ("nan", "missing nan", "inf", "over")
-    counts = dict.fromkeys(names, 0)
-    first: dict[str, int] = {}
-    max_abs = max_rel = worst_ratio = 0.0
-    worst_flat = 0
-    n_both_nan = 0
+    per_chunk: list[Any] = []  # per chunk: counts of each mask, both-NaN, max abs, max rel, ratio
+    worst_at: list[Any] = []
     for lo in range(0, total, COMPARE_CHUNK):
         hi = min(total, lo + COMPARE_CHUNK)
         gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
         g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
-        numbers = ~g_nan & ~e_nan
-        inf_any = numbers & (torch.isinf(gd) | torch.isinf(ed))
-        finite = numbers & ~inf_any
-        zero = torch.zeros((), dtype=torch.float64, device=gd.device)
+        finite = torch.isfinite(gd) & torch.isfinite(ed)
+        inf_any = ~g_nan & ~e_nan & ~finite
+        zero = torch.zeros((), dtype=real, device=gd.device)
         diff = torch.where(finite, (gd - ed).abs(), zero)
         e_abs = ed.abs()
+        del gd
         limit = tol.atol + tol.rtol * e_abs
-        masks = {
-            "nan": g_nan & ~e_nan,  # kernel NaN where the reference is a number
-            "missing nan": e_nan & ~g_nan,  # the reference is NaN, the kernel a number
-            "inf": inf_any & (gd != ed),  # an infinity on one side only, or of the other sign
-            "over": finite & (diff > limit),
-        }
-        # diff / 0 (exact tolerance) is inf for a real difference; elements with diff 0 give 0.
         ratio = torch.where(diff > 0, diff / limit, zero)
-        max_abs = max(max_abs, float(diff.max()))
         rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
-        max_rel = max(max_rel, float(rel.max()))
-        chunk_worst = int(ratio.argmax())
-        chunk_ratio = float(ratio[chunk_worst])
-        if chunk_ratio > worst_ratio or lo == 0:
-            worst_ratio, worst_flat = chunk_ratio, lo + chunk_worst
-        for name, mask in masks.items():
-            n = int(mask.sum())
-            if n and name not in first:
-                first[name] = lo + int(mask.nonzero()[0])
-            counts[name] += n
-        n_both_nan += int((g_nan & e_nan).sum())
-        del gd, ed, g_nan, e_nan, numbers, inf_any, finite, diff, e_abs, limit, masks, ratio, rel
+        counts = torch.stack(
+            [
+                (g_nan & ~e_nan).sum(),  # kernel NaN where the reference is a number
+                (e_nan & ~g_nan).sum(),  # the reference is NaN, the kernel a number
+                (inf_any & (g_flat[lo:hi].to(work) != ed)).sum(),  # an infinity on one side
+                (finite & (diff > limit)).sum(),
+                (g_nan & e_nan).sum(),
+            ]
+        )
+        best = ratio.argmax()
+        per_chunk.append(
+            torch.cat(
+                [
+                    counts.to(torch.float64),
+                    torch.stack([diff.max(), rel.max(), ratio[best]]).to(torch.float64),
+                ]
+            )
+        )
+        worst_at.append(best + lo)
+        del ed, g_nan, e_nan, finite, inf_any, diff, e_abs, limit, ratio, rel, counts
+    table = torch.stack(per_chunk).cpu()  # the one synchronization
+    starts = torch.stack(worst_at).cpu()
+    column = {name: table[:, i] for i, name in enumerate(names)}
+    counts_total = {name: int(column[name].sum()) for name in names}
+    n_both_nan = int(table[:, 4].sum())
+    max_abs, max_rel = float(table[:, 5].max()), float(table[:, 6].max())
+    best_chunk = int(table[:, 7].argmax())  # the first chunk holding the largest ratio
+    worst_ratio, worst_flat = float(table[best_chunk, 7]), int(starts[best_chunk])
+    first: dict[str, int] = {}
+    for name in ("nan", "missing nan", "inf"):
+        if counts_total[name]:
+            chunk = int((column[name] > 0).nonzero()[0])
+            lo, hi = chunk * COMPARE_CHUNK, min(total, (chunk + 1) * COMPARE_CHUNK)
+            first[name] = lo + _first_index(
+                torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
+            )
+    counts = counts_total
     notes = []
     if n_both_nan:
         notes.append(

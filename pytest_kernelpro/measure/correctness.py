@@ -156,7 +156,7 @@ def poisoned_allocations(torch: Any) -> Iterator[None]:
             det_mod.fill_uninitialized_memory = prev[2]
 
 
-_POISON_SMALL_BYTES = 256 * 1024**2
+_POISON_SMALL_BYTES = 16 * 1024**2
 
 
 def _poison_value(torch: Any, dtype: Any) -> Any:

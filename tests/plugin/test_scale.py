@@ -360,3 +360,26 @@ def test_automatic_regression_profiles_are_bounded(kp_project: pytest.Pytester) 
     for name, text in zip(("k2", "k3"), texts[1:], strict=True):
         assert "not collected automatically: 1 regressed kernel(s) were already profiled" in text
         assert f"pytest test_k.py::{name} --kernelpro-profile" in text
+
+
+def test_kernelbench_models_run_without_autograd(kp_project: pytest.Pytester) -> None:
+    folder = Path(kp_project.path) / "problems"
+    folder.mkdir()
+    # A forward with autograd on would record the graph and keep its saved activations alive.
+    (folder / "1_NoGrad.py").write_text(
+        PROBLEM.format(
+            init_sig="",
+            init_body="self.fc = nn.Linear(32, 8)",
+            forward="self.checked(x)",
+            model_new="",
+            init_args="",
+        ).replace(
+            "    def forward(self, x):",
+            "    def checked(self, x):\n"
+            "        assert not torch.is_grad_enabled(), 'autograd is on'\n"
+            "        return self.fc(x)\n"
+            "    def forward(self, x):",
+        )
+    )
+    result = kp_project.runpytest(f"--kernelpro-problems={folder}")
+    result.assert_outcomes(passed=1)
