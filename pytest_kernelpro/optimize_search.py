@@ -56,11 +56,12 @@ class ModelNew(nn.Module):
     def __init__(self, *init_inputs):
         super().__init__()
         built = _CURRENT.kernel_factory("cpu")
+        # A module is registered once, so the checker hands it the reference's weights.
         self.kernel = built if isinstance(built, nn.Module) else None
-        self._fn = built
+        self._fn = None if self.kernel is not None else built
 
     def forward(self, *args):
-        return (self.kernel or self._fn)(*args)
+        return (self.kernel if self.kernel is not None else self._fn)(*args)
 '''
 
 
@@ -118,6 +119,7 @@ def problem_context(item: KernelItem, device: str, sandbox_source: str) -> Probl
         reference_module=reference_module,
         device=device,
         sandbox_source=sandbox_source,
+        root=str(item.config.rootpath),
     )
     del inputs
     return context
@@ -363,6 +365,7 @@ def run_search(
 ) -> tuple[SearchRanking, dict[str, Any]]:
     """The whole loop for one item (module doc); (ranking, details for the report)."""
     from pytest_kernelpro.agents.benchmarking import render_reference_summary
+    from pytest_kernelpro.agents.llm.base import require_price
     from pytest_kernelpro.agents.llm.factory import make_backend
     from pytest_kernelpro.agents.profiling import ProfilingAgent
     from pytest_kernelpro.agents.programmer import ProgrammerAgent
@@ -381,7 +384,17 @@ def run_search(
 
     settings = session.settings
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
+    options: dict[str, Any] = {}
+    if settings.llm in ("anthropic", "openai"):
+        options["model"] = settings.model
+        if settings.llm_base_url:
+            options["base_url"] = settings.llm_base_url
+        if budget.max_usd is not None:
+            # Before any call: a spend budget cannot be kept for a model without a price.
+            require_price(settings.model, where=f"--kernelpro-optimize={settings.optimize}")
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The backend first: a missing key or package is said before any GPU time is spent.
+    backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
     clock = WallClock()
     sandbox_source = kernelbench_source(item, device)
     context = problem_context(item, device, sandbox_source)
@@ -429,12 +442,6 @@ def run_search(
         else None
     )
 
-    options: dict[str, Any] = {}
-    if settings.llm in ("anthropic", "openai"):
-        options["model"] = settings.model
-        if settings.llm_base_url:
-            options["base_url"] = settings.llm_base_url
-    backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
     device_name = record.device if device.startswith("cuda") else None
     agent = ProgrammerAgent(
         backend,

@@ -14,6 +14,7 @@ closes the section, so the model knows the interface `ModelNew` must match.
 from __future__ import annotations
 
 import inspect
+import os
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -65,8 +66,7 @@ class ProblemContext:
         for part in self.implementation:
             lines += ["", part.render()]
         if self.inputs:
-            where = f" on {self.device}" if self.device else ""
-            lines += ["", f"Inputs actually used{where} (in call order):"]
+            lines += ["", "Inputs actually used (in call order):"]
             lines += [f"- {line}" for line in self.inputs]
         if self.init_args:
             lines += ["", f"Constructor arguments (`get_init_inputs()`): {self.init_args}"]
@@ -105,7 +105,19 @@ def describe_value(value: Any, name: str = "") -> str:
     return f"{prefix}{type(value).__name__} {text[:80]}"
 
 
-def _where(obj: Any) -> str:
+def _relative(path: str | None, root: str | None) -> str:
+    if not path:
+        return "?"
+    if root:
+        real = os.path.realpath(path)
+        try:
+            return os.path.relpath(real, root) if os.path.commonpath([real, root]) == root else path
+        except ValueError:  # another drive
+            return path
+    return path
+
+
+def _where(obj: Any, root: str | None = None) -> str:
     target = inspect.unwrap(obj) if callable(obj) else obj
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or getattr(target, "__name__", "?")
@@ -114,7 +126,7 @@ def _where(obj: Any) -> str:
         line = inspect.getsourcelines(target)[1]
     except (OSError, TypeError):
         return f"{module}.{qualname}"
-    return f"{module}.{qualname}, {file}:{line}"
+    return f"{module}.{qualname}, {_relative(file, root)}:{line}"
 
 
 def source_of(obj: Any) -> str | None:
@@ -126,7 +138,7 @@ def source_of(obj: Any) -> str | None:
     return textwrap.dedent(source).rstrip()
 
 
-def reference_part(reference: Any) -> SourcePart:
+def reference_part(reference: Any, root: str | None = None) -> SourcePart:
     """The reference's source, or what it is when it has none (a PyTorch built-in)."""
     name = getattr(reference, "__qualname__", None) or getattr(reference, "__name__", None)
     source = source_of(reference)
@@ -138,9 +150,9 @@ def reference_part(reference: Any) -> SourcePart:
         )
     if name == "<lambda>":
         return SourcePart(
-            "The reference (a lambda in the marker)", _where(reference), source.strip()
+            "The reference (a lambda in the marker)", _where(reference, root), source.strip()
         )
-    return SourcePart("The reference", _where(reference), source)
+    return SourcePart("The reference", _where(reference, root), source)
 
 
 def _called_modules(obj: Any) -> list[Any]:
@@ -171,7 +183,7 @@ def _called_modules(obj: Any) -> list[Any]:
     return found
 
 
-def implementation_parts(kernel: Any) -> list[SourcePart]:
+def implementation_parts(kernel: Any, root: str | None = None) -> list[SourcePart]:
     """The implementation modules the kernel calls: whole when short, else the functions
     and classes of it that the kernel names."""
     parts = []
@@ -179,7 +191,7 @@ def implementation_parts(kernel: Any) -> list[SourcePart]:
         source = source_of(module)
         if source is None:
             continue
-        file = getattr(module, "__file__", "?")
+        file = _relative(getattr(module, "__file__", None), root)
         if len(source) <= MAX_MODULE_CHARS:
             parts.append(SourcePart(f"Implementation module `{module.__name__}`", file, source))
             continue
@@ -238,20 +250,23 @@ def build_context(
     reference_module: Any = None,
     device: str = "",
     sandbox_source: str = "",
+    root: str | os.PathLike[str] | None = None,
 ) -> ProblemContext:
-    """A ProblemContext from live objects (the kernel item's, in the pytest process)."""
+    """A ProblemContext from live objects (the kernel item's, in the pytest process); file
+    paths are shown relative to `root` (the repository) when under it."""
+    base = None if root is None else os.path.realpath(root)
     kernel_part = None
     implementation: list[SourcePart] = []
     if kernel is not None:
         source = source_of(kernel)
         if source is not None:
-            kernel_part = SourcePart("Current kernel", _where(kernel), source)
-        implementation = implementation_parts(kernel)
+            kernel_part = SourcePart("Current kernel", _where(kernel, base), source)
+        implementation = implementation_parts(kernel, base)
     names = list(input_names) or _parameter_names(kernel if kernel is not None else reference)
     names += [""] * max(0, len(inputs) - len(names))
     return ProblemContext(
         name=name,
-        reference=reference_part(reference),
+        reference=reference_part(reference, base),
         kernel=kernel_part,
         implementation=tuple(implementation),
         inputs=tuple(describe_value(v, n) for v, n in zip(inputs, names, strict=False)),

@@ -128,7 +128,7 @@ def test_make_backend(tmp_path: Path) -> None:
     assert len((tmp_path / "again.jsonl").read_text().splitlines()) == 1
     with pytest.raises(KernelproConfigError, match="names no file"):
         make_backend("replay:")
-    with pytest.raises(KernelproConfigError, match="Unknown LLM backend 'openai'"):
-        make_backend("openai")
+    with pytest.raises(KernelproConfigError, match="Unknown LLM backend 'gpt'"):
+        make_backend("gpt")
     with pytest.raises(KernelproConfigError, match="takes no options"):
         make_backend(f"replay:{path}", model="x")

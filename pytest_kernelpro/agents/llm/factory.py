@@ -8,16 +8,18 @@ from typing import Any
 from pytest_kernelpro.agents.llm.base import LLMBackend
 from pytest_kernelpro.errors import KernelproConfigError
 
-BACKEND_NAMES = ("anthropic", "replay:PATH")
+BACKEND_NAMES = ("anthropic", "openai", "replay:PATH")
 
 
 def make_backend(
     name: str, *, record_to: str | os.PathLike[str] | None = None, **options: Any
 ) -> LLMBackend:
-    """The backend for `name`: "anthropic" or "replay:PATH".
+    """The backend for `name`: "anthropic", "openai" (any OpenAI-compatible server: vLLM,
+    SGLang, Ollama) or "replay:PATH".
 
     `options` go to the backend's constructor (for "anthropic": model, base_url, timeout_s,
-    max_retries, stream_threshold, prices). `record_to` wraps the backend in a
+    max_retries, stream_threshold, prices; for "openai": model, base_url, timeout_s,
+    max_retries, prices). `record_to` wraps the backend in a
     `RecordingBackend` that appends every call to that JSONL file, for a later replay.
     """
     text = (name or "").strip()
@@ -26,6 +28,10 @@ def make_backend(
         from pytest_kernelpro.agents.llm.anthropic_backend import AnthropicBackend
 
         backend = AnthropicBackend(**options)
+    elif text == "openai":
+        from pytest_kernelpro.agents.llm.openai_backend import OpenAICompatibleBackend
+
+        backend = OpenAICompatibleBackend(**options)
     elif text.startswith("replay:"):
         path = text.removeprefix("replay:").strip()
         if not path:

@@ -1,0 +1,105 @@
+"""A loopback HTTP server that plays an OpenAI-compatible chat-completions endpoint (what
+vLLM, SGLang and Ollama serve) for the real `openai` SDK."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class ChatReply:
+    text: str = ""
+    finish_reason: str = "stop"
+    tool_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    prompt_tokens: int = 120
+    completion_tokens: int = 40
+
+
+@dataclass
+class FakeChatAPI:
+    replies: list[ChatReply]
+    model: str = "qwen3-coder-30b"
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    url: str = ""
+
+
+def _completion(api: FakeChatAPI, reply: ChatReply) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": f"call_{len(api.requests)}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(reply.tool_calls)
+        ]
+    return {
+        "id": f"chatcmpl-{len(api.requests)}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": api.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.tool_calls else reply.finish_reason,
+            }
+        ],
+        "usage": {
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        },
+    }
+
+
+def _handler(api: FakeChatAPI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            api.requests.append(
+                {"path": self.path, "body": body, "auth": self.headers.get("authorization")}
+            )
+            if self.path != "/v1/chat/completions" or not api.replies:
+                data = json.dumps(
+                    {"error": {"message": "no scripted reply", "type": "server_error"}}
+                )
+                self._send(500, data.encode())
+                return
+            self._send(200, json.dumps(_completion(api, api.replies.pop(0))).encode())
+
+        def _send(self, status: int, data: bytes) -> None:
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+@contextmanager
+def running_fake_chat_api(replies: list[ChatReply]) -> Iterator[FakeChatAPI]:
+    """Serve `replies` on 127.0.0.1 (a free port) for the duration of the block."""
+    api = FakeChatAPI(list(replies))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    api.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        yield api
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
