@@ -294,7 +294,7 @@ def _recheck_after_timing(
             kernel,
             reference,
             inputs,
-            make_inputs(1_000_033),
+            lambda: make_inputs(1_000_033),
             device=device,
             correctness=correctness,
             rtol=problem.rtol,

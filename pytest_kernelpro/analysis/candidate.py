@@ -3,7 +3,8 @@
 `python -m pytest_kernelpro.analysis.candidate SPEC.json` where the spec is
 
     {"problem_file": ".../candidate_problem.py", "device": "cuda", "timeout_s": 120,
-     "facts": {...RooflineFacts...}, "output": ".../analysis.json", "timeline_runs": 5}
+     "facts": {...RooflineFacts...}, "output": ".../analysis.json", "timeline_runs": 5,
+     "max_launches": 8}
 
 `problem_file` is a KernelBench-format file: the reference (`class Model`, `get_inputs`,
 `get_init_inputs`) followed by the candidate's module (`class ModelNew`). This program builds
@@ -67,6 +68,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         timeout_s=float(spec.get("timeout_s", 120.0)),
         ncu_path=spec.get("ncu_path"),
         timeline_runs=int(spec.get("timeline_runs", 5)),
+        max_launches=int(spec.get("max_launches", 8)),
     )
     analysis.extra["build_s"] = build_s
     analysis.extra["binaries"] = binaries

@@ -178,6 +178,7 @@ class CandidateProfiler:
         python: str = sys.executable,
         ncu_path: str | None = None,
         timeline_runs: int = 5,
+        max_launches: int = 8,
     ) -> None:
         if timeout_s <= 0:
             raise KernelproError(f"candidate profile timeout_s={timeout_s!r} must be positive")
@@ -189,6 +190,9 @@ class CandidateProfiler:
         self.python = python
         self.ncu_path = ncu_path
         self.timeline_runs = timeline_runs
+        # ncu replays every profiled launch once per metric pass, so a PyTorch-op candidate of
+        # a dozen kernels costs a dozen fused ones: the cap bounds one candidate's profile.
+        self.max_launches = max_launches
 
     def __call__(self, candidate: Candidate, evaluation: Evaluation) -> Mapping[str, Any]:
         """The candidate's Analysis dict; `ProfileFailed` when none could be made."""
@@ -210,6 +214,7 @@ class CandidateProfiler:
                 "output": str(output),
                 "ncu_path": self.ncu_path,
                 "timeline_runs": self.timeline_runs,
+                "max_launches": self.max_launches,
             }
             (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             with open(workdir / "stderr.log", "wb") as err:

@@ -175,7 +175,11 @@ def _compare_exact(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     return LeafReport(path, tol, False, text, worst_ratio=math.inf, worst_index=index, kind="exact")
 
 
-COMPARE_CHUNK = 1 << 22  # elements compared at once: bounds the temporaries (~100 MB)
+# Elements compared at once: at least COMPARE_CHUNK, else an eighth of the output, so the
+# temporaries (about 26 bytes per element in float32) stay near the output's own size while a
+# multi-GB output takes at most 8 chunks (kernel launches, not memory, bound the time).
+COMPARE_CHUNK = 1 << 22
+COMPARE_MAX_CHUNKS = 8
 
 
 def _work_dtype(torch: Any, dtype: Any) -> Any:
@@ -190,7 +194,7 @@ def _work_dtype(torch: Any, dtype: Any) -> Any:
 def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
     """Floating/complex: allclose per element, NaN and infinities explained.
 
-    Compared in chunks of COMPARE_CHUNK elements, with the counts and maxima accumulated on
+    Compared in chunks (see COMPARE_CHUNK), with the counts and maxima accumulated on
     the device (one synchronization at the end): temporaries of a whole multi-GB output would
     take many times its size (a 7.5 GB fp32 output needed over 100 GB in float64).
     """
@@ -198,11 +202,12 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     work = _work_dtype(torch, e.dtype)
     real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
     g_flat, e_flat = g.reshape(-1), e.reshape(-1)
+    step = max(COMPARE_CHUNK, -(-total // COMPARE_MAX_CHUNKS))
     names = ("nan", "missing nan", "inf", "over")
     per_chunk: list[Any] = []  # per chunk: counts of each mask, both-NaN, max abs, max rel, ratio
     worst_at: list[Any] = []
-    for lo in range(0, total, COMPARE_CHUNK):
-        hi = min(total, lo + COMPARE_CHUNK)
+    for lo in range(0, total, step):
+        hi = min(total, lo + step)
         gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
         g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
         finite = torch.isfinite(gd) & torch.isfinite(ed)
@@ -246,7 +251,7 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     for name in ("nan", "missing nan", "inf"):
         if counts_total[name]:
             chunk = int((column[name] > 0).nonzero()[0])
-            lo, hi = chunk * COMPARE_CHUNK, min(total, (chunk + 1) * COMPARE_CHUNK)
+            lo, hi = chunk * step, min(total, (chunk + 1) * step)
             first[name] = lo + _first_index(
                 torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
             )

@@ -338,7 +338,7 @@ def recheck_after_timing(
     kernel: Callable[..., Any],
     reference: Callable[..., Any],
     timed_inputs: Sequence[Any],
-    fresh_inputs: Sequence[Any],
+    fresh_inputs: Sequence[Any] | Callable[[], Sequence[Any]],
     *,
     device: str,
     correctness: CorrectnessResult,
@@ -354,11 +354,15 @@ def recheck_after_timing(
     """
     import torch
 
+    # `fresh_inputs` may be a factory: then the fresh set lives only for the copy, and the
+    # check holds one input set, not two (a multi-GB problem's peak memory).
+    fresh = fresh_inputs() if callable(fresh_inputs) else fresh_inputs
     for dst, src in zip(
-        _tensor_leaves(torch, timed_inputs), _tensor_leaves(torch, fresh_inputs), strict=False
+        _tensor_leaves(torch, timed_inputs), _tensor_leaves(torch, fresh), strict=False
     ):
         if dst.shape == src.shape and dst.dtype == src.dtype:
             dst.copy_(src)
+    del fresh
     _sync(torch, device)
 
     def tolerance_for(dtype: Any) -> Tolerance:

@@ -33,12 +33,13 @@ def _case() -> tuple[object, object]:
     return got, exp
 
 
-@pytest.mark.parametrize("chunk", [7, 100, 333, 1 << 25])
+@pytest.mark.parametrize(("chunk", "max_chunks"), [(7, 1000), (7, 8), (333, 8), (1 << 25, 8)])
 def test_chunked_comparison_gives_the_whole_tensors_answer(
-    chunk: int, monkeypatch: pytest.MonkeyPatch
+    chunk: int, max_chunks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     got, exp = _case()
     monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", chunk)
+    monkeypatch.setattr(compare_mod, "COMPARE_MAX_CHUNKS", max_chunks)
     report = compare_mod.compare_tensor(torch, "output", got, exp, TOL)
     assert not report.ok
     assert report.kind == "nan"
