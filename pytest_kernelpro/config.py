@@ -331,6 +331,14 @@ def add_options(parser: pytest.Parser) -> None:
         help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, 20,30m). Default: None",
     )
     group.addoption(
+        "--kernelpro-resume",
+        action="store_true",
+        default=False,
+        help="With --kernelpro-optimize: continue each kernel's latest search (its run folder "
+        "under .kernelpro/optimize/) instead of starting a new one; the budget counts the whole "
+        "search. Default: False",
+    )
+    group.addoption(
         "--kernelpro-only",
         action="store_true",
         default=False,
@@ -434,6 +442,7 @@ class KernelproConfig:
     auto_profiles: int
     auto_profile_time_s: float
     sources: dict[str, str]  # setting name -> where its value came from
+    resume: bool = False  # --kernelpro-resume: continue the latest search of each kernel
 
     @property
     def artifacts_dir(self) -> Path:
@@ -522,6 +531,7 @@ class KernelproConfig:
             auto_profiles=values["auto_profiles"],
             auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
+            resume=bool(config.getoption("kernelpro_resume", default=False)),
         )
 
 

@@ -38,6 +38,16 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
+def _defining_source(cls: type, fallback: str) -> str:
+    import inspect
+
+    try:
+        file = inspect.getsourcefile(cls)
+        return Path(file).read_text(encoding="utf-8") if file else fallback
+    except (OSError, TypeError, UnicodeDecodeError):
+        return fallback
+
+
 def problem_from_kernelbench(path: Path) -> Problem:
     """Import the file and wrap it as a Problem; a broken file is a clear error."""
     try:
@@ -96,6 +106,9 @@ def problem_from_kernelbench(path: Path) -> Problem:
 
     text = path.read_text(encoding="utf-8")
     language = detect_language(text) if kernel_cls is not reference_cls else "pytorch"
+    if language == "pytorch" and kernel_cls is not reference_cls:
+        # ModelNew imported from another file (a kernelpro patch): that file decides.
+        language = detect_language(_defining_source(kernel_cls, text))
     return Problem(
         name=path.stem,
         kernel_factory=kernel_factory,

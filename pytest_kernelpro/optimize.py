@@ -1,27 +1,41 @@
-"""`--kernelpro-optimize`: the guided search for one kernel item.
+"""`--kernelpro-optimize`: what the guided search of one kernel item hands the user.
 
-Glue only: `optimize_search.run_search` composes the loop (the Programmer Agent proposes,
-the sandbox checks and times, every correct candidate is profiled, MCTS or greedy decides,
-the top candidates are re-measured against the current kernel) and returns a
-`search.ranking.SearchRanking`. The ranked result, the top candidate and its patch against
-the kernel's source file and the trajectory are written under `.kernelpro/optimize/` and
-summarised in the item's report section.
+`optimize_search.run_search` composes the loop (Programmer Agent, sandbox, profiling
+evaluator, MCTS or greedy, the final interleaved re-measurement and `SearchRanking`). This
+module wraps it with what the user gets (`handoff/`), through `SearchHooks`:
+
+1. a run folder (`handoff/runs.py`; `--kernelpro-resume` continues the latest);
+2. the current kernel's sandbox evaluation is checked before any model call: a kernel the
+   sandbox cannot import (it runs with pytest's sys.path) stops the search there;
+3. live progress (`handoff/progress.py`); after every evaluation the summary (and, when the
+   best changed, the patches) are written to the run folder, so Ctrl-C or a crash keeps the
+   trajectory, the best so far and its patch;
+4. the ranked candidates, one patch per candidate plus `best.patch` (`handoff/outcome.py`,
+   `search/patch.py`), and the summary in the record (terminal, JSON, JUnit, PR comment).
+
+A requested search that did not run fails the kernel item with the reason: never a silent
+pass. Problems found before any work (no API key, unreachable API, an unusable replay) are
+usage errors raised by the plugin (`handoff/preflight.py`).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import re
+import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import KernelproError
-from .fileio import atomic_write_text
+from .fileio import atomic_write_json
+from .handoff.replay import slug as _slug
 
 if TYPE_CHECKING:
+    from .handoff.progress import SearchProgress
+    from .handoff.runs import RunFolder
     from .items import KernelItem
     from .results import KernelRecord
+    from .search.base import Candidate, Evaluation
+    from .search.patch import KernelSite
     from .session import KernelproSession
 
 SHIM_TEMPLATE = '''\
@@ -60,9 +74,7 @@ def get_init_inputs():
     return []
 '''
 
-
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
+_IMPORT_FAILURES = ("ModuleNotFoundError", "ImportError", "No module named")
 
 
 def kernelbench_source(item: KernelItem, device: str) -> str:
@@ -79,81 +91,409 @@ def kernelbench_source(item: KernelItem, device: str) -> str:
     )
 
 
+class _SearchState:
+    """What the search found so far, written to the run folder as it grows."""
+
+    def __init__(
+        self,
+        kernel: str,
+        budget: str,
+        progress: SearchProgress,
+        efficiency_before: float | None,
+    ) -> None:
+        self.kernel = kernel
+        self.budget = budget
+        self.progress = progress
+        self.efficiency_before = efficiency_before
+        self.started = time.monotonic()
+        self.run: RunFolder | None = None
+        self.site: KernelSite | None = None
+        self.root: Path | None = None
+        self.site_error: str | None = None
+        self.current: Evaluation | None = None
+        self.algorithm: Any = None
+        self.backend_name = ""
+        self._written_best: tuple[int, ...] = ()
+        self._patches: dict[int, tuple[Any, Any]] = {}
+        self.patch_info: dict[str, Any] = {"best_patch": None, "errors": []}
+
+    @property
+    def current_speedup(self) -> float | None:
+        cur = self.current
+        return cur.speedup if cur is not None and cur.ok else None
+
+    def summary(self, *, stop_reason: str = "", interrupted: bool = False) -> dict[str, Any]:
+        """The summary of the search so far; writes it (and changed patches) to the run folder."""
+        from .handoff.outcome import rank_nodes, write_patches
+
+        nodes = list(self.algorithm.tree.evaluated()) if self.algorithm is not None else []
+        ranked, outcomes = rank_nodes(
+            nodes, current_speedup=self.current_speedup, efficiency_before=self.efficiency_before
+        )
+        ids = tuple(e["node_id"] for e in ranked)
+        if self.run is not None and self.site is not None and self.root is not None and ranked:
+            if ids != self._written_best:
+                top = ranked[0]
+                self.patch_info = write_patches(
+                    ranked,
+                    {n.id: n.candidate.code for n in nodes if n.candidate is not None},
+                    self.site,
+                    self.root,
+                    self.run.patches,
+                    kernel=self.kernel,
+                    best=top["node_id"] if (top.get("speedup_vs_current") or 0.0) > 1.0 else None,
+                )
+                self._written_best = ids
+                self._patches = {e["node_id"]: (e.get("patch"), e.get("files")) for e in ranked}
+            else:
+                for entry in ranked:
+                    entry["patch"], entry["files"] = self._patches.get(
+                        entry["node_id"], (None, None)
+                    )
+        best = ranked[0] if ranked else None
+        faster = best is not None and (best.get("speedup_vs_current") or 0.0) > 1.0
+        if best is None:
+            status = "no correct candidate"
+            reason = "the search produced no correct candidate"
+        elif self.current_speedup is None:
+            status = "candidates found"
+            reason = "the current kernel could not be measured in the sandbox; speedups are over the reference"
+        elif faster:
+            status = "faster candidate found"
+            reason = (
+                f"candidate {best['node_id']} measured {best['speedup_vs_current']:.2f}x the current "
+                "kernel (one measurement in the search, not re-measured)"
+            )
+        else:
+            status = "no faster candidate"
+            reason = "no correct candidate measured faster than the current kernel; keep it"
+        if interrupted:
+            reason = "interrupted (Ctrl-C or a crash) after the evaluations listed; " + reason
+        cur = self.current
+        data: dict[str, Any] = {
+            "status": status,
+            "reason": reason,
+            "interrupted": interrupted,
+            "kernel": self.kernel,
+            "budget": self.budget,
+            "backend": self.backend_name,
+            "evaluations": len(nodes),
+            "stop_reason": stop_reason or ("interrupted" if interrupted else ""),
+            "usd": sum(n.candidate.cost_usd for n in nodes if n.candidate is not None),
+            "elapsed_s": time.monotonic() - self.started,
+            "run_dir": str(self.run.path) if self.run else None,
+            "resumed": bool(self.run and self.run.resumed),
+            "trajectory": str(self.run.trajectory) if self.run else None,
+            "current": {
+                "status": None if cur is None else cur.status,
+                "reason": None if cur is None else cur.reason,
+                "speedup_vs_reference": self.current_speedup,
+                "efficiency": self.efficiency_before,
+            },
+            "outcomes": outcomes,
+            "candidates": ranked,
+            "winner": best["node_id"] if faster and best else None,
+            "best_speedup": best["speedup_vs_reference"] if best else None,
+            "best_speedup_vs_current": best.get("speedup_vs_current") if best else None,
+            "best_patch": self.patch_info.get("best_patch") if faster else None,
+            "patch_errors": list(self.patch_info.get("errors") or [])
+            + ([self.site_error] if self.site_error else []),
+            "guidance": best.get("lineage_guidance", []) if best else [],
+        }
+        if self.run is not None:
+            atomic_write_json(self.run.summary, data)
+        return data
+
+    def final(self, ranking: Any, details: dict[str, Any]) -> dict[str, Any]:
+        """The summary once the search ended and its contenders were re-measured."""
+        from .handoff.outcome import final_candidates, write_patches
+
+        nodes = list(self.algorithm.tree.evaluated()) if self.algorithm is not None else []
+        ranked = final_candidates(
+            ranking,
+            nodes,
+            current_speedup=self.current_speedup,
+            efficiency_before=self.efficiency_before,
+        )
+        winner = ranking.winner
+        info: dict[str, Any] = {"best_patch": None, "errors": []}
+        if self.run is not None and self.site is not None and self.root is not None and ranked:
+            info = write_patches(
+                ranked,
+                {e["node_id"]: e["code"] for e in ranked},
+                self.site,
+                self.root,
+                self.run.patches,
+                kernel=self.kernel,
+                best=winner.node_id if winner is not None else None,
+            )
+        for entry in ranked:
+            entry.pop("code", None)
+        top = ranked[0] if ranked else None
+        cur = self.current
+        data: dict[str, Any] = {
+            "status": ranking.status,
+            "reason": ranking.reason,
+            "interrupted": False,
+            "kernel": self.kernel,
+            "budget": self.budget,
+            "backend": self.backend_name,
+            "evaluations": ranking.evaluations,
+            "stop_reason": ranking.stop_reason,
+            "usd": ranking.usd,
+            "elapsed_s": time.monotonic() - self.started,
+            "wall_s": dict(ranking.wall_s),
+            "rounds": ranking.rounds,
+            "baseline": ranking.baseline,
+            "run_dir": str(self.run.path) if self.run else None,
+            "resumed": bool(self.run and self.run.resumed),
+            "trajectory": details.get("trajectory"),
+            "current": {
+                "status": None if cur is None else cur.status,
+                "reason": None if cur is None else cur.reason,
+                "speedup_vs_reference": self.current_speedup,
+                "efficiency": self.efficiency_before,
+            },
+            "outcomes": dict(
+                Counter(n.evaluation.status for n in nodes if n.evaluation is not None)
+            ),
+            "candidates": ranked,
+            "winner": None if winner is None else winner.node_id,
+            "best_speedup": None if top is None else top.get("speedup_vs_reference"),
+            "best_speedup_vs_current": None if top is None else top.get("speedup_vs_current"),
+            "best_patch": info.get("best_patch"),
+            "patch": None if top is None else top.get("patch"),
+            "strategy": None if top is None else top.get("strategy"),
+            "patch_errors": list(info.get("errors") or [])
+            + ([self.site_error] if self.site_error else []),
+            "guidance": [] if top is None else top.get("lineage_guidance", []),
+            "ranking": ranking.to_dict(),
+            "profiles": details.get("profiles", []),
+        }
+        if top is not None:
+            data["best"] = {
+                k: top.get(k)
+                for k in ("node_id", "speedup_vs_current", "speedup_vs_reference", "verdict")
+            }
+        if ranking.status != "improved":
+            data["why"] = ranking.reason
+        if self.run is not None:
+            atomic_write_json(self.run.summary, data)
+        return data
+
+
+class _ObservedGenerator:
+    """The Programmer Agent, reporting "generating" and the spend to the progress line."""
+
+    def __init__(self, inner: Any, state: _SearchState) -> None:
+        self.inner = inner
+        self.state = state
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def generate(self, mode: Any, parent: Any, evaluation: Any, *, max_candidates: int = 1) -> Any:
+        self.state.summary()  # the node evaluated last is in the tree now: keep it on disk
+        self.state.progress.phase("generating")
+        out = self.inner.generate(mode, parent, evaluation, max_candidates=max_candidates)
+        self.state.progress.spent(self.state.progress.usd + sum(c.cost_usd for c in out))
+        return out
+
+
+class _ObservedEvaluator:
+    """The evaluator, reporting each outcome to the progress line."""
+
+    def __init__(self, inner: Any, state: _SearchState) -> None:
+        self.inner = inner
+        self.state = state
+
+    def prepare(self, candidates: Any) -> None:
+        """Let the inner evaluator build ahead (`SandboxEvaluator.prepare`)."""
+        self.state.progress.phase("building")
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare(candidates)
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        state = self.state
+        state.summary()
+        evaluation = self.inner.evaluate(candidate)
+        base = state.current_speedup
+        vs_current = (
+            evaluation.speedup / base if evaluation.ok and evaluation.speedup and base else None
+        )
+        shown = (
+            vs_current
+            if vs_current is not None
+            else (evaluation.speedup if evaluation.ok else None)
+        )
+        label = f"candidate {len(state.algorithm.tree.nodes)}" if state.algorithm else ""
+        detail = evaluation.status if not evaluation.ok else ""
+        if evaluation.reason and not evaluation.ok:
+            reason = " ".join(evaluation.reason.split())
+            detail += f" ({reason if len(reason) <= 90 else reason[:87] + '...'})"
+        state.progress.evaluated(detail or "correct", shown, label=label)
+        return evaluation
+
+
 def optimize_item(
     item: KernelItem, session: KernelproSession, record: KernelRecord, device: str
 ) -> None:
-    """Run the search within the session's budget; never fails the kernel item."""
+    """Run the search within the session's budget; a search that did not run fails the item."""
+    from .handoff.progress import pytest_progress
+    from .search.budget import parse_budget
+
     settings = session.settings
-    out_dir = settings.artifacts_dir / "optimize" / _slug(record.name)
+    budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
+    kernel_dir = settings.artifacts_dir / "optimize" / _slug(record.name)
+    progress = pytest_progress(session.config, record.name, str(budget), budget.max_evaluations)
+    state = _SearchState(record.name, str(budget), progress, record.efficiency)
+    summary: dict[str, Any]
     try:
-        summary = _search(item, session, record, device, out_dir)
+        summary = _search(item, session, record, device, kernel_dir, state)
     except KernelproError as exc:
-        summary = {"status": "not run", "why": str(exc)}
-    record.extra["optimize"] = summary
-    lines = [f"optimize: {summary['status']}"]
-    if summary.get("why"):
-        lines.append(f"  {summary['why']}")
-    best = summary.get("best")
-    if best:
-        vs_ref = best.get("speedup_vs_reference")
-        lines.append(
-            f"  candidate {best['node_id']}: {best['speedup_vs_current']:.3g}x the "
-            f"{summary.get('baseline', 'current kernel')}"
-            + (f" ({vs_ref:.3g}x the reference)" if vs_ref else "")
-            + f", re-measured in {summary.get('rounds', 0)} interleaved rounds: {best['verdict']}"
-            f" ({summary['evaluations']} evaluations, stop: {summary['stop_reason']})"
+        summary = {
+            "status": "not run",
+            "reason": str(exc),
+            "kernel": record.name,
+            "run_dir": str(state.run.path) if state.run else None,
+        }
+    except KeyboardInterrupt:
+        summary = (
+            state.summary(interrupted=True)
+            if state.algorithm is not None
+            else {
+                "status": "not run",
+                "reason": "interrupted before the search started",
+                "interrupted": True,
+                "kernel": record.name,
+            }
         )
-    if summary.get("patch"):
-        lines.append(f"  patch: {summary['patch']}  trajectory: {summary['trajectory']}")
-    wall = summary.get("wall_s")
-    if wall:
-        lines.append("  wall: " + ", ".join(f"{k} {v:.1f} s" for k, v in wall.items()))
-    record.extra["optimize_text"] = "\n".join(lines)
+        _attach(record, summary)
+        progress.close(f"interrupted; kept {summary.get('run_dir')}")
+        record.outcome = "passed"
+        record.message = "optimize interrupted"
+        session.add_record(record)  # no report comes for an interrupted item
+        raise
+    progress.close(_closing_line(summary))
+    _attach(record, summary)
+    if summary["status"] == "not run":
+        raise KernelproError(
+            f"{record.name}: --kernelpro-optimize was requested but the search did not run: "
+            f"{summary['reason']}"
+        )
+
+
+def _attach(record: KernelRecord, summary: dict[str, Any]) -> None:
+    from .gate.optimize_table import render_optimize_text
+
+    record.extra["optimize"] = summary
+    record.extra["optimize_text"] = render_optimize_text(summary)
+
+
+def _closing_line(summary: dict[str, Any]) -> str:
+    best = summary.get("best_speedup_vs_current")
+    text = f"{summary['status']}"
+    if best is not None:
+        text += f", best {best:.2f}x the current kernel"
+    if summary.get("best_patch"):
+        text += f"; patch {summary['best_patch']}"
+    return text
+
+
+class SearchHooks:
+    """How this module watches and steers `optimize_search.run_search` (see its doc)."""
+
+    def __init__(self, settings: Any, record: KernelRecord, run: RunFolder, state: _SearchState):
+        self.settings = settings
+        self.record = record
+        self.run = run
+        self.state = state
+        self.resume = run.resumed
+
+    def phase(self, name: str) -> None:
+        self.state.progress.phase(name)
+
+    def backend(self, out_dir: Path) -> Any:
+        """A replay (directory or file, noise-tolerant); None: the loop's own backend."""
+        backend = _backend(self.settings, self.record, self.run)
+        if backend is not None:
+            self.state.backend_name = getattr(backend, "name", "")
+        else:
+            self.state.backend_name = self.settings.llm
+        return backend
+
+    def checked_current(self, evaluation: Evaluation) -> None:
+        self.state.current = evaluation
+        if evaluation.ok:
+            return
+        reason = evaluation.reason or evaluation.status
+        if any(word in (reason + evaluation.logs) for word in _IMPORT_FAILURES):
+            raise KernelproError(
+                f"the sandbox cannot import the kernel {self.record.name} as pytest did: "
+                f"{reason}. It runs with pytest's sys.path; make the kernel's imports work from "
+                "the rootdir (pythonpath ini, a package, or conftest sys.path insertions)"
+            )
+        self.state.progress.note(
+            f"the current kernel did not pass in the sandbox ({reason}); speedups are over "
+            "the reference"
+        )
+
+    def wrap(self, generator: Any, evaluator: Any) -> tuple[Any, Any]:
+        return _ObservedGenerator(generator, self.state), _ObservedEvaluator(evaluator, self.state)
+
+    def started(self, algorithm: Any) -> None:
+        self.state.algorithm = algorithm
 
 
 def _search(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, device: str, out_dir: Path
+    item: KernelItem,
+    session: KernelproSession,
+    record: KernelRecord,
+    device: str,
+    kernel_dir: Path,
+    state: _SearchState,
 ) -> dict[str, Any]:
+    from .handoff.runs import open_run
+    from .handoff.site import kernel_site
     from .optimize_search import run_search
+    from .search.patch import PatchError
 
-    ranking, details = run_search(item, session, record, device, out_dir)
-    source_file = Path(item.problem.source_file)
-    kernel_source = source_file.read_text(encoding="utf-8") if source_file.is_file() else ""
-    summary: dict[str, Any] = {
-        "status": ranking.status,
-        "evaluations": ranking.evaluations,
-        "stop_reason": ranking.stop_reason,
-        "usd": ranking.usd,
-        "trajectory": details.get("trajectory"),
-        "ranking": ranking.to_dict(),
-        "wall_s": dict(ranking.wall_s),
-        "rounds": ranking.rounds,
-        "baseline": ranking.baseline,
-        "profiles": details.get("profiles", []),
-    }
-    if ranking.status != "improved":
-        summary["why"] = ranking.reason
-    top = ranking.winner or next(iter(ranking.remeasured), None)
-    if top is not None:
-        best_code = top.code
-        summary["best"] = {
-            "node_id": top.node_id,
-            "speedup_vs_current": top.speedup_vs_current,
-            "speedup_vs_reference": top.speedup_vs_reference,
-            "verdict": top.verdict,
-        }
-        summary["best_speedup"] = top.speedup_vs_reference
-        best_path = atomic_write_text(out_dir / "best_candidate.py", best_code)
-        patch = "".join(
-            difflib.unified_diff(
-                kernel_source.splitlines(keepends=True),
-                best_code.splitlines(keepends=True),
-                fromfile=f"a/{source_file.name}",
-                tofile=f"b/{source_file.name}",
+    settings = session.settings
+    run = open_run(kernel_dir, resume=settings.resume)
+    state.run = run
+    state.progress.note(("resuming " if run.resumed else "run folder ") + str(run.path))
+    try:
+        state.site, state.root = kernel_site(item, settings.rootpath)
+    except PatchError as exc:
+        state.site_error = f"no patch can be written: {exc}"
+    state.progress.phase("checking")
+    hooks = SearchHooks(settings, record, run, state)
+    ranking, details = run_search(item, session, record, device, run.path, hooks=hooks)
+    atomic_write_json(run.path / "ranking.json", ranking.to_dict())
+    return state.final(ranking, details)
+
+
+def _backend(settings: Any, record: KernelRecord, run: RunFolder) -> Any:
+    """The model backend, recording every call into the run folder."""
+    from .agents.llm.base import LLMError
+    from .agents.llm.replay import RecordingBackend
+    from .handoff.replay import NoiseTolerantReplay, recording_for, replay_source
+
+    source = replay_source(settings.llm)
+    if source is None:
+        return None  # the loop builds the model backend, recording into the run folder
+    try:
+        path = recording_for(source, record.name, record.kernel)
+        if path is None:
+            raise KernelproError(
+                f"the replay directory {source} has no recording for {record.name}"
             )
-        )
-        summary["patch"] = str(atomic_write_text(out_dir / "best_candidate.patch", patch))
-        summary["best_candidate"] = str(best_path)
-        summary["strategy"] = top.strategy
-    atomic_write_text(out_dir / "ranking.json", json.dumps(ranking.to_dict(), indent=1))
-    return summary
+        replay = NoiseTolerantReplay(path)
+        if run.resumed:
+            # Answers whose candidates reached the trajectory; one generated but cut off by
+            # the interruption before it was evaluated is served again.
+            replay.skip_served(run.trajectory)
+        return RecordingBackend(replay, run.llm_calls)
+    except LLMError as exc:
+        raise KernelproError(str(exc)) from None

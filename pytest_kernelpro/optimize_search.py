@@ -20,6 +20,8 @@ GPU says so when it cannot run and the loop goes on without it.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -206,6 +208,12 @@ class TimedEvaluator:
         self.inner = inner
         self.clock = clock
 
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Let the inner evaluator build ahead (`SandboxEvaluator.prepare`)."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare(candidates)
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
         started = time.perf_counter()
         evaluation = self.inner.evaluate(candidate)
@@ -360,10 +368,38 @@ def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[s
     )
 
 
+def session_path() -> tuple[str, ...]:
+    """The sys.path pytest built for this session (rootdir and conftest insertions, the
+    `pythonpath` ini, a src/ layout): the sandbox imports the kernel's modules with it."""
+    return tuple(p for p in sys.path if p)
+
+
+def _project_path(entries: Sequence[str]) -> list[str]:
+    """The entries of `entries` outside the interpreter's own (stdlib, site-packages)."""
+    prefixes = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for entry in entries:
+        resolved = str(Path(entry).resolve())
+        if not any(resolved.startswith(prefix) for prefix in prefixes):
+            out.append(entry)
+    return out
+
+
 def run_search(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, device: str, out_dir: Path
+    item: KernelItem,
+    session: KernelproSession,
+    record: KernelRecord,
+    device: str,
+    out_dir: Path,
+    *,
+    hooks: Any = None,
 ) -> tuple[SearchRanking, dict[str, Any]]:
-    """The whole loop for one item (module doc); (ranking, details for the report)."""
+    """The whole loop for one item (module doc); (ranking, details for the report).
+
+    `hooks` (`optimize.SearchHooks`) is how the caller watches and steers the loop without
+    this module knowing about run folders, progress displays or patches: the model backend,
+    resume, the current kernel's check, wrappers of the generator and the evaluator, the
+    phase of the loop."""
     from pytest_kernelpro.agents.benchmarking import render_reference_summary
     from pytest_kernelpro.agents.llm.base import require_price
     from pytest_kernelpro.agents.llm.factory import make_backend
@@ -394,7 +430,9 @@ def run_search(
             require_price(settings.model, where=f"--kernelpro-optimize={settings.optimize}")
     out_dir.mkdir(parents=True, exist_ok=True)
     # The backend first: a missing key or package is said before any GPU time is spent.
-    backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
+    backend = hooks.backend(out_dir) if hooks is not None else None
+    if backend is None:
+        backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
     clock = WallClock()
     sandbox_source = kernelbench_source(item, device)
     context = problem_context(item, device, sandbox_source)
@@ -406,13 +444,22 @@ def run_search(
         atol=item.problem.atol,
         rtol=item.problem.rtol,
         timing=timing,
+        sys_path=session_path(),
     )
     sandbox = SandboxEvaluator(task)
+    if hooks is not None:
+        sandbox.on_phase = hooks.phase
     env = sandbox.environment()
+    # The re-measurement workers import the current kernel too: the same project path.
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (env.get("PYTHONPATH", ""), *_project_path(task.sys_path)) if p
+    )
 
     # The user's current kernel, in the same sandbox as every candidate.
     current_code = current_kernel_code(item, sandbox_source)
     current = sandbox.evaluate(Candidate(code=current_code, strategy="the current kernel"))
+    if hooks is not None:
+        hooks.checked_current(current)  # e.g. stops before any model call if it cannot import
     details: dict[str, Any] = {"current": current.to_dict()}
     ref_s = current.metrics.get("ref_median_s")
     cur_s = current.metrics.get("candidate_median_s") if current.ok else None
@@ -470,11 +517,17 @@ def run_search(
     else:
         algorithm = MCTS(MCTSConfig(candidates_per_expansion=settings.candidates))
     trajectory = out_dir / "trajectory.jsonl"
+    generator: Any = TimedGenerator(agent, clock)
+    watched: Any = TimedEvaluator(evaluator, clock)
+    if hooks is not None:
+        generator, watched = hooks.wrap(generator, watched)
+        hooks.started(algorithm)
     result = algorithm.run(
-        TimedGenerator(agent, clock),
-        TimedEvaluator(evaluator, clock),
+        generator,
+        watched,
         budget,
         trajectory=trajectory,
+        resume=bool(hooks is not None and hooks.resume),
         meta={
             "kernel": record.name,
             "feedback": settings.feedback,
@@ -482,6 +535,8 @@ def run_search(
             "current_speedup": current.speedup,
         },
     )
+    if hooks is not None:
+        hooks.phase("ranking")
     ranking = final_ranking(
         record.name,
         result,

@@ -49,6 +49,8 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         if not any(_is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
             config.args.append(str(settings.problems))
+    if settings.optimize and workerinput is None:
+        _preflight_optimize(settings)
     session = KernelproSession(settings=settings, config=config)
     if settings.profile or settings.check:
         from .profiling import SessionCapture
@@ -59,6 +61,29 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(session, PLUGIN_NAME)
     if workerinput is None:
         session.start_records_log()
+
+
+def _preflight_optimize(settings: KernelproConfig) -> None:
+    """A requested search that cannot run is a usage error before any work."""
+    from .handoff.preflight import PreflightError, check_backend
+
+    try:
+        check_backend(settings)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+
+
+def _check_replay_items(kp: KernelproSession, session: pytest.Session) -> None:
+    """With a replay directory, every kernel to optimize needs its recording."""
+    from .handoff.preflight import PreflightError, check_replay_items
+
+    kernels = [
+        (i.problem.display_name, i.problem.name) for i in session.items if isinstance(i, KernelItem)
+    ]
+    try:
+        check_replay_items(kp.settings, kernels)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
 
 
 def _is_within(child: Path, parent: Path) -> bool:
@@ -109,8 +134,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Log which kernel items were collected, so a missing record can be told (no xdist)."""
+    """Check the replay has every kernel to optimize; log which kernel items were collected,
+    so a missing record can be told (no xdist)."""
     kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is not None and kp.settings.optimize and not kp.is_xdist_worker:
+        _check_replay_items(kp, session)
     if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
         return  # the xdist controller collects nothing itself; a crashed worker fails its item
     kp.log_collected([i.nodeid for i in session.items if isinstance(i, KernelItem)])

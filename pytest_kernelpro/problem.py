@@ -239,13 +239,72 @@ def _source_of(obj: Any) -> str:
         return ""
 
 
+def _local_import_sources(obj: Any, own: str) -> list[str]:
+    """Sources of the modules imported inside `obj`'s own code (`from .kernelpro_x import
+    ...` in a function body, as a patch writes it), and of sibling `*.py` files it names."""
+    import ast
+    import importlib.util
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(own))
+    except SyntaxError:
+        return []
+    module = sys.modules.get(getattr(obj, "__module__", "") or "")
+    package = getattr(module, "__package__", None) or None
+    module_file = getattr(module, "__file__", None)
+    names: list[str] = []
+    files: list[Path] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and (node.module or node.level):
+            dotted = "." * node.level + (node.module or "")
+            try:
+                names.append(importlib.util.resolve_name(dotted, package) if node.level else dotted)
+            except (ImportError, ValueError):
+                continue
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value.endswith(".py")
+            and module_file
+        ):
+            files.append(Path(module_file).with_name(Path(node.value).name))
+    sources = []
+    for name in names:
+        if name.split(".")[0] in ("torch", "numpy", "math", "importlib", "pathlib"):
+            continue
+        loaded = sys.modules.get(name)
+        if loaded is not None:
+            sources.append(_source_of(loaded))
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is not None and spec.origin and spec.origin.endswith(".py"):
+            files.append(Path(spec.origin))
+    for file in files:
+        try:
+            sources.append(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return sources
+
+
 def detect_language_of(obj: Any) -> str:
-    """The language of a kernel callable: its own source, then the modules and functions
-    its code refers to (one level), e.g. `triton_kernels.softmax(x)` -> "triton"."""
+    """The language of a kernel callable: its own source, then the modules it imports in
+    its own code, then the modules and functions its code refers to (one level), e.g.
+    `triton_kernels.softmax(x)` -> "triton"."""
     own = _source_of(obj)
     found = detect_language(own)
     if found != "pytorch":
         return found
+    for source in _local_import_sources(obj, own):
+        found = detect_language(source)
+        if found != "pytorch":
+            return found
     target = obj.forward if inspect.isclass(obj) and hasattr(obj, "forward") else obj
     code = getattr(target, "__code__", None)
     namespace = getattr(target, "__globals__", {})

@@ -81,6 +81,11 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     terminalreporter.write_line(
         render_terminal_table(kp.records, width=columns, color=color).rstrip("\n")
     )
+    from .gate.optimize_table import summary_of, terminal_section
+
+    if any(summary_of(r) is not None for r in kp.records):
+        terminalreporter.write_sep("=", "kernelpro optimize")
+        terminal_section(kp.records, terminalreporter.write_line)
     settings = kp.settings
     for line in baseline_coverage_lines(kp):
         terminalreporter.write_line(line, yellow=True)

@@ -36,6 +36,7 @@ from pytest_kernelpro.gate.github import (
     post_comment,
     pull_request_head,
 )
+from pytest_kernelpro.gate.optimize_table import optimize_markdown
 from pytest_kernelpro.results import KernelRecord
 
 __all__ = ["MARKER", "comment_main", "post_comment", "render_comment"]
@@ -431,6 +432,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
         for r in records:
             if record_status(r) in _DETAIL_STATUSES:
                 out += [_details(r, with_guidance), ""]
+        out += optimize_markdown(records, _text)
     out += _coverage_lines(report.get("meta") or {})
     out += ["---", _footer(report)]
     body = "\n".join(out) + "\n"

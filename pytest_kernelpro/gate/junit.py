@@ -71,6 +71,10 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     if gate:
         add("gate", json.dumps(gate, separators=(",", ":"), default=str))
     add("guidance", record.guidance)
+    from pytest_kernelpro.gate.optimize_table import junit_optimize_properties
+
+    for key, value in junit_optimize_properties(record):
+        add(key, value)
     return props
 
 

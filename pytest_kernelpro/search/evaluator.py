@@ -33,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -161,6 +161,9 @@ class KernelBenchTask:
     # max_samples, flush_l2, ...) for the reference and each candidate; empty: its defaults.
     timing: Mapping[str, Any] = field(default_factory=dict)
     cpu_threads: int | None = None  # torch.set_num_threads in the worker (None: torch's default)
+    # sys.path entries of the session that collected the kernel (rootdir, pythonpath ini,
+    # conftest insertions, src/ layout), added to the worker's so it imports the same modules.
+    sys_path: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.shape_check not in ("auto", "variants", "off"):
@@ -225,6 +228,8 @@ class SandboxEvaluator:
         self.limits = limits or SandboxLimits()
         self._inflight = 0  # workers running now (evaluate_many runs several)
         self._inflight_lock = threading.Lock()
+        # Called with each new phase the worker reports (progress displays); must not raise.
+        self.on_phase: Callable[[str], None] | None = None
         default_ext = Path(tempfile.gettempdir()) / "kernelpro-torch-extensions"
         self.extensions_dir = Path(
             self.limits.extensions_dir or os.environ.get("TORCH_EXTENSIONS_DIR") or default_ext
@@ -357,6 +362,7 @@ class SandboxEvaluator:
             **asdict(self.task),
             "forbidden_ops": list(self.task.forbidden_ops),
             "timing": dict(self.task.timing),
+            "sys_path": list(self.task.sys_path),
         }
 
     # ----- the trusted side -----
@@ -604,7 +610,10 @@ class SandboxEvaluator:
             if _exited(proc):
                 break
             now = time.monotonic()
-            phase = _last_phase(progress_path) or phase
+            seen = _last_phase(progress_path) or phase
+            if seen != phase and self.on_phase is not None:
+                self.on_phase(seen)
+            phase = seen
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s

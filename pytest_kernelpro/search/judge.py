@@ -181,6 +181,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preflight", action="store_true")
     args = parser.parse_args(argv)
     task = json.loads(args.task.read_text(encoding="utf-8"))
+    from pytest_kernelpro.search.worker import add_session_path
+
+    add_session_path(task.get("sys_path") or ())  # the kernel's modules, as pytest saw them
     try:
         if args.preflight:
             result = preflight(task)

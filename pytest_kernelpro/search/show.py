@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.trajectory import load_trajectory, render_tree
+from pytest_kernelpro.search.trajectory import load_trajectory, render_tree, resolve_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +15,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="kernelpro show",
         description="Print the search tree recorded in a trajectory file and its best path.",
     )
-    parser.add_argument("trajectory", help="Trajectory JSONL file written by a search")
+    parser.add_argument(
+        "trajectory",
+        help="Trajectory JSONL file written by a search, its run folder, or a kernel's folder "
+        "under .kernelpro/optimize/ (its latest run)",
+    )
+    parser.add_argument(
+        "--no-guidance",
+        action="store_true",
+        help="Leave out each node's profiler guidance",
+    )
     parser.add_argument(
         "--code",
         type=int,
@@ -35,9 +44,11 @@ def show_main(argv: list[str]) -> int:
     """
     args = build_parser().parse_args(argv)
     try:
-        trajectory = load_trajectory(args.trajectory)
+        trajectory = load_trajectory(resolve_trajectory(args.trajectory))
         if args.code is None:
-            sys.stdout.write(render_tree(trajectory, width=args.width))
+            sys.stdout.write(
+                render_tree(trajectory, width=args.width, guidance=not args.no_guidance)
+            )
             return 0
         for record in trajectory.nodes:
             if int(record["id"]) == args.code:

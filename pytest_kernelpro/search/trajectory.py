@@ -284,8 +284,11 @@ def restore_search(path: str | os.PathLike[str] | Trajectory) -> SearchAlgorithm
     return algorithm
 
 
-def render_tree(path: str | os.PathLike[str] | Trajectory, *, width: int = 110) -> str:
-    """The search tree and the best path as plain text (rich's tree layout, no colour)."""
+def render_tree(
+    path: str | os.PathLike[str] | Trajectory, *, width: int = 110, guidance: bool = True
+) -> str:
+    """The search tree and the best path as plain text (rich's tree layout, no colour); with
+    `guidance`, each node's profiler findings (what its children's prompts were told)."""
     import io
 
     from rich.console import Console
@@ -323,7 +326,11 @@ def render_tree(path: str | os.PathLike[str] | Trajectory, *, width: int = 110) 
             parts.append(f'"{_one_line(cand.strategy, 40)}"')
         if ev.reason and not ev.ok:
             parts.append(f"- {_one_line(ev.reason, 60)}")
-        return Text("  ".join(parts))
+        text = "  ".join(parts)
+        notes = _guidance_lines(ev.findings) if guidance else []
+        if notes:
+            text += "\n  guidance: " + "; ".join(notes)
+        return Text(text)
 
     def add(branch: Tree, node: SearchNode) -> None:
         for child in node.children:
@@ -342,6 +349,44 @@ def render_tree(path: str | os.PathLike[str] | Trajectory, *, width: int = 110) 
         )
         console.print(Text(f"Best path: ROOT -> {steps}  (best #{best.id}: {best.speedup:.2f}x)"))
     return buffer.getvalue()
+
+
+_SEVERITY_RANK = {"critical": 0, "high": 1, "medium": 2, "low": 3}
+
+
+def _guidance_lines(findings: list[dict[str, Any]], limit: int = 3) -> list[str]:
+    ordered = sorted(
+        (f for f in findings if isinstance(f, dict)),
+        key=lambda f: _SEVERITY_RANK.get(str(f.get("severity", "")).lower(), 9),
+    )
+    out = []
+    for finding in ordered[:limit]:
+        title = _one_line(str(finding.get("title") or finding.get("tool") or "finding"), 50)
+        severity = str(finding.get("severity") or "").lower()
+        out.append(f"[{severity}] {title}" if severity else title)
+    return out
+
+
+def resolve_trajectory(path: str | os.PathLike[str]) -> Path:
+    """A trajectory file from a path to one, to a run folder, or to a kernel's folder of
+    runs (its latest run)."""
+    target = Path(path)
+    if target.is_dir():
+        if (target / "trajectory.jsonl").is_file():
+            return target / "trajectory.jsonl"
+        pointer = target / "LATEST"
+        if pointer.is_file():
+            run = target / pointer.read_text(encoding="utf-8").strip()
+            if (run / "trajectory.jsonl").is_file():
+                return run / "trajectory.jsonl"
+        runs = sorted(p for p in target.glob("run-*") if (p / "trajectory.jsonl").is_file())
+        if runs:
+            return runs[-1] / "trajectory.jsonl"
+        raise KernelproError(
+            f"{target} holds no trajectory.jsonl (neither a run folder nor a kernel's folder "
+            "of runs under .kernelpro/optimize/)"
+        )
+    return target
 
 
 def _one_line(text: str, limit: int) -> str:

@@ -64,6 +64,13 @@ def limit_memory(limit_mb: int | None, cuda: bool) -> str:
     return f"RLIMIT_AS={cap // (1024 * 1024)} MB"
 
 
+def add_session_path(entries: Any) -> None:
+    """Put the pytest session's sys.path entries missing here in front of the worker's
+    (keeping their order), so the kernel's modules import as they did under pytest."""
+    missing = [str(p) for p in entries if str(p) and str(p) not in sys.path]
+    sys.path[:0] = missing
+
+
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m pytest_kernelpro.search.worker")
@@ -80,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
 
     progress("start")
     task: dict[str, Any] = json.loads(args.task.read_text(encoding="utf-8"))
+    add_session_path(task.get("sys_path") or ())
     if task.get("retime"):
         result = _retime_or_error(task, progress)
     else:

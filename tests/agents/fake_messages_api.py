@@ -120,6 +120,21 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(200, "application/json", json.dumps(_message(api, reply)).encode())
 
+        def do_GET(self) -> None:
+            # The Models API (GET /v1/models/ID): the plugin's reachability check before a search.
+            api.requests.append({"path": self.path, "body": None})
+            if self.path.startswith("/v1/models/"):
+                model_id = self.path.removeprefix("/v1/models/").split("?")[0]
+                data = {
+                    "type": "model",
+                    "id": model_id,
+                    "display_name": model_id,
+                    "created_at": "2026-01-01T00:00:00Z",
+                }
+                self._send(200, "application/json", json.dumps(data).encode())
+            else:
+                self._send(404, "application/json", b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}')
+
         def _send(self, status: int, content_type: str, data: bytes) -> None:
             self.send_response(status)
             self.send_header("content-type", content_type)

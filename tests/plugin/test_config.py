@@ -37,9 +37,17 @@ def test_defaults(pytester: pytest.Pytester) -> None:
 
 
 def test_item_timeout_default_is_off_under_optimize(pytester: pytest.Pytester) -> None:
-    s = _settings(pytester, "--kernelpro-optimize=3")
+    # A replay recording: without one (or an API key) the optimize preflight is a usage error.
+    import json
+
+    from pytest_kernelpro.handoff.replay import recording_record
+
+    record = json.dumps(recording_record("### Strategy: s\n```python\nclass ModelNew: pass\n```"))
+    (pytester.path / "rec.jsonl").write_text(record + "\n")
+    replay = f"--kernelpro-llm=replay:{pytester.path / 'rec.jsonl'}"
+    s = _settings(pytester, "--kernelpro-optimize=3", replay)
     assert s.item_timeout_s is None
-    s = _settings(pytester, "--kernelpro-optimize=3", "--kernelpro-item-timeout=50")
+    s = _settings(pytester, "--kernelpro-optimize=3", replay, "--kernelpro-item-timeout=50")
     assert s.item_timeout_s == 50.0
     assert s.threshold_for("cuda") == 0.02
     s = _settings(pytester, "--kernelpro-threshold=4%")

@@ -260,3 +260,21 @@ def test_show_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "Node 99 is not in" in capsys.readouterr().err
     assert show_main([str(tmp_path / "missing.jsonl")]) == 2
     assert "Cannot read trajectory" in capsys.readouterr().err
+
+
+def test_show_renders_guidance_per_node_and_accepts_run_folders(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kernel_dir = tmp_path / "optimize" / "k"
+    run = kernel_dir / "run-20261201-000000"
+    run.mkdir(parents=True)
+    MCTS().run(Scripted(SPECS), CodeEvaluator(), "4", trajectory=run / "trajectory.jsonl")
+    (kernel_dir / "LATEST").write_text(run.name + "\n")
+    for where in (run, kernel_dir):
+        assert show_main([str(where)]) == 0
+        out = capsys.readouterr().out
+        assert "guidance: [low] t" in out  # the correct nodes' findings
+    assert show_main([str(run), "--no-guidance"]) == 0
+    assert "guidance:" not in capsys.readouterr().out
+    assert show_main([str(tmp_path)]) == 2
+    assert "holds no trajectory.jsonl" in capsys.readouterr().err

@@ -134,6 +134,26 @@ class AnthropicBackend:
             else:
                 warnings.warn_explicit(item.message, item.category, item.filename, item.lineno)
 
+    def check_reachable(self) -> None:
+        """One Models API request (no tokens spent): the endpoint answers, the key is
+        accepted and the model exists. Raises `LLMError` saying which of these failed."""
+        failure: str | None = None
+        try:
+            self._client.models.retrieve(self.model)
+        except self._api_error as exc:
+            status = getattr(exc, "status_code", None)
+            failure = (
+                f"the Anthropic API did not accept a models request ({type(exc).__name__}"
+                + (f", HTTP {status}" if status else "")
+                + f"): {exc}"
+            )
+        if failure is not None:
+            raise LLMError(
+                self._scrub(failure)
+                + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]; check the "
+                "network, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and --kernelpro-model"
+            )
+
     def _messages(self, request: LLMRequest) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = [m.to_dict() for m in request.messages]
         cut = int(request.meta.get("cache_prefix_chars") or 0)

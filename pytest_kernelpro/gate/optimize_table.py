@@ -1,0 +1,187 @@
+"""Every text made from a search's summary (`record.extra["optimize"]`, written by
+`optimize.py`): the item section, the terminal's "kernelpro optimize" section, the PR
+comment's optimize table and the JUnit properties. Pure functions over the summary dict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pytest_kernelpro.results import KernelRecord
+
+
+def _x(value: Any) -> str:
+    return f"{value:.2f}x" if isinstance(value, (int, float)) else "-"
+
+
+def _pct(value: Any) -> str:
+    return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
+
+
+def summary_of(record: KernelRecord) -> Mapping[str, Any] | None:
+    data = record.extra.get("optimize") if record.extra else None
+    return data if isinstance(data, Mapping) else None
+
+
+def _outcomes(summary: Mapping[str, Any]) -> str:
+    counts = summary.get("outcomes") or {}
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
+
+
+def render_optimize_text(summary: Mapping[str, Any]) -> str:
+    """The search of one kernel as plain text (item section and terminal summary)."""
+    lines = [f"optimize: {summary.get('status')}: {summary.get('reason', '')}".rstrip(": ")]
+    if summary.get("status") == "not run":
+        return "\n".join(lines)
+    current = summary.get("current") or {}
+    best = summary.get("best") or {}
+    if best and summary.get("rounds"):
+        vs_ref = best.get("speedup_vs_reference")
+        lines.append(
+            f"  candidate {best.get('node_id')}: {_x(best.get('speedup_vs_current'))} the "
+            f"{summary.get('baseline') or 'current kernel'}"
+            + (f" ({_x(vs_ref)} the reference)" if vs_ref else "")
+            + f", re-measured in {summary.get('rounds')} interleaved rounds: {best.get('verdict')}"
+            f" ({summary.get('evaluations', 0)} evaluations, stop: {summary.get('stop_reason')})"
+        )
+    lines.append(
+        f"  {summary.get('evaluations', 0)} evaluations (budget {summary.get('budget')}, stop: "
+        f"{summary.get('stop_reason') or '-'}), ${float(summary.get('usd') or 0):.2f}, "
+        f"{float(summary.get('elapsed_s') or 0):.0f} s; outcomes: {_outcomes(summary)}"
+    )
+    lines.append(
+        f"  current kernel: {_x(current.get('speedup_vs_reference'))} the reference in the "
+        f"sandbox, {_pct(current.get('efficiency'))} of roofline"
+    )
+    candidates = summary.get("candidates") or []
+    if candidates:
+        lines.append(
+            "  rank  node  vs current  vs reference  roofline before -> after  outcome  strategy"
+        )
+        for c in candidates:
+            lines.append(
+                f"  {_text(c.get('rank')):>4}  {_text(c.get('node_id')):>4}  {_x(c.get('speedup_vs_current')):>10}  "
+                f"{_x(c.get('speedup_vs_reference')):>12}  "
+                f"{_pct(current.get('efficiency')):>8} -> {_pct(c.get('efficiency_after')):<8}  "
+                f"{_text(c.get('verdict') or c.get('status')):<7}  {_one_line(c.get('strategy') or '-', 60)}"
+            )
+            if c.get("patch"):
+                lines.append(f"        patch: {c['patch']}")
+    if summary.get("best_patch"):
+        lines.append(
+            f"  best patch: {summary['best_patch']}  (git apply it from the repository root)"
+        )
+    for error in summary.get("patch_errors") or []:
+        lines.append(f"  patch not written: {error}")
+    guidance = summary.get("guidance") or []
+    if guidance:
+        lines.append("  guidance that led to the best candidate:")
+        for step in guidance:
+            lines.append(
+                f"    node {step.get('node_id')}: " + "; ".join(step.get("guidance") or [])
+            )
+    wall = summary.get("wall_s")
+    if isinstance(wall, Mapping) and wall:
+        lines.append(
+            "  wall: " + ", ".join(f"{k} {float(v):.1f} s" for k, v in wall.items())
+        )
+    if summary.get("run_dir"):
+        resumed = " (resumed)" if summary.get("resumed") else ""
+        lines.append(
+            f"  run folder: {summary['run_dir']}{resumed}; `kernelpro show {summary['run_dir']}`"
+        )
+    return "\n".join(lines)
+
+
+def terminal_section(records: Sequence[KernelRecord], write_line: Callable[[str], None]) -> bool:
+    """Write the "kernelpro optimize" section's body; False when no kernel was optimized."""
+    wrote = False
+    for record in records:
+        summary = summary_of(record)
+        if summary is None:
+            continue
+        write_line(f"{record.name}{' (interrupted)' if summary.get('interrupted') else ''}")
+        for line in render_optimize_text(summary).splitlines():
+            write_line("  " + line)
+        wrote = True
+    return wrote
+
+
+def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str]) -> list[str]:
+    """The PR comment's optimize table; every string from the report goes through `cell`
+    (the comment's escaping: `gate.comment._text`); [] when no kernel was optimized."""
+    rows = []
+    for record in records:
+        summary = summary_of(record)
+        if summary is None:
+            continue
+        best = (summary.get("candidates") or [{}])[0] if summary.get("candidates") else {}
+        current = summary.get("current") or {}
+        status = str(summary.get("status", "")) + (
+            " (interrupted)" if summary.get("interrupted") else ""
+        )
+        # Strings from the report go through `cell` (they may be hostile); the numbers are
+        # formatted here.
+        cells = (
+            cell(record.name),
+            cell(status),
+            _x(best.get("speedup_vs_current")),
+            _x(best.get("speedup_vs_reference")),
+            f"{_pct(current.get('efficiency'))} → {_pct(best.get('efficiency_after'))}",
+            cell(_one_line(best.get("strategy") or "-", 80)),
+            f"{int(summary.get('evaluations') or 0)} ({cell(_outcomes(summary))})",
+            cell(_patch_name(summary.get("best_patch"))),
+        )
+        rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return [
+        "#### kernelpro optimize",
+        "",
+        "| Kernel | Search | Best vs current | vs reference | Roofline before → after | "
+        "Strategy | Evaluations | Patch |",
+        "|---|---|---:|---:|---|---|---|---|",
+        *rows,
+        "",
+        "Speedups are single measurements of the search in the sandbox. Apply a patch with "
+        "`git apply` from the repository root (it is in the run's artifact).",
+        "",
+    ]
+
+
+def junit_optimize_properties(record: KernelRecord) -> list[tuple[str, Any]]:
+    """(name suffix, value) pairs of the search for `gate.junit`."""
+    summary = summary_of(record)
+    if summary is None:
+        return []
+    best = (summary.get("candidates") or [{}])[0] if summary.get("candidates") else {}
+    return [
+        ("optimize.status", summary.get("status")),
+        ("optimize.interrupted", "true" if summary.get("interrupted") else None),
+        ("optimize.evaluations", summary.get("evaluations")),
+        ("optimize.best_node", best.get("node_id")),
+        ("optimize.best_speedup_vs_current", best.get("speedup_vs_current")),
+        ("optimize.best_speedup_vs_reference", best.get("speedup_vs_reference")),
+        ("optimize.efficiency_before", (summary.get("current") or {}).get("efficiency")),
+        ("optimize.efficiency_after", best.get("efficiency_after")),
+        ("optimize.strategy", best.get("strategy") or None),
+        ("optimize.best_patch", summary.get("best_patch")),
+        ("optimize.run_dir", summary.get("run_dir")),
+    ]
+
+
+def _text(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _patch_name(path: Any) -> str:
+    if not path:
+        return "-"
+    parts = str(path).replace("\\", "/").split("/")
+    return "/".join(parts[-4:])  # kernel/run/patches/best.patch: enough to find it
+
+
+def _one_line(text: Any, limit: int) -> str:
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

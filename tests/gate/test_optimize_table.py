@@ -1,0 +1,75 @@
+"""gate/optimize_table.py: the search summary in the item section, the PR comment's optimize
+table (every string escaped) and the JUnit properties."""
+
+from __future__ import annotations
+
+from pytest_kernelpro.gate.comment import render_comment
+from pytest_kernelpro.gate.junit import junit_properties
+from pytest_kernelpro.gate.optimize_table import render_optimize_text
+from pytest_kernelpro.results import KernelRecord
+
+SUMMARY = {
+    "status": "faster candidate found",
+    "reason": "candidate 4 measured 2.00x the current kernel",
+    "interrupted": False,
+    "kernel": "softmax",
+    "budget": "20 evaluations",
+    "evaluations": 6,
+    "stop_reason": "evaluation budget spent (6/6)",
+    "usd": 0.42,
+    "elapsed_s": 31.0,
+    "run_dir": "/r/.kernelpro/optimize/softmax/run-1",
+    "current": {"speedup_vs_reference": 0.5, "efficiency": 0.2, "status": "correct"},
+    "outcomes": {"correct": 2, "wrong": 3, "build_error": 1},
+    "candidates": [
+        {
+            "rank": 1,
+            "node_id": 4,
+            "strategy": "one pass | <script>alert(1)</script>",
+            "speedup_vs_current": 2.0,
+            "speedup_vs_reference": 1.0,
+            "efficiency_after": 0.4,
+            "verdict": "not re-measured",
+            "patch": "/r/.kernelpro/optimize/softmax/run-1/patches/candidate-4.patch",
+        }
+    ],
+    "winner": 4,
+    "best_patch": "/r/.kernelpro/optimize/softmax/run-1/patches/best.patch",
+    "guidance": [{"node_id": 2, "guidance": ["[high] DRAM bound"]}],
+}
+
+
+def _record() -> KernelRecord:
+    return KernelRecord(
+        nodeid="t::softmax", name="softmax", kernel="softmax", outcome="passed",
+        extra={"optimize": SUMMARY},
+    )
+
+
+def test_text_lists_ranked_candidates_patch_and_guidance() -> None:
+    text = render_optimize_text(SUMMARY)
+    assert "optimize: faster candidate found" in text
+    assert "2.00x" in text
+    assert "1.00x" in text
+    assert "20.0% -> 40.0%" in text
+    assert "best patch: /r/.kernelpro/optimize/softmax/run-1/patches/best.patch" in text
+    assert "node 2: [high] DRAM bound" in text
+    assert "1 build_error, 2 correct, 3 wrong" in text
+
+
+def test_comment_has_an_escaped_optimize_table() -> None:
+    body = render_comment({"records": [_record().to_dict()], "meta": {}})
+    assert "#### kernelpro optimize" in body
+    row = next(line for line in body.splitlines() if line.startswith("| `softmax` | `faster"))
+    # Report strings are literal text (code spans), and a pipe cannot split the cell.
+    assert "| `one pass \\| <script>alert(1)</script>` |" in row
+    assert "`softmax/run-1/patches/best.patch`" in row
+    assert "| 2.00x | 1.00x | 20.0% → 40.0% |" in row
+
+
+def test_junit_properties_carry_the_search() -> None:
+    props = dict(junit_properties(_record()))
+    assert props["kernelpro.optimize.status"] == "faster candidate found"
+    assert props["kernelpro.optimize.best_speedup_vs_current"] == "2.0"
+    assert props["kernelpro.optimize.efficiency_after"] == "0.4"
+    assert "kernelpro.optimize.interrupted" not in props

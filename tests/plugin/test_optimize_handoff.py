@@ -1,0 +1,286 @@
+"""What `--kernelpro-optimize` hands a user, on the CPU with the replay backend: a patch that
+`git apply` takes from the root and that rewires the kernel, run folders, resume after an
+interrupt, loud failures before any work, and a src/ layout the sandbox imports."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelpro.handoff.replay import recording_record
+
+pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+
+KERNELS = """
+import pytest, torch
+
+def inp(device):
+    return (torch.randn(4096, device=device),)
+
+@pytest.mark.kernelpro(reference=lambda x: x * 2, inputs=inp)
+def double(x):
+    \"\"\"Doubles x, slowly: a hundred no-op additions first.\"\"\"
+    y = x
+    for _ in range(100):
+        y = y + 0.0
+    return y * 2
+
+
+@pytest.mark.kernelpro(reference=lambda x: x - 1, inputs=inp)
+def minus_one(x):
+    return x - 1
+
+
+def test_plain():
+    assert double(torch.ones(2)).tolist() == [2.0, 2.0]
+"""
+
+
+def _reply(strategy: str, body: str) -> str:
+    return (
+        f"### Strategy: {strategy}\n```python\nimport torch\nfrom torch import nn\n\n\n"
+        f"class ModelNew(nn.Module):\n    def forward(self, x):\n        {body}\n```\n"
+    )
+
+
+# A fast correct candidate, a wrong one and one that does not build.
+REPLIES = [
+    _reply("add the tensor to itself", "return x + x"),
+    _reply("triple it", "return x * 3"),
+    _reply("half-written", "return x +"),
+]
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def _project(pytester: pytest.Pytester, replies: list[str] = REPLIES) -> Path:
+    root = Path(pytester.path)
+    pytester.makepyfile(test_k=KERNELS)
+    pytester.makeini("[pytest]\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n")
+    replays = root / "replays"
+    replays.mkdir()
+    with open(replays / "double.jsonl", "w", encoding="utf-8") as handle:
+        for text in replies:
+            handle.write(json.dumps(recording_record(text)) + "\n")
+    assert _git(root, "init", "-q").returncode == 0
+    assert _git(root, "add", "-A").returncode == 0
+    assert _git(root, "commit", "-qm", "kernels").returncode == 0
+    return root
+
+
+def _optimize(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--kernelpro-optimize=3",
+        "--kernelpro-llm=replay:replays",
+        "--kernelpro-feedback=none",
+        "--kernelpro-candidates=1",
+        "-k",
+        "double",
+        *extra,
+    )
+
+
+def _report(root: Path) -> dict:
+    data = json.loads((root / ".kernelpro" / "kernelpro-report.json").read_text())
+    return {r["name"]: r for r in data["records"]}
+
+
+@pytest.mark.slow
+def test_whole_pass_patch_applies_and_the_patched_kernel_passes(pytester: pytest.Pytester) -> None:
+    root = _project(pytester)
+    original = (root / "test_k.py").read_text()
+    result = _optimize(pytester, "--kernelpro-save-baseline", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1, deselected=2)
+    # Progress lines while it ran (plain: not a terminal) and the summary section without -rA.
+    result.stdout.fnmatch_lines(["*kernelpro optimize double: candidate 1 *x the current kernel*"])
+    result.stdout.fnmatch_lines(["*= kernelpro optimize =*", "double", "*optimize: improved*"])
+    summary = _report(root)["double"]["extra"]["optimize"]
+    assert summary["outcomes"] == {"correct": 1, "wrong": 1, "build_error": 1}
+    assert summary["current"]["speedup_vs_reference"] is not None
+    best = summary["candidates"][0]
+    assert best["strategy"] == "add the tensor to itself"
+    assert best["speedup_vs_current"] > 1.0  # 100 extra passes over the data vs one
+    assert best["efficiency_after"] > summary["current"]["efficiency"]
+    assert Path(best["patch"]).is_file()
+    assert summary["best_patch"].endswith("best.patch")
+    junit = (root / "junit.xml").read_text()
+    assert 'name="kernelpro.optimize.status" value="improved"' in junit
+
+    # The patch applies from the root and changes nothing but the kernel's body.
+    assert _git(root, "apply", "--check", summary["best_patch"]).returncode == 0
+    assert _git(root, "apply", summary["best_patch"]).returncode == 0
+    patched = (root / "test_k.py").read_text()
+    new_file = (root / "kernelpro_double.py").read_text()
+    assert "return x + x" in new_file
+    kept = [line for line in original.splitlines() if line not in patched.splitlines()]
+    assert kept == ["    y = x", "    for _ in range(100):", "        y = y + 0.0", "    return y * 2"]
+    assert '"""Doubles x, slowly: a hundred no-op additions first."""' in patched
+
+    # Every item is still collected and passes; the patched kernel passes the gate.
+    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    plain.assert_outcomes(passed=3)
+    check = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelpro-check", "-k", "double"
+    )
+    check.assert_outcomes(passed=1, deselected=2)
+    gate = _report(root)["double"]["gate"]
+    assert gate["change"] < 0  # faster than the baseline saved before the patch
+
+
+@pytest.mark.slow
+def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
+    pytester: pytest.Pytester,
+) -> None:
+    root = _project(pytester)
+    # Ctrl-C while the second candidate is evaluated (the first evaluation is the current
+    # kernel, the second candidate 1).
+    pytester.makeconftest(
+        """
+        import os
+        from pytest_kernelpro.search import evaluator
+
+        calls = []
+        original = evaluator.SandboxEvaluator.evaluate
+
+        def evaluate(self, candidate):
+            calls.append(1)
+            if os.environ.get("INTERRUPT_AT") and len(calls) == int(os.environ["INTERRUPT_AT"]):
+                raise KeyboardInterrupt
+            return original(self, candidate)
+
+        evaluator.SandboxEvaluator.evaluate = evaluate
+        """
+    )
+    pytester._monkeypatch.setenv("INTERRUPT_AT", "3")
+    first = _optimize(pytester)
+    assert first.ret == pytest.ExitCode.INTERRUPTED
+    first.stdout.fnmatch_lines(["*= kernelpro optimize =*", "double (interrupted)", "*interrupted*"])
+    kernel_dir = root / ".kernelpro" / "optimize" / "double"
+    runs = sorted(p for p in kernel_dir.glob("run-*"))
+    assert len(runs) == 1
+    kept = json.loads((runs[0] / "summary.json").read_text())
+    assert kept["interrupted"] is True
+    assert kept["evaluations"] == 1
+    assert (runs[0] / "patches" / "best.patch").is_file()
+    lines = (runs[0] / "trajectory.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # header + candidate 1
+
+    pytester._monkeypatch.delenv("INTERRUPT_AT")
+    resumed = _optimize(pytester, "--kernelpro-resume")
+    resumed.assert_outcomes(passed=1, deselected=2)
+    summary = _report(root)["double"]["extra"]["optimize"]
+    assert summary["resumed"] is True
+    assert summary["run_dir"] == str(runs[0])
+    assert summary["evaluations"] == 3
+    # The resumed search got the recording's remaining answers, not the first one again.
+    assert summary["outcomes"] == {"correct": 1, "wrong": 1, "build_error": 1}
+
+    second = _optimize(pytester)
+    second.assert_outcomes(passed=1, deselected=2)
+    runs_now = sorted(p for p in kernel_dir.glob("run-*"))
+    assert len(runs_now) == 2
+    assert runs[0] in runs_now
+    assert (kernel_dir / "LATEST").read_text().strip() == runs_now[-1].name
+
+
+def test_missing_api_key_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_k=KERNELS)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    result = pytester.runpytest_subprocess("--kernelpro-optimize=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kernelpro-optimize cannot run*ANTHROPIC_API_KEY*"])
+    assert not (Path(pytester.path) / ".kernelpro" / "optimize").exists()
+
+
+def test_unreachable_api_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    pytester.makepyfile(test_k=KERNELS)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-secret")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{port}")
+    result = pytester.runpytest_subprocess("--kernelpro-optimize=2")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*cannot reach its model*APIConnectionError*"])
+    assert "sk-test-not-a-secret" not in result.stderr.str()
+
+
+def test_unpriced_model_under_a_dollar_budget_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(test_k=KERNELS)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-secret")
+    result = pytester.runpytest_subprocess(
+        "--kernelpro-optimize=2usd", "--kernelpro-model=model-without-a-price"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*model-without-a-price*has no known price*"])
+
+
+def test_replay_without_the_kernels_answers_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    _project(pytester)
+    result = pytester.runpytest_subprocess(
+        "--kernelpro-optimize=2", "--kernelpro-llm=replay:replays", "-k", "minus_one"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*replay directory*has no recording for minus_one*"])
+    missing = pytester.runpytest_subprocess(
+        "--kernelpro-optimize=2", "--kernelpro-llm=replay:nowhere.jsonl"
+    )
+    assert missing.ret == pytest.ExitCode.USAGE_ERROR
+    missing.stderr.fnmatch_lines(["*nowhere.jsonl*does not exist*"])
+
+
+@pytest.mark.slow
+def test_src_layout_kernel_is_imported_by_the_sandbox(pytester: pytest.Pytester) -> None:
+    root = Path(pytester.path)
+    package = root / "src" / "mykernels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "ops.py").write_text(
+        "def double(x):\n    y = x\n    for _ in range(100):\n        y = y + 0.0\n    return y * 2\n"
+    )
+    (root / "tests").mkdir()
+    (root / "tests" / "test_k.py").write_text(
+        "import pytest, torch\nfrom mykernels import ops\n\n\ndef inp(device):\n"
+        "    return (torch.randn(4096, device=device),)\n\n\n"
+        "@pytest.mark.kernelpro(reference=lambda x: x * 2, inputs=inp)\n"
+        "def double(x):\n    return ops.double(x)\n"
+    )
+    pytester.makeini(
+        "[pytest]\npythonpath = src\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n"
+    )
+    (root / "replays").mkdir()
+    (root / "replays" / "double.jsonl").write_text(json.dumps(recording_record(REPLIES[0])) + "\n")
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--kernelpro-optimize=1",
+        "--kernelpro-llm=replay:replays",
+        "--kernelpro-feedback=none",
+        "--kernelpro-candidates=1",
+    )
+    result.assert_outcomes(passed=1)
+    summary = _report(root)["double"]["extra"]["optimize"]
+    assert summary["current"]["status"] == "correct"  # the sandbox imported mykernels
+    assert summary["outcomes"] == {"correct": 1}
