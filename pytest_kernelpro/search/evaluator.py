@@ -287,8 +287,21 @@ class SandboxEvaluator:
     def isolation(self) -> Isolation:
         """How workers are isolated on this machine (probed once)."""
         if self._isolation is None:
-            self._isolation = Isolation.probe(self.limits.isolation)
+            self._isolation = Isolation.probe(
+                self.limits.isolation, cuda=self._needs_cuda(), env=self.environment()
+            )
         return self._isolation
+
+    def _needs_cuda(self) -> bool:
+        if self.task.device.startswith("cuda"):
+            return True
+        if self.task.device != "auto":
+            return False
+        try:
+            import torch
+        except ImportError:
+            return False
+        return bool(torch.cuda.is_available())
 
     def environment(self, workdir: Path | None = None) -> dict[str, str]:
         """The worker's environment (scrubbed; package importable; shared build cache)."""
