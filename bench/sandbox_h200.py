@@ -175,6 +175,10 @@ def main() -> int:
     cuda = args.device == "cuda"
     n = 1 << 24 if cuda else 1 << 16
     iso = Isolation.probe()
+    if cuda:
+        # The sandbox the evaluator uses for a CUDA task: the first rung of the CUDA ladder
+        # under which CUDA initialises (or the fallback, with what each rung said).
+        iso = Isolation.probe(cuda=True)
     log(
         args.out,
         {

@@ -340,6 +340,34 @@ def final_ranking(
     return ranking
 
 
+def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[str, Any]]:
+    """The winner's time once more, in a fresh sandboxed worker whose clocks its code cannot
+    patch (`SandboxEvaluator.confirm`); a time that does not hold up takes the win away."""
+    import dataclasses
+
+    winner = ranking.winner
+    if winner is None:
+        return ranking, {"status": "no winner to confirm"}
+    node = next((n for n in result.nodes if n.id == winner.node_id), None)
+    if node is None or node.evaluation is None:
+        return ranking, {"status": "winner not found in the search"}
+    confirmed = sandbox.confirm(node.candidate, node.evaluation)
+    if confirmed.status == "correct":
+        return ranking, {"status": "confirmed", **dict(confirmed.timing.get("confirmed") or {})}
+    reason = f"the winner (node {winner.node_id}) was disqualified: {confirmed.reason}"
+    # Out of the ranking altogether, so no patch is written for it either.
+    candidates = tuple(
+        dataclasses.replace(c, rank=None, verdict="failed", reason=reason) if c is winner else c
+        for c in ranking.candidates
+    )
+    return (
+        dataclasses.replace(
+            ranking, status="no improvement found", reason=reason, candidates=candidates
+        ),
+        {"status": "disqualified", "reason": confirmed.reason},
+    )
+
+
 def session_path() -> tuple[str, ...]:
     """The sys.path pytest built for this session (rootdir and conftest insertions, the
     `pythonpath` ini, a src/ layout): the sandbox imports the kernel's modules with it."""
@@ -523,6 +551,7 @@ def run_search(
         atol=item.problem.atol,
         rtol=item.problem.rtol,
     )
+    ranking, details["winner_confirmation"] = confirm_winner(ranking, result, sandbox)
     details.update(
         trajectory=str(trajectory),
         algorithm=algorithm.name,

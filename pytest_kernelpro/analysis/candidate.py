@@ -42,12 +42,14 @@ def combined_problem(reference_source: str, candidate_code: str) -> str:
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Build, profile and analyze the candidate of `spec`; the Analysis dict."""
     from pytest_kernelpro.analysis.core import RooflineFacts, profile_and_analyze
+    from pytest_kernelpro.build.extension import cached_extension_builds
     from pytest_kernelpro.problem import ProblemLocator, import_file
     from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
 
     problem_file = str(spec["problem_file"])
     started = time.perf_counter()
-    with capture_extensions(DEFAULT_CUDA_FLAGS) as capture:
+    # load_inline through the build cache, as in the sandbox worker: the same entry, no rebuild.
+    with capture_extensions(DEFAULT_CUDA_FLAGS) as capture, cached_extension_builds():
         module = import_file(problem_file, "kernelpro_profiled_candidate")
         model_new = getattr(module, "ModelNew", None)
         if model_new is None:

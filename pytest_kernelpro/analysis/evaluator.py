@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,12 @@ class ProfilingEvaluator:
         """The inner sandbox's worker environment, when it has one."""
         env = getattr(self.inner, "environment", None)
         return env() if callable(env) else None
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Let the inner evaluator build the expansion ahead (`SandboxEvaluator.prepare`)."""
+        prepare = getattr(self.inner, "prepare", None)
+        if callable(prepare):
+            prepare(candidates)
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """The inner evaluation, with the candidate's profile and guidance when correct."""

@@ -36,7 +36,12 @@ _ALLOWED_FLAG = re.compile(
     r"-DCUTLASS_\w+(?:=\w+)?|--diag-suppress=[\d,]+)$"
 )
 _ERROR_LINE = re.compile(r"\berror\b|\bfatal\b", re.IGNORECASE)
-_DIAGNOSTIC = re.compile(r"^\S.*?(?:\(\d+\)|:\d+:).*?:\s*(?:error|warning|remark)\b|^ptxas|^nvcc")
+_DIAGNOSTIC = re.compile(
+    r"^\S.*?(?:\(\d+\)|:\d+:).*?:\s*(?:fatal\s+)?(?:error|warning|remark)\b|^ptxas|^nvcc"
+)
+# Build-driver noise around the diagnostics (ninja, torch's header, the command lines).
+_NOISE = re.compile(r"^\s*(?:\[\d+/\d+\]|FAILED:|ninja:|Error building extension|/\S+/(?:nvcc|c\+\+|g\+\+)\s)")
+_MAX_LINE = 300
 
 
 def check_flags(flags: Sequence[str]) -> list[str]:
@@ -93,6 +98,11 @@ def trim_compiler_log(log: str, *, limit: int = 2000, max_errors: int = 8) -> st
     summary = ""
     for line in lines:
         stripped = line.rstrip()
+        if _NOISE.match(stripped) or (" -c " in stripped and " -o " in stripped):
+            current = None
+            continue
+        if len(stripped) > _MAX_LINE:
+            stripped = stripped[:_MAX_LINE] + " [...]"
         if re.search(r"\d+ errors? detected in the compilation", stripped):
             summary = stripped.strip()
             current = None

@@ -1,7 +1,7 @@
 """Build a candidate's kernels before its sandbox worker starts, several candidates at once.
 
-A candidate is Python source; its fast-path builds are `load_cuda(...)` / `build_cuda(...)`
-calls. `find_builds` reads them from the syntax tree without running anything: the source
+A candidate is Python source; its builds are `load_cuda(...)` / `build_cuda(...)` calls
+(the fast path) and `load_inline(...)` calls (the full path, `extension.py`). `find_builds` reads them from the syntax tree without running anything: the source
 argument must be a string literal, a module-level name bound to one (or a `+` of such), and
 the keywords (`flags`, `cutlass`, `arch`, `name`) literals. A call it cannot resolve is
 left to the worker, which builds it when the candidate's module runs (the same cache key,
@@ -30,6 +30,7 @@ from pytest_kernelpro.errors import KernelproError
 
 _BUILD_FUNCTIONS = frozenset({"load_cuda", "build_cuda"})
 _LITERAL_KEYWORDS = ("name", "arch", "flags", "cutlass")
+_INLINE_POSITIONAL = ("name", "cpp_sources", "cuda_sources")
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class BuildRequest:
     source: str
     options: Mapping[str, Any] = field(default_factory=dict)  # name, arch, flags, cutlass
     line: int = 0
+    kind: str = "cubin"  # "cubin" (load_cuda) or "extension" (load_inline: options = its kwargs)
 
 
 class _Unresolved(Exception):
@@ -102,6 +104,11 @@ def find_builds(code: str) -> list[BuildRequest]:
     names = _module_strings(tree)
     requests = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _called_name(node) == "load_inline":
+            inline = _inline_request(node, names)
+            if inline is not None:
+                requests.append(inline)
+            continue
         if not isinstance(node, ast.Call) or _called_name(node) not in _BUILD_FUNCTIONS:
             continue
         source_node = node.args[0] if node.args else None
@@ -120,6 +127,32 @@ def find_builds(code: str) -> list[BuildRequest]:
             continue  # a path: read by the worker, not guessed here
         requests.append(BuildRequest(source, options, getattr(node, "lineno", 0)))
     return requests
+
+
+def _inline_request(call: ast.Call, names: Mapping[str, ast.expr]) -> BuildRequest | None:
+    """A `load_inline(...)` call whose arguments are all literals that the cached path
+    supports (see `extension.SUPPORTED_KEYWORDS`)."""
+    from pytest_kernelpro.build.extension import SUPPORTED_KEYWORDS
+
+    if len(call.args) > len(_INLINE_POSITIONAL):
+        return None
+    nodes = dict(zip(_INLINE_POSITIONAL, call.args, strict=False))
+    for keyword in call.keywords:
+        if keyword.arg is None or keyword.arg not in SUPPORTED_KEYWORDS:
+            return None
+        nodes[keyword.arg] = keyword.value
+    if "cpp_sources" not in nodes or "name" not in nodes:
+        return None
+    try:
+        values = {key: _resolve(node, names) for key, node in nodes.items()}
+    except _Unresolved:
+        return None
+    if values.get("with_cuda") is False or not values.get("cuda_sources"):
+        return None
+    values.pop("verbose", None)
+    values.pop("build_directory", None)
+    values.pop("with_cuda", None)
+    return BuildRequest("", values, getattr(call, "lineno", 0), kind="extension")
 
 
 @dataclass
@@ -183,14 +216,28 @@ class Prebuilder:
 
     def _build_all(self, requests: Sequence[BuildRequest], submitted: float) -> PrebuildResult:
         from pytest_kernelpro.build.api import build_cuda
+        from pytest_kernelpro.build.extension import build_extension
 
         result = PrebuildResult()
         for request in requests:
             options = dict(request.options)
-            options.setdefault("arch", self.arch)
             began = time.monotonic()
             try:
-                build = build_cuda(request.source, cache=self.cache, **options)
+                if request.kind == "extension":
+                    # The sandbox worker builds under the profiler's capture, which adds its
+                    # flags: the same flags here, or the worker would not find this entry.
+                    from pytest_kernelpro.profile.capture import (
+                        DEFAULT_CUDA_FLAGS,
+                        merge_cuda_flags,
+                    )
+
+                    options["extra_cuda_cflags"] = merge_cuda_flags(
+                        options.get("extra_cuda_cflags"), DEFAULT_CUDA_FLAGS
+                    )
+                    build: Any = build_extension(cache=self.cache, **options)
+                else:
+                    options.setdefault("arch", self.arch)
+                    build = build_cuda(request.source, cache=self.cache, **options)
             except BuildError as exc:
                 result.errors.append(exc.message)
                 continue

@@ -236,6 +236,25 @@ def _uninstall() -> None:
     module.subprocess = _SAVED.pop("subprocess")
 
 
+def active_cuda_flags() -> tuple[str, ...]:
+    """The flags the open captures add to CUDA builds (none open: empty)."""
+    with _LOCK:
+        return tuple(f for c in _ACTIVE for f in c.extra_cuda_cflags)
+
+
+def merge_cuda_flags(existing: Sequence[str] | None, extra: Sequence[str]) -> list[str]:
+    """`existing` plus the flags of `extra` it lacks (what a capture does to a build)."""
+    return _merge_flags(existing, extra)
+
+
+def record_build(record: ExtensionBuild) -> None:
+    """Report a build made outside torch's `_jit_compile` (the build cache's
+    `pytest_kernelpro.build.extension`) to every open capture."""
+    with _LOCK:
+        for capture in _ACTIVE:
+            capture.builds.append(record)
+
+
 @contextlib.contextmanager
 def capture_extensions(
     extra_cuda_cflags: Sequence[str] = DEFAULT_CUDA_FLAGS,

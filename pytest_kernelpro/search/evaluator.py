@@ -16,7 +16,8 @@ Fast-path kernels (`pytest_kernelpro.build.load_cuda` calls the candidate's sour
 with literal arguments) are compiled before the worker starts, by a pool of build threads
 that `prepare(candidates)` fills with a whole expansion at once; the worker finds them in
 the build cache, which it may read but not write. `Evaluation.build_s` is the candidate's
-build time (those compiles plus the worker's build phase).
+build time on the critical path (the wait for its compiles plus the worker's build phase);
+`metrics["build"]` has the compile times and each build (cache hit or not).
 
 Nothing a candidate does can raise into the search or the pytest session, and every
 candidate gets a fresh CUDA context, so the GPU is usable by the next one.
@@ -286,8 +287,21 @@ class SandboxEvaluator:
     def isolation(self) -> Isolation:
         """How workers are isolated on this machine (probed once)."""
         if self._isolation is None:
-            self._isolation = Isolation.probe(self.limits.isolation)
+            self._isolation = Isolation.probe(
+                self.limits.isolation, cuda=self._needs_cuda(), env=self.environment()
+            )
         return self._isolation
+
+    def _needs_cuda(self) -> bool:
+        if self.task.device.startswith("cuda"):
+            return True
+        if self.task.device != "auto":
+            return False
+        try:
+            import torch
+        except ImportError:
+            return False
+        return bool(torch.cuda.is_available())
 
     def environment(self, workdir: Path | None = None) -> dict[str, str]:
         """The worker's environment (scrubbed; package importable; shared build cache)."""
@@ -329,13 +343,22 @@ class SandboxEvaluator:
             "outputs_dir": str(workdir / "outputs"),
         }
         builder = self._builder()
+        waiting = time.monotonic()
         prebuilt = builder.wait(candidate.code) if builder is not None else None
+        waited = time.monotonic() - waiting  # compiles still running when this one's turn came
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_worker(workdir)
             if prebuilt is not None:
-                evaluation.build_s += prebuilt.build_s
-                evaluation.metrics.setdefault("build", {})["prebuild"] = prebuilt.to_dict()
+                # On the critical path: the wait for this candidate's compiles (they may have
+                # run while earlier candidates were on the GPU) and the worker's build phase.
+                # What the compiles took is in metrics["build"]["prebuild"].
+                evaluation.build_s += waited
+                evaluation.wall_s += waited
+                evaluation.metrics.setdefault("build", {})["prebuild"] = {
+                    **prebuilt.to_dict(),
+                    "waited_s": round(waited, 4),
+                }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, workdir / "outputs")

@@ -251,10 +251,12 @@ class _Pipeline:
         started = time.perf_counter()
         # load_inline builds get the profiler's flags (-lineinfo, -Xptxas=-v) here, so the
         # profiling evaluator's child finds the same build in the extension cache.
+        from pytest_kernelpro.build.extension import cached_extension_builds
         from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
 
         try:
-            with capture_extensions(DEFAULT_CUDA_FLAGS):
+            # Inside the capture: routed builds report to it (flags, .so, ptxas log).
+            with capture_extensions(DEFAULT_CUDA_FLAGS), cached_extension_builds():
                 self.stream_guard.active = True  # streams created at import time count too
                 cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
                 self.stream_guard.active = False
@@ -466,8 +468,10 @@ class _Pipeline:
     def build_record(self) -> dict[str, Any]:
         """How the candidate was built: seconds, and each fast-path build (cache hit or not)."""
         from pytest_kernelpro.build.api import build_records
+        from pytest_kernelpro.build.extension import extension_records
 
-        return {"build_s": self.build_s, "build": {"builds": build_records()}}
+        builds = build_records() + extension_records()
+        return {"build_s": self.build_s, "build": {"builds": builds}}
 
     def _device_name(self) -> str:
         if self.device.type == "cuda":

@@ -96,6 +96,9 @@ class Isolation:
     user_namespace: bool = False  # not root: `--user --map-root-user` as well
     unshare: str = "unshare"
     setpriv: str = "setpriv"
+    # Parts of the mount setup left out because CUDA did not initialise with them (RELAXATIONS);
+    # empty: the full sandbox.
+    relax: tuple[str, ...] = ()
 
     @property
     def isolated(self) -> bool:
@@ -104,10 +107,11 @@ class Isolation:
     def describe(self) -> str:
         """One line for logs and reports."""
         if self.isolated:
+            relaxed = "".join(f"; relaxed for CUDA: {RELAXATIONS[r]}" for r in self.relax)
             return (
                 "namespaces (pid, net, mount read-only, ipc, uts"
                 + (", user" if self.user_namespace else "")
-                + "; no capabilities)"
+                + f"; no capabilities{relaxed})"
             )
         return f"fallback: scrubbed environment and process group only ({self.why})"
 
@@ -141,7 +145,7 @@ class Isolation:
         """
         if not self.isolated:
             return list(command)
-        spec = sandbox_spec(scratch=scratch, writable=writable)
+        spec = {**sandbox_spec(scratch=scratch, writable=writable), "relax": list(self.relax)}
         spec_path = scratch / "sandbox.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         drop = [
@@ -165,16 +169,24 @@ class Isolation:
         ]
 
     @classmethod
-    def probe(cls, mode: str = "auto") -> Isolation:
-        """What this machine allows (cached per mode); `mode` is auto, namespaces or fallback."""
+    def probe(
+        cls, mode: str = "auto", *, cuda: bool = False, env: dict[str, str] | None = None
+    ) -> Isolation:
+        """What this machine allows (cached per mode and CUDA); `mode` is auto, namespaces or
+        fallback. With `cuda=True` the sandbox must also let CUDA initialise: the full setup
+        is tried first, then the `CUDA_LADDER` relaxations in order, each named in
+        `describe()`; when none works, the fallback (with the reason)."""
         if mode not in MODES:
             raise KernelproError(
                 f"Invalid sandbox isolation mode {mode!r}: use one of {', '.join(MODES)}."
             )
+        key = "cuda" if cuda else "auto"
         with _PROBE_LOCK:
             if "auto" not in _PROBED:
                 _PROBED["auto"] = _probe()
-            found = _PROBED["auto"]
+            if cuda and "cuda" not in _PROBED:
+                _PROBED["cuda"] = _probe_cuda(_PROBED["auto"], env)
+            found = _PROBED[key]
         if mode == "fallback":
             return Isolation("fallback", why="requested (isolation='fallback')")
         if mode == "namespaces" and not found.isolated:
@@ -189,6 +201,68 @@ class Isolation:
 
 _PROBE_LOCK = threading.Lock()
 _PROBED: dict[str, Isolation] = {}
+
+# What each relaxation leaves out of the mount setup, weakest last. Measured on the H200
+# (2026-12-01, bench/results/2026-12-01-sandbox-h200.md): CUDA failed to initialise in the
+# full setup (cudaErrorOperatingSystem) while each namespace alone and the dropped
+# capabilities left it working, so the ladder finds which part of the mount setup it needs.
+RELAXATIONS = {
+    "host_dev": "the host's /dev instead of a minimal one",
+    "writable_proc": "/proc writable except /proc/sys and /proc/sysrq-trigger",
+    "writable_tmp": "/tmp, /var/tmp, /run and /dev/shm writable",
+}
+CUDA_LADDER: tuple[tuple[str, ...], ...] = (
+    (),
+    ("host_dev",),
+    ("host_dev", "writable_proc"),
+    ("host_dev", "writable_proc", "writable_tmp"),
+)
+_CUDA_CHECK = (
+    "import torch\n"
+    "torch.zeros(1, device='cuda').add_(1)\n"
+    "torch.cuda.synchronize()\n"
+    "open('ok', 'w').write('cuda')\n"
+)
+
+
+def _probe_cuda(base: Isolation, env: dict[str, str] | None) -> Isolation:
+    """The first rung of `CUDA_LADDER` under which CUDA initialises, else the fallback."""
+    if not base.isolated:
+        return base
+    import tempfile
+    from dataclasses import replace
+
+    tried = []
+    for relax in CUDA_LADDER:
+        candidate = replace(base, relax=relax)
+        scratch = Path(tempfile.mkdtemp(prefix="kernelpro-probe-cuda-"))
+        try:
+            command = candidate.wrap([sys.executable, "-c", _CUDA_CHECK], scratch=scratch)
+            try:
+                out = subprocess.run(
+                    command,
+                    cwd=scratch,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                tried.append(f"{'+'.join(relax) or 'full'}: {exc}")
+                continue
+            if (scratch / "ok").exists():
+                return candidate
+            last = [ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()]
+            tried.append(
+                f"{'+'.join(relax) or 'full'}: {last[-1][:160] if last else out.returncode}"
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return Isolation(
+        "fallback",
+        why="CUDA does not initialise inside the namespaces (tried " + "; ".join(tried) + ")",
+    )
 
 
 def _probe() -> Isolation:
@@ -364,6 +438,59 @@ def _hide_secrets(home: str) -> list[str]:
     return hidden
 
 
+# Character devices of the host's /dev that root without capabilities could still misuse
+# (raw memory, kernel log, loop and mapper control, virtualisation); every block device too.
+DENIED_DEVICES = (
+    "mem",
+    "kmem",
+    "port",
+    "kmsg",
+    "loop-control",
+    "btrfs-control",
+    "fuse",
+    "kvm",
+    "userfaultfd",
+    "vsock",
+    "vhost-net",
+    "vhost-vsock",
+    "hwrng",
+    "watchdog",
+    "watchdog0",
+    "mapper",
+    "cpu",
+    "disk",
+    "mqueue",
+)
+
+
+def _cover_host_devices() -> int:
+    """With the host's /dev kept: /dev/null over every block device and denied node, an
+    empty tmpfs over denied directories."""
+    covered = 0
+    for dirpath in ("/dev", *(f"/dev/{d}" for d in ("block", "bus"))):
+        try:
+            names = os.listdir(dirpath)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            denied = dirpath == "/dev" and name in DENIED_DEVICES
+            try:
+                if stat.S_ISBLK(mode) or (denied and stat.S_ISCHR(mode)):
+                    _mount("/dev/null", path, None, MS_BIND)
+                    covered += 1
+                elif denied and stat.S_ISDIR(mode):
+                    _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k")
+                    covered += 1
+            except OSError:
+                continue
+    return covered
+
+
 def _cover_sockets(spec: dict[str, Any]) -> int:
     paths = set(spec.get("sockets") or [])
     roots = [*SOCKET_DIRS, *([spec["home"]] if spec.get("home") else [])]
@@ -394,8 +521,11 @@ def _cover_sockets(spec: dict[str, Any]) -> int:
 def setup(spec: dict[str, Any]) -> list[str]:
     """Make the mount namespace what the module docstring promises; returns a log."""
     scratch, writable = spec["scratch"], list(spec.get("writable") or [])
+    relax = set(spec.get("relax") or [])
+    if "writable_tmp" in relax:
+        writable += [p for p in ("/tmp", "/var/tmp", "/run", "/dev/shm") if os.path.isdir(p)]
     allowed = [scratch, *writable]
-    log = []
+    log = [f"relaxed: {', '.join(sorted(relax))}"] if relax else []
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     # Own mounts for the writable directories first: the read-only pass leaves them alone.
     for path in allowed:
@@ -407,13 +537,24 @@ def setup(spec: dict[str, Any]) -> list[str]:
         hidden = _hide_secrets(spec["home"])
         log.append(f"{len(hidden)} credential paths under {spec['home']} hidden")
     log.append(f"{_cover_sockets(spec)} socket files covered")
-    _build_dev(holder)
+    if "host_dev" not in relax:
+        _build_dev(holder)
     os.rmdir(holder)
+    if "host_dev" in relax:
+        log.append(f"host /dev kept, {_cover_host_devices()} dangerous device nodes covered")
+        allowed.append("/dev")
+    if "writable_proc" in relax:
+        # Sysctls stay read-only whatever happens: root without capabilities could still
+        # write some of them (kernel.core_pattern runs a program as root on the host).
+        for path in ("/proc/sys", "/proc/sysrq-trigger"):
+            if not os.path.exists(path):
+                continue
+            _mount(path, path, None, MS_BIND)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(path))
+        allowed.append("/proc")
     skipped = []
     for point in _mount_points():
-        if _under(point, allowed) or (point.startswith("/dev/") and point != "/dev/shm"):
-            continue
-        if point == "/dev/shm":
+        if _under(point, allowed) or point.startswith("/dev/"):
             continue
         try:
             _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | _kept_flags(point))

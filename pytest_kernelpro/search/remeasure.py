@@ -12,8 +12,9 @@ The samples of all rounds are pooled per contender for `search.ranking.rank`.
 One process per contender keeps a hostile candidate from touching another's timing (a
 candidate that patches torch in its own process only fools its own numbers, as in the
 sandbox), and a fresh CUDA context per contender keeps a crash local. Workers get the
-sandbox's scrubbed environment, their own session, and are killed (process group) at the
-time limit.
+sandbox's scrubbed environment and run inside the candidate sandbox (`isolation.py`: PID,
+network and mount namespaces, a scratch directory per contender, no capabilities), and are
+killed at the time limit (with their PID namespace, every process they started).
 
 The worker protocol is line based: the parent writes `time <round>` or `quit` to the
 worker's stdin; the worker answers `ready`, `done <round>` or `error <message>` on stdout
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search.isolation import Isolation
 
 READY, DONE, ERROR = "ready", "done", "error"
 
@@ -143,16 +145,26 @@ def remeasure(
             "atol": atol,
             "rtol": rtol,
         }
-        (work / "config.json").write_text(json.dumps(config), encoding="utf-8")
         workers: list[_Worker] = []
+        # Contenders run candidate code: each in the candidate sandbox, with a scratch
+        # directory of its own (its samples cannot be overwritten by another contender).
+        isolation = Isolation.probe(cuda=device.startswith("cuda"), env=dict(env))
         try:
             for label, code in contenders:
-                (work / f"{label}.py").write_text(_combined(reference, code), encoding="utf-8")
+                scratch = work / label
+                scratch.mkdir()
+                (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
+                (scratch / f"{label}.py").write_text(_combined(reference, code), encoding="utf-8")
+                command = [python, "-m", "pytest_kernelpro.search.remeasure", str(scratch), label]
+                worker_env = dict(env)
+                for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):  # the rest is read-only
+                    (scratch / sub).mkdir()
+                    worker_env[name] = str(scratch / sub)
                 with open(work / f"{label}.stderr", "wb") as err:
                     proc = subprocess.Popen(
-                        [python, "-m", "pytest_kernelpro.search.remeasure", str(work), label],
-                        cwd=work,
-                        env=dict(env),
+                        isolation.wrap(command, scratch=scratch, python=python),
+                        cwd=scratch,
+                        env=worker_env,
                         stdin=subprocess.PIPE,
                         stdout=subprocess.PIPE,
                         stderr=err,
@@ -176,7 +188,9 @@ def remeasure(
                     if line != f"{DONE} {r}":
                         w.error = _why(line, work, w.label, f"in round {r + 1}")
                         continue
-                    data = json.loads((work / f"{w.label}.{r}.json").read_text(encoding="utf-8"))
+                    data = json.loads(
+                        (work / w.label / f"{w.label}.{r}.json").read_text(encoding="utf-8")
+                    )
                     result.samples.setdefault(w.label, []).extend(data["samples_s"])
                     result.device = data.get("device", result.device)
         finally:

@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import ADD_SOURCE, ARCH, require_tool
+from buildkit import ADD_SOURCE, ARCH, require_tool
 
 from pytest_kernelpro.build import BuildCache, BuildError, build_cuda, load_cuda
 from pytest_kernelpro.build.source import SourceError
@@ -150,3 +150,28 @@ def test_loading_from_a_file_path(nvcc: str, cache: BuildCache, tmp_path: Path) 
     assert from_str.build["hit"]
     with pytest.raises(AttributeError, match="kernels: add"):
         _ = from_file.sub
+
+
+# The end of a failed load_inline build as torch reports it (ninja's lines, the compiler
+# command lines, then gcc's diagnostic); paths shortened.
+NINJA_LOG = """Error building extension 'kp_ext_d4541fd65bb5b250': [1/3] /usr/local/cuda/bin/nvcc \
+-DTORCH_EXTENSION_NAME=kp_ext_d4541fd65bb5b250 -isystem /torch/include -O3 -c cuda.cu -o cuda.cuda.o
+[2/3] c++ -MMD -MF main.o.d -isystem /torch/include -fPIC -std=c++20 -c main.cpp -o main.o
+FAILED: [code=1] main.o
+c++ -MMD -MF main.o.d -isystem /torch/include -fPIC -std=c++20 -c main.cpp -o main.o
+In file included from main.cpp:2:
+main.cpp:7:5: error: 'launch_scal' was not declared in this scope; did you mean 'launch_scale'?
+    7 |     launch_scal(x.data_ptr<float>(), (float)s, x.numel());
+      |     ^~~~~~~~~~~
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_ninja_output_is_trimmed_to_the_diagnostics() -> None:
+    from pytest_kernelpro.build.nvcc import trim_compiler_log
+
+    trimmed = trim_compiler_log(NINJA_LOG)
+    assert trimmed.splitlines()[0].startswith("main.cpp:7:5: error: 'launch_scal' was not")
+    assert "^~~~" in trimmed
+    assert "-isystem" not in trimmed
+    assert "ninja:" not in trimmed

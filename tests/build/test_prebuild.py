@@ -6,37 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import ADD_SOURCE, ARCH
+from buildkit import ADD_SOURCE, ARCH, CANDIDATE
 
 from pytest_kernelpro.build import BuildCache, build_cuda
 from pytest_kernelpro.build.prebuild import Prebuilder, find_builds
-
-CANDIDATE = '''
-import torch
-import torch.nn as nn
-from pytest_kernelpro.build import load_cuda
-
-HEADER = r"""
-#include <cuda_fp16.h>
-"""
-KERNEL = HEADER + r"""
-extern "C" __global__ void add(const float* a, const float* b, float* out, long long n) {
-    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a[i] + b[i] + OFFSET;
-}
-"""
-kernels = load_cuda(KERNEL, name="add", flags=["-DOFFSET=0.0f"])
-
-
-class ModelNew(nn.Module):
-    def __init__(self, n):
-        super().__init__()
-
-    def forward(self, x):
-        out = torch.empty_like(x)
-        kernels.add(x, x, out, x.numel(), grid=(x.numel() + 255) // 256, block=256)
-        return out
-'''
 
 
 def test_literal_sources_and_options_are_found_without_running_the_code() -> None:

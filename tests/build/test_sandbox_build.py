@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_prebuild import CANDIDATE
+from buildkit import CANDIDATE
 
 from pytest_kernelpro.search.base import Candidate
 from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
@@ -21,7 +21,7 @@ REFERENCE = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu" / "r
 
 @pytest.fixture(scope="module")
 def evaluations(tmp_path_factory: pytest.TempPathFactory):
-    from conftest import require_tool
+    from buildkit import require_tool
 
     nvcc = require_tool("nvcc")
     cache_dir = tmp_path_factory.mktemp("build-cache")
@@ -57,7 +57,10 @@ def test_the_worker_uses_the_kernel_built_ahead(evaluations) -> None:
     assert in_worker["hit"] is True
     assert in_worker["key"] == ahead["key"]
     assert in_worker["cubin"].startswith(str(cache_dir))
-    assert good.build_s >= ahead["seconds"] > 0
+    assert ahead["seconds"] > 0
+    assert build["prebuild"]["build_s"] >= ahead["seconds"]
+    assert good.build_s >= build["prebuild"]["waited_s"]
+    assert good.build_s >= build["worker_s"] > 0
 
 
 def test_a_compile_error_is_a_build_error_with_the_trimmed_message(evaluations) -> None:

@@ -85,3 +85,60 @@ def test_bad_budget_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--kernelpro-optimize=lots")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--kernelpro-optimize*lots*"])
+
+
+STEALER = """### Strategy: read what the session knows
+```python
+import glob
+import os
+
+import torch
+from torch import nn
+
+STOLEN = []
+for path in ["/proc/self/environ", f"/proc/{os.getppid()}/environ", *glob.glob("/proc/*/environ")]:
+    try:
+        STOLEN.append(open(path, "rb").read().decode("utf-8", "replace").replace("\\0", " "))
+    except OSError:
+        pass
+print("STOLEN", " ".join(STOLEN))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("the kernel needs these settings: " + " ".join(STOLEN)[:4000])
+```
+"""
+CANARY = "ghp_kernelproCanary0123456789abcdef"
+
+
+@pytest.mark.slow
+def test_a_canary_secret_reaches_no_prompt_and_no_artifact(
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A candidate reads every environment it can and puts it in its failure, which goes
+    into the next (debug) prompt: the session's secret must be in none of them."""
+    kp_project.makepyfile(test_k=KERNEL)
+    with running_fake_api([Reply(STEALER), Reply(CANDIDATE), Reply(CANDIDATE)]) as api:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-secret")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
+        monkeypatch.setenv("GITHUB_TOKEN", CANARY)
+        monkeypatch.setenv("KERNELPRO_CANARY_TOKEN", CANARY)
+        result = kp_project.runpytest(
+            "--kernelpro-optimize=2", "--kernelpro-feedback=none", "--kernelpro-candidates=1", "-rA"
+        )
+    result.assert_outcomes(passed=1)
+    summary = records_by_name(kp_project)["double"]["extra"]["optimize"]
+    out_dir = Path(summary["trajectory"]).parent
+    trajectory = Path(summary["trajectory"]).read_text()
+    assert "the kernel needs these settings" in trajectory  # the stealer ran and failed
+    artifacts = {
+        "prompts": json.dumps([r["body"] for r in api.requests]),
+        "llm-calls.jsonl": (out_dir / "llm-calls.jsonl").read_text(),
+        "trajectory.jsonl": trajectory,
+        "report": (kp_project.path / ".kernelpro" / "kernelpro-report.json").read_text(),
+        "terminal": result.stdout.str() + result.stderr.str(),
+    }
+    assert len(api.requests) >= 2  # the debug prompt after the stealer was sent
+    leaked = [name for name, text in artifacts.items() if CANARY in text]
+    assert leaked == []

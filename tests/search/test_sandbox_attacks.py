@@ -8,9 +8,12 @@ promises (a scrubbed environment), not for what it cannot do.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search import isolation
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
-from pytest_kernelpro.search.isolation import Isolation
+from pytest_kernelpro.search.isolation import CUDA_LADDER, RELAXATIONS, Isolation
 
 pytestmark = pytest.mark.slow
 
@@ -266,3 +270,54 @@ def test_namespaces_mode_refuses_the_fallback() -> None:
 
 def test_the_environment_of_this_test_is_restored() -> None:
     assert os.environ.get("KERNELPRO_CANARY_TOKEN") is None
+
+
+RUNG_CHECK = (
+    "import os, stat\n"
+    "print('repo', os.access({repo!r}, os.W_OK))\n"
+    "print('sysctl', os.access('/proc/sys/kernel/core_pattern', os.W_OK))\n"
+    "print('blockdev', any(stat.S_ISBLK(os.stat('/dev/' + n).st_mode) for n in os.listdir('/dev')))\n"
+    "print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+)
+
+
+@needs_namespaces
+@pytest.mark.parametrize("relax", CUDA_LADDER, ids=lambda r: "+".join(r) or "full")
+def test_every_cuda_relaxation_keeps_the_core_promises(
+    relax: tuple[str, ...], tmp_path: Path
+) -> None:
+    # Run here on the CPU: the relaxed setups must still start, and still keep the
+    # repository read-only, sysctls read-only, block devices out and other processes hidden.
+    repo_file = Path(__file__).resolve()
+    iso = dataclasses.replace(ISOLATION, relax=relax)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    code = RUNG_CHECK.format(repo=str(repo_file))
+    out = subprocess.run(
+        iso.wrap([sys.executable, "-c", code], scratch=scratch),
+        cwd=scratch,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["repo False", "sysctl False", "blockdev False", "pids [1]"]
+    for name in relax:
+        assert RELAXATIONS[name] in iso.describe()
+
+
+@needs_namespaces
+def test_without_a_gpu_the_cuda_probe_falls_back_and_says_why() -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    if has_cuda:
+        pytest.skip("this machine has a CUDA GPU")
+    found = isolation._probe_cuda(ISOLATION, None)
+    assert found.level == "fallback"
+    assert found.why.startswith("CUDA does not initialise inside the namespaces (tried full: ")
+    assert "host_dev+writable_proc+writable_tmp: " in found.why

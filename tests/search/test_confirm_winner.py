@@ -1,0 +1,55 @@
+"""The search's winner must survive `SandboxEvaluator.confirm` (optimize_search.confirm_winner).
+
+The evaluator here is a stand-in that returns a fixed confirmation: what is tested is what
+the ranking does with it (`tests/search/test_sandbox_attacks.py` runs the real `confirm`).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from pytest_kernelpro.optimize_search import confirm_winner
+from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.ranking import RankedCandidate, SearchRanking
+
+
+class FixedConfirmation:
+    def __init__(self, outcome: Evaluation) -> None:
+        self.outcome = outcome
+        self.asked: list[Candidate] = []
+
+    def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+        self.asked.append(candidate)
+        return self.outcome
+
+
+def _search() -> tuple[SearchRanking, SimpleNamespace, Candidate]:
+    cand = Candidate("class ModelNew: ...")
+    node = SimpleNamespace(id=3, candidate=cand, evaluation=Evaluation("correct", speedup=9.0))
+    winner = RankedCandidate(node_id=3, code=cand.code, rank=1, verdict="faster")
+    second = RankedCandidate(node_id=5, code="other", rank=2, verdict="no clear difference")
+    ranking = SearchRanking(
+        kernel="k", status="improved", reason="node 3 is faster", candidates=(winner, second)
+    )
+    return ranking, SimpleNamespace(nodes=(node,)), cand
+
+
+def test_a_disqualified_winner_loses_the_win_and_its_rank() -> None:
+    ranking, result, cand = _search()
+    sandbox = FixedConfirmation(Evaluation("cheat", reason="timing not confirmed: 1000x"))
+    new, info = confirm_winner(ranking, result, sandbox)
+    assert sandbox.asked == [cand]
+    assert new.status == "no improvement found"
+    assert new.winner is None
+    assert new.reason == "the winner (node 3) was disqualified: timing not confirmed: 1000x"
+    assert [c.node_id for c in new.remeasured] == [5]  # no patch for the disqualified one
+    assert new.candidates[0].verdict == "failed"
+    assert info == {"status": "disqualified", "reason": "timing not confirmed: 1000x"}
+
+
+def test_a_confirmed_winner_keeps_the_win() -> None:
+    ranking, result, _ = _search()
+    ok = Evaluation("correct", timing={"confirmed": {"median_s": 1e-5, "speedup": 8.7}})
+    new, info = confirm_winner(ranking, result, FixedConfirmation(ok))
+    assert new is ranking
+    assert info == {"status": "confirmed", "median_s": 1e-5, "speedup": 8.7}
