@@ -215,7 +215,8 @@ CUDA_LADDER: tuple[tuple[str, ...], ...] = (
     (),
     ("host_dev",),
     ("host_dev", "writable_proc"),
-    ("host_dev", "writable_proc", "writable_tmp"),
+    # No rung makes /tmp writable: a repository checked out under /tmp (CI clones often
+    # are) would become writable with it. The H200 needs only the two rungs above.
 )
 _CUDA_CHECK = (
     "import torch\n"

@@ -320,4 +320,4 @@ def test_without_a_gpu_the_cuda_probe_falls_back_and_says_why() -> None:
     found = isolation._probe_cuda(ISOLATION, None)
     assert found.level == "fallback"
     assert found.why.startswith("CUDA does not initialise inside the namespaces (tried full: ")
-    assert "host_dev+writable_proc+writable_tmp: " in found.why
+    assert "host_dev+writable_proc: " in found.why
