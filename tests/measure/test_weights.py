@@ -38,7 +38,8 @@ def test_by_name() -> None:
 def test_by_position_and_shape_when_the_names_differ() -> None:
     ref, new = Ref(), Renamed()
     assert share_weights(ref, new) == (True, "copied by position and shape")
-    assert torch.equal(new.gain, ref.weight) and torch.equal(new.shift, ref.bias)
+    assert torch.equal(new.gain, ref.weight)
+    assert torch.equal(new.shift, ref.bias)
 
 
 def test_not_copied_when_the_layouts_differ() -> None:
