@@ -157,6 +157,12 @@ def summary_notes(kp: KernelproSession) -> list[str]:
             "reported as suspect, never failed; re-run on a quiet machine"
             + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
         )
+    overrun = [r for r in records if (r.timing or {}).get("budget_note")]
+    if overrun:
+        notes.append(
+            f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
+            f"{(overrun[0].timing or {})['budget_note']}"
+        )
     unprofiled = [r for r in records if r.extra.get("profile_skipped")]
     if settings.profile and unprofiled:
         notes.append(

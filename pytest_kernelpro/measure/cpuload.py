@@ -9,7 +9,9 @@ not the kernel's, so they are marked "suspect" (reported, never failed) instead 
 What is measured, over exactly the interval that was timed:
 - **other processes' CPU use**: the machine's busy time from `/proc/stat` (user, nice,
   system, irq, softirq and steal) minus this process's own CPU time (`os.times`), divided by
-  the wall time: the average number of cores that something else used;
+  the wall time: the average number of cores that something else used, capped at the
+  machine's cores (both counters tick at 100 Hz, so over a short interval the difference can
+  come out above the machine: "2.2 of 2 cores" means "all of them");
 - the **1-minute load average** and the **runnable threads** of the machine at the end,
   for the summary line (they include this process, so they only describe, never decide);
 - the **threads** the kernel ran with against the **cores** this process may use.
@@ -124,10 +126,19 @@ class CpuLoad:
     wall_s: float
 
     @property
-    def free_cores(self) -> float | None:
+    def others_capped(self) -> float | None:
+        """Other processes' cores within [0, cpus] (see the module docstring); records
+        written before the cap may hold more."""
         if self.others_cores is None:
             return None
-        return max(0.0, self.cpus - self.others_cores)
+        return min(max(0.0, self.others_cores), float(self.cpus))
+
+    @property
+    def free_cores(self) -> float | None:
+        others = self.others_capped
+        if others is None:
+            return None
+        return max(0.0, self.cpus - others)
 
     @property
     def oversubscribed(self) -> bool:
@@ -141,13 +152,17 @@ class CpuLoad:
                 f"{self.threads} threads on {self.cores} available core(s) "
                 "(set --kernelpro-cpu-threads to at most the cores)"
             )
-        free = self.free_cores
-        if free is not None and self.others_cores is not None:
+        free, others = self.free_cores, self.others_capped
+        if free is not None and others is not None:
             starved = self.threads > free + OVERSUBSCRIBED_SLACK * self.threads
-            if starved or self.others_cores > SHARED_SHARE * self.cpus:
+            if starved or others > SHARED_SHARE * self.cpus:
+                used = (
+                    f"all {self.cpus}"
+                    if others >= self.cpus - 0.05
+                    else (f"{others:.1f} of {self.cpus}")
+                )
                 out.append(
-                    f"other processes used {self.others_cores:.1f} of {self.cpus} core(s) while "
-                    f"{self.threads} thread(s) were timed"
+                    f"other processes used {used} core(s) while {self.threads} thread(s) were timed"
                 )
         return out
 
@@ -188,6 +203,7 @@ class CpuLoadMonitor:
         if busy is not None and self._busy0 is not None and wall > 0:
             own = _self_cpu_s() - self._self0
             others = max(0.0, ((busy - self._busy0) - own) / wall)
+            others = min(others, float(online_cpus()))  # tick rounding (module docstring)
         try:
             load = os.getloadavg()[0]
         except (AttributeError, OSError):

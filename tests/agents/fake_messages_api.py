@@ -8,12 +8,13 @@ request's headers and JSON body are kept for the test to inspect.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback_server import QuietHandler, serving
 
 
 @dataclass
@@ -94,10 +95,7 @@ def _events(api: FakeMessagesAPI, reply: Reply) -> Iterator[tuple[str, dict[str,
 
 
 def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -135,13 +133,6 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
             else:
                 self._send(404, "application/json", b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}')
 
-        def _send(self, status: int, content_type: str, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("content-type", content_type)
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
     return Handler
 
 
@@ -149,13 +140,6 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
 def running_fake_api(replies: list[Reply]) -> Iterator[FakeMessagesAPI]:
     """Serve `replies` on 127.0.0.1 (a free port) for the duration of the block."""
     api = FakeMessagesAPI(list(replies))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    api.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with serving(_handler(api)) as url:
+        api.url = url
         yield api
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

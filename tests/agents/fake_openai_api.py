@@ -4,12 +4,13 @@ vLLM, SGLang and Ollama serve) for the real `openai` SDK."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback_server import QuietHandler, serving
 
 
 @dataclass
@@ -61,10 +62,7 @@ def _completion(api: FakeChatAPI, reply: ChatReply) -> dict[str, Any]:
 
 
 def _handler(api: FakeChatAPI) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -75,16 +73,11 @@ def _handler(api: FakeChatAPI) -> type[BaseHTTPRequestHandler]:
                 data = json.dumps(
                     {"error": {"message": "no scripted reply", "type": "server_error"}}
                 )
-                self._send(500, data.encode())
+                self._send(500, "application/json", data.encode())
                 return
-            self._send(200, json.dumps(_completion(api, api.replies.pop(0))).encode())
-
-        def _send(self, status: int, data: bytes) -> None:
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._send(
+                200, "application/json", json.dumps(_completion(api, api.replies.pop(0))).encode()
+            )
 
     return Handler
 
@@ -93,13 +86,6 @@ def _handler(api: FakeChatAPI) -> type[BaseHTTPRequestHandler]:
 def running_fake_chat_api(replies: list[ChatReply]) -> Iterator[FakeChatAPI]:
     """Serve `replies` on 127.0.0.1 (a free port) for the duration of the block."""
     api = FakeChatAPI(list(replies))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    api.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    try:
+    with serving(_handler(api)) as url:
+        api.url = f"{url}/v1"
         yield api
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)

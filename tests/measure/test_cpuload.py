@@ -41,11 +41,20 @@ def test_reasons_and_description_name_the_numbers() -> None:
     assert CpuLoad.from_dict(state.to_dict()) == state
 
 
+@pytest.mark.parametrize(("others", "said"), [(2.2, "all 2"), (2.0, "all 2"), (1.96, "all 2"),
+                                              (1.9, "1.9 of 2")])  # fmt: skip
+def test_other_processes_use_is_capped_at_the_machine(others: float, said: str) -> None:
+    """Tick rounding can make the measured use exceed the machine; it is said as "all"."""
+    state = load(1, others)
+    assert state.reasons() == [f"other processes used {said} core(s) while 1 thread(s) were timed"]
+    assert state.free_cores == pytest.approx(max(0.0, 2 - min(others, 2.0)))
+
+
 def test_monitor_measures_an_interval() -> None:
     state = CpuLoadMonitor(1).stop()
     assert state.threads == 1
     assert state.cores >= 1
-    assert state.others_cores is None or state.others_cores >= 0
+    assert state.others_cores is None or 0 <= state.others_cores <= state.cpus
 
 
 def test_thread_policy_is_one_thread_unless_asked() -> None:

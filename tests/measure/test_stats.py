@@ -64,6 +64,23 @@ def test_index_partition_bootstrap_equals_naive_bootstrap() -> None:
     assert (low, high) == tuple(np.quantile(naive, [0.025, 0.975]))
 
 
+@pytest.mark.parametrize("n", [20, 101, 5000])
+def test_bootstrap_equals_scipy_stats_bootstrap(n: int) -> None:
+    """The hand-written interval is scipy.stats.bootstrap's percentile interval, computed
+    faster (1.3-2.8x, bench/results/2026-12-01-bootstrap-speed-cpu.md): same generator, same
+    resamples, same quantiles."""
+    from scipy import stats as sps
+
+    x = np.sort(np.random.default_rng(n).lognormal(0.0, 0.1, n))
+    ours = bootstrap_median_ci(x, seed=3, n_boot=1000)
+    res = sps.bootstrap(
+        (x,), np.median, n_resamples=1000, confidence_level=0.95, method="percentile",
+        vectorized=True, axis=-1, random_state=np.random.default_rng(3),
+    )  # fmt: skip
+    theirs = (res.confidence_interval.low, res.confidence_interval.high)
+    assert ours == pytest.approx(theirs, rel=1e-12)
+
+
 def test_ci_covers_true_median_about_95_percent() -> None:
     rng = np.random.default_rng(5)
     true_median = math.log(2.0)  # of Exponential(1)

@@ -224,3 +224,35 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert kernelpro_main(["--version"]) == 0
     assert capsys.readouterr().out.strip() == f"kernelpro (pytest-kernelpro) {__version__}"
+
+
+def test_a_budget_too_short_for_the_floor_is_said_in_the_summary(
+    kp_project: pytest.Pytester,
+) -> None:
+    """A 30 ms kernel under a 0.02 s budget: the floor of 5 samples alone takes 0.15 s (a
+    sleep only ever lasts longer under load), so the overrun is certain and must be said."""
+    kp_project.makepyfile(
+        test_k="""
+import time, pytest, torch
+
+def inp(device):
+    return (torch.ones(4, device=device),)
+
+def slow(x):
+    time.sleep(0.03)
+    return x.clone()
+
+@pytest.mark.kernelpro(reference=lambda x: x.clone(), inputs=inp)
+def copy(x):
+    return slow(x)
+"""
+    )
+    result = kp_project.runpytest("--kernelpro-time-budget=0.02", "--kernelpro-cpu-flush=off")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["kernelpro: 1 CPU timing(s) overran the time budget (copy): the time budget of 0.02 s "
+         "was overrun*raise the budget (--kernelpro-time-budget) to at least*"]
+    )  # fmt: skip
+    timing = records_by_name(kp_project)["copy"]["timing"]
+    assert timing["stats"]["n"] == 5
+    assert "overrun" in timing["budget_note"]

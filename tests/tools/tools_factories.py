@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelpro.analysis import report_from_dict
 from pytest_kernelpro.profile.model import (
     KernelMetrics,
     KernelProfile,
@@ -129,9 +130,9 @@ def probe() -> dict[str, OfflineKernel]:
     return {k.base_name: k for k in load_capture_dir(PROBE_DIR)}
 
 
-def probe_ctx(base: str, **kw: Any) -> ToolContext:
-    """A ToolContext for one probe kernel, with its Stage 1 and roofline facts."""
-    k = probe()[base]
+def _offline_ctx(k: OfflineKernel, extra: dict[str, Any], kw: dict[str, Any]) -> ToolContext:
+    """A ToolContext for a captured kernel: its Stage 1 and roofline facts, then `extra`
+    (what that capture records beyond the common facts), then the caller's overrides."""
     kernel = k.report.kernels[0]
     theo, _ = theoretical_class(k.meta, kernel.metrics.text("device__attribute_display_name"))
     defaults: dict[str, Any] = dict(
@@ -140,10 +141,16 @@ def probe_ctx(base: str, **kw: Any) -> ToolContext:
         op_category=k.meta.get("op"),
         min_bytes=k.meta.get("min_bytes"),
         dtype=k.meta.get("dtype"),
-        linkage=k.report.linkage,
+        **extra,
     )
     defaults.update(kw)
     return ToolContext(kernel=kernel, **defaults)
+
+
+def probe_ctx(base: str, **kw: Any) -> ToolContext:
+    """A ToolContext for one probe kernel, with its Stage 1 and roofline facts."""
+    k = probe()[base]
+    return _offline_ctx(k, {"linkage": k.report.linkage}, kw)
 
 
 @functools.cache
@@ -165,67 +172,7 @@ def capture() -> dict[str, OfflineKernel]:
 def capture_ctx(base: str, **kw: Any) -> ToolContext:
     """A ToolContext for one profile-capture kernel, with its Stage 1 and roofline facts."""
     k = capture()[base]
-    kernel = k.report.kernels[0]
-    theo, _ = theoretical_class(k.meta, kernel.metrics.text("device__attribute_display_name"))
-    defaults: dict[str, Any] = dict(
-        arch=k.report.arch,
-        stage1=classify(theo, kernel.metrics),
-        op_category=k.meta.get("op"),
-        min_bytes=k.meta.get("min_bytes"),
-        flops=k.meta.get("flops"),
-        dtype=k.meta.get("dtype"),
-    )
-    defaults.update(kw)
-    return ToolContext(kernel=kernel, **defaults)
-
-
-def report_from_dict(data: dict[str, Any]) -> ProfileReport:
-    """A ProfileReport from its `to_dict()` form (the `profile` of a JSON report record)."""
-    kernels = []
-    for k in data["kernels"]:
-        m = k.get("metrics")
-        metrics = None
-        if m is not None:
-            metrics = KernelMetrics(
-                m["kernel_name"],
-                {
-                    n: MetricValue(v["name"], v["value"], v.get("unit", ""))
-                    for n, v in m["metrics"].items()
-                },
-                tuple(m.get("missing") or ()),
-                tuple(m["block_size"]) if m.get("block_size") else None,
-                tuple(m["grid_size"]) if m.get("grid_size") else None,
-            )
-        sass_d = k.get("sass")
-        sass_summary = None
-        if sass_d is not None:
-            sass_summary = SassSummary(
-                function=sass_d["function"],
-                mangled=sass_d["mangled"],
-                counts=dict(sass_d["counts"]),
-                total_instructions=sass_d["total_instructions"],
-                global_load_widths={int(b): n for b, n in sass_d["global_load_widths"].items()},
-                global_store_widths={int(b): n for b, n in sass_d["global_store_widths"].items()},
-            )
-        ptxas_d = k.get("ptxas")
-        kernels.append(
-            KernelProfile(
-                k["name"], metrics, sass_summary, PtxasReport(**ptxas_d) if ptxas_d else None
-            )
-        )
-    tl = data.get("timeline")
-    tl_obj = None
-    if tl is not None:
-        tl_obj = TimelineSummary(
-            **{
-                **tl,
-                "gaps": tuple(TimelineGap(**g) for g in tl["gaps"]),
-                "kernel_names": tuple(tl["kernel_names"]),
-            }
-        )
-    lk = data.get("linkage")
-    linkage = LibraryLinkage(**{**lk, "libraries": tuple(lk["libraries"])}) if lk else None
-    return ProfileReport(arch=data["arch"], kernels=kernels, timeline=tl_obj, linkage=linkage)
+    return _offline_ctx(k, {"flops": k.meta.get("flops")}, kw)
 
 
 @functools.lru_cache(maxsize=1)

@@ -34,6 +34,7 @@ from pytest_kernelpro.agents.llm.base import (
     LLMRequest,
     LLMResponse,
     ModelPrice,
+    api_failure,
     compute_cost,
 )
 from pytest_kernelpro.errors import KernelproWarning
@@ -141,17 +142,16 @@ class AnthropicBackend:
         try:
             self._client.models.retrieve(self.model)
         except self._api_error as exc:
-            status = getattr(exc, "status_code", None)
-            failure = (
-                f"the Anthropic API did not accept a models request ({type(exc).__name__}"
-                + (f", HTTP {status}" if status else "")
-                + f"): {exc}"
+            failure = api_failure(
+                "the Anthropic API did not accept a models request",
+                exc,
+                model=self.model,
+                endpoint=self.base_url,
             )
         if failure is not None:
             raise LLMError(
-                self._scrub(failure)
-                + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]; check the "
-                "network, ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL and --kernelpro-model"
+                self._scrub(failure) + "; check the network, ANTHROPIC_API_KEY, "
+                "ANTHROPIC_BASE_URL and --kernelpro-model"
             )
 
     def _messages(self, request: LLMRequest) -> list[dict[str, Any]]:
@@ -181,18 +181,12 @@ class AnthropicBackend:
                     message = self._client.messages.create(**kwargs)
             self._rewarn(caught)
         except self._api_error as exc:
-            status = getattr(exc, "status_code", None)
-            failure = (
-                f"Anthropic API call failed ({type(exc).__name__}"
-                + (f", HTTP {status}" if status else "")
-                + f"): {exc}"
+            failure = api_failure(
+                "Anthropic API call failed", exc, model=self.model, endpoint=self.base_url
             )
         if failure is not None:
             # Raised here, outside the except block: no __context__ holding the SDK request.
-            raise LLMError(
-                self._scrub(failure)
-                + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]"
-            )
+            raise LLMError(self._scrub(failure))
         return message
 
     def complete(self, request: LLMRequest) -> LLMResponse:

@@ -43,6 +43,19 @@ class LLMError(KernelproError):
     """A model call failed (network, API error, missing key, missing recording)."""
 
 
+def api_failure(what: str, exc: BaseException, *, model: str, endpoint: str | None) -> str:
+    """The text of an SDK failure as every backend reports it: what failed, the SDK's error
+    class and HTTP status, its message, and the model and endpoint the call went to.
+    Callers scrub the key out of it and raise `LLMError` outside the `except` block, so no
+    exception context keeps the SDK request (and its headers) alive."""
+    status = getattr(exc, "status_code", None)
+    return (
+        f"{what} ({type(exc).__name__}"
+        + (f", HTTP {status}" if status else "")
+        + f"): {exc} [model {model!r}, endpoint {endpoint or 'default'}]"
+    )
+
+
 @dataclass(frozen=True)
 class Message:
     """One turn of the conversation."""

@@ -25,6 +25,7 @@ from pytest_kernelpro.agents.llm.base import (
     LLMRequest,
     LLMResponse,
     ModelPrice,
+    api_failure,
     compute_cost,
 )
 
@@ -88,17 +89,11 @@ class OpenAICompatibleBackend:
         try:
             completion = self._client.chat.completions.create(**kwargs)
         except self._api_error as exc:
-            status = getattr(exc, "status_code", None)
-            failure = (
-                f"OpenAI-compatible API call failed ({type(exc).__name__}"
-                + (f", HTTP {status}" if status else "")
-                + f"): {exc}"
+            failure = api_failure(
+                "OpenAI-compatible API call failed", exc, model=self.model, endpoint=self.base_url
             )
         if failure is not None:
-            raise LLMError(
-                self._scrub(failure)
-                + f" [model {self.model!r}, endpoint {self.base_url or 'default'}]"
-            )
+            raise LLMError(self._scrub(failure))
         return completion
 
     def complete(self, request: LLMRequest) -> LLMResponse:
