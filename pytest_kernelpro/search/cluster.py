@@ -249,6 +249,11 @@ class DaskCluster:
         """The scheduler's view of the workers: address -> info (pid, resources, nthreads)."""
         return dict(self.client.scheduler_info(n_workers=-1).get("workers") or {})
 
+    def worker_pids(self) -> dict[str, int]:
+        """Each live worker's process id (the scheduler's worker info has none)."""
+        answers = self.client.run(os.getpid, on_error="return")
+        return {a: int(p) for a, p in answers.items() if isinstance(p, int)}
+
     def probe(self, *, isolation: str = "auto", cuda: bool = False) -> list[WorkerInfo]:
         """Every worker's sandbox, GPU and secret-looking variable names."""
         answers = self.client.run(_probe_worker, isolation, cuda)
