@@ -25,9 +25,11 @@ candidate gets a fresh CUDA context, so the GPU is usable by the next one.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -576,6 +578,9 @@ class SandboxEvaluator:
         wrapped = self.isolation.wrap(
             command, scratch=workdir, writable=[self.extensions_dir], python=limits.python
         )
+        # If the process watching it dies (a Dask worker killed mid-search, a session killed
+        # with SIGKILL), the sandbox goes too instead of running on unwatched.
+        wrapped = [*_die_with_parent(), *wrapped]
         env = self.environment(workdir)
         started = time.monotonic()
         with self._inflight_lock:
@@ -769,6 +774,23 @@ def _sandbox_setup_error(logs: str) -> str | None:
 
 
 # ----- process helpers -----
+
+
+@functools.cache
+def _die_with_parent() -> tuple[str, ...]:
+    """`setpriv --pdeathsig KILL --` where util-linux has it: the kernel kills the sandbox
+    when the thread that started (and watches) it exits. Empty where it is missing."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return ()
+    prefix = (setpriv, "--pdeathsig", "KILL", "--")
+    try:
+        probe = subprocess.run(
+            [*prefix, "true"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return prefix if probe.returncode == 0 else ()
 
 
 def _exited(proc: subprocess.Popen[bytes]) -> bool:
