@@ -118,6 +118,17 @@ def parse_budget_text(text: str) -> str:
     return text
 
 
+def parse_dask_text(text: str) -> str:
+    """`local`, `local:N` or a Dask scheduler address (`search/cluster.py`)."""
+    from .errors import KernelproConfigError
+    from .search.cluster import parse_dask
+
+    try:
+        return parse_dask(text)
+    except KernelproConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def parse_bool(text: str) -> bool:
     value = str(text).strip().lower()
     if value in ("1", "true", "yes", "on"):
@@ -304,6 +315,15 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         None,
         "URL",
+    ),
+    Setting(
+        "dask",
+        "Build and evaluate the optimizer's candidates on a Dask cluster, several at once: "
+        "local (one worker per visible GPU, or CPU workers), local:N, or a scheduler address "
+        "(needs pytest-kernelpro[dask]); unset: one candidate at a time in this process",
+        parse_dask_text,
+        None,
+        "local|ADDRESS",
     ),
     Setting(
         "llm",
@@ -516,6 +536,7 @@ class KernelproConfig:
     sort: str = "status"
     history_dir: Path | None = None
     correctness_only: bool = False
+    dask: str | None = None  # --kernelpro-dask: local, local:N or a scheduler address
 
     def budget_for(self, device: str) -> float:
         """The timing budget on `device`: the setting, else 2 s on a GPU and 1 s on the CPU
@@ -617,6 +638,7 @@ class KernelproConfig:
             sort=values["sort"],
             history_dir=rooted(values["history"] or None),
             correctness_only=bool(values["correctness_only"]),
+            dask=values["dask"],
             resume=bool(config.getoption("kernelpro_resume", default=False)),
         )
 

@@ -364,7 +364,11 @@ def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[s
         dataclasses.replace(
             ranking, status="no improvement found", reason=reason, candidates=candidates
         ),
-        {"status": "disqualified", "reason": confirmed.reason},
+        {
+            "status": "disqualified",
+            "reason": confirmed.reason,
+            **dict(confirmed.timing.get("confirmation") or {}),
+        },
     )
 
 
@@ -472,6 +476,8 @@ def run_search(
         profiler = CandidateProfiler(
             sandbox_source, facts, device=device, timeout_s=settings.profile_timeout_s, env=env
         )
+        if hooks is not None:
+            hooks.phase("profiling")
         started = time.perf_counter()
         try:
             ref_eval = Evaluation(status="correct", metrics={"candidate_median_s": ref_s})
@@ -504,6 +510,24 @@ def run_search(
         orchestration=settings.orchestration,
     )
     evaluator: Any = sandbox
+    remote = None
+    if settings.dask:  # builds and evaluations on a Dask cluster (search/distributed.py)
+        from functools import partial
+
+        from pytest_kernelpro.search.distributed import open_evaluator
+
+        on_worker = None
+        if profiler is not None:  # profiled on the worker whose GPU timed it
+            on_worker = partial(ProfilingEvaluator, profiler=profiler, feedback=settings.feedback)
+            profiler = None
+        remote = open_evaluator(
+            settings.dask,
+            task,
+            sandbox.limits,
+            local_isolation=sandbox.isolation.describe(),
+            worker_chain=on_worker,
+        )
+        evaluator = remote
     if getattr(agent.gpu, "target", None):
         from pytest_kernelpro.cutlass.precheck import PrecheckEvaluator
 
@@ -511,6 +535,8 @@ def run_search(
     profiling = None
     if profiler is not None:
         profiling = ProfilingEvaluator(evaluator, profiler, feedback=settings.feedback)
+        if hooks is not None:
+            profiling.on_phase = hooks.phase
         evaluator = profiling
     if settings.search == "greedy":
         algorithm: Any = GreedySearch(candidates_per_step=settings.candidates)
@@ -522,19 +548,26 @@ def run_search(
     if hooks is not None:
         generator, watched = hooks.wrap(generator, watched)
         hooks.started(algorithm)
-    result = algorithm.run(
-        generator,
-        watched,
-        budget,
-        trajectory=trajectory,
-        resume=bool(hooks is not None and hooks.resume),
-        meta={
-            "kernel": record.name,
-            "feedback": settings.feedback,
-            "orchestration": settings.orchestration,
-            "current_speedup": current.speedup,
-        },
-    )
+    try:
+        result = algorithm.run(
+            generator,
+            watched,
+            budget,
+            trajectory=trajectory,
+            resume=bool(hooks is not None and hooks.resume),
+            meta={
+                "kernel": record.name,
+                "feedback": settings.feedback,
+                "orchestration": settings.orchestration,
+                "current_speedup": current.speedup,
+                **({"dask": remote.describe()} if remote is not None else {}),
+            },
+            in_flight=remote.slots() if remote is not None else 1,
+        )
+    finally:
+        if remote is not None:
+            details["dask"] = remote.describe()
+            remote.close()
     if hooks is not None:
         hooks.phase("ranking")
     ranking = final_ranking(

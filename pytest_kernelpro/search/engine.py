@@ -39,6 +39,9 @@ class SearchAlgorithm(ABC):
         # Used only to break exact ties between equally scored nodes, so that a search is a
         # deterministic function of its seed (and of the generator and evaluator).
         self.rng = random.Random(seed)
+        # Evaluations running now (several expansions in flight, search/parallel.py); 0 in
+        # the one-at-a-time loop.
+        self.in_flight = 0
 
     # ----- the algorithm's decisions -----
 
@@ -49,6 +52,11 @@ class SearchAlgorithm(ABC):
     def slots(self, node: SearchNode) -> int:
         """How many children `node` may get in this step (at least 1)."""
         return 1
+
+    def room(self, node: SearchNode) -> int:
+        """Children `node` may get now, counting those still being evaluated; with
+        expansions in flight, a selected node without room waits for a result."""
+        return self.slots(node)
 
     def on_backpropagated(self, node: SearchNode) -> None:  # noqa: B027 - optional hook
         """Hook after a new node's statistics reached ROOT (MCTS marks dead ends here)."""
@@ -136,6 +144,7 @@ class SearchAlgorithm(ABC):
         resume: bool = False,
         clock: Callable[[], float] = time.monotonic,
         meta: Mapping[str, Any] | None = None,
+        in_flight: int = 1,
     ) -> SearchResult:
         """Search until the budget ends; return the best node and the whole tree.
 
@@ -144,6 +153,10 @@ class SearchAlgorithm(ABC):
         spent budget; the budget counts the whole search, earlier sessions included); a
         missing file starts a fresh search. Without `resume`, an existing file is an error
         rather than silently overwritten.
+
+        `in_flight` > 1 keeps that many evaluations running at once (`search/parallel.py`:
+        virtual visits on pending children, results taken in the order they arrive, for an
+        evaluator that runs candidates elsewhere, such as `search.distributed.DaskEvaluator`).
         """
         from pytest_kernelpro.search.trajectory import (
             TrajectoryWriter,
@@ -187,7 +200,14 @@ class SearchAlgorithm(ABC):
                 writer = TrajectoryWriter.create(path, header)
 
         tracker.start()
-        stop_reason = self._loop(generator, evaluator, tracker, writer)
+        if in_flight > 1:
+            from pytest_kernelpro.search.parallel import run_in_flight
+
+            stop_reason = run_in_flight(
+                self, generator, evaluator, tracker, writer, in_flight=in_flight
+            )
+        else:
+            stop_reason = self._loop(generator, evaluator, tracker, writer)
         best = self.tree.best()
         return SearchResult(
             best=best,

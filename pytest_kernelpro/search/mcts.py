@@ -114,15 +114,19 @@ class MCTS(SearchAlgorithm):
         # The epsilon keeps exact products (2·√4 = 4) from flooring one short.
         return max(1, math.floor(allowed + 1e-9))
 
+    def room(self, node: SearchNode) -> int:
+        """Children `node` may still get at its visit count; children still being evaluated
+        (`pending`, several expansions in flight) take their place already."""
+        return self.max_children(node) - len(node.children) - node.pending
+
     def can_widen(self, node: SearchNode) -> bool:
         """True when `node` may get one more child now."""
-        return len(node.children) < self.max_children(node)
+        return self.room(node) > 0
 
     def slots(self, node: SearchNode) -> int:
         """Children `node` gets in this step: `candidates_per_expansion`, capped by the
         widening room (at least 1: a ROOT forced open when everything else is dead)."""
-        room = self.max_children(node) - len(node.children)
-        return max(1, min(self.config.candidates_per_expansion, room))
+        return max(1, min(self.config.candidates_per_expansion, self.room(node)))
 
     # ----- UCT -----
 
@@ -135,8 +139,9 @@ class MCTS(SearchAlgorithm):
         return child.Q + self.config.c_uct * math.sqrt(math.log(parent_visits) / child.visits)
 
     def fair_share(self, node: SearchNode) -> float:
-        """Visits a new child of `node` is credited with: N(node) / (k + 1)."""
-        return node.visits / (len(node.children) + 1)
+        """Visits a new child of `node` is credited with: N(node) / (k + 1), with the
+        children still being evaluated among the k."""
+        return node.visits / (len(node.children) + node.pending + 1)
 
     def virtual_uct(self, node: SearchNode) -> float:
         """UCT of a hypothetical new child: prior Q(node), visits `fair_share(node)`.
@@ -150,6 +155,10 @@ class MCTS(SearchAlgorithm):
     def decide(self, node: SearchNode) -> tuple[Decision, SearchNode | None]:
         """At `node`: expand it, descend into a child (returned), or declare it dead."""
         live = [child for child in node.children if not child.dead]
+        if self.in_flight:
+            # With expansions in flight, a subtree whose every node is waiting for its
+            # children is closed for now: descending into it would find nothing to expand.
+            live = [child for child in live if self._open(child)]
         widen = self.can_widen(node)
         if not live:
             if widen or node.is_root:
@@ -180,6 +189,12 @@ class MCTS(SearchAlgorithm):
             self._mark_dead_ends(node.parent)
             node = self.tree.root
 
+    def _open(self, node: SearchNode) -> bool:
+        """True when some node of `node`'s subtree may get a child now."""
+        if self.can_widen(node):
+            return True
+        return any(self._open(child) for child in node.children if not child.dead)
+
     # ----- dead ends -----
 
     def is_dead_end(self, node: SearchNode) -> bool:
@@ -195,7 +210,8 @@ class MCTS(SearchAlgorithm):
     def _mark_dead_ends(self, start: SearchNode | None) -> None:
         node = start
         while node is not None and not node.is_root:
-            if not node.dead:
+            # A node still waiting for a child's result is neither: that child may be correct.
+            if not node.dead and not node.pending:
                 if self.is_dead_end(node):
                     node.terminal = True
                 elif (

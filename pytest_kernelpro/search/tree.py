@@ -34,11 +34,18 @@ class SearchNode:
     terminal: bool = False  # failed node whose repairs all failed: never selected again
     exhausted: bool = False  # every child dead and widening closed: never selected again
     elapsed_s: float = 0.0  # search time when this node was recorded
+    # Children generated for this node whose evaluation is still running (search/parallel.py):
+    # they count against widening and keep the node from being declared a dead end.
+    pending: int = 0
+    # Virtual visits of those pending children on this node's path, already in `visits`, and
+    # the reward they stand for (virtual loss), kept apart so `reward_sum` stays exact.
+    virtual: int = 0
+    virtual_reward: float = 0.0
 
     @property
     def Q(self) -> float:  # noqa: N802 - the conventional MCTS name
-        """Mean reward of this subtree (0.0 before the first visit)."""
-        return self.reward_sum / self.visits if self.visits else 0.0
+        """Mean reward of this subtree (0.0 before the first visit), virtual visits included."""
+        return (self.reward_sum + self.virtual_reward) / self.visits if self.visits else 0.0
 
     @property
     def is_root(self) -> bool:

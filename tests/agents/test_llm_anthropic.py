@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import pytest
@@ -10,10 +11,11 @@ from fake_messages_api import Reply, running_fake_api
 
 from pytest_kernelpro.agents.llm import LLMError, LLMRequest, make_backend
 from pytest_kernelpro.agents.llm.anthropic_backend import API_KEY_ENV, AnthropicBackend
+from pytest_kernelpro.agents.llm.base import find_price
 from pytest_kernelpro.agents.programmer import ProgrammerAgent
 from pytest_kernelpro.errors import KernelproWarning
 
-pytest.importorskip("anthropic")
+anthropic = pytest.importorskip("anthropic")
 
 KEY = "sk-ant-test-k3y-0123456789abcdef"
 GOOD = """### Strategy: fused relu
@@ -101,10 +103,24 @@ def test_long_requests_stream(api_key: str) -> None:
     assert response.output_tokens == 4000
 
 
+def _sdk_deprecated_model() -> str:
+    """A model the installed SDK itself warns about, priced where one is (each SDK release
+    moves models onto and off its list: a fixed name breaks on a fresh install)."""
+    from anthropic.resources import messages
+
+    deprecated = sorted(getattr(messages, "DEPRECATED_MODELS", {}) or {})
+    if not deprecated:
+        pytest.skip(f"anthropic {anthropic.__version__} lists no deprecated models")
+    priced = [m for m in deprecated if find_price(m) is not None]
+    return (priced or deprecated)[0]
+
+
 def test_sdk_model_deprecation_becomes_one_kernelpro_warning(api_key: str) -> None:
+    model = _sdk_deprecated_model()
     with running_fake_api([Reply("a"), Reply("b")]) as api:
-        backend = AnthropicBackend("claude-sonnet-4-5", base_url=api.url, max_retries=0)
-        with pytest.warns(KernelproWarning, match="claude-sonnet-4-5' is deprecated") as first:
+        api.model = model
+        backend = AnthropicBackend(model, base_url=api.url, max_retries=0)
+        with pytest.warns(KernelproWarning, match=f"{re.escape(model)}' is deprecated") as first:
             backend.complete(LLMRequest.single("", "one", 8))
         with warnings.catch_warnings(record=True) as second:
             warnings.simplefilter("always")

@@ -1,0 +1,177 @@
+"""A search on a local Dask cluster of two CPU worker processes (search/cluster.py,
+search/distributed.py): the workers' environment, a worker killed mid-search.
+
+Nothing here measures time against a threshold: the overlap and the kills are decided from
+the scheduler's state and the stamps the workers record. Each evaluation starts sandboxed
+processes that import torch, so the tests wait generously (a loaded 2-core machine)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+from pytest_kernelpro.search.base import Candidate  # noqa: E402
+from pytest_kernelpro.search.cluster import DaskCluster, parse_dask  # noqa: E402
+from pytest_kernelpro.search.distributed import DaskEvaluator, _digest  # noqa: E402
+from pytest_kernelpro.search.evaluator import (  # noqa: E402
+    KernelBenchTask,
+    SandboxLimits,
+    scrub_environment,
+)
+from pytest_kernelpro.search.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.search.mcts import MCTS  # noqa: E402
+from pytest_kernelpro.search.trajectory import load_trajectory  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+WAIT_S = 300.0
+FAKE_KEY = "sk-kernelpro-test-0000"
+
+REFERENCE = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def get_inputs():
+    return [torch.randn(256)]
+
+
+def get_init_inputs():
+    return []
+"""
+TASK = KernelBenchTask(
+    REFERENCE,
+    name="double",
+    device="cpu",
+    timing={"warmup_ms": 1.0, "max_time_s": 0.02, "min_samples": 5, "max_samples": 10},
+    cpu_threads=1,
+)
+LIMITS = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
+
+
+def candidate(body: str, *, sleep_s: float = 0.0) -> str:
+    # The pause keeps the candidate's evaluation running while a worker is killed under it.
+    pause = f"import time\ntime.sleep({sleep_s})\n" if sleep_s else ""
+    return (
+        f"import torch\nfrom torch import nn\n{pause}\n\nclass ModelNew(nn.Module):\n"
+        f"    def forward(self, x):\n        return {body}\n"
+    )
+
+
+class ListGenerator:
+    def __init__(self, codes: list[str]) -> None:
+        self.codes = list(codes)
+
+    def generate(self, mode, parent, evaluation, *, max_candidates=1):
+        taken, self.codes = self.codes[:max_candidates], self.codes[max_candidates:]
+        return [Candidate(code=c) for c in taken]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+        with DaskCluster.start("local:2") as started:
+            yield started
+
+
+def test_the_option_names_its_forms() -> None:
+    assert parse_dask("LOCAL") == "local"
+    assert parse_dask("local:3") == "local:3"
+    assert parse_dask("tcp://10.0.0.5:8786") == "tcp://10.0.0.5:8786"
+    with pytest.raises(Exception, match=r"local:N.*scheduler address"):
+        parse_dask("everywhere")
+
+
+def test_workers_start_without_secrets_and_sandbox_like_this_machine(cluster) -> None:
+    workers = cluster.probe()
+    assert len(workers) == 2
+    assert {w.pid for w in workers}.isdisjoint({os.getpid()})
+    # This session holds a secret that no worker process has: they started with the
+    # sandbox's scrubbed environment.
+    assert os.environ.get("ANTHROPIC_API_KEY") == FAKE_KEY
+    assert all(w.secrets == () for w in workers)
+    here = Isolation.probe("auto", cuda=False, env=scrub_environment(os.environ)).describe()
+    assert {w.isolation for w in workers} == {here}
+    assert all(w.gpus == "" for w in workers)  # CPU workers see no GPU
+    assert cluster.evaluation_slots("cpu") == 2
+
+
+def test_a_worker_killed_mid_search_costs_only_its_candidate(cluster, tmp_path: Path) -> None:
+    retried = candidate("x + x", sleep_s=6)  # its worker is killed once: run again, correct
+    lost = candidate("x * 2.0", sleep_s=6)  # killed twice: counted as failed
+    others = [candidate("2 * x"), candidate("x +")]
+    evaluator = DaskEvaluator(cluster, TASK, LIMITS)
+    evaluator.connect()
+    killed: list[int] = []
+    problems: list[str] = []
+
+    def kill_while_running(code: str) -> None:
+        """Kill the worker running `code`'s evaluation, once it runs there alone."""
+        prefix = f"kernelpro-eval-{_digest(code)}-"
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            for address, keys in cluster.client.processing().items():
+                keys = [str(k) for k in keys]
+                if len(keys) == 1 and keys[0].startswith(prefix):
+                    pid = cluster.worker_pids().get(address)
+                    if pid is None or pid in killed:
+                        continue
+                    os.kill(pid, signal.SIGKILL)  # a worker process this test's cluster started
+                    killed.append(pid)
+                    while address in cluster.workers() and time.monotonic() < deadline:
+                        time.sleep(0.1)  # until the scheduler has noticed
+                    return
+            time.sleep(0.05)
+        problems.append(f"{code!r} was never seen running alone on a worker")
+
+    def killer() -> None:
+        try:
+            kill_while_running(retried)
+            kill_while_running(lost)
+            kill_while_running(lost)
+        except Exception as exc:  # reported by the test below
+            problems.append(repr(exc))
+
+    thread = threading.Thread(target=killer, daemon=True)
+    thread.start()
+    path = tmp_path / "trajectory.jsonl"
+    result = MCTS().run(
+        ListGenerator([retried, lost, *others]),
+        evaluator,
+        "4",
+        trajectory=path,
+        in_flight=evaluator.slots(),
+    )
+    thread.join(WAIT_S)
+    assert problems == []
+    assert len(killed) == 3
+
+    # The search ran to its budget; every candidate has its node, in the trajectory too.
+    assert result.stop_reason == "evaluation budget spent (4/4)"
+    by_code = {n.candidate.code: n.evaluation for n in result.nodes}
+    assert set(by_code) == {retried, lost, *others}
+    assert len(load_trajectory(path).nodes) == 4
+    # Lost once: evaluated again elsewhere, and its result counts.
+    assert by_code[retried].status == "correct"
+    assert by_code[retried].metrics["dask"]["worker_losses"] == 1
+    # Lost twice: that candidate failed, nothing else did.
+    assert by_code[lost].status == "run_error"
+    assert "worker evaluating this candidate was lost" in by_code[lost].reason
+    assert by_code[others[0]].status == "correct"
+    assert by_code[others[1]].status == "build_error"
+    # The killed workers came back (each worker's nanny restarts it) with new processes.
+    cluster.client.wait_for_workers(2, timeout=WAIT_S)
+    assert set(cluster.worker_pids().values()).isdisjoint(killed)
