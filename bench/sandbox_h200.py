@@ -210,7 +210,7 @@ def main() -> int:
         timing={"warmup_ms": 20.0, "max_time_s": 0.3},
         correct_trials=3,
     )
-    limits = SandboxLimits(build_timeout_s=120, run_timeout_s=90, confirm_tolerance=3.0)
+    limits = SandboxLimits(build_timeout_s=120, run_timeout_s=90)
     evaluator = SandboxEvaluator(task, limits)
     candidate = Candidate(code)
     t0 = time.monotonic()

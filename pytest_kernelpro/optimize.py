@@ -332,7 +332,13 @@ class _ObservedEvaluator:
         if evaluation.reason and not evaluation.ok:
             reason = " ".join(evaluation.reason.split())
             detail += f" ({reason if len(reason) <= 90 else reason[:87] + '...'})"
-        state.progress.evaluated(detail or "correct", shown, label=label)
+        profile = evaluation.metrics.get("profile") or {}
+        note = ""
+        if isinstance(profile.get("profile_s"), (int, float)):
+            note = f"profiled in {profile['profile_s']:.1f} s"
+            if profile.get("error"):
+                note += f" (no profile: {str(profile['error'])[:60]})"
+        state.progress.evaluated(detail or "correct", shown, label=label, note=note)
         return evaluation
 
 

@@ -364,7 +364,11 @@ def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[s
         dataclasses.replace(
             ranking, status="no improvement found", reason=reason, candidates=candidates
         ),
-        {"status": "disqualified", "reason": confirmed.reason},
+        {
+            "status": "disqualified",
+            "reason": confirmed.reason,
+            **dict(confirmed.timing.get("confirmation") or {}),
+        },
     )
 
 
@@ -472,6 +476,8 @@ def run_search(
         profiler = CandidateProfiler(
             sandbox_source, facts, device=device, timeout_s=settings.profile_timeout_s, env=env
         )
+        if hooks is not None:
+            hooks.phase("profiling")
         started = time.perf_counter()
         try:
             ref_eval = Evaluation(status="correct", metrics={"candidate_median_s": ref_s})
@@ -529,6 +535,8 @@ def run_search(
     profiling = None
     if profiler is not None:
         profiling = ProfilingEvaluator(evaluator, profiler, feedback=settings.feedback)
+        if hooks is not None:
+            profiling.on_phase = hooks.phase
         evaluator = profiling
     if settings.search == "greedy":
         algorithm: Any = GreedySearch(candidates_per_step=settings.candidates)

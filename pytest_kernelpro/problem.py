@@ -347,20 +347,18 @@ def _callable_factory(
 def _share_parameters(
     kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
 ):
-    """Wrap factories so that a module kernel gets the reference module's parameters when
-    their state_dict keys match (KernelBench practice: both built from the same seed)."""
+    """Wrap factories so that a module kernel gets the reference module's parameters
+    (`measure.weights.share_weights`: by name, else by position and shape, as the sandbox
+    does, so a patched kernel whose candidate named its weights differently checks the same)."""
 
     def kernel(device: str, reference: Any = None) -> Any:
         # `reference`: one already built for this device (Problem.instantiate), so the
         # reference module is not constructed twice.
         built = kernel_factory(device)
         ref = reference_factory(device) if reference is None else reference
-        k_sd = getattr(built, "state_dict", None)
-        r_sd = getattr(ref, "state_dict", None)
-        if callable(k_sd) and callable(r_sd):
-            ref_state = r_sd()
-            if ref_state and set(ref_state) == set(k_sd()):
-                built.load_state_dict(ref_state)
+        from .measure.weights import share_weights
+
+        share_weights(ref, built)
         return built
 
     kernel.takes_reference = True  # type: ignore[attr-defined]

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.agents.feedback import check_feedback_mode
 from pytest_kernelpro.analysis.candidate import combined_problem
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search.confirm import ncu_gpu_time_s
 
 if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
@@ -73,6 +74,8 @@ class ProfilingEvaluator:
         self.profiler = profiler
         self.feedback = check_feedback_mode(feedback)
         self.records: list[ProfileRecord] = []
+        # Called with "profiling" before each candidate's profile (progress displays).
+        self.on_phase: Callable[[str], None] | None = None
 
     def environment(self) -> dict[str, str] | None:
         """The inner sandbox's worker environment, when it has one."""
@@ -90,6 +93,8 @@ class ProfilingEvaluator:
         evaluation = self.inner.evaluate(candidate)
         if not evaluation.ok or self.feedback == "none":
             return evaluation
+        if self.on_phase is not None:
+            self.on_phase("profiling")
         started = time.perf_counter()
         try:
             result = dict(self.profiler(candidate, evaluation))
@@ -140,6 +145,8 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         "build_s": result.get("build_s"),
         "stage1": result.get("stage1"),
         "kernels": [k.get("name") for k in profile.get("kernels") or ()],
+        # GPU time of one call by ncu's clock: the winner's confirmation cross-checks with it.
+        "ncu_gpu_time_s": ncu_gpu_time_s(profile.get("kernels") or ()),
         "sass": any(k.get("sass") for k in profile.get("kernels") or ()),
         "timeline": profile.get("timeline") is not None,
         "not_collected": list(profile.get("not_collected") or ()),

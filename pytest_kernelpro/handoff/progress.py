@@ -73,14 +73,17 @@ class SearchProgress:
     def spent(self, usd: float) -> None:
         self.usd = usd
 
-    def evaluated(self, status: str, speedup: float | None, *, label: str = "") -> None:
-        """One more evaluation; `speedup` is over the current kernel (None: not correct)."""
+    def evaluated(
+        self, status: str, speedup: float | None, *, label: str = "", note: str = ""
+    ) -> None:
+        """One more evaluation; `speedup` is over the current kernel (None: not correct);
+        `note` is said after the outcome (what profiling the candidate cost)."""
         self.evaluations += 1
         if speedup is not None and (self.best is None or speedup > self.best):
             self.best = speedup
         if self._live is None:
             outcome = f"{speedup:.2f}x the current kernel" if speedup is not None else status
-            self._line(f"{label + ' ' if label else ''}{outcome}")
+            self._line(f"{label + ' ' if label else ''}{outcome}{'; ' + note if note else ''}")
         else:
             self._refresh()
 

@@ -214,9 +214,8 @@ class SandboxLimits:
     # candidate that claims to be correct. Off only for tests of the worker itself.
     judge: bool = True
     # `confirm()`: a re-timed median above this many times the search's median disqualifies.
-    # Generous because CPU timings on a loaded machine move by several times between
-    # processes; a forged time is off by orders of magnitude.
-    confirm_tolerance: float = 3.0
+    # None: by device (`search.confirm`: 1.25 on a GPU, 3.0 on a loaded CPU).
+    confirm_tolerance: float | None = None
     # Fast-path builds (pytest_kernelpro.build): the cache the evaluator builds into (the
     # worker only reads it) and how many candidates compile at once.
     build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
@@ -468,15 +467,18 @@ class SandboxEvaluator:
         return evaluation
 
     def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
-        """Confirm a winner's time: re-time it in a fresh sandboxed worker whose clocks are
-        bound before the candidate's code runs (`worker.retime`), have the judge check the
-        output of a call made after timing, and compare with the time the search used.
+        """Confirm a winner's time: re-time it in a fresh sandboxed worker the way the search
+        timed it, with clocks bound before the candidate's code runs (`worker.retime`), have
+        the judge check the output of a call made after timing, and compare the fresh median
+        and ncu's kernel durations (where the candidate was profiled) with the time the
+        search used (`search.confirm.confirm_timing`: the rule and its tolerances).
 
-        A re-timed median more than `confirm_tolerance` times the search's median means the
-        search's number was not real: the candidate is disqualified (status `cheat`) with
-        both numbers in the reason. Otherwise `timing["confirmed"]` holds the re-timing and
-        the speedup it gives. Only correct evaluations are confirmed.
+        A mismatch disqualifies the candidate (status `cheat`) with the numbers in the
+        reason; otherwise `timing["confirmed"]` holds the re-timing, the comparison and the
+        speedup it gives. Only correct evaluations are confirmed.
         """
+        from pytest_kernelpro.search.confirm import confirm_timing
+
         if evaluation.status != "correct":
             return evaluation
         claimed = _positive((evaluation.timing.get("candidate") or {}).get("median_s"))
@@ -509,24 +511,33 @@ class SandboxEvaluator:
                 evaluation,
                 f"timing not confirmed: the output of the re-timed kernel is wrong ({why})",
             )
-        fresh = _positive((retimed.timing.get("retimed") or {}).get("median_s"))
+        raw = dict(retimed.timing.get("retimed") or {})
+        samples = raw.get("samples_s")
+        unwarmed = raw.get("unwarmed_samples_s")
+        # Set by the profiling evaluator (analysis/evaluator.py) for a profiled candidate.
+        ncu_s = _positive((evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s"))
+        outcome = confirm_timing(
+            claimed or 0.0,
+            samples if isinstance(samples, list) else [],
+            device_kind="cuda" if self._needs_cuda() else "cpu",
+            tolerance=self.limits.confirm_tolerance,
+            ncu_s=ncu_s,
+            unwarmed_s=unwarmed if isinstance(unwarmed, list) else (),
+            method=str(raw.get("method") or ""),
+        )
         ref_s = _positive((verdict.get("reference_timing") or {}).get("median_s"))
-        if fresh is None or claimed is None:
-            return _disqualified(evaluation, "timing not confirmed: no usable median")
-        tolerance = self.limits.confirm_tolerance
-        if fresh > claimed * tolerance:
-            return _disqualified(
-                evaluation,
-                f"timing not confirmed: re-timed in a fresh process at {fresh * 1e6:.4g} µs, "
-                f"{fresh / claimed:.3g}x the {claimed * 1e6:.4g} µs the search measured "
-                f"(more than the {tolerance:g}x allowed): the search's number was not real",
-            )
-        evaluation.timing["confirmed"] = {
-            **dict(retimed.timing.get("retimed") or {}),
-            "claimed_median_s": claimed,
+        fresh = outcome.record.get("median_s")
+        confirmed = {
+            **outcome.record,
+            "warmup_runs": raw.get("warmup_runs"),
             "reference_median_s": ref_s,
-            "speedup": None if ref_s is None else ref_s / fresh,
+            "speedup": None if ref_s is None or not fresh else ref_s / fresh,
         }
+        if not outcome.ok:
+            disqualified = _disqualified(evaluation, outcome.reason)
+            disqualified.timing["confirmation"] = confirmed
+            return disqualified
+        evaluation.timing["confirmed"] = confirmed
         return evaluation
 
     def evaluate_many(self, candidates: Sequence[Candidate], *, jobs: int = 1) -> list[Evaluation]:

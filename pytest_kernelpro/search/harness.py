@@ -239,14 +239,23 @@ class _Pipeline:
     # ----- phases -----
 
     def build(self) -> None:
+        self.build_reference()
+        self.build_candidate()
+
+    def build_reference(self) -> None:
+        """The reference model and the guards; no candidate code has run yet."""
         self.progress("reference")
         self.ref_mod = load_source(self.task["reference"], "kernelpro_reference")
         torch.manual_seed(self.seed)
-        init_inputs = list(self.ref_mod.get_init_inputs())
+        self.init_inputs = list(self.ref_mod.get_init_inputs())
         torch.manual_seed(self.seed)
-        self.ref_model = self.ref_mod.Model(*init_inputs).to(self.device).eval()
+        self.ref_model = self.ref_mod.Model(*self.init_inputs).to(self.device).eval()
         self.ref_guard = checks.ReferenceGuard(self.ref_mod).install()
         self.stream_guard = checks.StreamGuard().install()
+
+    def build_candidate(self) -> None:
+        """Load the candidate's module and build its `ModelNew` (its code runs from here)."""
+        init_inputs = self.init_inputs
         self.progress("build")
         started = time.perf_counter()
         # load_inline builds get the profiler's flags (-lineinfo, -Xptxas=-v) here, so the
@@ -277,37 +286,13 @@ class _Pipeline:
         self.progress("built")
 
     def _copy_weights(self) -> None:
-        """Hand the reference's parameters and buffers to the candidate: by name when the
-        state_dict keys match, else by position when both state_dicts list tensors of the
-        same shapes in the same order (a candidate may name its weights as it likes)."""
-        ref_state, new_state = self.ref_model.state_dict(), self.new_model.state_dict()
-        self.correctness["weights_copied"] = False
-        if not ref_state:
-            self.correctness["weights"] = "the reference has no parameters"
-            return
-        same_names = set(ref_state) == set(new_state) and all(
-            ref_state[k].shape == new_state[k].shape for k in ref_state
-        )
-        ref_values, new_keys = list(ref_state.values()), list(new_state)
-        same_order = len(ref_values) == len(new_keys) and all(
-            v.shape == new_state[k].shape for v, k in zip(ref_values, new_keys, strict=True)
-        )
-        if same_names:
-            self.new_model.load_state_dict(ref_state)
-            self.correctness["weights"] = "copied by name"
-        elif same_order:
-            self.new_model.load_state_dict(dict(zip(new_keys, ref_values, strict=True)))
-            self.correctness["weights"] = "copied by position and shape"
-        else:
-            self.correctness["weights"] = (
-                "not copied: the reference's state_dict ("
-                + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(ref_state.items())[:6])
-                + ") matches the candidate's ("
-                + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(new_state.items())[:6])
-                + ") neither by name nor by position and shape"
-            )
-            return
-        self.correctness["weights_copied"] = True
+        """Hand the reference's parameters and buffers to the candidate (`share_weights`:
+        by name, else by position and shape; a candidate may name its weights as it likes)."""
+        from pytest_kernelpro.measure.weights import share_weights
+
+        copied, how = share_weights(self.ref_model, self.new_model)
+        self.correctness["weights_copied"] = copied
+        self.correctness["weights"] = how
 
     def check(self) -> None:
         self.progress("correctness")

@@ -223,17 +223,9 @@ def _why(line: str, work: Path, label: str, when: str) -> str:
 
 
 def _copy_weights(ref_model: Any, new_model: Any) -> None:
-    ref_state, new_state = ref_model.state_dict(), new_model.state_dict()
-    if not ref_state:
-        return
-    if set(ref_state) == set(new_state):
-        new_model.load_state_dict(ref_state)
-        return
-    keys, values = list(new_state), list(ref_state.values())
-    if len(keys) == len(values) and all(
-        v.shape == new_state[k].shape for k, v in zip(keys, values, strict=True)
-    ):
-        new_model.load_state_dict(dict(zip(keys, values, strict=True)))
+    from pytest_kernelpro.measure.weights import share_weights
+
+    share_weights(ref_model, new_model)
 
 
 def _worker(work: Path, label: str) -> int:

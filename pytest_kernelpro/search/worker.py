@@ -126,73 +126,172 @@ def _retime_or_error(task: dict[str, Any], progress: Any) -> dict[str, Any]:
         return {"status": "run_error", "reason": f"re-timing failed: {type(exc).__name__}: {exc}"}
 
 
+# Samples the unwarmed diagnostic takes: what the confirmation measured before it used the
+# search's method (one warm-up call, then back-to-back events, no flush): kept beside the
+# real re-timing so a report shows how far apart the two methods are on this kernel.
+UNWARMED_SAMPLES = 20
+RETIME_MAX_SAMPLES = 200  # the re-timing's sample cap (a few rounds of events)
+RETIME_ROUND = 100  # samples enqueued behind one GPU sleep
+
+
 def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
-    """Time the candidate again in a fresh process, with clocks taken before its code runs.
+    """Time the candidate again in a fresh process, the way the search timed it, with every
+    clock and helper bound before the candidate's code runs.
 
-    The search's timing (`measure.timing`) reads `time.perf_counter` and torch's Python event
-    and synchronize wrappers at call time, so a candidate can patch them in its own process.
-    Here the clock functions are bound before the candidate's module executes, the CUDA
-    events are driven through torch's C methods (C types cannot be patched from Python), and
-    the output of one more call on fresh inputs goes to the trusted judge, so a candidate
-    that does less work while it is timed fails there. What this cannot stop is code that
-    rewrites this process's memory (ctypes): the GPU path's ncu durations are the stronger
-    check for that.
+    The method is the search's (`measure.timing_cuda`): a first call, an estimate from 5
+    L2-flushed calls, warm-up for the task's `warmup_ms`, then rounds of samples, each sample
+    an L2 flush (a buffer of twice the L2 written) and a pair of CUDA events around one call,
+    enqueued behind a GPU sleep so the events bracket GPU work and not Python launch time.
+    What differs is where the functions come from: the events, the stream, the sleep, the
+    synchronize and the flush are C methods and objects taken before the candidate's module
+    executes (C types cannot be patched from Python), the inputs are made before it too, and
+    after it runs nothing but those and the model is called (a Python helper's code could be
+    swapped by the candidate). The statistics are computed by the parent from the raw
+    samples. The output of one more call on fresh inputs goes to the trusted judge, so a
+    candidate that does less work while it is timed fails there.
+
+    What this cannot stop is code that rewrites this process's memory or its result file
+    (every process the candidate runs in is its own): the profile's ncu kernel durations,
+    taken by ncu's own process, are the cross-check for that (`evaluator.judge_retime`).
     """
-    import statistics
-
     clock = time.perf_counter_ns
     import torch
 
-    current_stream = torch.cuda.current_stream
-    cuda_event = getattr(torch._C, "_CudaEventBase", None)
-    record = getattr(cuda_event, "record", None)
-    elapsed = getattr(cuda_event, "elapsed_time", None)
-    synchronize = getattr(torch._C, "_cuda_synchronize", None)
+    set_grad = torch._C._set_grad_enabled
     from pytest_kernelpro.search import judge
     from pytest_kernelpro.search.harness import _Pipeline
 
+    budget = dict(task.get("timing") or {})
+    warmup_s = float(budget.get("warmup_ms", 25.0)) * 1e-3
+    max_time_s = float(budget.get("max_time_s", 2.0))
+    min_samples = max(3, int(budget.get("min_samples", 20)))
     pipeline = _Pipeline(task, progress)
-    pipeline.build()  # the candidate's code runs from here on
-    progress("timing")
-    model, seed = pipeline.new_model, pipeline.seed
+    pipeline.build_reference()
+    seed = pipeline.seed
     args = pipeline.inputs(seed)
-    cuda = pipeline.device.type == "cuda" and cuda_event is not None and synchronize is not None
-    calls = max(3, int(task.get("retime_calls", 20)))
+    final_args = pipeline.inputs(seed + judge.RETIME_SEED_OFFSET)
+    cuda = pipeline.device.type == "cuda"
+    if cuda:
+        tools = _cuda_tools(torch, pipeline.device, bool(budget.get("flush_l2", True)))
+    pipeline.build_candidate()  # the candidate's code runs from here on
+    progress("timing")
+    model = pipeline.new_model
+    set_grad(False)
+    model(*args)  # first call: lazy initialisation, autotuning
+    unwarmed: list[float] = []
     samples: list[float] = []
-    with torch.no_grad():
-        model(*args)  # warm-up (lazy initialisation, autotuning)
-        if cuda:
-            synchronize()
-            pairs = [
-                (cuda_event(enable_timing=True), cuda_event(enable_timing=True))
-                for _ in range(calls)
-            ]
+    n_warm = 0
+    if cuda:
+        event, record, elapsed, sync, stream, sleep, flush, flush_s, cycles_per_s = tools
+        sync()
+        pairs = [
+            (event(enable_timing=True), event(enable_timing=True)) for _ in range(UNWARMED_SAMPLES)
+        ]
+        for start, end in pairs:
+            record(start, stream)
+            model(*args)
+            record(end, stream)
+        sync()
+        unwarmed = [elapsed(start, end) * 1e-3 for start, end in pairs]
+        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(5)]
+        t0 = clock()
+        for start, end in pairs:
+            flush()
+            record(start, stream)
+            model(*args)
+            record(end, stream)
+        host_s = (clock() - t0) * 1e-9 / 5  # CPU time to enqueue one sample
+        sync()
+        per_call = sorted(elapsed(start, end) * 1e-3 for start, end in pairs)[2]
+        n_warm = max(1, min(100_000, int(warmup_s / max(flush_s + per_call, 1e-9)) + 1))
+        for _ in range(n_warm):
+            flush()
+            model(*args)
+        sync()
+        per_sample = max(flush_s + per_call, host_s, 1e-7)
+        want = max(min_samples, min(RETIME_MAX_SAMPLES, int(max_time_s / per_sample)))
+        while len(samples) < want:
+            k = min(RETIME_ROUND, want - len(samples))
+            pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]
+            if cycles_per_s > 0:  # keep the GPU busy while the CPU enqueues the round
+                sleep(int(min(0.05, host_s + 1.5 * k * host_s) * cycles_per_s))
             for start, end in pairs:
-                record(start, current_stream())
+                flush()
+                record(start, stream)
                 model(*args)
-                record(end, current_stream())
-            synchronize()
-            samples = [elapsed(start, end) * 1e-3 for start, end in pairs]
-        else:
-            for _ in range(calls):
-                t0 = clock()
-                model(*args)
-                samples.append((clock() - t0) * 1e-9)
-        out = model(*pipeline.inputs(seed + judge.RETIME_SEED_OFFSET))
-        if cuda:
-            synchronize()
+                record(end, stream)
+            sync()
+            samples += [elapsed(start, end) * 1e-3 for start, end in pairs]
+        out = model(*final_args)
+        sync()
+        method = "cuda-events (C methods bound before the candidate ran), L2 flush" + (
+            "" if flush_s > 0 else " off"
+        )
+    else:
+        deadline = clock() + int(warmup_s * 1e9)
+        while clock() < deadline:
+            model(*args)
+            n_warm += 1
+        deadline = clock() + int(max_time_s * 1e9)
+        while len(samples) < min_samples or (
+            len(samples) < RETIME_MAX_SAMPLES and clock() < deadline
+        ):
+            t0 = clock()
+            model(*args)
+            samples.append((clock() - t0) * 1e-9)
+        out = model(*final_args)
+        method = "perf_counter_ns bound before the candidate ran"
+    set_grad(True)
     judge.save_output(Path(task["outputs_dir"]) / "retimed.pt", out)
     progress("done")
     return {
         "status": "correct",
         "timing": {
             "retimed": {
-                "median_s": statistics.median(samples),
+                "samples_s": samples,
                 "samples": len(samples),
-                "method": "cuda-event (C methods)" if cuda else "perf_counter_ns bound first",
+                "warmup_runs": n_warm,
+                "method": method,
+                "unwarmed_samples_s": unwarmed,
             }
         },
     }
+
+
+def _cuda_tools(torch: Any, device: Any, flush_l2: bool) -> tuple[Any, ...]:
+    """The C-level functions and objects the re-timing uses, taken (and the GPU sleep
+    calibrated, the flush buffer allocated and timed) before any candidate code runs."""
+    event = torch._C._CudaEventBase
+    record, elapsed = event.record, event.elapsed_time
+    sync = torch._C._cuda_synchronize
+    sleep = torch._C._cuda_sleep
+    stream = torch.cuda.current_stream(device)
+    flush_s = 0.0
+    flush: Any = int  # a no-op builtin when the task times without a flush
+    if flush_l2:
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
+        nbytes = 2 * l2 if l2 > 0 else 256 * 1024 * 1024
+        buffer = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+        flush = buffer.zero_
+    sleep(100_000)  # load the sleep kernel's module outside the calibration
+    start, end = event(enable_timing=True), event(enable_timing=True)
+    record(start, stream)
+    sleep(1_000_000)
+    record(end, stream)
+    sync()
+    seconds = elapsed(start, end) * 1e-3
+    cycles_per_s = 1_000_000 / seconds if seconds > 0 else 0.0
+    if flush_l2:
+        times = []
+        for _ in range(3):
+            start, end = event(enable_timing=True), event(enable_timing=True)
+            record(start, stream)
+            flush()
+            record(end, stream)
+            sync()
+            times.append(elapsed(start, end) * 1e-3)
+        flush_s = sorted(times)[1]
+    return event, record, elapsed, sync, stream, sleep, flush, flush_s, cycles_per_s
 
 
 if __name__ == "__main__":

@@ -254,8 +254,32 @@ def test_an_honest_winner_is_confirmed() -> None:
     assert ev.correctness["verified_by"].startswith("judge: outputs of trial-1, trial-2, trial-3")
     confirmed = evaluator.confirm(honest, ev)
     assert confirmed.status == "correct", confirmed.reason
-    assert confirmed.timing["confirmed"]["median_s"] > 0
-    assert confirmed.timing["confirmed"]["speedup"] > 0
+    record = confirmed.timing["confirmed"]
+    assert record["median_s"] > 0
+    assert record["speedup"] > 0
+    assert record["samples"] >= 5  # the task's min_samples, taken by the search's method
+    assert record["method"] == "perf_counter_ns bound before the candidate ran"
+    assert record["claimed_median_s"] == ev.timing["candidate"]["median_s"]
+    assert record["ratio"] == pytest.approx(record["median_s"] / record["claimed_median_s"])
+    assert record["tolerance"] == 50.0
+    assert record["ncu_gpu_time_s"] is None  # not profiled on the CPU
+
+
+def test_a_time_below_ncus_kernel_duration_is_disqualified_at_confirmation() -> None:
+    """The cross-check with the profile: the same honest candidate, with a profile saying
+    its kernels take a second of GPU time per call (as ncu would for a forged 1000x time)."""
+    limits = dataclasses.replace(LIMITS, confirm_tolerance=50.0)
+    evaluator = SandboxEvaluator(task(), limits)
+    honest = Candidate((DATA / "cpu" / "correct.py").read_text(encoding="utf-8"))
+    ev = evaluator.evaluate(honest)
+    assert ev.status == "correct", ev.reason
+    ev.metrics["profile"] = {"ncu_gpu_time_s": 1.0}
+    confirmed = evaluator.confirm(honest, ev)
+    assert confirmed.status == "cheat"
+    assert (confirmed.reason or "").startswith(
+        "timing not confirmed: ncu measured the candidate's kernels at 1e+06 µs of GPU time"
+    )
+    assert confirmed.timing["confirmation"]["ncu_gpu_time_s"] == 1.0
 
 
 def test_namespaces_mode_refuses_the_fallback() -> None:

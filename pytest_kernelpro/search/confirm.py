@@ -1,0 +1,133 @@
+"""The winner's confirmation rule: do a fresh trusted re-timing and ncu agree with the time
+the search ranked the candidate by?
+
+`SandboxEvaluator.confirm` re-times the winner in a fresh sandboxed worker (`worker.retime`:
+the search's method, with its clocks bound before the candidate's code runs) and hands the
+raw samples here, with ncu's kernel durations from the candidate's profile where the search
+profiled it. Two checks, each of which disqualifies:
+
+1. **Re-timing.** The fresh median may be at most `tolerance` times the search's median.
+   On a GPU the tolerance is `CUDA_TOLERANCE` (1.25): with the same timer the largest spread
+   measured between processes for one kernel on the H200 was 14% (cuBLAS bf16 GEMM 8192³,
+   1407-1605 µs over four processes), the others within 2.3%
+   (bench/results/2026-11-30-foundation-h200.md). On the CPU it is `CPU_TOLERANCE` (3.0):
+   timings on a loaded shared machine move by several times between processes
+   (bench/results/2026-12-01-cpu-threads-cpu.md). A fresh time faster than the claim never
+   disqualifies (a slower claim helps no cheat).
+2. **ncu.** ncu measures each of the candidate's kernels from its own process
+   (`gpu__time_duration.sum`, caches flushed, launches serialized). The sum over the
+   profiled kernels of one call is GPU time that call cannot take less than (it leaves out
+   unprofiled kernels and launch gaps), so a claimed or re-timed median below
+   sum / `NCU_TOLERANCE` - `NCU_SLACK_S` was not measured on this GPU. The tolerance covers
+   ncu's own per-kernel overhead and kernels that overlap on several streams; the slack, the
+   microsecond-scale launch bookkeeping of very short kernels.
+
+The timing the old confirmation took (one warm-up call, then 20 back-to-back event pairs
+without a flush or a GPU sleep ahead) is kept beside it as `unwarmed_median_s`: on the H200
+it read a 52.7 µs kernel at 118 µs (bench/results/2026-12-01-sandbox-h200.md), because its
+samples included the GPU's clock ramp-up from idle and Python launch time between calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CUDA_TOLERANCE = 1.25
+CPU_TOLERANCE = 3.0
+NCU_TOLERANCE = 1.25
+NCU_SLACK_S = 2e-6
+
+# ncu's duration units (the CSV page's) in seconds.
+_SECONDS_PER_UNIT = {
+    "ns": 1e-9,
+    "nsecond": 1e-9,
+    "us": 1e-6,
+    "usecond": 1e-6,
+    "ms": 1e-3,
+    "msecond": 1e-3,
+    "s": 1.0,
+    "second": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """The outcome: `ok`, the reason when not, and what was compared (for the report)."""
+
+    ok: bool
+    reason: str = ""
+    record: dict[str, Any] = field(default_factory=dict)
+
+
+def default_tolerance(device_kind: str) -> float:
+    """The re-timing tolerance for a device kind ("cuda" or "cpu"); see the module doc."""
+    return CUDA_TOLERANCE if device_kind == "cuda" else CPU_TOLERANCE
+
+
+def ncu_gpu_time_s(kernels: Sequence[Mapping[str, Any]]) -> float | None:
+    """Sum of `gpu__time_duration.sum` over profiled kernels (the `profile.kernels` entries
+    of an Analysis dict), in seconds; None when no kernel has a usable duration."""
+    total, seen = 0.0, False
+    for kernel in kernels:
+        metrics = ((kernel.get("metrics") or {}).get("metrics") or {}) if kernel else {}
+        entry = metrics.get("gpu__time_duration.sum") or {}
+        value, scale = entry.get("value"), _SECONDS_PER_UNIT.get(str(entry.get("unit", "")))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or scale is None:
+            continue
+        if value > 0:
+            total += float(value) * scale
+            seen = True
+    return total if seen else None
+
+
+def confirm_timing(
+    claimed_s: float,
+    samples_s: Sequence[float],
+    *,
+    device_kind: str,
+    tolerance: float | None = None,
+    ncu_s: float | None = None,
+    unwarmed_s: Sequence[float] = (),
+    method: str = "",
+) -> Confirmation:
+    """Apply both checks of the module doc to one winner's numbers."""
+    tol = default_tolerance(device_kind) if tolerance is None else float(tolerance)
+    samples = [float(s) for s in samples_s if isinstance(s, (int, float)) and s > 0]
+    if not samples or not claimed_s > 0:
+        return Confirmation(False, "timing not confirmed: no usable median", {})
+    fresh = statistics.median(samples)
+    record: dict[str, Any] = {
+        "median_s": fresh,
+        "samples": len(samples),
+        "method": method,
+        "claimed_median_s": claimed_s,
+        "ratio": fresh / claimed_s,
+        "tolerance": tol,
+        "unwarmed_median_s": statistics.median(unwarmed_s) if unwarmed_s else None,
+        "ncu_gpu_time_s": ncu_s,
+        "ncu_ratio": None if not ncu_s else ncu_s / min(claimed_s, fresh),
+    }
+    if fresh > claimed_s * tol:
+        return Confirmation(
+            False,
+            f"timing not confirmed: re-timed in a fresh process at {fresh * 1e6:.4g} µs, "
+            f"{fresh / claimed_s:.3g}x the {claimed_s * 1e6:.4g} µs the search measured "
+            f"(more than the {tol:g}x allowed on {device_kind}): the search's number was not "
+            "real",
+            record,
+        )
+    fastest = min(claimed_s, fresh)
+    if ncu_s and fastest * NCU_TOLERANCE + NCU_SLACK_S < ncu_s:
+        which = "the search" if claimed_s <= fresh else "the re-timing"
+        return Confirmation(
+            False,
+            f"timing not confirmed: ncu measured the candidate's kernels at {ncu_s * 1e6:.4g} "
+            f"µs of GPU time per call, {ncu_s / fastest:.3g}x the {fastest * 1e6:.4g} µs "
+            f"{which} measured (a call cannot take less than its kernels; more than the "
+            f"{NCU_TOLERANCE:g}x allowed): the number was not real",
+            record,
+        )
+    return Confirmation(True, "", record)
