@@ -77,11 +77,13 @@ def test_search_on_two_dask_workers_overlaps_and_finds_the_same_winner(
     lines = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines()]
     header, nodes = lines[0], lines[1:]
     cluster = header["meta"]["dask"]
-    assert cluster["local"] is True and cluster["slots"] == 2
+    assert cluster["local"] is True
+    assert cluster["slots"] == 2
     assert len(cluster["workers"]) == 2
     assert all(w["secrets"] == [] for w in cluster["workers"])
     stamps = [n["metrics"]["dask"] for n in nodes]
-    assert len(stamps) == 3 and all(s["ended"] > s["started"] for s in stamps)
+    assert len(stamps) == 3
+    assert all(s["ended"] > s["started"] for s in stamps)
     overlapping = [
         (a, b)
         for i, a in enumerate(stamps)
