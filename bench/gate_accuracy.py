@@ -34,9 +34,26 @@ A nominal slowdown equal to a threshold sits on the decision boundary: a gate th
 kernel only for a change beyond its threshold must let about half of such changes pass, so
 read the detection rate of slowdown s at thresholds below s (e.g. 5% at a 2% threshold).
 
-Run:  python bench/gate_accuracy.py --device cuda --out $OUT     (H200, < 8 minutes)
-      python bench/gate_accuracy.py --device cpu --out /tmp/ga   (small kernel, ~10 minutes)
+Run:  python bench/gate_accuracy.py --suite add --device cuda --out $OUT  (H200, < 8 minutes)
+      python bench/gate_accuracy.py --suite add --device cpu --out /tmp/ga (~10 minutes)
 Writes gate_accuracy.json (every comparison) and gate_accuracy.md (the tables) under --out.
+
+`--suite kernels` (the default): the same trials over the 23 kernels of
+`bench/gate_accuracy_kernels.py` (elementwise, reductions, softmax, norms, transpose, fp16 /
+bf16 / TF32 / fp32 GEMMs including a power-limited bf16 GEMM, batched GEMM, convolutions,
+attention; small and >= 50 us), with the plugin's DEFAULT settings: the threshold
+`default_threshold(device)`, alpha 0.01, the confirmation re-measurement, and the timing
+defaults of the Setting table (2 s budget on a GPU, target CI 0.5%, flush before every
+sample, 300 ms warm-up). One exception, to fit ~20 kernels x many trials in a few minutes:
+the 300 ms warm-up runs before the first measurement of each kernel only; the measurements
+after it, back to back on the same kernel with no pause, warm up for
+`--later-warmup-ms` (25). Each kernel gets a share of `--max-minutes` and runs trials until
+its share is spent (at least `--min-trials`). The slowdown is extra work of the kernel's own
+kind (more elements, rows, K or batch; calibrated as above, per kernel), and the report
+gives each variant's measured change beside its nominal one.
+
+      python bench/gate_accuracy.py --device cuda --out $OUT --max-minutes 1.8    (H200)
+      python bench/gate_accuracy.py --device cpu --out /tmp/ga --max-minutes 1    (dry run)
 """
 
 from __future__ import annotations
@@ -62,7 +79,13 @@ from pytest_kernelpro.gate.verdict import (
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 from pytest_kernelpro.results import KernelRecord
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 SLOWDOWNS = (0.03, 0.05, 0.07, 0.10)
+SUITE_SLOWDOWNS = (0.03, 0.05, 0.10)
+SUITE_CAL_REPS = 3  # suite: interleaved calibration measurements of each size
+HARD_STOP_S = 15.0  # suite: past the deadline by this much, the remaining kernels are skipped
+LONG_KERNEL_S = 50e-6  # the target's scope: kernels of 50 us or more
 CAL_SPAN = 0.25  # calibration: t(N) against t(N * (1 + CAL_SPAN))
 CAL_REPS = 5  # interleaved measurements of each calibration size
 
@@ -368,9 +391,294 @@ def injection_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def plugin_budgets(device: str, later_warmup_ms: float) -> tuple[TimingBudget, TimingBudget]:
+    """(first, later) budgets: the plugin's defaults from the Setting table; `later` differs
+    only in its warm-up (see the module docstring)."""
+    from pytest_kernelpro.config import SETTINGS_BY_NAME
+
+    first = TimingBudget(
+        warmup_ms=float(SETTINGS_BY_NAME["warmup_ms"].default),
+        max_time_s=2.0 if device == "cuda" else 1.0,  # Settings.budget_for's defaults
+        target_rel_ci=float(SETTINGS_BY_NAME["target_rel_ci"].default),
+        cpu_flush=str(SETTINGS_BY_NAME["cpu_flush"].default),
+    )
+    from dataclasses import replace
+
+    return first, replace(first, warmup_ms=later_warmup_ms)
+
+
+def _round_to(x: float, granule: int) -> int:
+    """`x` to the nearest multiple of `granule`, at least one granule."""
+    return max(granule, round(x / granule) * granule)
+
+
+def _measure_info(rec: KernelRecord) -> dict[str, Any]:
+    timing = rec.timing or {}
+    clocks = timing.get("clocks") or {}
+    n = len(timing.get("samples_s") or [])
+    return {
+        "median_s": rec.median_s,
+        "n": n,
+        "throttled_share": (timing.get("throttled_samples") or 0) / n if n else None,
+        "sm_mhz_mean": clocks.get("sm_mhz_mean"),
+        "power_w_mean": clocks.get("power_w_mean"),
+        "reasons": clocks.get("reasons_seen") or [],
+        "wall_s": timing.get("wall_s"),
+    }
+
+
+def run_suite(args: argparse.Namespace) -> dict[str, Any]:
+    import gc
+
+    import torch
+    from gate_accuracy_kernels import SUITE, set_device, tf32_mode
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("no CUDA device: falling back to --device cpu", file=sys.stderr)
+        args.device = "cpu"
+    if args.device == "cpu":
+        torch.set_num_threads(1)
+    set_device(args.device)
+    small = args.device == "cpu"
+    first_budget, later_budget = plugin_budgets(args.device, args.later_warmup_ms)
+    threshold = default_threshold(args.device)
+    slowdowns = [float(x) for x in args.slowdowns.split(",")]
+    specs = [s for s in SUITE if not args.only or s.name in args.only.split(",")]
+    rng = random.Random(args.seed)
+    t_start = time.monotonic()
+    deadline = t_start + args.max_minutes * 60
+    comparisons: list[dict[str, Any]] = []
+    kernels: list[dict[str, Any]] = []
+    measurements = 0
+    device_name = args.device
+    for index, spec in enumerate(specs):
+        if time.monotonic() > deadline + HARD_STOP_S:
+            kernels.append({"name": spec.name, "kind": spec.kind, "what": spec.what,
+                            "error": "not run: the run's time was spent"})  # fmt: skip
+            continue
+        left_weight = sum(s.weight for s in specs[index:])
+        share_s = max(0.0, deadline - time.monotonic()) * spec.weight / left_weight
+        k_start = time.monotonic()
+        n0 = spec.n0_small if small else spec.n0
+        info: dict[str, Any] = {"name": spec.name, "kind": spec.kind, "what": spec.what,
+                                "n0": n0, "share_s": round(share_s, 1)}  # fmt: skip
+        try:
+            with tf32_mode(spec.tf32), torch.no_grad():
+                launch_a = spec.build(n0, small)
+                n_hi = n0 + _round_to(CAL_SPAN * n0, spec.granule)
+                launch_hi = spec.build(n_hi, small)
+
+                def timed(
+                    fn: Any, name: str, first: bool = False, kernel: str = spec.name
+                ) -> KernelRecord:
+                    nonlocal measurements
+                    measurements += 1
+                    budget = first_budget if first else later_budget
+                    return measure(fn, args.device, budget, f"{kernel}:{name}")
+
+                warm = timed(launch_a, "A", first=True)  # the default 300 ms warm-up
+                device_name = warm.device
+                cal: dict[str, list[float]] = {"lo": [], "hi": []}
+                for _ in range(SUITE_CAL_REPS):
+                    for key, fn in (("lo", launch_a), ("hi", launch_hi)):
+                        cal[key].append(timed(fn, key).median_s or math.nan)
+                t_lo, t_hi = _median(cal["lo"]), _median(cal["hi"])
+                k = (t_hi - t_lo) / (n_hi - n0)
+                del launch_hi
+                sizes: dict[str, int] = {"A": n0}
+                expected: dict[str, float | None] = {}
+                for s in slowdowns:
+                    extra = s * t_lo / k if k > 0 else s * n0
+                    sizes[variant_name(s)] = n0 + _round_to(extra, spec.granule)
+                    expected[variant_name(s)] = (
+                        k * (sizes[variant_name(s)] - n0) / t_lo if k > 0 else None
+                    )
+                launches = {"A": launch_a}
+                launches.update({v: spec.build(n, small) for v, n in sizes.items() if v != "A"})
+                info.update({
+                    "calibration": {"n_hi": n_hi, "medians_s": cal, "per_unit_s": k,
+                                    "fixed_fraction": (t_lo - k * n0) / t_lo if t_lo else None},
+                    "sizes": sizes, "expected_change": expected,
+                    "first_measurement": _measure_info(warm),
+                })  # fmt: skip
+                medians: dict[str, list[float]] = {v: [] for v in launches}
+                a_infos: list[dict[str, Any]] = []
+                trial = 0
+                # Past the whole run's deadline, one trial per kernel still left.
+                min_trials = args.min_trials if time.monotonic() < deadline else 1
+                while trial < args.trials and (
+                    trial < min_trials or time.monotonic() - k_start < share_s
+                ):
+                    base = timed(launches["A"], "A")
+                    entry = BaselineEntry.from_record(base)
+                    assert entry is not None
+                    order = list(launches)
+                    rng.shuffle(order)
+                    for variant in order:
+                        rec = timed(launches[variant], variant)
+                        medians[variant].append(rec.median_s or math.nan)
+                        if variant == "A":
+                            a_infos.append(_measure_info(rec))
+                        first = compare(rec, entry, threshold=threshold, alpha=args.alpha)
+                        final = first
+                        if needs_confirmation(first):
+                            again = timed(launches[variant], variant)
+                            final = confirm(first, again, entry)
+                        comparisons.append({
+                            "kernel": spec.name, "trial": trial, "variant": variant,
+                            "threshold": threshold, "change": first.change,
+                            "p_value": first.p_value, "first": first.change_status,
+                            "final": final.change_status, "failed": final.failed,
+                            "confirm_change": (final.confirmation or {}).get("change"),
+                        })  # fmt: skip
+                    trial += 1
+                a = _median(medians["A"])
+                info.update({
+                    "trials": trial,
+                    "median_of_medians_s": {v: _median(m) for v, m in medians.items()},
+                    "measured_change": {v: _median(m) / a - 1 for v, m in medians.items()
+                                        if v != "A" and a == a},
+                    "throttled_share_A": _median([x["throttled_share"] for x in a_infos
+                                                  if x["throttled_share"] is not None]),
+                    "sm_mhz_mean_A": _median([x["sm_mhz_mean"] for x in a_infos
+                                              if x["sm_mhz_mean"] is not None]),
+                    "power_w_mean_A": _median([x["power_w_mean"] for x in a_infos
+                                               if x["power_w_mean"] is not None]),
+                    "reasons_A": sorted({r for x in a_infos for r in x["reasons"]}),
+                    "wall_s": round(time.monotonic() - k_start, 1),
+                })  # fmt: skip
+                del launches, launch_a
+        except Exception as exc:  # one kernel's failure is its row, not the run's end
+            info["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        kernels.append(info)
+        gc.collect()
+        if args.device == "cuda":
+            torch.cuda.empty_cache()
+        print(f"[gate] {spec.name}: {info.get('trials', 0)} trials in "
+              f"{info.get('wall_s', '?')} s, A {(_median_of(info) or math.nan) * 1e6:.1f} us, "
+              f"measured {info.get('measured_change')} {info.get('error') or ''}",
+              file=sys.stderr, flush=True)  # fmt: skip
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": device_name,
+        "machine": f"{platform.node()} {platform.machine()} python {platform.python_version()} "
+        f"torch {torch.__version__}",
+        "command": " ".join(sys.argv),
+        "settings": {
+            "suite": "kernels",
+            "threshold": threshold,
+            "alpha": args.alpha,
+            "slowdowns": slowdowns,
+            "first_budget": first_budget.to_dict(),
+            "later_budget": later_budget.to_dict(),
+            "min_trials": args.min_trials,
+        },
+        "measurements": measurements,
+        "wall_s": round(time.monotonic() - t_start, 1),
+        "kernels": kernels,
+        "comparisons": comparisons,
+    }
+
+
+def _median_of(info: dict[str, Any]) -> float | None:
+    return (info.get("median_of_medians_s") or {}).get("A")
+
+
+def _rate(sel: list[dict[str, Any]]) -> str:
+    if not sel:
+        return "–"
+    k = sum(c["failed"] for c in sel)
+    lo, hi = wilson(k, len(sel))
+    return f"{k}/{len(sel)} = {_pct(k / len(sel))} ({_pct(lo)}–{_pct(hi)})"
+
+
+def render_suite(result: dict[str, Any]) -> str:
+    s = result["settings"]
+    comps = result["comparisons"]
+    slow = [variant_name(x) for x in s["slowdowns"]]
+    fb, lb = s["first_budget"], s["later_budget"]
+    lines = [
+        f"# Gate accuracy over {len(result['kernels'])} kernels on {result['device']}",
+        "",
+        f"- date: {result['date']}",
+        f"- machine: {result['machine']}",
+        f"- command: `{result['command']}`",
+        f"- gate: threshold {s['threshold']:.0%} (the plugin's default), alpha {s['alpha']}, "
+        "confirmation re-measurement of every flagged change",
+        f"- timing: budget {fb['max_time_s']} s, target CI {fb['target_rel_ci']}, flush "
+        f"{'on' if fb['flush_l2'] else 'off'}; warm-up {fb['warmup_ms']:g} ms before each "
+        f"kernel's first measurement, {lb['warmup_ms']:g} ms before the later ones",
+        f"- {result['measurements']} measurements in {result['wall_s']:.0f} s",
+        "",
+        "Failed the gate = regressed and confirmed. A/A: a re-measurement of the unchanged "
+        "kernel against its baseline (false alarm if it failed). Per variant: failed/n and the "
+        "median measured change (median over trials of that variant's median against A's).",
+        "",
+        "| kernel | kind | A median | trials | A/A false alarms | "
+        + " | ".join(f"{v} nominal / measured / caught" for v in slow)
+        + " | throttled / SM MHz / W |",
+        "|:--|:--|--:|--:|--:|" + "--:|" * len(slow) + ":--|",
+    ]
+    for info in result["kernels"]:
+        name = info["name"]
+        if "error" in info:
+            lines.append(f"| {name} | {info['kind']} | failed: {info['error'][:120]} |")
+            continue
+        a = _median_of(info) or math.nan
+        sel = [c for c in comps if c["kernel"] == name]
+        aa = [c for c in sel if c["variant"] == "A"]
+        cells = []
+        for v in slow:
+            vs = [c for c in sel if c["variant"] == v]
+            got = (info.get("measured_change") or {}).get(v)
+            exp = v[1:]
+            caught = f"{sum(c['failed'] for c in vs)}/{len(vs)}"
+            cells.append(f"+{exp}% / {'–' if got is None else f'{got * 100:+.2f}%'} / {caught}")
+        thr = info.get("throttled_share_A")
+        clocks = (
+            f"{'–' if thr is None or thr != thr else f'{thr:.0%}'} / "
+            f"{info.get('sm_mhz_mean_A') or math.nan:.0f} / {info.get('power_w_mean_A') or math.nan:.0f}"
+        )
+        lines.append(
+            f"| {name} | {info['kind']} | {a * 1e6:.1f} µs | {info['trials']} | "
+            f"{sum(c['failed'] for c in aa)}/{len(aa)} | " + " | ".join(cells) + f" | {clocks} |"
+        )
+    long_names = {i["name"] for i in result["kernels"] if (_median_of(i) or 0) >= LONG_KERNEL_S}
+    groups = [
+        ("all kernels", lambda c: True),
+        (f">= {LONG_KERNEL_S * 1e6:.0f} µs kernels ({len(long_names)})",
+         lambda c: c["kernel"] in long_names),
+        (f"< {LONG_KERNEL_S * 1e6:.0f} µs kernels", lambda c: c["kernel"] not in long_names),
+    ]  # fmt: skip
+    lines += [
+        "",
+        "Pooled (95% Wilson intervals):",
+        "",
+        "| kernels | A/A false alarms | " + " | ".join(f"{v} caught" for v in slow) + " |",
+        "|:--|--:|" + "--:|" * len(slow),
+    ]
+    for label, keep in groups:
+        sel = [c for c in comps if keep(c)]
+        lines.append(
+            f"| {label} | {_rate([c for c in sel if c['variant'] == 'A'])} | "
+            + " | ".join(_rate([c for c in sel if c["variant"] == v]) for v in slow)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
+    parser.add_argument(
+        "--suite",
+        choices=("kernels", "add"),
+        default="kernels",
+        help="kernels: 23 kernels with the plugin's defaults; add: the one add kernel",
+    )
+    parser.add_argument("--later-warmup-ms", type=float, default=25.0)
+    parser.add_argument("--min-trials", type=int, default=3)
+    parser.add_argument("--only", default="", help="suite: comma-separated kernel names")
     parser.add_argument("--out", required=True, help="directory for the results")
     parser.add_argument("--trials", type=int, default=200, help="A/A comparisons (>= 200)")
     parser.add_argument("--ab-trials", type=int, default=100, help="A/B comparisons per slowdown")
@@ -407,6 +715,18 @@ def main(argv: list[str] | None = None) -> int:
         "N x (1 + s) elements, which slows a call by less than s when it has a fixed cost",
     )
     args = parser.parse_args(argv)
+    if args.suite == "kernels":
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        if args.slowdowns == ",".join(f"{x:g}" for x in SLOWDOWNS):
+            args.slowdowns = ",".join(f"{x:g}" for x in SUITE_SLOWDOWNS)
+        args.max_minutes = args.max_minutes or 2.0
+        result = run_suite(args)
+        (out / "gate_accuracy.json").write_text(json.dumps(result, indent=1, default=str))
+        text = render_suite(result)
+        (out / "gate_accuracy.md").write_text(text)
+        print(text)
+        return 0
     if args.thresholds is None:
         default = default_threshold(args.device)
         args.thresholds = ",".join(f"{t:g}" for t in sorted({default, 0.05}))

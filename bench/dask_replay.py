@@ -1,0 +1,148 @@
+"""The same replay search twice: through `--kernelpro-dask=local` and in this process.
+
+    python bench/dask_replay.py --out DIR [--select EXPR] [--budget N] [--device cpu]
+
+Each run is `pytest --kernelpro-optimize=N --kernelpro-llm=replay:replays -k EXPR` in its own
+scratch copy of example_repo/ (no API key: the recorded answers in order). The Dask run goes
+first (the new path), the in-process one second. DIR/results.json gets, per run as it
+finishes: exit status, wall time, the outcomes, the ranked candidates (strategy, speedup over
+the current kernel, verdict), the winner, and for the Dask run the cluster from the
+trajectory's header (workers, their sandbox, GPUs, secret-looking names) and each node's
+worker stamps. DIR/<run>.log is the streamed pytest output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pytest_command(args: argparse.Namespace, dask: str | None) -> list[str]:
+    import importlib.metadata
+
+    installed = any(
+        "pytest_kernelpro" in e.value for e in importlib.metadata.entry_points(group="pytest11")
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *([] if installed else ["-p", "pytest_kernelpro.plugin"]),
+    ]
+    cmd += [
+        "-p", "no:cacheprovider", f"--kernelpro-time-budget={args.timing}",
+        "--kernelpro-warmup-ms=50", f"--kernelpro-optimize={args.budget}",
+        "--kernelpro-llm=replay:replays", "--kernelpro-feedback=none",
+        "--kernelpro-candidates=1", "-k", args.select, "-rA",
+    ]  # fmt: skip
+    if args.device:
+        cmd.append(f"--kernelpro-device={args.device}")
+    if dask:
+        cmd.append(f"--kernelpro-dask={dask}")
+    return cmd
+
+
+def _summary(user: Path) -> dict[str, Any]:
+    report = user / ".kernelpro" / "kernelpro-report.json"
+    if not report.is_file():
+        return {"error": "no report"}
+    out: dict[str, Any] = {}
+    for record in json.loads(report.read_text())["records"]:
+        opt = (record.get("extra") or {}).get("optimize")
+        if not opt:
+            continue
+        ranked = [
+            {k: c.get(k) for k in ("node_id", "strategy", "speedup_vs_current", "verdict", "rank")}
+            for c in opt.get("candidates") or []
+        ]
+        entry: dict[str, Any] = {
+            "status": opt.get("status"),
+            "outcomes": opt.get("outcomes"),
+            "evaluations": opt.get("evaluations"),
+            "current_speedup_vs_reference": (opt.get("current") or {}).get("speedup_vs_reference"),
+            "candidates": ranked,
+            "winner": next((c["strategy"] for c in ranked if c.get("rank") == 1), None),
+        }
+        run_dir = opt.get("run_dir")
+        trajectory = Path(run_dir) / "trajectory.jsonl" if run_dir else None
+        if trajectory is not None and trajectory.is_file():
+            lines = [json.loads(x) for x in trajectory.read_text().splitlines() if x.strip()]
+            entry["cluster"] = (lines[0].get("meta") or {}).get("dask")
+            entry["nodes"] = [
+                {
+                    "id": n["id"],
+                    "parent": n["parent"],
+                    "strategy": n["strategy"],
+                    "status": n["status"],
+                    "speedup_vs_reference": n["speedup"],
+                    "sandbox": (n.get("metrics") or {}).get("sandbox"),
+                    "dask": (n.get("metrics") or {}).get("dask"),
+                }
+                for n in lines[1:]
+            ]
+        out[record["name"]] = entry
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--select", default="2048x1024")
+    parser.add_argument("--budget", default="3")
+    parser.add_argument("--timing", default="0.2")
+    parser.add_argument("--device", default=None, help="cpu: a dry run without a GPU")
+    parser.add_argument("--dask", default="local")
+    parser.add_argument("--scratch", type=Path, default=Path("/tmp/kp-dask-bench"))
+    parser.add_argument("--deadline-s", type=float, default=600.0)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.scratch, ignore_errors=True)
+    results: dict[str, Any] = {"select": args.select, "budget": args.budget, "runs": {}}
+    started = time.monotonic()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    for name, dask in (("dask", args.dask), ("in_process", None)):
+        user = args.scratch / name
+        shutil.copytree(
+            REPO / "example_repo", user, ignore=shutil.ignore_patterns(".kernelpro", "__pycache__")
+        )
+        left = args.deadline_s - (time.monotonic() - started)
+        cmd = _pytest_command(args, dask)
+        began = time.monotonic()
+        with open(args.out / f"{name}.log", "w", encoding="utf-8") as log:
+            try:
+                code: Any = subprocess.run(
+                    cmd, cwd=user, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    timeout=max(10.0, left), check=False,
+                ).returncode  # fmt: skip
+            except subprocess.TimeoutExpired:
+                code = "timeout"
+        results["runs"][name] = {
+            "cmd": " ".join(cmd),
+            "exit": code,
+            "wall_s": round(time.monotonic() - began, 1),
+            "kernels": _summary(user),
+        }
+        (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    winners = {
+        name: {k: v.get("winner") for k, v in run["kernels"].items() if isinstance(v, dict)}
+        for name, run in results["runs"].items()
+    }
+    results["same_winner"] = len({json.dumps(w, sort_keys=True) for w in winners.values()}) == 1
+    results["winners"] = winners
+    (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(json.dumps({"winners": winners, "same_winner": results["same_winner"]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

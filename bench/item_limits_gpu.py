@@ -1,0 +1,187 @@
+"""The item time limit against a kernel that spins on the GPU (native hang), with and
+without `--kernelpro-isolate`.
+
+A temporary project holds two kernels, in this order: `spins`, whose launch enqueues
+`torch.cuda._sleep` for ~500 s of GPU cycles (the host then waits in native code, in the
+correctness check's synchronisation, where no Python signal handler can run), and `healthy`,
+an ordinary GPU add. Two pytest runs, each in its own process:
+
+1. `--kernelpro-item-timeout=5` (and a 0.2 s timing budget, so `healthy` fits well inside): the SIGALRM cannot fire inside the native wait, so the
+   watchdog thread must end the process `WATCHDOG_GRACE_S` after the limit, with exit status
+   3, the hung item's failed record in the records log and a JSON report of what finished.
+2. `--kernelpro-isolate --kernelpro-item-timeout=5`: the parent must kill the spinning
+   child's process group at the limit plus `STARTUP_ALLOWANCE_S`, fail `spins` with a
+   message saying so, and run `healthy` in a fresh child on the same GPU: it must pass.
+
+To spend seconds, not minutes, of device time the project's conftest shortens two constants
+(30 s and 60 s in the plugin): `WATCHDOG_GRACE_S` to 3 s in run 1; in run 2 the parent's
+`STARTUP_ALLOWANCE_S` to 10 s and the child's grace to 600 s, so the child cannot end itself
+and the parent's kill is what is tested. The mechanisms are the plugin's own.
+
+    python bench/item_limits_gpu.py --out $OUT/limits --ceilings CEILINGS.json   (GPU; ~40 s)
+    python bench/item_limits_gpu.py --out /tmp/limits --device cpu   (dry run: time.sleep
+        stands in for the GPU spin, so run 1 is the SIGALRM path, not the watchdog)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CONFTEST = """
+import os, sys
+import pytest_kernelpro.item_limits as limits
+import pytest_kernelpro.isolate as isolate
+
+if "--kernelpro-isolated-child" in sys.argv:
+    limits.WATCHDOG_GRACE_S = float(os.environ.get("KP_BENCH_CHILD_GRACE", "30"))
+else:
+    limits.WATCHDOG_GRACE_S = float(os.environ.get("KP_BENCH_GRACE", "30"))
+    isolate.STARTUP_ALLOWANCE_S = float(os.environ.get("KP_BENCH_STARTUP", "60"))
+"""
+
+KERNELS = """
+import time
+import pytest, torch
+
+def inp(device):
+    return (torch.randn(1 << 20, device=device),)
+
+def spin(x):
+    if x.is_cuda:
+        torch.cuda._sleep(1_000_000_000_000)  # ~500 s of cycles at 2 GHz
+    else:
+        time.sleep(600)
+    return x + 1
+
+@pytest.mark.kernelpro(reference=lambda x: x + 1, inputs=inp)
+def spins(x):
+    return spin(x)
+
+@pytest.mark.kernelpro(reference=lambda x: x + 1, inputs=inp)
+def healthy(x):
+    return x + 1
+"""
+
+
+def plugin_autoloaded() -> bool:
+    from importlib.metadata import entry_points
+
+    return any(ep.value == "pytest_kernelpro.plugin" for ep in entry_points(group="pytest11"))
+
+
+def run(project: Path, args: list[str], env: dict[str, str], limit_s: float) -> dict:
+    load = [] if plugin_autoloaded() else ["-p", "pytest_kernelpro.plugin"]
+    cmd = [sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider", "-q", *args]
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True,
+                              timeout=limit_s)  # fmt: skip
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    except subprocess.TimeoutExpired as exc:
+        code, out, err = None, str(exc.stdout or ""), str(exc.stderr or "")
+    wall = time.monotonic() - started
+    report = project / ".kernelpro" / "kernelpro-report.json"
+    records_log = report.with_suffix(".jsonl")
+    records = []
+    finished = False
+    if records_log.exists():
+        for line in records_log.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue  # a torn last line
+            if event.get("kind") == "record":
+                records.append(event["record"])
+            finished = finished or event.get("kind") == "finished"
+    return {
+        "command": " ".join(cmd[1:]),
+        "exit_code": code,
+        "wall_s": round(wall, 1),
+        "stdout_tail": out[-3000:],
+        "stderr_tail": err[-3000:],
+        "report_written": report.exists(),
+        "records_log_finished": finished,
+        "records": [
+            {
+                "name": r.get("name"),
+                "outcome": r.get("outcome"),
+                "message": (r.get("message") or "")[:500],
+            }
+            for r in records
+            if isinstance(r, dict) and r.get("name")
+        ],  # fmt: skip
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--ceilings", help="ceilings JSON for this device kind")
+    parser.add_argument(
+        "--limit-s",
+        type=float,
+        default=0.0,
+        help="item time limit (0: 5 s "
+        "on cuda, 20 s on cpu, where torch's start-up under load is slow)",
+    )
+    args = parser.parse_args()
+    limit = args.limit_s or (5.0 if args.device == "cuda" else 20.0)
+    startup = "10" if args.device == "cuda" else "40"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="kp-limits-") as tmp:
+        for name, extra, env_extra in (
+            ("watchdog", [], {"KP_BENCH_GRACE": "3"}),
+            ("isolate", ["--kernelpro-isolate"],
+             {"KP_BENCH_STARTUP": startup, "KP_BENCH_CHILD_GRACE": "600"}),
+        ):  # fmt: skip
+            project = Path(tmp) / name
+            project.mkdir()
+            (project / "conftest.py").write_text(CONFTEST)
+            (project / "test_k.py").write_text(KERNELS)
+            (project / "pytest.ini").write_text("[pytest]\n")
+            env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
+            )
+            argv = [f"--kernelpro-device={args.device}", f"--kernelpro-item-timeout={limit}",
+                    "--kernelpro-time-budget=0.2", *extra]  # fmt: skip
+            if args.ceilings:  # measured ceilings: no ceiling probes inside the time limit
+                argv.append(f"--kernelpro-ceilings={Path(args.ceilings).resolve()}")
+            results[name] = run(project, argv, env, limit_s=150)
+            r = results[name]
+            print(f"[limits] {name}: exit {r['exit_code']} in {r['wall_s']} s; records "
+                  f"{[(x['name'], x['outcome']) for x in r['records']]}; "
+                  f"report written {r['report_written']}", flush=True)  # fmt: skip
+    checks = {
+        "watchdog: process ended with status 3": results["watchdog"]["exit_code"] == 3,
+        "watchdog: the hung item's failed record is in the log": any(
+            x["name"] == "spins" and x["outcome"] == "failed"
+            for x in results["watchdog"]["records"]
+        ),
+        "isolate: spins failed": any(
+            x["name"] == "spins" and x["outcome"] == "failed" for x in results["isolate"]["records"]
+        ),
+        "isolate: healthy passed after the kill": any(
+            x["name"] == "healthy" and x["outcome"] == "passed"
+            for x in results["isolate"]["records"]
+        ),
+    }
+    results["checks"] = checks
+    (out / "item_limits.json").write_text(json.dumps(results, indent=1))
+    for k, v in checks.items():
+        print(f"[limits] {'PASS' if v else 'FAIL'} {k}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
