@@ -286,6 +286,11 @@ def _worker_evaluator(
             local_task = dataclasses.replace(task, device=device)
             local_limits = dataclasses.replace(limits, python=sys.executable)
             evaluator = SandboxEvaluator(local_task, local_limits)
+            from pytest_kernelpro.search.cluster import PROBED
+
+            probed = PROBED.get((local_limits.isolation, device.startswith("cuda")))
+            if probed is not None:
+                evaluator._isolation = probed  # probed at connect, on this very process
             if chain is not None:
                 evaluator = chain(evaluator)
             _EVALUATORS[token] = evaluator
