@@ -177,28 +177,28 @@ class ModelNew(nn.Module):
 # The candidates name the weight `scale`; the reference's is `weight` (inside the checker's
 # wrapper: `ref.weight`). The checker hands it over by position and shape.
 
-RMS_WRONG = (
-    HEAD
-    + """
-
+# The candidates' class header and weight, shared by all four.
+RMS_CLASS = """
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self.scale = nn.Parameter(torch.ones(1024))
+"""
 
+RMS_WRONG = (
+    HEAD
+    + "\n"
+    + RMS_CLASS
+    + """
     def forward(self, x):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)  # forgets the weight
 """
 )
 RMS_SLOW = (
     HEAD
+    + "\n"
+    + RMS_CLASS
     + """
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(1024))
-
     def forward(self, x):
         x64 = x.double()
         out = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale.double()
@@ -230,13 +230,9 @@ RMS_FAST = (
     + "from pytest_kernelpro.build import load_cuda\n\n_K = load_cuda(r'''"
     + _RMS_CU
     + "''', name=\"rms_norm_fused\")\n"
+    + "\n"
+    + RMS_CLASS
     + """
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(1024))
-
     def forward(self, x):
         x = x.contiguous()
         out = torch.empty_like(x)
@@ -249,42 +245,41 @@ RMS_BROKEN = (
     + "from pytest_kernelpro.build import load_cuda\n\n_K = load_cuda(r'''"
     + _RMS_CU.replace("float4 g = w[threadIdx.x];", "float4 g = w[threadIdx.x]")
     + "''', name=\"rms_norm_broken\")\n"
+    + "\n"
+    + RMS_CLASS
     + """
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.scale = nn.Parameter(torch.ones(1024))
-
     def forward(self, x):
         return x
 """
 )
 
+
+def _plan(
+    wrong: tuple[str, str], slow: tuple[str, str], fast: tuple[str, str], broken: tuple[str, str]
+) -> dict[str, list[tuple[str, str]]]:
+    """What the canned model answers per mode: initial -> [wrong, slow], optimize -> [fast,
+    broken], debug -> [slow] (each a (strategy, code) pair)."""
+    return {"initial": [wrong, slow], "optimize": [fast, broken], "debug": [slow]}
+
+
 # kernel name -> mode -> [(strategy, code)]
 CANDIDATES = {
-    "bias_gelu": {
-        "initial": [("erf GELU in one call", GELU_WRONG), ("tanh GELU in float64", GELU_SLOW)],
-        "optimize": [
-            ("one fused float4 kernel: bias add and tanh GELU in registers", GELU_FAST),
-            ("fused scalar kernel", GELU_BROKEN),
-        ],
-        "debug": [("tanh GELU in float64", GELU_SLOW)],
-    },
-    "softmax_rows": {
-        "initial": [("torch.softmax", SOFTMAX_WRONG), ("softmax in float64", SOFTMAX_SLOW)],
-        "optimize": [
-            ("one block per row: float4 loads, warp-shuffle max and sum", SOFTMAX_FAST),
-            ("same, reusing the sum register", SOFTMAX_BROKEN),
-        ],
-        "debug": [("softmax in float64", SOFTMAX_SLOW)],
-    },
-    "RMSNorm": {
-        "initial": [("rsqrt of the mean square", RMS_WRONG), ("RMSNorm in float64", RMS_SLOW)],
-        "optimize": [
-            ("one block per row, one float4 per thread, weight fused", RMS_FAST),
-            ("same without the weight load's semicolon", RMS_BROKEN),
-        ],
-        "debug": [("RMSNorm in float64", RMS_SLOW)],
-    },
+    "bias_gelu": _plan(
+        ("erf GELU in one call", GELU_WRONG),
+        ("tanh GELU in float64", GELU_SLOW),
+        ("one fused float4 kernel: bias add and tanh GELU in registers", GELU_FAST),
+        ("fused scalar kernel", GELU_BROKEN),
+    ),
+    "softmax_rows": _plan(
+        ("torch.softmax", SOFTMAX_WRONG),
+        ("softmax in float64", SOFTMAX_SLOW),
+        ("one block per row: float4 loads, warp-shuffle max and sum", SOFTMAX_FAST),
+        ("same, reusing the sum register", SOFTMAX_BROKEN),
+    ),
+    "RMSNorm": _plan(
+        ("rsqrt of the mean square", RMS_WRONG),
+        ("RMSNorm in float64", RMS_SLOW),
+        ("one block per row, one float4 per thread, weight fused", RMS_FAST),
+        ("same without the weight load's semicolon", RMS_BROKEN),
+    ),
 }

@@ -269,6 +269,9 @@ class _SearchState:
             "guidance": [] if top is None else top.get("lineage_guidance", []),
             "ranking": ranking.to_dict(),
             "profiles": details.get("profiles", []),
+            "per_candidate": details.get("per_candidate", []),
+            "reference_profile_s": details.get("reference_profile_s"),
+            "confirmation": details.get("winner_confirmation"),
         }
         if top is not None:
             data["best"] = {

@@ -73,7 +73,9 @@ def current_kernel_code(item: KernelItem, sandbox_source: str) -> str:
     if item.problem.kind == "kernelbench":
         if item.problem.extra.get("has_model_new"):
             return sandbox_source  # the file's own ModelNew
-        return REFERENCE_AS_CANDIDATE
+        # No ModelNew: the current kernel is the reference itself. The sandbox loads a
+        # candidate as its own module (no `Model` in it), so it carries the problem's code.
+        return sandbox_source.rstrip() + "\n\n\n" + REFERENCE_AS_CANDIDATE
     return CURRENT_KERNEL_TEMPLATE.format(
         name=item.problem.display_name,
         path=str(Path(locator.path).resolve()),

@@ -71,6 +71,9 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         ncu_path=spec.get("ncu_path"),
         timeline_runs=int(spec.get("timeline_runs", 5)),
         max_launches=int(spec.get("max_launches", 8)),
+        # This child already started the interpreter, CUDA and the candidate: the kineto
+        # run reuses them instead of starting another process.
+        timeline_in_process=bool(spec.get("timeline_in_process", True)),
     )
     analysis.extra["build_s"] = build_s
     analysis.extra["binaries"] = binaries

@@ -74,6 +74,9 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
         )
     for error in summary.get("patch_errors") or []:
         lines.append(f"  patch not written: {error}")
+    confirmation = summary.get("confirmation") or {}
+    if confirmation.get("status") in ("confirmed", "disqualified"):
+        lines.append("  " + _confirmation_line(confirmation))
     guidance = summary.get("guidance") or []
     if guidance:
         lines.append("  guidance that led to the best candidate:")
@@ -92,6 +95,23 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
             f"  run folder: {summary['run_dir']}{resumed}; `kernelpro show {summary['run_dir']}`"
         )
     return "\n".join(lines)
+
+
+def _confirmation_line(conf: Mapping[str, Any]) -> str:
+    """The winner's confirmation (`search/confirm.py`) in one line."""
+    text = f"winner {conf.get('status')}"
+    fresh, claimed = conf.get("median_s"), conf.get("claimed_median_s")
+    if isinstance(fresh, (int, float)) and isinstance(claimed, (int, float)) and claimed > 0:
+        text += (
+            f": re-timed in a fresh process at {fresh * 1e6:.4g} µs, {fresh / claimed:.2f}x "
+            f"the search's {claimed * 1e6:.4g} µs (tolerance {conf.get('tolerance')}x)"
+        )
+    ncu = conf.get("ncu_gpu_time_s")
+    if isinstance(ncu, (int, float)):
+        text += f"; ncu's kernels {ncu * 1e6:.4g} µs per call"
+    if conf.get("status") == "disqualified":
+        text += f"; {conf.get('reason')}"
+    return text
 
 
 def terminal_section(records: Sequence[KernelRecord], write_line: Callable[[str], None]) -> bool:

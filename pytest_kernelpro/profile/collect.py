@@ -161,6 +161,21 @@ def _run_timeline_child(
     return list(payload.get("events", []))
 
 
+def _timeline_here(spec_path: str, output: str) -> list[dict[str, Any]] | NotCollected:
+    """The timeline child's work (`profile.target`, mode "timeline") in this process."""
+    from pytest_kernelpro.profile.target import load_spec, run_spec
+
+    try:
+        run_spec(load_spec(spec_path))
+        with open(output, encoding="utf-8") as handle:
+            payload = json.load(handle)
+    except Exception as exc:  # the problem's failure is the timeline's reason, as in the child
+        return NotCollected("timeline", f"the kineto run failed: {type(exc).__name__}: {exc}")
+    if "not_collected" in payload:
+        return NotCollected("timeline", str(payload["not_collected"]))
+    return list(payload.get("events", []))
+
+
 def _match_launch(name: str, launches: dict[str, KernelMetrics]) -> KernelMetrics | None:
     if name in launches:
         return launches[name]
@@ -184,12 +199,18 @@ def profile_kernel_item(
     max_launches: int = 32,
     extra_cuda_cflags: Sequence[str] = DEFAULT_CUDA_FLAGS,
     python: str | None = None,
+    timeline_in_process: bool = False,
 ) -> ProfileReport:
     """Profile the kernel item at `locator` (a `ProblemLocator`: path, qualname, shape_index).
 
     `so_paths` and `ptxas` come from `capture_extensions` around the item's run; `metrics`
     defaults to the curated counters. Profilers that are missing or refused are reported in
     `ProfileReport.not_collected`; `wall_s` is the time this call took.
+
+    `timeline_in_process`: take the kineto timeline in this process instead of a child (for
+    a caller that is itself a disposable child that has already imported torch and the
+    kernel, like the search's candidate profiler: one interpreter start and CUDA context
+    fewer per candidate).
     """
     started = time.perf_counter()
     report = ProfileReport()
@@ -225,7 +246,10 @@ def profile_kernel_item(
                     extra_cuda_cflags=flags,
                 ),
             )
-            events = _run_timeline_child(python, timeline_spec, events_path, timeout_s)
+            if timeline_in_process:
+                events = _timeline_here(timeline_spec, events_path)
+            else:
+                events = _run_timeline_child(python, timeline_spec, events_path, timeout_s)
             if isinstance(events, NotCollected):
                 report.not_collected.append(events)
             else:

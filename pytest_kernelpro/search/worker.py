@@ -152,7 +152,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
 
     What this cannot stop is code that rewrites this process's memory or its result file
     (every process the candidate runs in is its own): the profile's ncu kernel durations,
-    taken by ncu's own process, are the cross-check for that (`evaluator.judge_retime`).
+    taken by ncu's own process, are the cross-check for that (`search.confirm`).
     """
     clock = time.perf_counter_ns
     import torch

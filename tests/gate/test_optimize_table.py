@@ -73,3 +73,26 @@ def test_junit_properties_carry_the_search() -> None:
     assert props["kernelpro.optimize.best_speedup_vs_current"] == "2.0"
     assert props["kernelpro.optimize.efficiency_after"] == "0.4"
     assert "kernelpro.optimize.interrupted" not in props
+
+
+def test_text_says_how_the_winner_was_confirmed() -> None:
+    confirmed = {
+        **SUMMARY,
+        "confirmation": {
+            "status": "confirmed",
+            "median_s": 5.3e-5,
+            "claimed_median_s": 5.27e-5,
+            "tolerance": 1.25,
+            "ncu_gpu_time_s": 4.8e-5,
+        },
+    }
+    assert (
+        "  winner confirmed: re-timed in a fresh process at 53 µs, 1.01x the search's 52.7 µs "
+        "(tolerance 1.25x); ncu's kernels 48 µs per call"
+    ) in render_optimize_text(confirmed).splitlines()
+    lost = {
+        **SUMMARY,
+        "confirmation": {"status": "disqualified", "reason": "timing not confirmed: 2.2x"},
+    }
+    assert "  winner disqualified; timing not confirmed: 2.2x" in render_optimize_text(lost)
+    assert "winner" not in render_optimize_text(SUMMARY)

@@ -398,3 +398,63 @@ def test_module_class_kernel_is_rewired_end_to_end(pytester: pytest.Pytester) ->
     record = _report(root)["Scale"]
     assert record["outcome"] == "passed", record.get("message")
     assert record["gate"]["change"] < 0  # faster than the baseline saved before the patch
+
+
+KB_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        y = x
+        for _ in range(100):
+            y = y + 0.0
+        return torch.relu(y)
+
+
+def get_inputs():
+    return [torch.randn(4096)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+KB_REPLY = (
+    "### Strategy: one relu\n```python\nimport torch\nfrom torch import nn\n\n\n"
+    "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.relu(x)\n```\n"
+)
+
+
+@pytest.mark.slow
+def test_kernelbench_file_without_modelnew_is_searched_from_its_own_model(
+    pytester: pytest.Pytester,
+) -> None:
+    """The current kernel of a KernelBench file without ModelNew is its Model: measured in
+    the sandbox like any candidate, and the patch adds ModelNew and keeps Model."""
+    root = Path(pytester.path)
+    (root / "problems").mkdir()
+    (root / "problems" / "relu.py").write_text(KB_PROBLEM, encoding="utf-8")
+    pytester.makeini("[pytest]\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n")
+    (root / "replays").mkdir()
+    (root / "replays" / "relu.jsonl").write_text(json.dumps(recording_record(KB_REPLY)) + "\n")
+    assert _git(root, "init", "-q").returncode == 0
+    assert _git(root, "add", "-A").returncode == 0
+    assert _git(root, "commit", "-qm", "problem").returncode == 0
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelpro-problems=problems", "--kernelpro-optimize=1",
+        "--kernelpro-llm=replay:replays", "--kernelpro-feedback=none",
+        "--kernelpro-candidates=1",
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    summary = _report(root)["relu"]["extra"]["optimize"]
+    assert summary["current"]["status"] == "correct", summary["current"]["reason"]
+    assert summary["baseline"] == "current kernel"
+    best = summary["candidates"][0]
+    assert _git(root, "apply", best["patch"]).returncode == 0
+    patched = (root / "problems" / "relu.py").read_text()
+    assert patched.startswith(KB_PROBLEM.rstrip())  # class Model and the rest kept
+    assert "ModelNew" in patched

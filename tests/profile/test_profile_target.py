@@ -81,3 +81,26 @@ def test_failing_problem_exits_3_with_the_reason(tmp_path: Path) -> None:
     assert completed.returncode == EXIT_PROBLEM_FAILED
     assert completed.stderr.startswith("kernelpro target: ")
     assert "missing.py" in completed.stderr
+
+
+def test_the_in_process_timeline_answers_as_the_child_does(tmp_path: Path) -> None:
+    """`profile_kernel_item(timeline_in_process=True)`'s timeline (the candidate profiler's:
+    no second interpreter) gives what the timeline child gives: here, without a GPU, the same
+    reason; and a problem that fails says so instead of raising."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only answer")
+    from pytest_kernelpro.profile.collect import _run_timeline_child, _timeline_here
+
+    (tmp_path / "k.py").write_text(PROBLEM, encoding="utf-8")
+    spec = {"problem_file": str(tmp_path / "k.py"), "qualname": "double", "mode": "timeline",
+            "device": "cpu", "runs": 2, "output": str(tmp_path / "events.json")}  # fmt: skip
+    (tmp_path / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    here = _timeline_here(str(tmp_path / "spec.json"), spec["output"])
+    child = _run_timeline_child(sys.executable, str(tmp_path / "spec.json"), spec["output"], 300)
+    assert here == child
+    assert "no CUDA device" in here.why
+    broken = {**spec, "qualname": "missing"}
+    (tmp_path / "broken.json").write_text(json.dumps(broken), encoding="utf-8")
+    failed = _timeline_here(str(tmp_path / "broken.json"), str(tmp_path / "none.json"))
+    assert failed.why.startswith("the kineto run failed: ")

@@ -1,0 +1,503 @@
+"""The optimize loop on the H200, as a user runs it: `pytest --kernelpro-optimize=N
+--kernelpro-llm=replay:replays --kernelpro-feedback=tools` on the example repository's replay
+corpus (softmax_rows: memory-bound; matmul: tensor-core GEMM; bias_gelu[2048x1024]: a fusion)
+and on KernelBench problems with hand-written replay candidates (bench/kb_replays/), then every
+best patch applied in a fresh clone and re-checked with `pytest --kernelpro-check -k KERNEL`.
+
+    python bench/optimize_h200.py --out DIR [--resume OLD_STEPS.jsonl] [--device cpu]
+        [--kernels softmax_rows,matmul,...] [--deadline-s 500] [--budget 4]
+
+Resumable across device calls: every finished step (the environment, each kernel's search,
+the re-check) is one line of DIR/steps.jsonl, written as soon as it ends. A later call given
+that file (`--resume`) copies its lines and skips the steps they cover: a kernel's search
+keeps its best patch's text and the baseline file, so the re-check can run on a fresh
+machine. A kernel's search is started only while the deadline leaves room for one
+(`--kernel-cost-s`); one cut off by the deadline is not recorded and runs again next time.
+
+Per kernel the line holds: the search's outcome and ranking (speedup vs the starting kernel
+and vs the reference, re-measured; % of roofline before and after), the evaluations and
+their outcomes, the wall time split (generate / build / check / time / profile / remeasure),
+every candidate (status, reason, profile time, ncu kernels, SASS, timeline, Stage 1,
+findings), the guidance each optimize prompt carried, the winner's confirmation and the
+item's own timing. DIR/raw.tar.gz holds every log, report, trajectory, model-call record and
+patch. The KernelBench files are read from --kb (as published; never committed), copied into
+the scratch repository's kb_problems/; with --device cpu their sizes are cut down so a CPU
+dry run finishes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from optimize_replay import git, records  # noqa: E402  (bench/, beside this file)
+
+# (report name, -k expression, KernelBench file under --kb or None)
+KERNELS: dict[str, tuple[str, str | None]] = {
+    "softmax_rows": ("softmax_rows", None),
+    "matmul": ("matmul", None),
+    "bias_gelu[2048x1024]": ("2048x1024", None),
+    "88_MinGPTNewGelu": ("88_MinGPTNewGelu", "level1/88_MinGPTNewGelu.py"),
+    "12_Gemm_Multiply_LeakyReLU": (
+        "12_Gemm_Multiply_LeakyReLU",
+        "level2/12_Gemm_Multiply_LeakyReLU.py",
+    ),
+}
+# CPU dry run: the KernelBench sizes cut down (the published ones take minutes per call there).
+CPU_SIZES = {"batch_size": 64, "dim": 256, "in_features": 128, "out_features": 128}
+GUIDANCE_HEADS = ("## Automated Bottleneck Analysis", "## Profiler Metrics (raw)")
+
+
+def log(text: str) -> None:
+    sys.stdout.write(f"[{time.strftime('%H:%M:%S')}] {text}\n")
+    sys.stdout.flush()
+
+
+class Steps:
+    """DIR/steps.jsonl: one line per finished step, appended and flushed at once."""
+
+    def __init__(self, path: Path, resume: list[Path]) -> None:
+        self.path = path
+        self.done: dict[str, dict[str, Any]] = {}
+        lines: list[str] = []
+        for old in resume:
+            if old.is_file() and old.resolve() != path.resolve():
+                lines += [ln for ln in old.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        if path.is_file():
+            lines += [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        with open(path, "w", encoding="utf-8") as handle:
+            for line in lines:
+                entry = json.loads(line)
+                self.done[entry["step"]] = entry
+                handle.write(line + "\n")
+
+    def add(self, step: str, entry: dict[str, Any]) -> None:
+        entry = {"step": step, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **entry}
+        self.done[step] = entry
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry, default=str) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+def environment(device: str | None) -> dict[str, Any]:
+    """Device, versions and how the sandbox isolates candidates on this machine."""
+    import torch
+
+    from pytest_kernelpro.search.isolation import Isolation
+
+    info: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__}
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if torch.cuda.is_available() and device != "cpu":
+        info["device"] = torch.cuda.get_device_name(0)
+        smi = shutil.which("nvidia-smi")
+        if smi:
+            out = subprocess.run(
+                [smi, "--query-gpu=driver_version,clocks.max.sm", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            info["driver_maxclock"] = out.stdout.strip()
+    else:
+        info["device"] = "cpu"
+    ncu = shutil.which("ncu")
+    if ncu:
+        out = subprocess.run([ncu, "--version"], capture_output=True, text=True, check=False)
+        info["ncu"] = out.stdout.strip().splitlines()[-1:]
+    started = time.monotonic()
+    cuda = info["device"] != "cpu"
+    isolation = Isolation.probe("auto", cuda=cuda)
+    info["isolation"] = isolation.describe()
+    info["isolation_probe_s"] = round(time.monotonic() - started, 1)
+    return info
+
+
+def make_user_repo(root: Path, kb: Path, device: str | None, steps: Steps) -> Path:
+    """example_repo/ plus the KernelBench problems and their replays, as a git repository."""
+    from pytest_kernelpro.handoff.corpus import build
+
+    user = root / "user-repo"
+    shutil.rmtree(user, ignore_errors=True)
+    shutil.copytree(
+        REPO / "example_repo", user, ignore=shutil.ignore_patterns(".kernelpro", "__pycache__")
+    )
+    problems = user / "kb_problems"
+    problems.mkdir()
+    for _, kb_file in KERNELS.values():
+        if kb_file is None:
+            continue
+        text = (kb / kb_file).read_text(encoding="utf-8")
+        if device == "cpu":
+            for name, value in CPU_SIZES.items():
+                text = re.sub(rf"^{name}\s*=\s*\d+", f"{name} = {value}", text, flags=re.M)
+        (problems / Path(kb_file).name).write_text(text, encoding="utf-8")
+    for kernel_dir in sorted((REPO / "bench" / "kb_replays" / "candidates").iterdir()):
+        shutil.copytree(kernel_dir, user / "replays" / "candidates" / kernel_dir.name)
+    build(user / "replays")  # DIR/<kernel>.jsonl for every candidates folder
+    saved = steps.done.get("baseline")
+    if saved and saved.get("text"):
+        (root / "base.yaml").write_text(saved["text"], encoding="utf-8")
+    git(user, "init", "-q")
+    git(user, "add", "-A")
+    git(user, "commit", "-qm", "example_repo with KernelBench problems")
+    return user
+
+
+def plugin_args(args: argparse.Namespace) -> list[str]:
+    installed = any(
+        "pytest_kernelpro" in e.value for e in importlib.metadata.entry_points(group="pytest11")
+    )
+    common = [] if installed else ["-p", "pytest_kernelpro.plugin"]
+    common += [
+        "-p",
+        "no:cacheprovider",
+        f"--kernelpro-time-budget={args.timing}",
+        "--kernelpro-warmup-ms=50",
+        "--kernelpro-problems=kb_problems",
+        f"--kernelpro-profile-timeout={args.profile_timeout}",
+    ]
+    if args.device:
+        common.append(f"--kernelpro-device={args.device}")
+    return common
+
+
+def run(cmd: list[str], cwd: Path, logfile: Path, timeout: float) -> dict[str, Any]:
+    started = time.monotonic()
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    with open(logfile, "w", encoding="utf-8") as out:
+        try:
+            proc = subprocess.run(
+                cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                timeout=max(1.0, timeout), check=False,
+            )  # fmt: skip
+            code: Any = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = "timeout"
+    return {"cmd": " ".join(cmd), "exit": code, "wall_s": round(time.monotonic() - started, 1)}
+
+
+def _guidance(prompt: str) -> str:
+    for head in GUIDANCE_HEADS:
+        if head in prompt:
+            text = prompt[prompt.index(head) :]
+            end = text.find("## Output format")
+            return text[:end] if end > 0 else text[:6000]
+    return ""
+
+
+def prompts_of(run_dir: Path) -> list[dict[str, Any]]:
+    """Each Programmer prompt: its mode, what it carried, and the guidance section."""
+    calls = run_dir / "llm-calls.jsonl"
+    out: list[dict[str, Any]] = []
+    if not calls.is_file():
+        return out
+    for line in calls.read_text(encoding="utf-8").splitlines():
+        call = json.loads(line)
+        if call.get("purpose") != "programmer":
+            if call.get("purpose") == "profiling":
+                out.append({"mode": "profiling-agent", "node": call.get("node")})
+            continue
+        request = call.get("request")
+        if isinstance(request, str):
+            request = json.loads(request)
+        messages = (request or {}).get("messages") or []
+        user = str(messages[0].get("content", "")) if messages else ""
+        guidance = _guidance(user)
+        out.append(
+            {
+                "mode": str(call.get("prompt_id") or "").split(".")[0],
+                "node": call.get("node"),
+                "prompt_chars": len(user),
+                "reference_analysis": "Roofline time" in user,
+                "sections": [
+                    h
+                    for h in (
+                        "### SASS summary",
+                        "### Timeline summary",
+                        "### Findings (by severity)",
+                        "### ncu metrics by category",
+                        "## Profiling analysis",
+                    )
+                    if h in user
+                ],
+                "guidance_chars": len(guidance),
+                "guidance": guidance[:2500],
+            }
+        )
+    return out
+
+
+def nodes_of(run_dir: Path) -> list[dict[str, Any]]:
+    """Every evaluated candidate of the trajectory, with what profiling it found and cost."""
+    trajectory = run_dir / "trajectory.jsonl"
+    nodes: list[dict[str, Any]] = []
+    if not trajectory.is_file():
+        return nodes
+    for line in trajectory.read_text(encoding="utf-8").splitlines():
+        data = json.loads(line)
+        if data.get("kind") != "node":
+            continue
+        metrics = data.get("metrics") or {}
+        profile = metrics.get("profile") or {}
+        nodes.append(
+            {
+                "id": data.get("id"),
+                "parent": data.get("parent"),
+                "mode": data.get("mode"),
+                "strategy": data.get("strategy"),
+                "status": data.get("status"),
+                "speedup_vs_reference": data.get("speedup"),
+                "reason": (data.get("reason") or "")[:400],
+                "build_s": data.get("build_s"),
+                "wall_s": data.get("wall_s"),
+                "sandbox": (metrics.get("sandbox") or {}).get("mode")
+                if isinstance(metrics.get("sandbox"), dict)
+                else metrics.get("sandbox"),
+                "profile_s": profile.get("profile_s"),
+                "profile_collect_s": profile.get("collect_s"),
+                "profile_kernels": profile.get("kernels"),
+                "ncu_gpu_time_s": profile.get("ncu_gpu_time_s"),
+                "sass": profile.get("sass"),
+                "timeline": profile.get("timeline"),
+                "stage1": (profile.get("stage1") or {}).get("cls"),
+                "not_collected": profile.get("not_collected"),
+                "profile_error": profile.get("error"),
+                "findings": [
+                    f"[{f.get('severity')}] {f.get('tool')}: {f.get('title')}"
+                    for f in data.get("findings") or []
+                ],
+            }
+        )
+    return nodes
+
+
+def search(
+    kernel: str, user: Path, root: Path, raw: Path, args: argparse.Namespace, left_s: float
+) -> dict[str, Any]:
+    select, _ = KERNELS[kernel]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
+    cmd = [
+        sys.executable, "-m", "pytest", *plugin_args(args),
+        f"--kernelpro-optimize={args.budget}", "--kernelpro-llm=replay:replays",
+        "--kernelpro-feedback=tools", "-k", select,
+        f"--kernelpro-save-baseline={root / 'base.yaml'}", f"--junitxml={raw / (slug + '.junit.xml')}",
+    ]  # fmt: skip
+    step = run(cmd, user, raw / f"{slug}.search.log", left_s)
+    report = user / ".kernelpro" / "kernelpro-report.json"
+    if report.is_file():
+        shutil.copy(report, raw / f"{slug}.report.json")
+    record = records(report).get(kernel) or {}
+    summary = (record.get("extra") or {}).get("optimize") or {}
+    entry: dict[str, Any] = {"kernel": kernel, "select": select, "run": step}
+    entry["item"] = {
+        "outcome": record.get("outcome"),
+        "message": record.get("message"),
+        "median_s": ((record.get("timing") or {}).get("stats") or {}).get("median_s"),
+        "efficiency": record.get("efficiency"),
+        "roofline": {
+            k: (record.get("roofline") or {}).get(k)
+            for k in ("bound", "roofline_time_s", "flops", "bytes")
+        },
+    }
+    keep = (
+        "status", "reason", "why", "evaluations", "stop_reason", "outcomes", "elapsed_s",
+        "wall_s", "current", "best", "winner", "best_speedup", "best_speedup_vs_current",
+        "strategy", "guidance", "profiles", "per_candidate", "reference_profile_s",
+        "confirmation", "patch_errors", "rounds", "baseline", "backend",
+    )  # fmt: skip
+    entry["summary"] = {k: summary.get(k) for k in keep}
+    entry["candidates"] = [
+        {
+            k: c.get(k)
+            for k in (
+                "rank",
+                "node_id",
+                "strategy",
+                "status",
+                "verdict",
+                "speedup_vs_current",
+                "speedup_vs_reference",
+                "efficiency_after",
+                "reason",
+            )  # fmt: skip
+        }
+        for c in summary.get("candidates") or []
+    ]
+    run_dir = Path(summary["run_dir"]) if summary.get("run_dir") else None
+    if run_dir is not None and run_dir.is_dir():
+        entry["prompts"] = prompts_of(run_dir)
+        entry["nodes"] = nodes_of(run_dir)
+        shutil.copytree(run_dir, raw / f"{slug}.run", dirs_exist_ok=True)
+    best = summary.get("best_patch")
+    if best and Path(best).is_file():
+        entry["best_patch_text"] = Path(best).read_text(encoding="utf-8")
+    base = root / "base.yaml"
+    entry["baseline_text"] = base.read_text(encoding="utf-8") if base.is_file() else None
+    entry["optimize_text"] = (record.get("extra") or {}).get("optimize_text")
+    return entry
+
+
+def recheck(
+    user: Path, root: Path, raw: Path, searched: dict[str, dict[str, Any]], args: argparse.Namespace,
+    left_s: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Each best patch alone and all together in fresh clones; the check of the patched
+    kernels against the baseline saved before the search; collection after the patch."""
+    clone = root / "fresh-clone"
+    shutil.rmtree(clone, ignore_errors=True)
+    git(root, "clone", "-q", str(user), str(clone))
+    base = root / "base.yaml"
+    texts = [e.get("baseline_text") for e in searched.values() if e.get("baseline_text")]
+    if texts:
+        base.write_text(texts[-1], encoding="utf-8")  # saved with merging: the last has all
+    out: dict[str, Any] = {"kernels": {}}
+    patched = []
+    for kernel, entry in searched.items():
+        text = entry.get("best_patch_text")
+        info: dict[str, Any] = {"patch": bool(text)}
+        if text:
+            slug = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
+            patch = raw / f"{slug}.best.patch"
+            patch.write_text(text, encoding="utf-8")
+            alone = root / f"alone-{slug}"
+            shutil.rmtree(alone, ignore_errors=True)
+            git(root, "clone", "-q", str(user), str(alone))
+            check = git(alone, "apply", "--check", str(patch))
+            info["applies_alone"] = check.returncode == 0
+            applied = git(clone, "apply", str(patch))
+            info["applied_in_clone"] = applied.returncode == 0
+            info["apply_error"] = (check.stderr + applied.stderr).strip() or None
+            if applied.returncode == 0:
+                patched.append(kernel)
+        out["kernels"][kernel] = info
+    if not patched:
+        return out
+    select = " or ".join(KERNELS[k][0] for k in patched)
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--kernelpro-check",
+           f"--kernelpro-baseline={base}", "-k", select]  # fmt: skip
+    out["run"] = run(cmd, clone, raw / "recheck.log", left_s)
+    report = clone / ".kernelpro" / "kernelpro-report.json"
+    if report.is_file():
+        shutil.copy(report, raw / "recheck.report.json")
+    rechecked = records(report)
+    for kernel in patched:
+        record = rechecked.get(kernel) or {}
+        gate = record.get("gate") or {}
+        before = ((searched[kernel].get("item") or {}).get("median_s")) or None
+        after = ((record.get("timing") or {}).get("stats") or {}).get("median_s")
+        out["kernels"][kernel].update(
+            outcome=record.get("outcome"),
+            message=record.get("message"),
+            language=record.get("language"),
+            median_after_s=after,
+            efficiency_after=record.get("efficiency"),
+            verdict=gate.get("status"),
+            change=gate.get("change"),
+            gate_message=gate.get("message"),
+            speedup_vs_starting_kernel=(before / after) if before and after else None,
+        )
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--collect-only", "-q"]
+    collected = run(cmd, clone, raw / "collect.log", 120)
+    text = (raw / "collect.log").read_text(encoding="utf-8", errors="replace")
+    found = re.search(r"(\d+) tests? collected", text)
+    out["collect_after_patch"] = {**collected, "collected": int(found.group(1)) if found else None}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--resume", type=Path, action="append", default=[])
+    parser.add_argument("--kernels", default=",".join(KERNELS))
+    parser.add_argument("--kb", type=Path, default=REPO / ".kb" / "KernelBench")
+    parser.add_argument("--budget", default="4")
+    parser.add_argument("--timing", default="0.2", help="--kernelpro-time-budget (seconds)")
+    parser.add_argument("--profile-timeout", default="60")
+    parser.add_argument("--device", default=None, help="cpu: a dry run on a machine without GPU")
+    parser.add_argument("--scratch", type=Path, default=Path("/tmp/kp-optimize-h200"))
+    parser.add_argument("--deadline-s", type=float, default=500.0)
+    parser.add_argument("--kernel-cost-s", type=float, default=90.0)
+    parser.add_argument("--recheck-cost-s", type=float, default=45.0)
+    args = parser.parse_args()
+    started = time.monotonic()
+
+    def left() -> float:
+        return args.deadline_s - (time.monotonic() - started)
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    steps = Steps(args.out / "steps.jsonl", args.resume)
+    raw = args.scratch / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+
+    def pack() -> None:
+        with tarfile.open(args.out / "raw.tar.gz", "w:gz") as tar:
+            tar.add(raw, arcname="raw")
+
+    if "env" not in steps.done:
+        steps.add("env", environment(args.device))
+        log(f"env: {json.dumps(steps.done['env'])}")
+    user = make_user_repo(args.scratch, args.kb, args.device, steps)
+    wanted = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    unknown = [k for k in wanted if k not in KERNELS]
+    if unknown:
+        raise SystemExit(f"unknown kernels {unknown}; known: {list(KERNELS)}")
+    for kernel in wanted:
+        key = f"search:{kernel}"
+        if key in steps.done:
+            log(f"{kernel}: searched in an earlier call, skipped")
+            continue
+        if left() < args.kernel_cost_s + args.recheck_cost_s:
+            log(f"{kernel}: {left():.0f} s left, not started (the next call resumes here)")
+            break
+        log(f"{kernel}: search")
+        entry = search(kernel, user, args.scratch, raw, args, left() - args.recheck_cost_s)
+        if entry["run"]["exit"] == "timeout":
+            log(
+                f"{kernel}: cut off by the deadline after {entry['run']['wall_s']} s (not recorded)"
+            )
+            pack()
+            break
+        steps.add(key, entry)
+        if entry.get("baseline_text"):
+            steps.add("baseline", {"text": entry["baseline_text"]})
+        s = entry["summary"]
+        log(
+            f"{kernel}: {s.get('status')} in {entry['run']['wall_s']} s; best "
+            f"{s.get('best_speedup_vs_current')} vs current, {s.get('best_speedup')} vs ref; "
+            f"wall {s.get('wall_s')}; confirmation {(s.get('confirmation') or {}).get('status')}"
+        )
+        pack()
+    searched = {k: steps.done[f"search:{k}"] for k in wanted if f"search:{k}" in steps.done}
+    if len(searched) == len(wanted) and "recheck" not in steps.done:
+        if left() > 10:
+            log("recheck: patches in a fresh clone")
+            result = recheck(user, args.scratch, raw, searched, args, left())
+            steps.add("recheck", result)
+            log(f"recheck: {json.dumps(result, default=str)[:1500]}")
+    pack()
+    log(f"done in {time.monotonic() - started:.0f} s; steps: {sorted(steps.done)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
