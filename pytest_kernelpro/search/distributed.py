@@ -200,7 +200,9 @@ class DaskEvaluator:
                 f"counted as failed): {exc}",
                 metrics={"dask": {"key": key, "lost": True}},
             )
-        except (distributed.client.FutureCancelledError, OSError) as exc:
+        except Exception as exc:
+            if future.status == "error":
+                raise  # the task itself raised: the search decides (a broken reference ends it)
             raise KernelproError(
                 f"the Dask scheduler at {self.cluster.address} stopped answering while "
                 f"candidate {key} ran ({type(exc).__name__}: {exc}); the search ends here and "
