@@ -616,8 +616,8 @@ def render_suite(result: dict[str, Any]) -> str:
         "",
         "| kernel | kind | A median | trials | A/A false alarms | "
         + " | ".join(f"{v} nominal / measured / caught" for v in slow)
-        + " | throttled / SM MHz / W |",
-        "|:--|:--|--:|--:|--:|" + "--:|" * len(slow) + ":--|",
+        + " | A/A max abs change | throttled / SM MHz / W |",
+        "|:--|:--|--:|--:|--:|" + "--:|" * len(slow) + "--:|:--|",
     ]
     for info in result["kernels"]:
         name = info["name"]
@@ -641,7 +641,8 @@ def render_suite(result: dict[str, Any]) -> str:
         )
         lines.append(
             f"| {name} | {info['kind']} | {a * 1e6:.1f} µs | {info['trials']} | "
-            f"{sum(c['failed'] for c in aa)}/{len(aa)} | " + " | ".join(cells) + f" | {clocks} |"
+            f"{sum(c['failed'] for c in aa)}/{len(aa)} | " + " | ".join(cells) + f" | "
+            f"{max((abs(c['change']) for c in aa), default=math.nan) * 100:.2f}% | {clocks} |"
         )
     long_names = {i["name"] for i in result["kernels"] if (_median_of(i) or 0) >= LONG_KERNEL_S}
     groups = [

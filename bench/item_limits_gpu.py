@@ -1,10 +1,12 @@
 """The item time limit against a kernel that spins on the GPU (native hang), with and
 without `--kernelpro-isolate`.
 
-A temporary project holds two kernels, in this order: `spins`, whose launch enqueues
-`torch.cuda._sleep` for ~500 s of GPU cycles (the host then waits in native code, in the
-correctness check's synchronisation, where no Python signal handler can run), and `healthy`,
-an ordinary GPU add. Two pytest runs, each in its own process:
+A temporary project holds two kernels, in this order: `spins`, whose launch enqueues a
+Triton kernel that never ends (`--spin triton`, the default; `--spin sleep`: ~500 s of
+`torch.cuda._sleep`), so the host then waits in native code, in the correctness check's
+synchronisation, where no Python signal handler can run; and `healthy`, an ordinary GPU add.
+(On the H200 on 2026-12-01 a `_sleep` spin was failed by SIGALRM, not the watchdog, and the
+next item ran on a free GPU: `--sleep-probe-s` records what a host wait behind `_sleep` does.) Two pytest runs, each in its own process:
 
 1. `--kernelpro-item-timeout=5` (and a 0.2 s timing budget, so `healthy` fits well inside): the SIGALRM cannot fire inside the native wait, so the
    watchdog thread must end the process `WATCHDOG_GRACE_S` after the limit, with exit status
@@ -47,14 +49,36 @@ else:
 """
 
 KERNELS = """
-import time
+import os, time
 import pytest, torch
 
 def inp(device):
     return (torch.randn(1 << 20, device=device),)
 
+SPIN = None
+if os.environ.get("KP_BENCH_SPIN") == "triton":
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _spin_forever(flag_ptr):
+        # The flag is never set; an atomic read each time so the load cannot be hoisted.
+        v = tl.atomic_add(flag_ptr, 0)
+        while v == 0:
+            v = tl.atomic_add(flag_ptr, 0)
+
+    def SPIN(x):
+        try:
+            _spin_forever[(1,)](torch.zeros(1, dtype=torch.int32, device=x.device))
+        except Exception as exc:  # say so, and spin with _sleep instead
+            with open("spin_fallback.txt", "w") as handle:
+                handle.write(repr(exc)[:2000])
+            torch.cuda._sleep(1_000_000_000_000)
+
 def spin(x):
-    if x.is_cuda:
+    if x.is_cuda and SPIN is not None:
+        SPIN(x)  # never ends: the host waits for it in native code
+    elif x.is_cuda:
         torch.cuda._sleep(1_000_000_000_000)  # ~500 s of cycles at 2 GHz
     else:
         time.sleep(600)
@@ -120,11 +144,52 @@ def run(project: Path, args: list[str], env: dict[str, str], limit_s: float) -> 
     }
 
 
+SLEEP_PROBE = """
+import json, signal, time, torch
+x = torch.ones(1, device="cuda"); torch.cuda.synchronize()
+alarms = []
+signal.signal(signal.SIGALRM, lambda *a: alarms.append(time.monotonic()))
+signal.setitimer(signal.ITIMER_REAL, 2.0)
+t0 = time.monotonic()
+torch.cuda._sleep(1_000_000_000_000)
+launched = time.monotonic() - t0
+try:
+    torch.cuda.synchronize(); result = "returned"
+except BaseException as exc:
+    result = repr(exc)[:300]
+print(json.dumps({"launch_s": launched, "sync_s": time.monotonic() - t0, "result": result,
+                  "alarm_at_s": [a - t0 for a in alarms]}))
+"""
+
+
+def sleep_probe(limit_s: float) -> dict:
+    """Does a host wait behind `torch.cuda._sleep(1e12)` block, and does SIGALRM get in?"""
+    try:
+        proc = subprocess.run([sys.executable, "-c", SLEEP_PROBE], capture_output=True,
+                              text=True, timeout=limit_s)  # fmt: skip
+        return {"exit_code": proc.returncode, "stdout": proc.stdout[-1000:],
+                "stderr": proc.stderr[-1000:]}  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return {"exit_code": None, "stdout": f"still waiting after {limit_s} s (killed)"}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--ceilings", help="ceilings JSON for this device kind")
+    parser.add_argument(
+        "--spin",
+        choices=("triton", "sleep"),
+        default=None,
+        help="GPU spin: a Triton kernel that never ends, or torch.cuda._sleep",
+    )
+    parser.add_argument(
+        "--sleep-probe-s",
+        type=float,
+        default=0.0,
+        help="first probe torch.cuda._sleep behind a host wait for this long",
+    )
     parser.add_argument(
         "--limit-s",
         type=float,
@@ -137,7 +202,11 @@ def main() -> int:
     startup = "10" if args.device == "cuda" else "40"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results = {}
+    args.spin = args.spin or ("triton" if args.device == "cuda" else "sleep")
+    results: dict = {"spin": args.spin}
+    if args.sleep_probe_s:
+        results["sleep_probe"] = sleep_probe(args.sleep_probe_s)
+        print(f"[limits] sleep probe: {results['sleep_probe']}", flush=True)
     with tempfile.TemporaryDirectory(prefix="kp-limits-") as tmp:
         for name, extra, env_extra in (
             ("watchdog", [], {"KP_BENCH_GRACE": "3"}),
@@ -149,7 +218,7 @@ def main() -> int:
             (project / "conftest.py").write_text(CONFTEST)
             (project / "test_k.py").write_text(KERNELS)
             (project / "pytest.ini").write_text("[pytest]\n")
-            env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1"}
+            env = {**os.environ, **env_extra, "PYTHONUNBUFFERED": "1", "KP_BENCH_SPIN": args.spin}
             env["PYTHONPATH"] = os.pathsep.join(
                 [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
             )
@@ -158,6 +227,8 @@ def main() -> int:
             if args.ceilings:  # measured ceilings: no ceiling probes inside the time limit
                 argv.append(f"--kernelpro-ceilings={Path(args.ceilings).resolve()}")
             results[name] = run(project, argv, env, limit_s=150)
+            fallback = project / "spin_fallback.txt"
+            results[name]["spin_fallback"] = fallback.read_text() if fallback.exists() else None
             r = results[name]
             print(f"[limits] {name}: exit {r['exit_code']} in {r['wall_s']} s; records "
                   f"{[(x['name'], x['outcome']) for x in r['records']]}; "

@@ -142,8 +142,10 @@ class SweepPlugin:
         limit: int,
         call: int,
         levels: list[int] | None = None,
+        select: str | None = None,
     ):
         self.levels = levels
+        self.select = select
         self.state = state
         self.done = done
         self.deadline = deadline
@@ -155,6 +157,8 @@ class SweepPlugin:
     def pytest_collection_modifyitems(self, config: Any, items: list[Any]) -> None:
         by_id = {i.nodeid: i for i in items}
         order = [n for n in sweep_order(list(by_id), self.levels) if n not in self.done]
+        if self.select:
+            order = [n for n in order if re.search(self.select, n)]
         if self.limit:
             order = order[: self.limit]
         keep = set(order)
@@ -221,7 +225,9 @@ def run_call(args: argparse.Namespace, state: Path, call: int) -> dict[str, Any]
         if not plugin_autoloaded():
             argv[0:0] = ["-p", "pytest_kernelpro.plugin"]
         levels = [int(x) for x in args.levels.split(",")] if args.levels else None
-        plugin = SweepPlugin(state, done, started + args.deadline_s, args.limit, call, levels)
+        plugin = SweepPlugin(
+            state, done, started + args.deadline_s, args.limit, call, levels, args.select
+        )
         exit_code = pytest.main(argv, plugins=[plugin])
     wall = time.monotonic() - started
     session = {
@@ -341,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--levels", help="only these levels, in this order, e.g. 3,1 (default: 1, then 2/3 mixed)"
     )
+    parser.add_argument("--select", help="only node ids matching this regular expression")
     parser.add_argument("--device", default="auto", help="--kernelpro-device (auto: plugin's)")
     parser.add_argument("--ceilings", help="ceilings JSON measured on this device kind")
     parser.add_argument("--commit", help="the KernelBench commit (default: PROBLEMS/../COMMIT)")

@@ -25,6 +25,8 @@ from .errors import KernelproError
 from .results import KernelRecord
 
 if TYPE_CHECKING:
+    import pytest
+
     from .items import KernelItem
     from .session import KernelproSession
 
@@ -33,10 +35,25 @@ STARTUP_ALLOWANCE_S = 60.0  # python + pytest + torch start-up in the child
 OUTPUT_TAIL_LINES = 25
 
 
+def plugin_arguments(config: pytest.Config) -> list[str]:
+    """`-p pytest_kernelpro.plugin` when this process has the plugin from anything but its
+    entry point (`-p` with PYTEST_DISABLE_PLUGIN_AUTOLOAD, or a checkout on PYTHONPATH without
+    `pip install`, as on the H200 machine): the child inherits the environment, so it would
+    start without the plugin and reject its own `--kernelpro-*` flags (seen there: every
+    isolated item failed with "unrecognized arguments"). Nothing when the entry point
+    loaded it: a second registration would be an error."""
+    module = sys.modules.get("pytest_kernelpro.plugin")
+    loaded = config.pluginmanager.list_plugin_distinfo()
+    if module is not None and any(plugin is module for plugin, _ in loaded):
+        return []
+    return ["-p", "pytest_kernelpro.plugin"]
+
+
 def child_command(item: KernelItem, session: KernelproSession, json_path: Path) -> list[str]:
     config = session.config
     settings = session.settings
-    cmd = [sys.executable, "-m", "pytest", item.nodeid, "-q", "-p", "no:cacheprovider"]
+    cmd = [sys.executable, "-m", "pytest", *plugin_arguments(config), item.nodeid, "-q"]
+    cmd += ["-p", "no:cacheprovider"]
     cmd += ["--rootdir", str(config.rootpath), CHILD_FLAG, f"--kernelpro-json={json_path}"]
     if config.inipath is not None:
         cmd += ["-c", str(config.inipath)]

@@ -268,6 +268,29 @@ def test_isolate_turns_os_exit_and_a_segfault_into_failures_of_their_items(
     assert len(logged.records) == 3
 
 
+def test_isolate_children_load_the_plugin_when_it_is_not_an_installed_entry_point(
+    kp_project: pytest.Pytester,
+) -> None:
+    """As on the H200 machine (a checkout on PYTHONPATH, the plugin given with -p): the child
+    must load the plugin too, or it rejects the --kernelpro-* flags of its command line."""
+    kp_project.makepyfile(
+        test_k="import pytest, torch\n\n"
+        "@pytest.mark.kernelpro(reference=torch.neg, inputs=lambda d: (torch.randn(100, device=d),))\n"
+        "def survives(x):\n    return -x\n"
+    )
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path.cwd()), env.get("PYTHONPATH")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_kernelpro.plugin", "-p",
+         "no:cacheprovider", "-q", "--kernelpro-isolate"],
+        cwd=kp_project.path, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    record = records_by_name(kp_project)["survives"]
+    assert record["outcome"] == "passed"
+    assert record["extra"]["isolated"]["returncode"] == 0
+
+
 def _scale_baseline(path: Path, factor: float) -> None:
     """Multiply every time in a saved baseline by `factor`."""
     import yaml
