@@ -51,11 +51,37 @@ def _pytest_command(args: argparse.Namespace, dask: str | None) -> list[str]:
     return cmd
 
 
-def _summary(user: Path) -> dict[str, Any]:
+def _trajectory(path: Path) -> dict[str, Any]:
+    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    return {
+        "cluster": (lines[0].get("meta") or {}).get("dask") if lines else None,
+        "nodes": [
+            {
+                "id": n["id"],
+                "parent": n["parent"],
+                "strategy": n["strategy"],
+                "status": n["status"],
+                "reason": (n.get("reason") or "")[:200],
+                "speedup_vs_reference": n["speedup"],
+                "sandbox": (n.get("metrics") or {}).get("sandbox"),
+                "dask": (n.get("metrics") or {}).get("dask"),
+            }
+            for n in lines[1:]
+        ],
+    }
+
+
+def _summary(user: Path, out: Path, name: str) -> dict[str, Any]:
+    """Per kernel: the report's optimize summary (when the run got that far) and its
+    trajectory (kept in OUT too, also for a run cut short)."""
+    kernels: dict[str, Any] = {}
+    for trajectory in sorted((user / ".kernelpro" / "optimize").glob("*/run-*/trajectory.jsonl")):
+        kernel = trajectory.parent.parent.name
+        shutil.copy(trajectory, out / f"{name}-{kernel}-trajectory.jsonl")
+        kernels[kernel] = _trajectory(trajectory)
     report = user / ".kernelpro" / "kernelpro-report.json"
     if not report.is_file():
-        return {"error": "no report"}
-    out: dict[str, Any] = {}
+        return kernels
     for record in json.loads(report.read_text())["records"]:
         opt = (record.get("extra") or {}).get("optimize")
         if not opt:
@@ -64,33 +90,17 @@ def _summary(user: Path) -> dict[str, Any]:
             {k: c.get(k) for k in ("node_id", "strategy", "speedup_vs_current", "verdict", "rank")}
             for c in opt.get("candidates") or []
         ]
-        entry: dict[str, Any] = {
-            "status": opt.get("status"),
-            "outcomes": opt.get("outcomes"),
-            "evaluations": opt.get("evaluations"),
-            "current_speedup_vs_reference": (opt.get("current") or {}).get("speedup_vs_reference"),
-            "candidates": ranked,
-            "winner": next((c["strategy"] for c in ranked if c.get("rank") == 1), None),
-        }
-        run_dir = opt.get("run_dir")
-        trajectory = Path(run_dir) / "trajectory.jsonl" if run_dir else None
-        if trajectory is not None and trajectory.is_file():
-            lines = [json.loads(x) for x in trajectory.read_text().splitlines() if x.strip()]
-            entry["cluster"] = (lines[0].get("meta") or {}).get("dask")
-            entry["nodes"] = [
-                {
-                    "id": n["id"],
-                    "parent": n["parent"],
-                    "strategy": n["strategy"],
-                    "status": n["status"],
-                    "speedup_vs_reference": n["speedup"],
-                    "sandbox": (n.get("metrics") or {}).get("sandbox"),
-                    "dask": (n.get("metrics") or {}).get("dask"),
-                }
-                for n in lines[1:]
-            ]
-        out[record["name"]] = entry
-    return out
+        run_dir = Path(opt.get("run_dir") or "")
+        entry = kernels.setdefault(run_dir.parent.name or record["name"], {})
+        entry.update(
+            status=opt.get("status"),
+            outcomes=opt.get("outcomes"),
+            evaluations=opt.get("evaluations"),
+            current_speedup_vs_reference=(opt.get("current") or {}).get("speedup_vs_reference"),
+            candidates=ranked,
+            winner=next((c["strategy"] for c in ranked if c.get("rank") == 1), None),
+        )
+    return kernels
 
 
 def main() -> int:
@@ -130,11 +140,11 @@ def main() -> int:
             "cmd": " ".join(cmd),
             "exit": code,
             "wall_s": round(time.monotonic() - began, 1),
-            "kernels": _summary(user),
+            "kernels": _summary(user, args.out, name),
         }
         (args.out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     winners = {
-        name: {k: v.get("winner") for k, v in run["kernels"].items() if isinstance(v, dict)}
+        name: {k: v.get("winner") for k, v in run["kernels"].items()}
         for name, run in results["runs"].items()
     }
     results["same_winner"] = len({json.dumps(w, sort_keys=True) for w in winners.values()}) == 1

@@ -1,7 +1,8 @@
 """Checks made before any kernel runs, so a requested search that cannot run stops the
 session with a usage error instead of passing silently after minutes of work.
 
-`check_backend` (at configure): the model backend can be built (an API key for anthropic),
+`check_backend` (at configure): Dask is installed when `--kernelpro-dask` asks for it, the
+model backend can be built (an API key for anthropic),
 the API answers (one models request, no tokens spent), the model has a price when the budget
 is in dollars, and a replay recording exists and holds answers. `check_replay_items` (after
 collection): a replay directory holds a recording for every kernel selected.
@@ -28,6 +29,14 @@ def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
     from pytest_kernelpro.search.budget import parse_budget
 
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
+    if getattr(settings, "dask", None):  # --kernelpro-dask without Dask installed
+        from pytest_kernelpro.errors import KernelproConfigError
+        from pytest_kernelpro.search.cluster import require_distributed
+
+        try:
+            require_distributed()
+        except KernelproConfigError as exc:
+            raise PreflightError(str(exc)) from None
     where = settings.sources.get("llm", "default")
     source = replay_source(settings.llm)
     if source is not None:

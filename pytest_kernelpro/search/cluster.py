@@ -125,6 +125,11 @@ class WorkerInfo:
         }
 
 
+# Sandbox probes made on this worker process (`_probe_worker`), by mode and CUDA: the CUDA
+# probe starts processes that initialise the GPU, which need not happen twice.
+PROBED: dict[tuple[str, bool], Any] = {}
+
+
 def _probe_worker(isolation_mode: str, cuda: bool) -> dict[str, Any]:
     """Runs on each worker: its sandbox, its GPU, the secret-looking names it holds."""
     from pytest_kernelpro.search.evaluator import is_secret_name, scrub_environment
@@ -133,6 +138,7 @@ def _probe_worker(isolation_mode: str, cuda: bool) -> dict[str, Any]:
     try:
         isolation = Isolation.probe(isolation_mode, cuda=cuda, env=scrub_environment(os.environ))
         described, isolated = isolation.describe(), isolation.isolated
+        PROBED[(isolation_mode, cuda)] = isolation  # the worker's evaluators reuse it
     except KernelproError as exc:
         described, isolated = f"unavailable: {exc}", False
     arch = None
@@ -222,7 +228,7 @@ class DaskCluster:
                 "host": "127.0.0.1",
                 "port": 0,
                 "dashboard": False,
-                "dashboard_address": None,
+                "dashboard_address": "127.0.0.1:0",  # a random port: never a clash
                 "allowed_failures": 1,
             },
         }

@@ -200,7 +200,9 @@ class DaskEvaluator:
                 f"counted as failed): {exc}",
                 metrics={"dask": {"key": key, "lost": True}},
             )
-        except (distributed.client.FutureCancelledError, OSError) as exc:
+        except Exception as exc:
+            if future.status == "error":
+                raise  # the task itself raised: the search decides (a broken reference ends it)
             raise KernelproError(
                 f"the Dask scheduler at {self.cluster.address} stopped answering while "
                 f"candidate {key} ran ({type(exc).__name__}: {exc}); the search ends here and "
@@ -286,6 +288,11 @@ def _worker_evaluator(
             local_task = dataclasses.replace(task, device=device)
             local_limits = dataclasses.replace(limits, python=sys.executable)
             evaluator = SandboxEvaluator(local_task, local_limits)
+            from pytest_kernelpro.search.cluster import PROBED
+
+            probed = PROBED.get((local_limits.isolation, device.startswith("cuda")))
+            if probed is not None:
+                evaluator._isolation = probed  # probed at connect, on this very process
             if chain is not None:
                 evaluator = chain(evaluator)
             _EVALUATORS[token] = evaluator

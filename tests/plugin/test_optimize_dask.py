@@ -94,3 +94,27 @@ def test_search_on_two_dask_workers_overlaps_and_finds_the_same_winner(
     assert any(a["worker"] != b["worker"] for a, b in overlapping)
     # Every node's sandbox was the real one on the worker, judged there.
     assert all(n["metrics"]["sandbox"] for n in nodes)
+
+
+def test_dask_requested_without_dask_installed_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_k=KERNELS)
+    # As if Dask were not installed: importing it fails.
+    pytester.makeconftest("import sys\nsys.modules['distributed'] = None\n")
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--kernelpro-optimize=2", "--kernelpro-llm=replay:replays",
+        "--kernelpro-dask=local",
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kernelpro-dask needs Dask*pip install*pytest-kernelpro*dask*"])
+    assert not (Path(pytester.path) / ".kernelpro" / "optimize").exists()
+
+
+def test_a_dask_value_that_is_neither_local_nor_an_address_is_a_usage_error(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_k=KERNELS)
+    result = pytester.runpytest_subprocess("--kernelpro-dask=everywhere")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*everywhere*neither 'local', 'local:N' nor a scheduler address*"])

@@ -17,9 +17,19 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
+from pytest_kernelpro.build.cache import BuildCache  # noqa: E402
+from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
 from pytest_kernelpro.search.base import Candidate  # noqa: E402
-from pytest_kernelpro.search.cluster import DaskCluster, parse_dask  # noqa: E402
-from pytest_kernelpro.search.distributed import DaskEvaluator, _digest  # noqa: E402
+from pytest_kernelpro.search.cluster import (  # noqa: E402
+    DaskCluster,
+    WorkerInfo,  # noqa: E402
+    parse_dask,
+)
+from pytest_kernelpro.search.distributed import (  # noqa: E402
+    DaskEvaluator,
+    _digest,
+    install_entries,
+)
 from pytest_kernelpro.search.evaluator import (  # noqa: E402
     KernelBenchTask,
     SandboxLimits,
@@ -175,3 +185,94 @@ def test_a_worker_killed_mid_search_costs_only_its_candidate(cluster, tmp_path: 
     # The killed workers came back (each worker's nanny restarts it) with new processes.
     cluster.client.wait_for_workers(2, timeout=WAIT_S)
     assert set(cluster.worker_pids().values()).isdisjoint(killed)
+
+
+def test_an_existing_scheduler_is_joined_by_its_address(cluster) -> None:
+    with DaskCluster.start(cluster.address) as joined:
+        assert not joined.local
+        assert len(joined.probe()) == 2
+    # Leaving a cluster it joined stops nothing there.
+    assert len(cluster.workers()) == 2
+
+
+FAST_PATH = """
+import torch
+from torch import nn
+from pytest_kernelpro.build import load_cuda
+
+kernels = load_cuda(r\"\"\"
+extern "C" __global__ void twice(const float* x, float* out, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * x[i];
+}
+\"\"\", name="twice")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)
+        kernels.twice(x, out, x.numel(), grid=(x.numel() + 255) // 256, block=256)
+        return out
+"""
+
+
+def test_a_build_runs_as_a_cpu_task_and_its_cache_entry_travels(cluster, tmp_path: Path) -> None:
+    """nvcc compiles sm_90a on a machine without a GPU: the build task runs on a CPU worker,
+    and the evaluating worker's cache gets the finished entry."""
+    import shutil
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not found: install the CUDA toolkit")
+    import dataclasses
+
+    limits = dataclasses.replace(LIMITS, build_cache_dir=str(tmp_path / "builder-cache"))
+    cuda_task = dataclasses.replace(TASK, device="cuda")
+    evaluator = DaskEvaluator(cluster, cuda_task, limits, arch="sm_90a")
+    evaluator.prepare([Candidate(code=FAST_PATH), Candidate(code=candidate("x + x"))])
+    assert list(evaluator._builds) == [FAST_PATH]  # a candidate without builds gets no task
+    built = evaluator._builds[FAST_PATH].result(timeout=WAIT_S)
+    assert built["worker"] in cluster.workers()
+    assert built["pid"] != os.getpid()
+    assert built["prebuild"]["errors"] == []
+    (record,) = built["prebuild"]["builds"]
+    elsewhere = tmp_path / "evaluator-cache"
+    assert install_entries(elsewhere, built["entries"]) == 1
+    assert BuildCache(elsewhere).lookup(record["key"]) is not None
+    assert install_entries(elsewhere, built["entries"]) == 0  # already there: kept
+    evaluator.cancel()
+
+
+class FakeCluster:
+    address = "tcp://fake:8786"
+    local = False
+    client = None
+
+    def __init__(self, workers: list[WorkerInfo]) -> None:
+        self.infos = workers
+
+    def probe(self, **_: object) -> list[WorkerInfo]:
+        return self.infos
+
+    def evaluation_slots(self, device: str) -> int:
+        return len(self.infos)
+
+
+def _info(**fields: object) -> WorkerInfo:
+    base = {"address": "tcp://w:1", "host": "w", "pid": 1, "gpus": "0"}
+    return WorkerInfo(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def test_workers_with_a_weaker_sandbox_are_refused() -> None:
+    weak = FakeCluster([_info(isolation="fallback: no user namespaces", isolated=False)])
+    evaluator = DaskEvaluator(weak, TASK, LIMITS)  # type: ignore[arg-type]
+    with pytest.raises(KernelproError, match=r"weaker on Dask worker\(s\) tcp://w:1"):
+        evaluator.connect(local_isolation="namespaces (pid, net, mount read-only)")
+    # Where this machine has only the fallback too, nothing is weaker.
+    assert evaluator.connect(local_isolation="fallback: none here") == weak.infos
+
+
+def test_workers_holding_secrets_are_named() -> None:
+    holding = FakeCluster([_info(isolated=True, secrets=("GITHUB_TOKEN",))])
+    evaluator = DaskEvaluator(holding, TASK, LIMITS)  # type: ignore[arg-type]
+    with pytest.warns(KernelproWarning, match="tcp://w:1: GITHUB_TOKEN"):
+        evaluator.connect()
