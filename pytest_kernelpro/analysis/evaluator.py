@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.agents.feedback import check_feedback_mode
 from pytest_kernelpro.analysis.candidate import combined_problem
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.confirm import ncu_gpu_time_s
 
 if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
@@ -116,6 +115,26 @@ class ProfilingEvaluator:
             )
         )
         return evaluation
+
+
+def ncu_gpu_time_s(kernels: Sequence[Mapping[str, Any]]) -> float | None:
+    """Sum of `gpu__time_duration.sum` over profiled kernels (the `profile.kernels` entries
+    of an Analysis dict), in seconds: the GPU time one call cannot go below, which the
+    winner's confirmation checks its time against (`search.confirm`). None when no kernel
+    has a usable duration."""
+    from pytest_kernelpro.tools.timeline import SECONDS_PER_UNIT
+
+    total, seen = 0.0, False
+    for kernel in kernels:
+        metrics = ((kernel.get("metrics") or {}).get("metrics") or {}) if kernel else {}
+        entry = metrics.get("gpu__time_duration.sum") or {}
+        value, scale = entry.get("value"), SECONDS_PER_UNIT.get(str(entry.get("unit", "")))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or scale is None:
+            continue
+        if value > 0:
+            total += float(value) * scale
+            seen = True
+    return total if seen else None
 
 
 def _main_counters(profile: Mapping[str, Any]) -> dict[str, float]:

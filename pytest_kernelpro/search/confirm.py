@@ -16,7 +16,8 @@ profiled it. Two checks, each of which disqualifies:
    disqualifies (a slower claim helps no cheat).
 2. **ncu.** ncu measures each of the candidate's kernels from its own process
    (`gpu__time_duration.sum`, caches flushed, launches serialized). The sum over the
-   profiled kernels of one call is GPU time that call cannot take less than (it leaves out
+   profiled kernels of one call (`analysis.evaluator.ncu_gpu_time_s`, which the profiling
+   evaluator stores in the candidate's `metrics["profile"]["ncu_gpu_time_s"]`) is GPU time that call cannot take less than (it leaves out
    unprofiled kernels and launch gaps), so a claimed or re-timed median below
    sum / `NCU_TOLERANCE` - `NCU_SLACK_S` was not measured on this GPU. The tolerance covers
    ncu's own per-kernel overhead and kernels that overlap on several streams; the slack, the
@@ -31,7 +32,7 @@ samples included the GPU's clock ramp-up from idle and Python launch time betwee
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,18 +40,6 @@ CUDA_TOLERANCE = 1.25
 CPU_TOLERANCE = 3.0
 NCU_TOLERANCE = 1.25
 NCU_SLACK_S = 2e-6
-
-# ncu's duration units (the CSV page's) in seconds.
-_SECONDS_PER_UNIT = {
-    "ns": 1e-9,
-    "nsecond": 1e-9,
-    "us": 1e-6,
-    "usecond": 1e-6,
-    "ms": 1e-3,
-    "msecond": 1e-3,
-    "s": 1.0,
-    "second": 1.0,
-}
 
 
 @dataclass(frozen=True)
@@ -65,22 +54,6 @@ class Confirmation:
 def default_tolerance(device_kind: str) -> float:
     """The re-timing tolerance for a device kind ("cuda" or "cpu"); see the module doc."""
     return CUDA_TOLERANCE if device_kind == "cuda" else CPU_TOLERANCE
-
-
-def ncu_gpu_time_s(kernels: Sequence[Mapping[str, Any]]) -> float | None:
-    """Sum of `gpu__time_duration.sum` over profiled kernels (the `profile.kernels` entries
-    of an Analysis dict), in seconds; None when no kernel has a usable duration."""
-    total, seen = 0.0, False
-    for kernel in kernels:
-        metrics = ((kernel.get("metrics") or {}).get("metrics") or {}) if kernel else {}
-        entry = metrics.get("gpu__time_duration.sum") or {}
-        value, scale = entry.get("value"), _SECONDS_PER_UNIT.get(str(entry.get("unit", "")))
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or scale is None:
-            continue
-        if value > 0:
-            total += float(value) * scale
-            seen = True
-    return total if seen else None
 
 
 def confirm_timing(

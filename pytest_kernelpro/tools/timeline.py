@@ -39,14 +39,14 @@ def _gpu_busy_share(ctx: ToolContext) -> float | None:
     seconds = []
     for kernel in ctx.kernels:
         entry = kernel.metrics.metrics.get("gpu__time_duration.sum") if kernel.metrics else None
-        scale = _SECONDS_PER_UNIT.get(entry.unit if entry else "", None)
+        scale = SECONDS_PER_UNIT.get(entry.unit if entry else "", None)
         if entry is None or scale is None or isinstance(entry.value, str):
             return None
         seconds.append(float(entry.value) * scale)
     return min(1.0, sum(seconds) / ctx.timed_median_s)
 
 
-_SECONDS_PER_UNIT = {
+SECONDS_PER_UNIT = {
     "ns": 1e-9,
     "nsecond": 1e-9,
     "us": 1e-6,

@@ -65,6 +65,13 @@ def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _commit_all(root: Path) -> None:
+    """The project as a user's git repository (the patch is applied with git apply)."""
+    assert _git(root, "init", "-q").returncode == 0
+    assert _git(root, "add", "-A").returncode == 0
+    assert _git(root, "commit", "-qm", "kernels").returncode == 0
+
+
 def _project(pytester: pytest.Pytester, replies: list[str] = REPLIES) -> Path:
     root = Path(pytester.path)
     pytester.makepyfile(test_k=KERNELS)
@@ -74,9 +81,7 @@ def _project(pytester: pytest.Pytester, replies: list[str] = REPLIES) -> Path:
     with open(replays / "double.jsonl", "w", encoding="utf-8") as handle:
         for text in replies:
             handle.write(json.dumps(recording_record(text)) + "\n")
-    assert _git(root, "init", "-q").returncode == 0
-    assert _git(root, "add", "-A").returncode == 0
-    assert _git(root, "commit", "-qm", "kernels").returncode == 0
+    _commit_all(root)
     return root
 
 
@@ -347,9 +352,7 @@ def test_module_class_kernel_is_rewired_end_to_end(pytester: pytest.Pytester) ->
     pytester.makeini("[pytest]\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n")
     (root / "replays").mkdir()
     (root / "replays" / "Scale.jsonl").write_text(json.dumps(recording_record(MODULE_REPLY)) + "\n")
-    assert _git(root, "init", "-q").returncode == 0
-    assert _git(root, "add", "-A").returncode == 0
-    assert _git(root, "commit", "-qm", "kernels").returncode == 0
+    _commit_all(root)
     original = (root / "test_m.py").read_text()
     result = pytester.runpytest_subprocess(
         "-p",
@@ -441,9 +444,7 @@ def test_kernelbench_file_without_modelnew_is_searched_from_its_own_model(
     pytester.makeini("[pytest]\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n")
     (root / "replays").mkdir()
     (root / "replays" / "relu.jsonl").write_text(json.dumps(recording_record(KB_REPLY)) + "\n")
-    assert _git(root, "init", "-q").returncode == 0
-    assert _git(root, "add", "-A").returncode == 0
-    assert _git(root, "commit", "-qm", "problem").returncode == 0
+    _commit_all(root)
     result = pytester.runpytest_subprocess(
         "-p", "no:cacheprovider", "--kernelpro-problems=problems", "--kernelpro-optimize=1",
         "--kernelpro-llm=replay:replays", "--kernelpro-feedback=none",

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kernelpro.analysis.evaluator import ncu_gpu_time_s
 from pytest_kernelpro.search.confirm import (
     CPU_TOLERANCE,
     CUDA_TOLERANCE,
     confirm_timing,
     default_tolerance,
-    ncu_gpu_time_s,
 )
 
 RECORDS = (
