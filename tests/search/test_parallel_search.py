@@ -13,7 +13,8 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.greedy import GreedySearch
 from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
-from pytest_kernelpro.search.trajectory import load_trajectory, restore_search
+from pytest_kernelpro.search.restore import restore_search
+from pytest_kernelpro.search.trajectory import load_trajectory
 
 WAIT_S = 60.0  # generous: a loaded 2-core machine; the tests never wait this long when green
 
