@@ -12,7 +12,8 @@ the re-check) is one line of DIR/steps.jsonl, written as soon as it ends. A late
 that file (`--resume`) copies its lines and skips the steps they cover: a kernel's search
 keeps its best patch's text and the baseline file, so the re-check can run on a fresh
 machine. A kernel's search is started only while the deadline leaves room for one
-(`--kernel-cost-s`); one cut off by the deadline is not recorded and runs again next time.
+(`--kernel-cost-s`); one cut off by the deadline is not recorded as done (a `partial:` line
+says what its run folder held by then) and runs again next time.
 
 Per kernel the line holds: the search's outcome and ranking (speedup vs the starting kernel
 and vs the reference, re-measured; % of roofline before and after), the evaluations and
@@ -357,6 +358,28 @@ def search(
     return entry
 
 
+def partial(kernel: str, user: Path, raw: Path) -> dict[str, Any]:
+    """The run folder of a search that was cut off: its summary so far and its nodes."""
+    from pytest_kernelpro.handoff.replay import slug
+
+    folders = sorted((user / ".kernelpro" / "optimize" / slug(kernel)).glob("run-*"))
+    if not folders:
+        return {"kernel": kernel, "run_dir": None}
+    run_dir = folders[-1]
+    shutil.copytree(run_dir, raw / f"{slug(kernel)}.partial.run", dirs_exist_ok=True)
+    summary = run_dir / "summary.json"
+    data = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
+    return {
+        "kernel": kernel,
+        "run_dir": str(run_dir),
+        "files": sorted(p.name for p in run_dir.iterdir()),
+        "evaluations": data.get("evaluations"),
+        "outcomes": data.get("outcomes"),
+        "nodes": nodes_of(run_dir),
+        "prompts": prompts_of(run_dir),
+    }
+
+
 def recheck(
     user: Path, root: Path, raw: Path, searched: dict[str, dict[str, Any]], args: argparse.Namespace,
     left_s: float,
@@ -475,6 +498,9 @@ def main() -> int:
             log(
                 f"{kernel}: cut off by the deadline after {entry['run']['wall_s']} s (not recorded)"
             )
+            # What the search had done when it was cut off (its run folder is written as it
+            # goes): a line that says where the time went, not a finished step.
+            steps.add(f"partial:{kernel}", partial(kernel, user, raw))
             pack()
             break
         steps.add(key, entry)

@@ -290,7 +290,10 @@ def _run(
     phase[0] = "counting the reference's FLOPs and bytes"
     _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s, memory)
 
-    if settings.profile or settings.optimize:
+    # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
+    # Agent) and every correct candidate, and nothing reads the item's own profile; on the
+    # H200 it cost 22 s per kernel (bench/results/2026-12-01-optimize-h200.md).
+    if settings.profile:
         phase[0] = "profiling"
         _profile(item, session, record, device)
     if settings.optimize:

@@ -1,10 +1,16 @@
 """A replay corpus written by hand: candidate sources in, recordings out.
 
-    DIR/candidates/<kernel>/NN_name.py   one candidate each (its docstring starts "Strategy:")
-    DIR/<kernel>.jsonl                   the recording `--kernelpro-llm=replay:DIR` serves
+    DIR/candidates/<kernel>/NN_name.py     one candidate each (its docstring starts "Strategy:")
+    DIR/candidates/<kernel>/profiling.json the Profiling Agent's replies (optional): a list of
+                                           ProfileAnalysis objects (bottleneck, severity,
+                                           summary, recommendations)
+    DIR/<kernel>.jsonl                     the recording `--kernelpro-llm=replay:DIR` serves
 
 Each candidate becomes one Programmer reply ("### Strategy: ..." and the module in a python
-block), in file-name order, which is the order the replay serves them in.
+block), in file-name order, which is the order the replay serves them in. With
+`--kernelpro-feedback=tools` the Profiling Agent asks the model once per profiled candidate;
+its replies are served in the order of profiling.json (the replay serves each purpose in its
+own order), so a corpus for that mode needs one per correct candidate.
 
     python -m pytest_kernelpro.handoff.corpus DIR      # rewrite DIR/<kernel>.jsonl
 """
@@ -34,6 +40,23 @@ def recording_lines(kernel_dir: Path) -> list[dict[str, Any]]:
         source = path.read_text(encoding="utf-8")
         reply = f"### Strategy: {strategy_of(source, path)}\n```python\n{source.rstrip()}\n```\n"
         lines.append(recording_record(reply, model=f"hand-written ({path.name})"))
+    analyses = kernel_dir / "profiling.json"
+    if analyses.is_file():
+        replies = json.loads(analyses.read_text(encoding="utf-8"))
+        if not isinstance(replies, list) or not all(
+            isinstance(r, dict) and r.get("bottleneck") for r in replies
+        ):
+            raise ValueError(
+                f"{analyses}: must be a JSON list of objects with a 'bottleneck' (the Profiling "
+                "Agent's ProfileAnalysis replies)"
+            )
+        for number, reply in enumerate(replies, 1):
+            text = "```json\n" + json.dumps(reply, indent=1) + "\n```\n"
+            lines.append(
+                recording_record(
+                    text, purpose="profiling", model=f"hand-written (profiling.json #{number})"
+                )
+            )
     return lines
 
 

@@ -153,3 +153,37 @@ def test_correctness_holds_two_input_sets_when_the_kernel_runs(
     )
     assert result.passed
     assert alive_at_kernel == [2, 2, 2]
+
+
+def test_recheck_after_timing_holds_two_input_sets_when_the_reference_runs() -> None:
+    """The timed inputs and the reference's copy; the fresh set is gone by then (a one-input
+    reduction peaked at 3.00x its footprint on the H200 while the copy loop's variable kept
+    the fresh tensor alive)."""
+    import weakref
+
+    from pytest_kernelpro.measure import correctness
+
+    timed = (torch.randn(1000),)
+    made: list[weakref.ref] = [weakref.ref(timed[0])]
+
+    def fresh() -> tuple[object, ...]:
+        x = torch.randn(1000)
+        made.append(weakref.ref(x))
+        return (x,)
+
+    alive_at_reference: list[int] = []
+
+    def reference(x: object) -> object:
+        alive_at_reference.append(sum(r() is not None for r in made) + 1)  # + the copy
+        return x.sum(dim=0, keepdim=True)  # type: ignore[attr-defined]
+
+    passed = correctness.check_correctness(
+        reference, reference, lambda seed: (torch.randn(1000),), device="cpu", trials=1
+    )
+    alive_at_reference.clear()
+    failure = correctness.recheck_after_timing(
+        lambda x: x.sum(dim=0, keepdim=True), reference, timed, fresh, device="cpu",
+        correctness=passed,
+    )  # fmt: skip
+    assert failure is None
+    assert alive_at_reference == [2]
