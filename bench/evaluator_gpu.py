@@ -46,7 +46,7 @@ from pytest_kernelpro.search.evaluator import (  # noqa: E402
     SandboxLimits,
 )
 from pytest_kernelpro.search.mcts import MCTS  # noqa: E402
-from pytest_kernelpro.search.trajectory import render_tree  # noqa: E402
+from pytest_kernelpro.search.restore import render_tree  # noqa: E402
 
 REFERENCE = """
 import torch

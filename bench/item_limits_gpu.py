@@ -38,8 +38,8 @@ from pathlib import Path
 
 CONFTEST = """
 import os, sys
-import pytest_kernelpro.item_limits as limits
-import pytest_kernelpro.isolate as isolate
+import pytest_kernelpro.run.limits as limits
+import pytest_kernelpro.run.isolate as isolate
 
 if "--kernelpro-isolated-child" in sys.argv:
     limits.WATCHDOG_GRACE_S = float(os.environ.get("KP_BENCH_CHILD_GRACE", "30"))

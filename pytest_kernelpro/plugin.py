@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from . import hookspec
-from .config import KernelproConfig, add_options
-from .items import (
+from .config import add_options
+from .problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
+from .run.items import (
     PLUGIN_NAME,
     RECORD_KEY,
     KernelBenchFile,
@@ -21,8 +22,7 @@ from .items import (
     KernelItem,
     collect_marked,
 )
-from .problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
-from .session import REPORT_ATTR, KernelproSession
+from .run.session import REPORT_ATTR, KernelproSession, is_within, start_session
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -37,68 +37,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the marker, parse settings once, pin xdist workers to GPUs."""
+    """Register the marker and start the session (settings parsed once, xdist workers pinned
+    to GPUs, the problems directory collected, the optimizer's preflight)."""
     config.addinivalue_line("markers", MARKER_SIGNATURE)
-    settings = KernelproConfig.from_pytest_config(config)
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        from .workers import assign_worker_gpu
-
-        try:
-            assign_worker_gpu(workerinput["workerid"], int(workerinput.get("workercount", 1)))
-        except ValueError as exc:
-            raise pytest.UsageError(f"kernelpro: {exc}") from None
-    if settings.problems is not None:
-        if not settings.problems.is_dir():
-            raise pytest.UsageError(
-                f"kernelpro: problems directory {settings.problems} "
-                f"({settings.sources['problems']}) does not exist; pass an existing DIR"
-            )
-        if not any(_is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
-            config.args.append(str(settings.problems))
-    if settings.optimize and workerinput is None:
-        _preflight_optimize(settings)
-    session = KernelproSession(settings=settings, config=config)
-    if settings.profile or settings.check:
-        from .profiling import SessionCapture
-
-        # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
-        session.capture = SessionCapture(extra_flags=settings.profile)
-        session.capture.start()
-    config.pluginmanager.register(session, PLUGIN_NAME)
-    if workerinput is None:
-        session.start_records_log()
-
-
-def _preflight_optimize(settings: KernelproConfig) -> None:
-    """A requested search that cannot run is a usage error before any work."""
-    from .handoff.preflight import PreflightError, check_backend
-
-    try:
-        check_backend(settings)
-    except PreflightError as exc:
-        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
-
-
-def _check_replay_items(kp: KernelproSession, session: pytest.Session) -> None:
-    """With a replay directory, every kernel to optimize needs its recording."""
-    from .handoff.preflight import PreflightError, check_replay_items
-
-    kernels = [
-        (i.problem.display_name, i.problem.name) for i in session.items if isinstance(i, KernelItem)
-    ]
-    try:
-        check_replay_items(kp.settings, kernels)
-    except PreflightError as exc:
-        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
-
-
-def _is_within(child: Path, parent: Path) -> bool:
-    try:
-        child.resolve().relative_to(parent.resolve())
-    except ValueError:
-        return False
-    return True
+    config.pluginmanager.register(start_session(config), PLUGIN_NAME)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -120,9 +62,9 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     """Collect KernelBench problem files found in the problems directory."""
     session: KernelproSession | None = parent.config.pluginmanager.get_plugin(PLUGIN_NAME)
     problems = session.settings.problems if session else None
-    if problems is None or file_path.suffix != ".py" or not _is_within(file_path, problems):
+    if problems is None or file_path.suffix != ".py" or not is_within(file_path, problems):
         return None
-    from .kernelbench import is_kernelbench_file
+    from .problem.kernelbench import is_kernelbench_file
 
     if not is_kernelbench_file(file_path):
         return None
@@ -145,7 +87,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     so a missing record can be told (no xdist)."""
     kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
     if kp is not None and kp.settings.optimize and not kp.is_xdist_worker:
-        _check_replay_items(kp, session)
+        kp.check_replay_items([i for i in session.items if isinstance(i, KernelItem)])
     if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
         return  # the xdist controller collects nothing itself; a crashed worker fails its item
     kp.log_collected([i.nodeid for i in session.items if isinstance(i, KernelItem)])
@@ -166,7 +108,7 @@ def pytest_runtest_makereport(
         item.user_properties.extend(junit_properties(record))
     report = yield
     if call.when == "call" and record is not None:
-        from .sections import render_item_section
+        from .run.sections import render_item_section
 
         setattr(report, REPORT_ATTR, record.to_dict())
         report.sections.append(("kernelpro", render_item_section(record)))
@@ -182,9 +124,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if kp.settings.check and kp.missing_records() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if kp.records:
-        from .reporting import write_session_outputs
-
-        write_session_outputs(kp)
+        kp.write_outputs()
     kp.log_finished(int(session.exitstatus))
 
 
@@ -193,7 +133,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     kp: KernelproSession | None = config.pluginmanager.get_plugin(PLUGIN_NAME)
     if kp is None or kp.is_xdist_worker or not (kp.records or kp.missing_records()):
         return
-    from .reporting import terminal_summary
+    from .run.reporting import terminal_summary
 
     terminal_summary(kp, terminalreporter)
 
@@ -202,6 +142,5 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Drop the session object."""
     plugin = config.pluginmanager.get_plugin(PLUGIN_NAME)
     if plugin is not None:
-        if plugin.capture is not None:
-            plugin.capture.stop()
+        plugin.stop()
         config.pluginmanager.unregister(plugin, PLUGIN_NAME)

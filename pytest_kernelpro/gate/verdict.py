@@ -212,10 +212,14 @@ def _check_settings(threshold: float, cross: float, alpha: float) -> None:
         )
 
 
-def _roofline_floor(
+def roofline_floor(
     min_roofline: float | None, efficiency: float | None, measured: bool
 ) -> tuple[bool, str | None]:
-    """(fails, reason) of the absolute min_roofline floor; independent of any baseline."""
+    """(fails, reason) of the absolute min_roofline floor; independent of any baseline.
+
+    The one rule for `min_roofline`: the verdict applies it in check mode, the item's run
+    (`run.stages.roofline_floor`) outside it.
+    """
     if min_roofline is None or not measured:
         return False, None  # not measured: the item already fails or skips for that
     if efficiency is None:
@@ -254,7 +258,7 @@ def compare(
     )
     _check_settings(thr, cross, alpha)
     samples = _samples(record)
-    below, floor_reason = _roofline_floor(record.min_roofline, record.efficiency, bool(samples))
+    below, floor_reason = roofline_floor(record.min_roofline, record.efficiency, bool(samples))
     base = {
         "threshold": thr,
         "cross_device_tolerance": cross,
@@ -460,7 +464,7 @@ def confirm(
             "treated as noise, not a regression"
         )
         status = SUSPECT
-    _, floor_reason = _roofline_floor(first.min_roofline, first.efficiency, True)
+    _, floor_reason = roofline_floor(first.min_roofline, first.efficiency, True)
     kept = {
         f.name: getattr(first, f.name)
         for f in fields(first)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from pytest_kernelpro.search.patch import KernelSite, import_style_of, repository_root
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.items import KernelItem
+    from pytest_kernelpro.run.items import KernelItem
 
 
 def kernel_site(item: KernelItem, rootpath: Path) -> tuple[KernelSite, Path]:

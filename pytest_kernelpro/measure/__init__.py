@@ -1,1 +1,16 @@
-"""measure part of pytest-kernelpro."""
+"""What the gate measures of a kernel: correctness, time and its place on the roofline.
+
+- `correctness.py`: trials on fresh inputs with poisoned allocations, tolerances by dtype
+  (TF32-aware), the re-check after timing;
+- `timing/`: one timer interface (`timing.time_kernel`), with the budget and the adaptive
+  rounds (`budget.py`), the CPU timer (`cpu.py`) and the CUDA timer (`cuda.py`);
+- `stats.py`: the statistics of a set of samples (median, bootstrap CI);
+- `cpuload.py`: the CPU's load and the thread policy for CPU kernels;
+- `clocks.py`: NVML clocks and throttle reasons while a GPU kernel is timed;
+- `devices.py`: the datasheet table of GPUs; `ceilings.py`, `ceiling_probes.py`: the measured
+  ceilings (bandwidth, FLOP/s per precision) of this machine; `calibrate.py`: the
+  `kernelpro calibrate` command;
+- `flops.py`, `op_recorder.py`: the reference's FLOPs and bytes, op by op;
+  `roofline.py`: the roofline of the reference and a kernel's share of it;
+- `compare.py`: output comparison; `gpu_memory.py`: an item's GPU memory against its footprint.
+"""

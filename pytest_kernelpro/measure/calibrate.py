@@ -164,3 +164,12 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         return 1
     console.print(f"cached in {path} ({wall:.1f} s to measure)")
     return 0
+
+
+def calibrate_main(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
+    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
+
+    Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
+    Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
+    """
+    return run_calibrate(argv, extra_specs=extra_specs)

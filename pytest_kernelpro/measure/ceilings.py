@@ -326,14 +326,3 @@ def format_rate(value: float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
-
-
-def calibrate_main(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
-    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
-
-    Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
-    Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
-    """
-    from .calibrate import run_calibrate
-
-    return run_calibrate(argv, extra_specs=extra_specs)

@@ -182,7 +182,7 @@ class ItemMemory:
 
 
 def _session_buffers_bytes() -> int:
-    from .timing_cuda import flush_buffers_bytes
+    from .timing.cuda import flush_buffers_bytes
 
     return flush_buffers_bytes()
 

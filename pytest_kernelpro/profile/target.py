@@ -6,7 +6,7 @@
      "mode": "ncu" | "timeline" | "nsys", "seed": 0, "runs": 10, "output": "events.json",
      "extra_cuda_cflags": ["-lineinfo", "-Xptxas=-v"]}
 
-It loads the problem (`pytest_kernelpro.problem.load_problem`), builds the kernel callable
+It loads the problem (`pytest_kernelpro.problem.locate.load_problem`), builds the kernel callable
 (`Problem.kernel_factory(device)`) and its inputs (the harness's kernels, outside any
 profiled range), warms the kernel up once (Triton JIT, cuBLAS handles, lazy module loading), then:
 

@@ -31,6 +31,32 @@ _TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 
+def classify_exception(exc: BaseException) -> str:
+    """One line naming an exception, with out-of-memory and CUDA errors called out."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    lowered = str(exc).lower()
+    oom_types = tuple(
+        t
+        for t in (
+            getattr(torch, "OutOfMemoryError", None),
+            getattr(torch.cuda, "OutOfMemoryError", None),
+        )
+        if t is not None
+    )
+    if (
+        isinstance(exc, MemoryError)
+        or isinstance(exc, oom_types)
+        or ("out of memory" in lowered or "can't allocate memory" in lowered)
+    ):
+        return f"out of memory: {name}: {text}"[:400]
+    if "illegal memory access" in lowered or "illegal address" in lowered:
+        return f"illegal memory access: {name}: {text}"[:400]
+    if "cuda error" in lowered or name == "AcceleratorError":
+        return f"CUDA error: {name}: {text}"[:400]
+    return f"{name}: {text}"[:400]
+
+
 def tolerance_for(dtype: torch.dtype) -> tuple[float, float]:
     """(atol, rtol) for comparing outputs of `dtype`; exact for integers and bools."""
     if dtype in _TOLERANCES:

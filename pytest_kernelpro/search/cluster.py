@@ -204,7 +204,7 @@ class DaskCluster:
     def _start_local(
         cls, distributed: Any, count: int | None, timeout_s: float, spec: str
     ) -> DaskCluster:
-        from pytest_kernelpro.workers import visible_gpu_ids
+        from pytest_kernelpro.run.workers import visible_gpu_ids
 
         gpus = visible_gpu_ids()
         env = worker_environment()

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from pytest_kernelpro.search import checks, judge
+from pytest_kernelpro.search.checks import classify_exception
 from pytest_kernelpro.search.loader import load_source
 
 EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
@@ -54,32 +55,6 @@ class Rejected(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-def classify_exception(exc: BaseException) -> str:
-    """One line naming an exception, with out-of-memory and CUDA errors called out."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    name = type(exc).__name__
-    lowered = str(exc).lower()
-    oom_types = tuple(
-        t
-        for t in (
-            getattr(torch, "OutOfMemoryError", None),
-            getattr(torch.cuda, "OutOfMemoryError", None),
-        )
-        if t is not None
-    )
-    if (
-        isinstance(exc, MemoryError)
-        or isinstance(exc, oom_types)
-        or ("out of memory" in lowered or "can't allocate memory" in lowered)
-    ):
-        return f"out of memory: {name}: {text}"[:400]
-    if "illegal memory access" in lowered or "illegal address" in lowered:
-        return f"illegal memory access: {name}: {text}"[:400]
-    if "cuda error" in lowered or name == "AcceleratorError":
-        return f"CUDA error: {name}: {text}"[:400]
-    return f"{name}: {text}"[:400]
 
 
 def summarize_build_error(exc: BaseException) -> str:

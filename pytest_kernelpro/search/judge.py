@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--preflight", action="store_true")
     args = parser.parse_args(argv)
     task = json.loads(args.task.read_text(encoding="utf-8"))
-    from pytest_kernelpro.search.worker import add_session_path
+    from pytest_kernelpro.search.loader import add_session_path
 
     add_session_path(task.get("sys_path") or ())  # the kernel's modules, as pytest saw them
     try:
@@ -192,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--outputs is required unless --preflight")
             result = judge(task, args.outputs)
     except Exception as exc:
-        from pytest_kernelpro.search.harness import classify_exception
+        from pytest_kernelpro.search.checks import classify_exception
 
         result = {
             "ok": False,

@@ -1,10 +1,12 @@
-"""Execute problem and candidate source text as fresh, importable modules."""
+"""Execute problem and candidate source text as fresh, importable modules, with the pytest
+session's import path."""
 
 from __future__ import annotations
 
 import linecache
 import sys
 import types
+from typing import Any
 
 
 def load_source(source: str, name: str) -> types.ModuleType:
@@ -25,3 +27,10 @@ def load_source(source: str, name: str) -> types.ModuleType:
         sys.modules.pop(name, None)
         raise
     return module
+
+
+def add_session_path(entries: Any) -> None:
+    """Put the pytest session's sys.path entries missing here in front of the worker's
+    (keeping their order), so the kernel's modules import as they did under pytest."""
+    missing = [str(p) for p in entries if str(p) and str(p) not in sys.path]
+    sys.path[:0] = missing

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.trajectory import load_trajectory, render_tree, resolve_trajectory
+from pytest_kernelpro.search.restore import render_tree
+from pytest_kernelpro.search.trajectory import load_trajectory, resolve_trajectory
 
 
 def build_parser() -> argparse.ArgumentParser:

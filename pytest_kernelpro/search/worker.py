@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelpro.search.loader import add_session_path
+
 # Phases before "built" count against the build timeout, the rest against the run timeout.
 BUILD_PHASES = ("start", "import", "reference", "build")
 RUN_PHASES = ("built", "correctness", "checks", "shapes", "timing", "done")
@@ -62,13 +64,6 @@ def limit_memory(limit_mb: int | None, cuda: bool) -> str:
         cap = min(cap, hard)
     resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     return f"RLIMIT_AS={cap // (1024 * 1024)} MB"
-
-
-def add_session_path(entries: Any) -> None:
-    """Put the pytest session's sys.path entries missing here in front of the worker's
-    (keeping their order), so the kernel's modules import as they did under pytest."""
-    missing = [str(p) for p in entries if str(p) and str(p) not in sys.path]
-    sys.path[:0] = missing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +133,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     """Time the candidate again in a fresh process, the way the search timed it, with every
     clock and helper bound before the candidate's code runs.
 
-    The method is the search's (`measure.timing_cuda`): a first call, an estimate from 5
+    The method is the search's (`measure.timing.cuda`): a first call, an estimate from 5
     L2-flushed calls, warm-up for the task's `warmup_ms`, then rounds of samples, each sample
     an L2 flush (a buffer of twice the L2 written) and a pair of CUDA events around one call,
     enqueued behind a GPU sleep so the events bracket GPU work and not Python launch time.

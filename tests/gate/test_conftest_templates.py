@@ -15,7 +15,7 @@ INSPECT = """
 import json
 from pathlib import Path
 
-from pytest_kernelpro.items import PLUGIN_NAME
+from pytest_kernelpro.run.items import PLUGIN_NAME
 
 def pytest_sessionfinish(session):
     kp = session.config.pluginmanager.get_plugin(PLUGIN_NAME)

@@ -12,11 +12,11 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
 from pytest_kernelpro.measure import ceilings as ceilings_module  # noqa: E402
+from pytest_kernelpro.measure.calibrate import calibrate_main  # noqa: E402
 from pytest_kernelpro.measure.ceilings import (  # noqa: E402
     CACHE_SCHEMA,
     Ceilings,
     cache_path,
-    calibrate_main,
     combine_with_spec,
     format_rate,
     load_or_measure_ceilings,

@@ -85,7 +85,7 @@ def test_kernelbench_directory_in_one_session(kp_project: pytest.Pytester) -> No
 def test_kernelbench_inputs_are_seeded_and_the_model_is_built_once(tmp_path: Path) -> None:
     import torch
 
-    from pytest_kernelpro.kernelbench import problem_from_kernelbench
+    from pytest_kernelpro.problem.kernelbench import problem_from_kernelbench
 
     folder = _write_problems(tmp_path)
     relu = problem_from_kernelbench(folder / "1_Relu.py")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pytest_kernelpro.optimize_search import confirm_winner
+from pytest_kernelpro.run.optimize_search import confirm_winner
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.ranking import RankedCandidate, SearchRanking
 

@@ -13,7 +13,8 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.greedy import GreedySearch
 from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
-from pytest_kernelpro.search.trajectory import load_trajectory, restore_search
+from pytest_kernelpro.search.restore import restore_search
+from pytest_kernelpro.search.trajectory import load_trajectory
 
 WAIT_S = 60.0  # generous: a loaded 2-core machine; the tests never wait this long when green
 
@@ -103,6 +104,7 @@ def test_two_evaluations_run_at_once_and_the_evaluation_budget_is_never_exceeded
     )
     assert result.stop_reason == "evaluation budget spent (6/6)"
     assert len(result.nodes) == 6
+    assert len(evaluator.seen_pending) == 6  # no evaluation started beyond the budget
     # The barrier of two opened: two evaluations were running at the same moment, and never
     # more than the two allowed.
     assert evaluator.most == 2
@@ -194,3 +196,25 @@ def test_a_broken_reference_still_ends_the_search() -> None:
 
     with pytest.raises(KernelproError, match="reference fails"):
         MCTS().run(NumberedGenerator(), Broken(), "4", in_flight=2)
+
+
+def test_the_time_budget_stops_new_work_and_keeps_what_ran() -> None:
+    """A clock that moves only when an evaluation ends: two at a time, 10 s each."""
+    now = [0.0]
+    algorithm = MCTS()
+    evaluator = GatedEvaluator(algorithm, barrier_parties=2)
+    original = evaluator.evaluate
+
+    def evaluate(candidate: Candidate) -> Evaluation:
+        evaluation = original(candidate)
+        now[0] += 10.0
+        return evaluation
+
+    evaluator.evaluate = evaluate  # type: ignore[method-assign]
+    generator = NumberedGenerator()
+    result = algorithm.run(generator, evaluator, "25s", clock=lambda: now[0], in_flight=2)
+    # 0 s: c1 and c2 run; 20 s: both back, time left, c3 and c4 run; 40 s: spent. Both
+    # running evaluations finished and were recorded, none was started after.
+    assert result.stop_reason.startswith("time budget spent")
+    assert sorted(n.candidate.code for n in result.nodes) == ["c1", "c2", "c3", "c4"]
+    assert generator.count == 4

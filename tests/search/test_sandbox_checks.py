@@ -10,13 +10,14 @@ import torch
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search import checks
+from pytest_kernelpro.search.checks import classify_exception
 from pytest_kernelpro.search.evaluator import (
     KernelBenchTask,
     SandboxLimits,
     is_secret_name,
     scrub_environment,
 )
-from pytest_kernelpro.search.harness import classify_exception, summarize_build_error
+from pytest_kernelpro.search.harness import summarize_build_error
 from pytest_kernelpro.search.loader import load_source
 
 

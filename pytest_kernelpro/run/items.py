@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .errors import KernelproError
-from .problem import MARKER_NAME, MarkerOptions, Problem, ProblemLocator, problem_from_marker
-from .results import KernelRecord
+from ..errors import KernelproError
+from ..problem import MARKER_NAME, MarkerOptions, Problem, ProblemLocator, problem_from_marker
+from ..results import KernelRecord
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -31,10 +31,12 @@ class KernelItem(pytest.Item):
         self.add_marker(MARKER_NAME)
 
     def runtest(self) -> None:
-        from .runner import run_kernel_item
+        from .stages import new_record, run_kernel_item
 
         session = self.config.pluginmanager.get_plugin(PLUGIN_NAME)
-        run_kernel_item(self, session)
+        record = new_record(self)
+        self.stash[RECORD_KEY] = record
+        run_kernel_item(self, session, record)
 
     def repr_failure(
         self, excinfo: ExceptionInfo[BaseException], style: Any = None
@@ -122,7 +124,7 @@ class KernelBenchFile(pytest.File):
     """A KernelBench problem file: `Model` is the reference, `ModelNew` the kernel."""
 
     def collect(self) -> list[pytest.Item]:
-        from .kernelbench import problem_from_kernelbench
+        from ..problem.kernelbench import problem_from_kernelbench
 
         try:
             problem = problem_from_kernelbench(self.path)

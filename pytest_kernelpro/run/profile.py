@@ -12,10 +12,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .items import KernelItem
-    from .profile.capture import ExtensionCapture
-    from .results import KernelRecord
-    from .session import KernelproSession
+    from ..profile.capture import ExtensionCapture
+    from .context import ItemRun, Services
 
 
 class SessionCapture:
@@ -29,7 +27,7 @@ class SessionCapture:
 
     def start(self) -> None:
         try:
-            from .profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
+            from ..profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
         except ImportError:  # torch missing: nothing can be built anyway
             return
         flags = DEFAULT_CUDA_FLAGS if self.extra_flags else ()
@@ -47,23 +45,22 @@ class SessionCapture:
         return [p for b in self.capture.builds for p in b.ptxas] if self.capture else []
 
 
-def profile_item(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, device: str
-) -> None:
-    """Fill record.profile, the tools' findings, guidance and the report text."""
-    from .analysis import RooflineFacts, profile_and_analyze
+def profile_item(run: ItemRun, services: Services, device: str) -> None:
+    """Fill the record's profile, the tools' findings, guidance and the report text."""
+    from ..analysis import RooflineFacts, profile_and_analyze
 
-    capture = session.capture
+    record = run.record
+    capture = services.capture
     facts = RooflineFacts.from_roofline(
         record.roofline, median_s=record.median_s, efficiency=record.efficiency
     )
     analysis = profile_and_analyze(
-        item.locator,
+        run.locator,
         facts,
         so_paths=capture.so_paths if capture else (),
         ptxas=capture.ptxas if capture else (),
         device=device,
-        timeout_s=session.settings.profile_timeout_s,
+        timeout_s=services.settings.profile_timeout_s,
         ncu_path=os.environ.get("KERNELPRO_NCU"),
     )
     record.profile = analysis.report.to_dict()

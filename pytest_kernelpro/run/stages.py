@@ -1,4 +1,12 @@
-"""What one kernel item does when it runs: check, time, roofline, profile, gate.
+"""What one kernel item does when it runs: check, time, roofline, profile, optimize, gate.
+
+`run_kernel_item` is the entry (from `KernelItem.runtest`): the item's time limit, CPU thread
+policy, GPU memory accounting and isolation around `_run`, which chooses the device, resolves
+the item's settings once (`context.ItemSettings`) and calls the stages in order. Each stage is
+a function of the item's `ItemRun` and the session's `Services` (`context.py`), filling its
+part of the record: `check`, `time_item`, `roofline`, `profile`, `gate` (or `roofline_floor`
+outside check mode); the optimize stage (`optimize.py`) is the one that takes the pytest
+item, since the patch it writes is placed through the item's source.
 
 Every failure becomes a `KernelproError` that names what went wrong and the fix, so one
 bad kernel fails alone and the session goes on.
@@ -10,16 +18,17 @@ import contextlib
 import shlex
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .errors import KernelproError
-from .items import RECORD_KEY
-from .results import KernelRecord
+from ..errors import KernelproError
+from ..results import KernelRecord
+from .context import ItemRun, ItemSettings
 
 if TYPE_CHECKING:
+    from .context import Services
     from .items import KernelItem
     from .session import KernelproSession
 
@@ -41,12 +50,12 @@ def new_record(item: KernelItem) -> KernelRecord:
     )
 
 
-def run_kernel_item(item: KernelItem, session: KernelproSession) -> None:
-    from .item_limits import ItemTimeout
-    from .measure.gpu_memory import ItemMemory, is_out_of_memory
+def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+    """Run the item's stages, filling `record` as they go (the caller holds it already, so
+    a failure or a hang still reports what was measured)."""
+    from ..measure.gpu_memory import ItemMemory, is_out_of_memory
+    from .limits import ItemTimeout
 
-    record = new_record(item)
-    item.stash[RECORD_KEY] = record
     started = time.perf_counter()
     settings = session.settings
     memory = ItemMemory(device="cpu")
@@ -94,7 +103,7 @@ def _release_frames(exc: BaseException | None) -> None:
 def _run_limited(
     item: KernelItem, session: KernelproSession, record: KernelRecord, memory: Any
 ) -> None:
-    from .item_limits import item_time_limit, timeout_message
+    from .limits import item_time_limit, timeout_message
 
     settings = session.settings
     limit = settings.item_timeout_s
@@ -106,13 +115,11 @@ def _run_limited(
         return timeout_message(item.problem.display_name, limit, source, phase[0])
 
     def on_native_hang(text: str) -> None:
-        from .reporting import write_session_outputs
-
         record.outcome = "failed"
         record.message = text
         session.add_record(record)
         if not session.is_xdist_worker:
-            write_session_outputs(session)
+            session.write_outputs()
 
     with item_time_limit(limit, message, on_native_hang), _cpu_threads(item, session, record):
         _run(item, session, record, phase, memory)
@@ -137,7 +144,7 @@ def cpu_thread_policy(requested: int) -> Iterator[int]:
     restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
     import torch
 
-    from .measure.cpuload import policy_threads
+    from ..measure.cpuload import policy_threads
 
     before = torch.get_num_threads()
     threads = policy_threads(requested)
@@ -168,10 +175,6 @@ def _run(
     memory: Any,
 ) -> None:
     """The stages in order; `phase[0]` names the running one (for the time limit's message)."""
-    from .measure.correctness import check_correctness
-    from .measure.gpu_memory import module_bytes, tensor_bytes_of
-    from .measure.timing import TimingBudget, time_kernel
-
     settings = session.settings
     problem = item.problem
     choice = session.choose_device(problem)
@@ -179,33 +182,95 @@ def _run(
         raise KernelproError(choice.skip_reason or "no CUDA GPU")
     if choice.device is None:
         pytest.skip(choice.skip_reason or "no device")
-    device = choice.device
-    record.device_kind = "cuda" if device.startswith("cuda") else "cpu"
+    run = ItemRun(
+        nodeid=item.nodeid,
+        problem=problem,
+        locator=item.locator,
+        settings=ItemSettings.resolve(problem, settings, choice.device),
+        record=record,
+    )
+    _start(run, session)
+    memory.device = run.device
+    memory.start()
+
+    phase[0] = "building the kernel and its reference"
+    kernel, reference = _build(run, memory)
+    make_inputs = _input_maker(run, memory)
+    grad_mode = _grad_mode(problem)
+    phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
+    correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
+    if settings.correctness_only:
+        record.extra["correctness_only"] = True
+        return
+
+    phase[0] = "making the timing inputs"
+    inputs = make_inputs(1_000_003)
+    phase[0] = "timing"
+    median_s, remeasure = time_item(run, session, kernel, inputs, grad_mode)
+
+    phase[0] = "checking the kernel again after timing"
+    with grad_mode():
+        _recheck_after_timing(kernel, reference, inputs, make_inputs, run, correctness)
+
+    phase[0] = "counting the reference's FLOPs and bytes"
+    roofline(run, session, reference, inputs, median_s, memory)
+
+    # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
+    # Agent) and every correct candidate, and nothing reads the item's own profile; on the
+    # H200 it cost 22 s per kernel (bench/results/2026-12-01-optimize-h200.md).
+    if settings.profile:
+        phase[0] = "profiling"
+        profile(run, session)
+    if settings.optimize:
+        from .optimize import optimize_item
+
+        phase[0] = "optimizing"
+        # The one stage that needs the pytest item: the patch is written against its source.
+        optimize_item(item, session, record, run.device)
+    if settings.check:
+        phase[0] = "gating (confirmation re-measurement, regression profile)"
+        gate(run, session, remeasure)
+    else:
+        # In check mode the verdict applies the same floor.
+        roofline_floor(run, median_s)
+
+
+def _start(run: ItemRun, services: Services) -> None:
+    """The record's device and resolved settings; a CUDA item after a CUDA error stops here."""
+    record = run.record
+    record.device_kind = "cuda" if run.device.startswith("cuda") else "cpu"
     if record.device_kind == "cuda":
         import os
 
         # Which physical GPU (pinned per pytest-xdist worker) measured this kernel.
         record.extra["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         record.extra["xdist_worker"] = os.environ.get("PYTEST_XDIST_WORKER")
-    if record.device_kind == "cuda" and session.cuda_poisoned_by:
+    if record.device_kind == "cuda" and services.cuda_poisoned_by:
         raise KernelproError(
             f"not run: the CUDA context was broken by an earlier CUDA error in "
-            f"{session.cuda_poisoned_by}; a CUDA error cannot be recovered inside one process. "
+            f"{services.cuda_poisoned_by}; a CUDA error cannot be recovered inside one process. "
             "Fix that kernel, or run with pytest-xdist (-n 1) so a crashed worker is replaced"
         )
-    record.threshold = problem.threshold or settings.threshold_for(record.device_kind)
-    record.min_roofline = problem.min_roofline
-    memory.device = device
-    memory.start()
+    record.threshold = run.settings.threshold.value
+    record.min_roofline = run.settings.min_roofline.value
 
-    phase[0] = "building the kernel and its reference"
+
+def _build(run: ItemRun, memory: Any) -> tuple[Any, Any]:
+    from ..measure.gpu_memory import module_bytes
+
     try:
-        kernel, reference = problem.instantiate(device)
+        kernel, reference = run.problem.instantiate(run.device)
     except Exception as exc:
-        raise KernelproError(
-            f"building {problem.display_name} failed: {_describe_exception(exc)}"
-        ) from exc
+        raise KernelproError(f"building {run.name} failed: {_describe_exception(exc)}") from exc
     memory.params_bytes = module_bytes(reference)
+    return kernel, reference
+
+
+def _input_maker(run: ItemRun, memory: Any) -> Callable[[int], tuple[Any, ...]]:
+    """`make_inputs(seed)`: the problem's inputs on the item's device, errors named."""
+    from ..measure.gpu_memory import tensor_bytes_of
+
+    problem, device = run.problem, run.device
 
     def make_inputs(seed: int) -> tuple[Any, ...]:
         try:
@@ -222,39 +287,55 @@ def _run(
                 "it must return a tuple of inputs for the given device"
             ) from exc
 
-    trials = problem.trials or settings.trials
-    phase[0] = f"checking correctness ({trials} trials)"
-    grad_mode = _grad_mode(problem)
+    return make_inputs
+
+
+def check(
+    run: ItemRun,
+    services: Services,
+    kernel: Any,
+    reference: Any,
+    make_inputs: Callable[[int], tuple[Any, ...]],
+    grad_mode: Any,
+) -> Any:
+    """The correctness trials; a wrong kernel fails the item here."""
+    from ..measure.correctness import check_correctness
+
     try:
         with grad_mode():
             correctness = check_correctness(
                 kernel,
                 reference,
                 make_inputs,
-                device=device,
-                trials=trials,
-                rtol=problem.rtol,
-                atol=problem.atol,
+                device=run.device,
+                trials=run.settings.trials.value,
+                rtol=run.settings.rtol.value,
+                atol=run.settings.atol.value,
             )
     except KernelproError:
         raise
     except Exception as exc:
-        _note_cuda_error(session, exc, problem.display_name)
-        raise KernelproError(f"{problem.display_name} raised {_describe_exception(exc)}") from exc
-    record.correctness = correctness.to_dict()
-    if getattr(correctness, "cuda_error", False) and session.cuda_poisoned_by is None:
-        session.cuda_poisoned_by = problem.display_name
+        _note_cuda_error(services, exc, run.name)
+        raise KernelproError(f"{run.name} raised {_describe_exception(exc)}") from exc
+    run.record.correctness = correctness.to_dict()
+    if getattr(correctness, "cuda_error", False) and services.cuda_poisoned_by is None:
+        services.cuda_poisoned_by = run.name
     if not correctness.passed:
         failure = correctness.failure or "no detail"
         if failure.startswith("The kernel raised"):
-            raise KernelproError(f"{problem.display_name}: {failure}")
-        raise KernelproError(f"{problem.display_name} is wrong: {failure}")
-    if settings.correctness_only:
-        record.extra["correctness_only"] = True
-        return
+            raise KernelproError(f"{run.name}: {failure}")
+        raise KernelproError(f"{run.name} is wrong: {failure}")
+    return correctness
 
-    phase[0] = "making the timing inputs"
-    inputs = make_inputs(1_000_003)
+
+def time_item(
+    run: ItemRun, services: Services, kernel: Any, inputs: tuple[Any, ...], grad_mode: Any
+) -> tuple[float, Callable[[], Any]]:
+    """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
+    confirmation times the kernel again the same way)."""
+    from ..measure.timing import TimingBudget, time_kernel
+
+    settings, device, record = services.settings, run.device, run.record
     budget = TimingBudget(
         warmup_ms=settings.warmup_ms,
         max_time_s=settings.budget_for(device),
@@ -263,7 +344,6 @@ def _run(
         cpu_flush=settings.cpu_flush,
         working_set_bytes=_input_bytes(inputs),
     )
-    phase[0] = "timing"
 
     def remeasure() -> Any:
         with grad_mode():
@@ -272,48 +352,31 @@ def _run(
     try:
         timing = remeasure()
     except Exception as exc:
-        _note_cuda_error(session, exc, problem.display_name)
-        raise KernelproError(
-            f"timing {problem.display_name} failed: {_describe_exception(exc)}"
-        ) from exc
+        _note_cuda_error(services, exc, run.name)
+        raise KernelproError(f"timing {run.name} failed: {_describe_exception(exc)}") from exc
     record.timing = timing.to_dict()
     record.device = timing.device
     if timing.threads is not None:
         # Timings with other thread counts are not comparable: the count is part of the device.
         plural = "s" * (timing.threads != 1)
         record.device = f"{timing.device[:-1]}, {timing.threads} thread{plural})"
+    return timing.stats.median_s, remeasure
 
-    phase[0] = "checking the kernel again after timing"
-    with grad_mode():
-        _recheck_after_timing(kernel, reference, inputs, make_inputs, device, problem, correctness)
 
-    phase[0] = "counting the reference's FLOPs and bytes"
-    _roofline(session, record, reference, inputs, device, problem, timing.stats.median_s, memory)
+def roofline_floor(run: ItemRun, median_s: float) -> None:
+    """`min_roofline` outside check mode: the gate's one rule (`gate.verdict.roofline_floor`),
+    failing the item with the numbers behind it."""
+    from ..gate.verdict import roofline_floor as floor
 
-    # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
-    # Agent) and every correct candidate, and nothing reads the item's own profile; on the
-    # H200 it cost 22 s per kernel (bench/results/2026-12-01-optimize-h200.md).
-    if settings.profile:
-        phase[0] = "profiling"
-        _profile(item, session, record, device)
-    if settings.optimize:
-        from .optimize import optimize_item
-
-        phase[0] = "optimizing"
-        optimize_item(item, session, record, device)
-    if settings.check:
-        phase[0] = "gating (confirmation re-measurement, regression profile)"
-        _gate(item, session, record, remeasure)
-
-    # In check mode the verdict already fails a kernel below its min_roofline.
-    if not settings.check and record.min_roofline is not None and record.efficiency is not None:
-        if record.efficiency < record.min_roofline:
-            raise KernelproError(
-                f"{problem.display_name} reaches {record.efficiency:.1%} of its roofline, below "
-                f"min_roofline={record.min_roofline:.0%} set in its marker "
-                f"(median {timing.stats.median_s * 1e6:.1f} us vs roofline "
-                f"{(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
-            )
+    record = run.record
+    fails, reason = floor(record.min_roofline, record.efficiency, True)
+    if fails and record.efficiency is None:
+        raise KernelproError(f"{run.name}: {reason}")
+    if fails:
+        raise KernelproError(
+            f"{run.name} {reason} set in its marker (median {median_s * 1e6:.1f} us vs "
+            f"roofline {(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
+        )
 
 
 def _grad_mode(problem: Any) -> Any:
@@ -339,12 +402,11 @@ def _recheck_after_timing(
     reference: Any,
     inputs: tuple[Any, ...],
     make_inputs: Any,
-    device: str,
-    problem: Any,
+    run: ItemRun,
     correctness: Any,
 ) -> None:
     """A kernel must stay correct after it was timed (see `recheck_after_timing`)."""
-    from .measure.correctness import recheck_after_timing
+    from ..measure.correctness import recheck_after_timing
 
     try:
         failure = recheck_after_timing(
@@ -352,44 +414,45 @@ def _recheck_after_timing(
             reference,
             inputs,
             lambda: make_inputs(1_000_033),
-            device=device,
+            device=run.device,
             correctness=correctness,
-            rtol=problem.rtol,
-            atol=problem.atol,
+            rtol=run.settings.rtol.value,
+            atol=run.settings.atol.value,
         )
     except KernelproError:
         raise
     except Exception as exc:
         raise KernelproError(
-            f"the reference raised {_describe_exception(exc)} when {problem.display_name} was "
+            f"the reference raised {_describe_exception(exc)} when {run.name} was "
             "checked again after timing"
         ) from exc
     if failure is not None:
-        raise KernelproError(f"{problem.display_name} is wrong: {failure}")
+        raise KernelproError(f"{run.name} is wrong: {failure}")
 
 
-def _note_cuda_error(session: KernelproSession, exc: BaseException, name: str) -> None:
-    from .measure.correctness import is_cuda_error
+def _note_cuda_error(services: Services, exc: BaseException, name: str) -> None:
+    from ..measure.correctness import is_cuda_error
 
-    if is_cuda_error(exc) and session.cuda_poisoned_by is None:
-        session.cuda_poisoned_by = name
+    if is_cuda_error(exc) and services.cuda_poisoned_by is None:
+        services.cuda_poisoned_by = name
 
 
-def _roofline(
-    session: KernelproSession,
-    record: KernelRecord,
+def roofline(
+    run: ItemRun,
+    services: Services,
     reference: Any,
     inputs: tuple[Any, ...],
-    device: str,
-    problem: Any,
     median_s: float,
     memory: Any,
 ) -> None:
-    from .measure.roofline import analyze_reference
+    """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
+    kernel's share of it."""
+    from ..measure.roofline import analyze_reference
 
+    problem, device, record = run.problem, run.device, run.record
     try:
-        ceilings = session.ceilings_for(device)  # a first measurement is not the reference's
-        spec = session.spec_for(device)
+        ceilings = services.ceilings_for(device)  # a first measurement is not the reference's
+        spec = services.spec_for(device)
         with memory.reference_run():  # the reference's own peak: part of the footprint
             analysis = analyze_reference(
                 reference,
@@ -397,50 +460,53 @@ def _roofline(
                 ceilings=ceilings,
                 flops=problem.flops,
                 bytes=problem.bytes,
-                op_cost_hook=session.op_cost_hook,
+                op_cost_hook=services.op_cost_hook,
                 spec=spec,
             )
     except KernelproError:
         raise
     except Exception as exc:
         raise KernelproError(
-            f"roofline analysis of the reference of {problem.display_name} failed: "
+            f"roofline analysis of the reference of {run.name} failed: "
             f"{_describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
         ) from exc
     record.roofline = analysis.to_dict()
     record.efficiency = analysis.efficiency(median_s)
 
 
-def _profile(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, device: str
-) -> None:
-    from .profiling import profile_item
+def profile(run: ItemRun, services: Services, device: str | None = None) -> None:
+    """ncu, SASS and timeline of the kernel, then the tools' findings and guidance; a
+    profiler failure never fails the kernel."""
+    from .profile import profile_item
 
+    device = run.device if device is None else device
+    record = run.record
     if not device.startswith("cuda"):
         record.extra["profile_text"] = (
             "profile: not collected: ncu, SASS and timeline need a CUDA GPU"
         )
         record.extra["profile_skipped"] = "no CUDA GPU"
         return
-    from .measure.gpu_memory import release_cached
+    from ..measure.gpu_memory import release_cached
 
     # The profiler runs the kernel in child processes (ncu, kineto): give them the memory
     # this process has cached but does not use.
     release_cached(device, 0)
     try:
-        profile_item(item, session, record, device)
+        profile_item(run, services, device)
     except Exception as exc:  # a profiler failure never fails the kernel
         record.extra["profile_text"] = f"profile: failed: {_describe_exception(exc)}"
 
 
-def _gate(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, remeasure: Any
-) -> None:
-    from .gate.verdict import compare, confirm, needs_confirmation
+def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None:
+    """The verdict against the baseline (a regression is confirmed by timing it again, and
+    profiled); a failing verdict fails the item."""
+    from ..gate.verdict import compare, confirm, needs_confirmation
 
-    baseline = session.baseline()
+    record = run.record
+    baseline = services.baseline()
     entry = baseline.entry_for(record) if baseline is not None else None
-    cross_cpu = session.settings.cpu_cross_device
+    cross_cpu = services.settings.cpu_cross_device
     verdict = compare(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
     if needs_confirmation(verdict):
         timing = remeasure()
@@ -452,31 +518,31 @@ def _gate(
         record.extra["confirmation_timing"] = timing.to_dict()
     record.gate = verdict.to_dict()
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
-        _auto_profile(item, session, record)
+        _auto_profile(run, services)
     if verdict.failed:
         raise KernelproError(f"{record.name}: {verdict.message}")
 
 
-def _auto_profile(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
+def _auto_profile(run: ItemRun, services: Services) -> None:
     """A regression comes with its profile (what changed, in the counters' words), within the
     session's budget of automatic profiles; past it, the record says how to profile it."""
-    settings = session.settings
-    spent = session.auto_profile_s
+    settings, record = services.settings, run.record
+    spent = services.auto_profile_s
     if (
-        session.auto_profiles_done >= settings.auto_profiles
+        services.auto_profiles_done >= settings.auto_profiles
         or spent >= settings.auto_profile_time_s
     ):
         record.extra["profile_text"] = (
-            f"profile: not collected automatically: {session.auto_profiles_done} regressed "
+            f"profile: not collected automatically: {services.auto_profiles_done} regressed "
             f"kernel(s) were already profiled in {spent:.0f} s (budget: "
             f"--kernelpro-auto-profiles={settings.auto_profiles}, "
             f"--kernelpro-auto-profile-time={settings.auto_profile_time_s:g}). Profile this one "
-            f"with: pytest {shlex.quote(item.nodeid)} --kernelpro-profile"
+            f"with: pytest {shlex.quote(run.nodeid)} --kernelpro-profile"
         )
         return
     started = time.perf_counter()
     try:
-        _profile(item, session, record, record.device_kind)
+        profile(run, services, record.device_kind)
     finally:
-        session.auto_profiles_done += 1
-        session.auto_profile_s += time.perf_counter() - started
+        services.auto_profiles_done += 1
+        services.auto_profile_s += time.perf_counter() - started

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import KernelproConfigError
+from ..errors import KernelproConfigError
 
 MARKER_NAME = "kernelpro"
 MARKER_SIGNATURE = (
@@ -356,7 +356,7 @@ def _share_parameters(
         # reference module is not constructed twice.
         built = kernel_factory(device)
         ref = reference_factory(device) if reference is None else reference
-        from .measure.weights import share_weights
+        from ..measure.weights import share_weights
 
         share_weights(ref, built)
         return built
@@ -431,33 +431,3 @@ def marker_of(obj: Any) -> Any | None:
         if getattr(mark, "name", None) == MARKER_NAME:
             return mark
     return None
-
-
-def load_problem(locator: ProblemLocator) -> Problem:
-    """Rebuild the Problem a kernel item ran, from its file (used in subprocesses)."""
-    from .kernelbench import is_kernelbench_file, problem_from_kernelbench
-
-    path = Path(locator.path)
-    if is_kernelbench_file(path):
-        problem = problem_from_kernelbench(path)
-    else:
-        module = import_file(path)
-        obj = module
-        for part in locator.qualname.split("."):
-            obj = getattr(obj, part)
-        mark = marker_of(obj)
-        if mark is None:
-            raise KernelproConfigError(
-                f"{locator.qualname} in {path} carries no @pytest.mark.kernelpro"
-            )
-        options = MarkerOptions.from_marker(
-            mark.args, dict(mark.kwargs), kernel_name=locator.qualname
-        )
-        problem = problem_from_marker(obj, options, name=locator.qualname, source_file=str(path))
-    variants = problem.at_shapes()
-    index = locator.shape_index or 0
-    if not 0 <= index < len(variants):
-        raise KernelproConfigError(
-            f"shape index {index} out of range for {locator.qualname} ({len(variants)} shapes)"
-        )
-    return variants[index]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from .errors import KernelproError, KernelproWarning
+from ..errors import KernelproError, KernelproWarning
 
 if TYPE_CHECKING:
     from .session import KernelproSession
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 def write_session_outputs(kp: KernelproSession) -> None:
     """Write the JSON report and, when asked, the baseline; never raise into pytest."""
-    from .gate.report import build_report, write_json_report
+    from ..gate.report import build_report, write_json_report
 
     settings = kp.settings
     report = build_report(kp.records, meta=kp.report_meta())
@@ -28,7 +28,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
             stacklevel=1,
         )
     if settings.history_dir is not None:
-        from .gate.history import save_run
+        from ..gate.history import save_run
 
         try:
             kp.history_path = save_run(settings.history_dir, report)
@@ -41,7 +41,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
                 stacklevel=1,
             )
     if settings.save_baseline is not None and not settings.correctness_only:
-        from .gate.baseline import save_baseline
+        from ..gate.baseline import save_baseline
 
         measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
         try:
@@ -65,7 +65,7 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     baseline = getattr(kp, "_baseline", None)
     if not kp.settings.check or baseline is None:
         return []
-    from .gate.baseline import unmatched
+    from ..gate.baseline import unmatched
 
     left, without = unmatched(baseline, kp.records)
     lines = []
@@ -85,7 +85,7 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
-    from .gate.report import render_terminal_table
+    from ..gate.report import render_terminal_table
 
     width = getattr(terminalreporter, "_tw", None)
     columns = getattr(width, "fullwidth", 120) if width is not None else 120
@@ -97,7 +97,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
             "\n"
         )
     )
-    from .gate.optimize_table import summary_of, terminal_section
+    from ..gate.optimize_table import summary_of, terminal_section
 
     if any(summary_of(r) is not None for r in kp.records):
         terminalreporter.write_sep("=", "kernelpro optimize")
@@ -149,7 +149,7 @@ def summary_notes(kp: KernelproSession) -> list[str]:
     busy = [r for r in records if ((r.timing or {}).get("cpu_load") or {}).get("oversubscribed")]
     if busy:
         load = (busy[0].timing or {}).get("cpu_load") or {}
-        from .measure.cpuload import CpuLoad
+        from ..measure.cpuload import CpuLoad
 
         notes.append(
             f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "

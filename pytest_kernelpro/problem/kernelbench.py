@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import KernelproConfigError
-from .problem import Problem, _share_parameters, detect_language, import_file
+from ..errors import KernelproConfigError
+from .model import Problem, _share_parameters, detect_language, import_file
 
 _MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
 _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .config import SETTINGS
-from .errors import KernelproError
-from .results import KernelRecord
+from ..config import SETTINGS
+from ..errors import KernelproError
+from ..results import KernelRecord
 
 if TYPE_CHECKING:
     import pytest
@@ -140,7 +140,7 @@ def _tail(text: str) -> str:
 
 
 def _child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
-    from .gate.records_log import read_records_log
+    from ..gate.records_log import read_records_log
 
     if not log_path.exists():
         return None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from .gate.format import format_time
-from .results import KernelRecord
+from ..gate.format import format_time
+from ..results import KernelRecord
 
 
 def render_item_section(record: KernelRecord) -> str:

@@ -1,6 +1,15 @@
-"""CUDA side of `timing.time_kernel`: events, L2 flush, sleep pre-roll, NVML, CUDA graphs.
+"""The CUDA timer: events, L2 flush, sleep pre-roll, NVML clocks, CUDA graphs.
 
-Split from `timing.py` to keep modules short; the method is described there.
+The way `triton.testing.do_bench` and nvbench do it): one call to load/compile, an
+estimate of the per-call time from 5 flushed calls, warm-up for `warmup_ms`, then rounds of
+samples. Each sample is: write a buffer of twice the L2 size (evicting the kernel's inputs),
+record a CUDA event, call the kernel, record a second event; a round enqueues many samples
+and synchronizes once, behind a short `torch.cuda._sleep` so the CPU is ahead of the GPU and
+the events bracket GPU work only, not Python launch overhead. After each round the 95%
+bootstrap CI of the median decides: stop when its relative half-width is under the target,
+or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-event reasons
+are read while each round runs; samples of a round with a throttle reason are counted.
+CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
 """
 
 from __future__ import annotations
@@ -8,10 +17,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from ..errors import KernelproConfigError, KernelproError
-from .timing import (
+from ...errors import KernelproConfigError, KernelproError
+from .budget import (
     GRAPH_TARGET_S,
     PREROLL_CAP_S,
     RoundLog,
@@ -60,6 +70,16 @@ def _sleep_cycles_per_s(torch: Any, index: int) -> float | None:
     return _SLEEP_CYCLES_PER_S[index] or None
 
 
+@dataclass(frozen=True)
+class CudaTimer:
+    """The `Timer` of one CUDA device (`index` None: the current one)."""
+
+    index: int | None = None
+
+    def time(self, fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
+        return time_cuda(fn, self.index, budget)
+
+
 def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget) -> TimingResult:
     """CUDA timing with events (see the module docstring)."""
     import torch
@@ -77,7 +97,7 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
             f"timing device 'cuda:{idx}' does not exist: this machine shows "
             f"{torch.cuda.device_count()} CUDA device(s) (CUDA_VISIBLE_DEVICES applies)"
         )
-    from .clocks import open_monitor, summarize_readings
+    from ..clocks import open_monitor, summarize_readings
 
     with torch.cuda.device(idx):
         props = torch.cuda.get_device_properties(idx)

@@ -1,18 +1,6 @@
-"""Time one kernel: warm-up, cache flush before every sample, adaptive sample count.
+"""The CPU timer: `time.perf_counter` around each call, with the adaptive rounds and the
+statistics of `budget.py`, and three differences from the CUDA timer:
 
-GPU (the way `triton.testing.do_bench` and nvbench do it): one call to load/compile, an
-estimate of the per-call time from 5 flushed calls, warm-up for `warmup_ms`, then rounds of
-samples. Each sample is: write a buffer of twice the L2 size (evicting the kernel's inputs),
-record a CUDA event, call the kernel, record a second event; a round enqueues many samples
-and synchronizes once, behind a short `torch.cuda._sleep` so the CPU is ahead of the GPU and
-the events bracket GPU work only, not Python launch overhead. After each round the 95%
-bootstrap CI of the median decides: stop when its relative half-width is under the target,
-or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-event reasons
-are read while each round runs; samples of a round with a throttle reason are counted.
-CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
-
-CPU: `time.perf_counter` around each call and the same adaptive rounds and statistics, with
-three differences:
 - the time budget covers what `time_kernel` does after allocating the flush buffer once
   (first call, estimate, warm-up, samples and statistics) and is honoured within
   `BUDGET_TOLERANCE` (20%): the estimate is the first warm-up samples, the warm-up ends at a
@@ -34,236 +22,32 @@ three differences:
 
 from __future__ import annotations
 
-import gc
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
-from ..errors import KernelproConfigError, KernelproError
-from .stats import SampleStats, summarize
-
-DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # triton's buffer, used when the L2/LLC size is unknown
-MAX_ROUND_S = 0.25  # longest planned round: bounds how coarse the throttle attribution gets
-MAX_ROUND_SAMPLES = 1000  # events allocated per round
-PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
-GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
-CPU_MIN_SAMPLE_S = 20e-6  # unflushed CPU samples repeat the call until a sample lasts this
-CPU_WARMUP_SHARE = 0.2  # CPU warm-up takes at most this share of the time budget
-CPU_MIN_SAMPLES_FLOOR = 5  # CPU: fewer samples than this are never taken, budget or not
-CPU_FLUSH_MODES = ("auto", "on", "off")
-BUDGET_TOLERANCE = 0.2  # CPU: the time budget is honoured within this fraction
-
-
-@dataclass(frozen=True)
-class TimingBudget:
-    """How long and how precisely to time one kernel (see the module docstring)."""
-
-    warmup_ms: float = 25.0  # warm-up time before sampling
-    max_time_s: float = 2.0  # sampling budget per kernel; min_samples is honoured beyond it
-    min_samples: int = 20
-    max_samples: int = 5000
-    target_rel_ci: float = 0.005  # stop when the median's CI half-width / median is below
-    flush_l2: bool = True  # GPU: L2; CPU: last-level cache
-    cuda_graph: bool = False  # time CUDA-graph replays (launch-bound kernels)
-    flush_bytes: int | None = None  # None: twice the L2 (GPU) or last-level cache (CPU)
-    sync_per_sample: bool = False  # GPU: synchronize after every sample (GPU idles between)
-    cpu_flush: str = "auto"  # CPU cache flush: auto | on | off (see the module docstring)
-    working_set_bytes: int | None = None  # bytes of the kernel's inputs (cpu_flush=auto)
-
-    def __post_init__(self) -> None:
-        problems = []
-        if not self.warmup_ms >= 0:
-            problems.append(f"warmup_ms={self.warmup_ms!r} (must be >= 0)")
-        if not self.max_time_s > 0:
-            problems.append(f"max_time_s={self.max_time_s!r} (must be > 0)")
-        if not 1 <= self.min_samples <= self.max_samples:
-            problems.append(
-                f"min_samples={self.min_samples!r}, max_samples={self.max_samples!r} "
-                "(need 1 <= min_samples <= max_samples)"
-            )
-        if not self.target_rel_ci >= 0:
-            problems.append(f"target_rel_ci={self.target_rel_ci!r} (must be >= 0)")
-        if self.flush_bytes is not None and self.flush_bytes <= 0:
-            problems.append(f"flush_bytes={self.flush_bytes!r} (must be > 0 or None)")
-        if self.cpu_flush not in CPU_FLUSH_MODES:
-            problems.append(
-                f"cpu_flush={self.cpu_flush!r} (use one of {', '.join(CPU_FLUSH_MODES)})"
-            )
-        if problems:
-            raise KernelproConfigError("invalid TimingBudget: " + "; ".join(problems))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe dict."""
-        return asdict(self)
+from ...errors import KernelproError
+from .budget import (
+    BUDGET_TOLERANCE,
+    CPU_MIN_SAMPLE_S,
+    CPU_MIN_SAMPLES_FLOOR,
+    CPU_WARMUP_SHARE,
+    DEFAULT_FLUSH_BYTES,
+    TimingBudget,
+    TimingResult,
+    adaptive_rounds,
+    kernel_failed,
+)
 
 
 @dataclass(frozen=True)
-class TimingResult:
-    """Per-call times of one kernel and how they were taken."""
+class CpuTimer:
+    """The `Timer` of the CPU (`time_cpu` with the real clock)."""
 
-    samples_s: tuple[float, ...]
-    stats: SampleStats
-    method: str  # "cuda-events" | "cuda-graph" | "cpu-perf-counter"
-    device: str  # "NVIDIA H200" | "cpu (<model name>)"
-    stop_reason: str  # "converged" | "time-budget" | "max-samples"
-    wall_s: float  # everything time_kernel spent, warm-up and statistics included
-    warmup_runs: int  # calls made before the first sample (first call, estimate, warm-up)
-    throttled_samples: int  # samples in rounds where NVML reported throttling (0 on CPU)
-    clocks: dict[str, Any] | None  # clocks.summarize_readings(); None without NVML or on CPU
-    flushed_l2: bool
-    calls_per_sample: int = 1  # > 1 for CUDA graphs and very fast unflushed CPU calls
-    flush_bytes: int = 0
-    rounds: int = 0
-    budget: dict[str, Any] = field(default_factory=dict)
-    threads: int | None = None  # CPU: torch intra-op threads while timing
-    cpu_load: dict[str, Any] | None = None  # CPU: cpuload.CpuLoad.to_dict() of the sampling
-    flush_reason: str = ""  # CPU: why the cache was (not) flushed
-    budget_note: str = ""  # CPU: why the time budget could not be honoured ("" when it was)
-
-    @property
-    def oversubscribed(self) -> bool:
-        """True when the CPU was oversubscribed while the samples were taken."""
-        return bool((self.cpu_load or {}).get("oversubscribed"))
-
-    @property
-    def median_s(self) -> float:
-        """The median per-call time (the number reports and the gate use)."""
-        return self.stats.median_s
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict including the raw samples and the statistics."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["samples_s"] = list(self.samples_s)
-        data["stats"] = self.stats.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TimingResult:
-        """Inverse of `to_dict` (a stored result or baseline back into an object)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["samples_s"] = tuple(float(x) for x in values["samples_s"])
-        values["stats"] = SampleStats.from_dict(values["stats"])
-        return cls(**values)
-
-
-def parse_device(device: str) -> tuple[str, int | None]:
-    """`"cpu"` → ("cpu", None); `"cuda"` → ("cuda", None); `"cuda:1"` → ("cuda", 1)."""
-    kind, _, index = str(device).partition(":")
-    if kind == "cpu" and not index:
-        return "cpu", None
-    if kind == "cuda" and (not index or index.isdigit()):
-        return "cuda", int(index) if index else None
-    raise KernelproConfigError(
-        f"unknown timing device {device!r}: use 'cpu', 'cuda' or 'cuda:<index>'"
-    )
-
-
-def time_kernel(
-    fn: Callable[[], object], *, device: str, budget: TimingBudget | None = None
-) -> TimingResult:
-    """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize.
-
-    Raises `KernelproError` (with the original exception chained) if `fn` raises, if CUDA is
-    requested but unavailable, or if CUDA-graph capture fails.
-    """
-    budget = budget or TimingBudget()
-    kind, index = parse_device(device)
-    if kind == "cpu":
-        return _time_cpu(fn, budget)
-    from .timing_cuda import time_cuda
-
-    return time_cuda(fn, index, budget)
-
-
-@dataclass
-class RoundLog:
-    """What the adaptive loop collected: samples, per-sample throttle flags, rounds."""
-
-    samples: list[float] = field(default_factory=list)
-    throttled: list[bool] = field(default_factory=list)
-    rounds: int = 0
-    stats: SampleStats | None = None
-    stop_reason: str = ""
-
-
-def adaptive_rounds(
-    run_round: Callable[[int], tuple[list[float], bool]],
-    budget: TimingBudget,
-    *,
-    floor_samples: int | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> RoundLog:
-    """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.
-
-    The first round takes `min_samples`; each later one doubles the count (bounded by the
-    time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, which
-    costs O(n) per bootstrap row, runs only O(log n) times. The wall time per sample is
-    measured over the rounds so far, statistics included. With `floor_samples`, the budget
-    wins over `min_samples` once that many samples are in (the CPU's budget rule).
-    """
-    log = RoundLog()
-    start = clock()
-    want = budget.min_samples
-    while True:
-        want = max(1, min(want, budget.max_samples - len(log.samples)))
-        gc_was_enabled = gc.isenabled()
-        gc.disable()  # a collection inside a CPU sample would be timed
-        try:
-            values, throttled = run_round(want)
-        finally:
-            if gc_was_enabled:
-                gc.enable()
-        log.samples.extend(values)
-        log.throttled.extend([throttled] * len(values))
-        log.rounds += 1
-        n = len(log.samples)
-        elapsed = clock() - start
-        out_of_time = floor_samples is not None and n >= floor_samples
-        out_of_time = out_of_time and elapsed >= budget.max_time_s
-        if n >= budget.min_samples or out_of_time:
-            log.stats = summarize(log.samples)
-            if log.stats.rel_ci_halfwidth <= budget.target_rel_ci:
-                log.stop_reason = "converged"
-            elif n >= budget.max_samples:
-                log.stop_reason = "max-samples"
-            elif elapsed >= budget.max_time_s:
-                log.stop_reason = "time-budget"
-            if log.stop_reason:
-                return log
-            per_sample_s = elapsed / n
-            left = budget.max_time_s - elapsed
-            want = min(n, int(left / per_sample_s), MAX_ROUND_SAMPLES)
-            want = min(want, max(1, int(MAX_ROUND_S / max(per_sample_s, 1e-9))))
-        else:
-            want = budget.min_samples - n
-
-
-def flush_size(budget: TimingBudget, cache_bytes: int | None) -> int:
-    """Bytes to write before each sample: the budget's, else twice the cache, else 256 MiB."""
-    if budget.flush_bytes is not None:
-        return int(budget.flush_bytes)
-    if cache_bytes and cache_bytes > 0:
-        return 2 * int(cache_bytes)
-    return DEFAULT_FLUSH_BYTES
-
-
-def warmup_count(warmup_ms: float, per_call_s: float) -> int:
-    """Calls that fill `warmup_ms`, at least 1 (do_bench's `max(1, warmup / estimate)`)."""
-    if per_call_s <= 0:
-        return 1
-    return max(1, min(100_000, math.ceil(warmup_ms * 1e-3 / per_call_s)))
-
-
-def kernel_failed(device: str, phase: str, exc: BaseException) -> KernelproError:
-    """The error for a kernel that raised while being timed."""
-    return KernelproError(
-        f"the kernel raised {type(exc).__name__} during {phase} on {device}: {exc}. "
-        "Timing runs only after the correctness check passed, so this points at state the "
-        "kernel keeps between calls (or an asynchronous CUDA error from earlier work)."
-    )
+    def time(self, fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
+        return time_cpu(fn, budget)
 
 
 def cpu_model_name() -> str:
@@ -370,10 +154,6 @@ def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
     return nbytes, "auto: the inputs fit in the cache"
 
 
-def _time_cpu(fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
-    return time_cpu(fn, budget)
-
-
 def time_cpu(
     fn: Callable[[], object],
     budget: TimingBudget,
@@ -398,7 +178,7 @@ def time_cpu(
     """
     import numpy as np
 
-    from .cpuload import CpuLoadMonitor, torch_threads
+    from ..cpuload import CpuLoadMonitor, torch_threads
 
     t_start = clock()
     device = f"cpu ({cpu_model_name()})"

@@ -8,19 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import KernelproError
-from .results import KernelRecord
+from ..errors import KernelproError
+from ..results import KernelRecord
 
 if TYPE_CHECKING:
     import pytest
 
-    from .config import KernelproConfig
-    from .gate.baseline import Baseline
-    from .gate.records_log import RecordsLog
-    from .measure.ceilings import Ceilings
-    from .measure.devices import DeviceSpec
-    from .problem import Problem
-    from .profiling import SessionCapture
+    from ..config import KernelproConfig
+    from ..gate.baseline import Baseline
+    from ..gate.records_log import RecordsLog
+    from ..measure.ceilings import Ceilings
+    from ..measure.devices import DeviceSpec
+    from ..problem import Problem
+    from .profile import SessionCapture
 
 
 REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
@@ -121,7 +121,7 @@ class KernelproSession:
     # -- ceilings --------------------------------------------------------------------------
     def ceilings_for(self, device: str) -> Ceilings:
         """Measured once per machine and cached; a ceilings file from settings wins."""
-        from .measure.ceilings import Ceilings, load_or_measure_ceilings
+        from ..measure.ceilings import Ceilings, load_or_measure_ceilings
 
         key = "cpu" if device == "cpu" else device
         if key in self._ceilings:
@@ -151,7 +151,7 @@ class KernelproSession:
 
     def spec_for(self, device: str) -> DeviceSpec | None:
         """The device table entry of a GPU (hook-provided specs win); None on CPU."""
-        from .measure.devices import find_device_spec
+        from ..measure.devices import find_device_spec
 
         if not device.startswith("cuda"):
             return None
@@ -176,7 +176,7 @@ class KernelproSession:
         """The baseline for --kernelpro-check; raises the load error for every item."""
         if not self._baseline_loaded:
             self._baseline_loaded = True
-            from .gate.baseline import load_baseline
+            from ..gate.baseline import load_baseline
 
             path = self.settings.baseline_path
             if not path.exists() and self.settings.save_baseline is not None:
@@ -210,10 +210,33 @@ class KernelproSession:
                 self._log_failed(exc)
         self.config.hook.pytest_kernelpro_record(record=record)
 
+    def write_outputs(self) -> None:
+        """Write the JSON report, the baseline and the run history now."""
+        from .reporting import write_session_outputs
+
+        write_session_outputs(self)
+
+    def stop(self) -> None:
+        """End the build capture (the session's last act, at pytest_unconfigure)."""
+        if self.capture is not None:
+            self.capture.stop()
+
+    def check_replay_items(self, items: list[Any]) -> None:
+        """With a replay directory, every kernel item to optimize needs its recording."""
+        import pytest
+
+        from ..handoff.preflight import PreflightError, check_replay_items
+
+        kernels = [(i.problem.display_name, i.problem.name) for i in items]
+        try:
+            check_replay_items(self.settings, kernels)
+        except PreflightError as exc:
+            raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+
     # -- records log -----------------------------------------------------------------------
     def start_records_log(self) -> None:
         """Start this session's records log (controller only; workers send their records)."""
-        from .gate.records_log import RecordsLog
+        from ..gate.records_log import RecordsLog
 
         log = RecordsLog(self.settings.records_path)
         try:
@@ -248,7 +271,7 @@ class KernelproSession:
     def _log_failed(self, exc: OSError) -> None:
         import warnings
 
-        from .errors import KernelproWarning
+        from ..errors import KernelproWarning
 
         self.records_log = None
         warnings.warn(
@@ -261,8 +284,8 @@ class KernelproSession:
     def report_meta(self) -> dict[str, Any]:
         import platform
 
-        from .gate.baseline import detect_commit
-        from .gate.history import machine_name
+        from ..gate.baseline import detect_commit
+        from ..gate.history import machine_name
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -285,7 +308,7 @@ class KernelproSession:
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
         if self.settings.check and self._baseline is not None:
-            from .gate.baseline import unmatched
+            from ..gate.baseline import unmatched
 
             left, without = unmatched(self._baseline, self.records)
             meta["baseline_entries_without_kernel"] = left
@@ -294,6 +317,66 @@ class KernelproSession:
 
 
 def _default_thresholds() -> dict[str, float]:
-    from .gate.verdict import default_threshold
+    from ..gate.verdict import default_threshold
 
     return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}
+
+
+def start_session(config: pytest.Config) -> KernelproSession:
+    """The session of one pytest run, set up from its config (what `pytest_configure` does):
+    settings parsed once, an xdist worker pinned to its GPU, the problems directory added to
+    the paths to collect, the optimizer's preflight, the build capture for profiling, the
+    records log (controller only)."""
+    import pytest
+
+    from ..config import KernelproConfig
+
+    settings = KernelproConfig.from_pytest_config(config)
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        from .workers import assign_worker_gpu
+
+        try:
+            assign_worker_gpu(workerinput["workerid"], int(workerinput.get("workercount", 1)))
+        except ValueError as exc:
+            raise pytest.UsageError(f"kernelpro: {exc}") from None
+    if settings.problems is not None:
+        if not settings.problems.is_dir():
+            raise pytest.UsageError(
+                f"kernelpro: problems directory {settings.problems} "
+                f"({settings.sources['problems']}) does not exist; pass an existing DIR"
+            )
+        if not any(is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
+            config.args.append(str(settings.problems))
+    if settings.optimize and workerinput is None:
+        _preflight_optimize(settings)
+    session = KernelproSession(settings=settings, config=config)
+    if settings.profile or settings.check:
+        from .profile import SessionCapture
+
+        # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
+        session.capture = SessionCapture(extra_flags=settings.profile)
+        session.capture.start()
+    if workerinput is None:
+        session.start_records_log()
+    return session
+
+
+def _preflight_optimize(settings: KernelproConfig) -> None:
+    """A requested search that cannot run is a usage error before any work."""
+    import pytest
+
+    from ..handoff.preflight import PreflightError, check_backend
+
+    try:
+        check_backend(settings)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+
+
+def is_within(child: Path, parent: Path) -> bool:
+    try:
+        child.resolve().relative_to(parent.resolve())
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,104 @@
+"""Time one kernel: warm-up, cache flush before every sample, adaptive sample count.
+
+Split by job behind one small interface, `Timer.time(fn, budget) -> TimingResult`:
+
+- `budget.py`: the budget, the result, the adaptive rounds and their stop rule (the median's
+  95% bootstrap CI within the target, the budget spent, or `max_samples`), the `Timer`
+  protocol;
+- `cpu.py`: the CPU timer (`time.perf_counter`, the budget honoured within 20%, the cache
+  flush decision, the CPU's load over the sampling);
+- `cuda.py`: the CUDA timer (events around flushed calls in rounds behind a sleep pre-roll,
+  NVML clocks and throttle reasons, CUDA graphs).
+
+`time_kernel(fn, device=..., budget=...)` picks the timer of the device (`timer_for`); it is
+what the gate, the optimizer's sandbox and the re-measurement call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .budget import (
+    BUDGET_TOLERANCE,
+    CPU_FLUSH_MODES,
+    CPU_MIN_SAMPLE_S,
+    CPU_MIN_SAMPLES_FLOOR,
+    CPU_WARMUP_SHARE,
+    DEFAULT_FLUSH_BYTES,
+    GRAPH_TARGET_S,
+    MAX_ROUND_S,
+    MAX_ROUND_SAMPLES,
+    PREROLL_CAP_S,
+    RoundLog,
+    Timer,
+    TimingBudget,
+    TimingResult,
+    adaptive_rounds,
+    flush_size,
+    kernel_failed,
+    parse_device,
+    warmup_count,
+)
+from .cpu import (
+    CpuTimer,
+    cpu_cache_levels,
+    cpu_flush_bytes,
+    cpu_flush_decision,
+    cpu_model_name,
+    last_level_cache_bytes,
+    time_cpu,
+)
+
+
+def timer_for(device: str) -> Timer:
+    """The timer of `device` ("cpu", "cuda", "cuda:<index>"); the CUDA one needs torch."""
+    kind, index = parse_device(device)
+    if kind == "cpu":
+        return CpuTimer()
+    from .cuda import CudaTimer
+
+    return CudaTimer(index)
+
+
+def time_kernel(
+    fn: Callable[[], object], *, device: str, budget: TimingBudget | None = None
+) -> TimingResult:
+    """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize.
+
+    Raises `KernelproError` (with the original exception chained) if `fn` raises, if CUDA is
+    requested but unavailable, or if CUDA-graph capture fails.
+    """
+    budget = budget or TimingBudget()
+    return timer_for(device).time(fn, budget)
+
+
+__all__ = [
+    "BUDGET_TOLERANCE",
+    "CPU_FLUSH_MODES",
+    "CPU_MIN_SAMPLE_S",
+    "CPU_MIN_SAMPLES_FLOOR",
+    "CPU_WARMUP_SHARE",
+    "DEFAULT_FLUSH_BYTES",
+    "GRAPH_TARGET_S",
+    "MAX_ROUND_S",
+    "MAX_ROUND_SAMPLES",
+    "PREROLL_CAP_S",
+    "CpuTimer",
+    "RoundLog",
+    "Timer",
+    "TimingBudget",
+    "TimingResult",
+    "adaptive_rounds",
+    "cpu_cache_levels",
+    "cpu_flush_bytes",
+    "cpu_flush_decision",
+    "cpu_model_name",
+    "flush_size",
+    "kernel_failed",
+    "last_level_cache_bytes",
+    "parse_device",
+    "time_cpu",
+    "time_kernel",
+    "timer_for",
+    "warmup_count",
+]

@@ -1,0 +1,52 @@
+"""What a kernel item runs: the unified `Problem`, and where it comes from.
+
+- `model.py`: `Problem`, the marker's options (`MarkerOptions.from_marker`), the problem of a
+  marked function or `nn.Module` class, the language detection, `ProblemLocator`;
+- `kernelbench.py`: the problem of a KernelBench file (`class Model`, `get_inputs`);
+- `locate.py`: `load_problem`, the one loader every other process uses (profiler target,
+  isolated child, the sandbox's generated reference).
+
+The names below are the package's interface; the generated sandbox modules import
+`pytest_kernelpro.problem.load_problem`, so that path stays.
+"""
+
+from __future__ import annotations
+
+from .kernelbench import is_kernelbench_file, problem_from_kernelbench
+from .locate import load_problem
+from .model import (
+    DEVICES,
+    LANGUAGES,
+    MARKER_NAME,
+    MARKER_SIGNATURE,
+    MarkerOptions,
+    Problem,
+    ProblemLocator,
+    call_input_factory,
+    detect_language,
+    detect_language_of,
+    import_file,
+    marker_of,
+    problem_from_marker,
+    shape_id,
+)
+
+__all__ = [
+    "DEVICES",
+    "LANGUAGES",
+    "MARKER_NAME",
+    "MARKER_SIGNATURE",
+    "MarkerOptions",
+    "Problem",
+    "ProblemLocator",
+    "call_input_factory",
+    "detect_language",
+    "detect_language_of",
+    "import_file",
+    "is_kernelbench_file",
+    "load_problem",
+    "marker_of",
+    "problem_from_kernelbench",
+    "problem_from_marker",
+    "shape_id",
+]

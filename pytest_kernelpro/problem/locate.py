@@ -1,0 +1,50 @@
+"""The one problem loader: a kernel item's Problem rebuilt from its file in another process.
+
+Used by every process that is not the pytest session but must run the item's problem: the
+profiler's target process (`profile/target.py`), the isolated item child and the sandbox's
+generated reference (`run/shims.py`). A KernelBench file becomes its problem as at
+collection; a marked kernel is found by its qualified name and rebuilt from its marker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import KernelproConfigError
+from .kernelbench import is_kernelbench_file, problem_from_kernelbench
+from .model import (
+    MarkerOptions,
+    Problem,
+    ProblemLocator,
+    import_file,
+    marker_of,
+    problem_from_marker,
+)
+
+
+def load_problem(locator: ProblemLocator) -> Problem:
+    """Rebuild the Problem a kernel item ran, from its file (used in subprocesses)."""
+    path = Path(locator.path)
+    if is_kernelbench_file(path):
+        problem = problem_from_kernelbench(path)
+    else:
+        module = import_file(path)
+        obj = module
+        for part in locator.qualname.split("."):
+            obj = getattr(obj, part)
+        mark = marker_of(obj)
+        if mark is None:
+            raise KernelproConfigError(
+                f"{locator.qualname} in {path} carries no @pytest.mark.kernelpro"
+            )
+        options = MarkerOptions.from_marker(
+            mark.args, dict(mark.kwargs), kernel_name=locator.qualname
+        )
+        problem = problem_from_marker(obj, options, name=locator.qualname, source_file=str(path))
+    variants = problem.at_shapes()
+    index = locator.shape_index or 0
+    if not 0 <= index < len(variants):
+        raise KernelproConfigError(
+            f"shape index {index} out of range for {locator.qualname} ({len(variants)} shapes)"
+        )
+    return variants[index]

@@ -1,0 +1,153 @@
+"""What one kernel item's run is given: its resolved settings and the session's services.
+
+`ItemSettings.resolve` decides, once per item, every setting a marker can override, with the
+one precedence of the project: marker > command line > `KERNELPRO_*` environment > ini >
+conftest defaults (`pytest_kernelpro_defaults`) > built-in. The session-wide part of that
+chain (command line to built-in) is already resolved by `config.KernelproConfig`, whose
+`sources` name where each value came from; this adds the marker on top and keeps the source
+of every value, so a message can say why a kernel got its threshold or tolerance.
+
+| setting      | marker keyword | session setting          | built-in                                  |
+|--------------|----------------|--------------------------|-------------------------------------------|
+| threshold    | threshold=     | --kernelpro-threshold    | 2% on a CUDA GPU, 5% on the CPU (gate)    |
+| trials       | trials=        | --kernelpro-trials       | 3                                         |
+| rtol, atol   | rtol=, atol=   | (none)                   | by the reference output's dtype           |
+| min_roofline | min_roofline=  | (none)                   | none (no floor)                           |
+| device       | device=        | --kernelpro-device       | auto: the CUDA GPU when one is visible    |
+
+`Services` is what the stages need from the session, and all they may use of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from ..config import KernelproConfig
+    from ..gate.baseline import Baseline
+    from ..measure.ceilings import Ceilings
+    from ..measure.devices import DeviceSpec
+    from ..problem import Problem, ProblemLocator
+    from ..results import KernelRecord
+    from .profile import SessionCapture
+    from .session import DeviceChoice
+
+T = TypeVar("T")
+
+MARKER = "marker"
+TOLERANCE_BY_DTYPE = "built-in: by the reference output's dtype (measure/correctness.py)"
+
+
+@dataclass(frozen=True)
+class Resolved(Generic[T]):
+    """A setting's value and where it came from."""
+
+    value: T
+    source: str
+
+
+@dataclass(frozen=True)
+class ItemSettings:
+    """The settings of one kernel item, each with its source (see the module docstring)."""
+
+    threshold: Resolved[float]
+    trials: Resolved[int]
+    rtol: Resolved[float | None]  # None: the dtype's default tolerance
+    atol: Resolved[float | None]
+    min_roofline: Resolved[float | None]  # None: no floor
+    device: Resolved[str]  # "cuda", "cuda:N" or "cpu": the device the item runs on
+
+    @classmethod
+    def resolve(cls, problem: Problem, config: KernelproConfig, device: str) -> ItemSettings:
+        """The item's settings once its `device` is chosen (the built-in threshold depends on
+        it). `problem` carries the marker's values (None where the marker leaves one out)."""
+        from ..gate.verdict import default_threshold
+
+        sources = config.sources
+        kind = "cuda" if device.startswith("cuda") else "cpu"
+
+        def marker(key: str) -> str:
+            return f"{MARKER} {key}="
+
+        if problem.threshold is not None:
+            threshold = Resolved(float(problem.threshold), marker("threshold"))
+        elif config.threshold is not None:
+            threshold = Resolved(config.threshold, sources.get("threshold", "default"))
+        else:
+            threshold = Resolved(default_threshold(kind), f"built-in for a {kind} kernel")
+        if problem.trials is not None:
+            trials = Resolved(int(problem.trials), marker("trials"))
+        else:
+            trials = Resolved(config.trials, sources.get("trials", "default"))
+        rtol = Resolved(problem.rtol, marker("rtol") if problem.rtol is not None else TOLERANCE_BY_DTYPE)
+        atol = Resolved(problem.atol, marker("atol") if problem.atol is not None else TOLERANCE_BY_DTYPE)
+        if problem.min_roofline is not None:
+            min_roofline = Resolved(problem.min_roofline, marker("min_roofline"))
+        else:
+            min_roofline = Resolved(None, "built-in: no floor")
+        if problem.device_preference in ("cuda", "cpu"):
+            device_source = marker("device")
+        elif config.device != "auto":
+            device_source = sources.get("device", "default")
+        else:
+            device_source = f"{sources.get('device', 'default')} (auto: {kind})"
+        return cls(threshold, trials, rtol, atol, min_roofline, Resolved(device, device_source))
+
+    def sources(self) -> dict[str, str]:
+        """Setting name -> where its value came from."""
+        return {
+            name: getattr(self, name).source
+            for name in ("threshold", "trials", "rtol", "atol", "min_roofline", "device")
+        }
+
+
+@dataclass(frozen=True)
+class ItemRun:
+    """One kernel item's run once its device is chosen: what every stage works on.
+
+    The record is the one mutable part: each stage fills its own fields of it.
+    """
+
+    nodeid: str
+    problem: Problem
+    locator: ProblemLocator
+    settings: ItemSettings
+    record: KernelRecord
+
+    @property
+    def device(self) -> str:
+        return self.settings.device.value
+
+    @property
+    def name(self) -> str:
+        return self.problem.display_name
+
+
+class Services(Protocol):
+    """What a kernel item's stages use of the session, and all they may use of it
+    (implemented by `run.session.KernelproSession`)."""
+
+    settings: KernelproConfig  # the session-wide settings and their sources
+    cuda_poisoned_by: str | None  # the first item whose CUDA error broke the context
+    capture: SessionCapture | None  # load_inline builds of the session (for the profiler)
+    auto_profiles_done: int  # automatic profiles of regressed kernels so far
+    auto_profile_s: float  # and the time they took
+
+    @property
+    def is_xdist_worker(self) -> bool: ...
+
+    def choose_device(self, problem: Problem) -> DeviceChoice: ...
+
+    def ceilings_for(self, device: str) -> Ceilings: ...
+
+    def spec_for(self, device: str) -> DeviceSpec | None: ...
+
+    def op_cost_hook(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any: ...
+
+    def baseline(self) -> Baseline | None: ...
+
+    def add_record(self, record: KernelRecord) -> None: ...
+
+    def write_outputs(self) -> None:
+        """Write the session's reports now (a native hang is about to end the process)."""
