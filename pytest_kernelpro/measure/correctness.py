@@ -439,6 +439,24 @@ def check_correctness(
             source="marker",
         )
 
+    def failed_before_comparison(failure: str, expected: Any, **extra: Any) -> CorrectnessResult:
+        """This trial's failure found before its outputs were compared: the errors so far,
+        and the tolerance of the first comparison (or of the expected output's dtype)."""
+        return CorrectnessResult(
+            passed=False,
+            trials=trials,
+            trials_run=trial + 1,
+            max_abs_err=max_abs,
+            max_rel_err=max_rel,
+            tolerance=first_tol or tolerance_for(getattr(expected, "dtype", None)),
+            failure=failure,
+            worst_index=None,
+            output_path=None,
+            notes=tuple(notes),
+            tf32=tf32_mode == "tf32",
+            **extra,
+        )
+
     for trial in range(trials):
         trial_seed = seed + trial
         where = f"trial {trial + 1} of {trials} (inputs seed {trial_seed})"
@@ -498,40 +516,21 @@ def check_correctness(
                 _sync(torch, device)
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
-            return CorrectnessResult(
-                passed=False,
-                trials=trials,
-                trials_run=trial + 1,
-                max_abs_err=max_abs,
-                max_rel_err=max_rel,
-                tolerance=first_tol or tolerance_for(getattr(expected, "dtype", None)),
-                failure=f"The kernel raised {text.strip()} on {where}.\n{_kernel_exception_text(exc)}",
-                worst_index=None,
-                output_path=None,
+            return failed_before_comparison(
+                f"The kernel raised {text.strip()} on {where}.\n{_kernel_exception_text(exc)}",
+                expected,
                 exception=text[:500],
                 cuda_error=is_cuda_error(exc),
-                notes=tuple(notes),
-                tf32=tf32_mode == "tf32",
             )
         # A kernel that writes into its inputs breaks its caller (and hides a reused scratch
         # buffer); that is a failure unless the reference does the same by design.
         changed = None if reference_writes_inputs else _changed_input(torch, inputs, ker_inputs)
         del inputs
         if changed is not None:
-            return CorrectnessResult(
-                passed=False,
-                trials=trials,
-                trials_run=trial + 1,
-                max_abs_err=max_abs,
-                max_rel_err=max_rel,
-                tolerance=first_tol or tolerance_for(getattr(expected, "dtype", None)),
-                failure=f"The kernel writes into its input {changed} on {where}; the "
-                "reference leaves its inputs unchanged. Write into a new or scratch tensor "
-                "instead.",
-                worst_index=None,
-                output_path=None,
-                notes=tuple(notes),
-                tf32=tf32_mode == "tf32",
+            return failed_before_comparison(
+                f"The kernel writes into its input {changed} on {where}; the reference "
+                "leaves its inputs unchanged. Write into a new or scratch tensor instead.",
+                expected,
             )
         reports = compare_outputs(torch, got, expected, tolerance_for)
         for report in reports:

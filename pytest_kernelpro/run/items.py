@@ -18,7 +18,19 @@ RECORD_KEY = pytest.StashKey[KernelRecord]()
 PLUGIN_NAME = "kernelpro-session"
 
 
-class KernelItem(pytest.Item):
+class _KernelproItem(pytest.Item):
+    """What both kinds of kernel item share: a `KernelproError` is reported as its message
+    alone (it already says what failed and the fix), anything else with pytest's traceback."""
+
+    def repr_failure(
+        self, excinfo: ExceptionInfo[BaseException], style: Any = None
+    ) -> str | TerminalRepr:
+        if isinstance(excinfo.value, KernelproError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style=style)
+
+
+class KernelItem(_KernelproItem):
     """One kernel at one shape: checked, timed and placed on its roofline when run."""
 
     def __init__(
@@ -38,18 +50,11 @@ class KernelItem(pytest.Item):
         self.stash[RECORD_KEY] = record
         run_kernel_item(self, session, record)
 
-    def repr_failure(
-        self, excinfo: ExceptionInfo[BaseException], style: Any = None
-    ) -> str | TerminalRepr:
-        if isinstance(excinfo.value, KernelproError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)
-
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, self._lineno, f"kernel {self.name}"
 
 
-class KernelConfigErrorItem(pytest.Item):
+class KernelConfigErrorItem(_KernelproItem):
     """A marked kernel whose marker is invalid: it errors alone, other kernels still run."""
 
     def __init__(self, *, error: KernelproError, **kwargs: Any) -> None:
@@ -71,13 +76,6 @@ class KernelConfigErrorItem(pytest.Item):
             extra={"invalid_marker": True},
         )
         raise self.error
-
-    def repr_failure(
-        self, excinfo: ExceptionInfo[BaseException], style: Any = None
-    ) -> str | TerminalRepr:
-        if isinstance(excinfo.value, KernelproError):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
         return self.path, None, f"kernel {self.name} (invalid marker)"
