@@ -437,8 +437,15 @@ def run_search(
     profiler = None
     validation = None
     if device.startswith("cuda") and settings.feedback != "none":
+        # In the candidates' sandbox (a mode, so that a Dask worker probes its own machine;
+        # in this process the probe is the evaluator's, cached).
         profiler = CandidateProfiler(
-            sandbox_source, facts, device=device, timeout_s=settings.profile_timeout_s, env=env
+            sandbox_source,
+            facts,
+            device=device,
+            timeout_s=settings.profile_timeout_s,
+            env=env,
+            isolation=sandbox.limits.isolation,
         )
         if hooks is not None:
             hooks.phase("profiling")
@@ -475,12 +482,12 @@ def run_search(
     )
     evaluator: Any = sandbox
     remote = None
+    on_worker = None
     if settings.dask:  # builds and evaluations on a Dask cluster (search/distributed.py)
         from functools import partial
 
         from pytest_kernelpro.search.distributed import open_evaluator
 
-        on_worker = None
         if profiler is not None:  # profiled on the worker whose GPU timed it
             on_worker = partial(ProfilingEvaluator, profiler=profiler, feedback=settings.feedback)
             profiler = None
@@ -501,6 +508,11 @@ def run_search(
         profiling = ProfilingEvaluator(evaluator, profiler, feedback=settings.feedback)
         if hooks is not None:
             profiling.on_phase = hooks.phase
+        evaluator = profiling
+    elif remote is not None and on_worker is not None:
+        # Profiled on the workers: the profiles come back inside the evaluations, and this
+        # keeps their records for the report (profiler None: nothing is profiled twice).
+        profiling = ProfilingEvaluator(evaluator, None, feedback=settings.feedback)
         evaluator = profiling
     if settings.search == "greedy":
         algorithm: Any = GreedySearch(candidates_per_step=settings.candidates)
@@ -552,7 +564,7 @@ def run_search(
     details.update(
         trajectory=str(trajectory),
         algorithm=algorithm.name,
-        profiles=[vars(r) for r in profiling.records] if profiling else [],
+        profiles=[r.to_dict() for r in profiling.records] if profiling else [],
         per_candidate=clock.per_candidate,
         wall_s=clock.totals(),
         replay_divergent=getattr(backend, "divergent", None),
