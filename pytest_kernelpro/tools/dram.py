@@ -16,7 +16,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     DRAM_READ,
     DRAM_REQUEST,
@@ -27,7 +26,6 @@ from pytest_kernelpro.tools.signals import (
 )
 
 
-@ToolRegistry.register
 class DramSaturationTool(ProfilingTool):
     """DRAM bandwidth near its peak: access-pattern tuning is done; only fewer bytes help."""
 
@@ -95,7 +93,6 @@ class DramSaturationTool(ProfilingTool):
         )
 
 
-@ToolRegistry.register
 class L2LocalityTool(ProfilingTool):
     """DRAM traffic well above the reference's minimal bytes: data is re-fetched from DRAM."""
 

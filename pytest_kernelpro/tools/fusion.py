@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -27,9 +28,7 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import DRAM_READ, DRAM_REQUEST, DRAM_WRITE, DURATION
-from pytest_kernelpro.tools.streaming import FUSION_EXAMPLE
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,6 @@ def kernel_traffic(ctx: ToolContext) -> list[KernelTraffic]:
     return out
 
 
-@ToolRegistry.register
 class KernelFusionTool(ProfilingTool):
     """Several memory-bound kernels per call moving a multiple of the minimal bytes."""
 
@@ -175,7 +173,7 @@ class KernelFusionTool(ProfilingTool):
                     bounded_by_saturation=False,
                 ),
             ],
-            code_example=FUSION_EXAMPLE,
+            code_example=example("fusion"),
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -20,7 +21,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     BLOCK_SIZE,
     GRID_SIZE,
@@ -33,15 +33,6 @@ SM_COUNT = MetricRequest(
     "launch__sm_count", "SMs", alternatives=("device__attribute_multiprocessor_count",)
 )
 
-GRID_STRIDE_EXAMPLE = """\
-// Size the grid from the device, and let each thread loop over the work.
-int sms; cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-int blocks = sms * blocks_per_sm;                  // from cudaOccupancyMaxActiveBlocksPerMultiprocessor
-kernel<<<blocks, threads>>>(...);
-// in the kernel:
-for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) { ... }
-"""
-
 
 def _graded(idle_pct: float, critical: float, high: float, medium: float) -> str:
     if idle_pct >= critical:
@@ -53,7 +44,6 @@ def _graded(idle_pct: float, critical: float, high: float, medium: float) -> str
     return "low"
 
 
-@ToolRegistry.register
 class SmallGridTool(ProfilingTool):
     """Fewer blocks than SMs: part of the GPU has nothing to do."""
 
@@ -107,11 +97,10 @@ class SmallGridTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=GRID_STRIDE_EXAMPLE,
+            code_example=example("grid_stride"),
         )
 
 
-@ToolRegistry.register
 class TailEffectTool(ProfilingTool):
     """A mostly empty last wave of blocks after few full waves."""
 
@@ -190,11 +179,10 @@ class TailEffectTool(ProfilingTool):
                     "bound: 1/(1 - idle share)",
                 ),
             ],
-            code_example=GRID_STRIDE_EXAMPLE,
+            code_example=example("grid_stride"),
         )
 
 
-@ToolRegistry.register
 class LaunchConfigTool(ProfilingTool):
     """Block sizes that waste warp lanes or hit the per-SM block limit."""
 

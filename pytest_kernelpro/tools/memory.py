@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -23,7 +24,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     DRAM_REQUEST,
     GLD_REQUESTS,
@@ -31,25 +31,6 @@ from pytest_kernelpro.tools.signals import (
     GST_REQUESTS,
     GST_SECTORS,
 )
-
-WARP_PER_ROW_EXAMPLE = """\
-// One warp per row: lane i reads elements i, i+32, ... so a warp touches 128 contiguous bytes.
-int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-const float* xr = x + (size_t)row * cols;
-float m = -INFINITY;
-for (int c = lane; c < cols; c += 32) m = fmaxf(m, xr[c]);
-for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-"""
-
-FLOAT4_EXAMPLE = """\
-// 128-bit accesses: one instruction moves 4 floats (requires 16-byte alignment, n % 4 == 0).
-const float4* x4 = reinterpret_cast<const float4*>(x);
-float4* y4 = reinterpret_cast<float4*>(y);
-for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
-  float4 v = x4[i];
-  y4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
-}
-"""
 
 MAX_IDEAL_SECTORS = 16.0  # 32 threads x 16 bytes / 32-byte sectors
 
@@ -129,7 +110,6 @@ def excess_share(ops: list[OpCoalescing]) -> float:
     return 0.0 if total <= 0 else 100.0 * sum(o.excess for o in ops) / total
 
 
-@ToolRegistry.register
 class GlobalCoalescingTool(ProfilingTool):
     """Uncoalesced global accesses: more 32-byte sectors per request than the access width needs."""
 
@@ -218,11 +198,10 @@ class GlobalCoalescingTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=WARP_PER_ROW_EXAMPLE,
+            code_example=example("warp_per_row"),
         )
 
 
-@ToolRegistry.register
 class VectorizationTool(ProfilingTool):
     """Mostly scalar (<= 32-bit) global accesses in a memory-bound kernel."""
 
@@ -317,6 +296,6 @@ class VectorizationTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=FLOAT4_EXAMPLE,
+            code_example=example("float4"),
             notes=notes,
         )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -21,7 +22,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     ACHIEVED_OCC,
     BLOCK_SIZE,
@@ -36,13 +36,7 @@ from pytest_kernelpro.tools.signals import (
     pipe_utilization,
 )
 
-LAUNCH_BOUNDS_EXAMPLE = """\
-// Ask the compiler to fit MIN_BLOCKS blocks of THREADS threads per SM (caps registers).
-__global__ void __launch_bounds__(THREADS, MIN_BLOCKS) my_kernel(...) { ... }
-"""
 
-
-@ToolRegistry.register
 class OccupancyTool(ProfilingTool):
     """Low theoretical occupancy (limiter named) or achieved far below theoretical."""
 
@@ -133,7 +127,7 @@ class OccupancyTool(ProfilingTool):
             )
             recs.extend(self._limiter_recs(ctx, limiters, blocks_per_sm))
             if "registers" in limiters:
-                code = LAUNCH_BOUNDS_EXAMPLE
+                code = example("launch_bounds")
         if gap > self.ACHIEVED_GAP_PCT:
             evidence[ACHIEVED_OCC] = Evidence(
                 ach,

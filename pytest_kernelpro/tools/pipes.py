@@ -8,6 +8,7 @@ L40S are graded differently.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import SATURATED_PIPE_ADVICE
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -18,7 +19,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     BRANCH_UNIFORM,
     DADD,
@@ -41,53 +41,7 @@ from pytest_kernelpro.tools.signals import (
     sass_count,
 )
 
-SATURATED_PIPE_ADVICE = {
-    "tensor": (
-        "low",
-        "the tensor pipe is the roof for this kernel: it is near peak",
-        "Look elsewhere (epilogue, data movement); the MMA itself is at its roof",
-        1.0,
-        1.1,
-    ),
-    "FMA (FP32)": (
-        "medium",
-        "the FP32 FMA pipe is saturated: the kernel is at the CUDA-core roof",
-        "Move matrix work to tensor cores, or remove FP32 work (hoist invariants, cheaper math)",
-        1.2,
-        3.0,
-    ),
-    "ALU (integer/logic)": (
-        "medium",
-        "the integer/logic ALU pipe is saturated (often index arithmetic, comparisons, conversions)",
-        "Cut integer work: precompute indices and strides, use 32-bit indices, strength-reduce divisions/modulo",
-        1.1,
-        1.5,
-    ),
-    "FP64": (
-        "high",
-        "the FP64 pipe is saturated",
-        "Use FP32 where precision allows (see the fp64 tool)",
-        1.5,
-        4.0,
-    ),
-    "LSU (load/store)": (
-        "medium",
-        "the load/store pipe is saturated: too many memory instructions",
-        "Issue fewer, wider memory instructions (float4) and reuse values from registers/shared memory",
-        1.2,
-        2.0,
-    ),
-    "XU (transcendentals)": (
-        "medium",
-        "the XU pipe (transcendentals, conversions) is saturated",
-        "Use fast intrinsics sparingly, hoist transcendental math out of loops, avoid int<->float conversions",
-        1.1,
-        1.5,
-    ),
-}
 
-
-@ToolRegistry.register
 class PipeUtilizationTool(ProfilingTool):
     """A saturated compute pipe, or a compute-bound kernel whose pipes are all idle."""
 
@@ -141,7 +95,9 @@ class PipeUtilizationTool(ProfilingTool):
             for lab, (name, value) in sorted(pipes.items(), key=lambda item: -item[1][1])[:4]
         }
         if kind == "saturated":
-            severity, cause, action, lo, hi = SATURATED_PIPE_ADVICE[label]
+            advice = SATURATED_PIPE_ADVICE[label]
+            severity, cause, action = advice.severity, advice.cause, advice.action
+            lo, hi = advice.low, advice.high
             name = pipes[label][0]
             evidence[name] = Evidence(
                 top, f"{label} pipe {pct(top)} >= {self.SATURATED_PCT:g}%", "%"
@@ -181,7 +137,6 @@ class PipeUtilizationTool(ProfilingTool):
         )
 
 
-@ToolRegistry.register
 class FP64Tool(ProfilingTool):
     """Double-precision math in a kernel whose data is not FP64."""
 
@@ -261,7 +216,6 @@ class FP64Tool(ProfilingTool):
         )
 
 
-@ToolRegistry.register
 class FusedFmaTool(ProfilingTool):
     """Separate FADD/FMUL where FFMA would do, in a kernel whose FP32 pipe is busy."""
 
@@ -320,7 +274,6 @@ class FusedFmaTool(ProfilingTool):
         )
 
 
-@ToolRegistry.register
 class WarpDivergenceTool(ProfilingTool):
     """Few active (or predicated-on) threads per executed warp instruction."""
 
@@ -398,7 +351,6 @@ class WarpDivergenceTool(ProfilingTool):
         )
 
 
-@ToolRegistry.register
 class InstructionOverheadTool(ProfilingTool):
     """A memory-bound operation whose SM (instruction) throughput is the busier roof."""
 

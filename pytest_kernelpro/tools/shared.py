@@ -8,6 +8,7 @@ wavefronts.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -18,7 +19,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     ASYNC_COPY_OPS,
     SHARED_LD_CONFLICTS,
@@ -30,34 +30,7 @@ from pytest_kernelpro.tools.signals import (
     stall_breakdown,
 )
 
-PADDING_EXAMPLE = """\
-// Pad each row by one element so column accesses hit 32 different banks.
-__shared__ float tile[32][32 + 1];
-tile[threadIdx.x][threadIdx.y] = in[...];      // column write: conflict-free with the padding
-"""
 
-CP_ASYNC_EXAMPLE = """\
-// Ampere+: copy the next tile global->shared asynchronously while computing on the current one.
-#include <cuda_pipeline.h>
-__shared__ float buf[2][TILE];
-__pipeline_memcpy_async(&buf[0][threadIdx.x], &g[threadIdx.x], sizeof(float));
-__pipeline_commit();
-for (int t = 0; t < tiles; ++t) {
-  if (t + 1 < tiles) {
-    __pipeline_memcpy_async(&buf[(t + 1) & 1][threadIdx.x], &g[(t + 1) * TILE + threadIdx.x], sizeof(float));
-  }
-  __pipeline_commit();
-  __pipeline_wait_prior(1);   // tile t has landed
-  __syncthreads();
-  compute(buf[t & 1]);
-  __syncthreads();
-}
-// Hopper: prefer TMA (cp.async.bulk.tensor via cuda::memcpy_async / CUTLASS TMA copy atoms)
-// with an mbarrier per stage, so one thread issues whole-tile copies.
-"""
-
-
-@ToolRegistry.register
 class SharedBankConflictTool(ProfilingTool):
     """Shared-memory bank conflicts: extra wavefronts per shared load/store."""
 
@@ -162,11 +135,10 @@ class SharedBankConflictTool(ProfilingTool):
                     "heuristic fraction of the bound",
                 ),
             ],
-            code_example=PADDING_EXAMPLE,
+            code_example=example("padding"),
         )
 
 
-@ToolRegistry.register
 class AsyncCopyTool(ProfilingTool):
     """Global->shared staging through registers on sm_80+ where cp.async / TMA would overlap it."""
 
@@ -260,5 +232,5 @@ class AsyncCopyTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=CP_ASYNC_EXAMPLE,
+            code_example=example("cp_async"),
         )

@@ -12,6 +12,7 @@ A kernel whose spills are harmless (a few spill bytes in a cold path) is not fla
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -22,7 +23,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     ACHIEVED_OCC,
     ELIGIBLE_WARPS,
@@ -37,19 +37,7 @@ from pytest_kernelpro.tools.signals import (
     stall_breakdown,
 )
 
-LOCAL_ARRAY_EXAMPLE = """\
-// A runtime-indexed per-thread array lives in local memory (DRAM-backed).
-float buf[64];            acc += buf[idx & 63];          // LDL/STL
-// Keep it in registers: only compile-time indices after full unrolling...
-#pragma unroll
-for (int k = 0; k < 64; ++k) acc += (k == (idx & 63)) ? buf[k] : 0.f;
-// ...or give each thread a slice of shared memory (stride 65 avoids bank conflicts):
-__shared__ float sbuf[THREADS * 65];
-float* mine = sbuf + threadIdx.x * 65;
-"""
 
-
-@ToolRegistry.register
 class RegisterSpillDetector(ProfilingTool):
     """Local-memory traffic from register spills or local arrays that costs time."""
 
@@ -214,7 +202,7 @@ class RegisterSpillDetector(ProfilingTool):
                     "heuristic",
                 ),
             ]
-            code = LOCAL_ARRAY_EXAMPLE
+            code = example("local_array")
         bound = 1.0 / max(1.0 - s["local_share"] / 100.0, 0.1)
         recs = [r.capped(max(bound, 1.5)) for r in recs]
         return self.make_finding(

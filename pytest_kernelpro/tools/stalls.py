@@ -7,6 +7,7 @@ warps issue on >= 80% of cycles the stalls are already hidden by other warps.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import STALL_ADVICE, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -17,8 +18,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
-from pytest_kernelpro.tools.shared import PADDING_EXAMPLE
 from pytest_kernelpro.tools.signals import (
     ISSUE_ACTIVE,
     SHARED_LD_CONFLICTS,
@@ -30,7 +29,6 @@ from pytest_kernelpro.tools.signals import (
     stall_breakdown,
     stall_request,
 )
-from pytest_kernelpro.tools.stall_advice import STALL_ADVICE
 from pytest_kernelpro.tools.streaming import long_scoreboard_advice, stream_state
 
 CONFLICTS_FIRST = "Remove the shared-memory bank conflicts first"
@@ -59,7 +57,6 @@ def _amdahl(share: float) -> float:
     return 1.0 / max(1.0 - share / 100.0, 0.05)
 
 
-@ToolRegistry.register
 class WarpStallTool(ProfilingTool):
     """The dominant warp-stall reason and what to do about it."""
 
@@ -166,7 +163,7 @@ class WarpStallTool(ProfilingTool):
         if reason in ("mio_throttle", "short_scoreboard"):
             recs = self._conflicts_first(ctx, recs, evidence, bound)
             if recs and recs[0].action.startswith(CONFLICTS_FIRST):
-                code = PADDING_EXAMPLE
+                code = example("padding")
         others = ", ".join(f"{r} {pct(s)}" for r, s in ranked) or "none"
         return self.make_finding(
             ctx,
@@ -220,7 +217,6 @@ class WarpStallTool(ProfilingTool):
         return [lead, *(r for r in recs if "bank conflicts" not in r.action)]
 
 
-@ToolRegistry.register
 class BarrierStallTool(ProfilingTool):
     """Barrier (__syncthreads) stalls, flagged at a lower threshold than other stalls."""
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Recommendation,
@@ -26,17 +27,9 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.memory import FLOAT4_EXAMPLE
 from pytest_kernelpro.tools.signals import DRAM_READ, DRAM_REQUEST, DRAM_WRITE, GLD_SECTORS
 
 SECTOR_BYTES = 32.0
-
-FUSION_EXAMPLE = """\
-# Fuse the chain so each element is read from DRAM once, e.g. a row softmax:
-fused = torch.compile(lambda x: torch.softmax(x, -1))   # or call torch.softmax directly
-# In a hand-written kernel: load the row once into registers / shared memory, then max,
-# exp, sum and normalize there, and store the result once.
-"""
 
 
 @dataclass(frozen=True)
@@ -191,6 +184,6 @@ def long_scoreboard_advice(
         cause,
         recs,
         evidence,
-        FUSION_EXAMPLE if near_roof else FLOAT4_EXAMPLE,
+        example("fusion") if near_roof else example("float4"),
         notes,
     )

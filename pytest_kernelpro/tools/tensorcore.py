@@ -10,6 +10,7 @@ matmul shows one per warp).
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -20,7 +21,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     FFMA,
     GMMA_INST,
@@ -37,33 +37,6 @@ MATRIX_OPS = frozenset(
 )
 FMA_PIPE = PIPES["FMA (FP32)"]
 
-WMMA_EXAMPLE = """\
-// Tensor cores through WMMA (portable, sm_70+); on Hopper prefer wgmma via CUTLASS/CuTe.
-#include <mma.h>
-using namespace nvcuda;
-wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
-wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
-wmma::fragment<wmma::accumulator, 16, 16, 16, float> c;
-wmma::fill_fragment(c, 0.0f);
-for (int k = 0; k < K; k += 16) {
-  wmma::load_matrix_sync(a, A_tile_smem + k, lda);   // from shared memory tiles
-  wmma::load_matrix_sync(b, B_tile_smem + k * ldb, ldb);
-  wmma::mma_sync(c, a, b, c);
-}
-"""
-
-WGMMA_EXAMPLE = """\
-// Hopper: a CUTLASS 3.x collective builds a TMA + wgmma pipeline (warp-specialized).
-using Collective = typename cutlass::gemm::collective::CollectiveBuilder<
-    cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
-    cutlass::bfloat16_t, cutlass::layout::RowMajor, 8,
-    cutlass::bfloat16_t, cutlass::layout::ColumnMajor, 8,
-    float, cute::Shape<cute::_128, cute::_128, cute::_64>, cute::Shape<cute::_1, cute::_1, cute::_1>,
-    cutlass::gemm::collective::StageCountAuto,
-    cutlass::gemm::collective::KernelScheduleAuto>::CollectiveOp;
-// compile with -gencode arch=compute_90a,code=sm_90a (wgmma and TMA need the 'a' target)
-"""
-
 
 def tensor_usage(ctx: ToolContext) -> tuple[bool | None, str]:
     """(whether tensor-core instructions are used, how that was decided); None if unknown."""
@@ -78,7 +51,6 @@ def tensor_usage(ctx: ToolContext) -> tuple[bool | None, str]:
     return used, f"ncu tensor pipe {pct(pipe or 0.0)} active, {num(gmma or 0.0)} wgmma instructions"
 
 
-@ToolRegistry.register
 class TensorCoreUnderutilizationTool(ProfilingTool):
     """Compute-bound matrix work running on CUDA cores only."""
 
@@ -178,11 +150,10 @@ class TensorCoreUnderutilizationTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=WGMMA_EXAMPLE if hopper else WMMA_EXAMPLE,
+            code_example=example("wgmma") if hopper else example("wmma"),
         )
 
 
-@ToolRegistry.register
 class WGMMAInstructionTool(ProfilingTool):
     """Hopper kernels using mma.sync (HMMA) where warpgroup MMA (wgmma) is available."""
 
@@ -280,6 +251,6 @@ class WGMMAInstructionTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=WGMMA_EXAMPLE,
+            code_example=example("wgmma"),
             notes=notes,
         )

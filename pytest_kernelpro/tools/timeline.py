@@ -7,6 +7,7 @@ end-to-end time not covered by kernels, the sync calls, and the gaps the profile
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -15,17 +16,6 @@ from pytest_kernelpro.tools.base import (
     ToolContext,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
-
-CUDA_GRAPH_EXAMPLE = """\
-# Capture the launches once, replay them with one launch.
-g = torch.cuda.CUDAGraph()
-static_out = model(static_in)                 # warm-up on a side stream first
-with torch.cuda.graph(g):
-    static_out = model(static_in)
-static_in.copy_(new_input); g.replay()
-# or: model = torch.compile(model, mode="reduce-overhead")
-"""
 
 
 def _graded(value: float, critical: float, high: float) -> str:
@@ -58,7 +48,6 @@ SECONDS_PER_UNIT = {
 }
 
 
-@ToolRegistry.register
 class LaunchOverheadTool(ProfilingTool):
     """End-to-end time dominated by launch overhead rather than kernel execution."""
 
@@ -155,12 +144,11 @@ class LaunchOverheadTool(ProfilingTool):
                 "kernel_count": Evidence(tl.kernel_count, f"{tl.kernel_count} kernel launches"),
             },
             recommendations=recs,
-            code_example=CUDA_GRAPH_EXAMPLE,
+            code_example=example("cuda_graph"),
             notes=notes,
         )
 
 
-@ToolRegistry.register
 class SynchronizationTool(ProfilingTool):
     """Host synchronizations and idle gaps between kernels."""
 

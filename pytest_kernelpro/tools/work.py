@@ -11,6 +11,7 @@ so a tensor-core GEMM measures ~0 and never fires; memory-bound kernels are skip
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -21,7 +22,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import DADD, DFMA, DMUL, FADD, FFMA, FMUL, PIPES
 
 HFMA = "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum"
@@ -39,12 +39,6 @@ FLOP_WEIGHTS: dict[str, tuple[str, float]] = {
     HADD: ("FP16", 2.0),
     HMUL: ("FP16", 2.0),
 }
-
-RECIPROCAL_EXAMPLE = """\
-// 1.0 / (k + 1) inside the loop is a reciprocal + Newton iterations on every iteration.
-__constant__ double inv[256];                 // filled once on the host: inv[k] = 1.0 / (k + 1)
-for (int k = 0; k < 256; ++k) acc = fma(acc, v, inv[k]);
-"""
 
 
 HALF_DTYPES = ("float16", "bfloat16", "half", "torch.float16", "torch.bfloat16", "fp16", "bf16")
@@ -68,7 +62,6 @@ def measured_flops(ctx: ToolContext) -> dict[str, float]:
     return out
 
 
-@ToolRegistry.register
 class FlopOverheadTool(ProfilingTool):
     """A compute-bound kernel executing several times the FLOPs its operation needs."""
 
@@ -162,5 +155,5 @@ class FlopOverheadTool(ProfilingTool):
                     "heuristic",
                 ),
             ],
-            code_example=RECIPROCAL_EXAMPLE if "FP64" in flops and flops["FP64"] else None,
+            code_example=example("reciprocal") if "FP64" in flops and flops["FP64"] else None,
         )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,21 +21,16 @@ from pytest_kernelpro.tools import (
     ToolRegistry,
     run_tools,
 )
+from pytest_kernelpro.tools import registry as registry_module
 from pytest_kernelpro.tools.registry import affinity_allows
 from pytest_kernelpro.tools.signals import stall_metric
 from pytest_kernelpro.tools.stalls import WarpStallTool
 
 
 @pytest.fixture
-def clean_registry() -> Iterator[None]:
-    """Restore the registry (tools and entry-point state) after a test that changes it."""
-    ToolRegistry.load_builtin()
-    saved = dict(ToolRegistry._tools)
-    loaded = ToolRegistry._entry_points_loaded
-    yield
-    ToolRegistry._tools.clear()
-    ToolRegistry._tools.update(saved)
-    ToolRegistry._entry_points_loaded = loaded
+def clean_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of the default registry for a test that changes it; the original comes back."""
+    monkeypatch.setattr(registry_module, "_default", registry_module.default_registry().copy())
 
 
 def test_builtin_tools() -> None:
