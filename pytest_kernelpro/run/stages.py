@@ -281,6 +281,7 @@ def _start(run: ItemRun, services: Services) -> None:
         )
     record.threshold = run.settings.threshold.value
     record.min_roofline = run.settings.min_roofline.value
+    record.settings = run.settings.to_dict()
 
 
 def _build(run: ItemRun, memory: Any) -> tuple[Any, Any]:

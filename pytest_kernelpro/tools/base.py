@@ -1,22 +1,29 @@
 """The micro-profiling tool contract: `ProfilingTool`, `ToolContext`, `Finding`.
 
 A tool is the 5-tuple of design §3.4: a name, the metrics it needs (`required_metrics`), its
-thresholds (UPPER_CASE numeric class constants, overridable per instance), `trigger(ctx)` and
-`analyze(ctx)`. Tools read the measured profile through a `ToolContext` and never parse text.
+thresholds (UPPER_CASE numeric class constants, overridable per instance), and one evaluation
+pass, `evaluate(ctx) -> Finding | None`, that computes its state once and returns the finding
+or nothing. Tools read the measured profile through a `ToolContext` and never parse text.
 The shape follows Nsight Compute's rule files: named thresholds, focus metrics with the
 condition that fired, and a speedup estimate per recommendation.
+
+The earlier two-step contract (`trigger(ctx)`, then `analyze(ctx)`) still works for tools
+written against it: such a class warns `KernelproDeprecationWarning` when it is defined and
+its `evaluate` runs the two steps. `trigger` and `analyze` stay available to callers on
+every tool, derived from `evaluate`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.errors import KernelproDeprecationWarning, KernelproError
 
 if TYPE_CHECKING:
     from pytest_kernelpro.profile.model import (
@@ -310,7 +317,7 @@ class ProfilingTool(ABC):
 
     Subclasses set `name`, `description`, `affinity`, `required_metrics` (and optionally
     `required_inputs`), declare thresholds as UPPER_CASE numeric class constants and implement
-    `trigger` and `analyze`. `Tool(thresholds={"TRIGGER_PCT": 35})` overrides per instance;
+    `evaluate`. `Tool(thresholds={"TRIGGER_PCT": 35})` overrides per instance;
     lower-case names are accepted too.
     """
 
@@ -376,12 +383,42 @@ class ProfilingTool(ABC):
         return missing
 
     @abstractmethod
-    def trigger(self, ctx: ToolContext) -> bool:
-        """Whether the tool's condition holds for this kernel."""
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        """One pass over the kernel's profile: the finding when the tool's condition holds,
+        else None (what an Nsight Compute rule's apply() does)."""
 
-    @abstractmethod
+    def trigger(self, ctx: ToolContext) -> bool:
+        """Whether `evaluate(ctx)` finds something."""
+        return self.evaluate(ctx) is not None
+
     def analyze(self, ctx: ToolContext) -> Finding:
-        """The finding; called only after `trigger(ctx)` returned True."""
+        """The finding of `evaluate(ctx)`; `KernelproError` when there is none."""
+        finding = self.evaluate(ctx)
+        if finding is None:
+            raise self.not_triggered(ctx)
+        return finding
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        inherited = getattr(cls, "evaluate", None)
+        if (
+            "evaluate" not in own
+            and "trigger" in own
+            and "analyze" in own
+            and getattr(inherited, "__isabstractmethod__", False)
+        ):
+            # A tool written against the two-step contract (trigger, then analyze) keeps
+            # working: evaluate runs the two steps.
+            warnings.warn(
+                f"Micro-profiling tool {cls.__module__}.{cls.__qualname__} implements "
+                "trigger() and analyze(); that contract is deprecated: implement "
+                "evaluate(ctx) -> Finding | None instead (return the finding, or None when "
+                "the condition does not hold)",
+                KernelproDeprecationWarning,
+                stacklevel=3,
+            )
+            cls.evaluate = _two_step_evaluate  # type: ignore[method-assign]
 
     def make_finding(
         self,
@@ -409,11 +446,16 @@ class ProfilingTool(ABC):
         )
 
     def not_triggered(self, ctx: ToolContext) -> KernelproError:
-        """The error for `analyze()` called on a context where `trigger()` is False."""
+        """The error for `analyze()` called on a context where the tool finds nothing."""
         return KernelproError(
             f"Tool {self.name!r}: analyze() called on kernel {ctx.kernel_name!r} although "
             "trigger() is False; call trigger() first"
         )
+
+
+def _two_step_evaluate(self: ProfilingTool, ctx: ToolContext) -> Finding | None:
+    """`evaluate` of a tool written against the deprecated trigger/analyze contract."""
+    return self.analyze(ctx) if self.trigger(ctx) else None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} affinity={self.affinity}>"

@@ -40,12 +40,11 @@ class DramSaturationTool(ProfilingTool):
     SATURATED_PCT = 80.0
     AT_MINIMUM_RATIO = 1.25  # DRAM bytes / minimal bytes considered "already minimal"
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        dram = ctx.value(DRAM_REQUEST)
-        return dram is not None and dram >= self.SATURATED_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        name, dram = ctx.resolve(DRAM_REQUEST) or (DRAM_REQUEST.name, 0.0)
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        found = ctx.resolve(DRAM_REQUEST)
+        if found is None or found[1] < self.SATURATED_PCT:
+            return None
+        name, dram = found
         headroom = 100.0 / max(dram, 1e-9)
         evidence = {
             name: Evidence(
@@ -112,21 +111,14 @@ class L2LocalityTool(ProfilingTool):
     DRAM_RELEVANT_PCT = 50.0  # below this DRAM utilization, extra traffic is not the limiter yet
     DRAM_NEGLIGIBLE_PCT = 5.0  # below this the kernel barely uses DRAM: the ratio is noise
 
-    def _ratio(self, ctx: ToolContext) -> tuple[float, float] | None:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         read, write = ctx.value(DRAM_READ), ctx.value(DRAM_WRITE)
         if read is None or write is None or not ctx.min_bytes:
             return None
-        return (read + write) / ctx.min_bytes, read + write
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        found = self._ratio(ctx)
-        return found is not None and found[0] >= self.EXCESS_RATIO
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._ratio(ctx)
-        if found is None or not ctx.min_bytes:
-            raise self.not_triggered(ctx)
-        ratio, moved = found
+        moved = read + write
+        ratio = moved / ctx.min_bytes
+        if ratio < self.EXCESS_RATIO:
+            return None
         severity = (
             "high"
             if ratio >= self.HIGH_RATIO

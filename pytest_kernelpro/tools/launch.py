@@ -55,14 +55,11 @@ class SmallGridTool(ProfilingTool):
     HIGH_IDLE_PCT = 25.0
     MEDIUM_IDLE_PCT = 10.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         grid = ctx.value(GRID_SIZE)
         sms = ctx.sm_count
-        return grid is not None and sms is not None and 0 < grid < sms
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        grid = ctx.value(GRID_SIZE) or 0.0
-        sms = ctx.sm_count or 1
+        if grid is None or sms is None or not 0 < grid < sms:
+            return None
         idle = 100.0 * (1.0 - grid / sms)
         severity = _graded(idle, self.CRITICAL_IDLE_PCT, self.HIGH_IDLE_PCT, self.MEDIUM_IDLE_PCT)
         bound = sms / max(grid, 1.0)
@@ -133,14 +130,10 @@ class TailEffectTool(ProfilingTool):
         idle = 100.0 * (wave - partial) / (wave * (full + 1))  # exact at round numbers
         return grid, wave, full, partial, idle
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._waves(ctx)
-        return found is not None and found[4] >= self.TRIGGER_IDLE_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._waves(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+        if found is None or found[4] < self.TRIGGER_IDLE_PCT:
+            return None
         grid, wave, full, partial, idle = found
         severity = "high" if idle >= self.HIGH_IDLE_PCT else "medium"
         fill = 100.0 * partial / wave
@@ -238,11 +231,10 @@ class LaunchConfigTool(ProfilingTool):
             )
         return issues
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return bool(self._issues(ctx))
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         issues = self._issues(ctx)
+        if not issues:
+            return None
         severity = min((i[0] for i in issues), key=["critical", "high", "medium", "low"].index)
         return self.make_finding(
             ctx,

@@ -127,12 +127,11 @@ class GlobalCoalescingTool(ProfilingTool):
     HIGH_PCT = 30.0
     CRITICAL_PCT = 60.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return excess_share(coalescing_ops(ctx)) >= self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         ops = coalescing_ops(ctx)
         share = excess_share(ops)
+        if share < self.TRIGGER_PCT:
+            return None
         severity = (
             "critical"
             if share >= self.CRITICAL_PCT
@@ -233,22 +232,17 @@ class VectorizationTool(ProfilingTool):
         narrow = sum(n for bits, n in merged.items() if bits <= 32)
         return (narrow, total, merged) if total else None
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._widths(ctx)
         if found is None:
-            return False
-        narrow, total, _ = found
-        dram = ctx.value(DRAM_REQUEST)
-        if dram is not None and dram >= self.DRAM_SATURATED_PCT:
-            return False
-        return 100.0 * narrow / total >= self.NARROW_SHARE_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._widths(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+            return None
         narrow, total, merged = found
+        dram = ctx.resolve(DRAM_REQUEST)
+        if dram is not None and dram[1] >= self.DRAM_SATURATED_PCT:
+            return None
         share = 100.0 * narrow / total
+        if share < self.NARROW_SHARE_PCT:
+            return None
         uncoalesced = excess_share(coalescing_ops(ctx))
         severity = "low" if uncoalesced >= self.UNCOALESCED_PCT else "medium"
         widths = ", ".join(f"{n}x {bits}-bit" for bits, n in sorted(merged.items()))
@@ -258,7 +252,6 @@ class VectorizationTool(ProfilingTool):
                 f"{narrow} of {total} global ld/st instructions ({pct(share)}) are <= 32-bit >= {self.NARROW_SHARE_PCT:g}%",
             )
         }
-        dram = ctx.resolve(DRAM_REQUEST)
         if dram is not None:
             evidence[dram[0]] = Evidence(
                 dram[1],

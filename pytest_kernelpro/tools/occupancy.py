@@ -56,19 +56,6 @@ class OccupancyTool(ProfilingTool):
     HIGH_ACHIEVED_PCT = 50.0
     BUSY_PIPE_PCT = 60.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        theo = ctx.value(THEORETICAL_OCC)
-        ach = ctx.value(ACHIEVED_OCC)
-        if theo is None or ach is None:
-            return False
-        if theo < self.THEORETICAL_LOW_PCT:
-            return True
-        # A grid with fewer blocks than SMs explains the gap by itself: small_grid reports it.
-        grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
-        if grid is not None and sms is not None and grid < sms:
-            return False
-        return theo - ach > self.ACHIEVED_GAP_PCT
-
     def _severity(self, ctx: ToolContext, ach: float) -> tuple[str, str]:
         pipes = pipe_utilization(ctx)
         busy = max(
@@ -91,9 +78,18 @@ class OccupancyTool(ProfilingTool):
             return "high", starving
         return "medium", starving
 
-    def analyze(self, ctx: ToolContext) -> Finding:
-        theo = ctx.value(THEORETICAL_OCC) or 0.0
-        ach = ctx.value(ACHIEVED_OCC) or 0.0
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        theo = ctx.value(THEORETICAL_OCC)
+        ach = ctx.value(ACHIEVED_OCC)
+        if theo is None or ach is None:
+            return None
+        if theo >= self.THEORETICAL_LOW_PCT:
+            # A grid with fewer blocks than SMs explains the gap by itself: small_grid reports it.
+            grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
+            if grid is not None and sms is not None and grid < sms:
+                return None
+            if theo - ach <= self.ACHIEVED_GAP_PCT:
+                return None
         severity, why = self._severity(ctx, ach)
         grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
         if grid is not None and sms is not None and grid < sms and severity != "low":

@@ -82,13 +82,10 @@ class PipeUtilizationTool(ProfilingTool):
             return "underused", label, top, pipes
         return None
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return self._state(ctx) is not None
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         state = self._state(ctx)
         if state is None:
-            raise self.not_triggered(ctx)
+            return None
         kind, label, top, pipes = state
         evidence = {
             name: Evidence(value, f"{lab} pipe {pct(value)} of peak", "%")
@@ -164,14 +161,12 @@ class FP64Tool(ProfilingTool):
         share = 0.0 if dp + sp <= 0 else 100.0 * dp / (dp + sp)
         return pipe, dp, share
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if (ctx.dtype or "").lower() in ("float64", "double", "fp64", "torch.float64"):
-            return False
+            return None
         pipe, dp, share = self._state(ctx)
-        return pipe >= self.FP64_PIPE_PCT or (dp > 0 and share >= self.FP64_SHARE_PCT)
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        pipe, dp, share = self._state(ctx)
+        if not (pipe >= self.FP64_PIPE_PCT or (dp > 0 and share >= self.FP64_SHARE_PCT)):
+            return None
         ratio = ctx.value(FP64_RATIO)
         slow = ratio is None or ratio >= self.SLOW_RATIO
         busy = max(pipe, share)
@@ -237,14 +232,11 @@ class FusedFmaTool(ProfilingTool):
         total = fused + nonfused
         return (0.0 if total <= 0 else nonfused / total / 2.0), fused, nonfused
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        ratio, _, _ = self._ratio(ctx)
-        fma = ctx.value(PIPES["FMA (FP32)"]) or 0.0
-        return ratio > self.NONFUSED_RATIO and fma >= self.FMA_BUSY_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         ratio, fused, nonfused = self._ratio(ctx)
         fma = ctx.value(PIPES["FMA (FP32)"]) or 0.0
+        if ratio <= self.NONFUSED_RATIO or fma < self.FMA_BUSY_PCT:
+            return None
         gain = 1.0 + ratio * fma / 100.0
         return self.make_finding(
             ctx,
@@ -304,11 +296,10 @@ class WarpDivergenceTool(ProfilingTool):
             return pred
         return active
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return self._threads(ctx)[1] < self.TRIGGER_THREADS
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         name, threads = self._threads(ctx)
+        if threads >= self.TRIGGER_THREADS:
+            return None
         severity = "high" if threads < self.HIGH_THREADS else "medium"
         evidence = {
             name: Evidence(
@@ -372,20 +363,12 @@ class InstructionOverheadTool(ProfilingTool):
     MARGIN_PCT = 10.0  # SM throughput must exceed memory throughput by this many points
     HIGH_SM_PCT = 80.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if ctx.bottleneck != "memory":
-            return False
+            return None
         sm, mem = ctx.value(SM_THROUGHPUT), ctx.value(MEM_THROUGHPUT)
-        return (
-            sm is not None
-            and mem is not None
-            and sm >= self.SM_BUSY_PCT
-            and sm - mem >= self.MARGIN_PCT
-        )
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        sm = ctx.value(SM_THROUGHPUT) or 0.0
-        mem = ctx.value(MEM_THROUGHPUT) or 0.0
+        if sm is None or mem is None or sm < self.SM_BUSY_PCT or sm - mem < self.MARGIN_PCT:
+            return None
         evidence = {
             SM_THROUGHPUT: Evidence(
                 sm,

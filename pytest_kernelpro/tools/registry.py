@@ -113,7 +113,7 @@ class ToolRegistry:
         if inspect.isabstract(tool_cls):
             raise KernelproError(
                 f"Tool class {tool_cls.__qualname__} is abstract: implement "
-                "trigger() and analyze()"
+                "evaluate(ctx) -> Finding | None"
             )
         name = tool_cls.name
         if not name:
@@ -472,8 +472,8 @@ def _run_one(
         run.skipped.append(SkippedTool(tool.name, kernel, "missing_metrics", tuple(missing)))
         return
     try:
-        fired = bool(tool.trigger(ctx))
-        finding = tool.analyze(ctx) if fired else None
+        finding = tool.evaluate(ctx)
+        fired = finding is not None
     except Exception as exc:  # one broken (possibly third-party) tool must not stop the others
         detail = f"{type(exc).__name__}: {exc}"
         run.skipped.append(SkippedTool(tool.name, kernel, "error", detail=detail))

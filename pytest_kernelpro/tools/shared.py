@@ -71,14 +71,12 @@ class SharedBankConflictTool(ProfilingTool):
         ]
         return overall, detailed
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         overall, ops = self._shares(ctx)
-        if overall >= self.TRIGGER_PCT:
-            return True
-        return any(r >= self.TRIGGER_PCT and s >= self.OP_MIN_SHARE_PCT for *_, r, s in ops)
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        overall, ops = self._shares(ctx)
+        if overall < self.TRIGGER_PCT and not any(
+            r >= self.TRIGGER_PCT and s >= self.OP_MIN_SHARE_PCT for *_, r, s in ops
+        ):
+            return None
         severity = (
             "high"
             if overall >= self.HIGH_PCT
@@ -164,18 +162,13 @@ class AsyncCopyTool(ProfilingTool):
         waiting = bd.shares.get("long_scoreboard", 0.0) + bd.shares.get("barrier", 0.0)
         return sts, ldg, asyncs, waiting
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         state = self._state(ctx)
         if state is None:
-            return False
+            return None
         sts, ldg, asyncs, waiting = state
-        return sts > 0 and ldg > 0 and asyncs == 0 and waiting >= self.STALL_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        state = self._state(ctx)
-        if state is None:
-            raise self.not_triggered(ctx)
-        sts, ldg, _, waiting = state
+        if not (sts > 0 and ldg > 0 and asyncs == 0 and waiting >= self.STALL_PCT):
+            return None
         severity = (
             "high"
             if waiting >= self.HIGH_STALL_PCT

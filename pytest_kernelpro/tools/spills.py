@@ -101,13 +101,13 @@ class RegisterSpillDetector(ProfilingTool):
             harms.append("occupancy")
         return harms
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         s = self._signals(ctx)
-        return self._present(s) and bool(self._harms(ctx, s))
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        s = self._signals(ctx)
+        if not self._present(s):
+            return None
         harms = self._harms(ctx, s)
+        if not harms:
+            return None
         if len(harms) >= 2 and s["local_share"] >= self.CRITICAL_LOCAL_PCT:
             severity = "critical"
         elif len(harms) >= 2:

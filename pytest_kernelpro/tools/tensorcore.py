@@ -80,22 +80,21 @@ class TensorCoreUnderutilizationTool(ProfilingTool):
         lib = ctx.library_match
         return None if lib is None else f"the kernel is a library kernel ({lib})"
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        used, _ = tensor_usage(ctx)
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        used, how = tensor_usage(ctx)
         if used is not False or self._library(ctx):
-            return False
-        op = (ctx.op_category or "").lower()
-        if op in MATRIX_OPS:
-            return True
-        fma = ctx.value(FMA_PIPE)
-        return (
-            not op and ctx.bottleneck == "compute" and fma is not None and fma >= self.FMA_BUSY_PCT
-        )
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        _, how = tensor_usage(ctx)
+            return None
         op = (ctx.op_category or "").lower()
         matrix = op in MATRIX_OPS
+        if not matrix:
+            fma_busy = ctx.value(FMA_PIPE)
+            if (
+                op
+                or ctx.bottleneck != "compute"
+                or fma_busy is None
+                or fma_busy < self.FMA_BUSY_PCT
+            ):
+                return None
         if matrix:
             severity = "critical" if ctx.bottleneck == "compute" else "high"
         else:
@@ -193,22 +192,16 @@ class WGMMAInstructionTool(ProfilingTool):
             return None
         return pipe, gmma, "ncu"
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if not ctx.is_hopper or ctx.library_match is not None:
-            return False
+            return None
         state = self._state(ctx)
         if state is None:
-            return False
+            return None
         hmma, wgmma, source = state
-        if source == "sass":
-            return hmma > 0 and wgmma == 0
-        return hmma >= self.TENSOR_ACTIVE_PCT and wgmma == 0
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        state = self._state(ctx)
-        if state is None:
-            raise self.not_triggered(ctx)
-        hmma, _, source = state
+        floor = 0 if source == "sass" else self.TENSOR_ACTIVE_PCT
+        if wgmma != 0 or not (hmma > floor if source == "sass" else hmma >= floor):
+            return None
         evidence: dict[str, Evidence] = {}
         if source == "sass":
             evidence["sass HMMA/IMMA (mma.sync)"] = Evidence(int(hmma), f"{int(hmma)} > 0")

@@ -64,15 +64,13 @@ class LaunchOverheadTool(ProfilingTool):
     # host time between the profiled calls (the profiler's own overhead included).
     TIMED_ROOFLINE_PCT = 80.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        tl = ctx.timeline
-        return tl is not None and 100.0 * tl.launch_overhead_share >= self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         tl = ctx.timeline
         if tl is None:
-            raise self.not_triggered(ctx)
+            return None
         share = 100.0 * tl.launch_overhead_share
+        if share < self.TRIGGER_PCT:
+            return None
         severity = _graded(share, self.CRITICAL_PCT, self.HIGH_PCT)
         notes = []
         timed = None if ctx.roofline_fraction is None else 100.0 * ctx.roofline_fraction
@@ -167,17 +165,13 @@ class SynchronizationTool(ProfilingTool):
             return 0.0
         return 100.0 * sum(g.duration_us for g in tl.gaps) / tl.end_to_end_us
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         tl = ctx.timeline
         if tl is None:
-            return False
-        return (tl.sync_calls > 0 and bool(tl.gaps)) or self._gap_share(ctx) >= self.GAP_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        tl = ctx.timeline
-        if tl is None:
-            raise self.not_triggered(ctx)
+            return None
         share = self._gap_share(ctx)
+        if not ((tl.sync_calls > 0 and bool(tl.gaps)) or share >= self.GAP_PCT):
+            return None
         severity = (
             _graded(share, self.CRITICAL_GAP_PCT, self.HIGH_GAP_PCT)
             if share >= self.GAP_PCT

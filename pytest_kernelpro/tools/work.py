@@ -83,22 +83,14 @@ class FlopOverheadTool(ProfilingTool):
     HIGH_RATIO = 3.0
     BUSY_PIPE_PCT = 40.0  # below this the extra math is not what limits the kernel
 
-    def _ratio(self, ctx: ToolContext) -> tuple[float, dict[str, float]] | None:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if not ctx.flops:
             return None
         flops = measured_flops(ctx)
-        return sum(flops.values()) / ctx.flops, flops
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        found = self._ratio(ctx)
-        return found is not None and found[0] >= self.TRIGGER_RATIO
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._ratio(ctx)
-        if found is None or not ctx.flops:
-            raise self.not_triggered(ctx)
-        ratio, flops = found
         total = sum(flops.values())
+        ratio = total / ctx.flops
+        if ratio < self.TRIGGER_RATIO:
+            return None
         pipes = {label: ctx.value(PIPES[label].name) for label in ("FMA (FP32)", "FP64")}
         busy = max(
             ((k, v) for k, v in pipes.items() if v is not None), key=lambda kv: kv[1], default=None
