@@ -2,10 +2,12 @@
 
 Public API:
 - `ProfilingTool`, `MetricRequest`, `ToolContext`, `Finding`, `Evidence`, `Recommendation`
-  (the tool contract, `base`);
+  (the tool contract, `base`: a tool implements `evaluate(ctx) -> Finding | None`; what it
+  reads is in `context`, what it returns in `finding`);
 - `ToolRegistry` (an instance per set of tools; `@ToolRegistry.register` and the entry-point
   group `pytest_kernelpro.tools` add to the default one, `default_registry()`),
-  `run_tools`, `ToolRun`, `SkippedTool` (`registry`);
+  `run_tools` (`registry`), `ToolRun`, `SkippedTool` (`outcome`), the severity caps
+  (`policies`);
 - `classify`, `Stage1` (`stage1`);
 - `generate_prompt_guidance`, `render_findings_text` (`guidance`).
 
