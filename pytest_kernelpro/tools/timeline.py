@@ -16,6 +16,7 @@ from pytest_kernelpro.tools.base import (
     ToolContext,
     pct,
 )
+from pytest_kernelpro.tools.signals import SECONDS_PER_UNIT
 
 
 def _graded(value: float, critical: float, high: float) -> str:
@@ -36,16 +37,6 @@ def _gpu_busy_share(ctx: ToolContext) -> float | None:
     return min(1.0, sum(seconds) / ctx.timed_median_s)
 
 
-SECONDS_PER_UNIT = {
-    "ns": 1e-9,
-    "nsecond": 1e-9,
-    "us": 1e-6,
-    "usecond": 1e-6,
-    "ms": 1e-3,
-    "msecond": 1e-3,
-    "s": 1.0,
-    "second": 1.0,
-}
 
 
 class LaunchOverheadTool(ProfilingTool):
