@@ -5,6 +5,7 @@ The threshold follows Nsight Compute's ThreadDivergence rule (< 24 active thread
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import action
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -82,15 +83,13 @@ class WarpDivergenceTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Make control flow warp-uniform: assign work so all 32 lanes take the same "
-                    "path (sort/bucket items by path, one warp per item), pad to avoid boundary "
-                    "branches in the inner loop",
+                    action("warp_divergence", "warp_uniform_control_flow"),
                     1.0 + (bound - 1.0) / 3.0,
                     bound,
                     "bound: 32 / active threads",
                 ),
                 Recommendation(
-                    "Replace short divergent branches with predicated selects",
+                    action("warp_divergence", "replace_short_divergent"),
                     1.05,
                     1.3,
                     "heuristic",

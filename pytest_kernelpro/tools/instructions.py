@@ -4,6 +4,7 @@ busier roof, so it spends more instructions per byte than the bandwidth allows.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import action
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -78,15 +79,13 @@ class InstructionOverheadTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Do more bytes per instruction: 128-bit accesses, several elements per "
-                    "thread, loop-invariant address arithmetic hoisted (32-bit indices)",
+                    action("instruction_overhead", "more_bytes_per_instruction"),
                     1.1,
                     bound,
                     "bound: SM / memory throughput, capped at 3x",
                 ),
                 Recommendation(
-                    "Cut passes and per-element work: one read of each element (online "
-                    "algorithms), warp shuffles for reductions, fast intrinsics",
+                    action("instruction_overhead", "cut_passes"),
                     1.05,
                     max(1.05, (1.0 + bound) / 2.0),
                     "heuristic",

@@ -8,7 +8,7 @@ FP32:FP64 ratio so a 2:1 Hopper and a 64:1 L40S are graded differently. Warp div
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import SATURATED_PIPE_ADVICE
+from pytest_kernelpro.tools.advice import SATURATED_PIPE_ADVICE, action
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -85,7 +85,7 @@ class PipeUtilizationTool(ProfilingTool):
         }
         if kind == "saturated":
             advice = SATURATED_PIPE_ADVICE[label]
-            severity, cause, action = advice.severity, advice.cause, advice.action
+            severity, cause, fix = advice.severity, advice.cause, advice.action
             lo, hi = advice.low, advice.high
             name = pipes[label][0]
             evidence[name] = Evidence(
@@ -97,7 +97,7 @@ class PipeUtilizationTool(ProfilingTool):
                 title=f"{label} pipe saturated ({pct(top)} of peak)",
                 root_cause=f"{cause} ({pct(top)} of its peak over active cycles).",
                 evidence=evidence,
-                recommendations=[Recommendation(action, lo, hi, "heuristic")],
+                recommendations=[Recommendation(fix, lo, hi, "heuristic")],
             )
         sm = ctx.value(SM_THROUGHPUT)
         if sm is not None:
@@ -116,8 +116,7 @@ class PipeUtilizationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Feed the math units: stage operands in shared memory/registers, keep more "
-                    "independent work per warp (ILP) and more warps per SM",
+                    action("pipe_utilization", "feed_math_units"),
                     1.5,
                     4.0,
                     "heuristic; bound is the SM throughput headroom",
@@ -193,8 +192,7 @@ class FP64Tool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Use float literals (0.5f) and float functions (expf, sqrtf, __expf); compile "
-                    "with -Xptxas --warn-on-double-precision-use to find the promotions",
+                    action("fp64_usage", "use_float_literals"),
                     1.0 + (gain - 1.0) / 3.0,
                     max(1.0, gain),
                     "bound: FP32:FP64 ratio, capped by the FP64 share",
@@ -248,8 +246,7 @@ class FusedFmaTool(ProfilingTool):
             },
             recommendations=[
                 Recommendation(
-                    "Write a * b + c (or fmaf) so the compiler emits FFMA; do not build with "
-                    "-fmad=false; restructure (x - m) * s as fmaf(x, s, -m * s)",
+                    action("fma_fusion", "write_ffma"),
                     1.0,
                     max(1.0, gain),
                     "bound: non-fused share x FMA pipe utilization",
