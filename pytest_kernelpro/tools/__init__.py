@@ -11,8 +11,8 @@ Public API:
 - `classify`, `Stage1` (`stage1`);
 - `generate_prompt_guidance`, `render_findings_text` (`guidance`).
 
-Each tool module (dram, fusion, launch, memory, occupancy, pipes, shared, spills, stalls,
-tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`base`),
+Each tool module (divergence, dram, fusion, instructions, launch, memory, occupancy, pipes,
+shared, spills, stalls, tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`base`),
 the shared signals (`signals`, `streaming`) and its words (`advice`: advice.yaml), never
 another tool module (`tests/tools/test_tools_isolation.py`); `builtin` lists the tools.
 

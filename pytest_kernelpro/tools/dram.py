@@ -6,6 +6,7 @@ how much traffic reaches DRAM at all.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import action
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -75,15 +76,14 @@ class DramSaturationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Reduce bytes instead: fuse with the neighbouring ops, store lower precision "
-                    "(bf16/fp8) where tolerances allow, recompute instead of re-reading",
+                    action("dram_saturation", "reduce_bytes_instead"),
                     1.1,
                     2.0,
                     "heuristic (depends on how many bytes fusion or precision removes)",
                     bounded_by_saturation=False,
                 ),
                 Recommendation(
-                    "Stop optimizing memory access patterns for this kernel",
+                    action("dram_saturation", "stop_optimizing_memory"),
                     1.0,
                     headroom,
                     "bound: 100 / DRAM throughput %",
@@ -174,16 +174,13 @@ class L2LocalityTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Read each input once: fuse the passes (e.g. softmax max/sum/normalize over a "
-                    "row kept in registers or shared memory; online softmax)",
+                    action("l2_locality", "read_input_once"),
                     1.1,
                     max(1.1, bound),
                     "bound: DRAM bytes / minimal bytes, capped at 4x",
                 ),
                 Recommendation(
-                    "Improve temporal locality: process tiles that share data together (block "
-                    "swizzling / rasterization), or pin a reused buffer in L2 with an access "
-                    "policy window (cudaStreamAttributeAccessPolicyWindow)",
+                    action("l2_locality", "improve_temporal_locality"),
                     1.05,
                     max(1.05, (1.0 + bound) / 2.0),
                     "heuristic",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -154,10 +154,7 @@ class KernelFusionTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Fuse the chain into one kernel that reads each input once and writes each "
-                    "output once (keep intermediates in registers / shared memory): a library "
-                    "op that already does it (torch.softmax, F.layer_norm, ...), torch.compile, "
-                    "or one Triton/CUDA kernel",
+                    action("kernel_fusion", "fuse_the_chain"),
                     max(1.0, ratio),
                     max(1.0, ratio, high),
                     basis,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -80,15 +80,13 @@ class SmallGridTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Split the work into more blocks (e.g. one block or one warp per row / tile) "
-                    "so every SM gets at least one, ideally several, blocks",
+                    action("small_grid", "more_blocks"),
                     1.0 + (bound - 1.0) / 2.0,
                     bound,
                     "bound: SMs / blocks (all SMs busy); low end: half of that",
                 ),
                 Recommendation(
-                    "If the problem is inherently small, use smaller blocks, split-K / split the "
-                    "reduction, or run it concurrently with other work (streams, CUDA graphs)",
+                    action("small_grid", "small_problem"),
                     1.1,
                     max(1.1, bound / 2.0),
                     "heuristic",
@@ -164,9 +162,7 @@ class TailEffectTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    f"Make the grid a multiple of the wave size ({num(wave)} blocks, e.g. "
-                    f"{num(better)}) by changing the work per block, or use a persistent grid of "
-                    f"{num(wave)} blocks with a grid-stride loop",
+                    action("tail_effect", "wave_multiple", wave=num(wave), better=num(better)),
                     1.0 + (bound - 1.0) / 2.0,
                     bound,
                     "bound: 1/(1 - idle share)",
@@ -205,8 +201,7 @@ class LaunchConfigTool(ProfilingTool):
                     f"are scheduled, {pct(wasted)} of their lanes do nothing",
                     Evidence(block, f"{num(block)} % 32 = {int(block % 32)} != 0"),
                     Recommendation(
-                        f"Use a multiple of 32 threads per block (e.g. {warps * 32}); "
-                        "128-256 is a good starting range",
+                        action("launch_config", "warp_multiple", threads=str(warps * 32)),
                         1.0,
                         1.0 / (1.0 - wasted / 100.0),
                         "bound: wasted lanes",
@@ -225,7 +220,7 @@ class LaunchConfigTool(ProfilingTool):
                         f"{num(block)} < {self.SMALL_BLOCK_THREADS:g} threads and the block limit is the tightest",
                     ),
                     Recommendation(
-                        "Use blocks of at least 64 (better 128-256) threads", 1.1, 1.5, "heuristic"
+                        action("launch_config", "blocks_of_64_plus"), 1.1, 1.5, "heuristic"
                     ),
                 )
             )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -176,22 +176,19 @@ class GlobalCoalescingTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Remap threads so consecutive threads (lanes) touch consecutive addresses: "
-                    "e.g. a warp or block per row with lanes striding over columns, instead of "
-                    "a thread per row",
+                    action("global_coalescing", "remap_threads_consecutive"),
                     1.0 + (bound - 1.0) / 4.0,
                     bound,
                     "bound: 1/(1 - excess share) sectors, capped at 8x",
                 ),
                 Recommendation(
-                    "If the access must be strided (transpose, gather), stage it through shared "
-                    "memory: load coalesced tiles, then read them in the needed order",
+                    action("global_coalescing", "stage_strided_through_shared"),
                     1.0 + (bound - 1.0) / 6.0,
                     1.0 + (bound - 1.0) / 2.0,
                     "heuristic fraction of the bound",
                 ),
                 Recommendation(
-                    "After coalescing, vectorize (float4) for fewer memory instructions",
+                    action("global_coalescing", "after_coalescing_vectorize"),
                     1.05,
                     1.3,
                     "heuristic",
@@ -276,14 +273,13 @@ class VectorizationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Load and store 128-bit vectors (float4 / int4, or 8 x bf16) with 16-byte "
-                    "aligned pointers; handle the remainder separately",
+                    action("vectorization", "vector_128_bit"),
                     1.1,
                     1.4,
                     "heuristic (fewer instructions; bytes unchanged)",
                 ),
                 Recommendation(
-                    "Give each thread several elements (unroll) so more bytes are in flight per thread",
+                    action("vectorization", "give_thread_several"),
                     1.05,
                     1.3,
                     "heuristic",

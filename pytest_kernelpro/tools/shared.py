@@ -8,7 +8,7 @@ wavefronts.
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -119,15 +119,13 @@ class SharedBankConflictTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Pad shared arrays by one element per row (or XOR-swizzle the column index) "
-                    "so a warp's accesses map to distinct banks",
+                    action("shared_bank_conflicts", "pad_shared_arrays"),
                     1.0 + (bound - 1.0) / 3.0,
                     bound,
                     "bound: 1/(1 - conflict share of shared wavefronts)",
                 ),
                 Recommendation(
-                    "Make each lane access consecutive 4-byte words (or use 128-bit LDS with "
-                    "consecutive lanes) instead of strided indices",
+                    action("shared_bank_conflicts", "consecutive_words"),
                     1.0 + (bound - 1.0) / 4.0,
                     max(1.0, (1.0 + bound) / 2.0),
                     "heuristic fraction of the bound",
@@ -189,17 +187,14 @@ class AsyncCopyTool(ProfilingTool):
         }
         if hopper:
             first = Recommendation(
-                "Load tiles with TMA (cp.async.bulk.tensor; CUTLASS/CuTe TMA copy atoms) into a "
-                "multi-stage shared-memory ring guarded by mbarriers, so loads of tile k+1.. overlap "
-                "compute on tile k (compile for sm_90a)",
+                action("async_copy", "load_tiles_tma"),
                 1.2,
                 1.6,
                 "heuristic",
             )
         else:
             first = Recommendation(
-                "Use cp.async (__pipeline_memcpy_async / cuda::memcpy_async) with double "
-                "buffering so the next tile loads while the current one is computed",
+                action("async_copy", "use_cp_async"),
                 1.1,
                 1.4,
                 "heuristic",
@@ -218,8 +213,7 @@ class AsyncCopyTool(ProfilingTool):
             recommendations=[
                 first,
                 Recommendation(
-                    "At minimum, prefetch the next tile into registers before computing on the "
-                    "current shared tile (software pipelining)",
+                    action("async_copy", "prefetch_into_registers"),
                     1.05,
                     1.25,
                     "heuristic",

@@ -7,7 +7,7 @@ warps issue on >= 80% of cycles the stalls are already hidden by other warps.
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import STALL_ADVICE, example
+from pytest_kernelpro.tools.advice import STALL_ADVICE, action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -203,8 +203,7 @@ class WarpStallTool(ProfilingTool):
         # Without the replays the shared pipe does wavefronts - conflicts of work.
         high = max(1.1, min(bound, wavefronts / max(wavefronts - conflicts, 1.0)))
         lead = Recommendation(
-            f"{CONFLICTS_FIRST} (pad each row by one element, or swizzle the index): most MIO "
-            "work is conflict replays",
+            action("warp_stalls", "conflicts_first", lead=CONFLICTS_FIRST),
             min(1.1, high),
             high,
             "bound: shared wavefronts / conflict-free wavefronts, capped by 1/(1 - stall share)",

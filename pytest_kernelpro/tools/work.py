@@ -11,7 +11,7 @@ so a tensor-core GEMM measures ~0 and never fires; memory-bound kernels are skip
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -132,16 +132,13 @@ class FlopOverheadTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Hoist loop-invariant math; replace divisions by loop-dependent constants "
-                    "with multiplications by precomputed reciprocals (a __constant__ or shared "
-                    "table); keep values that are reused instead of recomputing them",
+                    action("flop_overhead", "hoist_loop_invariant"),
                     1.0 + (ratio - 1.0) / 3.0,
                     ratio,
                     "bound: executed / needed FLOPs",
                 ),
                 Recommendation(
-                    "Where accuracy allows, use fast intrinsics for the remaining FP32 math "
-                    "(__fdividef, __frcp_rn, __expf, or -use_fast_math)",
+                    action("flop_overhead", "where_accuracy_allows"),
                     1.05,
                     max(1.05, min(ratio, 1.5)),
                     "heuristic",
