@@ -36,6 +36,10 @@ class KernelRecord:
     guidance: str | None = None  # Markdown "Automated Bottleneck Analysis"
     wall_s: float = 0.0  # time the plugin spent on this item
     extra: dict[str, Any] = field(default_factory=dict)
+    # Each setting a marker can override: {"value": ..., "source": "marker threshold=" | the
+    # command line, environment, ini or conftest setting it came from | "built-in: ..."}
+    # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
+    settings: dict[str, dict[str, Any]] | None = None
 
     @property
     def median_s(self) -> float | None:

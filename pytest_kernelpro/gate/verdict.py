@@ -32,7 +32,11 @@ How a regression is decided, and why:
 Anything beyond the threshold that fails 2, 3 or 4 is "suspect": reported with what to do,
 never a failure (nvbench users did not know what to do with AMBG: the reason says).
 
-Same device: times are compared (and the efficiency change is reported). Another device:
+Same device: times are compared (and the efficiency change is reported); for a compute-bound
+kernel timed under a power or thermal cap, at the same SM clock: the current samples are
+scaled to the baseline's mean SM clock (cycles), since the clock the cap allows moves between
+runs and the time with it (`clock_scale.py` says when and why); the basis says so and
+`raw_change` keeps the unscaled change. Another device:
 samples are divided by each side's roofline time, so the comparison is of time relative to
 the roofline (1 / efficiency), with the wider `cross_device_tolerance`; the basis says so.
 
@@ -53,6 +57,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproConfigError
+from pytest_kernelpro.gate.clock_scale import clock_scale, entry_clock_facts, record_clock_facts
 from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
 
 if TYPE_CHECKING:
@@ -125,6 +130,11 @@ class Verdict:
     min_roofline: float | None = None
     confirmed: bool = False  # the re-measurement reproduced the regression
     confirmation: dict[str, Any] | None = None  # set once `confirm` ran
+    # Set when the times were compared at the baseline's SM clock (clock_scale.py):
+    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
+    sm_mhz: float | None = None
+    baseline_sm_mhz: float | None = None
+    raw_change: float | None = None  # the change of the unscaled median time
 
     @property
     def failed(self) -> bool:
@@ -242,6 +252,7 @@ def compare(
     cross_device_tolerance: float | None = None,
     alpha: float = DEFAULT_ALPHA,
     cross_cpu: str = "info",
+    clock_normalize: bool = True,
 ) -> Verdict:
     """Compare one measured kernel with its baseline entry (None: the kernel is new).
 
@@ -249,6 +260,7 @@ def compare(
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
     `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
     a comparison with another CPU without failing, "gate" gates it like a GPU's.
+    `clock_normalize=False` compares plain times even where `clock_scale` applies.
     """
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
@@ -300,6 +312,21 @@ def compare(
         tol = thr
         now, ref = samples, list(entry.samples_s)
         ratio = cur_med / entry.median_s
+        scale = (
+            clock_scale(record_clock_facts(record), entry_clock_facts(entry))
+            if clock_normalize
+            else None
+        )
+        if scale is not None:
+            basis = f"{scale.describe()} (same device: {record.device or 'unknown'})"
+            now = [v * scale.factor for v in samples]
+            base.update(
+                clock_scale=scale.factor,
+                sm_mhz=scale.sm_mhz,
+                baseline_sm_mhz=scale.baseline_sm_mhz,
+                raw_change=ratio - 1.0,
+            )
+            ratio *= scale.factor
     else:
         rt_now, rt_base = _roofline_time(record), entry.roofline_time_s
         if rt_now is None or not rt_base:
@@ -348,6 +375,12 @@ def compare(
     if basis.startswith("efficiency"):
         what = "further from its roofline" if change > 0 else "closer to its roofline"
     moved = f"{what} by {abs(change):.1%} (tolerance {tol:.0%})"
+    if base.get("clock_scale") is not None:
+        moved = (
+            f"{what} by {abs(change):.1%} in cycles (tolerance {tol:.0%}; plain time "
+            f"{_pct(base['raw_change'])}, SM clock {base['sm_mhz']:.0f} MHz vs "
+            f"{base['baseline_sm_mhz']:.0f} MHz in the baseline, a power or thermal cap setting the clock)"
+        )
     if ratio > 1.0 + tol:
         p = mann_whitney_u(now_q, ref_q, "greater").p_value
         if p >= alpha:
@@ -422,6 +455,7 @@ def confirm(
     entry: BaselineEntry,
     *,
     cross_cpu: str = "info",
+    clock_normalize: bool = True,
 ) -> Verdict:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
@@ -438,11 +472,14 @@ def confirm(
         cross_device_tolerance=first.cross_device_tolerance,
         alpha=first.alpha,
         cross_cpu=cross_cpu,
+        clock_normalize=clock_normalize,
     )
     reproduced = second.change_status == REGRESSED
     confirmation = {
         "reproduced": reproduced,
         "change": second.change,
+        "raw_change": second.raw_change,
+        "clock_scale": second.clock_scale,
         "p_value": second.p_value,
         "current_median_s": second.current_median_s,
         "n": second.n_current,

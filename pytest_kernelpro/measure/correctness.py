@@ -184,20 +184,43 @@ def _kernel_exception_text(exc: BaseException) -> str:
     return "".join(lines[-8:]).strip()[-2000:]
 
 
+def _chunks(torch: Any, a: Any, b: Any) -> Iterator[tuple[Any, Any]]:
+    """`a` and `b` (same shape) as pairs of flat pieces of at most a 32nd of the elements
+    (at least COMPARE_CHUNK): CUDA's `torch.equal` and `==` make a temporary the size of their
+    operands, a quarter of an 8 GB fp32 input for its bool result."""
+    from .compare import COMPARE_CHUNK, COMPARE_MAX_CHUNKS
+
+    n = a.numel()
+    if n <= COMPARE_CHUNK or not (a.is_contiguous() and b.is_contiguous()):
+        yield a, b
+        return
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # views: both are contiguous
+    step = max(COMPARE_CHUNK, -(-n // COMPARE_MAX_CHUNKS))
+    for start in range(0, n, step):
+        yield flat_a[start : start + step], flat_b[start : start + step]
+
+
+def _count_changed(torch: Any, a: Any, b: Any) -> int:
+    """Elements of `a` and `b` (same shape and dtype) that differ bitwise, NaN equal to NaN."""
+    diff = 0
+    for x, y in _chunks(torch, a, b):
+        if torch.equal(x, y):
+            continue
+        same = x == y
+        if x.is_floating_point() or x.is_complex():
+            same = same | (torch.isnan(x) & torch.isnan(y))
+        diff += int((~same).sum())
+    return diff
+
+
 def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") -> str | None:
     """The first input tensor (its path and how many elements) that differs bitwise between
     `original` and `used` (NaN equal to NaN), else None."""
     if isinstance(original, torch.Tensor) and isinstance(used, torch.Tensor):
         if original.shape != used.shape or original.dtype != used.dtype:
             return f"{path} (its shape or dtype changed)"
-        a, b = original.detach(), used.detach()
-        if torch.equal(a, b):
-            return None
-        same = a == b
-        if a.is_floating_point() or a.is_complex():
-            same = same | (torch.isnan(a) & torch.isnan(b))
-        diff = int((~same).sum())
-        return None if diff == 0 else f"{path} ({diff} of {a.numel()} elements changed)"
+        diff = _count_changed(torch, original.detach(), used.detach())
+        return None if diff == 0 else f"{path} ({diff} of {original.numel()} elements changed)"
     if isinstance(original, (list, tuple)) and isinstance(used, (list, tuple)):
         for i, (x, y) in enumerate(zip(original, used, strict=False)):
             found = _changed_input(torch, x, y, f"{path}[{i}]" if path != "input" else f"input {i}")

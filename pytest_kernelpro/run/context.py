@@ -21,7 +21,7 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from ..config import KernelproConfig
@@ -50,6 +50,10 @@ class Resolved(Generic[T]):
 @dataclass(frozen=True)
 class ItemSettings:
     """The settings of one kernel item, each with its source (see the module docstring)."""
+
+    NAMES: ClassVar[tuple[str, ...]] = (
+        "threshold", "trials", "rtol", "atol", "min_roofline", "device"
+    )  # fmt: skip
 
     threshold: Resolved[float]
     trials: Resolved[int]
@@ -96,9 +100,13 @@ class ItemSettings:
 
     def sources(self) -> dict[str, str]:
         """Setting name -> where its value came from."""
+        return {name: getattr(self, name).source for name in self.NAMES}
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Setting name -> {"value", "source"}: the record's `settings` (the JSON report)."""
         return {
-            name: getattr(self, name).source
-            for name in ("threshold", "trials", "rtol", "atol", "min_roofline", "device")
+            name: {"value": getattr(self, name).value, "source": getattr(self, name).source}
+            for name in self.NAMES
         }
 
 

@@ -2,11 +2,19 @@
 
 Public API:
 - `ProfilingTool`, `MetricRequest`, `ToolContext`, `Finding`, `Evidence`, `Recommendation`
-  (the tool contract, `base`);
-- `ToolRegistry` (`@ToolRegistry.register`, entry-point group `pytest_kernelpro.tools`),
-  `run_tools`, `ToolRun`, `SkippedTool` (`registry`);
+  (the tool contract, `base`: a tool implements `evaluate(ctx) -> Finding | None`; what it
+  reads is in `context`, what it returns in `finding`);
+- `ToolRegistry` (an instance per set of tools; `@ToolRegistry.register` and the entry-point
+  group `pytest_kernelpro.tools` add to the default one, `default_registry()`),
+  `run_tools` (`registry`), `ToolRun`, `SkippedTool` (`outcome`), the severity caps
+  (`policies`);
 - `classify`, `Stage1` (`stage1`);
 - `generate_prompt_guidance`, `render_findings_text` (`guidance`).
+
+Each tool module (divergence, dram, fusion, instructions, launch, memory, occupancy, pipes,
+shared, spills, stalls, tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`base`),
+the shared signals (`signals`, `streaming`) and its words (`advice`: advice.yaml), never
+another tool module (`tests/tools/test_tools_isolation.py`); `builtin` lists the tools.
 
 Only pure-Python modules are imported here; the built-in tools load on first registry use.
 """
@@ -30,6 +38,7 @@ from pytest_kernelpro.tools.registry import (
     ToolRegistry,
     ToolRun,
     affinity_allows,
+    default_registry,
     run_tools,
 )
 from pytest_kernelpro.tools.stage1 import Stage1, classify
@@ -50,6 +59,7 @@ __all__ = [
     "ToolRun",
     "affinity_allows",
     "classify",
+    "default_registry",
     "generate_prompt_guidance",
     "render_findings_text",
     "run_tools",

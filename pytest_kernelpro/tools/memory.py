@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -23,7 +24,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     DRAM_REQUEST,
     GLD_REQUESTS,
@@ -31,25 +31,6 @@ from pytest_kernelpro.tools.signals import (
     GST_REQUESTS,
     GST_SECTORS,
 )
-
-WARP_PER_ROW_EXAMPLE = """\
-// One warp per row: lane i reads elements i, i+32, ... so a warp touches 128 contiguous bytes.
-int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-const float* xr = x + (size_t)row * cols;
-float m = -INFINITY;
-for (int c = lane; c < cols; c += 32) m = fmaxf(m, xr[c]);
-for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
-"""
-
-FLOAT4_EXAMPLE = """\
-// 128-bit accesses: one instruction moves 4 floats (requires 16-byte alignment, n % 4 == 0).
-const float4* x4 = reinterpret_cast<const float4*>(x);
-float4* y4 = reinterpret_cast<float4*>(y);
-for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n / 4; i += gridDim.x * blockDim.x) {
-  float4 v = x4[i];
-  y4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
-}
-"""
 
 MAX_IDEAL_SECTORS = 16.0  # 32 threads x 16 bytes / 32-byte sectors
 
@@ -129,7 +110,6 @@ def excess_share(ops: list[OpCoalescing]) -> float:
     return 0.0 if total <= 0 else 100.0 * sum(o.excess for o in ops) / total
 
 
-@ToolRegistry.register
 class GlobalCoalescingTool(ProfilingTool):
     """Uncoalesced global accesses: more 32-byte sectors per request than the access width needs."""
 
@@ -147,12 +127,11 @@ class GlobalCoalescingTool(ProfilingTool):
     HIGH_PCT = 30.0
     CRITICAL_PCT = 60.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return excess_share(coalescing_ops(ctx)) >= self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         ops = coalescing_ops(ctx)
         share = excess_share(ops)
+        if share < self.TRIGGER_PCT:
+            return None
         severity = (
             "critical"
             if share >= self.CRITICAL_PCT
@@ -197,32 +176,28 @@ class GlobalCoalescingTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Remap threads so consecutive threads (lanes) touch consecutive addresses: "
-                    "e.g. a warp or block per row with lanes striding over columns, instead of "
-                    "a thread per row",
+                    action("global_coalescing", "remap_threads_consecutive"),
                     1.0 + (bound - 1.0) / 4.0,
                     bound,
                     "bound: 1/(1 - excess share) sectors, capped at 8x",
                 ),
                 Recommendation(
-                    "If the access must be strided (transpose, gather), stage it through shared "
-                    "memory: load coalesced tiles, then read them in the needed order",
+                    action("global_coalescing", "stage_strided_through_shared"),
                     1.0 + (bound - 1.0) / 6.0,
                     1.0 + (bound - 1.0) / 2.0,
                     "heuristic fraction of the bound",
                 ),
                 Recommendation(
-                    "After coalescing, vectorize (float4) for fewer memory instructions",
+                    action("global_coalescing", "after_coalescing_vectorize"),
                     1.05,
                     1.3,
                     "heuristic",
                 ),
             ],
-            code_example=WARP_PER_ROW_EXAMPLE,
+            code_example=example("warp_per_row"),
         )
 
 
-@ToolRegistry.register
 class VectorizationTool(ProfilingTool):
     """Mostly scalar (<= 32-bit) global accesses in a memory-bound kernel."""
 
@@ -254,22 +229,17 @@ class VectorizationTool(ProfilingTool):
         narrow = sum(n for bits, n in merged.items() if bits <= 32)
         return (narrow, total, merged) if total else None
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._widths(ctx)
         if found is None:
-            return False
-        narrow, total, _ = found
-        dram = ctx.value(DRAM_REQUEST)
-        if dram is not None and dram >= self.DRAM_SATURATED_PCT:
-            return False
-        return 100.0 * narrow / total >= self.NARROW_SHARE_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._widths(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+            return None
         narrow, total, merged = found
+        dram = ctx.resolve(DRAM_REQUEST)
+        if dram is not None and dram[1] >= self.DRAM_SATURATED_PCT:
+            return None
         share = 100.0 * narrow / total
+        if share < self.NARROW_SHARE_PCT:
+            return None
         uncoalesced = excess_share(coalescing_ops(ctx))
         severity = "low" if uncoalesced >= self.UNCOALESCED_PCT else "medium"
         widths = ", ".join(f"{n}x {bits}-bit" for bits, n in sorted(merged.items()))
@@ -279,7 +249,6 @@ class VectorizationTool(ProfilingTool):
                 f"{narrow} of {total} global ld/st instructions ({pct(share)}) are <= 32-bit >= {self.NARROW_SHARE_PCT:g}%",
             )
         }
-        dram = ctx.resolve(DRAM_REQUEST)
         if dram is not None:
             evidence[dram[0]] = Evidence(
                 dram[1],
@@ -304,19 +273,18 @@ class VectorizationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Load and store 128-bit vectors (float4 / int4, or 8 x bf16) with 16-byte "
-                    "aligned pointers; handle the remainder separately",
+                    action("vectorization", "vector_128_bit"),
                     1.1,
                     1.4,
                     "heuristic (fewer instructions; bytes unchanged)",
                 ),
                 Recommendation(
-                    "Give each thread several elements (unroll) so more bytes are in flight per thread",
+                    action("vectorization", "give_thread_several"),
                     1.05,
                     1.3,
                     "heuristic",
                 ),
             ],
-            code_example=FLOAT4_EXAMPLE,
+            code_example=example("float4"),
             notes=notes,
         )

@@ -1,8 +1,15 @@
 """`ToolRegistry` and `run_tools`: proactive orchestration of every relevant tool.
 
-Tools register with `@ToolRegistry.register`; third-party packages add tools through the
-entry-point group `pytest_kernelpro.tools` (an entry point may name a `ProfilingTool`
-subclass, a module whose import registers tools, or a callable returning tool classes).
+A `ToolRegistry` is an instance: a set of tool classes by name. `ToolRegistry.builtin()`
+holds the built-in tools (`tools.builtin.BUILTIN_TOOLS`); the process's default registry
+(`default_registry()`) is that set plus the tools of the entry-point group
+`pytest_kernelpro.tools` (an entry point may name a `ProfilingTool` subclass, a module whose
+import registers tools, or a callable returning tool classes) plus those a user registers.
+The class-level spellings users register with keep working and act on the default
+registry: `@ToolRegistry.register`, `ToolRegistry.names()`, `ToolRegistry.get(name)`.
+A search, a test or a team that wants its own set passes `registry=` to `run_tools` (or
+`analysis.analyze_report`) without touching the default.
+
 `run_tools` runs every tool whose affinity matches the Stage-1 class of each kernel and records
 what it skipped and why (affinity, missing metrics or inputs, an error in the tool).
 """
@@ -12,22 +19,15 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import types
 import warnings
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.tools.base import (
-    AFFINITIES,
-    SEVERITIES,
-    Finding,
-    ProfilingTool,
-    ToolContext,
-    cap_severity,
-    severity_rank,
-)
-from pytest_kernelpro.tools.signals import saturation
+from pytest_kernelpro.tools.base import AFFINITIES, ProfilingTool, ToolContext, severity_rank
+from pytest_kernelpro.tools.outcome import SkippedTool, ToolResult, ToolRun
+from pytest_kernelpro.tools.policies import apply_policies
 
 if TYPE_CHECKING:
     from pytest_kernelpro.profile.model import KernelProfile, ProfileReport
@@ -35,6 +35,20 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "pytest_kernelpro.tools"
 _BUILTIN_MODULE = "pytest_kernelpro.tools.builtin"
+
+_R = TypeVar("_R")
+
+# What run_tools returns lives in `outcome`; these names stay importable from here.
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SkippedTool",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolRun",
+    "affinity_allows",
+    "default_registry",
+    "run_tools",
+]
 
 
 def affinity_allows(affinity: str, bottleneck: str | None) -> bool:
@@ -50,23 +64,60 @@ def affinity_allows(affinity: str, bottleneck: str | None) -> bool:
     return affinity == bottleneck
 
 
-class ToolRegistry:
-    """Name -> tool class, for the built-in tools and the ones from entry points."""
+class _OnDefault(Generic[_R]):
+    """A registry method that, called on the class (`ToolRegistry.register`), acts on the
+    default registry: the spelling of the paper and of every user tool stays valid."""
 
-    _tools: ClassVar[dict[str, type[ProfilingTool]]] = {}
-    _entry_points_loaded: ClassVar[bool] = False
-    _entry_point_errors: ClassVar[list[str]] = []
+    def __init__(self, func: Callable[..., _R]) -> None:
+        self.func = func
+        self.__doc__ = func.__doc__
+        self.__name__ = func.__name__
+
+    def __get__(self, obj: ToolRegistry | None, owner: type | None = None) -> Callable[..., _R]:
+        return types.MethodType(self.func, obj if obj is not None else default_registry())
+
+
+class ToolRegistry:
+    """Name -> tool class: the tools one analysis may run (module doc)."""
+
+    def __init__(
+        self, tools: Iterable[type[ProfilingTool]] = (), *, entry_points: bool = False
+    ) -> None:
+        """A registry of `tools`; with `entry_points`, the entry-point group's tools join on
+        first use."""
+        self._tools: dict[str, type[ProfilingTool]] = {}
+        self._entry_points_loaded = not entry_points
+        self.entry_point_errors: list[str] = []
+        for tool_cls in tools:
+            self._add(tool_cls)
 
     @classmethod
-    def register(cls, tool_cls: type[ProfilingTool]) -> type[ProfilingTool]:
-        """Class decorator: add `tool_cls` to the registry (its `name` must be unique)."""
+    def builtin(cls) -> ToolRegistry:
+        """A new registry of the built-in tools only (no entry points)."""
+        registry = cls()
+        registry._add_builtin()
+        return registry
+
+    def copy(self) -> ToolRegistry:
+        """An independent registry with the same tools (entry points as loaded so far)."""
+        other = ToolRegistry(self._tools.values())
+        other._entry_points_loaded = self._entry_points_loaded
+        other.entry_point_errors = list(self.entry_point_errors)
+        return other
+
+    def _add_builtin(self) -> None:
+        for tool_cls in importlib.import_module(_BUILTIN_MODULE).BUILTIN_TOOLS:
+            self._add(tool_cls)
+
+    def _add(self, tool_cls: type[ProfilingTool]) -> type[ProfilingTool]:
         if not (inspect.isclass(tool_cls) and issubclass(tool_cls, ProfilingTool)):
             raise KernelproError(
                 f"@ToolRegistry.register needs a ProfilingTool subclass, got {tool_cls!r}"
             )
         if inspect.isabstract(tool_cls):
             raise KernelproError(
-                f"Tool class {tool_cls.__qualname__} is abstract: implement trigger() and analyze()"
+                f"Tool class {tool_cls.__qualname__} is abstract: implement "
+                "evaluate(ctx) -> Finding | None"
             )
         name = tool_cls.name
         if not name:
@@ -75,7 +126,7 @@ class ToolRegistry:
             raise KernelproError(
                 f"Tool {name!r} has affinity {tool_cls.affinity!r}; use one of {', '.join(AFFINITIES)}"
             )
-        existing = cls._tools.get(name)
+        existing = self._tools.get(name)
         if (
             existing is not None
             and existing is not tool_cls
@@ -88,94 +139,107 @@ class ToolRegistry:
                 f"Tool name {name!r} of {tool_cls.__module__}.{tool_cls.__qualname__} is already "
                 f"registered by {existing.__module__}.{existing.__qualname__}; rename one of them"
             )
-        cls._tools[name] = tool_cls
+        self._tools[name] = tool_cls
         return tool_cls
 
-    @classmethod
-    def unregister(cls, name: str) -> None:
+    @_OnDefault
+    def register(self, tool_cls: type[ProfilingTool]) -> type[ProfilingTool]:
+        """Class decorator: add `tool_cls` (its `name` must be unique). `@ToolRegistry.register`
+        adds it to the default registry."""
+        return self._add(tool_cls)
+
+    @_OnDefault
+    def unregister(self, name: str) -> None:
         """Remove a tool (tests, or a team disabling a built-in tool)."""
-        cls._tools.pop(name, None)
+        self._tools.pop(name, None)
 
-    @classmethod
-    def load_builtin(cls) -> None:
-        """Import the built-in tool modules (their decorators register them)."""
-        importlib.import_module(_BUILTIN_MODULE)
+    @_OnDefault
+    def load_builtin(self) -> None:
+        """Add the built-in tools (`tools.builtin.BUILTIN_TOOLS`)."""
+        self._add_builtin()
 
-    @classmethod
-    def load_entry_points(cls, force: bool = False) -> list[str]:
+    @_OnDefault
+    def load_entry_points(self, force: bool = False) -> list[str]:
         """Load third-party tools from the `pytest_kernelpro.tools` entry-point group.
 
         Returns the names of tools registered by entry points. A broken entry point warns
         (`KernelproWarning`) and is skipped; the others still load.
         """
-        if cls._entry_points_loaded and not force:
+        if self._entry_points_loaded and not force:
             return []
-        cls._entry_points_loaded = True
-        before = set(cls._tools)
+        self._entry_points_loaded = True
+        before = set(self._tools)
         for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             try:
                 obj = ep.load()
                 for tool_cls in _tool_classes(obj):
-                    cls.register(tool_cls)
+                    self._add(tool_cls)
             except Exception as exc:  # a third-party plugin must not break the run
                 msg = (
                     f"Could not load micro-profiling tool entry point {ep.name!r} = "
                     f"{ep.value!r} (group {ENTRY_POINT_GROUP}): {type(exc).__name__}: {exc}"
                 )
-                cls._entry_point_errors.append(msg)
+                self.entry_point_errors.append(msg)
                 warnings.warn(msg, KernelproWarning, stacklevel=2)
-        return sorted(set(cls._tools) - before)
+        return sorted(set(self._tools) - before)
 
-    @classmethod
-    def _ensure_loaded(cls) -> None:
-        cls.load_builtin()
-        cls.load_entry_points()
+    def _ensure_loaded(self) -> None:
+        self.load_entry_points()
 
-    @classmethod
-    def names(cls) -> list[str]:
-        """Names of every registered tool (built-in and entry points)."""
-        cls._ensure_loaded()
-        return sorted(cls._tools)
+    @_OnDefault
+    def names(self) -> list[str]:
+        """Names of every registered tool."""
+        self._ensure_loaded()
+        return sorted(self._tools)
 
-    @classmethod
-    def get(cls, name: str) -> type[ProfilingTool]:
+    @_OnDefault
+    def get(self, name: str) -> type[ProfilingTool]:
         """The tool class registered as `name`."""
-        cls._ensure_loaded()
+        self._ensure_loaded()
         try:
-            return cls._tools[name]
+            return self._tools[name]
         except KeyError:
             raise KernelproError(
-                f"Unknown micro-profiling tool {name!r}; registered tools: {', '.join(sorted(cls._tools))}"
+                f"Unknown micro-profiling tool {name!r}; registered tools: {', '.join(sorted(self._tools))}"
             ) from None
 
-    @classmethod
+    @_OnDefault
+    def tool_classes(self) -> list[type[ProfilingTool]]:
+        """Every registered tool class, by name."""
+        self._ensure_loaded()
+        return [self._tools[name] for name in sorted(self._tools)]
+
+    @_OnDefault
     def create(
-        cls,
+        self,
         names: Iterable[str] | None = None,
         thresholds: Mapping[str, Mapping[str, float]] | None = None,
     ) -> list[ProfilingTool]:
         """Instances of the named tools (all when None), with per-tool threshold overrides."""
-        cls._ensure_loaded()
-        chosen = sorted(cls._tools) if names is None else list(names)
+        self._ensure_loaded()
+        chosen = sorted(self._tools) if names is None else list(names)
         overrides = dict(thresholds or {})
         unknown = sorted(set(overrides) - set(chosen))
         if unknown:
             raise KernelproError(
                 f"Threshold overrides for unknown or unselected tools: {', '.join(unknown)}; "
-                f"registered tools: {', '.join(sorted(cls._tools))}"
+                f"registered tools: {', '.join(sorted(self._tools))}"
             )
-        return [cls.get(name)(overrides.get(name)) for name in chosen]
+        return [self.get(name)(overrides.get(name)) for name in chosen]
 
-    @classmethod
+    @_OnDefault
     def run(
-        cls, report: ProfileReport, stage1: Stage1 | Mapping[str, Stage1] | None = None, **kw: Any
+        self,
+        report: ProfileReport,
+        stage1: Stage1 | Mapping[str, Stage1] | None = None,
+        **kw: Any,
     ) -> ToolRun:
-        """Alias of `run_tools` (the paper's spelling)."""
-        return run_tools(report, stage1, **kw)
+        """`run_tools` with this registry (the paper's spelling)."""
+        return run_tools(report, stage1, registry=self, **kw)
 
-    @classmethod
+    @_OnDefault
     def generate_prompt_guidance(
-        cls,
+        self,
         report: ProfileReport,
         tool_run: ToolRun,
         stage1: Stage1 | None = None,
@@ -185,6 +249,23 @@ class ToolRegistry:
         from pytest_kernelpro.tools.guidance import generate_prompt_guidance
 
         return generate_prompt_guidance(report, tool_run, stage1, mode=mode)
+
+    def __repr__(self) -> str:
+        return f"<ToolRegistry {len(self._tools)} tools>"
+
+
+_default: ToolRegistry | None = None
+
+
+def default_registry() -> ToolRegistry:
+    """The process's registry: the built-in tools, the entry-point group's (loaded on first
+    use) and every tool registered with `@ToolRegistry.register`."""
+    global _default
+    if _default is None:
+        registry = ToolRegistry(entry_points=True)
+        registry._add_builtin()
+        _default = registry
+    return _default
 
 
 def _tool_classes(obj: object) -> list[type[ProfilingTool]]:
@@ -215,72 +296,6 @@ def _tool_classes(obj: object) -> list[type[ProfilingTool]]:
     raise KernelproError(f"Entry point object {obj!r} is not a tool class, module or callable")
 
 
-@dataclass(frozen=True)
-class SkippedTool:
-    """A tool that did not run on a kernel, and why."""
-
-    tool: str
-    kernel: str
-    reason: str  # "affinity" | "missing_metrics" | "error"
-    missing: tuple[str, ...] = ()
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tool": self.tool,
-            "kernel": self.kernel,
-            "reason": self.reason,
-            "missing": list(self.missing),
-            "detail": self.detail,
-        }
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    tool: str
-    kernel: str
-    triggered: bool
-
-
-@dataclass
-class ToolRun:
-    """The outcome of `run_tools` for one profile report."""
-
-    findings: list[Finding] = field(default_factory=list)
-    skipped: list[SkippedTool] = field(default_factory=list)
-    results: list[ToolResult] = field(default_factory=list)
-    stage1: dict[str, Stage1] = field(default_factory=dict)  # kernel name -> class used
-
-    def sorted_findings(self) -> list[Finding]:
-        """Findings by severity (critical first), then kernel, then tool."""
-        return sorted(self.findings, key=lambda f: (f.rank, f.kernel, f.tool))
-
-    def findings_for(self, kernel: str) -> list[Finding]:
-        return [f for f in self.sorted_findings() if f.kernel == kernel]
-
-    def counts(self) -> dict[str, int]:
-        """Severity -> number of findings."""
-        out = dict.fromkeys(SEVERITIES, 0)
-        for finding in self.findings:
-            out[finding.severity] += 1
-        return out
-
-    def worst(self) -> str | None:
-        """The most severe severity present, or None."""
-        return self.sorted_findings()[0].severity if self.findings else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "findings": [f.to_dict() for f in self.sorted_findings()],
-            "skipped": [s.to_dict() for s in self.skipped],
-            "ran": [
-                {"tool": r.tool, "kernel": r.kernel, "triggered": r.triggered} for r in self.results
-            ],
-            "stage1": {k: s.to_dict() for k, s in self.stage1.items()},
-            "counts": self.counts(),
-        }
-
-
 def _stage1_for(
     stage1: Stage1 | Mapping[str, Stage1] | None, kernel: KernelProfile | None
 ) -> Stage1 | None:
@@ -306,6 +321,7 @@ def run_tools(
     near_roofline_pct: float = 80.0,
     library_max_severity: str = "medium",
     affinity_mode: str = "final",
+    registry: ToolRegistry | None = None,
 ) -> ToolRun:
     """Run every relevant tool on every kernel of `report`.
 
@@ -324,16 +340,19 @@ def run_tools(
     the theoretical and measured classes disagree, also run the measured class's tools (the
     kernel's current bottleneck), e.g. coalescing on a compute-bound GEMM that is stuck on
     memory today.
+
+    `registry`: where tool names are looked up (the default registry when None).
     """
     severity_rank(library_max_severity)
     if affinity_mode not in ("final", "both"):
         raise KernelproError(f"Unknown affinity_mode {affinity_mode!r}; use 'final' or 'both'")
+    registry = default_registry() if registry is None else registry
     if tools is None:
-        instances = ToolRegistry.create(thresholds=thresholds)
+        instances = registry.create(thresholds=thresholds)
     else:
         names = [t for t in tools if isinstance(t, str)]
         given = [t for t in tools if isinstance(t, ProfilingTool)]
-        instances = ToolRegistry.create(names, thresholds=thresholds) + given
+        instances = registry.create(names, thresholds=thresholds) + given
     run = ToolRun()
     common = dict(
         arch=report.arch,
@@ -391,8 +410,8 @@ def _run_one(
         run.skipped.append(SkippedTool(tool.name, kernel, "missing_metrics", tuple(missing)))
         return
     try:
-        fired = bool(tool.trigger(ctx))
-        finding = tool.analyze(ctx) if fired else None
+        finding = tool.evaluate(ctx)
+        fired = finding is not None
     except Exception as exc:  # one broken (possibly third-party) tool must not stop the others
         detail = f"{type(exc).__name__}: {exc}"
         run.skipped.append(SkippedTool(tool.name, kernel, "error", detail=detail))
@@ -405,41 +424,5 @@ def _run_one(
     run.results.append(ToolResult(tool.name, kernel, fired))
     if finding is not None:
         run.findings.append(
-            _apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity)
+            apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity)
         )
-
-
-def _apply_policies(
-    tool: ProfilingTool,
-    ctx: ToolContext,
-    finding: Finding,
-    near_roofline_pct: float,
-    library_max_severity: str,
-) -> Finding:
-    if tool.scope != "kernel":
-        return finding
-    sat = saturation(ctx) if tool.bounded_by_saturation else None
-    if sat is not None and sat[1] >= near_roofline_pct:
-        resource, value, _ = sat
-        headroom = 100.0 / max(value, 1e-9)
-        if finding.rank < severity_rank("low"):
-            finding.notes.append(
-                f"Severity lowered from {finding.severity} to low: the kernel already runs at "
-                f"{value:.1f}% of its {resource} peak, so this fix can gain at most "
-                f"{headroom:.2f}x."
-            )
-            finding.severity = "low"
-        finding.recommendations = [
-            r.capped(headroom) if r.bounded_by_saturation else r for r in finding.recommendations
-        ]
-    library = ctx.library_match
-    if library is not None:
-        capped = cap_severity(finding.severity, library_max_severity)
-        if capped != finding.severity:
-            finding.notes.append(
-                f"Severity lowered from {finding.severity} to {capped}: this is a library "
-                f"kernel (name contains {library!r}); change the call (dtype, layout, shape, "
-                "library settings) or replace it, you cannot edit it."
-            )
-            finding.severity = capped
-    return finding

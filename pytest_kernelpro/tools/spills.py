@@ -12,6 +12,7 @@ A kernel whose spills are harmless (a few spill bytes in a cold path) is not fla
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -22,7 +23,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import (
     ACHIEVED_OCC,
     ELIGIBLE_WARPS,
@@ -37,19 +37,7 @@ from pytest_kernelpro.tools.signals import (
     stall_breakdown,
 )
 
-LOCAL_ARRAY_EXAMPLE = """\
-// A runtime-indexed per-thread array lives in local memory (DRAM-backed).
-float buf[64];            acc += buf[idx & 63];          // LDL/STL
-// Keep it in registers: only compile-time indices after full unrolling...
-#pragma unroll
-for (int k = 0; k < 64; ++k) acc += (k == (idx & 63)) ? buf[k] : 0.f;
-// ...or give each thread a slice of shared memory (stride 65 avoids bank conflicts):
-__shared__ float sbuf[THREADS * 65];
-float* mine = sbuf + threadIdx.x * 65;
-"""
 
-
-@ToolRegistry.register
 class RegisterSpillDetector(ProfilingTool):
     """Local-memory traffic from register spills or local arrays that costs time."""
 
@@ -113,13 +101,13 @@ class RegisterSpillDetector(ProfilingTool):
             harms.append("occupancy")
         return harms
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         s = self._signals(ctx)
-        return self._present(s) and bool(self._harms(ctx, s))
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        s = self._signals(ctx)
+        if not self._present(s):
+            return None
         harms = self._harms(ctx, s)
+        if not harms:
+            return None
         if len(harms) >= 2 and s["local_share"] >= self.CRITICAL_LOCAL_PCT:
             severity = "critical"
         elif len(harms) >= 2:
@@ -173,15 +161,13 @@ class RegisterSpillDetector(ProfilingTool):
             )
             recs = [
                 Recommendation(
-                    "Reduce live registers: smaller per-thread tiles, fewer simultaneously live "
-                    "accumulators, recompute cheap values instead of keeping them",
+                    action("register_spills", "reduce_live_registers"),
                     1.2,
                     2.0,
                     "heuristic",
                 ),
                 Recommendation(
-                    "Relax the register cap if one is set (__launch_bounds__ minBlocks, "
-                    "-maxrregcount) and let occupancy drop instead",
+                    action("register_spills", "relax_register_cap"),
                     1.1,
                     1.5,
                     "heuristic",
@@ -201,20 +187,19 @@ class RegisterSpillDetector(ProfilingTool):
                 what = "the kernel reads and writes local memory (register spills or a runtime-indexed local array)"
             recs = [
                 Recommendation(
-                    "Keep the array in registers (only compile-time indices: fully unroll the "
-                    "loops that index it) or move it to shared memory (a per-thread slice)",
+                    action("register_spills", "keep_array_registers"),
                     1.5,
                     4.0,
                     "heuristic; bounded by the local share of memory traffic",
                 ),
                 Recommendation(
-                    "Shrink the array or split the computation so fewer elements are live per thread",
+                    action("register_spills", "shrink_array_split"),
                     1.1,
                     2.0,
                     "heuristic",
                 ),
             ]
-            code = LOCAL_ARRAY_EXAMPLE
+            code = example("local_array")
         bound = 1.0 / max(1.0 - s["local_share"] / 100.0, 0.1)
         recs = [r.capped(max(bound, 1.5)) for r in recs]
         return self.make_finding(

@@ -7,6 +7,7 @@ warps issue on >= 80% of cycles the stalls are already hidden by other warps.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import STALL_ADVICE, action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -17,8 +18,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
-from pytest_kernelpro.tools.shared import PADDING_EXAMPLE
 from pytest_kernelpro.tools.signals import (
     ISSUE_ACTIVE,
     SHARED_LD_CONFLICTS,
@@ -30,7 +29,6 @@ from pytest_kernelpro.tools.signals import (
     stall_breakdown,
     stall_request,
 )
-from pytest_kernelpro.tools.stall_advice import STALL_ADVICE
 from pytest_kernelpro.tools.streaming import long_scoreboard_advice, stream_state
 
 CONFLICTS_FIRST = "Remove the shared-memory bank conflicts first"
@@ -59,7 +57,6 @@ def _amdahl(share: float) -> float:
     return 1.0 / max(1.0 - share / 100.0, 0.05)
 
 
-@ToolRegistry.register
 class WarpStallTool(ProfilingTool):
     """The dominant warp-stall reason and what to do about it."""
 
@@ -108,17 +105,13 @@ class WarpStallTool(ProfilingTool):
             return None
         return bd, top[0], top[1]
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._dominant(ctx)
         if found is None or found[2] <= self.TRIGGER_PCT:
-            return False
+            return None
         issue = ctx.value(ISSUE_ACTIVE)
-        return issue is None or issue < self.ISSUE_HIDDEN_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._dominant(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+        if issue is not None and issue >= self.ISSUE_HIDDEN_PCT:
+            return None
         bd, reason, share = found
         advice = STALL_ADVICE[reason]
         severity = "critical" if share > self.CRITICAL_PCT else "high"
@@ -130,7 +123,6 @@ class WarpStallTool(ProfilingTool):
         conditions = {reason: f"{pct(share)} of stalled warp-cycles > {limit:g}%"}
         conditions.update({r: f"{pct(s)} of stalled warp-cycles (next largest)" for r, s in ranked})
         evidence = _stall_evidence(bd, [reason, *(r for r, _ in ranked)], conditions)
-        issue = ctx.value(ISSUE_ACTIVE)
         if issue is not None:
             evidence[ISSUE_ACTIVE] = Evidence(
                 issue, f"{pct(issue)} < {self.ISSUE_HIDDEN_PCT:g}%: stalls are not hidden", "%"
@@ -166,7 +158,7 @@ class WarpStallTool(ProfilingTool):
         if reason in ("mio_throttle", "short_scoreboard"):
             recs = self._conflicts_first(ctx, recs, evidence, bound)
             if recs and recs[0].action.startswith(CONFLICTS_FIRST):
-                code = PADDING_EXAMPLE
+                code = example("padding")
         others = ", ".join(f"{r} {pct(s)}" for r, s in ranked) or "none"
         return self.make_finding(
             ctx,
@@ -211,8 +203,7 @@ class WarpStallTool(ProfilingTool):
         # Without the replays the shared pipe does wavefronts - conflicts of work.
         high = max(1.1, min(bound, wavefronts / max(wavefronts - conflicts, 1.0)))
         lead = Recommendation(
-            f"{CONFLICTS_FIRST} (pad each row by one element, or swizzle the index): most MIO "
-            "work is conflict replays",
+            action("warp_stalls", "conflicts_first", lead=CONFLICTS_FIRST),
             min(1.1, high),
             high,
             "bound: shared wavefronts / conflict-free wavefronts, capped by 1/(1 - stall share)",
@@ -220,7 +211,6 @@ class WarpStallTool(ProfilingTool):
         return [lead, *(r for r in recs if "bank conflicts" not in r.action)]
 
 
-@ToolRegistry.register
 class BarrierStallTool(ProfilingTool):
     """Barrier (__syncthreads) stalls, flagged at a lower threshold than other stalls."""
 
@@ -237,14 +227,10 @@ class BarrierStallTool(ProfilingTool):
             return None
         return bd, bd.shares["barrier"]
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._share(ctx)
-        return found is not None and found[1] > self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._share(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+        if found is None or found[1] <= self.TRIGGER_PCT:
+            return None
         bd, share = found
         severity = "critical" if share > self.CRITICAL_PCT else "high"
         limit = self.CRITICAL_PCT if severity == "critical" else self.TRIGGER_PCT

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Recommendation,
@@ -26,17 +27,9 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.memory import FLOAT4_EXAMPLE
 from pytest_kernelpro.tools.signals import DRAM_READ, DRAM_REQUEST, DRAM_WRITE, GLD_SECTORS
 
 SECTOR_BYTES = 32.0
-
-FUSION_EXAMPLE = """\
-# Fuse the chain so each element is read from DRAM once, e.g. a row softmax:
-fused = torch.compile(lambda x: torch.softmax(x, -1))   # or call torch.softmax directly
-# In a hand-written kernel: load the row once into registers / shared memory, then max,
-# exp, sum and normalize there, and store the result once.
-"""
 
 
 @dataclass(frozen=True)
@@ -121,16 +114,13 @@ def long_scoreboard_advice(
     headroom = 100.0 / max(dram, 1.0) if dram is not None else bound
     in_flight_high = max(1.0, min(bound, headroom))
     in_flight = Recommendation(
-        "Keep more bytes in flight: 128-bit loads (float4), several independent elements per "
-        "thread (unroll), enough resident warps to cover DRAM latency",
+        action("warp_stalls", "keep_more_bytes"),
         min(1.1, in_flight_high),
         in_flight_high,
         "bound: 100 / DRAM throughput %, and 1/(1 - stall share)",
     )
     fewer = Recommendation(
-        "Move fewer bytes: fuse this kernel with its producer/consumer kernels so intermediates "
-        "stay in registers, store intermediates in lower precision (bf16/fp8) where tolerances "
-        "allow",
+        action("warp_stalls", "move_fewer_bytes"),
         1.1,
         2.0,
         "heuristic (depends on how many bytes fusion or precision removes)",
@@ -151,9 +141,7 @@ def long_scoreboard_advice(
         )
         recs.append(
             Recommendation(
-                f"Cut the excess DRAM traffic ({state.excess:.2f}x the minimal bytes): read each "
-                "input once (no second pass over the data), no spilled or local arrays, no "
-                "partially used sectors",
+                action("warp_stalls", "cut_excess_traffic", excess=f"{state.excess:.2f}"),
                 1.1,
                 max(1.1, min(state.excess, 4.0)),
                 "bound: DRAM bytes / minimal bytes, capped at 4x",
@@ -191,6 +179,6 @@ def long_scoreboard_advice(
         cause,
         recs,
         evidence,
-        FUSION_EXAMPLE if near_roof else FLOAT4_EXAMPLE,
+        example("fusion") if near_roof else example("float4"),
         notes,
     )

@@ -11,6 +11,7 @@ so a tensor-core GEMM measures ~0 and never fires; memory-bound kernels are skip
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -21,7 +22,6 @@ from pytest_kernelpro.tools.base import (
     num,
     pct,
 )
-from pytest_kernelpro.tools.registry import ToolRegistry
 from pytest_kernelpro.tools.signals import DADD, DFMA, DMUL, FADD, FFMA, FMUL, PIPES
 
 HFMA = "smsp__sass_thread_inst_executed_op_hfma_pred_on.sum"
@@ -39,12 +39,6 @@ FLOP_WEIGHTS: dict[str, tuple[str, float]] = {
     HADD: ("FP16", 2.0),
     HMUL: ("FP16", 2.0),
 }
-
-RECIPROCAL_EXAMPLE = """\
-// 1.0 / (k + 1) inside the loop is a reciprocal + Newton iterations on every iteration.
-__constant__ double inv[256];                 // filled once on the host: inv[k] = 1.0 / (k + 1)
-for (int k = 0; k < 256; ++k) acc = fma(acc, v, inv[k]);
-"""
 
 
 HALF_DTYPES = ("float16", "bfloat16", "half", "torch.float16", "torch.bfloat16", "fp16", "bf16")
@@ -68,7 +62,6 @@ def measured_flops(ctx: ToolContext) -> dict[str, float]:
     return out
 
 
-@ToolRegistry.register
 class FlopOverheadTool(ProfilingTool):
     """A compute-bound kernel executing several times the FLOPs its operation needs."""
 
@@ -90,22 +83,14 @@ class FlopOverheadTool(ProfilingTool):
     HIGH_RATIO = 3.0
     BUSY_PIPE_PCT = 40.0  # below this the extra math is not what limits the kernel
 
-    def _ratio(self, ctx: ToolContext) -> tuple[float, dict[str, float]] | None:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if not ctx.flops:
             return None
         flops = measured_flops(ctx)
-        return sum(flops.values()) / ctx.flops, flops
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        found = self._ratio(ctx)
-        return found is not None and found[0] >= self.TRIGGER_RATIO
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._ratio(ctx)
-        if found is None or not ctx.flops:
-            raise self.not_triggered(ctx)
-        ratio, flops = found
         total = sum(flops.values())
+        ratio = total / ctx.flops
+        if ratio < self.TRIGGER_RATIO:
+            return None
         pipes = {label: ctx.value(PIPES[label].name) for label in ("FMA (FP32)", "FP64")}
         busy = max(
             ((k, v) for k, v in pipes.items() if v is not None), key=lambda kv: kv[1], default=None
@@ -147,20 +132,17 @@ class FlopOverheadTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Hoist loop-invariant math; replace divisions by loop-dependent constants "
-                    "with multiplications by precomputed reciprocals (a __constant__ or shared "
-                    "table); keep values that are reused instead of recomputing them",
+                    action("flop_overhead", "hoist_loop_invariant"),
                     1.0 + (ratio - 1.0) / 3.0,
                     ratio,
                     "bound: executed / needed FLOPs",
                 ),
                 Recommendation(
-                    "Where accuracy allows, use fast intrinsics for the remaining FP32 math "
-                    "(__fdividef, __frcp_rn, __expf, or -use_fast_math)",
+                    action("flop_overhead", "where_accuracy_allows"),
                     1.05,
                     max(1.05, min(ratio, 1.5)),
                     "heuristic",
                 ),
             ],
-            code_example=RECIPROCAL_EXAMPLE if "FP64" in flops and flops["FP64"] else None,
+            code_example=example("reciprocal") if "FP64" in flops and flops["FP64"] else None,
         )

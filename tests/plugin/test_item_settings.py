@@ -100,6 +100,16 @@ def marked(x):
 """
 
 
+# The sources the report names for threshold and trials, by the top layer set.
+LAYER_SOURCES = {
+    (): ("built-in for a cpu kernel", "default"),
+    ("conftest",): ("conftest pytest_kernelpro_defaults", "conftest pytest_kernelpro_defaults"),
+    ("ini",): ("ini key kernelpro_threshold", "ini key kernelpro_trials"),
+    ("env",): ("environment variable KERNELPRO_THRESHOLD", "environment variable KERNELPRO_TRIALS"),
+    ("cli",): ("command line --kernelpro-threshold", "command line --kernelpro-trials"),
+}
+
+
 @pytest.mark.parametrize(
     ("layers", "threshold", "trials"),
     [
@@ -142,6 +152,18 @@ def test_precedence_through_a_pytest_run(
     assert records["plain"]["correctness"]["trials"] == trials
     assert records["marked"]["threshold"] == pytest.approx(0.3)
     assert records["marked"]["correctness"]["trials"] == 2
+    # The JSON report names each resolved setting's value and where it came from.
+    plain, marked = records["plain"]["settings"], records["marked"]["settings"]
+    assert set(plain) == {"threshold", "trials", "rtol", "atol", "min_roofline", "device"}
+    assert plain["threshold"]["value"] == pytest.approx(threshold)
+    assert plain["trials"]["value"] == trials
+    assert (plain["threshold"]["source"], plain["trials"]["source"]) == LAYER_SOURCES[layers[-1:]]
+    assert marked["threshold"] == {"value": 0.3, "source": "marker threshold="}
+    assert marked["trials"] == {"value": 2, "source": "marker trials="}
+    for name in ("rtol", "atol"):
+        assert plain[name] == {"value": None, "source": TOLERANCE_BY_DTYPE}
+    assert plain["min_roofline"] == {"value": None, "source": "built-in: no floor"}
+    assert plain["device"] == {"value": "cpu", "source": "command line --kernelpro-device"}
 
 
 @pytest.mark.parametrize("mode", [[], ["--kernelpro-check", "--kernelpro-save-baseline"]])
