@@ -415,7 +415,23 @@ def _round_to(x: float, granule: int) -> int:
     return max(granule, round(x / granule) * granule)
 
 
-RULES = ("clock", "plain")  # the gate's default (clock_scale.py), and plain times
+# The gate's rules, each applied to the same measurements: `default` (compare's defaults: a
+# clock-limited comparison gets 3x the threshold, gate/clock_scale.py), `fixed` (the plain
+# threshold for every kernel), `cycles` (times scaled by the mean SM clock; measured worse).
+# Run 3 (2026-12-01) ran "clock" (= cycles) and "plain" (= fixed, the default then).
+RULE_KWARGS: dict[str, dict[str, bool]] = {
+    "default": {},
+    "fixed": {"widen_when_clock_limited": False},
+    "cycles": {"clock_normalize": True, "widen_when_clock_limited": False},
+}
+RULE_LABELS = {
+    "default": "default (3x the threshold when the SM clock was held below 95% of its maximum "
+    "by a limit, gate/clock_scale.py)",
+    "fixed": "fixed (the threshold for every kernel)",
+    "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
+    "clock": "clock (= cycles; run 3's name)",
+    "plain": "plain (= fixed; run 3's name, the default then)",
+}
 
 
 def _bound_of(launch: Any, spec: Any, ceilings: Any) -> tuple[str, str]:
@@ -473,6 +489,10 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     slowdowns = [float(x) for x in args.slowdowns.split(",")]
     specs = [s for s in SUITE if not args.only or s.name in args.only.split(",")]
     ceilings = _load_ceilings(args.ceilings)
+    rules = args.rules.split(",")
+    unknown = [r for r in rules if r not in RULE_KWARGS]
+    if unknown:
+        raise SystemExit(f"--rules: unknown {unknown}; known: {', '.join(RULE_KWARGS)}")
     rng = random.Random(args.seed)
     t_start = time.monotonic()
     deadline = t_start + args.max_minutes * 60
@@ -564,8 +584,8 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                             a_infos.append(rec_info)
                         firsts = {
                             rule: compare(rec, entry, threshold=threshold, alpha=args.alpha,
-                                          clock_normalize=rule == "clock")
-                            for rule in RULES
+                                          **RULE_KWARGS[rule])
+                            for rule in rules
                         }  # fmt: skip
                         again = None
                         if any(needs_confirmation(v) for v in firsts.values()):
@@ -575,12 +595,14 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                             if needs_confirmation(first):
                                 assert again is not None
                                 final = confirm(first, again, entry,
-                                                clock_normalize=rule == "clock")  # fmt: skip
+                                                **RULE_KWARGS[rule])  # fmt: skip
                             comparisons.append({
                                 "kernel": spec.name, "trial": trial, "variant": variant,
                                 "rule": rule, "threshold": threshold, "change": first.change,
                                 "raw_change": first.raw_change if first.clock_scale else first.change,
                                 "clock_scale": first.clock_scale,
+                                "clock_limited": first.clock_limited,
+                                "tolerance": first.tolerance,
                                 "p_value": first.p_value, "first": first.change_status,
                                 "final": final.change_status, "failed": final.failed,
                                 "confirm_change": (final.confirmation or {}).get("change"),
@@ -633,7 +655,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             "later_budget": later_budget.to_dict(),
             "min_trials": args.min_trials,
             "wide_trials": args.wide_trials,
-            "rules": list(RULES),
+            "rules": rules,
             "ceilings": args.ceilings,
         },
         "measurements": measurements,
@@ -695,12 +717,7 @@ def render_suite(result: dict[str, Any]) -> str:
         f"- command: `{result['command']}`",
         f"- gate: threshold {s['threshold']:.0%} (the plugin's default), alpha {s['alpha']}, "
         "confirmation re-measurement of every flagged change; rules: "
-        + ", ".join(
-            {"clock": "clock (the default: capped compute-bound kernels compared in cycles, "
-                      "gate/clock_scale.py)",
-             "plain": "plain (times only, clock_normalize=False)"}.get(r, r)
-            for r in rules
-        )  # fmt: skip
+        + ", ".join(RULE_LABELS.get(r, r) for r in rules)
         + " — both on the same measurements",
         f"- timing: budget {fb['max_time_s']} s, target CI {fb['target_rel_ci']}, flush "
         f"{'on' if fb['flush_l2'] else 'off'}; warm-up {fb['warmup_ms']:g} ms before each "
@@ -708,8 +725,8 @@ def render_suite(result: dict[str, Any]) -> str:
         f"- {result['measurements']} measurements in {result['wall_s']:.0f} s",
         "",
         "Failed the gate = regressed and confirmed. A/A: a re-measurement of the unchanged "
-        "kernel against its baseline (false alarm if it failed). Cells: clock rule / plain rule. "
-        "Measured: the median over trials of the variant's change (clock rule).",
+        f"kernel against its baseline (false alarm if it failed). Cells: {' / '.join(rules)}. "
+        f"Measured: the median over trials of the variant's change ({default_rule}).",
         "",
         "| kernel | bound | A median | trials | A/A false alarms | "
         + " | ".join(f"{v} measured / caught" for v in slow)
@@ -801,7 +818,10 @@ def render_suite(result: dict[str, Any]) -> str:
     ]  # fmt: skip
     for rule in rules:
         comps = [c for c in by_rule(rule) if c["kernel"] in long_names and c["variant"] != "A"]
-        size = {(k, v): _variant_change(comps, k, v) for k, v in {(c["kernel"], c["variant"]) for c in comps}}
+        size = {
+            (k, v): _variant_change(comps, k, v)
+            for k, v in {(c["kernel"], c["variant"]) for c in comps}
+        }
         for label, names in (("capped", long_names & capped), ("not capped", long_names - capped)):
             cells = []
             for lo, hi in bins:
@@ -828,6 +848,10 @@ def main(argv: list[str] | None = None) -> int:
         help="suite: trials per kernel that also measure the larger slowdowns",
     )  # fmt: skip
     parser.add_argument("--long-only", action="store_true", help="suite: only kernels >= 50 us")
+    parser.add_argument(
+        "--rules", default="default,fixed",
+        help=f"suite: gate rules applied to the same measurements ({', '.join(RULE_KWARGS)})",
+    )  # fmt: skip
     parser.add_argument(
         "--ceilings", default=None,
         help="suite: ceilings JSON; each kernel's roofline bound from its FLOPs and bytes",

@@ -377,6 +377,33 @@ def kernel_entry(
     base = root / "base.yaml"
     entry["baseline_text"] = base.read_text(encoding="utf-8") if base.is_file() else None
     entry["optimize_text"] = (record.get("extra") or {}).get("optimize_text")
+    # The current kernel's median in the search's interleaved rounds (the re-check's "before"
+    # when the item's own timing is not in a report).
+    entry["current_median_s"] = (summary.get("ranking") or {}).get("current_median_s")
+    return entry
+
+
+FINISHED = ("improved", "no improvement found")
+
+
+def finished_in_folder(kernel: str, run_dir: Path, root: Path, raw: Path) -> dict[str, Any] | None:
+    """A search that ended (ranked and confirmed: its summary.json says so) although the
+    pytest session around it was cut off before writing its report: the kernel's entry from
+    its run folder (no item timing or baseline, which only the report holds)."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        return None
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    if summary.get("status") not in FINISHED or summary.get("interrupted"):
+        return None
+    best = summary.get("best_patch")
+    if best and not Path(best).is_file():  # a folder copied off the machine it ran on
+        moved = run_dir / "patches" / Path(best).name
+        summary["best_patch"] = str(moved) if moved.is_file() else None
+    summary["run_dir"] = str(run_dir)
+    entry = kernel_entry(kernel, {"extra": {"optimize": summary}}, {}, root, raw)
+    entry["from_run_folder"] = True
+    entry["baseline_text"] = None
     return entry
 
 
@@ -438,8 +465,10 @@ def recheck(
     if not patched:
         return out
     select = " or ".join(KERNELS[k][0] for k in patched)
+    # Against the baseline the search's session saved (when it got to write one).
+    baseline = [f"--kernelpro-baseline={base}"] if texts else []
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--kernelpro-check",
-           f"--kernelpro-baseline={base}", "-k", select]  # fmt: skip
+           *baseline, "-k", select]  # fmt: skip
     out["run"] = run(cmd, clone, raw / "recheck.log", left_s)
     report = clone / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
@@ -448,7 +477,9 @@ def recheck(
     for kernel in patched:
         record = rechecked.get(kernel) or {}
         gate = record.get("gate") or {}
-        before = ((searched[kernel].get("item") or {}).get("median_s")) or None
+        before = ((searched[kernel].get("item") or {}).get("median_s")) or searched[kernel].get(
+            "current_median_s"
+        )
         after = ((record.get("timing") or {}).get("stats") or {}).get("median_s")
         out["kernels"][kernel].update(
             outcome=record.get("outcome"),
@@ -473,6 +504,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", type=Path, action="append", default=[])
+    parser.add_argument(
+        "--salvage", type=Path, action="append", default=[],
+        help="a raw folder of a cut-off call: its finished searches' run folders count",
+    )  # fmt: skip
     parser.add_argument(
         "--kernels",
         default=";".join(",".join(g) for g in GROUPS),
@@ -506,6 +541,20 @@ def main() -> int:
         with tarfile.open(args.out / "raw.tar.gz", "w:gz") as tar:
             tar.add(raw, arcname="raw")
 
+    for folder in args.salvage:
+        # Run folders of a cut-off call copied back (DIR/<slug>.partial.run): searches that
+        # finished there count as done here.
+        for kernel in KERNELS:
+            from pytest_kernelpro.handoff.replay import slug as run_slug
+
+            run_dir = folder / f"{run_slug(kernel)}.partial.run"
+            if f"search:{kernel}" in steps.done or not run_dir.is_dir():
+                continue
+            done = finished_in_folder(kernel, run_dir, args.scratch, raw)
+            if done is not None:
+                done["salvaged_from"] = str(folder)
+                steps.add(f"search:{kernel}", done)
+                log(f"{kernel}: finished in an earlier call (salvaged from its run folder)")
     if "env" not in steps.done:
         steps.add("env", environment(args.device))
         log(f"env: {json.dumps(steps.done['env'])}")
@@ -535,6 +584,19 @@ def main() -> int:
         )
         for kernel, entry in entries.items():
             if step["exit"] == "timeout" or not entry["summary"].get("status"):
+                from pytest_kernelpro.handoff.replay import slug as run_slug
+
+                folders = sorted(
+                    (user / ".kernelpro" / "optimize" / run_slug(kernel)).glob("run-*")
+                )
+                done = (
+                    finished_in_folder(kernel, folders[-1], args.scratch, raw) if folders else None
+                )
+                if done is not None:
+                    done["run"] = step
+                    log(f"{kernel}: finished (its run folder), the session around it was cut off")
+                    steps.add(f"search:{kernel}", done)
+                    continue
                 # Cut off (or never reached): what its run folder held by then, not a
                 # finished step; the next call searches it again.
                 log(f"{kernel}: not finished in this call ({step['exit']}, {step['wall_s']} s)")

@@ -77,6 +77,7 @@ class BaselineEntry:
     method: str | None = None
     # The clock the samples ran at (gate/clock_scale.py); absent for CPU timings.
     sm_mhz: float | None = None  # mean SM clock over the NVML readings during the samples
+    max_sm_mhz: float | None = None  # the GPU's maximum SM clock
     clock_capped_share: float | None = None  # share of samples under a power/thermal limit
     bound: str | None = None  # the reference's roofline bound
 
@@ -86,6 +87,7 @@ class BaselineEntry:
             key: value
             for key, value in (
                 ("sm_mhz", _sig(self.sm_mhz)),
+                ("max_sm_mhz", _sig(self.max_sm_mhz)),
                 ("clock_capped_share", _sig(self.clock_capped_share)),
                 ("bound", self.bound),
             )
@@ -130,6 +132,7 @@ class BaselineEntry:
             method=timing.get("method"),
             samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
             sm_mhz=clock.sm_mhz,
+            max_sm_mhz=clock.max_sm_mhz,
             clock_capped_share=clock.capped_share,
             bound=clock.bound,
         )
@@ -457,7 +460,7 @@ def _parse_entry(raw: Any) -> BaselineEntry:
         if value is not None and not _finite_nonneg(value):
             raise ValueError(f"{key} is {_short(value)}, expected a number or null")
         setattr(out, key, None if value is None else float(value))
-    for key in ("sm_mhz", "clock_capped_share"):
+    for key in ("sm_mhz", "max_sm_mhz", "clock_capped_share"):
         value = raw.get(key)
         if value is not None and not _finite_nonneg(value):
             raise ValueError(f"{key} is {_short(value)}, expected a number or null")

@@ -33,10 +33,10 @@ from .budget import (
     warmup_count,
 )
 
-# NVML readings while a round runs: every 2 ms, so a 30 ms round of a power-capped GEMM
-# gives ~15 clock readings and the measurement's mean SM clock (what the gate scales a capped
-# compute-bound kernel by, gate/clock_scale.py) is not the mean of three.
-CLOCK_READ_INTERVAL_S = 0.002
+# NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
+# whether a comparison is clock-limited (gate/clock_scale.py). Reading every 2 ms (to scale
+# times by the clock) did not make the mean clock follow the kernel's time on the H200.
+CLOCK_READ_INTERVAL_S = 0.01
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device
 # One flush buffer per (device, size), kept for the process like triton's cache buffer, so
 # each kernel does not pay an allocation.
