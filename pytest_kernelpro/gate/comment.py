@@ -22,6 +22,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
     bar,
+    cross_device,
     format_change,
     format_time,
     record_status,
@@ -37,7 +38,7 @@ from pytest_kernelpro.gate.github import (
     pull_request_head,
 )
 from pytest_kernelpro.gate.optimize_table import optimize_markdown
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 __all__ = ["MARKER", "comment_main", "post_comment", "render_comment"]
 
@@ -216,16 +217,16 @@ def _roofline_cell(eff: float | None) -> str:
 
 
 def _row(record: KernelRecord) -> str:
-    gate = record.gate or {}
+    gate = record.gate
     status = record_status(record)
-    cross = str(gate.get("basis", "")).startswith("efficiency")
-    base = gate.get("baseline_median_s")
+    cross = cross_device(record)
+    base = gate.baseline_median_s if gate else None
     now = stat(record, "median_s")
-    change = gate.get("change") if status not in ("new", "unmeasured") else None
+    change = gate.change if gate and status not in ("new", "unmeasured") else None
     change_text = format_change(change) + ("\\*" if cross and change is not None else "")
     if change is not None and status in ("regressed", "improved"):
         change_text = f"**{change_text}**"
-    bound = (record.roofline or {}).get("bound")
+    bound = record.roofline.bound if record.roofline else None
     cells = [
         _text(record.name),
         format_time(base) if base else "–",
@@ -299,9 +300,9 @@ def _pct_or_dash(value: Any) -> str:
 
 
 def _details(record: KernelRecord, with_guidance: bool) -> str:
-    gate = record.gate or {}
+    gate = record.gate
     status = record_status(record)
-    conf = gate.get("confirmation") or {}
+    conf = (gate.confirmation if gate else None) or {}
     # HTML only around our own words: a name inside <summary> is an HTML-escaped <code>.
     summary = (
         f"<details><summary>{_emoji(status)} <code>{_html(record.name)}</code>: "
@@ -315,28 +316,28 @@ def _details(record: KernelRecord, with_guidance: bool) -> str:
         lines += ["", "</details>"]
         return "\n".join(lines)
     lines = [
-        f"{summary} {format_change(gate.get('change'))}</summary>",
+        f"{summary} {format_change(gate.change)}</summary>",
         "",
         "| | Baseline | Now | Re-measured |",
         "|:--|--:|--:|--:|",
-        f"| Median | {format_time(gate.get('baseline_median_s'))} | "
+        f"| Median | {format_time(gate.baseline_median_s)} | "
         f"{format_time(stat(record, 'median_s'))} | {format_time(conf.get('current_median_s'))} |",
-        f"| Samples | {gate.get('n_baseline') or '–'} | {gate.get('n_current') or '–'} | "
+        f"| Samples | {gate.n_baseline or '–'} | {gate.n_current or '–'} | "
         f"{conf.get('n') or '–'} |",
-        f"| % of roofline | {_pct_or_dash(gate.get('baseline_efficiency'))} | "
+        f"| % of roofline | {_pct_or_dash(gate.baseline_efficiency)} | "
         f"{_pct_or_dash(record.efficiency)} | |",
-        f"| Device | {_text(short_device(gate.get('baseline_device')))} | "
+        f"| Device | {_text(short_device(gate.baseline_device))} | "
         f"{_text(short_device(record.device))} | |",
         "",
     ]
     lines.append(
-        f"- **Basis:** {_text(gate.get('basis'), table=False)}; "
-        f"tolerance {_pct_or_dash(gate.get('tolerance'))}"
+        f"- **Basis:** {_text(gate.basis, table=False)}; "
+        f"tolerance {_pct_or_dash(gate.tolerance)}"
     )
-    if gate.get("p_value") is not None:
+    if gate.p_value is not None:
         lines.append(
-            f"- **Mann-Whitney U:** one-sided p = {float(gate['p_value']):.2g} "
-            f"(alpha {_number_text(gate.get('alpha'))})"
+            f"- **Mann-Whitney U:** one-sided p = {float(gate.p_value):.2g} "
+            f"(alpha {_number_text(gate.alpha)})"
         )
     if conf:
         done = "reproduced" if conf.get("reproduced") else "**not reproduced**"
@@ -345,9 +346,9 @@ def _details(record: KernelRecord, with_guidance: bool) -> str:
             f"- **Confirmation re-measurement:** {done} "
             f"({format_change(conf.get('change'))}{p_text})"
         )
-    why = gate.get("reason") or gate.get("message") or ""
+    why = gate.reason or gate.message or ""
     lines.append(f"- **Why:** {_text(why, limit=1000, table=False)}")
-    if record.outcome in ("failed", "error") and record.message and not gate.get("failed"):
+    if record.outcome in ("failed", "error") and record.message and not gate.failed:
         lines.append(f"- **Test failure:** {_text(record.message, limit=1000, table=False)}")
     if with_guidance and record.guidance:
         # Written by the job that ran the PR's code: shown as text, never rendered.
@@ -423,7 +424,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
                 "</details>",
                 "",
             ]
-        if any(str((r.gate or {}).get("basis", "")).startswith("efficiency") for r in records):
+        if any(cross_device(r) for r in records):
             out += [
                 "\\* measured on another device than the baseline: compared by efficiency "
                 "(time relative to the roofline) with the wider cross-device tolerance.",

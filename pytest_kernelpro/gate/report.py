@@ -26,6 +26,7 @@ from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
     bar,
+    cross_device,
     format_change,
     format_time,
     record_status,
@@ -34,7 +35,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_KIND = "kernelpro-report"
@@ -44,7 +45,7 @@ DEFAULT_JSON_PATH = ".kernelpro/kernelpro-report.json"
 def summarize(records: Sequence[KernelRecord]) -> dict[str, Any]:
     """Counts by status, and the names of the kernels that fail the gate."""
     statuses = Counter(record_status(r) for r in records)
-    failed = [r.name for r in records if (r.gate or {}).get("failed") or r.outcome == "failed"]
+    failed = [r.name for r in records if (r.gate and r.gate.failed) or r.outcome == "failed"]
     return {
         "kernels": len(records),
         "failed": len(failed),
@@ -168,12 +169,11 @@ def _roofline_cell(record: KernelRecord, bar_width: int) -> str:
 def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
     status = record_status(record)
     _, word, style = STATUS_STYLE.get(status, ("", status, ""))
-    gate = record.gate or {}
-    change = gate.get("change")
+    change = record.gate.change if record.gate else None
     text = word
     if change is not None and status not in ("new", "unmeasured"):
         text = f"{word} {format_change(change)}"
-        if str(gate.get("basis", "")).startswith("efficiency"):
+        if cross_device(record):
             text += "*"
     return text, style
 
@@ -197,7 +197,7 @@ def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> lis
             return stat(record, "median_s")
         if sort == "roofline":
             return None if record.efficiency is None else -float(record.efficiency)
-        change = (record.gate or {}).get("change")
+        change = record.gate.change if record.gate else None
         return None if change is None else float(change)
 
     def key(record: KernelRecord) -> tuple[int, float, str]:
@@ -273,7 +273,7 @@ def render_terminal_table(
     console.print(table)
     summary = summarize(records)
     parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
-    if any(str((r.gate or {}).get("basis", "")).startswith("efficiency") for r in records):
+    if any(cross_device(r) for r in records):
         console.print(
             "* other device than the baseline: compared by efficiency (time relative to the "
             "roofline), with the wider cross-device tolerance",

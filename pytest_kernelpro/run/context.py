@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..measure.ceilings import Ceilings
     from ..measure.devices import DeviceSpec
     from ..problem import Problem, ProblemLocator
-    from ..results import KernelRecord
+    from ..record import KernelRecord
     from .profile import SessionCapture
     from .session import DeviceChoice
 

@@ -32,7 +32,7 @@ from ..handoff.replay import slug as _slug
 if TYPE_CHECKING:
     from ..handoff.progress import SearchProgress
     from ..handoff.runs import RunFolder
-    from ..results import KernelRecord
+    from ..record import KernelRecord
     from ..search.base import Candidate, Evaluation
     from ..search.patch import KernelSite
     from .items import KernelItem

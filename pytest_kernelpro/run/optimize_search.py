@@ -37,7 +37,7 @@ from pytest_kernelpro.run.shims import (
 
 if TYPE_CHECKING:
     from pytest_kernelpro.agents.problem_context import ProblemContext
-    from pytest_kernelpro.results import KernelRecord
+    from pytest_kernelpro.record import KernelRecord
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
     from pytest_kernelpro.search.base import Candidate, Evaluation, Mode
@@ -433,7 +433,8 @@ def run_search(
     cur_s = current.metrics.get("candidate_median_s") if current.ok else None
 
     # The Benchmarking Agent: roofline + ncu validation of the reference's class.
-    facts = RooflineFacts.from_roofline(record.roofline, median_s=cur_s)
+    roofline = record.roofline.to_dict() if record.roofline else None
+    facts = RooflineFacts.from_roofline(roofline, median_s=cur_s)
     profiler = None
     validation = None
     if device.startswith("cuda") and settings.feedback != "none":
@@ -453,9 +454,9 @@ def run_search(
         clock.profile += time.perf_counter() - started
     reference_text = (
         render_reference_summary(
-            record.roofline, reference_s=ref_s, current_s=cur_s, validation=validation
+            roofline, reference_s=ref_s, current_s=cur_s, validation=validation
         )
-        if record.roofline
+        if roofline
         else None
     )
 

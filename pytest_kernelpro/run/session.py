@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KernelproError
-from ..results import KernelRecord
+from ..record import KernelRecord
 
 if TYPE_CHECKING:
     import pytest

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import KernelproError
-from ..results import KernelRecord
+from ..record import CorrectnessPart, KernelRecord, RooflinePart, TimingPart, VerdictPart
 from .context import ItemRun, ItemSettings
 
 if TYPE_CHECKING:
@@ -318,7 +318,7 @@ def check(
     except Exception as exc:
         _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"{run.name} raised {_describe_exception(exc)}") from exc
-    run.record.correctness = correctness.to_dict()
+    run.record.correctness = CorrectnessPart.from_dict(correctness.to_dict())
     if getattr(correctness, "cuda_error", False) and services.cuda_poisoned_by is None:
         services.cuda_poisoned_by = run.name
     if not correctness.passed:
@@ -355,7 +355,7 @@ def time_item(
     except Exception as exc:
         _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"timing {run.name} failed: {_describe_exception(exc)}") from exc
-    record.timing = timing.to_dict()
+    record.timing = TimingPart.from_dict(timing.to_dict())
     record.device = timing.device
     if timing.threads is not None:
         # Timings with other thread counts are not comparable: the count is part of the device.
@@ -376,7 +376,7 @@ def roofline_floor(run: ItemRun, median_s: float) -> None:
     if fails:
         raise KernelproError(
             f"{run.name} {reason} set in its marker (median {median_s * 1e6:.1f} us vs "
-            f"roofline {(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
+            f"roofline {(record.roofline_time_s or 0) * 1e6:.1f} us)"
         )
 
 
@@ -471,7 +471,7 @@ def roofline(
             f"roofline analysis of the reference of {run.name} failed: "
             f"{_describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
         ) from exc
-    record.roofline = analysis.to_dict()
+    record.roofline = RooflinePart.from_dict(analysis.to_dict())
     record.efficiency = analysis.efficiency(median_s)
 
 
@@ -512,12 +512,12 @@ def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None
     if needs_confirmation(verdict):
         timing = remeasure()
         confirmed = KernelRecord.from_dict(record.to_dict())
-        confirmed.timing = timing.to_dict()
-        if record.roofline:
-            confirmed.efficiency = record.roofline["roofline_time_s"] / timing.stats.median_s
+        confirmed.timing = TimingPart.from_dict(timing.to_dict())
+        if record.roofline_time_s is not None:
+            confirmed.efficiency = record.roofline_time_s / timing.stats.median_s
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu)
         record.extra["confirmation_timing"] = timing.to_dict()
-    record.gate = verdict.to_dict()
+    record.gate = VerdictPart.from_dict(verdict.to_dict())
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
         _auto_profile(run, services)
     if verdict.failed:
