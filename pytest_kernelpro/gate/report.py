@@ -24,17 +24,13 @@ from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.format import (
-    STATUS_STYLE,
-    bar,
     cross_device,
-    format_change,
-    format_time,
     record_status,
-    roofline_value,
     short_device,
     sort_key,
     stat,
 )
+from pytest_kernelpro.gate.render import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1
@@ -149,35 +145,6 @@ def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     return merge_report_dicts([load_report(p) for p in paths])
 
 
-def _median_cell(record: KernelRecord) -> str:
-    med = stat(record, "median_s")
-    if med is None:
-        return "–"
-    q1, q3 = stat(record, "q1_s"), stat(record, "q3_s")
-    if q1 is None or q3 is None or med <= 0:
-        return format_time(med)
-    return f"{format_time(med)} ±{(q3 - q1) / 2 / med:.1%}"
-
-
-def _roofline_cell(record: KernelRecord, bar_width: int) -> str:
-    eff = record.efficiency
-    if eff is None:
-        return "–"
-    return f"{bar(eff, bar_width)} {eff:4.0%}"
-
-
-def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
-    status = record_status(record)
-    _, word, style = STATUS_STYLE.get(status, ("", status, ""))
-    change = record.gate.change if record.gate else None
-    text = word
-    if change is not None and status not in ("new", "unmeasured"):
-        text = f"{word} {format_change(change)}"
-        if cross_device(record):
-            text += "*"
-    return text, style
-
-
 SORT_KEYS = ("status", "name", "median", "roofline", "change")
 
 
@@ -219,7 +186,6 @@ def render_terminal_table(
     from rich import box
     from rich.console import Console
     from rich.table import Table
-    from rich.text import Text
 
     width = max(60, int(width))
     narrow = width < 100
@@ -245,19 +211,9 @@ def render_terminal_table(
     table.add_column("bound", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for record in sorted_records(records, sort):
-        text, style = _verdict_cell(record)
-        # Text, not str: a name like "k[/bold]" is a kernel's name, not rich markup.
-        row: list[Any] = [Text(record.name)]
-        if show_device:
-            row.append(Text(short_device(record.device)))
-        row.append(_median_cell(record))
-        if not narrow:
-            row.append(format_time(roofline_value(record, "roofline_time_s")))
-        row += [
-            _roofline_cell(record, bar_width),
-            str(roofline_value(record, "bound") or "–"),
-            Text(text, style=style if color else ""),
-        ]
+        row = terminal_row(
+            record, show_device=show_device, narrow=narrow, bar_width=bar_width, color=color
+        )
         table.add_row(*row)
     buffer = io.StringIO()
     console = Console(
