@@ -41,7 +41,7 @@ def _pytest_command(args: argparse.Namespace, dask: str | None) -> list[str]:
     cmd += [
         "-p", "no:cacheprovider", f"--kernelpro-time-budget={args.timing}",
         "--kernelpro-warmup-ms=50", f"--kernelpro-optimize={args.budget}",
-        "--kernelpro-llm=replay:replays", "--kernelpro-feedback=none",
+        "--kernelpro-llm=replay:replays", f"--kernelpro-feedback={args.feedback}",
         "--kernelpro-candidates=1", "-k", args.select, "-rA",
     ]  # fmt: skip
     if args.device:
@@ -99,6 +99,11 @@ def _summary(user: Path, out: Path, name: str) -> dict[str, Any]:
             current_speedup_vs_reference=(opt.get("current") or {}).get("speedup_vs_reference"),
             candidates=ranked,
             winner=next((c["strategy"] for c in ranked if c.get("rank") == 1), None),
+            status_reason=opt.get("reason"),
+            wall_s=opt.get("wall_s"),
+            elapsed_s=opt.get("elapsed_s"),
+            # Each profile's record, where it was made (a Dask worker) and in which sandbox.
+            profiles=opt.get("profiles"),
         )
     return kernels
 
@@ -113,6 +118,16 @@ def main() -> int:
     parser.add_argument("--dask", default="local")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/kp-dask-bench"))
     parser.add_argument("--deadline-s", type=float, default=600.0)
+    parser.add_argument(
+        "--feedback", default="none", help="--kernelpro-feedback of both runs (tools: profiled)"
+    )
+    parser.add_argument("--runs", default="dask,in_process", help="which of the two runs")
+    parser.add_argument(
+        "--reserve-s",
+        type=float,
+        default=100.0,
+        help="seconds of the deadline kept for the second run (the first cannot take them)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(args.scratch, ignore_errors=True)
@@ -120,12 +135,15 @@ def main() -> int:
     started = time.monotonic()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    for name, dask in (("dask", args.dask), ("in_process", None)):
+    runs = [r for r in (("dask", args.dask), ("in_process", None)) if r[0] in args.runs.split(",")]
+    for name, dask in runs:
         user = args.scratch / name
         shutil.copytree(
             REPO / "example_repo", user, ignore=shutil.ignore_patterns(".kernelpro", "__pycache__")
         )
         left = args.deadline_s - (time.monotonic() - started)
+        if name == "dask" and len(runs) > 1:  # the in-process run gets its share too
+            left -= args.reserve_s
         cmd = _pytest_command(args, dask)
         began = time.monotonic()
         with open(args.out / f"{name}.log", "w", encoding="utf-8") as log:

@@ -176,9 +176,12 @@ def make_kernels(device: str, sizes: dict[str, int]) -> tuple[dict[str, Any], di
     return kernels, facts
 
 
-def measure(fn: Any, device: str, budget: TimingBudget, name: str) -> KernelRecord:
+def measure(
+    fn: Any, device: str, budget: TimingBudget, name: str, bound: str | None = None
+) -> KernelRecord:
     timing = time_kernel(fn, device=device, budget=budget)
     return KernelRecord(
+        roofline=None if bound is None else {"bound": bound},
         nodeid=f"gate_accuracy::{name}",
         name=name,
         kernel="add",
@@ -412,6 +415,47 @@ def _round_to(x: float, granule: int) -> int:
     return max(granule, round(x / granule) * granule)
 
 
+# The gate's rules, each applied to the same measurements: `default` (compare's defaults: a
+# clock-limited comparison gets 3x the threshold, gate/clock_scale.py), `fixed` (the plain
+# threshold for every kernel), `cycles` (times scaled by the mean SM clock; measured worse).
+# Run 3 (2026-12-01) ran "clock" (= cycles) and "plain" (= fixed, the default then).
+RULE_KWARGS: dict[str, dict[str, bool]] = {
+    "default": {},
+    "fixed": {"widen_when_clock_limited": False},
+    "cycles": {"clock_normalize": True, "widen_when_clock_limited": False},
+}
+RULE_LABELS = {
+    "default": "default (3x the threshold when the SM clock was held below 95% of its maximum "
+    "by a limit, gate/clock_scale.py)",
+    "fixed": "fixed (the threshold for every kernel)",
+    "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
+    "clock": "clock (= cycles; run 3's name)",
+    "plain": "plain (= fixed; run 3's name, the default then)",
+}
+
+
+def _bound_of(launch: Any, spec: Any, ceilings: Any) -> tuple[str, str]:
+    """The kernel's roofline bound as the plugin finds it (its FLOPs and bytes on the
+    measured ceilings), else the suite's label for it."""
+    if ceilings is not None:
+        from pytest_kernelpro.measure.roofline import analyze_reference
+
+        try:
+            return analyze_reference(launch, (), ceilings=ceilings).bound, "roofline"
+        except Exception as exc:  # counted nothing, or a kernel the recorder upsets
+            return spec.kind, f"suite kind (roofline failed: {type(exc).__name__})"
+    return spec.kind, "suite kind (no --ceilings)"
+
+
+def _load_ceilings(path: str | None) -> Any:
+    if not path:
+        return None
+    from pytest_kernelpro.measure.ceilings import Ceilings
+
+    data = json.loads(Path(path).read_text())
+    return Ceilings.from_dict(data.get("ceilings", data))
+
+
 def _measure_info(rec: KernelRecord) -> dict[str, Any]:
     timing = rec.timing.to_dict() if rec.timing else {}
     clocks = timing.get("clocks") or {}
@@ -444,6 +488,11 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     threshold = default_threshold(args.device)
     slowdowns = [float(x) for x in args.slowdowns.split(",")]
     specs = [s for s in SUITE if not args.only or s.name in args.only.split(",")]
+    ceilings = _load_ceilings(args.ceilings)
+    rules = args.rules.split(",")
+    unknown = [r for r in rules if r not in RULE_KWARGS]
+    if unknown:
+        raise SystemExit(f"--rules: unknown {unknown}; known: {', '.join(RULE_KWARGS)}")
     rng = random.Random(args.seed)
     t_start = time.monotonic()
     deadline = t_start + args.max_minutes * 60
@@ -468,16 +517,25 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                 n_hi = n0 + _round_to(CAL_SPAN * n0, spec.granule)
                 launch_hi = spec.build(n_hi, small)
 
+                bound, bound_source = _bound_of(launch_a, spec, ceilings)
+                info.update(bound=bound, bound_source=bound_source)
+
                 def timed(
-                    fn: Any, name: str, first: bool = False, kernel: str = spec.name
+                    fn: Any,
+                    name: str,
+                    first: bool = False,
+                    kernel: str = spec.name,
+                    kernel_bound: str = bound,
                 ) -> KernelRecord:
                     nonlocal measurements
                     measurements += 1
                     budget = first_budget if first else later_budget
-                    return measure(fn, args.device, budget, f"{kernel}:{name}")
+                    return measure(fn, args.device, budget, f"{kernel}:{name}", kernel_bound)
 
                 warm = timed(launch_a, "A", first=True)  # the default 300 ms warm-up
                 device_name = warm.device
+                if args.long_only and (warm.median_s or 0.0) < LONG_KERNEL_S:
+                    raise _Skipped(f"{(warm.median_s or 0) * 1e6:.1f} us < 50 us (--long-only)")
                 cal: dict[str, list[float]] = {"lo": [], "hi": []}
                 for _ in range(SUITE_CAL_REPS):
                     for key, fn in (("lo", launch_a), ("hi", launch_hi)):
@@ -512,25 +570,47 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     base = timed(launches["A"], "A")
                     entry = BaselineEntry.from_record(base)
                     assert entry is not None
-                    order = list(launches)
+                    base_info = _measure_info(base)
+                    # Every trial: A/A and the smallest slowdown; the larger ones in the
+                    # first --wide-trials trials only (caught every time before).
+                    order = [v for v in launches
+                             if v in ("A", variant_name(min(slowdowns))) or trial < args.wide_trials]  # fmt: skip
                     rng.shuffle(order)
                     for variant in order:
                         rec = timed(launches[variant], variant)
                         medians[variant].append(rec.median_s or math.nan)
+                        rec_info = _measure_info(rec)
                         if variant == "A":
-                            a_infos.append(_measure_info(rec))
-                        first = compare(rec, entry, threshold=threshold, alpha=args.alpha)
-                        final = first
-                        if needs_confirmation(first):
+                            a_infos.append(rec_info)
+                        firsts = {
+                            rule: compare(rec, entry, threshold=threshold, alpha=args.alpha,
+                                          **RULE_KWARGS[rule])
+                            for rule in rules
+                        }  # fmt: skip
+                        again = None
+                        if any(needs_confirmation(v) for v in firsts.values()):
                             again = timed(launches[variant], variant)
-                            final = confirm(first, again, entry)
-                        comparisons.append({
-                            "kernel": spec.name, "trial": trial, "variant": variant,
-                            "threshold": threshold, "change": first.change,
-                            "p_value": first.p_value, "first": first.change_status,
-                            "final": final.change_status, "failed": final.failed,
-                            "confirm_change": (final.confirmation or {}).get("change"),
-                        })  # fmt: skip
+                        for rule, first in firsts.items():
+                            final = first
+                            if needs_confirmation(first):
+                                assert again is not None
+                                final = confirm(first, again, entry,
+                                                **RULE_KWARGS[rule])  # fmt: skip
+                            comparisons.append({
+                                "kernel": spec.name, "trial": trial, "variant": variant,
+                                "rule": rule, "threshold": threshold, "change": first.change,
+                                "raw_change": first.raw_change if first.clock_scale else first.change,
+                                "clock_scale": first.clock_scale,
+                                "clock_limited": first.clock_limited,
+                                "tolerance": first.tolerance,
+                                "p_value": first.p_value, "first": first.change_status,
+                                "final": final.change_status, "failed": final.failed,
+                                "confirm_change": (final.confirmation or {}).get("change"),
+                                "sm_mhz": rec_info["sm_mhz_mean"],
+                                "base_sm_mhz": base_info["sm_mhz_mean"],
+                                "capped_share": rec_info["throttled_share"],
+                                "base_capped_share": base_info["throttled_share"],
+                            })  # fmt: skip
                     trial += 1
                 a = _median(medians["A"])
                 info.update({
@@ -548,6 +628,8 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     "wall_s": round(time.monotonic() - k_start, 1),
                 })  # fmt: skip
                 del launches, launch_a
+        except _Skipped as exc:
+            info["error"] = f"skipped: {exc}"
         except Exception as exc:  # one kernel's failure is its row, not the run's end
             info["error"] = f"{type(exc).__name__}: {exc}"[:400]
         kernels.append(info)
@@ -572,12 +654,19 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
             "first_budget": first_budget.to_dict(),
             "later_budget": later_budget.to_dict(),
             "min_trials": args.min_trials,
+            "wide_trials": args.wide_trials,
+            "rules": rules,
+            "ceilings": args.ceilings,
         },
         "measurements": measurements,
         "wall_s": round(time.monotonic() - t_start, 1),
         "kernels": kernels,
         "comparisons": comparisons,
     }
+
+
+class _Skipped(Exception):  # noqa: N818 - a kernel the options leave out
+    pass
 
 
 def _median_of(info: dict[str, Any]) -> float | None:
@@ -592,9 +681,32 @@ def _rate(sel: list[dict[str, Any]]) -> str:
     return f"{k}/{len(sel)} = {_pct(k / len(sel))} ({_pct(lo)}–{_pct(hi)})"
 
 
+def _rule(c: dict[str, Any]) -> str:
+    return str(c.get("rule") or "plain")  # results from before the clock rule: plain times
+
+
+def _capped_kernels(result: dict[str, Any]) -> set[str]:
+    """Kernels whose A measurements ran with the clock set by a limit (half the samples)."""
+    return {
+        i["name"]
+        for i in result["kernels"]
+        if (i.get("throttled_share_A") or 0) >= 0.5 and "error" not in i
+    }
+
+
+def _variant_change(comps: list[dict[str, Any]], kernel: str, variant: str) -> float:
+    """The median change of a kernel's variant over its trials (under the comps' rule)."""
+    return _median(
+        [c["change"] for c in comps if c["kernel"] == kernel and c["variant"] == variant
+         and c["change"] is not None]
+    )  # fmt: skip
+
+
 def render_suite(result: dict[str, Any]) -> str:
     s = result["settings"]
-    comps = result["comparisons"]
+    all_comps = result["comparisons"]
+    rules = s.get("rules") or ["plain"]
+    default_rule = rules[0]
     slow = [variant_name(x) for x in s["slowdowns"]]
     fb, lb = s["first_budget"], s["later_budget"]
     lines = [
@@ -604,67 +716,119 @@ def render_suite(result: dict[str, Any]) -> str:
         f"- machine: {result['machine']}",
         f"- command: `{result['command']}`",
         f"- gate: threshold {s['threshold']:.0%} (the plugin's default), alpha {s['alpha']}, "
-        "confirmation re-measurement of every flagged change",
+        "confirmation re-measurement of every flagged change; rules: "
+        + ", ".join(RULE_LABELS.get(r, r) for r in rules)
+        + " — both on the same measurements",
         f"- timing: budget {fb['max_time_s']} s, target CI {fb['target_rel_ci']}, flush "
         f"{'on' if fb['flush_l2'] else 'off'}; warm-up {fb['warmup_ms']:g} ms before each "
         f"kernel's first measurement, {lb['warmup_ms']:g} ms before the later ones",
         f"- {result['measurements']} measurements in {result['wall_s']:.0f} s",
         "",
         "Failed the gate = regressed and confirmed. A/A: a re-measurement of the unchanged "
-        "kernel against its baseline (false alarm if it failed). Per variant: failed/n and the "
-        "median measured change (median over trials of that variant's median against A's).",
+        f"kernel against its baseline (false alarm if it failed). Cells: {' / '.join(rules)}. "
+        f"Measured: the median over trials of the variant's change ({default_rule}).",
         "",
-        "| kernel | kind | A median | trials | A/A false alarms | "
-        + " | ".join(f"{v} nominal / measured / caught" for v in slow)
-        + " | A/A max abs change | throttled / SM MHz / W |",
+        "| kernel | bound | A median | trials | A/A false alarms | "
+        + " | ".join(f"{v} measured / caught" for v in slow)
+        + " | A/A max abs change | capped / SM MHz / W |",
         "|:--|:--|--:|--:|--:|" + "--:|" * len(slow) + "--:|:--|",
     ]
+
+    def by_rule(rule: str) -> list[dict[str, Any]]:
+        return [c for c in all_comps if _rule(c) == rule]
+
+    def caught(sel: list[dict[str, Any]]) -> str:
+        return f"{sum(c['failed'] for c in sel)}/{len(sel)}"
+
     for info in result["kernels"]:
         name = info["name"]
         if "error" in info:
-            lines.append(f"| {name} | {info['kind']} | failed: {info['error'][:120]} |")
+            lines.append(f"| {name} | {info['kind']} | {info['error'][:120]} |")
             continue
         a = _median_of(info) or math.nan
-        sel = [c for c in comps if c["kernel"] == name]
-        aa = [c for c in sel if c["variant"] == "A"]
-        cells = []
-        for v in slow:
-            vs = [c for c in sel if c["variant"] == v]
-            got = (info.get("measured_change") or {}).get(v)
-            exp = v[1:]
-            caught = f"{sum(c['failed'] for c in vs)}/{len(vs)}"
-            cells.append(f"+{exp}% / {'–' if got is None else f'{got * 100:+.2f}%'} / {caught}")
+        per_rule = {r: [c for c in by_rule(r) if c["kernel"] == name] for r in rules}
+        main = per_rule[default_rule]
+
+        def cell(
+            variant: str,
+            main: list[dict[str, Any]] = main,
+            per_rule: dict[str, list[dict[str, Any]]] = per_rule,
+            name: str = name,
+        ) -> str:
+            parts = [caught([c for c in per_rule[r] if c["variant"] == variant]) for r in rules]
+            got = _variant_change(main, name, variant)
+            shown = "–" if got != got else f"{got * 100:+.2f}%"
+            return f"{shown} / {' / '.join(parts)}"
+
         thr = info.get("throttled_share_A")
         clocks = (
             f"{'–' if thr is None or thr != thr else f'{thr:.0%}'} / "
             f"{info.get('sm_mhz_mean_A') or math.nan:.0f} / {info.get('power_w_mean_A') or math.nan:.0f}"
         )
+        aa_main = [c for c in main if c["variant"] == "A"]
         lines.append(
-            f"| {name} | {info['kind']} | {a * 1e6:.1f} µs | {info['trials']} | "
-            f"{sum(c['failed'] for c in aa)}/{len(aa)} | " + " | ".join(cells) + f" | "
-            f"{max((abs(c['change']) for c in aa), default=math.nan) * 100:.2f}% | {clocks} |"
+            f"| {name} | {info.get('bound', info['kind'])} | {a * 1e6:.1f} µs | {info['trials']} | "
+            f"{' / '.join(caught([c for c in per_rule[r] if c['variant'] == 'A']) for r in rules)} | "
+            + " | ".join(cell(v) for v in slow)
+            + f" | {max((abs(c['change']) for c in aa_main), default=math.nan) * 100:.2f}% | {clocks} |"
         )
     long_names = {i["name"] for i in result["kernels"] if (_median_of(i) or 0) >= LONG_KERNEL_S}
+    capped = _capped_kernels(result)
     groups = [
         ("all kernels", lambda c: True),
         (f">= {LONG_KERNEL_S * 1e6:.0f} µs kernels ({len(long_names)})",
          lambda c: c["kernel"] in long_names),
+        (f">= {LONG_KERNEL_S * 1e6:.0f} µs, clock capped ({len(long_names & capped)})",
+         lambda c: c["kernel"] in long_names & capped),
+        (f">= {LONG_KERNEL_S * 1e6:.0f} µs, not capped ({len(long_names - capped)})",
+         lambda c: c["kernel"] in long_names - capped),
         (f"< {LONG_KERNEL_S * 1e6:.0f} µs kernels", lambda c: c["kernel"] not in long_names),
     ]  # fmt: skip
     lines += [
         "",
         "Pooled (95% Wilson intervals):",
         "",
-        "| kernels | A/A false alarms | " + " | ".join(f"{v} caught" for v in slow) + " |",
-        "|:--|--:|" + "--:|" * len(slow),
+        "| rule | kernels | A/A false alarms | " + " | ".join(f"{v} caught" for v in slow) + " |",
+        "|:--|:--|--:|" + "--:|" * len(slow),
     ]
-    for label, keep in groups:
-        sel = [c for c in comps if keep(c)]
-        lines.append(
-            f"| {label} | {_rate([c for c in sel if c['variant'] == 'A'])} | "
-            + " | ".join(_rate([c for c in sel if c["variant"] == v]) for v in slow)
-            + " |"
-        )
+    for rule in rules:
+        comps = by_rule(rule)
+        for label, keep in groups:
+            sel = [c for c in comps if keep(c)]
+            if not sel:
+                continue
+            lines.append(
+                f"| {rule} | {label} | {_rate([c for c in sel if c['variant'] == 'A'])} | "
+                + " | ".join(_rate([c for c in sel if c["variant"] == v]) for v in slow)
+                + " |"
+            )
+    # Detection by the size of the change each variant really had (its median over trials
+    # under that rule): nominal 3% variants came out anywhere from +1.8% to +31%.
+    bins = [(0.025, 0.035), (0.035, 0.05), (0.05, 0.08), (0.08, math.inf)]
+    lines += [
+        "",
+        "Detection by the variant's measured change (median over its trials, under that rule), "
+        f">= {LONG_KERNEL_S * 1e6:.0f} µs kernels:",
+        "",
+        "| rule | kernels | " + " | ".join(
+            f"+{lo * 100:g}% to +{hi * 100:g}%" if hi != math.inf else f">= +{lo * 100:g}%"
+            for lo, hi in bins
+        ) + " |",
+        "|:--|:--|" + "--:|" * len(bins),
+    ]  # fmt: skip
+    for rule in rules:
+        comps = [c for c in by_rule(rule) if c["kernel"] in long_names and c["variant"] != "A"]
+        size = {
+            (k, v): _variant_change(comps, k, v)
+            for k, v in {(c["kernel"], c["variant"]) for c in comps}
+        }
+        for label, names in (("capped", long_names & capped), ("not capped", long_names - capped)):
+            cells = []
+            for lo, hi in bins:
+                sel = [c for c in comps if c["kernel"] in names
+                       and lo <= size[(c["kernel"], c["variant"])] < hi]  # fmt: skip
+                cells.append(_rate(sel))
+            lines.append(f"| {rule} | {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -679,6 +843,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--later-warmup-ms", type=float, default=25.0)
     parser.add_argument("--min-trials", type=int, default=3)
+    parser.add_argument(
+        "--wide-trials", type=int, default=2,
+        help="suite: trials per kernel that also measure the larger slowdowns",
+    )  # fmt: skip
+    parser.add_argument("--long-only", action="store_true", help="suite: only kernels >= 50 us")
+    parser.add_argument(
+        "--rules", default="default,fixed",
+        help=f"suite: gate rules applied to the same measurements ({', '.join(RULE_KWARGS)})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--ceilings", default=None,
+        help="suite: ceilings JSON; each kernel's roofline bound from its FLOPs and bytes",
+    )  # fmt: skip
     parser.add_argument("--only", default="", help="suite: comma-separated kernel names")
     parser.add_argument("--out", required=True, help="directory for the results")
     parser.add_argument("--trials", type=int, default=200, help="A/A comparisons (>= 200)")

@@ -20,7 +20,13 @@ To spend seconds, not minutes, of device time the project's conftest shortens tw
 `STARTUP_ALLOWANCE_S` to 10 s and the child's grace to 600 s, so the child cannot end itself
 and the parent's kill is what is tested. The mechanisms are the plugin's own.
 
-    python bench/item_limits_gpu.py --out $OUT/limits --ceilings CEILINGS.json   (GPU; ~40 s)
+3. The profiler's children after a large item (`--kernelpro-profile` on a 48 GiB-input row
+   sum whose check fills this process's allocator cache to ~96 GiB): the kineto timeline
+   child must get the memory to re-create the problem (the parent empties its cache before
+   profiling; the record keeps the free memory the children had). ncu is left out
+   (`--profile-ncu` lets it run): its replay saves and restores the 48 GiB per pass.
+
+    python bench/item_limits_gpu.py --out $OUT/limits --ceilings CEILINGS.json   (GPU; ~90 s)
     python bench/item_limits_gpu.py --out /tmp/limits --device cpu   (dry run: time.sleep
         stands in for the GPU spin, so run 1 is the SIGALRM path, not the watchdog)
 """
@@ -67,6 +73,12 @@ if os.environ.get("KP_BENCH_SPIN") == "triton":
         while v == 0:
             v = tl.atomic_add(flag_ptr, 0)
 
+    # Compile (and run once, with the flag set, so it returns at once) at import: the
+    # compile stays out of the item's time limit, and the item's launch is the spin itself.
+    if torch.cuda.is_available():
+        _spin_forever[(1,)](torch.ones(1, dtype=torch.int32, device="cuda"))
+        torch.cuda.synchronize()
+
     def SPIN(x):
         try:
             _spin_forever[(1,)](torch.zeros(1, dtype=torch.int32, device=x.device))
@@ -91,6 +103,29 @@ def spins(x):
 @pytest.mark.kernelpro(reference=lambda x: x + 1, inputs=inp)
 def healthy(x):
     return x + 1
+"""
+
+
+# The profiler's children after a large item: `big` fills this process's caching allocator
+# (its check holds the inputs, the kernel's copy and both outputs: ~2x a 48 GiB input for a
+# reduction) and is then profiled: ncu and the kineto timeline re-create the problem in
+# child processes, which need the 48 GiB input again. Without the parent emptying its cache
+# first they would find about 139 - 96 GiB free; with it, 139 - 48.
+PROFILE_KERNELS = """
+import os
+import pytest, torch
+
+ROWS, COLS = 4096, int(os.environ.get("KP_BENCH_BIG_COLS", str(3 << 20)))
+
+def big_inputs(device):
+    return (torch.randn(ROWS, COLS, device=device),)
+
+def row_sums(x):
+    return x.sum(dim=-1)
+
+@pytest.mark.kernelpro(reference=row_sums, inputs=big_inputs)
+def big(x):
+    return x.sum(dim=-1)
 """
 
 
@@ -137,6 +172,22 @@ def run(project: Path, args: list[str], env: dict[str, str], limit_s: float) -> 
                 "name": r.get("name"),
                 "outcome": r.get("outcome"),
                 "message": (r.get("message") or "")[:500],
+                "wall_s": r.get("wall_s"),
+                "isolated": {
+                    k: v
+                    for k, v in ((r.get("extra") or {}).get("isolated") or {}).items()
+                    if k != "command"
+                }
+                or None,
+                "memory": (r.get("extra") or {}).get("memory"),
+                "profile_gpu_memory": (r.get("extra") or {}).get("profile_gpu_memory"),
+                "profile_not_collected": [
+                    f"{n.get('what')}: {n.get('why')}"[:300]
+                    for n in ((r.get("profile") or {}).get("not_collected") or [])
+                    if isinstance(n, dict)
+                ],
+                "profile_kernels": len((r.get("profile") or {}).get("kernels") or []),
+                "profile_timeline": bool((r.get("profile") or {}).get("timeline")),
             }
             for r in records
             if isinstance(r, dict) and r.get("name")
@@ -190,6 +241,8 @@ def main() -> int:
         default=0.0,
         help="first probe torch.cuda._sleep behind a host wait for this long",
     )
+    parser.add_argument("--skip-profile", action="store_true", help="no profiler-memory run")
+    parser.add_argument("--profile-ncu", action="store_true", help="let ncu profile the big item")
     parser.add_argument(
         "--limit-s",
         type=float,
@@ -203,7 +256,7 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     args.spin = args.spin or ("triton" if args.device == "cuda" else "sleep")
-    results: dict = {"spin": args.spin}
+    results: dict = {"spin": args.spin, "limit_s": limit}
     if args.sleep_probe_s:
         results["sleep_probe"] = sleep_probe(args.sleep_probe_s)
         print(f"[limits] sleep probe: {results['sleep_probe']}", flush=True)
@@ -233,6 +286,30 @@ def main() -> int:
             print(f"[limits] {name}: exit {r['exit_code']} in {r['wall_s']} s; records "
                   f"{[(x['name'], x['outcome']) for x in r['records']]}; "
                   f"report written {r['report_written']}", flush=True)  # fmt: skip
+    if not args.skip_profile:
+        with tempfile.TemporaryDirectory(prefix="kp-profmem-") as tmp:
+            project = Path(tmp)
+            (project / "test_big.py").write_text(PROFILE_KERNELS)
+            (project / "pytest.ini").write_text("[pytest]\n")
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            if not args.profile_ncu:
+                # ncu replays a kernel by saving and restoring the device memory it can reach:
+                # 48 GiB per pass here, minutes of device time. The kineto timeline child is
+                # the one profiler child this run checks; ncu reports itself not found.
+                env["KERNELPRO_NCU"] = str(project / "no-ncu-here")
+            if args.device != "cuda":
+                env["KP_BENCH_BIG_COLS"] = "4096"
+            env["PYTHONPATH"] = os.pathsep.join(
+                [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
+            )
+            argv = [f"--kernelpro-device={args.device}", "--kernelpro-profile",
+                    "--kernelpro-time-budget=0.5", "--kernelpro-profile-timeout=90"]  # fmt: skip
+            if args.ceilings:
+                argv.append(f"--kernelpro-ceilings={Path(args.ceilings).resolve()}")
+            results["profile_memory"] = run(project, argv, env, limit_s=240)
+            r = results["profile_memory"]
+            print(f"[limits] profile_memory: exit {r['exit_code']} in {r['wall_s']} s; "
+                  f"{json.dumps(r['records'], default=str)[:1500]}", flush=True)  # fmt: skip
     checks = {
         "watchdog: process ended with status 3": results["watchdog"]["exit_code"] == 3,
         "watchdog: the hung item's failed record is in the log": any(
@@ -247,6 +324,23 @@ def main() -> int:
             for x in results["isolate"]["records"]
         ),
     }
+    big = next(
+        (x for x in (results.get("profile_memory") or {}).get("records", []) if x["name"] == "big"),
+        None,
+    )
+    if big is not None:
+        state = big.get("profile_gpu_memory") or {}
+        memory = big.get("memory") or {}
+        checks["profile: big passed"] = big["outcome"] == "passed"
+        checks["profile: the timeline child ran"] = big["profile_timeline"]
+        checks["profile: no profiler child ran out of memory"] = not any(
+            "out of memory" in text.lower() for text in big["profile_not_collected"]
+        )
+        if state and memory.get("inputs_bytes"):
+            # What the children had, against what the parent's check had reserved at its peak.
+            checks["profile: children had more free than the input needs"] = (
+                state["free_bytes"] > memory["inputs_bytes"]
+            )
     results["checks"] = checks
     (out / "item_limits.json").write_text(json.dumps(results, indent=1))
     for k, v in checks.items():

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 LEVEL_RE = re.compile(r"level(\d+)")
+PHASES = ("setup", "check", "timing", "recheck", "roofline", "profile", "gate")
 NUMBER_RE = re.compile(r"^(\d+)_")
 
 
@@ -100,6 +101,8 @@ def summarize_record(record: Any, call: int) -> dict[str, Any]:
         "peak_bytes": memory.get("peak_bytes"),
         "footprint_bytes": memory.get("footprint_bytes"),
         "peak_over_footprint": memory.get("peak_over_footprint"),
+        "peak_bytes_by_phase": memory.get("peak_bytes_by_phase"),
+        "reference_peak_bytes": memory.get("reference_peak_bytes"),
         "inputs_bytes": memory.get("inputs_bytes"),
         "left_allocated_bytes": memory.get("left_allocated_bytes"),
         "flops": roofline.get("flops"),
@@ -328,6 +331,30 @@ def render(rows: list[dict[str, Any]], commit: str | None) -> str:
             f"{'–' if flops is None else f'{flops:.3g}'} | {'–' if nbytes is None else f'{nbytes:.3g}'} | "
             f"{r.get('bound') or '–'} | {'–' if eff is None else f'{eff * 100:.1f}'} | {peak[:70]} |"
         )
+    over = [
+        r
+        for r in problems
+        if (_float(r.get("peak_over_footprint")) or 0) > 3.0
+        and (r.get("footprint_bytes") or 0) >= 2**26
+    ]
+    if over:
+        lines += [
+            "",
+            "## Above 3x the footprint: the peak per phase (GiB above the item's start)",
+            "",
+            "| level | problem | peak/fp | inputs | reference peak | "
+            + " | ".join(PHASES)
+            + " |",
+            "|--:|:--|--:|--:|--:|" + "--:|" * len(PHASES),
+        ]
+        for r in sorted(over, key=lambda r: (r["level"], number_of(r["nodeid"]))):
+            phases = r.get("peak_bytes_by_phase") or {}
+            lines.append(
+                f"| {r['level']} | {r['problem']} | {r['peak_over_footprint']:.2f} | "
+                f"{_gib(r.get('inputs_bytes'))} | {_gib(r.get('reference_peak_bytes'))} | "
+                + " | ".join(_gib(phases.get(p)) for p in PHASES)
+                + " |"
+            )
     failed = [r for r in problems if r["outcome"] != "passed"]
     if failed:
         lines += ["", "## Not passed", ""]

@@ -58,6 +58,12 @@ KERNELS: dict[str, tuple[str, str | None]] = {
         "level2/12_Gemm_Multiply_LeakyReLU.py",
     ),
 }
+# Searched together in one pytest process each (the CUDA sandbox probe, the interpreter's and
+# torch's start are paid once per process).
+GROUPS = (
+    ("softmax_rows", "matmul", "bias_gelu[2048x1024]"),
+    ("88_MinGPTNewGelu", "12_Gemm_Multiply_LeakyReLU"),
+)
 # CPU dry run: the KernelBench sizes cut down (the published ones take minutes per call there).
 CPU_SIZES = {"batch_size": 64, "dim": 256, "in_features": 128, "out_features": 128}
 GUIDANCE_HEADS = ("## Automated Bottleneck Analysis", "## Profiler Metrics (raw)")
@@ -133,7 +139,9 @@ def environment(device: str | None) -> dict[str, Any]:
     return info
 
 
-def make_user_repo(root: Path, kb: Path, device: str | None, steps: Steps) -> Path:
+def make_user_repo(
+    root: Path, kb: Path, device: str | None, steps: Steps, *, full_size: bool = False
+) -> Path:
     """example_repo/ plus the KernelBench problems and their replays, as a git repository."""
     from pytest_kernelpro.handoff.corpus import build
 
@@ -148,7 +156,7 @@ def make_user_repo(root: Path, kb: Path, device: str | None, steps: Steps) -> Pa
         if kb_file is None:
             continue
         text = (kb / kb_file).read_text(encoding="utf-8")
-        if device == "cpu":
+        if device == "cpu" and not full_size:
             for name, value in CPU_SIZES.items():
                 text = re.sub(rf"^{name}\s*=\s*\d+", f"{name} = {value}", text, flags=re.M)
         (problems / Path(kb_file).name).write_text(text, encoding="utf-8")
@@ -242,7 +250,8 @@ def prompts_of(run_dir: Path) -> list[dict[str, Any]]:
                     if h in user
                 ],
                 "guidance_chars": len(guidance),
-                "guidance": guidance[:2500],
+                # Exactly what the prompt carried (the results file quotes from it).
+                "guidance": guidance[:8000],
             }
         )
     return out
@@ -292,22 +301,35 @@ def nodes_of(run_dir: Path) -> list[dict[str, Any]]:
     return nodes
 
 
-def search(
-    kernel: str, user: Path, root: Path, raw: Path, args: argparse.Namespace, left_s: float
-) -> dict[str, Any]:
-    select, _ = KERNELS[kernel]
-    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
+def search_group(
+    kernels: list[str], user: Path, root: Path, raw: Path, args: argparse.Namespace,
+    left_s: float,
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:  # fmt: skip
+    """One pytest process searches every kernel of the group (the sandbox's CUDA probe and
+    the interpreter's start are paid once); (the run, each kernel's entry)."""
+    select = " or ".join(KERNELS[k][0] for k in kernels)
+    slug = "+".join(re.sub(r"[^A-Za-z0-9_.-]", "_", k) for k in kernels)[:80]
+    kb = any(KERNELS[k][1] for k in kernels)
+    budget_args = [f"--kernelpro-optimize={args.kb_budget if kb else args.budget}"]
     cmd = [
-        sys.executable, "-m", "pytest", *plugin_args(args),
-        f"--kernelpro-optimize={args.budget}", "--kernelpro-llm=replay:replays",
-        "--kernelpro-feedback=tools", "-k", select,
+        sys.executable, "-m", "pytest", *plugin_args(args), *budget_args,
+        "--kernelpro-llm=replay:replays", "--kernelpro-feedback=tools", "-k", select,
         f"--kernelpro-save-baseline={root / 'base.yaml'}", f"--junitxml={raw / (slug + '.junit.xml')}",
     ]  # fmt: skip
     step = run(cmd, user, raw / f"{slug}.search.log", left_s)
     report = user / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
         shutil.copy(report, raw / f"{slug}.report.json")
-    record = records(report).get(kernel) or {}
+    found = records(report)
+    return step, {k: kernel_entry(k, found.get(k) or {}, step, root, raw) for k in kernels}
+
+
+def kernel_entry(
+    kernel: str, record: dict[str, Any], step: dict[str, Any], root: Path, raw: Path
+) -> dict[str, Any]:
+    """What the report and the kernel's run folder say about one searched kernel."""
+    select, _ = KERNELS[kernel]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
     summary = (record.get("extra") or {}).get("optimize") or {}
     entry: dict[str, Any] = {"kernel": kernel, "select": select, "run": step}
     entry["item"] = {
@@ -355,6 +377,33 @@ def search(
     base = root / "base.yaml"
     entry["baseline_text"] = base.read_text(encoding="utf-8") if base.is_file() else None
     entry["optimize_text"] = (record.get("extra") or {}).get("optimize_text")
+    # The current kernel's median in the search's interleaved rounds (the re-check's "before"
+    # when the item's own timing is not in a report).
+    entry["current_median_s"] = (summary.get("ranking") or {}).get("current_median_s")
+    return entry
+
+
+FINISHED = ("improved", "no improvement found")
+
+
+def finished_in_folder(kernel: str, run_dir: Path, root: Path, raw: Path) -> dict[str, Any] | None:
+    """A search that ended (ranked and confirmed: its summary.json says so) although the
+    pytest session around it was cut off before writing its report: the kernel's entry from
+    its run folder (no item timing or baseline, which only the report holds)."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.is_file():
+        return None
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    if summary.get("status") not in FINISHED or summary.get("interrupted"):
+        return None
+    best = summary.get("best_patch")
+    if best and not Path(best).is_file():  # a folder copied off the machine it ran on
+        moved = run_dir / "patches" / Path(best).name
+        summary["best_patch"] = str(moved) if moved.is_file() else None
+    summary["run_dir"] = str(run_dir)
+    entry = kernel_entry(kernel, {"extra": {"optimize": summary}}, {}, root, raw)
+    entry["from_run_folder"] = True
+    entry["baseline_text"] = None
     return entry
 
 
@@ -416,8 +465,10 @@ def recheck(
     if not patched:
         return out
     select = " or ".join(KERNELS[k][0] for k in patched)
+    # Against the baseline the search's session saved (when it got to write one).
+    baseline = [f"--kernelpro-baseline={base}"] if texts else []
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--kernelpro-check",
-           f"--kernelpro-baseline={base}", "-k", select]  # fmt: skip
+           *baseline, "-k", select]  # fmt: skip
     out["run"] = run(cmd, clone, raw / "recheck.log", left_s)
     report = clone / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
@@ -426,7 +477,9 @@ def recheck(
     for kernel in patched:
         record = rechecked.get(kernel) or {}
         gate = record.get("gate") or {}
-        before = ((searched[kernel].get("item") or {}).get("median_s")) or None
+        before = ((searched[kernel].get("item") or {}).get("median_s")) or searched[kernel].get(
+            "current_median_s"
+        )
         after = ((record.get("timing") or {}).get("stats") or {}).get("median_s")
         out["kernels"][kernel].update(
             outcome=record.get("outcome"),
@@ -451,13 +504,25 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--resume", type=Path, action="append", default=[])
-    parser.add_argument("--kernels", default=",".join(KERNELS))
+    parser.add_argument(
+        "--salvage", type=Path, action="append", default=[],
+        help="a raw folder of a cut-off call: its finished searches' run folders count",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kernels",
+        default=";".join(",".join(g) for g in GROUPS),
+        help="kernels, comma-separated; groups (one pytest process each) separated by ';'",
+    )
     parser.add_argument("--kb", type=Path, default=REPO / ".kb" / "KernelBench")
     parser.add_argument("--budget", default="4")
+    parser.add_argument("--kb-budget", default="3", help="for the KernelBench problems")
     parser.add_argument("--timing", default="0.2", help="--kernelpro-time-budget (seconds)")
     parser.add_argument("--profile-timeout", default="60")
     parser.add_argument("--device", default=None, help="cpu: a dry run on a machine without GPU")
     parser.add_argument("--scratch", type=Path, default=Path("/tmp/kp-optimize-h200"))
+    parser.add_argument(
+        "--full-size", action="store_true", help="with --device cpu: the published KB sizes"
+    )
     parser.add_argument("--deadline-s", type=float, default=500.0)
     parser.add_argument("--kernel-cost-s", type=float, default=90.0)
     parser.add_argument("--recheck-cost-s", type=float, default=45.0)
@@ -476,43 +541,79 @@ def main() -> int:
         with tarfile.open(args.out / "raw.tar.gz", "w:gz") as tar:
             tar.add(raw, arcname="raw")
 
+    for folder in args.salvage:
+        # Run folders of a cut-off call copied back (DIR/<slug>.partial.run): searches that
+        # finished there count as done here.
+        for kernel in KERNELS:
+            from pytest_kernelpro.handoff.replay import slug as run_slug
+
+            run_dir = folder / f"{run_slug(kernel)}.partial.run"
+            if f"search:{kernel}" in steps.done or not run_dir.is_dir():
+                continue
+            done = finished_in_folder(kernel, run_dir, args.scratch, raw)
+            if done is not None:
+                done["salvaged_from"] = str(folder)
+                steps.add(f"search:{kernel}", done)
+                log(f"{kernel}: finished in an earlier call (salvaged from its run folder)")
     if "env" not in steps.done:
         steps.add("env", environment(args.device))
         log(f"env: {json.dumps(steps.done['env'])}")
-    user = make_user_repo(args.scratch, args.kb, args.device, steps)
-    wanted = [k.strip() for k in args.kernels.split(",") if k.strip()]
+    user = make_user_repo(args.scratch, args.kb, args.device, steps, full_size=args.full_size)
+    groups = [
+        [k.strip() for k in group.split(",") if k.strip()] for group in args.kernels.split(";")
+    ]
+    groups = [g for g in groups if g]
+    wanted = [k for g in groups for k in g]
     unknown = [k for k in wanted if k not in KERNELS]
     if unknown:
         raise SystemExit(f"unknown kernels {unknown}; known: {list(KERNELS)}")
-    for kernel in wanted:
-        key = f"search:{kernel}"
-        if key in steps.done:
-            log(f"{kernel}: searched in an earlier call, skipped")
+    for group in groups:
+        todo = [k for k in group if f"search:{k}" not in steps.done]
+        for kernel in group:
+            if kernel not in todo:
+                log(f"{kernel}: searched in an earlier call, skipped")
+        if not todo:
             continue
-        if left() < args.kernel_cost_s + args.recheck_cost_s:
-            log(f"{kernel}: {left():.0f} s left, not started (the next call resumes here)")
+        cost = args.kernel_cost_s * len(todo)
+        if left() < min(cost, args.kernel_cost_s) + args.recheck_cost_s:
+            log(f"{todo}: {left():.0f} s left, not started (the next call resumes here)")
             break
-        log(f"{kernel}: search")
-        entry = search(kernel, user, args.scratch, raw, args, left() - args.recheck_cost_s)
-        if entry["run"]["exit"] == "timeout":
-            log(
-                f"{kernel}: cut off by the deadline after {entry['run']['wall_s']} s (not recorded)"
-            )
-            # What the search had done when it was cut off (its run folder is written as it
-            # goes): a line that says where the time went, not a finished step.
-            steps.add(f"partial:{kernel}", partial(kernel, user, raw))
-            pack()
-            break
-        steps.add(key, entry)
-        if entry.get("baseline_text"):
-            steps.add("baseline", {"text": entry["baseline_text"]})
-        s = entry["summary"]
-        log(
-            f"{kernel}: {s.get('status')} in {entry['run']['wall_s']} s; best "
-            f"{s.get('best_speedup_vs_current')} vs current, {s.get('best_speedup')} vs ref; "
-            f"wall {s.get('wall_s')}; confirmation {(s.get('confirmation') or {}).get('status')}"
+        log(f"{todo}: search in one pytest process")
+        step, entries = search_group(
+            todo, user, args.scratch, raw, args, left() - args.recheck_cost_s
         )
+        for kernel, entry in entries.items():
+            if step["exit"] == "timeout" or not entry["summary"].get("status"):
+                from pytest_kernelpro.handoff.replay import slug as run_slug
+
+                folders = sorted(
+                    (user / ".kernelpro" / "optimize" / run_slug(kernel)).glob("run-*")
+                )
+                done = (
+                    finished_in_folder(kernel, folders[-1], args.scratch, raw) if folders else None
+                )
+                if done is not None:
+                    done["run"] = step
+                    log(f"{kernel}: finished (its run folder), the session around it was cut off")
+                    steps.add(f"search:{kernel}", done)
+                    continue
+                # Cut off (or never reached): what its run folder held by then, not a
+                # finished step; the next call searches it again.
+                log(f"{kernel}: not finished in this call ({step['exit']}, {step['wall_s']} s)")
+                steps.add(f"partial:{kernel}", partial(kernel, user, raw))
+                continue
+            steps.add(f"search:{kernel}", entry)
+            if entry.get("baseline_text"):
+                steps.add("baseline", {"text": entry["baseline_text"]})
+            s = entry["summary"]
+            log(
+                f"{kernel}: {s.get('status')}; best {s.get('best_speedup_vs_current')} vs "
+                f"current, {s.get('best_speedup')} vs ref; wall {s.get('wall_s')}; "
+                f"confirmation {(s.get('confirmation') or {}).get('status')}"
+            )
         pack()
+        if step["exit"] == "timeout":
+            break
     searched = {k: steps.done[f"search:{k}"] for k in wanted if f"search:{k}" in steps.done}
     if len(searched) == len(wanted) and "recheck" not in steps.done:
         if left() > 10:

@@ -19,3 +19,7 @@ class KernelproConfigError(KernelproError):
 
 class KernelproWarning(pytest.PytestWarning):
     """Something was not collected or not measured; the run goes on."""
+
+
+class KernelproDeprecationWarning(KernelproWarning, DeprecationWarning):
+    """A spelling that still works but goes away: the message names the replacement."""

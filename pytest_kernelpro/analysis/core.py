@@ -1,8 +1,12 @@
 """profile -> Stage 1 -> tools -> guidance: the one path from measured counters to advice.
 
-`analyze_report` is what `--kernelpro-profile` (a user's kernel item) and the optimizer's
-profiling evaluator (every correct candidate) both call, so a candidate is judged exactly
-like the user's kernel:
+`profile_and_analyze` (profile, then `analyze_report`) is the one entry point. Its three
+callers: `--kernelpro-profile` (a user's kernel item, `run/profile.profile_item`), the
+automatic profile of a regression (the gate stage calls the same `profile_item`), and the
+search, whose profiling evaluator (`analysis/evaluator.ProfilingEvaluator`, wrapping the
+sandbox evaluator as `cutlass/precheck.PrecheckEvaluator` does) profiles every correct
+candidate through `analysis/candidate.py`. So a candidate is judged exactly like the user's
+kernel (`tests/analysis/test_entry_point.py` holds the three to one result):
 
 1. Stage 1 classifies the main kernel (roofline class vs ncu's speed of light);
 2. every registered tool whose affinity matches that class runs (proactive orchestration);
@@ -10,9 +14,10 @@ like the user's kernel:
    summary, findings by severity, ncu metrics by category), the raw counters as name = value
    lines (the "raw" feedback ablation) and the plain text of a terminal report.
 
-`requested_metrics` is what the profiler asks ncu for: the curated metrics plus every metric
-a registered tool declares (a third-party tool's counter is collected without editing the
-catalog).
+`requested_metrics` is the one list the profiler asks ncu for: the curated metrics plus every
+metric a registered tool declares (a third-party tool's counter is collected without editing
+the catalog). The registry that declares the metrics is the one whose tools run on them
+(`registry=`, the default registry when None).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_kernelpro.profile.model import ProfileReport
-    from pytest_kernelpro.tools.registry import ToolRun
+    from pytest_kernelpro.tools.registry import ToolRegistry, ToolRun
     from pytest_kernelpro.tools.stage1 import Stage1
 
 
@@ -111,18 +116,19 @@ class Analysis:
         }
 
 
-def requested_metrics() -> tuple[str, ...]:
-    """The curated ncu counters plus every metric a registered tool reads that the catalog
-    lacks (with its alternatives: the catalog cannot vouch for them). Launch and device
-    attributes are left out: ncu writes them on every raw page without being asked."""
+def requested_metrics(registry: ToolRegistry | None = None) -> tuple[str, ...]:
+    """The curated ncu counters plus every metric a tool of `registry` declares that the
+    catalog lacks (with its alternatives: the catalog cannot vouch for them). Launch and
+    device attributes are left out: ncu writes them on every raw page without being asked."""
     from pytest_kernelpro.profile.metrics_catalog import CURATED_METRICS
-    from pytest_kernelpro.tools.registry import ToolRegistry
+    from pytest_kernelpro.tools.registry import default_registry
 
+    registry = default_registry() if registry is None else registry
     curated = [m.name for m in CURATED_METRICS if not m.implicit]
     known = {m.name for m in CURATED_METRICS}
     names = list(curated)
-    for tool_name in ToolRegistry.names():
-        for request in ToolRegistry.get(tool_name).required_metrics:
+    for tool_cls in registry.tool_classes():
+        for request in tool_cls.required_metrics:
             if request.name in known:
                 continue
             names += [
@@ -131,8 +137,10 @@ def requested_metrics() -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def analyze_report(report: ProfileReport, facts: RooflineFacts) -> Analysis:
-    """Stage 1, every relevant tool and the three renderings of one profile."""
+def analyze_report(
+    report: ProfileReport, facts: RooflineFacts, *, registry: ToolRegistry | None = None
+) -> Analysis:
+    """Stage 1, every relevant tool of `registry` and the three renderings of one profile."""
     from pytest_kernelpro.profile.model import NotCollected
     from pytest_kernelpro.profile.render import render_profile_section
     from pytest_kernelpro.tools.guidance import generate_prompt_guidance, render_findings_text
@@ -162,6 +170,7 @@ def analyze_report(report: ProfileReport, facts: RooflineFacts) -> Analysis:
         roofline_fraction=facts.efficiency,
         timed_median_s=facts.timed_median_s,
         dtype=facts.dtype,
+        registry=registry,
     )
     guidance = generate_prompt_guidance(report, tool_run, stage1, mode="tools")
     raw = generate_prompt_guidance(report, tool_run, stage1, mode="raw")
@@ -190,10 +199,12 @@ def profile_and_analyze(
     device: str = "cuda",
     timeout_s: float = 300.0,
     ncu_path: str | None = None,
+    registry: ToolRegistry | None = None,
     **options: Any,
 ) -> Analysis:
     """Profile the kernel at `locator` (ncu of its own kernels with `requested_metrics()`,
-    SASS, timeline) and analyze it; nothing raises for a missing profiler."""
+    SASS, timeline) and analyze it with the same registry's tools; nothing raises for a
+    missing profiler."""
     from pytest_kernelpro.profile.collect import profile_kernel_item
 
     report = profile_kernel_item(
@@ -203,78 +214,14 @@ def profile_and_analyze(
         device=device,
         timeout_s=timeout_s,
         ncu_path=ncu_path,
-        metrics=requested_metrics(),
+        metrics=requested_metrics(registry),
         **options,
     )
-    return analyze_report(report, facts)
+    return analyze_report(report, facts, registry=registry)
 
 
 def report_from_dict(data: Mapping[str, Any]) -> ProfileReport:
     """A `ProfileReport` from its `to_dict()` form (a JSON record's `profile`)."""
-    from pytest_kernelpro.profile.model import (
-        KernelMetrics,
-        KernelProfile,
-        LibraryLinkage,
-        MetricValue,
-        NotCollected,
-        ProfileReport,
-        PtxasReport,
-        SassSummary,
-        TimelineGap,
-        TimelineSummary,
-    )
+    from pytest_kernelpro.profile.model import ProfileReport
 
-    kernels = []
-    for k in data.get("kernels") or ():
-        m = k.get("metrics")
-        metrics = None
-        if m is not None:
-            metrics = KernelMetrics(
-                m["kernel_name"],
-                {
-                    n: MetricValue(v["name"], v["value"], v.get("unit", ""))
-                    for n, v in m["metrics"].items()
-                },
-                tuple(m.get("missing") or ()),
-                tuple(m["block_size"]) if m.get("block_size") else None,
-                tuple(m["grid_size"]) if m.get("grid_size") else None,
-            )
-        s = k.get("sass")
-        sass = None
-        if s is not None:
-            sass = SassSummary(
-                function=s["function"],
-                mangled=s["mangled"],
-                counts=dict(s["counts"]),
-                total_instructions=s["total_instructions"],
-                global_load_widths={
-                    int(b): n for b, n in (s.get("global_load_widths") or {}).items()
-                },
-                global_store_widths={
-                    int(b): n for b, n in (s.get("global_store_widths") or {}).items()
-                },
-            )
-        p = k.get("ptxas")
-        kernels.append(KernelProfile(k["name"], metrics, sass, PtxasReport(**p) if p else None))
-    tl = data.get("timeline")
-    timeline = None
-    if tl is not None:
-        timeline = TimelineSummary(
-            **{
-                **tl,
-                "gaps": tuple(TimelineGap(**g) for g in tl.get("gaps") or ()),
-                "kernel_names": tuple(tl.get("kernel_names") or ()),
-            }
-        )
-    lk = data.get("linkage")
-    linkage = (
-        LibraryLinkage(**{**lk, "libraries": tuple(lk.get("libraries") or ())}) if lk else None
-    )
-    return ProfileReport(
-        arch=data.get("arch"),
-        kernels=kernels,
-        timeline=timeline,
-        linkage=linkage,
-        not_collected=[NotCollected(**n) for n in data.get("not_collected") or ()],
-        wall_s=float(data.get("wall_s") or 0.0),
-    )
+    return ProfileReport.from_dict(data)

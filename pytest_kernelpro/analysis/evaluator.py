@@ -19,8 +19,15 @@ that fails or runs past `timeout_s` leaves the candidate's evaluation as the san
 with the reason in `metrics["profile"]["error"]`; it never fails the candidate.
 
 `CandidateProfiler` is the GPU profiler: one child process per candidate
-(`analysis/candidate.py`), started with the sandbox's scrubbed environment in its own session
-and killed (whole process group) at its time limit.
+(`analysis/candidate.py`), which imports and runs the candidate's code under ncu. It runs in
+the same OS sandbox as the candidate's evaluation (`search.isolation.Isolation.wrap`: PID,
+network and mount namespaces, everything read-only but its scratch directory and the shared
+extension build directory, no capabilities), with the sandbox's scrubbed environment whose
+HOME and TMPDIR point into that scratch directory (ncu, Triton and CUDA write their temporary
+files and caches there). Where the machine allows only the weaker fallback, it runs with that
+and says so: every profile records the isolation it ran under (`metrics["profile"]
+["isolation"]`, `ProfileRecord.isolation`). The child is killed at its time limit (with
+namespaces, every process of its PID namespace; in the fallback, its process group).
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,12 +51,24 @@ from pytest_kernelpro.errors import KernelproError
 if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
     from pytest_kernelpro.search.base import Candidate, Evaluation, Evaluator
+    from pytest_kernelpro.search.isolation import Isolation
 
 Profiler = Callable[["Candidate", "Evaluation"], Mapping[str, Any]]
 
 
 class ProfileFailed(KernelproError):
     """Profiling one candidate did not produce an analysis (the reason says why)."""
+
+    def __init__(self, message: str, *, isolation: str = "") -> None:
+        super().__init__(message)
+        self.isolation = isolation  # the sandbox it failed in ("" when it never started)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keeps `isolation` across processes (Dask)
+        return (_profile_failed, (str(self), self.isolation))
+
+
+def _profile_failed(message: str, isolation: str) -> ProfileFailed:
+    return ProfileFailed(message, isolation=isolation)
 
 
 @dataclass(frozen=True)
@@ -63,12 +82,20 @@ class ProfileRecord:
     findings: int = 0
     error: str = ""
     guidance_chars: int = 0
+    isolation: str = ""  # which sandbox the profile ran in (Isolation.describe())
+    worker: str = ""  # the Dask worker that profiled it ("" in the search's own process)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the search's report."""
+        return asdict(self)
 
 
 class ProfilingEvaluator:
     """Profiles each correct candidate after `inner` evaluated it (module doc)."""
 
-    def __init__(self, inner: Evaluator, profiler: Profiler, *, feedback: str = "tools") -> None:
+    def __init__(
+        self, inner: Evaluator, profiler: Profiler | None, *, feedback: str = "tools"
+    ) -> None:
         self.inner = inner
         self.profiler = profiler
         self.feedback = check_feedback_mode(feedback)
@@ -88,9 +115,19 @@ class ProfilingEvaluator:
             prepare(candidates)
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
-        """The inner evaluation, with the candidate's profile and guidance when correct."""
+        """The inner evaluation, with the candidate's profile and guidance when correct.
+
+        With `profiler=None` the inner evaluator has profiled already where it evaluated (a
+        Dask worker, `search/distributed.py`): the profile came back in the evaluation's
+        metrics and only its record is kept here, so the report lists it as for a local one.
+        """
         evaluation = self.inner.evaluate(candidate)
         if not evaluation.ok or self.feedback == "none":
+            return evaluation
+        if self.profiler is None:
+            record = record_of(candidate.strategy, evaluation)
+            if record is not None:
+                self.records.append(record)
             return evaluation
         if self.on_phase is not None:
             self.on_phase("profiling")
@@ -99,22 +136,38 @@ class ProfilingEvaluator:
             result = dict(self.profiler(candidate, evaluation))
         except ProfileFailed as exc:
             spent = time.perf_counter() - started
-            evaluation.metrics["profile"] = {"error": str(exc), "profile_s": spent}
-            self.records.append(ProfileRecord(candidate.strategy, spent, False, error=str(exc)))
-            return evaluation
-        spent = time.perf_counter() - started
-        _attach(evaluation, result, spent)
-        self.records.append(
-            ProfileRecord(
-                candidate.strategy,
-                spent,
-                True,
-                stage1=str((result.get("stage1") or {}).get("cls") or ""),
-                findings=len(result.get("findings") or ()),
-                guidance_chars=len(result.get("guidance_md") or ""),
-            )
-        )
+            evaluation.metrics["profile"] = {
+                "error": str(exc),
+                "profile_s": spent,
+                "isolation": exc.isolation,
+            }
+        else:
+            _attach(evaluation, result, time.perf_counter() - started)
+        record = record_of(candidate.strategy, evaluation)
+        if record is not None:
+            self.records.append(record)
         return evaluation
+
+
+def record_of(strategy: str, evaluation: Evaluation) -> ProfileRecord | None:
+    """The record of the profile an evaluation carries (`metrics["profile"]`, as `_attach`
+    or a failed profile left it); None when it was not profiled."""
+    profile = evaluation.metrics.get("profile")
+    if not isinstance(profile, Mapping):
+        return None
+    dask = evaluation.metrics.get("dask")
+    stage1 = profile.get("stage1")
+    return ProfileRecord(
+        strategy,
+        float(profile.get("profile_s") or 0.0),
+        not profile.get("error"),
+        stage1=str((stage1 or {}).get("cls") or "") if isinstance(stage1, Mapping) else "",
+        findings=int(profile.get("findings") or 0),
+        error=str(profile.get("error") or ""),
+        guidance_chars=len(str(evaluation.metrics.get("guidance_md") or "")),
+        isolation=str(profile.get("isolation") or ""),
+        worker=str((dask or {}).get("worker") or "") if isinstance(dask, Mapping) else "",
+    )
 
 
 def ncu_gpu_time_s(kernels: Sequence[Mapping[str, Any]]) -> float | None:
@@ -170,6 +223,8 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         "timeline": profile.get("timeline") is not None,
         "not_collected": list(profile.get("not_collected") or ()),
         "text": result.get("text", ""),
+        "isolation": result.get("isolation"),
+        "findings": len(result.get("findings") or ()),
     }
     for finding in result.get("findings") or ():
         evaluation.findings.append(
@@ -197,7 +252,13 @@ def _scrubbed_environment() -> dict[str, str]:
 
 
 class CandidateProfiler:
-    """Profiles a candidate on the GPU in a child process (`analysis/candidate.py`)."""
+    """Profiles a candidate on the GPU in a sandboxed child process (`analysis/candidate.py`).
+
+    `isolation` is the sandbox to run it in: an `Isolation` (the evaluator's, already probed)
+    or a mode (`auto`, `namespaces`, `fallback`) probed where the profile runs, which on a
+    Dask worker is the worker's machine. `writable` directories stay writable inside it
+    besides the scratch directory; by default the environment's TORCH_EXTENSIONS_DIR (where
+    a build-cache miss compiles, as in the evaluation's worker)."""
 
     def __init__(
         self,
@@ -211,6 +272,8 @@ class CandidateProfiler:
         ncu_path: str | None = None,
         timeline_runs: int = 5,
         max_launches: int = 8,
+        isolation: Isolation | str = "auto",
+        writable: Sequence[Path] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise KernelproError(f"candidate profile timeout_s={timeout_s!r} must be positive")
@@ -225,13 +288,39 @@ class CandidateProfiler:
         # ncu replays every profiled launch once per metric pass, so a PyTorch-op candidate of
         # a dozen kernels costs a dozen fused ones: the cap bounds one candidate's profile.
         self.max_launches = max_launches
+        self._isolation = isolation
+        if writable is None:
+            extensions = self.env.get("TORCH_EXTENSIONS_DIR")
+            writable = [Path(extensions)] if extensions else []
+        self.writable = [Path(p) for p in writable]
+
+    @property
+    def isolation(self) -> Isolation:
+        """The sandbox the child runs in (a mode is probed once, where the profile runs)."""
+        if isinstance(self._isolation, str):
+            from pytest_kernelpro.search.isolation import Isolation
+
+            self._isolation = Isolation.probe(
+                self._isolation, cuda=self.device.startswith("cuda"), env=self.env
+            )
+        return self._isolation
 
     def __call__(self, candidate: Candidate, evaluation: Evaluation) -> Mapping[str, Any]:
         """The candidate's Analysis dict; `ProfileFailed` when none could be made."""
         median = evaluation.metrics.get("candidate_median_s")
         facts = self.facts.for_median(float(median) if median else None)
+        isolation = self.isolation
+        where = isolation.describe()
         with tempfile.TemporaryDirectory(prefix="kernelpro-profile-cand-") as tmp:
             workdir = Path(tmp)
+            env = dict(self.env)
+            # The only writable place inside the sandbox: ncu's temporary files and lock,
+            # Triton's and CUDA's caches, the kineto trace go here.
+            for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):
+                (workdir / sub).mkdir()
+                env[name] = str(workdir / sub)
+            env.pop("TMP", None)
+            env.pop("TEMP", None)
             problem = workdir / "candidate_problem.py"
             problem.write_text(
                 combined_problem(self.reference_source, candidate.code), encoding="utf-8"
@@ -249,16 +338,24 @@ class CandidateProfiler:
                 "max_launches": self.max_launches,
             }
             (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+            for path in self.writable:
+                path.mkdir(parents=True, exist_ok=True)
+            command = isolation.wrap(
+                [
+                    self.python,
+                    "-m",
+                    "pytest_kernelpro.analysis.candidate",
+                    str(workdir / "spec.json"),
+                ],
+                scratch=workdir,
+                writable=self.writable,
+                python=self.python,
+            )
             with open(workdir / "stderr.log", "wb") as err:
                 proc = subprocess.Popen(
-                    [
-                        self.python,
-                        "-m",
-                        "pytest_kernelpro.analysis.candidate",
-                        str(workdir / "spec.json"),
-                    ],
+                    command,
                     cwd=workdir,
-                    env=self.env,
+                    env=env,
                     stdout=subprocess.DEVNULL,
                     stderr=err,
                     stdin=subprocess.DEVNULL,
@@ -271,16 +368,27 @@ class CandidateProfiler:
                     proc.wait()
                     raise ProfileFailed(
                         f"profiling the candidate ran past its {self.timeout_s:.0f} s limit "
-                        "(--kernelpro-profile-timeout)"
+                        "(--kernelpro-profile-timeout)",
+                        isolation=where,
                     ) from None
                 except BaseException:
                     _kill_group(proc)
                     proc.wait()
                     raise
-                _kill_group(proc)  # profiler children left behind
+                _kill_group(proc)  # profiler children left behind (fallback)
             if code != 0 or not output.exists():
-                tail = (workdir / "stderr.log").read_text(errors="replace").strip().splitlines()
+                lines = (workdir / "stderr.log").read_text(errors="replace").strip().splitlines()
+                # The sandbox's own setup line is not the reason.
+                tail = [
+                    ln
+                    for ln in lines
+                    if not ln.startswith("kernelpro sandbox: ") or "setup failed" in ln
+                ]
                 raise ProfileFailed(
-                    f"the candidate profiler exited with {code}: " + " | ".join(tail[-3:])[:600]
+                    f"the candidate profiler exited with {code}: " + " | ".join(tail[-3:])[:600],
+                    isolation=where,
                 )
-            return json.loads(output.read_text(encoding="utf-8"))
+            result = json.loads(output.read_text(encoding="utf-8"))
+        if isinstance(result, dict):
+            result["isolation"] = where
+        return result

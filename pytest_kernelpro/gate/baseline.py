@@ -46,6 +46,7 @@ from typing import Any
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import atomic_write_text
+from pytest_kernelpro.gate.clock_scale import record_clock_facts
 from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
 
@@ -74,9 +75,24 @@ class BaselineEntry:
     efficiency: float | None = None
     roofline_time_s: float | None = None
     method: str | None = None
+    # The clock the samples ran at (gate/clock_scale.py); absent for CPU timings.
+    sm_mhz: float | None = None  # mean SM clock over the NVML readings during the samples
+    max_sm_mhz: float | None = None  # the GPU's maximum SM clock
+    clock_capped_share: float | None = None  # share of samples under a power/thermal limit
+    bound: str | None = None  # the reference's roofline bound
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain types only, in a stable key order, for YAML."""
+        """Plain types only, in a stable key order, for YAML (clock keys only when known)."""
+        clock = {
+            key: value
+            for key, value in (
+                ("sm_mhz", _sig(self.sm_mhz)),
+                ("max_sm_mhz", _sig(self.max_sm_mhz)),
+                ("clock_capped_share", _sig(self.clock_capped_share)),
+                ("bound", self.bound),
+            )
+            if value is not None
+        }
         return {
             "name": self.name,
             "kernel": self.kernel,
@@ -88,6 +104,7 @@ class BaselineEntry:
             "efficiency": _sig(self.efficiency),
             "roofline_time_s": _sig(self.roofline_time_s),
             "method": self.method,
+            **clock,
             "samples_s": [_sig(v) for v in self.samples_s],
         }
 
@@ -101,6 +118,7 @@ class BaselineEntry:
         med = stats.median_s
         if not samples or med is None or not _finite_pos(med):
             return None
+        clock = record_clock_facts(record)
         return cls(
             name=record.name,
             kernel=record.kernel,
@@ -113,6 +131,10 @@ class BaselineEntry:
             roofline_time_s=_opt_float(record.roofline_time_s),
             method=timing.method,
             samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
+            sm_mhz=clock.sm_mhz,
+            max_sm_mhz=clock.max_sm_mhz,
+            clock_capped_share=clock.capped_share,
+            bound=clock.bound,
         )
 
 
@@ -438,6 +460,12 @@ def _parse_entry(raw: Any) -> BaselineEntry:
         if value is not None and not _finite_nonneg(value):
             raise ValueError(f"{key} is {_short(value)}, expected a number or null")
         setattr(out, key, None if value is None else float(value))
+    for key in ("sm_mhz", "max_sm_mhz", "clock_capped_share"):
+        value = raw.get(key)
+        if value is not None and not _finite_nonneg(value):
+            raise ValueError(f"{key} is {_short(value)}, expected a number or null")
+        setattr(out, key, None if value is None else float(value))
+    out.bound = _opt_str(raw, "bound")
     n = raw.get("n", len(samples))
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n is {_short(n)}, expected a positive integer")

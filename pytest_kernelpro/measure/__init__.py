@@ -1,7 +1,9 @@
 """What the gate measures of a kernel: correctness, time and its place on the roofline.
 
-- `correctness.py`: trials on fresh inputs with poisoned allocations, tolerances by dtype
-  (TF32-aware), the re-check after timing;
+- `correctness.py`: trials on fresh inputs with poisoned allocations, the re-check after
+  timing; `tolerance.py`: tolerances by dtype, the TF32/bf16 relaxation and its detection;
+  `compare.py`: output comparison and its verdict. The optimizer's sandbox decides with
+  these too (`search/measurement.py`), so the gate and the search cannot disagree;
 - `timing/`: one timer interface (`timing.time_kernel`), with the budget and the adaptive
   rounds (`budget.py`), the CPU timer (`cpu.py`) and the CUDA timer (`cuda.py`);
 - `stats.py`: the statistics of a set of samples (median, bootstrap CI);
@@ -12,5 +14,5 @@
   `kernelpro calibrate` command;
 - `flops.py`, `op_recorder.py`: the reference's FLOPs and bytes, op by op;
   `roofline.py`: the roofline of the reference and a kernel's share of it;
-- `compare.py`: output comparison; `gpu_memory.py`: an item's GPU memory against its footprint.
+- `gpu_memory.py`: an item's GPU memory against its footprint.
 """

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .correctness import Tolerance
+    from .tolerance import Tolerance
 
 TolFor = Callable[[Any], "Tolerance"]
 
@@ -301,4 +301,53 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
         )
     return LeafReport(
         path, tol, False, " ".join(parts), max_abs, max_rel, worst_ratio, index, notes, kind
+    )
+
+
+def failure_text(failed: list[LeafReport], shown: int = 3) -> str:
+    """The messages of the first `shown` failing leaves, and how many more failed."""
+    text = " ".join(r.message or "" for r in failed[:shown])
+    if len(failed) > shown:
+        text += f" ({len(failed) - shown} more outputs differ.)"
+    return text
+
+
+@dataclass(frozen=True)
+class OutputsVerdict:
+    """One comparison of a kernel's outputs with the reference's, summed up over leaves."""
+
+    ok: bool
+    reports: tuple[LeafReport, ...]
+    failure: str | None  # `failure_text` of the failing leaves; None when ok
+    max_abs: float
+    max_rel: float
+    tolerance: Tolerance | None  # of the first failing leaf, else of the closest to failing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: the verdict, the errors, the tolerance and the failure text."""
+        data: dict[str, Any] = {
+            "ok": self.ok,
+            "max_abs_err": json_float(self.max_abs),
+            "max_rel_err": json_float(self.max_rel),
+        }
+        if self.tolerance is not None:
+            data.update(rtol=self.tolerance.rtol, atol=self.tolerance.atol)
+            data["tolerance_source"] = self.tolerance.source
+        if self.failure is not None:
+            data["why"] = self.failure
+        return data
+
+
+def outputs_verdict(torch: Any, got: Any, expected: Any, tolerance_for: TolFor) -> OutputsVerdict:
+    """`compare_outputs` summed up: the verdict the gate and the sandbox both decide by."""
+    reports = tuple(compare_outputs(torch, got, expected, tolerance_for))
+    failed = [r for r in reports if not r.ok]
+    worst = failed[0] if failed else max(reports, key=lambda r: r.worst_ratio, default=None)
+    return OutputsVerdict(
+        ok=not failed,
+        reports=reports,
+        failure=failure_text(failed) if failed else None,
+        max_abs=max((r.max_abs for r in reports), default=0.0),
+        max_rel=max((r.max_rel for r in reports), default=0.0),
+        tolerance=None if worst is None else worst.tolerance,
     )

@@ -29,68 +29,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import KernelproError
-from .compare import LeafReport, compare_outputs, json_float
-
-# (rtol, atol) per dtype name, chosen from the dtype's unit roundoff u (half an ulp at 1.0):
-# a few ulps for a result of order 1 computed in a different order than the reference.
-_FLOAT_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float64": (1e-7, 1e-7),  # u = 1.1e-16: generous, kernels often accumulate differently
-    "complex128": (1e-7, 1e-7),
-    "float32": (1e-4, 1e-4),  # u = 6e-8; a K=4096 fp32 dot product reordered differs ~1.2e-4
-    "complex64": (1e-4, 1e-4),
-    "float16": (1e-2, 1e-2),  # u = 4.9e-4: ~10 ulps, for fp32-accumulated fp16 kernels
-    "bfloat16": (1.6e-2, 1e-2),  # u = 3.9e-3: 2 ulps at 1.0 (torch.testing uses rtol 1.6e-2)
-    "float8_e4m3fn": (1.25e-1, 1e-1),  # 3 mantissa bits: 1 ulp at 1.0
-    "float8_e4m3fnuz": (1.25e-1, 1e-1),
-    "float8_e5m2": (2.5e-1, 1e-1),  # 2 mantissa bits: 1 ulp at 1.0
-    "float8_e5m2fnuz": (2.5e-1, 1e-1),
-}
-# TF32 keeps fp16's 10 mantissa bits, so an fp32 result from TF32 tensor cores gets fp16's
-# tolerance; fp32 matmuls in bf16 (`torch.backends.cuda.matmul.fp32_precision = "bf16"`)
-# get bf16's.
-_TF32 = (1e-2, 1e-2)
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Per-element tolerance, torch.allclose semantics; `source` says where it came from."""
-
-    rtol: float
-    atol: float
-    source: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe dict."""
-        return asdict(self)
-
-
-def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:
-    """The default tolerance for a reference output of `dtype` (a torch dtype or its name).
-
-    `None` (a non-tensor output) compares exactly.
-    `tf32=True` (an fp32 reference whose matmuls/convolutions ran on TF32 tensor cores) gives
-    fp16's tolerance; `reduced` names another reduced type the fp32 matmuls ran in ("bf16"
-    under `torch.backends.cuda.matmul.fp32_precision = "bf16"`). Integers and bool compare
-    exactly.
-    """
-    if dtype is None:
-        return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
-    name = str(dtype).removeprefix("torch.")
-    label = f"torch.{name}"
-    if name in ("float32", "complex64") and reduced == "bf16":
-        rtol, atol = _FLOAT_TOLERANCES["bfloat16"]
-        return Tolerance(rtol, atol, f"default for {label} with fp32 matmuls in bf16")
-    if name in ("float32", "complex64") and tf32:
-        return Tolerance(*_TF32, f"default for {label} with TF32 matmul/conv allowed")
-    if name in _FLOAT_TOLERANCES:
-        rtol, atol = _FLOAT_TOLERANCES[name]
-        return Tolerance(rtol, atol, f"default for {label}")
-    if name == "bool" or name.startswith(("int", "uint")):
-        return Tolerance(0.0, 0.0, f"exact for {label}")
-    raise KernelproError(
-        f"no default tolerance for reference output dtype {label}: give rtol= and atol= "
-        "on the kernelpro marker"
-    )
+from .compare import LeafReport, compare_outputs, failure_text, json_float
+from .tolerance import (
+    Tolerance,
+    run_recording_precision,
+    tolerance_rule,
+)
+from .tolerance import (
+    default_tolerance as default_tolerance,  # re-exported: the gate's callers import it here
+)
 
 
 @dataclass(frozen=True)
@@ -167,7 +114,7 @@ def _poison_value(torch: Any, dtype: Any) -> Any:
     return torch.iinfo(dtype).max
 
 
-def _prepoison_cuda_cache(torch: Any, expected: Any) -> None:
+def prepoison_cuda_cache(torch: Any, expected: Any) -> None:
     """Fill freed caching-allocator blocks of the outputs' sizes with poison.
 
     Catches kernels that get output memory from the allocator without `at::empty` (raw
@@ -215,74 +162,6 @@ def clone_inputs(torch: Any, obj: Any) -> Any:
     return obj
 
 
-# aten ops (as a TorchDispatchMode sees them, after composite ops decompose) that cuBLAS or
-# cuDNN may run on TF32 tensor cores for fp32 operands.
-_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation"})
-_CONV_OPS = frozenset(
-    {
-        "convolution",
-        "_convolution",
-        "cudnn_convolution",
-        "cudnn_convolution_transpose",
-        "convolution_overrideable",
-    }
-)
-
-
-@contextlib.contextmanager
-def _record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
-    """Record (into `found`) aten matmul/conv ops with fp32 CUDA operands run in the block."""
-    try:
-        from torch.utils._python_dispatch import TorchDispatchMode
-    except ImportError:  # private API moved: assume the worst case the flags allow
-        found.append("unknown")
-        yield
-        return
-
-    class Recorder(TorchDispatchMode):  # type: ignore[misc]
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            if name in _GEMM_OPS or name in _CONV_OPS:
-                for arg in args:
-                    if isinstance(arg, torch.Tensor) and arg.is_cuda and arg.dtype == torch.float32:
-                        found.append(name)
-                        break
-            return func(*args, **(kwargs or {}))
-
-    with Recorder():
-        yield
-
-
-def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
-    """`"tf32"`/`"bf16"` when fp32 ops of kind `op` ("matmul"/"conv") may run reduced on CUDA.
-
-    Reads the newer `fp32_precision` settings (torch >= 2.9) first; "none" there defers to
-    the legacy flags, which newer torch refuses to read after a mix of both APIs.
-    """
-    if op == "conv":
-        backend = getattr(torch.backends.cudnn, "conv", None)
-        legacy = ("cudnn", "allow_tf32")
-    else:
-        backend = torch.backends.cuda.matmul
-        legacy = ("cuda", "allow_tf32")
-    new = getattr(backend, "fp32_precision", None)
-    if new in ("tf32", "bf16"):
-        return str(new)
-    if new == "ieee":
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
-        try:
-            # "high" and "medium" float32 matmul precision both mean TF32 in cuBLAS.
-            flags = torch.backends.cudnn if legacy[0] == "cudnn" else torch.backends.cuda.matmul
-            return "tf32" if getattr(flags, legacy[1]) else None
-        except RuntimeError:  # "mix of the legacy and new APIs": treat as full fp32
-            return None
-
-
-_UNSET = object()  # the reference has not produced an output yet
-
-
 def is_cuda_error(exc: BaseException) -> bool:
     """True for a CUDA runtime error (illegal address, device-side assert, launch failure).
 
@@ -305,20 +184,43 @@ def _kernel_exception_text(exc: BaseException) -> str:
     return "".join(lines[-8:]).strip()[-2000:]
 
 
+def _chunks(torch: Any, a: Any, b: Any) -> Iterator[tuple[Any, Any]]:
+    """`a` and `b` (same shape) as pairs of flat pieces of at most a 32nd of the elements
+    (at least COMPARE_CHUNK): CUDA's `torch.equal` and `==` make a temporary the size of their
+    operands, a quarter of an 8 GB fp32 input for its bool result."""
+    from .compare import COMPARE_CHUNK, COMPARE_MAX_CHUNKS
+
+    n = a.numel()
+    if n <= COMPARE_CHUNK or not (a.is_contiguous() and b.is_contiguous()):
+        yield a, b
+        return
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # views: both are contiguous
+    step = max(COMPARE_CHUNK, -(-n // COMPARE_MAX_CHUNKS))
+    for start in range(0, n, step):
+        yield flat_a[start : start + step], flat_b[start : start + step]
+
+
+def _count_changed(torch: Any, a: Any, b: Any) -> int:
+    """Elements of `a` and `b` (same shape and dtype) that differ bitwise, NaN equal to NaN."""
+    diff = 0
+    for x, y in _chunks(torch, a, b):
+        if torch.equal(x, y):
+            continue
+        same = x == y
+        if x.is_floating_point() or x.is_complex():
+            same = same | (torch.isnan(x) & torch.isnan(y))
+        diff += int((~same).sum())
+    return diff
+
+
 def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") -> str | None:
     """The first input tensor (its path and how many elements) that differs bitwise between
     `original` and `used` (NaN equal to NaN), else None."""
     if isinstance(original, torch.Tensor) and isinstance(used, torch.Tensor):
         if original.shape != used.shape or original.dtype != used.dtype:
             return f"{path} (its shape or dtype changed)"
-        a, b = original.detach(), used.detach()
-        if torch.equal(a, b):
-            return None
-        same = a == b
-        if a.is_floating_point() or a.is_complex():
-            same = same | (torch.isnan(a) & torch.isnan(b))
-        diff = int((~same).sum())
-        return None if diff == 0 else f"{path} ({diff} of {a.numel()} elements changed)"
+        diff = _count_changed(torch, original.detach(), used.detach())
+        return None if diff == 0 else f"{path} ({diff} of {original.numel()} elements changed)"
     if isinstance(original, (list, tuple)) and isinstance(used, (list, tuple)):
         for i, (x, y) in enumerate(zip(original, used, strict=False)):
             found = _changed_input(torch, x, y, f"{path}[{i}]" if path != "input" else f"input {i}")
@@ -367,15 +269,9 @@ def recheck_after_timing(
     dst = src = fresh = None
     _sync(torch, device)
 
-    def tolerance_for(dtype: Any) -> Tolerance:
-        base = default_tolerance(dtype, tf32=correctness.tf32)
-        if rtol is None and atol is None:
-            return base
-        return Tolerance(
-            rtol=base.rtol if rtol is None else rtol,
-            atol=base.atol if atol is None else atol,
-            source="marker",
-        )
+    tolerance_for = tolerance_rule(
+        reduced="tf32" if correctness.tf32 else None, rtol=rtol, atol=atol
+    )
 
     expected = reference(*clone_inputs(torch, timed_inputs))
     _sync(torch, device)
@@ -423,21 +319,8 @@ def check_correctness(
     reference_writes_inputs = False
 
     def tolerance_for(dtype: Any) -> Tolerance:
-        if tolerance is not None:
-            return tolerance
-        name = str(dtype).removeprefix("torch.")
-        base = default_tolerance(
-            dtype,
-            tf32=tf32_mode == "tf32",
-            reduced="bf16" if tf32_mode == "bf16" and name == "float32" else None,
-        )
-        if rtol is None and atol is None:
-            return base
-        return Tolerance(
-            rtol=base.rtol if rtol is None else rtol,
-            atol=base.atol if atol is None else atol,
-            source="marker",
-        )
+        # The rule of the reduced precision found so far (the reference's first trial).
+        return tolerance_rule(reduced=tf32_mode, rtol=rtol, atol=atol, fixed=tolerance)(dtype)
 
     def failed_before_comparison(failure: str, expected: Any, **extra: Any) -> CorrectnessResult:
         """This trial's failure found before its outputs were compared: the errors so far,
@@ -472,25 +355,23 @@ def check_correctness(
                 ) from exc
         if isinstance(inputs, torch.Tensor) or not isinstance(inputs, (list, tuple)):
             inputs = (inputs,)
-        found: list[str] = []
+        ref_copy: list[Any] = []  # the reference's copy of the inputs, of its last call
+
+        def run_reference(inputs: Any = inputs, ref_copy: list[Any] = ref_copy) -> Any:
+            ref_copy[:] = [clone_inputs(torch, inputs)]
+            out = reference(*ref_copy[0])
+            _sync(torch, device)
+            return out
+
         try:
-            expected: Any = _UNSET
-            if trial == 0 and device.startswith("cuda"):
-                try:  # record which fp32 matmuls/convs the reference runs (TF32 tolerance)
-                    ref_inputs = clone_inputs(torch, inputs)
-                    with _record_fp32_matmuls(torch, found):
-                        expected = reference(*ref_inputs)
-                    _sync(torch, device)
-                    reference_writes_inputs = _changed_input(torch, inputs, ref_inputs) is not None
-                except Exception:  # a reference the dispatch mode upsets: run it plainly
-                    found, expected = ["unknown"], _UNSET
-            if expected is _UNSET:
-                ref_inputs = clone_inputs(torch, inputs)
-                expected = reference(*ref_inputs)
-                _sync(torch, device)
-                reference_writes_inputs = reference_writes_inputs or (
-                    _changed_input(torch, inputs, ref_inputs) is not None
-                )
+            # The first trial records which fp32 matmuls/convs the reference runs, for the
+            # TF32 (or bf16) tolerance; the rule is the sandbox's too (measure/tolerance.py).
+            expected, mode = run_recording_precision(
+                torch, run_reference, device, record=trial == 0
+            )
+            reference_writes_inputs = reference_writes_inputs or (
+                _changed_input(torch, inputs, ref_copy[0]) is not None
+            )
         except KernelproError:
             raise
         except Exception as exc:
@@ -499,17 +380,13 @@ def check_correctness(
             ) from exc
         # The reference's copy goes before the kernel's is made: two input sets at a time,
         # not three (a large-input, small-output problem peaked at 3.25x its footprint).
-        ref_inputs = None
+        ref_copy.clear()
+        del run_reference  # it holds this trial's inputs, which go after the kernel's run
         ker_inputs = clone_inputs(torch, inputs)
-        if found:
-            unknown = "unknown" in found
-            modes = {
-                _fp32_reduced_mode(torch, "matmul") if unknown or set(found) & _GEMM_OPS else None,
-                _fp32_reduced_mode(torch, "conv") if unknown or set(found) & _CONV_OPS else None,
-            }
-            tf32_mode = "bf16" if "bf16" in modes else "tf32" if "tf32" in modes else None
+        if trial == 0:
+            tf32_mode = mode
         if device.startswith("cuda"):
-            _prepoison_cuda_cache(torch, expected)
+            prepoison_cuda_cache(torch, expected)
         try:
             with poisoned_allocations(torch):
                 got = kernel(*ker_inputs)
@@ -549,9 +426,7 @@ def check_correctness(
                 worst = report
         failed = [r for r in reports if not r.ok]
         if failed:
-            text = " ".join(r.message or "" for r in failed[:3])
-            if len(failed) > 3:
-                text += f" ({len(failed) - 3} more outputs differ.)"
+            text = failure_text(failed)
             hint = ""
             if any(r.kind == "values" for r in failed):
                 hint = (

@@ -7,6 +7,10 @@ peak above what was allocated when the item started, less buffers the session ke
 every later item (the L2 flush buffer of the timing loop, created by the first item). After
 the item, its memory goes back to the driver (`torch.cuda.empty_cache`) so the next item and
 the profiler's child processes (ncu, kineto) start with the GPU's memory free.
+
+The peak is also kept per phase of the item (`phase`: the correctness check, timing, the
+re-check after timing, the roofline run, profiling), so a record above its budget says which
+step held the memory.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GIB = 1024**3
@@ -85,6 +89,8 @@ class ItemMemory:
     inputs_bytes: int | None = None
     params_bytes: int | None = None
     reference_peak_bytes: int | None = None
+    current_phase: str = "setup"
+    phase_peaks: dict[str, int] = field(default_factory=dict)  # absolute allocator peaks
 
     def start(self) -> None:
         if not self.device.startswith("cuda"):
@@ -106,8 +112,23 @@ class ItemMemory:
     def _peak_now(self) -> int:
         import torch
 
-        self.peak_seen = max(self.peak_seen, torch.cuda.max_memory_allocated(self.device))
+        peak = torch.cuda.max_memory_allocated(self.device)
+        self.peak_seen = max(self.peak_seen, peak)
+        name = self.current_phase
+        self.phase_peaks[name] = max(self.phase_peaks.get(name, 0), peak)
         return self.peak_seen
+
+    def phase(self, name: str) -> None:
+        """The item enters phase `name`: the allocator's peak so far is the last phase's, and
+        the peak counter restarts from what is allocated now."""
+        if not self.active:
+            return
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        self._peak_now()
+        self.current_phase = name
+        torch.cuda.reset_peak_memory_stats(self.device)
 
     @contextlib.contextmanager
     def reference_run(self) -> Iterator[None]:
@@ -127,7 +148,7 @@ class ItemMemory:
             torch.cuda.synchronize(self.device)
             peak = torch.cuda.max_memory_allocated(self.device)
             self.reference_peak_bytes = max(0, peak - before)
-            self.peak_seen = max(self.peak_seen, peak)
+            self._peak_now()
 
     @property
     def footprint_bytes(self) -> int | None:
@@ -147,8 +168,10 @@ class ItemMemory:
         peak = max(0, self._peak_now() - self.base_allocated - kept)
         footprint = self.footprint_bytes
         released = release_cached(self.device, self.base_allocated + kept)
+        base = self.base_allocated + kept
         return {
             "peak_bytes": peak,
+            "peak_bytes_by_phase": {k: max(0, v - base) for k, v in self.phase_peaks.items()},
             "footprint_bytes": footprint,
             "peak_over_footprint": (peak / footprint) if footprint else None,
             "inputs_bytes": self.inputs_bytes,
@@ -211,3 +234,22 @@ def release_cached(device: str, keep_allocated: int) -> int:
         torch.cuda.empty_cache()
         return max(0, reserved - torch.cuda.memory_reserved(device))
     return 0
+
+
+def memory_state(device: str) -> dict[str, int] | None:
+    """This process's view of the GPU's memory now: free and total on the device (all
+    processes), allocated and reserved by this process's caching allocator; None off CUDA."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_initialized():
+        return None
+    try:
+        free, total = torch.cuda.mem_get_info(device)
+    except RuntimeError:
+        return None
+    return {
+        "free_bytes": int(free),
+        "total_bytes": int(total),
+        "allocated_bytes": int(torch.cuda.memory_allocated(device)),
+        "reserved_bytes": int(torch.cuda.memory_reserved(device)),
+    }

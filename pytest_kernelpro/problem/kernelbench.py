@@ -38,6 +38,21 @@ def _to_device(value: Any, device: str) -> Any:
     return value
 
 
+def kernelbench_inputs(module: Any, device: str) -> tuple[Any, ...]:
+    """One input set of a KernelBench module (its `get_inputs()`) on `device`: the gate's
+    input factory for such a file, and the sandbox's (worker and judge) for its task.
+
+    get_inputs() draws with torch's global RNG, seeded by the caller (`call_input_factory`);
+    with the device as the default device its tensors are made there (seeded, bit-identical
+    across runs) instead of on the CPU and copied. What it still makes elsewhere is moved.
+    """
+    import torch
+
+    with torch.device(device):
+        made = module.get_inputs()
+    return tuple(_to_device(v, device) for v in made)
+
+
 def _defining_source(cls: type, fallback: str) -> str:
     import inspect
 
@@ -84,14 +99,7 @@ def problem_from_kernelbench(path: Path) -> Problem:
         return factory
 
     def inputs(device: str) -> tuple[Any, ...]:
-        import torch
-
-        # get_inputs() draws with torch's global RNG, seeded by the caller; with the device as
-        # the default device its tensors are made there (seeded, bit-identical across runs)
-        # instead of on the CPU and copied. What it still makes elsewhere is moved.
-        with torch.device(device):
-            made = module.get_inputs()
-        return tuple(_to_device(v, device) for v in made)
+        return kernelbench_inputs(module, device)
 
     reference_factory = build(reference_cls)
     if kernel_cls is reference_cls:

@@ -142,3 +142,61 @@ class ProfileReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProfileReport:
+        """The report from its `to_dict()` form (a JSON record's `profile`)."""
+        kernels = []
+        for k in data.get("kernels") or ():
+            m = k.get("metrics")
+            metrics = None
+            if m is not None:
+                metrics = KernelMetrics(
+                    m["kernel_name"],
+                    {
+                        n: MetricValue(v["name"], v["value"], v.get("unit", ""))
+                        for n, v in m["metrics"].items()
+                    },
+                    tuple(m.get("missing") or ()),
+                    tuple(m["block_size"]) if m.get("block_size") else None,
+                    tuple(m["grid_size"]) if m.get("grid_size") else None,
+                )
+            s = k.get("sass")
+            sass = None
+            if s is not None:
+                sass = SassSummary(
+                    function=s["function"],
+                    mangled=s["mangled"],
+                    counts=dict(s["counts"]),
+                    total_instructions=s["total_instructions"],
+                    global_load_widths={
+                        int(b): n for b, n in (s.get("global_load_widths") or {}).items()
+                    },
+                    global_store_widths={
+                        int(b): n for b, n in (s.get("global_store_widths") or {}).items()
+                    },
+                )
+            p = k.get("ptxas")
+            kernels.append(KernelProfile(k["name"], metrics, sass, PtxasReport(**p) if p else None))
+        tl = data.get("timeline")
+        timeline = None
+        if tl is not None:
+            timeline = TimelineSummary(
+                **{
+                    **tl,
+                    "gaps": tuple(TimelineGap(**g) for g in tl.get("gaps") or ()),
+                    "kernel_names": tuple(tl.get("kernel_names") or ()),
+                }
+            )
+        lk = data.get("linkage")
+        linkage = (
+            LibraryLinkage(**{**lk, "libraries": tuple(lk.get("libraries") or ())}) if lk else None
+        )
+        return cls(
+            arch=data.get("arch"),
+            kernels=kernels,
+            timeline=timeline,
+            linkage=linkage,
+            not_collected=[NotCollected(**n) for n in data.get("not_collected") or ()],
+            wall_s=float(data.get("wall_s") or 0.0),
+        )

@@ -273,6 +273,12 @@ class VerdictPart(Part):
     min_roofline: float | None = None
     confirmed: bool | None = None
     confirmation: dict[str, Any] | None = None
+    # Set when the times were compared at the baseline's SM clock (gate/clock_scale.py):
+    clock_scale: float | None = None
+    sm_mhz: float | None = None
+    baseline_sm_mhz: float | None = None
+    raw_change: float | None = None  # the change of the unscaled median time
+    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
     failed: bool | None = None
     message: str | None = None
 

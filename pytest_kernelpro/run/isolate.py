@@ -6,7 +6,10 @@ goes on. The child is pytest itself, on the item's node id, with the parent's se
 resolved setting passed as its `KERNELPRO_*` variable, the session flags on its command line)
 and its own JSON report in a temporary directory: the record it logs there is the item's
 record. The parent enforces the item time limit (plus `STARTUP_ALLOWANCE_S` for the child's
-start) by killing the child's process group.
+start) by killing the child's process group, and waits until every process of that group is
+gone and no longer holds a GPU context (NVML's list of compute processes) before the next
+item's child starts: a child killed while its kernel spins on the GPU must not leave the GPU
+busy for the next one.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ if TYPE_CHECKING:
 
 CHILD_FLAG = "--kernelpro-isolated-child"  # hidden option: this process is an item's child
 STARTUP_ALLOWANCE_S = 60.0  # python + pytest + torch start-up in the child
+RELEASE_WAIT_S = 30.0  # after a kill: how long to wait for the group and its GPU contexts
 OUTPUT_TAIL_LINES = 25
 
 
@@ -171,17 +175,24 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
             start_new_session=True,  # its own process group: a kill takes its children too
         )
         timed_out = False
+        released: dict[str, object] | None = None
         try:
             output, _ = proc.communicate(
                 timeout=None if limit is None else limit + STARTUP_ALLOWANCE_S
             )
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc)
+            pids = _kill_group(proc)
             output, _ = proc.communicate()
+            released = wait_released(pids, RELEASE_WAIT_S)
+        if not timed_out and proc.returncode != 0:
+            # A crashed child (or one its own watchdog ended) may have left a GPU context.
+            released = wait_released([proc.pid], RELEASE_WAIT_S)
         wall = time.perf_counter() - started
         child = _child_record(json_path.with_suffix(".jsonl"), item.nodeid)
     isolation = {"returncode": proc.returncode, "wall_s": wall, "command": cmd}
+    if released is not None:
+        isolation["released"] = released
     if child is not None and not timed_out:
         for name in child.__dataclass_fields__:
             if name not in ("nodeid", "extra"):
@@ -211,8 +222,100 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
     )
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _kill_group(proc: subprocess.Popen[str]) -> list[int]:
+    """SIGKILL the child's process group (it leads its own session); the pids it held."""
+    pids = sorted({proc.pid, *group_pids(proc.pid)})
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         proc.kill()
+    return pids
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name, or None (gone, or no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    return text.rsplit(")", 1)[-1].split()  # the name may hold spaces and parentheses
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of process group `pgid` (Linux /proc; empty elsewhere)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            fields = _proc_stat(int(entry))
+            # fields[0] is the state, fields[2] the process group
+            if fields and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    if fields is None:
+        if not os.path.exists("/proc"):  # no /proc: ask the kernel
+            try:
+                os.kill(pid, 0)
+            except (ProcessLookupError, PermissionError):
+                return False
+            return True
+        return False
+    return fields[0] != "Z"  # a zombie has closed its files: its GPU context is gone
+
+
+def _gpu_holders(pids: set[int]) -> set[int]:
+    """Those of `pids` that NVML lists as holding a compute context on some GPU; empty when
+    NVML is not there (nothing more can be known)."""
+    try:
+        import pynvml as nvml
+    except ImportError:
+        return set()
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return set()
+    holders: set[int] = set()
+    try:
+        for index in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            for info in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if int(info.pid) in pids:
+                    holders.add(int(info.pid))
+    except Exception:  # NVMLError: not supported, GPU lost
+        pass
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+    return holders
+
+
+def wait_released(pids: list[int], timeout_s: float) -> dict[str, object]:
+    """Wait (at most `timeout_s`) until none of `pids` runs and none holds a GPU context."""
+    started = time.perf_counter()
+    wanted = set(pids)
+    alive: set[int] = set(wanted)
+    holders: set[int] = set()
+    while True:
+        alive = {pid for pid in wanted if _alive(pid)}
+        holders = set() if alive else _gpu_holders(wanted)
+        if not alive and not holders:
+            break
+        if time.perf_counter() - started >= timeout_s:
+            break
+        time.sleep(0.1)
+    return {
+        "pids": sorted(wanted),
+        "waited_s": round(time.perf_counter() - started, 3),
+        "still_alive": sorted(alive),
+        "still_on_gpu": sorted(holders),
+    }

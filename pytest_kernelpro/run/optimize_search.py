@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,14 +94,19 @@ def problem_context(item: KernelItem, device: str, sandbox_source: str) -> Probl
 
 @dataclass
 class WallClock:
-    """Where the search's time went (seconds)."""
+    """Where the search's time went (seconds): the sandbox's probe of this machine (once per
+    process), the current kernel's evaluation, then per candidate generate / build / check /
+    time / profile, the final re-measurement and the winner's confirmation."""
 
+    sandbox_probe: float = 0.0
+    current_kernel: float = 0.0
     generate: float = 0.0
     build: float = 0.0
     check: float = 0.0
     time: float = 0.0
     profile: float = 0.0
     remeasure: float = 0.0
+    confirm: float = 0.0
     per_candidate: list[dict[str, Any]] = field(default_factory=list)
 
     def add_evaluation(self, strategy: str, evaluation: Evaluation) -> None:
@@ -134,12 +139,15 @@ class WallClock:
 
     def totals(self) -> dict[str, float]:
         return {
+            "sandbox_probe": self.sandbox_probe,
+            "current_kernel": self.current_kernel,
             "generate": self.generate,
             "build": self.build,
             "check": self.check,
             "time": self.time,
             "profile": self.profile,
             "remeasure": self.remeasure,
+            "confirm": self.confirm,
         }
 
 
@@ -425,7 +433,12 @@ def run_search(
 
     # The user's current kernel, in the same sandbox as every candidate.
     current_code = current_kernel_code(item, sandbox_source)
+    started = time.perf_counter()
+    sandbox.isolation  # noqa: B018  (probed here, once per process: its cost is shown apart)
+    clock.sandbox_probe = time.perf_counter() - started
+    started = time.perf_counter()
     current = sandbox.evaluate(Candidate(code=current_code, strategy="the current kernel"))
+    clock.current_kernel = time.perf_counter() - started
     if hooks is not None:
         hooks.checked_current(current)  # e.g. stops before any model call if it cannot import
     details: dict[str, Any] = {"current": current.to_dict()}
@@ -438,8 +451,15 @@ def run_search(
     profiler = None
     validation = None
     if device.startswith("cuda") and settings.feedback != "none":
+        # In the candidates' sandbox (a mode, so that a Dask worker probes its own machine;
+        # in this process the probe is the evaluator's, cached).
         profiler = CandidateProfiler(
-            sandbox_source, facts, device=device, timeout_s=settings.profile_timeout_s, env=env
+            sandbox_source,
+            facts,
+            device=device,
+            timeout_s=settings.profile_timeout_s,
+            env=env,
+            isolation=sandbox.limits.isolation,
         )
         if hooks is not None:
             hooks.phase("profiling")
@@ -476,12 +496,12 @@ def run_search(
     )
     evaluator: Any = sandbox
     remote = None
+    on_worker = None
     if settings.dask:  # builds and evaluations on a Dask cluster (search/distributed.py)
         from functools import partial
 
         from pytest_kernelpro.search.distributed import open_evaluator
 
-        on_worker = None
         if profiler is not None:  # profiled on the worker whose GPU timed it
             on_worker = partial(ProfilingEvaluator, profiler=profiler, feedback=settings.feedback)
             profiler = None
@@ -502,6 +522,11 @@ def run_search(
         profiling = ProfilingEvaluator(evaluator, profiler, feedback=settings.feedback)
         if hooks is not None:
             profiling.on_phase = hooks.phase
+        evaluator = profiling
+    elif remote is not None and on_worker is not None:
+        # Profiled on the workers: the profiles come back inside the evaluations, and this
+        # keeps their records for the report (profiler None: nothing is profiled twice).
+        profiling = ProfilingEvaluator(evaluator, None, feedback=settings.feedback)
         evaluator = profiling
     if settings.search == "greedy":
         algorithm: Any = GreedySearch(candidates_per_step=settings.candidates)
@@ -549,11 +574,14 @@ def run_search(
         atol=item.problem.atol,
         rtol=item.problem.rtol,
     )
+    started = time.perf_counter()
     ranking, details["winner_confirmation"] = confirm_winner(ranking, result, sandbox)
+    clock.confirm = time.perf_counter() - started
+    ranking = replace(ranking, wall_s=clock.totals())  # the confirmation too
     details.update(
         trajectory=str(trajectory),
         algorithm=algorithm.name,
-        profiles=[vars(r) for r in profiling.records] if profiling else [],
+        profiles=[r.to_dict() for r in profiling.records] if profiling else [],
         per_candidate=clock.per_candidate,
         wall_s=clock.totals(),
         replay_divergent=getattr(backend, "divergent", None),

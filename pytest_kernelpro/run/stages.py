@@ -121,8 +121,29 @@ def _run_limited(
         if not session.is_xdist_worker:
             session.write_outputs()
 
+    device = session.choose_device(item.problem).device
+    if limit is not None and device is not None and device.startswith("cuda"):
+        _start_cuda(device)
     with item_time_limit(limit, message, on_native_hang), _cpu_threads(item, session, record):
         _run(item, session, record, phase, memory)
+
+
+def _start_cuda(device: str) -> None:
+    """Create this process's CUDA context before the item's clock starts, once.
+
+    The first CUDA item of a process pays for the context (seconds on the H200): counted
+    against its time limit, a short limit failed a healthy kernel in every fresh
+    `--kernelpro-isolate` child, and a hanging kernel was stopped before it ever ran.
+    Nothing here waits for the GPU (an earlier item's kernel may still be running); what
+    fails is left to the item, which reports it.
+    """
+    import torch
+
+    if torch.cuda.is_initialized() or not torch.cuda.is_available():
+        return
+    with contextlib.suppress(Exception):
+        torch.cuda.init()
+        torch.empty(1, device=device)  # the context is made at the first allocation
 
 
 @contextlib.contextmanager
@@ -198,21 +219,25 @@ def _run(
     make_inputs = _input_maker(run, memory)
     grad_mode = _grad_mode(problem)
     phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
+    memory.phase("check")
     correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
     if settings.correctness_only:
         record.extra["correctness_only"] = True
         return
 
     phase[0] = "making the timing inputs"
+    memory.phase("timing")
     inputs = make_inputs(1_000_003)
     phase[0] = "timing"
     median_s, remeasure = time_item(run, session, kernel, inputs, grad_mode)
 
     phase[0] = "checking the kernel again after timing"
+    memory.phase("recheck")
     with grad_mode():
         _recheck_after_timing(kernel, reference, inputs, make_inputs, run, correctness)
 
     phase[0] = "counting the reference's FLOPs and bytes"
+    memory.phase("roofline")
     roofline(run, session, reference, inputs, median_s, memory)
 
     # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
@@ -220,15 +245,18 @@ def _run(
     # H200 it cost 22 s per kernel (bench/results/2026-12-01-optimize-h200.md).
     if settings.profile:
         phase[0] = "profiling"
+        memory.phase("profile")
         profile(run, session)
     if settings.optimize:
         from .optimize import optimize_item
 
         phase[0] = "optimizing"
+        memory.phase("optimize")
         # The one stage that needs the pytest item: the patch is written against its source.
         optimize_item(item, session, record, run.device)
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
+        memory.phase("gate")
         gate(run, session, remeasure)
     else:
         # In check mode the verdict applies the same floor.
@@ -488,11 +516,12 @@ def profile(run: ItemRun, services: Services, device: str | None = None) -> None
         )
         record.extra["profile_skipped"] = "no CUDA GPU"
         return
-    from ..measure.gpu_memory import release_cached
+    from ..measure.gpu_memory import memory_state, release_cached
 
     # The profiler runs the kernel in child processes (ncu, kineto): give them the memory
-    # this process has cached but does not use.
+    # this process has cached but does not use; the record says what they had.
     release_cached(device, 0)
+    record.extra["profile_gpu_memory"] = memory_state(device)
     try:
         profile_item(run, services, device)
     except Exception as exc:  # a profiler failure never fails the kernel

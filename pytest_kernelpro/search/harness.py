@@ -25,8 +25,12 @@ done.
   result. Wrong numbers there → cheat ("passes only for the checked shapes"); an exception
   → wrong. shape_check="off" skips this for kernels specialised to one shape by design.
 - timing: reference and candidate medians (`measure.timing.time_kernel` with the task's
-  `TimingBudget`; `checks.measure` if that module is missing), speedup = ref / candidate,
-  then one more fresh-input check (a candidate must not change behaviour once timed).
+  `TimingBudget`), speedup = ref / candidate, then one more fresh-input check (a candidate
+  must not change behaviour once timed).
+
+Inputs, tolerances, poisoning, comparison and timing are the gate's (`measurement.py` says
+which function of `measure/` each is); the guards and the order of the checks are the
+sandbox's own.
 """
 
 from __future__ import annotations
@@ -41,7 +45,12 @@ from typing import Any
 
 import torch
 
-from pytest_kernelpro.search import checks, judge
+from pytest_kernelpro.measure.correctness import (
+    clone_inputs,
+    poisoned_allocations,
+    prepoison_cuda_cache,
+)
+from pytest_kernelpro.search import checks, judge, measurement
 from pytest_kernelpro.search.checks import classify_exception
 from pytest_kernelpro.search.loader import load_source
 
@@ -101,19 +110,21 @@ class _Pipeline:
         if requested == "auto":
             requested = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(requested)
-        self.atol, self.rtol = task.get("atol"), task.get("rtol")
         self.forbidden = list(task.get("forbidden_ops") or [])
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
         self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
+        # The reduced precision ("tf32", "bf16") the reference's fp32 matmuls/convs may run
+        # in, found on its first call; it relaxes the fp32 tolerance as in the gate.
+        self.reduced: str | None = None
+        self._precision_known = False
         self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
         self.findings: list[dict[str, Any]] = []
 
     # ----- inputs and runs -----
 
     def inputs(self, seed: int) -> list[Any]:
-        torch.manual_seed(seed)
-        return _to_device(list(self.ref_mod.get_inputs()), self.device)
+        return measurement.make_inputs(self.ref_mod, seed, self.device)
 
     def sync(self) -> None:
         if self.device.type == "cuda":
@@ -121,16 +132,36 @@ class _Pipeline:
 
     def run_reference(self, args: list[Any]) -> tuple[Any, bool, bool]:
         """Reference output, and whether it modified or aliased its inputs."""
-        before = checks.clone_tree(args)
-        with torch.no_grad():
-            out = self.ref_model(*args)
-        self.sync()
-        modified = not checks.same_values(before, args)
-        return checks.clone_tree(out), modified, checks.shares_storage(out, args)
+        before = clone_inputs(torch, args)
+        attempts: list[Any] = []  # the inputs of each call
 
-    def run_candidate(self, args: list[Any]) -> tuple[Any, Any]:
+        def call() -> Any:
+            # A second call (the recording dispatch mode upset the first) gets a fresh copy:
+            # the failed call may have written into `args`.
+            attempts.append(clone_inputs(torch, before) if attempts else args)
+            with torch.no_grad():
+                out = self.ref_model(*attempts[-1])
+            self.sync()
+            return out
+
+        out, reduced = measurement.run_reference(
+            torch, call, self.device, first=not self._precision_known
+        )
+        if not self._precision_known:
+            self._precision_known, self.reduced = True, reduced
+            if reduced:
+                self.correctness["reduced_precision"] = reduced
+        args = attempts[-1]
+        modified = not checks.same_values(before, args)
+        return clone_inputs(torch, out), modified, checks.shares_storage(out, args)
+
+    def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
         """Candidate output (and a copy taken on the current stream before any device
-        synchronization, to see work left running on another stream), under all guards."""
+        synchronization, to see work left running on another stream), under all guards,
+        with uninitialized memory poisoned as in the gate (on CUDA also freed blocks of the
+        sizes of `expected`, the reference's output)."""
+        if expected is not None and self.device.type == "cuda":
+            prepoison_cuda_cache(torch, expected)
         # Entering a dispatch mode imports torch._dynamo (seconds): only when ops are forbidden.
         recorder = checks.OpRecorder() if self.forbidden else contextlib.nullcontext()
         stream_before = (
@@ -138,10 +169,10 @@ class _Pipeline:
         )
         self.ref_guard.active = self.stream_guard.active = True
         try:
-            with torch.no_grad(), checks.poisoned_allocations():
+            with torch.no_grad(), poisoned_allocations(torch):
                 with recorder:
                     out = self.new_model(*args)
-                early = checks.clone_tree(out)  # enqueued on the current stream
+                early = clone_inputs(torch, out)  # enqueued on the current stream
         finally:
             self.ref_guard.active = self.stream_guard.active = False
         if stream_before is not None and torch.cuda.current_stream(self.device) != stream_before:
@@ -173,10 +204,10 @@ class _Pipeline:
         returns a cache (any earlier call: an address-keyed cache hits whichever trial's
         input the allocator put at the same address).
         """
-        ref_args = checks.clone_tree(args)
+        ref_args = clone_inputs(torch, args)
         ref_out, ref_modifies, ref_aliases = self.run_reference(ref_args)
-        cand_args = checks.clone_tree(args)
-        out, early = self.run_candidate(cand_args)
+        cand_args = clone_inputs(torch, args)
+        out, early = self.run_candidate(cand_args, ref_out)
         if any(
             checks.same_values(cand_before, out) and not checks.same_values(ref_before, ref_out)
             for ref_before, cand_before in previous or []
@@ -188,20 +219,27 @@ class _Pipeline:
             raise Rejected("cheat", f"modifies its inputs in place ({label})")
         if not ref_aliases and checks.shares_storage(out, cand_args):
             raise Rejected("cheat", f"returns an output that aliases an input ({label})")
-        ok, detail = checks.compare(ref_out, out, self.atol, self.rtol)
-        for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
-            if key in detail:
-                self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
+        ok = self.compare(ref_out, out, label)
         if ok and self.device.type == "cuda" and not checks.same_values(early, out):
             raise Rejected(
                 "cheat",
                 "output was not ready on the current stream when the call "
                 f"returned (work launched on another stream, {label})",
             )
-        if not ok:
-            raise Rejected("wrong", f"wrong result ({label}): {detail.get('why')}")
         self.save_output(label, out)
-        return ref_out, checks.clone_tree(out)
+        return ref_out, clone_inputs(torch, out)
+
+    def compare(self, expected: Any, got: Any, label: str) -> bool:
+        """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`
+        naming the call when it fails. The largest errors and tolerances go in the record."""
+        decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+        detail = decided.to_dict()
+        for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
+            if isinstance(detail.get(key), (int, float)):
+                self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
+        if not decided.ok:
+            raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
+        return True
 
     def save_output(self, label: str, out: Any) -> None:
         """Hand the candidate's output for `label` to the trusted side (`judge.py`), which
@@ -299,11 +337,9 @@ class _Pipeline:
         self.correctness["checks"].append("inputs changed in place")
 
     def check_call_inplace(self, args: list[Any]) -> None:
-        ref_out, _, _ = self.run_reference(checks.clone_tree(args))
-        out, _ = self.run_candidate(args)
-        ok, detail = checks.compare(ref_out, out, self.atol, self.rtol)
-        if not ok:
-            raise Rejected("wrong", str(detail.get("why")))
+        ref_out, _, _ = self.run_reference(clone_inputs(torch, args))
+        out, _ = self.run_candidate(args, ref_out)
+        self.compare(ref_out, out, "inputs changed in place")
         self.save_output("inputs changed in place", out)
 
     def shapes(self) -> None:
@@ -332,7 +368,7 @@ class _Pipeline:
         checked = []
         for label, args in variants:
             try:
-                self.run_reference(checks.clone_tree(args))
+                self.run_reference(clone_inputs(torch, args))
             except Exception as exc:  # the problem does not accept this shape: not a test
                 self.correctness.setdefault("shape_skipped", []).append(
                     f"{label}: reference raises {type(exc).__name__}"
@@ -360,8 +396,8 @@ class _Pipeline:
         self.progress("timing")
         args = self.inputs(self.seed)
         with torch.no_grad():
-            ref = self._measure(lambda: self.ref_model(*args))
-            new = self._measure(lambda: self.new_model(*args))
+            ref = measurement.time_call(lambda: self.ref_model(*args), self.task, self.device)
+            new = measurement.time_call(lambda: self.new_model(*args), self.task, self.device)
         try:
             self.check_call(self.inputs(self.seed + 301), "after timing")
         except Rejected as exc:
@@ -372,26 +408,6 @@ class _Pipeline:
                 ) from None
             raise
         return {"reference": ref, "candidate": new}
-
-    def _measure(self, fn: Callable[[], Any]) -> dict[str, Any]:
-        """Median time of `fn`: the plugin's `measure.timing` (adaptive rounds, L2 flush,
-        bootstrap CI) when present, else the small do_bench-style `checks.measure`."""
-        budget = dict(self.task.get("timing") or {})
-        try:
-            from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
-        except ImportError:
-            return checks.measure(
-                fn,
-                self.device,
-                warmup_ms=float(budget.get("warmup_ms", 25.0)),
-                rep_ms=1e3 * float(budget.get("max_time_s", 1.0)),
-                min_samples=int(budget.get("min_samples", 5)),
-                max_samples=int(budget.get("max_samples", 200)),
-            )
-        result = time_kernel(fn, device=str(self.device), budget=TimingBudget(**budget))
-        data = result.to_dict()
-        data.pop("samples_s", None)  # thousands of floats per node: the stats say enough
-        return {"median_s": result.median_s, "samples": len(result.samples_s), **data}
 
     def run(self) -> dict[str, Any]:
         self.build_log = ""

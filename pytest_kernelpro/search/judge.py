@@ -11,8 +11,9 @@ candidate code is loaded, its working directory is new) with:
   after timing, which catches a kernel that is correct only while it is being checked);
 - the judge rebuilds the reference from the problem source with the same seeds, regenerates
   each call's inputs from its seed, computes the reference outputs and compares them with the
-  saved ones (`checks.compare`, NaN never passes); a missing or unreadable output file is a
-  failure too, since an honest worker always writes them;
+  saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
+  its comparison); a missing or unreadable output file is a failure too, since an honest
+  worker always writes them;
 - it times the reference itself, so a candidate cannot make its speedup larger by slowing
   the reference down or by writing a number into the result.
 
@@ -96,6 +97,8 @@ class _Reference:
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
         self.seed = int(task.get("seed", 42))
+        self.reduced: str | None = None  # found on the first output (measurement.py)
+        self._calls = 0
         self.module = load_source(task["reference"], "kernelpro_reference")
         torch.manual_seed(self.seed)
         init_inputs = list(self.module.get_init_inputs())
@@ -103,21 +106,28 @@ class _Reference:
         self.model = self.module.Model(*init_inputs).to(self.device).eval()
 
     def inputs(self, seed: int) -> list[Any]:
-        import torch
+        from pytest_kernelpro.search.measurement import make_inputs
 
-        torch.manual_seed(seed)
-        return [
-            v.to(self.device) if isinstance(v, torch.Tensor) else v
-            for v in self.module.get_inputs()
-        ]
+        return make_inputs(self.module, seed, self.device)
 
     def output(self, seed: int) -> Any:
+        """The reference's output for the inputs of `seed`; the first call also finds the
+        reduced precision its fp32 matmuls/convs run in, as the worker's first call does."""
         import torch
 
-        with torch.no_grad():
-            out = self.model(*self.inputs(seed))
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        from pytest_kernelpro.search.measurement import run_reference
+
+        def call() -> Any:
+            with torch.no_grad():
+                out = self.model(*self.inputs(seed))
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return out
+
+        out, reduced = run_reference(torch, call, self.device, first=self._calls == 0)
+        if self._calls == 0:
+            self.reduced = reduced
+        self._calls += 1
         return out
 
 
@@ -125,10 +135,10 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
     """Check the saved outputs against the reference and time the reference."""
     import torch
 
-    from pytest_kernelpro.search import checks
+    from pytest_kernelpro.search.checks import flatten
+    from pytest_kernelpro.search.measurement import time_call, verdict
 
     ref = _Reference(task)
-    atol, rtol = task.get("atol"), task.get("rtol")
     checked, worst_abs, worst_rel = [], 0.0, 0.0
     for name, seed in required_outputs(task):
         label = name[: -len(".pt")]
@@ -136,15 +146,16 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
             saved = _load_output(outputs_dir / name)
         except Exception as exc:  # any unreadable file is the candidate's failure
             return {"ok": False, "reason": f"{label}: {type(exc).__name__}: {exc}"[:400]}
-        ok, detail = checks.compare(checks.flatten(ref.output(seed)), saved, atol, rtol)
-        if not ok:
-            return {"ok": False, "reason": f"{label}: {detail.get('why')}"}
-        worst_abs = max(worst_abs, float(detail.get("max_abs_err", 0.0)))
-        worst_rel = max(worst_rel, float(detail.get("max_rel_err", 0.0)))
+        expected = flatten(ref.output(seed))
+        decided = verdict(torch, saved, expected, task, ref.reduced)
+        if not decided.ok:
+            return {"ok": False, "reason": f"{label}: {decided.failure}"}
+        worst_abs = max(worst_abs, decided.max_abs)
+        worst_rel = max(worst_rel, decided.max_rel)
         checked.append(label)
     args = ref.inputs(ref.seed)
     with torch.no_grad():
-        timing = _measure(lambda: ref.model(*args), task, ref.device)
+        timing = time_call(lambda: ref.model(*args), task, ref.device)
     return {
         "ok": True,
         "checked": checked,
@@ -152,17 +163,6 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
         "max_rel_err": worst_rel,
         "reference_timing": timing,
     }
-
-
-def _measure(fn: Any, task: dict[str, Any], device: Any) -> dict[str, Any]:
-    from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
-
-    result = time_kernel(
-        fn, device=str(device), budget=TimingBudget(**dict(task.get("timing") or {}))
-    )
-    data = result.to_dict()
-    data.pop("samples_s", None)
-    return {"median_s": result.median_s, "samples": len(result.samples_s), **data}
 
 
 def preflight(task: dict[str, Any]) -> dict[str, Any]:

@@ -239,9 +239,10 @@ def _worker(work: Path, label: str) -> int:
 
     import torch
 
+    from pytest_kernelpro.measure.correctness import clone_inputs
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
     from pytest_kernelpro.problem import import_file
-    from pytest_kernelpro.search import checks
+    from pytest_kernelpro.search import measurement
 
     config = json.loads((work / "config.json").read_text(encoding="utf-8"))
     device = config["device"]
@@ -257,16 +258,21 @@ def _worker(work: Path, label: str) -> int:
         torch.manual_seed(seed)
         new_model = module.ModelNew(*init).to(device).eval()
         _copy_weights(ref_model, new_model)
-        torch.manual_seed(seed + 1)
-        args = [a.to(device) if isinstance(a, torch.Tensor) else a for a in module.get_inputs()]
+        args = measurement.make_inputs(module, seed + 1, device)
+
+        def reference(model: Any = ref_model) -> Any:
+            with torch.no_grad():
+                return model(*clone_inputs(torch, args))
+
+        # The gate's check, as in the sandbox: its tolerances (TF32-aware) and comparison.
+        expected, reduced = measurement.run_reference(torch, reference, device, first=True)
         with torch.no_grad():
-            expected = ref_model(*checks.clone_tree(args))
-            got = new_model(*checks.clone_tree(args))
-        ok, detail = checks.compare(expected, got, config.get("atol"), config.get("rtol"))
-        if not ok:
-            say(f"{ERROR} wrong result when re-measured: {detail.get('why')}")
+            got = new_model(*clone_inputs(torch, args))
+        decided = measurement.verdict(torch, got, expected, config, reduced)
+        if not decided.ok:
+            say(f"{ERROR} wrong result when re-measured: {decided.failure}")
             return 1
-        del expected, got, ref_model
+        del expected, got, ref_model, reference
     except Exception as exc:
         say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
         return 1

@@ -153,13 +153,15 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     import torch
 
     set_grad = torch._C._set_grad_enabled
+    from pytest_kernelpro.measure.timing import TimingBudget
     from pytest_kernelpro.search import judge
     from pytest_kernelpro.search.harness import _Pipeline
 
-    budget = dict(task.get("timing") or {})
-    warmup_s = float(budget.get("warmup_ms", 25.0)) * 1e-3
-    max_time_s = float(budget.get("max_time_s", 2.0))
-    min_samples = max(3, int(budget.get("min_samples", 20)))
+    # The task's budget read as the gate's timer reads it (its defaults and validation).
+    budget = TimingBudget(**dict(task.get("timing") or {}))
+    warmup_s = budget.warmup_ms * 1e-3
+    max_time_s = budget.max_time_s
+    min_samples = max(3, budget.min_samples)
     pipeline = _Pipeline(task, progress)
     pipeline.build_reference()
     seed = pipeline.seed
@@ -167,7 +169,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     final_args = pipeline.inputs(seed + judge.RETIME_SEED_OFFSET)
     cuda = pipeline.device.type == "cuda"
     if cuda:
-        tools = _cuda_tools(torch, pipeline.device, bool(budget.get("flush_l2", True)))
+        tools = _cuda_tools(torch, pipeline.device, budget)
     pipeline.build_candidate()  # the candidate's code runs from here on
     progress("timing")
     model = pipeline.new_model
@@ -253,9 +255,14 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     }
 
 
-def _cuda_tools(torch: Any, device: Any, flush_l2: bool) -> tuple[Any, ...]:
+def _cuda_tools(torch: Any, device: Any, budget: Any) -> tuple[Any, ...]:
     """The C-level functions and objects the re-timing uses, taken (and the GPU sleep
-    calibrated, the flush buffer allocated and timed) before any candidate code runs."""
+    calibrated, the flush buffer allocated and timed) before any candidate code runs. The
+    flush is the gate timer's (`measure.timing.flush_size`: the budget's `flush_bytes`, else
+    twice the L2)."""
+    from pytest_kernelpro.measure.timing import flush_size
+
+    flush_l2 = bool(budget.flush_l2)
     event = torch._C._CudaEventBase
     record, elapsed = event.record, event.elapsed_time
     sync = torch._C._cuda_synchronize
@@ -265,7 +272,7 @@ def _cuda_tools(torch: Any, device: Any, flush_l2: bool) -> tuple[Any, ...]:
     flush: Any = int  # a no-op builtin when the task times without a flush
     if flush_l2:
         l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 0)
-        nbytes = 2 * l2 if l2 > 0 else 256 * 1024 * 1024
+        nbytes = flush_size(budget, l2)
         buffer = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
         flush = buffer.zero_
     sleep(100_000)  # load the sleep kernel's module outside the calibration

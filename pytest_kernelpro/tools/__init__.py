@@ -2,15 +2,17 @@
 
 Public API:
 - `ProfilingTool`, `MetricRequest`, `ToolContext`, `Finding`, `Evidence`, `Recommendation`
-  (the tool contract, `base`);
+  (the tool contract, `base`: a tool implements `evaluate(ctx) -> Finding | None`; what it
+  reads is in `context`, what it returns in `finding`);
 - `ToolRegistry` (an instance per set of tools; `@ToolRegistry.register` and the entry-point
   group `pytest_kernelpro.tools` add to the default one, `default_registry()`),
-  `run_tools`, `ToolRun`, `SkippedTool` (`registry`);
+  `run_tools` (`registry`), `ToolRun`, `SkippedTool` (`outcome`), the severity caps
+  (`policies`);
 - `classify`, `Stage1` (`stage1`);
 - `generate_prompt_guidance`, `render_findings_text` (`guidance`).
 
-Each tool module (dram, fusion, launch, memory, occupancy, pipes, shared, spills, stalls,
-tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`base`),
+Each tool module (divergence, dram, fusion, instructions, launch, memory, occupancy, pipes,
+shared, spills, stalls, tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`base`),
 the shared signals (`signals`, `streaming`) and its words (`advice`: advice.yaml), never
 another tool module (`tests/tools/test_tools_isolation.py`); `builtin` lists the tools.
 

@@ -1,4 +1,8 @@
-"""The built-in tools' advice and code examples, read from `advice.yaml` (data, not code).
+"""The built-in tools' advice and code examples, read from `advice.yaml` (data, not code):
+code examples (`example`), the text of every recommendation (`action`, with `{name}` fields
+the tool fills with what it measured), the warp-stall table (`STALL_ADVICE`) and the
+saturated-pipe table (`SATURATED_PIPE_ADVICE`). The expected-improvement ranges stay in the
+tools, computed from the evidence.
 
 A tool looks its advice up by name here instead of importing another tool's constants, so
 every tool module stands alone (a rule file in the manner of Nsight Compute's rules) and
@@ -82,6 +86,25 @@ STALL_ADVICE: Mapping[str, StallAdvice] = MappingProxyType(
         for reason, entry in _RAW["stall_advice"].items()
     }
 )
+
+ACTIONS: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {tool: MappingProxyType(dict(texts)) for tool, texts in _RAW["actions"].items()}
+)
+
+
+def action(tool: str, key: str, **values: str) -> str:
+    """The recommendation text `key` of `tool` in `advice.yaml`, its `{name}` fields filled
+    from `values` (the numbers the tool measured, already formatted)."""
+    try:
+        text = ACTIONS[tool][key]
+    except KeyError:
+        known = ", ".join(sorted(ACTIONS.get(tool, {}))) or "(none)"
+        raise KernelproError(
+            f"No recommendation {key!r} for tool {tool!r} in pytest_kernelpro/tools/{_DATA}; "
+            f"known for that tool: {known}"
+        ) from None
+    return text.format(**values) if values else text
+
 
 SATURATED_PIPE_ADVICE: Mapping[str, PipeAdvice] = MappingProxyType(
     {

@@ -7,18 +7,14 @@ Each tool module is a self-contained rule file (it imports `base`, `signals`, `a
 from __future__ import annotations
 
 from pytest_kernelpro.tools.base import ProfilingTool
+from pytest_kernelpro.tools.divergence import WarpDivergenceTool
 from pytest_kernelpro.tools.dram import DramSaturationTool, L2LocalityTool
 from pytest_kernelpro.tools.fusion import KernelFusionTool
+from pytest_kernelpro.tools.instructions import InstructionOverheadTool
 from pytest_kernelpro.tools.launch import LaunchConfigTool, SmallGridTool, TailEffectTool
 from pytest_kernelpro.tools.memory import GlobalCoalescingTool, VectorizationTool
 from pytest_kernelpro.tools.occupancy import OccupancyTool
-from pytest_kernelpro.tools.pipes import (
-    FP64Tool,
-    FusedFmaTool,
-    InstructionOverheadTool,
-    PipeUtilizationTool,
-    WarpDivergenceTool,
-)
+from pytest_kernelpro.tools.pipes import FP64Tool, FusedFmaTool, PipeUtilizationTool
 from pytest_kernelpro.tools.shared import AsyncCopyTool, SharedBankConflictTool
 from pytest_kernelpro.tools.spills import RegisterSpillDetector
 from pytest_kernelpro.tools.stalls import BarrierStallTool, WarpStallTool

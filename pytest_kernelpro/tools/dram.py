@@ -6,6 +6,7 @@ how much traffic reaches DRAM at all.
 
 from __future__ import annotations
 
+from pytest_kernelpro.tools.advice import action
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -40,12 +41,11 @@ class DramSaturationTool(ProfilingTool):
     SATURATED_PCT = 80.0
     AT_MINIMUM_RATIO = 1.25  # DRAM bytes / minimal bytes considered "already minimal"
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        dram = ctx.value(DRAM_REQUEST)
-        return dram is not None and dram >= self.SATURATED_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        name, dram = ctx.resolve(DRAM_REQUEST) or (DRAM_REQUEST.name, 0.0)
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        found = ctx.resolve(DRAM_REQUEST)
+        if found is None or found[1] < self.SATURATED_PCT:
+            return None
+        name, dram = found
         headroom = 100.0 / max(dram, 1e-9)
         evidence = {
             name: Evidence(
@@ -76,15 +76,14 @@ class DramSaturationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Reduce bytes instead: fuse with the neighbouring ops, store lower precision "
-                    "(bf16/fp8) where tolerances allow, recompute instead of re-reading",
+                    action("dram_saturation", "reduce_bytes_instead"),
                     1.1,
                     2.0,
                     "heuristic (depends on how many bytes fusion or precision removes)",
                     bounded_by_saturation=False,
                 ),
                 Recommendation(
-                    "Stop optimizing memory access patterns for this kernel",
+                    action("dram_saturation", "stop_optimizing_memory"),
                     1.0,
                     headroom,
                     "bound: 100 / DRAM throughput %",
@@ -112,21 +111,14 @@ class L2LocalityTool(ProfilingTool):
     DRAM_RELEVANT_PCT = 50.0  # below this DRAM utilization, extra traffic is not the limiter yet
     DRAM_NEGLIGIBLE_PCT = 5.0  # below this the kernel barely uses DRAM: the ratio is noise
 
-    def _ratio(self, ctx: ToolContext) -> tuple[float, float] | None:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         read, write = ctx.value(DRAM_READ), ctx.value(DRAM_WRITE)
         if read is None or write is None or not ctx.min_bytes:
             return None
-        return (read + write) / ctx.min_bytes, read + write
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        found = self._ratio(ctx)
-        return found is not None and found[0] >= self.EXCESS_RATIO
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._ratio(ctx)
-        if found is None or not ctx.min_bytes:
-            raise self.not_triggered(ctx)
-        ratio, moved = found
+        moved = read + write
+        ratio = moved / ctx.min_bytes
+        if ratio < self.EXCESS_RATIO:
+            return None
         severity = (
             "high"
             if ratio >= self.HIGH_RATIO
@@ -182,16 +174,13 @@ class L2LocalityTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Read each input once: fuse the passes (e.g. softmax max/sum/normalize over a "
-                    "row kept in registers or shared memory; online softmax)",
+                    action("l2_locality", "read_input_once"),
                     1.1,
                     max(1.1, bound),
                     "bound: DRAM bytes / minimal bytes, capped at 4x",
                 ),
                 Recommendation(
-                    "Improve temporal locality: process tiles that share data together (block "
-                    "swizzling / rasterization), or pin a reused buffer in L2 with an access "
-                    "policy window (cudaStreamAttributeAccessPolicyWindow)",
+                    action("l2_locality", "improve_temporal_locality"),
                     1.05,
                     max(1.05, (1.0 + bound) / 2.0),
                     "heuristic",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -71,7 +71,9 @@ class KernelFusionTool(ProfilingTool):
     HIGH_RATIO = 2.0
     CRITICAL_RATIO = 4.0
 
-    def _state(self, ctx: ToolContext) -> tuple[list[KernelTraffic], list[KernelTraffic], float]:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        if not ctx.min_bytes:
+            return None
         traffic = kernel_traffic(ctx)
         bound = [
             t
@@ -79,20 +81,9 @@ class KernelFusionTool(ProfilingTool):
             if t.dram_pct is not None and t.dram_pct >= self.MEMORY_BOUND_DRAM_PCT
         ]
         total = sum(t.moved for t in traffic)
-        ratio = total / ctx.min_bytes if ctx.min_bytes else 0.0
-        return traffic, bound, ratio
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        if not ctx.min_bytes:
-            return False
-        _, bound, ratio = self._state(ctx)
-        return len(bound) >= self.MIN_KERNELS and ratio >= self.EXCESS_RATIO
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        if not self.trigger(ctx) or not ctx.min_bytes:
-            raise self.not_triggered(ctx)
-        traffic, bound, ratio = self._state(ctx)
-        total = sum(t.moved for t in traffic)
+        ratio = total / ctx.min_bytes
+        if len(bound) < self.MIN_KERNELS or ratio < self.EXCESS_RATIO:
+            return None
         severity = (
             "critical"
             if ratio >= self.CRITICAL_RATIO
@@ -163,10 +154,7 @@ class KernelFusionTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Fuse the chain into one kernel that reads each input once and writes each "
-                    "output once (keep intermediates in registers / shared memory): a library "
-                    "op that already does it (torch.softmax, F.layer_norm, ...), torch.compile, "
-                    "or one Triton/CUDA kernel",
+                    action("kernel_fusion", "fuse_the_chain"),
                     max(1.0, ratio),
                     max(1.0, ratio, high),
                     basis,

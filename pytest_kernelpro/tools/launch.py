@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -55,14 +55,11 @@ class SmallGridTool(ProfilingTool):
     HIGH_IDLE_PCT = 25.0
     MEDIUM_IDLE_PCT = 10.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         grid = ctx.value(GRID_SIZE)
         sms = ctx.sm_count
-        return grid is not None and sms is not None and 0 < grid < sms
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        grid = ctx.value(GRID_SIZE) or 0.0
-        sms = ctx.sm_count or 1
+        if grid is None or sms is None or not 0 < grid < sms:
+            return None
         idle = 100.0 * (1.0 - grid / sms)
         severity = _graded(idle, self.CRITICAL_IDLE_PCT, self.HIGH_IDLE_PCT, self.MEDIUM_IDLE_PCT)
         bound = sms / max(grid, 1.0)
@@ -83,15 +80,13 @@ class SmallGridTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Split the work into more blocks (e.g. one block or one warp per row / tile) "
-                    "so every SM gets at least one, ideally several, blocks",
+                    action("small_grid", "more_blocks"),
                     1.0 + (bound - 1.0) / 2.0,
                     bound,
                     "bound: SMs / blocks (all SMs busy); low end: half of that",
                 ),
                 Recommendation(
-                    "If the problem is inherently small, use smaller blocks, split-K / split the "
-                    "reduction, or run it concurrently with other work (streams, CUDA graphs)",
+                    action("small_grid", "small_problem"),
                     1.1,
                     max(1.1, bound / 2.0),
                     "heuristic",
@@ -133,14 +128,10 @@ class TailEffectTool(ProfilingTool):
         idle = 100.0 * (wave - partial) / (wave * (full + 1))  # exact at round numbers
         return grid, wave, full, partial, idle
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._waves(ctx)
-        return found is not None and found[4] >= self.TRIGGER_IDLE_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._waves(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+        if found is None or found[4] < self.TRIGGER_IDLE_PCT:
+            return None
         grid, wave, full, partial, idle = found
         severity = "high" if idle >= self.HIGH_IDLE_PCT else "medium"
         fill = 100.0 * partial / wave
@@ -171,9 +162,7 @@ class TailEffectTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    f"Make the grid a multiple of the wave size ({num(wave)} blocks, e.g. "
-                    f"{num(better)}) by changing the work per block, or use a persistent grid of "
-                    f"{num(wave)} blocks with a grid-stride loop",
+                    action("tail_effect", "wave_multiple", wave=num(wave), better=num(better)),
                     1.0 + (bound - 1.0) / 2.0,
                     bound,
                     "bound: 1/(1 - idle share)",
@@ -212,8 +201,7 @@ class LaunchConfigTool(ProfilingTool):
                     f"are scheduled, {pct(wasted)} of their lanes do nothing",
                     Evidence(block, f"{num(block)} % 32 = {int(block % 32)} != 0"),
                     Recommendation(
-                        f"Use a multiple of 32 threads per block (e.g. {warps * 32}); "
-                        "128-256 is a good starting range",
+                        action("launch_config", "warp_multiple", threads=str(warps * 32)),
                         1.0,
                         1.0 / (1.0 - wasted / 100.0),
                         "bound: wasted lanes",
@@ -232,17 +220,16 @@ class LaunchConfigTool(ProfilingTool):
                         f"{num(block)} < {self.SMALL_BLOCK_THREADS:g} threads and the block limit is the tightest",
                     ),
                     Recommendation(
-                        "Use blocks of at least 64 (better 128-256) threads", 1.1, 1.5, "heuristic"
+                        action("launch_config", "blocks_of_64_plus"), 1.1, 1.5, "heuristic"
                     ),
                 )
             )
         return issues
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return bool(self._issues(ctx))
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         issues = self._issues(ctx)
+        if not issues:
+            return None
         severity = min((i[0] for i in issues), key=["critical", "high", "medium", "low"].index)
         return self.make_finding(
             ctx,

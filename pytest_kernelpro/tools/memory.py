@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -127,12 +127,11 @@ class GlobalCoalescingTool(ProfilingTool):
     HIGH_PCT = 30.0
     CRITICAL_PCT = 60.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return excess_share(coalescing_ops(ctx)) >= self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         ops = coalescing_ops(ctx)
         share = excess_share(ops)
+        if share < self.TRIGGER_PCT:
+            return None
         severity = (
             "critical"
             if share >= self.CRITICAL_PCT
@@ -177,22 +176,19 @@ class GlobalCoalescingTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Remap threads so consecutive threads (lanes) touch consecutive addresses: "
-                    "e.g. a warp or block per row with lanes striding over columns, instead of "
-                    "a thread per row",
+                    action("global_coalescing", "remap_threads_consecutive"),
                     1.0 + (bound - 1.0) / 4.0,
                     bound,
                     "bound: 1/(1 - excess share) sectors, capped at 8x",
                 ),
                 Recommendation(
-                    "If the access must be strided (transpose, gather), stage it through shared "
-                    "memory: load coalesced tiles, then read them in the needed order",
+                    action("global_coalescing", "stage_strided_through_shared"),
                     1.0 + (bound - 1.0) / 6.0,
                     1.0 + (bound - 1.0) / 2.0,
                     "heuristic fraction of the bound",
                 ),
                 Recommendation(
-                    "After coalescing, vectorize (float4) for fewer memory instructions",
+                    action("global_coalescing", "after_coalescing_vectorize"),
                     1.05,
                     1.3,
                     "heuristic",
@@ -233,22 +229,17 @@ class VectorizationTool(ProfilingTool):
         narrow = sum(n for bits, n in merged.items() if bits <= 32)
         return (narrow, total, merged) if total else None
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._widths(ctx)
         if found is None:
-            return False
-        narrow, total, _ = found
-        dram = ctx.value(DRAM_REQUEST)
-        if dram is not None and dram >= self.DRAM_SATURATED_PCT:
-            return False
-        return 100.0 * narrow / total >= self.NARROW_SHARE_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._widths(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+            return None
         narrow, total, merged = found
+        dram = ctx.resolve(DRAM_REQUEST)
+        if dram is not None and dram[1] >= self.DRAM_SATURATED_PCT:
+            return None
         share = 100.0 * narrow / total
+        if share < self.NARROW_SHARE_PCT:
+            return None
         uncoalesced = excess_share(coalescing_ops(ctx))
         severity = "low" if uncoalesced >= self.UNCOALESCED_PCT else "medium"
         widths = ", ".join(f"{n}x {bits}-bit" for bits, n in sorted(merged.items()))
@@ -258,7 +249,6 @@ class VectorizationTool(ProfilingTool):
                 f"{narrow} of {total} global ld/st instructions ({pct(share)}) are <= 32-bit >= {self.NARROW_SHARE_PCT:g}%",
             )
         }
-        dram = ctx.resolve(DRAM_REQUEST)
         if dram is not None:
             evidence[dram[0]] = Evidence(
                 dram[1],
@@ -283,14 +273,13 @@ class VectorizationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Load and store 128-bit vectors (float4 / int4, or 8 x bf16) with 16-byte "
-                    "aligned pointers; handle the remainder separately",
+                    action("vectorization", "vector_128_bit"),
                     1.1,
                     1.4,
                     "heuristic (fewer instructions; bytes unchanged)",
                 ),
                 Recommendation(
-                    "Give each thread several elements (unroll) so more bytes are in flight per thread",
+                    action("vectorization", "give_thread_several"),
                     1.05,
                     1.3,
                     "heuristic",

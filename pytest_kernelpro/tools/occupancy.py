@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -56,19 +56,6 @@ class OccupancyTool(ProfilingTool):
     HIGH_ACHIEVED_PCT = 50.0
     BUSY_PIPE_PCT = 60.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        theo = ctx.value(THEORETICAL_OCC)
-        ach = ctx.value(ACHIEVED_OCC)
-        if theo is None or ach is None:
-            return False
-        if theo < self.THEORETICAL_LOW_PCT:
-            return True
-        # A grid with fewer blocks than SMs explains the gap by itself: small_grid reports it.
-        grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
-        if grid is not None and sms is not None and grid < sms:
-            return False
-        return theo - ach > self.ACHIEVED_GAP_PCT
-
     def _severity(self, ctx: ToolContext, ach: float) -> tuple[str, str]:
         pipes = pipe_utilization(ctx)
         busy = max(
@@ -91,9 +78,18 @@ class OccupancyTool(ProfilingTool):
             return "high", starving
         return "medium", starving
 
-    def analyze(self, ctx: ToolContext) -> Finding:
-        theo = ctx.value(THEORETICAL_OCC) or 0.0
-        ach = ctx.value(ACHIEVED_OCC) or 0.0
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        theo = ctx.value(THEORETICAL_OCC)
+        ach = ctx.value(ACHIEVED_OCC)
+        if theo is None or ach is None:
+            return None
+        if theo >= self.THEORETICAL_LOW_PCT:
+            # A grid with fewer blocks than SMs explains the gap by itself: small_grid reports it.
+            grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
+            if grid is not None and sms is not None and grid < sms:
+                return None
+            if theo - ach <= self.ACHIEVED_GAP_PCT:
+                return None
         severity, why = self._severity(ctx, ach)
         grid, sms = ctx.value(GRID_SIZE), ctx.sm_count
         if grid is not None and sms is not None and grid < sms and severity != "low":
@@ -145,8 +141,7 @@ class OccupancyTool(ProfilingTool):
                 )
                 recs.append(
                     Recommendation(
-                        "Launch more, smaller blocks (split each block's work, e.g. one warp or "
-                        "block per row) so every SM holds several resident blocks",
+                        action("occupancy", "launch_more_smaller"),
                         1.5,
                         max(1.5, min(theo / max(ach, 1e-6), 8.0)),
                         "bound: theoretical/achieved occupancy, capped at 8x",
@@ -160,8 +155,7 @@ class OccupancyTool(ProfilingTool):
                 )
                 recs.append(
                     Recommendation(
-                        "Balance work across warps and blocks (grid-stride loops, equal-sized "
-                        "work items); avoid a partial last wave",
+                        action("occupancy", "balance_work_across"),
                         1.05,
                         max(1.05, min(theo / max(ach, 1e-6), 2.0)),
                         "bound: theoretical/achieved occupancy, capped at 2x",
@@ -212,8 +206,7 @@ class OccupancyTool(ProfilingTool):
                     target = f" (at most {need} registers/thread fits {num(blocks + 1)} blocks/SM)"
             recs.append(
                 Recommendation(
-                    f"Cap registers with __launch_bounds__(threads, minBlocks) or -maxrregcount{target}; "
-                    "check ptxas -v for new spills",
+                    action("occupancy", "cap_registers", target=target),
                     1.05,
                     1.4,
                     "heuristic",
@@ -222,9 +215,7 @@ class OccupancyTool(ProfilingTool):
         if "shared memory" in limiters:
             recs.append(
                 Recommendation(
-                    "Use less shared memory per block (smaller tiles or fewer pipeline stages) or "
-                    "raise the carve-out (cudaFuncAttributeMaxDynamicSharedMemorySize / "
-                    "PreferredSharedMemoryCarveout)",
+                    action("occupancy", "use_less_shared"),
                     1.05,
                     1.4,
                     "heuristic",
@@ -233,7 +224,7 @@ class OccupancyTool(ProfilingTool):
         if "blocks per SM" in limiters:
             recs.append(
                 Recommendation(
-                    "Use larger blocks (>= 64 threads): the per-SM block limit caps resident warps",
+                    action("occupancy", "use_larger_blocks"),
                     1.1,
                     1.5,
                     "heuristic",
@@ -242,7 +233,7 @@ class OccupancyTool(ProfilingTool):
         if "warps (block size)" in limiters:
             recs.append(
                 Recommendation(
-                    "Pick a block size that divides the SM's warp slots (e.g. 128-256 threads)",
+                    action("occupancy", "pick_block_size"),
                     1.05,
                     1.3,
                     "heuristic",

@@ -1,14 +1,14 @@
-"""Instruction-execution tools: pipe utilization, FP64 use, FFMA fusion, warp divergence.
+"""Compute-pipe tools: pipe utilization, FP64 use, FFMA fusion.
 
 Thresholds follow Nsight Compute's HighPipeUtilization (< 20% under-utilized, >= 80% very
-high), FPInstructions (non-fused share / 2 > 0.1) and ThreadDivergence (< 24 active threads
-per warp) rules; the FP64 tool reads the device's FP32:FP64 ratio so a 2:1 Hopper and a 64:1
-L40S are graded differently.
+high) and FPInstructions (non-fused share / 2 > 0.1) rules; the FP64 tool reads the device's
+FP32:FP64 ratio so a 2:1 Hopper and a 64:1 L40S are graded differently. Warp divergence is in
+`divergence.py`, instruction-bound memory-bound kernels in `instructions.py`.
 """
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import SATURATED_PIPE_ADVICE
+from pytest_kernelpro.tools.advice import SATURATED_PIPE_ADVICE, action
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -20,23 +20,15 @@ from pytest_kernelpro.tools.base import (
     pct,
 )
 from pytest_kernelpro.tools.signals import (
-    BRANCH_UNIFORM,
     DADD,
     DFMA,
     DMUL,
-    DRAM_REQUEST,
     FADD,
     FFMA,
     FMUL,
     FP64_RATIO,
-    ISSUE_ACTIVE,
-    MEM_THROUGHPUT,
     PIPES,
     SM_THROUGHPUT,
-    THREADS_PER_INST,
-    THREADS_PER_INST_NEW,
-    THREADS_PRED_ON_PER_INST,
-    THREADS_PRED_ON_PER_INST_OLD,
     pipe_utilization,
     sass_count,
 )
@@ -82,13 +74,10 @@ class PipeUtilizationTool(ProfilingTool):
             return "underused", label, top, pipes
         return None
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return self._state(ctx) is not None
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         state = self._state(ctx)
         if state is None:
-            raise self.not_triggered(ctx)
+            return None
         kind, label, top, pipes = state
         evidence = {
             name: Evidence(value, f"{lab} pipe {pct(value)} of peak", "%")
@@ -96,7 +85,7 @@ class PipeUtilizationTool(ProfilingTool):
         }
         if kind == "saturated":
             advice = SATURATED_PIPE_ADVICE[label]
-            severity, cause, action = advice.severity, advice.cause, advice.action
+            severity, cause, fix = advice.severity, advice.cause, advice.action
             lo, hi = advice.low, advice.high
             name = pipes[label][0]
             evidence[name] = Evidence(
@@ -108,7 +97,7 @@ class PipeUtilizationTool(ProfilingTool):
                 title=f"{label} pipe saturated ({pct(top)} of peak)",
                 root_cause=f"{cause} ({pct(top)} of its peak over active cycles).",
                 evidence=evidence,
-                recommendations=[Recommendation(action, lo, hi, "heuristic")],
+                recommendations=[Recommendation(fix, lo, hi, "heuristic")],
             )
         sm = ctx.value(SM_THROUGHPUT)
         if sm is not None:
@@ -127,8 +116,7 @@ class PipeUtilizationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Feed the math units: stage operands in shared memory/registers, keep more "
-                    "independent work per warp (ILP) and more warps per SM",
+                    action("pipe_utilization", "feed_math_units"),
                     1.5,
                     4.0,
                     "heuristic; bound is the SM throughput headroom",
@@ -164,14 +152,12 @@ class FP64Tool(ProfilingTool):
         share = 0.0 if dp + sp <= 0 else 100.0 * dp / (dp + sp)
         return pipe, dp, share
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if (ctx.dtype or "").lower() in ("float64", "double", "fp64", "torch.float64"):
-            return False
+            return None
         pipe, dp, share = self._state(ctx)
-        return pipe >= self.FP64_PIPE_PCT or (dp > 0 and share >= self.FP64_SHARE_PCT)
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        pipe, dp, share = self._state(ctx)
+        if not (pipe >= self.FP64_PIPE_PCT or (dp > 0 and share >= self.FP64_SHARE_PCT)):
+            return None
         ratio = ctx.value(FP64_RATIO)
         slow = ratio is None or ratio >= self.SLOW_RATIO
         busy = max(pipe, share)
@@ -206,8 +192,7 @@ class FP64Tool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Use float literals (0.5f) and float functions (expf, sqrtf, __expf); compile "
-                    "with -Xptxas --warn-on-double-precision-use to find the promotions",
+                    action("fp64_usage", "use_float_literals"),
                     1.0 + (gain - 1.0) / 3.0,
                     max(1.0, gain),
                     "bound: FP32:FP64 ratio, capped by the FP64 share",
@@ -237,14 +222,11 @@ class FusedFmaTool(ProfilingTool):
         total = fused + nonfused
         return (0.0 if total <= 0 else nonfused / total / 2.0), fused, nonfused
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        ratio, _, _ = self._ratio(ctx)
-        fma = ctx.value(PIPES["FMA (FP32)"]) or 0.0
-        return ratio > self.NONFUSED_RATIO and fma >= self.FMA_BUSY_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         ratio, fused, nonfused = self._ratio(ctx)
         fma = ctx.value(PIPES["FMA (FP32)"]) or 0.0
+        if ratio <= self.NONFUSED_RATIO or fma < self.FMA_BUSY_PCT:
+            return None
         gain = 1.0 + ratio * fma / 100.0
         return self.make_finding(
             ctx,
@@ -264,169 +246,10 @@ class FusedFmaTool(ProfilingTool):
             },
             recommendations=[
                 Recommendation(
-                    "Write a * b + c (or fmaf) so the compiler emits FFMA; do not build with "
-                    "-fmad=false; restructure (x - m) * s as fmaf(x, s, -m * s)",
+                    action("fma_fusion", "write_ffma"),
                     1.0,
                     max(1.0, gain),
                     "bound: non-fused share x FMA pipe utilization",
                 )
-            ],
-        )
-
-
-class WarpDivergenceTool(ProfilingTool):
-    """Few active (or predicated-on) threads per executed warp instruction."""
-
-    name = "warp_divergence"
-    description = "Thread divergence: active threads per warp instruction below 24 of 32"
-    affinity = "always"
-    ACTIVE = MetricRequest(
-        THREADS_PER_INST, "active threads per instruction", alternatives=(THREADS_PER_INST_NEW,)
-    )
-    PRED_ON = MetricRequest(
-        THREADS_PRED_ON_PER_INST,
-        "predicated-on threads per instruction",
-        required=False,
-        alternatives=(THREADS_PRED_ON_PER_INST_OLD,),
-    )
-    required_metrics = (
-        ACTIVE,
-        PRED_ON,
-        MetricRequest(BRANCH_UNIFORM, "uniform branch targets", required=False),
-    )
-    TRIGGER_THREADS = 24.0
-    HIGH_THREADS = 16.0
-
-    def _threads(self, ctx: ToolContext) -> tuple[str, float]:
-        active = ctx.resolve(self.ACTIVE) or (THREADS_PER_INST, 32.0)
-        pred = ctx.resolve(self.PRED_ON)
-        if pred is not None and pred[1] < active[1]:
-            return pred
-        return active
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        return self._threads(ctx)[1] < self.TRIGGER_THREADS
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        name, threads = self._threads(ctx)
-        severity = "high" if threads < self.HIGH_THREADS else "medium"
-        evidence = {
-            name: Evidence(
-                threads,
-                f"{threads:.1f} of 32 threads per warp instruction < {self.TRIGGER_THREADS:g}",
-            )
-        }
-        uniform = ctx.value(BRANCH_UNIFORM)
-        if uniform is not None:
-            evidence[BRANCH_UNIFORM] = Evidence(
-                uniform, f"{pct(uniform)} of branches uniform across the warp", "%"
-            )
-        bound = 32.0 / max(threads, 1.0)
-        return self.make_finding(
-            ctx,
-            severity=severity,
-            title=f"Warp divergence: {threads:.1f} of 32 threads do useful work per instruction",
-            root_cause=(
-                f"On average only {threads:.1f} of 32 lanes are active (or predicated on) per warp "
-                "instruction: threads of a warp take different paths (data-dependent branches, "
-                "boundary checks inside loops, per-thread loop counts)."
-            ),
-            evidence=evidence,
-            recommendations=[
-                Recommendation(
-                    "Make control flow warp-uniform: assign work so all 32 lanes take the same "
-                    "path (sort/bucket items by path, one warp per item), pad to avoid boundary "
-                    "branches in the inner loop",
-                    1.0 + (bound - 1.0) / 3.0,
-                    bound,
-                    "bound: 32 / active threads",
-                ),
-                Recommendation(
-                    "Replace short divergent branches with predicated selects",
-                    1.05,
-                    1.3,
-                    "heuristic",
-                ),
-            ],
-        )
-
-
-class InstructionOverheadTool(ProfilingTool):
-    """A memory-bound operation whose SM (instruction) throughput is the busier roof."""
-
-    name = "instruction_overhead"
-    description = "Memory-bound op limited by instruction issue instead of memory bandwidth"
-    affinity = "memory"
-    required_metrics = (
-        MetricRequest(SM_THROUGHPUT, "SM throughput"),
-        MetricRequest(MEM_THROUGHPUT, "memory throughput"),
-        MetricRequest(ISSUE_ACTIVE, "issue slots busy", required=False),
-        MetricRequest(
-            DRAM_REQUEST.name,
-            "DRAM throughput",
-            required=False,
-            alternatives=DRAM_REQUEST.alternatives,
-        ),
-    )
-    SM_BUSY_PCT = 60.0
-    MARGIN_PCT = 10.0  # SM throughput must exceed memory throughput by this many points
-    HIGH_SM_PCT = 80.0
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        if ctx.bottleneck != "memory":
-            return False
-        sm, mem = ctx.value(SM_THROUGHPUT), ctx.value(MEM_THROUGHPUT)
-        return (
-            sm is not None
-            and mem is not None
-            and sm >= self.SM_BUSY_PCT
-            and sm - mem >= self.MARGIN_PCT
-        )
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        sm = ctx.value(SM_THROUGHPUT) or 0.0
-        mem = ctx.value(MEM_THROUGHPUT) or 0.0
-        evidence = {
-            SM_THROUGHPUT: Evidence(
-                sm,
-                f"SM {pct(sm)} >= {self.SM_BUSY_PCT:g}% and {sm - mem:.1f} points above memory",
-                "%",
-            ),
-            MEM_THROUGHPUT: Evidence(mem, f"memory {pct(mem)} for a memory-bound operation", "%"),
-        }
-        issue = ctx.value(ISSUE_ACTIVE)
-        if issue is not None:
-            evidence[ISSUE_ACTIVE] = Evidence(issue, f"issue slots {pct(issue)} busy", "%")
-        top = sorted(pipe_utilization(ctx).items(), key=lambda item: -item[1][1])[:2]
-        busiest = ", ".join(f"{label} {pct(v)}" for label, (_, v) in top)
-        for _label, (name, value) in top:
-            evidence[name] = Evidence(value, "busiest pipes", "%")
-        bound = max(1.0, min(sm / max(mem, 1.0), 3.0))
-        return self.make_finding(
-            ctx,
-            severity="high" if sm >= self.HIGH_SM_PCT else "medium",
-            title=f"Memory-bound op limited by instructions (SM {pct(sm)} vs memory {pct(mem)})",
-            root_cause=(
-                f"The operation is memory-bound by its roofline, but the SMs are the busier roof "
-                f"({pct(sm)} vs {pct(mem)} for memory; busiest pipes: {busiest or 'n/a'}): the "
-                "kernel spends more instructions per byte than the bandwidth allows - scalar "
-                "accesses, per-element index arithmetic, several passes over the data."
-            ),
-            evidence=evidence,
-            recommendations=[
-                Recommendation(
-                    "Do more bytes per instruction: 128-bit accesses, several elements per "
-                    "thread, loop-invariant address arithmetic hoisted (32-bit indices)",
-                    1.1,
-                    bound,
-                    "bound: SM / memory throughput, capped at 3x",
-                ),
-                Recommendation(
-                    "Cut passes and per-element work: one read of each element (online "
-                    "algorithms), warp shuffles for reductions, fast intrinsics",
-                    1.05,
-                    max(1.05, (1.0 + bound) / 2.0),
-                    "heuristic",
-                ),
             ],
         )

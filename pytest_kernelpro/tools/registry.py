@@ -22,20 +22,12 @@ import inspect
 import types
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.tools.base import (
-    AFFINITIES,
-    SEVERITIES,
-    Finding,
-    ProfilingTool,
-    ToolContext,
-    cap_severity,
-    severity_rank,
-)
-from pytest_kernelpro.tools.signals import saturation
+from pytest_kernelpro.tools.base import AFFINITIES, ProfilingTool, ToolContext, severity_rank
+from pytest_kernelpro.tools.outcome import SkippedTool, ToolResult, ToolRun
+from pytest_kernelpro.tools.policies import apply_policies
 
 if TYPE_CHECKING:
     from pytest_kernelpro.profile.model import KernelProfile, ProfileReport
@@ -45,6 +37,18 @@ ENTRY_POINT_GROUP = "pytest_kernelpro.tools"
 _BUILTIN_MODULE = "pytest_kernelpro.tools.builtin"
 
 _R = TypeVar("_R")
+
+# What run_tools returns lives in `outcome`; these names stay importable from here.
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SkippedTool",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolRun",
+    "affinity_allows",
+    "default_registry",
+    "run_tools",
+]
 
 
 def affinity_allows(affinity: str, bottleneck: str | None) -> bool:
@@ -113,7 +117,7 @@ class ToolRegistry:
         if inspect.isabstract(tool_cls):
             raise KernelproError(
                 f"Tool class {tool_cls.__qualname__} is abstract: implement "
-                "trigger() and analyze()"
+                "evaluate(ctx) -> Finding | None"
             )
         name = tool_cls.name
         if not name:
@@ -292,72 +296,6 @@ def _tool_classes(obj: object) -> list[type[ProfilingTool]]:
     raise KernelproError(f"Entry point object {obj!r} is not a tool class, module or callable")
 
 
-@dataclass(frozen=True)
-class SkippedTool:
-    """A tool that did not run on a kernel, and why."""
-
-    tool: str
-    kernel: str
-    reason: str  # "affinity" | "missing_metrics" | "error"
-    missing: tuple[str, ...] = ()
-    detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "tool": self.tool,
-            "kernel": self.kernel,
-            "reason": self.reason,
-            "missing": list(self.missing),
-            "detail": self.detail,
-        }
-
-
-@dataclass(frozen=True)
-class ToolResult:
-    tool: str
-    kernel: str
-    triggered: bool
-
-
-@dataclass
-class ToolRun:
-    """The outcome of `run_tools` for one profile report."""
-
-    findings: list[Finding] = field(default_factory=list)
-    skipped: list[SkippedTool] = field(default_factory=list)
-    results: list[ToolResult] = field(default_factory=list)
-    stage1: dict[str, Stage1] = field(default_factory=dict)  # kernel name -> class used
-
-    def sorted_findings(self) -> list[Finding]:
-        """Findings by severity (critical first), then kernel, then tool."""
-        return sorted(self.findings, key=lambda f: (f.rank, f.kernel, f.tool))
-
-    def findings_for(self, kernel: str) -> list[Finding]:
-        return [f for f in self.sorted_findings() if f.kernel == kernel]
-
-    def counts(self) -> dict[str, int]:
-        """Severity -> number of findings."""
-        out = dict.fromkeys(SEVERITIES, 0)
-        for finding in self.findings:
-            out[finding.severity] += 1
-        return out
-
-    def worst(self) -> str | None:
-        """The most severe severity present, or None."""
-        return self.sorted_findings()[0].severity if self.findings else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "findings": [f.to_dict() for f in self.sorted_findings()],
-            "skipped": [s.to_dict() for s in self.skipped],
-            "ran": [
-                {"tool": r.tool, "kernel": r.kernel, "triggered": r.triggered} for r in self.results
-            ],
-            "stage1": {k: s.to_dict() for k, s in self.stage1.items()},
-            "counts": self.counts(),
-        }
-
-
 def _stage1_for(
     stage1: Stage1 | Mapping[str, Stage1] | None, kernel: KernelProfile | None
 ) -> Stage1 | None:
@@ -472,8 +410,8 @@ def _run_one(
         run.skipped.append(SkippedTool(tool.name, kernel, "missing_metrics", tuple(missing)))
         return
     try:
-        fired = bool(tool.trigger(ctx))
-        finding = tool.analyze(ctx) if fired else None
+        finding = tool.evaluate(ctx)
+        fired = finding is not None
     except Exception as exc:  # one broken (possibly third-party) tool must not stop the others
         detail = f"{type(exc).__name__}: {exc}"
         run.skipped.append(SkippedTool(tool.name, kernel, "error", detail=detail))
@@ -486,41 +424,5 @@ def _run_one(
     run.results.append(ToolResult(tool.name, kernel, fired))
     if finding is not None:
         run.findings.append(
-            _apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity)
+            apply_policies(tool, ctx, finding, near_roofline_pct, library_max_severity)
         )
-
-
-def _apply_policies(
-    tool: ProfilingTool,
-    ctx: ToolContext,
-    finding: Finding,
-    near_roofline_pct: float,
-    library_max_severity: str,
-) -> Finding:
-    if tool.scope != "kernel":
-        return finding
-    sat = saturation(ctx) if tool.bounded_by_saturation else None
-    if sat is not None and sat[1] >= near_roofline_pct:
-        resource, value, _ = sat
-        headroom = 100.0 / max(value, 1e-9)
-        if finding.rank < severity_rank("low"):
-            finding.notes.append(
-                f"Severity lowered from {finding.severity} to low: the kernel already runs at "
-                f"{value:.1f}% of its {resource} peak, so this fix can gain at most "
-                f"{headroom:.2f}x."
-            )
-            finding.severity = "low"
-        finding.recommendations = [
-            r.capped(headroom) if r.bounded_by_saturation else r for r in finding.recommendations
-        ]
-    library = ctx.library_match
-    if library is not None:
-        capped = cap_severity(finding.severity, library_max_severity)
-        if capped != finding.severity:
-            finding.notes.append(
-                f"Severity lowered from {finding.severity} to {capped}: this is a library "
-                f"kernel (name contains {library!r}); change the call (dtype, layout, shape, "
-                "library settings) or replace it, you cannot edit it."
-            )
-            finding.severity = capped
-    return finding

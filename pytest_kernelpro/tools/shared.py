@@ -8,7 +8,7 @@ wavefronts.
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -71,14 +71,12 @@ class SharedBankConflictTool(ProfilingTool):
         ]
         return overall, detailed
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         overall, ops = self._shares(ctx)
-        if overall >= self.TRIGGER_PCT:
-            return True
-        return any(r >= self.TRIGGER_PCT and s >= self.OP_MIN_SHARE_PCT for *_, r, s in ops)
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        overall, ops = self._shares(ctx)
+        if overall < self.TRIGGER_PCT and not any(
+            r >= self.TRIGGER_PCT and s >= self.OP_MIN_SHARE_PCT for *_, r, s in ops
+        ):
+            return None
         severity = (
             "high"
             if overall >= self.HIGH_PCT
@@ -121,15 +119,13 @@ class SharedBankConflictTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Pad shared arrays by one element per row (or XOR-swizzle the column index) "
-                    "so a warp's accesses map to distinct banks",
+                    action("shared_bank_conflicts", "pad_shared_arrays"),
                     1.0 + (bound - 1.0) / 3.0,
                     bound,
                     "bound: 1/(1 - conflict share of shared wavefronts)",
                 ),
                 Recommendation(
-                    "Make each lane access consecutive 4-byte words (or use 128-bit LDS with "
-                    "consecutive lanes) instead of strided indices",
+                    action("shared_bank_conflicts", "consecutive_words"),
                     1.0 + (bound - 1.0) / 4.0,
                     max(1.0, (1.0 + bound) / 2.0),
                     "heuristic fraction of the bound",
@@ -164,18 +160,13 @@ class AsyncCopyTool(ProfilingTool):
         waiting = bd.shares.get("long_scoreboard", 0.0) + bd.shares.get("barrier", 0.0)
         return sts, ldg, asyncs, waiting
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         state = self._state(ctx)
         if state is None:
-            return False
+            return None
         sts, ldg, asyncs, waiting = state
-        return sts > 0 and ldg > 0 and asyncs == 0 and waiting >= self.STALL_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        state = self._state(ctx)
-        if state is None:
-            raise self.not_triggered(ctx)
-        sts, ldg, _, waiting = state
+        if not (sts > 0 and ldg > 0 and asyncs == 0 and waiting >= self.STALL_PCT):
+            return None
         severity = (
             "high"
             if waiting >= self.HIGH_STALL_PCT
@@ -196,17 +187,14 @@ class AsyncCopyTool(ProfilingTool):
         }
         if hopper:
             first = Recommendation(
-                "Load tiles with TMA (cp.async.bulk.tensor; CUTLASS/CuTe TMA copy atoms) into a "
-                "multi-stage shared-memory ring guarded by mbarriers, so loads of tile k+1.. overlap "
-                "compute on tile k (compile for sm_90a)",
+                action("async_copy", "load_tiles_tma"),
                 1.2,
                 1.6,
                 "heuristic",
             )
         else:
             first = Recommendation(
-                "Use cp.async (__pipeline_memcpy_async / cuda::memcpy_async) with double "
-                "buffering so the next tile loads while the current one is computed",
+                action("async_copy", "use_cp_async"),
                 1.1,
                 1.4,
                 "heuristic",
@@ -225,8 +213,7 @@ class AsyncCopyTool(ProfilingTool):
             recommendations=[
                 first,
                 Recommendation(
-                    "At minimum, prefetch the next tile into registers before computing on the "
-                    "current shared tile (software pipelining)",
+                    action("async_copy", "prefetch_into_registers"),
                     1.05,
                     1.25,
                     "heuristic",

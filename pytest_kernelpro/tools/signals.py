@@ -43,6 +43,18 @@ DRAM_WRITE = "dram__bytes_write.sum"
 L2_HIT = "lts__t_sector_hit_rate.pct"
 L1_HIT = "l1tex__t_sector_hit_rate.pct"
 
+# ncu's time units (`--print-units base` writes ns; older pages spell them out) in seconds.
+SECONDS_PER_UNIT = {
+    "ns": 1e-9,
+    "nsecond": 1e-9,
+    "us": 1e-6,
+    "usecond": 1e-6,
+    "ms": 1e-3,
+    "msecond": 1e-3,
+    "s": 1.0,
+    "second": 1.0,
+}
+
 # Launch and occupancy.
 GRID_SIZE = "launch__grid_size"
 BLOCK_SIZE = "launch__block_size"

@@ -12,7 +12,7 @@ A kernel whose spills are harmless (a few spill bytes in a cold path) is not fla
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -101,13 +101,13 @@ class RegisterSpillDetector(ProfilingTool):
             harms.append("occupancy")
         return harms
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         s = self._signals(ctx)
-        return self._present(s) and bool(self._harms(ctx, s))
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        s = self._signals(ctx)
+        if not self._present(s):
+            return None
         harms = self._harms(ctx, s)
+        if not harms:
+            return None
         if len(harms) >= 2 and s["local_share"] >= self.CRITICAL_LOCAL_PCT:
             severity = "critical"
         elif len(harms) >= 2:
@@ -161,15 +161,13 @@ class RegisterSpillDetector(ProfilingTool):
             )
             recs = [
                 Recommendation(
-                    "Reduce live registers: smaller per-thread tiles, fewer simultaneously live "
-                    "accumulators, recompute cheap values instead of keeping them",
+                    action("register_spills", "reduce_live_registers"),
                     1.2,
                     2.0,
                     "heuristic",
                 ),
                 Recommendation(
-                    "Relax the register cap if one is set (__launch_bounds__ minBlocks, "
-                    "-maxrregcount) and let occupancy drop instead",
+                    action("register_spills", "relax_register_cap"),
                     1.1,
                     1.5,
                     "heuristic",
@@ -189,14 +187,13 @@ class RegisterSpillDetector(ProfilingTool):
                 what = "the kernel reads and writes local memory (register spills or a runtime-indexed local array)"
             recs = [
                 Recommendation(
-                    "Keep the array in registers (only compile-time indices: fully unroll the "
-                    "loops that index it) or move it to shared memory (a per-thread slice)",
+                    action("register_spills", "keep_array_registers"),
                     1.5,
                     4.0,
                     "heuristic; bounded by the local share of memory traffic",
                 ),
                 Recommendation(
-                    "Shrink the array or split the computation so fewer elements are live per thread",
+                    action("register_spills", "shrink_array_split"),
                     1.1,
                     2.0,
                     "heuristic",

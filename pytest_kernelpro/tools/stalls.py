@@ -7,7 +7,7 @@ warps issue on >= 80% of cycles the stalls are already hidden by other warps.
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import STALL_ADVICE, example
+from pytest_kernelpro.tools.advice import STALL_ADVICE, action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -105,17 +105,13 @@ class WarpStallTool(ProfilingTool):
             return None
         return bd, top[0], top[1]
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._dominant(ctx)
         if found is None or found[2] <= self.TRIGGER_PCT:
-            return False
+            return None
         issue = ctx.value(ISSUE_ACTIVE)
-        return issue is None or issue < self.ISSUE_HIDDEN_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._dominant(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+        if issue is not None and issue >= self.ISSUE_HIDDEN_PCT:
+            return None
         bd, reason, share = found
         advice = STALL_ADVICE[reason]
         severity = "critical" if share > self.CRITICAL_PCT else "high"
@@ -127,7 +123,6 @@ class WarpStallTool(ProfilingTool):
         conditions = {reason: f"{pct(share)} of stalled warp-cycles > {limit:g}%"}
         conditions.update({r: f"{pct(s)} of stalled warp-cycles (next largest)" for r, s in ranked})
         evidence = _stall_evidence(bd, [reason, *(r for r, _ in ranked)], conditions)
-        issue = ctx.value(ISSUE_ACTIVE)
         if issue is not None:
             evidence[ISSUE_ACTIVE] = Evidence(
                 issue, f"{pct(issue)} < {self.ISSUE_HIDDEN_PCT:g}%: stalls are not hidden", "%"
@@ -208,8 +203,7 @@ class WarpStallTool(ProfilingTool):
         # Without the replays the shared pipe does wavefronts - conflicts of work.
         high = max(1.1, min(bound, wavefronts / max(wavefronts - conflicts, 1.0)))
         lead = Recommendation(
-            f"{CONFLICTS_FIRST} (pad each row by one element, or swizzle the index): most MIO "
-            "work is conflict replays",
+            action("warp_stalls", "conflicts_first", lead=CONFLICTS_FIRST),
             min(1.1, high),
             high,
             "bound: shared wavefronts / conflict-free wavefronts, capped by 1/(1 - stall share)",
@@ -233,14 +227,10 @@ class BarrierStallTool(ProfilingTool):
             return None
         return bd, bd.shares["barrier"]
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         found = self._share(ctx)
-        return found is not None and found[1] > self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._share(ctx)
-        if found is None:
-            raise self.not_triggered(ctx)
+        if found is None or found[1] <= self.TRIGGER_PCT:
+            return None
         bd, share = found
         severity = "critical" if share > self.CRITICAL_PCT else "high"
         limit = self.CRITICAL_PCT if severity == "critical" else self.TRIGGER_PCT

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Recommendation,
@@ -114,16 +114,13 @@ def long_scoreboard_advice(
     headroom = 100.0 / max(dram, 1.0) if dram is not None else bound
     in_flight_high = max(1.0, min(bound, headroom))
     in_flight = Recommendation(
-        "Keep more bytes in flight: 128-bit loads (float4), several independent elements per "
-        "thread (unroll), enough resident warps to cover DRAM latency",
+        action("warp_stalls", "keep_more_bytes"),
         min(1.1, in_flight_high),
         in_flight_high,
         "bound: 100 / DRAM throughput %, and 1/(1 - stall share)",
     )
     fewer = Recommendation(
-        "Move fewer bytes: fuse this kernel with its producer/consumer kernels so intermediates "
-        "stay in registers, store intermediates in lower precision (bf16/fp8) where tolerances "
-        "allow",
+        action("warp_stalls", "move_fewer_bytes"),
         1.1,
         2.0,
         "heuristic (depends on how many bytes fusion or precision removes)",
@@ -144,9 +141,7 @@ def long_scoreboard_advice(
         )
         recs.append(
             Recommendation(
-                f"Cut the excess DRAM traffic ({state.excess:.2f}x the minimal bytes): read each "
-                "input once (no second pass over the data), no spilled or local arrays, no "
-                "partially used sectors",
+                action("warp_stalls", "cut_excess_traffic", excess=f"{state.excess:.2f}"),
                 1.1,
                 max(1.1, min(state.excess, 4.0)),
                 "bound: DRAM bytes / minimal bytes, capped at 4x",

@@ -10,7 +10,7 @@ matmul shows one per warp).
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -80,22 +80,21 @@ class TensorCoreUnderutilizationTool(ProfilingTool):
         lib = ctx.library_match
         return None if lib is None else f"the kernel is a library kernel ({lib})"
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        used, _ = tensor_usage(ctx)
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        used, how = tensor_usage(ctx)
         if used is not False or self._library(ctx):
-            return False
-        op = (ctx.op_category or "").lower()
-        if op in MATRIX_OPS:
-            return True
-        fma = ctx.value(FMA_PIPE)
-        return (
-            not op and ctx.bottleneck == "compute" and fma is not None and fma >= self.FMA_BUSY_PCT
-        )
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        _, how = tensor_usage(ctx)
+            return None
         op = (ctx.op_category or "").lower()
         matrix = op in MATRIX_OPS
+        if not matrix:
+            fma_busy = ctx.value(FMA_PIPE)
+            if (
+                op
+                or ctx.bottleneck != "compute"
+                or fma_busy is None
+                or fma_busy < self.FMA_BUSY_PCT
+            ):
+                return None
         if matrix:
             severity = "critical" if ctx.bottleneck == "compute" else "high"
         else:
@@ -127,24 +126,22 @@ class TensorCoreUnderutilizationTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Call a library GEMM/conv instead (torch.matmul / cuBLASLt / cuDNN, or a "
-                    "CUTLASS kernel) in BF16/FP16, or TF32 for FP32 inputs "
-                    "(torch.backends.cuda.matmul.allow_tf32 = True)",
+                    action("tensor_core_underuse", "call_library_gemm"),
                     2.0,
                     8.0,
                     "heuristic; TF32/BF16 tensor peak is ~7-15x the FP32 FMA peak on A100/H100",
                 ),
                 Recommendation(
-                    "Write the inner product with tensor-core instructions: "
-                    + ("wgmma through CUTLASS/CuTe (sm_90a)" if hopper else "WMMA or mma.sync")
-                    + " on shared-memory tiles, BF16/FP16 inputs with FP32 accumulation",
+                    action(
+                        "tensor_core_underuse",
+                        "tensor_core_instructions_sm90" if hopper else "tensor_core_instructions",
+                    ),
                     1.5,
                     6.0,
                     "heuristic",
                 ),
                 Recommendation(
-                    "If FP32 accuracy is required, use TF32 with error compensation (3xTF32) "
-                    "rather than FP32 FFMA",
+                    action("tensor_core_underuse", "fp32_accuracy_required"),
                     1.5,
                     3.0,
                     "heuristic",
@@ -193,22 +190,16 @@ class WGMMAInstructionTool(ProfilingTool):
             return None
         return pipe, gmma, "ncu"
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if not ctx.is_hopper or ctx.library_match is not None:
-            return False
+            return None
         state = self._state(ctx)
         if state is None:
-            return False
+            return None
         hmma, wgmma, source = state
-        if source == "sass":
-            return hmma > 0 and wgmma == 0
-        return hmma >= self.TENSOR_ACTIVE_PCT and wgmma == 0
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        state = self._state(ctx)
-        if state is None:
-            raise self.not_triggered(ctx)
-        hmma, _, source = state
+        floor = 0 if source == "sass" else self.TENSOR_ACTIVE_PCT
+        if wgmma != 0 or not (hmma > floor if source == "sass" else hmma >= floor):
+            return None
         evidence: dict[str, Evidence] = {}
         if source == "sass":
             evidence["sass HMMA/IMMA (mma.sync)"] = Evidence(int(hmma), f"{int(hmma)} > 0")
@@ -237,15 +228,13 @@ class WGMMAInstructionTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Switch the MMA to wgmma (HGMMA) via CUTLASS 3.x / CuTe SM90 atoms, with TMA "
-                    "loads into a multi-stage shared-memory pipeline; compile for sm_90a",
+                    action("wgmma_vs_hmma", "switch_mma_wgmma"),
                     1.3,
                     1.5,
                     "KernelPro paper (WGMMAInstructionTool estimate)",
                 ),
                 Recommendation(
-                    "If staying on mma.sync: stage A/B tiles in shared memory with cp.async and "
-                    "load fragments with ldmatrix instead of from global memory",
+                    action("wgmma_vs_hmma", "staying_mma_sync"),
                     1.1,
                     1.3,
                     "heuristic",

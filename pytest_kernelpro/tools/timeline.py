@@ -7,7 +7,7 @@ end-to-end time not covered by kernels, the sync calls, and the gaps the profile
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -16,6 +16,7 @@ from pytest_kernelpro.tools.base import (
     ToolContext,
     pct,
 )
+from pytest_kernelpro.tools.signals import SECONDS_PER_UNIT
 
 
 def _graded(value: float, critical: float, high: float) -> str:
@@ -36,18 +37,6 @@ def _gpu_busy_share(ctx: ToolContext) -> float | None:
     return min(1.0, sum(seconds) / ctx.timed_median_s)
 
 
-SECONDS_PER_UNIT = {
-    "ns": 1e-9,
-    "nsecond": 1e-9,
-    "us": 1e-6,
-    "usecond": 1e-6,
-    "ms": 1e-3,
-    "msecond": 1e-3,
-    "s": 1.0,
-    "second": 1.0,
-}
-
-
 class LaunchOverheadTool(ProfilingTool):
     """End-to-end time dominated by launch overhead rather than kernel execution."""
 
@@ -64,15 +53,13 @@ class LaunchOverheadTool(ProfilingTool):
     # host time between the profiled calls (the profiler's own overhead included).
     TIMED_ROOFLINE_PCT = 80.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        tl = ctx.timeline
-        return tl is not None and 100.0 * tl.launch_overhead_share >= self.TRIGGER_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         tl = ctx.timeline
         if tl is None:
-            raise self.not_triggered(ctx)
+            return None
         share = 100.0 * tl.launch_overhead_share
+        if share < self.TRIGGER_PCT:
+            return None
         severity = _graded(share, self.CRITICAL_PCT, self.HIGH_PCT)
         notes = []
         timed = None if ctx.roofline_fraction is None else 100.0 * ctx.roofline_fraction
@@ -101,8 +88,7 @@ class LaunchOverheadTool(ProfilingTool):
         distinct = len(tl.kernel_names)
         recs = [
             Recommendation(
-                "Capture the launches in a CUDA graph (torch.cuda.graphs, or torch.compile "
-                "mode='reduce-overhead') so they replay with one launch",
+                action("launch_overhead", "capture_launches_cuda"),
                 1.0 + (bound - 1.0) / 2.0,
                 bound,
                 "bound: 1/(1 - overhead share)",
@@ -111,8 +97,7 @@ class LaunchOverheadTool(ProfilingTool):
         if distinct >= 2:
             recs.append(
                 Recommendation(
-                    f"Fuse the {distinct} distinct kernels of each call (fewer, larger "
-                    "launches; a persistent kernel)",
+                    action("launch_overhead", "fuse_distinct_kernels", distinct=str(distinct)),
                     1.0 + (bound - 1.0) / 3.0,
                     bound,
                     "bound: 1/(1 - overhead share)",
@@ -121,8 +106,7 @@ class LaunchOverheadTool(ProfilingTool):
         elif distinct == 1:
             recs.append(
                 Recommendation(
-                    "Give each launch more work (batch several calls into one launch) if the "
-                    "caller runs this kernel back to back",
+                    action("launch_overhead", "give_launch_more"),
                     1.0 + (bound - 1.0) / 3.0,
                     bound,
                     "bound: 1/(1 - overhead share)",
@@ -167,17 +151,13 @@ class SynchronizationTool(ProfilingTool):
             return 0.0
         return 100.0 * sum(g.duration_us for g in tl.gaps) / tl.end_to_end_us
 
-    def trigger(self, ctx: ToolContext) -> bool:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         tl = ctx.timeline
         if tl is None:
-            return False
-        return (tl.sync_calls > 0 and bool(tl.gaps)) or self._gap_share(ctx) >= self.GAP_PCT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        tl = ctx.timeline
-        if tl is None:
-            raise self.not_triggered(ctx)
+            return None
         share = self._gap_share(ctx)
+        if not ((tl.sync_calls > 0 and bool(tl.gaps)) or share >= self.GAP_PCT):
+            return None
         severity = (
             _graded(share, self.CRITICAL_GAP_PCT, self.HIGH_GAP_PCT)
             if share >= self.GAP_PCT
@@ -211,9 +191,7 @@ class SynchronizationTool(ProfilingTool):
             },
             recommendations=[
                 Recommendation(
-                    "Remove host syncs from the hot path (.item(), .cpu(), print of tensors, "
-                    "torch.cuda.synchronize()); keep data on the GPU and copy with "
-                    "non_blocking=True from pinned memory",
+                    action("synchronization", "remove_host_syncs"),
                     1.0 + (bound - 1.0) / 2.0,
                     max(1.0, bound),
                     "bound: 1/(1 - gap share)",

@@ -11,7 +11,7 @@ so a tensor-core GEMM measures ~0 and never fires; memory-bound kernels are skip
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.advice import example
+from pytest_kernelpro.tools.advice import action, example
 from pytest_kernelpro.tools.base import (
     Evidence,
     Finding,
@@ -83,22 +83,14 @@ class FlopOverheadTool(ProfilingTool):
     HIGH_RATIO = 3.0
     BUSY_PIPE_PCT = 40.0  # below this the extra math is not what limits the kernel
 
-    def _ratio(self, ctx: ToolContext) -> tuple[float, dict[str, float]] | None:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         if not ctx.flops:
             return None
         flops = measured_flops(ctx)
-        return sum(flops.values()) / ctx.flops, flops
-
-    def trigger(self, ctx: ToolContext) -> bool:
-        found = self._ratio(ctx)
-        return found is not None and found[0] >= self.TRIGGER_RATIO
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        found = self._ratio(ctx)
-        if found is None or not ctx.flops:
-            raise self.not_triggered(ctx)
-        ratio, flops = found
         total = sum(flops.values())
+        ratio = total / ctx.flops
+        if ratio < self.TRIGGER_RATIO:
+            return None
         pipes = {label: ctx.value(PIPES[label].name) for label in ("FMA (FP32)", "FP64")}
         busy = max(
             ((k, v) for k, v in pipes.items() if v is not None), key=lambda kv: kv[1], default=None
@@ -140,16 +132,13 @@ class FlopOverheadTool(ProfilingTool):
             evidence=evidence,
             recommendations=[
                 Recommendation(
-                    "Hoist loop-invariant math; replace divisions by loop-dependent constants "
-                    "with multiplications by precomputed reciprocals (a __constant__ or shared "
-                    "table); keep values that are reused instead of recomputing them",
+                    action("flop_overhead", "hoist_loop_invariant"),
                     1.0 + (ratio - 1.0) / 3.0,
                     ratio,
                     "bound: executed / needed FLOPs",
                 ),
                 Recommendation(
-                    "Where accuracy allows, use fast intrinsics for the remaining FP32 math "
-                    "(__fdividef, __frcp_rn, __expf, or -use_fast_math)",
+                    action("flop_overhead", "where_accuracy_allows"),
                     1.05,
                     max(1.05, min(ratio, 1.5)),
                     "heuristic",

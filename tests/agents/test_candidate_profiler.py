@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.analysis import RooflineFacts
-from pytest_kernelpro.analysis.evaluator import CandidateProfiler, ProfileFailed
+from pytest_kernelpro.analysis.evaluator import (
+    CandidateProfiler,
+    ProfileFailed,
+    ProfileRecord,
+    ProfilingEvaluator,
+)
 from pytest_kernelpro.search import Candidate, Evaluation
+from pytest_kernelpro.search.isolation import Isolation
 
 pytestmark = pytest.mark.slow
 
@@ -48,3 +54,76 @@ def test_a_candidate_that_fails_to_build_is_a_profile_failure():
     profiler = CandidateProfiler(REFERENCE, FACTS, device="cpu", timeout_s=120)
     with pytest.raises(ProfileFailed, match="exited with 3: .*RuntimeError: no build"):
         profiler(Candidate(code="raise RuntimeError('no build')\n"), Evaluation(status="correct"))
+
+
+ISOLATION = Isolation.probe()
+needs_namespaces = pytest.mark.skipif(
+    not ISOLATION.isolated, reason=f"no Linux namespaces here: {ISOLATION.why}"
+)
+
+
+def _probing_candidate(outside: str) -> str:
+    """A candidate that looks around from inside the profiler and says what it found."""
+    return (
+        "import os, socket\n"
+        "def _try(fn):\n"
+        "    try:\n"
+        "        fn()\n"
+        "        return 'allowed'\n"
+        "    except OSError as exc:\n"
+        "        return exc.strerror\n"
+        f"_write = _try(lambda: open({outside!r}, 'w').write('escaped'))\n"
+        "_net = _try(lambda: socket.create_connection(('1.1.1.1', 53), timeout=2))\n"
+        "raise RuntimeError(f'PROBE pid={os.getpid()} write={_write} net={_net} '\n"
+        "                   f\"key={os.environ.get('ANTHROPIC_API_KEY')}\")\n"
+    )
+
+
+@needs_namespaces
+def test_the_candidate_is_profiled_inside_the_namespace_sandbox(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-never-in-the-child")
+    outside = tmp_path / "escaped.txt"
+    profiler = CandidateProfiler(REFERENCE, FACTS, device="cpu", timeout_s=120)
+    with pytest.raises(ProfileFailed, match="PROBE") as failed:
+        profiler(Candidate(code=_probing_candidate(str(outside))), Evaluation(status="correct"))
+    message = str(failed.value)
+    assert "pid=1 " in message  # its own PID namespace: no other process to read
+    assert "write=Read-only file system" in message
+    assert "net=Network is unreachable" in message
+    assert "key=None" in message
+    assert not outside.exists()
+    assert failed.value.isolation.startswith("namespaces")
+
+
+@needs_namespaces
+def test_a_profile_says_which_sandbox_ran_it(tmp_path):
+    good = Evaluation(status="correct", speedup=1.0, metrics={"candidate_median_s": 2e-6})
+    inside = CandidateProfiler(REFERENCE, FACTS, device="cpu", timeout_s=120)
+    assert inside(Candidate(code=GOOD), good)["isolation"] == ISOLATION.describe()
+    weaker = CandidateProfiler(REFERENCE, FACTS, device="cpu", timeout_s=120, isolation="fallback")
+    assert weaker(Candidate(code=GOOD), good)["isolation"].startswith("fallback: ")
+
+
+def test_the_profiling_evaluator_records_the_isolation_of_each_profile():
+    class Correct:
+        def evaluate(self, candidate):
+            return Evaluation(status="correct", speedup=1.0)
+
+    def profiler(candidate, evaluation):
+        if candidate.strategy == "fails":
+            raise ProfileFailed("no counters", isolation="fallback: requested")
+        return {"isolation": "namespaces (pid, net)", "guidance_md": "x"}
+
+    evaluator = ProfilingEvaluator(Correct(), profiler, feedback="tools")
+    ok = evaluator.evaluate(Candidate(code="", strategy="works"))
+    bad = evaluator.evaluate(Candidate(code="", strategy="fails"))
+    assert ok.metrics["profile"]["isolation"] == "namespaces (pid, net)"
+    assert bad.metrics["profile"]["isolation"] == "fallback: requested"
+    assert [r.isolation for r in evaluator.records] == [
+        "namespaces (pid, net)",
+        "fallback: requested",
+    ]
+    assert evaluator.records[1] == ProfileRecord(
+        "fails", evaluator.records[1].profile_s, False, error="no counters",
+        isolation="fallback: requested",
+    )  # fmt: skip

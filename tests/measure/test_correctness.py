@@ -12,12 +12,12 @@ torch = pytest.importorskip("torch")
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
 from pytest_kernelpro.measure.correctness import (  # noqa: E402
     Tolerance,
-    _fp32_reduced_mode,
     check_correctness,
     default_tolerance,
     is_cuda_error,
     poisoned_allocations,
 )
+from pytest_kernelpro.measure.tolerance import _fp32_reduced_mode  # noqa: E402
 
 
 def randn_inputs(seed: int) -> tuple[Any, ...]:

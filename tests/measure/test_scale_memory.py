@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import pytest
 
@@ -86,6 +87,7 @@ def test_out_of_memory_is_found_in_the_chain_and_named_with_sizes() -> None:
 def test_item_memory_is_a_no_op_on_the_cpu() -> None:
     memory = ItemMemory(device="cpu")
     memory.start()
+    memory.phase("check")
     with memory.reference_run():
         pass
     assert memory.finish() is None
@@ -187,3 +189,122 @@ def test_recheck_after_timing_holds_two_input_sets_when_the_reference_runs() -> 
     )  # fmt: skip
     assert failure is None
     assert alive_at_reference == [2]
+
+
+class _LiveBytes:
+    """A CPU stand-in for the CUDA caching allocator's peak: every tensor an aten op returns
+    inside the block is tracked (weakly), and after each op the bytes of the distinct storages
+    still alive are summed; `peak` is the largest sum. Temporaries made and freed inside one
+    op are not seen (neither are they on CUDA, except CUDA's `equal`, which the check chunks)."""
+
+    def __init__(self) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        tracker = self
+        self.alive: dict[int, object] = {}
+        self.peak = 0
+
+        class Mode(TorchDispatchMode):  # type: ignore[misc]
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+                out = func(*args, **(kwargs or {}))
+                leaves = out if isinstance(out, (list, tuple)) else (out,)
+                for leaf in leaves:
+                    if isinstance(leaf, torch.Tensor):
+                        tracker.alive[id(leaf)] = weakref.ref(leaf)
+                tracker.peak = max(tracker.peak, tracker.live())
+                return out
+
+        self.mode = Mode()
+
+    def live(self) -> int:
+        storages: dict[int, int] = {}
+        for key, ref in list(self.alive.items()):
+            t = ref()  # type: ignore[operator]
+            if t is None:
+                del self.alive[key]
+                continue
+            storage = t.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+        return sum(storages.values())
+
+
+_N = 1 << 16
+
+
+def _reduce(x: object) -> object:
+    return x.sum(dim=-1)  # type: ignore[attr-defined]
+
+
+def _outer(a: object, b: object) -> object:
+    return torch.outer(a, b)  # type: ignore[arg-type]
+
+
+def _scale(x: object) -> object:
+    return x * 2.0  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    ("name", "fn", "make"),
+    [
+        # large input, tiny output: the reductions, pooling and matrix-vector problems
+        ("reduction", _reduce, lambda g: (torch.randn(16, _N, generator=g),)),
+        # output much larger than the inputs: the matmuls with a large output
+        ("output-dominated", _outer, lambda g: (torch.randn(512, generator=g),
+                                                torch.randn(2048, generator=g))),
+        # output the size of the input: elementwise
+        ("elementwise", _scale, lambda g: (torch.randn(16 * _N, generator=g),)),
+    ],
+)  # fmt: skip
+def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
+    name: str, fn: object, make: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check, the timing inputs and the re-check after timing, in the order an item runs
+    them, with every tensor they make tracked: the peak against the problem's footprint
+    (inputs + the reference's peak above them). Small chunks so the chunked comparison and
+    input check run as they do on a large GPU problem. The H200 sweep's budget is 3x."""
+    from pytest_kernelpro.measure import correctness
+
+    monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", 1024)
+
+    def make_inputs(seed: int) -> tuple[object, ...]:
+        return make(torch.Generator().manual_seed(seed))  # type: ignore[operator]
+
+    sizing = _LiveBytes()
+    with sizing.mode:
+        inputs = make_inputs(0)
+        before = sizing.live()
+        sizing.peak = before
+        out = fn(*inputs)  # type: ignore[operator]
+        footprint = before + (sizing.peak - before)
+    del out, inputs
+    tracker = _LiveBytes()
+    with tracker.mode:
+        result = correctness.check_correctness(fn, fn, make_inputs, device="cpu", trials=3)  # type: ignore[arg-type]
+        assert result.passed
+        timed = make_inputs(1_000_003)
+        failure = correctness.recheck_after_timing(
+            fn,
+            fn,
+            timed,
+            lambda: make_inputs(1_000_033),
+            device="cpu",
+            correctness=result,  # type: ignore[arg-type]
+        )
+        assert failure is None
+    ratio = tracker.peak / footprint
+    assert ratio <= 2.5, f"{name}: peak {tracker.peak} B = {ratio:.2f}x footprint {footprint} B"
+
+
+def test_the_input_check_counts_changes_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kernelpro.measure import correctness
+
+    monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", 10)
+    a = torch.randn(1000)
+    a[[5, 500]] = float("nan")  # NaN where the original had NaN: unchanged
+    b = a.clone()
+    assert correctness._changed_input(torch, (a,), (b,)) is None
+    b[[0, 499, 999]] += 1.0  # in the first, a middle and the last of 32 chunks
+    assert correctness._changed_input(torch, (a,), (b,)) == "input 0 (3 of 1000 elements changed)"
+    pieces = list(correctness._chunks(torch, a, b))
+    assert len(pieces) == 32
+    assert sum(x.numel() for x, _ in pieces) == 1000

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,30 @@ def test_isolate_children_load_the_plugin_when_it_is_not_an_installed_entry_poin
     record = records_by_name(kp_project)["survives"]
     assert record["outcome"] == "passed"
     assert record["extra"]["isolated"]["returncode"] == 0
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads process groups from /proc")
+def test_a_killed_childs_whole_group_is_gone_before_the_next_child() -> None:
+    """At the item limit the parent kills the child's process group and waits for every
+    process of it (a grandchild too: a compiler, a profiler) before the next child starts,
+    so none is left holding the GPU."""
+    from pytest_kernelpro.run import isolate
+
+    proc = subprocess.Popen(
+        ["sh", "-c", "sleep 60 & sleep 60"], start_new_session=True, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 20
+    while len(isolate.group_pids(proc.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)  # sh and its two sleeps
+    assert len(isolate.group_pids(proc.pid)) == 3
+    pids = isolate._kill_group(proc)
+    proc.communicate()
+    released = isolate.wait_released(pids, 10.0)
+    assert len(released["pids"]) == 3
+    assert released["still_alive"] == []
+    assert released["still_on_gpu"] == []
+    assert isolate.group_pids(proc.pid) == []
 
 
 def _scale_baseline(path: Path, factor: float) -> None:

@@ -276,3 +276,35 @@ def test_workers_holding_secrets_are_named() -> None:
     evaluator = DaskEvaluator(holding, TASK, LIMITS)  # type: ignore[arg-type]
     with pytest.warns(KernelproWarning, match="tcp://w:1: GITHUB_TOKEN"):
         evaluator.connect()
+
+
+def test_profiles_made_on_the_workers_come_back_to_the_search(cluster) -> None:
+    """The profiling evaluator runs on the worker that evaluated the candidate (the GPU that
+    timed it); its profile travels back inside the evaluation, and the search's process
+    keeps each one's record for the report, with the worker and the sandbox that made it."""
+    from functools import partial
+
+    from pytest_kernelpro.analysis import RooflineFacts
+    from pytest_kernelpro.analysis.evaluator import CandidateProfiler, ProfilingEvaluator
+
+    facts = RooflineFacts(bound="memory", min_bytes=2048.0, flops=256.0, roofline_time_s=1e-6)
+    profiler = CandidateProfiler(REFERENCE, facts, device="cpu", timeout_s=240)
+    chain = partial(ProfilingEvaluator, profiler=profiler, feedback="tools")
+    remote = DaskEvaluator(cluster, TASK, LIMITS, worker_chain=chain)
+    remote.connect()
+    collected = ProfilingEvaluator(remote, None, feedback="tools")
+    good = collected.evaluate(Candidate(code=candidate("x + x"), strategy="sum"))
+    wrong = collected.evaluate(Candidate(code=candidate("x * 3"), strategy="wrong"))
+    assert good.status == "correct"
+    assert wrong.status == "wrong"
+    profile = good.metrics["profile"]
+    assert profile["stage1"]["theoretical"] == "memory"
+    here = Isolation.probe("auto", cuda=False, env=scrub_environment(os.environ)).describe()
+    assert profile["isolation"] == here
+    (record,) = collected.records  # the wrong candidate was not profiled
+    assert record.strategy == "sum"
+    assert record.ok
+    assert record.isolation == here
+    assert record.worker == good.metrics["dask"]["worker"]
+    assert record.worker in cluster.workers()
+    assert record.profile_s == profile["profile_s"] > 0

@@ -65,7 +65,8 @@ def test_interleaved_rounds_pool_samples_and_failures_are_named():
         ["renamed", "reference"],
         ["reference", "renamed"],
     ]
-    assert result.errors["wrong"].startswith("wrong result when re-measured: output 0 differs")
+    assert result.errors["wrong"].startswith("wrong result when re-measured: output: ")
+    assert "outside rtol=0.0001, atol=0.0001 (default for torch.float32)" in result.errors["wrong"]
     assert result.errors["crash"] == "RuntimeError: nope"
 
 

@@ -132,10 +132,7 @@ class _Marker(ProfilingTool):
     description = "fires on metric x"
     required_metrics = (MetricRequest("x", "x"),)
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return True
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
         return self.make_finding(ctx, severity="low", title="x seen", root_cause="x")
 
 
@@ -170,3 +167,26 @@ def test_class_level_spelling_acts_on_the_default_registry(
     assert "isolation_marker" in default_registry().names()
     assert ToolRegistry.get("isolation_marker") is _Marker
     assert [f.tool for f in ToolRegistry.run(report({"x": 1.0})).findings] == ["isolation_marker"]
+
+
+def test_run_tools_evaluates_each_tool_once_per_kernel() -> None:
+    calls: list[str] = []
+
+    class Counting(ProfilingTool):
+        name = "counting_tool"
+        description = "counts its evaluations"
+        required_metrics = (MetricRequest("x", "x"),)
+
+        def evaluate(self, ctx: ToolContext) -> Finding | None:
+            calls.append(ctx.kernel_name)
+            if (ctx.value("x") or 0.0) < 1.0:
+                return None
+            return self.make_finding(ctx, severity="low", title="x", root_cause="x")
+
+    registry = ToolRegistry([Counting])
+    run = run_tools(report({"x": 2.0}), registry=registry)
+    assert calls == ["k(float*)"]
+    assert [(r.tool, r.triggered) for r in run.results] == [("counting_tool", True)]
+    run = run_tools(report({"x": 0.5}), registry=registry)
+    assert calls == ["k(float*)", "k(float*)"]
+    assert [(r.tool, r.triggered) for r in run.results] == [("counting_tool", False)]

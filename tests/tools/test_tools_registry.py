@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 from tools_factories import ctx, report, stage, stall_values, timeline
 
-from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.errors import KernelproDeprecationWarning, KernelproError, KernelproWarning
 from pytest_kernelpro.tools import (
     AFFINITIES,
     Finding,
@@ -63,10 +63,9 @@ class _Echo(ProfilingTool):
     required_metrics = (MetricRequest("x", "x"),)
     LIMIT = 1.0
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return (ctx.value("x") or 0.0) > self.LIMIT
-
-    def analyze(self, ctx: ToolContext) -> Finding:
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        if (ctx.value("x") or 0.0) <= self.LIMIT:
+            return None
         return self.make_finding(
             ctx,
             severity="high",
@@ -189,7 +188,7 @@ def test_tool_error_is_recorded_and_warned(clean_registry: None) -> None:
     class Broken(_Echo):
         name = "broken_test_tool"
 
-        def trigger(self, ctx: ToolContext) -> bool:
+        def evaluate(self, ctx: ToolContext) -> Finding | None:
             raise ZeroDivisionError("boom")
 
     ToolRegistry.register(Broken)
@@ -283,8 +282,7 @@ def _write_dist(root: Path) -> None:
             class ModuleTool(ProfilingTool):
                 name = "module_tool"
                 description = "registered by import"
-                def trigger(self, ctx): return False
-                def analyze(self, ctx): raise AssertionError
+                def evaluate(self, ctx): return None
             """
         )
     )
@@ -304,7 +302,11 @@ def test_entry_point_discovery(
 ) -> None:
     _write_dist(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with pytest.warns(KernelproWarning, match="entry point 'broken'.*kp_no_such_module"):
+    with (
+        pytest.warns(KernelproWarning, match="entry point 'broken'.*kp_no_such_module"),
+        # A tool of the two-step contract (trigger, analyze) still loads, with a deprecation.
+        pytest.warns(KernelproDeprecationWarning, match="MoeImbalanceTool implements trigger"),
+    ):
         loaded = ToolRegistry.load_entry_points(force=True)
     assert loaded == ["module_tool", "moe_imbalance"]
     assert ToolRegistry.get("moe_imbalance").IMBALANCE == 1.5  # type: ignore[attr-defined]
@@ -321,11 +323,8 @@ class _Req(ProfilingTool):
         MetricRequest("c", "c", required=False),
     )
 
-    def trigger(self, ctx: ToolContext) -> bool:
-        return False
-
-    def analyze(self, ctx: ToolContext) -> Finding:
-        raise self.not_triggered(ctx)
+    def evaluate(self, ctx: ToolContext) -> Finding | None:
+        return None
 
 
 def test_metric_request_alternatives_and_context() -> None:
@@ -394,3 +393,76 @@ def test_affinity_mode_both_adds_the_measured_class_tools() -> None:
     assert {f.tool for f in final.findings} < {f.tool for f in both.findings}
     with pytest.raises(KernelproError, match="Unknown affinity_mode 'all'"):
         run_tools(k.report, c.stage1, affinity_mode="all")
+
+
+def test_an_old_style_tool_still_works_with_a_deprecation_warning(clean_registry: None) -> None:
+    """A user's tool of the two-step contract (trigger, then analyze) keeps registering and
+    finding what it found, through evaluate; defining it warns with the replacement."""
+    with pytest.warns(KernelproDeprecationWarning, match="implement evaluate"):
+
+        @ToolRegistry.register
+        class OldStyle(ProfilingTool):
+            name = "old_style_tool"
+            description = "fires when metric x > LIMIT"
+            required_metrics = (MetricRequest("x", "x"),)
+            LIMIT = 1.0
+
+            def trigger(self, ctx: ToolContext) -> bool:
+                return (ctx.value("x") or 0.0) > self.LIMIT
+
+            def analyze(self, ctx: ToolContext) -> Finding:
+                return self.make_finding(ctx, severity="high", title="x is big", root_cause="x")
+
+    assert ToolRegistry.get("old_style_tool") is OldStyle
+    run = run_tools(report({"x": 2.0}), tools=["old_style_tool"])
+    assert [(f.tool, f.severity, f.title) for f in run.findings] == [
+        ("old_style_tool", "high", "x is big")
+    ]
+    assert run_tools(report({"x": 0.5}), tools=["old_style_tool"]).findings == []
+    assert OldStyle().evaluate(ctx({"x": 0.5})) is None
+    # Thresholds and subclasses behave as before.
+    run = run_tools(
+        report({"x": 2.0}), tools=["old_style_tool"], thresholds={"old_style_tool": {"LIMIT": 3}}
+    )
+    assert run.findings == []
+
+    class Stricter(OldStyle):
+        name = "stricter_old_style_tool"
+        LIMIT = 5.0
+
+    assert Stricter().evaluate(ctx({"x": 2.0})) is None
+
+
+def test_evaluate_is_the_contract_and_trigger_analyze_derive_from_it() -> None:
+    assert _Echo().evaluate(ctx({"x": 0.5})) is None
+    finding = _Echo().evaluate(ctx({"x": 2.0}))
+    assert finding is not None
+    assert finding.title == "x is big"
+    assert _Echo().trigger(ctx({"x": 2.0})) is True
+    assert _Echo().analyze(ctx({"x": 2.0})).title == "x is big"
+    with pytest.raises(KernelproError, match="analyze\\(\\) called on kernel"):
+        _Echo().analyze(ctx({"x": 0.5}))
+
+    class OnlyTrigger(ProfilingTool):
+        name = "only_trigger_tool"
+
+        def trigger(self, ctx: ToolContext) -> bool:
+            return True
+
+    with pytest.raises(KernelproError, match="abstract: implement evaluate"):
+        ToolRegistry().register(OnlyTrigger)  # type: ignore[type-abstract]
+
+
+def test_the_readme_tool_example_runs(clean_registry: None) -> None:
+    """The user tool shown in README.md registers and fires as written there."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("from pytest_kernelpro.tools import Finding, MetricRequest")
+    code = readme[start : readme.index("```", start)]
+    exec(compile(code, "README.md", "exec"), {})
+    run = run_tools(report({"lts__t_sector_hit_rate.pct": 30.0}), tools=["l2_misses"])
+    assert [(f.tool, f.severity, f.title) for f in run.findings] == [
+        ("l2_misses", "medium", "L2 hit rate 30%")
+    ]
+    assert (
+        run_tools(report({"lts__t_sector_hit_rate.pct": 80.0}), tools=["l2_misses"]).findings == []
+    )

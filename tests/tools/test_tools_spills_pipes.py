@@ -7,13 +7,9 @@ import pytest
 from tools_factories import by_tool, ctx, probe_ctx, probe_run, sass, stage, stall_values, timeline
 
 from pytest_kernelpro.profile.model import PtxasReport
-from pytest_kernelpro.tools.pipes import (
-    FP64Tool,
-    FusedFmaTool,
-    InstructionOverheadTool,
-    PipeUtilizationTool,
-    WarpDivergenceTool,
-)
+from pytest_kernelpro.tools.divergence import WarpDivergenceTool
+from pytest_kernelpro.tools.instructions import InstructionOverheadTool
+from pytest_kernelpro.tools.pipes import FP64Tool, FusedFmaTool, PipeUtilizationTool
 from pytest_kernelpro.tools.spills import RegisterSpillDetector
 from pytest_kernelpro.tools.timeline import LaunchOverheadTool, SynchronizationTool
 

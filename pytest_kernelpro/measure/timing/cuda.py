@@ -33,6 +33,10 @@ from .budget import (
     warmup_count,
 )
 
+# NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
+# whether a comparison is clock-limited (gate/clock_scale.py). Reading every 2 ms (to scale
+# times by the clock) did not make the mean clock follow the kernel's time on the H200.
+CLOCK_READ_INTERVAL_S = 0.01
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device
 # One flush buffer per (device, size), kept for the process like triton's cache buffer, so
 # each kernel does not pay an allocation.
@@ -213,11 +217,11 @@ def _time_cuda_on(
             pairs = enqueue(k, sleep, budget.sync_per_sample)
             if monitor is not None and not budget.sync_per_sample:
                 readings.append(monitor.read())  # the GPU is busy with the round now
-                next_read = time.perf_counter() + 0.01
+                next_read = time.perf_counter() + CLOCK_READ_INTERVAL_S
                 while not pairs[-1][1].query():
                     if time.perf_counter() >= next_read:
                         readings.append(monitor.read())
-                        next_read += 0.01
+                        next_read += CLOCK_READ_INTERVAL_S
                     time.sleep(0.0005)
             times = elapsed(pairs)
             return times, any(r.throttled for r in readings[seen_before:])
