@@ -209,6 +209,7 @@ def _run(
         locator=item.locator,
         settings=ItemSettings.resolve(problem, settings, choice.device),
         record=record,
+        module=getattr(item.getparent(pytest.Module), "obj", None),
     )
     _start(run, session)
     memory.device = run.device
@@ -252,8 +253,7 @@ def _run(
 
         phase[0] = "optimizing"
         memory.phase("optimize")
-        # The one stage that needs the pytest item: the patch is written against its source.
-        optimize_item(item, session, record, run.device)
+        optimize_item(run, session)
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
         memory.phase("gate")
