@@ -83,7 +83,7 @@ def require_distributed() -> Any:
 def worker_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment of a local worker process: the sandbox's scrubbed one, with this
     package importable and Dask's own settings kept."""
-    from pytest_kernelpro.search.evaluator import PACKAGE_ROOT, is_secret_name, scrub_environment
+    from pytest_kernelpro.search.environment import PACKAGE_ROOT, is_secret_name, scrub_environment
 
     env_in = dict(os.environ if environ is None else environ)
     env = scrub_environment(env_in)
@@ -132,7 +132,7 @@ PROBED: dict[tuple[str, bool], Any] = {}
 
 def _probe_worker(isolation_mode: str, cuda: bool) -> dict[str, Any]:
     """Runs on each worker: its sandbox, its GPU, the secret-looking names it holds."""
-    from pytest_kernelpro.search.evaluator import is_secret_name, scrub_environment
+    from pytest_kernelpro.search.environment import is_secret_name, scrub_environment
     from pytest_kernelpro.search.isolation import Isolation
 
     try:

@@ -54,7 +54,7 @@ from pytest_kernelpro.search.parallel import released
 if TYPE_CHECKING:
     from pytest_kernelpro.search.base import Evaluator
     from pytest_kernelpro.search.cluster import DaskCluster, WorkerInfo
-    from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxLimits
+    from pytest_kernelpro.search.task import KernelBenchTask, SandboxLimits
 
 # Build results bigger than this are not shipped between workers (the evaluating worker
 # builds such a candidate itself, as a local search would without the prebuild).
@@ -75,7 +75,7 @@ class DaskEvaluator:
         worker_chain: WorkerChain | None = None,
         arch: str | None = None,
     ) -> None:
-        from pytest_kernelpro.search.evaluator import SandboxLimits
+        from pytest_kernelpro.search.task import SandboxLimits
 
         self.cluster = cluster
         self.client = cluster.client

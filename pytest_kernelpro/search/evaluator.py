@@ -21,24 +21,23 @@ build time on the critical path (the wait for its compiles plus the worker's bui
 
 Nothing a candidate does can raise into the search or the pytest session, and every
 candidate gets a fresh CUDA context, so the GPU is usable by the next one.
+
+Split by job: the task and the limits (`task.py`), the worker's environment
+(`environment.py`), watching and ending processes (`processes.py`); the names are
+re-exported here, where callers import them.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
-import re
-import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -47,182 +46,32 @@ from pytest_kernelpro.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.build.prebuild import Prebuilder
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.environment import (
+    PACKAGE_ROOT,
+    SAFE_NAMES,
+    SAFE_PREFIXES,
+    is_secret_name,
+    scrub_environment,
+)
 from pytest_kernelpro.search.isolation import Isolation
+from pytest_kernelpro.search.processes import (
+    ProcessRun,
+    clear_stale_locks,
+    die_with_parent,
+    exited,
+    kill_group,
+    last_phase,
+    log_tail,
+    remove_tree,
+    sandbox_setup_error,
+    tree_rss_mb,
+)
+from pytest_kernelpro.search.task import KernelBenchTask, SandboxLimits
+from pytest_kernelpro.search.trusted import TrustedSide
 from pytest_kernelpro.search.worker import RUN_PHASES
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pytest_kernelpro/
 
-# Variables a build and a kernel need. Everything else is dropped, and these too when the
-# name looks like a secret.
-SAFE_NAMES = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "USER",
-        "LOGNAME",
-        "SHELL",
-        "LANG",
-        "LANGUAGE",
-        "TZ",
-        "TERM",
-        "TMPDIR",
-        "TMP",
-        "TEMP",
-        "PYTHONPATH",
-        "PYTHONHASHSEED",
-        "VIRTUAL_ENV",
-        "CONDA_PREFIX",
-        "LD_LIBRARY_PATH",
-        "LIBRARY_PATH",
-        "CPATH",
-        "C_INCLUDE_PATH",
-        "CPLUS_INCLUDE_PATH",
-        "CC",
-        "CXX",
-        "CUDAHOSTCXX",
-        "MAX_JOBS",
-        "CUTLASS_PATH",
-        "MALLOC_ARENA_MAX",
-        "OPENBLAS_NUM_THREADS",
-    }
-)
-SAFE_PREFIXES = (
-    "CUDA_",
-    "CUDNN_",
-    "NVIDIA_",
-    "NCCL_",
-    "NVCC_",
-    "TORCH_",
-    "PYTORCH_",
-    "TRITON_",
-    "LC_",
-    "OMP_",
-    "MKL_",
-    "KMP_",
-    "XDG_",
-    "KERNELPRO_",
-)
-_SECRET_WORDS = re.compile(
-    r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|SESSION|COOKIE|ACCESS_?KEY",
-    re.IGNORECASE,
-)
-_SECRET_PREFIXES = (
-    "ANTHROPIC_",
-    "OPENAI_",
-    "AWS_",
-    "AZURE_",
-    "GOOGLE_",
-    "GCP_",
-    "GH_",
-    "GITHUB_",
-    "GITLAB_",
-    "HF_",
-    "HUGGING",
-    "WANDB_",
-    "SSH_",
-    "GPG_",
-    "NPM_",
-    "PYPI_",
-    "TWINE_",
-    "DOCKER_",
-    "SLACK_",
-    "CI_JOB_",
-)
-
-
-def is_secret_name(name: str) -> bool:
-    """True for a variable name that may hold a credential (never passed to a worker)."""
-    upper = name.upper()
-    return bool(_SECRET_WORDS.search(upper)) or upper.startswith(_SECRET_PREFIXES)
-
-
-def scrub_environment(env: Mapping[str, str], keep: Sequence[str] = ()) -> dict[str, str]:
-    """The worker's environment: allow-listed names (plus `keep`), minus anything secret."""
-    kept = set(keep)
-    return {
-        name: value
-        for name, value in env.items()
-        if (name in SAFE_NAMES or name.startswith(SAFE_PREFIXES) or name in kept)
-        and not is_secret_name(name)
-    }
-
-
-@dataclass(frozen=True)
-class KernelBenchTask:
-    """A KernelBench-format problem and how to check candidates against it."""
-
-    reference: str  # source text: class Model, get_inputs(), get_init_inputs()
-    name: str = "task"
-    device: str = "auto"  # "auto" (cuda when available), "cuda" or "cpu"
-    seed: int = 42
-    correct_trials: int = 3
-    atol: float | None = None  # None: by output dtype (fp32 1e-4, fp16/bf16 1e-2)
-    rtol: float | None = None
-    forbidden_ops: tuple[str, ...] = ()  # e.g. ("aten.mm", "aten.addmm") for a GEMM task
-    shape_check: str = "auto"  # "auto" | "variants" | "off" (see harness.py)
-    # `measure.timing.TimingBudget` settings (warmup_ms, max_time_s, min_samples,
-    # max_samples, flush_l2, ...) for the reference and each candidate; empty: its defaults.
-    timing: Mapping[str, Any] = field(default_factory=dict)
-    cpu_threads: int | None = None  # torch.set_num_threads in the worker (None: torch's default)
-    # sys.path entries of the session that collected the kernel (rootdir, pythonpath ini,
-    # conftest insertions, src/ layout), added to the worker's so it imports the same modules.
-    sys_path: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.shape_check not in ("auto", "variants", "off"):
-            raise KernelproError(
-                f"Invalid shape_check={self.shape_check!r} for task {self.name!r}: use "
-                "'auto', 'variants' or 'off'."
-            )
-        if self.device not in ("auto", "cuda", "cpu") and not self.device.startswith("cuda:"):
-            raise KernelproError(
-                f"Invalid device={self.device!r} for task {self.name!r}: use 'auto', 'cuda', "
-                "'cuda:N' or 'cpu'."
-            )
-
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> KernelBenchTask:
-        """A task from a KernelBench problem file."""
-        source = Path(path).read_text(encoding="utf-8")
-        return cls(reference=source, name=options.pop("name", Path(path).stem), **options)
-
-
-def _default_memory_mb() -> int | None:
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return max(1024, total // (2 * 1024 * 1024))
-
-
-@dataclass(frozen=True)
-class SandboxLimits:
-    """Process limits of one evaluation."""
-
-    build_timeout_s: float = 300.0  # start, imports, reference, candidate build (load_inline)
-    run_timeout_s: float = 120.0  # correctness, checks, timing
-    memory_limit_mb: int | None = field(default_factory=_default_memory_mb)  # host memory
-    python: str = sys.executable
-    extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)
-    keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
-    log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
-    keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
-    # "auto": Linux namespaces where the machine allows them, else the weaker fallback (the
-    # evaluation's metrics["sandbox"] says which); "namespaces": refuse the fallback.
-    isolation: str = "auto"
-    # Decide correctness and the reference's time in a trusted process (judge.py) for every
-    # candidate that claims to be correct. Off only for tests of the worker itself.
-    judge: bool = True
-    # `confirm()`: a re-timed median above this many times the search's median disqualifies.
-    # None: by device (`search.confirm`: 1.25 on a GPU, 3.0 on a loaded CPU).
-    confirm_tolerance: float | None = None
-    # Fast-path builds (pytest_kernelpro.build): the cache the evaluator builds into (the
-    # worker only reads it) and how many candidates compile at once.
-    build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
-    build_jobs: int | None = None  # default: min(8, CPU count)
-
-
-class SandboxEvaluator:
+class SandboxEvaluator(TrustedSide):
     """An `Evaluator` that runs every candidate in a fresh, sandboxed worker process."""
 
     def __init__(self, task: KernelBenchTask, limits: SandboxLimits | None = None) -> None:
@@ -366,7 +215,7 @@ class SandboxEvaluator:
             return evaluation
         finally:
             if not self.limits.keep_workdirs:
-                _remove_tree(workdir)
+                remove_tree(workdir)
 
     def _task_payload(self) -> dict[str, Any]:
         return {
@@ -375,170 +224,6 @@ class SandboxEvaluator:
             "timing": dict(self.task.timing),
             "sys_path": list(self.task.sys_path),
         }
-
-    # ----- the trusted side -----
-
-    def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
-        """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
-        judgedir = Path(tempfile.mkdtemp(prefix="kernelpro-judge-"))
-        try:
-            task = {**self._task_payload(), "retime": retime}
-            (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
-            command = [
-                self.limits.python,
-                "-m",
-                "pytest_kernelpro.search.judge",
-                "--task",
-                str(judgedir / "task.json"),
-                "--result",
-                str(judgedir / "judge.json"),
-                *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
-            ]
-            run = self._launch(
-                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
-            )
-            try:
-                return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
-            except (OSError, ValueError):
-                logs = _tail(judgedir / "stdout.log", judgedir / "stderr.log", 4000)
-                return {
-                    "ok": False,
-                    "judge_error": f"the judge process ended without a result ({run.how()}, "
-                    f"{run.killed or 'not killed'})\n{logs}",
-                }
-        finally:
-            if not self.limits.keep_workdirs:
-                _remove_tree(judgedir)
-
-    def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
-        return KernelproError(
-            f"The reference of task {self.task.name!r} fails in a trusted process, so no "
-            f"candidate can be checked: {verdict.get('reference_error')}. Fix the problem file "
-            f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
-        )
-
-    def _judged(self, evaluation: Evaluation, outputs: Path) -> Evaluation:
-        """The worker's "correct" is a claim: the judge checks its saved outputs and times
-        the reference; the speedup is the judge's reference time over the candidate's."""
-        verdict = self._run_judge(outputs)
-        if verdict.get("reference_error"):
-            raise self._reference_error(verdict)
-        if verdict.get("judge_error"):
-            return Evaluation(
-                status="run_error",
-                reason="the trusted check of this candidate's outputs did not finish: "
-                + str(verdict["judge_error"]).splitlines()[0],
-                logs=evaluation.logs + "\n" + str(verdict["judge_error"]),
-                metrics=evaluation.metrics,
-                wall_s=evaluation.wall_s,
-            )
-        self._reference_ok = True
-        if not verdict.get("ok"):
-            return Evaluation(
-                status="cheat",
-                reason="result not confirmed: the worker reported a correct result, but the "
-                "outputs it handed over differ from the reference computed in a trusted "
-                f"process ({verdict.get('reason')})",
-                correctness=evaluation.correctness,
-                metrics=evaluation.metrics,
-                logs=evaluation.logs,
-                wall_s=evaluation.wall_s,
-            )
-        ref_timing = dict(verdict.get("reference_timing") or {})
-        candidate_s = _positive(evaluation.timing.get("candidate", {}).get("median_s"))
-        ref_s = _positive(ref_timing.get("median_s"))
-        if candidate_s is None or ref_s is None:
-            return Evaluation(
-                status="run_error",
-                reason=f"no usable timing (candidate median {candidate_s!r}, reference "
-                f"median {ref_s!r} from the trusted process)",
-                metrics=evaluation.metrics,
-                logs=evaluation.logs,
-                wall_s=evaluation.wall_s,
-            )
-        evaluation.timing["reference_in_worker"] = evaluation.timing.get("reference")
-        evaluation.timing["reference"] = ref_timing
-        evaluation.speedup = ref_s / candidate_s
-        evaluation.metrics["ref_median_s"] = ref_s
-        evaluation.correctness["verified_by"] = (
-            "judge: outputs of " + ", ".join(verdict.get("checked") or []) + " compared with "
-            "the reference in a process without candidate code"
-        )
-        return evaluation
-
-    def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
-        """Confirm a winner's time: re-time it in a fresh sandboxed worker the way the search
-        timed it, with clocks bound before the candidate's code runs (`worker.retime`), have
-        the judge check the output of a call made after timing, and compare the fresh median
-        and ncu's kernel durations (where the candidate was profiled) with the time the
-        search used (`search.confirm.confirm_timing`: the rule and its tolerances).
-
-        A mismatch disqualifies the candidate (status `cheat`) with the numbers in the
-        reason; otherwise `timing["confirmed"]` holds the re-timing, the comparison and the
-        speedup it gives. Only correct evaluations are confirmed.
-        """
-        from pytest_kernelpro.search.confirm import confirm_timing
-
-        if evaluation.status != "correct":
-            return evaluation
-        claimed = _positive((evaluation.timing.get("candidate") or {}).get("median_s"))
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-retime-"))
-        payload = {
-            **self._task_payload(),
-            "candidate": candidate.code,
-            "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
-            "retime": True,
-        }
-        try:
-            (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
-            retimed = self._run_worker(workdir)
-            if retimed.status != "correct":
-                return _disqualified(
-                    evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
-                )
-            verdict = self._run_judge(workdir / "outputs", retime=True)
-        finally:
-            if not self.limits.keep_workdirs:
-                _remove_tree(workdir)
-        if not verdict.get("ok"):
-            why = (
-                verdict.get("reason")
-                or verdict.get("reference_error")
-                or verdict.get("judge_error")
-            )
-            return _disqualified(
-                evaluation,
-                f"timing not confirmed: the output of the re-timed kernel is wrong ({why})",
-            )
-        raw = dict(retimed.timing.get("retimed") or {})
-        samples = raw.get("samples_s")
-        unwarmed = raw.get("unwarmed_samples_s")
-        # Set by the profiling evaluator (analysis/evaluator.py) for a profiled candidate.
-        ncu_s = _positive((evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s"))
-        outcome = confirm_timing(
-            claimed or 0.0,
-            samples if isinstance(samples, list) else [],
-            device_kind="cuda" if self._needs_cuda() else "cpu",
-            tolerance=self.limits.confirm_tolerance,
-            ncu_s=ncu_s,
-            unwarmed_s=unwarmed if isinstance(unwarmed, list) else (),
-            method=str(raw.get("method") or ""),
-        )
-        ref_s = _positive((verdict.get("reference_timing") or {}).get("median_s"))
-        fresh = outcome.record.get("median_s")
-        confirmed = {
-            **outcome.record,
-            "warmup_runs": raw.get("warmup_runs"),
-            "reference_median_s": ref_s,
-            "speedup": None if ref_s is None or not fresh else ref_s / fresh,
-        }
-        if not outcome.ok:
-            disqualified = _disqualified(evaluation, outcome.reason)
-            disqualified.timing["confirmation"] = confirmed
-            return disqualified
-        evaluation.timing["confirmed"] = confirmed
-        return evaluation
 
     def evaluate_many(self, candidates: Sequence[Candidate], *, jobs: int = 1) -> list[Evaluation]:
         """Evaluate several candidates, `jobs` workers at a time (CPU only: on one GPU,
@@ -571,7 +256,7 @@ class SandboxEvaluator:
 
     def _launch(
         self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
-    ) -> _Run:
+    ) -> ProcessRun:
         """Run `command` in the sandbox with `workdir` as its scratch directory; watch it."""
         limits = self.limits
         self.extensions_dir.mkdir(parents=True, exist_ok=True)
@@ -580,7 +265,7 @@ class SandboxEvaluator:
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
-        wrapped = [*_die_with_parent(), *wrapped]
+        wrapped = [*die_with_parent(), *wrapped]
         env = self.environment(workdir)
         started = time.monotonic()
         with self._inflight_lock:
@@ -598,13 +283,13 @@ class SandboxEvaluator:
             try:
                 killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
             except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
-                _kill_group(proc)
+                kill_group(proc)
                 proc.wait()
                 with self._inflight_lock:
                     self._inflight -= 1
                 raise
         wall = time.monotonic() - started
-        logs = _tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
+        logs = log_tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
         with self._inflight_lock:
             self._inflight -= 1
             # A build killed or crashed mid-way may leave torch's build lock behind, which
@@ -612,8 +297,8 @@ class SandboxEvaluator:
             # no other worker runs: a sibling's fresh lock must not be taken away.
             died = killed is not None or not result_path.exists()
             if died and phase not in RUN_PHASES and self._inflight == 0:
-                _clear_stale_locks(self.extensions_dir, started)
-        return _Run(proc.returncode, killed, phase, peak_mb, wall, logs)
+                clear_stale_locks(self.extensions_dir, started)
+        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs)
 
     def _watch(
         self,
@@ -633,17 +318,17 @@ class SandboxEvaluator:
         result_seen: float | None = None
         delay = 0.02
         while True:
-            if _exited(proc):
+            if exited(proc):
                 break
             now = time.monotonic()
-            seen = _last_phase(progress_path) or phase
+            seen = last_phase(progress_path) or phase
             if seen != phase and self.on_phase is not None:
                 self.on_phase(seen)
             phase = seen
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            rss = _tree_rss_mb(proc.pid)
+            rss = tree_rss_mb(proc.pid)
             peak_mb = max(peak_mb, rss)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
@@ -658,12 +343,12 @@ class SandboxEvaluator:
                 break
             time.sleep(delay)
             delay = min(delay * 1.5, 0.2)
-        _kill_group(proc)  # also stray children of a worker that exited on its own
+        kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
         # The worker may have moved on since the last poll: the file has its final phase.
-        return killed, _last_phase(progress_path) or phase, peak_mb
+        return killed, last_phase(progress_path) or phase, peak_mb
 
-    def _classify(self, run: _Run, result_path: Path) -> Evaluation:
+    def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
         if result_path.exists() and killed != "memory":
@@ -699,7 +384,7 @@ class SandboxEvaluator:
                     else "process group killed"
                 ),
             )
-        setup = _sandbox_setup_error(run.logs) if run.returncode == 125 else None
+        setup = sandbox_setup_error(run.logs) if run.returncode == 125 else None
         if setup:
             raise KernelproError(
                 f"The candidate sandbox could not be set up ({setup}); no candidate runs "
@@ -711,185 +396,14 @@ class SandboxEvaluator:
             reason=f"worker died ({run.how()}) without a result in phase {phase!r}",
         )
 
-    def _reference_failure_claim(self, evaluation: Evaluation) -> Evaluation:
-        """A worker says the reference failed. Its process may have run candidate code, so
-        the claim is checked in a trusted process before the user's problem is blamed."""
-        if self._reference_ok is None:
-            verdict = self._run_judge(None)
-            if verdict.get("reference_error"):
-                raise self._reference_error(verdict)
-            self._reference_ok = bool(verdict.get("ok"))
-        return Evaluation(
-            status="run_error",
-            reason="the worker reported that the reference failed, but the reference runs "
-            "in a trusted process: counted as this candidate's failure "
-            f"({str(evaluation.reason or '')[:200]})",
-            build_log=evaluation.build_log,
-        )
 
-
-@dataclass(frozen=True)
-class _Run:
-    """How one sandboxed process ended."""
-
-    returncode: int | None
-    killed: str | None
-    phase: str
-    peak_mb: float
-    wall_s: float
-    logs: str
-
-    def how(self) -> str:
-        if self.returncode is not None and self.returncode < 0:
-            try:
-                return f"signal {signal.Signals(-self.returncode).name}"
-            except ValueError:
-                return f"signal {-self.returncode}"
-        return f"exit code {self.returncode}"
-
-
-def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:
-    return Evaluation(
-        status="cheat",
-        reason=reason,
-        timing=evaluation.timing,
-        correctness=evaluation.correctness,
-        metrics=evaluation.metrics,
-        logs=evaluation.logs,
-        wall_s=evaluation.wall_s,
-    )
-
-
-def _positive(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if value > 0 and value == value and value != float("inf") else None
-
-
-def _sandbox_setup_error(logs: str) -> str | None:
-    for line in logs.splitlines():
-        if "kernelpro sandbox: setup failed" in line:
-            return line.split("setup failed", 1)[1].lstrip(", :")[:400]
-    return None
-
-
-# ----- process helpers -----
-
-
-@functools.cache
-def _die_with_parent() -> tuple[str, ...]:
-    """`setpriv --pdeathsig KILL --` where util-linux has it: the kernel kills the sandbox
-    when the thread that started (and watches) it exits. Empty where it is missing."""
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return ()
-    prefix = (setpriv, "--pdeathsig", "KILL", "--")
-    try:
-        probe = subprocess.run(
-            [*prefix, "true"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ()
-    return prefix if probe.returncode == 0 else ()
-
-
-def _exited(proc: subprocess.Popen[bytes]) -> bool:
-    """True once the worker exited, without reaping it: until `wait`, its pid (and so its
-    process group id) cannot be reused, so killing the group stays safe."""
-    waitid = getattr(os, "waitid", None)
-    if waitid is None:
-        return proc.poll() is not None
-    try:
-        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return True
-    return info is not None
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _children(pid: int) -> list[int]:
-    kids: list[int] = []
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
-                kids += [int(k) for k in handle.read().split()]
-    except (OSError, ValueError):
-        pass
-    return kids
-
-
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
-    worker as a child, and a candidate may start processes of its own)."""
-    total, todo, seen = 0.0, [pid], set()
-    while todo and len(seen) < 4096:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        total += _rss_mb(current)
-        todo += _children(current)
-    return total
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
-            for line in handle:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError):
-        pass
-    return 0.0
-
-
-def _last_phase(progress_path: Path) -> str | None:
-    try:
-        text = progress_path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    # Complete lines are "phase timestamp"; a line still being written is skipped.
-    for line in reversed(text.splitlines()):
-        fields = line.split()
-        if len(fields) == 2:
-            return fields[0]
-    return None
-
-
-def _tail(stdout: Path, stderr: Path, limit: int) -> str:
-    parts = []
-    for label, path in (("stdout", stdout), ("stderr", stderr)):
-        try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
-            continue
-        if text.strip():
-            if len(text) > limit // 2:
-                text = "[...]\n" + text[-(limit // 2) :]
-            parts.append(f"----- worker {label} -----\n{text.rstrip()}")
-    return "\n".join(parts)
-
-
-def _clear_stale_locks(extensions_dir: Path, since: float) -> None:
-    """Remove torch build locks created after `since` (monotonic) by a killed worker."""
-    if not extensions_dir.is_dir():
-        return
-    cutoff = time.time() - (time.monotonic() - since)
-    for lock in extensions_dir.glob("*/lock"):
-        try:
-            if lock.stat().st_mtime >= cutoff - 1.0:
-                lock.unlink()
-        except OSError:
-            pass
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+__all__ = [
+    "PACKAGE_ROOT",
+    "SAFE_NAMES",
+    "SAFE_PREFIXES",
+    "KernelBenchTask",
+    "SandboxEvaluator",
+    "SandboxLimits",
+    "is_secret_name",
+    "scrub_environment",
+]

@@ -127,7 +127,7 @@ def remeasure(
     if len(set(labels)) != len(labels):
         raise KernelproError(f"remeasure contender labels must be unique, got {labels}")
     if env is None:
-        from pytest_kernelpro.search.evaluator import PACKAGE_ROOT, scrub_environment
+        from pytest_kernelpro.search.environment import PACKAGE_ROOT, scrub_environment
 
         env = scrub_environment(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(

@@ -1,0 +1,160 @@
+"""Watching and ending a sandboxed process: how it ended, its process group and
+descendants, their resident memory, its progress file and logs, and what a killed build
+leaves behind."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ProcessRun:
+    """How one sandboxed process ended."""
+
+    returncode: int | None
+    killed: str | None
+    phase: str
+    peak_mb: float
+    wall_s: float
+    logs: str
+
+    def how(self) -> str:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return f"signal {signal.Signals(-self.returncode).name}"
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return f"exit code {self.returncode}"
+
+
+def sandbox_setup_error(logs: str) -> str | None:
+    for line in logs.splitlines():
+        if "kernelpro sandbox: setup failed" in line:
+            return line.split("setup failed", 1)[1].lstrip(", :")[:400]
+    return None
+
+
+@functools.cache
+def die_with_parent() -> tuple[str, ...]:
+    """`setpriv --pdeathsig KILL --` where util-linux has it: the kernel kills the sandbox
+    when the thread that started (and watches) it exits. Empty where it is missing."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return ()
+    prefix = (setpriv, "--pdeathsig", "KILL", "--")
+    try:
+        probe = subprocess.run(
+            [*prefix, "true"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return prefix if probe.returncode == 0 else ()
+
+
+def exited(proc: subprocess.Popen[bytes]) -> bool:
+    """True once the worker exited, without reaping it: until `wait`, its pid (and so its
+    process group id) cannot be reused, so killing the group stays safe."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return proc.poll() is not None
+    try:
+        info = waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                kids += [int(k) for k in handle.read().split()]
+    except (OSError, ValueError):
+        pass
+    return kids
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
+    worker as a child, and a candidate may start processes of its own)."""
+    total, todo, seen = 0.0, [pid], set()
+    while todo and len(seen) < 4096:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        total += rss_mb(current)
+        todo += children(current)
+    return total
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def last_phase(progress_path: Path) -> str | None:
+    try:
+        text = progress_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    # Complete lines are "phase timestamp"; a line still being written is skipped.
+    for line in reversed(text.splitlines()):
+        fields = line.split()
+        if len(fields) == 2:
+            return fields[0]
+    return None
+
+
+def log_tail(stdout: Path, stderr: Path, limit: int) -> str:
+    parts = []
+    for label, path in (("stdout", stdout), ("stderr", stderr)):
+        try:
+            text = path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if text.strip():
+            if len(text) > limit // 2:
+                text = "[...]\n" + text[-(limit // 2) :]
+            parts.append(f"----- worker {label} -----\n{text.rstrip()}")
+    return "\n".join(parts)
+
+
+def clear_stale_locks(extensions_dir: Path, since: float) -> None:
+    """Remove torch build locks created after `since` (monotonic) by a killed worker."""
+    if not extensions_dir.is_dir():
+        return
+    cutoff = time.time() - (time.monotonic() - since)
+    for lock in extensions_dir.glob("*/lock"):
+        try:
+            if lock.stat().st_mtime >= cutoff - 1.0:
+                lock.unlink()
+        except OSError:
+            pass
+
+
+def remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
