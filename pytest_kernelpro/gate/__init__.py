@@ -3,6 +3,8 @@
 - `baseline`: `save_baseline`, `load_baseline` (YAML; `BaselineError` names the fix)
 - `verdict`: `compare`, `needs_confirmation`, `confirm` -> `Verdict`
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
+- `render`: every text made from one record (item section, terminal row, comment row and
+  details, with the comment's literal-text escaping)
 - `junit`: `junit_properties`, `read_junit_records`
 - `comment`: `render_comment`, `post_comment`, `comment_main` (`kernelpro comment`)
 - `compare`: `compare_main` (`kernelpro compare BASE HEAD`)

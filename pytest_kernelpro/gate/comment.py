@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -21,13 +20,9 @@ from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
-    bar,
-    format_change,
-    format_time,
+    cross_device,
     record_status,
-    short_device,
     sort_key,
-    stat,
 )
 from pytest_kernelpro.gate.github import (
     GITHUB_ACTIONS_BOT,
@@ -37,14 +32,20 @@ from pytest_kernelpro.gate.github import (
     pull_request_head,
 )
 from pytest_kernelpro.gate.optimize_table import optimize_markdown
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.gate.render import (
+    COMMENT_HEADER,
+    comment_details,
+    comment_row,
+    literal_text,
+    status_emoji,
+)
+from pytest_kernelpro.record import KernelRecord
 
 __all__ = ["MARKER", "comment_main", "post_comment", "render_comment"]
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters
 FOLD_OK_ABOVE = 12  # more kernels than this: unchanged ones go in a collapsed table
 _DETAIL_STATUSES = ("regressed", "below-roofline", "suspect", "failed", "error")
-_BOUNDS = ("memory", "compute", "mixed", "latency")
 
 
 # What the comment reads from a report, and the type each must have: "num" (int or float,
@@ -165,85 +166,6 @@ def check_report(report: Any) -> None:
             _check_fields(record["roofline"], {"bound": "str"}, f"{where}.roofline")
 
 
-def _text(value: Any, *, limit: int = 300, table: bool = True) -> str:
-    """Any string from the report, shown as literal text: an inline code span.
-
-    The report is an artifact of a job that ran the pull request's code, so every string in it
-    may be hostile. Inside a code span GitHub renders no Markdown, HTML, link, image, mention
-    or issue reference, and a `</details>` is text. The fence is one backtick longer than the
-    longest run inside; line breaks and control characters become spaces (a code span is
-    one line); in a table a pipe is escaped (GFM splits cells before it parses code spans).
-    """
-    text = "".join(" " if (ord(c) < 32 or 0x7F <= ord(c) < 0xA0) else c for c in str(value))
-    text = " ".join(text.split())
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    if not text:
-        return "–"
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    if table:
-        text = text.replace("|", "\\|")
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{fence}{pad}{text}{pad}{fence}"
-
-
-def _block(value: Any, *, limit: int = 20_000) -> str:
-    """A multi-line string from the report as a fenced text block (never rendered)."""
-    text = "".join(c if (c in "\n\t" or ord(c) >= 32) else " " for c in str(value)).strip()
-    if len(text) > limit:
-        text = text[: limit - 1] + "…"
-    longest = max((len(run) for run in re.findall(r"`{3,}|~{3,}", text)), default=2)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}text\n{text}\n{fence}"
-
-
-def _emoji(status: str) -> str:
-    return STATUS_STYLE.get(status, ("❔", status, ""))[0]
-
-
-def _label(status: str) -> str:
-    """A status word: ours as plain text, an unknown one (from the artifact) as literal text."""
-    if status in STATUS_STYLE:
-        return status.replace("-", " ")
-    return "unknown status " + _text(status, limit=40)
-
-
-def _roofline_cell(eff: float | None) -> str:
-    if eff is None:
-        return "–"
-    return f"`{bar(eff, 8)}` {eff:.0%}"
-
-
-def _row(record: KernelRecord) -> str:
-    gate = record.gate or {}
-    status = record_status(record)
-    cross = str(gate.get("basis", "")).startswith("efficiency")
-    base = gate.get("baseline_median_s")
-    now = stat(record, "median_s")
-    change = gate.get("change") if status not in ("new", "unmeasured") else None
-    change_text = format_change(change) + ("\\*" if cross and change is not None else "")
-    if change is not None and status in ("regressed", "improved"):
-        change_text = f"**{change_text}**"
-    bound = (record.roofline or {}).get("bound")
-    cells = [
-        _text(record.name),
-        format_time(base) if base else "–",
-        format_time(now),
-        change_text,
-        _roofline_cell(record.efficiency),
-        bound if bound in _BOUNDS else _text(bound) if bound else "–",
-        f"{_emoji(status)} {_label(status)}",
-    ]
-    return "| " + " | ".join(cells) + " |"
-
-
-_HEADER = (
-    "| Kernel | Baseline | Now | Change | % of roofline | Bound | Verdict |\n"
-    "|:--|--:|--:|--:|:--|:--|:--|"
-)
-
-
 def _summary_line(records: Sequence[KernelRecord]) -> str:
     counts: dict[str, int] = {}
     for r in records:
@@ -264,7 +186,7 @@ def _summary_line(records: Sequence[KernelRecord]) -> str:
         ("unmeasured", "not timed"),
     ):
         if counts.get(status):
-            parts.append(f"{_emoji(status)} {counts[status]} {word}")
+            parts.append(f"{status_emoji(status)} {counts[status]} {word}")
     unknown = sum(n for status, n in counts.items() if status not in STATUS_STYLE)
     if unknown:
         parts.append(f"❔ {unknown} with an unknown status")
@@ -272,93 +194,6 @@ def _summary_line(records: Sequence[KernelRecord]) -> str:
     if not parts:
         parts.append("✅ no regressions" if gated else "✅ all passed")
     return f"### kernelpro: {' · '.join(parts)} ({len(records)} kernels)"
-
-
-_HTML_ESCAPES = {
-    "&": "&amp;",
-    "<": "&lt;",
-    ">": "&gt;",
-    '"': "&quot;",
-    # GitHub turns @name and #123 into mentions and links after rendering: break them.
-    "@": "&#64;\u200b",
-    "#": "&#35;\u200b",
-}
-
-
-def _html(value: Any, limit: int = 200) -> str:
-    text = " ".join(str(value).split())[:limit]
-    return "".join(_HTML_ESCAPES.get(c, c) for c in text)
-
-
-def _number_text(value: Any) -> str:
-    return f"{float(value):.3g}" if isinstance(value, (int, float)) else "–"
-
-
-def _pct_or_dash(value: Any) -> str:
-    return f"{float(value):.1%}" if isinstance(value, (int, float)) else "–"
-
-
-def _details(record: KernelRecord, with_guidance: bool) -> str:
-    gate = record.gate or {}
-    status = record_status(record)
-    conf = gate.get("confirmation") or {}
-    # HTML only around our own words: a name inside <summary> is an HTML-escaped <code>.
-    summary = (
-        f"<details><summary>{_emoji(status)} <code>{_html(record.name)}</code>: "
-        f"{_html(status.replace('-', ' ') if status in STATUS_STYLE else 'unknown status')}"
-    )
-    if not gate:
-        lines = [f"{summary}</summary>", ""]
-        lines.append(
-            f"- **Failure:** {_text(record.message or 'see the test log', limit=1000, table=False)}"
-        )
-        lines += ["", "</details>"]
-        return "\n".join(lines)
-    lines = [
-        f"{summary} {format_change(gate.get('change'))}</summary>",
-        "",
-        "| | Baseline | Now | Re-measured |",
-        "|:--|--:|--:|--:|",
-        f"| Median | {format_time(gate.get('baseline_median_s'))} | "
-        f"{format_time(stat(record, 'median_s'))} | {format_time(conf.get('current_median_s'))} |",
-        f"| Samples | {gate.get('n_baseline') or '–'} | {gate.get('n_current') or '–'} | "
-        f"{conf.get('n') or '–'} |",
-        f"| % of roofline | {_pct_or_dash(gate.get('baseline_efficiency'))} | "
-        f"{_pct_or_dash(record.efficiency)} | |",
-        f"| Device | {_text(short_device(gate.get('baseline_device')))} | "
-        f"{_text(short_device(record.device))} | |",
-        "",
-    ]
-    lines.append(
-        f"- **Basis:** {_text(gate.get('basis'), table=False)}; "
-        f"tolerance {_pct_or_dash(gate.get('tolerance'))}"
-    )
-    if gate.get("p_value") is not None:
-        lines.append(
-            f"- **Mann-Whitney U:** one-sided p = {float(gate['p_value']):.2g} "
-            f"(alpha {_number_text(gate.get('alpha'))})"
-        )
-    if conf:
-        done = "reproduced" if conf.get("reproduced") else "**not reproduced**"
-        p_text = f", p = {float(conf['p_value']):.2g}" if conf.get("p_value") is not None else ""
-        lines.append(
-            f"- **Confirmation re-measurement:** {done} "
-            f"({format_change(conf.get('change'))}{p_text})"
-        )
-    why = gate.get("reason") or gate.get("message") or ""
-    lines.append(f"- **Why:** {_text(why, limit=1000, table=False)}")
-    if record.outcome in ("failed", "error") and record.message and not gate.get("failed"):
-        lines.append(f"- **Test failure:** {_text(record.message, limit=1000, table=False)}")
-    if with_guidance and record.guidance:
-        # Written by the job that ran the PR's code: shown as text, never rendered.
-        lines += [
-            "",
-            "Bottleneck analysis (from the report, verbatim):",
-            "",
-            _block(record.guidance),
-        ]
-    lines += ["", "</details>"]
-    return "\n".join(lines)
 
 
 def _coverage_lines(meta: dict[str, Any]) -> list[str]:
@@ -373,7 +208,7 @@ def _coverage_lines(meta: dict[str, Any]) -> list[str]:
     ):
         names = meta.get(key) or []
         if names:
-            shown = ", ".join(_text(n, limit=120, table=False) for n in names[:20])
+            shown = ", ".join(literal_text(n, limit=120, table=False) for n in names[:20])
             more = f" and {len(names) - 20} more" if len(names) > 20 else ""
             lines += [f"⚠️ {len(names)} {words}: {shown}{more}", ""]
     return lines
@@ -384,13 +219,13 @@ def _footer(report: dict[str, Any]) -> str:
     parts = []
     devices = meta.get("devices") or ([meta["device"]] if meta.get("device") else [])
     if devices:
-        parts.append(", ".join(_text(d, limit=80, table=False) for d in devices))
+        parts.append(", ".join(literal_text(d, limit=80, table=False) for d in devices))
     if meta.get("commit"):
-        parts.append(f"commit {_text(str(meta['commit'])[:12], table=False)}")
+        parts.append(f"commit {literal_text(str(meta['commit'])[:12], table=False)}")
     if meta.get("baseline_commit"):
-        parts.append(f"baseline {_text(str(meta['baseline_commit'])[:12], table=False)}")
+        parts.append(f"baseline {literal_text(str(meta['baseline_commit'])[:12], table=False)}")
     if meta.get("torch"):
-        parts.append(f"torch {_text(meta['torch'], limit=40, table=False)}")
+        parts.append(f"torch {literal_text(meta['torch'], limit=40, table=False)}")
     if isinstance(meta.get("wall_s"), (int, float)):
         parts.append(f"{meta['wall_s']:.0f} s")
     parts.append(f"pytest-kernelpro {__version__}")
@@ -412,18 +247,18 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
         if len(records) > FOLD_OK_ABOVE and quiet:
             shown = [r for r in records if r not in quiet]
         if shown:
-            out += [_HEADER, *(_row(r) for r in shown), ""]
+            out += [COMMENT_HEADER, *(comment_row(r) for r in shown), ""]
         if shown is not records:
             out += [
                 f"<details><summary>{len(quiet)} unchanged or skipped kernels</summary>",
                 "",
-                _HEADER,
-                *(_row(r) for r in quiet),
+                COMMENT_HEADER,
+                *(comment_row(r) for r in quiet),
                 "",
                 "</details>",
                 "",
             ]
-        if any(str((r.gate or {}).get("basis", "")).startswith("efficiency") for r in records):
+        if any(cross_device(r) for r in records):
             out += [
                 "\\* measured on another device than the baseline: compared by efficiency "
                 "(time relative to the roofline) with the wider cross-device tolerance.",
@@ -431,8 +266,8 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
             ]
         for r in records:
             if record_status(r) in _DETAIL_STATUSES:
-                out += [_details(r, with_guidance), ""]
-        out += optimize_markdown(records, _text)
+                out += [comment_details(r, with_guidance), ""]
+        out += optimize_markdown(records, literal_text)
     out += _coverage_lines(report.get("meta") or {})
     out += ["---", _footer(report)]
     body = "\n".join(out) + "\n"

@@ -69,7 +69,7 @@ from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsamp
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.results import KernelRecord
+    from pytest_kernelpro.record import KernelRecord
 
 NEW = "new"
 OK = "ok"
@@ -174,9 +174,8 @@ def needs_confirmation(verdict: Verdict) -> bool:
 
 
 def _samples(record: KernelRecord) -> list[float]:
-    timing = record.timing or {}
     out = []
-    for value in timing.get("samples_s") or []:
+    for value in (record.timing.samples_s if record.timing else None) or ():
         try:
             v = float(value)
         except (TypeError, ValueError):
@@ -187,7 +186,7 @@ def _samples(record: KernelRecord) -> list[float]:
 
 
 def _roofline_time(record: KernelRecord) -> float | None:
-    value = (record.roofline or {}).get("roofline_time_s")
+    value = record.roofline_time_s
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -205,7 +204,7 @@ def _is_cpu(device: str) -> bool:
 
 def oversubscribed_reason(record: KernelRecord) -> str | None:
     """The reasons a CPU timing was oversubscribed (measure/cpuload.py), or None."""
-    load = (record.timing or {}).get("cpu_load") or {}
+    load = (record.timing.cpu_load if record.timing else None) or {}
     if not load.get("oversubscribed"):
         return None
     return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"

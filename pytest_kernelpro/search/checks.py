@@ -23,6 +23,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 # Reference-module names that are part of the problem format, not of the computation.
 PROBLEM_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs", "get_inputs_variants"})
 
+
 def classify_exception(exc: BaseException) -> str:
     """One line naming an exception, with out-of-memory and CUDA errors called out."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""

@@ -41,7 +41,6 @@ def sandbox_setup_error(logs: str) -> str | None:
     return None
 
 
-
 @functools.cache
 def die_with_parent() -> tuple[str, ...]:
     """`setpriv --pdeathsig KILL --` where util-linux has it: the kernel kills the sandbox

@@ -47,7 +47,6 @@ class TrustedSide:
     def _needs_cuda(self) -> bool:
         raise NotImplementedError
 
-
     def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
         """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
         judgedir = Path(tempfile.mkdtemp(prefix="kernelpro-judge-"))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 from pytest_kernelpro.errors import KernelproDeprecationWarning, KernelproError
@@ -135,36 +135,53 @@ class ProfilingTool(ABC):
 
     def trigger(self, ctx: ToolContext) -> bool:
         """Whether `evaluate(ctx)` finds something."""
-        return self.evaluate(ctx) is not None
+        return self._one_pass(ctx) is not None
 
     def analyze(self, ctx: ToolContext) -> Finding:
         """The finding of `evaluate(ctx)`; `KernelproError` when there is none."""
-        finding = self.evaluate(ctx)
+        finding = self._one_pass(ctx)
         if finding is None:
             raise self.not_triggered(ctx)
         return finding
 
+    # The one-pass rule behind the default trigger/analyze of a class that overrides them
+    # (the deprecated two-step contract on top of a one-pass parent); None: `evaluate`.
+    _rule_evaluate: ClassVar[Callable[[Any, ToolContext], Finding | None] | None] = None
+
+    def _one_pass(self, ctx: ToolContext) -> Finding | None:
+        rule = type(self)._rule_evaluate
+        return self.evaluate(ctx) if rule is None else rule(self, ctx)
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         own = vars(cls)
+        if "evaluate" in own:
+            cls._rule_evaluate = None  # its own one-pass rule
+            return
+        steps = [name for name in ("trigger", "analyze") if name in own]
+        if not steps:
+            return
         inherited = getattr(cls, "evaluate", None)
-        if (
-            "evaluate" not in own
-            and "trigger" in own
-            and "analyze" in own
-            and getattr(inherited, "__isabstractmethod__", False)
-        ):
-            # A tool written against the two-step contract (trigger, then analyze) keeps
-            # working: evaluate runs the two steps.
-            warnings.warn(
-                f"Micro-profiling tool {cls.__module__}.{cls.__qualname__} implements "
-                "trigger() and analyze(); that contract is deprecated: implement "
-                "evaluate(ctx) -> Finding | None instead (return the finding, or None when "
-                "the condition does not hold)",
-                KernelproDeprecationWarning,
-                stacklevel=3,
-            )
-            cls.evaluate = _two_step_evaluate  # type: ignore[method-assign]
+        if getattr(inherited, "__isabstractmethod__", False):
+            if len(steps) < 2:
+                return  # stays abstract: the registry asks for evaluate()
+            rule = None  # a tool of the two-step contract: its own trigger and analyze
+        elif inherited is _two_step_evaluate:
+            rule = cls._rule_evaluate  # a subclass of such a tool: same arrangement
+        else:
+            # Overriding trigger or analyze of a one-pass tool (a built-in one, say): those
+            # overrides still decide, with the parent's rule behind the ones not overridden.
+            rule = inherited
+        warnings.warn(
+            f"Micro-profiling tool {cls.__module__}.{cls.__qualname__} implements "
+            f"{' and '.join(f'{name}()' for name in steps)}; that contract is deprecated: "
+            "implement evaluate(ctx) -> Finding | None instead (return the finding, or None "
+            "when the condition does not hold)",
+            KernelproDeprecationWarning,
+            stacklevel=3,
+        )
+        cls._rule_evaluate = rule
+        cls.evaluate = _two_step_evaluate  # type: ignore[method-assign]
 
     def make_finding(
         self,

@@ -80,7 +80,7 @@ def test_kernelbench_directory_in_one_session(kp_project: pytest.Pytester) -> No
     report = records_by_name(kp_project)
     assert set(report) == set(by_name)
     for name, record in by_name.items():
-        assert report[name]["timing"] == record.timing
+        assert report[name]["timing"] == record.to_dict()["timing"]
 
 
 def test_kernelbench_inputs_are_seeded_and_the_model_is_built_once(tmp_path: Path) -> None:

@@ -99,8 +99,14 @@ def test_infinities_must_match_exactly() -> None:
 @pytest.mark.parametrize(
     ("out", "why"),
     [
-        (torch.zeros(3, 2), "kernel returned shape (3, 2) dtype float32; reference returned (2, 3)"),
-        (torch.zeros(2, 3, dtype=torch.float16), "dtype float16; reference returned (2, 3) float32"),
+        (
+            torch.zeros(3, 2),
+            "kernel returned shape (3, 2) dtype float32; reference returned (2, 3)",
+        ),
+        (
+            torch.zeros(2, 3, dtype=torch.float16),
+            "dtype float16; reference returned (2, 3) float32",
+        ),
         ((torch.zeros(2, 3), torch.zeros(1)), "kernel returned a tuple of 2 items"),
         (3.0, "kernel returned float 3.0; reference returned a tensor"),
     ],

@@ -113,7 +113,11 @@ def test_module_candidate_with_other_weight_names_gets_the_reference_weights(
 @pytest.mark.parametrize(
     ("name", "status", "reason"),
     [
-        ("wrong", "wrong", "wrong result (trial 1/3): output: 884 of 1024 elements (86.3%) outside"),
+        (
+            "wrong",
+            "wrong",
+            "wrong result (trial 1/3): output: 884 of 1024 elements (86.3%) outside",
+        ),
         (
             "unwritten",
             "wrong",

@@ -466,3 +466,45 @@ def test_the_readme_tool_example_runs(clean_registry: None) -> None:
     assert (
         run_tools(report({"lts__t_sector_hit_rate.pct": 80.0}), tools=["l2_misses"]).findings == []
     )
+
+
+def test_overriding_analyze_or_trigger_of_a_one_pass_tool_still_counts() -> None:
+    """A subclass of a built-in tool that overrides analyze() (to add to the finding) or
+    trigger() (to silence it), as the two-step contract allowed, keeps doing so."""
+    values = stall_values(long_scoreboard=70.0)
+    base = WarpStallTool().evaluate(ctx(values))
+    assert base is not None
+    with pytest.warns(KernelproDeprecationWarning, match=r"implements analyze\(\); that contract"):
+
+        class Annotated(WarpStallTool):
+            name = "annotated_warp_stalls"
+
+            def analyze(self, ctx: ToolContext) -> Finding:
+                finding = super().analyze(ctx)
+                finding.notes.append("team note")
+                return finding
+
+    annotated = Annotated().evaluate(ctx(values))
+    assert annotated is not None
+    assert annotated.notes == [*base.notes, "team note"]
+    assert annotated.title == base.title
+    assert Annotated().evaluate(ctx(stall_values(long_scoreboard=10.0))) is None
+
+    with pytest.warns(KernelproDeprecationWarning, match=r"implements trigger\(\); that contract"):
+
+        class Silenced(WarpStallTool):
+            name = "silenced_warp_stalls"
+
+            def trigger(self, ctx: ToolContext) -> bool:
+                return False
+
+    assert Silenced().evaluate(ctx(values)) is None
+
+    class Rewritten(Annotated):  # back to one pass: its own evaluate decides alone
+        name = "rewritten_warp_stalls"
+
+        def evaluate(self, ctx: ToolContext) -> Finding | None:
+            return None
+
+    assert Rewritten().evaluate(ctx(values)) is None
+    assert Rewritten().trigger(ctx(values)) is False
