@@ -20,7 +20,8 @@ from gate_factories import make_record
 from markdown_it import MarkdownIt
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.comment import MARKER, comment_main, render_comment
+from pytest_kernelpro.gate.comment import MARKER, render_comment
+from pytest_kernelpro.gate.comment_cli import comment_main
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import compare
 
