@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rec = measure(kernels[variant], args.device, budget, variant)
             measurements += 1
             medians[variant].append(rec.median_s or math.nan)
-            rel_ci.append(float(rec.timing["stats"].get("rel_ci_halfwidth") or math.nan))
+            rel_ci.append(float(rec.timing.stats.rel_ci_halfwidth or math.nan))
             firsts = {t: compare(rec, entry, threshold=t, alpha=args.alpha) for t in thresholds}
             again = None
             if any(needs_confirmation(v) for v in firsts.values()):
@@ -457,7 +457,7 @@ def _load_ceilings(path: str | None) -> Any:
 
 
 def _measure_info(rec: KernelRecord) -> dict[str, Any]:
-    timing = rec.timing or {}
+    timing = rec.timing.to_dict() if rec.timing else {}
     clocks = timing.get("clocks") or {}
     n = len(timing.get("samples_s") or [])
     return {

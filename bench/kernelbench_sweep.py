@@ -80,8 +80,8 @@ def _float(value: Any) -> float | None:
 
 def summarize_record(record: Any, call: int) -> dict[str, Any]:
     """One state line from a finished KernelRecord."""
-    timing = record.timing or {}
-    roofline = record.roofline or {}
+    timing = record.timing.to_dict() if record.timing else {}
+    roofline = record.roofline.to_dict() if record.roofline else {}
     memory = record.extra.get("memory") or {}
     timing_wall = _float(timing.get("wall_s"))
     return {

@@ -465,6 +465,18 @@ def recheck(
     if not patched:
         return out
     select = " or ".join(KERNELS[k][0] for k in patched)
+    if not texts:
+        # No baseline from the search's session (it was cut off before writing one): save one
+        # from the unpatched code first, as a user would on the base commit, so the re-check
+        # gets the gate's verdict and not "the baseline file does not exist".
+        unpatched = root / "unpatched-clone"
+        shutil.rmtree(unpatched, ignore_errors=True)
+        git(root, "clone", "-q", str(user), str(unpatched))
+        cmd = [sys.executable, "-m", "pytest", *plugin_args(args),
+               f"--kernelpro-save-baseline={base}", "-k", select]  # fmt: skip
+        base.unlink(missing_ok=True)
+        out["baseline_run"] = run(cmd, unpatched, raw / "recheck-baseline.log", left_s / 2)
+        texts = [base.read_text(encoding="utf-8")] if base.is_file() else []
     # Against the baseline the search's session saved (when it got to write one).
     baseline = [f"--kernelpro-baseline={base}"] if texts else []
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--kernelpro-check",

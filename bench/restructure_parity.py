@@ -10,8 +10,9 @@ What it runs, each as its own pytest session in a subprocess (so one crash stays
 Per record it keeps what a structural change must not move: outcome, the gate's status and
 failure, the median and its CI, correctness errors and tolerances, FLOPs, minimal bytes, bound,
 the peak used, % of roofline, and for profiled items whether a profile and guidance came back.
-Everything lands in `--out`: `parity-LABEL.json` (the table), `parity-LABEL.tgz` (the reports,
-the baselines, the logs).
+Everything lands in `--out` as it goes: `parity-LABEL.json` (the table, rewritten after each
+step) and `parity-LABEL/` (each step's JSON report, records log and log), so a call cut off
+keeps the steps that finished.
 
 Run (H200):  python bench/restructure_parity.py --label before --out $OUT \
                  --ceilings bench/results/raw/2026-11-30-ceilings-h200-run1.json
@@ -29,7 +30,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -157,6 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-k", default=DEFAULT_PROFILE_K)
     parser.add_argument("--ceilings", default="", help="--kernelpro-ceilings JSON (skips measuring)")
     parser.add_argument("--step-limit-s", type=float, default=150.0)
+    parser.add_argument(
+        "--profile-limit-s", type=float, default=0.0, help="ex_profile's limit (0: --step-limit-s)"
+    )
+    parser.add_argument(
+        "--commit", default="", help="the tree's commit, when `git rev-parse` cannot tell"
+    )
     parser.add_argument("--skip", default="", help="comma-separated steps to leave out")
     parser.add_argument("--ex-k", default="", help="-k expression for the example save/check")
     parser.add_argument(
@@ -191,12 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         result["torch"] = f"unavailable: {exc}"
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    result["commit"] = commit or os.environ.get("PARITY_COMMIT", "unknown")
+    result["commit"] = args.commit or commit or os.environ.get("PARITY_COMMIT", "unknown")
+    result["git_rev_parse"] = commit
     steps: list[dict[str, Any]] = []
     reports: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
-        raw = Path(tmp) / f"parity-{args.label}"
-        raw.mkdir()
+        # The reports and logs go straight to --out: a call cut off keeps what finished.
+        raw = out / f"parity-{args.label}"
+        raw.mkdir(exist_ok=True)
         example = ROOT / "example_repo"
         ex_k = ["-k", args.ex_k] if args.ex_k else []
         ex_base = Path(args.ex_baseline).resolve() if args.ex_baseline else raw / "ex-baseline.yaml"
@@ -227,12 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, step_args, cwd in plan:
             if name in skip:
                 continue
-            steps.append(run_step(name, [*step_args, *common], cwd, args.step_limit_s, raw))
+            limit = args.profile_limit_s if name == "ex_profile" and args.profile_limit_s else (
+                args.step_limit_s)
+            steps.append(run_step(name, [*step_args, *common], cwd, limit, raw))
             reports[name] = read_report(raw / f"{name}.json")
             result.update(steps=steps, reports=reports)
             (out / f"parity-{args.label}.json").write_text(json.dumps(result, indent=1))
-        with tarfile.open(out / f"parity-{args.label}.tgz", "w:gz") as tar:
-            tar.add(raw, arcname=raw.name)
     print(compare(result, result) if not args.compare else "", flush=True)
     return 0 if all(s["rc"] in (0, 1) for s in steps) else 1
 

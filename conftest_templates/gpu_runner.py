@@ -76,7 +76,7 @@ def pytest_kernelpro_record(record: Any) -> None:
             "device": record.device,
             "median_s": record.median_s,
             "efficiency": record.efficiency,
-            "verdict": (record.gate or {}).get("status"),
+            "verdict": record.gate.status if record.gate else None,
             "commit": os.environ.get("GITHUB_SHA"),
         }
         append_jsonl(".kernelpro/history.jsonl", summary)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "comment": (
-        "pytest_kernelpro.gate.comment",
+        "pytest_kernelpro.gate.comment_cli",
         "comment_main",
         "build (and --post) the PR comment from a JSON report or JUnit XML",
     ),

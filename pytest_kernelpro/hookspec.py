@@ -12,7 +12,7 @@ import pluggy
 if TYPE_CHECKING:
     from .measure.devices import DeviceSpec
     from .measure.roofline import OpCost
-    from .results import KernelRecord
+    from .record import KernelRecord
 
 hookspec = pluggy.HookspecMarker("pytest")
 

@@ -108,10 +108,10 @@ def pytest_runtest_makereport(
         item.user_properties.extend(junit_properties(record))
     report = yield
     if call.when == "call" and record is not None:
-        from .run.sections import render_item_section
+        from .gate.render import item_section
 
         setattr(report, REPORT_ATTR, record.to_dict())
-        report.sections.append(("kernelpro", render_item_section(record)))
+        report.sections.append(("kernelpro", item_section(record)))
     return report
 
 

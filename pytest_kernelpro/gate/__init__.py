@@ -3,8 +3,11 @@
 - `baseline`: `save_baseline`, `load_baseline` (YAML; `BaselineError` names the fix)
 - `verdict`: `compare`, `needs_confirmation`, `confirm` -> `Verdict`
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
+- `render`: every text made from one record (item section, terminal row, comment row and
+  details, with the comment's literal-text escaping)
 - `junit`: `junit_properties`, `read_junit_records`
-- `comment`: `render_comment`, `post_comment`, `comment_main` (`kernelpro comment`)
+- `comment`: `render_comment`; `comment_check`: `check_report` (the artifact's types, first);
+  `comment_cli`: `comment_main` (`kernelpro comment`, `--post` through `github.post_comment`)
 - `compare`: `compare_main` (`kernelpro compare BASE HEAD`)
 - `plot`: `roofline_plot` (PNG), `roofline_figure` (the matplotlib Figure), `roofline_points`
 

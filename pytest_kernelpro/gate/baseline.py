@@ -48,7 +48,7 @@ from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import atomic_write_text
 from pytest_kernelpro.gate.clock_scale import record_clock_facts
 from pytest_kernelpro.gate.stats import quantile_subsample
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 BASELINE_SCHEMA_VERSION = 1
 BASELINE_SAMPLES = 200
@@ -111,25 +111,25 @@ class BaselineEntry:
     @classmethod
     def from_record(cls, record: KernelRecord) -> BaselineEntry | None:
         """The entry for a measured record; None when the record has no timing samples."""
-        timing = record.timing or {}
-        stats = timing.get("stats") or {}
-        samples = [float(v) for v in timing.get("samples_s") or [] if _finite_pos(v)]
-        med = stats.get("median_s")
+        timing, stats = record.timing, record.timing.stats if record.timing else None
+        if timing is None or stats is None:
+            return None
+        samples = [float(v) for v in timing.samples_s or () if _finite_pos(v)]
+        med = stats.median_s
         if not samples or med is None or not _finite_pos(med):
             return None
-        roofline = record.roofline or {}
         clock = record_clock_facts(record)
         return cls(
             name=record.name,
             kernel=record.kernel,
             device=record.device,
             median_s=float(med),
-            q1_s=_opt_float(stats.get("q1_s")),
-            q3_s=_opt_float(stats.get("q3_s")),
-            n=int(stats.get("n") or len(samples)),
+            q1_s=_opt_float(stats.q1_s),
+            q3_s=_opt_float(stats.q3_s),
+            n=int(stats.n or len(samples)),
             efficiency=_opt_float(record.efficiency),
-            roofline_time_s=_opt_float(roofline.get("roofline_time_s")),
-            method=timing.get("method"),
+            roofline_time_s=_opt_float(record.roofline_time_s),
+            method=timing.method,
             samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
             sm_mhz=clock.sm_mhz,
             max_sm_mhz=clock.max_sm_mhz,

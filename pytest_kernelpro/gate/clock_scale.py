@@ -70,12 +70,12 @@ def _positive(value: Any) -> float | None:
 
 def record_clock_facts(record: KernelRecord) -> ClockFacts:
     """The clock facts of a measured record (None fields where it has no NVML readings)."""
-    timing = record.timing or {}
-    clocks = timing.get("clocks") or {}
-    n = len(timing.get("samples_s") or [])
-    throttled = timing.get("throttled_samples")
+    timing = record.timing
+    clocks = (timing.clocks if timing else None) or {}
+    n = len((timing.samples_s if timing else None) or ())
+    throttled = timing.throttled_samples if timing else None
     share = (float(throttled) / n) if n and isinstance(throttled, (int, float)) else None
-    bound = (record.roofline or {}).get("bound")
+    bound = record.roofline.bound if record.roofline else None
     return ClockFacts(
         sm_mhz=_positive(clocks.get("sm_mhz_mean")),
         capped_share=share,

@@ -21,7 +21,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, load_baseline
 from pytest_kernelpro.gate.report import load_report, records_of
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, compare
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord, VerdictPart
 
 
 def _base_entries(path: str) -> Baseline:
@@ -51,7 +51,7 @@ def gate_records(
         verdict = compare(
             record, base.entry_for(record), threshold=threshold, alpha=alpha, cross_cpu=cross_cpu
         )
-        record.gate = verdict.to_dict()
+        record.gate = VerdictPart.from_dict(verdict.to_dict())
         out.append(record)
     return out
 
@@ -79,10 +79,10 @@ def render_compare_table(
         head_s = record.median_s
         base_s = entry.median_s if entry is not None else None
         speedup = f"{base_s / head_s:.2f}×" if base_s and head_s else "–"
-        gate = record.gate or {}
-        status = str(gate.get("status") or record.outcome)
+        gate = record.gate
+        status = str((gate.status if gate else None) or record.outcome)
         _, word, style = STATUS_STYLE.get(status, ("", status, ""))
-        change = gate.get("change")
+        change = gate.change if gate else None
         verdict = word if change is None else f"{word} {format_change(change)}"
         table.add_row(
             Text(record.name),
@@ -158,5 +158,5 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"base {base_path}\nhead {head_path}\n")
         sys.stdout.write(render_compare_table(base, gated, width=width, color=sys.stdout.isatty()))
         sys.stdout.write("(offline comparison: regressions are not confirmed by re-measuring)\n")
-    regressed = [r.name for r in gated if (r.gate or {}).get("change_status") == REGRESSED]
+    regressed = [r.name for r in gated if r.gate and r.gate.change_status == REGRESSED]
     return 1 if (args.fail and regressed) else 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -98,22 +98,28 @@ def short_device(name: str | None) -> str:
 
 def record_status(record: KernelRecord) -> str:
     """The status that describes a record: its gate verdict, else its pytest outcome."""
-    if record.outcome in ("failed", "error") and not (record.gate or {}).get("failed"):
+    if record.outcome in ("failed", "error") and not (record.gate and record.gate.failed):
         # failed for another reason (wrong result, crash): that is the news
         return record.outcome
-    if record.gate and record.gate.get("status"):
-        return str(record.gate["status"])
+    if record.gate and record.gate.status:
+        return str(record.gate.status)
     return record.outcome or "pending"
 
 
 def stat(record: KernelRecord, key: str) -> float | None:
-    """A float from record.timing['stats'] (None when absent)."""
-    value = ((record.timing or {}).get("stats") or {}).get(key)
-    return _float(value)
+    """A float from the timing's statistics, e.g. "median_s" (None when absent)."""
+    stats = record.timing.stats if record.timing else None
+    return _float(getattr(stats, key) if stats is not None else None)
+
+
+def cross_device(record: KernelRecord) -> bool:
+    """The verdict compared efficiency with a baseline from another device."""
+    return bool(record.gate) and str(record.gate.basis or "").startswith("efficiency")
 
 
 def roofline_value(record: KernelRecord, key: str) -> Any:
-    return (record.roofline or {}).get(key)
+    """A field of the roofline, e.g. "roofline_time_s" (None when absent)."""
+    return getattr(record.roofline, key) if record.roofline is not None else None
 
 
 def _float(value: Any) -> float | None:
@@ -129,5 +135,5 @@ def _float(value: Any) -> float | None:
 def sort_key(record: KernelRecord) -> tuple[int, float, str]:
     """Attention first, then the largest slowdown, then by name."""
     status = record_status(record)
-    change = _float((record.gate or {}).get("change")) or 0.0
+    change = _float(record.gate.change if record.gate else None) or 0.0
     return (STATUS_ORDER.get(status, len(STATUS_ORDER)), -change, record.name)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord, RooflinePart, TimingPart, VerdictPart
 
 PREFIX = "kernelpro."
 _RECORD_FIELDS = ("nodeid", "name", "kernel", "shape", "language", "device", "device_kind")
@@ -51,18 +51,19 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
 
     for key in _RECORD_FIELDS:
         add(key, getattr(record, key))
-    timing = record.timing or {}
+    # The JUnit edge: each part in its JSON form.
+    timing = record.timing.to_dict() if record.timing else {}
     stats = timing.get("stats") or {}
     for key in _STATS:
         add(key, stats.get(key))
     add("method", timing.get("method"))
-    roofline = record.roofline or {}
+    roofline = record.roofline.to_dict() if record.roofline else {}
     for key in _ROOFLINE:
         add(key, roofline.get(key))
     add("efficiency", record.efficiency)
     add("threshold", record.threshold)
     add("min_roofline", record.min_roofline)
-    gate = record.gate or {}
+    gate = record.gate.to_dict() if record.gate else {}
     add("verdict", gate.get("status"))
     add("change", gate.get("change"))
     add("p_value", gate.get("p_value"))
@@ -176,12 +177,12 @@ def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
         device_kind=get("device_kind") or "cpu",
         outcome=outcome,
         message=message,
-        timing=timing,
-        roofline=roofline or None,
+        timing=None if timing is None else TimingPart.from_dict(timing),
+        roofline=RooflinePart.from_dict(roofline) if roofline else None,
         efficiency=None if efficiency is None else float(efficiency),
         threshold=0.05 if threshold is None else float(threshold),
         min_roofline=None if min_roofline is None else float(min_roofline),
-        gate=gate,
+        gate=VerdictPart.from_dict(gate) if isinstance(gate, dict) else None,
         guidance=get("guidance"),
         wall_s=float(case.time or 0.0),
     )

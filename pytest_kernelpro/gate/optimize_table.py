@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 
 def _x(value: Any) -> str:
@@ -130,7 +130,7 @@ def terminal_section(records: Sequence[KernelRecord], write_line: Callable[[str]
 
 def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str]) -> list[str]:
     """The PR comment's optimize table; every string from the report goes through `cell`
-    (the comment's escaping: `gate.comment._text`); [] when no kernel was optimized."""
+    (the comment's escaping: `gate.render.literal_text`); [] when no kernel was optimized."""
     rows = []
     for record in records:
         summary = summary_of(record)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import format_change, record_status, short_device
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -136,7 +136,7 @@ def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint
     points: list[RooflinePoint] = []
     skipped: list[str] = []
     for r in records:
-        roofline = r.roofline or {}
+        roofline = r.roofline.to_dict() if r.roofline else {}  # also keys of older reports
         med = r.median_s
         flops = _pos(roofline.get("flops"))
         nbytes = _pos(roofline.get("min_bytes"))
@@ -158,7 +158,7 @@ def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint
                     peak_flops=ceilings[0],
                     bandwidth_Bps=ceilings[1],
                     status=record_status(r),
-                    change=_finite((r.gate or {}).get("change")),
+                    change=_finite(r.gate.change if r.gate else None),
                 )
             )
     return points, skipped

@@ -30,7 +30,7 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 MISSING_KEY = "missing_record"  # record.extra flag of a kernel that left no record
 

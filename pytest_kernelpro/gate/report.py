@@ -24,17 +24,14 @@ from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.format import (
-    STATUS_STYLE,
-    bar,
-    format_change,
-    format_time,
+    cross_device,
     record_status,
-    roofline_value,
     short_device,
     sort_key,
     stat,
 )
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.gate.render import terminal_row
+from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_KIND = "kernelpro-report"
@@ -44,7 +41,7 @@ DEFAULT_JSON_PATH = ".kernelpro/kernelpro-report.json"
 def summarize(records: Sequence[KernelRecord]) -> dict[str, Any]:
     """Counts by status, and the names of the kernels that fail the gate."""
     statuses = Counter(record_status(r) for r in records)
-    failed = [r.name for r in records if (r.gate or {}).get("failed") or r.outcome == "failed"]
+    failed = [r.name for r in records if (r.gate and r.gate.failed) or r.outcome == "failed"]
     return {
         "kernels": len(records),
         "failed": len(failed),
@@ -148,36 +145,6 @@ def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
     return merge_report_dicts([load_report(p) for p in paths])
 
 
-def _median_cell(record: KernelRecord) -> str:
-    med = stat(record, "median_s")
-    if med is None:
-        return "–"
-    q1, q3 = stat(record, "q1_s"), stat(record, "q3_s")
-    if q1 is None or q3 is None or med <= 0:
-        return format_time(med)
-    return f"{format_time(med)} ±{(q3 - q1) / 2 / med:.1%}"
-
-
-def _roofline_cell(record: KernelRecord, bar_width: int) -> str:
-    eff = record.efficiency
-    if eff is None:
-        return "–"
-    return f"{bar(eff, bar_width)} {eff:4.0%}"
-
-
-def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
-    status = record_status(record)
-    _, word, style = STATUS_STYLE.get(status, ("", status, ""))
-    gate = record.gate or {}
-    change = gate.get("change")
-    text = word
-    if change is not None and status not in ("new", "unmeasured"):
-        text = f"{word} {format_change(change)}"
-        if str(gate.get("basis", "")).startswith("efficiency"):
-            text += "*"
-    return text, style
-
-
 SORT_KEYS = ("status", "name", "median", "roofline", "change")
 
 
@@ -197,7 +164,7 @@ def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> lis
             return stat(record, "median_s")
         if sort == "roofline":
             return None if record.efficiency is None else -float(record.efficiency)
-        change = (record.gate or {}).get("change")
+        change = record.gate.change if record.gate else None
         return None if change is None else float(change)
 
     def key(record: KernelRecord) -> tuple[int, float, str]:
@@ -219,7 +186,6 @@ def render_terminal_table(
     from rich import box
     from rich.console import Console
     from rich.table import Table
-    from rich.text import Text
 
     width = max(60, int(width))
     narrow = width < 100
@@ -245,19 +211,9 @@ def render_terminal_table(
     table.add_column("bound", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for record in sorted_records(records, sort):
-        text, style = _verdict_cell(record)
-        # Text, not str: a name like "k[/bold]" is a kernel's name, not rich markup.
-        row: list[Any] = [Text(record.name)]
-        if show_device:
-            row.append(Text(short_device(record.device)))
-        row.append(_median_cell(record))
-        if not narrow:
-            row.append(format_time(roofline_value(record, "roofline_time_s")))
-        row += [
-            _roofline_cell(record, bar_width),
-            str(roofline_value(record, "bound") or "–"),
-            Text(text, style=style if color else ""),
-        ]
+        row = terminal_row(
+            record, show_device=show_device, narrow=narrow, bar_width=bar_width, color=color
+        )
         table.add_row(*row)
     buffer = io.StringIO()
     console = Console(
@@ -273,7 +229,7 @@ def render_terminal_table(
     console.print(table)
     summary = summarize(records)
     parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
-    if any(str((r.gate or {}).get("basis", "")).startswith("efficiency") for r in records):
+    if any(cross_device(r) for r in records):
         console.print(
             "* other device than the baseline: compared by efficiency (time relative to the "
             "roofline), with the wider cross-device tolerance",

@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.search.patch import KernelSite, import_style_of, repository_root
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.run.items import KernelItem
+    from pytest_kernelpro.problem import ProblemLocator
 
 
-def kernel_site(item: KernelItem, rootpath: Path) -> tuple[KernelSite, Path]:
-    """(site of the marked kernel, repository root for the patch's paths)."""
-    import pytest
+def kernel_site(
+    locator: ProblemLocator, kind: str, module: Any, rootpath: Path
+) -> tuple[KernelSite, Path]:
+    """(site of the marked kernel, repository root for the patch's paths).
 
-    path = Path(item.locator.path).resolve()
-    kind = item.problem.kind
+    `module` is the test module pytest imported the kernel from (its `__name__` and
+    `__file__` decide the import style the patch keeps); KernelBench files need none."""
+    path = Path(locator.path).resolve()
     if kind == "kernelbench":
         style = "absolute"  # the plugin imports KernelBench files with their folder on sys.path
     else:
-        module = item.getparent(pytest.Module)
-        obj = getattr(module, "obj", None) if module is not None else None
-        name = getattr(obj, "__name__", "")
-        style = import_style_of(name, getattr(obj, "__file__", None) or path)
-    site = KernelSite(path=path, qualname=item.locator.qualname, kind=kind, import_style=style)
+        name = getattr(module, "__name__", "")
+        style = import_style_of(name, getattr(module, "__file__", None) or path)
+    site = KernelSite(path=path, qualname=locator.qualname, kind=kind, import_style=style)
     return site, repository_root(path, Path(rootpath).resolve())

@@ -26,10 +26,11 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 if TYPE_CHECKING:
     from ..config import KernelproConfig
     from ..gate.baseline import Baseline
+    from ..handoff.progress import SearchProgress
     from ..measure.ceilings import Ceilings
     from ..measure.devices import DeviceSpec
     from ..problem import Problem, ProblemLocator
-    from ..results import KernelRecord
+    from ..record import KernelRecord
     from .profile import SessionCapture
     from .session import DeviceChoice
 
@@ -122,6 +123,10 @@ class ItemRun:
     locator: ProblemLocator
     settings: ItemSettings
     record: KernelRecord
+    # The test module pytest imported the marked kernel from (None for a KernelBench file):
+    # the optimize stage finds the live kernel in it, and its patch keeps the module's
+    # import style.
+    module: Any = None
 
     @property
     def device(self) -> str:
@@ -156,6 +161,11 @@ class Services(Protocol):
     def baseline(self) -> Baseline | None: ...
 
     def add_record(self, record: KernelRecord) -> None: ...
+
+    def search_progress(
+        self, kernel: str, budget: str, max_evaluations: int | None
+    ) -> SearchProgress:
+        """The optimize stage's live progress display (on pytest's terminal)."""
 
     def write_outputs(self) -> None:
         """Write the session's reports now (a native hang is about to end the process)."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..config import SETTINGS
 from ..errors import KernelproError
-from ..results import KernelRecord
+from ..record import KernelRecord
 
 if TYPE_CHECKING:
     import pytest

@@ -9,7 +9,7 @@ import pytest
 
 from ..errors import KernelproError
 from ..problem import MARKER_NAME, MarkerOptions, Problem, ProblemLocator, problem_from_marker
-from ..results import KernelRecord
+from ..record import KernelRecord
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr

@@ -32,11 +32,10 @@ from ..handoff.replay import slug as _slug
 if TYPE_CHECKING:
     from ..handoff.progress import SearchProgress
     from ..handoff.runs import RunFolder
-    from ..results import KernelRecord
+    from ..record import KernelRecord
     from ..search.base import Candidate, Evaluation
     from ..search.patch import KernelSite
-    from .items import KernelItem
-    from .session import KernelproSession
+    from .context import ItemRun, Services
 
 
 _IMPORT_FAILURES = ("ModuleNotFoundError", "ImportError", "No module named")
@@ -296,21 +295,18 @@ class _ObservedEvaluator:
         return evaluation
 
 
-def optimize_item(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, device: str
-) -> None:
+def optimize_item(run: ItemRun, services: Services) -> None:
     """Run the search within the session's budget; a search that did not run fails the item."""
-    from ..handoff.progress import pytest_progress
     from ..search.budget import parse_budget
 
-    settings = session.settings
+    settings, record = services.settings, run.record
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
     kernel_dir = settings.artifacts_dir / "optimize" / _slug(record.name)
-    progress = pytest_progress(session.config, record.name, str(budget), budget.max_evaluations)
+    progress = services.search_progress(record.name, str(budget), budget.max_evaluations)
     state = _SearchState(record.name, str(budget), progress, record.efficiency)
     summary: dict[str, Any]
     try:
-        summary = _search(item, session, record, device, kernel_dir, state)
+        summary = _search(run, services, kernel_dir, state)
     except KernelproError as exc:
         summary = {
             "status": "not run",
@@ -333,7 +329,7 @@ def optimize_item(
         progress.close(f"interrupted; kept {summary.get('run_dir')}")
         record.outcome = "passed"
         record.message = "optimize interrupted"
-        session.add_record(record)  # no report comes for an interrupted item
+        services.add_record(record)  # no report comes for an interrupted item
         raise
     progress.close(_closing_line(summary))
     _attach(record, summary)
@@ -407,30 +403,27 @@ class SearchHooks:
 
 
 def _search(
-    item: KernelItem,
-    session: KernelproSession,
-    record: KernelRecord,
-    device: str,
-    kernel_dir: Path,
-    state: _SearchState,
+    run: ItemRun, services: Services, kernel_dir: Path, state: _SearchState
 ) -> dict[str, Any]:
     from ..handoff.runs import open_run
     from ..handoff.site import kernel_site
     from ..search.patch import PatchError
     from .optimize_search import run_search
 
-    settings = session.settings
-    run = open_run(kernel_dir, resume=settings.resume)
-    state.run = run
-    state.progress.note(("resuming " if run.resumed else "run folder ") + str(run.path))
+    settings = services.settings
+    folder = open_run(kernel_dir, resume=settings.resume)
+    state.run = folder
+    state.progress.note(("resuming " if folder.resumed else "run folder ") + str(folder.path))
     try:
-        state.site, state.root = kernel_site(item, settings.rootpath)
+        state.site, state.root = kernel_site(
+            run.locator, run.problem.kind, run.module, settings.rootpath
+        )
     except PatchError as exc:
         state.site_error = f"no patch can be written: {exc}"
     state.progress.phase("checking")
-    hooks = SearchHooks(settings, record, run, state)
-    ranking, details = run_search(item, session, record, device, run.path, hooks=hooks)
-    atomic_write_json(run.path / "ranking.json", ranking.to_dict())
+    hooks = SearchHooks(settings, run.record, folder, state)
+    ranking, details = run_search(run, services, folder.path, hooks=hooks)
+    atomic_write_json(folder.path / "ranking.json", ranking.to_dict())
     return state.final(ranking, details)
 
 

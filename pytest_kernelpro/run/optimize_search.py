@@ -37,9 +37,7 @@ from pytest_kernelpro.run.shims import (
 
 if TYPE_CHECKING:
     from pytest_kernelpro.agents.problem_context import ProblemContext
-    from pytest_kernelpro.results import KernelRecord
-    from pytest_kernelpro.run.items import KernelItem
-    from pytest_kernelpro.run.session import KernelproSession
+    from pytest_kernelpro.run.context import ItemRun, Services
     from pytest_kernelpro.search.base import Candidate, Evaluation, Mode
     from pytest_kernelpro.search.ranking import SearchRanking
     from pytest_kernelpro.search.tree import SearchNode, SearchResult
@@ -47,14 +45,17 @@ if TYPE_CHECKING:
 REMEASURE_ROUNDS = 5
 
 
-def problem_context(item: KernelItem, device: str, sandbox_source: str) -> ProblemContext:
-    """The ProblemContext of a kernel item, from its live objects in this process."""
+def problem_context(
+    run: ItemRun, device: str, sandbox_source: str, rootpath: Path
+) -> ProblemContext:
+    """The ProblemContext of a kernel item, from its live objects in this process (the marked
+    kernel found in `run.module`, the test module pytest imported)."""
     import inspect
 
     from pytest_kernelpro.agents.problem_context import build_context
     from pytest_kernelpro.problem import MarkerOptions, marker_of
 
-    problem = item.problem
+    problem = run.problem
     if problem.kind == "kernelbench":
         from pytest_kernelpro.agents.problem_context import ProblemContext, SourcePart
 
@@ -62,16 +63,15 @@ def problem_context(item: KernelItem, device: str, sandbox_source: str) -> Probl
             name=problem.display_name,
             reference=SourcePart("The KernelBench problem", problem.source_file, sandbox_source),
         )
-    module = getattr(item.parent, "obj", None)
-    kernel: Any = module
-    for part in item.locator.qualname.split("."):
+    kernel: Any = run.module
+    for part in run.locator.qualname.split("."):
         kernel = getattr(kernel, part, None)
     mark = marker_of(kernel) if kernel is not None else None
     if mark is None:
         raise KernelproError(
-            f"cannot find the marked kernel {item.locator.qualname} in {item.locator.path}"
+            f"cannot find the marked kernel {run.locator.qualname} in {run.locator.path}"
         )
-    options = MarkerOptions.from_marker(mark.args, dict(mark.kwargs), kernel_name=item.name)
+    options = MarkerOptions.from_marker(mark.args, dict(mark.kwargs), kernel_name=run.name)
     inputs = problem.make_inputs(device, 0)
     reference_module = None
     if inspect.isclass(options.reference):
@@ -86,7 +86,7 @@ def problem_context(item: KernelItem, device: str, sandbox_source: str) -> Probl
         reference_module=reference_module,
         device=device,
         sandbox_source=sandbox_source,
-        root=str(item.config.rootpath),
+        root=str(rootpath),
     )
     del inputs
     return context
@@ -363,10 +363,8 @@ def _project_path(entries: Sequence[str]) -> list[str]:
 
 
 def run_search(
-    item: KernelItem,
-    session: KernelproSession,
-    record: KernelRecord,
-    device: str,
+    run: ItemRun,
+    services: Services,
     out_dir: Path,
     *,
     hooks: Any = None,
@@ -394,7 +392,7 @@ def run_search(
     from pytest_kernelpro.search.greedy import GreedySearch
     from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
 
-    settings = session.settings
+    settings, record, device = services.settings, run.record, run.device
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
     options: dict[str, Any] = {}
     if settings.llm in ("anthropic", "openai"):
@@ -410,15 +408,15 @@ def run_search(
     if backend is None:
         backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
     clock = WallClock()
-    sandbox_source = kernelbench_source(item, device)
-    context = problem_context(item, device, sandbox_source)
+    sandbox_source = kernelbench_source(run, device)
+    context = problem_context(run, device, sandbox_source, settings.rootpath)
     timing = {"max_time_s": settings.budget_for(device), "warmup_ms": settings.warmup_ms}
     task = KernelBenchTask(
         reference=sandbox_source,
         name=record.name,
         device=device,
-        atol=item.problem.atol,
-        rtol=item.problem.rtol,
+        atol=run.problem.atol,
+        rtol=run.problem.rtol,
         timing=timing,
         sys_path=session_path(),
     )
@@ -432,7 +430,7 @@ def run_search(
     )
 
     # The user's current kernel, in the same sandbox as every candidate.
-    current_code = current_kernel_code(item, sandbox_source)
+    current_code = current_kernel_code(run, sandbox_source)
     started = time.perf_counter()
     sandbox.isolation  # noqa: B018  (probed here, once per process: its cost is shown apart)
     clock.sandbox_probe = time.perf_counter() - started
@@ -446,7 +444,8 @@ def run_search(
     cur_s = current.metrics.get("candidate_median_s") if current.ok else None
 
     # The Benchmarking Agent: roofline + ncu validation of the reference's class.
-    facts = RooflineFacts.from_roofline(record.roofline, median_s=cur_s)
+    roofline = record.roofline.to_dict() if record.roofline else None
+    facts = RooflineFacts.from_roofline(roofline, median_s=cur_s)
     profiler = None
     validation = None
     if device.startswith("cuda") and settings.feedback != "none":
@@ -473,9 +472,9 @@ def run_search(
         clock.profile += time.perf_counter() - started
     reference_text = (
         render_reference_summary(
-            record.roofline, reference_s=ref_s, current_s=cur_s, validation=validation
+            roofline, reference_s=ref_s, current_s=cur_s, validation=validation
         )
-        if record.roofline
+        if roofline
         else None
     )
 
@@ -484,7 +483,7 @@ def run_search(
         backend,
         problem_source=sandbox_source,
         problem_md=context.render(),
-        language=item.problem.language,
+        language=run.problem.language,
         device_name=device_name,
         n_candidates=settings.candidates,
         max_tokens=settings.max_tokens,
@@ -570,8 +569,8 @@ def run_search(
         threshold=record.threshold,
         env=env,
         clock=clock,
-        atol=item.problem.atol,
-        rtol=item.problem.rtol,
+        atol=run.problem.atol,
+        rtol=run.problem.rtol,
     )
     started = time.perf_counter()
     ranking, details["winner_confirmation"] = confirm_winner(ranking, result, sandbox)

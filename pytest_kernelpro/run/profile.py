@@ -48,11 +48,14 @@ class SessionCapture:
 def profile_item(run: ItemRun, services: Services, device: str) -> None:
     """Fill the record's profile, the tools' findings, guidance and the report text."""
     from ..analysis import RooflineFacts, profile_and_analyze
+    from ..record import ProfilePart
 
     record = run.record
     capture = services.capture
     facts = RooflineFacts.from_roofline(
-        record.roofline, median_s=record.median_s, efficiency=record.efficiency
+        record.roofline.to_dict() if record.roofline else None,
+        median_s=record.median_s,
+        efficiency=record.efficiency,
     )
     analysis = profile_and_analyze(
         run.locator,
@@ -63,7 +66,7 @@ def profile_item(run: ItemRun, services: Services, device: str) -> None:
         timeout_s=services.settings.profile_timeout_s,
         ncu_path=os.environ.get("KERNELPRO_NCU"),
     )
-    record.profile = analysis.report.to_dict()
+    record.profile = ProfilePart.from_dict(analysis.report.to_dict())
     record.extra["tools"] = analysis.tool_run.to_dict()
     record.extra["profile_wall_s"] = analysis.profile_s
     record.guidance = analysis.guidance_md or None

@@ -146,9 +146,9 @@ def summary_notes(kp: KernelproSession) -> list[str]:
             "the roofline, gated or profiled"
             + ("; no baseline written" if settings.save_baseline is not None else "")
         )
-    busy = [r for r in records if ((r.timing or {}).get("cpu_load") or {}).get("oversubscribed")]
+    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
     if busy:
-        load = (busy[0].timing or {}).get("cpu_load") or {}
+        load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
         from ..measure.cpuload import CpuLoad
 
         notes.append(
@@ -157,11 +157,11 @@ def summary_notes(kp: KernelproSession) -> list[str]:
             "reported as suspect, never failed; re-run on a quiet machine"
             + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
         )
-    overrun = [r for r in records if (r.timing or {}).get("budget_note")]
+    overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
     if overrun:
         notes.append(
             f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
-            f"{(overrun[0].timing or {})['budget_note']}"
+            f"{overrun[0].timing.budget_note if overrun[0].timing else ''}"
         )
     unprofiled = [r for r in records if r.extra.get("profile_skipped")]
     if settings.profile and unprofiled:

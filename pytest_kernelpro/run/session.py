@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import KernelproError
-from ..results import KernelRecord
+from ..record import KernelRecord
 
 if TYPE_CHECKING:
     import pytest
@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..config import KernelproConfig
     from ..gate.baseline import Baseline
     from ..gate.records_log import RecordsLog
+    from ..handoff.progress import SearchProgress
     from ..measure.ceilings import Ceilings
     from ..measure.devices import DeviceSpec
     from ..problem import Problem
@@ -209,6 +210,13 @@ class KernelproSession:
             except OSError as exc:
                 self._log_failed(exc)
         self.config.hook.pytest_kernelpro_record(record=record)
+
+    def search_progress(
+        self, kernel: str, budget: str, max_evaluations: int | None
+    ) -> SearchProgress:
+        from ..handoff.progress import pytest_progress
+
+        return pytest_progress(self.config, kernel, budget, max_evaluations)
 
     def write_outputs(self) -> None:
         """Write the JSON report, the baseline and the run history now."""

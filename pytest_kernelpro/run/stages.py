@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ..errors import KernelproError
-from ..results import KernelRecord
+from ..record import CorrectnessPart, KernelRecord, RooflinePart, TimingPart, VerdictPart
 from .context import ItemRun, ItemSettings
 
 if TYPE_CHECKING:
@@ -209,6 +209,7 @@ def _run(
         locator=item.locator,
         settings=ItemSettings.resolve(problem, settings, choice.device),
         record=record,
+        module=getattr(item.getparent(pytest.Module), "obj", None),
     )
     _start(run, session)
     memory.device = run.device
@@ -252,8 +253,7 @@ def _run(
 
         phase[0] = "optimizing"
         memory.phase("optimize")
-        # The one stage that needs the pytest item: the patch is written against its source.
-        optimize_item(item, session, record, run.device)
+        optimize_item(run, session)
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
         memory.phase("gate")
@@ -346,7 +346,7 @@ def check(
     except Exception as exc:
         _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"{run.name} raised {_describe_exception(exc)}") from exc
-    run.record.correctness = correctness.to_dict()
+    run.record.correctness = CorrectnessPart.from_dict(correctness.to_dict())
     if getattr(correctness, "cuda_error", False) and services.cuda_poisoned_by is None:
         services.cuda_poisoned_by = run.name
     if not correctness.passed:
@@ -383,7 +383,7 @@ def time_item(
     except Exception as exc:
         _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"timing {run.name} failed: {_describe_exception(exc)}") from exc
-    record.timing = timing.to_dict()
+    record.timing = TimingPart.from_dict(timing.to_dict())
     record.device = timing.device
     if timing.threads is not None:
         # Timings with other thread counts are not comparable: the count is part of the device.
@@ -404,7 +404,7 @@ def roofline_floor(run: ItemRun, median_s: float) -> None:
     if fails:
         raise KernelproError(
             f"{run.name} {reason} set in its marker (median {median_s * 1e6:.1f} us vs "
-            f"roofline {(record.roofline or {}).get('roofline_time_s', 0) * 1e6:.1f} us)"
+            f"roofline {(record.roofline_time_s or 0) * 1e6:.1f} us)"
         )
 
 
@@ -499,7 +499,7 @@ def roofline(
             f"roofline analysis of the reference of {run.name} failed: "
             f"{_describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
         ) from exc
-    record.roofline = analysis.to_dict()
+    record.roofline = RooflinePart.from_dict(analysis.to_dict())
     record.efficiency = analysis.efficiency(median_s)
 
 
@@ -541,12 +541,12 @@ def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None
     if needs_confirmation(verdict):
         timing = remeasure()
         confirmed = KernelRecord.from_dict(record.to_dict())
-        confirmed.timing = timing.to_dict()
-        if record.roofline:
-            confirmed.efficiency = record.roofline["roofline_time_s"] / timing.stats.median_s
+        confirmed.timing = TimingPart.from_dict(timing.to_dict())
+        if record.roofline_time_s is not None:
+            confirmed.efficiency = record.roofline_time_s / timing.stats.median_s
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu)
         record.extra["confirmation_timing"] = timing.to_dict()
-    record.gate = verdict.to_dict()
+    record.gate = VerdictPart.from_dict(verdict.to_dict())
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
         _auto_profile(run, services)
     if verdict.failed:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from gate_factories import make_record
 from markdown_it import MarkdownIt
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.comment import MARKER, comment_main, render_comment
+from pytest_kernelpro.gate.comment import MARKER, render_comment
+from pytest_kernelpro.gate.comment_cli import comment_main
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import compare
 
@@ -42,15 +44,17 @@ def hostile_report() -> dict:
     rec.message = EVIL + "\n### ✅ all passed\n" + EVIL
     rec.device = "@admin " + EVIL
     rec.guidance = EVIL_BLOCK
-    rec.roofline = {**(rec.roofline or {}), "bound": "<script>alert(1)</script> @x"}
+    rec.roofline = replace(rec.roofline, bound="<script>alert(1)</script> @x")
     failed = make_record("fail2", seed=6)
     failed.outcome = "failed"
     failed.message = EVIL_BLOCK
-    failed.gate = compare(failed, None).to_dict()
-    failed.gate["status"] = "approved</td><td>@boss"
-    failed.gate["reason"] = EVIL
-    failed.gate["basis"] = EVIL
-    failed.gate["baseline_device"] = EVIL
+    failed.gate = {
+        **compare(failed, None).to_dict(),
+        "status": "approved</td><td>@boss",
+        "reason": EVIL,
+        "basis": EVIL,
+        "baseline_device": EVIL,
+    }
     meta = {"devices": [EVIL], "commit": "`;@x[a](b)", "torch": EVIL, "baseline_commit": EVIL}
     return build_report([rec, failed], meta=meta)
 

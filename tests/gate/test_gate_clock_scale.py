@@ -3,6 +3,7 @@ limit (the default), and the cycles comparison (opt-in, measured worse on the H2
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,13 +28,12 @@ def capped(
     """A GEMM-like record timed with the clock set by the power cap (`share` of its samples)."""
     record = make_record("gemm[4096]", median_s=median_s, seed=seed, bound=bound, noise=0.004)
     assert record.timing is not None
-    n = len(record.timing["samples_s"])
-    record.timing["clocks"] = {
-        "sm_mhz_mean": sm_mhz,
-        "reasons_seen": ["sw_power_cap"],
-        "max_sm_mhz": max_sm_mhz,
-    }
-    record.timing["throttled_samples"] = round(share * n)
+    n = len(record.timing.samples_s)
+    record.timing = replace(
+        record.timing,
+        clocks={"sm_mhz_mean": sm_mhz, "reasons_seen": ["sw_power_cap"], "max_sm_mhz": max_sm_mhz},
+        throttled_samples=round(share * n),
+    )
     return record
 
 

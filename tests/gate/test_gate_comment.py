@@ -11,7 +11,8 @@ from fake_github import running_fake_github
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.comment import MARKER, comment_main, post_comment, render_comment
+from pytest_kernelpro.gate.comment import MARKER, render_comment
+from pytest_kernelpro.gate.comment_cli import comment_main, post_comment
 from pytest_kernelpro.gate.github import GitHubApiError
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import compare, confirm

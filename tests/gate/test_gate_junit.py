@@ -87,15 +87,15 @@ def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester) -> None:
     assert slow.device_kind == "cuda"
     assert slow.language == "triton"
     assert slow.median_s == orig.median_s  # repr() keeps every bit of a float
-    assert slow.timing["stats"]["n"] == 400
+    assert slow.timing.stats.n == 400
     assert slow.efficiency == orig.efficiency
-    assert slow.roofline["bound"] == "memory"
-    assert slow.roofline["roofline_time_s"] == orig.roofline["roofline_time_s"]
-    assert slow.gate == json.loads(json.dumps(orig.gate))  # the whole verdict survives
-    assert slow.gate["status"] == "regressed"
-    assert slow.gate["confirmed"] is True
+    assert slow.roofline.bound == "memory"
+    assert slow.roofline.roofline_time_s == orig.roofline.roofline_time_s
+    assert slow.gate.to_dict() == json.loads(json.dumps(orig.gate.to_dict()))  # all of it
+    assert slow.gate.status == "regressed"
+    assert slow.gate.confirmed is True
     assert slow.guidance == orig.guidance
-    assert back["fresh[1]"].gate["status"] == "new"
+    assert back["fresh[1]"].gate.status == "new"
     wrong = back["wrong[1]"]
     assert wrong.outcome == "failed"
     assert "output mismatch at [0, 3]" in (wrong.message or "")

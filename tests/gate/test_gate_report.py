@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,8 +57,8 @@ def test_build_write_load(tmp_path: Path) -> None:
     loaded = load_report(path)
     again = records_of(loaded)
     assert [r.name for r in again] == ["a[1]", "b[1]", "c[1]"]
-    assert again[1].gate["status"] == "regressed"
-    assert again[0].timing["samples_s"] == records[0].timing["samples_s"]
+    assert again[1].gate.status == "regressed"
+    assert again[0].timing.samples_s == records[0].timing.samples_s
 
 
 def test_load_report_errors(tmp_path: Path) -> None:
@@ -167,7 +168,7 @@ def test_roofline_plot_png(tmp_path: Path) -> None:
 
 def test_roofline_plot_uses_explicit_ceilings_and_refuses_an_empty_plot(tmp_path: Path) -> None:
     rec = make_record("gemm[1]", flops=2e12, min_bytes=1e9, bound="compute", seed=5)
-    rec.roofline.update(peak_flops=900e12, bandwidth_Bps=4.8e12)
+    rec.roofline = replace(rec.roofline, peak_flops=900e12, bandwidth_Bps=4.8e12)
     (point,), _ = roofline_points([rec])
     assert (point.peak_flops, point.bandwidth_Bps) == (900e12, 4.8e12)
     with pytest.raises(KernelproError, match="nothing to draw"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from gate_factories import make_record
@@ -82,8 +84,11 @@ def test_small_noisy_change_beyond_threshold_is_suspect_not_failed() -> None:
     entry = BaselineEntry(name="k", median_s=50 * US, samples_s=[v * US for v in base], n=5)
     entry.device = "NVIDIA H200"
     record = make_record(name="k", n=5)
-    record.timing["samples_s"] = [v * US for v in now]
-    record.timing["stats"]["median_s"] = 53 * US
+    record.timing = replace(
+        record.timing,
+        samples_s=tuple(v * US for v in now),
+        stats=replace(record.timing.stats, median_s=53 * US),
+    )
     v = compare(record, entry, threshold=0.05)
     assert v.change == pytest.approx(0.06)
     assert v.status == SUSPECT
@@ -97,10 +102,14 @@ def test_interference_that_spares_the_fastest_calls_is_suspect() -> None:
     # 60% of the calls lost 30% to another process; the other 40% ran as before: the median
     # is far beyond the threshold, the fastest calls are not. Not a slower kernel.
     record = make_record(seed=21, n=400)
-    samples = record.timing["samples_s"]
+    samples = record.timing.samples_s
     hit = set(range(0, 400, 5)) | set(range(1, 400, 5)) | set(range(2, 400, 5))
-    record.timing["samples_s"] = [v * 1.3 if i in hit else v for i, v in enumerate(samples)]
-    record.timing["stats"]["median_s"] = float(np.median(record.timing["samples_s"]))
+    slower = tuple(v * 1.3 if i in hit else v for i, v in enumerate(samples))
+    record.timing = replace(
+        record.timing,
+        samples_s=slower,
+        stats=replace(record.timing.stats, median_s=float(np.median(slower))),
+    )
     v = compare(record, entry_of(), threshold=0.05)
     assert v.change > 0.2
     assert v.p_value < 1e-6

@@ -7,7 +7,9 @@ import dataclasses
 import inspect
 from pathlib import Path
 
-from pytest_kernelpro.run import context, stages
+import pytest
+
+from pytest_kernelpro.run import context, optimize, optimize_search, profile, stages
 from pytest_kernelpro.run.session import KernelproSession
 
 
@@ -32,18 +34,40 @@ def test_the_session_implements_services() -> None:
             ), name
 
 
-def test_stages_use_of_the_session_stays_inside_services() -> None:
-    """Every `services.X` / `session.X` the stage functions read is a member of Services
-    (the entry, `run_kernel_item`, and the optimize stage take the whole session)."""
-    members = _protocol_members(context.Services)
-    tree = ast.parse(Path(stages.__file__).read_text(encoding="utf-8"))
+def _attributes_read(module: object, names: tuple[str, ...]) -> set[str]:
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     used: set[str] = set()
     for node in ast.walk(tree):
         if (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
-            and node.value.id in ("services", "session")
+            and node.value.id in names
         ):
             used.add(node.attr)
-    assert used, "the stages read nothing of the session: this test no longer looks at them"
+    return used
+
+
+@pytest.mark.parametrize("module", [stages, optimize, optimize_search, profile], ids=str)
+def test_stages_use_of_the_session_stays_inside_services(module: object) -> None:
+    """Every `services.X` / `session.X` the stage functions read is a member of Services
+    (the entry, `run_kernel_item`, takes the whole session and hands the stages Services)."""
+    members = _protocol_members(context.Services)
+    used = _attributes_read(module, ("services", "session"))
+    assert used, f"{module} reads nothing of the session: this test no longer looks at it"
     assert sorted(used - members) == []
+
+
+@pytest.mark.parametrize("module", [optimize, optimize_search, profile], ids=str)
+def test_the_profile_and_optimize_stages_get_the_run_not_the_item(module: object) -> None:
+    """They take ItemRun and Services: no pytest item, no session object, not even by name."""
+    tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    names |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
+    assert {"item", "session", "KernelItem", "KernelproSession", "pytest"} & names == set()
+    imported = {
+        node.module or ""
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+    }
+    assert not {m for m in imported if m.endswith(("items", "session"))}
+    assert {"run", "services"} <= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}

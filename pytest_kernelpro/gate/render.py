@@ -1,0 +1,308 @@
+"""Every text made from one kernel record, in one place.
+
+- `item_section`: the "kernelpro" section of the item's pytest report (plain text).
+- `terminal_row`: the record's row in the terminal summary table (`gate.report`).
+- `comment_row`, `comment_details`: its row and folded details in the pull-request comment
+  (`gate.comment`). The comment is rendered from an artifact of a job that ran the pull
+  request's code, so every string from a record goes through `literal_text` (an inline code
+  span), `literal_block` (a fenced text block) or `html_text` (escaped, inside our own HTML):
+  nothing in a record is ever rendered as Markdown or HTML.
+
+The tables' frames (headers, summaries, footers) stay with the report that holds them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pytest_kernelpro.gate.format import (
+    STATUS_STYLE,
+    bar,
+    cross_device,
+    format_change,
+    format_time,
+    record_status,
+    roofline_value,
+    short_device,
+    stat,
+)
+from pytest_kernelpro.record import KernelRecord, StatsPart
+
+BOUNDS = ("memory", "compute", "mixed", "latency")  # bound words the comment shows as ours
+
+
+# ---- the item's report section ----------------------------------------------------------
+
+
+def item_section(record: KernelRecord) -> str:
+    """The per-item "kernelpro" report section (pytest's report sections), plain text."""
+    lines = [f"{record.name} on {record.device or record.device_kind} ({record.language})"]
+    c = record.correctness
+    if c:
+        tol = c.tolerance
+        lines.append(
+            f"correctness: {'passed' if c.passed else 'FAILED'} over {c.trials_run} "
+            f"trials; max abs err {c.max_abs_err or 0:.3g}, max rel err "
+            f"{c.max_rel_err or 0:.3g} (rtol {tol.rtol if tol else None}, atol "
+            f"{tol.atol if tol else None}, {tol.source if tol else None})"
+        )
+    t = record.timing
+    if t:
+        s = t.stats or StatsPart()
+        lines.append(
+            f"timing: median {format_time(s.median_s)}, IQR "
+            f"{format_time(s.iqr_s)}, 95% CI [{format_time(s.ci_low_s)}, "
+            f"{format_time(s.ci_high_s)}], n={s.n}, {t.method}, "
+            f"stop: {t.stop_reason}, throttled samples: {t.throttled_samples}"
+        )
+    r = record.roofline
+    if r:
+        eff = f"{record.efficiency:.1%}" if record.efficiency is not None else "-"
+        lines.append(
+            f"roofline: {r.flops or 0:.4g} FLOP, {r.min_bytes or 0:.4g} B minimal "
+            f"({r.unfused_bytes or 0:.4g} B unfused), intensity {r.intensity or 0:.3g} "
+            f"FLOP/B vs ridge {r.ridge or 0:.3g} -> {r.bound}-bound; peak "
+            f"{r.peak_name}; roofline time {format_time(r.roofline_time_s)}; "
+            f"reaches {eff}"
+        )
+    if record.gate:
+        lines.append(f"gate: {record.gate.status}: {record.gate.message}")
+    profile_text = record.extra.get("profile_text")
+    if profile_text:
+        lines.append(profile_text)
+    if record.guidance:
+        lines.append(record.guidance)
+    optimize_text = record.extra.get("optimize_text")
+    if optimize_text:
+        lines.append(optimize_text)
+    return "\n".join(lines)
+
+
+# ---- the terminal summary table ---------------------------------------------------------
+
+
+def terminal_row(
+    record: KernelRecord, *, show_device: bool, narrow: bool, bar_width: int, color: bool
+) -> list[Any]:
+    """One row of the terminal summary table (`gate.report.render_terminal_table`): kernel,
+    [device,] median ±IQR/2, [roofline time,] % of roofline with a bar, bound, verdict."""
+    from rich.text import Text
+
+    text, style = _verdict_cell(record)
+    # Text, not str: a name like "k[/bold]" is a kernel's name, not rich markup.
+    row: list[Any] = [Text(record.name)]
+    if show_device:
+        row.append(Text(short_device(record.device)))
+    row.append(_median_cell(record))
+    if not narrow:
+        row.append(format_time(roofline_value(record, "roofline_time_s")))
+    row += [
+        _bar_cell(record, bar_width),
+        str(roofline_value(record, "bound") or "–"),
+        Text(text, style=style if color else ""),
+    ]
+    return row
+
+
+def _median_cell(record: KernelRecord) -> str:
+    med = stat(record, "median_s")
+    if med is None:
+        return "–"
+    q1, q3 = stat(record, "q1_s"), stat(record, "q3_s")
+    if q1 is None or q3 is None or med <= 0:
+        return format_time(med)
+    return f"{format_time(med)} ±{(q3 - q1) / 2 / med:.1%}"
+
+
+def _bar_cell(record: KernelRecord, bar_width: int) -> str:
+    eff = record.efficiency
+    if eff is None:
+        return "–"
+    return f"{bar(eff, bar_width)} {eff:4.0%}"
+
+
+def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
+    status = record_status(record)
+    _, word, style = STATUS_STYLE.get(status, ("", status, ""))
+    change = record.gate.change if record.gate else None
+    text = word
+    if change is not None and status not in ("new", "unmeasured"):
+        text = f"{word} {format_change(change)}"
+        if cross_device(record):
+            text += "*"
+    return text, style
+
+
+# ---- the pull-request comment -----------------------------------------------------------
+
+
+def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:
+    """Any string from the report, shown as literal text: an inline code span.
+
+    The report is an artifact of a job that ran the pull request's code, so every string in it
+    may be hostile. Inside a code span GitHub renders no Markdown, HTML, link, image, mention
+    or issue reference, and a `</details>` is text. The fence is one backtick longer than the
+    longest run inside; line breaks and control characters become spaces (a code span is
+    one line); in a table a pipe is escaped (GFM splits cells before it parses code spans).
+    """
+    text = "".join(" " if (ord(c) < 32 or 0x7F <= ord(c) < 0xA0) else c for c in str(value))
+    text = " ".join(text.split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    if not text:
+        return "–"
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    if table:
+        text = text.replace("|", "\\|")
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def literal_block(value: Any, *, limit: int = 20_000) -> str:
+    """A multi-line string from the report as a fenced text block (never rendered)."""
+    text = "".join(c if (c in "\n\t" or ord(c) >= 32) else " " for c in str(value)).strip()
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    longest = max((len(run) for run in re.findall(r"`{3,}|~{3,}", text)), default=2)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+_HTML_ESCAPES = {
+    "&": "&amp;",
+    "<": "&lt;",
+    ">": "&gt;",
+    '"': "&quot;",
+    # GitHub turns @name and #123 into mentions and links after rendering: break them.
+    "@": "&#64;\u200b",
+    "#": "&#35;\u200b",
+}
+
+
+def html_text(value: Any, limit: int = 200) -> str:
+    """A string from the artifact inside our own HTML: escaped, mentions and links broken."""
+    text = " ".join(str(value).split())[:limit]
+    return "".join(_HTML_ESCAPES.get(c, c) for c in text)
+
+
+def _number_text(value: Any) -> str:
+    return f"{float(value):.3g}" if isinstance(value, (int, float)) else "–"
+
+
+def _pct_or_dash(value: Any) -> str:
+    return f"{float(value):.1%}" if isinstance(value, (int, float)) else "–"
+
+
+def status_emoji(status: str) -> str:
+    """The emoji of a status word (❔ for one we do not know)."""
+    return STATUS_STYLE.get(status, ("❔", status, ""))[0]
+
+
+def status_label(status: str) -> str:
+    """A status word: ours as plain text, an unknown one (from the artifact) as literal text."""
+    if status in STATUS_STYLE:
+        return status.replace("-", " ")
+    return "unknown status " + literal_text(status, limit=40)
+
+
+def _comment_bar(eff: float | None) -> str:
+    if eff is None:
+        return "–"
+    return f"`{bar(eff, 8)}` {eff:.0%}"
+
+
+COMMENT_HEADER = (
+    "| Kernel | Baseline | Now | Change | % of roofline | Bound | Verdict |\n"
+    "|:--|--:|--:|--:|:--|:--|:--|"
+)
+
+
+def comment_row(record: KernelRecord) -> str:
+    """One row of the comment's kernel table (`COMMENT_HEADER`); strings from the artifact as
+    literal text, a bound word ours only when it is a known one."""
+    gate = record.gate
+    status = record_status(record)
+    cross = cross_device(record)
+    base = gate.baseline_median_s if gate else None
+    now = stat(record, "median_s")
+    change = gate.change if gate and status not in ("new", "unmeasured") else None
+    change_text = format_change(change) + ("\\*" if cross and change is not None else "")
+    if change is not None and status in ("regressed", "improved"):
+        change_text = f"**{change_text}**"
+    bound = record.roofline.bound if record.roofline else None
+    cells = [
+        literal_text(record.name),
+        format_time(base) if base else "–",
+        format_time(now),
+        change_text,
+        _comment_bar(record.efficiency),
+        bound if bound in BOUNDS else literal_text(bound) if bound else "–",
+        f"{status_emoji(status)} {status_label(status)}",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def comment_details(record: KernelRecord, with_guidance: bool) -> str:
+    """The folded details of a kernel that needs attention: the numbers behind its verdict."""
+    gate = record.gate
+    status = record_status(record)
+    conf = (gate.confirmation if gate else None) or {}
+    # HTML only around our own words: a name inside <summary> is an HTML-escaped <code>.
+    summary = (
+        f"<details><summary>{status_emoji(status)} <code>{html_text(record.name)}</code>: "
+        f"{html_text(status.replace('-', ' ') if status in STATUS_STYLE else 'unknown status')}"
+    )
+    if not gate:
+        lines = [f"{summary}</summary>", ""]
+        lines.append(
+            f"- **Failure:** {literal_text(record.message or 'see the test log', limit=1000, table=False)}"
+        )
+        lines += ["", "</details>"]
+        return "\n".join(lines)
+    lines = [
+        f"{summary} {format_change(gate.change)}</summary>",
+        "",
+        "| | Baseline | Now | Re-measured |",
+        "|:--|--:|--:|--:|",
+        f"| Median | {format_time(gate.baseline_median_s)} | "
+        f"{format_time(stat(record, 'median_s'))} | {format_time(conf.get('current_median_s'))} |",
+        f"| Samples | {gate.n_baseline or '–'} | {gate.n_current or '–'} | "
+        f"{conf.get('n') or '–'} |",
+        f"| % of roofline | {_pct_or_dash(gate.baseline_efficiency)} | "
+        f"{_pct_or_dash(record.efficiency)} | |",
+        f"| Device | {literal_text(short_device(gate.baseline_device))} | "
+        f"{literal_text(short_device(record.device))} | |",
+        "",
+    ]
+    lines.append(
+        f"- **Basis:** {literal_text(gate.basis, table=False)}; "
+        f"tolerance {_pct_or_dash(gate.tolerance)}"
+    )
+    if gate.p_value is not None:
+        lines.append(
+            f"- **Mann-Whitney U:** one-sided p = {float(gate.p_value):.2g} "
+            f"(alpha {_number_text(gate.alpha)})"
+        )
+    if conf:
+        done = "reproduced" if conf.get("reproduced") else "**not reproduced**"
+        p_text = f", p = {float(conf['p_value']):.2g}" if conf.get("p_value") is not None else ""
+        lines.append(
+            f"- **Confirmation re-measurement:** {done} "
+            f"({format_change(conf.get('change'))}{p_text})"
+        )
+    why = gate.reason or gate.message or ""
+    lines.append(f"- **Why:** {literal_text(why, limit=1000, table=False)}")
+    if record.outcome in ("failed", "error") and record.message and not gate.failed:
+        lines.append(f"- **Test failure:** {literal_text(record.message, limit=1000, table=False)}")
+    if with_guidance and record.guidance:
+        # Written by the job that ran the PR's code: shown as text, never rendered.
+        lines += [
+            "",
+            "Bottleneck analysis (from the report, verbatim):",
+            "",
+            literal_block(record.guidance),
+        ]
+    lines += ["", "</details>"]
+    return "\n".join(lines)

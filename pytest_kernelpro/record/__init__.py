@@ -1,0 +1,33 @@
+"""The record of a kernel item: `KernelRecord` and its typed, frozen parts.
+
+`kernel.py` holds the record, `parts.py` the parts (correctness, timing, roofline, verdict,
+profile) and their one conversion to and from the JSON form. The record imports nothing of
+the package above it; the text made from a record is `gate/render.py`'s.
+"""
+
+from .kernel import PARTS, RECORD_PROPERTY, SCHEMA_VERSION, KernelRecord
+from .parts import (
+    CorrectnessPart,
+    Part,
+    ProfilePart,
+    RooflinePart,
+    StatsPart,
+    TimingPart,
+    TolerancePart,
+    VerdictPart,
+)
+
+__all__ = [
+    "PARTS",
+    "RECORD_PROPERTY",
+    "SCHEMA_VERSION",
+    "CorrectnessPart",
+    "KernelRecord",
+    "Part",
+    "ProfilePart",
+    "RooflinePart",
+    "StatsPart",
+    "TimingPart",
+    "TolerancePart",
+    "VerdictPart",
+]

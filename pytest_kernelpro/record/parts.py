@@ -1,0 +1,296 @@
+"""The typed, frozen parts of a kernel record: correctness, timing, roofline, verdict, profile.
+
+Each part is built from the JSON form its producer writes (`CorrectnessResult.to_dict`,
+`TimingResult.to_dict`, `ReferenceAnalysis.to_dict`, `Verdict.to_dict`,
+`ProfileReport.to_dict`) with `from_dict`, and gives that form back with `to_dict`, key for
+key and in the same order: the JSON report, the records log, the baseline, JUnit properties
+and the xdist transport are the edges where a part becomes a dict again. Building parts from
+the producers' JSON form keeps the record below everything that measures (it imports nothing
+of `measure/`, `gate/` or `profile/`).
+
+Parts are lenient readers, because they also read stored records (a report of an older or
+newer version, a JSONL log, an artifact from another job): a key a part does not know is kept
+in `unknown` and written back; a key the source lacks stays absent in `to_dict` (its field
+holds the default); values are taken as they are, never coerced, so reading a record never
+fails where the dict form did not. Nested values a part does not type (the roofline's ops,
+the timing's clocks and budget, the profile's kernels) stay plain JSON values; treat them
+as read-only.
+
+Until version 0.3, `part["key"]` and `part.get("key")` read a part the old way (the record
+was a bag of dicts), with a `DeprecationWarning`; use the attributes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, TypeVar
+
+P = TypeVar("P", bound="Part")
+
+_BOOKKEEPING = ("unknown", "key_order")
+
+
+def _plain(value: Any) -> Any:
+    """A field's value in the JSON form: nested parts as dicts, typed sequences as lists."""
+    if isinstance(value, Part):
+        return value.to_dict()
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Part:
+    """What every part shares: unknown keys kept, the source's key order kept."""
+
+    # Nested parts by field name (built with that class's from_dict when the value is a dict).
+    NESTED: ClassVar[Mapping[str, type[Part]]] = {}
+    # Fields that hold a JSON list as a tuple (so the part stays immutable).
+    SEQUENCES: ClassVar[tuple[str, ...]] = ()
+
+    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    # The keys of the dict this part was read from, in order (None: built directly).
+    key_order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The keys this part knows, in the order its producer writes them."""
+        return tuple(f.name for f in fields(cls) if f.name not in _BOOKKEEPING)
+
+    @classmethod
+    def from_dict(cls: type[P], data: Mapping[str, Any]) -> P:
+        known = set(cls.field_names())
+        values: dict[str, Any] = {}
+        unknown: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in known:
+                unknown[key] = value
+                continue
+            nested = cls.NESTED.get(key)
+            if nested is not None and isinstance(value, Mapping):
+                value = nested.from_dict(value)
+            elif key in cls.SEQUENCES and isinstance(value, list):
+                value = tuple(value)
+            values[key] = value
+        return cls(**values, unknown=unknown, key_order=tuple(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the source's keys in its order (every known key when built directly),
+        then a field set since that the source lacked."""
+        names = self.field_names()
+        order = list(self.key_order) if self.key_order is not None else [*names, *self.unknown]
+        listed = set(order)
+        for f in fields(self):
+            if f.name in _BOOKKEEPING or f.name in listed:
+                continue
+            if f.default is not MISSING and getattr(self, f.name) != f.default:
+                order.append(f.name)
+        out: dict[str, Any] = {}
+        known = set(names)
+        for key in order:
+            if key in known:
+                out[key] = _plain(getattr(self, key))
+            elif key in self.unknown:
+                out[key] = self.unknown[key]
+        return out
+
+    def __bool__(self) -> bool:
+        """False for a part read from an empty object, as the dict form was (a stored
+        `"gate": {}` is no verdict)."""
+        if self.key_order is None or self.key_order:
+            return True
+        return bool(self.to_dict())
+
+    # The old dict access, kept for one deprecation period (see the module docstring).
+    def _old_access(self, key: str) -> Any:
+        warnings.warn(
+            f"reading a kernel record's {type(self).__name__} as a dict ({key!r}) is deprecated;"
+            f" use the attribute (.{key})",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        if key in self.field_names():
+            return getattr(self, key)
+        if key in self.unknown:
+            return self.unknown[key]
+        raise KeyError(key)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._old_access(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        present = key in self.to_dict()
+        try:
+            value = self._old_access(key)
+        except KeyError:
+            return default
+        return value if present else default
+
+
+@dataclass(frozen=True, kw_only=True)
+class TolerancePart(Part):
+    """The tolerance an output was compared with (`measure.correctness.Tolerance`)."""
+
+    rtol: float | None = None
+    atol: float | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CorrectnessPart(Part):
+    """The correctness check over all trials (`measure.correctness.CorrectnessResult`)."""
+
+    NESTED: ClassVar[Mapping[str, type[Part]]] = {"tolerance": TolerancePart}
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("worst_index", "notes")
+
+    passed: bool | None = None
+    trials: int | None = None
+    trials_run: int | None = None
+    max_abs_err: float | str | None = None  # "inf"/"nan" for a non-finite error
+    max_rel_err: float | str | None = None
+    tolerance: TolerancePart | None = None
+    failure: str | None = None
+    worst_index: tuple[int, ...] | None = None
+    output_path: str | None = None
+    worst_ratio: float | str | None = None
+    exception: str | None = None
+    notes: tuple[str, ...] = ()
+    tf32: bool = False
+    cuda_error: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatsPart(Part):
+    """Statistics of the timing samples (`measure.stats.SampleStats`)."""
+
+    n: int | None = None
+    median_s: float | None = None
+    mean_s: float | None = None
+    min_s: float | None = None
+    max_s: float | None = None
+    q1_s: float | None = None
+    q3_s: float | None = None
+    iqr_s: float | None = None
+    ci_low_s: float | None = None
+    ci_high_s: float | None = None
+    rel_ci_halfwidth: float | None = None  # None when not finite
+    stdev_s: float | None = None
+    rel_stdev: float | None = None
+    n_boot: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimingPart(Part):
+    """Per-call times and how they were taken (`measure.timing.TimingResult`)."""
+
+    NESTED: ClassVar[Mapping[str, type[Part]]] = {"stats": StatsPart}
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("samples_s",)
+
+    samples_s: tuple[float, ...] = ()
+    stats: StatsPart | None = None
+    method: str | None = None
+    device: str | None = None
+    stop_reason: str | None = None
+    wall_s: float | None = None
+    warmup_runs: int | None = None
+    throttled_samples: int | None = None
+    clocks: dict[str, Any] | None = None
+    flushed_l2: bool | None = None
+    calls_per_sample: int | None = None
+    flush_bytes: int | None = None
+    rounds: int | None = None
+    budget: dict[str, Any] | None = None
+    threads: int | None = None
+    cpu_load: dict[str, Any] | None = None  # measure.cpuload.CpuLoad.to_dict()
+    flush_reason: str | None = None
+    budget_note: str | None = None
+
+    @property
+    def median_s(self) -> float | None:
+        return None if self.stats is None else self.stats.median_s
+
+    @property
+    def oversubscribed(self) -> bool:
+        """The CPU was oversubscribed while the samples were taken."""
+        return bool((self.cpu_load or {}).get("oversubscribed"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RooflinePart(Part):
+    """FLOPs, bytes, bound and roofline time of the reference (`measure.roofline.ReferenceAnalysis`)."""
+
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("notes", "bound_band")
+
+    ops: list[dict[str, Any]] | None = None  # measure.roofline.OpCost.to_dict() per op
+    flops: float | None = None
+    min_bytes: float | None = None
+    unfused_bytes: float | None = None
+    intensity: float | None = None
+    ridge: float | None = None
+    bound: str | None = None  # memory | compute | mixed
+    dominant_category: str | None = None
+    peak_flops: float | None = None
+    peak_name: str | None = None
+    bandwidth_Bps: float | None = None
+    compute_time_s: float | None = None
+    memory_time_s: float | None = None
+    roofline_time_s: float | None = None
+    flops_source: str | None = None
+    bytes_source: str | None = None
+    device: str | None = None
+    notes: tuple[str, ...] = ()
+    bound_band: tuple[float, ...] | None = None
+    peak_mix: dict[str, float] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerdictPart(Part):
+    """The gate's verdict against the baseline (`gate.verdict.Verdict`), with the `failed`
+    and `message` it derives written out."""
+
+    status: str | None = None
+    change_status: str | None = None
+    basis: str | None = None
+    reason: str | None = None
+    tolerance: float | None = None
+    threshold: float | None = None
+    cross_device_tolerance: float | None = None
+    alpha: float | None = None
+    change: float | None = None
+    change_low: float | None = None
+    p_value: float | None = None
+    current_median_s: float | None = None
+    baseline_median_s: float | None = None
+    efficiency: float | None = None
+    baseline_efficiency: float | None = None
+    device: str | None = None
+    baseline_device: str | None = None
+    n_current: int | None = None
+    n_baseline: int | None = None
+    below_roofline: bool | None = None
+    min_roofline: float | None = None
+    confirmed: bool | None = None
+    confirmation: dict[str, Any] | None = None
+    # Set when the times were compared at the baseline's SM clock (gate/clock_scale.py):
+    clock_scale: float | None = None
+    sm_mhz: float | None = None
+    baseline_sm_mhz: float | None = None
+    raw_change: float | None = None  # the change of the unscaled median time
+    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
+    failed: bool | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProfilePart(Part):
+    """The item's profile (`profile.model.ProfileReport`): its kernels as the profiler wrote
+    them, module-wide facts and what could not be collected."""
+
+    arch: str | None = None
+    kernels: list[dict[str, Any]] | None = None
+    timeline: dict[str, Any] | None = None
+    linkage: dict[str, Any] | None = None
+    not_collected: list[dict[str, Any]] | None = None
+    wall_s: float | None = None
