@@ -1,7 +1,8 @@
 """Hand a reference module's weights to the module checked against it.
 
-One rule for every place that builds a kernel module next to its reference (the plugin's
-check of a marked `nn.Module` class, the sandbox worker, the final re-measurement): by name
+One rule for every place that builds a kernel module next to its reference (all through
+`problem/build.py`: the gate's marked `nn.Module` classes and KernelBench files, the sandbox
+worker, the final re-measurement): by name
 when both state_dicts have the same keys of the same shapes, else by position when both list
 tensors of the same shapes in the same (registration) order, so a kernel may name its
 weights as it likes. The Programmer's prompt states this rule (agents/problem_context.py).

@@ -4,7 +4,10 @@
   marked function or `nn.Module` class, the language detection, `ProblemLocator`;
 - `kernelbench.py`: the problem of a KernelBench file (`class Model`, `get_inputs`);
 - `locate.py`: `load_problem`, the one loader every other process uses (profiler target,
-  isolated child, the sandbox's generated reference).
+  isolated child, the sandbox's generated reference);
+- `build.py`: how a reference and a kernel module are built (one seed, on the device, the
+  reference's weights handed over), for the gate and the sandbox's worker, judge and
+  re-measurement alike.
 
 The names below are the package's interface; the generated sandbox modules import
 `pytest_kernelpro.problem.load_problem`, so that path stays.

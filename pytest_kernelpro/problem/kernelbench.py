@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernelproConfigError
-from .model import Problem, _share_parameters, detect_language, import_file
+from .build import build_module, init_inputs_of, sharing_weights
+from .model import Problem, detect_language, import_file
 
 _MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
 _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
@@ -77,24 +78,13 @@ def problem_from_kernelbench(path: Path) -> Problem:
             f"KernelBench file {path} lacks {', '.join(missing)}; it needs class Model, "
             "get_inputs() and get_init_inputs()"
         )
-    get_init = getattr(module, "get_init_inputs", lambda: [])
+    get_init = init_inputs_of(module)
     reference_cls = module.Model
     kernel_cls = getattr(module, "ModelNew", None) or reference_cls
 
     def build(cls: type) -> Any:
         def factory(device: str) -> Any:
-            import torch
-
-            torch.manual_seed(0)
-            try:
-                # Parameters made on the device directly (seeded): no CPU initialization of
-                # large weights, no copy.
-                with torch.device(device):
-                    built = cls(*get_init())
-            except Exception:  # a model whose constructor needs the CPU: build it there
-                torch.manual_seed(0)
-                built = cls(*get_init())
-            return built.to(device).eval()
+            return build_module(cls, get_init, device, seed=0)
 
         return factory
 
@@ -110,7 +100,7 @@ def problem_from_kernelbench(path: Path) -> Problem:
 
         kernel_factory.takes_reference = True  # type: ignore[attr-defined]
     else:
-        kernel_factory = _share_parameters(build(kernel_cls), reference_factory)
+        kernel_factory = sharing_weights(build(kernel_cls), reference_factory)
 
     text = path.read_text(encoding="utf-8")
     language = detect_language(text) if kernel_cls is not reference_cls else "pytorch"

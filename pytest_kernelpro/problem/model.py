@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KernelproConfigError
+from .build import build_module, sharing_weights
 
 MARKER_NAME = "kernelpro"
 MARKER_SIGNATURE = (
@@ -329,40 +330,15 @@ def _is_module_class(obj: Any) -> bool:
 def _callable_factory(
     obj: Any, init_inputs: Any, seed: int = 0
 ) -> Callable[[str], Callable[..., Any]]:
-    """device -> callable; classes are instantiated (seeded) and moved to the device."""
+    """device -> callable; classes are instantiated (seeded, on the CPU) and moved to the
+    device (`build.build_module`)."""
     if not _is_module_class(obj):
         return lambda device: obj
 
     def build(device: str) -> Callable[..., Any]:
-        import torch
-
-        args = init_inputs() if callable(init_inputs) else init_inputs
-        torch.manual_seed(seed)
-        module = obj(*args)
-        return module.to(device).eval()
+        return build_module(obj, init_inputs, device, seed=seed, on_device=False)
 
     return build
-
-
-def _share_parameters(
-    kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
-):
-    """Wrap factories so that a module kernel gets the reference module's parameters
-    (`measure.weights.share_weights`: by name, else by position and shape, as the sandbox
-    does, so a patched kernel whose candidate named its weights differently checks the same)."""
-
-    def kernel(device: str, reference: Any = None) -> Any:
-        # `reference`: one already built for this device (Problem.instantiate), so the
-        # reference module is not constructed twice.
-        built = kernel_factory(device)
-        ref = reference_factory(device) if reference is None else reference
-        from ..measure.weights import share_weights
-
-        share_weights(ref, built)
-        return built
-
-    kernel.takes_reference = True  # type: ignore[attr-defined]
-    return kernel
 
 
 def problem_from_marker(
@@ -375,7 +351,10 @@ def problem_from_marker(
     kernel_factory = _callable_factory(obj, options.init_inputs)
     reference_factory = _callable_factory(options.reference, options.init_inputs)
     if kind == "module" and _is_module_class(options.reference):
-        kernel_factory = _share_parameters(kernel_factory, reference_factory)
+        # The kernel gets the reference module's parameters (`measure.weights.share_weights`:
+        # by name, else by position and shape, as in the sandbox), so a patched kernel whose
+        # candidate named its weights differently checks the same.
+        kernel_factory = sharing_weights(kernel_factory, reference_factory)
     return Problem(
         name=name,
         kernel_factory=kernel_factory,

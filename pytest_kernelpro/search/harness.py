@@ -5,10 +5,12 @@ the run separately): reference → build → built → correctness → checks �
 done.
 
 - reference: exec the reference source (`class Model`, `get_inputs()`,
-  `get_init_inputs()`) in a fresh module and build `Model` with seeded init inputs.
+  `get_init_inputs()`) in a fresh module and build `Model` as the gate builds a KernelBench
+  problem's (`problem.build.build_module`: seeded, on the device).
 - build: exec the candidate (`class ModelNew`, may call `load_inline`) in another fresh
-  module, build `ModelNew` with the same seed and init inputs, and copy `Model`'s
-  state_dict into it when the keys and shapes match. Any exception here is a build error.
+  module, build `ModelNew` the same way and hand it `Model`'s weights by the gate's rule
+  (`problem.build.build_kernel`: by name, else by position and shape). Any exception here
+  is a build error.
 - correctness: `correct_trials` trials, each on fresh random inputs (a new seed per trial),
   with allocations poisoned (NaN) during the candidate's run, the gate's dtype tolerances
   (relaxed for an fp32 reference whose matmuls/convs may run in TF32 or bf16) and its
@@ -52,6 +54,7 @@ from pytest_kernelpro.measure.correctness import (
     poisoned_allocations,
     prepoison_cuda_cache,
 )
+from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
 from pytest_kernelpro.search import checks, judge, measurement
 from pytest_kernelpro.search.checks import classify_exception
 from pytest_kernelpro.search.loader import load_source
@@ -261,16 +264,15 @@ class _Pipeline:
         """The reference model and the guards; no candidate code has run yet."""
         self.progress("reference")
         self.ref_mod = load_source(self.task["reference"], "kernelpro_reference")
-        torch.manual_seed(self.seed)
-        self.init_inputs = list(self.ref_mod.get_init_inputs())
-        torch.manual_seed(self.seed)
-        self.ref_model = self.ref_mod.Model(*self.init_inputs).to(self.device).eval()
+        # As the gate builds it (`problem.build`): seeded, on the device.
+        self.ref_model = build_module(
+            self.ref_mod.Model, init_inputs_of(self.ref_mod), str(self.device), seed=self.seed
+        )
         self.ref_guard = checks.ReferenceGuard(self.ref_mod).install()
         self.stream_guard = checks.StreamGuard().install()
 
     def build_candidate(self) -> None:
         """Load the candidate's module and build its `ModelNew` (its code runs from here)."""
-        init_inputs = self.init_inputs
         self.progress("build")
         started = time.perf_counter()
         # load_inline builds get the profiler's flags (-lineinfo, -Xptxas=-v) here, so the
@@ -287,8 +289,16 @@ class _Pipeline:
                 model_new = getattr(cand_mod, "ModelNew", None)
                 if model_new is None:
                     raise Rejected("build_error", "the candidate defines no class ModelNew")
-                torch.manual_seed(self.seed)
-                self.new_model = model_new(*init_inputs).to(self.device).eval()
+                # The reference's seed, init inputs and device; its weights handed over
+                # (`measure.weights.share_weights`: a candidate may name them as it likes).
+                built = build_kernel(
+                    model_new,
+                    self.ref_model,
+                    init_inputs_of(self.ref_mod),
+                    str(self.device),
+                    seed=self.seed,
+                )
+                self.new_model = built.model
         except Rejected:
             raise
         except BaseException as exc:
@@ -297,17 +307,9 @@ class _Pipeline:
         finally:
             self.stream_guard.active = False
             self.build_s = time.perf_counter() - started
-        self._copy_weights()
+        self.correctness["weights_copied"] = built.weights_copied
+        self.correctness["weights"] = built.how
         self.progress("built")
-
-    def _copy_weights(self) -> None:
-        """Hand the reference's parameters and buffers to the candidate (`share_weights`:
-        by name, else by position and shape; a candidate may name its weights as it likes)."""
-        from pytest_kernelpro.measure.weights import share_weights
-
-        copied, how = share_weights(self.ref_model, self.new_model)
-        self.correctness["weights_copied"] = copied
-        self.correctness["weights"] = how
 
     def check(self) -> None:
         self.progress("correctness")

@@ -88,6 +88,7 @@ class _Reference:
     def __init__(self, task: dict[str, Any]) -> None:
         import torch
 
+        from pytest_kernelpro.problem.build import build_module, init_inputs_of
         from pytest_kernelpro.search.loader import load_source
 
         requested = task.get("device", "auto")
@@ -100,10 +101,10 @@ class _Reference:
         self.reduced: str | None = None  # found on the first output (measurement.py)
         self._calls = 0
         self.module = load_source(task["reference"], "kernelpro_reference")
-        torch.manual_seed(self.seed)
-        init_inputs = list(self.module.get_init_inputs())
-        torch.manual_seed(self.seed)
-        self.model = self.module.Model(*init_inputs).to(self.device).eval()
+        # As the worker and the gate build it (`problem.build`): same seed, same weights.
+        self.model = build_module(
+            self.module.Model, init_inputs_of(self.module), str(self.device), seed=self.seed
+        )
 
     def inputs(self, seed: int) -> list[Any]:
         from pytest_kernelpro.search.measurement import make_inputs

@@ -222,12 +222,6 @@ def _why(line: str, work: Path, label: str, when: str) -> str:
 # ------------------------------------------------------------------------------ worker side
 
 
-def _copy_weights(ref_model: Any, new_model: Any) -> None:
-    from pytest_kernelpro.measure.weights import share_weights
-
-    share_weights(ref_model, new_model)
-
-
 def _worker(work: Path, label: str) -> int:
     # The protocol gets its own copy of stdout; fd 1 itself goes to stderr, so whatever the
     # contender prints (Python or C) cannot be mistaken for an answer.
@@ -242,6 +236,7 @@ def _worker(work: Path, label: str) -> int:
     from pytest_kernelpro.measure.correctness import clone_inputs
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
     from pytest_kernelpro.problem import import_file
+    from pytest_kernelpro.problem.build import build_models
     from pytest_kernelpro.search import measurement
 
     config = json.loads((work / "config.json").read_text(encoding="utf-8"))
@@ -251,13 +246,10 @@ def _worker(work: Path, label: str) -> int:
     seed = int(config.get("seed", 42))
     try:
         module = import_file(work / f"{label}.py", f"kernelpro_remeasure_{label}")
-        torch.manual_seed(seed)
-        init = list(module.get_init_inputs()) if hasattr(module, "get_init_inputs") else []
-        torch.manual_seed(seed)
-        ref_model = module.Model(*init).to(device).eval()
-        torch.manual_seed(seed)
-        new_model = module.ModelNew(*init).to(device).eval()
-        _copy_weights(ref_model, new_model)
+        # Built as in the gate and the sandbox (`problem.build`): one seed, the reference's
+        # weights handed to the contender.
+        built = build_models(module, device, seed=seed)
+        ref_model, new_model = built.reference, built.kernel.model
         args = measurement.make_inputs(module, seed + 1, device)
 
         def reference(model: Any = ref_model) -> Any:
@@ -272,7 +264,7 @@ def _worker(work: Path, label: str) -> int:
         if not decided.ok:
             say(f"{ERROR} wrong result when re-measured: {decided.failure}")
             return 1
-        del expected, got, ref_model, reference
+        del expected, got, ref_model, reference, built
     except Exception as exc:
         say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
         return 1

@@ -1,7 +1,7 @@
 """The reference and candidate models of a KernelBench problem are built one way everywhere.
 
 The gate (`problem_from_kernelbench(...).instantiate`), the sandbox worker (`harness`), the
-trusted judge and the final re-measurement build `Model(*get_init_inputs())` and `ModelNew`
+trusted judge and the final re-measurement build (through `problem/build.py`) `Model(*get_init_inputs())` and `ModelNew`
 with one seed and hand the reference's weights to the candidate by `measure.weights`' rule.
 With the same seed, the reference each of them builds has bit-identical weights and outputs
 on the CPU, and a candidate that names its weights differently gets the reference's.
@@ -17,8 +17,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.problem import problem_from_kernelbench  # noqa: E402
+from pytest_kernelpro.problem.build import build_models  # noqa: E402
 from pytest_kernelpro.search import judge  # noqa: E402
 from pytest_kernelpro.search.harness import _Pipeline  # noqa: E402
+from pytest_kernelpro.search.loader import load_source  # noqa: E402
 
 PROBLEM = """
 import torch
@@ -79,10 +81,15 @@ def test_gate_worker_and_judge_build_the_same_reference_and_candidate(problem_fi
     pipeline = _Pipeline(_sandbox_task(0), lambda phase: None)
     pipeline.build()
     judged = judge._Reference(_sandbox_task(0)).model
+    # The re-measurement's worker builds both from one namespace (Model and ModelNew).
+    remeasured = build_models(load_source(PROBLEM, "kp_test_remeasure_build"), "cpu", seed=0)
 
     expected = _values(reference)
     assert _same(_values(pipeline.ref_model), expected)
     assert _same(_values(judged), expected)
+    assert _same(_values(remeasured.reference), expected)
+    assert _same(_values(remeasured.kernel.model), expected)
+    assert remeasured.kernel.how == "copied by position and shape"
     # ModelNew names its weights s, p.0, p.1: it gets the reference's by position and shape.
     assert list(kernel.state_dict()) == ["s", "p.0", "p.1"]
     assert _same(_values(kernel), expected)
@@ -94,9 +101,10 @@ def test_gate_worker_and_judge_build_the_same_reference_and_candidate(problem_fi
     x = torch.randn(4, 16)
     with torch.no_grad():
         out = reference(x)
-        for model in (pipeline.ref_model, judged, kernel, pipeline.new_model):
+        models = (pipeline.ref_model, judged, kernel, pipeline.new_model)
+        for model in (*models, remeasured.reference, remeasured.kernel.model):
             assert torch.equal(model(x), out)
-    assert not reference.training and not pipeline.new_model.training
+    assert all(not m.training for m in (reference, *models[1:], remeasured.kernel.model))
 
 
 def test_the_seed_decides_the_weights(problem_file: Path) -> None:
