@@ -63,6 +63,8 @@ def item_time_limit(
     done = threading.Event()
 
     def on_alarm(signum: int, frame: object) -> None:
+        if done.is_set():  # the block already ended: an alarm in flight is not a timeout
+            return
         raise ItemTimeout(message())
 
     def watchdog() -> None:
@@ -88,6 +90,13 @@ def item_time_limit(
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-        done.set()
+        # Nested, because the alarm can fire here, as the block ends at its limit: its
+        # ItemTimeout must not skip `done.set()`, or the watchdog would later end a process
+        # whose item had already finished.
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            try:
+                signal.signal(signal.SIGALRM, previous)
+            finally:
+                done.set()

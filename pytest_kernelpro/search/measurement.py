@@ -12,6 +12,11 @@ these functions, so they and the gate decide one output alike:
   defaults, the TF32/bf16 relaxation, the task's rtol/atol replacing the default's fields);
 - `time_call`: the gate's timer (`measure.timing.time_kernel`) with the task's budget.
 
+The reduced precision is what torch's flags allow in the process that runs the reference:
+the worker's and the judge's are fresh interpreters with torch's defaults (fp32 matmuls in
+fp32, cuDNN convolutions in TF32), so a session that changes the flags (a conftest setting
+`allow_tf32`) is not mirrored here: the gate would relax such an fp32 matmul, the sandbox not.
+
 What stays the sandbox's own is elsewhere: process isolation (`isolation.py`), the guards
 (`checks.py`), the trusted re-check (`judge.py`) and the re-timing with clocks bound before
 the candidate runs (`worker.retime`, `confirm.py`).

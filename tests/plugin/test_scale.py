@@ -226,6 +226,33 @@ def test_item_timeout_fails_a_hanging_kernel_and_the_session_goes_on(
     assert records["fine"]["outcome"] == "passed"
 
 
+def test_an_alarm_as_the_item_ends_does_not_leave_the_watchdog_armed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The limit's alarm can fire inside the block's cleanup (an item that ends right at its
+    limit): the ItemTimeout then raised there must still disarm the watchdog, which would
+    otherwise end this process WATCHDOG_GRACE_S later."""
+    from pytest_kernelpro.run import limits
+
+    exits: list[int] = []
+    monkeypatch.setattr(limits, "WATCHDOG_GRACE_S", 0.2)
+    monkeypatch.setattr(limits.os, "_exit", exits.append)
+    real_setitimer = limits.signal.setitimer
+
+    def alarm_during_reset(which: int, seconds: float, *rest: float) -> object:
+        real_setitimer(which, 0)
+        if seconds == 0:  # the reset in the cleanup: the alarm "fires" right there
+            raise limits.ItemTimeout("at the limit")
+        return None
+
+    monkeypatch.setattr(limits.signal, "setitimer", alarm_during_reset)
+    with pytest.raises(limits.ItemTimeout):
+        with limits.item_time_limit(0.3, lambda: "limit", lambda text: None):
+            pass
+    time.sleep(1.0)  # past the limit plus the watchdog's grace
+    assert exits == []
+
+
 CRASHING = """
 import ctypes, os, pytest, torch
 
