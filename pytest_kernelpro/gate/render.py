@@ -2,6 +2,8 @@
 
 - `item_section`: the "kernelpro" section of the item's pytest report (plain text).
 - `terminal_row`: the record's row in the terminal summary table (`gate.report`).
+- `reference_summary`: the "Reference analysis" lines of every optimize prompt, from the
+  record's roofline (the Benchmarking Agent's part of the prompt).
 - `comment_row`, `comment_details`: its row and folded details in the pull-request comment
   (`gate.comment`). The comment is rendered from an artifact of a job that ran the pull
   request's code, so every string from a record goes through `literal_text` (an inline code
@@ -14,6 +16,7 @@ The tables' frames (headers, summaries, footers) stay with the report that holds
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_kernelpro.gate.format import (
@@ -27,7 +30,8 @@ from pytest_kernelpro.gate.format import (
     short_device,
     stat,
 )
-from pytest_kernelpro.record import KernelRecord, StatsPart
+from pytest_kernelpro.measure.ceilings import format_rate
+from pytest_kernelpro.record import KernelRecord, RooflinePart, StatsPart
 
 BOUNDS = ("memory", "compute", "mixed", "latency")  # bound words the comment shows as ours
 
@@ -306,3 +310,80 @@ def comment_details(record: KernelRecord, with_guidance: bool) -> str:
         ]
     lines += ["", "</details>"]
     return "\n".join(lines)
+
+
+# ---- the prompt's reference analysis ----------------------------------------------------
+
+
+BOUND_ADVICE = {  # what a bound means for the Programmer
+    "memory": "memory-bound: the roofline is set by bytes moved; fuse, read each input once, "
+    "vectorize, and do not spend effort on tensor cores",
+    "compute": "compute-bound: the roofline is set by FLOP/s; use the tensor-core "
+    "instructions listed for this GPU and keep them fed",
+    "mixed": "between the two ceilings: both data movement and arithmetic throughput matter",
+}
+
+
+def seconds_text(value: float) -> str:
+    """Seconds in the prompts' style: 3 significant digits, s / ms / us."""
+    if value >= 1:
+        return f"{value:.3g} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.3g} ms"
+    return f"{value * 1e6:.3g} us"
+
+
+def reference_summary(
+    roofline: RooflinePart,
+    *,
+    reference_s: float | None = None,
+    current_s: float | None = None,
+    validation: Mapping[str, Any] | None = None,
+) -> str:
+    """The ReferenceAnalysis section of every prompt, from a record's roofline: the bound,
+    the peak that sets it, the % of the roofline the reference and the current kernel reach,
+    the headroom left, and the ncu validation of the class (Stage 1 on the reference)."""
+    bound = str(roofline.bound or "unknown")
+    t = roofline.roofline_time_s
+    lines = [
+        f"## Reference analysis (Benchmarking Agent, {roofline.device or 'this device'})"
+    ]
+    lines.append(
+        f"- Bound: **{bound}** ({BOUND_ADVICE.get(bound, bound)}); arithmetic intensity "
+        f"{float(roofline.intensity or 0):.3g} FLOP/B vs ridge "
+        f"{float(roofline.ridge or 0):.3g} FLOP/B."
+    )
+    peak = roofline.peak_name
+    if peak:
+        lines.append(
+            f"- Peak that sets the roofline: {peak} "
+            f"({format_rate(float(roofline.peak_flops or 0), 'FLOP/s')}) and "
+            f"{format_rate(float(roofline.bandwidth_Bps or 0), 'B/s')} DRAM; work "
+            f"{format_rate(float(roofline.flops or 0), 'FLOP')}, minimal traffic "
+            f"{format_rate(float(roofline.min_bytes or 0), 'B')}."
+        )
+    if t:
+        parts = [f"- Roofline time {seconds_text(float(t))}"]
+        if reference_s:
+            parts.append(
+                f"the reference takes {seconds_text(reference_s)} ({float(t) / reference_s:.1%} of roofline)"
+            )
+        if current_s:
+            parts.append(
+                f"the current kernel {seconds_text(current_s)} ({float(t) / current_s:.1%} of "
+                f"roofline): headroom at most {current_s / float(t):.3g}x"
+            )
+        lines.append("; ".join(parts) + ".")
+    if validation:
+        lines.append(
+            f"- ncu validation of the class on the reference: measured "
+            f"{validation.get('measured') or 'n/a'} (SM {_pct(validation.get('sm_pct'))}, "
+            f"memory {_pct(validation.get('memory_pct'))} of peak) vs theoretical "
+            f"{validation.get('theoretical') or 'n/a'}: Stage 1 says "
+            f"{validation.get('cls') or 'unknown'} (confidence {validation.get('confidence')})."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value):.0f}%"

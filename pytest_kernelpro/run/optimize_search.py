@@ -375,7 +375,6 @@ def run_search(
     this module knowing about run folders, progress displays or patches: the model backend,
     resume, the current kernel's check, wrappers of the generator and the evaluator, the
     phase of the loop."""
-    from pytest_kernelpro.agents.benchmarking import render_reference_summary
     from pytest_kernelpro.agents.llm.base import require_price
     from pytest_kernelpro.agents.llm.factory import make_backend
     from pytest_kernelpro.agents.profiling import ProfilingAgent
@@ -386,6 +385,7 @@ def run_search(
         ProfileFailed,
         ProfilingEvaluator,
     )
+    from pytest_kernelpro.gate.render import reference_summary
     from pytest_kernelpro.search.base import Candidate, Evaluation
     from pytest_kernelpro.search.budget import parse_budget
     from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator
@@ -471,10 +471,10 @@ def run_search(
             details["reference_profile_error"] = str(exc)
         clock.profile += time.perf_counter() - started
     reference_text = (
-        render_reference_summary(
-            roofline, reference_s=ref_s, current_s=cur_s, validation=validation
+        reference_summary(
+            record.roofline, reference_s=ref_s, current_s=cur_s, validation=validation
         )
-        if roofline
+        if record.roofline
         else None
     )
 

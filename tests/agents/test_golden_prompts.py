@@ -18,9 +18,10 @@ import torch
 from scripted_backend import ScriptedBackend
 
 from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
-from pytest_kernelpro.agents.benchmarking import render_reference_summary
 from pytest_kernelpro.agents.problem_context import build_context
 from pytest_kernelpro.analysis import RooflineFacts, analyze_report, report_from_dict
+from pytest_kernelpro.gate.render import reference_summary
+from pytest_kernelpro.record import RooflinePart
 from pytest_kernelpro.search import Candidate, Evaluation
 
 DATA = Path(__file__).parents[1] / "data" / "agents"
@@ -66,8 +67,8 @@ def agent() -> ProgrammerAgent:
         n_candidates=2,
         cutlass="off",
         profiling_agent=ProfilingAgent(backend),
-        reference_analysis=render_reference_summary(
-            ROOFLINE, reference_s=1.1e-4, current_s=9.0e-5, validation=VALIDATION
+        reference_analysis=reference_summary(
+            RooflinePart.from_dict(ROOFLINE), reference_s=1.1e-4, current_s=9.0e-5, validation=VALIDATION
         ),
     )
 

@@ -23,6 +23,7 @@ from pytest_kernelpro.analysis import (
     requested_metrics,
 )
 from pytest_kernelpro.profile.metrics_catalog import CURATED_METRICS
+from pytest_kernelpro.record import RooflinePart
 from pytest_kernelpro.tools import Finding, MetricRequest, ProfilingTool, ToolContext, ToolRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -123,7 +124,7 @@ def _item(record: dict[str, Any]) -> tuple[Any, Any]:
     """A kernel item's run and the session services, as the stages see them."""
     rec = SimpleNamespace(
         name=record["name"],
-        roofline=record["roofline"],
+        roofline=RooflinePart.from_dict(record["roofline"]),
         median_s=record["timing"]["stats"]["median_s"],
         efficiency=record["efficiency"],
         device_kind="cuda",
