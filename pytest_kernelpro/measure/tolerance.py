@@ -10,6 +10,8 @@ so an output that passes one passes the other:
   `torch.backends.cuda.matmul.fp32_precision = "bf16"`);
 - `record_fp32_matmuls` and `reduced_precision_mode`: whether the reference ran such ops on a
   device where they may run reduced, and in which precision the torch flags let them run;
+  `fp32_precision_flags` / `apply_fp32_precision_flags`: those flags read in the session and
+  set in the sandbox's fresh processes, so both relax alike;
 - `tolerance_rule(...)`: the function from an output's dtype to its `Tolerance`, a marker's (or
   a task's) rtol/atol replacing the default's fields when given.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -202,6 +204,42 @@ def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
             return "tf32" if getattr(flags, legacy[1]) else None
         except RuntimeError:  # "mix of the legacy and new APIs": treat as full fp32
             return None
+
+
+FP32_OPS = ("matmul", "conv")
+_MODES = ("tf32", "bf16", None)
+
+
+def fp32_precision_flags(torch: Any) -> dict[str, str | None]:
+    """The precision ("tf32", "bf16" or None: full fp32) this process's torch flags let fp32
+    matmuls and convolutions run in on CUDA, by kind: what a session's conftest set (e.g.
+    `torch.backends.cuda.matmul.allow_tf32 = True`), for a fresh process to take over
+    (`apply_fp32_precision_flags`)."""
+    return {op: _fp32_reduced_mode(torch, op) for op in FP32_OPS}
+
+
+def apply_fp32_precision_flags(torch: Any, flags: Mapping[str, Any], *, where: str) -> None:
+    """Set this process's torch flags as `flags` (`fp32_precision_flags` of another process)
+    says: TF32 through `allow_tf32` (cuBLAS matmuls, cuDNN convolutions), bf16 through the
+    newer `fp32_precision`. So a fresh process runs fp32 matmuls/convs, and relaxes the fp32
+    tolerance for them (`reduced_precision_mode`), as the process the flags came from.
+    `where` names the flags' origin in the error for a bad value."""
+    for op, mode in flags.items():
+        if op not in FP32_OPS or mode not in _MODES:
+            raise KernelproError(
+                f"{where}: fp32 precision {op!r}={mode!r} is invalid; the kinds are "
+                f"{', '.join(FP32_OPS)} and the modes tf32, bf16 or null (full fp32)"
+            )
+        if op == "matmul":
+            backend, legacy = torch.backends.cuda.matmul, torch.backends.cuda.matmul
+        else:
+            backend, legacy = torch.backends.cudnn.conv, torch.backends.cudnn
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
+            if mode == "bf16":
+                backend.fp32_precision = "bf16"
+            else:
+                legacy.allow_tf32 = mode == "tf32"
 
 
 def reduced_precision_mode(torch: Any, found: list[str]) -> str | None:

@@ -54,6 +54,7 @@ from pytest_kernelpro.search.environment import (
     scrub_environment,
 )
 from pytest_kernelpro.search.isolation import Isolation
+from pytest_kernelpro.search.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.search.processes import (
     ProcessRun,
     clear_stale_locks,
@@ -91,6 +92,9 @@ class SandboxEvaluator(TrustedSide):
         self._build_arch: str | None | bool = False  # False: not looked up yet
         self._prebuilder: Prebuilder | None = None
         self._prebuilder_lock = threading.Lock()
+        # The session's TF32 flags, read once here and sent with every task, so the sandbox's
+        # fresh processes relax fp32 tolerances when the gate does.
+        self.fp32_precision = session_fp32_precision()
 
     # ----- builds ahead of the worker (pytest_kernelpro.build) -----
 
@@ -223,6 +227,7 @@ class SandboxEvaluator(TrustedSide):
             "forbidden_ops": list(self.task.forbidden_ops),
             "timing": dict(self.task.timing),
             "sys_path": list(self.task.sys_path),
+            PRECISION_KEY: self.fp32_precision,
         }
 
     def evaluate_many(self, candidates: Sequence[Candidate], *, jobs: int = 1) -> list[Evaluation]:

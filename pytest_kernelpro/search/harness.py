@@ -118,6 +118,9 @@ class _Pipeline:
         self.forbidden = list(task.get("forbidden_ops") or [])
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
+        # The session's TF32 flags: fp32 matmuls/convs run, and their tolerance relaxes, as
+        # in the gate (`measurement.apply_session_precision`).
+        measurement.apply_session_precision(torch, task)
         self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
         # The reduced precision ("tf32", "bf16") the reference's fp32 matmuls/convs may run
         # in, found on its first call; it relaxes the fp32 tolerance as in the gate.

@@ -97,6 +97,9 @@ class _Reference:
         self.device = torch.device(requested)
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
+        from pytest_kernelpro.search.measurement import apply_session_precision
+
+        apply_session_precision(torch, task)  # the session's TF32 flags, as the worker's
         self.seed = int(task.get("seed", 42))
         self.reduced: str | None = None  # found on the first output (measurement.py)
         self._calls = 0

@@ -12,10 +12,13 @@ these functions, so they and the gate decide one output alike:
   defaults, the TF32/bf16 relaxation, the task's rtol/atol replacing the default's fields);
 - `time_call`: the gate's timer (`measure.timing.time_kernel`) with the task's budget.
 
-The reduced precision is what torch's flags allow in the process that runs the reference:
-the worker's and the judge's are fresh interpreters with torch's defaults (fp32 matmuls in
-fp32, cuDNN convolutions in TF32), so a session that changes the flags (a conftest setting
-`allow_tf32`) is not mirrored here: the gate would relax such an fp32 matmul, the sandbox not.
+The reduced precision is what torch's flags allow in the process that runs the reference.
+The worker's, the judge's and the re-measurement's are fresh interpreters with torch's
+defaults, so the session's flags travel in the task: `session_fp32_precision` reads them once
+in the parent (a conftest that sets `torch.backends.cuda.matmul.allow_tf32` or
+`torch.backends.cudnn.allow_tf32`), `apply_session_precision` sets them in the child before the
+reference runs. The child then runs fp32 matmuls/convs as the session does and relaxes the
+fp32 tolerance exactly when the gate would.
 
 What stays the sandbox's own is elsewhere: process isolation (`isolation.py`), the guards
 (`checks.py`), the trusted re-check (`judge.py`) and the re-timing with clocks bound before
@@ -25,11 +28,45 @@ the candidate runs (`worker.retime`, `confirm.py`).
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.compare import OutputsVerdict, outputs_verdict
-from pytest_kernelpro.measure.tolerance import run_recording_precision, tolerance_rule
+from pytest_kernelpro.measure.tolerance import (
+    apply_fp32_precision_flags,
+    fp32_precision_flags,
+    run_recording_precision,
+    tolerance_rule,
+)
+
+PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of the flags
+
+
+def session_fp32_precision() -> dict[str, str | None] | None:
+    """The session's fp32 matmul/conv precision flags (`measure.tolerance.fp32_precision_flags`)
+    for the sandbox's tasks; None when this process has not imported torch (its flags are
+    then the defaults a fresh child has too, and importing torch here only for them would
+    cost the parent seconds)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    return fp32_precision_flags(torch)
+
+
+def apply_session_precision(torch: Any, task: Mapping[str, Any]) -> None:
+    """Set the session's fp32 precision flags the task carries in this (child) process; a
+    task without them leaves torch's defaults."""
+    flags = task.get(PRECISION_KEY)
+    if flags is None:
+        return
+    if not isinstance(flags, Mapping):
+        raise KernelproError(
+            f"the sandbox task's {PRECISION_KEY}={flags!r} is invalid: it must map an op kind "
+            '(matmul, conv) to a mode, e.g. {"matmul": "tf32", "conv": "tf32"}'
+        )
+    apply_fp32_precision_flags(torch, flags, where=f"the sandbox task's {PRECISION_KEY}")
 
 
 def make_inputs(module: Any, seed: int, device: Any) -> list[Any]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search import measurement
 from pytest_kernelpro.search.isolation import Isolation
 
 READY, DONE, ERROR = "ready", "done", "error"
@@ -144,6 +145,9 @@ def remeasure(
             "seed": seed,
             "atol": atol,
             "rtol": rtol,
+            # The session's TF32 flags, read here in the parent: the check below relaxes
+            # the fp32 tolerance when the gate's would.
+            measurement.PRECISION_KEY: measurement.session_fp32_precision(),
         }
         workers: list[_Worker] = []
         # Contenders run candidate code: each in the candidate sandbox, with a scratch
@@ -237,7 +241,6 @@ def _worker(work: Path, label: str) -> int:
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
     from pytest_kernelpro.problem import import_file
     from pytest_kernelpro.problem.build import build_models
-    from pytest_kernelpro.search import measurement
 
     config = json.loads((work / "config.json").read_text(encoding="utf-8"))
     device = config["device"]
@@ -245,6 +248,7 @@ def _worker(work: Path, label: str) -> int:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     seed = int(config.get("seed", 42))
     try:
+        measurement.apply_session_precision(torch, config)
         module = import_file(work / f"{label}.py", f"kernelpro_remeasure_{label}")
         # Built as in the gate and the sandbox (`problem.build`): one seed, the reference's
         # weights handed to the contender.
