@@ -397,7 +397,7 @@ def injection_lines(result: dict[str, Any]) -> list[str]:
 def plugin_budgets(device: str, later_warmup_ms: float) -> tuple[TimingBudget, TimingBudget]:
     """(first, later) budgets: the plugin's defaults from the Setting table; `later` differs
     only in its warm-up (see the module docstring)."""
-    from pytest_kernelpro.config import SETTINGS_BY_NAME
+    from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
 
     first = TimingBudget(
         warmup_ms=float(SETTINGS_BY_NAME["warmup_ms"].default),

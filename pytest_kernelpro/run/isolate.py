@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import SETTINGS
+from ..setting_table import SETTINGS
 from ..errors import KernelproError
 from ..record import KernelRecord
 

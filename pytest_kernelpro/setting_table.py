@@ -1,0 +1,379 @@
+"""The settings table: every persistent kernelpro setting (flag, ini key, `KERNELPRO_*`
+environment variable, default, parser) and the value parsers it uses.
+
+`config.py` registers these as options and resolves them once per session; `run/context.py`
+resolves the marker-overridable ones per item; `run/isolate.py` hands them to an isolated
+child. Kept apart from the resolution so the table reads as data.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+GROUP_NAME = "kernelpro"
+GROUP_DESCRIPTION = "GPU kernel checking, timing, roofline and regression gate"
+
+DEVICE_CHOICES = ("auto", "cuda", "cpu")
+FEEDBACK_CHOICES = ("tools", "raw", "none")
+CPU_FLUSH_CHOICES = ("auto", "on", "off")
+CROSS_CPU_CHOICES = ("info", "gate")
+SORT_CHOICES = ("status", "name", "median", "roofline", "change")
+
+
+def parse_fraction(text: str) -> float:
+    """A fraction in (0, 1], also written as a percentage ("5%")."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a fraction; write e.g. 0.05 or 5%"
+        ) from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is outside (0, 1]; write e.g. 0.05 or 5%")
+    return value
+
+
+def parse_positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; write e.g. 2 or 0.5") from None
+    if not value > 0.0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be greater than 0")
+    return value
+
+
+def parse_positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; write e.g. 3") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def parse_device(text: str) -> str:
+    value = str(text).strip().lower()
+    if value in DEVICE_CHOICES or value.startswith("cuda:"):
+        return value
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a device; use one of auto, cuda, cuda:N, cpu"
+    )
+
+
+def parse_feedback(text: str) -> str:
+    value = str(text).strip().lower()
+    if value in FEEDBACK_CHOICES:
+        return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
+
+
+def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        value = str(text).strip().lower()
+        if value in choices:
+            return value
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a valid {name}; use one of {', '.join(choices)}"
+        )
+
+    parse.__name__ = f"parse_{name.replace(' ', '_').replace('-', '_').lower()}"
+    return parse
+
+
+SEARCH_CHOICES = ("mcts", "greedy")
+ORCHESTRATION_CHOICES = ("proactive", "reactive")
+
+parse_cpu_flush = _choice("CPU flush mode", CPU_FLUSH_CHOICES)
+parse_cross_cpu = _choice("cross-CPU mode", CROSS_CPU_CHOICES)
+parse_sort = _choice("sort order", SORT_CHOICES)
+
+
+def parse_threads(text: str) -> int:
+    """`auto` (0: the thread policy decides) or a positive thread count."""
+    if str(text).strip().lower() == "auto":
+        return 0
+    return parse_positive_int(text)
+
+
+def parse_history(text: str) -> str:
+    """A directory for the run history, or `off`."""
+    value = str(text).strip()
+    return "" if value.lower() in ("off", "none", "false", "0", "") else value
+
+
+def parse_budget_text(text: str) -> str:
+    """Validate an optimizer budget ("20", "30m", "5usd", "20,30m"); kept as text."""
+    from .search.budget import parse_budget
+
+    parse_budget(text, where="--kernelpro-optimize")  # raises an ArgumentTypeError subclass
+    return text
+
+
+def parse_dask_text(text: str) -> str:
+    """`local`, `local:N` or a Dask scheduler address (`search/cluster.py`)."""
+    from .errors import KernelproConfigError
+    from .search.cluster import parse_dask
+
+    try:
+        return parse_dask(text)
+    except KernelproConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parse_bool(text: str) -> bool:
+    value = str(text).strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One persistent setting: a CLI flag, an ini key and an environment variable."""
+
+    name: str  # ini key without prefix, e.g. "threshold"
+    help: str
+    parse: Callable[[str], Any]
+    default: Any
+    metavar: str | None = None
+    is_flag: bool = False
+
+    @property
+    def flag(self) -> str:
+        return "--kernelpro-" + self.name.replace("_", "-")
+
+    @property
+    def ini_key(self) -> str:
+        return "kernelpro_" + self.name
+
+    @property
+    def env_var(self) -> str:
+        return "KERNELPRO_" + self.name.upper()
+
+    @property
+    def dest(self) -> str:
+        return "kernelpro_" + self.name
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "device",
+        "Device that runs PyTorch kernels: auto, cuda, cuda:N or cpu",
+        parse_device,
+        "auto",
+        "DEVICE",
+    ),
+    Setting(
+        "time_budget",
+        "Timing budget per kernel in seconds (timing stops earlier once the median is stable; "
+        "on the CPU it covers warm-up too). Default when unset: 2 on a GPU, 1 on the CPU",
+        parse_positive_float,
+        None,
+        "SECONDS",
+    ),
+    Setting(
+        "cpu_flush",
+        "CPU cache flush before each sample: auto (only when the inputs fit in the "
+        "last-level cache), on or off",
+        parse_cpu_flush,
+        "auto",
+        "MODE",
+    ),
+    Setting(
+        "cpu_threads",
+        "torch threads for timing CPU kernels: auto (one thread: steady when other work "
+        "shares the machine) or a number",
+        parse_threads,
+        0,
+        "N",
+    ),
+    Setting(
+        "cpu_cross_device",
+        "A baseline from another CPU: info (reported, never fails) or gate (compared by "
+        "efficiency and failed like a GPU's)",
+        parse_cross_cpu,
+        "info",
+        "MODE",
+    ),
+    Setting(
+        "sort",
+        "Order of the terminal table: status (attention first), name, median, roofline, change",
+        parse_sort,
+        "status",
+        "KEY",
+    ),
+    Setting(
+        "history",
+        "Directory that keeps one JSON report per run (keyed by commit and machine), or off",
+        parse_history,
+        ".kernelpro/history",
+        "DIR",
+    ),
+    Setting(
+        "correctness_only",
+        "Check correctness only: no timing, roofline, gate or profile",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "target_rel_ci",
+        "Stop sampling when the median's 95% CI half-width is below this fraction of it",
+        parse_fraction,
+        0.005,
+        "FRACTION",
+    ),
+    Setting(
+        "warmup_ms", "Warm-up time per kernel in milliseconds", parse_positive_float, 300.0, "MS"
+    ),
+    Setting(
+        "trials",
+        "Correctness trials per kernel, each with fresh random inputs",
+        parse_positive_int,
+        3,
+        "N",
+    ),
+    Setting(
+        "threshold",
+        "Regression threshold, relative to the baseline (marker threshold= wins); unset: "
+        "2% for kernels timed on a CUDA GPU, 5% on the CPU (see gate/verdict.py)",
+        parse_fraction,
+        None,
+        "FRACTION",
+    ),
+    Setting(
+        "cuda_graph",
+        "Time CUDA-graph replays instead of single launches (for launch-bound kernels)",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "require_gpu",
+        "Fail every kernel that would be skipped or run on the CPU for want of a CUDA GPU "
+        "(GPU CI runners; kernels marked device='cpu' are exempt)",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "problems", "Directory of KernelBench-format problem files to collect", str, None, "DIR"
+    ),
+    Setting(
+        "baseline",
+        "Baseline YAML that --kernelpro-check compares with",
+        str,
+        "kernelpro-baseline.yaml",
+        "PATH",
+    ),
+    Setting(
+        "json", "Where to write the JSON report", str, ".kernelpro/kernelpro-report.json", "PATH"
+    ),
+    Setting(
+        "ceilings",
+        "JSON file of device ceilings to use instead of measuring them",
+        str,
+        None,
+        "PATH",
+    ),
+    Setting(
+        "feedback",
+        "Profiler feedback given to the optimizer: tools, raw or none",
+        parse_feedback,
+        "tools",
+        "MODE",
+    ),
+    Setting(
+        "orchestration",
+        "How the optimizer's tools are used: proactive (every relevant tool runs on each "
+        "candidate's profile) or reactive (the model calls tools itself)",
+        _choice("orchestration", ORCHESTRATION_CHOICES),
+        "proactive",
+        "MODE",
+    ),
+    Setting(
+        "search",
+        "Search algorithm of the optimizer: mcts or greedy",
+        _choice("search algorithm", SEARCH_CHOICES),
+        "mcts",
+        "ALGO",
+    ),
+    Setting(
+        "llm_base_url",
+        "Base URL of the model server (an OpenAI-compatible server for --kernelpro-llm=openai)",
+        str,
+        None,
+        "URL",
+    ),
+    Setting(
+        "dask",
+        "Build and evaluate the optimizer's candidates on a Dask cluster, several at once: "
+        "local (one worker per visible GPU, or CPU workers), local:N, or a scheduler address "
+        "(needs pytest-kernelpro[dask]); unset: one candidate at a time in this process",
+        parse_dask_text,
+        None,
+        "local|ADDRESS",
+    ),
+    Setting(
+        "llm",
+        "Model backend of the optimizer: anthropic, or replay:PATH (recorded calls)",
+        str,
+        "anthropic",
+        "BACKEND",
+    ),
+    Setting("model", "Model name for the anthropic backend", str, "claude-sonnet-5-5", "NAME"),
+    Setting(
+        "candidates", "Candidates the optimizer asks for per expansion", parse_positive_int, 2, "N"
+    ),
+    Setting(
+        "max_tokens", "Output token budget of one optimizer call", parse_positive_int, 8192, "N"
+    ),
+    Setting(
+        "profile_timeout",
+        "Time limit in seconds for one kernel's profiler run",
+        parse_positive_float,
+        120.0,
+        "SECONDS",
+    ),
+    Setting(
+        "item_timeout",
+        "Time limit in seconds for one kernel item (check, timing, roofline, profile, gate); "
+        "a kernel past it fails and the session goes on. Not applied by default under "
+        "--kernelpro-optimize, whose budget bounds the search",
+        parse_positive_float,
+        300.0,
+        "SECONDS",
+    ),
+    Setting(
+        "isolate",
+        "Run each kernel item in its own subprocess, so a crash (segfault, os._exit, an "
+        "out-of-memory kill) fails only that item",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
+        "auto_profiles",
+        "Regressed kernels profiled automatically under --kernelpro-check (the rest say how "
+        "to profile them)",
+        parse_positive_int,
+        3,
+        "N",
+    ),
+    Setting(
+        "auto_profile_time",
+        "Seconds all automatic regression profiles of a session may take together",
+        parse_positive_float,
+        30.0,
+        "SECONDS",
+    ),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
