@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..setting_table import SETTINGS
 from ..errors import KernelproError
 from ..record import KernelRecord
+from ..setting_table import SETTINGS
 
 if TYPE_CHECKING:
     import pytest
