@@ -296,11 +296,13 @@ class CandidateProfiler:
 
     @property
     def isolation(self) -> Isolation:
-        """The sandbox the child runs in (a mode is probed once, where the profile runs)."""
+        """The sandbox the child runs in. A mode is probed where the profile runs (once per
+        process, `Isolation.probe` keeps it) and asked again for every profile, so a
+        re-probe after CUDA did not start (`Isolation.reprobe_cuda`) applies here too."""
         if isinstance(self._isolation, str):
             from pytest_kernelpro.search.isolation import Isolation
 
-            self._isolation = Isolation.probe(
+            return Isolation.probe(
                 self._isolation, cuda=self.device.startswith("cuda"), env=self.env
             )
         return self._isolation

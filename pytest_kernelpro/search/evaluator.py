@@ -46,6 +46,7 @@ from pytest_kernelpro.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.build.prebuild import Prebuilder
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.cuda_probe import cuda_init_failure
 from pytest_kernelpro.search.environment import (
     PACKAGE_ROOT,
     SAFE_NAMES,
@@ -146,6 +147,25 @@ class SandboxEvaluator(TrustedSide):
             )
         return self._isolation
 
+    def _reprobe_if_cuda_failed(self, evaluation: Evaluation) -> str | None:
+        """When a failed run's log says CUDA itself did not start (`cuda_init_failure`),
+        re-probe the ladder with the torch check (`Isolation.reprobe_cuda`, once per
+        process); the new verdict when the isolation changed (the run is repeated), else
+        None. Only for a CUDA task in the namespaces."""
+        if evaluation.status not in ("run_error", "build_error") or not self._needs_cuda():
+            return None
+        if self._isolation is None or not self._isolation.isolated:
+            return None
+        failure = cuda_init_failure(f"{evaluation.reason}\n{evaluation.logs}")
+        if failure is None:
+            return None
+        before = self._isolation
+        found = Isolation.reprobe_cuda(self.limits.isolation, failure, env=self.environment())
+        if found is None:
+            return None
+        self._isolation = found
+        return found.verdict if found != before else None
+
     def _needs_cuda(self) -> bool:
         if self.task.device.startswith("cuda"):
             return True
@@ -203,6 +223,15 @@ class SandboxEvaluator(TrustedSide):
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_worker(workdir)
+            reprobed = self._reprobe_if_cuda_failed(evaluation)
+            if reprobed is not None:
+                # CUDA did not start under the rung the driver check or the machine's cache
+                # chose: run it once more under what the torch check found, and say so.
+                remove_tree(workdir)
+                workdir.mkdir()
+                (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+                evaluation = self._run_worker(workdir)
+                evaluation.metrics["sandbox_reprobe"] = reprobed
             if prebuilt is not None:
                 # On the critical path: the wait for this candidate's compiles (they may have
                 # run while earlier candidates were on the GPU) and the worker's build phase.
