@@ -165,7 +165,8 @@ def test_a_verdict_is_probed_once_then_read_from_the_machine_cache(
     assert first.relax == ("host_dev",)
     assert first.verdict.startswith("probed (driver check, ")
     files = list((machine / "cache").iterdir())
-    assert len(files) == 1 and files[0].stat().st_mode & 0o777 == 0o600
+    assert len(files) == 1
+    assert files[0].stat().st_mode & 0o777 == 0o600
     # The driver now refuses every rung: a second probe that ran the checks would fall back.
     # The cached verdict is used instead, and says where it came from.
     second = isolation._probe_cuda(ISOLATION, driver_env(fake_driver, "never"), cache=cache)
@@ -217,7 +218,8 @@ def test_a_cached_verdict_is_refused_when_tampered_stale_or_foreign(machine: Pat
     other = isolation._machine_key(ISOLATION, None)
     assert other == key
     changed = cuda_probe.machine_key(ladder=CUDA_LADDER[:2], base=key["base"], env=None)
-    assert changed is not None and cache.load(changed, CUDA_LADDER) is None
+    assert changed is not None
+    assert cache.load(changed, CUDA_LADDER) is None
 
 
 def test_no_cache_without_a_driver_or_when_turned_off(
@@ -254,7 +256,8 @@ def test_a_re_probe_replaces_the_cached_rung_with_the_torch_checks_verdict(
     found = Isolation.reprobe_cuda("auto", failure, env=None)
     # No CUDA for torch on this machine: the torch check finds no rung, so the honest answer
     # is the fallback, and the verdict says why it changed.
-    assert found is not None and found.level == "fallback"
+    assert found is not None
+    assert found.level == "fallback"
     assert found.verdict.startswith("re-probed with the torch check after CUDA did not start")
     assert failure[:60] in found.verdict
     assert Isolation.probe(cuda=True) == found  # the process's verdict now
@@ -316,4 +319,5 @@ def test_an_evaluation_whose_cuda_did_not_start_re_probes_and_runs_again(
     )
     # A second failure in the same process does not probe again.
     again = evaluator.evaluate(Candidate(CUDA_DID_NOT_START))
-    assert "sandbox_reprobe" not in again.metrics and len(runs) == 3
+    assert "sandbox_reprobe" not in again.metrics
+    assert len(runs) == 3
