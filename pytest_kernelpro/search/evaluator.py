@@ -46,6 +46,7 @@ from pytest_kernelpro.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.build.prebuild import Prebuilder
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.compile_cache import CompileCaches, point_caches
 from pytest_kernelpro.search.cuda_probe import cuda_init_failure
 from pytest_kernelpro.search.environment import (
     PACKAGE_ROOT,
@@ -96,6 +97,9 @@ class SandboxEvaluator(TrustedSide):
         # The session's TF32 flags, read once here and sent with every task, so the sandbox's
         # fresh processes relax fp32 tolerances when the gate does.
         self.fp32_precision = session_fp32_precision()
+        # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
+        # its profile, re-timing and re-measurement (never shared between candidates).
+        self.compile_caches = CompileCaches()
 
     # ----- builds ahead of the worker (pytest_kernelpro.build) -----
 
@@ -133,10 +137,11 @@ class SandboxEvaluator(TrustedSide):
             builder.submit_many([c.code for c in candidates])
 
     def close(self) -> None:
-        """Stop the build threads (pending builds are dropped)."""
+        """Stop the build threads (pending builds are dropped); drop the kept caches."""
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
+        self.compile_caches.close()
 
     @property
     def isolation(self) -> Isolation:
@@ -146,6 +151,17 @@ class SandboxEvaluator(TrustedSide):
                 self.limits.isolation, cuda=self._needs_cuda(), env=self.environment()
             )
         return self._isolation
+
+    def _run_seeded(self, code: str, workdir: Path) -> Evaluation:
+        """`_run_worker` with the caches an earlier run of the same code kept (if any);
+        `metrics["compile_cache"]` says whether it started warm."""
+        (workdir / "home").mkdir(exist_ok=True)
+        warm = self.compile_caches.seed(code, workdir / "home")
+        evaluation = self._run_worker(workdir)
+        evaluation.metrics["compile_cache"] = (
+            "warm (kept from this code's evaluation)" if warm else "cold"
+        )
+        return evaluation
 
     def _reprobe_if_cuda_failed(self, evaluation: Evaluation) -> str | None:
         """When a failed run's log says CUDA itself did not start (`cuda_init_failure`),
@@ -188,6 +204,7 @@ class SandboxEvaluator(TrustedSide):
                 env[name] = str(workdir / sub)
             env.pop("TMP", None)
             env.pop("TEMP", None)
+            point_caches(env, workdir / "home")  # not a session's TRITON_CACHE_DIR
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
@@ -222,7 +239,7 @@ class SandboxEvaluator(TrustedSide):
         waited = time.monotonic() - waiting  # compiles still running when this one's turn came
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
-            evaluation = self._run_worker(workdir)
+            evaluation = self._run_seeded(candidate.code, workdir)
             reprobed = self._reprobe_if_cuda_failed(evaluation)
             if reprobed is not None:
                 # CUDA did not start under the rung the driver check or the machine's cache
@@ -230,8 +247,11 @@ class SandboxEvaluator(TrustedSide):
                 remove_tree(workdir)
                 workdir.mkdir()
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
-                evaluation = self._run_worker(workdir)
+                evaluation = self._run_seeded(candidate.code, workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed
+            if evaluation.status == "correct":
+                # Its later runs (profile, re-timing, re-measurement) start from these.
+                self.compile_caches.keep(candidate.code, workdir / "home")
             if prebuilt is not None:
                 # On the critical path: the wait for this candidate's compiles (they may have
                 # run while earlier candidates were on the GPU) and the worker's build phase.
