@@ -6,6 +6,13 @@ best patch applied in a fresh clone and re-checked with `pytest --kernelpro-chec
 
     python bench/optimize_h200.py --out DIR [--resume OLD_STEPS.jsonl] [--device cpu]
         [--kernels softmax_rows,matmul,...] [--deadline-s 500] [--budget 4]
+        [--process-limit-s 205] [--recheck-step recheck:s4 --recheck-limit-s 130]
+
+With --process-limit-s every search group's pytest process gets that limit of its own and is
+started only while the deadline leaves that much, so the last step of a search (the final
+re-measurement, the confirmation) is not cut to fit one deadline shared by everything. The
+re-check saves a baseline from the unpatched code in its own clone first, so the patched
+kernels get the gate's verdict against the starting kernel measured in the same call.
 
 Resumable across device calls: every finished step (the environment, each kernel's search,
 the re-check) is one line of DIR/steps.jsonl, written as soon as it ends. A later call given
@@ -101,8 +108,9 @@ class Steps:
             os.fsync(handle.fileno())
 
 
-def environment(device: str | None) -> dict[str, Any]:
-    """Device, versions and how the sandbox isolates candidates on this machine."""
+def environment(device: str | None, *, probe: bool = True) -> dict[str, Any]:
+    """Device, versions and (`probe`) how the sandbox isolates candidates on this machine
+    (every evaluation names its isolation too, so a resumed call skips the probe's ~15 s)."""
     import torch
 
     from pytest_kernelpro.search.isolation import Isolation
@@ -131,12 +139,23 @@ def environment(device: str | None) -> dict[str, Any]:
     if ncu:
         out = subprocess.run([ncu, "--version"], capture_output=True, text=True, check=False)
         info["ncu"] = out.stdout.strip().splitlines()[-1:]
+    if not probe:
+        return info
     started = time.monotonic()
     cuda = info["device"] != "cpu"
     isolation = Isolation.probe("auto", cuda=cuda)
     info["isolation"] = isolation.describe()
     info["isolation_probe_s"] = round(time.monotonic() - started, 1)
     return info
+
+
+def _commit() -> str | None:
+    """The repository's commit, where git can tell (the device's copy may have no .git)."""
+    out = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def make_user_repo(
@@ -224,7 +243,13 @@ def prompts_of(run_dir: Path) -> list[dict[str, Any]]:
         call = json.loads(line)
         if call.get("purpose") != "programmer":
             if call.get("purpose") == "profiling":
-                out.append({"mode": "profiling-agent", "node": call.get("node")})
+                out.append(
+                    {
+                        "mode": "profiling-agent",
+                        "node": call.get("node"),
+                        "answered_by": (call.get("response") or {}).get("model"),
+                    }
+                )
             continue
         request = call.get("request")
         if isinstance(request, str):
@@ -250,6 +275,9 @@ def prompts_of(run_dir: Path) -> list[dict[str, Any]]:
                     if h in user
                 ],
                 "guidance_chars": len(guidance),
+                # Which recorded answer the replay served (a hand-written corpus names the
+                # candidate file): the prompt -> candidate mapping.
+                "answered_by": (call.get("response") or {}).get("model"),
                 # Exactly what the prompt carried (the results file quotes from it).
                 "guidance": guidance[:8000],
             }
@@ -418,14 +446,20 @@ def partial(kernel: str, user: Path, raw: Path) -> dict[str, Any]:
     shutil.copytree(run_dir, raw / f"{slug(kernel)}.partial.run", dirs_exist_ok=True)
     summary = run_dir / "summary.json"
     data = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
+    best = run_dir / "patches" / "best.patch"
     return {
         "kernel": kernel,
         "run_dir": str(run_dir),
         "files": sorted(p.name for p in run_dir.iterdir()),
         "evaluations": data.get("evaluations"),
         "outcomes": data.get("outcomes"),
+        "status": data.get("status"),
+        "reason": data.get("reason"),
         "nodes": nodes_of(run_dir),
         "prompts": prompts_of(run_dir),
+        # The search's best so far (a single measurement, not re-measured): the re-check can
+        # still apply it and measure it against the starting kernel.
+        "best_patch_text": best.read_text(encoding="utf-8") if best.is_file() else None,
     }
 
 
@@ -438,15 +472,13 @@ def recheck(
     clone = root / "fresh-clone"
     shutil.rmtree(clone, ignore_errors=True)
     git(root, "clone", "-q", str(user), str(clone))
-    base = root / "base.yaml"
-    texts = [e.get("baseline_text") for e in searched.values() if e.get("baseline_text")]
-    if texts:
-        base.write_text(texts[-1], encoding="utf-8")  # saved with merging: the last has all
+    base = root / "recheck-base.yaml"
     out: dict[str, Any] = {"kernels": {}}
     patched = []
     for kernel, entry in searched.items():
         text = entry.get("best_patch_text")
-        info: dict[str, Any] = {"patch": bool(text)}
+        # "interim": the best so far of a search cut off before its final re-measurement.
+        info: dict[str, Any] = {"patch": bool(text), "patch_from": entry.get("patch_from")}
         if text:
             slug = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
             patch = raw / f"{slug}.best.patch"
@@ -465,23 +497,26 @@ def recheck(
     if not patched:
         return out
     select = " or ".join(KERNELS[k][0] for k in patched)
-    if not texts:
-        # No baseline from the search's session (it was cut off before writing one): save one
-        # from the unpatched code first, as a user would on the base commit, so the re-check
-        # gets the gate's verdict and not "the baseline file does not exist".
-        unpatched = root / "unpatched-clone"
-        shutil.rmtree(unpatched, ignore_errors=True)
-        git(root, "clone", "-q", str(user), str(unpatched))
-        cmd = [sys.executable, "-m", "pytest", *plugin_args(args),
-               f"--kernelpro-save-baseline={base}", "-k", select]  # fmt: skip
-        base.unlink(missing_ok=True)
-        out["baseline_run"] = run(cmd, unpatched, raw / "recheck-baseline.log", left_s / 2)
-        texts = [base.read_text(encoding="utf-8")] if base.is_file() else []
-    # Against the baseline the search's session saved (when it got to write one).
-    baseline = [f"--kernelpro-baseline={base}"] if texts else []
+    # The baseline from the unpatched code on this machine, in this call, as a user saves it on
+    # the base commit: the gate's verdict after the patch is against the starting kernel
+    # measured here, whatever the search's own session left.
+    unpatched = root / "unpatched-clone"
+    shutil.rmtree(unpatched, ignore_errors=True)
+    git(root, "clone", "-q", str(user), str(unpatched))
+    cmd = [sys.executable, "-m", "pytest", *plugin_args(args),
+           f"--kernelpro-save-baseline={base}", "-k", select]  # fmt: skip
+    base.unlink(missing_ok=True)
+    out["baseline_run"] = run(cmd, unpatched, raw / "recheck-baseline.log", left_s / 2)
+    before_report = unpatched / ".kernelpro" / "kernelpro-report.json"
+    if before_report.is_file():
+        shutil.copy(before_report, raw / "recheck-baseline.report.json")
+    befores = records(before_report)
+    baseline = [f"--kernelpro-baseline={base}"] if base.is_file() else []
+    out["baseline_saved"] = base.is_file()
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--kernelpro-check",
            *baseline, "-k", select]  # fmt: skip
-    out["run"] = run(cmd, clone, raw / "recheck.log", left_s)
+    # The re-check's limit covers all three steps: what the baseline left, then the collection.
+    out["run"] = run(cmd, clone, raw / "recheck.log", left_s - out["baseline_run"]["wall_s"] - 10)
     report = clone / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
         shutil.copy(report, raw / "recheck.report.json")
@@ -489,10 +524,18 @@ def recheck(
     for kernel in patched:
         record = rechecked.get(kernel) or {}
         gate = record.get("gate") or {}
-        before = ((searched[kernel].get("item") or {}).get("median_s")) or searched[kernel].get(
-            "current_median_s"
-        )
+        prior = befores.get(kernel) or {}
+        before = ((prior.get("timing") or {}).get("stats") or {}).get("median_s")
         after = ((record.get("timing") or {}).get("stats") or {}).get("median_s")
+        ranked = (searched[kernel].get("candidates") or [{}])[0]
+        out["kernels"][kernel].update(
+            median_before_s=before,
+            efficiency_before=prior.get("efficiency"),
+            before_outcome=prior.get("outcome"),
+            # The search's final interleaved re-measurement of the same candidate.
+            search_speedup_vs_current=ranked.get("speedup_vs_current"),
+            search_speedup_vs_reference=ranked.get("speedup_vs_reference"),
+        )
         out["kernels"][kernel].update(
             outcome=record.get("outcome"),
             message=record.get("message"),
@@ -505,7 +548,8 @@ def recheck(
             speedup_vs_starting_kernel=(before / after) if before and after else None,
         )
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--collect-only", "-q"]
-    collected = run(cmd, clone, raw / "collect.log", 120)
+    spent = out["baseline_run"]["wall_s"] + out["run"]["wall_s"]
+    collected = run(cmd, clone, raw / "collect.log", max(10.0, left_s - spent))
     text = (raw / "collect.log").read_text(encoding="utf-8", errors="replace")
     found = re.search(r"(\d+) tests? collected", text)
     out["collect_after_patch"] = {**collected, "collected": int(found.group(1)) if found else None}
@@ -536,8 +580,27 @@ def main() -> int:
         "--full-size", action="store_true", help="with --device cpu: the published KB sizes"
     )
     parser.add_argument("--deadline-s", type=float, default=500.0)
+    parser.add_argument(
+        "--interim-patch", action="append", default=[], metavar="KERNEL=FILE",
+        help="the best-so-far patch of a search cut off in an earlier call, for the re-check",
+    )  # fmt: skip
+    parser.add_argument("--commit", default=None, help="main's commit, where git cannot tell")
+    parser.add_argument(
+        "--process-limit-s", type=float, default=None,
+        help="each search group's pytest process gets this limit of its own, and is started "
+        "only while the deadline leaves that much (a started search is never cut to fit the "
+        "deadline); default: the deadline less --recheck-cost-s, as before",
+    )  # fmt: skip
     parser.add_argument("--kernel-cost-s", type=float, default=90.0)
     parser.add_argument("--recheck-cost-s", type=float, default=45.0)
+    parser.add_argument(
+        "--recheck-step", default="recheck",
+        help="the steps.jsonl name of the re-check (a new name re-checks again after a resume)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--recheck-limit-s", type=float, default=None,
+        help="the re-check's own limit (its baseline save gets half); default: what is left",
+    )  # fmt: skip
     args = parser.parse_args()
     started = time.monotonic()
 
@@ -567,9 +630,15 @@ def main() -> int:
                 done["salvaged_from"] = str(folder)
                 steps.add(f"search:{kernel}", done)
                 log(f"{kernel}: finished in an earlier call (salvaged from its run folder)")
+    commit = args.commit or _commit()
     if "env" not in steps.done:
-        steps.add("env", environment(args.device))
+        steps.add("env", {**environment(args.device), "commit": commit})
         log(f"env: {json.dumps(steps.done['env'])}")
+    else:
+        # This call's machine and code (a resumed file's "env" is an earlier call's).
+        name = "env:" + time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        steps.add(name, {**environment(args.device, probe=False), "commit": commit})
+        log(f"{name}: {json.dumps(steps.done[name])}")
     user = make_user_repo(args.scratch, args.kb, args.device, steps, full_size=args.full_size)
     groups = [
         [k.strip() for k in group.split(",") if k.strip()] for group in args.kernels.split(";")
@@ -586,14 +655,20 @@ def main() -> int:
                 log(f"{kernel}: searched in an earlier call, skipped")
         if not todo:
             continue
-        cost = args.kernel_cost_s * len(todo)
-        if left() < min(cost, args.kernel_cost_s) + args.recheck_cost_s:
-            log(f"{todo}: {left():.0f} s left, not started (the next call resumes here)")
-            break
-        log(f"{todo}: search in one pytest process")
-        step, entries = search_group(
-            todo, user, args.scratch, raw, args, left() - args.recheck_cost_s
-        )
+        if args.process_limit_s is not None:
+            limit = args.process_limit_s
+            if left() < limit:
+                log(f"{todo}: {left():.0f} s left, under the process limit {limit:.0f} s; not "
+                    "started (the next call resumes here)")  # fmt: skip
+                break
+        else:
+            cost = args.kernel_cost_s * len(todo)
+            if left() < min(cost, args.kernel_cost_s) + args.recheck_cost_s:
+                log(f"{todo}: {left():.0f} s left, not started (the next call resumes here)")
+                break
+            limit = left() - args.recheck_cost_s
+        log(f"{todo}: search in one pytest process (limit {limit:.0f} s)")
+        step, entries = search_group(todo, user, args.scratch, raw, args, limit)
         for kernel, entry in entries.items():
             if step["exit"] == "timeout" or not entry["summary"].get("status"):
                 from pytest_kernelpro.handoff.replay import slug as run_slug
@@ -624,15 +699,33 @@ def main() -> int:
                 f"confirmation {(s.get('confirmation') or {}).get('status')}"
             )
         pack()
-        if step["exit"] == "timeout":
-            break
+        if step["exit"] == "timeout" and args.process_limit_s is None:
+            break  # the shared deadline is spent; with limits of their own the next may fit
     searched = {k: steps.done[f"search:{k}"] for k in wanted if f"search:{k}" in steps.done}
-    if len(searched) == len(wanted) and "recheck" not in steps.done:
-        if left() > 10:
-            log("recheck: patches in a fresh clone")
-            result = recheck(user, args.scratch, raw, searched, args, left())
-            steps.add("recheck", result)
-            log(f"recheck: {json.dumps(result, default=str)[:1500]}")
+    for spec in args.interim_patch:
+        # Re-checked with the others, not searched again (it need not be in --kernels).
+        kernel, _, path = spec.partition("=")
+        if kernel not in KERNELS or not Path(path).is_file():
+            raise SystemExit(f"--interim-patch {spec!r}: want KERNEL=FILE, KERNEL one of "
+                             f"{list(KERNELS)} and FILE an existing patch")  # fmt: skip
+        if kernel not in searched:
+            searched[kernel] = {"best_patch_text": Path(path).read_text(encoding="utf-8")}
+    for kernel in wanted:
+        cut = steps.done.get(f"partial:{kernel}") or {}
+        if kernel not in searched and cut.get("best_patch_text"):
+            searched[kernel] = cut
+    for entry in searched.values():
+        entry.setdefault("patch_from", "interim" if "summary" not in entry else "final ranking")
+    if all(k in searched for k in wanted) and args.recheck_step not in steps.done:
+        available = left()
+        limit = args.recheck_limit_s if args.recheck_limit_s is not None else available
+        if available >= limit and limit > 10:
+            log(f"{args.recheck_step}: patches in a fresh clone (limit {limit:.0f} s)")
+            result = recheck(user, args.scratch, raw, searched, args, limit)
+            steps.add(args.recheck_step, result)
+            log(f"{args.recheck_step}: {json.dumps(result, default=str)[:3000]}")
+        else:
+            log(f"{args.recheck_step}: {left():.0f} s left, under its limit; not started")
     pack()
     log(f"done in {time.monotonic() - started:.0f} s; steps: {sorted(steps.done)}")
     return 0
