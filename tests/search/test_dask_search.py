@@ -341,6 +341,10 @@ def test_a_candidate_on_a_worker_gets_this_sessions_thread_settings(
     evaluation = evaluator.evaluate(Candidate(code=THREADS_PROBE))
     assert evaluation.status == "correct", evaluation.reason
     assert "threads: 3 None" in evaluation.logs
+    # Where the worker's time went came back too: its phases add up to its wall time.
+    phases = evaluation.metrics["phases"]
+    assert {"launch", "start", "import", "build", "timing", "done"} <= set(phases)
+    assert sum(phases.values()) == pytest.approx(evaluation.wall_s, abs=0.01)
 
 
 def test_a_local_worker_takes_this_process_cuda_probe_once_its_namespaces_match(
