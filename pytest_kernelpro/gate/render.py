@@ -4,13 +4,18 @@
 - `terminal_row`: the record's row in the terminal summary table (`gate.report`).
 - `reference_summary`: the "Reference analysis" lines of every optimize prompt, from the
   record's roofline (the Benchmarking Agent's part of the prompt).
+- `compare_row`: its row in the `kernelpro compare` table (`gate.compare`).
+- `roofline_point_label`, `ceiling_label`, `roofline_title`, `not_plotted`, the axis labels:
+  the roofline plot's texts (`gate.plot`).
 - `comment_row`, `comment_details`: its row and folded details in the pull-request comment
   (`gate.comment`). The comment is rendered from an artifact of a job that ran the pull
   request's code, so every string from a record goes through `literal_text` (an inline code
   span), `literal_block` (a fenced text block) or `html_text` (escaped, inside our own HTML):
   nothing in a record is ever rendered as Markdown or HTML.
 
-The tables' frames (headers, summaries, footers) stay with the report that holds them.
+The tables' frames (headers, summaries, footers) stay with the report that holds them; the
+texts about the session as a whole are in `gate/render_session.py`, those of a search's
+summary in `gate/optimize_table.py`.
 """
 
 from __future__ import annotations
@@ -371,9 +376,7 @@ def reference_summary(
     the headroom left, and the ncu validation of the class (Stage 1 on the reference)."""
     bound = str(roofline.bound or "unknown")
     t = roofline.roofline_time_s
-    lines = [
-        f"## Reference analysis (Benchmarking Agent, {roofline.device or 'this device'})"
-    ]
+    lines = [f"## Reference analysis (Benchmarking Agent, {roofline.device or 'this device'})"]
     lines.append(
         f"- Bound: **{bound}** ({BOUND_ADVICE.get(bound, bound)}); arithmetic intensity "
         f"{float(roofline.intensity or 0):.3g} FLOP/B vs ridge "
@@ -467,3 +470,72 @@ def _headroom_lines(
 
 def _pct(value: Any) -> str:
     return "n/a" if value is None else f"{float(value):.0f}%"
+
+
+# ---- the `kernelpro compare` table --------------------------------------------------------
+
+
+def compare_row(record: KernelRecord, base_s: float | None) -> tuple[str, str, str, str, str, str]:
+    """Its cells against the base run's median `base_s`: kernel, baseline, head, speedup
+    (baseline / head), verdict with the change; and the verdict's style."""
+    head_s = record.median_s
+    speedup = f"{base_s / head_s:.2f}×" if base_s and head_s else "–"
+    gate = record.gate
+    status = str((gate.status if gate else None) or record.outcome)
+    _, word, style = STATUS_STYLE.get(status, ("", status, ""))
+    change = gate.change if gate else None
+    verdict = word if change is None else f"{word} {format_change(change)}"
+    return record.name, format_time(base_s), format_time(head_s), speedup, verdict, style
+
+
+# ---- the roofline plot --------------------------------------------------------------------
+
+PLOT_X_LABEL = "arithmetic intensity (FLOP / byte, minimal bytes)"
+PLOT_Y_LABEL = "achieved FLOP/s (FLOPs / median time)"
+# The legend entry of each verdict that gets its own marker (`gate.plot`).
+VERDICT_LEGEND = {
+    "regressed": "regressed",
+    "below-roofline": "below min_roofline",
+    "suspect": "suspect (not failed)",
+    "improved": "improved",
+}
+
+
+def roofline_point_label(
+    name: str, share: float, *, status: str, change: float | None, flagged: bool
+) -> str:
+    """'name (76%)', or 'name (1%, suspect +94.2%)' when the verdict needs attention
+    (`flagged`); `share` is the achieved FLOP/s over the roof at its intensity."""
+    text = f"{name} ({share:.0%}"
+    if flagged:
+        change_text = format_change(change)
+        text += f", {status}" + (f" {change_text}" if change_text != "–" else "")
+    return text + ")"
+
+
+def ceiling_label(device: str, peak_name: str, peak: float, bw: float) -> str:
+    """A ceiling's legend entry. Peak names often carry their value ("FP32 CUDA core
+    (measured 50.9 TFLOP/s)"): it is not said twice."""
+    flops = "" if "FLOP/s" in peak_name else f": {peak / 1e12:.3g} TFLOP/s"
+    return f"{device} {peak_name}{flops}, {bw / 1e9:.4g} GB/s"
+
+
+def roofline_title(devices: list[str], count: int) -> str:
+    return f"Roofline on {', '.join(devices)}: {count} kernel{'s' * (count > 1)}"
+
+
+NOT_PLOTTED = {
+    "untimed": "not timed",
+    "no_flops": "0 FLOPs: no point on a log axis",
+    "no_ceilings": "no roofline ceilings",
+}
+
+
+def not_plotted(name: str, why: str) -> str:
+    """A kernel left off the plot, and why (a key of NOT_PLOTTED)."""
+    return f"{name} ({NOT_PLOTTED[why]})"
+
+
+def not_shown_note(skipped: list[str]) -> str:
+    """The plot's footnote naming the kernels left off it."""
+    return "not shown: " + "; ".join(skipped)[:300]
