@@ -3,12 +3,17 @@
     python bench/dask_replay.py --out DIR [--select EXPR] [--budget N] [--device cpu]
 
 Each run is `pytest --kernelpro-optimize=N --kernelpro-llm=replay:replays -k EXPR` in its own
-scratch copy of example_repo/ (no API key: the recorded answers in order). The Dask run goes
-first (the new path), the in-process one second. DIR/results.json gets, per run as it
-finishes: exit status, wall time, the outcomes, the ranked candidates (strategy, speedup over
-the current kernel, verdict), the winner, and for the Dask run the cluster from the
-trajectory's header (workers, their sandbox, GPUs, secret-looking names) and each node's
-worker stamps. DIR/<run>.log is the streamed pytest output.
+scratch copy of example_repo/ (no API key: the recorded answers in order), in the order
+`--runs` names them (default: the Dask run first). The machine's ceilings (measured once per
+machine, in `.kernelpro/cache`) are measured by the first run and copied into the later runs'
+copies, so that only the first pays for them (`--fresh-cache`: each measures its own).
+DIR/results.json gets, per run as it finishes: exit status, wall time, the outcomes, the
+ranked candidates (strategy, speedup over the current kernel, verdict), the winner, the
+optimize pass's wall split, each node's time on the search clock and the evaluations per
+minute of the search (evaluations over the search clock at its last evaluation), and for the
+Dask run the cluster from the trajectory's header (workers, their sandbox and probe, GPUs,
+secret-looking names, the cluster's start and probe seconds) and each node's worker stamps.
+DIR/<run>.log is the streamed pytest output.
 """
 
 from __future__ import annotations
@@ -53,8 +58,13 @@ def _pytest_command(args: argparse.Namespace, dask: str | None) -> list[str]:
 
 def _trajectory(path: Path) -> dict[str, Any]:
     lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    nodes = lines[1:]
+    # The search clock (from the search's start) when its last evaluation came back.
+    search_s = max((float(n.get("elapsed_s") or 0.0) for n in nodes), default=0.0)
     return {
         "cluster": (lines[0].get("meta") or {}).get("dask") if lines else None,
+        "search_s": round(search_s, 2),
+        "evaluations_per_min": round(60.0 * len(nodes) / search_s, 2) if search_s else None,
         "nodes": [
             {
                 "id": n["id"],
@@ -63,10 +73,12 @@ def _trajectory(path: Path) -> dict[str, Any]:
                 "status": n["status"],
                 "reason": (n.get("reason") or "")[:200],
                 "speedup_vs_reference": n["speedup"],
+                "wall_s": n.get("wall_s"),  # its sandboxed worker process
+                "elapsed_s": n.get("elapsed_s"),  # the search clock when it came back
                 "sandbox": (n.get("metrics") or {}).get("sandbox"),
                 "dask": (n.get("metrics") or {}).get("dask"),
             }
-            for n in lines[1:]
+            for n in nodes
         ],
     }
 
@@ -104,6 +116,8 @@ def _summary(user: Path, out: Path, name: str) -> dict[str, Any]:
             elapsed_s=opt.get("elapsed_s"),
             # Each profile's record, where it was made (a Dask worker) and in which sandbox.
             profiles=opt.get("profiles"),
+            # The cluster's start, probe and close seconds (--kernelpro-dask only).
+            dask_timings=(opt.get("dask") or {}).get("timings"),
         )
     return kernels
 
@@ -121,12 +135,19 @@ def main() -> int:
     parser.add_argument(
         "--feedback", default="none", help="--kernelpro-feedback of both runs (tools: profiled)"
     )
-    parser.add_argument("--runs", default="dask,in_process", help="which of the two runs")
+    parser.add_argument(
+        "--runs", default="dask,in_process", help="which of the two runs, in this order"
+    )
     parser.add_argument(
         "--reserve-s",
         type=float,
         default=100.0,
         help="seconds of the deadline kept for the second run (the first cannot take them)",
+    )
+    parser.add_argument(
+        "--fresh-cache",
+        action="store_true",
+        help="each run measures the machine's ceilings itself (default: the first run's)",
     )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -135,14 +156,22 @@ def main() -> int:
     started = time.monotonic()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    runs = [r for r in (("dask", args.dask), ("in_process", None)) if r[0] in args.runs.split(",")]
-    for name, dask in runs:
+    known = {"dask": args.dask, "in_process": None}
+    names = [n.strip() for n in args.runs.split(",") if n.strip()]
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        parser.error(f"--runs={args.runs!r}: name dask and/or in_process (got {unknown or names})")
+    runs = [(name, known[name]) for name in dict.fromkeys(names)]
+    first_cache: Path | None = None
+    for index, (name, dask) in enumerate(runs):
         user = args.scratch / name
         shutil.copytree(
             REPO / "example_repo", user, ignore=shutil.ignore_patterns(".kernelpro", "__pycache__")
         )
+        if first_cache is not None and first_cache.is_dir() and not args.fresh_cache:
+            shutil.copytree(first_cache, user / ".kernelpro" / "cache")
         left = args.deadline_s - (time.monotonic() - started)
-        if name == "dask" and len(runs) > 1:  # the in-process run gets its share too
+        if index < len(runs) - 1:  # the later run gets its share too
             left -= args.reserve_s
         cmd = _pytest_command(args, dask)
         began = time.monotonic()
@@ -154,8 +183,11 @@ def main() -> int:
                 ).returncode  # fmt: skip
             except subprocess.TimeoutExpired:
                 code = "timeout"
+        if first_cache is None:
+            first_cache = user / ".kernelpro" / "cache"
         results["runs"][name] = {
             "cmd": " ".join(cmd),
+            "ceilings": "measured" if index == 0 or args.fresh_cache else "copied",
             "exit": code,
             "wall_s": round(time.monotonic() - began, 1),
             "kernels": _summary(user, args.out, name),

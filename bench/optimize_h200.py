@@ -446,14 +446,20 @@ def partial(kernel: str, user: Path, raw: Path) -> dict[str, Any]:
     shutil.copytree(run_dir, raw / f"{slug(kernel)}.partial.run", dirs_exist_ok=True)
     summary = run_dir / "summary.json"
     data = json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}
+    best = run_dir / "patches" / "best.patch"
     return {
         "kernel": kernel,
         "run_dir": str(run_dir),
         "files": sorted(p.name for p in run_dir.iterdir()),
         "evaluations": data.get("evaluations"),
         "outcomes": data.get("outcomes"),
+        "status": data.get("status"),
+        "reason": data.get("reason"),
         "nodes": nodes_of(run_dir),
         "prompts": prompts_of(run_dir),
+        # The search's best so far (a single measurement, not re-measured): the re-check can
+        # still apply it and measure it against the starting kernel.
+        "best_patch_text": best.read_text(encoding="utf-8") if best.is_file() else None,
     }
 
 
@@ -471,7 +477,8 @@ def recheck(
     patched = []
     for kernel, entry in searched.items():
         text = entry.get("best_patch_text")
-        info: dict[str, Any] = {"patch": bool(text)}
+        # "interim": the best so far of a search cut off before its final re-measurement.
+        info: dict[str, Any] = {"patch": bool(text), "patch_from": entry.get("patch_from")}
         if text:
             slug = re.sub(r"[^A-Za-z0-9_.-]", "_", kernel)
             patch = raw / f"{slug}.best.patch"
@@ -508,7 +515,8 @@ def recheck(
     out["baseline_saved"] = base.is_file()
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--kernelpro-check",
            *baseline, "-k", select]  # fmt: skip
-    out["run"] = run(cmd, clone, raw / "recheck.log", left_s)
+    # The re-check's limit covers all three steps: what the baseline left, then the collection.
+    out["run"] = run(cmd, clone, raw / "recheck.log", left_s - out["baseline_run"]["wall_s"] - 10)
     report = clone / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
         shutil.copy(report, raw / "recheck.report.json")
@@ -540,7 +548,8 @@ def recheck(
             speedup_vs_starting_kernel=(before / after) if before and after else None,
         )
     cmd = [sys.executable, "-m", "pytest", *plugin_args(args), "--collect-only", "-q"]
-    collected = run(cmd, clone, raw / "collect.log", 120)
+    spent = out["baseline_run"]["wall_s"] + out["run"]["wall_s"]
+    collected = run(cmd, clone, raw / "collect.log", max(10.0, left_s - spent))
     text = (raw / "collect.log").read_text(encoding="utf-8", errors="replace")
     found = re.search(r"(\d+) tests? collected", text)
     out["collect_after_patch"] = {**collected, "collected": int(found.group(1)) if found else None}
@@ -571,6 +580,10 @@ def main() -> int:
         "--full-size", action="store_true", help="with --device cpu: the published KB sizes"
     )
     parser.add_argument("--deadline-s", type=float, default=500.0)
+    parser.add_argument(
+        "--interim-patch", action="append", default=[], metavar="KERNEL=FILE",
+        help="the best-so-far patch of a search cut off in an earlier call, for the re-check",
+    )  # fmt: skip
     parser.add_argument("--commit", default=None, help="main's commit, where git cannot tell")
     parser.add_argument(
         "--process-limit-s", type=float, default=None,
@@ -686,10 +699,24 @@ def main() -> int:
                 f"confirmation {(s.get('confirmation') or {}).get('status')}"
             )
         pack()
-        if step["exit"] == "timeout":
-            break
+        if step["exit"] == "timeout" and args.process_limit_s is None:
+            break  # the shared deadline is spent; with limits of their own the next may fit
     searched = {k: steps.done[f"search:{k}"] for k in wanted if f"search:{k}" in steps.done}
-    if len(searched) == len(wanted) and args.recheck_step not in steps.done:
+    for spec in args.interim_patch:
+        # Re-checked with the others, not searched again (it need not be in --kernels).
+        kernel, _, path = spec.partition("=")
+        if kernel not in KERNELS or not Path(path).is_file():
+            raise SystemExit(f"--interim-patch {spec!r}: want KERNEL=FILE, KERNEL one of "
+                             f"{list(KERNELS)} and FILE an existing patch")  # fmt: skip
+        if kernel not in searched:
+            searched[kernel] = {"best_patch_text": Path(path).read_text(encoding="utf-8")}
+    for kernel in wanted:
+        cut = steps.done.get(f"partial:{kernel}") or {}
+        if kernel not in searched and cut.get("best_patch_text"):
+            searched[kernel] = cut
+    for entry in searched.values():
+        entry.setdefault("patch_from", "interim" if "summary" not in entry else "final ranking")
+    if all(k in searched for k in wanted) and args.recheck_step not in steps.done:
         available = left()
         limit = args.recheck_limit_s if args.recheck_limit_s is not None else available
         if available >= limit and limit > 10:

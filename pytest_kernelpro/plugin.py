@@ -21,6 +21,8 @@ from .run.items import (
     KernelConfigErrorItem,
     KernelItem,
     collect_marked,
+    collected_in_its_own_test_module,
+    is_an_alias_of_a_collected_kernel,
 )
 from .run.session import REPORT_ATTR, KernelproSession, is_within, start_session
 
@@ -47,14 +49,15 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_pycollect_makeitem(
     collector: pytest.Collector, name: str, obj: Any
 ) -> list[pytest.Item] | None:
-    """Collect functions and classes marked `kernelpro` as kernel items where defined."""
+    """Collect functions and classes marked `kernelpro` as kernel items: where defined in a
+    test module, or where imported from a library module (which pytest never collects)."""
     mark = marker_of(obj)
     if mark is None or not callable(obj):
         return None
-    if getattr(obj, "__module__", None) != getattr(
-        getattr(collector, "obj", None), "__name__", None
-    ):
-        return None  # imported from elsewhere: collected where it is defined
+    if collected_in_its_own_test_module(collector, obj):
+        return None  # imported from another test module, which collects it
+    if is_an_alias_of_a_collected_kernel(collector, name, obj):
+        return []
     return collect_marked(collector, name, obj, mark)
 
 

@@ -51,6 +51,7 @@ from pytest_kernelpro.errors import KernelproError
 if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
     from pytest_kernelpro.search.base import Candidate, Evaluation, Evaluator
+    from pytest_kernelpro.search.compile_cache import CompileCaches
     from pytest_kernelpro.search.isolation import Isolation
 
 Profiler = Callable[["Candidate", "Evaluation"], Mapping[str, Any]]
@@ -224,6 +225,7 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         "not_collected": list(profile.get("not_collected") or ()),
         "text": result.get("text", ""),
         "isolation": result.get("isolation"),
+        "compile_cache": result.get("compile_cache"),
         "findings": len(result.get("findings") or ()),
     }
     for finding in result.get("findings") or ():
@@ -274,6 +276,7 @@ class CandidateProfiler:
         max_launches: int = 8,
         isolation: Isolation | str = "auto",
         writable: Sequence[Path] | None = None,
+        caches: CompileCaches | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise KernelproError(f"candidate profile timeout_s={timeout_s!r} must be positive")
@@ -293,20 +296,27 @@ class CandidateProfiler:
             extensions = self.env.get("TORCH_EXTENSIONS_DIR")
             writable = [Path(extensions)] if extensions else []
         self.writable = [Path(p) for p in writable]
+        # The candidates' own compile caches kept from their evaluations (the sandbox
+        # evaluator's `compile_caches`): a profile starts from a copy of its candidate's.
+        self.caches = caches
 
     @property
     def isolation(self) -> Isolation:
-        """The sandbox the child runs in (a mode is probed once, where the profile runs)."""
+        """The sandbox the child runs in. A mode is probed where the profile runs (once per
+        process, `Isolation.probe` keeps it) and asked again for every profile, so a
+        re-probe after CUDA did not start (`Isolation.reprobe_cuda`) applies here too."""
         if isinstance(self._isolation, str):
             from pytest_kernelpro.search.isolation import Isolation
 
-            self._isolation = Isolation.probe(
+            return Isolation.probe(
                 self._isolation, cuda=self.device.startswith("cuda"), env=self.env
             )
         return self._isolation
 
     def __call__(self, candidate: Candidate, evaluation: Evaluation) -> Mapping[str, Any]:
         """The candidate's Analysis dict; `ProfileFailed` when none could be made."""
+        from pytest_kernelpro.search.compile_cache import point_caches
+
         median = evaluation.metrics.get("candidate_median_s")
         facts = self.facts.for_median(float(median) if median else None)
         isolation = self.isolation
@@ -321,6 +331,8 @@ class CandidateProfiler:
                 env[name] = str(workdir / sub)
             env.pop("TMP", None)
             env.pop("TEMP", None)
+            point_caches(env, workdir / "home")
+            warm = self.caches is not None and self.caches.seed(candidate.code, workdir / "home")
             problem = workdir / "candidate_problem.py"
             problem.write_text(
                 combined_problem(self.reference_source, candidate.code), encoding="utf-8"
@@ -391,4 +403,5 @@ class CandidateProfiler:
             result = json.loads(output.read_text(encoding="utf-8"))
         if isinstance(result, dict):
             result["isolation"] = where
+            result["compile_cache"] = "warm (kept from its evaluation)" if warm else "cold"
         return result

@@ -193,7 +193,15 @@ class Problem:
     threshold: float | None = None
     device_preference: str = "any"  # cuda | cpu | any
     trials: int | None = None
+    # The module constructors' arguments (marker `init_inputs=`): the factories apply them;
+    # kept so the sandbox's KernelBench view can say them in `get_init_inputs()`.
+    init_inputs: Any = ()
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def init_arguments(self) -> list[Any]:
+        """The constructor arguments as a list (a callable `init_inputs` is called)."""
+        init = self.init_inputs() if callable(self.init_inputs) else self.init_inputs
+        return list(init or ())
 
     @property
     def shape_id(self) -> str | None:
@@ -371,6 +379,7 @@ def problem_from_marker(
         threshold=options.threshold,
         device_preference=device_pref,
         trials=options.trials,
+        init_inputs=options.init_inputs if kind == "module" else (),
         extra={"shapes": options.shapes} if options.shapes else {},
     )
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +101,37 @@ def items_for_problem(
     return items
 
 
+def collected_in_its_own_test_module(collector: pytest.Collector, obj: Any) -> bool:
+    """True for a marked object imported from another test module: that module collects it,
+    so it is not collected twice. One imported from a library module (`mykernels/ops.py`
+    decorated in place, or a class marked by assignment in the test module) is collected where
+    it is imported, since pytest never collects the library."""
+    defined_in = getattr(obj, "__module__", None)
+    if defined_in is None or defined_in == getattr(
+        getattr(collector, "obj", None), "__name__", None
+    ):
+        return False
+    module_file = getattr(sys.modules.get(defined_in), "__file__", None)
+    if module_file is None:
+        return False
+    patterns = collector.config.getini("python_files")
+    return any(fnmatch.fnmatch(Path(module_file).name, pattern) for pattern in patterns)
+
+
+def is_an_alias_of_a_collected_kernel(collector: pytest.Collector, name: str, obj: Any) -> bool:
+    """True for the second name of an imported kernel bound twice in one test module
+    (`from lib import Double` then `double = pytest.mark.kernelpro(...)(Double)`): it is one
+    kernel, collected once, under the name the test module gave it."""
+    module = getattr(collector, "obj", None)
+    own_name = getattr(obj, "__name__", None)
+    if module is None or getattr(obj, "__module__", None) == getattr(module, "__name__", None):
+        return False
+    names = [bound for bound, value in vars(module).items() if value is obj]
+    given = [bound for bound in names if bound != own_name]
+    chosen = given[0] if given else own_name
+    return name != chosen
+
+
 def collect_marked(
     collector: pytest.Collector, name: str, obj: Any, mark: Any
 ) -> list[pytest.Item]:
@@ -106,10 +139,14 @@ def collect_marked(
     import inspect
 
     path = str(collector.path)
-    try:
-        lineno = inspect.getsourcelines(obj)[1] - 1
-    except (OSError, TypeError):
-        lineno = None
+    lineno: int | None = None
+    if getattr(obj, "__module__", None) == getattr(
+        getattr(collector, "obj", None), "__name__", None
+    ):
+        try:  # the line in this test module; an imported kernel's line is in another file
+            lineno = inspect.getsourcelines(obj)[1] - 1
+        except (OSError, TypeError):
+            lineno = None
     try:
         options = MarkerOptions.from_marker(mark.args, dict(mark.kwargs), kernel_name=name)
         problem = problem_from_marker(obj, options, name=name, source_file=path)

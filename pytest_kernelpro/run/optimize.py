@@ -230,6 +230,8 @@ class _SearchState:
             }
         if ranking.status != "improved":
             data["why"] = ranking.reason
+        if details.get("dask"):  # the cluster of --kernelpro-dask: workers, start/probe/close s
+            data["dask"] = details["dask"]
         if self.run is not None:
             atomic_write_json(self.run.summary, data)
         return data

@@ -249,6 +249,7 @@ def final_ranking(
     rtol: float | None = None,
     rounds: int = REMEASURE_ROUNDS,
     timeout_s: float = 600.0,
+    caches: Any = None,
 ) -> SearchRanking:
     """Re-measure the contenders with the current kernel and the reference; rank them."""
     from pytest_kernelpro.search.ranking import SearchRanking, pick_contenders, rank
@@ -284,6 +285,7 @@ def final_ranking(
         timeout_s=timeout_s,
         atol=atol,
         rtol=rtol,
+        caches=caches,
     )
     clock.remeasure += time.perf_counter() - started
     baseline, base_label = "current", "current kernel"
@@ -458,6 +460,7 @@ def run_search(
             timeout_s=settings.profile_timeout_s,
             env=env,
             isolation=sandbox.limits.isolation,
+            caches=sandbox.compile_caches,
         )
         if hooks is not None:
             hooks.phase("profiling")
@@ -571,9 +574,11 @@ def run_search(
         clock=clock,
         atol=run.problem.atol,
         rtol=run.problem.rtol,
+        caches=sandbox.compile_caches,
     )
     started = time.perf_counter()
     ranking, details["winner_confirmation"] = confirm_winner(ranking, result, sandbox)
+    sandbox.compile_caches.close()
     clock.confirm = time.perf_counter() - started
     ranking = replace(ranking, wall_s=clock.totals())  # the confirmation too
     details.update(

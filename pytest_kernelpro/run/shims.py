@@ -27,9 +27,9 @@ _DEVICE = {device!r}
 
 
 class Model(nn.Module):
-    """The item's reference."""
+    """The item's reference (built by the problem with its own constructor arguments)."""
 
-    def __init__(self):
+    def __init__(self, *init_inputs):
         super().__init__()
         ref = _PROBLEM.reference_factory("cpu")
         # A module is registered once (its parameters are the checker's to hand over).
@@ -48,7 +48,8 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return []
+    # The marker's init_inputs: the candidate's ModelNew is built with them, as the prompt says.
+    return _PROBLEM.init_arguments()
 '''
 
 

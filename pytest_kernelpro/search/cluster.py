@@ -19,7 +19,11 @@ lost candidate is retried.
 
 Either way `probe()` asks every worker what its sandbox can do and which secret-looking
 variables its environment holds (names only); `DaskEvaluator` refuses workers whose sandbox
-is weaker than this machine's.
+is weaker than this machine's. The workers of a local cluster run on this machine, as
+children of this process: given this process's probe (`known`), each checks that its own
+namespace probe (a fraction of a second) finds the same sandbox and then takes the CUDA rung
+from it instead of climbing the CUDA ladder again (up to three processes that initialise
+the GPU: about 15 s on the H200, bench/results/2026-12-01-dask-h200.md).
 """
 
 from __future__ import annotations
@@ -109,6 +113,7 @@ class WorkerInfo:
     isolated: bool = False
     secrets: tuple[str, ...] = ()  # names of secret-looking variables in its environment
     arch: str | None = None  # its GPU's compile target (None without a GPU)
+    probe: str = "own"  # "own", or "the search's process" (a local cluster's, checked there)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -122,6 +127,7 @@ class WorkerInfo:
             "isolated": self.isolated,
             "secrets": list(self.secrets),
             "arch": self.arch,
+            "probe": self.probe,
         }
 
 
@@ -130,13 +136,27 @@ class WorkerInfo:
 PROBED: dict[tuple[str, bool], Any] = {}
 
 
-def _probe_worker(isolation_mode: str, cuda: bool) -> dict[str, Any]:
-    """Runs on each worker: its sandbox, its GPU, the secret-looking names it holds."""
+def _probe_worker(isolation_mode: str, cuda: bool, known: Any = None) -> dict[str, Any]:
+    """Runs on each worker: its sandbox, its GPU, the secret-looking names it holds.
+
+    `known` (an `Isolation`, local clusters only) is the sandbox the search's process probed
+    on this machine: taken when this worker's own namespace probe finds the same setup (the
+    CUDA rung is the only part not checked again), else this worker probes in full."""
+    from dataclasses import replace
+
     from pytest_kernelpro.search.environment import is_secret_name, scrub_environment
     from pytest_kernelpro.search.isolation import Isolation
 
+    env = scrub_environment(os.environ)
+    source = "own"
     try:
-        isolation = Isolation.probe(isolation_mode, cuda=cuda, env=scrub_environment(os.environ))
+        isolation = None
+        if known is not None and cuda:
+            base = Isolation.probe(isolation_mode, cuda=False, env=env)
+            if replace(known, relax=()) == replace(base, relax=()):
+                isolation, source = known, "the search's process"
+        if isolation is None:
+            isolation = Isolation.probe(isolation_mode, cuda=cuda, env=env)
         described, isolated = isolation.describe(), isolation.isolated
         PROBED[(isolation_mode, cuda)] = isolation  # the worker's evaluators reuse it
     except KernelproError as exc:
@@ -157,6 +177,7 @@ def _probe_worker(isolation_mode: str, cuda: bool) -> dict[str, Any]:
         "isolated": isolated,
         "secrets": sorted(name for name in os.environ if is_secret_name(name)),
         "arch": arch,
+        "probe": source,
     }
 
 
@@ -260,9 +281,14 @@ class DaskCluster:
         answers = self.client.run(os.getpid, on_error="return")
         return {a: int(p) for a, p in answers.items() if isinstance(p, int)}
 
-    def probe(self, *, isolation: str = "auto", cuda: bool = False) -> list[WorkerInfo]:
-        """Every worker's sandbox, GPU and secret-looking variable names."""
-        answers = self.client.run(_probe_worker, isolation, cuda)
+    def probe(
+        self, *, isolation: str = "auto", cuda: bool = False, known: Any = None
+    ) -> list[WorkerInfo]:
+        """Every worker's sandbox, GPU and secret-looking variable names; `known` (this
+        process's `Isolation`) is offered to the workers of a local cluster only (module
+        doc)."""
+        offered = known if self.local else None
+        answers = self.client.run(_probe_worker, isolation, cuda, offered)
         known = self.workers()
         out = []
         for address, answer in sorted(answers.items()):
@@ -279,6 +305,7 @@ class DaskCluster:
                     isolated=bool(answer["isolated"]),
                     secrets=tuple(answer["secrets"]),
                     arch=answer["arch"],
+                    probe=str(answer.get("probe") or "own"),
                 )
             )
         return out

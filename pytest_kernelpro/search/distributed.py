@@ -25,7 +25,18 @@ that goes away ends the search with a `KernelproError` (the trajectory can be re
 
 `connect()` probes every worker first and refuses a cluster whose sandbox is weaker than
 this machine's (namespaces here, the fallback there), so a distributed search never runs a
-candidate with less isolation than a local one would.
+candidate with less isolation than a local one would. The workers of a local cluster take
+this process's sandbox probe after checking their own namespaces (`cluster.py`).
+
+A candidate on a worker gets the thread settings it would get in this process: Dask's
+nanny starts every worker with `OMP_NUM_THREADS=1`, `MKL_NUM_THREADS=1` and
+`OPENBLAS_NUM_THREADS=1` (its `distributed.nanny.pre-spawn-environ`), names the sandbox's
+allow-list passes on, which would make every CPU candidate, and the CPU side of the checks,
+single-threaded on Dask only. The session's values of those names (or their absence) travel
+with each task and replace the worker's in the candidate's environment.
+
+`describe()` has `timings`: the cluster's start, the workers' probe and (filled in by
+`close()`, in the same dict) its close, in seconds.
 """
 
 from __future__ import annotations
@@ -92,13 +103,19 @@ class DaskEvaluator:
         self._futures: set[Any] = set()
         self._lock = threading.Lock()
         self.owns_cluster = False
+        self.thread_env = session_thread_environment()
+        # Seconds of the cluster's start (open_evaluator), the probe and the close (close()).
+        self.timings: dict[str, float] = {}
 
     # ----- setting up -----
 
     def connect(self, *, local_isolation: str | None = None) -> list[WorkerInfo]:
         """Probe the workers (module doc); `local_isolation` is this machine's sandbox
-        (`Isolation.describe()`): a worker that cannot isolate as well is refused."""
-        workers = self.cluster.probe(isolation=self.limits.isolation, cuda=self.cuda)
+        (`Isolation.describe()`): a worker that cannot isolate as well is refused, and the
+        workers of a local cluster take that probe (`cluster.py`)."""
+        started = time.perf_counter()
+        known = self._local_probe(local_isolation)
+        workers = self.cluster.probe(isolation=self.limits.isolation, cuda=self.cuda, known=known)
         if not workers:
             raise KernelproError(f"the Dask cluster at {self.cluster.address} has no workers")
         if self.cuda and self.cluster.evaluation_slots("cuda") < 1:
@@ -130,7 +147,22 @@ class DaskEvaluator:
         if self.cuda and self.arch is None:
             self.arch = next((w.arch for w in workers if w.arch), None)
         self.workers = workers
+        self.timings["probe_s"] = round(time.perf_counter() - started, 3)
         return workers
+
+    def _local_probe(self, local_isolation: str | None) -> Any:
+        """This process's sandbox probe, for the workers of a local cluster: the one the
+        caller described (`Isolation.probe` caches it per process, so this costs nothing
+        after the caller's probe); None otherwise."""
+        if local_isolation is None or not getattr(self.cluster, "local", False):
+            return None
+        from pytest_kernelpro.search.environment import scrub_environment
+        from pytest_kernelpro.search.isolation import Isolation
+
+        here = Isolation.probe(
+            self.limits.isolation, cuda=self.cuda, env=scrub_environment(os.environ)
+        )
+        return here if here.describe() == local_isolation else None
 
     def slots(self) -> int:
         """Evaluations the cluster runs at once (the search's `in_flight`)."""
@@ -144,6 +176,7 @@ class DaskEvaluator:
             "slots": self.slots(),
             "arch": self.arch,
             "workers": [w.to_dict() for w in self.workers],
+            "timings": self.timings,  # the same dict: close() adds its seconds to it
         }
 
     # ----- the Evaluator interface -----
@@ -185,6 +218,7 @@ class DaskEvaluator:
                 candidate.to_dict(),
                 build,
                 self.worker_chain,
+                self.thread_env,
                 key=key,
                 pure=False,
                 resources={"GPU": 1} if self.cuda else None,
@@ -233,9 +267,11 @@ class DaskEvaluator:
 
     def close(self) -> None:
         """Cancel what is left; stop the cluster when `open_evaluator` started it."""
+        started = time.perf_counter()
         self.cancel()
         if self.owns_cluster:
             self.cluster.close()
+        self.timings["close_s"] = round(time.perf_counter() - started, 3)
 
     def _losses(self, key: str) -> int | None:
         """How often the scheduler saw this task's worker die under it."""
@@ -257,9 +293,12 @@ def open_evaluator(
     return the evaluator; its `close()` stops a cluster it started."""
     from pytest_kernelpro.search.cluster import DaskCluster
 
+    started = time.perf_counter()
     cluster = DaskCluster.start(spec)
+    start_s = time.perf_counter() - started
     try:
         evaluator = DaskEvaluator(cluster, task, limits, worker_chain=worker_chain)
+        evaluator.timings["start_s"] = round(start_s, 3)
         evaluator.owns_cluster = True
         evaluator.connect(local_isolation=local_isolation)
     except BaseException:
@@ -274,11 +313,50 @@ _EVALUATORS: dict[str, Any] = {}
 _EVALUATORS_LOCK = threading.Lock()
 
 
+def nanny_thread_variables() -> tuple[str, ...]:
+    """The names Dask's nanny sets in a worker before starting it (its
+    `distributed.nanny.pre-spawn-environ`) that the sandbox passes on to a candidate."""
+    from pytest_kernelpro.search.environment import scrub_environment
+
+    try:
+        import dask
+
+        names = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
+    except ImportError:
+        return ()
+    return tuple(sorted(scrub_environment(dict.fromkeys(names, ""))))
+
+
+def session_thread_environment() -> dict[str, str | None]:
+    """This process's values of `nanny_thread_variables()` (None: not set here)."""
+    return {name: os.environ.get(name) for name in nanny_thread_variables()}
+
+
+def _with_thread_environment(
+    env: dict[str, str], thread_env: dict[str, str | None] | None
+) -> dict[str, str]:
+    for name, value in (thread_env or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
 def _worker_evaluator(
-    token: str, task: KernelBenchTask, limits: SandboxLimits, chain: WorkerChain | None
+    token: str,
+    task: KernelBenchTask,
+    limits: SandboxLimits,
+    chain: WorkerChain | None,
+    thread_env: dict[str, str | None] | None = None,
 ) -> Any:
-    """This worker's evaluator of one search: a `SandboxEvaluator` (wrapped by `chain`)."""
+    """This worker's evaluator of one search: a `SandboxEvaluator` (wrapped by `chain`)
+    whose candidates get the search's thread settings (module doc)."""
     from pytest_kernelpro.search.evaluator import SandboxEvaluator
+
+    class WorkerSandboxEvaluator(SandboxEvaluator):
+        def environment(self, workdir: Path | None = None) -> dict[str, str]:
+            return _with_thread_environment(super().environment(workdir), thread_env)
 
     with _EVALUATORS_LOCK:
         evaluator = _EVALUATORS.get(token)
@@ -287,7 +365,7 @@ def _worker_evaluator(
             device = "cuda" if task.device.startswith("cuda") else task.device
             local_task = dataclasses.replace(task, device=device)
             local_limits = dataclasses.replace(limits, python=sys.executable)
-            evaluator = SandboxEvaluator(local_task, local_limits)
+            evaluator = WorkerSandboxEvaluator(local_task, local_limits)
             from pytest_kernelpro.search.cluster import PROBED
 
             probed = PROBED.get((local_limits.isolation, device.startswith("cuda")))
@@ -306,13 +384,14 @@ def _evaluate_task(
     candidate: dict[str, Any],
     build: dict[str, Any] | None,
     chain: WorkerChain | None,
+    thread_env: dict[str, str | None] | None = None,
 ) -> dict[str, Any]:
     """The evaluation task: the candidate through this worker's sandbox evaluator."""
     started = time.time()
     installed = 0
     if build is not None and build.get("entries"):
         installed = install_entries(_cache_root(limits.build_cache_dir), build["entries"])
-    evaluator = _worker_evaluator(token, task, limits, chain)
+    evaluator = _worker_evaluator(token, task, limits, chain, thread_env)
     evaluation = evaluator.evaluate(Candidate.from_dict(candidate))
     ended = time.time()
     info: dict[str, Any] = {

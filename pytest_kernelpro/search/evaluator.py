@@ -46,6 +46,8 @@ from pytest_kernelpro.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.build.prebuild import Prebuilder
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.compile_cache import CompileCaches, point_caches
+from pytest_kernelpro.search.cuda_probe import cuda_init_failure
 from pytest_kernelpro.search.environment import (
     PACKAGE_ROOT,
     SAFE_NAMES,
@@ -95,6 +97,9 @@ class SandboxEvaluator(TrustedSide):
         # The session's TF32 flags, read once here and sent with every task, so the sandbox's
         # fresh processes relax fp32 tolerances when the gate does.
         self.fp32_precision = session_fp32_precision()
+        # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
+        # its profile, re-timing and re-measurement (never shared between candidates).
+        self.compile_caches = CompileCaches()
 
     # ----- builds ahead of the worker (pytest_kernelpro.build) -----
 
@@ -132,10 +137,11 @@ class SandboxEvaluator(TrustedSide):
             builder.submit_many([c.code for c in candidates])
 
     def close(self) -> None:
-        """Stop the build threads (pending builds are dropped)."""
+        """Stop the build threads (pending builds are dropped); drop the kept caches."""
         if self._prebuilder is not None:
             self._prebuilder.close()
             self._prebuilder = None
+        self.compile_caches.close()
 
     @property
     def isolation(self) -> Isolation:
@@ -145,6 +151,36 @@ class SandboxEvaluator(TrustedSide):
                 self.limits.isolation, cuda=self._needs_cuda(), env=self.environment()
             )
         return self._isolation
+
+    def _run_seeded(self, code: str, workdir: Path) -> Evaluation:
+        """`_run_worker` with the caches an earlier run of the same code kept (if any);
+        `metrics["compile_cache"]` says whether it started warm."""
+        (workdir / "home").mkdir(exist_ok=True)
+        warm = self.compile_caches.seed(code, workdir / "home")
+        evaluation = self._run_worker(workdir)
+        evaluation.metrics["compile_cache"] = (
+            "warm (kept from this code's evaluation)" if warm else "cold"
+        )
+        return evaluation
+
+    def _reprobe_if_cuda_failed(self, evaluation: Evaluation) -> str | None:
+        """When a failed run's log says CUDA itself did not start (`cuda_init_failure`),
+        re-probe the ladder with the torch check (`Isolation.reprobe_cuda`, once per
+        process); the new verdict when the isolation changed (the run is repeated), else
+        None. Only for a CUDA task in the namespaces."""
+        if evaluation.status not in ("run_error", "build_error") or not self._needs_cuda():
+            return None
+        if self._isolation is None or not self._isolation.isolated:
+            return None
+        failure = cuda_init_failure(f"{evaluation.reason}\n{evaluation.logs}")
+        if failure is None:
+            return None
+        before = self._isolation
+        found = Isolation.reprobe_cuda(self.limits.isolation, failure, env=self.environment())
+        if found is None:
+            return None
+        self._isolation = found
+        return found.verdict if found != before else None
 
     def _needs_cuda(self) -> bool:
         if self.task.device.startswith("cuda"):
@@ -168,6 +204,7 @@ class SandboxEvaluator(TrustedSide):
                 env[name] = str(workdir / sub)
             env.pop("TMP", None)
             env.pop("TEMP", None)
+            point_caches(env, workdir / "home")  # not a session's TRITON_CACHE_DIR
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
@@ -202,7 +239,19 @@ class SandboxEvaluator(TrustedSide):
         waited = time.monotonic() - waiting  # compiles still running when this one's turn came
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
-            evaluation = self._run_worker(workdir)
+            evaluation = self._run_seeded(candidate.code, workdir)
+            reprobed = self._reprobe_if_cuda_failed(evaluation)
+            if reprobed is not None:
+                # CUDA did not start under the rung the driver check or the machine's cache
+                # chose: run it once more under what the torch check found, and say so.
+                remove_tree(workdir)
+                workdir.mkdir()
+                (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+                evaluation = self._run_seeded(candidate.code, workdir)
+                evaluation.metrics["sandbox_reprobe"] = reprobed
+            if evaluation.status == "correct":
+                # Its later runs (profile, re-timing, re-measurement) start from these.
+                self.compile_caches.keep(candidate.code, workdir / "home")
             if prebuilt is not None:
                 # On the critical path: the wait for this candidate's compiles (they may have
                 # run while earlier candidates were on the GPU) and the worker's build phase.

@@ -49,11 +49,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.search import cuda_probe
 from pytest_kernelpro.search.namespace_setup import (  # re-exported: see __all__
     DENIED_DEVICES,
     DEVICE_NODES,
@@ -79,6 +80,9 @@ class Isolation:
     # Parts of the mount setup left out because CUDA did not initialise with them (RELAXATIONS);
     # empty: the full sandbox.
     relax: tuple[str, ...] = ()
+    # How the rung was decided (probed with which check, or cached from which file): for the
+    # search's report. Not part of the isolation itself, so not compared.
+    verdict: str = field(default="", compare=False)
 
     @property
     def isolated(self) -> bool:
@@ -155,7 +159,8 @@ class Isolation:
         """What this machine allows (cached per mode and CUDA); `mode` is auto, namespaces or
         fallback. With `cuda=True` the sandbox must also let CUDA initialise: the full setup
         is tried first, then the `CUDA_LADDER` relaxations in order, each named in
-        `describe()`; when none works, the fallback (with the reason)."""
+        `describe()`; when none works, the fallback (with the reason). The CUDA verdict is
+        the machine's cached one where valid (`cuda_probe`), else checked and cached."""
         if mode not in MODES:
             raise KernelproError(
                 f"Invalid sandbox isolation mode {mode!r}: use one of {', '.join(MODES)}."
@@ -167,20 +172,50 @@ class Isolation:
             if cuda and "cuda" not in _PROBED:
                 _PROBED["cuda"] = _probe_cuda(_PROBED["auto"], env)
             found = _PROBED[key]
-        if mode == "fallback":
-            return Isolation("fallback", why="requested (isolation='fallback')")
-        if mode == "namespaces" and not found.isolated:
-            raise KernelproError(
-                f"The candidate sandbox needs Linux namespaces, but {found.why}. Run as root or "
-                "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 "
-                "or kernel.apparmor_restrict_unprivileged_userns=0), or accept the weaker "
-                "fallback with isolation='auto'."
+        return _for_mode(mode, found)
+
+    @classmethod
+    def reprobe_cuda(
+        cls, mode: str, failure: str, *, env: dict[str, str] | None = None
+    ) -> Isolation | None:
+        """A sandboxed run failed with CUDA's start-up error (`failure`) under a rung that
+        the driver check or the machine's cache chose: probe the ladder again with the torch
+        check (what torch itself needs), replace the cached verdict, and return the new
+        isolation (its `verdict` says why); None when the rung in use was already the torch
+        check's in this process (nothing new to learn). At most once per process."""
+        with _PROBE_LOCK:
+            current = _PROBED.get("cuda")
+            # Decided by the torch check already (probed or cached): nothing new to learn.
+            if current is None or _REPROBED or "(torch check" in current.verdict:
+                return None
+            _REPROBED.append(failure)
+            base = _PROBED.get("auto") or _probe()
+            found = _probe_cuda(base, env, check="torch")
+            found = replace(
+                found,
+                verdict=f"re-probed with the torch check after CUDA did not start under "
+                f"{current.describe()} ({failure[:200]}): {found.verdict}",
             )
-        return found
+            _PROBED["cuda"] = found
+        return _for_mode(mode, found)
+
+
+def _for_mode(mode: str, found: Isolation) -> Isolation:
+    if mode == "fallback":
+        return Isolation("fallback", why="requested (isolation='fallback')")
+    if mode == "namespaces" and not found.isolated:
+        raise KernelproError(
+            f"The candidate sandbox needs Linux namespaces, but {found.why}. Run as root or "
+            "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 "
+            "or kernel.apparmor_restrict_unprivileged_userns=0), or accept the weaker "
+            "fallback with isolation='auto'."
+        )
+    return found
 
 
 _PROBE_LOCK = threading.Lock()
 _PROBED: dict[str, Isolation] = {}
+_REPROBED: list[str] = []  # the failure that made this process re-probe, once
 
 # What each relaxation leaves out of the mount setup, weakest last. Measured on the H200
 # (2026-12-01, bench/results/2026-12-01-sandbox-h200.md): CUDA failed to initialise in the
@@ -198,51 +233,59 @@ CUDA_LADDER: tuple[tuple[str, ...], ...] = (
     # No rung makes /tmp writable: a repository checked out under /tmp (CI clones often
     # are) would become writable with it. The H200 needs only the two rungs above.
 )
-_CUDA_CHECK = (
-    "import torch\n"
-    "torch.zeros(1, device='cuda').add_(1)\n"
-    "torch.cuda.synchronize()\n"
-    "open('ok', 'w').write('cuda')\n"
-)
 
 
-def _probe_cuda(base: Isolation, env: dict[str, str] | None) -> Isolation:
-    """The first rung of `CUDA_LADDER` under which CUDA initialises, else the fallback."""
+def _probe_cuda(
+    base: Isolation,
+    env: dict[str, str] | None,
+    *,
+    check: str = "driver",
+    cache: cuda_probe.VerdictCache | None = None,
+) -> Isolation:
+    """The first rung of `CUDA_LADDER` under which CUDA starts, else the fallback: from the
+    machine's cached verdict when there is one, else by `cuda_probe.walk_ladder` (the
+    driver check; "torch": the torch check), remembered for the next process."""
     if not base.isolated:
         return base
-    import tempfile
-    from dataclasses import replace
+    cache = cuda_probe.VerdictCache.default() if cache is None else cache
+    key = _machine_key(base, env)
+    if check == "driver":
+        cached = cache.load(key, CUDA_LADDER)
+        if cached is not None:
+            return replace(base, relax=cached.relax, verdict=cached.describe())
+    else:
+        cache.forget(key)  # the verdict it replaces did not hold: the next process re-checks
 
-    tried = []
-    for relax in CUDA_LADDER:
-        candidate = replace(base, relax=relax)
-        scratch = Path(tempfile.mkdtemp(prefix="kernelpro-probe-cuda-"))
-        try:
-            command = candidate.wrap([sys.executable, "-c", _CUDA_CHECK], scratch=scratch)
-            try:
-                out = subprocess.run(
-                    command,
-                    cwd=scratch,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=120,
-                    check=False,
-                )
-            except (OSError, subprocess.SubprocessError) as exc:
-                tried.append(f"{'+'.join(relax) or 'full'}: {exc}")
-                continue
-            if (scratch / "ok").exists():
-                return candidate
-            last = [ln for ln in (out.stderr or out.stdout).splitlines() if ln.strip()]
-            tried.append(
-                f"{'+'.join(relax) or 'full'}: {last[-1][:160] if last else out.returncode}"
-            )
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-    return Isolation(
-        "fallback",
-        why="CUDA does not initialise inside the namespaces (tried " + "; ".join(tried) + ")",
+    def wrap(relax: tuple[str, ...], command: Sequence[str], scratch: Path) -> list[str]:
+        return replace(base, relax=relax).wrap(command, scratch=scratch)
+
+    found = cuda_probe.walk_ladder(CUDA_LADDER, wrap, env, check=check)
+    if found.relax is None:
+        return Isolation(
+            "fallback",
+            why="CUDA does not initialise inside the namespaces (tried "
+            + "; ".join(found.tried)
+            + ")",
+            verdict=f"probed ({'/'.join(dict.fromkeys(found.checks))} check, "
+            f"{found.seconds:.1f} s)",
+        )
+    stored = cache.store(key, found.relax, check=found.check, seconds=found.seconds)
+    verdict = f"probed ({found.check} check, {found.seconds:.1f} s" + (
+        f"; remembered in {stored})" if stored else "; not cached)"
+    )
+    return replace(base, relax=found.relax, verdict=verdict)
+
+
+def _machine_key(base: Isolation, env: dict[str, str] | None) -> dict[str, Any] | None:
+    return cuda_probe.machine_key(
+        ladder=CUDA_LADDER,
+        base={
+            "user_namespace": base.user_namespace,
+            "unshare": base.unshare,
+            "setpriv": base.setpriv,
+            "relaxations": RELAXATIONS,
+        },
+        env=env,
     )
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search import measurement
+from pytest_kernelpro.search.compile_cache import CompileCaches, point_caches
 from pytest_kernelpro.search.isolation import Isolation
 
 READY, DONE, ERROR = "ready", "done", "error"
@@ -53,6 +54,7 @@ class RemeasureResult:
     order: list[list[str]] = field(default_factory=list)  # the order of each round
     wall_s: float = 0.0
     device: str = ""
+    warm: list[str] = field(default_factory=list)  # contenders started from kept caches
 
 
 def _combined(reference: str, code: str) -> str:
@@ -120,8 +122,11 @@ def remeasure(
     timeout_s: float = 300.0,
     atol: float | None = None,
     rtol: float | None = None,
+    caches: CompileCaches | None = None,
 ) -> RemeasureResult:
-    """Time `contenders` ((label, ModelNew module code), ...) in interleaved rounds."""
+    """Time `contenders` ((label, ModelNew module code), ...) in interleaved rounds; each
+    contender's worker starts from a copy of the compile caches its code's evaluation kept
+    (`caches`, the sandbox evaluator's `compile_caches`)."""
     if rounds < 1:
         raise KernelproError(f"remeasure rounds={rounds!r} must be at least 1")
     labels = [label for label, _ in contenders]
@@ -164,6 +169,9 @@ def remeasure(
                 for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):  # the rest is read-only
                     (scratch / sub).mkdir()
                     worker_env[name] = str(scratch / sub)
+                point_caches(worker_env, scratch / "home")
+                if caches is not None and caches.seed(code, scratch / "home"):
+                    result.warm.append(label)
                 with open(work / f"{label}.stderr", "wb") as err:
                     proc = subprocess.Popen(
                         isolation.wrap(command, scratch=scratch, python=python),

@@ -56,10 +56,18 @@ def render_tree(
     on_best_path = {n.id for n in best.path()} if best is not None else set()
     header = trajectory.header
     root = tree.root
+    # Speedups are the search's, against the reference; the user's current kernel (measured
+    # in the same sandbox) is the baseline a user cares about, so say both where it is known.
+    current = (header.get("meta") or {}).get("current_speedup")
     title = (
         f"ROOT  {header.get('algorithm')}  {len(tree.nodes) - 1} nodes  "
-        f"N={root.visits} Q={root.Q:+.3f}"
+        f"N={root.visits} Q={root.Q:+.3f}  speedups vs the reference"
+        + (f"; the current kernel {current:.2f}x" if current else "")
     )
+
+    def vs_current(speedup: float) -> str:
+        return f" ({speedup / current:.2f}x current)" if current else ""
+
     rich_tree = Tree(Text(title))
 
     def label(node: SearchNode) -> Text:
@@ -68,7 +76,7 @@ def render_tree(
         assert cand is not None
         parts = [f"{'*' if node.id in on_best_path else ' '}#{node.id} {node.mode:<8}"]
         if ev.ok and ev.speedup is not None:
-            parts.append(f"correct {ev.speedup:.2f}x")
+            parts.append(f"correct {ev.speedup:.2f}x{vs_current(ev.speedup)}")
         else:
             parts.append(ev.status)
         parts.append(f"r={node.reward:+.2f} N={node.visits} Q={node.Q:+.2f}")
@@ -101,7 +109,12 @@ def render_tree(
             f"#{n.id} {n.speedup:.2f}x" if n.speedup is not None else f"#{n.id} {n.kind}"
             for n in best.path()[1:]
         )
-        console.print(Text(f"Best path: ROOT -> {steps}  (best #{best.id}: {best.speedup:.2f}x)"))
+        console.print(
+            Text(
+                f"Best path: ROOT -> {steps}  "
+                f"(best #{best.id}: {best.speedup:.2f}x{vs_current(best.speedup)})"
+            )
+        )
     return buffer.getvalue()
 
 

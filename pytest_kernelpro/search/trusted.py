@@ -41,6 +41,9 @@ class TrustedSide:
     def _run_worker(self, workdir: Path) -> Evaluation:
         raise NotImplementedError
 
+    def _run_seeded(self, code: str, workdir: Path) -> Evaluation:
+        raise NotImplementedError
+
     def _task_payload(self) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -161,7 +164,7 @@ class TrustedSide:
         }
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
-            retimed = self._run_worker(workdir)
+            retimed = self._run_seeded(candidate.code, workdir)
             if retimed.status != "correct":
                 return _disqualified(
                     evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"

@@ -75,6 +75,56 @@ def test_imported_kernel_is_collected_only_where_defined(pytester: pytest.Pytest
     result.stdout.fnmatch_lines(["test_a.py::negate", "*1 test collected*"])
 
 
+def test_kernel_marked_in_a_library_module_is_collected_where_imported(
+    pytester: pytest.Pytester,
+) -> None:
+    # pytest never collects mykernels/ops.py, so a kernel decorated there (or a library class
+    # marked by assignment in the test module) must be collected by the test module.
+    pytester.makepyfile(
+        **{
+            "mykernels/__init__.py": "",
+            "mykernels/ops.py": """
+            import pytest, torch
+            @pytest.mark.kernelpro(reference=torch.neg, inputs=lambda device: (torch.ones(4),))
+            def negate(x):
+                return -x
+
+            class Double(torch.nn.Module):
+                def forward(self, x):
+                    return x * 2
+            """,
+            "test_ops.py": """
+            import pytest, torch
+            from mykernels.ops import negate, Double
+
+            class Ref(torch.nn.Module):
+                def forward(self, x):
+                    return x + x
+
+            double = pytest.mark.kernelpro(
+                reference=Ref, inputs=lambda device: (torch.ones(4, device=device),)
+            )(Double)
+            """,
+        }
+    )
+    result = pytester.runpytest(
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--rootdir",
+        str(pytester.path),
+        "-o",
+        "pythonpath=.",
+        "test_ops.py",
+    )
+    result.stdout.fnmatch_lines(["*2 passed*"])
+    assert result.ret == 0
+    collected = pytester.runpytest("--collect-only", "-q", "-o", "pythonpath=.", "test_ops.py")
+    collected.stdout.fnmatch_lines(
+        ["test_ops.py::negate", "test_ops.py::double", "*2 tests collected*"]
+    )
+
+
 @pytest.mark.parametrize(
     ("marker_args", "expected"),
     [

@@ -72,6 +72,8 @@ def test_search_on_two_dask_workers_overlaps_and_finds_the_same_winner(
     # What a search in this process finds for these answers (test_optimize_handoff.py).
     assert summary["outcomes"] == {"correct": 1, "wrong": 1, "build_error": 1}
     assert summary["candidates"][0]["strategy"] == "add the tensor to itself"
+    # The report names the cluster, with the seconds of its start, probe and close.
+    assert set(summary["dask"]["timings"]) == {"start_s", "probe_s", "close_s"}
 
     run = Path(summary["run_dir"])
     lines = [json.loads(line) for line in (run / "trajectory.jsonl").read_text().splitlines()]
@@ -81,6 +83,10 @@ def test_search_on_two_dask_workers_overlaps_and_finds_the_same_winner(
     assert cluster["slots"] == 2
     assert len(cluster["workers"]) == 2
     assert all(w["secrets"] == [] for w in cluster["workers"])
+    # The cluster's start and the workers' probe are timed (a CPU task: no CUDA rung to take).
+    assert cluster["timings"]["start_s"] > 0
+    assert cluster["timings"]["probe_s"] > 0
+    assert [w["probe"] for w in cluster["workers"]] == ["own", "own"]
     stamps = [n["metrics"]["dask"] for n in nodes]
     assert len(stamps) == 3
     assert all(s["ended"] > s["started"] for s in stamps)

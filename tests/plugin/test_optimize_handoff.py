@@ -459,3 +459,99 @@ def test_kernelbench_file_without_modelnew_is_searched_from_its_own_model(
     patched = (root / "problems" / "relu.py").read_text()
     assert patched.startswith(KB_PROBLEM.rstrip())  # class Model and the rest kept
     assert "ModelNew" in patched
+
+
+LIBRARY_LAYERS = '''
+import torch
+from torch import nn
+
+
+class Scale(nn.Module):
+    """Scales each column by a learned weight, slowly (the library's own layer)."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden) + 0.1 * torch.randn(hidden))
+
+    def forward(self, x):
+        y = x
+        for _ in range(100):
+            y = y + 0.0
+        return y * self.weight
+'''
+
+LIBRARY_TEST = """
+import pytest, torch
+from torch import nn
+
+from scalelib.layers import Scale
+
+
+class Reference(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def inp(device):
+    return (torch.randn(2048, 64, device=device),)
+
+
+# The library's class, marked where it is tested, with the constructor's required argument.
+scale = pytest.mark.kernelpro(reference=Reference, inputs=inp, init_inputs=(64,))(Scale)
+"""
+
+# Requires the constructor argument the prompt shows (get_init_inputs() -> [64]) and names
+# its weight differently.
+LIBRARY_REPLY = (
+    "### Strategy: one multiply\n```python\nimport torch\nfrom torch import nn\n\n\n"
+    "class ModelNew(nn.Module):\n    def __init__(self, hidden):\n        super().__init__()\n"
+    "        self.gain = nn.Parameter(torch.ones(hidden))\n\n    def forward(self, x):\n"
+    "        return x * self.gain\n```\n"
+)
+
+
+@pytest.mark.slow
+def test_library_kernel_marked_in_the_test_module_is_rewired_where_defined(
+    pytester: pytest.Pytester,
+) -> None:
+    root = Path(pytester.path)
+    (root / "scalelib").mkdir()
+    (root / "scalelib" / "__init__.py").write_text("")
+    (root / "scalelib" / "layers.py").write_text(LIBRARY_LAYERS)
+    pytester.makepyfile(test_layers=LIBRARY_TEST)
+    pytester.makeini(
+        "[pytest]\npythonpath = .\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n"
+    )
+    (root / "replays").mkdir()
+    (root / "replays" / "scale.jsonl").write_text(
+        json.dumps(recording_record(LIBRARY_REPLY)) + "\n"
+    )
+    _commit_all(root)
+    test_text = (root / "test_layers.py").read_text()
+    result = pytester.runpytest_subprocess(
+        "-p",
+        "no:cacheprovider",
+        "--kernelpro-optimize=1",
+        "--kernelpro-llm=replay:replays",
+        "--kernelpro-feedback=none",
+        "--kernelpro-candidates=1",
+        "--kernelpro-save-baseline",
+    )
+    result.assert_outcomes(passed=1)
+    summary = _report(root)["scale"]["extra"]["optimize"]
+    assert summary["outcomes"] == {"correct": 1}, summary
+    best = summary["candidates"][0]
+    assert _git(root, "apply", best["patch"]).returncode == 0
+    # The library's class is rewired where it is defined; the test module is untouched.
+    assert "def __new__(cls, *args, **kwargs):" in (root / "scalelib" / "layers.py").read_text()
+    assert (root / "scalelib" / "kernelpro_Scale.py").is_file()
+    assert (root / "test_layers.py").read_text() == test_text
+    check = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelpro-check")
+    check.assert_outcomes(passed=1)
+    record = _report(root)["scale"]
+    assert record["outcome"] == "passed", record.get("message")
+    assert record["gate"]["change"] < 0  # faster than the baseline saved before the patch

@@ -308,3 +308,100 @@ def test_profiles_made_on_the_workers_come_back_to_the_search(cluster) -> None:
     assert record.worker == good.metrics["dask"]["worker"]
     assert record.worker in cluster.workers()
     assert record.profile_s == profile["profile_s"] > 0
+
+
+THREADS_PROBE = """
+import os
+import sys
+
+import torch
+from torch import nn
+
+print("threads:", os.environ.get("OMP_NUM_THREADS"), os.environ.get("MKL_NUM_THREADS"),
+      file=sys.stderr)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return x + x
+"""
+
+
+def test_a_candidate_on_a_worker_gets_this_sessions_thread_settings(
+    cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Dask's nanny starts each worker with OMP_NUM_THREADS=1 (and MKL_NUM_THREADS=1); a
+    candidate there gets this session's values instead, as it would in this process."""
+    on_workers = cluster.client.run(lambda: os.environ.get("OMP_NUM_THREADS"))
+    assert set(on_workers.values()) == {"1"}
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    evaluator = DaskEvaluator(cluster, TASK, LIMITS)
+    evaluator.connect()
+    evaluation = evaluator.evaluate(Candidate(code=THREADS_PROBE))
+    assert evaluation.status == "correct", evaluation.reason
+    assert "threads: 3 None" in evaluation.logs
+
+
+def test_a_local_worker_takes_this_process_cuda_probe_once_its_namespaces_match(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`_probe_worker` as a local worker runs it: the CUDA rung comes from the search's
+    process when the worker's own namespace probe finds the same setup; otherwise the
+    worker probes in full (here: a seeded result, so no GPU is needed)."""
+    import dataclasses
+
+    from pytest_kernelpro.search import cluster as cluster_module
+    from pytest_kernelpro.search import isolation as isolation_module
+
+    base = Isolation.probe("auto", cuda=False, env=scrub_environment(os.environ))
+    if not base.isolated:
+        pytest.skip(f"no Linux namespaces here: {base.why}")
+    monkeypatch.setattr(cluster_module, "PROBED", {})
+    known = dataclasses.replace(base, relax=("host_dev",))
+    answer = cluster_module._probe_worker("auto", True, known)
+    assert answer["probe"] == "the search's process"
+    assert answer["isolation"] == known.describe()
+    assert answer["isolated"] is True
+    assert cluster_module.PROBED[("auto", True)] == known  # what its evaluators use
+
+    seeded = Isolation("fallback", why="seeded by this test")
+    monkeypatch.setitem(isolation_module._PROBED, "cuda", seeded)
+    elsewhere = dataclasses.replace(known, unshare="/elsewhere/unshare")
+    answer = cluster_module._probe_worker("auto", True, elsewhere)
+    assert answer["probe"] == "own"
+    assert answer["isolation"] == seeded.describe()
+
+
+class RecordingClient:
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def run(self, function: object, *args: object, **_: object) -> dict[str, object]:
+        self.calls.append(args)
+        return {}
+
+    def scheduler_info(self, **_: object) -> dict[str, object]:
+        return {"workers": {}}
+
+
+def test_only_the_workers_of_a_local_cluster_are_offered_this_process_probe() -> None:
+    joined = DaskCluster(RecordingClient())  # no cluster of its own: an address joined
+    joined.probe(isolation="auto", cuda=True, known="this machine's probe")
+    assert joined.client.calls == [("auto", True, None)]
+    started = DaskCluster(RecordingClient(), cluster=object())
+    started.probe(isolation="auto", cuda=True, known="this machine's probe")
+    assert started.client.calls == [("auto", True, "this machine's probe")]
+
+
+def test_connect_offers_the_probe_the_caller_described(cluster) -> None:
+    here = Isolation.probe("auto", cuda=False, env=scrub_environment(os.environ))
+    evaluator = DaskEvaluator(cluster, TASK, LIMITS)
+    assert evaluator._local_probe(here.describe()) == here
+    assert evaluator._local_probe("namespaces (something else)") is None
+    assert evaluator._local_probe(None) is None
+    remote = DaskEvaluator(FakeCluster([_info(isolated=True)]), TASK, LIMITS)  # type: ignore[arg-type]
+    assert remote._local_probe(here.describe()) is None
+    evaluator.connect(local_isolation=here.describe())
+    assert evaluator.describe()["timings"]["probe_s"] >= 0
+    assert [w.probe for w in evaluator.workers] == ["own", "own"]  # a CPU task: nothing to take

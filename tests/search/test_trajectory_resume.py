@@ -244,6 +244,20 @@ def test_render_tree_shows_every_node_and_the_best_path(tmp_path: Path) -> None:
     assert f"(best #{best.id}: {best.speedup:.2f}x)" in best_line
     assert "build_error" in text
     assert "scripted build_error" in text
+    assert "speedups vs the reference" in text.splitlines()[0]
+
+
+def test_render_tree_says_speedups_against_the_current_kernel_too(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    result = MCTS(seed=1).run(
+        Scripted(SPECS), CodeEvaluator(), "6", trajectory=path, meta={"current_speedup": 2.0}
+    )
+    text = render_tree(path)
+    assert text.splitlines()[0].endswith("speedups vs the reference; the current kernel 2.00x")
+    best = result.best
+    assert best is not None
+    assert best.speedup is not None
+    assert f"(best #{best.id}: {best.speedup:.2f}x ({best.speedup / 2:.2f}x current))" in text
 
 
 def test_show_main(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
