@@ -75,6 +75,7 @@ def _trajectory(path: Path) -> dict[str, Any]:
                 "speedup_vs_reference": n["speedup"],
                 "wall_s": n.get("wall_s"),  # its sandboxed worker process
                 "elapsed_s": n.get("elapsed_s"),  # the search clock when it came back
+                "phases": (n.get("metrics") or {}).get("phases"),  # of its worker process
                 "sandbox": (n.get("metrics") or {}).get("sandbox"),
                 "dask": (n.get("metrics") or {}).get("dask"),
             }

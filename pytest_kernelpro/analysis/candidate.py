@@ -4,7 +4,7 @@
 
     {"problem_file": ".../candidate_problem.py", "device": "cuda", "timeout_s": 120,
      "facts": {...RooflineFacts...}, "output": ".../analysis.json", "timeline_runs": 5,
-     "max_launches": 8}
+     "max_launches": 8, "ncu_catalog": ".../ncu-metrics.txt" (optional)}
 
 `problem_file` is a KernelBench-format file: the reference (`class Model`, `get_inputs`,
 `get_init_inputs`) followed by the candidate's module (`class ModelNew`). This program builds
@@ -61,6 +61,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     ptxas = [p for b in capture.builds for p in b.ptxas]
     binaries = list(capture.so_paths) + _fast_path_cubins()
     facts = RooflineFacts(**dict(spec.get("facts") or {}))
+    phases: dict[str, float] = {"build": build_s}
+    catalog = None
+    if spec.get("ncu_catalog"):  # the search's process asked ncu once for this chip's metrics
+        catalog = Path(str(spec["ncu_catalog"])).read_text(encoding="utf-8").split()
     analysis = profile_and_analyze(
         ProblemLocator(problem_file, "ModelNew"),
         facts,
@@ -74,8 +78,12 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         # This child already started the interpreter, CUDA and the candidate: the kineto
         # run reuses them instead of starting another process.
         timeline_in_process=bool(spec.get("timeline_in_process", True)),
+        ncu_catalog=catalog,
+        phases=phases,
     )
+    phases["analysis"] = analysis.analysis_s
     analysis.extra["build_s"] = build_s
+    analysis.extra["phases"] = {k: round(v, 3) for k, v in phases.items()}
     analysis.extra["binaries"] = binaries
     return analysis.to_dict()
 

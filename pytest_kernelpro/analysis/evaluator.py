@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +85,8 @@ class ProfileRecord:
     guidance_chars: int = 0
     isolation: str = ""  # which sandbox the profile ran in (Isolation.describe())
     worker: str = ""  # the Dask worker that profiled it ("" in the search's own process)
+    phases: dict[str, float] = field(default_factory=dict)  # the child's parts, seconds
+    compile_cache: str = ""  # whether its child started from its evaluation's caches
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, for the search's report."""
@@ -168,7 +170,21 @@ def record_of(strategy: str, evaluation: Evaluation) -> ProfileRecord | None:
         guidance_chars=len(str(evaluation.metrics.get("guidance_md") or "")),
         isolation=str(profile.get("isolation") or ""),
         worker=str((dask or {}).get("worker") or "") if isinstance(dask, Mapping) else "",
+        phases=_seconds_map(profile.get("phases")),
+        compile_cache=str(profile.get("compile_cache") or ""),
     )
+
+
+def _seconds_map(value: Any) -> dict[str, float]:
+    """The numeric entries of a phases mapping (the child's JSON is the candidate's to forge:
+    anything else is dropped)."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(k): float(v)
+        for k, v in value.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 def ncu_gpu_time_s(kernels: Sequence[Mapping[str, Any]]) -> float | None:
@@ -226,6 +242,8 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         "text": result.get("text", ""),
         "isolation": result.get("isolation"),
         "compile_cache": result.get("compile_cache"),
+        # Seconds of the child's parts: build, static, timeline, ncu_query, ncu, analysis.
+        "phases": _seconds_map(result.get("phases")),
         "findings": len(result.get("findings") or ()),
     }
     for finding in result.get("findings") or ():
@@ -313,6 +331,16 @@ class CandidateProfiler:
             )
         return self._isolation
 
+    def _ncu_catalog(self) -> frozenset[str] | None:
+        """The metrics ncu offers on this chip, asked once per process here (not in every
+        candidate's child: each query starts ncu and the driver again); None without ncu."""
+        if not self.device.startswith("cuda"):
+            return None
+        from pytest_kernelpro.profile.ncu import find_ncu, query_catalog
+
+        ncu = find_ncu(self.ncu_path)
+        return query_catalog(ncu) if ncu else None
+
     def __call__(self, candidate: Candidate, evaluation: Evaluation) -> Mapping[str, Any]:
         """The candidate's Analysis dict; `ProfileFailed` when none could be made."""
         from pytest_kernelpro.search.compile_cache import point_caches
@@ -338,6 +366,9 @@ class CandidateProfiler:
                 combined_problem(self.reference_source, candidate.code), encoding="utf-8"
             )
             output = workdir / "analysis.json"
+            catalog = self._ncu_catalog()
+            if catalog:
+                (workdir / "ncu-metrics.txt").write_text("\n".join(sorted(catalog)), "utf-8")
             spec = {
                 "problem_file": str(problem),
                 "device": self.device,
@@ -348,6 +379,7 @@ class CandidateProfiler:
                 "ncu_path": self.ncu_path,
                 "timeline_runs": self.timeline_runs,
                 "max_launches": self.max_launches,
+                "ncu_catalog": str(workdir / "ncu-metrics.txt") if catalog else None,
             }
             (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             for path in self.writable:

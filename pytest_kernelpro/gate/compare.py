@@ -67,7 +67,8 @@ def render_compare_table(
     from rich.table import Table
     from rich.text import Text
 
-    from pytest_kernelpro.gate.format import STATUS_STYLE, format_change, format_time, sort_key
+    from pytest_kernelpro.gate.format import sort_key
+    from pytest_kernelpro.gate.render import compare_row
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
     table.add_column("kernel", overflow="fold", min_width=12)
@@ -76,20 +77,11 @@ def render_compare_table(
     table.add_column("verdict", no_wrap=True)
     for record in sorted(gated, key=sort_key):
         entry = base.entry_for(record)
-        head_s = record.median_s
-        base_s = entry.median_s if entry is not None else None
-        speedup = f"{base_s / head_s:.2f}×" if base_s and head_s else "–"
-        gate = record.gate
-        status = str((gate.status if gate else None) or record.outcome)
-        _, word, style = STATUS_STYLE.get(status, ("", status, ""))
-        change = gate.change if gate else None
-        verdict = word if change is None else f"{word} {format_change(change)}"
+        name, base_cell, head_cell, speedup, verdict, style = compare_row(
+            record, entry.median_s if entry is not None else None
+        )
         table.add_row(
-            Text(record.name),
-            format_time(base_s),
-            format_time(head_s),
-            speedup,
-            Text(verdict, style=style if color else ""),
+            Text(name), base_cell, head_cell, speedup, Text(verdict, style=style if color else "")
         )
     buffer = io.StringIO()
     console = Console(

@@ -26,7 +26,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.format import format_change, record_status, short_device
+from pytest_kernelpro.gate.format import record_status, short_device
+from pytest_kernelpro.gate.render import (
+    PLOT_X_LABEL,
+    PLOT_Y_LABEL,
+    VERDICT_LEGEND,
+    ceiling_label,
+    not_plotted,
+    not_shown_note,
+    roofline_point_label,
+    roofline_title,
+)
 from pytest_kernelpro.record import KernelRecord
 
 if TYPE_CHECKING:
@@ -59,11 +69,13 @@ class RooflinePoint:
     @property
     def label_text(self) -> str:
         """'name (76%)', or 'name (1%, suspect +94.2%)' when the verdict needs attention."""
-        text = f"{self.label} ({self.achieved_flops / self.roof_flops:.0%}"
-        if self.status in _MARKERS:
-            change = format_change(self.change)
-            text += f", {self.status}" + (f" {change}" if change != "–" else "")
-        return text + ")"
+        return roofline_point_label(
+            self.label,
+            self.achieved_flops / self.roof_flops,
+            status=self.status,
+            change=self.change,
+            flagged=self.status in _MARKERS,
+        )
 
 
 # Label positions tried in order: (dx, dy) in points from the point, text alignment, and
@@ -78,10 +90,10 @@ _LABEL_POSITIONS = _NEAR + _FAR + _LEFT
 
 # verdict -> (marker, edge color, legend text); other verdicts are plain circles
 _MARKERS: dict[str, tuple[str, str, str]] = {
-    "regressed": ("X", "red", "regressed"),
-    "below-roofline": ("v", "red", "below min_roofline"),
-    "suspect": ("D", "goldenrod", "suspect (not failed)"),
-    "improved": ("^", "green", "improved"),
+    "regressed": ("X", "red", VERDICT_LEGEND["regressed"]),
+    "below-roofline": ("v", "red", VERDICT_LEGEND["below-roofline"]),
+    "suspect": ("D", "goldenrod", VERDICT_LEGEND["suspect"]),
+    "improved": ("^", "green", VERDICT_LEGEND["improved"]),
 }
 
 
@@ -104,13 +116,6 @@ def _finite(value: Any) -> float | None:
 def _key(p: RooflinePoint) -> tuple[str, str, float, float]:
     """One ceiling per device, peak name and (peak, bandwidth) to 6 significant digits."""
     return (p.device, p.peak_name, float(f"{p.peak_flops:.6g}"), float(f"{p.bandwidth_Bps:.6g}"))
-
-
-def _ceiling_label(device: str, peak_name: str, peak: float, bw: float) -> str:
-    # Peak names often carry their value ("FP32 CUDA core (measured 50.9 TFLOP/s)"):
-    # do not say it twice.
-    flops = "" if "FLOP/s" in peak_name else f": {peak / 1e12:.3g} TFLOP/s"
-    return f"{device} {peak_name}{flops}, {bw / 1e9:.4g} GB/s"
 
 
 def _ceilings(roofline: dict[str, Any]) -> tuple[float, float] | None:
@@ -142,11 +147,11 @@ def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint
         nbytes = _pos(roofline.get("min_bytes"))
         ceilings = _ceilings(roofline)
         if med is None or not med > 0:
-            skipped.append(f"{r.name} (not timed)")
+            skipped.append(not_plotted(r.name, "untimed"))
         elif not flops or not nbytes:
-            skipped.append(f"{r.name} (0 FLOPs: no point on a log axis)")
+            skipped.append(not_plotted(r.name, "no_flops"))
         elif ceilings is None:
-            skipped.append(f"{r.name} (no roofline ceilings)")
+            skipped.append(not_plotted(r.name, "no_ceilings"))
         else:
             points.append(
                 RooflinePoint(
@@ -262,7 +267,7 @@ def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None
             [min(peak, bw * x) for x in grid],
             color=color,
             linewidth=1.6,
-            label=_ceiling_label(device, peak_name, peak, bw),
+            label=ceiling_label(device, peak_name, peak, bw),
         )
         ax.axvline(peak / bw, color=color, linewidth=0.6, linestyle=":", alpha=0.7)
     ordered = sorted(points, key=lambda q: (q.intensity, -q.achieved_flops))
@@ -282,12 +287,10 @@ def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None
     ax.set_xscale("log")
     ax.set_yscale("log")
     _place_labels(fig, ax, ordered)
-    ax.set_xlabel("arithmetic intensity (FLOP / byte, minimal bytes)")
-    ax.set_ylabel("achieved FLOP/s (FLOPs / median time)")
+    ax.set_xlabel(PLOT_X_LABEL)
+    ax.set_ylabel(PLOT_Y_LABEL)
     devices = sorted({p.device for p in points})
-    ax.set_title(
-        title or f"Roofline on {', '.join(devices)}: {len(points)} kernel{'s' * (len(points) > 1)}"
-    )
+    ax.set_title(title or roofline_title(devices, len(points)))
     ax.grid(True, which="both", linewidth=0.3, alpha=0.5)
     handles, texts = ax.get_legend_handles_labels()
     for status in sorted({p.status for p in points if p.status in _MARKERS}):
@@ -299,7 +302,7 @@ def roofline_figure(records: Sequence[KernelRecord], *, title: str | None = None
     # Below the axes: inside, it hid the slowest kernel's label in the H200 example plot.
     ax.legend(handles, texts, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.11), ncol=1)
     if skipped:
-        fig.text(0.01, 0.01, "not shown: " + "; ".join(skipped)[:300], fontsize=6)
+        fig.text(0.01, 0.01, not_shown_note(skipped), fontsize=6)
     return fig
 
 

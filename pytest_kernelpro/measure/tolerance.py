@@ -22,6 +22,7 @@ imported where used), so the sandbox's child process imports it without the plug
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
@@ -162,6 +163,17 @@ def record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
         return
 
     class Recorder(TorchDispatchMode):  # type: ignore[misc]
+        # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo
+        # unless the subclass opts out, and that wrapper imports torch._dynamo on its first
+        # call: 2-3 s in every fresh process that checks a reference on CUDA (the sandbox's
+        # worker, judge and re-measurement workers each paid it). A Dynamo that is not
+        # loaded compiles nothing under this mode, so the mode opts out until it is loaded;
+        # once a reference loads it (torch.compile), the mode asks Dynamo to skip as by
+        # default, so the reference runs eagerly under the mode and its ops are seen.
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return "torch._dynamo" in sys.modules
+
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             name = func.overloadpacket.__name__
             if name in _GEMM_OPS or name in _CONV_OPS:

@@ -200,6 +200,8 @@ def profile_kernel_item(
     extra_cuda_cflags: Sequence[str] = DEFAULT_CUDA_FLAGS,
     python: str | None = None,
     timeline_in_process: bool = False,
+    ncu_catalog: Iterable[str] | None = None,
+    phases: dict[str, float] | None = None,
 ) -> ProfileReport:
     """Profile the kernel item at `locator` (a `ProblemLocator`: path, qualname, shape_index).
 
@@ -211,8 +213,14 @@ def profile_kernel_item(
     a caller that is itself a disposable child that has already imported torch and the
     kernel, like the search's candidate profiler: one interpreter start and CUDA context
     fewer per candidate).
+
+    `ncu_catalog`: the metric names `ncu --query-metrics` lists, when the caller knows them
+    (the search's process asks once and hands them to each candidate's profiler child).
+    `phases`, when given, is filled with the seconds each part took (static, timeline,
+    ncu_query, ncu) and the ncu attempts: the profile's cost, shown per candidate.
     """
     started = time.perf_counter()
+    phases = {} if phases is None else phases
     report = ProfileReport()
     python = python or sys.executable
     scan = _scan_modules(list(dict.fromkeys(so_paths)))
@@ -221,6 +229,7 @@ def profile_kernel_item(
     report.not_collected += [lk for lk in linkages if isinstance(lk, NotCollected)]
     module_linkage = merge_linkage(*(lk for lk in linkages if not isinstance(lk, NotCollected)))
     ptxas_map = ptxas_by_function(ptxas)
+    phases["static"] = time.perf_counter() - started
 
     gpu_problem = _gpu_problem(device)
     ncu_kernels: list[KernelMetrics] = []
@@ -246,10 +255,12 @@ def profile_kernel_item(
                     extra_cuda_cflags=flags,
                 ),
             )
+            timeline_started = time.perf_counter()
             if timeline_in_process:
                 events = _timeline_here(timeline_spec, events_path)
             else:
                 events = _run_timeline_child(python, timeline_spec, events_path, timeout_s)
+            phases["timeline"] = time.perf_counter() - timeline_started
             if isinstance(events, NotCollected):
                 report.not_collected.append(events)
             else:
@@ -293,7 +304,11 @@ def profile_kernel_item(
                 launch_count=max_launches,
                 **({} if metrics is None else {"metrics": tuple(metrics)}),
             )
-            ncu_result = run_ncu(request, ncu_path=ncu_path)
+            catalog = None if ncu_catalog is None else frozenset(ncu_catalog)
+            ncu_result = run_ncu(request, ncu_path=ncu_path, catalog=catalog or None)
+            phases["ncu_query"] = ncu_result.query_s
+            phases["ncu"] = ncu_result.wall_s - ncu_result.query_s
+            phases["ncu_attempts"] = float(ncu_result.attempts)
             report.not_collected += ncu_result.not_collected
             if ncu_result.dropped_metrics:
                 report.not_collected.append(

@@ -88,6 +88,8 @@ class NcuResult:
     output_tail: str = ""
     stdout: str = ""  # the raw page as ncu printed it (for saving a capture)
     attempt_errors: tuple[str, ...] = ()  # ==ERROR== lines of attempts that were repeated
+    query_s: float = 0.0  # `--query-metrics` in this call (0 when the catalog was known)
+    attempts: int = 0  # ncu runs of the target (a second one after rejected metrics)
 
 
 def find_ncu(ncu_path: str | None = None) -> str | None:
@@ -224,12 +226,15 @@ def run_ncu(
         )
         return result
     if catalog is None and query_catalog_first:
-        catalog = query_catalog(ncu)
+        asked = time.perf_counter()
+        catalog = query_catalog(ncu)  # once per process (lru_cache)
+        result.query_s = time.perf_counter() - asked
     metrics = list(request.metrics)
     dropped: list[str] = []
     if catalog is not None:
         metrics, dropped = drop_unavailable(metrics, catalog)
     for attempt in range(2):
+        result.attempts = attempt + 1
         current = dataclasses.replace(request, metrics=tuple(metrics))
         command = build_ncu_command(ncu, current)
         result.command = tuple(command)

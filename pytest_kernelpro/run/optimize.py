@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import KernelproError
 from ..fileio import atomic_write_json
 from ..handoff.replay import slug as _slug
+from .search_clock import with_rest
 
 if TYPE_CHECKING:
     from ..handoff.progress import SearchProgress
@@ -66,6 +67,10 @@ class _SearchState:
         self._written_best: tuple[int, ...] = ()
         self._patches: dict[int, tuple[Any, Any]] = {}
         self.patch_info: dict[str, Any] = {"best_patch": None, "errors": []}
+        # The wall split's part of this module: before the loop (run folder, kernel site)
+        # and the summaries and patches written while it runs.
+        self.setup_s = 0.0
+        self.patches_s = 0.0
 
     @property
     def current_speedup(self) -> float | None:
@@ -74,6 +79,13 @@ class _SearchState:
 
     def summary(self, *, stop_reason: str = "", interrupted: bool = False) -> dict[str, Any]:
         """The summary of the search so far; writes it (and changed patches) to the run folder."""
+        started = time.perf_counter()
+        try:
+            return self._summary(stop_reason=stop_reason, interrupted=interrupted)
+        finally:
+            self.patches_s += time.perf_counter() - started
+
+    def _summary(self, *, stop_reason: str, interrupted: bool) -> dict[str, Any]:
         from ..handoff.outcome import rank_nodes, write_patches
 
         nodes = list(self.algorithm.tree.evaluated()) if self.algorithm is not None else []
@@ -167,6 +179,7 @@ class _SearchState:
         )
         winner = ranking.winner
         info: dict[str, Any] = {"best_patch": None, "errors": []}
+        writing = time.perf_counter()
         if self.run is not None and self.site is not None and self.root is not None and ranked:
             info = write_patches(
                 ranked,
@@ -179,8 +192,10 @@ class _SearchState:
             )
         for entry in ranked:
             entry.pop("code", None)
+        self.patches_s += time.perf_counter() - writing
         top = ranked[0] if ranked else None
         cur = self.current
+        elapsed = time.monotonic() - self.started
         data: dict[str, Any] = {
             "status": ranking.status,
             "reason": ranking.reason,
@@ -191,8 +206,12 @@ class _SearchState:
             "evaluations": ranking.evaluations,
             "stop_reason": ranking.stop_reason,
             "usd": ranking.usd,
-            "elapsed_s": time.monotonic() - self.started,
-            "wall_s": dict(ranking.wall_s),
+            "elapsed_s": elapsed,
+            # Every second of `elapsed_s` in a named bucket; `other` is the rest
+            # (`run/search_clock.py`). Written last, so the summary's own write is "other".
+            "wall_s": with_rest(
+                dict(ranking.wall_s), elapsed, setup=self.setup_s, patches=self.patches_s
+            ),
             "rounds": ranking.rounds,
             "baseline": ranking.baseline,
             "run_dir": str(self.run.path) if self.run else None,
@@ -222,6 +241,8 @@ class _SearchState:
             "per_candidate": details.get("per_candidate", []),
             "reference_profile_s": details.get("reference_profile_s"),
             "confirmation": details.get("winner_confirmation"),
+            "sandbox": details.get("sandbox"),
+            "compile_caches": details.get("compile_caches"),
         }
         if top is not None:
             data["best"] = {
@@ -424,6 +445,7 @@ def _search(
         state.site_error = f"no patch can be written: {exc}"
     state.progress.phase("checking")
     hooks = SearchHooks(settings, run.record, folder, state)
+    state.setup_s = time.monotonic() - state.started
     ranking, details = run_search(run, services, folder.path, hooks=hooks)
     atomic_write_json(folder.path / "ranking.json", ranking.to_dict())
     return state.final(ranking, details)

@@ -24,11 +24,16 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.run.search_clock import (  # re-exported: their home before the split
+    TimedEvaluator,
+    TimedGenerator,
+    WallClock,
+)
 from pytest_kernelpro.run.shims import (
     REFERENCE_AS_CANDIDATE,
     current_kernel_code,
@@ -38,7 +43,6 @@ from pytest_kernelpro.run.shims import (
 if TYPE_CHECKING:
     from pytest_kernelpro.agents.problem_context import ProblemContext
     from pytest_kernelpro.run.context import ItemRun, Services
-    from pytest_kernelpro.search.base import Candidate, Evaluation, Mode
     from pytest_kernelpro.search.ranking import SearchRanking
     from pytest_kernelpro.search.tree import SearchNode, SearchResult
 
@@ -90,110 +94,6 @@ def problem_context(
     )
     del inputs
     return context
-
-
-@dataclass
-class WallClock:
-    """Where the search's time went (seconds): the sandbox's probe of this machine (once per
-    process), the current kernel's evaluation, then per candidate generate / build / check /
-    time / profile, the final re-measurement and the winner's confirmation."""
-
-    sandbox_probe: float = 0.0
-    current_kernel: float = 0.0
-    generate: float = 0.0
-    build: float = 0.0
-    check: float = 0.0
-    time: float = 0.0
-    profile: float = 0.0
-    remeasure: float = 0.0
-    confirm: float = 0.0
-    per_candidate: list[dict[str, Any]] = field(default_factory=list)
-
-    def add_evaluation(self, strategy: str, evaluation: Evaluation) -> None:
-        """Split one evaluation's wall time: build (the worker's), timing (the timer's),
-        check (the rest of the sandbox's time), profile (the profiling evaluator's)."""
-        profile_s = float((evaluation.metrics.get("profile") or {}).get("profile_s") or 0.0)
-        build_s = float(getattr(evaluation, "build_s", 0.0) or 0.0)
-        timing_s = sum(
-            float(part.get("wall_s") or 0.0)
-            for part in evaluation.timing.values()
-            if isinstance(part, dict)
-        )
-        sandbox_s = max(0.0, float(evaluation.wall_s) - profile_s)
-        check_s = max(0.0, sandbox_s - build_s - timing_s)
-        self.build += build_s
-        self.time += timing_s
-        self.check += check_s
-        self.profile += profile_s
-        self.per_candidate.append(
-            {
-                "strategy": strategy,
-                "status": evaluation.status,
-                "speedup_vs_reference": evaluation.speedup,
-                "build_s": build_s,
-                "check_s": check_s,
-                "time_s": timing_s,
-                "profile_s": profile_s,
-            }
-        )
-
-    def totals(self) -> dict[str, float]:
-        return {
-            "sandbox_probe": self.sandbox_probe,
-            "current_kernel": self.current_kernel,
-            "generate": self.generate,
-            "build": self.build,
-            "check": self.check,
-            "time": self.time,
-            "profile": self.profile,
-            "remeasure": self.remeasure,
-            "confirm": self.confirm,
-        }
-
-
-class TimedGenerator:
-    """Wraps a generator to count its wall time (and forwards the node it works for)."""
-
-    def __init__(self, inner: Any, clock: WallClock) -> None:
-        self.inner = inner
-        self.clock = clock
-
-    def at_node(self, node_id: int) -> None:
-        hook = getattr(self.inner, "at_node", None)
-        if callable(hook):
-            hook(node_id)
-
-    def generate(
-        self, mode: Mode, parent: Candidate | None, evaluation: Evaluation | None, *,
-        max_candidates: int = 1,
-    ) -> Sequence[Candidate]:  # fmt: skip
-        started = time.perf_counter()
-        try:
-            return self.inner.generate(mode, parent, evaluation, max_candidates=max_candidates)
-        finally:
-            self.clock.generate += time.perf_counter() - started
-
-
-class TimedEvaluator:
-    """Wraps the evaluator chain to split each evaluation's time (`WallClock`)."""
-
-    def __init__(self, inner: Any, clock: WallClock) -> None:
-        self.inner = inner
-        self.clock = clock
-
-    def prepare(self, candidates: Sequence[Candidate]) -> None:
-        """Let the inner evaluator build ahead (`SandboxEvaluator.prepare`)."""
-        prepare = getattr(self.inner, "prepare", None)
-        if callable(prepare):
-            prepare(candidates)
-
-    def evaluate(self, candidate: Candidate) -> Evaluation:
-        started = time.perf_counter()
-        evaluation = self.inner.evaluate(candidate)
-        if not evaluation.wall_s:
-            evaluation.wall_s = time.perf_counter() - started
-        self.clock.add_evaluation(candidate.strategy, evaluation)
-        return evaluation
 
 
 def guidance_chain(node: SearchNode) -> tuple[str, ...]:
@@ -251,7 +151,9 @@ def final_ranking(
     timeout_s: float = 600.0,
     caches: Any = None,
 ) -> SearchRanking:
-    """Re-measure the contenders with the current kernel and the reference; rank them."""
+    """Re-measure the contenders with the current kernel and the reference; rank them. The
+    caller counts the whole of it as the wall split's `remeasure` (the statistics' imports
+    and the contenders' builds are part of it)."""
     from pytest_kernelpro.search.ranking import SearchRanking, pick_contenders, rank
     from pytest_kernelpro.search.remeasure import remeasure
 
@@ -274,7 +176,6 @@ def final_ranking(
     others = [c for c in candidates if c.node_id not in chosen]
     entries = [("current", current_code), ("reference", REFERENCE_AS_CANDIDATE)]
     entries += [(f"node{c.node_id}", c.code) for c in contenders]
-    started = time.perf_counter()
     measured = remeasure(
         sandbox_source,
         entries,
@@ -287,7 +188,6 @@ def final_ranking(
         rtol=rtol,
         caches=caches,
     )
-    clock.remeasure += time.perf_counter() - started
     baseline, base_label = "current", "current kernel"
     if "current" not in measured.samples:
         baseline, base_label = "reference", "reference"
@@ -394,6 +294,8 @@ def run_search(
     from pytest_kernelpro.search.greedy import GreedySearch
     from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
 
+    clock = WallClock()
+    setup_started = time.perf_counter()
     settings, record, device = services.settings, run.record, run.device
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
     options: dict[str, Any] = {}
@@ -409,7 +311,6 @@ def run_search(
     backend = hooks.backend(out_dir) if hooks is not None else None
     if backend is None:
         backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
-    clock = WallClock()
     sandbox_source = kernelbench_source(run, device)
     context = problem_context(run, device, sandbox_source, settings.rootpath)
     timing = {"max_time_s": settings.budget_for(device), "warmup_ms": settings.warmup_ms}
@@ -434,14 +335,24 @@ def run_search(
     # The user's current kernel, in the same sandbox as every candidate.
     current_code = current_kernel_code(run, sandbox_source)
     started = time.perf_counter()
-    sandbox.isolation  # noqa: B018  (probed here, once per process: its cost is shown apart)
+    clock.setup += started - setup_started
+    # Probed here (once per process, the CUDA verdict once per machine): shown apart.
+    isolation = sandbox.isolation
     clock.sandbox_probe = time.perf_counter() - started
     started = time.perf_counter()
     current = sandbox.evaluate(Candidate(code=current_code, strategy="the current kernel"))
     clock.current_kernel = time.perf_counter() - started
+    after_current = time.perf_counter()
     if hooks is not None:
         hooks.checked_current(current)  # e.g. stops before any model call if it cannot import
-    details: dict[str, Any] = {"current": current.to_dict()}
+    details: dict[str, Any] = {
+        "current": current.to_dict(),
+        "sandbox": {
+            "isolation": isolation.describe(),
+            "verdict": isolation.verdict,
+            "probe_s": clock.sandbox_probe,
+        },
+    }
     ref_s = current.metrics.get("ref_median_s")
     cur_s = current.metrics.get("candidate_median_s") if current.ok else None
 
@@ -472,7 +383,7 @@ def run_search(
             details["reference_profile_s"] = time.perf_counter() - started
         except ProfileFailed as exc:
             details["reference_profile_error"] = str(exc)
-        clock.profile += time.perf_counter() - started
+        clock.reference_profile += time.perf_counter() - started
     reference_text = (
         reference_summary(
             record.roofline, reference_s=ref_s, current_s=cur_s, validation=validation
@@ -539,6 +450,8 @@ def run_search(
     if hooks is not None:
         generator, watched = hooks.wrap(generator, watched)
         hooks.started(algorithm)
+    # The agents, the evaluator chain (a Dask cluster's start) and the search: setup too.
+    clock.setup += time.perf_counter() - after_current - clock.reference_profile
     try:
         result = algorithm.run(
             generator,
@@ -561,6 +474,7 @@ def run_search(
             remote.close()
     if hooks is not None:
         hooks.phase("ranking")
+    started = time.perf_counter()
     ranking = final_ranking(
         record.name,
         result,
@@ -576,10 +490,15 @@ def run_search(
         rtol=run.problem.rtol,
         caches=sandbox.compile_caches,
     )
+    clock.remeasure += time.perf_counter() - started
     started = time.perf_counter()
     ranking, details["winner_confirmation"] = confirm_winner(ranking, result, sandbox)
-    sandbox.compile_caches.close()
     clock.confirm = time.perf_counter() - started
+    caches = sandbox.compile_caches
+    details["compile_caches"] = {"kept": len(caches.kept), "seeded": caches.seeded}
+    caches.close()
+    if current.metrics.get("sandbox_reprobe"):
+        details["sandbox"]["reprobe"] = current.metrics["sandbox_reprobe"]
     ranking = replace(ranking, wall_s=clock.totals())  # the confirmation too
     details.update(
         trajectory=str(trajectory),
@@ -587,6 +506,7 @@ def run_search(
         profiles=[r.to_dict() for r in profiling.records] if profiling else [],
         per_candidate=clock.per_candidate,
         wall_s=clock.totals(),
+        evaluation_other_s=clock.evaluation_other,
         replay_divergent=getattr(backend, "divergent", None),
     )
     return ranking, details

@@ -1,4 +1,5 @@
-"""End-of-session outputs: the JSON report, the baseline, the terminal table."""
+"""End-of-session outputs: the JSON report, the baseline, the terminal table (its texts:
+`gate/render.py`, `gate/render_session.py`, `gate/optimize_table.py`)."""
 
 from __future__ import annotations
 
@@ -66,25 +67,14 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     if not kp.settings.check or baseline is None:
         return []
     from ..gate.baseline import unmatched
+    from ..gate.render_session import coverage_lines
 
     left, without = unmatched(baseline, kp.records)
-    lines = []
-    if left:
-        lines.append(
-            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
-            f"kernel of this run (removed, renamed or deselected): {', '.join(left[:10])}"
-            + (" ..." if len(left) > 10 else "")
-        )
-    if without:
-        lines.append(
-            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
-            f"--kernelpro-save-baseline adds them): {', '.join(without[:10])}"
-            + (" ..." if len(without) > 10 else "")
-        )
-    return lines
+    return coverage_lines(left, without)
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
+    from ..gate.render_session import missing_records_line, output_lines
     from ..gate.report import render_terminal_table
 
     width = getattr(terminalreporter, "_tw", None)
@@ -108,72 +98,20 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(f"kernelpro: {line}")
     missing = kp.missing_records()
     if missing:
-        verdict = "fails the check" if settings.check else "not checked"
-        terminalreporter.write_line(
-            f"kernelpro: {len(missing)} collected kernel(s) left no record ({verdict}): "
-            + ", ".join(missing[:10])
-            + (" ..." if len(missing) > 10 else ""),
-            red=True,
-        )
-    terminalreporter.write_line(f"kernelpro: JSON report {settings.json_path}")
-    terminalreporter.write_line(
-        f"kernelpro: records log {settings.records_path} (`kernelpro report` rebuilds the "
-        "report from it)"
-    )
-    if kp.history_path is not None:
-        terminalreporter.write_line(
-            f"kernelpro: run kept as {kp.history_path.stem} (`kernelpro compare` compares the "
-            "last two runs)"
-        )
-    if settings.save_baseline is not None and not settings.correctness_only:
-        terminalreporter.write_line(f"kernelpro: baseline written to {settings.save_baseline}")
-
-
-def _names(records: list[Any], limit: int = 5) -> str:
-    names = [r.name for r in records[:limit]]
-    return ", ".join(names) + (f" and {len(records) - limit} more" if len(records) > limit else "")
+        terminalreporter.write_line(missing_records_line(missing, check=settings.check), red=True)
+    baseline_written = settings.save_baseline is not None and not settings.correctness_only
+    for line in output_lines(
+        json_path=settings.json_path,
+        records_path=settings.records_path,
+        history_path=kp.history_path,
+        baseline_path=settings.save_baseline if baseline_written else None,
+    ):
+        terminalreporter.write_line(line)
 
 
 def summary_notes(kp: KernelproSession) -> list[str]:
-    """Lines for work that was asked for and did not run, and for timings not to trust."""
-    settings = kp.settings
-    records = kp.records
-    notes: list[str] = []
-    if settings.correctness_only:
-        checked = [r for r in records if r.extra.get("correctness_only")]
-        notes.append(
-            f"correctness only: {len(checked)} kernel(s) checked; nothing was timed, placed on "
-            "the roofline, gated or profiled"
-            + ("; no baseline written" if settings.save_baseline is not None else "")
-        )
-    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
-    if busy:
-        load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
-        from ..measure.cpuload import CpuLoad
+    """Lines for work that was asked for and did not run, and for timings not to trust
+    (the text: `gate.render_session.session_notes`)."""
+    from ..gate.render_session import session_notes
 
-        notes.append(
-            f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
-            f"{CpuLoad.from_dict(load).describe()}. Treat them as suspect: a slowdown there is "
-            "reported as suspect, never failed; re-run on a quiet machine"
-            + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
-        )
-    overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
-    if overrun:
-        notes.append(
-            f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
-            f"{overrun[0].timing.budget_note if overrun[0].timing else ''}"
-        )
-    unprofiled = [r for r in records if r.extra.get("profile_skipped")]
-    if settings.profile and unprofiled:
-        notes.append(
-            f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled ({_names(unprofiled)}): "
-            "ncu, SASS and timeline need a CUDA GPU, and this run had none"
-        )
-    invalid = [r for r in records if r.extra.get("invalid_marker")]
-    if invalid:
-        notes.append(
-            f"{len(invalid)} kernel(s) with an invalid marker failed without running "
-            f"({_names(invalid)}); the failure says what to fix"
-        )
-    notes.extend(kp.notes)
-    return notes
+    return session_notes(kp.settings, kp.records, kp.notes)

@@ -144,6 +144,7 @@ def _probe_worker(isolation_mode: str, cuda: bool, known: Any = None) -> dict[st
     CUDA rung is the only part not checked again), else this worker probes in full."""
     from dataclasses import replace
 
+    from pytest_kernelpro.search import isolation as isolation_module
     from pytest_kernelpro.search.environment import is_secret_name, scrub_environment
     from pytest_kernelpro.search.isolation import Isolation
 
@@ -155,6 +156,10 @@ def _probe_worker(isolation_mode: str, cuda: bool, known: Any = None) -> dict[st
             base = Isolation.probe(isolation_mode, cuda=False, env=env)
             if replace(known, relax=()) == replace(base, relax=()):
                 isolation, source = known, "the search's process"
+                # This process's CUDA verdict from now on, as if it had probed it: a run
+                # that fails with CUDA's start-up error can re-probe it (reprobe_cuda).
+                with isolation_module._PROBE_LOCK:
+                    isolation_module._PROBED.setdefault("cuda", known)
         if isolation is None:
             isolation = Isolation.probe(isolation_mode, cuda=cuda, env=env)
         described, isolated = isolation.describe(), isolation.isolated

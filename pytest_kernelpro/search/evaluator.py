@@ -65,6 +65,7 @@ from pytest_kernelpro.search.processes import (
     kill_group,
     last_phase,
     log_tail,
+    phase_seconds,
     remove_tree,
     sandbox_setup_error,
     tree_rss_mb,
@@ -301,9 +302,14 @@ class SandboxEvaluator(TrustedSide):
             str(progress_path),
         ]
         run = self._launch(command, workdir, progress_path, result_path)
+        ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
+        phases = phase_seconds(progress_path, ended - run.wall_s, ended)
+        if phases:
+            evaluation.metrics["phases"] = phases
         if not evaluation.build_log and evaluation.status == "build_error":
             evaluation.build_log = run.logs
         return evaluation

@@ -127,6 +127,33 @@ def last_phase(progress_path: Path) -> str | None:
     return None
 
 
+def phase_seconds(progress_path: Path, launched: float, ended: float) -> dict[str, float]:
+    """Seconds the worker spent in each phase it reported, from its progress lines ("phase
+    monotonic-time"; CLOCK_MONOTONIC is the same clock in and outside the sandbox's
+    namespaces): `launch` is the wait from the launch (`launched`) to its first line (the
+    sandbox's setup and the interpreter's start), each phase lasts until the next line, the
+    last until the process ended (`ended`)."""
+    try:
+        text = progress_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    marks: list[tuple[str, float]] = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 2:
+            continue  # a line still being written when the process ended
+        try:
+            marks.append((fields[0], float(fields[1])))
+        except ValueError:
+            continue
+    if not marks:
+        return {}
+    out: dict[str, float] = {"launch": max(0.0, marks[0][1] - launched)}
+    for (phase, at), (_, after) in zip(marks, [*marks[1:], ("end", ended)], strict=True):
+        out[phase] = out.get(phase, 0.0) + max(0.0, after - at)
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 def log_tail(stdout: Path, stderr: Path, limit: int) -> str:
     parts = []
     for label, path in (("stdout", stdout), ("stderr", stderr)):

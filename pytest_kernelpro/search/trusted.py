@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,7 +93,10 @@ class TrustedSide:
     def _judged(self, evaluation: Evaluation, outputs: Path) -> Evaluation:
         """The worker's "correct" is a claim: the judge checks its saved outputs and times
         the reference; the speedup is the judge's reference time over the candidate's."""
+        started = time.perf_counter()
         verdict = self._run_judge(outputs)
+        # The judge's own process (the search's wall split counts it as the check's).
+        evaluation.metrics["judge_s"] = time.perf_counter() - started
         if verdict.get("reference_error"):
             raise self._reference_error(verdict)
         if verdict.get("judge_error"):

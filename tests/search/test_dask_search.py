@@ -341,6 +341,10 @@ def test_a_candidate_on_a_worker_gets_this_sessions_thread_settings(
     evaluation = evaluator.evaluate(Candidate(code=THREADS_PROBE))
     assert evaluation.status == "correct", evaluation.reason
     assert "threads: 3 None" in evaluation.logs
+    # Where the worker's time went came back too: its phases add up to its wall time.
+    phases = evaluation.metrics["phases"]
+    assert {"launch", "start", "import", "build", "timing", "done"} <= set(phases)
+    assert sum(phases.values()) == pytest.approx(evaluation.wall_s, abs=0.01)
 
 
 def test_a_local_worker_takes_this_process_cuda_probe_once_its_namespaces_match(
@@ -358,15 +362,19 @@ def test_a_local_worker_takes_this_process_cuda_probe_once_its_namespaces_match(
     if not base.isolated:
         pytest.skip(f"no Linux namespaces here: {base.why}")
     monkeypatch.setattr(cluster_module, "PROBED", {})
+    monkeypatch.setattr(isolation_module, "_PROBED", {"auto": base})
     known = dataclasses.replace(base, relax=("host_dev",))
     answer = cluster_module._probe_worker("auto", True, known)
     assert answer["probe"] == "the search's process"
     assert answer["isolation"] == known.describe()
     assert answer["isolated"] is True
     assert cluster_module.PROBED[("auto", True)] == known  # what its evaluators use
+    # And the process's CUDA verdict, which a CUDA start-up failure can re-probe.
+    assert isolation_module._PROBED["cuda"] == known
+    assert Isolation.probe("auto", cuda=True) == known
 
     seeded = Isolation("fallback", why="seeded by this test")
-    monkeypatch.setitem(isolation_module._PROBED, "cuda", seeded)
+    monkeypatch.setattr(isolation_module, "_PROBED", {"auto": base, "cuda": seeded})
     elsewhere = dataclasses.replace(known, unshare="/elsewhere/unshare")
     answer = cluster_module._probe_worker("auto", True, elsewhere)
     assert answer["probe"] == "own"

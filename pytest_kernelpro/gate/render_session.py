@@ -1,0 +1,123 @@
+"""Every text about the session as a whole, in one place (gate/render.py has the texts made
+from one record): the lines under the terminal summary's tables.
+
+- `coverage_lines`: what `--kernelpro-check` could not compare (baseline entries without a
+  kernel, kernels without an entry);
+- `session_notes`: work that was asked for and did not run, and timings not to trust;
+- `missing_records_line`: collected kernels that left no record;
+- `output_lines`: where the report, the records log, the history's run and the baseline are.
+
+Pure functions of the settings, the records and the paths; `run/reporting.py` writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.record import KernelRecord
+
+
+def _names(records: Sequence[KernelRecord], limit: int = 5) -> str:
+    names = [r.name for r in records[:limit]]
+    return ", ".join(names) + (f" and {len(records) - limit} more" if len(records) > limit else "")
+
+
+def _listed(names: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
+
+
+def coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
+    """`left`: baseline entries no kernel of the run matched; `without`: kernels with no
+    baseline entry."""
+    lines = []
+    if left:
+        lines.append(
+            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
+            f"kernel of this run (removed, renamed or deselected): {_listed(left)}"
+        )
+    if without:
+        lines.append(
+            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
+            f"--kernelpro-save-baseline adds them): {_listed(without)}"
+        )
+    return lines
+
+
+def session_notes(
+    settings: Any, records: Sequence[KernelRecord], notes: Sequence[str] = ()
+) -> list[str]:
+    """Lines for work that was asked for and did not run, and for timings not to trust;
+    `notes` (added by other parts of the session) come last."""
+    out: list[str] = []
+    if settings.correctness_only:
+        checked = [r for r in records if r.extra.get("correctness_only")]
+        out.append(
+            f"correctness only: {len(checked)} kernel(s) checked; nothing was timed, placed on "
+            "the roofline, gated or profiled"
+            + ("; no baseline written" if settings.save_baseline is not None else "")
+        )
+    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
+    if busy:
+        load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
+        from pytest_kernelpro.measure.cpuload import CpuLoad
+
+        out.append(
+            f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
+            f"{CpuLoad.from_dict(load).describe()}. Treat them as suspect: a slowdown there is "
+            "reported as suspect, never failed; re-run on a quiet machine"
+            + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
+        )
+    overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
+    if overrun:
+        out.append(
+            f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
+            f"{overrun[0].timing.budget_note if overrun[0].timing else ''}"
+        )
+    unprofiled = [r for r in records if r.extra.get("profile_skipped")]
+    if settings.profile and unprofiled:
+        out.append(
+            f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled ({_names(unprofiled)}): "
+            "ncu, SASS and timeline need a CUDA GPU, and this run had none"
+        )
+    invalid = [r for r in records if r.extra.get("invalid_marker")]
+    if invalid:
+        out.append(
+            f"{len(invalid)} kernel(s) with an invalid marker failed without running "
+            f"({_names(invalid)}); the failure says what to fix"
+        )
+    out.extend(notes)
+    return out
+
+
+def missing_records_line(missing: Sequence[str], *, check: bool) -> str:
+    """Collected kernels that left no record (a check fails on them)."""
+    verdict = "fails the check" if check else "not checked"
+    return (
+        f"kernelpro: {len(missing)} collected kernel(s) left no record ({verdict}): "
+        + ", ".join(missing[:10])
+        + (" ..." if len(missing) > 10 else "")
+    )
+
+
+def output_lines(
+    *,
+    json_path: Path,
+    records_path: Path,
+    history_path: Path | None,
+    baseline_path: Path | None,
+) -> list[str]:
+    """Where this session's outputs are (`baseline_path`: only when one was written)."""
+    lines = [
+        f"kernelpro: JSON report {json_path}",
+        f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report from it)",
+    ]
+    if history_path is not None:
+        lines.append(
+            f"kernelpro: run kept as {history_path.stem} (`kernelpro compare` compares the "
+            "last two runs)"
+        )
+    if baseline_path is not None:
+        lines.append(f"kernelpro: baseline written to {baseline_path}")
+    return lines

@@ -1,0 +1,162 @@
+"""The session's texts byte for byte: the terminal summary with its notes and trailer lines,
+the `kernelpro compare` table, and the roofline plot's labels, against golden files in
+tests/data/render/ (written from the code before these texts moved into gate/render.py and
+gate/render_session.py; a change to them shows up here as a diff).
+
+`python tests/gate/test_render_goldens.py` rewrites the golden files from the current code.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from gate_factories import make_record
+
+from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
+from pytest_kernelpro.gate.compare import gate_records, render_compare_table
+from pytest_kernelpro.gate.plot import roofline_figure
+from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.run.reporting import terminal_summary
+
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "render"
+BW = 4257636247457.1606
+PEAK_NAME = "FP32 CUDA core (measured 50.9 TFLOP/s)"
+BUSY = {
+    "cores": 2,
+    "cpus": 2,
+    "threads": 2,
+    "others_cores": 1.3,
+    "loadavg_1m": 3.8,
+    "runnable_threads": 3,
+    "wall_s": 1.0,
+    "oversubscribed": True,
+}
+
+
+class Recorder:
+    """A terminal reporter that keeps what it was asked to write, markup included."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._tw = SimpleNamespace(fullwidth=100, hasmarkup=False)
+
+    def write_sep(self, sep: str, title: str) -> None:
+        self.lines.append(f"[sep {sep}] {title}")
+
+    def write_line(self, line: str, **markup: Any) -> None:
+        flags = ",".join(sorted(k for k, v in markup.items() if v))
+        self.lines.append(f"[{flags}] {line}" if flags else line)
+
+
+def _session() -> SimpleNamespace:
+    cpu = make_record("layernorm[cpu]", median_s=2e-3, device="cpu", seed=11)
+    cpu.timing = replace(cpu.timing, cpu_load=BUSY, budget_note="took 3.1 s of a 2 s budget")
+    gpu = make_record("softmax[8192x4096]", seed=12)
+    gpu.extra = {"profile_skipped": True}
+    bad = make_record("broken[1]", outcome="failed", timed=False, roofline_time_s=None)
+    bad.extra = {"invalid_marker": True, "correctness_only": True}
+    records = [cpu, gpu, bad]
+    baseline = Baseline(
+        path="kernelpro-baseline.yaml",
+        device="",
+        commit=None,
+        created="",
+        tool="",
+        entries={
+            "test_kernels.py::softmax[8192x4096]": BaselineEntry.from_record(gpu),
+            "test_kernels.py::gone[1]": BaselineEntry.from_record(make_record("gone[1]")),
+        },
+    )
+    settings = SimpleNamespace(
+        check=True,
+        correctness_only=True,
+        save_baseline=Path("kernelpro-baseline.yaml"),
+        profile=True,
+        sort="name",
+        json_path=Path(".kernelpro/kernelpro-report.json"),
+        records_path=Path(".kernelpro/kernelpro-report.jsonl"),
+    )
+    return SimpleNamespace(
+        settings=settings,
+        records=records,
+        notes=["a note another part of the session added"],
+        _baseline=baseline,
+        history_path=Path(".kernelpro/history/20261201T170000Z-abc1234-vm.json"),
+        missing_records=lambda: ["test_kernels.py::lost[1]"],
+    )
+
+
+def terminal_text() -> str:
+    reporter = Recorder()
+    terminal_summary(_session(), reporter)  # type: ignore[arg-type]
+    return "\n".join(reporter.lines) + "\n"
+
+
+def compare_text() -> str:
+    base_records = [make_record("a[1]", seed=1), make_record("b[1]", seed=2)]
+    head = [make_record("a[1]", seed=3), make_record("b[1]", median_s=60e-6, seed=4)]
+    head.append(make_record("c[1]", seed=5))
+    entries = {r.nodeid: BaselineEntry.from_record(r) for r in base_records}
+    base = Baseline(path="base.json", device="", commit=None, created="", tool="", entries=entries)
+    gated = gate_records(base, head)
+    plain = render_compare_table(base, gated, width=100, color=False)
+    colored = render_compare_table(base, gated, width=100, color=True)
+    return plain + "---- color ----\n" + colored
+
+
+def _h200(name: str, *, median_s: float, flops: float, min_bytes: float) -> Any:
+    rec = make_record(name, median_s=median_s, flops=flops, min_bytes=min_bytes, seed=3)
+    return replace(
+        rec,
+        roofline=replace(
+            rec.roofline, peak_flops=50931005505996.53, bandwidth_Bps=BW, peak_name=PEAK_NAME
+        ),
+    )
+
+
+def plot_text() -> str:
+    add = _h200("triton_add", median_s=190e-6, flops=6.7e7, min_bytes=8.05e8)
+    reg = _h200("softmax[1]", median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
+    reg.gate = compare(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
+    untimed = make_record("not_timed[1]", timed=False)
+    fig = roofline_figure([add, reg, untimed])
+    (ax,) = fig.axes
+    lines = [
+        f"title: {ax.get_title()}",
+        f"x: {ax.get_xlabel()}",
+        f"y: {ax.get_ylabel()}",
+        *(f"legend: {t.get_text()}" for t in ax.get_legend().get_texts()),
+        *(f"point: {t.get_text()}" for t in sorted(ax.texts, key=lambda t: t.get_text())),
+        *(f"figure: {t.get_text()}" for t in fig.texts),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+TEXTS = {
+    "terminal_summary.txt": terminal_text,
+    "compare_table.txt": compare_text,
+    "plot_labels.txt": plot_text,
+}
+
+
+def test_the_terminal_summary_with_its_notes_is_unchanged() -> None:
+    assert terminal_text() == (GOLDEN / "terminal_summary.txt").read_text(encoding="utf-8")
+
+
+def test_the_compare_table_is_unchanged() -> None:
+    assert compare_text() == (GOLDEN / "compare_table.txt").read_text(encoding="utf-8")
+
+
+def test_the_plot_labels_are_unchanged() -> None:
+    assert plot_text() == (GOLDEN / "plot_labels.txt").read_text(encoding="utf-8")
+
+
+if __name__ == "__main__":  # rewrite the goldens from the current code
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    for name, make in TEXTS.items():
+        (GOLDEN / name).write_text(make(), encoding="utf-8")
+        sys.stdout.write(f"wrote {GOLDEN / name}\n")
