@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import tempfile
 
 CHILD = """
 import json, sys, time
@@ -33,7 +34,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     for _ in range(args.runs):
-        done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True)
+        # Not from the current directory (`-c` puts it first on sys.path): the package comes
+        # from PYTHONPATH, so one checkout can measure another's code.
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD],
+            capture_output=True,
+            text=True,
+            cwd=tempfile.gettempdir(),
+        )
         if done.returncode != 0:
             sys.stderr.write(done.stderr)
             return done.returncode

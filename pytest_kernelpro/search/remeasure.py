@@ -15,7 +15,10 @@ and contenders (never more than the search's own per-kernel budget), and the gat
 timer turns that time into samples by each kernel's measured per-call time, so a 10 µs kernel
 takes hundreds of samples a round and a 6 ms GEMM tens, never fewer than
 `MIN_POOLED_SAMPLES` over all rounds (the median, the lower decile and the U test stay
-meaningful) nor more than `MAX_ROUND_SAMPLES` a round. Only the first round warms up for the
+meaningful) nor more than `MAX_ROUND_SAMPLES` a round. After the first round the rest of the
+budget is shared out again, less what one timed call cost there beyond its sampling and
+warm-up (`RoundPlan.after_rounds`: the timer's first call and estimate, its statistics, the
+protocol), so the rounds together keep to the budget. Only the first round warms up for the
 search's full warm-up (the GPU's clock ramp from idle); later rounds follow other contenders'
 GPU work with no idle gap, so they re-warm for `REWARM_MS`. Rounds stop early, with the
 samples so far, once they have taken `OVERRUN` times the budget (a kernel far slower than its
@@ -36,6 +39,7 @@ on stdout and writes each round's samples to `<label>.<round>.json` in the work 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -77,6 +81,25 @@ class RoundPlan:
     max_samples: int  # per contender per round
     first_warmup_ms: float
     warmup_ms: float  # rounds after the first
+    max_sample_s: float = math.inf  # the search's own per-kernel budget
+    fixed_s: float = 0.0  # measured cost per contender and round beyond sampling and warm-up
+
+    def after_rounds(self, *, spent_s: float, rounds_done: int) -> RoundPlan:
+        """The plan of the rounds left, from what the first `rounds_done` rounds, all timed
+        with this plan, cost (`spent_s`): what they took beyond the planned warm-up and
+        sampling is the fixed cost of one timed call (the timer's first call and estimate,
+        its statistics, the protocol), and the budget left is shared out after that, so the
+        rounds together keep to `budget_s`."""
+        calls_done = rounds_done * self.contenders
+        calls_left = (self.rounds - rounds_done) * self.contenders
+        if calls_done <= 0 or calls_left <= 0:
+            return self
+        warm_s = self.contenders * (self.first_warmup_ms + (rounds_done - 1) * self.warmup_ms)
+        fixed = (spent_s - warm_s * 1e-3 - calls_done * self.sample_s) / calls_done
+        fixed = max(0.0, fixed)
+        share = (self.budget_s - spent_s) / calls_left - fixed - self.warmup_ms * 1e-3
+        sample_s = min(max(share, MIN_SAMPLE_S), self.max_sample_s)
+        return dataclasses.replace(self, sample_s=sample_s, fixed_s=fixed)
 
     def timing(self, base: Mapping[str, Any], round_index: int) -> dict[str, Any]:
         """The `TimingBudget` fields of one round: `base` (the search's) with this plan's
@@ -90,8 +113,11 @@ class RoundPlan:
         }
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (the ranking's record of its own cost)."""
-        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+        """JSON-ready dict (the ranking's record of its own cost; no infinity in JSON)."""
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        if not math.isfinite(self.max_sample_s):
+            data["max_sample_s"] = None
+        return data
 
 
 def plan_rounds(
@@ -112,8 +138,8 @@ def plan_rounds(
     warm_s = contenders * (first + (rounds - 1) * later) * 1e-3
     sample_s = max(0.0, budget_s - warm_s) / (rounds * contenders)
     cap = timing.get("max_time_s")
-    if isinstance(cap, (int, float)) and cap > 0:
-        sample_s = min(sample_s, float(cap))
+    max_sample_s = float(cap) if isinstance(cap, (int, float)) and cap > 0 else math.inf
+    sample_s = min(sample_s, max_sample_s)
     min_samples = math.ceil(MIN_POOLED_SAMPLES / rounds)
     cap_samples = timing.get("max_samples")
     max_samples = MAX_ROUND_SAMPLES
@@ -128,6 +154,7 @@ def plan_rounds(
         max_samples=max(max_samples, min_samples),
         first_warmup_ms=first,
         warmup_ms=later,
+        max_sample_s=max_sample_s,
     )
 
 
@@ -311,6 +338,8 @@ def remeasure(
                         f"than {OVERRUN:g}x the {result.plan.budget_s:g} s budget"
                     )
                     break
+                if result.plan is not None and r == 1:  # the first round's cost is known
+                    result.plan = result.plan.after_rounds(spent_s=spent, rounds_done=1)
                 shift = r % max(1, len(alive))
                 order = alive[shift:] + alive[:shift]
                 result.order.append([w.label for w in order])

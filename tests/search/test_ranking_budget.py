@@ -215,3 +215,28 @@ def test_nothing_is_remeasured_when_every_candidate_is_far_slower(
     assert ranking.winner is None
     assert "every correct candidate was far slower" in ranking.reason
     assert [c.verdict for c in ranking.candidates] == ["not re-measured"] * 2
+
+
+def test_after_the_first_round_the_rest_is_replanned_around_the_timers_fixed_cost() -> None:
+    plan = plan_rounds(SEARCH_TIMING, budget_s=6.0, contenders=4, rounds=5)
+    # The first round took 0.1 s per contender more than its warm-up and sampling.
+    first = 4 * (0.3 + plan.sample_s + 0.1)
+    later = plan.after_rounds(spent_s=first, rounds_done=1)
+    assert later.fixed_s == pytest.approx(0.1)
+    # The other 16 calls, each with its re-warm-up and fixed cost, fill the budget exactly.
+    total = first + 16 * (later.sample_s + later.warmup_ms * 1e-3 + later.fixed_s)
+    assert total == pytest.approx(6.0)
+    assert later.sample_s < plan.sample_s
+    # A first round cheaper than planned (the timer converged early) leaves more time.
+    quick = plan.after_rounds(spent_s=4 * 0.3, rounds_done=1)
+    assert quick.fixed_s == 0.0
+    assert quick.sample_s > plan.sample_s
+    # Never past the search's own per-kernel budget, never below the least sampling time.
+    capped = plan_rounds(
+        {"max_time_s": 0.2, "warmup_ms": 50.0}, budget_s=60.0, contenders=2, rounds=5
+    )
+    assert capped.after_rounds(spent_s=0.1, rounds_done=1).sample_s == 0.2
+    late = plan.after_rounds(spent_s=30.0, rounds_done=1)
+    assert late.sample_s == pytest.approx(remeasure_module.MIN_SAMPLE_S)
+    assert plan.to_dict()["max_sample_s"] == 2.0
+    assert plan_rounds({}, budget_s=6.0, contenders=1, rounds=5).to_dict()["max_sample_s"] is None
