@@ -28,6 +28,21 @@ from typing import Any
 
 from .ceilings import format_rate
 
+# The roofline keys `price_measured` reads (what a child process is sent to price a kernel).
+PRICING_KEYS = (
+    "flops",
+    "min_bytes",
+    "peak_flops",
+    "peak_name",
+    "bandwidth_Bps",
+    "compute_time_s",
+    "memory_time_s",
+    "roofline_time_s",
+    "flops_source",
+    "bytes_source",
+    "paths",
+)
+
 # Short unit names for table cells (the paths' full names are in their peak_name).
 SHORT_UNIT = {"fp32": "FP32", "tf32x3_tensor": "3xTF32", "tf32_tensor": "TF32"}
 

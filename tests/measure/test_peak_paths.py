@@ -173,3 +173,25 @@ def test_cpu_analysis_carries_no_paths_and_round_trips() -> None:
     part = RooflinePart.from_dict(analysis.to_dict())
     assert part.paths == []
     assert part.to_dict()["paths"] == []
+
+
+def test_the_benchmarking_agents_own_section_names_the_faster_ceiling() -> None:
+    from pytest_kernelpro.agents.benchmarking import render_reference_analysis
+    from pytest_kernelpro.measure.roofline import ReferenceAnalysis
+
+    r = repriced_roofline(REFERENCE)
+    analysis = ReferenceAnalysis(
+        **{
+            **{k: v for k, v in r.items() if k not in ("ops", "notes", "bound_band", "paths")},
+            "ops": tuple(OpCost(**op) for op in r["ops"]),
+            "notes": tuple(r["notes"]),
+            "bound_band": tuple(r["bound_band"]),
+            "paths": tuple(r["paths"]),
+        }
+    )
+    text = render_reference_analysis(analysis, measured_s=REFERENCE["timing"]["stats"]["median_s"])
+    assert (
+        "- At fp32 accuracy the work can run faster, at the 3xTF32 tensor core (fp32 as three "
+        "TF32 MMAs) peak (136 TFLOP/s): roofline time 1.01 ms." in text
+    )
+    assert "- The reference takes 2.72 ms: 99.2% of the roofline, 37.0% of the faster one." in text
