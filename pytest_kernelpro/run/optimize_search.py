@@ -184,7 +184,9 @@ def final_ranking(
             wall_s=clock.totals(),
         )
     picked = pick_contenders(candidates, current_speedup=current_speedup)
-    contenders, dropped = drop_far_slower(picked, current_speedup=current_speedup)
+    # The bar is the current kernel's speed in the sandbox, the reference's where unknown.
+    bar = "current kernel" if current_speedup else "reference"
+    contenders, dropped = drop_far_slower(picked, current_speedup=current_speedup, baseline=bar)
     chosen = {c.node_id for c in picked}
     others = dropped + [c for c in candidates if c.node_id not in chosen]
     if not contenders:
@@ -192,7 +194,7 @@ def final_ranking(
             kernel=kernel,
             status="no improvement found",
             reason=(
-                f"every correct candidate was far slower than the current kernel in the search "
+                f"every correct candidate was far slower than the {bar} in the search "
                 f"({dropped[0].reason}); none re-measured, the current kernel stays"
             ),
             candidates=tuple(others),

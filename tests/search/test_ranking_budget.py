@@ -161,12 +161,12 @@ def _search(speedups: dict[int, float]) -> Any:
 def _rank(monkeypatch: pytest.MonkeyPatch, speedups: dict[int, float], **kw: Any) -> Any:
     fake = _FakeRemeasure()
     monkeypatch.setattr(remeasure_module, "remeasure", fake)
+    kw.setdefault("current_speedup", 1.0)
     ranking = optimize_search.final_ranking(
         "12_Gemm",
         _search(speedups),
         sandbox_source="class Model: ...",
         current_code="current",
-        current_speedup=1.0,
         device="cuda",
         timing={"max_time_s": 0.2, "warmup_ms": 50.0},
         threshold=0.05,
@@ -215,6 +215,17 @@ def test_nothing_is_remeasured_when_every_candidate_is_far_slower(
     assert ranking.winner is None
     assert "every correct candidate was far slower" in ranking.reason
     assert [c.verdict for c in ranking.candidates] == ["not re-measured"] * 2
+
+
+def test_without_a_current_kernel_speed_the_reference_is_the_bar(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ranking, calls = _rank(monkeypatch, {1: 0.43, 2: 1.45}, current_speedup=None)
+    assert [c["labels"] for c in calls] == [["current", "reference", "node2"]]
+    dropped = next(c for c in ranking.candidates if c.node_id == 1)
+    assert dropped.reason == (
+        "far slower: the search measured it at 0.43x the reference (under 0.5x), not re-measured"
+    )
 
 
 def test_after_the_first_round_the_rest_is_replanned_around_the_timers_fixed_cost() -> None:
