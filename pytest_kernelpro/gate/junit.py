@@ -61,6 +61,8 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     for key in _ROOFLINE:
         add(key, roofline.get(key))
     add("efficiency", record.efficiency)
+    if record.peak_used:
+        add("peak_used", json.dumps(record.peak_used, separators=(",", ":"), default=str))
     add("threshold", record.threshold)
     add("min_roofline", record.min_roofline)
     gate = record.gate.to_dict() if record.gate else {}
@@ -165,6 +167,10 @@ def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
             "basis": get("basis"),
         }
     efficiency = _num(get("efficiency"))
+    try:
+        peak_used = json.loads(get("peak_used") or "null")
+    except json.JSONDecodeError:
+        peak_used = None
     threshold = _num(get("threshold"))
     min_roofline = _num(get("min_roofline"))
     return KernelRecord(
@@ -180,6 +186,7 @@ def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
         timing=None if timing is None else TimingPart.from_dict(timing),
         roofline=RooflinePart.from_dict(roofline) if roofline else None,
         efficiency=None if efficiency is None else float(efficiency),
+        peak_used=peak_used if isinstance(peak_used, dict) else None,
         threshold=0.05 if threshold is None else float(threshold),
         min_roofline=None if min_roofline is None else float(min_roofline),
         gate=VerdictPart.from_dict(gate) if isinstance(gate, dict) else None,

@@ -36,6 +36,7 @@ from pytest_kernelpro.gate.format import (
     stat,
 )
 from pytest_kernelpro.measure.ceilings import format_rate
+from pytest_kernelpro.measure.peak_paths import SHORT_UNIT, attainable_path, price_measured
 from pytest_kernelpro.record import KernelRecord, RooflinePart, StatsPart
 
 BOUNDS = ("memory", "compute", "mixed", "latency")  # bound words the comment shows as ours
@@ -75,6 +76,8 @@ def item_section(record: KernelRecord) -> str:
             f"{r.peak_name}; roofline time {format_time(r.roofline_time_s)}; "
             f"reaches {eff}"
         )
+        if record.peak_used and record.peak_used.get("note"):
+            lines.append(f"peak used for this kernel: {record.peak_used['note']}")
     if record.gate:
         lines.append(f"gate: {record.gate.status}: {record.gate.message}")
     profile_text = record.extra.get("profile_text")
@@ -108,10 +111,28 @@ def terminal_row(
         row.append(format_time(roofline_value(record, "roofline_time_s")))
     row += [
         _bar_cell(record, bar_width),
-        str(roofline_value(record, "bound") or "–"),
+        _bound_cell(record),
         Text(text, style=style if color else ""),
     ]
     return row
+
+
+def peak_used_words(record: KernelRecord) -> str | None:
+    """ "3xTF32, inferred" / "above every ceiling" when the kernel ran faster than its
+    op-level peak allows (`measure.peak_paths`), from our own words only."""
+    used = record.peak_used
+    if not isinstance(used, Mapping) or not used.get("note"):
+        return None
+    if used.get("problem"):
+        return "above every ceiling"
+    unit = SHORT_UNIT.get(str(used.get("key")))
+    return f"{unit}, inferred" if unit and used.get("inferred") else None
+
+
+def _bound_cell(record: KernelRecord) -> str:
+    bound = str(roofline_value(record, "bound") or "–")
+    words = peak_used_words(record)
+    return f"{bound} ({words})" if words else bound
 
 
 def _median_cell(record: KernelRecord) -> str:
@@ -247,7 +268,8 @@ def comment_row(record: KernelRecord) -> str:
         format_time(now),
         change_text,
         _comment_bar(record.efficiency),
-        bound if bound in BOUNDS else literal_text(bound) if bound else "–",
+        (bound if bound in BOUNDS else literal_text(bound) if bound else "–")
+        + (f" ({peak_used_words(record)})" if peak_used_words(record) else ""),
         f"{status_emoji(status)} {status_label(status)}",
     ]
     return "| " + " | ".join(cells) + " |"
@@ -289,6 +311,10 @@ def comment_details(record: KernelRecord, with_guidance: bool) -> str:
         f"- **Basis:** {literal_text(gate.basis, table=False)}; "
         f"tolerance {_pct_or_dash(gate.tolerance)}"
     )
+    if isinstance(record.peak_used, Mapping) and record.peak_used.get("note"):
+        lines.append(
+            f"- **Peak used:** {literal_text(record.peak_used['note'], limit=500, table=False)}"
+        )
     if gate.p_value is not None:
         lines.append(
             f"- **Mann-Whitney U:** one-sided p = {float(gate.p_value):.2g} "
@@ -365,18 +391,27 @@ def reference_summary(
             f"{format_rate(float(roofline.flops or 0), 'FLOP')}, minimal traffic "
             f"{format_rate(float(roofline.min_bytes or 0), 'B')}."
         )
-    if t:
+    faster = attainable_path(roofline)
+    if t and faster is None:
         parts = [f"- Roofline time {seconds_text(float(t))}"]
         if reference_s:
             parts.append(
                 f"the reference takes {seconds_text(reference_s)} ({float(t) / reference_s:.1%} of roofline)"
             )
-        if current_s:
+        priced = price_measured(roofline, current_s) if current_s else None
+        if current_s and priced is not None and priced.note:
+            parts.append(
+                f"the current kernel {seconds_text(current_s)} ({priced.efficiency:.1%} of "
+                f"roofline; {priced.note})"
+            )
+        elif current_s:
             parts.append(
                 f"the current kernel {seconds_text(current_s)} ({float(t) / current_s:.1%} of "
                 f"roofline): headroom at most {current_s / float(t):.3g}x"
             )
         lines.append("; ".join(parts) + ".")
+    elif t and faster is not None:
+        lines += _headroom_lines(roofline, faster, reference_s, current_s)
     if validation:
         lines.append(
             f"- ncu validation of the class on the reference: measured "
@@ -386,6 +421,51 @@ def reference_summary(
             f"{validation.get('cls') or 'unknown'} (confidence {validation.get('confidence')})."
         )
     return "\n".join(lines) + "\n"
+
+
+def _headroom_lines(
+    roofline: RooflinePart,
+    faster: Mapping[str, Any],
+    reference_s: float | None,
+    current_s: float | None,
+) -> list[str]:
+    """The roofline lines when the work has a faster path at the reference's accuracy (fp32
+    GEMM/conv with TF32 off: 3xTF32 on the tensor cores): the share of the op-level roofline
+    the reference reaches, and the headroom against the faster ceiling, named."""
+    t, ta = float(roofline.roofline_time_s or 0), float(faster["roofline_time_s"])
+    rule = (roofline.paths or [{}])[0]
+    unit, fast_unit = rule.get("unit") or "op-level", faster.get("unit") or faster.get("key")
+    parts = [f"- Roofline time {seconds_text(t)} at the {unit} peak"]
+    if reference_s:
+        parts.append(
+            f"the reference takes {seconds_text(reference_s)} ({t / reference_s:.1%} of the "
+            f"{unit} roofline)"
+        )
+    if current_s and current_s >= t:
+        parts.append(f"the current kernel {seconds_text(current_s)} ({t / current_s:.1%} of it)")
+    elif current_s:
+        parts.append(
+            f"the current kernel {seconds_text(current_s)} is faster than that roofline allows: "
+            f"it does not run on the {unit}s alone"
+        )
+    rate = format_rate(float(faster.get("peak_flops") or 0), "FLOP/s")
+    second = [
+        f"- At {faster.get('accuracy', 'the same')} accuracy the work can run faster, at the "
+        f"{fast_unit} peak ({rate}): roofline time {seconds_text(ta)}"
+    ]
+    if reference_s:
+        second.append(f"the reference reaches {ta / reference_s:.1%} of it")
+    if current_s and current_s > ta:
+        second.append(
+            f"the current kernel {ta / current_s:.1%}: headroom at most {current_s / ta:.3g}x "
+            "against this ceiling"
+        )
+    elif current_s:
+        second.append(
+            f"the current kernel is already faster than this ceiling ({ta / current_s:.1%} "
+            "of it): it runs at lower accuracy, or a FLOP count is wrong"
+        )
+    return ["; ".join(parts) + ".", "; ".join(second) + "."]
 
 
 def _pct(value: Any) -> str:

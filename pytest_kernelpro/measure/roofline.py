@@ -6,6 +6,13 @@ graph: the minimal bytes (each input of the reference read once, each output wri
 the arithmetic intensity against the ridge of the unit the work actually uses, the bound
 class and the roofline time max(FLOPs / P, bytes / BW).
 
+fp32 matrix work with TF32 off is priced at the FP32 CUDA-core rate (what cuBLAS/cuDNN run),
+but a kernel solving the same problem may run it faster on the tensor cores: as 3xTF32 (three
+TF32 MMAs per product, fp32 accuracy) or as plain TF32. `paths` lists the roofline at each of
+those rates, so the optimizer's headroom names the ceiling a candidate can really reach and a
+kernel faster than its op-level peak is priced at the path its rate implies
+(`measure.peak_paths`).
+
 Work the dispatcher never sees (a Triton or CUDA kernel launched directly, not through a
 torch op) counts nothing; the marker's `flops=`/`bytes=` or the op-cost hook fill that in.
 """
@@ -135,6 +142,9 @@ class ReferenceAnalysis:
     device: str = ""
     bound_band: tuple[float, float] = (0.5, 2.0)
     peak_mix: Mapping[str, float] = field(default_factory=dict)  # key -> share of FLOPs
+    # The roofline on each faster unit the matrix work may run on (`matrix_paths`); the first
+    # is the op-level rule's own. Empty when no op has a faster path.
+    paths: tuple[Mapping[str, Any], ...] = ()
 
     def efficiency(self, measured_s: float) -> float:
         """Fraction of the roofline reached: roofline time / measured time (1.0 = at the roof)."""
@@ -181,6 +191,7 @@ class ReferenceAnalysis:
             "notes": list(self.notes),
             "bound_band": list(self.bound_band),
             "peak_mix": dict(self.peak_mix),
+            "paths": [dict(p) for p in self.paths],
         }
 
 
@@ -343,6 +354,7 @@ def analyze_reference(
     compute_time = total_flops / peak
     memory_time = min_bytes / bandwidth
     mix = {k: (v / counted_flops if counted_flops else 0.0) for k, v in per_key.items()}
+    paths = matrix_paths(ops, ceilings, total_flops, memory_time, device_type)
     return ReferenceAnalysis(
         ops=ops,
         flops=total_flops,
@@ -364,7 +376,79 @@ def analyze_reference(
         device=ceilings.device,
         bound_band=tuple(bound_band),  # type: ignore[arg-type]
         peak_mix=mix,
+        paths=paths,
     )
+
+
+# The units fp32 matrix work can run on, slowest first, and the accuracy each keeps: the FP32
+# CUDA cores (cuBLAS/cuDNN with TF32 off), 3xTF32 on the tensor cores (the product split into a
+# TF32 "big" and "small" part, big*big + big*small + small*big: fp32 accuracy; what CUTLASS's
+# OpMultiplyAddFastF32 and Triton's input_precision="tf32x3" run), TF32 (10-bit mantissa).
+MATRIX_PATH_ORDER: tuple[str, ...] = ("fp32", TF32X3_KEY, "tf32_tensor")
+PATH_ACCURACY: dict[str, str] = {"fp32": "fp32", TF32X3_KEY: "fp32", "tf32_tensor": "tf32"}
+_MATRIX_CATEGORIES = ("gemm", "conv", "attention")
+
+
+def matrix_paths(
+    ops: Sequence[OpCost],
+    ceilings: Ceilings,
+    total_flops: float,
+    memory_time_s: float,
+    device_type: str,
+) -> tuple[dict[str, Any], ...]:
+    """The roofline with the fp32 matrix work moved to each faster unit in turn.
+
+    Each path: the unit the movable ops run on (`key`), the accuracy the work keeps, the
+    effective peak (FLOP-weighted with the ops that stay where they are), its name, and the
+    compute and roofline times. The first path is the op-level rule's pricing; a unit this
+    device has no ceiling for (TF32 without a TF32 rate) is left out. Empty on a CPU and when
+    no fp32 matrix op is priced below the tensor cores.
+    """
+    if device_type != "cuda":
+        return ()
+    priced = [op for op in ops if op.flops > 0]
+    movable = [
+        op for op in priced if op.category in _MATRIX_CATEGORIES and op.peak_key in MATRIX_PATH_ORDER[:-1]
+    ]
+    if not movable:
+        return ()
+    first = min(MATRIX_PATH_ORDER.index(op.peak_key) for op in movable)
+    moved = {id(op) for op in movable}
+    paths: list[dict[str, Any]] = []
+    for level in range(first, len(MATRIX_PATH_ORDER)):
+        per_key: dict[str, float] = {}
+        rates: dict[str, tuple[float, str]] = {}
+        time_counted = 0.0
+        accuracy = "fp32"
+        usable = True
+        for op in priced:
+            key = op.peak_key
+            if id(op) in moved:
+                key = MATRIX_PATH_ORDER[max(level, MATRIX_PATH_ORDER.index(op.peak_key))]
+                accuracy = "tf32" if PATH_ACCURACY[key] == "tf32" else accuracy
+            used, rate, note = resolve_peak(ceilings, key)
+            if note and id(op) in moved:
+                usable = False  # no ceiling for this unit here: not a path of this device
+                break
+            rates[used] = (rate, _origin(ceilings, used))
+            per_key[used] = per_key.get(used, 0.0) + op.flops
+            time_counted += op.flops / rate
+        if not usable:
+            continue
+        peak = sum(per_key.values()) / time_counted
+        compute = total_flops / peak
+        paths.append(
+            {
+                "key": MATRIX_PATH_ORDER[level],
+                "unit": peak_label(MATRIX_PATH_ORDER[level], device_type),
+                "accuracy": accuracy,
+                "peak_flops": peak,
+                "peak_name": _peak_name(per_key, rates, peak, device_type),
+                "compute_time_s": compute,
+                "roofline_time_s": max(compute, memory_time_s),
+            }
+        )
+    return tuple(paths)
 
 
 def _peak_name(

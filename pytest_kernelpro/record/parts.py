@@ -243,6 +243,9 @@ class RooflinePart(Part):
     notes: tuple[str, ...] = ()
     bound_band: tuple[float, ...] | None = None
     peak_mix: dict[str, float] | None = None
+    # The roofline on each faster unit the fp32 matrix work may run on, the op-level rule's
+    # first (`measure.roofline.matrix_paths`); absent in records before it existed.
+    paths: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -476,6 +476,7 @@ def roofline(
 ) -> None:
     """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
     kernel's share of it."""
+    from ..measure.peak_paths import record_pricing
     from ..measure.roofline import analyze_reference
 
     problem, device, record = run.problem, run.device, run.record
@@ -500,7 +501,10 @@ def roofline(
             f"{_describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
         ) from exc
     record.roofline = RooflinePart.from_dict(analysis.to_dict())
-    record.efficiency = analysis.efficiency(median_s)
+    # A kernel faster than the op-level peak allows is priced at the peak its rate implies
+    # (measure/peak_paths.py); the roofline part keeps the op-level rule's numbers.
+    efficiency, record.peak_used = record_pricing(record.roofline, median_s)
+    record.efficiency = analysis.efficiency(median_s) if efficiency is None else efficiency
 
 
 def profile(run: ItemRun, services: Services, device: str | None = None) -> None:
@@ -532,6 +536,7 @@ def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None
     """The verdict against the baseline (a regression is confirmed by timing it again, and
     profiled); a failing verdict fails the item."""
     from ..gate.verdict import compare, confirm, needs_confirmation
+    from ..measure.peak_paths import kernel_efficiency
 
     record = run.record
     baseline = services.baseline()
@@ -543,7 +548,7 @@ def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None
         confirmed = KernelRecord.from_dict(record.to_dict())
         confirmed.timing = TimingPart.from_dict(timing.to_dict())
         if record.roofline_time_s is not None:
-            confirmed.efficiency = record.roofline_time_s / timing.stats.median_s
+            confirmed.efficiency = kernel_efficiency(record.roofline, timing.stats.median_s)
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu)
         record.extra["confirmation_timing"] = timing.to_dict()
     record.gate = VerdictPart.from_dict(verdict.to_dict())

@@ -1,0 +1,40 @@
+"""A kernel timed faster than its roofline allows, end to end on the CPU: the record says
+so (peak_used), the terminal row and the item section name it, the efficiency stays above
+100% (no faster path exists for CPU work), and the JUnit file carries it."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import records_by_name
+
+# 1e13 FLOPs in the ~1 ms the injected timer hands out is 1e16 FLOP/s, against the fixed
+# 1 TFLOP/s fp32 ceiling: no unit of this "device" runs that fast.
+TOO_FAST = """
+import pytest, torch
+@pytest.mark.kernelpro(reference=torch.neg, inputs=lambda device: (torch.randn(1000, device=device),),
+                       flops=1e13, bytes=8000)
+def neg(x):
+    return -x
+"""
+
+
+def test_a_rate_above_every_ceiling_is_named_not_hidden(
+    kp_project: pytest.Pytester, injected_timing: list[float]
+) -> None:
+    kp_project.makepyfile(test_k=TOO_FAST)
+    result = kp_project.runpytest("-rA", "--junitxml=junit.xml")
+    result.assert_outcomes(passed=1)
+    record = records_by_name(kp_project)["neg"]
+    used = record["peak_used"]
+    assert used["problem"] == "flops"
+    assert used["inferred"] is False
+    assert used["measured_flops_per_s"] == pytest.approx(1e13 / injected_timing[0])
+    assert "exceeds the CPU FP32 (torch.matmul rate)" in used["note"]
+    assert "a measurement or FLOP-count problem (FLOPs marker" in used["note"]
+    assert record["efficiency"] == pytest.approx(10.0 / injected_timing[0])  # still > 100%
+    result.stdout.fnmatch_lines(["*neg*compute (above every ceiling)*"])
+    result.stdout.fnmatch_lines(["*peak used for this kernel: *measured exceeds*"])
+    from pytest_kernelpro.gate.junit import read_junit_records
+
+    (from_junit,) = read_junit_records(kp_project.path / "junit.xml")
+    assert from_junit.peak_used == used
