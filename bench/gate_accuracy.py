@@ -64,6 +64,7 @@ import json
 import math
 import platform
 import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -394,9 +395,13 @@ def injection_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def plugin_budgets(device: str, later_warmup_ms: float) -> tuple[TimingBudget, TimingBudget]:
+def plugin_budgets(
+    device: str, later_warmup_ms: float, clock_anchor: str = "off"
+) -> tuple[TimingBudget, TimingBudget]:
     """(first, later) budgets: the plugin's defaults from the Setting table; `later` differs
-    only in its warm-up (see the module docstring)."""
+    only in its warm-up (see the module docstring). `clock_anchor="on"` when a rule needs the
+    anchored pass: it runs after a measurement's samples, which the other rules judge as
+    before."""
     from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
 
     first = TimingBudget(
@@ -404,6 +409,7 @@ def plugin_budgets(device: str, later_warmup_ms: float) -> tuple[TimingBudget, T
         max_time_s=2.0 if device == "cuda" else 1.0,  # Settings.budget_for's defaults
         target_rel_ci=float(SETTINGS_BY_NAME["target_rel_ci"].default),
         cpu_flush=str(SETTINGS_BY_NAME["cpu_flush"].default),
+        clock_anchor=clock_anchor,
     )
     from dataclasses import replace
 
@@ -415,20 +421,29 @@ def _round_to(x: float, granule: int) -> int:
     return max(granule, round(x / granule) * granule)
 
 
-# The gate's rules, each applied to the same measurements: `default` (compare's defaults: a
-# clock-limited comparison gets 3x the threshold, gate/clock_scale.py), `fixed` (the plain
-# threshold for every kernel), `cycles` (times scaled by the mean SM clock; measured worse).
-# Run 3 (2026-12-01) ran "clock" (= cycles) and "plain" (= fixed, the default then).
+# The gate's rules, each applied to the same measurements: `default` (the plugin's default:
+# 3x the threshold for a clock-limited comparison, gate/clock_scale.py; the anchored passes the
+# suite's measurements carry are ignored, as if --kernelpro-clock-anchor were off), `anchor`
+# (--kernelpro-clock-anchor=on: a clock-limited comparison relative to the clock anchor where
+# both sides have an anchored pass, gate/clock_anchor.py), `fixed` (the plain threshold for
+# every kernel), `cycles` (times scaled by the mean SM clock; measured worse).
+# Names of earlier runs: run 3 "clock" (= cycles) and "plain" (= fixed, the default then);
+# run 4 "default" (= today's default) and "fixed"; session 4 (run 5) "default" (= anchor, the
+# candidate default then) and "clock3x" (= today's default).
 RULE_KWARGS: dict[str, dict[str, bool]] = {
-    "default": {},
-    "fixed": {"widen_when_clock_limited": False},
-    "cycles": {"clock_normalize": True, "widen_when_clock_limited": False},
+    "default": {"clock_anchor": False},
+    "anchor": {},
+    "fixed": {"clock_anchor": False, "widen_when_clock_limited": False},
+    "cycles": {"clock_normalize": True, "widen_when_clock_limited": False, "clock_anchor": False},
 }
 RULE_LABELS = {
-    "default": "default (3x the threshold when the SM clock was held below 95% of its maximum "
-    "by a limit, gate/clock_scale.py)",
+    "default": "default (the plugin's: 3x the threshold when the SM clock was held below 95% "
+    "of its maximum by a limit, gate/clock_scale.py)",
+    "anchor": "anchor (--kernelpro-clock-anchor=on: clock-limited comparisons relative to the "
+    "clock anchor GEMM timed alternately with the kernel, gate/clock_anchor.py)",
     "fixed": "fixed (the threshold for every kernel)",
     "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
+    "clock3x": "clock3x (= default; session 4's name)",
     "clock": "clock (= cycles; run 3's name)",
     "plain": "plain (= fixed; run 3's name, the default then)",
 }
@@ -468,6 +483,8 @@ def _measure_info(rec: KernelRecord) -> dict[str, Any]:
         "power_w_mean": clocks.get("power_w_mean"),
         "reasons": clocks.get("reasons_seen") or [],
         "wall_s": timing.get("wall_s"),
+        "anchored": bool((timing.get("anchor") or {}).get("ratios")),
+        "anchor_median_s": (timing.get("anchor") or {}).get("anchor_median_s"),
     }
 
 
@@ -484,15 +501,18 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(1)
     set_device(args.device)
     small = args.device == "cpu"
-    first_budget, later_budget = plugin_budgets(args.device, args.later_warmup_ms)
-    threshold = default_threshold(args.device)
-    slowdowns = [float(x) for x in args.slowdowns.split(",")]
-    specs = [s for s in SUITE if not args.only or s.name in args.only.split(",")]
-    ceilings = _load_ceilings(args.ceilings)
     rules = args.rules.split(",")
     unknown = [r for r in rules if r not in RULE_KWARGS]
     if unknown:
         raise SystemExit(f"--rules: unknown {unknown}; known: {', '.join(RULE_KWARGS)}")
+    needs_anchor = any(RULE_KWARGS[r].get("clock_anchor", True) for r in rules)
+    first_budget, later_budget = plugin_budgets(
+        args.device, args.later_warmup_ms, "on" if needs_anchor else "off"
+    )
+    threshold = default_threshold(args.device)
+    slowdowns = [float(x) for x in args.slowdowns.split(",")]
+    specs = [s for s in SUITE if not args.only or s.name in args.only.split(",")]
+    ceilings = _load_ceilings(args.ceilings)
     rng = random.Random(args.seed)
     t_start = time.monotonic()
     deadline = t_start + args.max_minutes * 60
@@ -599,9 +619,12 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                             comparisons.append({
                                 "kernel": spec.name, "trial": trial, "variant": variant,
                                 "rule": rule, "threshold": threshold, "change": first.change,
-                                "raw_change": first.raw_change if first.clock_scale else first.change,
+                                "raw_change": first.raw_change if first.raw_change is not None else first.change,
                                 "clock_scale": first.clock_scale,
                                 "clock_limited": first.clock_limited,
+                                "anchor": first.anchor,
+                                "anchor_change": first.anchor_change,
+                                "basis": first.basis,
                                 "tolerance": first.tolerance,
                                 "p_value": first.p_value, "first": first.change_status,
                                 "final": final.change_status, "failed": final.failed,
@@ -625,6 +648,8 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     "power_w_mean_A": _median([x["power_w_mean"] for x in a_infos
                                                if x["power_w_mean"] is not None]),
                     "reasons_A": sorted({r for x in a_infos for r in x["reasons"]}),
+                    "anchored_share_A": (sum(x["anchored"] for x in a_infos) / len(a_infos)
+                                         if a_infos else None),
                     "wall_s": round(time.monotonic() - k_start, 1),
                 })  # fmt: skip
                 del launches, launch_a
@@ -802,6 +827,37 @@ def render_suite(result: dict[str, Any]) -> str:
                 + " | ".join(_rate([c for c in sel if c["variant"] == v]) for v in slow)
                 + " |"
             )
+    # The noise each rule sees: the A/A change between two measurements of the same code
+    # (standard deviation and max over the trials), and how the default rule decided.
+    lines += [
+        "",
+        "A/A spread per rule (standard deviation / max |change| of the compared quantity), "
+        "and how often the anchor rule compared relative to the anchor:",
+        "",
+        "| kernel | " + " | ".join(f"{r} A/A sd / max" for r in rules)
+        + " | anchored measurements of A | comparisons relative to the anchor |",
+        "|:--|" + "--:|" * len(rules) + "--:|--:|",
+    ]  # fmt: skip
+    for info in result["kernels"]:
+        if "error" in info:
+            continue
+        name = info["name"]
+        cells = []
+        for r in rules:
+            aa = [c["change"] for c in by_rule(r) if c["kernel"] == name and c["variant"] == "A"
+                  and c["change"] is not None]  # fmt: skip
+            sd = statistics.pstdev(aa) if len(aa) > 1 else math.nan
+            mx = max((abs(x) for x in aa), default=math.nan)
+            cells.append(f"{sd * 100:.2f}% / {mx * 100:.2f}%")
+        anchor_rule = next((r for r in rules if RULE_KWARGS.get(r, {}).get("clock_anchor", True)),
+                           default_rule)  # fmt: skip
+        mine = [c for c in by_rule(anchor_rule) if c["kernel"] == name]
+        anchored = sum(1 for c in mine if c.get("anchor"))
+        share = info.get("anchored_share_A")
+        lines.append(
+            f"| {name} | " + " | ".join(cells)
+            + f" | {'–' if share is None else f'{share:.0%}'} | {anchored}/{len(mine)} |"
+        )  # fmt: skip
     # Detection by the size of the change each variant really had (its median over trials
     # under that rule): nominal 3% variants came out anywhere from +1.8% to +31%.
     bins = [(0.025, 0.035), (0.035, 0.05), (0.05, 0.08), (0.08, math.inf)]
@@ -849,7 +905,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--long-only", action="store_true", help="suite: only kernels >= 50 us")
     parser.add_argument(
-        "--rules", default="default,fixed",
+        "--rules", default="default,anchor,fixed",
         help=f"suite: gate rules applied to the same measurements ({', '.join(RULE_KWARGS)})",
     )  # fmt: skip
     parser.add_argument(

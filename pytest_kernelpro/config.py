@@ -175,6 +175,7 @@ class KernelproConfig:
     sources: dict[str, str]  # setting name -> where its value came from
     resume: bool = False  # --kernelpro-resume: continue the latest search of each kernel
     cpu_flush: str = "auto"
+    clock_anchor: str = "off"  # GPU: "on" adds the anchored pass to capped timings
     cpu_threads: int = 0  # 0: auto (measure.cpuload.policy_threads)
     cpu_cross_device: str = "info"
     sort: str = "status"
@@ -277,6 +278,7 @@ class KernelproConfig:
             auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
             cpu_flush=values["cpu_flush"],
+            clock_anchor=values["clock_anchor"],
             cpu_threads=values["cpu_threads"],
             cpu_cross_device=values["cpu_cross_device"],
             sort=values["sort"],

@@ -19,6 +19,7 @@ GROUP_DESCRIPTION = "GPU kernel checking, timing, roofline and regression gate"
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 FEEDBACK_CHOICES = ("tools", "raw", "none")
 CPU_FLUSH_CHOICES = ("auto", "on", "off")
+CLOCK_ANCHOR_CHOICES = ("off", "on")
 CROSS_CPU_CHOICES = ("info", "gate")
 SORT_CHOICES = ("status", "name", "median", "roofline", "change")
 
@@ -90,6 +91,7 @@ SEARCH_CHOICES = ("mcts", "greedy")
 ORCHESTRATION_CHOICES = ("proactive", "reactive")
 
 parse_cpu_flush = _choice("CPU flush mode", CPU_FLUSH_CHOICES)
+parse_clock_anchor = _choice("clock anchor mode", CLOCK_ANCHOR_CHOICES)
 parse_cross_cpu = _choice("cross-CPU mode", CROSS_CPU_CHOICES)
 parse_sort = _choice("sort order", SORT_CHOICES)
 
@@ -248,6 +250,17 @@ SETTINGS: tuple[Setting, ...] = (
         parse_fraction,
         None,
         "FRACTION",
+    ),
+    Setting(
+        "clock_anchor",
+        "GPU kernels timed mostly under a clock limit (the power cap): on times the clock "
+        "anchor, a fixed bf16 GEMM, alternately with the kernel after its samples, and the "
+        "gate compares kernel / anchor where the clock was held down (both sides need the "
+        "pass: save the baseline with it too); off (default) gates such kernels at 3x the "
+        "threshold",
+        parse_clock_anchor,
+        "off",
+        "MODE",
     ),
     Setting(
         "cuda_graph",

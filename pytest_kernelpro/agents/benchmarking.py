@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.gate.render import BOUND_ADVICE as _BOUND_ADVICE
 from pytest_kernelpro.gate.render import seconds_text as _seconds
 from pytest_kernelpro.measure.ceilings import format_rate
+from pytest_kernelpro.measure.peak_paths import attainable_path
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.ceilings import Ceilings
@@ -39,11 +40,22 @@ def render_reference_analysis(
         f"{_seconds(analysis.compute_time_s)}, memory {_seconds(analysis.memory_time_s)}); "
         f"dominant op category: {analysis.dominant_category}.",
     ]
-    if measured_s:
+    faster = attainable_path(analysis)
+    if faster is not None:
+        rate = format_rate(float(faster["peak_flops"]), "FLOP/s")
         lines.append(
-            f"- The reference takes {_seconds(measured_s)}: "
-            f"{analysis.efficiency(measured_s):.1%} of the roofline."
+            f"- At {faster['accuracy']} accuracy the work can run faster, at the "
+            f"{faster['unit']} peak ({rate}): roofline time "
+            f"{_seconds(float(faster['roofline_time_s']))}."
         )
+    if measured_s:
+        line = (
+            f"- The reference takes {_seconds(measured_s)}: "
+            f"{analysis.efficiency(measured_s):.1%} of the roofline"
+        )
+        if faster is not None:
+            line += f", {float(faster['roofline_time_s']) / measured_s:.1%} of the faster one"
+        lines.append(line + ".")
     if analysis.unfused_bytes > analysis.min_bytes * 1.5:
         lines.append(
             f"- Unfused, the ops move {analysis.unfused_bytes / max(analysis.min_bytes, 1):.1f}x "

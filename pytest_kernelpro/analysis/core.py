@@ -45,6 +45,10 @@ class RooflineFacts:
     roofline_time_s: float | None = None
     efficiency: float | None = None  # roofline time / the kernel's timed median
     timed_median_s: float | None = None
+    # What pricing a timed kernel needs (`measure.peak_paths.PRICING_KEYS` of the roofline):
+    # a candidate faster than the op-level peak allows reads its share at the peak its rate
+    # implies, not above 100% (which would cap every finding as "near the roofline").
+    pricing: dict[str, Any] | None = None
 
     @classmethod
     def from_roofline(
@@ -55,11 +59,14 @@ class RooflineFacts:
         efficiency: float | None = None,
     ) -> RooflineFacts:
         """From a record's `roofline` dict (`measure.roofline`) and a measured median."""
+        from pytest_kernelpro.measure.peak_paths import PRICING_KEYS, kernel_efficiency
+
         r = dict(roofline or {})
         dtype = next((op.get("dtype") for op in r.get("ops") or [] if op.get("dtype")), None)
         t = r.get("roofline_time_s")
+        pricing = {k: r[k] for k in PRICING_KEYS if r.get(k) is not None} if t else None
         if efficiency is None and t and median_s:
-            efficiency = float(t) / float(median_s)
+            efficiency = kernel_efficiency(pricing, float(median_s))
         return cls(
             bound=r.get("bound"),
             dominant_category=r.get("dominant_category"),
@@ -69,13 +76,19 @@ class RooflineFacts:
             roofline_time_s=None if t is None else float(t),
             efficiency=efficiency,
             timed_median_s=median_s,
+            pricing=pricing,
         )
 
     def for_median(self, median_s: float | None) -> RooflineFacts:
         """The same problem's facts for another kernel timed at `median_s`."""
         from dataclasses import replace
 
-        eff = self.roofline_time_s / median_s if self.roofline_time_s and median_s else None
+        from pytest_kernelpro.measure.peak_paths import kernel_efficiency
+
+        eff = None
+        if self.roofline_time_s and median_s:
+            pricing = self.pricing or {"roofline_time_s": self.roofline_time_s}
+            eff = kernel_efficiency(pricing, median_s)
         return replace(self, timed_median_s=median_s, efficiency=eff)
 
     def to_dict(self) -> dict[str, Any]:

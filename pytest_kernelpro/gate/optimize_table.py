@@ -68,6 +68,11 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
             )
             if c.get("patch"):
                 lines.append(f"        patch: {c['patch']}")
+            if c.get("verdict") == "not re-measured" and c.get("reason"):
+                lines.append(f"        node {c.get('node_id')}: {c['reason']}")
+    cost = (summary.get("ranking") or {}).get("cost") or {}
+    if cost:
+        lines.append("  " + _cost_line(cost))
     if summary.get("best_patch"):
         lines.append(
             f"  best patch: {summary['best_patch']}  (git apply it from the repository root)"
@@ -95,6 +100,25 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
             f"  run folder: {summary['run_dir']}{resumed}; `kernelpro show {summary['run_dir']}`"
         )
     return "\n".join(lines)
+
+
+def _cost_line(cost: Mapping[str, Any]) -> str:
+    """What the final re-measurement cost (`search/remeasure.py` RemeasureResult.cost)."""
+    plan = cost.get("plan") or {}
+    text = (
+        f"re-measurement: {float(cost.get('wall_s') or 0):.1f} s (workers ready after "
+        f"{float(cost.get('start_s') or 0):.1f} s, {cost.get('rounds', 0)} rounds in "
+        f"{float(cost.get('rounds_s') or 0):.1f} s"
+    )
+    if plan.get("budget_s"):
+        text += f" for a {float(plan['budget_s']):g} s timing budget"
+    text += ")"
+    samples = cost.get("samples") or {}
+    if samples:
+        text += "; samples: " + ", ".join(f"{k} {v}" for k, v in samples.items())
+    if cost.get("stopped"):
+        text += f"; {cost['stopped']}"
+    return text
 
 
 def _confirmation_line(conf: Mapping[str, Any]) -> str:

@@ -32,14 +32,15 @@ How a regression is decided, and why:
 Anything beyond the threshold that fails 2, 3 or 4 is "suspect": reported with what to do,
 never a failure (nvbench users did not know what to do with AMBG: the reason says).
 
-Same device: times are compared (and the efficiency change is reported). When either side
-ran with its SM clock held below 95% of the maximum by a power or thermal limit, the
-tolerance is 3x the threshold and a change between the two is "suspect": the clock such a
-limit allows moves between runs and the time with it, by 4% on the H200's capped GEMMs, where
-the 2% gate raised 6% false alarms (`clock_scale.py` has the numbers; the basis names the
-clocks). Another device:
-samples are divided by each side's roofline time, so the comparison is of time relative to
-the roofline (1 / efficiency), with the wider `cross_device_tolerance`; the basis says so.
+What is compared is `basis.py`'s choice. Same device: times (and the efficiency change is
+reported). When either side ran with its SM clock held below 95% of the maximum by a power or
+thermal limit, the clock such a limit allows moves between runs and the time with it (by
+1.9-5.4% on the H200's capped GEMMs, where the 2% gate on times raised 6% false alarms):
+then the tolerance is 3x the threshold and a change between the two is "suspect"
+(`clock_scale.py`), or, with an anchored pass on both sides (`--kernelpro-clock-anchor=on`),
+the kernel / anchor ratios are compared at the threshold (`clock_anchor.py`). The basis names the rule, the anchor and the clocks.
+Another device: samples are divided by each side's roofline time, so the comparison is of
+time relative to the roofline (1 / efficiency), with the wider `cross_device_tolerance`.
 
 Another CPU: reported as information ("incomparable" with the change), never a failure,
 unless `cross_cpu="gate"` (`--kernelpro-cpu-cross-device=gate`). A CPU's efficiency does not
@@ -58,12 +59,12 @@ from dataclasses import asdict, dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.gate.clock_scale import (
-    CLOCK_LIMITED_FACTOR,
-    clock_limit_text,
-    clock_scale,
-    entry_clock_facts,
-    record_clock_facts,
+from pytest_kernelpro.gate.basis import (
+    Basis,
+    Incomparable,
+    cross_device_basis,
+    same_device,
+    same_device_basis,
 )
 from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
 
@@ -145,6 +146,9 @@ class Verdict:
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
+    # Set when a clock-limited comparison was made relative to the clock anchor:
+    anchor: str | None = None  # the anchor's identity (measure/timing/anchor.py)
+    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
 
     @property
     def failed(self) -> bool:
@@ -183,23 +187,6 @@ def _samples(record: KernelRecord) -> list[float]:
         if math.isfinite(v) and v > 0:
             out.append(v)
     return out
-
-
-def _roofline_time(record: KernelRecord) -> float | None:
-    value = record.roofline_time_s
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) and out > 0 else None
-
-
-def _same_device(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
-
-
-def _is_cpu(device: str) -> bool:
-    return device.strip().casefold().startswith("cpu")
 
 
 def oversubscribed_reason(record: KernelRecord) -> str | None:
@@ -263,6 +250,7 @@ def compare(
     cross_cpu: str = "info",
     clock_normalize: bool = False,
     widen_when_clock_limited: bool = True,
+    clock_anchor: bool = True,
 ) -> Verdict:
     """Compare one measured kernel with its baseline entry (None: the kernel is new).
 
@@ -270,9 +258,11 @@ def compare(
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
     `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
     a comparison with another CPU without failing, "gate" gates it like a GPU's.
+    `clock_anchor=False` ignores the anchored passes (`clock_anchor.py`) and
     `widen_when_clock_limited=False` keeps the plain threshold for clock-limited comparisons
-    (see the module docstring); `clock_normalize=True` compares cycles where `clock_scale`
-    applies (measured worse than plain times on the H200; for comparison only).
+    (see the module docstring; both for comparing rules on the same measurements);
+    `clock_normalize=True` compares cycles where `clock_scale` applies (measured worse than
+    plain times on the H200; for comparison only). `basis.py` chooses what is compared.
     """
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
@@ -319,74 +309,37 @@ def compare(
         n_baseline=entry.n,
     )
     cur_med = record.median_s if record.median_s is not None else median(samples)
-    if _same_device(record.device, entry.device):
-        basis = f"time (same device: {record.device or 'unknown'})"
-        tol = thr
-        now, ref = samples, list(entry.samples_s)
-        ratio = cur_med / entry.median_s
-        facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)
-        limited = clock_limit_text(facts_now, facts_base) if widen_when_clock_limited else None
-        if limited is not None:
-            tol = round(thr * CLOCK_LIMITED_FACTOR, 12)
-            basis = (
-                f"time (same device: {record.device or 'unknown'}; {limited}: tolerance "
-                f"{CLOCK_LIMITED_FACTOR:g}x the threshold)"
-            )
-            base.update(
-                clock_limited=limited,
-                sm_mhz=facts_now.sm_mhz,
-                baseline_sm_mhz=facts_base.sm_mhz,
-            )
-        scale = clock_scale(facts_now, facts_base) if clock_normalize else None
-        if scale is not None:
-            basis = f"{scale.describe()} (same device: {record.device or 'unknown'})"
-            now = [v * scale.factor for v in samples]
-            base.update(
-                clock_scale=scale.factor,
-                sm_mhz=scale.sm_mhz,
-                baseline_sm_mhz=scale.baseline_sm_mhz,
-                raw_change=ratio - 1.0,
-            )
-            ratio *= scale.factor
+    if same_device(record.device, entry.device):
+        chosen: Basis | Incomparable = same_device_basis(
+            record,
+            entry,
+            samples,
+            cur_med,
+            thr,
+            widen_when_clock_limited=widen_when_clock_limited,
+            clock_normalize=clock_normalize,
+            clock_anchor=clock_anchor,
+        )
     else:
-        rt_now, rt_base = _roofline_time(record), entry.roofline_time_s
-        if rt_now is None or not rt_base:
-            missing = "this run" if rt_now is None else "the baseline"
-            return _finish(
-                change_status=INCOMPARABLE,
-                basis=f"none (other device: {entry.device} vs {record.device})",
-                reason=(
-                    f"the baseline was measured on {entry.device or 'an unknown device'} and "
-                    f"this run on {record.device or 'an unknown device'}; {missing} has no "
-                    "roofline time, so neither time nor efficiency can be compared. Save a "
-                    f"baseline on {record.device or 'this device'}"
-                ),
-                tolerance=cross,
-                floor_reason=floor_reason,
-                **base,
-            )
-        basis = f"efficiency (other device: {entry.device} vs {record.device})"
-        if cross_cpu != "gate" and (_is_cpu(record.device) or _is_cpu(entry.device)):
-            change = (cur_med / rt_now) / (entry.median_s / rt_base) - 1.0
-            return _finish(
-                change_status=INCOMPARABLE,
-                basis=basis,
-                reason=(
-                    f"the baseline is from another CPU or thread count ({entry.device} vs "
-                    f"{record.device}): time relative to the roofline changed by "
-                    f"{_pct(change)}, reported as information only, because CPU efficiency "
-                    "does not carry across CPUs. Save a baseline on this machine "
-                    "(--kernelpro-save-baseline), or gate it with --kernelpro-cpu-cross-device=gate"
-                ),
-                tolerance=cross,
-                floor_reason=floor_reason,
-                change=change,
-                **base,
-            )
-        tol = cross
-        now = [v / rt_now for v in samples]
-        ref = [v / rt_base for v in entry.samples_s]
-        ratio = (cur_med / rt_now) / (entry.median_s / rt_base)
+        chosen = cross_device_basis(record, entry, samples, cur_med, cross, cross_cpu)
+    if isinstance(chosen, Incomparable):
+        return _finish(
+            change_status=INCOMPARABLE,
+            basis=chosen.text,
+            reason=chosen.reason,
+            tolerance=chosen.tolerance,
+            floor_reason=floor_reason,
+            change=chosen.change,
+            **base,
+        )
+    base.update(chosen.extra)
+    basis, tol, now, ref, ratio = (
+        chosen.text,
+        chosen.tolerance,
+        chosen.now,
+        chosen.ref,
+        chosen.ratio,
+    )
     change = ratio - 1.0
     now_q = quantile_subsample(now, TEST_SAMPLES)
     ref_q = quantile_subsample(ref, TEST_SAMPLES)
@@ -395,13 +348,7 @@ def compare(
     what = "slower" if change > 0 else "faster"
     if basis.startswith("efficiency"):
         what = "further from its roofline" if change > 0 else "closer to its roofline"
-    moved = f"{what} by {abs(change):.1%} (tolerance {tol:.0%})"
-    if base.get("clock_scale") is not None:
-        moved = (
-            f"{what} by {abs(change):.1%} in cycles (tolerance {tol:.0%}; plain time "
-            f"{_pct(base['raw_change'])}, SM clock {base['sm_mhz']:.0f} MHz vs "
-            f"{base['baseline_sm_mhz']:.0f} MHz in the baseline, a power or thermal cap setting the clock)"
-        )
+    moved = f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {tol:.0%}{chosen.detail})"
     if ratio > 1.0 + tol:
         p = mann_whitney_u(now_q, ref_q, "greater").p_value
         if p >= alpha:
@@ -487,6 +434,7 @@ def confirm(
     cross_cpu: str = "info",
     clock_normalize: bool = False,
     widen_when_clock_limited: bool = True,
+    clock_anchor: bool = True,
 ) -> Verdict:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
@@ -505,6 +453,7 @@ def confirm(
         cross_cpu=cross_cpu,
         clock_normalize=clock_normalize,
         widen_when_clock_limited=widen_when_clock_limited,
+        clock_anchor=clock_anchor,
     )
     reproduced = second.change_status == REGRESSED
     confirmation = {
@@ -512,6 +461,8 @@ def confirm(
         "change": second.change,
         "raw_change": second.raw_change,
         "clock_scale": second.clock_scale,
+        "anchor_change": second.anchor_change,
+        "basis": second.basis,
         "p_value": second.p_value,
         "current_median_s": second.current_median_s,
         "n": second.n_current,

@@ -7,12 +7,15 @@ At the end of a search the speedups are the re-measured ones of `search.ranking`
 single measurements (`rank_nodes`, marked "not re-measured"): the current kernel is evaluated
 in the sandbox like a candidate (`current_speedup`: its speedup over the reference there),
 and a candidate's speedup over it is the ratio of the two. % of roofline after is the
-kernel's measured % of roofline times the speedup over the current kernel.
+kernel's measured % of roofline times the speedup over the current kernel, or, where the
+caller gives `efficiency_of`, the candidate's time priced on the roofline (a candidate faster
+than the op-level peak allows is priced at the peak its rate implies).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +61,7 @@ def rank_nodes(
     *,
     current_speedup: float | None,
     efficiency_before: float | None,
+    efficiency_of: Callable[[float], float | None] | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """(ranked correct candidates, count of every outcome) from the search tree."""
     outcomes = Counter(n.evaluation.status for n in nodes if n.evaluation is not None)
@@ -81,11 +85,7 @@ def rank_nodes(
                 "search_speedup": node.speedup,
                 "speedup_vs_reference": node.speedup,
                 "speedup_vs_current": vs_current,
-                "efficiency_after": (
-                    efficiency_before * vs_current
-                    if efficiency_before is not None and vs_current is not None
-                    else None
-                ),
+                "efficiency_after": _efficiency_after(efficiency_before, vs_current, efficiency_of),
                 "verdict": "not re-measured",
                 "guidance": guidance_of(node),
                 "lineage_guidance": lineage_guidance(node),
@@ -97,12 +97,28 @@ def rank_nodes(
     return ranked, dict(outcomes)
 
 
+def _efficiency_after(
+    before: float | None,
+    vs_current: float | None,
+    efficiency_of: Callable[[float], float | None] | None,
+) -> float | None:
+    """A candidate's share of the roofline: `efficiency_of(vs_current)` where the caller can
+    price it (a candidate faster than the op-level peak allows is priced at the peak its rate
+    implies, `measure.peak_paths`), else the current kernel's share times the speedup."""
+    if vs_current is None:
+        return None
+    if efficiency_of is not None:
+        return efficiency_of(vs_current)
+    return None if before is None else before * vs_current
+
+
 def final_candidates(
     ranking: Any,
     nodes: list[SearchNode],
     *,
     current_speedup: float | None,
     efficiency_before: float | None,
+    efficiency_of: Callable[[float], float | None] | None = None,
 ) -> list[dict[str, Any]]:
     """The ranked candidates of a finished search (`search.ranking.SearchRanking`: the
     re-measured contenders first, in rank order), as entries like `rank_nodes` makes, with
@@ -136,11 +152,7 @@ def final_candidates(
                     else c.search_speedup
                 ),
                 "speedup_vs_current": vs_current,
-                "efficiency_after": (
-                    efficiency_before * vs_current
-                    if efficiency_before is not None and vs_current is not None
-                    else None
-                ),
+                "efficiency_after": _efficiency_after(efficiency_before, vs_current, efficiency_of),
                 "verdict": c.verdict,
                 "reason": c.reason,
                 "p_value": c.p_value,

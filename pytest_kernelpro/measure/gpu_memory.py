@@ -205,9 +205,10 @@ class ItemMemory:
 
 
 def _session_buffers_bytes() -> int:
+    from .timing.anchor import anchor_buffers_bytes
     from .timing.cuda import flush_buffers_bytes
 
-    return flush_buffers_bytes()
+    return flush_buffers_bytes() + anchor_buffers_bytes()
 
 
 def is_out_of_memory(exc: BaseException | None) -> BaseException | None:

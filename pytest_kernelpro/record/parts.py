@@ -206,6 +206,7 @@ class TimingPart(Part):
     cpu_load: dict[str, Any] | None = None  # measure.cpuload.CpuLoad.to_dict()
     flush_reason: str | None = None
     budget_note: str | None = None
+    anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pass()
 
     @property
     def median_s(self) -> float | None:
@@ -282,6 +283,8 @@ class VerdictPart(Part):
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
+    anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
+    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     failed: bool | None = None
     message: str | None = None
 

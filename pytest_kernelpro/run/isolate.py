@@ -101,6 +101,7 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
         "auto_profiles": settings.auto_profiles,
         "auto_profile_time": settings.auto_profile_time_s,
         "cpu_flush": settings.cpu_flush,
+        "clock_anchor": settings.clock_anchor,
         "cpu_threads": settings.cpu_threads or "auto",
         "cpu_cross_device": settings.cpu_cross_device,
         "sort": settings.sort,

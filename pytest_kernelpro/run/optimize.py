@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,11 +52,14 @@ class _SearchState:
         budget: str,
         progress: SearchProgress,
         efficiency_before: float | None,
+        efficiency_of: Callable[[float], float | None] | None = None,
     ) -> None:
         self.kernel = kernel
         self.budget = budget
         self.progress = progress
         self.efficiency_before = efficiency_before
+        # A candidate `vs_current` times faster than the current kernel: its roofline share.
+        self.efficiency_of = efficiency_of
         self.started = time.monotonic()
         self.run: RunFolder | None = None
         self.site: KernelSite | None = None
@@ -90,7 +94,10 @@ class _SearchState:
 
         nodes = list(self.algorithm.tree.evaluated()) if self.algorithm is not None else []
         ranked, outcomes = rank_nodes(
-            nodes, current_speedup=self.current_speedup, efficiency_before=self.efficiency_before
+            nodes,
+            current_speedup=self.current_speedup,
+            efficiency_before=self.efficiency_before,
+            efficiency_of=self.efficiency_of,
         )
         ids = tuple(e["node_id"] for e in ranked)
         if self.run is not None and self.site is not None and self.root is not None and ranked:
@@ -176,6 +183,7 @@ class _SearchState:
             nodes,
             current_speedup=self.current_speedup,
             efficiency_before=self.efficiency_before,
+            efficiency_of=self.efficiency_of,
         )
         winner = ranking.winner
         info: dict[str, Any] = {"best_patch": None, "errors": []}
@@ -324,6 +332,18 @@ class _ObservedEvaluator:
         return evaluation
 
 
+def _efficiency_of(record: Any) -> Callable[[float], float | None] | None:
+    """A candidate's share of the roofline from its speedup over the current kernel: its
+    time (the current kernel's timed median over the speedup) priced on the item's roofline,
+    at the peak its rate implies when it beats the op-level one (`measure.peak_paths`)."""
+    from ..measure.peak_paths import kernel_efficiency
+
+    median, roofline = record.median_s, record.roofline
+    if not median or roofline is None:
+        return None
+    return lambda vs_current: kernel_efficiency(roofline, median / vs_current)
+
+
 def optimize_item(run: ItemRun, services: Services) -> None:
     """Run the search within the session's budget; a search that did not run fails the item."""
     from ..search.budget import parse_budget
@@ -332,7 +352,9 @@ def optimize_item(run: ItemRun, services: Services) -> None:
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
     kernel_dir = settings.artifacts_dir / "optimize" / _slug(record.name)
     progress = services.search_progress(record.name, str(budget), budget.max_evaluations)
-    state = _SearchState(record.name, str(budget), progress, record.efficiency)
+    state = _SearchState(
+        record.name, str(budget), progress, record.efficiency, _efficiency_of(record)
+    )
     summary: dict[str, Any]
     try:
         summary = _search(run, services, kernel_dir, state)

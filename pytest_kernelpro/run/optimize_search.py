@@ -36,6 +36,7 @@ from pytest_kernelpro.run.search_clock import (  # re-exported: their home befor
 )
 from pytest_kernelpro.run.shims import (
     REFERENCE_AS_CANDIDATE,
+    current_is_reference,
     current_kernel_code,
     kernelbench_source,
 )
@@ -150,11 +151,22 @@ def final_ranking(
     rounds: int = REMEASURE_ROUNDS,
     timeout_s: float = 600.0,
     caches: Any = None,
+    current_is_reference: bool = False,
+    budget_s: float | None = None,
 ) -> SearchRanking:
     """Re-measure the contenders with the current kernel and the reference; rank them. The
     caller counts the whole of it as the wall split's `remeasure` (the statistics' imports
-    and the contenders' builds are part of it)."""
-    from pytest_kernelpro.search.ranking import SearchRanking, pick_contenders, rank
+    and the contenders' builds are part of it). The rounds' timing is bounded by `budget_s`
+    (None: `search.ranking.RANKING_BUDGET_S`); candidates far slower than the current kernel
+    in the search are not re-measured (`search.ranking.drop_far_slower`); a current kernel
+    that is the reference is timed once for both."""
+    from pytest_kernelpro.search.ranking import (
+        RANKING_BUDGET_S,
+        SearchRanking,
+        drop_far_slower,
+        pick_contenders,
+        rank,
+    )
     from pytest_kernelpro.search.remeasure import remeasure
 
     search = {
@@ -171,10 +183,25 @@ def final_ranking(
             **search,
             wall_s=clock.totals(),
         )
-    contenders = pick_contenders(candidates, current_speedup=current_speedup)
-    chosen = {c.node_id for c in contenders}
-    others = [c for c in candidates if c.node_id not in chosen]
-    entries = [("current", current_code), ("reference", REFERENCE_AS_CANDIDATE)]
+    picked = pick_contenders(candidates, current_speedup=current_speedup)
+    contenders, dropped = drop_far_slower(picked, current_speedup=current_speedup)
+    chosen = {c.node_id for c in picked}
+    others = dropped + [c for c in candidates if c.node_id not in chosen]
+    if not contenders:
+        return SearchRanking(
+            kernel=kernel,
+            status="no improvement found",
+            reason=(
+                f"every correct candidate was far slower than the current kernel in the search "
+                f"({dropped[0].reason}); none re-measured, the current kernel stays"
+            ),
+            candidates=tuple(others),
+            **search,
+            wall_s=clock.totals(),
+        )
+    entries = [("current", current_code)]
+    if not current_is_reference:
+        entries.append(("reference", REFERENCE_AS_CANDIDATE))
     entries += [(f"node{c.node_id}", c.code) for c in contenders]
     measured = remeasure(
         sandbox_source,
@@ -187,6 +214,7 @@ def final_ranking(
         atol=atol,
         rtol=rtol,
         caches=caches,
+        budget_s=RANKING_BUDGET_S if budget_s is None else budget_s,
     )
     baseline, base_label = "current", "current kernel"
     if "current" not in measured.samples:
@@ -204,13 +232,16 @@ def final_ranking(
         [(c, measured.samples.get(f"node{c.node_id}", [])) for c in contenders],
         measured.samples[baseline],
         rounds=measured.rounds,
-        reference_samples=measured.samples.get("reference", []),
+        reference_samples=measured.samples.get(
+            "current" if current_is_reference else "reference", []
+        ),
         others=others,
         threshold=threshold,
         device=measured.device,
         baseline=base_label,
         **search,
         wall_s=clock.totals(),
+        cost=measured.cost(),
     )
     return ranking
 
@@ -489,6 +520,7 @@ def run_search(
         atol=run.problem.atol,
         rtol=run.problem.rtol,
         caches=sandbox.compile_caches,
+        current_is_reference=current_is_reference(run),
     )
     clock.remeasure += time.perf_counter() - started
     started = time.perf_counter()

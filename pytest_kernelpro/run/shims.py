@@ -94,11 +94,17 @@ class ModelNew(nn.Module):
 '''
 
 
+def current_is_reference(run: ItemRun) -> bool:
+    """True when the user's current kernel is the reference itself (a KernelBench file
+    without a `ModelNew`): the final re-measurement then times it once for both."""
+    return run.problem.kind == "kernelbench" and not run.problem.extra.get("has_model_new")
+
+
 def current_kernel_code(run: ItemRun, sandbox_source: str) -> str:
     """A `ModelNew` module that runs the user's current kernel in the sandbox."""
     locator = run.locator
     if run.problem.kind == "kernelbench":
-        if run.problem.extra.get("has_model_new"):
+        if not current_is_reference(run):
             return sandbox_source  # the file's own ModelNew
         # No ModelNew: the current kernel is the reference itself. The sandbox loads a
         # candidate as its own module (no `Model` in it), so it carries the problem's code.

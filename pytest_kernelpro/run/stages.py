@@ -371,6 +371,7 @@ def time_item(
         target_rel_ci=settings.target_rel_ci,
         cuda_graph=settings.cuda_graph,
         cpu_flush=settings.cpu_flush,
+        clock_anchor=settings.clock_anchor,
         working_set_bytes=_input_bytes(inputs),
     )
 

@@ -17,6 +17,14 @@ alike), and `rank` decides with the gate's rule (`gate/verdict.py`):
 The winner is the fastest contender that passes all three; when none does, the result says
 "no improvement found" rather than naming the luckiest measurement.
 
+A candidate the search measured at under `FAR_SLOWER` (half) the current kernel's speed is
+not re-measured (`drop_far_slower`): it could win only if the search's measurement were off
+by more than 2x, where the largest spread of one kernel's time between processes measured on
+the H200 was 14% (`search/confirm.py`), and its worker would cost the re-measurement a
+process start, a build and a share of the timing budget. It stays in the ranking, "not
+re-measured", with the reason. The re-measurement's own cost (seconds, rounds, samples per
+contender and round, its budget) is in `cost`.
+
 The speedup shown first is against the user's current kernel (what they would replace), the
 speedup against the reference second. `SearchRanking` is plain frozen data (JSON through
 `to_dict` / `from_dict`) so reports, patches and PR tables render from it without the search.
@@ -46,6 +54,8 @@ DEFAULT_THRESHOLD = 0.05  # the gate's default regression threshold, mirrored fo
 DEFAULT_ALPHA = 0.01  # the gate's default significance level
 LOW_QUANTILE = 0.10  # the fastest calls must move too (gate/verdict.py, rule 3)
 TEST_SAMPLES = 200  # both sides reduced to this many quantiles before the U test (as the gate)
+FAR_SLOWER = 0.5  # not re-measured below this fraction of the current kernel's speed
+RANKING_BUDGET_S = 6.0  # timing seconds of the whole final re-measurement (search/remeasure.py)
 
 
 @dataclass(frozen=True)
@@ -156,6 +166,9 @@ class SearchRanking:
     stop_reason: str = ""
     usd: float = 0.0
     wall_s: Mapping[str, float] = field(default_factory=dict)  # generate/build/check/time/profile
+    # The final re-measurement's cost: wall, start and rounds seconds, rounds, samples per
+    # contender (pooled and per round), the round plan and its budget, why rounds stopped.
+    cost: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.status not in RANKING_STATUSES:
@@ -185,6 +198,7 @@ class SearchRanking:
         data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["candidates"] = [c.to_dict() for c in self.candidates]
         data["wall_s"] = dict(self.wall_s)
+        data["cost"] = dict(self.cost)
         winner = self.winner
         data["winner"] = None if winner is None else winner.node_id
         return data
@@ -198,7 +212,42 @@ class SearchRanking:
             RankedCandidate.from_dict(c) for c in values.get("candidates") or ()
         )
         values["wall_s"] = {str(k): float(v) for k, v in (values.get("wall_s") or {}).items()}
+        values["cost"] = dict(values.get("cost") or {})
         return cls(**values)
+
+
+def drop_far_slower(
+    contenders: Sequence[RankedCandidate],
+    *,
+    current_speedup: float | None = None,
+    ratio: float = FAR_SLOWER,
+    baseline: str = "current kernel",
+) -> tuple[list[RankedCandidate], list[RankedCandidate]]:
+    """(kept, dropped): the contenders the search measured at under `ratio` times the
+    current kernel's speed (`current_speedup` over the reference; 1.0 when unknown, so the
+    reference is the bar) are dropped, each with the reason (module doc). `ratio` 0 keeps
+    every one."""
+    if not (math.isfinite(ratio) and 0 <= ratio < 1):
+        raise KernelproError(f"ranking far-slower ratio={ratio!r} must be >= 0 and < 1")
+    bar = current_speedup if current_speedup and current_speedup > 0 else 1.0
+    kept: list[RankedCandidate] = []
+    dropped: list[RankedCandidate] = []
+    for cand in contenders:
+        relative = (cand.search_speedup or 0.0) / bar
+        if ratio > 0 and relative < ratio:
+            dropped.append(
+                _replace(
+                    cand,
+                    verdict="not re-measured",
+                    reason=(
+                        f"far slower: the search measured it at {relative:.2f}x the {baseline} "
+                        f"(under {ratio:g}x), not re-measured"
+                    ),
+                )
+            )
+        else:
+            kept.append(cand)
+    return kept, dropped
 
 
 def pick_contenders(

@@ -150,8 +150,9 @@ class TrustedSide:
         search used (`search.confirm.confirm_timing`: the rule and its tolerances).
 
         A mismatch disqualifies the candidate (status `cheat`) with the numbers in the
-        reason; otherwise `timing["confirmed"]` holds the re-timing, the comparison and the
-        speedup it gives. Only correct evaluations are confirmed.
+        reason; otherwise `timing["confirmed"]` holds the re-timing and the comparison (the
+        judge checks the re-timed output and times nothing: the speedups are the final
+        re-measurement's). Only correct evaluations are confirmed.
         """
         from pytest_kernelpro.search.confirm import confirm_timing
 
@@ -201,14 +202,9 @@ class TrustedSide:
             unwarmed_s=unwarmed if isinstance(unwarmed, list) else (),
             method=str(raw.get("method") or ""),
         )
-        ref_s = _positive((verdict.get("reference_timing") or {}).get("median_s"))
-        fresh = outcome.record.get("median_s")
-        confirmed = {
-            **outcome.record,
-            "warmup_runs": raw.get("warmup_runs"),
-            "reference_median_s": ref_s,
-            "speedup": None if ref_s is None or not fresh else ref_s / fresh,
-        }
+        # No reference time: the judge checks the re-timed output only (the speedups are the
+        # final re-measurement's, interleaved with the current kernel and the reference).
+        confirmed = {**outcome.record, "warmup_runs": raw.get("warmup_runs")}
         if not outcome.ok:
             disqualified = _disqualified(evaluation, outcome.reason)
             disqualified.timing["confirmation"] = confirmed

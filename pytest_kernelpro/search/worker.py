@@ -126,6 +126,12 @@ def _retime_or_error(task: dict[str, Any], progress: Any) -> dict[str, Any]:
 # real re-timing so a report shows how far apart the two methods are on this kernel.
 UNWARMED_SAMPLES = 20
 RETIME_MAX_SAMPLES = 200  # the re-timing's sample cap (a few rounds of events)
+# The re-timing decides one thing: is the fresh median within the confirmation's tolerance
+# (25% on a GPU, `search/confirm.py`) of the search's? A median of tens of samples is good to
+# a few percent, so the re-timing samples for at most this long (and never fewer than the
+# task's min_samples), whatever the search's own per-kernel budget: a 6 ms GEMM took 200
+# samples (1.3 s) under the 2 s default, 80 now.
+RETIME_BUDGET_S = 0.5
 RETIME_ROUND = 100  # samples enqueued behind one GPU sleep
 
 
@@ -160,7 +166,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     # The task's budget read as the gate's timer reads it (its defaults and validation).
     budget = TimingBudget(**dict(task.get("timing") or {}))
     warmup_s = budget.warmup_ms * 1e-3
-    max_time_s = budget.max_time_s
+    max_time_s = min(budget.max_time_s, RETIME_BUDGET_S)
     min_samples = max(3, budget.min_samples)
     pipeline = _Pipeline(task, progress)
     pipeline.build_reference()

@@ -170,3 +170,37 @@ def test_a_roofline_without_paths_reads_as_before() -> None:
     median = DATA["reference"]["timing"]["stats"]["median_s"]
     text = reference_summary(part, reference_s=median, current_s=median)
     assert "(99.2% of roofline): headroom at most 1.01x." in text
+
+
+def test_the_search_summary_prices_a_candidate_at_the_peak_its_rate_implies() -> None:
+    """% of roofline after: the 3xTF32 candidate, 1.46x the cuBLAS reference (the H200
+    re-check's medians), reads 54% where current % x speedup said 145%."""
+    from pytest_kernelpro.handoff.outcome import rank_nodes
+    from pytest_kernelpro.run.optimize import _efficiency_of
+    from pytest_kernelpro.search import Candidate, Evaluation
+    from pytest_kernelpro.search.tree import SearchNode
+
+    reference, winner = as_today("reference"), as_today("winner")
+    assert reference.median_s is not None
+    assert winner.median_s is not None
+    speedup = reference.median_s / winner.median_s
+    root = SearchNode(0)
+    node = SearchNode(
+        1,
+        parent=root,
+        candidate=Candidate(code="3xTF32 GEMM", strategy="3xTF32"),
+        evaluation=Evaluation(status="correct", speedup=speedup),
+        mode="optimize",
+    )
+    before = reference.efficiency
+    (plain,), _ = rank_nodes([node], current_speedup=1.0, efficiency_before=before)
+    # (the two clones measured their own ceilings: their roofline times differ by 0.01%)
+    assert plain["efficiency_after"] == pytest.approx(DATA["winner"]["efficiency"], rel=1e-3)
+    (priced,), _ = rank_nodes(
+        [node],
+        current_speedup=1.0,
+        efficiency_before=before,
+        efficiency_of=_efficiency_of(reference),
+    )
+    assert priced["efficiency_after"] == pytest.approx(winner.efficiency, rel=1e-3)
+    assert priced["efficiency_after"] < 0.6

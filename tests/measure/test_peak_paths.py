@@ -173,3 +173,41 @@ def test_cpu_analysis_carries_no_paths_and_round_trips() -> None:
     part = RooflinePart.from_dict(analysis.to_dict())
     assert part.paths == []
     assert part.to_dict()["paths"] == []
+
+
+def test_the_benchmarking_agents_own_section_names_the_faster_ceiling() -> None:
+    from pytest_kernelpro.agents.benchmarking import render_reference_analysis
+    from pytest_kernelpro.measure.roofline import ReferenceAnalysis
+
+    r = repriced_roofline(REFERENCE)
+    analysis = ReferenceAnalysis(
+        **{
+            **{k: v for k, v in r.items() if k not in ("ops", "notes", "bound_band", "paths")},
+            "ops": tuple(OpCost(**op) for op in r["ops"]),
+            "notes": tuple(r["notes"]),
+            "bound_band": tuple(r["bound_band"]),
+            "paths": tuple(r["paths"]),
+        }
+    )
+    text = render_reference_analysis(analysis, measured_s=REFERENCE["timing"]["stats"]["median_s"])
+    assert (
+        "- At fp32 accuracy the work can run faster, at the 3xTF32 tensor core (fp32 as three "
+        "TF32 MMAs) peak (136 TFLOP/s): roofline time 1.01 ms." in text
+    )
+    assert "- The reference takes 2.72 ms: 99.2% of the roofline, 37.0% of the faster one." in text
+
+
+def test_a_library_kernel_a_little_above_its_measured_ceiling_keeps_its_unit() -> None:
+    """cuBLAS fp32 ran up to 3.4% above the measured FP32 ceiling in the H200 KernelBench sweep
+    (6_Matmul_with_large_K_dimension_: 52.6 vs 50.9 TFLOP/s, sweep run1): that is FFMA beating
+    one GEMM size's rate, not tensor cores, so it stays on FP32 and the note says by how much."""
+    r = repriced_roofline(REFERENCE)
+    median = r["compute_time_s"] / 1.034
+    priced = price_measured(r, median)
+    assert priced is not None
+    assert not priced.inferred
+    assert priced.problem is None
+    assert priced.efficiency == pytest.approx(1.034)
+    assert priced.note is not None
+    assert "3.4% above the FP32 CUDA core peak (50.9 TFLOP/s): within the 10%" in priced.note
+    assert priced.short() is None

@@ -111,6 +111,29 @@ def test_bad_cpu_flush_value_is_a_usage_error(kp_project: pytest.Pytester) -> No
     result.stderr.fnmatch_lines(["*'sometimes' is not a valid CPU flush mode; use one of auto, on, off*"])
 
 
+@pytest.mark.parametrize(("how", "mode"), [("cli", "on"), ("ini", "on"), ("default", "off")])
+def test_clock_anchor_setting_reaches_the_timing_budget(
+    kp_project: pytest.Pytester, how: str, mode: str
+) -> None:
+    kp_project.makepyfile(test_k=TWO.split("@pytest.mark.kernelpro(reference=torch.abs")[0])
+    args = []
+    if how == "cli":
+        args.append(f"--kernelpro-clock-anchor={mode}")
+    elif how == "ini":
+        ini = (kp_project.path / "tox.ini").read_text()
+        kp_project.makeini(ini.rstrip("\n") + f"\nkernelpro_clock_anchor = {mode}\n")
+    kp_project.runpytest(*args).assert_outcomes(passed=1)
+    timing = records_by_name(kp_project)["neg"]["timing"]
+    assert timing["budget"]["clock_anchor"] == mode
+    assert timing["anchor"] is None  # a CPU timing has no anchored pass
+
+
+def test_bad_clock_anchor_value_is_a_usage_error(kp_project: pytest.Pytester) -> None:
+    result = kp_project.runpytest("--kernelpro-clock-anchor=always")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*'always' is not a valid clock anchor mode; use one of off, on*"])
+
+
 def test_correctness_only_checks_and_times_nothing(kp_project: pytest.Pytester) -> None:
     kp_project.makepyfile(
         test_k=TWO

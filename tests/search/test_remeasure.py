@@ -75,3 +75,51 @@ def test_bad_arguments():
         remeasure(REFERENCE, [("a", "")], rounds=0)
     with pytest.raises(KernelproError, match="unique"):
         remeasure(REFERENCE, [("a", ""), ("a", "")])
+
+
+def test_a_budget_plans_every_round_and_the_cost_is_reported():
+    result = remeasure(
+        REFERENCE,
+        [("reference", "ModelNew = Model\n"), ("renamed", RENAMED)],
+        device="cpu",
+        rounds=2,
+        timing=TIMING,
+        timeout_s=240,
+        budget_s=0.5,
+    )
+    assert result.errors == {}
+    plan = result.plan
+    assert plan is not None
+    assert (plan.contenders, plan.rounds, plan.budget_s) == (2, 2, 0.5)
+    assert result.rounds == 2
+    assert result.stopped == ""
+    for label in ("reference", "renamed"):
+        counts = result.round_samples[label]
+        assert len(counts) == 2
+        assert sum(counts) == len(result.samples[label])
+        # The CPU timer gives min_samples up to its budget after a floor of 5 samples.
+        assert all(5 <= n <= plan.max_samples for n in counts)
+    cost = result.cost()
+    assert cost["samples"] == {k: len(v) for k, v in result.samples.items()}
+    assert cost["plan"]["budget_s"] == 0.5
+    assert cost["wall_s"] >= cost["start_s"] + cost["rounds_s"] > 0
+
+
+SLEEPY = RENAMED.replace('print("done 0")', "__import__('time').sleep(0.05)")
+
+
+def test_rounds_stop_once_they_overrun_the_budget():
+    # Each round of the sleeping contender takes at least 5 x 50 ms, far over 2 x 10 ms.
+    result = remeasure(
+        REFERENCE,
+        [("sleepy", SLEEPY)],
+        device="cpu",
+        rounds=4,
+        timing=TIMING,
+        timeout_s=240,
+        budget_s=0.01,
+    )
+    assert result.errors == {}
+    assert result.rounds == 1
+    assert result.stopped.startswith("stopped after 1 of 4 rounds: they took ")
+    assert len(result.round_samples["sleepy"]) == 1

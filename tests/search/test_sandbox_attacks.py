@@ -25,6 +25,7 @@ from pytest_kernelpro.search import isolation
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
 from pytest_kernelpro.search.isolation import CUDA_LADDER, RELAXATIONS, Isolation
+from pytest_kernelpro.search.worker import RETIME_MAX_SAMPLES
 
 pytestmark = pytest.mark.slow
 
@@ -256,8 +257,11 @@ def test_an_honest_winner_is_confirmed() -> None:
     assert confirmed.status == "correct", confirmed.reason
     record = confirmed.timing["confirmed"]
     assert record["median_s"] > 0
-    assert record["speedup"] > 0
-    assert record["samples"] >= 5  # the task's min_samples, taken by the search's method
+    # Bounded by what the decision needs: the task's min_samples at least, the cap at most,
+    # and no reference time (the judge only checks the re-timed output).
+    assert 5 <= record["samples"] <= RETIME_MAX_SAMPLES
+    assert "speedup" not in record
+    assert "reference_median_s" not in record
     assert record["method"] == "perf_counter_ns bound before the candidate ran"
     assert record["claimed_median_s"] == ev.timing["candidate"]["median_s"]
     assert record["ratio"] == pytest.approx(record["median_s"] / record["claimed_median_s"])

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from .budget import (
     BUDGET_TOLERANCE,
+    CLOCK_ANCHOR_MODES,
     CPU_FLUSH_MODES,
     CPU_MIN_SAMPLE_S,
     CPU_MIN_SAMPLES_FLOOR,
@@ -74,6 +75,7 @@ def time_kernel(
 
 __all__ = [
     "BUDGET_TOLERANCE",
+    "CLOCK_ANCHOR_MODES",
     "CPU_FLUSH_MODES",
     "CPU_MIN_SAMPLE_S",
     "CPU_MIN_SAMPLES_FLOOR",

@@ -29,6 +29,7 @@ CPU_MIN_SAMPLE_S = 20e-6  # unflushed CPU samples repeat the call until a sample
 CPU_WARMUP_SHARE = 0.2  # CPU warm-up takes at most this share of the time budget
 CPU_MIN_SAMPLES_FLOOR = 5  # CPU: fewer samples than this are never taken, budget or not
 CPU_FLUSH_MODES = ("auto", "on", "off")
+CLOCK_ANCHOR_MODES = ("off", "on")  # GPU: the anchored pass (anchor.py) of capped timings
 BUDGET_TOLERANCE = 0.2  # CPU: the time budget is honoured within this fraction
 
 
@@ -47,6 +48,7 @@ class TimingBudget:
     sync_per_sample: bool = False  # GPU: synchronize after every sample (GPU idles between)
     cpu_flush: str = "auto"  # CPU cache flush: auto | on | off (see the module docstring)
     working_set_bytes: int | None = None  # bytes of the kernel's inputs (cpu_flush=auto)
+    clock_anchor: str = "off"  # GPU: "on" adds the anchored pass to capped timings (anchor.py)
 
     def __post_init__(self) -> None:
         problems = []
@@ -66,6 +68,10 @@ class TimingBudget:
         if self.cpu_flush not in CPU_FLUSH_MODES:
             problems.append(
                 f"cpu_flush={self.cpu_flush!r} (use one of {', '.join(CPU_FLUSH_MODES)})"
+            )
+        if self.clock_anchor not in CLOCK_ANCHOR_MODES:
+            problems.append(
+                f"clock_anchor={self.clock_anchor!r} (use one of {', '.join(CLOCK_ANCHOR_MODES)})"
             )
         if problems:
             raise KernelproConfigError("invalid TimingBudget: " + "; ".join(problems))
@@ -97,6 +103,7 @@ class TimingResult:
     cpu_load: dict[str, Any] | None = None  # CPU: cpuload.CpuLoad.to_dict() of the sampling
     flush_reason: str = ""  # CPU: why the cache was (not) flushed
     budget_note: str = ""  # CPU: why the time budget could not be honoured ("" when it was)
+    anchor: dict[str, Any] | None = None  # GPU: the anchored pass (anchor.py), when it ran
 
     @property
     def oversubscribed(self) -> bool:

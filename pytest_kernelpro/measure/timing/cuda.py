@@ -10,6 +10,9 @@ bootstrap CI of the median decides: stop when its relative half-width is under t
 or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-event reasons
 are read while each round runs; samples of a round with a throttle reason are counted.
 CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
+With `clock_anchor="on"`, a measurement whose samples ran mostly under a clock limit (the
+power cap) also takes an anchored pass (`anchor.py`): the kernel and a fixed GEMM alternately in one round, whose
+ratio the gate compares for clock-limited kernels.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import KernelproConfigError, KernelproError
+from .anchor import anchored_pass, wants_anchor
 from .budget import (
     GRAPH_TARGET_S,
     PREROLL_CAP_S,
@@ -123,6 +127,7 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
         warmup_runs=extra["warmup_runs"],
         throttled_samples=sum(log.throttled),
         clocks=summarize_readings(extra["readings"]),
+        anchor=extra["anchor"],
         flushed_l2=extra["flush_bytes"] > 0,
         calls_per_sample=extra["calls_per_sample"],
         flush_bytes=extra["flush_bytes"],
@@ -228,6 +233,15 @@ def _time_cuda_on(
 
         phase = "sampling"
         log = adaptive_rounds(run_round, budget)
+        anchor = None
+        if wants_anchor(budget.clock_anchor, log.throttled):
+            phase = "the anchored pass"
+            reason = (
+                f"{sum(log.throttled)} of {len(log.throttled)} samples in rounds with a clock limit"
+            )
+            anchor = anchored_pass(
+                torch, idx, body, calls, flush, per_call, cycles_per_s, host_s, reason
+            )
     except KernelproError:
         raise
     except Exception as exc:
@@ -239,6 +253,7 @@ def _time_cuda_on(
         "readings": readings,
         "calls_per_sample": calls,
         "flush_bytes": nbytes,
+        "anchor": anchor,
     }
     return log, extra
 

@@ -1,0 +1,212 @@
+"""The gate for power-capped kernels relative to the clock anchor (gate/clock_anchor.py), its
+fall-backs, and the baseline keys that carry the anchored pass (old files still load)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gate_factories import make_record
+
+from pytest_kernelpro.gate.baseline import (
+    BaselineEntry,
+    BaselineError,
+    load_baseline,
+    save_baseline,
+)
+from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, compare, confirm
+from pytest_kernelpro.measure.timing.anchor import summarize_pass
+from pytest_kernelpro.results import KernelRecord
+
+US = 1e-6
+ANCHOR = "bf16 matmul 4096x4096x4096 (torch 2.11.0+cu130, CUDA 13.0)"
+MAX_MHZ = 1980.0
+
+
+def capped(
+    kernel_s: float,
+    sm_mhz: float,
+    *,
+    seed: int,
+    anchored: bool = True,
+    anchor_s: float = 200 * US,
+    anchor: str = ANCHOR,
+) -> KernelRecord:
+    """A GEMM timed at the power cap with its SM clock at `sm_mhz`: every time (its samples,
+    and both series of its anchored pass) scales with 1980 / sm_mhz, as a compute-bound
+    kernel's does; `kernel_s` is its time at the maximum clock."""
+    slow = MAX_MHZ / sm_mhz
+    record = make_record("gemm[4096]", median_s=kernel_s * slow, seed=seed, bound="compute",
+                         noise=0.003, n=20)  # fmt: skip
+    assert record.timing is not None
+    rng = np.random.default_rng(seed + 1000)
+    pass_ = None
+    if anchored:
+        pairs = 20
+        kernel = kernel_s * slow * np.exp(0.002 * rng.standard_normal(pairs))
+        anchors = anchor_s * slow * np.exp(0.002 * rng.standard_normal(pairs))
+        pass_ = summarize_pass(anchor, list(kernel), list(anchors), "20 of 20 samples capped")
+    record.timing = replace(
+        record.timing,
+        clocks={"sm_mhz_mean": sm_mhz, "reasons_seen": ["sw_power_cap"], "max_sm_mhz": MAX_MHZ},
+        throttled_samples=len(record.timing.samples_s),
+        anchor=pass_,
+    )
+    return record
+
+
+def entry_from(record: KernelRecord) -> BaselineEntry:
+    entry = BaselineEntry.from_record(record)
+    assert entry is not None
+    return entry
+
+
+def test_the_clock_moving_under_the_cap_is_not_a_regression_relative_to_the_anchor() -> None:
+    """The cap allowed 1700 MHz for the baseline and 1600 now: +6.2% time, same ratio."""
+    entry = entry_from(capped(200 * US, 1700.0, seed=1))
+    now = capped(200 * US, 1600.0, seed=2)
+    verdict = compare(now, entry, threshold=0.02)
+    assert verdict.status == OK
+    assert verdict.basis.startswith("time relative to the clock anchor (same device: NVIDIA H200")
+    assert ANCHOR in verdict.basis
+    assert "1600 of 1980 MHz in this run and 1700 of 1980 MHz in the baseline" in verdict.basis
+    assert verdict.anchor == ANCHOR
+    assert verdict.raw_change == pytest.approx(1700 / 1600 - 1, abs=0.01)
+    assert verdict.anchor_change == pytest.approx(1700 / 1600 - 1, abs=0.01)
+    assert abs(verdict.change or 1.0) < 0.005
+    assert verdict.tolerance == pytest.approx(0.02)
+    # The rule before the anchor: the time moved 6.2%, beyond even the 3x tolerance (6%).
+    widened = compare(now, entry, threshold=0.02, clock_anchor=False)
+    assert widened.change == pytest.approx(1700 / 1600 - 1, abs=0.01)
+    assert widened.tolerance == pytest.approx(0.06)
+
+
+def test_a_three_percent_slowdown_under_a_moving_cap_is_caught_relative_to_the_anchor() -> None:
+    """3% more work while the clock rose 3%: the time did not change, the ratio did."""
+    entry = entry_from(capped(200 * US, 1600.0, seed=3))
+    now = capped(206 * US, 1648.0, seed=4)
+    verdict = compare(now, entry, threshold=0.02)
+    assert verdict.status == REGRESSED
+    assert verdict.change == pytest.approx(0.03, abs=0.004)
+    assert (
+        "slower by 2.9% relative to the clock anchor (tolerance 2%; plain time +0.1%, "
+        "anchor GEMM -2.8%, SM clock held at 1648 of 1980 MHz in this run"
+    ) in verdict.reason
+    final = confirm(verdict, capped(206 * US, 1580.0, seed=5), entry)
+    assert final.status == REGRESSED
+    assert final.confirmed
+    assert final.confirmation is not None
+    assert str(final.confirmation["basis"]).startswith("time relative to the clock anchor")
+    # Without the anchor the same comparison sees no time change: ok, the slowdown missed.
+    assert compare(now, entry, threshold=0.02, clock_anchor=False).status == OK
+
+
+def test_a_baseline_without_an_anchored_pass_keeps_the_widened_tolerance_and_says_why() -> None:
+    entry = entry_from(capped(200 * US, 1600.0, seed=6, anchored=False))
+    assert entry.anchor is None
+    now = capped(200 * US * 1.04, 1600.0, seed=7)
+    verdict = compare(now, entry, threshold=0.02)
+    assert verdict.status == SUSPECT  # +4%: beyond 2%, within the widened 6%
+    assert verdict.tolerance == pytest.approx(0.06)
+    assert verdict.anchor is None
+    assert "no clock anchor: the baseline has no anchored pass" in verdict.basis
+    assert "re-save it" in verdict.basis
+
+
+def test_another_anchor_is_not_compared() -> None:
+    entry = entry_from(capped(200 * US, 1600.0, seed=8, anchor="bf16 matmul (torch 2.10)"))
+    verdict = compare(capped(200 * US, 1600.0, seed=9), entry, threshold=0.02)
+    assert verdict.anchor is None
+    assert "the anchor differs" in verdict.basis
+    assert verdict.tolerance == pytest.approx(0.06)
+
+
+def test_a_steady_clock_compares_times_even_with_anchored_passes() -> None:
+    """Capped near the maximum (1965 of 1980 MHz): not clock-limited, times at 2%."""
+    entry = entry_from(capped(300 * US, 1965.0, seed=10))
+    now = capped(300 * US * 1.03, 1965.0, seed=11)
+    verdict = compare(now, entry, threshold=0.02)
+    assert verdict.basis == "time (same device: NVIDIA H200)"
+    assert verdict.anchor is None
+    assert verdict.status == REGRESSED
+
+
+def test_the_anchored_pass_round_trips_through_a_baseline_file(tmp_path: Path) -> None:
+    record = capped(200 * US, 1600.0, seed=12)
+    path = tmp_path / "baseline.yaml"
+    save_baseline(path, [record], commit="abc")
+    text = path.read_text()
+    assert f"anchor: {ANCHOR}" in text
+    entry = load_baseline(path).entry_for(record)
+    assert entry is not None
+    assert entry.anchor == ANCHOR
+    assert entry.anchor_ratios is not None
+    assert len(entry.anchor_ratios) == 20
+    assert record.timing is not None
+    assert record.timing.anchor is not None
+    assert entry.anchor_median_s == pytest.approx(record.timing.anchor["anchor_median_s"], rel=1e-5)
+    verdict = compare(capped(200 * US, 1700.0, seed=13), entry, threshold=0.02)
+    assert verdict.anchor == ANCHOR
+    assert verdict.status == OK
+
+
+# The first entry of a baseline the plugin wrote on the H200 on 2026-12-01, before the clock
+# and anchor keys existed (bench/results/raw/2026-12-01-restructure-parity-h200/before/
+# ex-baseline.yaml), copied verbatim.
+OLD_BASELINE = """\
+# pytest-kernelpro baseline: written by --kernelpro-save-baseline; read by --kernelpro-check --kernelpro-baseline
+schema_version: 1
+tool: pytest-kernelpro 0.1.0
+device: NVIDIA H200
+commit: f527e7801a020e848e156ea0a8402e2f7f1d7411
+created: '2026-12-01T11:27:30+00:00'
+kernels:
+  test_kernels.py::RMSNorm:
+    name: RMSNorm
+    kernel: RMSNorm
+    device: NVIDIA H200
+    median_s: 0.000169456
+    q1_s: 0.000169056
+    q3_s: 0.000170128
+    n: 20
+    efficiency: 0.186255
+    roofline_time_s: 3.1562e-05
+    method: cuda-events
+    samples_s: [0.000168, 0.000168832, 0.000168832, 0.00016896, 0.000169056, 0.000169056, 0.000169216,
+      0.00016928, 0.000169344, 0.00016944, 0.000169472, 0.000169568, 0.000169696, 0.000169728, 0.000170048,
+      0.000170368, 0.000170848, 0.000170912, 0.000171264, 0.000171872]
+"""
+
+
+def test_a_baseline_from_before_the_anchor_loads_and_gates_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text(OLD_BASELINE)
+    entry = load_baseline(path).entries["test_kernels.py::RMSNorm"]
+    assert entry.anchor is None
+    assert entry.anchor_ratios is None
+    assert entry.sm_mhz is None
+    assert "anchor" not in entry.to_dict()
+    now = make_record("RMSNorm", median_s=0.000169456 * 1.05, seed=14, noise=0.002, n=40)
+    verdict = compare(now, entry, threshold=0.02)
+    assert verdict.basis == "time (same device: NVIDIA H200)"
+    assert verdict.status == REGRESSED
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("anchor_ratios", "[]", "anchor_ratios is [], expected a non-empty list"),
+        ("anchor_ratios", "[1.2, -3]", "anchor_ratios is [1.2, -3], expected"),
+        ("anchor_median_s", "0", "anchor_median_s is 0, expected a positive number"),
+        ("anchor", "12", "anchor is 12, expected a string"),
+    ],
+)
+def test_a_bad_anchor_key_is_a_clear_error(tmp_path: Path, key: str, value: str, says: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(OLD_BASELINE.replace("    method: cuda-events\n",
+                                         f"    method: cuda-events\n    {key}: {value}\n"))  # fmt: skip
+    with pytest.raises(BaselineError, match="RMSNorm") as info:
+        load_baseline(path)
+    assert says in str(info.value)
