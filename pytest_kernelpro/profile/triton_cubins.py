@@ -5,7 +5,8 @@ directory as `<cache>/<hash>/<name>.cubin` beside `<name>.json`, whose `name` is
 function name, the symbol in the cubin and the name ncu prints. A kernel of the report without
 SASS gets the SASS of the newest cubin of that name written at or after the run started; an
 older entry of the same name may belong to another kernel (another file, another version of
-the source), so it is not used.
+the source), so it is not used. Of several fresh cubins of one name (autotuning compiles one
+per config) the newest whose `num_warps` fits the profiled launch's block size is read.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from pytest_kernelpro.profile.model import NotCollected, ProfileReport, SassSummary
+from pytest_kernelpro.profile.model import (
+    KernelProfile,
+    NotCollected,
+    ProfileReport,
+    SassSummary,
+)
 from pytest_kernelpro.profile.sass import sass_of_module
 from pytest_kernelpro.profile.symbols import kernel_base_name
 
@@ -41,6 +47,7 @@ class TritonCubin:
     name: str  # the kernel function's name (the metadata's `name`)
     path: str  # the .cubin
     mtime: float  # when it was written (seconds since the epoch)
+    num_warps: int | None = None  # the metadata's `num_warps`: the launch's block is 32x that
 
 
 def fresh_triton_cubins(cache_dir: Path, since: float) -> list[TritonCubin]:
@@ -65,9 +72,24 @@ def fresh_triton_cubins(cache_dir: Path, since: float) -> list[TritonCubin]:
             continue
         name = data.get("name") if isinstance(data, dict) else None
         if isinstance(name, str) and name:
-            found.append(TritonCubin(name, str(cubin), mtime))
+            warps = data.get("num_warps")
+            found.append(
+                TritonCubin(name, str(cubin), mtime, warps if isinstance(warps, int) else None)
+            )
     found.sort(key=lambda c: -c.mtime)
     return found
+
+
+def _pick(cubins: list[TritonCubin], kernel: KernelProfile) -> TritonCubin | None:
+    """The newest of `cubins` (one kernel name, newest first) whose warps fit the profiled
+    launch's block: autotuning compiles one cubin per config under the same name."""
+    block = kernel.metrics.block_size if kernel.metrics is not None else None
+    if block is not None:
+        threads = block[0] * block[1] * block[2]
+        fitting = [c for c in cubins if c.num_warps is not None and 32 * c.num_warps == threads]
+        if fitting:
+            return fitting[0]
+    return cubins[0] if cubins else None
 
 
 def _summary_named(sass: Mapping[str, SassSummary], base: str) -> SassSummary | None:
@@ -95,12 +117,12 @@ def attach_triton_sass(
         return
     directory = triton_cache_dir() if cache_dir is None else cache_dir
     cubins = fresh_triton_cubins(directory, since)
-    by_name: dict[str, TritonCubin] = {}
-    for cubin in cubins:  # newest first: the first of a name wins
-        by_name.setdefault(cubin.name, cubin)
+    by_name: dict[str, list[TritonCubin]] = {}
+    for cubin in cubins:  # newest first
+        by_name.setdefault(cubin.name, []).append(cubin)
     problems: list[str] = []
     for kernel in missing:
-        cubin = by_name.get(kernel_base_name(kernel.name))
+        cubin = _pick(by_name.get(kernel_base_name(kernel.name), []), kernel)
         if cubin is None:
             continue
         sass = sass_of_module(cubin.path, cuobjdump=cuobjdump)

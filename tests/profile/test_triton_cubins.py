@@ -53,12 +53,19 @@ def add_cubin(tmp_path_factory: pytest.TempPathFactory, tool_or_skip) -> bytes:
     return out.read_bytes()
 
 
-def cache_entry(cache: Path, digest: str, name: str, cubin: bytes, mtime: float | None = None):
+def cache_entry(
+    cache: Path,
+    digest: str,
+    name: str,
+    cubin: bytes,
+    mtime: float | None = None,
+    num_warps: int = 4,
+) -> Path:
     """`<cache>/<digest>/<name>.cubin` + `<name>.json`, as Triton's cache writes them."""
     entry = cache / digest
     entry.mkdir(parents=True)
     (entry / f"{name}.json").write_text(
-        json.dumps({"name": name, "num_warps": 4, "shared": 0}), encoding="utf-8"
+        json.dumps({"name": name, "num_warps": num_warps, "shared": 0}), encoding="utf-8"
     )
     (entry / f"__grp__{name}.json").write_text(json.dumps({"child_paths": {}}), encoding="utf-8")
     path = entry / f"{name}.cubin"
@@ -140,6 +147,25 @@ def test_newest_fresh_cubin_of_a_name_wins(tmp_path: Path, add_cubin) -> None:
     attach_triton_sass(report, since=since, cache_dir=cache)
     assert report.kernels[0].sass_source == str(newer)
     assert not [n for n in report.not_collected if n.what == "sass"]
+
+
+def test_autotuned_configs_pick_the_cubin_whose_warps_fit_the_block(
+    tmp_path: Path, add_cubin
+) -> None:
+    cache = tmp_path / "cache"
+    since = time.time() - 100
+    four = cache_entry(cache, "w4", "add_vec4", add_cubin, mtime=since + 10, num_warps=4)
+    cache_entry(cache, "w8", "add_vec4", add_cubin, mtime=since + 20, num_warps=8)
+    report = ProfileReport(
+        kernels=[
+            KernelProfile(
+                name="add_vec4",
+                metrics=KernelMetrics(kernel_name="add_vec4", block_size=(128, 1, 1)),
+            )
+        ]
+    )
+    attach_triton_sass(report, since=since, cache_dir=cache)
+    assert report.kernels[0].sass_source == str(four)  # 4 warps = 128 threads, not the newest
 
 
 def test_entry_without_readable_metadata_is_skipped(tmp_path: Path) -> None:
