@@ -80,6 +80,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         timeline_in_process=bool(spec.get("timeline_in_process", True)),
         ncu_catalog=catalog,
         phases=phases,
+        cubins_since=None if spec.get("cubins_since") is None else float(spec["cubins_since"]),
     )
     phases["analysis"] = analysis.analysis_s
     analysis.extra["build_s"] = build_s

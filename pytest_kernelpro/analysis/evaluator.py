@@ -380,6 +380,10 @@ class CandidateProfiler:
                 "timeline_runs": self.timeline_runs,
                 "max_launches": self.max_launches,
                 "ncu_catalog": str(workdir / "ncu-metrics.txt") if catalog else None,
+                # The child's Triton cache is its scratch's, empty or seeded from this same
+                # code only: every cubin in it is this candidate's, whatever its mtime (a
+                # seed keeps the evaluation's).
+                "cubins_since": 0.0,
             }
             (workdir / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
             for path in self.writable:

@@ -59,6 +59,7 @@ from pytest_kernelpro.profile.timeline import (
     nsys_timeline,
     summarize_events,
 )
+from pytest_kernelpro.profile.triton_cubins import attach_triton_sass
 
 __all__ = ["profile_kernel_item", "render_profile_section", "select_kernels"]
 
@@ -202,6 +203,7 @@ def profile_kernel_item(
     timeline_in_process: bool = False,
     ncu_catalog: Iterable[str] | None = None,
     phases: dict[str, float] | None = None,
+    cubins_since: float | None = None,
 ) -> ProfileReport:
     """Profile the kernel item at `locator` (a `ProblemLocator`: path, qualname, shape_index).
 
@@ -218,8 +220,13 @@ def profile_kernel_item(
     (the search's process asks once and hands them to each candidate's profiler child).
     `phases`, when given, is filled with the seconds each part took (static, timeline,
     ncu_query, ncu) and the ncu attempts: the profile's cost, shown per candidate.
+
+    `cubins_since`: when the run whose kernels these are started (seconds since the epoch;
+    default: this call). Kernels without a captured module take their SASS from the Triton
+    cubins of that name written since then (`triton_cubins`).
     """
     started = time.perf_counter()
+    run_started = time.time() if cubins_since is None else cubins_since
     phases = {} if phases is None else phases
     report = ProfileReport()
     python = python or sys.executable
@@ -340,6 +347,9 @@ def profile_kernel_item(
     for name, launch in launches.items():
         if name not in used_launches:
             report.kernels.append(KernelProfile(name=display.get(name, name), metrics=launch))
+
+    if gpu_problem is None:
+        attach_triton_sass(report, since=run_started)
 
     names_seen = list(observed or {}) + list(launches)
     report.linkage = merge_linkage(

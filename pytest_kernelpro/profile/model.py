@@ -127,6 +127,8 @@ class KernelProfile:
     metrics: KernelMetrics | None = None
     sass: SassSummary | None = None
     ptxas: PtxasReport | None = None
+    # The binary the SASS was read from when it is not a captured module (a Triton cubin).
+    sass_source: str | None = None
 
 
 @dataclass
@@ -177,7 +179,15 @@ class ProfileReport:
                     },
                 )
             p = k.get("ptxas")
-            kernels.append(KernelProfile(k["name"], metrics, sass, PtxasReport(**p) if p else None))
+            kernels.append(
+                KernelProfile(
+                    k["name"],
+                    metrics,
+                    sass,
+                    PtxasReport(**p) if p else None,
+                    sass_source=k.get("sass_source"),
+                )
+            )
         tl = data.get("timeline")
         timeline = None
         if tl is not None:

@@ -116,6 +116,8 @@ def _kernel_lines(profile: KernelProfile) -> list[str]:
             )
     if profile.sass is not None:
         lines.append("  " + _sass_line(profile.sass))
+        if profile.sass_source:
+            lines.append(f"  sass read from {profile.sass_source}")
     if profile.ptxas is not None:
         lines.append("  " + _ptxas_line(profile.ptxas))
     return lines

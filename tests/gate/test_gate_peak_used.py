@@ -204,3 +204,16 @@ def test_the_search_summary_prices_a_candidate_at_the_peak_its_rate_implies() ->
     )
     assert priced["efficiency_after"] == pytest.approx(winner.efficiency, rel=1e-3)
     assert priced["efficiency_after"] < 0.6
+
+
+def test_a_roofline_floor_reads_the_repriced_share() -> None:
+    """min_roofline is judged against the ceiling the kernel really ran under: the 3xTF32 GEMM
+    at 54% of 3xTF32 is below a 0.8 floor that its 145% 'of FP32' used to pass. The regression
+    decision (change status) is the same either way."""
+    old, new = as_recorded("winner"), as_today("winner")
+    old.min_roofline = new.min_roofline = 0.8
+    entry = BaselineEntry.from_record(as_recorded("reference"))
+    before, after = compare(old, entry, threshold=0.1), compare(new, entry, threshold=0.1)
+    assert before.change_status == after.change_status == "improved"
+    assert before.below_roofline is False
+    assert after.below_roofline is True

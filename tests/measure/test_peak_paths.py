@@ -195,3 +195,19 @@ def test_the_benchmarking_agents_own_section_names_the_faster_ceiling() -> None:
         "TF32 MMAs) peak (136 TFLOP/s): roofline time 1.01 ms." in text
     )
     assert "- The reference takes 2.72 ms: 99.2% of the roofline, 37.0% of the faster one." in text
+
+
+def test_a_library_kernel_a_little_above_its_measured_ceiling_keeps_its_unit() -> None:
+    """cuBLAS fp32 ran up to 3.4% above the measured FP32 ceiling in the H200 KernelBench sweep
+    (6_Matmul_with_large_K_dimension_: 52.6 vs 50.9 TFLOP/s, sweep run1): that is FFMA beating
+    one GEMM size's rate, not tensor cores, so it stays on FP32 and the note says by how much."""
+    r = repriced_roofline(REFERENCE)
+    median = r["compute_time_s"] / 1.034
+    priced = price_measured(r, median)
+    assert priced is not None
+    assert not priced.inferred
+    assert priced.problem is None
+    assert priced.efficiency == pytest.approx(1.034)
+    assert priced.note is not None
+    assert "3.4% above the FP32 CUDA core peak (50.9 TFLOP/s): within the 10%" in priced.note
+    assert priced.short() is None

@@ -74,6 +74,7 @@ def test_optimize_writes_trajectory_patch_and_section(
     assert wall["current_kernel"] > 0
     named = sum(v for k, v in wall.items() if k != "other")
     assert named <= elapsed
+    assert summary["wall_overlap_s"] == 0.0  # one evaluation at a time here
     # Every second is in a bucket: `other` is exactly the rest, and the rest is small (the
     # search's bookkeeping, not a whole phase left out of the split).
     assert wall["other"] == pytest.approx(elapsed - named, abs=1e-6)

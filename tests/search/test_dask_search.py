@@ -90,11 +90,21 @@ class ListGenerator:
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def started_cluster():
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
         with DaskCluster.start("local:2") as started:
             yield started
+
+
+@pytest.fixture
+def cluster(started_cluster):
+    # The cluster is shared by the module's tests and one of them kills workers, which their
+    # nannies restart; on a loaded machine a restart can still be under way when the next test
+    # starts, so each test begins once both workers are registered again (no count of a
+    # half-restarted cluster decides a test).
+    started_cluster.client.wait_for_workers(2, timeout=WAIT_S)
+    return started_cluster
 
 
 def test_the_option_names_its_forms() -> None:
