@@ -17,7 +17,7 @@ alike), and `rank` decides with the gate's rule (`gate/verdict.py`):
 The winner is the fastest contender that passes all three; when none does, the result says
 "no improvement found" rather than naming the luckiest measurement.
 
-A candidate the search measured at under `FAR_SLOWER` (half) the current kernel's speed is
+On a GPU, a candidate the search measured at under `FAR_SLOWER` (half) the current kernel's speed is
 not re-measured (`drop_far_slower`): it could win only if the search's measurement were off
 by more than 2x, where the largest spread of one kernel's time between processes measured on
 the H200 was 14% (`search/confirm.py`), and its worker would cost the re-measurement a
