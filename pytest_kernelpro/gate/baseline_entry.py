@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro.gate.clock_scale import record_clock_facts
+from pytest_kernelpro.gate.format import finite_float
 from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
 
@@ -114,11 +115,11 @@ class BaselineEntry:
             kernel=record.kernel,
             device=record.device,
             median_s=float(med),
-            q1_s=_opt_float(stats.q1_s),
-            q3_s=_opt_float(stats.q3_s),
+            q1_s=finite_float(stats.q1_s),
+            q3_s=finite_float(stats.q3_s),
             n=int(stats.n or len(samples)),
-            efficiency=_opt_float(record.efficiency),
-            roofline_time_s=_opt_float(record.roofline_time_s),
+            efficiency=finite_float(record.efficiency),
+            roofline_time_s=finite_float(record.roofline_time_s),
             method=timing.method,
             samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
             sm_mhz=clock.sm_mhz,
@@ -208,16 +209,6 @@ def _finite_pos(value: Any) -> bool:
 
 def _finite_nonneg(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value >= 0
-
-
-def _opt_float(value: Any) -> float | None:
-    if value is None:
-        return None
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _sig(value: float | None, digits: int = 6) -> float | None:

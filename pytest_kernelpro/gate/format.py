@@ -109,7 +109,7 @@ def record_status(record: KernelRecord) -> str:
 def stat(record: KernelRecord, key: str) -> float | None:
     """A float from the timing's statistics, e.g. "median_s" (None when absent)."""
     stats = record.timing.stats if record.timing else None
-    return _float(getattr(stats, key) if stats is not None else None)
+    return finite_float(getattr(stats, key) if stats is not None else None)
 
 
 def cross_device(record: KernelRecord) -> bool:
@@ -122,7 +122,9 @@ def roofline_value(record: KernelRecord, key: str) -> Any:
     return getattr(record.roofline, key) if record.roofline is not None else None
 
 
-def _float(value: Any) -> float | None:
+def finite_float(value: Any) -> float | None:
+    """`value` as a finite float, None for None, non-numbers, NaN and infinities (records and
+    baseline files are read from disk: anything may be there)."""
     if value is None:
         return None
     try:
@@ -135,5 +137,5 @@ def _float(value: Any) -> float | None:
 def sort_key(record: KernelRecord) -> tuple[int, float, str]:
     """Attention first, then the largest slowdown, then by name."""
     status = record_status(record)
-    change = _float(record.gate.change if record.gate else None) or 0.0
+    change = finite_float(record.gate.change if record.gate else None) or 0.0
     return (STATUS_ORDER.get(status, len(STATUS_ORDER)), -change, record.name)

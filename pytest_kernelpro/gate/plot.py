@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.format import record_status, short_device
+from pytest_kernelpro.gate.format import finite_float, record_status, short_device
 from pytest_kernelpro.gate.render import (
     PLOT_X_LABEL,
     PLOT_Y_LABEL,
@@ -105,14 +105,6 @@ def _pos(value: Any) -> float | None:
     return out if math.isfinite(out) and out > 0 else None
 
 
-def _finite(value: Any) -> float | None:
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
-
-
 def _key(p: RooflinePoint) -> tuple[str, str, float, float]:
     """One ceiling per device, peak name and (peak, bandwidth) to 6 significant digits."""
     return (p.device, p.peak_name, float(f"{p.peak_flops:.6g}"), float(f"{p.bandwidth_Bps:.6g}"))
@@ -163,7 +155,7 @@ def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint
                     peak_flops=ceilings[0],
                     bandwidth_Bps=ceilings[1],
                     status=record_status(r),
-                    change=_finite(r.gate.change if r.gate else None),
+                    change=finite_float(r.gate.change if r.gate else None),
                 )
             )
     return points, skipped
