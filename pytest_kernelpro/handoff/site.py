@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelpro.problem import lookup_qualname
 from pytest_kernelpro.search.patch import KernelSite, import_style_of, repository_root
 
 if TYPE_CHECKING:
@@ -37,9 +38,7 @@ def kernel_site(
 def _definition_of(module: Any, path: Path, qualname: str) -> tuple[Any, Path, str]:
     """(module, file, name) where the marked kernel is defined: the test module's own unless
     the object bound there comes from another module with a source file."""
-    live: Any = module
-    for part in qualname.split("."):
-        live = getattr(live, part, None)
+    live = lookup_qualname(module, qualname)
     home = sys.modules.get(getattr(live, "__module__", None) or "")
     if live is None or home is None or home is module:
         return module, path, qualname

@@ -413,6 +413,15 @@ def import_file(path: str | Path, module_name: str | None = None) -> Any:
     return module
 
 
+def lookup_qualname(namespace: Any, qualname: str) -> Any | None:
+    """The object `qualname` ("Kernel" or "Outer.kernel") names in `namespace`, None where a
+    part is missing."""
+    obj: Any = namespace
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
 def marker_of(obj: Any) -> Any | None:
     """The `kernelpro` Mark stored on a decorated object, if any."""
     for mark in getattr(obj, "pytestmark", []) or []:

@@ -101,17 +101,22 @@ def items_for_problem(
     return items
 
 
+def _defined_here(collector: pytest.Collector, obj: Any) -> bool:
+    """Whether the marked object was defined in the test module being collected."""
+    defined_in = getattr(obj, "__module__", None)
+    return defined_in is not None and defined_in == getattr(
+        getattr(collector, "obj", None), "__name__", None
+    )
+
+
 def collected_in_its_own_test_module(collector: pytest.Collector, obj: Any) -> bool:
     """True for a marked object imported from another test module: that module collects it,
     so it is not collected twice. One imported from a library module (`mykernels/ops.py`
     decorated in place, or a class marked by assignment in the test module) is collected where
     it is imported, since pytest never collects the library."""
-    defined_in = getattr(obj, "__module__", None)
-    if defined_in is None or defined_in == getattr(
-        getattr(collector, "obj", None), "__name__", None
-    ):
+    if _defined_here(collector, obj):
         return False
-    module_file = getattr(sys.modules.get(defined_in), "__file__", None)
+    module_file = getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__file__", None)
     if module_file is None:
         return False
     patterns = collector.config.getini("python_files")
@@ -124,7 +129,7 @@ def is_an_alias_of_a_collected_kernel(collector: pytest.Collector, name: str, ob
     kernel, collected once, under the name the test module gave it."""
     module = getattr(collector, "obj", None)
     own_name = getattr(obj, "__name__", None)
-    if module is None or getattr(obj, "__module__", None) == getattr(module, "__name__", None):
+    if module is None or _defined_here(collector, obj):
         return False
     names = [bound for bound, value in vars(module).items() if value is obj]
     given = [bound for bound in names if bound != own_name]
@@ -140,9 +145,7 @@ def collect_marked(
 
     path = str(collector.path)
     lineno: int | None = None
-    if getattr(obj, "__module__", None) == getattr(
-        getattr(collector, "obj", None), "__name__", None
-    ):
+    if _defined_here(collector, obj):
         try:  # the line in this test module; an imported kernel's line is in another file
             lineno = inspect.getsourcelines(obj)[1] - 1
         except (OSError, TypeError):

@@ -58,7 +58,7 @@ def problem_context(
     import inspect
 
     from pytest_kernelpro.agents.problem_context import build_context
-    from pytest_kernelpro.problem import MarkerOptions, marker_of
+    from pytest_kernelpro.problem import MarkerOptions, lookup_qualname, marker_of
 
     problem = run.problem
     if problem.kind == "kernelbench":
@@ -68,9 +68,7 @@ def problem_context(
             name=problem.display_name,
             reference=SourcePart("The KernelBench problem", problem.source_file, sandbox_source),
         )
-    kernel: Any = run.module
-    for part in run.locator.qualname.split("."):
-        kernel = getattr(kernel, part, None)
+    kernel = lookup_qualname(run.module, run.locator.qualname)
     mark = marker_of(kernel) if kernel is not None else None
     if mark is None:
         raise KernelproError(
