@@ -316,6 +316,7 @@ def nodes_of(run_dir: Path) -> list[dict[str, Any]]:
                 "profile_kernels": profile.get("kernels"),
                 "ncu_gpu_time_s": profile.get("ncu_gpu_time_s"),
                 "sass": profile.get("sass"),
+                "sass_kernels": profile.get("sass_kernels"),
                 "timeline": profile.get("timeline"),
                 "stage1": (profile.get("stage1") or {}).get("cls"),
                 "not_collected": profile.get("not_collected"),

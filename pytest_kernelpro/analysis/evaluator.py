@@ -237,6 +237,17 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         # GPU time of one call by ncu's clock: the winner's confirmation cross-checks with it.
         "ncu_gpu_time_s": ncu_gpu_time_s(profile.get("kernels") or ()),
         "sass": any(k.get("sass") for k in profile.get("kernels") or ()),
+        # Per kernel with SASS: its instruction count and the binary it was read from
+        # (a Triton kernel's cubin; None for a captured load_inline module's function).
+        "sass_kernels": [
+            {
+                "kernel": k.get("name"),
+                "instructions": (k.get("sass") or {}).get("total_instructions"),
+                "source": k.get("sass_source"),
+            }
+            for k in profile.get("kernels") or ()
+            if k.get("sass")
+        ],
         "timeline": profile.get("timeline") is not None,
         "not_collected": list(profile.get("not_collected") or ()),
         "text": result.get("text", ""),

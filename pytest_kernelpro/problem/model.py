@@ -302,10 +302,89 @@ def _local_import_sources(obj: Any, own: str) -> list[str]:
     return sources
 
 
+_LIBRARY_ROOTS = frozenset({"torch", "numpy", "math", "builtins", "functools", "typing"})
+# kernel -> autograd.Function -> forward -> launcher -> @triton.jit kernel, with room to spare
+_REACH_DEPTH = 6
+
+
+def _compiled_language(value: Any) -> str | None:
+    """`"triton"` for a Triton kernel object (`@triton.jit`, `@triton.autotune`,
+    `@triton.heuristics` all make objects of `triton.runtime` types), else None."""
+    type_module = getattr(type(value), "__module__", "") or ""
+    return "triton" if type_module.split(".")[0] == "triton" else None
+
+
+def _code_of(value: Any) -> list[Any]:
+    """The functions whose code a reference to `value` runs: a function (unwrapped past
+    decorators such as `functools.wraps` wrappers), or a class's own methods (an
+    `autograd.Function`'s `forward`, an `nn.Module`'s `forward` and helpers)."""
+    if inspect.isclass(value):
+        if (getattr(value, "__module__", "") or "").split(".")[0] in _LIBRARY_ROOTS:
+            return []
+        members = []
+        for attribute in vars(value).values():
+            if isinstance(attribute, (staticmethod, classmethod)):
+                attribute = attribute.__func__
+            if inspect.isfunction(attribute):
+                members.append(attribute)
+        return members
+    if inspect.isfunction(value) or inspect.ismethod(value):
+        return [inspect.unwrap(value)]
+    return []
+
+
+def _reached_language(obj: Any) -> str | None:
+    """The language of the compiled kernels `obj`'s code reaches through the names it uses,
+    a few calls deep: `LigerSiLUMulFunction.apply(a, b)` in a test module reaches
+    `swiglu_forward` in the library and through it a `@triton.jit` kernel object, although
+    no source on the way up names Triton."""
+    seen: set[int] = set()
+    frontier = _code_of(obj)
+    for _ in range(_REACH_DEPTH):
+        following: list[Any] = []
+        for function in frontier:
+            if id(function) in seen:
+                continue
+            seen.add(id(function))
+            module = (getattr(function, "__module__", "") or "").split(".")[0]
+            if module in _LIBRARY_ROOTS:
+                continue
+            namespace = getattr(function, "__globals__", {})
+            code = getattr(function, "__code__", None)
+            names = list(getattr(code, "co_names", ()))
+            for constant in getattr(code, "co_consts", ()):
+                names += getattr(constant, "co_names", ())  # names a nested function uses
+            closure = [
+                cell.cell_contents
+                for cell in getattr(function, "__closure__", None) or ()
+                if _cell_filled(cell)
+            ]
+            for value in [namespace.get(name) for name in names] + closure:
+                if value is None:
+                    continue
+                found = _compiled_language(value)
+                if found:
+                    return found
+                following += _code_of(value)
+        frontier = following
+        if not frontier:
+            break
+    return None
+
+
+def _cell_filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
 def detect_language_of(obj: Any) -> str:
     """The language of a kernel callable: its own source, then the modules it imports in
     its own code, then the modules and functions its code refers to (one level), e.g.
-    `triton_kernels.softmax(x)` -> "triton"."""
+    `triton_kernels.softmax(x)` -> "triton", then the Triton kernels its code reaches
+    through library calls (`_reached_language`)."""
     own = _source_of(obj)
     found = detect_language(own)
     if found != "pytorch":
@@ -325,7 +404,7 @@ def detect_language_of(obj: Any) -> str:
             found = detect_language(_source_of(ref))
             if found != "pytorch":
                 return found
-    return "pytorch"
+    return _reached_language(obj) or "pytorch"
 
 
 def _is_module_class(obj: Any) -> bool:
