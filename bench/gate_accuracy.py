@@ -400,8 +400,8 @@ def plugin_budgets(
 ) -> tuple[TimingBudget, TimingBudget]:
     """(first, later) budgets: the plugin's defaults from the Setting table; `later` differs
     only in its warm-up (see the module docstring). `clock_anchor="on"` when a rule needs the
-    anchored pass: it runs after a measurement's samples, which the other rules judge as
-    before."""
+    anchored samples: a kernel whose warm-up ran capped is then timed in pairs with the anchor,
+    and the rules without the anchor judge the same (paired) samples' times."""
     from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
 
     first = TimingBudget(
@@ -421,29 +421,44 @@ def _round_to(x: float, granule: int) -> int:
     return max(granule, round(x / granule) * granule)
 
 
-# The gate's rules, each applied to the same measurements: `default` (the plugin's default:
-# 3x the threshold for a clock-limited comparison, gate/clock_scale.py; the anchored passes the
-# suite's measurements carry are ignored, as if --kernelpro-clock-anchor were off), `anchor`
-# (--kernelpro-clock-anchor=on: a clock-limited comparison relative to the clock anchor where
-# both sides have an anchored pass, gate/clock_anchor.py), `fixed` (the plain threshold for
-# every kernel), `cycles` (times scaled by the mean SM clock; measured worse).
+# The gate's rules, each applied to the same measurements: `anchor` (--kernelpro-clock-anchor=on:
+# a comparison where either side's samples ran mostly under a clock limit, by the per-round
+# NVML reasons, compares the per-pair kernel / anchor ratios where both sides were timed in
+# pairs with the anchor, gate/clock_anchor.py), `anchor15` (the same at 1.5% for the anchored
+# ratio), `clock3x` (--kernelpro-clock-anchor=off: 3x the threshold for a comparison whose
+# NVML mean SM clock was held below 95% of the maximum, gate/clock_scale.py; the anchored
+# samples the measurements carry are ignored), `fixed` (the plain threshold for every
+# kernel), `cycles` (times scaled by the mean SM clock; measured worse); `default` is
+# whichever of `anchor` and `clock3x` the plugin's default (the Setting table) selects.
 # Names of earlier runs: run 3 "clock" (= cycles) and "plain" (= fixed, the default then);
-# run 4 "default" (= today's default) and "fixed"; session 4 (run 5) "default" (= anchor, the
-# candidate default then) and "clock3x" (= today's default).
-RULE_KWARGS: dict[str, dict[str, bool]] = {
-    "default": {"clock_anchor": False},
+# run 4 "default" (= clock3x) and "fixed"; session 4 (run 5) "default" (= the anchor pass after
+# the samples, at NVML-limited comparisons only) and "clock3x".
+RULE_KWARGS: dict[str, dict[str, Any]] = {
     "anchor": {},
+    "anchor15": {"anchor_threshold": 0.015},
+    "clock3x": {"clock_anchor": False},
     "fixed": {"clock_anchor": False, "widen_when_clock_limited": False},
     "cycles": {"clock_normalize": True, "widen_when_clock_limited": False, "clock_anchor": False},
 }
+
+
+def _default_rule() -> str:
+    from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
+
+    return "anchor" if SETTINGS_BY_NAME["clock_anchor"].default == "on" else "clock3x"
+
+
+RULE_KWARGS["default"] = RULE_KWARGS[_default_rule()]
 RULE_LABELS = {
-    "default": "default (the plugin's: 3x the threshold when the SM clock was held below 95% "
-    "of its maximum by a limit, gate/clock_scale.py)",
-    "anchor": "anchor (--kernelpro-clock-anchor=on: clock-limited comparisons relative to the "
-    "clock anchor GEMM timed alternately with the kernel, gate/clock_anchor.py)",
+    "default": f"default (= {_default_rule()}, the plugin's default)",
+    "anchor": "anchor (--kernelpro-clock-anchor=on: comparisons with either side's samples "
+    "mostly under a clock limit compare kernel / anchor per pair, the anchor GEMM timed after "
+    "every sample, at the threshold, gate/clock_anchor.py)",
+    "anchor15": "anchor15 (the anchor rule at 1.5% for the anchored ratio)",
+    "clock3x": "clock3x (--kernelpro-clock-anchor=off: 3x the threshold when the NVML mean SM "
+    "clock was held below 95% of its maximum by a limit, gate/clock_scale.py)",
     "fixed": "fixed (the threshold for every kernel)",
     "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
-    "clock3x": "clock3x (= default; session 4's name)",
     "clock": "clock (= cycles; run 3's name)",
     "plain": "plain (= fixed; run 3's name, the default then)",
 }
@@ -485,7 +500,37 @@ def _measure_info(rec: KernelRecord) -> dict[str, Any]:
         "wall_s": timing.get("wall_s"),
         "anchored": bool((timing.get("anchor") or {}).get("ratios")),
         "anchor_median_s": (timing.get("anchor") or {}).get("anchor_median_s"),
+        "anchor_pairs": (timing.get("anchor") or {}).get("pairs"),
+        "anchor_added_gpu_s": (timing.get("anchor") or {}).get("added_gpu_s"),
+        "ratio_rel_sd": _rel_sd((timing.get("anchor") or {}).get("ratios") or []),
+        "warmup_throttled": timing.get("warmup_throttled"),
     }
+
+
+def _rel_sd(values: list[float]) -> float | None:
+    """Standard deviation / median of a measurement's per-pair ratios (None under 2)."""
+    if len(values) < 2:
+        return None
+    return statistics.pstdev(values) / statistics.median(values)
+
+
+def cost_probe(launch: Any, device: str, budget: TimingBudget, reps: int) -> dict[str, Any]:
+    """The timing cost of the anchor: `reps` interleaved measurements of the same kernel with
+    --kernelpro-clock-anchor off and on, the time each took (warm-up and statistics
+    included), its sample count, and the GPU time the anchor added."""
+    from dataclasses import replace
+
+    out: dict[str, list[Any]] = {"off_wall_s": [], "on_wall_s": [], "off_n": [], "on_n": [],
+                                 "on_pairs": [], "on_added_gpu_s": []}  # fmt: skip
+    for _ in range(reps):
+        for mode in ("off", "on"):
+            timing = time_kernel(launch, device=device, budget=replace(budget, clock_anchor=mode))
+            out[f"{mode}_wall_s"].append(timing.wall_s)
+            out[f"{mode}_n"].append(len(timing.samples_s))
+            if mode == "on":
+                out["on_pairs"].append((timing.anchor or {}).get("pairs", 0))
+                out["on_added_gpu_s"].append((timing.anchor or {}).get("added_gpu_s", 0.0))
+    return out
 
 
 def run_suite(args: argparse.Namespace) -> dict[str, Any]:
@@ -571,6 +616,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     expected[variant_name(s)] = (
                         k * (sizes[variant_name(s)] - n0) / t_lo if k > 0 else None
                     )
+                if args.cost_reps and needs_anchor:
+                    info["cost"] = cost_probe(launch_a, args.device, later_budget, args.cost_reps)
+                    measurements += 2 * args.cost_reps
                 launches = {"A": launch_a}
                 launches.update({v: spec.build(n, small) for v, n in sizes.items() if v != "A"})
                 info.update({
@@ -633,6 +681,11 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                                 "base_sm_mhz": base_info["sm_mhz_mean"],
                                 "capped_share": rec_info["throttled_share"],
                                 "base_capped_share": base_info["throttled_share"],
+                                "anchored": rec_info["anchored"],
+                                "base_anchored": base_info["anchored"],
+                                "ratio_rel_sd": rec_info["ratio_rel_sd"],
+                                "wall_s": rec_info["wall_s"],
+                                "anchor_pairs": rec_info["anchor_pairs"],
                             })  # fmt: skip
                     trial += 1
                 a = _median(medians["A"])
@@ -650,6 +703,9 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     "reasons_A": sorted({r for x in a_infos for r in x["reasons"]}),
                     "anchored_share_A": (sum(x["anchored"] for x in a_infos) / len(a_infos)
                                          if a_infos else None),
+                    "ratio_rel_sd_A": _median([x["ratio_rel_sd"] for x in a_infos
+                                               if x["ratio_rel_sd"] is not None]) if any(
+                        x["ratio_rel_sd"] is not None for x in a_infos) else None,
                     "wall_s": round(time.monotonic() - k_start, 1),
                 })  # fmt: skip
                 del launches, launch_a
@@ -885,7 +941,37 @@ def render_suite(result: dict[str, Any]) -> str:
                        and lo <= size[(c["kernel"], c["variant"])] < hi]  # fmt: skip
                 cells.append(_rate(sel))
             lines.append(f"| {rule} | {label} | " + " | ".join(cells) + " |")
+    lines += cost_lines(result)
     return "\n".join(lines) + "\n"
+
+
+def cost_lines(result: dict[str, Any]) -> list[str]:
+    """The anchor's timing cost per kernel (--cost-reps) and the per-pair ratio's spread
+    within one measurement."""
+    rows = [i for i in result["kernels"] if i.get("cost")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Timing cost of the anchor (interleaved measurements of A with the anchor off and on, "
+        "later warm-up, statistics included; medians):",
+        "",
+        "| kernel | off: wall / samples | on: wall / samples / pairs | on / off wall | "
+        "anchor GPU time added | ratio sd within a measurement (A) |",
+        "|:--|--:|--:|--:|--:|--:|",
+    ]
+    for info in rows:
+        c = info["cost"]
+        off, on = _median(c["off_wall_s"]), _median(c["on_wall_s"])
+        sd = info.get("ratio_rel_sd_A")
+        shown_sd = "–" if sd is None else f"{sd * 100:.2f}%"
+        lines.append(
+            f"| {info['name']} | {off * 1e3:.1f} ms / {_median(c['off_n']):.0f} | "
+            f"{on * 1e3:.1f} ms / {_median(c['on_n']):.0f} / {_median(c['on_pairs']):.0f} | "
+            f"{on / off if off else math.nan:.2f} | "
+            f"{_median(c['on_added_gpu_s']) * 1e3:.1f} ms | {shown_sd} |"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -905,7 +991,11 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--long-only", action="store_true", help="suite: only kernels >= 50 us")
     parser.add_argument(
-        "--rules", default="default,anchor,fixed",
+        "--cost-reps", type=int, default=0,
+        help="suite: interleaved measurements per kernel with the anchor off and on (cost)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--rules", default="default,anchor,clock3x,fixed",
         help=f"suite: gate rules applied to the same measurements ({', '.join(RULE_KWARGS)})",
     )  # fmt: skip
     parser.add_argument(

@@ -253,11 +253,11 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "clock_anchor",
-        "GPU kernels timed mostly under a clock limit (the power cap): on times the clock "
-        "anchor, a fixed bf16 GEMM, alternately with the kernel after its samples, and the "
-        "gate compares kernel / anchor where the clock was held down (both sides need the "
-        "pass: save the baseline with it too); off (default) gates such kernels at 3x the "
-        "threshold",
+        "GPU kernels whose warm-up ran under a clock limit (the power cap): on times every "
+        "sample followed by the clock anchor, a fixed bf16 GEMM, and the gate compares "
+        "kernel / anchor per pair where either side ran capped (both sides need the pairs: "
+        "save the baseline with it too); off gates such kernels on time, at 3x the threshold "
+        "where the SM clock was held down",
         parse_clock_anchor,
         "off",
         "MODE",

@@ -4,11 +4,14 @@
 on whatever this module hands it; this module decides what the samples are:
 
 - **Same device, steady clock:** the times, at the kernel's threshold.
-- **Same device, clock-limited** (either side's SM clock held below 95% of its maximum by a
-  power or thermal limit, `clock_scale.py`): the times at 3x the threshold; with an anchored
-  pass on both sides (`--kernelpro-clock-anchor=on`), the kernel / anchor ratios at the
-  threshold (`clock_anchor.py`: the anchor ran at the same clock, so the ratio cancels it),
-  and where only one side has a pass the basis says why it was not used.
+- **Same device, capped, anchored on both sides** (either side's samples mostly in rounds
+  with a clock-lowering NVML reason, and both timed in pairs with the same anchor,
+  `--kernelpro-clock-anchor=on`): the per-pair kernel / anchor ratios at the threshold
+  (`clock_anchor.py`: the anchor ran at the same clock, so the ratio cancels it).
+- **Same device, clock-limited without the anchor on both sides** (either side's SM clock
+  held below 95% of its maximum by a power or thermal limit, `clock_scale.py`): the times at
+  3x the threshold; where one side has anchored samples, the basis says why they were not
+  used.
 - **Same device, `clock_normalize`:** times scaled by the NVML mean SM clock (cycles; measured
   worse than plain times, kept for comparison).
 - **Another device:** time relative to each side's roofline time (1 / efficiency) at the
@@ -21,7 +24,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.gate.clock_anchor import anchor_missing, entry_anchor, record_anchor
+from pytest_kernelpro.gate.clock_anchor import (
+    ANCHOR_THRESHOLD_FACTOR,
+    AnchorSide,
+    anchor_missing,
+    capped_text,
+    entry_anchor,
+    record_anchor,
+)
 from pytest_kernelpro.gate.clock_scale import (
     CLOCK_LIMITED_FACTOR,
     clock_limit_text,
@@ -91,6 +101,7 @@ def same_device_basis(
     widen_when_clock_limited: bool,
     clock_normalize: bool,
     clock_anchor: bool,
+    anchor_threshold: float | None = None,
 ) -> Basis:
     """The basis of a comparison on the same device (see the module docstring)."""
     device = record.device or "unknown"
@@ -103,38 +114,25 @@ def same_device_basis(
     )
     facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)
     limited = clock_limit_text(facts_now, facts_base)
+    capped = capped_text(facts_now, facts_base)
     now, base = record_anchor(record), entry_anchor(entry)
-    if limited is not None and clock_anchor and (now is not None or base is not None):
+    if capped is not None and clock_anchor:
         missing = anchor_missing(now, base)
         if missing is None:
             assert now is not None
             assert base is not None
-            anchor_change = now.anchor_median_s / base.anchor_median_s - 1.0
-            chosen = Basis(
-                text=(
-                    f"time relative to the clock anchor (same device: {device}; {limited}: "
-                    f"kernel / {now.name} timed alternately in one round, so both ran at the "
-                    "clock the limit allowed)"
-                ),
-                tolerance=threshold,
-                now=list(now.ratios),
-                ref=list(base.ratios),
-                ratio=median(list(now.ratios)) / median(list(base.ratios)),
-                extra={
-                    "anchor": now.name,
-                    "anchor_change": anchor_change,
-                    "raw_change": chosen.ratio - 1.0,
-                    "sm_mhz": facts_now.sm_mhz,
-                    "baseline_sm_mhz": facts_base.sm_mhz,
-                },
-                unit=" relative to the clock anchor",
-                detail=(
-                    f"; plain time {_pct(chosen.ratio - 1.0)}, anchor GEMM "
-                    f"{_pct(anchor_change)}, {limited}"
-                ),
-            )
-            return chosen
-        limited = f"{limited}; no clock anchor: {missing}"
+            return anchored_basis(
+                device, now, base, limited or capped, chosen.ratio,
+                threshold * ANCHOR_THRESHOLD_FACTOR if anchor_threshold is None
+                else anchor_threshold,
+                facts_now.sm_mhz, facts_base.sm_mhz,
+            )  # fmt: skip
+        if now is not None or base is not None:
+            note = f"no clock anchor: {missing}"
+            if limited is not None:
+                limited = f"{limited}; {note}"
+            else:
+                chosen.text = f"time (same device: {device}; {capped}; {note})"
     if limited is not None and widen_when_clock_limited:
         chosen.tolerance = round(threshold * CLOCK_LIMITED_FACTOR, 12)
         chosen.text = (
@@ -164,6 +162,40 @@ def same_device_basis(
         )
         chosen.ratio *= scale.factor
     return chosen
+
+
+def anchored_basis(
+    device: str,
+    now: AnchorSide,
+    base: AnchorSide,
+    why: str,
+    time_ratio: float,
+    tolerance: float,
+    sm_mhz: float | None,
+    baseline_sm_mhz: float | None,
+) -> Basis:
+    """The per-pair kernel / anchor ratios of both sides (clock_anchor.py)."""
+    anchor_change = now.anchor_median_s / base.anchor_median_s - 1.0
+    return Basis(
+        text=(
+            f"time relative to the clock anchor (same device: {device}; {why}: kernel / "
+            f"{now.name}, each sample followed by the anchor in its round, so both ran at the "
+            "clock the limit allowed)"
+        ),
+        tolerance=tolerance,
+        now=list(now.ratios),
+        ref=list(base.ratios),
+        ratio=median(list(now.ratios)) / median(list(base.ratios)),
+        extra={
+            "anchor": now.name,
+            "anchor_change": anchor_change,
+            "raw_change": time_ratio - 1.0,
+            "sm_mhz": sm_mhz,
+            "baseline_sm_mhz": baseline_sm_mhz,
+        },
+        unit=" relative to the clock anchor",
+        detail=f"; plain time {_pct(time_ratio - 1.0)}, anchor GEMM {_pct(anchor_change)}, {why}",
+    )
 
 
 def cross_device_basis(

@@ -1,26 +1,23 @@
-"""Clock-limited comparisons relative to the clock anchor: the rule and its facts.
+"""Comparisons of power-capped kernels relative to the clock anchor: the rule and its facts.
 
-Opt-in (`--kernelpro-clock-anchor=on`): with it, a measurement taken mostly under a clock
-limit (the power cap) carries an anchored pass
-(`measure/timing/anchor.py`): pairs of (kernel, fixed bf16 GEMM) timed alternately in one
-round, so both ran at the clock the cap allowed at that moment. When a comparison is
-clock-limited (`clock_scale.ClockFacts.clock_limited`: either side's mean SM clock below 95%
-of the maximum with half its samples under a limit) and both sides carry a pass with the same
-anchor, the gate compares the kernel / anchor ratios of the two passes at the plain threshold,
-instead of widening the tolerance of the times to 3x.
+With `--kernelpro-clock-anchor=on`, a kernel whose warm-up ran under a clock limit (the power
+cap) is timed in pairs (`measure/timing/anchor.py`): every sample is followed in its round by
+a fixed bf16 GEMM, so both ran at the clock the cap allowed at that moment. When either side
+of a comparison ran capped (`capped_text`: at least half of its samples in rounds whose NVML
+readings had a clock-lowering reason, the per-round throttle flags; not the NVML mean clock,
+which missed a third of one GEMM's noisy comparisons in session 4) and both sides carry pairs
+with the same anchor, the gate compares the per-pair kernel / anchor ratios, at
+`ANCHOR_THRESHOLD_FACTOR` times the threshold, with the same Mann-Whitney, fastest-decile and
+confirmation rules, instead of the times (at 3x the threshold where the NVML clock says
+clock-limited, `clock_scale.py`).
 
 Why: on the H200, two measurements of the same power-capped GEMM or attention kernel
-differed by 3.0-3.9% in time (standard deviation) but by 0.7-0.9% in kernel / anchor ratio
-(bench/results/2026-12-01-gate-accuracy-h200.md, session 4): the clock moves both alike. On
-the same 901 measurements of 7 capped and 2 steady kernels this rule caught 89 of 163 +3%
-slowdowns of the capped kernels against 57 of 163 for the 3x tolerance, with the same false
-alarms (1 of 163, a comparison neither side of which NVML saw clock-limited, so neither rule
-applied) and no change for the steady kernels. Why it is not the default: that is still
-short of catching 95% of 3% slowdowns (64% of the +2.5-3.5% ones): a 0.8% spread leaves a
-3% change about one spread above the 2% threshold, and the NVML test of "clock-limited"
-missed a third of one GEMM's noisy comparisons. Where the anchor cannot be used (a baseline
-saved without the pass, another torch or CUDA build, a pass that did not run), the comparison
-keeps the widened tolerance, and the basis says why.
+differed by 1.9-5.4% in time (standard deviation) but by 0.33-0.51% in kernel / anchor ratio
+with the anchor after every sample (bench/results/2026-12-01-gate-accuracy-h200.md, session
+4, the probe): the clock moves both alike. Where the anchor cannot be used (a baseline saved
+without pairs, e.g. by an older version or with the mode off; another torch or CUDA build; a
+run whose warm-up was not capped), the comparison keeps the rule without the anchor, and the
+basis says why.
 """
 
 from __future__ import annotations
@@ -29,6 +26,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.baseline_entry import anchor_of_timing
+from pytest_kernelpro.gate.clock_scale import CAPPED_SHARE, ClockFacts
+
+# The anchored ratio's tolerance, times the kernel's threshold (the same threshold: see the
+# module docstring and bench/results/2026-12-01-gate-accuracy-h200.md, session 5).
+ANCHOR_THRESHOLD_FACTOR = 1.0
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline_entry import BaselineEntry
@@ -59,17 +61,37 @@ def entry_anchor(entry: BaselineEntry) -> AnchorSide | None:
 def anchor_missing(now: AnchorSide | None, base: AnchorSide | None) -> str | None:
     """Why two sides cannot be compared relative to the anchor, or None when they can."""
     if base is None and now is None:
-        return "neither side has an anchored pass (--kernelpro-clock-anchor=on adds it)"
+        return "neither side was timed in pairs with the anchor (--kernelpro-clock-anchor=on)"
     if base is None:
         return (
-            "the baseline has no anchored pass (saved before the clock anchor existed, or "
-            "at a steady clock): re-save it to gate this kernel relative to the anchor"
+            "the baseline has no anchored samples (saved by a version before them, with "
+            "--kernelpro-clock-anchor=off, or with a warm-up at a steady clock): re-save it "
+            "to gate this kernel relative to the anchor"
         )
     if now is None:
         return (
-            "this run has no anchored pass (--kernelpro-clock-anchor is off, or its samples "
-            "were not mostly clock-limited)"
+            "this run has no anchored samples (--kernelpro-clock-anchor is off, or its "
+            "warm-up ran without a clock limit)"
         )
     if now.name != base.name:
         return f"the anchor differs ({now.name} now, {base.name} in the baseline)"
     return None
+
+
+def _capped(facts: ClockFacts) -> bool:
+    return facts.capped_share is not None and facts.capped_share >= CAPPED_SHARE
+
+
+def capped_text(current: ClockFacts, baseline: ClockFacts) -> str | None:
+    """Why the comparison counts as capped ("samples under a clock limit: 100% in this run,
+    95% in the baseline"), or None when neither side ran mostly under a limit."""
+    if not (_capped(current) or _capped(baseline)):
+        return None
+    parts = []
+    for label, facts in (("this run", current), ("the baseline", baseline)):
+        share = "unknown" if facts.capped_share is None else f"{facts.capped_share:.0%}"
+        clock = ""
+        if facts.sm_mhz is not None and facts.max_sm_mhz is not None:
+            clock = f" at {facts.sm_mhz:.0f} of {facts.max_sm_mhz:.0f} MHz"
+        parts.append(f"{share} in {label}{clock}")
+    return "samples under a power or thermal limit: " + ", ".join(parts)

@@ -37,8 +37,10 @@ reported). When either side ran with its SM clock held below 95% of the maximum 
 thermal limit, the clock such a limit allows moves between runs and the time with it (by
 1.9-5.4% on the H200's capped GEMMs, where the 2% gate on times raised 6% false alarms):
 then the tolerance is 3x the threshold and a change between the two is "suspect"
-(`clock_scale.py`), or, with an anchored pass on both sides (`--kernelpro-clock-anchor=on`),
-the kernel / anchor ratios are compared at the threshold (`clock_anchor.py`). The basis names the rule, the anchor and the clocks.
+(`clock_scale.py`). With the kernel timed in pairs with the clock anchor on both sides
+(`--kernelpro-clock-anchor=on`), a comparison where either side's samples ran mostly under a
+clock limit compares the per-pair kernel / anchor ratios at the threshold instead
+(`clock_anchor.py`). The basis names the rule, the anchor and the clocks.
 Another device: samples are divided by each side's roofline time, so the comparison is of
 time relative to the roofline (1 / efficiency), with the wider `cross_device_tolerance`.
 
@@ -201,6 +203,11 @@ def _pct(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
+def _frac(x: float) -> str:
+    """A tolerance as a percentage: "2%", "6%", "1.5%"."""
+    return f"{x * 100:.3g}%"
+
+
 def _p(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
 
@@ -251,6 +258,7 @@ def compare(
     clock_normalize: bool = False,
     widen_when_clock_limited: bool = True,
     clock_anchor: bool = True,
+    anchor_threshold: float | None = None,
 ) -> Verdict:
     """Compare one measured kernel with its baseline entry (None: the kernel is new).
 
@@ -258,7 +266,8 @@ def compare(
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
     `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
     a comparison with another CPU without failing, "gate" gates it like a GPU's.
-    `clock_anchor=False` ignores the anchored passes (`clock_anchor.py`) and
+    `clock_anchor=False` ignores the anchored samples (`clock_anchor.py`), `anchor_threshold`
+    replaces the tolerance of an anchored comparison (default: the threshold), and
     `widen_when_clock_limited=False` keeps the plain threshold for clock-limited comparisons
     (see the module docstring; both for comparing rules on the same measurements);
     `clock_normalize=True` compares cycles where `clock_scale` applies (measured worse than
@@ -319,6 +328,7 @@ def compare(
             widen_when_clock_limited=widen_when_clock_limited,
             clock_normalize=clock_normalize,
             clock_anchor=clock_anchor,
+            anchor_threshold=anchor_threshold,
         )
     else:
         chosen = cross_device_basis(record, entry, samples, cur_med, cross, cross_cpu)
@@ -348,7 +358,7 @@ def compare(
     what = "slower" if change > 0 else "faster"
     if basis.startswith("efficiency"):
         what = "further from its roofline" if change > 0 else "closer to its roofline"
-    moved = f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {tol:.0%}{chosen.detail})"
+    moved = f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {_frac(tol)}{chosen.detail})"
     if ratio > 1.0 + tol:
         p = mann_whitney_u(now_q, ref_q, "greater").p_value
         if p >= alpha:
@@ -400,7 +410,7 @@ def compare(
     else:
         p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
         status = OK
-        reason = f"within ±{tol:.0%} ({_pct(change)})"
+        reason = f"within ±{_frac(tol)} ({_pct(change)})"
     return _finish(
         change_status=status,
         basis=basis,
@@ -435,6 +445,7 @@ def confirm(
     clock_normalize: bool = False,
     widen_when_clock_limited: bool = True,
     clock_anchor: bool = True,
+    anchor_threshold: float | None = None,
 ) -> Verdict:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
@@ -454,6 +465,7 @@ def confirm(
         clock_normalize=clock_normalize,
         widen_when_clock_limited=widen_when_clock_limited,
         clock_anchor=clock_anchor,
+        anchor_threshold=anchor_threshold,
     )
     reproduced = second.change_status == REGRESSED
     confirmation = {

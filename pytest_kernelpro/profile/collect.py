@@ -24,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.fileio import atomic_write_json
@@ -59,7 +60,11 @@ from pytest_kernelpro.profile.timeline import (
     nsys_timeline,
     summarize_events,
 )
-from pytest_kernelpro.profile.triton_cubins import attach_triton_sass
+from pytest_kernelpro.profile.triton_cubins import (
+    attach_triton_sass,
+    private_triton_cache,
+    triton_cache_dir,
+)
 
 __all__ = ["profile_kernel_item", "render_profile_section", "select_kernels"]
 
@@ -221,12 +226,14 @@ def profile_kernel_item(
     `phases`, when given, is filled with the seconds each part took (static, timeline,
     ncu_query, ncu) and the ncu attempts: the profile's cost, shown per candidate.
 
-    `cubins_since`: when the run whose kernels these are started (seconds since the epoch;
-    default: this call). Kernels without a captured module take their SASS from the Triton
-    cubins of that name written since then (`triton_cubins`).
+    Kernels without a captured module take their SASS from Triton cubins (`triton_cubins`).
+    By default the profile's runs get a private Triton cache, so the cubins read are the ones
+    they compiled (a kernel cached by an earlier session, or compiled for another shape under
+    the same name, is never read). `cubins_since` (seconds since the epoch) is for a caller
+    whose own Triton cache is already private to this code (the search's candidate profiler,
+    0.0): the runs use this process's cache and its cubins written since then are read.
     """
     started = time.perf_counter()
-    run_started = time.time() if cubins_since is None else cubins_since
     phases = {} if phases is None else phases
     report = ProfileReport()
     python = python or sys.executable
@@ -239,6 +246,8 @@ def profile_kernel_item(
     phases["static"] = time.perf_counter() - started
 
     gpu_problem = _gpu_problem(device)
+    private_cache: tempfile.TemporaryDirectory[str] | None = None
+    cubins_dir: Path | None = None
     ncu_kernels: list[KernelMetrics] = []
     selector: KernelSelector | None = None
     observed: dict[str, float] | None = None
@@ -248,6 +257,13 @@ def profile_kernel_item(
         selector, _ = select_kernels(scan.entries, None)
     else:
         flags = list(extra_cuda_cflags)
+        flags_spec: dict[str, Any] = {}
+        if cubins_since is None:
+            # Outlives the runs' scratch below: the cubins are read once the kernels are known.
+            # (Removed by its finalizer should anything between raise.)
+            private_cache = tempfile.TemporaryDirectory(prefix="kernelpro-triton-cache-")
+            cubins_dir = private_triton_cache(Path(private_cache.name), triton_cache_dir())
+            flags_spec["triton_cache_dir"] = str(cubins_dir)
         with tempfile.TemporaryDirectory(prefix="kernelpro-profile-") as tmp:
             events_path = os.path.join(tmp, "events.json")
             timeline_spec = os.path.join(tmp, "timeline.json")
@@ -260,6 +276,7 @@ def profile_kernel_item(
                     runs=timeline_runs,
                     output=events_path,
                     extra_cuda_cflags=flags,
+                    **flags_spec,
                 ),
             )
             timeline_started = time.perf_counter()
@@ -282,7 +299,14 @@ def profile_kernel_item(
                     nsys_spec = os.path.join(tmp, "nsys.json")
                     atomic_write_json(
                         nsys_spec,
-                        _spec(locator, device, "nsys", runs=timeline_runs, extra_cuda_cflags=flags),
+                        _spec(
+                            locator,
+                            device,
+                            "nsys",
+                            runs=timeline_runs,
+                            extra_cuda_cflags=flags,
+                            **flags_spec,
+                        ),
                     )
                     nsys = nsys_timeline(
                         [python, "-m", "pytest_kernelpro.profile.target", nsys_spec],
@@ -303,7 +327,9 @@ def profile_kernel_item(
                     )
                 )
             ncu_spec = os.path.join(tmp, "ncu.json")
-            atomic_write_json(ncu_spec, _spec(locator, device, "ncu", extra_cuda_cflags=flags))
+            atomic_write_json(
+                ncu_spec, _spec(locator, device, "ncu", extra_cuda_cflags=flags, **flags_spec)
+            )
             request = NcuRequest(
                 target_command=(python, "-m", "pytest_kernelpro.profile.target", ncu_spec),
                 kernels=selector,
@@ -348,8 +374,13 @@ def profile_kernel_item(
         if name not in used_launches:
             report.kernels.append(KernelProfile(name=display.get(name, name), metrics=launch))
 
-    if gpu_problem is None:
-        attach_triton_sass(report, since=run_started)
+    if private_cache is not None:
+        attach_triton_sass(
+            report, since=0.0, cache_dir=cubins_dir, same_entries_in=triton_cache_dir()
+        )
+        private_cache.cleanup()
+    elif gpu_problem is None:
+        attach_triton_sass(report, since=cubins_since or 0.0)
 
     names_seen = list(observed or {}) + list(launches)
     report.linkage = merge_linkage(

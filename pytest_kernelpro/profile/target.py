@@ -4,7 +4,7 @@
 
     {"problem_file": "...", "qualname": "...", "shape_index": 0 | null, "device": "cuda",
      "mode": "ncu" | "timeline" | "nsys", "seed": 0, "runs": 10, "output": "events.json",
-     "extra_cuda_cflags": ["-lineinfo", "-Xptxas=-v"]}
+     "extra_cuda_cflags": ["-lineinfo", "-Xptxas=-v"], "triton_cache_dir": "..."}
 
 It loads the problem (`pytest_kernelpro.problem.locate.load_problem`), builds the kernel callable
 (`Problem.kernel_factory(device)`) and its inputs (the harness's kernels, outside any
@@ -19,11 +19,14 @@ profiled range), warms the kernel up once (Triton JIT, cuBLAS handles, lazy modu
 
 Extensions are built under `capture_extensions` with the same flags as in the pytest
 process, so the cached build is reused instead of rebuilt with different flags.
+`triton_cache_dir`, when given, becomes this process's TRITON_CACHE_DIR before anything
+imports Triton: the profile's private cache, whose cubins are read for the SASS.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -150,6 +153,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"kernelpro target: bad spec {args[0][:200]!r}: {exc}\n")
         return EXIT_BAD_SPEC
+    if spec.get("triton_cache_dir"):
+        os.environ["TRITON_CACHE_DIR"] = str(spec["triton_cache_dir"])
     try:
         run_spec(spec)
     except Exception as exc:  # the message goes to the profiler's NotCollected reason

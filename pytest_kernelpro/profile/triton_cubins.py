@@ -7,6 +7,14 @@ SASS gets the SASS of the newest cubin of that name written at or after the run 
 older entry of the same name may belong to another kernel (another file, another version of
 the source), so it is not used. Of several fresh cubins of one name (autotuning compiles one
 per config) the newest whose `num_warps` fits the profiled launch's block size is read.
+
+A kernel compiled in an earlier session is a cache hit: Triton writes nothing, so no cubin of
+its name is fresh, and one item's entry cannot be told from another's of the same name (two
+shapes specialize one kernel into two entries). So a profile gives its own runs a private
+cache (`private_triton_cache`): every cubin in it was compiled by those runs from the code as
+it is now, whatever its age. Only the entries without a cubin (the C launcher and
+`cuda_utils` modules Triton builds with the host compiler) are linked in from the caller's
+cache, so they are not rebuilt.
 """
 
 from __future__ import annotations
@@ -27,17 +35,47 @@ from pytest_kernelpro.profile.model import (
 from pytest_kernelpro.profile.sass import sass_of_module
 from pytest_kernelpro.profile.symbols import kernel_base_name
 
-__all__ = ["TritonCubin", "attach_triton_sass", "fresh_triton_cubins", "triton_cache_dir"]
+__all__ = [
+    "TRITON_CACHE_ENV",
+    "TritonCubin",
+    "attach_triton_sass",
+    "fresh_triton_cubins",
+    "private_triton_cache",
+    "triton_cache_dir",
+]
+
+TRITON_CACHE_ENV = "TRITON_CACHE_DIR"
 
 
 def triton_cache_dir(env: Mapping[str, str] | None = None) -> Path:
     """The cache directory Triton uses under `env`: TRITON_CACHE_DIR, else
     `$TRITON_HOME/.triton/cache`, else `~/.triton/cache` (Triton's own default)."""
     env = os.environ if env is None else env
-    if env.get("TRITON_CACHE_DIR"):
-        return Path(env["TRITON_CACHE_DIR"]).expanduser()
+    if env.get(TRITON_CACHE_ENV):
+        return Path(env[TRITON_CACHE_ENV]).expanduser()
     home = env.get("TRITON_HOME") or env.get("HOME") or str(Path.home())
     return Path(home).expanduser() / ".triton" / "cache"
+
+
+def private_triton_cache(directory: Path, shared: Path | None = None) -> Path:
+    """Make `directory` a Triton cache for one profile's runs and return it.
+
+    The entries of `shared` (default: this process's cache) that hold no cubin are linked
+    in: compiled host modules keyed by their source's hash, which Triton only reads. Kernel
+    entries are not, so each kernel the runs launch is compiled into `directory`.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    source = triton_cache_dir() if shared is None else shared
+    if not source.is_dir():
+        return directory
+    for entry in source.iterdir():
+        try:
+            if not entry.is_dir() or any(entry.glob("*.cubin")):
+                continue
+            (directory / entry.name).symlink_to(entry.resolve(), target_is_directory=True)
+        except OSError:  # unreadable or vanished entry, or a name already there: compiled anew
+            continue
+    return directory
 
 
 @dataclass(frozen=True)
@@ -92,6 +130,19 @@ def _pick(cubins: list[TritonCubin], kernel: KernelProfile) -> TritonCubin | Non
     return cubins[0] if cubins else None
 
 
+def _lasting_path(cubin: Path, directory: Path, shared: Path | None) -> str:
+    """`cubin`'s path, or that of the same cache entry under `shared` where it exists there
+    (Triton names an entry by the hash of the source and options, whatever the directory)."""
+    if shared is not None:
+        try:
+            twin = shared / cubin.relative_to(directory)
+        except ValueError:
+            return str(cubin)
+        if twin.is_file():
+            return str(twin)
+    return str(cubin)
+
+
 def _summary_named(sass: Mapping[str, SassSummary], base: str) -> SassSummary | None:
     for summary in sass.values():
         if kernel_base_name(summary.function) == base or summary.mangled == base:
@@ -105,12 +156,15 @@ def attach_triton_sass(
     since: float,
     cache_dir: Path | None = None,
     cuobjdump: str | None = None,
+    same_entries_in: Path | None = None,
 ) -> None:
     """Give each kernel of `report` without SASS the SASS of its fresh Triton cubin.
 
-    `since` is the run's start (seconds since the epoch). The kernel records which cubin
-    was read (`sass_source`); kernels that still have no SASS are named in a `sass` note
-    saying what was looked for.
+    `since` is the run's start (seconds since the epoch; 0 for a private cache, where every
+    cubin is fresh). The kernel records which cubin was read (`sass_source`): where
+    `same_entries_in` (the caller's cache, for a private one about to be removed) holds the
+    entry of the same cache key, that one's path, which outlives the profile. Kernels that
+    still have no SASS are named in a `sass` note saying what was looked for.
     """
     missing = [k for k in report.kernels if k.sass is None]
     if not missing:
@@ -134,14 +188,18 @@ def attach_triton_sass(
             problems.append(f"{cubin.path} has no function named {cubin.name}")
             continue
         kernel.sass = summary
-        kernel.sass_source = cubin.path
+        kernel.sass_source = _lasting_path(Path(cubin.path), directory, same_entries_in)
     unmatched = [k.name for k in report.kernels if k.sass is None]
     if not unmatched:
         return
-    started = datetime.fromtimestamp(since, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if since > 0:
+        started = datetime.fromtimestamp(since, tz=timezone.utc)
+        written = f"was written since {started:%Y-%m-%d %H:%M:%S} UTC in {directory}"
+    else:
+        written = f"is in the profile's own Triton cache {directory}"
     why = (
         "no captured load_inline module holds these kernels, and no Triton cubin of the same "
-        f"name was written since {started} in {directory} (looked for "
+        f"name {written} (looked for "
         + ", ".join(dict.fromkeys(kernel_base_name(n) for n in unmatched))
         + f"; {len(cubins)} fresh cubins there): PyTorch or library kernels have no SASS here"
     )

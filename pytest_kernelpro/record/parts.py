@@ -206,7 +206,8 @@ class TimingPart(Part):
     cpu_load: dict[str, Any] | None = None  # measure.cpuload.CpuLoad.to_dict()
     flush_reason: str | None = None
     budget_note: str | None = None
-    anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pass()
+    anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()
+    warmup_throttled: bool | None = None  # the warm-up ran under a clock limit (anchor.py)
 
     @property
     def median_s(self) -> float | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -25,11 +24,8 @@ class SessionCapture:
         self._stack = contextlib.ExitStack()
         self.capture: ExtensionCapture | None = None
         self.extra_flags = extra_flags
-        # When the session's builds began: Triton cubins written since are this session's.
-        self.started_at: float | None = None
 
     def start(self) -> None:
-        self.started_at = time.time()
         try:
             from ..profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
         except ImportError:  # torch missing: nothing can be built anyway
@@ -69,7 +65,6 @@ def profile_item(run: ItemRun, services: Services, device: str) -> None:
         device=device,
         timeout_s=services.settings.profile_timeout_s,
         ncu_path=os.environ.get("KERNELPRO_NCU"),
-        cubins_since=getattr(capture, "started_at", None),
     )
     record.profile = ProfilePart.from_dict(analysis.report.to_dict())
     record.extra["tools"] = analysis.tool_run.to_dict()

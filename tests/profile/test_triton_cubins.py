@@ -181,3 +181,168 @@ def test_cache_directory_follows_triton_environment(tmp_path: Path) -> None:
     assert triton_cache_dir({"TRITON_CACHE_DIR": str(tmp_path)}) == tmp_path
     assert triton_cache_dir({"TRITON_HOME": "/th", "HOME": "/h"}) == Path("/th/.triton/cache")
     assert triton_cache_dir({"HOME": "/h"}) == Path("/h/.triton/cache")
+
+
+# --- A profile's own Triton cache -----------------------------------------------------------
+
+
+def fake_profile_runs(
+    monkeypatch: pytest.MonkeyPatch, cubin: bytes, digest: str, seen: dict[str, object]
+) -> None:
+    """The profile's children as on the GPU, without one: the ncu run 'compiles' the Triton
+    kernel into the cache its spec names, as Triton does on a cache miss, and reports one
+    launch of it; the timeline run records which cache it was given and what was in it."""
+    from pytest_kernelpro.profile import collect
+    from pytest_kernelpro.profile.model import NotCollected
+    from pytest_kernelpro.profile.ncu import NcuResult
+
+    monkeypatch.setattr(collect, "_gpu_problem", lambda device: None)
+
+    def timeline(python: str, spec_path: str, output: str, timeout_s: float) -> NotCollected:
+        spec = json.loads(Path(spec_path).read_text(encoding="utf-8"))
+        seen["timeline_cache"] = spec.get("triton_cache_dir")
+        if spec.get("triton_cache_dir"):
+            seen["linked"] = sorted(p.name for p in Path(spec["triton_cache_dir"]).iterdir())
+        return NotCollected("timeline", "not run here")
+
+    def ncu(request, **_: object) -> NcuResult:
+        spec = json.loads(Path(request.target_command[-1]).read_text(encoding="utf-8"))
+        seen["ncu_cache"] = spec.get("triton_cache_dir")
+        cache_entry(Path(spec["triton_cache_dir"]), digest, "add_vec4", cubin)
+        return NcuResult(kernels=[KernelMetrics(kernel_name="add_vec4", block_size=(128, 1, 1))])
+
+    monkeypatch.setattr(collect, "_run_timeline_child", timeline)
+    monkeypatch.setattr(collect, "run_ncu", ncu)
+    monkeypatch.setattr(collect, "nsys_status", lambda: "nsys not here")
+
+
+def test_a_kernel_cached_by_an_earlier_session_gets_the_sass_its_profile_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, add_cubin
+) -> None:
+    """The user's cache already holds the kernel (an hour old: a cache hit, nothing fresh)
+    and another entry of the same name (another shape's specialization). The profile's runs
+    compile into their own cache; its cubin is read, and named by the user's entry of the
+    same key, which outlives the profile."""
+    from pytest_kernelpro.problem import ProblemLocator
+    from pytest_kernelpro.profile import collect
+
+    user_cache = tmp_path / "user-cache"
+    hour_ago = time.time() - 3600
+    same_key = cache_entry(user_cache, "samekey", "add_vec4", add_cubin, mtime=hour_ago)
+    cache_entry(user_cache, "othershape", "add_vec4", add_cubin, mtime=hour_ago + 60)
+    launcher = user_cache / "launcher0"
+    launcher.mkdir()
+    (launcher / "__triton_launcher.so").write_bytes(b"\x7fELF")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(user_cache))
+    seen: dict[str, object] = {}
+    fake_profile_runs(monkeypatch, add_cubin, "samekey", seen)
+
+    report = collect.profile_kernel_item(ProblemLocator(str(tmp_path / "k.py"), "kernel"))
+
+    private = seen["ncu_cache"]
+    assert isinstance(private, str)
+    assert private == seen["timeline_cache"]
+    assert not private.startswith(str(user_cache))
+    # Only the host-compiled module is linked in: the kernels are compiled anew.
+    assert seen["linked"] == ["launcher0"]
+    (kernel,) = report.kernels
+    assert kernel.sass is not None
+    assert kernel.sass.function == "add_vec4"
+    assert kernel.sass_source == str(same_key)
+    assert not Path(private).exists()  # the private cache went with the profile
+    assert not [n for n in report.not_collected if n.what == "sass"]
+
+
+def test_a_kernel_only_the_profile_compiled_names_its_private_cubin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, add_cubin
+) -> None:
+    from pytest_kernelpro.problem import ProblemLocator
+    from pytest_kernelpro.profile import collect
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "empty-user-cache"))
+    seen: dict[str, object] = {}
+    fake_profile_runs(monkeypatch, add_cubin, "fresh", seen)
+
+    report = collect.profile_kernel_item(ProblemLocator(str(tmp_path / "k.py"), "kernel"))
+
+    (kernel,) = report.kernels
+    assert kernel.sass is not None
+    assert kernel.sass_source == str(Path(str(seen["ncu_cache"])) / "fresh" / "add_vec4.cubin")
+
+
+def test_a_caller_with_its_own_cache_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, add_cubin
+) -> None:
+    """The candidate profiler's child: its scratch cache is private already (cubins_since
+    0), so the runs get no other and every cubin there counts, whatever its age."""
+    from pytest_kernelpro.problem import ProblemLocator
+    from pytest_kernelpro.profile import collect
+
+    scratch_cache = tmp_path / "scratch-cache"
+    seeded = cache_entry(scratch_cache, "seed", "add_vec4", add_cubin, mtime=time.time() - 600)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(scratch_cache))
+    seen: dict[str, object] = {}
+    fake_profile_runs(monkeypatch, add_cubin, "seed2", seen)
+    from pytest_kernelpro.profile.ncu import NcuResult
+
+    def ncu(request, **_: object) -> NcuResult:  # a cache hit: nothing compiled
+        spec = json.loads(Path(request.target_command[-1]).read_text(encoding="utf-8"))
+        seen["ncu_cache"] = spec.get("triton_cache_dir")
+        return NcuResult(kernels=[KernelMetrics(kernel_name="add_vec4")])
+
+    monkeypatch.setattr(collect, "run_ncu", ncu)
+
+    report = collect.profile_kernel_item(
+        ProblemLocator(str(tmp_path / "k.py"), "kernel"), cubins_since=0.0
+    )
+
+    assert seen["timeline_cache"] is None
+    assert seen["ncu_cache"] is None
+    assert report.kernels[0].sass_source == str(seeded)
+
+
+def test_the_profile_target_uses_the_cache_its_spec_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_kernelpro.profile import target
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/before")
+    seen: list[str | None] = []
+    monkeypatch.setattr(
+        target, "run_spec", lambda spec: seen.append(os.environ.get("TRITON_CACHE_DIR"))
+    )
+    spec = {"problem_file": "p.py", "qualname": "k", "triton_cache_dir": str(tmp_path / "c")}
+    assert target.main([json.dumps(spec)]) == 0
+    assert seen == [str(tmp_path / "c")]
+
+
+def test_a_candidates_profile_summary_names_each_kernels_sass_and_its_cubin(
+    tmp_path: Path, add_cubin
+) -> None:
+    """What a search's trajectory keeps per candidate (`metrics["profile"]`)."""
+    from pytest_kernelpro.analysis.evaluator import _attach
+    from pytest_kernelpro.search import Evaluation
+
+    cubin = cache_entry(tmp_path / "cache", "a1b2", "add_vec4", add_cubin)
+    report = report_of("add_vec4", "at::native::elementwise_kernel")
+    attach_triton_sass(report, since=0.0, cache_dir=tmp_path / "cache")
+    analysis = analyze_report(report, RooflineFacts(bound="memory"))
+    evaluation = Evaluation(status="correct")
+    _attach(evaluation, analysis.to_dict(), 1.5)
+    summary = evaluation.metrics["profile"]
+    assert summary["sass"] is True
+    (kernel,) = summary["sass_kernels"]
+    assert kernel == {
+        "kernel": "add_vec4",
+        "instructions": report.kernels[0].sass.total_instructions,
+        "source": str(cubin),
+    }
+    assert kernel["instructions"] > 0
+    # The SASS-reading tools ran on the Triton kernel; on the kernel without SASS they are
+    # skipped for the missing input.
+    assert {"vectorization", "async_copy"} <= set(summary["tools_ran"])
+    lacking = summary["tools_lacking_inputs"]
+    assert "vectorization on at::native::elementwise_kernel: sass" in lacking
+    assert not [
+        t for t in lacking if t.startswith(("vectorization on add_vec4", "async_copy on add_vec4"))
+    ]

@@ -29,7 +29,7 @@ CPU_MIN_SAMPLE_S = 20e-6  # unflushed CPU samples repeat the call until a sample
 CPU_WARMUP_SHARE = 0.2  # CPU warm-up takes at most this share of the time budget
 CPU_MIN_SAMPLES_FLOOR = 5  # CPU: fewer samples than this are never taken, budget or not
 CPU_FLUSH_MODES = ("auto", "on", "off")
-CLOCK_ANCHOR_MODES = ("off", "on")  # GPU: the anchored pass (anchor.py) of capped timings
+CLOCK_ANCHOR_MODES = ("off", "on")  # GPU: "on" pairs each sample of a capped kernel with the anchor
 BUDGET_TOLERANCE = 0.2  # CPU: the time budget is honoured within this fraction
 
 
@@ -48,7 +48,7 @@ class TimingBudget:
     sync_per_sample: bool = False  # GPU: synchronize after every sample (GPU idles between)
     cpu_flush: str = "auto"  # CPU cache flush: auto | on | off (see the module docstring)
     working_set_bytes: int | None = None  # bytes of the kernel's inputs (cpu_flush=auto)
-    clock_anchor: str = "off"  # GPU: "on" adds the anchored pass to capped timings (anchor.py)
+    clock_anchor: str = "off"  # GPU: "on" pairs a capped kernel's samples with the anchor
 
     def __post_init__(self) -> None:
         problems = []
@@ -103,7 +103,10 @@ class TimingResult:
     cpu_load: dict[str, Any] | None = None  # CPU: cpuload.CpuLoad.to_dict() of the sampling
     flush_reason: str = ""  # CPU: why the cache was (not) flushed
     budget_note: str = ""  # CPU: why the time budget could not be honoured ("" when it was)
-    anchor: dict[str, Any] | None = None  # GPU: the anchored pass (anchor.py), when it ran
+    anchor: dict[str, Any] | None = None  # GPU: the anchor's pairs (anchor.py), when anchored
+    # GPU: half or more of the NVML readings during the warm-up had a clock-lowering reason
+    # (what decides anchoring, anchor.py); None without NVML or on the CPU.
+    warmup_throttled: bool | None = None
 
     @property
     def oversubscribed(self) -> bool:

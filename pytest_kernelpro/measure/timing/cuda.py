@@ -10,9 +10,10 @@ bootstrap CI of the median decides: stop when its relative half-width is under t
 or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-event reasons
 are read while each round runs; samples of a round with a throttle reason are counted.
 CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
-With `clock_anchor="on"`, a measurement whose samples ran mostly under a clock limit (the
-power cap) also takes an anchored pass (`anchor.py`): the kernel and a fixed GEMM alternately in one round, whose
-ratio the gate compares for clock-limited kernels.
+NVML is read while the warm-up runs too: with `clock_anchor="on"`, a kernel whose warm-up ran
+mostly under a clock limit (the power cap) is timed in pairs (`anchor.py`): every sample is
+followed in its round by a flush and the anchor GEMM, each bracketed by events, so the gate can
+compare kernel / anchor per pair, which cancels the clock the cap allowed at that moment.
 """
 
 from __future__ import annotations
@@ -20,11 +21,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import KernelproConfigError, KernelproError
-from .anchor import anchored_pass, wants_anchor
+from .anchor import (
+    anchor_launch,
+    anchor_name,
+    anchored_min_samples,
+    summarize_pairs,
+    warmup_capped,
+)
 from .budget import (
     GRAPH_TARGET_S,
     PREROLL_CAP_S,
@@ -128,6 +135,7 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
         throttled_samples=sum(log.throttled),
         clocks=summarize_readings(extra["readings"]),
         anchor=extra["anchor"],
+        warmup_throttled=extra["warmup_throttled"],
         flushed_l2=extra["flush_bytes"] > 0,
         calls_per_sample=extra["calls_per_sample"],
         flush_bytes=extra["flush_bytes"],
@@ -153,8 +161,14 @@ def _time_cuda_on(
         if buf is not None:
             buf.zero_()
 
-    def enqueue(k: int, sleep_cycles: int = 0, sync_each: bool = False) -> list[Any]:
+    anchor: Callable[[], object] | None = None  # set when the warm-up ran clock-limited
+    anchor_s: list[float] = []  # the anchor's time after each sample (anchored rounds)
+
+    def enqueue(k: int, sleep_cycles: int = 0, sync_each: bool = False) -> tuple[list, list]:
+        """Enqueue k samples (flush, event, body, event), each followed by the anchor's own
+        flush and bracketed anchor call when anchored; returns both lists of event pairs."""
         pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]
+        marks = [] if anchor is None else [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]  # fmt: skip
         if sleep_cycles and not sync_each:
             torch.cuda._sleep(sleep_cycles)  # keeps the GPU busy while the CPU enqueues
         for i, (start, end) in enumerate(pairs):
@@ -164,14 +178,21 @@ def _time_cuda_on(
             start.record()
             body()
             end.record()
+            if anchor is not None:
+                flush()
+                marks[i][0].record()
+                anchor()
+                marks[i][1].record()
             if sync_each:
                 if monitor is not None and i == k // 2:
                     readings.append(monitor.read())
-                end.synchronize()
-        return pairs
+                (marks[i] if marks else (start, end))[1].synchronize()
+        return pairs, marks
 
-    def elapsed(pairs: list[Any]) -> list[float]:
-        pairs[-1][1].synchronize()
+    def elapsed(enqueued: tuple[list, list]) -> list[float]:
+        pairs, marks = enqueued
+        (marks or pairs)[-1][1].synchronize()
+        anchor_s.extend(s.elapsed_time(e) * 1e-3 for s, e in marks)
         return [s.elapsed_time(e) * 1e-3 / calls for s, e in pairs]
 
     phase = "the first call"
@@ -187,11 +208,11 @@ def _time_cuda_on(
             flush()
             end.record()
             flush_pairs.append((start, end))
-        flush_s = sorted(elapsed(flush_pairs))[1] if buf is not None else 0.0
+        flush_s = sorted(elapsed((flush_pairs, [])))[1] if buf is not None else 0.0
         t0 = time.perf_counter()
-        pairs = enqueue(5)
+        estimate = enqueue(5)
         host_s = (time.perf_counter() - t0) / 5  # CPU time to enqueue one sample
-        per_call = sorted(elapsed(pairs))[2]
+        per_call = sorted(elapsed(estimate))[2]
         runs = 6
         if budget.cuda_graph:
             phase = "CUDA-graph capture"
@@ -205,9 +226,22 @@ def _time_cuda_on(
         for _ in range(n_warm):
             flush()
             body()
+        warm_flags = _read_while_busy(torch, monitor)
         torch.cuda.synchronize()
         runs += n_warm * calls
         cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
+        sampling = budget
+        if warmup_capped(budget.clock_anchor, warm_flags):
+            phase = "the clock anchor's first call"
+            anchor = anchor_launch(torch, idx)
+            for _ in range(2):  # load its module (and cuBLAS's choice for it) before sampling
+                anchor()
+            torch.cuda.synchronize()
+            host_s *= 2  # a pair enqueues a second flush and the anchor
+            sampling = replace(
+                budget,
+                min_samples=anchored_min_samples(budget.min_samples, budget.max_samples),
+            )
 
         def run_round(k: int) -> tuple[list[float], bool]:
             seen_before = len(readings)
@@ -219,29 +253,31 @@ def _time_cuda_on(
             # H200 for a 4 us kernel: medians of 6 and 11 us in two runs vs do_bench's 5).
             ahead_s = host_s if budget.sync_per_sample else host_s + 1.5 * k * host_s
             sleep = int(min(PREROLL_CAP_S, ahead_s) * cycles_per_s)
-            pairs = enqueue(k, sleep, budget.sync_per_sample)
+            enqueued = enqueue(k, sleep, budget.sync_per_sample)
+            last = (enqueued[1] or enqueued[0])[-1][1]
             if monitor is not None and not budget.sync_per_sample:
                 readings.append(monitor.read())  # the GPU is busy with the round now
                 next_read = time.perf_counter() + CLOCK_READ_INTERVAL_S
-                while not pairs[-1][1].query():
+                while not last.query():
                     if time.perf_counter() >= next_read:
                         readings.append(monitor.read())
                         next_read += CLOCK_READ_INTERVAL_S
                     time.sleep(0.0005)
-            times = elapsed(pairs)
+            times = elapsed(enqueued)
             return times, any(r.throttled for r in readings[seen_before:])
 
         phase = "sampling"
-        log = adaptive_rounds(run_round, budget)
-        anchor = None
-        if wants_anchor(budget.clock_anchor, log.throttled):
-            phase = "the anchored pass"
+        log = adaptive_rounds(run_round, sampling)
+        pairs_summary = None
+        if anchor is not None:
             reason = (
-                f"{sum(log.throttled)} of {len(log.throttled)} samples in rounds with a clock limit"
+                f"{sum(warm_flags)} of {len(warm_flags)} NVML readings during the warm-up "
+                "under a clock limit"
             )
-            anchor = anchored_pass(
-                torch, idx, body, calls, flush, per_call, cycles_per_s, host_s, reason
-            )
+            pairs_summary = summarize_pairs(
+                anchor_name(torch), log.samples, anchor_s, reason,
+                throttled=log.throttled, flush_s=flush_s,
+            )  # fmt: skip
     except KernelproError:
         raise
     except Exception as exc:
@@ -253,9 +289,28 @@ def _time_cuda_on(
         "readings": readings,
         "calls_per_sample": calls,
         "flush_bytes": nbytes,
-        "anchor": anchor,
+        "anchor": pairs_summary,
+        "warmup_throttled": warmup_capped("on", warm_flags) if warm_flags else None,
     }
     return log, extra
+
+
+def _read_while_busy(torch: Any, monitor: Any) -> list[bool]:
+    """Throttle flags of NVML readings taken every `CLOCK_READ_INTERVAL_S` until the work
+    enqueued so far is done (the warm-up): readings of a busy GPU only, unless none was."""
+    if monitor is None:
+        return []
+    done = torch.cuda.Event()
+    done.record()
+    seen = [monitor.read()]
+    next_read = time.perf_counter() + CLOCK_READ_INTERVAL_S
+    while not done.query():
+        if time.perf_counter() >= next_read:
+            seen.append(monitor.read())
+            next_read += CLOCK_READ_INTERVAL_S
+        time.sleep(0.0005)
+    busy = [r for r in seen if "gpu_idle" not in r.reasons] or seen
+    return [r.throttled for r in busy]
 
 
 def _capture(torch: Any, fn: Callable[[], object], calls: int) -> Any:
