@@ -111,7 +111,7 @@ def pytest_runtest_makereport(
         item.user_properties.extend(junit_properties(record))
     report = yield
     if call.when == "call" and record is not None:
-        from .gate.render import item_section
+        from .gate.item_section import item_section
 
         setattr(report, REPORT_ATTR, record.to_dict())
         report.sections.append(("kernelpro", item_section(record)))

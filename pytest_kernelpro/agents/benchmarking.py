@@ -4,7 +4,7 @@ A thin wrapper over `measure.roofline.analyze_reference` (which counts the refer
 and bytes once, op by op, and places it on the device's ceilings). No model call: the
 analysis is deterministic; `render_reference_analysis` turns it into the "Reference
 analysis" section (op list, FLOPs, bytes, intensity vs ridge, bound, roofline time). The
-section made from a kernel's record (`gate.render.reference_summary`) is the record's text,
+section made from a kernel's record (`gate.prompt_reference.reference_summary`) is the record's text,
 rendered with the rest of it.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.gate.render import BOUND_ADVICE as _BOUND_ADVICE
-from pytest_kernelpro.gate.render import seconds_text as _seconds
+from pytest_kernelpro.gate.prompt_reference import BOUND_ADVICE as _BOUND_ADVICE
+from pytest_kernelpro.gate.prompt_reference import seconds_text as _seconds
 from pytest_kernelpro.measure.ceilings import format_rate
 from pytest_kernelpro.measure.peak_paths import attainable_path
 

@@ -3,8 +3,11 @@
 - `baseline`: `save_baseline`, `load_baseline` (YAML; `BaselineError` names the fix)
 - `verdict`: `compare`, `needs_confirmation`, `confirm` -> `Verdict`
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
-- `render`: every text made from one record (item section, terminal row, comment row and
-  details, with the comment's literal-text escaping)
+- the texts made from one record: `item_section` (the item's report section), `terminal_row`
+  (its terminal-table row), `comment_kernel` (its PR-comment row and details),
+  `comment_escape` (the comment's literal-text escaping), `prompt_reference` (the optimize
+  prompt's reference analysis), `plot_labels` (the roofline plot's texts); `render_session`:
+  the texts about the session as a whole
 - `junit`: `junit_properties`, `read_junit_records`
 - `comment`: `render_comment`; `comment_check`: `check_report` (the artifact's types, first);
   `comment_cli`: `comment_main` (`kernelpro comment`, `--post` through `github.post_comment`)

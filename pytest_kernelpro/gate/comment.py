@@ -3,7 +3,7 @@
 The privileged `workflow_run` job renders the comment itself from the report's data (it
 does not post Markdown that the PR's job wrote). That data came from a job that ran the pull
 request's code, so nothing in it is rendered: every string is shown as a code span or a fenced
-text block (`gate.render.literal_text`, `literal_block`), status and bound words are ours only
+text block (`gate.comment_escape.literal_text`, `literal_block`), status and bound words are ours only
 when they are known values, and every field is type-checked first (`comment_check.check_report`:
 a wrong type is an error that names the field, and nothing is posted).
 """
@@ -15,6 +15,13 @@ from typing import Any
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.gate.comment_check import check_report
+from pytest_kernelpro.gate.comment_escape import literal_text
+from pytest_kernelpro.gate.comment_kernel import (
+    COMMENT_HEADER,
+    comment_details,
+    comment_row,
+    status_emoji,
+)
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
     cross_device,
@@ -23,13 +30,6 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.github import MARKER
 from pytest_kernelpro.gate.optimize_table import optimize_markdown
-from pytest_kernelpro.gate.render import (
-    COMMENT_HEADER,
-    comment_details,
-    comment_row,
-    literal_text,
-    status_emoji,
-)
 from pytest_kernelpro.record import KernelRecord
 
 __all__ = ["MARKER", "check_report", "render_comment"]

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, load_baseline
+from pytest_kernelpro.gate.format import STATUS_STYLE, format_change, format_time, sort_key
 from pytest_kernelpro.gate.report import load_report, records_of
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, compare
 from pytest_kernelpro.record import KernelRecord, VerdictPart
@@ -56,6 +57,19 @@ def gate_records(
     return out
 
 
+def compare_row(record: KernelRecord, base_s: float | None) -> tuple[str, str, str, str, str, str]:
+    """Its cells against the base run's median `base_s`: kernel, baseline, head, speedup
+    (baseline / head), verdict with the change; and the verdict's style."""
+    head_s = record.median_s
+    speedup = f"{base_s / head_s:.2f}×" if base_s and head_s else "–"
+    gate = record.gate
+    status = str((gate.status if gate else None) or record.outcome)
+    _, word, style = STATUS_STYLE.get(status, ("", status, ""))
+    change = gate.change if gate else None
+    verdict = word if change is None else f"{word} {format_change(change)}"
+    return record.name, format_time(base_s), format_time(head_s), speedup, verdict, style
+
+
 def render_compare_table(
     base: Baseline, gated: Sequence[KernelRecord], *, width: int = 100, color: bool = False
 ) -> str:
@@ -66,9 +80,6 @@ def render_compare_table(
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
-
-    from pytest_kernelpro.gate.format import sort_key
-    from pytest_kernelpro.gate.render import compare_row
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
     table.add_column("kernel", overflow="fold", min_width=12)

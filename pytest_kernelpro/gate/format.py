@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
+from pytest_kernelpro.measure.peak_paths import SHORT_UNIT
 from pytest_kernelpro.record import KernelRecord
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -139,3 +141,15 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
     status = record_status(record)
     change = finite_float(record.gate.change if record.gate else None) or 0.0
     return (STATUS_ORDER.get(status, len(STATUS_ORDER)), -change, record.name)
+
+
+def peak_used_words(record: KernelRecord) -> str | None:
+    """ "3xTF32, inferred" / "above every ceiling" when the kernel ran faster than its
+    op-level peak allows (`measure.peak_paths`), from our own words only."""
+    used = record.peak_used
+    if not isinstance(used, Mapping) or not used.get("note"):
+        return None
+    if used.get("problem"):
+        return "above every ceiling"
+    unit = SHORT_UNIT.get(str(used.get("key")))
+    return f"{unit}, inferred" if unit and used.get("inferred") else None

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import finite_float, record_status, short_device
-from pytest_kernelpro.gate.render import (
+from pytest_kernelpro.gate.plot_labels import (
     PLOT_X_LABEL,
     PLOT_Y_LABEL,
     VERDICT_LEGEND,

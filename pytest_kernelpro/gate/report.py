@@ -30,7 +30,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
-from pytest_kernelpro.gate.render import terminal_row
+from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1

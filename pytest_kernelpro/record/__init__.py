@@ -2,7 +2,8 @@
 
 `kernel.py` holds the record, `parts.py` the parts (correctness, timing, roofline, verdict,
 profile) and their one conversion to and from the JSON form. The record imports nothing of
-the package above it; the text made from a record is `gate/render.py`'s.
+the package above it; the texts made from a record are `gate/`'s (item_section.py,
+terminal_row.py, comment_kernel.py, ...).
 """
 
 from .kernel import PARTS, RECORD_PROPERTY, SCHEMA_VERSION, KernelRecord

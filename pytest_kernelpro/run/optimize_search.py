@@ -325,7 +325,7 @@ def run_search(
         ProfileFailed,
         ProfilingEvaluator,
     )
-    from pytest_kernelpro.gate.render import reference_summary
+    from pytest_kernelpro.gate.prompt_reference import reference_summary
     from pytest_kernelpro.search.base import Candidate, Evaluation
     from pytest_kernelpro.search.budget import parse_budget
     from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator

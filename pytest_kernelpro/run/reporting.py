@@ -1,5 +1,5 @@
 """End-of-session outputs: the JSON report, the baseline, the terminal table (its texts:
-`gate/render.py`, `gate/render_session.py`, `gate/optimize_table.py`)."""
+`gate/terminal_row.py`, `gate/render_session.py`, `gate/optimize_table.py`)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from scripted_backend import ScriptedBackend
 from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
 from pytest_kernelpro.agents.problem_context import build_context
 from pytest_kernelpro.analysis import RooflineFacts, analyze_report, report_from_dict
-from pytest_kernelpro.gate.render import reference_summary
+from pytest_kernelpro.gate.prompt_reference import reference_summary
 from pytest_kernelpro.record import RooflinePart
 from pytest_kernelpro.search import Candidate, Evaluation
 

@@ -1,0 +1,61 @@
+"""The "kernelpro" section of a kernel item's pytest report: one record as plain text
+(pytest shows it with the item's report; `plugin.pytest_runtest_makereport` adds it)."""
+
+from __future__ import annotations
+
+from pytest_kernelpro.gate.format import format_time
+from pytest_kernelpro.record import KernelRecord, StatsPart
+
+
+def item_section(record: KernelRecord) -> str:
+    """The per-item "kernelpro" report section (pytest's report sections), plain text."""
+    lines = [f"{record.name} on {record.device or record.device_kind} ({record.language})"]
+    c = record.correctness
+    if c and not c.passed and c.worst_index is None and not c.max_abs_err:
+        # It failed before any output value was compared (it raised, or an output had the
+        # wrong shape or dtype): errors of 0 would read as a match.
+        reason = (c.failure or c.exception or "no output was compared").strip().splitlines()[0]
+        lines.append(
+            f"correctness: FAILED on trial {c.trials_run} of {c.trials} before any value was "
+            f"compared: {reason[:300]}"
+        )
+    elif c:
+        tol = c.tolerance
+        lines.append(
+            f"correctness: {'passed' if c.passed else 'FAILED'} over {c.trials_run} "
+            f"trials; max abs err {c.max_abs_err or 0:.3g}, max rel err "
+            f"{c.max_rel_err or 0:.3g} (rtol {tol.rtol if tol else None}, atol "
+            f"{tol.atol if tol else None}, {tol.source if tol else None})"
+        )
+    t = record.timing
+    if t:
+        s = t.stats or StatsPart()
+        lines.append(
+            f"timing: median {format_time(s.median_s)}, IQR "
+            f"{format_time(s.iqr_s)}, 95% CI [{format_time(s.ci_low_s)}, "
+            f"{format_time(s.ci_high_s)}], n={s.n}, {t.method}, "
+            f"stop: {t.stop_reason}, throttled samples: {t.throttled_samples}"
+        )
+    r = record.roofline
+    if r:
+        eff = f"{record.efficiency:.1%}" if record.efficiency is not None else "-"
+        lines.append(
+            f"roofline: {r.flops or 0:.4g} FLOP, {r.min_bytes or 0:.4g} B minimal "
+            f"({r.unfused_bytes or 0:.4g} B unfused), intensity {r.intensity or 0:.3g} "
+            f"FLOP/B vs ridge {r.ridge or 0:.3g} -> {r.bound}-bound; peak "
+            f"{r.peak_name}; roofline time {format_time(r.roofline_time_s)}; "
+            f"reaches {eff}"
+        )
+        if record.peak_used and record.peak_used.get("note"):
+            lines.append(f"peak used for this kernel: {record.peak_used['note']}")
+    if record.gate:
+        lines.append(f"gate: {record.gate.status}: {record.gate.message}")
+    profile_text = record.extra.get("profile_text")
+    if profile_text:
+        lines.append(profile_text)
+    if record.guidance:
+        lines.append(record.guidance)
+    optimize_text = record.extra.get("optimize_text")
+    if optimize_text:
+        lines.append(optimize_text)
+    return "\n".join(lines)
