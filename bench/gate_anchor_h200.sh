@@ -11,7 +11,7 @@ MINUTES=${1:-3.6}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 CEIL=bench/results/raw/2026-11-30-ceilings-h200-run1.json
 KERNELS=${KERNELS:-gemm_fp16_4096,gemm_bf16_8192_power,gemm_tf32_4096,sdpa_fp16_2048,bmm_bf16_512,conv3x3_fp16_nhwc,conv3x3_fp32_tf32,softmax_fp32,layer_norm_bf16,rms_norm_fp32}
-RULES=${RULES:-anchor,clock3x,fixed,anchor15}
+RULES=${RULES:-anchor,anchor20,clock3x,fixed}
 mkdir -p "$OUT/gate"
 LOG=$OUT/call.log
 {

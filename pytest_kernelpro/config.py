@@ -175,7 +175,7 @@ class KernelproConfig:
     sources: dict[str, str]  # setting name -> where its value came from
     resume: bool = False  # --kernelpro-resume: continue the latest search of each kernel
     cpu_flush: str = "auto"
-    clock_anchor: str = "off"  # GPU: "on" adds the anchored pass to capped timings
+    clock_anchor: str = "on"  # GPU: "on" pairs a capped kernel's samples with the clock anchor
     cpu_threads: int = 0  # 0: auto (measure.cpuload.policy_threads)
     cpu_cross_device: str = "info"
     sort: str = "status"

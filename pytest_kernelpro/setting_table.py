@@ -253,13 +253,14 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "clock_anchor",
-        "GPU kernels whose warm-up ran under a clock limit (the power cap): on times every "
-        "sample followed by the clock anchor, a fixed bf16 GEMM, and the gate compares "
-        "kernel / anchor per pair where either side ran capped (both sides need the pairs: "
-        "save the baseline with it too); off gates such kernels on time, at 3x the threshold "
-        "where the SM clock was held down",
+        "GPU kernels whose warm-up ran under a clock limit (the power cap): on (default) "
+        "times every sample followed by the clock anchor, a fixed bf16 GEMM, and the gate "
+        "compares kernel / anchor per pair at 0.75x the threshold where either side ran "
+        "capped (a baseline without the pairs falls back to times, and says so); off times "
+        "the kernel alone and gates such kernels on time, at 3x the threshold where the SM "
+        "clock was held down",
         parse_clock_anchor,
-        "off",
+        "on",
         "MODE",
     ),
     Setting(

@@ -28,7 +28,7 @@ BASELINE_SAMPLES = 200
 
 
 def anchor_of_timing(anchor: Any) -> tuple[str, float, list[float]] | None:
-    """(name, anchor median, ratios) of a timing's anchored pass, or None without one."""
+    """(name, anchor median, ratios) of a timing's anchored samples, or None without them."""
     if not isinstance(anchor, dict):
         return None
     name, median = anchor.get("name"), anchor.get("anchor_median_s")
@@ -58,7 +58,7 @@ class BaselineEntry:
     max_sm_mhz: float | None = None  # the GPU's maximum SM clock
     clock_capped_share: float | None = None  # share of samples under a power/thermal limit
     bound: str | None = None  # the reference's roofline bound
-    # The anchored pass of a clock-limited measurement (measure/timing/anchor.py): the
+    # The anchored samples of a capped measurement (measure/timing/anchor.py): the
     # anchor's identity, its median, and kernel / anchor per pair (gate/clock_anchor.py).
     anchor: str | None = None
     anchor_median_s: float | None = None

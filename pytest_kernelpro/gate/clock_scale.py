@@ -16,9 +16,10 @@ the maximum under the cap (a convolution at 1965 of 1980 MHz, 0.3% A/A spread) k
 plain threshold. This trades detection of 3-5% slowdowns of such kernels (which the 2% gate
 caught about half the time, with those false alarms) for false alarms under 1%.
 
-With `--kernelpro-clock-anchor=on` such comparisons are made relative to the clock anchor
-instead, at the plain threshold (`clock_anchor.py`, which has the numbers and why it is not
-the default).
+With `--kernelpro-clock-anchor=on` (the default) a comparison where either side's samples ran
+mostly capped and both sides were timed in pairs with the clock anchor is made relative to
+the anchor instead (`clock_anchor.py`, which has the numbers); this tolerance is the rule
+without the pairs (`off`, or a baseline saved without them).
 
 Also here, not the default: comparing cycles, the current samples scaled by (current mean
 SM clock / baseline mean SM clock) for compute-bound capped kernels (`clock_scale`,

@@ -88,8 +88,12 @@ DEFAULT_ALPHA = 0.01
 # Default thresholds per device kind. A fixed lower number, not one derived from each
 # kernel's measured spread within a measurement: the gate's rules 2-4 already adapt to that
 # (a noisy kernel's change is "suspect", not a failure). The one noise the rules miss, the
-# run-to-run clock of a power-capped kernel, is read from its clocks and widens its tolerance
-# (`clock_scale.py`), with the clocks named in the basis.
+# run-to-run clock of a power-capped kernel, is cancelled by comparing it relative to the clock
+# anchor timed after each sample, at 0.75x the threshold (`clock_anchor.py`), or, without the
+# anchor on both sides, read from its clocks to widen its tolerance (`clock_scale.py`), with
+# the clocks named in the basis. On the H200, for kernels >= 50 us: at a steady clock 179/182
+# +2.5-3.5% slowdowns caught with 0/388 false alarms (2026-12-01, run 3); power-capped GEMMs
+# relative to the anchor 221/232 with 0/232 (session 5, run 7).
 # 2% on a GPU: on the H200 a threshold of 2% caught 97/100 slowdowns of +2.7% and 100/100 of
 # +4.4% and +8.9% with 0/200 A/A false alarms on a 61.5 us kernel
 # (bench/results/2026-11-30-gate-accuracy-h200.md); over 10 kernels >= 50 us at a steady
