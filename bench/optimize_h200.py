@@ -317,6 +317,8 @@ def nodes_of(run_dir: Path) -> list[dict[str, Any]]:
                 "ncu_gpu_time_s": profile.get("ncu_gpu_time_s"),
                 "sass": profile.get("sass"),
                 "sass_kernels": profile.get("sass_kernels"),
+                "tools_ran": profile.get("tools_ran"),
+                "tools_lacking_inputs": profile.get("tools_lacking_inputs"),
                 "timeline": profile.get("timeline"),
                 "stage1": (profile.get("stage1") or {}).get("cls"),
                 "not_collected": profile.get("not_collected"),

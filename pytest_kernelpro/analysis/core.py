@@ -161,15 +161,16 @@ def analyze_report(
     from pytest_kernelpro.tools.stage1 import classify
 
     started = time.perf_counter()
-    # SASS and ptxas exist only for kernels of a captured load_inline module.
+    # SASS exists for kernels of a captured load_inline module and for Triton kernels whose
+    # cubin the profile found; the profiler says why otherwise, this covers a report without.
     if report.kernels and all(k.sass is None for k in report.kernels):
         if not any(n.what == "sass" for n in report.not_collected):
             report.not_collected.append(
                 NotCollected(
                     "sass",
-                    "no captured load_inline module holds these kernels (PyTorch, Triton or "
-                    "library kernels): SASS and ptxas resources are read from captured .so "
-                    "files only",
+                    "no captured load_inline module or Triton cubin holds these kernels "
+                    "(PyTorch or library kernels): SASS is read from captured .so files and "
+                    "from the Triton cubins the profile's runs compiled",
                 )
             )
     main = next((k for k in report.kernels if k.metrics is not None), None)

@@ -221,6 +221,7 @@ def _main_counters(profile: Mapping[str, Any]) -> dict[str, float]:
 
 def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> None:
     profile = result.get("profile") or {}
+    tools = result.get("tools") or {}
     if result.get("guidance_md"):
         evaluation.metrics["guidance_md"] = result["guidance_md"]
     if result.get("raw_md"):
@@ -256,6 +257,16 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         # Seconds of the child's parts: build, static, timeline, ncu_query, ncu, analysis.
         "phases": _seconds_map(result.get("phases")),
         "findings": len(result.get("findings") or ()),
+        # Which tools ran on it, and which were skipped for an input it lacks (not affinity).
+        "tools_ran": sorted({str(r.get("tool")) for r in tools.get("ran") or ()}),
+        "tools_lacking_inputs": sorted(
+            {
+                f"{s.get('tool')} on {s.get('kernel')}: "
+                + (", ".join(s.get("missing") or ()) or str(s.get("reason")))
+                for s in tools.get("skipped") or ()
+                if s.get("reason") != "affinity"
+            }
+        ),
     }
     for finding in result.get("findings") or ():
         evaluation.findings.append(

@@ -11,7 +11,15 @@ def item_section(record: KernelRecord) -> str:
     """The per-item "kernelpro" report section (pytest's report sections), plain text."""
     lines = [f"{record.name} on {record.device or record.device_kind} ({record.language})"]
     c = record.correctness
-    if c:
+    if c and not c.passed and c.worst_index is None and not c.max_abs_err:
+        # It failed before any output value was compared (it raised, or an output had the
+        # wrong shape or dtype): errors of 0 would read as a match.
+        reason = (c.failure or c.exception or "no output was compared").strip().splitlines()[0]
+        lines.append(
+            f"correctness: FAILED on trial {c.trials_run} of {c.trials} before any value was "
+            f"compared: {reason[:300]}"
+        )
+    elif c:
         tol = c.tolerance
         lines.append(
             f"correctness: {'passed' if c.passed else 'FAILED'} over {c.trials_run} "

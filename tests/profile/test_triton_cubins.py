@@ -326,8 +326,9 @@ def test_a_candidates_profile_summary_names_each_kernels_sass_and_its_cubin(
     cubin = cache_entry(tmp_path / "cache", "a1b2", "add_vec4", add_cubin)
     report = report_of("add_vec4", "at::native::elementwise_kernel")
     attach_triton_sass(report, since=0.0, cache_dir=tmp_path / "cache")
+    analysis = analyze_report(report, RooflineFacts(bound="memory"))
     evaluation = Evaluation(status="correct")
-    _attach(evaluation, {"profile": report.to_dict()}, 1.5)
+    _attach(evaluation, analysis.to_dict(), 1.5)
     summary = evaluation.metrics["profile"]
     assert summary["sass"] is True
     (kernel,) = summary["sass_kernels"]
@@ -337,3 +338,11 @@ def test_a_candidates_profile_summary_names_each_kernels_sass_and_its_cubin(
         "source": str(cubin),
     }
     assert kernel["instructions"] > 0
+    # The SASS-reading tools ran on the Triton kernel; on the kernel without SASS they are
+    # skipped for the missing input.
+    assert {"vectorization", "async_copy"} <= set(summary["tools_ran"])
+    lacking = summary["tools_lacking_inputs"]
+    assert "vectorization on at::native::elementwise_kernel: sass" in lacking
+    assert not [
+        t for t in lacking if t.startswith(("vectorization on add_vec4", "async_copy on add_vec4"))
+    ]
