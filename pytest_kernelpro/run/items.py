@@ -45,7 +45,7 @@ class KernelItem(_KernelproItem):
         self.add_marker(MARKER_NAME)
 
     def runtest(self) -> None:
-        from .stages import new_record, run_kernel_item
+        from .item_runner import new_record, run_kernel_item
 
         session = self.config.pluginmanager.get_plugin(PLUGIN_NAME)
         record = new_record(self)
