@@ -24,8 +24,8 @@ Layout (schema 1)::
         clock_capped_share: 1.0
         bound: compute
         anchor: bf16 matmul 4096x4096x4096 (torch 2.11.0+cu130, CUDA 13.0)  # when the
-        anchor_median_s: 0.000201                 # samples ran clock-limited: the anchored
-        anchor_ratios: [...]                      # pass (gate/clock_anchor.py)
+        anchor_median_s: 0.000201                 # warm-up ran capped: the clock anchor
+        anchor_ratios: [...]                      # paired with each sample (clock_anchor.py)
         samples_s: [...]         # <= BASELINE_SAMPLES order statistics (baseline_entry.py)
 
 The clock and anchor keys are optional: files written before they existed load unchanged

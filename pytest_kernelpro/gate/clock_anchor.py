@@ -13,10 +13,10 @@ where the NVML clock says clock-limited, `clock_scale.py`).
 
 Why (bench/results/2026-12-01-gate-accuracy-h200.md, session 5): on the H200 two measurements
 of the same capped GEMM differed by 2.5-4.3% in time (standard deviation) but by 0.55-0.65%
-in kernel / anchor ratio: the cap moves both alike. The rest is not sampling noise (40 pairs
-leave about 0.2%): the ratio's change follows the anchor's own change (correlation -0.87 to
-+0.83 for the GEMMs, a slope of -0.19 to +0.22), so kernel and anchor do not slow down
-exactly alike when the clock drops. On the 3 capped GEMMs this rule caught 221 of 232 (95.3%,
+in kernel / anchor ratio: the cap moves both alike. The rest is mostly not sampling noise
+(40 pairs leave about 0.2%): kernel and anchor do not slow down exactly alike when the clock
+drops (in run 6, with longer measurements, the ratio's change followed the anchor's own
+change with correlations of -0.87 to +0.83 for the GEMMs). On the 3 capped GEMMs this rule caught 221 of 232 (95.3%,
 95% interval 91.7-97.3%) calibrated +3% slowdowns with 0 of 232 false alarms (0-1.6%), where
 the 3x tolerance caught 18 and the plain 2% on times 113 with 3 false alarms; kernels at a
 steady clock are never anchored, so their verdicts do not change. Where the anchor cannot be
