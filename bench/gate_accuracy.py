@@ -425,7 +425,7 @@ def _round_to(x: float, granule: int) -> int:
 # a comparison where either side's samples ran mostly under a clock limit, by the per-round
 # NVML reasons, compares the per-pair kernel / anchor ratios where both sides were timed in
 # pairs with the anchor, gate/clock_anchor.py), `anchor15` (the same at 1.5% for the anchored
-# ratio), `clock3x` (--kernelpro-clock-anchor=off: 3x the threshold for a comparison whose
+# ratio; `anchor125` at 1.25%), `clock3x` (--kernelpro-clock-anchor=off: 3x the threshold for a comparison whose
 # NVML mean SM clock was held below 95% of the maximum, gate/clock_scale.py; the anchored
 # samples the measurements carry are ignored), `fixed` (the plain threshold for every
 # kernel), `cycles` (times scaled by the mean SM clock; measured worse); `default` is
@@ -436,6 +436,7 @@ def _round_to(x: float, granule: int) -> int:
 RULE_KWARGS: dict[str, dict[str, Any]] = {
     "anchor": {},
     "anchor15": {"anchor_threshold": 0.015},
+    "anchor125": {"anchor_threshold": 0.0125},
     "clock3x": {"clock_anchor": False},
     "fixed": {"clock_anchor": False, "widen_when_clock_limited": False},
     "cycles": {"clock_normalize": True, "widen_when_clock_limited": False, "clock_anchor": False},
@@ -455,6 +456,7 @@ RULE_LABELS = {
     "mostly under a clock limit compare kernel / anchor per pair, the anchor GEMM timed after "
     "every sample, at the threshold, gate/clock_anchor.py)",
     "anchor15": "anchor15 (the anchor rule at 1.5% for the anchored ratio)",
+    "anchor125": "anchor125 (the anchor rule at 1.25% for the anchored ratio)",
     "clock3x": "clock3x (--kernelpro-clock-anchor=off: 3x the threshold when the NVML mean SM "
     "clock was held below 95% of its maximum by a limit, gate/clock_scale.py)",
     "fixed": "fixed (the threshold for every kernel)",

@@ -4,12 +4,14 @@
 # it fails, the gate run is skipped so the call ends early), then bench/gate_accuracy.py over
 # the 7 capped kernels and 3 steady ones with four rules on the same measurements and the
 # anchor's timing cost (--cost-reps). Everything lands under $OUT.
-#   bash bench/gate_anchor_h200.sh GATE_MINUTES   (run from the repository root)
+#   bash bench/gate_anchor_h200.sh GATE_MINUTES   (run from the repository root; KERNELS and
+#   RULES in the environment replace the default kernels and rules)
 set -u -o pipefail
 MINUTES=${1:-3.6}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 CEIL=bench/results/raw/2026-11-30-ceilings-h200-run1.json
-KERNELS=gemm_fp16_4096,gemm_bf16_8192_power,gemm_tf32_4096,sdpa_fp16_2048,bmm_bf16_512,conv3x3_fp16_nhwc,conv3x3_fp32_tf32,softmax_fp32,layer_norm_bf16,rms_norm_fp32
+KERNELS=${KERNELS:-gemm_fp16_4096,gemm_bf16_8192_power,gemm_tf32_4096,sdpa_fp16_2048,bmm_bf16_512,conv3x3_fp16_nhwc,conv3x3_fp32_tf32,softmax_fp32,layer_norm_bf16,rms_norm_fp32}
+RULES=${RULES:-anchor,clock3x,fixed,anchor15}
 mkdir -p "$OUT/gate"
 LOG=$OUT/call.log
 {
@@ -39,7 +41,7 @@ PY
 fi
 echo "== gate $(date -u +%T)" | tee -a "$LOG"
 python3 bench/gate_accuracy.py --device cuda --out "$OUT/gate" --max-minutes "$MINUTES" \
-  --min-trials 2 --wide-trials 1 --rules anchor,clock3x,fixed,anchor15 --cost-reps 2 \
+  --min-trials 2 --wide-trials 1 --rules "$RULES" --cost-reps 2 \
   --only "$KERNELS" --ceilings "$CEIL" > "$OUT/gate/stdout.txt" 2> "$OUT/gate/gate.log"
 echo "gate exit $? $(date -u +%T)" | tee -a "$LOG"
 grep "^\[gate\]" "$OUT/gate/gate.log" | tee -a "$LOG"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 
 
@@ -23,3 +25,11 @@ class KernelproWarning(pytest.PytestWarning):
 
 class KernelproDeprecationWarning(KernelproWarning, DeprecationWarning):
     """A spelling that still works but goes away: the message names the replacement."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'TypeError: message (at file.py:12)': the exception and the line it was raised at,
+    for an error message that names what failed."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"

@@ -45,9 +45,9 @@ def layer_norm_inputs(device, generator=None):
     return x, w, b
 
 
-rms_norm = pytest.mark.kernelpro(reference=LlamaRMSNorm, inputs=tokens, init_inputs=(HIDDEN,))(
-    LigerRMSNorm
-)
+rms_norm = pytest.mark.kernelpro(
+    reference=LlamaRMSNorm, inputs=tokens, init_inputs=(HIDDEN,), dtype=torch.bfloat16
+)(LigerRMSNorm)
 
 
 @pytest.mark.kernelpro(reference=lambda a, b: F.silu(a) * b, inputs=gate_up)

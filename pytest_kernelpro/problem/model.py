@@ -20,9 +20,9 @@ MARKER_NAME = "kernelpro"
 MARKER_SIGNATURE = (
     "kernelpro(reference, inputs, rtol=None, atol=None, flops=None, bytes=None, "
     "min_roofline=None, threshold=None, source=None, language=None, shapes=None, "
-    "device=None, init_inputs=(), trials=None): collect this function or nn.Module class as "
-    "a kernel item: checked against `reference` on inputs from `inputs(device)`, timed, and "
-    "placed on its roofline"
+    "device=None, init_inputs=(), trials=None, dtype=None): collect this function or "
+    "nn.Module class as a kernel item: checked against `reference` on inputs from "
+    "`inputs(device)`, timed, and placed on its roofline"
 )
 LANGUAGES = ("pytorch", "triton", "cuda")
 DEVICES = ("cuda", "cpu", "any")
@@ -41,6 +41,21 @@ def _nonnegative(value: Any) -> bool:
 
 
 # keyword -> (check, what it must be)
+_FLOATING_DTYPES = ("float16", "bfloat16", "float32", "float64")
+_DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}
+
+
+def _floating_dtype_name(value: Any) -> str | None:
+    """`"bfloat16"` for `torch.bfloat16` or `"bfloat16"`; None for anything else (checked
+    without importing torch: a marker is read at collection)."""
+    if type(value).__module__ == "torch" and type(value).__name__ == "dtype":
+        value = str(value).removeprefix("torch.")
+    if not isinstance(value, str):
+        return None
+    name = _DTYPE_ALIASES.get(value, value)
+    return name if name in _FLOATING_DTYPES else None
+
+
 _MARKER_KEYWORDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reference": (callable, "a callable or nn.Module class computing the expected output"),
     "inputs": (callable, "a callable inputs(device) returning a tuple of inputs"),
@@ -62,6 +77,11 @@ _MARKER_KEYWORDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a tuple of constructor arguments for nn.Module kernels",
     ),
     "trials": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an int >= 1"),
+    "dtype": (
+        lambda v: _floating_dtype_name(v) is not None,
+        "a floating torch dtype the nn.Module kernel and reference are cast to after they are "
+        "built, e.g. dtype=torch.bfloat16 (or the name, dtype='bfloat16')",
+    ),
 }
 
 
@@ -83,6 +103,7 @@ class MarkerOptions:
     device: str | None = None
     init_inputs: Any = ()
     trials: int | None = None
+    dtype: str | None = None  # nn.Module kernels: the dtype both modules are cast to
 
     @classmethod
     def from_marker(
@@ -117,6 +138,8 @@ class MarkerOptions:
             values["shapes"] = tuple(values["shapes"])
         if values.get("source") is not None:
             values["source"] = str(values["source"])
+        if values.get("dtype") is not None:
+            values["dtype"] = _floating_dtype_name(values["dtype"])
         return cls(**values)
 
 
@@ -415,15 +438,20 @@ def _is_module_class(obj: Any) -> bool:
 
 
 def _callable_factory(
-    obj: Any, init_inputs: Any, seed: int = 0
+    obj: Any, init_inputs: Any, seed: int = 0, dtype: str | None = None
 ) -> Callable[[str], Callable[..., Any]]:
-    """device -> callable; classes are instantiated (seeded, on the CPU) and moved to the
-    device (`build.build_module`)."""
+    """device -> callable; classes are instantiated (seeded, on the CPU), moved to the
+    device (`build.build_module`) and cast to `dtype` when the marker gives one."""
     if not _is_module_class(obj):
         return lambda device: obj
 
     def build(device: str) -> Callable[..., Any]:
-        return build_module(obj, init_inputs, device, seed=seed, on_device=False)
+        built = build_module(obj, init_inputs, device, seed=seed, on_device=False)
+        if dtype is not None:
+            import torch
+
+            built = built.to(getattr(torch, dtype))
+        return built
 
     return build
 
@@ -435,8 +463,16 @@ def problem_from_marker(
     kind = "module" if _is_module_class(obj) else "function"
     language = options.language or detect_language_of(obj)
     device_pref = options.device or ("cuda" if language in ("triton", "cuda") else "any")
-    kernel_factory = _callable_factory(obj, options.init_inputs)
-    reference_factory = _callable_factory(options.reference, options.init_inputs)
+    if options.dtype is not None and kind != "module":
+        raise KernelproConfigError(
+            f"kernel {name!r}: dtype={options.dtype!r} casts nn.Module kernels and references "
+            f"after they are built, and {name} is a function; make its inputs in "
+            f"{options.dtype} instead (the inputs= factory)"
+        )
+    kernel_factory = _callable_factory(obj, options.init_inputs, dtype=options.dtype)
+    reference_factory = _callable_factory(
+        options.reference, options.init_inputs, dtype=options.dtype
+    )
     if kind == "module" and _is_module_class(options.reference):
         # The kernel gets the reference module's parameters (`measure.weights.share_weights`:
         # by name, else by position and shape, as in the sandbox), so a patched kernel whose

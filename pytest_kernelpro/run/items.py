@@ -45,7 +45,7 @@ class KernelItem(_KernelproItem):
         self.add_marker(MARKER_NAME)
 
     def runtest(self) -> None:
-        from .stages import new_record, run_kernel_item
+        from .item_runner import new_record, run_kernel_item
 
         session = self.config.pluginmanager.get_plugin(PLUGIN_NAME)
         record = new_record(self)
@@ -124,16 +124,21 @@ def collected_in_its_own_test_module(collector: pytest.Collector, obj: Any) -> b
 
 
 def is_an_alias_of_a_collected_kernel(collector: pytest.Collector, name: str, obj: Any) -> bool:
-    """True for the second name of an imported kernel bound twice in one test module
-    (`from lib import Double` then `double = pytest.mark.kernelpro(...)(Double)`): it is one
-    kernel, collected once, under the name the test module gave it."""
+    """True for a second name of one kernel bound twice in one test module: it is one
+    kernel, collected once. An imported one (`from lib import Double` then `double =
+    pytest.mark.kernelpro(...)(Double)`) goes under the name the test module gave it; one
+    defined here (`class Fused` then `fused = pytest.mark.kernelpro(...)(Fused)`) under its
+    own name, which is also the name of a decorated kernel that has an alias."""
     module = getattr(collector, "obj", None)
-    own_name = getattr(obj, "__name__", None)
-    if module is None or _defined_here(collector, obj):
+    if module is None:
         return False
+    own_name = getattr(obj, "__name__", None)
     names = [bound for bound, value in vars(module).items() if value is obj]
-    given = [bound for bound in names if bound != own_name]
-    chosen = given[0] if given else own_name
+    if _defined_here(collector, obj):
+        chosen = own_name if own_name in names else (names[0] if names else name)
+    else:
+        given = [bound for bound in names if bound != own_name]
+        chosen = given[0] if given else own_name
     return name != chosen
 
 

@@ -28,12 +28,9 @@ this machine's (namespaces here, the fallback there), so a distributed search ne
 candidate with less isolation than a local one would. The workers of a local cluster take
 this process's sandbox probe after checking their own namespaces (`cluster.py`).
 
-A candidate on a worker gets the thread settings it would get in this process: Dask's
-nanny starts every worker with `OMP_NUM_THREADS=1`, `MKL_NUM_THREADS=1` and
-`OPENBLAS_NUM_THREADS=1` (its `distributed.nanny.pre-spawn-environ`), names the sandbox's
-allow-list passes on, which would make every CPU candidate, and the CPU side of the checks,
-single-threaded on Dask only. The session's values of those names (or their absence) travel
-with each task and replace the worker's in the candidate's environment.
+A candidate on a worker gets the thread settings it would get in this process, not the
+single thread Dask's nanny gives every worker (`dask_threads.py`). What runs on the workers
+is in `dask_tasks.py`, the shipping of finished builds between them in `build_shipping.py`.
 
 `describe()` has `timings`: the cluster's start, the workers' probe and (filled in by
 `close()`, in the same dict) its close, in seconds.
@@ -41,37 +38,25 @@ with each task and replace the worker's in the candidate's environment.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import io
 import itertools
 import os
-import socket
-import sys
-import tarfile
-import tempfile
 import threading
 import time
 import uuid
 import warnings
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.dask_tasks import WorkerChain, build_task, evaluate_task, suspicious
+from pytest_kernelpro.search.dask_threads import session_thread_environment
 from pytest_kernelpro.search.parallel import released
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.search.base import Evaluator
     from pytest_kernelpro.search.cluster import DaskCluster, WorkerInfo
     from pytest_kernelpro.search.task import KernelBenchTask, SandboxLimits
-
-# Build results bigger than this are not shipped between workers (the evaluating worker
-# builds such a candidate itself, as a local search would without the prebuild).
-MAX_SHIPPED_BUILD_BYTES = 256 * 1024 * 1024
-
-WorkerChain = Callable[["Evaluator"], "Evaluator"]
 
 
 class DaskEvaluator:
@@ -193,7 +178,7 @@ class DaskEvaluator:
                 if code in self._builds or not find_builds(code):
                     continue
                 future = self.client.submit(
-                    _build_task,
+                    build_task,
                     code,
                     self.arch,
                     self.limits.build_cache_dir,
@@ -211,7 +196,7 @@ class DaskEvaluator:
             build = self._builds.pop(candidate.code, None)
             key = f"kernelpro-eval-{_digest(candidate.code)}-{next(self._count)}"
             future = self.client.submit(
-                _evaluate_task,
+                evaluate_task,
                 self._token,
                 self.task,
                 self.limits,
@@ -276,7 +261,7 @@ class DaskEvaluator:
     def _losses(self, key: str) -> int | None:
         """How often the scheduler saw this task's worker die under it."""
         try:
-            return self.client.run_on_scheduler(_suspicious, key=key)
+            return self.client.run_on_scheduler(suspicious, key=key)
         except Exception:  # a remote scheduler without this package: unknown
             return None
 
@@ -305,205 +290,6 @@ def open_evaluator(
         cluster.close()
         raise
     return evaluator
-
-
-# ----- what runs on the workers -----
-
-_EVALUATORS: dict[str, Any] = {}
-_EVALUATORS_LOCK = threading.Lock()
-
-
-def nanny_thread_variables() -> tuple[str, ...]:
-    """The names Dask's nanny sets in a worker before starting it (its
-    `distributed.nanny.pre-spawn-environ`) that the sandbox passes on to a candidate."""
-    from pytest_kernelpro.search.environment import scrub_environment
-
-    try:
-        import dask
-
-        names = dict(dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {})
-    except ImportError:
-        return ()
-    return tuple(sorted(scrub_environment(dict.fromkeys(names, ""))))
-
-
-def session_thread_environment() -> dict[str, str | None]:
-    """This process's values of `nanny_thread_variables()` (None: not set here)."""
-    return {name: os.environ.get(name) for name in nanny_thread_variables()}
-
-
-def _with_thread_environment(
-    env: dict[str, str], thread_env: dict[str, str | None] | None
-) -> dict[str, str]:
-    for name, value in (thread_env or {}).items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
-
-
-def _worker_evaluator(
-    token: str,
-    task: KernelBenchTask,
-    limits: SandboxLimits,
-    chain: WorkerChain | None,
-    thread_env: dict[str, str | None] | None = None,
-) -> Any:
-    """This worker's evaluator of one search: a `SandboxEvaluator` (wrapped by `chain`)
-    whose candidates get the search's thread settings (module doc)."""
-    from pytest_kernelpro.search.evaluator import SandboxEvaluator
-
-    class WorkerSandboxEvaluator(SandboxEvaluator):
-        def environment(self, workdir: Path | None = None) -> dict[str, str]:
-            return _with_thread_environment(super().environment(workdir), thread_env)
-
-    with _EVALUATORS_LOCK:
-        evaluator = _EVALUATORS.get(token)
-        if evaluator is None:
-            # A pinned worker sees its GPU as device 0; its interpreter is its own.
-            device = "cuda" if task.device.startswith("cuda") else task.device
-            local_task = dataclasses.replace(task, device=device)
-            local_limits = dataclasses.replace(limits, python=sys.executable)
-            evaluator = WorkerSandboxEvaluator(local_task, local_limits)
-            from pytest_kernelpro.search.cluster import PROBED
-
-            probed = PROBED.get((local_limits.isolation, device.startswith("cuda")))
-            if probed is not None:
-                evaluator._isolation = probed  # probed at connect, on this very process
-            if chain is not None:
-                evaluator = chain(evaluator)
-            _EVALUATORS[token] = evaluator
-    return evaluator
-
-
-def _evaluate_task(
-    token: str,
-    task: KernelBenchTask,
-    limits: SandboxLimits,
-    candidate: dict[str, Any],
-    build: dict[str, Any] | None,
-    chain: WorkerChain | None,
-    thread_env: dict[str, str | None] | None = None,
-) -> dict[str, Any]:
-    """The evaluation task: the candidate through this worker's sandbox evaluator."""
-    started = time.time()
-    installed = 0
-    if build is not None and build.get("entries"):
-        installed = install_entries(_cache_root(limits.build_cache_dir), build["entries"])
-    evaluator = _worker_evaluator(token, task, limits, chain, thread_env)
-    evaluation = evaluator.evaluate(Candidate.from_dict(candidate))
-    ended = time.time()
-    info: dict[str, Any] = {
-        **_where(),
-        "started": started,
-        "ended": ended,
-    }
-    if build is not None:
-        info["build"] = {k: v for k, v in build.items() if k != "entries"}
-        info["build"]["installed_entries"] = installed
-    return {"evaluation": evaluation.to_dict(), "dask": info}
-
-
-def _build_task(code: str, arch: str, cache_dir: str | None) -> dict[str, Any]:
-    """The build task: the candidate's fast-path builds into this worker's cache."""
-    from pytest_kernelpro.build.cache import BuildCache
-    from pytest_kernelpro.build.prebuild import Prebuilder
-
-    started = time.time()
-    cache = BuildCache(cache_dir, writable=True)
-    builder = Prebuilder(cache, arch=arch, jobs=1)
-    try:
-        result = builder.wait(code)
-    except Exception as exc:  # the evaluating worker builds it then, and reports the error
-        return {**_where(), "started": started, "ended": time.time(), "error": repr(exc)}
-    finally:
-        builder.close()
-    keys = []
-    for record in result.builds if result is not None else []:
-        keys += [k for k in (record.get("key"), record.get("binding_key")) if k]
-    return {
-        **_where(),
-        "started": started,
-        "ended": time.time(),
-        "prebuild": None if result is None else result.to_dict(),
-        "entries": pack_entries(cache, keys),
-    }
-
-
-def pack_entries(cache: Any, keys: Sequence[str]) -> bytes | None:
-    """The complete cache entries of `keys` as one tar (None when there are none or they
-    are too big to ship)."""
-    buffer = io.BytesIO()
-    count = 0
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for key in dict.fromkeys(keys):
-            entry = cache.lookup(key)
-            if entry is None:
-                continue
-            tar.add(str(entry.path), arcname=f"{key[:2]}/{key}")
-            count += 1
-            if buffer.tell() > MAX_SHIPPED_BUILD_BYTES:
-                return None
-    return buffer.getvalue() if count else None
-
-
-def install_entries(root: Path, packed: bytes) -> int:
-    """Add the shipped entries this cache lacks; each appears whole (one rename) or not at
-    all, like an entry the cache built itself. Returns how many were added."""
-    root.mkdir(parents=True, exist_ok=True)
-    added = 0
-    with tempfile.TemporaryDirectory(dir=root, prefix="shipped-") as scratch:
-        with tarfile.open(fileobj=io.BytesIO(packed), mode="r:gz") as tar:
-            members = [m for m in tar.getmembers() if _safe_member(m)]
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(scratch, members=members, filter="data")
-            else:  # Python < 3.10.12: the members were checked above
-                tar.extractall(scratch, members=members)  # noqa: S202
-        for shard in Path(scratch).iterdir():
-            for entry in shard.iterdir():
-                target = root / shard.name / entry.name
-                if target.exists():
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.rename(entry, target)
-                    added += 1
-                except OSError:  # built or installed meanwhile by someone else
-                    pass
-    return added
-
-
-def _safe_member(member: tarfile.TarInfo) -> bool:
-    name = member.name
-    return (
-        not name.startswith(("/", "\\"))
-        and ".." not in Path(name).parts
-        and (member.isfile() or member.isdir())
-    )
-
-
-def _cache_root(cache_dir: str | None) -> Path:
-    from pytest_kernelpro.build.cache import default_cache_dir
-
-    return Path(cache_dir) if cache_dir else default_cache_dir()
-
-
-def _where() -> dict[str, Any]:
-    address = None
-    try:
-        from distributed import get_worker
-
-        address = get_worker().address
-    except (ImportError, ValueError):
-        pass
-    return {"worker": address, "host": socket.gethostname(), "pid": os.getpid()}
-
-
-def _suspicious(dask_scheduler: Any = None, *, key: str) -> int | None:
-    """Runs on the scheduler: how often a worker died while holding task `key`."""
-    state = dask_scheduler.tasks.get(key) if dask_scheduler is not None else None
-    return None if state is None else int(state.suspicious)
 
 
 def _digest(code: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pytest_kernelpro.agents.llm import LLMRequest, LLMResponse, compute_cost
@@ -36,3 +36,31 @@ class ScriptedBackend:
             model=self.model,
             request_hash=request.request_hash(),
         )
+
+
+def strategy_reply(*markers: str) -> str:
+    """A Programmer reply with one `### Strategy:` block per marker, each a do-nothing
+    ModelNew that carries its marker as a comment (the search's fake evaluators read it)."""
+    return "\n".join(
+        f"### Strategy: {m}\n```python\nimport torch\n# {m}\nclass ModelNew(torch.nn.Module):\n"
+        "    pass\n```\n"
+        for m in markers
+    )
+
+
+def search_rules(analysis: str, faster: Sequence[str]) -> Callable[[LLMRequest], str]:
+    """Replies by the prompt's task, for a whole search: `analysis` to the Profiling Agent,
+    one fix to a debug prompt, the `faster` strategies to an optimize prompt, and two seeds
+    (one wrong) to the first one."""
+
+    def rules(request: LLMRequest) -> str:
+        if request.meta.get("purpose") == "profiling":
+            return analysis
+        prompt = request.messages[-1].content
+        if "## Task: fix this solution" in prompt:
+            return strategy_reply("fixed speedup=1.2")
+        if "## Task: make this correct solution faster" in prompt:
+            return strategy_reply(*faster)
+        return strategy_reply("seed wrong", "seed speedup=1.1")
+
+    return rules

@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 from fake_messages_api import Reply, running_fake_api
+from lookup_toolbox import BUDGET_SPENT, LookupBox, budget_request
 
 from pytest_kernelpro.agents.llm import LLMError, LLMRequest, make_backend
 from pytest_kernelpro.agents.llm.anthropic_backend import API_KEY_ENV, AnthropicBackend
@@ -89,6 +90,24 @@ def test_api_error_never_shows_the_key(api_key: str) -> None:
     # Raised outside the SDK's except block: no chained exception carries the request.
     assert info.value.__cause__ is None
     assert info.value.__context__ is None
+
+
+def test_tool_calls_past_the_budget_are_refused_and_recorded(api_key: str) -> None:
+    """With `max_tool_rounds=1` the second call is not run: the model is told to answer now."""
+    box = LookupBox()
+    replies = [
+        Reply("", tool_uses=[("lookup", {"q": "1"})]),
+        Reply("", tool_uses=[("lookup", {"q": "2"})]),
+        Reply("done"),
+    ]
+    with running_fake_api(replies) as api:
+        backend = make_backend("anthropic", model="claude-sonnet-5-5", base_url=api.url)
+        response = backend.complete(budget_request(box, rounds=1))
+    assert box.ran == ["1"]
+    assert [c["output"] for c in response.tool_calls] == ["lookup says 1", BUDGET_SPENT]
+    result = api.requests[2]["body"]["messages"][-1]["content"][0]
+    assert (result["type"], result["content"]) == ("tool_result", BUDGET_SPENT)
+    assert response.text == "done"
 
 
 def test_long_requests_stream(api_key: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from fake_openai_api import ChatReply, running_fake_chat_api
+from lookup_toolbox import BUDGET_SPENT, LookupBox, budget_request
 
 from pytest_kernelpro.agents.llm import LLMError, LLMRequest, make_backend
 from pytest_kernelpro.agents.llm.base import require_price
@@ -56,14 +57,7 @@ def test_length_is_truncation_and_the_programmer_recovers() -> None:
 
 
 def test_tool_calls_run_in_a_loop() -> None:
-    class Box:
-        def specs(self):
-            return [{"name": "lookup", "description": "d", "input_schema": {"type": "object"}}]
-
-        def call(self, name, arguments):
-            return f"{name} says {arguments['q']}"
-
-    box = Box()
+    box = LookupBox()
     replies = [ChatReply(tool_calls=[("lookup", {"q": "42"})]), ChatReply("done")]
     with running_fake_chat_api(replies) as api:
         backend = make_backend("openai", model="qwen3-coder-30b", base_url=api.url, prices=PRICES)
@@ -78,6 +72,23 @@ def test_tool_calls_run_in_a_loop() -> None:
     assert response.text == "done"
     assert response.tool_calls[0]["output"] == "lookup says 42"
     assert response.input_tokens == 240
+
+
+def test_tool_calls_past_the_budget_are_refused_and_recorded() -> None:
+    """With `max_tool_rounds=1` the second call is not run: the model is told to answer now."""
+    box = LookupBox()
+    replies = [
+        ChatReply(tool_calls=[("lookup", {"q": "1"})]),
+        ChatReply(tool_calls=[("lookup", {"q": "2"})]),
+        ChatReply("done"),
+    ]
+    with running_fake_chat_api(replies) as api:
+        backend = make_backend("openai", model="qwen3-coder-30b", base_url=api.url, prices=PRICES)
+        response = backend.complete(budget_request(box, rounds=1))
+    assert box.ran == ["1"]
+    assert [c["output"] for c in response.tool_calls] == ["lookup says 1", BUDGET_SPENT]
+    assert api.requests[2]["body"]["messages"][-1]["content"] == BUDGET_SPENT
+    assert response.text == "done"
 
 
 def test_errors_are_clear() -> None:

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import pytest
 from fake_messages_api import Reply, running_fake_api
-from scripted_backend import ScriptedBackend
+from scripted_backend import ScriptedBackend, search_rules, strategy_reply
 
 from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
-from pytest_kernelpro.agents.llm import LLMRequest
 from pytest_kernelpro.analysis import RooflineFacts, analyze_report, report_from_dict
 from pytest_kernelpro.analysis.evaluator import ProfileFailed, ProfilingEvaluator
 from pytest_kernelpro.search import MCTS, Candidate, Evaluation, MCTSConfig
@@ -50,25 +49,6 @@ def recorded_profiler(name: str):
     return profile
 
 
-def _reply(*markers: str) -> str:
-    return "\n".join(
-        f"### Strategy: {m}\n```python\nimport torch\n# {m}\nclass ModelNew(torch.nn.Module):\n"
-        "    pass\n```\n"
-        for m in markers
-    )
-
-
-def _rules(request: LLMRequest) -> str:
-    if request.meta.get("purpose") == "profiling":
-        return ANALYSIS
-    prompt = request.messages[-1].content
-    if "## Task: fix this solution" in prompt:
-        return _reply("fixed speedup=1.2")
-    if "## Task: make this correct solution faster" in prompt:
-        return _reply("faster speedup=2.0")
-    return _reply("seed wrong", "seed speedup=1.1")
-
-
 class MarkerEvaluator:
     """The sandbox's stand-in: the marker decides status and speedup."""
 
@@ -87,7 +67,7 @@ class MarkerEvaluator:
 
 
 def _search(feedback: str, orchestration: str = "proactive"):
-    backend = ScriptedBackend(_rules)
+    backend = ScriptedBackend(search_rules(ANALYSIS, faster=["faster speedup=2.0"]))
     profiler = recorded_profiler("cuda_row_rms")
     agent = ProgrammerAgent(
         backend, problem_source=REFERENCE, language="cuda", device_name="NVIDIA H200",
@@ -171,7 +151,7 @@ def test_reactive_orchestration_offers_the_tools_and_answers_a_call(monkeypatch)
     parent = Candidate(code="import torch\n# parent\nclass ModelNew(torch.nn.Module):\n    pass\n")
     replies = [
         Reply("Let me check occupancy.", tool_uses=[("run_profiling_tool", {"name": "occupancy"})]),
-        Reply(_reply("bigger blocks")),
+        Reply(strategy_reply("bigger blocks")),
     ]
     with running_fake_api(replies) as api:
         backend = AnthropicBackend(base_url=api.url, max_retries=0)
@@ -206,7 +186,7 @@ def test_a_cutlass_tool_call_is_answered_from_the_real_headers(monkeypatch):
     replies = [
         Reply("", tool_uses=[("read_cutlass_file", {"path": "include/cutlass/version.h", "end": 60})]),
         Reply("", tool_uses=[("search_cutlass", {"pattern": "struct MMA_64x64x16_F32BF16BF16_SS", "path": "include/cute/arch"})]),
-        Reply(_reply("wgmma tile")),
+        Reply(strategy_reply("wgmma tile")),
     ]  # fmt: skip
     with running_fake_api(replies) as api:
         backend = AnthropicBackend(base_url=api.url, max_retries=0)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from scripted_backend import ScriptedBackend
+from scripted_backend import ScriptedBackend, search_rules
 
 from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
 from pytest_kernelpro.agents.llm import LLMRequest, LLMResponse, RecordingBackend, ReplayBackend
@@ -19,25 +19,7 @@ ANALYSIS = json.dumps(
     {"bottleneck": "memory", "severity": "high", "summary": "DRAM bound.",
      "recommendations": [{"priority": 1, "action": "fuse the epilogue"}]}
 )  # fmt: skip
-
-
-def _reply(*markers: str) -> str:
-    return "\n".join(
-        f"### Strategy: {m}\n```python\nimport torch\n# {m}\nclass ModelNew(torch.nn.Module):\n"
-        "    pass\n```\n"
-        for m in markers
-    )
-
-
-def _rules(request: LLMRequest) -> str:
-    if request.meta.get("purpose") == "profiling":
-        return ANALYSIS
-    prompt = request.messages[-1].content
-    if "## Task: fix this solution" in prompt:
-        return _reply("fixed speedup=1.2")
-    if "## Task: make this correct solution faster" in prompt:
-        return _reply("faster speedup=2.0", "faster speedup=2.5")
-    return _reply("seed wrong", "seed speedup=1.1")
+RULES = search_rules(ANALYSIS, faster=["faster speedup=2.0", "faster speedup=2.5"])
 
 
 @dataclass
@@ -90,7 +72,7 @@ def _search(backend, path: Path, noise: float = 1.0):
 
 
 def _record(tmp_path: Path) -> tuple[Path, Capture, object]:
-    capture = Capture(RecordingBackend(ScriptedBackend(_rules), tmp_path / "calls.jsonl"))
+    capture = Capture(RecordingBackend(ScriptedBackend(RULES), tmp_path / "calls.jsonl"))
     result = _search(capture, tmp_path / "live.jsonl")
     return tmp_path / "live.jsonl", capture, result
 

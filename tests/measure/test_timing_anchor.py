@@ -242,3 +242,33 @@ def test_a_steady_warm_up_or_the_mode_off_times_the_kernel_alone(
     assert extra["warmup_throttled"] is bool(reasons)  # type: ignore[index]
     assert "a" not in torch.log
     assert len(log.samples) >= 20  # type: ignore[attr-defined]
+
+
+def test_anchored_rounds_stop_on_the_ratios_ci_not_the_noisier_times() -> None:
+    """Times scattered by 5% (the clock moving under the cap) never reach a 0.5% CI in the
+    budget; their ratios to the anchor (scattered by 0.2%) do at the first check."""
+    import random
+
+    from pytest_kernelpro.measure.timing.budget import adaptive_rounds
+
+    rng = random.Random(3)
+    times: list[float] = []
+    ratios: list[float] = []
+    now = [0.0]
+
+    def run_round(k: int) -> tuple[list[float], bool]:
+        now[0] += 0.001 * k
+        new = [1e-3 * (1 + 0.05 * rng.gauss(0, 1)) for _ in range(k)]
+        times.extend(new)
+        ratios.extend(8.0 * (1 + 0.002 * rng.gauss(0, 1)) for _ in range(k))
+        return new, True
+
+    budget = TimingBudget(min_samples=40, max_time_s=1.0, target_rel_ci=0.005)
+    anchored = adaptive_rounds(run_round, budget, clock=lambda: now[0], converge_on=lambda: ratios)
+    assert anchored.stop_reason == "converged"
+    assert len(anchored.samples) == 40
+    assert anchored.stats is not None
+    assert anchored.stats.rel_ci_halfwidth > 0.005  # the times alone had not converged
+    times.clear()
+    alone = adaptive_rounds(run_round, budget, clock=lambda: now[0])
+    assert len(alone.samples) > 40

@@ -125,6 +125,41 @@ def test_kernel_marked_in_a_library_module_is_collected_where_imported(
     )
 
 
+def test_a_kernel_defined_here_and_bound_twice_is_one_item_under_its_own_name(
+    pytester: pytest.Pytester,
+) -> None:
+    # A class marked by assignment under another name, and a decorated kernel with an
+    # alias, are one kernel each: they were collected twice, once per name.
+    pytester.makepyfile(
+        test_twice="""
+        import pytest, torch
+
+        def inp(device):
+            return (torch.ones(4, device=device),)
+
+        class Fused(torch.nn.Module):
+            def forward(self, x):
+                return x * 2
+
+        class Ref(torch.nn.Module):
+            def forward(self, x):
+                return x + x
+
+        fused = pytest.mark.kernelpro(reference=Ref, inputs=inp)(Fused)
+
+        @pytest.mark.kernelpro(reference=torch.neg, inputs=inp)
+        def negate(x):
+            return -x
+
+        negate_v1 = negate
+        """
+    )
+    collected = pytester.runpytest("--collect-only", "-q", "-p", "no:cacheprovider")
+    collected.stdout.fnmatch_lines(
+        ["test_twice.py::Fused", "test_twice.py::negate", "*2 tests collected*"]
+    )
+
+
 @pytest.mark.parametrize(
     ("marker_args", "expected"),
     [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.run import context, optimize, optimize_search, profile, stages
+from pytest_kernelpro.run import context, item_runner, optimize, optimize_search, profile, stages
 from pytest_kernelpro.run.session import KernelproSession
 
 
@@ -47,7 +47,9 @@ def _attributes_read(module: object, names: tuple[str, ...]) -> set[str]:
     return used
 
 
-@pytest.mark.parametrize("module", [stages, optimize, optimize_search, profile], ids=str)
+@pytest.mark.parametrize(
+    "module", [item_runner, stages, optimize, optimize_search, profile], ids=str
+)
 def test_stages_use_of_the_session_stays_inside_services(module: object) -> None:
     """Every `services.X` / `session.X` the stage functions read is a member of Services
     (the entry, `run_kernel_item`, takes the whole session and hands the stages Services)."""
@@ -57,8 +59,8 @@ def test_stages_use_of_the_session_stays_inside_services(module: object) -> None
     assert sorted(used - members) == []
 
 
-@pytest.mark.parametrize("module", [optimize, optimize_search, profile], ids=str)
-def test_the_profile_and_optimize_stages_get_the_run_not_the_item(module: object) -> None:
+@pytest.mark.parametrize("module", [stages, optimize, optimize_search, profile], ids=str)
+def test_the_stages_get_the_run_not_the_item(module: object) -> None:
     """They take ItemRun and Services: no pytest item, no session object, not even by name."""
     tree = ast.parse(Path(module.__file__).read_text(encoding="utf-8"))
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

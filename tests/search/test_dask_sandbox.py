@@ -1,7 +1,8 @@
 """The sandbox's guarantees on Dask workers: the hostile candidates of
 tests/data/search/attacks/ evaluated on a local cluster of two CPU worker processes
-(`DaskEvaluator`) are blocked as they are in this process (test_sandbox_attacks.py), and a
-candidate's sandbox dies with the Dask worker killed under it.
+(`DaskEvaluator`) are blocked as they are in this process (the same attacks and checks as
+test_sandbox_attacks.py: sandbox_attack_cases.py), and a candidate's sandbox dies with the
+Dask worker killed under it.
 
 Nothing here measures time against a threshold: a surviving sandbox is detected by the file
 it writes after its sleep, checked once its retry (which slept as long, later) has finished.
@@ -9,10 +10,8 @@ Workers import torch (seconds each), so the module evaluates everything in one g
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import tempfile
 import threading
 import time
@@ -23,6 +22,8 @@ import pytest
 
 pytest.importorskip("distributed")
 
+from sandbox_attack_cases import CHECKS, DATA, Listener, Outcome, programs  # noqa: E402
+
 from pytest_kernelpro.search.base import Candidate, Evaluation  # noqa: E402
 from pytest_kernelpro.search.cluster import DaskCluster  # noqa: E402
 from pytest_kernelpro.search.distributed import DaskEvaluator, _digest  # noqa: E402
@@ -32,7 +33,6 @@ from pytest_kernelpro.search.isolation import Isolation  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search"
 WAIT_S = 300.0
 CANARY = "kp-canary-dask-3e1f7a9c2b"
 SESSION_KEY = "sk-kernelpro-dask-test-0000"
@@ -56,43 +56,6 @@ TASK = KernelBenchTask(
 )
 
 
-def attack(name: str, **fill: object) -> str:
-    text = (DATA / "attacks" / f"{name}.py").read_text(encoding="utf-8")
-    for key, value in fill.items():
-        text = text.replace(f"@@{key}@@", str(value))
-    assert "@@" not in text, f"unfilled placeholder in {name}.py"
-    return text
-
-
-class Listener:
-    """A loopback TCP server in this process that records every connection."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.received: list[bytes] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                self.received.append(conn.recv(1024) or b"<connected>")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
 def cluster():
     with pytest.MonkeyPatch.context() as patch:
@@ -102,24 +65,10 @@ def cluster():
 
 
 @pytest.fixture(scope="module")
-def world(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def world(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     root = tmp_path_factory.mktemp("dask-attacks")
-    repo = root / "repo"
-    repo.mkdir()
-    (repo / "kernels.py").write_text("ORIGINAL\n")
-    (repo / "kernelpro-baseline.yaml").write_text("kernels: {}\n")
     listener = Listener()
-    names = {
-        "steal_environ": attack("steal_environ"),
-        "connect_out": attack("connect_out", HOST=socket.gethostname(), PORT=listener.port),
-        "write_repo": attack(
-            "write_repo", TARGET=repo / "kernels.py", BASELINE=repo / "kernelpro-baseline.yaml"
-        ),
-        "setsid_escape": attack(
-            "setsid_escape", MARKER=root / "alive.txt", PIDFILE=root / "pid.txt"
-        ),
-        "forge_result": attack("forge_result"),
-    }
+    names = programs(root, listener)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GITHUB_TOKEN", CANARY)
         evaluator = DaskEvaluator(cluster, TASK, LIMITS)
@@ -129,80 +78,26 @@ def world(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object
     time.sleep(1.0)  # a surviving grandchild would write its marker within 0.1 s
     listener.close()
     return {
-        "root": root,
-        "repo": repo,
-        "listener": listener,
-        **dict(zip(names, evaluations, strict=True)),
+        name: Outcome(ev, root, listener, ISOLATION, secrets=(CANARY, SESSION_KEY))
+        for name, ev in zip(names, evaluations, strict=True)
     }
 
 
-def _everything(ev: Evaluation) -> str:
-    return json.dumps(ev.to_dict(), default=str)
-
-
 def test_every_attack_ran_on_a_dask_worker_in_this_machines_sandbox(cluster, world) -> None:
-    evaluations = [v for v in world.values() if isinstance(v, Evaluation)]
-    assert len(evaluations) == 5
+    assert sorted(world) == sorted(CHECKS)
     workers = set(cluster.workers())
-    for ev in evaluations:
+    for out in world.values():
+        ev = out.evaluation
         assert ev.metrics["dask"]["worker"] in workers
         assert ev.metrics["dask"]["pid"] != os.getpid()
         assert ev.metrics["sandbox"] == ISOLATION.describe()
 
 
-def test_no_secret_of_this_session_reaches_a_candidate_on_a_worker(world) -> None:
-    ev = world["steal_environ"]
-    assert isinstance(ev, Evaluation)
-    assert ev.status == "run_error"  # its forward raises with whatever it stole
-    assert CANARY not in _everything(ev)
-    assert SESSION_KEY not in _everything(ev)
-    if ISOLATION.isolated:
-        assert "pids visible: [1]" in ev.logs  # a PID namespace: the worker is not there
-
-
-@needs_namespaces
-def test_no_socket_reaches_a_loopback_server_from_a_worker(world) -> None:
-    ev = world["connect_out"]
-    listener = world["listener"]
-    assert isinstance(ev, Evaluation)
-    assert isinstance(listener, Listener)
-    assert listener.received == []
-    assert "ESCAPED" not in ev.logs
-    assert "blocked connect to 127.0.0.1: [Errno 101] Network is unreachable" in ev.logs
-    assert ev.status == "correct", ev.reason  # the kernel itself still runs and is timed
-
-
-@needs_namespaces
-def test_the_repository_is_read_only_on_a_worker(world) -> None:
-    ev = world["write_repo"]
-    repo = world["repo"]
-    assert isinstance(ev, Evaluation)
-    assert isinstance(repo, Path)
-    assert (repo / "kernels.py").read_text() == "ORIGINAL\n"
-    assert (repo / "kernelpro-baseline.yaml").read_text() == "kernels: {}\n"
-    assert "ESCAPED" not in ev.logs
-    assert "Read-only file system" in ev.logs
-    assert "wrote scratch-file.txt" in ev.logs
-    assert ev.status == "correct", ev.reason
-
-
-@needs_namespaces
-def test_a_setsid_grandchild_dies_with_its_sandbox_on_a_worker(world) -> None:
-    ev = world["setsid_escape"]
-    root = world["root"]
-    assert isinstance(ev, Evaluation)
-    assert isinstance(root, Path)
-    assert "started pid" in ev.logs
-    assert not (root / "alive.txt").exists()
-    assert not (root / "pid.txt").exists()
-    assert ev.status == "build_error"
-
-
-def test_a_forged_result_is_not_believed_on_a_worker(world) -> None:
-    ev = world["forge_result"]
-    assert isinstance(ev, Evaluation)
-    assert ev.status == "cheat"
-    assert ev.speedup is None
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_every_attack_is_blocked_on_a_worker_as_in_process(world, name: str) -> None:
+    """The checks of test_sandbox_attacks.py, on the Dask workers' evaluations; the session's
+    secrets include a key set before the cluster started (none reaches a worker either)."""
+    CHECKS[name](world[name])
 
 
 SLEEPER = """

@@ -20,16 +20,13 @@ distributed = pytest.importorskip("distributed")
 from pytest_kernelpro.build.cache import BuildCache  # noqa: E402
 from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
 from pytest_kernelpro.search.base import Candidate  # noqa: E402
+from pytest_kernelpro.search.build_shipping import install_entries  # noqa: E402
 from pytest_kernelpro.search.cluster import (  # noqa: E402
     DaskCluster,
     WorkerInfo,  # noqa: E402
     parse_dask,
 )
-from pytest_kernelpro.search.distributed import (  # noqa: E402
-    DaskEvaluator,
-    _digest,
-    install_entries,
-)
+from pytest_kernelpro.search.distributed import DaskEvaluator, _digest  # noqa: E402
 from pytest_kernelpro.search.evaluator import (  # noqa: E402
     KernelBenchTask,
     SandboxLimits,

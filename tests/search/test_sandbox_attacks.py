@@ -1,5 +1,6 @@
 """Hostile candidates against the sandbox (tests/data/search/attacks/): each attack is blocked,
-and the evaluation says why. Workers import torch (seconds each): one module-scoped run.
+and the evaluation says why (the attacks and their checks: sandbox_attack_cases.py, shared with
+test_dask_sandbox.py). Workers import torch (seconds each): one module-scoped run.
 
 The isolation tests need Linux namespaces (`isolation.Isolation.probe()`); where the machine
 has none they are skipped with the probe's reason, and the fallback is tested for what it
@@ -9,27 +10,24 @@ promises (a scrubbed environment), not for what it cannot do.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from sandbox_attack_cases import CHECKS, DATA, Listener, Outcome, attack, programs
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.search import isolation
-from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.search.base import Candidate
 from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
 from pytest_kernelpro.search.isolation import CUDA_LADDER, RELAXATIONS, Isolation
 from pytest_kernelpro.search.worker import RETIME_MAX_SAMPLES
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search"
 CANARY = "kp-canary-7f3a9c1e5b2d4a60"
 FAST_TIMING = {
     "timing": {
@@ -48,14 +46,6 @@ needs_namespaces = pytest.mark.skipif(
 )
 
 
-def attack(name: str, **fill: object) -> str:
-    text = (DATA / "attacks" / f"{name}.py").read_text(encoding="utf-8")
-    for key, value in fill.items():
-        text = text.replace(f"@@{key}@@", str(value))
-    assert "@@" not in text, f"unfilled placeholder in {name}.py"
-    return text
-
-
 def task(**options: object) -> KernelBenchTask:
     reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
     return KernelBenchTask(
@@ -63,59 +53,11 @@ def task(**options: object) -> KernelBenchTask:
     )
 
 
-class Listener:
-    """A loopback TCP server in this process that records every connection."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        self.received: list[bytes] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while not self.stop.is_set():
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                continue
-            with conn:
-                self.received.append(conn.recv(1024) or b"<connected>")
-
-    def close(self) -> None:
-        self.stop.set()
-        self.thread.join(5)
-        self.sock.close()
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     root = tmp_path_factory.mktemp("attacks")
-    repo = root / "repo"
-    repo.mkdir()
-    (repo / "kernels.py").write_text("ORIGINAL\n")
-    (repo / "kernelpro-baseline.yaml").write_text("kernels: {}\n")
     listener = Listener()
-    names = {
-        "steal_environ": attack("steal_environ"),
-        "connect_out": attack("connect_out", HOST=socket.gethostname(), PORT=listener.port),
-        "write_repo": attack(
-            "write_repo",
-            TARGET=repo / "kernels.py",
-            BASELINE=repo / "kernelpro-baseline.yaml",
-        ),
-        "setsid_escape": attack(
-            "setsid_escape", MARKER=root / "alive.txt", PIDFILE=root / "pid.txt"
-        ),
-        "forge_result": attack("forge_result"),
-        "forge_file": attack("forge_file"),
-        "blame_user": attack("blame_user"),
-        "mutates_inputs": attack("mutates_inputs"),
-    }
+    names = programs(root, listener)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNELPRO_CANARY_TOKEN", CANARY)
         mp.setenv("GITHUB_TOKEN", CANARY)
@@ -124,113 +66,19 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     time.sleep(1.0)  # a surviving grandchild would write its marker within 0.1 s
     listener.close()
     return {
-        "root": root,
-        "repo": repo,
-        "listener": listener,
-        "evaluator": evaluator,
-        **dict(zip(names, evaluations, strict=True)),
+        name: Outcome(ev, root, listener, ISOLATION, secrets=(CANARY,))
+        for name, ev in zip(names, evaluations, strict=True)
     }
 
 
-def _everything(ev: Evaluation) -> str:
-    return json.dumps(ev.to_dict(), default=str)
+@pytest.mark.parametrize("name", sorted(CHECKS))
+def test_every_attack_is_blocked_and_says_why(world: dict[str, Outcome], name: str) -> None:
+    assert sorted(world) == sorted(CHECKS)  # every attack evaluated has its check
+    CHECKS[name](world[name])
 
 
-def test_the_parent_environment_is_out_of_reach(world: dict[str, object]) -> None:
-    ev = world["steal_environ"]
-    assert isinstance(ev, Evaluation)
-    assert ev.status == "run_error"  # its forward raises with whatever it stole
-    assert CANARY not in _everything(ev)
-    if ISOLATION.isolated:
-        assert "pids visible: [1]" in ev.logs  # a PID namespace: the parent is not there
-
-
-@needs_namespaces
-def test_no_socket_reaches_a_loopback_server(world: dict[str, object]) -> None:
-    ev = world["connect_out"]
-    listener = world["listener"]
-    assert isinstance(ev, Evaluation)
-    assert isinstance(listener, Listener)
-    assert listener.received == []
-    assert "ESCAPED" not in ev.logs
-    assert "blocked connect to 127.0.0.1: [Errno 101] Network is unreachable" in ev.logs
-    assert ev.status == "correct", ev.reason  # the kernel itself still runs and is timed
-
-
-@needs_namespaces
-def test_the_repository_is_read_only(world: dict[str, object]) -> None:
-    ev = world["write_repo"]
-    repo = world["repo"]
-    assert isinstance(ev, Evaluation)
-    assert isinstance(repo, Path)
-    assert (repo / "kernels.py").read_text() == "ORIGINAL\n"
-    assert (repo / "kernelpro-baseline.yaml").read_text() == "kernels: {}\n"
-    assert "ESCAPED" not in ev.logs
-    assert "blocked write to" in ev.logs
-    assert "Read-only file system" in ev.logs
-    assert "wrote scratch-file.txt" in ev.logs  # the scratch directory stays writable
-    assert ev.status == "correct", ev.reason
-
-
-@needs_namespaces
-def test_a_setsid_grandchild_dies_with_the_worker(world: dict[str, object]) -> None:
-    ev = world["setsid_escape"]
-    root = world["root"]
-    assert isinstance(ev, Evaluation)
-    assert isinstance(root, Path)
-    assert "started pid" in ev.logs
-    # Its marker file is outside the scratch directory (read-only), and the process is gone:
-    # the PID namespace died with the worker.
-    assert not (root / "alive.txt").exists()
-    assert not (root / "pid.txt").exists()
-    assert ev.status == "build_error"  # its module raised when it could not write the file
-    assert "Read-only file system" in (ev.reason or "")
-
-
-def test_a_patched_pipeline_cannot_forge_a_result(world: dict[str, object]) -> None:
-    ev = world["forge_result"]
-    assert isinstance(ev, Evaluation)
-    assert ev.status == "cheat"
-    assert ev.speedup is None
-    assert ev.reason is not None
-    assert ev.reason.startswith(
-        "result not confirmed: the worker reported a correct result, but the outputs it "
-        "handed over differ from the reference computed in a trusted process (trial-1: "
-        "FileNotFoundError: no output file trial-1.pt)"
-    )
-
-
-def test_a_result_file_written_by_the_candidate_is_not_believed(
-    world: dict[str, object],
-) -> None:
-    ev = world["forge_file"]
-    assert isinstance(ev, Evaluation)
-    assert ev.status == "cheat"
-    assert "no output file trial-1.pt" in (ev.reason or "")
-
-
-def test_a_candidate_cannot_blame_the_users_problem_file(world: dict[str, object]) -> None:
-    ev = world["blame_user"]
-    assert isinstance(ev, Evaluation)
-    # No KernelproError ended the search: the reference ran fine in a trusted process.
-    assert ev.status == "run_error"
-    assert (ev.reason or "").startswith(
-        "the worker reported that the reference failed, but the reference runs in a trusted "
-        "process: counted as this candidate's failure"
-    )
-
-
-def test_a_kernel_that_writes_into_its_inputs_fails(world: dict[str, object]) -> None:
-    ev = world["mutates_inputs"]
-    assert isinstance(ev, Evaluation)
-    assert ev.status == "cheat"
-    assert "modifies its inputs in place (trial 1/3)" in (ev.reason or "")
-
-
-def test_the_evaluation_says_how_it_was_isolated(world: dict[str, object]) -> None:
-    ev = world["connect_out"]
-    assert isinstance(ev, Evaluation)
-    assert ev.metrics["sandbox"] == ISOLATION.describe()
+def test_the_evaluation_says_how_it_was_isolated(world: dict[str, Outcome]) -> None:
+    assert world["connect_out"].evaluation.metrics["sandbox"] == ISOLATION.describe()
 
 
 def test_a_patched_clock_is_caught_when_the_winner_is_confirmed() -> None:

@@ -35,6 +35,7 @@ from pytest_kernelpro.agents.llm.base import (
     LLMResponse,
     ModelPrice,
     api_failure,
+    call_tool,
     compute_cost,
 )
 from pytest_kernelpro.errors import KernelproWarning
@@ -209,7 +210,7 @@ class AnthropicBackend:
         toolbox = request.toolbox
         if toolbox is not None:
             kwargs["tools"] = [dict(t) for t in request.tools]
-        rounds = int(request.meta.get("max_tool_rounds") or 8)
+        rounds = request.max_tool_rounds
         calls: list[dict[str, Any]] = []
         totals = [0, 0, 0, 0]  # input, output, cache read, cache write
         while True:
@@ -225,11 +226,7 @@ class AnthropicBackend:
             results = []
             for block in uses:
                 arguments = dict(getattr(block, "input", None) or {})
-                if len(calls) >= rounds:
-                    output = "error: the tool budget of this reply is spent; answer now."
-                else:
-                    output = toolbox.call(block.name, arguments)
-                calls.append({"name": block.name, "input": arguments, "output": output})
+                output = call_tool(toolbox, rounds, block.name, arguments, calls)
                 results.append({"type": "tool_result", "tool_use_id": block.id, "content": output})
             kwargs["messages"] = [
                 *kwargs["messages"],

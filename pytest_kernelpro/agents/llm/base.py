@@ -148,6 +148,11 @@ class LLMRequest:
         box = self.meta.get("toolbox")
         return box if self.tools and box is not None else None
 
+    @property
+    def max_tool_rounds(self) -> int:
+        """How many tool calls one reply may make (`meta["max_tool_rounds"]`, default 8)."""
+        return int(self.meta.get("max_tool_rounds") or 8)
+
     def request_hash(self) -> str:
         """A stable 16-hex-digit hash of what is sent; the key of a recorded response.
 
@@ -156,6 +161,24 @@ class LLMRequest:
         """
         canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+
+
+def call_tool(
+    toolbox: ToolBox,
+    rounds: int,
+    name: str,
+    arguments: dict[str, Any],
+    calls: list[dict[str, Any]],
+) -> str:
+    """One tool call of a reply, as every backend answers it: the toolbox's result, or, once
+    `rounds` calls were made (the request's `max_tool_rounds`), an error telling the model
+    to answer now; either way the call is appended to `calls` (the response's `tool_calls`)."""
+    if len(calls) >= rounds:
+        output = "error: the tool budget of this reply is spent; answer now."
+    else:
+        output = toolbox.call(name, arguments)
+    calls.append({"name": name, "input": arguments, "output": output})
+    return output
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from pytest_kernelpro.agents.llm.base import (
     LLMResponse,
     ModelPrice,
     api_failure,
+    call_tool,
     compute_cost,
 )
 
@@ -122,7 +123,7 @@ class OpenAICompatibleBackend:
                 }
                 for t in request.tools
             ]
-        rounds = int(request.meta.get("max_tool_rounds") or 8)
+        rounds = request.max_tool_rounds
         calls: list[dict[str, Any]] = []
         tokens = [0, 0]
         while True:
@@ -146,11 +147,7 @@ class OpenAICompatibleBackend:
                     arguments = json.loads(call.function.arguments or "{}")
                 except ValueError:
                     arguments = {}
-                if len(calls) >= rounds:
-                    output = "error: the tool budget of this reply is spent; answer now."
-                else:
-                    output = toolbox.call(call.function.name, arguments)
-                calls.append({"name": call.function.name, "input": arguments, "output": output})
+                output = call_tool(toolbox, rounds, call.function.name, arguments, calls)
                 kwargs["messages"].append(
                     {"role": "tool", "tool_call_id": call.id, "content": output}
                 )

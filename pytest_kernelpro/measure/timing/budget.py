@@ -170,6 +170,7 @@ def adaptive_rounds(
     *,
     floor_samples: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    converge_on: Callable[[], list[float]] | None = None,
 ) -> RoundLog:
     """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.
 
@@ -177,7 +178,9 @@ def adaptive_rounds(
     time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, which
     costs O(n) per bootstrap row, runs only O(log n) times. The wall time per sample is
     measured over the rounds so far, statistics included. With `floor_samples`, the budget
-    wins over `min_samples` once that many samples are in (the CPU's budget rule).
+    wins over `min_samples` once that many samples are in (the CPU's budget rule). With
+    `converge_on`, the CI that stops the rounds is that of its values (the per-pair kernel /
+    anchor ratios of an anchored GPU timing: the quantity the gate compares), not the samples'.
     """
     log = RoundLog()
     start = clock()
@@ -200,7 +203,10 @@ def adaptive_rounds(
         out_of_time = out_of_time and elapsed >= budget.max_time_s
         if n >= budget.min_samples or out_of_time:
             log.stats = summarize(log.samples)
-            if log.stats.rel_ci_halfwidth <= budget.target_rel_ci:
+            rel_ci = log.stats.rel_ci_halfwidth
+            if converge_on is not None:
+                rel_ci = summarize(converge_on()).rel_ci_halfwidth
+            if rel_ci <= budget.target_rel_ci:
                 log.stop_reason = "converged"
             elif n >= budget.max_samples:
                 log.stop_reason = "max-samples"
