@@ -5,7 +5,6 @@ the import path the sandbox's processes load the user's modules with."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,14 +64,3 @@ def session_path() -> tuple[str, ...]:
     """The sys.path pytest built for this session (rootdir and conftest insertions, the
     `pythonpath` ini, a src/ layout): the sandbox imports the kernel's modules with it."""
     return tuple(p for p in sys.path if p)
-
-
-def project_path(entries: Sequence[str]) -> list[str]:
-    """The entries of `entries` outside the interpreter's own (stdlib, site-packages)."""
-    prefixes = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    out = []
-    for entry in entries:
-        resolved = str(Path(entry).resolve())
-        if not any(resolved.startswith(prefix) for prefix in prefixes):
-            out.append(entry)
-    return out

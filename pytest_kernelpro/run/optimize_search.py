@@ -28,7 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.run.optimize_context import problem_context, project_path, session_path
+from pytest_kernelpro.problem.locate import project_import_path
+from pytest_kernelpro.run.optimize_context import problem_context, session_path
 from pytest_kernelpro.run.optimize_ranking import confirm_winner, final_ranking
 from pytest_kernelpro.run.search_clock import TimedEvaluator, TimedGenerator, WallClock
 from pytest_kernelpro.run.shims import (
@@ -108,7 +109,7 @@ def run_search(
     env = sandbox.environment()
     # The re-measurement workers import the current kernel too: the same project path.
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (env.get("PYTHONPATH", ""), *project_path(task.sys_path)) if p
+        p for p in (env.get("PYTHONPATH", ""), *project_import_path(task.sys_path)) if p
     )
 
     # The user's current kernel, in the same sandbox as every candidate.
