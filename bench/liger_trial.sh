@@ -7,7 +7,7 @@
 #   1. a baseline run, 2. --kernelpro-check against it, 3. the PR comment and plot,
 #   4. --kernelpro-profile of two kernels (Nsight Compute, SASS from Triton's cubins),
 #   5. --kernelpro-optimize of rms_norm with the hand-written replay corpus in
-#      bench/liger/replays (a PyTorch candidate, a wrong one, a fused Triton one), then
+#      bench/liger/replays (a PyTorch candidate, a fused Triton one answering its profile, a wrong one), then
 #   6. best.patch applied with `git apply` in a fresh clone and --kernelpro-check there
 #      against the baseline of step 1.
 # Liger-Kernel is not committed: pass a git checkout of it.
@@ -46,16 +46,28 @@ run() {  # name, then the pytest arguments; wall time and exit code into steps.t
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
   git -C "$liger_src" log --oneline -1
 } >"$logs/env.txt" 2>&1
+# STEPS picks what runs (default all); BASELINE reuses a baseline of an earlier run of this
+# script on the same kind of machine instead of measuring one.
+steps=" ${STEPS:-baseline check profile optimize} "
 base="$logs/baseline.yaml"
-run baseline kernels -q --kernelpro-save-baseline="$base" --kernelpro-json="$logs/base-report.json"
-run check kernels --kernelpro-check --kernelpro-baseline="$base" \
-  --kernelpro-json="$logs/report.json" --junitxml="$logs/junit.xml"
-python3 -m pytest_kernelpro.cli comment "$logs/report.json" --out "$out/comment.md" \
-  --plot "$logs/roofline.png" >"$logs/comment.log" 2>&1
-echo "comment rc=$?" | tee -a "$out/steps.txt"
-STEP_LIMIT_S=${PROFILE_LIMIT_S:-200} run profile kernels -rA --kernelpro-profile \
-  -k "swiglu or rms_norm" --kernelpro-json="$logs/profile-report.json"
-STEP_LIMIT_S=${OPTIMIZE_LIMIT_S:-240} run optimize kernels -k rms_norm --kernelpro-optimize=3 \
+if [ -n "${BASELINE:-}" ]; then
+  cp "$BASELINE" "$base"
+fi
+if [[ $steps == *" baseline "* ]]; then
+  run baseline kernels -q --kernelpro-save-baseline="$base" --kernelpro-json="$logs/base-report.json"
+fi
+if [[ $steps == *" check "* ]]; then
+  run check kernels --kernelpro-check --kernelpro-baseline="$base" \
+    --kernelpro-json="$logs/report.json" --junitxml="$logs/junit.xml"
+  python3 -m pytest_kernelpro.cli comment "$logs/report.json" --out "$out/comment.md" \
+    --plot "$logs/roofline.png" >"$logs/comment.log" 2>&1
+  echo "comment rc=$?" | tee -a "$out/steps.txt"
+fi
+if [[ $steps == *" profile "* ]]; then
+  STEP_LIMIT_S=${PROFILE_LIMIT_S:-200} run profile kernels -rA --kernelpro-profile \
+    -k "swiglu or rms_norm" --kernelpro-json="$logs/profile-report.json"
+fi
+[[ $steps == *" optimize "* ]] && STEP_LIMIT_S=${OPTIMIZE_LIMIT_S:-240} run optimize kernels -k rms_norm --kernelpro-optimize=3 \
   --kernelpro-llm="replay:$repo/bench/liger/replays" --kernelpro-feedback=tools \
   --kernelpro-json="$logs/optimize-report.json"
 patch="$(ls -t .kernelpro/optimize/rms_norm/*/patches/best.patch 2>/dev/null | head -1)"

@@ -209,9 +209,11 @@ def plugin_args(args: argparse.Namespace) -> list[str]:
     return common
 
 
-def run(cmd: list[str], cwd: Path, logfile: Path, timeout: float) -> dict[str, Any]:
+def run(
+    cmd: list[str], cwd: Path, logfile: Path, timeout: float, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     started = time.monotonic()
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(extra_env or {}))
     with open(logfile, "w", encoding="utf-8") as out:
         try:
             proc = subprocess.run(

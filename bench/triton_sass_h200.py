@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -42,6 +41,10 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from optimize_h200 import run  # noqa: E402  (bench/, beside this file)
+
 # The example's Triton kernels, by the name ncu and the cubin give them.
 TRITON_NAME = re.compile(r"(^|_)kernel$|^_")
 SASS_HEAD = "### SASS summary"
@@ -59,20 +62,6 @@ def add_step(out: Path, step: str, entry: dict[str, Any]) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     log(f"{step}: {json.dumps(line, default=str)[:1500]}")
-
-
-def run(cmd: list[str], cwd: Path, logfile: Path, timeout: float, env: dict[str, str]) -> dict:
-    started = time.monotonic()
-    with open(logfile, "w", encoding="utf-8") as out:
-        try:
-            proc = subprocess.run(
-                cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
-                timeout=max(1.0, timeout), check=False,
-            )  # fmt: skip
-            code: Any = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = "timeout"
-    return {"cmd": " ".join(cmd), "exit": code, "wall_s": round(time.monotonic() - started, 1)}
 
 
 def sass_section(text: str) -> str | None:
@@ -120,7 +109,6 @@ def profile_step(
         )
     cache.mkdir(parents=True, exist_ok=True)
     before = sorted(str(p.relative_to(cache)) for p in cache.glob("*/*.cubin"))
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", TRITON_CACHE_DIR=str(cache))
     installed = any(
         "pytest_kernelpro" in e.value for e in importlib.metadata.entry_points(group="pytest11")
     )
@@ -136,7 +124,7 @@ def profile_step(
         "select": select,
         "cache": str(cache),
         "cubins_in_cache_before": before,
-        "run": run(cmd, repo, raw / f"{name}.log", left, env),
+        "run": run(cmd, repo, raw / f"{name}.log", left, {"TRITON_CACHE_DIR": str(cache)}),
     }
     report = repo / ".kernelpro" / "kernelpro-report.json"
     if not report.is_file():
@@ -206,8 +194,7 @@ def optimize_step(args: argparse.Namespace, raw: Path, left: float) -> dict[str,
     ]  # fmt: skip
     if args.device:
         cmd += ["--device", args.device]
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-    result: dict[str, Any] = {"run": run(cmd, REPO, raw / "optimize.log", left, env)}
+    result: dict[str, Any] = {"run": run(cmd, REPO, raw / "optimize.log", left)}
     for name in ("steps.jsonl", "raw.tar.gz"):
         if (out / name).is_file():
             shutil.copy(out / name, raw / f"optimize.{name}")
@@ -343,8 +330,7 @@ def main() -> int:
                        "--out", str(raw / "search-cost"), "--deadline-s", str(left() - 20)]  # fmt: skip
                 if args.device:
                     cmd += ["--device", args.device]
-                env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
-                entry = run(cmd, REPO, raw / "search-cost.log", left() - 5, env)
+                entry = run(cmd, REPO, raw / "search-cost.log", left() - 5)
             else:
                 entry = {"error": f"unknown step {step!r}"}
         except Exception as exc:  # recorded; the next step runs

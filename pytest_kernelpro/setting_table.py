@@ -338,12 +338,19 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "llm",
-        "Model backend of the optimizer: anthropic, or replay:PATH (recorded calls)",
+        "Model backend of the optimizer: anthropic, openai (an OpenAI-compatible server: "
+        "vLLM, SGLang, Ollama), or replay:PATH (recorded calls)",
         str,
         "anthropic",
         "BACKEND",
     ),
-    Setting("model", "Model name for the anthropic backend", str, "claude-sonnet-5-5", "NAME"),
+    Setting(
+        "model",
+        "Model name the anthropic or openai backend asks for",
+        str,
+        "claude-sonnet-5-5",
+        "NAME",
+    ),
     Setting(
         "candidates", "Candidates the optimizer asks for per expansion", parse_positive_int, 2, "N"
     ),

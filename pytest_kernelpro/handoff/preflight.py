@@ -2,9 +2,10 @@
 session with a usage error instead of passing silently after minutes of work.
 
 `check_backend` (at configure): Dask is installed when `--kernelpro-dask` asks for it, the
-model backend can be built (an API key for anthropic),
-the API answers (one models request, no tokens spent), the model has a price when the budget
-is in dollars, and a replay recording exists and holds answers. `check_replay_items` (after
+model backend can be built (an API key for anthropic; the SDK and a model name for openai),
+the Anthropic API answers (one models request, no tokens spent; an OpenAI-compatible server
+is first asked by the search), the model has a price when the budget is in dollars, and a
+replay recording exists and holds answers. `check_replay_items` (after
 collection): a replay directory holds a recording for every kernel selected.
 """
 
@@ -52,9 +53,10 @@ def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
                 f"the replay directory {source} ({where}) holds no <kernel>.jsonl recordings"
             )
         return
-    if settings.llm != "anthropic":
+    if settings.llm not in ("anthropic", "openai"):
         raise PreflightError(
-            f"unknown model backend {settings.llm!r} ({where}); use anthropic or replay:PATH"
+            f"unknown model backend {settings.llm!r} ({where}); use anthropic, openai or "
+            "replay:PATH"
         )
     if budget.max_usd is not None and find_price(settings.model) is None:
         raise PreflightError(
@@ -63,6 +65,25 @@ def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
             "cannot be counted; add it to pytest_kernelpro/agents/llm/prices.yaml or give an "
             "evaluation or time budget"
         )
+    if settings.llm == "openai":
+        from pytest_kernelpro.agents.llm.openai_backend import OpenAICompatibleBackend
+
+        if settings.sources.get("model", "default") == "default":
+            raise PreflightError(
+                f"--kernelpro-llm=openai ({where}) needs the name of the model the server "
+                f"serves (the default, {settings.model!r}, is an Anthropic model): pass "
+                "--kernelpro-model=NAME"
+            )
+        try:
+            OpenAICompatibleBackend(
+                model=settings.model,
+                base_url=getattr(settings, "llm_base_url", None),
+                timeout_s=20.0,
+                max_retries=0,
+            )
+        except LLMError as exc:
+            raise PreflightError(f"the optimizer cannot build its model backend: {exc}") from None
+        return
     from pytest_kernelpro.agents.llm.anthropic_backend import AnthropicBackend
 
     try:

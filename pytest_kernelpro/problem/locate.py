@@ -8,6 +8,8 @@ collection; a marked kernel is found by its qualified name and rebuilt from its 
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import KernelproConfigError
@@ -20,6 +22,30 @@ from .model import (
     marker_of,
     problem_from_marker,
 )
+
+
+def project_import_path(entries: Sequence[str] | None = None) -> list[str]:
+    """The entries of `entries` (default: this process's `sys.path`, which in the pytest
+    session holds the rootdir, conftest insertions, the `pythonpath` ini and a src/ layout)
+    outside the interpreter's own stdlib and site-packages: what another process needs on its
+    path to import the kernel's modules as the session did."""
+    prefixes = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    out = []
+    for entry in sys.path if entries is None else entries:
+        if not entry:
+            continue
+        resolved = str(Path(entry).resolve())
+        if not any(resolved.startswith(prefix) for prefix in prefixes):
+            out.append(entry)
+    return out
+
+
+def extend_import_path(entries: Sequence[str]) -> None:
+    """Append the session's project entries this process lacks (after its own, so they
+    never shadow what it already imports)."""
+    for entry in entries:
+        if entry and entry not in sys.path:
+            sys.path.append(entry)
 
 
 def load_problem(locator: ProblemLocator) -> Problem:

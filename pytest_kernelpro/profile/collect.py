@@ -137,7 +137,12 @@ def select_kernels(
 
 
 def _spec(locator: Any, device: str, mode: str, **extra: Any) -> dict[str, Any]:
+    from pytest_kernelpro.problem.locate import project_import_path
+
     return {
+        # The session's import path (a `pythonpath` ini, a src/ layout): without it the
+        # target cannot import a kernel module that imports the project's package.
+        "sys_path": project_import_path(),
         "problem_file": str(getattr(locator, "path", "")),
         "qualname": str(getattr(locator, "qualname", "")),
         "shape_index": getattr(locator, "shape_index", None),

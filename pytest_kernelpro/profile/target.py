@@ -156,6 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec.get("triton_cache_dir"):
         os.environ["TRITON_CACHE_DIR"] = str(spec["triton_cache_dir"])
     try:
+        from pytest_kernelpro.problem.locate import extend_import_path
+
+        extend_import_path([str(p) for p in spec.get("sys_path") or ()])
         run_spec(spec)
     except Exception as exc:  # the message goes to the profiler's NotCollected reason
         sys.stderr.write(f"kernelpro target: {type(exc).__name__}: {exc}\n")

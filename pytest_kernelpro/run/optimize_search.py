@@ -1,7 +1,8 @@
 """The optimize loop of one kernel item, composed: what `--kernelpro-optimize` runs.
 
-1. The problem as the user wrote it (`agents.problem_context`): the reference's source, the
-   current kernel and the implementation module it calls, the inputs actually used.
+1. The problem as the user wrote it (`optimize_context.py`, `agents.problem_context`): the
+   reference's source, the current kernel and the implementation module it calls, the
+   inputs actually used.
 2. The user's current kernel is evaluated in the same sandbox as every candidate; its
    speedup over the reference is the bar a candidate must clear.
 3. The Benchmarking Agent, once: the record's roofline plus an ncu validation of the
@@ -11,8 +12,9 @@
    `analysis.ProfilingEvaluator` (every correct candidate profiled: ncu of its own kernels,
    SASS, timeline, Stage 1, every relevant tool).
 5. The Programmer Agent generates, MCTS or greedy (`--kernelpro-search`) selects.
-6. The end: the top candidates re-measured against the current kernel, interleaved
-   (`search.remeasure`), and ranked with the gate's rule (`search.ranking`).
+6. The end (`optimize_ranking.py`): the top candidates re-measured against the current
+   kernel, interleaved (`search.remeasure`), ranked with the gate's rule (`search.ranking`),
+   and the winner confirmed in a fresh sandboxed worker.
 
 Returns a `SearchRanking` plus the search's details for the report. Every part that needs a
 GPU says so when it cannot run and the loop goes on without it.
@@ -21,19 +23,15 @@ GPU says so when it cannot run and the loop goes on without it.
 from __future__ import annotations
 
 import os
-import sys
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.run.search_clock import (  # re-exported: their home before the split
-    TimedEvaluator,
-    TimedGenerator,
-    WallClock,
-)
+from pytest_kernelpro.problem.locate import project_import_path
+from pytest_kernelpro.run.optimize_context import problem_context, session_path
+from pytest_kernelpro.run.optimize_ranking import confirm_winner, final_ranking
+from pytest_kernelpro.run.search_clock import TimedEvaluator, TimedGenerator, WallClock
 from pytest_kernelpro.run.shims import (
     REFERENCE_AS_CANDIDATE,
     current_is_reference,
@@ -42,264 +40,8 @@ from pytest_kernelpro.run.shims import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.agents.problem_context import ProblemContext
     from pytest_kernelpro.run.context import ItemRun, Services
     from pytest_kernelpro.search.ranking import SearchRanking
-    from pytest_kernelpro.search.tree import SearchNode, SearchResult
-
-REMEASURE_ROUNDS = 5
-
-
-def problem_context(
-    run: ItemRun, device: str, sandbox_source: str, rootpath: Path
-) -> ProblemContext:
-    """The ProblemContext of a kernel item, from its live objects in this process (the marked
-    kernel found in `run.module`, the test module pytest imported)."""
-    import inspect
-
-    from pytest_kernelpro.agents.problem_context import build_context
-    from pytest_kernelpro.problem import MarkerOptions, lookup_qualname, marker_of
-
-    problem = run.problem
-    if problem.kind == "kernelbench":
-        from pytest_kernelpro.agents.problem_context import ProblemContext, SourcePart
-
-        return ProblemContext(
-            name=problem.display_name,
-            reference=SourcePart("The KernelBench problem", problem.source_file, sandbox_source),
-        )
-    kernel = lookup_qualname(run.module, run.locator.qualname)
-    mark = marker_of(kernel) if kernel is not None else None
-    if mark is None:
-        raise KernelproError(
-            f"cannot find the marked kernel {run.locator.qualname} in {run.locator.path}"
-        )
-    options = MarkerOptions.from_marker(mark.args, dict(mark.kwargs), kernel_name=run.name)
-    inputs = problem.make_inputs(device, 0)
-    reference_module = None
-    if inspect.isclass(options.reference):
-        reference_module = problem.reference_factory("cpu")
-    init = options.init_inputs() if callable(options.init_inputs) else options.init_inputs
-    context = build_context(
-        problem.display_name,
-        options.reference,
-        kernel=kernel,
-        inputs=inputs,
-        init_args=tuple(init or ()),
-        reference_module=reference_module,
-        device=device,
-        sandbox_source=sandbox_source,
-        root=str(rootpath),
-    )
-    del inputs
-    return context
-
-
-def guidance_chain(node: SearchNode) -> tuple[str, ...]:
-    """The profiler guidance each optimize prompt on the way to `node` carried (root first):
-    the guidance of every correct ancestor whose child on this path was an optimization."""
-    out = []
-    for step in node.path()[1:]:
-        parent = step.parent
-        if step.mode == "optimize" and parent is not None and parent.evaluation is not None:
-            metrics = parent.evaluation.metrics
-            out.append(str(metrics.get("guidance_md") or metrics.get("raw_guidance_md") or ""))
-    return tuple(out)
-
-
-def ranked_candidates(result: SearchResult) -> list[Any]:
-    """Every correct node of the search as a `RankedCandidate` (not re-measured yet)."""
-    from pytest_kernelpro.search.ranking import RankedCandidate
-
-    out = []
-    for node in result.nodes:
-        if node.speedup is None or node.candidate is None:
-            continue
-        profile = (node.evaluation.metrics.get("profile") or {}) if node.evaluation else {}
-        out.append(
-            RankedCandidate(
-                node_id=node.id,
-                code=node.candidate.code,
-                strategy=node.candidate.strategy,
-                mode=str(node.mode or ""),
-                depth=node.depth,
-                lineage=tuple(n.id for n in node.path()[1:]),
-                search_speedup=node.speedup,
-                guidance=guidance_chain(node),
-                profile_s=profile.get("profile_s"),
-            )
-        )
-    return out
-
-
-def final_ranking(
-    kernel: str,
-    result: SearchResult,
-    *,
-    sandbox_source: str,
-    current_code: str,
-    current_speedup: float | None,
-    device: str,
-    timing: dict[str, Any],
-    threshold: float,
-    env: dict[str, str] | None,
-    clock: WallClock,
-    atol: float | None = None,
-    rtol: float | None = None,
-    rounds: int = REMEASURE_ROUNDS,
-    timeout_s: float = 600.0,
-    caches: Any = None,
-    current_is_reference: bool = False,
-    budget_s: float | None = None,
-) -> SearchRanking:
-    """Re-measure the contenders with the current kernel and the reference; rank them. The
-    caller counts the whole of it as the wall split's `remeasure` (the statistics' imports
-    and the contenders' builds are part of it). The rounds' timing is bounded by `budget_s`
-    (None: `search.ranking.RANKING_BUDGET_S`); candidates far slower than the current kernel
-    in the search are not re-measured (`search.ranking.drop_far_slower`); a current kernel
-    that is the reference is timed once for both."""
-    from pytest_kernelpro.search.ranking import (
-        FAR_SLOWER,
-        RANKING_BUDGET_S,
-        SearchRanking,
-        drop_far_slower,
-        pick_contenders,
-        rank,
-    )
-    from pytest_kernelpro.search.remeasure import remeasure
-
-    search = {
-        "evaluations": result.evaluations,
-        "stop_reason": result.stop_reason,
-        "usd": result.usd,
-    }
-    candidates = ranked_candidates(result)
-    if not candidates:
-        return SearchRanking(
-            kernel=kernel,
-            status="no correct candidate",
-            reason="the search produced no correct candidate; the current kernel stays",
-            **search,
-            wall_s=clock.totals(),
-        )
-    picked = pick_contenders(candidates, current_speedup=current_speedup)
-    # The bar is the current kernel's speed in the sandbox, the reference's where unknown.
-    bar = "current kernel" if current_speedup else "reference"
-    # The 2x margin rests on the GPU's spread between processes (14% at most on the H200); a
-    # shared CPU's single measurements swing by more than that, so there every pick is
-    # re-measured (CPU kernels are cheap to time).
-    far_slower = FAR_SLOWER if device.startswith("cuda") else 0.0
-    contenders, dropped = drop_far_slower(
-        picked, current_speedup=current_speedup, baseline=bar, ratio=far_slower
-    )
-    chosen = {c.node_id for c in picked}
-    others = dropped + [c for c in candidates if c.node_id not in chosen]
-    if not contenders:
-        return SearchRanking(
-            kernel=kernel,
-            status="no improvement found",
-            reason=(
-                f"every correct candidate was far slower than the {bar} in the search "
-                f"({dropped[0].reason}); none re-measured, the current kernel stays"
-            ),
-            candidates=tuple(others),
-            **search,
-            wall_s=clock.totals(),
-        )
-    entries = [("current", current_code)]
-    if not current_is_reference:
-        entries.append(("reference", REFERENCE_AS_CANDIDATE))
-    entries += [(f"node{c.node_id}", c.code) for c in contenders]
-    measured = remeasure(
-        sandbox_source,
-        entries,
-        device=device,
-        rounds=rounds,
-        timing=timing,
-        env=env,
-        timeout_s=timeout_s,
-        atol=atol,
-        rtol=rtol,
-        caches=caches,
-        budget_s=RANKING_BUDGET_S if budget_s is None else budget_s,
-    )
-    baseline, base_label = "current", "current kernel"
-    if "current" not in measured.samples:
-        baseline, base_label = "reference", "reference"
-    if baseline not in measured.samples:
-        return SearchRanking.not_run(
-            kernel,
-            "the final re-measurement failed for both the current kernel and the reference: "
-            + "; ".join(f"{k}: {v}" for k, v in measured.errors.items()),
-            **search,
-            wall_s=clock.totals(),
-        )
-    ranking = rank(
-        kernel,
-        [(c, measured.samples.get(f"node{c.node_id}", [])) for c in contenders],
-        measured.samples[baseline],
-        rounds=measured.rounds,
-        reference_samples=measured.samples.get(
-            "current" if current_is_reference else "reference", []
-        ),
-        others=others,
-        threshold=threshold,
-        device=measured.device,
-        baseline=base_label,
-        **search,
-        wall_s=clock.totals(),
-        cost=measured.cost(),
-    )
-    return ranking
-
-
-def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[str, Any]]:
-    """The winner's time once more, in a fresh sandboxed worker whose clocks its code cannot
-    patch (`SandboxEvaluator.confirm`); a time that does not hold up takes the win away."""
-    import dataclasses
-
-    winner = ranking.winner
-    if winner is None:
-        return ranking, {"status": "no winner to confirm"}
-    node = next((n for n in result.nodes if n.id == winner.node_id), None)
-    if node is None or node.evaluation is None:
-        return ranking, {"status": "winner not found in the search"}
-    confirmed = sandbox.confirm(node.candidate, node.evaluation)
-    if confirmed.status == "correct":
-        return ranking, {"status": "confirmed", **dict(confirmed.timing.get("confirmed") or {})}
-    reason = f"the winner (node {winner.node_id}) was disqualified: {confirmed.reason}"
-    # Out of the ranking altogether, so no patch is written for it either.
-    candidates = tuple(
-        dataclasses.replace(c, rank=None, verdict="failed", reason=reason) if c is winner else c
-        for c in ranking.candidates
-    )
-    return (
-        dataclasses.replace(
-            ranking, status="no improvement found", reason=reason, candidates=candidates
-        ),
-        {
-            "status": "disqualified",
-            "reason": confirmed.reason,
-            **dict(confirmed.timing.get("confirmation") or {}),
-        },
-    )
-
-
-def session_path() -> tuple[str, ...]:
-    """The sys.path pytest built for this session (rootdir and conftest insertions, the
-    `pythonpath` ini, a src/ layout): the sandbox imports the kernel's modules with it."""
-    return tuple(p for p in sys.path if p)
-
-
-def _project_path(entries: Sequence[str]) -> list[str]:
-    """The entries of `entries` outside the interpreter's own (stdlib, site-packages)."""
-    prefixes = {str(Path(p).resolve()) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-    out = []
-    for entry in entries:
-        resolved = str(Path(entry).resolve())
-        if not any(resolved.startswith(prefix) for prefix in prefixes):
-            out.append(entry)
-    return out
 
 
 def run_search(
@@ -367,7 +109,7 @@ def run_search(
     env = sandbox.environment()
     # The re-measurement workers import the current kernel too: the same project path.
     env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (env.get("PYTHONPATH", ""), *_project_path(task.sys_path)) if p
+        p for p in (env.get("PYTHONPATH", ""), *project_import_path(task.sys_path)) if p
     )
 
     # The user's current kernel, in the same sandbox as every candidate.

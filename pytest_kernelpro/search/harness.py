@@ -56,6 +56,7 @@ from pytest_kernelpro.measure.correctness import (
 )
 from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
 from pytest_kernelpro.search import checks, judge, measurement
+from pytest_kernelpro.search.build_failures import build_failure_log, summarize_build_error
 from pytest_kernelpro.search.checks import classify_exception
 from pytest_kernelpro.search.loader import load_source
 
@@ -69,37 +70,6 @@ class Rejected(Exception):
         super().__init__(reason)
         self.status = status
         self.reason = reason
-
-
-def summarize_build_error(exc: BaseException) -> str:
-    """First line of a build failure plus the first compiler `error` line, if any."""
-    message = getattr(exc, "message", None)  # build.BuildError: already the trimmed log
-    lines = [line.strip() for line in str(message or exc).splitlines() if line.strip()]
-    head = f"{type(exc).__name__}: {lines[0] if lines else ''}"
-    for line in lines[1:]:
-        if "error" in line.lower():
-            return f"{head} | {line}"[:400]
-    return head[:400]
-
-
-def build_failure_log(exc: BaseException, traceback_text: str) -> str:
-    """The build log a debug prompt gets: the compiler's errors (trimmed) where there are
-    any, and where in the candidate the build was called; else the traceback."""
-    from pytest_kernelpro.build.cache import BuildError
-    from pytest_kernelpro.build.nvcc import trim_compiler_log
-
-    frames = [
-        line.strip() for line in traceback_text.splitlines() if '"<kernelpro_candidate>"' in line
-    ]
-    where = f"(raised at {frames[-1]})\n" if frames else ""
-    if isinstance(exc, BuildError):
-        return f"{where}{exc.message}"
-    text = str(exc)
-    if "Error building extension" in text or "error:" in text:  # load_inline / ninja output
-        return f"{where}{type(exc).__name__}: {text.splitlines()[0] if text else ''}\n" + (
-            trim_compiler_log(text)
-        )
-    return traceback_text
 
 
 def _to_device(values: list[Any], device: torch.device) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pytest_kernelpro.analysis.evaluator import ProfilingEvaluator
 from pytest_kernelpro.cutlass.precheck import PrecheckEvaluator
-from pytest_kernelpro.run.optimize_search import TimedEvaluator, WallClock
+from pytest_kernelpro.run.search_clock import TimedEvaluator, WallClock
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
 

@@ -104,3 +104,43 @@ def test_the_in_process_timeline_answers_as_the_child_does(tmp_path: Path) -> No
     (tmp_path / "broken.json").write_text(json.dumps(broken), encoding="utf-8")
     failed = _timeline_here(str(tmp_path / "broken.json"), str(tmp_path / "none.json"))
     assert failed.why.startswith("the kineto run failed: ")
+
+
+def test_the_target_imports_the_project_package_through_the_sessions_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A src/ layout whose test module imports the project's package: pytest's `pythonpath =
+    # ["src"]` ini put src/ on the session's sys.path, the profiler's child did not have it
+    # and failed with "No module named 'liger_kernel'" (Liger-Kernel's layout, on the H200).
+    # The spec carries the session's project entries now.
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU-only answer")
+    from pytest_kernelpro.problem import ProblemLocator
+    from pytest_kernelpro.profile.collect import _spec
+
+    package = tmp_path / "src" / "doubler"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("def double(x):\n    return x * 2\n", encoding="utf-8")
+    problem = tmp_path / "kernels" / "test_double.py"
+    problem.parent.mkdir()
+    problem.write_text(
+        PROBLEM.replace("return x * 2\n", "return doubler.double(x)\n").replace(
+            "import torch\n", "import torch\n\nimport doubler\n", 1
+        ),
+        encoding="utf-8",
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))  # what the `pythonpath` ini does
+    output = tmp_path / "events.json"
+    spec = _spec(
+        ProblemLocator(str(problem), "double", None), "cpu", "timeline", output=str(output)
+    )
+    assert str(tmp_path / "src") in spec["sys_path"]
+    completed = run_target(spec, tmp_path)
+    assert completed.returncode == 0, completed.stderr
+    assert "no CUDA device" in json.loads(output.read_text(encoding="utf-8"))["not_collected"]
+
+    del spec["sys_path"]  # as the spec was before: the child cannot import the package
+    failed = run_target(spec, tmp_path)
+    assert failed.returncode == EXIT_PROBLEM_FAILED
+    assert "No module named 'doubler'" in failed.stderr

@@ -1,4 +1,4 @@
-"""The search's winner must survive `SandboxEvaluator.confirm` (optimize_search.confirm_winner).
+"""The search's winner must survive `SandboxEvaluator.confirm` (optimize_ranking.confirm_winner).
 
 The evaluator here is a stand-in that returns a fixed confirmation: what is tested is what
 the ranking does with it (`tests/search/test_sandbox_attacks.py` runs the real `confirm`).
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pytest_kernelpro.run.optimize_search import confirm_winner
+from pytest_kernelpro.run.optimize_ranking import confirm_winner
 from pytest_kernelpro.search.base import Candidate, Evaluation
 from pytest_kernelpro.search.ranking import RankedCandidate, SearchRanking
 

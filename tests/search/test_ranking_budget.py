@@ -18,7 +18,7 @@ import pytest
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.timing import TimingBudget
 from pytest_kernelpro.measure.timing.budget import adaptive_rounds
-from pytest_kernelpro.run import optimize_search
+from pytest_kernelpro.run import optimize_ranking
 from pytest_kernelpro.run.search_clock import WallClock
 from pytest_kernelpro.search import remeasure as remeasure_module
 from pytest_kernelpro.search.ranking import RankedCandidate, SearchRanking, drop_far_slower
@@ -168,7 +168,7 @@ def _rank(monkeypatch: pytest.MonkeyPatch, speedups: dict[int, float], **kw: Any
     fake = _FakeRemeasure()
     monkeypatch.setattr(remeasure_module, "remeasure", fake)
     kw.setdefault("current_speedup", 1.0)
-    ranking = optimize_search.final_ranking(
+    ranking = optimize_ranking.final_ranking(
         "12_Gemm",
         _search(speedups),
         sandbox_source="class Model: ...",

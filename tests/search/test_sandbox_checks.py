@@ -12,6 +12,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.compare import OutputsVerdict
 from pytest_kernelpro.measure.tolerance import default_tolerance
 from pytest_kernelpro.search import checks, measurement
+from pytest_kernelpro.search.build_failures import summarize_build_error
 from pytest_kernelpro.search.checks import classify_exception
 from pytest_kernelpro.search.evaluator import (
     KernelBenchTask,
@@ -19,7 +20,6 @@ from pytest_kernelpro.search.evaluator import (
     is_secret_name,
     scrub_environment,
 )
-from pytest_kernelpro.search.harness import summarize_build_error
 from pytest_kernelpro.search.loader import load_source
 
 

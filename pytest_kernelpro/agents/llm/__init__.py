@@ -1,6 +1,7 @@
-"""Model backends: one protocol (`LLMBackend`), the Anthropic API and recorded replays.
+"""Model backends: one protocol (`LLMBackend`), the Anthropic API, OpenAI-compatible servers
+and recorded replays.
 
-Nothing here imports the `anthropic` SDK at import time; `AnthropicBackend` does when built.
+Nothing here imports an SDK (`anthropic`, `openai`) at import time; a backend does when built.
 """
 
 from __future__ import annotations

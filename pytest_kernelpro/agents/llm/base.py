@@ -2,7 +2,8 @@
 
 A backend turns an `LLMRequest` (system prompt, messages, output-token limit, temperature)
 into an `LLMResponse` (text, stop reason, token counts, cost, model). Backends: the Anthropic
-Messages API (`anthropic_backend.py`) and the replay of recorded responses (`replay.py`);
+Messages API (`anthropic_backend.py`), OpenAI-compatible chat completions
+(`openai_backend.py`) and the replay of recorded responses (`replay.py`);
 `make_backend` (in `factory.py`) picks one by name.
 
 Costs come from `prices.yaml` (list prices per million tokens, with its source); a model that
