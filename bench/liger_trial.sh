@@ -65,7 +65,7 @@ if [[ $steps == *" check "* ]]; then
 fi
 if [[ $steps == *" profile "* ]]; then
   STEP_LIMIT_S=${PROFILE_LIMIT_S:-200} run profile kernels -rA --kernelpro-profile \
-    -k "swiglu or rms_norm" --kernelpro-json="$logs/profile-report.json"
+    -k "${PROFILE_SELECT:-swiglu or rms_norm}" --kernelpro-json="$logs/profile-report.json"
 fi
 [[ $steps == *" optimize "* ]] && STEP_LIMIT_S=${OPTIMIZE_LIMIT_S:-240} run optimize kernels -k rms_norm --kernelpro-optimize=3 \
   --kernelpro-llm="replay:$repo/bench/liger/replays" --kernelpro-feedback=tools \
