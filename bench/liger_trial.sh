@@ -18,6 +18,7 @@ set -uo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 liger_src="$(cd "$1" && pwd)"
 out="$2"
+[ -n "${BASELINE:-}" ] && BASELINE="$(cd "$(dirname "$BASELINE")" && pwd)/$(basename "$BASELINE")"
 mkdir -p "$out"
 work="$(mktemp -d)"
 logs="$work/logs"
