@@ -1,7 +1,9 @@
 """What a kernel item runs: the unified `Problem`, and where it comes from.
 
 - `model.py`: `Problem`, the marker's options (`MarkerOptions.from_marker`), the problem of a
-  marked function or `nn.Module` class, the language detection, `ProblemLocator`;
+  marked function or `nn.Module` class, `ProblemLocator`;
+- `language.py`: which language a kernel is written in (its source, what it imports and
+  names, the compiled kernels its code reaches);
 - `kernelbench.py`: the problem of a KernelBench file (`class Model`, `get_inputs`);
 - `locate.py`: `load_problem`, the one loader every other process uses (profiler target,
   isolated child, the sandbox's generated reference);
@@ -16,6 +18,7 @@ The names below are the package's interface; the generated sandbox modules impor
 from __future__ import annotations
 
 from .kernelbench import is_kernelbench_file, problem_from_kernelbench
+from .language import detect_language, detect_language_of
 from .locate import load_problem
 from .model import (
     DEVICES,
@@ -26,8 +29,6 @@ from .model import (
     Problem,
     ProblemLocator,
     call_input_factory,
-    detect_language,
-    detect_language_of,
     import_file,
     lookup_qualname,
     marker_of,

@@ -10,7 +10,8 @@ from typing import Any
 
 from ..errors import KernelproConfigError
 from .build import build_module, init_inputs_of, sharing_weights
-from .model import Problem, detect_language, import_file
+from .language import detect_language
+from .model import Problem, import_file
 
 _MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
 _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
