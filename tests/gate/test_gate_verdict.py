@@ -116,7 +116,26 @@ def test_interference_that_spares_the_fastest_calls_is_suspect() -> None:
     assert v.change_low < 0.05
     assert v.status == SUSPECT
     assert not v.failed
-    assert "fastest 10% of calls" in v.reason
+    assert "fastest 10% of calls were only " in v.reason
+    assert "% slower: time was added to some calls" in v.reason
+
+
+def test_fastest_calls_that_got_faster_are_said_so_beside_a_slower_median() -> None:
+    # A loaded CPU: the median 50% slower while the fastest calls ran faster than the
+    # baseline's. "fastest 10% of calls only -52.2%" read as a contradiction.
+    record = make_record(seed=22, n=400)
+    samples = record.timing.samples_s
+    moved = tuple(v * 0.5 if i % 4 == 0 else v * 1.6 for i, v in enumerate(samples))
+    record.timing = replace(
+        record.timing,
+        samples_s=moved,
+        stats=replace(record.timing.stats, median_s=float(np.median(moved))),
+    )
+    v = compare(record, entry_of(), threshold=0.05)
+    assert v.change > 0.4
+    assert v.change_low < 0
+    assert v.status == SUSPECT
+    assert f"fastest 10% of calls were {-v.change_low * 100:.1f}% faster:" in v.reason
 
 
 def test_significant_change_within_threshold_is_ok() -> None:
