@@ -71,12 +71,8 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.verdict import (
-    compare,
-    confirm,
-    default_threshold,
-    needs_confirmation,
-)
+from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
+from pytest_kernelpro.gate.verdict import compare, default_threshold
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 from pytest_kernelpro.results import KernelRecord
 

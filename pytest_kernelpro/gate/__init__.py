@@ -1,7 +1,8 @@
 """The regression gate and its reports, as plain functions over `KernelRecord` lists.
 
 - `baseline`: `save_baseline`, `load_baseline` (YAML; `BaselineError` names the fix)
-- `verdict`: `compare`, `needs_confirmation`, `confirm` -> `Verdict`
+- `verdict`: `compare` -> `Verdict`; `confirmation`: `needs_confirmation`, `confirm` (a
+  provisional regression settled by an independent re-measurement)
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
 - the texts made from one record: `item_section` (the item's report section), `terminal_row`
   (its terminal-table row), `comment_kernel` (its PR-comment row and details),

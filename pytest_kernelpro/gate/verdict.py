@@ -23,7 +23,7 @@ How a regression is decided, and why:
    from 14% to 2% (bench/results/2026-11-30-gate-accuracy-cpu.md); where the noise is small
    the decile moves with the median and the condition costs little.
 4. **Confirmation.** A change that passes 1-3 is re-measured once (the plugin re-times the
-   kernel and calls `confirm`); it fails the kernel only if the re-measurement passes 1-3 as
+   kernel and calls `confirmation.confirm`); it fails the kernel only if the re-measurement passes 1-3 as
    well. Samples within one measurement are not independent (a clock or thermal state,
    another process on the GPU) so a p-value alone overstates certainty; the second,
    independent measurement is what nvbench-compare's "noise-aware" rules and PyTorch's
@@ -121,7 +121,7 @@ def _low(values: list[float]) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of `compare` (and `confirm`) for one kernel."""
+    """The outcome of `compare` (and `confirmation.confirm`) for one kernel."""
 
     status: str  # one of STATUSES; regressed and below-roofline fail the kernel
     change_status: str  # the baseline comparison alone (status without the roofline floor)
@@ -178,11 +178,6 @@ class Verdict:
         return cls(**{k: v for k, v in data.items() if k in known})
 
 
-def needs_confirmation(verdict: Verdict) -> bool:
-    """True when the plugin must re-time the kernel and call `confirm`."""
-    return verdict.change_status == REGRESSED and verdict.confirmation is None
-
-
 def _samples(record: KernelRecord) -> list[float]:
     out = []
     for value in (record.timing.samples_s if record.timing else None) or ():
@@ -203,7 +198,7 @@ def oversubscribed_reason(record: KernelRecord) -> str | None:
     return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
 
 
-def _pct(x: float) -> str:
+def pct_text(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
 
@@ -220,7 +215,7 @@ def _frac(x: float) -> str:
     return f"{x * 100:.3g}%"
 
 
-def _p(p: float) -> str:
+def p_text(p: float) -> str:
     return f"{p:.2g}" if p >= 1e-3 else f"{p:.1e}"
 
 
@@ -305,7 +300,7 @@ def compare(
         "min_roofline": record.min_roofline,
     }
     if not samples:
-        return _finish(
+        return finish_verdict(
             change_status=UNMEASURED,
             basis="none",
             reason=f"not timed (outcome: {record.outcome}); nothing to compare",
@@ -315,7 +310,7 @@ def compare(
         )
     base["n_current"] = len(samples)
     if entry is None:
-        return _finish(
+        return finish_verdict(
             change_status=NEW,
             basis="none",
             reason="no baseline entry for this kernel; --kernelpro-save-baseline adds it",
@@ -345,7 +340,7 @@ def compare(
     else:
         chosen = cross_device_basis(record, entry, samples, cur_med, cross, cross_cpu)
     if isinstance(chosen, Incomparable):
-        return _finish(
+        return finish_verdict(
             change_status=INCOMPARABLE,
             basis=chosen.text,
             reason=chosen.reason,
@@ -376,7 +371,7 @@ def compare(
         if p >= alpha:
             status = SUSPECT
             reason = (
-                f"{moved} but not statistically clear (p = {_p(p)} >= {alpha:g}): the samples "
+                f"{moved} but not statistically clear (p = {p_text(p)} >= {alpha:g}): the samples "
                 "are too few or too noisy. Re-run, or give the kernel a longer timing budget"
             )
         elif low_ratio <= 1.0 + tol:
@@ -396,19 +391,19 @@ def compare(
         else:
             status = REGRESSED
             reason = (
-                f"{moved}, fastest {LOW_QUANTILE:.0%} of calls {_pct(change_low)}, "
-                f"Mann-Whitney p = {_p(p)} < {alpha:g}; needs a confirmation re-measurement"
+                f"{moved}, fastest {LOW_QUANTILE:.0%} of calls {pct_text(change_low)}, "
+                f"Mann-Whitney p = {p_text(p)} < {alpha:g}; needs a confirmation re-measurement"
             )
     elif ratio < 1.0 / (1.0 + tol):
         p = mann_whitney_u(now_q, ref_q, "less").p_value
         if p < alpha and low_ratio < 1.0 / (1.0 + tol):
             status = IMPROVED
-            reason = f"{moved}, p = {_p(p)}"
+            reason = f"{moved}, p = {p_text(p)}"
         else:
             status = OK
             reason = (
-                f"{moved} at the median, but not clearly (p = {_p(p)}, fastest "
-                f"{LOW_QUANTILE:.0%} of calls {_pct(change_low)}); not reported as an improvement"
+                f"{moved} at the median, but not clearly (p = {p_text(p)}, fastest "
+                f"{LOW_QUANTILE:.0%} of calls {pct_text(change_low)}); not reported as an improvement"
             )
     elif base.get("clock_limited") and ratio > 1.0 + thr:
         p = mann_whitney_u(now_q, ref_q, "greater").p_value
@@ -422,8 +417,8 @@ def compare(
     else:
         p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
         status = OK
-        reason = f"within ±{_frac(tol)} ({_pct(change)})"
-    return _finish(
+        reason = f"within ±{_frac(tol)} ({pct_text(change)})"
+    return finish_verdict(
         change_status=status,
         basis=basis,
         reason=reason,
@@ -436,7 +431,11 @@ def compare(
     )
 
 
-def _finish(*, change_status: str, reason: str, floor_reason: str | None, **kw: Any) -> Verdict:
+def finish_verdict(
+    *, change_status: str, reason: str, floor_reason: str | None, **kw: Any
+) -> Verdict:
+    """The verdict of a change status, with the absolute min_roofline floor folded in (the
+    one place `compare` and `confirmation.confirm` build a Verdict)."""
     below = kw["below_roofline"]
     if below and change_status != REGRESSED:
         status = BELOW_ROOFLINE
@@ -446,79 +445,3 @@ def _finish(*, change_status: str, reason: str, floor_reason: str | None, **kw: 
         if below:
             reason = f"{reason}; also {floor_reason}"
     return Verdict(status=status, change_status=change_status, reason=reason, **kw)
-
-
-def confirm(
-    first: Verdict,
-    record_after_remeasure: KernelRecord,
-    entry: BaselineEntry,
-    *,
-    cross_cpu: str = "info",
-    clock_normalize: bool = False,
-    widen_when_clock_limited: bool = True,
-    clock_anchor: bool = True,
-    anchor_threshold: float | None = None,
-) -> Verdict:
-    """Settle a provisional regression with an independent re-measurement of the kernel.
-
-    The regression stands (confirmed=True) only if the re-measurement is, by itself, a
-    regression under the same tolerance and alpha; otherwise the kernel is "suspect"
-    (reported, not failed). Verdicts that need no confirmation are returned unchanged.
-    """
-    if not needs_confirmation(first):
-        return first
-    second = compare(
-        record_after_remeasure,
-        entry,
-        threshold=first.threshold,
-        cross_device_tolerance=first.cross_device_tolerance,
-        alpha=first.alpha,
-        cross_cpu=cross_cpu,
-        clock_normalize=clock_normalize,
-        widen_when_clock_limited=widen_when_clock_limited,
-        clock_anchor=clock_anchor,
-        anchor_threshold=anchor_threshold,
-    )
-    reproduced = second.change_status == REGRESSED
-    confirmation = {
-        "reproduced": reproduced,
-        "change": second.change,
-        "raw_change": second.raw_change,
-        "clock_scale": second.clock_scale,
-        "anchor_change": second.anchor_change,
-        "basis": second.basis,
-        "p_value": second.p_value,
-        "current_median_s": second.current_median_s,
-        "n": second.n_current,
-        "status": second.change_status,
-    }
-    core = first.reason.split("; needs a confirmation")[0]
-    if reproduced:
-        core = (
-            f"{core}; confirmed by a re-measurement "
-            f"({_pct(second.change or 0.0)}, p = {_p(second.p_value or 1.0)})"
-        )
-        status = REGRESSED
-    else:
-        again = "not timed" if second.change is None else _pct(second.change)
-        if second.p_value is not None:
-            again += f", p = {_p(second.p_value)}"
-        core = (
-            f"{core}, but the re-measurement did not reproduce it ({again}): "
-            "treated as noise, not a regression"
-        )
-        status = SUSPECT
-    _, floor_reason = roofline_floor(first.min_roofline, first.efficiency, True)
-    kept = {
-        f.name: getattr(first, f.name)
-        for f in fields(first)
-        if f.name not in ("status", "change_status", "reason", "confirmed", "confirmation")
-    }
-    return _finish(
-        change_status=status,
-        reason=core,
-        floor_reason=floor_reason,
-        confirmed=reproduced,
-        confirmation=confirmation,
-        **kept,
-    )

@@ -222,7 +222,8 @@ def profile(run: ItemRun, services: Services, device: str | None = None) -> None
 def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None:
     """The verdict against the baseline (a regression is confirmed by timing it again, and
     profiled); a failing verdict fails the item."""
-    from ..gate.verdict import compare, confirm, needs_confirmation
+    from ..gate.confirmation import confirm, needs_confirmation
+    from ..gate.verdict import compare
     from ..measure.peak_paths import kernel_efficiency
 
     record = run.record

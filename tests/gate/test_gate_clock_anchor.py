@@ -16,7 +16,8 @@ from pytest_kernelpro.gate.baseline import (
     load_baseline,
     save_baseline,
 )
-from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, compare, confirm
+from pytest_kernelpro.gate.confirmation import confirm
+from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, compare
 from pytest_kernelpro.measure.timing.anchor import summarize_pairs
 from pytest_kernelpro.results import KernelRecord
 

@@ -13,9 +13,10 @@ from gate_factories import make_record
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.comment import MARKER, render_comment
 from pytest_kernelpro.gate.comment_cli import comment_main, post_comment
+from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.github import GitHubApiError
 from pytest_kernelpro.gate.report import build_report, write_json_report
-from pytest_kernelpro.gate.verdict import compare, confirm
+from pytest_kernelpro.gate.verdict import compare
 
 US = 1e-6
 TOKEN = "ghs_testtoken123"

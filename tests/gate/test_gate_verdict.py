@@ -10,6 +10,7 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
     IMPROVED,
@@ -21,8 +22,6 @@ from pytest_kernelpro.gate.verdict import (
     UNMEASURED,
     Verdict,
     compare,
-    confirm,
-    needs_confirmation,
 )
 
 US = 1e-6
