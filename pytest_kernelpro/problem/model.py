@@ -41,7 +41,6 @@ def _nonnegative(value: Any) -> bool:
     return _number(value) and value >= 0
 
 
-# keyword -> (check, what it must be)
 _FLOATING_DTYPES = ("float16", "bfloat16", "float32", "float64")
 _DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}
 
@@ -57,6 +56,7 @@ def _floating_dtype_name(value: Any) -> str | None:
     return name if name in _FLOATING_DTYPES else None
 
 
+# keyword -> (check, what it must be)
 _MARKER_KEYWORDS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reference": (callable, "a callable or nn.Module class computing the expected output"),
     "inputs": (callable, "a callable inputs(device) returning a tuple of inputs"),

@@ -78,6 +78,23 @@ def test_another_cpu_in_the_baseline_is_information_unless_gated(
     assert records_by_name(kp_project)["neg"]["gate"]["status"] == "regressed"
 
 
+def _neg_timing_with_setting(
+    kp_project: pytest.Pytester, how: str, setting: str, value: str
+) -> dict:
+    """The `neg` kernel's timing record after a run with `--kernelpro-SETTING=value` given on
+    the command line (`how` "cli"), as the ini key (`"ini"`), or not at all (`"default"`)."""
+    kp_project.makepyfile(test_k=TWO.split("@pytest.mark.kernelpro(reference=torch.abs")[0])
+    args = []
+    if how == "cli":
+        args.append(f"--kernelpro-{setting}={value}")
+    elif how == "ini":
+        ini = (kp_project.path / "tox.ini").read_text()
+        key = "kernelpro_" + setting.replace("-", "_")
+        kp_project.makeini(ini.rstrip("\n") + f"\n{key} = {value}\n")
+    kp_project.runpytest(*args).assert_outcomes(passed=1)
+    return records_by_name(kp_project)["neg"]["timing"]
+
+
 @pytest.mark.parametrize(
     ("how", "mode", "flushed", "reason"),
     [
@@ -90,15 +107,7 @@ def test_another_cpu_in_the_baseline_is_information_unless_gated(
 def test_cpu_flush_switch(
     kp_project: pytest.Pytester, how: str, mode: str, flushed: bool, reason: str
 ) -> None:
-    kp_project.makepyfile(test_k=TWO.split("@pytest.mark.kernelpro(reference=torch.abs")[0])
-    args = []
-    if how == "cli":
-        args.append(f"--kernelpro-cpu-flush={mode}")
-    elif how == "ini":
-        ini = (kp_project.path / "tox.ini").read_text()
-        kp_project.makeini(ini.rstrip("\n") + f"\nkernelpro_cpu_flush = {mode}\n")
-    kp_project.runpytest(*args).assert_outcomes(passed=1)
-    timing = records_by_name(kp_project)["neg"]["timing"]
+    timing = _neg_timing_with_setting(kp_project, how, "cpu-flush", mode)
     assert timing["flushed_l2"] is flushed
     assert timing["flush_reason"] == reason
     assert timing["budget"]["cpu_flush"] == mode
@@ -115,15 +124,7 @@ def test_bad_cpu_flush_value_is_a_usage_error(kp_project: pytest.Pytester) -> No
 def test_clock_anchor_setting_reaches_the_timing_budget(
     kp_project: pytest.Pytester, how: str, mode: str
 ) -> None:
-    kp_project.makepyfile(test_k=TWO.split("@pytest.mark.kernelpro(reference=torch.abs")[0])
-    args = []
-    if how == "cli":
-        args.append(f"--kernelpro-clock-anchor={mode}")
-    elif how == "ini":
-        ini = (kp_project.path / "tox.ini").read_text()
-        kp_project.makeini(ini.rstrip("\n") + f"\nkernelpro_clock_anchor = {mode}\n")
-    kp_project.runpytest(*args).assert_outcomes(passed=1)
-    timing = records_by_name(kp_project)["neg"]["timing"]
+    timing = _neg_timing_with_setting(kp_project, how, "clock-anchor", mode)
     assert timing["budget"]["clock_anchor"] == mode
     assert timing["anchor"] is None  # a CPU timing has no anchor
 
