@@ -1,4 +1,4 @@
-"""Candidate build speed: the build layer (`pytest_kernelpro.build`) against plain `load_inline`.
+"""Candidate build speed: the build layer (`pytest_kernelpro.optimize.build`) against plain `load_inline`.
 
     python bench/build_speed.py --out DIR [--device cuda|cpu] [--inline add,softmax,...]
         [--inline-jobs 6] [--inline-deadline-s 120]
@@ -41,9 +41,9 @@ sys.path.insert(0, str(HERE.parent))
 
 from build_speed_cases import CASES, Case  # noqa: E402
 
-from pytest_kernelpro.build import BuildCache, build_cuda, load_cuda  # noqa: E402
-from pytest_kernelpro.build.prebuild import Prebuilder  # noqa: E402
-from pytest_kernelpro.build.source import parse_kernels  # noqa: E402
+from pytest_kernelpro.optimize.build import BuildCache, build_cuda, load_cuda  # noqa: E402
+from pytest_kernelpro.optimize.build.prebuild import Prebuilder  # noqa: E402
+from pytest_kernelpro.optimize.build.source import parse_kernels  # noqa: E402
 
 ARCH = "sm_90a"
 DEFAULT_INLINE = "add,softmax,gemm_regblock64,wmma_bf16,mma_sync_bf16,cute_wgmma_tn"
@@ -98,9 +98,7 @@ def binding_source(case: Case) -> tuple[str, str, list[str]]:
         )
         decls.append(signature + ";")
         bodies.append(
-            signature
-            + " {\n"
-            + f"  if (smem > 48 * 1024) cudaFuncSetAttribute({name}, "
+            signature + " {\n" + f"  if (smem > 48 * 1024) cudaFuncSetAttribute({name}, "
             "cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);\n"
             + f"  {name}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, "
             f"c10::cuda::getCurrentCUDAStream()>>>({', '.join(args)});\n"
@@ -109,10 +107,7 @@ def binding_source(case: Case) -> tuple[str, str, list[str]]:
         functions.append(f"launch_{name}")
     cuda = (
         "#include <torch/extension.h>\n#include <c10/cuda/CUDAStream.h>\n"
-        "#include <c10/cuda/CUDAException.h>\n"
-        + case.source
-        + "\n"
-        + "\n".join(bodies)
+        "#include <c10/cuda/CUDAException.h>\n" + case.source + "\n" + "\n".join(bodies)
     )
     return cuda, "\n".join(decls), functions
 
@@ -139,7 +134,9 @@ def split_binding(case: Case, salt: str = "") -> tuple[str, str, list[str]]:
                 dargs.append(f"static_cast<{ctype}>(p{index})")
                 hparams.append(f"{wide} p{index}")
                 hargs.append(f"p{index}")
-        dims = "int64_t gx, int64_t gy, int64_t gz, int64_t bx, int64_t by, int64_t bz, int64_t smem"
+        dims = (
+            "int64_t gx, int64_t gy, int64_t gz, int64_t bx, int64_t by, int64_t bz, int64_t smem"
+        )
         device.append(
             f"void dev_launch_{name}({dims}, void* stream{''.join(', ' + p for p in dparams)}) {{\n"
             f"  if (smem > 48 * 1024) cudaFuncSetAttribute({name}, "
@@ -147,7 +144,9 @@ def split_binding(case: Case, salt: str = "") -> tuple[str, str, list[str]]:
             f"  {name}<<<dim3(gx, gy, gz), dim3(bx, by, bz), smem, (cudaStream_t)stream>>>"
             f"({', '.join(dargs)});\n}}\n"
         )
-        host.append(f"void dev_launch_{name}({dims}, void* stream{''.join(', ' + p for p in dparams)});")
+        host.append(
+            f"void dev_launch_{name}({dims}, void* stream{''.join(', ' + p for p in dparams)});"
+        )
         host.append(
             f"void launch_{name}({dims}{''.join(', ' + p for p in hparams)}) {{\n"
             f"  dev_launch_{name}(gx, gy, gz, bx, by, bz, smem, "
@@ -160,7 +159,7 @@ def split_binding(case: Case, salt: str = "") -> tuple[str, str, list[str]]:
 def run_extension_demo(names: list[str], out: Path, cache: BuildCache, results: dict) -> None:
     """Full path through the layer: each case built cold, then with its device code changed
     (same binding: only cuda.cu recompiles)."""
-    from pytest_kernelpro.build.extension import build_extension
+    from pytest_kernelpro.optimize.build.extension import build_extension
 
     if len(names) > 1:  # one thread per case: the cold builds run side by side
         threads = [threading.Thread(target=run_extension_demo, args=([n], out, cache, results))
@@ -199,7 +198,7 @@ def check_extensions(
     extension: dict[str, Any] = {}
     for (name, step), (record, build) in sorted(ext_results.items()):
         if build is not None and device == "cuda":
-            from pytest_kernelpro.build.extension import import_extension
+            from pytest_kernelpro.optimize.build.extension import import_extension
 
             try:
                 module = import_extension(build)
@@ -223,8 +222,8 @@ def inline_kwargs(case: Case, build_dir: Path) -> dict[str, Any]:
     flags = list(INLINE_FLAGS)
     includes: list[str] = []
     if case.cutlass:
-        from pytest_kernelpro.build.api import CUTLASS_FLAGS
-        from pytest_kernelpro.cutlass.locate import locate_cutlass
+        from pytest_kernelpro.optimize.build.api import CUTLASS_FLAGS
+        from pytest_kernelpro.optimize.cutlass.locate import locate_cutlass
 
         install = locate_cutlass().install
         includes = [str(d) for d in install.include_dirs] if install else []
@@ -321,13 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--inline", default=DEFAULT_INLINE, help="cases built with load_inline")
     parser.add_argument("--inline-jobs", type=int, default=6)
-    parser.add_argument("--extension", default="add,softmax",
-                        help="cases built through build.extension (cold, then device change)")
+    parser.add_argument(
+        "--extension",
+        default="add,softmax",
+        help="cases built through build.extension (cold, then device change)",
+    )
     parser.add_argument("--inline-deadline-s", type=float, default=120.0)
     parser.add_argument("--inline-one", help=argparse.SUPPRESS)
     parser.add_argument("--inline-only", action="store_true", help="dry run of the inline side")
-    parser.add_argument("--extension-only", action="store_true",
-                        help="only the full-path demo (--extension cases) and its checks")
+    parser.add_argument(
+        "--extension-only",
+        action="store_true",
+        help="only the full-path demo (--extension cases) and its checks",
+    )
     args = parser.parse_args(argv)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -342,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     import torch
 
-    from pytest_kernelpro.build.nvcc import compiler_version, find_nvcc
+    from pytest_kernelpro.optimize.build.nvcc import compiler_version, find_nvcc
 
     env = {
         "kind": "env", "torch": torch.__version__, "nvcc": compiler_version(find_nvcc()),
@@ -379,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
             fast_outputs[name] = check(case, fcall, torch)[1]
         by_name = {c.name: c for c in CASES}
         extension = check_extensions(ext_results, by_name, fast_outputs, torch, args.device)
-        (out / "build_speed_extension.json").write_text(json.dumps(extension, indent=1, default=str))
+        (out / "build_speed_extension.json").write_text(
+            json.dumps(extension, indent=1, default=str)
+        )
         print(json.dumps(extension, indent=1, default=str)[:6000])
         return 0
     inline_names = [n for n in args.inline.split(",") if n]
@@ -419,7 +426,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in EXPANSION:
         case = by_name[name]
         source = case.source + "\n// expansion candidate\n"
-        codes.append(f"from pytest_kernelpro.build import load_cuda\nK = load_cuda(r'''{source}''')\n")
+        codes.append(
+            f"from pytest_kernelpro.optimize.build import load_cuda\nK = load_cuda(r'''{source}''')\n"
+        )
     builder = Prebuilder(cache, arch=ARCH, jobs=8)
     started = time.perf_counter()
     builder.submit_many(codes)
@@ -477,7 +486,9 @@ def main(argv: list[str] | None = None) -> int:
                 fast = fast_outputs.get(name)
                 if fast is not None:
                     record["same_as_fast"] = bool(torch.equal(fast, output))
-                    record["max_abs_diff_to_fast"] = float((fast.float() - output.float()).abs().max())
+                    record["max_abs_diff_to_fast"] = float(
+                        (fast.float() - output.float()).abs().max()
+                    )
             except Exception as exc:
                 record["check"] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:1500]}
         inline[name] = record

@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-SETUP = '''
+SETUP = """
 import torch
 
 def softmax_in(device="cpu"):
@@ -65,9 +65,9 @@ def add(x, y):
 
 def layernorm(x):
     return torch.nn.functional.layer_norm(x, (1024,))
-'''
+"""
 
-KERNELPRO = '''
+KERNELPRO = """
 import pytest, torch
 from kernels import *
 
@@ -96,9 +96,9 @@ def k_add(x, y):
 @pytest.mark.kernelpro(reference=lambda x: torch.nn.functional.layer_norm(x, (1024,)), inputs=ln_in)
 def k_layernorm(x):
     return layernorm(x)
-'''
+"""
 
-BENCHMARK = '''
+BENCHMARK = """
 from kernels import *
 
 def test_softmax(benchmark):
@@ -118,7 +118,7 @@ def test_add(benchmark):
 
 def test_layernorm(benchmark):
     benchmark(layernorm, *ln_in())
-'''
+"""
 
 
 def _run(project: Path, tool: str) -> dict[str, object]:

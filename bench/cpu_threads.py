@@ -47,9 +47,11 @@ def main() -> int:
                                  "median_s": r.median_s, "n": r.stats.n,
                                  "others_cores": load.get("others_cores"),
                                  "oversubscribed": load.get("oversubscribed")})  # fmt: skip
-                    print(f"hog={hog!s:5} threads={threads} {name:18} median "
-                          f"{r.median_s * 1e6:9.0f} us  n={r.stats.n:4}  others "
-                          f"{load.get('others_cores')} cores  oversubscribed={load.get('oversubscribed')}")
+                    print(
+                        f"hog={hog!s:5} threads={threads} {name:18} median "
+                        f"{r.median_s * 1e6:9.0f} us  n={r.stats.n:4}  others "
+                        f"{load.get('others_cores')} cores  oversubscribed={load.get('oversubscribed')}"
+                    )
         finally:
             if proc is not None:
                 proc.kill()

@@ -39,14 +39,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_kernelpro.search.base import Candidate  # noqa: E402
-from pytest_kernelpro.search.evaluator import (  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     KernelBenchTask,
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.search.mcts import MCTS  # noqa: E402
-from pytest_kernelpro.search.restore import render_tree  # noqa: E402
+from pytest_kernelpro.optimize.search.base import Candidate  # noqa: E402
+from pytest_kernelpro.optimize.search.mcts import MCTS  # noqa: E402
+from pytest_kernelpro.optimize.search.restore import render_tree  # noqa: E402
 
 REFERENCE = """
 import torch

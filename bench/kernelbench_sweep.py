@@ -342,9 +342,7 @@ def render(rows: list[dict[str, Any]], commit: str | None) -> str:
             "",
             "## Above 3x the footprint: the peak per phase (GiB above the item's start)",
             "",
-            "| level | problem | peak/fp | inputs | reference peak | "
-            + " | ".join(PHASES)
-            + " |",
+            "| level | problem | peak/fp | inputs | reference peak | " + " | ".join(PHASES) + " |",
             "|--:|:--|--:|--:|--:|" + "--:|" * len(PHASES),
         ]
         for r in sorted(over, key=lambda r: (r["level"], number_of(r["nodeid"]))):

@@ -113,7 +113,7 @@ def environment(device: str | None, *, probe: bool = True) -> dict[str, Any]:
     (every evaluation names its isolation too, so a resumed call skips the probe's ~15 s)."""
     import torch
 
-    from pytest_kernelpro.search.isolation import Isolation
+    from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 
     info: dict[str, Any] = {"python": sys.version.split()[0], "torch": torch.__version__}
     try:
@@ -162,7 +162,7 @@ def make_user_repo(
     root: Path, kb: Path, device: str | None, steps: Steps, *, full_size: bool = False
 ) -> Path:
     """example_repo/ plus the KernelBench problems and their replays, as a git repository."""
-    from pytest_kernelpro.handoff.corpus import build
+    from pytest_kernelpro.optimize.loop.corpus import build
 
     user = root / "user-repo"
     shutil.rmtree(user, ignore_errors=True)
@@ -210,7 +210,11 @@ def plugin_args(args: argparse.Namespace) -> list[str]:
 
 
 def run(
-    cmd: list[str], cwd: Path, logfile: Path, timeout: float, extra_env: dict[str, str] | None = None
+    cmd: list[str],
+    cwd: Path,
+    logfile: Path,
+    timeout: float,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     started = time.monotonic()
     env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1", **(extra_env or {}))
@@ -442,7 +446,7 @@ def finished_in_folder(kernel: str, run_dir: Path, root: Path, raw: Path) -> dic
 
 def partial(kernel: str, user: Path, raw: Path) -> dict[str, Any]:
     """The run folder of a search that was cut off: its summary so far and its nodes."""
-    from pytest_kernelpro.handoff.replay import slug
+    from pytest_kernelpro.optimize.loop.replay import slug
 
     folders = sorted((user / ".kernelpro" / "optimize" / slug(kernel)).glob("run-*"))
     if not folders:
@@ -625,7 +629,7 @@ def main() -> int:
         # Run folders of a cut-off call copied back (DIR/<slug>.partial.run): searches that
         # finished there count as done here.
         for kernel in KERNELS:
-            from pytest_kernelpro.handoff.replay import slug as run_slug
+            from pytest_kernelpro.optimize.loop.replay import slug as run_slug
 
             run_dir = folder / f"{run_slug(kernel)}.partial.run"
             if f"search:{kernel}" in steps.done or not run_dir.is_dir():
@@ -676,7 +680,7 @@ def main() -> int:
         step, entries = search_group(todo, user, args.scratch, raw, args, limit)
         for kernel, entry in entries.items():
             if step["exit"] == "timeout" or not entry["summary"].get("status"):
-                from pytest_kernelpro.handoff.replay import slug as run_slug
+                from pytest_kernelpro.optimize.loop.replay import slug as run_slug
 
                 folders = sorted(
                     (user / ".kernelpro" / "optimize" / run_slug(kernel)).glob("run-*")

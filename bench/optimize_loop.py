@@ -126,9 +126,9 @@ sys.path.insert(0, {bench!r})
 
 import optimize_loop_candidates as canned  # noqa: E402
 
-import pytest_kernelpro.agents.llm.factory as factory  # noqa: E402
-from pytest_kernelpro.agents.llm.base import LLMResponse  # noqa: E402
-from pytest_kernelpro.agents.llm.replay import RecordingBackend  # noqa: E402
+import pytest_kernelpro.optimize.agents.llm.factory as factory  # noqa: E402
+from pytest_kernelpro.optimize.agents.llm.base import LLMResponse  # noqa: E402
+from pytest_kernelpro.optimize.agents.llm.replay import RecordingBackend  # noqa: E402
 
 _real = factory.make_backend
 _FINDING = re.compile(r"^#### 1\\. \\[(?P<sev>[A-Z]+)\\] (?P<title>.*)$", re.MULTILINE)
@@ -176,7 +176,7 @@ factory.make_backend = make_backend
 import dataclasses  # noqa: E402
 import os  # noqa: E402
 
-import pytest_kernelpro.search.evaluator as _evaluator  # noqa: E402
+import pytest_kernelpro.optimize.sandbox.evaluator as _evaluator  # noqa: E402
 
 _isolation = os.environ.get("KERNELPRO_BENCH_ISOLATION")
 if _isolation:

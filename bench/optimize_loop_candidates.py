@@ -1,7 +1,7 @@
 """Hand-written candidates for the optimize-loop bench (bench/optimize_loop.py).
 
 Three kernels of different kinds, each with: a wrong candidate, a slow correct one, a fast
-one (a fused fast-path CUDA kernel through `pytest_kernelpro.build.load_cuda`) and one that
+one (a fused fast-path CUDA kernel through `pytest_kernelpro.optimize.build.load_cuda`) and one that
 does not compile. The canned model answers the Programmer by mode: initial -> [wrong, slow],
 optimize -> [fast, broken], debug -> [slow].
 """
@@ -34,7 +34,7 @@ class ModelNew(nn.Module):
 )
 GELU_FAST = (
     HEAD
-    + '''from pytest_kernelpro.build import load_cuda
+    + '''from pytest_kernelpro.optimize.build import load_cuda
 
 _K = load_cuda(r"""
 extern "C" __global__ void bias_gelu(const float4* __restrict__ x, const float4* __restrict__ b,
@@ -65,7 +65,7 @@ class ModelNew(nn.Module):
 )
 GELU_BROKEN = (
     HEAD
-    + '''from pytest_kernelpro.build import load_cuda
+    + '''from pytest_kernelpro.optimize.build import load_cuda
 
 _K = load_cuda(r"""
 extern "C" __global__ void bias_gelu(const float* x, const float* b, float* out, long long n) {
@@ -147,7 +147,7 @@ extern "C" __global__ void softmax_rows(const float* __restrict__ x, float* __re
 """
 SOFTMAX_FAST = (
     HEAD
-    + "from pytest_kernelpro.build import load_cuda\n\n_K = load_cuda(r'''"
+    + "from pytest_kernelpro.optimize.build import load_cuda\n\n_K = load_cuda(r'''"
     + _SOFTMAX_CU
     + "''', name=\"softmax_rows_fused\")\n"
     + """
@@ -162,7 +162,7 @@ class ModelNew(nn.Module):
 )
 SOFTMAX_BROKEN = (
     HEAD
-    + "from pytest_kernelpro.build import load_cuda\n\n_K = load_cuda(r'''"
+    + "from pytest_kernelpro.optimize.build import load_cuda\n\n_K = load_cuda(r'''"
     + _SOFTMAX_CU.replace("float inv = 1.f / s;", "float inv = 1.f / undeclared_sum;")
     + "''', name=\"softmax_rows_broken\")\n"
     + """
@@ -227,7 +227,7 @@ extern "C" __global__ void rms_norm(const float4* __restrict__ x, const float4* 
 """
 RMS_FAST = (
     HEAD
-    + "from pytest_kernelpro.build import load_cuda\n\n_K = load_cuda(r'''"
+    + "from pytest_kernelpro.optimize.build import load_cuda\n\n_K = load_cuda(r'''"
     + _RMS_CU
     + "''', name=\"rms_norm_fused\")\n"
     + "\n"
@@ -242,7 +242,7 @@ RMS_FAST = (
 )
 RMS_BROKEN = (
     HEAD
-    + "from pytest_kernelpro.build import load_cuda\n\n_K = load_cuda(r'''"
+    + "from pytest_kernelpro.optimize.build import load_cuda\n\n_K = load_cuda(r'''"
     + _RMS_CU.replace("float4 g = w[threadIdx.x];", "float4 g = w[threadIdx.x]")
     + "''', name=\"rms_norm_broken\")\n"
     + "\n"

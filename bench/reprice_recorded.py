@@ -48,8 +48,18 @@ def from_reports(paths: list[Path], ceilings: Ceilings, only: str | None) -> lis
             if not r or not timing or (only and only not in rec["name"]):
                 continue
             ops = [OpCost(**op) for op in r["ops"]]
-            roofline = {**r, "paths": list(matrix_paths(ops, ceilings, r["flops"], r["memory_time_s"], "cuda"))}
-            rows.append(_row(f"{path.parent.name}/{path.name}: {rec['name']}", rec["efficiency"], roofline, timing["stats"]["median_s"]))
+            roofline = {
+                **r,
+                "paths": list(matrix_paths(ops, ceilings, r["flops"], r["memory_time_s"], "cuda")),
+            }
+            rows.append(
+                _row(
+                    f"{path.parent.name}/{path.name}: {rec['name']}",
+                    rec["efficiency"],
+                    roofline,
+                    timing["stats"]["median_s"],
+                )
+            )
     return rows
 
 
@@ -63,7 +73,11 @@ def from_sweeps(paths: list[Path], ceilings: Ceilings) -> list[dict[str, Any]]:
             median, eff = float(d["median_s"]), float(d["efficiency"])
             t = eff * median
             memory = float(d.get("min_bytes") or 0.0) / ceilings.bandwidth_Bps
-            compute = t if d.get("bound") == "compute" else float(d.get("flops") or 0.0) / ceilings.flops["fp32"]
+            compute = (
+                t
+                if d.get("bound") == "compute"
+                else float(d.get("flops") or 0.0) / ceilings.flops["fp32"]
+            )
             roofline = {
                 "roofline_time_s": t, "compute_time_s": compute, "memory_time_s": memory,
                 "flops": d.get("flops"), "min_bytes": d.get("min_bytes"), "peak_name": d.get("peak_name"),
@@ -98,7 +112,9 @@ def main() -> None:
     }
     for r in rows:
         if r["recorded_efficiency"] > 1.0 or r["inferred"] or r["problem"]:
-            print(f"{r['name']}: {r['recorded_efficiency']:.1%} -> {r['efficiency']:.1%}; {r['note']}")
+            print(
+                f"{r['name']}: {r['recorded_efficiency']:.1%} -> {r['efficiency']:.1%}; {r['note']}"
+            )
     print(json.dumps(summary, indent=1))
     if args.out:
         noted = [r for r in rows if r["note"]]  # the rest: priced as recorded, no note

@@ -155,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kb-dir", default=str(ROOT / ".kb" / "KernelBench"))
     parser.add_argument("--problems", default=",".join(DEFAULT_PROBLEMS))
     parser.add_argument("--profile-k", default=DEFAULT_PROFILE_K)
-    parser.add_argument("--ceilings", default="", help="--kernelpro-ceilings JSON (skips measuring)")
+    parser.add_argument(
+        "--ceilings", default="", help="--kernelpro-ceilings JSON (skips measuring)"
+    )
     parser.add_argument("--step-limit-s", type=float, default=150.0)
     parser.add_argument(
         "--profile-limit-s", type=float, default=0.0, help="ex_profile's limit (0: --step-limit-s)"
@@ -186,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
         common.append(f"--kernelpro-device={args.device}")
     if args.ceilings:
         common.append(f"--kernelpro-ceilings={Path(args.ceilings).resolve()}")
-    result: dict[str, Any] = {"label": args.label, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                         time.gmtime())}
+    result: dict[str, Any] = {
+        "label": args.label,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     try:
         import torch
 
@@ -195,8 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         result["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     except Exception as exc:  # the table still says what ran where
         result["torch"] = f"unavailable: {exc}"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    commit = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
     result["commit"] = args.commit or commit or os.environ.get("PARITY_COMMIT", "unknown")
     result["git_rev_parse"] = commit
     steps: list[dict[str, Any]] = []
@@ -211,32 +216,78 @@ def main(argv: list[str] | None = None) -> int:
         kb_base = Path(args.kb_baseline).resolve() if args.kb_baseline else raw / "kb-baseline.yaml"
         result["baselines"] = {"ex": str(ex_base), "kb": str(kb_base)}
         plan: list[tuple[str, list[str], Path]] = [
-            ("ex_save", [*ex_k, f"--kernelpro-save-baseline={ex_base}",
-                         f"--kernelpro-json={raw / 'ex_save.json'}"], example),
-            ("ex_check", [*ex_k, "--kernelpro-check", f"--kernelpro-baseline={ex_base}",
-                          f"--kernelpro-json={raw / 'ex_check.json'}",
-                          f"--junitxml={raw / 'ex_check.junit.xml'}"], example),
-            ("ex_profile", ["-rA", "--kernelpro-profile", "-k", args.profile_k,
-                            f"--kernelpro-json={raw / 'ex_profile.json'}"], example),
+            (
+                "ex_save",
+                [
+                    *ex_k,
+                    f"--kernelpro-save-baseline={ex_base}",
+                    f"--kernelpro-json={raw / 'ex_save.json'}",
+                ],
+                example,
+            ),
+            (
+                "ex_check",
+                [
+                    *ex_k,
+                    "--kernelpro-check",
+                    f"--kernelpro-baseline={ex_base}",
+                    f"--kernelpro-json={raw / 'ex_check.json'}",
+                    f"--junitxml={raw / 'ex_check.junit.xml'}",
+                ],
+                example,
+            ),
+            (
+                "ex_profile",
+                [
+                    "-rA",
+                    "--kernelpro-profile",
+                    "-k",
+                    args.profile_k,
+                    f"--kernelpro-json={raw / 'ex_profile.json'}",
+                ],
+                example,
+            ),
         ]
         names = [n for n in args.problems.split(",") if n]
         if names and not {"kb_save", "kb_check"} <= skip:
             kb = Path(tmp) / "kb"
             result["kb_problems"] = stage_problems(Path(args.kb_dir), names, kb)
             (kb / "pytest.ini").write_text("[pytest]\n", encoding="utf-8")  # plugin defaults
-            kb_args = ["-c", str(kb / "pytest.ini"), f"--rootdir={kb}",
-                       f"--kernelpro-problems={kb}"]
+            kb_args = [
+                "-c",
+                str(kb / "pytest.ini"),
+                f"--rootdir={kb}",
+                f"--kernelpro-problems={kb}",
+            ]
             plan += [
-                ("kb_save", [*kb_args, f"--kernelpro-save-baseline={kb_base}",
-                             f"--kernelpro-json={raw / 'kb_save.json'}"], kb),
-                ("kb_check", [*kb_args, "--kernelpro-check", f"--kernelpro-baseline={kb_base}",
-                              f"--kernelpro-json={raw / 'kb_check.json'}"], kb),
+                (
+                    "kb_save",
+                    [
+                        *kb_args,
+                        f"--kernelpro-save-baseline={kb_base}",
+                        f"--kernelpro-json={raw / 'kb_save.json'}",
+                    ],
+                    kb,
+                ),
+                (
+                    "kb_check",
+                    [
+                        *kb_args,
+                        "--kernelpro-check",
+                        f"--kernelpro-baseline={kb_base}",
+                        f"--kernelpro-json={raw / 'kb_check.json'}",
+                    ],
+                    kb,
+                ),
             ]
         for name, step_args, cwd in plan:
             if name in skip:
                 continue
-            limit = args.profile_limit_s if name == "ex_profile" and args.profile_limit_s else (
-                args.step_limit_s)
+            limit = (
+                args.profile_limit_s
+                if name == "ex_profile" and args.profile_limit_s
+                else (args.step_limit_s)
+            )
             steps.append(run_step(name, [*step_args, *common], cwd, limit, raw))
             reports[name] = read_report(raw / f"{name}.json")
             result.update(steps=steps, reports=reports)
@@ -256,10 +307,13 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> str:
     lines: list[str] = []
     for step, rep in before.get("reports", {}).items():
         other = after.get("reports", {}).get(step, {})
-        lines += [f"### {step}", "",
-                  "| item | outcome | gate | median µs before | after | Δ | % roofline before | after "
-                  "| bound | FLOPs same | bytes same | profiled |",
-                  "|---|---|---|--:|--:|--:|--:|--:|---|---|---|---|"]
+        lines += [
+            f"### {step}",
+            "",
+            "| item | outcome | gate | median µs before | after | Δ | % roofline before | after "
+            "| bound | FLOPs same | bytes same | profiled |",
+            "|---|---|---|--:|--:|--:|--:|--:|---|---|---|---|",
+        ]
         recs_b = rep.get("records", {})
         recs_a = other.get("records", {})
         for nodeid in sorted(set(recs_b) | set(recs_a)):
@@ -269,8 +323,11 @@ def compare(before: dict[str, Any], after: dict[str, Any]) -> str:
             eb, ea = b.get("efficiency"), a.get("efficiency")
 
             def pair(key: str, b: dict[str, Any] = b, a: dict[str, Any] = a) -> str:
-                return _fmt(b.get(key)) if b.get(key) == a.get(key) else (
-                    f"{_fmt(b.get(key))} / {_fmt(a.get(key))}")
+                return (
+                    _fmt(b.get(key))
+                    if b.get(key) == a.get(key)
+                    else (f"{_fmt(b.get(key))} / {_fmt(a.get(key))}")
+                )
 
             lines.append(
                 f"| {b.get('name') or a.get('name')} | {pair('outcome')} | {pair('gate_status')} "

@@ -4,7 +4,7 @@ timed, its time confirmed, and (where ncu works inside the sandbox) profiled.
     python bench/sandbox_h200.py --out $OUT            # on the GPU machine
     python bench/sandbox_h200.py --out /tmp/sb --device cpu   # dry run (PyTorch candidate)
 
-The candidate is a fast-path CUDA kernel (`pytest_kernelpro.build.load_cuda`: nvcc to a cubin,
+The candidate is a fast-path CUDA kernel (`pytest_kernelpro.optimize.build.load_cuda`: nvcc to a cubin,
 driver-API launch) for `a + b` on 16M floats. At import it also probes its sandbox and prints
 what it found (`PROBE ...` lines in the worker log): the processes it can see, whether the
 NVIDIA device nodes are there, a write into the repository, a socket to the session's
@@ -28,13 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pytest_kernelpro.search.base import Candidate  # noqa: E402
-from pytest_kernelpro.search.evaluator import (  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     KernelBenchTask,
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.search.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.search.base import Candidate  # noqa: E402
 
 CANARY = "kp-bench-canary-5d1e"
 
@@ -81,7 +81,7 @@ CUDA_CANDIDATE = (
     + r'''
 import torch
 import torch.nn as nn
-from pytest_kernelpro.build import load_cuda
+from pytest_kernelpro.optimize.build import load_cuda
 
 kernels = load_cuda(r"""
 extern "C" __global__ void add4(const float4* a, const float4* b, float4* out, long long n4) {
@@ -119,7 +119,7 @@ class ModelNew(nn.Module):
 NCU_SCRIPT = r"""
 import sys, torch
 sys.path.insert(0, sys.argv[1])
-from pytest_kernelpro.search.loader import load_source
+from pytest_kernelpro.optimize.sandbox.loader import load_source
 mod = load_source(open(sys.argv[2]).read(), "kp_candidate")
 a = torch.randn(@@N@@, device="cuda"); b = torch.randn(@@N@@, device="cuda")
 m = mod.ModelNew()

@@ -7,14 +7,14 @@ Steps, in order of value (each appends one JSON line to OUT/search_cost.jsonl as
 a call cut by its limit keeps what it measured; `--steps` picks some):
 
 1. `probe`: the CUDA ladder with the driver check (ctypes through libcuda.so.1), then the
-   same verdict read back from a fresh verdict cache (`search/cuda_probe.py`);
+   same verdict read back from a fresh verdict cache (`optimize/sandbox/cuda_probe.py`);
 2. `profile_out` / `profile_in`: one PyTorch candidate (torch.softmax over rows) profiled by
    `CandidateProfiler` under the fallback (no namespaces) and inside the namespace sandbox:
    the A/B of "a profile costs twice as much inside the sandbox", with the child's parts
    (`phases`: build, static, timeline, ncu_query, ncu, analysis);
 3. `triton_cold`, `triton_eval`, `triton_warm`: a Triton row-softmax candidate profiled cold
    (no kept caches), then evaluated in the sandbox (which keeps its compile caches), then
-   profiled from a copy of them (`search/compile_cache.py`); on the CPU a PyTorch candidate
+   profiled from a copy of them (`optimize/sandbox/compile_cache.py`); on the CPU a PyTorch candidate
    stands in (no Triton), so only the plumbing is exercised;
 4. `probe_torch`: the ladder with the torch check, what every process paid before.
 """
@@ -34,16 +34,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pytest_kernelpro.analysis import RooflineFacts  # noqa: E402
-from pytest_kernelpro.analysis.evaluator import CandidateProfiler, ProfileFailed  # noqa: E402
-from pytest_kernelpro.search import isolation  # noqa: E402
-from pytest_kernelpro.search.base import Candidate, Evaluation  # noqa: E402
-from pytest_kernelpro.search.cuda_probe import VerdictCache  # noqa: E402
-from pytest_kernelpro.search.evaluator import (  # noqa: E402
+from pytest_kernelpro.optimize.candidate_profile.evaluator import CandidateProfiler, ProfileFailed  # noqa: E402
+from pytest_kernelpro.optimize.sandbox import isolation  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.cuda_probe import VerdictCache  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     KernelBenchTask,
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.search.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation  # noqa: E402
 
 STEPS = (
     "probe",

@@ -41,9 +41,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pytest_kernelpro.search.base import Candidate, Evaluation  # noqa: E402
-from pytest_kernelpro.search.greedy import GreedySearch  # noqa: E402
-from pytest_kernelpro.search.mcts import MCTS, MCTSConfig  # noqa: E402
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation  # noqa: E402
+from pytest_kernelpro.optimize.search.greedy import GreedySearch  # noqa: E402
+from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig  # noqa: E402
 
 FAIL_KINDS = ("build_error", "run_error", "wrong", "timeout")
 FAMILIES = ("trap", "unimodal", "failure-heavy", "chain")

@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "list the runs kept in .kernelpro/history (one JSON per run, by commit and machine)",
     ),
     "show": (
-        "pytest_kernelpro.search.show",
+        "pytest_kernelpro.optimize.search.show",
         "show_main",
         "print a search trajectory's tree and best path",
     ),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .setting_table import (
+from pytest_kernelpro.setting_table import (
     GROUP_DESCRIPTION,
     GROUP_NAME,
     SETTINGS,
@@ -207,7 +207,7 @@ class KernelproConfig:
         """The session's regression threshold for a kernel timed on `device_kind`."""
         if self.threshold is not None:
             return self.threshold
-        from .gate.verdict import default_threshold
+        from pytest_kernelpro.gate.verdict import default_threshold
 
         return default_threshold(device_kind)
 

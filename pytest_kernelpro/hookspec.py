@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from .measure.devices import DeviceSpec
-    from .measure.roofline import OpCost
-    from .record import KernelRecord
+    from pytest_kernelpro.measure.devices import DeviceSpec
+    from pytest_kernelpro.measure.roofline import OpCost
+    from pytest_kernelpro.record import KernelRecord
 
 hookspec = pluggy.HookspecMarker("pytest")
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from . import hookspec
-from .config import add_options
-from .problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
-from .run.items import (
+from pytest_kernelpro import hookspec
+from pytest_kernelpro.config import add_options
+from pytest_kernelpro.problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
+from pytest_kernelpro.run.items import (
     PLUGIN_NAME,
     RECORD_KEY,
     KernelBenchFile,
@@ -24,7 +24,7 @@ from .run.items import (
     collected_in_its_own_test_module,
     is_an_alias_of_a_collected_kernel,
 )
-from .run.session import REPORT_ATTR, KernelproSession, is_within, start_session
+from pytest_kernelpro.run.session import REPORT_ATTR, KernelproSession, is_within, start_session
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -67,7 +67,7 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Col
     problems = session.settings.problems if session else None
     if problems is None or file_path.suffix != ".py" or not is_within(file_path, problems):
         return None
-    from .problem.kernelbench import is_kernelbench_file
+    from pytest_kernelpro.problem.kernelbench import is_kernelbench_file
 
     if not is_kernelbench_file(file_path):
         return None
@@ -104,14 +104,14 @@ def pytest_runtest_makereport(
     is_kernel = isinstance(item, (KernelItem, KernelConfigErrorItem))
     record = item.stash.get(RECORD_KEY, None) if is_kernel else None
     if call.when == "call" and record is not None:
-        from .gate.junit import junit_properties
+        from pytest_kernelpro.gate.junit import junit_properties
 
         # pytest's --junitxml writes the item's user_properties (as of teardown) as
         # <property> elements of the test case.
         item.user_properties.extend(junit_properties(record))
     report = yield
     if call.when == "call" and record is not None:
-        from .gate.item_section import item_section
+        from pytest_kernelpro.gate.item_section import item_section
 
         setattr(report, REPORT_ATTR, record.to_dict())
         report.sections.append(("kernelpro", item_section(record)))
@@ -136,7 +136,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     kp: KernelproSession | None = config.pluginmanager.get_plugin(PLUGIN_NAME)
     if kp is None or kp.is_xdist_worker or not (kp.records or kp.missing_records()):
         return
-    from .run.reporting import terminal_summary
+    from pytest_kernelpro.run.reporting import terminal_summary
 
     terminal_summary(kp, terminalreporter)
 

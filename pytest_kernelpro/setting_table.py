@@ -111,16 +111,16 @@ def parse_history(text: str) -> str:
 
 def parse_budget_text(text: str) -> str:
     """Validate an optimizer budget ("20", "30m", "5usd", "20,30m"); kept as text."""
-    from .search.budget import parse_budget
+    from pytest_kernelpro.optimize.search.budget import parse_budget
 
     parse_budget(text, where="--kernelpro-optimize")  # raises an ArgumentTypeError subclass
     return text
 
 
 def parse_dask_text(text: str) -> str:
-    """`local`, `local:N` or a Dask scheduler address (`search/cluster.py`)."""
-    from .errors import KernelproConfigError
-    from .search.cluster import parse_dask
+    """`local`, `local:N` or a Dask scheduler address (`optimize/dask/cluster.py`)."""
+    from pytest_kernelpro.errors import KernelproConfigError
+    from pytest_kernelpro.optimize.dask.cluster import parse_dask
 
     try:
         return parse_dask(text)

@@ -5,7 +5,7 @@ callers: `--kernelpro-profile` (a user's kernel item, `run/profile.profile_item`
 automatic profile of a regression (the gate stage calls the same `profile_item`), and the
 search, whose profiling evaluator (`analysis/evaluator.ProfilingEvaluator`, wrapping the
 sandbox evaluator as `cutlass/precheck.PrecheckEvaluator` does) profiles every correct
-candidate through `analysis/candidate.py`. So a candidate is judged exactly like the user's
+candidate through `optimize/candidate_profile/child.py`. So a candidate is judged exactly like the user's
 kernel (`tests/analysis/test_entry_point.py` holds the three to one result):
 
 1. Stage 1 classifies the main kernel (roofline class vs ncu's speed of light);

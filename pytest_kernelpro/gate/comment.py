@@ -150,5 +150,3 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
         cut = body[: MAX_BODY - 200].rsplit("\n", 1)[0]
         body = cut + "\n\n…(truncated: see the JSON report in the workflow artifact)\n"
     return body
-
-

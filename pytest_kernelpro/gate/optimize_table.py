@@ -91,9 +91,7 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
             )
     wall = summary.get("wall_s")
     if isinstance(wall, Mapping) and wall:
-        lines.append(
-            "  wall: " + ", ".join(f"{k} {float(v):.1f} s" for k, v in wall.items())
-        )
+        lines.append("  wall: " + ", ".join(f"{k} {float(v):.1f} s" for k, v in wall.items()))
     if summary.get("run_dir"):
         resumed = " (resumed)" if summary.get("resumed") else ""
         lines.append(
@@ -103,7 +101,7 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
 
 
 def _cost_line(cost: Mapping[str, Any]) -> str:
-    """What the final re-measurement cost (`search/remeasure.py` RemeasureResult.cost)."""
+    """What the final re-measurement cost (`optimize/sandbox/remeasure.py` RemeasureResult.cost)."""
     plan = cost.get("plan") or {}
     text = (
         f"re-measurement: {float(cost.get('wall_s') or 0):.1f} s (workers ready after "
@@ -122,7 +120,7 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
 
 
 def _confirmation_line(conf: Mapping[str, Any]) -> str:
-    """The winner's confirmation (`search/confirm.py`) in one line."""
+    """The winner's confirmation (`optimize/sandbox/confirm.py`) in one line."""
     text = f"winner {conf.get('status')}"
     fresh, claimed = conf.get("median_s"), conf.get("claimed_median_s")
     if isinstance(fresh, (int, float)) and isinstance(claimed, (int, float)) and claimed > 0:

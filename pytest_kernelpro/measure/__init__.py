@@ -3,7 +3,7 @@
 - `correctness.py`: trials on fresh inputs with poisoned allocations, the re-check after
   timing; `tolerance.py`: tolerances by dtype, the TF32/bf16 relaxation and its detection;
   `compare.py`: output comparison and its verdict. The optimizer's sandbox decides with
-  these too (`search/measurement.py`), so the gate and the search cannot disagree;
+  these too (`optimize/sandbox/measurement.py`), so the gate and the search cannot disagree;
 - `timing/`: one timer interface (`timing.time_kernel`), with the budget and the adaptive
   rounds (`budget.py`), the CPU timer (`cpu.py`) and the CUDA timer (`cuda.py`);
 - `stats.py`: the statistics of a set of samples (median, bootstrap CI);

@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..errors import KernelproError
-from ..fileio import atomic_write_json
-from .ceilings import (
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.fileio import atomic_write_json
+from pytest_kernelpro.measure.ceilings import (
     DEFAULT_CACHE_DIR,
     Ceilings,
     cache_path,
@@ -21,7 +21,7 @@ from .ceilings import (
     load_or_measure_ceilings,
     resolve_device,
 )
-from .devices import PEAK_KEYS, DeviceSpec, find_device_spec
+from pytest_kernelpro.measure.devices import PEAK_KEYS, DeviceSpec, find_device_spec
 
 
 def _ordered_keys(ceilings: Ceilings) -> list[str]:
@@ -123,7 +123,7 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         spec = find_device_spec(name, extra_specs) if device_type == "cuda" else None
         threads = None
         if device_type == "cpu":
-            from .cpuload import policy_threads
+            from pytest_kernelpro.measure.cpuload import policy_threads
 
             threads = policy_threads(args.threads)
         before = torch.get_num_threads()

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KernelproError, KernelproWarning
-from .devices import DeviceSpec
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.measure.devices import DeviceSpec
 
 if TYPE_CHECKING:
     import torch

@@ -31,11 +31,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KernelproError, KernelproWarning
-from ..fileio import atomic_write_json
-from .ceiling_probes import measure_cpu, measure_cuda, resolve_device
-from .cpuload import CpuLoadMonitor
-from .devices import DeviceSpec, find_device_spec
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.fileio import atomic_write_json
+from pytest_kernelpro.measure.ceiling_probes import measure_cpu, measure_cuda, resolve_device
+from pytest_kernelpro.measure.cpuload import CpuLoadMonitor
+from pytest_kernelpro.measure.devices import DeviceSpec, find_device_spec
 
 if TYPE_CHECKING:
     pass

@@ -28,14 +28,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..errors import KernelproError
-from .compare import LeafReport, compare_outputs, failure_text, json_float
-from .tolerance import (
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.compare import LeafReport, compare_outputs, failure_text, json_float
+from pytest_kernelpro.measure.tolerance import (
     Tolerance,
     run_recording_precision,
     tolerance_rule,
 )
-from .tolerance import (
+from pytest_kernelpro.measure.tolerance import (
     default_tolerance as default_tolerance,  # re-exported: the gate's callers import it here
 )
 
@@ -188,7 +188,7 @@ def _chunks(torch: Any, a: Any, b: Any) -> Iterator[tuple[Any, Any]]:
     """`a` and `b` (same shape) as pairs of flat pieces of at most a 32nd of the elements
     (at least COMPARE_CHUNK): CUDA's `torch.equal` and `==` make a temporary the size of their
     operands, a quarter of an 8 GB fp32 input for its bool result."""
-    from .compare import COMPARE_CHUNK, COMPARE_MAX_CHUNKS
+    from pytest_kernelpro.measure.compare import COMPARE_CHUNK, COMPARE_MAX_CHUNKS
 
     n = a.numel()
     if n <= COMPARE_CHUNK or not (a.is_contiguous() and b.is_contiguous()):

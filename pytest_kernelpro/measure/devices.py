@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import KernelproConfigError
+from pytest_kernelpro.errors import KernelproConfigError
 
 #: The peak keys a spec may carry (FLOP/s; "int8_tensor" is ops/s).
 PEAK_KEYS: tuple[str, ...] = (

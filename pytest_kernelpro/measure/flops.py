@@ -42,7 +42,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .devices import DeviceSpec
+from pytest_kernelpro.measure.devices import DeviceSpec
 
 CATEGORIES: tuple[str, ...] = (
     "gemm",

@@ -205,8 +205,8 @@ class ItemMemory:
 
 
 def _session_buffers_bytes() -> int:
-    from .timing.anchor import anchor_buffers_bytes
-    from .timing.cuda import flush_buffers_bytes
+    from pytest_kernelpro.measure.timing.anchor import anchor_buffers_bytes
+    from pytest_kernelpro.measure.timing.cuda import flush_buffers_bytes
 
     return flush_buffers_bytes() + anchor_buffers_bytes()
 

@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from .devices import DeviceSpec
-from .flops import (
+from pytest_kernelpro.measure.devices import DeviceSpec
+from pytest_kernelpro.measure.flops import (
     OpCost,
     backend_peak_key,
     compute_dtype,

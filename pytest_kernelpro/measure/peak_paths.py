@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .ceilings import format_rate
+from pytest_kernelpro.measure.ceilings import format_rate
 
 # The roofline keys `price_measured` reads (what a child process is sent to price a kernel).
 PRICING_KEYS = (

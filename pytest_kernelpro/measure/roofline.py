@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import KernelproError
-from .ceilings import Ceilings, format_rate
-from .devices import DeviceSpec
-from .flops import (
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.ceilings import Ceilings, format_rate
+from pytest_kernelpro.measure.devices import DeviceSpec
+from pytest_kernelpro.measure.flops import (
     CATEGORIES,
     TF32X3_KEY,
     TF32X3_MMAS,
@@ -37,7 +37,7 @@ from .flops import (
     tensor_bytes,
     tf32_flags,
 )
-from .op_recorder import (
+from pytest_kernelpro.measure.op_recorder import (
     OpCostHook,
     aggregate,
     make_recorder,
@@ -408,7 +408,9 @@ def matrix_paths(
         return ()
     priced = [op for op in ops if op.flops > 0]
     movable = [
-        op for op in priced if op.category in _MATRIX_CATEGORIES and op.peak_key in MATRIX_PATH_ORDER[:-1]
+        op
+        for op in priced
+        if op.category in _MATRIX_CATEGORIES and op.peak_key in MATRIX_PATH_ORDER[:-1]
     ]
     if not movable:
         return ()

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..errors import KernelproError
+from pytest_kernelpro.errors import KernelproError
 
 CI_LEVEL = 0.95  # two-sided level of the bootstrap interval of the median
 

@@ -1,7 +1,7 @@
 """How close a kernel's output must be to the reference's: the tolerance of each output.
 
 One rule for the gate (`correctness.check_correctness`, `recheck_after_timing`) and the
-optimizer's sandbox (`search/harness.py` in the worker, `search/judge.py` on the trusted side),
+optimizer's sandbox (`optimize/sandbox/harness.py` in the worker, `optimize/sandbox/judge.py` on the trusted side),
 so an output that passes one passes the other:
 
 - `default_tolerance(dtype)`: the per-dtype defaults (torch.allclose semantics,
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..errors import KernelproError
+from pytest_kernelpro.errors import KernelproError
 
 # (rtol, atol) per dtype name, chosen from the dtype's unit roundoff u (half an ulp at 1.0):
 # a few ulps for a result of order 1 computed in a different order than the reference.

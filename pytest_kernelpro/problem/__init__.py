@@ -17,10 +17,10 @@ The names below are the package's interface; the generated sandbox modules impor
 
 from __future__ import annotations
 
-from .kernelbench import is_kernelbench_file, problem_from_kernelbench
-from .language import detect_language, detect_language_of
-from .locate import load_problem
-from .model import (
+from pytest_kernelpro.problem.kernelbench import is_kernelbench_file, problem_from_kernelbench
+from pytest_kernelpro.problem.language import detect_language, detect_language_of
+from pytest_kernelpro.problem.locate import load_problem
+from pytest_kernelpro.problem.model import (
     DEVICES,
     LANGUAGES,
     MARKER_NAME,

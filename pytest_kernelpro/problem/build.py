@@ -2,8 +2,8 @@
 
 Every place that turns a module class into the model it runs goes through here: the gate's
 KernelBench problems (`kernelbench.py`) and marked `nn.Module` classes (`model.py`), and the
-sandbox's worker (`search/harness.py`), trusted judge (`search/judge.py`) and final
-re-measurement (`search/remeasure.py`). So with the same seed the reference is the same model
+sandbox's worker (`optimize/sandbox/harness.py`), trusted judge (`optimize/sandbox/judge.py`) and final
+re-measurement (`optimize/sandbox/remeasure.py`). So with the same seed the reference is the same model
 in all of them, and the kernel gets its weights by the one rule of `measure/weights.py` (by
 name, else by position and shape).
 
@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..measure.weights import share_weights
+from pytest_kernelpro.measure.weights import share_weights
 
 InitInputs = Callable[[], Sequence[Any]] | Sequence[Any]
 

@@ -2,7 +2,7 @@
 
 Used by every process that is not the pytest session but must run the item's problem: the
 profiler's target process (`profile/target.py`), the isolated item child and the sandbox's
-generated reference (`run/shims.py`). A KernelBench file becomes its problem as at
+generated reference (`optimize/loop/shims.py`). A KernelBench file becomes its problem as at
 collection; a marked kernel is found by its qualified name and rebuilt from its marker.
 """
 
@@ -12,9 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import KernelproConfigError
-from .kernelbench import is_kernelbench_file, problem_from_kernelbench
-from .model import (
+from pytest_kernelpro.errors import KernelproConfigError
+from pytest_kernelpro.problem.kernelbench import is_kernelbench_file, problem_from_kernelbench
+from pytest_kernelpro.problem.model import (
     MarkerOptions,
     Problem,
     ProblemLocator,

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import KernelproConfigError
-from .build import build_module, sharing_weights
-from .language import detect_language_of
+from pytest_kernelpro.errors import KernelproConfigError
+from pytest_kernelpro.problem.build import build_module, sharing_weights
+from pytest_kernelpro.problem.language import detect_language_of
 
 MARKER_NAME = "kernelpro"
 MARKER_SIGNATURE = (

@@ -249,7 +249,7 @@ def merge_cuda_flags(existing: Sequence[str] | None, extra: Sequence[str]) -> li
 
 def record_build(record: ExtensionBuild) -> None:
     """Report a build made outside torch's `_jit_compile` (the build cache's
-    `pytest_kernelpro.build.extension`) to every open capture."""
+    `pytest_kernelpro.optimize.build.extension`) to every open capture."""
     with _LOCK:
         for capture in _ACTIVE:
             capture.builds.append(record)

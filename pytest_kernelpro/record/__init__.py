@@ -6,8 +6,8 @@ the package above it; the texts made from a record are `gate/`'s (item_section.p
 terminal_row.py, comment_kernel.py, ...).
 """
 
-from .kernel import PARTS, RECORD_PROPERTY, SCHEMA_VERSION, KernelRecord
-from .parts import (
+from pytest_kernelpro.record.kernel import PARTS, RECORD_PROPERTY, SCHEMA_VERSION, KernelRecord
+from pytest_kernelpro.record.parts import (
     CorrectnessPart,
     Part,
     ProfilePart,

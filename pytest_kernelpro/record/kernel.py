@@ -16,7 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .parts import CorrectnessPart, Part, ProfilePart, RooflinePart, TimingPart, VerdictPart
+from pytest_kernelpro.record.parts import (
+    CorrectnessPart,
+    Part,
+    ProfilePart,
+    RooflinePart,
+    TimingPart,
+    VerdictPart,
+)
 
 RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
 SCHEMA_VERSION = 1

@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
-    from ..config import KernelproConfig
-    from ..gate.baseline import Baseline
-    from ..handoff.progress import SearchProgress
-    from ..measure.ceilings import Ceilings
-    from ..measure.devices import DeviceSpec
-    from ..problem import Problem, ProblemLocator
-    from ..record import KernelRecord
-    from .profile import SessionCapture
-    from .session import DeviceChoice
+    from pytest_kernelpro.config import KernelproConfig
+    from pytest_kernelpro.gate.baseline import Baseline
+    from pytest_kernelpro.measure.ceilings import Ceilings
+    from pytest_kernelpro.measure.devices import DeviceSpec
+    from pytest_kernelpro.optimize.loop.progress import SearchProgress
+    from pytest_kernelpro.problem import Problem, ProblemLocator
+    from pytest_kernelpro.record import KernelRecord
+    from pytest_kernelpro.run.profile import SessionCapture
+    from pytest_kernelpro.run.session import DeviceChoice
 
 T = TypeVar("T")
 
@@ -67,7 +67,7 @@ class ItemSettings:
     def resolve(cls, problem: Problem, config: KernelproConfig, device: str) -> ItemSettings:
         """The item's settings once its `device` is chosen (the built-in threshold depends on
         it). `problem` carries the marker's values (None where the marker leaves one out)."""
-        from ..gate.verdict import default_threshold
+        from pytest_kernelpro.gate.verdict import default_threshold
 
         sources = config.sources
         kind = "cuda" if device.startswith("cuda") else "cpu"
@@ -85,8 +85,12 @@ class ItemSettings:
             trials = Resolved(int(problem.trials), marker("trials"))
         else:
             trials = Resolved(config.trials, sources.get("trials", "default"))
-        rtol = Resolved(problem.rtol, marker("rtol") if problem.rtol is not None else TOLERANCE_BY_DTYPE)
-        atol = Resolved(problem.atol, marker("atol") if problem.atol is not None else TOLERANCE_BY_DTYPE)
+        rtol = Resolved(
+            problem.rtol, marker("rtol") if problem.rtol is not None else TOLERANCE_BY_DTYPE
+        )
+        atol = Resolved(
+            problem.atol, marker("atol") if problem.atol is not None else TOLERANCE_BY_DTYPE
+        )
         if problem.min_roofline is not None:
             min_roofline = Resolved(problem.min_roofline, marker("min_roofline"))
         else:
@@ -156,7 +160,9 @@ class Services(Protocol):
 
     def spec_for(self, device: str) -> DeviceSpec | None: ...
 
-    def op_cost_hook(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any: ...
+    def op_cost_hook(
+        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
+    ) -> Any: ...
 
     def baseline(self) -> Baseline | None: ...
 

@@ -23,15 +23,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import KernelproError
-from ..record import KernelRecord
-from ..setting_table import SETTINGS
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.setting_table import SETTINGS
 
 if TYPE_CHECKING:
     import pytest
 
-    from .items import KernelItem
-    from .session import KernelproSession
+    from pytest_kernelpro.run.items import KernelItem
+    from pytest_kernelpro.run.session import KernelproSession
 
 CHILD_FLAG = "--kernelpro-isolated-child"  # hidden option: this process is an item's child
 STARTUP_ALLOWANCE_S = 60.0  # python + pytest + torch start-up in the child
@@ -145,7 +145,7 @@ def _tail(text: str) -> str:
 
 
 def _child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
-    from ..gate.records_log import read_records_log
+    from pytest_kernelpro.gate.records_log import read_records_log
 
     if not log_path.exists():
         return None

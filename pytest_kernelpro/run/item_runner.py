@@ -20,15 +20,23 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import KernelproError, describe_exception
-from ..record import KernelRecord
-from .context import ItemRun, ItemSettings
-from .stages import check, gate, profile, recheck, roofline, roofline_floor, time_item
+from pytest_kernelpro.errors import KernelproError, describe_exception
+from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.run.context import ItemRun, ItemSettings
+from pytest_kernelpro.run.stages import (
+    check,
+    gate,
+    profile,
+    recheck,
+    roofline,
+    roofline_floor,
+    time_item,
+)
 
 if TYPE_CHECKING:
-    from .context import Services
-    from .items import KernelItem
-    from .session import KernelproSession
+    from pytest_kernelpro.run.context import Services
+    from pytest_kernelpro.run.items import KernelItem
+    from pytest_kernelpro.run.session import KernelproSession
 
 
 def new_record(item: KernelItem) -> KernelRecord:
@@ -45,15 +53,15 @@ def new_record(item: KernelItem) -> KernelRecord:
 def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
     """Run the item's stages, filling `record` as they go (the caller holds it already, so
     a failure or a hang still reports what was measured)."""
-    from ..measure.gpu_memory import ItemMemory, is_out_of_memory
-    from .limits import ItemTimeout
+    from pytest_kernelpro.measure.gpu_memory import ItemMemory, is_out_of_memory
+    from pytest_kernelpro.run.limits import ItemTimeout
 
     started = time.perf_counter()
     settings = session.settings
     memory = ItemMemory(device="cpu")
     try:
         if settings.isolate and not settings.isolated_child:
-            from .isolate import run_isolated
+            from pytest_kernelpro.run.isolate import run_isolated
 
             run_isolated(item, session, record)
         else:
@@ -95,7 +103,7 @@ def _release_frames(exc: BaseException | None) -> None:
 def _run_limited(
     item: KernelItem, session: KernelproSession, record: KernelRecord, memory: Any
 ) -> None:
-    from .limits import item_time_limit, timeout_message
+    from pytest_kernelpro.run.limits import item_time_limit, timeout_message
 
     settings = session.settings
     limit = settings.item_timeout_s
@@ -157,7 +165,7 @@ def cpu_thread_policy(requested: int) -> Iterator[int]:
     restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
     import torch
 
-    from ..measure.cpuload import policy_threads
+    from pytest_kernelpro.measure.cpuload import policy_threads
 
     before = torch.get_num_threads()
     threads = policy_threads(requested)
@@ -231,7 +239,7 @@ def _run(
         memory.phase("profile")
         profile(run, session)
     if settings.optimize:
-        from .optimize import optimize_item
+        from pytest_kernelpro.optimize.loop.item import optimize_item
 
         phase[0] = "optimizing"
         memory.phase("optimize")
@@ -267,7 +275,7 @@ def _start(run: ItemRun, services: Services) -> None:
 
 
 def _build(run: ItemRun, memory: Any) -> tuple[Any, Any]:
-    from ..measure.gpu_memory import module_bytes
+    from pytest_kernelpro.measure.gpu_memory import module_bytes
 
     try:
         kernel, reference = run.problem.instantiate(run.device)
@@ -279,7 +287,7 @@ def _build(run: ItemRun, memory: Any) -> tuple[Any, Any]:
 
 def _input_maker(run: ItemRun, memory: Any) -> Callable[[int], tuple[Any, ...]]:
     """`make_inputs(seed)`: the problem's inputs on the item's device, errors named."""
-    from ..measure.gpu_memory import tensor_bytes_of
+    from pytest_kernelpro.measure.gpu_memory import tensor_bytes_of
 
     problem, device = run.problem, run.device
 

@@ -9,9 +9,15 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..errors import KernelproError
-from ..problem import MARKER_NAME, MarkerOptions, Problem, ProblemLocator, problem_from_marker
-from ..record import KernelRecord
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.problem import (
+    MARKER_NAME,
+    MarkerOptions,
+    Problem,
+    ProblemLocator,
+    problem_from_marker,
+)
+from pytest_kernelpro.record import KernelRecord
 
 if TYPE_CHECKING:
     from _pytest._code.code import ExceptionInfo, TerminalRepr
@@ -45,7 +51,7 @@ class KernelItem(_KernelproItem):
         self.add_marker(MARKER_NAME)
 
     def runtest(self) -> None:
-        from .item_runner import new_record, run_kernel_item
+        from pytest_kernelpro.run.item_runner import new_record, run_kernel_item
 
         session = self.config.pluginmanager.get_plugin(PLUGIN_NAME)
         record = new_record(self)
@@ -167,7 +173,7 @@ class KernelBenchFile(pytest.File):
     """A KernelBench problem file: `Model` is the reference, `ModelNew` the kernel."""
 
     def collect(self) -> list[pytest.Item]:
-        from ..problem.kernelbench import problem_from_kernelbench
+        from pytest_kernelpro.problem.kernelbench import problem_from_kernelbench
 
         try:
             problem = problem_from_kernelbench(self.path)

@@ -12,8 +12,8 @@ import os
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..profile.capture import ExtensionCapture
-    from .context import ItemRun, Services
+    from pytest_kernelpro.profile.capture import ExtensionCapture
+    from pytest_kernelpro.run.context import ItemRun, Services
 
 
 class SessionCapture:
@@ -27,7 +27,7 @@ class SessionCapture:
 
     def start(self) -> None:
         try:
-            from ..profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
+            from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
         except ImportError:  # torch missing: nothing can be built anyway
             return
         flags = DEFAULT_CUDA_FLAGS if self.extra_flags else ()
@@ -47,8 +47,8 @@ class SessionCapture:
 
 def profile_item(run: ItemRun, services: Services, device: str) -> None:
     """Fill the record's profile, the tools' findings, guidance and the report text."""
-    from ..analysis import RooflineFacts, profile_and_analyze
-    from ..record import ProfilePart
+    from pytest_kernelpro.analysis import RooflineFacts, profile_and_analyze
+    from pytest_kernelpro.record import ProfilePart
 
     record = run.record
     capture = services.capture

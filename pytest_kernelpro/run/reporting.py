@@ -6,15 +6,15 @@ from __future__ import annotations
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KernelproError, KernelproWarning
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
 
 if TYPE_CHECKING:
-    from .session import KernelproSession
+    from pytest_kernelpro.run.session import KernelproSession
 
 
 def write_session_outputs(kp: KernelproSession) -> None:
     """Write the JSON report and, when asked, the baseline; never raise into pytest."""
-    from ..gate.report import build_report, write_json_report
+    from pytest_kernelpro.gate.report import build_report, write_json_report
 
     settings = kp.settings
     report = build_report(kp.records, meta=kp.report_meta())
@@ -29,7 +29,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
             stacklevel=1,
         )
     if settings.history_dir is not None:
-        from ..gate.history import save_run
+        from pytest_kernelpro.gate.history import save_run
 
         try:
             kp.history_path = save_run(settings.history_dir, report)
@@ -42,7 +42,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
                 stacklevel=1,
             )
     if settings.save_baseline is not None and not settings.correctness_only:
-        from ..gate.baseline import save_baseline
+        from pytest_kernelpro.gate.baseline import save_baseline
 
         measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
         try:
@@ -66,16 +66,16 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     baseline = getattr(kp, "_baseline", None)
     if not kp.settings.check or baseline is None:
         return []
-    from ..gate.baseline import unmatched
-    from ..gate.render_session import coverage_lines
+    from pytest_kernelpro.gate.baseline import unmatched
+    from pytest_kernelpro.gate.render_session import coverage_lines
 
     left, without = unmatched(baseline, kp.records)
     return coverage_lines(left, without)
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
-    from ..gate.render_session import missing_records_line, output_lines
-    from ..gate.report import render_terminal_table
+    from pytest_kernelpro.gate.render_session import missing_records_line, output_lines
+    from pytest_kernelpro.gate.report import render_terminal_table
 
     width = getattr(terminalreporter, "_tw", None)
     columns = getattr(width, "fullwidth", 120) if width is not None else 120
@@ -87,7 +87,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
             "\n"
         )
     )
-    from ..gate.optimize_table import summary_of, terminal_section
+    from pytest_kernelpro.gate.optimize_table import summary_of, terminal_section
 
     if any(summary_of(r) is not None for r in kp.records):
         terminalreporter.write_sep("=", "kernelpro optimize")
@@ -112,6 +112,6 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
 def summary_notes(kp: KernelproSession) -> list[str]:
     """Lines for work that was asked for and did not run, and for timings not to trust
     (the text: `gate.render_session.session_notes`)."""
-    from ..gate.render_session import session_notes
+    from pytest_kernelpro.gate.render_session import session_notes
 
     return session_notes(kp.settings, kp.records, kp.notes)

@@ -8,20 +8,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KernelproError
-from ..record import KernelRecord
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.record import KernelRecord
 
 if TYPE_CHECKING:
     import pytest
 
-    from ..config import KernelproConfig
-    from ..gate.baseline import Baseline
-    from ..gate.records_log import RecordsLog
-    from ..handoff.progress import SearchProgress
-    from ..measure.ceilings import Ceilings
-    from ..measure.devices import DeviceSpec
-    from ..problem import Problem
-    from .profile import SessionCapture
+    from pytest_kernelpro.config import KernelproConfig
+    from pytest_kernelpro.gate.baseline import Baseline
+    from pytest_kernelpro.gate.records_log import RecordsLog
+    from pytest_kernelpro.measure.ceilings import Ceilings
+    from pytest_kernelpro.measure.devices import DeviceSpec
+    from pytest_kernelpro.optimize.loop.progress import SearchProgress
+    from pytest_kernelpro.problem import Problem
+    from pytest_kernelpro.run.profile import SessionCapture
 
 
 REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
@@ -122,7 +122,7 @@ class KernelproSession:
     # -- ceilings --------------------------------------------------------------------------
     def ceilings_for(self, device: str) -> Ceilings:
         """Measured once per machine and cached; a ceilings file from settings wins."""
-        from ..measure.ceilings import Ceilings, load_or_measure_ceilings
+        from pytest_kernelpro.measure.ceilings import Ceilings, load_or_measure_ceilings
 
         key = "cpu" if device == "cpu" else device
         if key in self._ceilings:
@@ -152,7 +152,7 @@ class KernelproSession:
 
     def spec_for(self, device: str) -> DeviceSpec | None:
         """The device table entry of a GPU (hook-provided specs win); None on CPU."""
-        from ..measure.devices import find_device_spec
+        from pytest_kernelpro.measure.devices import find_device_spec
 
         if not device.startswith("cuda"):
             return None
@@ -177,7 +177,7 @@ class KernelproSession:
         """The baseline for --kernelpro-check; raises the load error for every item."""
         if not self._baseline_loaded:
             self._baseline_loaded = True
-            from ..gate.baseline import load_baseline
+            from pytest_kernelpro.gate.baseline import load_baseline
 
             path = self.settings.baseline_path
             if not path.exists() and self.settings.save_baseline is not None:
@@ -214,13 +214,13 @@ class KernelproSession:
     def search_progress(
         self, kernel: str, budget: str, max_evaluations: int | None
     ) -> SearchProgress:
-        from ..handoff.progress import pytest_progress
+        from pytest_kernelpro.optimize.loop.progress import pytest_progress
 
         return pytest_progress(self.config, kernel, budget, max_evaluations)
 
     def write_outputs(self) -> None:
         """Write the JSON report, the baseline and the run history now."""
-        from .reporting import write_session_outputs
+        from pytest_kernelpro.run.reporting import write_session_outputs
 
         write_session_outputs(self)
 
@@ -233,7 +233,7 @@ class KernelproSession:
         """With a replay directory, every kernel item to optimize needs its recording."""
         import pytest
 
-        from ..handoff.preflight import PreflightError, check_replay_items
+        from pytest_kernelpro.optimize.loop.preflight import PreflightError, check_replay_items
 
         kernels = [(i.problem.display_name, i.problem.name) for i in items]
         try:
@@ -244,7 +244,7 @@ class KernelproSession:
     # -- records log -----------------------------------------------------------------------
     def start_records_log(self) -> None:
         """Start this session's records log (controller only; workers send their records)."""
-        from ..gate.records_log import RecordsLog
+        from pytest_kernelpro.gate.records_log import RecordsLog
 
         log = RecordsLog(self.settings.records_path)
         try:
@@ -279,7 +279,7 @@ class KernelproSession:
     def _log_failed(self, exc: OSError) -> None:
         import warnings
 
-        from ..errors import KernelproWarning
+        from pytest_kernelpro.errors import KernelproWarning
 
         self.records_log = None
         warnings.warn(
@@ -292,8 +292,8 @@ class KernelproSession:
     def report_meta(self) -> dict[str, Any]:
         import platform
 
-        from ..gate.baseline import detect_commit
-        from ..gate.history import machine_name
+        from pytest_kernelpro.gate.baseline import detect_commit
+        from pytest_kernelpro.gate.history import machine_name
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -316,7 +316,7 @@ class KernelproSession:
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
         if self.settings.check and self._baseline is not None:
-            from ..gate.baseline import unmatched
+            from pytest_kernelpro.gate.baseline import unmatched
 
             left, without = unmatched(self._baseline, self.records)
             meta["baseline_entries_without_kernel"] = left
@@ -325,7 +325,7 @@ class KernelproSession:
 
 
 def _default_thresholds() -> dict[str, float]:
-    from ..gate.verdict import default_threshold
+    from pytest_kernelpro.gate.verdict import default_threshold
 
     return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}
 
@@ -337,12 +337,12 @@ def start_session(config: pytest.Config) -> KernelproSession:
     records log (controller only)."""
     import pytest
 
-    from ..config import KernelproConfig
+    from pytest_kernelpro.config import KernelproConfig
 
     settings = KernelproConfig.from_pytest_config(config)
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:
-        from .workers import assign_worker_gpu
+        from pytest_kernelpro.run.workers import assign_worker_gpu
 
         try:
             assign_worker_gpu(workerinput["workerid"], int(workerinput.get("workercount", 1)))
@@ -360,7 +360,7 @@ def start_session(config: pytest.Config) -> KernelproSession:
         _preflight_optimize(settings)
     session = KernelproSession(settings=settings, config=config)
     if settings.profile or settings.check:
-        from .profile import SessionCapture
+        from pytest_kernelpro.run.profile import SessionCapture
 
         # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
         session.capture = SessionCapture(extra_flags=settings.profile)
@@ -374,7 +374,7 @@ def _preflight_optimize(settings: KernelproConfig) -> None:
     """A requested search that cannot run is a usage error before any work."""
     import pytest
 
-    from ..handoff.preflight import PreflightError, check_backend
+    from pytest_kernelpro.optimize.loop.preflight import PreflightError, check_backend
 
     try:
         check_backend(settings)

@@ -16,11 +16,17 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import KernelproError, describe_exception
-from ..record import CorrectnessPart, KernelRecord, RooflinePart, TimingPart, VerdictPart
+from pytest_kernelpro.errors import KernelproError, describe_exception
+from pytest_kernelpro.record import (
+    CorrectnessPart,
+    KernelRecord,
+    RooflinePart,
+    TimingPart,
+    VerdictPart,
+)
 
 if TYPE_CHECKING:
-    from .context import ItemRun, Services
+    from pytest_kernelpro.run.context import ItemRun, Services
 
 
 def check(
@@ -32,7 +38,7 @@ def check(
     grad_mode: Any,
 ) -> Any:
     """The correctness trials; a wrong kernel fails the item here."""
-    from ..measure.correctness import check_correctness
+    from pytest_kernelpro.measure.correctness import check_correctness
 
     try:
         with grad_mode():
@@ -66,7 +72,7 @@ def time_item(
 ) -> tuple[float, Callable[[], Any]]:
     """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
     confirmation times the kernel again the same way)."""
-    from ..measure.timing import TimingBudget, time_kernel
+    from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 
     settings, device, record = services.settings, run.device, run.record
     budget = TimingBudget(
@@ -100,7 +106,7 @@ def time_item(
 def roofline_floor(run: ItemRun, median_s: float) -> None:
     """`min_roofline` outside check mode: the gate's one rule (`gate.verdict.roofline_floor`),
     failing the item with the numbers behind it."""
-    from ..gate.verdict import roofline_floor as floor
+    from pytest_kernelpro.gate.verdict import roofline_floor as floor
 
     record = run.record
     fails, reason = floor(record.min_roofline, record.efficiency, True)
@@ -122,7 +128,7 @@ def recheck(
     correctness: Any,
 ) -> None:
     """A kernel must stay correct after it was timed (see `recheck_after_timing`)."""
-    from ..measure.correctness import recheck_after_timing
+    from pytest_kernelpro.measure.correctness import recheck_after_timing
 
     try:
         failure = recheck_after_timing(
@@ -147,7 +153,7 @@ def recheck(
 
 
 def _note_cuda_error(services: Services, exc: BaseException, name: str) -> None:
-    from ..measure.correctness import is_cuda_error
+    from pytest_kernelpro.measure.correctness import is_cuda_error
 
     if is_cuda_error(exc) and services.cuda_poisoned_by is None:
         services.cuda_poisoned_by = name
@@ -163,8 +169,8 @@ def roofline(
 ) -> None:
     """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
     kernel's share of it."""
-    from ..measure.peak_paths import record_pricing
-    from ..measure.roofline import analyze_reference
+    from pytest_kernelpro.measure.peak_paths import record_pricing
+    from pytest_kernelpro.measure.roofline import analyze_reference
 
     problem, device, record = run.problem, run.device, run.record
     try:
@@ -197,7 +203,7 @@ def roofline(
 def profile(run: ItemRun, services: Services, device: str | None = None) -> None:
     """ncu, SASS and timeline of the kernel, then the tools' findings and guidance; a
     profiler failure never fails the kernel."""
-    from .profile import profile_item
+    from pytest_kernelpro.run.profile import profile_item
 
     device = run.device if device is None else device
     record = run.record
@@ -207,7 +213,7 @@ def profile(run: ItemRun, services: Services, device: str | None = None) -> None
         )
         record.extra["profile_skipped"] = "no CUDA GPU"
         return
-    from ..measure.gpu_memory import memory_state, release_cached
+    from pytest_kernelpro.measure.gpu_memory import memory_state, release_cached
 
     # The profiler runs the kernel in child processes (ncu, kineto): give them the memory
     # this process has cached but does not use; the record says what they had.
@@ -222,9 +228,9 @@ def profile(run: ItemRun, services: Services, device: str | None = None) -> None
 def gate(run: ItemRun, services: Services, remeasure: Callable[[], Any]) -> None:
     """The verdict against the baseline (a regression is confirmed by timing it again, and
     profiled); a failing verdict fails the item."""
-    from ..gate.confirmation import confirm, needs_confirmation
-    from ..gate.verdict import compare
-    from ..measure.peak_paths import kernel_efficiency
+    from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
+    from pytest_kernelpro.gate.verdict import compare
+    from pytest_kernelpro.measure.peak_paths import kernel_efficiency
 
     record = run.record
     baseline = services.baseline()

@@ -131,7 +131,11 @@ def _handler(api: FakeMessagesAPI) -> type[BaseHTTPRequestHandler]:
                 }
                 self._send(200, "application/json", json.dumps(data).encode())
             else:
-                self._send(404, "application/json", b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}')
+                self._send(
+                    404,
+                    "application/json",
+                    b'{"type":"error","error":{"type":"not_found_error","message":"not found"}}',
+                )
 
     return Handler
 

@@ -24,7 +24,7 @@ class LookupBox:
 
 def budget_request(box: LookupBox, rounds: int) -> Any:
     """A request that offers the box's tool and allows `rounds` calls."""
-    from pytest_kernelpro.agents.llm import LLMRequest
+    from pytest_kernelpro.optimize.agents.llm import LLMRequest
 
     return LLMRequest(
         "sys", ({"role": "user", "content": "go"},), 100,

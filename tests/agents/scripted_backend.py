@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from pytest_kernelpro.agents.llm import LLMRequest, LLMResponse, compute_cost
+from pytest_kernelpro.optimize.agents.llm import LLMRequest, LLMResponse, compute_cost
 
 
 @dataclass

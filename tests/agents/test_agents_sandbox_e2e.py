@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from scripted_backend import ScriptedBackend
 
-from pytest_kernelpro.agents import ProgrammerAgent
-from pytest_kernelpro.agents.llm import make_backend
-from pytest_kernelpro.search import MCTS, MCTSConfig
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator
+from pytest_kernelpro.optimize.agents import ProgrammerAgent
+from pytest_kernelpro.optimize.agents.llm import make_backend
+from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxEvaluator
+from pytest_kernelpro.optimize.search import MCTS, MCTSConfig
 
 pytest.importorskip("torch")
 DATA = Path(__file__).parents[1] / "data" / "agents"

@@ -6,11 +6,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.agents.benchmarking import (  # noqa: E402
+from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
+from pytest_kernelpro.optimize.agents.benchmarking import (  # noqa: E402
     BenchmarkingAgent,
     render_reference_analysis,
 )
-from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
 
 CEIL = Ceilings(
     "cpu (synthetic)", 100e9, {"fp32": 1e12}, "measured", "2026-01-01T00:00:00+00:00",

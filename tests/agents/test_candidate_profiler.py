@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.analysis import RooflineFacts
-from pytest_kernelpro.analysis.evaluator import (
+from pytest_kernelpro.optimize.candidate_profile.evaluator import (
     CandidateProfiler,
     ProfileFailed,
     ProfileRecord,
     ProfilingEvaluator,
 )
-from pytest_kernelpro.search import Candidate, Evaluation
-from pytest_kernelpro.search.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.search import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.agents.prompts import CompletionParseError, parse_multiple_completions
+from pytest_kernelpro.optimize.agents.prompts import (
+    CompletionParseError,
+    parse_multiple_completions,
+)
 
 REPLY = (Path(__file__).parents[1] / "data" / "agents" / "reply_two_candidates.md").read_text()
 MODULE = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"

@@ -17,16 +17,18 @@ import pytest
 import torch
 from scripted_backend import ScriptedBackend
 
-from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
-from pytest_kernelpro.agents.problem_context import build_context
 from pytest_kernelpro.analysis import RooflineFacts, analyze_report, report_from_dict
-from pytest_kernelpro.gate.prompt_reference import reference_summary
+from pytest_kernelpro.optimize.agents import ProfilingAgent, ProgrammerAgent
+from pytest_kernelpro.optimize.agents.problem_context import build_context
+from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
+from pytest_kernelpro.optimize.search import Candidate, Evaluation
 from pytest_kernelpro.record import RooflinePart
-from pytest_kernelpro.search import Candidate, Evaluation
 
 DATA = Path(__file__).parents[1] / "data" / "agents"
 GOLDEN = DATA / "golden"
-RECORDS = Path(__file__).parents[1] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
+RECORDS = (
+    Path(__file__).parents[1] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
+)
 ANALYSIS = json.dumps(
     {"bottleneck": "occupancy", "severity": "high", "summary": "32-thread blocks.",
      "recommendations": [{"priority": 1, "action": "use 256-thread blocks", "expected_gain": "1.3x"}]}
@@ -68,7 +70,10 @@ def agent() -> ProgrammerAgent:
         cutlass="off",
         profiling_agent=ProfilingAgent(backend),
         reference_analysis=reference_summary(
-            RooflinePart.from_dict(ROOFLINE), reference_s=1.1e-4, current_s=9.0e-5, validation=VALIDATION
+            RooflinePart.from_dict(ROOFLINE),
+            reference_s=1.1e-4,
+            current_s=9.0e-5,
+            validation=VALIDATION,
         ),
     )
 

@@ -6,10 +6,10 @@ import pytest
 from fake_openai_api import ChatReply, running_fake_chat_api
 from lookup_toolbox import BUDGET_SPENT, LookupBox, budget_request
 
-from pytest_kernelpro.agents.llm import LLMError, LLMRequest, make_backend
-from pytest_kernelpro.agents.llm.base import require_price
-from pytest_kernelpro.agents.programmer import ProgrammerAgent
 from pytest_kernelpro.errors import KernelproConfigError
+from pytest_kernelpro.optimize.agents.llm import LLMError, LLMRequest, make_backend
+from pytest_kernelpro.optimize.agents.llm.base import require_price
+from pytest_kernelpro.optimize.agents.programmer import ProgrammerAgent
 
 pytest.importorskip("openai")
 

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from scripted_backend import ScriptedBackend
 
-from pytest_kernelpro.agents.llm import (
+from pytest_kernelpro.errors import KernelproConfigError, KernelproError
+from pytest_kernelpro.optimize.agents.llm import (
     LLMError,
     LLMRequest,
     Message,
@@ -17,7 +18,6 @@ from pytest_kernelpro.agents.llm import (
     find_price,
     make_backend,
 )
-from pytest_kernelpro.errors import KernelproConfigError, KernelproError
 
 
 def test_request_hash_covers_what_is_sent_only() -> None:

@@ -11,10 +11,10 @@ import pytest
 from fake_messages_api import Reply, running_fake_api
 from scripted_backend import ScriptedBackend, search_rules, strategy_reply
 
-from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
 from pytest_kernelpro.analysis import RooflineFacts, analyze_report, report_from_dict
-from pytest_kernelpro.analysis.evaluator import ProfileFailed, ProfilingEvaluator
-from pytest_kernelpro.search import MCTS, Candidate, Evaluation, MCTSConfig
+from pytest_kernelpro.optimize.agents import ProfilingAgent, ProgrammerAgent
+from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfileFailed, ProfilingEvaluator
+from pytest_kernelpro.optimize.search import MCTS, Candidate, Evaluation, MCTSConfig
 
 # Three records of the example repository's --kernelpro-profile run on an H200 (see the
 # folder's SOURCE.md): real ncu metrics, SASS, ptxas and kineto timeline.
@@ -139,7 +139,7 @@ def test_reactive_orchestration_offers_the_tools_and_answers_a_call(monkeypatch)
     """Reactive: the prompt holds no guidance; the model calls run_profiling_tool through the
     Messages API's tool use and gets the real tool's finding back."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-    from pytest_kernelpro.agents.llm.anthropic_backend import AnthropicBackend
+    from pytest_kernelpro.optimize.agents.llm.anthropic_backend import AnthropicBackend
 
     record = _record("cuda_row_rms")
     analysis = analyze_report(
@@ -175,13 +175,13 @@ def test_reactive_orchestration_offers_the_tools_and_answers_a_call(monkeypatch)
 
 def test_a_cutlass_tool_call_is_answered_from_the_real_headers(monkeypatch):
     pytest.importorskip("cutlass_library")
-    from pytest_kernelpro.agents.toolbox import CutlassToolbox
-    from pytest_kernelpro.cutlass.locate import locate_cutlass
+    from pytest_kernelpro.optimize.agents.toolbox import CutlassToolbox
+    from pytest_kernelpro.optimize.cutlass.locate import locate_cutlass
 
     if locate_cutlass().install is None:
         pytest.skip("no CUTLASS headers found")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-0123456789")
-    from pytest_kernelpro.agents.llm.anthropic_backend import AnthropicBackend
+    from pytest_kernelpro.optimize.agents.llm.anthropic_backend import AnthropicBackend
 
     replies = [
         Reply("", tool_uses=[("read_cutlass_file", {"path": "include/cutlass/version.h", "end": 60})]),

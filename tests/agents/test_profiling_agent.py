@@ -7,12 +7,12 @@ import json
 import pytest
 from scripted_backend import ScriptedBackend
 
-from pytest_kernelpro.agents.profiling import (
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.agents.profiling import (
     ProfileAnalysisError,
     ProfilingAgent,
     parse_profile_analysis,
 )
-from pytest_kernelpro.errors import KernelproError
 
 ANALYSIS = {
     "bottleneck": "Tensor-Core-Underuse",

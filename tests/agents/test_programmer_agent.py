@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 from scripted_backend import ScriptedBackend
 
-from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
-from pytest_kernelpro.agents.llm import LLMRequest, RecordingBackend, make_backend
 from pytest_kernelpro.errors import KernelproWarning
-from pytest_kernelpro.search import MCTS, Candidate, CandidateGenerator, Evaluation, MCTSConfig
+from pytest_kernelpro.optimize.agents import ProfilingAgent, ProgrammerAgent
+from pytest_kernelpro.optimize.agents.llm import LLMRequest, RecordingBackend, make_backend
+from pytest_kernelpro.optimize.search import (
+    MCTS,
+    Candidate,
+    CandidateGenerator,
+    Evaluation,
+    MCTSConfig,
+)
 
 DATA = Path(__file__).parents[1] / "data" / "agents"
 REFERENCE = (DATA / "reference.py").read_text()

@@ -7,10 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.agents.prompts import PARTS_DIR, PromptBuilder, code_block, gpu_context
-from pytest_kernelpro.cutlass.locate import install_from_root
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
 from pytest_kernelpro.measure.devices import find_device_spec
+from pytest_kernelpro.optimize.agents.prompts import (
+    PARTS_DIR,
+    PromptBuilder,
+    code_block,
+    gpu_context,
+)
+from pytest_kernelpro.optimize.cutlass.locate import install_from_root
 
 REFERENCE = (Path(__file__).parents[1] / "data" / "agents" / "reference.py").read_text()
 

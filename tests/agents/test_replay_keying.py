@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 from scripted_backend import ScriptedBackend, search_rules
 
-from pytest_kernelpro.agents import ProfilingAgent, ProgrammerAgent
-from pytest_kernelpro.agents.llm import LLMRequest, LLMResponse, RecordingBackend, ReplayBackend
 from pytest_kernelpro.errors import KernelproWarning
-from pytest_kernelpro.search import MCTS, Candidate, Evaluation, MCTSConfig
+from pytest_kernelpro.optimize.agents import ProfilingAgent, ProgrammerAgent
+from pytest_kernelpro.optimize.agents.llm import (
+    LLMRequest,
+    LLMResponse,
+    RecordingBackend,
+    ReplayBackend,
+)
+from pytest_kernelpro.optimize.search import MCTS, Candidate, Evaluation, MCTSConfig
 
 REFERENCE = (Path(__file__).parents[1] / "data" / "agents" / "reference.py").read_text()
 ANALYSIS = json.dumps(

@@ -143,10 +143,10 @@ def _item(record: dict[str, Any]) -> tuple[Any, Any]:
 
 
 def test_the_three_callers_reach_one_analysis(fake_profiler: _FakeProfiler, tmp_path: Path) -> None:
-    from pytest_kernelpro.analysis import candidate
-    from pytest_kernelpro.analysis.evaluator import ProfilingEvaluator
+    from pytest_kernelpro.optimize.candidate_profile import child as candidate
+    from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfilingEvaluator
+    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
     from pytest_kernelpro.run import stages
-    from pytest_kernelpro.search.base import Candidate, Evaluation
 
     record = fake_profiler.record
     expected = analyze_report(report_from_dict(record["profile"]), _facts(record))

@@ -34,7 +34,7 @@ def require_tool(name: str) -> str:
 CANDIDATE = '''
 import torch
 import torch.nn as nn
-from pytest_kernelpro.build import load_cuda
+from pytest_kernelpro.optimize.build import load_cuda
 
 HEADER = r"""
 #include <cuda_fp16.h>

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from buildkit import require_tool
 
-from pytest_kernelpro.build.cache import BuildCache
+from pytest_kernelpro.optimize.build.cache import BuildCache
 
 
 @pytest.fixture

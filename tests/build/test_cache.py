@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.build.cache import (
+from pytest_kernelpro.optimize.build.cache import (
     ENTRY_FILE,
     BuildCache,
     BuildError,
@@ -123,7 +123,7 @@ def test_a_killed_builder_leaves_no_half_written_entry(cache: BuildCache, tmp_pa
         f"""
         import os, signal
         from pathlib import Path
-        from pytest_kernelpro.build.cache import BuildCache
+        from pytest_kernelpro.optimize.build.cache import BuildCache
         def produce(folder):
             (folder / "out.bin").write_text("partial")
             os.kill(os.getpid(), signal.SIGKILL)

@@ -3,11 +3,11 @@ so the sandbox evaluator can compile all of them at once (`SandboxEvaluator.prep
 
 from __future__ import annotations
 
-from pytest_kernelpro.analysis.evaluator import ProfilingEvaluator
-from pytest_kernelpro.cutlass.precheck import PrecheckEvaluator
-from pytest_kernelpro.run.search_clock import TimedEvaluator, WallClock
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
+from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfilingEvaluator
+from pytest_kernelpro.optimize.cutlass.precheck import PrecheckEvaluator
+from pytest_kernelpro.optimize.loop.clock import TimedEvaluator, WallClock
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 
 
 class Recording:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.build import BuildCache
-from pytest_kernelpro.build.extension import SUPPORTED_KEYWORDS, cached_load_inline
-from pytest_kernelpro.build.prebuild import find_builds
+from pytest_kernelpro.optimize.build import BuildCache
+from pytest_kernelpro.optimize.build.extension import SUPPORTED_KEYWORDS, cached_load_inline
+from pytest_kernelpro.optimize.build.prebuild import find_builds
 
 CPP = (
     "void launch_scale(float* x, float s, int n);\n"
@@ -68,7 +68,7 @@ def cuda_torch_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """nvcc, ninja and (on a CPU-only torch) empty libc10_cuda/libtorch_cuda to link with."""
     if shutil.which("nvcc") is None or shutil.which("ninja") is None:
         pytest.skip("needs nvcc and ninja (pip install ninja)")
-    from pytest_kernelpro.build.nvcc import find_nvcc
+    from pytest_kernelpro.optimize.build.nvcc import find_nvcc
 
     root = Path(find_nvcc()).parent.parent  # $CUDA_HOME, PATH, /usr/local/cuda
     if not (root / "lib64" / "libcudart.so").exists():
@@ -95,7 +95,7 @@ def cuda_torch_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def test_device_change_reuses_the_binding_and_identical_builds_hit(
     cuda_torch_env: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_kernelpro.build.extension import build_extension, import_extension
+    from pytest_kernelpro.optimize.build.extension import build_extension, import_extension
 
     # Another copy of the package in the caller's directory must not shadow this one in the
     # build's child process (a repository checkout next to an installed plugin).
@@ -126,7 +126,7 @@ def test_device_change_reuses_the_binding_and_identical_builds_hit(
     # (the binding is reused), reported to the capture with the profiler's flags and ptxas.
     import torch.utils.cpp_extension as cpp_extension
 
-    from pytest_kernelpro.build.extension import cached_extension_builds
+    from pytest_kernelpro.optimize.build.extension import cached_extension_builds
     from pytest_kernelpro.profile.capture import capture_extensions
 
     with capture_extensions(("-lineinfo", "-Xptxas=-v")) as capture, cached_extension_builds(cache):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from buildkit import ADD_SOURCE, ARCH, require_tool
 
-from pytest_kernelpro.build import BuildCache, BuildError, build_cuda, load_cuda
-from pytest_kernelpro.build.source import SourceError
+from pytest_kernelpro.optimize.build import BuildCache, BuildError, build_cuda, load_cuda
+from pytest_kernelpro.optimize.build.source import SourceError
 
 MMA_SOURCE = r"""
 #include <cuda_bf16.h>
@@ -58,7 +58,7 @@ def test_two_processes_building_one_source_compile_once(nvcc: str, tmp_path: Pat
         f"""
         import json, sys
         from pathlib import Path
-        from pytest_kernelpro.build import build_cuda
+        from pytest_kernelpro.optimize.build import build_cuda
         sys.stdin.readline()  # both processes are up: start together
         b = build_cuda(Path({str(source)!r}), arch={ARCH!r}, cache={str(tmp_path / "c")!r},
                        nvcc={nvcc!r})
@@ -168,7 +168,7 @@ ninja: build stopped: subcommand failed.
 
 
 def test_ninja_output_is_trimmed_to_the_diagnostics() -> None:
-    from pytest_kernelpro.build.nvcc import trim_compiler_log
+    from pytest_kernelpro.optimize.build.nvcc import trim_compiler_log
 
     trimmed = trim_compiler_log(NINJA_LOG)
     assert trimmed.splitlines()[0].startswith("main.cpp:7:5: error: 'launch_scal' was not")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from buildkit import ADD_SOURCE, ARCH, CANDIDATE
 
-from pytest_kernelpro.build import BuildCache, build_cuda
-from pytest_kernelpro.build.prebuild import Prebuilder, find_builds
+from pytest_kernelpro.optimize.build import BuildCache, build_cuda
+from pytest_kernelpro.optimize.build.prebuild import Prebuilder, find_builds
 
 
 def test_literal_sources_and_options_are_found_without_running_the_code() -> None:
@@ -85,7 +85,7 @@ def test_source_in_a_build_is_the_same_as_the_conftest_kernel() -> None:
 
 def test_the_prompt_example_is_a_fast_path_candidate(nvcc: str, cache: BuildCache) -> None:
     """The build form the Programmer is shown resolves ahead and compiles."""
-    from pytest_kernelpro.agents.prompts.builder import PARTS_DIR
+    from pytest_kernelpro.optimize.agents.prompts.builder import PARTS_DIR
 
     text = (PARTS_DIR / "build_form.md").read_text(encoding="utf-8")
     code = text.split("```python\n", 1)[1].split("```", 1)[0]

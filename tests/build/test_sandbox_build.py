@@ -9,10 +9,14 @@ from pathlib import Path
 import pytest
 from buildkit import CANDIDATE
 
-from pytest_kernelpro.search.base import Candidate
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
-from pytest_kernelpro.search.trajectory import node_record
-from pytest_kernelpro.search.tree import SearchTree
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.search.base import Candidate
+from pytest_kernelpro.optimize.search.trajectory import node_record
+from pytest_kernelpro.optimize.search.tree import SearchTree
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from pytest_kernelpro.build.launch import CudaModule, LaunchError, dims
-from pytest_kernelpro.build.source import natural_layout, parse_kernels, parse_param
+from pytest_kernelpro.optimize.build.launch import CudaModule, LaunchError, dims
+from pytest_kernelpro.optimize.build.source import natural_layout, parse_kernels, parse_param
 
 SOURCE = r"""
 #include <cuda_fp16.h>

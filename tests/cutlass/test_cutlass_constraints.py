@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.cutlass.constraints import (
+from pytest_kernelpro.optimize.cutlass.constraints import (
     CONSTRAINTS,
     check_source,
     mine_constraints,
     render_constraints,
 )
-from pytest_kernelpro.cutlass.locate import install_from_root
-from pytest_kernelpro.cutlass.precheck import PrecheckEvaluator
-from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.cutlass.locate import install_from_root
+from pytest_kernelpro.optimize.cutlass.precheck import PrecheckEvaluator
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 GOOD_PIPELINE = r"""
 __global__ void __launch_bounds__(384) gemm(...) {

@@ -6,11 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.cutlass import flags as flags_module
-from pytest_kernelpro.cutlass import locate as locate_module
-from pytest_kernelpro.cutlass.flags import build_flags, gencode_flag, parse_arch, target_arch
-from pytest_kernelpro.cutlass.locate import install_from_root, locate_cutlass
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.cutlass import flags as flags_module
+from pytest_kernelpro.optimize.cutlass import locate as locate_module
+from pytest_kernelpro.optimize.cutlass.flags import (
+    build_flags,
+    gencode_flag,
+    parse_arch,
+    target_arch,
+)
+from pytest_kernelpro.optimize.cutlass.locate import install_from_root, locate_cutlass
 
 
 def make_tree(root: Path, version: tuple[int, int, int] | None = (4, 2, 1)) -> Path:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.cutlass.search_tools import CutlassSearchTools, CutlassToolError
+from pytest_kernelpro.optimize.cutlass.search_tools import CutlassSearchTools, CutlassToolError
 
 
 @pytest.fixture

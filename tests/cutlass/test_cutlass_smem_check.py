@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kernelpro.cutlass import smem_check
-from pytest_kernelpro.cutlass.locate import CutlassLookup, locate_cutlass
-from pytest_kernelpro.cutlass.smem_check import (
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.cutlass import smem_check
+from pytest_kernelpro.optimize.cutlass.locate import CutlassLookup, locate_cutlass
+from pytest_kernelpro.optimize.cutlass.smem_check import (
     check_smem_layout,
     compile_probe,
     find_nvcc,
     parse_compiler_errors,
     probe_source,
 )
-from pytest_kernelpro.errors import KernelproError
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not installed")
 CUTLASS = locate_cutlass()

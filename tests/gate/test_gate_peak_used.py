@@ -16,13 +16,13 @@ from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_ba
 from pytest_kernelpro.gate.comment_kernel import comment_details, comment_row
 from pytest_kernelpro.gate.item_section import item_section
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.prompt_reference import reference_summary
 from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.gate.verdict import compare
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
 from pytest_kernelpro.measure.peak_paths import record_pricing
 from pytest_kernelpro.measure.roofline import matrix_paths
+from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
 from pytest_kernelpro.record import KernelRecord, RooflinePart
 
 DATA = json.loads(
@@ -172,10 +172,10 @@ def test_a_roofline_without_paths_reads_as_before() -> None:
 def test_the_search_summary_prices_a_candidate_at_the_peak_its_rate_implies() -> None:
     """% of roofline after: the 3xTF32 candidate, 1.46x the cuBLAS reference (the H200
     re-check's medians), reads 54% where current % x speedup said 145%."""
-    from pytest_kernelpro.handoff.outcome import rank_nodes
-    from pytest_kernelpro.run.optimize import _efficiency_of
-    from pytest_kernelpro.search import Candidate, Evaluation
-    from pytest_kernelpro.search.tree import SearchNode
+    from pytest_kernelpro.optimize.loop.item import _efficiency_of
+    from pytest_kernelpro.optimize.loop.outcome import rank_nodes
+    from pytest_kernelpro.optimize.search import Candidate, Evaluation
+    from pytest_kernelpro.optimize.search.tree import SearchNode
 
     reference, winner = as_today("reference"), as_today("winner")
     assert reference.median_s is not None

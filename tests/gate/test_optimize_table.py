@@ -41,7 +41,10 @@ SUMMARY = {
 
 def _record() -> KernelRecord:
     return KernelRecord(
-        nodeid="t::softmax", name="softmax", kernel="softmax", outcome="passed",
+        nodeid="t::softmax",
+        name="softmax",
+        kernel="softmax",
+        outcome="passed",
         extra={"optimize": SUMMARY},
     )
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pytest_kernelpro.handoff.preflight import PreflightError, check_backend
+from pytest_kernelpro.optimize.loop.preflight import PreflightError, check_backend
 
 pytest.importorskip("openai")
 

@@ -1,13 +1,13 @@
-"""The live progress of a search (`handoff/progress.py`): the profiling phase reaches it from
+"""The live progress of a search (`optimize/loop/progress.py`): the profiling phase reaches it from
 the profiling evaluator, and the plain lines of CI logs say what each profile cost."""
 
 from __future__ import annotations
 
 import io
 
-from pytest_kernelpro.analysis.evaluator import ProfileFailed, ProfilingEvaluator
-from pytest_kernelpro.handoff.progress import PHASES, SearchProgress
-from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfileFailed, ProfilingEvaluator
+from pytest_kernelpro.optimize.loop.progress import PHASES, SearchProgress
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 
 class Correct:

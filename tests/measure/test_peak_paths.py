@@ -176,8 +176,8 @@ def test_cpu_analysis_carries_no_paths_and_round_trips() -> None:
 
 
 def test_the_benchmarking_agents_own_section_names_the_faster_ceiling() -> None:
-    from pytest_kernelpro.agents.benchmarking import render_reference_analysis
     from pytest_kernelpro.measure.roofline import ReferenceAnalysis
+    from pytest_kernelpro.optimize.agents.benchmarking import render_reference_analysis
 
     r = repriced_roofline(REFERENCE)
     analysis = ReferenceAnalysis(

@@ -40,7 +40,7 @@ def test_item_timeout_default_is_off_under_optimize(pytester: pytest.Pytester) -
     # A replay recording: without one (or an API key) the optimize preflight is a usage error.
     import json
 
-    from pytest_kernelpro.handoff.replay import recording_record
+    from pytest_kernelpro.optimize.loop.replay import recording_record
 
     record = json.dumps(recording_record("### Strategy: s\n```python\nclass ModelNew: pass\n```"))
     (pytester.path / "rec.jsonl").write_text(record + "\n")

@@ -76,7 +76,10 @@ def test_without_a_marker_value_the_session_value_keeps_its_source() -> None:
 def test_built_in_values(device: str, threshold: float) -> None:
     got = ItemSettings.resolve(_problem(), _session(), device)
     kind = device.partition(":")[0]
-    assert (got.threshold.value, got.threshold.source) == (threshold, f"built-in for a {kind} kernel")
+    assert (got.threshold.value, got.threshold.source) == (
+        threshold,
+        f"built-in for a {kind} kernel",
+    )
     assert (got.trials.value, got.trials.source) == (3, "default")
     assert (got.rtol.value, got.rtol.source) == (None, TOLERANCE_BY_DTYPE)
     assert (got.atol.value, got.atol.source) == (None, TOLERANCE_BY_DTYPE)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.handoff.replay import recording_record
+from pytest_kernelpro.optimize.loop.replay import recording_record
 
 pytest.importorskip("distributed")
 

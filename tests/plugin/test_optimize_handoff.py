@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.handoff.replay import recording_record
+from pytest_kernelpro.optimize.loop.replay import recording_record
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
@@ -161,7 +161,7 @@ def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
     pytester.makeconftest(
         """
         import os
-        from pytest_kernelpro.search import evaluator
+        from pytest_kernelpro.optimize.sandbox import evaluator
 
         calls = []
         original = evaluator.SandboxEvaluator.evaluate

@@ -66,10 +66,8 @@ def test_the_stages_get_the_run_not_the_item(module: object) -> None:
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     names |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
     assert {"item", "session", "KernelItem", "KernelproSession", "pytest"} & names == set()
-    imported = {
-        node.module or ""
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
-    }
+    imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     assert not {m for m in imported if m.endswith(("items", "session"))}
-    assert {"run", "services"} <= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
+    assert {"run", "services"} <= {
+        a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args
+    }

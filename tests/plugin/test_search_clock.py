@@ -1,12 +1,12 @@
-"""The search's wall split (run/search_clock.py): each evaluation's parts add up to the time
+"""The search's wall split (optimize/loop/clock.py): each evaluation's parts add up to the time
 its wrapper measured, whatever a worker claims, and `other` is exactly the rest."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_kernelpro.run.search_clock import BUCKETS, TimedEvaluator, WallClock, with_rest
-from pytest_kernelpro.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.loop.clock import BUCKETS, TimedEvaluator, WallClock, with_rest
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 
 def _evaluation(**over: object) -> Evaluation:

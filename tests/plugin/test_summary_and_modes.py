@@ -117,7 +117,9 @@ def test_cpu_flush_switch(
 def test_bad_cpu_flush_value_is_a_usage_error(kp_project: pytest.Pytester) -> None:
     result = kp_project.runpytest("--kernelpro-cpu-flush=sometimes")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*'sometimes' is not a valid CPU flush mode; use one of auto, on, off*"])
+    result.stderr.fnmatch_lines(
+        ["*'sometimes' is not a valid CPU flush mode; use one of auto, on, off*"]
+    )
 
 
 @pytest.mark.parametrize(("how", "mode"), [("cli", "off"), ("ini", "off"), ("default", "on")])

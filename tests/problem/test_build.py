@@ -16,11 +16,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.harness import _Pipeline  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.loader import load_source  # noqa: E402
 from pytest_kernelpro.problem import problem_from_kernelbench  # noqa: E402
 from pytest_kernelpro.problem.build import build_models  # noqa: E402
-from pytest_kernelpro.search import judge  # noqa: E402
-from pytest_kernelpro.search.harness import _Pipeline  # noqa: E402
-from pytest_kernelpro.search.loader import load_source  # noqa: E402
 
 PROBLEM = """
 import torch

@@ -17,9 +17,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pytest_kernelpro.optimize.loop.shims import kernelbench_source  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.harness import _Pipeline  # noqa: E402
 from pytest_kernelpro.problem import ProblemLocator, load_problem  # noqa: E402
-from pytest_kernelpro.run.shims import kernelbench_source  # noqa: E402
-from pytest_kernelpro.search.harness import _Pipeline  # noqa: E402
 
 TEST_MODULE = """
 import pytest, torch

@@ -11,9 +11,12 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.analysis import RooflineFacts
-from pytest_kernelpro.analysis.evaluator import CandidateProfiler, ProfilingEvaluator
+from pytest_kernelpro.optimize.candidate_profile.evaluator import (
+    CandidateProfiler,
+    ProfilingEvaluator,
+)
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from pytest_kernelpro.profile.ncu import NcuRequest, query_catalog, run_ncu
-from pytest_kernelpro.search.base import Candidate, Evaluation
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "profile"
 TARGET = ("python", "-m", "pytest_kernelpro.profile.target", "spec.json")

@@ -320,8 +320,8 @@ def test_a_candidates_profile_summary_names_each_kernels_sass_and_its_cubin(
     tmp_path: Path, add_cubin
 ) -> None:
     """What a search's trajectory keeps per candidate (`metrics["profile"]`)."""
-    from pytest_kernelpro.analysis.evaluator import _attach
-    from pytest_kernelpro.search import Evaluation
+    from pytest_kernelpro.optimize.candidate_profile.evaluator import _attach
+    from pytest_kernelpro.optimize.search import Evaluation
 
     cubin = cache_entry(tmp_path / "cache", "a1b2", "add_vec4", add_cubin)
     report = report_of("add_vec4", "at::native::elementwise_kernel")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.search.base import Evaluation
-from pytest_kernelpro.search.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.search.base import Evaluation
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "search"
 REPO_FILES = {"kernels.py": "ORIGINAL\n", "kernelpro-baseline.yaml": "kernels: {}\n"}

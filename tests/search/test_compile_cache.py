@@ -1,5 +1,5 @@
 """Each candidate's compile caches, kept from its evaluation for its later runs and never
-shared with another candidate (search/compile_cache.py, wired into the sandbox evaluator,
+shared with another candidate (optimize/sandbox/compile_cache.py, wired into the sandbox evaluator,
 the candidate profiler and the re-measurement)."""
 
 from __future__ import annotations
@@ -11,16 +11,20 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.analysis import RooflineFacts
-from pytest_kernelpro.analysis.evaluator import CandidateProfiler, ProfileFailed
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.compile_cache import (
+from pytest_kernelpro.optimize.candidate_profile.evaluator import CandidateProfiler, ProfileFailed
+from pytest_kernelpro.optimize.sandbox.compile_cache import (
     CACHE_DIRS,
     CompileCaches,
     code_key,
     point_caches,
 )
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
-from pytest_kernelpro.search.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 TRITON = CACHE_DIRS["TRITON_CACHE_DIR"]
 

@@ -1,4 +1,4 @@
-"""The winner's confirmation rule (`search/confirm.py`) on real H200 numbers: the example
+"""The winner's confirmation rule (`optimize/sandbox/confirm.py`) on real H200 numbers: the example
 repository's recorded profiles (tests/data/tools/h200-example-repo, SOURCE.md there) carry both
 the timed median and ncu's kernel durations of the same kernel, so the honest case is a
 measured one, and the forged case is that measurement with the claim made smaller."""
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.analysis.evaluator import ncu_gpu_time_s
-from pytest_kernelpro.search.confirm import (
+from pytest_kernelpro.optimize.candidate_profile.evaluator import ncu_gpu_time_s
+from pytest_kernelpro.optimize.sandbox.confirm import (
     CPU_TOLERANCE,
     CUDA_TOLERANCE,
     confirm_timing,

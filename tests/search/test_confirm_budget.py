@@ -13,17 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
-from pytest_kernelpro.search.worker import RETIME_BUDGET_S, RETIME_MAX_SAMPLES
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.sandbox.worker import RETIME_BUDGET_S, RETIME_MAX_SAMPLES
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "search"
 SLEEP_S = 0.01
-SLEEPY = (DATA / "cpu" / "correct.py").read_text(encoding="utf-8").replace(
-    "    def forward(self, x):\n",
-    f"    def forward(self, x):\n        import time\n        time.sleep({SLEEP_S})\n",
+SLEEPY = (
+    (DATA / "cpu" / "correct.py")
+    .read_text(encoding="utf-8")
+    .replace(
+        "    def forward(self, x):\n",
+        f"    def forward(self, x):\n        import time\n        time.sleep({SLEEP_S})\n",
+    )
 )
 
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from pytest_kernelpro.run.optimize_ranking import confirm_winner
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.ranking import RankedCandidate, SearchRanking
+from pytest_kernelpro.optimize.loop.ranking import confirm_winner
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.ranking import RankedCandidate, SearchRanking
 
 
 class FixedConfirmation:

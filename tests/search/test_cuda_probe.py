@@ -1,5 +1,5 @@
 """The CUDA probe of the sandbox: the driver check per rung, the machine's verdict cache, the
-re-probe after CUDA did not start (search/cuda_probe.py, isolation.Isolation.probe).
+re-probe after CUDA did not start (optimize/sandbox/cuda_probe.py, isolation.Isolation.probe).
 
 No GPU here, so the driver check runs against a stand-in `libcuda.so.1` compiled from C below:
 it answers like the driver does (CUDA_ERROR_OPERATING_SYSTEM, 304) unless the sandbox gives it
@@ -20,9 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.search import cuda_probe, isolation
-from pytest_kernelpro.search.cuda_probe import VerdictCache, cuda_init_failure, walk_ladder
-from pytest_kernelpro.search.isolation import CUDA_LADDER, Isolation
+from pytest_kernelpro.optimize.sandbox import cuda_probe, isolation
+from pytest_kernelpro.optimize.sandbox.cuda_probe import (
+    VerdictCache,
+    cuda_init_failure,
+    walk_ladder,
+)
+from pytest_kernelpro.optimize.sandbox.isolation import CUDA_LADDER, Isolation
 
 ISOLATION = Isolation.probe()
 needs_namespaces = pytest.mark.skipif(
@@ -265,7 +269,7 @@ def test_a_re_probe_replaces_the_cached_rung_with_the_torch_checks_verdict(
     assert Isolation.reprobe_cuda("auto", failure) is None  # once per process
 
 
-CUDA_DID_NOT_START = '''
+CUDA_DID_NOT_START = """
 import torch
 from torch import nn
 
@@ -274,7 +278,7 @@ class ModelNew(nn.Module):
     def __init__(self, *args):
         super().__init__()
         raise RuntimeError("CUDA error: OS call failed or operation not supported on this OS")
-'''
+"""
 
 
 @needs_namespaces
@@ -282,8 +286,12 @@ class ModelNew(nn.Module):
 def test_an_evaluation_whose_cuda_did_not_start_re_probes_and_runs_again(
     machine: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_kernelpro.search.base import Candidate
-    from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
+    from pytest_kernelpro.optimize.sandbox.evaluator import (
+        KernelBenchTask,
+        SandboxEvaluator,
+        SandboxLimits,
+    )
+    from pytest_kernelpro.optimize.search.base import Candidate
 
     data = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
     task = KernelBenchTask(

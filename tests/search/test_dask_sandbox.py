@@ -24,12 +24,12 @@ pytest.importorskip("distributed")
 
 from sandbox_attack_cases import CHECKS, DATA, Listener, Outcome, programs  # noqa: E402
 
-from pytest_kernelpro.search.base import Candidate, Evaluation  # noqa: E402
-from pytest_kernelpro.search.cluster import DaskCluster  # noqa: E402
-from pytest_kernelpro.search.distributed import DaskEvaluator, _digest  # noqa: E402
-from pytest_kernelpro.search.environment import scrub_environment  # noqa: E402
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxLimits  # noqa: E402
-from pytest_kernelpro.search.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.dask.cluster import DaskCluster  # noqa: E402
+from pytest_kernelpro.optimize.dask.evaluator import DaskEvaluator, _digest  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.environment import scrub_environment  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxLimits  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

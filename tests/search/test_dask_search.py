@@ -1,5 +1,5 @@
-"""A search on a local Dask cluster of two CPU worker processes (search/cluster.py,
-search/distributed.py): the workers' environment, a worker killed mid-search.
+"""A search on a local Dask cluster of two CPU worker processes (optimize/dask/cluster.py,
+optimize/dask/evaluator.py): the workers' environment, a worker killed mid-search.
 
 Nothing here measures time against a threshold: the overlap and the kills are decided from
 the scheduler's state and the stamps the workers record. Each evaluation starts sandboxed
@@ -17,24 +17,24 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from pytest_kernelpro.build.cache import BuildCache  # noqa: E402
 from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
-from pytest_kernelpro.search.base import Candidate  # noqa: E402
-from pytest_kernelpro.search.build_shipping import install_entries  # noqa: E402
-from pytest_kernelpro.search.cluster import (  # noqa: E402
+from pytest_kernelpro.optimize.build.cache import BuildCache  # noqa: E402
+from pytest_kernelpro.optimize.dask.cluster import (  # noqa: E402
     DaskCluster,
     WorkerInfo,  # noqa: E402
     parse_dask,
 )
-from pytest_kernelpro.search.distributed import DaskEvaluator, _digest  # noqa: E402
-from pytest_kernelpro.search.evaluator import (  # noqa: E402
+from pytest_kernelpro.optimize.dask.evaluator import DaskEvaluator, _digest  # noqa: E402
+from pytest_kernelpro.optimize.dask.shipping import install_entries  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     KernelBenchTask,
     SandboxLimits,
     scrub_environment,
 )
-from pytest_kernelpro.search.isolation import Isolation  # noqa: E402
-from pytest_kernelpro.search.mcts import MCTS  # noqa: E402
-from pytest_kernelpro.search.trajectory import load_trajectory  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
+from pytest_kernelpro.optimize.search.base import Candidate  # noqa: E402
+from pytest_kernelpro.optimize.search.mcts import MCTS  # noqa: E402
+from pytest_kernelpro.optimize.search.trajectory import load_trajectory  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -205,7 +205,7 @@ def test_an_existing_scheduler_is_joined_by_its_address(cluster) -> None:
 FAST_PATH = """
 import torch
 from torch import nn
-from pytest_kernelpro.build import load_cuda
+from pytest_kernelpro.optimize.build import load_cuda
 
 kernels = load_cuda(r\"\"\"
 extern "C" __global__ void twice(const float* x, float* out, long long n) {
@@ -292,7 +292,10 @@ def test_profiles_made_on_the_workers_come_back_to_the_search(cluster) -> None:
     from functools import partial
 
     from pytest_kernelpro.analysis import RooflineFacts
-    from pytest_kernelpro.analysis.evaluator import CandidateProfiler, ProfilingEvaluator
+    from pytest_kernelpro.optimize.candidate_profile.evaluator import (
+        CandidateProfiler,
+        ProfilingEvaluator,
+    )
 
     facts = RooflineFacts(bound="memory", min_bytes=2048.0, flops=256.0, roofline_time_s=1e-6)
     profiler = CandidateProfiler(REFERENCE, facts, device="cpu", timeout_s=240)
@@ -362,8 +365,8 @@ def test_a_local_worker_takes_this_process_cuda_probe_once_its_namespaces_match(
     worker probes in full (here: a seeded result, so no GPU is needed)."""
     import dataclasses
 
-    from pytest_kernelpro.search import cluster as cluster_module
-    from pytest_kernelpro.search import isolation as isolation_module
+    from pytest_kernelpro.optimize.dask import cluster as cluster_module
+    from pytest_kernelpro.optimize.sandbox import isolation as isolation_module
 
     base = Isolation.probe("auto", cuda=False, env=scrub_environment(os.environ))
     if not base.isolated:

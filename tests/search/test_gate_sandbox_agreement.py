@@ -26,8 +26,8 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.measure import tolerance  # noqa: E402
 from pytest_kernelpro.measure.correctness import check_correctness  # noqa: E402
-from pytest_kernelpro.search import judge  # noqa: E402
-from pytest_kernelpro.search.harness import run_task  # noqa: E402
+from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
 
 TIMING = {"warmup_ms": 0.0, "max_time_s": 0.01, "min_samples": 1, "max_samples": 5}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

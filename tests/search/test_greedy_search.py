@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.greedy import GreedySearch
-from pytest_kernelpro.search.mcts import MCTS
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.mcts import MCTS
 
 
 def outcome(spec: str) -> Evaluation:

@@ -7,10 +7,10 @@ import math
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError, KernelproWarning
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
-from pytest_kernelpro.search.reward import compute_reward
-from pytest_kernelpro.search.tree import SearchNode
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
+from pytest_kernelpro.optimize.search.reward import compute_reward
+from pytest_kernelpro.optimize.search.tree import SearchNode
 
 C = math.sqrt(2.0)
 

@@ -1,4 +1,4 @@
-"""Several expansions in flight (search/parallel.py), with an in-process evaluator whose
+"""Several expansions in flight (optimize/search/parallel.py), with an in-process evaluator whose
 evaluations wait for each other: no cluster, no timing thresholds. Overlap is proven by a
 barrier that only opens when two evaluations run at once."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.greedy import GreedySearch
-from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
-from pytest_kernelpro.search.restore import restore_search
-from pytest_kernelpro.search.trajectory import load_trajectory
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
+from pytest_kernelpro.optimize.search.restore import restore_search
+from pytest_kernelpro.optimize.search.trajectory import load_trajectory
 
 WAIT_S = 60.0  # generous: a loaded 2-core machine; the tests never wait this long when green
 
@@ -52,7 +52,7 @@ class GatedEvaluator:
         self.gates: dict[str, threading.Event] = {}
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
-        from pytest_kernelpro.search.parallel import released
+        from pytest_kernelpro.optimize.search.parallel import released
 
         # Under the loop's lock here: the tree may be read.
         self.seen_pending.append(sum(n.pending for n in self.algorithm.tree.nodes))

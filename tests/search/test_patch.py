@@ -1,4 +1,4 @@
-"""search/patch.py: a candidate handed back as a minimal patch that `git apply` takes from the
+"""optimize/loop/patch.py: a candidate handed back as a minimal patch that `git apply` takes from the
 repository root and that rewires the marked kernel (function, nn.Module class, KernelBench)."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.problem import detect_language_of, import_file
-from pytest_kernelpro.search.patch import (
+from pytest_kernelpro.optimize.loop.patch import (
     ENTRY_NAME,
     KernelSite,
     PatchError,
@@ -19,6 +18,7 @@ from pytest_kernelpro.search.patch import (
     import_style_of,
     rewired_source,
 )
+from pytest_kernelpro.problem import detect_language_of, import_file
 
 CANDIDATE = """import torch
 from torch import nn
@@ -141,7 +141,9 @@ def test_kernelbench_file_keeps_model_and_gains_one_import() -> None:
     assert site.module_name == "kernelpro_19_ReLU"
     out = rewired_source(site, KERNELBENCH, note="c1")
     assert out.startswith(KERNELBENCH + "\n")  # no trailing newline before: one added
-    assert out.rstrip().endswith("from kernelpro_19_ReLU import ModelNew  # noqa: E402  pytest-kernelpro: c1")
+    assert out.rstrip().endswith(
+        "from kernelpro_19_ReLU import ModelNew  # noqa: E402  pytest-kernelpro: c1"
+    )
     with_new = KERNELBENCH + "\n\n\nclass ModelNew(nn.Module):\n    pass\n"
     replaced = rewired_source(site, with_new, note="c1")
     assert "class ModelNew" not in replaced
@@ -198,7 +200,7 @@ def test_path_import_and_language_detection_after_the_patch(tmp_path: Path) -> N
 def test_import_style_follows_how_pytest_imported_the_module(tmp_path: Path) -> None:
     assert import_style_of("no_such_module", tmp_path / "m.py", path=[str(tmp_path)]) == "absolute"
     assert import_style_of("no_such_module", tmp_path / "m.py", path=["/elsewhere"]) == "path"
-    assert import_style_of("pytest_kernelpro.search.patch", Path(__file__)) == "relative"
+    assert import_style_of("pytest_kernelpro.optimize.loop.patch", Path(__file__)) == "relative"
 
 
 def test_an_existing_user_file_is_never_overwritten(tmp_path: Path) -> None:

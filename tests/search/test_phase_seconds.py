@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_kernelpro.search.processes import phase_seconds
+from pytest_kernelpro.optimize.sandbox.processes import phase_seconds
 
 
 def test_each_phase_lasts_until_the_next_line_and_the_last_until_the_end(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.ranking import (
+from pytest_kernelpro.optimize.search.ranking import (
     RankedCandidate,
     SearchRanking,
     pick_contenders,

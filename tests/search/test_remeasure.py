@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.remeasure import remeasure
+from pytest_kernelpro.optimize.sandbox.remeasure import remeasure
 
 pytestmark = pytest.mark.slow
 

@@ -20,11 +20,15 @@ import pytest
 from sandbox_attack_cases import CHECKS, DATA, Listener, Outcome, attack, programs
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search import isolation
-from pytest_kernelpro.search.base import Candidate
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
-from pytest_kernelpro.search.isolation import CUDA_LADDER, RELAXATIONS, Isolation
-from pytest_kernelpro.search.worker import RETIME_MAX_SAMPLES
+from pytest_kernelpro.optimize.sandbox import isolation
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.sandbox.isolation import CUDA_LADDER, RELAXATIONS, Isolation
+from pytest_kernelpro.optimize.sandbox.worker import RETIME_MAX_SAMPLES
+from pytest_kernelpro.optimize.search.base import Candidate
 
 pytestmark = pytest.mark.slow
 

@@ -11,16 +11,16 @@ import torch
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.compare import OutputsVerdict
 from pytest_kernelpro.measure.tolerance import default_tolerance
-from pytest_kernelpro.search import checks, measurement
-from pytest_kernelpro.search.build_failures import summarize_build_error
-from pytest_kernelpro.search.checks import classify_exception
-from pytest_kernelpro.search.evaluator import (
+from pytest_kernelpro.optimize.sandbox import checks, measurement
+from pytest_kernelpro.optimize.sandbox.build_failures import summarize_build_error
+from pytest_kernelpro.optimize.sandbox.checks import classify_exception
+from pytest_kernelpro.optimize.sandbox.evaluator import (
     KernelBenchTask,
     SandboxLimits,
     is_secret_name,
     scrub_environment,
 )
-from pytest_kernelpro.search.loader import load_source
+from pytest_kernelpro.optimize.sandbox.loader import load_source
 
 
 def _verdict(ref: object, out: object, **task: object) -> OutputsVerdict:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -17,8 +17,12 @@ pytest.importorskip("torch")
 CHILD = r"""
 import json, sys
 import torch
-from pytest_kernelpro.search import harness, judge, measurement, remeasure, worker
-from pytest_kernelpro.search.loader import load_source
+from pytest_kernelpro.optimize.sandbox import harness
+from pytest_kernelpro.optimize.sandbox import judge
+from pytest_kernelpro.optimize.sandbox import measurement
+from pytest_kernelpro.optimize.sandbox import remeasure
+from pytest_kernelpro.optimize.sandbox import worker
+from pytest_kernelpro.optimize.sandbox.loader import load_source
 
 module = load_source(
     "import torch\n"

@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.evaluator import KernelBenchTask, SandboxEvaluator, SandboxLimits
-from pytest_kernelpro.search.mcts import MCTS
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.mcts import MCTS
 
 pytestmark = pytest.mark.slow
 

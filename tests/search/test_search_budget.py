@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.search.budget import Budget, BudgetError, BudgetTracker, parse_budget
+from pytest_kernelpro.optimize.search.budget import Budget, BudgetError, BudgetTracker, parse_budget
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.search.base import Evaluation
-from pytest_kernelpro.search.reward import RewardConfig, compute_reward
+from pytest_kernelpro.optimize.search.base import Evaluation
+from pytest_kernelpro.optimize.search.reward import RewardConfig, compute_reward
 
 
 @pytest.mark.parametrize("status", ["build_error", "run_error", "timeout"])

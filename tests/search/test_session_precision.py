@@ -27,10 +27,10 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
 from pytest_kernelpro.measure import tolerance  # noqa: E402
-from pytest_kernelpro.search import measurement  # noqa: E402
-from pytest_kernelpro.search.evaluator import SandboxEvaluator  # noqa: E402
-from pytest_kernelpro.search.harness import run_task  # noqa: E402
-from pytest_kernelpro.search.task import KernelBenchTask, SandboxLimits  # noqa: E402
+from pytest_kernelpro.optimize.sandbox import measurement  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import SandboxEvaluator  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits  # noqa: E402
 
 MATMUL_REFERENCE = """
 import torch
@@ -75,7 +75,7 @@ CHILD = r"""
 import json, sys
 import torch
 from pytest_kernelpro.measure.tolerance import reduced_precision_mode, tolerance_rule
-from pytest_kernelpro.search.measurement import apply_session_precision
+from pytest_kernelpro.optimize.sandbox.measurement import apply_session_precision
 
 apply_session_precision(torch, json.loads(sys.argv[1]))
 reduced = reduced_precision_mode(torch, ["mm"])  # a recorded fp32 matmul

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.search.base import Candidate, Evaluation
-from pytest_kernelpro.search.greedy import GreedySearch
-from pytest_kernelpro.search.mcts import MCTS, MCTSConfig
-from pytest_kernelpro.search.restore import render_tree, restore_search
-from pytest_kernelpro.search.show import show_main
-from pytest_kernelpro.search.trajectory import (
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
+from pytest_kernelpro.optimize.search.restore import render_tree, restore_search
+from pytest_kernelpro.optimize.search.show import show_main
+from pytest_kernelpro.optimize.search.trajectory import (
     ReplayEvaluator,
     ReplayGenerator,
     load_trajectory,

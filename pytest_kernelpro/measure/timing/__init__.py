@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .budget import (
+from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
     CLOCK_ANCHOR_MODES,
     CPU_FLUSH_MODES,
@@ -40,7 +40,7 @@ from .budget import (
     parse_device,
     warmup_count,
 )
-from .cpu import (
+from pytest_kernelpro.measure.timing.cpu import (
     CpuTimer,
     cpu_cache_levels,
     cpu_flush_bytes,
@@ -56,7 +56,7 @@ def timer_for(device: str) -> Timer:
     kind, index = parse_device(device)
     if kind == "cpu":
         return CpuTimer()
-    from .cuda import CudaTimer
+    from pytest_kernelpro.measure.timing.cuda import CudaTimer
 
     return CudaTimer(index)
 

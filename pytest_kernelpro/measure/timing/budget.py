@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
-from ...errors import KernelproConfigError, KernelproError
-from ..stats import SampleStats, summarize
+from pytest_kernelpro.errors import KernelproConfigError, KernelproError
+from pytest_kernelpro.measure.stats import SampleStats, summarize
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # triton's buffer, used when the L2/LLC size is unknown
 MAX_ROUND_S = 0.25  # longest planned round: bounds how coarse the throttle attribution gets

@@ -28,8 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...errors import KernelproError
-from .budget import (
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
     CPU_MIN_SAMPLE_S,
     CPU_MIN_SAMPLES_FLOOR,
@@ -178,7 +178,7 @@ def time_cpu(
     """
     import numpy as np
 
-    from ..cpuload import CpuLoadMonitor, torch_threads
+    from pytest_kernelpro.measure.cpuload import CpuLoadMonitor, torch_threads
 
     t_start = clock()
     device = f"cpu ({cpu_model_name()})"

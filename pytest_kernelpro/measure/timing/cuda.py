@@ -24,15 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ...errors import KernelproConfigError, KernelproError
-from .anchor import (
+from pytest_kernelpro.errors import KernelproConfigError, KernelproError
+from pytest_kernelpro.measure.timing.anchor import (
     anchor_launch,
     anchor_name,
     anchored_min_samples,
     summarize_pairs,
     warmup_capped,
 )
-from .budget import (
+from pytest_kernelpro.measure.timing.budget import (
     GRAPH_TARGET_S,
     PREROLL_CAP_S,
     RoundLog,
@@ -112,7 +112,7 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
             f"timing device 'cuda:{idx}' does not exist: this machine shows "
             f"{torch.cuda.device_count()} CUDA device(s) (CUDA_VISIBLE_DEVICES applies)"
         )
-    from ..clocks import open_monitor, summarize_readings
+    from pytest_kernelpro.measure.clocks import open_monitor, summarize_readings
 
     with torch.cuda.device(idx):
         props = torch.cuda.get_device_properties(idx)

@@ -4,7 +4,7 @@ registers (does not compile: a missing semicolon after the index computation).""
 import torch
 from torch import nn
 
-from pytest_kernelpro.build import load_cuda
+from pytest_kernelpro.optimize.build import load_cuda
 
 _K = load_cuda(
     r"""

@@ -1,0 +1,1 @@
+"""Every correct candidate profiled like a user's kernel item."""

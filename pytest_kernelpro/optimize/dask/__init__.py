@@ -1,0 +1,1 @@
+"""Candidate builds and evaluations as tasks on a Dask cluster."""

@@ -1,0 +1,131 @@
+"""Checks made before any kernel runs, so a requested search that cannot run stops the
+session with a usage error instead of passing silently after minutes of work.
+
+`check_backend` (at configure): Dask is installed when `--kernelpro-dask` asks for it, the
+model backend can be built (an API key for anthropic; the SDK and a model name for openai),
+the Anthropic API answers (one models request, no tokens spent; an OpenAI-compatible server
+is first asked by the search), the model has a price when the budget is in dollars, and a
+replay recording exists and holds answers. `check_replay_items` (after
+collection): a replay directory holds a recording for every kernel selected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from pytest_kernelpro.optimize.loop.replay import recording_for, replay_source
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.config import KernelproConfig
+
+
+class PreflightError(Exception):
+    """Why the search cannot run; the plugin turns it into a `pytest.UsageError`."""
+
+
+def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
+    """Raise `PreflightError` when the search of this session cannot run (module doc)."""
+    from pytest_kernelpro.optimize.agents.llm.base import LLMError, find_price
+    from pytest_kernelpro.optimize.search.budget import parse_budget
+
+    budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
+    if getattr(settings, "dask", None):  # --kernelpro-dask without Dask installed
+        from pytest_kernelpro.errors import KernelproConfigError
+        from pytest_kernelpro.optimize.dask.cluster import require_distributed
+
+        try:
+            require_distributed()
+        except KernelproConfigError as exc:
+            raise PreflightError(str(exc)) from None
+    where = settings.sources.get("llm", "default")
+    source = replay_source(settings.llm)
+    if source is not None:
+        if not source.exists():
+            raise PreflightError(
+                f"the replay recording {source} ({where}) does not exist; pass "
+                "--kernelpro-llm=replay:PATH with a recording file or directory"
+            )
+        if source.is_file():
+            _check_recording(source)
+        elif not any(source.glob("*.jsonl")):
+            raise PreflightError(
+                f"the replay directory {source} ({where}) holds no <kernel>.jsonl recordings"
+            )
+        return
+    if settings.llm not in ("anthropic", "openai"):
+        raise PreflightError(
+            f"unknown model backend {settings.llm!r} ({where}); use anthropic, openai or "
+            "replay:PATH"
+        )
+    if budget.max_usd is not None and find_price(settings.model) is None:
+        raise PreflightError(
+            f"the budget {settings.optimize!r} is in dollars but model {settings.model!r} "
+            f"({settings.sources.get('model', 'default')}) has no known price, so its spend "
+            "cannot be counted; add it to pytest_kernelpro/optimize/agents/llm/prices.yaml or give an "
+            "evaluation or time budget"
+        )
+    if settings.llm == "openai":
+        from pytest_kernelpro.optimize.agents.llm.openai_backend import OpenAICompatibleBackend
+
+        if settings.sources.get("model", "default") == "default":
+            raise PreflightError(
+                f"--kernelpro-llm=openai ({where}) needs the name of the model the server "
+                f"serves (the default, {settings.model!r}, is an Anthropic model): pass "
+                "--kernelpro-model=NAME"
+            )
+        try:
+            OpenAICompatibleBackend(
+                model=settings.model,
+                base_url=getattr(settings, "llm_base_url", None),
+                timeout_s=20.0,
+                max_retries=0,
+            )
+        except LLMError as exc:
+            raise PreflightError(f"the optimizer cannot build its model backend: {exc}") from None
+        return
+    from pytest_kernelpro.optimize.agents.llm.anthropic_backend import AnthropicBackend
+
+    try:
+        backend = AnthropicBackend(
+            model=settings.model,
+            base_url=getattr(settings, "llm_base_url", None),
+            timeout_s=20.0,
+            max_retries=0,
+        )
+        if reach_api:
+            backend.check_reachable()
+    except LLMError as exc:
+        raise PreflightError(f"the optimizer cannot reach its model: {exc}") from None
+
+
+def _check_recording(path) -> None:  # type: ignore[no-untyped-def]
+    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.loop.replay import NoiseTolerantReplay
+
+    try:
+        replay = NoiseTolerantReplay(path)
+    except LLMError as exc:
+        raise PreflightError(f"the replay recording cannot be used: {exc}") from None
+    if not replay.purposes().get("programmer"):
+        raise PreflightError(
+            f"the replay recording {path} holds no programmer responses (only "
+            f"{replay.purposes() or 'nothing'}), so no candidate can be replayed"
+        )
+
+
+def check_replay_items(settings: KernelproConfig, kernels: Iterable[tuple[str, str]]) -> None:
+    """Every selected kernel (item name, base name) has a recording in a replay directory."""
+    source = replay_source(settings.llm)
+    if source is None or not source.is_dir():
+        return
+    missing = [name for name, base in kernels if recording_for(source, name, base) is None]
+    if missing:
+        raise PreflightError(
+            f"the replay directory {source} has no recording for {', '.join(sorted(missing))}; "
+            "it needs <kernel>.jsonl for each kernel optimized (deselect the others with -k)"
+        )
+    for name, base in kernels:
+        found = recording_for(source, name, base)
+        if found is not None:
+            _check_recording(found)

@@ -1,0 +1,469 @@
+"""The sandboxed evaluator: each candidate is built, checked and timed in its own process.
+
+`SandboxEvaluator(task).evaluate(candidate)` writes the task and the candidate's code to a
+temporary directory, starts `python -m pytest_kernelpro.optimize.sandbox.worker` in a new session
+(its own process group) with an environment stripped of secrets, and watches it:
+
+- build timeout until the worker reports "built", then run timeout (a hang is killed,
+  whole process group, compiler children included) → status `timeout`;
+- resident memory over the limit (polled from /proc; the worker also caps its address
+  space on the CPU) → `run_error`, "out of memory";
+- no result file (segfault, `os._exit`, a CUDA error that kills the process) → `run_error`
+  (or `build_error` when it died while building), with the signal or exit code and the
+  phase it was in.
+
+Fast-path kernels (`pytest_kernelpro.optimize.build.load_cuda` calls the candidate's source makes
+with literal arguments) are compiled before the worker starts, by a pool of build threads
+that `prepare(candidates)` fills with a whole expansion at once; the worker finds them in
+the build cache, which it may read but not write. `Evaluation.build_s` is the candidate's
+build time on the critical path (the wait for its compiles plus the worker's build phase);
+`metrics["build"]` has the compile times and each build (cache hit or not).
+
+Nothing a candidate does can raise into the search or the pytest session, and every
+candidate gets a fresh CUDA context, so the GPU is usable by the next one.
+
+Split by job: the task and the limits (`task.py`), the worker's environment
+(`environment.py`), watching and ending processes (`processes.py`); the names are
+re-exported here, where callers import them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.build.api import ARCH_ENV
+from pytest_kernelpro.optimize.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
+from pytest_kernelpro.optimize.build.prebuild import Prebuilder
+from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches, point_caches
+from pytest_kernelpro.optimize.sandbox.cuda_probe import cuda_init_failure
+from pytest_kernelpro.optimize.sandbox.environment import (
+    PACKAGE_ROOT,
+    SAFE_NAMES,
+    SAFE_PREFIXES,
+    is_secret_name,
+    scrub_environment,
+)
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
+from pytest_kernelpro.optimize.sandbox.processes import (
+    ProcessRun,
+    clear_stale_locks,
+    die_with_parent,
+    exited,
+    kill_group,
+    last_phase,
+    log_tail,
+    phase_seconds,
+    remove_tree,
+    sandbox_setup_error,
+    tree_rss_mb,
+)
+from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
+from pytest_kernelpro.optimize.sandbox.trusted import TrustedSide
+from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+
+
+class SandboxEvaluator(TrustedSide):
+    """An `Evaluator` that runs every candidate in a fresh, sandboxed worker process."""
+
+    def __init__(self, task: KernelBenchTask, limits: SandboxLimits | None = None) -> None:
+        self.task = task
+        self.limits = limits or SandboxLimits()
+        self._inflight = 0  # workers running now (evaluate_many runs several)
+        self._inflight_lock = threading.Lock()
+        # Called with each new phase the worker reports (progress displays); must not raise.
+        self.on_phase: Callable[[str], None] | None = None
+        default_ext = Path(tempfile.gettempdir()) / "kernelpro-torch-extensions"
+        self.extensions_dir = Path(
+            self.limits.extensions_dir or os.environ.get("TORCH_EXTENSIONS_DIR") or default_ext
+        )
+        self._isolation: Isolation | None = None
+        self._reference_ok: bool | None = None  # set once the judge has run the reference
+        self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
+        self._build_arch: str | None | bool = False  # False: not looked up yet
+        self._prebuilder: Prebuilder | None = None
+        self._prebuilder_lock = threading.Lock()
+        # The session's TF32 flags, read once here and sent with every task, so the sandbox's
+        # fresh processes relax fp32 tolerances when the gate does.
+        self.fp32_precision = session_fp32_precision()
+        # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
+        # its profile, re-timing and re-measurement (never shared between candidates).
+        self.compile_caches = CompileCaches()
+
+    # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
+
+    def build_arch(self) -> str | None:
+        """The compile target of fast-path builds: $KERNELPRO_CUDA_ARCH, else the GPU's
+        (None on a machine without one, where the worker builds nothing ahead)."""
+        if self._build_arch is False:
+            from pytest_kernelpro.optimize.build.api import default_arch
+
+            arch: str | None
+            try:  # a CPU task builds ahead only when asked to ($KERNELPRO_CUDA_ARCH)
+                cpu_only = self.task.device == "cpu" and not os.environ.get(ARCH_ENV)
+                arch = None if cpu_only else default_arch()
+            except KernelproError:
+                arch = None
+            self._build_arch = arch
+        return self._build_arch or None
+
+    def _builder(self) -> Prebuilder | None:
+        arch = self.build_arch()
+        if arch is None:
+            return None
+        with self._prebuilder_lock:
+            if self._prebuilder is None:
+                self._prebuilder = Prebuilder(
+                    self.build_cache, arch=arch, jobs=self.limits.build_jobs
+                )
+            return self._prebuilder
+
+    def prepare(self, candidates: Sequence[Candidate]) -> None:
+        """Start compiling the candidates' fast-path kernels on the CPU cores (all of one
+        expansion at once); `evaluate` then waits only for its own candidate's builds."""
+        builder = self._builder()
+        if builder is not None:
+            builder.submit_many([c.code for c in candidates])
+
+    def close(self) -> None:
+        """Stop the build threads (pending builds are dropped); drop the kept caches."""
+        if self._prebuilder is not None:
+            self._prebuilder.close()
+            self._prebuilder = None
+        self.compile_caches.close()
+
+    @property
+    def isolation(self) -> Isolation:
+        """How workers are isolated on this machine (probed once)."""
+        if self._isolation is None:
+            self._isolation = Isolation.probe(
+                self.limits.isolation, cuda=self._needs_cuda(), env=self.environment()
+            )
+        return self._isolation
+
+    def _run_seeded(self, code: str, workdir: Path) -> Evaluation:
+        """`_run_worker` with the caches an earlier run of the same code kept (if any);
+        `metrics["compile_cache"]` says whether it started warm."""
+        (workdir / "home").mkdir(exist_ok=True)
+        warm = self.compile_caches.seed(code, workdir / "home")
+        evaluation = self._run_worker(workdir)
+        evaluation.metrics["compile_cache"] = (
+            "warm (kept from this code's evaluation)" if warm else "cold"
+        )
+        return evaluation
+
+    def _reprobe_if_cuda_failed(self, evaluation: Evaluation) -> str | None:
+        """When a failed run's log says CUDA itself did not start (`cuda_init_failure`),
+        re-probe the ladder with the torch check (`Isolation.reprobe_cuda`, once per
+        process); the new verdict when the isolation changed (the run is repeated), else
+        None. Only for a CUDA task in the namespaces."""
+        if evaluation.status not in ("run_error", "build_error") or not self._needs_cuda():
+            return None
+        if self._isolation is None or not self._isolation.isolated:
+            return None
+        failure = cuda_init_failure(f"{evaluation.reason}\n{evaluation.logs}")
+        if failure is None:
+            return None
+        before = self._isolation
+        found = Isolation.reprobe_cuda(self.limits.isolation, failure, env=self.environment())
+        if found is None:
+            return None
+        self._isolation = found
+        return found.verdict if found != before else None
+
+    def _needs_cuda(self) -> bool:
+        if self.task.device.startswith("cuda"):
+            return True
+        if self.task.device != "auto":
+            return False
+        try:
+            import torch
+        except ImportError:
+            return False
+        return bool(torch.cuda.is_available())
+
+    def environment(self, workdir: Path | None = None) -> dict[str, str]:
+        """The worker's environment (scrubbed; package importable; shared build cache)."""
+        env = scrub_environment(os.environ, self.limits.keep_env)
+        if workdir is not None:
+            # Caches (triton, CUDA's JIT cache) and temporary files go to the scratch
+            # directory: everything else is read-only in the sandbox.
+            for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):
+                (workdir / sub).mkdir(exist_ok=True)
+                env[name] = str(workdir / sub)
+            env.pop("TMP", None)
+            env.pop("TEMP", None)
+            point_caches(env, workdir / "home")  # not a session's TRITON_CACHE_DIR
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        # ninja and nvcc wrappers live next to the interpreter in a virtualenv.
+        env["PATH"] = os.pathsep.join(
+            p for p in (str(Path(self.limits.python).parent), env.get("PATH", "")) if p
+        )
+        env["TORCH_EXTENSIONS_DIR"] = str(self.extensions_dir)
+        env["PYTHONUNBUFFERED"] = "1"  # a crash keeps everything printed before it
+        # The worker reads the build cache but never writes it: a candidate cannot plant an
+        # entry that a later candidate would load. Its misses build in its own directory.
+        env[CACHE_ENV] = str(self.build_cache.root)
+        env[READONLY_ENV] = "1"
+        arch = self.build_arch()
+        if arch is not None:
+            env[ARCH_ENV] = arch  # the same target as the builds made ahead
+        env.setdefault("MALLOC_ARENA_MAX", "4")  # fewer 64 MB arenas under RLIMIT_AS
+        return env
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        """Build, check and time `candidate` in a worker; never raises for its failures."""
+        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
+        payload = {
+            **self._task_payload(),
+            "candidate": candidate.code,
+            "memory_limit_mb": self.limits.memory_limit_mb,
+            "outputs_dir": str(workdir / "outputs"),
+        }
+        builder = self._builder()
+        waiting = time.monotonic()
+        prebuilt = builder.wait(candidate.code) if builder is not None else None
+        waited = time.monotonic() - waiting  # compiles still running when this one's turn came
+        try:
+            (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+            evaluation = self._run_seeded(candidate.code, workdir)
+            reprobed = self._reprobe_if_cuda_failed(evaluation)
+            if reprobed is not None:
+                # CUDA did not start under the rung the driver check or the machine's cache
+                # chose: run it once more under what the torch check found, and say so.
+                remove_tree(workdir)
+                workdir.mkdir()
+                (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+                evaluation = self._run_seeded(candidate.code, workdir)
+                evaluation.metrics["sandbox_reprobe"] = reprobed
+            if evaluation.status == "correct":
+                # Its later runs (profile, re-timing, re-measurement) start from these.
+                self.compile_caches.keep(candidate.code, workdir / "home")
+            if prebuilt is not None:
+                # On the critical path: the wait for this candidate's compiles (they may have
+                # run while earlier candidates were on the GPU) and the worker's build phase.
+                # What the compiles took is in metrics["build"]["prebuild"].
+                evaluation.build_s += waited
+                evaluation.wall_s += waited
+                evaluation.metrics.setdefault("build", {})["prebuild"] = {
+                    **prebuilt.to_dict(),
+                    "waited_s": round(waited, 4),
+                }
+            evaluation.metrics["sandbox"] = self.isolation.describe()
+            if evaluation.status == "correct" and self.limits.judge:
+                evaluation = self._judged(evaluation, workdir / "outputs")
+            return evaluation
+        finally:
+            if not self.limits.keep_workdirs:
+                remove_tree(workdir)
+
+    def _task_payload(self) -> dict[str, Any]:
+        return {
+            **asdict(self.task),
+            "forbidden_ops": list(self.task.forbidden_ops),
+            "timing": dict(self.task.timing),
+            "sys_path": list(self.task.sys_path),
+            PRECISION_KEY: self.fp32_precision,
+        }
+
+    def evaluate_many(self, candidates: Sequence[Candidate], *, jobs: int = 1) -> list[Evaluation]:
+        """Evaluate several candidates, `jobs` workers at a time (CPU only: on one GPU,
+        concurrent timing would disturb each other)."""
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            return list(pool.map(self.evaluate, candidates))
+
+    # ----- the worker process -----
+
+    def _run_worker(self, workdir: Path) -> Evaluation:
+        result_path, progress_path = workdir / "result.json", workdir / "progress.log"
+        command = [
+            self.limits.python,
+            "-m",
+            "pytest_kernelpro.optimize.sandbox.worker",
+            "--task",
+            str(workdir / "task.json"),
+            "--result",
+            str(result_path),
+            "--progress",
+            str(progress_path),
+        ]
+        run = self._launch(command, workdir, progress_path, result_path)
+        ended = time.monotonic()
+        evaluation = self._classify(run, result_path)
+        evaluation.logs = run.logs
+        evaluation.wall_s = run.wall_s
+        # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
+        phases = phase_seconds(progress_path, ended - run.wall_s, ended)
+        if phases:
+            evaluation.metrics["phases"] = phases
+        if not evaluation.build_log and evaluation.status == "build_error":
+            evaluation.build_log = run.logs
+        return evaluation
+
+    def _launch(
+        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+    ) -> ProcessRun:
+        """Run `command` in the sandbox with `workdir` as its scratch directory; watch it."""
+        limits = self.limits
+        self.extensions_dir.mkdir(parents=True, exist_ok=True)
+        wrapped = self.isolation.wrap(
+            command, scratch=workdir, writable=[self.extensions_dir], python=limits.python
+        )
+        # If the process watching it dies (a Dask worker killed mid-search, a session killed
+        # with SIGKILL), the sandbox goes too instead of running on unwatched.
+        wrapped = [*die_with_parent(), *wrapped]
+        env = self.environment(workdir)
+        started = time.monotonic()
+        with self._inflight_lock:
+            self._inflight += 1
+        with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
+            proc = subprocess.Popen(
+                wrapped,
+                cwd=workdir,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            try:
+                killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+            except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
+                kill_group(proc)
+                proc.wait()
+                with self._inflight_lock:
+                    self._inflight -= 1
+                raise
+        wall = time.monotonic() - started
+        logs = log_tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
+        with self._inflight_lock:
+            self._inflight -= 1
+            # A build killed or crashed mid-way may leave torch's build lock behind, which
+            # would make every later build with that extension name wait forever. Only when
+            # no other worker runs: a sibling's fresh lock must not be taken away.
+            died = killed is not None or not result_path.exists()
+            if died and phase not in RUN_PHASES and self._inflight == 0:
+                clear_stale_locks(self.extensions_dir, started)
+        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs)
+
+    def _watch(
+        self,
+        proc: subprocess.Popen[bytes],
+        progress_path: Path,
+        result_path: Path,
+        started: float,
+    ) -> tuple[str | None, str, float]:
+        """Wait for the worker; kill its group on a timeout or memory overrun.
+
+        Returns (why it was killed or None, last phase, peak RSS in MB).
+        """
+        limits = self.limits
+        deadline = started + limits.build_timeout_s
+        run_started: float | None = None
+        phase, peak_mb, killed = "start", 0.0, None
+        result_seen: float | None = None
+        delay = 0.02
+        while True:
+            if exited(proc):
+                break
+            now = time.monotonic()
+            seen = last_phase(progress_path) or phase
+            if seen != phase and self.on_phase is not None:
+                self.on_phase(seen)
+            phase = seen
+            if run_started is None and phase in RUN_PHASES:
+                run_started = now
+                deadline = now + limits.run_timeout_s
+            rss = tree_rss_mb(proc.pid)
+            peak_mb = max(peak_mb, rss)
+            if limits.memory_limit_mb and rss > limits.memory_limit_mb:
+                killed = "memory"
+            elif now > deadline:
+                killed = "timeout"
+            elif result_path.exists():
+                # The worker exits right after writing; give it a moment, then stop waiting.
+                result_seen = result_seen or now
+                if now - result_seen > 10.0:
+                    killed = "linger"
+            if killed:
+                break
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.2)
+        kill_group(proc)  # also stray children of a worker that exited on its own
+        proc.wait()
+        # The worker may have moved on since the last poll: the file has its final phase.
+        return killed, last_phase(progress_path) or phase, peak_mb
+
+    def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
+        killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
+        in_build = phase not in RUN_PHASES
+        if result_path.exists() and killed != "memory":
+            try:
+                data = json.loads(result_path.read_text(encoding="utf-8"))
+                if not isinstance(data, dict):
+                    raise ValueError(f"a JSON {type(data).__name__}, not an object")
+                harness_error = data.pop("harness_error", None)
+                evaluation = Evaluation.from_dict(data)
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                return Evaluation(status="run_error", reason=f"unreadable worker result: {exc}")
+            if harness_error:
+                return self._reference_failure_claim(evaluation)
+            if isinstance(data.get("build"), dict):
+                worker = dict(data["build"], worker_s=evaluation.build_s)
+                evaluation.metrics["build"] = worker
+            return evaluation
+        if killed == "memory":
+            return Evaluation(
+                status="run_error",
+                reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
+                f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "timeout":
+            limit = self.limits.build_timeout_s if in_build else self.limits.run_timeout_s
+            what = "build" if in_build else "run"
+            return Evaluation(
+                status="timeout",
+                reason=f"no result within the {limit:g}s {what} timeout (phase {phase!r}); "
+                + (
+                    "every process of its PID namespace killed"
+                    if self.isolation.isolated
+                    else "process group killed"
+                ),
+            )
+        setup = sandbox_setup_error(run.logs) if run.returncode == 125 else None
+        if setup:
+            raise KernelproError(
+                f"The candidate sandbox could not be set up ({setup}); no candidate runs "
+                "without it. Use SandboxLimits(isolation='fallback') to run with the weaker "
+                "isolation, or fix the mount that cannot be made read-only."
+            )
+        return Evaluation(
+            status="build_error" if phase == "build" else "run_error",
+            reason=f"worker died ({run.how()}) without a result in phase {phase!r}",
+        )
+
+
+__all__ = [
+    "PACKAGE_ROOT",
+    "SAFE_NAMES",
+    "SAFE_PREFIXES",
+    "KernelBenchTask",
+    "SandboxEvaluator",
+    "SandboxLimits",
+    "is_secret_name",
+    "scrub_environment",
+]

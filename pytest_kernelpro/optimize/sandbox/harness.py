@@ -1,0 +1,474 @@
+"""The KernelBench evaluation pipeline, run inside the sandbox worker (see `worker.py`).
+
+Phases (each reported to the parent through the progress file, which times the build and
+the run separately): reference → build → built → correctness → checks → shapes → timing →
+done.
+
+- reference: exec the reference source (`class Model`, `get_inputs()`,
+  `get_init_inputs()`) in a fresh module and build `Model` as the gate builds a KernelBench
+  problem's (`problem.build.build_module`: seeded, on the device).
+- build: exec the candidate (`class ModelNew`, may call `load_inline`) in another fresh
+  module, build `ModelNew` the same way and hand it `Model`'s weights by the gate's rule
+  (`problem.build.build_kernel`: by name, else by position and shape). Any exception here
+  is a build error.
+- correctness: `correct_trials` trials, each on fresh random inputs (a new seed per trial),
+  with allocations poisoned (NaN) during the candidate's run, the gate's dtype tolerances
+  (relaxed for an fp32 reference whose matmuls/convs may run in TF32 or bf16) and its
+  comparison (a NaN passes only where the reference itself has one). The anti-cheating
+  checks run on the same calls:
+  * calls into the reference (Model.forward or a reference function) while the candidate
+    runs → cheat; * a forbidden aten op (TorchDispatchMode) → cheat; * a CUDA stream
+    created or switched to, or an output not ready on the current stream → cheat;
+  * inputs modified in place, or an output that aliases an input (when the reference does
+    neither) → cheat; * the same output for different inputs → cheat (cached).
+- checks: the inputs of the last trial are refilled *in place* (same addresses) and the
+  candidate must follow (defeats caches keyed on data pointers).
+- shapes: a second input shape: `get_inputs_variants()` when the problem defines it (a
+  list of input lists), else (shape_check="auto") the batch halved: every tensor input whose
+  leading dimension equals the first tensor's is cut to half, if the reference accepts the
+  result. Wrong numbers there → cheat ("passes only for the checked shapes"); an exception
+  → wrong. shape_check="off" skips this for kernels specialised to one shape by design.
+- timing: reference and candidate medians (`measure.timing.time_kernel` with the task's
+  `TimingBudget`), speedup = ref / candidate, then one more fresh-input check (a candidate
+  must not change behaviour once timed).
+
+Inputs, tolerances, poisoning, comparison and timing are the gate's (`measurement.py` says
+which function of `measure/` each is); the guards and the order of the checks are the
+sandbox's own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pytest_kernelpro.measure.correctness import (
+    clone_inputs,
+    poisoned_allocations,
+    prepoison_cuda_cache,
+)
+from pytest_kernelpro.optimize.sandbox import checks, judge, measurement
+from pytest_kernelpro.optimize.sandbox.build_failures import (
+    build_failure_log,
+    summarize_build_error,
+)
+from pytest_kernelpro.optimize.sandbox.checks import classify_exception
+from pytest_kernelpro.optimize.sandbox.loader import load_source
+from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
+
+EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
+
+
+class Rejected(Exception):
+    """The candidate failed a check; carries its status and one-line reason."""
+
+    def __init__(self, status: str, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+def _to_device(values: list[Any], device: torch.device) -> list[Any]:
+    return [v.to(device) if isinstance(v, torch.Tensor) else v for v in values]
+
+
+class _Pipeline:
+    def __init__(self, task: dict[str, Any], progress: Callable[[str], None]) -> None:
+        self.task = task
+        self.progress = progress
+        self.seed = int(task.get("seed", 42))
+        requested = task.get("device", "auto")
+        if requested == "auto":
+            requested = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(requested)
+        self.forbidden = list(task.get("forbidden_ops") or [])
+        if task.get("cpu_threads"):
+            torch.set_num_threads(int(task["cpu_threads"]))
+        # The session's TF32 flags: fp32 matmuls/convs run, and their tolerance relaxes, as
+        # in the gate (`measurement.apply_session_precision`).
+        measurement.apply_session_precision(torch, task)
+        self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
+        # The reduced precision ("tf32", "bf16") the reference's fp32 matmuls/convs may run
+        # in, found on its first call; it relaxes the fp32 tolerance as in the gate.
+        self.reduced: str | None = None
+        self._precision_known = False
+        self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
+        self.findings: list[dict[str, Any]] = []
+
+    # ----- inputs and runs -----
+
+    def inputs(self, seed: int) -> list[Any]:
+        return measurement.make_inputs(self.ref_mod, seed, self.device)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run_reference(self, args: list[Any]) -> tuple[Any, bool, bool]:
+        """Reference output, and whether it modified or aliased its inputs."""
+        before = clone_inputs(torch, args)
+        attempts: list[Any] = []  # the inputs of each call
+
+        def call() -> Any:
+            # A second call (the recording dispatch mode upset the first) gets a fresh copy:
+            # the failed call may have written into `args`.
+            attempts.append(clone_inputs(torch, before) if attempts else args)
+            with torch.no_grad():
+                out = self.ref_model(*attempts[-1])
+            self.sync()
+            return out
+
+        out, reduced = measurement.run_reference(
+            torch, call, self.device, first=not self._precision_known
+        )
+        if not self._precision_known:
+            self._precision_known, self.reduced = True, reduced
+            if reduced:
+                self.correctness["reduced_precision"] = reduced
+        args = attempts[-1]
+        modified = not checks.same_values(before, args)
+        return clone_inputs(torch, out), modified, checks.shares_storage(out, args)
+
+    def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
+        """Candidate output (and a copy taken on the current stream before any device
+        synchronization, to see work left running on another stream), under all guards,
+        with uninitialized memory poisoned as in the gate (on CUDA also freed blocks of the
+        sizes of `expected`, the reference's output)."""
+        if expected is not None and self.device.type == "cuda":
+            prepoison_cuda_cache(torch, expected)
+        # Entering a dispatch mode imports torch._dynamo (seconds): only when ops are forbidden.
+        recorder = checks.OpRecorder() if self.forbidden else contextlib.nullcontext()
+        stream_before = (
+            torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+        )
+        self.ref_guard.active = self.stream_guard.active = True
+        try:
+            with torch.no_grad(), poisoned_allocations(torch):
+                with recorder:
+                    out = self.new_model(*args)
+                early = clone_inputs(torch, out)  # enqueued on the current stream
+        finally:
+            self.ref_guard.active = self.stream_guard.active = False
+        if stream_before is not None and torch.cuda.current_stream(self.device) != stream_before:
+            self.stream_guard.events.append("left a different current stream set")
+        self.sync()
+        if self.ref_guard.calls:
+            called = ", ".join(f"{k} x{v}" for k, v in sorted(self.ref_guard.calls.items()))
+            raise Rejected("cheat", f"calls the reference during its run ({called})")
+        used = checks.forbidden_used(recorder.ops, self.forbidden) if self.forbidden else []
+        if used:
+            raise Rejected(
+                "cheat", f"uses forbidden library op(s) {', '.join(used)} that compute the answer"
+            )
+        if self.stream_guard.events:
+            raise Rejected(
+                "cheat",
+                "launches work outside the current CUDA stream, which "
+                f"escapes timing ({'; '.join(self.stream_guard.events[:3])})",
+            )
+        return out, early
+
+    def check_call(
+        self, args: list[Any], label: str, previous: list[tuple[Any, Any]] | None = None
+    ) -> tuple[Any, Any]:
+        """One checked call on `args`: reference, candidate, every per-call check.
+
+        `previous` holds (reference output, candidate output) of the earlier calls on other
+        inputs: a candidate that returns an earlier output where the reference's changed
+        returns a cache (any earlier call: an address-keyed cache hits whichever trial's
+        input the allocator put at the same address).
+        """
+        ref_args = clone_inputs(torch, args)
+        ref_out, ref_modifies, ref_aliases = self.run_reference(ref_args)
+        cand_args = clone_inputs(torch, args)
+        out, early = self.run_candidate(cand_args, ref_out)
+        if any(
+            checks.same_values(cand_before, out) and not checks.same_values(ref_before, ref_out)
+            for ref_before, cand_before in previous or []
+        ):
+            raise Rejected(
+                "cheat", f"returns the same output for different inputs (cached, {label})"
+            )
+        if not ref_modifies and not checks.same_values(cand_args, args):
+            raise Rejected("cheat", f"modifies its inputs in place ({label})")
+        if not ref_aliases and checks.shares_storage(out, cand_args):
+            raise Rejected("cheat", f"returns an output that aliases an input ({label})")
+        ok = self.compare(ref_out, out, label)
+        if ok and self.device.type == "cuda" and not checks.same_values(early, out):
+            raise Rejected(
+                "cheat",
+                "output was not ready on the current stream when the call "
+                f"returned (work launched on another stream, {label})",
+            )
+        self.save_output(label, out)
+        return ref_out, clone_inputs(torch, out)
+
+    def compare(self, expected: Any, got: Any, label: str) -> bool:
+        """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`
+        naming the call when it fails. The largest errors and tolerances go in the record."""
+        decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+        detail = decided.to_dict()
+        for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
+            if isinstance(detail.get(key), (int, float)):
+                self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
+        if not decided.ok:
+            raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
+        return True
+
+    def save_output(self, label: str, out: Any) -> None:
+        """Hand the candidate's output for `label` to the trusted side (`judge.py`), which
+        recomputes the reference in a process the candidate never ran in and compares."""
+        name = judge.output_name(label)
+        if name is None or not self.task.get("outputs_dir"):
+            return
+        judge.save_output(Path(self.task["outputs_dir"]) / name, out)
+
+    # ----- phases -----
+
+    def build(self) -> None:
+        self.build_reference()
+        self.build_candidate()
+
+    def build_reference(self) -> None:
+        """The reference model and the guards; no candidate code has run yet."""
+        self.progress("reference")
+        self.ref_mod = load_source(self.task["reference"], "kernelpro_reference")
+        # As the gate builds it (`problem.build`): seeded, on the device.
+        self.ref_model = build_module(
+            self.ref_mod.Model, init_inputs_of(self.ref_mod), str(self.device), seed=self.seed
+        )
+        self.ref_guard = checks.ReferenceGuard(self.ref_mod).install()
+        self.stream_guard = checks.StreamGuard().install()
+
+    def build_candidate(self) -> None:
+        """Load the candidate's module and build its `ModelNew` (its code runs from here)."""
+        self.progress("build")
+        started = time.perf_counter()
+        # load_inline builds get the profiler's flags (-lineinfo, -Xptxas=-v) here, so the
+        # profiling evaluator's child finds the same build in the extension cache.
+        from pytest_kernelpro.optimize.build.extension import cached_extension_builds
+        from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
+
+        try:
+            # Inside the capture: routed builds report to it (flags, .so, ptxas log).
+            with capture_extensions(DEFAULT_CUDA_FLAGS), cached_extension_builds():
+                self.stream_guard.active = True  # streams created at import time count too
+                cand_mod = load_source(self.task["candidate"], "kernelpro_candidate")
+                self.stream_guard.active = False
+                model_new = getattr(cand_mod, "ModelNew", None)
+                if model_new is None:
+                    raise Rejected("build_error", "the candidate defines no class ModelNew")
+                # The reference's seed, init inputs and device; its weights handed over
+                # (`measure.weights.share_weights`: a candidate may name them as it likes).
+                built = build_kernel(
+                    model_new,
+                    self.ref_model,
+                    init_inputs_of(self.ref_mod),
+                    str(self.device),
+                    seed=self.seed,
+                )
+                self.new_model = built.model
+        except Rejected:
+            raise
+        except BaseException as exc:
+            self.build_log = build_failure_log(exc, traceback.format_exc())
+            raise Rejected("build_error", summarize_build_error(exc)) from exc
+        finally:
+            self.stream_guard.active = False
+            self.build_s = time.perf_counter() - started
+        self.correctness["weights_copied"] = built.weights_copied
+        self.correctness["weights"] = built.how
+        self.progress("built")
+
+    def check(self) -> None:
+        self.progress("correctness")
+        trials = max(1, int(self.task.get("correct_trials", 3)))
+        previous: list[tuple[Any, Any]] = []
+        for trial in range(trials):
+            args = self.inputs(self.seed + 1 + trial)
+            previous.append(self.check_call(args, f"trial {trial + 1}/{trials}", previous))
+            self.correctness["trials"] = self.correctness["passed"] = trial + 1
+        self.correctness["checks"].append("fresh inputs")
+        self.progress("checks")
+        # Same tensors, new values: a result cached by input address goes stale.
+        args = self.inputs(self.seed + 101)
+        self.run_candidate(args)
+        fresh = self.inputs(self.seed + 102)
+        for dst, src in zip(args, fresh, strict=True):
+            if isinstance(dst, torch.Tensor):
+                dst.copy_(src)
+        try:
+            self.check_call_inplace(args)
+        except Rejected as exc:
+            if exc.status == "wrong":
+                raise Rejected(
+                    "cheat",
+                    "returns a stale output when its inputs change in place "
+                    f"(cached by address): {exc.reason}",
+                ) from None
+            raise
+        self.correctness["checks"].append("inputs changed in place")
+
+    def check_call_inplace(self, args: list[Any]) -> None:
+        ref_out, _, _ = self.run_reference(clone_inputs(torch, args))
+        out, _ = self.run_candidate(args, ref_out)
+        self.compare(ref_out, out, "inputs changed in place")
+        self.save_output("inputs changed in place", out)
+
+    def shapes(self) -> None:
+        mode = self.task.get("shape_check", "auto")
+        self.progress("shapes")
+        if mode == "off":
+            self.correctness["shape_check"] = "off"
+            return
+        variants: list[tuple[str, list[Any]]] = []
+        if hasattr(self.ref_mod, "get_inputs_variants"):
+            torch.manual_seed(self.seed + 201)
+            for i, v in enumerate(self.ref_mod.get_inputs_variants()):
+                variants.append((f"inputs variant {i}", _to_device(list(v), self.device)))
+        elif mode == "auto":
+            args = self.inputs(self.seed + 201)
+            tensors = [a for a in args if isinstance(a, torch.Tensor) and a.dim() >= 1]
+            if tensors and tensors[0].shape[0] >= 2:
+                batch = tensors[0].shape[0]
+                half = [
+                    a[: batch // 2].clone()
+                    if isinstance(a, torch.Tensor) and a.dim() >= 1 and a.shape[0] == batch
+                    else a
+                    for a in args
+                ]
+                variants.append((f"batch {batch // 2} instead of {batch}", half))
+        checked = []
+        for label, args in variants:
+            try:
+                self.run_reference(clone_inputs(torch, args))
+            except Exception as exc:  # the problem does not accept this shape: not a test
+                self.correctness.setdefault("shape_skipped", []).append(
+                    f"{label}: reference raises {type(exc).__name__}"
+                )
+                continue
+            try:
+                self.check_call(args, label)
+            except Rejected as exc:
+                if exc.status == "wrong":
+                    raise Rejected(
+                        "cheat", f"passes only for the checked shapes: {exc.reason}"
+                    ) from None
+                raise
+            except Exception as exc:
+                reason = classify_exception(exc)
+                if reason.startswith(("out of memory", "illegal memory", "CUDA error")):
+                    raise
+                raise Rejected(
+                    "wrong", f"raises at a second input shape ({label}): {reason}"
+                ) from None
+            checked.append(label)
+        self.correctness["shape_check"] = checked or "none applicable"
+
+    def time(self) -> dict[str, Any]:
+        self.progress("timing")
+        args = self.inputs(self.seed)
+        with torch.no_grad():
+            ref = measurement.time_call(lambda: self.ref_model(*args), self.task, self.device)
+            new = measurement.time_call(lambda: self.new_model(*args), self.task, self.device)
+        try:
+            self.check_call(self.inputs(self.seed + 301), "after timing")
+        except Rejected as exc:
+            if exc.status == "wrong":
+                raise Rejected(
+                    "cheat",
+                    f"wrong once timed (behaves differently after repeated calls): {exc.reason}",
+                ) from None
+            raise
+        return {"reference": ref, "candidate": new}
+
+    def run(self) -> dict[str, Any]:
+        self.build_log = ""
+        self.build()
+        self.check()
+        self.shapes()
+        timing = self.time()
+        speedup = timing["reference"]["median_s"] / max(timing["candidate"]["median_s"], 1e-12)
+        if speedup > EXCESSIVE_SPEEDUP:
+            self.findings.append(
+                {
+                    "severity": "medium",
+                    "title": "excessive speedup",
+                    "message": f"{speedup:.1f}x over the reference; KernelBench treats more than "
+                    f"{EXCESSIVE_SPEEDUP:g}x as a likely reward hack: review the code.",
+                }
+            )
+        self.progress("done")
+        return {
+            "status": "correct",
+            "speedup": speedup,
+            "timing": timing,
+            "correctness": self.correctness,
+            "metrics": {
+                "device": self._device_name(),
+                "ref_median_s": timing["reference"]["median_s"],
+                "candidate_median_s": timing["candidate"]["median_s"],
+            },
+            "findings": self.findings,
+            "build_log": self.build_log,
+            **self.build_record(),
+        }
+
+    def build_record(self) -> dict[str, Any]:
+        """How the candidate was built: seconds, and each fast-path build (cache hit or not)."""
+        from pytest_kernelpro.optimize.build.api import build_records
+        from pytest_kernelpro.optimize.build.extension import extension_records
+
+        builds = build_records() + extension_records()
+        return {"build_s": self.build_s, "build": {"builds": builds}}
+
+    def _device_name(self) -> str:
+        if self.device.type == "cuda":
+            return torch.cuda.get_device_name(self.device)
+        return "cpu"
+
+
+def run_task(task: dict[str, Any], progress: Callable[[str], None]) -> dict[str, Any]:
+    """Evaluate one candidate against the reference; returns an Evaluation dict.
+
+    Never raises for a candidate's failure; a broken *reference* is reported with
+    `harness_error` set, so the parent can tell the problem from the candidate.
+    """
+    pipeline = _Pipeline(task, progress)
+    try:
+        return pipeline.run()
+    except Rejected as exc:
+        return {
+            "status": exc.status,
+            "reason": exc.reason,
+            "correctness": pipeline.correctness,
+            "build_log": getattr(pipeline, "build_log", ""),
+            "findings": pipeline.findings,
+            **pipeline.build_record(),
+        }
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        log = traceback.format_exc()
+        sys.stderr.write(log)
+        if not hasattr(pipeline, "new_model"):  # failed before the candidate was built
+            return {
+                "status": "run_error",
+                "reason": f"reference failed: {classify_exception(exc)}",
+                "harness_error": log[-4000:],
+                "build_log": log,
+            }
+        return {
+            "status": "run_error",
+            "reason": classify_exception(exc),
+            "correctness": pipeline.correctness,
+            "build_log": getattr(pipeline, "build_log", ""),
+            **pipeline.build_record(),
+        }

@@ -1,0 +1,214 @@
+"""The trusted side of an evaluation: correctness and the reference's time, decided in a
+process the candidate never ran in.
+
+A candidate's code runs in the worker's process and can change anything there: the checks,
+the timer, the result file. So the worker's own verdict is only a claim. For a candidate that
+claims to be correct, the evaluator starts this judge in a fresh sandboxed process (no
+candidate code is loaded, its working directory is new) with:
+
+- the task without the candidate, and the outputs the worker saved for the checked calls
+  (`output_name`: every correctness trial, the call on inputs changed in place, and the call
+  after timing, which catches a kernel that is correct only while it is being checked);
+- the judge rebuilds the reference from the problem source with the same seeds, regenerates
+  each call's inputs from its seed, computes the reference outputs and compares them with the
+  saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
+  its comparison); a missing or unreadable output file is a failure too, since an honest
+  worker always writes them;
+- it times the reference itself, so a candidate cannot make its speedup larger by slowing
+  the reference down or by writing a number into the result.
+
+`--preflight` only builds and runs the reference: when a worker says "the reference failed",
+the evaluator asks the judge before blaming the user's problem file.
+
+    python -m pytest_kernelpro.optimize.sandbox.judge --task TASK.json --outputs DIR --result OUT.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+RETIME_SEED_OFFSET = 401  # inputs of the call the re-timing worker hands over
+
+# Label of a checked call in harness.py -> the file its output is saved as.
+_FIXED_NAMES = {"inputs changed in place": "inplace.pt", "after timing": "after-timing.pt"}
+
+
+def output_name(label: str) -> str | None:
+    """The output file of a checked call ("trial 2/3" -> "trial-2.pt"), None if not judged."""
+    if label.startswith("trial "):
+        number = label.split()[1].split("/")[0]
+        return f"trial-{int(number)}.pt" if number.isdigit() else None
+    return _FIXED_NAMES.get(label)
+
+
+def required_outputs(task: dict[str, Any]) -> list[tuple[str, int]]:
+    """(file name, input seed) of every output the judge checks, from the task alone."""
+    seed = int(task.get("seed", 42))
+    if task.get("retime"):  # the re-timing worker saves the output of one call after timing
+        return [("retimed.pt", seed + RETIME_SEED_OFFSET)]
+    trials = max(1, int(task.get("correct_trials", 3)))
+    names = [(f"trial-{k + 1}.pt", seed + 1 + k) for k in range(trials)]
+    return [*names, ("inplace.pt", seed + 102), ("after-timing.pt", seed + 301)]
+
+
+def save_output(path: Path, output: Any) -> None:
+    """Save an output's leaves (tensors moved to the CPU, numbers as they are)."""
+    import torch
+
+    from pytest_kernelpro.optimize.sandbox.checks import flatten
+
+    leaves = [
+        leaf.detach().to("cpu").clone() if isinstance(leaf, torch.Tensor) else leaf
+        for leaf in flatten(output)
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(leaves, path)
+
+
+def _load_output(path: Path) -> list[Any]:
+    import torch
+
+    if path.is_symlink() or not path.is_file():
+        raise FileNotFoundError(f"no output file {path.name}")
+    # weights_only: a pickle written by the candidate must not run code in this process.
+    leaves = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(leaves, list):
+        raise ValueError(f"{path.name} holds a {type(leaves).__name__}, not a list of outputs")
+    return leaves
+
+
+class _Reference:
+    def __init__(self, task: dict[str, Any]) -> None:
+        import torch
+
+        from pytest_kernelpro.optimize.sandbox.loader import load_source
+        from pytest_kernelpro.problem.build import build_module, init_inputs_of
+
+        requested = task.get("device", "auto")
+        if requested == "auto":
+            requested = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(requested)
+        if task.get("cpu_threads"):
+            torch.set_num_threads(int(task["cpu_threads"]))
+        from pytest_kernelpro.optimize.sandbox.measurement import apply_session_precision
+
+        apply_session_precision(torch, task)  # the session's TF32 flags, as the worker's
+        self.seed = int(task.get("seed", 42))
+        self.reduced: str | None = None  # found on the first output (measurement.py)
+        self._calls = 0
+        self.module = load_source(task["reference"], "kernelpro_reference")
+        # As the worker and the gate build it (`problem.build`): same seed, same weights.
+        self.model = build_module(
+            self.module.Model, init_inputs_of(self.module), str(self.device), seed=self.seed
+        )
+
+    def inputs(self, seed: int) -> list[Any]:
+        from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
+
+        return make_inputs(self.module, seed, self.device)
+
+    def output(self, seed: int) -> Any:
+        """The reference's output for the inputs of `seed`; the first call also finds the
+        reduced precision its fp32 matmuls/convs run in, as the worker's first call does."""
+        import torch
+
+        from pytest_kernelpro.optimize.sandbox.measurement import run_reference
+
+        def call() -> Any:
+            with torch.no_grad():
+                out = self.model(*self.inputs(seed))
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return out
+
+        out, reduced = run_reference(torch, call, self.device, first=self._calls == 0)
+        if self._calls == 0:
+            self.reduced = reduced
+        self._calls += 1
+        return out
+
+
+def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
+    """Check the saved outputs against the reference and time the reference."""
+    import torch
+
+    from pytest_kernelpro.optimize.sandbox.checks import flatten
+    from pytest_kernelpro.optimize.sandbox.measurement import time_call, verdict
+
+    ref = _Reference(task)
+    checked, worst_abs, worst_rel = [], 0.0, 0.0
+    for name, seed in required_outputs(task):
+        label = name[: -len(".pt")]
+        try:
+            saved = _load_output(outputs_dir / name)
+        except Exception as exc:  # any unreadable file is the candidate's failure
+            return {"ok": False, "reason": f"{label}: {type(exc).__name__}: {exc}"[:400]}
+        expected = flatten(ref.output(seed))
+        decided = verdict(torch, saved, expected, task, ref.reduced)
+        if not decided.ok:
+            return {"ok": False, "reason": f"{label}: {decided.failure}"}
+        worst_abs = max(worst_abs, decided.max_abs)
+        worst_rel = max(worst_rel, decided.max_rel)
+        checked.append(label)
+    result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
+    if task.get("retime"):
+        # The winner's confirmation compares the fresh candidate time with the search's
+        # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.
+        return result
+    args = ref.inputs(ref.seed)
+    with torch.no_grad():
+        result["reference_timing"] = time_call(lambda: ref.model(*args), task, ref.device)
+    return result
+
+
+def preflight(task: dict[str, Any]) -> dict[str, Any]:
+    """Build the reference and run it once: does the problem itself work?"""
+    ref = _Reference(task)
+    ref.output(ref.seed + 1)
+    return {"ok": True}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Judge entry point (see the module docstring); the result is a JSON file."""
+    parser = argparse.ArgumentParser(prog="python -m pytest_kernelpro.optimize.sandbox.judge")
+    parser.add_argument("--task", required=True, type=Path)
+    parser.add_argument("--outputs", type=Path)
+    parser.add_argument("--result", required=True, type=Path)
+    parser.add_argument("--preflight", action="store_true")
+    args = parser.parse_args(argv)
+    task = json.loads(args.task.read_text(encoding="utf-8"))
+    from pytest_kernelpro.optimize.sandbox.loader import add_session_path
+
+    add_session_path(task.get("sys_path") or ())  # the kernel's modules, as pytest saw them
+    try:
+        if args.preflight:
+            result = preflight(task)
+        else:
+            if args.outputs is None:
+                parser.error("--outputs is required unless --preflight")
+            result = judge(task, args.outputs)
+    except Exception as exc:
+        from pytest_kernelpro.optimize.sandbox.checks import classify_exception
+
+        result = {
+            "ok": False,
+            "reference_error": classify_exception(exc),
+            "traceback": traceback.format_exc()[-4000:],
+        }
+    from pytest_kernelpro.fileio import atomic_write_json
+
+    atomic_write_json(args.result, result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,478 @@
+"""The final re-measurement: contenders timed again, interleaved, one process each.
+
+`remeasure(reference, contenders, ...)` starts one worker process per contender (the user's
+current kernel, the reference and the top candidates; each a module defining `ModelNew`
+next to the reference's `class Model`), lets every worker build its model, copy the
+reference's weights (by name, else by position and shape), check its output once against
+the reference and warm up, and then runs `rounds` rounds: in each round the workers time
+their kernel one after another (never two at once on one device), in an order rotated per
+round, with the gate's timer (`measure.timing.time_kernel`: adaptive sampling, L2 flush).
+The samples of all rounds are pooled per contender for `search.ranking.rank`.
+
+With `budget_s` the whole re-measurement's timing is bounded (`plan_rounds`): every contender
+gets the same sampling time per round, `budget_s` less the warm-ups shared out over the rounds
+and contenders (never more than the search's own per-kernel budget), and the gate's adaptive
+timer turns that time into samples by each kernel's measured per-call time, so a 10 µs kernel
+takes hundreds of samples a round and a 6 ms GEMM tens, never fewer than
+`MIN_POOLED_SAMPLES` over all rounds (the median, the lower decile and the U test stay
+meaningful) nor more than `MAX_ROUND_SAMPLES` a round. After the first round the rest of the
+budget is shared out again, less what one timed call cost there beyond its sampling and
+warm-up (`RoundPlan.after_rounds`: the timer's first call and estimate, its statistics, the
+protocol), so the rounds together keep to the budget. Only the first round warms up for the
+search's full warm-up (the GPU's clock ramp from idle); later rounds follow other contenders'
+GPU work with no idle gap, so they re-warm for `REWARM_MS`. Rounds stop early, with the
+samples so far, once they have taken `OVERRUN` times the budget (a kernel far slower than its
+search measurement); the result says so (`stopped`). Without `budget_s` every round uses the
+`timing` given.
+
+One process per contender keeps a hostile candidate from touching another's timing (a
+candidate that patches torch in its own process only fools its own numbers, as in the
+sandbox), and a fresh CUDA context per contender keeps a crash local. Workers get the
+sandbox's scrubbed environment and run inside the candidate sandbox (`isolation.py`: PID,
+network and mount namespaces, a scratch directory per contender, no capabilities), and are
+killed at the time limit (with their PID namespace, every process they started).
+
+The worker protocol is line based: the parent writes `time <round> [<budget JSON>]` or
+`quit` to the worker's stdin; the worker answers `ready`, `done <round>` or `error <message>`
+on stdout and writes each round's samples to `<label>.<round>.json` in the work directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.sandbox import measurement
+from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches, point_caches
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+
+READY, DONE, ERROR = "ready", "done", "error"
+
+MIN_POOLED_SAMPLES = 50  # per contender over all rounds: 5 of them in its lower decile
+MAX_ROUND_SAMPLES = 1000  # per contender per round (the U test reduces to 200 quantiles)
+REWARM_MS = 25.0  # warm-up of every round after the first (see the module doc)
+OVERRUN = 2.0  # rounds stop once they took this many times the budget
+MIN_SAMPLE_S = 1e-3  # the least sampling time a round plans (the timer needs > 0)
+DEFAULT_WARMUP_MS = 25.0  # measure.timing.TimingBudget's, when the search's timing has none
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    """How long each contender samples in each round (`plan_rounds`)."""
+
+    budget_s: float  # the timing budget of all rounds together
+    rounds: int
+    contenders: int
+    sample_s: float  # sampling time of one contender in one round
+    min_samples: int  # per contender per round
+    max_samples: int  # per contender per round
+    first_warmup_ms: float
+    warmup_ms: float  # rounds after the first
+    max_sample_s: float = math.inf  # the search's own per-kernel budget
+    fixed_s: float = 0.0  # measured cost per contender and round beyond sampling and warm-up
+
+    def after_rounds(self, *, spent_s: float, rounds_done: int) -> RoundPlan:
+        """The plan of the rounds left, from what the first `rounds_done` rounds, all timed
+        with this plan, cost (`spent_s`): what they took beyond the planned warm-up and
+        sampling is the fixed cost of one timed call (the timer's first call and estimate,
+        its statistics, the protocol), and the budget left is shared out after that, so the
+        rounds together keep to `budget_s`."""
+        calls_done = rounds_done * self.contenders
+        calls_left = (self.rounds - rounds_done) * self.contenders
+        if calls_done <= 0 or calls_left <= 0:
+            return self
+        warm_s = self.contenders * (self.first_warmup_ms + (rounds_done - 1) * self.warmup_ms)
+        fixed = (spent_s - warm_s * 1e-3 - calls_done * self.sample_s) / calls_done
+        fixed = max(0.0, fixed)
+        share = (self.budget_s - spent_s) / calls_left - fixed - self.warmup_ms * 1e-3
+        sample_s = min(max(share, MIN_SAMPLE_S), self.max_sample_s)
+        return dataclasses.replace(self, sample_s=sample_s, fixed_s=fixed)
+
+    def timing(self, base: Mapping[str, Any], round_index: int) -> dict[str, Any]:
+        """The `TimingBudget` fields of one round: `base` (the search's) with this plan's
+        sampling time, sample bounds and warm-up."""
+        return {
+            **dict(base),
+            "max_time_s": self.sample_s,
+            "min_samples": self.min_samples,
+            "max_samples": self.max_samples,
+            "warmup_ms": self.first_warmup_ms if round_index == 0 else self.warmup_ms,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (the ranking's record of its own cost; no infinity in JSON)."""
+        data = {f: getattr(self, f) for f in self.__dataclass_fields__}
+        if not math.isfinite(self.max_sample_s):
+            data["max_sample_s"] = None
+        return data
+
+
+def plan_rounds(
+    timing: Mapping[str, Any], *, budget_s: float, contenders: int, rounds: int
+) -> RoundPlan:
+    """Share `budget_s` seconds of timing out over `rounds` rounds of `contenders` workers
+    (the module doc): the warm-ups first, the rest as equal sampling time, at most the
+    search's own `max_time_s` per contender and round."""
+    if not (math.isfinite(budget_s) and budget_s > 0):
+        raise KernelproError(f"remeasure budget_s={budget_s!r} must be a number of seconds > 0")
+    if rounds < 1 or contenders < 1:
+        raise KernelproError(
+            f"remeasure needs at least one round and one contender (rounds={rounds!r}, "
+            f"contenders={contenders!r})"
+        )
+    first = float(timing.get("warmup_ms", DEFAULT_WARMUP_MS))
+    later = min(first, REWARM_MS)
+    warm_s = contenders * (first + (rounds - 1) * later) * 1e-3
+    sample_s = max(0.0, budget_s - warm_s) / (rounds * contenders)
+    cap = timing.get("max_time_s")
+    max_sample_s = float(cap) if isinstance(cap, (int, float)) and cap > 0 else math.inf
+    sample_s = min(sample_s, max_sample_s)
+    min_samples = math.ceil(MIN_POOLED_SAMPLES / rounds)
+    cap_samples = timing.get("max_samples")
+    max_samples = MAX_ROUND_SAMPLES
+    if isinstance(cap_samples, int) and cap_samples > 0:
+        max_samples = min(max_samples, cap_samples)
+    return RoundPlan(
+        budget_s=float(budget_s),
+        rounds=rounds,
+        contenders=contenders,
+        sample_s=max(sample_s, MIN_SAMPLE_S),
+        min_samples=min_samples,
+        max_samples=max(max_samples, min_samples),
+        first_warmup_ms=first,
+        warmup_ms=later,
+        max_sample_s=max_sample_s,
+    )
+
+
+@dataclass
+class RemeasureResult:
+    """Pooled samples per contender label; `errors` for those that failed."""
+
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    rounds: int = 0  # rounds completed
+    order: list[list[str]] = field(default_factory=list)  # the order of each round
+    wall_s: float = 0.0
+    device: str = ""
+    warm: list[str] = field(default_factory=list)  # contenders started from kept caches
+    start_s: float = 0.0  # starting the workers until every one was ready (or failed)
+    rounds_s: float = 0.0  # the interleaved rounds
+    round_samples: dict[str, list[int]] = field(default_factory=dict)  # per label, per round
+    plan: RoundPlan | None = None
+    stopped: str = ""  # why rounds stopped before `rounds` were done ("" when they did not)
+
+    def cost(self) -> dict[str, Any]:
+        """What the re-measurement cost and collected (the ranking reports it)."""
+        return {
+            "wall_s": self.wall_s,
+            "start_s": self.start_s,
+            "rounds_s": self.rounds_s,
+            "rounds": self.rounds,
+            "samples": {k: sum(v) for k, v in self.round_samples.items()},
+            "round_samples": {k: list(v) for k, v in self.round_samples.items()},
+            "plan": None if self.plan is None else self.plan.to_dict(),
+            "stopped": self.stopped,
+        }
+
+
+def _combined(reference: str, code: str) -> str:
+    return reference.rstrip() + "\n\n\n# ---- contender ----\n" + code.rstrip() + "\n"
+
+
+class _Worker:
+    def __init__(self, label: str, proc: subprocess.Popen[bytes]) -> None:
+        self.label = label
+        self.proc = proc
+        self.error: str | None = None
+        self._buffer = b""
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((line + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read(self, deadline: float) -> str:
+        """The next protocol line of the worker's stdout (other output is skipped), or ""
+        at the deadline or when the worker exits. Reads the pipe unbuffered, so a line
+        that arrived with another is never left waiting in a buffer."""
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                while b"\n" in self._buffer:
+                    raw, self._buffer = self._buffer.split(b"\n", 1)
+                    line = raw.decode(errors="replace").strip()
+                    if line.startswith((READY, DONE, ERROR)):
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0 or not sel.select(timeout=left):
+                    return ""
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return ""
+                self._buffer += chunk
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+
+
+def remeasure(
+    reference: str,
+    contenders: Sequence[tuple[str, str]],
+    *,
+    device: str = "cuda",
+    rounds: int = 5,
+    timing: Mapping[str, Any] | None = None,
+    seed: int = 42,
+    env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+    timeout_s: float = 300.0,
+    atol: float | None = None,
+    rtol: float | None = None,
+    caches: CompileCaches | None = None,
+    budget_s: float | None = None,
+) -> RemeasureResult:
+    """Time `contenders` ((label, ModelNew module code), ...) in interleaved rounds; each
+    contender's worker starts from a copy of the compile caches its code's evaluation kept
+    (`caches`, the sandbox evaluator's `compile_caches`). `budget_s`: the timing budget of
+    all rounds together (module doc); None: every round times with `timing`."""
+    if rounds < 1:
+        raise KernelproError(f"remeasure rounds={rounds!r} must be at least 1")
+    if budget_s is not None:
+        plan_rounds(timing or {}, budget_s=budget_s, contenders=1, rounds=rounds)  # validates
+    labels = [label for label, _ in contenders]
+    if len(set(labels)) != len(labels):
+        raise KernelproError(f"remeasure contender labels must be unique, got {labels}")
+    if env is None:
+        from pytest_kernelpro.optimize.sandbox.environment import PACKAGE_ROOT, scrub_environment
+
+        env = scrub_environment(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+    started = time.monotonic()
+    deadline = started + timeout_s
+    result = RemeasureResult()
+    with tempfile.TemporaryDirectory(prefix="kernelpro-remeasure-") as tmp:
+        work = Path(tmp)
+        config = {
+            "device": device,
+            "timing": dict(timing or {}),
+            "seed": seed,
+            "atol": atol,
+            "rtol": rtol,
+            # The session's TF32 flags, read here in the parent: the check below relaxes
+            # the fp32 tolerance when the gate's would.
+            measurement.PRECISION_KEY: measurement.session_fp32_precision(),
+        }
+        workers: list[_Worker] = []
+        # Contenders run candidate code: each in the candidate sandbox, with a scratch
+        # directory of its own (its samples cannot be overwritten by another contender).
+        isolation = Isolation.probe(cuda=device.startswith("cuda"), env=dict(env))
+        try:
+            for label, code in contenders:
+                scratch = work / label
+                scratch.mkdir()
+                (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
+                (scratch / f"{label}.py").write_text(_combined(reference, code), encoding="utf-8")
+                command = [
+                    python,
+                    "-m",
+                    "pytest_kernelpro.optimize.sandbox.remeasure",
+                    str(scratch),
+                    label,
+                ]
+                worker_env = dict(env)
+                for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):  # the rest is read-only
+                    (scratch / sub).mkdir()
+                    worker_env[name] = str(scratch / sub)
+                point_caches(worker_env, scratch / "home")
+                if caches is not None and caches.seed(code, scratch / "home"):
+                    result.warm.append(label)
+                with open(work / f"{label}.stderr", "wb") as err:
+                    proc = subprocess.Popen(
+                        isolation.wrap(command, scratch=scratch, python=python),
+                        cwd=scratch,
+                        env=worker_env,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        start_new_session=True,
+                    )
+                workers.append(_Worker(label, proc))
+            for w in workers:  # they build in parallel; the GPU work starts after
+                line = w.read(deadline)
+                if line != READY:
+                    w.error = _why(line, work, w.label, "while building and checking")
+            alive = [w for w in workers if w.error is None]
+            result.start_s = time.monotonic() - started
+            if budget_s is not None and alive:
+                result.plan = plan_rounds(
+                    timing or {}, budget_s=budget_s, contenders=len(alive), rounds=rounds
+                )
+            rounds_started = time.monotonic()
+            for r in range(rounds):
+                spent = time.monotonic() - rounds_started
+                if result.plan is not None and r >= 1 and spent > OVERRUN * result.plan.budget_s:
+                    result.stopped = (
+                        f"stopped after {r} of {rounds} rounds: they took {spent:.1f} s, more "
+                        f"than {OVERRUN:g}x the {result.plan.budget_s:g} s budget"
+                    )
+                    break
+                if result.plan is not None and r == 1:  # the first round's cost is known
+                    result.plan = result.plan.after_rounds(spent_s=spent, rounds_done=1)
+                shift = r % max(1, len(alive))
+                order = alive[shift:] + alive[:shift]
+                result.order.append([w.label for w in order])
+                command = f"time {r}"
+                if result.plan is not None:
+                    this_round = result.plan.timing(timing or {}, r)
+                    command += " " + json.dumps(this_round, separators=(",", ":"))
+                for w in order:
+                    if w.error is not None:
+                        continue
+                    w.send(command)
+                    line = w.read(deadline)
+                    if line != f"{DONE} {r}":
+                        w.error = _why(line, work, w.label, f"in round {r + 1}")
+                        continue
+                    data = json.loads(
+                        (work / w.label / f"{w.label}.{r}.json").read_text(encoding="utf-8")
+                    )
+                    result.samples.setdefault(w.label, []).extend(data["samples_s"])
+                    result.round_samples.setdefault(w.label, []).append(len(data["samples_s"]))
+                    result.device = data.get("device", result.device)
+                result.rounds = r + 1
+            result.rounds_s = time.monotonic() - rounds_started
+        finally:
+            for w in workers:
+                if w.proc.poll() is None and w.error is None:
+                    try:
+                        w.send("quit")
+                    except OSError:
+                        pass
+                w.kill()
+        for w in workers:
+            if w.error is not None:
+                result.errors[w.label] = w.error
+                result.samples.pop(w.label, None)
+                result.round_samples.pop(w.label, None)
+    result.wall_s = time.monotonic() - started
+    return result
+
+
+def _why(line: str, work: Path, label: str, when: str) -> str:
+    if line.startswith(ERROR):
+        return line[len(ERROR) :].strip() or f"failed {when}"
+    tail = ""
+    err = work / f"{label}.stderr"
+    if err.exists():
+        tail = " | ".join(err.read_text(errors="replace").strip().splitlines()[-3:])[:400]
+    return f"no answer {when} (time limit or crash){': ' + tail if tail else ''}"
+
+
+# ------------------------------------------------------------------------------ worker side
+
+
+def _worker(work: Path, label: str) -> int:
+    # The protocol gets its own copy of stdout; fd 1 itself goes to stderr, so whatever the
+    # contender prints (Python or C) cannot be mistaken for an answer.
+    protocol = os.dup(1)
+    os.dup2(2, 1)
+
+    def say(line: str) -> None:
+        os.write(protocol, (line.replace("\n", " ") + "\n").encode())
+
+    import torch
+
+    from pytest_kernelpro.measure.correctness import clone_inputs
+    from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+    from pytest_kernelpro.problem import import_file
+    from pytest_kernelpro.problem.build import build_models
+
+    config = json.loads((work / "config.json").read_text(encoding="utf-8"))
+    device = config["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    seed = int(config.get("seed", 42))
+    try:
+        measurement.apply_session_precision(torch, config)
+        module = import_file(work / f"{label}.py", f"kernelpro_remeasure_{label}")
+        # Built as in the gate and the sandbox (`problem.build`): one seed, the reference's
+        # weights handed to the contender.
+        built = build_models(module, device, seed=seed)
+        ref_model, new_model = built.reference, built.kernel.model
+        args = measurement.make_inputs(module, seed + 1, device)
+
+        def reference(model: Any = ref_model) -> Any:
+            with torch.no_grad():
+                return model(*clone_inputs(torch, args))
+
+        # The gate's check, as in the sandbox: its tolerances (TF32-aware) and comparison.
+        expected, reduced = measurement.run_reference(torch, reference, device, first=True)
+        with torch.no_grad():
+            got = new_model(*clone_inputs(torch, args))
+        decided = measurement.verdict(torch, got, expected, config, reduced)
+        if not decided.ok:
+            say(f"{ERROR} wrong result when re-measured: {decided.failure}")
+            return 1
+        del expected, got, ref_model, reference, built
+    except Exception as exc:
+        say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
+        return 1
+    budget = TimingBudget(**config.get("timing") or {})
+
+    def call() -> Any:
+        with torch.no_grad():
+            return new_model(*args)
+
+    say(READY)
+    for line in sys.stdin:
+        command = line.strip().split(maxsplit=2)
+        if not command or command[0] == "quit":
+            break
+        if command[0] != "time" or len(command) < 2:
+            continue
+        try:
+            # A round's own budget (the parent's plan), else the one of the config.
+            this_round = TimingBudget(**json.loads(command[2])) if len(command) > 2 else budget
+            timing = time_kernel(call, device=device, budget=this_round)
+        except Exception as exc:
+            say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
+            return 1
+        out = work / f"{label}.{command[1]}.json"
+        out.write_text(
+            json.dumps({"samples_s": list(timing.samples_s), "device": timing.device}),
+            encoding="utf-8",
+        )
+        say(f"{DONE} {command[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker(Path(sys.argv[1]), sys.argv[2]))

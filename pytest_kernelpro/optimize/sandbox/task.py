@@ -1,0 +1,88 @@
+"""What the sandbox evaluates against and under which limits: a KernelBench-format task
+(`KernelBenchTask`) and the process limits of one evaluation (`SandboxLimits`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+
+
+@dataclass(frozen=True)
+class KernelBenchTask:
+    """A KernelBench-format problem and how to check candidates against it."""
+
+    reference: str  # source text: class Model, get_inputs(), get_init_inputs()
+    name: str = "task"
+    device: str = "auto"  # "auto" (cuda when available), "cuda" or "cpu"
+    seed: int = 42
+    correct_trials: int = 3
+    atol: float | None = None  # None: by output dtype (fp32 1e-4, fp16/bf16 1e-2)
+    rtol: float | None = None
+    forbidden_ops: tuple[str, ...] = ()  # e.g. ("aten.mm", "aten.addmm") for a GEMM task
+    shape_check: str = "auto"  # "auto" | "variants" | "off" (see harness.py)
+    # `measure.timing.TimingBudget` settings (warmup_ms, max_time_s, min_samples,
+    # max_samples, flush_l2, ...) for the reference and each candidate; empty: its defaults.
+    timing: Mapping[str, Any] = field(default_factory=dict)
+    cpu_threads: int | None = None  # torch.set_num_threads in the worker (None: torch's default)
+    # sys.path entries of the session that collected the kernel (rootdir, pythonpath ini,
+    # conftest insertions, src/ layout), added to the worker's so it imports the same modules.
+    sys_path: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.shape_check not in ("auto", "variants", "off"):
+            raise KernelproError(
+                f"Invalid shape_check={self.shape_check!r} for task {self.name!r}: use "
+                "'auto', 'variants' or 'off'."
+            )
+        if self.device not in ("auto", "cuda", "cpu") and not self.device.startswith("cuda:"):
+            raise KernelproError(
+                f"Invalid device={self.device!r} for task {self.name!r}: use 'auto', 'cuda', "
+                "'cuda:N' or 'cpu'."
+            )
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str], **options: Any) -> KernelBenchTask:
+        """A task from a KernelBench problem file."""
+        source = Path(path).read_text(encoding="utf-8")
+        return cls(reference=source, name=options.pop("name", Path(path).stem), **options)
+
+
+def _default_memory_mb() -> int | None:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(1024, total // (2 * 1024 * 1024))
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Process limits of one evaluation."""
+
+    build_timeout_s: float = 300.0  # start, imports, reference, candidate build (load_inline)
+    run_timeout_s: float = 120.0  # correctness, checks, timing
+    memory_limit_mb: int | None = field(default_factory=_default_memory_mb)  # host memory
+    python: str = sys.executable
+    extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)
+    keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
+    log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
+    keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
+    # "auto": Linux namespaces where the machine allows them, else the weaker fallback (the
+    # evaluation's metrics["sandbox"] says which); "namespaces": refuse the fallback.
+    isolation: str = "auto"
+    # Decide correctness and the reference's time in a trusted process (judge.py) for every
+    # candidate that claims to be correct. Off only for tests of the worker itself.
+    judge: bool = True
+    # `confirm()`: a re-timed median above this many times the search's median disqualifies.
+    # None: by device (`search.confirm`: 1.25 on a GPU, 3.0 on a loaded CPU).
+    confirm_tolerance: float | None = None
+    # Fast-path builds (pytest_kernelpro.optimize.build): the cache the evaluator builds into (the
+    # worker only reads it) and how many candidates compile at once.
+    build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
+    build_jobs: int | None = None  # default: min(8, CPU count)
