@@ -344,12 +344,14 @@ def run_truth(
     *,
     device: str,
     reference_s: float | None = None,
+    arrange: Callable[[Any], Any] | None = None,
 ) -> Truth:
     """Re-run `reference` on widened copies of `inputs` and measure `expected` (its output
     on those inputs) against it; a `Truth` with the reason when it cannot (module docstring).
 
     `reference_s`: the reference's own call on these inputs took this long (for the time
-    bound; None: not bounded).
+    bound; None: not bounded). `arrange`: what the caller did to the reference's output to
+    get `expected` (the sandbox's judge compares flattened leaves), done to the re-run's too.
     """
     wide, why_not = wide_dtype(torch, expected)
     if wide is None:
@@ -394,6 +396,8 @@ def run_truth(
         )
     seconds = time.perf_counter() - started
     truth = Truth(precision=precision, seconds=seconds, peak_bytes=peak[0] if peak else None)
+    if arrange is not None:
+        wide_out = arrange(wide_out)
     wide_leaves = dict(leaves_of(torch, wide_out))
     ref_leaves = list(leaves_of(torch, expected))
     if set(wide_leaves) != {p for p, _ in ref_leaves}:

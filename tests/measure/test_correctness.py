@@ -39,7 +39,8 @@ def test_exact_pass_reports_zero_error() -> None:
     # truth (measure/accuracy.py), no longer by the dtype default; the record says so.
     assert r.rule == "within 8x the reference's own error against its float64 re-run"
     assert r.tolerance.source.startswith(r.rule)
-    assert r.truth is not None and r.truth["precision"] == "float64"
+    assert r.truth is not None
+    assert r.truth["precision"] == "float64"
     assert r.kernel_error == r.reference_error == 0.0  # x * 2 is exact in both precisions
     json.dumps(r.to_dict(), allow_nan=False)
 
