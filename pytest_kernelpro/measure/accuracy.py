@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_kernelpro.measure.compare import (
@@ -405,8 +405,11 @@ class CorrectnessRule:
             truth_reports[path] = found.report
             kernel_errors.append(found.kernel_error)
             reference_errors.append(found.reference_error)
-        for leaf in self.truth.leaves.values():
-            leaf.difference = None  # calibrated: later calls need only the numbers
+        # Calibrated: later calls need only the numbers (the caller's Truth keeps its own).
+        self.truth = replace(
+            self.truth,
+            leaves={p: replace(v, difference=None) for p, v in self.truth.leaves.items()},
+        )
         if kernel_errors:
             self.kernel_error = max(kernel_errors)
             self.reference_error = max(reference_errors)
