@@ -54,10 +54,12 @@ class StreamWatch:
     active: bool = False
     _restore: list[Callable[[], None]] = field(default_factory=list)
     _timed_id: Any = None
+    _torch: Any = None
 
     def install(self, torch: Any, *, force: bool = False) -> StreamWatch:
         if not (force or torch.cuda.is_available()):
             return self
+        self._torch = torch
         watch = self
         streams = torch.cuda.streams
         stream_cls = streams.Stream
@@ -102,11 +104,21 @@ class StreamWatch:
         self.active = True
 
     def _note_switch(self, stream_id: Any, how: str) -> None:
-        if stream_id is not None and stream_id == self._timed_id:
+        if stream_id is not None and stream_id == self._reference_id():
             return
         text = f"switched to stream {stream_id} ({how})"
-        if text not in self.events:
+        if not any(e.startswith(f"switched to stream {stream_id} ") for e in self.events):
             self.events.append(text)
+
+    def _reference_id(self) -> Any:
+        """The timed stream's id, or (not timing) the current stream's: a switch to the
+        stream already current is no switch."""
+        if self._timed_id is not None:
+            return self._timed_id
+        try:
+            return self._torch.cuda.current_stream().stream_id
+        except Exception:  # no CUDA (tests of the wrappers)
+            return None
 
     def uninstall(self) -> None:
         self.active = False
