@@ -62,15 +62,55 @@ def _describe(value: Any) -> str:
     return f"{module}.{name}"
 
 
+# torch's Python-level timing functions, checked by where their code lives (torch may be
+# imported after this module, by the kernel's own module): (module path, attribute path,
+# file their code must come from).
+_TORCH_TIMING = (
+    ("torch.cuda", "Event.elapsed_time", ("torch", "cuda", "streams.py")),
+    ("torch.cuda", "Event.record", ("torch", "cuda", "streams.py")),
+    ("torch.cuda", "Event.synchronize", ("torch", "cuda", "streams.py")),
+    ("torch.cuda", "synchronize", ("torch", "cuda", "__init__.py")),
+    ("torch.cuda", "current_stream", ("torch", "cuda", "__init__.py")),
+)
+
+
+# The torch functions seen intact, by (module, path): (owner object, attribute, function),
+# so `restore` can put them back after a kernel replaced them.
+_TORCH_KEPT: dict[tuple[str, str], tuple[Any, str, Any]] = {}
+
+
+def _torch_tampered() -> list[str]:
+    """torch timing functions whose code no longer comes from torch's own files (the ones
+    seen intact are kept for `restore`)."""
+    import sys
+
+    found = []
+    for module_name, path, where in _TORCH_TIMING:
+        owner: Any = sys.modules.get(module_name)
+        if owner is None:
+            continue
+        *parents, attr = path.split(".")
+        for part in parents:
+            owner = getattr(owner, part, None)
+        value = getattr(owner, attr, None)
+        code = getattr(value, "__code__", None)
+        if code is None or not code.co_filename.endswith(os.path.join(*where)):
+            found.append(f"{module_name}.{path} (now {_describe(value)})")
+        else:
+            _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
+    return found
+
+
 def tampered() -> list[str]:
     """'time.perf_counter (now some_module.fake)' for every kept function whose public name
-    points to another object now; empty when nothing was rebound."""
+    points to another object now, and every torch timing function whose code is not torch's;
+    empty when nothing was rebound."""
     found = []
     for module, module_name, attr, original in _KEPT:
         current = getattr(module, attr, None)
         if current is not original:
             found.append(f"{module_name}.{attr} (now {_describe(current)})")
-    return found
+    return found + _torch_tampered()
 
 
 def tamper_failure(where: str) -> str | None:
@@ -82,7 +122,8 @@ def tamper_failure(where: str) -> str | None:
         f"{', '.join(found)} was replaced after pytest-kernelpro loaded, {where}: a kernel "
         "whose code rebinds the clock or the serializer cannot be timed (its numbers could be "
         "anything). Remove the patch from the module named; timing uses the functions kept "
-        "when the plugin loaded either way (the originals are now put back)"
+        "when the plugin loaded, and CUDA events through torch's C type, either way (the "
+        "originals are put back now, where they were seen before the patch)"
     )
 
 
@@ -91,6 +132,8 @@ def restore() -> None:
     later are not refused for a patch they did not make)."""
     for module, _name, attr, original in _KEPT:
         setattr(module, attr, original)
+    for owner, attr, original in _TORCH_KEPT.values():
+        setattr(owner, attr, original)
 
 
 def encode_json(value: Any) -> str:
