@@ -87,7 +87,7 @@ def gate_step(work: Path, out: Path, device: str) -> dict[str, Any]:
             "honesty": timing.get("honesty"),
             "expected": "pass" if name in GATE_EXPECTED_PASS else "refused",
         }
-    for name, k in kernels.items():
+    for k in kernels.values():
         k["as_expected"] = (k["outcome"] == "passed") == (k["expected"] == "pass") or (
             k["outcome"] == "skipped"
         )
