@@ -186,6 +186,7 @@ class TimingPart(Part):
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()
     warmup_throttled: bool | None = None  # the warm-up ran under a clock limit (anchor.py)
+    honesty: dict[str, Any] | None = None  # fresh inputs, checked outputs, checked calls
 
     @property
     def median_s(self) -> float | None:
