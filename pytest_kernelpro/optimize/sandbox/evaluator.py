@@ -266,7 +266,9 @@ class SandboxEvaluator(TrustedSide):
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, workdir / "outputs")
-            return evaluation
+            # Whatever the candidate wrote (errors, output, build logs) leaves here only
+            # redacted and without control characters (text_safety).
+            return evaluation.made_safe()
         finally:
             if not self.limits.keep_workdirs:
                 remove_tree(workdir)
