@@ -386,11 +386,42 @@ class _Pipeline:
         self.correctness["shape_check"] = checked or "none applicable"
 
     def time(self) -> dict[str, Any]:
+        """Reference and candidate timed alike: inputs refilled from a second set before every
+        timed call; the candidate's sampled timed outputs checked against the reference, its
+        outputs plain tensors, its device work all on the timed stream
+        (`measure.timing`: a `DishonestTiming` is a cheat)."""
+        from pytest_kernelpro.measure.timing import DishonestTiming
+        from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET
+
         self.progress("timing")
         args = self.inputs(self.seed)
+
+        def second() -> list[Any]:
+            return self.inputs(self.seed + CONTENT_SEED_OFFSET)
+
+        def check(got: Any, expected: Any) -> str | None:
+            decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+            return None if decided.ok else str(decided.failure)
+
         with torch.no_grad():
-            ref = measurement.time_call(lambda: self.ref_model(*args), self.task, self.device)
-            new = measurement.time_call(lambda: self.new_model(*args), self.task, self.device)
+            ref_fresh = measurement.fresh_calls(
+                torch, self.ref_model, args, self.device, second=second
+            )
+            new_fresh = measurement.fresh_calls(
+                torch,
+                self.new_model,
+                clone_inputs(torch, args),
+                self.device,
+                second=second,
+                reference=self.ref_model,
+                check=check,
+            )
+            try:  # a clock rebound by the candidate is seen when the reference is timed too
+                ref = measurement.time_call(None, self.task, self.device, fresh=ref_fresh)
+                new = measurement.time_call(None, self.task, self.device, fresh=new_fresh)
+            except DishonestTiming as exc:
+                raise Rejected("cheat", f"refused while timed: {exc}") from None
+        self.progress("timed")
         try:
             self.check_call(self.inputs(self.seed + 301), "after timing")
         except Rejected as exc:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -149,13 +149,37 @@ def verdict(
     )
 
 
-def time_call(fn: Callable[[], Any], task: Mapping[str, Any], device: Any) -> dict[str, Any]:
+def time_call(
+    fn: Callable[[], Any], task: Mapping[str, Any], device: Any, fresh: Any = None
+) -> dict[str, Any]:
     """Median time of `fn()` by the gate's timer with the task's `timing` budget; the
-    summary without the raw samples (thousands of floats per node: the stats say enough)."""
+    summary without the raw samples (thousands of floats per node: the stats say enough).
+    With `fresh` (`fresh_calls`), the gate's fresh inputs and checked timed outputs."""
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 
     budget = TimingBudget(**dict(task.get("timing") or {}))
-    result = time_kernel(fn, device=str(device), budget=budget)
+    result = time_kernel(fn, device=str(device), budget=budget, fresh=fresh)
     data = result.to_dict()
     data.pop("samples_s", None)
     return {"median_s": result.median_s, "samples": len(result.samples_s), **data}
+
+
+def fresh_calls(
+    torch: Any,
+    model: Callable[..., Any],
+    args: Sequence[Any],
+    device: Any,
+    *,
+    second: Callable[[], Sequence[Any]],
+    reference: Callable[..., Any] | None = None,
+    check: Callable[[Any, Any], str | None] | None = None,
+) -> Any:
+    """The gate's `FreshInputs` (`measure.timing.fresh_inputs`) of `model` on `args`: inputs
+    refilled from a second set before every timed call, outputs of sampled calls compared
+    with `reference`'s by `check`."""
+    from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
+
+    return fresh_inputs(
+        torch, model, args, device=str(device), make_second=second, reference=reference,
+        check=check,
+    )  # fmt: skip
