@@ -87,17 +87,31 @@ def truth_source(precision: str | None, factor: float) -> str:
     return f"within {factor:g}x the reference's own error against its {precision} re-run"
 
 
+def screen_tolerance(source: str) -> Tolerance:
+    """Shape, dtype, NaN and infinities judged with the gate's messages; values not judged."""
+    return Tolerance(0.0, math.inf, source)
+
+
 def compare_with_truth(
-    torch: Any, path: str, got: Any, expected: Any, leaf: LeafTruth, precision: str, factor: float
+    torch: Any,
+    path: str,
+    got: Any,
+    expected: Any,
+    leaf: LeafTruth,
+    precision: str,
+    factor: float,
+    screen: LeafReport | None = None,
 ) -> TruthComparison:
-    """The first call's rule on one floating leaf (module docstring), in chunks."""
+    """The first call's rule on one floating leaf (module docstring), in chunks. `screen`:
+    this leaf's comparison by `screen_tolerance`, when the caller made it already."""
     u = leaf.unit_roundoff
     floor = leaf.rms_reference_error + u * leaf.rms_truth
     source = truth_source(precision, factor)
     norm_bound_rel = factor * leaf.reference_error_rel + ROUNDINGS * u
     tol = Tolerance(ROUNDINGS * u, factor * floor, source, norm_rtol=norm_bound_rel)
     # Shape, dtype, NaN and infinities first, with the gate's messages (values not judged).
-    screen = compare_tensor(torch, path, got, expected, Tolerance(0.0, math.inf, source))
+    if screen is None:
+        screen = compare_tensor(torch, path, got, expected, screen_tolerance(source))
     if not screen.ok:
         screen.tolerance = tol  # the screen's own (values not judged) is no rule
         return TruthComparison(screen, math.inf, leaf.reference_error_rel)
@@ -389,20 +403,48 @@ class CorrectnessRule:
     def _judge_with_truth(self, torch: Any, got: Any, expected: Any) -> list[LeafReport]:
         assert self.truth is not None
         precision = self.truth.precision or "float64"
-        by_path = dict(leaves_of(torch, got))
-        truth_reports: dict[str, LeafReport] = {}
-        kernel_errors, reference_errors = [], []
+        source = truth_source(precision, self.factor)
+        leaves = self.truth.leaves
+        fallback = self.fallback()
+        overridden = self.overridden
+
+        class FirstPass:
+            """Structure, integers, plain values and the override's verdict by their rule;
+            the truth's leaves screened only (their values are judged below)."""
+
+            def __call__(self, dtype: Any) -> Tolerance:
+                return fallback(dtype)
+
+            def for_leaf(self, path: str, dtype: Any) -> Tolerance:
+                if path in leaves and not overridden:
+                    return screen_tolerance(source)
+                return fallback(dtype)
+
+        reports = compare_outputs(torch, got, expected, FirstPass())
+        by_report = {r.path: r for r in reports}
+        got_leaves = dict(leaves_of(torch, got))
         exp_leaves = dict(leaves_of(torch, expected))
-        for path, leaf in self.truth.leaves.items():
+        kernel_errors, reference_errors = [], []
+        for path, leaf in leaves.items():
             self.calibrated[path] = calibrate(leaf, precision, self.factor)
-            exp_leaf = exp_leaves.get(path)
-            got_leaf = by_path.get(path)
+            exp_leaf, got_leaf = exp_leaves.get(path), got_leaves.get(path)
+            report = by_report.get(path)
+            if report is None or report.kind == "structure":
+                continue  # the structure comparison names it
             if not isinstance(got_leaf, torch.Tensor) or not isinstance(exp_leaf, torch.Tensor):
-                continue  # the structure comparison below names it
+                continue
             found = compare_with_truth(
-                torch, path, got_leaf, exp_leaf, leaf, precision, self.factor
+                torch,
+                path,
+                got_leaf,
+                exp_leaf,
+                leaf,
+                precision,
+                self.factor,
+                screen=None if overridden else report,
             )
-            truth_reports[path] = found.report
+            if not overridden:
+                by_report[path] = found.report
             kernel_errors.append(found.kernel_error)
             reference_errors.append(found.reference_error)
         # Calibrated: later calls need only the numbers (the caller's Truth keeps its own).
@@ -413,12 +455,7 @@ class CorrectnessRule:
         if kernel_errors:
             self.kernel_error = max(kernel_errors)
             self.reference_error = max(reference_errors)
-        # Everything else (structure, integers, plain values), and under an override the
-        # override's verdict on the values (the truth's comparison gave the errors above).
-        reports = compare_outputs(torch, got, expected, self.fallback())
-        if self.overridden:
-            return reports
-        return [truth_reports.get(r.path, r) if r.kind != "structure" else r for r in reports]
+        return [by_report[r.path] for r in reports]
 
     def _with_information(
         self, torch: Any, got: Any, expected: Any, reports: list[LeafReport]
@@ -428,7 +465,11 @@ class CorrectnessRule:
         out = []
         for report in reports:
             exp_leaf = exp_leaves.get(report.path)
-            judged = report.ok or report.kind == "values"
+            # A leaf that passed by the truth's rule (or its calibration) is no constant, zero
+            # or scaled copy beyond its noise: that rule is tighter. The others are checked,
+            # and a failing leaf gets the diagnosis in its message.
+            by_truth = report.path in self.calibrated and not self.overridden
+            judged = (report.ok and not by_truth) or report.kind == "values"
             if judged and isinstance(exp_leaf, torch.Tensor) and exp_leaf.is_floating_point():
                 limits = self._limits(torch, report.path, exp_leaf, report.tolerance)
                 why = information_failure(
