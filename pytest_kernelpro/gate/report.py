@@ -35,7 +35,6 @@ from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_KIND = "kernelpro-report"
-DEFAULT_JSON_PATH = ".kernelpro/kernelpro-report.json"
 
 
 def summarize(records: Sequence[KernelRecord]) -> dict[str, Any]:

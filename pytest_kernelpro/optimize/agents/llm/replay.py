@@ -43,7 +43,6 @@ from pytest_kernelpro.optimize.agents.llm.base import LLMBackend, LLMError, LLMR
 
 RECORDING_FORMAT = "kernelpro-llm-recording"
 RECORDING_VERSION = 1
-TRAJECTORY_FORMAT = "kernelpro-trajectory"  # pytest_kernelpro.optimize.search.trajectory.FORMAT
 
 
 def replay_key(*parts: object) -> str:
