@@ -42,10 +42,9 @@ OUTPUT_TAIL_LINES = 25
 def plugin_arguments(config: pytest.Config) -> list[str]:
     """`-p pytest_kernelpro.plugin` when this process has the plugin from anything but its
     entry point (`-p` with PYTEST_DISABLE_PLUGIN_AUTOLOAD, or a checkout on PYTHONPATH without
-    `pip install`, as on the H200 machine): the child inherits the environment, so it would
-    start without the plugin and reject its own `--kernelpro-*` flags (seen there: every
-    isolated item failed with "unrecognized arguments"). Nothing when the entry point
-    loaded it: a second registration would be an error."""
+    `pip install`): the child inherits the environment, so it would start without the plugin
+    and reject its own `--kernelpro-*` flags ("unrecognized arguments"). Nothing when the
+    entry point loaded it: a second registration would be an error."""
     module = sys.modules.get("pytest_kernelpro.plugin")
     loaded = config.pluginmanager.list_plugin_distinfo()
     if module is not None and any(plugin is module for plugin, _ in loaded):

@@ -131,9 +131,9 @@ def _run_limited(
 def _start_cuda(device: str) -> None:
     """Create this process's CUDA context before the item's clock starts, once.
 
-    The first CUDA item of a process pays for the context (seconds on the H200): counted
-    against its time limit, a short limit failed a healthy kernel in every fresh
-    `--kernelpro-isolate` child, and a hanging kernel was stopped before it ever ran.
+    The first CUDA item of a process pays for the context (seconds): counted against its
+    time limit, a short limit would fail a healthy kernel in every fresh `--kernelpro-isolate`
+    child, and stop a hanging kernel before it ever ran.
     Nothing here waits for the GPU (an earlier item's kernel may still be running); what
     fails is left to the item, which reports it.
     """
@@ -232,8 +232,8 @@ def _run(
     roofline(run, session, reference, inputs, median_s, memory)
 
     # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
-    # Agent) and every correct candidate, and nothing reads the item's own profile; on the
-    # H200 it cost 22 s per kernel (bench/results/2026-12-01-optimize-h200.md).
+    # Agent) and every correct candidate, and nothing reads the item's own profile, which
+    # costs seconds per kernel on a GPU.
     if settings.profile:
         phase[0] = "profiling"
         memory.phase("profile")
