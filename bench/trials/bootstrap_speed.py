@@ -6,7 +6,7 @@ kernel. Same resample count (1000) and method (percentile) on both sides; timing
 median of `--repeats` calls each, on lognormal "timing-like" samples. Also prints the two
 intervals (they differ only by their random resamples).
 
-    python bench/bootstrap_speed.py --out bench/results/raw/2026-12-01-bootstrap-speed.json
+    python bench/trials/bootstrap_speed.py --out bench/results/raw/2026-12-01-bootstrap-speed.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import numpy as np  # noqa: E402
 import scipy  # noqa: E402

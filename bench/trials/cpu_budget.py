@@ -5,7 +5,7 @@ depend on the cache), each with the flush on and off, at budgets of 0.1, 0.5, 1 
 The flushed cases pay the real flush (last-level cache plus L2 of this CPU) before every
 sample. Prints one row per case and writes JSON.
 
-    python bench/cpu_budget.py --out bench/results/raw/2026-12-01-cpu-budget-v2.json
+    python bench/trials/cpu_budget.py --out bench/results/raw/2026-12-01-cpu-budget-v2.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from pytest_kernelpro.measure.timing import TimingBudget, cpu_flush_bytes, time_kernel  # noqa: E402
 

@@ -4,7 +4,7 @@
 # it fails, the gate run is skipped so the call ends early), then bench/gate_accuracy.py over
 # the 7 capped kernels and 3 steady ones with four rules on the same measurements and the
 # anchor's timing cost (--cost-reps). Everything lands under $OUT.
-#   bash bench/gate_anchor_h200.sh GATE_MINUTES   (run from the repository root; KERNELS and
+#   bash bench/trials/gate_anchor_h200.sh GATE_MINUTES   (run from the repository root; KERNELS and
 #   RULES in the environment replace the default kernels and rules)
 set -u -o pipefail
 MINUTES=${1:-3.6}

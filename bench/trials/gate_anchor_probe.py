@@ -19,8 +19,8 @@ same measurements, the A/A spread and the B3 change of: the raw time (pure and m
 time relative to each anchor (per-sample ratio or ratio of medians), and the time times the
 probe clock (cycles). `--analyze probe.json` prints that table (no GPU needed).
 
-Run (H200):  python bench/gate_anchor_probe.py --out $OUT/probe --seconds 60
-CPU dry run: python bench/gate_anchor_probe.py --device cpu --out /tmp/probe --seconds 5
+Run (H200):  python bench/trials/gate_anchor_probe.py --out $OUT/probe --seconds 60
+CPU dry run: python bench/trials/gate_anchor_probe.py --device cpu --out /tmp/probe --seconds 5
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # gate_accuracy_kernels
 
 CAPPED = (
     "gemm_fp16_4096",

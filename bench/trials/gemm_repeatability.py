@@ -4,7 +4,7 @@ Runs N fresh processes; each builds the same inputs, records which cuBLAS kernel
 (torch.profiler), times it with the plugin (`time_kernel`) and with do_bench, and reads the
 NVML clocks/throttle summary the plugin records. Prints one row per process.
 
-    python bench/gemm_repeatability.py [--processes 4] [--out DIR]
+    python bench/trials/gemm_repeatability.py [--processes 4] [--out DIR]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the H200: the example repository under the plugin (save a baseline, gate against it,
 # profile), plus the foundation benchmark. Everything lands in $OUT/results.tgz.
-# Usage (device tool): bash bench/h200_examples.sh
+# Usage (device tool): bash bench/trials/h200_examples.sh
 set -u
 source bench/device_setup.sh
 R=/tmp/kp-results; rm -rf "$R"; mkdir -p "$R/ex"

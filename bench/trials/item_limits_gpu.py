@@ -26,8 +26,8 @@ and the parent's kill is what is tested. The mechanisms are the plugin's own.
    profiling; the record keeps the free memory the children had). ncu is left out
    (`--profile-ncu` lets it run): its replay saves and restores the 48 GiB per pass.
 
-    python bench/item_limits_gpu.py --out $OUT/limits --ceilings CEILINGS.json   (GPU; ~90 s)
-    python bench/item_limits_gpu.py --out /tmp/limits --device cpu   (dry run: time.sleep
+    python bench/trials/item_limits_gpu.py --out $OUT/limits --ceilings CEILINGS.json   (GPU; ~90 s)
+    python bench/trials/item_limits_gpu.py --out /tmp/limits --device cpu   (dry run: time.sleep
         stands in for the GPU spin, so run 1 is the SIGALRM path, not the watchdog)
 """
 

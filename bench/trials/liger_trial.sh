@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # A user trial on a real repository: Liger-Kernel's Triton ops, marked in
-# bench/liger/test_kernelpro_liger.py (RMSNorm as an nn.Module marked by assignment with
+# bench/trials/liger/test_kernelpro_liger.py (RMSNorm as an nn.Module marked by assignment with
 # dtype=bf16, SwiGLU, softmax and LayerNorm through their autograd.Functions), used the way
 # the README says, from the Liger checkout's root (its own pyproject's pytest settings,
 # `pythonpath = ["src", "."]`):
 #   1. a baseline run, 2. --kernelpro-check against it, 3. the PR comment and plot,
 #   4. --kernelpro-profile of two kernels (Nsight Compute, SASS from Triton's cubins),
 #   5. --kernelpro-optimize of rms_norm with the hand-written replay corpus in
-#      bench/liger/replays (a PyTorch candidate, a fused Triton one answering its profile, a wrong one), then
+#      bench/trials/liger/replays (a PyTorch candidate, a fused Triton one answering its profile, a wrong one), then
 #   6. best.patch applied with `git apply` in a fresh clone and --kernelpro-check there
 #      against the baseline of step 1.
 # Liger-Kernel is not committed: pass a git checkout of it.
 #
-# usage: bench/liger_trial.sh LIGER_CHECKOUT OUT_DIR   (at most 8 files land in OUT_DIR:
+# usage: bench/trials/liger_trial.sh LIGER_CHECKOUT OUT_DIR   (at most 8 files land in OUT_DIR:
 #        steps.txt, summary.txt, comment.md and everything else in trial.tgz)
 set -uo pipefail
-repo="$(cd "$(dirname "$0")/.." && pwd)"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
 liger_src="$(cd "$1" && pwd)"
 out="$2"
 [ -n "${BASELINE:-}" ] && BASELINE="$(cd "$(dirname "$BASELINE")" && pwd)/$(basename "$BASELINE")"
@@ -26,7 +26,7 @@ mkdir -p "$logs"
 git clone -q "$liger_src" "$work/liger"
 cd "$work/liger"
 mkdir -p kernels
-cp "$repo/bench/liger/test_kernelpro_liger.py" kernels/
+cp "$repo/bench/trials/liger/test_kernelpro_liger.py" kernels/
 git add kernels && git -c user.name=trial -c user.email=trial@localhost commit -qm "kernelpro items" || true
 export PYTHONPATH="$repo" PYTHONUNBUFFERED=1
 # Where the package is installed its entry point loads the plugin (and a second `-p` of the
@@ -69,7 +69,7 @@ if [[ $steps == *" profile "* ]]; then
     -k "${PROFILE_SELECT:-swiglu or rms_norm}" --kernelpro-json="$logs/profile-report.json"
 fi
 [[ $steps == *" optimize "* ]] && STEP_LIMIT_S=${OPTIMIZE_LIMIT_S:-240} run optimize kernels -k rms_norm --kernelpro-optimize=3 \
-  --kernelpro-llm="replay:$repo/bench/liger/replays" --kernelpro-feedback=tools \
+  --kernelpro-llm="replay:$repo/bench/trials/liger/replays" --kernelpro-feedback=tools \
   --kernelpro-json="$logs/optimize-report.json"
 patch="$(ls -t .kernelpro/optimize/rms_norm/*/patches/best.patch 2>/dev/null | head -1)"
 if [ -n "$patch" ]; then

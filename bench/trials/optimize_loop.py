@@ -7,7 +7,7 @@ weight), then runs the real user path on it:
     pytest --kernelpro-optimize=3 --kernelpro-search=greedy --kernelpro-llm=canned ...
 
 `canned` is a bench-only backend installed by the repository's conftest: it answers the
-Programmer by mode with the hand-written candidates of `bench/optimize_loop_candidates.py`
+Programmer by mode with the hand-written candidates of `bench/trials/optimize_loop_candidates.py`
 (initial -> a wrong one and a slow one; optimize -> a fast fused CUDA kernel and one that
 does not compile; debug -> the slow one) and the Profiling Agent with a ProfileAnalysis made
 from the first finding of the guidance it was given. Everything else is the product: the
@@ -20,7 +20,7 @@ recording (full prompts), ranking.json; `summary.json` / `summary.md` collect pe
 profile time, the guidance each optimize prompt carried, the re-measured ranking against the
 current kernel, and the wall time split generate / build / check / time / profile / remeasure.
 
-    python bench/optimize_loop.py --out DIR [--device cuda|cpu] [--budget 3] [--timeout 260]
+    python bench/trials/optimize_loop.py --out DIR [--device cuda|cpu] [--budget 3] [--timeout 260]
 
 `--device cpu` is the dry run (no profiles; the CUDA candidates fail to launch).
 """
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 
 KERNELS_PY = '''"""The repository's current kernels (plain PyTorch)."""
 import torch
@@ -117,7 +117,7 @@ def softmax_rows(x):
     return _softmax(x)
 '''
 
-CONFTEST_PY = '''"""Bench only: the `canned` model backend (see bench/optimize_loop.py)."""
+CONFTEST_PY = '''"""Bench only: the `canned` model backend (see bench/trials/optimize_loop.py)."""
 import json
 import re
 import sys

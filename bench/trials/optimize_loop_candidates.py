@@ -1,4 +1,4 @@
-"""Hand-written candidates for the optimize-loop bench (bench/optimize_loop.py).
+"""Hand-written candidates for the optimize-loop bench (bench/trials/optimize_loop.py).
 
 Three kernels of different kinds, each with: a wrong candidate, a slow correct one, a fast
 one (a fused fast-path CUDA kernel through `pytest_kernelpro.optimize.build.load_cuda`) and one that

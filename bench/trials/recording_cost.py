@@ -1,6 +1,6 @@
 """What the reference's fp32-matmul recording costs a fresh process (CPU is enough).
 
-    python bench/recording_cost.py [--runs 3]
+    python bench/trials/recording_cost.py [--runs 3]
 
 Every sandboxed process that checks a reference on CUDA (the worker, the judge, each final
 re-measurement worker, the winner's re-timing) records the reference's first call under a

@@ -10,7 +10,7 @@ No GPU: reads what H200 runs recorded and applies `price_measured` to it.
   compute-bound), which checks the margin: which recorded kernels beat their ceilings, by how
   much, and what the record would now say.
 
-    python bench/reprice_recorded.py --ceilings bench/results/raw/2026-11-30-ceilings-h200-run1.json \
+    python bench/trials/reprice_recorded.py --ceilings bench/results/raw/2026-11-30-ceilings-h200-run1.json \
         --report R1.json ... --sweep S1.jsonl ...
 """
 

@@ -4,7 +4,7 @@
 # their footprint, the gate over the suite with both rules, then as much of the rest of
 # KernelBench as fits. Each step has its own deadline; everything lands under $OUT
 # (8 files at most come back).
-#   bash bench/scale_gate_h200.sh TOTAL_SECONDS   (run from the repository root)
+#   bash bench/trials/scale_gate_h200.sh TOTAL_SECONDS   (run from the repository root)
 set -u
 TOTAL=${1:-420}
 START=$(date +%s)
@@ -19,7 +19,7 @@ mkdir -p "$OUT/limits" "$OUT/gate" "$OUT/sweep"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 } > "$OUT/gpu.txt" 2>&1
 echo "== limits (left $(left) s)" | tee -a "$LOG"
-timeout 150 python3 bench/item_limits_gpu.py --out "$OUT/limits" --ceilings "$CEIL" 2>&1 | tee -a "$LOG"
+timeout 150 python3 bench/trials/item_limits_gpu.py --out "$OUT/limits" --ceilings "$CEIL" 2>&1 | tee -a "$LOG"
 echo "== sweep of the 19 (left $(left) s)" | tee -a "$LOG"
 timeout 60 python3 bench/kernelbench_sweep.py --problems .kb/KernelBench --out "$OUT/sweep" \
   --deadline-s 45 --ceilings "$CEIL" \

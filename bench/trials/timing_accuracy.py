@@ -13,7 +13,7 @@ tensor-core GEMM, a Triton kernel, a launch-bound tiny kernel in events and grap
 
 Writes timing.json to --out and prints a table last.
 
-    python bench/timing_accuracy.py --out $OUT [--budget 2.0] [--no-sync-variant]
+    python bench/trials/timing_accuracy.py --out $OUT [--budget 2.0] [--no-sync-variant]
 
 Importable: `KERNELS` is a list of (name, kind, build) where build(device) returns
 (fn, flops, bytes) with inputs already built on `device`.
@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
