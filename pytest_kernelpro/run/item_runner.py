@@ -3,8 +3,9 @@
 `run_kernel_item` is the entry (from `KernelItem.runtest`): the item's time limit, CPU thread
 policy, GPU memory accounting and isolation around `_run`, which chooses the device, resolves
 the item's settings once (`context.ItemSettings`), builds the kernel and its reference, and
-calls the stages (`stages.py`) in order; the optimize stage (`optimize.py`) is the one that
-takes the pytest item, since the patch it writes is placed through the item's source.
+calls the stages (`stages.py`) in order; the optimize stage is the one call into
+`pytest_kernelpro.optimize` (`optimize.loop.item.optimize_item`), made only under
+`--kernelpro-optimize`.
 
 Every failure becomes a `KernelproError` that names what went wrong and the fix, so one
 bad kernel fails alone and the session goes on.
