@@ -46,8 +46,8 @@ def item_section(record: KernelRecord) -> str:
         lines.append(
             f"correctness: {'passed' if c.passed else 'FAILED'} over {c.trials_run} "
             f"trials; max abs err {c.max_abs_err or 0:.3g}, max rel err "
-            f"{c.max_rel_err or 0:.3g} (rtol {tol.rtol if tol else None}, atol "
-            f"{tol.atol if tol else None}, {tol.source if tol else None})"
+            f"{c.max_rel_err or 0:.3g} (rtol {_number(tol.rtol) if tol else None}, atol "
+            f"{_number(tol.atol) if tol else None}, {tol.source if tol else None})"
         )
     if c and c.rule:
         lines.append(f"correctness rule: {_rule_text(c)}")

@@ -178,7 +178,9 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
         worst_rel = max(worst_rel, decided.max_rel)
         checked.append(label)
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
-    result.update(ref.rule.summary())  # rule, factor, both errors, the truth's cost
+    # Rule, factor, both errors against the truth, the truth's cost (nested: the result's
+    # own "reference_error" means the reference failed).
+    result["accuracy"] = ref.rule.summary()
     if task.get("retime"):
         # The winner's confirmation compares the fresh candidate time with the search's
         # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.
