@@ -181,7 +181,11 @@ def cost(out: Path, iso: Isolation, log: Callable[[Path, dict], None], n: int = 
         result["hidden"] = spec["hide"]
         result["shown"] = spec["show"]
         result["covered"] = len(spec["cover"])
-    medians = {k: statistics.median(v) for k, v in result.items() if k.endswith("_s") and v}
+    medians = {
+        k: (statistics.median(v) if isinstance(v, list) else v)
+        for k, v in result.items()
+        if k.endswith("_s") and v
+    }
     log(out, {"step": "cost_bare_command", **result, "medians": medians})
     return medians
 
