@@ -104,16 +104,20 @@ def missing_records_line(missing: Sequence[str], *, check: bool) -> str:
 
 def output_lines(
     *,
-    json_path: Path,
-    records_path: Path,
+    json_path: Path | None,
+    records_path: Path | None,
     history_path: Path | None,
     baseline_path: Path | None,
 ) -> list[str]:
-    """Where this session's outputs are (`baseline_path`: only when one was written)."""
-    lines = [
-        f"kernelpro: JSON report {json_path}",
-        f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report from it)",
-    ]
+    """Where this session's outputs are: only those that were written (None: not)."""
+    lines = []
+    if json_path is not None:
+        lines.append(f"kernelpro: JSON report {json_path}")
+    if records_path is not None:
+        lines.append(
+            f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report "
+            "from it)"
+        )
     if history_path is not None:
         lines.append(
             f"kernelpro: run kept as {history_path.stem} (`kernelpro compare` compares the "

@@ -60,6 +60,11 @@ class KernelproSession:
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
+    # Requested writes that failed ("the JSON report to PATH: [Errno 28] No space left on
+    # device"): each fails the session (pytest_sessionfinish) and is said in red.
+    write_failures: list[str] = field(default_factory=list)
+    json_written: bool = False  # the JSON report of this session is on disk
+    baseline_written: bool = False  # the requested baseline is on disk
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
     auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
     auto_profile_s: float = 0.0  # the time they took
@@ -277,17 +282,18 @@ class KernelproSession:
         return [n for n in self.collected if n not in done]
 
     def _log_failed(self, exc: OSError) -> None:
-        import warnings
-
-        from pytest_kernelpro.errors import KernelproWarning
-
+        # A records log that cannot be written fails the session (write_failures); the
+        # records are kept in memory, so the JSON report can still be written.
         self.records_log = None
-        warnings.warn(
-            f"kernelpro: could not write the records log {self.settings.records_path}: {exc}; "
-            "records are kept in memory only (set --kernelpro-json to a writable path)",
-            KernelproWarning,
-            stacklevel=2,
-        )
+        self.write_failed("records log", self.settings.records_path, exc)
+
+    def write_failed(self, what: str, path: Path | str, exc: BaseException) -> None:
+        """Note a requested write that failed: the session fails, naming `path` and the OS
+        error (`exc`)."""
+        detail = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
+            detail += f" at {exc.filename}"
+        self.write_failures.append(f"could not write the {what} to {path}: {detail}")
 
     def report_meta(self) -> dict[str, Any]:
         import platform

@@ -38,7 +38,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -157,14 +156,9 @@ class SandboxEvaluator:
         """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
         the worker's isolation, writing only `scratch` and `writable`, seeing what a worker
         sees (`view.py`); the compile dies with this process."""
-        wrapped = self.isolation.wrap(
-            command,
-            scratch=scratch,
-            writable=writable,
-            readable=self.readable_paths(),
-            python=sys.executable,
-        )
-        return [*die_with_parent(), *wrapped] if self.isolation.isolated else wrapped
+        from pytest_kernelpro.optimize.sandbox.isolation import confinement
+
+        return confinement(self.isolation, self.readable_paths())(command, scratch, writable)
 
     def readable_paths(self) -> list[Path]:
         """Shown read-only in the sandbox besides the Python installation and this package:
