@@ -111,9 +111,12 @@ def _gemm_configs() -> list[triton.Config]:
     ]
 
 
+# K is a compile-time constant: the loop bound is then a Python int (Triton's interpreter
+# cannot index with a runtime scalar under numpy 2); on the GPU the kernel is specialized to
+# the one K it runs.
 @triton.autotune(configs=_gemm_configs(), key=["M", "N", "K"], do_bench=DO_BENCH)
 @triton.jit
-def _matmul(A, B, C, M, N, K, sam, sak, sbk, sbn, scm, scn,
+def _matmul(A, B, C, M, N, K: tl.constexpr, sam, sak, sbk, sbn, scm, scn,
             BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP: tl.constexpr):  # fmt: skip
     pid = tl.program_id(0)
     tiles_m, tiles_n = tl.cdiv(M, BM), tl.cdiv(N, BN)

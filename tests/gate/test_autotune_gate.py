@@ -262,3 +262,27 @@ def test_a_note_from_the_artifact_is_literal_text_in_the_comment() -> None:
     record.gate = {**record.gate.to_dict(), "autotune_note": "<img src=x onerror=alert(1)> **x**"}
     comment = render_comment(build_report([record], meta={}))
     assert "<img" not in comment.replace("`<img src=x onerror=alert(1)> **x**`", "")
+
+
+def test_the_item_section_lists_the_choices() -> None:
+    from pytest_kernelpro.gate.item_section import item_section
+
+    text = item_section(_record())
+    assert (
+        "autotune: _layer_norm_fwd (key 4096, torch.float16, torch.float16): num_warps=4, "
+        "num_ctas=1, num_stages=3 (tuned)"
+    ) in text
+
+
+def test_the_offline_comparison_notes_picks_and_versions(tmp_path: Path) -> None:
+    from pytest_kernelpro.gate.compare import gate_records
+
+    base_record = _record()
+    base_record.autotune = {"choices": [choice(W8)]}
+    base_record.environment = {"torch": "2.10.0", "triton": "3.6.0"}
+    baseline = save_baseline(tmp_path / "b.yaml", [base_record], commit="c")
+    head = _record()
+    head.gate = None
+    (gated,) = gate_records(load_baseline(baseline.path), [head])
+    assert gated.gate.autotune_note.startswith("autotune picked num_warps=4")
+    assert gated.gate.environment_change == {"torch": {"baseline": "2.10.0", "now": "2.11.0"}}
