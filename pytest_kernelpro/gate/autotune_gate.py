@@ -161,6 +161,8 @@ class Remeasurement:
     def words(self) -> str:
         """How the re-measurement was made, for the confirmation sentence."""
         where = "a re-measurement in a fresh process" if self.fresh else "a re-measurement"
+        if self.fallback:
+            where = "a re-measurement in this process (the fresh process gave no timing)"
         if self.fresh and self.pinned_requested and not self.pin_problems:
             where += " with the baseline's autotune picks pinned"
         return where

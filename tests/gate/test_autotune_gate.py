@@ -286,3 +286,14 @@ def test_the_offline_comparison_notes_picks_and_versions(tmp_path: Path) -> None
     (gated,) = gate_records(load_baseline(baseline.path), [head])
     assert gated.gate.autotune_note.startswith("autotune picked num_warps=4")
     assert gated.gate.environment_change == {"torch": {"baseline": "2.10.0", "now": "2.11.0"}}
+
+
+def test_a_fresh_process_that_failed_is_said_in_the_confirmation_words() -> None:
+    fallback = Remeasurement(fresh=False, fallback="the fresh process gave no timing (boom)")
+    assert fallback.words() == (
+        "a re-measurement in this process (the fresh process gave no timing)"
+    )
+    assert PINNED_RUN.words() == (
+        "a re-measurement in a fresh process with the baseline's autotune picks pinned"
+    )
+    assert Remeasurement(fresh=True).words() == "a re-measurement in a fresh process"
