@@ -108,6 +108,7 @@ class TolerancePart(Part):
     rtol: float | None = None
     atol: float | None = None
     source: str | None = None
+    norm_rtol: float | None = None  # the normwise relative bound, when the rule has one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +132,12 @@ class CorrectnessPart(Part):
     notes: tuple[str, ...] = ()
     tf32: bool = False
     cuda_error: bool = False
+    rule: str | None = None  # which rule decided (measure/accuracy.py)
+    factor: float | None = None  # the kernel within this many times the reference's error
+    kernel_error: float | str | None = None  # normwise relative, against the truth
+    reference_error: float | str | None = None  # the reference's, same inputs
+    truth: dict[str, Any] | None = None  # precision, seconds, peak_bytes, skipped
+    kernelbench: dict[str, Any] | None = None  # KernelBench's own verdict (KernelBench files)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,6 +187,7 @@ class TimingPart(Part):
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()
     warmup_throttled: bool | None = None  # the warm-up ran under a clock limit (anchor.py)
+    honesty: dict[str, Any] | None = None  # fresh inputs, checked outputs, checked calls
 
     @property
     def median_s(self) -> float | None:

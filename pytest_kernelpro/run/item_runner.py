@@ -219,7 +219,7 @@ def _run(
     if settings.remeasure_pins is not None:
         phase[0] = "re-measuring in a fresh process (confirmation)"
         memory.phase("timing")
-        remeasure_only(run, session, kernel, make_inputs(1_000_003), grad_mode, capture)
+        remeasure_only(run, session, kernel, reference, make_inputs, grad_mode, capture)
         return
     phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
     memory.phase("check")
@@ -234,7 +234,16 @@ def _run(
     memory.phase("timing")
     inputs = make_inputs(1_000_003)
     phase[0] = "timing"
-    median_s, remeasure = time_item(run, session, kernel, inputs, grad_mode)
+    median_s, remeasure = time_item(
+        run,
+        session,
+        kernel,
+        inputs,
+        grad_mode,
+        reference=reference,
+        make_inputs=make_inputs,
+        correctness=correctness,
+    )
     capture.after_timing()
     record_process_facts(run, capture)
 

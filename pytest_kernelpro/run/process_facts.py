@@ -68,15 +68,19 @@ def remeasure_only(
     run: ItemRun,
     session: KernelproSession,
     kernel: Any,
-    inputs: tuple[Any, ...],
+    reference: Any,
+    make_inputs: Callable[[int], tuple[Any, ...]],
     grad_mode: Callable[[], Any],
     capture: AutotuneCapture,
 ) -> None:
     """The fresh process of a confirmation: one call with the pins applied (the autotuners
-    take the baseline's configs from their caches from then on), then the timing."""
+    take the baseline's configs from their caches from then on), then the timing, made the
+    way the item's own timing is (the same inputs, fresh ones per call checked against the
+    reference)."""
     from pytest_kernelpro.errors import describe_exception
     from pytest_kernelpro.run.stages import time_item
 
+    inputs = make_inputs(1_000_003)  # the item's timing inputs
     with capture.watching(), grad_mode():
         try:
             kernel(*inputs)
@@ -85,7 +89,7 @@ def remeasure_only(
                 f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
             ) from exc
     record_process_facts(run, capture)
-    time_item(run, session, kernel, inputs, grad_mode)
+    time_item(run, session, kernel, inputs, grad_mode, reference=reference, make_inputs=make_inputs)
     capture.after_timing()
     record_process_facts(run, capture)
     run.record.extra["remeasure_child"] = True

@@ -61,7 +61,7 @@ def _this_process_is_slow():
     return _slow_process[0]
 
 
-def fake_time_kernel(fn, *, device, budget=None):
+def fake_time_kernel(fn, *, device, budget=None, fresh=None):
     fn()
     factor = kstate.cost() * (1.4 if _this_process_is_slow() else 1.0)
     rng = np.random.default_rng([os.getpid(), next(_calls)])
