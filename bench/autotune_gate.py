@@ -189,11 +189,15 @@ def summarize(results: dict[str, Any]) -> str:
         lines.append(f"| {p['name']} | " + " | ".join(cells) + " |")
     lines += ["", f"Unchanged code: {false_alarms} false alarm(s) in {gated} gated kernel verdicts "
               f"({suspects} suspect).", ""]  # fmt: skip
+
+    def pct(value: Any) -> str:
+        return f"{value * 100:+.1f}%" if isinstance(value, float) else str(value)
+
     slow = next((p for p in procs if p["name"] == "slow"), None)
     if slow:
         k = slow["kernels"].get("layer_norm") or {}
         lines.append(
-            f"5% slowdown (layer_norm): {k.get('status')} {k.get('change')}, outcome "
+            f"5% slowdown (layer_norm): {k.get('status')} {pct(k.get('change'))}, outcome "
             f"{k.get('outcome')}, confirmed {k.get('confirmed')}, fresh-process confirmation "
             f"{k.get('confirmation_wall_s')} s"
         )
@@ -201,7 +205,8 @@ def summarize(results: dict[str, Any]) -> str:
     if same:
         k = same["kernels"].get("layer_norm") or {}
         lines.append(
-            f"Same slowdown confirmed in the same process: {k.get('status')}, confirmation "
+            f"Same slowdown confirmed in the same process: {k.get('status')} "
+            f"{pct(k.get('change'))}, confirmation "
             f"{k.get('confirmation_wall_s')} s; process walls: slow {slow and slow['wall_s']} s, "
             f"slow-same {same['wall_s']} s"
         )

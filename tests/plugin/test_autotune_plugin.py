@@ -13,6 +13,7 @@ real subprocess (pytest on the item), loading the same conftest.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -217,7 +218,10 @@ def test_a_code_regression_fails_at_the_baseline_pick_too(
     assert gate["status"] == "regressed"
     assert gate["confirmed"] is True
     assert gate["autotune"]["decided"] == "code"
-    assert "with the baseline's pick pinned in a fresh process it is still +50" in gate["reason"]
+    # 1.5x at the baseline's pick (the first measurement: 1.3 x 1.5 with the head's own pick)
+    still = re.search(r"pinned in a fresh process it is still \+(\d+\.\d)%", gate["reason"])
+    assert still is not None
+    assert 45.0 < float(still.group(1)) < 55.0
     assert "a code regression, not the pick" in gate["reason"]
 
 
