@@ -165,6 +165,7 @@ def summarize(results: dict[str, Any]) -> str:
     lines += ["", "## Verdicts of the checks", "",
               "| check | " + " | ".join(names) + " |", "|:--|" + ":--|" * len(names)]  # fmt: skip
     false_alarms, gated, suspects = 0, 0, 0
+    not_gated: list[str] = []  # items that failed before the gate (correctness, timing)
     for p in procs:
         if not p["name"].startswith(("check", "slow")):
             continue
@@ -183,13 +184,17 @@ def summarize(results: dict[str, Any]) -> str:
             if k.get("decided"):
                 text += f" [{k['decided']}]"
             cells.append(text)
-            if p["name"].startswith("check"):
+            if p["name"].startswith("check") and status is not None:
                 gated += 1
-                false_alarms += k.get("outcome") == "failed"
+                false_alarms += status in ("regressed", "below-roofline")
                 suspects += status == "suspect"
+            elif p["name"].startswith("check") and k.get("outcome") != "passed":
+                not_gated.append(f"{p['name']}/{n}: {(k.get('message') or '')[:200]}")
         lines.append(f"| {p['name']} | " + " | ".join(cells) + " |")
     lines += ["", f"Unchanged code: {false_alarms} false alarm(s) in {gated} gated kernel verdicts "
               f"({suspects} suspect).", ""]  # fmt: skip
+    if not_gated:
+        lines += ["Failed before the gate (not counted):", *[f"- {t}" for t in not_gated], ""]
 
     def pct(value: Any) -> str:
         return f"{value * 100:+.1f}%" if isinstance(value, float) else str(value)
