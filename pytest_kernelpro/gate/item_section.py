@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from pytest_kernelpro.gate.format import format_time
 from pytest_kernelpro.measure.gpu_memory import format_bytes
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
@@ -27,6 +30,15 @@ def _rule_text(c: CorrectnessPart) -> str:
             cost += f", {format_bytes(truth['peak_bytes'])} peak"
         text += f"; truth re-run {cost}"
     return text
+
+
+def autotune_line(choice: Mapping[str, Any]) -> str:
+    """'autotune: _layer_norm_fwd (key 4096, torch.float16): num_warps=8, ... (tuned)'."""
+    kernel = str(choice.get("kernel", "?")).rsplit(".", 1)[-1]
+    key = choice.get("key")
+    at = "" if not isinstance(key, list) else f" (key {', '.join(str(v) for v in key)})"
+    config = ", ".join(f"{k}={v}" for k, v in (choice.get("config") or {}).items())
+    return f"autotune: {kernel}{at}: {config} ({choice.get('source', '?')})"
 
 
 def item_section(record: KernelRecord) -> str:
@@ -79,6 +91,8 @@ def item_section(record: KernelRecord) -> str:
         )
         if record.peak_used and record.peak_used.get("note"):
             lines.append(f"peak used for this kernel: {record.peak_used['note']}")
+    for choice in record.autotune.choices if record.autotune else ():
+        lines.append(autotune_line(choice))
     if record.gate:
         lines.append(f"gate: {record.gate.status}: {record.gate.message}")
     profile_text = record.extra.get("profile_text")

@@ -30,6 +30,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
+from pytest_kernelpro.gate.process_notes import table_notes
 from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
@@ -236,6 +237,8 @@ def render_terminal_table(
             soft_wrap=False,
             markup=False,
         )
+    for note in table_notes(records):
+        console.print(note, highlight=False, soft_wrap=True, markup=False)
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     console.print(
         f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts),

@@ -24,6 +24,12 @@ import pytest
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.run.context import ItemRun, ItemSettings
+from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+from pytest_kernelpro.run.process_facts import (
+    autotune_capture,
+    record_process_facts,
+    remeasure_only,
+)
 from pytest_kernelpro.run.stages import (
     check,
     gate,
@@ -210,9 +216,17 @@ def _run(
     kernel, reference = _build(run, memory)
     make_inputs = _input_maker(run, memory)
     grad_mode = _grad_mode(problem)
+    capture = autotune_capture(run, session)
+    if settings.remeasure_pins is not None:
+        phase[0] = "re-measuring in a fresh process (confirmation)"
+        memory.phase("timing")
+        remeasure_only(run, session, kernel, reference, make_inputs, grad_mode, capture)
+        return
     phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
     memory.phase("check")
-    correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
+    with capture.watching():  # the first calls are where an autotuner picks its config
+        correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
+    record_process_facts(run, capture)
     if settings.correctness_only:
         record.extra["correctness_only"] = True
         return
@@ -231,6 +245,8 @@ def _run(
         make_inputs=make_inputs,
         correctness=correctness,
     )
+    capture.after_timing()
+    record_process_facts(run, capture)
 
     phase[0] = "checking the kernel again after timing"
     memory.phase("recheck")
@@ -257,7 +273,12 @@ def _run(
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
         memory.phase("gate")
-        gate(run, session, remeasure)
+        gate(
+            run,
+            session,
+            remeasure,
+            lambda pins: remeasure_in_fresh_process(item, session, pins),
+        )
     else:
         # In check mode the verdict applies the same floor.
         roofline_floor(run, median_s)
