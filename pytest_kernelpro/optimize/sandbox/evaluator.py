@@ -42,6 +42,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.outside_view import (
+    PhaseMark,
+    claim_failure,
+    tree_cpu_s,
+    usable_cores,
+)
 from pytest_kernelpro.optimize.build.api import ARCH_ENV
 from pytest_kernelpro.optimize.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.optimize.build.prebuild import Prebuilder
@@ -58,6 +64,7 @@ from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
+    children,
     clear_stale_locks,
     die_with_parent,
     exited,
@@ -304,6 +311,7 @@ class SandboxEvaluator(TrustedSide):
         run = self._launch(command, workdir, progress_path, result_path)
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
+        evaluation = _outside_check(evaluation, run)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
         # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
@@ -340,8 +348,11 @@ class SandboxEvaluator(TrustedSide):
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+            marks: dict[str, Any] = {}
             try:
-                killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+                killed, phase, peak_mb = self._watch(
+                    proc, progress_path, result_path, started, marks
+                )
             except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
                 kill_group(proc)
                 proc.wait()
@@ -358,7 +369,8 @@ class SandboxEvaluator(TrustedSide):
             died = killed is not None or not result_path.exists()
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 clear_stale_locks(self.extensions_dir, started)
-        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs)
+        marks["cores"] = usable_cores(proc.pid) if marks else 1
+        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs, marks)
 
     def _watch(
         self,
@@ -366,8 +378,10 @@ class SandboxEvaluator(TrustedSide):
         progress_path: Path,
         result_path: Path,
         started: float,
+        marks: dict[str, Any] | None = None,
     ) -> tuple[str | None, str, float]:
-        """Wait for the worker; kill its group on a timeout or memory overrun.
+        """Wait for the worker; kill its group on a timeout or memory overrun. `marks` gets
+        a `PhaseMark` for the "timing" and "timed" phases when they are first seen.
 
         Returns (why it was killed or None, last phase, peak RSS in MB).
         """
@@ -382,6 +396,8 @@ class SandboxEvaluator(TrustedSide):
                 break
             now = time.monotonic()
             seen = last_phase(progress_path) or phase
+            if seen != phase and marks is not None and seen in ("timing", "timed"):
+                marks[seen] = PhaseMark(now, tree_cpu_s(proc.pid, children))
             if seen != phase and self.on_phase is not None:
                 self.on_phase(seen)
             phase = seen
@@ -455,6 +471,30 @@ class SandboxEvaluator(TrustedSide):
             status="build_error" if phase == "build" else "run_error",
             reason=f"worker died ({run.how()}) without a result in phase {phase!r}",
         )
+
+
+# The parent's progress polling interval at its longest (`SandboxEvaluator._watch`).
+POLL_S = 0.2
+
+
+def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
+    """A correct evaluation whose claimed timing phase is shorter than its parent saw is a
+    cheat (`measure.outside_view.claim_failure`)."""
+    if evaluation.status != "correct":
+        return evaluation
+    marks = run.phase_marks
+    claimed = (evaluation.timing or {}).get("phase_s")
+    failure = claim_failure(
+        claimed if isinstance(claimed, (int, float)) else None,
+        marks.get("timing"),
+        marks.get("timed"),
+        poll_s=POLL_S,
+        cores=int(marks.get("cores") or 1),
+    )
+    if failure is None:
+        return evaluation
+    evaluation.status, evaluation.reason, evaluation.speedup = "cheat", failure, None
+    return evaluation
 
 
 __all__ = [
