@@ -50,6 +50,7 @@ def check(
                 trials=run.settings.trials.value,
                 rtol=run.settings.rtol.value,
                 atol=run.settings.atol.value,
+                kernelbench=run.problem.kind == "kernelbench",
             )
     except KernelproError:
         raise

@@ -7,9 +7,13 @@ these functions, so they and the gate decide one output alike:
   KernelBench file (`problem.kernelbench.kernelbench_inputs` under `call_input_factory`);
 - `run_reference`: the reference's output and, on its first call, the reduced precision its
   fp32 matmuls/convs may have run in (`measure.tolerance.run_recording_precision`);
-- `verdict`: the comparison (`measure.compare.outputs_verdict`, chunked, NaN and infinities
-  explained) under the gate's tolerance rule (`measure.tolerance.tolerance_rule`: dtype
-  defaults, the TF32/bf16 relaxation, the task's rtol/atol replacing the default's fields);
+- `new_rule`, `find_truth`, `verdict`: the gate's correctness model (`measure.accuracy`):
+  the reference re-run in float64 on the first checked call's inputs (`measure.truth`), the
+  kernel within a factor of the reference's own error against it and later calls by the
+  tolerance it calibrated, outputs without information failing; without a truth the gate's
+  dtype rule (`measure.tolerance.tolerance_rule`: defaults, the TF32/bf16 relaxation), and
+  the task's rtol/atol overriding either; the comparison is `measure.compare`'s (chunked,
+  NaN and infinities explained);
 - `time_call`: the gate's timer (`measure.timing.time_kernel`) with the task's budget.
 
 The reduced precision is what torch's flags allow in the process that runs the reference.
@@ -33,13 +37,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.compare import OutputsVerdict, outputs_verdict
+from pytest_kernelpro.measure.accuracy import CorrectnessRule
+from pytest_kernelpro.measure.compare import OutputsVerdict, failure_text
 from pytest_kernelpro.measure.tolerance import (
     apply_fp32_precision_flags,
     fp32_precision_flags,
     run_recording_precision,
-    tolerance_rule,
 )
+from pytest_kernelpro.measure.truth import run_truth
 
 PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of the flags
 
@@ -86,12 +91,62 @@ def run_reference(
     return run_recording_precision(torch, call, str(device), record=first)
 
 
+def new_rule(task: Mapping[str, Any]) -> CorrectnessRule:
+    """The gate's correctness rule for one evaluation, the task's rtol/atol overriding it."""
+    return CorrectnessRule(rtol=task.get("rtol"), atol=task.get("atol"))
+
+
+def find_truth(
+    torch: Any,
+    rule: CorrectnessRule,
+    reference: Callable[..., Any],
+    inputs: Any,
+    expected: Any,
+    device: Any,
+    *,
+    reference_s: float | None = None,
+    arrange: Callable[[Any], Any] | None = None,
+) -> None:
+    """Re-run `reference` on `inputs` in higher precision (`measure.truth.run_truth`) for the
+    comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
+    run), and decides that call and calibrates the later ones by it."""
+    rule.set_truth(
+        run_truth(
+            torch,
+            reference,
+            inputs,
+            expected,
+            device=str(device),
+            reference_s=reference_s,
+            arrange=arrange,
+        )
+    )
+
+
 def verdict(
-    torch: Any, got: Any, expected: Any, task: Mapping[str, Any], reduced: str | None
+    torch: Any,
+    got: Any,
+    expected: Any,
+    rule: CorrectnessRule | Mapping[str, Any],
+    reduced: str | None = None,
 ) -> OutputsVerdict:
-    """The candidate's output `got` against the reference's `expected`, by the gate's rule."""
-    rule = tolerance_rule(reduced=reduced, rtol=task.get("rtol"), atol=task.get("atol"))
-    return outputs_verdict(torch, got, expected, rule)
+    """The candidate's output `got` against the reference's `expected`, by the gate's rule
+    (a `CorrectnessRule`, or a task: its rtol/atol and the dtype rule relaxed by `reduced`)."""
+    if not isinstance(rule, CorrectnessRule):
+        task = rule
+        rule = new_rule(task)
+        rule.reduced = reduced
+    reports = tuple(rule.judge(torch, got, expected))
+    failed = [r for r in reports if not r.ok]
+    worst = failed[0] if failed else max(reports, key=lambda r: r.worst_ratio, default=None)
+    return OutputsVerdict(
+        ok=not failed,
+        reports=reports,
+        failure=failure_text(failed) if failed else None,
+        max_abs=max((r.max_abs for r in reports), default=0.0),
+        max_rel=max((r.max_rel for r in reports), default=0.0),
+        tolerance=None if worst is None else worst.tolerance,
+    )
 
 
 def time_call(
