@@ -23,10 +23,11 @@ def ceilings_trust(ceilings: Any) -> tuple[bool, str]:
     """(may the impossible-time rule use these ceilings, why)."""
     if ceilings is None:
         return False, "no ceilings"
-    reason = getattr(ceilings, "trust_reason", None)
-    if callable(reason):  # measure/ceilings.py: best-of probes, re-probed when exceeded
-        text = str(reason())
-        return text.startswith("trusted"), text
+    trusted = getattr(ceilings, "trusted", None)
+    if isinstance(trusted, bool):  # measure/ceilings.py: best-of probes, re-probed if exceeded
+        reason = getattr(ceilings, "trust_reason", "")
+        text = str(reason() if callable(reason) else reason)
+        return trusted, text or ("trusted" if trusted else "not trusted")
     details = getattr(ceilings, "details", {}) or {}
     if details.get("not_cached"):
         return False, f"not trusted: {details['not_cached']}"
