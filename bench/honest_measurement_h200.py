@@ -109,16 +109,14 @@ def optimize_step(work: Path, out: Path, device: str, budget: int) -> dict[str, 
     if runs:
         for line in (runs[-1] / "trajectory.jsonl").read_text(encoding="utf-8").splitlines():
             entry = json.loads(line)
-            evaluation = entry.get("evaluation") or {}
-            if not evaluation:
+            if entry.get("kind") != "node":
                 continue
-            source = (entry.get("candidate") or {}).get("code") or entry.get("code") or ""
-            strategy = source.split("Strategy:", 1)[-1].split("\n", 1)[0].strip()[:60]
             candidates.append({
-                "strategy": strategy,
-                "status": evaluation.get("status"),
-                "reason": (evaluation.get("reason") or "")[:500],
-                "speedup": evaluation.get("speedup"),
+                "node": entry.get("id"),
+                "strategy": str(entry.get("strategy") or "")[:80],
+                "status": entry.get("status"),
+                "reason": str(entry.get("reason") or "")[:500],
+                "speedup": entry.get("speedup"),
                 "reward": entry.get("reward"),
             })  # fmt: skip
         summary = runs[-1] / "summary.json"
@@ -134,11 +132,16 @@ def table(gate: dict[str, Any], optimize: dict[str, Any] | None) -> str:
         ok = "yes" if k["as_expected"] else "NO"
         lines.append(f"{name:32} {k['outcome'] or '?':8} {ok:3} {k['message'][:150]}")
     if optimize is not None:
-        lines += ["", "optimizer candidates (replay):", f"{'strategy':40} {'status':8} reason"]
+        lines += ["", "optimizer candidates (replay):", f"{'strategy':40} {'status':9} reward  reason"]  # fmt: skip
         for c in optimize.get("candidates", []):
-            lines.append(f"{c['strategy'][:40]:40} {c['status'] or '?':8} {c['reason'][:150]}")
-        best = (optimize.get("summary") or {}).get("best") or optimize.get("summary")
-        lines.append(f"best: {json.dumps(best)[:400]}")
+            reward = c.get("reward")
+            shown = f"{reward:6.2f}" if isinstance(reward, (int, float)) else "     -"
+            lines.append(
+                f"{c['strategy'][:40]:40} {c['status'] or '?':9} {shown}  {c['reason'][:150]}"
+            )
+        summary = optimize.get("summary") or {}
+        keys = ("status", "reason", "winner", "best_speedup", "best_speedup_vs_current")
+        lines.append("search: " + json.dumps({k: summary.get(k) for k in keys})[:600])
     return "\n".join(lines)
 
 
