@@ -13,7 +13,8 @@
 Expected: every cheat refused with its reason, the honest kernels passing, the honest
 candidate the winner. `--device cpu` is the dry run (the CUDA items skip; the CUDA candidates
 fail to run). The table last: one line per kernel and per candidate. Resumable: a step whose
-JSON is in DIR is not run again.
+JSON is in DIR is not run again. Files: table.txt, gate.json, optimize.json, logs.tgz (the
+pytest logs and the search's run folder).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -69,11 +71,11 @@ def gate_step(work: Path, out: Path, device: str) -> dict[str, Any]:
     common = [f"--kernelpro-device={device}", "test_gate_cheats.py"]
     steps = {
         "baseline": run(
-            pytest_cmd("--kernelpro-save-baseline=base.yaml", *common), work, out / "gate-baseline.log", 240
+            pytest_cmd("--kernelpro-save-baseline=base.yaml", *common), work, out / "logs" / "gate-baseline.log", 240
         ),
         "check": run(
             pytest_cmd("--kernelpro-check", "--kernelpro-baseline=base.yaml", *common),
-            work, out / "gate-check.log", 240,
+            work, out / "logs" / "gate-check.log", 240,
         ),
     }  # fmt: skip
     kernels = {}
@@ -102,7 +104,7 @@ def optimize_step(work: Path, out: Path, device: str, budget: int) -> dict[str, 
         "--kernelpro-time-budget=0.5",
         "test_softmax.py",
     )
-    step = run(cmd, work, out / "optimize.log", 420)
+    step = run(cmd, work, out / "logs" / "optimize.log", 420)
     candidates = []
     best = None
     runs = sorted((work / ".kernelpro" / "optimize" / "softmax_rows").glob("run-*"))
@@ -122,7 +124,7 @@ def optimize_step(work: Path, out: Path, device: str, budget: int) -> dict[str, 
         summary = runs[-1] / "summary.json"
         if summary.is_file():
             best = json.loads(summary.read_text(encoding="utf-8"))
-        shutil.copytree(runs[-1], out / "optimize-run", dirs_exist_ok=True)
+        shutil.copytree(runs[-1], out / "logs" / "optimize-run", dirs_exist_ok=True)
     return {"step": step, "candidates": candidates, "summary": best}
 
 
@@ -153,7 +155,7 @@ def main() -> int:
     parser.add_argument("--skip-optimize", action="store_true")
     args = parser.parse_args()
     out = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     work = Path(os.environ.get("KP_HONEST_WORK", "/tmp/kp-honest"))
     if work.exists():
         shutil.rmtree(work)
@@ -170,6 +172,10 @@ def main() -> int:
         optimize = json.loads(optimize_json.read_text())
     text = table(gate, optimize)
     (out / "table.txt").write_text(text + "\n")
+    # Four files come back: the tables, the two JSONs and one archive of the logs.
+    with tarfile.open(out / "logs.tgz", "w:gz") as archive:
+        archive.add(out / "logs", arcname="logs")
+    shutil.rmtree(out / "logs")
     print(text)
     return 0
 
