@@ -132,20 +132,19 @@ def _fresh_inputs(
     reference's outputs, compared by the correctness trials' tolerance."""
     import torch
 
-    from pytest_kernelpro.measure.compare import compare_outputs
+    from pytest_kernelpro.measure.accuracy import CorrectnessRule
     from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET, fresh_inputs
-    from pytest_kernelpro.measure.tolerance import tolerance_rule
 
     check = None
     if reference is not None:
-        tolerance_for = tolerance_rule(
-            reduced="tf32" if getattr(correctness, "tf32", False) else None,
-            rtol=run.settings.rtol.value,
-            atol=run.settings.atol.value,
-        )
+        # The trials' rule, with what their truth calibrated (as the re-check after timing).
+        rule = getattr(correctness, "rule_state", None)
+        if not isinstance(rule, CorrectnessRule):
+            rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
+            rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
 
         def check(got: Any, expected: Any) -> str | None:
-            failed = [r for r in compare_outputs(torch, got, expected, tolerance_for) if not r.ok]
+            failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
             return " ".join(r.message or "" for r in failed[:2]) if failed else None
 
     second = None
