@@ -106,7 +106,9 @@ class TrustedSide:
         verdict = self._run_judge(outputs)
         # The judge's own process (the search's wall split counts it as the check's).
         evaluation.metrics["judge_s"] = time.perf_counter() - started
-        if verdict.get("reference_error"):
+        # A failed judge names the reference's exception in "reference_error"; a passing one
+        # carries the correctness rule's "reference_error" (its normwise error): not a failure.
+        if not verdict.get("ok") and verdict.get("reference_error"):
             raise self._reference_error(verdict)
         if verdict.get("judge_error"):
             return Evaluation(
@@ -226,7 +228,7 @@ class TrustedSide:
         the claim is checked in a trusted process before the user's problem is blamed."""
         if self._reference_ok is None:
             verdict = self._run_judge(None)
-            if verdict.get("reference_error"):
+            if not verdict.get("ok") and verdict.get("reference_error"):
                 raise self._reference_error(verdict)
             self._reference_ok = bool(verdict.get("ok"))
         return Evaluation(
