@@ -34,7 +34,7 @@ from typing import Any
 from pytest_kernelpro.errors import KernelproError
 
 MEMORY_SHARE = 0.25  # the ring, the reference outputs and the snapshots: at most this share
-MAX_SNAPSHOTS = 4  # outputs of timed calls kept for the comparison at the end
+MAX_SNAPSHOTS = 3  # outputs of timed calls kept for the comparison at the end
 SAMPLE_ONE_IN = 8  # about one timed call in this many is snapshot (while room is left)
 CONTENT_SEED_OFFSET = 7_919  # the second content set's seed: the timed inputs' seed + this
 
