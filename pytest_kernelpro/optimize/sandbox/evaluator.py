@@ -420,7 +420,7 @@ class SandboxEvaluator(TrustedSide):
         marks: dict[str, Any] | None = None,
     ) -> tuple[str | None, str, float]:
         """Wait for the worker; kill its group on a timeout or memory overrun. `marks` gets
-        a `PhaseMark` for the "timing" and "timed" phases when they are first seen.
+        a `PhaseMark` for the "timing" phase and for its end (`_mark_timing_phase`).
 
         Returns (why it was killed or None, last phase, peak RSS in MB).
         """
@@ -436,8 +436,8 @@ class SandboxEvaluator(TrustedSide):
                 break
             now = time.monotonic()
             seen = last_phase(progress_path) or phase
-            if seen != phase and marks is not None and seen in ("timing", "timed"):
-                marks[seen] = PhaseMark(now, tree_cpu_s(proc.pid, children))
+            if marks is not None:
+                _mark_timing_phase(marks, seen, now, proc.pid)
             if seen != phase and self.on_phase is not None:
                 self.on_phase(seen)
             phase = seen
@@ -462,7 +462,12 @@ class SandboxEvaluator(TrustedSide):
             if killed:
                 break
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.2)
+            # Finer while the worker times: its end must be seen close to when it happens.
+            delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
+        if marks is not None and "timing" in marks and "timed" not in marks:
+            # The worker ended before a poll saw it leave "timing": its exit is the end (the
+            # CPU time as last read).
+            marks["timed"] = PhaseMark(time.monotonic(), marks["cpu_last"])
         kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
         # The worker may have moved on since the last poll: the file has its final phase.
@@ -524,8 +529,25 @@ class SandboxEvaluator(TrustedSide):
         )
 
 
-# The parent's progress polling interval at its longest (`SandboxEvaluator._watch`).
+# The parent's progress polling interval at its longest (`SandboxEvaluator._watch`), and
+# while the worker is in its timing phase.
 POLL_S = 0.2
+POLL_TIMING_S = 0.05
+_AFTER_TIMING = ("timed", "done")
+
+
+def _mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -> None:
+    """`PhaseMark`s of the worker's timing phase: "timing" when first seen, "timed" when a
+    later phase ("timed", or "done" when "timed" passed between two polls) is; the tree's CPU
+    time is read on every poll in between (`cpu_last`)."""
+    if "timing" in marks and "timed" in marks:
+        return
+    if seen == "timing" or "timing" in marks:
+        marks["cpu_last"] = tree_cpu_s(pid, children)
+    if seen == "timing" and "timing" not in marks:
+        marks["timing"] = PhaseMark(now, marks["cpu_last"])
+    elif seen in _AFTER_TIMING and "timing" in marks:
+        marks["timed"] = PhaseMark(now, marks["cpu_last"])
 
 
 def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
@@ -539,7 +561,7 @@ def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
         claimed if isinstance(claimed, (int, float)) else None,
         marks.get("timing"),
         marks.get("timed"),
-        poll_s=POLL_S,
+        poll_s=POLL_TIMING_S,
         cores=int(marks.get("cores") or 1),
     )
     if failure is None:
