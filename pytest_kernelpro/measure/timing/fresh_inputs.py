@@ -133,8 +133,9 @@ class FreshInputs:
         if len(self.contents) >= 2:
             self._current = (self._current + 1) % len(self.contents)
             source = _tensor_leaves(self.torch, self.contents[self._current])
-            for dst, src in zip(targets, source, strict=True):
-                dst.copy_(src)
+            with self.torch.no_grad():  # an input that requires grad is refilled all the same
+                for dst, src in zip(targets, source, strict=True):
+                    dst.copy_(src)
             return
         bump = self.torch.autograd.graph.increment_version
         for dst in targets:
