@@ -138,6 +138,7 @@ def _fresh_inputs(
 
     check = None
     if reference is not None:
+        # The trials' rule, with what their truth calibrated (as the re-check after timing).
         rule = getattr(correctness, "rule_state", None)
         if not isinstance(rule, CorrectnessRule):
             rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
@@ -227,6 +228,7 @@ def roofline(
 ) -> None:
     """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
     kernel's share of it."""
+    from pytest_kernelpro.measure.impossible import impossible_failure
     from pytest_kernelpro.measure.peak_paths import record_pricing
     from pytest_kernelpro.measure.roofline import analyze_reference
 
@@ -256,6 +258,11 @@ def roofline(
     # (measure/peak_paths.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
     record.efficiency = analysis.efficiency(median_s) if efficiency is None else efficiency
+    impossible = impossible_failure(
+        record.peak_used, ceilings=ceilings, median_s=median_s, timing=record.timing
+    )
+    if impossible is not None:
+        raise KernelproError(f"{run.name}: {impossible}")
 
 
 def profile(run: ItemRun, services: Services, device: str | None = None) -> None:

@@ -48,6 +48,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.outside_view import (
+    PhaseMark,
+    claim_failure,
+    tree_cpu_s,
+    usable_cores,
+)
 from pytest_kernelpro.optimize.build.api import ARCH_ENV
 from pytest_kernelpro.optimize.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.optimize.build.prebuild import Prebuilder
@@ -64,6 +70,7 @@ from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
+    children,
     clear_stale_locks,
     die_with_parent,
     exited,
@@ -333,6 +340,7 @@ class SandboxEvaluator:
         run = self._launch(command, workdir, progress_path, result_path)
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
+        evaluation = _outside_check(evaluation, run)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
         # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
@@ -378,8 +386,11 @@ class SandboxEvaluator:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+            marks: dict[str, Any] = {}
             try:
-                killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+                killed, phase, peak_mb = self._watch(
+                    proc, progress_path, result_path, started, marks
+                )
             except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
                 kill_group(proc)
                 proc.wait()
@@ -396,7 +407,8 @@ class SandboxEvaluator:
             died = killed is not None or not result_path.exists()
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 clear_stale_locks(self.extensions_dir, started)
-        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs)
+        marks["cores"] = usable_cores(proc.pid) if marks else 1
+        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs, marks)
 
     def _watch(
         self,
@@ -404,8 +416,10 @@ class SandboxEvaluator:
         progress_path: Path,
         result_path: Path,
         started: float,
+        marks: dict[str, Any] | None = None,
     ) -> tuple[str | None, str, float]:
-        """Wait for the worker; kill its group on a timeout or memory overrun.
+        """Wait for the worker; kill its group on a timeout or memory overrun. `marks` gets
+        a `PhaseMark` for the "timing" phase and for its end (`_mark_timing_phase`).
 
         Returns (why it was killed or None, last phase, peak RSS in MB).
         """
@@ -421,6 +435,8 @@ class SandboxEvaluator:
                 break
             now = time.monotonic()
             seen = last_phase(progress_path) or phase
+            if marks is not None:
+                _mark_timing_phase(marks, seen, now, proc.pid)
             if seen != phase and self.on_phase is not None:
                 self.on_phase(seen)
             phase = seen
@@ -445,7 +461,12 @@ class SandboxEvaluator:
             if killed:
                 break
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.2)
+            # Finer while the worker times: its end must be seen close to when it happens.
+            delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
+        if marks is not None and "timing" in marks and "timed" not in marks:
+            # The worker ended before a poll saw it leave "timing": its exit is the end (the
+            # CPU time as last read).
+            marks["timed"] = PhaseMark(time.monotonic(), marks["cpu_last"])
         kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
         # The worker may have moved on since the last poll: the file has its final phase.
@@ -555,7 +576,9 @@ class SandboxEvaluator:
         verdict = self._run_judge(outputs)
         # The judge's own process (the search's wall split counts it as the check's).
         evaluation.metrics["judge_s"] = time.perf_counter() - started
-        if verdict.get("reference_error"):
+        # A failed judge names the reference's exception in "reference_error"; a passing one
+        # carries the correctness rule's "reference_error" (its normwise error): not a failure.
+        if not verdict.get("ok") and verdict.get("reference_error"):
             raise self._reference_error(verdict)
         if verdict.get("judge_error"):
             return Evaluation(
@@ -675,7 +698,7 @@ class SandboxEvaluator:
         the claim is checked in a trusted process before the user's problem is blamed."""
         if self._reference_ok is None:
             verdict = self._run_judge(None)
-            if verdict.get("reference_error"):
+            if not verdict.get("ok") and verdict.get("reference_error"):
                 raise self._reference_error(verdict)
             self._reference_ok = bool(verdict.get("ok"))
         return Evaluation(
@@ -703,6 +726,47 @@ def _positive(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if value > 0 and value == value and value != float("inf") else None
+
+
+# The parent's progress polling interval at its longest (`SandboxEvaluator._watch`), and
+# while the worker is in its timing phase.
+POLL_S = 0.2
+POLL_TIMING_S = 0.05
+_AFTER_TIMING = ("timed", "done")
+
+
+def _mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -> None:
+    """`PhaseMark`s of the worker's timing phase: "timing" when first seen, "timed" when a
+    later phase ("timed", or "done" when "timed" passed between two polls) is; the tree's CPU
+    time is read on every poll in between (`cpu_last`)."""
+    if "timing" in marks and "timed" in marks:
+        return
+    if seen == "timing" or "timing" in marks:
+        marks["cpu_last"] = tree_cpu_s(pid, children)
+    if seen == "timing" and "timing" not in marks:
+        marks["timing"] = PhaseMark(now, marks["cpu_last"])
+    elif seen in _AFTER_TIMING and "timing" in marks:
+        marks["timed"] = PhaseMark(now, marks["cpu_last"])
+
+
+def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
+    """A correct evaluation whose claimed timing phase is shorter than its parent saw is a
+    cheat (`measure.outside_view.claim_failure`)."""
+    if evaluation.status != "correct":
+        return evaluation
+    marks = run.phase_marks
+    claimed = (evaluation.timing or {}).get("phase_s")
+    failure = claim_failure(
+        claimed if isinstance(claimed, (int, float)) else None,
+        marks.get("timing"),
+        marks.get("timed"),
+        poll_s=POLL_TIMING_S,
+        cores=int(marks.get("cores") or 1),
+    )
+    if failure is None:
+        return evaluation
+    evaluation.status, evaluation.reason, evaluation.speedup = "cheat", failure, None
+    return evaluation
 
 
 __all__ = [
