@@ -22,6 +22,9 @@ build time on the critical path (the wait for its compiles plus the worker's bui
 Nothing a candidate does can raise into the search or the pytest session, and every
 candidate gets a fresh CUDA context, so the GPU is usable by the next one.
 
+With `SandboxLimits.standby` > 0 the worker and judge processes are started ahead, inside
+the same sandbox, with torch imported, and each is handed one task (`pool.py`).
+
 Split by job: the task and the limits (`task.py`), the worker's environment
 (`environment.py`), watching and ending processes (`processes.py`); the names are
 re-exported here, where callers import them.
@@ -56,6 +59,7 @@ from pytest_kernelpro.optimize.sandbox.environment import (
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
+from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
     clear_stale_locks,
@@ -101,6 +105,8 @@ class SandboxEvaluator(TrustedSide):
         # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
         # its profile, re-timing and re-measurement (never shared between candidates).
         self.compile_caches = CompileCaches()
+        # Worker and judge processes started ahead with torch imported (`pool.py`).
+        self.standbys = StandbyPool(self, self.limits.standby)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -143,6 +149,7 @@ class SandboxEvaluator(TrustedSide):
             self._prebuilder.close()
             self._prebuilder = None
         self.compile_caches.close()
+        self.standbys.close()
 
     @property
     def isolation(self) -> Isolation:
@@ -227,7 +234,7 @@ class SandboxEvaluator(TrustedSide):
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
+        workdir = self.standbys.scratch_dir("kernelpro-eval-")
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
@@ -268,8 +275,11 @@ class SandboxEvaluator(TrustedSide):
                 evaluation = self._judged(evaluation, workdir / "outputs")
             return evaluation
         finally:
+            self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
                 remove_tree(workdir)
+            # The next candidate's processes import torch while the search generates it.
+            self.standbys.fill()
 
     def _task_payload(self) -> dict[str, Any]:
         return {
@@ -306,6 +316,9 @@ class SandboxEvaluator(TrustedSide):
         evaluation = self._classify(run, result_path)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        standby = self.standbys.handover(workdir)
+        if standby is not None:
+            evaluation.metrics["standby"] = standby
         # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
         phases = phase_seconds(progress_path, ended - run.wall_s, ended)
         if phases:
@@ -318,6 +331,9 @@ class SandboxEvaluator(TrustedSide):
         self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
     ) -> ProcessRun:
         """Run `command` in the sandbox with `workdir` as its scratch directory; watch it."""
+        handed = self.standbys.launch(command, workdir, progress_path, result_path)
+        if handed is not None:  # a process started ahead in `workdir` ran it
+            return handed
         limits = self.limits
         self.extensions_dir.mkdir(parents=True, exist_ok=True)
         wrapped = self.isolation.wrap(

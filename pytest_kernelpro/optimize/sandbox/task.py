@@ -86,3 +86,7 @@ class SandboxLimits:
     # worker only reads it) and how many candidates compile at once.
     build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
     build_jobs: int | None = None  # default: min(8, CPU count)
+    # Worker/judge processes started ahead inside the sandbox, torch imported, each handed
+    # one task (`pool.py`); 0: every process starts when its task does. The search keeps 2
+    # (the next worker and the next judge).
+    standby: int = 0

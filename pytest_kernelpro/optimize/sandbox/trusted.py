@@ -23,6 +23,7 @@ from pytest_kernelpro.optimize.sandbox.processes import ProcessRun, log_tail, re
 from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 if TYPE_CHECKING:
+    from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
     from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 
 
@@ -31,6 +32,7 @@ class TrustedSide:
 
     task: KernelBenchTask
     limits: SandboxLimits
+    standbys: StandbyPool
     _reference_ok: bool | None
 
     # Provided by SandboxEvaluator.
@@ -53,7 +55,7 @@ class TrustedSide:
 
     def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
         """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
-        judgedir = Path(tempfile.mkdtemp(prefix="kernelpro-judge-"))
+        judgedir = self.standbys.scratch_dir("kernelpro-judge-")
         try:
             task = {**self._task_payload(), "retime": retime}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
@@ -80,6 +82,7 @@ class TrustedSide:
                     f"{run.killed or 'not killed'})\n{logs}",
                 }
         finally:
+            self.standbys.release(judgedir)
             if not self.limits.keep_workdirs:
                 remove_tree(judgedir)
 
