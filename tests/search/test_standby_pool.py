@@ -41,7 +41,7 @@ def _evaluator(size: int) -> SandboxEvaluator:
 
 @pytest.mark.slow
 def test_worker_and_judge_run_in_processes_started_ahead_one_task_each() -> None:
-    ev = _evaluator(2)
+    ev = _evaluator(1)
     try:
         ev.standbys.fill()
         waiting = [s.proc for s in ev.standbys._idle]

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.run.context import ItemRun, Services
 
 
-SEARCH_STANDBYS = 2  # sandboxed processes started ahead: the next worker and the next judge
+SEARCH_STANDBYS = 1  # sandboxed processes of each kind started ahead: the next worker and judge
 
 
 def run_search(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -72,6 +73,7 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     remove_tree,
     sandbox_setup_error,
     tree_rss_mb,
+    tree_size_mb,
 )
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.trusted import TrustedSide
@@ -96,6 +98,8 @@ class SandboxEvaluator(TrustedSide):
         self._isolation: Isolation | None = None
         self._reference_ok: bool | None = None  # set once the judge has run the reference
         self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
+        # The builds ahead of the worker compile candidate input: in the worker's sandbox.
+        self.build_cache.confine = self.confine_build
         self._build_arch: str | None | bool = False  # False: not looked up yet
         self._prebuilder: Prebuilder | None = None
         self._prebuilder_lock = threading.Lock()
@@ -150,6 +154,25 @@ class SandboxEvaluator(TrustedSide):
             self._prebuilder = None
         self.compile_caches.close()
         self.standbys.close()
+
+    def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
+        """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
+        the worker's isolation, writing only `scratch` and `writable`, seeing what a worker
+        sees (`view.py`); the compile dies with this process."""
+        wrapped = self.isolation.wrap(
+            command,
+            scratch=scratch,
+            writable=writable,
+            readable=self.readable_paths(),
+            python=sys.executable,
+        )
+        return [*die_with_parent(), *wrapped] if self.isolation.isolated else wrapped
+
+    def readable_paths(self) -> list[Path]:
+        """Shown read-only in the sandbox besides the Python installation and this package:
+        the project (the task's sys.path) and the build cache (read-only for the worker)."""
+        self.build_cache.root.mkdir(parents=True, exist_ok=True)
+        return [self.build_cache.root, *(Path(p) for p in self.task.sys_path)]
 
     @property
     def isolation(self) -> Isolation:
@@ -220,7 +243,12 @@ class SandboxEvaluator(TrustedSide):
         env["PATH"] = os.pathsep.join(
             p for p in (str(Path(self.limits.python).parent), env.get("PATH", "")) if p
         )
-        env["TORCH_EXTENSIONS_DIR"] = str(self.extensions_dir)
+        # torch's own extension builds (a load_inline the build cache does not take) go to the
+        # worker's scratch directory: a directory shared by candidates would let one plant a
+        # module that the next one imports.
+        env["TORCH_EXTENSIONS_DIR"] = str(
+            workdir / "torch-extensions" if workdir is not None else self.extensions_dir
+        )
         env["PYTHONUNBUFFERED"] = "1"  # a crash keeps everything printed before it
         # The worker reads the build cache but never writes it: a candidate cannot plant an
         # entry that a later candidate would load. Its misses build in its own directory.
@@ -235,11 +263,12 @@ class SandboxEvaluator(TrustedSide):
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
         workdir = self.standbys.scratch_dir("kernelpro-eval-")
+        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
+            "outputs_dir": str(outputs),
         }
         builder = self._builder()
         waiting = time.monotonic()
@@ -272,12 +301,14 @@ class SandboxEvaluator(TrustedSide):
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, workdir / "outputs")
-            return evaluation
+                evaluation = self._judged(evaluation, outputs)
+            # Whatever the candidate wrote (errors, output, build logs) leaves here only
+            # redacted and without control characters (text_safety).
+            return evaluation.made_safe()
         finally:
             self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
-                remove_tree(workdir)
+                self.standbys.remove(workdir)
             # The next candidate's processes import torch while the search generates it.
             self.standbys.fill()
 
@@ -311,7 +342,14 @@ class SandboxEvaluator(TrustedSide):
             "--progress",
             str(progress_path),
         ]
-        run = self._launch(command, workdir, progress_path, result_path)
+        outputs = self.standbys.outputs_of(workdir)
+        run = self._launch(
+            command,
+            workdir,
+            progress_path,
+            result_path,
+            writable=[outputs] if outputs.parent != workdir else [],
+        )
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation.logs = run.logs
@@ -328,16 +366,30 @@ class SandboxEvaluator(TrustedSide):
         return evaluation
 
     def _launch(
-        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+        self,
+        command: list[str],
+        workdir: Path,
+        progress_path: Path,
+        result_path: Path,
+        readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
     ) -> ProcessRun:
-        """Run `command` in the sandbox with `workdir` as its scratch directory; watch it."""
-        handed = self.standbys.launch(command, workdir, progress_path, result_path)
-        if handed is not None:  # a process started ahead in `workdir` ran it
+        """Run `command` in the sandbox with `workdir` as its scratch directory; watch it.
+        `readable`: shown read-only besides `readable_paths()` (the judge's outputs);
+        `writable`: writable besides the scratch directory (the worker's outputs)."""
+        handed = self.standbys.launch(
+            command, workdir, progress_path, result_path, readable=readable, writable=writable
+        )
+        if handed is not None:  # a process started ahead for `workdir` ran it
             return handed
         limits = self.limits
-        self.extensions_dir.mkdir(parents=True, exist_ok=True)
         wrapped = self.isolation.wrap(
-            command, scratch=workdir, writable=[self.extensions_dir], python=limits.python
+            command,
+            scratch=workdir,
+            writable=writable,
+            readable=[*self.readable_paths(), *readable],
+            python=limits.python,
+            file_limit_mb=limits.scratch_limit_mb,
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
@@ -392,6 +444,9 @@ class SandboxEvaluator(TrustedSide):
         run_started: float | None = None
         phase, peak_mb, killed = "start", 0.0, None
         result_seen: float | None = None
+        next_disk_check = started
+        # The checked outputs for the judge (`output_channel`), watched on their own limit.
+        outputs = self.standbys.outputs_of(progress_path.parent)
         delay = 0.02
         while True:
             if exited(proc):
@@ -408,6 +463,12 @@ class SandboxEvaluator(TrustedSide):
             peak_mb = max(peak_mb, rss)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
+            elif limits.scratch_limit_mb and now >= next_disk_check:
+                next_disk_check = now + 0.5
+                if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
+                    killed = "disk"
+                elif tree_size_mb(outputs) > limits.outputs_limit_mb:
+                    killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
             elif result_path.exists():
@@ -427,7 +488,7 @@ class SandboxEvaluator(TrustedSide):
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed != "memory":
+        if result_path.exists() and killed not in ("memory", "disk", "outputs"):
             try:
                 data = json.loads(result_path.read_text(encoding="utf-8"))
                 if not isinstance(data, dict):
@@ -447,6 +508,20 @@ class SandboxEvaluator(TrustedSide):
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
                 f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "outputs":
+            return Evaluation(
+                status="run_error",
+                reason=f"outputs too large: the candidate wrote more than "
+                f"{self.limits.outputs_limit_mb} MB of checked outputs in phase {phase!r} "
+                "(killed; SandboxLimits.outputs_limit_mb)",
+            )
+        if killed == "disk":
+            return Evaluation(
+                status="run_error",
+                reason=f"scratch disk full: the candidate wrote more than "
+                f"{self.limits.scratch_limit_mb} MB into its scratch directory in phase "
+                f"{phase!r} (killed)",
             )
         if killed == "timeout":
             limit = self.limits.build_timeout_s if in_build else self.limits.run_timeout_s

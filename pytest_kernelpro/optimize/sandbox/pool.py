@@ -14,10 +14,10 @@ standby is one fresh process per candidate, in its own namespaces, killed with e
 started exactly as a freshly launched worker is (`SandboxEvaluator._watch`, `kill_group`);
 the only difference is when its interpreter started. It serves one order and exits.
 
-The pool keeps `size` standbys; `take` hands one over (None when none was started: the
-evaluator launches a fresh process as before). A standby's scratch directory is the
-evaluation's (`scratch_dir`), so the task, the outputs and the kept caches go where the
-sandbox lets it write. What its warm start cost and how long it waited is in
+The pool keeps `size` standbys of each kind (worker, judge: their sandbox views differ);
+`scratch_dir` hands one's directory to the next evaluation (a new directory when none waits:
+the evaluator launches a fresh process as before), so the task and the kept caches go where
+the sandbox lets it write, and `launch` gives it its order. What its warm start cost and how long it waited is in
 `Evaluation.metrics["standby"]`; the evaluation's `wall_s` (and so the search's wall split)
 counts from the hand-over, and whatever import was still running then is inside it.
 """
@@ -32,6 +32,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from pytest_kernelpro.optimize.sandbox.processes import (
@@ -41,21 +42,22 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     log_tail,
     remove_tree,
 )
-from pytest_kernelpro.optimize.sandbox.standby import ENTRY_POINTS
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.sandbox.evaluator import SandboxEvaluator
 
 ORDER = "order.json"
 READY = "ready"
+WORKER, JUDGE = "pytest_kernelpro.optimize.sandbox.worker", "pytest_kernelpro.optimize.sandbox.judge"
 
 
 @dataclass
 class Standby:
     """One started process waiting for its order."""
 
+    kind: str  # WORKER or JUDGE: what its sandbox view was made for
     proc: subprocess.Popen[bytes]
-    workdir: Path
+    workdir: Path  # its scratch directory
     launched: float  # monotonic, when it was started
     logs: list[IO[bytes]] = field(default_factory=list)
 
@@ -74,33 +76,77 @@ class Standby:
 
 
 class StandbyPool:
-    """Started-ahead sandboxed processes of one `SandboxEvaluator` (see the module doc)."""
+    """Started-ahead sandboxed processes of one `SandboxEvaluator` (see the module doc).
+
+    Every evaluation's directories live under one root: per evaluation an area with its
+    `scratch` (the process's working directory, watched against the scratch limit) and its
+    `outputs` (the checked outputs for the judge, writable by the worker, watched against
+    `SandboxLimits.outputs_limit_mb`). A worker's sandbox sees its own area only; a judge
+    (trusted: it never loads candidate code) is shown the root read-only, so a judge started
+    before a worker ran can read that worker's outputs."""
 
     def __init__(self, evaluator: SandboxEvaluator, size: int) -> None:
         self.evaluator = evaluator
-        self.size = max(0, int(size))
+        self.size = max(0, int(size))  # processes of each kind kept waiting
         self._idle: list[Standby] = []
         self._given: dict[Path, Standby] = {}  # scratch directory -> standby handed over
-        self._lock = threading.Lock()
         self._handovers: dict[Path, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._root: Path | None = None
         self.started = 0
         self.used = 0
+
+    # ----- directories -----
+
+    @property
+    def root(self) -> Path:
+        with self._lock:
+            if self._root is None:
+                self._root = Path(tempfile.mkdtemp(prefix="kernelpro-evals-"))
+            return self._root
+
+    def _new_area(self, prefix: str) -> Path:
+        area = Path(tempfile.mkdtemp(prefix=prefix, dir=self.root))
+        (area / "scratch").mkdir()
+        (area / "outputs").mkdir()
+        return area / "scratch"
+
+    def outputs_of(self, scratch: Path) -> Path:
+        """Where the process of `scratch` writes its checked outputs."""
+        if scratch.parent.parent == self._root and scratch.name == "scratch":
+            return scratch.parent / "outputs"
+        return scratch / "outputs"  # a directory the pool did not make
+
+    def remove(self, scratch: Path) -> None:
+        """Remove an evaluation's directories (its area)."""
+        if scratch.parent.parent == self._root and scratch.name == "scratch":
+            remove_tree(scratch.parent)
+        else:
+            remove_tree(scratch)
 
     # ----- the pool -----
 
     def fill(self) -> None:
-        """Start standbys until `size` wait (each start is a Popen: milliseconds)."""
-        while True:
-            with self._lock:
-                if len(self._idle) >= self.size:
-                    return
-            standby = self._start()
-            with self._lock:
-                self._idle.append(standby)
+        """Start standbys until `size` of each kind wait (each start is a Popen)."""
+        for kind in (WORKER, JUDGE):
+            while True:
+                with self._lock:
+                    if sum(1 for s in self._idle if s.kind == kind) >= self.size:
+                        break
+                standby = self._start(kind)
+                with self._lock:
+                    self._idle.append(standby)
 
-    def _start(self) -> Standby:
+    def _view(self, kind: str, scratch: Path) -> tuple[list[Path], list[Path]]:
+        """(writable, readable) of a `kind` process in `scratch`, besides the scratch."""
         ev = self.evaluator
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-standby-"))
+        if kind == JUDGE:
+            return [], [*ev.readable_paths(), self.root]
+        return [self.outputs_of(scratch)], list(ev.readable_paths())
+
+    def _start(self, kind: str) -> Standby:
+        ev = self.evaluator
+        workdir = self._new_area("standby-")
         command = [
             ev.limits.python,
             "-m",
@@ -110,9 +156,14 @@ class StandbyPool:
             "--ready",
             str(workdir / READY),
         ]
-        ev.extensions_dir.mkdir(parents=True, exist_ok=True)
+        writable, readable = self._view(kind, workdir)
         wrapped = ev.isolation.wrap(
-            command, scratch=workdir, writable=[ev.extensions_dir], python=ev.limits.python
+            command,
+            scratch=workdir,
+            writable=writable,
+            readable=readable,
+            python=ev.limits.python,
+            file_limit_mb=ev.limits.scratch_limit_mb,
         )
         wrapped = [*die_with_parent(), *wrapped]
         env = ev.environment(workdir)
@@ -128,16 +179,19 @@ class StandbyPool:
             start_new_session=True,
         )
         self.started += 1
-        return Standby(proc, workdir, time.monotonic(), [out, err])
+        return Standby(kind, proc, workdir, time.monotonic(), [out, err])
 
-    def scratch_dir(self, prefix: str) -> Path:
-        """A scratch directory for the next process: a waiting standby's (handed over by
-        `launch`), else a new empty one."""
+    def scratch_dir(self, prefix: str, *, judge: bool = False) -> Path:
+        """A scratch directory for the next worker (or judge): a waiting standby's (handed
+        over by `launch`), else a new area's."""
+        kind = JUDGE if judge else WORKER
         while True:
             with self._lock:
-                standby = self._idle.pop(0) if self._idle else None
+                standby = next((s for s in self._idle if s.kind == kind), None)
+                if standby is not None:
+                    self._idle.remove(standby)
             if standby is None:
-                return Path(tempfile.mkdtemp(prefix=prefix))
+                return self._new_area(prefix)
             if standby.proc.poll() is None:
                 with self._lock:
                     self._given[standby.workdir] = standby
@@ -145,11 +199,11 @@ class StandbyPool:
             self._discard(standby)  # died while waiting (killed, out of memory): not used
 
     def release(self, workdir: Path) -> None:
-        """Forget a scratch directory that will not be launched (its standby is killed)."""
+        """End the standby handed `workdir` if it was never launched."""
         with self._lock:
             standby = self._given.pop(workdir, None)
         if standby is not None:
-            self._discard(standby)
+            self._end(standby)
 
     def close(self) -> None:
         with self._lock:
@@ -158,26 +212,45 @@ class StandbyPool:
         for standby in standbys:
             self._discard(standby)
 
-    def _discard(self, standby: Standby) -> None:
+    def _end(self, standby: Standby) -> None:
         kill_group(standby.proc)
         standby.proc.wait()
         standby.close()
-        remove_tree(standby.workdir)
+
+    def _discard(self, standby: Standby) -> None:
+        self._end(standby)
+        self.remove(standby.workdir)
 
     # ----- handing one over -----
 
     def launch(
-        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+        self,
+        command: list[str],
+        workdir: Path,
+        progress_path: Path,
+        result_path: Path,
+        *,
+        readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
     ) -> ProcessRun | None:
         """Run `command` (`python -m <worker or judge> ...`) in the standby waiting in
         `workdir`, watched as `SandboxEvaluator._launch` watches a fresh process; None when
-        no standby waits there (the caller launches one)."""
+        no standby waits there, or when the command needs a view the standby's sandbox was
+        not made with (the standby is ended, `workdir` kept: the caller launches fresh)."""
         with self._lock:
             standby = self._given.pop(workdir, None)
         if standby is None:
             return None
-        if len(command) < 3 or command[1] != "-m" or command[2] not in ENTRY_POINTS:
-            self._discard(standby)
+        allowed_writable, allowed_readable = self._view(standby.kind, workdir)
+        fits = (
+            len(command) >= 3
+            and command[1] == "-m"
+            and command[2] == standby.kind
+            and all(Path(w) in allowed_writable for w in writable)
+            and all(_under(Path(r), allowed_readable) for r in readable)
+        )
+        if not fits:
+            self._end(standby)
             return None
         ev = self.evaluator
         handed = time.monotonic()
@@ -189,9 +262,7 @@ class StandbyPool:
         try:
             killed, phase, peak_mb = ev._watch(standby.proc, progress_path, result_path, handed)
         except BaseException:
-            kill_group(standby.proc)
-            standby.proc.wait()
-            standby.close()
+            self._end(standby)
             raise
         wall = time.monotonic() - handed
         standby.close()
@@ -212,4 +283,9 @@ class StandbyPool:
             return self._handovers.pop(workdir, None)
 
     def describe(self) -> dict[str, Any]:
-        return {"size": self.size, "started": self.started, "used": self.used}
+        return {"per_kind": self.size, "started": self.started, "used": self.used}
+
+
+def _under(path: Path, roots: Sequence[Path]) -> bool:
+    resolved = path.resolve()
+    return any(resolved == r.resolve() or r.resolve() in resolved.parents for r in roots)

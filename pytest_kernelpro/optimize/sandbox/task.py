@@ -72,6 +72,10 @@ class SandboxLimits:
     extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)
     keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
     log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
+    # The candidate's scratch directory (on the session's disk): the worker is killed when
+    # it holds more than this, and no single file it writes may pass it (RLIMIT_FSIZE, in
+    # the namespaces). Its stdout and stderr files count too.
+    scratch_limit_mb: int = 16_384
     keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
     # "auto": Linux namespaces where the machine allows them, else the weaker fallback (the
     # evaluation's metrics["sandbox"] says which); "namespaces": refuse the fallback.
@@ -86,7 +90,12 @@ class SandboxLimits:
     # worker only reads it) and how many candidates compile at once.
     build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
     build_jobs: int | None = None  # default: min(8, CPU count)
-    # Worker/judge processes started ahead inside the sandbox, torch imported, each handed
-    # one task (`pool.py`); 0: every process starts when its task does. The search keeps 2
-    # (the next worker and the next judge).
+    # Worker and judge processes started ahead inside the sandbox, torch imported, each
+    # handed one task (`pool.py`): how many of each kind wait; 0: every process starts when
+    # its task does. The search keeps 1 (the next worker and the next judge).
     standby: int = 0
+    # The checked outputs a worker hands the judge (`output_channel.py`: five calls' outputs
+    # in files beside its scratch directory): the worker is killed when they hold more. The
+    # size an evaluation handles is the smaller of this over five and the free space of the
+    # evaluations' file system (TMPDIR), which the worker checks before writing each one.
+    outputs_limit_mb: int = 65_536

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,12 @@ class TrustedSide:
 
     # Provided by SandboxEvaluator.
     def _launch(
-        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+        self,
+        command: list[str],
+        workdir: Path,
+        progress_path: Path,
+        result_path: Path,
+        readable: Sequence[Path] = (),
     ) -> ProcessRun:
         raise NotImplementedError
 
@@ -55,7 +60,7 @@ class TrustedSide:
 
     def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
         """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
-        judgedir = self.standbys.scratch_dir("kernelpro-judge-")
+        judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
         try:
             task = {**self._task_payload(), "retime": retime}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
@@ -70,7 +75,11 @@ class TrustedSide:
                 *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
             ]
             run = self._launch(
-                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+                command,
+                judgedir,
+                judgedir / "progress.log",
+                judgedir / "judge.json",
+                readable=[outputs] if outputs is not None else [],  # the sandbox hides /tmp
             )
             try:
                 return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
@@ -84,7 +93,7 @@ class TrustedSide:
         finally:
             self.standbys.release(judgedir)
             if not self.limits.keep_workdirs:
-                remove_tree(judgedir)
+                self.standbys.remove(judgedir)
 
     def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
         return KernelproError(
