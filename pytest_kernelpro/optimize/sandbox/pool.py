@@ -30,9 +30,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from pytest_kernelpro.optimize.sandbox.processes import (
@@ -48,7 +48,10 @@ if TYPE_CHECKING:
 
 ORDER = "order.json"
 READY = "ready"
-WORKER, JUDGE = "pytest_kernelpro.optimize.sandbox.worker", "pytest_kernelpro.optimize.sandbox.judge"
+WORKER, JUDGE = (
+    "pytest_kernelpro.optimize.sandbox.worker",
+    "pytest_kernelpro.optimize.sandbox.judge",
+)
 
 
 @dataclass

@@ -43,6 +43,7 @@ class TrustedSide:
         progress_path: Path,
         result_path: Path,
         readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
     ) -> ProcessRun:
         raise NotImplementedError
 
