@@ -179,7 +179,9 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
         worst_rel = max(worst_rel, decided.max_rel)
         checked.append(label)
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
-    result.update(ref.rule.summary())  # rule, factor, both errors, the truth's cost
+    # Rule, factor, both errors, the truth's cost: under their own key, since the rule's
+    # "reference_error" (a number) is not the protocol's "the reference failed" (a message).
+    result["correctness_rule"] = ref.rule.summary()
     if task.get("retime"):
         # The winner's confirmation compares the fresh candidate time with the search's
         # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.
