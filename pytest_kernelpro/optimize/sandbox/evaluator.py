@@ -283,6 +283,8 @@ class SandboxEvaluator(TrustedSide):
                 # chose: run it once more under what the torch check found, and say so.
                 remove_tree(workdir)
                 workdir.mkdir()
+                remove_tree(outputs)  # nothing of the failed run is judged
+                outputs.mkdir()
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed

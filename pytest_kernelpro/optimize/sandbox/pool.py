@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +108,8 @@ class StandbyPool:
         with self._lock:
             if self._root is None:
                 self._root = Path(tempfile.mkdtemp(prefix="kernelpro-evals-"))
+                # An evaluator never closed still leaves no directory behind.
+                weakref.finalize(self, shutil.rmtree, str(self._root), True)
             return self._root
 
     def _new_area(self, prefix: str) -> Path:
@@ -214,6 +218,10 @@ class StandbyPool:
             self._idle, self._given = [], {}
         for standby in standbys:
             self._discard(standby)
+        with self._lock:
+            root, self._root = self._root, None
+        if root is not None:
+            remove_tree(root)
 
     def _end(self, standby: Standby) -> None:
         kill_group(standby.proc)
