@@ -234,7 +234,7 @@ def step_largest(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
 SEARCH_REPLIES = [
     ("the functional softmax", "return torch.nn.functional.softmax(x, dim=-1)"),
     ("exp over the row sum after the row max", "m = x.amax(dim=1, keepdim=True)\n        e = (x - m).exp_()\n        return e.div_(e.sum(dim=1, keepdim=True))"),
-    ("a softmax that forgets the max (wrong for no input here, but an extra pass)", "return torch.softmax(x.float(), dim=1)"),
+    ("softmax with an explicit float32 cast", "return torch.softmax(x.float(), dim=1)"),
     ("wrong: exp without normalising", "return x.exp()"),
     ("log-softmax exponentiated", "return torch.log_softmax(x, dim=1).exp()"),
 ]  # fmt: skip
