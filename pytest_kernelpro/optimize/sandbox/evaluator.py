@@ -28,6 +28,9 @@ candidate's saved outputs and its timing of the reference (`_judged`), the check
 worker's "the reference failed" (`_reference_failure_claim`), and the winner's confirmation
 by a fresh re-timing and ncu (`confirm`; the rule is `confirm.py`'s).
 
+With `SandboxLimits.standby` > 0 the worker and judge processes are started ahead, inside
+the same sandbox, with torch imported, and each is handed one task (`pool.py`).
+
 Split by job: the task and the limits (`task.py`), the worker's environment
 (`environment.py`), watching and ending processes (`processes.py`); the names are
 re-exported here, where callers import them.
@@ -68,6 +71,7 @@ from pytest_kernelpro.optimize.sandbox.environment import (
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
+from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
     children,
@@ -116,6 +120,8 @@ class SandboxEvaluator:
         # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
         # its profile, re-timing and re-measurement (never shared between candidates).
         self.compile_caches = CompileCaches()
+        # Worker and judge processes started ahead with torch imported (`pool.py`).
+        self.standbys = StandbyPool(self, self.limits.standby)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -158,6 +164,7 @@ class SandboxEvaluator:
             self._prebuilder.close()
             self._prebuilder = None
         self.compile_caches.close()
+        self.standbys.close()
 
     def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
         """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
@@ -261,12 +268,13 @@ class SandboxEvaluator:
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
+        workdir = self.standbys.scratch_dir("kernelpro-eval-")
+        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
+            "outputs_dir": str(outputs),
         }
         builder = self._builder()
         waiting = time.monotonic()
@@ -281,6 +289,8 @@ class SandboxEvaluator:
                 # chose: run it once more under what the torch check found, and say so.
                 remove_tree(workdir)
                 workdir.mkdir()
+                remove_tree(outputs)  # nothing of the failed run is judged
+                outputs.mkdir()
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed
@@ -299,13 +309,16 @@ class SandboxEvaluator:
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, workdir / "outputs")
+                evaluation = self._judged(evaluation, outputs)
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
         finally:
+            self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
-                remove_tree(workdir)
+                self.standbys.remove(workdir)
+            # The next candidate's processes import torch while the search generates it.
+            self.standbys.fill()
 
     def _task_payload(self) -> dict[str, Any]:
         return {
@@ -337,12 +350,22 @@ class SandboxEvaluator:
             "--progress",
             str(progress_path),
         ]
-        run = self._launch(command, workdir, progress_path, result_path)
+        outputs = self.standbys.outputs_of(workdir)
+        run = self._launch(
+            command,
+            workdir,
+            progress_path,
+            result_path,
+            writable=[outputs] if outputs.parent != workdir else [],
+        )
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation = _outside_check(evaluation, run)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        standby = self.standbys.handover(workdir)
+        if standby is not None:
+            evaluation.metrics["standby"] = standby
         # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
         phases = phase_seconds(progress_path, ended - run.wall_s, ended)
         if phases:
@@ -358,13 +381,21 @@ class SandboxEvaluator:
         progress_path: Path,
         result_path: Path,
         readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
     ) -> ProcessRun:
         """Run `command` in the sandbox with `workdir` as its scratch directory; watch it.
-        `readable`: shown read-only besides `readable_paths()` (the judge's outputs)."""
+        `readable`: shown read-only besides `readable_paths()` (the judge's outputs);
+        `writable`: writable besides the scratch directory (the worker's outputs)."""
+        handed = self.standbys.launch(
+            command, workdir, progress_path, result_path, readable=readable, writable=writable
+        )
+        if handed is not None:  # a process started ahead for `workdir` ran it
+            return handed
         limits = self.limits
         wrapped = self.isolation.wrap(
             command,
             scratch=workdir,
+            writable=writable,
             readable=[*self.readable_paths(), *readable],
             python=limits.python,
             file_limit_mb=limits.scratch_limit_mb,
@@ -429,6 +460,8 @@ class SandboxEvaluator:
         phase, peak_mb, killed = "start", 0.0, None
         result_seen: float | None = None
         next_disk_check = started
+        # The checked outputs for the judge (`output_channel`), watched on their own limit.
+        outputs = self.standbys.outputs_of(progress_path.parent)
         delay = 0.02
         while True:
             if exited(proc):
@@ -451,6 +484,8 @@ class SandboxEvaluator:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
+                elif tree_size_mb(outputs) > limits.outputs_limit_mb:
+                    killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
             elif result_path.exists():
@@ -475,7 +510,7 @@ class SandboxEvaluator:
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed not in ("memory", "disk"):
+        if result_path.exists() and killed not in ("memory", "disk", "outputs"):
             try:
                 data = json.loads(result_path.read_text(encoding="utf-8"))
                 if not isinstance(data, dict):
@@ -495,6 +530,13 @@ class SandboxEvaluator:
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
                 f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "outputs":
+            return Evaluation(
+                status="run_error",
+                reason=f"outputs too large: the candidate wrote more than "
+                f"{self.limits.outputs_limit_mb} MB of checked outputs in phase {phase!r} "
+                "(killed; SandboxLimits.outputs_limit_mb)",
             )
         if killed == "disk":
             return Evaluation(
@@ -532,7 +574,7 @@ class SandboxEvaluator:
 
     def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
         """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
-        judgedir = Path(tempfile.mkdtemp(prefix="kernelpro-judge-"))
+        judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
         try:
             task = {**self._task_payload(), "retime": retime}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
@@ -559,8 +601,9 @@ class SandboxEvaluator:
                     f"{run.killed or 'not killed'})\n{logs}",
                 }
         finally:
+            self.standbys.release(judgedir)
             if not self.limits.keep_workdirs:
-                remove_tree(judgedir)
+                self.standbys.remove(judgedir)
 
     def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
         return KernelproError(
