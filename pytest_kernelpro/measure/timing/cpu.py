@@ -40,6 +40,7 @@ from pytest_kernelpro.measure.timing.budget import (
     adaptive_rounds,
     kernel_failed,
 )
+from pytest_kernelpro.measure.timing.cpu_anchor import cpu_pairs
 
 
 @dataclass(frozen=True)
@@ -203,9 +204,20 @@ def time_cpu(
             fill[0] = (fill[0] + 1) & 0xFF  # a new value each time: no write can be skipped
             buf.fill(fill[0])
 
+    pairs = cpu_pairs(budget, clock)
+
+    def body_of(calls: int) -> Callable[[], None]:
+        def body() -> None:
+            for _ in range(calls):
+                fn()
+
+        return body
+
     def sample(calls: int) -> float:
         if flushing:
             do_flush()
+        if pairs is not None:
+            return pairs.measure(body_of(calls), calls)
         t0 = clock()
         for _ in range(calls):
             fn()
@@ -262,7 +274,15 @@ def time_cpu(
             return values, False
 
         monitor = CpuLoadMonitor(threads or 1)
-        log = adaptive_rounds(run_round, sampling, floor_samples=floor, clock=clock)
+        if pairs is not None:
+            pairs.recording = True  # the anchor follows every sample from here on
+        log = adaptive_rounds(
+            run_round,
+            sampling,
+            floor_samples=floor,
+            clock=clock,
+            converge_on=None if pairs is None else pairs.ratios,
+        )
         load = monitor.stop()
     except KernelproError:
         raise
@@ -300,4 +320,5 @@ def time_cpu(
         cpu_load=load.to_dict(),
         flush_reason=flush_reason,
         budget_note=budget_note,
+        anchor=None if pairs is None else pairs.summary(),
     )
