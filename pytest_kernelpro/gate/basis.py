@@ -74,6 +74,9 @@ class Basis:
     # oversubscribed timing is no reason for "suspect"; `widened` says why the tolerance is
     # above the threshold, `unusable` why the anchor shows the measurement cannot gate.
     load_cancelled: bool = False
+    # The fastest decile's tolerance when not the basis's (the CPU anchor: a tolerance widened
+    # for between-session noise would ask the noisy decile for more than the median).
+    low_tolerance: float | None = None
     widened: str | None = None
     unusable: str | None = None
 
@@ -243,6 +246,7 @@ def cpu_anchored_basis(
         unit=" in on-CPU time and relative to the CPU anchor",
         detail=f"; wall time {_pct(time_ratio - 1.0)}, {facts.facts()}",
         load_cancelled=True,
+        low_tolerance=max(threshold, facts.tolerance / 2.0),
         widened=facts.widened,
         unusable=facts.unusable(),
     )

@@ -29,6 +29,10 @@ or the kernel waited on the run queue for more than `BUSY_RUN_QUEUE_SHARE` of it
 sessions (memory and cache taken by neighbours, which a compute anchor does not feel), and the
 gate must not fail an unchanged kernel for it, while a 2x slowdown stays beyond it.
 
+The fastest decile must move by more than half that tolerance (at least the threshold): a
+slower kernel moves its fastest calls too, but a decile of tens of samples is noisier than the
+median, and the tolerance was widened for the median's noise between sessions.
+
 "Suspect" only where the anchor itself shows the measurement unusable: its speed moved by more
 than `UNUSABLE_ANCHOR_MOVE` between the two sides, or its own calls scattered by more than
 `UNUSABLE_ANCHOR_SCATTER` in either measurement; then a change beyond the threshold is reported,

@@ -359,6 +359,7 @@ def compare(
         chosen.ratio,
     )
     change = ratio - 1.0
+    low_tol = tol if chosen.low_tolerance is None else chosen.low_tolerance
     now_q = quantile_subsample(now, TEST_SAMPLES)
     ref_q = quantile_subsample(ref, TEST_SAMPLES)
     low_ratio = _low(now) / _low(ref)
@@ -385,7 +386,7 @@ def compare(
                 f"{moved} but not statistically clear (p = {p_text(p)} >= {alpha:g}): the samples "
                 "are too few or too noisy. Re-run, or give the kernel a longer timing budget"
             )
-        elif low_ratio <= 1.0 + tol:
+        elif low_ratio <= 1.0 + low_tol:
             status = SUSPECT
             reason = (
                 f"{moved} at the median, but its fastest {LOW_QUANTILE:.0%} of calls were "
@@ -408,13 +409,13 @@ def compare(
     elif ratio < 1.0 / (1.0 + tol):
         p = mann_whitney_u(now_q, ref_q, "less").p_value
         busy = None if chosen.load_cancelled else oversubscribed_reason(record)
-        if p < alpha and low_ratio < 1.0 / (1.0 + tol) and busy is not None:
+        if p < alpha and low_ratio < 1.0 / (1.0 + low_tol) and busy is not None:
             status = OK
             reason = (
                 f"{moved}, but the CPU was oversubscribed while it was timed ({busy}): a "
                 "baseline timed under more load reads faster now; not reported as an improvement"
             )
-        elif p < alpha and low_ratio < 1.0 / (1.0 + tol):
+        elif p < alpha and low_ratio < 1.0 / (1.0 + low_tol):
             status = IMPROVED
             reason = f"{moved}, p = {p_text(p)}"
             if improvement_needs_confirmation(record.device):

@@ -212,10 +212,11 @@ _CPU_GEMMS = (("fp32", "float32"), ("fp64", "float64"), ("bf16", "bfloat16"))
 # pass measured FP32 at 45 GFLOP/s under load against 143-305 alone: a burst of other work
 # lasts seconds, so the passes are spread over the probe's time, not taken back to back.
 CPU_PROBE_PASSES = 3
+CPU_QUICK_PROBE_PASSES = 2  # quick sizes (tests): still repeated, in less time
 
 
 def measure_cpu(
-    quick: bool, passes: int = CPU_PROBE_PASSES
+    quick: bool, passes: int | None = None
 ) -> tuple[float | None, dict[str, float], dict[str, Any]]:
     """CPU ceilings from the BEST of repeated probes, in on-CPU time, not the median.
 
@@ -224,11 +225,14 @@ def measure_cpu(
     at a tenth of the real rate (seen on a 2-core runner at load 5), the fastest does not.
     So each probe is timed in on-CPU time (`_times_cpu`: a preemption is not the probe's
     time), the whole probe (copy, then each GEMM at the size the first pass chose) runs
-    `passes` times, and each ceiling is the best rate of any pass. GPUs are not shared that
+    `passes` times (default `CPU_PROBE_PASSES`), and each ceiling is the best rate of any
+    pass. GPUs are not shared that
     way and use the median.
     """
     import torch
 
+    if passes is None:
+        passes = CPU_QUICK_PROBE_PASSES if quick else CPU_PROBE_PASSES
     details: dict[str, Any] = {
         "threads": torch.get_num_threads(),
         "gemm": {},
