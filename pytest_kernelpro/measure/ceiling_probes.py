@@ -45,6 +45,7 @@ def _times_cpu(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[flo
     thread waited on the run queue (`timing.cpu_anchor.RunQueueClock`), never below its CPU
     time, so another process holding the core cannot make a probe look slow (a ceiling is an
     upper bound: load may only ever lower it)."""
+    from pytest_kernelpro.measure import bound
     from pytest_kernelpro.measure.timing.cpu_anchor import RunQueueClock, on_cpu_seconds
 
     for _ in range(warmup):
@@ -53,11 +54,11 @@ def _times_cpu(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[flo
     times = []
     try:
         for _ in range(reps):
-            w0, c0 = rq.wait_ns(), time.thread_time()
+            w0, c0 = rq.wait_ns(), bound.thread_time()
             start = time.perf_counter()
             fn()
             wall = time.perf_counter() - start
-            c1, w1 = time.thread_time(), rq.wait_ns()
+            c1, w1 = bound.thread_time(), rq.wait_ns()
             times.append(on_cpu_seconds(wall, w1 - w0, c1 - c0, rq.available))
     finally:
         rq.close()

@@ -53,7 +53,8 @@ def test_a_preemption_is_not_charged_to_the_kernel_or_the_anchor() -> None:
     pairs = CpuPairs(anchor=lambda: None, name="cpu anchor: test", clock=lambda: next(ticks))
     pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
     pairs.recording = True
-    wall = pairs.measure(lambda: None, calls=1)
+    wall, out = pairs.measure(lambda: "out", calls=1)
+    assert out == "out"
     assert wall == pytest.approx(6e-3)
     assert pairs.kernel_s == [pytest.approx(1e-3)]
     assert pairs.anchor_s == [pytest.approx(1e-3)]

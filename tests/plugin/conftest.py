@@ -89,7 +89,7 @@ def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     medians: list[float] = []
 
-    def fake_time_kernel(fn, *, device, budget=None):  # noqa: ANN001, ANN202
+    def fake_time_kernel(fn, *, device, budget=None, fresh=None):  # noqa: ANN001, ANN202
         fn()
         factor = float(os.environ.get(SLOWDOWN_ENV, "1"))
         rng = np.random.default_rng(len(medians))

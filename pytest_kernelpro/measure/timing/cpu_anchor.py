@@ -35,10 +35,11 @@ from __future__ import annotations
 import os
 import statistics
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from pytest_kernelpro.measure import bound
 
 CPU_ANCHOR_N = 128  # the anchor: fp32 (N x N) @ (N x N), ~4 MFLOP, about 0.1 ms on one core
 CPU_LAYOUT = "cpu-pairs"  # each sample followed by the anchor, both in on-CPU time
@@ -89,7 +90,7 @@ class RunQueueClock:
         """Run-queue wait so far; 0 when unavailable (then on-CPU time is the thread's)."""
         if self._fd is None:
             return 0
-        return int(os.pread(self._fd, 128, 0).split()[1])
+        return int(bound.os_pread(self._fd, 128, 0).split()[1])
 
     def close(self) -> None:
         if self._fd is not None:
@@ -118,7 +119,7 @@ class CpuPairs:
 
     anchor: Callable[[], object]
     name: str
-    clock: Callable[[], float] = time.perf_counter
+    clock: Callable[[], float] = bound.perf_counter
     recording: bool = False
     kernel_s: list[float] = field(default_factory=list)  # on-CPU, per call
     kernel_wall_s: list[float] = field(default_factory=list)  # wall, per call
@@ -127,35 +128,37 @@ class CpuPairs:
     added_s: float = 0.0  # wall time the anchor and the reads added
     rq: RunQueueClock = field(default_factory=RunQueueClock)
 
-    def _timed(self, body: Callable[[], object]) -> tuple[float, float]:
-        """(wall, on-CPU) of one call of `body`."""
+    def _timed(self, body: Callable[[], object]) -> tuple[float, float, object]:
+        """(wall, on-CPU, what it returned) of one call of `body`."""
         w0 = self.rq.wait_ns()
-        c0 = time.thread_time()
+        c0 = bound.thread_time()
         t0 = self.clock()
-        body()
+        out = body()
         t1 = self.clock()
-        c1 = time.thread_time()
+        c1 = bound.thread_time()
         w1 = self.rq.wait_ns()
         wall = t1 - t0
-        return wall, on_cpu_seconds(wall, w1 - w0, c1 - c0, self.rq.available)
+        return wall, on_cpu_seconds(wall, w1 - w0, c1 - c0, self.rq.available), out
 
-    def measure(self, body: Callable[[], object], calls: int) -> float:
-        """Time `body` (which makes `calls` calls of the kernel); per-call wall seconds."""
+    def measure(self, body: Callable[[], object], calls: int) -> tuple[float, object]:
+        """Time `body` (which makes `calls` calls of the kernel and returns the last output):
+        (per-call wall seconds, the output)."""
         if not self.recording:
             t0 = self.clock()
-            body()
-            return (self.clock() - t0) / calls
-        wall, on_cpu = self._timed(body)
+            out = body()
+            return (self.clock() - t0) / calls, out
+        wall, on_cpu, out = self._timed(body)
         started = self.clock()
         # Two anchor calls, the faster one kept: the first brings its data back to the cache
         # after the kernel's, and a call disturbed by a neighbour is not the machine's speed.
-        a_wall, a_cpu = min(self._timed(self.anchor), self._timed(self.anchor), key=lambda x: x[1])
+        first, second = self._timed(self.anchor), self._timed(self.anchor)
+        a_wall, a_cpu, _ = min(first, second, key=lambda x: x[1])
         self.added_s += self.clock() - started
         self.kernel_s.append(on_cpu / calls)
         self.kernel_wall_s.append(wall / calls)
         self.anchor_s.append(a_cpu)
         self.anchor_wall_s.append(a_wall)
-        return wall / calls
+        return wall / calls, out
 
     def ratios(self) -> list[float]:
         return pair_ratios(self.kernel_s, self.anchor_s)
@@ -218,7 +221,7 @@ def summarize_cpu_pairs(
     }
 
 
-def cpu_pairs(budget: Any, clock: Callable[[], float] = time.perf_counter) -> CpuPairs | None:
+def cpu_pairs(budget: Any, clock: Callable[[], float] = bound.perf_counter) -> CpuPairs | None:
     """The pairs collector of a CPU timing when `budget.clock_anchor` is "on" (the plugin's
     default), else None; the anchor's first call (its lazy initialisation) happens here."""
     if getattr(budget, "clock_anchor", "off") != "on":
