@@ -267,7 +267,9 @@ SETTINGS: tuple[Setting, ...] = (
         "compares kernel / anchor per pair at 0.75x the threshold where either side ran "
         "capped (a baseline without the pairs falls back to times, and says so); off times "
         "the kernel alone and gates such kernels on time, at 3x the threshold where the SM "
-        "clock was held down",
+        "clock was held down. CPU kernels: on follows every sample with a fixed fp32 GEMM, "
+        "both in on-CPU time, and the gate compares on-CPU time checked against it, at a "
+        "tolerance that follows the machine's load (gate/cpu_anchor.py)",
         parse_clock_anchor,
         "on",
         "MODE",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro.gate.clock_scale import record_clock_facts
+from pytest_kernelpro.gate.cpu_anchor import record_cpu_anchor
 from pytest_kernelpro.gate.format import finite_float
 from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
@@ -69,6 +70,12 @@ class BaselineEntry:
     autotune: list[dict[str, Any]] | None = None
     library: dict[str, Any] | None = None
     environment: dict[str, str] | None = None
+    # A CPU timing's pairs with the CPU anchor (measure/timing/cpu_anchor.py,
+    # gate/cpu_anchor.py): the kernel's and the anchor's on-CPU times, and why the machine
+    # counted as busy.
+    cpu_kernel_s: list[float] | None = None
+    cpu_anchor_s: list[float] | None = None
+    cpu_busy: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, in a stable key order, for YAML (clock and anchor keys only when
@@ -98,6 +105,13 @@ class BaselineEntry:
             )
             if value is not None
         }
+        if self.cpu_kernel_s and self.cpu_anchor_s:
+            clock.update(
+                cpu_kernel_s=[_sig(v) for v in self.cpu_kernel_s],
+                cpu_anchor_s=[_sig(v) for v in self.cpu_anchor_s],
+            )
+            if self.cpu_busy:
+                clock["cpu_busy"] = self.cpu_busy
         return {
             "name": self.name,
             "kernel": self.kernel,
@@ -126,6 +140,7 @@ class BaselineEntry:
             return None
         clock = record_clock_facts(record)
         anchor = anchor_of_timing(timing.anchor)
+        cpu = record_cpu_anchor(record)
         return cls(
             name=record.name,
             kernel=record.kernel,
@@ -150,6 +165,13 @@ class BaselineEntry:
             autotune=None if record.autotune is None else list(record.autotune.choices),
             library=None if record.autotune is None else record.autotune.library,
             environment=None if record.environment is None else record.environment.to_dict(),
+            cpu_kernel_s=None
+            if cpu is None
+            else quantile_subsample(cpu.kernel_s, BASELINE_SAMPLES),
+            cpu_anchor_s=None
+            if cpu is None
+            else quantile_subsample(cpu.anchor_s, BASELINE_SAMPLES),
+            cpu_busy=None if cpu is None else cpu.busy,
         )
 
 
@@ -198,6 +220,19 @@ def parse_entry(raw: Any) -> BaselineEntry:
             )
         out.anchor_ratios = [float(v) for v in ratios]
     out.autotune, out.library, out.environment = _process_facts(raw)
+    for key in ("cpu_kernel_s", "cpu_anchor_s"):
+        values = raw.get(key)
+        if values is not None:
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(_finite_pos(v) for v in values)
+            ):
+                raise ValueError(
+                    f"{key} is {_short(values)}, expected a non-empty list of positive seconds"
+                )
+            setattr(out, key, [float(v) for v in values])
+    out.cpu_busy = _opt_str(raw, "cpu_busy")
     n = raw.get("n", len(samples))
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n is {_short(n)}, expected a positive integer")

@@ -52,6 +52,7 @@ class KernelproSession:
     started: float = field(default_factory=time.perf_counter)
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
     _specs: dict[str, DeviceSpec | None] = field(default_factory=dict)
+    _reprobed: set[str] = field(default_factory=set)  # devices whose ceilings were re-probed
     _baseline: Baseline | None = None
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
@@ -153,6 +154,28 @@ class KernelproSession:
                     "quiet machine)"
                 )
         self._ceilings[key] = ceilings
+        return ceilings
+
+    def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
+        """The device's ceilings re-probed once per session (a kernel exceeded them): on the
+        CPU the best of the old and a new probe (`measure.ceiling_trust.reprobe`), which
+        makes them trusted; GPU ceilings and a ceilings file from settings are returned as
+        they are."""
+        from pytest_kernelpro.measure.ceiling_trust import reprobe, reprobe_summary
+
+        key = "cpu" if device == "cpu" else device
+        ceilings = self.ceilings_for(device)
+        if (
+            ceilings.device_type != "cpu"
+            or key in self._reprobed
+            or self.settings.ceilings_path is not None
+        ):
+            return ceilings
+        self._reprobed.add(key)
+        self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
+        ceilings = reprobe(ceilings, device, self.settings.cache_dir, why=why)
+        self._ceilings[key] = ceilings
+        self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
         return ceilings
 
     def spec_for(self, device: str) -> DeviceSpec | None:

@@ -228,35 +228,52 @@ def roofline(
 ) -> None:
     """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
     kernel's share of it."""
+    from pytest_kernelpro.measure.ceiling_trust import exceedance_note, exceeds_every_ceiling
     from pytest_kernelpro.measure.impossible import impossible_failure
     from pytest_kernelpro.measure.peak_paths import record_pricing
     from pytest_kernelpro.measure.roofline import analyze_reference
 
     problem, device, record = run.problem, run.device, run.record
-    try:
-        ceilings = services.ceilings_for(device)  # a first measurement is not the reference's
-        spec = services.spec_for(device)
-        with memory.reference_run():  # the reference's own peak: part of the footprint
-            analysis = analyze_reference(
-                reference,
-                inputs,
-                ceilings=ceilings,
-                flops=problem.flops,
-                bytes=problem.bytes,
-                op_cost_hook=services.op_cost_hook,
-                spec=spec,
-            )
-    except KernelproError:
-        raise
-    except Exception as exc:
-        raise KernelproError(
-            f"roofline analysis of the reference of {run.name} failed: "
-            f"{describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
-        ) from exc
+
+    def analyze(ceilings: Any) -> Any:
+        try:
+            spec = services.spec_for(device)
+            with memory.reference_run():  # the reference's own peak: part of the footprint
+                return analyze_reference(
+                    reference,
+                    inputs,
+                    ceilings=ceilings,
+                    flops=problem.flops,
+                    bytes=problem.bytes,
+                    op_cost_hook=services.op_cost_hook,
+                    spec=spec,
+                )
+        except KernelproError:
+            raise
+        except Exception as exc:
+            raise KernelproError(
+                f"roofline analysis of the reference of {run.name} failed: "
+                f"{describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
+            ) from exc
+
+    ceilings = services.ceilings_for(device)  # a first measurement is not the reference's
+    analysis = analyze(ceilings)
     record.roofline = RooflinePart.from_dict(analysis.to_dict())
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
     # (measure/peak_paths.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
+    if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
+        # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
+        # have lowered (measure/ceiling_trust.py), then price the kernel again on them.
+        ceilings = services.reprobe_ceilings(device, f"{run.name} exceeded them")
+        if ceilings.trusted:
+            analysis = analyze(ceilings)
+            record.roofline = RooflinePart.from_dict(analysis.to_dict())
+            efficiency, record.peak_used = record_pricing(record.roofline, median_s)
+    record.extra["ceilings_trusted"] = ceilings.trusted
+    if exceeds_every_ceiling(record.peak_used) and ceilings.device_type == "cpu":
+        assert record.peak_used is not None
+        record.peak_used["note"] = f"{record.peak_used['note']}; {exceedance_note(ceilings)}"
     record.efficiency = analysis.efficiency(median_s) if efficiency is None else efficiency
     impossible = impossible_failure(
         record.peak_used, ceilings=ceilings, median_s=median_s, timing=record.timing
