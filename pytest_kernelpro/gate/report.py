@@ -29,6 +29,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
+from pytest_kernelpro.gate.render_session import table_footnotes
 from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
@@ -239,4 +240,6 @@ def render_terminal_table(
         soft_wrap=True,
         markup=False,
     )
+    for note in table_footnotes(records):
+        console.print(note, highlight=False, soft_wrap=True, markup=False)
     return buffer.getvalue()

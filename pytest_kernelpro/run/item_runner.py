@@ -209,7 +209,8 @@ def _run(
     kernel, reference = _build(run, memory)
     make_inputs = _input_maker(run, memory)
     grad_mode = _grad_mode(problem)
-    phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
+    trials = run.settings.trials.value
+    phase[0] = f"checking correctness ({trials} trial{'' if trials == 1 else 's'})"
     memory.phase("check")
     correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
     if settings.correctness_only:

@@ -19,7 +19,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
     settings = kp.settings
     report = build_report(kp.records, meta=kp.report_meta())
     try:
-        write_json_report(settings.json_path, report)
+        kp.json_written = write_json_report(settings.json_path, report)
         _ignore_artifacts_dir(settings.artifacts_dir)
     except OSError as exc:
         warnings.warn(
@@ -101,8 +101,8 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(missing_records_line(missing, check=settings.check), red=True)
     baseline_written = settings.save_baseline is not None and not settings.correctness_only
     for line in output_lines(
-        json_path=settings.json_path,
-        records_path=settings.records_path,
+        json_path=kp.json_written,
+        records_path=settings.records_path if kp.records_log is not None else None,
         history_path=kp.history_path,
         baseline_path=settings.save_baseline if baseline_written else None,
     ):
