@@ -74,7 +74,7 @@ from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.verdict import compare, default_threshold
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.setting_table import (
     GROUP_DESCRIPTION,
     GROUP_NAME,
+    OPTIMIZE_GROUP_DESCRIPTION,
+    OPTIMIZE_GROUP_NAME,
     SETTINGS,
     SETTINGS_BY_NAME,
     Setting,
@@ -32,8 +34,9 @@ def _help(setting: Setting) -> str:
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """Register the `kernelpro` option group and its ini mirrors."""
+    """Register the `kernelpro` option group, its optimizer section, and their ini mirrors."""
     group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
+    optimize_group = parser.getgroup(OPTIMIZE_GROUP_NAME, OPTIMIZE_GROUP_DESCRIPTION)
     group.addoption(
         "--kernelpro-check",
         action="store_true",
@@ -54,14 +57,14 @@ def add_options(parser: pytest.Parser) -> None:
         default=False,
         help="Profile every kernel (ncu metrics, SASS, timeline) and run the tools. Default: False",
     )
-    group.addoption(
+    optimize_group.addoption(
         "--kernelpro-optimize",
         default=None,
         metavar="BUDGET",
         type=parse_budget_text,
         help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, 20,30m). Default: None",
     )
-    group.addoption(
+    optimize_group.addoption(
         "--kernelpro-resume",
         action="store_true",
         default=False,
@@ -82,8 +85,9 @@ def add_options(parser: pytest.Parser) -> None:
         help=argparse.SUPPRESS,  # set by --kernelpro-isolate on the process of one item
     )
     for setting in SETTINGS:
+        section = optimize_group if setting.optimizer else group
         if setting.is_flag:
-            group.addoption(
+            section.addoption(
                 setting.flag,
                 action="store_const",
                 const=True,
@@ -92,7 +96,7 @@ def add_options(parser: pytest.Parser) -> None:
                 help=_help(setting),
             )
         else:
-            group.addoption(
+            section.addoption(
                 setting.flag,
                 default=None,
                 dest=setting.dest,

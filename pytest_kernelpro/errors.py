@@ -23,10 +23,6 @@ class KernelproWarning(pytest.PytestWarning):
     """Something was not collected or not measured; the run goes on."""
 
 
-class KernelproDeprecationWarning(KernelproWarning, DeprecationWarning):
-    """A spelling that still works but goes away: the message names the replacement."""
-
-
 def describe_exception(exc: BaseException) -> str:
     """'TypeError: message (at file.py:12)': the exception and the line it was raised at,
     for an error message that names what failed."""

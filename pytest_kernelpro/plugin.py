@@ -13,6 +13,10 @@ import pytest
 
 from pytest_kernelpro import hookspec
 from pytest_kernelpro.config import add_options
+
+# Clocks and the serializer kept now, before any test module (and kernel) is imported: a kernel
+# that rebinds them later cannot change what the timer uses (measure/bound.py; stdlib only).
+from pytest_kernelpro.measure import bound as _bound  # noqa: F401
 from pytest_kernelpro.problem import MARKER_NAME, MARKER_SIGNATURE, marker_of
 from pytest_kernelpro.run.items import (
     PLUGIN_NAME,

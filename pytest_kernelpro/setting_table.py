@@ -15,6 +15,10 @@ from typing import Any
 
 GROUP_NAME = "kernelpro"
 GROUP_DESCRIPTION = "GPU kernel checking, timing, roofline and regression gate"
+# The optimizer's settings are a section of their own in `pytest --help`: a check or timing
+# job never needs them, and they read as one feature.
+OPTIMIZE_GROUP_NAME = "kernelpro-optimize"
+OPTIMIZE_GROUP_DESCRIPTION = "kernelpro optimize: the guided kernel search (--kernelpro-optimize)"
 
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
 FEEDBACK_CHOICES = ("tools", "raw", "none")
@@ -147,6 +151,7 @@ class Setting:
     default: Any
     metavar: str | None = None
     is_flag: bool = False
+    optimizer: bool = False  # read only by the optimizer: listed in its own help section
 
     @property
     def flag(self) -> str:
@@ -304,6 +309,7 @@ SETTINGS: tuple[Setting, ...] = (
         parse_feedback,
         "tools",
         "MODE",
+        optimizer=True,
     ),
     Setting(
         "orchestration",
@@ -312,6 +318,7 @@ SETTINGS: tuple[Setting, ...] = (
         _choice("orchestration", ORCHESTRATION_CHOICES),
         "proactive",
         "MODE",
+        optimizer=True,
     ),
     Setting(
         "search",
@@ -319,6 +326,7 @@ SETTINGS: tuple[Setting, ...] = (
         _choice("search algorithm", SEARCH_CHOICES),
         "mcts",
         "ALGO",
+        optimizer=True,
     ),
     Setting(
         "llm_base_url",
@@ -326,6 +334,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         None,
         "URL",
+        optimizer=True,
     ),
     Setting(
         "dask",
@@ -335,6 +344,7 @@ SETTINGS: tuple[Setting, ...] = (
         parse_dask_text,
         None,
         "local|ADDRESS",
+        optimizer=True,
     ),
     Setting(
         "llm",
@@ -343,6 +353,7 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "anthropic",
         "BACKEND",
+        optimizer=True,
     ),
     Setting(
         "model",
@@ -350,12 +361,23 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "claude-sonnet-5-5",
         "NAME",
+        optimizer=True,
     ),
     Setting(
-        "candidates", "Candidates the optimizer asks for per expansion", parse_positive_int, 2, "N"
+        "candidates",
+        "Candidates the optimizer asks for per expansion",
+        parse_positive_int,
+        2,
+        "N",
+        optimizer=True,
     ),
     Setting(
-        "max_tokens", "Output token budget of one optimizer call", parse_positive_int, 8192, "N"
+        "max_tokens",
+        "Output token budget of one optimizer call",
+        parse_positive_int,
+        8192,
+        "N",
+        optimizer=True,
     ),
     Setting(
         "profile_timeout",

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.results import KernelRecord
+    from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit
 CLOCK_LIMITED_FRACTION = 0.95  # mean SM clock below this share of the maximum: held down

@@ -6,7 +6,29 @@ from __future__ import annotations
 import math
 
 from pytest_kernelpro.gate.format import format_time
-from pytest_kernelpro.record import KernelRecord, StatsPart
+from pytest_kernelpro.measure.gpu_memory import format_bytes
+from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
+
+
+def _number(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _rule_text(c: CorrectnessPart) -> str:
+    """Which rule decided, both errors against the truth, and the truth's cost."""
+    text = str(c.rule)
+    truth = c.truth or {}
+    if c.kernel_error is not None:
+        text += (
+            f"; normwise error against the {truth.get('precision')} truth: kernel "
+            f"{_number(c.kernel_error)}, reference {_number(c.reference_error)}"
+        )
+    if truth.get("seconds") is not None:
+        cost = f"{truth['seconds'] * 1e3:.1f} ms"
+        if truth.get("peak_bytes") is not None:
+            cost += f", {format_bytes(truth['peak_bytes'])} peak"
+        text += f"; truth re-run {cost}"
+    return text
 
 
 def item_section(record: KernelRecord) -> str:
@@ -39,6 +61,15 @@ def item_section(record: KernelRecord) -> str:
                 f"err {c.max_abs_err or 0:.3g}, max rel err {c.max_rel_err or 0:.3g} "
                 f"({tolerance})"
             )
+    if c and c.rule:
+        lines.append(f"correctness rule: {_rule_text(c)}")
+    if c and c.kernelbench:
+        kb = c.kernelbench
+        lines.append(
+            f"KernelBench's own check (allclose, atol={kb.get('atol')}, rtol={kb.get('rtol')}): "
+            f"{'passed' if kb.get('passed') else 'FAILED'}, max abs err "
+            f"{_number(kb.get('max_abs_err'))}"
+        )
     t = record.timing
     if t:
         s = t.stats or StatsPart()

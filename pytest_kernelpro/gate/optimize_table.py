@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.text_safety import safe_text
 
 
 def _x(value: Any) -> str:
@@ -214,7 +215,8 @@ def junit_optimize_properties(record: KernelRecord) -> list[tuple[str, Any]]:
 
 
 def _text(value: Any) -> str:
-    return "-" if value is None else str(value)
+    # Candidate and model text reaches the terminal, the PR comment and JUnit from here.
+    return "-" if value is None else safe_text(str(value))
 
 
 def _patch_name(path: Any) -> str:
@@ -225,5 +227,5 @@ def _patch_name(path: Any) -> str:
 
 
 def _one_line(text: Any, limit: int) -> str:
-    line = " ".join(str(text).split())
+    line = " ".join(safe_text(str(text)).split())
     return line if len(line) <= limit else line[: limit - 3] + "..."

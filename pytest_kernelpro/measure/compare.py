@@ -75,7 +75,11 @@ def compare_outputs(
     the path where the structures part. Tuples and lists are interchangeable.
     """
     if isinstance(expected, torch.Tensor):
-        return [compare_tensor(torch, path, got, expected, tolerance_for(expected.dtype))]
+        return [
+            compare_tensor(
+                torch, path, got, expected, leaf_tolerance(tolerance_for, path, expected.dtype)
+            )
+        ]
     if isinstance(expected, (list, tuple, dict)):
         kind = dict if isinstance(expected, dict) else (list, tuple)
         if not isinstance(got, kind) or len(got) != len(expected):
@@ -89,6 +93,13 @@ def compare_outputs(
             reports.extend(compare_outputs(torch, got[key], expected[key], tolerance_for, sub))
         return reports
     return [_compare_value(torch, path, got, expected, tolerance_for)]
+
+
+def leaf_tolerance(tolerance_for: TolFor, path: str, dtype: Any) -> Tolerance:
+    """The tolerance of the output leaf at `path`: `tolerance_for.for_leaf(path, dtype)` when
+    the rule has one (tolerances calibrated per output, `measure/accuracy.py`), else by dtype."""
+    for_leaf = getattr(tolerance_for, "for_leaf", None)
+    return for_leaf(path, dtype) if for_leaf is not None else tolerance_for(dtype)
 
 
 def _compare_value(
@@ -232,14 +243,18 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
             ]
         )
         best = ratio.argmax()
+        # Sums of squares in float64 for the normwise bound (Tolerance.norm_rtol).
+        e_fin = torch.where(finite, e_abs, zero).to(torch.float64)
         per_chunk.append(
             torch.cat(
                 [
                     counts.to(torch.float64),
                     torch.stack([diff.max(), rel.max(), ratio[best]]).to(torch.float64),
+                    torch.stack([diff.to(torch.float64).pow(2).sum(), e_fin.pow(2).sum()]),
                 ]
             )
         )
+        del e_fin
         worst_at.append(best + lo)
         del ed, g_nan, e_nan, finite, inf_any, diff, e_abs, limit, ratio, rel, counts
     table = torch.stack(per_chunk).cpu()  # the one synchronization
@@ -259,6 +274,19 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
                 torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
             )
     counts = counts_total
+    norm_text = ""
+    if tol.norm_rtol is not None and not any(counts.values()):
+        diff_norm, exp_norm = (
+            math.sqrt(float(table[:, 8].sum())),
+            math.sqrt(float(table[:, 9].sum())),
+        )
+        if diff_norm > tol.norm_rtol * exp_norm:
+            rel_norm = diff_norm / exp_norm if exp_norm else math.inf
+            norm_text = (
+                f"{path}: normwise relative error {rel_norm:.3g} above {tol.norm_rtol:.3g} "
+                f"({tol.source}), though every element is inside rtol={tol.rtol:.3g}, "
+                f"atol={tol.atol:.3g}."
+            )
     notes = []
     if n_both_nan:
         notes.append(
@@ -268,6 +296,10 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     n_bad = sum(counts.values())
     if n_bad == 0:
         index = _unravel(worst_flat, shape)
+        if norm_text:
+            return LeafReport(
+                path, tol, False, norm_text, max_abs, max_rel, worst_ratio, index, notes
+            )
         return LeafReport(path, tol, True, None, max_abs, max_rel, worst_ratio, index, notes)
     parts = [
         f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "

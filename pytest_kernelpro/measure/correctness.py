@@ -8,11 +8,17 @@ runs the kernel with uninitialized memory poisoned: `torch.empty`/`empty_like`/`
 for integers, and on CUDA freed blocks of the outputs' sizes are pre-filled with the same
 poison, so an element the kernel never writes fails the comparison.
 
-Comparison follows `torch.allclose`: |got - expected| <= atol + rtol * |expected|, per
-element. NaN never passes, except where the reference itself produced NaN at the same place
-(the reference runs without poisoning, so its NaNs are its own). The defaults per dtype are
-per-element tolerances for outputs of order 1; long reductions (a GEMM over large K) grow
-the error with sqrt(K) and need the marker's rtol/atol.
+The first trial also re-runs the reference in higher precision on its inputs
+(`measure/truth.py`), and the rule of `measure/accuracy.py` decides: the kernel within
+`accuracy.FACTOR` times the reference's own error against that truth (elementwise, with a
+floor at the output's scale, and normwise), later trials and the re-check after timing by the
+tolerance that truth calibrated. Where no truth can be run, the dtype tolerances decide as
+`torch.allclose` does (|got - expected| <= atol + rtol * |expected|, `measure/tolerance.py`);
+a marker's rtol/atol override either. In every mode an output that carries no information
+(zeros, one constant, a scaled copy) fails. NaN never passes, except where the reference
+itself produced NaN at the same place (the reference runs without poisoning, so its NaNs are
+its own). A KernelBench file also gets KernelBench's own verdict (allclose with
+atol = rtol = 1e-2), recorded next to the gate's, for comparison with published numbers.
 
 A kernel that raises gives a failed `CorrectnessResult` (the exception in `failure` and
 `exception`); a reference or input factory that raises is a problem definition error and
@@ -25,19 +31,17 @@ import contextlib
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.accuracy import KERNELBENCH, CorrectnessRule
 from pytest_kernelpro.measure.compare import LeafReport, compare_outputs, failure_text, json_float
-from pytest_kernelpro.measure.tolerance import (
-    Tolerance,
-    run_recording_precision,
-    tolerance_rule,
-)
+from pytest_kernelpro.measure.tolerance import Tolerance, run_recording_precision
 from pytest_kernelpro.measure.tolerance import (
     default_tolerance as default_tolerance,  # re-exported: the gate's callers import it here
 )
+from pytest_kernelpro.measure.truth import run_truth
 
 
 @dataclass(frozen=True)
@@ -58,12 +62,22 @@ class CorrectnessResult:
     notes: tuple[str, ...] = field(default_factory=tuple)
     tf32: bool = False  # the reference ran fp32 matmul/conv with TF32 allowed (on CUDA)
     cuda_error: bool = False  # the kernel raised a CUDA error: this process's context is broken
+    rule: str | None = None  # which rule decided (`accuracy.CorrectnessRule.name`)
+    factor: float | None = None  # the kernel within this many times the reference's error
+    kernel_error: float | None = None  # ||kernel - truth|| / ||truth|| on the first trial
+    reference_error: float | None = None  # ||reference - truth|| / ||truth||, same inputs
+    truth: dict[str, Any] | None = None  # precision, seconds, peak_bytes, skipped (why not)
+    kernelbench: dict[str, Any] | None = None  # KernelBench's own verdict (KernelBench files)
+    # The rule with what the first trial's truth calibrated, for `recheck_after_timing`.
+    rule_state: Any = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (non-finite errors become "inf"/"nan" strings)."""
-        data = asdict(self)
-        for key in ("max_abs_err", "max_rel_err", "worst_ratio"):
-            data[key] = json_float(data[key])
+        data = asdict(replace(self, rule_state=None))  # asdict would deep-copy the rule
+        data.pop("rule_state")
+        for key in ("max_abs_err", "max_rel_err", "worst_ratio", "kernel_error", "reference_error"):
+            if data[key] is not None:
+                data[key] = json_float(data[key])
         data["worst_index"] = None if self.worst_index is None else list(self.worst_index)
         data["notes"] = list(self.notes)
         return data
@@ -269,9 +283,12 @@ def recheck_after_timing(
     dst = src = fresh = None
     _sync(torch, device)
 
-    tolerance_for = tolerance_rule(
-        reduced="tf32" if correctness.tf32 else None, rtol=rtol, atol=atol
-    )
+    # The trials' rule, with what the first trial's truth calibrated; a result made
+    # elsewhere (no rule kept) decides by the dtype tolerances.
+    rule = correctness.rule_state
+    if not isinstance(rule, CorrectnessRule):
+        rule = CorrectnessRule(rtol=rtol, atol=atol)
+        rule.reduced = "tf32" if correctness.tf32 else None
 
     expected = reference(*clone_inputs(torch, timed_inputs))
     _sync(torch, device)
@@ -281,7 +298,7 @@ def recheck_after_timing(
             _sync(torch, device)
     except Exception as exc:
         return f"after timing, the kernel raised {type(exc).__name__}: {exc}"
-    failed = [r for r in compare_outputs(torch, got, expected, tolerance_for) if not r.ok]
+    failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
     if not failed:
         return None
     text = " ".join(r.message or "" for r in failed[:3])
@@ -299,13 +316,20 @@ def check_correctness(
     seed: int = 0,
     rtol: float | None = None,
     atol: float | None = None,
+    truth: bool = True,
+    kernelbench: bool = False,
 ) -> CorrectnessResult:
     """Run `trials` trials of kernel vs reference on fresh inputs; stop at the first failure.
 
-    `tolerance` None: per-output defaults from the reference's dtype (`default_tolerance`,
-    TF32-aware on CUDA), with `rtol`/`atol` (a marker's) replacing the default's fields when
-    given. Raises `KernelproError` if `make_inputs` or `reference` raises.
+    The rule (`accuracy.CorrectnessRule`): with `truth`, the first trial's inputs re-run the
+    reference in higher precision and the kernel must be within the factor of the
+    reference's own error; without one, per-output defaults from the reference's dtype
+    (`default_tolerance`, TF32-aware on CUDA). `tolerance` (fixed) or `rtol`/`atol` (a
+    marker's, replacing the default's fields) override the rule. `kernelbench`: also record
+    KernelBench's own verdict. Raises `KernelproError` if `make_inputs` or `reference` raises.
     """
+    import time
+
     import torch
 
     if trials < 1:
@@ -318,9 +342,26 @@ def check_correctness(
     first_tol: Tolerance | None = None
     reference_writes_inputs = False
 
+    rule = CorrectnessRule(rtol=rtol, atol=atol, fixed=tolerance)
+    kb_failure: str | None = None
+    kb_max_abs = 0.0
+
     def tolerance_for(dtype: Any) -> Tolerance:
         # The rule of the reduced precision found so far (the reference's first trial).
-        return tolerance_rule(reduced=tf32_mode, rtol=rtol, atol=atol, fixed=tolerance)(dtype)
+        return rule.fallback()(dtype)
+
+    def rule_fields() -> dict[str, Any]:
+        fields = rule.summary()
+        fields["rule_state"] = rule
+        if kernelbench:
+            fields["kernelbench"] = {
+                "passed": kb_failure is None,
+                "rtol": KERNELBENCH.rtol,
+                "atol": KERNELBENCH.atol,
+                "max_abs_err": json_float(kb_max_abs),
+                "failure": kb_failure,
+            }
+        return fields
 
     def failed_before_comparison(failure: str, expected: Any, **extra: Any) -> CorrectnessResult:
         """This trial's failure found before its outputs were compared: the errors so far,
@@ -337,6 +378,7 @@ def check_correctness(
             output_path=None,
             notes=tuple(notes),
             tf32=tf32_mode == "tf32",
+            **rule_fields(),
             **extra,
         )
 
@@ -366,9 +408,11 @@ def check_correctness(
         try:
             # The first trial records which fp32 matmuls/convs the reference runs, for the
             # TF32 (or bf16) tolerance; the rule is the sandbox's too (measure/tolerance.py).
+            started = time.perf_counter()
             expected, mode = run_recording_precision(
                 torch, run_reference, device, record=trial == 0
             )
+            reference_s = time.perf_counter() - started
             reference_writes_inputs = reference_writes_inputs or (
                 _changed_input(torch, inputs, ref_copy[0]) is not None
             )
@@ -382,9 +426,17 @@ def check_correctness(
         # not three (a large-input, small-output problem peaked at 3.25x its footprint).
         ref_copy.clear()
         del run_reference  # it holds this trial's inputs, which go after the kernel's run
-        ker_inputs = clone_inputs(torch, inputs)
         if trial == 0:
-            tf32_mode = mode
+            tf32_mode = rule.reduced = mode
+            if truth:
+                # The first trial's inputs, re-run in higher precision: the truth the
+                # kernel and the reference are measured against (measure/truth.py).
+                rule.set_truth(
+                    run_truth(
+                        torch, reference, inputs, expected, device=device, reference_s=reference_s
+                    )
+                )
+        ker_inputs = clone_inputs(torch, inputs)
         if device.startswith("cuda"):
             prepoison_cuda_cache(torch, expected)
         try:
@@ -409,7 +461,12 @@ def check_correctness(
                 "leaves its inputs unchanged. Write into a new or scratch tensor instead.",
                 expected,
             )
-        reports = compare_outputs(torch, got, expected, tolerance_for)
+        reports = rule.judge(torch, got, expected)
+        if kernelbench:
+            for kb in compare_outputs(torch, got, expected, lambda _dtype: KERNELBENCH):
+                kb_max_abs = max(kb_max_abs, kb.max_abs)
+                if not kb.ok and kb_failure is None:
+                    kb_failure = f"{kb.message} Failed on {where}."[:600]
         for report in reports:
             first_tol = first_tol or report.tolerance
             max_abs = max(max_abs, report.max_abs)
@@ -428,7 +485,7 @@ def check_correctness(
         if failed:
             text = failure_text(failed)
             hint = ""
-            if any(r.kind == "values" for r in failed):
+            if any(r.kind == "values" for r in failed) and rule.name.startswith("dtype default"):
                 hint = (
                     " If this is rounding (a long reduction or matmul accumulates error with its"
                     " length), set rtol=/atol= on the kernelpro marker."
@@ -447,6 +504,7 @@ def check_correctness(
                 worst_ratio=first.worst_ratio,
                 notes=tuple(notes),
                 tf32=tf32_mode == "tf32",
+                **rule_fields(),
             )
         # This trial's tensors go before the next trial makes its inputs: a large problem
         # must not hold two trials' inputs and outputs at once.
@@ -465,4 +523,5 @@ def check_correctness(
         worst_ratio=worst.worst_ratio,
         notes=tuple(notes),
         tf32=tf32_mode == "tf32",
+        **rule_fields(),
     )

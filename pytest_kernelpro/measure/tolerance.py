@@ -61,10 +61,17 @@ class Tolerance:
     rtol: float
     atol: float
     source: str
+    # Also ||got - expected||_2 <= norm_rtol * ||expected||_2 over the finite elements (the
+    # normwise relative bound of a rule calibrated on the reference's float64 truth,
+    # `measure/accuracy.py`); None: elementwise only.
+    norm_rtol: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe dict."""
-        return asdict(self)
+        """Plain JSON-safe dict (`norm_rtol` only when set)."""
+        data = asdict(self)
+        if self.norm_rtol is None:
+            data.pop("norm_rtol")
+        return data
 
 
 def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:

@@ -9,6 +9,7 @@ optimizer's prompts ask for.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
@@ -87,15 +88,77 @@ def _local_import_sources(obj: Any, own: str) -> list[str]:
 
 
 _LIBRARY_ROOTS = frozenset({"torch", "numpy", "math", "builtins", "functools", "typing"})
-# kernel -> autograd.Function -> forward -> launcher -> @triton.jit kernel, with room to spare
-_REACH_DEPTH = 6
+# kernel -> layer object -> its forward -> autograd.Function -> forward -> launcher -> helper
+# module -> @triton.jit kernel, with room to spare
+_REACH_DEPTH = 10
+_MAX_VISITED = 4000  # objects looked at in one walk: a large model's graph ends the walk
+_MAX_ITEMS = 256  # elements of one container (a ModuleList, a dict of kernels) looked at
+# nvcc's marks in a shared object: the fat binary section and the registration call.
+_DEVICE_CODE_MARKS = (b".nv_fatbin", b"__cudaRegisterFatBinary")
+_SCAN_BYTES = 512 * 1024 * 1024  # read no further into one extension file
 
 
 def _compiled_language(value: Any) -> str | None:
     """`"triton"` for a Triton kernel object (`@triton.jit`, `@triton.autotune`,
-    `@triton.heuristics` all make objects of `triton.runtime` types), else None."""
+    `@triton.heuristics` all make objects of `triton.runtime` types: `JITFunction`,
+    `Autotuner`, `Heuristics`), `"cuda"` for a compiled extension module (or one of its
+    functions) that carries device code, else None."""
     type_module = getattr(type(value), "__module__", "") or ""
-    return "triton" if type_module.split(".")[0] == "triton" else None
+    if type_module.split(".")[0] == "triton":
+        return "triton"
+    return "cuda" if _extension_has_device_code(value) else None
+
+
+def _extension_has_device_code(value: Any) -> bool:
+    """A compiled extension module (a `load_inline`/`CUDAExtension` build), or a builtin
+    function of one, whose shared object holds nvcc's device code (`_DEVICE_CODE_MARKS`)."""
+    import importlib.machinery
+
+    if inspect.ismodule(value):
+        module = value
+    elif inspect.isbuiltin(value):
+        # A module-level function of an extension is bound to its module.
+        owner = getattr(value, "__self__", None)
+        module = (
+            owner
+            if inspect.ismodule(owner)
+            else sys.modules.get(getattr(value, "__module__", None) or "")
+        )
+    else:
+        return False
+    name = getattr(module, "__name__", "") or ""
+    file = getattr(module, "__file__", None)
+    if not file or name.split(".")[0] in _LIBRARY_ROOTS:
+        return False
+    if not str(file).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)):
+        return False
+    return _has_device_code(str(file))
+
+
+@functools.lru_cache(maxsize=256)
+def _has_device_code(path: str) -> bool:
+    overlap = max(len(mark) for mark in _DEVICE_CODE_MARKS)
+    try:
+        with open(path, "rb") as handle:
+            tail = b""
+            read = 0
+            while read < _SCAN_BYTES:
+                chunk = handle.read(1 << 20)
+                if not chunk:
+                    return False
+                read += len(chunk)
+                window = tail + chunk
+                if any(mark in window for mark in _DEVICE_CODE_MARKS):
+                    return True
+                tail = window[-overlap:]
+    except OSError:
+        return False
+    return False
+
+
+def _is_library(value: Any) -> bool:
+    module = getattr(value, "__module__", None) or ""
+    return isinstance(module, str) and module.split(".")[0] in _LIBRARY_ROOTS
 
 
 def _code_of(value: Any) -> list[Any]:
@@ -103,7 +166,7 @@ def _code_of(value: Any) -> list[Any]:
     decorators such as `functools.wraps` wrappers), or a class's own methods (an
     `autograd.Function`'s `forward`, an `nn.Module`'s `forward` and helpers)."""
     if inspect.isclass(value):
-        if (getattr(value, "__module__", "") or "").split(".")[0] in _LIBRARY_ROOTS:
+        if _is_library(value):
             return []
         members = []
         for attribute in vars(value).values():
@@ -117,43 +180,103 @@ def _code_of(value: Any) -> list[Any]:
     return []
 
 
+def _items(container: Any) -> list[Any]:
+    if isinstance(container, dict):
+        return list(container.values())[:_MAX_ITEMS]
+    if isinstance(container, (list, tuple, set, frozenset)):
+        return list(container)[:_MAX_ITEMS]
+    return []
+
+
+def _held_by(value: Any) -> list[Any]:
+    """What an object's calls can reach besides its code: a layer object's class methods,
+    its attributes (a kernel kept as `self.kernel`, child modules in `_modules`, one level
+    into their containers), a `functools.partial`'s function and arguments, a bound
+    method's object. Tensors and other objects of the library roots hold no user code,
+    but a torch container (`nn.Sequential`, `nn.ModuleList`) holds user layers."""
+    if isinstance(value, functools.partial):
+        return [value.func, *value.args, *value.keywords.values()]
+    if inspect.ismethod(value):
+        return [value.__self__]
+    if inspect.isclass(value) or inspect.isroutine(value) or inspect.ismodule(value):
+        return []
+    if type(value).__module__ == "torch" or isinstance(value, (str, bytes, int, float)):
+        return []  # tensors, dtypes, devices and plain values
+    held = [] if _is_library(type(value)) else _code_of(type(value))
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict):
+        for attribute in list(attributes.values())[:_MAX_ITEMS]:
+            held.append(attribute)
+            held += _items(attribute)
+    return held
+
+
 def _reached_language(obj: Any) -> str | None:
     """The language of the compiled kernels `obj`'s code reaches through the names it uses,
     a few calls deep: `LigerSiLUMulFunction.apply(a, b)` in a test module reaches
     `swiglu_forward` in the library and through it a `@triton.jit` kernel object, although
-    no source on the way up names Triton."""
+    no source on the way up names Triton. The walk follows functions (their globals,
+    closures and the attributes they read of imported helper modules), classes (their
+    methods) and objects (a module-level layer instance, its children and attributes), so a
+    marked function calling `norm(x)` for a library layer `norm` whose forward launches only
+    Triton or a CUDA extension is found as such."""
     seen: set[int] = set()
-    frontier = _code_of(obj)
+    frontier: list[Any] = _code_of(obj) or [obj]
     for _ in range(_REACH_DEPTH):
         following: list[Any] = []
-        for function in frontier:
-            if id(function) in seen:
+        for value in frontier:
+            if value is None or id(value) in seen:
                 continue
-            seen.add(id(function))
-            module = (getattr(function, "__module__", "") or "").split(".")[0]
-            if module in _LIBRARY_ROOTS:
-                continue
-            namespace = getattr(function, "__globals__", {})
-            code = getattr(function, "__code__", None)
-            names = list(getattr(code, "co_names", ()))
-            for constant in getattr(code, "co_consts", ()):
-                names += getattr(constant, "co_names", ())  # names a nested function uses
-            closure = [
-                cell.cell_contents
-                for cell in getattr(function, "__closure__", None) or ()
-                if _cell_filled(cell)
-            ]
-            for value in [namespace.get(name) for name in names] + closure:
-                if value is None:
-                    continue
-                found = _compiled_language(value)
-                if found:
-                    return found
+            if len(seen) >= _MAX_VISITED:
+                return None
+            seen.add(id(value))
+            found = _compiled_language(value)
+            if found:
+                return found
+            if inspect.isfunction(value):
+                following += _reached_by_function(value)
+            elif inspect.isclass(value):
                 following += _code_of(value)
+            elif inspect.ismethod(value):
+                following += [*_code_of(value), value.__self__]
+            else:
+                following += _held_by(value)
         frontier = following
         if not frontier:
             break
     return None
+
+
+def _reached_by_function(function: Any) -> list[Any]:
+    """The objects a function's code names: its globals, closures, and for an imported
+    helper module the attributes the code reads of it (`ops.norm_forward(x)`)."""
+    function = inspect.unwrap(function)
+    if _is_library(function):
+        return []
+    namespace = getattr(function, "__globals__", {})
+    code = getattr(function, "__code__", None)
+    names = list(getattr(code, "co_names", ()))
+    for constant in getattr(code, "co_consts", ()):
+        names += getattr(constant, "co_names", ())  # names a nested function uses
+    values: list[Any] = [namespace.get(name) for name in names]
+    values += [
+        cell.cell_contents
+        for cell in getattr(function, "__closure__", None) or ()
+        if _cell_filled(cell)
+    ]
+    reached = []
+    for value in values:
+        if value is None:
+            continue
+        reached.append(value)
+        if inspect.ismodule(value) and not _is_library_module(value):
+            attributes = vars(value)
+            reached += [attributes[name] for name in names if name in attributes]
+    return reached
+
+
+def _is_library_module(module: Any) -> bool:
+    return (getattr(module, "__name__", "") or "").split(".")[0] in _LIBRARY_ROOTS
 
 
 def _cell_filled(cell: Any) -> bool:

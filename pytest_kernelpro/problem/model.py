@@ -21,11 +21,14 @@ MARKER_NAME = "kernelpro"
 MARKER_SIGNATURE = (
     "kernelpro(reference, inputs, rtol=None, atol=None, flops=None, bytes=None, "
     "min_roofline=None, threshold=None, source=None, language=None, shapes=None, "
-    "device=None, init_inputs=(), trials=None, dtype=None): collect this function or "
+    "device=None, init_inputs=(), trials=None, dtype=None, streams=None): collect this function or "
     "nn.Module class as a kernel item: checked against `reference` on inputs from "
     "`inputs(device)`, timed, and placed on its roofline"
 )
 LANGUAGES = ("pytorch", "triton", "cuda")
+# GPU: "current" (default): device work left on another stream fails the kernel; "any": it is
+# timed at its real cost (a device-wide synchronize after every call, measure/timing/streams.py).
+STREAM_MODES = ("current", "any")
 DEVICES = ("cuda", "cpu", "any")
 
 
@@ -83,6 +86,11 @@ _MARKER_KEYWORDS: dict[str, tuple[Callable[[Any], bool], str]] = {
         "a floating torch dtype the nn.Module kernel and reference are cast to after they are "
         "built, e.g. dtype=torch.bfloat16 (or the name, dtype='bfloat16')",
     ),
+    "streams": (
+        lambda v: v in STREAM_MODES,
+        "'any' for a kernel that really launches work on streams of its own and does not join "
+        "them (timed with a device-wide synchronize after every call), or 'current'",
+    ),
 }
 
 
@@ -105,6 +113,7 @@ class MarkerOptions:
     init_inputs: Any = ()
     trials: int | None = None
     dtype: str | None = None  # nn.Module kernels: the dtype both modules are cast to
+    streams: str | None = None  # STREAM_MODES; None: "current"
 
     @classmethod
     def from_marker(
@@ -321,7 +330,10 @@ def problem_from_marker(
         device_preference=device_pref,
         trials=options.trials,
         init_inputs=options.init_inputs if kind == "module" else (),
-        extra={"shapes": options.shapes} if options.shapes else {},
+        extra={
+            **({"shapes": options.shapes} if options.shapes else {}),
+            **({"streams": options.streams} if options.streams else {}),
+        },
     )
 
 

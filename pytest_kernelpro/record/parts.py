@@ -15,14 +15,10 @@ holds the default); values are taken as they are, never coerced, so reading a re
 fails where the dict form did not. Nested values a part does not type (the roofline's ops,
 the timing's clocks and budget, the profile's kernels) stay plain JSON values; treat them
 as read-only.
-
-Until version 0.3, `part["key"]` and `part.get("key")` read a part the old way (the record
-was a bag of dicts), with a `DeprecationWarning`; use the attributes.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
@@ -103,31 +99,6 @@ class Part:
             return True
         return bool(self.to_dict())
 
-    # The old dict access, kept for one deprecation period (see the module docstring).
-    def _old_access(self, key: str) -> Any:
-        warnings.warn(
-            f"reading a kernel record's {type(self).__name__} as a dict ({key!r}) is deprecated;"
-            f" use the attribute (.{key})",
-            DeprecationWarning,
-            stacklevel=3,
-        )
-        if key in self.field_names():
-            return getattr(self, key)
-        if key in self.unknown:
-            return self.unknown[key]
-        raise KeyError(key)
-
-    def __getitem__(self, key: str) -> Any:
-        return self._old_access(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        present = key in self.to_dict()
-        try:
-            value = self._old_access(key)
-        except KeyError:
-            return default
-        return value if present else default
-
 
 @dataclass(frozen=True, kw_only=True)
 class TolerancePart(Part):
@@ -136,6 +107,7 @@ class TolerancePart(Part):
     rtol: float | None = None
     atol: float | None = None
     source: str | None = None
+    norm_rtol: float | None = None  # the normwise relative bound, when the rule has one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +131,12 @@ class CorrectnessPart(Part):
     notes: tuple[str, ...] = ()
     tf32: bool = False
     cuda_error: bool = False
+    rule: str | None = None  # which rule decided (measure/accuracy.py)
+    factor: float | None = None  # the kernel within this many times the reference's error
+    kernel_error: float | str | None = None  # normwise relative, against the truth
+    reference_error: float | str | None = None  # the reference's, same inputs
+    truth: dict[str, Any] | None = None  # precision, seconds, peak_bytes, skipped
+    kernelbench: dict[str, Any] | None = None  # KernelBench's own verdict (KernelBench files)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,6 +186,7 @@ class TimingPart(Part):
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()
     warmup_throttled: bool | None = None  # the warm-up ran under a clock limit (anchor.py)
+    honesty: dict[str, Any] | None = None  # fresh inputs, checked outputs, checked calls
 
     @property
     def median_s(self) -> float | None:

@@ -221,7 +221,16 @@ def _run(
     memory.phase("timing")
     inputs = make_inputs(1_000_003)
     phase[0] = "timing"
-    median_s, remeasure = time_item(run, session, kernel, inputs, grad_mode)
+    median_s, remeasure = time_item(
+        run,
+        session,
+        kernel,
+        inputs,
+        grad_mode,
+        reference=reference,
+        make_inputs=make_inputs,
+        correctness=correctness,
+    )
 
     phase[0] = "checking the kernel again after timing"
     memory.phase("recheck")

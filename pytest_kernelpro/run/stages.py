@@ -50,6 +50,7 @@ def check(
                 trials=run.settings.trials.value,
                 rtol=run.settings.rtol.value,
                 atol=run.settings.atol.value,
+                kernelbench=run.problem.kind == "kernelbench",
             )
     except KernelproError:
         raise
@@ -68,11 +69,22 @@ def check(
 
 
 def time_item(
-    run: ItemRun, services: Services, kernel: Any, inputs: tuple[Any, ...], grad_mode: Any
+    run: ItemRun,
+    services: Services,
+    kernel: Any,
+    inputs: tuple[Any, ...],
+    grad_mode: Any,
+    *,
+    reference: Any = None,
+    make_inputs: Callable[[int], tuple[Any, ...]] | None = None,
+    correctness: Any = None,
 ) -> tuple[float, Callable[[], Any]]:
     """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
-    confirmation times the kernel again the same way)."""
-    from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+    confirmation times the kernel again the same way). With the reference and the input
+    maker, every timed call gets fresh inputs and sampled outputs are checked against the
+    reference (`measure.timing.fresh_inputs`); a kernel that did less than its work while
+    timed fails here, naming what was seen."""
+    from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
 
     settings, device, record = services.settings, run.device, run.record
     budget = TimingBudget(
@@ -83,14 +95,19 @@ def time_item(
         cpu_flush=settings.cpu_flush,
         clock_anchor=settings.clock_anchor,
         working_set_bytes=_input_bytes(inputs),
+        streams=run.problem.extra.get("streams") or "current",
     )
+    with grad_mode():
+        fresh = _fresh_inputs(run, kernel, inputs, reference, make_inputs, correctness)
 
     def remeasure() -> Any:
         with grad_mode():
-            return time_kernel(lambda: kernel(*inputs), device=device, budget=budget)
+            return time_kernel(lambda: kernel(*inputs), device=device, budget=budget, fresh=fresh)
 
     try:
         timing = remeasure()
+    except DishonestTiming as exc:
+        raise KernelproError(f"{run.name} is refused: {exc}") from exc
     except Exception as exc:
         _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"timing {run.name} failed: {describe_exception(exc)}") from exc
@@ -101,6 +118,48 @@ def time_item(
         plural = "s" * (timing.threads != 1)
         record.device = f"{timing.device[:-1]}, {timing.threads} thread{plural})"
     return timing.stats.median_s, remeasure
+
+
+def _fresh_inputs(
+    run: ItemRun,
+    kernel: Any,
+    inputs: tuple[Any, ...],
+    reference: Any,
+    make_inputs: Callable[[int], tuple[Any, ...]] | None,
+    correctness: Any,
+) -> Any:
+    """The timed call's `FreshInputs`: a second input set from the item's own maker and the
+    reference's outputs, compared by the correctness trials' tolerance."""
+    import torch
+
+    from pytest_kernelpro.measure.compare import compare_outputs
+    from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET, fresh_inputs
+    from pytest_kernelpro.measure.tolerance import tolerance_rule
+
+    check = None
+    if reference is not None:
+        tolerance_for = tolerance_rule(
+            reduced="tf32" if getattr(correctness, "tf32", False) else None,
+            rtol=run.settings.rtol.value,
+            atol=run.settings.atol.value,
+        )
+
+        def check(got: Any, expected: Any) -> str | None:
+            failed = [r for r in compare_outputs(torch, got, expected, tolerance_for) if not r.ok]
+            return " ".join(r.message or "" for r in failed[:2]) if failed else None
+
+    second = None
+    if make_inputs is not None:
+        second = lambda: make_inputs(1_000_003 + CONTENT_SEED_OFFSET)  # noqa: E731
+    return fresh_inputs(
+        torch,
+        kernel,
+        inputs,
+        device=run.device,
+        make_second=second,
+        reference=reference,
+        check=check,
+    )
 
 
 def roofline_floor(run: ItemRun, median_s: float) -> None:

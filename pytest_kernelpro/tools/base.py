@@ -9,20 +9,17 @@ or nothing. Tools read the measured profile through a `ToolContext` and never pa
 The shape follows Nsight Compute's rule files: named thresholds, focus metrics with the
 condition that fired, and a speedup estimate per recommendation.
 
-The earlier two-step contract (`trigger(ctx)`, then `analyze(ctx)`) still works for tools
-written against it: such a class warns `KernelproDeprecationWarning` when it is defined and
-its `evaluate` runs the two steps. `trigger` and `analyze` stay available to callers on
-every tool, derived from `evaluate`.
+`trigger` and `analyze` are conveniences for callers (tests, a report that asks one tool),
+derived from `evaluate`; a tool implements `evaluate` alone.
 """
 
 from __future__ import annotations
 
-import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, ClassVar
+from collections.abc import Iterable, Mapping
+from typing import ClassVar
 
-from pytest_kernelpro.errors import KernelproDeprecationWarning, KernelproError
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.tools.context import INPUTS, LIBRARY_KERNEL_RE, MetricRequest, ToolContext
 from pytest_kernelpro.tools.finding import (
     SEVERITIES,
@@ -135,53 +132,14 @@ class ProfilingTool(ABC):
 
     def trigger(self, ctx: ToolContext) -> bool:
         """Whether `evaluate(ctx)` finds something."""
-        return self._one_pass(ctx) is not None
+        return self.evaluate(ctx) is not None
 
     def analyze(self, ctx: ToolContext) -> Finding:
         """The finding of `evaluate(ctx)`; `KernelproError` when there is none."""
-        finding = self._one_pass(ctx)
+        finding = self.evaluate(ctx)
         if finding is None:
             raise self.not_triggered(ctx)
         return finding
-
-    # The one-pass rule behind the default trigger/analyze of a class that overrides them
-    # (the deprecated two-step contract on top of a one-pass parent); None: `evaluate`.
-    _rule_evaluate: ClassVar[Callable[[Any, ToolContext], Finding | None] | None] = None
-
-    def _one_pass(self, ctx: ToolContext) -> Finding | None:
-        rule = type(self)._rule_evaluate
-        return self.evaluate(ctx) if rule is None else rule(self, ctx)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        own = vars(cls)
-        if "evaluate" in own:
-            cls._rule_evaluate = None  # its own one-pass rule
-            return
-        steps = [name for name in ("trigger", "analyze") if name in own]
-        if not steps:
-            return
-        inherited = getattr(cls, "evaluate", None)
-        if getattr(inherited, "__isabstractmethod__", False):
-            if len(steps) < 2:
-                return  # stays abstract: the registry asks for evaluate()
-            rule = None  # a tool of the two-step contract: its own trigger and analyze
-        elif inherited is _two_step_evaluate:
-            rule = cls._rule_evaluate  # a subclass of such a tool: same arrangement
-        else:
-            # Overriding trigger or analyze of a one-pass tool (a built-in one, say): those
-            # overrides still decide, with the parent's rule behind the ones not overridden.
-            rule = inherited
-        warnings.warn(
-            f"Micro-profiling tool {cls.__module__}.{cls.__qualname__} implements "
-            f"{' and '.join(f'{name}()' for name in steps)}; that contract is deprecated: "
-            "implement evaluate(ctx) -> Finding | None instead (return the finding, or None "
-            "when the condition does not hold)",
-            KernelproDeprecationWarning,
-            stacklevel=3,
-        )
-        cls._rule_evaluate = rule
-        cls.evaluate = _two_step_evaluate  # type: ignore[method-assign]
 
     def make_finding(
         self,
@@ -214,11 +172,6 @@ class ProfilingTool(ABC):
             f"Tool {self.name!r}: analyze() called on kernel {ctx.kernel_name!r} although "
             "trigger() is False; call trigger() first"
         )
-
-
-def _two_step_evaluate(self: ProfilingTool, ctx: ToolContext) -> Finding | None:
-    """`evaluate` of a tool written against the deprecated trigger/analyze contract."""
-    return self.analyze(ctx) if self.trigger(ctx) else None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} affinity={self.affinity}>"

@@ -57,9 +57,9 @@ def test_unsupported_load_inline_calls_go_to_torch_unchanged() -> None:
         return "torch's"
 
     patched = cached_load_inline(original)
-    assert patched("x", "int f();", None, extra_ldflags=["-lfoo"]) == "torch's"
+    assert patched("x", "int f();", None, extra_ldflags=["-lcublas"]) == "torch's"
     assert patched("x", "int f();", None, with_cuda=False) == "torch's"
-    assert seen[0][1] == {"extra_ldflags": ["-lfoo"]}
+    assert seen[0][1] == {"extra_ldflags": ["-lcublas"]}
     assert patched.__wrapped__ is original
 
 

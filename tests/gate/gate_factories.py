@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 
 def samples(median_s: float, n: int = 400, noise: float = 0.01, seed: int = 0) -> list[float]:

@@ -19,7 +19,7 @@ from pytest_kernelpro.gate.baseline import (
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, compare
 from pytest_kernelpro.measure.timing.anchor import summarize_pairs
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 US = 1e-6
 ANCHOR = "bf16 matmul 4096x4096x4096 (torch 2.11.0+cu130, CUDA 13.0)"

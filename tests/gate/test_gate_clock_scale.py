@@ -12,7 +12,7 @@ from gate_factories import make_record
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, compare
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 US = 1e-6
 

@@ -21,7 +21,7 @@ CONFTEST = """
 import json
 import pytest
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 with open("records.json", encoding="utf-8") as handle:
     RECORDS = {r["name"]: KernelRecord.from_dict(r) for r in json.load(handle)}

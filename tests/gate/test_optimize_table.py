@@ -6,7 +6,7 @@ from __future__ import annotations
 from pytest_kernelpro.gate.comment import render_comment
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.optimize_table import render_optimize_text
-from pytest_kernelpro.results import KernelRecord
+from pytest_kernelpro.record import KernelRecord
 
 SUMMARY = {
     "status": "faster candidate found",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from pytest_kernelpro.config import KernelproConfig
@@ -118,3 +120,28 @@ def test_unknown_conftest_default_is_a_usage_error(pytester: pytest.Pytester) ->
     result = pytester.runpytest()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*unknown setting(s) thresold; valid names: device*"])
+
+
+def test_help_lists_the_optimizer_options_in_their_own_section(pytester: pytest.Pytester) -> None:
+    """`pytest --help`: the check/timing options under `kernelpro`, the optimizer's in a
+    section of their own, each option in exactly one of them."""
+    from pytest_kernelpro.setting_table import OPTIMIZE_GROUP_DESCRIPTION, SETTINGS
+
+    text = pytester.runpytest("--help").stdout.str()
+    head = f"{OPTIMIZE_GROUP_DESCRIPTION}:"
+    assert head in text
+    main_part, optimize_part = text.split(head, 1)
+    optimize_part = optimize_part.split("\n\n", 1)[0]  # up to the next section
+    optimizer_flags = {"--kernelpro-optimize", "--kernelpro-resume"} | {
+        s.flag for s in SETTINGS if s.optimizer
+    }
+    assert {"--kernelpro-llm", "--kernelpro-search", "--kernelpro-dask"} <= optimizer_flags
+
+    def options(part: str) -> set[str]:  # an option starts a line, indented by two spaces
+        return set(re.findall(r"^  (--kernelpro-[a-z-]+)", part, flags=re.MULTILINE))
+
+    assert options(optimize_part) == optimizer_flags
+    assert not options(main_part) & optimizer_flags
+    assert {"--kernelpro-check", "--kernelpro-threshold", "--kernelpro-isolate"} <= options(
+        main_part
+    )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import SLOWDOWN_ENV, records_by_name
 
@@ -153,6 +155,35 @@ def test_gpu_kernel_is_skipped_on_cpu_with_reason(kp_project: pytest.Pytester) -
     result = kp_project.runpytest("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*needs a CUDA GPU (triton kernel) and none is visible*"])
+
+
+def test_a_kernel_calling_a_triton_library_layer_is_skipped_on_cpu(
+    kp_project: pytest.Pytester,
+) -> None:
+    """The marked function calls a library's layer object whose forward launches only a
+    Triton kernel (no source it names mentions Triton). A stand-in `triton` package (Triton
+    is not installed here) fails on launch as Triton does without a GPU: detected as Triton,
+    the item is skipped, not run and failed inside Triton."""
+    import shutil
+
+    standin = Path(__file__).resolve().parents[1] / "data" / "triton_standin"
+    shutil.copytree(standin, kp_project.path, dirs_exist_ok=True)
+    kp_project.makepyfile(
+        test_k="""
+        import pytest, torch
+        from normlib.layers import Wrapper, make_block
+
+        layer = Wrapper(make_block())
+
+        @pytest.mark.kernelpro(reference=torch.neg, inputs=lambda device: (torch.ones(4, device=device),))
+        def library_norm(x):
+            return layer(x)
+        """
+    )
+    result = kp_project.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA GPU (triton kernel) and none is visible*"])
+    assert "0 active drivers" not in result.stdout.str()
 
 
 def test_min_roofline_fails_a_slow_kernel(kp_project: pytest.Pytester) -> None:

@@ -17,6 +17,7 @@ import importlib
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,152 @@ def test_a_library_chain_that_reaches_no_compiled_kernel_stays_pytorch(library):
         return torch.relu(x)
 
     assert detect_language_of(plain) == "pytorch"
+
+
+# ----- library objects: a layer instance, its children, helper modules, extensions -----
+# tests/data/triton_standin holds a stand-in `triton` package (Triton is not installed here):
+# `triton.jit` and `triton.autotune` make objects of classes in `triton.runtime.jit` /
+# `triton.runtime.autotuner`, as the real package does, and launching one fails as Triton
+# does on a machine without a GPU. Its `normlib` is a library whose only module naming
+# triton is `kernels.py`; `ops.py` reads the kernel as an attribute of that module, and
+# `layers.py` has layers calling it (`Block`), a wrapper of a child given to its constructor
+# (`Wrapper`), a kernel kept as an attribute (`Launcher`) and a torch-only layer.
+STANDIN = Path(__file__).resolve().parents[1] / "data" / "triton_standin"
+
+
+@pytest.fixture
+def normlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import shutil
+
+    shutil.copytree(STANDIN, tmp_path / "standin")
+    monkeypatch.syspath_prepend(str(tmp_path / "standin"))
+    yield importlib.import_module("normlib.layers")
+    for name in [m for m in sys.modules if m.split(".")[0] in ("normlib", "triton")]:
+        del sys.modules[name]
+
+
+def test_a_function_calling_a_layer_object_whose_child_launches_triton_is_triton(normlib):
+    # layer -> Wrapper.forward -> self.block (a child in _modules) -> Block.forward ->
+    # ops (an imported helper module) .norm_forward -> kernels._norm_kernel (an Autotuner)
+    layer = normlib.Wrapper(normlib.make_block())
+
+    def norm(x):
+        return layer(x)
+
+    assert detect_language_of(norm) == "triton"
+
+
+def test_a_kernel_object_kept_as_an_attribute_is_triton(normlib):
+    import normlib.kernels as kernels
+
+    launcher = normlib.Launcher(kernels._norm_kernel)
+
+    def launch(x):
+        return launcher(x)
+
+    assert detect_language_of(launch) == "triton"
+
+
+def test_a_layer_object_that_only_uses_torch_stays_pytorch(normlib):
+    # The attack on over-detection: the same shapes of objects with nothing compiled.
+    stack = torch.nn.Sequential(torch.nn.Linear(4, 4), normlib.Wrapper(normlib.TorchBlock()))
+
+    def plain(x):
+        return stack(x)
+
+    assert detect_language_of(plain) == "pytorch"
+
+
+def test_a_torch_container_of_library_layers_is_followed(normlib):
+    stack = torch.nn.Sequential(torch.nn.Linear(4, 4), normlib.Block())
+
+    def forward(x):
+        return stack(x)
+
+    assert detect_language_of(forward) == "triton"
+
+
+EXTENSION_CU = r"""
+#include <Python.h>
+__global__ void twice(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2.0f; }
+static PyObject* launch(PyObject*, PyObject*) { twice<<<1, 1>>>(nullptr, 0); Py_RETURN_NONE; }
+static PyMethodDef methods[] = {{"launch", launch, METH_NOARGS, "launch"}, {nullptr, nullptr, 0, nullptr}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "NAME", nullptr, -1, methods};
+PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&mod); }
+"""
+
+HOST_ONLY_C = r"""
+#include <Python.h>
+static PyObject* launch(PyObject* self, PyObject* args) { Py_RETURN_NONE; }
+static PyMethodDef methods[] = {{"launch", launch, METH_NOARGS, "launch"}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "NAME", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_NAME(void) { return PyModule_Create(&mod); }
+"""
+
+
+def _compile_extension(tmp_path: Path, name: str, compiler: str, source: str) -> Any:
+    import importlib.machinery
+    import shutil
+    import subprocess
+    import sysconfig
+
+    if shutil.which(compiler) is None:
+        pytest.skip(f"needs {compiler}")
+    src = tmp_path / (name + (".cu" if compiler == "nvcc" else ".c"))
+    src.write_text(source.replace("NAME", name))
+    out = tmp_path / (name + importlib.machinery.EXTENSION_SUFFIXES[0])
+    flags = ["-Xcompiler", "-fPIC"] if compiler == "nvcc" else ["-fPIC"]
+    include = sysconfig.get_paths()["include"]
+    subprocess.run(
+        [compiler, "-shared", *flags, f"-I{include}", str(src), "-o", str(out)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop(name, None)
+
+
+@pytest.mark.slow
+def test_a_callable_reaching_a_compiled_cuda_extension_is_cuda(tmp_path: Path) -> None:
+    """A real nvcc build: the extension's shared object carries device code, and a layer
+    object whose forward calls its function is CUDA."""
+    ext = _compile_extension(tmp_path, "kp_lang_cuda_ext", "nvcc", EXTENSION_CU)
+
+    class Layer(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x):
+            self.fn()
+            return x
+
+    layer = Layer(ext.launch)
+
+    def kernel(x):
+        return layer(x)
+
+    assert detect_language_of(kernel) == "cuda"
+
+    def by_module(x):
+        ext.launch()
+        return x
+
+    assert detect_language_of(by_module) == "cuda"
+
+
+@pytest.mark.slow
+def test_a_host_only_c_extension_stays_pytorch(tmp_path: Path) -> None:
+    """The attack on over-detection: a compiled extension without device code is not CUDA."""
+    ext = _compile_extension(tmp_path, "kp_lang_host_ext", "gcc", HOST_ONLY_C)
+
+    def kernel(x):
+        ext.launch()
+        return x
+
+    assert detect_language_of(kernel) == "pytorch"

@@ -162,17 +162,3 @@ def test_a_part_given_as_a_dict_is_read_into_its_type() -> None:
     record.roofline = {"roofline_time_s": 1.0, "bound": "memory"}
     assert record.roofline_time_s == 1.0
     assert record.median_s == 2.0
-
-
-def test_dict_access_still_reads_a_part_with_a_deprecation_warning() -> None:
-    record = KernelRecord.from_dict(_stored()[0])
-    with pytest.warns(DeprecationWarning, match=r"VerdictPart as a dict \('status'\)"):
-        assert record.gate["status"] == "ok"
-    with pytest.warns(DeprecationWarning, match="TimingPart as a dict"):
-        assert record.timing.get("no_such_key", "dflt") == "dflt"
-    with pytest.warns(DeprecationWarning, match="TimingPart as a dict"):
-        stats = record.timing.get("stats")
-    with pytest.warns(DeprecationWarning, match="StatsPart as a dict"):
-        assert stats.get("median_s") == record.median_s
-    with pytest.warns(DeprecationWarning, match="RooflinePart"), pytest.raises(KeyError):
-        record.roofline["no_such_key"]

@@ -43,8 +43,10 @@ def test_a_disqualified_winner_loses_the_win_and_its_rank() -> None:
     assert new.winner is None
     assert new.reason == "the winner (node 3) was disqualified: timing not confirmed: 1000x"
     assert [c.node_id for c in new.remeasured] == [5]  # no patch for the disqualified one
-    assert new.candidates[0].verdict == "failed"
-    assert info == {"status": "disqualified", "reason": "timing not confirmed: 1000x"}
+    assert [c.verdict for c in new.candidates] == ["no clear difference", "failed"]
+    assert info["status"] == "disqualified"
+    assert info["reason"] == "timing not confirmed: 1000x"
+    assert info["disqualified"] == [{"node": 3, "reason": "timing not confirmed: 1000x"}]
 
 
 def test_a_confirmed_winner_keeps_the_win() -> None:
@@ -53,3 +55,48 @@ def test_a_confirmed_winner_keeps_the_win() -> None:
     new, info = confirm_winner(ranking, result, FixedConfirmation(ok))
     assert new is ranking
     assert info == {"status": "confirmed", "median_s": 1e-5, "speedup": 8.7}
+
+
+class ConfirmationsByNode:
+    def __init__(self, outcomes: dict[str, Evaluation]) -> None:
+        self.outcomes = outcomes
+        self.asked: list[str] = []
+
+    def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+        self.asked.append(candidate.code)
+        return self.outcomes[candidate.code]
+
+
+def test_a_disqualified_winner_hands_the_win_to_the_next_clear_winner() -> None:
+    """A cheating winner is caught at confirmation; the honest candidate that was also clearly
+    faster is confirmed in turn and wins (an honest winner is never lost to a cheat)."""
+    cheat, honest = Candidate("cheat"), Candidate("honest")
+    nodes = (
+        SimpleNamespace(id=3, candidate=cheat, evaluation=Evaluation("correct", speedup=900.0)),
+        SimpleNamespace(id=5, candidate=honest, evaluation=Evaluation("correct", speedup=2.0)),
+    )
+    ranking = SearchRanking(
+        kernel="k",
+        status="improved",
+        reason="node 3 is faster",
+        candidates=(
+            RankedCandidate(node_id=3, code="cheat", rank=1, verdict="faster"),
+            RankedCandidate(
+                node_id=5, code="honest", rank=2, verdict="faster", speedup_vs_current=2.0,
+                reason="50% faster",
+            ),
+        ),
+    )  # fmt: skip
+    sandbox = ConfirmationsByNode({
+        "cheat": Evaluation("cheat", reason="timing not confirmed: 900x"),
+        "honest": Evaluation("correct", timing={"confirmed": {"median_s": 1e-3}}),
+    })  # fmt: skip
+    new, info = confirm_winner(ranking, SimpleNamespace(nodes=nodes), sandbox)
+    assert sandbox.asked == ["cheat", "honest"]
+    assert new.status == "improved"
+    assert new.winner is not None
+    assert new.winner.node_id == 5
+    assert new.winner.rank == 1
+    assert "the winner (node 3) was disqualified: timing not confirmed: 900x" in new.reason
+    assert info["status"] == "confirmed"
+    assert info["disqualified"] == [{"node": 3, "reason": "timing not confirmed: 900x"}]

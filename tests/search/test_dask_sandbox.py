@@ -10,6 +10,7 @@ Workers import torch (seconds each), so the module evaluates everything in one g
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import tempfile
@@ -71,7 +72,8 @@ def world(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcom
     names = programs(root, listener)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GITHUB_TOKEN", CANARY)
-        evaluator = DaskEvaluator(cluster, TASK, LIMITS)
+        task = dataclasses.replace(TASK, sys_path=(str(root / "repo"),))  # shown read-only
+        evaluator = DaskEvaluator(cluster, task, LIMITS)
         evaluator.connect(local_isolation=ISOLATION.describe())
         with ThreadPoolExecutor(max_workers=2) as pool:  # both workers busy
             evaluations = list(pool.map(evaluator.evaluate, map(Candidate, names.values())))

@@ -17,7 +17,23 @@ import time
 from pathlib import Path
 
 import pytest
-from sandbox_attack_cases import CHECKS, DATA, Listener, Outcome, attack, programs
+from sandbox_attack_cases import (
+    CHECKS,
+    DATA,
+    SCRATCH_LIMIT_MB,
+    Listener,
+    Outcome,
+    allow_list_world,
+    attack,
+    check_build_flags,
+    check_double_fork,
+    check_exfil_output,
+    check_fill_disk,
+    check_flood_output,
+    check_poison_cache,
+    check_read_secrets,
+    programs,
+)
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.optimize.sandbox import isolation
@@ -65,7 +81,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNELPRO_CANARY_TOKEN", CANARY)
         mp.setenv("GITHUB_TOKEN", CANARY)
-        evaluator = SandboxEvaluator(task(), LIMITS)
+        evaluator = SandboxEvaluator(task(sys_path=(str(root / "repo"),)), LIMITS)
         evaluations = evaluator.evaluate_many([Candidate(code) for code in names.values()], jobs=2)
     time.sleep(1.0)  # a surviving grandchild would write its marker within 0.1 s
     listener.close()
@@ -73,6 +89,71 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
         name: Outcome(ev, root, listener, ISOLATION, secrets=(CANARY,))
         for name, ev in zip(names, evaluations, strict=True)
     }
+
+
+@pytest.fixture(scope="module")
+def allow_list(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
+    """The second group: a home of credentials (the session's HOME), a repository with
+    secret files (the task's sys.path), builds ahead on (KERNELPRO_CUDA_ARCH), a small
+    scratch limit."""
+    root = tmp_path_factory.mktemp("allow-list")
+    extensions = root / "shared-extensions"
+    names, home, repo = allow_list_world(root, extensions)
+    listener = Listener()
+    limits = dataclasses.replace(
+        LIMITS, scratch_limit_mb=SCRATCH_LIMIT_MB, extensions_dir=str(extensions)
+    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        mp.setenv("KERNELPRO_CANARY_TOKEN", CANARY)
+        mp.setenv("KERNELPRO_CUDA_ARCH", "sm_90a")  # the search builds load_inline ahead
+        mp.setenv("KERNELPRO_BUILD_CACHE", str(root / "build-cache"))
+        mp.chdir(repo)  # the session runs in the project
+        evaluator = SandboxEvaluator(task(sys_path=(str(repo),)), limits)
+        candidates = [Candidate(code) for code in names.values()]
+        evaluator.prepare(candidates)
+        try:
+            evaluations = evaluator.evaluate_many(candidates, jobs=2)
+        finally:
+            evaluator.close()
+    listener.close()
+    outcomes = {
+        name: Outcome(ev, root, listener, ISOLATION, secrets=(CANARY,))
+        for name, ev in zip(names, evaluations, strict=True)
+    }
+    outcomes["_paths"] = (extensions, root / "build-cache")  # type: ignore[assignment]
+    return outcomes
+
+
+def test_a_build_flag_with_a_shell_command_is_refused_by_name(allow_list) -> None:
+    check_build_flags(allow_list["build_flags"])
+
+
+def test_home_and_the_repositorys_secret_files_and_environments_are_unreadable(
+    allow_list,
+) -> None:
+    check_read_secrets(allow_list["read_secrets"])
+
+
+def test_secrets_and_escapes_in_stdout_and_error_text_are_redacted(allow_list) -> None:
+    check_exfil_output(allow_list["exfil_output"])
+
+
+def test_a_double_forked_daemon_dies_with_the_candidate(allow_list) -> None:
+    check_double_fork(allow_list["double_fork"])
+
+
+def test_filling_the_scratch_disk_is_stopped(allow_list) -> None:
+    check_fill_disk(allow_list["fill_disk"])
+
+
+def test_megabytes_of_output_keep_a_bounded_tail(allow_list) -> None:
+    check_flood_output(allow_list["flood_output"], LIMITS.log_chars)
+
+
+def test_no_candidate_can_plant_a_build_another_will_load(allow_list) -> None:
+    extensions, cache = allow_list["_paths"]
+    check_poison_cache(allow_list["poison_cache"], extensions, cache)
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS))

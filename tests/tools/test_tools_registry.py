@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 from tools_factories import ctx, report, stage, stall_values, timeline
 
-from pytest_kernelpro.errors import KernelproDeprecationWarning, KernelproError, KernelproWarning
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.tools import (
     AFFINITIES,
     Finding,
@@ -265,10 +265,7 @@ def _write_dist(root: Path) -> None:
                 required_metrics = (MetricRequest("sm__throughput.avg.pct_of_peak_sustained_elapsed", "sm"),)
                 IMBALANCE = 1.5
 
-                def trigger(self, ctx: ToolContext) -> bool:
-                    return True
-
-                def analyze(self, ctx: ToolContext) -> Finding:
+                def evaluate(self, ctx: ToolContext) -> Finding:
                     return self.make_finding(ctx, severity="medium", title="private", root_cause="team heuristic")
             """
         )
@@ -302,11 +299,7 @@ def test_entry_point_discovery(
 ) -> None:
     _write_dist(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    with (
-        pytest.warns(KernelproWarning, match="entry point 'broken'.*kp_no_such_module"),
-        # A tool of the two-step contract (trigger, analyze) still loads, with a deprecation.
-        pytest.warns(KernelproDeprecationWarning, match="MoeImbalanceTool implements trigger"),
-    ):
+    with pytest.warns(KernelproWarning, match="entry point 'broken'.*kp_no_such_module"):
         loaded = ToolRegistry.load_entry_points(force=True)
     assert loaded == ["module_tool", "moe_imbalance"]
     assert ToolRegistry.get("moe_imbalance").IMBALANCE == 1.5  # type: ignore[attr-defined]
@@ -395,44 +388,6 @@ def test_affinity_mode_both_adds_the_measured_class_tools() -> None:
         run_tools(k.report, c.stage1, affinity_mode="all")
 
 
-def test_an_old_style_tool_still_works_with_a_deprecation_warning(clean_registry: None) -> None:
-    """A user's tool of the two-step contract (trigger, then analyze) keeps registering and
-    finding what it found, through evaluate; defining it warns with the replacement."""
-    with pytest.warns(KernelproDeprecationWarning, match="implement evaluate"):
-
-        @ToolRegistry.register
-        class OldStyle(ProfilingTool):
-            name = "old_style_tool"
-            description = "fires when metric x > LIMIT"
-            required_metrics = (MetricRequest("x", "x"),)
-            LIMIT = 1.0
-
-            def trigger(self, ctx: ToolContext) -> bool:
-                return (ctx.value("x") or 0.0) > self.LIMIT
-
-            def analyze(self, ctx: ToolContext) -> Finding:
-                return self.make_finding(ctx, severity="high", title="x is big", root_cause="x")
-
-    assert ToolRegistry.get("old_style_tool") is OldStyle
-    run = run_tools(report({"x": 2.0}), tools=["old_style_tool"])
-    assert [(f.tool, f.severity, f.title) for f in run.findings] == [
-        ("old_style_tool", "high", "x is big")
-    ]
-    assert run_tools(report({"x": 0.5}), tools=["old_style_tool"]).findings == []
-    assert OldStyle().evaluate(ctx({"x": 0.5})) is None
-    # Thresholds and subclasses behave as before.
-    run = run_tools(
-        report({"x": 2.0}), tools=["old_style_tool"], thresholds={"old_style_tool": {"LIMIT": 3}}
-    )
-    assert run.findings == []
-
-    class Stricter(OldStyle):
-        name = "stricter_old_style_tool"
-        LIMIT = 5.0
-
-    assert Stricter().evaluate(ctx({"x": 2.0})) is None
-
-
 def test_evaluate_is_the_contract_and_trigger_analyze_derive_from_it() -> None:
     assert _Echo().evaluate(ctx({"x": 0.5})) is None
     finding = _Echo().evaluate(ctx({"x": 2.0}))
@@ -467,45 +422,3 @@ def test_the_documented_tool_example_runs(clean_registry: None) -> None:
     assert (
         run_tools(report({"lts__t_sector_hit_rate.pct": 80.0}), tools=["l2_misses"]).findings == []
     )
-
-
-def test_overriding_analyze_or_trigger_of_a_one_pass_tool_still_counts() -> None:
-    """A subclass of a built-in tool that overrides analyze() (to add to the finding) or
-    trigger() (to silence it), as the two-step contract allowed, keeps doing so."""
-    values = stall_values(long_scoreboard=70.0)
-    base = WarpStallTool().evaluate(ctx(values))
-    assert base is not None
-    with pytest.warns(KernelproDeprecationWarning, match=r"implements analyze\(\); that contract"):
-
-        class Annotated(WarpStallTool):
-            name = "annotated_warp_stalls"
-
-            def analyze(self, ctx: ToolContext) -> Finding:
-                finding = super().analyze(ctx)
-                finding.notes.append("team note")
-                return finding
-
-    annotated = Annotated().evaluate(ctx(values))
-    assert annotated is not None
-    assert annotated.notes == [*base.notes, "team note"]
-    assert annotated.title == base.title
-    assert Annotated().evaluate(ctx(stall_values(long_scoreboard=10.0))) is None
-
-    with pytest.warns(KernelproDeprecationWarning, match=r"implements trigger\(\); that contract"):
-
-        class Silenced(WarpStallTool):
-            name = "silenced_warp_stalls"
-
-            def trigger(self, ctx: ToolContext) -> bool:
-                return False
-
-    assert Silenced().evaluate(ctx(values)) is None
-
-    class Rewritten(Annotated):  # back to one pass: its own evaluate decides alone
-        name = "rewritten_warp_stalls"
-
-        def evaluate(self, ctx: ToolContext) -> Finding | None:
-            return None
-
-    assert Rewritten().evaluate(ctx(values)) is None
-    assert Rewritten().trigger(ctx(values)) is False

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from pytest_kernelpro.measure.bound import restore as restore_bindings
+from pytest_kernelpro.measure.bound import tamper_failure
 from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
     CLOCK_ANCHOR_MODES,
@@ -49,6 +51,7 @@ from pytest_kernelpro.measure.timing.cpu import (
     last_level_cache_bytes,
     time_cpu,
 )
+from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
 
 
 def timer_for(device: str) -> Timer:
@@ -62,15 +65,32 @@ def timer_for(device: str) -> Timer:
 
 
 def time_kernel(
-    fn: Callable[[], object], *, device: str, budget: TimingBudget | None = None
+    fn: Callable[[], object],
+    *,
+    device: str,
+    budget: TimingBudget | None = None,
+    fresh: FreshInputs | None = None,
 ) -> TimingResult:
     """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize.
 
+    With `fresh` (`fresh_inputs.fresh_inputs`), `fresh.call` is timed instead, on inputs
+    refilled before every sample, its outputs checked. A clock or serializer rebound since
+    the plugin loaded (`measure.bound.tampered`), before or during the timing, refuses it.
+
     Raises `KernelproError` (with the original exception chained) if `fn` raises, if CUDA is
-    requested but unavailable, or if CUDA-graph capture fails.
+    requested but unavailable, or if CUDA-graph capture fails; `DishonestTiming` when a call
+    did less than its work (wrong timed outputs, a tensor subclass, work outside the timed
+    stream, a rebound clock).
     """
     budget = budget or TimingBudget()
-    return timer_for(device).time(fn, budget)
+    for when in ("before the timing", "while the kernel was timed"):
+        failure = tamper_failure(when)
+        if failure is not None:
+            restore_bindings()
+            raise DishonestTiming(failure)
+        if when.startswith("before"):
+            result = timer_for(device).time(fn, budget, fresh)
+    return result
 
 
 __all__ = [
@@ -86,6 +106,8 @@ __all__ = [
     "MAX_ROUND_SAMPLES",
     "PREROLL_CAP_S",
     "CpuTimer",
+    "DishonestTiming",
+    "FreshInputs",
     "RoundLog",
     "Timer",
     "TimingBudget",

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import gc
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
+from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.stats import SampleStats, summarize
 
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # triton's buffer, used when the L2/LLC size is unknown
@@ -49,6 +49,9 @@ class TimingBudget:
     cpu_flush: str = "auto"  # CPU cache flush: auto | on | off (see the module docstring)
     working_set_bytes: int | None = None  # bytes of the kernel's inputs (cpu_flush=auto)
     clock_anchor: str = "off"  # GPU: "on" pairs a capped kernel's samples with the anchor
+    # GPU: "current": work left on another stream fails the kernel; "any": every sample ends
+    # with a device-wide synchronize (its real cost, host launch time included; streams.py).
+    streams: str = "current"
 
     def __post_init__(self) -> None:
         problems = []
@@ -73,6 +76,8 @@ class TimingBudget:
             problems.append(
                 f"clock_anchor={self.clock_anchor!r} (use one of {', '.join(CLOCK_ANCHOR_MODES)})"
             )
+        if self.streams not in ("current", "any"):
+            problems.append(f"streams={self.streams!r} (use current or any)")
         if problems:
             raise KernelproConfigError("invalid TimingBudget: " + "; ".join(problems))
 
@@ -107,6 +112,10 @@ class TimingResult:
     # GPU: half or more of the NVML readings during the warm-up had a clock-lowering reason
     # (what decides anchoring, anchor.py); None without NVML or on the CPU.
     warmup_throttled: bool | None = None
+    # What was done so no call could look faster than its work (fresh inputs, checked
+    # outputs, device-wide checked calls): `fresh_inputs.FreshInputs.to_dict` and
+    # `streams.EscapeProbe.to_dict`; None when timed without them.
+    honesty: dict[str, Any] | None = None
 
     @property
     def oversubscribed(self) -> bool:
@@ -150,7 +159,9 @@ def parse_device(device: str) -> tuple[str, int | None]:
 class Timer(Protocol):
     """Times `fn()` (a kernel launch on pre-built inputs) under a budget, on one device."""
 
-    def time(self, fn: Callable[[], object], budget: TimingBudget) -> TimingResult: ...
+    def time(
+        self, fn: Callable[[], object], budget: TimingBudget, fresh: Any = None
+    ) -> TimingResult: ...
 
 
 @dataclass
@@ -169,7 +180,7 @@ def adaptive_rounds(
     budget: TimingBudget,
     *,
     floor_samples: int | None = None,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] = bound.perf_counter,
     converge_on: Callable[[], list[float]] | None = None,
 ) -> RoundLog:
     """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.

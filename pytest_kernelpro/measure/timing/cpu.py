@@ -23,12 +23,12 @@ statistics of `budget.py`, and three differences from the CUDA timer:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
     CPU_MIN_SAMPLE_S,
@@ -40,14 +40,17 @@ from pytest_kernelpro.measure.timing.budget import (
     adaptive_rounds,
     kernel_failed,
 )
+from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs
 
 
 @dataclass(frozen=True)
 class CpuTimer:
     """The `Timer` of the CPU (`time_cpu` with the real clock)."""
 
-    def time(self, fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
-        return time_cpu(fn, budget)
+    def time(
+        self, fn: Callable[[], object], budget: TimingBudget, fresh: FreshInputs | None = None
+    ) -> TimingResult:
+        return time_cpu(fn, budget, fresh=fresh)
 
 
 def cpu_model_name() -> str:
@@ -158,10 +161,14 @@ def time_cpu(
     fn: Callable[[], object],
     budget: TimingBudget,
     *,
-    clock: Callable[[], float] = time.perf_counter,
+    clock: Callable[[], float] | None = None,
     flush: Callable[[], None] | None = None,
+    fresh: FreshInputs | None = None,
 ) -> TimingResult:
-    """CPU timing with `clock` (`time.perf_counter`; see the module docstring).
+    """CPU timing with `clock` (`time.perf_counter` as it was when the plugin loaded,
+    `measure.bound`: a kernel that rebinds it cannot change the timer's clock; see the
+    module docstring). With `fresh`, each sample is one call of `fresh.call` on inputs
+    refilled before it (`fresh_inputs.py`), its output checked after the end time.
 
     How the budget is spent, every step planned from the clock so the whole call stays
     within the budget: the first call (load, lazy init); flushed samples of one call each
@@ -180,6 +187,9 @@ def time_cpu(
 
     from pytest_kernelpro.measure.cpuload import CpuLoadMonitor, torch_threads
 
+    clock = clock or bound.perf_counter
+    if fresh is not None:
+        fn = fresh.call
     t_start = clock()
     device = f"cpu ({cpu_model_name()})"
     threads = torch_threads()
@@ -204,15 +214,24 @@ def time_cpu(
             buf.fill(fill[0])
 
     def sample(calls: int) -> float:
+        if fresh is not None:
+            fresh.before()
         if flushing:
             do_flush()
+        out = None
         t0 = clock()
         for _ in range(calls):
-            fn()
-        return (clock() - t0) / calls
+            out = fn()
+        t1 = clock()
+        if fresh is not None:
+            fresh.after(out)
+        return (t1 - t0) / calls
 
     try:
-        fn()
+        out = fn()
+        if fresh is not None:
+            fresh.after(out, force=True)
+        out = None
         # Estimate and warm-up in one: flushed single-call samples until the warm-up
         # deadline (5 at most for the estimate), each timed whole so the flush is priced.
         # On a loaded machine a call takes many times its estimate, so the warm-up ends at
@@ -228,7 +247,8 @@ def time_cpu(
         per_call = float(np.median(per_calls))
         sample_wall = float(np.median(walls))
         calls = 1
-        if not flushing and per_call < CPU_MIN_SAMPLE_S:
+        # Not with fresh inputs: calls repeated inside a sample would see the same ones.
+        if not flushing and per_call < CPU_MIN_SAMPLE_S and fresh is None:
             # Timer overhead (~100 ns) matters for microsecond calls: repeat inside a sample.
             calls = min(10_000, math.ceil(CPU_MIN_SAMPLE_S / max(per_call, 1e-9)))
             sample_wall = per_call * calls
@@ -264,6 +284,8 @@ def time_cpu(
         monitor = CpuLoadMonitor(threads or 1)
         log = adaptive_rounds(run_round, sampling, floor_samples=floor, clock=clock)
         load = monitor.stop()
+        if fresh is not None:
+            fresh.finish()
     except KernelproError:
         raise
     except Exception as exc:
@@ -300,4 +322,5 @@ def time_cpu(
         cpu_load=load.to_dict(),
         flush_reason=flush_reason,
         budget_note=budget_note,
+        honesty=None if fresh is None else fresh.to_dict(),
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
+from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.timing.anchor import (
     anchor_launch,
     anchor_name,
@@ -43,6 +44,8 @@ from pytest_kernelpro.measure.timing.budget import (
     kernel_failed,
     warmup_count,
 )
+from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
+from pytest_kernelpro.measure.timing.streams import EscapeProbe, StreamWatch, escape_message
 
 # NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
 # whether a comparison is clock-limited (gate/clock_scale.py). Reading every 2 ms (to scale
@@ -91,15 +94,23 @@ class CudaTimer:
 
     index: int | None = None
 
-    def time(self, fn: Callable[[], object], budget: TimingBudget) -> TimingResult:
-        return time_cuda(fn, self.index, budget)
+    def time(
+        self, fn: Callable[[], object], budget: TimingBudget, fresh: FreshInputs | None = None
+    ) -> TimingResult:
+        return time_cuda(fn, self.index, budget, fresh)
 
 
-def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget) -> TimingResult:
-    """CUDA timing with events (see the module docstring)."""
+def time_cuda(
+    fn: Callable[[], object],
+    index: int | None,
+    budget: TimingBudget,
+    fresh: FreshInputs | None = None,
+) -> TimingResult:
+    """CUDA timing with events (see the module docstring); with `fresh`, `fresh.call` on
+    inputs refilled before every sample, its outputs checked (`fresh_inputs.py`)."""
     import torch
 
-    t_start = time.perf_counter()
+    t_start = bound.perf_counter()
     if not torch.cuda.is_available():
         raise KernelproError(
             f"timing device 'cuda' requested but torch.cuda.is_available() is False "
@@ -117,9 +128,11 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
     with torch.cuda.device(idx):
         props = torch.cuda.get_device_properties(idx)
         monitor = open_monitor(idx, str(getattr(props, "uuid", "") or "") or None)
+        watch = StreamWatch().install(torch)
         try:
-            result = _time_cuda_on(torch, fn, idx, props, budget, monitor)
+            result = _time_cuda_on(torch, fn, idx, props, budget, monitor, fresh, watch)
         finally:
+            watch.uninstall()
             if monitor is not None:
                 monitor.close()
     log, extra = result
@@ -130,7 +143,7 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
         method="cuda-graph" if budget.cuda_graph else "cuda-events",
         device=str(props.name),
         stop_reason=log.stop_reason,
-        wall_s=time.perf_counter() - t_start,
+        wall_s=bound.perf_counter() - t_start,
         warmup_runs=extra["warmup_runs"],
         throttled_samples=sum(log.throttled),
         clocks=summarize_readings(extra["readings"]),
@@ -141,17 +154,36 @@ def time_cuda(fn: Callable[[], object], index: int | None, budget: TimingBudget)
         flush_bytes=extra["flush_bytes"],
         rounds=log.rounds,
         budget=budget.to_dict(),
+        honesty=extra["honesty"],
     )
 
 
 def _time_cuda_on(
-    torch: Any, fn: Callable[[], object], idx: int, props: Any, budget: TimingBudget, monitor: Any
+    torch: Any,
+    fn: Callable[[], object],
+    idx: int,
+    props: Any,
+    budget: TimingBudget,
+    monitor: Any,
+    fresh: FreshInputs | None,
+    watch: StreamWatch,
 ) -> tuple[RoundLog, dict[str, Any]]:
     """The CUDA measurement proper, on the current device; returns the log and side facts."""
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
     buf = _flush_buffer(torch, idx, nbytes) if nbytes else None
-    event = torch.cuda.Event
+    # Events of the C type on the stream current now (measure.bound: a kernel that patches
+    # torch.cuda.Event cannot change them), and the checked calls that see work escaping it.
+    timed_stream = torch.cuda.current_stream()
+    events = bound.CudaEvents(torch, timed_stream)
+    probe = EscapeProbe(events)
+    watch.watch(timed_stream.stream_id)
+
+    def event(enable_timing: bool = True) -> Any:
+        return events.event()
+
+    if fresh is not None:
+        fn = fresh.call
     readings: list[Any] = []
     body: Callable[[], object] = fn
     calls = 1
@@ -175,15 +207,20 @@ def _time_cuda_on(
         for i, (start, end) in enumerate(pairs):
             if sleep_cycles and sync_each:
                 torch.cuda._sleep(sleep_cycles)
+            if fresh is not None:
+                fresh.before()  # enqueued ahead of the flush and the start event: not timed
             flush()
-            start.record()
-            body()
-            end.record()
+            events.record(start)
+            out = body()
+            events.record(end)
+            if fresh is not None and out is not None:  # a graph replay returns None
+                fresh.after(out)
+            out = None
             if anchor is not None:
                 flush()
-                marks[i][0].record()
+                events.record(marks[i][0])
                 anchor()
-                marks[i][1].record()
+                events.record(marks[i][1])
             if sync_each:
                 if monitor is not None and i == k // 2:
                     readings.append(monitor.read())
@@ -193,32 +230,51 @@ def _time_cuda_on(
     def elapsed(enqueued: tuple[list, list]) -> list[float]:
         pairs, marks = enqueued
         (marks or pairs)[-1][1].synchronize()
-        anchor_s.extend(s.elapsed_time(e) * 1e-3 for s, e in marks)
-        return [s.elapsed_time(e) * 1e-3 / calls for s, e in pairs]
+        anchor_s.extend(events.elapsed_s(s, e) for s, e in marks)
+        return [events.elapsed_s(s, e) / calls for s, e in pairs]
+
+    def after_checked(out: Any) -> None:
+        if fresh is not None and out is not None:
+            fresh.after(out)
+
+    def checked(k: int) -> list[float]:
+        """k checked calls (streams.EscapeProbe): per-call device-wide times."""
+        times = []
+        for _ in range(k):
+            if fresh is not None:
+                fresh.before()
+            flush()
+            times.append(probe.checked_call(body, after_checked) / calls)
+        return times
 
     phase = "the first call"
     runs = 0  # calls of fn made before sampling (reported as warm-up runs)
     try:
-        fn()
-        torch.cuda.synchronize()
+        out = fn()
+        if fresh is not None:
+            fresh.after(out, force=True)
+        out = None
+        events.synchronize_device()
         phase = "the estimate"
         flush_pairs = []
         for _ in range(3):
             start, end = event(enable_timing=True), event(enable_timing=True)
-            start.record()
+            events.record(start)
             flush()
-            end.record()
+            events.record(end)
             flush_pairs.append((start, end))
         flush_s = sorted(elapsed((flush_pairs, [])))[1] if buf is not None else 0.0
-        t0 = time.perf_counter()
+        t0 = bound.perf_counter()
         estimate = enqueue(5)
-        host_s = (time.perf_counter() - t0) / 5  # CPU time to enqueue one sample
+        host_s = (bound.perf_counter() - t0) / 5  # CPU time to enqueue one sample
         per_call = sorted(elapsed(estimate))[2]
         runs = 6
         if budget.cuda_graph:
             phase = "CUDA-graph capture"
             calls = max(1, min(1000, math.ceil(GRAPH_TARGET_S / max(per_call, 1e-7))))
+            watch.active = False  # the capture's own side stream is ours
             graph = _capture(torch, fn, calls)
+            watch.active = True
             body = graph.replay
             per_call = sorted(elapsed(enqueue(3)))[1]  # one replay, divided by calls
             runs += 3 + 3 * calls  # side-stream warm-up + the replays just timed
@@ -228,8 +284,11 @@ def _time_cuda_on(
             flush()
             body()
         warm_flags = _read_while_busy(torch, monitor)
-        torch.cuda.synchronize()
+        events.synchronize_device()
         runs += n_warm * calls
+        phase = "the checked calls (device work outside the timed stream)"
+        probe.calibrate()
+        checked(2)
         cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
         sampling = budget
         if warmup_capped(budget.clock_anchor, warm_flags):
@@ -237,7 +296,7 @@ def _time_cuda_on(
             anchor = anchor_launch(torch, idx)
             for _ in range(2):  # load its module (and cuBLAS's choice for it) before sampling
                 anchor()
-            torch.cuda.synchronize()
+            events.synchronize_device()
             host_s *= 2  # a pair enqueues a second flush and the anchor
             sampling = replace(
                 budget,
@@ -246,6 +305,10 @@ def _time_cuda_on(
 
         def run_round(k: int) -> tuple[list[float], bool]:
             seen_before = len(readings)
+            if budget.streams == "any":  # every sample a checked call: its real cost
+                times = checked(k)
+                sampled.extend(times)
+                return times, False
             # Keep the GPU busy until the CPU has enqueued the round: one sample's enqueue
             # time, plus what the CPU loses per sample when enqueueing is slower than running.
             # The whole round's enqueue time, with margin, not only the shortfall per sample:
@@ -258,14 +321,15 @@ def _time_cuda_on(
             last = (enqueued[1] or enqueued[0])[-1][1]
             if monitor is not None and not budget.sync_per_sample:
                 readings.append(monitor.read())  # the GPU is busy with the round now
-                next_read = time.perf_counter() + CLOCK_READ_INTERVAL_S
+                next_read = bound.perf_counter() + CLOCK_READ_INTERVAL_S
                 while not last.query():
-                    if time.perf_counter() >= next_read:
+                    if bound.perf_counter() >= next_read:
                         readings.append(monitor.read())
                         next_read += CLOCK_READ_INTERVAL_S
                     time.sleep(0.0005)
             times = elapsed(enqueued)
             sampled.extend(times)
+            checked(1)  # one checked call per round, after it (not a sample)
             return times, any(r.throttled for r in readings[seen_before:])
 
         phase = "sampling"
@@ -289,6 +353,12 @@ def _time_cuda_on(
                 anchor_name(torch), log.samples, anchor_s, reason,
                 throttled=log.throttled, flush_s=flush_s,
             )  # fmt: skip
+        phase = "checking the timed outputs"
+        median_s = sorted(log.samples)[len(log.samples) // 2] if log.samples else 0.0
+        if budget.streams != "any" and probe.escaped(median_s * calls):
+            raise DishonestTiming(escape_message(probe, median_s * calls, watch.events))
+        if fresh is not None:
+            fresh.finish()
     except KernelproError:
         raise
     except Exception as exc:
@@ -302,6 +372,12 @@ def _time_cuda_on(
         "flush_bytes": nbytes,
         "anchor": pairs_summary,
         "warmup_throttled": warmup_capped("on", warm_flags) if warm_flags else None,
+        "honesty": {
+            **(fresh.to_dict() if fresh is not None else {}),
+            **probe.to_dict(),
+            "streams": budget.streams,
+            "stream_switches": list(watch.events),
+        },
     }
     return log, extra
 

@@ -204,6 +204,7 @@ def build_cuda(
             include_dirs=inputs["include_dirs"],
             nvcc=inputs["nvcc"],
             timeout_s=timeout_s,
+            confine=store.confine,
         )
         return {
             "kind": "cubin",

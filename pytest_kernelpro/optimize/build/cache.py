@@ -84,6 +84,20 @@ class CacheEntry:
 
 
 Producer = Callable[[Path], Mapping[str, Any]]
+# Turns a compiler's command line into one that runs it in the candidates' sandbox:
+# (command, scratch directory, other writable directories) -> the wrapped command line.
+Confinement = Callable[[list[str], Path, list[Path]], list[str]]
+
+
+def confined_env(scratch: Path) -> dict[str, str]:
+    """HOME and TMPDIR of a confined compile: fresh directories in its scratch folder (the
+    rest of the file system is read-only there)."""
+    env = {}
+    for name, sub in (("HOME", ".home"), ("TMPDIR", ".tmp")):
+        path = scratch / sub
+        path.mkdir(exist_ok=True)
+        env[name] = str(path)
+    return env
 
 
 class BuildCache:
@@ -95,6 +109,9 @@ class BuildCache:
         if writable is None:
             writable = os.environ.get(READONLY_ENV, "") not in ("1", "true", "yes")
         self.writable = writable
+        # Set by the search's evaluator: its builds ahead of the worker run their compilers in
+        # the candidates' sandbox (a candidate's source and flags are its input).
+        self.confine: Confinement | None = None
 
     def __repr__(self) -> str:
         return f"BuildCache({str(self.root)!r}, writable={self.writable})"

@@ -48,8 +48,11 @@ from pytest_kernelpro.optimize.build.cache import (
     BuildCache,
     BuildError,
     CacheableBuildError,
+    Confinement,
     build_key,
+    confined_env,
 )
+from pytest_kernelpro.optimize.build.flags import check_extension_flags, check_flag_lists
 from pytest_kernelpro.optimize.build.nvcc import compiler_version, find_nvcc, trim_compiler_log
 
 SPEC_NAME = "spec.json"
@@ -115,6 +118,12 @@ def build_extension(
     import torch
 
     started = time.monotonic()
+    # Refused flags never reach build.ninja (flags.py says why): the candidate's build_error.
+    check_flag_lists(
+        extra_cflags=extra_cflags,
+        extra_cuda_cflags=extra_cuda_cflags,
+        extra_include_paths=extra_include_paths,
+    )
     store = cache if isinstance(cache, BuildCache) else BuildCache(cache)
     cpp, cuda, funcs = _as_list(cpp_sources), _as_list(cuda_sources), _as_list(functions)
     # load_inline's implicit headers, but torch's only where the CUDA code uses torch: device
@@ -170,7 +179,7 @@ def build_extension(
         with open(lock_path, "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)  # one build per build directory
             reused["value"] = any(build_dir.glob("main.o")) or any(build_dir.glob("*/main.o"))
-            log = _run_child(spec, build_dir, folder, timeout_s)
+            log = _run_child(spec, build_dir, folder, timeout_s, store.confine)
         shutil.copy2(build_dir / f"{module_name}.so", folder / f"{module_name}.so")
         return {
             "kind": "extension",
@@ -214,7 +223,13 @@ def load_extension(name: str, cpp_sources: Any, cuda_sources: Any = None, functi
     return import_extension(build_extension(name, cpp_sources, cuda_sources, functions, **options))
 
 
-def _run_child(spec: dict[str, Any], build_dir: Path, folder: Path, timeout_s: float) -> str:
+def _run_child(
+    spec: dict[str, Any],
+    build_dir: Path,
+    folder: Path,
+    timeout_s: float,
+    confine: Confinement | None = None,
+) -> str:
     build_dir.mkdir(parents=True, exist_ok=True)
     # torch's own lock of the directory, left behind by a build that was killed, would make
     # this one wait forever; the caller holds our lock of the directory, so none is running.
@@ -229,6 +244,11 @@ def _run_child(spec: dict[str, Any], build_dir: Path, folder: Path, timeout_s: f
         str(spec_path),
     ]
     env = _child_env()
+    if confine is not None:
+        # In the candidates' sandbox (the search's builds ahead): it writes only this entry's
+        # folder and the binding's build directory, and sees no home, no secret.
+        env.update(confined_env(folder))
+        command = confine(command, folder, [build_dir])
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, errors="replace", timeout=timeout_s,
@@ -271,6 +291,8 @@ def cached_load_inline(original: Any, cache: BuildCache | None = None) -> Any:
 
     def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any,
                     **kwargs: Any) -> Any:  # fmt: skip
+        # Every flag is checked, also of the calls torch builds itself (flags.py says why).
+        check_extension_flags(kwargs)
         if args or not set(kwargs) <= SUPPORTED_KEYWORDS or kwargs.get("with_cuda") is False:
             return original(name, cpp_sources, cuda_sources, *args, **kwargs)
         from pytest_kernelpro.profile import capture

@@ -16,7 +16,12 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from pytest_kernelpro.optimize.build.cache import BuildError, CacheableBuildError
+from pytest_kernelpro.optimize.build.cache import (
+    BuildError,
+    CacheableBuildError,
+    Confinement,
+    confined_env,
+)
 
 SOURCE_NAME = "kernel.cu"
 CUBIN_NAME = "kernel.cubin"
@@ -144,6 +149,7 @@ def compile_cubin(
     include_dirs: Sequence[str] = (),
     nvcc: str | None = None,
     timeout_s: float = 300.0,
+    confine: Confinement | None = None,
 ) -> tuple[Path, str]:
     """Compile `source` to `folder/kernel.cubin` for `arch` ("sm_90a"); returns the cubin's
     path and the compiler's log. A compiler error raises `CacheableBuildError` with the
@@ -164,6 +170,10 @@ def compile_cubin(
         CUBIN_NAME,
         SOURCE_NAME,
     ]
+    env = _compiler_env()
+    if confine is not None:  # in the candidates' sandbox, writing only `folder`
+        env.update(confined_env(folder))
+        command = confine(command, folder, [])
     try:
         done = subprocess.run(
             command,
@@ -172,7 +182,7 @@ def compile_cubin(
             text=True,
             errors="replace",
             timeout=timeout_s,
-            env=_compiler_env(),
+            env=env,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:

@@ -299,8 +299,8 @@ class CandidateProfiler:
     `isolation` is the sandbox to run it in: an `Isolation` (the evaluator's, already probed)
     or a mode (`auto`, `namespaces`, `fallback`) probed where the profile runs, which on a
     Dask worker is the worker's machine. `writable` directories stay writable inside it
-    besides the scratch directory; by default the environment's TORCH_EXTENSIONS_DIR (where
-    a build-cache miss compiles, as in the evaluation's worker)."""
+    besides the scratch directory; by default none (torch's extension builds go to the
+    child's scratch directory, as in the evaluation's worker)."""
 
     def __init__(
         self,
@@ -332,10 +332,10 @@ class CandidateProfiler:
         # a dozen kernels costs a dozen fused ones: the cap bounds one candidate's profile.
         self.max_launches = max_launches
         self._isolation = isolation
-        if writable is None:
-            extensions = self.env.get("TORCH_EXTENSIONS_DIR")
-            writable = [Path(extensions)] if extensions else []
-        self.writable = [Path(p) for p in writable]
+        # Nothing shared is writable by default: a directory that several candidates write
+        # would let one plant a module that another imports (TORCH_EXTENSIONS_DIR is the
+        # child's own, in its scratch directory).
+        self.writable = [Path(p) for p in writable or ()]
         # The candidates' own compile caches kept from their evaluations (the sandbox
         # evaluator's `compile_caches`): a profile starts from a copy of its candidate's.
         self.caches = caches
@@ -382,6 +382,8 @@ class CandidateProfiler:
             env.pop("TMP", None)
             env.pop("TEMP", None)
             point_caches(env, workdir / "home")
+            if not self.writable:  # torch's extension builds: this child's own, not shared
+                env["TORCH_EXTENSIONS_DIR"] = str(workdir / "torch-extensions")
             warm = self.caches is not None and self.caches.seed(candidate.code, workdir / "home")
             problem = workdir / "candidate_problem.py"
             problem.write_text(

@@ -175,33 +175,60 @@ def final_ranking(
     return ranking
 
 
+# Winners confirmed at most this many times: a disqualified winner's place goes to the next
+# clear winner, which is confirmed in turn (each confirmation is a fresh worker).
+MAX_CONFIRMATIONS = 3
+
+
 def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[str, Any]]:
     """The winner's time once more, in a fresh sandboxed worker whose clocks its code cannot
-    patch (`SandboxEvaluator.confirm`); a time that does not hold up takes the win away."""
-    import dataclasses
-
-    winner = ranking.winner
-    if winner is None:
-        return ranking, {"status": "no winner to confirm"}
-    node = next((n for n in result.nodes if n.id == winner.node_id), None)
-    if node is None or node.evaluation is None:
-        return ranking, {"status": "winner not found in the search"}
-    confirmed = sandbox.confirm(node.candidate, node.evaluation)
-    if confirmed.status == "correct":
-        return ranking, {"status": "confirmed", **dict(confirmed.timing.get("confirmed") or {})}
-    reason = f"the winner (node {winner.node_id}) was disqualified: {confirmed.reason}"
-    # Out of the ranking altogether, so no patch is written for it either.
-    candidates = tuple(
-        dataclasses.replace(c, rank=None, verdict="failed", reason=reason) if c is winner else c
-        for c in ranking.candidates
-    )
-    return (
-        dataclasses.replace(
-            ranking, status="no improvement found", reason=reason, candidates=candidates
-        ),
-        {
-            "status": "disqualified",
+    patch (`SandboxEvaluator.confirm`); a time that does not hold up takes the win away, and
+    the next clearly faster candidate (if any) becomes the winner and is confirmed in turn, so
+    an honest winner is never lost to a disqualified one."""
+    details: dict[str, Any] = {"status": "no winner to confirm"}
+    disqualified: list[dict[str, Any]] = []
+    for _ in range(MAX_CONFIRMATIONS):
+        winner = ranking.winner
+        if winner is None:
+            break
+        node = next((n for n in result.nodes if n.id == winner.node_id), None)
+        if node is None or node.evaluation is None:
+            details = {"status": "winner not found in the search"}
+            break
+        confirmed = sandbox.confirm(node.candidate, node.evaluation)
+        if confirmed.status == "correct":
+            details = {"status": "confirmed", **dict(confirmed.timing.get("confirmed") or {})}
+            break
+        ranking = _without_winner(ranking, winner, confirmed.reason)
+        disqualified.append({
+            "node": winner.node_id,
             "reason": confirmed.reason,
             **dict(confirmed.timing.get("confirmation") or {}),
-        },
-    )
+        })  # fmt: skip
+        details = {"status": "disqualified", **disqualified[-1]}
+    if disqualified:
+        details["disqualified"] = disqualified
+    return ranking, details
+
+
+def _without_winner(ranking: Any, winner: Any, why: str | None) -> Any:
+    """The ranking with its winner disqualified (out of the ranking, so no patch is written
+    for it): the next clear winner leads, or "no improvement found"."""
+    import dataclasses
+
+    reason = f"the winner (node {winner.node_id}) was disqualified: {why}"
+    out = dataclasses.replace(winner, rank=None, verdict="failed", reason=reason)
+    ranked = [c for c in ranking.candidates if c.rank is not None and c is not winner]
+    ranked = [dataclasses.replace(c, rank=i) for i, c in enumerate(ranked, 1)]
+    rest = [c for c in ranking.candidates if c.rank is None and c is not winner]
+    candidates = tuple([*ranked, out, *rest])
+    if ranked and ranked[0].clear:
+        best = ranked[0]
+        status = "improved"
+        reason = (
+            f"candidate {best.node_id} is {best.speedup_vs_current:.3g}x the {ranking.baseline} "
+            f"({best.reason}); {reason}"
+        )
+    else:
+        status = "no improvement found"
+    return dataclasses.replace(ranking, status=status, reason=reason, candidates=candidates)

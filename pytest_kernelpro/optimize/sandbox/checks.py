@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from pytest_kernelpro.measure.timing.streams import StreamWatch
+
 # Reference-module names that are part of the problem format, not of the computation.
 PROBLEM_FUNCTIONS = frozenset({"get_inputs", "get_init_inputs", "get_inputs_variants"})
 
@@ -170,50 +172,15 @@ class ReferenceGuard:
         self._restore.clear()
 
 
-class StreamGuard:
+class StreamGuard(StreamWatch):
     """Records CUDA streams the candidate creates or switches to (no-op without CUDA).
 
     Installed before the candidate's module runs, so streams created at import time count.
-    `torch.cuda.stream(s)` goes through `torch.cuda.set_stream`, which is patched too.
+    The gate's stream watch (`measure.timing.streams.StreamWatch`): `torch.cuda.set_stream`
+    (and so `torch.cuda.stream(s)`), `torch._C._cuda_setStream` called directly, and the
+    constructor of `torch.cuda.streams.Stream` (which `torch.cuda.Stream` names) are wrapped.
     """
 
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.active = False
-        self._restore: list[Callable[[], None]] = []
-
-    def install(self) -> StreamGuard:
-        if not torch.cuda.is_available():
-            return self
-        guard = self
-        original_stream = torch.cuda.Stream
-
-        # Only `torch.cuda.Stream` is replaced (not `torch.cuda.streams.Stream`, which
-        # `Stream.__eq__` uses for its isinstance check). `torch.cuda.current_stream()` builds
-        # its result through this name too, always with `stream_id=`: those are not new
-        # streams, so only calls without `stream_id` count.
-        class CountingStream(original_stream):  # type: ignore[misc, valid-type]
-            def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-                if guard.active and "stream_id" not in kwargs:
-                    guard.events.append("created a torch.cuda.Stream")
-                return super().__new__(cls, *args, **kwargs)
-
-        original_set = torch.cuda.set_stream
-
-        def set_stream(stream: Any) -> None:
-            if guard.active and stream is not None and stream != torch.cuda.current_stream():
-                guard.events.append(f"switched to stream {getattr(stream, 'stream_id', '?')}")
-            original_set(stream)
-
-        torch.cuda.Stream = CountingStream  # type: ignore[misc]
-        torch.cuda.set_stream = set_stream
-        self._restore += [
-            functools.partial(setattr, torch.cuda, "Stream", original_stream),
-            functools.partial(setattr, torch.cuda, "set_stream", original_set),
-        ]
+    def install(self, torch_module: Any = None, *, force: bool = False) -> StreamGuard:
+        super().install(torch if torch_module is None else torch_module, force=force)
         return self
-
-    def uninstall(self) -> None:
-        for undo in reversed(self._restore):
-            undo()
-        self._restore.clear()

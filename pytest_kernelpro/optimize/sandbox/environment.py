@@ -3,9 +3,12 @@ name that looks like a credential (a candidate must see no secret of the session
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+from pytest_kernelpro.text_safety import is_secret_name
+
+__all__ = ["PACKAGE_ROOT", "SAFE_NAMES", "SAFE_PREFIXES", "is_secret_name", "scrub_environment"]
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pytest_kernelpro/
 
@@ -59,38 +62,6 @@ SAFE_PREFIXES = (
     "XDG_",
     "KERNELPRO_",
 )
-_SECRET_WORDS = re.compile(
-    r"API_?KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|AUTH|SESSION|COOKIE|ACCESS_?KEY",
-    re.IGNORECASE,
-)
-_SECRET_PREFIXES = (
-    "ANTHROPIC_",
-    "OPENAI_",
-    "AWS_",
-    "AZURE_",
-    "GOOGLE_",
-    "GCP_",
-    "GH_",
-    "GITHUB_",
-    "GITLAB_",
-    "HF_",
-    "HUGGING",
-    "WANDB_",
-    "SSH_",
-    "GPG_",
-    "NPM_",
-    "PYPI_",
-    "TWINE_",
-    "DOCKER_",
-    "SLACK_",
-    "CI_JOB_",
-)
-
-
-def is_secret_name(name: str) -> bool:
-    """True for a variable name that may hold a credential (never passed to a worker)."""
-    upper = name.upper()
-    return bool(_SECRET_WORDS.search(upper)) or upper.startswith(_SECRET_PREFIXES)
 
 
 def scrub_environment(env: Mapping[str, str], keep: Sequence[str] = ()) -> dict[str, str]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -68,6 +69,7 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     remove_tree,
     sandbox_setup_error,
     tree_rss_mb,
+    tree_size_mb,
 )
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.trusted import TrustedSide
@@ -92,6 +94,8 @@ class SandboxEvaluator(TrustedSide):
         self._isolation: Isolation | None = None
         self._reference_ok: bool | None = None  # set once the judge has run the reference
         self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
+        # The builds ahead of the worker compile candidate input: in the worker's sandbox.
+        self.build_cache.confine = self.confine_build
         self._build_arch: str | None | bool = False  # False: not looked up yet
         self._prebuilder: Prebuilder | None = None
         self._prebuilder_lock = threading.Lock()
@@ -143,6 +147,25 @@ class SandboxEvaluator(TrustedSide):
             self._prebuilder.close()
             self._prebuilder = None
         self.compile_caches.close()
+
+    def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
+        """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
+        the worker's isolation, writing only `scratch` and `writable`, seeing what a worker
+        sees (`view.py`); the compile dies with this process."""
+        wrapped = self.isolation.wrap(
+            command,
+            scratch=scratch,
+            writable=writable,
+            readable=self.readable_paths(),
+            python=sys.executable,
+        )
+        return [*die_with_parent(), *wrapped] if self.isolation.isolated else wrapped
+
+    def readable_paths(self) -> list[Path]:
+        """Shown read-only in the sandbox besides the Python installation and this package:
+        the project (the task's sys.path) and the build cache (read-only for the worker)."""
+        self.build_cache.root.mkdir(parents=True, exist_ok=True)
+        return [self.build_cache.root, *(Path(p) for p in self.task.sys_path)]
 
     @property
     def isolation(self) -> Isolation:
@@ -213,7 +236,12 @@ class SandboxEvaluator(TrustedSide):
         env["PATH"] = os.pathsep.join(
             p for p in (str(Path(self.limits.python).parent), env.get("PATH", "")) if p
         )
-        env["TORCH_EXTENSIONS_DIR"] = str(self.extensions_dir)
+        # torch's own extension builds (a load_inline the build cache does not take) go to the
+        # worker's scratch directory: a directory shared by candidates would let one plant a
+        # module that the next one imports.
+        env["TORCH_EXTENSIONS_DIR"] = str(
+            workdir / "torch-extensions" if workdir is not None else self.extensions_dir
+        )
         env["PYTHONUNBUFFERED"] = "1"  # a crash keeps everything printed before it
         # The worker reads the build cache but never writes it: a candidate cannot plant an
         # entry that a later candidate would load. Its misses build in its own directory.
@@ -266,7 +294,9 @@ class SandboxEvaluator(TrustedSide):
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, workdir / "outputs")
-            return evaluation
+            # Whatever the candidate wrote (errors, output, build logs) leaves here only
+            # redacted and without control characters (text_safety).
+            return evaluation.made_safe()
         finally:
             if not self.limits.keep_workdirs:
                 remove_tree(workdir)
@@ -315,13 +345,22 @@ class SandboxEvaluator(TrustedSide):
         return evaluation
 
     def _launch(
-        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+        self,
+        command: list[str],
+        workdir: Path,
+        progress_path: Path,
+        result_path: Path,
+        readable: Sequence[Path] = (),
     ) -> ProcessRun:
-        """Run `command` in the sandbox with `workdir` as its scratch directory; watch it."""
+        """Run `command` in the sandbox with `workdir` as its scratch directory; watch it.
+        `readable`: shown read-only besides `readable_paths()` (the judge's outputs)."""
         limits = self.limits
-        self.extensions_dir.mkdir(parents=True, exist_ok=True)
         wrapped = self.isolation.wrap(
-            command, scratch=workdir, writable=[self.extensions_dir], python=limits.python
+            command,
+            scratch=workdir,
+            readable=[*self.readable_paths(), *readable],
+            python=limits.python,
+            file_limit_mb=limits.scratch_limit_mb,
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
@@ -376,6 +415,7 @@ class SandboxEvaluator(TrustedSide):
         run_started: float | None = None
         phase, peak_mb, killed = "start", 0.0, None
         result_seen: float | None = None
+        next_disk_check = started
         delay = 0.02
         while True:
             if exited(proc):
@@ -392,6 +432,10 @@ class SandboxEvaluator(TrustedSide):
             peak_mb = max(peak_mb, rss)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
+            elif limits.scratch_limit_mb and now >= next_disk_check:
+                next_disk_check = now + 0.5
+                if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
+                    killed = "disk"
             elif now > deadline:
                 killed = "timeout"
             elif result_path.exists():
@@ -411,7 +455,7 @@ class SandboxEvaluator(TrustedSide):
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed != "memory":
+        if result_path.exists() and killed not in ("memory", "disk"):
             try:
                 data = json.loads(result_path.read_text(encoding="utf-8"))
                 if not isinstance(data, dict):
@@ -431,6 +475,13 @@ class SandboxEvaluator(TrustedSide):
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
                 f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "disk":
+            return Evaluation(
+                status="run_error",
+                reason=f"scratch disk full: the candidate wrote more than "
+                f"{self.limits.scratch_limit_mb} MB into its scratch directory in phase "
+                f"{phase!r} (killed)",
             )
         if killed == "timeout":
             limit = self.limits.build_timeout_s if in_build else self.limits.run_timeout_s

@@ -95,9 +95,10 @@ class _Pipeline:
         # in the gate (`measurement.apply_session_precision`).
         measurement.apply_session_precision(torch, task)
         self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
-        # The reduced precision ("tf32", "bf16") the reference's fp32 matmuls/convs may run
-        # in, found on its first call; it relaxes the fp32 tolerance as in the gate.
-        self.reduced: str | None = None
+        # The gate's correctness rule (`measure.accuracy`): the reference's first call is
+        # re-run in float64 for the truth; the reduced precision ("tf32", "bf16") its fp32
+        # matmuls/convs may run in, found on that call, relaxes the fallback as in the gate.
+        self.rule = measurement.new_rule(task)
         self._precision_known = False
         self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
         self.findings: list[dict[str, Any]] = []
@@ -125,13 +126,24 @@ class _Pipeline:
             self.sync()
             return out
 
+        started = time.perf_counter()
         out, reduced = measurement.run_reference(
             torch, call, self.device, first=not self._precision_known
         )
         if not self._precision_known:
-            self._precision_known, self.reduced = True, reduced
+            self._precision_known, self.rule.reduced = True, reduced
             if reduced:
                 self.correctness["reduced_precision"] = reduced
+            # The truth of this call, which the next comparison (trial 1's) decides by.
+            measurement.find_truth(
+                torch,
+                self.rule,
+                self.ref_model,
+                before,
+                out,
+                self.device,
+                reference_s=time.perf_counter() - started,
+            )
         args = attempts[-1]
         modified = not checks.same_values(before, args)
         return clone_inputs(torch, out), modified, checks.shares_storage(out, args)
@@ -213,11 +225,12 @@ class _Pipeline:
     def compare(self, expected: Any, got: Any, label: str) -> bool:
         """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`
         naming the call when it fails. The largest errors and tolerances go in the record."""
-        decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+        decided = measurement.verdict(torch, got, expected, self.rule)
         detail = decided.to_dict()
         for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
             if isinstance(detail.get(key), (int, float)):
                 self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
+        self.correctness.update(self.rule.summary())  # rule, factor, both errors, truth
         if not decided.ok:
             raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
         return True
@@ -373,11 +386,42 @@ class _Pipeline:
         self.correctness["shape_check"] = checked or "none applicable"
 
     def time(self) -> dict[str, Any]:
+        """Reference and candidate timed alike: inputs refilled from a second set before every
+        timed call; the candidate's sampled timed outputs checked against the reference, its
+        outputs plain tensors, its device work all on the timed stream
+        (`measure.timing`: a `DishonestTiming` is a cheat)."""
+        from pytest_kernelpro.measure.timing import DishonestTiming
+        from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET
+
         self.progress("timing")
         args = self.inputs(self.seed)
+
+        def second() -> list[Any]:
+            return self.inputs(self.seed + CONTENT_SEED_OFFSET)
+
+        def check(got: Any, expected: Any) -> str | None:
+            decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+            return None if decided.ok else str(decided.failure)
+
         with torch.no_grad():
-            ref = measurement.time_call(lambda: self.ref_model(*args), self.task, self.device)
-            new = measurement.time_call(lambda: self.new_model(*args), self.task, self.device)
+            ref_fresh = measurement.fresh_calls(
+                torch, self.ref_model, args, self.device, second=second
+            )
+            new_fresh = measurement.fresh_calls(
+                torch,
+                self.new_model,
+                clone_inputs(torch, args),
+                self.device,
+                second=second,
+                reference=self.ref_model,
+                check=check,
+            )
+            try:  # a clock rebound by the candidate is seen when the reference is timed too
+                ref = measurement.time_call(None, self.task, self.device, fresh=ref_fresh)
+                new = measurement.time_call(None, self.task, self.device, fresh=new_fresh)
+            except DishonestTiming as exc:
+                raise Rejected("cheat", f"refused while timed: {exc}") from None
+        self.progress("timed")
         try:
             self.check_call(self.inputs(self.seed + 301), "after timing")
         except Rejected as exc:

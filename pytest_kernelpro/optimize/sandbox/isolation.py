@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.optimize.sandbox import cuda_probe
+from pytest_kernelpro.optimize.sandbox import cuda_probe, view
 from pytest_kernelpro.optimize.sandbox.namespace_setup import (  # re-exported: see __all__
     DENIED_DEVICES,
     DEVICE_NODES,
@@ -121,15 +121,22 @@ class Isolation:
         *,
         scratch: Path,
         writable: Sequence[Path] = (),
+        readable: Sequence[Path] = (),
         python: str = sys.executable,
+        file_limit_mb: int | None = None,
     ) -> list[str]:
         """The command line that runs `command` in the sandbox (unchanged for the fallback).
 
-        `scratch` (the candidate's directory) and `writable` stay writable.
+        `scratch` (the candidate's directory) and `writable` stay writable; `readable` are
+        shown read-only besides what `view.needed_paths` finds (the project, caches).
         """
         if not self.isolated:
             return list(command)
-        spec = {**sandbox_spec(scratch=scratch, writable=writable), "relax": list(self.relax)}
+        spec = {
+            **sandbox_spec(scratch=scratch, writable=writable, readable=readable, python=python),
+            "relax": list(self.relax),
+            "file_limit_mb": file_limit_mb,
+        }
         spec_path = scratch / "sandbox.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         drop = [
@@ -324,14 +331,37 @@ def _probe() -> Isolation:
     return candidate
 
 
-def sandbox_spec(*, scratch: Path, writable: Sequence[Path] = ()) -> dict[str, Any]:
-    """What the setup inside the namespaces needs (computed in the session's process)."""
+def sandbox_spec(
+    *,
+    scratch: Path,
+    writable: Sequence[Path] = (),
+    readable: Sequence[Path] = (),
+    python: str = sys.executable,
+) -> dict[str, Any]:
+    """What the setup inside the namespaces needs (computed in the session's process): the
+    writable directories, and the allow-list view (`view.py`: hidden, shown, covered)."""
     home = os.environ.get("HOME", "")
+    home = str(Path(home).resolve()) if home and Path(home).is_dir() else ""
+    hide = view.hidden_roots(home)
+    package = str(Path(view.__file__).resolve().parents[3])
+    projects = [
+        os.path.realpath(p)
+        for p in (os.getcwd(), package, *readable)
+        if Path(p).is_dir()
+        and not any(view.contains(os.path.realpath(p), hidden) for hidden in hide)
+    ]
+    from pytest_kernelpro.optimize.build.cache import default_cache_dir
+
+    needed = view.needed_paths(python, [*readable, os.getcwd(), default_cache_dir()])
+    show = view.shown_paths(needed, hide)
     return {
         "scratch": str(Path(scratch).resolve()),
         "writable": [str(Path(p).resolve()) for p in writable],
-        "home": str(Path(home).resolve()) if home and Path(home).is_dir() else "",
+        "home": home,
         "sockets": sorted(_socket_paths()),
+        "hide": hide,
+        "show": show,
+        "cover": view.covered_paths(projects),
     }
 
 

@@ -101,7 +101,11 @@ class _Reference:
 
         apply_session_precision(torch, task)  # the session's TF32 flags, as the worker's
         self.seed = int(task.get("seed", 42))
-        self.reduced: str | None = None  # found on the first output (measurement.py)
+        # The gate's rule, as the worker's: its truth and reduced precision come from the
+        # first output (measurement.py).
+        from pytest_kernelpro.optimize.sandbox.measurement import new_rule
+
+        self.rule = new_rule(task)
         self._calls = 0
         self.module = load_source(task["reference"], "kernelpro_reference")
         # As the worker and the gate build it (`problem.build`): same seed, same weights.
@@ -114,12 +118,16 @@ class _Reference:
 
         return make_inputs(self.module, seed, self.device)
 
-    def output(self, seed: int) -> Any:
-        """The reference's output for the inputs of `seed`; the first call also finds the
-        reduced precision its fp32 matmuls/convs run in, as the worker's first call does."""
+    def output(self, seed: int, *, truth: bool = True) -> Any:
+        """The reference's output leaves for the inputs of `seed`; the first call also finds
+        the reduced precision its fp32 matmuls/convs run in and re-runs it in higher
+        precision for the truth, as the worker's first call does."""
+        import time
+
         import torch
 
-        from pytest_kernelpro.optimize.sandbox.measurement import run_reference
+        from pytest_kernelpro.optimize.sandbox.checks import flatten
+        from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
         def call() -> Any:
             with torch.no_grad():
@@ -128,18 +136,30 @@ class _Reference:
                 torch.cuda.synchronize(self.device)
             return out
 
+        started = time.perf_counter()
         out, reduced = run_reference(torch, call, self.device, first=self._calls == 0)
+        leaves = flatten(out)
         if self._calls == 0:
-            self.reduced = reduced
+            self.rule.reduced = reduced
+        if self._calls == 0 and truth:
+            find_truth(
+                torch,
+                self.rule,
+                self.model,
+                self.inputs(seed),
+                leaves,
+                self.device,
+                reference_s=time.perf_counter() - started,
+                arrange=flatten,
+            )
         self._calls += 1
-        return out
+        return leaves
 
 
 def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
     """Check the saved outputs against the reference and time the reference."""
     import torch
 
-    from pytest_kernelpro.optimize.sandbox.checks import flatten
     from pytest_kernelpro.optimize.sandbox.measurement import time_call, verdict
 
     ref = _Reference(task)
@@ -150,14 +170,15 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
             saved = _load_output(outputs_dir / name)
         except Exception as exc:  # any unreadable file is the candidate's failure
             return {"ok": False, "reason": f"{label}: {type(exc).__name__}: {exc}"[:400]}
-        expected = flatten(ref.output(seed))
-        decided = verdict(torch, saved, expected, task, ref.reduced)
+        expected = ref.output(seed)
+        decided = verdict(torch, saved, expected, ref.rule)
         if not decided.ok:
             return {"ok": False, "reason": f"{label}: {decided.failure}"}
         worst_abs = max(worst_abs, decided.max_abs)
         worst_rel = max(worst_rel, decided.max_rel)
         checked.append(label)
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
+    result.update(ref.rule.summary())  # rule, factor, both errors, the truth's cost
     if task.get("retime"):
         # The winner's confirmation compares the fresh candidate time with the search's
         # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.
@@ -171,7 +192,7 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
 def preflight(task: dict[str, Any]) -> dict[str, Any]:
     """Build the reference and run it once: does the problem itself work?"""
     ref = _Reference(task)
-    ref.output(ref.seed + 1)
+    ref.output(ref.seed + 1, truth=False)
     return {"ok": True}
 
 

@@ -7,9 +7,13 @@ these functions, so they and the gate decide one output alike:
   KernelBench file (`problem.kernelbench.kernelbench_inputs` under `call_input_factory`);
 - `run_reference`: the reference's output and, on its first call, the reduced precision its
   fp32 matmuls/convs may have run in (`measure.tolerance.run_recording_precision`);
-- `verdict`: the comparison (`measure.compare.outputs_verdict`, chunked, NaN and infinities
-  explained) under the gate's tolerance rule (`measure.tolerance.tolerance_rule`: dtype
-  defaults, the TF32/bf16 relaxation, the task's rtol/atol replacing the default's fields);
+- `new_rule`, `find_truth`, `verdict`: the gate's correctness model (`measure.accuracy`):
+  the reference re-run in float64 on the first checked call's inputs (`measure.truth`), the
+  kernel within a factor of the reference's own error against it and later calls by the
+  tolerance it calibrated, outputs without information failing; without a truth the gate's
+  dtype rule (`measure.tolerance.tolerance_rule`: defaults, the TF32/bf16 relaxation), and
+  the task's rtol/atol overriding either; the comparison is `measure.compare`'s (chunked,
+  NaN and infinities explained);
 - `time_call`: the gate's timer (`measure.timing.time_kernel`) with the task's budget.
 
 The reduced precision is what torch's flags allow in the process that runs the reference.
@@ -29,17 +33,18 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.compare import OutputsVerdict, outputs_verdict
+from pytest_kernelpro.measure.accuracy import CorrectnessRule
+from pytest_kernelpro.measure.compare import OutputsVerdict, failure_text
 from pytest_kernelpro.measure.tolerance import (
     apply_fp32_precision_flags,
     fp32_precision_flags,
     run_recording_precision,
-    tolerance_rule,
 )
+from pytest_kernelpro.measure.truth import run_truth
 
 PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of the flags
 
@@ -86,21 +91,95 @@ def run_reference(
     return run_recording_precision(torch, call, str(device), record=first)
 
 
+def new_rule(task: Mapping[str, Any]) -> CorrectnessRule:
+    """The gate's correctness rule for one evaluation, the task's rtol/atol overriding it."""
+    return CorrectnessRule(rtol=task.get("rtol"), atol=task.get("atol"))
+
+
+def find_truth(
+    torch: Any,
+    rule: CorrectnessRule,
+    reference: Callable[..., Any],
+    inputs: Any,
+    expected: Any,
+    device: Any,
+    *,
+    reference_s: float | None = None,
+    arrange: Callable[[Any], Any] | None = None,
+) -> None:
+    """Re-run `reference` on `inputs` in higher precision (`measure.truth.run_truth`) for the
+    comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
+    run), and decides that call and calibrates the later ones by it."""
+    rule.set_truth(
+        run_truth(
+            torch,
+            reference,
+            inputs,
+            expected,
+            device=str(device),
+            reference_s=reference_s,
+            arrange=arrange,
+        )
+    )
+
+
 def verdict(
-    torch: Any, got: Any, expected: Any, task: Mapping[str, Any], reduced: str | None
+    torch: Any,
+    got: Any,
+    expected: Any,
+    rule: CorrectnessRule | Mapping[str, Any],
+    reduced: str | None = None,
 ) -> OutputsVerdict:
-    """The candidate's output `got` against the reference's `expected`, by the gate's rule."""
-    rule = tolerance_rule(reduced=reduced, rtol=task.get("rtol"), atol=task.get("atol"))
-    return outputs_verdict(torch, got, expected, rule)
+    """The candidate's output `got` against the reference's `expected`, by the gate's rule
+    (a `CorrectnessRule`, or a task: its rtol/atol and the dtype rule relaxed by `reduced`)."""
+    if not isinstance(rule, CorrectnessRule):
+        task = rule
+        rule = new_rule(task)
+        rule.reduced = reduced
+    reports = tuple(rule.judge(torch, got, expected))
+    failed = [r for r in reports if not r.ok]
+    worst = failed[0] if failed else max(reports, key=lambda r: r.worst_ratio, default=None)
+    return OutputsVerdict(
+        ok=not failed,
+        reports=reports,
+        failure=failure_text(failed) if failed else None,
+        max_abs=max((r.max_abs for r in reports), default=0.0),
+        max_rel=max((r.max_rel for r in reports), default=0.0),
+        tolerance=None if worst is None else worst.tolerance,
+    )
 
 
-def time_call(fn: Callable[[], Any], task: Mapping[str, Any], device: Any) -> dict[str, Any]:
+def time_call(
+    fn: Callable[[], Any], task: Mapping[str, Any], device: Any, fresh: Any = None
+) -> dict[str, Any]:
     """Median time of `fn()` by the gate's timer with the task's `timing` budget; the
-    summary without the raw samples (thousands of floats per node: the stats say enough)."""
+    summary without the raw samples (thousands of floats per node: the stats say enough).
+    With `fresh` (`fresh_calls`), the gate's fresh inputs and checked timed outputs."""
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 
     budget = TimingBudget(**dict(task.get("timing") or {}))
-    result = time_kernel(fn, device=str(device), budget=budget)
+    result = time_kernel(fn, device=str(device), budget=budget, fresh=fresh)
     data = result.to_dict()
     data.pop("samples_s", None)
     return {"median_s": result.median_s, "samples": len(result.samples_s), **data}
+
+
+def fresh_calls(
+    torch: Any,
+    model: Callable[..., Any],
+    args: Sequence[Any],
+    device: Any,
+    *,
+    second: Callable[[], Sequence[Any]],
+    reference: Callable[..., Any] | None = None,
+    check: Callable[[Any, Any], str | None] | None = None,
+) -> Any:
+    """The gate's `FreshInputs` (`measure.timing.fresh_inputs`) of `model` on `args`: inputs
+    refilled from a second set before every timed call, outputs of sampled calls compared
+    with `reference`'s by `check`."""
+    from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
+
+    return fresh_inputs(
+        torch, model, args, device=str(device), make_second=second, reference=reference,
+        check=check,
+    )  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import resource
 import stat
 import sys
 from collections.abc import Sequence
@@ -243,6 +244,65 @@ def _cover_sockets(spec: dict[str, Any]) -> int:
     return covered
 
 
+def _outermost(paths: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for path in sorted(set(paths), key=len):
+        if not _under(path, out):
+            out.append(path)
+    return out
+
+
+def _build_view(spec: dict[str, Any], allowed: Sequence[str]) -> list[str]:
+    """The allow-list view (`view.py`): an empty tmpfs over every hidden directory, then the
+    shown paths and the writable ones bound back into it from the directory's old contents
+    (reached through a file descriptor opened before the tmpfs covered them); returns a log.
+    Verified: a hidden directory holds nothing but what was bound back."""
+    hidden = [h for h in spec.get("hide") or [] if os.path.isdir(h)]
+    keep = [*(spec.get("show") or []), *allowed]
+    log = []
+    for root in hidden:
+        inside = _outermost([p for p in keep if _under(p, [root]) and p != root])
+        fd = os.open(root, os.O_PATH | os.O_DIRECTORY)
+        try:
+            _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=1m")
+            for path in inside:
+                source = f"/proc/self/fd/{fd}/{os.path.relpath(path, root)}"
+                if not os.path.exists(source):
+                    continue
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                if os.path.isdir(source):
+                    os.makedirs(path, exist_ok=True)
+                else:
+                    Path(path).touch()
+                _mount(source, path, None, MS_BIND | MS_REC)
+        finally:
+            os.close(fd)
+        expected = {os.path.relpath(p, root).split("/")[0] for p in inside}
+        extra = sorted(set(os.listdir(root)) - expected)
+        if extra:
+            raise SetupError(f"{root} still shows {', '.join(extra[:8])} after it was hidden")
+        log.append(f"{root}: {len(inside)} shown")
+    covered = 0
+    for path in spec.get("cover") or []:
+        try:
+            mode = os.lstat(path).st_mode
+        except OSError:
+            continue  # not visible in the view: nothing to cover
+        if _under(path, list(allowed)):
+            continue  # the candidate's own files
+        if stat.S_ISDIR(mode):
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=000,size=4k")
+        elif stat.S_ISREG(mode) or stat.S_ISCHR(mode):
+            _mount("/dev/null", path, None, MS_BIND)
+        else:
+            continue
+        covered += 1
+    return [
+        "hidden (empty, only what the worker needs bound back): " + "; ".join(log),
+        f"{covered} secret-looking paths covered",
+    ]
+
+
 def setup(spec: dict[str, Any]) -> list[str]:
     """Make the mount namespace what the module docstring promises; returns a log."""
     scratch, writable = spec["scratch"], list(spec.get("writable") or [])
@@ -256,6 +316,7 @@ def setup(spec: dict[str, Any]) -> list[str]:
     for path in allowed:
         if os.path.isdir(path):
             _mount(path, path, None, MS_BIND | MS_REC)
+    log += _build_view(spec, allowed)
     holder = os.path.join(scratch, ".kernelpro-mnt")
     os.mkdir(holder, 0o700)
     if spec.get("home") and spec["home"] != "/":
@@ -323,6 +384,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"kernelpro sandbox: setup failed, the candidate does not run: {exc}\n")
         return 125
     os.unlink(args[0])
+    if spec.get("file_limit_mb"):
+        # No file the candidate writes may fill the disk (its scratch directory is on the
+        # session's); Python ignores SIGXFSZ, so a write past it fails with EFBIG.
+        size = int(spec["file_limit_mb"]) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+        log.append(f"files limited to {spec['file_limit_mb']} MB")
     sys.stderr.write("kernelpro sandbox: " + "; ".join(log) + "\n")
     sys.stderr.flush()
     command = args[2:]

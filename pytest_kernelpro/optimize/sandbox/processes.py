@@ -89,6 +89,27 @@ def children(pid: int) -> list[int]:
     return kids
 
 
+def tree_size_mb(root: Path, limit_entries: int = 100_000) -> float:
+    """Megabytes of the plain files under `root` (links not followed), at most
+    `limit_entries` entries looked at."""
+    total, todo, seen = 0, [str(root)], 0
+    while todo and seen < limit_entries:
+        try:
+            entries = list(os.scandir(todo.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    todo.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_blocks * 512
+            except OSError:
+                continue
+    return total / (1024 * 1024)
+
+
 def tree_rss_mb(pid: int) -> float:
     """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
     worker as a child, and a candidate may start processes of its own)."""

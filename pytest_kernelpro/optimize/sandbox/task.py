@@ -72,6 +72,10 @@ class SandboxLimits:
     extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)
     keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
     log_chars: int = 20_000  # tail of the worker's stdout/stderr kept in the evaluation
+    # The candidate's scratch directory (on the session's disk): the worker is killed when
+    # it holds more than this, and no single file it writes may pass it (RLIMIT_FSIZE, in
+    # the namespaces). Its stdout and stderr files count too.
+    scratch_limit_mb: int = 16_384
     keep_workdirs: bool = False  # leave each candidate's directory behind (debugging)
     # "auto": Linux namespaces where the machine allows them, else the weaker fallback (the
     # evaluation's metrics["sandbox"] says which); "namespaces": refuse the fallback.

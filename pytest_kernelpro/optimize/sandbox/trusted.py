@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,12 @@ class TrustedSide:
 
     # Provided by SandboxEvaluator.
     def _launch(
-        self, command: list[str], workdir: Path, progress_path: Path, result_path: Path
+        self,
+        command: list[str],
+        workdir: Path,
+        progress_path: Path,
+        result_path: Path,
+        readable: Sequence[Path] = (),
     ) -> ProcessRun:
         raise NotImplementedError
 
@@ -68,7 +73,11 @@ class TrustedSide:
                 *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
             ]
             run = self._launch(
-                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+                command,
+                judgedir,
+                judgedir / "progress.log",
+                judgedir / "judge.json",
+                readable=[outputs] if outputs is not None else [],  # the sandbox hides /tmp
             )
             try:
                 return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))

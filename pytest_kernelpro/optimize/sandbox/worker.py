@@ -20,15 +20,17 @@ import faulthandler
 import json
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
+# Clocks, the JSON encoder and the file functions kept before any candidate code runs
+# (measure/bound.py): a candidate that rebinds them cannot change what this worker writes.
+from pytest_kernelpro.measure import bound
 from pytest_kernelpro.optimize.sandbox.loader import add_session_path
 
 # Phases before "built" count against the build timeout, the rest against the run timeout.
 BUILD_PHASES = ("start", "import", "reference", "build")
-RUN_PHASES = ("built", "correctness", "checks", "shapes", "timing", "done")
+RUN_PHASES = ("built", "correctness", "checks", "shapes", "timing", "timed", "done")
 
 
 def _vm_size_bytes() -> int | None:
@@ -74,10 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", required=True, type=Path)
     args = parser.parse_args(argv)
     faulthandler.enable(all_threads=True)
+    # The result channel is opened before the candidate's code runs (bound.ResultChannel).
+    channel = bound.ResultChannel(str(args.result))
     progress_file = open(args.progress, "a", encoding="utf-8")  # noqa: SIM115 - lives until exit
+    clock = bound.monotonic
 
     def progress(phase: str) -> None:
-        progress_file.write(f"{phase} {time.monotonic():.3f}\n")
+        progress_file.write(f"{phase} {clock():.3f}\n")
         progress_file.flush()
 
     progress("start")
@@ -87,9 +92,16 @@ def main(argv: list[str] | None = None) -> int:
         result = _retime_or_error(task, progress)
     else:
         result = _evaluate(task, progress)
-    from pytest_kernelpro.fileio import atomic_write_json
-
-    atomic_write_json(args.result, result)
+    tampered = bound.tampered()
+    if tampered and result.get("status") == "correct":
+        # The kept functions wrote this result either way; a candidate that rebinds them
+        # still cheats.
+        result = {
+            "status": "cheat",
+            "reason": f"rebinds {', '.join(tampered)} in the worker (numbers it writes could be "
+            "anything)",
+        }
+    channel.write(result)
     sys.stdout.flush()
     sys.stderr.flush()
     progress_file.close()
@@ -155,7 +167,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     (every process the candidate runs in is its own): the profile's ncu kernel durations,
     taken by ncu's own process, are the cross-check for that (`search.confirm`).
     """
-    clock = time.perf_counter_ns
+    clock = bound.perf_counter_ns
     import torch
 
     set_grad = torch._C._set_grad_enabled

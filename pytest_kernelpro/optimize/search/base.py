@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pytest_kernelpro.text_safety import safe_text, safe_tree
+
 Mode = Literal["initial", "debug", "optimize"]
 Status = Literal["build_error", "run_error", "timeout", "wrong", "correct", "cheat"]
 
@@ -40,6 +42,12 @@ class Candidate:
     tokens: int = 0
     cost_usd: float = 0.0
     meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The strategy is a model's words: shown in the terminal, the PR comment and the
+        # next prompt, so never with escape sequences or a secret in it (text_safety).
+        if self.strategy:
+            object.__setattr__(self, "strategy", safe_text(self.strategy))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (the trajectory's candidate fields)."""
@@ -93,6 +101,19 @@ class Evaluation:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
+
+    def made_safe(self) -> Evaluation:
+        """This evaluation with every text a candidate could have written (reason, logs,
+        build log, metrics, findings) passed through `text_safety.safe_text`: no secret
+        and no escape sequence reaches a prompt, a trajectory, a report or the terminal."""
+        self.reason = None if self.reason is None else safe_text(self.reason)
+        self.build_log = safe_text(self.build_log)
+        self.logs = safe_text(self.logs)
+        self.timing = safe_tree(self.timing)
+        self.correctness = safe_tree(self.correctness)
+        self.metrics = safe_tree(self.metrics)
+        self.findings = safe_tree(self.findings)
+        return self
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Evaluation:

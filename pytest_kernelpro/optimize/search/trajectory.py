@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
 from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.text_safety import safe_tree
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.search.base import Mode
@@ -60,7 +61,7 @@ def node_record(node: SearchNode) -> dict[str, Any]:
     assert node.candidate is not None
     assert node.evaluation is not None
     cand, ev = node.candidate, node.evaluation
-    return {
+    record = {
         "kind": "node",
         "id": node.id,
         "parent": node.parent.id,
@@ -86,6 +87,9 @@ def node_record(node: SearchNode) -> dict[str, Any]:
         "build_s": ev.build_s,
         "elapsed_s": node.elapsed_s,
     }
+    # Everything but the code (replayed as is) in the form text_safety gives candidate text.
+    code = record.pop("code")
+    return {**safe_tree(record), "code": code}
 
 
 @dataclass
@@ -178,7 +182,7 @@ class TrajectoryWriter:
     def create(cls, path: str | os.PathLike[str], header: Mapping[str, Any]) -> TrajectoryWriter:
         """Start a new trajectory with its header line."""
         target = Path(path)
-        atomic_write_text(target, json.dumps(dict(header), default=str) + "\n")
+        atomic_write_text(target, json.dumps(safe_tree(dict(header)), default=str) + "\n")
         return cls(target)
 
     @classmethod

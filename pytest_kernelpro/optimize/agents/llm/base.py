@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.text_safety import safe_text
 
 Role = Literal["user", "assistant"]
 #: Stop reasons of the Messages API; "max_tokens" means the reply was cut off.
@@ -110,7 +111,11 @@ class LLMRequest:
             m if isinstance(m, Message) else Message(str(m["role"]), str(m["content"]))  # type: ignore[arg-type]
             for m in self.messages
         )
+        # A prompt carries candidates' errors and output: never a secret or an escape
+        # sequence to the model (text_safety), whoever built the request.
+        msgs = tuple(Message(m.role, safe_text(m.content)) for m in msgs)
         object.__setattr__(self, "messages", msgs)
+        object.__setattr__(self, "system", safe_text(self.system))
         if not msgs or msgs[0].role != "user":
             raise KernelproError("an LLM request needs at least one message, starting with 'user'")
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:

@@ -40,6 +40,7 @@ from typing import Any
 
 from pytest_kernelpro.fileio import append_jsonl
 from pytest_kernelpro.optimize.agents.llm.base import LLMBackend, LLMError, LLMRequest, LLMResponse
+from pytest_kernelpro.text_safety import safe_tree
 
 RECORDING_FORMAT = "kernelpro-llm-recording"
 RECORDING_VERSION = 1
@@ -78,7 +79,8 @@ def call_record(request: LLMRequest, response: LLMResponse, *, full: bool = True
             **record,
             "request": request.to_dict(),
         }
-    return record
+    # The model's answer may repeat what a candidate printed: the form text_safety gives it.
+    return safe_tree(record)
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:

@@ -1,0 +1,203 @@
+"""Clocks, serialization and the result channel, bound before any kernel code runs.
+
+Everything a kernel or candidate does after it is imported is untrusted in its process: it
+may rebind `time.perf_counter`, wrap `json.dumps` so the numbers written are smaller, or patch
+`torch.cuda.Event.elapsed_time`. This module is imported by the plugin when pytest loads it
+(before any test module) and by the sandbox worker before the candidate's module, and keeps
+the function objects it found then: calling a kept function object runs the original code
+whatever the module attribute points to later. `tampered()` names every kept function whose
+public name now points elsewhere, so a timing can refuse a kernel that rebound a clock
+instead of trusting its numbers.
+
+CUDA events are used through `torch._C._CudaEventBase` (a C type: its methods cannot be
+reassigned from Python), never through the Python subclass `torch.cuda.Event`.
+
+Standard library only at import (the plugin imports this module, and `plugin.py` imports no
+torch).
+"""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+# The kept originals (module, attribute name, function object).
+perf_counter: Callable[[], float] = time.perf_counter
+perf_counter_ns: Callable[[], int] = time.perf_counter_ns
+monotonic: Callable[[], float] = time.monotonic
+process_time: Callable[[], float] = time.process_time
+json_dumps: Callable[..., str] = json.dumps
+_os_write = os.write
+_os_open = os.open
+_os_close = os.close
+_os_fsync = os.fsync
+_os_replace = os.replace
+
+_KEPT: tuple[tuple[Any, str, str, Any], ...] = (
+    (time, "time", "perf_counter", perf_counter),
+    (time, "time", "perf_counter_ns", perf_counter_ns),
+    (time, "time", "monotonic", monotonic),
+    (time, "time", "process_time", process_time),
+    (json, "json", "dumps", json_dumps),
+)
+
+# The C-level JSON encoder (the one `json.dumps` uses for a compact dump), made now: its
+# floats are written by `float.__repr__`, which no Python code can replace.
+_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE_STRING = json.encoder.encode_basestring_ascii
+
+
+def _reject_default(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def _describe(value: Any) -> str:
+    module = getattr(value, "__module__", None) or "?"
+    name = getattr(value, "__qualname__", None) or type(value).__name__
+    return f"{module}.{name}"
+
+
+# torch's Python-level timing functions, checked by where their code lives (torch may be
+# imported after this module, by the kernel's own module): (module path, attribute path,
+# file their code must come from).
+_TORCH_TIMING = (
+    ("torch.cuda", "Event.elapsed_time", ("torch", "cuda", "streams.py")),
+    ("torch.cuda", "Event.record", ("torch", "cuda", "streams.py")),
+    ("torch.cuda", "Event.synchronize", ("torch", "cuda", "streams.py")),
+    ("torch.cuda", "synchronize", ("torch", "cuda", "__init__.py")),
+    ("torch.cuda", "current_stream", ("torch", "cuda", "__init__.py")),
+)
+
+
+# The torch functions seen intact, by (module, path): (owner object, attribute, function),
+# so `restore` can put them back after a kernel replaced them.
+_TORCH_KEPT: dict[tuple[str, str], tuple[Any, str, Any]] = {}
+
+
+def _torch_tampered() -> list[str]:
+    """torch timing functions whose code no longer comes from torch's own files (the ones
+    seen intact are kept for `restore`)."""
+    import sys
+
+    found = []
+    for module_name, path, where in _TORCH_TIMING:
+        owner: Any = sys.modules.get(module_name)
+        if owner is None:
+            continue
+        *parents, attr = path.split(".")
+        for part in parents:
+            owner = getattr(owner, part, None)
+        value = getattr(owner, attr, None)
+        code = getattr(value, "__code__", None)
+        if code is None or not code.co_filename.endswith(os.path.join(*where)):
+            found.append(f"{module_name}.{path} (now {_describe(value)})")
+        else:
+            _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
+    return found
+
+
+def tampered() -> list[str]:
+    """'time.perf_counter (now some_module.fake)' for every kept function whose public name
+    points to another object now, and every torch timing function whose code is not torch's;
+    empty when nothing was rebound."""
+    found = []
+    for module, module_name, attr, original in _KEPT:
+        current = getattr(module, attr, None)
+        if current is not original:
+            found.append(f"{module_name}.{attr} (now {_describe(current)})")
+    return found + _torch_tampered()
+
+
+def tamper_failure(where: str) -> str | None:
+    """The message that refuses a timing because a clock or serializer was rebound, or None."""
+    found = tampered()
+    if not found:
+        return None
+    return (
+        f"{', '.join(found)} was replaced after pytest-kernelpro loaded, {where}: a kernel "
+        "whose code rebinds the clock or the serializer cannot be timed (its numbers could be "
+        "anything). Remove the patch from the module named; timing uses the functions kept "
+        "when the plugin loaded, and CUDA events through torch's C type, either way (the "
+        "originals are put back now, where they were seen before the patch)"
+    )
+
+
+def restore() -> None:
+    """Put every kept function back under its public name (after a refusal: the kernels timed
+    later are not refused for a patch they did not make)."""
+    for module, _name, attr, original in _KEPT:
+        setattr(module, attr, original)
+    for owner, attr, original in _TORCH_KEPT.values():
+        setattr(owner, attr, original)
+
+
+def encode_json(value: Any) -> str:
+    """`value` as compact JSON by the encoder kept at import (C code; Python's own when the
+    C accelerator is missing)."""
+    if _C_MAKE_ENCODER is None:
+        return json_dumps(value, allow_nan=True)
+    encoder = _C_MAKE_ENCODER(
+        None, _reject_default, _ENCODE_STRING, None, ":", ",", False, False, True
+    )
+    return "".join(encoder(value, 0))
+
+
+@dataclass
+class ResultChannel:
+    """A result file opened before untrusted code runs, written once with the kept encoder.
+
+    The file is written as `<path>.part` and renamed over `path` when complete (a reader never
+    sees half a result), with the `os` functions kept at import.
+    """
+
+    path: str
+    _fd: int = -1
+
+    def __post_init__(self) -> None:
+        self._fd = _os_open(self.path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+
+    def write(self, value: Any) -> None:
+        data = encode_json(value).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            written = _os_write(self._fd, view)
+            view = view[written:]
+        _os_fsync(self._fd)
+        _os_close(self._fd)
+        self._fd = -1
+        _os_replace(self.path + ".part", self.path)
+
+
+class CudaEvents:
+    """CUDA events through the C type `torch._C._CudaEventBase`, on one stream.
+
+    `torch.cuda.Event` is a Python subclass whose `record` and `elapsed_time` a kernel can
+    replace; the base type's methods cannot be. `torch.cuda.synchronize` is taken as the C
+    function `torch._C._cuda_synchronize` when this object is made (before the timing starts).
+    """
+
+    def __init__(self, torch: Any, stream: Any) -> None:
+        self._base = torch._C._CudaEventBase
+        self._record = self._base.record
+        self._elapsed = self._base.elapsed_time
+        self.synchronize_device: Callable[[], None] = torch._C._cuda_synchronize
+        self.stream = stream
+
+    def event(self) -> Any:
+        return self._base(enable_timing=True)
+
+    def record(self, event: Any) -> Any:
+        self._record(event, self.stream)
+        return event
+
+    def mark(self) -> Any:
+        """A new event recorded now on the timed stream."""
+        return self.record(self.event())
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        return float(self._elapsed(start, end)) * 1e-3

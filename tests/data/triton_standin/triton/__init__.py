@@ -1,0 +1,2 @@
+from .runtime.jit import jit
+from .runtime.autotuner import autotune, Config

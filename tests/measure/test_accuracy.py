@@ -1,0 +1,444 @@
+"""The correctness model (issue 27): the kernel against a float64 truth, within a factor of
+the reference's own error, and outputs that carry no information fail.
+
+The two KernelBench problems of the issue, with their real sizes where the CPU allows:
+- level 1 `23_Softmax`: `torch.softmax(x, dim=1)` of `torch.rand(batch, 393216)`; every output
+  is 1.5e-6..4e-6, below fp32's default atol (1e-4): zeros, a constant 1/n and twice the
+  softmax all passed the dtype default.
+- level 2 `14_Gemm_Divide_Sum_Scaling`: `(x @ W.T / 2).sum(1, keepdim=True) * 1.5` with
+  K = N = 8192, `W = randn(N, K)` (its `__init__`), `x = torch.rand(batch, K)`; the sum over
+  the GEMM's columns is `x @ W.sum(0)`, an exact rewrite the fp32 reference's own error made
+  the dtype default reject.
+Both problems' code as published in KernelBench (github.com/ScalingIntelligence/KernelBench,
+`KernelBench/level1/23_Softmax.py`, `KernelBench/level2/14_Gemm_Divide_Sum_Scaling.py`); the
+batch is cut to fit this CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_kernelpro.measure import truth as truth_module  # noqa: E402
+from pytest_kernelpro.measure.accuracy import FACTOR, CorrectnessRule  # noqa: E402
+from pytest_kernelpro.measure.correctness import (  # noqa: E402
+    check_correctness,
+    recheck_after_timing,
+)
+from pytest_kernelpro.measure.tolerance import default_tolerance  # noqa: E402
+from pytest_kernelpro.measure.truth import run_truth  # noqa: E402
+
+TRUTH_RULE = "within 8x the reference's own error against its float64 re-run"
+COLUMNS = 393_216  # 23_Softmax's dim
+
+
+@pytest.fixture
+def no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No higher-precision re-run fits the time budget: the dtype tolerances decide."""
+    monkeypatch.setattr(truth_module, "TIME_BUDGET_S", -1.0)
+
+
+def softmax_inputs(seed: int) -> tuple[Any, ...]:
+    return (torch.rand(4, COLUMNS, generator=torch.Generator().manual_seed(seed)),)
+
+
+def softmax(x: Any) -> Any:
+    return torch.softmax(x, dim=1)
+
+
+def softmax_by_hand(x: Any) -> Any:
+    """The same math in another order: exp of the shifted row over its own sum."""
+    e = torch.exp(x - x.max(dim=1, keepdim=True).values)
+    return e / e.sum(dim=1, keepdim=True)
+
+
+NO_INFORMATION = [
+    pytest.param(torch.zeros_like, "the kernel returned all zeros", id="zeros"),
+    pytest.param(
+        lambda x: torch.full_like(x, 1.0 / x.shape[1]), "returned one value", id="constant-1/n"
+    ),
+    pytest.param(lambda x: 2 * torch.softmax(x, dim=1), "returned 2 times", id="twice"),
+]
+
+
+def test_the_dtype_default_alone_passed_them() -> None:
+    """The bug of the issue, on these inputs: fp32's atol is above every softmax value."""
+    (x,) = softmax_inputs(0)
+    ref = softmax(x)
+    tol = default_tolerance(torch.float32)
+    assert float(ref.max()) < tol.atol
+    for wrong in (torch.zeros_like(ref), torch.full_like(ref, 1 / COLUMNS), 2 * ref):
+        assert torch.allclose(wrong, ref, rtol=tol.rtol, atol=tol.atol)
+
+
+@pytest.mark.parametrize(("kernel", "diagnosis"), NO_INFORMATION)
+def test_wide_softmax_without_information_fails(kernel: Any, diagnosis: str) -> None:
+    r = check_correctness(kernel, softmax, softmax_inputs, device="cpu", trials=1)
+    assert not r.passed
+    assert r.rule == TRUTH_RULE
+    assert diagnosis in r.failure
+    assert "farther from the float64 truth than 8x the reference's own error" in r.failure
+
+
+@pytest.mark.parametrize(("kernel", "diagnosis"), NO_INFORMATION)
+def test_without_a_truth_they_fail_too(no_truth: None, kernel: Any, diagnosis: str) -> None:
+    r = check_correctness(kernel, softmax, softmax_inputs, device="cpu", trials=1)
+    assert not r.passed
+    assert r.rule is not None
+    assert r.rule.startswith("dtype default (no truth: too slow")
+    assert diagnosis in r.failure
+
+
+@pytest.mark.parametrize(("kernel", "diagnosis"), NO_INFORMATION)
+def test_a_generous_marker_tolerance_does_not_let_them_pass(kernel: Any, diagnosis: str) -> None:
+    r = check_correctness(
+        kernel, softmax, softmax_inputs, device="cpu", trials=1, rtol=1e-2, atol=1e-2
+    )
+    assert not r.passed
+    assert r.rule == "marker rtol=0.01, atol=0.01 (override)"
+    assert r.failure.startswith(f"output: {diagnosis}") or diagnosis in r.failure
+
+
+def test_the_softmax_in_another_order_passes_and_the_record_says_why() -> None:
+    r = check_correctness(softmax_by_hand, softmax, softmax_inputs, device="cpu", trials=2)
+    assert r.passed, r.failure
+    assert r.rule == TRUTH_RULE
+    assert r.factor == FACTOR
+    assert r.truth is not None
+    assert r.truth["precision"] == "float64"
+    assert r.truth["skipped"] is None
+    assert r.truth["seconds"] > 0
+    assert r.kernel_error is not None
+    assert r.reference_error is not None
+    assert r.kernel_error < FACTOR * r.reference_error + 2 * 2**-24
+    # The second trial compared with the reference by the tolerance the first one measured.
+    assert "calibrated on the first trial" in r.tolerance.source
+
+
+def test_kernelbench_files_also_get_kernelbench_verdict() -> None:
+    """The zeros kernel passes KernelBench's own allclose (atol 1e-2) and fails ours: the
+    record holds both, for comparison with published numbers."""
+    r = check_correctness(
+        torch.zeros_like, softmax, softmax_inputs, device="cpu", trials=1, kernelbench=True
+    )
+    assert not r.passed
+    assert r.kernelbench is not None
+    assert r.kernelbench["passed"] is True
+    assert (r.kernelbench["rtol"], r.kernelbench["atol"]) == (1e-2, 1e-2)
+    wrong = check_correctness(
+        lambda x: softmax(x) + 0.1,
+        softmax,
+        softmax_inputs,
+        device="cpu",
+        trials=1,
+        kernelbench=True,
+    )
+    assert wrong.kernelbench is not None
+    assert wrong.kernelbench["passed"] is False
+    assert "outside rtol=0.01, atol=0.01" in wrong.kernelbench["failure"]
+    assert (
+        check_correctness(softmax, softmax, softmax_inputs, device="cpu", trials=1).kernelbench
+        is None
+    )
+
+
+def test_correct_only_once_fails_the_calibrated_later_trials() -> None:
+    calls = []
+
+    def correct_once(x: Any) -> Any:
+        calls.append(1)
+        return softmax(x) if len(calls) == 1 else torch.zeros_like(x)
+
+    r = check_correctness(correct_once, softmax, softmax_inputs, device="cpu", trials=2)
+    assert not r.passed
+    assert r.trials_run == 2
+    assert "calibrated on the first trial" in r.failure
+    assert "all zeros" in r.failure
+
+
+def test_the_recheck_after_timing_keeps_the_calibrated_rule() -> None:
+    state = {"timed": False}
+
+    def lazy_after_timing(x: Any) -> Any:
+        return torch.zeros_like(x) if state["timed"] else softmax(x)
+
+    r = check_correctness(lazy_after_timing, softmax, softmax_inputs, device="cpu", trials=1)
+    assert r.passed, r.failure
+    state["timed"] = True
+    timed = softmax_inputs(7)
+    failure = recheck_after_timing(
+        lazy_after_timing, softmax, timed, lambda: softmax_inputs(8), device="cpu", correctness=r
+    )
+    assert failure is not None
+    assert "all zeros" in failure
+
+
+# ----- 14_Gemm_Divide_Sum_Scaling at K = N = 8192 -----
+
+GEMM_K = GEMM_N = 8192
+GEMM_ROWS = 256
+SCALE = 1.5
+
+
+class GemmDivideSumScaling(torch.nn.Module):
+    """KernelBench level 2 `14_Gemm_Divide_Sum_Scaling.Model`, forward as published."""
+
+    def __init__(self, input_size: int, hidden_size: int, scaling_factor: float) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(hidden_size, input_size))
+        self.scaling_factor = scaling_factor
+
+    def forward(self, x: Any) -> Any:
+        x = torch.matmul(x, self.weight.T)
+        x = x / 2
+        x = torch.sum(x, dim=1, keepdim=True)
+        return x * self.scaling_factor
+
+
+@pytest.fixture(scope="module")
+def gemm14() -> tuple[Any, Any, Any, Any]:
+    """The model, one input, the reference's output and its float64 truth (computed once:
+    the GEMM is 34 GFLOP)."""
+    torch.manual_seed(0)
+    model = GemmDivideSumScaling(GEMM_K, GEMM_N, SCALE)
+    x = torch.rand(GEMM_ROWS, GEMM_K, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = model(x)
+    found = run_truth(torch, model, (x,), expected, device="cpu")
+    assert found.available, found.skipped
+    return model, x, expected, found
+
+
+def matvec(model: Any, x: Any, *, halve: bool = True) -> Any:
+    """sum_j (x W^T)_ij = x . colsum(W): one GEMV instead of a GEMM."""
+    with torch.no_grad():
+        y = x @ model.weight.sum(dim=0).unsqueeze(1)
+        return (y / 2 if halve else y) * model.scaling_factor
+
+
+def judged(found: Any, got: Any, expected: Any) -> tuple[bool, str | None, CorrectnessRule]:
+    rule = CorrectnessRule()
+    rule.set_truth(found)
+    reports = rule.judge(torch, got, expected)
+    failed = [r for r in reports if not r.ok]
+    return not failed, failed[0].message if failed else None, rule
+
+
+def test_the_exact_matvec_rewrite_passes(gemm14: tuple[Any, Any, Any, Any]) -> None:
+    model, x, expected, found = gemm14
+    ok, why, rule = judged(found, matvec(model, x), expected)
+    assert ok, why
+    assert rule.name == TRUTH_RULE
+    assert rule.reference_error is not None
+    assert rule.reference_error > 0  # the fp32 reference is itself inexact here
+
+
+def test_the_rewrite_without_the_halving_fails(gemm14: tuple[Any, Any, Any, Any]) -> None:
+    model, x, expected, found = gemm14
+    ok, why, _ = judged(found, matvec(model, x, halve=False), expected)
+    assert not ok
+    assert "returned 2 times the reference" in why
+
+
+def test_the_dtype_default_rejected_even_the_exact_answer(
+    gemm14: tuple[Any, Any, Any, Any],
+) -> None:
+    """The issue's second bug: the fp32 reference is itself off by more than fp32's default
+    tolerance somewhere (on these inputs), so the float64 answer rounded to fp32 failed it;
+    it passes the new rule."""
+    model, x, expected, found = gemm14
+    with torch.no_grad():
+        w64 = model.weight.detach().double()
+        exact = ((x.double() @ w64.T / 2).sum(dim=1, keepdim=True) * SCALE).float()
+    tol = default_tolerance(torch.float32)
+    outside = (exact - expected).abs() > tol.atol + tol.rtol * expected.abs()
+    assert int(outside.sum()) >= 1
+    ok, why, _ = judged(found, exact, expected)
+    assert ok, why
+
+
+# ----- half precision: the truth is the float32 re-run -----
+
+
+def bf16_inputs(seed: int) -> tuple[Any, ...]:
+    g = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(64, 2048, generator=g).bfloat16(),
+        torch.randn(2048, 64, generator=g).bfloat16(),
+    )
+
+
+def bf16_accumulating(chunk: int) -> Any:
+    """A bf16 matmul that keeps its running sum in bf16, rounded every `chunk` products."""
+
+    def kernel(a: Any, b: Any) -> Any:
+        acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
+        for i in range(0, a.shape[1], chunk):
+            acc = (acc.float() + a[:, i : i + chunk].float() @ b[i : i + chunk].float()).bfloat16()
+        return acc
+
+    return kernel
+
+
+@pytest.mark.parametrize(
+    ("kernel", "passes"),
+    [
+        pytest.param(lambda a, b: (a.float() @ b.float()).bfloat16(), True, id="fp32-accumulate"),
+        pytest.param(bf16_accumulating(512), True, id="bf16-sum-every-512"),
+        pytest.param(bf16_accumulating(8), False, id="bf16-sum-every-8"),
+    ],
+)
+def test_bf16_matmul_against_its_float32_truth(kernel: Any, passes: bool) -> None:
+    r = check_correctness(kernel, torch.matmul, bf16_inputs, device="cpu", trials=2)
+    assert r.passed is passes, r.failure
+    assert r.rule == "within 8x the reference's own error against its float32 re-run"
+
+
+def fp16_inputs(seed: int) -> tuple[Any, ...]:
+    return (torch.randn(16, 4096, generator=torch.Generator().manual_seed(seed)).half(),)
+
+
+def test_fp16_softmax_half_a_percent_off_fails_against_the_truth() -> None:
+    """0.5% is inside fp16's default rtol (1e-2) but about 10 fp16 roundings: a softmax
+    computed in fp32 and rounded once is off by far less."""
+
+    def high(x: Any) -> Any:
+        return (torch.softmax(x.float(), dim=1) * 1.005).half()
+
+    def fp32_then_round(x: Any) -> Any:
+        return softmax_by_hand(x.float()).half()
+
+    ok = check_correctness(fp32_then_round, softmax, fp16_inputs, device="cpu", trials=2)
+    assert ok.passed, ok.failure
+    assert ok.truth is not None
+    assert ok.truth["precision"] == "float32"
+    off = check_correctness(high, softmax, fp16_inputs, device="cpu", trials=2)
+    assert not off.passed
+    assert "1.00501 times the reference" in off.failure
+    old = check_correctness(high, softmax, fp16_inputs, device="cpu", trials=2, truth=False)
+    assert old.passed, "the dtype default let it pass"
+
+
+# ----- TF32 references -----
+
+
+def as_tf32(x: Any) -> Any:
+    """What TF32 tensor cores do to an fp32 operand, simulated: the mantissa truncated to 10
+    bits. Like the hardware, only fp32 is affected (a float64 re-run is exact)."""
+    if x.dtype != torch.float32:
+        return x
+    return (x.contiguous().view(torch.int32) & ~((1 << 13) - 1)).view(torch.float32)
+
+
+def truncated(x: Any, bits: int) -> Any:
+    return (x.contiguous().view(torch.int32) & ~((1 << (23 - bits)) - 1)).view(torch.float32)
+
+
+def tf32_matmul(a: Any, b: Any) -> Any:
+    return as_tf32(a) @ as_tf32(b)
+
+
+def tf32_inputs(seed: int) -> tuple[Any, ...]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(128, 1024, generator=g), torch.randn(1024, 128, generator=g))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "passes"),
+    [
+        pytest.param(lambda a, b: a @ b, True, id="full-fp32"),
+        pytest.param(
+            lambda a, b: sum(
+                as_tf32(a[:, i : i + 128]) @ as_tf32(b[i : i + 128]) for i in range(0, 1024, 128)
+            ),
+            True,
+            id="tf32-split-k",
+        ),
+        pytest.param(lambda a, b: truncated(a, 6) @ truncated(b, 6), False, id="6-bit-operands"),
+    ],
+)
+def test_tf32_reference(kernel: Any, passes: bool) -> None:
+    """A TF32 reference is off by about 1e-3 against its float64 truth: an fp32 kernel (more
+    exact) and a TF32 kernel in another order pass, one 16x coarser does not."""
+    r = check_correctness(kernel, tf32_matmul, tf32_inputs, device="cpu", trials=2)
+    assert r.passed is passes, r.failure
+    assert r.rule == TRUTH_RULE
+    assert r.reference_error is not None
+    assert 1e-4 < r.reference_error < 1e-2
+
+
+# ----- where no truth can run: the reason is the rule's name -----
+
+
+def _seeded_dropout(x: Any) -> Any:
+    return torch.nn.functional.dropout(x, 0.5, training=True)
+
+
+def _insists_on_fp32(x: Any) -> Any:
+    if x.dtype != torch.float32:
+        raise TypeError(f"expected float32, got {x.dtype}")
+    return x * 2
+
+
+@pytest.mark.parametrize(
+    ("reference", "inputs", "reason"),
+    [
+        (lambda x: x.double() * 2, (torch.randn(8),), "already computes in float64"),
+        (lambda x: (x * 2).int(), (torch.randn(8),), "no floating-point output"),
+        (_seeded_dropout, (torch.randn(4096),), "not a plain function of its inputs"),
+        (_insists_on_fp32, (torch.randn(8),), "raised in float64: TypeError: expected float32"),
+        (lambda x: (x * 2).float(), (torch.randn(8),), "the reference casts to its own dtype"),
+    ],
+)
+def test_the_truth_says_why_it_cannot_run(reference: Any, inputs: Any, reason: str) -> None:
+    expected = reference(*inputs)
+    found = run_truth(torch, reference, inputs, expected, device="cpu")
+    assert not found.available
+    assert reason in found.skipped
+    rule = CorrectnessRule()
+    rule.set_truth(found)
+    assert rule.name == f"dtype default (no truth: {found.skipped})"
+
+
+def test_the_time_budget_skips_with_the_estimate() -> None:
+    x = torch.randn(8)
+    found = run_truth(
+        torch, softmax, (x.view(2, 4),), softmax(x.view(2, 4)), device="cpu", reference_s=60.0
+    )
+    assert not found.available
+    assert "too slow: the reference's call took 60 s" in found.skipped
+
+
+def test_a_module_reference_is_widened_on_a_copy() -> None:
+    lin = torch.nn.Linear(16, 4)
+    x = torch.randn(3, 16)
+    with torch.no_grad():
+        expected = lin(x)
+    found = run_truth(torch, lin, (x,), expected, device="cpu")
+    assert found.available
+    assert lin.weight.dtype == torch.float32  # the reference itself is untouched
+    assert x.dtype == torch.float32
+
+
+def test_normwise_bound_fails_an_error_every_element_allows() -> None:
+    """Every element 7x the reference's own error (inside 8x), all of one sign: the norm of
+    that error is about 10x the reference's, beyond the normwise bound."""
+
+    def row_sum(x: Any) -> Any:
+        return x.sum(dim=1)
+
+    x = torch.randn(64, 4096, generator=torch.Generator().manual_seed(3))
+    expected = row_sum(x)
+    found = run_truth(torch, row_sum, (x,), expected, device="cpu")
+    leaf = found.leaves["output"]
+    d = leaf.difference.double()
+    truth_values = expected.double() - d
+    floor = leaf.rms_reference_error + leaf.unit_roundoff * leaf.rms_truth
+    got = (truth_values + 7 * (d.abs() + floor)).float()
+    ok, why, _ = judged(found, got, expected)
+    assert not ok
+    assert why.startswith("output: normwise relative error against the float64 truth")
+    assert "though every element is inside its bound" in why

@@ -1,0 +1,205 @@
+"""Cheating kernels against the gate's timing (`--kernelpro-check`): each is refused with its
+reason, and an honest kernel beside them passes (measure/timing/fresh_inputs.py, bound.py).
+
+Each cheat is correct in the correctness trials and cheats only once it is timed, as a
+kernel written to game the timer would. The CUDA-only tricks (side streams, graphs on a side
+stream, a patched Event.elapsed_time) are in bench/cheats/ for the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelpro.measure import bound
+from tests.plugin.conftest import records_by_name
+
+HEADER = """
+import threading
+import time
+import pytest
+import torch
+
+def pair(device):
+    return (torch.randn(64, 64, device=device), torch.randn(64, 64, device=device))
+
+def ref(x, y):
+    return torch.tanh(x @ y)
+
+CALLS = {}
+
+def count(name):
+    CALLS[name] = CALLS.get(name, 0) + 1
+    return CALLS[name]
+"""
+
+# Correctness makes 3 trials; these cheat from their 4th call on (the first timed one) or
+# whenever they see the same tensors again, which only the timer does.
+CHEATS = """
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def honest(x, y):
+    return torch.tanh(x @ y)
+
+_MEMO = {}
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def memo_by_identity(x, y):
+    key = (id(x), id(y))
+    if key in _MEMO:
+        return _MEMO[key]
+    _MEMO[key] = out = torch.tanh(x @ y)
+    return out
+
+_LAST = {}
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def garbage_on_repeat(x, y):
+    if _LAST.get("x") is x:
+        return torch.empty_like(x)
+    _LAST["x"] = x
+    return torch.tanh(x @ y)
+
+class Lazy(torch.Tensor):
+    pass
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def lazy_subclass(x, y):
+    return torch.tanh(x @ y).as_subclass(Lazy)
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def work_after_return(x, y):
+    if count("after") <= 3:
+        return torch.tanh(x @ y)
+    out = torch.zeros(x.shape[0], y.shape[1])
+
+    def finish():
+        time.sleep(0.002)
+        out.copy_(torch.tanh(x @ y))
+
+    threading.Thread(target=finish, daemon=True).start()
+    return out
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def detects_the_timer(x, y):
+    import inspect
+    if any(f.function in ("time_cpu", "time_cuda") for f in inspect.stack()[1:8]):
+        return torch.zeros(x.shape[0], y.shape[1])
+    return torch.tanh(x @ y)
+"""
+
+MEMO_BY_VERSION = """
+_MEMO = {}
+HITS = []
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def memo_by_version(x, y):
+    key = (id(x), x._version, id(y), y._version)
+    if key in _MEMO:
+        HITS.append(1)
+        return _MEMO[key]
+    _MEMO[key] = out = torch.tanh(x @ y)
+    return out
+
+def test_zz_the_memo_never_hit_while_timed():
+    # Correctness trials use new tensors each time; the timer bumps the version every call.
+    assert HITS == []
+"""
+
+
+def _check(project: pytest.Pytester) -> pytest.RunResult:
+    """A baseline of the honest kernel first (the cheats fail there too), then the gate."""
+    project.runpytest("--kernelpro-save-baseline")
+    return project.runpytest("--kernelpro-check")
+
+
+def test_cheating_kernels_are_refused_with_their_reason(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(test_cheats=HEADER + CHEATS)
+    result = _check(kp_project)
+    result.assert_outcomes(passed=1, failed=5)
+    out = result.stdout.str()
+    assert "honest PASSED" in out or "1 passed" in out
+    expected = {
+        "memo_by_identity": "returned a wrong output",
+        "garbage_on_repeat": "returned a wrong output",
+        "lazy_subclass": "Lazy, not a plain torch.Tensor",
+        "work_after_return": "returned a wrong output",
+        "detects_the_timer": "returned a wrong output",
+    }
+    for name, reason in expected.items():
+        lines = [line for line in out.splitlines() if name in line and "refused" in line]
+        assert lines, f"{name} was not refused:\n{out[-3000:]}"
+        assert reason in " ".join(lines), (name, lines)
+    timing = records_by_name(kp_project)["honest"]["timing"]
+    assert timing["honesty"]["content_sets"] == 2
+    assert timing["honesty"]["outputs_checked"] is True
+
+
+def test_a_memo_by_identity_and_version_never_hits_while_timed(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(test_memo=HEADER + MEMO_BY_VERSION)
+    _check(kp_project).assert_outcomes(passed=2)
+
+
+@pytest.mark.parametrize(
+    ("patch", "named"),
+    [
+        ("time.perf_counter = lambda: _real() / 10.0", "time.perf_counter (now"),
+        ("time.perf_counter_ns = lambda: _real_ns() // 10", "time.perf_counter_ns (now"),
+        (
+            "json.dumps = lambda value, *a, **k: _dumps(_shrink(value), *a, **k)",
+            "json.dumps (now",
+        ),
+    ],
+    ids=["perf_counter", "perf_counter_ns", "json_dumps"],
+)
+def test_a_kernel_that_rebinds_a_clock_or_the_serializer_is_refused(
+    kp_project: pytest.Pytester, patch: str, named: str
+) -> None:
+    source = (
+        HEADER
+        + """
+import json
+_real, _real_ns, _dumps = time.perf_counter, time.perf_counter_ns, json.dumps
+
+def _shrink(value):
+    if isinstance(value, float):
+        return value / 5
+    if isinstance(value, dict):
+        return {k: _shrink(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shrink(v) for v in value]
+    return value
+
+"""
+        + patch
+        + """
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def rebinds(x, y):
+    return torch.tanh(x @ y)
+"""
+    )
+    kp_project.makepyfile(test_clock=source)
+    try:
+        result = kp_project.runpytest()
+    finally:  # the patch must not outlive this run, refused or not
+        bound.restore()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([f"*rebinds is refused*{named}*test_clock*"])
+
+
+def test_an_honest_kernels_report_says_how_it_was_kept_honest(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(
+        test_ok=HEADER
+        + """
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def honest(x, y):
+    return torch.tanh(x @ y)
+"""
+    )
+    _check(kp_project).assert_outcomes(passed=1)
+    honesty = records_by_name(kp_project)["honest"]["timing"]["honesty"]
+    assert honesty["note"].startswith("fresh inputs: 2 content sets")
+    assert json.loads(json.dumps(honesty)) == honesty
+    assert Path(kp_project.path / ".kernelpro").is_dir()

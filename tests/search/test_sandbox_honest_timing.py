@@ -1,0 +1,100 @@
+"""Candidates that cheat only once they are timed, through the real sandbox (a worker process
+per candidate): each is refused as a cheat with its reason, and an honest one beside them is
+correct (measure/timing/fresh_inputs.py, measure/bound.py, optimize/sandbox/worker.py).
+
+The CUDA-only tricks (a side stream, a graph replayed on one, a patched Event.elapsed_time,
+torch._C._cuda_setStream) are in bench/cheats/ for the GPU; the stream guard's wrappers are
+tested here on stand-ins (test_the_stream_guard_sees_c_level_switches_and_new_streams).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_kernelpro.optimize.sandbox.checks import StreamGuard
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "search"
+CHEATS = DATA / "honest_timing"
+TIMING = {
+    "timing": {"warmup_ms": 1.0, "max_time_s": 0.05, "min_samples": 20, "max_samples": 40},
+    "cpu_threads": 1,
+}
+LIMITS = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
+
+EXPECTED = {
+    "memo_identity": "refused while timed: timed call 2 returned a wrong output",
+    "garbage_on_repeat": "refused while timed: timed call 2 returned a wrong output",
+    "lazy_subclass": "Lazy, not a plain torch.Tensor",
+    "work_after_return": "refused while timed: timed call 1 returned a wrong output",
+    "json_shrink": "refused while timed: json.dumps (now kernelpro_candidate.<lambda>) was replaced",
+}
+
+
+@pytest.fixture(scope="module")
+def evaluations() -> dict[str, Evaluation]:
+    reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
+    task = KernelBenchTask(reference, name="softmax_linear", device="cpu", **TIMING)
+    names = [*sorted(EXPECTED), "honest"]
+    sources = [
+        (CHEATS / f"{n}.py" if n != "honest" else DATA / "cpu" / "correct.py").read_text(
+            encoding="utf-8"
+        )
+        for n in names
+    ]
+    results = SandboxEvaluator(task, LIMITS).evaluate_many(
+        [Candidate(code) for code in sources], jobs=2
+    )
+    return dict(zip(names, results, strict=True))
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_a_candidate_that_cheats_once_timed_is_refused_with_its_reason(
+    evaluations: dict[str, Evaluation], name: str
+) -> None:
+    ev = evaluations[name]
+    assert ev.status == "cheat", (ev.status, ev.reason)
+    assert EXPECTED[name] in (ev.reason or ""), ev.reason
+    assert ev.speedup is None
+
+
+def test_the_honest_candidate_beside_them_is_correct(evaluations: dict[str, Evaluation]) -> None:
+    ev = evaluations["honest"]
+    assert ev.status == "correct", ev.reason
+    honesty = ev.timing["candidate"]["honesty"]
+    assert honesty["content_sets"] == 2
+    assert honesty["outputs_checked"] is True
+
+
+def test_the_stream_guard_sees_c_level_switches_and_new_streams(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch._C._cuda_setStream called directly and torch.cuda.streams.Stream(): on a
+    CPU-only torch the first is a stand-in set here, the second raises after the guard saw it."""
+    calls: list[dict] = []
+    monkeypatch.setattr(torch._C, "_cuda_setStream", lambda **kw: calls.append(kw), raising=False)
+    guard = StreamGuard().install(force=True)
+    try:
+        guard.active = True
+        torch._C._cuda_setStream(stream_id=12345, device_index=0, device_type=1)
+        try:
+            torch.cuda.streams.Stream()
+        except (RuntimeError, AssertionError):
+            pass  # no CUDA here: the constructor refuses after the guard counted it
+    finally:
+        guard.uninstall()
+    assert calls == [{"stream_id": 12345, "device_index": 0, "device_type": 1}]
+    assert "switched to stream 12345 (torch._C._cuda_setStream)" in guard.events
+    assert any(e.startswith("created a new torch.cuda.streams.Stream") for e in guard.events)
+    assert torch._C._cuda_setStream.__name__ == "<lambda>"  # the original is back
+    assert "__new__" in torch.cuda.streams.Stream.__dict__
