@@ -50,14 +50,14 @@ def test_an_output_of_the_wrong_dtype_is_named_with_both_dtypes() -> None:
 def test_a_value_mismatch_keeps_its_errors_and_tolerance() -> None:
     line = _correctness_line(_section(lambda x: x * 2 + 1, lambda x: x * 2))
     assert line.startswith("correctness: FAILED over 1 trial; max abs err 1,")
-    assert "rtol 0.0001" in line
+    assert "(rtol " in line  # the tolerance that decided
 
 
 def test_a_nan_output_is_named_as_nan_not_as_an_error_of_zero() -> None:
     """Every output NaN: the errors over the elements that are numbers on both sides are 0,
     which the section printed as "max abs err 0" beside FAILED."""
     line = _correctness_line(_section(lambda x: torch.full_like(x, float("nan")), torch.neg))
-    assert line.startswith("correctness: FAILED over 1 trial (rtol 0.0001,")
+    assert line.startswith("correctness: FAILED over 1 trial (rtol ")
     assert "NaN where the reference is a number" in line
     assert "max abs err" not in line
 
