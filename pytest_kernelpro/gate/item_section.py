@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -55,12 +56,22 @@ def item_section(record: KernelRecord) -> str:
         )
     elif c:
         tol = c.tolerance
-        lines.append(
-            f"correctness: {'passed' if c.passed else 'FAILED'} over {c.trials_run} "
-            f"trials; max abs err {c.max_abs_err or 0:.3g}, max rel err "
-            f"{c.max_rel_err or 0:.3g} (rtol {_number(tol.rtol) if tol else None}, atol "
-            f"{_number(tol.atol) if tol else None}, {tol.source if tol else None})"
+        tolerance = (
+            f"rtol {_number(tol.rtol) if tol else None}, atol {_number(tol.atol) if tol else None}, "
+            f"{tol.source if tol else None}"
         )
+        trials = f"{c.trials_run} trial{'' if c.trials_run == 1 else 's'}"
+        if not c.passed and _non_finite(c.worst_ratio):
+            # A NaN or an infinity where a number was expected: the errors are computed over
+            # the elements that are numbers on both sides, and their 0 would read as a match.
+            reason = (c.failure or "a NaN or infinite output").strip().splitlines()[0]
+            lines.append(f"correctness: FAILED over {trials} ({tolerance}): {reason[:500]}")
+        else:
+            lines.append(
+                f"correctness: {'passed' if c.passed else 'FAILED'} over {trials}; max abs "
+                f"err {c.max_abs_err or 0:.3g}, max rel err {c.max_rel_err or 0:.3g} "
+                f"({tolerance})"
+            )
     if c and c.rule:
         lines.append(f"correctness rule: {_rule_text(c)}")
     if c and c.kernelbench:
@@ -104,3 +115,12 @@ def item_section(record: KernelRecord) -> str:
     if optimize_text:
         lines.append(optimize_text)
     return "\n".join(lines)
+
+
+def _non_finite(value: float | str | None) -> bool:
+    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" read back
+    from JSON)."""
+    try:
+        return value is not None and not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False

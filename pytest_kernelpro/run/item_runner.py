@@ -222,7 +222,8 @@ def _run(
         memory.phase("timing")
         remeasure_only(run, session, kernel, reference, make_inputs, grad_mode, capture)
         return
-    phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
+    trials = run.settings.trials.value
+    phase[0] = f"checking correctness ({trials} trial{'' if trials == 1 else 's'})"
     memory.phase("check")
     with capture.watching():  # the first calls are where an autotuner picks its config
         correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
