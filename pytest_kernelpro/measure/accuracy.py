@@ -18,17 +18,20 @@ roundoff of the output's dtype; F = `FACTOR`):
   times the reference's own does not.
 - every later call (other inputs: more trials, the re-check after timing, the sandbox's
   in-place and shape checks) compares with the reference directly, by the tolerance the
-  first call measured: |k - r| <= R u |r| + F s + (F + 1) m per element (m: the reference's
-  largest error against its truth) and ||k - r|| <= ((F + 1) rho + R u) ||r|| (rho: the reference's
-  normwise relative error), which a kernel passing the first rule on these inputs meets.
+  first call measured: |k - r| <= R u |r| + F s + (F + 1) m per element (m: the
+  reference's largest error against its truth) and ||k - r|| <= ((F + 1) rho + R u) ||r||
+  (rho: the reference's normwise relative error), which a kernel passing the first rule on
+  these inputs meets.
 - without a truth (it could not run: `Truth.skipped` says why) the dtype tolerances decide
   (`measure/tolerance.py`), as before; a marker's (or task's) rtol/atol override the rule,
   and the record names whichever decided.
-- in every mode an output that carries no information fails (`information_failure`): all
-  zeros where the reference stands above its own noise, one constant where it varies, or
-  the reference times a constant (the scale explains the difference and exceeds the
-  rule's relative allowance) -- a softmax over 393,216 columns is about 2.5e-6 everywhere,
-  so a zeros kernel passed any fixed atol.
+- in every mode an output that carries no information fails: all zeros where the reference
+  stands above its own noise, one constant where it varies, or the reference times a
+  constant (the scale explains the difference and exceeds the rule's relative allowance) --
+  a softmax over 393,216 columns is about 2.5e-6 everywhere, so a zeros kernel passed any
+  fixed atol. The truth's rule (and its calibration) rejects them by itself; where the dtype
+  rule or a marker decides, `information_failure` checks them, and a failing output's
+  message starts with that diagnosis.
 
 Imports only the standard library and `measure/` at module level (torch is passed in).
 """
