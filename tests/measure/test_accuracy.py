@@ -140,10 +140,14 @@ def test_kernelbench_files_also_get_kernelbench_verdict() -> None:
     assert wrong.kernelbench is not None
     assert wrong.kernelbench["passed"] is False
     assert "outside rtol=0.01, atol=0.01" in wrong.kernelbench["failure"]
-    assert (
-        check_correctness(softmax, softmax, softmax_inputs, device="cpu", trials=1).kernelbench
-        is None
+    good = check_correctness(
+        softmax_by_hand, softmax, softmax_inputs, device="cpu", trials=2, kernelbench=True
     )
+    assert good.kernelbench is not None
+    assert good.kernelbench["passed"] is True
+    assert good.kernelbench["max_abs_err"] == good.max_abs_err
+    plain = check_correctness(softmax, softmax, softmax_inputs, device="cpu", trials=1)
+    assert plain.kernelbench is None
 
 
 def test_correct_only_once_fails_the_calibrated_later_trials() -> None:
