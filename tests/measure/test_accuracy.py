@@ -441,7 +441,7 @@ def test_normwise_bound_fails_an_error_every_element_allows() -> None:
     leaf = found.leaves["output"]
     d = leaf.difference.double()
     truth_values = expected.double() - d
-    floor = leaf.rms_reference_error + leaf.unit_roundoff * leaf.rms_truth
+    floor = leaf.reference_error_max + leaf.unit_roundoff * leaf.rms_truth
     got = (truth_values + 7 * (d.abs() + floor)).float()
     ok, why, _ = judged(found, got, expected)
     assert not ok
