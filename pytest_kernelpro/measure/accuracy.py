@@ -49,6 +49,7 @@ from typing import Any
 from pytest_kernelpro.measure.compare import (
     COMPARE_CHUNK,
     COMPARE_MAX_CHUNKS,
+    STRUCTURE_ONLY_SOURCE,
     LeafReport,
     compare_outputs,
     compare_tensor,
@@ -106,21 +107,24 @@ def compare_with_truth(
     leaf: LeafTruth,
     precision: str,
     factor: float,
-    screen: LeafReport | None = None,
 ) -> TruthComparison:
-    """The first call's rule on one floating leaf (module docstring), in chunks. `screen`:
-    this leaf's comparison by `screen_tolerance`, when the caller made it already."""
+    """The first call's rule on one floating leaf (module docstring), in one chunked pass
+    (which also takes the kernel's errors against the reference for the record); a NaN or
+    infinity the reference does not have, or another shape or dtype, is explained by the
+    gate's comparison (`compare.compare_tensor`, values not judged)."""
     u = leaf.unit_roundoff
     floor = leaf.reference_error_max + u * leaf.rms_truth
     source = truth_source(precision, factor)
     norm_bound_rel = factor * leaf.reference_error_rel + ROUNDINGS * u
     tol = Tolerance(ROUNDINGS * u, factor * floor, source, norm_rtol=norm_bound_rel)
-    # Shape, dtype, NaN and infinities first, with the gate's messages (values not judged).
-    if screen is None:
+
+    def screened() -> TruthComparison:
         screen = compare_tensor(torch, path, got, expected, screen_tolerance(source))
-    if not screen.ok:
         screen.tolerance = tol  # the screen's own (values not judged) is no rule
         return TruthComparison(screen, math.inf, leaf.reference_error_rel)
+
+    if tuple(got.shape) != tuple(expected.shape) or got.dtype != expected.dtype:
+        return screened()
     shape, total = tuple(expected.shape), expected.numel()
     work = torch.complex64 if expected.is_complex() else torch.float32
     g = got.detach().to(expected.device).reshape(-1)
@@ -132,8 +136,14 @@ def compare_with_truth(
         hi = min(total, lo + steps.step)
         gd, rd, dd = g[lo:hi].to(work), r[lo:hi].to(work), d[lo:hi].to(work)
         ok = torch.isfinite(gd) & torch.isfinite(rd)
+        both_nan = torch.isnan(gd) & torch.isnan(rd)
+        # Not numbers on both sides and not the same NaN or infinity: screened below.
+        unlike = (~ok & ~both_nan & (gd != rd)).sum()
         zero = torch.zeros((), dtype=work, device=gd.device)
-        off = torch.where(ok, (gd - rd) + dd, zero).abs()  # |kernel - truth|
+        diff = torch.where(ok, gd - rd, zero)  # kernel - reference
+        r_abs = rd.abs()
+        rel = torch.where(r_abs > 0, diff.abs() / r_abs, torch.zeros_like(r_abs))
+        off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
         allowed = factor * (dd.abs() + floor) + ROUNDINGS * u * (rd - dd).abs()
         ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
         best = ratio.argmax()
@@ -143,13 +153,26 @@ def compare_with_truth(
                     (off > allowed).sum().to(torch.float64),
                     off.to(torch.float64).pow(2).sum(),
                     ratio[best].to(torch.float64),
+                    unlike.to(torch.float64),
+                    both_nan.sum().to(torch.float64),
+                    diff.abs().max().to(torch.float64),
+                    rel.max().to(torch.float64),
                 ]
             )
         )
         best_at.append(best + lo)
-        del gd, rd, dd, ok, off, allowed, ratio
+        del gd, rd, dd, ok, both_nan, diff, r_abs, rel, off, allowed, ratio
     table = torch.stack(rows).cpu()
     starts = torch.stack(best_at).cpu()
+    if float(table[:, 3].sum()) > 0:
+        return screened()
+    n_both_nan = int(table[:, 4].sum())
+    notes = []
+    if n_both_nan:
+        notes.append(
+            f"{path}: the reference itself produced NaN at {n_both_nan} element(s) and the kernel "
+            "has NaN at the same places (accepted: the reference runs without output poisoning)"
+        )
     n_bad = int(table[:, 0].sum())
     off_norm = math.sqrt(float(table[:, 1].sum()))
     chunk = int(table[:, 2].argmax())
@@ -189,11 +212,11 @@ def compare_with_truth(
         tol,
         ok,
         message,
-        screen.max_abs,
-        screen.max_rel,
+        float(table[:, 5].max()),
+        float(table[:, 6].max()),
         max(worst_ratio, norm_ratio),
         index,
-        list(screen.notes),
+        notes,
         "values",
     )
     return TruthComparison(report, kernel_rel, leaf.reference_error_rel)
@@ -427,7 +450,6 @@ class CorrectnessRule:
     def _judge_with_truth(self, torch: Any, got: Any, expected: Any) -> list[LeafReport]:
         assert self.truth is not None
         precision = self.truth.precision or "float64"
-        source = truth_source(precision, self.factor)
         leaves = self.truth.leaves
         fallback = self.fallback()
         overridden = self.overridden
@@ -441,7 +463,7 @@ class CorrectnessRule:
 
             def for_leaf(self, path: str, dtype: Any) -> Tolerance:
                 if path in leaves and not overridden:
-                    return screen_tolerance(source)
+                    return Tolerance(0.0, math.inf, STRUCTURE_ONLY_SOURCE)
                 return fallback(dtype)
 
         reports = compare_outputs(torch, got, expected, FirstPass())
@@ -465,7 +487,6 @@ class CorrectnessRule:
                 leaf,
                 precision,
                 self.factor,
-                screen=None if overridden else report,
             )
             if not overridden:
                 by_report[path] = found.report
