@@ -251,7 +251,7 @@ def _time_cuda_on(
             if fresh is not None:
                 fresh.before()
             flush()
-            times.append(probe.checked_call(body, observe) / calls)
+            times.append(probe.checked_call(body, observe, own_streams=own_streams) / calls)
         return times
 
     phase = "the first call"

@@ -12,10 +12,11 @@ work left on the timed stream. Two things see it:
   happened; it cannot see streams made in C++.
 - `EscapeProbe`: checked calls, one after the warm-up batch and one after every round of
   samples. A checked call starts on an idle device (a device-wide synchronize), records a
-  start and an end event on the timed stream around the call, then synchronizes the whole
-  device (every stream) and records a third event. The end-to-third gap of a call that left
-  nothing running is the synchronize's own latency, measured by the same sequence around no
-  call (`calibrate`); a call whose work ran past its stream's end event leaves a longer gap.
+  start and an end event on the timed stream around the call (and a mark after the copy of
+  its output the fresh-input check may enqueue there), then synchronizes the whole device
+  (every stream) and records a last event. The mark-to-last gap of a call that left nothing
+  running is the synchronize's own latency, measured by the same sequence around no call
+  (`calibrate`); a call whose work ran past its stream's end leaves a longer gap.
   When the median excess over the calibration passes `ESCAPE_MIN_S` and `ESCAPE_SHARE` of the
   median sample, the work escaped.
 
@@ -159,24 +160,33 @@ class EscapeProbe:
         return statistics.median(self.null_gaps_s) if self.null_gaps_s else 0.0
 
     def checked_call(
-        self, body: Callable[[], Any], after: Callable[[Any], None] | None = None
+        self,
+        body: Callable[[], Any],
+        after: Callable[[Any], None] | None = None,
+        *,
+        own_streams: bool = False,
     ) -> float:
         """One checked call; returns its device-wide time (start event to the device idle,
-        less the calibrated latency). `after(out)` sees the output before the device-wide
-        synchronize (a copy enqueued there reads what the timed stream has)."""
+        less the calibrated latency and the copy `after` enqueued). `after(out)` sees the
+        output before the device-wide synchronize (a copy enqueued there reads what the timed
+        stream has). `own_streams` (streams="any"): `after` waits for the kernel's own streams
+        first, so its time is the kernel's and stays in."""
         ev = self.events
         ev.synchronize_device()
         start = ev.mark()
         out = body()
         end = ev.mark()
         if after is not None:
-            after(out)
+            after(out)  # a snapshot it copies runs on the timed stream: not the kernel's work
+        snapped = ev.mark()
         ev.synchronize_device()
         idle = ev.mark()
         idle.synchronize()
-        gap = ev.elapsed_s(end, idle)
+        gap = ev.elapsed_s(snapped, idle)
         self.gaps_s.append(gap)
-        wide = max(ev.elapsed_s(start, idle) - self.null_gap_s(), ev.elapsed_s(start, end))
+        copied = 0.0 if own_streams else ev.elapsed_s(end, snapped)
+        own = ev.elapsed_s(start, idle) - copied - self.null_gap_s()
+        wide = max(own, ev.elapsed_s(start, end))
         self.device_wide_s.append(wide)
         return wide
 
