@@ -165,10 +165,12 @@ def _time_cuda_on(
     props: Any,
     budget: TimingBudget,
     monitor: Any,
-    fresh: FreshInputs | None,
-    watch: StreamWatch,
+    fresh: FreshInputs | None = None,
+    watch: StreamWatch | None = None,
 ) -> tuple[RoundLog, dict[str, Any]]:
-    """The CUDA measurement proper, on the current device; returns the log and side facts."""
+    """The CUDA measurement proper, on the current device; returns the log and side facts.
+    `watch`: an installed `StreamWatch` (None: switches are not recorded)."""
+    watch = watch if watch is not None else StreamWatch()
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
     buf = _flush_buffer(torch, idx, nbytes) if nbytes else None
