@@ -31,6 +31,8 @@ perf_counter: Callable[[], float] = time.perf_counter
 perf_counter_ns: Callable[[], int] = time.perf_counter_ns
 monotonic: Callable[[], float] = time.monotonic
 process_time: Callable[[], float] = time.process_time
+thread_time: Callable[[], float] = time.thread_time  # the CPU anchor's on-CPU time
+os_pread: Callable[[int, int, int], bytes] = os.pread  # its run-queue wait (schedstat)
 json_dumps: Callable[..., str] = json.dumps
 _os_write = os.write
 _os_open = os.open
@@ -43,6 +45,8 @@ _KEPT: tuple[tuple[Any, str, str, Any], ...] = (
     (time, "time", "perf_counter_ns", perf_counter_ns),
     (time, "time", "monotonic", monotonic),
     (time, "time", "process_time", process_time),
+    (time, "time", "thread_time", thread_time),
+    (os, "os", "pread", os_pread),
     (json, "json", "dumps", json_dumps),
 )
 

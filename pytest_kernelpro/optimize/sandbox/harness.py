@@ -230,7 +230,7 @@ class _Pipeline:
         for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
             if isinstance(detail.get(key), (int, float)):
                 self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
-        self.correctness.update(self.rule.summary())  # rule, factor, both errors, truth
+        self.correctness["accuracy"] = self.rule.summary()  # rule, factor, errors, truth
         if not decided.ok:
             raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
         return True
