@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_kernelpro.measure import bound
+
 # A median end-to-idle gap this much longer than the synchronize's own latency is device
 # work that outlived the call's stream (20 us: beyond the latency's jitter on an idle host).
 ESCAPE_MIN_S = 20e-6
@@ -139,6 +141,7 @@ class EscapeProbe:
     null_gaps_s: list[float] = field(default_factory=list)
     gaps_s: list[float] = field(default_factory=list)
     device_wide_s: list[float] = field(default_factory=list)
+    spent_s: float = 0.0  # host seconds in the calibration and the checked calls
 
     def _bracket(self, body: Callable[[], Any] | None) -> tuple[float, float, Any]:
         ev = self.events
@@ -153,8 +156,10 @@ class EscapeProbe:
 
     def calibrate(self) -> None:
         """The end-to-idle gap of no call: the synchronize's own latency."""
+        started = bound.perf_counter()
         for _ in range(CALIBRATION_CALLS):
             self.null_gaps_s.append(self._bracket(None)[1])
+        self.spent_s += bound.perf_counter() - started
 
     def null_gap_s(self) -> float:
         return statistics.median(self.null_gaps_s) if self.null_gaps_s else 0.0
@@ -172,6 +177,7 @@ class EscapeProbe:
         stream has). `own_streams` (streams="any"): `after` waits for the kernel's own streams
         first, so its time is the kernel's and stays in."""
         ev = self.events
+        began = bound.perf_counter()
         ev.synchronize_device()
         start = ev.mark()
         out = body()
@@ -188,6 +194,7 @@ class EscapeProbe:
         own = ev.elapsed_s(start, idle) - copied - self.null_gap_s()
         wide = max(own, ev.elapsed_s(start, end))
         self.device_wide_s.append(wide)
+        self.spent_s += bound.perf_counter() - began
         return wide
 
     def excess_s(self) -> float:
@@ -202,6 +209,7 @@ class EscapeProbe:
     def to_dict(self) -> dict[str, Any]:
         return {
             "checked_calls": len(self.gaps_s),
+            "checked_s": round(self.spent_s, 6),
             "excess_s": self.excess_s(),
             "null_gap_s": self.null_gap_s(),
         }
