@@ -45,7 +45,12 @@ from pytest_kernelpro.measure.timing.budget import (
     warmup_count,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
-from pytest_kernelpro.measure.timing.streams import EscapeProbe, StreamWatch, escape_message
+from pytest_kernelpro.measure.timing.streams import (
+    MATCHED_WAIT_MAX_S,
+    EscapeProbe,
+    StreamWatch,
+    escape_message,
+)
 
 # NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
 # whether a comparison is clock-limited (gate/clock_scale.py). Reading every 2 ms (to scale
@@ -249,7 +254,9 @@ def _time_cuda_on(
     def gpu_wait(seconds: float) -> Callable[[], object] | None:
         """A GPU sleep of about `seconds` on the timed stream (the calibration's stand-in for
         a call), or None without the sleep's calibration."""
-        cycles = int(min(seconds, PREROLL_CAP_S) * (_SLEEP_CYCLES_PER_S.get(idx) or 0.0))
+        if seconds > MATCHED_WAIT_MAX_S:
+            return None
+        cycles = int(seconds * (_SLEEP_CYCLES_PER_S.get(idx) or 0.0))
         if cycles <= 0:
             return None
         return lambda: torch.cuda._sleep(cycles)
@@ -305,7 +312,7 @@ def _time_cuda_on(
         phase = "the checked calls (device work outside the timed stream)"
         cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
         probe.calibrate(gpu_wait(per_call * calls))
-        checked(2)
+        checked(1)  # and one after every round of samples
         sampling = budget
         if warmup_capped(budget.clock_anchor, warm_flags):
             phase = "the clock anchor's first call"
