@@ -237,3 +237,17 @@ def right_flop_count(x, y):
             "count (pass flops= / bytes=*"
         ]
     )
+
+
+def test_a_bad_streams_keyword_fails_its_item_with_the_choices(kp_project: pytest.Pytester) -> None:
+    kp_project.makepyfile(
+        test_streams=HEADER
+        + """
+@pytest.mark.kernelpro(reference=ref, inputs=pair, streams="sideways")
+def k(x, y):
+    return torch.tanh(x @ y)
+"""
+    )
+    result = kp_project.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*streams*'any' for a kernel that really launches work on*"])
