@@ -134,7 +134,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if kp.records:
         kp.write_outputs()
+    # A requested file that is not on disk fails the session (each named in red).
+    if kp.write_failures and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     kp.log_finished(int(session.exitstatus))
+    if kp.write_failures and session.exitstatus == 0:  # the records log's last line
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

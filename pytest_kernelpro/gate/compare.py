@@ -46,12 +46,20 @@ def gate_records(
     alpha: float = DEFAULT_ALPHA,
     cross_cpu: str = "info",
 ) -> list[KernelRecord]:
-    """HEAD's records with `gate` set by comparing them with BASE (no confirmation)."""
+    """HEAD's records with `gate` set by comparing them with BASE (no confirmation; autotune
+    picks and versions that differ are noted)."""
+    from pytest_kernelpro.gate.autotune_gate import compare_choices, note_picks
+    from pytest_kernelpro.gate.environment import name_environment
+
     out = []
     for record in head:
-        verdict = compare(
-            record, base.entry_for(record), threshold=threshold, alpha=alpha, cross_cpu=cross_cpu
-        )
+        entry = base.entry_for(record)
+        verdict = compare(record, entry, threshold=threshold, alpha=alpha, cross_cpu=cross_cpu)
+        if entry is not None:
+            choices = record.autotune.choices if record.autotune else None
+            verdict = note_picks(verdict, compare_choices(choices, entry.autotune))
+            environment = record.environment.to_dict() if record.environment else None
+            verdict = name_environment(verdict, environment, entry.environment)
         record.gate = VerdictPart.from_dict(verdict.to_dict())
         out.append(record)
     return out

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 from pytest_kernelpro.gate.format import format_time
 from pytest_kernelpro.measure.gpu_memory import format_bytes
@@ -31,6 +33,15 @@ def _rule_text(c: CorrectnessPart) -> str:
     return text
 
 
+def autotune_line(choice: Mapping[str, Any]) -> str:
+    """'autotune: _layer_norm_fwd (key 4096, torch.float16): num_warps=8, ... (tuned)'."""
+    kernel = str(choice.get("kernel", "?")).rsplit(".", 1)[-1]
+    key = choice.get("key")
+    at = "" if not isinstance(key, list) else f" (key {', '.join(str(v) for v in key)})"
+    config = ", ".join(f"{k}={v}" for k, v in (choice.get("config") or {}).items())
+    return f"autotune: {kernel}{at}: {config} ({choice.get('source', '?')})"
+
+
 def item_section(record: KernelRecord) -> str:
     """The per-item "kernelpro" report section (pytest's report sections), plain text."""
     lines = [f"{record.name} on {record.device or record.device_kind} ({record.language})"]
@@ -46,7 +57,7 @@ def item_section(record: KernelRecord) -> str:
     elif c:
         tol = c.tolerance
         tolerance = (
-            f"rtol {tol.rtol if tol else None}, atol {tol.atol if tol else None}, "
+            f"rtol {_number(tol.rtol) if tol else None}, atol {_number(tol.atol) if tol else None}, "
             f"{tol.source if tol else None}"
         )
         trials = f"{c.trials_run} trial{'' if c.trials_run == 1 else 's'}"
@@ -91,6 +102,8 @@ def item_section(record: KernelRecord) -> str:
         )
         if record.peak_used and record.peak_used.get("note"):
             lines.append(f"peak used for this kernel: {record.peak_used['note']}")
+    for choice in record.autotune.choices if record.autotune else ():
+        lines.append(autotune_line(choice))
     if record.gate:
         lines.append(f"gate: {record.gate.status}: {record.gate.message}")
     profile_text = record.extra.get("profile_text")

@@ -66,10 +66,19 @@ def session_notes(
         load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
         from pytest_kernelpro.measure.cpuload import CpuLoad
 
+        anchored = all(
+            (r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing
+        )
+        advice = (
+            "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
+            "the load (the verdicts say how far); a quiet machine resolves smaller changes"
+            if anchored
+            else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
+            "re-run on a quiet machine"
+        )
         out.append(
             f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
-            f"{CpuLoad.from_dict(load).describe()}. Treat them as suspect: a slowdown there is "
-            "reported as suspect, never failed; re-run on a quiet machine"
+            f"{CpuLoad.from_dict(load).describe()}. {advice}"
             + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
         )
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
@@ -111,7 +120,7 @@ def output_lines(
     history_path: Path | None,
     baseline_path: Path | None,
 ) -> list[str]:
-    """Where this session's outputs are: only those that were written (None: not written)."""
+    """Where this session's outputs are: only those that were written (None: not)."""
     lines = []
     if json_path is not None:
         lines.append(f"kernelpro: JSON report {json_path}")

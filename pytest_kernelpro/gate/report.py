@@ -29,13 +29,13 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
+from pytest_kernelpro.gate.process_notes import table_notes
 from pytest_kernelpro.gate.render_session import table_footnotes
 from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1
 REPORT_KIND = "kernelpro-report"
-DEFAULT_JSON_PATH = ".kernelpro/kernelpro-report.json"
 
 
 def summarize(records: Sequence[KernelRecord]) -> dict[str, Any]:
@@ -233,6 +233,8 @@ def render_terminal_table(
             soft_wrap=False,
             markup=False,
         )
+    for note in table_notes(records):
+        console.print(note, highlight=False, soft_wrap=True, markup=False)
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     console.print(
         f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts),

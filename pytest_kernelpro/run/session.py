@@ -52,6 +52,7 @@ class KernelproSession:
     started: float = field(default_factory=time.perf_counter)
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
     _specs: dict[str, DeviceSpec | None] = field(default_factory=dict)
+    _reprobed: set[str] = field(default_factory=set)  # devices whose ceilings were re-probed
     _baseline: Baseline | None = None
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
@@ -59,9 +60,13 @@ class KernelproSession:
     capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
-    json_written: Path | None = None  # the JSON report, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
     records_log_started: bool = False  # started once, when the first kernel item is known
+    # Requested writes that failed ("the JSON report to PATH: [Errno 28] No space left on
+    # device"): each fails the session (pytest_sessionfinish) and is said in red.
+    write_failures: list[str] = field(default_factory=list)
+    json_written: bool = False  # the JSON report of this session is on disk
+    baseline_written: bool = False  # the requested baseline is on disk
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
     auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
     auto_profile_s: float = 0.0  # the time they took
@@ -150,6 +155,28 @@ class KernelproSession:
                     "quiet machine)"
                 )
         self._ceilings[key] = ceilings
+        return ceilings
+
+    def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
+        """The device's ceilings re-probed once per session (a kernel exceeded them): on the
+        CPU the best of the old and a new probe (`measure.ceiling_trust.reprobe`), which
+        makes them trusted; GPU ceilings and a ceilings file from settings are returned as
+        they are."""
+        from pytest_kernelpro.measure.ceiling_trust import reprobe, reprobe_summary
+
+        key = "cpu" if device == "cpu" else device
+        ceilings = self.ceilings_for(device)
+        if (
+            ceilings.device_type != "cpu"
+            or key in self._reprobed
+            or self.settings.ceilings_path is not None
+        ):
+            return ceilings
+        self._reprobed.add(key)
+        self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
+        ceilings = reprobe(ceilings, device, self.settings.cache_dir, why=why)
+        self._ceilings[key] = ceilings
+        self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
         return ceilings
 
     def spec_for(self, device: str) -> DeviceSpec | None:
@@ -287,17 +314,18 @@ class KernelproSession:
         return [n for n in self.collected if n not in done]
 
     def _log_failed(self, exc: OSError) -> None:
-        import warnings
-
-        from pytest_kernelpro.errors import KernelproWarning
-
+        # A records log that cannot be written fails the session (write_failures); the
+        # records are kept in memory, so the JSON report can still be written.
         self.records_log = None
-        warnings.warn(
-            f"kernelpro: could not write the records log {self.settings.records_path}: {exc}; "
-            "records are kept in memory only (set --kernelpro-json to a writable path)",
-            KernelproWarning,
-            stacklevel=2,
-        )
+        self.write_failed("records log", self.settings.records_path, exc)
+
+    def write_failed(self, what: str, path: Path | str, exc: BaseException) -> None:
+        """Note a requested write that failed: the session fails, naming `path` and the OS
+        error (`exc`)."""
+        detail = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
+            detail += f" at {exc.filename}"
+        self.write_failures.append(f"could not write the {what} to {path}: {detail}")
 
     def report_meta(self) -> dict[str, Any]:
         import platform

@@ -128,7 +128,12 @@ def test_clock_anchor_setting_reaches_the_timing_budget(
 ) -> None:
     timing = _neg_timing_with_setting(kp_project, how, "clock-anchor", mode)
     assert timing["budget"]["clock_anchor"] == mode
-    assert timing["anchor"] is None  # a CPU timing has no anchor
+    # On the CPU, "on" pairs every sample with the CPU anchor (measure/timing/cpu_anchor.py).
+    if mode == "on":
+        assert timing["anchor"]["layout"] == "cpu-pairs"
+        assert timing["anchor"]["pairs"] == len(timing["samples_s"])
+    else:
+        assert timing["anchor"] is None
 
 
 def test_bad_clock_anchor_value_is_a_usage_error(kp_project: pytest.Pytester) -> None:
