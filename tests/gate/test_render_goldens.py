@@ -94,7 +94,9 @@ def _session() -> SimpleNamespace:
         notes=["a note another part of the session added"],
         _baseline=baseline,
         history_path=Path(".kernelpro/history/20261201T170000Z-abc1234-vm.json"),
-        json_written=settings.json_path,
+        json_written=True,
+        baseline_written=False,  # correctness-only: no baseline is saved
+        write_failures=[],
         records_log=object(),  # started: its line is printed
         missing_records=lambda: ["test_kernels.py::lost[1]"],
     )
