@@ -120,7 +120,7 @@ def output_lines(
     history_path: Path | None,
     baseline_path: Path | None,
 ) -> list[str]:
-    """Where this session's outputs are: only those that were written (None: not)."""
+    """Where this session's outputs are: only those that were written (None: not written)."""
     lines = []
     if json_path is not None:
         lines.append(f"kernelpro: JSON report {json_path}")

@@ -588,8 +588,14 @@ class SandboxEvaluator:
                 str(judgedir / "judge.json"),
                 *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
             ]
+            # The allow-list view hides every other scratch directory: the outputs it judges
+            # are shown to it read-only.
             run = self._launch(
-                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+                command,
+                judgedir,
+                judgedir / "progress.log",
+                judgedir / "judge.json",
+                readable=[outputs] if outputs is not None else [],
             )
             try:
                 return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
@@ -683,12 +689,15 @@ class SandboxEvaluator:
         if evaluation.status != "correct":
             return evaluation
         claimed = _positive((evaluation.timing.get("candidate") or {}).get("median_s"))
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-retime-"))
+        # In the pool's area, as an evaluation's: the judge (a standby started ahead) reads
+        # outputs only there.
+        workdir = self.standbys.scratch_dir("kernelpro-retime-")
+        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
+            "outputs_dir": str(outputs),
             "retime": True,
         }
         try:
@@ -698,10 +707,11 @@ class SandboxEvaluator:
                 return _disqualified(
                     evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
                 )
-            verdict = self._run_judge(workdir / "outputs", retime=True)
+            verdict = self._run_judge(outputs, retime=True)
         finally:
+            self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
-                remove_tree(workdir)
+                self.standbys.remove(workdir)
         if not verdict.get("ok"):
             why = (
                 verdict.get("reason")
