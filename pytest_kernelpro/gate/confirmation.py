@@ -51,12 +51,14 @@ def confirm(
     widen_when_clock_limited: bool = True,
     clock_anchor: bool = True,
     anchor_threshold: float | None = None,
+    where: str = "a re-measurement",
 ) -> Verdict:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
     The regression stands (confirmed=True) only if the re-measurement is, by itself, a
     regression under the same tolerance and alpha; otherwise the kernel is "suspect"
     (reported, not failed). Verdicts that need no confirmation are returned unchanged.
+    `where` says how the re-measurement was made ("a re-measurement in a fresh process").
     """
     if not needs_confirmation(first):
         return first
@@ -88,7 +90,7 @@ def confirm(
     core = first.reason.split("; needs a confirmation")[0]
     if reproduced:
         core = (
-            f"{core}; confirmed by a re-measurement "
+            f"{core}; confirmed by {where} "
             f"({pct_text(second.change or 0.0)}, p = {p_text(second.p_value or 1.0)})"
         )
         status = first.change_status
@@ -98,7 +100,8 @@ def confirm(
             again += f", p = {p_text(second.p_value)}"
         what = "an improvement" if first.change_status == IMPROVED else "a regression"
         core = (
-            f"{core}, but the re-measurement did not reproduce it ({again}): "
+            f"{core}, but {where.replace('a re-measurement', 'the re-measurement', 1)} did "
+            f"not reproduce it ({again}): "
             f"treated as noise, not {what}"
         )
         status = OK if first.change_status == IMPROVED else SUSPECT

@@ -241,7 +241,7 @@ def test_history_and_compare_over_two_runs(
     assert kernelpro_main(["compare", runs[0].stem, "-1", "--fail"]) == 1
     capsys.readouterr()
     assert kernelpro_main(["compare", "-3", "-1"]) == 2
-    assert "holds 2 run(s)" in capsys.readouterr().err
+    assert "holds 2 timed run(s)" in capsys.readouterr().err
 
 
 def test_history_can_be_turned_off(kp_project: pytest.Pytester) -> None:
