@@ -88,6 +88,10 @@ def _session() -> SimpleNamespace:
         _baseline=baseline,
         history_path=Path(".kernelpro/history/20261201T170000Z-abc1234-vm.json"),
         missing_records=lambda: ["test_kernels.py::lost[1]"],
+        json_written=True,  # on disk: named; the baseline was not asked for (correctness)
+        baseline_written=False,
+        records_log=object(),  # the records log is being written
+        write_failures=[],
     )
 
 

@@ -349,17 +349,18 @@ class SandboxEvaluator(TrustedSide):
         """Run `command` in the sandbox with `workdir` as its scratch directory; watch it.
         `readable`: shown read-only besides `readable_paths()` (the judge's outputs)."""
         limits = self.limits
+        env = self.environment(workdir)
         wrapped = self.isolation.wrap(
             command,
             scratch=workdir,
             readable=[*self.readable_paths(), *readable],
             python=limits.python,
             file_limit_mb=limits.scratch_limit_mb,
+            env=env,
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
         wrapped = [*die_with_parent(), *wrapped]
-        env = self.environment(workdir)
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1

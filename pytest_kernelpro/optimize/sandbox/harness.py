@@ -400,7 +400,7 @@ class _Pipeline:
             return self.inputs(self.seed + CONTENT_SEED_OFFSET)
 
         def check(got: Any, expected: Any) -> str | None:
-            decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+            decided = measurement.verdict(torch, got, expected, self.rule)
             return None if decided.ok else str(decided.failure)
 
         with torch.no_grad():

@@ -27,7 +27,7 @@ import fnmatch
 import functools
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 # Top-level directories that stay visible (read-only): the system's programs, libraries and
@@ -136,6 +136,7 @@ PRUNE = frozenset(
 SCAN_LIMIT = 200_000  # entries per root; a bigger project is scanned this far, and says so
 _PATH_VARIABLES = (
     "PATH",
+    "PYTHONPATH",
     "LD_LIBRARY_PATH",
     "LIBRARY_PATH",
     "CPATH",
@@ -193,7 +194,9 @@ def hidden_roots(home: str = "", root: str = "/") -> list[str]:
 
 
 def needed_paths(
-    python: str = sys.executable, extra: Iterable[str | os.PathLike[str]] = ()
+    python: str = sys.executable,
+    extra: Iterable[str | os.PathLike[str]] = (),
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What a worker needs to see (module doc), real paths that exist."""
     candidates: list[str | os.PathLike[str]] = [
@@ -207,8 +210,10 @@ def needed_paths(
         Path(__file__).resolve().parents[3],  # the directory holding pytest_kernelpro/
         *extra,
     ]
-    for name in _PATH_VARIABLES:
-        candidates += [p for p in os.environ.get(name, "").split(os.pathsep) if p.startswith("/")]
+    for environ in (os.environ, env or {}):
+        for name in _PATH_VARIABLES:
+            value = environ.get(name, "")
+            candidates += [p for p in value.split(os.pathsep) if p.startswith("/")]
     out: list[str] = []
     for path in candidates:
         real = _real(path)
