@@ -24,7 +24,6 @@ module computes before the sandbox starts:
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -249,12 +248,25 @@ def _is_secret(name: str) -> bool:
     return any(fnmatch.fnmatchcase(lower, pattern) for pattern in SECRET_NAMES)
 
 
-@functools.lru_cache(maxsize=64)
+_SCANS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {}
+
+
 def secret_files(root: str) -> tuple[str, ...]:
-    """Secret-looking files and directories under `root` (module doc), and `.git/config`."""
+    """Secret-looking files and directories under `root` (module doc), and `.git/config`.
+
+    Remembered per root with the modification time of every directory it walked: a file
+    created or renamed since changes its directory's time, and the root is scanned again."""
+    cached = _SCANS.get(root)
+    if cached is not None and _unchanged(cached[0]):
+        return cached[1]
     found: list[str] = []
+    walked: dict[str, int] = {}
     seen = 0
     for dirpath, dirnames, filenames in os.walk(root):
+        try:
+            walked[dirpath] = os.stat(dirpath).st_mtime_ns
+        except OSError:
+            continue
         seen += len(dirnames) + len(filenames)
         if seen > SCAN_LIMIT:
             break
@@ -274,7 +286,21 @@ def secret_files(root: str) -> tuple[str, ...]:
         for name in filenames:
             if _is_secret(name):
                 found.append(os.path.join(dirpath, name))
-    return tuple(found)
+    result = tuple(found)
+    if len(_SCANS) > 64:
+        _SCANS.clear()
+    _SCANS[root] = (walked, result)
+    return result
+
+
+def _unchanged(walked: dict[str, int]) -> bool:
+    for path, mtime in walked.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def covered_paths(projects: Sequence[str]) -> list[str]:
