@@ -97,6 +97,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         kp.check_replay_items([i for i in session.items if isinstance(i, KernelItem)])
     if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
         return  # the xdist controller collects nothing itself; a crashed worker fails its item
+    if session.config.option.collectonly:
+        return  # --co runs nothing: no kernel is missing a record
     kp.log_collected([i.nodeid for i in session.items if isinstance(i, KernelItem)])
 
 

@@ -5,24 +5,20 @@ limit (the power cap) is timed in pairs (`measure/timing/anchor.py`): every samp
 in its round by a fixed bf16 GEMM, so both ran at about the clock the cap allowed at that
 moment. When either side of a comparison ran capped (`capped_text`: at least half of its
 samples in rounds whose NVML readings had a clock-lowering reason, the per-round throttle
-flags; not the NVML mean clock, which missed a third of one GEMM's noisy comparisons in
-session 4) and both sides carry pairs with the same anchor, the gate compares the per-pair
-kernel / anchor ratios, at `ANCHOR_THRESHOLD_FACTOR` times the threshold, with the same
-Mann-Whitney, fastest-decile and confirmation rules, instead of the times (at 3x the threshold
-where the NVML clock says clock-limited, `clock_scale.py`).
+flags, which follow the cap where the NVML mean clock does not) and both sides carry pairs
+with the same anchor, the gate compares the per-pair kernel / anchor ratios, at
+`ANCHOR_THRESHOLD_FACTOR` times the threshold, with the same Mann-Whitney, fastest-decile and
+confirmation rules, instead of the times (at 3x the threshold where the NVML clock says
+clock-limited, `clock_scale.py`).
 
-Why (bench/results/2026-12-01-gate-accuracy-h200.md, session 5): on the H200 two measurements
-of the same capped GEMM differed by 2.5-4.3% in time (standard deviation) but by 0.55-0.65%
-in kernel / anchor ratio: the cap moves both alike. The rest is mostly not sampling noise
-(40 pairs leave about 0.2%): kernel and anchor do not slow down exactly alike when the clock
-drops (in run 6, with longer measurements, the ratio's change followed the anchor's own
-change with correlations of -0.87 to +0.83 for the GEMMs). On the 3 capped GEMMs this rule caught 221 of 232 (95.3%,
-95% interval 91.7-97.3%) calibrated +3% slowdowns with 0 of 232 false alarms (0-1.6%), where
-the 3x tolerance caught 18 and the plain 2% on times 113 with 3 false alarms; kernels at a
-steady clock are never anchored, so their verdicts do not change. Where the anchor cannot be
-used (a baseline saved without pairs, by an older version or with the mode off; another torch
-or CUDA build; a side whose warm-up was not capped), the comparison keeps the rule without
-the anchor, and the basis says why.
+Why: the cap moves kernel and anchor alike, so their ratio spreads far less than either time
+between two measurements of the same code, and a small slowdown stands out of it; kernel and
+anchor do not slow down exactly alike when the clock drops, so the ratio keeps a tolerance of
+its own. Kernels at a steady clock are never anchored: their verdicts do not change. Where the
+anchor cannot be used (a baseline saved without pairs or with the mode off; another torch or
+CUDA build; a side whose warm-up was not capped), the comparison keeps the rule without the
+anchor, and the basis says why. The measurements behind the rule and its factor:
+bench/results/2026-12-01-gate-accuracy-h200.md.
 """
 
 from __future__ import annotations
@@ -33,13 +29,9 @@ from typing import TYPE_CHECKING
 from pytest_kernelpro.gate.baseline_entry import anchor_of_timing
 from pytest_kernelpro.gate.clock_scale import CAPPED_SHARE, ClockFacts
 
-# The anchored ratio's tolerance, times the kernel's threshold (1.5% at the GPU's default 2%).
-# On the H200 (bench/results/2026-12-01-gate-accuracy-h200.md, session 5, run 7) the ratio of
-# the capped GEMMs moved by 0.55-0.65% (standard deviation) between two measurements of the
-# same code, so 2% left a 3% change about one spread above the tolerance: 196 of 232 +3%
-# slowdowns caught; at 1.5%, 221 of 232 (95.3%) with 0 of 232 false alarms (1.25%: 230 of 232
-# and 1 false alarm). Chosen from run 6 (0 of 139 A/A changes of those kernels beyond 1.5% were
-# confirmed) and checked on the new measurements of run 7.
+# The anchored ratio's tolerance, times the kernel's threshold: the capped GEMMs' ratio
+# spread between two measurements of the same code leaves a 3% slowdown caught at this
+# factor without false alarms, where the full threshold missed some (module docstring).
 ANCHOR_THRESHOLD_FACTOR = 0.75
 
 if TYPE_CHECKING:

@@ -1,32 +1,28 @@
 """Power-capped kernels: the gate's tolerance when the clock was held down by a limit.
 
-On the H200 a compute-bound kernel (fp16/bf16/TF32 GEMMs, attention) runs at the power cap:
-the SM clock the cap allows moved between about 1500 and 1900 MHz from one measurement to the
-next, and the kernel's time with it. Over 2709 measurements of 17 kernels of 50 us or more
-(bench/results/2026-12-01-gate-accuracy-h200.md, section "Run 3"), two measurements of the
-same code of those kernels differed by 4% (standard deviation) and the default 2% gate failed
-15 of 248 of their A/A comparisons (6%), while the 10 kernels at a steady clock had 0 of 388.
+A compute-bound kernel (fp16/bf16/TF32 GEMMs, attention) runs at the GPU's power cap: the SM
+clock the cap allows moves from one measurement to the next, and the kernel's time with it,
+so two measurements of the same code differ by more than the default threshold and the plain
+gate raises false alarms on them, while kernels at a steady clock do not.
 
 So the gate derives the tolerance from the measurement's clock state: when either side's
-samples ran with the SM clock held below `CLOCK_LIMITED_FRACTION` (95%) of its maximum by a
+samples ran with the SM clock held below `CLOCK_LIMITED_FRACTION` of its maximum by a
 clock-lowering reason (power cap, thermal or hardware slowdown, on at least half of its
-samples: `ClockReading.throttled`), a regression must exceed `CLOCK_LIMITED_FACTOR` (3) times
-the threshold; smaller changes are "suspect" with the reason. A kernel whose clock stays near
-the maximum under the cap (a convolution at 1965 of 1980 MHz, 0.3% A/A spread) keeps the
-plain threshold. This trades detection of 3-5% slowdowns of such kernels (which the 2% gate
-caught about half the time, with those false alarms) for false alarms under 1%.
+samples: `ClockReading.throttled`), a regression must exceed `CLOCK_LIMITED_FACTOR` times the
+threshold; smaller changes are "suspect" with the reason. A kernel whose clock stays near the
+maximum under the cap keeps the plain threshold. This trades detection of small slowdowns of
+such kernels for false alarms that are rare.
 
 With `--kernelpro-clock-anchor=on` (the default) a comparison where either side's samples ran
 mostly capped and both sides were timed in pairs with the clock anchor is made relative to
-the anchor instead (`clock_anchor.py`, which has the numbers); this tolerance is the rule
-without the pairs (`off`, or a baseline saved without them).
+the anchor instead (`clock_anchor.py`); this tolerance is the rule without the pairs (`off`,
+or a baseline saved without them).
 
 Also here, not the default: comparing cycles, the current samples scaled by (current mean
 SM clock / baseline mean SM clock) for compute-bound capped kernels (`clock_scale`,
-`compare(..., clock_normalize=True)`). Measured on the same 2709 measurements it made things
-worse: the mean NVML SM clock of a measurement did not follow its kernel's time (a -1.3%
-time change came with an 18% higher mean clock), and the scaled A/A spread of the capped
-GEMMs grew from 4% to 6.5%.
+`compare(..., clock_normalize=True)`). It is not the default because the mean NVML SM clock of
+a measurement does not follow its kernel's time, and the scaling widened the capped GEMMs'
+spread. The measurements: bench/results/2026-12-01-gate-accuracy-h200.md.
 """
 
 from __future__ import annotations

@@ -34,7 +34,6 @@ from typing import Any
 
 NVTX_OUTER = "kernelpro"
 NVTX_INNER = "kernel"
-NVTX_INCLUDE = f"{NVTX_OUTER}/"  # ncu push/pop syntax: kernels inside range "kernelpro"
 EXIT_BAD_SPEC = 2
 EXIT_PROBLEM_FAILED = 3
 

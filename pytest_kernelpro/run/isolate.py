@@ -42,10 +42,9 @@ OUTPUT_TAIL_LINES = 25
 def plugin_arguments(config: pytest.Config) -> list[str]:
     """`-p pytest_kernelpro.plugin` when this process has the plugin from anything but its
     entry point (`-p` with PYTEST_DISABLE_PLUGIN_AUTOLOAD, or a checkout on PYTHONPATH without
-    `pip install`, as on the H200 machine): the child inherits the environment, so it would
-    start without the plugin and reject its own `--kernelpro-*` flags (seen there: every
-    isolated item failed with "unrecognized arguments"). Nothing when the entry point
-    loaded it: a second registration would be an error."""
+    `pip install`): the child inherits the environment, so it would start without the plugin
+    and reject its own `--kernelpro-*` flags ("unrecognized arguments"). Nothing when the
+    entry point loaded it: a second registration would be an error."""
     module = sys.modules.get("pytest_kernelpro.plugin")
     loaded = config.pluginmanager.list_plugin_distinfo()
     if module is not None and any(plugin is module for plugin, _ in loaded):
@@ -106,6 +105,8 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
         "cpu_cross_device": settings.cpu_cross_device,
         "sort": settings.sort,
         "correctness_only": settings.correctness_only,
+        "confirm_process": settings.confirm_process,
+        "autotune_mismatch": settings.autotune_mismatch,
         "history": "off",  # the parent keeps the run in the history, once
     }
     for setting in SETTINGS:

@@ -3,8 +3,9 @@
 `run_kernel_item` is the entry (from `KernelItem.runtest`): the item's time limit, CPU thread
 policy, GPU memory accounting and isolation around `_run`, which chooses the device, resolves
 the item's settings once (`context.ItemSettings`), builds the kernel and its reference, and
-calls the stages (`stages.py`) in order; the optimize stage (`optimize.py`) is the one that
-takes the pytest item, since the patch it writes is placed through the item's source.
+calls the stages (`stages.py`) in order; the optimize stage is the one call into
+`pytest_kernelpro.optimize` (`optimize.loop.item.optimize_item`), made only under
+`--kernelpro-optimize`.
 
 Every failure becomes a `KernelproError` that names what went wrong and the fix, so one
 bad kernel fails alone and the session goes on.
@@ -23,6 +24,12 @@ import pytest
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.run.context import ItemRun, ItemSettings
+from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+from pytest_kernelpro.run.process_facts import (
+    autotune_capture,
+    record_process_facts,
+    remeasure_only,
+)
 from pytest_kernelpro.run.stages import (
     check,
     gate,
@@ -131,9 +138,9 @@ def _run_limited(
 def _start_cuda(device: str) -> None:
     """Create this process's CUDA context before the item's clock starts, once.
 
-    The first CUDA item of a process pays for the context (seconds on the H200): counted
-    against its time limit, a short limit failed a healthy kernel in every fresh
-    `--kernelpro-isolate` child, and a hanging kernel was stopped before it ever ran.
+    The first CUDA item of a process pays for the context (seconds): counted against its
+    time limit, a short limit would fail a healthy kernel in every fresh `--kernelpro-isolate`
+    child, and stop a hanging kernel before it ever ran.
     Nothing here waits for the GPU (an earlier item's kernel may still be running); what
     fails is left to the item, which reports it.
     """
@@ -209,9 +216,18 @@ def _run(
     kernel, reference = _build(run, memory)
     make_inputs = _input_maker(run, memory)
     grad_mode = _grad_mode(problem)
-    phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
+    capture = autotune_capture(run, session)
+    if settings.remeasure_pins is not None:
+        phase[0] = "re-measuring in a fresh process (confirmation)"
+        memory.phase("timing")
+        remeasure_only(run, session, kernel, reference, make_inputs, grad_mode, capture)
+        return
+    trials = run.settings.trials.value
+    phase[0] = f"checking correctness ({trials} trial{'' if trials == 1 else 's'})"
     memory.phase("check")
-    correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
+    with capture.watching():  # the first calls are where an autotuner picks its config
+        correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
+    record_process_facts(run, capture)
     if settings.correctness_only:
         record.extra["correctness_only"] = True
         return
@@ -230,6 +246,8 @@ def _run(
         make_inputs=make_inputs,
         correctness=correctness,
     )
+    capture.after_timing()
+    record_process_facts(run, capture)
 
     phase[0] = "checking the kernel again after timing"
     memory.phase("recheck")
@@ -241,8 +259,8 @@ def _run(
     roofline(run, session, reference, inputs, median_s, memory)
 
     # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
-    # Agent) and every correct candidate, and nothing reads the item's own profile; on the
-    # H200 it cost 22 s per kernel (bench/results/2026-12-01-optimize-h200.md).
+    # Agent) and every correct candidate, and nothing reads the item's own profile, which
+    # costs seconds per kernel on a GPU.
     if settings.profile:
         phase[0] = "profiling"
         memory.phase("profile")
@@ -256,7 +274,12 @@ def _run(
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
         memory.phase("gate")
-        gate(run, session, remeasure)
+        gate(
+            run,
+            session,
+            remeasure,
+            lambda pins: remeasure_in_fresh_process(item, session, pins),
+        )
     else:
         # In check mode the verdict applies the same floor.
         roofline_floor(run, median_s)

@@ -78,9 +78,9 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     from pytest_kernelpro.gate.render_session import missing_records_line, output_lines
     from pytest_kernelpro.gate.report import render_terminal_table
 
-    width = getattr(terminalreporter, "_tw", None)
-    columns = getattr(width, "fullwidth", 120) if width is not None else 120
-    color = bool(getattr(width, "hasmarkup", False))
+    writer = getattr(terminalreporter, "_tw", None)
+    columns = table_width(writer)
+    color = bool(getattr(writer, "hasmarkup", False))
     settings = kp.settings
     terminalreporter.write_sep("=", "kernelpro")
     terminalreporter.write_line(
@@ -110,6 +110,19 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(line)
     for failure in kp.write_failures:
         terminalreporter.write_line(f"kernelpro: FAILED: {failure}", red=True)
+
+
+def table_width(writer: Any) -> int | None:
+    """The terminal's columns, or None where pytest writes to no terminal (a CI log, a pipe,
+    a file): the tables then take the width of their content, since a log has no width to
+    fit and a cut table loses its verdicts first."""
+    if writer is None:
+        return None
+    stream = getattr(writer, "_file", None)
+    isatty = getattr(stream, "isatty", None)
+    if stream is not None and not (callable(isatty) and isatty()):
+        return None
+    return int(getattr(writer, "fullwidth", 120))
 
 
 def summary_notes(kp: KernelproSession) -> list[str]:

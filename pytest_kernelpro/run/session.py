@@ -52,6 +52,7 @@ class KernelproSession:
     started: float = field(default_factory=time.perf_counter)
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
     _specs: dict[str, DeviceSpec | None] = field(default_factory=dict)
+    _reprobed: set[str] = field(default_factory=set)  # devices whose ceilings were re-probed
     _baseline: Baseline | None = None
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
@@ -65,6 +66,7 @@ class KernelproSession:
     write_failures: list[str] = field(default_factory=list)
     json_written: bool = False  # the JSON report of this session is on disk
     baseline_written: bool = False  # the requested baseline is on disk
+    records_log_started: bool = False  # started once, when the first kernel item is known
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
     auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
     auto_profile_s: float = 0.0  # the time they took
@@ -155,6 +157,28 @@ class KernelproSession:
         self._ceilings[key] = ceilings
         return ceilings
 
+    def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
+        """The device's ceilings re-probed once per session (a kernel exceeded them): on the
+        CPU the best of the old and a new probe (`measure.ceiling_trust.reprobe`), which
+        makes them trusted; GPU ceilings and a ceilings file from settings are returned as
+        they are."""
+        from pytest_kernelpro.measure.ceiling_trust import reprobe, reprobe_summary
+
+        key = "cpu" if device == "cpu" else device
+        ceilings = self.ceilings_for(device)
+        if (
+            ceilings.device_type != "cpu"
+            or key in self._reprobed
+            or self.settings.ceilings_path is not None
+        ):
+            return ceilings
+        self._reprobed.add(key)
+        self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
+        ceilings = reprobe(ceilings, device, self.settings.cache_dir, why=why)
+        self._ceilings[key] = ceilings
+        self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
+        return ceilings
+
     def spec_for(self, device: str) -> DeviceSpec | None:
         """The device table entry of a GPU (hook-provided specs win); None on CPU."""
         from pytest_kernelpro.measure.devices import find_device_spec
@@ -209,6 +233,8 @@ class KernelproSession:
 
     def add_record(self, record: KernelRecord) -> None:
         self.records.append(record)
+        if not (self.records_log_started or self.is_xdist_worker):  # xdist: the first record
+            self.start_records_log()
         if self.records_log is not None:
             try:
                 self.records_log.record(record)
@@ -248,8 +274,12 @@ class KernelproSession:
 
     # -- records log -----------------------------------------------------------------------
     def start_records_log(self) -> None:
-        """Start this session's records log (controller only; workers send their records)."""
+        """Start this session's records log (controller only; workers send their records),
+        once a kernel item is known to run: a session that runs none (`--co`, every kernel
+        deselected, a project without kernels) writes no kernelpro file."""
         from pytest_kernelpro.gate.records_log import RecordsLog
+
+        self.records_log_started = True
 
         log = RecordsLog(self.settings.records_path)
         try:
@@ -261,6 +291,8 @@ class KernelproSession:
 
     def log_collected(self, nodeids: list[str]) -> None:
         self.collected = list(nodeids)
+        if nodeids and not self.records_log_started:
+            self.start_records_log()
         if self.records_log is not None:
             try:
                 self.records_log.collected(nodeids)
@@ -306,6 +338,8 @@ class KernelproSession:
             "machine": machine_name(),
             "wall_s": time.perf_counter() - self.started,
             "check": self.settings.check,
+            # Nothing timed: `kernelpro compare` and `history` pass the run over.
+            "correctness_only": self.settings.correctness_only,
             "threshold": self.settings.threshold,  # None: the per-device defaults below
             "default_thresholds": _default_thresholds(),
             "records_log": str(self.settings.records_path),
@@ -371,8 +405,6 @@ def start_session(config: pytest.Config) -> KernelproSession:
         # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
         session.capture = SessionCapture(extra_flags=settings.profile)
         session.capture.start()
-    if workerinput is None:
-        session.start_records_log()
     return session
 
 

@@ -41,7 +41,6 @@ DURATION = "gpu__time_duration.sum"
 DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 L2_HIT = "lts__t_sector_hit_rate.pct"
-L1_HIT = "l1tex__t_sector_hit_rate.pct"
 
 # ncu's time units (`--print-units base` writes ns; older pages spell them out) in seconds.
 SECONDS_PER_UNIT = {
@@ -81,7 +80,6 @@ GST_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
 LLD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum"
 LST_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum"
 LOCAL_LD_INST = "smsp__sass_inst_executed_op_local_ld.sum"
-LOCAL_ST_INST = "smsp__sass_inst_executed_op_local_st.sum"
 SHARED_LD_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
 SHARED_ST_CONFLICTS = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 SHARED_LD_WAVEFRONTS = "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"
@@ -103,8 +101,6 @@ THREADS_PRED_ON_PER_INST_OLD = "smsp__thread_inst_executed_pred_on_per_inst_exec
 BRANCH_UNIFORM = "smsp__sass_average_branch_targets_threads_uniform.pct"
 GMMA_INST = "sm__inst_executed_pipe_tensor_op_gmma.sum"
 FP64_RATIO = "device__attribute_single_to_double_precision_perf_ratio"
-LDGSTS_INST = "smsp__inst_executed_op_ldgsts.sum"
-TMA_INST = "sm__inst_executed_pipe_tma.sum"
 
 # Pipe utilization, % of peak over active SM cycles (as ncu's ComputeWorkloadAnalysis).
 TENSOR_PIPE = MetricRequest(

@@ -63,7 +63,7 @@ def simulate(
     return result, clock() - start, calls[0]
 
 
-# The cases of bench/cpu_budget.py (20 us, 0.3 ms, 3 ms; flush on/off), with the flush
+# The cases of bench/trials/cpu_budget.py (20 us, 0.3 ms, 3 ms; flush on/off), with the flush
 # priced at what 32.5 MiB took on the loaded 2-core VM (~10 ms) and on a quiet one (~3 ms).
 CASES = [
     (call_s, flush_s, budget_s)

@@ -21,9 +21,8 @@ Either way `probe()` asks every worker what its sandbox can do and which secret-
 variables its environment holds (names only); `DaskEvaluator` refuses workers whose sandbox
 is weaker than this machine's. The workers of a local cluster run on this machine, as
 children of this process: given this process's probe (`known`), each checks that its own
-namespace probe (a fraction of a second) finds the same sandbox and then takes the CUDA rung
-from it instead of climbing the CUDA ladder again (up to three processes that initialise
-the GPU: about 15 s on the H200, bench/results/2026-12-01-dask-h200.md).
+namespace probe (cheap) finds the same sandbox and then takes the CUDA rung from it instead
+of climbing the CUDA ladder again (up to three processes that each initialise the GPU).
 """
 
 from __future__ import annotations

@@ -22,6 +22,15 @@ build time on the critical path (the wait for its compiles plus the worker's bui
 Nothing a candidate does can raise into the search or the pytest session, and every
 candidate gets a fresh CUDA context, so the GPU is usable by the next one.
 
+A worker ran candidate code, so everything it reports is a claim. What is decided over one
+runs in processes that never load candidate code: the judge's check of a "correct"
+candidate's saved outputs and its timing of the reference (`_judged`), the check of a
+worker's "the reference failed" (`_reference_failure_claim`), and the winner's confirmation
+by a fresh re-timing and ncu (`confirm`; the rule is `confirm.py`'s).
+
+With `SandboxLimits.standby` > 0 the worker and judge processes are started ahead, inside
+the same sandbox, with torch imported, and each is handed one task (`pool.py`).
+
 Split by job: the task and the limits (`task.py`), the worker's environment
 (`environment.py`), watching and ending processes (`processes.py`); the names are
 re-exported here, where callers import them.
@@ -35,13 +44,19 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.outside_view import (
+    PhaseMark,
+    claim_failure,
+    tree_cpu_s,
+    usable_cores,
+)
 from pytest_kernelpro.optimize.build.api import ARCH_ENV
 from pytest_kernelpro.optimize.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.optimize.build.prebuild import Prebuilder
@@ -56,8 +71,10 @@ from pytest_kernelpro.optimize.sandbox.environment import (
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
+from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
+    children,
     clear_stale_locks,
     die_with_parent,
     exited,
@@ -71,12 +88,11 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     tree_size_mb,
 )
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
-from pytest_kernelpro.optimize.sandbox.trusted import TrustedSide
 from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
 from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 
 
-class SandboxEvaluator(TrustedSide):
+class SandboxEvaluator:
     """An `Evaluator` that runs every candidate in a fresh, sandboxed worker process."""
 
     def __init__(self, task: KernelBenchTask, limits: SandboxLimits | None = None) -> None:
@@ -104,6 +120,8 @@ class SandboxEvaluator(TrustedSide):
         # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
         # its profile, re-timing and re-measurement (never shared between candidates).
         self.compile_caches = CompileCaches()
+        # Worker and judge processes started ahead with torch imported (`pool.py`).
+        self.standbys = StandbyPool(self, self.limits.standby)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -146,6 +164,7 @@ class SandboxEvaluator(TrustedSide):
             self._prebuilder.close()
             self._prebuilder = None
         self.compile_caches.close()
+        self.standbys.close()
 
     def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
         """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
@@ -249,12 +268,13 @@ class SandboxEvaluator(TrustedSide):
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
+        workdir = self.standbys.scratch_dir("kernelpro-eval-")
+        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
+            "outputs_dir": str(outputs),
         }
         builder = self._builder()
         waiting = time.monotonic()
@@ -269,6 +289,8 @@ class SandboxEvaluator(TrustedSide):
                 # chose: run it once more under what the torch check found, and say so.
                 remove_tree(workdir)
                 workdir.mkdir()
+                remove_tree(outputs)  # nothing of the failed run is judged
+                outputs.mkdir()
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed
@@ -287,13 +309,16 @@ class SandboxEvaluator(TrustedSide):
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, workdir / "outputs")
+                evaluation = self._judged(evaluation, outputs)
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
         finally:
+            self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
-                remove_tree(workdir)
+                self.standbys.remove(workdir)
+            # The next candidate's processes import torch while the search generates it.
+            self.standbys.fill()
 
     def _task_payload(self) -> dict[str, Any]:
         return {
@@ -325,11 +350,22 @@ class SandboxEvaluator(TrustedSide):
             "--progress",
             str(progress_path),
         ]
-        run = self._launch(command, workdir, progress_path, result_path)
+        outputs = self.standbys.outputs_of(workdir)
+        run = self._launch(
+            command,
+            workdir,
+            progress_path,
+            result_path,
+            writable=[outputs] if outputs.parent != workdir else [],
+        )
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
+        evaluation = _outside_check(evaluation, run)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        standby = self.standbys.handover(workdir)
+        if standby is not None:
+            evaluation.metrics["standby"] = standby
         # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
         phases = phase_seconds(progress_path, ended - run.wall_s, ended)
         if phases:
@@ -345,14 +381,22 @@ class SandboxEvaluator(TrustedSide):
         progress_path: Path,
         result_path: Path,
         readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
     ) -> ProcessRun:
         """Run `command` in the sandbox with `workdir` as its scratch directory; watch it.
-        `readable`: shown read-only besides `readable_paths()` (the judge's outputs)."""
+        `readable`: shown read-only besides `readable_paths()` (the judge's outputs);
+        `writable`: writable besides the scratch directory (the worker's outputs)."""
+        handed = self.standbys.launch(
+            command, workdir, progress_path, result_path, readable=readable, writable=writable
+        )
+        if handed is not None:  # a process started ahead for `workdir` ran it
+            return handed
         limits = self.limits
         env = self.environment(workdir)
         wrapped = self.isolation.wrap(
             command,
             scratch=workdir,
+            writable=writable,
             readable=[*self.readable_paths(), *readable],
             python=limits.python,
             file_limit_mb=limits.scratch_limit_mb,
@@ -374,8 +418,11 @@ class SandboxEvaluator(TrustedSide):
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+            marks: dict[str, Any] = {}
             try:
-                killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+                killed, phase, peak_mb = self._watch(
+                    proc, progress_path, result_path, started, marks
+                )
             except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
                 kill_group(proc)
                 proc.wait()
@@ -392,7 +439,8 @@ class SandboxEvaluator(TrustedSide):
             died = killed is not None or not result_path.exists()
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 clear_stale_locks(self.extensions_dir, started)
-        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs)
+        marks["cores"] = usable_cores(proc.pid) if marks else 1
+        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs, marks)
 
     def _watch(
         self,
@@ -400,8 +448,10 @@ class SandboxEvaluator(TrustedSide):
         progress_path: Path,
         result_path: Path,
         started: float,
+        marks: dict[str, Any] | None = None,
     ) -> tuple[str | None, str, float]:
-        """Wait for the worker; kill its group on a timeout or memory overrun.
+        """Wait for the worker; kill its group on a timeout or memory overrun. `marks` gets
+        a `PhaseMark` for the "timing" phase and for its end (`_mark_timing_phase`).
 
         Returns (why it was killed or None, last phase, peak RSS in MB).
         """
@@ -411,12 +461,16 @@ class SandboxEvaluator(TrustedSide):
         phase, peak_mb, killed = "start", 0.0, None
         result_seen: float | None = None
         next_disk_check = started
+        # The checked outputs for the judge (`output_channel`), watched on their own limit.
+        outputs = self.standbys.outputs_of(progress_path.parent)
         delay = 0.02
         while True:
             if exited(proc):
                 break
             now = time.monotonic()
             seen = last_phase(progress_path) or phase
+            if marks is not None:
+                _mark_timing_phase(marks, seen, now, proc.pid)
             if seen != phase and self.on_phase is not None:
                 self.on_phase(seen)
             phase = seen
@@ -431,6 +485,8 @@ class SandboxEvaluator(TrustedSide):
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
+                elif tree_size_mb(outputs) > limits.outputs_limit_mb:
+                    killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
             elif result_path.exists():
@@ -441,7 +497,12 @@ class SandboxEvaluator(TrustedSide):
             if killed:
                 break
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.2)
+            # Finer while the worker times: its end must be seen close to when it happens.
+            delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
+        if marks is not None and "timing" in marks and "timed" not in marks:
+            # The worker ended before a poll saw it leave "timing": its exit is the end (the
+            # CPU time as last read).
+            marks["timed"] = PhaseMark(time.monotonic(), marks["cpu_last"])
         kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
         # The worker may have moved on since the last poll: the file has its final phase.
@@ -450,7 +511,7 @@ class SandboxEvaluator(TrustedSide):
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed not in ("memory", "disk"):
+        if result_path.exists() and killed not in ("memory", "disk", "outputs"):
             try:
                 data = json.loads(result_path.read_text(encoding="utf-8"))
                 if not isinstance(data, dict):
@@ -470,6 +531,13 @@ class SandboxEvaluator(TrustedSide):
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
                 f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "outputs":
+            return Evaluation(
+                status="run_error",
+                reason=f"outputs too large: the candidate wrote more than "
+                f"{self.limits.outputs_limit_mb} MB of checked outputs in phase {phase!r} "
+                "(killed; SandboxLimits.outputs_limit_mb)",
             )
         if killed == "disk":
             return Evaluation(
@@ -501,6 +569,248 @@ class SandboxEvaluator(TrustedSide):
             status="build_error" if phase == "build" else "run_error",
             reason=f"worker died ({run.how()}) without a result in phase {phase!r}",
         )
+
+    # ----- the trusted side: decided over a worker's claim, in processes without candidate
+    # code (the worker ran candidate code, so everything it reports is a claim) -----
+
+    def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
+        """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
+        judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
+        try:
+            task = {**self._task_payload(), "retime": retime}
+            (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
+            command = [
+                self.limits.python,
+                "-m",
+                "pytest_kernelpro.optimize.sandbox.judge",
+                "--task",
+                str(judgedir / "task.json"),
+                "--result",
+                str(judgedir / "judge.json"),
+                *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
+            ]
+            run = self._launch(
+                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+            )
+            try:
+                return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
+            except (OSError, ValueError):
+                logs = log_tail(judgedir / "stdout.log", judgedir / "stderr.log", 4000)
+                return {
+                    "ok": False,
+                    "judge_error": f"the judge process ended without a result ({run.how()}, "
+                    f"{run.killed or 'not killed'})\n{logs}",
+                }
+        finally:
+            self.standbys.release(judgedir)
+            if not self.limits.keep_workdirs:
+                self.standbys.remove(judgedir)
+
+    def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
+        return KernelproError(
+            f"The reference of task {self.task.name!r} fails in a trusted process, so no "
+            f"candidate can be checked: {verdict.get('reference_error')}. Fix the problem file "
+            f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
+        )
+
+    def _judged(self, evaluation: Evaluation, outputs: Path) -> Evaluation:
+        """The worker's "correct" is a claim: the judge checks its saved outputs and times
+        the reference; the speedup is the judge's reference time over the candidate's."""
+        started = time.perf_counter()
+        verdict = self._run_judge(outputs)
+        # The judge's own process (the search's wall split counts it as the check's).
+        evaluation.metrics["judge_s"] = time.perf_counter() - started
+        # A failed judge names the reference's exception in "reference_error"; a passing one
+        # carries the correctness rule's "reference_error" (its normwise error): not a failure.
+        if not verdict.get("ok") and verdict.get("reference_error"):
+            raise self._reference_error(verdict)
+        if verdict.get("judge_error"):
+            return Evaluation(
+                status="run_error",
+                reason="the trusted check of this candidate's outputs did not finish: "
+                + str(verdict["judge_error"]).splitlines()[0],
+                logs=evaluation.logs + "\n" + str(verdict["judge_error"]),
+                metrics=evaluation.metrics,
+                wall_s=evaluation.wall_s,
+            )
+        self._reference_ok = True
+        if not verdict.get("ok"):
+            return Evaluation(
+                status="cheat",
+                reason="result not confirmed: the worker reported a correct result, but the "
+                "outputs it handed over differ from the reference computed in a trusted "
+                f"process ({verdict.get('reason')})",
+                correctness=evaluation.correctness,
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        ref_timing = dict(verdict.get("reference_timing") or {})
+        candidate_s = _positive(evaluation.timing.get("candidate", {}).get("median_s"))
+        ref_s = _positive(ref_timing.get("median_s"))
+        if candidate_s is None or ref_s is None:
+            return Evaluation(
+                status="run_error",
+                reason=f"no usable timing (candidate median {candidate_s!r}, reference "
+                f"median {ref_s!r} from the trusted process)",
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        evaluation.timing["reference_in_worker"] = evaluation.timing.get("reference")
+        evaluation.timing["reference"] = ref_timing
+        evaluation.speedup = ref_s / candidate_s
+        evaluation.metrics["ref_median_s"] = ref_s
+        evaluation.correctness["verified_by"] = (
+            "judge: outputs of " + ", ".join(verdict.get("checked") or []) + " compared with "
+            "the reference in a process without candidate code"
+        )
+        return evaluation
+
+    def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
+        """Confirm a winner's time: re-time it in a fresh sandboxed worker the way the search
+        timed it, with clocks bound before the candidate's code runs (`worker.retime`), have
+        the judge check the output of a call made after timing, and compare the fresh median
+        and ncu's kernel durations (where the candidate was profiled) with the time the
+        search used (`search.confirm.confirm_timing`: the rule and its tolerances).
+
+        A mismatch disqualifies the candidate (status `cheat`) with the numbers in the
+        reason; otherwise `timing["confirmed"]` holds the re-timing and the comparison (the
+        judge checks the re-timed output and times nothing: the speedups are the final
+        re-measurement's). Only correct evaluations are confirmed.
+        """
+        from pytest_kernelpro.optimize.sandbox.confirm import confirm_timing
+
+        if evaluation.status != "correct":
+            return evaluation
+        claimed = _positive((evaluation.timing.get("candidate") or {}).get("median_s"))
+        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-retime-"))
+        payload = {
+            **self._task_payload(),
+            "candidate": candidate.code,
+            "memory_limit_mb": self.limits.memory_limit_mb,
+            "outputs_dir": str(workdir / "outputs"),
+            "retime": True,
+        }
+        try:
+            (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
+            retimed = self._run_seeded(candidate.code, workdir)
+            if retimed.status != "correct":
+                return _disqualified(
+                    evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
+                )
+            verdict = self._run_judge(workdir / "outputs", retime=True)
+        finally:
+            if not self.limits.keep_workdirs:
+                remove_tree(workdir)
+        if not verdict.get("ok"):
+            why = (
+                verdict.get("reason")
+                or verdict.get("reference_error")
+                or verdict.get("judge_error")
+            )
+            return _disqualified(
+                evaluation,
+                f"timing not confirmed: the output of the re-timed kernel is wrong ({why})",
+            )
+        raw = dict(retimed.timing.get("retimed") or {})
+        samples = raw.get("samples_s")
+        unwarmed = raw.get("unwarmed_samples_s")
+        # Set by the profiling evaluator (optimize/candidate_profile/evaluator.py) for a profiled candidate.
+        ncu_s = _positive((evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s"))
+        outcome = confirm_timing(
+            claimed or 0.0,
+            samples if isinstance(samples, list) else [],
+            device_kind="cuda" if self._needs_cuda() else "cpu",
+            tolerance=self.limits.confirm_tolerance,
+            ncu_s=ncu_s,
+            unwarmed_s=unwarmed if isinstance(unwarmed, list) else (),
+            method=str(raw.get("method") or ""),
+        )
+        # No reference time: the judge checks the re-timed output only (the speedups are the
+        # final re-measurement's, interleaved with the current kernel and the reference).
+        confirmed = {**outcome.record, "warmup_runs": raw.get("warmup_runs")}
+        if not outcome.ok:
+            disqualified = _disqualified(evaluation, outcome.reason)
+            disqualified.timing["confirmation"] = confirmed
+            return disqualified
+        evaluation.timing["confirmed"] = confirmed
+        return evaluation
+
+    def _reference_failure_claim(self, evaluation: Evaluation) -> Evaluation:
+        """A worker says the reference failed. Its process may have run candidate code, so
+        the claim is checked in a trusted process before the user's problem is blamed."""
+        if self._reference_ok is None:
+            verdict = self._run_judge(None)
+            if not verdict.get("ok") and verdict.get("reference_error"):
+                raise self._reference_error(verdict)
+            self._reference_ok = bool(verdict.get("ok"))
+        return Evaluation(
+            status="run_error",
+            reason="the worker reported that the reference failed, but the reference runs "
+            "in a trusted process: counted as this candidate's failure "
+            f"({str(evaluation.reason or '')[:200]})",
+            build_log=evaluation.build_log,
+        )
+
+
+def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:
+    return Evaluation(
+        status="cheat",
+        reason=reason,
+        timing=evaluation.timing,
+        correctness=evaluation.correctness,
+        metrics=evaluation.metrics,
+        logs=evaluation.logs,
+        wall_s=evaluation.wall_s,
+    )
+
+
+def _positive(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value > 0 and value == value and value != float("inf") else None
+
+
+# The parent's progress polling interval at its longest (`SandboxEvaluator._watch`), and
+# while the worker is in its timing phase.
+POLL_S = 0.2
+POLL_TIMING_S = 0.05
+_AFTER_TIMING = ("timed", "done")
+
+
+def _mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -> None:
+    """`PhaseMark`s of the worker's timing phase: "timing" when first seen, "timed" when a
+    later phase ("timed", or "done" when "timed" passed between two polls) is; the tree's CPU
+    time is read on every poll in between (`cpu_last`)."""
+    if "timing" in marks and "timed" in marks:
+        return
+    if seen == "timing" or "timing" in marks:
+        marks["cpu_last"] = tree_cpu_s(pid, children)
+    if seen == "timing" and "timing" not in marks:
+        marks["timing"] = PhaseMark(now, marks["cpu_last"])
+    elif seen in _AFTER_TIMING and "timing" in marks:
+        marks["timed"] = PhaseMark(now, marks["cpu_last"])
+
+
+def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
+    """A correct evaluation whose claimed timing phase is shorter than its parent saw is a
+    cheat (`measure.outside_view.claim_failure`)."""
+    if evaluation.status != "correct":
+        return evaluation
+    marks = run.phase_marks
+    claimed = (evaluation.timing or {}).get("phase_s")
+    failure = claim_failure(
+        claimed if isinstance(claimed, (int, float)) else None,
+        marks.get("timing"),
+        marks.get("timed"),
+        poll_s=POLL_TIMING_S,
+        cores=int(marks.get("cores") or 1),
+    )
+    if failure is None:
+        return evaluation
+    evaluation.status, evaluation.reason, evaluation.speedup = "cheat", failure, None
+    return evaluation
 
 
 __all__ = [

@@ -27,15 +27,6 @@ from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.text_safety import safe_text
 
 Role = Literal["user", "assistant"]
-#: Stop reasons of the Messages API; "max_tokens" means the reply was cut off.
-STOP_REASONS: tuple[str, ...] = (
-    "end_turn",
-    "max_tokens",
-    "stop_sequence",
-    "tool_use",
-    "pause_turn",
-    "refusal",
-)
 PRICES_FILE = Path(__file__).with_name("prices.yaml")
 # What may follow a priced model id: a release date, "-latest", or a cloud provider suffix.
 _MODEL_SUFFIX = re.compile(r"^(?:-\d{8}|-latest|-v\d+(?::\d+)?|@\d{8})*$")

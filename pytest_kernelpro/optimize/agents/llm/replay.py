@@ -44,7 +44,6 @@ from pytest_kernelpro.text_safety import safe_tree
 
 RECORDING_FORMAT = "kernelpro-llm-recording"
 RECORDING_VERSION = 1
-TRAJECTORY_FORMAT = "kernelpro-trajectory"  # pytest_kernelpro.optimize.search.trajectory.FORMAT
 
 
 def replay_key(*parts: object) -> str:
