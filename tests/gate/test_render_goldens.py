@@ -99,10 +99,6 @@ def _session() -> SimpleNamespace:
         write_failures=[],
         records_log=object(),  # started: its line is printed
         missing_records=lambda: ["test_kernels.py::lost[1]"],
-        json_written=True,  # on disk: named; the baseline was not asked for (correctness)
-        baseline_written=False,
-        records_log=object(),  # the records log is being written
-        write_failures=[],
     )
 
 
