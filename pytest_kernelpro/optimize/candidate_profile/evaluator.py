@@ -445,6 +445,7 @@ class CandidateProfiler:
                 scratch=workdir,
                 writable=self.writable,
                 python=self.python,
+                env=env,
             )
             with open(workdir / "stderr.log", "wb") as err:
                 proc = subprocess.Popen(
