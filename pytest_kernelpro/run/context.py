@@ -1,4 +1,4 @@
-"""What one kernel item's run is given: its resolved settings and the session's services.
+"""What one kernel item's run is given: its resolved settings and its profiling setup.
 
 `ItemSettings.resolve` decides, once per item, every setting a marker can override, with the
 one precedence of the project: marker > command line > `KERNELPRO_*` environment > ini >
@@ -15,7 +15,9 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 | min_roofline | min_roofline=  | (none)                   | none (no floor)                           |
 | device       | device=        | --kernelpro-device       | auto: the CUDA GPU when one is visible    |
 
-`Services` is what the stages need from the session, and all they may use of it.
+`Profiling` is the profile stage's setup (the session's builds, the profiler's time limit, the
+budget of automatic regression profiles). `Services` is what the optimizer's one seam
+(`optimize.loop.item.optimize_item`) uses of the session; the other stages get values.
 """
 
 from __future__ import annotations
@@ -25,14 +27,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
-    from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.measure.ceilings import Ceilings
-    from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem, ProblemLocator
     from pytest_kernelpro.record import KernelRecord
     from pytest_kernelpro.run.profile import SessionCapture
-    from pytest_kernelpro.run.session import DeviceChoice
 
 T = TypeVar("T")
 
@@ -141,30 +139,37 @@ class ItemRun:
         return self.problem.display_name
 
 
+@dataclass
+class Profiling:
+    """The profile stage's setup, one per session: the builds it looks up (`capture`), the
+    profiler's time limit, and the budget of automatic profiles of regressed kernels with
+    what was spent of it (shared by the session's items, so it counts as they run)."""
+
+    capture: SessionCapture | None
+    timeout_s: float
+    auto_limit: int  # automatic profiles per session (--kernelpro-auto-profiles)
+    auto_time_s: float  # and the seconds they may take together
+    auto_done: int = 0
+    auto_spent_s: float = 0.0
+
+    @classmethod
+    def for_settings(cls, settings: KernelproConfig) -> Profiling:
+        return cls(
+            capture=None,
+            timeout_s=settings.profile_timeout_s,
+            auto_limit=settings.auto_profiles,
+            auto_time_s=settings.auto_profile_time_s,
+        )
+
+    def auto_profile_allowed(self) -> bool:
+        return self.auto_done < self.auto_limit and self.auto_spent_s < self.auto_time_s
+
+
 class Services(Protocol):
-    """What a kernel item's stages use of the session, and all they may use of it
-    (implemented by `run.session.KernelproSession`)."""
+    """What the optimize stage uses of the session, and all it may use of it (implemented by
+    `run.session.KernelproSession`)."""
 
     settings: KernelproConfig  # the session-wide settings and their sources
-    cuda_poisoned_by: str | None  # the first item whose CUDA error broke the context
-    capture: SessionCapture | None  # load_inline builds of the session (for the profiler)
-    auto_profiles_done: int  # automatic profiles of regressed kernels so far
-    auto_profile_s: float  # and the time they took
-
-    @property
-    def is_xdist_worker(self) -> bool: ...
-
-    def choose_device(self, problem: Problem) -> DeviceChoice: ...
-
-    def ceilings_for(self, device: str) -> Ceilings: ...
-
-    def spec_for(self, device: str) -> DeviceSpec | None: ...
-
-    def op_cost_hook(
-        self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any
-    ) -> Any: ...
-
-    def baseline(self) -> Baseline | None: ...
 
     def add_record(self, record: KernelRecord) -> None: ...
 
@@ -172,6 +177,3 @@ class Services(Protocol):
         self, kernel: str, budget: str, max_evaluations: int | None
     ) -> SearchProgress:
         """The optimize stage's live progress display (on pytest's terminal)."""
-
-    def write_outputs(self) -> None:
-        """Write the session's reports now (a native hang is about to end the process)."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pytest_kernelpro.profile.capture import ExtensionCapture
-    from pytest_kernelpro.run.context import ItemRun, Services
+    from pytest_kernelpro.run.context import ItemRun, Profiling
 
 
 class SessionCapture:
@@ -45,13 +45,13 @@ class SessionCapture:
         return [p for b in self.capture.builds for p in b.ptxas] if self.capture else []
 
 
-def profile_item(run: ItemRun, services: Services, device: str) -> None:
+def profile_item(run: ItemRun, profiling: Profiling, device: str) -> None:
     """Fill the record's profile, the tools' findings, guidance and the report text."""
     from pytest_kernelpro.analysis import RooflineFacts, profile_and_analyze
     from pytest_kernelpro.record import ProfilePart
 
     record = run.record
-    capture = services.capture
+    capture = profiling.capture
     facts = RooflineFacts.from_roofline(
         record.roofline.to_dict() if record.roofline else None,
         median_s=record.median_s,
@@ -63,7 +63,7 @@ def profile_item(run: ItemRun, services: Services, device: str) -> None:
         so_paths=capture.so_paths if capture else (),
         ptxas=capture.ptxas if capture else (),
         device=device,
-        timeout_s=services.settings.profile_timeout_s,
+        timeout_s=profiling.timeout_s,
         ncu_path=os.environ.get("KERNELPRO_NCU"),
     )
     record.profile = ProfilePart.from_dict(analysis.report.to_dict())

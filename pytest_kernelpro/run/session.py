@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem
-    from pytest_kernelpro.run.profile import SessionCapture
+    from pytest_kernelpro.run.context import Profiling
 
 
 REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
@@ -56,13 +56,16 @@ class KernelproSession:
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
-    capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
+    profiling: Profiling = field(init=False)  # the profile stage's setup (builds, budgets)
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
-    auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
-    auto_profile_s: float = 0.0  # the time they took
+
+    def __post_init__(self) -> None:
+        from pytest_kernelpro.run.context import Profiling
+
+        self.profiling = Profiling.for_settings(self.settings)
 
     def progress(self, line: str) -> None:
         """Say on the terminal that a silent one-time step (ceilings) is starting."""
@@ -226,8 +229,8 @@ class KernelproSession:
 
     def stop(self) -> None:
         """End the build capture (the session's last act, at pytest_unconfigure)."""
-        if self.capture is not None:
-            self.capture.stop()
+        if self.profiling.capture is not None:
+            self.profiling.capture.stop()
 
     def check_replay_items(self, items: list[Any]) -> None:
         """With a replay directory, every kernel item to optimize needs its recording."""
@@ -363,8 +366,9 @@ def start_session(config: pytest.Config) -> KernelproSession:
         from pytest_kernelpro.run.profile import SessionCapture
 
         # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
-        session.capture = SessionCapture(extra_flags=settings.profile)
-        session.capture.start()
+        capture = SessionCapture(extra_flags=settings.profile)
+        capture.start()
+        session.profiling.capture = capture
     if workerinput is None:
         session.start_records_log()
     return session

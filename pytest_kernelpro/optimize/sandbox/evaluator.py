@@ -532,7 +532,11 @@ class SandboxEvaluator:
                 *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
             ]
             run = self._launch(
-                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+                command,
+                judgedir,
+                judgedir / "progress.log",
+                judgedir / "judge.json",
+                readable=[outputs] if outputs is not None else [],  # the sandbox hides /tmp
             )
             try:
                 return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
