@@ -13,7 +13,8 @@
 Expected: every cheat refused with its reason, the honest kernels passing, the honest
 candidate the winner. `--device cpu` is the dry run (the CUDA items skip; the CUDA candidates
 fail to run). The table last: one line per kernel and per candidate. Resumable: a step whose
-JSON is in DIR is not run again.
+JSON is in DIR is not run again. Files: table.txt, gate.json, optimize.json, logs.tgz (the
+pytest logs and the search's run folder).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -69,11 +71,11 @@ def gate_step(work: Path, out: Path, device: str) -> dict[str, Any]:
     common = [f"--kernelpro-device={device}", "test_gate_cheats.py"]
     steps = {
         "baseline": run(
-            pytest_cmd("--kernelpro-save-baseline=base.yaml", *common), work, out / "gate-baseline.log", 240
+            pytest_cmd("--kernelpro-save-baseline=base.yaml", *common), work, out / "logs" / "gate-baseline.log", 120
         ),
         "check": run(
             pytest_cmd("--kernelpro-check", "--kernelpro-baseline=base.yaml", *common),
-            work, out / "gate-check.log", 240,
+            work, out / "logs" / "gate-check.log", 100,
         ),
     }  # fmt: skip
     kernels = {}
@@ -99,32 +101,31 @@ def optimize_step(work: Path, out: Path, device: str, budget: int) -> dict[str, 
         f"--kernelpro-device={device}",
         f"--kernelpro-optimize={budget}",
         "--kernelpro-llm=replay:replays",
+        "--kernelpro-feedback=none",  # no profiles: the checks at evaluation must catch them
         "--kernelpro-time-budget=0.5",
         "test_softmax.py",
     )
-    step = run(cmd, work, out / "optimize.log", 420)
+    step = run(cmd, work, out / "logs" / "optimize.log", 330)
     candidates = []
     best = None
     runs = sorted((work / ".kernelpro" / "optimize" / "softmax_rows").glob("run-*"))
     if runs:
         for line in (runs[-1] / "trajectory.jsonl").read_text(encoding="utf-8").splitlines():
             entry = json.loads(line)
-            evaluation = entry.get("evaluation") or {}
-            if not evaluation:
+            if entry.get("kind") != "node":
                 continue
-            source = (entry.get("candidate") or {}).get("code") or entry.get("code") or ""
-            strategy = source.split("Strategy:", 1)[-1].split("\n", 1)[0].strip()[:60]
             candidates.append({
-                "strategy": strategy,
-                "status": evaluation.get("status"),
-                "reason": (evaluation.get("reason") or "")[:500],
-                "speedup": evaluation.get("speedup"),
+                "node": entry.get("id"),
+                "strategy": str(entry.get("strategy") or "")[:80],
+                "status": entry.get("status"),
+                "reason": str(entry.get("reason") or "")[:500],
+                "speedup": entry.get("speedup"),
                 "reward": entry.get("reward"),
             })  # fmt: skip
         summary = runs[-1] / "summary.json"
         if summary.is_file():
             best = json.loads(summary.read_text(encoding="utf-8"))
-        shutil.copytree(runs[-1], out / "optimize-run", dirs_exist_ok=True)
+        shutil.copytree(runs[-1], out / "logs" / "optimize-run", dirs_exist_ok=True)
     return {"step": step, "candidates": candidates, "summary": best}
 
 
@@ -134,11 +135,16 @@ def table(gate: dict[str, Any], optimize: dict[str, Any] | None) -> str:
         ok = "yes" if k["as_expected"] else "NO"
         lines.append(f"{name:32} {k['outcome'] or '?':8} {ok:3} {k['message'][:150]}")
     if optimize is not None:
-        lines += ["", "optimizer candidates (replay):", f"{'strategy':40} {'status':8} reason"]
+        lines += ["", "optimizer candidates (replay):", f"{'strategy':40} {'status':9} reward  reason"]  # fmt: skip
         for c in optimize.get("candidates", []):
-            lines.append(f"{c['strategy'][:40]:40} {c['status'] or '?':8} {c['reason'][:150]}")
-        best = (optimize.get("summary") or {}).get("best") or optimize.get("summary")
-        lines.append(f"best: {json.dumps(best)[:400]}")
+            reward = c.get("reward")
+            shown = f"{reward:6.2f}" if isinstance(reward, (int, float)) else "     -"
+            lines.append(
+                f"{c['strategy'][:40]:40} {c['status'] or '?':9} {shown}  {c['reason'][:150]}"
+            )
+        summary = optimize.get("summary") or {}
+        keys = ("status", "reason", "winner", "best_speedup", "best_speedup_vs_current")
+        lines.append("search: " + json.dumps({k: summary.get(k) for k in keys})[:600])
     return "\n".join(lines)
 
 
@@ -150,7 +156,7 @@ def main() -> int:
     parser.add_argument("--skip-optimize", action="store_true")
     args = parser.parse_args()
     out = args.out
-    out.mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(parents=True, exist_ok=True)
     work = Path(os.environ.get("KP_HONEST_WORK", "/tmp/kp-honest"))
     if work.exists():
         shutil.rmtree(work)
@@ -167,6 +173,10 @@ def main() -> int:
         optimize = json.loads(optimize_json.read_text())
     text = table(gate, optimize)
     (out / "table.txt").write_text(text + "\n")
+    # Four files come back: the tables, the two JSONs and one archive of the logs.
+    with tarfile.open(out / "logs.tgz", "w:gz") as archive:
+        archive.add(out / "logs", arcname="logs")
+    shutil.rmtree(out / "logs")
     print(text)
     return 0
 

@@ -84,6 +84,9 @@ def summarize_record(record: Any, call: int) -> dict[str, Any]:
     roofline = record.roofline.to_dict() if record.roofline else {}
     memory = record.extra.get("memory") or {}
     timing_wall = _float(timing.get("wall_s"))
+    correctness = record.correctness.to_dict() if record.correctness else {}
+    truth = correctness.get("truth") or {}
+    kernelbench = correctness.get("kernelbench") or {}
     return {
         "kind": "problem",
         "call": call,
@@ -111,6 +114,17 @@ def summarize_record(record: Any, call: int) -> dict[str, Any]:
         "peak_name": roofline.get("peak_name"),
         "efficiency": record.efficiency,
         "device": record.device,
+        # The correctness rule (measure/accuracy.py): which rule decided, the factor, the
+        # kernel's and the reference's normwise errors against the truth, the truth's cost.
+        "rule": correctness.get("rule"),
+        "factor": correctness.get("factor"),
+        "kernel_error": correctness.get("kernel_error"),
+        "reference_error": correctness.get("reference_error"),
+        "truth_precision": truth.get("precision"),
+        "truth_s": truth.get("seconds"),
+        "truth_peak_bytes": truth.get("peak_bytes"),
+        "truth_skipped": truth.get("skipped"),
+        "kernelbench_passed": kernelbench.get("passed"),
     }
 
 
@@ -353,6 +367,7 @@ def render(rows: list[dict[str, Any]], commit: str | None) -> str:
                 + " | ".join(_gib(phases.get(p)) for p in PHASES)
                 + " |"
             )
+    lines += _correctness_section(problems)
     failed = [r for r in problems if r["outcome"] != "passed"]
     if failed:
         lines += ["", "## Not passed", ""]
@@ -360,6 +375,56 @@ def render(rows: list[dict[str, Any]], commit: str | None) -> str:
             text = (r.get("message") or "").replace("\n", " ")[:400]
             lines.append(f"- level {r['level']} {r['problem']} ({r['outcome']}): {text}")
     return "\n".join(lines) + "\n"
+
+
+def _rule_kind(rule: str | None) -> str:
+    if rule is None:
+        return "not recorded"
+    if rule.startswith("dtype default"):
+        return "dtype default (no truth)"
+    if rule.startswith("marker"):
+        return "marker"
+    return "reference error (truth)"
+
+
+def _correctness_section(problems: list[dict[str, Any]]) -> list[str]:
+    """Which rule decided, the truth's cost, and every problem without a truth (why)."""
+    if not any("rule" in r for r in problems):
+        return []
+    kinds: dict[str, int] = {}
+    for r in problems:
+        kinds[_rule_kind(r.get("rule"))] = kinds.get(_rule_kind(r.get("rule")), 0) + 1
+    truth_s = [v for r in problems if (v := _float(r.get("truth_s"))) is not None]
+    peaks = [v for r in problems if (v := _float(r.get("truth_peak_bytes"))) is not None]
+    kb_fail = [r for r in problems if r.get("kernelbench_passed") is False]
+    lines = [
+        "",
+        "## Correctness rule",
+        "",
+        "- decided by: " + ", ".join(f"{k}: {n}" for k, n in sorted(kinds.items())),
+        f"- the truth's re-run: {len(truth_s)} problems, {sum(truth_s):.2f} s in all, max "
+        f"{max(truth_s, default=0.0):.3f} s; peak memory max {_gib(max(peaks, default=0.0))} GiB",
+        f"- KernelBench's own check (allclose 1e-2) failed: {len(kb_fail)}",
+        "",
+        "| level | problem | rule | kernel error | reference error | truth s | truth peak GiB | KernelBench |",
+        "|--:|:--|:--|--:|--:|--:|--:|:--|",
+    ]
+    for r in sorted(problems, key=lambda r: (r["level"], number_of(r["nodeid"]))):
+        ke, re_ = _float(r.get("kernel_error")), _float(r.get("reference_error"))
+        ts = _float(r.get("truth_s"))
+        kb = r.get("kernelbench_passed")
+        lines.append(
+            f"| {r['level']} | {r['problem']} | {_rule_kind(r.get('rule'))} | "
+            f"{'–' if ke is None else f'{ke:.3g}'} | {'–' if re_ is None else f'{re_:.3g}'} | "
+            f"{'–' if ts is None else f'{ts:.4f}'} | {_gib(r.get('truth_peak_bytes'))} | "
+            f"{'–' if kb is None else 'pass' if kb else 'FAIL'} |"
+        )
+    skipped = [r for r in problems if r.get("truth_skipped")]
+    if skipped:
+        lines += ["", "### No truth: the dtype rule decided", ""]
+        for r in skipped:
+            lines.append(f"- level {r['level']} {r['problem']}: {r['truth_skipped']}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,6 +3,14 @@ timed, its time confirmed, and (where ncu works inside the sandbox) profiled.
 
     python bench/sandbox_h200.py --out $OUT            # on the GPU machine
     python bench/sandbox_h200.py --out /tmp/sb --device cpu   # dry run (PyTorch candidate)
+    python bench/sandbox_h200.py --out $OUT --security  # issue 23's checks only (below)
+
+`--security` runs, with default settings: the cost of the sandbox per candidate (a bare
+`python -c pass` unsandboxed, in the namespaces with the old deny-list view, and with the
+allow-list view; then the candidate's evaluation with each view, alternated), a candidate
+whose `load_inline` flags carry a shell command (built ahead by the search), and a
+candidate that reads the home directory's credential files, the repository's `.env` and
+its parent's environment and raises with what it read.
 
 The candidate is a fast-path CUDA kernel (`pytest_kernelpro.optimize.build.load_cuda`: nvcc to a cubin,
 driver-API launch) for `a + b` on 16M floats. At import it also probes its sandbox and prints
@@ -166,8 +174,13 @@ def main() -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--ncu-timeout", type=float, default=40.0)
+    parser.add_argument("--security", action="store_true", help="issue 23's checks only")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.security:
+        from sandbox_security import run_security  # bench/sandbox_security.py
+
+        return run_security(args.out, args.device, log)
     started = time.monotonic()
     os.environ["KERNELPRO_BENCH_API_TOKEN"] = CANARY  # must not reach the candidate
     import torch

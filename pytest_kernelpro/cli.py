@@ -1,4 +1,4 @@
-"""The `kernelpro` command: comment, compare, history, show, report, calibrate; `--version`.
+"""The `kernelpro` command: comment, approval, compare, history, show, report, calibrate; `--version`.
 
 Each subcommand lives in its part; this module only dispatches, importing lazily.
 """
@@ -14,6 +14,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "pytest_kernelpro.gate.comment_cli",
         "comment_main",
         "build (and --post) the PR comment from a JSON report or JUnit XML",
+    ),
+    "approval": (
+        "pytest_kernelpro.gate.approval",
+        "approval_main",
+        "stop unless the PR's head commit is approved by someone with write access",
     ),
     "compare": (
         "pytest_kernelpro.gate.compare",

@@ -84,6 +84,14 @@ def add_options(parser: pytest.Parser) -> None:
         default=False,
         help=argparse.SUPPRESS,  # set by --kernelpro-isolate on the process of one item
     )
+    group.addoption(
+        "--kernelpro-remeasure-child",
+        default=None,
+        metavar="PINS_JSON",
+        # Set on the fresh process that re-measures a provisional regression
+        # (run/fresh_process.py): time the item only, with these autotune choices pinned.
+        help=argparse.SUPPRESS,
+    )
     for setting in SETTINGS:
         section = optimize_group if setting.optimizer else group
         if setting.is_flag:
@@ -186,6 +194,10 @@ class KernelproConfig:
     history_dir: Path | None = None
     correctness_only: bool = False
     dask: str | None = None  # --kernelpro-dask: local, local:N or a scheduler address
+    confirm_process: str = "fresh"  # where a provisional regression is re-measured
+    autotune_mismatch: str = "pin"  # gate/autotune_gate.py
+    # Set in the fresh process of a confirmation: the autotune choices to pin (a JSON file).
+    remeasure_pins: Path | None = None
 
     def budget_for(self, device: str) -> float:
         """The timing budget on `device`: the setting, else 2 s on a GPU and 1 s on the CPU
@@ -290,6 +302,9 @@ class KernelproConfig:
             correctness_only=bool(values["correctness_only"]),
             dask=values["dask"],
             resume=bool(config.getoption("kernelpro_resume", default=False)),
+            confirm_process=values["confirm_process"],
+            autotune_mismatch=values["autotune_mismatch"],
+            remeasure_pins=_remeasure_pins(config),
         )
 
 
@@ -298,3 +313,8 @@ def _item_timeout(value: float, source: str, config: pytest.Config) -> float | N
     if source == "default" and config.getoption("kernelpro_optimize", default=None):
         return None
     return value
+
+
+def _remeasure_pins(config: pytest.Config) -> Path | None:
+    value = config.getoption("kernelpro_remeasure_child", default=None)
+    return None if value is None else Path(value)

@@ -79,3 +79,18 @@ def pytest_kernelpro_record(record: KernelRecord) -> None:
             if record.outcome == "failed":
                 notify_team(record.name, record.message)
     """
+
+
+@hookspec
+def pytest_kernelpro_autotuners() -> list[type] | None:
+    """Return autotuner classes that behave like Triton's `Autotuner` (`configs`, `keys`,
+    `cache` of key -> chosen config, `best_config`, `run`), e.g. a library's own copy of it:
+    their choices are recorded and compared with the baseline's like Triton's
+    (`measure/autotune.py`). Triton's own class needs no hook.
+
+    Example (conftest.py)::
+
+        def pytest_kernelpro_autotuners():
+            from mylib.tuning import Autotuner
+            return [Autotuner]
+    """

@@ -97,6 +97,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         kp.check_replay_items([i for i in session.items if isinstance(i, KernelItem)])
     if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
         return  # the xdist controller collects nothing itself; a crashed worker fails its item
+    if session.config.option.collectonly:
+        return  # --co runs nothing: no kernel is missing a record
     kp.log_collected([i.nodeid for i in session.items if isinstance(i, KernelItem)])
 
 
@@ -132,7 +134,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if kp.records:
         kp.write_outputs()
+    # A requested file that is not on disk fails the session (each named in red).
+    if kp.write_failures and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     kp.log_finished(int(session.exitstatus))
+    if kp.write_failures and session.exitstatus == 0:  # the records log's last line
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

@@ -26,6 +26,8 @@ CPU_FLUSH_CHOICES = ("auto", "on", "off")
 CLOCK_ANCHOR_CHOICES = ("off", "on")
 CROSS_CPU_CHOICES = ("info", "gate")
 SORT_CHOICES = ("status", "name", "median", "roofline", "change")
+AUTOTUNE_MISMATCH_CHOICES = ("pin", "warn", "fail")  # gate/autotune_gate.py
+CONFIRM_PROCESS_CHOICES = ("fresh", "same")
 
 
 def parse_fraction(text: str) -> float:
@@ -98,6 +100,8 @@ parse_cpu_flush = _choice("CPU flush mode", CPU_FLUSH_CHOICES)
 parse_clock_anchor = _choice("clock anchor mode", CLOCK_ANCHOR_CHOICES)
 parse_cross_cpu = _choice("cross-CPU mode", CROSS_CPU_CHOICES)
 parse_sort = _choice("sort order", SORT_CHOICES)
+parse_autotune_mismatch = _choice("autotune mismatch action", AUTOTUNE_MISMATCH_CHOICES)
+parse_confirm_process = _choice("confirmation process", CONFIRM_PROCESS_CHOICES)
 
 
 def parse_threads(text: str) -> int:
@@ -263,10 +267,34 @@ SETTINGS: tuple[Setting, ...] = (
         "compares kernel / anchor per pair at 0.75x the threshold where either side ran "
         "capped (a baseline without the pairs falls back to times, and says so); off times "
         "the kernel alone and gates such kernels on time, at 3x the threshold where the SM "
-        "clock was held down",
+        "clock was held down. CPU kernels: on follows every sample with a fixed fp32 GEMM, "
+        "both in on-CPU time, and the gate compares on-CPU time checked against it, at a "
+        "tolerance that follows the machine's load (gate/cpu_anchor.py)",
         parse_clock_anchor,
         "on",
         "MODE",
+    ),
+    Setting(
+        "confirm_process",
+        "Where a provisional regression is re-measured to confirm it: fresh (a new process: "
+        "new autotune picks, allocator and library state, so a slowdown that belongs to one "
+        "process does not confirm itself; costs the process start on top of the re-timing) "
+        "or same (this process, as before)",
+        parse_confirm_process,
+        "fresh",
+        "MODE",
+    ),
+    Setting(
+        "autotune_mismatch",
+        "What the gate does when a regressed kernel's autotuner picked another config than "
+        "the baseline's and, re-measured in a fresh process with the baseline's config "
+        "pinned, the kernel is not slower: pin (default: gate at the baseline's pick, the "
+        "kernel passes with a note), warn (reported as suspect, never failed) or fail (the "
+        "head's pick is what users get: fail). A kernel still slower at the baseline's pick "
+        "fails under every setting",
+        parse_autotune_mismatch,
+        "pin",
+        "ACTION",
     ),
     Setting(
         "cuda_graph",

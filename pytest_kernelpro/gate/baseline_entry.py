@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro.gate.clock_scale import record_clock_facts
+from pytest_kernelpro.gate.cpu_anchor import record_cpu_anchor
 from pytest_kernelpro.gate.format import finite_float
 from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
@@ -63,6 +64,18 @@ class BaselineEntry:
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None
+    # What the kernel's autotuners chose in the baseline's process (measure/autotune.py:
+    # kernel, key, flat config, ...), the library settings that choose algorithms, and the
+    # versions that change generated code (measure/environment.py). Absent in older files.
+    autotune: list[dict[str, Any]] | None = None
+    library: dict[str, Any] | None = None
+    environment: dict[str, str] | None = None
+    # A CPU timing's pairs with the CPU anchor (measure/timing/cpu_anchor.py,
+    # gate/cpu_anchor.py): the kernel's and the anchor's on-CPU times, and why the machine
+    # counted as busy.
+    cpu_kernel_s: list[float] | None = None
+    cpu_anchor_s: list[float] | None = None
+    cpu_busy: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain types only, in a stable key order, for YAML (clock and anchor keys only when
@@ -83,6 +96,22 @@ class BaselineEntry:
                 anchor_median_s=_sig(self.anchor_median_s),
                 anchor_ratios=[_sig(v) for v in self.anchor_ratios],
             )
+        process = {
+            key: value
+            for key, value in (
+                ("autotune", self.autotune),
+                ("library", self.library),
+                ("environment", self.environment),
+            )
+            if value is not None
+        }
+        if self.cpu_kernel_s and self.cpu_anchor_s:
+            clock.update(
+                cpu_kernel_s=[_sig(v) for v in self.cpu_kernel_s],
+                cpu_anchor_s=[_sig(v) for v in self.cpu_anchor_s],
+            )
+            if self.cpu_busy:
+                clock["cpu_busy"] = self.cpu_busy
         return {
             "name": self.name,
             "kernel": self.kernel,
@@ -95,6 +124,7 @@ class BaselineEntry:
             "roofline_time_s": _sig(self.roofline_time_s),
             "method": self.method,
             **clock,
+            **process,
             "samples_s": [_sig(v) for v in self.samples_s],
         }
 
@@ -110,6 +140,7 @@ class BaselineEntry:
             return None
         clock = record_clock_facts(record)
         anchor = anchor_of_timing(timing.anchor)
+        cpu = record_cpu_anchor(record)
         return cls(
             name=record.name,
             kernel=record.kernel,
@@ -131,6 +162,16 @@ class BaselineEntry:
             anchor_ratios=None
             if anchor is None
             else quantile_subsample(anchor[2], BASELINE_SAMPLES),
+            autotune=None if record.autotune is None else list(record.autotune.choices),
+            library=None if record.autotune is None else record.autotune.library,
+            environment=None if record.environment is None else record.environment.to_dict(),
+            cpu_kernel_s=None
+            if cpu is None
+            else quantile_subsample(cpu.kernel_s, BASELINE_SAMPLES),
+            cpu_anchor_s=None
+            if cpu is None
+            else quantile_subsample(cpu.anchor_s, BASELINE_SAMPLES),
+            cpu_busy=None if cpu is None else cpu.busy,
         )
 
 
@@ -178,11 +219,63 @@ def parse_entry(raw: Any) -> BaselineEntry:
                 f"anchor_ratios is {_short(ratios)}, expected a non-empty list of positive numbers"
             )
         out.anchor_ratios = [float(v) for v in ratios]
+    out.autotune, out.library, out.environment = _process_facts(raw)
+    for key in ("cpu_kernel_s", "cpu_anchor_s"):
+        values = raw.get(key)
+        if values is not None:
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(_finite_pos(v) for v in values)
+            ):
+                raise ValueError(
+                    f"{key} is {_short(values)}, expected a non-empty list of positive seconds"
+                )
+            setattr(out, key, [float(v) for v in values])
+    out.cpu_busy = _opt_str(raw, "cpu_busy")
     n = raw.get("n", len(samples))
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n is {_short(n)}, expected a positive integer")
     out.n = n
     return out
+
+
+def _process_facts(
+    raw: dict[str, Any],
+) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None, dict[str, str] | None]:
+    """The entry's autotune choices, library settings and versions, each checked for its
+    shape (a hand-edited or merged file must fail here, not in the comparison)."""
+    choices = raw.get("autotune")
+    if choices is not None:
+        if not isinstance(choices, list) or not all(
+            isinstance(c, dict)
+            and isinstance(c.get("kernel"), str)
+            and isinstance(c.get("config"), dict)
+            for c in choices
+        ):
+            raise ValueError(
+                f"autotune is {_short(choices)}, expected a list of mappings with a kernel "
+                "name and a config"
+            )
+        for choice in choices:
+            if choice.get("key") is not None and not isinstance(choice["key"], list):
+                raise ValueError(
+                    f"autotune key of {choice['kernel']} is {_short(choice['key'])}, "
+                    "expected a list or null"
+                )
+    library = raw.get("library")
+    if library is not None and not isinstance(library, dict):
+        raise ValueError(f"library is {_short(library)}, expected a mapping")
+    environment = raw.get("environment")
+    if environment is not None:
+        if not isinstance(environment, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in environment.items()
+        ):
+            raise ValueError(
+                f"environment is {_short(environment)}, expected a mapping of names to "
+                "version strings"
+            )
+    return choices, library, environment
 
 
 def _opt_str(raw: dict[str, Any], key: str) -> str | None:

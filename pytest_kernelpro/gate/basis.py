@@ -39,6 +39,14 @@ from pytest_kernelpro.gate.clock_scale import (
     entry_clock_facts,
     record_clock_facts,
 )
+from pytest_kernelpro.gate.cpu_anchor import (
+    CPU_ANCHOR_PREFIX,
+    CpuAnchorSide,
+    compare_cpu_anchored,
+    cpu_anchor_missing,
+    entry_cpu_anchor,
+    record_cpu_anchor,
+)
 from pytest_kernelpro.gate.stats import median
 
 if TYPE_CHECKING:
@@ -62,6 +70,15 @@ class Basis:
     extra: dict[str, Any] = field(default_factory=dict)  # Verdict fields this basis sets
     unit: str = ""  # after "slower by 3.1%": " in cycles", " relative to the clock anchor"
     detail: str = ""  # after the tolerance inside the parentheses
+    # CPU anchor (gate/cpu_anchor.py): the load is cancelled by the anchor, so an
+    # oversubscribed timing is no reason for "suspect"; `widened` says why the tolerance is
+    # above the threshold, `unusable` why the anchor shows the measurement cannot gate.
+    load_cancelled: bool = False
+    # The fastest decile's tolerance when not the basis's (the CPU anchor: a tolerance widened
+    # for between-session noise would ask the noisy decile for more than the median).
+    low_tolerance: float | None = None
+    widened: str | None = None
+    unusable: str | None = None
 
 
 @dataclass
@@ -112,10 +129,19 @@ def same_device_basis(
         ref=list(entry.samples_s),
         ratio=current_median / entry.median_s,
     )
+    if is_cpu(device) and clock_anchor:
+        cpu_now, cpu_base = record_cpu_anchor(record), entry_cpu_anchor(entry)
+        missing = cpu_anchor_missing(cpu_now, cpu_base)
+        if missing is None:
+            assert cpu_now is not None
+            assert cpu_base is not None
+            return cpu_anchored_basis(device, cpu_now, cpu_base, chosen.ratio, threshold)
+        chosen.text = f"time (same device: {device}; no CPU anchor: {missing})"
+        return chosen
+    now, base = record_anchor(record), entry_anchor(entry)
     facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)
     limited = clock_limit_text(facts_now, facts_base)
     capped = capped_text(facts_now, facts_base)
-    now, base = record_anchor(record), entry_anchor(entry)
     if capped is not None and clock_anchor:
         missing = anchor_missing(now, base)
         if missing is None:
@@ -195,6 +221,34 @@ def anchored_basis(
         },
         unit=" relative to the clock anchor",
         detail=f"; plain time {_pct(time_ratio - 1.0)}, anchor GEMM {_pct(anchor_change)}, {why}",
+    )
+
+
+def cpu_anchored_basis(
+    device: str, now: CpuAnchorSide, base: CpuAnchorSide, time_ratio: float, threshold: float
+) -> Basis:
+    """The kernel's on-CPU samples of both sides, read against the CPU anchor (cpu_anchor.py)."""
+    facts = compare_cpu_anchored(now, base, threshold)
+    return Basis(
+        text=(
+            f"on-CPU time checked against the CPU anchor (same device: {device}; "
+            f"{now.name.removeprefix(CPU_ANCHOR_PREFIX).strip()} after each sample)"
+        ),
+        tolerance=facts.tolerance,
+        now=list(now.kernel_s),
+        ref=list(base.kernel_s),
+        ratio=1.0 + facts.change,
+        extra={
+            "anchor": now.name,
+            "anchor_change": facts.anchor_move,
+            "raw_change": time_ratio - 1.0,
+        },
+        unit=" in on-CPU time and relative to the CPU anchor",
+        detail=f"; wall time {_pct(time_ratio - 1.0)}, {facts.facts()}",
+        load_cancelled=True,
+        low_tolerance=max(threshold, facts.tolerance / 2.0),
+        widened=facts.widened,
+        unusable=facts.unusable(),
     )
 
 

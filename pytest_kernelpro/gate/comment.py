@@ -30,6 +30,7 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.github import MARKER
 from pytest_kernelpro.gate.optimize_table import optimize_markdown
+from pytest_kernelpro.gate.process_notes import comment_notes
 from pytest_kernelpro.record import KernelRecord
 
 __all__ = ["MARKER", "check_report", "render_comment"]
@@ -137,6 +138,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
                 "(time relative to the roofline) with the wider cross-device tolerance.",
                 "",
             ]
+        out += comment_notes(records, literal_text)
         for r in records:
             if record_status(r) in _DETAIL_STATUSES:
                 out += [comment_details(r, with_guidance), ""]

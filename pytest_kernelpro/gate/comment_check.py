@@ -40,6 +40,9 @@ _GATE_FIELDS = {
     "n_current": "int",
     "failed": "bool",
     "confirmation": "dict",
+    "autotune_note": "str",
+    "environment_note": "str",
+    "environment_change": "dict",
 }
 _CONFIRMATION_FIELDS = {
     "current_median_s": "num",

@@ -137,6 +137,9 @@ def comment_details(record: KernelRecord, with_guidance: bool) -> str:
             f"- **Confirmation re-measurement:** {done} "
             f"({format_change(conf.get('change'))}{p_text})"
         )
+    for label, note in (("Autotune", gate.autotune_note), ("Environment", gate.environment_note)):
+        if note:
+            lines.append(f"- **{label}:** {literal_text(note, limit=1000, table=False)}")
     why = gate.reason or gate.message or ""
     lines.append(f"- **Why:** {literal_text(why, limit=1000, table=False)}")
     if record.outcome in ("failed", "error") and record.message and not gate.failed:

@@ -46,12 +46,20 @@ def gate_records(
     alpha: float = DEFAULT_ALPHA,
     cross_cpu: str = "info",
 ) -> list[KernelRecord]:
-    """HEAD's records with `gate` set by comparing them with BASE (no confirmation)."""
+    """HEAD's records with `gate` set by comparing them with BASE (no confirmation; autotune
+    picks and versions that differ are noted)."""
+    from pytest_kernelpro.gate.autotune_gate import compare_choices, note_picks
+    from pytest_kernelpro.gate.environment import name_environment
+
     out = []
     for record in head:
-        verdict = compare(
-            record, base.entry_for(record), threshold=threshold, alpha=alpha, cross_cpu=cross_cpu
-        )
+        entry = base.entry_for(record)
+        verdict = compare(record, entry, threshold=threshold, alpha=alpha, cross_cpu=cross_cpu)
+        if entry is not None:
+            choices = record.autotune.choices if record.autotune else None
+            verdict = note_picks(verdict, compare_choices(choices, entry.autotune))
+            environment = record.environment.to_dict() if record.environment else None
+            verdict = name_environment(verdict, environment, entry.environment)
         record.gate = VerdictPart.from_dict(verdict.to_dict())
         out.append(record)
     return out
@@ -71,15 +79,16 @@ def compare_row(record: KernelRecord, base_s: float | None) -> tuple[str, str, s
 
 
 def render_compare_table(
-    base: Baseline, gated: Sequence[KernelRecord], *, width: int = 100, color: bool = False
+    base: Baseline, gated: Sequence[KernelRecord], *, width: int | None = 100, color: bool = False
 ) -> str:
-    """kernel | baseline | head | speedup | verdict (with the change), rendered by rich."""
-    import io
-
+    """kernel | baseline | head | speedup | verdict (with the change), rendered by rich.
+    `width`: a terminal's columns (kernel names fold; never cut), None: a log (the content's
+    width, `gate.text_console`)."""
     from rich import box
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
+
+    from pytest_kernelpro.gate.text_console import console_for
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
     table.add_column("kernel", overflow="fold", min_width=12)
@@ -94,15 +103,8 @@ def render_compare_table(
         table.add_row(
             Text(name), base_cell, head_cell, speedup, Text(verdict, style=style if color else "")
         )
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=max(60, width),
-        force_terminal=color,
-        color_system="standard" if color else None,
-        no_color=not color,
-        highlight=False,
-        emoji=False,
+    console, buffer = console_for(
+        [table], width=None if width is None else max(60, width), color=color
     )
     console.print(table)
     return buffer.getvalue()
@@ -157,9 +159,10 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 
         sys.stdout.write(render_comment(build_report(gated, meta={"compared": str(base_path)})))
     else:
-        width = shutil.get_terminal_size((100, 24)).columns
+        tty = sys.stdout.isatty()
+        width = shutil.get_terminal_size((100, 24)).columns if tty else None
         sys.stdout.write(f"base {base_path}\nhead {head_path}\n")
-        sys.stdout.write(render_compare_table(base, gated, width=width, color=sys.stdout.isatty()))
+        sys.stdout.write(render_compare_table(base, gated, width=width, color=tty))
         sys.stdout.write("(offline comparison: regressions are not confirmed by re-measuring)\n")
     regressed = [r.name for r in gated if r.gate and r.gate.change_status == REGRESSED]
     return 1 if (args.fail and regressed) else 0

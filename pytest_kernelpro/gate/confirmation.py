@@ -13,11 +13,14 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.verdict import (
+    IMPROVED,
+    OK,
     REGRESSED,
     SUSPECT,
     Verdict,
     compare,
     finish_verdict,
+    improvement_needs_confirmation,
     p_text,
     pct_text,
     roofline_floor,
@@ -29,8 +32,13 @@ if TYPE_CHECKING:
 
 
 def needs_confirmation(verdict: Verdict) -> bool:
-    """True when the plugin must re-time the kernel and call `confirm`."""
-    return verdict.change_status == REGRESSED and verdict.confirmation is None
+    """True when the plugin must re-time the kernel and call `confirm`: a regression, and an
+    improvement on the CPU (`verdict.improvement_needs_confirmation`)."""
+    if verdict.confirmation is not None:
+        return False
+    if verdict.change_status == IMPROVED:
+        return improvement_needs_confirmation(verdict.device)
+    return verdict.change_status == REGRESSED
 
 
 def confirm(
@@ -43,12 +51,14 @@ def confirm(
     widen_when_clock_limited: bool = True,
     clock_anchor: bool = True,
     anchor_threshold: float | None = None,
+    where: str = "a re-measurement",
 ) -> Verdict:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
     The regression stands (confirmed=True) only if the re-measurement is, by itself, a
     regression under the same tolerance and alpha; otherwise the kernel is "suspect"
     (reported, not failed). Verdicts that need no confirmation are returned unchanged.
+    `where` says how the re-measurement was made ("a re-measurement in a fresh process").
     """
     if not needs_confirmation(first):
         return first
@@ -64,7 +74,7 @@ def confirm(
         clock_anchor=clock_anchor,
         anchor_threshold=anchor_threshold,
     )
-    reproduced = second.change_status == REGRESSED
+    reproduced = second.change_status == first.change_status
     confirmation = {
         "reproduced": reproduced,
         "change": second.change,
@@ -80,19 +90,21 @@ def confirm(
     core = first.reason.split("; needs a confirmation")[0]
     if reproduced:
         core = (
-            f"{core}; confirmed by a re-measurement "
+            f"{core}; confirmed by {where} "
             f"({pct_text(second.change or 0.0)}, p = {p_text(second.p_value or 1.0)})"
         )
-        status = REGRESSED
+        status = first.change_status
     else:
         again = "not timed" if second.change is None else pct_text(second.change)
         if second.p_value is not None:
             again += f", p = {p_text(second.p_value)}"
+        what = "an improvement" if first.change_status == IMPROVED else "a regression"
         core = (
-            f"{core}, but the re-measurement did not reproduce it ({again}): "
-            "treated as noise, not a regression"
+            f"{core}, but {where.replace('a re-measurement', 'the re-measurement', 1)} did "
+            f"not reproduce it ({again}): "
+            f"treated as noise, not {what}"
         )
-        status = SUSPECT
+        status = OK if first.change_status == IMPROVED else SUSPECT
     _, floor_reason = roofline_floor(first.min_roofline, first.efficiency, True)
     kept = {
         f.name: getattr(first, f.name)

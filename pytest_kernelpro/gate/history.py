@@ -6,7 +6,9 @@ time. `kernelpro history` lists them; `kernelpro compare` takes two of them (or 
 reports) by reference:
 
 - a path to a JSON report or a baseline YAML;
-- `-1` (the latest run), `-2` (the one before), ...;
+- `-1` (the latest timed run), `-2` (the one before), ...: runs that timed nothing
+  (`--kernelpro-correctness-only`, every kernel skipped) are listed but not counted, since
+  there is nothing in them to compare;
 - a run id or its prefix (`kernelpro history` shows them), or a commit prefix (the latest
   run of that commit).
 """
@@ -50,10 +52,19 @@ class RunInfo:
     devices: list[str]
     kernels: int
     failed: int
+    timed: int  # kernels with a timing: 0 for a correctness-only run
+    correctness_only: bool
 
     @property
     def run_id(self) -> str:
         return self.path.stem
+
+    @property
+    def untimed_reason(self) -> str | None:
+        """Why `compare` passes this run over, or None when it has timings."""
+        if self.correctness_only:
+            return "correctness only"
+        return None if self.timed else "nothing timed"
 
 
 def save_run(history_dir: str | Path, report: dict[str, Any]) -> Path:
@@ -76,6 +87,7 @@ def _info(path: Path) -> RunInfo | None:
         return None
     meta = data.get("meta") or {}
     summary = data.get("summary") or {}
+    records = [r for r in data.get("records") or [] if isinstance(r, dict)]
     return RunInfo(
         path=path,
         created=str(data.get("created") or ""),
@@ -84,6 +96,9 @@ def _info(path: Path) -> RunInfo | None:
         devices=list(meta.get("devices") or []),
         kernels=int(summary.get("kernels") or 0),
         failed=int(summary.get("failed") or 0),
+        timed=sum(1 for r in records if r.get("timing")),
+        correctness_only=bool(meta.get("correctness_only"))
+        or any((r.get("extra") or {}).get("correctness_only") for r in records),
     )
 
 
@@ -106,12 +121,21 @@ def resolve_run(ref: str, history_dir: str | Path) -> Path:
     where = f"the run history {history_dir}"
     if re.fullmatch(r"-\d+", ref):
         back = int(ref[1:])
-        if back == 0 or back > len(runs):
+        timed = [r for r in runs if r.untimed_reason is None]
+        if back == 0 or back > len(timed):
+            passed_over = len(runs) - len(timed)
             raise KernelproError(
-                f"kernelpro: {ref} asks for run {back} from the end, but {where} holds "
-                f"{len(runs)} run(s); `kernelpro history` lists them"
+                f"kernelpro: {ref} asks for timed run {back} from the end, but {where} holds "
+                f"{len(timed)} timed run(s)"
+                + (
+                    f" ({passed_over} run(s) that timed nothing, such as correctness-only "
+                    "runs, are not counted)"
+                    if passed_over
+                    else ""
+                )
+                + "; `kernelpro history` lists them"
             )
-        return runs[-back].path
+        return timed[-back].path
     by_id = [r for r in runs if r.run_id.startswith(ref)]
     if not by_id:
         by_id = [r for r in runs if r.commit and r.commit.startswith(ref)]
@@ -142,18 +166,22 @@ def history_main(argv: Sequence[str] | None = None) -> int:
             "(kernelpro_history setting)\n"
         )
         return 0
-    rows = [("ref", "run id", "commit", "machine", "kernels", "failed")]
-    for back, run in zip(range(len(runs), 0, -1), runs, strict=True):
+    rows = [("ref", "run id", "commit", "machine", "kernels", "failed", "")]
+    back = sum(1 for run in runs if run.untimed_reason is None)
+    for run in runs:
+        untimed = run.untimed_reason
         rows.append(
             (
-                f"-{back}",
+                "" if untimed else f"-{back}",
                 run.run_id,
                 (run.commit or "-")[:12],
                 run.machine,
                 str(run.kernels),
                 str(run.failed),
+                f"{untimed}: `kernelpro compare` passes it over" if untimed else "",
             )
         )
+        back -= 0 if untimed else 1
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write(

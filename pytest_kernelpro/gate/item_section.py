@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 from pytest_kernelpro.gate.format import format_time
 from pytest_kernelpro.measure.gpu_memory import format_bytes
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
@@ -29,6 +33,15 @@ def _rule_text(c: CorrectnessPart) -> str:
     return text
 
 
+def autotune_line(choice: Mapping[str, Any]) -> str:
+    """'autotune: _layer_norm_fwd (key 4096, torch.float16): num_warps=8, ... (tuned)'."""
+    kernel = str(choice.get("kernel", "?")).rsplit(".", 1)[-1]
+    key = choice.get("key")
+    at = "" if not isinstance(key, list) else f" (key {', '.join(str(v) for v in key)})"
+    config = ", ".join(f"{k}={v}" for k, v in (choice.get("config") or {}).items())
+    return f"autotune: {kernel}{at}: {config} ({choice.get('source', '?')})"
+
+
 def item_section(record: KernelRecord) -> str:
     """The per-item "kernelpro" report section (pytest's report sections), plain text."""
     lines = [f"{record.name} on {record.device or record.device_kind} ({record.language})"]
@@ -43,12 +56,22 @@ def item_section(record: KernelRecord) -> str:
         )
     elif c:
         tol = c.tolerance
-        lines.append(
-            f"correctness: {'passed' if c.passed else 'FAILED'} over {c.trials_run} "
-            f"trials; max abs err {c.max_abs_err or 0:.3g}, max rel err "
-            f"{c.max_rel_err or 0:.3g} (rtol {tol.rtol if tol else None}, atol "
-            f"{tol.atol if tol else None}, {tol.source if tol else None})"
+        tolerance = (
+            f"rtol {_number(tol.rtol) if tol else None}, atol {_number(tol.atol) if tol else None}, "
+            f"{tol.source if tol else None}"
         )
+        trials = f"{c.trials_run} trial{'' if c.trials_run == 1 else 's'}"
+        if not c.passed and _non_finite(c.worst_ratio):
+            # A NaN or an infinity where a number was expected: the errors are computed over
+            # the elements that are numbers on both sides, and their 0 would read as a match.
+            reason = (c.failure or "a NaN or infinite output").strip().splitlines()[0]
+            lines.append(f"correctness: FAILED over {trials} ({tolerance}): {reason[:500]}")
+        else:
+            lines.append(
+                f"correctness: {'passed' if c.passed else 'FAILED'} over {trials}; max abs "
+                f"err {c.max_abs_err or 0:.3g}, max rel err {c.max_rel_err or 0:.3g} "
+                f"({tolerance})"
+            )
     if c and c.rule:
         lines.append(f"correctness rule: {_rule_text(c)}")
     if c and c.kernelbench:
@@ -79,6 +102,8 @@ def item_section(record: KernelRecord) -> str:
         )
         if record.peak_used and record.peak_used.get("note"):
             lines.append(f"peak used for this kernel: {record.peak_used['note']}")
+    for choice in record.autotune.choices if record.autotune else ():
+        lines.append(autotune_line(choice))
     if record.gate:
         lines.append(f"gate: {record.gate.status}: {record.gate.message}")
     profile_text = record.extra.get("profile_text")
@@ -90,3 +115,12 @@ def item_section(record: KernelRecord) -> str:
     if optimize_text:
         lines.append(optimize_text)
     return "\n".join(lines)
+
+
+def _non_finite(value: float | str | None) -> bool:
+    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" read back
+    from JSON)."""
+    try:
+        return value is not None and not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False

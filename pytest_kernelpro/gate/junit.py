@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.record import KernelRecord, RooflinePart, TimingPart, VerdictPart
+from pytest_kernelpro.record import (
+    AutotunePart,
+    EnvironmentPart,
+    KernelRecord,
+    RooflinePart,
+    TimingPart,
+    VerdictPart,
+)
 
 PREFIX = "kernelpro."
 _RECORD_FIELDS = ("nodeid", "name", "kernel", "shape", "language", "device", "device_kind")
@@ -71,8 +78,16 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     add("p_value", gate.get("p_value"))
     add("baseline_median_s", gate.get("baseline_median_s"))
     add("basis", gate.get("basis"))
+    add("autotune_note", gate.get("autotune_note"))
+    add("environment_note", gate.get("environment_note"))
     if gate:
         add("gate", json.dumps(gate, separators=(",", ":"), default=str))
+    # What the item's autotuners chose and the versions it ran with (measure/autotune.py,
+    # measure/environment.py), as compact JSON.
+    if record.autotune:
+        add("autotune", json.dumps(record.autotune.to_dict(), separators=(",", ":"), default=str))
+    if record.environment:
+        add("environment", json.dumps(record.environment.to_dict(), separators=(",", ":")))
     add("guidance", record.guidance)
     from pytest_kernelpro.gate.optimize_table import junit_optimize_properties
 
@@ -171,6 +186,7 @@ def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
         peak_used = json.loads(get("peak_used") or "null")
     except json.JSONDecodeError:
         peak_used = None
+    autotune, environment = _json_prop(get("autotune")), _json_prop(get("environment"))
     threshold = _num(get("threshold"))
     min_roofline = _num(get("min_roofline"))
     return KernelRecord(
@@ -192,4 +208,15 @@ def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
         gate=VerdictPart.from_dict(gate) if isinstance(gate, dict) else None,
         guidance=get("guidance"),
         wall_s=float(case.time or 0.0),
+        autotune=AutotunePart.from_dict(autotune) if autotune else None,
+        environment=EnvironmentPart.from_dict(environment) if environment else None,
     )
+
+
+def _json_prop(text: str | None) -> dict[str, Any] | None:
+    """A JSON object property, or None when absent or not an object."""
+    try:
+        value = json.loads(text or "null")
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None

@@ -78,6 +78,11 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
         lines.append(
             f"  best patch: {summary['best_patch']}  (git apply it from the repository root)"
         )
+    elif summary.get("interim_best_patch"):
+        lines.append(
+            f"  interim patch of the fastest so far (one measurement, not re-measured): "
+            f"{summary['interim_best_patch']}"
+        )
     for error in summary.get("patch_errors") or []:
         lines.append(f"  patch not written: {error}")
     confirmation = summary.get("confirmation") or {}

@@ -6,7 +6,9 @@ the lines under the terminal summary's tables.
   kernel, kernels without an entry);
 - `session_notes`: work that was asked for and did not run, and timings not to trust;
 - `missing_records_line`: collected kernels that left no record;
-- `output_lines`: where the report, the records log, the history's run and the baseline are.
+- `output_lines`: where the report, the records log, the history's run and the baseline are;
+- `table_footnotes`: the lines right under the kernel table, after its counts (the CPU cache
+  flush the CPU timings were taken with, ...): one function per note, listed there.
 
 Pure functions of the settings, the records and the paths; `run/reporting.py` writes them.
 """
@@ -64,10 +66,19 @@ def session_notes(
         load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
         from pytest_kernelpro.measure.cpuload import CpuLoad
 
+        anchored = all(
+            (r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing
+        )
+        advice = (
+            "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
+            "the load (the verdicts say how far); a quiet machine resolves smaller changes"
+            if anchored
+            else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
+            "re-run on a quiet machine"
+        )
         out.append(
             f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
-            f"{CpuLoad.from_dict(load).describe()}. Treat them as suspect: a slowdown there is "
-            "reported as suspect, never failed; re-run on a quiet machine"
+            f"{CpuLoad.from_dict(load).describe()}. {advice}"
             + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
         )
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
@@ -104,16 +115,20 @@ def missing_records_line(missing: Sequence[str], *, check: bool) -> str:
 
 def output_lines(
     *,
-    json_path: Path,
-    records_path: Path,
+    json_path: Path | None,
+    records_path: Path | None,
     history_path: Path | None,
     baseline_path: Path | None,
 ) -> list[str]:
-    """Where this session's outputs are (`baseline_path`: only when one was written)."""
-    lines = [
-        f"kernelpro: JSON report {json_path}",
-        f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report from it)",
-    ]
+    """Where this session's outputs are: only those that were written (None: not written)."""
+    lines = []
+    if json_path is not None:
+        lines.append(f"kernelpro: JSON report {json_path}")
+    if records_path is not None:
+        lines.append(
+            f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report "
+            "from it)"
+        )
     if history_path is not None:
         lines.append(
             f"kernelpro: run kept as {history_path.stem} (`kernelpro compare` compares the "
@@ -122,3 +137,32 @@ def output_lines(
     if baseline_path is not None:
         lines.append(f"kernelpro: baseline written to {baseline_path}")
     return lines
+
+
+def table_footnotes(records: Sequence[KernelRecord]) -> list[str]:
+    """The notes printed right under the kernel table, after its counts: what a reader needs
+    to read its rows right. Each note is one function of the records, None when it has
+    nothing to say."""
+    notes = (cpu_flush_line(records),)
+    return [note for note in notes if note]
+
+
+def cpu_flush_line(records: Sequence[KernelRecord]) -> str | None:
+    """What the CPU timings' cache flush was, said under the table since it decides how a
+    small kernel's time compares with a warm-cache loop (pytest-benchmark's, timeit's)."""
+    timed = [r.timing for r in records if r.timing is not None and r.device_kind == "cpu"]
+    if not timed:
+        return None
+    modes = sorted({str((t.budget or {}).get("cpu_flush") or "auto") for t in timed})
+    flushed = [t for t in timed if t.flushed_l2]
+    mode = f"--kernelpro-cpu-flush={'/'.join(modes)}"
+    if not flushed:
+        return f"CPU timings: warm cache, no flush before the samples ({mode})"
+    size = max(t.flush_bytes or 0 for t in flushed) / 2**20
+    auto = ", the default: flush when the inputs fit in the cache" if modes == ["auto"] else ""
+    return (
+        f"CPU timings: cache ({size:.0f} MiB) flushed before every sample of {len(flushed)} "
+        f"of {len(timed)} kernel(s) ({mode}{auto}), so these are cold-cache times, slower for "
+        "a small kernel than a warm loop such as pytest-benchmark's; "
+        "--kernelpro-cpu-flush=off times warm"
+    )

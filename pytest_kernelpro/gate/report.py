@@ -12,7 +12,6 @@ JSON layout (schema 1)::
 from __future__ import annotations
 
 import datetime as _dt
-import io
 import json
 import os
 from collections import Counter
@@ -30,6 +29,8 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
+from pytest_kernelpro.gate.process_notes import table_notes
+from pytest_kernelpro.gate.render_session import table_footnotes
 from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
@@ -174,20 +175,26 @@ def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> lis
 
 
 def render_terminal_table(
-    records: Sequence[KernelRecord], *, width: int = 100, color: bool = False, sort: str = "status"
+    records: Sequence[KernelRecord],
+    *,
+    width: int | None = 100,
+    color: bool = False,
+    sort: str = "status",
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string.
 
     Columns: kernel, device, median ± half the IQR (relative), roofline time, % of roofline
-    with a bar, bound, verdict with the change. Fits 80 columns by folding long kernel names
-    and narrowing the bar; no escape codes unless `color`.
+    with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
+    roofline-time column is left out and the bar narrowed, long kernel names fold, and a table
+    that still does not fit is printed wider rather than cut (`gate.text_console`); None: a
+    log, every column at the width of its content. No escape codes unless `color`.
     """
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    width = max(60, int(width))
-    narrow = width < 100
+    from pytest_kernelpro.gate.text_console import console_for
+
+    narrow = width is not None and width < 100
     bar_width = 5 if narrow else 8
     devices = sorted({short_device(r.device) for r in records if r.device})
     show_device = len(devices) > 1  # one device: named once, under the table
@@ -214,17 +221,7 @@ def render_terminal_table(
             record, show_device=show_device, narrow=narrow, bar_width=bar_width, color=color
         )
         table.add_row(*row)
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width,
-        force_terminal=color,
-        color_system="standard" if color else None,
-        no_color=not color,
-        highlight=False,
-        emoji=False,
-        legacy_windows=False,
-    )
+    console, buffer = console_for([table], width=width, color=color)
     console.print(table)
     summary = summarize(records)
     parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
@@ -236,6 +233,8 @@ def render_terminal_table(
             soft_wrap=False,
             markup=False,
         )
+    for note in table_notes(records):
+        console.print(note, highlight=False, soft_wrap=True, markup=False)
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     console.print(
         f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts),
@@ -243,4 +242,6 @@ def render_terminal_table(
         soft_wrap=True,
         markup=False,
     )
+    for note in table_footnotes(records):
+        console.print(note, highlight=False, soft_wrap=True, markup=False)
     return buffer.getvalue()

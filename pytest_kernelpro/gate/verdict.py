@@ -65,6 +65,7 @@ from pytest_kernelpro.gate.basis import (
     Basis,
     Incomparable,
     cross_device_basis,
+    is_cpu,
     same_device,
     same_device_basis,
 )
@@ -155,6 +156,12 @@ class Verdict:
     # Set when a clock-limited comparison was made relative to the clock anchor:
     anchor: str | None = None  # the anchor's identity (measure/timing/anchor.py)
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    # The autotune choices against the baseline's and the gate's action (autotune_gate.py),
+    # and the code-changing versions that differ (environment.py), each with its words:
+    autotune: dict[str, Any] | None = None
+    autotune_note: str | None = None
+    environment_change: dict[str, Any] | None = None
+    environment_note: str | None = None
 
     @property
     def failed(self) -> bool:
@@ -358,6 +365,7 @@ def compare(
         chosen.ratio,
     )
     change = ratio - 1.0
+    low_tol = tol if chosen.low_tolerance is None else chosen.low_tolerance
     now_q = quantile_subsample(now, TEST_SAMPLES)
     ref_q = quantile_subsample(ref, TEST_SAMPLES)
     low_ratio = _low(now) / _low(ref)
@@ -366,7 +374,17 @@ def compare(
     if basis.startswith("efficiency"):
         what = "further from its roofline" if change > 0 else "closer to its roofline"
     moved = f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {_frac(tol)}{chosen.detail})"
-    if ratio > 1.0 + tol:
+    if (
+        chosen.unusable is not None
+        and abs(change) > thr
+        and (ratio > 1.0 + thr or ratio < 1.0 / (1.0 + thr))
+    ):
+        p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
+        status = SUSPECT if change > 0 else OK
+        reason = f"{what} by {abs(change):.1%}{chosen.unit}, but {chosen.unusable}"
+        if change < 0:
+            reason += "; not reported as an improvement"
+    elif ratio > 1.0 + tol:
         p = mann_whitney_u(now_q, ref_q, "greater").p_value
         if p >= alpha:
             status = SUSPECT
@@ -374,7 +392,7 @@ def compare(
                 f"{moved} but not statistically clear (p = {p_text(p)} >= {alpha:g}): the samples "
                 "are too few or too noisy. Re-run, or give the kernel a longer timing budget"
             )
-        elif low_ratio <= 1.0 + tol:
+        elif low_ratio <= 1.0 + low_tol:
             status = SUSPECT
             reason = (
                 f"{moved} at the median, but its fastest {LOW_QUANTILE:.0%} of calls were "
@@ -382,7 +400,7 @@ def compare(
                 "the machine, clocks or throttling, or a slowdown that hits only some calls). "
                 "Re-run on an idle machine"
             )
-        elif (busy := oversubscribed_reason(record)) is not None:
+        elif not chosen.load_cancelled and (busy := oversubscribed_reason(record)) is not None:
             status = SUSPECT
             reason = (
                 f"{moved}, but the CPU was oversubscribed while it was timed ({busy}): the "
@@ -396,9 +414,18 @@ def compare(
             )
     elif ratio < 1.0 / (1.0 + tol):
         p = mann_whitney_u(now_q, ref_q, "less").p_value
-        if p < alpha and low_ratio < 1.0 / (1.0 + tol):
+        busy = None if chosen.load_cancelled else oversubscribed_reason(record)
+        if p < alpha and low_ratio < 1.0 / (1.0 + low_tol) and busy is not None:
+            status = OK
+            reason = (
+                f"{moved}, but the CPU was oversubscribed while it was timed ({busy}): a "
+                "baseline timed under more load reads faster now; not reported as an improvement"
+            )
+        elif p < alpha and low_ratio < 1.0 / (1.0 + low_tol):
             status = IMPROVED
             reason = f"{moved}, p = {p_text(p)}"
+            if improvement_needs_confirmation(record.device):
+                reason += "; needs a confirmation re-measurement"
         else:
             status = OK
             reason = (
@@ -418,6 +445,9 @@ def compare(
         p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
         status = OK
         reason = f"within ±{_frac(tol)} ({pct_text(change)})"
+        if chosen.widened is not None:
+            # Not "suspect": only an unusable anchor makes a CPU measurement suspect.
+            reason += f"; {chosen.widened} (a quieter machine resolves smaller changes)"
     return finish_verdict(
         change_status=status,
         basis=basis,
@@ -429,6 +459,13 @@ def compare(
         p_value=p,
         **base,
     )
+
+
+def improvement_needs_confirmation(device: str) -> bool:
+    """An improvement on the CPU is re-measured like a regression (a baseline timed under
+    more load than this run reads faster): "the same caution for improved as for regressed".
+    On a GPU an improvement stands without one (kept as measured there)."""
+    return is_cpu(device)
 
 
 def finish_verdict(

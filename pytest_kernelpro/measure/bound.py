@@ -31,6 +31,8 @@ perf_counter: Callable[[], float] = time.perf_counter
 perf_counter_ns: Callable[[], int] = time.perf_counter_ns
 monotonic: Callable[[], float] = time.monotonic
 process_time: Callable[[], float] = time.process_time
+thread_time: Callable[[], float] = time.thread_time  # the CPU anchor's on-CPU time
+os_pread: Callable[[int, int, int], bytes] = os.pread  # its run-queue wait (schedstat)
 json_dumps: Callable[..., str] = json.dumps
 _os_write = os.write
 _os_open = os.open
@@ -43,6 +45,8 @@ _KEPT: tuple[tuple[Any, str, str, Any], ...] = (
     (time, "time", "perf_counter_ns", perf_counter_ns),
     (time, "time", "monotonic", monotonic),
     (time, "time", "process_time", process_time),
+    (time, "time", "thread_time", thread_time),
+    (os, "os", "pread", os_pread),
     (json, "json", "dumps", json_dumps),
 )
 
@@ -63,15 +67,16 @@ def _describe(value: Any) -> str:
 
 
 # torch's Python-level timing functions, checked by where their code lives (torch may be
-# imported after this module, by the kernel's own module): (module path, attribute path,
-# file their code must come from).
+# imported after this module, by the kernel's own module): their code must come from a file
+# inside the torch package (any file: torch moves code between its modules).
 _TORCH_TIMING = (
-    ("torch.cuda", "Event.elapsed_time", ("torch", "cuda", "streams.py")),
-    ("torch.cuda", "Event.record", ("torch", "cuda", "streams.py")),
-    ("torch.cuda", "Event.synchronize", ("torch", "cuda", "streams.py")),
-    ("torch.cuda", "synchronize", ("torch", "cuda", "__init__.py")),
-    ("torch.cuda", "current_stream", ("torch", "cuda", "__init__.py")),
+    ("torch.cuda", "Event.elapsed_time"),
+    ("torch.cuda", "Event.record"),
+    ("torch.cuda", "Event.synchronize"),
+    ("torch.cuda", "synchronize"),
+    ("torch.cuda", "current_stream"),
 )
+_TORCH_DIR = f"{os.sep}torch{os.sep}"
 
 
 # The torch functions seen intact, by (module, path): (owner object, attribute, function),
@@ -85,7 +90,7 @@ def _torch_tampered() -> list[str]:
     import sys
 
     found = []
-    for module_name, path, where in _TORCH_TIMING:
+    for module_name, path in _TORCH_TIMING:
         owner: Any = sys.modules.get(module_name)
         if owner is None:
             continue
@@ -94,7 +99,7 @@ def _torch_tampered() -> list[str]:
             owner = getattr(owner, part, None)
         value = getattr(owner, attr, None)
         code = getattr(value, "__code__", None)
-        if code is None or not code.co_filename.endswith(os.path.join(*where)):
+        if code is None or _TORCH_DIR not in code.co_filename:
             found.append(f"{module_name}.{path} (now {_describe(value)})")
         else:
             _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
@@ -157,12 +162,14 @@ class ResultChannel:
 
     path: str
     _fd: int = -1
+    _encode: Callable[[Any], str] = encode_json
 
     def __post_init__(self) -> None:
+        self._encode = encode_json  # kept now: rebinding the module's name later changes nothing
         self._fd = _os_open(self.path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 
     def write(self, value: Any) -> None:
-        data = encode_json(value).encode("utf-8")
+        data = self._encode(value).encode("utf-8")
         view = memoryview(data)
         while view:
             written = _os_write(self._fd, view)

@@ -94,6 +94,12 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
     )
     parser.add_argument("--quick", action="store_true", help="Smaller sizes (seconds, less exact)")
     parser.add_argument(
+        "--replace",
+        action="store_true",
+        help="CPU: discard the cached ceilings instead of keeping the best of them and the "
+        "new probe (load only ever lowers a probe; use after a hardware change)",
+    )
+    parser.add_argument(
         "--threads",
         metavar="N",
         type=int,
@@ -131,7 +137,12 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
             torch.set_num_threads(threads)
         try:
             ceilings = load_or_measure_ceilings(
-                device, args.cache_dir, spec=spec, refresh=True, quick=args.quick
+                device,
+                args.cache_dir,
+                spec=spec,
+                refresh=True,
+                quick=args.quick,
+                replace_cached=args.replace,
             )
         finally:
             torch.set_num_threads(before)
@@ -162,6 +173,13 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
             markup=False,
         )
         return 1
+    if ceilings.device_type == "cpu":
+        from pytest_kernelpro.measure.ceiling_trust import reprobe_summary
+
+        trust = ceilings.trust_reason()
+        if int(ceilings.details.get("reprobes") or 0):
+            trust = f"{trust}; {reprobe_summary(ceilings)}"
+        console.print(trust, markup=False)
     console.print(f"cached in {path} ({wall:.1f} s to measure)")
     return 0
 

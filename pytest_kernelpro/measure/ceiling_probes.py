@@ -41,14 +41,27 @@ _DMMA_CAPABILITIES = {(8, 0), (9, 0), (10, 0)}
 
 
 def _times_cpu(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
-    """Wall times of `reps` calls after `warmup` untimed ones."""
+    """On-CPU times of `reps` calls after `warmup` untimed ones: wall time less the time the
+    thread waited on the run queue (`timing.cpu_anchor.RunQueueClock`), never below its CPU
+    time, so another process holding the core cannot make a probe look slow (a ceiling is an
+    upper bound: load may only ever lower it)."""
+    from pytest_kernelpro.measure import bound
+    from pytest_kernelpro.measure.timing.cpu_anchor import RunQueueClock, on_cpu_seconds
+
     for _ in range(warmup):
         fn()
+    rq = RunQueueClock()
     times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+    try:
+        for _ in range(reps):
+            w0, c0 = rq.wait_ns(), bound.thread_time()
+            start = time.perf_counter()
+            fn()
+            wall = time.perf_counter() - start
+            c1, w1 = bound.thread_time(), rq.wait_ns()
+            times.append(on_cpu_seconds(wall, w1 - w0, c1 - c0, rq.available))
+    finally:
+        rq.close()
     return times
 
 
@@ -195,30 +208,67 @@ def _cpu_gemm_size(dtype: torch.dtype, target_s: float, min_n: int) -> int:
     return chosen
 
 
-def measure_cpu(quick: bool) -> tuple[float | None, dict[str, float], dict[str, Any]]:
-    """CPU ceilings from the BEST of several runs, not the median.
+_CPU_GEMMS = (("fp32", "float32"), ("fp64", "float64"), ("bf16", "bfloat16"))
+# Passes of the whole CPU probe (copy and every GEMM); each ceiling is the best pass's. One
+# pass measured FP32 at 45 GFLOP/s under load against 143-305 alone: a burst of other work
+# lasts seconds, so the passes are spread over the probe's time, not taken back to back.
+CPU_PROBE_PASSES = 3
+CPU_QUICK_PROBE_PASSES = 2  # quick sizes (tests): still repeated, in less time
+
+
+def measure_cpu(
+    quick: bool, passes: int | None = None
+) -> tuple[float | None, dict[str, float], dict[str, Any]]:
+    """CPU ceilings from the BEST of repeated probes, in on-CPU time, not the median.
 
     A ceiling is an upper bound. On a shared or oversubscribed host (CI runners, xdist
-    workers) torch's worker threads stall for whole scheduler slices, which only ever makes a
-    run slower: the median of a few runs can land at a tenth of the real rate (seen on a
-    2-core runner at load 5), the fastest run does not. GPUs are not shared that way and
-    use the median.
+    workers) other work only ever makes a probe slower: the median of a few runs can land
+    at a tenth of the real rate (seen on a 2-core runner at load 5), the fastest does not.
+    So each probe is timed in on-CPU time (`_times_cpu`: a preemption is not the probe's
+    time), the whole probe (copy, then each GEMM at the size the first pass chose) runs
+    `passes` times (default `CPU_PROBE_PASSES`), and each ceiling is the best rate of any
+    pass. GPUs are not shared that
+    way and use the median.
     """
     import torch
 
-    details: dict[str, Any] = {"threads": torch.get_num_threads(), "gemm": {}}
+    if passes is None:
+        passes = CPU_QUICK_PROBE_PASSES if quick else CPU_PROBE_PASSES
+    details: dict[str, Any] = {
+        "threads": torch.get_num_threads(),
+        "gemm": {},
+        "probe_passes": passes,
+        "timer": "on-CPU (wall less run-queue wait), best of repeated probes",
+    }
     copy_bytes = _CPU_QUICK_COPY_BYTES if quick else _CPU_COPY_BYTES
     target = _CPU_QUICK_TARGET_S if quick else _CPU_TARGET_S
-    copy = _copy_rate(copy_bytes, "cpu", _times_cpu, 5, statistic="min")
-    details["copy"] = copy
-    flops: dict[str, float] = {}
-    for key, dtype in (("fp32", torch.float32), ("fp64", torch.float64), ("bf16", torch.bfloat16)):
-        n = _cpu_gemm_size(dtype, target, 256 if quick else 512)
-        # At the chosen size one product takes about target/8 to target seconds.
-        result = _gemm_rate(dtype, n, "cpu", _times_cpu, 5 if quick else 3, statistic="min")
-        details["gemm"][key] = result
-        flops[key] = result["rate"]
-    return copy["rate"], flops, details
+    sizes = {
+        key: _cpu_gemm_size(getattr(torch, dtype), target, 256 if quick else 512)
+        for key, dtype in _CPU_GEMMS
+    }
+    best_copy: dict[str, Any] | None = None
+    best: dict[str, dict[str, Any]] = {}
+    rates: list[dict[str, float]] = []
+    for _ in range(max(1, passes)):
+        copy = _copy_rate(copy_bytes, "cpu", _times_cpu, 5, statistic="min")
+        this = {"bandwidth": copy["rate"]}
+        if best_copy is None or copy["rate"] > best_copy["rate"]:
+            best_copy = copy
+        for key, dtype in _CPU_GEMMS:
+            # At the chosen size one product takes about target/8 to target seconds.
+            result = _gemm_rate(
+                getattr(torch, dtype), sizes[key], "cpu", _times_cpu, 5 if quick else 3,
+                statistic="min",
+            )  # fmt: skip
+            this[key] = result["rate"]
+            if key not in best or result["rate"] > best[key]["rate"]:
+                best[key] = result
+        rates.append(this)
+    assert best_copy is not None
+    details["copy"] = best_copy
+    details["gemm"] = best
+    details["pass_rates"] = rates
+    return best_copy["rate"], {key: best[key]["rate"] for key in best}, details
 
 
 def measure_cuda(

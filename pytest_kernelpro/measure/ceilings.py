@@ -81,6 +81,35 @@ class Ceilings:
         """ "cpu" or "cuda"."""
         return "cpu" if self.device.startswith("cpu") else "cuda"
 
+    @property
+    def trusted(self) -> bool:
+        """True when no load can have lowered these ceilings, so a kernel beyond them is
+        beyond the machine (the rule that fails an impossible time may use only these).
+
+        GPU ceilings: always (timed by device events on a GPU no other process shares; a
+        datasheet value is an upper bound). CPU ceilings: only once they are the best of
+        repeated probes in on-CPU time AND have been re-probed at least once (the best of
+        both kept, `ceiling_trust.reprobe`): provisional ceilings never are."""
+        return self.trust_reason().startswith("trusted")
+
+    def trust_reason(self) -> str:
+        """ "trusted: ..." or "not trusted: ..." with why, for messages."""
+        if self.device_type == "cuda":
+            return "trusted: GPU ceilings (device-timed, or the datasheet's upper bound)"
+        passes = int(self.details.get("probe_passes") or 1)
+        reprobes = int(self.details.get("reprobes") or 0)
+        if passes < 2:
+            return (
+                "not trusted: one probe (measured by an older version); `kernelpro calibrate` "
+                "re-measures them"
+            )
+        if reprobes < 1:
+            state = "provisional, measured under load" if self.details.get("not_cached") else (
+                "not re-probed yet"
+            )  # fmt: skip
+            return f"not trusted: best of {passes} probes, {state}"
+        return f"trusted: best of {passes} probes, re-probed {reprobes} time(s)"
+
     def origin(self, key: str) -> str:
         """Where `flops[key]` came from: "measured", "datasheet" or "missing"."""
         if key not in self.flops:
@@ -223,8 +252,8 @@ def cache_path(
 def measured_under_load(ceilings: Ceilings) -> str | None:
     """Why these CPU ceilings must not be cached or trusted (None: measured undisturbed)."""
     load = ceilings.details.get("load") or {}
-    if not load.get("oversubscribed"):
-        return None
+    if not load.get("oversubscribed") or int(ceilings.details.get("reprobes") or 0) >= 1:
+        return None  # quiet, or the best of two probes (ceiling_trust.best_of)
     return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
 
 
@@ -236,13 +265,16 @@ def load_or_measure_ceilings(
     refresh: bool = False,
     quick: bool = False,
     progress: Callable[[str], None] | None = None,
+    replace_cached: bool = False,
 ) -> Ceilings:
     """Cached ceilings of `device` for this torch version (and CPU thread count), measured
     and cached if absent; `progress` hears a line before a measurement starts.
 
     A corrupt or mismatched cache file is reported as a KernelproWarning and re-measured.
     CPU ceilings measured under load are returned but not cached: their
-    `details["not_cached"]` says why.
+    `details["not_cached"]` says why. When valid CPU ceilings are cached and measured again
+    (`refresh`, or provisional ones on a quiet machine), each ceiling keeps the best of both
+    (`ceiling_trust.best_of`: load can only lower a probe) unless `replace_cached`.
     """
     import torch
 
@@ -253,7 +285,8 @@ def load_or_measure_ceilings(
     elif spec is None:
         spec = find_device_spec(name)
     path = cache_path(Path(cache_dir), name, torch.__version__, quick, threads)
-    if path.exists() and not refresh:
+    previous: Ceilings | None = None  # a valid cached CPU set: the new probe keeps its best
+    if path.exists() and not (refresh and replace_cached):
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(record, dict) or record.get("schema") != CACHE_SCHEMA:
@@ -266,10 +299,13 @@ def load_or_measure_ceilings(
                     f"it holds {cached.device!r} / torch {cached.torch_version}, "
                     f"not {name!r} / torch {torch.__version__}"
                 )
+            previous = cached if device_type == "cpu" else None
             busy = measured_under_load(cached)
-            if busy is None:
+            if refresh:
+                pass  # re-measure; on the CPU the best of both is kept
+            elif busy is None:
                 return _merge_spec(cached, spec)
-            if threads is not None and not quiet_now(threads):
+            elif threads is not None and not quiet_now(threads):
                 note = (
                     f"provisional: measured under load on {cached.measured_at} ({busy}); "
                     "re-measured once the machine is quiet"
@@ -294,6 +330,16 @@ def load_or_measure_ceilings(
         load = monitor.stop()
         details = {**ceilings.details, "load": load.to_dict()}
         ceilings = replace(ceilings, details=details)
+    if previous is not None:
+        from pytest_kernelpro.measure.ceiling_trust import best_of
+
+        ceilings, rose = best_of(previous, ceilings)
+        history = [*(previous.details.get("reprobe_history") or []), {
+            "at": ceilings.measured_at,
+            "why": "kernelpro calibrate" if refresh else "re-measured on a quiet machine",
+            "rose": rose,
+        }]  # fmt: skip
+        ceilings = replace(ceilings, details={**ceilings.details, "reprobe_history": history[-10:]})
     atomic_write_json(
         path, {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": ceilings.to_dict()}
     )

@@ -457,7 +457,7 @@ def check_correctness(
         del inputs
         if changed is not None:
             return failed_before_comparison(
-                f"The kernel writes into its input {changed} on {where}; the reference "
+                f"The kernel writes into {changed} on {where}; the reference "
                 "leaves its inputs unchanged. Write into a new or scratch tensor instead.",
                 expected,
             )

@@ -1,14 +1,16 @@
 """The record of a kernel item: `KernelRecord` and its typed, frozen parts.
 
 `kernel.py` holds the record, `parts.py` the parts (correctness, timing, roofline, verdict,
-profile) and their one conversion to and from the JSON form. The record imports nothing of
+profile, autotune, environment) and their one conversion to and from the JSON form. The record imports nothing of
 the package above it; the texts made from a record are `gate/`'s (item_section.py,
 terminal_row.py, comment_kernel.py, ...).
 """
 
 from pytest_kernelpro.record.kernel import PARTS, RECORD_PROPERTY, SCHEMA_VERSION, KernelRecord
 from pytest_kernelpro.record.parts import (
+    AutotunePart,
     CorrectnessPart,
+    EnvironmentPart,
     Part,
     ProfilePart,
     RooflinePart,
@@ -22,7 +24,9 @@ __all__ = [
     "PARTS",
     "RECORD_PROPERTY",
     "SCHEMA_VERSION",
+    "AutotunePart",
     "CorrectnessPart",
+    "EnvironmentPart",
     "KernelRecord",
     "Part",
     "ProfilePart",

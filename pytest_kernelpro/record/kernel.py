@@ -17,7 +17,9 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pytest_kernelpro.record.parts import (
+    AutotunePart,
     CorrectnessPart,
+    EnvironmentPart,
     Part,
     ProfilePart,
     RooflinePart,
@@ -35,6 +37,8 @@ PARTS: dict[str, type[Part]] = {
     "roofline": RooflinePart,
     "gate": VerdictPart,
     "profile": ProfilePart,
+    "autotune": AutotunePart,
+    "environment": EnvironmentPart,
 }
 
 
@@ -68,6 +72,11 @@ class KernelRecord:
     # command line, environment, ini or conftest setting it came from | "built-in: ..."}
     # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
+    # What the item's autotuned kernels chose in its process, and the library settings that
+    # choose algorithms (measure/autotune.py); None when not captured.
+    autotune: AutotunePart | None = None
+    # The versions that change generated code (measure/environment.py).
+    environment: EnvironmentPart | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A part given in its JSON form (to the constructor or assigned) is read into its

@@ -1,4 +1,5 @@
-"""The typed, frozen parts of a kernel record: correctness, timing, roofline, verdict, profile.
+"""The typed, frozen parts of a kernel record: correctness, timing, roofline, verdict, profile,
+autotune choices and code-changing versions.
 
 Each part is built from the JSON form its producer writes (`CorrectnessResult.to_dict`,
 `TimingResult.to_dict`, `ReferenceAnalysis.to_dict`, `Verdict.to_dict`,
@@ -265,6 +266,13 @@ class VerdictPart(Part):
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    # The autotune choices compared with the baseline's and what the gate did about a
+    # difference (`gate.autotune_gate.AutotuneComparison.to_dict`), and that in words:
+    autotune: dict[str, Any] | None = None
+    autotune_note: str | None = None
+    # The code-changing versions that differ from the baseline's (`gate.environment`):
+    environment_change: dict[str, Any] | None = None
+    environment_note: str | None = None
     failed: bool | None = None
     message: str | None = None
 
@@ -280,3 +288,36 @@ class ProfilePart(Part):
     linkage: dict[str, Any] | None = None
     not_collected: list[dict[str, Any]] | None = None
     wall_s: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AutotunePart(Part):
+    """What the item's autotuned kernels chose in its process (`measure.autotune.
+    AutotuneCapture.to_dict`) and the library settings that choose algorithms
+    (`measure.autotune.library_choices`)."""
+
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("choices", "pinned", "pin_problems")
+
+    # One per autotuned kernel and key: {"kernel", "key", "key_names", "config" (flat:
+    # meta-parameters, num_warps, num_stages, ...), "configs" (candidates), "source"
+    # (tuned | cached | pinned | single | tuned during timing), "disk_cache" when set}.
+    choices: tuple[dict[str, Any], ...] = ()
+    library: dict[str, Any] | None = None
+    # Set in a re-measurement with the baseline's choices imposed: the pins, and why a pin
+    # could not be applied.
+    pinned: tuple[dict[str, Any], ...] | None = None
+    pin_problems: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentPart(Part):
+    """The versions that change the code the item ran (`measure.environment.code_versions`);
+    a version this process does not have is absent."""
+
+    torch: str | None = None
+    triton: str | None = None
+    cuda_runtime: str | None = None
+    hip_runtime: str | None = None
+    cudnn: str | None = None
+    nvcc: str | None = None
+    driver: str | None = None

@@ -105,6 +105,8 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
         "cpu_cross_device": settings.cpu_cross_device,
         "sort": settings.sort,
         "correctness_only": settings.correctness_only,
+        "confirm_process": settings.confirm_process,
+        "autotune_mismatch": settings.autotune_mismatch,
         "history": "off",  # the parent keeps the run in the history, once
     }
     for setting in SETTINGS:

@@ -24,6 +24,13 @@ import pytest
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.run.context import ItemRun, ItemSettings
+from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+from pytest_kernelpro.run.process_facts import (
+    autotune_capture,
+    extra_autotuners,
+    record_process_facts,
+    remeasure_only,
+)
 from pytest_kernelpro.run.stages import (
     check,
     gate,
@@ -209,10 +216,19 @@ def _run(
     kernel, reference = _build(run, memory)
     make_inputs = _input_maker(run, memory)
     grad_mode = _grad_mode(problem)
-    phase[0] = f"checking correctness ({run.settings.trials.value} trials)"
+    capture = autotune_capture(run, settings.remeasure_pins, extra_autotuners(session.config))
+    if settings.remeasure_pins is not None:
+        phase[0] = "re-measuring in a fresh process (confirmation)"
+        memory.phase("timing")
+        remeasure_only(run, settings, kernel, reference, make_inputs, grad_mode, capture)
+        return
+    trials = run.settings.trials.value
+    phase[0] = f"checking correctness ({trials} trial{'' if trials == 1 else 's'})"
     memory.phase("check")
-    with _noting_cuda_errors(session, run):
+    with capture.watching(), _noting_cuda_errors(session, run):
+        # the first calls are where an autotuner picks its config
         correctness = check(run, kernel, reference, make_inputs, grad_mode)
+    record_process_facts(run, capture)
     if settings.correctness_only:
         record.extra["correctness_only"] = True
         return
@@ -232,6 +248,8 @@ def _run(
             make_inputs=make_inputs,
             correctness=correctness,
         )
+    capture.after_timing()
+    record_process_facts(run, capture)
 
     phase[0] = "checking the kernel again after timing"
     memory.phase("recheck")
@@ -248,6 +266,7 @@ def _run(
         median_s,
         memory,
         ceilings=ceilings,
+        reprobe_ceilings=lambda why: session.reprobe_ceilings(run.device, why),
         spec=spec,
         op_cost_hook=session.op_cost_hook,
     )
@@ -271,9 +290,10 @@ def _run(
         baseline = session.baseline()
         gate(
             run,
+            settings,
             remeasure,
+            lambda pins: remeasure_in_fresh_process(item, session, pins),
             entry=baseline.entry_for(record) if baseline is not None else None,
-            cross_cpu=settings.cpu_cross_device,
             profiling=session.profiling,
         )
     else:

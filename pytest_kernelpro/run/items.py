@@ -148,6 +148,24 @@ def is_an_alias_of_a_collected_kernel(collector: pytest.Collector, name: str, ob
     return name != chosen
 
 
+def _refuse_parametrize(obj: Any, name: str) -> None:
+    """A kernel is called with its inputs alone, so `@pytest.mark.parametrize` on it has no
+    argument to fill: refused with the ways to get several items, not left to a TypeError
+    when the kernel is called without the parameter."""
+    marks = [m for m in getattr(obj, "pytestmark", []) or [] if m.name == "parametrize"]
+    if not marks:
+        return
+    argnames = marks[0].args[0] if marks[0].args else marks[0].kwargs.get("argnames", "?")
+    raise KernelproError(
+        f"kernel {name!r}: @pytest.mark.parametrize({argnames!r}, ...) does not apply to a "
+        "kernelpro kernel: the kernel and its reference are called with the inputs from "
+        "`inputs=` alone. For several sizes, give the marker shapes=[...] (one item per "
+        "shape, named like "
+        f"{name}[8192x4096]; the inputs factory gets shape=); for another setting, mark one "
+        "kernel per value (a function that calls yours with it)"
+    )
+
+
 def collect_marked(
     collector: pytest.Collector, name: str, obj: Any, mark: Any
 ) -> list[pytest.Item]:
@@ -162,6 +180,7 @@ def collect_marked(
         except (OSError, TypeError):
             lineno = None
     try:
+        _refuse_parametrize(obj, name)
         options = MarkerOptions.from_marker(mark.args, dict(mark.kwargs), kernel_name=name)
         problem = problem_from_marker(obj, options, name=name, source_file=path)
     except KernelproError as exc:

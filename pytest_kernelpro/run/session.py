@@ -52,6 +52,7 @@ class KernelproSession:
     started: float = field(default_factory=time.perf_counter)
     _ceilings: dict[str, Ceilings] = field(default_factory=dict)
     _specs: dict[str, DeviceSpec | None] = field(default_factory=dict)
+    _reprobed: set[str] = field(default_factory=set)  # devices whose ceilings were re-probed
     _baseline: Baseline | None = None
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
@@ -60,6 +61,12 @@ class KernelproSession:
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
+    # Requested writes that failed ("the JSON report to PATH: [Errno 28] No space left on
+    # device"): each fails the session (pytest_sessionfinish) and is said in red.
+    write_failures: list[str] = field(default_factory=list)
+    json_written: bool = False  # the JSON report of this session is on disk
+    baseline_written: bool = False  # the requested baseline is on disk
+    records_log_started: bool = False  # started once, when the first kernel item is known
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
 
     def __post_init__(self) -> None:
@@ -153,6 +160,28 @@ class KernelproSession:
         self._ceilings[key] = ceilings
         return ceilings
 
+    def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
+        """The device's ceilings re-probed once per session (a kernel exceeded them): on the
+        CPU the best of the old and a new probe (`measure.ceiling_trust.reprobe`), which
+        makes them trusted; GPU ceilings and a ceilings file from settings are returned as
+        they are."""
+        from pytest_kernelpro.measure.ceiling_trust import reprobe, reprobe_summary
+
+        key = "cpu" if device == "cpu" else device
+        ceilings = self.ceilings_for(device)
+        if (
+            ceilings.device_type != "cpu"
+            or key in self._reprobed
+            or self.settings.ceilings_path is not None
+        ):
+            return ceilings
+        self._reprobed.add(key)
+        self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
+        ceilings = reprobe(ceilings, device, self.settings.cache_dir, why=why)
+        self._ceilings[key] = ceilings
+        self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
+        return ceilings
+
     def spec_for(self, device: str) -> DeviceSpec | None:
         """The device table entry of a GPU (hook-provided specs win); None on CPU."""
         from pytest_kernelpro.measure.devices import find_device_spec
@@ -207,6 +236,8 @@ class KernelproSession:
 
     def add_record(self, record: KernelRecord) -> None:
         self.records.append(record)
+        if not (self.records_log_started or self.is_xdist_worker):  # xdist: the first record
+            self.start_records_log()
         if self.records_log is not None:
             try:
                 self.records_log.record(record)
@@ -246,8 +277,12 @@ class KernelproSession:
 
     # -- records log -----------------------------------------------------------------------
     def start_records_log(self) -> None:
-        """Start this session's records log (controller only; workers send their records)."""
+        """Start this session's records log (controller only; workers send their records),
+        once a kernel item is known to run: a session that runs none (`--co`, every kernel
+        deselected, a project without kernels) writes no kernelpro file."""
         from pytest_kernelpro.gate.records_log import RecordsLog
+
+        self.records_log_started = True
 
         log = RecordsLog(self.settings.records_path)
         try:
@@ -259,6 +294,8 @@ class KernelproSession:
 
     def log_collected(self, nodeids: list[str]) -> None:
         self.collected = list(nodeids)
+        if nodeids and not self.records_log_started:
+            self.start_records_log()
         if self.records_log is not None:
             try:
                 self.records_log.collected(nodeids)
@@ -280,17 +317,18 @@ class KernelproSession:
         return [n for n in self.collected if n not in done]
 
     def _log_failed(self, exc: OSError) -> None:
-        import warnings
-
-        from pytest_kernelpro.errors import KernelproWarning
-
+        # A records log that cannot be written fails the session (write_failures); the
+        # records are kept in memory, so the JSON report can still be written.
         self.records_log = None
-        warnings.warn(
-            f"kernelpro: could not write the records log {self.settings.records_path}: {exc}; "
-            "records are kept in memory only (set --kernelpro-json to a writable path)",
-            KernelproWarning,
-            stacklevel=2,
-        )
+        self.write_failed("records log", self.settings.records_path, exc)
+
+    def write_failed(self, what: str, path: Path | str, exc: BaseException) -> None:
+        """Note a requested write that failed: the session fails, naming `path` and the OS
+        error (`exc`)."""
+        detail = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) else str(exc)
+        if isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
+            detail += f" at {exc.filename}"
+        self.write_failures.append(f"could not write the {what} to {path}: {detail}")
 
     def report_meta(self) -> dict[str, Any]:
         import platform
@@ -303,6 +341,8 @@ class KernelproSession:
             "machine": machine_name(),
             "wall_s": time.perf_counter() - self.started,
             "check": self.settings.check,
+            # Nothing timed: `kernelpro compare` and `history` pass the run over.
+            "correctness_only": self.settings.correctness_only,
             "threshold": self.settings.threshold,  # None: the per-device defaults below
             "default_thresholds": _default_thresholds(),
             "records_log": str(self.settings.records_path),
@@ -369,8 +409,6 @@ def start_session(config: pytest.Config) -> KernelproSession:
         capture = SessionCapture(extra_flags=settings.profile)
         capture.start()
         session.profiling.capture = capture
-    if workerinput is None:
-        session.start_records_log()
     return session
 
 

@@ -129,23 +129,23 @@ def _fresh_inputs(
     correctness: Any,
 ) -> Any:
     """The timed call's `FreshInputs`: a second input set from the item's own maker and the
-    reference's outputs, compared by the correctness trials' tolerance."""
+    reference's outputs, compared by the correctness trials' rule (`measure.accuracy`: the
+    tolerance the first trial's truth calibrated, else the dtype rule)."""
     import torch
 
-    from pytest_kernelpro.measure.compare import compare_outputs
+    from pytest_kernelpro.measure.accuracy import CorrectnessRule
     from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET, fresh_inputs
-    from pytest_kernelpro.measure.tolerance import tolerance_rule
 
     check = None
     if reference is not None:
-        tolerance_for = tolerance_rule(
-            reduced="tf32" if getattr(correctness, "tf32", False) else None,
-            rtol=run.settings.rtol.value,
-            atol=run.settings.atol.value,
-        )
+        # The trials' rule, with what their truth calibrated (as the re-check after timing).
+        rule = getattr(correctness, "rule_state", None)
+        if not isinstance(rule, CorrectnessRule):
+            rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
+            rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
 
         def check(got: Any, expected: Any) -> str | None:
-            failed = [r for r in compare_outputs(torch, got, expected, tolerance_for) if not r.ok]
+            failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
             return " ".join(r.message or "" for r in failed[:2]) if failed else None
 
     second = None
@@ -219,38 +219,63 @@ def roofline(
     memory: Any,
     *,
     ceilings: Ceilings,
+    reprobe_ceilings: Callable[[str], Ceilings],
     spec: DeviceSpec | None,
     op_cost_hook: Callable[..., Any],
 ) -> None:
-    """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
-    kernel's share of it."""
+    """The reference's FLOPs and bytes on the device's `ceilings`: the roofline and the
+    kernel's share of it (`reprobe_ceilings(why)` measures them again, once a kernel beats
+    untrusted ones)."""
+    from pytest_kernelpro.measure.ceiling_trust import exceedance_note, exceeds_every_ceiling
+    from pytest_kernelpro.measure.impossible import impossible_failure
     from pytest_kernelpro.measure.peak_paths import record_pricing
     from pytest_kernelpro.measure.roofline import analyze_reference
 
     problem, record = run.problem, run.record
-    try:
-        with memory.reference_run():  # the reference's own peak: part of the footprint
-            analysis = analyze_reference(
-                reference,
-                inputs,
-                ceilings=ceilings,
-                flops=problem.flops,
-                bytes=problem.bytes,
-                op_cost_hook=op_cost_hook,
-                spec=spec,
-            )
-    except KernelproError:
-        raise
-    except Exception as exc:
-        raise KernelproError(
-            f"roofline analysis of the reference of {run.name} failed: "
-            f"{describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
-        ) from exc
+
+    def analyze(ceilings: Any) -> Any:
+        try:
+            with memory.reference_run():  # the reference's own peak: part of the footprint
+                return analyze_reference(
+                    reference,
+                    inputs,
+                    ceilings=ceilings,
+                    flops=problem.flops,
+                    bytes=problem.bytes,
+                    op_cost_hook=op_cost_hook,
+                    spec=spec,
+                )
+        except KernelproError:
+            raise
+        except Exception as exc:
+            raise KernelproError(
+                f"roofline analysis of the reference of {run.name} failed: "
+                f"{describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
+            ) from exc
+
+    analysis = analyze(ceilings)
     record.roofline = RooflinePart.from_dict(analysis.to_dict())
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
     # (measure/peak_paths.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
+    if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
+        # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
+        # have lowered (measure/ceiling_trust.py), then price the kernel again on them.
+        ceilings = reprobe_ceilings(f"{run.name} exceeded them")
+        if ceilings.trusted:
+            analysis = analyze(ceilings)
+            record.roofline = RooflinePart.from_dict(analysis.to_dict())
+            efficiency, record.peak_used = record_pricing(record.roofline, median_s)
+    record.extra["ceilings_trusted"] = ceilings.trusted
+    if exceeds_every_ceiling(record.peak_used) and ceilings.device_type == "cpu":
+        assert record.peak_used is not None
+        record.peak_used["note"] = f"{record.peak_used['note']}; {exceedance_note(ceilings)}"
     record.efficiency = analysis.efficiency(median_s) if efficiency is None else efficiency
+    impossible = impossible_failure(
+        record.peak_used, ceilings=ceilings, median_s=median_s, timing=record.timing
+    )
+    if impossible is not None:
+        raise KernelproError(f"{run.name}: {impossible}")
 
 
 def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> None:
@@ -280,33 +305,84 @@ def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> No
 
 def gate(
     run: ItemRun,
+    config: KernelproConfig,
     remeasure: Callable[[], Any],
+    fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None = None,
     *,
     entry: BaselineEntry | None,
-    cross_cpu: str,
     profiling: Profiling,
 ) -> None:
     """The verdict against the baseline `entry` (a regression is confirmed by timing it again,
-    and profiled); a failing verdict fails the item."""
+    in a fresh process by default, with the baseline's autotune choices pinned, and
+    profiled); a failing verdict fails the item."""
+    from pytest_kernelpro.gate.autotune_gate import compare_choices, note_picks, settle
     from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
+    from pytest_kernelpro.gate.environment import name_environment
     from pytest_kernelpro.gate.verdict import compare
     from pytest_kernelpro.measure.peak_paths import kernel_efficiency
 
     record = run.record
+    cross_cpu = config.cpu_cross_device
     verdict = compare(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
-    if needs_confirmation(verdict):
-        timing = remeasure()
+    picks = compare_choices(
+        record.autotune.choices if record.autotune else None,
+        entry.autotune if entry is not None else None,
+    )
+    if needs_confirmation(verdict) and entry is not None:
+        first_change = verdict.change
+        timing, remeasured = _confirmation_timing(
+            run, config, remeasure, fresh_remeasure, picks.baseline_choices
+        )
         confirmed = KernelRecord.from_dict(record.to_dict())
-        confirmed.timing = TimingPart.from_dict(timing.to_dict())
-        if record.roofline_time_s is not None:
-            confirmed.efficiency = kernel_efficiency(record.roofline, timing.stats.median_s)
-        verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu)
+        confirmed.timing = timing
+        if record.roofline_time_s is not None and timing.median_s is not None:
+            confirmed.efficiency = kernel_efficiency(record.roofline, timing.median_s)
+        verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu, where=remeasured.words())
         record.extra["confirmation_timing"] = timing.to_dict()
+        verdict = settle(verdict, picks, remeasured, config.autotune_mismatch, first_change)
+    elif entry is not None:
+        verdict = note_picks(verdict, picks)
+    if entry is not None:
+        verdict = name_environment(
+            verdict, record.environment.to_dict() if record.environment else None, entry.environment
+        )
     record.gate = VerdictPart.from_dict(verdict.to_dict())
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
         _auto_profile(run, profiling)
     if verdict.failed:
         raise KernelproError(f"{record.name}: {verdict.message}")
+
+
+def _confirmation_timing(
+    run: ItemRun,
+    config: KernelproConfig,
+    remeasure: Callable[[], Any],
+    fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None,
+    pins: tuple[dict[str, Any], ...],
+) -> tuple[TimingPart, Any]:
+    """The confirmation's timing and how it was made: in a fresh process with `pins` (the
+    baseline's autotune choices) when the setting says so and the process gives a timing,
+    else in this process (the fallback says why)."""
+    from pytest_kernelpro.gate.autotune_gate import Remeasurement
+
+    fallback = None
+    if config.confirm_process == "fresh" and fresh_remeasure is not None:
+        fresh = fresh_remeasure(list(pins))
+        if fresh.timing is not None:
+            autotune = fresh.autotune or {}
+            return TimingPart.from_dict(fresh.timing), Remeasurement(
+                fresh=True,
+                wall_s=round(fresh.wall_s, 3),
+                choices=tuple(autotune.get("choices") or ()),
+                pin_problems=tuple(autotune.get("pin_problems") or ()),
+                pinned_requested=bool(pins),
+            )
+        fallback = f"the fresh process gave no timing ({fresh.error}); re-measured in this one"
+        run.record.extra["confirmation_fresh_process_error"] = fresh.error
+    started = time.perf_counter()
+    timing = TimingPart.from_dict(remeasure().to_dict())
+    wall = round(time.perf_counter() - started, 3)
+    return timing, Remeasurement(fresh=False, wall_s=wall, fallback=fallback)
 
 
 def _auto_profile(run: ItemRun, profiling: Profiling) -> None:

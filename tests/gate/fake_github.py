@@ -2,7 +2,8 @@
 
 Plays just enough of https://docs.github.com/en/rest/issues/comments for `post_comment`:
 GET/POST /repos/{o}/{r}/issues/{n}/comments, PATCH /repos/{o}/{r}/issues/comments/{id},
-GET /repos/{o}/{r}/pulls/{n}. Every request is recorded; a request without the expected
+GET /repos/{o}/{r}/pulls/{n}; and for `approval.decide`: GET /repos/{o}/{r}/pulls/{n}/reviews
+(paginated) and GET /repos/{o}/{r}/collaborators/{user}/permission (404: no collaborator). Every request is recorded; a request without the expected
 bearer token gets 401.
 """
 
@@ -23,6 +24,9 @@ class FakeGitHub:
     page_size: int = 2  # small, so a handful of comments spans several pages
     comments: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # pr -> comments
     heads: dict[int, str] = field(default_factory=dict)  # pr -> head sha
+    authors: dict[int, str] = field(default_factory=dict)  # pr -> author login
+    reviews: dict[int, list[dict[str, Any]]] = field(default_factory=dict)  # pr -> reviews
+    permissions: dict[str, str] = field(default_factory=dict)  # login -> admin/write/read
     requests: list[tuple[str, str, dict[str, str], Any]] = field(default_factory=list)
     fail_with: tuple[int, str] | None = None  # (status, message) for every request
     next_id: int = 1000
@@ -44,6 +48,17 @@ class FakeGitHub:
 
     def all_comments(self, pr: int) -> list[dict[str, Any]]:
         return self.comments.get(pr, [])
+
+    def add_review(self, pr: int, login: str, state: str, commit_id: str) -> dict[str, Any]:
+        self.next_id += 1
+        review = {
+            "id": self.next_id,
+            "user": {"login": login, "id": self.next_id, "type": "User"},
+            "state": state,
+            "commit_id": commit_id,
+        }
+        self.reviews.setdefault(pr, []).append(review)
+        return review
 
 
 def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
@@ -72,10 +87,11 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 status, message = state.fail_with
                 return self._send(status, {"message": message})
             m = re.fullmatch(r"/repos/[^/]+/[^/]+/issues/(\d+)/comments", parts.path)
-            if m and method == "GET":
-                pr = int(m.group(1))
+            reviews = re.fullmatch(r"/repos/[^/]+/[^/]+/pulls/(\d+)/reviews", parts.path)
+            if (m or reviews) and method == "GET":
+                pr = int((m or reviews).group(1))  # type: ignore[union-attr]
                 page = int(parse_qs(parts.query).get("page", ["1"])[0])
-                items = state.all_comments(pr)
+                items = state.all_comments(pr) if m else state.reviews.get(pr, [])
                 chunk = items[(page - 1) * state.page_size : page * state.page_size]
                 headers = {}
                 if page * state.page_size < len(items):
@@ -107,7 +123,19 @@ def _handler(state: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                 pr = int(m.group(1))
                 if pr not in state.heads:
                     return self._send(404, {"message": "Not Found"})
-                return self._send(200, {"number": pr, "head": {"sha": state.heads[pr]}})
+                return self._send(
+                    200,
+                    {
+                        "number": pr,
+                        "head": {"sha": state.heads[pr]},
+                        "user": {"login": state.authors.get(pr, "contributor")},
+                    },
+                )
+            m = re.fullmatch(r"/repos/[^/]+/[^/]+/collaborators/([^/]+)/permission", parts.path)
+            if m and method == "GET":
+                if m.group(1) not in state.permissions:
+                    return self._send(404, {"message": "Not Found"})
+                return self._send(200, {"permission": state.permissions[m.group(1)]})
             return self._send(404, {"message": "Not Found"})
 
         def do_GET(self) -> None:

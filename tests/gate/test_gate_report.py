@@ -137,6 +137,34 @@ def test_terminal_table_fits_and_shows_everything(width: int) -> None:
     assert body[0].startswith("softmax")
 
 
+@pytest.mark.parametrize("width", [60, 80])
+def test_a_terminal_too_narrow_gets_a_wider_table_never_a_cut_verdict(width: int) -> None:
+    """Cells that cannot fold (a long bound note, the verdict with its change) beside a long
+    name on a narrow terminal: rich cropped the last columns (`verdi`, `REGRES`) to fit."""
+    regressed = gated("fused_attention_with_a_long_name[8x16x4096x128]", 1.2)
+    regressed.peak_used = {"note": "faster than any ceiling", "problem": "count"}
+    text = render_terminal_table([regressed, gated("matmul[4096]", 0.8)], width=width)
+    lines = text.splitlines()
+    assert lines[0].split()[-1] == "verdict"
+    assert "memory (above every ceiling)" in text
+    assert re.search(r"REGRESSED \+\d+\.\d%", text)
+    assert re.search(r"improved −\d+\.\d%", text)
+    folded = lines[2 : next(i for i, line in enumerate(lines) if line.startswith("matmul"))]
+    assert "".join(line.split()[0] for line in folded) == regressed.name  # folded, not cut
+
+
+def test_a_log_table_takes_the_width_of_its_content() -> None:
+    long_name = "fused_attention_with_a_long_name[8x16x4096x128]"
+    text = render_terminal_table([gated(long_name, 1.2), gated("matmul[4096]", 0.8)], width=None)
+    lines = text.splitlines()
+    assert lines[0].split() == [
+        "kernel", "median", "±IQR/2", "roofline", "of", "roofline", "bound", "verdict"
+    ]  # fmt: skip
+    assert lines[2].startswith(long_name + " ")  # whole, on one line
+    assert re.search(r"REGRESSED \+\d+\.\d%$", lines[2].rstrip())
+    assert "30.0 µs" in lines[2]  # the roofline time column is kept
+
+
 def test_terminal_table_color_and_other_device() -> None:
     recs = _table_records()
     recs.append(gated("gelu[1]", 1.0, device="NVIDIA H100 80GB HBM3"))

@@ -49,8 +49,20 @@ def test_an_output_of_the_wrong_dtype_is_named_with_both_dtypes() -> None:
 
 def test_a_value_mismatch_keeps_its_errors_and_tolerance() -> None:
     line = _correctness_line(_section(lambda x: x * 2 + 1, lambda x: x * 2))
-    assert line.startswith("correctness: FAILED over 1 trials; max abs err 1,")
-    assert "rtol 0.0001" in line
+    assert line.startswith("correctness: FAILED over 1 trial; max abs err 1,")
+    # Since issue 27 the float64 truth's rule decides (x * 2 is exact: two fp32 roundings,
+    # rtol 2 * 2^-24), and the line names it.
+    assert "rtol 1.19e-07" in line
+    assert "within 8x the reference's own error against its float64 re-run" in line
+
+
+def test_a_nan_output_is_named_as_nan_not_as_an_error_of_zero() -> None:
+    """Every output NaN: the errors over the elements that are numbers on both sides are 0,
+    which the section printed as "max abs err 0" beside FAILED."""
+    line = _correctness_line(_section(lambda x: torch.full_like(x, float("nan")), torch.neg))
+    assert line.startswith("correctness: FAILED over 1 trial (rtol ")
+    assert "NaN where the reference is a number" in line
+    assert "max abs err" not in line
 
 
 def test_a_pass_keeps_its_errors_and_tolerance() -> None:

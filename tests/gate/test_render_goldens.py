@@ -55,7 +55,14 @@ class Recorder:
 
 def _session() -> SimpleNamespace:
     cpu = make_record("layernorm[cpu]", median_s=2e-3, device="cpu", seed=11)
-    cpu.timing = replace(cpu.timing, cpu_load=BUSY, budget_note="took 3.1 s of a 2 s budget")
+    cpu.timing = replace(
+        cpu.timing,
+        cpu_load=BUSY,
+        budget_note="took 3.1 s of a 2 s budget",
+        flushed_l2=True,
+        flush_bytes=34078720,
+        budget={"cpu_flush": "auto"},
+    )
     gpu = make_record("softmax[8192x4096]", seed=12)
     gpu.extra = {"profile_skipped": True}
     bad = make_record("broken[1]", outcome="failed", timed=False, roofline_time_s=None)
@@ -87,6 +94,10 @@ def _session() -> SimpleNamespace:
         notes=["a note another part of the session added"],
         _baseline=baseline,
         history_path=Path(".kernelpro/history/20261201T170000Z-abc1234-vm.json"),
+        json_written=True,
+        baseline_written=False,  # correctness-only: no baseline is saved
+        write_failures=[],
+        records_log=object(),  # started: its line is printed
         missing_records=lambda: ["test_kernels.py::lost[1]"],
     )
 

@@ -159,16 +159,41 @@ def test_approval_is_per_push() -> None:
     check = jobs["check"]
     # The GPU job runs on the labeling event only: a label left on the PR approves nothing.
     assert check["if"] == "github.event.action == 'labeled' && github.event.label.name == 'gpu-ci'"
+    assert check["needs"] == "approve"
     revoke = jobs["revoke-approval"]
     assert revoke["if"] == (
         "github.event.action == 'synchronize' || github.event.action == 'reopened'"
     )
     assert revoke["runs-on"] == "ubuntu-latest"  # never the GPU runner
     assert revoke["permissions"] == {"pull-requests": "write"}
+    # A push cancels the pull request's queued or running GPU run: the same group.
+    assert revoke["concurrency"] == check["concurrency"]
+    assert revoke["concurrency"]["cancel-in-progress"] is True
     assert _steps(revoke, "actions/checkout") == []  # runs no code of the pull request
     script = _job_scripts(revoke)
     assert 'gh api --method DELETE "repos/$REPO/issues/$PR_NUMBER/labels/gpu-ci"' in script
     assert check["environment"] == "gpu-ci"  # required reviewers can be added there
+
+
+def test_the_approval_runs_trusted_code_before_the_gpu_job() -> None:
+    """`kernelpro approval` (tests/gate/test_approval.py) decides, from the base branch's
+    code, on a GitHub-hosted runner; its SHA is what the GPU job checks out."""
+    approve = _load(CHECK)["jobs"]["approve"]
+    assert approve["if"] == (
+        "github.event.action == 'labeled' && github.event.label.name == 'gpu-ci'"
+    )
+    assert approve["runs-on"] == "ubuntu-latest"
+    assert approve["permissions"] == {"contents": "read", "pull-requests": "read"}
+    (checkout,) = _steps(approve, "actions/checkout")
+    assert checkout["with"]["ref"] == "${{ github.event.pull_request.base.sha }}"
+    assert "repository" not in checkout["with"]
+    script = _job_scripts(approve)
+    assert "python -m pip install -q ./trusted" in script
+    assert (
+        'kernelpro approval --repo "$GITHUB_REPOSITORY" --pr "$PR_NUMBER" --head-sha "$HEAD_SHA"'
+        in script
+    )
+    assert approve["outputs"] == {"sha": "${{ steps.approval.outputs.sha }}"}
 
 
 def test_the_gpu_job_is_unprivileged_ephemeral_and_runs_the_approved_commit() -> None:
@@ -177,9 +202,12 @@ def test_the_gpu_job_is_unprivileged_ephemeral_and_runs_the_approved_commit() ->
     assert check["permissions"] == {"contents": "read"}
     checkouts = _steps(check, "actions/checkout")
     assert [c["with"]["ref"] for c in checkouts] == [
-        "${{ github.event.pull_request.head.sha }}",  # the commit of the labeling event
+        "${{ needs.approve.outputs.sha }}",  # the commit the approval job found approved
         "${{ github.event.pull_request.base.sha }}",
     ]
+    verify = _job_scripts(check)
+    assert 'checked_out="$(git -C head rev-parse HEAD)"' in verify
+    assert '[ "$checked_out" != "$APPROVED_SHA" ]' in verify
     assert checkouts[0]["with"]["repository"] == (
         "${{ github.event.pull_request.head.repo.full_name }}"
     )

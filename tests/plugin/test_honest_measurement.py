@@ -203,3 +203,36 @@ def honest(x, y):
     assert honesty["note"].startswith("fresh inputs: 2 content sets")
     assert json.loads(json.dumps(honesty)) == honesty
     assert Path(kp_project.path / ".kernelpro").is_dir()
+
+
+def test_a_time_beyond_every_trusted_ceiling_fails_and_says_why(
+    kp_project: pytest.Pytester,
+) -> None:
+    """A FLOP count a million times too large makes an honest 64x64 matmul 'faster than the
+    roofline': on trusted ceilings that fails the item with the likely causes, and the kernel
+    beside it with a true count passes."""
+    kp_project.makepyfile(
+        test_impossible=HEADER
+        + """
+@pytest.mark.kernelpro(reference=ref, inputs=pair, flops=2 * 64**3 * 1e6)
+def wrong_flop_count(x, y):
+    return torch.tanh(x @ y)
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair, flops=2 * 64**3)
+def right_flop_count(x, y):
+    return torch.tanh(x @ y)
+"""
+    )
+    result = kp_project.runpytest("--kernelpro-save-baseline")
+    result.assert_outcomes(passed=1, failed=1)
+    saved = (kp_project.path / "kernelpro-baseline.yaml").read_text()
+    assert "right_flop_count" in saved
+    assert "wrong_flop_count" not in saved  # an impossible time never enters a baseline
+    result.stdout.fnmatch_lines(
+        [
+            "*wrong_flop_count: impossible time: its median * is faster than the roofline "
+            "allows (flops beyond every ceiling*ceilings trusted*Likely causes: device work "
+            "outside the timed stream, a result cached between calls, or a wrong FLOP or byte "
+            "count (pass flops= / bytes=*"
+        ]
+    )

@@ -122,6 +122,7 @@ def test_whole_pass_patch_applies_and_the_patched_kernel_passes(pytester: pytest
     assert best["efficiency_after"] > summary["current"]["efficiency"]
     assert Path(best["patch"]).is_file()
     assert summary["best_patch"].endswith("best.patch")
+    assert _patch_files(Path(summary["run_dir"])) == _listed_patches(summary)
     junit = (root / "junit.xml").read_text()
     assert 'name="kernelpro.optimize.status" value="improved"' in junit
 
@@ -187,7 +188,12 @@ def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
     kept = json.loads((runs[0] / "summary.json").read_text())
     assert kept["interrupted"] is True
     assert kept["evaluations"] == 1
-    assert (runs[0] / "patches" / "best.patch").is_file()
+    # No ranking yet: the fastest so far is an interim patch, never best.patch.
+    assert kept["best_patch"] is None
+    interim = Path(kept["interim_best_patch"])
+    assert interim.name.startswith("interim-")
+    assert interim.is_file()
+    assert [p.name for p in (runs[0] / "patches").iterdir()] == [interim.name]
     lines = (runs[0] / "trajectory.jsonl").read_text().splitlines()
     assert len(lines) == 2  # header + candidate 1
 
@@ -200,6 +206,8 @@ def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
     assert summary["evaluations"] == 3
     # The resumed search got the recording's remaining answers, not the first one again.
     assert summary["outcomes"] == {"correct": 1, "wrong": 1, "build_error": 1}
+    # The ranked search's files replace the interrupted one's interim patch.
+    assert _patch_files(runs[0]) == _listed_patches(summary)
 
     second = _optimize(pytester)
     second.assert_outcomes(passed=1, deselected=2)
@@ -207,6 +215,63 @@ def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
     assert len(runs_now) == 2
     assert runs[0] in runs_now
     assert (kernel_dir / "LATEST").read_text().strip() == runs_now[-1].name
+
+
+def _patch_files(run_dir: Path) -> set[str]:
+    return {p.name for p in (run_dir / "patches").glob("*.patch")}
+
+
+def _listed_patches(summary: dict) -> set[str]:
+    listed = {Path(c["patch"]).name for c in summary["candidates"] if c.get("patch")}
+    return listed | ({Path(summary["best_patch"]).name} if summary.get("best_patch") else set())
+
+
+@pytest.mark.slow
+def test_interim_best_the_ranking_rejects_leaves_no_best_patch(pytester: pytest.Pytester) -> None:
+    """The attack of the stale best.patch: the search measures a candidate faster (its interim
+    patch is written), then the end of the search does not confirm it (here the winner's
+    confirmation in a fresh worker disagrees). No best.patch may be left behind, and the
+    patches folder holds exactly what the summary lists."""
+    root = _project(pytester)
+    pytester.makeconftest(
+        """
+        import json, os
+        from pathlib import Path
+        from pytest_kernelpro.optimize.loop import state
+        from pytest_kernelpro.optimize.sandbox import evaluator
+        from pytest_kernelpro.optimize.search.base import Evaluation
+
+        def confirm(self, candidate, evaluation):
+            return Evaluation("wrong", reason="the confirmation disagreed (test)")
+
+        evaluator.SandboxEvaluator.confirm = confirm
+        final = state.SearchState.final
+
+        def recording_final(self, ranking, details):
+            folder = self.run.patches
+            names = sorted(p.name for p in folder.glob("*.patch")) if folder.is_dir() else []
+            Path(os.environ["BEFORE_FINAL"]).write_text(json.dumps(names))
+            return final(self, ranking, details)
+
+        state.SearchState.final = recording_final
+        """
+    )
+    before_final = root / "before-final.json"
+    pytester._monkeypatch.setenv("BEFORE_FINAL", str(before_final))
+    result = _optimize(pytester)
+    result.assert_outcomes(passed=1, deselected=2)
+    summary = _report(root)["double"]["extra"]["optimize"]
+    # While it ran, the fast candidate's patch existed, named as interim.
+    before = json.loads(before_final.read_text())
+    assert before, "no interim patch was written while the search ran"
+    assert all(name.startswith("interim-") for name in before), before
+    assert summary["best_patch"] is None
+    assert summary["winner"] is None
+    run_dir = Path(summary["run_dir"])
+    assert not (run_dir / "patches" / "best.patch").exists()
+    files = _patch_files(run_dir)
+    assert not any(name.startswith("interim-") for name in files)
+    assert files == _listed_patches(summary)
 
 
 def test_missing_api_key_is_a_usage_error(

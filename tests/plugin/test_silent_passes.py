@@ -139,7 +139,7 @@ def add_into_x(x, y):
     result = kp_project.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*add_into_x is wrong: The kernel writes into its input input 0 (4096 of 4096 elements*"]
+        ["*add_into_x is wrong: The kernel writes into input 0 (4096 of 4096 elements*"]
     )
 
 

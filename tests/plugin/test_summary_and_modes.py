@@ -128,7 +128,12 @@ def test_clock_anchor_setting_reaches_the_timing_budget(
 ) -> None:
     timing = _neg_timing_with_setting(kp_project, how, "clock-anchor", mode)
     assert timing["budget"]["clock_anchor"] == mode
-    assert timing["anchor"] is None  # a CPU timing has no anchor
+    # On the CPU, "on" pairs every sample with the CPU anchor (measure/timing/cpu_anchor.py).
+    if mode == "on":
+        assert timing["anchor"]["layout"] == "cpu-pairs"
+        assert timing["anchor"]["pairs"] == len(timing["samples_s"])
+    else:
+        assert timing["anchor"] is None
 
 
 def test_bad_clock_anchor_value_is_a_usage_error(kp_project: pytest.Pytester) -> None:
@@ -236,7 +241,7 @@ def test_history_and_compare_over_two_runs(
     assert kernelpro_main(["compare", runs[0].stem, "-1", "--fail"]) == 1
     capsys.readouterr()
     assert kernelpro_main(["compare", "-3", "-1"]) == 2
-    assert "holds 2 run(s)" in capsys.readouterr().err
+    assert "holds 2 timed run(s)" in capsys.readouterr().err
 
 
 def test_history_can_be_turned_off(kp_project: pytest.Pytester) -> None:

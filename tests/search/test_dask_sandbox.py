@@ -136,7 +136,8 @@ def test_a_candidates_sandbox_dies_with_the_dask_worker_killed_under_it(cluster)
     results: list[Evaluation] = []
     thread = threading.Thread(target=lambda: results.append(evaluator.evaluate(Candidate(code))))
     thread.start()
-    pattern = f"kernelpro-eval-*/sleeping-{tag}"
+    # An evaluation's scratch directory: <evaluations' root>/<its area>/scratch (sandbox/pool.py).
+    pattern = f"kernelpro-evals-*/kernelpro-eval-*/scratch/sleeping-{tag}"
     deadline = time.monotonic() + WAIT_S
     asleep: list[Path] = []
     while not asleep and time.monotonic() < deadline:

@@ -166,15 +166,17 @@ def test_the_evaluation_says_how_it_was_isolated(world: dict[str, Outcome]) -> N
     assert world["connect_out"].evaluation.metrics["sandbox"] == ISOLATION.describe()
 
 
-def test_a_patched_clock_is_caught_when_the_winner_is_confirmed() -> None:
+def test_a_patched_clock_is_caught_when_the_candidate_is_evaluated() -> None:
+    """Caught at every candidate's evaluation, not only at the winner's confirmation: the
+    timer's clock is kept before the candidate runs and a rebound one is refused."""
     evaluator = SandboxEvaluator(task(), LIMITS)
     forged = Candidate(attack("slow_timed"))
     ev = evaluator.evaluate(forged)
-    assert ev.status == "correct", ev.reason  # its outputs are right; only its time is forged
-    confirmed = evaluator.confirm(forged, ev)
-    assert confirmed.status == "cheat"
-    assert (confirmed.reason or "").startswith("timing not confirmed: re-timed in a fresh process")
-    assert "the search's number was not real" in (confirmed.reason or "")
+    assert ev.status == "cheat", ev.reason  # its outputs are right; only its time is forged
+    assert (ev.reason or "").startswith(
+        "refused while timed: time.perf_counter (now kernelpro_candidate.fake_clock) was replaced"
+    )
+    assert ev.speedup is None
 
 
 def test_an_honest_winner_is_confirmed() -> None:

@@ -98,3 +98,23 @@ def test_the_stream_guard_sees_c_level_switches_and_new_streams(
     assert any(e.startswith("created a new torch.cuda.streams.Stream") for e in guard.events)
     assert torch._C._cuda_setStream.__name__ == "<lambda>"  # the original is back
     assert "__new__" in torch.cuda.streams.Stream.__dict__
+
+
+def test_a_result_rewritten_past_the_kept_encoder_is_refused_by_the_parents_view() -> None:
+    """A candidate that wraps the worker's own result channel (found in memory) to shrink every
+    number: the worker writes a timing phase 5x shorter than the parent saw pass. An honest
+    candidate timed the same way is believed. A longer budget than the other tests: the
+    phase must outlast the parent's polling slack."""
+    reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
+    timing = {**TIMING, "timing": {**TIMING["timing"], "max_time_s": 0.6, "max_samples": 5000}}
+    task = KernelBenchTask(reference, name="softmax_linear", device="cpu", **timing)
+    cheat, honest = SandboxEvaluator(task, LIMITS).evaluate_many(
+        [
+            Candidate((CHEATS / "rewrites_result.py").read_text(encoding="utf-8")),
+            Candidate((DATA / "cpu" / "correct.py").read_text(encoding="utf-8")),
+        ],
+        jobs=1,
+    )
+    assert cheat.status == "cheat", (cheat.status, cheat.reason)
+    assert (cheat.reason or "").startswith("timing not believed: the worker claims its timing")
+    assert honest.status == "correct", honest.reason

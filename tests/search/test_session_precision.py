@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,20 @@ TIMING = {"warmup_ms": 0.0, "max_time_s": 0.01, "min_samples": 1, "max_samples":
 
 
 @pytest.fixture
-def session_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process's TF32 flags, restored after the test (the tests below change them)."""
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+def session_flags() -> Iterator[None]:
+    """This process's TF32 flags, restored after the test (the tests below change them).
+
+    Set and restored by hand, not with monkeypatch: torch serves these flags through
+    `__getattr__`/`__setattr__` of module objects (`cuBLASModule`), not data descriptors, and
+    pytest 9.2's monkeypatch undoes a setattr of such an attribute by deleting it from the
+    object, which raises AttributeError there."""
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = (matmul.allow_tf32, cudnn.allow_tf32)
+    matmul.allow_tf32, cudnn.allow_tf32 = False, True
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
 
 
 def _payload() -> dict[str, Any]:

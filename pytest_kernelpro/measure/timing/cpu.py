@@ -40,6 +40,7 @@ from pytest_kernelpro.measure.timing.budget import (
     adaptive_rounds,
     kernel_failed,
 )
+from pytest_kernelpro.measure.timing.cpu_anchor import cpu_pairs
 from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs
 
 
@@ -213,19 +214,34 @@ def time_cpu(
             fill[0] = (fill[0] + 1) & 0xFF  # a new value each time: no write can be skipped
             buf.fill(fill[0])
 
+    pairs = cpu_pairs(budget, clock)
+
+    def body_of(calls: int) -> Callable[[], object]:
+        def body() -> object:
+            out = None
+            for _ in range(calls):
+                out = fn()
+            return out
+
+        return body
+
     def sample(calls: int) -> float:
         if fresh is not None:
             fresh.before()
         if flushing:
             do_flush()
-        out = None
-        t0 = clock()
-        for _ in range(calls):
-            out = fn()
-        t1 = clock()
+        if pairs is not None:
+            per_call, out = pairs.measure(body_of(calls), calls)
+        else:
+            out = None
+            t0 = clock()
+            for _ in range(calls):
+                out = fn()
+            t1 = clock()
+            per_call = (t1 - t0) / calls
         if fresh is not None:
             fresh.after(out)
-        return (t1 - t0) / calls
+        return per_call
 
     try:
         out = fn()
@@ -282,7 +298,15 @@ def time_cpu(
             return values, False
 
         monitor = CpuLoadMonitor(threads or 1)
-        log = adaptive_rounds(run_round, sampling, floor_samples=floor, clock=clock)
+        if pairs is not None:
+            pairs.recording = True  # the anchor follows every sample from here on
+        log = adaptive_rounds(
+            run_round,
+            sampling,
+            floor_samples=floor,
+            clock=clock,
+            converge_on=None if pairs is None else pairs.ratios,
+        )
         load = monitor.stop()
         if fresh is not None:
             fresh.finish()
@@ -322,5 +346,6 @@ def time_cpu(
         cpu_load=load.to_dict(),
         flush_reason=flush_reason,
         budget_note=budget_note,
+        anchor=None if pairs is None else pairs.summary(),
         honesty=None if fresh is None else fresh.to_dict(),
     )

@@ -184,6 +184,18 @@ def _time_cuda_on(
 
     if fresh is not None:
         fn = fresh.call
+    # streams="any": the kernel's work may still run on its own streams when it returns, so
+    # its outputs are read after a device-wide synchronize (the default reads them on the
+    # timed stream right after the end event: what is not done there escaped it).
+    own_streams = budget.streams == "any"
+
+    def observe(out: Any, force: bool = False) -> None:
+        if fresh is None or out is None:  # a graph replay returns None
+            return
+        if own_streams:
+            events.synchronize_device()
+        fresh.after(out, force=force)
+
     readings: list[Any] = []
     body: Callable[[], object] = fn
     calls = 1
@@ -213,8 +225,7 @@ def _time_cuda_on(
             events.record(start)
             out = body()
             events.record(end)
-            if fresh is not None and out is not None:  # a graph replay returns None
-                fresh.after(out)
+            observe(out)
             out = None
             if anchor is not None:
                 flush()
@@ -233,10 +244,6 @@ def _time_cuda_on(
         anchor_s.extend(events.elapsed_s(s, e) for s, e in marks)
         return [events.elapsed_s(s, e) / calls for s, e in pairs]
 
-    def after_checked(out: Any) -> None:
-        if fresh is not None and out is not None:
-            fresh.after(out)
-
     def checked(k: int) -> list[float]:
         """k checked calls (streams.EscapeProbe): per-call device-wide times."""
         times = []
@@ -244,15 +251,14 @@ def _time_cuda_on(
             if fresh is not None:
                 fresh.before()
             flush()
-            times.append(probe.checked_call(body, after_checked) / calls)
+            times.append(probe.checked_call(body, observe) / calls)
         return times
 
     phase = "the first call"
     runs = 0  # calls of fn made before sampling (reported as warm-up runs)
     try:
         out = fn()
-        if fresh is not None:
-            fresh.after(out, force=True)
+        observe(out, force=True)
         out = None
         events.synchronize_device()
         phase = "the estimate"

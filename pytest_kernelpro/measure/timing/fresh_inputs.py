@@ -34,7 +34,7 @@ from typing import Any
 from pytest_kernelpro.errors import KernelproError
 
 MEMORY_SHARE = 0.25  # the ring, the reference outputs and the snapshots: at most this share
-MAX_SNAPSHOTS = 4  # outputs of timed calls kept for the comparison at the end
+MAX_SNAPSHOTS = 3  # outputs of timed calls kept for the comparison at the end
 SAMPLE_ONE_IN = 8  # about one timed call in this many is snapshot (while room is left)
 CONTENT_SEED_OFFSET = 7_919  # the second content set's seed: the timed inputs' seed + this
 
@@ -133,8 +133,9 @@ class FreshInputs:
         if len(self.contents) >= 2:
             self._current = (self._current + 1) % len(self.contents)
             source = _tensor_leaves(self.torch, self.contents[self._current])
-            for dst, src in zip(targets, source, strict=True):
-                dst.copy_(src)
+            with self.torch.no_grad():  # an input that requires grad is refilled all the same
+                for dst, src in zip(targets, source, strict=True):
+                    dst.copy_(src)
             return
         bump = self.torch.autograd.graph.increment_version
         for dst in targets:

@@ -232,7 +232,8 @@ class DaskEvaluator:
                 self._futures.discard(future)
                 if build is not None:
                     self._futures.discard(build)
-        evaluation = Evaluation.from_dict(data["evaluation"])
+        # Redacted again here: the worker's machine does not know this session's secrets.
+        evaluation = Evaluation.from_dict(data["evaluation"]).made_safe()
         info = dict(data["dask"])
         info["key"] = key
         info["worker_losses"] = self._losses(key)

@@ -107,9 +107,12 @@ def build_task(code: str, arch: str, cache_dir: str | None) -> dict[str, Any]:
     """The build task: the candidate's fast-path builds into this worker's cache."""
     from pytest_kernelpro.optimize.build.cache import BuildCache
     from pytest_kernelpro.optimize.build.prebuild import Prebuilder
+    from pytest_kernelpro.optimize.sandbox.isolation import Isolation, confinement
 
     started = time.time()
     cache = BuildCache(cache_dir, writable=True)
+    # The candidate's source and flags are its input: compiled in this machine's sandbox.
+    cache.confine = confinement(Isolation.probe("auto"), [cache.root])
     builder = Prebuilder(cache, arch=arch, jobs=1)
     try:
         result = builder.wait(code)

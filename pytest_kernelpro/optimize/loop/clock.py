@@ -123,6 +123,11 @@ class WallClock:
                 "time_s": timing_s,
                 "profile_s": profile_s,
                 "other_s": left,
+                # Its worker's process started ahead (`sandbox/pool.py`): how long before its
+                # task, off the critical path; None when it started with its task.
+                "standby": metrics.get("standby"),
+                # Where the worker's own time went (`launch`: from its task to its first line).
+                "phases": metrics.get("phases"),
             }
         )
 

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from pytest_kernelpro.run.context import ItemRun, Services
 
 
+SEARCH_STANDBYS = 1  # sandboxed processes of each kind started ahead: the next worker and judge
+
+
 def run_search(
     run: ItemRun,
     services: Services,
@@ -68,7 +71,11 @@ def run_search(
         ProfileFailed,
         ProfilingEvaluator,
     )
-    from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxEvaluator
+    from pytest_kernelpro.optimize.sandbox.evaluator import (
+        KernelBenchTask,
+        SandboxEvaluator,
+        SandboxLimits,
+    )
     from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
     from pytest_kernelpro.optimize.search.budget import parse_budget
     from pytest_kernelpro.optimize.search.greedy import GreedySearch
@@ -103,7 +110,8 @@ def run_search(
         timing=timing,
         sys_path=session_path(),
     )
-    sandbox = SandboxEvaluator(task)
+    # The next worker and judge wait, torch imported, while the model writes a candidate.
+    sandbox = SandboxEvaluator(task, SandboxLimits(standby=SEARCH_STANDBYS))
     if hooks is not None:
         sandbox.on_phase = hooks.phase
     env = sandbox.environment()
@@ -120,6 +128,7 @@ def run_search(
     isolation = sandbox.isolation
     clock.sandbox_probe = time.perf_counter() - started
     started = time.perf_counter()
+    sandbox.standbys.fill()
     current = sandbox.evaluate(Candidate(code=current_code, strategy="the current kernel"))
     clock.current_kernel = time.perf_counter() - started
     after_current = time.perf_counter()
@@ -252,6 +261,8 @@ def run_search(
         if remote is not None:
             details["dask"] = remote.describe()
             remote.close()
+        details["standby"] = sandbox.standbys.describe()
+        sandbox.standbys.close()  # none idle (importing) while the ranking times kernels
     if hooks is not None:
         hooks.phase("ranking")
     started = time.perf_counter()

@@ -10,8 +10,9 @@ module wraps it with what the user gets (`handoff/`), through `SearchHooks`:
 3. live progress (`optimize/loop/progress.py`); after every evaluation the summary (and, when the
    best changed, the patches) are written to the run folder (`optimize_state.py`), so
    Ctrl-C or a crash keeps the trajectory, the best so far and its patch;
-4. the ranked candidates, one patch per candidate plus `best.patch` (`optimize/loop/outcome.py`,
-   `optimize/loop/patch.py`), and the summary in the record (terminal, JSON, JUnit, PR comment).
+4. the ranked candidates, one patch per candidate plus `best.patch` for a ranked winner only
+   (`interim-N.patch` before the ranking; `optimize/loop/outcome.py`, `optimize/loop/patch.py`),
+   and the summary in the record (terminal, JSON, JUnit, PR comment).
 
 A requested search that did not run fails the kernel item with the reason: never a silent
 pass. Problems found before any work (no API key, unreachable API, an unusable replay) are
@@ -113,6 +114,8 @@ def _closing_line(summary: dict[str, Any]) -> str:
         text += f", best {best:.2f}x the current kernel"
     if summary.get("best_patch"):
         text += f"; patch {summary['best_patch']}"
+    elif summary.get("interim_best_patch"):
+        text += f"; interim patch (not re-measured) {summary['interim_best_patch']}"
     return text
 
 

@@ -2,6 +2,12 @@
 current kernel and over the reference, % of roofline before and after, strategy, outcome),
 a patch per ranked candidate plus `best.patch`, and the tools' guidance that led there.
 
+`best.patch` is written only for the winner of a finished search's ranking. While the search
+runs (and when it is interrupted) the patches are `interim-N.patch`: single measurements,
+not re-measured, so no file named "best" may claim more. Every write leaves the patches
+folder holding exactly the patches the summary lists (`sync_patches`): an interim patch the
+ranking did not confirm, or a patch of an earlier run resumed here, is removed.
+
 At the end of a search the speedups are the re-measured ones of `search.ranking`
 (`final_candidates`); while it runs, and when it is interrupted, they come from the search's
 single measurements (`rank_nodes`, marked "not re-measured"): the current kernel is evaluated
@@ -26,6 +32,9 @@ if TYPE_CHECKING:
     from pytest_kernelpro.optimize.search.tree import SearchNode
 
 MAX_RANKED = 5  # candidates listed, each with its patch
+BEST_PATCH = "best.patch"  # the ranked winner's patch, and only that
+CANDIDATE_PREFIX = "candidate-"  # a ranked candidate of a finished search
+INTERIM_PREFIX = "interim-"  # a candidate of a search still running or interrupted
 _SEVERITY = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 
 
@@ -182,12 +191,19 @@ def write_patches(
     *,
     kernel: str,
     best: int | None,
+    interim: bool = False,
 ) -> dict[str, Any]:
-    """Write candidate-N.patch for every ranked candidate and best.patch for node `best`.
-    Returns {"best_patch", "errors"}; the paths go into the ranked entries."""
+    """Write a patch for every ranked candidate: `candidate-N.patch` plus `best.patch` for
+    node `best` once the search is ranked, `interim-N.patch` while it runs (`interim`; then
+    `best` is the top candidate so far and its path goes under "interim_best_patch", never
+    "best_patch"). Every other `.patch` file in `folder` is removed, so the folder and the
+    summary agree. Returns {"best_patch", "interim_best_patch", "errors"}; the paths go into
+    the ranked entries."""
     from pytest_kernelpro.optimize.loop.patch import PatchError, build_patch
 
-    result: dict[str, Any] = {"best_patch": None, "errors": []}
+    result: dict[str, Any] = {"best_patch": None, "interim_best_patch": None, "errors": []}
+    prefix = INTERIM_PREFIX if interim else CANDIDATE_PREFIX
+    written: set[Path] = set()
     for entry in ranked:
         code = codes[entry["node_id"]]
         node_id = entry["node_id"]
@@ -214,12 +230,32 @@ def write_patches(
         except PatchError as exc:
             result["errors"].append(f"candidate {node_id}: {exc}")
             continue
-        path = atomic_write_text(folder / f"candidate-{node_id}.patch", patch.text)
+        path = atomic_write_text(folder / f"{prefix}{node_id}.patch", patch.text)
+        written.add(path)
         entry["patch"] = str(path)
         entry["files"] = [patch.new_file, patch.changed_file]
-        if node_id == best:
-            result["best_patch"] = str(atomic_write_text(folder / "best.patch", patch.text))
+        if node_id == best and interim:
+            result["interim_best_patch"] = str(path)
+        elif node_id == best:
+            best_path = atomic_write_text(folder / BEST_PATCH, patch.text)
+            written.add(best_path)
+            result["best_patch"] = str(best_path)
+    sync_patches(folder, keep=written)
     return result
+
+
+def sync_patches(folder: Path, *, keep: set[Path]) -> list[Path]:
+    """Remove every `.patch` file in `folder` but those in `keep` (the ones the summary about
+    to be written lists); returns the removed paths."""
+    removed = []
+    if not folder.is_dir():
+        return removed
+    kept = {p.resolve() for p in keep}
+    for path in sorted(folder.glob("*.patch")):
+        if path.resolve() not in kept:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def _message(entry: dict[str, Any], kernel: str, speed: str) -> str:

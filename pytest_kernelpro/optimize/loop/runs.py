@@ -6,7 +6,8 @@
             trajectory.jsonl        every evaluated node, appended as it happens
             llm-calls.jsonl         every model call (a replay recording)
             summary.json            the summary, rewritten after every evaluation
-            patches/candidate-N.patch, patches/best.patch
+            patches/candidate-N.patch, patches/best.patch (the ranked winner's only;
+                                    interim-N.patch while the search runs)
 
 `--kernelpro-resume` continues the folder LATEST names (its trajectory and budget); without
 it a new folder starts, so a second run never collides with the first.

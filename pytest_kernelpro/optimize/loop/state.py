@@ -1,7 +1,7 @@
 """What a running search has found, kept on disk as it grows: `SearchState` writes the run
-folder's summary (and the patches, when the ranking changed) after every evaluation, so
-Ctrl-C or a crash keeps the best so far, and once more at the end with the re-measured
-ranking; `ObservedGenerator` and `ObservedEvaluator` wrap the Programmer Agent and the
+folder's summary (and the interim patches, when the ranking changed) after every evaluation,
+so Ctrl-C or a crash keeps the best so far, and once more at the end with the re-measured
+ranking (the only summary that names a `best.patch`); `ObservedGenerator` and `ObservedEvaluator` wrap the Programmer Agent and the
 evaluator to keep it and the live progress line current."""
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class SearchState:
         self.current: Evaluation | None = None
         self.algorithm: Any = None
         self.backend_name = ""
-        self._written_best: tuple[int, ...] = ()
+        self._written_best: tuple[int, ...] | None = None  # None: nothing written yet
         self._patches: dict[int, tuple[Any, Any]] = {}
         self.patch_info: dict[str, Any] = {"best_patch": None, "errors": []}
         # The wall split's part of this module: before the loop (run folder, kernel site)
@@ -69,7 +69,7 @@ class SearchState:
             self.patches_s += time.perf_counter() - started
 
     def _summary(self, *, stop_reason: str, interrupted: bool) -> dict[str, Any]:
-        from pytest_kernelpro.optimize.loop.outcome import rank_nodes, write_patches
+        from pytest_kernelpro.optimize.loop.outcome import rank_nodes, sync_patches, write_patches
 
         nodes = list(self.algorithm.tree.evaluated()) if self.algorithm is not None else []
         ranked, outcomes = rank_nodes(
@@ -79,18 +79,27 @@ class SearchState:
             efficiency_of=self.efficiency_of,
         )
         ids = tuple(e["node_id"] for e in ranked)
-        if self.run is not None and self.site is not None and self.root is not None and ranked:
+        if self.run is not None:
             if ids != self._written_best:
-                top = ranked[0]
-                self.patch_info = write_patches(
-                    ranked,
-                    {n.id: n.candidate.code for n in nodes if n.candidate is not None},
-                    self.site,
-                    self.root,
-                    self.run.patches,
-                    kernel=self.kernel,
-                    best=top["node_id"] if (top.get("speedup_vs_current") or 0.0) > 1.0 else None,
-                )
+                # Interim patches only (`outcome.write_patches`): best.patch waits for the
+                # ranking. The first write also clears the patches of an earlier run resumed.
+                if self.site is not None and self.root is not None and ranked:
+                    top = ranked[0]
+                    self.patch_info = write_patches(
+                        ranked,
+                        {n.id: n.candidate.code for n in nodes if n.candidate is not None},
+                        self.site,
+                        self.root,
+                        self.run.patches,
+                        kernel=self.kernel,
+                        best=top["node_id"]
+                        if (top.get("speedup_vs_current") or 0.0) > 1.0
+                        else None,
+                        interim=True,
+                    )
+                else:
+                    sync_patches(self.run.patches, keep=set())
+                    self.patch_info = {"best_patch": None, "errors": []}
                 self._written_best = ids
                 self._patches = {e["node_id"]: (e.get("patch"), e.get("files")) for e in ranked}
             else:
@@ -143,7 +152,9 @@ class SearchState:
             "winner": best["node_id"] if faster and best else None,
             "best_speedup": best["speedup_vs_reference"] if best else None,
             "best_speedup_vs_current": best.get("speedup_vs_current") if best else None,
-            "best_patch": self.patch_info.get("best_patch") if faster else None,
+            # No ranking yet, so no best.patch: the top candidate's interim patch, if faster.
+            "best_patch": None,
+            "interim_best_patch": self.patch_info.get("interim_best_patch") if faster else None,
             "patch_errors": list(self.patch_info.get("errors") or [])
             + ([self.site_error] if self.site_error else []),
             "guidance": best.get("lineage_guidance", []) if best else [],
@@ -154,7 +165,11 @@ class SearchState:
 
     def final(self, ranking: Any, details: dict[str, Any]) -> dict[str, Any]:
         """The summary once the search ended and its contenders were re-measured."""
-        from pytest_kernelpro.optimize.loop.outcome import final_candidates, write_patches
+        from pytest_kernelpro.optimize.loop.outcome import (
+            final_candidates,
+            sync_patches,
+            write_patches,
+        )
 
         nodes = list(self.algorithm.tree.evaluated()) if self.algorithm is not None else []
         ranked = final_candidates(
@@ -177,6 +192,8 @@ class SearchState:
                 kernel=self.kernel,
                 best=winner.node_id if winner is not None else None,
             )
+        elif self.run is not None:  # nothing ranked: no interim patch outlives the search
+            sync_patches(self.run.patches, keep=set())
         for entry in ranked:
             entry.pop("code", None)
         self.patches_s += time.perf_counter() - writing
@@ -236,6 +253,7 @@ class SearchState:
             "confirmation": details.get("winner_confirmation"),
             "sandbox": details.get("sandbox"),
             "compile_caches": details.get("compile_caches"),
+            "standby": details.get("standby"),  # processes started ahead (sandbox/pool.py)
         }
         if top is not None:
             data["best"] = {

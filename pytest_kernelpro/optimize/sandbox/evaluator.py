@@ -28,6 +28,9 @@ candidate's saved outputs and its timing of the reference (`_judged`), the check
 worker's "the reference failed" (`_reference_failure_claim`), and the winner's confirmation
 by a fresh re-timing and ncu (`confirm`; the rule is `confirm.py`'s).
 
+With `SandboxLimits.standby` > 0 the worker and judge processes are started ahead, inside
+the same sandbox, with torch imported, and each is handed one task (`pool.py`).
+
 Split by job: the task and the limits (`task.py`), the worker's environment
 (`environment.py`), watching and ending processes (`processes.py`); the names are
 re-exported here, where callers import them.
@@ -38,7 +41,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -49,6 +51,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.outside_view import (
+    PhaseMark,
+    claim_failure,
+    tree_cpu_s,
+    usable_cores,
+)
 from pytest_kernelpro.optimize.build.api import ARCH_ENV
 from pytest_kernelpro.optimize.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.optimize.build.prebuild import Prebuilder
@@ -63,8 +71,10 @@ from pytest_kernelpro.optimize.sandbox.environment import (
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
+from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
+    children,
     clear_stale_locks,
     die_with_parent,
     exited,
@@ -110,6 +120,8 @@ class SandboxEvaluator:
         # Each correct candidate's Triton/CUDA/inductor caches, kept from its evaluation for
         # its profile, re-timing and re-measurement (never shared between candidates).
         self.compile_caches = CompileCaches()
+        # Worker and judge processes started ahead with torch imported (`pool.py`).
+        self.standbys = StandbyPool(self, self.limits.standby)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -152,19 +164,15 @@ class SandboxEvaluator:
             self._prebuilder.close()
             self._prebuilder = None
         self.compile_caches.close()
+        self.standbys.close()
 
     def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
         """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
         the worker's isolation, writing only `scratch` and `writable`, seeing what a worker
         sees (`view.py`); the compile dies with this process."""
-        wrapped = self.isolation.wrap(
-            command,
-            scratch=scratch,
-            writable=writable,
-            readable=self.readable_paths(),
-            python=sys.executable,
-        )
-        return [*die_with_parent(), *wrapped] if self.isolation.isolated else wrapped
+        from pytest_kernelpro.optimize.sandbox.isolation import confinement
+
+        return confinement(self.isolation, self.readable_paths())(command, scratch, writable)
 
     def readable_paths(self) -> list[Path]:
         """Shown read-only in the sandbox besides the Python installation and this package:
@@ -260,12 +268,13 @@ class SandboxEvaluator:
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-eval-"))
+        workdir = self.standbys.scratch_dir("kernelpro-eval-")
+        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
+            "outputs_dir": str(outputs),
         }
         builder = self._builder()
         waiting = time.monotonic()
@@ -280,6 +289,8 @@ class SandboxEvaluator:
                 # chose: run it once more under what the torch check found, and say so.
                 remove_tree(workdir)
                 workdir.mkdir()
+                remove_tree(outputs)  # nothing of the failed run is judged
+                outputs.mkdir()
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed
@@ -298,13 +309,16 @@ class SandboxEvaluator:
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, workdir / "outputs")
+                evaluation = self._judged(evaluation, outputs)
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
         finally:
+            self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
-                remove_tree(workdir)
+                self.standbys.remove(workdir)
+            # The next candidate's processes import torch while the search generates it.
+            self.standbys.fill()
 
     def _task_payload(self) -> dict[str, Any]:
         return {
@@ -336,11 +350,22 @@ class SandboxEvaluator:
             "--progress",
             str(progress_path),
         ]
-        run = self._launch(command, workdir, progress_path, result_path)
+        outputs = self.standbys.outputs_of(workdir)
+        run = self._launch(
+            command,
+            workdir,
+            progress_path,
+            result_path,
+            writable=[outputs] if outputs.parent != workdir else [],
+        )
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
+        evaluation = _outside_check(evaluation, run)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        standby = self.standbys.handover(workdir)
+        if standby is not None:
+            evaluation.metrics["standby"] = standby
         # Where the worker's wall time went (the sandbox's start, imports, checks, timing).
         phases = phase_seconds(progress_path, ended - run.wall_s, ended)
         if phases:
@@ -356,13 +381,21 @@ class SandboxEvaluator:
         progress_path: Path,
         result_path: Path,
         readable: Sequence[Path] = (),
+        writable: Sequence[Path] = (),
     ) -> ProcessRun:
         """Run `command` in the sandbox with `workdir` as its scratch directory; watch it.
-        `readable`: shown read-only besides `readable_paths()` (the judge's outputs)."""
+        `readable`: shown read-only besides `readable_paths()` (the judge's outputs);
+        `writable`: writable besides the scratch directory (the worker's outputs)."""
+        handed = self.standbys.launch(
+            command, workdir, progress_path, result_path, readable=readable, writable=writable
+        )
+        if handed is not None:  # a process started ahead for `workdir` ran it
+            return handed
         limits = self.limits
         wrapped = self.isolation.wrap(
             command,
             scratch=workdir,
+            writable=writable,
             readable=[*self.readable_paths(), *readable],
             python=limits.python,
             file_limit_mb=limits.scratch_limit_mb,
@@ -384,8 +417,11 @@ class SandboxEvaluator:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+            marks: dict[str, Any] = {}
             try:
-                killed, phase, peak_mb = self._watch(proc, progress_path, result_path, started)
+                killed, phase, peak_mb = self._watch(
+                    proc, progress_path, result_path, started, marks
+                )
             except BaseException:  # Ctrl-C in the session: the worker (own session) must go too
                 kill_group(proc)
                 proc.wait()
@@ -402,7 +438,8 @@ class SandboxEvaluator:
             died = killed is not None or not result_path.exists()
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 clear_stale_locks(self.extensions_dir, started)
-        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs)
+        marks["cores"] = usable_cores(proc.pid) if marks else 1
+        return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs, marks)
 
     def _watch(
         self,
@@ -410,8 +447,10 @@ class SandboxEvaluator:
         progress_path: Path,
         result_path: Path,
         started: float,
+        marks: dict[str, Any] | None = None,
     ) -> tuple[str | None, str, float]:
-        """Wait for the worker; kill its group on a timeout or memory overrun.
+        """Wait for the worker; kill its group on a timeout or memory overrun. `marks` gets
+        a `PhaseMark` for the "timing" phase and for its end (`_mark_timing_phase`).
 
         Returns (why it was killed or None, last phase, peak RSS in MB).
         """
@@ -421,12 +460,16 @@ class SandboxEvaluator:
         phase, peak_mb, killed = "start", 0.0, None
         result_seen: float | None = None
         next_disk_check = started
+        # The checked outputs for the judge (`output_channel`), watched on their own limit.
+        outputs = self.standbys.outputs_of(progress_path.parent)
         delay = 0.02
         while True:
             if exited(proc):
                 break
             now = time.monotonic()
             seen = last_phase(progress_path) or phase
+            if marks is not None:
+                _mark_timing_phase(marks, seen, now, proc.pid)
             if seen != phase and self.on_phase is not None:
                 self.on_phase(seen)
             phase = seen
@@ -441,6 +484,8 @@ class SandboxEvaluator:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
+                elif tree_size_mb(outputs) > limits.outputs_limit_mb:
+                    killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
             elif result_path.exists():
@@ -451,7 +496,12 @@ class SandboxEvaluator:
             if killed:
                 break
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.2)
+            # Finer while the worker times: its end must be seen close to when it happens.
+            delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
+        if marks is not None and "timing" in marks and "timed" not in marks:
+            # The worker ended before a poll saw it leave "timing": its exit is the end (the
+            # CPU time as last read).
+            marks["timed"] = PhaseMark(time.monotonic(), marks["cpu_last"])
         kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
         # The worker may have moved on since the last poll: the file has its final phase.
@@ -460,7 +510,7 @@ class SandboxEvaluator:
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed not in ("memory", "disk"):
+        if result_path.exists() and killed not in ("memory", "disk", "outputs"):
             try:
                 data = json.loads(result_path.read_text(encoding="utf-8"))
                 if not isinstance(data, dict):
@@ -480,6 +530,13 @@ class SandboxEvaluator:
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
                 f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+            )
+        if killed == "outputs":
+            return Evaluation(
+                status="run_error",
+                reason=f"outputs too large: the candidate wrote more than "
+                f"{self.limits.outputs_limit_mb} MB of checked outputs in phase {phase!r} "
+                "(killed; SandboxLimits.outputs_limit_mb)",
             )
         if killed == "disk":
             return Evaluation(
@@ -517,7 +574,7 @@ class SandboxEvaluator:
 
     def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
         """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
-        judgedir = Path(tempfile.mkdtemp(prefix="kernelpro-judge-"))
+        judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
         try:
             task = {**self._task_payload(), "retime": retime}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
@@ -548,8 +605,9 @@ class SandboxEvaluator:
                     f"{run.killed or 'not killed'})\n{logs}",
                 }
         finally:
+            self.standbys.release(judgedir)
             if not self.limits.keep_workdirs:
-                remove_tree(judgedir)
+                self.standbys.remove(judgedir)
 
     def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
         return KernelproError(
@@ -565,7 +623,9 @@ class SandboxEvaluator:
         verdict = self._run_judge(outputs)
         # The judge's own process (the search's wall split counts it as the check's).
         evaluation.metrics["judge_s"] = time.perf_counter() - started
-        if verdict.get("reference_error"):
+        # A failed judge names the reference's exception in "reference_error"; a passing one
+        # carries the correctness rule's "reference_error" (its normwise error): not a failure.
+        if not verdict.get("ok") and verdict.get("reference_error"):
             raise self._reference_error(verdict)
         if verdict.get("judge_error"):
             return Evaluation(
@@ -685,7 +745,7 @@ class SandboxEvaluator:
         the claim is checked in a trusted process before the user's problem is blamed."""
         if self._reference_ok is None:
             verdict = self._run_judge(None)
-            if verdict.get("reference_error"):
+            if not verdict.get("ok") and verdict.get("reference_error"):
                 raise self._reference_error(verdict)
             self._reference_ok = bool(verdict.get("ok"))
         return Evaluation(
@@ -713,6 +773,47 @@ def _positive(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if value > 0 and value == value and value != float("inf") else None
+
+
+# The parent's progress polling interval at its longest (`SandboxEvaluator._watch`), and
+# while the worker is in its timing phase.
+POLL_S = 0.2
+POLL_TIMING_S = 0.05
+_AFTER_TIMING = ("timed", "done")
+
+
+def _mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -> None:
+    """`PhaseMark`s of the worker's timing phase: "timing" when first seen, "timed" when a
+    later phase ("timed", or "done" when "timed" passed between two polls) is; the tree's CPU
+    time is read on every poll in between (`cpu_last`)."""
+    if "timing" in marks and "timed" in marks:
+        return
+    if seen == "timing" or "timing" in marks:
+        marks["cpu_last"] = tree_cpu_s(pid, children)
+    if seen == "timing" and "timing" not in marks:
+        marks["timing"] = PhaseMark(now, marks["cpu_last"])
+    elif seen in _AFTER_TIMING and "timing" in marks:
+        marks["timed"] = PhaseMark(now, marks["cpu_last"])
+
+
+def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
+    """A correct evaluation whose claimed timing phase is shorter than its parent saw is a
+    cheat (`measure.outside_view.claim_failure`)."""
+    if evaluation.status != "correct":
+        return evaluation
+    marks = run.phase_marks
+    claimed = (evaluation.timing or {}).get("phase_s")
+    failure = claim_failure(
+        claimed if isinstance(claimed, (int, float)) else None,
+        marks.get("timing"),
+        marks.get("timed"),
+        poll_s=POLL_TIMING_S,
+        cores=int(marks.get("cores") or 1),
+    )
+    if failure is None:
+        return evaluation
+    evaluation.status, evaluation.reason, evaluation.speedup = "cheat", failure, None
+    return evaluation
 
 
 __all__ = [

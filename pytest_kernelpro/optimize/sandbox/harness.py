@@ -230,7 +230,7 @@ class _Pipeline:
         for key in ("max_abs_err", "max_rel_err", "atol", "rtol"):
             if isinstance(detail.get(key), (int, float)):
                 self.correctness[key] = max(self.correctness.get(key, 0.0), detail[key])
-        self.correctness.update(self.rule.summary())  # rule, factor, both errors, truth
+        self.correctness["accuracy"] = self.rule.summary()  # rule, factor, errors, truth
         if not decided.ok:
             raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
         return True
@@ -390,17 +390,19 @@ class _Pipeline:
         timed call; the candidate's sampled timed outputs checked against the reference, its
         outputs plain tensors, its device work all on the timed stream
         (`measure.timing`: a `DishonestTiming` is a cheat)."""
+        from pytest_kernelpro.measure import bound
         from pytest_kernelpro.measure.timing import DishonestTiming
         from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET
 
         self.progress("timing")
+        phase_started = bound.perf_counter()
         args = self.inputs(self.seed)
 
         def second() -> list[Any]:
             return self.inputs(self.seed + CONTENT_SEED_OFFSET)
 
         def check(got: Any, expected: Any) -> str | None:
-            decided = measurement.verdict(torch, got, expected, self.task, self.reduced)
+            decided = measurement.verdict(torch, got, expected, self.rule)
             return None if decided.ok else str(decided.failure)
 
         with torch.no_grad():
@@ -421,6 +423,9 @@ class _Pipeline:
                 new = measurement.time_call(None, self.task, self.device, fresh=new_fresh)
             except DishonestTiming as exc:
                 raise Rejected("cheat", f"refused while timed: {exc}") from None
+        # The phase's length by the clock kept before the candidate ran: its parent compares
+        # it with what it saw (`measure.outside_view`).
+        phase_s = bound.perf_counter() - phase_started
         self.progress("timed")
         try:
             self.check_call(self.inputs(self.seed + 301), "after timing")
@@ -431,7 +436,7 @@ class _Pipeline:
                     f"wrong once timed (behaves differently after repeated calls): {exc.reason}",
                 ) from None
             raise
-        return {"reference": ref, "candidate": new}
+        return {"reference": ref, "candidate": new, "phase_s": phase_s}
 
     def run(self) -> dict[str, Any]:
         self.build_log = ""

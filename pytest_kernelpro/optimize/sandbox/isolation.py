@@ -331,6 +331,19 @@ def _probe() -> Isolation:
     return candidate
 
 
+def confinement(isolation: Isolation, readable: Sequence[Path] = ()) -> Any:
+    """A `build.cache.Confinement` that runs a compiler in `isolation`'s sandbox (the
+    worker's): writing only its scratch and writable directories, seeing what a worker sees,
+    dying with this process. In the fallback, the command as it is."""
+    from pytest_kernelpro.optimize.sandbox.processes import die_with_parent
+
+    def confine(command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
+        wrapped = isolation.wrap(command, scratch=scratch, writable=writable, readable=readable)
+        return [*die_with_parent(), *wrapped] if isolation.isolated else wrapped
+
+    return confine
+
+
 def sandbox_spec(
     *,
     scratch: Path,
@@ -389,6 +402,7 @@ __all__ = [
     "SOCKET_DIRS",
     "Isolation",
     "SetupError",
+    "confinement",
     "main",
     "sandbox_spec",
     "setup",

@@ -8,7 +8,9 @@ candidate code is loaded, its working directory is new) with:
 
 - the task without the candidate, and the outputs the worker saved for the checked calls
   (`output_name`: every correctness trial, the call on inputs changed in place, and the call
-  after timing, which catches a kernel that is correct only while it is being checked);
+  after timing, which catches a kernel that is correct only while it is being checked),
+  handed over as raw tensor bytes in mapped files (`output_channel.py`: no pickle, one copy
+  from the device, the size bounded by the scratch file system's free space);
 - the judge rebuilds the reference from the problem source with the same seeds, regenerates
   each call's inputs from its seed, computes the reference outputs and compares them with the
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
@@ -59,29 +61,28 @@ def required_outputs(task: dict[str, Any]) -> list[tuple[str, int]]:
 
 
 def save_output(path: Path, output: Any) -> None:
-    """Save an output's leaves (tensors moved to the CPU, numbers as they are)."""
+    """Hand an output's leaves to the judge through `output_channel` (raw tensor bytes
+    copied from the device into mapped files, numbers as they are); `path` names the output
+    ("trial-1.pt": its manifest and files share the stem)."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.checks import flatten
+    from pytest_kernelpro.optimize.sandbox.output_channel import write_output
 
-    leaves = [
-        leaf.detach().to("cpu").clone() if isinstance(leaf, torch.Tensor) else leaf
-        for leaf in flatten(output)
-    ]
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(leaves, path)
+    write_output(torch, path.with_suffix(""), list(flatten(output)))
 
 
 def _load_output(path: Path) -> list[Any]:
     import torch
 
-    if path.is_symlink() or not path.is_file():
-        raise FileNotFoundError(f"no output file {path.name}")
-    # weights_only: a pickle written by the candidate must not run code in this process.
-    leaves = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(leaves, list):
-        raise ValueError(f"{path.name} holds a {type(leaves).__name__}, not a list of outputs")
-    return leaves
+    from pytest_kernelpro.optimize.sandbox.output_channel import read_output
+
+    # Raw bytes mapped by a validated manifest: nothing the candidate wrote is unpickled.
+    try:
+        return read_output(torch, path.with_suffix(""))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no output file {path.name}") from None
 
 
 class _Reference:
@@ -178,7 +179,9 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
         worst_rel = max(worst_rel, decided.max_rel)
         checked.append(label)
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
-    result.update(ref.rule.summary())  # rule, factor, both errors, the truth's cost
+    # Rule, factor, both errors against the truth, the truth's cost (nested: the result's
+    # own "reference_error" means the reference failed).
+    result["accuracy"] = ref.rule.summary()
     if task.get("retime"):
         # The winner's confirmation compares the fresh candidate time with the search's
         # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.

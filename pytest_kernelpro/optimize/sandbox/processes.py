@@ -10,8 +10,9 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,9 @@ class ProcessRun:
     peak_mb: float
     wall_s: float
     logs: str
+    # When the parent first saw the worker's "timing" and "timed" phases, with the tree's CPU
+    # time then (`measure.outside_view`): what the worker's timing claim is checked against.
+    phase_marks: dict[str, Any] = field(default_factory=dict)
 
     def how(self) -> str:
         if self.returncode is not None and self.returncode < 0:

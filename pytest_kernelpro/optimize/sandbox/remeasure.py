@@ -55,6 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure import bound
 from pytest_kernelpro.optimize.sandbox import measurement
 from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches, point_caches
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
@@ -412,6 +413,7 @@ def _worker(work: Path, label: str) -> int:
 
     from pytest_kernelpro.measure.correctness import clone_inputs
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+    from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET as OFFSET
     from pytest_kernelpro.problem import import_file
     from pytest_kernelpro.problem.build import build_models
 
@@ -441,6 +443,23 @@ def _worker(work: Path, label: str) -> int:
         if not decided.ok:
             say(f"{ERROR} wrong result when re-measured: {decided.failure}")
             return 1
+
+        def check(got: Any, expected: Any) -> str | None:
+            verdict = measurement.verdict(torch, got, expected, config, reduced)
+            return None if verdict.ok else str(verdict.failure)
+
+        # Timed as in the search: inputs refilled from a second set before every call, sampled
+        # outputs checked against the reference (`measure.timing.fresh_inputs`).
+        with torch.no_grad():
+            fresh = measurement.fresh_calls(
+                torch,
+                new_model,
+                args,
+                device,
+                second=lambda: measurement.make_inputs(module, seed + 1 + OFFSET, device),
+                reference=ref_model,
+                check=check,
+            )
         del expected, got, ref_model, reference, built
     except Exception as exc:
         say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
@@ -461,14 +480,14 @@ def _worker(work: Path, label: str) -> int:
         try:
             # A round's own budget (the parent's plan), else the one of the config.
             this_round = TimingBudget(**json.loads(command[2])) if len(command) > 2 else budget
-            timing = time_kernel(call, device=device, budget=this_round)
+            with torch.no_grad():
+                timing = time_kernel(call, device=device, budget=this_round, fresh=fresh)
         except Exception as exc:
             say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
             return 1
-        out = work / f"{label}.{command[1]}.json"
-        out.write_text(
-            json.dumps({"samples_s": list(timing.samples_s), "device": timing.device}),
-            encoding="utf-8",
+        # Written with the encoder and file functions kept before the contender's module ran.
+        bound.ResultChannel(str(work / f"{label}.{command[1]}.json")).write(
+            {"samples_s": list(timing.samples_s), "device": timing.device}
         )
         say(f"{DONE} {command[1]}")
     return 0

@@ -90,3 +90,12 @@ class SandboxLimits:
     # worker only reads it) and how many candidates compile at once.
     build_cache_dir: str | None = None  # default: $KERNELPRO_BUILD_CACHE or ~/.cache/...
     build_jobs: int | None = None  # default: min(8, CPU count)
+    # Worker and judge processes started ahead inside the sandbox, torch imported, each
+    # handed one task (`pool.py`): how many of each kind wait; 0: every process starts when
+    # its task does. The search keeps 1 (the next worker and the next judge).
+    standby: int = 0
+    # The checked outputs a worker hands the judge (`output_channel.py`: five calls' outputs
+    # in files beside its scratch directory): the worker is killed when they hold more. The
+    # size an evaluation handles is the smaller of this over five and the free space of the
+    # evaluations' file system (TMPDIR), which the worker checks before writing each one.
+    outputs_limit_mb: int = 65_536

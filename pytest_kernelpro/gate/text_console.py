@@ -1,0 +1,62 @@
+"""Rich tables and lines rendered to text for a terminal or for a log, never cut.
+
+A terminal has a width: a table folds its long kernel names to fit it, and where even folded
+names leave too little room, the table is printed wider than the terminal (the terminal wraps
+the line) rather than cut: rich would otherwise crop its no-wrap columns, and the verdict, the
+last column, is the first thing lost. A log (CI, a pipe, a file) has no width: `width=None`
+prints every table at the width of its content.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+
+def _console(buffer: io.StringIO, width: int, color: bool) -> Any:
+    from rich.console import Console
+
+    return Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+
+
+def _widest(console: Any, renderable: Any) -> int:
+    from rich.measure import Measurement
+
+    return int(Measurement.get(console, console.options, renderable).maximum)
+
+
+def least_width(console: Any, table: Any) -> int:
+    """The narrowest `table` prints with no cell cut: its folding columns at their
+    `min_width`, every other column as wide as its widest cell."""
+    slack = 0
+    for column in table.columns:
+        if column.no_wrap or column.overflow != "fold":
+            continue
+        widest = max(_widest(console, cell) for cell in [column.header, *column.cells])
+        slack += max(0, widest - (column.min_width or 1))
+    return _widest(console, table) - slack
+
+
+def console_for(
+    tables: Sequence[Any], *, width: int | None, color: bool
+) -> tuple[Any, io.StringIO]:
+    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
+    terminal's columns, or None for a log: the width of the widest table's content. Escape
+    codes only with `color`."""
+    probe = _console(io.StringIO(), 100_000, color)
+    if width is None:
+        columns = max([_widest(probe, table) for table in tables] or [80])
+    else:
+        columns = max([int(width)] + [least_width(probe, table) for table in tables])
+    buffer = io.StringIO()
+    return _console(buffer, columns, color), buffer

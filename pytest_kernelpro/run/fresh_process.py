@@ -1,0 +1,148 @@
+"""Re-measuring one kernel item in a fresh process, to confirm a provisional regression.
+
+A process is a sample: autotuners pick their configs in it, the caching allocator places the
+buffers, libraries choose algorithms. A slowdown that belongs to one process reproduces in
+that process, so the confirmation re-measures in a new one: pytest itself on the item's node
+id, started the way `--kernelpro-isolate` starts an item's child (`isolate.child_command`,
+`isolate.child_environment`: the parent's resolved settings, the plugin, the ini file), with
+the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
+timing inputs, calls the kernel once with the baseline's autotune choices pinned
+(`measure/autotune.py`), times it with the session's timing budget and writes its record
+(timing, autotune choices, versions); it checks nothing and compares nothing.
+
+Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per
+provisional regression, plus the process start (Python, pytest, torch, the kernel's build and
+compile); the child gets the item time limit plus `isolate.STARTUP_ALLOWANCE_S` and is killed
+(its process group) past it. The wall time is recorded with the confirmation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.run.isolate import (
+    CHILD_FLAG,
+    RELEASE_WAIT_S,
+    STARTUP_ALLOWANCE_S,
+    child_command,
+    child_environment,
+    group_pids,
+    wait_released,
+)
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.run.items import KernelItem
+    from pytest_kernelpro.run.session import KernelproSession
+
+REMEASURE_FLAG = "--kernelpro-remeasure-child"
+# Flags of the parent's command that the re-measuring child must not get: it only times.
+_PARENT_ONLY = ("--kernelpro-check", "--kernelpro-profile")
+_PARENT_ONLY_PREFIXES = ("--kernelpro-optimize=", "--kernelpro-save-baseline=")
+OUTPUT_TAIL_CHARS = 1500
+
+
+@dataclass(frozen=True)
+class FreshMeasurement:
+    """What the fresh process gave back: its timing and autotune parts (JSON form) or why
+    there are none."""
+
+    timing: dict[str, Any] | None
+    autotune: dict[str, Any] | None
+    wall_s: float
+    returncode: int | None
+    error: str | None = None
+
+
+def remeasure_command(
+    item: KernelItem, session: KernelproSession, json_path: Path, pins_path: Path
+) -> list[str]:
+    """The isolated child's command, timing only, with the pins file."""
+    cmd = [
+        arg
+        for arg in child_command(item, session, json_path)
+        if arg not in _PARENT_ONLY and not arg.startswith(_PARENT_ONLY_PREFIXES)
+    ]
+    assert CHILD_FLAG in cmd  # the child never isolates or re-measures in a child of its own
+    return [*cmd, f"{REMEASURE_FLAG}={pins_path}"]
+
+
+def _kill(proc: subprocess.Popen[str]) -> list[int]:
+    pids = sorted({proc.pid, *group_pids(proc.pid)})
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    return pids
+
+
+def _child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
+    from pytest_kernelpro.gate.records_log import read_records_log
+
+    if not log_path.exists():
+        return None
+    try:
+        logged = read_records_log(log_path)
+    except KernelproError:
+        return None
+    return next((r for r in logged.records if r.nodeid == nodeid), None)
+
+
+def remeasure_in_fresh_process(
+    item: KernelItem, session: KernelproSession, pins: Iterable[Mapping[str, Any]]
+) -> FreshMeasurement:
+    """Time `item` again in a new process with `pins` (autotune choices) imposed."""
+    limit = session.settings.item_timeout_s
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kernelpro-confirm-") as tmp:
+        json_path = Path(tmp) / "remeasure.json"
+        pins_path = Path(tmp) / "pins.json"
+        pins_path.write_text(json.dumps([dict(p) for p in pins]), encoding="utf-8")
+        cmd = remeasure_command(item, session, json_path, pins_path)
+        try:
+            proc = subprocess.Popen(
+                cmd,
+                cwd=str(session.config.invocation_params.dir),
+                env=child_environment(session),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                errors="replace",
+                start_new_session=True,  # its own process group: a kill takes its children
+            )
+        except OSError as exc:
+            return FreshMeasurement(None, None, time.perf_counter() - started, None, str(exc))
+        timed_out = False
+        try:
+            output, _ = proc.communicate(
+                timeout=None if limit is None else limit + STARTUP_ALLOWANCE_S
+            )
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            pids = _kill(proc)
+            output, _ = proc.communicate()
+            wait_released(pids, RELEASE_WAIT_S)
+        child = _child_record(json_path.with_suffix(".jsonl"), item.nodeid)
+    wall = time.perf_counter() - started
+    if timed_out:
+        error = f"it ran past the item time limit of {limit:g} s plus {STARTUP_ALLOWANCE_S:g} s"
+        return FreshMeasurement(None, None, wall, proc.returncode, error)
+    timing = child.timing.to_dict() if child is not None and child.timing else None
+    if timing is None or not timing.get("samples_s"):
+        tail = (output or "").strip()[-OUTPUT_TAIL_CHARS:]
+        what = (child.message if child is not None else None) or (
+            f"exit status {proc.returncode}, no timing in its record"
+        )
+        return FreshMeasurement(None, None, wall, proc.returncode, f"{what}; output: {tail}")
+    autotune = child.autotune.to_dict() if child is not None and child.autotune else None
+    return FreshMeasurement(timing, autotune, wall, proc.returncode)

@@ -1,0 +1,218 @@
+"""The CPU gate relative to the CPU anchor (gate/cpu_anchor.py) on synthetic paired samples:
+a real slowdown fails, a machine that slowed down does not, "suspect" only where the anchor
+shows the measurement unusable, an improvement is confirmed like a regression, and the
+baseline keeps the pairs."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from gate_factories import make_record
+
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
+from pytest_kernelpro.gate.baseline_entry import parse_entry
+from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
+from pytest_kernelpro.gate.cpu_anchor import (
+    BUSY_TOLERANCE,
+    CpuAnchorSide,
+    compare_cpu_anchored,
+    scatter,
+)
+from pytest_kernelpro.gate.verdict import IMPROVED, OK, REGRESSED, SUSPECT, compare
+from pytest_kernelpro.measure.timing.cpu_anchor import summarize_cpu_pairs
+from pytest_kernelpro.record import KernelRecord
+
+MS = 1e-3
+CPU = "cpu (AMD EPYC, 1 thread)"
+ANCHOR = "cpu anchor: fp32 matmul 128x128x128, on-CPU time (torch 2.13.0+cpu, 1 thread(s))"
+
+
+def cpu_record(
+    kernel_s: float,
+    *,
+    machine: float = 1.0,
+    kernel_only: float = 1.0,
+    seed: int,
+    n: int = 120,
+    noise: float = 0.03,
+    wall_factor: float = 1.0,
+    busy: bool = False,
+    anchor: str | None = ANCHOR,
+    anchor_noise: float = 0.03,
+) -> KernelRecord:
+    """A CPU kernel timed in pairs with the anchor. `machine` slows kernel and anchor alike
+    (a slower machine), `kernel_only` the kernel's on-CPU time alone (a neighbour that takes
+    the memory bus the kernel needs), `wall_factor` the wall time on top (run-queue waits)."""
+    rng = np.random.default_rng(seed)
+    on_cpu = kernel_s * machine * kernel_only * np.exp(noise * rng.standard_normal(n))
+    anchors = 0.1 * MS * machine * np.exp(anchor_noise * rng.standard_normal(n))
+    record = make_record("add[1M]", median_s=kernel_s * machine * wall_factor, n=n, seed=seed,
+                         device=CPU, noise=noise, threshold=0.05)  # fmt: skip
+    assert record.timing is not None
+    if anchor is not None:
+        walls = [float(v) * wall_factor for v in on_cpu]
+        pairs = summarize_cpu_pairs(
+            anchor, [float(v) for v in on_cpu], [float(v) for v in anchors],
+            kernel_wall_s=walls, anchor_wall_s=[float(v) for v in anchors],
+        )  # fmt: skip
+        record.timing = replace(record.timing, anchor=pairs)
+    if busy:
+        load = {"oversubscribed": True, "reasons": ["other processes used 1.9 of 2 core(s)"]}
+        record.timing = replace(record.timing, cpu_load=load)
+    return record
+
+
+def entry(record: KernelRecord) -> BaselineEntry:
+    made = BaselineEntry.from_record(record)
+    assert made is not None
+    return parse_entry(made.to_dict())  # what a saved baseline gives back
+
+
+def test_a_2x_slower_kernel_regresses_and_the_re_measurement_confirms_it() -> None:
+    base = entry(cpu_record(1 * MS, seed=1))
+    first = compare(cpu_record(2 * MS, seed=2), base)
+    assert first.status == REGRESSED
+    assert needs_confirmation(first)
+    assert first.change == pytest.approx(1.0, rel=0.1)
+    assert "relative to the CPU anchor" in first.reason
+    final = confirm(first, cpu_record(2 * MS, seed=3), base)
+    assert final.status == REGRESSED
+    assert final.failed
+
+
+def test_a_2x_slowdown_on_a_busy_machine_still_fails_where_the_time_gate_called_it_suspect() -> (
+    None
+):
+    """The cry-wolf case of the issue: beside a CPU hog the kernel waits for a core most of
+    its wall time and the CPU is oversubscribed; the on-CPU time and the anchor still see
+    the kernel do twice the work."""
+    base = entry(cpu_record(1 * MS, seed=4))
+    slow = cpu_record(2 * MS, seed=5, wall_factor=8.0, busy=True, noise=0.1, anchor_noise=0.1)
+    first = compare(slow, base)
+    assert first.status == REGRESSED, first.reason
+    assert first.tolerance == pytest.approx(BUSY_TOLERANCE)
+    final = confirm(first, cpu_record(2 * MS, seed=6, wall_factor=8.0, busy=True), base)
+    assert final.failed
+    # The same samples without the anchor: the old rule, which cannot fail here.
+    plain = compare(cpu_record(2 * MS, seed=5, wall_factor=8.0, busy=True, anchor=None), base)
+    assert plain.status == SUSPECT
+    assert "no CPU anchor" in plain.basis
+
+
+def test_an_unchanged_kernel_on_a_slower_machine_is_ok() -> None:
+    """Kernel and anchor slowed alike by 40%: relative to the anchor nothing changed."""
+    base = entry(cpu_record(1 * MS, seed=7))
+    verdict = compare(cpu_record(1 * MS, seed=8, machine=1.4, wall_factor=3.0), base)
+    assert verdict.status == OK, verdict.reason
+    assert not verdict.failed
+    assert verdict.anchor_change == pytest.approx(0.4, abs=0.05)
+
+
+def test_a_slowdown_the_anchor_does_not_see_needs_a_quiet_machine_to_fail() -> None:
+    """A busy machine slowed only the kernel by 25% (memory taken by a neighbour): beyond the
+    5% threshold, within the busy machine's tolerance: ok with the reason, never a failure,
+    and not "suspect" (the anchor is usable)."""
+    base = entry(cpu_record(1 * MS, seed=9))
+    verdict = compare(cpu_record(1 * MS, seed=10, kernel_only=1.25, busy=True), base)
+    assert verdict.status == OK
+    assert not verdict.failed
+    assert "within ±35%" in verdict.reason
+    assert "timed on a busy machine" in verdict.reason
+    # The same 25% on a quiet machine, where the tolerance stays at the threshold: fails.
+    quiet = compare(cpu_record(1 * MS, seed=10, kernel_only=1.25), base)
+    assert quiet.status == REGRESSED
+
+
+def test_the_compared_change_is_the_one_nearer_to_zero() -> None:
+    base = CpuAnchorSide(ANCHOR, (1.0, 1.0, 1.0, 1.0), (1.0, 1.0, 1.0, 1.0))
+    # Kernel +60% in on-CPU time, anchor +50%: relative to the anchor about +7%.
+    now = CpuAnchorSide(ANCHOR, (1.6,) * 4, (1.5,) * 4)
+    facts = compare_cpu_anchored(now, base, 0.05)
+    assert facts.time_change == pytest.approx(0.6)
+    assert facts.anchored_change == pytest.approx(1.6 / 1.5 - 1)
+    assert facts.change == pytest.approx(1.6 / 1.5 - 1)
+    # The anchor ran faster now (-30%) and the kernel did not change: no slowdown.
+    faster = compare_cpu_anchored(CpuAnchorSide(ANCHOR, (1.0,) * 4, (0.7,) * 4), base, 0.05)
+    assert faster.anchored_change > 0.4
+    assert faster.change == pytest.approx(0.0)
+    assert faster.tolerance == pytest.approx(0.3)
+
+
+def test_suspect_only_where_the_anchor_shows_the_measurement_unusable() -> None:
+    """The anchor's own time moved by +80% between the sides: a 2x is reported, not gated."""
+    base = entry(cpu_record(1 * MS, seed=11))
+    now = cpu_record(2 * MS, seed=12)
+    assert now.timing is not None
+    assert now.timing.anchor is not None
+    now.timing.anchor["anchor_s"] = [a * 1.8 for a in now.timing.anchor["anchor_s"]]
+    verdict = compare(now, base)
+    assert verdict.status == SUSPECT
+    assert "the CPU anchor shows the measurement unusable" in verdict.reason
+    assert "+80%" in verdict.reason
+    # A scattered kernel widens the tolerance but does not make the anchor unusable: a 2x
+    # slowdown beyond that scatter still fails.
+    noisy = compare(
+        cpu_record(2 * MS, seed=13, noise=0.2), entry(cpu_record(1 * MS, seed=14, noise=0.2))
+    )
+    assert noisy.status == REGRESSED, noisy.reason
+    assert noisy.tolerance == pytest.approx(
+        max(scatter(noisy_kernel(2 * MS, 13)), scatter(noisy_kernel(1 * MS, 14))), rel=0.05
+    )
+
+
+def noisy_kernel(kernel_s: float, seed: int) -> list[float]:
+    record = cpu_record(kernel_s, seed=seed, noise=0.2)
+    assert record.timing is not None
+    assert record.timing.anchor is not None
+    return list(record.timing.anchor["kernel_s"])
+
+
+def test_an_improvement_is_confirmed_like_a_regression() -> None:
+    base = entry(cpu_record(1 * MS, seed=15))
+    first = compare(cpu_record(0.5 * MS, seed=16), base)
+    assert first.status == IMPROVED
+    assert needs_confirmation(first)
+    # The re-measurement does not reproduce it: "ok", not "improved".
+    final = confirm(first, cpu_record(1 * MS, seed=17), base)
+    assert final.status == OK
+    assert "not an improvement" in final.reason
+    kept = confirm(first, cpu_record(0.5 * MS, seed=18), base)
+    assert kept.status == IMPROVED
+    assert kept.confirmed
+
+
+def test_an_improvement_without_the_anchor_on_an_oversubscribed_cpu_is_not_reported() -> None:
+    base = entry(cpu_record(1 * MS, seed=19, anchor=None))
+    verdict = compare(cpu_record(0.5 * MS, seed=20, anchor=None, busy=True), base)
+    assert verdict.status == OK
+    assert "not reported as an improvement" in verdict.reason
+
+
+def test_a_baseline_without_cpu_pairs_falls_back_and_says_how_to_fix_it() -> None:
+    base = entry(cpu_record(1 * MS, seed=21, anchor=None))
+    verdict = compare(cpu_record(1 * MS, seed=22), base)
+    assert "re-save it to gate this kernel relative to the CPU anchor" in verdict.basis
+    other = entry(cpu_record(1 * MS, seed=23, anchor=ANCHOR.replace("2.13.0", "2.12.0")))
+    assert "the CPU anchor differs" in compare(cpu_record(1 * MS, seed=24), other).basis
+
+
+def test_the_baseline_file_keeps_the_cpu_pairs(tmp_path: Path) -> None:
+    record = cpu_record(1 * MS, seed=25, busy=True)
+    path = tmp_path / "baseline.yaml"
+    save_baseline(path, [record])
+    loaded = load_baseline(path).entry_for(record)
+    assert loaded is not None
+    assert loaded.anchor == ANCHOR
+    assert len(loaded.cpu_kernel_s or ()) == 120
+    assert len(loaded.cpu_anchor_s or ()) == 120
+    assert "other processes" in (loaded.cpu_busy or "")
+
+
+def test_a_malformed_cpu_pair_list_is_named() -> None:
+    raw = entry(cpu_record(1 * MS, seed=26)).to_dict()
+    raw["cpu_anchor_s"] = [1e-4, -1.0]
+    with pytest.raises(ValueError, match="cpu_anchor_s is .*expected a non-empty list of positive"):
+        parse_entry(raw)

@@ -1,0 +1,113 @@
+"""The CPU timer's pairs with the CPU anchor (measure/timing/cpu_anchor.py): on-CPU time is
+wall time less the run-queue wait, never below the thread's CPU time; a kernel that blocks is
+still charged for the wait; every sample of the rounds gets its anchor."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_kernelpro.measure.timing import TimingBudget, time_cpu  # noqa: E402
+from pytest_kernelpro.measure.timing.cpu_anchor import (  # noqa: E402
+    CPU_LAYOUT,
+    CpuPairs,
+    RunQueueClock,
+    on_cpu_seconds,
+    summarize_cpu_pairs,
+)
+
+
+def test_on_cpu_is_wall_less_the_run_queue_wait_never_below_the_cpu_time() -> None:
+    assert on_cpu_seconds(10e-3, 8_000_000, 1.5e-3, True) == pytest.approx(2e-3)
+    # A wait read just outside the window can exceed what the window held: the CPU time floors it.
+    assert on_cpu_seconds(10e-3, 12_000_000, 1.5e-3, True) == pytest.approx(1.5e-3)
+    # Without schedstat the thread's CPU time is all there is.
+    assert on_cpu_seconds(10e-3, 0, 1.5e-3, False) == pytest.approx(1.5e-3)
+
+
+class _ScriptedWait:
+    """A run-queue clock that says the thread waited `per_read_ns` between two reads."""
+
+    available = True
+
+    def __init__(self, per_read_ns: int) -> None:
+        self.per_read_ns = per_read_ns
+        self.reads = 0
+
+    def wait_ns(self) -> int:
+        self.reads += 1
+        return self.reads * self.per_read_ns
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_preemption_is_not_charged_to_the_kernel_or_the_anchor() -> None:
+    """Each timed call waits 5 ms of wall time on the run queue (scripted) around a 1 ms
+    sleep-free body: the pair records the body's time, not the wait."""
+    ticks = iter(float(i) * 6e-3 for i in range(1000))  # every clock read: +6 ms of wall
+    pairs = CpuPairs(anchor=lambda: None, name="cpu anchor: test", clock=lambda: next(ticks))
+    pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
+    pairs.recording = True
+    wall, out = pairs.measure(lambda: "out", calls=1)
+    assert out == "out"
+    assert wall == pytest.approx(6e-3)
+    assert pairs.kernel_s == [pytest.approx(1e-3)]
+    assert pairs.anchor_s == [pytest.approx(1e-3)]
+    summary = pairs.summary()
+    assert summary["run_queue_share"] == pytest.approx(5 / 6)
+    assert summary["ratios"] == [pytest.approx(1.0)]
+
+
+def test_a_kernel_that_blocks_is_charged_for_the_wait() -> None:
+    """The attack: sleep (or wait on another thread) inside the call so the thread's CPU time
+    stays low. Blocked time is not run-queue wait, so on-CPU time keeps it."""
+    if not RunQueueClock().available:
+        pytest.skip("no /proc schedstat on this system")
+
+    def sleeper() -> None:
+        time.sleep(3e-3)
+
+    def waits_on_a_thread() -> None:
+        worker = threading.Thread(target=time.sleep, args=(3e-3,))
+        worker.start()
+        worker.join()
+
+    budget = TimingBudget(max_time_s=0.2, min_samples=5, cpu_flush="off", clock_anchor="on")
+    for kernel in (sleeper, waits_on_a_thread):
+        result = time_cpu(kernel, budget)
+        assert result.anchor is not None
+        assert min(result.anchor["kernel_s"]) >= 3e-3
+
+
+def test_every_sample_of_the_rounds_is_paired_with_the_anchor() -> None:
+    a = torch.randn(256, 256)
+    budget = TimingBudget(max_time_s=0.3, min_samples=8, cpu_flush="off", clock_anchor="on")
+    result = time_cpu(lambda: torch.mm(a, a), budget)
+    anchor = result.anchor
+    assert anchor is not None
+    assert anchor["layout"] == CPU_LAYOUT
+    assert anchor["name"].startswith("cpu anchor: fp32 matmul 128x128x128")
+    assert anchor["pairs"] == len(result.samples_s)
+    assert len(anchor["kernel_s"]) == len(anchor["anchor_s"]) == len(anchor["ratios"])
+    for on_cpu, ratio, anchor_s in zip(
+        anchor["kernel_s"], anchor["ratios"], anchor["anchor_s"], strict=True
+    ):
+        assert ratio == pytest.approx(on_cpu / anchor_s)
+    # Off: the kernel is timed alone, as before.
+    plain = time_cpu(
+        lambda: torch.mm(a, a), TimingBudget(max_time_s=0.1, min_samples=5, cpu_flush="off")
+    )
+    assert plain.anchor is None
+
+
+def test_the_summary_leaves_out_non_positive_pairs() -> None:
+    summary = summarize_cpu_pairs("cpu anchor: x", [2.0, 0.0, 4.0], [1.0, 1.0, 2.0])
+    assert summary["pairs"] == 2
+    assert summary["ratios"] == [2.0, 2.0]
+    assert summary["kernel_median_s"] == 3.0
+    assert summary["anchor_median_s"] == 1.5
