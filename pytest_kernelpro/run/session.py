@@ -403,7 +403,7 @@ def start_session(config: pytest.Config) -> KernelproSession:
         _preflight_optimize(settings)
     session = KernelproSession(settings=settings, config=config)
     if settings.profile or settings.check:
-        from pytest_kernelpro.run.profile import SessionCapture
+        from pytest_kernelpro.run.context import SessionCapture
 
         # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
         capture = SessionCapture(extra_flags=settings.profile)

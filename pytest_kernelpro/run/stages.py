@@ -12,6 +12,7 @@ bad kernel fails alone and the session goes on.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -281,8 +282,6 @@ def roofline(
 def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> None:
     """ncu, SASS and timeline of the kernel, then the tools' findings and guidance; a
     profiler failure never fails the kernel."""
-    from pytest_kernelpro.run.profile import profile_item
-
     device = run.device if device is None else device
     record = run.record
     if not device.startswith("cuda"):
@@ -298,9 +297,37 @@ def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> No
     release_cached(device, 0)
     record.extra["profile_gpu_memory"] = memory_state(device)
     try:
-        profile_item(run, profiling, device)
+        _profile_item(run, profiling, device)
     except Exception as exc:  # a profiler failure never fails the kernel
         record.extra["profile_text"] = f"profile: failed: {describe_exception(exc)}"
+
+
+def _profile_item(run: ItemRun, profiling: Profiling, device: str) -> None:
+    """Fill the record's profile, the tools' findings, guidance and the report text."""
+    from pytest_kernelpro.analysis import RooflineFacts, profile_and_analyze
+    from pytest_kernelpro.record import ProfilePart
+
+    record = run.record
+    capture = profiling.capture
+    facts = RooflineFacts.from_roofline(
+        record.roofline.to_dict() if record.roofline else None,
+        median_s=record.median_s,
+        efficiency=record.efficiency,
+    )
+    analysis = profile_and_analyze(
+        run.locator,
+        facts,
+        so_paths=capture.so_paths if capture else (),
+        ptxas=capture.ptxas if capture else (),
+        device=device,
+        timeout_s=profiling.timeout_s,
+        ncu_path=os.environ.get("KERNELPRO_NCU"),
+    )
+    record.profile = ProfilePart.from_dict(analysis.report.to_dict())
+    record.extra["tools"] = analysis.tool_run.to_dict()
+    record.extra["profile_wall_s"] = analysis.profile_s
+    record.guidance = analysis.guidance_md or None
+    record.extra["profile_text"] = analysis.text
 
 
 def gate(
