@@ -10,7 +10,7 @@ the lines under the terminal summary's tables.
 - `table_footnotes`: the lines right under the kernel table, after its counts (the CPU cache
   flush the CPU timings were taken with, ...): one function per note, listed there.
 
-Pure functions of the settings, the records and the paths; `run/reporting.py` writes them.
+Pure functions of the settings, the records and the paths; `run/session.py` writes them.
 """
 
 from __future__ import annotations

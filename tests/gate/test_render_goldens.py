@@ -21,7 +21,7 @@ from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
 from pytest_kernelpro.gate.compare import gate_records, render_compare_table
 from pytest_kernelpro.gate.plot import roofline_figure
 from pytest_kernelpro.gate.verdict import compare
-from pytest_kernelpro.run.reporting import terminal_summary
+from pytest_kernelpro.run.session import terminal_summary
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "render"
 BW = 4257636247457.1606
