@@ -433,7 +433,7 @@ def is_within(child: Path, parent: Path) -> bool:
 
 
 # -- end-of-session outputs: the JSON report, the baseline, the history, the terminal table
-# (its texts: `gate/terminal_row.py`, `gate/render_session.py`, `gate/optimize_table.py`) --
+# (its texts: `gate/format.py`, `gate/render_session.py`, `gate/optimize_table.py`) --
 
 
 def write_session_outputs(kp: KernelproSession) -> None:

@@ -1,7 +1,7 @@
 """The session's texts byte for byte: the terminal summary with its notes and trailer lines,
 the `kernelpro compare` table, and the roofline plot's labels, against golden files in
 tests/data/render/ (written from the code before these texts moved into gate/'s text modules:
-terminal_row.py, plot.py's labels, compare.py's compare_row, render_session.py; a change to them
+format.py (terminal_row), plot.py's labels, compare.py's compare_row, render_session.py; a change to them
 shows up here as a diff).
 
 `python tests/gate/test_render_goldens.py` rewrites the golden files from the current code.
