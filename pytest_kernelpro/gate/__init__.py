@@ -5,8 +5,8 @@
   provisional regression settled by an independent re-measurement)
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
 - the texts made from one record: `item_section` (the item's report section), `format.terminal_row`
-  (its terminal-table row), `comment_kernel` (its PR-comment row and details),
-  `comment_escape` (the comment's literal-text escaping), `prompt_reference` (the optimize
+  (its terminal-table row), `comment` (its PR-comment row and details,
+  and the literal-text escaping), `prompt_reference` (the optimize
   prompt's reference analysis), `plot` (the roofline plot's texts); `render_session`:
   the texts about the session as a whole
 - `junit`: `junit_properties`, `read_junit_records`
