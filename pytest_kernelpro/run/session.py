@@ -63,12 +63,12 @@ class KernelproSession:
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
+    records_log_started: bool = False  # started once, when the first kernel item is known
     # Requested writes that failed ("the JSON report to PATH: [Errno 28] No space left on
     # device"): each fails the session (pytest_sessionfinish) and is said in red.
     write_failures: list[str] = field(default_factory=list)
     json_written: bool = False  # the JSON report of this session is on disk
     baseline_written: bool = False  # the requested baseline is on disk
-    records_log_started: bool = False  # started once, when the first kernel item is known
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
 
     def __post_init__(self) -> None:

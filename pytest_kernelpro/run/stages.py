@@ -371,8 +371,13 @@ def gate(
         verdict = note_picks(verdict, picks)
     if entry is not None:
         verdict = name_environment(
-            verdict, record.environment.to_dict() if record.environment else None, entry.environment
+            verdict,
+            record.environment.to_dict() if record.environment else None,
+            entry.environment,
+            record.autotune.library if record.autotune else None,
+            entry.library,
         )
+
     record.gate = VerdictPart.from_dict(verdict.to_dict())
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
         _auto_profile(run, profiling)
