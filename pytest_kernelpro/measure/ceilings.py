@@ -253,7 +253,7 @@ def measured_under_load(ceilings: Ceilings) -> str | None:
     """Why these CPU ceilings must not be cached or trusted (None: measured undisturbed)."""
     load = ceilings.details.get("load") or {}
     if not load.get("oversubscribed") or int(ceilings.details.get("reprobes") or 0) >= 1:
-        return None  # quiet, or the best of two probes (ceiling_trust.best_of)
+        return None  # quiet, or the best of two probes (best_of)
     return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
 
 
@@ -274,7 +274,7 @@ def load_or_measure_ceilings(
     CPU ceilings measured under load are returned but not cached: their
     `details["not_cached"]` says why. When valid CPU ceilings are cached and measured again
     (`refresh`, or provisional ones on a quiet machine), each ceiling keeps the best of both
-    (`ceiling_trust.best_of`: load can only lower a probe) unless `replace_cached`.
+    (`best_of`: load can only lower a probe) unless `replace_cached`.
     """
     import torch
 
@@ -331,8 +331,6 @@ def load_or_measure_ceilings(
         details = {**ceilings.details, "load": load.to_dict()}
         ceilings = replace(ceilings, details=details)
     if previous is not None:
-        from pytest_kernelpro.measure.ceiling_trust import best_of
-
         ceilings, rose = best_of(previous, ceilings)
         history = [*(previous.details.get("reprobe_history") or []), {
             "at": ceilings.measured_at,
@@ -372,3 +370,42 @@ def format_rate(value: float, unit: str) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {prefix}{unit}"
     return f"{value:.3g} {unit}"
+
+
+def _measured(ceilings: Ceilings) -> dict[str, float]:
+    return {k: v for k, v in ceilings.flops.items() if ceilings.origin(k) == "measured"}
+
+
+def best_of(old: Ceilings, new: Ceilings) -> tuple[Ceilings, list[str]]:
+    """`new` with each measured ceiling raised to `old`'s where `old` was higher (load can only
+    lower a probe), and the list of what rose ("fp32 45 -> 143 GFLOP/s")."""
+    if old.device != new.device or old.torch_version != new.torch_version:
+        return new, []
+    flops = dict(new.flops)
+    rose: list[str] = []
+    gemm = dict(new.details.get("gemm") or {})
+    for key, value in _measured(old).items():
+        if new.origin(key) == "measured" and value > flops.get(key, 0.0):
+            flops[key] = value
+            gemm[key] = (old.details.get("gemm") or {}).get(key, gemm.get(key))
+    for key, value in flops.items():
+        before = old.flops.get(key)
+        if before is not None and value > before * 1.001:
+            rose.append(f"{key} {format_rate(before, 'FLOP/s')} -> {format_rate(value, 'FLOP/s')}")
+    bandwidth = max(new.bandwidth_Bps, old.bandwidth_Bps)
+    if new.bandwidth_Bps > old.bandwidth_Bps * 1.001:
+        rose.append(
+            f"bandwidth {format_rate(old.bandwidth_Bps, 'B/s')} -> "
+            f"{format_rate(new.bandwidth_Bps, 'B/s')}"
+        )
+    details = dict(new.details)
+    details["gemm"] = gemm
+    if old.bandwidth_Bps > new.bandwidth_Bps:
+        details["copy"] = old.details.get("copy", details.get("copy"))
+    details["probe_passes"] = int(old.details.get("probe_passes") or 1) + int(
+        new.details.get("probe_passes") or 1
+    )
+    details["reprobes"] = int(old.details.get("reprobes") or 0) + 1
+    details["first_measured_at"] = old.details.get("first_measured_at", old.measured_at)
+    details.pop("not_cached", None)  # re-probed: the best of both is no longer provisional
+    return replace(new, bandwidth_Bps=bandwidth, flops=flops, details=details), rose

@@ -1,8 +1,8 @@
 """One kernel item's run, and the session that hosts it.
 
-Collection makes a `KernelItem` (`items.py`, with what its run is given: `ItemSettings`,
-`ItemRun`, `Profiling`); running it (`item_runner.py`: the entry, its guards, the order, and
-the values each stage needs, looked up once) goes through the stages (`stages.py`: check,
+Collection makes a `KernelItem` (`items.py`); running it (`item_runner.py`: the entry, its
+guards, the order, and the values each stage needs, looked up once; what the run is given:
+`context.py`, `ItemSettings`, `ItemRun`, `Profiling`) goes through the stages (`stages.py`: check,
 time, recheck, roofline, profile, gate), each filling the item's `KernelRecord`.
 `process_facts.py` records what the item's process chose (autotune picks, library settings,
 versions); `fresh_process.py` re-measures a provisional regression in a fresh process.

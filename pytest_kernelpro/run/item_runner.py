@@ -23,8 +23,8 @@ import pytest
 
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.run.context import ItemRun, ItemSettings
 from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
-from pytest_kernelpro.run.items import ItemRun, ItemSettings
 from pytest_kernelpro.run.process_facts import (
     autotune_capture,
     extra_autotuners,

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
-    from pytest_kernelpro.run.items import ItemRun
+    from pytest_kernelpro.run.context import ItemRun
 
 
 def extra_autotuners(config: pytest.Config) -> list[type]:

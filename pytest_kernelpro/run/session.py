@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem
-    from pytest_kernelpro.run.items import Profiling
+    from pytest_kernelpro.run.context import Profiling
 
 
 REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
@@ -72,7 +72,7 @@ class KernelproSession:
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
 
     def __post_init__(self) -> None:
-        from pytest_kernelpro.run.items import Profiling
+        from pytest_kernelpro.run.context import Profiling
 
         self.profiling = Profiling.for_settings(self.settings)
 
@@ -403,7 +403,7 @@ def start_session(config: pytest.Config) -> KernelproSession:
         _preflight_optimize(settings)
     session = KernelproSession(settings=settings, config=config)
     if settings.profile or settings.check:
-        from pytest_kernelpro.run.items import SessionCapture
+        from pytest_kernelpro.run.context import SessionCapture
 
         # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
         capture = SessionCapture(extra_flags=settings.profile)

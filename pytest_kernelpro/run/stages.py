@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline_entry import BaselineEntry
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
-    from pytest_kernelpro.run.items import ItemRun, Profiling
+    from pytest_kernelpro.run.context import ItemRun, Profiling
 
 
 def check(

@@ -24,7 +24,7 @@ from pytest_kernelpro.analysis import (
 )
 from pytest_kernelpro.profile.metrics_catalog import CURATED_METRICS
 from pytest_kernelpro.record import RooflinePart
-from pytest_kernelpro.run.items import Profiling
+from pytest_kernelpro.run.context import Profiling
 from pytest_kernelpro.tools import Finding, MetricRequest, ProfilingTool, ToolContext, ToolRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"

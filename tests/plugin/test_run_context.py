@@ -12,7 +12,7 @@ import pytest
 
 from pytest_kernelpro.optimize.loop import compose
 from pytest_kernelpro.optimize.loop import item as optimize_item
-from pytest_kernelpro.run import items, process_facts, stages
+from pytest_kernelpro.run import context, process_facts, stages
 from pytest_kernelpro.run.session import KernelproSession
 
 
@@ -24,13 +24,13 @@ def _protocol_members(protocol: type) -> set[str]:
 
 
 def test_the_session_implements_services() -> None:
-    members = _protocol_members(items.Services)
+    members = _protocol_members(context.Services)
     assert {"settings", "add_record", "search_progress"} <= members
     fields = {f.name for f in dataclasses.fields(KernelproSession)}
     missing = sorted(m for m in members if m not in fields and not hasattr(KernelproSession, m))
     assert missing == []
     for name in members - fields:
-        ours, theirs = getattr(KernelproSession, name), getattr(items.Services, name)
+        ours, theirs = getattr(KernelproSession, name), getattr(context.Services, name)
         if callable(theirs) and not isinstance(theirs, property):
             assert list(inspect.signature(ours).parameters) == list(
                 inspect.signature(theirs).parameters
@@ -53,7 +53,7 @@ def _attributes_read(module: object, names: tuple[str, ...]) -> set[str]:
 @pytest.mark.parametrize("module", [optimize_item, compose], ids=str)
 def test_the_optimizer_seam_uses_only_services(module: object) -> None:
     """Every `services.X` the optimize stage reads is a member of Services."""
-    members = _protocol_members(items.Services)
+    members = _protocol_members(context.Services)
     used = _attributes_read(module, ("services", "session"))
     assert used, f"{module} reads nothing of the session: this test no longer looks at it"
     assert sorted(used - members) == []
@@ -70,7 +70,7 @@ def test_the_stages_take_values_not_the_session(module: object) -> None:
     forbidden = {"item", "session", "services", "KernelItem", "KernelproSession", "Services"}
     assert forbidden & (names | args) == set()
     imported = {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    assert not {m for m in imported if m.endswith("session")}
+    assert not {m for m in imported if m.endswith(("items", "session"))}
     assert "run" in args
     assert _attributes_read(module, ("services", "session")) == set()
 
