@@ -392,6 +392,7 @@ class SandboxEvaluator:
         if handed is not None:  # a process started ahead for `workdir` ran it
             return handed
         limits = self.limits
+        env = self.environment(workdir)
         wrapped = self.isolation.wrap(
             command,
             scratch=workdir,
@@ -399,11 +400,11 @@ class SandboxEvaluator:
             readable=[*self.readable_paths(), *readable],
             python=limits.python,
             file_limit_mb=limits.scratch_limit_mb,
+            env=env,
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
         wrapped = [*die_with_parent(), *wrapped]
-        env = self.environment(workdir)
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1
