@@ -182,10 +182,8 @@ def step_split(args: argparse.Namespace) -> dict[str, Any]:
             _ = ev.isolation
             probe_s = time.perf_counter() - probe
             ev.standbys.fill()
-            for name, code in (
-                ("current", as_candidate(source, "current")),
-                ("candidate", candidate),
-            ):
+            pairs = [("current", as_candidate(source, "current")), ("candidate", candidate)]
+            for name, code in pairs if args.with_current else pairs[1:]:
                 time.sleep(args.gap_s)  # the model writing the next candidate
                 t0 = time.perf_counter()
                 evaluation = ev.evaluate(Candidate(code=code, strategy=name))
@@ -349,6 +347,11 @@ def main() -> int:
     parser.add_argument("--run-timeout", type=float, default=120.0)
     parser.add_argument("--problems", default="")
     parser.add_argument("--problem-cost-s", type=float, default=40.0)
+    parser.add_argument(
+        "--with-current",
+        action="store_true",
+        help="split: evaluate the current kernel too (before the candidate)",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + args.deadline_s
