@@ -101,6 +101,9 @@ def summarize_record(record: Any, call: int) -> dict[str, Any]:
         "median_s": record.median_s,
         "samples": len(timing.get("samples_s") or []),
         "stop_reason": timing.get("stop_reason"),
+        # Fresh inputs, checked outputs and checked calls, with their host seconds
+        # (measure/timing/fresh_inputs.py, streams.py): the honesty checks' cost per problem.
+        "honesty": timing.get("honesty"),
         "peak_bytes": memory.get("peak_bytes"),
         "footprint_bytes": memory.get("footprint_bytes"),
         "peak_over_footprint": memory.get("peak_over_footprint"),

@@ -328,8 +328,8 @@ def table(out: Path) -> None:
                           f"(worker {row['worker_wall_s']:.2f}, judge {row['judge_s']:.2f})")  # fmt: skip
         elif step == "largest":
             for name, entry in data.items():
-                if name == "step":
-                    continue
+                if not isinstance(entry, dict):
+                    continue  # "step", "step_s"
                 rows = entry.get("evaluations") or []
                 print(f"largest {name:40} " + ", ".join(f"{r.get('what')} {r.get('status')} {r.get('evaluate_s')} s" for r in rows) + (f" {entry.get('skipped')}" if entry.get("skipped") else ""))  # fmt: skip
         elif step == "search":

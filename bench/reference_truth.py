@@ -130,7 +130,11 @@ def judge_problem(path: Path, device: str) -> dict[str, Any]:
         rule = CorrectnessRule()
         rule.reduced = reduced
         rule.set_truth(truth)
+        t0 = time.perf_counter()
         new = [r for r in rule.judge(torch, exact, expected) if not r.ok]
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+        row["judge_s"] = round(time.perf_counter() - t0, 6)  # the first trial's comparison
         row["new_rule_rejects_exact"] = bool(new)
         row["new_rule_failure"] = new[0].message[:300] if new else None
         row["exact_error"] = rule.kernel_error
@@ -167,7 +171,9 @@ def render(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         f"- device: {meta.get('gpu') or meta.get('device')}, torch {meta.get('torch')}",
         f"- problems: {len(done)}; truth ran on {len(ran)}, skipped on {len(skipped)}, "
         f"errors {len(errors)}",
-        f"- truth cost: total {sum(truth_s):.2f} s, median "
+        f"- first-trial comparison by the rule (screen, truth, information): total "
+        f"{sum(r.get('judge_s') or 0 for r in ran):.2f} s",
+        f"- truth cost (re-run and the reference's errors): total {sum(truth_s):.2f} s, median "
         f"{sorted(truth_s)[len(truth_s) // 2] if truth_s else 0:.4f} s, max "
         f"{max(truth_s, default=0):.3f} s; peak memory max "
         f"{max(peaks, default=0) / 2**30:.2f} GiB",

@@ -147,7 +147,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     kp: KernelproSession | None = config.pluginmanager.get_plugin(PLUGIN_NAME)
     if kp is None or kp.is_xdist_worker or not (kp.records or kp.missing_records()):
         return
-    from pytest_kernelpro.run.reporting import terminal_summary
+    from pytest_kernelpro.run.session import terminal_summary
 
     terminal_summary(kp, terminalreporter)
 

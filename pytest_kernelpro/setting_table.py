@@ -1,7 +1,7 @@
 """The settings table: every persistent kernelpro setting (flag, ini key, `KERNELPRO_*`
 environment variable, default, parser) and the value parsers it uses.
 
-`config.py` registers these as options and resolves them once per session; `run/context.py`
+`config.py` registers these as options and resolves them once per session; `run/items.py`
 resolves the marker-overridable ones per item; `run/isolate.py` hands them to an isolated
 child. Kept apart from the resolution so the table reads as data.
 """

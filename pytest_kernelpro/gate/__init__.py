@@ -4,10 +4,10 @@
 - `verdict`: `compare` -> `Verdict`; `confirmation`: `needs_confirmation`, `confirm` (a
   provisional regression settled by an independent re-measurement)
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
-- the texts made from one record: `item_section` (the item's report section), `terminal_row`
-  (its terminal-table row), `comment_kernel` (its PR-comment row and details),
-  `comment_escape` (the comment's literal-text escaping), `prompt_reference` (the optimize
-  prompt's reference analysis), `plot_labels` (the roofline plot's texts); `render_session`:
+- the texts made from one record: `item_section` (the item's report section), `format.terminal_row`
+  (its terminal-table row), `comment` (its PR-comment row and details,
+  and the literal-text escaping), `prompt_reference` (the optimize
+  prompt's reference analysis), `plot` (the roofline plot's texts); `render_session`:
   the texts about the session as a whole
 - `junit`: `junit_properties`, `read_junit_records`
 - `comment`: `render_comment`; `comment_check`: `check_report` (the artifact's types, first);

@@ -47,11 +47,14 @@ def version_changes(
 
 
 def changes_words(changes: Mapping[str, Mapping[str, str]]) -> str:
-    """'triton 3.5.1 -> 3.6.0, driver 570.86 -> 580.65'."""
-    return ", ".join(
-        f"{LABELS.get(name, name)} {change['baseline']} -> {change['now']}"
-        for name, change in changes.items()
-    )
+    """'triton 3.5.1 -> 3.6.0, driver 570.86 -> 580.65' (library settings under "library")."""
+    words = []
+    for name, change in changes.items():
+        if name == "library":
+            words += [f"{n} {c['baseline']} -> {c['now']}" for n, c in change.items()]
+        else:
+            words.append(f"{LABELS.get(name, name)} {change['baseline']} -> {change['now']}")
+    return ", ".join(words)
 
 
 def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
@@ -64,15 +67,51 @@ def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
     )
 
 
+def library_changes(
+    now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """The library algorithm settings (`measure.autotune.library_choices`) both sides recorded
+    that differ: TF32 on or off, cuDNN's benchmark mode, the BLAS library, ..."""
+    if not now or not baseline:
+        return {}
+    return {
+        name: {"baseline": baseline[name], "now": now[name]}
+        for name in now
+        if name in baseline and now[name] != baseline[name]
+    }
+
+
+def library_note(changes: Mapping[str, Mapping[str, Any]], now: Mapping[str, Any] | None) -> str:
+    """The library part of the note: settings that changed, and cuDNN's per-process pick."""
+    parts = []
+    if changes:
+        words = ", ".join(f"{n} {c['baseline']} -> {c['now']}" for n, c in changes.items())
+        parts.append(f"library settings changed since the baseline ({words})")
+    if now and now.get("cudnn.benchmark") is True:
+        parts.append(
+            "cuDNN benchmark mode is on (torch.backends.cudnn.benchmark): cuDNN picks its "
+            "algorithms per process by timing them"
+        )
+    return "; ".join(parts)
+
+
 def name_environment(
-    verdict: Verdict, now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
+    verdict: Verdict,
+    now: Mapping[str, Any] | None,
+    baseline: Mapping[str, Any] | None,
+    library_now: Mapping[str, Any] | None = None,
+    library_baseline: Mapping[str, Any] | None = None,
 ) -> Verdict:
-    """The verdict with the changed versions recorded, and named in the reason of a
-    regressed or suspect kernel."""
-    changes = version_changes(now, baseline)
-    if not changes:
+    """The verdict with the changed versions and library settings recorded, and named in the
+    reason of a regressed or suspect kernel."""
+    changes: dict[str, Any] = dict(version_changes(now, baseline))
+    library = library_changes(library_now, library_baseline)
+    extra = library_note(library, library_now)
+    if not changes and not extra:
         return verdict
-    note = environment_note(changes)
+    note = "; ".join(n for n in (environment_note(changes), extra) if n)
+    if library:
+        changes["library"] = library
     reason = verdict.reason
     if verdict.status in NAMED_IN or verdict.change_status in NAMED_IN:
         reason = f"{reason}; {note}"

@@ -28,7 +28,8 @@ def _rule_text(c: CorrectnessPart) -> str:
     if truth.get("seconds") is not None:
         cost = f"{truth['seconds'] * 1e3:.1f} ms"
         if truth.get("peak_bytes") is not None:
-            cost += f", {format_bytes(truth['peak_bytes'])} peak"
+            bound = "" if truth.get("peak_exact", True) else "at most "
+            cost += f", {bound}{format_bytes(truth['peak_bytes'])} peak"
         text += f"; truth re-run {cost}"
     return text
 

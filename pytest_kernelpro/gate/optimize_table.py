@@ -158,7 +158,7 @@ def terminal_section(records: Sequence[KernelRecord], write_line: Callable[[str]
 
 def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str]) -> list[str]:
     """The PR comment's optimize table; every string from the report goes through `cell`
-    (the comment's escaping: `gate.comment_escape.literal_text`); [] when no kernel was optimized."""
+    (the comment's escaping: `gate.comment.literal_text`); [] when no kernel was optimized."""
     rows = []
     for record in records:
         summary = summary_of(record)

@@ -1,5 +1,5 @@
 """Every text about the session as a whole, in one place (the texts made from one record are
-in item_section.py, terminal_row.py, comment_kernel.py, prompt_reference.py, plot_labels.py):
+in item_section.py, format.py (terminal_row), comment.py, prompt_reference.py, plot.py):
 the lines under the terminal summary's tables.
 
 - `coverage_lines`: what `--kernelpro-check` could not compare (baseline entries without a
@@ -10,7 +10,7 @@ the lines under the terminal summary's tables.
 - `table_footnotes`: the lines right under the kernel table, after its counts (the CPU cache
   flush the CPU timings were taken with, ...): one function per note, listed there.
 
-Pure functions of the settings, the records and the paths; `run/reporting.py` writes them.
+Pure functions of the settings, the records and the paths; `run/session.py` writes them.
 """
 
 from __future__ import annotations

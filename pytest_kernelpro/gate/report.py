@@ -28,10 +28,10 @@ from pytest_kernelpro.gate.format import (
     short_device,
     sort_key,
     stat,
+    terminal_row,
 )
 from pytest_kernelpro.gate.process_notes import table_notes
 from pytest_kernelpro.gate.render_session import table_footnotes
-from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.record import KernelRecord
 
 REPORT_SCHEMA_VERSION = 1

@@ -305,6 +305,14 @@ def recheck_after_timing(
     return f"correct in the trials, but wrong once timed (timed inputs refilled in place): {text}"
 
 
+def _implies(reports: Sequence[LeafReport], looser: Tolerance) -> bool:
+    """Every leaf passed by an elementwise allclose no looser than `looser`."""
+    return all(
+        r.ok and r.tolerance.rtol <= looser.rtol and r.tolerance.atol <= looser.atol
+        for r in reports
+    )
+
+
 def check_correctness(
     kernel: Callable[..., Any],
     reference: Callable[..., Any],
@@ -462,7 +470,11 @@ def check_correctness(
                 expected,
             )
         reports = rule.judge(torch, got, expected)
-        if kernelbench:
+        if kernelbench and _implies(reports, KERNELBENCH) and trial > 0:
+            # Every leaf passed an allclose at most as loose as KernelBench's (the calibrated
+            # tolerance of a later trial): its check passes too, with the same max abs error.
+            kb_max_abs = max([kb_max_abs, *(r.max_abs for r in reports)])
+        elif kernelbench:
             for kb in compare_outputs(torch, got, expected, lambda _dtype: KERNELBENCH):
                 kb_max_abs = max(kb_max_abs, kb.max_abs)
                 if not kb.ok and kb_failure is None:

@@ -9,7 +9,8 @@ creates without a dtype are wide too), and fp32 matmuls/convolutions run in full
 TF32, no bf16) for a float32 truth.
 
 Cost, bounded and recorded: one re-run per check (the first trial's inputs), its wall time
-and its peak memory above what was allocated when it started (CUDA). It is skipped, with the
+(the re-run and the reference's errors against it) and its peak memory above what was
+allocated when it started (CUDA; an upper bound where the item had a higher peak before). It is skipped, with the
 reason in the record, when it cannot give a truth:
 - the outputs are float64 already (nothing wider) or have no floating leaf;
 - it would not fit: about twice the widened inputs, parameters and outputs must be free;
@@ -86,8 +87,9 @@ class Truth:
 
     precision: str | None  # "float64" / "float32"; None when not run
     skipped: str | None = None  # why there is no truth (then `leaves` is empty)
-    seconds: float | None = None  # the re-run's wall time
+    seconds: float | None = None  # the re-run's wall time and its comparison with the reference
     peak_bytes: int | None = None  # its peak allocation above its start (CUDA only)
+    peak_exact: bool | None = None  # False: an earlier, higher peak of the item (an upper bound)
     leaves: dict[str, LeafTruth] = field(default_factory=dict)
 
     @property
@@ -100,6 +102,7 @@ class Truth:
             "precision": self.precision,
             "seconds": None if self.seconds is None else round(self.seconds, 6),
             "peak_bytes": self.peak_bytes,
+            "peak_exact": self.peak_exact,
             "skipped": self.skipped,
         }
 
@@ -252,27 +255,23 @@ def _memory_shortfall(
 
 
 @contextlib.contextmanager
-def _peak_meter(torch: Any, device: str, out: list[int]) -> Iterator[None]:
-    """The allocator's peak above its start in the block (`out`), keeping the peak the
-    item's memory record reads later (`measure/gpu_memory.py`): the peak counter is reset
-    for the block, so the higher peak seen before it is allocated once more afterwards."""
+def _peak_meter(torch: Any, device: str, out: list[tuple[int, bool]]) -> Iterator[None]:
+    """(bytes, exact) into `out`: the allocator's peak above the block's start while it ran.
+    The peak counter is not reset (the item's memory record reads it, `gpu_memory.py`), so
+    where an earlier peak of the item was higher the number is that one: an upper bound
+    (exact False)."""
     if not device.startswith("cuda"):
         yield
         return
     torch.cuda.synchronize(device)
     peak_before = torch.cuda.max_memory_allocated(device)
     start = torch.cuda.memory_allocated(device)
-    torch.cuda.reset_peak_memory_stats(device)
     try:
         yield
     finally:
         torch.cuda.synchronize(device)
-        out.append(max(0, torch.cuda.max_memory_allocated(device) - start))
-        missing = peak_before - torch.cuda.memory_allocated(device)
-        if peak_before > torch.cuda.max_memory_allocated(device) and missing > 0:
-            with contextlib.suppress(RuntimeError):  # only a statistic: never fail for it
-                del_me = torch.empty(missing, dtype=torch.uint8, device=device)
-                del del_me
+        peak = torch.cuda.max_memory_allocated(device)
+        out.append((max(0, peak - start), peak > peak_before))
 
 
 def _leaf_truth(torch: Any, path: str, ref: Any, wide_out: Any) -> LeafTruth | str:
@@ -296,8 +295,7 @@ def _leaf_truth(torch: Any, path: str, ref: Any, wide_out: Any) -> LeafTruth | s
         r = flat_r[lo : lo + step].to(wide_out.dtype)
         t = flat_t[lo : lo + step]
         r_ok = torch.isfinite(r)
-        if bool((r_ok & ~torch.isfinite(t)).any()):
-            return f"the re-run gave NaN or infinity at {path} where the reference did not"
+        lost = (r_ok & ~torch.isfinite(t)).sum()  # read once, with the sums (one sync)
         d = torch.where(r_ok, r - t, torch.zeros((), dtype=t.dtype, device=t.device))
         t_ok = torch.where(r_ok, t, torch.zeros((), dtype=t.dtype, device=t.device))
         flat_d[lo : lo + step] = d.to(keep)
@@ -311,10 +309,13 @@ def _leaf_truth(torch: Any, path: str, ref: Any, wide_out: Any) -> LeafTruth | s
                     t_ok.abs().max(),
                     real.min(),
                     real.max(),
+                    lost.to(d.dtype if not d.is_complex() else torch.float64),
                 ]
             ).to(torch.float64)
         )
     table = torch.stack(sums).cpu()
+    if float(table[:, 6].sum()) > 0:
+        return f"the re-run gave NaN or infinity at {path} where the reference did not"
     leaf = LeafTruth(
         path=path,
         difference=diff,
@@ -372,11 +373,29 @@ def run_truth(
         short = f"device memory could not be read ({exc})"
     if short:
         return Truth(precision=precision, skipped=short)
-    peak: list[int] = []
+    peak: list[tuple[int, bool]] = []
     started = time.perf_counter()
-    wide_out: Any = None
+    with _peak_meter(torch, device, peak):
+        truth = _rerun(torch, reference, inputs, expected, wide, device, arrange)
+    truth.seconds = time.perf_counter() - started  # the re-run and the reference's errors
+    if peak:
+        truth.peak_bytes, truth.peak_exact = peak[0]
+    return truth
+
+
+def _rerun(
+    torch: Any,
+    reference: Callable[..., Any],
+    inputs: Sequence[Any],
+    expected: Any,
+    wide: Any,
+    device: str,
+    arrange: Callable[[Any], Any] | None,
+) -> Truth:
+    """The re-run and each floating leaf's errors (`run_truth` times and meters it)."""
+    precision = str(wide).removeprefix("torch.")
     try:
-        with _peak_meter(torch, device, peak), _wide_mode(torch, wide, device):
+        with _wide_mode(torch, wide, device):
             wide_ref = widened_reference(torch, reference, wide)
             wide_inputs = _widen(torch, list(inputs), wide)
             wide_out = wide_ref(*wide_inputs)
@@ -384,18 +403,11 @@ def run_truth(
             if device.startswith("cuda"):
                 torch.cuda.synchronize(device)
     except Exception as exc:  # an op without float64 support, out of memory, ...
-        wide_out = None
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-        return Truth(
-            precision=precision,
-            skipped=f"the reference raised in {precision}: {text}",
-            seconds=time.perf_counter() - started,
-            peak_bytes=peak[0] if peak else None,
-        )
-    seconds = time.perf_counter() - started
-    truth = Truth(precision=precision, seconds=seconds, peak_bytes=peak[0] if peak else None)
+        return Truth(precision=precision, skipped=f"the reference raised in {precision}: {text}")
+    truth = Truth(precision=precision)
     if arrange is not None:
         wide_out = arrange(wide_out)
     wide_leaves = dict(leaves_of(torch, wide_out))
@@ -413,5 +425,4 @@ def run_truth(
             truth.skipped, truth.leaves = found, {}
             return truth
         truth.leaves[path] = found
-    del wide_out, wide_leaves
     return truth

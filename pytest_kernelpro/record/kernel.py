@@ -70,7 +70,7 @@ class KernelRecord:
     extra: dict[str, Any] = field(default_factory=dict)
     # Each setting a marker can override: {"value": ..., "source": "marker threshold=" | the
     # command line, environment, ini or conftest setting it came from | "built-in: ..."}
-    # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
+    # (`run.items.ItemSettings.to_dict`); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
     # What the item's autotuned kernels chose in its process, and the library settings that
     # choose algorithms (measure/autotune.py); None when not captured.

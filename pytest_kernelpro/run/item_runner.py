@@ -23,10 +23,11 @@ import pytest
 
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
-from pytest_kernelpro.run.context import ItemRun, ItemSettings
 from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+from pytest_kernelpro.run.items import ItemRun, ItemSettings
 from pytest_kernelpro.run.process_facts import (
     autotune_capture,
+    extra_autotuners,
     record_process_facts,
     remeasure_only,
 )
@@ -41,7 +42,6 @@ from pytest_kernelpro.run.stages import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.run.context import Services
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
 
@@ -216,17 +216,18 @@ def _run(
     kernel, reference = _build(run, memory)
     make_inputs = _input_maker(run, memory)
     grad_mode = _grad_mode(problem)
-    capture = autotune_capture(run, session)
+    capture = autotune_capture(run, settings.remeasure_pins, extra_autotuners(session.config))
     if settings.remeasure_pins is not None:
         phase[0] = "re-measuring in a fresh process (confirmation)"
         memory.phase("timing")
-        remeasure_only(run, session, kernel, reference, make_inputs, grad_mode, capture)
+        remeasure_only(run, settings, kernel, reference, make_inputs, grad_mode, capture)
         return
     trials = run.settings.trials.value
     phase[0] = f"checking correctness ({trials} trial{'' if trials == 1 else 's'})"
     memory.phase("check")
-    with capture.watching():  # the first calls are where an autotuner picks its config
-        correctness = check(run, session, kernel, reference, make_inputs, grad_mode)
+    with capture.watching(), _noting_cuda_errors(session, run):
+        # the first calls are where an autotuner picks its config
+        correctness = check(run, kernel, reference, make_inputs, grad_mode)
     record_process_facts(run, capture)
     if settings.correctness_only:
         record.extra["correctness_only"] = True
@@ -236,16 +237,17 @@ def _run(
     memory.phase("timing")
     inputs = make_inputs(1_000_003)
     phase[0] = "timing"
-    median_s, remeasure = time_item(
-        run,
-        session,
-        kernel,
-        inputs,
-        grad_mode,
-        reference=reference,
-        make_inputs=make_inputs,
-        correctness=correctness,
-    )
+    with _noting_cuda_errors(session, run):
+        median_s, remeasure = time_item(
+            run,
+            settings,
+            kernel,
+            inputs,
+            grad_mode,
+            reference=reference,
+            make_inputs=make_inputs,
+            correctness=correctness,
+        )
     capture.after_timing()
     record_process_facts(run, capture)
 
@@ -256,7 +258,18 @@ def _run(
 
     phase[0] = "counting the reference's FLOPs and bytes"
     memory.phase("roofline")
-    roofline(run, session, reference, inputs, median_s, memory)
+    ceilings, spec = _device_model(session, run)
+    roofline(
+        run,
+        reference,
+        inputs,
+        median_s,
+        memory,
+        ceilings=ceilings,
+        reprobe_ceilings=lambda why: session.reprobe_ceilings(run.device, why),
+        spec=spec,
+        op_cost_hook=session.op_cost_hook,
+    )
 
     # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
     # Agent) and every correct candidate, and nothing reads the item's own profile, which
@@ -264,7 +277,7 @@ def _run(
     if settings.profile:
         phase[0] = "profiling"
         memory.phase("profile")
-        profile(run, session)
+        profile(run, session.profiling)
     if settings.optimize:
         from pytest_kernelpro.optimize.loop.item import optimize_item
 
@@ -274,18 +287,55 @@ def _run(
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
         memory.phase("gate")
+        baseline = session.baseline()
         gate(
             run,
-            session,
+            settings,
             remeasure,
             lambda pins: remeasure_in_fresh_process(item, session, pins),
+            entry=baseline.entry_for(record) if baseline is not None else None,
+            profiling=session.profiling,
         )
     else:
         # In check mode the verdict applies the same floor.
         roofline_floor(run, median_s)
 
 
-def _start(run: ItemRun, services: Services) -> None:
+def _device_model(session: KernelproSession, run: ItemRun) -> tuple[Any, Any]:
+    """The device's ceilings (measured once per session) and its table entry, for the
+    roofline; a failure to get them fails the item with what failed."""
+    try:
+        return session.ceilings_for(run.device), session.spec_for(run.device)
+    except KernelproError:
+        raise
+    except Exception as exc:
+        raise KernelproError(
+            f"the ceilings of {run.device} for the roofline of {run.name} could not be "
+            f"measured: {describe_exception(exc)}; pass --kernelpro-ceilings=FILE (written by "
+            "`kernelpro calibrate`)"
+        ) from exc
+
+
+@contextlib.contextmanager
+def _noting_cuda_errors(session: KernelproSession, run: ItemRun) -> Iterator[None]:
+    """A CUDA error breaks this process's CUDA context: the first item that raised one is
+    noted, and later CUDA items of the process fail naming it (`_start`)."""
+    from pytest_kernelpro.measure.correctness import is_cuda_error
+
+    try:
+        yield
+    except Exception as exc:
+        checked = run.record.correctness
+        raised = exc.__cause__ if isinstance(exc, KernelproError) else exc
+        broke = (checked is not None and checked.cuda_error) or (
+            raised is not None and is_cuda_error(raised)
+        )
+        if broke and session.cuda_poisoned_by is None:
+            session.cuda_poisoned_by = run.name
+        raise
+
+
+def _start(run: ItemRun, session: KernelproSession) -> None:
     """The record's device and resolved settings; a CUDA item after a CUDA error stops here."""
     record = run.record
     record.device_kind = "cuda" if run.device.startswith("cuda") else "cpu"
@@ -295,10 +345,10 @@ def _start(run: ItemRun, services: Services) -> None:
         # Which physical GPU (pinned per pytest-xdist worker) measured this kernel.
         record.extra["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
         record.extra["xdist_worker"] = os.environ.get("PYTEST_XDIST_WORKER")
-    if record.device_kind == "cuda" and services.cuda_poisoned_by:
+    if record.device_kind == "cuda" and session.cuda_poisoned_by:
         raise KernelproError(
             f"not run: the CUDA context was broken by an earlier CUDA error in "
-            f"{services.cuda_poisoned_by}; a CUDA error cannot be recovered inside one process. "
+            f"{session.cuda_poisoned_by}; a CUDA error cannot be recovered inside one process. "
             "Fix that kernel, or run with pytest-xdist (-n 1) so a crashed worker is replaced"
         )
     record.threshold = run.settings.threshold.value

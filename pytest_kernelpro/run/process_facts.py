@@ -24,14 +24,16 @@ from pytest_kernelpro.measure.autotune import (
 from pytest_kernelpro.record import AutotunePart, EnvironmentPart
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.run.context import ItemRun
-    from pytest_kernelpro.run.session import KernelproSession
+    import pytest
+
+    from pytest_kernelpro.config import KernelproConfig
+    from pytest_kernelpro.run.items import ItemRun
 
 
-def _extra_autotuners(session: KernelproSession) -> list[type]:
+def extra_autotuners(config: pytest.Config) -> list[type]:
     """Autotuner classes a conftest names (`pytest_kernelpro_autotuners`)."""
     found: list[type] = []
-    for contributed in session.config.hook.pytest_kernelpro_autotuners():
+    for contributed in config.hook.pytest_kernelpro_autotuners():
         found.extend(c for c in contributed or () if isinstance(c, type))
     return found
 
@@ -47,12 +49,12 @@ def read_pins(path: Any) -> list[Pin]:
     return [Pin.from_choice(c) for c in data]
 
 
-def autotune_capture(run: ItemRun, session: KernelproSession) -> AutotuneCapture:
-    """The item's capture: the pins of a re-measuring child, none otherwise."""
+def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture:
+    """The item's capture: the pins of a re-measuring child (`pins_path`), none otherwise;
+    `classes` are the autotuners a conftest adds."""
     load_triton_if_used(run.problem.language)
-    pins_path = session.settings.remeasure_pins
     pins = read_pins(pins_path) if pins_path is not None else []
-    return AutotuneCapture(pins=pins, classes=_extra_autotuners(session))
+    return AutotuneCapture(pins=pins, classes=classes)
 
 
 def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
@@ -66,7 +68,7 @@ def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
 
 def remeasure_only(
     run: ItemRun,
-    session: KernelproSession,
+    config: KernelproConfig,
     kernel: Any,
     reference: Any,
     make_inputs: Callable[[int], tuple[Any, ...]],
@@ -89,7 +91,7 @@ def remeasure_only(
                 f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
             ) from exc
     record_process_facts(run, capture)
-    time_item(run, session, kernel, inputs, grad_mode, reference=reference, make_inputs=make_inputs)
+    time_item(run, config, kernel, inputs, grad_mode, reference=reference, make_inputs=make_inputs)
     capture.after_timing()
     record_process_facts(run, capture)
     run.record.extra["remeasure_child"] = True

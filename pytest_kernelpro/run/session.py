@@ -1,14 +1,16 @@
-"""The one session object: settings, ceilings per device, the baseline, and the records."""
+"""The one session object (settings, ceilings per device, the baseline, the records) and what
+it writes at the end: the JSON report, the baseline, the run history, the terminal table."""
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.record import KernelRecord
 
 if TYPE_CHECKING:
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem
-    from pytest_kernelpro.run.profile import SessionCapture
+    from pytest_kernelpro.run.items import Profiling
 
 
 REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
@@ -57,19 +59,22 @@ class KernelproSession:
     _baseline_error: KernelproError | None = None
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
-    capture: SessionCapture | None = None  # load_inline builds, when profiling may happen
+    profiling: Profiling = field(init=False)  # the profile stage's setup (builds, budgets)
     notes: list[str] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
+    records_log_started: bool = False  # started once, when the first kernel item is known
     # Requested writes that failed ("the JSON report to PATH: [Errno 28] No space left on
     # device"): each fails the session (pytest_sessionfinish) and is said in red.
     write_failures: list[str] = field(default_factory=list)
     json_written: bool = False  # the JSON report of this session is on disk
     baseline_written: bool = False  # the requested baseline is on disk
-    records_log_started: bool = False  # started once, when the first kernel item is known
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
-    auto_profiles_done: int = 0  # automatic profiles of regressed kernels so far
-    auto_profile_s: float = 0.0  # the time they took
+
+    def __post_init__(self) -> None:
+        from pytest_kernelpro.run.items import Profiling
+
+        self.profiling = Profiling.for_settings(self.settings)
 
     def progress(self, line: str) -> None:
         """Say on the terminal that a silent one-time step (ceilings) is starting."""
@@ -251,14 +256,12 @@ class KernelproSession:
 
     def write_outputs(self) -> None:
         """Write the JSON report, the baseline and the run history now."""
-        from pytest_kernelpro.run.reporting import write_session_outputs
-
         write_session_outputs(self)
 
     def stop(self) -> None:
         """End the build capture (the session's last act, at pytest_unconfigure)."""
-        if self.capture is not None:
-            self.capture.stop()
+        if self.profiling.capture is not None:
+            self.profiling.capture.stop()
 
     def check_replay_items(self, items: list[Any]) -> None:
         """With a replay directory, every kernel item to optimize needs its recording."""
@@ -400,11 +403,12 @@ def start_session(config: pytest.Config) -> KernelproSession:
         _preflight_optimize(settings)
     session = KernelproSession(settings=settings, config=config)
     if settings.profile or settings.check:
-        from pytest_kernelpro.run.profile import SessionCapture
+        from pytest_kernelpro.run.items import SessionCapture
 
         # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
-        session.capture = SessionCapture(extra_flags=settings.profile)
-        session.capture.start()
+        capture = SessionCapture(extra_flags=settings.profile)
+        capture.start()
+        session.profiling.capture = capture
     return session
 
 
@@ -426,3 +430,128 @@ def is_within(child: Path, parent: Path) -> bool:
     except ValueError:
         return False
     return True
+
+
+# -- end-of-session outputs: the JSON report, the baseline, the history, the terminal table
+# (its texts: `gate/format.py`, `gate/render_session.py`, `gate/optimize_table.py`) --
+
+
+def write_session_outputs(kp: KernelproSession) -> None:
+    """Write the JSON report and, when asked, the baseline and the history; never raise into
+    pytest. A write that fails is noted (`kp.write_failed`): the session fails, and no
+    line says the file was written."""
+    from pytest_kernelpro.gate.report import build_report, write_json_report
+
+    settings = kp.settings
+    report = build_report(kp.records, meta=kp.report_meta())
+    try:
+        write_json_report(settings.json_path, report)
+        kp.json_written = True
+    except OSError as exc:
+        kp.write_failed("JSON report", settings.json_path, exc)
+    try:
+        _ignore_artifacts_dir(settings.artifacts_dir)
+    except OSError as exc:
+        kp.write_failed("artifacts .gitignore", settings.artifacts_dir / ".gitignore", exc)
+    if settings.history_dir is not None:
+        from pytest_kernelpro.gate.history import save_run
+
+        try:
+            kp.history_path = save_run(settings.history_dir, report)
+        except OSError as exc:
+            kp.write_failed(
+                f"run history ({settings.sources.get('history')})", settings.history_dir, exc
+            )
+    if settings.save_baseline is not None and not settings.correctness_only:
+        from pytest_kernelpro.gate.baseline import save_baseline
+
+        measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
+        try:
+            save_baseline(settings.save_baseline, measured)
+            kp.baseline_written = True
+        except OSError as exc:
+            kp.write_failed("baseline", settings.save_baseline, exc)
+        except KernelproError as exc:
+            warnings.warn(
+                f"kernelpro: could not save the baseline to {settings.save_baseline}: {exc}",
+                KernelproWarning,
+                stacklevel=1,
+            )
+            kp.write_failed("baseline", settings.save_baseline, exc)
+
+
+def _ignore_artifacts_dir(path: Any) -> None:
+    gitignore = path / ".gitignore"
+    if path.is_dir() and not gitignore.exists():
+        gitignore.write_text("*\n", encoding="utf-8")
+
+
+def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
+    """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
+    baseline = getattr(kp, "_baseline", None)
+    if not kp.settings.check or baseline is None:
+        return []
+    from pytest_kernelpro.gate.baseline import unmatched
+    from pytest_kernelpro.gate.render_session import coverage_lines
+
+    left, without = unmatched(baseline, kp.records)
+    return coverage_lines(left, without)
+
+
+def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
+    from pytest_kernelpro.gate.render_session import missing_records_line, output_lines
+    from pytest_kernelpro.gate.report import render_terminal_table
+
+    writer = getattr(terminalreporter, "_tw", None)
+    columns = table_width(writer)
+    color = bool(getattr(writer, "hasmarkup", False))
+    settings = kp.settings
+    terminalreporter.write_sep("=", "kernelpro")
+    terminalreporter.write_line(
+        render_terminal_table(kp.records, width=columns, color=color, sort=settings.sort).rstrip(
+            "\n"
+        )
+    )
+    from pytest_kernelpro.gate.optimize_table import summary_of, terminal_section
+
+    if any(summary_of(r) is not None for r in kp.records):
+        terminalreporter.write_sep("=", "kernelpro optimize")
+        terminal_section(kp.records, terminalreporter.write_line)
+    for line in baseline_coverage_lines(kp):
+        terminalreporter.write_line(line, yellow=True)
+    for line in summary_notes(kp):
+        terminalreporter.write_line(f"kernelpro: {line}")
+    missing = kp.missing_records()
+    if missing:
+        terminalreporter.write_line(missing_records_line(missing, check=settings.check), red=True)
+    # Only files that are on disk are named as written; each failed write in red.
+    for line in output_lines(
+        json_path=settings.json_path if kp.json_written else None,
+        records_path=settings.records_path if kp.records_log is not None else None,
+        history_path=kp.history_path,
+        baseline_path=settings.save_baseline if kp.baseline_written else None,
+    ):
+        terminalreporter.write_line(line)
+    for failure in kp.write_failures:
+        terminalreporter.write_line(f"kernelpro: FAILED: {failure}", red=True)
+
+
+def table_width(writer: Any) -> int | None:
+    """The terminal's columns, or None where pytest writes to no terminal (a CI log, a pipe,
+    a file): the tables then take the width of their content, since a log has no width to
+    fit and a cut table loses its verdicts first."""
+    if writer is None:
+        return None
+    stream = getattr(writer, "_file", None)
+    isatty = getattr(stream, "isatty", None)
+    if stream is not None and not (callable(isatty) and isatty()):
+        return None
+    return int(getattr(writer, "fullwidth", 120))
+
+
+def summary_notes(kp: KernelproSession) -> list[str]:
+    """Lines for work that was asked for and did not run, and for timings not to trust
+    (the text: `gate.render_session.session_notes`)."""
+    from pytest_kernelpro.gate.render_session import session_notes
+
+    return session_notes(kp.settings, kp.records, kp.notes)

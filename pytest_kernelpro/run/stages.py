@@ -1,9 +1,10 @@
 """The stages of one kernel item's run: check, time, recheck, roofline, profile, gate.
 
-Each stage is a function of the item's `ItemRun` and the session's `Services` (`context.py`),
-filling its part of the record: `check`, `time_item`, `recheck`, `roofline`, `profile`,
-`gate` (or `roofline_floor` outside check mode). `item_runner.py` calls them in order; the
-optimize stage is `optimize.py`'s.
+Each stage is a function of the item's `ItemRun` and the values it needs, which the item's run
+looks up once and passes (`item_runner.py`): the session-wide settings, the device's ceilings
+and spec, the baseline entry, the profiling setup. No stage sees the session. Each fills its
+part of the record: `check`, `time_item`, `recheck`, `roofline`, `profile`, `gate` (or
+`roofline_floor` outside check mode).
 
 Every failure becomes a `KernelproError` that names what went wrong and the fix, so one
 bad kernel fails alone and the session goes on.
@@ -11,6 +12,7 @@ bad kernel fails alone and the session goes on.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -26,12 +28,15 @@ from pytest_kernelpro.record import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.run.context import ItemRun, Services
+    from pytest_kernelpro.config import KernelproConfig
+    from pytest_kernelpro.gate.baseline_entry import BaselineEntry
+    from pytest_kernelpro.measure.ceilings import Ceilings
+    from pytest_kernelpro.measure.devices import DeviceSpec
+    from pytest_kernelpro.run.items import ItemRun, Profiling
 
 
 def check(
     run: ItemRun,
-    services: Services,
     kernel: Any,
     reference: Any,
     make_inputs: Callable[[int], tuple[Any, ...]],
@@ -55,11 +60,8 @@ def check(
     except KernelproError:
         raise
     except Exception as exc:
-        _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"{run.name} raised {describe_exception(exc)}") from exc
     run.record.correctness = CorrectnessPart.from_dict(correctness.to_dict())
-    if getattr(correctness, "cuda_error", False) and services.cuda_poisoned_by is None:
-        services.cuda_poisoned_by = run.name
     if not correctness.passed:
         failure = correctness.failure or "no detail"
         if failure.startswith("The kernel raised"):
@@ -70,7 +72,7 @@ def check(
 
 def time_item(
     run: ItemRun,
-    services: Services,
+    config: KernelproConfig,
     kernel: Any,
     inputs: tuple[Any, ...],
     grad_mode: Any,
@@ -86,7 +88,7 @@ def time_item(
     timed fails here, naming what was seen."""
     from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
 
-    settings, device, record = services.settings, run.device, run.record
+    settings, device, record = config, run.device, run.record
     budget = TimingBudget(
         warmup_ms=settings.warmup_ms,
         max_time_s=settings.budget_for(device),
@@ -109,7 +111,6 @@ def time_item(
     except DishonestTiming as exc:
         raise KernelproError(f"{run.name} is refused: {exc}") from exc
     except Exception as exc:
-        _note_cuda_error(services, exc, run.name)
         raise KernelproError(f"timing {run.name} failed: {describe_exception(exc)}") from exc
     record.timing = TimingPart.from_dict(timing.to_dict())
     record.device = timing.device
@@ -211,33 +212,30 @@ def recheck(
         raise KernelproError(f"{run.name} is wrong: {failure}")
 
 
-def _note_cuda_error(services: Services, exc: BaseException, name: str) -> None:
-    from pytest_kernelpro.measure.correctness import is_cuda_error
-
-    if is_cuda_error(exc) and services.cuda_poisoned_by is None:
-        services.cuda_poisoned_by = name
-
-
 def roofline(
     run: ItemRun,
-    services: Services,
     reference: Any,
     inputs: tuple[Any, ...],
     median_s: float,
     memory: Any,
+    *,
+    ceilings: Ceilings,
+    reprobe_ceilings: Callable[[str], Ceilings],
+    spec: DeviceSpec | None,
+    op_cost_hook: Callable[..., Any],
 ) -> None:
-    """The reference's FLOPs and bytes on the device's ceilings: the roofline and the
-    kernel's share of it."""
+    """The reference's FLOPs and bytes on the device's `ceilings`: the roofline and the
+    kernel's share of it (`reprobe_ceilings(why)` measures them again, once a kernel beats
+    untrusted ones)."""
     from pytest_kernelpro.measure.ceiling_trust import exceedance_note, exceeds_every_ceiling
     from pytest_kernelpro.measure.impossible import impossible_failure
     from pytest_kernelpro.measure.peak_paths import record_pricing
     from pytest_kernelpro.measure.roofline import analyze_reference
 
-    problem, device, record = run.problem, run.device, run.record
+    problem, record = run.problem, run.record
 
     def analyze(ceilings: Any) -> Any:
         try:
-            spec = services.spec_for(device)
             with memory.reference_run():  # the reference's own peak: part of the footprint
                 return analyze_reference(
                     reference,
@@ -245,7 +243,7 @@ def roofline(
                     ceilings=ceilings,
                     flops=problem.flops,
                     bytes=problem.bytes,
-                    op_cost_hook=services.op_cost_hook,
+                    op_cost_hook=op_cost_hook,
                     spec=spec,
                 )
         except KernelproError:
@@ -256,7 +254,6 @@ def roofline(
                 f"{describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
             ) from exc
 
-    ceilings = services.ceilings_for(device)  # a first measurement is not the reference's
     analysis = analyze(ceilings)
     record.roofline = RooflinePart.from_dict(analysis.to_dict())
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
@@ -265,7 +262,7 @@ def roofline(
     if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
         # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
         # have lowered (measure/ceiling_trust.py), then price the kernel again on them.
-        ceilings = services.reprobe_ceilings(device, f"{run.name} exceeded them")
+        ceilings = reprobe_ceilings(f"{run.name} exceeded them")
         if ceilings.trusted:
             analysis = analyze(ceilings)
             record.roofline = RooflinePart.from_dict(analysis.to_dict())
@@ -282,11 +279,9 @@ def roofline(
         raise KernelproError(f"{run.name}: {impossible}")
 
 
-def profile(run: ItemRun, services: Services, device: str | None = None) -> None:
+def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> None:
     """ncu, SASS and timeline of the kernel, then the tools' findings and guidance; a
     profiler failure never fails the kernel."""
-    from pytest_kernelpro.run.profile import profile_item
-
     device = run.device if device is None else device
     record = run.record
     if not device.startswith("cuda"):
@@ -302,20 +297,51 @@ def profile(run: ItemRun, services: Services, device: str | None = None) -> None
     release_cached(device, 0)
     record.extra["profile_gpu_memory"] = memory_state(device)
     try:
-        profile_item(run, services, device)
+        _profile_item(run, profiling, device)
     except Exception as exc:  # a profiler failure never fails the kernel
         record.extra["profile_text"] = f"profile: failed: {describe_exception(exc)}"
 
 
+def _profile_item(run: ItemRun, profiling: Profiling, device: str) -> None:
+    """Fill the record's profile, the tools' findings, guidance and the report text."""
+    from pytest_kernelpro.analysis import RooflineFacts, profile_and_analyze
+    from pytest_kernelpro.record import ProfilePart
+
+    record = run.record
+    capture = profiling.capture
+    facts = RooflineFacts.from_roofline(
+        record.roofline.to_dict() if record.roofline else None,
+        median_s=record.median_s,
+        efficiency=record.efficiency,
+    )
+    analysis = profile_and_analyze(
+        run.locator,
+        facts,
+        so_paths=capture.so_paths if capture else (),
+        ptxas=capture.ptxas if capture else (),
+        device=device,
+        timeout_s=profiling.timeout_s,
+        ncu_path=os.environ.get("KERNELPRO_NCU"),
+    )
+    record.profile = ProfilePart.from_dict(analysis.report.to_dict())
+    record.extra["tools"] = analysis.tool_run.to_dict()
+    record.extra["profile_wall_s"] = analysis.profile_s
+    record.guidance = analysis.guidance_md or None
+    record.extra["profile_text"] = analysis.text
+
+
 def gate(
     run: ItemRun,
-    services: Services,
+    config: KernelproConfig,
     remeasure: Callable[[], Any],
     fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None = None,
+    *,
+    entry: BaselineEntry | None,
+    profiling: Profiling,
 ) -> None:
-    """The verdict against the baseline (a regression is confirmed by timing it again, in a
-    fresh process by default, with the baseline's autotune choices pinned, and profiled);
-    a failing verdict fails the item."""
+    """The verdict against the baseline `entry` (a regression is confirmed by timing it again,
+    in a fresh process by default, with the baseline's autotune choices pinned, and
+    profiled); a failing verdict fails the item."""
     from pytest_kernelpro.gate.autotune_gate import compare_choices, note_picks, settle
     from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
     from pytest_kernelpro.gate.environment import name_environment
@@ -323,9 +349,7 @@ def gate(
     from pytest_kernelpro.measure.peak_paths import kernel_efficiency
 
     record = run.record
-    baseline = services.baseline()
-    entry = baseline.entry_for(record) if baseline is not None else None
-    cross_cpu = services.settings.cpu_cross_device
+    cross_cpu = config.cpu_cross_device
     verdict = compare(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
     picks = compare_choices(
         record.autotune.choices if record.autotune else None,
@@ -334,7 +358,7 @@ def gate(
     if needs_confirmation(verdict) and entry is not None:
         first_change = verdict.change
         timing, remeasured = _confirmation_timing(
-            run, services, remeasure, fresh_remeasure, picks.baseline_choices
+            run, config, remeasure, fresh_remeasure, picks.baseline_choices
         )
         confirmed = KernelRecord.from_dict(record.to_dict())
         confirmed.timing = timing
@@ -342,25 +366,28 @@ def gate(
             confirmed.efficiency = kernel_efficiency(record.roofline, timing.median_s)
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu, where=remeasured.words())
         record.extra["confirmation_timing"] = timing.to_dict()
-        verdict = settle(
-            verdict, picks, remeasured, services.settings.autotune_mismatch, first_change
-        )
+        verdict = settle(verdict, picks, remeasured, config.autotune_mismatch, first_change)
     elif entry is not None:
         verdict = note_picks(verdict, picks)
     if entry is not None:
         verdict = name_environment(
-            verdict, record.environment.to_dict() if record.environment else None, entry.environment
+            verdict,
+            record.environment.to_dict() if record.environment else None,
+            entry.environment,
+            record.autotune.library if record.autotune else None,
+            entry.library,
         )
+
     record.gate = VerdictPart.from_dict(verdict.to_dict())
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
-        _auto_profile(run, services)
+        _auto_profile(run, profiling)
     if verdict.failed:
         raise KernelproError(f"{record.name}: {verdict.message}")
 
 
 def _confirmation_timing(
     run: ItemRun,
-    services: Services,
+    config: KernelproConfig,
     remeasure: Callable[[], Any],
     fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None,
     pins: tuple[dict[str, Any], ...],
@@ -371,7 +398,7 @@ def _confirmation_timing(
     from pytest_kernelpro.gate.autotune_gate import Remeasurement
 
     fallback = None
-    if services.settings.confirm_process == "fresh" and fresh_remeasure is not None:
+    if config.confirm_process == "fresh" and fresh_remeasure is not None:
         fresh = fresh_remeasure(list(pins))
         if fresh.timing is not None:
             autotune = fresh.autotune or {}
@@ -390,29 +417,25 @@ def _confirmation_timing(
     return timing, Remeasurement(fresh=False, wall_s=wall, fallback=fallback)
 
 
-def _auto_profile(run: ItemRun, services: Services) -> None:
+def _auto_profile(run: ItemRun, profiling: Profiling) -> None:
     """A regression comes with its profile (what changed, in the counters' words), within the
     session's budget of automatic profiles; past it, the record says how to profile it."""
-    settings, record = services.settings, run.record
-    spent = services.auto_profile_s
-    if (
-        services.auto_profiles_done >= settings.auto_profiles
-        or spent >= settings.auto_profile_time_s
-    ):
+    record = run.record
+    if not profiling.auto_profile_allowed():
         record.extra["profile_text"] = (
-            f"profile: not collected automatically: {services.auto_profiles_done} regressed "
-            f"kernel(s) were already profiled in {spent:.0f} s (budget: "
-            f"--kernelpro-auto-profiles={settings.auto_profiles}, "
-            f"--kernelpro-auto-profile-time={settings.auto_profile_time_s:g}). Profile this one "
+            f"profile: not collected automatically: {profiling.auto_done} regressed "
+            f"kernel(s) were already profiled in {profiling.auto_spent_s:.0f} s (budget: "
+            f"--kernelpro-auto-profiles={profiling.auto_limit}, "
+            f"--kernelpro-auto-profile-time={profiling.auto_time_s:g}). Profile this one "
             f"with: pytest {shlex.quote(run.nodeid)} --kernelpro-profile"
         )
         return
     started = time.perf_counter()
     try:
-        profile(run, services, record.device_kind)
+        profile(run, profiling, record.device_kind)
     finally:
-        services.auto_profiles_done += 1
-        services.auto_profile_s += time.perf_counter() - started
+        profiling.auto_done += 1
+        profiling.auto_spent_s += time.perf_counter() - started
 
 
 def _input_bytes(inputs: tuple[Any, ...]) -> int:

@@ -24,6 +24,7 @@ from pytest_kernelpro.analysis import (
 )
 from pytest_kernelpro.profile.metrics_catalog import CURATED_METRICS
 from pytest_kernelpro.record import RooflinePart
+from pytest_kernelpro.run.items import Profiling
 from pytest_kernelpro.tools import Finding, MetricRequest, ProfilingTool, ToolContext, ToolRegistry
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -121,7 +122,7 @@ def test_profile_and_analyze_collects_the_one_list_and_runs_the_same_tools(
 
 
 def _item(record: dict[str, Any]) -> tuple[Any, Any]:
-    """A kernel item's run and the session services, as the stages see them."""
+    """A kernel item's run and the profiling setup, as the stages see them."""
     rec = SimpleNamespace(
         name=record["name"],
         roofline=RooflinePart.from_dict(record["roofline"]),
@@ -135,11 +136,8 @@ def _item(record: dict[str, Any]) -> tuple[Any, Any]:
     run = SimpleNamespace(
         record=rec, locator="loc", nodeid="test_k.py::k", name=record["name"], device="cuda"
     )
-    settings = SimpleNamespace(profile_timeout_s=60.0, auto_profiles=3, auto_profile_time_s=600.0)
-    services = SimpleNamespace(
-        settings=settings, capture=None, auto_profiles_done=0, auto_profile_s=0.0
-    )
-    return run, services
+    profiling = Profiling(capture=None, timeout_s=60.0, auto_limit=3, auto_time_s=600.0)
+    return run, profiling
 
 
 def test_the_three_callers_reach_one_analysis(fake_profiler: _FakeProfiler, tmp_path: Path) -> None:
@@ -153,16 +151,16 @@ def test_the_three_callers_reach_one_analysis(fake_profiler: _FakeProfiler, tmp_
     assert expected.guidance_md.startswith("## Automated Bottleneck Analysis")
 
     # 1. --kernelpro-profile: the profile stage of a kernel item.
-    run, services = _item(record)
-    stages.profile(run, services)
+    run, profiling = _item(record)
+    stages.profile(run, profiling)
     assert run.record.guidance == expected.guidance_md
     assert run.record.extra["profile_text"] == expected.text
     assert run.record.extra["tools"] == expected.tool_run.to_dict()
 
     # 2. The automatic profile of a regression: the gate stage's call.
-    run2, services2 = _item(record)
-    stages._auto_profile(run2, services2)
-    assert services2.auto_profiles_done == 1
+    run2, profiling2 = _item(record)
+    stages._auto_profile(run2, profiling2)
+    assert profiling2.auto_done == 1
     assert run2.record.guidance == expected.guidance_md
     assert run2.record.extra["tools"] == expected.tool_run.to_dict()
 

@@ -128,6 +128,48 @@ def test_calls_that_go_to_torch_are_checked_too() -> None:
         patched("x", "int f();", None, with_cuda=False, extra_cflags=["-O2;id"])
 
 
+def test_a_confined_compile_finds_this_package_without_an_install(tmp_path: Path) -> None:
+    """The sandbox's setup is `python -m pytest_kernelpro...` before the compiler: where the
+    package is importable only through PYTHONPATH (the GPU machine), the compile's
+    environment must carry it (seen there: "No module named 'pytest_kernelpro'")."""
+    import pytest_kernelpro
+    from pytest_kernelpro.optimize.build.cache import confined_env
+
+    env = confined_env(tmp_path)
+    root = str(Path(pytest_kernelpro.__file__).resolve().parents[1])
+    assert env["PYTHONPATH"].split(":")[0] == root
+    assert env["HOME"] == str(tmp_path / ".home")
+    assert env["TMPDIR"] == str(tmp_path / ".tmp")
+
+
+def test_a_build_sandbox_that_does_not_start_is_not_cached_as_a_compile_error(
+    tmp_path: Path,
+) -> None:
+    """Seen on the GPU machine: the sandbox's setup could not import this package, and the
+    failure was cached as the candidate's compile error, so the worker never built it."""
+    import sys
+
+    def broken(command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
+        code = (
+            "import sys; sys.stderr.write(\"No module named 'pytest_kernelpro'\\n\"); sys.exit(1)"
+        )
+        return [sys.executable, "-c", code]
+
+    cache = BuildCache(tmp_path / "cache", writable=True)
+    cache.confine = broken
+
+    def produce(folder: Path) -> dict[str, str]:
+        compile_cubin(ADD_SOURCE, folder, arch=ARCH, nvcc="nvcc", confine=cache.confine)
+        return {}
+
+    with pytest.raises(BuildError) as raised:
+        cache.get_or_build("k" * 64, produce)
+    assert not isinstance(raised.value, CacheableBuildError)
+    assert raised.value.message.startswith("the build sandbox did not start (exit 1)")
+    assert "No module named 'pytest_kernelpro'" in raised.value.message
+    assert cache.lookup("k" * 64) is None  # the next build tries again
+
+
 @pytest.mark.slow
 def test_a_compile_built_ahead_cannot_read_outside_the_sandbox(
     nvcc: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -297,3 +297,26 @@ def test_a_fresh_process_that_failed_is_said_in_the_confirmation_words() -> None
         "a re-measurement in a fresh process with the baseline's autotune picks pinned"
     )
     assert Remeasurement(fresh=True).words() == "a re-measurement in a fresh process"
+
+
+def test_changed_library_settings_and_cudnn_benchmark_are_named() -> None:
+    regressed = verdict(REGRESSED, confirmed_change=0.07, reproduced=True)
+    lib_base = {"cuda.matmul.allow_tf32": False, "cudnn.benchmark": False}
+    lib_now = {"cuda.matmul.allow_tf32": True, "cudnn.benchmark": True}
+    named = name_environment(regressed, None, None, lib_now, lib_base)
+    assert "library settings changed since the baseline (cuda.matmul.allow_tf32 False -> True" in (
+        named.reason
+    )
+    assert "cuDNN picks its algorithms per process" in named.reason
+    assert named.environment_change == {
+        "library": {
+            "cuda.matmul.allow_tf32": {"baseline": False, "now": True},
+            "cudnn.benchmark": {"baseline": False, "now": True},
+        }
+    }
+    record = _record(status="regressed")
+    record.gate = {**record.gate.to_dict(), "environment_change": named.environment_change}
+    table = render_terminal_table([record], width=140)
+    assert "environment changed since the baseline: cuda.matmul.allow_tf32 False -> True" in table
+    same = name_environment(regressed, None, None, {"cudnn.benchmark": False}, lib_base)
+    assert same is regressed  # nothing changed, nothing said

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
-from pytest_kernelpro.gate.comment_kernel import comment_details, comment_row
+from pytest_kernelpro.gate.comment import comment_details, comment_row
+from pytest_kernelpro.gate.format import terminal_row
 from pytest_kernelpro.gate.item_section import item_section
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.terminal_row import terminal_row
 from pytest_kernelpro.gate.verdict import compare
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost

@@ -1,7 +1,7 @@
 """The session's texts byte for byte: the terminal summary with its notes and trailer lines,
 the `kernelpro compare` table, and the roofline plot's labels, against golden files in
 tests/data/render/ (written from the code before these texts moved into gate/'s text modules:
-terminal_row.py, plot_labels.py, compare.py's compare_row, render_session.py; a change to them
+format.py (terminal_row), plot.py's labels, compare.py's compare_row, render_session.py; a change to them
 shows up here as a diff).
 
 `python tests/gate/test_render_goldens.py` rewrites the golden files from the current code.
@@ -21,7 +21,7 @@ from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
 from pytest_kernelpro.gate.compare import gate_records, render_compare_table
 from pytest_kernelpro.gate.plot import roofline_figure
 from pytest_kernelpro.gate.verdict import compare
-from pytest_kernelpro.run.reporting import terminal_summary
+from pytest_kernelpro.run.session import terminal_summary
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "render"
 BW = 4257636247457.1606

@@ -22,6 +22,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pytest_kernelpro.measure import tolerance as tolerance_module  # noqa: E402
 from pytest_kernelpro.measure import truth as truth_module  # noqa: E402
 from pytest_kernelpro.measure.accuracy import FACTOR, CorrectnessRule  # noqa: E402
 from pytest_kernelpro.measure.correctness import (  # noqa: E402
@@ -139,10 +140,14 @@ def test_kernelbench_files_also_get_kernelbench_verdict() -> None:
     assert wrong.kernelbench is not None
     assert wrong.kernelbench["passed"] is False
     assert "outside rtol=0.01, atol=0.01" in wrong.kernelbench["failure"]
-    assert (
-        check_correctness(softmax, softmax, softmax_inputs, device="cpu", trials=1).kernelbench
-        is None
+    good = check_correctness(
+        softmax_by_hand, softmax, softmax_inputs, device="cpu", trials=2, kernelbench=True
     )
+    assert good.kernelbench is not None
+    assert good.kernelbench["passed"] is True
+    assert good.kernelbench["max_abs_err"] == good.max_abs_err
+    plain = check_correctness(softmax, softmax, softmax_inputs, device="cpu", trials=1)
+    assert plain.kernelbench is None
 
 
 def test_correct_only_once_fails_the_calibrated_later_trials() -> None:
@@ -436,9 +441,61 @@ def test_normwise_bound_fails_an_error_every_element_allows() -> None:
     leaf = found.leaves["output"]
     d = leaf.difference.double()
     truth_values = expected.double() - d
-    floor = leaf.rms_reference_error + leaf.unit_roundoff * leaf.rms_truth
+    floor = leaf.reference_error_max + leaf.unit_roundoff * leaf.rms_truth
     got = (truth_values + 7 * (d.abs() + floor)).float()
     ok, why, _ = judged(found, got, expected)
     assert not ok
     assert why.startswith("output: normwise relative error against the float64 truth")
     assert "though every element is inside its bound" in why
+
+
+# ----- a reference whose fp32 matmuls may run in TF32 -----
+
+
+@pytest.fixture
+def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32 (as in
+    tests/search/test_gate_sandbox_agreement.py)."""
+    monkeypatch.setattr(tolerance_module, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(
+        tolerance_module,
+        "_fp32_reduced_mode",
+        lambda torch, op: "tf32" if op == "matmul" else None,
+    )
+
+
+def test_tf32_allowed_accepts_the_tf32_tolerance_too(simulated_tf32: None) -> None:
+    """On the H200 the same fp32 convolution gave TF32-size differences from one call to the
+    next (the check's deterministic mode picks another cuDNN algorithm): where the flags let
+    the reference's matmuls run in TF32, the TF32 tolerance accepts next to the truth's rule,
+    and the record says so."""
+
+    def positive(seed: int) -> tuple[Any, ...]:
+        g = torch.Generator().manual_seed(seed)
+        return (torch.rand(128, 256, generator=g), torch.rand(256, 128, generator=g))
+
+    # The reference runs in full fp32 here; the kernel as TF32 tensor cores would.
+    coarse = check_correctness(tf32_matmul, torch.matmul, positive, device="cpu", trials=2)
+    assert coarse.passed, coarse.failure
+    assert coarse.tf32
+    assert coarse.rule == (
+        f"{TRUTH_RULE}, or the tf32 tolerance (its fp32 matmuls/convolutions may run in tf32)"
+    )
+    assert any("accepted, as the reference's fp32 matmuls" in n for n in coarse.notes)
+    assert coarse.kernel_error > FACTOR * coarse.reference_error  # the truth's rule alone: no
+
+
+def test_tf32_allowed_still_fails_outputs_without_information(simulated_tf32: None) -> None:
+    """A softmax of a matmul over wide rows is about 1/n everywhere, below TF32's atol 1e-2:
+    zeros pass that tolerance and fail the information check."""
+
+    def inputs(seed: int) -> tuple[Any, ...]:
+        g = torch.Generator().manual_seed(seed)
+        return (torch.rand(4, 64, generator=g), torch.rand(64, 4096, generator=g))
+
+    def reference(a: Any, b: Any) -> Any:
+        return torch.softmax(a @ b, dim=1)
+
+    r = check_correctness(lambda a, b: torch.zeros(4, 4096), reference, inputs, device="cpu")
+    assert not r.passed
+    assert "the kernel returned all zeros" in r.failure

@@ -98,7 +98,7 @@ def test_an_honest_kernel_is_timed_with_fresh_inputs_and_checked_calls() -> None
     assert log.samples
     honesty = extra["honesty"]
     assert honesty["content_sets"] == 2
-    assert honesty["checked_calls"] >= 3  # two after the warm-up, one per round
+    assert honesty["checked_calls"] >= 2  # one after the warm-up, one per round
     assert honesty["stream_switches"] == []
 
 

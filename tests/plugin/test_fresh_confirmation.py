@@ -11,13 +11,13 @@ from pytest_kernelpro.run.stages import _confirmation_timing
 TIMING = {"samples_s": [1e-3, 1.1e-3], "stats": {"median_s": 1.05e-3, "n": 2}}
 
 
-def _run_and_services(mode: str) -> tuple[SimpleNamespace, SimpleNamespace]:
+def _run_and_config(mode: str) -> tuple[SimpleNamespace, SimpleNamespace]:
     run = SimpleNamespace(record=SimpleNamespace(extra={}))
-    return run, SimpleNamespace(settings=SimpleNamespace(confirm_process=mode))
+    return run, SimpleNamespace(confirm_process=mode)
 
 
 def test_a_fresh_process_that_gives_no_timing_falls_back_to_this_one() -> None:
-    run, services = _run_and_services("fresh")
+    run, config = _run_and_config("fresh")
     asked: list[list[dict]] = []
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
@@ -25,7 +25,7 @@ def test_a_fresh_process_that_gives_no_timing_falls_back_to_this_one() -> None:
         return FreshMeasurement(None, None, 3.0, 1, "ImportError in the child")
 
     timing, how = _confirmation_timing(
-        run, services, lambda: SimpleNamespace(to_dict=lambda: TIMING), fresh, ({"k": 1},)
+        run, config, lambda: SimpleNamespace(to_dict=lambda: TIMING), fresh, ({"k": 1},)
     )
     assert asked == [[{"k": 1}]]
     assert timing.median_s == 1.05e-3
@@ -35,7 +35,7 @@ def test_a_fresh_process_that_gives_no_timing_falls_back_to_this_one() -> None:
 
 
 def test_the_fresh_processs_timing_and_pins_are_used() -> None:
-    run, services = _run_and_services("fresh")
+    run, config = _run_and_config("fresh")
     choices = [{"kernel": "k", "key": [1], "config": {"num_warps": 8}, "source": "pinned"}]
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
@@ -44,7 +44,7 @@ def test_the_fresh_processs_timing_and_pins_are_used() -> None:
     def never() -> None:
         raise AssertionError("re-measured in this process although the fresh one gave a timing")
 
-    timing, how = _confirmation_timing(run, services, never, fresh, ({"k": 1},))
+    timing, how = _confirmation_timing(run, config, never, fresh, ({"k": 1},))
     assert how.fresh
     assert how.wall_s == 7.5
     assert how.choices == tuple(choices)
@@ -52,13 +52,13 @@ def test_the_fresh_processs_timing_and_pins_are_used() -> None:
 
 
 def test_same_never_starts_a_process() -> None:
-    run, services = _run_and_services("same")
+    run, config = _run_and_config("same")
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
         raise AssertionError("started a process under --kernelpro-confirm-process=same")
 
     _, how = _confirmation_timing(
-        run, services, lambda: SimpleNamespace(to_dict=lambda: TIMING), fresh, ()
+        run, config, lambda: SimpleNamespace(to_dict=lambda: TIMING), fresh, ()
     )
     assert not how.fresh
     assert how.fallback is None

@@ -1,5 +1,5 @@
 """One resolution of a kernel item's settings: marker > command line > KERNELPRO_* environment >
-ini > conftest defaults > built-in, each value with its source (`run.context.ItemSettings`)."""
+ini > conftest defaults > built-in, each value with its source (`run.items.ItemSettings`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from conftest import records_by_name
 
 from pytest_kernelpro.problem import Problem
-from pytest_kernelpro.run.context import TOLERANCE_BY_DTYPE, ItemSettings
+from pytest_kernelpro.run.items import TOLERANCE_BY_DTYPE, ItemSettings
 
 
 def _problem(**marker: Any) -> Problem:

@@ -91,8 +91,14 @@ def driver_env(fake: Path, needs: str) -> dict[str, str]:
     return env
 
 
-def wrapper(relax: tuple[str, ...], command: list[str], scratch: Path) -> list[str]:
-    return dataclasses.replace(ISOLATION, relax=relax).wrap(command, scratch=scratch)
+def wrapper_for(env: dict[str, str]):  # noqa: ANN201
+    """The ladder's wrapper; the sandbox shows the directories of `env` (the stand-in
+    driver's LD_LIBRARY_PATH), as the evaluator's does for its workers."""
+
+    def wrapper(relax: tuple[str, ...], command: list[str], scratch: Path) -> list[str]:
+        return dataclasses.replace(ISOLATION, relax=relax).wrap(command, scratch=scratch, env=env)
+
+    return wrapper
 
 
 @pytest.fixture
@@ -118,7 +124,8 @@ def machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_driver_check_picks_the_first_rung_cuda_starts_in(
     fake_driver: Path, needs: str, rung: tuple[str, ...]
 ) -> None:
-    found = walk_ladder(CUDA_LADDER, wrapper, driver_env(fake_driver, needs))
+    env = driver_env(fake_driver, needs)
+    found = walk_ladder(CUDA_LADDER, wrapper_for(env), env)
     assert found.relax == rung
     # Every rung tried was decided by the driver check (no torch import), stronger ones first.
     assert found.checks == ["driver"] * (CUDA_LADDER.index(rung) + 1)

@@ -179,9 +179,17 @@ def test_a_patched_clock_is_caught_when_the_candidate_is_evaluated() -> None:
     assert ev.speedup is None
 
 
-def test_an_honest_winner_is_confirmed() -> None:
+@pytest.mark.parametrize("standby", [0, 1], ids=["fresh-processes", "standby-pool"])
+def test_an_honest_winner_is_confirmed(standby: int) -> None:
+    """With standbys, the judge was started ahead with a view of the pool's area only: the
+    re-timing's outputs must be written there, or the judge cannot read them and an honest
+    winner is disqualified ("no output file retimed.pt", seen on the H200)."""
     limits = SandboxLimits(
-        build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024, confirm_tolerance=50.0
+        build_timeout_s=120.0,
+        run_timeout_s=90.0,
+        memory_limit_mb=1024,
+        confirm_tolerance=50.0,
+        standby=standby,
     )
     evaluator = SandboxEvaluator(task(), limits)
     honest = Candidate((DATA / "cpu" / "correct.py").read_text(encoding="utf-8"))

@@ -27,7 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
-from pytest_kernelpro.measure import tolerance, truth  # noqa: E402
+from pytest_kernelpro.measure import tolerance  # noqa: E402
 from pytest_kernelpro.optimize.sandbox import measurement  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.evaluator import SandboxEvaluator  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
@@ -146,10 +146,6 @@ def test_the_worker_relaxes_fp32_exactly_when_the_task_says_tf32(
     session_flags: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tolerance, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))  # see the docstring
-    # The TF32 relaxation is the dtype rule's, which decides where no float64 truth can run
-    # (issue 27): with one, this exact reference allows no TF32 error at all
-    # (tests/search/test_gate_sandbox_agreement.py). No truth fits a negative time budget.
-    monkeypatch.setattr(truth, "TIME_BUDGET_S", -1.0)
     assert _worker_status(None) == "wrong"  # this process's flags: fp32 matmuls in fp32
     assert _worker_status({"matmul": "tf32", "conv": "tf32"}) == "correct"
     assert _worker_status({"matmul": None, "conv": "tf32"}) == "wrong"

@@ -45,7 +45,12 @@ from pytest_kernelpro.measure.timing.budget import (
     warmup_count,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
-from pytest_kernelpro.measure.timing.streams import EscapeProbe, StreamWatch, escape_message
+from pytest_kernelpro.measure.timing.streams import (
+    MATCHED_WAIT_MAX_S,
+    EscapeProbe,
+    StreamWatch,
+    escape_message,
+)
 
 # NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
 # whether a comparison is clock-limited (gate/clock_scale.py). Reading every 2 ms (to scale
@@ -165,10 +170,12 @@ def _time_cuda_on(
     props: Any,
     budget: TimingBudget,
     monitor: Any,
-    fresh: FreshInputs | None,
-    watch: StreamWatch,
+    fresh: FreshInputs | None = None,
+    watch: StreamWatch | None = None,
 ) -> tuple[RoundLog, dict[str, Any]]:
-    """The CUDA measurement proper, on the current device; returns the log and side facts."""
+    """The CUDA measurement proper, on the current device; returns the log and side facts.
+    `watch`: an installed `StreamWatch` (None: switches are not recorded)."""
+    watch = watch if watch is not None else StreamWatch()
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
     buf = _flush_buffer(torch, idx, nbytes) if nbytes else None
@@ -244,6 +251,16 @@ def _time_cuda_on(
         anchor_s.extend(events.elapsed_s(s, e) for s, e in marks)
         return [events.elapsed_s(s, e) / calls for s, e in pairs]
 
+    def gpu_wait(seconds: float) -> Callable[[], object] | None:
+        """A GPU sleep of about `seconds` on the timed stream (the calibration's stand-in for
+        a call), or None without the sleep's calibration."""
+        if seconds > MATCHED_WAIT_MAX_S:
+            return None
+        cycles = int(seconds * (_SLEEP_CYCLES_PER_S.get(idx) or 0.0))
+        if cycles <= 0:
+            return None
+        return lambda: torch.cuda._sleep(cycles)
+
     def checked(k: int) -> list[float]:
         """k checked calls (streams.EscapeProbe): per-call device-wide times."""
         times = []
@@ -251,7 +268,7 @@ def _time_cuda_on(
             if fresh is not None:
                 fresh.before()
             flush()
-            times.append(probe.checked_call(body, observe) / calls)
+            times.append(probe.checked_call(body, observe, own_streams=own_streams) / calls)
         return times
 
     phase = "the first call"
@@ -293,9 +310,9 @@ def _time_cuda_on(
         events.synchronize_device()
         runs += n_warm * calls
         phase = "the checked calls (device work outside the timed stream)"
-        probe.calibrate()
-        checked(2)
         cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
+        probe.calibrate(gpu_wait(per_call * calls))
+        checked(1)  # and one after every round of samples
         sampling = budget
         if warmup_capped(budget.clock_anchor, warm_flags):
             phase = "the clock anchor's first call"
@@ -362,7 +379,12 @@ def _time_cuda_on(
         phase = "checking the timed outputs"
         median_s = sorted(log.samples)[len(log.samples) // 2] if log.samples else 0.0
         if budget.streams != "any" and probe.escaped(median_s * calls):
-            raise DishonestTiming(escape_message(probe, median_s * calls, watch.events))
+            # Measured again before refusing, beside calibrations as long as the calls.
+            wide = sorted(probe.device_wide_s)[len(probe.device_wide_s) // 2]
+            refill = (lambda: (fresh.before(), flush())) if fresh is not None else flush
+            probe.confirm(body, observe, gpu_wait(wide), before=refill)
+            if probe.escaped(median_s * calls):
+                raise DishonestTiming(escape_message(probe, median_s * calls, watch.events))
         if fresh is not None:
             fresh.finish()
     except KernelproError:

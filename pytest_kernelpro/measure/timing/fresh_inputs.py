@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure import bound
 
 MEMORY_SHARE = 0.25  # the ring, the reference outputs and the snapshots: at most this share
 MAX_SNAPSHOTS = 3  # outputs of timed calls kept for the comparison at the end
@@ -124,11 +125,22 @@ class FreshInputs:
     note: str = ""
     _current: int = 0  # the content set the timed tensors hold now (set 0: their own)
     _calls: int = 0
+    # Host seconds spent refilling inputs (enqueueing, on a GPU) and checking the snapshots:
+    # what this costs a timing (the record's `timing.honesty`).
+    refill_s: float = 0.0
+    check_s: float = 0.0
     _snapshots: list[tuple[int, int, Any]] = field(default_factory=list)
     _rng: random.Random = field(default_factory=lambda: random.Random(os.urandom(16)))
 
     def before(self) -> None:
         """Refill the timed inputs with the next content set (outside the timed region)."""
+        started = bound.perf_counter()
+        try:
+            self._refill()
+        finally:
+            self.refill_s += bound.perf_counter() - started
+
+    def _refill(self) -> None:
         targets = _tensor_leaves(self.torch, self.storage)
         if len(self.contents) >= 2:
             self._current = (self._current + 1) % len(self.contents)
@@ -165,7 +177,9 @@ class FreshInputs:
         if self.expected is None or self.check is None:
             return
         for number, turn, snap in snapshots:
+            started = bound.perf_counter()
             failure = self.check(snap, self.expected[turn])
+            self.check_s += bound.perf_counter() - started
             if failure is not None:
                 raise DishonestTiming(
                     f"timed call {number} returned a wrong output ({failure}), read on the timed "
@@ -179,6 +193,8 @@ class FreshInputs:
             "content_sets": len(self.contents),
             "outputs_checked": self.expected is not None,
             "note": self.note,
+            "refill_s": round(self.refill_s, 6),
+            "check_s": round(self.check_s, 6),
         }
 
 

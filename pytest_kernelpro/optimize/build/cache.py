@@ -89,10 +89,30 @@ Producer = Callable[[Path], Mapping[str, Any]]
 Confinement = Callable[[list[str], Path, list[Path]], list[str]]
 
 
+SANDBOX_LINE = "kernelpro sandbox: "  # what the sandbox's setup prints once it holds
+
+
+def sandbox_outcome(log: str) -> tuple[bool, str]:
+    """(whether the sandbox's setup finished, the log without its lines) of a confined
+    compile: a compile whose sandbox did not start failed for no fault of its source and
+    must not be cached as a compiler error."""
+    lines = log.splitlines(keepends=True)
+    ours = [line for line in lines if line.startswith(SANDBOX_LINE)]
+    started = any("setup failed" not in line for line in ours)
+    return started, "".join(line for line in lines if not line.startswith(SANDBOX_LINE))
+
+
 def confined_env(scratch: Path) -> dict[str, str]:
     """HOME and TMPDIR of a confined compile: fresh directories in its scratch folder (the
-    rest of the file system is read-only there)."""
-    env = {}
+    rest of the file system is read-only there); PYTHONPATH with this package first, since
+    the sandbox's setup (`python -m pytest_kernelpro.optimize.sandbox.isolation`) runs
+    before the compiler, also where the package is importable only through PYTHONPATH."""
+    package_root = str(Path(__file__).resolve().parents[3])
+    env = {
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p
+        )
+    }
     for name, sub in (("HOME", ".home"), ("TMPDIR", ".tmp")):
         path = scratch / sub
         path.mkdir(exist_ok=True)

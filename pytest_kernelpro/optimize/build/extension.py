@@ -51,6 +51,7 @@ from pytest_kernelpro.optimize.build.cache import (
     Confinement,
     build_key,
     confined_env,
+    sandbox_outcome,
 )
 from pytest_kernelpro.optimize.build.flags import check_extension_flags, check_flag_lists
 from pytest_kernelpro.optimize.build.nvcc import compiler_version, find_nvcc, trim_compiler_log
@@ -244,11 +245,13 @@ def _run_child(
         str(spec_path),
     ]
     env = _child_env()
+    sandboxed = False
     if confine is not None:
         # In the candidates' sandbox (the search's builds ahead): it writes only this entry's
         # folder and the binding's build directory, and sees no home, no secret.
         env.update(confined_env(folder))
-        command = confine(command, folder, [build_dir])
+        wrapped = confine(command, folder, [build_dir])
+        sandboxed, command = wrapped != command, wrapped
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, errors="replace", timeout=timeout_s,
@@ -257,6 +260,12 @@ def _run_child(
     except subprocess.TimeoutExpired as exc:
         raise BuildError(f"the extension build did not finish within {timeout_s:g}s") from exc
     log = (done.stdout + done.stderr).replace(str(build_dir) + os.sep, "")
+    if sandboxed:
+        started, log = sandbox_outcome(log)
+        if not started:  # not the source's fault: not cached
+            raise BuildError(
+                f"the build sandbox did not start (exit {done.returncode}): {log[-600:]}", log
+            )
     if done.returncode == 0:
         return log
     if done.returncode == 3:  # the compiler refused the source: cache the failure

@@ -21,6 +21,7 @@ from pytest_kernelpro.optimize.build.cache import (
     CacheableBuildError,
     Confinement,
     confined_env,
+    sandbox_outcome,
 )
 
 SOURCE_NAME = "kernel.cu"
@@ -171,9 +172,11 @@ def compile_cubin(
         SOURCE_NAME,
     ]
     env = _compiler_env()
+    sandboxed = False
     if confine is not None:  # in the candidates' sandbox, writing only `folder`
         env.update(confined_env(folder))
-        command = confine(command, folder, [])
+        wrapped = confine(command, folder, [])
+        sandboxed, command = wrapped != command, wrapped
     try:
         done = subprocess.run(
             command,
@@ -190,6 +193,12 @@ def compile_cubin(
     except OSError as exc:
         raise BuildError(f"cannot run {tool}: {exc}") from exc
     log = (done.stdout + done.stderr).replace(str(folder) + os.sep, "")
+    if sandboxed:
+        started, log = sandbox_outcome(log)
+        if not started:  # not the source's fault: not cached
+            raise BuildError(
+                f"the build sandbox did not start (exit {done.returncode}): {log[-600:]}", log
+            )
     if done.returncode != 0 or not out.exists():
         if done.returncode < 0:  # killed by a signal (out of memory?): not the source's fault
             raise BuildError(f"nvcc was killed by signal {-done.returncode}", log)

@@ -146,6 +146,7 @@ class ProfilingEvaluator:
             }
         else:
             _attach(evaluation, result, time.perf_counter() - started)
+            _check_against_ncu(evaluation)
         record = record_of(candidate.strategy, evaluation)
         if record is not None:
             self.records.append(record)
@@ -217,6 +218,28 @@ def _main_counters(profile: Mapping[str, Any]) -> dict[str, float]:
                 if isinstance(m.get("value"), (int, float)) and not isinstance(m["value"], bool)
             }
     return {}
+
+
+def _check_against_ncu(evaluation: Evaluation) -> None:
+    """At every profiled candidate, not only the winner: its timed median must not be below
+    the GPU time ncu measured for its kernels of one call (`sandbox.confirm`'s rule: ncu's
+    sum is time a call cannot take less than). A candidate that was, is a cheat."""
+    from pytest_kernelpro.optimize.sandbox.confirm import NCU_SLACK_S, NCU_TOLERANCE
+
+    ncu_s = (evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s")
+    median_s = (evaluation.timing.get("candidate") or {}).get("median_s")
+    if not isinstance(ncu_s, (int, float)) or not isinstance(median_s, (int, float)):
+        return
+    if ncu_s <= 0 or median_s <= 0 or median_s * NCU_TOLERANCE + NCU_SLACK_S >= ncu_s:
+        return
+    evaluation.status = "cheat"
+    evaluation.speedup = None
+    evaluation.reason = (
+        f"timing not believed at its profile: ncu measured its kernels at {ncu_s * 1e6:.4g} us "
+        f"of GPU time per call, {ncu_s / median_s:.3g}x the {median_s * 1e6:.4g} us it was timed "
+        f"at (a call cannot take less than its kernels; more than the {NCU_TOLERANCE:g}x "
+        "allowed): work outside the timed region or stream"
+    )
 
 
 def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> None:
@@ -422,6 +445,7 @@ class CandidateProfiler:
                 scratch=workdir,
                 writable=self.writable,
                 python=self.python,
+                env=env,
             )
             with open(workdir / "stderr.log", "wb") as err:
                 proc = subprocess.Popen(

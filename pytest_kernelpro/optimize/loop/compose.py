@@ -41,7 +41,7 @@ from pytest_kernelpro.problem.locate import project_import_path
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.search.ranking import SearchRanking
-    from pytest_kernelpro.run.context import ItemRun, Services
+    from pytest_kernelpro.run.items import ItemRun, Services
 
 
 SEARCH_STANDBYS = 1  # sandboxed processes of each kind started ahead: the next worker and judge

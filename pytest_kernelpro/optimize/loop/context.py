@@ -12,7 +12,7 @@ from pytest_kernelpro.errors import KernelproError
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.agents.problem_context import ProblemContext
-    from pytest_kernelpro.run.context import ItemRun
+    from pytest_kernelpro.run.items import ItemRun
 
 
 def problem_context(

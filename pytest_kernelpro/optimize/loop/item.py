@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.optimize.loop.runs import RunFolder
     from pytest_kernelpro.optimize.search.base import Evaluation
     from pytest_kernelpro.record import KernelRecord
-    from pytest_kernelpro.run.context import ItemRun, Services
+    from pytest_kernelpro.run.items import ItemRun, Services
 
 
 _IMPORT_FAILURES = ("ModuleNotFoundError", "ImportError", "No module named")

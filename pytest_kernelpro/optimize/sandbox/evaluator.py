@@ -392,6 +392,7 @@ class SandboxEvaluator:
         if handed is not None:  # a process started ahead for `workdir` ran it
             return handed
         limits = self.limits
+        env = self.environment(workdir)
         wrapped = self.isolation.wrap(
             command,
             scratch=workdir,
@@ -399,11 +400,11 @@ class SandboxEvaluator:
             readable=[*self.readable_paths(), *readable],
             python=limits.python,
             file_limit_mb=limits.scratch_limit_mb,
+            env=env,
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
         wrapped = [*die_with_parent(), *wrapped]
-        env = self.environment(workdir)
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1
@@ -588,8 +589,14 @@ class SandboxEvaluator:
                 str(judgedir / "judge.json"),
                 *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
             ]
+            # The allow-list view hides every other scratch directory: the outputs it judges
+            # are shown to it read-only.
             run = self._launch(
-                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+                command,
+                judgedir,
+                judgedir / "progress.log",
+                judgedir / "judge.json",
+                readable=[outputs] if outputs is not None else [],
             )
             try:
                 return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
@@ -683,12 +690,15 @@ class SandboxEvaluator:
         if evaluation.status != "correct":
             return evaluation
         claimed = _positive((evaluation.timing.get("candidate") or {}).get("median_s"))
-        workdir = Path(tempfile.mkdtemp(prefix="kernelpro-retime-"))
+        # In the pool's area, as an evaluation's: the judge (a standby started ahead) reads
+        # outputs only there.
+        workdir = self.standbys.scratch_dir("kernelpro-retime-")
+        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(workdir / "outputs"),
+            "outputs_dir": str(outputs),
             "retime": True,
         }
         try:
@@ -698,10 +708,11 @@ class SandboxEvaluator:
                 return _disqualified(
                     evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
                 )
-            verdict = self._run_judge(workdir / "outputs", retime=True)
+            verdict = self._run_judge(outputs, retime=True)
         finally:
+            self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
-                remove_tree(workdir)
+                self.standbys.remove(workdir)
         if not verdict.get("ok"):
             why = (
                 verdict.get("reason")

@@ -48,7 +48,7 @@ import shutil
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -124,16 +124,21 @@ class Isolation:
         readable: Sequence[Path] = (),
         python: str = sys.executable,
         file_limit_mb: int | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> list[str]:
         """The command line that runs `command` in the sandbox (unchanged for the fallback).
 
         `scratch` (the candidate's directory) and `writable` stay writable; `readable` are
-        shown read-only besides what `view.needed_paths` finds (the project, caches).
+        shown read-only besides what `view.needed_paths` finds (the project, caches);
+        `env`: the process's environment, whose PATH, LD_LIBRARY_PATH and CUDA directories
+        are shown too.
         """
         if not self.isolated:
             return list(command)
         spec = {
-            **sandbox_spec(scratch=scratch, writable=writable, readable=readable, python=python),
+            **sandbox_spec(
+                scratch=scratch, writable=writable, readable=readable, python=python, env=env
+            ),
             "relax": list(self.relax),
             "file_limit_mb": file_limit_mb,
         }
@@ -264,7 +269,7 @@ def _probe_cuda(
         cache.forget(key)  # the verdict it replaces did not hold: the next process re-checks
 
     def wrap(relax: tuple[str, ...], command: Sequence[str], scratch: Path) -> list[str]:
-        return replace(base, relax=relax).wrap(command, scratch=scratch)
+        return replace(base, relax=relax).wrap(command, scratch=scratch, env=env)
 
     found = cuda_probe.walk_ladder(CUDA_LADDER, wrap, env, check=check)
     if found.relax is None:
@@ -350,6 +355,7 @@ def sandbox_spec(
     writable: Sequence[Path] = (),
     readable: Sequence[Path] = (),
     python: str = sys.executable,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What the setup inside the namespaces needs (computed in the session's process): the
     writable directories, and the allow-list view (`view.py`: hidden, shown, covered)."""
@@ -365,7 +371,7 @@ def sandbox_spec(
     ]
     from pytest_kernelpro.optimize.build.cache import default_cache_dir
 
-    needed = view.needed_paths(python, [*readable, os.getcwd(), default_cache_dir()])
+    needed = view.needed_paths(python, [*readable, os.getcwd(), default_cache_dir()], env)
     show = view.shown_paths(needed, hide)
     return {
         "scratch": str(Path(scratch).resolve()),

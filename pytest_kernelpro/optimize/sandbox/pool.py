@@ -164,6 +164,7 @@ class StandbyPool:
             str(workdir / READY),
         ]
         writable, readable = self._view(kind, workdir)
+        env = ev.environment(workdir)
         wrapped = ev.isolation.wrap(
             command,
             scratch=workdir,
@@ -171,9 +172,9 @@ class StandbyPool:
             readable=readable,
             python=ev.limits.python,
             file_limit_mb=ev.limits.scratch_limit_mb,
+            env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
         )
         wrapped = [*die_with_parent(), *wrapped]
-        env = ev.environment(workdir)
         out = open(workdir / "stdout.log", "wb")  # noqa: SIM115 - closed with the standby
         err = open(workdir / "stderr.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(

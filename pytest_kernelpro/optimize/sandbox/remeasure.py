@@ -317,7 +317,7 @@ def remeasure(
                     result.warm.append(label)
                 with open(work / f"{label}.stderr", "wb") as err:
                     proc = subprocess.Popen(
-                        isolation.wrap(command, scratch=scratch, python=python),
+                        isolation.wrap(command, scratch=scratch, python=python, env=worker_env),
                         cwd=scratch,
                         env=worker_env,
                         stdin=subprocess.PIPE,

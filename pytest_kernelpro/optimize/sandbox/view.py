@@ -24,10 +24,9 @@ module computes before the sandbox starts:
 from __future__ import annotations
 
 import fnmatch
-import functools
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 # Top-level directories that stay visible (read-only): the system's programs, libraries and
@@ -136,6 +135,7 @@ PRUNE = frozenset(
 SCAN_LIMIT = 200_000  # entries per root; a bigger project is scanned this far, and says so
 _PATH_VARIABLES = (
     "PATH",
+    "PYTHONPATH",
     "LD_LIBRARY_PATH",
     "LIBRARY_PATH",
     "CPATH",
@@ -193,7 +193,9 @@ def hidden_roots(home: str = "", root: str = "/") -> list[str]:
 
 
 def needed_paths(
-    python: str = sys.executable, extra: Iterable[str | os.PathLike[str]] = ()
+    python: str = sys.executable,
+    extra: Iterable[str | os.PathLike[str]] = (),
+    env: Mapping[str, str] | None = None,
 ) -> list[str]:
     """What a worker needs to see (module doc), real paths that exist."""
     candidates: list[str | os.PathLike[str]] = [
@@ -207,8 +209,10 @@ def needed_paths(
         Path(__file__).resolve().parents[3],  # the directory holding pytest_kernelpro/
         *extra,
     ]
-    for name in _PATH_VARIABLES:
-        candidates += [p for p in os.environ.get(name, "").split(os.pathsep) if p.startswith("/")]
+    for environ in (os.environ, env or {}):
+        for name in _PATH_VARIABLES:
+            value = environ.get(name, "")
+            candidates += [p for p in value.split(os.pathsep) if p.startswith("/")]
     out: list[str] = []
     for path in candidates:
         real = _real(path)
@@ -244,12 +248,25 @@ def _is_secret(name: str) -> bool:
     return any(fnmatch.fnmatchcase(lower, pattern) for pattern in SECRET_NAMES)
 
 
-@functools.lru_cache(maxsize=64)
+_SCANS: dict[str, tuple[dict[str, int], tuple[str, ...]]] = {}
+
+
 def secret_files(root: str) -> tuple[str, ...]:
-    """Secret-looking files and directories under `root` (module doc), and `.git/config`."""
+    """Secret-looking files and directories under `root` (module doc), and `.git/config`.
+
+    Remembered per root with the modification time of every directory it walked: a file
+    created or renamed since changes its directory's time, and the root is scanned again."""
+    cached = _SCANS.get(root)
+    if cached is not None and _unchanged(cached[0]):
+        return cached[1]
     found: list[str] = []
+    walked: dict[str, int] = {}
     seen = 0
     for dirpath, dirnames, filenames in os.walk(root):
+        try:
+            walked[dirpath] = os.stat(dirpath).st_mtime_ns
+        except OSError:
+            continue
         seen += len(dirnames) + len(filenames)
         if seen > SCAN_LIMIT:
             break
@@ -269,7 +286,21 @@ def secret_files(root: str) -> tuple[str, ...]:
         for name in filenames:
             if _is_secret(name):
                 found.append(os.path.join(dirpath, name))
-    return tuple(found)
+    result = tuple(found)
+    if len(_SCANS) > 64:
+        _SCANS.clear()
+    _SCANS[root] = (walked, result)
+    return result
+
+
+def _unchanged(walked: dict[str, int]) -> bool:
+    for path, mtime in walked.items():
+        try:
+            if os.stat(path).st_mtime_ns != mtime:
+                return False
+        except OSError:
+            return False
+    return True
 
 
 def covered_paths(projects: Sequence[str]) -> list[str]:
