@@ -94,9 +94,14 @@ def test_a_kernel_beyond_the_ceilings_gets_them_re_probed_not_its_flop_count_bla
 def test_ceilings_that_still_hold_after_the_re_probe_are_trusted_and_load_is_not_blamed(
     cpu_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected_timing: list[float]
 ) -> None:
-    # The new probe is lower still (more load): the old, higher ceilings are kept.
+    # The new probe is lower still (more load): the old, higher ceilings are kept, trusted,
+    # and the kernel's time is impossible on them (measure/impossible.py fails the item).
     monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings(1e9))
-    cpu_project.runpytest().assert_outcomes(passed=1)
+    result = cpu_project.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*neg: impossible time*the ceilings were re-probed and still hold*"]
+    )
     record = records_by_name(cpu_project)["neg"]
     assert record["extra"]["ceilings_trusted"] is True
     assert record["peak_used"]["problem"] == "flops"
