@@ -28,7 +28,7 @@ from pytest_kernelpro.optimize.sandbox.remeasure import (
     plan_rounds,
 )
 from pytest_kernelpro.optimize.search.ranking import RankedCandidate, SearchRanking, drop_far_slower
-from pytest_kernelpro.run import optimize_ranking
+from pytest_kernelpro.optimize.loop import ranking as optimize_ranking
 
 SEARCH_TIMING = {"max_time_s": 2.0, "warmup_ms": 300.0}  # the plugin's GPU defaults
 
