@@ -85,7 +85,11 @@ def test_wrong_kernel_reports_error_and_worst_index(kp_project: pytest.Pytester)
     result = kp_project.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*relu_off_by_one is wrong*Worst at index (3, 5): expected 0, got 0.5*"]
+        [
+            "*relu_off_by_one is wrong: output: 1 of 512 elements*farther from the float64 truth "
+            "than 8x the reference's own error*"
+            "Worst at index (3, 5): truth 0, reference 0, kernel 0.5.*"
+        ]
     )
     assert records_by_name(kp_project)["relu_off_by_one"]["outcome"] == "failed"
 
