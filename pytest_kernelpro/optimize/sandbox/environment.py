@@ -10,7 +10,7 @@ from pytest_kernelpro.text_safety import is_secret_name
 
 __all__ = ["PACKAGE_ROOT", "SAFE_NAMES", "SAFE_PREFIXES", "is_secret_name", "scrub_environment"]
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding pytest_kernelpro/
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]  # the directory holding pytest_kernelpro/
 
 # Variables a build and a kernel need. Everything else is dropped, and these too when the
 # name looks like a secret.
