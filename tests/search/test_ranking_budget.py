@@ -18,6 +18,7 @@ import pytest
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.timing import TimingBudget
 from pytest_kernelpro.measure.timing.budget import adaptive_rounds
+from pytest_kernelpro.optimize.loop import ranking as optimize_ranking
 from pytest_kernelpro.optimize.loop.clock import WallClock
 from pytest_kernelpro.optimize.sandbox import remeasure as remeasure_module
 from pytest_kernelpro.optimize.sandbox.remeasure import (
@@ -28,7 +29,6 @@ from pytest_kernelpro.optimize.sandbox.remeasure import (
     plan_rounds,
 )
 from pytest_kernelpro.optimize.search.ranking import RankedCandidate, SearchRanking, drop_far_slower
-from pytest_kernelpro.optimize.loop import ranking as optimize_ranking
 
 SEARCH_TIMING = {"max_time_s": 2.0, "warmup_ms": 300.0}  # the plugin's GPU defaults
 
