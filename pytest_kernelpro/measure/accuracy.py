@@ -46,9 +46,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pytest_kernelpro.measure import compare as _compare
 from pytest_kernelpro.measure.compare import (
-    COMPARE_CHUNK,
-    COMPARE_MAX_CHUNKS,
     STRUCTURE_ONLY_SOURCE,
     LeafReport,
     compare_outputs,
@@ -77,7 +76,9 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _steps(total: int) -> range:
-    step = max(COMPARE_CHUNK, -(-total // COMPARE_MAX_CHUNKS))
+    # Read at call time, as compare.py and truth.py do (a by-value import ignored a changed
+    # COMPARE_CHUNK, so the truth's pass ran in one full-size chunk).
+    step = max(_compare.COMPARE_CHUNK, -(-total // _compare.COMPARE_MAX_CHUNKS))
     return range(0, total, step)
 
 

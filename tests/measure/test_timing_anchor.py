@@ -76,11 +76,21 @@ def test_the_budget_names_a_bad_clock_anchor_mode() -> None:
 
 
 def test_cpu_timings_carry_no_anchor() -> None:
+    # Changed with the CPU anchor (measure/timing/cpu_anchor.py): a CPU timing with
+    # clock_anchor="on" now carries the CPU anchor's pairs (layout "cpu-pairs"), never the
+    # GPU clock anchor, and has no NVML warm-up reading; with "off" it carries none.
     budget = TimingBudget(max_time_s=0.05, clock_anchor="on")
     result = time_kernel(lambda: sum(range(100)), device="cpu", budget=budget)
-    assert result.anchor is None
     assert result.warmup_throttled is None
-    assert result.to_dict()["anchor"] is None
+    pairs = result.anchor
+    assert pairs is not None
+    assert pairs["layout"] == "cpu-pairs"
+    assert pairs["name"].startswith("cpu anchor: fp32 matmul")
+    assert pairs["pairs"] >= 1
+    assert result.to_dict()["anchor"] == pairs
+    off = time_kernel(lambda: sum(range(100)), device="cpu", budget=TimingBudget(max_time_s=0.05))
+    assert off.anchor is None
+    assert off.to_dict()["anchor"] is None
 
 
 def _gemm(torch: object, n: int) -> object:

@@ -4,8 +4,10 @@ so (peak_used), the terminal row and the item section name it, the efficiency st
 
 from __future__ import annotations
 
+import json
+
 import pytest
-from conftest import records_by_name
+from conftest import FIXED_CEILINGS, records_by_name
 
 # 1e13 FLOPs in the ~1 ms the injected timer hands out is 1e16 FLOP/s, against the fixed
 # 1 TFLOP/s fp32 ceiling: no unit of this "device" runs that fast.
@@ -21,10 +23,18 @@ def neg(x):
 def test_a_rate_above_every_ceiling_is_named_not_hidden(
     kp_project: pytest.Pytester, injected_timing: list[float]
 ) -> None:
+    # Changed with the impossible-time rule (measure/impossible.py): a time beyond every
+    # *trusted* ceiling now fails the item. The shared fixture's device "test-cpu" does not
+    # start with "cpu", so `Ceilings.device_type` reads it as a GPU and trusts it. This test
+    # is about the untrusted case (the rate is named, not hidden, and the item passes), so it
+    # uses CPU ceilings of one probe, which are never trusted.
+    untrusted = {**FIXED_CEILINGS, "device": "cpu (test, one probe)", "details": {}}
+    (kp_project.path / "ceilings.json").write_text(json.dumps(untrusted))
     kp_project.makepyfile(test_k=TOO_FAST)
     result = kp_project.runpytest("-rA", "--junitxml=junit.xml")
     result.assert_outcomes(passed=1)
     record = records_by_name(kp_project)["neg"]
+    assert record["extra"]["ceilings_trusted"] is False
     used = record["peak_used"]
     assert used["problem"] == "flops"
     assert used["inferred"] is False
