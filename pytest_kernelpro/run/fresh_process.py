@@ -19,8 +19,6 @@ compile); the child gets the item time limit plus `isolate.STARTUP_ALLOWANCE_S` 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,15 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.run.isolate import (
     CHILD_FLAG,
     RELEASE_WAIT_S,
     STARTUP_ALLOWANCE_S,
     child_command,
     child_environment,
-    group_pids,
+    child_record,
+    kill_group,
     wait_released,
 )
 
@@ -77,27 +74,6 @@ def remeasure_command(
     return [*cmd, f"{REMEASURE_FLAG}={pins_path}"]
 
 
-def _kill(proc: subprocess.Popen[str]) -> list[int]:
-    pids = sorted({proc.pid, *group_pids(proc.pid)})
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    return pids
-
-
-def _child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
-    from pytest_kernelpro.gate.records_log import read_records_log
-
-    if not log_path.exists():
-        return None
-    try:
-        logged = read_records_log(log_path)
-    except KernelproError:
-        return None
-    return next((r for r in logged.records if r.nodeid == nodeid), None)
-
-
 def remeasure_in_fresh_process(
     item: KernelItem, session: KernelproSession, pins: Iterable[Mapping[str, Any]]
 ) -> FreshMeasurement:
@@ -129,10 +105,10 @@ def remeasure_in_fresh_process(
             )
         except subprocess.TimeoutExpired:
             timed_out = True
-            pids = _kill(proc)
+            pids = kill_group(proc)
             output, _ = proc.communicate()
             wait_released(pids, RELEASE_WAIT_S)
-        child = _child_record(json_path.with_suffix(".jsonl"), item.nodeid)
+        child = child_record(json_path.with_suffix(".jsonl"), item.nodeid)
     wall = time.perf_counter() - started
     if timed_out:
         error = f"it ran past the item time limit of {limit:g} s plus {STARTUP_ALLOWANCE_S:g} s"

@@ -145,7 +145,7 @@ def _tail(text: str) -> str:
     return "\n".join(lines[-OUTPUT_TAIL_LINES:])
 
 
-def _child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
+def child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
     from pytest_kernelpro.gate.records_log import read_records_log
 
     if not log_path.exists():
@@ -184,14 +184,14 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
             )
         except subprocess.TimeoutExpired:
             timed_out = True
-            pids = _kill_group(proc)
+            pids = kill_group(proc)
             output, _ = proc.communicate()
             released = wait_released(pids, RELEASE_WAIT_S)
         if not timed_out and proc.returncode != 0:
             # A crashed child (or one its own watchdog ended) may have left a GPU context.
             released = wait_released([proc.pid], RELEASE_WAIT_S)
         wall = time.perf_counter() - started
-        child = _child_record(json_path.with_suffix(".jsonl"), item.nodeid)
+        child = child_record(json_path.with_suffix(".jsonl"), item.nodeid)
     isolation = {"returncode": proc.returncode, "wall_s": wall, "command": cmd}
     if released is not None:
         isolation["released"] = released
@@ -224,7 +224,7 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
     )
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> list[int]:
+def kill_group(proc: subprocess.Popen[str]) -> list[int]:
     """SIGKILL the child's process group (it leads its own session); the pids it held."""
     pids = sorted({proc.pid, *group_pids(proc.pid)})
     try:

@@ -334,7 +334,7 @@ def test_a_killed_childs_whole_group_is_gone_before_the_next_child() -> None:
     while len(isolate.group_pids(proc.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.05)  # sh and its two sleeps
     assert len(isolate.group_pids(proc.pid)) == 3
-    pids = isolate._kill_group(proc)
+    pids = isolate.kill_group(proc)
     proc.communicate()
     released = isolate.wait_released(pids, 10.0)
     assert len(released["pids"]) == 3
