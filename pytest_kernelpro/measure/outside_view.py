@@ -2,13 +2,16 @@
 
 The sandbox worker runs candidate code, so what it writes is a claim. Its parent watches the
 worker's progress file and its process tree, and sees two things the candidate cannot change:
-its own clock, and the CPU time the kernel charged to the worker's processes. Between the
-worker's "timing" and "timed" phases (as the parent sees them, at its polling interval) the
-worker claims it spent `phase_s` seconds by its own clock. An honest claim is close to the
-parent's window, and never below the CPU time the worker's tree used in it divided by the
-cores it may run on (CPU time cannot pass cores x wall time). A claim below
-`CLAIM_SHARE` of either bound, beyond the polling slack, is refused: the worker's numbers are
-not its measurements (a rebound clock, a shrunk result).
+its own clock, and the CPU time the kernel charged to the worker's processes. The worker
+claims its timing phase took `phase_s` seconds by its own clock. The parent's window is from
+the first to the last of its polls that saw the worker in that phase: the phase surely
+covered it, and a loaded machine that delays the parent's polls only shortens it, so load
+cannot make an honest claim look short. An honest claim is at least that window less the
+edge slack (the worker's clock starts just after it announces the phase and stops just before
+it leaves it), and never below the CPU time the worker's tree used in the window divided by
+the cores it may run on (CPU time cannot pass cores x wall time). A claim below `CLAIM_SHARE`
+of either bound is refused: the worker's numbers are not its measurements (a rebound clock, a
+shrunk result).
 """
 
 from __future__ import annotations
@@ -76,14 +79,16 @@ def claim_failure(
     if claimed_s is None or start is None or end is None:
         return None
     window = end.at_s - start.at_s
-    wall_floor = window - 2.0 * poll_s  # both phase changes may be seen a poll late
+    # The edge slack: the worker may be descheduled between announcing the phase and
+    # starting its clock, and between stopping it and announcing the next phase.
+    wall_floor = window - 2.0 * poll_s
     cpu_floor = (end.cpu_s - start.cpu_s) / max(1, cores)
     floor = max(wall_floor, cpu_floor)
     if floor <= 0 or claimed_s >= CLAIM_SHARE * floor:
         return None
     return (
         f"timing not believed: the worker claims its timing phase took {claimed_s:.3g} s, but "
-        f"its parent saw {window:.3g} s pass (its own clock, polled every {poll_s:g} s) and "
+        f"its parent saw it in that phase for {window:.3g} s (its own clock, polled every {poll_s:g} s) and "
         f"{end.cpu_s - start.cpu_s:.3g} s of CPU time used on {cores} core(s): the numbers it "
         "wrote are not its measurements (a rebound clock or a rewritten result)"
     )

@@ -177,7 +177,12 @@ def lazy(x, y):
     )
     result = kp_project.runpytest()
     result.assert_outcomes(failed=1)
-    # Caught while it is timed: its timed calls get fresh inputs and sampled outputs are
-    # checked (measure/timing/fresh_inputs.py), before the re-check after timing.
-    result.stdout.fnmatch_lines(["*lazy is refused: timed call * returned a wrong output*"])
+    # Two layers catch it. The first two timed calls are always checked, later ones at random
+    # (measure/timing/fresh_inputs.py), and this memo starts after them and is right on every
+    # other call (the two content sets alternate), so the sampled check misses it now and then;
+    # the re-check after timing, on refilled inputs, never does.
+    out = result.stdout.str()
+    assert (
+        "lazy is refused: timed call" in out and "returned a wrong output" in out
+    ) or "lazy is wrong: correct in the trials, but wrong once timed" in out, out
     assert records_by_name(kp_project)["lazy"]["correctness"]["passed"] is True

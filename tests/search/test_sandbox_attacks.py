@@ -183,15 +183,7 @@ def test_a_patched_clock_is_caught_when_the_candidate_is_evaluated() -> None:
     "standby",
     [
         0,
-        pytest.param(
-            1,
-            marks=pytest.mark.xfail(
-                reason="known bug: with a standby the parent's outside view reads no CPU time "
-                "for the worker's timing phase and refuses an honest candidate as a cheat; "
-                "searches run without standbys until it is fixed",
-                strict=False,
-            ),
-        ),
+        1,
     ],
     ids=["fresh-processes", "standby-pool"],
 )

@@ -44,11 +44,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.run.context import ItemRun, Services
 
 
-# Sandboxed processes of each kind started ahead (the next worker and judge). Off: with a
-# standby the parent's outside view of the timing phase reads no CPU time for the worker, and
-# an honest candidate with a short timing phase is refused as a cheat (known bug, see
-# tests/search/test_sandbox_attacks.py::test_an_honest_winner_is_confirmed).
-SEARCH_STANDBYS = 0
+SEARCH_STANDBYS = 1  # sandboxed processes of each kind started ahead: the next worker and judge
 
 
 def run_search(

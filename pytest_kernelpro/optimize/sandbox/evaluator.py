@@ -500,9 +500,9 @@ class SandboxEvaluator:
             # Finer while the worker times: its end must be seen close to when it happens.
             delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
         if marks is not None and "timing" in marks and "timed" not in marks:
-            # The worker ended before a poll saw it leave "timing": its exit is the end (the
-            # CPU time as last read).
-            marks["timed"] = PhaseMark(time.monotonic(), marks["cpu_last"])
+            # The worker ended before a poll saw it leave "timing": the last poll that saw it
+            # timing is the end the parent can vouch for.
+            marks["timed"] = marks["timing_last"]
         kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
         # The worker may have moved on since the last poll: the file has its final phase.
@@ -790,17 +790,19 @@ _AFTER_TIMING = ("timed", "done")
 
 
 def _mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -> None:
-    """`PhaseMark`s of the worker's timing phase: "timing" when first seen, "timed" when a
-    later phase ("timed", or "done" when "timed" passed between two polls) is; the tree's CPU
-    time is read on every poll in between (`cpu_last`)."""
-    if "timing" in marks and "timed" in marks:
+    """`PhaseMark`s of the worker's timing phase: "timing" at the first poll that saw it,
+    "timed" at the last poll that still saw it (set once a later phase, "timed" or "done", or
+    the worker's exit is seen). The phase surely lasted from the first to the last of those
+    polls, however late the parent's polls ran: a loaded machine can shorten the parent's
+    window, never lengthen it, so it cannot make an honest claim look short."""
+    if "timed" in marks:
         return
-    if seen == "timing" or "timing" in marks:
-        marks["cpu_last"] = tree_cpu_s(pid, children)
-    if seen == "timing" and "timing" not in marks:
-        marks["timing"] = PhaseMark(now, marks["cpu_last"])
+    if seen == "timing":
+        mark = PhaseMark(now, tree_cpu_s(pid, children))
+        marks.setdefault("timing", mark)
+        marks["timing_last"] = mark
     elif seen in _AFTER_TIMING and "timing" in marks:
-        marks["timed"] = PhaseMark(now, marks["cpu_last"])
+        marks["timed"] = marks["timing_last"]
 
 
 def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
