@@ -50,7 +50,7 @@ from pytest_kernelpro.gate.cpu_anchor import (
 from pytest_kernelpro.gate.stats import median
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline_entry import BaselineEntry
+    from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
 

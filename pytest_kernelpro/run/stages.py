@@ -29,7 +29,7 @@ from pytest_kernelpro.record import (
 
 if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
-    from pytest_kernelpro.gate.baseline_entry import BaselineEntry
+    from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.run.context import ItemRun, Profiling

@@ -17,8 +17,7 @@ from pytest_kernelpro.gate.autotune_gate import (
     note_picks,
     settle,
 )
-from pytest_kernelpro.gate.baseline import load_baseline, save_baseline
-from pytest_kernelpro.gate.baseline_entry import BaselineEntry, parse_entry
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
 from pytest_kernelpro.gate.comment import render_comment
 from pytest_kernelpro.gate.environment import name_environment, version_changes
 from pytest_kernelpro.gate.junit import junit_properties
