@@ -183,7 +183,7 @@ class Verdict:
     # Set when a clock-limited comparison was made relative to the clock anchor:
     anchor: str | None = None  # the anchor's identity (measure/timing/anchor.py)
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
-    # The autotune choices against the baseline's and the gate's action (autotune_gate.py),
+    # The autotune choices against the baseline's and the gate's action (confirmation.py),
     # and the code-changing versions that differ (environment.py), each with its words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None

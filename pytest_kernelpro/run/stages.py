@@ -342,9 +342,14 @@ def gate(
     """The verdict against the baseline `entry` (a regression is confirmed by timing it again,
     in a fresh process by default, with the baseline's autotune choices pinned, and
     profiled); a failing verdict fails the item."""
-    from pytest_kernelpro.gate.autotune_gate import compare_choices, note_picks, settle
-    from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
-    from pytest_kernelpro.gate.environment import name_environment
+    from pytest_kernelpro.gate.confirmation import (
+        compare_choices,
+        confirm,
+        name_environment,
+        needs_confirmation,
+        note_picks,
+        settle,
+    )
     from pytest_kernelpro.gate.verdict import compare
     from pytest_kernelpro.measure.peak_paths import kernel_efficiency
 
@@ -395,7 +400,7 @@ def _confirmation_timing(
     """The confirmation's timing and how it was made: in a fresh process with `pins` (the
     baseline's autotune choices) when the setting says so and the process gives a timing,
     else in this process (the fallback says why)."""
-    from pytest_kernelpro.gate.autotune_gate import Remeasurement
+    from pytest_kernelpro.gate.confirmation import Remeasurement
 
     fallback = None
     if config.confirm_process == "fresh" and fresh_remeasure is not None:
