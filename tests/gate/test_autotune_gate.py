@@ -265,7 +265,7 @@ def test_a_note_from_the_artifact_is_literal_text_in_the_comment() -> None:
 
 
 def test_the_item_section_lists_the_choices() -> None:
-    from pytest_kernelpro.gate.item_section import item_section
+    from pytest_kernelpro.gate.format import item_section
 
     text = item_section(_record())
     assert (
