@@ -23,14 +23,15 @@ import pytest
 
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
-from pytest_kernelpro.run.context import ItemRun, ItemSettings
-from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
-from pytest_kernelpro.run.process_facts import (
+from pytest_kernelpro.run.context import (
+    ItemRun,
+    ItemSettings,
     autotune_capture,
     extra_autotuners,
     record_process_facts,
     remeasure_only,
 )
+from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
 from pytest_kernelpro.run.stages import (
     check,
     gate,
@@ -61,7 +62,7 @@ def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelR
     """Run the item's stages, filling `record` as they go (the caller holds it already, so
     a failure or a hang still reports what was measured)."""
     from pytest_kernelpro.measure.gpu_memory import ItemMemory, is_out_of_memory
-    from pytest_kernelpro.run.limits import ItemTimeout
+    from pytest_kernelpro.run.context import ItemTimeout
 
     started = time.perf_counter()
     settings = session.settings
@@ -110,7 +111,7 @@ def _release_frames(exc: BaseException | None) -> None:
 def _run_limited(
     item: KernelItem, session: KernelproSession, record: KernelRecord, memory: Any
 ) -> None:
-    from pytest_kernelpro.run.limits import item_time_limit, timeout_message
+    from pytest_kernelpro.run.context import item_time_limit, timeout_message
 
     settings = session.settings
     limit = settings.item_timeout_s

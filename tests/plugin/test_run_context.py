@@ -12,7 +12,7 @@ import pytest
 
 from pytest_kernelpro.optimize.loop import compose
 from pytest_kernelpro.optimize.loop import item as optimize_item
-from pytest_kernelpro.run import context, process_facts, stages
+from pytest_kernelpro.run import context, stages
 from pytest_kernelpro.run.session import KernelproSession
 
 
@@ -59,7 +59,7 @@ def test_the_optimizer_seam_uses_only_services(module: object) -> None:
     assert sorted(used - members) == []
 
 
-@pytest.mark.parametrize("module", [stages, process_facts], ids=str)
+@pytest.mark.parametrize("module", [stages, context], ids=str)
 def test_the_stages_take_values_not_the_session(module: object) -> None:
     """The stages take the item's run and values (settings, ceilings, the baseline entry,
     the profiling setup): no pytest item, no session object or protocol, not even by name."""
