@@ -40,7 +40,7 @@ algorithms, the versions that change generated code): the capture
 its first call, and reads what the timing tuned afterwards; the record's `autotune` and
 `environment` parts are set from it (`record_process_facts`). In the fresh process that
 confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
-kernel's first call, and `remeasure_only` is that process's timing-only run.
+kernel's first call (`run.item_runner.remeasure_only` is that process's timing-only run).
 """
 
 from __future__ import annotations
@@ -366,34 +366,3 @@ def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
     record = run.record
     record.autotune = AutotunePart.from_dict({**capture.to_dict(), "library": library_choices()})
     record.environment = EnvironmentPart.from_dict(code_versions(record.device_kind))
-
-
-def remeasure_only(
-    run: ItemRun,
-    config: KernelproConfig,
-    kernel: Any,
-    reference: Any,
-    make_inputs: Callable[[int], tuple[Any, ...]],
-    grad_mode: Callable[[], Any],
-    capture: AutotuneCapture,
-) -> None:
-    """The fresh process of a confirmation: one call with the pins applied (the autotuners
-    take the baseline's configs from their caches from then on), then the timing, made the
-    way the item's own timing is (the same inputs, fresh ones per call checked against the
-    reference)."""
-    from pytest_kernelpro.errors import describe_exception
-    from pytest_kernelpro.run.stages import time_item
-
-    inputs = make_inputs(1_000_003)  # the item's timing inputs
-    with capture.watching(), grad_mode():
-        try:
-            kernel(*inputs)
-        except Exception as exc:
-            raise KernelproError(
-                f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
-            ) from exc
-    record_process_facts(run, capture)
-    time_item(run, config, kernel, inputs, grad_mode, reference=reference, make_inputs=make_inputs)
-    capture.after_timing()
-    record_process_facts(run, capture)
-    run.record.extra["remeasure_child"] = True
