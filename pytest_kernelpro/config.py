@@ -195,7 +195,7 @@ class KernelproConfig:
     correctness_only: bool = False
     dask: str | None = None  # --kernelpro-dask: local, local:N or a scheduler address
     confirm_process: str = "fresh"  # where a provisional regression is re-measured
-    autotune_mismatch: str = "pin"  # gate/autotune_gate.py
+    autotune_mismatch: str = "pin"  # gate/confirmation.py
     # Set in the fresh process of a confirmation: the autotune choices to pin (a JSON file).
     remeasure_pins: Path | None = None
 

@@ -117,7 +117,7 @@ def pytest_runtest_makereport(
         item.user_properties.extend(junit_properties(record))
     report = yield
     if call.when == "call" and record is not None:
-        from pytest_kernelpro.gate.item_section import item_section
+        from pytest_kernelpro.gate.format import item_section
 
         setattr(report, REPORT_ATTR, record.to_dict())
         report.sections.append(("kernelpro", item_section(record)))

@@ -26,7 +26,7 @@ CPU_FLUSH_CHOICES = ("auto", "on", "off")
 CLOCK_ANCHOR_CHOICES = ("off", "on")
 CROSS_CPU_CHOICES = ("info", "gate")
 SORT_CHOICES = ("status", "name", "median", "roofline", "change")
-AUTOTUNE_MISMATCH_CHOICES = ("pin", "warn", "fail")  # gate/autotune_gate.py
+AUTOTUNE_MISMATCH_CHOICES = ("pin", "warn", "fail")  # gate/confirmation.py
 CONFIRM_PROCESS_CHOICES = ("fresh", "same")
 
 

@@ -44,7 +44,7 @@ from pathlib import Path
 
 CONFTEST = """
 import os, sys
-import pytest_kernelpro.run.limits as limits
+import pytest_kernelpro.run.context as limits
 import pytest_kernelpro.run.isolate as isolate
 
 if "--kernelpro-isolated-child" in sys.argv:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.gate.baseline_entry import anchor_of_timing
+from pytest_kernelpro.gate.baseline import anchor_of_timing
 from pytest_kernelpro.gate.clock_scale import CAPPED_SHARE, ClockFacts
 
 # The anchored ratio's tolerance, times the kernel's threshold: the capped GEMMs' ratio
@@ -35,7 +35,7 @@ from pytest_kernelpro.gate.clock_scale import CAPPED_SHARE, ClockFacts
 ANCHOR_THRESHOLD_FACTOR = 0.75
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline_entry import BaselineEntry
+    from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
 

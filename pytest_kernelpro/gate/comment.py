@@ -29,6 +29,7 @@ from pytest_kernelpro.gate.format import (
     cross_device,
     format_change,
     format_time,
+    optimize_markdown,
     peak_used_words,
     record_status,
     short_device,
@@ -36,7 +37,6 @@ from pytest_kernelpro.gate.format import (
     stat,
 )
 from pytest_kernelpro.gate.github import MARKER
-from pytest_kernelpro.gate.optimize_table import optimize_markdown
 from pytest_kernelpro.gate.process_notes import comment_notes
 from pytest_kernelpro.record import KernelRecord
 

@@ -48,8 +48,7 @@ def gate_records(
 ) -> list[KernelRecord]:
     """HEAD's records with `gate` set by comparing them with BASE (no confirmation; autotune
     picks and versions that differ are noted)."""
-    from pytest_kernelpro.gate.autotune_gate import compare_choices, note_picks
-    from pytest_kernelpro.gate.environment import name_environment
+    from pytest_kernelpro.gate.confirmation import compare_choices, name_environment, note_picks
 
     out = []
     for record in head:

@@ -1,18 +1,45 @@
-"""Settling a provisional regression with an independent re-measurement.
+"""What decides a regression after the first comparison: the re-measurement that confirms
+it, the autotune picks of both sides, and a changed environment named in the reason.
 
-`verdict.compare` calls a kernel "regressed" only provisionally: the plugin re-times the
-kernel (`needs_confirmation`) and `confirm` lets the regression stand only if that second
-measurement, by itself, is a regression under the same rules; otherwise the kernel is
-"suspect" (reported, never failed). One slow measurement (another process, a clock dip)
+**Confirmation.** `verdict.compare` calls a kernel "regressed" only provisionally: the plugin
+re-times the kernel (`needs_confirmation`) and `confirm` lets the regression stand only if
+that second measurement, by itself, is a regression under the same rules; otherwise the kernel
+is "suspect" (reported, never failed). One slow measurement (another process, a clock dip)
 cannot fail CI.
+
+**Autotune picks.** An autotuned kernel's speed is its code and its pick, and the pick is made
+per process by timing the candidates. When the head picked another config than the baseline
+did, a slower median may be the pick, not the code; the verdict says so in words ("autotune
+picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the baseline num_warps=8"),
+and the confirmation re-measures in a fresh process with the baseline's choice pinned
+(`measure/autotune.py`): still slower at the baseline's pick is a code regression; not slower
+there means the different pick made the difference. What the gate does then is
+`--kernelpro-autotune-mismatch`:
+
+- `pin` (default): the kernel is gated at the baseline's pick, i.e. by the pinned
+  re-measurement: a pick that alone made it slower passes ("ok"), with the note.
+- `warn`: reported as "suspect" with the note, never a failure.
+- `fail`: the head's pick is what users get: a slowdown it causes fails like any other.
+
+A code regression fails under every setting. When the baseline's config cannot be pinned
+(it is no longer among the kernel's configs: the code changed them), the re-measurement runs
+with its own pick and a reproduced regression fails, except under `warn`.
+
+**A changed environment.** A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver changes
+the machine code a kernel runs without a line of the kernel changing; a regression that comes
+with one is named with it ("triton 3.5.1 -> 3.6.0"), so the first suspect is on the page
+instead of found by bisecting. A version one side does not record (an older baseline, a CPU
+run) is not a change.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.gate.verdict import (
+    BELOW_ROOFLINE,
     IMPROVED,
     OK,
     REGRESSED,
@@ -29,6 +56,29 @@ from pytest_kernelpro.gate.verdict import (
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
+
+# The actions of `--kernelpro-autotune-mismatch` on a pick difference (module docstring).
+FAIL = "fail"
+WARN = "warn"
+PIN = "pin"
+MISMATCH_ACTIONS = (PIN, WARN, FAIL)
+DEFAULT_MISMATCH_ACTION = PIN
+
+# Display names, in the order a change is named (the compiler side first).
+LABELS = {
+    "triton": "triton",
+    "torch": "torch",
+    "cuda_runtime": "CUDA runtime",
+    "hip_runtime": "HIP runtime",
+    "cudnn": "cuDNN",
+    "nvcc": "nvcc",
+    "driver": "driver",
+}
+# Statuses whose reason names a changed environment (a slower or unclear kernel).
+NAMED_IN = ("regressed", "suspect", "below-roofline")
+
+
+# The confirmation: an independent re-measurement settles a provisional change.
 
 
 def needs_confirmation(verdict: Verdict) -> bool:
@@ -119,3 +169,362 @@ def confirm(
         confirmation=confirmation,
         **kept,
     )
+
+
+# Autotune picks: the head's against the baseline's, and what a difference does to a
+# regression (`--kernelpro-autotune-mismatch`, module docstring).
+
+
+def _short_kernel(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def _key_words(key: Sequence[Any] | None) -> str:
+    return "key unknown" if key is None else "key " + ", ".join(str(v) for v in key)
+
+
+@dataclass(frozen=True)
+class PickDifference:
+    """One autotuned kernel and key whose config differs from the baseline's."""
+
+    kernel: str
+    key: list[Any] | None
+    now: dict[str, Any]
+    baseline: dict[str, Any]
+
+    def words(self) -> str:
+        """'autotune picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the
+        baseline num_warps=8': the parameters that differ, each side's value."""
+        names = [n for n in self.now if self.now.get(n) != self.baseline.get(n)]
+        names += [n for n in self.baseline if n not in self.now]
+        now = ", ".join(f"{n}={self.now.get(n, '(unset)')}" for n in names)
+        base = ", ".join(str(self.baseline.get(n, "(unset)")) for n in names)
+        if len(names) > 1:
+            base = ", ".join(f"{n}={self.baseline.get(n, '(unset)')}" for n in names)
+        return (
+            f"autotune picked {now} for {_short_kernel(self.kernel)} ({_key_words(self.key)}), "
+            f"the baseline {base}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kernel": self.kernel, "key": self.key, "now": self.now, "baseline": self.baseline}
+
+
+@dataclass(frozen=True)
+class AutotuneComparison:
+    """The head's choices against the baseline entry's."""
+
+    differences: tuple[PickDifference, ...] = ()
+    baseline_choices: tuple[dict[str, Any], ...] = ()
+    head_choices: int = 0
+    baseline_recorded: bool = True  # False: an older baseline without choices
+
+    @property
+    def differ(self) -> bool:
+        return bool(self.differences)
+
+    def words(self) -> str:
+        return "; ".join(d.words() for d in self.differences)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "differences": [d.to_dict() for d in self.differences],
+            "head_choices": self.head_choices,
+            "baseline_choices": len(self.baseline_choices),
+            "baseline_recorded": self.baseline_recorded,
+        }
+
+
+def _choices(value: Any) -> list[Mapping[str, Any]]:
+    return [c for c in value or () if isinstance(c, Mapping) and isinstance(c.get("config"), dict)]
+
+
+def compare_choices(
+    head: Iterable[Mapping[str, Any]] | None, baseline: Iterable[Mapping[str, Any]] | None
+) -> AutotuneComparison:
+    """The kernels and keys both sides tuned whose configs differ. A key only one side tuned
+    (another shape) is no difference of pick; a baseline choice without a key matches the
+    kernel's choices at any key."""
+    head_list = _choices(head)
+    if baseline is None:
+        return AutotuneComparison(head_choices=len(head_list), baseline_recorded=False)
+    base_list = _choices(baseline)
+    differences: list[PickDifference] = []
+    for choice in head_list:
+        for old in base_list:
+            if old.get("kernel") != choice.get("kernel"):
+                continue
+            if old.get("key") is not None and old.get("key") != choice.get("key"):
+                continue
+            if dict(old["config"]) != dict(choice["config"]):
+                differences.append(
+                    PickDifference(
+                        kernel=str(choice["kernel"]),
+                        key=choice.get("key"),
+                        now=dict(choice["config"]),
+                        baseline=dict(old["config"]),
+                    )
+                )
+            break
+    return AutotuneComparison(
+        differences=tuple(differences),
+        baseline_choices=tuple(dict(c) for c in base_list),
+        head_choices=len(head_list),
+    )
+
+
+@dataclass(frozen=True)
+class Remeasurement:
+    """How the confirmation re-measured: in a fresh process or this one, with which pins
+    applied, what it cost."""
+
+    fresh: bool
+    wall_s: float | None = None
+    # The re-measurement's own choices (`measure.autotune`), with source "pinned" where the
+    # baseline's choice was imposed, and why a pin could not be applied.
+    choices: tuple[dict[str, Any], ...] = ()
+    pin_problems: tuple[str, ...] = ()
+    fallback: str | None = None  # why a fresh process was wanted but not used
+    pinned_requested: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def words(self) -> str:
+        """How the re-measurement was made, for the confirmation sentence."""
+        where = "a re-measurement in a fresh process" if self.fresh else "a re-measurement"
+        if self.fallback:
+            where = "a re-measurement in this process (the fresh process gave no timing)"
+        if self.fresh and self.pinned_requested and not self.pin_problems:
+            where += " with the baseline's autotune picks pinned"
+        return where
+
+    def pinned(self, difference: PickDifference) -> bool:
+        """True when the re-measurement ran this kernel and key at the baseline's config."""
+        return any(
+            c.get("kernel") == difference.kernel
+            and (difference.key is None or c.get("key") == difference.key)
+            and c.get("config") == difference.baseline
+            for c in self.choices
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"fresh_process": self.fresh, "wall_s": self.wall_s}
+        if self.pinned_requested:
+            out["pins_applied"] = sum(1 for c in self.choices if c.get("source") == "pinned")
+        if self.pin_problems:
+            out["pin_problems"] = list(self.pin_problems)
+        if self.fallback:
+            out["fallback"] = self.fallback
+        out.update(self.extra)
+        return out
+
+
+def _with_status(verdict: Verdict, change_status: str, **changes: Any) -> Verdict:
+    """`verdict` with a new change status; the min_roofline floor still decides the status
+    of a kernel below it, as `verdict.finish_verdict` does."""
+    below = verdict.below_roofline and change_status != REGRESSED
+    return replace(
+        verdict,
+        change_status=change_status,
+        status=BELOW_ROOFLINE if below else change_status,
+        **changes,
+    )
+
+
+def note_picks(verdict: Verdict, picks: AutotuneComparison) -> Verdict:
+    """A verdict that needed no re-measurement, with a pick difference recorded (and named in
+    the reason of a suspect or improved kernel, where it may be the cause)."""
+    if not picks.differ and picks.baseline_recorded:
+        return verdict
+    data = picks.to_dict()
+    if not picks.differ:
+        return replace(verdict, autotune=data)
+    note = picks.words()
+    reason = verdict.reason
+    if verdict.change_status in (SUSPECT, IMPROVED):
+        reason = f"{reason}; {note}"
+    return replace(verdict, reason=reason, autotune=data, autotune_note=note)
+
+
+def settle(
+    confirmed: Verdict,
+    picks: AutotuneComparison,
+    remeasured: Remeasurement,
+    action: str,
+    first_change: float | None,
+) -> Verdict:
+    """The confirmed verdict (`confirm`, on the re-measurement) with the pick
+    difference decided by `action` (see the module docstring). `first_change` is the change
+    of the first, unpinned measurement."""
+    if action not in MISMATCH_ACTIONS:
+        raise ValueError(f"autotune mismatch action {action!r}; use one of {MISMATCH_ACTIONS}")
+    data = {**picks.to_dict(), "action": action, "remeasurement": remeasured.to_dict()}
+    if not picks.differ:
+        if picks.head_choices == 0 and not remeasured.fresh and not remeasured.fallback:
+            return confirmed
+        return replace(confirmed, autotune=data)
+    reproduced = confirmed.change_status == REGRESSED
+    again = "–" if confirmed.confirmation is None else confirmed.confirmation.get("change")
+    again_text = pct_text(again) if isinstance(again, (int, float)) else "not timed"
+    pinned = remeasured.fresh and all(remeasured.pinned(d) for d in picks.differences)
+    head = picks.words()
+    if not pinned:
+        why = "; ".join(remeasured.pin_problems) or remeasured.fallback
+        if not why and not remeasured.fresh:
+            why = (
+                "the re-measurement ran in this process (--kernelpro-confirm-process=same), "
+                "with this process's picks"
+            )
+        why = why or "the re-measurement did not run at the baseline's picks"
+        note = f"{head}; the baseline's pick could not be pinned ({why})"
+        data["decided"] = "unpinned"
+        if reproduced and action == WARN:
+            return _with_status(
+                confirmed,
+                SUSPECT,
+                reason=f"{confirmed.reason}; {note}; reported, not failed "
+                "(--kernelpro-autotune-mismatch=warn)",
+                autotune=data,
+                autotune_note=note,
+            )
+        return replace(
+            confirmed, reason=f"{confirmed.reason}; {note}", autotune=data, autotune_note=note
+        )
+    if reproduced:
+        note = (
+            f"{head}; with the baseline's pick pinned in a fresh process it is still "
+            f"{again_text}: a code regression, not the pick"
+        )
+        data["decided"] = "code"
+        return replace(
+            confirmed, reason=f"{confirmed.reason}; {note}", autotune=data, autotune_note=note
+        )
+    note = (
+        f"{head}; with the baseline's pick pinned in a fresh process it is {again_text}: "
+        "the slowdown is the different pick, not the code"
+    )
+    data["decided"] = "pick"
+    first = f"{abs(first_change):.1%}" if first_change is not None else "more than the tolerance"
+    if action == FAIL:
+        reason = (
+            f"slower by {first} with autotune's own pick; {note}. Failed because "
+            "--kernelpro-autotune-mismatch=fail gates the pick the head makes (pin gates at "
+            "the baseline's pick)"
+        )
+        return _with_status(
+            confirmed, REGRESSED, confirmed=True, reason=reason, autotune=data, autotune_note=note
+        )
+    if action == WARN:
+        reason = (
+            f"slower by {first} with autotune's own pick; {note}. Reported, not failed "
+            "(--kernelpro-autotune-mismatch=warn)"
+        )
+        return _with_status(confirmed, SUSPECT, reason=reason, autotune=data, autotune_note=note)
+    # pin: the pinned re-measurement is the verdict; one that was itself unclear stays suspect.
+    second = (confirmed.confirmation or {}).get("status")
+    status = OK if second in (OK, IMPROVED) else SUSPECT
+    reason = (
+        f"{note}; gated at the baseline's pick (--kernelpro-autotune-mismatch=pin): "
+        f"{again_text} there, slower by {first} with the head's own pick"
+    )
+    pinned_change = again if isinstance(again, (int, float)) else confirmed.change
+    return _with_status(
+        confirmed,
+        status,
+        change=pinned_change,
+        reason=reason,
+        autotune={**data, "unpinned_change": first_change},
+        autotune_note=note,
+    )
+
+
+# A changed environment: the code-changing versions and library settings that differ
+# between the baseline and now, in words.
+
+
+def version_changes(
+    now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
+) -> dict[str, dict[str, str]]:
+    """{name: {"baseline": old, "now": new}} for every version both sides recorded that
+    differs."""
+    if not now or not baseline:
+        return {}
+    names = [n for n in LABELS if n in now or n in baseline]
+    names += sorted(n for n in {*now, *baseline} if n not in LABELS and n not in names)
+    out: dict[str, dict[str, str]] = {}
+    for name in names:
+        new, old = now.get(name), baseline.get(name)
+        if isinstance(new, str) and isinstance(old, str) and new != old:
+            out[name] = {"baseline": old, "now": new}
+    return out
+
+
+def changes_words(changes: Mapping[str, Mapping[str, str]]) -> str:
+    """'triton 3.5.1 -> 3.6.0, driver 570.86 -> 580.65' (library settings under "library")."""
+    words = []
+    for name, change in changes.items():
+        if name == "library":
+            words += [f"{n} {c['baseline']} -> {c['now']}" for n, c in change.items()]
+        else:
+            words.append(f"{LABELS.get(name, name)} {change['baseline']} -> {change['now']}")
+    return ", ".join(words)
+
+
+def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
+    """The sentence a verdict carries, or None without a change."""
+    if not changes:
+        return None
+    return (
+        f"the environment changed since the baseline ({changes_words(changes)}): a new "
+        "compiler, library or driver changes the generated code by itself"
+    )
+
+
+def library_changes(
+    now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """The library algorithm settings (`measure.autotune.library_choices`) both sides recorded
+    that differ: TF32 on or off, cuDNN's benchmark mode, the BLAS library, ..."""
+    if not now or not baseline:
+        return {}
+    return {
+        name: {"baseline": baseline[name], "now": now[name]}
+        for name in now
+        if name in baseline and now[name] != baseline[name]
+    }
+
+
+def library_note(changes: Mapping[str, Mapping[str, Any]], now: Mapping[str, Any] | None) -> str:
+    """The library part of the note: settings that changed, and cuDNN's per-process pick."""
+    parts = []
+    if changes:
+        words = ", ".join(f"{n} {c['baseline']} -> {c['now']}" for n, c in changes.items())
+        parts.append(f"library settings changed since the baseline ({words})")
+    if now and now.get("cudnn.benchmark") is True:
+        parts.append(
+            "cuDNN benchmark mode is on (torch.backends.cudnn.benchmark): cuDNN picks its "
+            "algorithms per process by timing them"
+        )
+    return "; ".join(parts)
+
+
+def name_environment(
+    verdict: Verdict,
+    now: Mapping[str, Any] | None,
+    baseline: Mapping[str, Any] | None,
+    library_now: Mapping[str, Any] | None = None,
+    library_baseline: Mapping[str, Any] | None = None,
+) -> Verdict:
+    """The verdict with the changed versions and library settings recorded, and named in the
+    reason of a regressed or suspect kernel."""
+    changes: dict[str, Any] = dict(version_changes(now, baseline))
+    library = library_changes(library_now, library_baseline)
+    extra = library_note(library, library_now)
+    if not changes and not extra:
+        return verdict
+    note = "; ".join(n for n in (environment_note(changes), extra) if n)
+    if library:
+        changes["library"] = library
+    reason = verdict.reason
+    if verdict.status in NAMED_IN or verdict.change_status in NAMED_IN:
+        reason = f"{reason}; {note}"
+    return replace(verdict, reason=reason, environment_change=changes, environment_note=note)

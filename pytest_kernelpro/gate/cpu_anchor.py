@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline_entry import BaselineEntry
+    from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
 CPU_ANCHOR_PREFIX = "cpu anchor:"  # measure/timing/cpu_anchor.cpu_anchor_name

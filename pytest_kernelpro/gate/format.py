@@ -1,15 +1,23 @@
-"""Small formatting helpers shared by the terminal table and the PR comment, and one record's
-row in the terminal table (`terminal_row`; `gate.report.render_terminal_table` holds the
-table's frame: columns, header, summary)."""
+"""The text shown for a kernel item and in the tables: small formatting helpers shared by the
+terminal table and the PR comment, one record's row in the terminal table (`terminal_row`;
+`gate.report.render_terminal_table` holds the table's frame: columns, header, summary), the
+item's "kernelpro" report section (`item_section`), and every text made from an optimize
+search's summary (`record.extra["optimize"]`): its item-section text, the terminal's
+"kernelpro optimize" section, the PR comment's optimize table and the JUnit properties.
+
+Pure functions over records and summary dicts; nothing here imports the optimizer, so a
+`--kernelpro-check` session that loads this module stays clear of it."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pytest_kernelpro.measure.gpu_memory import format_bytes
 from pytest_kernelpro.measure.peak_paths import SHORT_UNIT
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
+from pytest_kernelpro.text_safety import safe_text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -213,3 +221,350 @@ def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
         if cross_device(record):
             text += "*"
     return text, style
+
+
+# The "kernelpro" section of a kernel item's pytest report: one record as plain text (pytest
+# shows it with the item's report; `plugin.pytest_runtest_makereport` adds it).
+
+
+def _number(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, (int, float)) else str(value)
+
+
+def _rule_text(c: CorrectnessPart) -> str:
+    """Which rule decided, both errors against the truth, and the truth's cost."""
+    text = str(c.rule)
+    truth = c.truth or {}
+    if c.kernel_error is not None:
+        text += (
+            f"; normwise error against the {truth.get('precision')} truth: kernel "
+            f"{_number(c.kernel_error)}, reference {_number(c.reference_error)}"
+        )
+    if truth.get("seconds") is not None:
+        cost = f"{truth['seconds'] * 1e3:.1f} ms"
+        if truth.get("peak_bytes") is not None:
+            bound = "" if truth.get("peak_exact", True) else "at most "
+            cost += f", {bound}{format_bytes(truth['peak_bytes'])} peak"
+        text += f"; truth re-run {cost}"
+    return text
+
+
+def autotune_line(choice: Mapping[str, Any]) -> str:
+    """'autotune: _layer_norm_fwd (key 4096, torch.float16): num_warps=8, ... (tuned)'."""
+    kernel = str(choice.get("kernel", "?")).rsplit(".", 1)[-1]
+    key = choice.get("key")
+    at = "" if not isinstance(key, list) else f" (key {', '.join(str(v) for v in key)})"
+    config = ", ".join(f"{k}={v}" for k, v in (choice.get("config") or {}).items())
+    return f"autotune: {kernel}{at}: {config} ({choice.get('source', '?')})"
+
+
+def item_section(record: KernelRecord) -> str:
+    """The per-item "kernelpro" report section (pytest's report sections), plain text."""
+    lines = [f"{record.name} on {record.device or record.device_kind} ({record.language})"]
+    c = record.correctness
+    if c and not c.passed and c.worst_index is None and not c.max_abs_err:
+        # It failed before any output value was compared (it raised, or an output had the
+        # wrong shape or dtype): errors of 0 would read as a match.
+        reason = (c.failure or c.exception or "no output was compared").strip().splitlines()[0]
+        lines.append(
+            f"correctness: FAILED on trial {c.trials_run} of {c.trials} before any value was "
+            f"compared: {reason[:300]}"
+        )
+    elif c:
+        tol = c.tolerance
+        tolerance = (
+            f"rtol {_number(tol.rtol) if tol else None}, atol {_number(tol.atol) if tol else None}, "
+            f"{tol.source if tol else None}"
+        )
+        trials = f"{c.trials_run} trial{'' if c.trials_run == 1 else 's'}"
+        if not c.passed and _non_finite(c.worst_ratio):
+            # A NaN or an infinity where a number was expected: the errors are computed over
+            # the elements that are numbers on both sides, and their 0 would read as a match.
+            reason = (c.failure or "a NaN or infinite output").strip().splitlines()[0]
+            lines.append(f"correctness: FAILED over {trials} ({tolerance}): {reason[:500]}")
+        else:
+            lines.append(
+                f"correctness: {'passed' if c.passed else 'FAILED'} over {trials}; max abs "
+                f"err {c.max_abs_err or 0:.3g}, max rel err {c.max_rel_err or 0:.3g} "
+                f"({tolerance})"
+            )
+    if c and c.rule:
+        lines.append(f"correctness rule: {_rule_text(c)}")
+    if c and c.kernelbench:
+        kb = c.kernelbench
+        lines.append(
+            f"KernelBench's own check (allclose, atol={kb.get('atol')}, rtol={kb.get('rtol')}): "
+            f"{'passed' if kb.get('passed') else 'FAILED'}, max abs err "
+            f"{_number(kb.get('max_abs_err'))}"
+        )
+    t = record.timing
+    if t:
+        s = t.stats or StatsPart()
+        lines.append(
+            f"timing: median {format_time(s.median_s)}, IQR "
+            f"{format_time(s.iqr_s)}, 95% CI [{format_time(s.ci_low_s)}, "
+            f"{format_time(s.ci_high_s)}], n={s.n}, {t.method}, "
+            f"stop: {t.stop_reason}, throttled samples: {t.throttled_samples}"
+        )
+    r = record.roofline
+    if r:
+        eff = f"{record.efficiency:.1%}" if record.efficiency is not None else "-"
+        lines.append(
+            f"roofline: {r.flops or 0:.4g} FLOP, {r.min_bytes or 0:.4g} B minimal "
+            f"({r.unfused_bytes or 0:.4g} B unfused), intensity {r.intensity or 0:.3g} "
+            f"FLOP/B vs ridge {r.ridge or 0:.3g} -> {r.bound}-bound; peak "
+            f"{r.peak_name}; roofline time {format_time(r.roofline_time_s)}; "
+            f"reaches {eff}"
+        )
+        if record.peak_used and record.peak_used.get("note"):
+            lines.append(f"peak used for this kernel: {record.peak_used['note']}")
+    for choice in record.autotune.choices if record.autotune else ():
+        lines.append(autotune_line(choice))
+    if record.gate:
+        lines.append(f"gate: {record.gate.status}: {record.gate.message}")
+    profile_text = record.extra.get("profile_text")
+    if profile_text:
+        lines.append(profile_text)
+    if record.guidance:
+        lines.append(record.guidance)
+    optimize_text = record.extra.get("optimize_text")
+    if optimize_text:
+        lines.append(optimize_text)
+    return "\n".join(lines)
+
+
+def _non_finite(value: float | str | None) -> bool:
+    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" read back
+    from JSON)."""
+    try:
+        return value is not None and not math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
+# The texts of an optimize search's summary (`record.extra["optimize"]`, written by
+# `optimize/loop/item.py`): pure functions over the summary dict.
+
+
+def _x(value: Any) -> str:
+    return f"{value:.2f}x" if isinstance(value, (int, float)) else "-"
+
+
+def _pct(value: Any) -> str:
+    return f"{value:.1%}" if isinstance(value, (int, float)) else "-"
+
+
+def summary_of(record: KernelRecord) -> Mapping[str, Any] | None:
+    data = record.extra.get("optimize") if record.extra else None
+    return data if isinstance(data, Mapping) else None
+
+
+def _outcomes(summary: Mapping[str, Any]) -> str:
+    counts = summary.get("outcomes") or {}
+    return ", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "none"
+
+
+def render_optimize_text(summary: Mapping[str, Any]) -> str:
+    """The search of one kernel as plain text (item section and terminal summary)."""
+    lines = [f"optimize: {summary.get('status')}: {summary.get('reason', '')}".rstrip(": ")]
+    if summary.get("status") == "not run":
+        return "\n".join(lines)
+    current = summary.get("current") or {}
+    best = summary.get("best") or {}
+    if best and summary.get("rounds"):
+        vs_ref = best.get("speedup_vs_reference")
+        lines.append(
+            f"  candidate {best.get('node_id')}: {_x(best.get('speedup_vs_current'))} the "
+            f"{summary.get('baseline') or 'current kernel'}"
+            + (f" ({_x(vs_ref)} the reference)" if vs_ref else "")
+            + f", re-measured in {summary.get('rounds')} interleaved rounds: {best.get('verdict')}"
+            f" ({summary.get('evaluations', 0)} evaluations, stop: {summary.get('stop_reason')})"
+        )
+    lines.append(
+        f"  {summary.get('evaluations', 0)} evaluations (budget {summary.get('budget')}, stop: "
+        f"{summary.get('stop_reason') or '-'}), ${float(summary.get('usd') or 0):.2f}, "
+        f"{float(summary.get('elapsed_s') or 0):.0f} s; outcomes: {_outcomes(summary)}"
+    )
+    lines.append(
+        f"  current kernel: {_x(current.get('speedup_vs_reference'))} the reference in the "
+        f"sandbox, {_pct(current.get('efficiency'))} of roofline"
+    )
+    candidates = summary.get("candidates") or []
+    if candidates:
+        lines.append(
+            "  rank  node  vs current  vs reference  roofline before -> after  outcome  strategy"
+        )
+        for c in candidates:
+            lines.append(
+                f"  {_text(c.get('rank')):>4}  {_text(c.get('node_id')):>4}  {_x(c.get('speedup_vs_current')):>10}  "
+                f"{_x(c.get('speedup_vs_reference')):>12}  "
+                f"{_pct(current.get('efficiency')):>8} -> {_pct(c.get('efficiency_after')):<8}  "
+                f"{_text(c.get('verdict') or c.get('status')):<7}  {_one_line(c.get('strategy') or '-', 60)}"
+            )
+            if c.get("patch"):
+                lines.append(f"        patch: {c['patch']}")
+            if c.get("verdict") == "not re-measured" and c.get("reason"):
+                lines.append(f"        node {c.get('node_id')}: {c['reason']}")
+    cost = (summary.get("ranking") or {}).get("cost") or {}
+    if cost:
+        lines.append("  " + _cost_line(cost))
+    if summary.get("best_patch"):
+        lines.append(
+            f"  best patch: {summary['best_patch']}  (git apply it from the repository root)"
+        )
+    elif summary.get("interim_best_patch"):
+        lines.append(
+            f"  interim patch of the fastest so far (one measurement, not re-measured): "
+            f"{summary['interim_best_patch']}"
+        )
+    for error in summary.get("patch_errors") or []:
+        lines.append(f"  patch not written: {error}")
+    confirmation = summary.get("confirmation") or {}
+    if confirmation.get("status") in ("confirmed", "disqualified"):
+        lines.append("  " + _confirmation_line(confirmation))
+    guidance = summary.get("guidance") or []
+    if guidance:
+        lines.append("  guidance that led to the best candidate:")
+        for step in guidance:
+            lines.append(
+                f"    node {step.get('node_id')}: " + "; ".join(step.get("guidance") or [])
+            )
+    wall = summary.get("wall_s")
+    if isinstance(wall, Mapping) and wall:
+        lines.append("  wall: " + ", ".join(f"{k} {float(v):.1f} s" for k, v in wall.items()))
+    if summary.get("run_dir"):
+        resumed = " (resumed)" if summary.get("resumed") else ""
+        lines.append(
+            f"  run folder: {summary['run_dir']}{resumed}; `kernelpro show {summary['run_dir']}`"
+        )
+    return "\n".join(lines)
+
+
+def _cost_line(cost: Mapping[str, Any]) -> str:
+    """What the final re-measurement cost (`optimize/sandbox/remeasure.py` RemeasureResult.cost)."""
+    plan = cost.get("plan") or {}
+    text = (
+        f"re-measurement: {float(cost.get('wall_s') or 0):.1f} s (workers ready after "
+        f"{float(cost.get('start_s') or 0):.1f} s, {cost.get('rounds', 0)} rounds in "
+        f"{float(cost.get('rounds_s') or 0):.1f} s"
+    )
+    if plan.get("budget_s"):
+        text += f" for a {float(plan['budget_s']):g} s timing budget"
+    text += ")"
+    samples = cost.get("samples") or {}
+    if samples:
+        text += "; samples: " + ", ".join(f"{k} {v}" for k, v in samples.items())
+    if cost.get("stopped"):
+        text += f"; {cost['stopped']}"
+    return text
+
+
+def _confirmation_line(conf: Mapping[str, Any]) -> str:
+    """The winner's confirmation (`optimize/sandbox/confirm.py`) in one line."""
+    text = f"winner {conf.get('status')}"
+    fresh, claimed = conf.get("median_s"), conf.get("claimed_median_s")
+    if isinstance(fresh, (int, float)) and isinstance(claimed, (int, float)) and claimed > 0:
+        text += (
+            f": re-timed in a fresh process at {fresh * 1e6:.4g} µs, {fresh / claimed:.2f}x "
+            f"the search's {claimed * 1e6:.4g} µs (tolerance {conf.get('tolerance')}x)"
+        )
+    ncu = conf.get("ncu_gpu_time_s")
+    if isinstance(ncu, (int, float)):
+        text += f"; ncu's kernels {ncu * 1e6:.4g} µs per call"
+    if conf.get("status") == "disqualified":
+        text += f"; {conf.get('reason')}"
+    return text
+
+
+def terminal_section(records: Sequence[KernelRecord], write_line: Callable[[str], None]) -> bool:
+    """Write the "kernelpro optimize" section's body; False when no kernel was optimized."""
+    wrote = False
+    for record in records:
+        summary = summary_of(record)
+        if summary is None:
+            continue
+        write_line(f"{record.name}{' (interrupted)' if summary.get('interrupted') else ''}")
+        for line in render_optimize_text(summary).splitlines():
+            write_line("  " + line)
+        wrote = True
+    return wrote
+
+
+def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str]) -> list[str]:
+    """The PR comment's optimize table; every string from the report goes through `cell`
+    (the comment's escaping: `gate.comment.literal_text`); [] when no kernel was optimized."""
+    rows = []
+    for record in records:
+        summary = summary_of(record)
+        if summary is None:
+            continue
+        best = (summary.get("candidates") or [{}])[0] if summary.get("candidates") else {}
+        current = summary.get("current") or {}
+        status = str(summary.get("status", "")) + (
+            " (interrupted)" if summary.get("interrupted") else ""
+        )
+        # Strings from the report go through `cell` (they may be hostile); the numbers are
+        # formatted here.
+        cells = (
+            cell(record.name),
+            cell(status),
+            _x(best.get("speedup_vs_current")),
+            _x(best.get("speedup_vs_reference")),
+            f"{_pct(current.get('efficiency'))} → {_pct(best.get('efficiency_after'))}",
+            cell(_one_line(best.get("strategy") or "-", 80)),
+            f"{int(summary.get('evaluations') or 0)} ({cell(_outcomes(summary))})",
+            cell(_patch_name(summary.get("best_patch"))),
+        )
+        rows.append("| " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return [
+        "#### kernelpro optimize",
+        "",
+        "| Kernel | Search | Best vs current | vs reference | Roofline before → after | "
+        "Strategy | Evaluations | Patch |",
+        "|---|---|---:|---:|---|---|---|---|",
+        *rows,
+        "",
+        "Speedups are single measurements of the search in the sandbox. Apply a patch with "
+        "`git apply` from the repository root (it is in the run's artifact).",
+        "",
+    ]
+
+
+def junit_optimize_properties(record: KernelRecord) -> list[tuple[str, Any]]:
+    """(name suffix, value) pairs of the search for `gate.junit`."""
+    summary = summary_of(record)
+    if summary is None:
+        return []
+    best = (summary.get("candidates") or [{}])[0] if summary.get("candidates") else {}
+    return [
+        ("optimize.status", summary.get("status")),
+        ("optimize.interrupted", "true" if summary.get("interrupted") else None),
+        ("optimize.evaluations", summary.get("evaluations")),
+        ("optimize.best_node", best.get("node_id")),
+        ("optimize.best_speedup_vs_current", best.get("speedup_vs_current")),
+        ("optimize.best_speedup_vs_reference", best.get("speedup_vs_reference")),
+        ("optimize.efficiency_before", (summary.get("current") or {}).get("efficiency")),
+        ("optimize.efficiency_after", best.get("efficiency_after")),
+        ("optimize.strategy", best.get("strategy") or None),
+        ("optimize.best_patch", summary.get("best_patch")),
+        ("optimize.run_dir", summary.get("run_dir")),
+    ]
+
+
+def _text(value: Any) -> str:
+    # Candidate and model text reaches the terminal, the PR comment and JUnit from here.
+    return "-" if value is None else safe_text(str(value))
+
+
+def _patch_name(path: Any) -> str:
+    if not path:
+        return "-"
+    parts = str(path).replace("\\", "/").split("/")
+    return "/".join(parts[-4:])  # kernel/run/patches/best.patch: enough to find it
+
+
+def _one_line(text: Any, limit: int) -> str:
+    line = " ".join(safe_text(str(text)).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -89,7 +89,7 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     if record.environment:
         add("environment", json.dumps(record.environment.to_dict(), separators=(",", ":")))
     add("guidance", record.guidance)
-    from pytest_kernelpro.gate.optimize_table import junit_optimize_properties
+    from pytest_kernelpro.gate.format import junit_optimize_properties
 
     for key, value in junit_optimize_properties(record):
         add(key, value)

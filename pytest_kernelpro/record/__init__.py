@@ -2,8 +2,8 @@
 
 `kernel.py` holds the record, `parts.py` the parts (correctness, timing, roofline, verdict,
 profile, autotune, environment) and their one conversion to and from the JSON form. The record imports nothing of
-the package above it; the texts made from a record are `gate/`'s (item_section.py,
-format.py (terminal_row), comment.py, ...).
+the package above it; the texts made from a record are `gate/`'s (format.py:
+`item_section`, `terminal_row`; comment.py, ...).
 """
 
 from pytest_kernelpro.record.kernel import PARTS, RECORD_PROPERTY, SCHEMA_VERSION, KernelRecord

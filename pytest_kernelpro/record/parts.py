@@ -267,10 +267,10 @@ class VerdictPart(Part):
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     # The autotune choices compared with the baseline's and what the gate did about a
-    # difference (`gate.autotune_gate.AutotuneComparison.to_dict`), and that in words:
+    # difference (`gate.confirmation.AutotuneComparison.to_dict`), and that in words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None
-    # The code-changing versions that differ from the baseline's (`gate.environment`):
+    # The code-changing versions that differ from the baseline's (`gate.confirmation`):
     environment_change: dict[str, Any] | None = None
     environment_note: str | None = None
     failed: bool | None = None

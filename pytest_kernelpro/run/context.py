@@ -1,4 +1,5 @@
-"""What one kernel item's run is given: its resolved settings and its profiling setup.
+"""What one kernel item's run knows and is bound by: its resolved settings, its profiling setup,
+its time limit, and what its process chose and ran with.
 
 `ItemSettings.resolve` decides, once per item, every setting a marker can override, with the
 one precedence of the project: marker > command line > `KERNELPRO_*` environment > ini >
@@ -18,15 +19,54 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 `Profiling` is the profile stage's setup: the session's builds (`SessionCapture`), the
 profiler's time limit, the budget of automatic regression profiles. `Services` is what the optimizer's one seam
 (`optimize.loop.item.optimize_item`) uses of the session; the other stages get values.
+
+**The time limit** (`item_time_limit`), in two layers, because a hang can happen in two places:
+
+- Python code (a kernel stuck in a loop, a `time.sleep`, a wait that returns to the
+  interpreter): `SIGALRM` at the limit raises `ItemTimeout` in the main thread; the item fails
+  with a message naming the limit and where it came from, and the session goes on.
+  `ItemTimeout` derives from BaseException so the `except Exception` blocks that turn a kernel's
+  error into a failed check do not swallow it.
+- Native code that never returns to the interpreter (a GPU kernel spinning forever while the
+  host waits in `cudaDeviceSynchronize`): no signal handler can run there. A watchdog thread
+  waits `WATCHDOG_GRACE_S` more, then appends the item's failed record to the records log,
+  writes the JSON report of what finished, says why on stderr and ends the process. The
+  session is lost from that item on, but every finished record is kept and the gate fails;
+  `--kernelpro-isolate` runs each item in its own process, where only that item is lost.
+
+**What the item's process chose** (its autotune picks, the library settings that choose
+algorithms, the versions that change generated code): the capture
+(`measure.autotune.AutotuneCapture`) watches the correctness trials, where an autotuner tunes at
+its first call, and reads what the timing tuned afterwards; the record's `autotune` and
+`environment` parts are set from it (`record_process_facts`). In the fresh process that
+confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
+kernel's first call (`run.item_runner.remeasure_only` is that process's timing-only run).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.autotune import (
+    AutotuneCapture,
+    Pin,
+    library_choices,
+    load_triton_if_used,
+)
+from pytest_kernelpro.record import AutotunePart, EnvironmentPart
+
 if TYPE_CHECKING:
+    import pytest
+
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem, ProblemLocator
@@ -37,6 +77,9 @@ T = TypeVar("T")
 
 MARKER = "marker"
 TOLERANCE_BY_DTYPE = "built-in: by the reference output's dtype (measure/correctness.py)"
+
+WATCHDOG_GRACE_S = 30.0  # after the limit, how long native code may still take to return
+WATCHDOG_EXIT_STATUS = 3  # pytest's "internal error" status: the session did not finish
 
 
 @dataclass(frozen=True)
@@ -207,3 +250,119 @@ class Services(Protocol):
         self, kernel: str, budget: str, max_evaluations: int | None
     ) -> SearchProgress:
         """The optimize stage's live progress display (on pytest's terminal)."""
+
+
+# The item's time limit (module docstring).
+
+
+class ItemTimeout(BaseException):  # noqa: N818 - reads as what happened, like TimeoutError
+    """Raised in the main thread when a kernel item runs past its time limit."""
+
+
+def timeout_message(name: str, seconds: float, source: str, phase: str) -> str:
+    return (
+        f"{name} ran past the item time limit of {seconds:g} s ({source}) while {phase}; "
+        "a hanging or very slow kernel. Raise the limit with --kernelpro-item-timeout=SECONDS "
+        "(ini kernelpro_item_timeout) if it is only slow"
+    )
+
+
+@contextlib.contextmanager
+def item_time_limit(
+    seconds: float | None,
+    message: Callable[[], str],
+    on_native_hang: Callable[[str], None],
+) -> Iterator[None]:
+    """Limit the block to `seconds` (None: no limit); see the module docstring.
+
+    `message()` gives the failure text at the moment the limit fires (it names the phase);
+    `on_native_hang(text)` runs in the watchdog thread before the process exits.
+    """
+    usable = (
+        seconds is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+    assert seconds is not None
+    done = threading.Event()
+
+    def on_alarm(signum: int, frame: object) -> None:
+        if done.is_set():  # the block already ended: an alarm in flight is not a timeout
+            return
+        raise ItemTimeout(message())
+
+    def watchdog() -> None:
+        if done.wait(seconds + WATCHDOG_GRACE_S):
+            return
+        text = (
+            message()
+            + f". It did not return within {WATCHDOG_GRACE_S:g} s more (stuck in native code, "
+            "e.g. a GPU kernel that never finishes), so the pytest process ends here; finished "
+            "records are in the records log. Run with --kernelpro-isolate to lose only this item"
+        )
+        try:
+            on_native_hang(text)
+        finally:
+            sys.stderr.write(f"\nkernelpro: {text}\n")
+            sys.stderr.flush()
+            os._exit(WATCHDOG_EXIT_STATUS)
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    thread = threading.Thread(target=watchdog, name="kernelpro-item-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        # Nested, because the alarm can fire here, as the block ends at its limit: its
+        # ItemTimeout must not skip `done.set()`, or the watchdog would later end a process
+        # whose item had already finished.
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            try:
+                signal.signal(signal.SIGALRM, previous)
+            finally:
+                done.set()
+
+
+# What the item's process chose and ran with (module docstring).
+
+
+def extra_autotuners(config: pytest.Config) -> list[type]:
+    """Autotuner classes a conftest names (`pytest_kernelpro_autotuners`)."""
+    found: list[type] = []
+    for contributed in config.hook.pytest_kernelpro_autotuners():
+        found.extend(c for c in contributed or () if isinstance(c, type))
+    return found
+
+
+def read_pins(path: Any) -> list[Pin]:
+    """The pins file of a re-measuring child: a JSON list of recorded choices."""
+    try:
+        data = json.loads(open(path, encoding="utf-8").read())  # noqa: SIM115
+    except (OSError, ValueError) as exc:
+        raise KernelproError(f"cannot read the autotune pins {path}: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
+        raise KernelproError(f"the autotune pins {path} are not a JSON list of choices")
+    return [Pin.from_choice(c) for c in data]
+
+
+def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture:
+    """The item's capture: the pins of a re-measuring child (`pins_path`), none otherwise;
+    `classes` are the autotuners a conftest adds."""
+    load_triton_if_used(run.problem.language)
+    pins = read_pins(pins_path) if pins_path is not None else []
+    return AutotuneCapture(pins=pins, classes=classes)
+
+
+def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
+    """The record's autotune choices, library settings and code-changing versions."""
+    from pytest_kernelpro.measure.environment import code_versions
+
+    record = run.record
+    record.autotune = AutotunePart.from_dict({**capture.to_dict(), "library": library_choices()})
+    record.environment = EnvironmentPart.from_dict(code_versions(record.device_kind))

@@ -433,7 +433,7 @@ def is_within(child: Path, parent: Path) -> bool:
 
 
 # -- end-of-session outputs: the JSON report, the baseline, the history, the terminal table
-# (its texts: `gate/format.py`, `gate/render_session.py`, `gate/optimize_table.py`) --
+# (its texts: `gate/format.py`, `gate/render_session.py`) --
 
 
 def write_session_outputs(kp: KernelproSession) -> None:
@@ -512,7 +512,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
             "\n"
         )
     )
-    from pytest_kernelpro.gate.optimize_table import summary_of, terminal_section
+    from pytest_kernelpro.gate.format import summary_of, terminal_section
 
     if any(summary_of(r) is not None for r in kp.records):
         terminalreporter.write_sep("=", "kernelpro optimize")

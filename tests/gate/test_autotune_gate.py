@@ -1,4 +1,4 @@
-"""Autotune picks and versions on the gate (gate/autotune_gate.py, gate/environment.py), the
+"""Autotune picks and versions on the gate (gate/confirmation.py), the
 baseline entry that keeps them, and the texts that carry them (table, comment, JUnit)."""
 
 from __future__ import annotations
@@ -8,19 +8,19 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.gate.autotune_gate import (
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
+from pytest_kernelpro.gate.comment import render_comment
+from pytest_kernelpro.gate.confirmation import (
     FAIL,
     PIN,
     WARN,
     Remeasurement,
     compare_choices,
+    name_environment,
     note_picks,
     settle,
+    version_changes,
 )
-from pytest_kernelpro.gate.baseline import load_baseline, save_baseline
-from pytest_kernelpro.gate.baseline_entry import BaselineEntry, parse_entry
-from pytest_kernelpro.gate.comment import render_comment
-from pytest_kernelpro.gate.environment import name_environment, version_changes
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.report import build_report, render_terminal_table
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, Verdict
@@ -265,7 +265,7 @@ def test_a_note_from_the_artifact_is_literal_text_in_the_comment() -> None:
 
 
 def test_the_item_section_lists_the_choices() -> None:
-    from pytest_kernelpro.gate.item_section import item_section
+    from pytest_kernelpro.gate.format import item_section
 
     text = item_section(_record())
     assert (

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
-from pytest_kernelpro.gate.baseline_entry import parse_entry
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.cpu_anchor import (
     BUSY_TOLERANCE,

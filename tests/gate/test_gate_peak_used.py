@@ -14,8 +14,7 @@ import pytest
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
 from pytest_kernelpro.gate.comment import comment_details, comment_row
-from pytest_kernelpro.gate.format import terminal_row
-from pytest_kernelpro.gate.item_section import item_section
+from pytest_kernelpro.gate.format import item_section, terminal_row
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.verdict import compare
 from pytest_kernelpro.measure.ceilings import Ceilings

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.gate.item_section import item_section  # noqa: E402
+from pytest_kernelpro.gate.format import item_section  # noqa: E402
 from pytest_kernelpro.measure.correctness import check_correctness  # noqa: E402
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord  # noqa: E402
 

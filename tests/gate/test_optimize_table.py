@@ -1,11 +1,11 @@
-"""gate/optimize_table.py: the search summary in the item section, the PR comment's optimize
+"""gate/format.py: the search summary in the item section, the PR comment's optimize
 table (every string escaped) and the JUnit properties."""
 
 from __future__ import annotations
 
 from pytest_kernelpro.gate.comment import render_comment
+from pytest_kernelpro.gate.format import render_optimize_text
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.optimize_table import render_optimize_text
 from pytest_kernelpro.record import KernelRecord
 
 SUMMARY = {

@@ -232,7 +232,7 @@ def test_an_alarm_as_the_item_ends_does_not_leave_the_watchdog_armed(
     """The limit's alarm can fire inside the block's cleanup (an item that ends right at its
     limit): the ItemTimeout then raised there must still disarm the watchdog, which would
     otherwise end this process WATCHDOG_GRACE_S later."""
-    from pytest_kernelpro.run import limits
+    from pytest_kernelpro.run import context as limits
 
     exits: list[int] = []
     monkeypatch.setattr(limits, "WATCHDOG_GRACE_S", 0.2)

@@ -164,10 +164,10 @@ def test_the_trajectory_and_the_llm_record_and_the_prompt_are_safe() -> None:
 
 
 def test_the_optimize_table_of_the_terminal_and_the_comment_is_safe() -> None:
-    from pytest_kernelpro.gate import optimize_table
+    from pytest_kernelpro.gate import format as optimize_texts
 
     key = KEYS["github token"]
-    assert optimize_table._one_line(f"\x1b[2J=== 14 passed ===\r{key}", 200) == (
+    assert optimize_texts._one_line(f"\x1b[2J=== 14 passed ===\r{key}", 200) == (
         "=== 14 passed ===[redacted: github token]"
     )
-    assert "\x1b" not in optimize_table._text("\x1b[31mred")
+    assert "\x1b" not in optimize_texts._text("\x1b[31mred")

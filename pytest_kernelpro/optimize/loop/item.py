@@ -101,7 +101,7 @@ def optimize_item(run: ItemRun, services: Services) -> None:
 
 
 def _attach(record: KernelRecord, summary: dict[str, Any]) -> None:
-    from pytest_kernelpro.gate.optimize_table import render_optimize_text
+    from pytest_kernelpro.gate.format import render_optimize_text
 
     record.extra["optimize"] = summary
     record.extra["optimize_text"] = render_optimize_text(summary)
