@@ -8,7 +8,10 @@ from its run protocol to its end, and counts what that item's code crosses:
 - stops: how many times the call path moves from one package file to another;
 - returns: stops that come back to a file the path had already left;
 - orchestrators: files with a function that itself calls functions of 3 or more other
-  package files on this path (the files that sequence the stages, as opposed to the stages).
+  package files on this path (the files that sequence the stages, as opposed to the stages);
+
+and, for the session as a whole, how many of the package's modules it imported (and whether
+any is the optimizer's), and the package's modules and lines per part.
 
 Usage (from the repository root, the package importable):
     python bench/item_path.py [--project example_repo] [--select test_kernels.py] [--json OUT]
@@ -102,6 +105,19 @@ class PathTracer:
         }
 
 
+def package_sizes(package: Path) -> dict[str, dict[str, int]]:
+    """Modules and lines per top-level part of the package (`.` for the top-level files)."""
+    sizes: dict[str, dict[str, int]] = defaultdict(lambda: {"modules": 0, "lines": 0})
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package).parts
+        part = parts[0] if len(parts) > 1 else "."
+        sizes[part]["modules"] += 1
+        sizes[part]["lines"] += len(path.read_text(encoding="utf-8").splitlines())
+    total = {"modules": sum(v["modules"] for v in sizes.values())}
+    total["lines"] = sum(v["lines"] for v in sizes.values())
+    return {**dict(sorted(sizes.items())), "total": total}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--project", default="example_repo")
@@ -122,6 +138,13 @@ def main() -> int:
         )
     result = tracer.summary()
     result["pytest_exit"] = int(rc)
+    package = Path(pytest_kernelpro.__file__).resolve().parent
+    imported = sorted(n for n in sys.modules if n.split(".")[0] == "pytest_kernelpro")
+    result["modules_imported_by_the_check_session"] = len(imported)
+    result["optimizer_modules_imported"] = [
+        n for n in imported if n.startswith("pytest_kernelpro.optimize")
+    ]
+    result["package"] = package_sizes(package)
     text = json.dumps(result, indent=1)
     print(text)
     if args.json:
