@@ -22,15 +22,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from pytest_kernelpro.measure import accuracy as accuracy_module  # noqa: E402
 from pytest_kernelpro.measure import tolerance as tolerance_module  # noqa: E402
-from pytest_kernelpro.measure import truth as truth_module  # noqa: E402
-from pytest_kernelpro.measure.accuracy import FACTOR, CorrectnessRule  # noqa: E402
+from pytest_kernelpro.measure.accuracy import FACTOR, CorrectnessRule, run_truth  # noqa: E402
 from pytest_kernelpro.measure.correctness import (  # noqa: E402
     check_correctness,
     recheck_after_timing,
 )
 from pytest_kernelpro.measure.tolerance import default_tolerance  # noqa: E402
-from pytest_kernelpro.measure.truth import run_truth  # noqa: E402
 
 TRUTH_RULE = "within 8x the reference's own error against its float64 re-run"
 COLUMNS = 393_216  # 23_Softmax's dim
@@ -39,7 +38,7 @@ COLUMNS = 393_216  # 23_Softmax's dim
 @pytest.fixture
 def no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     """No higher-precision re-run fits the time budget: the dtype tolerances decide."""
-    monkeypatch.setattr(truth_module, "TIME_BUDGET_S", -1.0)
+    monkeypatch.setattr(accuracy_module, "TIME_BUDGET_S", -1.0)
 
 
 def softmax_inputs(seed: int) -> tuple[Any, ...]:

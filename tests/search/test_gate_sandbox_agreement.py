@@ -31,7 +31,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import tolerance, truth  # noqa: E402
+from pytest_kernelpro.measure import accuracy, tolerance  # noqa: E402
 from pytest_kernelpro.measure.correctness import check_correctness  # noqa: E402
 from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
@@ -130,7 +130,7 @@ def _assert_agree(reference_src: str, out: float, expected: bool, tmp_path: Path
 @pytest.fixture
 def no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     """No higher-precision re-run fits the time budget: the dtype tolerances decide."""
-    monkeypatch.setattr(truth, "TIME_BUDGET_S", -1.0)
+    monkeypatch.setattr(accuracy, "TIME_BUDGET_S", -1.0)
 
 
 @pytest.mark.parametrize(
