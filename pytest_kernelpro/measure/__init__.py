@@ -9,9 +9,9 @@
 - `stats.py`: the statistics of a set of samples (median, bootstrap CI);
 - `cpuload.py`: the CPU's load and the thread policy for CPU kernels;
 - `clocks.py`: NVML clocks and throttle reasons while a GPU kernel is timed;
-- `devices.py`: the datasheet table of GPUs; `ceilings.py`, `ceiling_probes.py`: the measured
-  ceilings (bandwidth, FLOP/s per precision) of this machine; `calibrate.py`: the
-  `kernelpro calibrate` command;
+- `devices.py`: the datasheet table of GPUs; `ceilings.py`: the measured ceilings
+  (bandwidth, FLOP/s per precision) of this machine, their probes and when to trust them;
+  `calibrate.py`: the `kernelpro calibrate` command;
 - `flops.py`, `op_recorder.py`: the reference's FLOPs and bytes, op by op;
   `roofline.py`: the roofline of the reference and a kernel's share of it;
 - `gpu_memory.py`: an item's GPU memory against its footprint.

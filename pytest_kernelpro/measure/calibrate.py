@@ -174,7 +174,7 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         )
         return 1
     if ceilings.device_type == "cpu":
-        from pytest_kernelpro.measure.ceiling_trust import reprobe_summary
+        from pytest_kernelpro.measure.ceilings import reprobe_summary
 
         trust = ceilings.trust_reason()
         if int(ceilings.details.get("reprobes") or 0):

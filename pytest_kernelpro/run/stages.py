@@ -227,7 +227,7 @@ def roofline(
     """The reference's FLOPs and bytes on the device's `ceilings`: the roofline and the
     kernel's share of it (`reprobe_ceilings(why)` measures them again, once a kernel beats
     untrusted ones)."""
-    from pytest_kernelpro.measure.ceiling_trust import exceedance_note, exceeds_every_ceiling
+    from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
     from pytest_kernelpro.measure.impossible import impossible_failure
     from pytest_kernelpro.measure.peak_paths import record_pricing
     from pytest_kernelpro.measure.roofline import analyze_reference
@@ -261,7 +261,7 @@ def roofline(
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
     if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
         # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
-        # have lowered (measure/ceiling_trust.py), then price the kernel again on them.
+        # have lowered (measure/ceilings.py), then price the kernel again on them.
         ceilings = reprobe_ceilings(f"{run.name} exceeded them")
         if ceilings.trusted:
             analysis = analyze(ceilings)

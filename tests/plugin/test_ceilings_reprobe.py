@@ -1,5 +1,5 @@
 """A CPU kernel faster than its cached ceilings allow: the ceilings are re-probed before the
-kernel's FLOP count is blamed (measure/ceiling_trust.py), the best of both kept and cached,
+kernel's FLOP count is blamed (measure/ceilings.py), the best of both kept and cached,
 and the record says whether the ceilings behind the verdict are trusted (`Ceilings.trusted`,
 what the impossible-time rule may use)."""
 
