@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_kernelpro.measure.peak_paths import SHORT_UNIT
+from pytest_kernelpro.measure.roofline import SHORT_UNIT
 from pytest_kernelpro.record import KernelRecord
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -147,7 +147,7 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
 
 def peak_used_words(record: KernelRecord) -> str | None:
     """ "3xTF32, inferred" / "above every ceiling" when the kernel ran faster than its
-    op-level peak allows (`measure.peak_paths`), from our own words only."""
+    op-level peak allows (`measure.roofline.price_measured`), from our own words only."""
     used = record.peak_used
     if not isinstance(used, Mapping) or not used.get("note"):
         return None

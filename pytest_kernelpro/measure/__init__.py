@@ -13,6 +13,6 @@
   (bandwidth, FLOP/s per precision) of this machine, their probes and when to trust them;
   `calibrate.py`: the `kernelpro calibrate` command;
 - `flops.py`, `op_recorder.py`: the reference's FLOPs and bytes, op by op;
-  `roofline.py`: the roofline of the reference and a kernel's share of it;
+  `roofline.py`: the roofline of the reference, a kernel's share of it and an impossible time;
 - `gpu_memory.py`: an item's GPU memory against its footprint.
 """

@@ -24,7 +24,7 @@ a ceiling is an upper bound on what a kernel can reach: other work on the machin
 makes a probe slower, never faster. So whenever the CPU's ceilings are measured again for the
 same machine, torch version and thread count, each one keeps the best of the old and the new
 probe (`best_of`), and a kernel that ran faster than a ceiling allows (beyond the
-`peak_paths.CEILING_MARGIN`) first has the ceilings re-probed (`reprobe`) before anything is
+`roofline.CEILING_MARGIN`) first has the ceilings re-probed (`reprobe`) before anything is
 blamed: on the project's busy 2-core VM, honest kernels read 109-319% of rooflines whose
 ceilings had been measured under load, and the message named their FLOP count.
 
@@ -800,6 +800,6 @@ def exceedance_note(ceilings: Ceilings) -> str:
 
 
 def exceeds_every_ceiling(peak_used: Any) -> bool:
-    """True when a record's pricing (`peak_paths.record_pricing`'s peak_used) found its rate
+    """True when a record's pricing (`roofline.record_pricing`'s peak_used) found its rate
     above every ceiling."""
     return isinstance(peak_used, dict) and bool(peak_used.get("problem"))

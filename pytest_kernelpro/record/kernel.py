@@ -59,7 +59,7 @@ class KernelRecord:
     efficiency: float | None = None  # roofline time / measured median, 0..1 (can exceed 1)
     # Set when the kernel ran faster than the roofline's op-level peak allows: the peak its
     # rate implies (efficiency is priced at it) or why it stays above 100%
-    # (`measure.peak_paths.MeasuredPeak.to_dict`); None when the op-level peak holds.
+    # (`measure.roofline.MeasuredPeak.to_dict`); None when the op-level peak holds.
     peak_used: dict[str, Any] | None = None
     threshold: float = 0.05
     min_roofline: float | None = None

@@ -228,9 +228,11 @@ def roofline(
     kernel's share of it (`reprobe_ceilings(why)` measures them again, once a kernel beats
     untrusted ones)."""
     from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
-    from pytest_kernelpro.measure.impossible import impossible_failure
-    from pytest_kernelpro.measure.peak_paths import record_pricing
-    from pytest_kernelpro.measure.roofline import analyze_reference
+    from pytest_kernelpro.measure.roofline import (
+        analyze_reference,
+        impossible_failure,
+        record_pricing,
+    )
 
     problem, record = run.problem, run.record
 
@@ -257,7 +259,7 @@ def roofline(
     analysis = analyze(ceilings)
     record.roofline = RooflinePart.from_dict(analysis.to_dict())
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
-    # (measure/peak_paths.py); the roofline part keeps the op-level rule's numbers.
+    # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
     if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
         # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
@@ -346,7 +348,7 @@ def gate(
     from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
     from pytest_kernelpro.gate.environment import name_environment
     from pytest_kernelpro.gate.verdict import compare
-    from pytest_kernelpro.measure.peak_paths import kernel_efficiency
+    from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     record = run.record
     cross_cpu = config.cpu_cross_device
