@@ -182,7 +182,7 @@ class TimingPart(Part):
     rounds: int | None = None
     budget: dict[str, Any] | None = None
     threads: int | None = None
-    cpu_load: dict[str, Any] | None = None  # measure.cpuload.CpuLoad.to_dict()
+    cpu_load: dict[str, Any] | None = None  # measure.timing.cpu.CpuLoad.to_dict()
     flush_reason: str | None = None
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()

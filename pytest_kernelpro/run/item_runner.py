@@ -168,11 +168,11 @@ def _cpu_threads(
 
 @contextlib.contextmanager
 def cpu_thread_policy(requested: int) -> Iterator[int]:
-    """Run a CPU kernel item with the thread policy's torch thread count (measure.cpuload),
+    """Run a CPU kernel item with the thread policy's torch thread count (measure.timing.cpu),
     restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
     import torch
 
-    from pytest_kernelpro.measure.cpuload import policy_threads
+    from pytest_kernelpro.measure.timing.cpu import policy_threads
 
     before = torch.get_num_threads()
     threads = policy_threads(requested)

@@ -105,7 +105,7 @@ class TimingResult:
     rounds: int = 0
     budget: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None  # CPU: torch intra-op threads while timing
-    cpu_load: dict[str, Any] | None = None  # CPU: cpuload.CpuLoad.to_dict() of the sampling
+    cpu_load: dict[str, Any] | None = None  # CPU: cpu.CpuLoad.to_dict() of the sampling
     flush_reason: str = ""  # CPU: why the cache was (not) flushed
     budget_note: str = ""  # CPU: why the time budget could not be honoured ("" when it was)
     anchor: dict[str, Any] | None = None  # GPU: the anchor's pairs (anchor.py), when anchored
