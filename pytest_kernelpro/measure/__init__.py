@@ -4,10 +4,10 @@
   timing; `tolerance.py`: tolerances by dtype, the TF32/bf16 relaxation and its detection;
   `compare.py`: output comparison and its verdict. The optimizer's sandbox decides with
   these too (`optimize/sandbox/measurement.py`), so the gate and the search cannot disagree;
-- `timing/`: one timer interface (`timing.time_kernel`), with the budget and the adaptive
-  rounds (`budget.py`), the CPU timer with its anchor, the CPU's load and the thread policy
-  for CPU kernels (`cpu.py`), and the CUDA timer (`cuda.py`);
-- `stats.py`: the statistics of a set of samples (median, bootstrap CI);
+- `timing/`: one timer interface (`timing.time_kernel`), with the budget, the adaptive
+  rounds and the statistics of their samples (`budget.py`), the CPU timer with its anchor,
+  the CPU's load and the thread policy for CPU kernels (`cpu.py`), and the CUDA timer
+  (`cuda.py`);
 - `clocks.py`: NVML clocks and throttle reasons while a GPU kernel is timed;
 - `devices.py`: the datasheet table of GPUs; `ceilings.py`: the measured ceilings
   (bandwidth, FLOP/s per precision) of this machine, their probes and when to trust them;

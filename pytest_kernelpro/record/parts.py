@@ -142,7 +142,7 @@ class CorrectnessPart(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class StatsPart(Part):
-    """Statistics of the timing samples (`measure.stats.SampleStats`)."""
+    """Statistics of the timing samples (`measure.timing.budget.SampleStats`)."""
 
     n: int | None = None
     median_s: float | None = None
