@@ -73,7 +73,7 @@ class KernelRecord:
     # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
     # What the item's autotuned kernels chose in its process, and the library settings that
-    # choose algorithms (measure/autotune.py); None when not captured.
+    # choose algorithms (measure/environment.py); None when not captured.
     autotune: AutotunePart | None = None
     # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None

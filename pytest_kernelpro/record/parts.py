@@ -292,9 +292,9 @@ class ProfilePart(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class AutotunePart(Part):
-    """What the item's autotuned kernels chose in its process (`measure.autotune.
+    """What the item's autotuned kernels chose in its process (`measure.environment.
     AutotuneCapture.to_dict`) and the library settings that choose algorithms
-    (`measure.autotune.library_choices`)."""
+    (`measure.environment.library_choices`)."""
 
     SEQUENCES: ClassVar[tuple[str, ...]] = ("choices", "pinned", "pin_problems")
 

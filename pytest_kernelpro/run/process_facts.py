@@ -2,7 +2,7 @@
 choose algorithms, the versions that change generated code; and the timing-only run of the
 fresh process that confirms a regression (`fresh_process.py`).
 
-The capture (`measure.autotune.AutotuneCapture`) watches the correctness trials, where an
+The capture (`measure.environment.AutotuneCapture`) watches the correctness trials, where an
 autotuner tunes at its first call, and reads what the timing tuned afterwards; the record's
 `autotune` and `environment` parts are set from it (`record_process_facts`). In the fresh
 process the baseline's choices are pinned before the kernel's first call.
@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.autotune import (
+from pytest_kernelpro.measure.environment import (
     AutotuneCapture,
     Pin,
+    code_versions,
     library_choices,
     load_triton_if_used,
 )
@@ -59,8 +60,6 @@ def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> Autot
 
 def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
     """The record's autotune choices, library settings and code-changing versions."""
-    from pytest_kernelpro.measure.environment import code_versions
-
     record = run.record
     record.autotune = AutotunePart.from_dict({**capture.to_dict(), "library": library_choices()})
     record.environment = EnvironmentPart.from_dict(code_versions(record.device_kind))
