@@ -12,7 +12,7 @@
 - `devices.py`: the datasheet table of GPUs; `ceilings.py`: the measured ceilings
   (bandwidth, FLOP/s per precision) of this machine, their probes and when to trust them;
   `calibrate.py`: the `kernelpro calibrate` command;
-- `flops.py`, `op_recorder.py`: the reference's FLOPs and bytes, op by op;
+- `flops.py`: the reference's FLOPs and bytes, op by op, and the recorder that prices them;
   `roofline.py`: the roofline of the reference, a kernel's share of it and an impossible time;
 - `gpu_memory.py`: an item's GPU memory against its footprint.
 """

@@ -60,17 +60,15 @@ from pytest_kernelpro.measure.flops import (
     TF32X3_KEY,
     TF32X3_MMAS,
     OpCost,
-    iter_tensors,
-    select_peak_key,
-    tensor_bytes,
-    tf32_flags,
-)
-from pytest_kernelpro.measure.op_recorder import (
     OpCostHook,
     aggregate,
+    iter_tensors,
     make_recorder,
     price_upcasts_at_io_dtype,
+    select_peak_key,
     storage_key,
+    tensor_bytes,
+    tf32_flags,
     view_key,
 )
 
