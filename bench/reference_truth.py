@@ -79,10 +79,14 @@ def _exact_answer(torch: Any, expected: Any, truth: Any) -> Any:
 def judge_problem(path: Path, device: str) -> dict[str, Any]:
     import torch
 
-    from pytest_kernelpro.measure.accuracy import CorrectnessRule, run_truth
+    from pytest_kernelpro.measure.accuracy import (
+        CorrectnessRule,
+        run_recording_precision,
+        run_truth,
+        tolerance_rule,
+    )
     from pytest_kernelpro.measure.compare import compare_outputs
     from pytest_kernelpro.measure.correctness import clone_inputs
-    from pytest_kernelpro.measure.tolerance import run_recording_precision, tolerance_rule
     from pytest_kernelpro.problem.kernelbench import problem_from_kernelbench
 
     row: dict[str, Any] = {"problem": path.stem, "level": int(path.parent.name[-1])}

@@ -1,7 +1,8 @@
 """What the gate measures of a kernel: correctness, time and its place on the roofline.
 
 - `correctness.py`: trials on fresh inputs with poisoned allocations, the re-check after
-  timing; `tolerance.py`: tolerances by dtype, the TF32/bf16 relaxation and its detection;
+  timing; `accuracy.py`: how close an output must be (tolerances by dtype, the TF32/bf16
+  relaxation and its detection, the float64 truth and the rule measured against it);
   `compare.py`: output comparison and its verdict. The optimizer's sandbox decides with
   these too (`optimize/sandbox/measurement.py`), so the gate and the search cannot disagree;
 - `timing/`: one timer interface (`timing.time_kernel`), with the budget, the adaptive
