@@ -118,3 +118,20 @@ def test_a_result_rewritten_past_the_kept_encoder_is_refused_by_the_parents_view
     assert cheat.status == "cheat", (cheat.status, cheat.reason)
     assert (cheat.reason or "").startswith("timing not believed: the worker claims its timing")
     assert honest.status == "correct", honest.reason
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known gap: the worker's progress markers are written from the candidate's own "
+    "process, so a candidate that also holds back its 'timing' marker leaves the parent no "
+    "window to hold a shrunk claim against; on a GPU the profile's ncu kernel time is the "
+    "cross-check (optimize/search/confirm), on the CPU there is none yet",
+)
+def test_a_shrunk_claim_with_its_timing_marker_held_back_is_refused() -> None:
+    reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
+    timing = {**TIMING, "timing": {**TIMING["timing"], "max_time_s": 0.6, "max_samples": 5000}}
+    task = KernelBenchTask(reference, name="softmax_linear", device="cpu", **timing)
+    cheat = SandboxEvaluator(task, LIMITS).evaluate(
+        Candidate((CHEATS / "hides_timing_phase.py").read_text(encoding="utf-8"))
+    )
+    assert cheat.status == "cheat", (cheat.status, cheat.reason)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -47,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.optimize.agents.feedback import check_feedback_mode
 from pytest_kernelpro.optimize.candidate_profile.child import combined_problem
+from pytest_kernelpro.optimize.sandbox.processes import kill_group
 
 if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
@@ -297,13 +297,6 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
         )
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _scrubbed_environment() -> dict[str, str]:
     """The sandbox's environment rules (no secrets), with this package importable."""
     from pytest_kernelpro.optimize.sandbox.evaluator import PACKAGE_ROOT, scrub_environment
@@ -460,7 +453,7 @@ class CandidateProfiler:
                 try:
                     code = proc.wait(timeout=self.timeout_s)
                 except subprocess.TimeoutExpired:
-                    _kill_group(proc)
+                    kill_group(proc)
                     proc.wait()
                     raise ProfileFailed(
                         f"profiling the candidate ran past its {self.timeout_s:.0f} s limit "
@@ -468,10 +461,10 @@ class CandidateProfiler:
                         isolation=where,
                     ) from None
                 except BaseException:
-                    _kill_group(proc)
+                    kill_group(proc)
                     proc.wait()
                     raise
-                _kill_group(proc)  # profiler children left behind (fallback)
+                kill_group(proc)  # profiler children left behind (fallback)
             if code != 0 or not output.exists():
                 lines = (workdir / "stderr.log").read_text(errors="replace").strip().splitlines()
                 # The sandbox's own setup line is not the reason.

@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.outside_view import (
@@ -392,31 +392,12 @@ class SandboxEvaluator:
         if handed is not None:  # a process started ahead for `workdir` ran it
             return handed
         limits = self.limits
-        env = self.environment(workdir)
-        wrapped = self.isolation.wrap(
-            command,
-            scratch=workdir,
-            writable=writable,
-            readable=[*self.readable_paths(), *readable],
-            python=limits.python,
-            file_limit_mb=limits.scratch_limit_mb,
-            env=env,
-        )
-        # If the process watching it dies (a Dask worker killed mid-search, a session killed
-        # with SIGKILL), the sandbox goes too instead of running on unwatched.
-        wrapped = [*die_with_parent(), *wrapped]
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1
         with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
-            proc = subprocess.Popen(
-                wrapped,
-                cwd=workdir,
-                env=env,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
+            proc = self.start_sandboxed(
+                command, workdir, writable, [*self.readable_paths(), *readable], out, err
             )
             marks: dict[str, Any] = {}
             try:
@@ -441,6 +422,40 @@ class SandboxEvaluator:
                 clear_stale_locks(self.extensions_dir, started)
         marks["cores"] = usable_cores(proc.pid) if marks else 1
         return ProcessRun(proc.returncode, killed, phase, peak_mb, wall, logs, marks)
+
+    def start_sandboxed(
+        self,
+        command: list[str],
+        workdir: Path,
+        writable: Sequence[Path],
+        readable: Sequence[Path],
+        stdout: IO[bytes],
+        stderr: IO[bytes],
+    ) -> subprocess.Popen[bytes]:
+        """Start `command` in the sandbox (scratch `workdir`; `writable` and `readable` shown
+        besides it) in its own process group, logging to `stdout` and `stderr`. The one
+        launch of the worker, the judge and the standbys: their views differ, nothing else."""
+        env = self.environment(workdir)
+        wrapped = self.isolation.wrap(
+            command,
+            scratch=workdir,
+            writable=writable,
+            readable=readable,
+            python=self.limits.python,
+            file_limit_mb=self.limits.scratch_limit_mb,
+            env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
+        )
+        # If the process watching it dies (a Dask worker killed mid-search, a session killed
+        # with SIGKILL), the sandbox goes too instead of running on unwatched.
+        return subprocess.Popen(
+            [*die_with_parent(), *wrapped],
+            cwd=workdir,
+            env=env,
+            stdout=stdout,
+            stderr=stderr,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def _watch(
         self,

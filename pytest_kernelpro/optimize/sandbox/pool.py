@@ -39,7 +39,6 @@ from typing import IO, TYPE_CHECKING, Any
 
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
-    die_with_parent,
     kill_group,
     log_tail,
     remove_tree,
@@ -164,28 +163,9 @@ class StandbyPool:
             str(workdir / READY),
         ]
         writable, readable = self._view(kind, workdir)
-        env = ev.environment(workdir)
-        wrapped = ev.isolation.wrap(
-            command,
-            scratch=workdir,
-            writable=writable,
-            readable=readable,
-            python=ev.limits.python,
-            file_limit_mb=ev.limits.scratch_limit_mb,
-            env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
-        )
-        wrapped = [*die_with_parent(), *wrapped]
         out = open(workdir / "stdout.log", "wb")  # noqa: SIM115 - closed with the standby
         err = open(workdir / "stderr.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            wrapped,
-            cwd=workdir,
-            env=env,
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = ev.start_sandboxed(command, workdir, writable, readable, out, err)
         self.started += 1
         return Standby(kind, proc, workdir, time.monotonic(), [out, err])
 
