@@ -188,7 +188,7 @@ class KernelproConfig:
     resume: bool = False  # --kernelpro-resume: continue the latest search of each kernel
     cpu_flush: str = "auto"
     clock_anchor: str = "on"  # GPU: "on" pairs a capped kernel's samples with the clock anchor
-    cpu_threads: int = 0  # 0: auto (measure.cpuload.policy_threads)
+    cpu_threads: int = 0  # 0: auto (measure.timing.cpu.policy_threads)
     cpu_cross_device: str = "info"
     sort: str = "status"
     history_dir: Path | None = None

@@ -86,7 +86,7 @@ def pytest_kernelpro_autotuners() -> list[type] | None:
     """Return autotuner classes that behave like Triton's `Autotuner` (`configs`, `keys`,
     `cache` of key -> chosen config, `best_config`, `run`), e.g. a library's own copy of it:
     their choices are recorded and compared with the baseline's like Triton's
-    (`measure/autotune.py`). Triton's own class needs no hook.
+    (`measure/environment.py`). Triton's own class needs no hook.
 
     Example (conftest.py)::
 

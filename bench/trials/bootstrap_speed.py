@@ -1,4 +1,4 @@
-"""Hand-written bootstrap CI of the median (measure/stats.py) against scipy.stats.bootstrap.
+"""Hand-written bootstrap CI of the median (measure/timing/budget.py) against scipy.stats.bootstrap.
 
 The adaptive timer computes the 95% percentile-bootstrap interval of the median after every
 sampling round (O(log n) times per kernel, up to n=5000 samples), so its cost is paid per
@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import scipy  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
-from pytest_kernelpro.measure.stats import bootstrap_median_ci  # noqa: E402
+from pytest_kernelpro.measure.timing.budget import bootstrap_median_ci  # noqa: E402
 
 
 def scipy_ci(x: np.ndarray) -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """CPU timing at 1 and 2 torch threads, with and without a CPU-heavy process beside it.
 
-Why the CPU thread policy (measure/cpuload.py) times with one thread by default. Run:
+Why the CPU thread policy (measure/timing/cpu.py) times with one thread by default. Run:
 `python bench/trials/cpu_threads.py [--out bench/results/raw/cpu-threads.json]`. Each case times a
 256x1024 fp32 softmax and a 256^3 matmul with the plugin's CPU timer (0.5 s budget) and
 records the median, the sample count and the CPU load the timer measured.

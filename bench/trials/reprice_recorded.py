@@ -1,4 +1,4 @@
-"""Price recorded kernel timings with today's peak logic (`measure/peak_paths.py`), on the CPU.
+"""Price recorded kernel timings with today's peak logic (`measure/roofline.py`), on the CPU.
 
 No GPU: reads what H200 runs recorded and applies `price_measured` to it.
 
@@ -23,8 +23,7 @@ from typing import Any
 
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
-from pytest_kernelpro.measure.peak_paths import price_measured
-from pytest_kernelpro.measure.roofline import matrix_paths
+from pytest_kernelpro.measure.roofline import matrix_paths, price_measured
 
 
 def _row(name: str, recorded: float, roofline: dict[str, Any], median: float) -> dict[str, Any]:

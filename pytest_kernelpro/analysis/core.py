@@ -45,7 +45,7 @@ class RooflineFacts:
     roofline_time_s: float | None = None
     efficiency: float | None = None  # roofline time / the kernel's timed median
     timed_median_s: float | None = None
-    # What pricing a timed kernel needs (`measure.peak_paths.PRICING_KEYS` of the roofline):
+    # What pricing a timed kernel needs (`measure.roofline.PRICING_KEYS` of the roofline):
     # a candidate faster than the op-level peak allows reads its share at the peak its rate
     # implies, not above 100% (which would cap every finding as "near the roofline").
     pricing: dict[str, Any] | None = None
@@ -59,7 +59,7 @@ class RooflineFacts:
         efficiency: float | None = None,
     ) -> RooflineFacts:
         """From a record's `roofline` dict (`measure.roofline`) and a measured median."""
-        from pytest_kernelpro.measure.peak_paths import PRICING_KEYS, kernel_efficiency
+        from pytest_kernelpro.measure.roofline import PRICING_KEYS, kernel_efficiency
 
         r = dict(roofline or {})
         dtype = next((op.get("dtype") for op in r.get("ops") or [] if op.get("dtype")), None)
@@ -83,7 +83,7 @@ class RooflineFacts:
         """The same problem's facts for another kernel timed at `median_s`."""
         from dataclasses import replace
 
-        from pytest_kernelpro.measure.peak_paths import kernel_efficiency
+        from pytest_kernelpro.measure.roofline import kernel_efficiency
 
         eff = None
         if self.roofline_time_s and median_s:

@@ -127,13 +127,13 @@ class BaselineEntry:
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None
-    # What the kernel's autotuners chose in the baseline's process (measure/autotune.py:
+    # What the kernel's autotuners chose in the baseline's process (measure/environment.py:
     # kernel, key, flat config, ...), the library settings that choose algorithms, and the
     # versions that change generated code (measure/environment.py). Absent in older files.
     autotune: list[dict[str, Any]] | None = None
     library: dict[str, Any] | None = None
     environment: dict[str, str] | None = None
-    # A CPU timing's pairs with the CPU anchor (measure/timing/cpu_anchor.py,
+    # A CPU timing's pairs with the CPU anchor (measure/timing/cpu.py,
     # gate/cpu_anchor.py): the kernel's and the anchor's on-CPU times, and why the machine
     # counted as busy.
     cpu_kernel_s: list[float] | None = None

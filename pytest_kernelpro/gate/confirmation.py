@@ -12,7 +12,7 @@ per process by timing the candidates. When the head picked another config than t
 did, a slower median may be the pick, not the code; the verdict says so in words ("autotune
 picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the baseline num_warps=8"),
 and the confirmation re-measures in a fresh process with the baseline's choice pinned
-(`measure/autotune.py`): still slower at the baseline's pick is a code regression; not slower
+(`measure/environment.py`): still slower at the baseline's pick is a code regression; not slower
 there means the different pick made the difference. What the gate does then is
 `--kernelpro-autotune-mismatch`:
 
@@ -280,7 +280,7 @@ class Remeasurement:
 
     fresh: bool
     wall_s: float | None = None
-    # The re-measurement's own choices (`measure.autotune`), with source "pinned" where the
+    # The re-measurement's own choices (`measure.environment`), with source "pinned" where the
     # baseline's choice was imposed, and why a pin could not be applied.
     choices: tuple[dict[str, Any], ...] = ()
     pin_problems: tuple[str, ...] = ()
@@ -482,7 +482,7 @@ def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
 def library_changes(
     now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
 ) -> dict[str, dict[str, Any]]:
-    """The library algorithm settings (`measure.autotune.library_choices`) both sides recorded
+    """The library algorithm settings (`measure.environment.library_choices`) both sides recorded
     that differ: TF32 on or off, cuDNN's benchmark mode, the BLAS library, ..."""
     if not now or not baseline:
         return {}

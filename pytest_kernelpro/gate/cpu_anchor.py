@@ -2,7 +2,7 @@
 the anchor shows a measurement unusable.
 
 Every CPU sample is followed by a fixed GEMM, both charged in on-CPU time (wall time less the
-run-queue wait, `measure/timing/cpu_anchor.py`). When both sides carry such pairs under the
+run-queue wait, `measure/timing/cpu.py`). When both sides carry such pairs under the
 same anchor, the gate compares the kernel's on-CPU samples, and reads the anchor for how far
 the machine itself moved between the baseline and this run:
 
@@ -23,7 +23,7 @@ sessions of unchanged kernels; each alone raised false alarms that the pair did 
 
 The tolerance is the largest of the kernel's threshold, `|anchor_move|`, the kernel's own
 scatter (interquartile range over the median of its on-CPU samples, either side) and, when
-either side was timed on a busy machine (other processes used the cores, `measure/cpuload.py`,
+either side was timed on a busy machine (other processes used the cores, `measure/timing/cpu.py`,
 or the kernel waited on the run queue for more than `BUSY_RUN_QUEUE_SHARE` of its time),
 `BUSY_TOLERANCE`: a busy shared machine moves a kernel's on-CPU time by tens of percent between
 sessions (memory and cache taken by neighbours, which a compute anchor does not feel), and the
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
-CPU_ANCHOR_PREFIX = "cpu anchor:"  # measure/timing/cpu_anchor.cpu_anchor_name
+CPU_ANCHOR_PREFIX = "cpu anchor:"  # measure/timing/cpu.cpu_anchor_name
 CPU_LAYOUT = "cpu-pairs"
 # The tolerance on a busy machine. On the project's 2-core VM at load 8-13, unchanged kernels'
 # compared change between sessions reached +35%, and 2x slowdowns read +39% or more

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.measure.gpu_memory import format_bytes
-from pytest_kernelpro.measure.peak_paths import SHORT_UNIT
+from pytest_kernelpro.measure.roofline import SHORT_UNIT
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
 from pytest_kernelpro.text_safety import safe_text
 
@@ -155,7 +155,7 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
 
 def peak_used_words(record: KernelRecord) -> str | None:
     """ "3xTF32, inferred" / "above every ceiling" when the kernel ran faster than its
-    op-level peak allows (`measure.peak_paths`), from our own words only."""
+    op-level peak allows (`measure.roofline.price_measured`), from our own words only."""
     used = record.peak_used
     if not isinstance(used, Mapping) or not used.get("note"):
         return None

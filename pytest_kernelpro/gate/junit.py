@@ -82,8 +82,8 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     add("environment_note", gate.get("environment_note"))
     if gate:
         add("gate", json.dumps(gate, separators=(",", ":"), default=str))
-    # What the item's autotuners chose and the versions it ran with (measure/autotune.py,
-    # measure/environment.py), as compact JSON.
+    # What the item's autotuners chose and the versions it ran with (measure/environment.py),
+    # as compact JSON.
     if record.autotune:
         add("autotune", json.dumps(record.autotune.to_dict(), separators=(",", ":"), default=str))
     if record.environment:

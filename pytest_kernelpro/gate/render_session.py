@@ -64,7 +64,7 @@ def session_notes(
     busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
     if busy:
         load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
-        from pytest_kernelpro.measure.cpuload import CpuLoad
+        from pytest_kernelpro.measure.timing.cpu import CpuLoad
 
         anchored = all(
             (r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing

@@ -63,7 +63,7 @@ kernels by +68% to +12329% on fresh machines), and the thread count is part of a
 device's name, so this also covers timings taken with other thread counts.
 
 An oversubscribed CPU timing (other processes held the cores its threads needed, see
-`measure/cpuload.py`) that would regress is "suspect": its slowdown is not the kernel's.
+`measure/timing/cpu.py`) that would regress is "suspect": its slowdown is not the kernel's.
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def _samples(record: KernelRecord) -> list[float]:
 
 
 def oversubscribed_reason(record: KernelRecord) -> str | None:
-    """The reasons a CPU timing was oversubscribed (measure/cpuload.py), or None."""
+    """The reasons a CPU timing was oversubscribed (measure/timing/cpu.py), or None."""
     load = (record.timing.cpu_load if record.timing else None) or {}
     if not load.get("oversubscribed"):
         return None

@@ -129,7 +129,7 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         spec = find_device_spec(name, extra_specs) if device_type == "cuda" else None
         threads = None
         if device_type == "cpu":
-            from pytest_kernelpro.measure.cpuload import policy_threads
+            from pytest_kernelpro.measure.timing.cpu import policy_threads
 
             threads = policy_threads(args.threads)
         before = torch.get_num_threads()
@@ -174,7 +174,7 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         )
         return 1
     if ceilings.device_type == "cpu":
-        from pytest_kernelpro.measure.ceiling_trust import reprobe_summary
+        from pytest_kernelpro.measure.ceilings import reprobe_summary
 
         trust = ceilings.trust_reason()
         if int(ceilings.details.get("reprobes") or 0):

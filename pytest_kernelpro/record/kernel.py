@@ -59,7 +59,7 @@ class KernelRecord:
     efficiency: float | None = None  # roofline time / measured median, 0..1 (can exceed 1)
     # Set when the kernel ran faster than the roofline's op-level peak allows: the peak its
     # rate implies (efficiency is priced at it) or why it stays above 100%
-    # (`measure.peak_paths.MeasuredPeak.to_dict`); None when the op-level peak holds.
+    # (`measure.roofline.MeasuredPeak.to_dict`); None when the op-level peak holds.
     peak_used: dict[str, Any] | None = None
     threshold: float = 0.05
     min_roofline: float | None = None
@@ -73,7 +73,7 @@ class KernelRecord:
     # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
     # What the item's autotuned kernels chose in its process, and the library settings that
-    # choose algorithms (measure/autotune.py); None when not captured.
+    # choose algorithms (measure/environment.py); None when not captured.
     autotune: AutotunePart | None = None
     # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None

@@ -142,7 +142,7 @@ class CorrectnessPart(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class StatsPart(Part):
-    """Statistics of the timing samples (`measure.stats.SampleStats`)."""
+    """Statistics of the timing samples (`measure.timing.budget.SampleStats`)."""
 
     n: int | None = None
     median_s: float | None = None
@@ -182,7 +182,7 @@ class TimingPart(Part):
     rounds: int | None = None
     budget: dict[str, Any] | None = None
     threads: int | None = None
-    cpu_load: dict[str, Any] | None = None  # measure.cpuload.CpuLoad.to_dict()
+    cpu_load: dict[str, Any] | None = None  # measure.timing.cpu.CpuLoad.to_dict()
     flush_reason: str | None = None
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()
@@ -292,9 +292,9 @@ class ProfilePart(Part):
 
 @dataclass(frozen=True, kw_only=True)
 class AutotunePart(Part):
-    """What the item's autotuned kernels chose in its process (`measure.autotune.
+    """What the item's autotuned kernels chose in its process (`measure.environment.
     AutotuneCapture.to_dict`) and the library settings that choose algorithms
-    (`measure.autotune.library_choices`)."""
+    (`measure.environment.library_choices`)."""
 
     SEQUENCES: ClassVar[tuple[str, ...]] = ("choices", "pinned", "pin_problems")
 

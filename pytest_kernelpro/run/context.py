@@ -36,7 +36,7 @@ profiler's time limit, the budget of automatic regression profiles. `Services` i
 
 **What the item's process chose** (its autotune picks, the library settings that choose
 algorithms, the versions that change generated code): the capture
-(`measure.autotune.AutotuneCapture`) watches the correctness trials, where an autotuner tunes at
+(`measure.environment.AutotuneCapture`) watches the correctness trials, where an autotuner tunes at
 its first call, and reads what the timing tuned afterwards; the record's `autotune` and
 `environment` parts are set from it (`record_process_facts`). In the fresh process that
 confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.autotune import (
+from pytest_kernelpro.measure.environment import (
     AutotuneCapture,
     Pin,
     library_choices,

@@ -7,7 +7,7 @@ id, started the way `--kernelpro-isolate` starts an item's child (`isolate.child
 `isolate.child_environment`: the parent's resolved settings, the plugin, the ini file), with
 the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
 timing inputs, calls the kernel once with the baseline's autotune choices pinned
-(`measure/autotune.py`), times it with the session's timing budget and writes its record
+(`measure/environment.py`), times it with the session's timing budget and writes its record
 (timing, autotune choices, versions); it checks nothing and compares nothing.
 
 Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per

@@ -50,9 +50,9 @@ from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
 if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.measure.autotune import AutotuneCapture
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
+    from pytest_kernelpro.measure.environment import AutotuneCapture
     from pytest_kernelpro.run.context import Profiling
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
@@ -180,11 +180,11 @@ def _cpu_threads(
 
 @contextlib.contextmanager
 def cpu_thread_policy(requested: int) -> Iterator[int]:
-    """Run a CPU kernel item with the thread policy's torch thread count (measure.cpuload),
+    """Run a CPU kernel item with the thread policy's torch thread count (measure.timing.cpu),
     restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
     import torch
 
-    from pytest_kernelpro.measure.cpuload import policy_threads
+    from pytest_kernelpro.measure.timing.cpu import policy_threads
 
     before = torch.get_num_threads()
     threads = policy_threads(requested)
@@ -643,10 +643,12 @@ def roofline(
     """The reference's FLOPs and bytes on the device's `ceilings`: the roofline and the
     kernel's share of it (`reprobe_ceilings(why)` measures them again, once a kernel beats
     untrusted ones)."""
-    from pytest_kernelpro.measure.ceiling_trust import exceedance_note, exceeds_every_ceiling
-    from pytest_kernelpro.measure.impossible import impossible_failure
-    from pytest_kernelpro.measure.peak_paths import record_pricing
-    from pytest_kernelpro.measure.roofline import analyze_reference
+    from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
+    from pytest_kernelpro.measure.roofline import (
+        analyze_reference,
+        impossible_failure,
+        record_pricing,
+    )
 
     problem, record = run.problem, run.record
 
@@ -673,11 +675,11 @@ def roofline(
     analysis = analyze(ceilings)
     record.roofline = RooflinePart.from_dict(analysis.to_dict())
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
-    # (measure/peak_paths.py); the roofline part keeps the op-level rule's numbers.
+    # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
     if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
         # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
-        # have lowered (measure/ceiling_trust.py), then price the kernel again on them.
+        # have lowered (measure/ceilings.py), then price the kernel again on them.
         ceilings = reprobe_ceilings(f"{run.name} exceeded them")
         if ceilings.trusted:
             analysis = analyze(ceilings)
@@ -767,7 +769,7 @@ def gate(
         settle,
     )
     from pytest_kernelpro.gate.verdict import compare
-    from pytest_kernelpro.measure.peak_paths import kernel_efficiency
+    from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     record = run.record
     cross_cpu = config.cpu_cross_device

@@ -164,10 +164,10 @@ class KernelproSession:
 
     def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
         """The device's ceilings re-probed once per session (a kernel exceeded them): on the
-        CPU the best of the old and a new probe (`measure.ceiling_trust.reprobe`), which
+        CPU the best of the old and a new probe (`measure.ceilings.reprobe`), which
         makes them trusted; GPU ceilings and a ceilings file from settings are returned as
         they are."""
-        from pytest_kernelpro.measure.ceiling_trust import reprobe, reprobe_summary
+        from pytest_kernelpro.measure.ceilings import reprobe, reprobe_summary
 
         key = "cpu" if device == "cpu" else device
         ceilings = self.ceilings_for(device)

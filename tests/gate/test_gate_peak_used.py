@@ -19,8 +19,7 @@ from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.verdict import compare
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
-from pytest_kernelpro.measure.peak_paths import record_pricing
-from pytest_kernelpro.measure.roofline import matrix_paths
+from pytest_kernelpro.measure.roofline import matrix_paths, record_pricing
 from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
 from pytest_kernelpro.record import KernelRecord, RooflinePart
 

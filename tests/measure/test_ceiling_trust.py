@@ -1,4 +1,4 @@
-"""CPU ceilings that load cannot lower (measure/ceiling_trust.py): the best of an old and a new
+"""CPU ceilings that load cannot lower (measure/ceilings.py): the best of an old and a new
 probe is kept, a re-probe makes them trusted, and provisional ones never are."""
 
 from __future__ import annotations
@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.measure.ceiling_trust import best_of, exceedance_note, reprobe
-from pytest_kernelpro.measure.ceilings import Ceilings, measured_under_load
+from pytest_kernelpro.measure.ceilings import (
+    Ceilings,
+    best_of,
+    exceedance_note,
+    measured_under_load,
+    reprobe,
+)
 
 UNDER_LOAD = {"oversubscribed": True, "reasons": ["other processes used 1.9 of 2 core(s)"]}
 

@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
+from pytest_kernelpro.measure.accuracy import _fp32_reduced_mode  # noqa: E402
 from pytest_kernelpro.measure.correctness import (  # noqa: E402
     Tolerance,
     check_correctness,
@@ -17,7 +18,6 @@ from pytest_kernelpro.measure.correctness import (  # noqa: E402
     is_cuda_error,
     poisoned_allocations,
 )
-from pytest_kernelpro.measure.tolerance import _fp32_reduced_mode  # noqa: E402
 
 
 def randn_inputs(seed: int) -> tuple[Any, ...]:

@@ -13,8 +13,13 @@ import torch
 
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import TF32X3_KEY, OpCost
-from pytest_kernelpro.measure.peak_paths import attainable_path, kernel_efficiency, price_measured
-from pytest_kernelpro.measure.roofline import analyze_reference, matrix_paths
+from pytest_kernelpro.measure.roofline import (
+    analyze_reference,
+    attainable_path,
+    kernel_efficiency,
+    matrix_paths,
+    price_measured,
+)
 from pytest_kernelpro.record import KernelRecord, RooflinePart
 
 DATA = json.loads(

@@ -278,11 +278,11 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
         footprint = before + (sizing.peak - before)
         narrow = before + sum(t.numel() * t.element_size() for t in [out])  # type: ignore[attr-defined]
     del out, inputs
-    # Changed with the float64 truth (measure/truth.py): the check now re-runs the reference
+    # Changed with the float64 truth (measure/accuracy.py): the check now re-runs the reference
     # once in float64 on widened copies, a cost the truth itself states as MEMORY_HEADROOM x
     # the widened inputs and outputs (2x the narrow ones). Without the truth the old 2.5x
     # bound still holds; with it the bound is 2.5x footprint plus that stated cost.
-    from pytest_kernelpro.measure.truth import MEMORY_HEADROOM
+    from pytest_kernelpro.measure.accuracy import MEMORY_HEADROOM
 
     truth_cost = MEMORY_HEADROOM * 2.0 * narrow
     for truth in (False, True):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.stats import SampleStats, bootstrap_median_ci, summarize
+from pytest_kernelpro.measure.timing.budget import SampleStats, bootstrap_median_ci, summarize
 
 
 def test_odd_set_exact_quartiles() -> None:

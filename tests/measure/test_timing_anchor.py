@@ -76,7 +76,7 @@ def test_the_budget_names_a_bad_clock_anchor_mode() -> None:
 
 
 def test_cpu_timings_carry_no_anchor() -> None:
-    # Changed with the CPU anchor (measure/timing/cpu_anchor.py): a CPU timing with
+    # Changed with the CPU anchor (measure/timing/cpu.py): a CPU timing with
     # clock_anchor="on" now carries the CPU anchor's pairs (layout "cpu-pairs"), never the
     # GPU clock anchor, and has no NVML warm-up reading; with "off" it carries none.
     budget = TimingBudget(max_time_s=0.05, clock_anchor="on")

@@ -1,4 +1,4 @@
-"""The CPU timer's pairs with the CPU anchor (measure/timing/cpu_anchor.py): on-CPU time is
+"""The CPU timer's pairs with the CPU anchor (measure/timing/cpu.py): on-CPU time is
 wall time less the run-queue wait, never below the thread's CPU time; a kernel that blocks is
 still charged for the wait; every sample of the rounds gets its anchor."""
 
@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.measure.timing import TimingBudget, time_cpu  # noqa: E402
-from pytest_kernelpro.measure.timing.cpu_anchor import (  # noqa: E402
+from pytest_kernelpro.measure.timing.cpu import (  # noqa: E402
     CPU_LAYOUT,
     CpuPairs,
     RunQueueClock,

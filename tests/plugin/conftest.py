@@ -84,8 +84,8 @@ def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
     import numpy as np
 
-    from pytest_kernelpro.measure.cpuload import CpuLoad
-    from pytest_kernelpro.measure.stats import summarize
+    from pytest_kernelpro.measure.timing.budget import summarize
+    from pytest_kernelpro.measure.timing.cpu import CpuLoad
 
     medians: list[float] = []
 

@@ -44,7 +44,7 @@ import numpy as np
 import kstate
 import standin_autotuner
 from pytest_kernelpro.measure import timing
-from pytest_kernelpro.measure.stats import summarize
+from pytest_kernelpro.measure.timing.budget import summarize
 
 _original = []
 _calls = itertools.count()

@@ -1,5 +1,5 @@
 """A CPU kernel faster than its cached ceilings allow: the ceilings are re-probed before the
-kernel's FLOP count is blamed (measure/ceiling_trust.py), the best of both kept and cached,
+kernel's FLOP count is blamed (measure/ceilings.py), the best of both kept and cached,
 and the record says whether the ceilings behind the verdict are trusted (`Ceilings.trusted`,
 what the impossible-time rule may use)."""
 
@@ -95,7 +95,7 @@ def test_ceilings_that_still_hold_after_the_re_probe_are_trusted_and_load_is_not
     cpu_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, injected_timing: list[float]
 ) -> None:
     # The new probe is lower still (more load): the old, higher ceilings are kept, trusted,
-    # and the kernel's time is impossible on them (measure/impossible.py fails the item).
+    # and the kernel's time is impossible on them (measure/roofline.py fails the item).
     monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings(1e9))
     result = cpu_project.runpytest()
     result.assert_outcomes(failed=1)

@@ -23,7 +23,7 @@ def neg(x):
 def test_a_rate_above_every_ceiling_is_named_not_hidden(
     kp_project: pytest.Pytester, injected_timing: list[float]
 ) -> None:
-    # Changed with the impossible-time rule (measure/impossible.py): a time beyond every
+    # Changed with the impossible-time rule (measure/roofline.py): a time beyond every
     # *trusted* ceiling now fails the item. The shared fixture's device "test-cpu" does not
     # start with "cpu", so `Ceilings.device_type` reads it as a GPU and trusts it. This test
     # is about the untrusted case (the rate is named, not hidden, and the item passes), so it

@@ -128,7 +128,7 @@ def test_clock_anchor_setting_reaches_the_timing_budget(
 ) -> None:
     timing = _neg_timing_with_setting(kp_project, how, "clock-anchor", mode)
     assert timing["budget"]["clock_anchor"] == mode
-    # On the CPU, "on" pairs every sample with the CPU anchor (measure/timing/cpu_anchor.py).
+    # On the CPU, "on" pairs every sample with the CPU anchor (measure/timing/cpu.py).
     if mode == "on":
         assert timing["anchor"]["layout"] == "cpu-pairs"
         assert timing["anchor"]["pairs"] == len(timing["samples_s"])

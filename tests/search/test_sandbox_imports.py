@@ -66,7 +66,7 @@ def test_child_side_imports_measure_and_not_the_session() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout.strip().splitlines()[-1])
     modules = data["modules"]
-    assert "pytest_kernelpro.measure.tolerance" in modules
+    assert "pytest_kernelpro.measure.accuracy" in modules
     assert "pytest_kernelpro.measure.compare" in modules
     assert "pytest_kernelpro.problem.kernelbench" in modules
     assert "pytest_kernelpro.measure.timing" in modules

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_kernelpro.measure.ceilings import format_rate
-from pytest_kernelpro.measure.peak_paths import attainable_path, price_measured
+from pytest_kernelpro.measure.roofline import attainable_path, price_measured
 from pytest_kernelpro.record import RooflinePart
 
 BOUND_ADVICE = {  # what a bound means for the Programmer

@@ -44,8 +44,8 @@ _IMPORT_FAILURES = ("ModuleNotFoundError", "ImportError", "No module named")
 def _efficiency_of(record: Any) -> Callable[[float], float | None] | None:
     """A candidate's share of the roofline from its speedup over the current kernel: its
     time (the current kernel's timed median over the speedup) priced on the item's roofline,
-    at the peak its rate implies when it beats the op-level one (`measure.peak_paths`)."""
-    from pytest_kernelpro.measure.peak_paths import kernel_efficiency
+    at the peak its rate implies when it beats the op-level one (`measure.roofline`)."""
+    from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     median, roofline = record.median_s, record.roofline
     if not median or roofline is None:

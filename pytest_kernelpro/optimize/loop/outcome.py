@@ -113,7 +113,7 @@ def _efficiency_after(
 ) -> float | None:
     """A candidate's share of the roofline: `efficiency_of(vs_current)` where the caller can
     price it (a candidate faster than the op-level peak allows is priced at the peak its rate
-    implies, `measure.peak_paths`), else the current kernel's share times the speedup."""
+    implies, `measure.roofline`), else the current kernel's share times the speedup."""
     if vs_current is None:
         return None
     if efficiency_of is not None:
