@@ -41,8 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from pytest_kernelpro.record import PARTS, KernelRecord  # noqa: E402
-from pytest_kernelpro.record.parts import Part  # noqa: E402
+from pytest_kernelpro.record import PARTS, KernelRecord, Part  # noqa: E402
 
 SOURCES = (
     ROOT / "bench/results/raw/h200-example-repo/check.json",

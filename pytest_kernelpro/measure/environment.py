@@ -401,7 +401,7 @@ class AutotuneCapture:
             seen.keys_after_check.update(cache)
 
     def to_dict(self) -> dict[str, Any]:
-        """The record's `autotune` part (`record.parts.AutotunePart`)."""
+        """The record's `autotune` part (`record.AutotunePart`)."""
         out: dict[str, Any] = {"choices": list(self.choices.values())}
         if self.pins:
             out["pinned"] = [
