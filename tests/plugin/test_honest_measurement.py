@@ -1,5 +1,5 @@
-"""Cheating kernels against the gate's timing (`--kernelpro-check`): each is refused with its
-reason, and an honest kernel beside them passes (measure/timing/fresh_inputs.py, bound.py).
+"""Cheating kernels against the gate's timing: each is refused with its reason, and an honest
+kernel beside them passes (measure/timing/fresh_inputs.py, bound.py).
 
 Each cheat is correct in the correctness trials and cheats only once it is timed, as a
 kernel written to game the timer would. The CUDA-only tricks (side streams, graphs on a side
@@ -46,8 +46,10 @@ _MEMO = {}
 
 @pytest.mark.kernelpro(reference=ref, inputs=pair)
 def memo_by_identity(x, y):
+    # Only once timed: CPython reuses a freed tensor's id, so a memo already live in the
+    # trials may hit there and fail as plain wrong, before the timer could refuse it.
     key = (id(x), id(y))
-    if key in _MEMO:
+    if count("identity") > 3 and key in _MEMO:
         return _MEMO[key]
     _MEMO[key] = out = torch.tanh(x @ y)
     return out
@@ -95,24 +97,29 @@ HITS = []
 
 @pytest.mark.kernelpro(reference=ref, inputs=pair)
 def memo_by_version(x, y):
-    # From its 4th call (the correctness trials make 3): the timer's calls.
+    # Only the timer's calls are memoised (the correctness trials make 3): a trial's entry
+    # could be hit by a timed tensor that reuses a freed one's id, which is no memo of timing.
+    if count("memo") <= 3:
+        return torch.tanh(x @ y)
     key = (id(x), x._version, id(y), y._version)
-    if count("memo") > 3 and key in _MEMO:
+    if key in _MEMO:
         HITS.append(1)
         return _MEMO[key]
     _MEMO[key] = out = torch.tanh(x @ y)
     return out
 
 def test_zz_the_memo_never_hit_while_timed():
-    # Correctness trials use new tensors each time; the timer bumps the version every call.
+    # The timer bumps the version every call.
     assert HITS == []
 """
 
 
 def _check(project: pytest.Pytester) -> pytest.RunResult:
-    """A baseline of the honest kernel first (the cheats fail there too), then the gate."""
-    project.runpytest("--kernelpro-save-baseline")
-    return project.runpytest("--kernelpro-check")
+    """A session that times every kernel, as the gate does (the timing is the same with and
+    without `--kernelpro-check`). Without a baseline, so that the honest control's verdict is
+    its honesty alone: gating two CPU sessions of a cold-cache 64x64 kernel against each other
+    can read a real between-process difference, which is not what these tests are about."""
+    return project.runpytest()
 
 
 def test_cheating_kernels_are_refused_with_their_reason(kp_project: pytest.Pytester) -> None:
