@@ -4,7 +4,7 @@
 
 Every sandboxed process that checks a reference on CUDA (the worker, the judge, each final
 re-measurement worker, the winner's re-timing) records the reference's first call under a
-TorchDispatchMode (`measure.accuracy.run_recording_precision`). This starts N fresh
+TorchDispatchMode (`measure.tolerance.run_recording_precision`). This starts N fresh
 interpreters that import torch and record one matmul (the CPU counted as a tensor-core device,
 the same code path as a CUDA tensor), and prints the seconds of the recording and whether
 torch._dynamo got imported, as JSON lines.
@@ -20,11 +20,11 @@ import tempfile
 CHILD = """
 import json, sys, time
 import torch
-from pytest_kernelpro.measure import accuracy
-accuracy.TENSOR_CORE_DEVICES = ("cuda", "cpu")
+from pytest_kernelpro.measure import tolerance
+tolerance.TENSOR_CORE_DEVICES = ("cuda", "cpu")
 a = torch.randn(64, 64)
 t = time.perf_counter()
-accuracy.run_recording_precision(torch, lambda: a @ a, "cpu")
+tolerance.run_recording_precision(torch, lambda: a @ a, "cpu")
 print(json.dumps({"record_s": time.perf_counter() - t, "dynamo": "torch._dynamo" in sys.modules}))
 """
 

@@ -1,8 +1,9 @@
 """What the gate measures of a kernel: correctness, time and its place on the roofline.
 
 - `correctness.py`: trials on fresh inputs with poisoned allocations, the re-check after
-  timing; `accuracy.py`: how close an output must be (tolerances by dtype, the TF32/bf16
-  relaxation and its detection, the float64 truth and the rule measured against it);
+  timing; `tolerance.py`: the dtype tolerances, the TF32/bf16 relaxation and its detection;
+  `truth.py`: the reference re-run in float64, the truth; `accuracy.py`: how close an
+  output must be, the rule measured against that truth;
   `compare.py`: output comparison and its verdict. The optimizer's sandbox decides with
   these too (`optimize/sandbox/measurement.py`), so the gate and the search cannot disagree;
 - `timing/`: one timer interface (`timing.time_kernel`), with the budget, the adaptive

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.measure.accuracy import Tolerance
+    from pytest_kernelpro.measure.tolerance import Tolerance
 
 TolFor = Callable[[Any], "Tolerance"]
 

@@ -8,12 +8,12 @@ runs the kernel with uninitialized memory poisoned: `torch.empty`/`empty_like`/`
 for integers, and on CUDA freed blocks of the outputs' sizes are pre-filled with the same
 poison, so an element the kernel never writes fails the comparison.
 
-The first trial also re-runs the reference in higher precision on its inputs, and the rule
-of `measure/accuracy.py` (which holds both) decides: the kernel within
+The first trial also re-runs the reference in higher precision on its inputs (the truth,
+`measure/truth.py`), and the rule of `measure/accuracy.py` decides: the kernel within
 `accuracy.FACTOR` times the reference's own error against that truth (elementwise, with a
 floor at the output's scale, and normwise), later trials and the re-check after timing by the
 tolerance that truth calibrated. Where no truth can be run, the dtype tolerances decide as
-`torch.allclose` does (|got - expected| <= atol + rtol * |expected|, `accuracy.tolerance_rule`);
+`torch.allclose` does (|got - expected| <= atol + rtol * |expected|, `tolerance.tolerance_rule`);
 a marker's rtol/atol override either. In every mode an output that carries no information
 (zeros, one constant, a scaled copy) fails. NaN never passes, except where the reference
 itself produced NaN at the same place (the reference runs without poisoning, so its NaNs are
@@ -35,17 +35,10 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.accuracy import (
-    KERNELBENCH,
-    CorrectnessRule,
-    Tolerance,
-    run_recording_precision,
-    run_truth,
-)
-from pytest_kernelpro.measure.accuracy import (
-    default_tolerance as default_tolerance,  # re-exported: the gate's callers import it here
-)
+from pytest_kernelpro.measure.accuracy import CorrectnessRule
 from pytest_kernelpro.measure.compare import LeafReport, compare_outputs, failure_text, json_float
+from pytest_kernelpro.measure.tolerance import KERNELBENCH, Tolerance, run_recording_precision
+from pytest_kernelpro.measure.truth import run_truth
 
 
 @dataclass(frozen=True)
@@ -336,7 +329,7 @@ def check_correctness(
     The rule (`accuracy.CorrectnessRule`): with `truth`, the first trial's inputs re-run the
     reference in higher precision and the kernel must be within the factor of the
     reference's own error; without one, per-output defaults from the reference's dtype
-    (`default_tolerance`, TF32-aware on CUDA). `tolerance` (fixed) or `rtol`/`atol` (a
+    (`tolerance.default_tolerance`, TF32-aware on CUDA). `tolerance` (fixed) or `rtol`/`atol` (a
     marker's, replacing the default's fields) override the rule. `kernelbench`: also record
     KernelBench's own verdict. Raises `KernelproError` if `make_inputs` or `reference` raises.
     """
@@ -419,7 +412,7 @@ def check_correctness(
 
         try:
             # The first trial records which fp32 matmuls/convs the reference runs, for the
-            # TF32 (or bf16) tolerance; the rule is the sandbox's too (measure/accuracy.py).
+            # TF32 (or bf16) tolerance (measure/tolerance.py); the rule is the sandbox's too.
             started = time.perf_counter()
             expected, mode = run_recording_precision(
                 torch, run_reference, device, record=trial == 0
@@ -442,7 +435,7 @@ def check_correctness(
             tf32_mode = rule.reduced = mode
             if truth:
                 # The first trial's inputs, re-run in higher precision: the truth the
-                # kernel and the reference are measured against (measure/accuracy.py).
+                # kernel and the reference are measured against (measure/truth.py).
                 rule.set_truth(
                     run_truth(
                         torch, reference, inputs, expected, device=device, reference_s=reference_s

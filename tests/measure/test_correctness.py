@@ -10,13 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
-from pytest_kernelpro.measure.accuracy import _fp32_reduced_mode  # noqa: E402
 from pytest_kernelpro.measure.correctness import (  # noqa: E402
-    Tolerance,
     check_correctness,
-    default_tolerance,
     is_cuda_error,
     poisoned_allocations,
+)
+from pytest_kernelpro.measure.tolerance import (  # noqa: E402
+    Tolerance,
+    _fp32_reduced_mode,
+    default_tolerance,
 )
 
 
@@ -386,7 +388,8 @@ def test_marker_rtol_alone_keeps_the_dtype_default_atol() -> None:
     """rtol= from a marker replaces only rtol; atol stays the default of the output dtype."""
     import torch
 
-    from pytest_kernelpro.measure.correctness import check_correctness, default_tolerance
+    from pytest_kernelpro.measure.correctness import check_correctness
+    from pytest_kernelpro.measure.tolerance import default_tolerance
 
     result = check_correctness(
         torch.neg, torch.neg, lambda seed: (torch.randn(8),), device="cpu", trials=1, rtol=0.5

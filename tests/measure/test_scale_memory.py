@@ -11,7 +11,6 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.measure import compare as compare_mod  # noqa: E402
 from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
-from pytest_kernelpro.measure.correctness import Tolerance  # noqa: E402
 from pytest_kernelpro.measure.flops import TF32X3_KEY, backend_peak_key  # noqa: E402
 from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
     ItemMemory,
@@ -20,6 +19,7 @@ from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
     tensor_bytes_of,
 )
 from pytest_kernelpro.measure.roofline import peak_label, resolve_peak  # noqa: E402
+from pytest_kernelpro.measure.tolerance import Tolerance  # noqa: E402
 
 TOL = Tolerance(1e-4, 1e-4, "test")
 
@@ -278,11 +278,11 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
         footprint = before + (sizing.peak - before)
         narrow = before + sum(t.numel() * t.element_size() for t in [out])  # type: ignore[attr-defined]
     del out, inputs
-    # Changed with the float64 truth (measure/accuracy.py): the check now re-runs the reference
+    # Changed with the float64 truth (measure/truth.py): the check now re-runs the reference
     # once in float64 on widened copies, a cost the truth itself states as MEMORY_HEADROOM x
     # the widened inputs and outputs (2x the narrow ones). Without the truth the old 2.5x
     # bound still holds; with it the bound is 2.5x footprint plus that stated cost.
-    from pytest_kernelpro.measure.accuracy import MEMORY_HEADROOM
+    from pytest_kernelpro.measure.truth import MEMORY_HEADROOM
 
     truth_cost = MEMORY_HEADROOM * 2.0 * narrow
     for truth in (False, True):

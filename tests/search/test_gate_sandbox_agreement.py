@@ -31,7 +31,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import accuracy  # noqa: E402
+from pytest_kernelpro.measure import tolerance, truth  # noqa: E402
 from pytest_kernelpro.measure.correctness import check_correctness  # noqa: E402
 from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
@@ -130,7 +130,7 @@ def _assert_agree(reference_src: str, out: float, expected: bool, tmp_path: Path
 @pytest.fixture
 def no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     """No higher-precision re-run fits the time budget: the dtype tolerances decide."""
-    monkeypatch.setattr(accuracy, "TIME_BUDGET_S", -1.0)
+    monkeypatch.setattr(truth, "TIME_BUDGET_S", -1.0)
 
 
 @pytest.mark.parametrize(
@@ -179,16 +179,16 @@ def test_the_bf16_case_is_one_the_old_sandbox_table_rejected() -> None:
     err = float(torch.tensor(65.0, dtype=torch.bfloat16) - torch.tensor(64.0, dtype=torch.bfloat16))
     assert err == 1.0
     assert err > 1e-2 + 1e-2 * 64
-    gate = accuracy.default_tolerance(torch.bfloat16)
+    gate = tolerance.default_tolerance(torch.bfloat16)
     assert err <= gate.atol + gate.rtol * 64
 
 
 @pytest.fixture
 def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32."""
-    monkeypatch.setattr(accuracy, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(tolerance, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        accuracy, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
+        tolerance, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
     )
 
 

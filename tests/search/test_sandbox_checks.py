@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.accuracy import default_tolerance
 from pytest_kernelpro.measure.compare import OutputsVerdict
+from pytest_kernelpro.measure.tolerance import default_tolerance
 from pytest_kernelpro.optimize.sandbox import checks, measurement
 from pytest_kernelpro.optimize.sandbox.build_failures import summarize_build_error
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception

@@ -6,12 +6,12 @@ these functions, so they and the gate decide one output alike:
 - `make_inputs`: a KernelBench task's inputs for one seed, the gate's input factory for a
   KernelBench file (`problem.kernelbench.kernelbench_inputs` under `call_input_factory`);
 - `run_reference`: the reference's output and, on its first call, the reduced precision its
-  fp32 matmuls/convs may have run in (`measure.accuracy.run_recording_precision`);
+  fp32 matmuls/convs may have run in (`measure.tolerance.run_recording_precision`);
 - `new_rule`, `find_truth`, `verdict`: the gate's correctness model (`measure.accuracy`):
-  the reference re-run in float64 on the first checked call's inputs (`run_truth`), the
+  the reference re-run in float64 on the first checked call's inputs (`measure.truth`), the
   kernel within a factor of the reference's own error against it and later calls by the
   tolerance it calibrated, outputs without information failing; without a truth the gate's
-  dtype rule (`measure.accuracy.tolerance_rule`: defaults, the TF32/bf16 relaxation), and
+  dtype rule (`measure.tolerance.tolerance_rule`: defaults, the TF32/bf16 relaxation), and
   the task's rtol/atol overriding either; the comparison is `measure.compare`'s (chunked,
   NaN and infinities explained);
 - `time_call`: the gate's timer (`measure.timing.time_kernel`) with the task's budget.
@@ -37,20 +37,20 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.accuracy import (
-    CorrectnessRule,
+from pytest_kernelpro.measure.accuracy import CorrectnessRule
+from pytest_kernelpro.measure.compare import OutputsVerdict, failure_text
+from pytest_kernelpro.measure.tolerance import (
     apply_fp32_precision_flags,
     fp32_precision_flags,
     run_recording_precision,
-    run_truth,
 )
-from pytest_kernelpro.measure.compare import OutputsVerdict, failure_text
+from pytest_kernelpro.measure.truth import run_truth
 
 PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of the flags
 
 
 def session_fp32_precision() -> dict[str, str | None] | None:
-    """The session's fp32 matmul/conv precision flags (`measure.accuracy.fp32_precision_flags`)
+    """The session's fp32 matmul/conv precision flags (`measure.tolerance.fp32_precision_flags`)
     for the sandbox's tasks; None when this process has not imported torch (its flags are
     then the defaults a fresh child has too, and importing torch here only for them would
     cost the parent seconds)."""
@@ -107,7 +107,7 @@ def find_truth(
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
 ) -> None:
-    """Re-run `reference` on `inputs` in higher precision (`measure.accuracy.run_truth`) for the
+    """Re-run `reference` on `inputs` in higher precision (`measure.truth.run_truth`) for the
     comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
     run), and decides that call and calibrates the later ones by it."""
     rule.set_truth(
