@@ -49,6 +49,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(start_session(config), PLUGIN_NAME)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
+    """Say what the session decided at configure (the model it took from the server) once
+    the terminal's header is out, at any verbosity."""
+    result = yield
+    kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
+    if kp is not None:
+        for line in kp.start_lines:
+            kp.progress(line)
+    return result
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(
     collector: pytest.Collector, name: str, obj: Any

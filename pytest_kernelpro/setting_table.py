@@ -385,7 +385,8 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "model",
-        "Model name the anthropic or openai backend asks for",
+        "Model name the anthropic or openai backend asks for. Unset with openai and a base "
+        "URL: the model the server serves, when it serves exactly one",
         str,
         "claude-sonnet-5-5",
         "NAME",

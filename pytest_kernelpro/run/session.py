@@ -70,6 +70,8 @@ class KernelproSession:
     json_written: bool = False  # the JSON report of this session is on disk
     baseline_written: bool = False  # the requested baseline is on disk
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
+    # Said once when the session starts (the model taken from the server; `plugin.py`).
+    start_lines: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         from pytest_kernelpro.run.context import Profiling
@@ -399,9 +401,12 @@ def start_session(config: pytest.Config) -> KernelproSession:
             )
         if not any(is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
             config.args.append(str(settings.problems))
-    if settings.optimize and workerinput is None:
-        _preflight_optimize(settings)
-    session = KernelproSession(settings=settings, config=config)
+    start_lines: list[str] = []
+    if settings.optimize:
+        # An xdist worker asks the server too (the controller's answer); only the controller
+        # runs the checks and says which model it took.
+        settings, start_lines = _preflight_optimize(settings, checks=workerinput is None)
+    session = KernelproSession(settings=settings, config=config, start_lines=start_lines)
     if settings.profile or settings.check:
         from pytest_kernelpro.run.context import SessionCapture
 
@@ -412,16 +417,35 @@ def start_session(config: pytest.Config) -> KernelproSession:
     return session
 
 
-def _preflight_optimize(settings: KernelproConfig) -> None:
-    """A requested search that cannot run is a usage error before any work."""
+def _preflight_optimize(
+    settings: KernelproConfig, *, checks: bool = True
+) -> tuple[KernelproConfig, list[str]]:
+    """A requested search that cannot run is a usage error before any work. Returns the
+    settings with the model an OpenAI-compatible server serves alone when none was set
+    (`preflight.served_model`), and the line that says so."""
+    import dataclasses
+
     import pytest
 
-    from pytest_kernelpro.optimize.loop.preflight import PreflightError, check_backend
+    from pytest_kernelpro.optimize.loop.preflight import (
+        PreflightError,
+        check_backend,
+        served_model,
+    )
 
+    lines: list[str] = []
     try:
-        check_backend(settings)
+        served = served_model(settings)
+        if served is not None:
+            settings = dataclasses.replace(
+                settings, model=served.model, sources={**settings.sources, "model": served.source}
+            )
+            lines.append(served.line)
+        if checks:
+            check_backend(settings)
     except PreflightError as exc:
         raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+    return settings, lines
 
 
 def is_within(child: Path, parent: Path) -> bool:

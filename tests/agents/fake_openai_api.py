@@ -1,5 +1,5 @@
-"""A loopback HTTP server that plays an OpenAI-compatible chat-completions endpoint (what
-vLLM, SGLang and Ollama serve) for the real `openai` SDK."""
+"""A loopback HTTP server that plays an OpenAI-compatible server (what vLLM, SGLang, llama.cpp
+and Ollama serve) for the real `openai` SDK: chat completions, and the model list."""
 
 from __future__ import annotations
 
@@ -28,9 +28,15 @@ class FakeChatAPI:
     model: str = "qwen3-coder-30b"
     requests: list[dict[str, Any]] = field(default_factory=list)
     url: str = ""
+    served: list[str] | None = None  # what GET /v1/models lists (None: `model` alone)
+    models_status: int = 200  # another status: GET /v1/models fails with it
+
+    def models_listed(self) -> int:
+        """How many times the model list was asked for."""
+        return sum(1 for r in self.requests if r["path"] == "/v1/models")
 
 
-def _completion(api: FakeChatAPI, reply: ChatReply) -> dict[str, Any]:
+def _completion(api: FakeChatAPI, reply: ChatReply, model: str) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
     if reply.tool_calls:
         message["tool_calls"] = [
@@ -45,7 +51,7 @@ def _completion(api: FakeChatAPI, reply: ChatReply) -> dict[str, Any]:
         "id": f"chatcmpl-{len(api.requests)}",
         "object": "chat.completion",
         "created": 0,
-        "model": api.model,
+        "model": model,  # a server answers with the model asked for
         "choices": [
             {
                 "index": 0,
@@ -63,6 +69,22 @@ def _completion(api: FakeChatAPI, reply: ChatReply) -> dict[str, Any]:
 
 def _handler(api: FakeChatAPI) -> type[BaseHTTPRequestHandler]:
     class Handler(QuietHandler):
+        def do_GET(self) -> None:
+            api.requests.append(
+                {"path": self.path, "body": None, "auth": self.headers.get("authorization")}
+            )
+            status = api.models_status if self.path == "/v1/models" else 404
+            if status != 200:
+                data = json.dumps({"error": {"message": f"GET {self.path} fails here"}})
+                self._send(status, "application/json", data.encode())
+                return
+            served = [api.model] if api.served is None else api.served
+            models = [
+                {"id": m, "object": "model", "created": 0, "owned_by": "loopback"} for m in served
+            ]
+            data = json.dumps({"object": "list", "data": models})
+            self._send(200, "application/json", data.encode())
+
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length", 0))
             body = json.loads(self.rfile.read(length) or b"{}")
@@ -76,16 +98,23 @@ def _handler(api: FakeChatAPI) -> type[BaseHTTPRequestHandler]:
                 self._send(500, "application/json", data.encode())
                 return
             self._send(
-                200, "application/json", json.dumps(_completion(api, api.replies.pop(0))).encode()
+                200,
+                "application/json",
+                json.dumps(
+                    _completion(api, api.replies.pop(0), body.get("model") or api.model)
+                ).encode(),
             )
 
     return Handler
 
 
 @contextmanager
-def running_fake_chat_api(replies: list[ChatReply]) -> Iterator[FakeChatAPI]:
-    """Serve `replies` on 127.0.0.1 (a free port) for the duration of the block."""
-    api = FakeChatAPI(list(replies))
+def running_fake_chat_api(
+    replies: list[ChatReply], *, served: list[str] | None = None, models_status: int = 200
+) -> Iterator[FakeChatAPI]:
+    """Serve `replies` on 127.0.0.1 (a free port) for the duration of the block; GET
+    /v1/models lists `served` (default: the one model), or fails with `models_status`."""
+    api = FakeChatAPI(list(replies), served=served, models_status=models_status)
     with serving(_handler(api)) as url:
         api.url = f"{url}/v1"
         yield api

@@ -6,9 +6,10 @@ import pytest
 from fake_openai_api import ChatReply, running_fake_chat_api
 from lookup_toolbox import BUDGET_SPENT, LookupBox, budget_request
 
-from pytest_kernelpro.errors import KernelproConfigError
+from pytest_kernelpro.errors import KernelproConfigError, KernelproWarning
 from pytest_kernelpro.optimize.agents.llm import LLMError, LLMRequest, make_backend
-from pytest_kernelpro.optimize.agents.llm.base import require_price
+from pytest_kernelpro.optimize.agents.llm.base import compute_cost, require_price
+from pytest_kernelpro.optimize.agents.llm.openai_backend import ModelListError, served_models
 from pytest_kernelpro.optimize.agents.programmer import ProgrammerAgent
 
 pytest.importorskip("openai")
@@ -106,3 +107,53 @@ def test_a_spend_budget_refuses_an_unpriced_model_before_any_call() -> None:
     with pytest.raises(KernelproConfigError, match="'qwen3-coder-30b' has no price"):
         require_price("qwen3-coder-30b", where="--kernelpro-optimize=5usd")
     assert require_price("claude-sonnet-5-5", where="x").input_per_mtok > 0
+
+
+def test_the_model_list_is_what_the_server_serves() -> None:
+    with running_fake_chat_api([], served=["qwen3-coder-30b", "llama-3.3-70b"]) as api:
+        assert served_models(api.url) == ["qwen3-coder-30b", "llama-3.3-70b"]
+    assert api.requests == [{"path": "/v1/models", "body": None, "auth": "Bearer not-needed"}]
+
+
+@pytest.mark.parametrize(
+    ("status", "fix"),
+    [
+        (500, r"answered HTTP 500 \(GET /v1/models fails here\); the server failed to list"),
+        (404, r"answered HTTP 404 .*no such endpoint: check the base URL .*under /v1"),
+        (401, r"answered HTTP 401 .*the server wants a key: set OPENAI_API_KEY"),
+    ],
+)
+def test_a_model_list_the_server_refuses_names_the_url_status_and_fix(
+    status: int, fix: str
+) -> None:
+    with running_fake_chat_api([], models_status=status) as api:
+        with pytest.raises(ModelListError, match=rf"^GET {api.url}/models {fix}") as caught:
+            served_models(api.url)
+    assert caught.value.answered  # the server answered: a model named by hand may still do
+    assert api.models_listed() == 1  # one request, no retry
+
+
+def test_a_model_list_nobody_answers_says_start_the_server() -> None:
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    with pytest.raises(ModelListError, match=r"got no answer \(APIConnectionError: .*"
+                       r"refused\); is the server running") as caught:  # fmt: skip
+        served_models(url, timeout_s=5.0)
+    assert not caught.value.answered
+
+
+def test_an_unpriced_model_says_its_cost_is_not_counted_and_its_tokens_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pytest_kernelpro.optimize.agents.llm import base
+
+    monkeypatch.setattr(base, "_WARNED_UNPRICED", set())  # said once per model and process
+    with pytest.warns(KernelproWarning) as caught:
+        assert compute_cost("self-served-coder-7b", 100, 50) == 0.0
+    text = str(caught[0].message)
+    assert text.startswith("no price known for model 'self-served-coder-7b': its cost is not "
+                           "counted (it shows as $0.00), its token counts are.")  # fmt: skip
+    assert "API-spend" not in text  # no budget in dollars is involved unless one was given

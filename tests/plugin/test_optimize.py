@@ -1,5 +1,6 @@
-"""--kernelpro-optimize end to end on the CPU: the real anthropic SDK against a loopback
-server that plays the Messages API, the real sandboxed evaluator, MCTS, patch and trajectory."""
+"""--kernelpro-optimize end to end on the CPU: the real anthropic and openai SDKs against
+loopback servers that play the Messages API and an OpenAI-compatible server, the real
+sandboxed evaluator, MCTS, patch and trajectory."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from conftest import records_by_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
 from fake_messages_api import Reply, running_fake_api  # noqa: E402
+from fake_openai_api import ChatReply, running_fake_chat_api  # noqa: E402
 
 KERNEL = """
 import pytest, torch
@@ -162,3 +164,114 @@ def test_a_canary_secret_reaches_no_prompt_and_no_artifact(
     assert len(api.requests) >= 2  # the debug prompt after the stealer was sent
     leaked = [name for name, text in artifacts.items() if CANARY in text]
     assert leaked == []
+
+
+# The OpenAI-compatible sessions below run in a subprocess: an in-process run takes the
+# modules it imported out of sys.modules when it ends (pytester's snapshot), among them the
+# parts of the SDK's HTTP stack loaded on its first request, and a later test of this process
+# then gets connection errors the SDK no longer turns into its own APIConnectionError.
+
+
+@pytest.fixture
+def no_openai_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "KERNELPRO_MODEL", "KERNELPRO_LLM"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("no_openai_env")
+def test_a_local_server_without_a_model_option_searches_with_the_model_it_serves(
+    kp_project: pytest.Pytester,
+) -> None:
+    """The new user's command: an OpenAI-compatible server's URL and no --kernelpro-model."""
+    kp_project.makepyfile(test_k=KERNEL)
+    with running_fake_chat_api([ChatReply(CANDIDATE)], served=["local-coder"]) as api:
+        result = kp_project.runpytest_subprocess(
+            "--kernelpro-optimize=1", "--kernelpro-llm=openai",
+            f"--kernelpro-llm-base-url={api.url}", "--kernelpro-feedback=none",
+            "--kernelpro-candidates=1", "-W", "always::pytest_kernelpro.errors.KernelproWarning",
+        )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    said = (
+        "kernelpro: optimizing with model 'local-coder', the only model the server at "
+        f"{api.url} serves (no --kernelpro-model set)"
+    )
+    assert result.stdout.str().count(said) == 1
+    assert api.models_listed() == 1
+    chats = [r["body"] for r in api.requests if r["path"] == "/v1/chat/completions"]
+    assert chats
+    assert {body["model"] for body in chats} == {"local-coder"}
+    # Its price is unknown: said as it is, with nothing about a dollar budget none gave.
+    result.stdout.fnmatch_lines(
+        ["*no price known for model 'local-coder': its cost is not counted (it shows as $0.00), "
+         "its token counts are.*"]
+    )  # fmt: skip
+    summary = records_by_name(kp_project)["double"]["extra"]["optimize"]
+    assert summary["evaluations"] == 1
+
+
+@pytest.mark.usefixtures("no_openai_env")
+def test_the_model_taken_from_a_local_server_is_said_at_any_verbosity(
+    kp_project: pytest.Pytester,
+) -> None:
+    kp_project.makepyfile(test_k=KERNEL)
+    with running_fake_chat_api([], served=["local-coder"]) as api:
+        result = kp_project.runpytest_subprocess(
+            "-q", "--co", "--kernelpro-optimize=1", "--kernelpro-llm=openai",
+            f"--kernelpro-llm-base-url={api.url}",
+        )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK
+    assert result.stdout.lines[0] == (
+        "kernelpro: optimizing with model 'local-coder', the only model the server at "
+        f"{api.url} serves (no --kernelpro-model set)"
+    )
+
+
+@pytest.mark.usefixtures("no_openai_env")
+def test_a_local_server_serving_two_models_is_a_usage_error_naming_both_and_the_option(
+    kp_project: pytest.Pytester,
+) -> None:
+    kp_project.makepyfile(test_k=KERNEL)
+    with running_fake_chat_api([], served=["local-coder", "local-coder-small"]) as api:
+        result = kp_project.runpytest_subprocess(
+            "--kernelpro-optimize=1",
+            "--kernelpro-llm=openai",
+            f"--kernelpro-llm-base-url={api.url}",
+        )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: kernelpro: --kernelpro-optimize cannot run: no model is set for "
+            "--kernelpro-llm=openai (set it with --kernelpro-model=NAME, ini key kernelpro_model "
+            f"or environment variable KERNELPRO_MODEL), and the server at {api.url} (command "
+            "line --kernelpro-llm-base-url) serves 2 models: 'local-coder', 'local-coder-small'; "
+            "choose one"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    assert [r["path"] for r in api.requests] == ["/v1/models"]  # no chat, no kernel ran
+    assert not (kp_project.path / ".kernelpro" / "optimize").exists()
+
+
+@pytest.mark.usefixtures("no_openai_env")
+@pytest.mark.parametrize("status", [500, 404])
+def test_a_local_server_whose_model_list_fails_is_a_usage_error(
+    kp_project: pytest.Pytester, status: int
+) -> None:
+    kp_project.makepyfile(test_k=KERNEL)
+    with running_fake_chat_api([], models_status=status) as api:
+        result = kp_project.runpytest_subprocess(
+            "--kernelpro-optimize=1",
+            "--kernelpro-llm=openai",
+            f"--kernelpro-llm-base-url={api.url}",
+        )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [
+            "ERROR: kernelpro: --kernelpro-optimize cannot run: no model is set for "
+            f"--kernelpro-llm=openai *, and asking the server at {api.url} (command line "
+            f"--kernelpro-llm-base-url) which models it serves failed: GET {api.url}/models "
+            f"answered HTTP {status} *; or set the model, and the server is not asked"
+        ]
+    )
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()

@@ -1,17 +1,23 @@
 """Checks made before any kernel runs, so a requested search that cannot run stops the
 session with a usage error instead of passing silently after minutes of work.
 
-`check_backend` (at configure): Dask is installed when `--kernelpro-dask` asks for it, the
-model backend can be built (an API key for anthropic; the SDK and a model name for openai),
-the Anthropic API answers (one models request, no tokens spent; an OpenAI-compatible server
-is first asked by the search), the model has a price when the budget is in dollars, and a
-replay recording exists and holds answers. `check_replay_items` (after
-collection): a replay directory holds a recording for every kernel selected.
+`served_model` (at configure, first): `--kernelpro-llm=openai` with a base URL and no model
+set anywhere asks the server which models it serves and takes the only one; several, none,
+or a listing that fails stop the session with the URL, the models or the failure, and the
+setting to use. `check_backend` (at configure): Dask is installed when `--kernelpro-dask`
+asks for it, the model backend can be built (an API key for anthropic; the SDK and a model
+name for openai), the Anthropic API answers (one models request, no tokens spent; an
+OpenAI-compatible server is first asked by the search unless its model is asked for), the
+model has a price when the budget is in dollars, and a replay recording exists and holds
+answers. `check_replay_items` (after collection): a replay directory holds a recording for
+every kernel selected.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.optimize.loop.replay import recording_for, replay_source
@@ -22,6 +28,86 @@ if TYPE_CHECKING:
 
 class PreflightError(Exception):
     """Why the search cannot run; the plugin turns it into a `pytest.UsageError`."""
+
+
+# Most model names a message lists; a hosted API serves dozens.
+_LISTED_MODELS = 12
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """The model an OpenAI-compatible server serves alone, taken since none was set."""
+
+    model: str
+    source: str  # where the model came from, as `KernelproConfig.sources` says it
+    line: str  # said once in the session output
+
+
+def _model_settings() -> str:
+    from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
+
+    model = SETTINGS_BY_NAME["model"]
+    return f"{model.flag}=NAME, ini key {model.ini_key} or environment variable {model.env_var}"
+
+
+def _base_url(settings: KernelproConfig) -> tuple[str | None, str]:
+    """The OpenAI-compatible server's base URL and where it was set (None: not set)."""
+    from pytest_kernelpro.optimize.agents.llm.openai_backend import BASE_URL_ENV
+
+    if getattr(settings, "llm_base_url", None):
+        return settings.llm_base_url, settings.sources.get("llm_base_url", "default")
+    env = os.environ.get(BASE_URL_ENV) or None
+    return env, f"environment variable {BASE_URL_ENV}"
+
+
+def served_model(settings: KernelproConfig) -> ServedModel | None:
+    """The model to use when `--kernelpro-llm=openai` has a base URL and no model was set
+    (command line, environment, ini, conftest): the one the server lists (`GET /models`).
+    None when a model was set, the backend is not openai, or no base URL is known (then
+    `check_backend` asks for a model). Raises `PreflightError` when the server lists several
+    models or none, or when the listing fails."""
+    if settings.llm != "openai" or settings.sources.get("model", "default") != "default":
+        return None
+    url, where = _base_url(settings)
+    if url is None:
+        return None
+    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.agents.llm.openai_backend import served_models
+
+    unset = f"no model is set for --kernelpro-llm=openai (set it with {_model_settings()})"
+    try:
+        models = served_models(url, timeout_s=20.0)
+    except LLMError as exc:  # the SDK missing, or the listing failed (ModelListError)
+        raise PreflightError(
+            f"{unset}, and asking the server at {url} ({where}) which models it serves "
+            f"failed: {exc}"
+            + (
+                "; or set the model, and the server is not asked"
+                if getattr(exc, "answered", False)
+                else ""
+            )
+        ) from None
+    if len(models) == 1:
+        return ServedModel(
+            model=models[0],
+            source=f"the only model {url} serves",
+            line=(
+                f"kernelpro: optimizing with model {models[0]!r}, the only model the server "
+                f"at {url} serves (no --kernelpro-model set)"
+            ),
+        )
+    if not models:
+        raise PreflightError(
+            f"{unset}, and the server at {url} ({where}) lists no models at GET {url}/models; "
+            "load a model into the server, or name the one it serves"
+        )
+    listed = ", ".join(repr(m) for m in models[:_LISTED_MODELS])
+    more = len(models) - _LISTED_MODELS
+    raise PreflightError(
+        f"{unset}, and the server at {url} ({where}) serves {len(models)} models: {listed}"
+        + (f" and {more} more" if more > 0 else "")
+        + "; choose one"
+    )
 
 
 def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
@@ -69,10 +155,17 @@ def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
         from pytest_kernelpro.optimize.agents.llm.openai_backend import OpenAICompatibleBackend
 
         if settings.sources.get("model", "default") == "default":
+            url, _ = _base_url(settings)
             raise PreflightError(
                 f"--kernelpro-llm=openai ({where}) needs the name of the model the server "
-                f"serves (the default, {settings.model!r}, is an Anthropic model): pass "
-                "--kernelpro-model=NAME"
+                f"serves (the default, {settings.model!r}, is an Anthropic model): set it "
+                f"with {_model_settings()}"
+                + (
+                    ""
+                    if url
+                    else ", or set --kernelpro-llm-base-url to your server's URL and its "
+                    "model is asked for when it serves one"
+                )
             )
         try:
             OpenAICompatibleBackend(

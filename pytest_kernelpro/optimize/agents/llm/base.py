@@ -7,8 +7,8 @@ Messages API (`anthropic_backend.py`), OpenAI-compatible chat completions
 `make_backend` (in `factory.py`) picks one by name.
 
 Costs come from `prices.yaml` (list prices per million tokens, with its source); a model that
-is not in the table costs 0 with a `KernelproWarning`, so an API-spend budget cannot silently
-undercount without saying so.
+is not in the table (a self-served one, usually) has its tokens counted and its cost not
+(0, with a `KernelproWarning` saying so), and an API-spend budget refuses it before any call.
 """
 
 from __future__ import annotations
@@ -331,15 +331,17 @@ def compute_cost(
     cache_read: int = 0,
     cache_write: int = 0,
 ) -> float:
-    """Dollar cost of a call; an unpriced model costs 0 and warns once per model (a search
-    with an API-spend budget refuses an unpriced model before any call: `require_price`)."""
+    """Dollar cost of a call; the cost of an unpriced model is not counted (0), said once per
+    model (a search with an API-spend budget refuses it before any call: `require_price`)."""
     price = find_price(model, prices)
     if price is None:
         if model not in _WARNED_UNPRICED:
             _WARNED_UNPRICED.add(model)
             warnings.warn(
-                f"no price known for model {model!r}; its calls count $0 against an API-spend "
-                f"budget. Add it to {PRICES_FILE} or pass prices={{{model!r}: [in, out]}}.",
+                f"no price known for model {model!r}: its cost is not counted (it shows as "
+                "$0.00), its token counts are. To count it, add the model's price to "
+                f"{PRICES_FILE} (or pass prices={{{model!r}: [in, out]}} to the backend); a "
+                "budget in dollars refuses a model without a price.",
                 KernelproWarning,
                 stacklevel=3,
             )

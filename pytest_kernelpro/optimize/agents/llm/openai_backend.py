@@ -4,13 +4,16 @@ vLLM, SGLang, Ollama and most inference servers speak the OpenAI chat-completion
 this backend talks to them through the official `openai` SDK with a base URL and a model
 name (`--kernelpro-llm=openai --kernelpro-llm-base-url=http://host:8000/v1
 --kernelpro-model=NAME`). The key is read from OPENAI_API_KEY when the server wants one;
-local servers usually do not, and the SDK is then given a placeholder.
+local servers usually do not, and the SDK is then given a placeholder. Without a model name
+the session asks the server which models it serves (`served_models`, the SDK's
+`models.list()`) and takes the only one (`optimize/loop/preflight.py`).
 
 Mapping: the system prompt is the first `system` message; `finish_reason` "length" is the
 stop reason "max_tokens" (truncation recovery works the same), "stop" is "end_turn",
 "tool_calls" is "tool_use". Tools are offered as `function` tools and run in a loop as in
-the Anthropic backend. A model without a price costs 0 with a warning; an API-spend budget
-refuses it before any call (`base.require_price`).
+the Anthropic backend. A model without a price (a self-served one, usually) has its token
+counts kept and its cost not counted, with a warning saying so; an API-spend budget refuses
+it before any call (`base.require_price`).
 """
 
 from __future__ import annotations
@@ -29,11 +32,96 @@ from pytest_kernelpro.optimize.agents.llm.base import (
     call_tool,
     compute_cost,
 )
+from pytest_kernelpro.text_safety import safe_text
 
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 NO_KEY = "not-needed"  # local servers accept any key; the SDK insists on one
 _STOP = {"length": "max_tokens", "stop": "end_turn", "tool_calls": "tool_use"}
+
+
+class ModelListError(LLMError):
+    """The server's model list could not be read; `answered`: the server answered (an HTTP
+    error or a body that is no model list), so a model named by hand may still work."""
+
+    def __init__(self, message: str, *, answered: bool) -> None:
+        super().__init__(message)
+        self.answered = answered
+
+
+def served_models(base_url: str, *, timeout_s: float = 20.0) -> list[str]:
+    """The ids of the models the OpenAI-compatible server at `base_url` serves, in its order
+    (`GET {base_url}/models` through the SDK's `client.models.list()`, one request, no
+    retry). Raises `ModelListError` naming the URL, what failed and the fix."""
+    try:
+        import openai
+    except ImportError:
+        raise LLMError(
+            "the openai package is not installed; `pip install openai` (or "
+            "`pip install pytest-kernelpro[llm]`)"
+        ) from None
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    url = f"{base_url.rstrip('/')}/models"
+    failure: str | None = None
+    answered = True
+    ids: list[str] = []
+    try:
+        client = openai.OpenAI(
+            api_key=key or NO_KEY, base_url=base_url, timeout=float(timeout_s), max_retries=0
+        )
+        ids = [str(m.id) for m in client.models.list() if getattr(m, "id", None)]
+    except openai.APIConnectionError as exc:  # refused, unresolved, timed out
+        answered = False
+        failure = (
+            f"GET {url} got no answer ({type(exc).__name__}: {_cause(exc)}); is the server "
+            "running and listening at that address? Start it, or correct the base URL"
+        )
+    except openai.APIStatusError as exc:
+        failure = f"GET {url} answered HTTP {exc.status_code} ({_body(exc)}); " + _status_fix(
+            exc.status_code
+        )
+    except Exception as exc:  # a body that is no model list: said, never a traceback
+        failure = (
+            f"GET {url} did not return a model list ({type(exc).__name__}: "
+            f"{_short(str(exc))}); is it an OpenAI-compatible server's base URL?"
+        )
+    if failure is not None:
+        raise ModelListError(failure.replace(key, "***") if key else failure, answered=answered)
+    return ids
+
+
+def _status_fix(status: int) -> str:
+    if status == 404:
+        return (
+            "the server has no such endpoint: check the base URL (vLLM, SGLang, llama.cpp "
+            "and Ollama serve the OpenAI API under /v1, e.g. http://localhost:8000/v1)"
+        )
+    if status in (401, 403):
+        return f"the server wants a key: set {API_KEY_ENV}"
+    return "the server failed to list its models: check its log"
+
+
+def _cause(exc: BaseException) -> str:
+    """The connection error's root cause (the SDK's own message is "Connection error.")."""
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and (cause.__cause__ or cause.__context__) is not None:
+        cause = cause.__cause__ or cause.__context__
+    return _short(str(cause) if cause is not None and str(cause) else str(exc))
+
+
+def _body(exc: Any) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        text = error.get("message", error) if isinstance(error, dict) else error
+    else:
+        text = body if body is not None else getattr(exc, "message", "")
+    return _short(str(text)) or "no body"
+
+
+def _short(text: str, limit: int = 200) -> str:
+    line = " ".join(safe_text(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class OpenAICompatibleBackend:
