@@ -9,6 +9,7 @@ tested here on stand-ins (test_the_stream_guard_sees_c_level_switches_and_new_st
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -32,12 +33,17 @@ TIMING = {
 }
 LIMITS = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
 
+# Which timed call a cheat is caught on follows how many calls the checks and the warm-up
+# (a wall-clock deadline) made before it: the reason names the call, the test takes any.
+WRONG_WHILE_TIMED = r"refused while timed: timed call \d+ returned a wrong output"
 EXPECTED = {
-    "memo_identity": "refused while timed: timed call 2 returned a wrong output",
-    "garbage_on_repeat": "refused while timed: timed call 2 returned a wrong output",
-    "lazy_subclass": "Lazy, not a plain torch.Tensor",
-    "work_after_return": "refused while timed: timed call 1 returned a wrong output",
-    "json_shrink": "refused while timed: json.dumps (now kernelpro_candidate.<lambda>) was replaced",
+    "memo_identity": WRONG_WHILE_TIMED,
+    "garbage_on_repeat": WRONG_WHILE_TIMED,
+    "lazy_subclass": re.escape("Lazy, not a plain torch.Tensor"),
+    "work_after_return": WRONG_WHILE_TIMED,
+    "json_shrink": re.escape(
+        "refused while timed: json.dumps (now kernelpro_candidate.<lambda>) was replaced"
+    ),
 }
 
 
@@ -64,7 +70,7 @@ def test_a_candidate_that_cheats_once_timed_is_refused_with_its_reason(
 ) -> None:
     ev = evaluations[name]
     assert ev.status == "cheat", (ev.status, ev.reason)
-    assert EXPECTED[name] in (ev.reason or ""), ev.reason
+    assert re.search(EXPECTED[name], ev.reason or ""), ev.reason
     assert ev.speedup is None
 
 
