@@ -376,12 +376,55 @@ def test_cuda_poisoning_tf32_and_nondeterministic_ops() -> None:
     previous = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = True
     try:
-        r = check_correctness(torch.mm, torch.mm, lambda s: (*inputs(s), *inputs(s)), device="cuda")
+        mm_inputs = lambda s: (*inputs(s), *inputs(s))  # noqa: E731
+        with_truth = check_correctness(torch.mm, torch.mm, mm_inputs, device="cuda")
+        without = check_correctness(torch.mm, torch.mm, mm_inputs, device="cuda", truth=False)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = previous
-    assert r.passed
-    assert r.tf32
-    assert "TF32" in r.tolerance.source
+    assert_tf32_reference_judged(with_truth, without)
+    # A real TF32 matmul is off by about 1e-4..1e-3 against its float64 truth (fp32: ~1e-6).
+    assert with_truth.reference_error > 1e-5
+
+
+TF32_TRUTH_RULE = (
+    "within 8x the reference's own error against its float64 re-run, or the tf32 tolerance"
+    " (its fp32 matmuls/convolutions may run in tf32)"
+)
+
+
+def assert_tf32_reference_judged(with_truth: Any, without: Any) -> None:
+    """A kernel equal to a reference whose fp32 matmuls may run in TF32: with the float64 truth
+    (issue 27's default) the truth's rule decides and the TF32 tolerance is named next to it;
+    without a truth, the dtype default for TF32 decides. The CUDA test and its CPU twin
+    (simulated TF32) share these assertions, so a change of the rule fails on the CPU too."""
+    assert with_truth.passed, with_truth.failure
+    assert with_truth.tf32
+    assert with_truth.rule == TF32_TRUTH_RULE
+    assert with_truth.tolerance.source.startswith("within 8x the reference's own error")
+    assert without.passed, without.failure
+    assert without.tf32
+    assert without.rule == "dtype default (no higher-precision truth was run)"
+    assert "TF32" in without.tolerance.source
+
+
+def test_tf32_reference_judged_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CPU twin of the TF32 part of test_cuda_poisoning_tf32_and_nondeterministic_ops:
+    this CPU counts as a device whose fp32 matmuls run in TF32 (as tests/measure/
+    test_accuracy.py's simulated_tf32)."""
+    from pytest_kernelpro.measure import accuracy
+
+    monkeypatch.setattr(accuracy, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(
+        accuracy, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
+    )
+
+    def mm_inputs(seed: int) -> tuple[Any, ...]:
+        g = torch.Generator().manual_seed(seed)
+        return (torch.randn(256, 256, generator=g), torch.randn(256, 256, generator=g))
+
+    with_truth = check_correctness(torch.mm, torch.mm, mm_inputs, device="cpu")
+    without = check_correctness(torch.mm, torch.mm, mm_inputs, device="cpu", truth=False)
+    assert_tf32_reference_judged(with_truth, without)
 
 
 def test_marker_rtol_alone_keeps_the_dtype_default_atol() -> None:

@@ -3,7 +3,7 @@
 The sandbox and the optimizer's checker speak KernelBench (`class Model`, `get_inputs`,
 `ModelNew`). A marked kernel is not written that way, so these generated modules rebuild the
 item's problem in the sandbox's process through the one problem loader
-(`pytest_kernelpro.locate.load_problem`) and present its reference as `Model` and the user's
+(`pytest_kernelpro.problem.load_problem`) and present its reference as `Model` and the user's
 current kernel as `ModelNew`. A KernelBench file is used as it is.
 """
 
