@@ -5,7 +5,13 @@ it, the autotune picks of both sides, and a changed environment named in the rea
 re-times the kernel (`needs_confirmation`) and `confirm` lets the regression stand only if
 that second measurement, by itself, is a regression under the same rules; otherwise the kernel
 is "suspect" (reported, never failed). One slow measurement (another process, a clock dip)
-cannot fail CI.
+cannot fail CI. On the CPU, against the CPU anchor, the re-measurement need not clear a
+widened tolerance a second time: that tolerance (35% on a busy machine) is there for the noise
+between a baseline and a run, which the first measurement already cleared, and asking twice
+for it missed a kernel doing twice the work in 3 of 10 sessions
+(bench/results/2026-12-02-cpu-gate-cpu.md). There the regression is reproduced when the
+re-measurement is slower by more than the threshold and half the tolerance (the bar the
+fastest decile meets), with p < alpha, and the anchor does not show it unusable.
 
 **Autotune picks.** An autotuned kernel's speed is its code and its pick, and the pick is made
 per process by timing the candidates. When the head picked another config than the baseline
@@ -38,6 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelpro.gate.cpu_anchor import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
     IMPROVED,
@@ -79,6 +86,18 @@ NAMED_IN = ("regressed", "suspect", "below-roofline")
 
 
 # The confirmation: an independent re-measurement settles a provisional change.
+
+
+def slower_again_on_the_cpu(first: Verdict, second: Verdict) -> bool:
+    """True when a CPU-anchored regression's re-measurement shows the slowdown again: beyond
+    the threshold and half its tolerance, statistically clear, with a usable anchor (module
+    docstring). False for any other comparison (those need the re-measurement's own verdict)."""
+    if first.change_status != REGRESSED or not (second.anchor or "").startswith(CPU_ANCHOR_PREFIX):
+        return False
+    if second.change is None or second.p_value is None or UNUSABLE_WORDS in second.reason:
+        return False
+    bar = max(second.threshold, second.tolerance / 2.0)
+    return second.change > bar and second.p_value < second.alpha
 
 
 def needs_confirmation(verdict: Verdict) -> bool:
@@ -124,7 +143,9 @@ def confirm(
         clock_anchor=clock_anchor,
         anchor_threshold=anchor_threshold,
     )
-    reproduced = second.change_status == first.change_status
+    reproduced = second.change_status == first.change_status or slower_again_on_the_cpu(
+        first, second
+    )
     confirmation = {
         "reproduced": reproduced,
         "change": second.change,

@@ -60,6 +60,7 @@ BUSY_RUN_QUEUE_SHARE = 0.10  # the kernel waited for a core this share of its wa
 UNUSABLE_ANCHOR_MOVE = 0.5  # the anchor's speed moved more than this: the machines differ
 UNUSABLE_ANCHOR_SCATTER = 1.0  # the anchor's own calls scattered more than this (IQR / median)
 ANCHOR_QUANTILE = 0.25  # the anchor's speed: the fastest quarter of its calls
+UNUSABLE_WORDS = "the CPU anchor shows the measurement unusable"  # how `unusable` begins
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -213,9 +214,7 @@ class CpuAnchorComparison:
         if not problems:
             return None
         return (
-            "the CPU anchor shows the measurement unusable ("
-            + " and ".join(problems)
-            + "): other work "
+            f"{UNUSABLE_WORDS} (" + " and ".join(problems) + "): other work "
             "changed the machine's speed too much to tell the kernel's change. Re-run on a "
             "quieter machine"
         )

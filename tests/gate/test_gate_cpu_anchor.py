@@ -215,3 +215,68 @@ def test_a_malformed_cpu_pair_list_is_named() -> None:
     raw["cpu_anchor_s"] = [1e-4, -1.0]
     with pytest.raises(ValueError, match="cpu_anchor_s is .*expected a non-empty list of positive"):
         parse_entry(raw)
+
+
+def test_a_busy_re_measurement_beyond_half_the_tolerance_confirms_a_cpu_regression() -> None:
+    """A kernel doing twice the work read +50% (the cache flush before each sample makes its
+    second product warm); on a busy machine the re-measurement read +32%, under the 35%
+    tolerance: asking it to clear that bar again missed the slowdown. Beyond the threshold
+    and half the tolerance, statistically clear, it confirms."""
+    base = entry(cpu_record(1 * MS, seed=30, busy=True))
+    first = compare(cpu_record(1.5 * MS, seed=31, busy=True), base)
+    assert first.status == REGRESSED, first.reason
+    assert first.tolerance == pytest.approx(BUSY_TOLERANCE)
+    again = cpu_record(1.32 * MS, seed=32, busy=True)
+    assert compare(again, base).status == OK  # by itself, within the tolerance
+    final = confirm(first, again, base)
+    assert final.status == REGRESSED, final.reason
+    assert final.confirmed
+    assert final.failed
+    assert "confirmed by a re-measurement" in final.reason
+
+
+@pytest.mark.parametrize(
+    ("remeasured_s", "why"),
+    [
+        (1.10, "a re-measurement within half the tolerance is noise"),
+        (0.98, "a re-measurement at the baseline's speed is noise"),
+    ],
+)
+def test_a_cpu_regression_whose_re_measurement_is_within_half_the_tolerance_is_suspect(
+    remeasured_s: float, why: str
+) -> None:
+    """The attack on the lower bar: one slow process must still not fail CI."""
+    base = entry(cpu_record(1 * MS, seed=33, busy=True))
+    first = compare(cpu_record(1.5 * MS, seed=34, busy=True), base)
+    assert first.status == REGRESSED, first.reason
+    final = confirm(first, cpu_record(remeasured_s * MS, seed=35, busy=True), base)
+    assert final.status == SUSPECT, why
+    assert not final.failed
+    assert "did not reproduce it" in final.reason
+
+
+def test_a_re_measurement_the_anchor_calls_unusable_does_not_confirm() -> None:
+    """Slower by 60% again, but the machine's own speed moved by more than half: no verdict
+    on the kernel can come from it, so it cannot confirm."""
+    base = entry(cpu_record(1 * MS, seed=36))
+    first = compare(cpu_record(1.6 * MS, seed=37), base)
+    assert first.status == REGRESSED, first.reason
+    unusable = cpu_record(1.6 * MS, seed=38, machine=1.8)
+    assert "the CPU anchor shows the measurement unusable" in compare(unusable, base).reason
+    final = confirm(first, unusable, base)
+    assert final.status == SUSPECT
+    assert not final.failed
+
+
+def test_the_lower_bar_is_only_for_cpu_anchored_comparisons() -> None:
+    """Without the CPU anchor (an old baseline), the re-measurement must be a regression by
+    itself, as on the GPU: twice as slow again, but timed on an oversubscribed CPU with
+    nothing to cancel the load, it does not confirm."""
+    base = entry(cpu_record(1 * MS, seed=39, anchor=None))
+    first = compare(cpu_record(2 * MS, seed=40, anchor=None), base)
+    assert first.status == REGRESSED, first.reason
+    busy_again = cpu_record(2 * MS, seed=41, anchor=None, busy=True)
+    assert compare(busy_again, base).status == SUSPECT
+    final = confirm(first, busy_again, base)
+    assert final.status == SUSPECT
+    assert not final.failed
