@@ -4,6 +4,7 @@ still charged for the wait; every sample of the rounds gets its anchor."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -113,3 +114,61 @@ def test_the_summary_leaves_out_non_positive_pairs() -> None:
     assert summary["ratios"] == [2.0, 2.0]
     assert summary["kernel_median_s"] == 3.0
     assert summary["anchor_median_s"] == 1.5
+
+
+_FAULTS_PER_ADD = """
+import resource, sys
+import torch
+if sys.argv[1] == "steady":
+    from pytest_kernelpro.measure.timing.cpu import steady_allocator
+    print(steady_allocator())
+else:
+    print("")
+a, b = torch.ones(1_000_000), torch.ones(1_000_000)
+a + b  # the first call may fault in the heap once
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(50):
+    c = a + b  # a 4 MB output, freed at the next assignment
+    del c
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 50)
+"""
+
+
+def _faults_per_add(mode: str) -> tuple[str, float]:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FAULTS_PER_ADD, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    note, faults = done.stdout.splitlines()[-2:]
+    return note, float(faults)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator and rusage")
+def test_the_steady_allocator_serves_a_4mb_output_without_page_faults() -> None:
+    """Without the fixed thresholds glibc serves each 4 MB output with fresh pages that fault in
+    on every call (how many depended on what the process freed before); with them, none."""
+    plain_note, plain = _faults_per_add("plain")
+    note, steady = _faults_per_add("steady")
+    if not note:
+        pytest.skip("the C library is not glibc: nothing to fix")
+    assert plain_note == ""
+    assert "mmap threshold fixed at 32 MiB" in note
+    assert plain > 50, f"expected page faults on every call without the fix, saw {plain}"
+    assert steady < 1, f"expected no page faults with the fix, saw {steady} a call"
+
+
+def test_a_cpu_timing_records_what_it_did_to_the_allocator() -> None:
+    from pytest_kernelpro.measure.timing.cpu import steady_allocator
+
+    x = torch.ones(1000)
+    result = time_cpu(
+        lambda: x + 1, TimingBudget(max_time_s=0.05, min_samples=5, clock_anchor="on")
+    )
+    assert result.anchor is not None
+    assert result.anchor["allocator"] == steady_allocator()

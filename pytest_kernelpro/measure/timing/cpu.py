@@ -3,7 +3,7 @@
 `budget.py`), the CPU anchor timed after every sample, and the CPU's load over the sampling
 with the thread policy of CPU timing.
 
-The timer differs from the CUDA timer in three ways:
+The timer differs from the CUDA timer in four ways:
 
 - the time budget covers what `time_kernel` does after allocating the flush buffer once
   (first call, estimate, warm-up, samples and statistics) and is honoured within
@@ -21,7 +21,10 @@ The timer differs from the CUDA timer in three ways:
   than the cache come from memory whether or not it was flushed, and the flush would only
   cost time (81 ms a sample on a machine with a 256 MiB last-level cache);
 - the CPU's load over the sampling is measured (`CpuLoadMonitor`): a timing taken
-  while other processes held the cores the kernel's threads need is marked oversubscribed.
+  while other processes held the cores the kernel's threads need is marked oversubscribed;
+- the process's allocator is made steady before the first CPU timing (`steady_allocator`):
+  glibc's moving mmap threshold otherwise decides per process whether a kernel's output
+  buffers page-fault on every call, and the gate would compare two allocators, not two kernels.
 
 The CPU anchor: a fixed workload timed right after every CPU sample, on-CPU time for both.
 On a shared CPU a kernel's wall time is mostly other processes' time: on the project's
@@ -213,6 +216,42 @@ def last_level_cache_bytes() -> int | None:
 
 _CPU_FLUSH_BUFFERS: dict[int, Any] = {}
 
+# glibc's allocator serves a request above its mmap threshold with fresh pages that fault in
+# on first touch and go back to the OS on free, and it moves that threshold up to the size of
+# the last such block freed. So whether a kernel's 4 MB output costs a thousand page faults on
+# every call depended on what the process had freed before: unchanged kernels (a 1M-element add,
+# a 2048x1024 bias+gelu) timed 2x apart in half the sessions. Fixing the threshold at its
+# maximum (and the top-of-heap trim at twice it, glibc's own ratio) serves every block up to
+# 32 MiB from reused heap pages in every process, what a long-running program sees.
+GLIBC_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest allowed value on 64-bit
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
+_ALLOCATOR_NOTE: list[str] = []  # set once per process by `steady_allocator`
+
+
+def steady_allocator() -> str:
+    """Fix glibc's mmap and trim thresholds for this process (once; see above) and say what
+    was done: the note a CPU timing records, "" where the allocator is not glibc's."""
+    if _ALLOCATOR_NOTE:
+        return _ALLOCATOR_NOTE[0]
+    note = ""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        version = libc.gnu_get_libc_version
+        version.restype = ctypes.c_char_p
+        if libc.mallopt(_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD) and libc.mallopt(
+            _M_TRIM_THRESHOLD, 2 * GLIBC_MMAP_THRESHOLD
+        ):
+            note = (
+                f"glibc {version().decode()}: mmap threshold fixed at "
+                f"{GLIBC_MMAP_THRESHOLD >> 20} MiB, trim at {GLIBC_MMAP_THRESHOLD >> 19} MiB"
+            )
+    except (OSError, AttributeError, ValueError):  # not glibc (musl, macOS, Windows)
+        note = ""
+    _ALLOCATOR_NOTE.append(note)
+    return note
+
 
 def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
     """(bytes to write before each CPU sample, why) for the budget's `cpu_flush` mode."""
@@ -261,6 +300,7 @@ def time_cpu(
     clock = clock or bound.perf_counter
     if fresh is not None:
         fn = fresh.call
+    allocator = steady_allocator()
     t_start = clock()
     device = f"cpu ({cpu_model_name()})"
     threads = torch_threads()
@@ -416,7 +456,7 @@ def time_cpu(
         cpu_load=load.to_dict(),
         flush_reason=flush_reason,
         budget_note=budget_note,
-        anchor=None if pairs is None else pairs.summary(),
+        anchor=None if pairs is None else {**pairs.summary(), "allocator": allocator},
         honesty=None if fresh is None else fresh.to_dict(),
     )
 
