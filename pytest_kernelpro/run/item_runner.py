@@ -212,6 +212,8 @@ def _run(
         raise KernelproError(choice.skip_reason or "no CUDA GPU")
     if choice.device is None:
         pytest.skip(choice.skip_reason or "no device")
+    if session.gpu_shared_by_workers and not str(choice.device).startswith("cpu"):
+        raise KernelproError(session.gpu_shared_by_workers)
     run = ItemRun(
         nodeid=item.nodeid,
         problem=problem,

@@ -72,6 +72,9 @@ class KernelproSession:
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
     # Said once when the session starts (the model taken from the server; `plugin.py`).
     start_lines: list[str] = field(default_factory=list)
+    # Why this xdist worker has no GPU of its own (`run/workers.py`), else None: a kernel
+    # item that would be timed on a GPU here fails with it.
+    gpu_shared_by_workers: str | None = None
 
     def __post_init__(self) -> None:
         from pytest_kernelpro.run.context import Profiling
@@ -386,13 +389,17 @@ def start_session(config: pytest.Config) -> KernelproSession:
 
     settings = KernelproConfig.from_pytest_config(config)
     workerinput = getattr(config, "workerinput", None)
+    gpu_shared_by_workers = None
     if workerinput is not None:
         from pytest_kernelpro.run.workers import assign_worker_gpu
 
         try:
-            assign_worker_gpu(workerinput["workerid"], int(workerinput.get("workercount", 1)))
+            pinned = assign_worker_gpu(
+                workerinput["workerid"], int(workerinput.get("workercount", 1))
+            )
         except ValueError as exc:
             raise pytest.UsageError(f"kernelpro: {exc}") from None
+        gpu_shared_by_workers = pinned.shared
     if settings.problems is not None:
         if not settings.problems.is_dir():
             raise pytest.UsageError(
@@ -406,7 +413,12 @@ def start_session(config: pytest.Config) -> KernelproSession:
         # An xdist worker asks the server too (the controller's answer); only the controller
         # runs the checks and says which model it took.
         settings, start_lines = _preflight_optimize(settings, checks=workerinput is None)
-    session = KernelproSession(settings=settings, config=config, start_lines=start_lines)
+    session = KernelproSession(
+        settings=settings,
+        config=config,
+        start_lines=start_lines,
+        gpu_shared_by_workers=gpu_shared_by_workers,
+    )
     if settings.profile or settings.check:
         from pytest_kernelpro.run.context import SessionCapture
 

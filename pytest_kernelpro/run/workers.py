@@ -1,9 +1,11 @@
-"""pytest-xdist scale-out: one GPU per worker, never two workers timing on one GPU."""
+"""pytest-xdist scale-out: one GPU per worker, never two workers timing on one GPU (a worker
+past the last GPU runs ordinary tests and fails the kernel items that need a GPU)."""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 
 
 def visible_gpu_ids(environ: dict[str, str] | None = None) -> list[str]:
@@ -26,28 +28,43 @@ def visible_gpu_ids(environ: dict[str, str] | None = None) -> list[str]:
         pynvml.nvmlShutdown()
 
 
+@dataclass(frozen=True)
+class WorkerGpu:
+    """What this xdist worker may time on: `gpu`, the GPU pinned to it (None: none pinned),
+    and `shared`, why it has no GPU of its own (more workers than GPUs), else None."""
+
+    gpu: str | None = None
+    shared: str | None = None
+
+
 def assign_worker_gpu(
     worker_id: str, worker_count: int, environ: dict[str, str] | None = None
-) -> str | None:
+) -> WorkerGpu:
     """Pin this xdist worker to its own GPU by setting CUDA_VISIBLE_DEVICES.
 
-    Returns the GPU id chosen, or None when there are no GPUs (CPU kernels only). Raises
-    ValueError when there are fewer GPUs than workers, because two workers timing on one
-    GPU disturb each other's numbers.
+    With no GPU, nothing is pinned (CPU kernels only). With more workers than GPUs, workers
+    past the last GPU get none of their own and are left as they are: their ordinary tests
+    run as without the plugin (a suite's unit tests may share a GPU), while a kernel item
+    that would be timed on a GPU there fails with `shared` as its reason, because two
+    workers timing on one GPU spoil both measurements.
     """
     env = os.environ if environ is None else environ
     gpus = visible_gpu_ids(env)
     if not gpus:
-        return None
+        return WorkerGpu()
     match = re.fullmatch(r"gw(\d+)", worker_id)
     if match is None:
         raise ValueError(f"unexpected xdist worker id {worker_id!r}")
     index = int(match.group(1))
-    if worker_count > len(gpus):
-        raise ValueError(
-            f"pytest -n {worker_count} starts {worker_count} workers but only {len(gpus)} GPU(s) "
-            f"are visible ({','.join(gpus)}); two workers timing on one GPU spoil both "
-            f"measurements: use -n {len(gpus)} or fewer"
+    if index >= len(gpus):
+        return WorkerGpu(
+            shared=(
+                f"xdist worker {worker_id} has no GPU of its own: pytest -n {worker_count} "
+                f"started {worker_count} workers for {len(gpus)} visible GPU(s) "
+                f"({','.join(gpus)}), and two workers timing on one GPU spoil both "
+                f"measurements. Run the kernels with -n {len(gpus)} or fewer (e.g. "
+                "`pytest -m kernelpro -n 1` beside the rest of the suite)"
+            )
         )
     env["CUDA_VISIBLE_DEVICES"] = gpus[index]
-    return gpus[index]
+    return WorkerGpu(gpu=gpus[index])
