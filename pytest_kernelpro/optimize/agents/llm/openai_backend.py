@@ -49,10 +49,8 @@ class ModelListError(LLMError):
         self.answered = answered
 
 
-def served_models(base_url: str, *, timeout_s: float = 20.0) -> list[str]:
-    """The ids of the models the OpenAI-compatible server at `base_url` serves, in its order
-    (`GET {base_url}/models` through the SDK's `client.models.list()`, one request, no
-    retry). Raises `ModelListError` naming the URL, what failed and the fix."""
+def import_openai() -> Any:
+    """The openai SDK, or an LLMError saying how to install it."""
     try:
         import openai
     except ImportError:
@@ -60,6 +58,14 @@ def served_models(base_url: str, *, timeout_s: float = 20.0) -> list[str]:
             "the openai package is not installed; `pip install openai` (or "
             "`pip install pytest-kernelpro[llm]`)"
         ) from None
+    return openai
+
+
+def served_models(base_url: str, *, timeout_s: float = 20.0) -> list[str]:
+    """The ids of the models the OpenAI-compatible server at `base_url` serves, in its order
+    (`GET {base_url}/models` through the SDK's `client.models.list()`, one request, no
+    retry). Raises `ModelListError` naming the URL, what failed and the fix."""
+    openai = import_openai()
     key = os.environ.get(API_KEY_ENV, "").strip()
     url = f"{base_url.rstrip('/')}/models"
     failure: str | None = None
@@ -143,13 +149,7 @@ class OpenAICompatibleBackend:
                 "the openai backend needs a model name: pass --kernelpro-model=NAME (the name "
                 "the server serves, e.g. the vLLM --served-model-name)"
             )
-        try:
-            import openai
-        except ImportError:
-            raise LLMError(
-                "the openai package is not installed; `pip install openai` (or "
-                "`pip install pytest-kernelpro[llm]`)"
-            ) from None
+        openai = import_openai()
         self.model = model
         self.base_url = base_url or os.environ.get(BASE_URL_ENV) or None
         self.prices = dict(prices or {})
