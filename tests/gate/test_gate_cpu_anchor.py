@@ -16,6 +16,7 @@ from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_e
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.cpu_anchor import (
     BUSY_TOLERANCE,
+    PROCESS_TOLERANCE,
     CpuAnchorSide,
     compare_cpu_anchored,
     scatter,
@@ -111,18 +112,30 @@ def test_an_unchanged_kernel_on_a_slower_machine_is_ok() -> None:
 
 
 def test_a_slowdown_the_anchor_does_not_see_needs_a_quiet_machine_to_fail() -> None:
-    """A busy machine slowed only the kernel by 25% (memory taken by a neighbour): beyond the
+    """A busy machine slowed only the kernel by 30% (memory taken by a neighbour): beyond the
     5% threshold, within the busy machine's tolerance: ok with the reason, never a failure,
     and not "suspect" (the anchor is usable)."""
     base = entry(cpu_record(1 * MS, seed=9))
-    verdict = compare(cpu_record(1 * MS, seed=10, kernel_only=1.25, busy=True), base)
+    verdict = compare(cpu_record(1 * MS, seed=10, kernel_only=1.3, busy=True), base)
     assert verdict.status == OK
     assert not verdict.failed
     assert "within ±35%" in verdict.reason
     assert "timed on a busy machine" in verdict.reason
-    # The same 25% on a quiet machine, where the tolerance stays at the threshold: fails.
-    quiet = compare(cpu_record(1 * MS, seed=10, kernel_only=1.25), base)
+    # The same 30% on a quiet machine, beyond the 25% two processes can differ by: fails.
+    quiet = compare(cpu_record(1 * MS, seed=10, kernel_only=1.3), base)
     assert quiet.status == REGRESSED
+
+
+def test_a_quiet_cpu_comparison_allows_what_two_processes_differ_by() -> None:
+    """Baseline and run are two processes: an unchanged kernel's on-CPU median moved 8-19%
+    between them on a quiet VM (where its inputs landed in memory), which the 5% threshold
+    called a confirmed "improved" 4 times in 100. Within 25%: ok, and the reason says why."""
+    base = entry(cpu_record(1 * MS, seed=42))
+    for factor in (0.83, 1.17):
+        verdict = compare(cpu_record(1 * MS, seed=43, kernel_only=factor), base)
+        assert verdict.status == OK, verdict.reason
+        assert verdict.tolerance == pytest.approx(PROCESS_TOLERANCE)
+        assert "between two processes on a CPU" in verdict.reason
 
 
 def test_the_compared_change_is_the_one_nearer_to_zero() -> None:
