@@ -411,11 +411,11 @@ def test_tf32_reference_judged_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> No
     """The CPU twin of the TF32 part of test_cuda_poisoning_tf32_and_nondeterministic_ops:
     this CPU counts as a device whose fp32 matmuls run in TF32 (as tests/measure/
     test_accuracy.py's simulated_tf32)."""
-    from pytest_kernelpro.measure import accuracy
+    from pytest_kernelpro.measure import tolerance
 
-    monkeypatch.setattr(accuracy, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(tolerance, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        accuracy, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
+        tolerance, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
     )
 
     def mm_inputs(seed: int) -> tuple[Any, ...]:

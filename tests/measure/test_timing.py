@@ -90,7 +90,10 @@ def test_min_samples_shrink_to_the_floor_when_the_budget_is_short() -> None:
 def test_cache_flush_makes_cached_data_cold() -> None:
     """Summing data that fits in the last-level cache is slower after the flush."""
     llc = last_level_cache_bytes() or 32 * 1024 * 1024
-    x = np.random.default_rng(0).random(llc // 4 // 8)  # a quarter of the LLC
+    # A quarter of the LLC, at most 1 MiB: a VM can report its host's whole L3 (480 MiB on a
+    # CPU VM, about 300 MiB on the H200 host), and a quarter of that did not stay cached
+    # between calls there (cold and warm medians equal); 1 MiB stays in a core's L2 or any LLC.
+    x = np.random.default_rng(0).random(min(llc // 4, 1024 * 1024) // 8)
     base = {"warmup_ms": 5, "max_time_s": 0.5, "target_rel_ci": 0.01}
     cold = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=True))
     warm = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=False))
@@ -98,6 +101,11 @@ def test_cache_flush_makes_cached_data_cold() -> None:
     assert cold.flush_bytes == cpu_flush_bytes() >= llc
     assert not warm.flushed_l2
     assert warm.flush_bytes == 0
+    # The premise, data kept in the cache between unflushed calls, needs the cores to itself:
+    # other processes on them (14.7 of 16 cores on the H200 host under pytest -n 4) can evict
+    # it. The timer says when they did (`oversubscribed`).
+    if cold.median_s <= 1.1 * warm.median_s and (cold.oversubscribed or warm.oversubscribed):
+        pytest.skip(f"the CPU was oversubscribed while timed: {warm.cpu_load}")
     assert cold.median_s > 1.1 * warm.median_s
 
 

@@ -134,3 +134,25 @@ def test_a_stale_output_among_the_timed_calls_is_refused() -> None:
 
     with pytest.raises(DishonestTiming, match="timed call 2 returned a wrong output"):
         _time(memo_by_identity)
+
+
+def test_a_memo_by_version_never_hits_in_any_call_of_the_timer() -> None:
+    """Every call the timer makes, the warm-up's included, sees inputs with a new _version
+    (as the CPU timer's do). The warm-up's did not, and on the H200 a memo by _version hit
+    26 times in a session that tested it (tests/plugin/test_honest_measurement.py)."""
+    memo: dict[tuple[int, int], torch.Tensor] = {}
+    hits: list[int] = []
+
+    def memo_by_version(x: torch.Tensor) -> torch.Tensor:
+        key = (id(x), x._version)
+        if key in memo:
+            hits.append(1)
+            return memo[key]
+        memo[key] = out = torch.tanh(x * 2.0)
+        return out
+
+    budget = TimingBudget(warmup_ms=5, max_time_s=0.05, flush_l2=False)
+    log, extra = _time(memo_by_version, budget)
+    assert extra["warmup_runs"] > 6  # the warm-up loop ran (6: the first call and the estimate)
+    assert log.samples
+    assert hits == []

@@ -41,13 +41,22 @@ _warm_up_lazy_imports()
 
 
 @pytest.fixture
-def kp_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A pytester project with fixed ceilings and a short timing budget."""
+def kp_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A pytester project with fixed ceilings and a short timing budget, on the CPU.
+
+    The device is pinned to the CPU (the plugin's default, auto, takes a CUDA GPU when one is
+    visible): the fixed ceilings are round CPU-scale numbers, and these tests are about the
+    CPU's behaviour (its timer, cache flush, anchors, summary lines), which must be the same
+    on a GPU host as on CPU-only CI. A test about another device passes --kernelpro-device
+    (the command line wins over the ini); KERNELPRO_DEVICE would win over the ini, so it goes.
+    """
+    monkeypatch.delenv("KERNELPRO_DEVICE", raising=False)
     ceilings = pytester.path / "ceilings.json"
     ceilings.write_text(json.dumps(FIXED_CEILINGS))
     pytester.makeini(
         f"""
         [pytest]
+        kernelpro_device = cpu
         kernelpro_ceilings = {ceilings}
         kernelpro_time_budget = 0.2
         kernelpro_warmup_ms = 1

@@ -39,10 +39,12 @@ def _ceilings(fp32: float, *, passes: int = 3) -> Ceilings:
 
 @pytest.fixture
 def cpu_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A project whose cached CPU ceilings are far too low (as measured under load)."""
+    """A project whose cached CPU ceilings are far too low (as measured under load). On the
+    CPU on every host: the default device, auto, would take a visible CUDA GPU instead."""
     pytester.makeini(
         """
         [pytest]
+        kernelpro_device = cpu
         kernelpro_time_budget = 0.2
         kernelpro_warmup_ms = 1
         """

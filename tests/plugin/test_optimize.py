@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,15 @@ from conftest import records_by_name
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
 from fake_messages_api import Reply, running_fake_api  # noqa: E402
 from fake_openai_api import ChatReply, running_fake_chat_api  # noqa: E402
+
+# The SDKs are optional (pytest-kernelpro[llm]); without one, the session stops at a usage
+# error naming it, before the behaviour these tests are about.
+needs_anthropic = pytest.mark.skipif(
+    find_spec("anthropic") is None, reason="needs the anthropic package (pytest-kernelpro[llm])"
+)
+needs_openai = pytest.mark.skipif(
+    find_spec("openai") is None, reason="needs the openai package (pytest-kernelpro[llm])"
+)
 
 KERNEL = """
 import pytest, torch
@@ -42,6 +52,7 @@ class ModelNew(nn.Module):
 """
 
 
+@needs_anthropic
 @pytest.mark.slow
 def test_optimize_writes_trajectory_patch_and_section(
     kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
@@ -134,6 +145,7 @@ class ModelNew(nn.Module):
 CANARY = "ghp_kernelproCanary0123456789abcdef"
 
 
+@needs_anthropic
 @pytest.mark.slow
 def test_a_canary_secret_reaches_no_prompt_and_no_artifact(
     kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
@@ -178,6 +190,7 @@ def no_openai_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@needs_openai
 @pytest.mark.slow
 @pytest.mark.usefixtures("no_openai_env")
 def test_a_local_server_without_a_model_option_searches_with_the_model_it_serves(
@@ -210,6 +223,7 @@ def test_a_local_server_without_a_model_option_searches_with_the_model_it_serves
     assert summary["evaluations"] == 1
 
 
+@needs_openai
 @pytest.mark.usefixtures("no_openai_env")
 def test_the_model_taken_from_a_local_server_is_said_at_any_verbosity(
     kp_project: pytest.Pytester,
@@ -227,6 +241,7 @@ def test_the_model_taken_from_a_local_server_is_said_at_any_verbosity(
     )
 
 
+@needs_openai
 @pytest.mark.usefixtures("no_openai_env")
 def test_a_local_server_serving_two_models_is_a_usage_error_naming_both_and_the_option(
     kp_project: pytest.Pytester,
@@ -253,6 +268,7 @@ def test_a_local_server_serving_two_models_is_a_usage_error_naming_both_and_the_
     assert not (kp_project.path / ".kernelpro" / "optimize").exists()
 
 
+@needs_openai
 @pytest.mark.usefixtures("no_openai_env")
 @pytest.mark.parametrize("status", [500, 404])
 def test_a_local_server_whose_model_list_fails_is_a_usage_error(

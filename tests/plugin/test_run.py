@@ -147,7 +147,12 @@ def test_bad_input_fails_that_item_and_the_session_goes_on(
     result.stdout.fnmatch_lines([expected])
 
 
-def test_gpu_kernel_is_skipped_on_cpu_with_reason(kp_project: pytest.Pytester) -> None:
+def test_gpu_kernel_is_skipped_on_cpu_with_reason(
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # About the default device (auto) on a machine without a GPU: no GPU is visible on any host
+    # (the plugin's own check says so; a CUDA context of this process cannot be hidden).
+    monkeypatch.setattr("pytest_kernelpro.run.session.cuda_available", lambda: False)
     kp_project.makepyfile(
         test_k="""
         import pytest, torch
@@ -156,13 +161,13 @@ def test_gpu_kernel_is_skipped_on_cpu_with_reason(kp_project: pytest.Pytester) -
             raise AssertionError("must not run without a GPU")
         """
     )
-    result = kp_project.runpytest("-rs")
+    result = kp_project.runpytest("-rs", "--kernelpro-device=auto")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*needs a CUDA GPU (triton kernel) and none is visible*"])
 
 
 def test_a_kernel_calling_a_triton_library_layer_is_skipped_on_cpu(
-    kp_project: pytest.Pytester,
+    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The marked function calls a library's layer object whose forward launches only a
     Triton kernel (no source it names mentions Triton). A stand-in `triton` package (Triton
@@ -184,7 +189,11 @@ def test_a_kernel_calling_a_triton_library_layer_is_skipped_on_cpu(
             return layer(x)
         """
     )
-    result = kp_project.runpytest_subprocess("-rs", "-p", "no:cacheprovider")
+    # About the default device (auto) on a machine without a GPU: the child sees none on any host.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    result = kp_project.runpytest_subprocess(
+        "-rs", "-p", "no:cacheprovider", "--kernelpro-device=auto"
+    )
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*needs a CUDA GPU (triton kernel) and none is visible*"])
     assert "0 active drivers" not in result.stdout.str()

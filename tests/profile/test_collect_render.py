@@ -219,6 +219,10 @@ def test_gpu_path_with_a_fake_ncu(
     ncu.chmod(0o755)
     monkeypatch.setattr("pytest_kernelpro.profile.collect._gpu_problem", lambda device: None)
     monkeypatch.setattr("pytest_kernelpro.profile.collect.nsys_status", lambda: "not here")
+    # The timeline child sees no GPU on any host: on a real one its trace names the kernel
+    # that ran (x * 2's vectorized_elementwise_kernel), and the selection rightly follows it
+    # instead of the captured module's entry point this test is about.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
     class ProblemLocator:
         path = str(problem)

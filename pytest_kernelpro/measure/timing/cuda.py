@@ -304,6 +304,11 @@ def _time_cuda_on(
         phase = "warm-up"
         n_warm = warmup_count(budget.warmup_ms, flush_s + per_call * calls)
         for _ in range(n_warm):
+            # Fresh inputs before every call, as for every other call (and the CPU timer's
+            # warm-up): on unchanged inputs a memo by `_version` hits, and the warm-up (and
+            # its clock readings) would see no work.
+            if fresh is not None:
+                fresh.before()
             flush()
             body()
         warm_flags = _read_while_busy(torch, monitor)
