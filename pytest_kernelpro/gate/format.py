@@ -346,6 +346,11 @@ def _non_finite(value: float | str | None) -> bool:
 # `optimize/loop/item.py`): pure functions over the summary dict.
 
 
+def _count(n: Any, noun: str) -> str:
+    """`n` with its noun, plural unless `n` is 1 ("1 interleaved round")."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _x(value: Any) -> str:
     return f"{value:.2f}x" if isinstance(value, (int, float)) else "-"
 
@@ -377,7 +382,8 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
             f"  candidate {best.get('node_id')}: {_x(best.get('speedup_vs_current'))} the "
             f"{summary.get('baseline') or 'current kernel'}"
             + (f" ({_x(vs_ref)} the reference)" if vs_ref else "")
-            + f", re-measured in {summary.get('rounds')} interleaved rounds: {best.get('verdict')}"
+            + f", re-measured in {_count(summary.get('rounds'), 'interleaved round')}: "
+            f"{best.get('verdict')}"
             f" ({summary.get('evaluations', 0)} evaluations, stop: {summary.get('stop_reason')})"
         )
     lines.append(

@@ -70,8 +70,9 @@ def test_optimize_writes_trajectory_patch_and_section(
     result.stdout.fnmatch_lines(
         [
             "*optimize: *",
-            "*candidate *x the current kernel (*x the reference), re-measured in 5 interleaved "
-            "rounds: * (2 evaluations*",
+            # Up to 5 rounds; fewer when the ranking's time budget runs out (a loaded machine).
+            "*candidate *x the current kernel (*x the reference), re-measured in * interleaved "
+            "round*: * (2 evaluations*",
             "*wall: setup * s, sandbox_probe * s, current_kernel * s, reference_profile * s, "
             "generate * s, build * s, check * s, time * s, profile * s, remeasure * s, "
             "confirm * s, patches * s, other * s",
