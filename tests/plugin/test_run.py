@@ -150,9 +150,10 @@ def test_bad_input_fails_that_item_and_the_session_goes_on(
 def test_gpu_kernel_is_skipped_on_cpu_with_reason(
     kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # About the default device (auto) on a machine without a GPU: no GPU is visible on any host
-    # (the plugin's own check says so; a CUDA context of this process cannot be hidden).
-    monkeypatch.setattr("pytest_kernelpro.run.session.cuda_available", lambda: False)
+    # About the default device (auto) on a machine without a GPU: the child sees none on any
+    # host (in this process, patching the plugin's own check was not enough on an H200: other
+    # checks ask torch, and a CUDA context of this process cannot be hidden).
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     kp_project.makepyfile(
         test_k="""
         import pytest, torch
@@ -161,7 +162,9 @@ def test_gpu_kernel_is_skipped_on_cpu_with_reason(
             raise AssertionError("must not run without a GPU")
         """
     )
-    result = kp_project.runpytest("-rs", "--kernelpro-device=auto")
+    result = kp_project.runpytest_subprocess(
+        "-rs", "-p", "no:cacheprovider", "--kernelpro-device=auto"
+    )
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*needs a CUDA GPU (triton kernel) and none is visible*"])
 
