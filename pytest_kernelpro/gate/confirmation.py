@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.gate.cpu_anchor import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS
+from pytest_kernelpro.gate.cpu_anchor import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS, lower_bar
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
     IMPROVED,
@@ -96,7 +96,7 @@ def slower_again_on_the_cpu(first: Verdict, second: Verdict) -> bool:
         return False
     if second.change is None or second.p_value is None or UNUSABLE_WORDS in second.reason:
         return False
-    bar = max(second.threshold, second.tolerance / 2.0)
+    bar = lower_bar(second.threshold, second.tolerance)
     return second.change > bar and second.p_value < second.alpha
 
 

@@ -111,6 +111,13 @@ def _positive_list(values: Any) -> tuple[float, ...]:
     return tuple(out)
 
 
+def lower_bar(threshold: float, tolerance: float) -> float:
+    """The bar a change in the same direction must also clear, beside the median's tolerance:
+    the fastest decile's move (module docstring) and a re-measurement that confirms a
+    regression (`gate/confirmation.py`). Half the tolerance, at least the threshold."""
+    return max(threshold, tolerance / 2.0)
+
+
 def busy_reason(cpu_load: Mapping[str, Any] | None, run_queue_share: Any) -> str | None:
     """Why a CPU timing counts as taken on a busy machine, or None."""
     reasons = []

@@ -94,6 +94,7 @@ from pytest_kernelpro.gate.cpu_anchor import (
     compare_cpu_anchored,
     cpu_anchor_missing,
     entry_cpu_anchor,
+    lower_bar,
     record_cpu_anchor,
 )
 from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
@@ -479,7 +480,7 @@ def cpu_anchored_basis(
         unit=" in on-CPU time and relative to the CPU anchor",
         detail=f"; wall time {pct_text(time_ratio - 1.0)}, {facts.facts()}",
         load_cancelled=True,
-        low_tolerance=max(threshold, facts.tolerance / 2.0),
+        low_tolerance=lower_bar(threshold, facts.tolerance),
         widened=facts.widened,
         unusable=facts.unusable(),
     )
