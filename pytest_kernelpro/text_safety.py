@@ -166,6 +166,13 @@ def safe_text(text: str, secrets: Iterable[str] | None = None) -> str:
     return strip_controls(redact(text, secrets))
 
 
+def safe_line(text: Any, limit: int) -> str:
+    """`text` as `safe_text` on one line (whitespace runs made one space), cut to `limit`
+    characters with "..." at the end when longer: a message quoted inside a sentence."""
+    line = " ".join(safe_text(str(text)).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def safe_tree(data: Any, secrets: Iterable[str] | None = None) -> Any:
     """`data` (dicts, lists, tuples, strings, numbers) with every string made `safe_text`,
     dictionary keys included."""

@@ -17,7 +17,7 @@ from typing import Any
 from pytest_kernelpro.measure.gpu_memory import format_bytes
 from pytest_kernelpro.measure.roofline import SHORT_UNIT
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
-from pytest_kernelpro.text_safety import safe_text
+from pytest_kernelpro.text_safety import safe_line, safe_text
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -405,7 +405,7 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
                 f"  {_text(c.get('rank')):>4}  {_text(c.get('node_id')):>4}  {_x(c.get('speedup_vs_current')):>10}  "
                 f"{_x(c.get('speedup_vs_reference')):>12}  "
                 f"{_pct(current.get('efficiency')):>8} -> {_pct(c.get('efficiency_after')):<8}  "
-                f"{_text(c.get('verdict') or c.get('status')):<7}  {_one_line(c.get('strategy') or '-', 60)}"
+                f"{_text(c.get('verdict') or c.get('status')):<7}  {safe_line(c.get('strategy') or '-', 60)}"
             )
             if c.get("patch"):
                 lines.append(f"        patch: {c['patch']}")
@@ -517,7 +517,7 @@ def optimize_markdown(records: Sequence[KernelRecord], cell: Callable[[Any], str
             _x(best.get("speedup_vs_current")),
             _x(best.get("speedup_vs_reference")),
             f"{_pct(current.get('efficiency'))} → {_pct(best.get('efficiency_after'))}",
-            cell(_one_line(best.get("strategy") or "-", 80)),
+            cell(safe_line(best.get("strategy") or "-", 80)),
             f"{int(summary.get('evaluations') or 0)} ({cell(_outcomes(summary))})",
             cell(_patch_name(summary.get("best_patch"))),
         )
@@ -569,8 +569,3 @@ def _patch_name(path: Any) -> str:
         return "-"
     parts = str(path).replace("\\", "/").split("/")
     return "/".join(parts[-4:])  # kernel/run/patches/best.patch: enough to find it
-
-
-def _one_line(text: Any, limit: int) -> str:
-    line = " ".join(safe_text(str(text)).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -32,7 +32,7 @@ from pytest_kernelpro.optimize.agents.llm.base import (
     call_tool,
     compute_cost,
 )
-from pytest_kernelpro.text_safety import safe_text
+from pytest_kernelpro.text_safety import safe_line
 
 API_KEY_ENV = "OPENAI_API_KEY"
 BASE_URL_ENV = "OPENAI_BASE_URL"
@@ -89,7 +89,7 @@ def served_models(base_url: str, *, timeout_s: float = 20.0) -> list[str]:
     except Exception as exc:  # a body that is no model list: said, never a traceback
         failure = (
             f"GET {url} did not return a model list ({type(exc).__name__}: "
-            f"{_short(str(exc))}); is it an OpenAI-compatible server's base URL?"
+            f"{safe_line(exc, 200)}); is it an OpenAI-compatible server's base URL?"
         )
     if failure is not None:
         raise ModelListError(failure.replace(key, "***") if key else failure, answered=answered)
@@ -112,7 +112,7 @@ def _cause(exc: BaseException) -> str:
     cause = exc.__cause__ or exc.__context__
     while cause is not None and (cause.__cause__ or cause.__context__) is not None:
         cause = cause.__cause__ or cause.__context__
-    return _short(str(cause) if cause is not None and str(cause) else str(exc))
+    return safe_line(cause if cause is not None and str(cause) else exc, 200)
 
 
 def _body(exc: Any) -> str:
@@ -122,12 +122,7 @@ def _body(exc: Any) -> str:
         text = error.get("message", error) if isinstance(error, dict) else error
     else:
         text = body if body is not None else getattr(exc, "message", "")
-    return _short(str(text)) or "no body"
-
-
-def _short(text: str, limit: int = 200) -> str:
-    line = " ".join(safe_text(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    return safe_line(text, 200) or "no body"
 
 
 class OpenAICompatibleBackend:
