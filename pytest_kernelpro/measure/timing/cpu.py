@@ -94,6 +94,7 @@ never compared as if they came from the same machine, and ceilings are cached pe
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import statistics
@@ -225,15 +226,12 @@ _CPU_FLUSH_BUFFERS: dict[int, Any] = {}
 # 32 MiB from reused heap pages in every process, what a long-running program sees.
 GLIBC_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest allowed value on 64-bit
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
-_ALLOCATOR_NOTE: list[str] = []  # set once per process by `steady_allocator`
 
 
+@functools.cache
 def steady_allocator() -> str:
     """Fix glibc's mmap and trim thresholds for this process (once; see above) and say what
     was done: the note a CPU timing records, "" where the allocator is not glibc's."""
-    if _ALLOCATOR_NOTE:
-        return _ALLOCATOR_NOTE[0]
-    note = ""
     try:
         import ctypes
 
@@ -243,14 +241,13 @@ def steady_allocator() -> str:
         if libc.mallopt(_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD) and libc.mallopt(
             _M_TRIM_THRESHOLD, 2 * GLIBC_MMAP_THRESHOLD
         ):
-            note = (
+            return (
                 f"glibc {version().decode()}: mmap threshold fixed at "
                 f"{GLIBC_MMAP_THRESHOLD >> 20} MiB, trim at {GLIBC_MMAP_THRESHOLD >> 19} MiB"
             )
     except (OSError, AttributeError, ValueError):  # not glibc (musl, macOS, Windows)
-        note = ""
-    _ALLOCATOR_NOTE.append(note)
-    return note
+        pass
+    return ""
 
 
 def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
