@@ -10,8 +10,14 @@ matvec rewrite `x @ colsum(W)`), and runs the plugin as a user would:
 2. `git apply` of the `best.patch` it hands back (if any) in the user's repository;
 3. `pytest --kernelpro-only` on the patched repository (the patched kernel must pass its check).
 
+`--layout split` lays the project out as a library would: the kernel in `mykernels/gemm.py`,
+the reference in `mykernels/reference.py`, and a test file `tests/test_gemm.py` that imports
+both and marks the imported kernel; `--dim` sets the GEMM's K = N (8192 by default). No
+`--kernelpro-model` is given: the server serves one model and the plugin takes it.
+
 Prints one JSON line per step (exit status, wall seconds, what was found) and writes them to
-`--out`. Usage: `python bench/new_user_optimize.py --out RESULT.json` (the plugin installed).
+`--out`. Usage: `python bench/new_user_optimize.py --out RESULT.json [--layout split --dim 2048]`
+(the plugin installed).
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ KERNEL_TEST = """
 import pytest
 import torch
 
-BATCH, IN, OUT = 128, 8192, 8192
+BATCH, IN, OUT = 128, DIM, DIM
 
 
 def make_inputs(device):
@@ -52,6 +58,61 @@ def gemm_divide_sum_scaling(x, weight):
     y = x @ weight.T
     return (y / 2).sum(dim=1, keepdim=True) * 1.5
 """
+
+SPLIT_KERNEL = """
+def gemm_divide_sum_scaling(x, weight):
+    y = x @ weight.T
+    return (y / 2).sum(dim=1, keepdim=True) * 1.5
+"""
+
+SPLIT_REFERENCE = """
+import torch
+
+
+def reference(x, weight):
+    y = torch.matmul(x, weight.T)
+    y = y / 2
+    y = torch.sum(y, dim=1, keepdim=True)
+    return y * 1.5
+"""
+
+SPLIT_TEST = """
+import pytest
+import torch
+
+from mykernels.gemm import gemm_divide_sum_scaling
+from mykernels.reference import reference
+
+BATCH, IN, OUT = 128, DIM, DIM
+
+
+def make_inputs(device):
+    x = torch.randn(BATCH, IN, device=device)
+    weight = torch.randn(OUT, IN, device=device) * 0.01
+    return (x, weight)
+
+
+gemm = pytest.mark.kernelpro(reference=reference, inputs=make_inputs)(gemm_divide_sum_scaling)
+"""
+
+
+def write_project(repo: Path, layout: str, dim: int) -> None:
+    """The user's repository: one test file, or a package with a test file beside it."""
+    if layout == "single":
+        (repo / "test_gemm.py").write_text(KERNEL_TEST.replace("DIM", str(dim)), encoding="utf-8")
+        return
+    (repo / "mykernels").mkdir()
+    (repo / "mykernels" / "__init__.py").write_text("", encoding="utf-8")
+    (repo / "mykernels" / "gemm.py").write_text(SPLIT_KERNEL, encoding="utf-8")
+    (repo / "mykernels" / "reference.py").write_text(SPLIT_REFERENCE, encoding="utf-8")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_gemm.py").write_text(
+        SPLIT_TEST.replace("DIM", str(dim)), encoding="utf-8"
+    )
+    (repo / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\npythonpath = ["."]\n', encoding="utf-8"
+    )
+
 
 MATVEC = """### Strategy: sum the weight's rows first, then one matrix-vector product
 The sum over the GEMM's output columns equals x @ colsum(W): K*N multiply-adds become K+N.
@@ -158,6 +219,8 @@ def step(name: str, command: list[str], cwd: Path, log: list[dict[str, Any]]) ->
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--layout", choices=("single", "split"), default="single")
+    parser.add_argument("--dim", type=int, default=8192)
     args = parser.parse_args()
     log: list[dict[str, Any]] = []
     server, requests = serve([WRONG, SLOWER, MATVEC])
@@ -165,7 +228,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         repo = Path(scratch) / "my-kernels"
         repo.mkdir()
-        (repo / "test_gemm.py").write_text(KERNEL_TEST, encoding="utf-8")
+        write_project(repo, args.layout, args.dim)
         git = ["git", "-c", "user.name=u", "-c", "user.email=u@example.invalid"]
         subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
         subprocess.run([*git, "add", "."], cwd=repo, check=True)
@@ -174,8 +237,7 @@ def main() -> int:
         out = step(
             "optimize",
             [*pytest, "--kernelpro-optimize=3", "--kernelpro-llm=openai",
-             f"--kernelpro-llm-base-url={url}", "--kernelpro-model=local-coder",
-             "--kernelpro-candidates=1", "-rA"],
+             f"--kernelpro-llm-base-url={url}", "--kernelpro-candidates=1", "-rA"],
             repo,
             log,
         )  # fmt: skip
@@ -196,6 +258,7 @@ def main() -> int:
                 ["git", "diff", "--stat"], cwd=repo, capture_output=True, text=True, check=False
             ).stdout
             log.append({"diff_stat": diff.strip()})
+            print(diff.strip())
             out = step("check patched", [*pytest, "--kernelpro-only", "-rA"], repo, log)
             log.append({"patched_check_tail": out.strip().splitlines()[-3:]})
     server.shutdown()
