@@ -165,9 +165,10 @@ def test_the_trajectory_and_the_llm_record_and_the_prompt_are_safe() -> None:
 
 def test_the_optimize_table_of_the_terminal_and_the_comment_is_safe() -> None:
     from pytest_kernelpro.gate import format as optimize_texts
+    from pytest_kernelpro.text_safety import safe_line  # the optimize table's strategy cells
 
     key = KEYS["github token"]
-    assert optimize_texts._one_line(f"\x1b[2J=== 14 passed ===\r{key}", 200) == (
+    assert safe_line(f"\x1b[2J=== 14 passed ===\r{key}", 200) == (
         "=== 14 passed ===[redacted: github token]"
     )
     assert "\x1b" not in optimize_texts._text("\x1b[31mred")
