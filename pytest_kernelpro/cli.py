@@ -1,4 +1,6 @@
-"""The `kernelpro` command: comment, approval, compare, history, show, report, calibrate; `--version`.
+"""The `kernelpro` command: comment, approval, compare, history, report, calibrate, the
+commands other parts add through the `pytest_kernelpro.commands` entry points (the
+optimizer's `show`); `--version`.
 
 Each subcommand lives in its part; this module only dispatches, importing lazily.
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "comment": (
@@ -30,11 +33,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "history_main",
         "list the runs kept in .kernelpro/history (one JSON per run, by commit and machine)",
     ),
-    "show": (
-        "pytest_kernelpro.optimize.search.show",
-        "show_main",
-        "print a search trajectory's tree and best path",
-    ),
     "report": (
         "pytest_kernelpro.gate.records_log",
         "report_main",
@@ -48,9 +46,19 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+ENTRY_POINT_GROUP = "pytest_kernelpro.commands"
+
+
+def added_commands() -> dict[str, EntryPoint]:
+    """The subcommands installed parts add (`[project.entry-points."pytest_kernelpro.commands"]`)."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in COMMANDS}
+
+
 def usage() -> str:
     lines = ["usage: kernelpro [--version] COMMAND [ARGS...]", "", "commands:"]
     lines += [f"  {name:<10} {help_text}" for name, (_, _, help_text) in COMMANDS.items()]
+    for name, ep in sorted(added_commands().items()):
+        lines.append(f"  {name:<10} {_first_doc_line(ep)}")
     lines.append("\n`kernelpro COMMAND --help` for a command's options")
     return "\n".join(lines)
 
@@ -66,12 +74,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kernelpro (pytest-kernelpro) {__version__}")
         return 0
     name, rest = args[0], args[1:]
-    if name not in COMMANDS:
+    added = added_commands()
+    if name in COMMANDS:
+        module_name, func_name, _ = COMMANDS[name]
+        func = getattr(importlib.import_module(module_name), func_name)
+    elif name in added:
+        func = added[name].load()
+    else:
         print(f"kernelpro: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module_name, func_name, _ = COMMANDS[name]
-    func = getattr(importlib.import_module(module_name), func_name)
     return int(func(rest) or 0)
+
+
+def _first_doc_line(ep: EntryPoint) -> str:
+    """The first line of the command function's docstring, loaded only for `--help`."""
+    try:
+        doc = ep.load().__doc__ or ""
+    except Exception as exc:  # a broken plugin must not break `kernelpro --help`
+        return f"(cannot load {ep.value}: {type(exc).__name__})"
+    return doc.strip().splitlines()[0] if doc.strip() else ep.value
 
 
 if __name__ == "__main__":

@@ -16,12 +16,9 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.setting_table import (
     GROUP_DESCRIPTION,
     GROUP_NAME,
-    OPTIMIZE_GROUP_DESCRIPTION,
-    OPTIMIZE_GROUP_NAME,
     SETTINGS,
     SETTINGS_BY_NAME,
     Setting,
-    parse_budget_text,
 )
 
 if TYPE_CHECKING:
@@ -34,9 +31,8 @@ def _help(setting: Setting) -> str:
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """Register the `kernelpro` option group, its optimizer section, and their ini mirrors."""
+    """Register the `kernelpro` option group and its ini mirrors."""
     group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
-    optimize_group = parser.getgroup(OPTIMIZE_GROUP_NAME, OPTIMIZE_GROUP_DESCRIPTION)
     group.addoption(
         "--kernelpro-check",
         action="store_true",
@@ -56,21 +52,6 @@ def add_options(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="Profile every kernel (ncu metrics, SASS, timeline) and run the tools. Default: False",
-    )
-    optimize_group.addoption(
-        "--kernelpro-optimize",
-        default=None,
-        metavar="BUDGET",
-        type=parse_budget_text,
-        help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, 20,30m). Default: None",
-    )
-    optimize_group.addoption(
-        "--kernelpro-resume",
-        action="store_true",
-        default=False,
-        help="With --kernelpro-optimize: continue each kernel's latest search (its run folder "
-        "under .kernelpro/optimize/) instead of starting a new one; the budget counts the whole "
-        "search. Default: False",
     )
     group.addoption(
         "--kernelpro-only",
@@ -92,8 +73,15 @@ def add_options(parser: pytest.Parser) -> None:
         # (run/fresh_process.py): time the item only, with these autotune choices pinned.
         help=argparse.SUPPRESS,
     )
-    for setting in SETTINGS:
-        section = optimize_group if setting.optimizer else group
+    add_setting_options(group, parser, SETTINGS)
+
+
+def add_setting_options(
+    section: pytest.OptionGroup, parser: pytest.Parser, settings: tuple[Setting, ...]
+) -> None:
+    """Each setting as a `--kernelpro-*` flag in `section` and a `kernelpro_*` ini key (a
+    plugin with settings of its own, the optimizer, registers them the same way)."""
+    for setting in settings:
         if setting.is_flag:
             section.addoption(
                 setting.flag,
@@ -113,6 +101,20 @@ def add_options(parser: pytest.Parser) -> None:
                 help=_help(setting),
             )
         parser.addini(setting.ini_key, _help(setting), type="string", default=None)
+
+
+def known_plugin_settings(config: pytest.Config) -> list[str]:
+    """The names of the settings other plugins declare (`pytest_kernelpro_setting_names`)."""
+    return [n for names in config.hook.pytest_kernelpro_setting_names() for n in names or ()]
+
+
+def conftest_defaults(config: pytest.Config) -> dict[str, Any]:
+    """What the project's `pytest_kernelpro_defaults` hooks return, merged (the first
+    registered ranks lowest)."""
+    defaults: dict[str, Any] = {}
+    for contributed in reversed(config.hook.pytest_kernelpro_defaults(config=config)):
+        defaults.update(contributed or {})  # pluggy calls the last registered first
+    return defaults
 
 
 def resolve_setting(
@@ -156,7 +158,6 @@ class KernelproConfig:
     check: bool
     save_baseline: str | None  # path, or None when not saving
     profile: bool
-    optimize: str | None
     only: bool
     device: str
     time_budget_s: float | None  # None: 2 s on a GPU, 1 s on the CPU (budget_for)
@@ -170,14 +171,6 @@ class KernelproConfig:
     baseline_path: Path
     json_path: Path
     ceilings_path: Path | None
-    feedback: str
-    orchestration: str
-    search: str
-    llm_base_url: str | None
-    llm: str
-    model: str
-    candidates: int
-    max_tokens: int
     profile_timeout_s: float
     item_timeout_s: float | None  # None: no limit
     isolate: bool
@@ -185,7 +178,6 @@ class KernelproConfig:
     auto_profiles: int
     auto_profile_time_s: float
     sources: dict[str, str]  # setting name -> where its value came from
-    resume: bool = False  # --kernelpro-resume: continue the latest search of each kernel
     cpu_flush: str = "auto"
     clock_anchor: str = "on"  # GPU: "on" pairs a capped kernel's samples with the clock anchor
     cpu_threads: int = 0  # 0: auto (measure.timing.cpu.policy_threads)
@@ -193,7 +185,6 @@ class KernelproConfig:
     sort: str = "status"
     history_dir: Path | None = None
     correctness_only: bool = False
-    dask: str | None = None  # --kernelpro-dask: local, local:N or a scheduler address
     confirm_process: str = "fresh"  # where a provisional regression is re-measured
     autotune_mismatch: str = "pin"  # gate/confirmation.py
     # Set in the fresh process of a confirmation: the autotune choices to pin (a JSON file).
@@ -233,16 +224,16 @@ class KernelproConfig:
     ) -> KernelproConfig:
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
-        defaults: dict[str, Any] = {}
-        for contributed in reversed(config.hook.pytest_kernelpro_defaults(config=config)):
-            defaults.update(contributed or {})  # pluggy calls the last registered first
-        unknown = sorted(set(defaults) - set(SETTINGS_BY_NAME))
+        defaults = conftest_defaults(config)
+        # Names another plugin (the optimizer) resolves itself are known too.
+        known = [*SETTINGS_BY_NAME, *known_plugin_settings(config)]
+        unknown = sorted(set(defaults) - set(known))
         if unknown:
             import pytest
 
             raise pytest.UsageError(
                 f"kernelpro: pytest_kernelpro_defaults returned unknown setting(s) "
-                f"{', '.join(unknown)}; valid names: {', '.join(SETTINGS_BY_NAME)}"
+                f"{', '.join(unknown)}; valid names: {', '.join(known)}"
             )
         for setting in SETTINGS:
             values[setting.name], sources[setting.name] = resolve_setting(
@@ -264,7 +255,6 @@ class KernelproConfig:
             check=bool(config.getoption("kernelpro_check", default=False)),
             save_baseline=save_path,
             profile=bool(config.getoption("kernelpro_profile", default=False)),
-            optimize=config.getoption("kernelpro_optimize", default=None),
             only=bool(config.getoption("kernelpro_only", default=False)),
             device=values["device"],
             time_budget_s=values["time_budget"],
@@ -278,16 +268,8 @@ class KernelproConfig:
             baseline_path=baseline_path or root / "kernelpro-baseline.yaml",
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
             ceilings_path=rooted(values["ceilings"]),
-            feedback=values["feedback"],
-            orchestration=values["orchestration"],
-            search=values["search"],
-            llm_base_url=values["llm_base_url"],
-            llm=values["llm"],
-            model=values["model"],
-            candidates=values["candidates"],
-            max_tokens=values["max_tokens"],
             profile_timeout_s=values["profile_timeout"],
-            item_timeout_s=_item_timeout(values["item_timeout"], sources["item_timeout"], config),
+            item_timeout_s=values["item_timeout"],
             isolate=bool(values["isolate"]),
             isolated_child=bool(config.getoption("kernelpro_isolated_child", default=False)),
             auto_profiles=values["auto_profiles"],
@@ -300,19 +282,10 @@ class KernelproConfig:
             sort=values["sort"],
             history_dir=rooted(values["history"] or None),
             correctness_only=bool(values["correctness_only"]),
-            dask=values["dask"],
-            resume=bool(config.getoption("kernelpro_resume", default=False)),
             confirm_process=values["confirm_process"],
             autotune_mismatch=values["autotune_mismatch"],
             remeasure_pins=_remeasure_pins(config),
         )
-
-
-def _item_timeout(value: float, source: str, config: pytest.Config) -> float | None:
-    """The item time limit; the built-in default does not cut an optimizer search short."""
-    if source == "default" and config.getoption("kernelpro_optimize", default=None):
-        return None
-    return value
 
 
 def _remeasure_pins(config: pytest.Config) -> Path | None:

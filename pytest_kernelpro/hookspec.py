@@ -94,3 +94,25 @@ def pytest_kernelpro_autotuners() -> list[type] | None:
             from mylib.tuning import Autotuner
             return [Autotuner]
     """
+
+
+@hookspec
+def pytest_kernelpro_setting_names() -> list[str] | None:
+    """Return the names of settings a plugin resolves itself (its `--kernelpro-*` flags, ini
+    keys and `KERNELPRO_*` variables), so `pytest_kernelpro_defaults` may name them too."""
+
+
+@hookspec
+def pytest_kernelpro_item_measured(run: Any, session: Any, set_phase: Any) -> None:
+    """Called in the item's process once a kernel item was checked, timed and placed on its
+    roofline, before the gate's verdict. `run` is the item's `run.context.ItemRun` (its
+    record, problem, device and settings), `session` the `run.session.KernelproSession`
+    (`add_record`, `settings`), `set_phase(text)` names the work for the item's time-limit
+    message. The optimizer plugin runs its search here.
+    """
+
+
+@hookspec
+def pytest_kernelpro_isolated_child_args(config: Any) -> list[str] | None:
+    """Return the command-line arguments a plugin needs passed on to the process that runs
+    one item under `--kernelpro-isolate` (its own flags as this session resolved them)."""

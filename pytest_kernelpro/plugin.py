@@ -44,21 +44,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     """Register the marker and start the session (settings parsed once, xdist workers pinned
-    to GPUs, the problems directory collected, the optimizer's preflight)."""
+    to GPUs, the problems directory collected)."""
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.pluginmanager.register(start_session(config), PLUGIN_NAME)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
-    """Say what the session decided at configure (the model it took from the server) once
-    the terminal's header is out, at any verbosity."""
-    result = yield
-    kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
-    if kp is not None:
-        for line in kp.start_lines:
-            kp.progress(line)
-    return result
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -102,11 +90,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Check the replay has every kernel to optimize; log which kernel items were collected,
-    so a missing record can be told (no xdist)."""
+    """Log which kernel items were collected, so a missing record can be told (no xdist)."""
     kp: KernelproSession | None = session.config.pluginmanager.get_plugin(PLUGIN_NAME)
-    if kp is not None and kp.settings.optimize and not kp.is_xdist_worker:
-        kp.check_replay_items([i for i in session.items if isinstance(i, KernelItem)])
     if kp is None or kp.is_xdist_worker or session.config.pluginmanager.hasplugin("dsession"):
         return  # the xdist controller collects nothing itself; a crashed worker fails its item
     if session.config.option.collectonly:

@@ -330,6 +330,28 @@ class EnvironmentPart(Part):
     driver: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class SectionPart(Part):
+    """What a plugin other than the gate (the optimizer) reports about the item, as text the
+    gate shows without knowing the plugin: a "TITLE" section in the terminal (one per title,
+    every record's lines), lines in the item's report section, a table in the PR comment
+    (every record's rows under the first record's columns; each cell escaped by the comment)
+    and JUnit properties."""
+
+    SEQUENCES: ClassVar[tuple[str, ...]] = (
+        "terminal_lines", "item_lines", "comment_columns", "comment_rows", "comment_notes",
+        "junit",
+    )  # fmt: skip
+
+    title: str = ""
+    terminal_lines: tuple[str, ...] = ()
+    item_lines: tuple[str, ...] = ()
+    comment_columns: tuple[str, ...] = ()
+    comment_rows: tuple[Any, ...] = ()  # each a list of cells
+    comment_notes: tuple[str, ...] = ()  # paragraphs under the table (once per title)
+    junit: tuple[Any, ...] = ()  # each a [name, value] pair
+
+
 RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
 SCHEMA_VERSION = 1
 
@@ -380,6 +402,8 @@ class KernelRecord:
     autotune: AutotunePart | None = None
     # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None
+    # Sections other plugins report (the optimizer's search), shown by the gate as given.
+    sections: list[SectionPart] = field(default_factory=list)
 
     def __setattr__(self, name: str, value: Any) -> None:
         # A part given in its JSON form (to the constructor or assigned) is read into its
@@ -387,6 +411,8 @@ class KernelRecord:
         part = PARTS.get(name)
         if part is not None and isinstance(value, Mapping):
             value = part.from_dict(value)
+        if name == "sections":
+            value = [SectionPart.from_dict(v) if isinstance(v, Mapping) else v for v in value]
         super().__setattr__(name, value)
 
     @property
@@ -404,6 +430,7 @@ class KernelRecord:
         for f in fields(self):
             value = getattr(self, f.name)
             out[f.name] = value.to_dict() if isinstance(value, Part) else value
+        out["sections"] = [section.to_dict() for section in self.sections]
         return copy.deepcopy(out)
 
     def to_json(self) -> str:
@@ -430,6 +457,7 @@ __all__ = [
     "Part",
     "ProfilePart",
     "RooflinePart",
+    "SectionPart",
     "StatsPart",
     "TimingPart",
     "TolerancePart",

@@ -15,13 +15,8 @@ from typing import Any
 
 GROUP_NAME = "kernelpro"
 GROUP_DESCRIPTION = "GPU kernel checking, timing, roofline and regression gate"
-# The optimizer's settings are a section of their own in `pytest --help`: a check or timing
-# job never needs them, and they read as one feature.
-OPTIMIZE_GROUP_NAME = "kernelpro-optimize"
-OPTIMIZE_GROUP_DESCRIPTION = "kernelpro optimize: the guided kernel search (--kernelpro-optimize)"
 
 DEVICE_CHOICES = ("auto", "cuda", "cpu")
-FEEDBACK_CHOICES = ("tools", "raw", "none")
 CPU_FLUSH_CHOICES = ("auto", "on", "off")
 CLOCK_ANCHOR_CHOICES = ("off", "on")
 CROSS_CPU_CHOICES = ("info", "gate")
@@ -73,14 +68,7 @@ def parse_device(text: str) -> str:
     )
 
 
-def parse_feedback(text: str) -> str:
-    value = str(text).strip().lower()
-    if value in FEEDBACK_CHOICES:
-        return value
-    raise argparse.ArgumentTypeError(f"{text!r} is not a feedback mode; use tools, raw or none")
-
-
-def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+def choice_parser(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     def parse(text: str) -> str:
         value = str(text).strip().lower()
         if value in choices:
@@ -93,15 +81,12 @@ def _choice(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
-SEARCH_CHOICES = ("mcts", "greedy")
-ORCHESTRATION_CHOICES = ("proactive", "reactive")
-
-parse_cpu_flush = _choice("CPU flush mode", CPU_FLUSH_CHOICES)
-parse_clock_anchor = _choice("clock anchor mode", CLOCK_ANCHOR_CHOICES)
-parse_cross_cpu = _choice("cross-CPU mode", CROSS_CPU_CHOICES)
-parse_sort = _choice("sort order", SORT_CHOICES)
-parse_autotune_mismatch = _choice("autotune mismatch action", AUTOTUNE_MISMATCH_CHOICES)
-parse_confirm_process = _choice("confirmation process", CONFIRM_PROCESS_CHOICES)
+parse_cpu_flush = choice_parser("CPU flush mode", CPU_FLUSH_CHOICES)
+parse_clock_anchor = choice_parser("clock anchor mode", CLOCK_ANCHOR_CHOICES)
+parse_cross_cpu = choice_parser("cross-CPU mode", CROSS_CPU_CHOICES)
+parse_sort = choice_parser("sort order", SORT_CHOICES)
+parse_autotune_mismatch = choice_parser("autotune mismatch action", AUTOTUNE_MISMATCH_CHOICES)
+parse_confirm_process = choice_parser("confirmation process", CONFIRM_PROCESS_CHOICES)
 
 
 def parse_threads(text: str) -> int:
@@ -115,25 +100,6 @@ def parse_history(text: str) -> str:
     """A directory for the run history, or `off`."""
     value = str(text).strip()
     return "" if value.lower() in ("off", "none", "false", "0", "") else value
-
-
-def parse_budget_text(text: str) -> str:
-    """Validate an optimizer budget ("20", "30m", "5usd", "20,30m"); kept as text."""
-    from pytest_kernelpro.optimize.search.budget import parse_budget
-
-    parse_budget(text, where="--kernelpro-optimize")  # raises an ArgumentTypeError subclass
-    return text
-
-
-def parse_dask_text(text: str) -> str:
-    """`local`, `local:N` or a Dask scheduler address (`optimize/dask/cluster.py`)."""
-    from pytest_kernelpro.errors import KernelproConfigError
-    from pytest_kernelpro.optimize.dask.cluster import parse_dask
-
-    try:
-        return parse_dask(text)
-    except KernelproConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_bool(text: str) -> bool:
@@ -155,7 +121,6 @@ class Setting:
     default: Any
     metavar: str | None = None
     is_flag: bool = False
-    optimizer: bool = False  # read only by the optimizer: listed in its own help section
 
     @property
     def flag(self) -> str:
@@ -332,83 +297,6 @@ SETTINGS: tuple[Setting, ...] = (
         "PATH",
     ),
     Setting(
-        "feedback",
-        "Profiler feedback given to the optimizer: tools, raw or none",
-        parse_feedback,
-        "tools",
-        "MODE",
-        optimizer=True,
-    ),
-    Setting(
-        "orchestration",
-        "How the optimizer's tools are used: proactive (every relevant tool runs on each "
-        "candidate's profile) or reactive (the model calls tools itself)",
-        _choice("orchestration", ORCHESTRATION_CHOICES),
-        "proactive",
-        "MODE",
-        optimizer=True,
-    ),
-    Setting(
-        "search",
-        "Search algorithm of the optimizer: mcts or greedy",
-        _choice("search algorithm", SEARCH_CHOICES),
-        "mcts",
-        "ALGO",
-        optimizer=True,
-    ),
-    Setting(
-        "llm_base_url",
-        "Base URL of the model server (an OpenAI-compatible server for --kernelpro-llm=openai)",
-        str,
-        None,
-        "URL",
-        optimizer=True,
-    ),
-    Setting(
-        "dask",
-        "Build and evaluate the optimizer's candidates on a Dask cluster, several at once: "
-        "local (one worker per visible GPU, or CPU workers), local:N, or a scheduler address "
-        "(needs pytest-kernelpro[dask]); unset: one candidate at a time in this process",
-        parse_dask_text,
-        None,
-        "local|ADDRESS",
-        optimizer=True,
-    ),
-    Setting(
-        "llm",
-        "Model backend of the optimizer: anthropic, openai (an OpenAI-compatible server: "
-        "vLLM, SGLang, Ollama), or replay:PATH (recorded calls)",
-        str,
-        "anthropic",
-        "BACKEND",
-        optimizer=True,
-    ),
-    Setting(
-        "model",
-        "Model name the anthropic or openai backend asks for. Unset with openai and a base "
-        "URL: the model the server serves, when it serves exactly one",
-        str,
-        "claude-sonnet-5-5",
-        "NAME",
-        optimizer=True,
-    ),
-    Setting(
-        "candidates",
-        "Candidates the optimizer asks for per expansion",
-        parse_positive_int,
-        2,
-        "N",
-        optimizer=True,
-    ),
-    Setting(
-        "max_tokens",
-        "Output token budget of one optimizer call",
-        parse_positive_int,
-        8192,
-        "N",
-        optimizer=True,
-    ),
-    Setting(
         "profile_timeout",
         "Time limit in seconds for one kernel's profiler run",
         parse_positive_float,
@@ -418,8 +306,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "item_timeout",
         "Time limit in seconds for one kernel item (check, timing, roofline, profile, gate); "
-        "a kernel past it fails and the session goes on. Not applied by default under "
-        "--kernelpro-optimize, whose budget bounds the search",
+        "a kernel past it fails and the session goes on. A plugin whose own budget bounds "
+        "the item (the optimizer's search) lifts the built-in default",
         parse_positive_float,
         300.0,
         "SECONDS",

@@ -29,7 +29,6 @@ from pytest_kernelpro.gate.format import (
     cross_device,
     format_change,
     format_time,
-    optimize_markdown,
     peak_used_words,
     record_status,
     short_device,
@@ -38,7 +37,7 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.github import MARKER
 from pytest_kernelpro.gate.process_notes import comment_notes
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, SectionPart
 
 
 def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:
@@ -296,6 +295,37 @@ def _footer(report: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def section_tables(records: Sequence[KernelRecord]) -> list[str]:
+    """The tables other plugins attached to records (`record.sections`: the optimizer's
+    search), one per title; every cell is report text and goes through `literal_text`."""
+    tables: dict[str, list[SectionPart]] = {}
+    for record in records:
+        for section in record.sections:
+            if section.comment_rows:
+                tables.setdefault(section.title, []).append(section)
+    out: list[str] = []
+    for title, sections in tables.items():
+        columns = sections[0].comment_columns
+        out += [f"#### {plain_words(title)}", ""]
+        out.append("| " + " | ".join(plain_words(c) for c in columns) + " |")
+        out.append("|" + "---|" * len(columns))
+        for section in sections:
+            for row in section.comment_rows:
+                out.append("| " + " | ".join(literal_text(c) for c in row) + " |")
+        out.append("")
+        for note in sections[0].comment_notes:
+            out += [plain_words(note), ""]
+    return out
+
+
+def plain_words(value: Any, limit: int = 400) -> str:
+    """A heading or note from the report as plain prose: only word characters, spaces and
+    punctuation that Markdown does not act on (no backtick, bracket, angle bracket, pipe,
+    asterisk or underscore run), so it renders as the words it holds and nothing else."""
+    text = re.sub(r"[^\w\s.,:;()→%/+'-]|_", "", str(value))
+    return " ".join(text.split())[:limit]
+
+
 def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str:
     """The Markdown body of the sticky PR comment for one (possibly merged) report.
 
@@ -332,7 +362,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
         for r in records:
             if record_status(r) in _DETAIL_STATUSES:
                 out += [comment_details(r, with_guidance), ""]
-        out += optimize_markdown(records, literal_text)
+        out += section_tables(records)
     out += _coverage_lines(report.get("meta") or {})
     out += ["---", _footer(report)]
     body = "\n".join(out) + "\n"

@@ -89,10 +89,9 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     if record.environment:
         add("environment", json.dumps(record.environment.to_dict(), separators=(",", ":")))
     add("guidance", record.guidance)
-    from pytest_kernelpro.gate.format import junit_optimize_properties
-
-    for key, value in junit_optimize_properties(record):
-        add(key, value)
+    for section in record.sections:  # other plugins' properties (the optimizer's search)
+        for key, value in section.junit:
+            add(key, value)
     return props
 
 

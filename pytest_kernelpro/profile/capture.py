@@ -248,8 +248,8 @@ def merge_cuda_flags(existing: Sequence[str] | None, extra: Sequence[str]) -> li
 
 
 def record_build(record: ExtensionBuild) -> None:
-    """Report a build made outside torch's `_jit_compile` (the build cache's
-    `pytest_kernelpro.optimize.build.extension`) to every open capture."""
+    """Report a build made outside torch's `_jit_compile` (a build cache of its own, such as
+    the optimizer's) to every open capture."""
     with _LOCK:
         for capture in _ACTIVE:
             capture.builds.append(record)

@@ -9,9 +9,9 @@ versions). `fresh_process.py` re-measures a provisional regression in a fresh pr
 `session.py` holds what the items of one pytest session share (settings, ceilings per device,
 the baseline, the records) and writes the session's outputs (the texts of one record are
 `gate/`'s). The time limit (`context.py`), `isolate.py` and `workers.py` keep one item from
-taking the session down (a time limit, a subprocess per item, one GPU per xdist worker). The
-optimize stage is the one call into `pytest_kernelpro.optimize`
-(`optimize.loop.item.optimize_item`), made only under `--kernelpro-optimize`.
+taking the session down (a time limit, a subprocess per item, one GPU per xdist worker). Other
+plugins (the optimizer) work on a measured item through the `pytest_kernelpro_item_measured`
+hook; nothing here imports them.
 
 Nothing below `run/` imports it; `plugin.py` (hooks only) is its one caller from pytest.
 """

@@ -17,8 +17,9 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 | device       | device=        | --kernelpro-device       | auto: the CUDA GPU when one is visible    |
 
 `Profiling` is the profile stage's setup: the session's builds (`SessionCapture`), the
-profiler's time limit, the budget of automatic regression profiles. `Services` is what the optimizer's one seam
-(`optimize.loop.item.optimize_item`) uses of the session; the other stages get values.
+profiler's time limit, the budget of automatic regression profiles. `Services` is what another
+plugin's `pytest_kernelpro_item_measured` hook (the optimizer's) uses of the session; the other
+stages get values.
 
 **The time limit** (`item_time_limit`), in two layers, because a hang can happen in two places:
 
@@ -68,7 +69,6 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
-    from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem, ProblemLocator
     from pytest_kernelpro.profile.capture import ExtensionCapture
     from pytest_kernelpro.record import KernelRecord
@@ -239,17 +239,13 @@ class Profiling:
 
 
 class Services(Protocol):
-    """What the optimize stage uses of the session, and all it may use of it (implemented by
-    `run.session.KernelproSession`)."""
+    """What a plugin's `pytest_kernelpro_item_measured` hook (the optimizer) may use of the
+    session (implemented by `run.session.KernelproSession`)."""
 
     settings: KernelproConfig  # the session-wide settings and their sources
+    config: pytest.Config
 
     def add_record(self, record: KernelRecord) -> None: ...
-
-    def search_progress(
-        self, kernel: str, budget: str, max_evaluations: int | None
-    ) -> SearchProgress:
-        """The optimize stage's live progress display (on pytest's terminal)."""
 
 
 # The item's time limit (module docstring).

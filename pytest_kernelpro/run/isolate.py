@@ -40,16 +40,26 @@ OUTPUT_TAIL_LINES = 25
 
 
 def plugin_arguments(config: pytest.Config) -> list[str]:
-    """`-p pytest_kernelpro.plugin` when this process has the plugin from anything but its
-    entry point (`-p` with PYTEST_DISABLE_PLUGIN_AUTOLOAD, or a checkout on PYTHONPATH without
-    `pip install`): the child inherits the environment, so it would start without the plugin
-    and reject its own `--kernelpro-*` flags ("unrecognized arguments"). Nothing when the
-    entry point loaded it: a second registration would be an error."""
-    module = sys.modules.get("pytest_kernelpro.plugin")
-    loaded = config.pluginmanager.list_plugin_distinfo()
-    if module is not None and any(plugin is module for plugin, _ in loaded):
-        return []
-    return ["-p", "pytest_kernelpro.plugin"]
+    """`-p MODULE` for each pytest-kernelpro plugin module this process has from anything but
+    its entry point (`-p` with PYTEST_DISABLE_PLUGIN_AUTOLOAD, or a checkout on PYTHONPATH
+    without `pip install`): the child inherits the environment, so it would start without the
+    plugin and reject its own `--kernelpro-*` flags ("unrecognized arguments"). Nothing for a
+    plugin its entry point loaded: a second registration would be an error."""
+    by_entry_point = {id(plugin) for plugin, _ in config.pluginmanager.list_plugin_distinfo()}
+    args: list[str] = []
+    for plugin in config.pluginmanager.get_plugins():
+        name = getattr(plugin, "__name__", "")
+        is_module = type(plugin) is type(sys)
+        if is_module and name.startswith("pytest_kernelpro.") and id(plugin) not in by_entry_point:
+            args += ["-p", name]
+    return sorted_plugin_args(args)
+
+
+def sorted_plugin_args(args: list[str]) -> list[str]:
+    """The gate's plugin first: the others' hooks use what it registers."""
+    pairs = [args[i : i + 2] for i in range(0, len(args), 2)]
+    pairs.sort(key=lambda pair: pair[1] != "pytest_kernelpro.plugin")
+    return [arg for pair in pairs for arg in pair]
 
 
 def child_command(item: KernelItem, session: KernelproSession, json_path: Path) -> list[str]:
@@ -68,8 +78,8 @@ def child_command(item: KernelItem, session: KernelproSession, json_path: Path) 
         cmd.append("--kernelpro-check")
     if settings.profile:
         cmd.append("--kernelpro-profile")
-    if settings.optimize:
-        cmd.append(f"--kernelpro-optimize={settings.optimize}")
+    for args in config.hook.pytest_kernelpro_isolated_child_args(config=config):
+        cmd += args or []
     if settings.save_baseline is not None:  # bootstrapping: the child must not need the file
         cmd.append(f"--kernelpro-save-baseline={json_path.with_suffix('.baseline.yaml')}")
     return cmd
@@ -90,11 +100,6 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
         "problems": settings.problems,
         "baseline": settings.baseline_path,
         "ceilings": settings.ceilings_path,
-        "feedback": settings.feedback,
-        "llm": settings.llm,
-        "model": settings.model,
-        "candidates": settings.candidates,
-        "max_tokens": settings.max_tokens,
         "profile_timeout": settings.profile_timeout_s,
         "item_timeout": settings.item_timeout_s,
         "auto_profiles": settings.auto_profiles,

@@ -4,9 +4,9 @@
 policy, GPU memory accounting and isolation around `_run`, which chooses the device, resolves
 the item's settings once (`context.ItemSettings`), builds the kernel and its reference, and
 calls the stages in order: `check`, `time_item`, `recheck`, `roofline`, `profile`, `gate` (or
-`roofline_floor` outside check mode). The optimize stage is the one call into
-`pytest_kernelpro.optimize` (`optimize.loop.item.optimize_item`), made only under
-`--kernelpro-optimize`. `remeasure_only` is the run of the fresh process that confirms a
+`roofline_floor` outside check mode). Between the roofline and the gate, other plugins work on
+the measured item through the `pytest_kernelpro_item_measured` hook (the optimizer plugin runs
+its search there). `remeasure_only` is the run of the fresh process that confirms a
 regression (`fresh_process.py`): one pinned call, then the timing.
 
 Each stage is a function of the item's `ItemRun` and the values it needs, which `_run` looks
@@ -292,12 +292,15 @@ def _run(
         phase[0] = "profiling"
         memory.phase("profile")
         profile(run, session.profiling)
-    if settings.optimize:
-        from pytest_kernelpro.optimize.loop.item import optimize_item
 
-        phase[0] = "optimizing"
-        memory.phase("optimize")
-        optimize_item(run, session)
+    def set_phase(text: str) -> None:
+        phase[0] = text
+        memory.phase(text)
+
+    # Another plugin's work on the measured item (the optimizer's search).
+    session.config.hook.pytest_kernelpro_item_measured(
+        run=run, session=session, set_phase=set_phase
+    )
     if settings.check:
         phase[0] = "gating (confirmation re-measurement, regression profile)"
         memory.phase("gate")

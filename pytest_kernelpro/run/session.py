@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from pytest_kernelpro.gate.records_log import RecordsLog
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
-    from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.problem import Problem
     from pytest_kernelpro.run.context import Profiling
 
@@ -70,8 +69,6 @@ class KernelproSession:
     json_written: bool = False  # the JSON report of this session is on disk
     baseline_written: bool = False  # the requested baseline is on disk
     collected: list[str] | None = None  # nodeids of the kernel items collected (not xdist)
-    # Said once when the session starts (the model taken from the server; `plugin.py`).
-    start_lines: list[str] = field(default_factory=list)
     # Why this xdist worker has no GPU of its own (`run/workers.py`), else None: a kernel
     # item that would be timed on a GPU here fails with it.
     gpu_shared_by_workers: str | None = None
@@ -252,13 +249,6 @@ class KernelproSession:
                 self._log_failed(exc)
         self.config.hook.pytest_kernelpro_record(record=record)
 
-    def search_progress(
-        self, kernel: str, budget: str, max_evaluations: int | None
-    ) -> SearchProgress:
-        from pytest_kernelpro.optimize.loop.progress import pytest_progress
-
-        return pytest_progress(self.config, kernel, budget, max_evaluations)
-
     def write_outputs(self) -> None:
         """Write the JSON report, the baseline and the run history now."""
         write_session_outputs(self)
@@ -267,18 +257,6 @@ class KernelproSession:
         """End the build capture (the session's last act, at pytest_unconfigure)."""
         if self.profiling.capture is not None:
             self.profiling.capture.stop()
-
-    def check_replay_items(self, items: list[Any]) -> None:
-        """With a replay directory, every kernel item to optimize needs its recording."""
-        import pytest
-
-        from pytest_kernelpro.optimize.loop.preflight import PreflightError, check_replay_items
-
-        kernels = [(i.problem.display_name, i.problem.name) for i in items]
-        try:
-            check_replay_items(self.settings, kernels)
-        except PreflightError as exc:
-            raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
 
     # -- records log -----------------------------------------------------------------------
     def start_records_log(self) -> None:
@@ -381,8 +359,7 @@ def _default_thresholds() -> dict[str, float]:
 def start_session(config: pytest.Config) -> KernelproSession:
     """The session of one pytest run, set up from its config (what `pytest_configure` does):
     settings parsed once, an xdist worker pinned to its GPU, the problems directory added to
-    the paths to collect, the optimizer's preflight, the build capture for profiling, the
-    records log (controller only)."""
+    the paths to collect, the build capture for profiling."""
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
@@ -408,15 +385,9 @@ def start_session(config: pytest.Config) -> KernelproSession:
             )
         if not any(is_within(settings.problems, Path(a.split("::")[0])) for a in config.args):
             config.args.append(str(settings.problems))
-    start_lines: list[str] = []
-    if settings.optimize:
-        # An xdist worker asks the server too (the controller's answer); only the controller
-        # runs the checks and says which model it took.
-        settings, start_lines = _preflight_optimize(settings, checks=workerinput is None)
     session = KernelproSession(
         settings=settings,
         config=config,
-        start_lines=start_lines,
         gpu_shared_by_workers=gpu_shared_by_workers,
     )
     if settings.profile or settings.check:
@@ -427,37 +398,6 @@ def start_session(config: pytest.Config) -> KernelproSession:
         capture.start()
         session.profiling.capture = capture
     return session
-
-
-def _preflight_optimize(
-    settings: KernelproConfig, *, checks: bool = True
-) -> tuple[KernelproConfig, list[str]]:
-    """A requested search that cannot run is a usage error before any work. Returns the
-    settings with the model an OpenAI-compatible server serves alone when none was set
-    (`preflight.served_model`), and the line that says so."""
-    import dataclasses
-
-    import pytest
-
-    from pytest_kernelpro.optimize.loop.preflight import (
-        PreflightError,
-        check_backend,
-        served_model,
-    )
-
-    lines: list[str] = []
-    try:
-        served = served_model(settings)
-        if served is not None:
-            settings = dataclasses.replace(
-                settings, model=served.model, sources={**settings.sources, "model": served.source}
-            )
-            lines.append(served.line)
-        if checks:
-            check_backend(settings)
-    except PreflightError as exc:
-        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
-    return settings, lines
 
 
 def is_within(child: Path, parent: Path) -> bool:
@@ -548,11 +488,10 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
             "\n"
         )
     )
-    from pytest_kernelpro.gate.format import summary_of, terminal_section
-
-    if any(summary_of(r) is not None for r in kp.records):
-        terminalreporter.write_sep("=", "kernelpro optimize")
-        terminal_section(kp.records, terminalreporter.write_line)
+    for title, lines in plugin_sections(kp.records):
+        terminalreporter.write_sep("=", title)
+        for line in lines:
+            terminalreporter.write_line(line)
     for line in baseline_coverage_lines(kp):
         terminalreporter.write_line(line, yellow=True)
     for line in summary_notes(kp):
@@ -570,6 +509,16 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(line)
     for failure in kp.write_failures:
         terminalreporter.write_line(f"kernelpro: FAILED: {failure}", red=True)
+
+
+def plugin_sections(records: list[KernelRecord]) -> list[tuple[str, list[str]]]:
+    """The terminal sections other plugins attached to records (`record.sections`), one per
+    title, in the order the titles first appear."""
+    sections: dict[str, list[str]] = {}
+    for record in records:
+        for section in record.sections:
+            sections.setdefault(section.title, []).extend(section.terminal_lines)
+    return [(title, lines) for title, lines in sections.items() if lines]
 
 
 def table_width(writer: Any) -> int | None:

@@ -16,6 +16,14 @@ def _settings(
     return KernelproConfig.from_pytest_config(config, environ=env or {})
 
 
+def _optimize_settings(pytester: pytest.Pytester, *args: str) -> KernelproConfig:
+    """The settings the optimizer plugin installs on the gate's session."""
+    from pytest_kernelpro.run.items import PLUGIN_NAME
+
+    config = pytester.parseconfigure(*args)
+    return config.pluginmanager.get_plugin(PLUGIN_NAME).settings
+
+
 def test_defaults(pytester: pytest.Pytester) -> None:
     s = _settings(pytester)
     assert (s.threshold, s.trials, s.device, s.check, s.cuda_graph) == (
@@ -47,9 +55,12 @@ def test_item_timeout_default_is_off_under_optimize(pytester: pytest.Pytester) -
     record = json.dumps(recording_record("### Strategy: s\n```python\nclass ModelNew: pass\n```"))
     (pytester.path / "rec.jsonl").write_text(record + "\n")
     replay = f"--kernelpro-llm=replay:{pytester.path / 'rec.jsonl'}"
-    s = _settings(pytester, "--kernelpro-optimize=3", replay)
+    s = _optimize_settings(pytester, "--kernelpro-optimize=3", replay)
     assert s.item_timeout_s is None
-    s = _settings(pytester, "--kernelpro-optimize=3", replay, "--kernelpro-item-timeout=50")
+    assert s.sources["item_timeout"].startswith("lifted by --kernelpro-optimize")
+    s = _optimize_settings(
+        pytester, "--kernelpro-optimize=3", replay, "--kernelpro-item-timeout=50"
+    )
     assert s.item_timeout_s == 50.0
     assert s.threshold_for("cuda") == 0.02
     s = _settings(pytester, "--kernelpro-threshold=4%")
@@ -125,16 +136,14 @@ def test_unknown_conftest_default_is_a_usage_error(pytester: pytest.Pytester) ->
 def test_help_lists_the_optimizer_options_in_their_own_section(pytester: pytest.Pytester) -> None:
     """`pytest --help`: the check/timing options under `kernelpro`, the optimizer's in a
     section of their own, each option in exactly one of them."""
-    from pytest_kernelpro.setting_table import OPTIMIZE_GROUP_DESCRIPTION, SETTINGS
+    from pytest_kernelpro.optimize.settings import GROUP_DESCRIPTION, SETTINGS
 
     text = pytester.runpytest("--help").stdout.str()
-    head = f"{OPTIMIZE_GROUP_DESCRIPTION}:"
+    head = f"{GROUP_DESCRIPTION}:"
     assert head in text
     main_part, optimize_part = text.split(head, 1)
     optimize_part = optimize_part.split("\n\n", 1)[0]  # up to the next section
-    optimizer_flags = {"--kernelpro-optimize", "--kernelpro-resume"} | {
-        s.flag for s in SETTINGS if s.optimizer
-    }
+    optimizer_flags = {"--kernelpro-optimize", "--kernelpro-resume"} | {s.flag for s in SETTINGS}
     assert {"--kernelpro-llm", "--kernelpro-search", "--kernelpro-dask"} <= optimizer_flags
 
     def options(part: str) -> set[str]:  # an option starts a line, indented by two spaces

@@ -25,7 +25,7 @@ def _protocol_members(protocol: type) -> set[str]:
 
 def test_the_session_implements_services() -> None:
     members = _protocol_members(context.Services)
-    assert {"settings", "add_record", "search_progress"} <= members
+    assert {"settings", "add_record", "config"} <= members
     fields = {f.name for f in dataclasses.fields(KernelproSession)}
     missing = sorted(m for m in members if m not in fields and not hasattr(KernelproSession, m))
     assert missing == []

@@ -164,7 +164,7 @@ def test_the_trajectory_and_the_llm_record_and_the_prompt_are_safe() -> None:
 
 
 def test_the_optimize_table_of_the_terminal_and_the_comment_is_safe() -> None:
-    from pytest_kernelpro.gate import format as optimize_texts
+    from pytest_kernelpro.optimize.loop import report_texts as optimize_texts
     from pytest_kernelpro.text_safety import safe_line  # the optimize table's strategy cells
 
     key = KEYS["github token"]

@@ -55,12 +55,13 @@ def _efficiency_of(record: Any) -> Callable[[float], float | None] | None:
 
 def optimize_item(run: ItemRun, services: Services) -> None:
     """Run the search within the session's budget; a search that did not run fails the item."""
+    from pytest_kernelpro.optimize.loop.progress import pytest_progress
     from pytest_kernelpro.optimize.search.budget import parse_budget
 
     settings, record = services.settings, run.record
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
     kernel_dir = settings.artifacts_dir / "optimize" / _slug(record.name)
-    progress = services.search_progress(record.name, str(budget), budget.max_evaluations)
+    progress = pytest_progress(services.config, record.name, str(budget), budget.max_evaluations)
     state = SearchState(
         record.name, str(budget), progress, record.efficiency, _efficiency_of(record)
     )
@@ -101,10 +102,11 @@ def optimize_item(run: ItemRun, services: Services) -> None:
 
 
 def _attach(record: KernelRecord, summary: dict[str, Any]) -> None:
-    from pytest_kernelpro.gate.format import render_optimize_text
+    from pytest_kernelpro.optimize.loop.report_texts import SECTION_TITLE, section_for
 
     record.extra["optimize"] = summary
-    record.extra["optimize_text"] = render_optimize_text(summary)
+    others = [s for s in record.sections if s.title != SECTION_TITLE]
+    record.sections = [*others, section_for(record.name, summary)]
 
 
 def _closing_line(summary: dict[str, Any]) -> str:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pytest_kernelpro.optimize.loop.replay import recording_for, replay_source
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.config import KernelproConfig
+    from pytest_kernelpro.optimize.settings import OptimizeConfig
 
 
 class PreflightError(Exception):
@@ -39,7 +39,7 @@ class ServedModel:
     """The model an OpenAI-compatible server serves alone, taken since none was set."""
 
     model: str
-    source: str  # where the model came from, as `KernelproConfig.sources` says it
+    source: str  # where the model came from, as `OptimizeConfig.sources` says it
     line: str  # said once in the session output
 
 
@@ -50,7 +50,7 @@ def _model_settings() -> str:
     return f"{model.flag}=NAME, ini key {model.ini_key} or environment variable {model.env_var}"
 
 
-def _base_url(settings: KernelproConfig) -> tuple[str | None, str]:
+def _base_url(settings: OptimizeConfig) -> tuple[str | None, str]:
     """The OpenAI-compatible server's base URL and where it was set (None: not set)."""
     from pytest_kernelpro.optimize.agents.llm.openai_backend import BASE_URL_ENV
 
@@ -60,7 +60,7 @@ def _base_url(settings: KernelproConfig) -> tuple[str | None, str]:
     return env, f"environment variable {BASE_URL_ENV}"
 
 
-def served_model(settings: KernelproConfig) -> ServedModel | None:
+def served_model(settings: OptimizeConfig) -> ServedModel | None:
     """The model to use when `--kernelpro-llm=openai` has a base URL and no model was set
     (command line, environment, ini, conftest): the one the server lists (`GET /models`).
     None when a model was set, the backend is not openai, or no base URL is known (then
@@ -110,7 +110,7 @@ def served_model(settings: KernelproConfig) -> ServedModel | None:
     )
 
 
-def check_backend(settings: KernelproConfig, *, reach_api: bool = True) -> None:
+def check_backend(settings: OptimizeConfig, *, reach_api: bool = True) -> None:
     """Raise `PreflightError` when the search of this session cannot run (module doc)."""
     from pytest_kernelpro.optimize.agents.llm.base import LLMError, find_price
     from pytest_kernelpro.optimize.search.budget import parse_budget
@@ -207,7 +207,7 @@ def _check_recording(path) -> None:  # type: ignore[no-untyped-def]
         )
 
 
-def check_replay_items(settings: KernelproConfig, kernels: Iterable[tuple[str, str]]) -> None:
+def check_replay_items(settings: OptimizeConfig, kernels: Iterable[tuple[str, str]]) -> None:
     """Every selected kernel (item name, base name) has a recording in a replay directory."""
     source = replay_source(settings.llm)
     if source is None or not source.is_dir():
@@ -222,3 +222,26 @@ def check_replay_items(settings: KernelproConfig, kernels: Iterable[tuple[str, s
         found = recording_for(source, name, base)
         if found is not None:
             _check_recording(found)
+
+
+def preflight(settings: OptimizeConfig, *, checks: bool = True) -> tuple[OptimizeConfig, list[str]]:
+    """A requested search that cannot run is a usage error before any work. Returns the
+    settings with the model an OpenAI-compatible server serves alone when none was set
+    (`served_model`), and the line that says so."""
+    import dataclasses
+
+    import pytest
+
+    lines: list[str] = []
+    try:
+        served = served_model(settings)
+        if served is not None:
+            settings = dataclasses.replace(
+                settings, model=served.model, sources={**settings.sources, "model": served.source}
+            )
+            lines.append(served.line)
+        if checks:
+            check_backend(settings)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+    return settings, lines

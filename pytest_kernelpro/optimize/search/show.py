@@ -39,8 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def show_main(argv: list[str]) -> int:
-    """Run `kernelpro show` with `argv` (without the program and subcommand names).
+    """Print a search trajectory's tree and best path (`kernelpro show`).
 
+    `argv` holds the arguments after the subcommand name.
     Returns 0 on success, 2 when the file cannot be read or the node does not exist.
     """
     args = build_parser().parse_args(argv)

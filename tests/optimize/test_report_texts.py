@@ -1,11 +1,13 @@
-"""gate/format.py: the search summary in the item section, the PR comment's optimize
-table (every string escaped) and the JUnit properties."""
+"""optimize/loop/report_texts.py: the search summary in the item section, the terminal's
+section, the PR comment's optimize table (every string escaped) and the JUnit properties, all
+shown by the gate from the record's `SectionPart` without knowing the optimizer."""
 
 from __future__ import annotations
 
 from pytest_kernelpro.gate.comment import render_comment
-from pytest_kernelpro.gate.format import render_optimize_text
+from pytest_kernelpro.gate.format import item_section
 from pytest_kernelpro.gate.junit import junit_properties
+from pytest_kernelpro.optimize.loop.report_texts import render_optimize_text, section_for
 from pytest_kernelpro.record import KernelRecord
 
 SUMMARY = {
@@ -46,6 +48,7 @@ def _record() -> KernelRecord:
         kernel="softmax",
         outcome="passed",
         extra={"optimize": SUMMARY},
+        sections=[section_for("softmax", SUMMARY)],
     )
 
 
@@ -67,7 +70,19 @@ def test_comment_has_an_escaped_optimize_table() -> None:
     # Report strings are literal text (code spans), and a pipe cannot split the cell.
     assert "| `one pass \\| <script>alert(1)</script>` |" in row
     assert "`softmax/run-1/patches/best.patch`" in row
-    assert "| 2.00x | 1.00x | 20.0% → 40.0% |" in row
+    assert "| `2.00x` | `1.00x` | `20.0% → 40.0%` |" in row
+    # The section's heading and note are plain words: no Markdown survives in them.
+    assert "Apply a patch with git apply from the repository root" in body
+
+
+def test_the_record_carries_the_section_through_its_json_form() -> None:
+    """The gate shows what the record holds: after the JSON round trip (xdist, the report,
+    the records log) the item section and the terminal lines are still there."""
+    record = KernelRecord.from_dict(_record().to_dict())
+    assert "optimize: faster candidate found" in item_section(record)
+    (section,) = record.sections
+    assert section.terminal_lines[0] == "softmax"
+    assert section.title == "kernelpro optimize"
 
 
 def test_junit_properties_carry_the_search() -> None:

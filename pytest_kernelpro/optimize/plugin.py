@@ -1,0 +1,111 @@
+"""pytest hooks of the optimizer plugin (`--kernelpro-optimize`): its own `pytest11` entry
+point, loaded beside the gate's and disabled with `-p no:kernelpro_optimize`.
+
+The gate never imports this package; the search reaches a kernel item through the gate's
+`pytest_kernelpro_item_measured` hook (after the item was checked, timed and placed on its
+roofline) and reports through the record's `SectionPart`, which the gate shows as given.
+Hooks only: the work lives in `optimize/loop/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_kernelpro.optimize import settings as optimize_settings
+from pytest_kernelpro.run.items import PLUGIN_NAME as GATE_PLUGIN_NAME
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.optimize.settings import OptimizeConfig
+    from pytest_kernelpro.run.session import KernelproSession
+
+_START_LINES = pytest.StashKey[list[str]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The `kernelpro-optimize` option group and its ini keys."""
+    optimize_settings.add_options(parser)
+
+
+def pytest_kernelpro_setting_names() -> list[str]:
+    return list(optimize_settings.SETTINGS_BY_NAME)
+
+
+def _gate_session(config: pytest.Config) -> KernelproSession | None:
+    return config.pluginmanager.get_plugin(GATE_PLUGIN_NAME)
+
+
+def _settings(config: pytest.Config) -> OptimizeConfig | None:
+    """The session's settings when a search was asked for, else None."""
+    session = _gate_session(config)
+    if session is None or not config.getoption("kernelpro_optimize", default=None):
+        return None
+    from pytest_kernelpro.optimize.settings import OptimizeConfig
+
+    return session.settings if isinstance(session.settings, OptimizeConfig) else None
+
+
+@pytest.hookimpl(trylast=True)  # after the gate's session exists
+def pytest_configure(config: pytest.Config) -> None:
+    """Under --kernelpro-optimize: the search's settings on the gate's session, and the
+    preflight (a search that cannot run is a usage error before any work)."""
+    session = _gate_session(config)
+    if session is None or not config.getoption("kernelpro_optimize", default=None):
+        return
+    from pytest_kernelpro.optimize.loop.preflight import preflight
+    from pytest_kernelpro.optimize.settings import OptimizeConfig
+
+    settings = OptimizeConfig.extend(session.settings, config)
+    # An xdist worker asks the server too (the controller's answer); only the controller runs
+    # the checks and says which model it took.
+    settings, lines = preflight(settings, checks=not hasattr(config, "workerinput"))
+    session.settings = settings
+    config.stash[_START_LINES] = lines
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_sessionstart(session: pytest.Session) -> Generator[None, None, None]:
+    """Say what the preflight decided (the model it took from the server) once the terminal's
+    header is out."""
+    result = yield
+    gate = _gate_session(session.config)
+    for line in session.config.stash.get(_START_LINES, []):
+        if gate is not None:
+            gate.progress(line)
+    return result
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A replay directory must hold a recording for every kernel item to optimize."""
+    settings = _settings(session.config)
+    if settings is None or hasattr(session.config, "workerinput"):
+        return
+    from pytest_kernelpro.optimize.loop.preflight import PreflightError, check_replay_items
+    from pytest_kernelpro.run.items import KernelItem
+
+    kernels = [
+        (item.problem.display_name, item.problem.name)
+        for item in session.items
+        if isinstance(item, KernelItem)
+    ]
+    try:
+        check_replay_items(settings, kernels)
+    except PreflightError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
+
+
+def pytest_kernelpro_item_measured(run: Any, session: Any, set_phase: Any) -> None:
+    """The search of one measured kernel item, within the session's budget."""
+    if _settings(session.config) is None:
+        return
+    from pytest_kernelpro.optimize.loop.item import optimize_item
+
+    set_phase("optimizing")
+    optimize_item(run, session)
+
+
+def pytest_kernelpro_isolated_child_args(config: pytest.Config) -> list[str]:
+    settings = _settings(config)
+    return [] if settings is None else settings.child_args()
