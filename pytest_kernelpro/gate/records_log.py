@@ -5,7 +5,7 @@ or ends through `os._exit` never reaches pytest's session end, so the JSON repor
 JUnit file are never written. The log is written as the work goes, one fsync'd line per
 event, so it keeps every record that finished:
 
-    {"kind": "session", "created": ..., "pid": ..., "args": [...]}        first line
+    {"kind": "session", "schema_version": 1, "created": ..., "pid": ..., "args": [...]}
     {"kind": "collected", "nodeids": [...]}                               after collection
     {"kind": "record", "record": {...KernelRecord...}}                    one per item
     {"kind": "finished", "exitstatus": 0, "created": ...}                 at the session end
@@ -13,7 +13,9 @@ event, so it keeps every record that finished:
 `kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it; a collected
 kernel without a record (the session ended before it finished) is listed as missing, and
 `--check` fails on missing records, on a session that never finished and on failed kernels,
-so a CI step that runs it cannot pass a gate whose process died without saying so.
+so a CI step that runs it cannot pass a gate whose process died without saying so. A log of
+another schema version is refused with both versions named (a log from before the version was
+written reads as version 1: its lines are the same).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
 from pytest_kernelpro.record import KernelRecord
 
 MISSING_KEY = "missing_record"  # record.extra flag of a kernel that left no record
+RECORDS_LOG_SCHEMA_VERSION = 1
 
 
 def _now() -> str:
@@ -48,7 +51,15 @@ class RecordsLog:
     def start(self, args: Sequence[str]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text("", encoding="utf-8")  # a new session: the old log goes
-        self._append({"kind": "session", "created": _now(), "pid": os.getpid(), "args": list(args)})
+        self._append(
+            {
+                "kind": "session",
+                "schema_version": RECORDS_LOG_SCHEMA_VERSION,
+                "created": _now(),
+                "pid": os.getpid(),
+                "args": list(args),
+            }
+        )
 
     def collected(self, nodeids: Sequence[str]) -> None:
         self._append({"kind": "collected", "nodeids": list(nodeids)})
@@ -112,6 +123,7 @@ def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
             ) from None
         kind = event.get("kind") if isinstance(event, dict) else None
         if kind == "session":
+            _check_version(target, event.get("schema_version", RECORDS_LOG_SCHEMA_VERSION))
             logged.created = event.get("created")
         elif kind == "collected":
             logged.collected = [str(n) for n in event.get("nodeids") or []]
@@ -123,6 +135,18 @@ def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
             logged.exitstatus = event.get("exitstatus")
     logged.records = list(by_nodeid.values())
     return logged
+
+
+def _check_version(path: Path, version: Any) -> None:
+    if version == RECORDS_LOG_SCHEMA_VERSION:
+        return
+    from pytest_kernelpro import __version__
+
+    raise KernelproError(
+        f"records log {path} has schema version {version!r}; this pytest-kernelpro "
+        f"{__version__} reads version {RECORDS_LOG_SCHEMA_VERSION}. Read it with the "
+        "pytest-kernelpro that wrote it, or run the session again with this one"
+    )
 
 
 def missing_record(nodeid: str, finished: bool) -> KernelRecord:

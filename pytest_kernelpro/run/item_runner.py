@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.measure.environment import AutotuneCapture
     from pytest_kernelpro.run.context import Profiling
     from pytest_kernelpro.run.items import KernelItem
-    from pytest_kernelpro.run.session import KernelproSession
+    from pytest_kernelpro.run.session import DeviceChoice, KernelproSession
 
 
 def new_record(item: KernelItem) -> KernelRecord:
@@ -140,11 +140,14 @@ def _run_limited(
         if not session.is_xdist_worker:
             session.write_outputs()
 
-    device = session.choose_device(item.problem).device
+    # The device is chosen once per item; every later step gets the choice.
+    choice = session.choose_device(item.problem)
+    device = choice.device
     if limit is not None and device is not None and device.startswith("cuda"):
         _start_cuda(device)
-    with item_time_limit(limit, message, on_native_hang), _cpu_threads(item, session, record):
-        _run(item, session, record, phase, memory)
+    threads = _cpu_threads(device, session.settings.cpu_threads, record)
+    with item_time_limit(limit, message, on_native_hang), threads:
+        _run(item, session, record, phase, memory, choice)
 
 
 def _start_cuda(device: str) -> None:
@@ -166,14 +169,12 @@ def _start_cuda(device: str) -> None:
 
 
 @contextlib.contextmanager
-def _cpu_threads(
-    item: KernelItem, session: KernelproSession, record: KernelRecord
-) -> Iterator[None]:
+def _cpu_threads(device: str | None, requested: int, record: KernelRecord) -> Iterator[None]:
     """A CPU kernel item runs under the thread policy; a GPU (or skipped) one as it is."""
-    if session.choose_device(item.problem).device != "cpu":
+    if device != "cpu":
         yield None
         return
-    with cpu_thread_policy(session.settings.cpu_threads) as threads:
+    with cpu_thread_policy(requested) as threads:
         record.extra["cpu_threads"] = threads
         yield None
 
@@ -203,11 +204,11 @@ def _run(
     record: KernelRecord,
     phase: list[str],
     memory: Any,
+    choice: DeviceChoice,
 ) -> None:
     """The stages in order; `phase[0]` names the running one (for the time limit's message)."""
     settings = session.settings
     problem = item.problem
-    choice = session.choose_device(problem)
     if choice.device is None and choice.fail:
         raise KernelproError(choice.skip_reason or "no CUDA GPU")
     if choice.device is None:

@@ -194,6 +194,23 @@ def test_records_log_tolerates_a_torn_last_line(tmp_path: Path) -> None:
         read_records_log(log)
 
 
+def test_a_records_log_of_another_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
+    import json
+
+    from pytest_kernelpro.gate.records_log import RECORDS_LOG_SCHEMA_VERSION, RecordsLog
+
+    log = tmp_path / "r.jsonl"
+    RecordsLog(log).start(["-q"])
+    assert read_records_log(log).created  # what this version writes, it reads
+    first = json.loads(log.read_text().splitlines()[0])
+    assert first["schema_version"] == RECORDS_LOG_SCHEMA_VERSION
+    log.write_text(json.dumps({**first, "schema_version": 9}) + "\n")
+    with pytest.raises(
+        Exception, match=r"schema version 9; this pytest-kernelpro .* reads version 1"
+    ):
+        read_records_log(log)
+
+
 HANGING = """
 import time, pytest, torch
 
