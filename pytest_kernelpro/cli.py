@@ -1,5 +1,5 @@
 """The `kernelpro` command: comment, approval, compare, history, report, calibrate, the
-commands other parts add through the `pytest_kernelpro.commands` entry points (the
+commands other parts add through the `kernelpro.commands` entry points (the
 optimizer's `show`); `--version`.
 
 Each subcommand lives in its part; this module only dispatches, importing lazily.
@@ -46,11 +46,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
-ENTRY_POINT_GROUP = "pytest_kernelpro.commands"
+ENTRY_POINT_GROUP = "kernelpro.commands"
 
 
 def added_commands() -> dict[str, EntryPoint]:
-    """The subcommands installed parts add (`[project.entry-points."pytest_kernelpro.commands"]`)."""
+    """The subcommands installed parts add (`[project.entry-points."kernelpro.commands"]`)."""
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in COMMANDS}
 
 
