@@ -1,4 +1,5 @@
-"""Run the tools on saved profiler output: a capture folder instead of a live profile.
+"""Run the tools on saved profiler output: a capture folder instead of a live profile (for
+the tests and `bench/tools_table.py`; the plugin itself always profiles live).
 
 A capture folder holds `ncu_raw.csv` (`ncu --csv --page raw`) and optionally `sass.txt`
 (`cuobjdump --dump-sass`), `ptxas.txt` or `run.log` (a build log with `-Xptxas=-v`),
