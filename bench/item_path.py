@@ -24,7 +24,9 @@ Usage (from any directory; the venv must have pytest and the package's dependenc
     python bench/item_path.py [--repo PATH] [--item NODEID] [--runs N] [--json OUT]
 
 `--repo` points at another checkout (main, an older commit in a `git worktree`): its
-`pytest_kernelpro` is the one imported, and its `example_repo/` the project traced.
+`pytest_kernelpro` is the one imported, and its `example_repo/` the project traced. pytest
+still finds the plugins through the entry points the venv has installed: where the
+checkout's `pyproject.toml` declares others, install it first (`pip install -e PATH`).
 """
 
 from __future__ import annotations
