@@ -25,17 +25,19 @@ from pathlib import Path
 from pytest_kernelpro.fileio import atomic_write_text
 from pytest_kernelpro.tools import ToolRegistry, ToolRun, classify, run_tools
 from pytest_kernelpro.tools.base import SEVERITIES, ToolContext, severity_rank
-from pytest_kernelpro.tools.offline import (
+from pytest_kernelpro.tools.signals import saturation
+from pytest_kernelpro.tools.stage1 import Stage1
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "tools"))  # the capture-folder loader the tests share
+from capture_folder import (  # noqa: E402
     NcuRuleMessage,
     OfflineKernel,
     load_capture_dir,
     parse_ncu_rule_messages,
     theoretical_class,
 )
-from pytest_kernelpro.tools.signals import saturation
-from pytest_kernelpro.tools.stage1 import Stage1
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CAPTURE = REPO / "tests" / "data" / "tools" / "h200-probe"
 NEAR_ROOFLINE_PCT = 80.0
 ABBREV = {"critical": "**C**", "high": "**H**", "medium": "M", "low": "L"}

@@ -69,7 +69,6 @@ FAIL = "fail"
 WARN = "warn"
 PIN = "pin"
 MISMATCH_ACTIONS = (PIN, WARN, FAIL)
-DEFAULT_MISMATCH_ACTION = PIN
 
 # Display names, in the order a change is named (the compiler side first).
 LABELS = {

@@ -120,13 +120,10 @@ DEFAULT_ALPHA = 0.01
 # run-to-run clock of a power-capped kernel, is cancelled by comparing it relative to the clock
 # anchor timed after each sample, at 0.75x the threshold (`clock_anchor.py`), or, without the
 # anchor on both sides, read from its clocks to widen its tolerance (`clock_scale.py`), with
-# the clocks named in the basis. On the H200, for kernels >= 50 us: at a steady clock 179/182
-# +2.5-3.5% slowdowns caught with 0/388 false alarms (2026-12-01, run 3); power-capped GEMMs
-# relative to the anchor 221/232 with 0/232 (session 5, run 7).
-# 2% on a GPU: on the H200 a threshold of 2% caught 97/100 slowdowns of +2.7% and 100/100 of
-# +4.4% and +8.9% with 0/200 A/A false alarms on a 61.5 us kernel
-# (bench/results/2026-11-30-gate-accuracy-h200.md); over 10 kernels >= 50 us at a steady
-# clock, 179/182 slowdowns of +2.5-3.5% with 0/388 false alarms (2026-12-01, run 3).
+# the clocks named in the basis.
+# 2% on a GPU: on an H200, for kernels >= 50 us, 2% catches nearly every +2.5-3.5% slowdown
+# without A/A false alarms, at a steady clock and, relative to the anchor, under the power
+# cap (bench/results/2026-12-01-gate-accuracy-h200.md).
 # 5% on the CPU: timings on shared CPU machines are 10-300x noisier, and 5% with the
 # lower-decile rule kept A/A false alarms at 2% on a loaded 2-core VM
 # (bench/results/2026-11-30-gate-accuracy-cpu.md).

@@ -373,18 +373,3 @@ class OutputsVerdict:
         if self.failure is not None:
             data["why"] = self.failure
         return data
-
-
-def outputs_verdict(torch: Any, got: Any, expected: Any, tolerance_for: TolFor) -> OutputsVerdict:
-    """`compare_outputs` summed up: the verdict the gate and the sandbox both decide by."""
-    reports = tuple(compare_outputs(torch, got, expected, tolerance_for))
-    failed = [r for r in reports if not r.ok]
-    worst = failed[0] if failed else max(reports, key=lambda r: r.worst_ratio, default=None)
-    return OutputsVerdict(
-        ok=not failed,
-        reports=reports,
-        failure=failure_text(failed) if failed else None,
-        max_abs=max((r.max_abs for r in reports), default=0.0),
-        max_rel=max((r.max_rel for r in reports), default=0.0),
-        tolerance=None if worst is None else worst.tolerance,
-    )

@@ -531,7 +531,7 @@ PRICING_KEYS = (
 # exceeded. A ceiling is one library kernel's rate at one size, not the unit's limit: in the
 # H200 KernelBench sweep cuBLAS fp32 references ran up to 3.4% above the measured FP32 ceiling
 # (6_Matmul_with_large_K_dimension_, 52.6 vs 50.9 TFLOP/s) and streaming ones up to 0.14% above
-# the measured DRAM bandwidth (bench/results/raw/h200-kernelbench-sweep-run*/sweep.jsonl);
+# the measured DRAM bandwidth (bench/results/2026-12-01-peak-paths-h200.md);
 # a 3xTF32 GEMM ran 45% above it. Within the margin the op-level unit holds (and the note
 # says by how much the kernel beat its ceiling).
 CEILING_MARGIN = 0.10

@@ -250,26 +250,10 @@ def parse_query_metrics(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def filter_by_catalog(
-    metrics: Iterable[CatalogMetric], catalog: Iterable[str]
-) -> tuple[list[CatalogMetric], list[CatalogMetric]]:
-    """Split `metrics` into (kept, dropped) against the base names in `catalog`.
-
-    Implicit attributes are always kept: the catalog never lists them.
-    """
-    available = catalog if isinstance(catalog, frozenset | set) else frozenset(catalog)
-    kept: list[CatalogMetric] = []
-    dropped: list[CatalogMetric] = []
-    for metric in metrics:
-        if metric.implicit or metric.base_name in available:
-            kept.append(metric)
-        else:
-            dropped.append(metric)
-    return kept, dropped
-
-
 def drop_unavailable(names: Iterable[str], catalog: Iterable[str]) -> tuple[list[str], list[str]]:
-    """Like `filter_by_catalog` for plain names (names not in the curated set are counters)."""
+    """Split metric names into (kept, dropped) against the base names in `catalog`: implicit
+    attributes are always kept (the catalog never lists them); names not in the curated set
+    are counters."""
     available = frozenset(catalog)
     kept: list[str] = []
     dropped: list[str] = []

@@ -50,9 +50,6 @@ class KernelMetrics:
     def __iter__(self) -> Iterator[str]:
         return iter(self.metrics)
 
-    def as_dict(self) -> dict[str, Any]:
-        return {name: {"value": m.value, "unit": m.unit} for name, m in self.metrics.items()}
-
 
 @dataclass(frozen=True)
 class SassSummary:

@@ -54,9 +54,6 @@ class ToolRun:
         """Findings by severity (critical first), then kernel, then tool."""
         return sorted(self.findings, key=lambda f: (f.rank, f.kernel, f.tool))
 
-    def findings_for(self, kernel: str) -> list[Finding]:
-        return [f for f in self.sorted_findings() if f.kernel == kernel]
-
     def counts(self) -> dict[str, int]:
         """Severity -> number of findings."""
         out = dict.fromkeys(SEVERITIES, 0)

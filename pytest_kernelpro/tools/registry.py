@@ -154,11 +154,6 @@ class ToolRegistry:
         self._tools.pop(name, None)
 
     @_OnDefault
-    def load_builtin(self) -> None:
-        """Add the built-in tools (`tools.builtin.BUILTIN_TOOLS`)."""
-        self._add_builtin()
-
-    @_OnDefault
     def load_entry_points(self, force: bool = False) -> list[str]:
         """Load third-party tools from the `pytest_kernelpro.tools` entry-point group.
 

@@ -39,7 +39,8 @@ def test_elementwise_chain_is_memory_bound_and_fusable() -> None:
     def reference(x: torch.Tensor) -> torch.Tensor:
         return torch.relu(x * 2.0 + 1.0)
 
-    text = BenchmarkingAgent(CEIL).prompt_text(reference, (torch.randn(1 << 16),))
+    analysis = BenchmarkingAgent(CEIL).analyze(reference, (torch.randn(1 << 16),))
+    text = render_reference_analysis(analysis)
     assert "memory-bound" in text
     assert "fusion has room" in text  # three ops each read and write the whole tensor
     assert text.count("| `aten.") == 3

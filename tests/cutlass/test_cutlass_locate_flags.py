@@ -98,8 +98,6 @@ def test_build_flags(tmp_path: Path) -> None:
     assert "--expt-relaxed-constexpr" in flags.cuda_flags
     assert "-gencode=arch=compute_90a,code=sm_90a" in flags.cuda_flags
     include = str((tmp_path / "c" / "include").resolve())
-    assert flags.nvcc_args()[-1] == f"-I{include}"
-    kwargs = flags.load_inline_kwargs()
-    assert kwargs["extra_include_paths"] == [include]
-    assert kwargs["extra_cflags"] == ["-std=c++17"]
+    assert flags.include_dirs == (include,)
+    assert flags.host_flags == ("-std=c++17",)
     assert build_flags("sm_80").include_dirs == ()

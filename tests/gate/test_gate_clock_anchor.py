@@ -229,7 +229,7 @@ def test_the_anchored_pass_round_trips_through_a_baseline_file(tmp_path: Path) -
 
 # The first entry of a baseline the plugin wrote on the H200 on 2026-12-01, before the clock
 # and anchor keys existed (bench/results/raw/2026-12-01-restructure-parity-h200/before/
-# ex-baseline.yaml), copied verbatim.
+# ex-baseline.yaml, in git at 08d3359), copied verbatim.
 OLD_BASELINE = """\
 # pytest-kernelpro baseline: written by --kernelpro-save-baseline; read by --kernelpro-check --kernelpro-baseline
 schema_version: 1

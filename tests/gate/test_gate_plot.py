@@ -1,7 +1,7 @@
 """The roofline plot's content: one ceiling per peak, verdict markers, labels, legend place.
 
 The records reproduce what the H200 example-repo check report of 2026-11-30
-(bench/results/raw/h200-example-repo/check.json) fed the plot: the same measured FP32 peak
+(bench/results/raw/h200-example-repo/check.json, in git at 08d3359) fed the plot: the same measured FP32 peak
 arriving as 50931005505996.53 and ...52 FLOP/s (it drew two identical legend entries), a
 peak name that already carries its value, and a "suspect" kernel at 1% of its roofline whose
 label the in-axes legend covered.

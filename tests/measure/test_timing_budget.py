@@ -63,7 +63,8 @@ def simulate(
     return result, clock() - start, calls[0]
 
 
-# The cases of bench/trials/cpu_budget.py (20 us, 0.3 ms, 3 ms; flush on/off), with the flush
+# The cases of the retired trial bench/trials/cpu_budget.py (20 us, 0.3 ms, 3 ms; flush
+# on/off; bench/results/2026-12-01-cpu-budget-cpu.md), with the flush
 # priced at what 32.5 MiB took on the loaded 2-core VM (~10 ms) and on a quiet one (~3 ms).
 CASES = [
     (call_s, flush_s, budget_s)

@@ -9,7 +9,6 @@ from pytest_kernelpro.profile.metrics_catalog import (
     CURATED_METRICS,
     STALL_REASONS,
     drop_unavailable,
-    filter_by_catalog,
     metric_base_name,
     metrics_by_category,
     parse_query_metrics,
@@ -33,9 +32,10 @@ def test_catalog_parse(catalog: frozenset[str]) -> None:
 
 
 def test_every_curated_counter_exists_on_hopper(catalog: frozenset[str]) -> None:
-    kept, dropped = filter_by_catalog(CURATED_METRICS, catalog)
+    names = [m.name for m in CURATED_METRICS]
+    kept, dropped = drop_unavailable(names, catalog)
     assert dropped == []
-    assert len(kept) == len(CURATED_METRICS)
+    assert kept == names
 
 
 def test_implicit_metrics_are_not_in_the_catalog_but_on_the_raw_page(
@@ -57,8 +57,8 @@ def test_missing_counters_are_dropped_and_reported(catalog: frozenset[str]) -> N
         "sm__pipe_tma_cycles_active",
         "smsp__warp_issue_stalled_gmma_per_warp_active",
     }
-    kept, dropped = filter_by_catalog(CURATED_METRICS, older)
-    assert {m.name for m in dropped} == {
+    kept, dropped = drop_unavailable([m.name for m in CURATED_METRICS], older)
+    assert set(dropped) == {
         "sm__pipe_tma_cycles_active.avg.pct_of_peak_sustained_active",
         stall_metric("gmma"),
     }

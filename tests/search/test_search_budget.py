@@ -106,7 +106,7 @@ def test_tracker_stops_on_whichever_ends_first() -> None:
     tracker.add_cost(0.4)
     clock.now += 30
     assert tracker.exhausted() is None
-    assert tracker.snapshot() == {"evaluations": 1, "seconds": 30.0, "usd": 0.4}
+    assert (tracker.evaluations, tracker.seconds, tracker.usd) == (1, 30.0, 0.4)
     tracker.add_cost(0.6)
     assert tracker.exhausted() == "API budget spent ($1.00/$1.00)"
     # Only the kinds asked for are checked (paid candidates still get evaluated).

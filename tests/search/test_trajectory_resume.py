@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from trajectory_replay import ReplayEvaluator, ReplayGenerator, replay
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
@@ -13,12 +14,7 @@ from pytest_kernelpro.optimize.search.greedy import GreedySearch
 from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 from pytest_kernelpro.optimize.search.restore import render_tree, restore_search
 from pytest_kernelpro.optimize.search.show import show_main
-from pytest_kernelpro.optimize.search.trajectory import (
-    ReplayEvaluator,
-    ReplayGenerator,
-    load_trajectory,
-    replay,
-)
+from pytest_kernelpro.optimize.search.trajectory import load_trajectory
 
 SPECS = [
     "wrong",

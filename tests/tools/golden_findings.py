@@ -47,7 +47,8 @@ def _compact(run: Any) -> dict[str, Any]:
 
 
 def _capture_runs(folder: Path) -> dict[str, Any]:
-    from pytest_kernelpro.tools.offline import load_capture_dir, theoretical_class
+    from capture_folder import load_capture_dir, theoretical_class
+
     from pytest_kernelpro.tools.registry import run_tools
     from pytest_kernelpro.tools.stage1 import classify
 

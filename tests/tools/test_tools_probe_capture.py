@@ -4,9 +4,8 @@ their roofline, offline loading, and Nsight Compute's own rule messages."""
 from __future__ import annotations
 
 import pytest
+from capture_folder import parse_ncu_rule_messages
 from tools_factories import PROBE_DIR, by_tool, probe, probe_run
-
-from pytest_kernelpro.tools.offline import parse_ncu_rule_messages
 
 MODULE_KERNELS = (
     "naive_matmul_kernel",

@@ -6,6 +6,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from capture_folder import OfflineKernel, load_capture_dir, theoretical_class
+
 from pytest_kernelpro.analysis import report_from_dict
 from pytest_kernelpro.profile.model import (
     KernelMetrics,
@@ -19,7 +21,6 @@ from pytest_kernelpro.profile.model import (
     TimelineSummary,
 )
 from pytest_kernelpro.tools.base import ToolContext
-from pytest_kernelpro.tools.offline import OfflineKernel, load_capture_dir, theoretical_class
 from pytest_kernelpro.tools.registry import ToolRun, run_tools
 from pytest_kernelpro.tools.signals import stall_metric
 from pytest_kernelpro.tools.stage1 import Stage1, classify

@@ -6,10 +6,9 @@ with it: two measurements of the same GEMM differed by 1.9-5.4% (standard deviat
 gate could not tell a 3% slowdown from the cap. The NVML mean SM clock of a measurement did
 not follow the kernel. What does: a second compute-bound kernel run right after each sample
 sees the same clock, so the time of the kernel relative to it cancels the clock (common mode).
-Measured on the capped GEMMs and attention (bench/results/2026-12-01-gate-accuracy-h200.md):
-A/A spread of the per-pair kernel / anchor ratio 0.33-0.51% in the probe (session 4), 0.7-0.9%
-with a pass of 20 pairs after the samples (session 4's opt-in version), 0.55-0.76% with this
-layout (session 5, run 7), against 2.4-4.3% for the time.
+On the capped GEMMs and attention the per-pair kernel / anchor ratio spreads several times
+less between measurements than the time does, and an anchor timed right after each sample less
+than a pass of pairs after the samples (bench/results/2026-12-01-gate-accuracy-h200.md).
 
 So, when on (`TimingBudget.clock_anchor="on"`, which the plugin sets by default), the timer
 decides from the warm-up whether the kernel runs under a clock limit (`warmup_capped`: NVML's
@@ -26,8 +25,8 @@ the same library, and is the kernel itself for a KernelBench problem), power-hun
 run at the cap itself, and ~0.2 ms on an H200. The kernel's reported time stays its own
 samples'; the pairs add `TimingResult.anchor`, which the gate compares for capped
 comparisons (gate/clock_anchor.py). Such a measurement stops when the CI of the ratios (not of
-the kernel's own time, noisier in paired rounds) is within the target: on the H200 about 40
-pairs and +30 ms per measurement of a capped kernel (session 5, run 7).
+the kernel's own time, noisier in paired rounds) is within the target, which takes a few
+tens of pairs of a capped kernel on an H200.
 """
 
 from __future__ import annotations

@@ -363,8 +363,8 @@ def _time_cuda_on(
         phase = "sampling"
 
         # An anchored timing stops on the CI of the ratios the gate compares: the kernel's own
-        # time, noisier in paired rounds, took 80-504 pairs of the capped GEMMs to converge on
-        # the H200 (2026-12-01, session 5), 2-15x the time of the kernel timed alone.
+        # time is noisier in paired rounds and converges many times later than the ratios
+        # (bench/results/2026-12-01-gate-accuracy-h200.md).
         def ratios() -> list[float]:
             return [k / a for k, a in zip(sampled, anchor_s, strict=True) if k > 0 and a > 0]
 

@@ -114,15 +114,3 @@ class BenchmarkingAgent:
             bound_band=self.bound_band,
             spec=self.spec,
         )
-
-    def prompt_text(
-        self,
-        reference: Callable[..., Any],
-        inputs: Sequence[Any],
-        *,
-        measured_s: float | None = None,
-        **overrides: float | None,
-    ) -> str:
-        """Analyze and render in one step."""
-        analysis = self.analyze(reference, inputs, **overrides)
-        return render_reference_analysis(analysis, measured_s=measured_s)

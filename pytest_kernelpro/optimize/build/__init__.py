@@ -45,9 +45,9 @@ Includes are limited to `#include <header>` from the toolkit (and CUTLASS with
 
 Full path (device code that needs torch headers)
 ------------------------------------------------
-`extension.load_extension(name, cpp_sources, cuda_sources, functions, extra_cflags=...,
-extra_cuda_cflags=..., extra_include_paths=...)` takes what `load_inline` takes and returns
-the same module, built through the cache: an identical extension is never rebuilt, and the
+`extension.build_extension(name, cpp_sources, cuda_sources, functions, extra_cflags=...,
+extra_cuda_cflags=..., extra_include_paths=...)` takes what `load_inline` takes, and
+`extension.import_extension` returns the same module, built through the cache: an identical extension is never rebuilt, and the
 compiled host binding (`cpp_sources` + the generated pybind11 module, the torch/extension.h
 half of a build) is reused when only the CUDA code changes. torch's headers go in front of
 the CUDA code only when it uses torch. In the sandbox, a candidate's own `load_inline` calls

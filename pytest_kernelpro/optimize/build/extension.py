@@ -1,8 +1,8 @@
 """The full path: `load_inline`-style torch extensions through the build cache, with the
 host binding reused when only the device code changes.
 
-`load_extension(name, cpp_sources, cuda_sources, functions, ...)` takes what
-`torch.utils.cpp_extension.load_inline` takes. The extension is built by `load_inline`
+`build_extension(name, cpp_sources, cuda_sources, functions, ...)` takes what
+`torch.utils.cpp_extension.load_inline` takes, and `import_extension` imports what it built. The extension is built by `load_inline`
 itself, in a child process, under a module name and in a build directory that depend only
 on the binding (`cpp_sources`, `functions`, host flags, torch and Python versions): the
 generated `main.cpp` is then byte-identical between two candidates that differ only in
@@ -218,12 +218,6 @@ def import_extension(build: BuiltExtension) -> ModuleType:
     return module
 
 
-def load_extension(name: str, cpp_sources: Any, cuda_sources: Any = None, functions: Any = None,
-                   **options: Any) -> ModuleType:  # fmt: skip
-    """`build_extension`, then the imported module (what `load_inline` returns)."""
-    return import_extension(build_extension(name, cpp_sources, cuda_sources, functions, **options))
-
-
 def _run_child(
     spec: dict[str, Any],
     build_dir: Path,
@@ -296,7 +290,7 @@ SUPPORTED_KEYWORDS = frozenset({
 
 def cached_load_inline(original: Any, cache: BuildCache | None = None) -> Any:
     """A stand-in for `torch.utils.cpp_extension.load_inline` that builds through the cache
-    (`load_extension`) when the call uses only `SUPPORTED_KEYWORDS`, else calls `original`."""
+    (`build_extension`, `import_extension`) when the call uses only `SUPPORTED_KEYWORDS`, else calls `original`."""
 
     def load_inline(name: str, cpp_sources: Any, cuda_sources: Any = None, *args: Any,
                     **kwargs: Any) -> Any:  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_kernelpro.errors import KernelproError
 
@@ -72,18 +72,6 @@ class BuildFlags:
     cuda_flags: tuple[str, ...]
     host_flags: tuple[str, ...]
     include_dirs: tuple[str, ...]
-
-    def nvcc_args(self) -> list[str]:
-        """Arguments for a direct nvcc call (flags, then -I per include dir)."""
-        return [*self.cuda_flags, *(f"-I{d}" for d in self.include_dirs)]
-
-    def load_inline_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for `torch.utils.cpp_extension.load_inline`."""
-        return {
-            "extra_cuda_cflags": list(self.cuda_flags),
-            "extra_cflags": list(self.host_flags),
-            "extra_include_paths": list(self.include_dirs),
-        }
 
     def describe(self) -> str:
         """Prompt text: the load_inline arguments to use."""

@@ -4,7 +4,7 @@ side streams, inputs written or aliased).
 
 What is not the sandbox's own comes from `measure/`, so the gate and the sandbox decide
 alike: tolerances (`measure.tolerance`), output poisoning and input copies
-(`measure.correctness`), comparison (`measure.compare.outputs_verdict`) and timing
+(`measure.correctness`), comparison (`measure.compare`) and timing
 (`measure.timing`). Imported only inside the sandbox worker (and by tests), so torch is
 imported at the top. `harness.py` puts them together into the KernelBench pipeline.
 """

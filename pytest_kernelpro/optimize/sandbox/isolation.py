@@ -229,8 +229,8 @@ _PROBE_LOCK = threading.Lock()
 _PROBED: dict[str, Isolation] = {}
 _REPROBED: list[str] = []  # the failure that made this process re-probe, once
 
-# What each relaxation leaves out of the mount setup, weakest last. Measured on the H200
-# (2026-12-01, bench/results/2026-12-01-sandbox-h200.md): CUDA failed to initialise in the
+# What each relaxation leaves out of the mount setup, weakest last. On an H200 host
+# (bench/results/2026-12-01-sandbox-h200.md) CUDA failed to initialise in the
 # full setup (cudaErrorOperatingSystem) while each namespace alone and the dropped
 # capabilities left it working, so the ladder finds which part of the mount setup it needs.
 RELAXATIONS = {

@@ -182,7 +182,3 @@ class BudgetTracker:
             if self.usd >= b.max_usd:
                 return f"API budget spent (${self.usd:.2f}/${b.max_usd:.2f})"
         return None
-
-    def snapshot(self) -> dict[str, float]:
-        """What has been spent, as a dict."""
-        return {"evaluations": self.evaluations, "seconds": self.seconds, "usd": self.usd}

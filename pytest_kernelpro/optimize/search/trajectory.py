@@ -15,19 +15,17 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from pytest_kernelpro.text_safety import safe_tree
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import Mode
     from pytest_kernelpro.optimize.search.budget import Budget
     from pytest_kernelpro.optimize.search.reward import RewardConfig
     from pytest_kernelpro.optimize.search.tree import SearchNode
@@ -200,69 +198,6 @@ class TrajectoryWriter:
     def append_node(self, node: SearchNode) -> None:
         """Append one evaluated node (flushed to disk before returning)."""
         append_jsonl(self.path, node_record(node))
-
-
-class RecordedNode(NamedTuple):
-    """One node of a trajectory, as `replay` yields it."""
-
-    id: int
-    parent: int
-    mode: Mode
-    candidate: Candidate
-    evaluation: Evaluation
-    reward: float
-
-
-def replay(path: str | os.PathLike[str] | Trajectory) -> Iterator[RecordedNode]:
-    """Yield the recorded nodes of a trajectory in the order they were evaluated."""
-    trajectory = path if isinstance(path, Trajectory) else load_trajectory(path)
-    for record in trajectory.nodes:
-        yield RecordedNode(
-            id=int(record["id"]),
-            parent=int(record["parent"]),
-            mode=record["mode"],
-            candidate=Candidate.from_dict(record),
-            evaluation=Evaluation.from_dict(record),
-            reward=float(record["reward"]),
-        )
-
-
-class ReplayGenerator:
-    """A `CandidateGenerator` that serves the candidates of a trajectory in recorded order.
-
-    With the same algorithm and seed, and `ReplayEvaluator`, it reproduces the recorded
-    search without an LLM or a GPU. When the recorded candidates run out it returns none,
-    which ends the search.
-    """
-
-    def __init__(self, path: str | os.PathLike[str] | Trajectory) -> None:
-        self._queue = [node.candidate for node in replay(path)]
-
-    def generate(
-        self,
-        mode: Mode,
-        parent: Candidate | None,
-        evaluation: Evaluation | None,
-        *,
-        max_candidates: int = 1,
-    ) -> list[Candidate]:
-        """The next recorded candidates (at most `max_candidates`)."""
-        taken, self._queue = self._queue[:max_candidates], self._queue[max_candidates:]
-        return taken
-
-
-class ReplayEvaluator:
-    """An `Evaluator` that returns the recorded evaluation of a candidate's code."""
-
-    def __init__(self, path: str | os.PathLike[str] | Trajectory) -> None:
-        self._by_code = {node.candidate.code: node.evaluation for node in replay(path)}
-
-    def evaluate(self, candidate: Candidate) -> Evaluation:
-        """The recorded evaluation; a candidate never recorded is a run error."""
-        recorded = self._by_code.get(candidate.code)
-        if recorded is None:
-            return Evaluation(status="run_error", reason="candidate not in the replayed trajectory")
-        return Evaluation.from_dict(recorded.to_dict())
 
 
 def resolve_trajectory(path: str | os.PathLike[str]) -> Path:
