@@ -203,7 +203,11 @@ class KernelproConfig:
 
     @property
     def cache_dir(self) -> Path:
-        return self.artifacts_dir / "cache"
+        """The ceilings cache: per machine and user, outside the project
+        (`measure.ceilings.default_cache_dir`; $KERNELPRO_CACHE_DIR moves it)."""
+        from pytest_kernelpro.measure.ceilings import default_cache_dir
+
+        return default_cache_dir()
 
     @property
     def records_path(self) -> Path:

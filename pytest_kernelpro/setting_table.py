@@ -220,7 +220,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "threshold",
         "Regression threshold, relative to the baseline (marker threshold= wins); unset: "
-        "2% for kernels timed on a CUDA GPU, 5% on the CPU (see gate/verdict.py)",
+        "2% for kernels timed on a CUDA GPU, 5% on the CPU, where the anchored comparison "
+        "allows at least 25% (35% on a busy machine; gate/cpu_anchor.py)",
         parse_fraction,
         None,
         "FRACTION",

@@ -7,12 +7,24 @@
 # the PyTorch kernels run; Triton and CUDA kernels skip with the reason.
 #
 # Extra arguments go to both pytest runs (e.g. `-k softmax`, `--kernelpro-cpu-threads=1`).
-# KERNELPRO_MAIN_NO_INSTALL=1 skips the pip install (the package is installed already).
+# Where it installs: a virtual environment of its own, .venv in the checkout (made by
+# KERNELPRO_MAIN_PYTHON, default python3, when missing; KERNELPRO_MAIN_VENV=DIR puts it
+# elsewhere), never the interpreter first on PATH. KERNELPRO_MAIN_NO_INSTALL=1 installs
+# nothing and runs with KERNELPRO_MAIN_PYTHON (default python3), where the package is already.
 # Everything lands in example_repo/.kernelpro/main/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${KERNELPRO_MAIN_NO_INSTALL:-0}" != 1 ]; then
-  python3 -m pip install -q -c constraints-cpu.txt -e ".[torch]"
+if [ "${KERNELPRO_MAIN_NO_INSTALL:-0}" = 1 ]; then
+  python=$(command -v "${KERNELPRO_MAIN_PYTHON:-python3}")
+  echo "== kernelpro main job: installing nothing, running with $python"
+else
+  venv=$(realpath -m "${KERNELPRO_MAIN_VENV:-.venv}")
+  if [ ! -x "$venv/bin/python" ]; then
+    "${KERNELPRO_MAIN_PYTHON:-python3}" -m venv "$venv"
+  fi
+  python="$venv/bin/python"
+  echo "== kernelpro main job: installing into the virtual environment $venv"
+  "$python" -m pip install -q -c constraints-cpu.txt -e ".[torch]"
 fi
 cd example_repo
 out=.kernelpro/main
@@ -21,7 +33,7 @@ mkdir -p "$out"
 
 echo "== kernelpro main job: 1/3 baseline (the example's kernels, measured on this machine)"
 # A kernel that fails here is not the head's fault: keep going, as the workflow does.
-python3 -m pytest -q --kernelpro-only \
+"$python" -m pytest -q --kernelpro-only \
   --kernelpro-save-baseline="$out/baseline.yaml" \
   --kernelpro-json="$out/base-report.json" "$@" || true
 if [ ! -f "$out/baseline.yaml" ]; then
@@ -31,7 +43,7 @@ fi
 
 echo "== kernelpro main job: 2/3 head, gated against that baseline"
 set +e
-python3 -m pytest --kernelpro-only --kernelpro-check \
+"$python" -m pytest --kernelpro-only --kernelpro-check \
   --kernelpro-baseline="$out/baseline.yaml" \
   --kernelpro-json="$out/kernelpro-report.json" \
   --junitxml="$out/junit.xml" "$@"
@@ -39,7 +51,7 @@ rc=$?
 set -e
 
 echo "== kernelpro main job: 3/3 the PR comment and the roofline plot"
-python3 -m pytest_kernelpro.cli comment "$out/kernelpro-report.json" \
+"$python" -m pytest_kernelpro.cli comment "$out/kernelpro-report.json" \
   --out "$out/comment.md" --plot "$out/roofline.png"
 cat "$out/comment.md"
 echo

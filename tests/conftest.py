@@ -1,8 +1,9 @@
-"""Shared test configuration: pytester, a GPU skip, fixed ceilings for exact roofline checks."""
+"""Shared test configuration: pytester, a GPU skip, one ceilings cache for the suite."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 
@@ -37,3 +38,20 @@ def _inner_runs_without_pytest_benchmark(request: pytest.FixtureRequest) -> None
         return
     request.getfixturevalue("pytester")
     request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", "-p no:benchmark")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_ceilings_cache_for_the_suite(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[None]:
+    """Every plugin run of the suite shares one ceilings cache (KERNELPRO_CACHE_DIR, one per
+    xdist worker): the first run that needs the machine's ceilings measures them, the others
+    read them, as a user's sessions do. Never the user's own cache (~/.cache): the suite
+    neither reads numbers a user measured nor leaves its own behind. A test about the cache
+    itself sets its own folder."""
+    from pytest_kernelpro.measure.ceilings import CACHE_DIR_ENV
+
+    patch = pytest.MonkeyPatch()
+    patch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("ceilings-cache")))
+    yield
+    patch.undo()

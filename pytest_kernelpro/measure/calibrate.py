@@ -14,9 +14,9 @@ from typing import Any
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.measure.ceilings import (
-    DEFAULT_CACHE_DIR,
     Ceilings,
     cache_path,
+    default_cache_dir,
     format_rate,
     load_or_measure_ceilings,
     resolve_device,
@@ -89,8 +89,9 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         "--cache-dir",
         metavar="DIR",
         type=Path,
-        default=DEFAULT_CACHE_DIR,
-        help=f"Where the ceilings JSON goes. Default: {str(DEFAULT_CACHE_DIR)!r}",
+        default=None,
+        help="Where the ceilings JSON goes. Default: $KERNELPRO_CACHE_DIR, else "
+        f"{str(default_cache_dir())!r} (one cache per machine and user)",
     )
     parser.add_argument("--quick", action="store_true", help="Smaller sizes (seconds, less exact)")
     parser.add_argument(
@@ -121,6 +122,8 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already wrote the usage or the help
         return int(exc.code or 0)
+    if args.cache_dir is None:
+        args.cache_dir = default_cache_dir()
     try:
         import torch
 

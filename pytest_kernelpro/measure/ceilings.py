@@ -4,7 +4,9 @@ that keeps CPU ceilings from being lowered by load.
 
 The roofline divides by these, not by datasheet numbers: a datasheet rate is a lead that no
 real kernel reaches (METHOD.md, "Two numbers first"). Measured once per machine and torch
-version, cached as JSON; `kernelpro calibrate` re-measures.
+version, cached as JSON outside the project (`default_cache_dir`: one cache per machine and
+user, so a new checkout or working directory does not probe again); `kernelpro calibrate`
+re-measures.
 
 GPU: a device-to-device copy of >= 1 GiB (bytes read + written over the median time of CUDA
 events) and a cuBLAS GEMM per dtype on random data (never zeros: zeros run faster). CPU:
@@ -58,7 +60,46 @@ if TYPE_CHECKING:
     import torch
 
 CACHE_SCHEMA = 1
-DEFAULT_CACHE_DIR = Path(".kernelpro") / "cache"
+CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"  # the ceilings cache's folder, used as it is
+
+
+def machine_identity() -> str:
+    """A short, stable name of this machine: its host name and a hash of its machine id
+    (systemd's /etc/machine-id, else the host name), CPU model and CPU count. The ceilings
+    belong to the hardware, so a home folder shared by several machines (NFS) keeps one
+    cache per machine instead of one machine's numbers for all of them."""
+    import hashlib
+
+    node = platform.node() or "host"
+    ident = node
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            text = Path(path).read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if text:
+            ident = text
+            break
+    digest = hashlib.sha256(f"{ident}|{_cpu_model()}|{os.cpu_count()}".encode()).hexdigest()
+    slug = re.sub(r"[^A-Za-z0-9.]+", "-", node).strip("-").lower()[:40] or "host"
+    return f"{slug}-{digest[:12]}"
+
+
+def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
+    """Where measured ceilings are cached: $KERNELPRO_CACHE_DIR when set, else
+    $XDG_CACHE_HOME (default ~/.cache)/pytest-kernelpro/<machine_identity()>.
+
+    Outside the project on purpose: the probe costs seconds (tens under load) and measures
+    the machine, not the checkout, so every checkout and working directory of one user on one
+    machine shares it."""
+    env = os.environ if environ is None else environ
+    if env.get(CACHE_DIR_ENV):
+        return Path(env[CACHE_DIR_ENV]).expanduser()
+    base = env.get("XDG_CACHE_HOME") or ""
+    root = Path(base).expanduser() if Path(base).is_absolute() else Path.home() / ".cache"
+    return root / "pytest-kernelpro" / machine_identity()
+
+
 SOURCES = ("measured", "datasheet", "measured+datasheet")
 
 

@@ -145,9 +145,25 @@ def _run_limited(
     device = choice.device
     if limit is not None and device is not None and device.startswith("cuda"):
         _start_cuda(device)
-    threads = _cpu_threads(device, session.settings.cpu_threads, record)
-    with item_time_limit(limit, message, on_native_hang), threads:
-        _run(item, session, record, phase, memory, choice)
+    with _cpu_threads(device, session.settings.cpu_threads, record):
+        if device is not None:
+            _measure_ceilings_first(session, device)
+        with item_time_limit(limit, message, on_native_hang):
+            _run(item, session, record, phase, memory, choice)
+
+
+def _measure_ceilings_first(session: KernelproSession, device: str) -> None:
+    """Measure (or load) the device's ceilings before the item's clock starts, once a session.
+
+    The probe measures the machine, not the kernel: charged to the first item's time limit,
+    a loaded machine failed that item (and, the probe being lost with it, every later one)
+    while the same limit passed on a quiet one. Runs under the item's thread policy (CPU
+    ceilings are per thread count). A failure is left to the item, which reports it with its
+    name (`_device_model`); an interrupt still stops the session (the cache is written
+    atomically, so nothing half-measured is kept).
+    """
+    with contextlib.suppress(Exception):
+        session.ceilings_for(device)
 
 
 def _start_cuda(device: str) -> None:

@@ -328,6 +328,7 @@ class KernelproSession:
             "correctness_only": self.settings.correctness_only,
             "threshold": self.settings.threshold,  # None: the per-device defaults below
             "default_thresholds": _default_thresholds(),
+            "cpu_tolerance_floor": _cpu_tolerance_floor(),
             "records_log": str(self.settings.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
@@ -354,6 +355,14 @@ def _default_thresholds() -> dict[str, float]:
     from pytest_kernelpro.gate.verdict import default_threshold
 
     return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}
+
+
+def _cpu_tolerance_floor() -> dict[str, float]:
+    """The least tolerance of a CPU comparison, whatever the threshold (gate/cpu_anchor.py):
+    what --help and the README state beside the 5% threshold."""
+    from pytest_kernelpro.gate.cpu_anchor import BUSY_TOLERANCE, PROCESS_TOLERANCE
+
+    return {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
 
 
 def start_session(config: pytest.Config) -> KernelproSession:

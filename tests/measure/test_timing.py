@@ -10,6 +10,7 @@ import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
 from pytest_kernelpro.measure.timing import (
+    CPU_FLUSH_LLC_CAP,
     CPU_MIN_SAMPLES_FLOOR,
     TimingBudget,
     TimingResult,
@@ -98,7 +99,7 @@ def test_cache_flush_makes_cached_data_cold() -> None:
     cold = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=True))
     warm = time_kernel(x.sum, device="cpu", budget=TimingBudget(**base, flush_l2=False))
     assert cold.flushed_l2
-    assert cold.flush_bytes == cpu_flush_bytes() >= llc
+    assert cold.flush_bytes == cpu_flush_bytes() >= min(llc, CPU_FLUSH_LLC_CAP)
     assert not warm.flushed_l2
     assert warm.flush_bytes == 0
     # The premise, data kept in the cache between unflushed calls, needs the cores to itself:
@@ -219,8 +220,43 @@ def test_cpu_flush_is_sized_to_this_cpus_last_two_cache_levels() -> None:
     if not levels:
         pytest.skip("no cache sizes in sysfs here")
     top = sorted(levels)[-2:]
-    assert cpu_flush_bytes() == sum(levels[level] for level in top)
+    assert cpu_flush_bytes() == levels[top[0]] + min(levels[top[1]], CPU_FLUSH_LLC_CAP)
     assert last_level_cache_bytes() == levels[max(levels)]
+
+
+@pytest.mark.parametrize(
+    ("llc_mib", "flush_mib", "capped"),
+    [(32, 33, False), (64, 65, False), (480, 65, True), (1536, 65, True)],
+)
+def test_a_flush_writes_the_l2_and_at_most_the_cap_of_the_llc(
+    monkeypatch: pytest.MonkeyPatch, llc_mib: int, flush_mib: int, capped: bool
+) -> None:
+    """A VM that reports its host's 480 MiB L3 no longer gets 482 MiB written before every
+    sample; the flush reason says when the cap applies and what it means."""
+    from pytest_kernelpro.measure.timing import cpu
+
+    mib = 2**20
+    monkeypatch.setattr(cpu, "cpu_cache_levels", lambda: {1: 32 * 1024, 2: mib, 3: llc_mib * mib})
+    monkeypatch.setattr(cpu, "last_level_cache_bytes", lambda: llc_mib * mib)
+    assert cpu.cpu_flush_bytes() == flush_mib * mib
+    nbytes, why = cpu_flush_decision(TimingBudget(cpu_flush="on"))
+    assert nbytes == flush_mib * mib
+    assert ("64 MiB of the" in why) is capped
+    nbytes, why = cpu_flush_decision(TimingBudget(working_set_bytes=100 * mib))
+    assert nbytes == 0  # inputs beyond what a flush writes are not flushed for
+    assert why.endswith("no flush makes them cold" if capped else "from memory anyway")
+    # An explicit flush size is the user's: no cap, no cap note.
+    nbytes, why = cpu_flush_decision(TimingBudget(cpu_flush="on", flush_bytes=600 * mib))
+    assert (nbytes, why) == (600 * mib, "on")
+
+
+def test_unknown_cache_sizes_flush_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_kernelpro.measure.timing import cpu
+
+    monkeypatch.setattr(cpu, "cpu_cache_levels", dict)
+    monkeypatch.setattr(cpu, "last_level_cache_bytes", lambda: None)
+    assert cpu.cpu_flush_bytes() == CPU_FLUSH_LLC_CAP
+    assert "cache sizes are unknown" in cpu_flush_decision(TimingBudget(cpu_flush="on"))[1]
 
 
 def test_cpu_flush_mode_is_validated() -> None:

@@ -12,7 +12,13 @@ import torch
 from conftest import records_by_name
 
 from pytest_kernelpro.measure import ceilings as ceilings_module
-from pytest_kernelpro.measure.ceilings import CACHE_SCHEMA, Ceilings, cache_path, resolve_device
+from pytest_kernelpro.measure.ceilings import (
+    CACHE_DIR_ENV,
+    CACHE_SCHEMA,
+    Ceilings,
+    cache_path,
+    resolve_device,
+)
 
 # 1e9 FLOPs in the ~1 ms the injected timer hands out: 1e12 FLOP/s.
 FAST = """
@@ -38,9 +44,11 @@ def _ceilings(fp32: float, *, passes: int = 3) -> Ceilings:
 
 
 @pytest.fixture
-def cpu_project(pytester: pytest.Pytester) -> pytest.Pytester:
-    """A project whose cached CPU ceilings are far too low (as measured under load). On the
-    CPU on every host: the default device, auto, would take a visible CUDA GPU instead."""
+def cpu_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> pytest.Pytester:
+    """A project whose cached CPU ceilings are far too low (as measured under load), in a
+    ceilings cache of its own. On the CPU on every host: the default device, auto, would
+    take a visible CUDA GPU instead."""
+    monkeypatch.setenv(CACHE_DIR_ENV, str(pytester.path / "ceilings-cache"))
     pytester.makeini(
         """
         [pytest]
@@ -50,9 +58,7 @@ def cpu_project(pytester: pytest.Pytester) -> pytest.Pytester:
         """
     )
     low = _ceilings(1e10)
-    path = cache_path(
-        pytester.path / ".kernelpro" / "cache", low.device, low.torch_version, False, 1
-    )
+    path = cache_path(pytester.path / "ceilings-cache", low.device, low.torch_version, False, 1)
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps({"schema": CACHE_SCHEMA, "quick": False, "ceilings": low.to_dict()}))
     pytester.makepyfile(test_k=FAST)
@@ -61,9 +67,7 @@ def cpu_project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 def _cached(pytester: pytest.Pytester) -> Ceilings:
     low = _ceilings(1e10)
-    path = cache_path(
-        pytester.path / ".kernelpro" / "cache", low.device, low.torch_version, False, 1
-    )
+    path = cache_path(pytester.path / "ceilings-cache", low.device, low.torch_version, False, 1)
     return Ceilings.from_dict(json.loads(path.read_text())["ceilings"])
 
 

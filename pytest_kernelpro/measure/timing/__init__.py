@@ -43,6 +43,7 @@ from pytest_kernelpro.measure.timing.budget import (
     warmup_count,
 )
 from pytest_kernelpro.measure.timing.cpu import (
+    CPU_FLUSH_LLC_CAP,
     CpuTimer,
     cpu_cache_levels,
     cpu_flush_bytes,
@@ -113,6 +114,7 @@ __all__ = [
     "TimingBudget",
     "TimingResult",
     "adaptive_rounds",
+    "CPU_FLUSH_LLC_CAP",
     "cpu_cache_levels",
     "cpu_flush_bytes",
     "cpu_flush_decision",

@@ -1,0 +1,43 @@
+"""`--help`, the JSON report and the README state the same CPU threshold and the same least
+CPU tolerance: the numbers the gate uses (gate/verdict.py, gate/cpu_anchor.py), not copies
+that drift from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pytest_kernelpro.gate.cpu_anchor import BUSY_TOLERANCE, PROCESS_TOLERANCE
+from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
+from pytest_kernelpro.run.session import _cpu_tolerance_floor, _default_thresholds
+from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _percent(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def test_help_names_the_threshold_and_the_least_cpu_tolerance() -> None:
+    text = SETTINGS_BY_NAME["threshold"].help
+    assert f"{_percent(DEFAULT_GPU_THRESHOLD)} for kernels timed on a CUDA GPU" in text
+    assert f"{_percent(DEFAULT_CPU_THRESHOLD)} on the CPU" in text
+    assert f"at least {_percent(PROCESS_TOLERANCE)}" in text
+    assert f"{_percent(BUSY_TOLERANCE)} on a busy machine" in text
+
+
+def test_the_json_report_carries_the_same_numbers() -> None:
+    assert _default_thresholds() == {"cuda": DEFAULT_GPU_THRESHOLD, "cpu": DEFAULT_CPU_THRESHOLD}
+    assert _cpu_tolerance_floor() == {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
+
+
+def test_the_readme_states_the_same_numbers() -> None:
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    assert (
+        f"the threshold: {_percent(DEFAULT_GPU_THRESHOLD)} on a GPU, "
+        f"{_percent(DEFAULT_CPU_THRESHOLD)} on the CPU, where the tolerance is at least "
+        f"{_percent(PROCESS_TOLERANCE)}, {_percent(BUSY_TOLERANCE)} on a busy machine"
+    ) in text
+    assert f"The threshold is {_percent(DEFAULT_CPU_THRESHOLD)}" in text
+    assert f"the tolerance is at least {_percent(PROCESS_TOLERANCE)} whatever the threshold" in text
+    assert f"{_percent(BUSY_TOLERANCE)} on a busy machine" in text
