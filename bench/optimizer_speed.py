@@ -165,7 +165,7 @@ def _evaluator(source: str, device: str, standby: int, args: argparse.Namespace)
 
 
 def step_split(args: argparse.Namespace) -> dict[str, Any]:
-    from pytest_kernelpro.optimize.search.base import Candidate
+    from pytest_kernelpro.optimize.search.interfaces import Candidate
 
     cpu = args.device == "cpu"
     source = problem_source("23_Softmax", cpu)
@@ -197,7 +197,7 @@ def step_split(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def step_largest(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
-    from pytest_kernelpro.optimize.search.base import Candidate
+    from pytest_kernelpro.optimize.search.interfaces import Candidate
 
     cpu = args.device == "cpu"
     problems: dict[str, Any] = {}

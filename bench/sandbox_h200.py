@@ -42,7 +42,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     SandboxLimits,
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
-from pytest_kernelpro.optimize.search.base import Candidate  # noqa: E402
+from pytest_kernelpro.optimize.search.interfaces import Candidate  # noqa: E402
 
 CANARY = "kp-bench-canary-5d1e"
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pytest_kernelpro.fileio import atomic_write_text
 from pytest_kernelpro.tools import ToolRegistry, ToolRun, classify, run_tools
-from pytest_kernelpro.tools.base import SEVERITIES, ToolContext, severity_rank
+from pytest_kernelpro.tools.contract import SEVERITIES, ToolContext, severity_rank
 from pytest_kernelpro.tools.signals import saturation
 from pytest_kernelpro.tools.stage1 import Stage1
 

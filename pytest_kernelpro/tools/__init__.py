@@ -2,7 +2,7 @@
 
 Public API:
 - `ProfilingTool`, `MetricRequest`, `ToolContext`, `Finding`, `Evidence`, `Recommendation`
-  (the tool contract, `base`: a tool implements `evaluate(ctx) -> Finding | None`; what it
+  (the tool contract, `contract`: a tool implements `evaluate(ctx) -> Finding | None`; what it
   reads is in `context`, what it returns in `finding`);
 - `ToolRegistry` (an instance per set of tools; `@ToolRegistry.register` and the entry-point
   group `pytest_kernelpro.tools` add to the default one, `default_registry()`),
@@ -12,7 +12,7 @@ Public API:
 - `generate_prompt_guidance`, `render_findings_text` (`guidance`).
 
 Each tool module (divergence, dram, fusion, instructions, launch, memory, occupancy, pipes,
-shared, spills, stalls, tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`base`),
+shared, spills, stalls, tensorcore, timeline, work) is a self-contained rule file: it imports the contract (`contract`),
 the shared signals (`signals`, `streaming`) and its words (`advice`: advice.yaml), never
 another tool module (`tests/tools/test_tools_isolation.py`); `builtin` lists the tools.
 
@@ -21,7 +21,7 @@ Only pure-Python modules are imported here; the built-in tools load on first reg
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     AFFINITIES,
     SEVERITIES,
     Evidence,

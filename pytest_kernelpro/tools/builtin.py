@@ -1,12 +1,12 @@
 """The built-in tools: one list, which `ToolRegistry.builtin()` and the default registry hold.
 
-Each tool module is a self-contained rule file (it imports `base`, `signals`, `advice` and
+Each tool module is a self-contained rule file (it imports `contract`, `signals`, `advice` and
 `streaming`, never another tool module); this list is the only place that knows them all.
 """
 
 from __future__ import annotations
 
-from pytest_kernelpro.tools.base import ProfilingTool
+from pytest_kernelpro.tools.contract import ProfilingTool
 from pytest_kernelpro.tools.divergence import WarpDivergenceTool
 from pytest_kernelpro.tools.dram import DramSaturationTool, L2LocalityTool
 from pytest_kernelpro.tools.fusion import KernelFusionTool

@@ -6,7 +6,7 @@ The threshold follows Nsight Compute's ThreadDivergence rule (< 24 active thread
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -7,7 +7,7 @@ how much traffic reaches DRAM at all.
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -1,7 +1,7 @@
 """What a tool returns: `Finding` (severity, title, root cause, evidence, ranked
 `Recommendation`s, a code example), the severity scale and the number formats findings use.
 
-The output half of the tool contract (`base`); `context` is the input half.
+The output half of the tool contract (`contract`); `tool_context` is the input half.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.tools.base import Finding
+from pytest_kernelpro.tools.contract import Finding
 from pytest_kernelpro.tools.signals import TENSOR_OPS, WGMMA_OPS
 
 if TYPE_CHECKING:

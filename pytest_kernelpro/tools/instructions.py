@@ -5,7 +5,7 @@ busier roof, so it spends more instructions per byte than the bandwidth allows.
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -9,7 +9,7 @@ FP32:FP64 ratio so a 2:1 Hopper and a 64:1 L40S are graded differently. Warp div
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import SATURATED_PIPE_ADVICE, action
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

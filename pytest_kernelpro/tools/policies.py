@@ -18,8 +18,8 @@ from pytest_kernelpro.tools.finding import Finding, cap_severity, severity_rank
 from pytest_kernelpro.tools.signals import saturation
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.tools.base import ProfilingTool
-    from pytest_kernelpro.tools.context import ToolContext
+    from pytest_kernelpro.tools.contract import ProfilingTool
+    from pytest_kernelpro.tools.tool_context import ToolContext
 
 
 def apply_policies(

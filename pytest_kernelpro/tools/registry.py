@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.tools.base import AFFINITIES, ProfilingTool, ToolContext, severity_rank
+from pytest_kernelpro.tools.contract import AFFINITIES, ProfilingTool, ToolContext, severity_rank
 from pytest_kernelpro.tools.outcome import SkippedTool, ToolResult, ToolRun
 from pytest_kernelpro.tools.policies import apply_policies
 

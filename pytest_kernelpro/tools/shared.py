@@ -9,7 +9,7 @@ wavefronts.
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.profile.metrics_catalog import STALL_REASONS as CATALOG_STALL_REASONS
-from pytest_kernelpro.tools.base import MetricRequest
+from pytest_kernelpro.tools.contract import MetricRequest
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.tools.base import ToolContext
+    from pytest_kernelpro.tools.contract import ToolContext
 
 # Speed of light and time.
 SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"

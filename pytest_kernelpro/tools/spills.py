@@ -13,7 +13,7 @@ A kernel whose spills are harmless (a few spill bytes in a cold path) is not fla
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

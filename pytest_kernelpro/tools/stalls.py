@@ -8,7 +8,7 @@ warps issue on >= 80% of cycles the stalls are already hidden by other warps.
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import STALL_ADVICE, action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Recommendation,
     ToolContext,

@@ -11,7 +11,7 @@ matmul shows one per warp).
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

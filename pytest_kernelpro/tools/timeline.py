@@ -8,7 +8,7 @@ end-to-end time not covered by kernels, the sync calls, and the gaps the profile
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     ProfilingTool,

@@ -12,7 +12,7 @@ so a tensor-core GEMM measures ~0 and never fires; memory-bound kernels are skip
 from __future__ import annotations
 
 from pytest_kernelpro.tools.advice import action, example
-from pytest_kernelpro.tools.base import (
+from pytest_kernelpro.tools.contract import (
     Evidence,
     Finding,
     MetricRequest,

@@ -13,7 +13,7 @@ from lookup_toolbox import BUDGET_SPENT, LookupBox, budget_request
 from pytest_kernelpro.errors import KernelproWarning
 from pytest_kernelpro.optimize.agents.llm import LLMError, LLMRequest, make_backend
 from pytest_kernelpro.optimize.agents.llm.anthropic_backend import API_KEY_ENV, AnthropicBackend
-from pytest_kernelpro.optimize.agents.llm.base import find_price
+from pytest_kernelpro.optimize.agents.llm.model_api import find_price
 from pytest_kernelpro.optimize.agents.programmer import ProgrammerAgent
 
 anthropic = pytest.importorskip("anthropic")

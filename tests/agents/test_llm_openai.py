@@ -8,7 +8,7 @@ from lookup_toolbox import BUDGET_SPENT, LookupBox, budget_request
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproWarning
 from pytest_kernelpro.optimize.agents.llm import LLMError, LLMRequest, make_backend
-from pytest_kernelpro.optimize.agents.llm.base import compute_cost, require_price
+from pytest_kernelpro.optimize.agents.llm.model_api import compute_cost, require_price
 from pytest_kernelpro.optimize.agents.llm.openai_backend import ModelListError, served_models
 from pytest_kernelpro.optimize.agents.programmer import ProgrammerAgent
 
@@ -148,7 +148,7 @@ def test_a_model_list_nobody_answers_says_start_the_server() -> None:
 def test_an_unpriced_model_says_its_cost_is_not_counted_and_its_tokens_are(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pytest_kernelpro.optimize.agents.llm import base
+    from pytest_kernelpro.optimize.agents.llm import model_api as base
 
     monkeypatch.setattr(base, "_WARNED_UNPRICED", set())  # said once per model and process
     with pytest.warns(KernelproWarning) as caught:

@@ -143,7 +143,7 @@ def _item(record: dict[str, Any]) -> tuple[Any, Any]:
 def test_the_three_callers_reach_one_analysis(fake_profiler: _FakeProfiler, tmp_path: Path) -> None:
     from pytest_kernelpro.optimize.candidate_profile import child as candidate
     from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfilingEvaluator
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
     from pytest_kernelpro.run import item_runner
 
     record = fake_profiler.record

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfilingEvaluator
 from pytest_kernelpro.optimize.cutlass.precheck import PrecheckEvaluator
 from pytest_kernelpro.optimize.loop.clock import TimedEvaluator, WallClock
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 
 

@@ -14,7 +14,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.optimize.search.base import Candidate
+from pytest_kernelpro.optimize.search.interfaces import Candidate
 from pytest_kernelpro.optimize.search.trajectory import node_record
 from pytest_kernelpro.optimize.search.tree import SearchTree
 

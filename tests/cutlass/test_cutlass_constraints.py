@@ -14,7 +14,7 @@ from pytest_kernelpro.optimize.cutlass.constraints import (
 )
 from pytest_kernelpro.optimize.cutlass.locate import install_from_root
 from pytest_kernelpro.optimize.cutlass.precheck import PrecheckEvaluator
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 GOOD_PIPELINE = r"""
 __global__ void __launch_bounds__(384) gemm(...) {

@@ -7,7 +7,7 @@ import io
 
 from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfileFailed, ProfilingEvaluator
 from pytest_kernelpro.optimize.loop.progress import PHASES, SearchProgress
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 
 class Correct:

@@ -240,7 +240,7 @@ def test_interim_best_the_ranking_rejects_leaves_no_best_patch(pytester: pytest.
         from pathlib import Path
         from pytest_kernelpro.optimize.loop import state
         from pytest_kernelpro.optimize.sandbox import evaluator
-        from pytest_kernelpro.optimize.search.base import Evaluation
+        from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
         def confirm(self, candidate, evaluation):
             return Evaluation("wrong", reason="the confirmation disagreed (test)")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.optimize.loop.clock import BUCKETS, TimedEvaluator, WallClock, with_rest
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 
 def _evaluation(**over: object) -> Evaluation:

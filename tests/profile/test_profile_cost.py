@@ -15,7 +15,7 @@ from pytest_kernelpro.optimize.candidate_profile.evaluator import (
     CandidateProfiler,
     ProfilingEvaluator,
 )
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.profile.ncu import NcuRequest, query_catalog, run_ncu
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "profile"

@@ -108,7 +108,7 @@ def test_plain_text_is_unchanged() -> None:
 
 
 def test_the_strategy_and_the_evaluation_leave_the_sandbox_safe() -> None:
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
     key = KEYS["anthropic key"]
     cand = Candidate(code="x = 1  # \x1b[2J kept", strategy=f"\x1b[2Jfast {key}")
@@ -128,9 +128,9 @@ def test_the_strategy_and_the_evaluation_leave_the_sandbox_safe() -> None:
 
 
 def test_the_trajectory_and_the_llm_record_and_the_prompt_are_safe() -> None:
-    from pytest_kernelpro.optimize.agents.llm.base import LLMRequest, LLMResponse
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMRequest, LLMResponse
     from pytest_kernelpro.optimize.agents.llm.replay import call_record
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
     from pytest_kernelpro.optimize.search.trajectory import node_record
     from pytest_kernelpro.optimize.search.tree import SearchNode
 

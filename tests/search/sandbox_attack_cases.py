@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
-from pytest_kernelpro.optimize.search.base import Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "search"
 REPO_FILES = {"kernels.py": "ORIGINAL\n", "kernelpro-baseline.yaml": "kernels: {}\n"}

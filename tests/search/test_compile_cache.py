@@ -25,7 +25,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxLimits,
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 TRITON = CACHE_DIRS["TRITON_CACHE_DIR"]
 

@@ -19,7 +19,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxLimits,
 )
 from pytest_kernelpro.optimize.sandbox.worker import RETIME_BUDGET_S, RETIME_MAX_SAMPLES
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 

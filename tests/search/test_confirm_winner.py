@@ -9,7 +9,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from pytest_kernelpro.optimize.loop.ranking import confirm_winner
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.ranking import RankedCandidate, SearchRanking
 
 

@@ -298,7 +298,7 @@ def test_an_evaluation_whose_cuda_did_not_start_re_probes_and_runs_again(
         SandboxEvaluator,
         SandboxLimits,
     )
-    from pytest_kernelpro.optimize.search.base import Candidate
+    from pytest_kernelpro.optimize.search.interfaces import Candidate
 
     data = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
     task = KernelBenchTask(

@@ -26,11 +26,11 @@ pytest.importorskip("distributed")
 from sandbox_attack_cases import CHECKS, DATA, Listener, Outcome, programs  # noqa: E402
 
 from pytest_kernelpro.optimize.dask.cluster import DaskCluster  # noqa: E402
-from pytest_kernelpro.optimize.dask.evaluator import DaskEvaluator, _digest  # noqa: E402
+from pytest_kernelpro.optimize.dask.dask_evaluator import DaskEvaluator, _digest  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.environment import scrub_environment  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxLimits  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation  # noqa: E402
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

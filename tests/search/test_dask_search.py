@@ -1,5 +1,5 @@
 """A search on a local Dask cluster of two CPU worker processes (optimize/dask/cluster.py,
-optimize/dask/evaluator.py): the workers' environment, a worker killed mid-search.
+optimize/dask/dask_evaluator.py): the workers' environment, a worker killed mid-search.
 
 Nothing here measures time against a threshold: the overlap and the kills are decided from
 the scheduler's state and the stamps the workers record. Each evaluation starts sandboxed
@@ -24,7 +24,7 @@ from pytest_kernelpro.optimize.dask.cluster import (  # noqa: E402
     WorkerInfo,  # noqa: E402
     parse_dask,
 )
-from pytest_kernelpro.optimize.dask.evaluator import DaskEvaluator, _digest  # noqa: E402
+from pytest_kernelpro.optimize.dask.dask_evaluator import DaskEvaluator, _digest  # noqa: E402
 from pytest_kernelpro.optimize.dask.shipping import install_entries  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     KernelBenchTask,
@@ -32,7 +32,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
     scrub_environment,
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
-from pytest_kernelpro.optimize.search.base import Candidate  # noqa: E402
+from pytest_kernelpro.optimize.search.interfaces import Candidate  # noqa: E402
 from pytest_kernelpro.optimize.search.mcts import MCTS  # noqa: E402
 from pytest_kernelpro.optimize.search.trajectory import load_trajectory  # noqa: E402
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.mcts import MCTS
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError, KernelproWarning
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 from pytest_kernelpro.optimize.search.reward import compute_reward
 from pytest_kernelpro.optimize.search.tree import SearchNode

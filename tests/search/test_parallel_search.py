@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 from pytest_kernelpro.optimize.search.restore import restore_search
 from pytest_kernelpro.optimize.search.trajectory import load_trajectory

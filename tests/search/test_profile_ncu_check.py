@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest_kernelpro.tools.advice  # noqa: F401  loaded at collection (a YAML table), before pytester runs
 from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfilingEvaluator
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 
 class Inner:

@@ -44,7 +44,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
 )
 from pytest_kernelpro.optimize.sandbox.isolation import CUDA_LADDER, RELAXATIONS, Isolation
 from pytest_kernelpro.optimize.sandbox.worker import RETIME_MAX_SAMPLES
-from pytest_kernelpro.optimize.search.base import Candidate
+from pytest_kernelpro.optimize.search.interfaces import Candidate
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

@@ -17,7 +17,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.mcts import MCTS
 
 pytestmark = pytest.mark.slow

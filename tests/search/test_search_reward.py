@@ -7,7 +7,7 @@ import math
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.optimize.search.base import Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Evaluation
 from pytest_kernelpro.optimize.search.reward import RewardConfig, compute_reward
 
 

@@ -15,7 +15,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.optimize.search.base import Candidate
+from pytest_kernelpro.optimize.search.interfaces import Candidate
 
 REFERENCE = (
     "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"

@@ -9,8 +9,8 @@ import pytest
 from trajectory_replay import ReplayEvaluator, ReplayGenerator, replay
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 from pytest_kernelpro.optimize.search.restore import render_tree, restore_search
 from pytest_kernelpro.optimize.search.show import show_main

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation, Mode
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation, Mode
 from pytest_kernelpro.optimize.search.trajectory import Trajectory, load_trajectory
 
 

@@ -7,7 +7,7 @@ import pytest
 from tools_factories import example_run, km, stage
 
 from pytest_kernelpro.profile.model import KernelProfile, ProfileReport
-from pytest_kernelpro.tools.base import ToolContext
+from pytest_kernelpro.tools.contract import ToolContext
 from pytest_kernelpro.tools.fusion import KernelFusionTool
 from pytest_kernelpro.tools.registry import run_tools
 from pytest_kernelpro.tools.signals import DRAM_READ, DRAM_THROUGHPUT, DRAM_WRITE, DURATION

@@ -6,7 +6,7 @@ import pytest
 from tools_factories import by_tool, ctx, probe_ctx, probe_run, stall_values
 
 from pytest_kernelpro.profile.model import KernelMetrics
-from pytest_kernelpro.tools.base import ToolContext
+from pytest_kernelpro.tools.contract import ToolContext
 from pytest_kernelpro.tools.signals import STALL_FAMILIES, stall_breakdown, stall_metric
 from pytest_kernelpro.tools.stalls import STALL_ADVICE, BarrierStallTool, WarpStallTool
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tools_factories import by_tool, capture_ctx, ctx, example_run, report, stall_values
 
-from pytest_kernelpro.tools.base import LIBRARY_KERNEL_RE, ToolContext
+from pytest_kernelpro.tools.contract import LIBRARY_KERNEL_RE, ToolContext
 from pytest_kernelpro.tools.registry import run_tools
 from pytest_kernelpro.tools.signals import (
     DRAM_READ,

@@ -20,7 +20,7 @@ from pytest_kernelpro.profile.model import (
     TimelineGap,
     TimelineSummary,
 )
-from pytest_kernelpro.tools.base import ToolContext
+from pytest_kernelpro.tools.contract import ToolContext
 from pytest_kernelpro.tools.registry import ToolRun, run_tools
 from pytest_kernelpro.tools.signals import stall_metric
 from pytest_kernelpro.tools.stage1 import Stage1, classify

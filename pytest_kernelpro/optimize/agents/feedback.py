@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.errors import KernelproConfigError
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
 FEEDBACK_MODES = ("tools", "raw", "none")
 TOOLS_HEADING = "## Automated Bottleneck Analysis"  # tools.guidance.HEADING

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.optimize.agents.llm.base import LLMBackend, LLMRequest, LLMResponse
+from pytest_kernelpro.optimize.agents.llm.model_api import LLMBackend, LLMRequest, LLMResponse
 from pytest_kernelpro.optimize.agents.llm.replay import code_hash, replay_key
 from pytest_kernelpro.optimize.agents.prompts.builder import PromptBuilder, code_block
 

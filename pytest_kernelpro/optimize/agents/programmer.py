@@ -31,7 +31,7 @@ from pytest_kernelpro.optimize.agents.feedback import (
     render_guidance,
     speedup_line,
 )
-from pytest_kernelpro.optimize.agents.llm.base import LLMRequest, LLMResponse, Message
+from pytest_kernelpro.optimize.agents.llm.model_api import LLMRequest, LLMResponse, Message
 from pytest_kernelpro.optimize.agents.llm.replay import call_record, code_hash, replay_key
 from pytest_kernelpro.optimize.agents.profiling import ProfileAnalysisError
 from pytest_kernelpro.optimize.agents.prompts.builder import PromptBuilder, check_language
@@ -39,15 +39,15 @@ from pytest_kernelpro.optimize.agents.prompts.parse import (
     CompletionParseError,
     parse_multiple_completions,
 )
-from pytest_kernelpro.optimize.search.base import MODES, Candidate
+from pytest_kernelpro.optimize.search.interfaces import MODES, Candidate
 
 ORCHESTRATIONS = ("proactive", "reactive")
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.agents.llm.base import LLMBackend
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMBackend
     from pytest_kernelpro.optimize.agents.profiling import ProfilingAgent
     from pytest_kernelpro.optimize.agents.prompts.builder import Prompt
-    from pytest_kernelpro.optimize.search.base import Evaluation, Mode
+    from pytest_kernelpro.optimize.search.interfaces import Evaluation, Mode
 
 
 @dataclass

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
     from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches
     from pytest_kernelpro.optimize.sandbox.isolation import Isolation
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation, Evaluator
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation, Evaluator
 
 Profiler = Callable[["Candidate", "Evaluation"], Mapping[str, Any]]
 
@@ -121,7 +121,7 @@ class ProfilingEvaluator:
         """The inner evaluation, with the candidate's profile and guidance when correct.
 
         With `profiler=None` the inner evaluator has profiled already where it evaluated (a
-        Dask worker, `optimize/dask/evaluator.py`): the profile came back in the evaluation's
+        Dask worker, `optimize/dask/dask_evaluator.py`): the profile came back in the evaluation's
         metrics and only its record is kept here, so the report lists it as for a local one.
         """
         evaluation = self.inner.evaluate(candidate)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.optimize.cutlass.constraints import check_source
-from pytest_kernelpro.optimize.search.base import Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluator
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluator
 
 
 class PrecheckEvaluator:

@@ -28,11 +28,11 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.optimize.dask.shipping import cache_root, install_entries, pack_entries
 from pytest_kernelpro.optimize.dask.threads import with_thread_environment
-from pytest_kernelpro.optimize.search.base import Candidate
+from pytest_kernelpro.optimize.search.interfaces import Candidate
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
-    from pytest_kernelpro.optimize.search.base import Evaluator
+    from pytest_kernelpro.optimize.search.interfaces import Evaluator
 
 # What wraps a worker's sandbox evaluator there (the profiling evaluator, say).
 WorkerChain = Callable[["Evaluator"], "Evaluator"]

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation, Mode
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation, Mode
 
 BUCKETS = (
     "setup",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.optimize.loop.clock import TimedEvaluator, TimedGenerator, WallClock
-from pytest_kernelpro.optimize.loop.context import problem_context, session_path
+from pytest_kernelpro.optimize.loop.problem_context import problem_context, session_path
 from pytest_kernelpro.optimize.loop.ranking import confirm_winner, final_ranking
 from pytest_kernelpro.optimize.loop.shims import (
     REFERENCE_AS_CANDIDATE,
@@ -61,8 +61,8 @@ def run_search(
     resume, the current kernel's check, wrappers of the generator and the evaluator, the
     phase of the loop."""
     from pytest_kernelpro.analysis.core import RooflineFacts
-    from pytest_kernelpro.optimize.agents.llm.base import require_price
     from pytest_kernelpro.optimize.agents.llm.factory import make_backend
+    from pytest_kernelpro.optimize.agents.llm.model_api import require_price
     from pytest_kernelpro.optimize.agents.profiling import ProfilingAgent
     from pytest_kernelpro.optimize.agents.programmer import ProgrammerAgent
     from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
@@ -76,9 +76,9 @@ def run_search(
         SandboxEvaluator,
         SandboxLimits,
     )
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
     from pytest_kernelpro.optimize.search.budget import parse_budget
     from pytest_kernelpro.optimize.search.greedy import GreedySearch
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
     from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 
     clock = WallClock()
@@ -198,10 +198,10 @@ def run_search(
     evaluator: Any = sandbox
     remote = None
     on_worker = None
-    if settings.dask:  # builds and evaluations on a Dask cluster (optimize/dask/evaluator.py)
+    if settings.dask:  # builds and evaluations on a Dask cluster (optimize/dask/dask_evaluator.py)
         from functools import partial
 
-        from pytest_kernelpro.optimize.dask.evaluator import open_evaluator
+        from pytest_kernelpro.optimize.dask.dask_evaluator import open_evaluator
 
         if profiler is not None:  # profiled on the worker whose GPU timed it
             on_worker = partial(ProfilingEvaluator, profiler=profiler, feedback=settings.feedback)

@@ -33,7 +33,7 @@ from pytest_kernelpro.optimize.loop.state import ObservedEvaluator, ObservedGene
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.loop.runs import RunFolder
-    from pytest_kernelpro.optimize.search.base import Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Evaluation
     from pytest_kernelpro.record import KernelRecord
     from pytest_kernelpro.run.context import ItemRun, Services
 
@@ -194,7 +194,7 @@ def _search(
 
 def _backend(settings: Any, record: KernelRecord, run: RunFolder) -> Any:
     """The model backend, recording every call into the run folder."""
-    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMError
     from pytest_kernelpro.optimize.agents.llm.replay import RecordingBackend
     from pytest_kernelpro.optimize.loop.replay import (
         NoiseTolerantReplay,

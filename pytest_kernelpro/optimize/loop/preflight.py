@@ -71,7 +71,7 @@ def served_model(settings: OptimizeConfig) -> ServedModel | None:
     url, where = _base_url(settings)
     if url is None:
         return None
-    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMError
     from pytest_kernelpro.optimize.agents.llm.openai_backend import served_models
 
     unset = f"no model is set for --kernelpro-llm=openai (set it with {_model_settings()})"
@@ -112,7 +112,7 @@ def served_model(settings: OptimizeConfig) -> ServedModel | None:
 
 def check_backend(settings: OptimizeConfig, *, reach_api: bool = True) -> None:
     """Raise `PreflightError` when the search of this session cannot run (module doc)."""
-    from pytest_kernelpro.optimize.agents.llm.base import LLMError, find_price
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMError, find_price
     from pytest_kernelpro.optimize.search.budget import parse_budget
 
     budget = parse_budget(settings.optimize or "", where="--kernelpro-optimize")
@@ -193,7 +193,7 @@ def check_backend(settings: OptimizeConfig, *, reach_api: bool = True) -> None:
 
 
 def _check_recording(path) -> None:  # type: ignore[no-untyped-def]
-    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMError
     from pytest_kernelpro.optimize.loop.replay import NoiseTolerantReplay
 
     try:

@@ -19,7 +19,7 @@ import re
 from collections import deque
 from pathlib import Path
 
-from pytest_kernelpro.optimize.agents.llm.base import LLMError, LLMRequest, LLMResponse
+from pytest_kernelpro.optimize.agents.llm.model_api import LLMError, LLMRequest, LLMResponse
 from pytest_kernelpro.optimize.agents.llm.replay import load_recorded_calls
 
 REPLAY_PREFIX = "replay:"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.optimize.loop.patch import KernelSite
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
     from pytest_kernelpro.optimize.loop.runs import RunFolder
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 
 class SearchState:

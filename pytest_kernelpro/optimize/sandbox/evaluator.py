@@ -89,7 +89,7 @@ from pytest_kernelpro.optimize.sandbox.processes import (
 )
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 
 class SandboxEvaluator:

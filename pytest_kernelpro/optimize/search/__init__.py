@@ -4,7 +4,9 @@ process)."""
 
 from __future__ import annotations
 
-from pytest_kernelpro.optimize.search.base import (
+from pytest_kernelpro.optimize.search.budget import Budget, BudgetError, BudgetTracker, parse_budget
+from pytest_kernelpro.optimize.search.greedy import GreedySearch
+from pytest_kernelpro.optimize.search.interfaces import (
     Candidate,
     CandidateGenerator,
     Evaluation,
@@ -12,8 +14,6 @@ from pytest_kernelpro.optimize.search.base import (
     Mode,
     Status,
 )
-from pytest_kernelpro.optimize.search.budget import Budget, BudgetError, BudgetTracker, parse_budget
-from pytest_kernelpro.optimize.search.greedy import GreedySearch
 from pytest_kernelpro.optimize.search.mcts import MCTS, MCTSConfig
 from pytest_kernelpro.optimize.search.reward import RewardConfig, compute_reward
 from pytest_kernelpro.optimize.search.tree import SearchNode, SearchResult

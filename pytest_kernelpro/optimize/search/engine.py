@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.budget import Budget, BudgetTracker, parse_budget
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.reward import RewardConfig, compute_reward
 from pytest_kernelpro.optimize.search.tree import SearchNode, SearchResult, SearchTree
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import CandidateGenerator, Evaluator, Mode
+    from pytest_kernelpro.optimize.search.interfaces import CandidateGenerator, Evaluator, Mode
     from pytest_kernelpro.optimize.search.trajectory import Trajectory
 
 

@@ -1,7 +1,7 @@
 """Several expansions in flight: the search loop for evaluators that run candidates elsewhere.
 
 The one-at-a-time loop (`engine.SearchAlgorithm._loop`) waits for every evaluation before it
-selects again. With N workers (GPUs of a Dask cluster, `optimize/dask/evaluator.py`) that leaves
+selects again. With N workers (GPUs of a Dask cluster, `optimize/dask/dask_evaluator.py`) that leaves
 N-1 idle, so this loop keeps up to `in_flight` evaluations running:
 
 - **select, generate, submit** while fewer than `in_flight` are running and the budget has
@@ -43,14 +43,14 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.errors import KernelproError
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import (
+    from pytest_kernelpro.optimize.search.budget import BudgetTracker
+    from pytest_kernelpro.optimize.search.engine import SearchAlgorithm
+    from pytest_kernelpro.optimize.search.interfaces import (
         Candidate,
         CandidateGenerator,
         Evaluation,
         Evaluator,
     )
-    from pytest_kernelpro.optimize.search.budget import BudgetTracker
-    from pytest_kernelpro.optimize.search.engine import SearchAlgorithm
     from pytest_kernelpro.optimize.search.tree import SearchNode
 
 _held = threading.local()  # the loop's lock, on the threads that run evaluator chains

@@ -15,10 +15,10 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.optimize.search.base import FAILURE_STATUSES, WRONG_STATUSES
+from pytest_kernelpro.optimize.search.interfaces import FAILURE_STATUSES, WRONG_STATUSES
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import Evaluation
+    from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
 
 @dataclass(frozen=True)

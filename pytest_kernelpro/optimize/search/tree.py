@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.search.base import Candidate, Evaluation, Mode
+    from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation, Mode
 
 NodeKind = Literal["root", "success", "failed"]
 

@@ -6,7 +6,8 @@ Nothing here imports an SDK (`anthropic`, `openai`) at import time; a backend do
 
 from __future__ import annotations
 
-from pytest_kernelpro.optimize.agents.llm.base import (
+from pytest_kernelpro.optimize.agents.llm.factory import BACKEND_NAMES, make_backend
+from pytest_kernelpro.optimize.agents.llm.model_api import (
     LLMBackend,
     LLMError,
     LLMRequest,
@@ -16,7 +17,6 @@ from pytest_kernelpro.optimize.agents.llm.base import (
     compute_cost,
     find_price,
 )
-from pytest_kernelpro.optimize.agents.llm.factory import BACKEND_NAMES, make_backend
 from pytest_kernelpro.optimize.agents.llm.replay import RecordingBackend, ReplayBackend, call_record
 
 __all__ = [

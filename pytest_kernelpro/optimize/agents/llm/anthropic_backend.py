@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproWarning
-from pytest_kernelpro.optimize.agents.llm.base import (
+from pytest_kernelpro.optimize.agents.llm.model_api import (
     LLMError,
     LLMRequest,
     LLMResponse,

@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.optimize.agents.llm.base import LLMBackend
+from pytest_kernelpro.optimize.agents.llm.model_api import LLMBackend
 
 BACKEND_NAMES = ("anthropic", "openai", "replay:PATH")
 

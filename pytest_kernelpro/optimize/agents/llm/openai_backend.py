@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pytest_kernelpro.optimize.agents.llm.base import (
+from pytest_kernelpro.optimize.agents.llm.model_api import (
     LLMError,
     LLMRequest,
     LLMResponse,

@@ -39,7 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.fileio import append_jsonl
-from pytest_kernelpro.optimize.agents.llm.base import LLMBackend, LLMError, LLMRequest, LLMResponse
+from pytest_kernelpro.optimize.agents.llm.model_api import (
+    LLMBackend,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+)
 from pytest_kernelpro.text_safety import safe_tree
 
 RECORDING_FORMAT = "kernelpro-llm-recording"

@@ -1,7 +1,7 @@
 """What a tool reads: `ToolContext` (one kernel's metrics, SASS, ptxas, the item's timeline,
 linkage, Stage 1 and roofline facts) and `MetricRequest` (a metric with its alternatives).
 
-The input half of the tool contract (`base`); `finding` is the output half.
+The input half of the tool contract (`contract`); `finding` is the output half.
 """
 
 from __future__ import annotations

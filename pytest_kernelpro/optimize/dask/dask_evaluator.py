@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.optimize.dask.tasks import WorkerChain, build_task, evaluate_task, suspicious
 from pytest_kernelpro.optimize.dask.threads import session_thread_environment
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.parallel import released
 
 if TYPE_CHECKING:

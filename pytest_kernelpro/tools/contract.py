@@ -1,5 +1,5 @@
 """The micro-profiling tool contract: `ProfilingTool`, with what it reads (`ToolContext`,
-`MetricRequest`: `context.py`) and what it returns (`Finding`: `finding.py`), all importable
+`MetricRequest`: `tool_context.py`) and what it returns (`Finding`: `finding.py`), all importable
 from here.
 
 A tool is the 5-tuple of design §3.4: a name, the metrics it needs (`required_metrics`), its
@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping
 from typing import ClassVar
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.tools.context import INPUTS, LIBRARY_KERNEL_RE, MetricRequest, ToolContext
 from pytest_kernelpro.tools.finding import (
     SEVERITIES,
     Evidence,
@@ -31,6 +30,12 @@ from pytest_kernelpro.tools.finding import (
     num,
     pct,
     severity_rank,
+)
+from pytest_kernelpro.tools.tool_context import (
+    INPUTS,
+    LIBRARY_KERNEL_RE,
+    MetricRequest,
+    ToolContext,
 )
 
 # The contract in one import: tool modules take everything from here.

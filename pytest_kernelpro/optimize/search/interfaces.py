@@ -3,7 +3,7 @@
 The search algorithms (`mcts`, `greedy`) never look inside a candidate's code; they see a
 `Candidate` produced by a `CandidateGenerator` (the Programmer Agent, a replay, or a synthetic
 generator in tests and `bench/search_sim.py`) and an `Evaluation` produced by an `Evaluator`
-(the sandboxed KernelBench evaluator in `evaluator.py`, or a synthetic one). This mirrors
+(the sandboxed KernelBench evaluator, `optimize/sandbox/evaluator.py`, or a synthetic one). This mirrors
 llm-reasoners' split between the world model / search config and the algorithm.
 """
 
