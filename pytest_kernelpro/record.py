@@ -210,7 +210,7 @@ class TimingPart(Part):
 class RooflinePart(Part):
     """FLOPs, bytes, bound and roofline time of the reference (`measure.roofline.ReferenceAnalysis`)."""
 
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("notes", "bound_band")
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("notes", "bound_band", "unpriced_ops")
 
     ops: list[dict[str, Any]] | None = None  # measure.roofline.OpCost.to_dict() per op
     flops: float | None = None
@@ -235,6 +235,10 @@ class RooflinePart(Part):
     # The roofline on each faster unit the fp32 matrix work may run on, the op-level rule's
     # first (`measure.roofline.matrix_paths`); absent in records before it existed.
     paths: list[dict[str, Any]] | None = None
+    # The call's own inputs and outputs (the impossible-time floor) and the ops no FLOP
+    # formula priced (`measure.roofline.ReferenceAnalysis`); absent in older records.
+    compulsory_bytes: float | None = None
+    unpriced_ops: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

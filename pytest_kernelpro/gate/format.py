@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro.measure.gpu_memory import format_bytes
-from pytest_kernelpro.measure.roofline import SHORT_UNIT
+from pytest_kernelpro.measure.roofline import SHORT_UNIT, problem_words
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
 from pytest_kernelpro.text_safety import safe_line, safe_text
 
@@ -154,13 +154,14 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
 
 
 def peak_used_words(record: KernelRecord) -> str | None:
-    """ "3xTF32, inferred" / "above every ceiling" when the kernel ran faster than its
-    op-level peak allows (`measure.roofline.price_measured`), from our own words only."""
+    """ "3xTF32, inferred" / "fewer FLOPs than the reference" / "above the bandwidth ceiling"
+    when the kernel ran faster than its op-level peak allows
+    (`measure.roofline.price_measured`), from our own words only."""
     used = record.peak_used
     if not isinstance(used, Mapping) or not used.get("note"):
         return None
     if used.get("problem"):
-        return "above every ceiling"
+        return problem_words(used.get("problem")) or "above every ceiling"
     unit = SHORT_UNIT.get(str(used.get("key")))
     return f"{unit}, inferred" if unit and used.get("inferred") else None
 

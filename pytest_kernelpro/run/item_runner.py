@@ -648,6 +648,7 @@ def roofline(
     from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
     from pytest_kernelpro.measure.roofline import (
         analyze_reference,
+        could_be_impossible,
         impossible_failure,
         record_pricing,
     )
@@ -679,9 +680,9 @@ def roofline(
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
     # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
-    if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
-        # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
-        # have lowered (measure/ceilings.py), then price the kernel again on them.
+    if could_be_impossible(record.peak_used, record.timing) and not ceilings.trusted:
+        # Compulsory bytes beyond the bandwidth ceiling: before anything is blamed, re-probe
+        # ceilings that load may have lowered (measure/ceilings.py), then price it again.
         ceilings = reprobe_ceilings(f"{run.name} exceeded them")
         if ceilings.trusted:
             analysis = analyze(ceilings)
