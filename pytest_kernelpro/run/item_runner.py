@@ -26,6 +26,7 @@ import shlex
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -45,7 +46,7 @@ from pytest_kernelpro.run.context import (
     extra_autotuners,
     record_process_facts,
 )
-from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+from pytest_kernelpro.run.fresh_process import read_rule, remeasure_in_fresh_process
 
 if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
@@ -306,7 +307,9 @@ def _run(
             run,
             settings,
             remeasure,
-            lambda pins: remeasure_in_fresh_process(item, session, pins),
+            lambda pins: remeasure_in_fresh_process(
+                item, session, pins, getattr(correctness, "rule_state", None)
+            ),
             entry=baseline.entry_for(record) if baseline is not None else None,
             profiling=session.profiling,
         )
@@ -337,7 +340,14 @@ def remeasure_only(
                 f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
             ) from exc
     record_process_facts(run, capture)
-    time_item(run, config, kernel, inputs, grad_mode, reference=reference, make_inputs=make_inputs)
+    # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
+    # the dtype's default tolerance would.
+    rule = read_rule(config.remeasure_pins)
+    parent = None if rule is None else SimpleNamespace(rule_state=rule, tf32=False)
+    time_item(
+        run, config, kernel, inputs, grad_mode,
+        reference=reference, make_inputs=make_inputs, correctness=parent,
+    )  # fmt: skip
     capture.after_timing()
     record_process_facts(run, capture)
     run.record.extra["remeasure_child"] = True
@@ -520,7 +530,14 @@ def time_item(
     with grad_mode():
         fresh = _fresh_inputs(run, kernel, inputs, reference, make_inputs, correctness)
 
+    timings = [0]
+
     def remeasure() -> Any:
+        if timings[0] and fresh is not None:
+            # A re-measurement: the post-timing re-check wrote other contents into the timed
+            # tensors since; the ring's turn must hold again before a call is checked.
+            fresh.resume()
+        timings[0] += 1
         with grad_mode():
             return time_kernel(lambda: kernel(*inputs), device=device, budget=budget, fresh=fresh)
 
