@@ -277,6 +277,10 @@ class VerdictPart(Part):
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    # The time the verdict was decided on when not the wall median (`gate.verdict.Verdict`).
+    gated_label: str | None = None
+    gated_now_s: float | None = None
+    gated_baseline_s: float | None = None
     # The autotune choices compared with the baseline's and what the gate did about a
     # difference (`gate.confirmation.AutotuneComparison.to_dict`), and that in words:
     autotune: dict[str, Any] | None = None
