@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from test_algebraic_rewrite import TRUSTED_LOW_COMPUTE
+from test_optimize_handoff import _commit_all, _git, _report
 
 from pytest_kernelpro.optimize.loop.replay import recording_record
 
@@ -49,33 +50,10 @@ REWRITE = (
     "        return x @ weight.sum(0)[:, None] / 2 * 1.5\n```\n"
 )
 
-# Trusted CPU ceilings (best of 3 probes, one on a quiet machine) with a compute peak the
-# rewrite beats on the reference's 268 MFLOP in any time under 240 ms; a bandwidth no
-# kernel of this size can beat on its compulsory 4.7 MB in less than 5 microseconds.
-TRUSTED = {
-    "device": "cpu (test, trusted)",
-    "bandwidth_Bps": 1e12,
-    "flops": {"fp32": 1e9, "fp64": 0.5e9, "bf16": 1e9},
-    "source": "measured",
-    "measured_at": "2026-12-05T00:00:00",
-    "torch_version": "test",
-    "details": {"probe_passes": 3, "quiet_probes": 1},
-}
-
-
-def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def _report(root: Path) -> dict:
-    data = json.loads((root / ".kernelpro" / "kernelpro-report.json").read_text())
-    return {r["name"]: r for r in data["records"]}
+# The trusted ceilings of test_algebraic_rewrite (a compute peak the rewrite beats on the
+# reference's 268 MFLOP in any time under 240 ms) with a bandwidth no kernel of this size can
+# beat on its compulsory 4.7 MB in less than 5 microseconds.
+TRUSTED = {**TRUSTED_LOW_COMPUTE, "bandwidth_Bps": 1e12}
 
 
 @pytest.mark.slow
@@ -94,9 +72,7 @@ def test_the_optimizers_algebraic_rewrite_passes_the_users_check_once_applied(
     (replays / "gemm_divide_sum_scaling.jsonl").write_text(
         json.dumps(recording_record(REWRITE)) + "\n", encoding="utf-8"
     )
-    assert _git(root, "init", "-q").returncode == 0
-    assert _git(root, "add", "-A").returncode == 0
-    assert _git(root, "commit", "-qm", "kernels").returncode == 0
+    _commit_all(root)
 
     optimize = pytester.runpytest_subprocess(
         "-p",
