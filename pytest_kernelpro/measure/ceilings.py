@@ -802,10 +802,14 @@ def reprobe_summary(ceilings: Ceilings) -> str:
 
 def exceedance_note(ceilings: Ceilings) -> str:
     """What a CPU rate above every ceiling is blamed on, after the re-probe (or without it)."""
-    if ceilings.trusted:
+    if ceilings.trusted and ceilings.details.get("reprobe_history"):
         return (
             f"the ceilings were re-probed and still hold ({ceilings.trust_reason()}; "
             f"{reprobe_summary(ceilings)}), so load did not cause it"
+        )
+    if ceilings.trusted:
+        return (
+            f"the ceilings are an upper bound ({ceilings.trust_reason()}), so load did not cause it"
         )
     return (
         f"the CPU ceilings are {ceilings.trust_reason().removeprefix('not trusted: ')} "
