@@ -181,3 +181,46 @@ def test_a_pinned_re_measurement_that_decides_shows_its_own_gated_time() -> None
     assert settled.gated_baseline_s == pytest.approx(conf["gated_baseline_s"])
     assert settled.change == pytest.approx(settled.gated_now_s / settled.gated_baseline_s - 1)
     assert "fresh process" in str(settled.gated_label)
+
+
+def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_change() -> None:
+    """GPU clock anchor ("anchor-scaled"), cycles ("clock-scaled"), another device
+    ("roofline-scaled"): gated now / gated baseline - 1 is the change the verdict shows."""
+    import test_gate_clock_anchor as anchored
+    import test_gate_clock_scale as scaled
+    from gate_factories import make_record
+
+    from pytest_kernelpro.gate.baseline import BaselineEntry
+
+    cases = [
+        (
+            "anchor-scaled",
+            compare(
+                anchored.capped(206e-6, 1648.0, seed=4),
+                anchored.entry_from(anchored.capped(200e-6, 1600.0, seed=3)),
+                threshold=0.02,
+            ),
+        ),
+        (
+            "clock-scaled",
+            compare(
+                scaled.capped(200e-6, 1648.0, seed=4),
+                scaled.entry_from(scaled.capped(200e-6, 1700.0, seed=3)),
+                threshold=0.02,
+                clock_normalize=True,
+            ),
+        ),
+    ]
+    other = make_record("k", median_s=2e-3, seed=5, device="NVIDIA A100", roofline_time_s=1e-3)
+    base = BaselineEntry.from_record(
+        make_record("k", median_s=1e-3, seed=6, device="NVIDIA H200", roofline_time_s=0.6e-3)
+    )
+    assert base is not None
+    cases.append(("roofline-scaled", compare(other, base)))
+    for label, verdict in cases:
+        assert verdict.gated_label == label, verdict.basis
+        assert verdict.gated_now_s is not None
+        assert verdict.gated_baseline_s is not None
+        assert verdict.change == pytest.approx(
+            verdict.gated_now_s / verdict.gated_baseline_s - 1, rel=1e-9, abs=1e-12
+        )
