@@ -8,15 +8,16 @@ id, started the way `--kernelpro-isolate` starts an item's child (`isolate.child
 the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
 timing inputs, calls the kernel once with the baseline's autotune choices pinned
 (`measure/environment.py`), times it with the session's timing budget and writes its record
-(timing, autotune choices, versions); it checks nothing and compares nothing.
+(timing, autotune choices, versions); it compares nothing with the baseline.
 
-The child is given the item's file by its absolute path (`child_address`), not the node id: a
-KernelBench problem under `--kernelpro-problems` or any file outside the rootdir has a node id
-relative to the directory it was collected from ("23_Softmax.py::23_Softmax"), which the
-child, started in the invocation directory, cannot find. Its record is matched by node id, or
-else by the kernel's name (`child_record_for`). It checks the sampled timed outputs by the
-parent's calibrated rule (`rule_payload`, written beside the pins): the dtype's default
-tolerance refused an honest algebraic rewrite whose error the parent's trials had calibrated.
+The child is given the item's file by its absolute path (`isolate.child_address`), not the
+node id: a KernelBench problem under `--kernelpro-problems` or any file outside the rootdir
+has a node id relative to the directory it was collected from ("23_Softmax.py::23_Softmax"),
+which the child, started in the invocation directory, cannot find. Its record is matched by
+node id, or else by the kernel's name (`isolate.child_record_for`). It checks the sampled
+timed outputs by the parent's calibrated rule (`rule_payload`, written beside the pins): the
+dtype's default tolerance refused an honest algebraic rewrite whose error the parent's
+trials had calibrated.
 
 Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per
 provisional regression, plus the process start (Python, pytest, torch, the kernel's build and
@@ -42,14 +43,13 @@ from pytest_kernelpro.run.isolate import (
     STARTUP_ALLOWANCE_S,
     child_command,
     child_environment,
-    child_record,
+    child_record_for,
     kill_group,
     wait_released,
 )
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.accuracy import CorrectnessRule
-    from pytest_kernelpro.record import KernelRecord
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
 
@@ -73,45 +73,17 @@ class FreshMeasurement:
     error: str | None = None
 
 
-def child_address(item: KernelItem) -> str:
-    """The item as the child can find it from any directory: its file's absolute path and
-    the node id's part after the file ("/abs/23_Softmax.py::23_Softmax"); the node id
-    itself when the item has no file path."""
-    path = getattr(item, "path", None)
-    nodeid = str(item.nodeid)
-    if path is None or "::" not in nodeid:
-        return nodeid
-    return f"{Path(path).resolve()}::{nodeid.split('::', 1)[1]}"
-
-
 def remeasure_command(
     item: KernelItem, session: KernelproSession, json_path: Path, pins_path: Path
 ) -> list[str]:
     """The isolated child's command, timing only, with the pins file."""
-    address = child_address(item)
     cmd = [
-        address if arg == item.nodeid else arg
+        arg
         for arg in child_command(item, session, json_path)
         if arg not in _PARENT_ONLY and not arg.startswith(_PARENT_ONLY_PREFIXES)
     ]
     assert CHILD_FLAG in cmd  # the child never isolates or re-measures in a child of its own
     return [*cmd, f"{REMEASURE_FLAG}={pins_path}"]
-
-
-def child_record_for(log_path: Path, nodeid: str, name: str) -> KernelRecord | None:
-    """The child's record of the item: by node id, else the one record named `name` (the
-    child computes node ids from its own rootdir and arguments)."""
-    record = child_record(log_path, nodeid)
-    if record is not None or not log_path.exists():
-        return record
-    from pytest_kernelpro.gate.records_log import read_records_log
-
-    try:
-        logged = read_records_log(log_path)
-    except KernelproError:
-        return None
-    named = [r for r in logged.records if r.name == name]
-    return named[0] if len(named) == 1 else None
 
 
 def rule_payload(rule: CorrectnessRule | None) -> dict[str, Any] | None:

@@ -51,3 +51,16 @@ def test_a_problem_outside_the_rootdir_is_confirmed_in_a_fresh_process(
     assert record["gate"]["autotune"]["remeasurement"]["fresh_process"] is True
     assert "not found" not in result.stdout.str()
     assert "fresh-process confirmation failed" not in result.stdout.str()
+
+
+def test_an_isolated_problem_outside_the_rootdir_runs_in_its_child(
+    kp_project: pytest.Pytester, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`--kernelpro-isolate` starts its child the same way (run/isolate.py `child_address`)."""
+    problems = tmp_path_factory.mktemp("elsewhere") / "problems"
+    problems.mkdir()
+    (problems / "23_Softmax.py").write_text(PROBLEM)
+    result = kp_project.runpytest(f"--kernelpro-problems={problems}", "--kernelpro-isolate")
+    result.assert_outcomes(passed=1)
+    (record,) = records_by_name(kp_project).values()
+    assert record["timing"]["samples_s"]

@@ -16,12 +16,11 @@ from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, fresh_
 from pytest_kernelpro.measure.tolerance import Tolerance
 from pytest_kernelpro.run.fresh_process import (
     RULE_FILE,
-    child_address,
-    child_record_for,
     read_rule,
     remeasure_command,
     rule_payload,
 )
+from pytest_kernelpro.run.isolate import child_address, child_record_for
 
 
 def _exact(got: torch.Tensor, expected: torch.Tensor) -> str | None:
