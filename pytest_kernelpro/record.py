@@ -210,7 +210,7 @@ class TimingPart(Part):
 class RooflinePart(Part):
     """FLOPs, bytes, bound and roofline time of the reference (`measure.roofline.ReferenceAnalysis`)."""
 
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("notes", "bound_band")
+    SEQUENCES: ClassVar[tuple[str, ...]] = ("notes", "bound_band", "unpriced_ops")
 
     ops: list[dict[str, Any]] | None = None  # measure.roofline.OpCost.to_dict() per op
     flops: float | None = None
@@ -235,6 +235,10 @@ class RooflinePart(Part):
     # The roofline on each faster unit the fp32 matrix work may run on, the op-level rule's
     # first (`measure.roofline.matrix_paths`); absent in records before it existed.
     paths: list[dict[str, Any]] | None = None
+    # The call's own inputs and outputs (the impossible-time floor) and the ops no FLOP
+    # formula priced (`measure.roofline.ReferenceAnalysis`); absent in older records.
+    compulsory_bytes: float | None = None
+    unpriced_ops: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,6 +277,10 @@ class VerdictPart(Part):
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    # The time the verdict was decided on when not the wall median (`gate.verdict.Verdict`).
+    gated_label: str | None = None
+    gated_now_s: float | None = None
+    gated_baseline_s: float | None = None
     # The autotune choices compared with the baseline's and what the gate did about a
     # difference (`gate.confirmation.AutotuneComparison.to_dict`), and that in words:
     autotune: dict[str, Any] | None = None

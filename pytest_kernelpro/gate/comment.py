@@ -29,6 +29,8 @@ from pytest_kernelpro.gate.format import (
     cross_device,
     format_change,
     format_time,
+    gated_elsewhere,
+    gated_times,
     peak_used_words,
     record_status,
     short_device,
@@ -119,10 +121,26 @@ def _comment_bar(eff: float | None) -> str:
     return f"`{bar(eff, 8)}` {eff:.0%}"
 
 
+_PLAIN_LABEL = re.compile(r"[A-Za-z][A-Za-z ,'-]{0,79}")
+
 COMMENT_HEADER = (
     "| Kernel | Baseline | Now | Change | % of roofline | Bound | Verdict |\n"
     "|:--|--:|--:|--:|:--|:--|:--|"
 )
+
+
+def _time_cell(wall: float | None, gated: float | None, label: str | None) -> str:
+    """The compared time first, labelled, the wall median second ("2.05 ms on-CPU (wall
+    2.19 ms)"); the wall median alone when the verdict compared it."""
+    if gated is None or label is None:
+        return format_time(wall) if wall else "–"
+    return f"{format_time(gated)} {_label_text(label)} (wall {format_time(wall) if wall else '–'})"
+
+
+def _label_text(label: str) -> str:
+    """A gated time's label as plain words when it is only words ("on-CPU, anchor-scaled"),
+    else literal text (it comes from the artifact)."""
+    return label if _PLAIN_LABEL.fullmatch(label) else literal_text(label, limit=80)
 
 
 def comment_row(record: KernelRecord) -> str:
@@ -133,6 +151,7 @@ def comment_row(record: KernelRecord) -> str:
     cross = cross_device(record)
     base = gate.baseline_median_s if gate else None
     now = stat(record, "median_s")
+    times = gated_times(record) if gated_elsewhere(record) else None
     change = gate.change if gate and status not in ("new", "unmeasured") else None
     change_text = format_change(change) + ("\\*" if cross and change is not None else "")
     if change is not None and status in ("regressed", "improved"):
@@ -140,8 +159,8 @@ def comment_row(record: KernelRecord) -> str:
     bound = record.roofline.bound if record.roofline else None
     cells = [
         literal_text(record.name),
-        format_time(base) if base else "–",
-        format_time(now),
+        _time_cell(base, times[1] if times else None, times[0] if times else None),
+        _time_cell(now, times[2] if times else None, times[0] if times else None),
         change_text,
         _comment_bar(record.efficiency),
         (bound if bound in BOUNDS else literal_text(bound) if bound else "–")
@@ -149,6 +168,19 @@ def comment_row(record: KernelRecord) -> str:
         f"{status_emoji(status)} {status_label(status)}",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+def _gated_detail_row(record: KernelRecord, conf: Mapping[str, Any]) -> list[str]:
+    """The compared time's row above the wall medians, where the verdict compared another."""
+    times = gated_times(record) if gated_elsewhere(record) else None
+    if times is None:
+        return []
+    label, base, now = times
+    again = conf.get("gated_now_s")
+    return [
+        f"| Gated ({_label_text(label)}) | {format_time(base)} | {format_time(now)} | "
+        f"{format_time(again) if isinstance(again, (int, float)) else ''} |"
+    ]
 
 
 def comment_details(record: KernelRecord, with_guidance: bool) -> str:
@@ -173,6 +205,7 @@ def comment_details(record: KernelRecord, with_guidance: bool) -> str:
         "",
         "| | Baseline | Now | Re-measured |",
         "|:--|--:|--:|--:|",
+        *_gated_detail_row(record, conf),
         f"| Median | {format_time(gate.baseline_median_s)} | "
         f"{format_time(stat(record, 'median_s'))} | {format_time(conf.get('current_median_s'))} |",
         f"| Samples | {gate.n_baseline or '–'} | {gate.n_current or '–'} | "

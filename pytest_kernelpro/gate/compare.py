@@ -6,7 +6,8 @@ commit prefix: see gate/history.py). Without arguments: the two latest runs of t
 Every kernel of HEAD gets the same verdict `--kernelpro-check` would give it, except that
 no confirmation re-measurement is possible offline: a regression is shown as unconfirmed.
 The table has the baseline's and the head's medians and the speedup (baseline / head, so
-2.00x is twice as fast and 0.50x twice as slow).
+2.00x is twice as fast and 0.50x twice as slow): the time the verdict compared, labelled,
+where that is not the wall median (on-CPU against the CPU anchor), with the wall median second.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, load_baseline
-from pytest_kernelpro.gate.format import STATUS_STYLE, format_change, format_time, sort_key
+from pytest_kernelpro.gate.format import (
+    STATUS_STYLE,
+    format_change,
+    format_time,
+    gated_elsewhere,
+    gated_times,
+    sort_key,
+)
 from pytest_kernelpro.gate.report import load_report, records_of
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, compare
 from pytest_kernelpro.record import KernelRecord, VerdictPart
@@ -66,15 +74,26 @@ def gate_records(
 
 def compare_row(record: KernelRecord, base_s: float | None) -> tuple[str, str, str, str, str, str]:
     """Its cells against the base run's median `base_s`: kernel, baseline, head, speedup
-    (baseline / head), verdict with the change; and the verdict's style."""
+    (baseline / head), verdict with the change; and the verdict's style. Where the verdict
+    compared another time than the wall median (gate/format.py `gated_times`), the baseline
+    and head cells show that time first, labelled, the wall median second, and the speedup
+    is that time's."""
     head_s = record.median_s
     speedup = f"{base_s / head_s:.2f}×" if base_s and head_s else "–"
+    base_cell, head_cell = format_time(base_s), format_time(head_s)
+    if gated_elsewhere(record):
+        times = gated_times(record)
+        assert times is not None
+        label, gated_base, gated_head = times
+        speedup = f"{gated_base / gated_head:.2f}× {label}"
+        base_cell = f"{format_time(gated_base)} {label} (wall {format_time(base_s)})"
+        head_cell = f"{format_time(gated_head)} {label} (wall {format_time(head_s)})"
     gate = record.gate
     status = str((gate.status if gate else None) or record.outcome)
     _, word, style = STATUS_STYLE.get(status, ("", status, ""))
     change = gate.change if gate else None
     verdict = word if change is None else f"{word} {format_change(change)}"
-    return record.name, format_time(base_s), format_time(head_s), speedup, verdict, style
+    return record.name, base_cell, head_cell, speedup, verdict, style
 
 
 def render_compare_table(

@@ -156,6 +156,10 @@ def confirm(
         "current_median_s": second.current_median_s,
         "n": second.n_current,
         "status": second.change_status,
+        # The re-measurement's own gated time, where its verdict was not on the wall median.
+        "gated_label": second.gated_label,
+        "gated_now_s": second.gated_now_s,
+        "gated_baseline_s": second.gated_baseline_s,
     }
     core = first.reason.split("; needs a confirmation")[0]
     if reproduced:
@@ -447,10 +451,15 @@ def settle(
         f"{again_text} there, slower by {first} with the head's own pick"
     )
     pinned_change = again if isinstance(again, (int, float)) else confirmed.change
+    conf = confirmed.confirmation or {}
     return _with_status(
         confirmed,
         status,
         change=pinned_change,
+        # The number shown is the number gated: the pinned re-measurement's.
+        gated_label=f"{conf.get('gated_label') or 'wall'}, fresh process, baseline's pick",
+        gated_now_s=conf.get("gated_now_s") or conf.get("current_median_s"),
+        gated_baseline_s=conf.get("gated_baseline_s") or confirmed.baseline_median_s,
         reason=reason,
         autotune={**data, "unpinned_change": first_change},
         autotune_note=note,

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_kernelpro.measure.gpu_memory import format_bytes
-from pytest_kernelpro.measure.roofline import SHORT_UNIT
+from pytest_kernelpro.measure.roofline import SHORT_UNIT, problem_words
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -149,22 +149,67 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
 
 
 def peak_used_words(record: KernelRecord) -> str | None:
-    """ "3xTF32, inferred" / "above every ceiling" when the kernel ran faster than its
-    op-level peak allows (`measure.roofline.price_measured`), from our own words only."""
+    """ "3xTF32, inferred" / "fewer FLOPs than the reference" / "above the bandwidth ceiling"
+    when the kernel ran faster than its op-level peak allows
+    (`measure.roofline.price_measured`), from our own words only."""
     used = record.peak_used
     if not isinstance(used, Mapping) or not used.get("note"):
         return None
     if used.get("problem"):
-        return "above every ceiling"
+        return problem_words(used.get("problem")) or "above every ceiling"
     unit = SHORT_UNIT.get(str(used.get("key")))
     return f"{unit}, inferred" if unit and used.get("inferred") else None
 
 
+# The number shown is the number gated: where a verdict compared another time than the wall
+# median (on-CPU, anchor-scaled, clock-scaled, a fresh process's), the tables show that time
+# and its baseline side by side, labelled, and the wall time second.
+WALL = "wall"
+
+
+def gated_times(record: KernelRecord) -> tuple[str, float, float] | None:
+    """(label, baseline, now) of the time the verdict compared: its gated time
+    (`gate.verdict.Verdict.gated_label`), else the wall medians; None without a baseline."""
+    gate = record.gate
+    if gate is None:
+        return None
+    label = gate.gated_label
+    now, base = finite_float(gate.gated_now_s), finite_float(gate.gated_baseline_s)
+    if label and now is not None and base is not None:
+        return str(label), base, now
+    wall_now, wall_base = stat(record, "median_s"), finite_float(gate.baseline_median_s)
+    if wall_now is None or wall_base is None:
+        return None
+    return WALL, wall_base, wall_now
+
+
+def gated_elsewhere(record: KernelRecord) -> bool:
+    """True when the verdict compared another time than the wall median."""
+    times = gated_times(record)
+    return times is not None and times[0] != WALL
+
+
+def gated_cell(record: KernelRecord) -> str:
+    """ "on-CPU 2.05 ms → 1.95 ms": the compared time, baseline first; "–" without one."""
+    times = gated_times(record)
+    if times is None:
+        return "–"
+    label, base, now = times
+    return f"{label} {format_time(base)} → {format_time(now)}"
+
+
 def terminal_row(
-    record: KernelRecord, *, show_device: bool, narrow: bool, bar_width: int, color: bool
+    record: KernelRecord,
+    *,
+    show_device: bool,
+    narrow: bool,
+    bar_width: int,
+    color: bool,
+    show_gated: bool = False,
 ) -> list[Any]:
     """One row of the terminal summary table (`gate.report.render_terminal_table`): kernel,
-    [device,] median ±IQR/2, [roofline time,] % of roofline with a bar, bound, verdict."""
+    [device,] [gated: baseline → now,] median ±IQR/2, [roofline time,] % of roofline with a
+    bar, bound, verdict."""
     from rich.text import Text
 
     text, style = _verdict_cell(record)
@@ -172,6 +217,8 @@ def terminal_row(
     row: list[Any] = [Text(record.name)]
     if show_device:
         row.append(Text(short_device(record.device)))
+    if show_gated:
+        row.append(gated_cell(record))
     row.append(_median_cell(record))
     if not narrow:
         row.append(format_time(roofline_value(record, "roofline_time_s")))

@@ -78,6 +78,10 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     add("p_value", gate.get("p_value"))
     add("baseline_median_s", gate.get("baseline_median_s"))
     add("basis", gate.get("basis"))
+    # The time the verdict compared where it was not the wall median (gate/verdict.py).
+    add("gated_label", gate.get("gated_label"))
+    add("gated_median_s", gate.get("gated_now_s"))
+    add("gated_baseline_median_s", gate.get("gated_baseline_s"))
     add("autotune_note", gate.get("autotune_note"))
     add("environment_note", gate.get("environment_note"))
     if gate:

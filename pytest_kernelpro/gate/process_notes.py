@@ -1,4 +1,5 @@
-"""The autotune and environment notes of a session, for the terminal table and the PR comment.
+"""The autotune, environment and confirmation notes of a session, for the terminal table and
+the PR comment.
 
 A note line per kernel under the table, not a column: most kernels have none. A kernel's
 autotune note is shown when it explains its verdict (a re-measurement decided between the pick
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from pytest_kernelpro.gate.format import record_status
 from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.text_safety import safe_line
 
 QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
 
@@ -42,9 +44,24 @@ def _quiet_pick_count(records: Sequence[KernelRecord]) -> int:
     return sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r))
 
 
+def fresh_process_failure(record: KernelRecord) -> str | None:
+    """'the fresh-process confirmation failed (...); re-measured in this process', or None:
+    a confirmation that could not run where it should is news, never only in the JSON."""
+    error = record.extra.get("confirmation_fresh_process_error")
+    if not error:
+        return None
+    text = str(error).strip()
+    first = safe_line(text.splitlines()[0] if text else "no detail", 300)
+    return (
+        f"the fresh-process confirmation failed ({first}); re-measured in this process "
+        "instead (the JSON report holds the child's output)"
+    )
+
+
 def table_notes(records: Sequence[KernelRecord]) -> list[str]:
     """Plain-text note lines for under the terminal table."""
     lines = [f"{r.name}: {r.gate.autotune_note}" for r in records if _explains(r) and r.gate]
+    lines += [f"{r.name}: {note}" for r in records if (note := fresh_process_failure(r))]
     quiet = _quiet_pick_count(records)
     if quiet:
         lines.append(
@@ -64,6 +81,11 @@ def comment_notes(records: Sequence[KernelRecord], literal: Callable[..., str]) 
         f"{literal(r.gate.autotune_note, limit=600, table=False)}"
         for r in records
         if _explains(r) and r.gate
+    ]
+    lines += [
+        f"- ⚠️ {literal(r.name, limit=120, table=False)}: {literal(note, limit=600, table=False)}"
+        for r in records
+        if (note := fresh_process_failure(r))
     ]
     quiet = _quiet_pick_count(records)
     if quiet:

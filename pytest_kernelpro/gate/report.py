@@ -24,6 +24,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.format import (
     cross_device,
+    gated_elsewhere,
     record_status,
     short_device,
     sort_key,
@@ -183,8 +184,9 @@ def render_terminal_table(
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string.
 
-    Columns: kernel, device, median ± half the IQR (relative), roofline time, % of roofline
-    with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
+    Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
+    when some verdict compared another time than the wall median), median ± half the IQR
+    (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
     roofline-time column is left out and the bar narrowed, long kernel names fold, and a table
     that still does not fit is printed wider rather than cut (`gate.text_console`); None: a
     log, every column at the width of its content. No escape codes unless `color`.
@@ -210,7 +212,13 @@ def render_terminal_table(
         table.add_column(
             "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
         )
-    table.add_column("median ±IQR/2", justify="right", no_wrap=True)
+    # A verdict on another time than the wall median shows that time first (gate/format.py).
+    show_gated = any(gated_elsewhere(r) for r in records)
+    if show_gated:
+        table.add_column("gated: baseline → now", justify="right", no_wrap=True)
+    table.add_column(
+        "wall median ±IQR/2" if show_gated else "median ±IQR/2", justify="right", no_wrap=True
+    )
     if not narrow:
         table.add_column("roofline", justify="right", no_wrap=True)
     table.add_column("of roofline", no_wrap=True)
@@ -218,7 +226,12 @@ def render_terminal_table(
     table.add_column("verdict", no_wrap=True)
     for record in sorted_records(records, sort):
         row = terminal_row(
-            record, show_device=show_device, narrow=narrow, bar_width=bar_width, color=color
+            record,
+            show_device=show_device,
+            narrow=narrow,
+            bar_width=bar_width,
+            color=color,
+            show_gated=show_gated,
         )
         table.add_row(*row)
     console, buffer = console_for([table], width=width, color=color)

@@ -181,6 +181,13 @@ class Verdict:
     # Set when a clock-limited comparison was made relative to the clock anchor:
     anchor: str | None = None  # the anchor's identity (measure/timing/anchor.py)
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    # The time the verdict was decided on when it is not the wall median (the number shown is
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
+    # "anchor-scaled", "roofline-scaled"), now and in the baseline; gated_now_s /
+    # gated_baseline_s - 1 is the verdict's `change`. None: the wall medians decided.
+    gated_label: str | None = None
+    gated_now_s: float | None = None
+    gated_baseline_s: float | None = None
     # The autotune choices against the baseline's and the gate's action (confirmation.py),
     # and the code-changing versions that differ (environment.py), each with its words:
     autotune: dict[str, Any] | None = None
@@ -311,6 +318,11 @@ class Basis:
     widened: str | None = None
     unusable: str | None = None
 
+    def gated(self, label: str, now_s: float, baseline_s: float) -> None:
+        """Name the time this basis compares when it is not the wall median (`Verdict`'s
+        gated_* fields): `now_s / baseline_s` is its `ratio`."""
+        self.extra.update(gated_label=label, gated_now_s=now_s, gated_baseline_s=baseline_s)
+
 
 @dataclass
 class Incomparable:
@@ -418,6 +430,7 @@ def same_device_basis(
             "the clock"
         )
         chosen.ratio *= scale.factor
+        chosen.gated("clock-scaled", current_median * scale.factor, entry.median_s)
     return chosen
 
 
@@ -433,7 +446,8 @@ def anchored_basis(
 ) -> Basis:
     """The per-pair kernel / anchor ratios of both sides (clock_anchor.py)."""
     anchor_change = now.anchor_median_s / base.anchor_median_s - 1.0
-    return Basis(
+    # The kernel's time at the baseline's anchor speed: its per-pair ratio times that speed.
+    chosen = Basis(
         text=(
             f"time relative to the clock anchor (same device: {device}; {why}: kernel / "
             f"{now.name}, each sample followed by the anchor in its round, so both ran at the "
@@ -453,6 +467,12 @@ def anchored_basis(
         unit=" relative to the clock anchor",
         detail=f"; plain time {pct_text(time_ratio - 1.0)}, anchor GEMM {pct_text(anchor_change)}, {why}",
     )
+    chosen.gated(
+        "anchor-scaled",
+        median(list(now.ratios)) * base.anchor_median_s,
+        median(list(base.ratios)) * base.anchor_median_s,
+    )
+    return chosen
 
 
 def cpu_anchored_basis(
@@ -460,7 +480,7 @@ def cpu_anchored_basis(
 ) -> Basis:
     """The kernel's on-CPU samples of both sides, read against the CPU anchor (cpu_anchor.py)."""
     facts = compare_cpu_anchored(now, base, threshold)
-    return Basis(
+    chosen = Basis(
         text=(
             f"on-CPU time checked against the CPU anchor (same device: {device}; "
             f"{now.name.removeprefix(CPU_ANCHOR_PREFIX).strip()} after each sample)"
@@ -481,6 +501,14 @@ def cpu_anchored_basis(
         widened=facts.widened,
         unusable=facts.unusable(),
     )
+    # The compared change is the on-CPU time's or the anchored one's (`CpuAnchorComparison.
+    # change`): the time shown is the one of the two the verdict took.
+    now_s, base_s = median(list(now.kernel_s)), median(list(base.kernel_s))
+    if facts.change == facts.time_change:
+        chosen.gated("on-CPU", now_s, base_s)
+    else:
+        chosen.gated("on-CPU, anchor-scaled", now_s / (1.0 + facts.anchor_move), base_s)
+    return chosen
 
 
 def cross_device_basis(
@@ -521,13 +549,16 @@ def cross_device_basis(
             tolerance=cross_tolerance,
             change=change,
         )
-    return Basis(
+    chosen = Basis(
         text=text,
         tolerance=cross_tolerance,
         now=[v / rt_now for v in samples],
         ref=[v / rt_base for v in entry.samples_s],
         ratio=ratio,
     )
+    # This run's time on the baseline's roofline: time relative to each side's roofline.
+    chosen.gated("roofline-scaled", current_median * rt_base / rt_now, entry.median_s)
+    return chosen
 
 
 def compare(

@@ -26,8 +26,9 @@ attention without a registry    torch's SDPA formula: 2*B*H*Lq*Lk*(D + Dv)
 copies, casts, cat, gather,     0 FLOPs (bytes only)
   fills, random fills
 views, empty allocations        no cost at all (not listed)
-anything else                   0 FLOPs and a note: give the marker `flops=` or answer the
-                                pytest_kernelpro_op_cost hook
+anything else                   unpriced: 0 FLOPs counted, and the op named in the
+                                analysis's `unpriced_ops` (never a silent zero): give the
+                                marker `flops=` or answer the pytest_kernelpro_op_cost hook
 ==============================  ===========================================================
 
 Bytes of an op ("unfused" bytes) are its input tensors read plus its output tensors
@@ -49,6 +50,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from pytest_kernelpro.measure.devices import DeviceSpec
+
+# The note of an op no formula prices (`op_flops`): the recorder names such ops as unpriced.
+NO_FORMULA = "no FLOP formula; counted 0 (give flops= or a hook)"
 
 CATEGORIES: tuple[str, ...] = (
     "gemm",
@@ -337,7 +341,7 @@ def op_flops(
         fallback = _gemm_fallback(name, args, out) if category == "gemm" else None
         if fallback is not None:
             return fallback, None
-        return 0.0, f"{func}: no FLOP formula; counted 0 (give flops= or a hook)"
+        return 0.0, f"{func}: {NO_FORMULA}"
     first_in = _first(t for t in iter_tensors(args))
     first_out = _first(iter_tensors(out))
     if category == "softmax":
@@ -356,7 +360,7 @@ def op_flops(
         return float(_numel(ref)) if ref is not None else 0.0, None
     if category == "copy":
         return 0.0, None
-    return 0.0, f"{func}: no FLOP formula; counted 0 (give flops= or a hook)"
+    return 0.0, f"{func}: {NO_FORMULA}"
 
 
 # ---------------------------------------------------------------------------- peaks
@@ -484,6 +488,8 @@ def make_recorder(
             super().__init__()
             self.costs: list[OpCost] = []
             self.notes: list[str] = []
+            # Ops no formula prices (their work is missing from the FLOP count, not zero).
+            self.unpriced: list[str] = []
             self.hooked = 0
             self.hook_error: BaseException | None = None
             # Tensors an op reads that no op of the reference produced: captured weights,
@@ -546,9 +552,12 @@ def make_recorder(
                 nbytes = op_bytes(func, args, kwargs, out)
             except Exception as exc:  # an odd schema must not break the user's reference
                 self.notes.append(f"{name}: not priced ({type(exc).__name__}: {exc})")
+                self.unpriced.append(name)
                 return
             if note:
                 self.notes.append(note)
+                if note.endswith(NO_FORMULA):
+                    self.unpriced.append(name)
             self.costs.append(OpCost(name, category, flops, nbytes, dtype, key))
 
     return _Recorder()

@@ -23,26 +23,33 @@ torch op) counts nothing; the marker's `flops=`/`bytes=` or the op-cost hook fil
 `price_measured` reads the kernel's rate from its measured time: a rate clearly above the
 op-level peak (beyond `CEILING_MARGIN`, the slack a measured ceiling leaves) is impossible on
 that unit, so the kernel is priced at the lowest of the roofline's `paths` (FP32 CUDA cores ->
-3xTF32 -> TF32) its rate does not exceed, and the record says the peak was inferred. A rate
-above every path (or a byte rate above the DRAM ceiling) stays above 100% and is named as a
-measurement, FLOP-count or byte-count problem.
+3xTF32 -> TF32) its rate does not exceed, and the record says the peak was inferred. A FLOP
+rate above every path is reported as what it is, not failed: the FLOPs are the reference's,
+and a kernel that does less arithmetic than the reference (an algebraic rewrite such as
+`x @ W.sum(0)` for `(x @ W.T).sum(1)`) honestly runs "faster than the compute peak" on
+them; its % of roofline stays above 100% and says so.
 
 Only the displayed efficiency moves: the roofline part and its roofline time (what baselines
 store and the cross-device verdict divides by) stay the op-level rule's, so the gate compares
 what it compared before.
 
-Impossible is an error: a time faster than the roofline allows fails the item.
-`price_measured` already knows when a kernel's measured rate is beyond every ceiling of the
-device by more than the ceilings' margin (`problem`: "flops", "bytes" or both). Such a
-number is a bug report, not a result: work outside the timed stream, a result cached between
-calls, or a wrong FLOP/byte count. `impossible_failure` turns it into the
-item's failure, so it is never "improved" and never enters a baseline.
+Only physics makes a time impossible (`impossible_failure`). Whatever the arithmetic, a kernel
+must read each of its call's inputs once and write each output once: the *compulsory bytes*
+(`compulsory_bytes`: the call's input tensors and outputs; not the module's weights, which
+an honest kernel may fold at construction; the marker's `bytes=` when given). A median that
+moves those bytes faster than the bandwidth ceiling, by more than the margin, is impossible,
+and then only when
 
-The rule is only as good as the ceilings: it applies only to trusted ones (`ceilings_trust`:
-GPU ceilings, timed by device events; CPU ceilings only once best-of-probes and re-probed,
-`Ceilings.trusted`; provisional ones never). The byte rule applies only when the inputs came
-from memory (the cache flushed before every sample, or inputs larger than the cache): an
-unflushed kernel whose inputs stay in cache honestly moves bytes faster than DRAM.
+- the ceiling is known to be an upper bound (`ceilings_trust`: a GPU's device-timed or
+  datasheet ceilings; on the CPU the best of probes taken on a quiet machine, never a probe
+  measured under load, which only lowers it), and
+- the inputs really came from memory (the cache flushed before every sample, or inputs larger
+  than it): an unflushed kernel whose inputs stay in cache honestly moves bytes faster than DRAM.
+
+Such a number is a bug report, not a result: work outside the timed stream or a result
+cached between calls. It fails the item, so it is never "improved" and never enters a
+baseline. Ops the FLOP counter has no formula for are named in `unpriced_ops` (their work is
+missing from the count, not zero).
 """
 
 from __future__ import annotations
@@ -171,6 +178,10 @@ class ReferenceAnalysis:
     # The roofline on each faster unit the matrix work may run on (`matrix_paths`); the first
     # is the op-level rule's own. Empty when no op has a faster path.
     paths: tuple[Mapping[str, Any], ...] = ()
+    # The bytes no kernel can avoid (module docstring): the floor of `impossible_failure`.
+    compulsory_bytes: float = 0.0
+    # Ops no FLOP formula priced (`flops.NO_FORMULA`): missing from `flops`, not zero.
+    unpriced_ops: tuple[str, ...] = ()
 
     def efficiency(self, measured_s: float) -> float:
         """Fraction of the roofline reached: roofline time / measured time (1.0 = at the roof)."""
@@ -212,8 +223,10 @@ class ReferenceAnalysis:
                     "flops_source",
                     "bytes_source",
                     "device",
+                    "compulsory_bytes",
                 )
             },  # fmt: skip
+            "unpriced_ops": list(self.unpriced_ops),
             "notes": list(self.notes),
             "bound_band": list(self.bound_band),
             "peak_mix": dict(self.peak_mix),
@@ -330,7 +343,16 @@ def analyze_reference(
     if module is not None:
         read += [*module.parameters(), *module.buffers()]
     read += list(recorder.external.values())
-    counted_min_bytes = graph_bytes(read) + graph_bytes(list(iter_tensors(output)))
+    output_bytes = graph_bytes(list(iter_tensors(output)))
+    counted_min_bytes = graph_bytes(read) + output_bytes
+    # The call's own inputs and outputs: what a kernel must move whatever it folds.
+    counted_compulsory = graph_bytes(list(iter_tensors(list(inputs)))) + output_bytes
+    unpriced = tuple(dict.fromkeys(recorder.unpriced))
+    if unpriced and flops is None:
+        notes.append(
+            f"unpriced: {', '.join(unpriced)} (no FLOP formula): the FLOP count leaves their "
+            "work out; give the marker flops= or answer the pytest_kernelpro_op_cost hook"
+        )
     unfused = float(sum(op.bytes_unfused for op in ops))
 
     # Peak: FLOP-weighted harmonic mean of the rates of the units the ops run on.
@@ -403,6 +425,8 @@ def analyze_reference(
         bound_band=tuple(bound_band),  # type: ignore[arg-type]
         peak_mix=mix,
         paths=paths,
+        compulsory_bytes=float(bytes) if bytes is not None else counted_compulsory,
+        unpriced_ops=() if flops is not None else unpriced,
     )
 
 
@@ -536,6 +560,9 @@ PRICING_KEYS = (
 # says by how much the kernel beat its ceiling).
 CEILING_MARGIN = 0.10
 
+# What a FLOP rate above every compute ceiling says (reported, never failed: module docstring).
+FEWER_FLOPS = "does less arithmetic than the reference (an algebraic rewrite, or pass flops=)"
+
 # Short unit names for table cells (the paths' full names are in their peak_name).
 SHORT_UNIT = {"fp32": "FP32", "tf32x3_tensor": "3xTF32", "tf32_tensor": "TF32"}
 
@@ -593,19 +620,31 @@ class MeasuredPeak:
     measured_flops_per_s: float | None
     key: str | None = None  # the path's unit when the peak was inferred
     inferred: bool = False
-    problem: str | None = None  # "flops" / "bytes" / "flops+bytes": above every ceiling
+    # "flops": above every compute ceiling on the reference's FLOPs (fewer FLOPs, reported);
+    # "bytes": compulsory bytes above the bandwidth ceiling (impossible on trusted ceilings).
+    problem: str | None = None  # "flops" / "bytes" / "bytes+flops"
     note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def short(self) -> str | None:
-        """A few words for a table cell: "3xTF32, inferred", "above every ceiling"."""
-        if self.problem:
-            return "above every ceiling"
-        if self.inferred:
-            return f"{SHORT_UNIT.get(str(self.key), str(self.key))}, inferred"
-        return None
+        """A few words for a table cell: "3xTF32, inferred", "fewer FLOPs than the
+        reference", "above the bandwidth ceiling"."""
+        return problem_words(self.problem) or (
+            f"{SHORT_UNIT.get(str(self.key), str(self.key))}, inferred" if self.inferred else None
+        )
+
+
+def problem_words(problem: Any) -> str | None:
+    """A table cell's words for a pricing problem: "above the bandwidth ceiling" (compulsory
+    bytes) before "fewer FLOPs than the reference"; None without one."""
+    found = set(str(problem or "").split("+"))
+    if "bytes" in found:
+        return "above the bandwidth ceiling"
+    if "flops" in found:
+        return "fewer FLOPs than the reference"
+    return None
 
 
 def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
@@ -651,9 +690,8 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
                     if len(paths) > 1
                     else ""
                 )
-                + ": a measurement or FLOP-count problem (FLOPs "
-                f"{r.get('flops_source') or 'counted'}; give the marker flops= if the count is "
-                "wrong)"
+                + f" on the reference's FLOP count ({r.get('flops_source') or 'counted'}): "
+                f"{FEWER_FLOPS}; its % of roofline is on the reference's FLOPs, so above 100%"
             )
     elif compute > median and rate is not None:
         notes.append(
@@ -662,14 +700,28 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
             "GEMM's rate, not the unit's limit), so priced at it"
         )
     bandwidth = _positive(r.get("bandwidth_Bps"))
-    byte_rate = (_positive(r.get("min_bytes")) or 0.0) / median
+    min_bytes = _positive(r.get("min_bytes")) or 0.0
+    byte_rate = min_bytes / median
     dram = f"DRAM ceiling {format_rate(bandwidth, 'B/s')}" if bandwidth else "DRAM ceiling"
-    if memory > allowed:
+    # The floor physics sets: the call's own inputs and outputs (records before it existed
+    # carry the reference's minimal bytes only).
+    compulsory = _positive(r.get("compulsory_bytes"))
+    compulsory = min_bytes if compulsory is None else compulsory
+    compulsory_time = compulsory / bandwidth if bandwidth else 0.0
+    if compulsory_time > allowed:
         problems.append("bytes")
         notes.append(
-            f"moved its minimal bytes at {format_rate(byte_rate, 'B/s')}, above the {dram}: its "
-            "data stayed in cache between calls, or a byte-count problem (bytes "
+            f"moved its compulsory bytes (each input read once, each output written once: "
+            f"{compulsory:.4g} B) at {format_rate(compulsory / median, 'B/s')}, above the "
+            f"{dram} by more than its {CEILING_MARGIN:.0%} margin: its data stayed in cache "
+            "between calls, or a byte-count problem (bytes "
             f"{r.get('bytes_source') or 'counted'}; give the marker bytes= if the count is wrong)"
+        )
+    elif memory > allowed:
+        notes.append(
+            f"moved the reference's minimal bytes at {format_rate(byte_rate, 'B/s')}, above the "
+            f"{dram}, but its own inputs and outputs within it: weights that stayed in cache or "
+            "were folded at construction (not impossible)"
         )
     elif memory > median:
         notes.append(
@@ -690,7 +742,7 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
         measured_flops_per_s=rate,
         key=str(chosen.get("key")) if chosen is not None else None,
         inferred=chosen is not None,
-        problem="+".join(problems) or None,
+        problem="+".join(sorted(problems)) or None,
         note="; ".join(notes) or None,
     )
 
@@ -750,6 +802,14 @@ def inputs_from_memory(timing: Any) -> bool:
     return "exceed" in str(getattr(timing, "flush_reason", "") or "")
 
 
+def could_be_impossible(peak_used: Mapping[str, Any] | None, timing: Any) -> bool:
+    """True when `impossible_failure` would fail this pricing on trusted ceilings: its
+    compulsory bytes beyond the bandwidth ceiling, with inputs read from memory (only then
+    is re-probing untrusted ceilings worth its time)."""
+    problem = str((peak_used or {}).get("problem") or "")
+    return "bytes" in problem.split("+") and inputs_from_memory(timing)
+
+
 def impossible_failure(
     peak_used: Mapping[str, Any] | None,
     *,
@@ -757,24 +817,19 @@ def impossible_failure(
     median_s: float,
     timing: Any = None,
 ) -> str | None:
-    """Why the kernel's time is impossible on these ceilings, or None (see the module
-    docstring)."""
-    if not peak_used or not peak_used.get("problem"):
-        return None
-    problems = set(str(peak_used["problem"]).split("+"))
-    if not inputs_from_memory(timing):
-        problems.discard("bytes")
-    if not problems:
+    """Why the kernel's time is impossible, or None (the module docstring's rule): only its
+    compulsory bytes beyond a trusted bandwidth ceiling, with inputs that came from memory.
+    A FLOP rate above every compute ceiling is never a reason (`FEWER_FLOPS`)."""
+    if not peak_used or not could_be_impossible(peak_used, timing):
         return None
     trusted, trust = ceilings_trust(ceilings)
     if not trusted:
         return None
-    what = " and ".join(sorted(problems))
     return (
-        f"impossible time: its median {median_s * 1e6:.3g} us is faster than the roofline "
-        f"allows ({what} beyond every ceiling by more than their margin: "
-        f"{peak_used.get('note') or 'no detail'}; ceilings {trust}). This is not a result and "
-        "is neither reported as improved nor saved in a baseline. Likely causes: device work "
-        "outside the timed stream, a result cached between calls, or a wrong FLOP or byte "
-        "count (pass flops= / bytes= in the marker if the count is wrong)"
+        f"impossible time: its median {median_s * 1e6:.3g} us is faster than physics allows "
+        f"(its compulsory bytes beyond the bandwidth ceiling by more than its margin: "
+        f"{peak_used.get('note') or 'no detail'}; ceilings {trust}; inputs read from memory). "
+        "This is not a result and is neither reported as improved nor saved in a baseline. "
+        "Likely causes: device work outside the timed stream, a result cached between calls, "
+        "or a wrong byte count (pass bytes= in the marker if the count is wrong)"
     )

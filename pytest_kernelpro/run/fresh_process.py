@@ -8,7 +8,16 @@ id, started the way `--kernelpro-isolate` starts an item's child (`isolate.child
 the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
 timing inputs, calls the kernel once with the baseline's autotune choices pinned
 (`measure/environment.py`), times it with the session's timing budget and writes its record
-(timing, autotune choices, versions); it checks nothing and compares nothing.
+(timing, autotune choices, versions); it compares nothing with the baseline.
+
+The child is given the item's file by its absolute path (`isolate.child_address`), not the
+node id: a KernelBench problem under `--kernelpro-problems` or any file outside the rootdir
+has a node id relative to the directory it was collected from ("23_Softmax.py::23_Softmax"),
+which the child, started in the invocation directory, cannot find. Its record is matched by
+node id, or else by the kernel's name (`isolate.child_record_for`). It checks the sampled
+timed outputs by the parent's calibrated rule (`rule_payload`, written beside the pins): the
+dtype's default tolerance refused an honest algebraic rewrite whose error the parent's
+trials had calibrated.
 
 Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per
 provisional regression, plus the process start (Python, pytest, torch, the kernel's build and
@@ -27,18 +36,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.run.isolate import (
     CHILD_FLAG,
     RELEASE_WAIT_S,
     STARTUP_ALLOWANCE_S,
     child_command,
     child_environment,
-    child_record,
+    child_record_for,
     kill_group,
     wait_released,
 )
 
 if TYPE_CHECKING:
+    from pytest_kernelpro.measure.accuracy import CorrectnessRule
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
 
@@ -47,6 +58,7 @@ REMEASURE_FLAG = "--kernelpro-remeasure-child"
 _PARENT_ONLY = ("--kernelpro-check", "--kernelpro-profile")
 _PARENT_ONLY_PREFIXES = ("--kernelpro-optimize=", "--kernelpro-save-baseline=")
 OUTPUT_TAIL_CHARS = 1500
+RULE_FILE = "correctness_rule.json"  # beside the pins file: the parent's calibrated rule
 
 
 @dataclass(frozen=True)
@@ -74,16 +86,77 @@ def remeasure_command(
     return [*cmd, f"{REMEASURE_FLAG}={pins_path}"]
 
 
+def rule_payload(rule: CorrectnessRule | None) -> dict[str, Any] | None:
+    """What the child needs of the parent's correctness rule to check sampled outputs the
+    same way: the marker's rtol/atol, the reduced-precision flag and each output's
+    calibrated tolerance and information limits (`measure.accuracy.Calibration`)."""
+    if rule is None:
+        return None
+    from dataclasses import asdict
+
+    return {
+        "rtol": rule.rtol,
+        "atol": rule.atol,
+        "factor": rule.factor,
+        "reduced": rule.reduced,
+        "calibrated": {
+            path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
+            for path, c in rule.calibrated.items()
+        },
+    }
+
+
+def rule_from_payload(data: Mapping[str, Any]) -> CorrectnessRule:
+    """The parent's rule again (`rule_payload`), judging by its calibrated tolerances."""
+    from pytest_kernelpro.measure.accuracy import (
+        Calibration,
+        CorrectnessRule,
+        InformationLimits,
+    )
+    from pytest_kernelpro.measure.tolerance import Tolerance
+
+    rule = CorrectnessRule(rtol=data.get("rtol"), atol=data.get("atol"))
+    if isinstance(data.get("factor"), (int, float)):
+        rule.factor = float(data["factor"])
+    rule.reduced = data.get("reduced")
+    for path, c in (data.get("calibrated") or {}).items():
+        rule.calibrated[str(path)] = Calibration(
+            Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
+        )
+    return rule
+
+
+def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
+    """The parent's rule written beside the child's pins file, or None without one."""
+    if pins_path is None:
+        return None
+    path = Path(pins_path).with_name(RULE_FILE)
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return rule_from_payload(data) if isinstance(data, dict) else None
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise KernelproError(f"the parent's correctness rule {path} is unreadable: {exc}") from exc
+
+
 def remeasure_in_fresh_process(
-    item: KernelItem, session: KernelproSession, pins: Iterable[Mapping[str, Any]]
+    item: KernelItem,
+    session: KernelproSession,
+    pins: Iterable[Mapping[str, Any]],
+    rule: CorrectnessRule | None = None,
 ) -> FreshMeasurement:
-    """Time `item` again in a new process with `pins` (autotune choices) imposed."""
+    """Time `item` again in a new process with `pins` (autotune choices) imposed, its sampled
+    outputs checked by `rule` (the parent's calibrated correctness rule)."""
     limit = session.settings.item_timeout_s
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelpro-confirm-") as tmp:
         json_path = Path(tmp) / "remeasure.json"
         pins_path = Path(tmp) / "pins.json"
         pins_path.write_text(json.dumps([dict(p) for p in pins]), encoding="utf-8")
+        payload = rule_payload(rule)
+        if payload is not None:
+            (Path(tmp) / RULE_FILE).write_text(json.dumps(payload), encoding="utf-8")
         cmd = remeasure_command(item, session, json_path, pins_path)
         try:
             proc = subprocess.Popen(
@@ -108,7 +181,7 @@ def remeasure_in_fresh_process(
             pids = kill_group(proc)
             output, _ = proc.communicate()
             wait_released(pids, RELEASE_WAIT_S)
-        child = child_record(json_path.with_suffix(".jsonl"), item.nodeid)
+        child = child_record_for(json_path.with_suffix(".jsonl"), item.nodeid, item.name)
     wall = time.perf_counter() - started
     if timed_out:
         error = f"it ran past the item time limit of {limit:g} s plus {STARTUP_ALLOWANCE_S:g} s"

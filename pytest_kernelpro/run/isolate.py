@@ -62,10 +62,21 @@ def sorted_plugin_args(args: list[str]) -> list[str]:
     return [arg for pair in pairs for arg in pair]
 
 
+def child_address(item: KernelItem) -> str:
+    """The item as the child can find it from any directory: its file's absolute path and
+    the node id's part after the file ("/abs/23_Softmax.py::23_Softmax"); the node id
+    itself when the item has no file path."""
+    path = getattr(item, "path", None)
+    nodeid = str(item.nodeid)
+    if path is None or "::" not in nodeid:
+        return nodeid
+    return f"{Path(path).resolve()}::{nodeid.split('::', 1)[1]}"
+
+
 def child_command(item: KernelItem, session: KernelproSession, json_path: Path) -> list[str]:
     config = session.config
     settings = session.settings
-    cmd = [sys.executable, "-m", "pytest", *plugin_arguments(config), item.nodeid, "-q"]
+    cmd = [sys.executable, "-m", "pytest", *plugin_arguments(config), child_address(item), "-q"]
     cmd += ["-p", "no:cacheprovider"]
     cmd += ["--rootdir", str(config.rootpath), CHILD_FLAG, f"--kernelpro-json={json_path}"]
     if config.inipath is not None:
@@ -162,6 +173,22 @@ def child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
     return next((r for r in logged.records if r.nodeid == nodeid), None)
 
 
+def child_record_for(log_path: Path, nodeid: str, name: str) -> KernelRecord | None:
+    """The child's record of the item: by node id, else the one record named `name` (the
+    child computes node ids from its own rootdir and arguments)."""
+    record = child_record(log_path, nodeid)
+    if record is not None or not log_path.exists():
+        return record
+    from pytest_kernelpro.gate.records_log import read_records_log
+
+    try:
+        logged = read_records_log(log_path)
+    except KernelproError:
+        return None
+    named = [r for r in logged.records if r.name == name]
+    return named[0] if len(named) == 1 else None
+
+
 def run_isolated(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
     """Run `item` in a child process and copy its record into `record`; raise on failure."""
     import pytest
@@ -196,7 +223,7 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
             # A crashed child (or one its own watchdog ended) may have left a GPU context.
             released = wait_released([proc.pid], RELEASE_WAIT_S)
         wall = time.perf_counter() - started
-        child = child_record(json_path.with_suffix(".jsonl"), item.nodeid)
+        child = child_record_for(json_path.with_suffix(".jsonl"), item.nodeid, item.name)
     isolation = {"returncode": proc.returncode, "wall_s": wall, "command": cmd}
     if released is not None:
         isolation["released"] = released

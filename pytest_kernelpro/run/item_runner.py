@@ -26,6 +26,7 @@ import shlex
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -45,7 +46,7 @@ from pytest_kernelpro.run.context import (
     extra_autotuners,
     record_process_facts,
 )
-from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+from pytest_kernelpro.run.fresh_process import read_rule, remeasure_in_fresh_process
 
 if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
@@ -326,7 +327,9 @@ def _run(
             run,
             settings,
             remeasure,
-            lambda pins: remeasure_in_fresh_process(item, session, pins),
+            lambda pins: remeasure_in_fresh_process(
+                item, session, pins, getattr(correctness, "rule_state", None)
+            ),
             entry=baseline.entry_for(record) if baseline is not None else None,
             profiling=session.profiling,
         )
@@ -357,7 +360,14 @@ def remeasure_only(
                 f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
             ) from exc
     record_process_facts(run, capture)
-    time_item(run, config, kernel, inputs, grad_mode, reference=reference, make_inputs=make_inputs)
+    # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
+    # the dtype's default tolerance would.
+    rule = read_rule(config.remeasure_pins)
+    parent = None if rule is None else SimpleNamespace(rule_state=rule, tf32=False)
+    time_item(
+        run, config, kernel, inputs, grad_mode,
+        reference=reference, make_inputs=make_inputs, correctness=parent,
+    )  # fmt: skip
     capture.after_timing()
     record_process_facts(run, capture)
     run.record.extra["remeasure_child"] = True
@@ -540,7 +550,14 @@ def time_item(
     with grad_mode():
         fresh = _fresh_inputs(run, kernel, inputs, reference, make_inputs, correctness)
 
+    timings = [0]
+
     def remeasure() -> Any:
+        if timings[0] and fresh is not None:
+            # A re-measurement: the post-timing re-check wrote other contents into the timed
+            # tensors since; the ring's turn must hold again before a call is checked.
+            fresh.resume()
+        timings[0] += 1
         with grad_mode():
             return time_kernel(lambda: kernel(*inputs), device=device, budget=budget, fresh=fresh)
 
@@ -668,6 +685,7 @@ def roofline(
     from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
     from pytest_kernelpro.measure.roofline import (
         analyze_reference,
+        could_be_impossible,
         impossible_failure,
         record_pricing,
     )
@@ -699,9 +717,9 @@ def roofline(
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
     # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
-    if exceeds_every_ceiling(record.peak_used) and not ceilings.trusted:
-        # Beyond every ceiling: before anything is blamed, re-probe ceilings that load may
-        # have lowered (measure/ceilings.py), then price the kernel again on them.
+    if could_be_impossible(record.peak_used, record.timing) and not ceilings.trusted:
+        # Compulsory bytes beyond the bandwidth ceiling: before anything is blamed, re-probe
+        # ceilings that load may have lowered (measure/ceilings.py), then price it again.
         ceilings = reprobe_ceilings(f"{run.name} exceeded them")
         if ceilings.trusted:
             analysis = analyze(ceilings)

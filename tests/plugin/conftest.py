@@ -76,6 +76,8 @@ def records_by_name(pytester: pytest.Pytester) -> dict[str, dict]:
 
 SLOWDOWN_ENV = "KP_TEST_SLOWDOWN"  # factor the injected timer multiplies every sample by
 BUSY_ENV = "KP_TEST_OVERSUBSCRIBED"  # set: the injected timer reports a busy CPU
+# Set: the injected timer says the cache was flushed before every sample (inputs from memory).
+FLUSHED_ENV = "KP_TEST_FLUSHED"
 
 
 @pytest.fixture
@@ -86,7 +88,8 @@ def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     fails), then returns 200 samples drawn from a lognormal around 1 ms (5% spread), a new
     seed per call (each measurement is independent, as a real one would be) and multiplied
     by the `KP_TEST_SLOWDOWN` environment variable; with `KP_TEST_OVERSUBSCRIBED` set, the
-    CPU load it reports is an oversubscribed one. Gate tests built on it decide nothing by
+    CPU load it reports is an oversubscribed one; with `KP_TEST_FLUSHED` set, it says the
+    cache was flushed before every sample. Gate tests built on it decide nothing by
     wall clock, so a loaded machine cannot flip them. Returns the list of medians handed out.
     """
     import os
@@ -118,7 +121,7 @@ def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
             warmup_runs=0,
             throttled_samples=0,
             clocks=None,
-            flushed_l2=False,
+            flushed_l2=bool(os.environ.get(FLUSHED_ENV)),
             threads=1,
             cpu_load=load.to_dict(),
         )

@@ -222,12 +222,18 @@ def honest(x, y):
 def test_a_time_beyond_every_trusted_ceiling_fails_and_says_why(
     kp_project: pytest.Pytester,
 ) -> None:
-    """A FLOP count a million times too large makes an honest 64x64 matmul 'faster than the
-    roofline': on trusted ceilings that fails the item with the likely causes, and the kernel
-    beside it with a true count passes."""
+    """Only physics makes a time impossible (measure/roofline.py): a byte count a million
+    times too large makes an honest 64x64 matmul move its compulsory bytes faster than the
+    trusted bandwidth ceiling, which fails the item with the likely causes; a FLOP count a
+    million times too large is only reported (fewer FLOPs than the "reference"), and the
+    kernel with true counts passes."""
     kp_project.makepyfile(
         test_impossible=HEADER
         + """
+@pytest.mark.kernelpro(reference=ref, inputs=pair, bytes=3 * 64 * 64 * 4 * 1e6)
+def wrong_byte_count(x, y):
+    return torch.tanh(x @ y)
+
 @pytest.mark.kernelpro(reference=ref, inputs=pair, flops=2 * 64**3 * 1e6)
 def wrong_flop_count(x, y):
     return torch.tanh(x @ y)
@@ -238,16 +244,23 @@ def right_flop_count(x, y):
 """
     )
     result = kp_project.runpytest("--kernelpro-save-baseline")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=2, failed=1)
     saved = (kp_project.path / "kernelpro-baseline.yaml").read_text()
     assert "right_flop_count" in saved
-    assert "wrong_flop_count" not in saved  # an impossible time never enters a baseline
+    assert "wrong_flop_count" in saved  # fewer FLOPs than the count: a result, reported
+    assert "wrong_byte_count" not in saved  # an impossible time never enters a baseline
+    records = records_by_name(kp_project)
+    assert records["wrong_flop_count"]["peak_used"]["problem"] == "flops"
+    assert (
+        "does less arithmetic than the reference"
+        in records["wrong_flop_count"]["peak_used"]["note"]
+    )
     result.stdout.fnmatch_lines(
         [
-            "*wrong_flop_count: impossible time: its median * is faster than the roofline "
-            "allows (flops beyond every ceiling*ceilings trusted*Likely causes: device work "
-            "outside the timed stream, a result cached between calls, or a wrong FLOP or byte "
-            "count (pass flops= / bytes=*"
+            "*wrong_byte_count: impossible time: its median * is faster than physics allows "
+            "(its compulsory bytes beyond the bandwidth ceiling*ceilings trusted*inputs read "
+            "from memory*Likely causes: device work outside the timed stream, a result cached "
+            "between calls, or a wrong byte count (pass bytes=*"
         ]
     )
 

@@ -80,10 +80,29 @@ def test_a_forged_time_that_ncu_contradicts_is_disqualified() -> None:
     )
 
 
-def test_a_fresh_time_faster_than_the_claim_is_not_a_cheat() -> None:
+def test_a_fresh_time_faster_than_the_claim_is_not_a_cheat_but_a_disagreement() -> None:
     outcome = confirm_timing(1e-4, [5e-5, 5e-5, 5e-5], device_kind="cuda", ncu_s=4e-5)
-    assert outcome.ok
+    assert outcome.ok  # the winner stays: a faster re-timing helps no cheat
     assert outcome.record["ratio"] == pytest.approx(0.5)
+    assert outcome.record["agreement"] == "disagreement"  # outside 1.25x: never "confirmed"
+    assert outcome.reason.startswith("timing disagreement: re-timed in a fresh process at 50 µs")
+
+
+def test_the_cpu_softmax_winner_twenty_times_faster_is_a_disagreement() -> None:
+    """The CPU case that was reported as "confirmed": 11.28 µs re-timed against the
+    search's 234.7 µs, within a 3.0x tolerance read in one direction only."""
+    outcome = confirm_timing(234.7e-6, [11.28e-6] * 5, device_kind="cpu")
+    assert outcome.record["agreement"] == "disagreement"
+    assert "0.0481x the 234.7 µs the search measured" in outcome.reason
+    assert "not confirmed" in outcome.reason
+
+
+@pytest.mark.parametrize("ratio", [1 / CPU_TOLERANCE * 1.01, 1.0, CPU_TOLERANCE * 0.99])
+def test_a_re_timing_within_the_tolerance_either_way_is_confirmed(ratio: float) -> None:
+    outcome = confirm_timing(1e-4, [1e-4 * ratio] * 3, device_kind="cpu")
+    assert outcome.ok
+    assert outcome.reason == ""
+    assert outcome.record["agreement"] == "confirmed"
 
 
 def test_no_usable_samples_is_not_a_confirmation() -> None:

@@ -57,6 +57,30 @@ def test_a_confirmed_winner_keeps_the_win() -> None:
     assert info == {"status": "confirmed", "median_s": 1e-5, "speedup": 8.7}
 
 
+def test_a_re_timing_faster_than_the_tolerance_is_a_disagreement_not_confirmed() -> None:
+    """The winner stays (correct, and a faster re-timing helps no cheat), but the summary
+    and the terminal line say "disagreement", never "confirmed"."""
+    from pytest_kernelpro.gate.format import render_optimize_text
+    from pytest_kernelpro.optimize.sandbox.confirm import confirm_timing
+
+    outcome = confirm_timing(234.7e-6, [11.28e-6] * 5, device_kind="cpu")
+    retimed = {**outcome.record, "reason": outcome.reason}
+    ranking, result, _ = _search()
+    new, info = confirm_winner(
+        ranking, result, FixedConfirmation(Evaluation("correct", timing={"confirmed": retimed}))
+    )
+    assert new is ranking  # still the winner
+    assert info["status"] == "disagreement"
+    line = next(
+        line
+        for line in render_optimize_text({"status": "improved", "confirmation": info}).splitlines()
+        if "re-timed in a fresh process" in line
+    )
+    assert line.strip().startswith("winner disagreement: re-timed in a fresh process at 11.28 µs")
+    assert "confirmed:" not in line
+    assert "not confirmed" in line
+
+
 class ConfirmationsByNode:
     def __init__(self, outcomes: dict[str, Evaluation]) -> None:
         self.outcomes = outcomes

@@ -197,7 +197,9 @@ def confirm_winner(ranking: Any, result: Any, sandbox: Any) -> tuple[Any, dict[s
             break
         confirmed = sandbox.confirm(node.candidate, node.evaluation)
         if confirmed.status == "correct":
-            details = {"status": "confirmed", **dict(confirmed.timing.get("confirmed") or {})}
+            retimed = dict(confirmed.timing.get("confirmed") or {})
+            # Outside the tolerance in the fast direction: a disagreement, never "confirmed".
+            details = {"status": str(retimed.get("agreement") or "confirmed"), **retimed}
             break
         ranking = _without_winner(ranking, winner, confirmed.reason)
         disqualified.append({

@@ -120,7 +120,7 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
     for error in summary.get("patch_errors") or []:
         lines.append(f"  patch not written: {error}")
     confirmation = summary.get("confirmation") or {}
-    if confirmation.get("status") in ("confirmed", "disqualified"):
+    if confirmation.get("status") in ("confirmed", "disagreement", "disqualified"):
         lines.append("  " + _confirmation_line(confirmation))
     guidance = summary.get("guidance") or []
     if guidance:
@@ -171,7 +171,7 @@ def _confirmation_line(conf: Mapping[str, Any]) -> str:
     ncu = conf.get("ncu_gpu_time_s")
     if isinstance(ncu, (int, float)):
         text += f"; ncu's kernels {ncu * 1e6:.4g} µs per call"
-    if conf.get("status") == "disqualified":
+    if conf.get("status") in ("disqualified", "disagreement"):
         text += f"; {conf.get('reason')}"
     return text
 

@@ -13,7 +13,11 @@ profiled it. Two checks, each of which disqualifies:
    (bench/results/2026-11-30-foundation-h200.md). On the CPU it is `CPU_TOLERANCE` (3.0):
    timings on a loaded shared machine move by several times between processes
    (bench/results/2026-12-01-cpu-threads-cpu.md). A fresh time faster than the claim never
-   disqualifies (a slower claim helps no cheat).
+   disqualifies (a slower claim helps no cheat), but one faster by more than the same
+   tolerance is a *disagreement*, never "confirmed": the two timings do not measure the same
+   thing (a CPU softmax winner re-timed at 11.28 µs, 0.05x the search's 234.7 µs, had been
+   reported as confirmed within a 3.0x tolerance). The winner stays; its record says
+   `agreement: "disagreement"` with both numbers.
 2. **ncu.** ncu measures each of the candidate's kernels from its own process
    (`gpu__time_duration.sum`, caches flushed, launches serialized). The sum over the
    profiled kernels of one call (`analysis.evaluator.ncu_gpu_time_s`, which the profiling
@@ -82,6 +86,7 @@ def confirm_timing(
         "unwarmed_median_s": statistics.median(unwarmed_s) if unwarmed_s else None,
         "ncu_gpu_time_s": ncu_s,
         "ncu_ratio": None if not ncu_s else ncu_s / min(claimed_s, fresh),
+        "agreement": "confirmed",
     }
     if fresh > claimed_s * tol:
         return Confirmation(
@@ -101,6 +106,16 @@ def confirm_timing(
             f"µs of GPU time per call, {ncu_s / fastest:.3g}x the {fastest * 1e6:.4g} µs "
             f"{which} measured (a call cannot take less than its kernels; more than the "
             f"{NCU_TOLERANCE:g}x allowed): the number was not real",
+            record,
+        )
+    if fresh * tol < claimed_s:
+        record["agreement"] = "disagreement"
+        return Confirmation(
+            True,
+            f"timing disagreement: re-timed in a fresh process at {fresh * 1e6:.4g} µs, "
+            f"{fresh / claimed_s:.3g}x the {claimed_s * 1e6:.4g} µs the search measured "
+            f"(faster by more than the {tol:g}x allowed on {device_kind}): not confirmed; the "
+            "winner stays (a faster re-timing helps no cheat), its time is uncertain",
             record,
         )
     return Confirmation(True, "", record)

@@ -759,6 +759,8 @@ class SandboxEvaluator:
             disqualified = _disqualified(evaluation, outcome.reason)
             disqualified.timing["confirmation"] = confirmed
             return disqualified
+        if outcome.reason:  # a disagreement the winner survives (confirm.py)
+            confirmed["reason"] = outcome.reason
         evaluation.timing["confirmed"] = confirmed
         return evaluation
 
