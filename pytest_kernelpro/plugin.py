@@ -144,6 +144,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if kp.settings.check and kp.missing_records() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    from pytest_kernelpro.gate.nothing_checked import session_line
+
+    # A check in which every compared kernel was incomparable or unresolved checked nothing.
+    if session.exitstatus == 0 and session_line(
+        session.config, kp.records, check=kp.settings.check
+    ):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if kp.records:
         kp.write_outputs()
     # A requested file that is not on disk fails the session (each named in red).

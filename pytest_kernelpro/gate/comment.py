@@ -227,7 +227,7 @@ __all__ = ["MARKER", "check_report", "render_comment"]
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters
 FOLD_OK_ABOVE = 12  # more kernels than this: unchanged ones go in a collapsed table
-_DETAIL_STATUSES = ("regressed", "below-roofline", "suspect", "failed", "error")
+_DETAIL_STATUSES = ("regressed", "below-roofline", "suspect", "unresolved", "failed", "error")
 
 
 def _summary_line(records: Sequence[KernelRecord]) -> str:
@@ -243,6 +243,7 @@ def _summary_line(records: Sequence[KernelRecord]) -> str:
         ("regressed", "regressed"),
         ("below-roofline", "below their roofline floor"),
         ("suspect", "suspect"),
+        ("unresolved", "unresolved"),
         ("improved", "improved"),
         ("new", "new"),
         ("incomparable", "incomparable"),

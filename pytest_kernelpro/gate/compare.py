@@ -110,8 +110,9 @@ def render_compare_table(
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
-    """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression with
-    --fail, 0 otherwise; 2 on bad usage."""
+    """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression or when
+    every compared kernel is incomparable or unresolved (one line on stderr says which;
+    `--no-fail` exits 0), 0 otherwise; 2 on bad usage."""
     from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR, resolve_run
 
     parser = argparse.ArgumentParser(
@@ -139,7 +140,14 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         help="another CPU than the base's: info (default, never a regression) or gate",
     )
     parser.add_argument("--markdown", action="store_true", help="print the PR-comment Markdown")
-    parser.add_argument("--fail", action="store_true", help="exit 1 when a kernel regressed")
+    parser.add_argument(
+        "--fail", action="store_true", help="exit 1 when a kernel regressed (the default)"
+    )
+    parser.add_argument(
+        "--no-fail",
+        action="store_true",
+        help="exit 0 even when a kernel regressed or nothing could be compared (only show)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         base_path = resolve_run(args.base, args.history)
@@ -163,5 +171,23 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"base {base_path}\nhead {head_path}\n")
         sys.stdout.write(render_compare_table(base, gated, width=width, color=tty))
         sys.stdout.write("(offline comparison: regressions are not confirmed by re-measuring)\n")
+    failure = compare_failure(gated)
+    if failure is None or args.no_fail:
+        return 0
+    sys.stderr.write(f"{failure}\n")
+    return 1
+
+
+def compare_failure(gated: Sequence[KernelRecord]) -> str | None:
+    """One line why this comparison fails (a regressed row, or every compared kernel
+    incomparable or unresolved: it checked nothing), or None."""
+    from pytest_kernelpro.gate.nothing_checked import nothing_checked_line
+
     regressed = [r.name for r in gated if r.gate and r.gate.change_status == REGRESSED]
-    return 1 if (args.fail and regressed) else 0
+    if regressed:
+        names = ", ".join(regressed[:5]) + (" ..." if len(regressed) > 5 else "")
+        return (
+            f"kernelpro compare: {len(regressed)} kernel(s) regressed: {names} "
+            "(exit 1; --no-fail only shows)"
+        )
+    return nothing_checked_line(gated, who="kernelpro compare", allow="--no-fail")

@@ -419,6 +419,8 @@ def start_session(config: pytest.Config) -> KernelproSession:
         start_lines=start_lines,
         gpu_shared_by_workers=gpu_shared_by_workers,
     )
+    if settings.check and workerinput is None and not config.option.collectonly:
+        load_baseline_before_any_item(session)
     if settings.profile or settings.check:
         from pytest_kernelpro.run.context import SessionCapture
 
@@ -427,6 +429,17 @@ def start_session(config: pytest.Config) -> KernelproSession:
         capture.start()
         session.profiling.capture = capture
     return session
+
+
+def load_baseline_before_any_item(session: KernelproSession) -> None:
+    """--kernelpro-check: a missing or corrupt baseline is a usage error (exit 4, one line)
+    before any kernel is measured, not an error of every item after all were timed."""
+    import pytest
+
+    try:
+        session.baseline()
+    except KernelproError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-check cannot run: {exc}") from None
 
 
 def _preflight_optimize(
@@ -557,6 +570,11 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(line, yellow=True)
     for line in summary_notes(kp):
         terminalreporter.write_line(f"kernelpro: {line}")
+    from pytest_kernelpro.gate.nothing_checked import session_line
+
+    nothing = session_line(kp.config, kp.records, check=settings.check)
+    if nothing is not None:
+        terminalreporter.write_line(nothing, red=True)
     missing = kp.missing_records()
     if missing:
         terminalreporter.write_line(missing_records_line(missing, check=settings.check), red=True)

@@ -230,7 +230,7 @@ def test_history_and_compare_over_two_runs(
     assert runs[0].stem in listing
     assert "-2" in listing
 
-    assert kernelpro_main(["compare"]) == 0  # the last two runs
+    assert kernelpro_main(["compare"]) == 1  # the last two runs: a regressed row fails
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("kernel"))
     assert header.split() == ["kernel", "baseline", "head", "speedup", "verdict"]
