@@ -297,6 +297,21 @@ def _footer(report: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _session_notes(meta: dict[str, Any]) -> list[str]:
+    """The session's notes in full (the terminal says them in one short line each), folded."""
+    notes = [n for n in meta.get("notes") or [] if isinstance(n, str)]
+    if not notes:
+        return []
+    return [
+        f"<details><summary>{len(notes)} session note(s)</summary>",
+        "",
+        *(f"- {literal_text(n, limit=1500, table=False)}" for n in notes),
+        "",
+        "</details>",
+        "",
+    ]
+
+
 def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str:
     """The Markdown body of the sticky PR comment for one (possibly merged) report.
 
@@ -335,6 +350,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
                 out += [comment_details(r, with_guidance), ""]
         out += optimize_markdown(records, literal_text)
     out += _coverage_lines(report.get("meta") or {})
+    out += _session_notes(report.get("meta") or {})
     out += ["---", _footer(report)]
     body = "\n".join(out) + "\n"
     if len(body) > MAX_BODY and with_guidance:

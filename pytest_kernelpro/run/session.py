@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import Baseline
     from pytest_kernelpro.gate.records_log import RecordsLog
+    from pytest_kernelpro.gate.render_session import Note
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.optimize.loop.progress import SearchProgress
@@ -60,7 +61,7 @@ class KernelproSession:
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
     profiling: Profiling = field(init=False)  # the profile stage's setup (builds, budgets)
-    notes: list[str] = field(default_factory=list)  # lines for the terminal summary
+    notes: list[str | Note] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
     records_log_started: bool = False  # started once, when the first kernel item is known
@@ -354,6 +355,7 @@ class KernelproSession:
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
             "baseline_commit": self._baseline.commit if self._baseline is not None else None,
+            "notes": summary_notes(self, full=True),  # the terminal says them short
         }
         try:
             import torch
@@ -492,6 +494,13 @@ def write_session_outputs(kp: KernelproSession) -> None:
     from pytest_kernelpro.gate.report import build_report, write_json_report
 
     settings = kp.settings
+    if settings.save_baseline is not None and not settings.correctness_only:
+        from pytest_kernelpro.gate.baseline import too_noisy_note
+
+        # Said when it is saved: a baseline this noisy would make every later check unresolved.
+        noisy = too_noisy_note([r for r in kp.records if r.outcome == "passed" and r.timing])
+        if noisy is not None:
+            kp.notes.append(noisy)
     report = build_report(kp.records, meta=kp.report_meta())
     try:
         write_json_report(settings.json_path, report)
@@ -557,9 +566,9 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     settings = kp.settings
     terminalreporter.write_sep("=", "kernelpro")
     terminalreporter.write_line(
-        render_terminal_table(kp.records, width=columns, color=color, sort=settings.sort).rstrip(
-            "\n"
-        )
+        render_terminal_table(
+            kp.records, width=columns, color=color, sort=settings.sort, verbose=verbose(kp)
+        ).rstrip("\n")
     )
     from pytest_kernelpro.gate.format import summary_of, terminal_section
 
@@ -603,9 +612,17 @@ def table_width(writer: Any) -> int | None:
     return int(getattr(writer, "fullwidth", 120))
 
 
-def summary_notes(kp: KernelproSession) -> list[str]:
+def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str]:
     """Lines for work that was asked for and did not run, and for timings not to trust
-    (the text: `gate.render_session.session_notes`)."""
+    (the text: `gate.render_session.session_notes`): one short line per condition, the full
+    text with -v (`full`: decide without the verbosity, for the JSON report)."""
     from pytest_kernelpro.gate.render_session import session_notes
 
-    return session_notes(kp.settings, kp.records, kp.notes)
+    return session_notes(
+        kp.settings, kp.records, kp.notes, verbose=verbose(kp) if full is None else full
+    )
+
+
+def verbose(kp: KernelproSession) -> bool:
+    """pytest ran with -v: full notes and whole kernel names."""
+    return int(getattr(kp.config.option, "verbose", 0) or 0) > 0
