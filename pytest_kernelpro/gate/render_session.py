@@ -32,9 +32,13 @@ def _listed(names: Sequence[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
 
 
-def coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
+def coverage_lines(
+    left: Sequence[str], without: Sequence[str], *, verbose: bool = True
+) -> list[str]:
     """`left`: baseline entries no kernel of the run matched; `without`: kernels with no
-    baseline entry."""
+    baseline entry. Without `verbose` one short line each (-v lists them)."""
+    if not verbose:
+        return _short_coverage_lines(left, without)
     lines = []
     if left:
         lines.append(
@@ -82,6 +86,27 @@ def _line(head: str, records: Sequence[KernelRecord], tail: str) -> str:
         if len(text) <= NOTE_WIDTH:
             return text
     return fit(f"{head}{tail}")
+
+
+def _short_coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
+    lines = []
+    if left:
+        lines.append(
+            "kernelpro: "
+            + fit(
+                f"{len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no kernel "
+                f"(renamed or deselected?): {_listed(left, 2)}"
+            )
+        )
+    if without:
+        lines.append(
+            "kernelpro: "
+            + fit(
+                f"{len(without)} kernel(s) without a baseline entry (--kernelpro-save-baseline): "
+                f"{_listed(without, 2)}"
+            )
+        )
+    return lines
 
 
 def session_notes(
@@ -184,12 +209,12 @@ def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
     others = load.get("others_cores")
     cores = load.get("cores")
     what = f"others used {others:.1f} of {cores} cores" if others and cores else "busy"
-    fix = "--kernelpro-cpu-threads=1" if threads else "a quiet machine"
-    short = fit(
-        f"{len(busy)} CPU timing(s) on a busy CPU ({what}): "
-        + ("tolerance widened" if anchored else "slowdowns only suspect")
-        + f"; {fix}"
-    )
+    fix = "; --kernelpro-cpu-threads=1" if threads else "; a quiet machine resolves more"
+    head = f"{len(busy)} CPU timing(s) on a busy CPU ({what})"
+    effect = ": tolerance widened" if anchored else ": slowdowns only suspect"
+    short = head + effect + fix
+    if len(short) > NOTE_WIDTH:
+        short = fit(head + fix)
     return Note(short, full, normal=not check)
 
 
@@ -245,20 +270,22 @@ def output_lines(
     records_path: Path | None,
     history_path: Path | None,
     baseline_path: Path | None,
+    verbose: bool = True,
 ) -> list[str]:
-    """Where this session's outputs are: only those that were written (None: not written)."""
+    """Where this session's outputs are: only those that were written (None: not written);
+    what reads them back only with `verbose`."""
     lines = []
     if json_path is not None:
         lines.append(f"kernelpro: JSON report {json_path}")
     if records_path is not None:
         lines.append(
-            f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report "
-            "from it)"
+            f"kernelpro: records log {records_path}"
+            + (" (`kernelpro report` rebuilds the report from it)" if verbose else "")
         )
     if history_path is not None:
         lines.append(
-            f"kernelpro: run kept as {history_path.stem} (`kernelpro compare` compares the "
-            "last two runs)"
+            f"kernelpro: run kept as {history_path.stem}"
+            + (" (`kernelpro compare` compares the last two runs)" if verbose else "")
         )
     if baseline_path is not None:
         lines.append(f"kernelpro: baseline written to {baseline_path}")

@@ -553,7 +553,7 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     from pytest_kernelpro.gate.render_session import coverage_lines
 
     left, without = unmatched(baseline, kp.records)
-    return coverage_lines(left, without)
+    return coverage_lines(left, without, verbose=verbose(kp))
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
@@ -593,6 +593,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         records_path=settings.records_path if kp.records_log is not None else None,
         history_path=kp.history_path,
         baseline_path=settings.save_baseline if kp.baseline_written else None,
+        verbose=verbose(kp),
     ):
         terminalreporter.write_line(line)
     for failure in kp.write_failures:
