@@ -181,8 +181,14 @@ def session_conditions(
         out.append(_unresolved_note(unresolved))
     skipped = _skip_notes(records)
     out.extend(skipped)
-    out.extend(note if isinstance(note, Note) else Note(fit(note), note) for note in notes)
+    out.extend(note if isinstance(note, Note) else plain_note(note) for note in notes)
     return out
+
+
+def plain_note(text: str) -> Note:
+    """A note another part of the session gave as one string: cut to one line that says
+    -v has the rest."""
+    return Note(text if len(text) <= NOTE_WIDTH else fit(text, NOTE_WIDTH - 5) + " (-v)", text)
 
 
 def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
@@ -209,7 +215,7 @@ def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
     others = load.get("others_cores")
     cores = load.get("cores")
     what = f"others used {others:.1f} of {cores} cores" if others and cores else "busy"
-    fix = "; --kernelpro-cpu-threads=1" if threads else "; a quiet machine resolves more"
+    fix = "; --kernelpro-cpu-threads=1" if threads else "; re-run on a quiet machine"
     head = f"{len(busy)} CPU timing(s) on a busy CPU ({what})"
     effect = ": tolerance widened" if anchored else ": slowdowns only suspect"
     short = head + effect + fix

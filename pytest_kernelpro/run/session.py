@@ -421,7 +421,10 @@ def start_session(config: pytest.Config) -> KernelproSession:
         start_lines=start_lines,
         gpu_shared_by_workers=gpu_shared_by_workers,
     )
-    if settings.check and workerinput is None and not config.option.collectonly:
+    # A run that gates nothing (correctness only, --co) needs no baseline; xdist workers
+    # start only after the controller loaded it.
+    gates = settings.check and not settings.correctness_only
+    if gates and workerinput is None and not config.option.collectonly:
         load_baseline_before_any_item(session)
     if settings.profile or settings.check:
         from pytest_kernelpro.run.context import SessionCapture

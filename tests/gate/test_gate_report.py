@@ -151,7 +151,10 @@ def test_a_terminal_too_narrow_gets_a_wider_table_never_a_cut_verdict(width: int
     assert re.search(r"improved −\d+\.\d%", text)
     # The name keeps one line, shortened in the middle (its start and its shape kept).
     row = lines[2]
-    assert row.startswith("fused_") and "…" in row.split()[0] and row.split()[0].endswith("128]")
+    name = row.split()[0]
+    assert name.startswith("fused_")
+    assert "…" in name
+    assert name.endswith("128]")
     assert lines[3].startswith("matmul")
     # Under -v the name is whole, folded over lines, never cut.
     full = render_terminal_table(

@@ -37,13 +37,19 @@ def test_oversubscribed_cpu_is_said_and_a_slowdown_there_is_suspect_not_failed(
     monkeypatch.setenv(BUSY_ENV, "1")
     result = kp_project.runpytest("--kernelpro-check")
     result.assert_outcomes(passed=2)
+    # One short line by default; the whole text in the JSON report (and under -v).
     result.stdout.fnmatch_lines(
         [
-            "kernelpro: 2 CPU timing(s) taken on an oversubscribed CPU (*): other processes "
-            "used 1.5 of 2 core(s) while 1 thread(s) were timed; load average 3.5 on 2 CPU(s)*"
-            "Treat them as suspect*"
+            "kernelpro: 2 CPU timing(s) on a busy CPU (others used 1.5 of 2 cores); re-run on a "
+            "quiet machine"
         ]
     )
+    assert any(
+        note.startswith("2 CPU timing(s) taken on an oversubscribed CPU (absolute, neg): other "
+                        "processes used 1.5 of 2 core(s) while 1 thread(s) were timed; load "
+                        "average 3.5 on 2 CPU(s)") and "Treat them as suspect" in note
+        for note in load_report(kp_project)["meta"]["notes"]
+    )  # fmt: skip
     gate = records_by_name(kp_project)["neg"]["gate"]
     assert gate["status"] == "suspect"
     assert "the CPU was oversubscribed while it was timed" in gate["reason"]
@@ -154,7 +160,10 @@ def wrong(x):
     result = kp_project.runpytest("--kernelpro-correctness-only", "--kernelpro-check")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
-        ["*wrong is wrong*", "kernelpro: correctness only: 2 kernel(s) checked; nothing was timed*"]
+        [
+            "*wrong is wrong*",
+            "kernelpro: correctness only: 2 kernel(s) checked, nothing timed or gated",
+        ]
     )
     records = records_by_name(kp_project)
     for name in ("neg", "absolute"):
@@ -189,9 +198,8 @@ def bad(x):
     result.stdout.fnmatch_lines(
         [
             "2 kernel(s)*: 1 failed, 1 passed",
-            "kernelpro: --kernelpro-profile: 1 kernel(s) not profiled (k[/bold]): ncu, SASS and "
-            "timeline need a CUDA GPU, and this run had none",
-            "kernelpro: 1 kernel(s) with an invalid marker failed without running (bad)*",
+            "kernelpro: --kernelpro-profile: 1 kernel(s) not profiled: no CUDA GPU here",
+            "kernelpro: 1 kernel(s) with an invalid marker failed (bad); see each failure",
         ]
     )
     assert load_report(kp_project)["summary"]["kernels"] == 2
@@ -278,8 +286,14 @@ def copy(x):
     return slow(x)
 """
     )
-    result = kp_project.runpytest("--kernelpro-time-budget=0.02", "--kernelpro-cpu-flush=off")
+    args = ("--kernelpro-time-budget=0.02", "--kernelpro-cpu-flush=off")
+    result = kp_project.runpytest(*args)
     result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["kernelpro: 1 CPU timing(s) overran the time budget (copy); -v says why; "
+         "--kernelpro-time-budget"]
+    )  # fmt: skip
+    result = kp_project.runpytest(*args, "-v")
     result.stdout.fnmatch_lines(
         ["kernelpro: 1 CPU timing(s) overran the time budget (copy): the time budget of 0.02 s "
          "was overrun*raise the budget (--kernelpro-time-budget) to at least*"]
