@@ -481,7 +481,7 @@ def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
     worst = max(noisy, key=lambda n: n[1])
     short = fit(
         f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch "
-        f"1.5x ({worst[0]} ±{worst[1]:.0%}); {fix}"
+        f"1.5x ({worst[0]} ±{worst[1]:.0%}); re-save it on a quiet machine"
     )
     full = (
         f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "

@@ -244,10 +244,12 @@ def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
     by_reason: dict[str, list[KernelRecord]] = {}
     for record in records:
         if record.outcome == "skipped":
-            by_reason.setdefault(skip_reason(record), []).append(record)
+            # The kernel's own name out of its reason, so kernels skipped alike share a line.
+            reason = skip_reason(record).replace(record.name, "it")
+            by_reason.setdefault(reason, []).append(record)
     return [
         Note(
-            fit(f"{len(group)} kernel(s) skipped: {reason}"),
+            plain_note(f"{len(group)} kernel(s) skipped: {reason}").short,
             f"{len(group)} kernel(s) skipped ({_names(group)}): {reason}",
         )
         for reason, group in by_reason.items()
