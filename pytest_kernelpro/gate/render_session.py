@@ -186,9 +186,16 @@ def session_conditions(
 
 
 def plain_note(text: str) -> Note:
-    """A note another part of the session gave as one string: cut to one line that says
-    -v has the rest."""
-    return Note(text if len(text) <= NOTE_WIDTH else fit(text, NOTE_WIDTH - 5) + " (-v)", text)
+    """A note another part of the session gave as one string: cut to one line that says -v
+    has the rest, keeping a closing "(what to do)" of up to 45 characters, which is where
+    these notes name their fix ("(`kernelpro calibrate` on a quiet machine)")."""
+    if len(text) <= NOTE_WIDTH:
+        return Note(text, text)
+    import re
+
+    fix = re.search(r" \(([^()]{1,43})\)$", text)
+    tail = fix.group(0) if fix else " (-v)"
+    return Note(fit(text[: fix.start()] if fix else text, NOTE_WIDTH - len(tail)) + tail, text)
 
 
 def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
