@@ -461,7 +461,7 @@ def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
     with its own entry, as an unchanged next run would be, gets a tolerance above
     `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
     so every later check of it would read "unresolved". None when every entry is fine."""
-    from pytest_kernelpro.gate.render_session import Note, fit
+    from pytest_kernelpro.gate.render_session import NOTE_WIDTH, Note
     from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, compare
 
     noisy: list[tuple[str, float, str]] = []
@@ -479,10 +479,11 @@ def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
         return None
     fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
     worst = max(noisy, key=lambda n: n[1])
-    short = fit(
-        f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch "
-        f"1.5x ({worst[0]} ±{worst[1]:.0%}); re-save it on a quiet machine"
-    )
+    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
+    tail = "; re-save it on a quiet machine"
+    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
+    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
+        short = f"{head} (±{worst[1]:.0%}){tail}"
     full = (
         f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
         "to catch a 1.5x change; every check against it will read them 'unresolved': "

@@ -256,11 +256,17 @@ def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
             by_reason.setdefault(reason, []).append(record)
     return [
         Note(
-            plain_note(f"{len(group)} kernel(s) skipped: {reason}").short,
+            plain_note(f"{len(group)} kernel(s) skipped: {_first_clause(reason)}").short,
             f"{len(group)} kernel(s) skipped ({_names(group)}): {reason}",
         )
         for reason, group in by_reason.items()
     ]
+
+
+def _first_clause(reason: str) -> str:
+    """A skip reason's first clause ("it needs a CUDA GPU"), with " (-v)" when cut there."""
+    head = reason.split(", but ", 1)[0].split("; ", 1)[0].split(" (", 1)[0]
+    return head if head == reason else f"{head} (-v)"
 
 
 def skip_reason(record: KernelRecord) -> str:

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import load_report, records_by_name
+from conftest import injected_result, load_report, records_by_name
 
 from pytest_kernelpro.measure import timing
 from pytest_kernelpro.measure.timing.budget import summarize
@@ -69,21 +69,7 @@ def anchored_timing(monkeypatch: pytest.MonkeyPatch) -> None:
         )  # fmt: skip
         load = CpuLoad(cores=2, cpus=2, threads=1, others_cores=0.0, loadavg_1m=0.5,
                        runnable_threads=1, wall_s=0.2)  # fmt: skip
-        return timing.TimingResult(
-            samples_s=samples,
-            stats=summarize(samples),
-            method="cpu-perf-counter",
-            device="cpu (injected)",
-            stop_reason="max-samples",
-            wall_s=0.0,
-            warmup_runs=0,
-            throttled_samples=0,
-            clocks=None,
-            flushed_l2=False,
-            threads=1,
-            cpu_load=load.to_dict(),
-            anchor=pairs,
-        )
+        return injected_result(samples, load.to_dict(), pairs)
 
     monkeypatch.setattr(timing, "time_kernel", fake_time_kernel)
     monkeypatch.setenv("KERNELPRO_CONFIRM_PROCESS", "same")
