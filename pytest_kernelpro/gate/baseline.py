@@ -45,7 +45,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
@@ -55,9 +55,6 @@ from pytest_kernelpro.gate.cpu_anchor import record_cpu_anchor
 from pytest_kernelpro.gate.format import finite_float
 from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
-
-if TYPE_CHECKING:
-    from pytest_kernelpro.gate.render_session import Note
 
 __all__ = [
     "BASELINE_SAMPLES",
@@ -454,43 +451,6 @@ def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
 def _session_device(records: list[KernelRecord]) -> str:
     devices = [r.device for r in records if r.device]
     return max(set(devices), key=devices.count) if devices else ""
-
-
-def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
-    """The kernels whose saved entry could not catch a 1.5x change: each record compared
-    with its own entry, as an unchanged next run would be, gets a tolerance above
-    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
-    so every later check of it would read "unresolved". None when every entry is fine."""
-    from pytest_kernelpro.gate.render_session import NOTE_WIDTH, Note
-    from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, compare
-
-    noisy: list[tuple[str, float, str]] = []
-    for record in records:
-        entry = BaselineEntry.from_record(record)
-        if entry is None:
-            continue
-        try:
-            verdict = compare(record, entry)
-        except (KernelproError, ValueError):
-            continue  # an entry the gate cannot read is said when it is compared
-        if verdict.tolerance > RESOLVABLE_TOLERANCE:
-            noisy.append((record.name, verdict.tolerance, verdict.reason))
-    if not noisy:
-        return None
-    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
-    worst = max(noisy, key=lambda n: n[1])
-    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
-    tail = "; re-save it on a quiet machine"
-    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
-    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
-        short = f"{head} (±{worst[1]:.0%}){tail}"
-    full = (
-        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
-        "to catch a 1.5x change; every check against it will read them 'unresolved': "
-        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
-        + f". Fix: {fix}"
-    )
-    return Note(short, full)
 
 
 def save_baseline(

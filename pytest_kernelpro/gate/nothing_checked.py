@@ -7,13 +7,20 @@ fail on, and the session fails (exit 1) unless `--kernelpro-allow-incomparable` 
 on purpose. One kernel compared for real is a check: the others are counted under the table.
 A session without any compared kernel (all new, all failed) is told by the coverage lines and
 the items' own failures, not here.
+
+`too_noisy_note`: a baseline whose entries would make every later check of them "unresolved",
+said when it is saved.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.render_session import NOTE_WIDTH, Note
+from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, compare
 from pytest_kernelpro.record import KernelRecord
 
 CHECKS_NOTHING = ("incomparable", "unresolved")  # verdicts that compared nothing
@@ -59,3 +66,37 @@ def session_line(config: Any, records: Sequence[KernelRecord], *, check: bool) -
     if not check or allowed(config):
         return None
     return nothing_checked_line(records)
+
+
+def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
+    """The kernels whose saved entry could not catch a 1.5x change: each record compared
+    with its own entry, as an unchanged next run would be, gets a tolerance above
+    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
+    so every later check of it would read "unresolved". None when every entry is fine."""
+    noisy: list[tuple[str, float, str]] = []
+    for record in records:
+        entry = BaselineEntry.from_record(record)
+        if entry is None:
+            continue
+        try:
+            verdict = compare(record, entry)
+        except (KernelproError, ValueError):
+            continue  # an entry the gate cannot read is said when it is compared
+        if verdict.tolerance > RESOLVABLE_TOLERANCE:
+            noisy.append((record.name, verdict.tolerance, verdict.reason))
+    if not noisy:
+        return None
+    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
+    worst = max(noisy, key=lambda n: n[1])
+    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
+    tail = "; re-save it on a quiet machine"
+    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
+    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
+        short = f"{head} (±{worst[1]:.0%}){tail}"
+    full = (
+        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
+        "to catch a 1.5x change; every check against it will read them 'unresolved': "
+        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
+        + f". Fix: {fix}"
+    )
+    return Note(short, full)

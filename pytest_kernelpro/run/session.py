@@ -498,7 +498,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
 
     settings = kp.settings
     if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.baseline import too_noisy_note
+        from pytest_kernelpro.gate.nothing_checked import too_noisy_note
 
         # Said when it is saved: a baseline this noisy would make every later check unresolved.
         noisy = too_noisy_note([r for r in kp.records if r.outcome == "passed" and r.timing])

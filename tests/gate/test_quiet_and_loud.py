@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, save_baseline, too_noisy_note
+from pytest_kernelpro.gate.baseline import BaselineEntry, save_baseline
 from pytest_kernelpro.gate.comment import render_comment
 from pytest_kernelpro.gate.compare import compare_main
-from pytest_kernelpro.gate.nothing_checked import nothing_checked_line
+from pytest_kernelpro.gate.nothing_checked import nothing_checked_line, too_noisy_note
 from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, session_notes
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
