@@ -81,30 +81,43 @@ def render_compare_table(
     base: Baseline, gated: Sequence[KernelRecord], *, width: int | None = 100, color: bool = False
 ) -> str:
     """kernel | baseline | head | speedup | verdict (with the change), rendered by rich.
-    `width`: a terminal's columns (kernel names fold; never cut), None: a log (the content's
-    width, `gate.text_console`)."""
+    `width`: a terminal's columns (long kernel names shortened in the middle; the table is
+    never cut), None: a log (the content's width, `gate.text_console`)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    from pytest_kernelpro.gate.text_console import console_for
+    from pytest_kernelpro.gate.text_console import console_for, names_fitting
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    table.add_column("kernel", overflow="fold", min_width=12)
-    for name in ("baseline", "head", "speedup"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    width = None if width is None else max(60, width)
+    rows = []
     for record in sorted(gated, key=sort_key):
         entry = base.entry_for(record)
-        name, base_cell, head_cell, speedup, verdict, style = compare_row(
-            record, entry.median_s if entry is not None else None
-        )
-        table.add_row(
-            Text(name), base_cell, head_cell, speedup, Text(verdict, style=style if color else "")
-        )
-    console, buffer = console_for(
-        [table], width=None if width is None else max(60, width), color=color
-    )
+        rows.append(compare_row(record, entry.median_s if entry is not None else None))
+
+    def build(names: list[str], fold: bool) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+        if fold:
+            table.add_column("kernel", overflow="fold", min_width=12)
+        else:
+            table.add_column("kernel", no_wrap=True)
+        for column in ("baseline", "head", "speedup"):
+            table.add_column(column, justify="right", no_wrap=True)
+        table.add_column("verdict", no_wrap=True)
+        for name, (_, base_cell, head_cell, speedup, verdict, style) in zip(
+            names, rows, strict=True
+        ):
+            table.add_row(
+                Text(name),
+                base_cell,
+                head_cell,
+                speedup,
+                Text(verdict, style=style if color else ""),
+            )
+        return table
+
+    table = names_fitting(build, [row[0] for row in rows], width)
+    console, buffer = console_for([table], width=width, color=color)
     console.print(table)
     return buffer.getvalue()
 

@@ -195,7 +195,7 @@ def render_terminal_table(
     from rich.text import Text
 
     from pytest_kernelpro.gate.render_session import fit
-    from pytest_kernelpro.gate.text_console import console_for, middle_ellipsis, name_width_to_fit
+    from pytest_kernelpro.gate.text_console import console_for, names_fitting
 
     narrow = width is not None and width < 100
     bar_width = 5 if narrow else 8
@@ -208,15 +208,12 @@ def render_terminal_table(
         )
         for record in ordered
     ]
-    table = _kernel_table(rows, show_device=show_device, narrow=narrow, fold=True)
-    if width is not None and not verbose and ordered:
-        limit = name_width_to_fit(table, width, max(len(r.name) for r in ordered))
-        if limit is not None:
-            short = [
-                [Text(middle_ellipsis(r.name, limit)), *row[1:]]
-                for r, row in zip(ordered, rows, strict=True)
-            ]
-            table = _kernel_table(short, show_device=show_device, narrow=narrow, fold=False)
+
+    def build(names: list[str], fold: bool) -> Any:
+        named = [[Text(name), *row[1:]] for name, row in zip(names, rows, strict=True)]
+        return _kernel_table(named, show_device=show_device, narrow=narrow, fold=fold)
+
+    table = names_fitting(build, [r.name for r in ordered], None if verbose else width)
     console, buffer = console_for([table], width=width, color=color)
     console.print(table)
     summary = summarize(records)

@@ -11,7 +11,7 @@ prints every table at the width of its content.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -75,6 +75,21 @@ def middle_ellipsis(text: str, width: int) -> str:
     head = width // 2
     tail = width - 1 - head
     return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def names_fitting(
+    build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
+) -> Any:
+    """The table `build(names, fold)` makes, with its kernel names shortened in the middle
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
+    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    table = build(list(names), True)
+    if width is None or not names:
+        return table
+    limit = name_width_to_fit(table, width, max(len(name) for name in names))
+    if limit is None:
+        return table
+    return build([middle_ellipsis(name, limit) for name in names], False)
 
 
 def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:

@@ -254,3 +254,21 @@ def test_did_you_mean_only_for_a_close_keyword() -> None:
     assert did_you_mean("INPUTS") == "INPUTS (did you mean inputs?)"
     assert did_you_mean("bogus") == "bogus"
     assert did_you_mean("") == ""
+
+
+def test_the_compare_table_shortens_a_long_name_in_a_narrow_terminal() -> None:
+    from pytest_kernelpro.gate.baseline import Baseline
+    from pytest_kernelpro.gate.compare import gate_records, render_compare_table
+
+    name = "fused_attention_with_a_long_name[8x16x4096x128]"
+    base_records = [make_record(name, seed=1), make_record("b[1]", seed=2)]
+    entries = {r.nodeid: entry_of(r) for r in base_records}
+    base = Baseline(path="b.json", device="", commit=None, created="", tool="", entries=entries)
+    gated_head = gate_records(base, [make_record(name, seed=3), make_record("b[1]", seed=4)])
+    narrow = render_compare_table(base, gated_head, width=60).splitlines()
+    row = next(line for line in narrow if line.startswith("fused_"))
+    assert "…" in row.split()[0]
+    assert row.split()[0].endswith("128]")
+    assert max(len(line) for line in narrow) <= 60
+    whole = render_compare_table(base, gated_head, width=None)
+    assert name in whole  # a log: whole names
