@@ -177,3 +177,14 @@ def test_the_server_is_not_asked_when_a_model_is_set_or_none_is_needed() -> None
 def test_an_unknown_backend_lists_the_ones_there_are() -> None:
     with pytest.raises(PreflightError, match=r"'gemini'.*use anthropic, openai or replay:PATH"):
         check_backend(_settings("gemini"))
+
+
+def test_a_model_the_server_just_listed_is_not_asked_for_again() -> None:
+    with running_fake_chat_api([], served=["qwen3-coder-30b"]) as api:
+        settings = _settings("openai", url=api.url)
+        served = served_model(settings)
+        assert served is not None
+        settings.model = served.model
+        settings.sources["model"] = served.source
+        check_backend(settings)
+    assert api.models_listed() == 1

@@ -32,6 +32,8 @@ class PreflightError(Exception):
 
 # Most model names a message lists; a hosted API serves dozens.
 _LISTED_MODELS = 12
+# How `served_model` names where the model came from: the server has just answered.
+_SERVED_SOURCE = "the only model {url} serves"
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def served_model(settings: KernelproConfig) -> ServedModel | None:
     if len(models) == 1:
         return ServedModel(
             model=models[0],
-            source=f"the only model {url} serves",
+            source=_SERVED_SOURCE.format(url=url),
             line=(
                 f"kernelpro: optimizing with model {models[0]!r}, the only model the server "
                 f"at {url} serves (no --kernelpro-model set)"
@@ -204,8 +206,8 @@ def check_server_answers(settings: KernelproConfig) -> None:
     from pytest_kernelpro.optimize.agents.llm.openai_backend import served_models
 
     url, where = _base_url(settings)
-    if url is None:
-        return
+    if url is None or settings.sources.get("model") == _SERVED_SOURCE.format(url=url):
+        return  # no server of ours, or it has just listed the model
     try:
         served_models(url, timeout_s=20.0)
     except LLMError as exc:
