@@ -248,19 +248,24 @@ def _unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:
 def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
     """One line per distinct reason kernels were skipped (pytest's own summary shows skip
     reasons only with -rs)."""
-    by_reason: dict[str, list[KernelRecord]] = {}
+    # Kernels skipped alike share a line: grouped by the first clause of their reason, with
+    # the kernel's own name taken out; the full text lists each reason once.
+    by_clause: dict[str, list[tuple[KernelRecord, str]]] = {}
     for record in records:
         if record.outcome == "skipped":
-            # The kernel's own name out of its reason, so kernels skipped alike share a line.
             reason = skip_reason(record).replace(record.name, "it")
-            by_reason.setdefault(reason, []).append(record)
-    return [
-        Note(
-            plain_note(f"{len(group)} kernel(s) skipped: {_first_clause(reason)}").short,
-            f"{len(group)} kernel(s) skipped ({_names(group)}): {reason}",
+            by_clause.setdefault(_first_clause(reason), []).append((record, reason))
+    notes = []
+    for clause, group in by_clause.items():
+        kernels = [record for record, _ in group]
+        reasons = "; ".join(dict.fromkeys(reason for _, reason in group))
+        notes.append(
+            Note(
+                plain_note(f"{len(kernels)} kernel(s) skipped: {clause}").short,
+                f"{len(kernels)} kernel(s) skipped ({_names(kernels)}): {reasons}",
+            )
         )
-        for reason, group in by_reason.items()
-    ]
+    return notes
 
 
 def _first_clause(reason: str) -> str:

@@ -272,3 +272,19 @@ def test_the_compare_table_shortens_a_long_name_in_a_narrow_terminal() -> None:
     assert max(len(line) for line in narrow) <= 60
     whole = render_compare_table(base, gated_head, width=None)
     assert name in whole  # a log: whole names
+
+
+def test_kernels_skipped_for_the_same_first_reason_share_one_line() -> None:
+    """The example repository's CUDA and Triton kernels: two reasons, one condition."""
+    records = []
+    for name, language in (("cuda_saxpy", "cuda"), ("triton_add", "triton"), ("t2", "triton")):
+        record = make_record(name, timed=False, outcome="skipped")
+        record.message = f"needs a CUDA GPU ({language} kernel) and none is visible"
+        records.append(record)
+    settings = type("S", (), {"correctness_only": False, "check": False, "profile": False,
+                              "save_baseline": None})()  # fmt: skip
+    assert session_notes(settings, records) == ["3 kernel(s) skipped: needs a CUDA GPU (-v)"]
+    (full,) = session_notes(settings, records, verbose=True)
+    assert "(cuda kernel)" in full
+    assert "(triton kernel)" in full
+    assert full.count("(triton kernel)") == 1
