@@ -129,6 +129,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if kp.settings.check and kp.missing_records() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    from pytest_kernelpro.gate.nothing_checked import session_line
+
+    # A check in which every compared kernel was incomparable or unresolved checked nothing
+    # (the session decides, not an --kernelpro-isolate child timing one of its items).
+    check = kp.settings.check and not kp.settings.isolated_child
+    if session.exitstatus == 0 and session_line(session.config, kp.records, check=check):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if kp.records:
         kp.write_outputs()
     # A requested file that is not on disk fails the session (each named in red).

@@ -180,6 +180,14 @@ SETTINGS: tuple[Setting, ...] = (
         "MODE",
     ),
     Setting(
+        "allow_incomparable",
+        "Pass a --kernelpro-check in which every kernel with a baseline entry is incomparable "
+        "or unresolved (it checked nothing; by default that fails the session)",
+        parse_bool,
+        False,
+        is_flag=True,
+    ),
+    Setting(
         "sort",
         "Order of the terminal table: status (attention first), name, median, roofline, change",
         parse_sort,

@@ -259,7 +259,7 @@ __all__ = ["MARKER", "check_report", "render_comment"]
 
 MAX_BODY = 60_000  # GitHub refuses comments over 65,536 characters
 FOLD_OK_ABOVE = 12  # more kernels than this: unchanged ones go in a collapsed table
-_DETAIL_STATUSES = ("regressed", "below-roofline", "suspect", "failed", "error")
+_DETAIL_STATUSES = ("regressed", "below-roofline", "suspect", "unresolved", "failed", "error")
 
 
 def _summary_line(records: Sequence[KernelRecord]) -> str:
@@ -275,6 +275,7 @@ def _summary_line(records: Sequence[KernelRecord]) -> str:
         ("regressed", "regressed"),
         ("below-roofline", "below their roofline floor"),
         ("suspect", "suspect"),
+        ("unresolved", "unresolved"),
         ("improved", "improved"),
         ("new", "new"),
         ("incomparable", "incomparable"),
@@ -359,6 +360,21 @@ def plain_words(value: Any, limit: int = 400) -> str:
     return " ".join(text.split())[:limit]
 
 
+def _session_notes(meta: dict[str, Any]) -> list[str]:
+    """The session's notes in full (the terminal says them in one short line each), folded."""
+    notes = [n for n in meta.get("notes") or [] if isinstance(n, str)]
+    if not notes:
+        return []
+    return [
+        f"<details><summary>{len(notes)} session note(s)</summary>",
+        "",
+        *(f"- {literal_text(n, limit=1500, table=False)}" for n in notes),
+        "",
+        "</details>",
+        "",
+    ]
+
+
 def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str:
     """The Markdown body of the sticky PR comment for one (possibly merged) report.
 
@@ -397,6 +413,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
                 out += [comment_details(r, with_guidance), ""]
         out += section_tables(records)
     out += _coverage_lines(report.get("meta") or {})
+    out += _session_notes(report.get("meta") or {})
     out += ["---", _footer(report)]
     body = "\n".join(out) + "\n"
     if len(body) > MAX_BODY and with_guidance:

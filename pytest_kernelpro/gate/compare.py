@@ -100,37 +100,51 @@ def render_compare_table(
     base: Baseline, gated: Sequence[KernelRecord], *, width: int | None = 100, color: bool = False
 ) -> str:
     """kernel | baseline | head | speedup | verdict (with the change), rendered by rich.
-    `width`: a terminal's columns (kernel names fold; never cut), None: a log (the content's
-    width, `gate.text_console`)."""
+    `width`: a terminal's columns (long kernel names shortened in the middle; the table is
+    never cut), None: a log (the content's width, `gate.text_console`)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    from pytest_kernelpro.gate.text_console import console_for
+    from pytest_kernelpro.gate.text_console import console_for, names_fitting
 
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
-    table.add_column("kernel", overflow="fold", min_width=12)
-    for name in ("baseline", "head", "speedup"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
+    width = None if width is None else max(60, width)
+    rows = []
     for record in sorted(gated, key=sort_key):
         entry = base.entry_for(record)
-        name, base_cell, head_cell, speedup, verdict, style = compare_row(
-            record, entry.median_s if entry is not None else None
-        )
-        table.add_row(
-            Text(name), base_cell, head_cell, speedup, Text(verdict, style=style if color else "")
-        )
-    console, buffer = console_for(
-        [table], width=None if width is None else max(60, width), color=color
-    )
+        rows.append(compare_row(record, entry.median_s if entry is not None else None))
+
+    def build(names: list[str], fold: bool) -> Table:
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1))
+        if fold:
+            table.add_column("kernel", overflow="fold", min_width=12)
+        else:
+            table.add_column("kernel", no_wrap=True)
+        for column in ("baseline", "head", "speedup"):
+            table.add_column(column, justify="right", no_wrap=True)
+        table.add_column("verdict", no_wrap=True)
+        for name, (_, base_cell, head_cell, speedup, verdict, style) in zip(
+            names, rows, strict=True
+        ):
+            table.add_row(
+                Text(name),
+                base_cell,
+                head_cell,
+                speedup,
+                Text(verdict, style=style if color else ""),
+            )
+        return table
+
+    table = names_fitting(build, [row[0] for row in rows], width)
+    console, buffer = console_for([table], width=width, color=color)
     console.print(table)
     return buffer.getvalue()
 
 
 def compare_main(argv: Sequence[str] | None = None) -> int:
-    """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression with
-    --fail, 0 otherwise; 2 on bad usage."""
+    """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression or when
+    every compared kernel is incomparable or unresolved (one line on stderr says which;
+    `--no-fail` exits 0), 0 otherwise; 2 on bad usage."""
     from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR, resolve_run
 
     parser = argparse.ArgumentParser(
@@ -158,7 +172,14 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         help="another CPU than the base's: info (default, never a regression) or gate",
     )
     parser.add_argument("--markdown", action="store_true", help="print the PR-comment Markdown")
-    parser.add_argument("--fail", action="store_true", help="exit 1 when a kernel regressed")
+    parser.add_argument(
+        "--fail", action="store_true", help="exit 1 when a kernel regressed (the default)"
+    )
+    parser.add_argument(
+        "--no-fail",
+        action="store_true",
+        help="exit 0 even when a kernel regressed or nothing could be compared (only show)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         base_path = resolve_run(args.base, args.history)
@@ -182,5 +203,23 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(f"base {base_path}\nhead {head_path}\n")
         sys.stdout.write(render_compare_table(base, gated, width=width, color=tty))
         sys.stdout.write("(offline comparison: regressions are not confirmed by re-measuring)\n")
+    failure = compare_failure(gated)
+    if failure is None or args.no_fail:
+        return 0
+    sys.stderr.write(f"{failure}\n")
+    return 1
+
+
+def compare_failure(gated: Sequence[KernelRecord]) -> str | None:
+    """One line why this comparison fails (a regressed row, or every compared kernel
+    incomparable or unresolved: it checked nothing), or None."""
+    from pytest_kernelpro.gate.nothing_checked import nothing_checked_line
+
     regressed = [r.name for r in gated if r.gate and r.gate.change_status == REGRESSED]
-    return 1 if (args.fail and regressed) else 0
+    if regressed:
+        names = ", ".join(regressed[:5]) + (" ..." if len(regressed) > 5 else "")
+        return (
+            f"kernelpro compare: {len(regressed)} kernel(s) regressed: {names} "
+            "(exit 1; --no-fail only shows)"
+        )
+    return nothing_checked_line(gated, who="kernelpro compare", allow="--no-fail")

@@ -21,6 +21,7 @@ STATUS_STYLE: dict[str, tuple[str, str, str]] = {
     "regressed": ("🔴", "REGRESSED", "bold red"),
     "below-roofline": ("🟥", "BELOW ROOFLINE", "bold red"),
     "suspect": ("🟡", "suspect", "yellow"),
+    "unresolved": ("🟠", "unresolved", "yellow"),
     "improved": ("🟢", "improved", "green"),
     "ok": ("⚪", "ok", ""),
     "new": ("🆕", "new", "cyan"),
@@ -42,6 +43,7 @@ STATUS_ORDER = {
             "regressed",
             "below-roofline",
             "suspect",
+            "unresolved",
             "incomparable",
             "improved",
             "new",
@@ -258,6 +260,9 @@ def _verdict_cell(record: KernelRecord) -> tuple[str, str]:
     _, word, style = STATUS_STYLE.get(status, ("", status, ""))
     change = record.gate.change if record.gate else None
     text = word
+    if status == "unresolved" and record.gate is not None:
+        # Its tolerance, not its change: the change says nothing inside so wide a tolerance.
+        return f"{word} ±{record.gate.tolerance:.0%}", style
     if change is not None and status not in ("new", "unmeasured"):
         text = f"{word} {format_change(change)}"
         if cross_device(record):

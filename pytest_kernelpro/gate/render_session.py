@@ -16,6 +16,7 @@ Pure functions of the settings, the records and the paths; `run/session.py` writ
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +32,13 @@ def _listed(names: Sequence[str], limit: int = 10) -> str:
     return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
 
 
-def coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
+def coverage_lines(
+    left: Sequence[str], without: Sequence[str], *, verbose: bool = True
+) -> list[str]:
     """`left`: baseline entries no kernel of the run matched; `without`: kernels with no
-    baseline entry."""
+    baseline entry. Without `verbose` one short line each (-v lists them)."""
+    if not verbose:
+        return _short_coverage_lines(left, without)
     lines = []
     if left:
         lines.append(
@@ -48,59 +53,231 @@ def coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
     return lines
 
 
+# A note's terminal line, after the "kernelpro: " it is printed with, stays under 100
+# characters: one line per condition in an 80-100 column terminal or a CI log.
+NOTE_WIDTH = 88
+
+
+@dataclass(frozen=True)
+class Note:
+    """One condition of the session. `short`: its terminal line (under NOTE_WIDTH
+    characters, naming the setting or step that changes it); `full`: the whole text, shown
+    under -v and kept in the JSON report and the PR comment's details; `normal`: the
+    machine's normal state (said only in the full text)."""
+
+    short: str
+    full: str
+    normal: bool = False
+
+
+def fit(text: str, width: int = NOTE_WIDTH) -> str:
+    """`text` cut to `width` characters at a word, with an ellipsis when cut."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:(")
+    return cut + "…"
+
+
+def _line(head: str, records: Sequence[KernelRecord], tail: str) -> str:
+    """`head (names)tail` within NOTE_WIDTH: the names give way first (`tail` names the
+    setting, so it is never cut)."""
+    for limit in (3, 2, 1):
+        text = f"{head} ({_names(records, limit)}){tail}"
+        if len(text) <= NOTE_WIDTH:
+            return text
+    return fit(f"{head}{tail}")
+
+
+def _short_coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
+    lines = []
+    if left:
+        lines.append(
+            "kernelpro: "
+            + fit(
+                f"{len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no kernel "
+                f"(renamed or deselected?): {_listed(left, 2)}"
+            )
+        )
+    if without:
+        lines.append(
+            "kernelpro: "
+            + fit(
+                f"{len(without)} kernel(s) without a baseline entry (--kernelpro-save-baseline): "
+                f"{_listed(without, 2)}"
+            )
+        )
+    return lines
+
+
 def session_notes(
-    settings: Any, records: Sequence[KernelRecord], notes: Sequence[str] = ()
+    settings: Any,
+    records: Sequence[KernelRecord],
+    notes: Sequence[str | Note] = (),
+    *,
+    verbose: bool = False,
 ) -> list[str]:
-    """Lines for work that was asked for and did not run, and for timings not to trust;
-    `notes` (added by other parts of the session) come last."""
-    out: list[str] = []
+    """The lines under the table: one short line per condition that is not the machine's
+    normal state, or with `verbose` the full text of every condition."""
+    found = session_conditions(settings, records, notes)
+    if verbose:
+        return [note.full for note in found]
+    return [note.short for note in found if not note.normal]
+
+
+def session_conditions(
+    settings: Any, records: Sequence[KernelRecord], notes: Sequence[str | Note] = ()
+) -> list[Note]:
+    """Work that was asked for and did not run, and timings not to trust; `notes` (added
+    by other parts of the session, a plain string is cut to one line) come last."""
+    out: list[Note] = []
     if settings.correctness_only:
         checked = [r for r in records if r.extra.get("correctness_only")]
-        out.append(
+        full = (
             f"correctness only: {len(checked)} kernel(s) checked; nothing was timed, placed on "
             "the roofline, gated or profiled"
             + ("; no baseline written" if settings.save_baseline is not None else "")
         )
+        short = f"correctness only: {len(checked)} kernel(s) checked, nothing timed or gated"
+        out.append(Note(short, full))
     busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
     if busy:
-        load = busy[0].timing.cpu_load or {} if busy[0].timing else {}
-        from pytest_kernelpro.measure.timing.cpu import CpuLoad
-
-        anchored = all(
-            (r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing
-        )
-        advice = (
-            "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
-            "the load (the verdicts say how far); a quiet machine resolves smaller changes"
-            if anchored
-            else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
-            "re-run on a quiet machine"
-        )
-        out.append(
-            f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
-            f"{CpuLoad.from_dict(load).describe()}. {advice}"
-            + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
-        )
+        out.append(_busy_note(busy, check=bool(settings.check)))
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
     if overrun:
+        first = overrun[0].timing.budget_note if overrun[0].timing else ""
         out.append(
-            f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
-            f"{overrun[0].timing.budget_note if overrun[0].timing else ''}"
+            Note(
+                _line(
+                    f"{len(overrun)} CPU timing(s) overran the time budget",
+                    overrun,
+                    "; -v says why; --kernelpro-time-budget",
+                ),
+                f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
+                f"{first}",
+            )
         )
     unprofiled = [r for r in records if r.extra.get("profile_skipped")]
     if settings.profile and unprofiled:
         out.append(
-            f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled ({_names(unprofiled)}): "
-            "ncu, SASS and timeline need a CUDA GPU, and this run had none"
+            Note(
+                f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled: no CUDA GPU here",
+                f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled "
+                f"({_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and this run "
+                "had none",
+            )
         )
     invalid = [r for r in records if r.extra.get("invalid_marker")]
     if invalid:
-        out.append(
+        full = (
             f"{len(invalid)} kernel(s) with an invalid marker failed without running "
             f"({_names(invalid)}); the failure says what to fix"
         )
-    out.extend(notes)
+        short = _line(
+            f"{len(invalid)} kernel(s) with an invalid marker failed", invalid, "; see each failure"
+        )
+        out.append(Note(short, full))
+    unresolved = [r for r in records if r.gate is not None and r.gate.status == "unresolved"]
+    if unresolved:
+        out.append(_unresolved_note(unresolved))
+    skipped = _skip_notes(records)
+    out.extend(skipped)
+    out.extend(note if isinstance(note, Note) else plain_note(note) for note in notes)
     return out
+
+
+def plain_note(text: str) -> Note:
+    """A note another part of the session gave as one string: cut to one line that says -v
+    has the rest, keeping a closing "(what to do)" of up to 45 characters, which is where
+    these notes name their fix ("(`kernelpro calibrate` on a quiet machine)")."""
+    if len(text) <= NOTE_WIDTH:
+        return Note(text, text)
+    import re
+
+    fix = re.search(r" \(([^()]{1,43})\)$", text)
+    tail = fix.group(0) if fix else " (-v)"
+    return Note(fit(text[: fix.start()] if fix else text, NOTE_WIDTH - len(tail)) + tail, text)
+
+
+def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
+    """Timings on an oversubscribed CPU. Without --kernelpro-check nothing is gated on them:
+    the machine's normal state on a shared runner, said under -v only."""
+    from pytest_kernelpro.measure.timing.cpu import CpuLoad
+
+    timing = busy[0].timing
+    load = (timing.cpu_load or {}) if timing else {}
+    anchored = all((r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing)
+    advice = (
+        "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
+        "the load (the verdicts say how far); a quiet machine resolves smaller changes"
+        if anchored
+        else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
+        "re-run on a quiet machine"
+    )
+    threads = (load.get("threads") or 1) > 1
+    full = (
+        f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
+        f"{CpuLoad.from_dict(load).describe()}. {advice}"
+        + (" or with --kernelpro-cpu-threads=1" if threads else "")
+    )
+    others = load.get("others_cores")
+    cores = load.get("cores")
+    what = f"others used {others:.1f} of {cores} cores" if others and cores else "busy"
+    fix = "; --kernelpro-cpu-threads=1" if threads else "; re-run on a quiet machine"
+    head = f"{len(busy)} CPU timing(s) on a busy CPU ({what})"
+    effect = ": tolerance widened" if anchored else ": slowdowns only suspect"
+    short = head + effect + fix
+    if len(short) > NOTE_WIDTH:
+        short = fit(head + fix)
+    return Note(short, full, normal=not check)
+
+
+def _unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:
+    """Verdicts whose tolerance cannot tell a 1.5x change (`gate.verdict.UNRESOLVED`)."""
+    widest = max(r.gate.tolerance for r in unresolved if r.gate)
+    full = f"{len(unresolved)} kernel(s) unresolved: " + "; ".join(
+        f"{r.name}: {r.gate.reason}" for r in unresolved if r.gate
+    )
+    short = _line(
+        f"{len(unresolved)} kernel(s) unresolved, tolerance up to ±{widest:.0%}",
+        unresolved,
+        "; re-save the baseline on a quiet machine",
+    )
+    return Note(short, full)
+
+
+def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
+    """One line per distinct reason kernels were skipped (pytest's own summary shows skip
+    reasons only with -rs)."""
+    # Kernels skipped alike share a line: grouped by the first clause of their reason, with
+    # the kernel's own name taken out; the full text lists each reason once.
+    by_clause: dict[str, list[tuple[KernelRecord, str]]] = {}
+    for record in records:
+        if record.outcome == "skipped":
+            reason = skip_reason(record).replace(record.name, "it")
+            by_clause.setdefault(_first_clause(reason), []).append((record, reason))
+    notes = []
+    for clause, group in by_clause.items():
+        kernels = [record for record, _ in group]
+        reasons = "; ".join(dict.fromkeys(reason for _, reason in group))
+        notes.append(
+            Note(
+                plain_note(f"{len(kernels)} kernel(s) skipped: {clause}").short,
+                f"{len(kernels)} kernel(s) skipped ({_names(kernels)}): {reasons}",
+            )
+        )
+    return notes
+
+
+def _first_clause(reason: str) -> str:
+    """A skip reason's first clause ("it needs a CUDA GPU"), with " (-v)" when cut there."""
+    head = reason.split(", but ", 1)[0].split("; ", 1)[0].split(" (", 1)[0]
+    return head if head == reason else f"{head} (-v)"
+
+
+def skip_reason(record: KernelRecord) -> str:
+    """Why a kernel item was skipped, as the record keeps it."""
+    reason = record.message or "no reason given"
+    return str(reason).removeprefix("Skipped: ").strip()
 
 
 def missing_records_line(missing: Sequence[str], *, check: bool) -> str:
@@ -119,50 +296,61 @@ def output_lines(
     records_path: Path | None,
     history_path: Path | None,
     baseline_path: Path | None,
+    verbose: bool = True,
 ) -> list[str]:
-    """Where this session's outputs are: only those that were written (None: not written)."""
+    """Where this session's outputs are: only those that were written (None: not written);
+    what reads them back only with `verbose`."""
     lines = []
     if json_path is not None:
         lines.append(f"kernelpro: JSON report {json_path}")
     if records_path is not None:
         lines.append(
-            f"kernelpro: records log {records_path} (`kernelpro report` rebuilds the report "
-            "from it)"
+            f"kernelpro: records log {records_path}"
+            + (" (`kernelpro report` rebuilds the report from it)" if verbose else "")
         )
     if history_path is not None:
         lines.append(
-            f"kernelpro: run kept as {history_path.stem} (`kernelpro compare` compares the "
-            "last two runs)"
+            f"kernelpro: run kept as {history_path.stem}"
+            + (" (`kernelpro compare` compares the last two runs)" if verbose else "")
         )
     if baseline_path is not None:
         lines.append(f"kernelpro: baseline written to {baseline_path}")
     return lines
 
 
-def table_footnotes(records: Sequence[KernelRecord]) -> list[str]:
+def table_footnotes(records: Sequence[KernelRecord], *, verbose: bool = False) -> list[str]:
     """The notes printed right under the kernel table, after its counts: what a reader needs
     to read its rows right. Each note is one function of the records, None when it has
-    nothing to say."""
-    notes = (cpu_flush_line(records),)
-    return [note for note in notes if note]
+    nothing to say; a note of the machine's normal state only with `verbose`."""
+    notes = (cpu_flush_note(records),)
+    return [
+        note.full if verbose else note.short
+        for note in notes
+        if note is not None and (verbose or not note.normal)
+    ]
 
 
-def cpu_flush_line(records: Sequence[KernelRecord]) -> str | None:
-    """What the CPU timings' cache flush was, said under the table since it decides how a
-    small kernel's time compares with a warm-cache loop (pytest-benchmark's, timeit's)."""
+def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
+    """What the CPU timings' cache flush was, since it decides how a small kernel's time
+    compares with a warm-cache loop (pytest-benchmark's, timeit's). The default (flush when
+    the inputs fit in the cache) is the normal state: said under -v only."""
     timed = [r.timing for r in records if r.timing is not None and r.device_kind == "cpu"]
     if not timed:
         return None
     modes = sorted({str((t.budget or {}).get("cpu_flush") or "auto") for t in timed})
     flushed = [t for t in timed if t.flushed_l2]
     mode = f"--kernelpro-cpu-flush={'/'.join(modes)}"
+    default = modes == ["auto"]
     if not flushed:
-        return f"CPU timings: warm cache, no flush before the samples ({mode})"
+        line = f"CPU timings: warm cache, no flush before the samples ({mode})"
+        return Note(line, line, normal=default)
     size = max(t.flush_bytes or 0 for t in flushed) / 2**20
-    auto = ", the default: flush when the inputs fit in the cache" if modes == ["auto"] else ""
-    return (
+    auto = ", the default: flush when the inputs fit in the cache" if default else ""
+    full = (
         f"CPU timings: cache ({size:.0f} MiB) flushed before every sample of {len(flushed)} "
         f"of {len(timed)} kernel(s) ({mode}{auto}), so these are cold-cache times, slower for "
         "a small kernel than a warm loop such as pytest-benchmark's; "
         "--kernelpro-cpu-flush=off times warm"
     )
+    short = f"CPU timings: cold cache, {size:.0f} MiB flushed before every sample ({mode})"
+    return Note(short, full, normal=default)

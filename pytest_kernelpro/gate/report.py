@@ -181,25 +181,86 @@ def render_terminal_table(
     width: int | None = 100,
     color: bool = False,
     sort: str = "status",
+    verbose: bool = False,
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string.
 
     Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
     when some verdict compared another time than the wall median), median ± half the IQR
     (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
-    roofline-time column is left out and the bar narrowed, long kernel names fold, and a table
-    that still does not fit is printed wider rather than cut (`gate.text_console`); None: a
-    log, every column at the width of its content. No escape codes unless `color`.
+    roofline-time column is left out and the bar narrowed, long kernel names are shortened in
+    the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
+    fit is printed wider rather than cut (`gate.text_console`); None: a log, every column at
+    the width of its content. No escape codes unless `color`. Notes of the machine's normal
+    state only with `verbose`; the others cut to one line without it.
     """
-    from rich import box
-    from rich.table import Table
+    from rich.text import Text
 
-    from pytest_kernelpro.gate.text_console import console_for
+    from pytest_kernelpro.gate.render_session import fit
+    from pytest_kernelpro.gate.text_console import console_for, names_fitting
 
     narrow = width is not None and width < 100
     bar_width = 5 if narrow else 8
     devices = sorted({short_device(r.device) for r in records if r.device})
     show_device = len(devices) > 1  # one device: named once, under the table
+    # A verdict on another time than the wall median shows that time first (gate/format.py).
+    show_gated = any(gated_elsewhere(r) for r in records)
+    ordered = sorted_records(records, sort)
+    rows = [
+        terminal_row(
+            record,
+            show_device=show_device,
+            narrow=narrow,
+            bar_width=bar_width,
+            color=color,
+            show_gated=show_gated,
+        )
+        for record in ordered
+    ]
+
+    def build(names: list[str], fold: bool) -> Any:
+        named = [[Text(name), *row[1:]] for name, row in zip(names, rows, strict=True)]
+        return _kernel_table(
+            named, show_device=show_device, narrow=narrow, fold=fold, show_gated=show_gated
+        )
+
+    table = names_fitting(build, [r.name for r in ordered], None if verbose else width)
+    console, buffer = console_for([table], width=width, color=color)
+    console.print(table)
+    summary = summarize(records)
+    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+    if any(cross_device(r) for r in records):
+        say(
+            "* other device than the baseline: compared by efficiency (time relative to the "
+            "roofline), with the wider cross-device tolerance"
+            if verbose
+            else "* other device than the baseline: compared by % of roofline, wider tolerance"
+        )
+    for note in table_notes(records):
+        say(note if verbose else fit(note, 99))
+    where = f" on {devices[0]}" if len(devices) == 1 else ""
+    say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
+    for note in table_footnotes(records, verbose=verbose):
+        say(note)
+    return buffer.getvalue()
+
+
+def _kernel_table(
+    rows: Sequence[Sequence[Any]],
+    *,
+    show_device: bool,
+    narrow: bool,
+    fold: bool,
+    show_gated: bool = False,
+) -> Any:
+    """The table's frame with `rows`: names fold (`fold`) or keep one line (already short)."""
+    from rich import box
+    from rich.table import Table
+
     table = Table(
         box=box.SIMPLE_HEAD,
         pad_edge=False,
@@ -207,13 +268,14 @@ def render_terminal_table(
         padding=(0, 1),
         collapse_padding=True,
     )
-    table.add_column("kernel", overflow="fold", min_width=12)
+    if fold:
+        table.add_column("kernel", overflow="fold", min_width=12)
+    else:
+        table.add_column("kernel", no_wrap=True)
     if show_device:
         table.add_column(
             "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
         )
-    # A verdict on another time than the wall median shows that time first (gate/format.py).
-    show_gated = any(gated_elsewhere(r) for r in records)
     if show_gated:
         table.add_column("gated: baseline → now", justify="right", no_wrap=True)
     table.add_column(
@@ -224,37 +286,6 @@ def render_terminal_table(
     table.add_column("of roofline", no_wrap=True)
     table.add_column("bound", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
-    for record in sorted_records(records, sort):
-        row = terminal_row(
-            record,
-            show_device=show_device,
-            narrow=narrow,
-            bar_width=bar_width,
-            color=color,
-            show_gated=show_gated,
-        )
+    for row in rows:
         table.add_row(*row)
-    console, buffer = console_for([table], width=width, color=color)
-    console.print(table)
-    summary = summarize(records)
-    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
-    if any(cross_device(r) for r in records):
-        console.print(
-            "* other device than the baseline: compared by efficiency (time relative to the "
-            "roofline), with the wider cross-device tolerance",
-            highlight=False,
-            soft_wrap=False,
-            markup=False,
-        )
-    for note in table_notes(records):
-        console.print(note, highlight=False, soft_wrap=True, markup=False)
-    where = f" on {devices[0]}" if len(devices) == 1 else ""
-    console.print(
-        f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts),
-        highlight=False,
-        soft_wrap=True,
-        markup=False,
-    )
-    for note in table_footnotes(records):
-        console.print(note, highlight=False, soft_wrap=True, markup=False)
-    return buffer.getvalue()
+    return table

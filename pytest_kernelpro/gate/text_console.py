@@ -1,16 +1,17 @@
 """Rich tables and lines rendered to text for a terminal or for a log, never cut.
 
-A terminal has a width: a table folds its long kernel names to fit it, and where even folded
-names leave too little room, the table is printed wider than the terminal (the terminal wraps
-the line) rather than cut: rich would otherwise crop its no-wrap columns, and the verdict, the
-last column, is the first thing lost. A log (CI, a pipe, a file) has no width: `width=None`
+A terminal has a width: a table shortens its long kernel names in the middle to fit it
+(`middle_ellipsis`; under -v they fold instead, whole), and where even short names leave too
+little room, the table is printed wider than the terminal (the terminal wraps the line) rather
+than cut: rich would otherwise crop its no-wrap columns, and the verdict, the last column, is
+the first thing lost. A log (CI, a pipe, a file) has no width: `width=None`
 prints every table at the width of its content.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -60,3 +61,43 @@ def console_for(
         columns = max([int(width)] + [least_width(probe, table) for table in tables])
     buffer = io.StringIO()
     return _console(buffer, columns, color), buffer
+
+
+MIN_NAME = 12  # a kernel name is never shortened below this many characters
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """`text` within `width` characters, its middle replaced by "…": a kernel name keeps its
+    module-ish start and its shape or parameter end ("softmax_ro…[8192x4096]")."""
+    if len(text) <= width:
+        return text
+    width = max(width, 3)
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def names_fitting(
+    build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
+) -> Any:
+    """The table `build(names, fold)` makes, with its kernel names shortened in the middle
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
+    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    table = build(list(names), True)
+    if width is None or not names:
+        return table
+    limit = name_width_to_fit(table, width, max(len(name) for name in names))
+    if limit is None:
+        return table
+    return build([middle_ellipsis(name, limit) for name in names], False)
+
+
+def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
+    """How many characters the names of `table` (its first column, filled with the full
+    names, `longest` the longest) may keep so the table fits `width` columns; None when
+    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
+    probe = _console(io.StringIO(), 100_000, False)
+    over = _widest(probe, table) - int(width)
+    if over <= 0:
+        return None
+    return max(MIN_NAME, longest - over)

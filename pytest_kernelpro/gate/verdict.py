@@ -111,7 +111,21 @@ SUSPECT = "suspect"
 BELOW_ROOFLINE = "below-roofline"
 INCOMPARABLE = "incomparable"  # other device and no roofline time on one side
 UNMEASURED = "unmeasured"  # the item produced no timing (failed, skipped)
-STATUSES = (NEW, OK, IMPROVED, REGRESSED, SUSPECT, BELOW_ROOFLINE, INCOMPARABLE, UNMEASURED)
+UNRESOLVED = "unresolved"  # within a tolerance too wide to catch a 1.5x change: checks nothing
+STATUSES = (
+    NEW,
+    OK,
+    IMPROVED,
+    REGRESSED,
+    SUSPECT,
+    BELOW_ROOFLINE,
+    INCOMPARABLE,
+    UNMEASURED,
+    UNRESOLVED,
+)
+# The widest tolerance an "ok" may have: a kernel doing 1.5x its work must be beyond it. A
+# wider one (a bimodal baseline, a loaded machine) reads "unresolved", not "ok".
+RESOLVABLE_TOLERANCE = 0.5
 
 DEFAULT_ALPHA = 0.01
 # Default thresholds per device kind. A fixed lower number, not one derived from each
@@ -748,6 +762,8 @@ def compare(
         if chosen.widened is not None:
             # Not "suspect": only an unusable anchor makes a CPU measurement suspect.
             reason += f"; {chosen.widened} (a quieter machine resolves smaller changes)"
+    if status == OK and tol > RESOLVABLE_TOLERANCE:
+        status, reason = UNRESOLVED, unresolved_reason(tol, reason)
     return finish_verdict(
         change_status=status,
         basis=basis,
@@ -758,6 +774,16 @@ def compare(
         change_low=change_low,
         p_value=p,
         **base,
+    )
+
+
+def unresolved_reason(tolerance: float, within: str) -> str:
+    """Why an "ok" is "unresolved": the tolerance, its cause (`within` names it) and the fix."""
+    return (
+        f"unresolved: tolerance ±{_frac(tolerance)} is above {_frac(RESOLVABLE_TOLERANCE)}, so "
+        f"a kernel doing 1.5x its work would also pass; {within}. Fix: re-save the baseline on "
+        "a quiet machine (--kernelpro-save-baseline), or give the kernel a longer "
+        "--kernelpro-time-budget"
     )
 
 

@@ -32,6 +32,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -193,6 +194,21 @@ def _kernel_exception_text(exc: BaseException) -> str:
     tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
     lines = traceback.format_exception(type(exc), exc, tb)
     return "".join(lines[-8:]).strip()[-2000:]
+
+
+def _reference_exception_text(exc: BaseException) -> str:
+    """The reference's traceback: the frames below this package's own (the recording of
+    its precision, the input copy) down to where it raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    package = str(Path(__file__).resolve().parents[1])
+    own = [
+        i for i, f in enumerate(frames) if not str(Path(f.filename).resolve()).startswith(package)
+    ]
+    kept = frames[own[0] :] if own else frames
+    lines = ["Traceback of the reference (most recent call last):\n"]
+    lines += traceback.format_list(kept[-8:])
+    lines += traceback.format_exception_only(type(exc), exc)
+    return "".join(lines).strip()[-2000:]
 
 
 def _chunks(torch: Any, a: Any, b: Any) -> Iterator[tuple[Any, Any]]:
@@ -424,8 +440,10 @@ def check_correctness(
         except KernelproError:
             raise
         except Exception as exc:
+            # Its traceback from the reference's frames down: where in the user's code it broke.
             raise KernelproError(
-                f"the reference raised {type(exc).__name__} on {where}: {exc}"
+                f"the reference raised {type(exc).__name__} on {where}: {exc}\n"
+                f"{_reference_exception_text(exc)}"
             ) from exc
         # The reference's copy goes before the kernel's is made: two input sets at a time,
         # not three (a large-input, small-output problem peaked at 3.25x its footprint).

@@ -8,7 +8,7 @@ import importlib.util
 import inspect
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,18 @@ _MARKER_KEYWORDS: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 
+def did_you_mean(keyword: str) -> str:
+    """`keyword`, with the marker keyword it is closest to: "refrence (did you mean
+    reference?)"; a case-only slip ("Inputs") counts too."""
+    import difflib
+
+    known = list(_MARKER_KEYWORDS)
+    close = [k for k in known if k == keyword.lower()] or difflib.get_close_matches(
+        keyword.lower(), known, n=1, cutoff=0.6
+    )
+    return f"{keyword} (did you mean {close[0]}?)" if close else keyword
+
+
 @dataclass(frozen=True)
 class MarkerOptions:
     """The validated keywords of one `@pytest.mark.kernelpro(...)`."""
@@ -129,8 +141,8 @@ class MarkerOptions:
         unknown = sorted(set(kwargs) - set(_MARKER_KEYWORDS))
         if unknown:
             raise KernelproConfigError(
-                f"{where}: unknown keyword(s) {', '.join(unknown)}; valid keywords are "
-                + ", ".join(_MARKER_KEYWORDS)
+                f"{where}: unknown keyword(s) {', '.join(map(did_you_mean, unknown))}; valid "
+                "keywords are " + ", ".join(_MARKER_KEYWORDS)
             )
         for required in ("reference", "inputs"):
             if kwargs.get(required) is None:
@@ -199,11 +211,46 @@ def call_input_factory(
     except (TypeError, ValueError):
         takes_device = True
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
+    problem = wrong_inputs_return(result)
+    if problem is not None:
+        raise KernelproConfigError(
+            f"input factory {factory_name(factory)} returned {problem}; it must return a "
+            "tuple of the kernel's positional arguments (tensors), e.g. `return (x, w)`"
+        )
     if isinstance(result, list):
         result = tuple(result)
     if not isinstance(result, tuple):
         result = (result,)
     return result
+
+
+def factory_name(factory: Callable[..., Any]) -> str:
+    """`name (file.py:line)` of an inputs factory, for its errors."""
+    name = getattr(factory, "__qualname__", None) or getattr(factory, "__name__", repr(factory))
+    code = getattr(factory, "__code__", None)
+    if code is None:
+        return repr(name)
+    return f"{name!r} ({Path(code.co_filename).name}:{code.co_firstlineno})"
+
+
+def _preview(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def wrong_inputs_return(result: Any) -> str | None:
+    """What is wrong with an inputs factory's return value, in words, or None when it can be
+    the kernel's arguments: a tuple or list (of tensors and other arguments, None for an
+    optional one) or one tensor or scalar. None, a dict, a string, a set and a generator
+    cannot (a dict was passed as one argument and the reference raised TypeError)."""
+    if result is None:
+        return "None (a missing `return`?)"
+    if isinstance(result, Mapping):
+        keys = ", ".join(repr(k) for k in list(result)[:4])
+        return f"a {type(result).__name__} with keys {keys}: keyword inputs are not passed"
+    if isinstance(result, (str, bytes, set, frozenset)) or isinstance(result, Iterator):
+        return f"a {type(result).__name__} ({_preview(result)})"
+    return None
 
 
 @dataclass

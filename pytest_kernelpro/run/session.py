@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import Baseline
     from pytest_kernelpro.gate.records_log import RecordsLog
+    from pytest_kernelpro.gate.render_session import Note
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem
@@ -59,7 +60,7 @@ class KernelproSession:
     _baseline_loaded: bool = False
     cuda_poisoned_by: str | None = None  # first item whose CUDA error broke the context
     profiling: Profiling = field(init=False)  # the profile stage's setup (builds, budgets)
-    notes: list[str] = field(default_factory=list)  # lines for the terminal summary
+    notes: list[str | Note] = field(default_factory=list)  # lines for the terminal summary
     history_path: Path | None = None  # this run's file in the run history, once written
     records_log: RecordsLog | None = None  # every finished record, appended as it finishes
     records_log_started: bool = False  # started once, when the first kernel item is known
@@ -333,6 +334,7 @@ class KernelproSession:
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
             "baseline_commit": self._baseline.commit if self._baseline is not None else None,
+            "notes": summary_notes(self, full=True),  # the terminal says them short
         }
         try:
             import torch
@@ -399,6 +401,11 @@ def start_session(config: pytest.Config) -> KernelproSession:
         config=config,
         gpu_shared_by_workers=gpu_shared_by_workers,
     )
+    # A run that gates nothing (correctness only, --co) needs no baseline; xdist workers
+    # start only after the controller loaded it.
+    gates = settings.check and not settings.correctness_only
+    if gates and workerinput is None and not config.option.collectonly:
+        load_baseline_before_any_item(session)
     if settings.profile or settings.check:
         from pytest_kernelpro.run.context import SessionCapture
 
@@ -407,6 +414,17 @@ def start_session(config: pytest.Config) -> KernelproSession:
         capture.start()
         session.profiling.capture = capture
     return session
+
+
+def load_baseline_before_any_item(session: KernelproSession) -> None:
+    """--kernelpro-check: a missing or corrupt baseline is a usage error (exit 4, one line)
+    before any kernel is measured, not an error of every item after all were timed."""
+    import pytest
+
+    try:
+        session.baseline()
+    except KernelproError as exc:
+        raise pytest.UsageError(f"kernelpro: --kernelpro-check cannot run: {exc}") from None
 
 
 def is_within(child: Path, parent: Path) -> bool:
@@ -428,6 +446,13 @@ def write_session_outputs(kp: KernelproSession) -> None:
     from pytest_kernelpro.gate.report import build_report, write_json_report
 
     settings = kp.settings
+    if settings.save_baseline is not None and not settings.correctness_only:
+        from pytest_kernelpro.gate.nothing_checked import too_noisy_note
+
+        # Said when it is saved: a baseline this noisy would make every later check unresolved.
+        noisy = too_noisy_note([r for r in kp.records if r.outcome == "passed" and r.timing])
+        if noisy is not None:
+            kp.notes.append(noisy)
     report = build_report(kp.records, meta=kp.report_meta())
     try:
         write_json_report(settings.json_path, report)
@@ -480,7 +505,7 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     from pytest_kernelpro.gate.render_session import coverage_lines
 
     left, without = unmatched(baseline, kp.records)
-    return coverage_lines(left, without)
+    return coverage_lines(left, without, verbose=verbose(kp))
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
@@ -493,9 +518,9 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     settings = kp.settings
     terminalreporter.write_sep("=", "kernelpro")
     terminalreporter.write_line(
-        render_terminal_table(kp.records, width=columns, color=color, sort=settings.sort).rstrip(
-            "\n"
-        )
+        render_terminal_table(
+            kp.records, width=columns, color=color, sort=settings.sort, verbose=verbose(kp)
+        ).rstrip("\n")
     )
     for title, lines in plugin_sections(kp.records):
         terminalreporter.write_sep("=", title)
@@ -505,6 +530,11 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(line, yellow=True)
     for line in summary_notes(kp):
         terminalreporter.write_line(f"kernelpro: {line}")
+    from pytest_kernelpro.gate.nothing_checked import session_line
+
+    nothing = session_line(kp.config, kp.records, check=settings.check)
+    if nothing is not None:
+        terminalreporter.write_line(nothing, red=True)
     missing = kp.missing_records()
     if missing:
         terminalreporter.write_line(missing_records_line(missing, check=settings.check), red=True)
@@ -514,6 +544,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         records_path=settings.records_path if kp.records_log is not None else None,
         history_path=kp.history_path,
         baseline_path=settings.save_baseline if kp.baseline_written else None,
+        verbose=verbose(kp),
     ):
         terminalreporter.write_line(line)
     for failure in kp.write_failures:
@@ -543,9 +574,17 @@ def table_width(writer: Any) -> int | None:
     return int(getattr(writer, "fullwidth", 120))
 
 
-def summary_notes(kp: KernelproSession) -> list[str]:
+def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str]:
     """Lines for work that was asked for and did not run, and for timings not to trust
-    (the text: `gate.render_session.session_notes`)."""
+    (the text: `gate.render_session.session_notes`): one short line per condition, the full
+    text with -v (`full`: decide without the verbosity, for the JSON report)."""
     from pytest_kernelpro.gate.render_session import session_notes
 
-    return session_notes(kp.settings, kp.records, kp.notes)
+    return session_notes(
+        kp.settings, kp.records, kp.notes, verbose=verbose(kp) if full is None else full
+    )
+
+
+def verbose(kp: KernelproSession) -> bool:
+    """pytest ran with -v: full notes and whole kernel names."""
+    return int(getattr(kp.config.option, "verbose", 0) or 0) > 0

@@ -24,14 +24,19 @@ def _runs(tmp_path: Path) -> tuple[Path, Path]:
 
 def test_compare_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base, head = _runs(tmp_path)
-    assert compare_main([str(base), str(head)]) == 0
-    out = capsys.readouterr().out
+    assert compare_main([str(base), str(head)]) == 1  # a regressed row fails by default
+    captured = capsys.readouterr()
+    out = captured.out
+    assert captured.err.strip() == (
+        "kernelpro compare: 1 kernel(s) regressed: b[1] (exit 1; --no-fail only shows)"
+    )
     lines = {line.split()[0]: line for line in out.splitlines() if "[1]" in line}
     assert "REGRESSED +20" in lines["b[1]"]
     assert "ok" in lines["a[1]"]
     assert "new" in lines["c[1]"]
     assert "not confirmed" in out
     assert compare_main([str(base), str(head), "--fail"]) == 1
+    assert compare_main([str(base), str(head), "--no-fail"]) == 0
     assert compare_main([str(base), str(head), "--fail", "--threshold", "0.5"]) == 0
 
 
@@ -41,7 +46,7 @@ def test_compare_against_a_baseline_yaml_as_markdown(
     _, head = _runs(tmp_path)
     baseline = tmp_path / "kernelpro-baseline.yaml"
     save_baseline(baseline, [make_record("b[1]", seed=7)], commit="x")
-    assert compare_main([str(baseline), str(head), "--markdown"]) == 0
+    assert compare_main([str(baseline), str(head), "--markdown"]) == 1  # b[1] regressed
     out = capsys.readouterr().out
     assert out.startswith("<!-- kernelpro-report -->")
     assert "| `b[1]` | 50.0 µs | 60.0 µs |" in out

@@ -149,7 +149,18 @@ def test_a_terminal_too_narrow_gets_a_wider_table_never_a_cut_verdict(width: int
     assert "memory (above every ceiling)" in text
     assert re.search(r"REGRESSED \+\d+\.\d%", text)
     assert re.search(r"improved −\d+\.\d%", text)
-    folded = lines[2 : next(i for i, line in enumerate(lines) if line.startswith("matmul"))]
+    # The name keeps one line, shortened in the middle (its start and its shape kept).
+    row = lines[2]
+    name = row.split()[0]
+    assert name.startswith("fused_")
+    assert "…" in name
+    assert name.endswith("128]")
+    assert lines[3].startswith("matmul")
+    # Under -v the name is whole, folded over lines, never cut.
+    full = render_terminal_table(
+        [regressed, gated("matmul[4096]", 0.8)], width=width, verbose=True
+    ).splitlines()
+    folded = full[2 : next(i for i, line in enumerate(full) if line.startswith("matmul"))]
     assert "".join(line.split()[0] for line in folded) == regressed.name  # folded, not cut
 
 

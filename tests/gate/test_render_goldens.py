@@ -53,7 +53,21 @@ class Recorder:
         self.lines.append(f"[{flags}] {line}" if flags else line)
 
 
-def _session() -> SimpleNamespace:
+class FakeConfig:
+    """What the terminal summary reads of pytest's config: the verbosity and, for the
+    nothing-checked rule, unset kernelpro options."""
+
+    def __init__(self, verbose: int) -> None:
+        self.option = SimpleNamespace(verbose=verbose)
+
+    def getoption(self, name: str, default: Any = None) -> Any:
+        return default
+
+    def getini(self, name: str) -> Any:
+        return None
+
+
+def _session(verbose: int = 0) -> SimpleNamespace:
     cpu = make_record("layernorm[cpu]", median_s=2e-3, device="cpu", seed=11)
     cpu.timing = replace(
         cpu.timing,
@@ -90,6 +104,7 @@ def _session() -> SimpleNamespace:
     )
     return SimpleNamespace(
         settings=settings,
+        config=FakeConfig(verbose),
         records=records,
         notes=["a note another part of the session added"],
         _baseline=baseline,
@@ -102,10 +117,14 @@ def _session() -> SimpleNamespace:
     )
 
 
-def terminal_text() -> str:
+def terminal_text(verbose: int = 0) -> str:
     reporter = Recorder()
-    terminal_summary(_session(), reporter)  # type: ignore[arg-type]
+    terminal_summary(_session(verbose), reporter)  # type: ignore[arg-type]
     return "\n".join(reporter.lines) + "\n"
+
+
+def terminal_text_verbose() -> str:
+    return terminal_text(verbose=1)
 
 
 def compare_text() -> str:
@@ -150,6 +169,7 @@ def plot_text() -> str:
 
 TEXTS = {
     "terminal_summary.txt": terminal_text,
+    "terminal_summary_verbose.txt": terminal_text_verbose,
     "compare_table.txt": compare_text,
     "plot_labels.txt": plot_text,
 }
@@ -157,6 +177,23 @@ TEXTS = {
 
 def test_the_terminal_summary_with_its_notes_is_unchanged() -> None:
     assert terminal_text() == (GOLDEN / "terminal_summary.txt").read_text(encoding="utf-8")
+
+
+def test_the_verbose_terminal_summary_is_unchanged() -> None:
+    assert terminal_text_verbose() == (GOLDEN / "terminal_summary_verbose.txt").read_text(
+        encoding="utf-8"
+    )
+
+
+def test_every_note_line_is_short_without_verbose() -> None:
+    """Quiet by default: each line under the table (after the "kernelpro: " it carries) is
+    under 100 characters; under -v the same conditions are said in full."""
+    quiet = terminal_text().splitlines()
+    notes = [line for line in quiet if line.startswith("kernelpro: ")]
+    assert notes
+    assert [line for line in notes if len(line) >= 100] == []
+    assert "took 3.1 s of a 2 s budget" in terminal_text_verbose()
+    assert "took 3.1 s" not in "\n".join(quiet)
 
 
 def test_the_compare_table_is_unchanged() -> None:

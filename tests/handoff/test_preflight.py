@@ -48,7 +48,36 @@ def _settings(
 
 
 def test_openai_backend_with_a_model_name_passes() -> None:
-    check_backend(_settings("openai", "qwen3-coder-30b"))
+    with running_fake_chat_api([], served=["qwen3-coder-30b"]) as api:
+        check_backend(_settings("openai", "qwen3-coder-30b", url=api.url))
+    assert api.models_listed() == 1  # asked once whether it answers, no tokens spent
+
+
+def _unused_port_url() -> str:
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
+
+def test_a_set_model_on_a_server_that_is_down_stops_the_session_before_any_work() -> None:
+    """The search against a server nobody listens on used to run every kernel and end "no
+    correct candidate", exit 0."""
+    url = _unused_port_url()
+    with pytest.raises(PreflightError) as caught:
+        check_backend(_settings("openai", "qwen3-coder-30b", url=url))
+    text = str(caught.value)
+    assert text.startswith(
+        f"the model server at {url} (command line --kernelpro-llm-base-url) for model "
+        f"'qwen3-coder-30b' does not answer: GET {url}/models got no answer"
+    )
+    assert text.endswith("Start it, or correct the base URL")
+    # Without the API check (reach_api=False) nothing is asked.
+    check_backend(_settings("openai", "qwen3-coder-30b", url=url), reach_api=False)
+
+
+def test_a_server_that_answers_with_an_http_error_is_up() -> None:
+    with running_fake_chat_api([], models_status=404) as api:
+        check_backend(_settings("openai", "qwen3-coder-30b", url=api.url))
 
 
 def test_openai_backend_with_the_default_anthropic_model_names_the_option() -> None:
@@ -148,3 +177,14 @@ def test_the_server_is_not_asked_when_a_model_is_set_or_none_is_needed() -> None
 def test_an_unknown_backend_lists_the_ones_there_are() -> None:
     with pytest.raises(PreflightError, match=r"'gemini'.*use anthropic, openai or replay:PATH"):
         check_backend(_settings("gemini"))
+
+
+def test_a_model_the_server_just_listed_is_not_asked_for_again() -> None:
+    with running_fake_chat_api([], served=["qwen3-coder-30b"]) as api:
+        settings = _settings("openai", url=api.url)
+        served = served_model(settings)
+        assert served is not None
+        settings.model = served.model
+        settings.sources["model"] = served.source
+        check_backend(settings)
+    assert api.models_listed() == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,31 @@ BUSY_ENV = "KP_TEST_OVERSUBSCRIBED"  # set: the injected timer reports a busy CP
 FLUSHED_ENV = "KP_TEST_FLUSHED"
 
 
+def injected_result(
+    samples: tuple[float, ...], cpu_load: dict, anchor: dict | None = None
+) -> timing.TimingResult:
+    """What an injected CPU timer returns for `samples` (and the CPU anchor's `anchor`
+    pairs, when given)."""
+    from pytest_kernelpro.measure.timing.budget import summarize
+
+    return timing.TimingResult(
+        samples_s=samples,
+        stats=summarize(samples),
+        method="cpu-perf-counter",
+        device="cpu (injected)",
+        stop_reason="max-samples",
+        wall_s=0.0,
+        warmup_runs=0,
+        throttled_samples=0,
+        clocks=None,
+        # Physics tests mark the inputs as really coming from memory (a flushed cache).
+        flushed_l2=bool(os.environ.get(FLUSHED_ENV)),
+        threads=1,
+        cpu_load=cpu_load,
+        anchor=anchor,
+    )
+
+
 @pytest.fixture
 def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Replace the CPU timer of in-process pytester runs with deterministic samples.
@@ -111,20 +137,7 @@ def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
         others = 1.5 if os.environ.get(BUSY_ENV) else 0.0
         load = CpuLoad(cores=2, cpus=2, threads=1, others_cores=others, loadavg_1m=3.5,
                        runnable_threads=4, wall_s=0.2)  # fmt: skip
-        return timing.TimingResult(
-            samples_s=samples,
-            stats=stats,
-            method="cpu-perf-counter",
-            device="cpu (injected)",
-            stop_reason="max-samples",
-            wall_s=0.0,
-            warmup_runs=0,
-            throttled_samples=0,
-            clocks=None,
-            flushed_l2=bool(os.environ.get(FLUSHED_ENV)),
-            threads=1,
-            cpu_load=load.to_dict(),
-        )
+        return injected_result(samples, load.to_dict())
 
     monkeypatch.setattr(timing, "time_kernel", fake_time_kernel)
     # The injected timer lives in this process: a confirmation re-measured in a fresh one

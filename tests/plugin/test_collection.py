@@ -165,7 +165,7 @@ def test_a_kernel_defined_here_and_bound_twice_is_one_item_under_its_own_name(
     [
         (
             "reference=torch.neg, inputs=inp, rtoll=1e-3",
-            "*unknown keyword(s) rtoll; valid keywords are reference, inputs*",
+            "*unknown keyword(s) rtoll (did you mean rtol?); valid keywords are reference, inputs*",
         ),
         (
             "reference=torch.neg, inputs=inp, rtol='tight'",

@@ -98,7 +98,7 @@ def test_correctness_only_runs_are_marked_and_compare_passes_them_over(
     assert [line.split()[0] for line in marked] == [runs[1].stem, runs[3].stem]  # no -N ref
     assert "-1" in next(line for line in listing if runs[2].stem in line)
 
-    assert kernelpro_main(["compare"]) == 0  # the two timed runs
+    assert kernelpro_main(["compare"]) == 1  # the two timed runs: 1.5x slower, regressed
     out = capsys.readouterr().out
     history = ".kernelpro/history"
     assert out.splitlines()[:2] == [
@@ -112,7 +112,11 @@ def test_correctness_only_runs_are_marked_and_compare_passes_them_over(
 
 def test_the_cpu_cache_flush_is_said_under_the_table(kp_project: pytest.Pytester) -> None:
     kp_project.makepyfile(test_k=NEG)
-    flushed = kp_project.runpytest()
+    quiet = kp_project.runpytest()
+    quiet.assert_outcomes(passed=2)
+    # The default flush is the normal state: said under -v, not on every run.
+    assert "CPU timings:" not in quiet.stdout.str()
+    flushed = kp_project.runpytest("-v")
     flushed.assert_outcomes(passed=2)
     flushed.stdout.fnmatch_lines(
         [

@@ -85,7 +85,7 @@ def test_kernelpro_compare_into_a_pipe_is_whole(
     kp_project.runpytest().assert_outcomes(passed=2)
     capsys.readouterr()
     monkeypatch.chdir(kp_project.path)
-    assert kernelpro_main(["compare"]) == 0
+    assert kernelpro_main(["compare"]) == 1  # the regressed rows fail it
     out = capsys.readouterr().out
     line = next(line for line in out.splitlines() if line.startswith(LONG))
     assert re.search(r"REGRESSED \+\d+\.\d%$", line.rstrip()), line

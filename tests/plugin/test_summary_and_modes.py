@@ -37,13 +37,18 @@ def test_oversubscribed_cpu_is_said_and_a_slowdown_there_is_suspect_not_failed(
     monkeypatch.setenv(BUSY_ENV, "1")
     result = kp_project.runpytest("--kernelpro-check")
     result.assert_outcomes(passed=2)
+    # One short line by default; the whole text in the JSON report (and under -v).
     result.stdout.fnmatch_lines(
         [
-            "kernelpro: 2 CPU timing(s) taken on an oversubscribed CPU (*): other processes "
-            "used 1.5 of 2 core(s) while 1 thread(s) were timed; load average 3.5 on 2 CPU(s)*"
-            "Treat them as suspect*"
+            "kernelpro: 2 CPU timing(s) on a busy CPU (others used 1.5 of 2 cores); re-run on a "
+            "quiet machine"
         ]
     )
+    (full,) = [n for n in load_report(kp_project)["meta"]["notes"] if "oversubscribed" in n]
+    assert full.startswith("2 CPU timing(s) taken on an oversubscribed CPU (")
+    assert ("other processes used 1.5 of 2 core(s) while 1 thread(s) were timed; load average "
+            "3.5 on 2 CPU(s)") in full  # fmt: skip
+    assert "Treat them as suspect" in full
     gate = records_by_name(kp_project)["neg"]["gate"]
     assert gate["status"] == "suspect"
     assert "the CPU was oversubscribed while it was timed" in gate["reason"]
@@ -154,7 +159,10 @@ def wrong(x):
     result = kp_project.runpytest("--kernelpro-correctness-only", "--kernelpro-check")
     result.assert_outcomes(passed=2, failed=1)
     result.stdout.fnmatch_lines(
-        ["*wrong is wrong*", "kernelpro: correctness only: 2 kernel(s) checked; nothing was timed*"]
+        [
+            "*wrong is wrong*",
+            "kernelpro: correctness only: 2 kernel(s) checked, nothing timed or gated",
+        ]
     )
     records = records_by_name(kp_project)
     for name in ("neg", "absolute"):
@@ -189,9 +197,8 @@ def bad(x):
     result.stdout.fnmatch_lines(
         [
             "2 kernel(s)*: 1 failed, 1 passed",
-            "kernelpro: --kernelpro-profile: 1 kernel(s) not profiled (k[/bold]): ncu, SASS and "
-            "timeline need a CUDA GPU, and this run had none",
-            "kernelpro: 1 kernel(s) with an invalid marker failed without running (bad)*",
+            "kernelpro: --kernelpro-profile: 1 kernel(s) not profiled: no CUDA GPU here",
+            "kernelpro: 1 kernel(s) with an invalid marker failed (bad); see each failure",
         ]
     )
     assert load_report(kp_project)["summary"]["kernels"] == 2
@@ -214,7 +221,7 @@ def test_history_and_compare_over_two_runs(
     kp_project.runpytest().assert_outcomes(passed=2)
     monkeypatch.setenv(SLOWDOWN_ENV, "2")
     result = kp_project.runpytest()
-    result.stdout.fnmatch_lines(["kernelpro: run kept as *`kernelpro compare` compares*"])
+    result.stdout.fnmatch_lines(["kernelpro: run kept as *"])
     history = kp_project.path / ".kernelpro" / "history"
     runs = sorted(history.glob("*.json"))
     assert len(runs) == 2
@@ -230,7 +237,7 @@ def test_history_and_compare_over_two_runs(
     assert runs[0].stem in listing
     assert "-2" in listing
 
-    assert kernelpro_main(["compare"]) == 0  # the last two runs
+    assert kernelpro_main(["compare"]) == 1  # the last two runs: a regressed row fails
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("kernel"))
     assert header.split() == ["kernel", "baseline", "head", "speedup", "verdict"]
@@ -278,8 +285,14 @@ def copy(x):
     return slow(x)
 """
     )
-    result = kp_project.runpytest("--kernelpro-time-budget=0.02", "--kernelpro-cpu-flush=off")
+    args = ("--kernelpro-time-budget=0.02", "--kernelpro-cpu-flush=off")
+    result = kp_project.runpytest(*args)
     result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["kernelpro: 1 CPU timing(s) overran the time budget (copy); -v says why; "
+         "--kernelpro-time-budget"]
+    )  # fmt: skip
+    result = kp_project.runpytest(*args, "-v")
     result.stdout.fnmatch_lines(
         ["kernelpro: 1 CPU timing(s) overran the time budget (copy): the time budget of 0.02 s "
          "was overrun*a sample took*the kernel 3* ms*Use a larger budget (--kernelpro-time-budget "

@@ -6,8 +6,8 @@ set anywhere asks the server which models it serves and takes the only one; seve
 or a listing that fails stop the session with the URL, the models or the failure, and the
 setting to use. `check_backend` (at configure): Dask is installed when `--kernelpro-dask`
 asks for it, the model backend can be built (an API key for anthropic; the SDK and a model
-name for openai), the Anthropic API answers (one models request, no tokens spent; an
-OpenAI-compatible server is first asked by the search unless its model is asked for), the
+name for openai), the Anthropic API answers (one models request, no tokens spent), an
+OpenAI-compatible server answers (`check_server_answers`: one models request), the
 model has a price when the budget is in dollars, and a replay recording exists and holds
 answers. `check_replay_items` (after collection): a replay directory holds a recording for
 every kernel selected.
@@ -32,6 +32,8 @@ class PreflightError(Exception):
 
 # Most model names a message lists; a hosted API serves dozens.
 _LISTED_MODELS = 12
+# How `served_model` names where the model came from: the server has just answered.
+_SERVED_SOURCE = "the only model {url} serves"
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ def served_model(settings: OptimizeConfig) -> ServedModel | None:
     if len(models) == 1:
         return ServedModel(
             model=models[0],
-            source=f"the only model {url} serves",
+            source=_SERVED_SOURCE.format(url=url),
             line=(
                 f"kernelpro: optimizing with model {models[0]!r}, the only model the server "
                 f"at {url} serves (no --kernelpro-model set)"
@@ -176,6 +178,8 @@ def check_backend(settings: OptimizeConfig, *, reach_api: bool = True) -> None:
             )
         except LLMError as exc:
             raise PreflightError(f"the optimizer cannot build its model backend: {exc}") from None
+        if reach_api:
+            check_server_answers(settings)
         return
     from pytest_kernelpro.optimize.agents.llm.anthropic_backend import AnthropicBackend
 
@@ -190,6 +194,29 @@ def check_backend(settings: OptimizeConfig, *, reach_api: bool = True) -> None:
             backend.check_reachable()
     except LLMError as exc:
         raise PreflightError(f"the optimizer cannot reach its model: {exc}") from None
+
+
+def check_server_answers(settings: OptimizeConfig) -> None:
+    """`--kernelpro-llm=openai` with a model set: the server at the base URL answers (one
+    `GET /models`, no tokens spent), or `PreflightError` says it does not and what to do.
+    Without it a search against a server that is down ran every kernel and ended "no correct
+    candidate" with exit 0. A server that answers with an HTTP error is up (not every one
+    serves the model list); with no base URL known there is no server of ours to ask."""
+    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.agents.llm.openai_backend import served_models
+
+    url, where = _base_url(settings)
+    if url is None or settings.sources.get("model") == _SERVED_SOURCE.format(url=url):
+        return  # no server of ours, or it has just listed the model
+    try:
+        served_models(url, timeout_s=20.0)
+    except LLMError as exc:
+        if getattr(exc, "answered", True):
+            return
+        raise PreflightError(
+            f"the model server at {url} ({where}) for model {settings.model!r} does not "
+            f"answer: {exc}"
+        ) from None
 
 
 def _check_recording(path) -> None:  # type: ignore[no-untyped-def]
