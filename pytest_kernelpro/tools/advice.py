@@ -50,8 +50,11 @@ class PipeAdvice:
 
 def _load() -> dict[str, Any]:
     text = resources.files(__package__).joinpath(_DATA).read_text(encoding="utf-8")
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    # The pure-Python safe loader: libyaml's C loader compares node classes by identity with
+    # the `yaml.nodes` it was first imported with, so after `yaml` is imported again in one
+    # process (pytester restores sys.modules after an in-process run) it resolves every
+    # mapping to the tag None and fails. The file is small; the C speed buys nothing here.
+    data = yaml.safe_load(text)
     if not isinstance(data, dict):
         raise KernelproError(
             f"pytest_kernelpro/tools/{_DATA} is not a mapping; reinstall the package"
