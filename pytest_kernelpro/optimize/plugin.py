@@ -29,6 +29,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     optimize_settings.add_options(parser)
 
 
+@pytest.hookimpl(optionalhook=True)  # the gate's hook: absent with -p no:kernelpro
 def pytest_kernelpro_setting_names() -> list[str]:
     return list(optimize_settings.SETTINGS_BY_NAME)
 
@@ -96,6 +97,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         raise pytest.UsageError(f"kernelpro: --kernelpro-optimize cannot run: {exc}") from None
 
 
+@pytest.hookimpl(optionalhook=True)  # the gate's hook: absent with -p no:kernelpro
 def pytest_kernelpro_item_measured(run: Any, session: Any, set_phase: Any) -> None:
     """The search of one measured kernel item, within the session's budget."""
     if _settings(session.config) is None:
@@ -106,6 +108,7 @@ def pytest_kernelpro_item_measured(run: Any, session: Any, set_phase: Any) -> No
     optimize_item(run, session)
 
 
+@pytest.hookimpl(optionalhook=True)  # the gate's hook: absent with -p no:kernelpro
 def pytest_kernelpro_isolated_child_args(config: pytest.Config) -> list[str]:
     settings = _settings(config)
     return [] if settings is None else settings.child_args()

@@ -138,3 +138,11 @@ def test_the_spy_sees_the_optimizer_when_it_is_asked_for(kp_project: pytest.Pyte
     this one, without a model backend, but only after importing it)."""
     loaded, _ = loaded_modules(kp_project, "--kernelpro-optimize=1", "--co")
     assert set(loaded) - ALWAYS_LOADED & {m for m in loaded if m.startswith(OPTIMIZER)}
+
+
+def test_the_optimizer_plugin_alone_leaves_a_session_working(pytester: pytest.Pytester) -> None:
+    """With the gate disabled (`-p no:kernelpro`) the optimizer's hooks into the gate are
+    optional: the session runs its ordinary tests instead of failing on unknown hooks."""
+    pytester.makepyfile(test_plain="def test_a():\n    assert 1 + 1 == 2\n")
+    result = pytester.runpytest("-p", "no:kernelpro")
+    result.assert_outcomes(passed=1)
