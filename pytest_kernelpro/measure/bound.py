@@ -9,6 +9,17 @@ whatever the module attribute points to later. `tampered()` names every kept fun
 public name now points elsewhere, so a timing can refuse a kernel that rebound a clock
 instead of trusting its numbers.
 
+The plugin's own timing modules are kept too (`keep_module`, the last line of each): every
+name of their namespaces (functions, classes, imported modules, constants) is compared by
+identity with what it was when the module finished importing, so `import
+pytest_kernelpro.measure.bound as b; b.perf_counter = fake` or `cpu.bound = fake_module` is a
+rebinding like `time.perf_counter = fake`. `binding_failure` runs before and after every
+sample (`timing/cpu.py`, `timing/cuda.py`); the module that made a patch is found from the
+replacement itself (its code's file, its `__module__`) or, failing that, from the modules
+that hold it (`patcher_of`), and is remembered (`patchers`): a kernel of that module is
+refused when it is timed, and a kernel timed after someone else's patch is timed on the
+originals, put back, instead of being blamed.
+
 CUDA events are used through `torch._C._CudaEventBase` (a C type: its methods cannot be
 reassigned from Python), never through the Python subclass `torch.cuda.Event`.
 
@@ -21,6 +32,7 @@ from __future__ import annotations
 import json
 import json.encoder
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +46,7 @@ process_time: Callable[[], float] = time.process_time
 thread_time: Callable[[], float] = time.thread_time  # the CPU anchor's on-CPU time
 os_pread: Callable[[int, int, int], bytes] = os.pread  # its run-queue wait (schedstat)
 json_dumps: Callable[..., str] = json.dumps
+os_urandom: Callable[[int], bytes] = os.urandom  # which timed calls are checked
 _os_write = os.write
 _os_open = os.open
 _os_close = os.close
@@ -48,6 +61,12 @@ _KEPT: tuple[tuple[Any, str, str, Any], ...] = (
     (time, "time", "thread_time", thread_time),
     (os, "os", "pread", os_pread),
     (json, "json", "dumps", json_dumps),
+    (os, "os", "urandom", os_urandom),
+    (os, "os", "write", _os_write),
+    (os, "os", "open", _os_open),
+    (os, "os", "close", _os_close),
+    (os, "os", "fsync", _os_fsync),
+    (os, "os", "replace", _os_replace),
 )
 
 # The C-level JSON encoder (the one `json.dumps` uses for a compact dump), made now: its
@@ -115,7 +134,161 @@ def tampered() -> list[str]:
         current = getattr(module, attr, None)
         if current is not original:
             found.append(f"{module_name}.{attr} (now {_describe(current)})")
+    for module_name, namespace, attr, original in _MODULE_KEPT:
+        current = namespace.get(attr, _MISSING)
+        if current is not original:
+            found.append(f"{module_name}.{attr} (now {_describe(current)})")
     return found + _torch_tampered()
+
+
+class _Attrs:
+    """A function's attributes read and written like a namespace dict (`_MODULE_KEPT`)."""
+
+    def __init__(self, owner: Any) -> None:
+        self._owner = owner
+
+    def get(self, attr: str, default: Any = None) -> Any:
+        return getattr(self._owner, attr, default)
+
+    def __setitem__(self, attr: str, value: Any) -> None:
+        setattr(self._owner, attr, value)
+
+
+# Every name of the plugin's timing modules as it was when the module finished importing, and
+# its functions' code and defaults: (where, namespace, name, value). Appended by `keep_module`.
+_MODULE_KEPT: list[tuple[str, Any, str, Any]] = []
+_MISSING = object()
+
+
+def keep_module(module: Any) -> None:
+    """Keep every public and private name of `module`'s namespace (dunders aside) for
+    `tampered`: called as the last statement of each timing module, so what is kept is what
+    the module's own code bound, before any caller could rebind it."""
+    namespace = vars(module)
+    kept = {(name, attr) for name, _ns, attr, _v in _MODULE_KEPT}
+    for attr, value in list(namespace.items()):
+        if attr.startswith("__") or (module.__name__, attr) in kept:
+            continue
+        _MODULE_KEPT.append((module.__name__, namespace, attr, value))
+        # A function of the module keeps its code and defaults too: replacing
+        # `f.__code__` or `f.__defaults__` changes what the kept name runs.
+        if getattr(value, "__module__", None) == module.__name__ and hasattr(value, "__code__"):
+            for part in ("__code__", "__defaults__", "__kwdefaults__"):
+                kept_part = (f"{module.__name__}.{attr}", _Attrs(value), part, getattr(value, part))
+                _MODULE_KEPT.append(kept_part)
+
+
+def _replacements() -> list[tuple[str, Any]]:
+    """(the rebound name, what it points to now) for every rebinding `tampered` sees."""
+    out = []
+    for module, module_name, attr, original in _KEPT:
+        current = getattr(module, attr, None)
+        if current is not original:
+            out.append((f"{module_name}.{attr}", current))
+    for module_name, namespace, attr, original in _MODULE_KEPT:
+        current = namespace.get(attr, _MISSING)
+        if current is not original:
+            out.append((f"{module_name}.{attr}", current))
+    return out
+
+
+def _code_file(value: Any) -> str | None:
+    """The file of the Python code behind `value` (a function, a bound method, a callable
+    object's `__call__`, a `functools.partial`), or None for C code."""
+    for candidate in (
+        value,
+        getattr(value, "__func__", None),
+        getattr(value, "func", None),
+        type(value).__dict__.get("__call__"),
+    ):
+        code = getattr(candidate, "__code__", None)
+        if code is not None:
+            return str(code.co_filename)
+    return None
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def patcher_of(value: Any) -> str:
+    """The module that made `value` a replacement: the module whose file holds its code, else
+    its `__module__`, else the modules (outside the plugin) whose globals hold it; "an
+    unknown module" when none does (a C function put in place from a local)."""
+    import sys
+
+    filename = _code_file(value)
+    owner = getattr(value, "__module__", None)
+    if filename is not None:
+        for name, module in list(sys.modules.items()):
+            if getattr(module, "__file__", None) == filename:
+                return f"{name} ({filename})"
+        return f"{owner} ({filename})" if isinstance(owner, str) else filename
+    if isinstance(owner, str) and owner not in ("builtins", "time", "os", "json", "posix"):
+        return owner
+    holders = []
+    installed = tuple({sys.prefix, sys.base_prefix, _OWN_DIR})
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if not path or path.startswith(installed):  # the plugin, the standard library, packages
+            continue
+        try:
+            if any(v is value for v in vars(module).values()):
+                holders.append(name)
+        except TypeError:
+            continue
+    return ", ".join(holders[:3]) if holders else "an unknown module"
+
+
+# The modules found to have patched a kept name, with what they patched: their kernels are
+# refused when timed, whichever kernel was being timed when the patch was first seen.
+patchers: dict[str, str] = {}
+
+
+def _module_key(described: str) -> str:
+    """The file of a `patcher_of` description when it names one ("mod (file)"), else it."""
+    if described.endswith(")") and " (" in described:
+        return described.rsplit(" (", 1)[1][:-1]
+    return described
+
+
+def binding_failure(when: str) -> str | None:
+    """Why the kept bindings are not intact `when` (naming each rebound name and the module
+    that made it), or None. The patching modules are added to `patchers`."""
+    replaced = _replacements()
+    torch_found = _torch_tampered()
+    if not replaced and not torch_found:
+        return None
+    by_patch: dict[tuple[str, str], list[str]] = {}
+    for name, value in replaced:
+        by_patch.setdefault((_describe(value), patcher_of(value)), []).append(name)
+    parts = []
+    for (now, patcher), names in by_patch.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        part = f"{shown} (now {now}, made by {patcher})"
+        patchers[_module_key(patcher)] = part
+        parts.append(part)
+    return (
+        f"{', '.join(parts + torch_found)} was replaced {when}: a kernel timed across a "
+        "rebound clock, serializer or timing function cannot be timed (its numbers could be "
+        "anything) and none of them is published. Remove the patch from the module named; "
+        "the originals are put back now"
+    )
+
+
+def kernel_is_patcher(kernel: Any) -> str | None:
+    """The patcher entry (`patchers`) of the module `kernel` was defined in, or None."""
+    import sys
+
+    names = {getattr(kernel, "__module__", None), getattr(type(kernel), "__module__", None)}
+    files = {_code_file(kernel), _code_file(getattr(type(kernel), "forward", None))}
+    for name in list(names):
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is not None and getattr(module, "__file__", None):
+            files.add(module.__file__)
+    for patcher, what in patchers.items():
+        if patcher in names or patcher in files:
+            return f"{what} was rebound by this kernel's module"
+    return None
 
 
 def tamper_failure(where: str) -> str | None:
@@ -137,6 +310,8 @@ def restore() -> None:
     later are not refused for a patch they did not make)."""
     for module, _name, attr, original in _KEPT:
         setattr(module, attr, original)
+    for _module_name, namespace, attr, original in _MODULE_KEPT:
+        namespace[attr] = original
     for owner, attr, original in _TORCH_KEPT.values():
         setattr(owner, attr, original)
 
@@ -208,3 +383,6 @@ class CudaEvents:
 
     def elapsed_s(self, start: Any, end: Any) -> float:
         return float(self._elapsed(start, end)) * 1e-3
+
+
+keep_module(sys.modules[__name__])

@@ -98,6 +98,7 @@ import functools
 import math
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -117,7 +118,7 @@ from pytest_kernelpro.measure.timing.budget import (
     adaptive_rounds,
     kernel_failed,
 )
-from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs
+from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs, verify_bindings
 
 
 @dataclass(frozen=True)
@@ -333,6 +334,9 @@ def time_cpu(
         return body
 
     def sample(calls: int) -> float:
+        # The kept bindings before and after every sample (`measure.bound`): a kernel that
+        # rebinds a clock is refused at the sample it did it in.
+        verify_bindings()
         if fresh is not None:
             fresh.before()
         if flushing:
@@ -348,9 +352,12 @@ def time_cpu(
             per_call = (t1 - t0) / calls
         if fresh is not None:
             fresh.after(out)
+        verify_bindings()
         return per_call
 
     try:
+        if fresh is not None:
+            fresh.before()
         out = fn()
         if fresh is not None:
             fresh.after(out, force=True)
@@ -831,3 +838,6 @@ class CpuLoadMonitor:
             runnable_threads=_runnable_threads(),
             wall_s=wall,
         )
+
+
+bound.keep_module(sys.modules[__name__])
