@@ -170,12 +170,18 @@ def keep_module(module: Any) -> None:
         if attr.startswith("__") or (module.__name__, attr) in kept:
             continue
         _MODULE_KEPT.append((module.__name__, namespace, attr, value))
-        # A function of the module keeps its code and defaults too: replacing
-        # `f.__code__` or `f.__defaults__` changes what the kept name runs.
-        if getattr(value, "__module__", None) == module.__name__ and hasattr(value, "__code__"):
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        # A function of the module keeps its code and defaults too (replacing `f.__code__`
+        # changes what the kept name runs), a class of it its methods.
+        where = f"{module.__name__}.{attr}"
+        if hasattr(value, "__code__"):
             for part in ("__code__", "__defaults__", "__kwdefaults__"):
-                kept_part = (f"{module.__name__}.{attr}", _Attrs(value), part, getattr(value, part))
-                _MODULE_KEPT.append(kept_part)
+                _MODULE_KEPT.append((where, _Attrs(value), part, getattr(value, part)))
+        elif isinstance(value, type):
+            for method, function in list(vars(value).items()):
+                if not method.startswith("__") and callable(function):
+                    _MODULE_KEPT.append((where, _Attrs(value), method, function))
 
 
 def _replacements() -> list[tuple[str, Any]]:

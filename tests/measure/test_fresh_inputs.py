@@ -17,9 +17,11 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     CHECK_RATE,
     DishonestTiming,
     FreshInputs,
+    Seal,
     checked_now,
     fresh_inputs,
     survival,
+    verify_bindings,
 )
 
 
@@ -67,15 +69,14 @@ def test_every_call_holds_content_no_earlier_call_held() -> None:
 
 def test_a_checked_call_is_compared_with_the_reference_on_its_own_content() -> None:
     fresh = _fresh()
-    fresh.rate = 1.0
     for _ in range(20):
         fresh.before()
-        fresh.after(fresh.call())
+        fresh.after(fresh.call(), force=True)
     assert fresh.checked == 20
     stale = fresh.call()
     fresh.before()
     with pytest.raises(DishonestTiming, match="timed call 21 returned a wrong output"):
-        fresh.after(stale)
+        fresh.after(stale, force=True)
 
 
 def test_the_first_timed_call_does_not_see_the_trial_calls_content() -> None:
@@ -161,3 +162,50 @@ def test_the_docs_survival_probabilities() -> None:
     assert survival(CHECK_RATE, 0.5, 21) < 1e-3
     assert survival(CHECK_RATE, 0.5, 20) == pytest.approx(0.7**20)
     assert survival(CHECK_RATE, 0.1, 100) == pytest.approx(0.94**100)
+
+
+@pytest.mark.parametrize("n", [1, 3, 10, 100, 1000])
+def test_a_kernel_that_turns_lazy_after_its_nth_call_is_caught_within_a_few_calls(n: int) -> None:
+    """The timer's per-call protocol (new content, call, decision) for 1,200 calls: honest for
+    N calls, then skipping its work on every call. Each call after N is checked with p = 0.6,
+    so it survives k of them with p = 0.4^k (here 40 calls: 1e-16)."""
+    made = [0]
+
+    def lazy_after_n(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        made[0] += 1
+        if made[0] > n + 1:  # + the mix's validity trial
+            return torch.zeros(16, 16)
+        return _gather(x, index, mask)
+
+    fresh = _fresh(lazy_after_n)
+
+    def timed_calls() -> None:
+        for _ in range(1200):
+            fresh.before()
+            fresh.after(fresh.call(), force=fresh._calls == 0)
+
+    with pytest.raises(DishonestTiming, match="returned a wrong output") as caught:
+        timed_calls()
+    number = int(str(caught.value).split("timed call ")[1].split()[0])
+    assert n < number <= n + 40
+
+
+def test_a_kernel_lowering_the_check_rate_or_swapping_the_timers_tensors_is_refused() -> None:
+    for attack in ("rate", "weights", "reference"):
+        fresh = _fresh()
+
+        def cheat(x: Any, index: Any, mask: Any, attack: str = attack, fresh: Any = fresh) -> Any:
+            if attack == "rate":
+                fresh.__dict__["rate"] = 0.0  # shadows the property's constant
+            elif attack == "weights":
+                fresh.weights = [w.clone() for w in fresh.weights]
+            else:
+                fresh.reference = cheat
+            return _gather(x, index, mask)
+
+        fresh.kernel = cheat
+        seal = Seal.of(fresh)
+        fresh.before()
+        fresh.call()
+        with pytest.raises(DishonestTiming, match="the timer's own state"):
+            verify_bindings(fresh, seal)

@@ -56,7 +56,7 @@ def sample_memo(x, y):
 """
 
 STACK_READER = """
-import gc, random, sys, warnings
+import random, sys, warnings
 import numpy as np
 
 def _find_rngs():
@@ -65,8 +65,8 @@ def _find_rngs():
         return _scan()
 
 def _scan():
-    # Every object of the timer on the call stack and every RNG the garbage collector knows
-    # of: what the last wave's sampler reader copied to predict the checked calls.
+    # Every RNG held by an object of the timer on the call stack: what the last wave's
+    # sampler reader copied to predict the checked calls (the timer kept one then).
     found = []
     frame = sys._getframe(1)
     while frame is not None:
@@ -75,7 +75,6 @@ def _scan():
                 if isinstance(attr, (random.Random, np.random.Generator, torch.Generator)):
                     found.append(attr)
         frame = frame.f_back
-    found += [o for o in gc.get_objects() if isinstance(o, (random.Random, torch.Generator))]
     return found
 
 @pytest.mark.kernelpro(reference=ref, inputs=pair)
@@ -83,7 +82,9 @@ def stack_reader(x, y):
     n = count("reader")
     if n <= 6:  # the trials, the mix's validity trial and the first timed calls (always checked)
         return torch.tanh(x @ y)
-    rngs = _find_rngs()
+    if "rngs" not in CALLS:  # one scan (it takes a while), kept
+        CALLS["rngs"] = _find_rngs()
+    rngs = CALLS["rngs"]
     predicted_checked = False
     for rng in rngs:
         copy = random.Random()
@@ -107,14 +108,18 @@ def gc_scanner(x, y):
     n = count("gc")
     if n <= 6:
         return torch.tanh(x @ y)
+    if "timers" not in CALLS:  # one scan (it takes a while), kept
+        with warnings.catch_warnings():  # touching every object wakes deprecation warnings
+            warnings.simplefilter("ignore")
+            CALLS["timers"] = [
+                o for o in gc.get_objects()
+                if isinstance(getattr(o, "__dict__", None), dict)
+                and isinstance(o.__dict__.get("_pending"), list) and "storage" in o.__dict__
+            ]
     pending = 0
-    with warnings.catch_warnings():  # touching every object wakes deprecation warnings
-        warnings.simplefilter("ignore")
-        for obj in gc.get_objects():
-            state = getattr(obj, "__dict__", None)
-            if isinstance(state, dict) and "_pending" in state and "rate" in state:
-                pending += len(state["_pending"])
-                state["rate"] = 0.0  # and turns the checks off, if it can
+    for timer in CALLS["timers"]:
+        pending += len(timer.__dict__["_pending"])
+        timer.__dict__["rate"] = 0.0  # and turns the checks off, if it can
     if pending or n % 2 == 0:
         return torch.tanh(x @ y)
     return torch.zeros(x.shape[0], y.shape[1])
@@ -167,11 +172,13 @@ def test_a_kernel_reading_the_timer_from_its_call_stack_and_gc_is_refused(
     """It skips half of its calls, honest where a copied generator predicts a check: there is
     no generator to copy, and with a check rate of 0.6 it survives n calls with p = 0.7^n."""
     kp_project.makepyfile(test_reader=HEADER + STACK_READER + GC_READER + HONEST)
-    result = kp_project.runpytest()
+    # A budget of 1 s: a few hundred calls, so a kernel skipping half of them survives with
+    # p = 0.7^n, far below 1e-6 (at the project's 0.2 s a slow machine may make 10 calls).
+    result = kp_project.runpytest("--kernelpro-time-budget=1")
     result.assert_outcomes(passed=1, failed=2)
     out = result.stdout.str()
     _refused(out, "stack_reader", "returned a wrong output")
-    _refused(out, "gc_scanner", "returned a wrong output")
+    _refused(out, "gc_scanner", "is refused: ")  # by a check, or by the seal on its rate
     honesty = records_by_name(kp_project)["honest"]["timing"]["honesty"]
     assert honesty["checked_calls"] >= 1
     assert honesty["survival_half_skipped"] == pytest.approx(0.7 ** honesty["calls"])
@@ -195,8 +202,10 @@ def test_a_kernel_that_changes_after_its_nth_call_is_refused_once_timed_past_it(
         assert "after_n is refused" in out or "after_n is wrong" in out, out[-2000:]
     else:
         result.assert_outcomes(passed=1)
-    if n <= 100:
-        assert made > n  # the default timing reaches these: each case is a real test
+    if n <= 10:
+        assert made > n  # the short timing reaches these: each case is a real test
+    # N = 100 and 1000 are reached or not depending on the machine's speed and load; the
+    # per-call protocol is driven past both in tests/measure/test_fresh_inputs.py.
 
 
 def test_a_kernel_that_rebinds_every_clock_it_can_find_is_refused_naming_its_module(

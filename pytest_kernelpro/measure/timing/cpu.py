@@ -323,6 +323,7 @@ def time_cpu(
             buf.fill(fill[0])
 
     pairs = cpu_pairs(budget, clock)
+    seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
 
     def body_of(calls: int) -> Callable[[], object]:
         def body() -> object:
@@ -336,7 +337,7 @@ def time_cpu(
     def sample(calls: int) -> float:
         # The kept bindings before and after every sample (`measure.bound`): a kernel that
         # rebinds a clock is refused at the sample it did it in.
-        verify_bindings()
+        verify_bindings(fresh, seal)
         if fresh is not None:
             fresh.before()
         if flushing:
@@ -352,7 +353,7 @@ def time_cpu(
             per_call = (t1 - t0) / calls
         if fresh is not None:
             fresh.after(out)
-        verify_bindings()
+        verify_bindings(fresh, seal)
         return per_call
 
     try:

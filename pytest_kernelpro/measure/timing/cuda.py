@@ -196,6 +196,7 @@ def _time_cuda_on(
 
     if fresh is not None:
         fn = fresh.call
+    seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
     # streams="any": the kernel's work may still run on its own streams when it returns, so
     # its outputs are read after a device-wide synchronize (the default reads them on the
     # timed stream right after the end event: what is not done there escaped it).
@@ -231,7 +232,7 @@ def _time_cuda_on(
         for i, (start, end) in enumerate(pairs):
             if sleep_cycles and sync_each:
                 torch.cuda._sleep(sleep_cycles)
-            verify_bindings()  # the kept bindings before and after every sample (bound.py)
+            verify_bindings(fresh, seal)  # the kept bindings before and after every sample
             if fresh is not None:
                 fresh.before()  # enqueued ahead of the flush and the start event: not timed
             flush()
@@ -240,7 +241,7 @@ def _time_cuda_on(
             events.record(end)
             observe(out)
             out = None
-            verify_bindings()
+            verify_bindings(fresh, seal)
             if anchor is not None:
                 flush()
                 events.record(marks[i][0])

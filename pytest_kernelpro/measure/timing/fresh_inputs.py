@@ -71,14 +71,58 @@ class DishonestTiming(KernelproError):
     """A timed call did less than the work it claims (the message says what was seen)."""
 
 
-def verify_bindings() -> None:
+def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) -> None:
     """Raise `DishonestTiming` when a kept clock, serializer, file function or a name of the
-    plugin's timing modules was rebound (`measure.bound`): the timers call this before and
-    after every sample, so the kernel timed across the patch is the one refused."""
+    plugin's timing modules was rebound (`measure.bound`), or when `fresh`'s state no longer
+    matches the `seal` taken before the timing: the timers call this before and after every
+    sample, so the kernel timed across the patch is the one refused."""
     failure = bound.binding_failure("while the kernel was timed")
     if failure is not None:
         bound.restore()
         raise DishonestTiming(failure)
+    if fresh is not None and seal is not None:
+        changed = seal.changed(fresh)
+        if changed:
+            raise DishonestTiming(
+                f"the timer's own state ({', '.join(changed)} of its fresh inputs) was changed "
+                "while the kernel was timed: a kernel that rewrites the timer's objects (found "
+                "on the call stack or through gc) cannot be timed"
+            )
+
+
+def _same_objects(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    return len(left) == len(right) and all(x is y for x, y in zip(left, right, strict=True))
+
+
+# What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
+SEALED = ("mode", "ends", "weights", "make_draw", "reference", "check", "kernel", "storage")
+
+
+@dataclass(frozen=True)
+class Seal:
+    """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
+    not an attribute of the object the kernel can find): `changed` names what differs."""
+
+    values: tuple[Any, ...]
+    weights: tuple[Any, ...]
+    ends: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, fresh: FreshInputs) -> Seal:
+        a, b = fresh.ends if fresh.ends is not None else ([], [])
+        return cls(tuple(getattr(fresh, name) for name in SEALED), tuple(fresh.weights), (*a, *b))
+
+    def changed(self, fresh: FreshInputs) -> list[str]:
+        found = [
+            name
+            for name, value in zip(SEALED, self.values, strict=True)
+            if getattr(fresh, name, None) is not value
+        ]
+        a, b = fresh.ends if fresh.ends is not None else ([], [])
+        if not (_same_objects(fresh.weights, self.weights) and _same_objects((*a, *b), self.ends)):
+            found.append("its mixed content's tensors")
+        shadowed = [n for n in vars(fresh) if n in ("before", "after", "call", "drain", "rate")]
+        return found + [f"{name} (set on the object)" for name in shadowed]
 
 
 def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
@@ -197,7 +241,6 @@ class FreshInputs:
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
     reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
-    rate: float = CHECK_RATE
     defer: bool = False  # GPU: checked copies queued, compared by `drain`
     note: str = ""
     # Host seconds spent making each call's content (enqueueing, on a GPU) and checking: what
@@ -209,6 +252,15 @@ class FreshInputs:
     _calls: int = 0
     _draw: Any = None  # maker: the current call's content
     _pending: list[tuple[int, Any, Any]] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """The share of calls checked: a module constant (kept, `measure.bound`), never state
+        of this object a kernel could lower."""
+        return FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
+
+    def seal(self) -> Seal:
+        return Seal.of(self)
 
     @property
     def outputs_checked(self) -> bool:
@@ -505,7 +557,6 @@ def fresh_inputs(
         )
         return fresh
     fresh.mode = "fixed"
-    fresh.rate = FIXED_CHECK_RATE
     fresh.note = (
         f"fresh inputs: off ({why_fixed}; {why_mix or room_note}): every call sees the same "
         "contents with a new _version"
