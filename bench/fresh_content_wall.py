@@ -28,7 +28,9 @@ import time
 from pathlib import Path
 
 
-def one_run(tree: Path, problems: list[Path], batch_size: int | None) -> dict[str, object]:
+def one_run(
+    tree: Path, problems: list[Path], batch_size: int | None, ceilings: Path | None
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory(prefix="kp-fresh-wall-") as tmp:
         folder = Path(tmp) / "problems"
         folder.mkdir()
@@ -45,6 +47,8 @@ def one_run(tree: Path, problems: list[Path], batch_size: int | None) -> dict[st
             "--kernelpro-problems=problems", "--kernelpro-device=cpu",
             f"--kernelpro-json={report}",
         ]  # fmt: skip
+        if ceilings is not None:
+            command.append(f"--kernelpro-ceilings={ceilings}")
         started = time.monotonic()
         done = subprocess.run(command, cwd=tmp, env=env, capture_output=True, text=True)
         wall = time.monotonic() - started
@@ -77,11 +81,21 @@ def main() -> None:
     parser.add_argument("--tree", type=Path, required=True)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument(
+        "--ceilings",
+        type=Path,
+        default=None,
+        help="a ceilings file (as cached after a first session): without it each session "
+        "probes the machine, which on a loaded one takes a minute and varies with the load",
+    )
     parser.add_argument("problems", nargs="+", type=Path)
     args = parser.parse_args()
     problems = [p.resolve() for p in args.problems]
     for _ in range(args.runs):
-        print(json.dumps(one_run(args.tree.resolve(), problems, args.batch_size)), flush=True)
+        print(
+            json.dumps(one_run(args.tree.resolve(), problems, args.batch_size, args.ceilings)),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ advantage it tries for; an honest kernel beside them passes.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -349,3 +350,52 @@ def fixed_inputs(x, y):
     assert "a jitter of them" in honesty["note"]
     assert json.loads(json.dumps(honesty)) == honesty
     assert Path(kp_project.path / ".kernelpro").is_dir()
+
+
+def test_a_thread_that_computes_the_next_output_between_the_timed_calls_is_refused(
+    kp_project: pytest.Pytester,
+) -> None:
+    """Its thread watches the input's `_version`: once the timer refilled it, it computes the
+    output while the cache is flushed, and the timed call returns it at once (right on every
+    checked call). The other threads' CPU time between the calls refuses it."""
+    kp_project.makepyfile(
+        test_prefetch=HEADER
+        + """
+import threading, time
+
+def big(device):
+    return (torch.randn(384, 384, device=device), torch.randn(384, 384, device=device))
+
+READY = {}
+
+def _ahead(x, y):
+    seen = None
+    end = time.monotonic() + 3.0  # gone before the next test of this process times anything
+    while time.monotonic() < end:
+        version = x._version
+        if version != seen:
+            seen = version
+            READY[version] = torch.tanh(x @ y)
+        time.sleep(0)
+
+@pytest.mark.kernelpro(reference=ref, inputs=big)
+def computes_ahead(x, y):
+    if count("ahead") <= 4:
+        return torch.tanh(x @ y)
+    if "thread" not in READY:
+        READY["thread"] = threading.Thread(
+            target=_ahead, args=(x, y), daemon=True, name="kernelpro-test-ahead"
+        )
+        READY["thread"].start()
+    ready = READY.pop(x._version, None)
+    return ready if ready is not None else torch.tanh(x @ y)
+"""
+    )
+    try:
+        result = kp_project.runpytest("--kernelpro-cpu-flush=on")
+    finally:
+        for thread in threading.enumerate():
+            if thread.name == "kernelpro-test-ahead":
+                thread.join()
+    result.assert_outcomes(failed=1)
+    _refused(result.stdout.str(), "computes_ahead", "other threads of the process used")

@@ -118,7 +118,11 @@ from pytest_kernelpro.measure.timing.budget import (
     adaptive_rounds,
     kernel_failed,
 )
-from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs, verify_bindings
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    DishonestTiming,
+    FreshInputs,
+    verify_bindings,
+)
 
 
 @dataclass(frozen=True)
@@ -324,6 +328,7 @@ def time_cpu(
 
     pairs = cpu_pairs(budget, clock)
     seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
+    between = OtherThreads()
 
     def body_of(calls: int) -> Callable[[], object]:
         def body() -> object:
@@ -338,10 +343,12 @@ def time_cpu(
         # The kept bindings before and after every sample (`measure.bound`): a kernel that
         # rebinds a clock is refused at the sample it did it in.
         verify_bindings(fresh, seal)
+        between.start()
         if fresh is not None:
             fresh.before()
         if flushing:
             do_flush()
+        between.stop()
         if pairs is not None:
             per_call, out = pairs.measure(body_of(calls), calls)
         else:
@@ -354,6 +361,7 @@ def time_cpu(
         if fresh is not None:
             fresh.after(out)
         verify_bindings(fresh, seal)
+        between.kernel_s += per_call * calls
         return per_call
 
     try:
@@ -425,6 +433,9 @@ def time_cpu(
         load = monitor.stop()
         if fresh is not None:
             fresh.finish()
+        idle_work = between.failure(threads)
+        if idle_work is not None:
+            raise DishonestTiming(idle_work)
     except KernelproError:
         raise
     except Exception as exc:
@@ -462,8 +473,51 @@ def time_cpu(
         flush_reason=flush_reason,
         budget_note=budget_note,
         anchor=None if pairs is None else {**pairs.summary(), "allocator": allocator},
-        honesty=None if fresh is None else fresh.to_dict(),
+        honesty=None if fresh is None else {**fresh.to_dict(), **between.to_dict()},
     )
+
+
+# A kernel's thread could wait for the refill and compute the next output while the cache is
+# flushed, outside the timed window. With one torch thread (the default policy) nothing else
+# of this process should run then: CPU time of other threads there beyond this share of the
+# kernel's own time (and `OTHER_THREADS_MIN_S`) refuses the timing.
+OTHER_THREADS_SHARE = 0.5
+OTHER_THREADS_MIN_S = 1e-3
+
+
+@dataclass
+class OtherThreads:
+    """CPU time of this process's other threads between timed calls (refill and flush)."""
+
+    other_s: float = 0.0
+    gap_s: float = 0.0
+    kernel_s: float = 0.0
+    _start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def start(self) -> None:
+        self._start = (bound.process_time(), bound.thread_time(), bound.perf_counter())
+
+    def stop(self) -> None:
+        process0, thread0, wall0 = self._start
+        mine = bound.thread_time() - thread0
+        self.other_s += max(0.0, bound.process_time() - process0 - mine)
+        self.gap_s += bound.perf_counter() - wall0
+
+    def failure(self, threads: int | None) -> str | None:
+        if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
+            return None
+        if self.other_s <= max(OTHER_THREADS_MIN_S, OTHER_THREADS_SHARE * self.kernel_s):
+            return None
+        return (
+            f"other threads of the process used {self.other_s * 1e3:.1f} ms of CPU between "
+            f"the timed calls (while inputs were refilled and the cache flushed, "
+            f"{self.gap_s * 1e3:.1f} ms), against {self.kernel_s * 1e3:.1f} ms of timed calls: "
+            "work done on another thread outside the timed window (a thread that computes "
+            "the next output ahead) is not the kernel's time. Do the work inside the call"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {"other_threads_between_calls_s": round(self.other_s, 6)}
 
 
 # ----- the CPU anchor: a fixed GEMM after every sample, on-CPU time for both -----

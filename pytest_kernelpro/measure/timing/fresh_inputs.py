@@ -11,9 +11,10 @@ cache flush and the start marker) the timed tensors are refilled in place with c
 earlier call held, one of three ways (`mode`, in the record):
 
 - `mix` (the default): two draws A and B of the problem's own input maker are kept; each call
-  gets, per element, a point on the segment between them, ``A + U * (B - A)`` with U uniform
-  in [0, 1) drawn anew (a generator seeded from `os.urandom`, dropped after the refill);
-  integer and boolean tensors (indices, masks) take each element from A or B. Every element
+  gets, per element, a point on the segment between them, ``A + U * (B - A)``, U uniform in
+  [0, 1): a window of a pool of uniform values (the input's size plus 2^20 more, drawn once)
+  at an offset read from `os.urandom` before the call and never used by an earlier call; integer and boolean tensors
+  (indices, masks) take each element from A or B. Every element
   stays within the range its two draws span, so bounds, signs, zeros and integer ranges hold.
   U has as many random values as the inputs, so no function of a few input values can index a
   stored output (for a linear kernel ``f(x) = f(A) + f(U * (B - A))``: the whole work again);
@@ -64,6 +65,10 @@ MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of th
 CHECK_RATE = 0.6
 FIXED_CHECK_RATE = 1.0  # inputs that cannot change: every call checked (the strongest left)
 JITTER = 0.125  # one draw only: the second end of the mix is A * (1 + JITTER * V), V in [0, 1)
+# The mix's U is a window of a pool of uniform values at an offset read from os.urandom per
+# call: as many distinct contents as offsets, at the cost of one `lerp`. Drawing U anew from
+# torch's CPU generator cost about 35x that lerp (bench/results/2026-12-05-fresh-content-cpu.md).
+WINDOW = 2**20  # offsets per pool; an offset is never used twice
 PENDING_CHECKS = 64  # GPU: queued checked copies compared at once beyond this many
 
 
@@ -237,7 +242,11 @@ class FreshInputs:
     name: str = "the kernel"
     mode: str = "fixed"  # "mix" | "maker" | "fixed" | "none" (no tensor inputs)
     ends: tuple[list[Any], list[Any]] | None = None  # mix: the leaves of A and B
-    weights: list[Any] = field(default_factory=list)  # mix: U per leaf, drawn every call
+    # mix: per leaf a pool of uniform values, `WINDOW` longer than the leaf; each call's U is
+    # the window at an offset read from `os.urandom` (`_offsets`, the current call's).
+    weights: list[Any] = field(default_factory=list)
+    _offsets: list[int] = field(default_factory=list)
+    _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
     reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
@@ -280,13 +289,8 @@ class FreshInputs:
         torch = self.torch
         targets = _tensor_leaves(torch, self.storage)
         if self.mode == "mix" and self.ends is not None:
-            seed = _urandom_seed()
-            generators: dict[str, Any] = {}
-            for dst, a, b, u in zip(targets, *self.ends, self.weights, strict=True):
-                device = str(u.device)
-                if device not in generators:
-                    generators[device] = torch.Generator(device=u.device).manual_seed(seed)
-                u.uniform_(0.0, 1.0, generator=generators[device])
+            self._offsets = [self._new_offset()] * len(self.weights)
+            for dst, a, b, u in zip(targets, *self.ends, self._weights_now(), strict=True):
                 _mix_into(torch, dst, a, b, u)
             return
         if self.mode == "maker" and self.make_draw is not None:
@@ -298,13 +302,38 @@ class FreshInputs:
         for dst in targets:
             bump(dst)
 
+    def _new_offset(self) -> int:
+        """An offset into the pools no earlier call used, read from `os.urandom` (a new pool
+        once half of the offsets are spent)."""
+        if len(self._used) >= WINDOW // 2:
+            for pool in self.weights:  # in place: the timer's seal holds these tensors
+                seed = _urandom_seed()
+                pool.uniform_(
+                    0.0, 1.0, generator=self.torch.Generator(pool.device).manual_seed(seed)
+                )
+            self._used.clear()
+        while True:
+            offset = _urandom_seed() % WINDOW
+            if offset not in self._used:
+                self._used.add(offset)
+                return offset
+
+    def _weights_now(self) -> list[Any]:
+        """This call's U per leaf: a window of the leaf's pool of uniform values, at the
+        offset drawn from `os.urandom` by the refill (a view: no copy, no generator)."""
+        assert self.ends is not None
+        return [
+            pool[offset : offset + a.numel()].view(a.shape)
+            for a, pool, offset in zip(self.ends[0], self.weights, self._offsets, strict=True)
+        ]
+
     def content(self) -> Any:
         """The current call's inputs as new tensors (what the reference is run on)."""
         torch = self.torch
         with torch.no_grad():
             if self.mode == "mix" and self.ends is not None:
                 leaves = []
-                for a, b, u in zip(*self.ends, self.weights, strict=True):
+                for a, b, u in zip(*self.ends, self._weights_now(), strict=True):
                     out = torch.empty_like(a)
                     _mix_into(torch, out, a, b, u)
                     leaves.append(out)
@@ -380,6 +409,14 @@ class FreshInputs:
             "refill_per_call_s": per_call,
             "check_s": round(self.check_s, 6),
         }
+
+
+def _weight_pool(torch: Any, leaf: Any) -> Any:
+    """Uniform [0, 1) values for `leaf`'s mix: its size plus `WINDOW` offsets, drawn once from a
+    generator seeded by `os.urandom`."""
+    dtype = leaf.dtype if _mixable(torch, leaf) else torch.float32
+    gen = torch.Generator(device=leaf.device).manual_seed(_urandom_seed())
+    return torch.rand(int(leaf.numel()) + WINDOW, generator=gen, dtype=dtype, device=leaf.device)
 
 
 def _mix_into(torch: Any, dst: Any, a: Any, b: Any, u: Any) -> None:
@@ -522,11 +559,7 @@ def fresh_inputs(
                 if second is not None
                 else _jittered(torch, a_leaves)
             )
-            u_dtype = [t.dtype if _mixable(torch, t) else torch.float32 for t in a_leaves]
-            fresh.weights = [
-                torch.empty(t.shape, dtype=d, device=t.device)
-                for t, d in zip(a_leaves, u_dtype, strict=True)
-            ]
+            fresh.weights = [_weight_pool(torch, t) for t in a_leaves]
         fresh.ends = (a_leaves, b_leaves)
         fresh.mode = "mix"
         invalid = _mix_valid(fresh, expected_first)
