@@ -129,15 +129,7 @@ def tampered() -> list[str]:
     """'time.perf_counter (now some_module.fake)' for every kept function whose public name
     points to another object now, and every torch timing function whose code is not torch's;
     empty when nothing was rebound."""
-    found = []
-    for module, module_name, attr, original in _KEPT:
-        current = getattr(module, attr, None)
-        if current is not original:
-            found.append(f"{module_name}.{attr} (now {_describe(current)})")
-    for module_name, namespace, attr, original in _MODULE_KEPT:
-        current = namespace.get(attr, _MISSING)
-        if current is not original:
-            found.append(f"{module_name}.{attr} (now {_describe(current)})")
+    found = [f"{name} (now {_describe(current)})" for name, current in _replacements()]
     return found + _torch_tampered()
 
 

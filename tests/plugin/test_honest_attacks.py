@@ -19,23 +19,7 @@ import pytest
 
 from pytest_kernelpro.measure import bound
 from tests.plugin.conftest import records_by_name
-
-HEADER = """
-import pytest
-import torch
-
-def pair(device):
-    return (torch.randn(64, 64, device=device), torch.randn(64, 64, device=device))
-
-def ref(x, y):
-    return torch.tanh(x @ y)
-
-CALLS = {}
-
-def count(name):
-    CALLS[name] = CALLS.get(name, 0) + 1
-    return CALLS[name]
-"""
+from tests.plugin.test_honest_measurement import HEADER
 
 SAMPLE_MEMO = """
 import json, os
@@ -104,8 +88,8 @@ import gc, warnings
 
 @pytest.mark.kernelpro(reference=ref, inputs=pair)
 def gc_scanner(x, y):
-    # Finds the timer's own state through the garbage collector (anything with "check" or
-    # "sample" in an attribute name) and skips its work whenever it finds nothing pending.
+    # Finds the timer's own state through the garbage collector (the object holding the
+    # pending checks), sets its check rate to 0 and skips its work when nothing is pending.
     n = count("gc")
     if n <= 6:
         return torch.tanh(x @ y)
