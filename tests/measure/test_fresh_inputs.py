@@ -209,3 +209,30 @@ def test_a_kernel_lowering_the_check_rate_or_swapping_the_timers_tensors_is_refu
         fresh.call()
         with pytest.raises(DishonestTiming, match="the timer's own state"):
             verify_bindings(fresh, seal)
+
+
+def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
+    """`cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
+    thread) refuses the timing; the same gap without it does not."""
+    import threading
+    import time
+
+    from pytest_kernelpro.measure.timing.cpu import OtherThreads
+
+    def busy(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    quiet, loud = OtherThreads(kernel_s=0.001), OtherThreads(kernel_s=0.001)
+    quiet.start()
+    time.sleep(0.01)
+    quiet.stop()
+    loud.start()
+    worker = threading.Thread(target=busy, args=(0.02,))
+    worker.start()
+    worker.join()
+    loud.stop()
+    assert quiet.failure(1) is None
+    assert "other threads of the process used" in (loud.failure(1) or "")
+    assert loud.failure(2) is None  # torch's own workers may run then
