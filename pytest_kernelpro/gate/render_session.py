@@ -81,6 +81,10 @@ def session_notes(
             f"{CpuLoad.from_dict(load).describe()}. {advice}"
             + (" or with --kernelpro-cpu-threads=1" if (load.get("threads") or 1) > 1 else "")
         )
+    fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]
+    if fixed:
+        first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
+        out.append(f"{len(fixed)} kernel(s) timed on inputs that stay the same: {first}")
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
     if overrun:
         out.append(

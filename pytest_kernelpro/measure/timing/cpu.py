@@ -314,6 +314,7 @@ def time_cpu(
             _CPU_FLUSH_BUFFERS[nbytes] = np.ones(nbytes, dtype=np.uint8)
         buf = _CPU_FLUSH_BUFFERS[nbytes]
     flushing = bool(nbytes)
+
     # The budget starts after the one-time allocation above (wall_s still includes it).
     # The budget buys samples: honest measurement's own work (each call's new content, the
     # checked calls' reference runs) is wall time it does not charge (`fresh_inputs`), so a

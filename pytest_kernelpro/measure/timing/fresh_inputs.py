@@ -50,12 +50,11 @@ from __future__ import annotations
 
 import math
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_kernelpro.errors import KernelproError, KernelproWarning
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure import bound
 
 MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of the free memory
@@ -252,6 +251,7 @@ class FreshInputs:
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
     defer: bool = False  # GPU: checked copies queued, compared by `drain`
     note: str = ""
+    inputs_fixed: str = ""  # why the inputs cannot be regenerated and what to change, or ""
     # Host seconds spent making each call's content (enqueueing, on a GPU) and checking: what
     # honest measurement costs a timing (the record's `timing.honesty`), never timed.
     refill_s: float = 0.0
@@ -398,6 +398,7 @@ class FreshInputs:
             "mode": self.mode,
             "outputs_checked": self.outputs_checked,
             "note": self.note,
+            "inputs_fixed": self.inputs_fixed,
             "calls": self._calls,
             "checked_calls": self.checked,
             "check_rate": self.rate if self.outputs_checked else 0.0,
@@ -610,14 +611,14 @@ def _restore(torch: Any, inputs: Sequence[Any], leaves: list[Any]) -> None:
 
 
 def _warn_fixed(fresh: FreshInputs, why: str, timed_how: str) -> None:
-    warnings.warn(
+    """Name the kernel whose inputs cannot be regenerated and what to change: the record's
+    `timing.honesty.inputs_fixed`, shown in the session's notes (a note, not a Python
+    warning: a suite run with warnings as errors would fail the kernel instead)."""
+    fresh.inputs_fixed = (
         f"{fresh.name}: its inputs cannot be regenerated per timed call ({why}). Make its "
         "`inputs=` a factory that makes new tensors from torch's RNG on every call (the plugin "
         "seeds it; for a KernelBench file: get_inputs() with torch.rand/randn), not one that "
-        f"returns the same tensors or buffers; timed with {timed_how} (the record's "
-        "timing.honesty says so)",
-        KernelproWarning,
-        stacklevel=3,
+        f"returns the same tensors or buffers; timed with {timed_how}"
     )
 
 
