@@ -94,8 +94,28 @@ _TORCH_TIMING = (
     ("torch.cuda", "Event.synchronize"),
     ("torch.cuda", "synchronize"),
     ("torch.cuda", "current_stream"),
+    # What the timed calls' checks and each call's new content run (`timing/fresh_inputs.py`):
+    # `torch.equal = lambda a, b: True` would pass every output.
+    ("torch", "equal"),
+    ("torch", "lerp"),
+    ("torch", "where"),
+    ("torch", "isfinite"),
+    ("torch", "allclose"),
+    ("torch", "isclose"),
 )
 _TORCH_DIR = f"{os.sep}torch{os.sep}"
+
+
+def _torch_own(value: Any) -> bool:
+    """Whether `value` is torch's own: Python code from a file inside the torch package, or
+    a C function torch defines (a builtin whose module is torch's)."""
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        return _TORCH_DIR in code.co_filename
+    module = getattr(value, "__module__", None)
+    return type(value).__name__ == "builtin_function_or_method" and (
+        module is None or str(module).startswith("torch")
+    )
 
 
 # The torch functions seen intact, by (module, path): (owner object, attribute, function),
@@ -117,9 +137,11 @@ def _torch_tampered() -> list[str]:
         for part in parents:
             owner = getattr(owner, part, None)
         value = getattr(owner, attr, None)
-        code = getattr(value, "__code__", None)
-        if code is None or _TORCH_DIR not in code.co_filename:
-            found.append(f"{module_name}.{path} (now {_describe(value)})")
+        if not _torch_own(value):
+            patcher = patcher_of(value)
+            part = f"{module_name}.{path} (now {_describe(value)}, made by {patcher})"
+            patchers[_module_key(patcher)] = part
+            found.append(part)
         else:
             _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
     return found

@@ -390,3 +390,32 @@ def computes_ahead(x, y):
     # refill and computed on half-new inputs, by a checked call (the rule alone is tested in
     # tests/measure/test_fresh_inputs.py).
     _refused(result.stdout.str(), "computes_ahead", "is refused: ")
+
+
+def test_a_kernel_that_makes_torch_equal_pass_everything_is_refused(
+    kp_project: pytest.Pytester,
+) -> None:
+    """`torch.equal = lambda a, b: True` in its 6th call, then zeros: the checks' own torch
+    functions are verified every sample like the clocks."""
+    kp_project.makepyfile(
+        test_equal=HEADER
+        + """
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def fools_the_check(x, y):
+    n = count("equal")
+    if n == 6:
+        torch.equal = lambda a, b: True
+    if n >= 6:
+        return torch.zeros(x.shape[0], y.shape[1])
+    return torch.tanh(x @ y)
+"""
+    )
+    try:
+        result = kp_project.runpytest()
+    finally:
+        bound.restore()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*fools_the_check is refused*torch.equal (now test_equal.*<lambda>, made by test_equal*"]
+    )
+    assert bound.tampered() == []
