@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import operator
 import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 # The kept originals (module, attribute name, function object).
@@ -159,19 +161,33 @@ class _Attrs:
     """A function's attributes read and written like a namespace dict (`_MODULE_KEPT`)."""
 
     def __init__(self, owner: Any) -> None:
-        self._owner = owner
-
-    def get(self, attr: str, default: Any = None) -> Any:
-        return getattr(self._owner, attr, default)
+        self.owner = owner
 
     def __setitem__(self, attr: str, value: Any) -> None:
-        setattr(self._owner, attr, value)
+        setattr(self.owner, attr, value)
 
 
 # Every name of the plugin's timing modules as it was when the module finished importing, and
 # its functions' code and defaults: (where, namespace, name, value). Appended by `keep_module`.
 _MODULE_KEPT: list[tuple[str, Any, str, Any]] = []
 _MISSING = object()
+# The same, as parallel lists for `_intact`: (owners, attribute names, values) read by getattr
+# (the stdlib's kept functions, functions' code, classes' methods) and (namespace dicts, names,
+# values) read by dict.get (module namespaces).
+_FAST_ATTRS: tuple[list[Any], list[str], list[Any]] = (
+    [owner for owner, _n, _a, _v in _KEPT],
+    [attr for _o, _n, attr, _v in _KEPT],
+    [value for _o, _n, _a, value in _KEPT],
+)
+_FAST_DICTS: tuple[list[dict[str, Any]], list[str], list[Any]] = ([], [], [])
+
+
+def _keep(where: str, namespace: Any, attr: str, value: Any) -> None:
+    _MODULE_KEPT.append((where, namespace, attr, value))
+    fast = _FAST_DICTS if type(namespace) is dict else _FAST_ATTRS
+    fast[0].append(namespace if type(namespace) is dict else namespace.owner)
+    fast[1].append(attr)
+    fast[2].append(value)
 
 
 def keep_module(module: Any) -> None:
@@ -183,7 +199,7 @@ def keep_module(module: Any) -> None:
     for attr, value in list(namespace.items()):
         if attr.startswith("__") or (module.__name__, attr) in kept:
             continue
-        _MODULE_KEPT.append((module.__name__, namespace, attr, value))
+        _keep(module.__name__, namespace, attr, value)
         if getattr(value, "__module__", None) != module.__name__:
             continue
         # A function of the module keeps its code and defaults too (replacing `f.__code__`
@@ -191,22 +207,39 @@ def keep_module(module: Any) -> None:
         where = f"{module.__name__}.{attr}"
         if hasattr(value, "__code__"):
             for part in ("__code__", "__defaults__", "__kwdefaults__"):
-                _MODULE_KEPT.append((where, _Attrs(value), part, getattr(value, part)))
+                _keep(where, _Attrs(value), part, getattr(value, part))
         elif isinstance(value, type):
             for method, function in list(vars(value).items()):
                 if not method.startswith("__") and callable(function):
-                    _MODULE_KEPT.append((where, _Attrs(value), method, function))
+                    _keep(where, _Attrs(value), method, function)
+
+
+def _intact() -> bool:
+    """Every kept name still the kept object: the per-sample fast path (the comparisons run in
+    C through `map`, no Python loop over the hundreds of names)."""
+    try:
+        if any(map(operator.is_not, map(getattr, *_FAST_ATTRS[:2]), _FAST_ATTRS[2])):
+            return False
+        currents = map(dict.get, _FAST_DICTS[0], _FAST_DICTS[1], repeat(_MISSING))
+        return not any(map(operator.is_not, currents, _FAST_DICTS[2]))
+    except AttributeError:  # a kept name deleted
+        return False
 
 
 def _replacements() -> list[tuple[str, Any]]:
     """(the rebound name, what it points to now) for every rebinding `tampered` sees."""
+    if _intact():
+        return []
     out = []
     for module, module_name, attr, original in _KEPT:
         current = getattr(module, attr, None)
         if current is not original:
             out.append((f"{module_name}.{attr}", current))
     for module_name, namespace, attr, original in _MODULE_KEPT:
-        current = namespace.get(attr, _MISSING)
+        if type(namespace) is dict:  # the common case, without a method call
+            current = namespace.get(attr, _MISSING)
+        else:
+            current = getattr(namespace.owner, attr, _MISSING)
         if current is not original:
             out.append((f"{module_name}.{attr}", current))
     return out
