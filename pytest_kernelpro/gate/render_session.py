@@ -142,6 +142,10 @@ def session_conditions(
     busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
     if busy:
         out.append(_busy_note(busy, check=bool(settings.check)))
+    fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]
+    if fixed:
+        first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
+        out.append(f"{len(fixed)} kernel(s) timed on inputs that stay the same: {first}")
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
     if overrun:
         first = overrun[0].timing.budget_note if overrun[0].timing else ""

@@ -9,6 +9,17 @@ whatever the module attribute points to later. `tampered()` names every kept fun
 public name now points elsewhere, so a timing can refuse a kernel that rebound a clock
 instead of trusting its numbers.
 
+The plugin's own timing modules are kept too (`keep_module`, the last line of each): every
+name of their namespaces (functions, classes, imported modules, constants) is compared by
+identity with what it was when the module finished importing, so `import
+pytest_kernelpro.measure.bound as b; b.perf_counter = fake` or `cpu.bound = fake_module` is a
+rebinding like `time.perf_counter = fake`. `binding_failure` runs before and after every
+sample (`timing/cpu.py`, `timing/cuda.py`); the module that made a patch is found from the
+replacement itself (its code's file, its `__module__`) or, failing that, from the modules
+that hold it (`patcher_of`), and is remembered (`patchers`): a kernel of that module is
+refused when it is timed, and a kernel timed after someone else's patch is timed on the
+originals, put back, instead of being blamed.
+
 CUDA events are used through `torch._C._CudaEventBase` (a C type: its methods cannot be
 reassigned from Python), never through the Python subclass `torch.cuda.Event`.
 
@@ -20,10 +31,13 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import operator
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 # The kept originals (module, attribute name, function object).
@@ -34,6 +48,7 @@ process_time: Callable[[], float] = time.process_time
 thread_time: Callable[[], float] = time.thread_time  # the CPU anchor's on-CPU time
 os_pread: Callable[[int, int, int], bytes] = os.pread  # its run-queue wait (schedstat)
 json_dumps: Callable[..., str] = json.dumps
+os_urandom: Callable[[int], bytes] = os.urandom  # which timed calls are checked
 _os_write = os.write
 _os_open = os.open
 _os_close = os.close
@@ -48,6 +63,12 @@ _KEPT: tuple[tuple[Any, str, str, Any], ...] = (
     (time, "time", "thread_time", thread_time),
     (os, "os", "pread", os_pread),
     (json, "json", "dumps", json_dumps),
+    (os, "os", "urandom", os_urandom),
+    (os, "os", "write", _os_write),
+    (os, "os", "open", _os_open),
+    (os, "os", "close", _os_close),
+    (os, "os", "fsync", _os_fsync),
+    (os, "os", "replace", _os_replace),
 )
 
 # The C-level JSON encoder (the one `json.dumps` uses for a compact dump), made now: its
@@ -75,8 +96,28 @@ _TORCH_TIMING = (
     ("torch.cuda", "Event.synchronize"),
     ("torch.cuda", "synchronize"),
     ("torch.cuda", "current_stream"),
+    # What the timed calls' checks and each call's new content run (`timing/fresh_inputs.py`):
+    # `torch.equal = lambda a, b: True` would pass every output.
+    ("torch", "equal"),
+    ("torch", "lerp"),
+    ("torch", "where"),
+    ("torch", "isfinite"),
+    ("torch", "allclose"),
+    ("torch", "isclose"),
 )
 _TORCH_DIR = f"{os.sep}torch{os.sep}"
+
+
+def _torch_own(value: Any) -> bool:
+    """Whether `value` is torch's own: Python code from a file inside the torch package, or
+    a C function torch defines (a builtin whose module is torch's)."""
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        return _TORCH_DIR in code.co_filename
+    module = getattr(value, "__module__", None)
+    return type(value).__name__ == "builtin_function_or_method" and (
+        module is None or str(module).startswith("torch")
+    )
 
 
 # The torch functions seen intact, by (module, path): (owner object, attribute, function),
@@ -98,9 +139,11 @@ def _torch_tampered() -> list[str]:
         for part in parents:
             owner = getattr(owner, part, None)
         value = getattr(owner, attr, None)
-        code = getattr(value, "__code__", None)
-        if code is None or _TORCH_DIR not in code.co_filename:
-            found.append(f"{module_name}.{path} (now {_describe(value)})")
+        if not _torch_own(value):
+            patcher = patcher_of(value)
+            part = f"{module_name}.{path} (now {_describe(value)}, made by {patcher})"
+            patchers[_module_key(patcher)] = part
+            found.append(part)
         else:
             _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
     return found
@@ -110,12 +153,195 @@ def tampered() -> list[str]:
     """'time.perf_counter (now some_module.fake)' for every kept function whose public name
     points to another object now, and every torch timing function whose code is not torch's;
     empty when nothing was rebound."""
-    found = []
+    found = [f"{name} (now {_describe(current)})" for name, current in _replacements()]
+    return found + _torch_tampered()
+
+
+class _Attrs:
+    """A function's attributes read and written like a namespace dict (`_MODULE_KEPT`)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+
+    def __setitem__(self, attr: str, value: Any) -> None:
+        setattr(self.owner, attr, value)
+
+
+# Every name of the plugin's timing modules as it was when the module finished importing, and
+# its functions' code and defaults: (where, namespace, name, value). Appended by `keep_module`.
+_MODULE_KEPT: list[tuple[str, Any, str, Any]] = []
+_MISSING = object()
+# The same, as parallel lists for `_intact`: (owners, attribute names, values) read by getattr
+# (the stdlib's kept functions, functions' code, classes' methods) and (namespace dicts, names,
+# values) read by dict.get (module namespaces).
+_FAST_ATTRS: tuple[list[Any], list[str], list[Any]] = (
+    [owner for owner, _n, _a, _v in _KEPT],
+    [attr for _o, _n, attr, _v in _KEPT],
+    [value for _o, _n, _a, value in _KEPT],
+)
+_FAST_DICTS: tuple[list[dict[str, Any]], list[str], list[Any]] = ([], [], [])
+
+
+def _keep(where: str, namespace: Any, attr: str, value: Any) -> None:
+    _MODULE_KEPT.append((where, namespace, attr, value))
+    fast = _FAST_DICTS if type(namespace) is dict else _FAST_ATTRS
+    fast[0].append(namespace if type(namespace) is dict else namespace.owner)
+    fast[1].append(attr)
+    fast[2].append(value)
+
+
+def keep_module(module: Any) -> None:
+    """Keep every public and private name of `module`'s namespace (dunders aside) for
+    `tampered`: called as the last statement of each timing module, so what is kept is what
+    the module's own code bound, before any caller could rebind it."""
+    namespace = vars(module)
+    kept = {(name, attr) for name, _ns, attr, _v in _MODULE_KEPT}
+    for attr, value in list(namespace.items()):
+        if attr.startswith("__") or (module.__name__, attr) in kept:
+            continue
+        _keep(module.__name__, namespace, attr, value)
+        if getattr(value, "__module__", None) != module.__name__:
+            continue
+        # A function of the module keeps its code and defaults too (replacing `f.__code__`
+        # changes what the kept name runs), a class of it its methods.
+        where = f"{module.__name__}.{attr}"
+        if hasattr(value, "__code__"):
+            for part in ("__code__", "__defaults__", "__kwdefaults__"):
+                _keep(where, _Attrs(value), part, getattr(value, part))
+        elif isinstance(value, type):
+            for method, function in list(vars(value).items()):
+                if not method.startswith("__") and callable(function):
+                    _keep(where, _Attrs(value), method, function)
+
+
+def _intact() -> bool:
+    """Every kept name still the kept object: the per-sample fast path (the comparisons run in
+    C through `map`, no Python loop over the hundreds of names)."""
+    try:
+        if any(map(operator.is_not, map(getattr, *_FAST_ATTRS[:2]), _FAST_ATTRS[2])):
+            return False
+        currents = map(dict.get, _FAST_DICTS[0], _FAST_DICTS[1], repeat(_MISSING))
+        return not any(map(operator.is_not, currents, _FAST_DICTS[2]))
+    except AttributeError:  # a kept name deleted
+        return False
+
+
+def _replacements() -> list[tuple[str, Any]]:
+    """(the rebound name, what it points to now) for every rebinding `tampered` sees."""
+    if _intact():
+        return []
+    out = []
     for module, module_name, attr, original in _KEPT:
         current = getattr(module, attr, None)
         if current is not original:
-            found.append(f"{module_name}.{attr} (now {_describe(current)})")
-    return found + _torch_tampered()
+            out.append((f"{module_name}.{attr}", current))
+    for module_name, namespace, attr, original in _MODULE_KEPT:
+        if type(namespace) is dict:  # the common case, without a method call
+            current = namespace.get(attr, _MISSING)
+        else:
+            current = getattr(namespace.owner, attr, _MISSING)
+        if current is not original:
+            out.append((f"{module_name}.{attr}", current))
+    return out
+
+
+def _code_file(value: Any) -> str | None:
+    """The file of the Python code behind `value` (a function, a bound method, a callable
+    object's `__call__`, a `functools.partial`), or None for C code."""
+    for candidate in (
+        value,
+        getattr(value, "__func__", None),
+        getattr(value, "func", None),
+        type(value).__dict__.get("__call__"),
+    ):
+        code = getattr(candidate, "__code__", None)
+        if code is not None:
+            return str(code.co_filename)
+    return None
+
+
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def patcher_of(value: Any) -> str:
+    """The module that made `value` a replacement: the module whose file holds its code, else
+    its `__module__`, else the modules (outside the plugin) whose globals hold it; "an
+    unknown module" when none does (a C function put in place from a local)."""
+    import sys
+
+    filename = _code_file(value)
+    owner = getattr(value, "__module__", None)
+    if filename is not None:
+        for name, module in list(sys.modules.items()):
+            if getattr(module, "__file__", None) == filename:
+                return f"{name} ({filename})"
+        return f"{owner} ({filename})" if isinstance(owner, str) else filename
+    if isinstance(owner, str) and owner not in ("builtins", "time", "os", "json", "posix"):
+        return owner
+    holders = []
+    installed = tuple({sys.prefix, sys.base_prefix, _OWN_DIR})
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if not path or path.startswith(installed):  # the plugin, the standard library, packages
+            continue
+        try:
+            if any(v is value for v in vars(module).values()):
+                holders.append(name)
+        except TypeError:
+            continue
+    return ", ".join(holders[:3]) if holders else "an unknown module"
+
+
+# The modules found to have patched a kept name, with what they patched: their kernels are
+# refused when timed, whichever kernel was being timed when the patch was first seen.
+patchers: dict[str, str] = {}
+
+
+def _module_key(described: str) -> str:
+    """The file of a `patcher_of` description when it names one ("mod (file)"), else it."""
+    if described.endswith(")") and " (" in described:
+        return described.rsplit(" (", 1)[1][:-1]
+    return described
+
+
+def binding_failure(when: str) -> str | None:
+    """Why the kept bindings are not intact `when` (naming each rebound name and the module
+    that made it), or None. The patching modules are added to `patchers`."""
+    replaced = _replacements()
+    torch_found = _torch_tampered()
+    if not replaced and not torch_found:
+        return None
+    by_patch: dict[tuple[str, str], list[str]] = {}
+    for name, value in replaced:
+        by_patch.setdefault((_describe(value), patcher_of(value)), []).append(name)
+    parts = []
+    for (now, patcher), names in by_patch.items():
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        part = f"{shown} (now {now}, made by {patcher})"
+        patchers[_module_key(patcher)] = part
+        parts.append(part)
+    return (
+        f"{', '.join(parts + torch_found)} was replaced {when}: a kernel timed across a "
+        "rebound clock, serializer or timing function cannot be timed (its numbers could be "
+        "anything) and none of them is published. Remove the patch from the module named; "
+        "the originals are put back now"
+    )
+
+
+def kernel_is_patcher(kernel: Any) -> str | None:
+    """The patcher entry (`patchers`) of the module `kernel` was defined in, or None."""
+    import sys
+
+    names = {getattr(kernel, "__module__", None), getattr(type(kernel), "__module__", None)}
+    files = {_code_file(kernel), _code_file(getattr(type(kernel), "forward", None))}
+    for name in list(names):
+        module = sys.modules.get(name) if isinstance(name, str) else None
+        if module is not None and getattr(module, "__file__", None):
+            files.add(module.__file__)
+    for patcher, what in patchers.items():
+        if patcher in names or patcher in files:
+            return f"{what} was rebound by this kernel's module"
+    return None
 
 
 def tamper_failure(where: str) -> str | None:
@@ -137,6 +363,8 @@ def restore() -> None:
     later are not refused for a patch they did not make)."""
     for module, _name, attr, original in _KEPT:
         setattr(module, attr, original)
+    for _module_name, namespace, attr, original in _MODULE_KEPT:
+        namespace[attr] = original
     for owner, attr, original in _TORCH_KEPT.values():
         setattr(owner, attr, original)
 
@@ -208,3 +436,6 @@ class CudaEvents:
 
     def elapsed_s(self, start: Any, end: Any) -> float:
         return float(self._elapsed(start, end)) * 1e-3
+
+
+keep_module(sys.modules[__name__])

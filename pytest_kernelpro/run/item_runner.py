@@ -584,13 +584,13 @@ def _fresh_inputs(
     make_inputs: Callable[[int], tuple[Any, ...]] | None,
     correctness: Any,
 ) -> Any:
-    """The timed call's `FreshInputs`: a second input set from the item's own maker and the
-    reference's outputs, compared by the correctness trials' rule (`measure.accuracy`: the
+    """The timed call's `FreshInputs`: new content every call from the item's own input maker,
+    the outputs of calls chosen after they returned compared with the reference's by the correctness trials' rule (`measure.accuracy`: the
     tolerance the first trial's truth calibrated, else the dtype rule)."""
     import torch
 
     from pytest_kernelpro.measure.accuracy import CorrectnessRule
-    from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET, fresh_inputs
+    from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
     check = None
     if reference is not None:
@@ -604,17 +604,15 @@ def _fresh_inputs(
             failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
             return " ".join(r.message or "" for r in failed[:2]) if failed else None
 
-    second = None
-    if make_inputs is not None:
-        second = lambda: make_inputs(1_000_003 + CONTENT_SEED_OFFSET)  # noqa: E731
     return fresh_inputs(
         torch,
         kernel,
         inputs,
         device=run.device,
-        make_second=second,
+        make_draw=make_inputs,
         reference=reference,
         check=check,
+        name=run.name,
     )
 
 

@@ -173,9 +173,11 @@ def test_a_patched_clock_is_caught_when_the_candidate_is_evaluated() -> None:
     forged = Candidate(attack("slow_timed"))
     ev = evaluator.evaluate(forged)
     assert ev.status == "cheat", ev.reason  # its outputs are right; only its time is forged
+    # The candidate's module made the patch: it is named, whenever the patch was seen.
     assert (ev.reason or "").startswith(
-        "refused while timed: time.perf_counter (now kernelpro_candidate.fake_clock) was replaced"
-    )
+        "refused while timed: time.perf_counter (now kernelpro_candidate.fake_clock, made by "
+        "kernelpro_candidate"
+    ), ev.reason
     assert ev.speedup is None
 
 

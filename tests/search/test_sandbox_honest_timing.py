@@ -41,9 +41,9 @@ EXPECTED = {
     "garbage_on_repeat": WRONG_WHILE_TIMED,
     "lazy_subclass": re.escape("Lazy, not a plain torch.Tensor"),
     "work_after_return": WRONG_WHILE_TIMED,
-    "json_shrink": re.escape(
-        "refused while timed: json.dumps (now kernelpro_candidate.<lambda>) was replaced"
-    ),
+    "json_shrink": re.escape("refused while timed: json.dumps (now kernelpro_candidate.<lambda>, ")
+    # Named as the patcher: its module made the patch, whenever it was seen.
+    + r"made by kernelpro_candidate .*\) was (replaced|rebound by this kernel.s module)",
 }
 
 
@@ -78,7 +78,7 @@ def test_the_honest_candidate_beside_them_is_correct(evaluations: dict[str, Eval
     ev = evaluations["honest"]
     assert ev.status == "correct", ev.reason
     honesty = ev.timing["candidate"]["honesty"]
-    assert honesty["content_sets"] == 2
+    assert honesty["mode"] == "mix"
     assert honesty["outputs_checked"] is True
 
 

@@ -16,10 +16,10 @@ what the gate, the optimizer's sandbox and the re-measurement call.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
-from pytest_kernelpro.measure.bound import restore as restore_bindings
-from pytest_kernelpro.measure.bound import tamper_failure
+from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
     CLOCK_ANCHOR_MODES,
@@ -52,7 +52,11 @@ from pytest_kernelpro.measure.timing.cpu import (
     last_level_cache_bytes,
     time_cpu,
 )
-from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    DishonestTiming,
+    FreshInputs,
+    verify_bindings,
+)
 
 
 def timer_for(device: str) -> Timer:
@@ -76,7 +80,11 @@ def time_kernel(
 
     With `fresh` (`fresh_inputs.fresh_inputs`), `fresh.call` is timed instead, on inputs
     refilled before every sample, its outputs checked. A clock or serializer rebound since
-    the plugin loaded (`measure.bound.tampered`), before or during the timing, refuses it.
+    the plugin loaded (`measure.bound.tampered`, the plugin's timing modules included) while
+    the kernel is timed refuses it, naming the module that made the patch (checked before and
+    after every sample). A patch found before the timing starts is put back first: the kernel
+    is timed on the originals, and refused only when its own module made the patch
+    (`bound.patchers`).
 
     Raises `KernelproError` (with the original exception chained) if `fn` raises, if CUDA is
     requested but unavailable, or if CUDA-graph capture fails; `DishonestTiming` when a call
@@ -84,13 +92,23 @@ def time_kernel(
     stream, a rebound clock).
     """
     budget = budget or TimingBudget()
-    for when in ("before the timing", "while the kernel was timed"):
-        failure = tamper_failure(when)
+    if bound.binding_failure("before this kernel's timing") is not None:
+        bound.restore()  # another module's patch: this kernel is timed on the originals
+    kernel = fresh.kernel if fresh is not None else fn
+    own = bound.kernel_is_patcher(kernel)
+    if own is not None:
+        raise DishonestTiming(
+            f"{own}: a kernel whose module rebinds a clock, serializer or timing function "
+            "cannot be timed (its numbers could be anything); remove the patch"
+        )
+    try:
+        result = timer_for(device).time(fn, budget, fresh)
+    finally:
+        failure = bound.binding_failure("while the kernel was timed")
         if failure is not None:
-            restore_bindings()
-            raise DishonestTiming(failure)
-        if when.startswith("before"):
-            result = timer_for(device).time(fn, budget, fresh)
+            bound.restore()
+    if failure is not None:
+        raise DishonestTiming(failure)
     return result
 
 
@@ -126,5 +144,8 @@ __all__ = [
     "time_cpu",
     "time_kernel",
     "timer_for",
+    "verify_bindings",
     "warmup_count",
 ]
+
+bound.keep_module(sys.modules[__name__])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
@@ -391,3 +392,6 @@ def summarize(samples_s: Sequence[float], *, seed: int = 0, n_boot: int = 1000) 
         rel_stdev=stdev / mean if mean > 0 else 0.0,
         n_boot=n_boot if n > 1 else 0,
     )
+
+
+bound.keep_module(sys.modules[__name__])

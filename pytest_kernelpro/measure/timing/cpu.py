@@ -6,8 +6,8 @@ with the thread policy of CPU timing.
 The timer differs from the CUDA timer in four ways:
 
 - the time budget covers what `time_kernel` does after allocating the flush buffer once
-  (first call, estimate, warm-up, samples and statistics; not the output checks of fresh
-  inputs after the samples, which are correctness work) and is honoured within
+  (first call, estimate, warm-up, samples and statistics; not the new content made before
+  each call nor the checked calls' reference runs, `fresh_inputs.py`) and is honoured within
   `BUDGET_TOLERANCE` (20%): the estimate is the first warm-up samples, the warm-up ends at a
   wall-clock deadline (at most `CPU_WARMUP_SHARE` of the budget, and never later than leaves
   room for the floor of samples), a round ends at the budget's deadline, and `min_samples`
@@ -99,6 +99,7 @@ import functools
 import math
 import os
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -118,7 +119,11 @@ from pytest_kernelpro.measure.timing.budget import (
     adaptive_rounds,
     kernel_failed,
 )
-from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    DishonestTiming,
+    FreshInputs,
+    verify_bindings,
+)
 
 
 @dataclass(frozen=True)
@@ -378,8 +383,15 @@ def time_cpu(
             _CPU_FLUSH_BUFFERS[nbytes] = np.ones(nbytes, dtype=np.uint8)
         buf = _CPU_FLUSH_BUFFERS[nbytes]
     flushing = bool(nbytes)
+
     # The budget starts after the one-time allocation above (wall_s still includes it).
-    budget_start = clock()
+    # The budget buys samples: honest measurement's own work (each call's new content, the
+    # checked calls' reference runs) is wall time it does not charge (`fresh_inputs`), so a
+    # check never costs the gate samples; the record's `timing.honesty` has what it took.
+    def plan_clock() -> float:
+        return clock() - (fresh.refill_s + fresh.check_s if fresh is not None else 0.0)
+
+    budget_start = plan_clock()
     deadline = budget_start + budget.max_time_s
     floor = min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
     fill = [0]
@@ -395,6 +407,8 @@ def time_cpu(
         flush_s.append(clock() - f0)
 
     pairs = cpu_pairs(budget, clock)
+    seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
+    between = OtherThreads()
 
     def body_of(calls: int) -> Callable[[], object]:
         def body() -> object:
@@ -406,10 +420,15 @@ def time_cpu(
         return body
 
     def sample(calls: int) -> float:
+        # The kept bindings before and after every sample (`measure.bound`): a kernel that
+        # rebinds a clock is refused at the sample it did it in.
+        verify_bindings(fresh, seal)
+        between.start()
         if fresh is not None:
             fresh.before()
         if flushing:
             do_flush()
+        between.stop()
         if pairs is not None:
             per_call, out = pairs.measure(body_of(calls), calls)
         else:
@@ -421,26 +440,30 @@ def time_cpu(
             per_call = (t1 - t0) / calls
         if fresh is not None:
             fresh.after(out)
+        verify_bindings(fresh, seal)
+        between.kernel_s += per_call * calls
         return per_call
 
     try:
+        if fresh is not None:
+            fresh.before()
         out = fn()
         if fresh is not None:
             fresh.after(out, force=True)
         out = None
-        first_call_s = clock() - budget_start
+        first_call_s = plan_clock() - budget_start
         # Estimate and warm-up in one: flushed single-call samples until the warm-up
         # deadline (5 at most for the estimate), each timed whole so the flush is priced.
         # On a loaded machine a call takes many times its estimate, so the warm-up ends at
         # a wall-clock deadline, never after a count of calls.
         warmup_s = min(budget.warmup_ms * 1e-3, CPU_WARMUP_SHARE * budget.max_time_s)
-        warm_end = clock() + warmup_s  # after the first call: a compile is no warm-up
+        warm_end = plan_clock() + warmup_s  # after the first call: a compile is no warm-up
         per_calls: list[float] = []
         walls: list[float] = []
-        while not per_calls or (len(per_calls) < 5 and clock() < warm_end):
-            w0 = clock()
+        while not per_calls or (len(per_calls) < 5 and plan_clock() < warm_end):
+            w0 = plan_clock()
             per_calls.append(sample(1))
-            walls.append(clock() - w0)
+            walls.append(plan_clock() - w0)
         per_call = float(np.median(per_calls))
         sample_wall = float(np.median(walls))
         calls = 1
@@ -452,11 +475,11 @@ def time_cpu(
         # More warm-up only while the floor of samples still fits before the deadline.
         warm_end = min(warm_end, deadline - floor * sample_wall)
         n_warm = 0
-        while clock() < warm_end:
+        while plan_clock() < warm_end:
             sample(calls)
             n_warm += 1
-        sampling_start = clock()
-        left = max(deadline - clock(), 0.0)
+        sampling_start = plan_clock()
+        left = max(deadline - sampling_start, 0.0)
         fit = int(left / sample_wall) if sample_wall > 0 else budget.min_samples
         min_samples = max(min(budget.min_samples, fit), floor)
         sampling = replace(
@@ -475,7 +498,7 @@ def time_cpu(
             for _ in range(k):
                 values.append(sample(calls))
                 taken[0] += 1
-                if taken[0] >= floor and clock() >= deadline:
+                if taken[0] >= floor and plan_clock() >= deadline:
                     break
             return values, False
 
@@ -486,25 +509,22 @@ def time_cpu(
             run_round,
             sampling,
             floor_samples=floor,
-            clock=clock,
+            clock=plan_clock,
             converge_on=None if pairs is None else pairs.ratios,
         )
         load = monitor.stop()
-        checks_start = clock()
         if fresh is not None:
             fresh.finish()
-        # The output checks of the fresh inputs are correctness work, bounded by their own
-        # count (`fresh_inputs.py`), not sampling: outside the budget (0.37 s of a 1 s budget
-        # for two 4 MiB outputs at load 9 on the project's 2-core VM), in `wall_s` and in
-        # `honesty.check_s`.
-        checks_s = clock() - checks_start
+        idle_work = between.failure(threads)
+        if idle_work is not None:
+            raise DishonestTiming(idle_work)
     except KernelproError:
         raise
     except Exception as exc:
         raise kernel_failed(device, "timing", exc) from exc
     assert log.stats is not None
     t_end = clock()
-    spent = t_end - budget_start - checks_s
+    spent = plan_clock() - budget_start
     budget_note = ""
     if spent > (1.0 + BUDGET_TOLERANCE) * budget.max_time_s:
         budget_note = overrun_note(
@@ -513,7 +533,7 @@ def time_cpu(
             first_call_s=first_call_s,
             warmup_s=sampling_start - budget_start - first_call_s,
             warmup_samples=len(per_calls) + n_warm,
-            sampling_s=t_end - sampling_start - checks_s,
+            sampling_s=budget_start + spent - sampling_start,
             samples=len(log.samples),
             floor=floor,
             sample_wall_s=sample_wall,
@@ -541,8 +561,51 @@ def time_cpu(
         flush_reason=flush_reason,
         budget_note=budget_note,
         anchor=None if pairs is None else {**pairs.summary(), "allocator": allocator},
-        honesty=None if fresh is None else fresh.to_dict(),
+        honesty=None if fresh is None else {**fresh.to_dict(), **between.to_dict()},
     )
+
+
+# A kernel's thread could wait for the refill and compute the next output while the cache is
+# flushed, outside the timed window. With one torch thread (the default policy) nothing else
+# of this process should run then: CPU time of other threads there beyond this share of the
+# kernel's own time (and `OTHER_THREADS_MIN_S`) refuses the timing.
+OTHER_THREADS_SHARE = 0.5
+OTHER_THREADS_MIN_S = 1e-3
+
+
+@dataclass
+class OtherThreads:
+    """CPU time of this process's other threads between timed calls (refill and flush)."""
+
+    other_s: float = 0.0
+    gap_s: float = 0.0
+    kernel_s: float = 0.0
+    _start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def start(self) -> None:
+        self._start = (bound.process_time(), bound.thread_time(), bound.perf_counter())
+
+    def stop(self) -> None:
+        process0, thread0, wall0 = self._start
+        mine = bound.thread_time() - thread0
+        self.other_s += max(0.0, bound.process_time() - process0 - mine)
+        self.gap_s += bound.perf_counter() - wall0
+
+    def failure(self, threads: int | None) -> str | None:
+        if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
+            return None
+        if self.other_s <= max(OTHER_THREADS_MIN_S, OTHER_THREADS_SHARE * self.kernel_s):
+            return None
+        return (
+            f"other threads of the process used {self.other_s * 1e3:.1f} ms of CPU between "
+            f"the timed calls (while inputs were refilled and the cache flushed, "
+            f"{self.gap_s * 1e3:.1f} ms), against {self.kernel_s * 1e3:.1f} ms of timed calls: "
+            "work done on another thread outside the timed window (a thread that computes "
+            "the next output ahead) is not the kernel's time. Do the work inside the call"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {"other_threads_between_calls_s": round(self.other_s, 6)}
 
 
 # ----- the CPU anchor: a fixed GEMM after every sample, on-CPU time for both -----
@@ -918,3 +981,6 @@ class CpuLoadMonitor:
             runnable_threads=_runnable_threads(),
             wall_s=wall,
         )
+
+
+bound.keep_module(sys.modules[__name__])

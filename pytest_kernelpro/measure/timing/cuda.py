@@ -19,6 +19,7 @@ compare kernel / anchor per pair, which cancels the clock the cap allowed at tha
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -44,7 +45,11 @@ from pytest_kernelpro.measure.timing.budget import (
     kernel_failed,
     warmup_count,
 )
-from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    DishonestTiming,
+    FreshInputs,
+    verify_bindings,
+)
 from pytest_kernelpro.measure.timing.streams import (
     MATCHED_WAIT_MAX_S,
     EscapeProbe,
@@ -191,6 +196,7 @@ def _time_cuda_on(
 
     if fresh is not None:
         fn = fresh.call
+    seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
     # streams="any": the kernel's work may still run on its own streams when it returns, so
     # its outputs are read after a device-wide synchronize (the default reads them on the
     # timed stream right after the end event: what is not done there escaped it).
@@ -226,6 +232,7 @@ def _time_cuda_on(
         for i, (start, end) in enumerate(pairs):
             if sleep_cycles and sync_each:
                 torch.cuda._sleep(sleep_cycles)
+            verify_bindings(fresh, seal)  # the kept bindings before and after every sample
             if fresh is not None:
                 fresh.before()  # enqueued ahead of the flush and the start event: not timed
             flush()
@@ -234,6 +241,7 @@ def _time_cuda_on(
             events.record(end)
             observe(out)
             out = None
+            verify_bindings(fresh, seal)
             if anchor is not None:
                 flush()
                 events.record(marks[i][0])
@@ -274,6 +282,9 @@ def _time_cuda_on(
     phase = "the first call"
     runs = 0  # calls of fn made before sampling (reported as warm-up runs)
     try:
+        if fresh is not None:
+            fresh.defer = True  # checked copies compared after each round (`drain`)
+            fresh.before()
         out = fn()
         observe(out, force=True)
         out = None
@@ -358,6 +369,8 @@ def _time_cuda_on(
             times = elapsed(enqueued)
             sampled.extend(times)
             checked(1)  # one checked call per round, after it (not a sample)
+            if fresh is not None:
+                fresh.drain()  # the round's checked outputs, after its last event
             return times, any(r.throttled for r in readings[seen_before:])
 
         phase = "sampling"
@@ -454,3 +467,6 @@ def _capture(torch: Any, fn: Callable[[], object], calls: int) -> Any:
             "time it without cuda_graph"
         ) from exc
     return graph
+
+
+bound.keep_module(sys.modules[__name__])

@@ -1,32 +1,55 @@
-"""Fresh data for every timed call, plain outputs, and outputs of timed calls checked.
+"""Content no timed call has seen before, outputs checked at calls no kernel can predict.
 
-The timer calls a kernel thousands of times on one set of inputs. A kernel can exploit that:
-memoise its result by the tensors' identity and `_version`, return `torch.empty` when the same
-tensors come back, or return a tensor subclass that computes only when read. `FreshInputs` is
-what the timers call instead of the bare kernel:
+The timer calls a kernel hundreds of times. A kernel can exploit that: memoise its result by
+the tensors' identity, `_version` or a cheap sample of their values, return `torch.empty` on
+repeated inputs, compute honestly only on the calls that will be checked, or return a tensor
+subclass that computes when read. `FreshInputs` is what the timers call instead of the bare
+kernel.
 
-- before every timed call (outside the timed region: before the cache flush and the start
-  marker) the timed tensors are refilled in place with the next of two content sets made by
-  the problem's own input factory (two seeds), so no two consecutive calls see the same
-  contents, and every call sees a new `_version`;
-- every output is checked to be exactly `torch.Tensor` (not a subclass or wrapper) with real
-  storage (`plain_output_problem`);
-- a random sample of timed calls (the first two always, then about one in `SAMPLE_ONE_IN`, at most
-  `MAX_SNAPSHOTS`) has its output copied right after the call's end marker, on the timed
-  stream, and the copies are compared with the reference's output for the same contents when
-  the timing ends: a memo, garbage on repeat, or work finishing after the call returned fails.
+**New content on every call.** Before every timed call (outside the timed region: before the
+cache flush and the start marker) the timed tensors are refilled in place with content no
+earlier call held, one of three ways (`mode`, in the record):
 
-The two content sets, the reference's two outputs and the snapshots cost memory: at most
-`MEMORY_SHARE` of the memory free on the device (CUDA: `mem_get_info`; CPU: MemAvailable). When
-they do not fit, the ring is left out (the same contents, the `_version` still bumped every
-call) and, if even the outputs do not fit, the outputs are not checked either; the timing's
-`fresh_inputs` note says which.
+- `mix` (the default): two draws A and B of the problem's own input maker are kept; each call
+  gets, per element, a point on the segment between them, ``A + U * (B - A)``, U uniform in
+  [0, 1): a window of a pool of uniform values (the input's size plus 2^20 more, drawn once)
+  at an offset read from `os.urandom` before the call and never used by an earlier call; integer and boolean tensors
+  (indices, masks) take each element from A or B. Every element
+  stays within the range its two draws span, so bounds, signs, zeros and integer ranges hold.
+  U has as many random values as the inputs, so no function of a few input values can index a
+  stored output (for a linear kernel ``f(x) = f(A) + f(U * (B - A))``: the whole work again);
+- `maker`: a new draw of the problem's input maker per call, seeded from `os.urandom`: used
+  when a mixed input is not valid for the problem (the kernel and the reference disagree on
+  one, or the reference's output is no longer finite: a positive-definite or normalised input,
+  a permutation), or when the mix does not fit in memory;
+- `fixed`: the inputs cannot be regenerated (no input maker, or one that returns the same
+  contents for every seed) and a jitter of them (A and ``A * (1 + JITTER * V)``, mixed as
+  above) is not valid either: every call sees the same contents with a new `_version`, every
+  call's output is checked, and the record says a memo keyed by content cannot be excluded.
+  With one draw only and a valid jitter, `mode` is `mix` on the jitter. Either way the kernel
+  is named in a `KernelproWarning` that says what to change.
+
+**Checks the kernel cannot predict.** After each timed call returned, `CHECK_RATE` decides
+from `os.urandom` read at that moment (the function kept when the plugin loaded) whether it
+is checked; no generator object exists, nothing is decided ahead, and there is no cap on the
+number of checks. A checked call's output is copied at once (a thread finishing the work
+later is too late) and compared with the reference run on that call's exact content (rebuilt
+from A, B and U, or the maker's draw). On the CPU the comparison runs right after the call; on
+a GPU the copies are queued on the timed stream and compared after the round (`drain`): wall
+time either way, never inside a timed region. A kernel that skips its work on a fraction f of
+the calls survives n timed calls with probability ``(1 - CHECK_RATE * f) ** n``.
+
+Every output must also be exactly `torch.Tensor` with storage (`plain_output_problem`).
+
+Memory: A, B and U (three times the inputs) and two outputs, at most `MEMORY_SHARE` of the
+memory free on the device; beyond that a draw of the maker per call (once the inputs and an
+output), and without a maker the `fixed` mode.
 """
 
 from __future__ import annotations
 
-import os
-import random
+import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,14 +57,76 @@ from typing import Any
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure import bound
 
-MEMORY_SHARE = 0.25  # the ring, the reference outputs and the snapshots: at most this share
-MAX_SNAPSHOTS = 3  # outputs of timed calls kept for the comparison at the end
-SAMPLE_ONE_IN = 8  # about one timed call in this many is snapshot (while room is left)
-CONTENT_SEED_OFFSET = 7_919  # the second content set's seed: the timed inputs' seed + this
+MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of the free memory
+# Share of timed calls whose output is compared with the reference. A kernel that skips its
+# work on half of its calls survives a default timing of n >= 21 calls (the first call and the
+# 20 samples of `TimingBudget.min_samples`) with (1 - 0.6 * 0.5) ** 21 = 0.00056 < 0.001.
+CHECK_RATE = 0.6
+FIXED_CHECK_RATE = 1.0  # inputs that cannot change: every call checked (the strongest left)
+JITTER = 0.125  # one draw only: the second end of the mix is A * (1 + JITTER * V), V in [0, 1)
+# The mix's U is a window of a pool of uniform values at an offset read from os.urandom per
+# call: as many distinct contents as offsets, at the cost of one `lerp`. Drawing U anew from
+# torch's CPU generator cost about 35x that lerp (bench/results/2026-12-05-fresh-content-cpu.md).
+WINDOW = 2**20  # offsets per pool; an offset is never used twice
+PENDING_CHECKS = 64  # GPU: queued checked copies compared at once beyond this many
 
 
 class DishonestTiming(KernelproError):
     """A timed call did less than the work it claims (the message says what was seen)."""
+
+
+def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) -> None:
+    """Raise `DishonestTiming` when a kept clock, serializer, file function or a name of the
+    plugin's timing modules was rebound (`measure.bound`), or when `fresh`'s state no longer
+    matches the `seal` taken before the timing: the timers call this before and after every
+    sample, so the kernel timed across the patch is the one refused."""
+    failure = bound.binding_failure("while the kernel was timed")
+    if failure is not None:
+        bound.restore()
+        raise DishonestTiming(failure)
+    if fresh is not None and seal is not None:
+        changed = seal.changed(fresh)
+        if changed:
+            raise DishonestTiming(
+                f"the timer's own state ({', '.join(changed)} of its fresh inputs) was changed "
+                "while the kernel was timed: a kernel that rewrites the timer's objects (found "
+                "on the call stack or through gc) cannot be timed"
+            )
+
+
+def _same_objects(left: Sequence[Any], right: Sequence[Any]) -> bool:
+    return len(left) == len(right) and all(x is y for x, y in zip(left, right, strict=True))
+
+
+# What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
+SEALED = ("mode", "ends", "weights", "make_draw", "reference", "check", "kernel", "storage")
+
+
+@dataclass(frozen=True)
+class Seal:
+    """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
+    not an attribute of the object the kernel can find): `changed` names what differs."""
+
+    values: tuple[Any, ...]
+    weights: tuple[Any, ...]
+    ends: tuple[Any, ...]
+
+    @classmethod
+    def of(cls, fresh: FreshInputs) -> Seal:
+        a, b = fresh.ends if fresh.ends is not None else ([], [])
+        return cls(tuple(getattr(fresh, name) for name in SEALED), tuple(fresh.weights), (*a, *b))
+
+    def changed(self, fresh: FreshInputs) -> list[str]:
+        found = [
+            name
+            for name, value in zip(SEALED, self.values, strict=True)
+            if getattr(fresh, name, None) is not value
+        ]
+        a, b = fresh.ends if fresh.ends is not None else ([], [])
+        if not (_same_objects(fresh.weights, self.weights) and _same_objects((*a, *b), self.ends)):
+            found.append("its mixed content's tensors")
+        shadowed = [n for n in vars(fresh) if n in ("before", "after", "call", "drain", "rate")]
+        return found + [f"{name} (set on the object)" for name in shadowed]
 
 
 def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
@@ -52,6 +137,17 @@ def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
     if isinstance(obj, dict):
         return [leaf for item in obj.values() for leaf in _tensor_leaves(torch, item)]
     return []
+
+
+def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
+    """`obj` with its tensor leaves replaced, in order, by `leaves` (consumed from the front)."""
+    if isinstance(obj, torch.Tensor):
+        return leaves.pop(0)
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_with_leaves(torch, item, leaves) for item in obj)
+    if isinstance(obj, dict):
+        return {k: _with_leaves(torch, v, leaves) for k, v in obj.items()}
+    return obj
 
 
 def _leaves(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
@@ -112,109 +208,233 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
+def _urandom_seed() -> int:
+    return int.from_bytes(bound.os_urandom(8), "little") & (2**63 - 1)
+
+
+def checked_now(rate: float) -> bool:
+    """Whether the call that just returned is checked: `rate` against 32 bits read from the
+    operating system now (nothing kept, nothing drawn ahead)."""
+    return int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32
+
+
+def survival(rate: float, skipped_share: float, calls: int) -> float:
+    """Probability that a kernel skipping its work on `skipped_share` of `calls` calls, each
+    checked with probability `rate`, is never checked on a skipped call."""
+    return (1.0 - rate * skipped_share) ** calls
+
+
+def _mixable(torch: Any, tensor: Any) -> bool:
+    return bool(tensor.is_floating_point()) and tensor.dtype not in (
+        getattr(torch, "float8_e4m3fn", None),
+        getattr(torch, "float8_e5m2", None),
+    )
+
+
 @dataclass
 class FreshInputs:
-    """The timed call with fresh inputs and checked outputs (see the module docstring)."""
+    """The timed call with new content every call and unpredictable checks (module docstring)."""
 
     torch: Any
     kernel: Callable[..., Any]
     storage: Sequence[Any]  # the timed inputs: refilled in place before every call
-    contents: list[Any] = field(default_factory=list)  # content sets copied in, in turn
-    expected: list[Any] | None = None  # the reference's output for each content set
+    name: str = "the kernel"
+    mode: str = "fixed"  # "mix" | "maker" | "fixed" | "none" (no tensor inputs)
+    ends: tuple[list[Any], list[Any]] | None = None  # mix: the leaves of A and B
+    # mix: per leaf a pool of uniform values, `WINDOW` longer than the leaf; each call's U is
+    # the window at an offset read from `os.urandom` (`_offsets`, the current call's).
+    weights: list[Any] = field(default_factory=list)
+    _offsets: list[int] = field(default_factory=list)
+    _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
+    make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
+    reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
+    defer: bool = False  # GPU: checked copies queued, compared by `drain`
     note: str = ""
-    _current: int = 0  # the content set the timed tensors hold now (set 0: their own)
-    _calls: int = 0
-    # Host seconds spent refilling inputs (enqueueing, on a GPU) and checking the snapshots:
-    # what this costs a timing (the record's `timing.honesty`).
+    inputs_fixed: str = ""  # why the inputs cannot be regenerated and what to change, or ""
+    # Host seconds spent making each call's content (enqueueing, on a GPU) and checking: what
+    # honest measurement costs a timing (the record's `timing.honesty`), never timed.
     refill_s: float = 0.0
+    refills: int = 0
     check_s: float = 0.0
-    _snapshots: list[tuple[int, int, Any]] = field(default_factory=list)
-    _rng: random.Random = field(default_factory=lambda: random.Random(os.urandom(16)))
+    checked: int = 0
+    _calls: int = 0
+    _draw: Any = None  # maker: the current call's content
+    _pending: list[tuple[int, Any, Any]] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        """The share of calls checked: a module constant (kept, `measure.bound`), never state
+        of this object a kernel could lower."""
+        return FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
+
+    def seal(self) -> Seal:
+        return Seal.of(self)
+
+    @property
+    def outputs_checked(self) -> bool:
+        return self.reference is not None and self.check is not None
 
     def before(self) -> None:
-        """Refill the timed inputs with the next content set (outside the timed region)."""
+        """Give the timed inputs content no earlier call held (outside the timed region)."""
         started = bound.perf_counter()
         try:
-            self._refill()
+            with self.torch.no_grad():  # an input that requires grad is refilled all the same
+                self._refill()
         finally:
             self.refill_s += bound.perf_counter() - started
+            self.refills += 1
 
     def _refill(self) -> None:
-        targets = _tensor_leaves(self.torch, self.storage)
-        if len(self.contents) >= 2:
-            self._current = (self._current + 1) % len(self.contents)
-            source = _tensor_leaves(self.torch, self.contents[self._current])
-            with self.torch.no_grad():  # an input that requires grad is refilled all the same
-                for dst, src in zip(targets, source, strict=True):
-                    dst.copy_(src)
+        torch = self.torch
+        targets = _tensor_leaves(torch, self.storage)
+        if self.mode == "mix" and self.ends is not None:
+            self._offsets = [self._new_offset()] * len(self.weights)
+            for dst, a, b, u in zip(targets, *self.ends, self._weights_now(), strict=True):
+                _mix_into(torch, dst, a, b, u)
             return
-        bump = self.torch.autograd.graph.increment_version
+        if self.mode == "maker" and self.make_draw is not None:
+            self._draw = self.make_draw(_urandom_seed())
+            for dst, src in zip(targets, _tensor_leaves(torch, self._draw), strict=True):
+                dst.copy_(src)
+            return
+        bump = torch.autograd.graph.increment_version
         for dst in targets:
             bump(dst)
 
     def resume(self) -> None:
         """Before a later timing of the same tensors: something else wrote into them since
-        (the post-timing re-check writes new contents in place), so a checked call would be
-        compared with the reference's output for contents it never saw. With a ring, the
-        current set is copied back; without one the expected output is lost with the
-        contents, and the re-measurement's outputs are checked for plainness only (noted)."""
-        if len(self.contents) >= 2:
-            source = _tensor_leaves(self.torch, self.contents[self._current])
-            with self.torch.no_grad():
-                for dst, src in zip(_tensor_leaves(self.torch, self.storage), source, strict=True):
-                    dst.copy_(src)
-            return
-        if self.expected is not None:
-            self.expected = None
-            self.note += (
-                "; a re-measurement after the post-timing re-check does not compare outputs "
-                "(the re-check replaced the only content set)"
-            )
+        (the post-timing re-check writes new contents in place), and a timer makes its first
+        call without a refill, so that call would run on contents `content()` does not
+        describe and an honest kernel would be blamed. The current call's content is made
+        again in place."""
+        with self.torch.no_grad():
+            self._refill()
+
+    def _new_offset(self) -> int:
+        """An offset into the pools no earlier call used, read from `os.urandom` (a new pool
+        once half of the offsets are spent)."""
+        if len(self._used) >= WINDOW // 2:
+            for pool in self.weights:  # in place: the timer's seal holds these tensors
+                seed = _urandom_seed()
+                pool.uniform_(
+                    0.0, 1.0, generator=self.torch.Generator(pool.device).manual_seed(seed)
+                )
+            self._used.clear()
+        while True:
+            offset = _urandom_seed() % WINDOW
+            if offset not in self._used:
+                self._used.add(offset)
+                return offset
+
+    def _weights_now(self) -> list[Any]:
+        """This call's U per leaf: a window of the leaf's pool of uniform values, at the
+        offset drawn from `os.urandom` by the refill (a view: no copy, no generator)."""
+        assert self.ends is not None
+        return [
+            pool[offset : offset + a.numel()].view(a.shape)
+            for a, pool, offset in zip(self.ends[0], self.weights, self._offsets, strict=True)
+        ]
+
+    def content(self) -> Any:
+        """The current call's inputs as new tensors (what the reference is run on)."""
+        torch = self.torch
+        with torch.no_grad():
+            if self.mode == "mix" and self.ends is not None:
+                leaves = []
+                for a, b, u in zip(*self.ends, self._weights_now(), strict=True):
+                    out = torch.empty_like(a)
+                    _mix_into(torch, out, a, b, u)
+                    leaves.append(out)
+            elif self.mode == "maker" and self._draw is not None:
+                leaves = [t.detach().clone() for t in _tensor_leaves(torch, self._draw)]
+            else:
+                leaves = [t.detach().clone() for t in _tensor_leaves(torch, self.storage)]
+        return _with_leaves(torch, list(self.storage), leaves)
 
     def call(self) -> Any:
         return self.kernel(*self.storage)
 
     def after(self, out: Any, *, force: bool = False) -> None:
-        """Check one timed call's output: plain, and sometimes copied for `finish`."""
+        """One timed call returned `out`: plain, and checked when the operating system's
+        randomness read now says so (always with `force`: the first call)."""
         self._calls += 1
         problem = plain_output_problem(self.torch, out)
         if problem is not None:
             raise DishonestTiming(problem)
-        if self.expected is None or len(self._snapshots) >= MAX_SNAPSHOTS:
+        if not self.outputs_checked or not (force or checked_now(self.rate)):
             return
-        # The first two calls always: a kernel that cheats from its first repeated call on
-        # is caught for certain; later ones at random (a cheat cannot tell which).
-        if force or self._calls <= 2 or self._rng.randrange(SAMPLE_ONE_IN) == 0:
-            snap = _clone(self.torch, out)
-            self._snapshots.append((self._calls, self._current, snap))
+        self.checked += 1
+        started = bound.perf_counter()
+        snapshot = _clone(self.torch, out)  # now: work finishing later is not in it
+        content = self.content()
+        self.check_s += bound.perf_counter() - started
+        self._pending.append((self._calls, snapshot, content))
+        if not self.defer or len(self._pending) >= PENDING_CHECKS:
+            self.drain()
 
-    def finish(self) -> None:
-        """Compare the snapshots with the reference; raises `DishonestTiming` naming the
-        first wrong one. Snapshots are dropped either way (a re-measurement takes new ones)."""
-        snapshots, self._snapshots = self._snapshots, []
-        if self.expected is None or self.check is None:
+    def drain(self) -> None:
+        """Compare the queued copies with the reference on their calls' content; raises
+        `DishonestTiming` naming the first wrong one."""
+        pending, self._pending = self._pending, []
+        if self.reference is None or self.check is None:
             return
-        for number, turn, snap in snapshots:
+        for number, snapshot, content in pending:
             started = bound.perf_counter()
-            failure = self.check(snap, self.expected[turn])
+            with self.torch.no_grad():
+                expected = self.reference(*content)
+            # Bit-identical outputs pass without the full rule (whose reports can cost more
+            # than the call); anything else is judged by it.
+            identical = _identical(self.torch, snapshot, expected)
+            failure = None if identical else self.check(snapshot, expected)
             self.check_s += bound.perf_counter() - started
             if failure is not None:
                 raise DishonestTiming(
-                    f"timed call {number} returned a wrong output ({failure}), read on the timed "
-                    "stream right after the call: its result was cached from other inputs, left "
-                    "uncomputed on repeated inputs, or computed after the call returned (on "
-                    "another stream or thread). Every timed call must do the whole work"
+                    f"timed call {number} returned a wrong output ({failure}), copied right "
+                    "after the call and compared with the reference on that call's own inputs: "
+                    "its result was cached, left uncomputed, or computed after the call "
+                    "returned (on another stream or thread). Every timed call must do the "
+                    "whole work (which calls are checked is decided after each returns)"
                 )
 
+    def finish(self) -> None:
+        """Check what is still queued (the end of a timing)."""
+        self.drain()
+
     def to_dict(self) -> dict[str, Any]:
+        per_call = self.refill_s / self.refills if self.refills else 0.0
         return {
-            "content_sets": len(self.contents),
-            "outputs_checked": self.expected is not None,
+            "mode": self.mode,
+            "outputs_checked": self.outputs_checked,
             "note": self.note,
+            "inputs_fixed": self.inputs_fixed,
+            "calls": self._calls,
+            "checked_calls": self.checked,
+            "check_rate": self.rate if self.outputs_checked else 0.0,
+            # How likely a kernel skipping half of its calls got through this timing.
+            "survival_half_skipped": (
+                survival(self.rate, 0.5, self._calls) if self.outputs_checked else 1.0
+            ),
             "refill_s": round(self.refill_s, 6),
+            "refill_per_call_s": per_call,
             "check_s": round(self.check_s, 6),
         }
+
+
+def _weight_pool(torch: Any, leaf: Any) -> Any:
+    """Uniform [0, 1) values for `leaf`'s mix: its size plus `WINDOW` offsets, drawn once from a
+    generator seeded by `os.urandom`."""
+    dtype = leaf.dtype if _mixable(torch, leaf) else torch.float32
+    gen = torch.Generator(device=leaf.device).manual_seed(_urandom_seed())
+    return torch.rand(int(leaf.numel()) + WINDOW, generator=gen, dtype=dtype, device=leaf.device)
+
+
+def _mix_into(torch: Any, dst: Any, a: Any, b: Any, u: Any) -> None:
+    """dst = a + u * (b - a) elementwise (floating point), else a or b per element."""
+    if _mixable(torch, a):
+        torch.lerp(a, b, u, out=dst)
+    else:
+        torch.where(u < 0.5, a, b, out=dst)
 
 
 def _clone(torch: Any, obj: Any) -> Any:
@@ -235,80 +455,180 @@ def _same_contents(torch: Any, a: Any, b: Any) -> bool:
     )
 
 
+def _identical(torch: Any, got: Any, expected: Any) -> bool:
+    """Same structure, and every tensor leaf equal in shape, dtype and every bit of value."""
+    left, right = _leaves(got), _leaves(expected)
+    if len(left) != len(right):
+        return False
+    for (path_a, a), (path_b, b) in zip(left, right, strict=True):
+        if path_a != path_b or isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+            return False
+        if not isinstance(a, torch.Tensor):
+            if a != b:
+                return False
+        elif a.shape != b.shape or a.dtype != b.dtype or not bool(torch.equal(a, b)):
+            return False
+    return True
+
+
+def _same_layout(torch: Any, a: Any, b: Any) -> bool:
+    left, right = _tensor_leaves(torch, a), _tensor_leaves(torch, b)
+    return len(left) == len(right) and all(
+        x.shape == y.shape and x.dtype == y.dtype and x.device == y.device
+        for x, y in zip(left, right, strict=True)
+    )
+
+
+def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
+    """The second end of a one-draw mix: A * (1 + JITTER * V), V uniform in [0, 1) (signs,
+    zeros and integer tensors kept)."""
+    gen_seed = _urandom_seed()
+    out = []
+    for a in leaves:
+        if not _mixable(torch, a):
+            out.append(a)
+            continue
+        gen = torch.Generator(device=a.device).manual_seed(gen_seed)
+        v = torch.rand(a.shape, generator=gen, dtype=a.dtype, device=a.device)
+        out.append(a * (1 + JITTER * v))
+    return out
+
+
+def _mix_valid(fresh: FreshInputs, expected_first: Any) -> str | None:
+    """Why a mixed input is not valid for the problem, or None: one untimed call of the kernel
+    and the reference on it must agree, and the reference's output must stay finite where it
+    was (without a reference: the kernel must not raise on it)."""
+    torch = fresh.torch
+    try:
+        fresh.before()
+        with torch.no_grad():
+            got = fresh.kernel(*fresh.storage)
+            if fresh.reference is None or fresh.check is None:
+                return None
+            expected = fresh.reference(*fresh.content())
+    except Exception as exc:
+        return f"{type(exc).__name__} on a mixed input: {str(exc)[:160]}"
+    finite_before = [bool(torch.isfinite(t).all()) for t in _tensor_leaves(torch, expected_first)]
+    finite_after = [bool(torch.isfinite(t).all()) for t in _tensor_leaves(torch, expected)]
+    if any(b and not a for b, a in zip(finite_before, finite_after, strict=False)):
+        return "the reference's output is not finite on a mixed input"
+    failure = fresh.check(got, expected)
+    if failure is not None:
+        return f"the kernel and the reference disagree on a mixed input ({failure[:160]})"
+    return None
+
+
 def fresh_inputs(
     torch: Any,
     kernel: Callable[..., Any],
     inputs: Sequence[Any],
     *,
     device: str,
-    make_second: Callable[[], Sequence[Any]] | None,
+    make_draw: Callable[[int], Sequence[Any]] | None,
     reference: Callable[..., Any] | None,
     check: Callable[[Any, Any], str | None] | None,
     free_bytes: int | None = None,
+    name: str | None = None,
 ) -> FreshInputs:
-    """The `FreshInputs` of `kernel` on the timed `inputs`: a ring of the inputs' own contents
-    and `make_second()`'s when they fit in `MEMORY_SHARE` of the free memory (see the module
-    docstring), the reference's outputs for both when `reference` and `check` are given."""
-    fresh = FreshInputs(torch, kernel, inputs, check=check)
-    if not _tensor_leaves(torch, inputs):
+    """The `FreshInputs` of `kernel` on the timed `inputs` (see the module docstring).
+
+    `make_draw(seed)` is the problem's input maker (a new draw of the inputs for a seed) or
+    None when the inputs cannot be regenerated; `reference` and `check` enable the checks.
+    `name` names the kernel in the warning about inputs that cannot be regenerated."""
+    label = name or getattr(kernel, "__qualname__", None) or type(kernel).__name__
+    fresh = FreshInputs(torch, kernel, inputs, name=label, reference=reference, check=check)
+    fresh.defer = device.startswith("cuda")
+    first_leaves = _tensor_leaves(torch, inputs)
+    if not first_leaves:
+        fresh.mode = "none"
         fresh.note = "fresh inputs: none to refresh (no tensor inputs)"
         return fresh
     free = free_memory_bytes(torch, device) if free_bytes is None else free_bytes
-    room = None if free is None else MEMORY_SHARE * free
+    room = math.inf if free is None else MEMORY_SHARE * free
     in_bytes = _nbytes(torch, inputs)
-    first = _clone(torch, inputs)
-    expected0 = None
-    out_bytes = 0
-    if reference is not None and check is not None:
-        expected0 = reference(*_clone(torch, first))
-        out_bytes = _nbytes(torch, expected0)
-    ring_need = 2 * in_bytes + (2 + MAX_SNAPSHOTS) * out_bytes
-    check_need = in_bytes + (1 + MAX_SNAPSHOTS) * out_bytes
-    if room is None or ring_need <= room:
-        second = make_second() if make_second is not None else None
-        same = second is not None and _same_contents(torch, inputs, second)
-        if same:
-            fresh.note = (
-                "fresh inputs: off (the input maker returned the same contents for another seed: "
-                "make it draw from torch's seeded RNG or its generator= argument): every call "
-                "sees the same contents with a new _version; "
+    with torch.no_grad():
+        a_leaves = [t.detach().clone() for t in first_leaves]
+        expected_first = None
+        if fresh.outputs_checked and reference is not None:
+            expected_first = reference(*_with_leaves(torch, list(inputs), list(a_leaves)))
+    out_bytes = 0 if expected_first is None else _nbytes(torch, expected_first)
+    why_fixed = ""
+    second = None
+    if make_draw is not None:
+        second = make_draw(_urandom_seed())
+        if not _same_layout(torch, inputs, second):
+            second, why_fixed = None, "the input maker's draws differ in shape, dtype or device"
+        elif _same_contents(torch, inputs, second):
+            second, why_fixed = None, "the input maker returned the same contents for another seed"
+    else:
+        why_fixed = "no input maker (fixed input tensors)"
+    if 3 * in_bytes + 2 * out_bytes <= room:
+        with torch.no_grad():
+            b_leaves = (
+                [t.detach().clone() for t in _tensor_leaves(torch, second)]
+                if second is not None
+                else _jittered(torch, a_leaves)
             )
-        elif second is not None and len(_tensor_leaves(torch, second)) == len(
-            _tensor_leaves(torch, inputs)
-        ):
-            fresh.contents = [first, list(second)]
-            if expected0 is not None and reference is not None:
-                fresh.expected = [expected0, reference(*_clone(torch, second))]
+            fresh.weights = [_weight_pool(torch, t) for t in a_leaves]
+        fresh.ends = (a_leaves, b_leaves)
+        fresh.mode = "mix"
+        invalid = _mix_valid(fresh, expected_first)
+        if invalid is None:
+            ends = "two draws of the input maker" if second is not None else "a jitter of them"
             fresh.note = (
-                f"fresh inputs: 2 content sets refilled in turn ({_mib(2 * in_bytes)} of inputs"
-                + (
-                    f", {_mib((2 + MAX_SNAPSHOTS) * out_bytes)} of outputs checked"
-                    if expected0 is not None
-                    else ""
-                )  # fmt: skip
-                + ")"
+                f"fresh inputs: new content every call, mixed per element between the inputs "
+                f"and {ends} ({_mib(3 * in_bytes)} kept)"
             )
+            if second is None:
+                _warn_fixed(fresh, why_fixed, "mixed with a jitter of themselves")
             return fresh
-    del first
-    limit = "unknown" if room is None else _mib(room)
-    if fresh.note:  # the same contents: the outputs are still checked
-        fresh.expected = None if expected0 is None else [expected0]
-        fresh.note += (
-            "sampled outputs are " + ("still" if expected0 is not None else "not") + " checked"
+        why_mix = f"a mixed input is not valid ({invalid})"
+        room_note = ""
+    else:
+        why_mix = ""
+        room_note = (
+            f"the mix needs {_mib(3 * in_bytes + 2 * out_bytes)}, more than "
+            f"{MEMORY_SHARE:.0%} of the free memory"
         )
-        return fresh
-    if expected0 is not None and (room is None or check_need <= room):
-        fresh.contents = []
-        fresh.expected = [expected0]
+    fresh.ends, fresh.weights = None, []
+    _restore(torch, inputs, a_leaves)
+    if second is not None and make_draw is not None:
+        fresh.mode = "maker"
+        fresh.make_draw = make_draw
         fresh.note = (
-            f"fresh inputs: off (a second input set and its outputs need {_mib(ring_need)}, more "
-            f"than {MEMORY_SHARE:.0%} of the free memory, {limit}): every call sees the same "
-            "contents with a new _version; sampled outputs are still checked"
+            f"fresh inputs: a new draw of the input maker every call ({why_mix or room_note})"
         )
         return fresh
+    fresh.mode = "fixed"
     fresh.note = (
-        f"fresh inputs: off (a second input set needs {_mib(ring_need)}, more than "
-        f"{MEMORY_SHARE:.0%} of the free memory, {limit}): every call sees the same contents with "
-        "a new _version; timed outputs are not checked"
+        f"fresh inputs: off ({why_fixed}; {why_mix or room_note}): every call sees the same "
+        "contents with a new _version"
+        + (
+            ", every call's output is checked; a memo keyed by the contents cannot be excluded"
+            if fresh.outputs_checked
+            else "; timed outputs are not checked"
+        )
     )
+    _warn_fixed(fresh, why_fixed, "the same contents on every call, every output checked")
     return fresh
+
+
+def _restore(torch: Any, inputs: Sequence[Any], leaves: list[Any]) -> None:
+    with torch.no_grad():
+        for dst, src in zip(_tensor_leaves(torch, inputs), leaves, strict=True):
+            dst.copy_(src)
+
+
+def _warn_fixed(fresh: FreshInputs, why: str, timed_how: str) -> None:
+    """Name the kernel whose inputs cannot be regenerated and what to change: the record's
+    `timing.honesty.inputs_fixed`, shown in the session's notes (a note, not a Python
+    warning: a suite run with warnings as errors would fail the kernel instead)."""
+    fresh.inputs_fixed = (
+        f"{fresh.name}: its inputs cannot be regenerated per timed call ({why}). Make its "
+        "`inputs=` a factory that makes new tensors from torch's RNG on every call (the plugin "
+        "seeds it; for a KernelBench file: get_inputs() with torch.rand/randn), not one that "
+        f"returns the same tensors or buffers; timed with {timed_how}"
+    )
+
+
+bound.keep_module(sys.modules[__name__])

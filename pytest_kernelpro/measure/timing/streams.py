@@ -30,6 +30,7 @@ device-wide end (less the calibrated latency), i.e. its real cost, host launch t
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -261,3 +262,6 @@ def escape_message(probe: EscapeProbe, median_s: float, switches: list[str]) -> 
         'streams="any" to be timed with a device-wide synchronize after every call (host '
         "launch time included)"
     )
+
+
+bound.keep_module(sys.modules[__name__])

@@ -386,20 +386,18 @@ class _Pipeline:
         self.correctness["shape_check"] = checked or "none applicable"
 
     def time(self) -> dict[str, Any]:
-        """Reference and candidate timed alike: inputs refilled from a second set before every
-        timed call; the candidate's sampled timed outputs checked against the reference, its
+        """Reference and candidate timed alike: new input content before every timed call; the candidate's sampled timed outputs checked against the reference, its
         outputs plain tensors, its device work all on the timed stream
         (`measure.timing`: a `DishonestTiming` is a cheat)."""
         from pytest_kernelpro.measure import bound
         from pytest_kernelpro.measure.timing import DishonestTiming
-        from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET
 
         self.progress("timing")
         phase_started = bound.perf_counter()
         args = self.inputs(self.seed)
 
-        def second() -> list[Any]:
-            return self.inputs(self.seed + CONTENT_SEED_OFFSET)
+        def draw(seed: int) -> list[Any]:
+            return self.inputs(seed)
 
         def check(got: Any, expected: Any) -> str | None:
             decided = measurement.verdict(torch, got, expected, self.rule)
@@ -407,14 +405,14 @@ class _Pipeline:
 
         with torch.no_grad():
             ref_fresh = measurement.fresh_calls(
-                torch, self.ref_model, args, self.device, second=second
+                torch, self.ref_model, args, self.device, make_draw=draw
             )
             new_fresh = measurement.fresh_calls(
                 torch,
                 self.new_model,
                 clone_inputs(torch, args),
                 self.device,
-                second=second,
+                make_draw=draw,
                 reference=self.ref_model,
                 check=check,
             )

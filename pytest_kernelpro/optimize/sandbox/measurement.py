@@ -170,16 +170,17 @@ def fresh_calls(
     args: Sequence[Any],
     device: Any,
     *,
-    second: Callable[[], Sequence[Any]],
+    make_draw: Callable[[int], Sequence[Any]],
     reference: Callable[..., Any] | None = None,
     check: Callable[[Any, Any], str | None] | None = None,
 ) -> Any:
-    """The gate's `FreshInputs` (`measure.timing.fresh_inputs`) of `model` on `args`: inputs
-    refilled from a second set before every timed call, outputs of sampled calls compared
-    with `reference`'s by `check`."""
+    """The gate's `FreshInputs` (`measure.timing.fresh_inputs`) of `model` on `args`: new
+    content before every timed call (mixed between two draws of `make_draw(seed)`, or a new
+    draw), the outputs of calls chosen after they returned compared with `reference`'s by
+    `check`."""
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
     return fresh_inputs(
-        torch, model, args, device=str(device), make_second=second, reference=reference,
+        torch, model, args, device=str(device), make_draw=make_draw, reference=reference,
         check=check,
     )  # fmt: skip

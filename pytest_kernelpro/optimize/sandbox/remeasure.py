@@ -413,7 +413,6 @@ def _worker(work: Path, label: str) -> int:
 
     from pytest_kernelpro.measure.correctness import clone_inputs
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
-    from pytest_kernelpro.measure.timing.fresh_inputs import CONTENT_SEED_OFFSET as OFFSET
     from pytest_kernelpro.problem import import_file
     from pytest_kernelpro.problem.build import build_models
 
@@ -448,15 +447,15 @@ def _worker(work: Path, label: str) -> int:
             verdict = measurement.verdict(torch, got, expected, config, reduced)
             return None if verdict.ok else str(verdict.failure)
 
-        # Timed as in the search: inputs refilled from a second set before every call, sampled
-        # outputs checked against the reference (`measure.timing.fresh_inputs`).
+        # Timed as in the search: new input content before every call, outputs of calls
+        # chosen after they returned checked against the reference (`measure.timing`).
         with torch.no_grad():
             fresh = measurement.fresh_calls(
                 torch,
                 new_model,
                 args,
                 device,
-                second=lambda: measurement.make_inputs(module, seed + 1 + OFFSET, device),
+                make_draw=lambda draw_seed: measurement.make_inputs(module, draw_seed, device),
                 reference=ref_model,
                 check=check,
             )

@@ -1,0 +1,237 @@
+"""New content on every timed call, checks decided after the call returned (unit level:
+measure/timing/fresh_inputs.py). The attacks through `pytest` are in
+tests/plugin/test_honest_attacks.py."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_kernelpro.measure import bound
+from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    CHECK_RATE,
+    DishonestTiming,
+    FreshInputs,
+    Seal,
+    checked_now,
+    fresh_inputs,
+    survival,
+    verify_bindings,
+)
+
+
+def _check(got: Any, expected: Any) -> str | None:
+    return None if torch.allclose(got, expected, rtol=1e-5, atol=1e-6) else "differs"
+
+
+def _draw(seed: int) -> tuple[Any, ...]:
+    gen = torch.Generator().manual_seed(seed)
+    return (
+        torch.randn(16, 16, generator=gen),
+        torch.randint(0, 16, (16,), generator=gen),
+        torch.rand(16, generator=gen) > 0.5,
+    )
+
+
+def _gather(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return x[index] * mask[:, None]
+
+
+def _fresh(kernel: Any = _gather, **kw: Any) -> FreshInputs:
+    kw.setdefault("make_draw", _draw)
+    kw.setdefault("reference", _gather)
+    kw.setdefault("check", _check)
+    return fresh_inputs(torch, kernel, list(_draw(1)), device="cpu", **kw)
+
+
+def test_every_call_holds_content_no_earlier_call_held() -> None:
+    fresh = _fresh()
+    assert fresh.mode == "mix"
+    a, b = fresh.ends or ([], [])
+    seen = set()
+    for _ in range(300):
+        fresh.before()
+        x, index, mask = fresh.storage
+        key = x.numpy().tobytes()
+        assert key not in seen
+        seen.add(key)
+        # Every element stays within what its two draws span: indices in range, masks boolean.
+        assert bool(((x >= torch.minimum(a[0], b[0])) & (x <= torch.maximum(a[0], b[0]))).all())
+        assert bool(((index == a[1]) | (index == b[1])).all())
+        assert mask.dtype == torch.bool
+    assert fresh.to_dict()["refill_per_call_s"] > 0
+
+
+def test_a_checked_call_is_compared_with_the_reference_on_its_own_content() -> None:
+    fresh = _fresh()
+    for _ in range(20):
+        fresh.before()
+        fresh.after(fresh.call(), force=True)
+    assert fresh.checked == 20
+    stale = fresh.call()
+    fresh.before()
+    with pytest.raises(DishonestTiming, match="timed call 21 returned a wrong output"):
+        fresh.after(stale, force=True)
+
+
+def test_the_first_timed_call_does_not_see_the_trial_calls_content() -> None:
+    """The validity trial calls the kernel once, untimed, on a mixed input; the timers refill
+    before their first call, so a memo of the trial's content never hits."""
+    seen: list[bytes] = []
+
+    def remembers(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        seen.append(x.numpy().tobytes())
+        return _gather(x, index, mask)
+
+    fresh = _fresh(remembers)
+    time_kernel(lambda: None, device="cpu", budget=TimingBudget(max_time_s=0.02), fresh=fresh)
+    assert len(seen) == len(set(seen)) > 5
+
+
+def test_an_input_a_mix_makes_invalid_falls_back_to_the_input_maker() -> None:
+    """Cholesky needs a positive-definite input: a per-element mix of two is not one, so the
+    kernel raises in the untimed trial and every call gets a new draw of the maker instead."""
+
+    def spd(seed: int) -> tuple[torch.Tensor]:
+        a = torch.randn(8, 8, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        return (a @ a.T + 8 * torch.eye(8, dtype=torch.float64),)
+
+    def strict_cholesky(x: torch.Tensor) -> torch.Tensor:
+        if not torch.equal(x, x.T):
+            raise ValueError("not symmetric")
+        return torch.linalg.cholesky(x)
+
+    fresh = fresh_inputs(
+        torch, strict_cholesky, list(spd(1)), device="cpu", make_draw=spd,
+        reference=torch.linalg.cholesky, check=_check,
+    )  # fmt: skip
+    assert fresh.mode == "maker"
+    assert "a mixed input is not valid (ValueError" in fresh.note
+    seen = set()
+    for _ in range(5):
+        fresh.before()
+        seen.add(fresh.storage[0].numpy().tobytes())
+        fresh.after(fresh.call(), force=True)
+    assert len(seen) == 5
+
+
+def test_inputs_that_cannot_be_regenerated_are_named_and_jittered() -> None:
+    fresh = _fresh(make_draw=None, name="my_kernel")
+    assert fresh.to_dict()["inputs_fixed"].startswith("my_kernel: its inputs cannot be regenerated")
+    assert fresh.mode == "mix"
+    assert "a jitter of them" in fresh.note
+    fresh.before()
+    first = fresh.storage[0].clone()
+    fresh.before()
+    assert not torch.equal(first, fresh.storage[0])
+
+
+def test_a_maker_returning_the_same_tensors_with_an_invalid_jitter_is_checked_every_call() -> None:
+    fixed = list(_draw(1))
+
+    def symmetric_only(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if not torch.equal(x, fixed[0]):
+            raise ValueError("only the one input")
+        return _gather(x, index, mask)
+
+    fresh = _fresh(symmetric_only, make_draw=lambda seed: fixed, name="k")
+    assert "same contents for another seed" in fresh.inputs_fixed
+    assert fresh.mode == "fixed"
+    assert fresh.rate == 1.0
+    assert "a memo keyed by the contents cannot be excluded" in fresh.note
+
+
+def test_the_check_decision_reads_the_kept_os_urandom_at_that_moment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No generator: a kernel that replaces os.urandom (or seeds every RNG) cannot steer it."""
+    monkeypatch.setattr(os, "urandom", lambda n: b"\xff" * n)  # "never checked", if used
+    decided = [checked_now(CHECK_RATE) for _ in range(2000)]
+    monkeypatch.undo()
+    assert 0.5 < sum(decided) / len(decided) < 0.7
+    assert bound.tampered() == []
+
+
+def test_the_docs_survival_probabilities() -> None:
+    # The default timing: the first call and 20 samples, half of them skipped.
+    assert survival(CHECK_RATE, 0.5, 21) < 1e-3
+    assert survival(CHECK_RATE, 0.5, 20) == pytest.approx(0.7**20)
+    assert survival(CHECK_RATE, 0.1, 100) == pytest.approx(0.94**100)
+
+
+@pytest.mark.parametrize("n", [1, 3, 10, 100, 1000])
+def test_a_kernel_that_turns_lazy_after_its_nth_call_is_caught_within_a_few_calls(n: int) -> None:
+    """The timer's per-call protocol (new content, call, decision) for 1,200 calls: honest for
+    N calls, then skipping its work on every call. Each call after N is checked with p = 0.6,
+    so it survives k of them with p = 0.4^k (here 40 calls: 1e-16)."""
+    made = [0]
+
+    def lazy_after_n(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        made[0] += 1
+        if made[0] > n + 1:  # + the mix's validity trial
+            return torch.zeros(16, 16)
+        return _gather(x, index, mask)
+
+    fresh = _fresh(lazy_after_n)
+
+    def timed_calls() -> None:
+        for _ in range(1200):
+            fresh.before()
+            fresh.after(fresh.call(), force=fresh._calls == 0)
+
+    with pytest.raises(DishonestTiming, match="returned a wrong output") as caught:
+        timed_calls()
+    number = int(str(caught.value).split("timed call ")[1].split()[0])
+    assert n < number <= n + 40
+
+
+def test_a_kernel_lowering_the_check_rate_or_swapping_the_timers_tensors_is_refused() -> None:
+    for attack in ("rate", "weights", "reference"):
+        fresh = _fresh()
+
+        def cheat(x: Any, index: Any, mask: Any, attack: str = attack, fresh: Any = fresh) -> Any:
+            if attack == "rate":
+                fresh.__dict__["rate"] = 0.0  # shadows the property's constant
+            elif attack == "weights":
+                fresh.weights = [w.clone() for w in fresh.weights]
+            else:
+                fresh.reference = cheat
+            return _gather(x, index, mask)
+
+        fresh.kernel = cheat
+        seal = Seal.of(fresh)
+        fresh.before()
+        fresh.call()
+        with pytest.raises(DishonestTiming, match="the timer's own state"):
+            verify_bindings(fresh, seal)
+
+
+def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
+    """`cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
+    thread) refuses the timing; the same gap without it does not."""
+    import threading
+    import time
+
+    from pytest_kernelpro.measure.timing.cpu import OtherThreads
+
+    def busy(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    quiet, loud = OtherThreads(kernel_s=0.001), OtherThreads(kernel_s=0.001)
+    quiet.start()
+    time.sleep(0.01)
+    quiet.stop()
+    loud.start()
+    worker = threading.Thread(target=busy, args=(0.02,))
+    worker.start()
+    worker.join()
+    loud.stop()
+    assert quiet.failure(1) is None
+    assert "other threads of the process used" in (loud.failure(1) or "")
+    assert loud.failure(2) is None  # torch's own workers may run then
