@@ -44,6 +44,7 @@ def test_stored_h200_records_read_back_key_for_key() -> None:
         assert again.pop("peak_used") is None  # came later too: an old record reads as None
         for later in ("autotune", "environment"):  # autotune choices, versions: later still
             assert again.pop(later) is None
+        assert again.pop("sections") == []  # other plugins' sections: later again
         assert again == data
         assert json.dumps(again) == json.dumps(data)
         for name, part in PARTS.items():

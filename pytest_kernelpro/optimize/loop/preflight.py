@@ -202,7 +202,7 @@ def check_server_answers(settings: OptimizeConfig) -> None:
     Without it a search against a server that is down ran every kernel and ended "no correct
     candidate" with exit 0. A server that answers with an HTTP error is up (not every one
     serves the model list); with no base URL known there is no server of ours to ask."""
-    from pytest_kernelpro.optimize.agents.llm.base import LLMError
+    from pytest_kernelpro.optimize.agents.llm.model_api import LLMError
     from pytest_kernelpro.optimize.agents.llm.openai_backend import served_models
 
     url, where = _base_url(settings)
