@@ -226,6 +226,8 @@ def render_terminal_table(
         say(
             "* other device than the baseline: compared by efficiency (time relative to the "
             "roofline), with the wider cross-device tolerance"
+            if verbose
+            else "* other device than the baseline: compared by % of roofline, wider tolerance"
         )
     for note in table_notes(records):
         say(note if verbose else fit(note, 99))
