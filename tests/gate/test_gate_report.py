@@ -184,7 +184,9 @@ def test_terminal_table_color_and_other_device() -> None:
     plain = ANSI.sub("", text)
     assert "H100 80GB HBM3" in plain
     assert "device" in plain
-    assert "compared by efficiency" in plain
+    assert "* other device than the baseline: compared by % of roofline, wider tolerance" in plain
+    verbose = ANSI.sub("", render_terminal_table(recs, width=120, color=True, verbose=True))
+    assert "compared by efficiency (time relative to the roofline)" in verbose
 
 
 def test_roofline_plot_png(tmp_path: Path) -> None:
