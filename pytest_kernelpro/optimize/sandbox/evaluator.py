@@ -87,6 +87,7 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     tree_rss_mb,
     tree_size_mb,
 )
+from pytest_kernelpro.optimize.sandbox.safe_read import create_log, read_text
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
 from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
@@ -395,7 +396,9 @@ class SandboxEvaluator:
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1
-        with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
+        # Created here, before the process runs, and read back through these descriptors:
+        # never through their names, which the candidate can replace (`safe_read`).
+        with create_log(workdir / "stdout.log") as out, create_log(workdir / "stderr.log") as err:
             proc = self.start_sandboxed(
                 command, workdir, writable, [*self.readable_paths(), *readable], out, err
             )
@@ -410,14 +413,14 @@ class SandboxEvaluator:
                 with self._inflight_lock:
                     self._inflight -= 1
                 raise
-        wall = time.monotonic() - started
-        logs = log_tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
+            wall = time.monotonic() - started
+            logs = log_tail(out, err, limits.log_chars)
         with self._inflight_lock:
             self._inflight -= 1
             # A build killed or crashed mid-way may leave torch's build lock behind, which
             # would make every later build with that extension name wait forever. Only when
             # no other worker runs: a sibling's fresh lock must not be taken away.
-            died = killed is not None or not result_path.exists()
+            died = killed is not None or not os.path.lexists(result_path)
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 clear_stale_locks(self.extensions_dir, started)
         marks["cores"] = usable_cores(proc.pid) if marks else 1
@@ -504,7 +507,7 @@ class SandboxEvaluator:
                     killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
-            elif result_path.exists():
+            elif os.path.lexists(result_path):
                 # The worker exits right after writing; give it a moment, then stop waiting.
                 result_seen = result_seen or now
                 if now - result_seen > 10.0:
@@ -526,9 +529,9 @@ class SandboxEvaluator:
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed not in ("memory", "disk", "outputs"):
+        if os.path.lexists(result_path) and killed not in ("memory", "disk", "outputs"):
             try:
-                data = json.loads(result_path.read_text(encoding="utf-8"))
+                data = json.loads(read_text(result_path))
                 if not isinstance(data, dict):
                     raise ValueError(f"a JSON {type(data).__name__}, not an object")
                 harness_error = data.pop("harness_error", None)
@@ -614,13 +617,12 @@ class SandboxEvaluator:
                 readable=[outputs] if outputs is not None else [],
             )
             try:
-                return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
+                return dict(json.loads(read_text(judgedir / "judge.json")))
             except (OSError, ValueError):
-                logs = log_tail(judgedir / "stdout.log", judgedir / "stderr.log", 4000)
                 return {
                     "ok": False,
                     "judge_error": f"the judge process ended without a result ({run.how()}, "
-                    f"{run.killed or 'not killed'})\n{logs}",
+                    f"{run.killed or 'not killed'})\n{run.logs[-4000:]}",
                 }
         finally:
             self.standbys.release(judgedir)
