@@ -87,10 +87,16 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     tree_rss_mb,
     tree_size_mb,
 )
+from pytest_kernelpro.optimize.sandbox.project_view import (
+    ProjectView,
+    project_view,
+    set_session_view,
+)
 from pytest_kernelpro.optimize.sandbox.safe_read import create_log, read_text
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
 from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from pytest_kernelpro.problem.locate import project_import_path
 
 
 class SandboxEvaluator:
@@ -123,6 +129,9 @@ class SandboxEvaluator:
         self.compile_caches = CompileCaches()
         # Worker and judge processes started ahead with torch imported (`pool.py`).
         self.standbys = StandbyPool(self, self.limits.standby)
+        # What every sandbox of this process shows of the project: computed once, here.
+        self.project = task_project_view(task)
+        set_session_view(self.project)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -779,6 +788,21 @@ class SandboxEvaluator:
             f"({str(evaluation.reason or '')[:200]})",
             build_log=evaluation.build_log,
         )
+
+
+def task_project_view(task: KernelBenchTask) -> ProjectView:
+    """The project view of `task` (`project_view.py`): the project is the working directory
+    and the import path entries of the task and of this process that are not installed
+    software; its imports are the entry files' and the reference's."""
+    cwd = os.getcwd()
+    roots = [cwd, *project_import_path(task.sys_path), *project_import_path()]
+    return project_view(
+        roots,
+        entries=task.view_entries,
+        sources=(task.reference,),
+        data=task.sandbox_data,
+        rootdir=task.rootdir or cwd,
+    )
 
 
 def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:

@@ -358,21 +358,35 @@ def sandbox_spec(
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What the setup inside the namespaces needs (computed in the session's process): the
-    writable directories, and the allow-list view (`view.py`: hidden, shown, covered)."""
+    writable directories, and the allow-list view (`view.py`: hidden, shown, covered).
+
+    With the session's project view (`project_view.session_view()`, registered by the
+    evaluator), the project's directories are hidden like the home directory and only the
+    view's files are bound back (`project_view.py`); without one, the directories named in
+    `readable` and the working directory are shown whole, their secret-looking files
+    covered (the deny-list of `view.covered_paths`)."""
+    from pytest_kernelpro.optimize.sandbox.project_view import session_view
+
     home = os.environ.get("HOME", "")
     home = str(Path(home).resolve()) if home and Path(home).is_dir() else ""
     hide = view.hidden_roots(home)
-    package = str(Path(view.__file__).resolve().parents[3])
-    projects = [
-        os.path.realpath(p)
-        for p in (os.getcwd(), package, *readable)
-        if Path(p).is_dir()
-        and not any(view.contains(os.path.realpath(p), hidden) for hidden in hide)
-    ]
+    package = str(Path(view.__file__).resolve().parents[2])
     from pytest_kernelpro.optimize.build.cache import default_cache_dir
 
     needed = view.needed_paths(python, [*readable, os.getcwd(), default_cache_dir()], env)
-    show = view.shown_paths(needed, hide)
+    project = session_view()
+    if project is not None:
+        hide, needed, files = view.with_project(hide, needed, project.roots, project.files)
+        projects: list[str] = []  # nothing of the project is shown whole: nothing to cover
+    else:
+        files = []
+        projects = [
+            os.path.realpath(p)
+            for p in (os.getcwd(), package, *readable)
+            if Path(p).is_dir()
+            and not any(view.contains(os.path.realpath(p), hidden) for hidden in hide)
+        ]
+    show = [*view.shown_paths(needed, hide), *files]
     return {
         "scratch": str(Path(scratch).resolve()),
         "writable": [str(Path(p).resolve()) for p in writable],

@@ -33,6 +33,12 @@ class KernelBenchTask:
     # sys.path entries of the session that collected the kernel (rootdir, pythonpath ini,
     # conftest insertions, src/ layout), added to the worker's so it imports the same modules.
     sys_path: tuple[str, ...] = ()
+    # The project view (`project_view.py`): the files whose imports define what a candidate
+    # sees of the project (the test file that marks the kernel), the data patterns the
+    # project names (`kernelpro_sandbox_data`) and the directory they are relative to.
+    view_entries: tuple[str, ...] = ()
+    sandbox_data: tuple[str, ...] = ()
+    rootdir: str | None = None
 
     def __post_init__(self) -> None:
         if self.shape_check not in ("auto", "variants", "off"):
