@@ -111,6 +111,9 @@ class _Closure:
         self.cut = False
 
     def add(self, path: str, why: str) -> bool:
+        if os.path.islink(path):  # a link's target is not what the import named
+            self.refused[os.path.abspath(path)] = "a symbolic link"
+            return False
         real = os.path.realpath(path)
         if real in self.files or real in self.refused:
             return real in self.files
