@@ -70,6 +70,7 @@ from pytest_kernelpro.optimize.sandbox.environment import (
     scrub_environment,
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.limit_notes import limit_note
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
@@ -371,6 +372,7 @@ class SandboxEvaluator:
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation = _outside_check(evaluation, run)
+        evaluation.reason = limit_note(evaluation.reason, self.limits)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
         standby = self.standbys.handover(workdir)
@@ -455,6 +457,8 @@ class SandboxEvaluator:
             readable=readable,
             python=self.limits.python,
             file_limit_mb=self.limits.scratch_limit_mb,
+            process_limit=self.limits.max_processes,
+            open_files_limit=self.limits.max_open_files,
             env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
@@ -485,7 +489,7 @@ class SandboxEvaluator:
         limits = self.limits
         deadline = started + limits.build_timeout_s
         run_started: float | None = None
-        phase, peak_mb, killed = "start", 0.0, None
+        phase, peak_mb, killed, peak_processes = "start", 0.0, None, 0
         result_seen: float | None = None
         next_disk_check = started
         # The checked outputs for the judge (`output_channel`), watched on their own limit.
@@ -504,10 +508,13 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            rss = tree_rss_mb(proc.pid)
+            rss, count = tree_rss_mb(proc.pid, count=True)
             peak_mb = max(peak_mb, rss)
+            peak_processes = max(peak_processes, count)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
+            elif limits.max_processes and count > limits.max_processes:
+                killed = "processes"
             elif limits.scratch_limit_mb and now >= next_disk_check:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
@@ -538,7 +545,12 @@ class SandboxEvaluator:
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if os.path.lexists(result_path) and killed not in ("memory", "disk", "outputs"):
+        if os.path.lexists(result_path) and killed not in (
+            "memory",
+            "disk",
+            "outputs",
+            "processes",
+        ):
             try:
                 data = json.loads(read_text(result_path))
                 if not isinstance(data, dict):
@@ -557,7 +569,15 @@ class SandboxEvaluator:
             return Evaluation(
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
-                f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+                f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed; "
+                "SandboxLimits.memory_limit_mb, by default half of this machine's memory)",
+            )
+        if killed == "processes":
+            return Evaluation(
+                status="run_error",
+                reason=f"too many processes: the candidate's processes passed the "
+                f"{self.limits.max_processes} process limit in phase {phase!r} (killed; "
+                "SandboxLimits.max_processes)",
             )
         if killed == "outputs":
             return Evaluation(

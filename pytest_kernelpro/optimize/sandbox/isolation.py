@@ -125,6 +125,8 @@ class Isolation:
         python: str = sys.executable,
         file_limit_mb: int | None = None,
         env: Mapping[str, str] | None = None,
+        process_limit: int | None = None,
+        open_files_limit: int | None = None,
     ) -> list[str]:
         """The command line that runs `command` in the sandbox (unchanged for the fallback).
 
@@ -141,6 +143,8 @@ class Isolation:
             ),
             "relax": list(self.relax),
             "file_limit_mb": file_limit_mb,
+            "process_limit": process_limit,
+            "open_files_limit": open_files_limit,
         }
         spec_path = scratch / "sandbox.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")

@@ -390,6 +390,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         size = int(spec["file_limit_mb"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
         log.append(f"files limited to {spec['file_limit_mb']} MB")
+    for key, limit, what in (
+        ("process_limit", resource.RLIMIT_NPROC, "processes"),
+        ("open_files_limit", resource.RLIMIT_NOFILE, "open files"),
+    ):
+        if spec.get(key):
+            value = int(spec[key])
+            hard = resource.getrlimit(limit)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (value, value))
+            log.append(f"{what} limited to {value}")
     sys.stderr.write("kernelpro sandbox: " + "; ".join(log) + "\n")
     sys.stderr.flush()
     command = args[2:]

@@ -12,7 +12,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal, overload
 
 from pytest_kernelpro.optimize.sandbox.safe_read import read_tail_fd, read_text
 from pytest_kernelpro.optimize.sandbox.safe_read import remove_tree as safe_remove_tree
@@ -117,18 +117,25 @@ def tree_size_mb(root: Path, limit_entries: int = 100_000) -> float:
     return total / (1024 * 1024)
 
 
-def tree_rss_mb(pid: int) -> float:
+@overload
+def tree_rss_mb(pid: int) -> float: ...
+@overload
+def tree_rss_mb(pid: int, *, count: Literal[True]) -> tuple[float, int]: ...
+
+
+def tree_rss_mb(pid: int, *, count: bool = False) -> float | tuple[float, int]:
     """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
-    worker as a child, and a candidate may start processes of its own)."""
+    worker as a child, and a candidate may start processes of its own); with `count`, also
+    how many processes the tree holds (at most 65536 looked at)."""
     total, todo, seen = 0.0, [pid], set()
-    while todo and len(seen) < 4096:
+    while todo and len(seen) < 65536:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
         total += rss_mb(current)
         todo += children(current)
-    return total
+    return (total, len(seen)) if count else total
 
 
 def rss_mb(pid: int) -> float:
