@@ -183,10 +183,13 @@ def hidden_roots(home: str = "", root: str = "/") -> list[str]:
         real = _real(path)
         if real and os.path.isdir(real) and real != "/" and real not in found:
             found.append(real)
-    # Outermost only: /home covers /home/user.
-    found.sort(key=len)
+    return outermost(found)
+
+
+def outermost(paths: Iterable[str]) -> list[str]:
+    """`paths` without those inside another one (/home covers /home/user), shortest first."""
     outer: list[str] = []
-    for path in found:
+    for path in sorted(dict.fromkeys(paths), key=len):
         if not any(_under(path, o) for o in outer):
             outer.append(path)
     return outer
@@ -272,15 +275,7 @@ def with_project(
     # would hide the libraries the interpreter loads; such a root is not a project).
     system = [f"/{d}" for d in SYSTEM_DIRS] + [os.path.realpath(sys.base_prefix)]
     usable = [r for r in roots if not any(_under(s, r) for s in system)]
-    hide = list(hidden)
-    for root in usable:
-        if not any(_under(root, h) for h in hide):
-            hide.append(root)
-    hide.sort(key=len)
-    outer: list[str] = []
-    for path in hide:
-        if not any(_under(path, o) for o in outer):
-            outer.append(path)
+    outer = outermost([*hidden, *usable])
     kept = [
         n
         for n in needed
