@@ -63,13 +63,6 @@ class ProjectView:
     refused: dict[str, str] = field(default_factory=dict)  # named but not shown -> why
     cut: bool = False  # the closure passed MAX_FILES
 
-    def describe(self) -> str:
-        return (
-            f"{len(self.files)} project files shown (the kernel's imports, their native "
-            f"sources, the named data) of {len(self.roots)} project directories"
-            + (f"; cut at {MAX_FILES}" if self.cut else "")
-        )
-
 
 def refusal(path: str, roots: Sequence[str]) -> str | None:
     """Why `path` is never shown (module doc), or None."""
