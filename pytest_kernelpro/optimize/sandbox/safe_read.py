@@ -125,6 +125,7 @@ def create_log(path: Path | str) -> IO[bytes]:
     fd = os.open(path, flags, 0o600)
     try:
         check_plain(fd, path, None)
+        os.set_blocking(fd, True)  # the process writes through it: an ordinary file
     except OSError:
         os.close(fd)
         raise
