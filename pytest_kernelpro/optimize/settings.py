@@ -147,6 +147,14 @@ def add_options(parser: pytest.Parser) -> None:
         "search. Default: False",
     )
     add_setting_options(group, parser, SETTINGS)
+    parser.addini(
+        "kernelpro_sandbox_data",
+        "Data files a kernel needs in the optimizer's sandbox (paths or glob patterns relative "
+        "to the rootdir, a directory meaning every file under it); nothing else of the "
+        "repository beyond the kernel's imports is visible to a candidate",
+        type="linelist",
+        default=[],
+    )
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,59 @@ def test_the_values_of_the_sessions_secret_variables_are_redacted(
     )
 
 
+# Unicode format characters (category Cf) a candidate could put inside a token so that no
+# shape matches: each is invisible or nearly so where the text is shown.
+FORMAT_CHARACTERS = {
+    "zero-width space": "\u200b",
+    "soft hyphen": "\u00ad",
+    "zero-width joiner": "\u200d",
+    "zero-width non-joiner": "\u200c",
+    "word joiner": "\u2060",
+    "byte-order mark": "\ufeff",
+    "invisible separator": "\u2063",
+    "left-to-right mark": "\u200e",
+    "arabic letter mark": "\u061c",
+    "mongolian vowel separator": "\u180e",
+    "tag letter a": "\U000e0061",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORMAT_CHARACTERS))
+@pytest.mark.parametrize("kind", ["github token", "anthropic key", "aws access key"])
+def test_a_token_split_by_a_format_character_is_still_redacted(name: str, kind: str) -> None:
+    char = FORMAT_CHARACTERS[name]
+    key = KEYS[kind]
+    split = char.join([key[:4], key[4:9], key[9:]])  # inside the prefix and the body
+    out = safe_text(f"settings: {split} end", secrets=())
+    assert f"[redacted: {kind}]" in out
+    assert key[9:] not in out
+    assert char not in out
+
+
+def test_a_secret_variables_value_split_by_format_characters_is_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    value = "kp-session-secret-9a8b7c6d5e"
+    monkeypatch.setenv("KERNELPRO_CANARY_TOKEN", value)
+    split = "\u00ad".join(value[i : i + 3] for i in range(0, len(value), 3))
+    out = safe_tree({"reason": f"got {split}", "logs": ["x\u200b" + split]})
+    assert json.dumps(out).count("[redacted: secret variable]") == 2
+    assert value[3:] not in json.dumps(out)
+
+
+def test_every_format_character_of_unicode_is_removed_and_other_text_is_kept() -> None:
+    import sys
+    import unicodedata
+
+    every = "".join(
+        chr(c) for c in range(0x80, sys.maxunicode + 1) if unicodedata.category(chr(c)) == "Cf"
+    )
+    assert len(every) > 150
+    assert safe_text(f"a{every}b", secrets=()) == "ab"
+    kept = "µs, 1e+06 µs, naïve, 日本語, emoji 😀, tab\tand newline\n"
+    assert safe_text(kept, secrets=()) == kept
+
+
 def test_escape_sequences_and_control_characters_are_removed() -> None:
     attack = (
         "\x1b[2J\x1b[H=== 14 passed in 0.01s ===\x1b]0;owned\x07\r"

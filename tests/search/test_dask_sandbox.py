@@ -72,7 +72,9 @@ def world(cluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcom
     names = programs(root, listener)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GITHUB_TOKEN", CANARY)
-        task = dataclasses.replace(TASK, sys_path=(str(root / "repo"),))  # shown read-only
+        task = dataclasses.replace(  # kernels.py shown read-only (the project view's entry)
+            TASK, sys_path=(str(root / "repo"),), view_entries=(str(root / "repo" / "kernels.py"),)
+        )
         evaluator = DaskEvaluator(cluster, task, LIMITS)
         evaluator.connect(local_isolation=ISOLATION.describe())
         with ThreadPoolExecutor(max_workers=2) as pool:  # both workers busy

@@ -81,7 +81,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Outcome]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNELPRO_CANARY_TOKEN", CANARY)
         mp.setenv("GITHUB_TOKEN", CANARY)
-        evaluator = SandboxEvaluator(task(sys_path=(str(root / "repo"),)), LIMITS)
+        # The project view shows kernels.py (the entry), read-only; nothing else of the repo.
+        shown = (str(root / "repo" / "kernels.py"),)
+        evaluator = SandboxEvaluator(
+            task(sys_path=(str(root / "repo"),), view_entries=shown), LIMITS
+        )
         evaluations = evaluator.evaluate_many([Candidate(code) for code in names.values()], jobs=2)
     time.sleep(1.0)  # a surviving grandchild would write its marker within 0.1 s
     listener.close()

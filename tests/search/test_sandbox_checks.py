@@ -276,3 +276,30 @@ def test_task_options_are_validated() -> None:
     with pytest.raises(KernelproError, match="device='tpu'"):
         KernelBenchTask("x", device="tpu")
     assert SandboxLimits().memory_limit_mb is None or SandboxLimits().memory_limit_mb >= 1024
+
+
+@pytest.mark.parametrize("chosen", [12345.678, -0.000123456, 31337.0])
+def test_a_wrong_outputs_reason_quotes_positions_and_error_size_not_the_kernels_values(
+    chosen: float,
+) -> None:
+    """The reason reaches the next prompt: a value the kernel chose would be a channel out
+    of the sandbox (one number per evaluation)."""
+    ref = torch.zeros(4, 4)
+    out = ref.clone()
+    out[1, 2] = chosen
+    decided = _verdict(ref, out)
+    assert decided.failure is not None
+    assert "Worst at index (1, 2): error " in decided.failure
+    digits = f"{abs(chosen):.7g}".replace(".", "").lstrip("0")[:5]
+    assert digits not in decided.failure.replace(".", ""), decided.failure
+    assert "got" not in decided.failure
+
+
+def test_an_integer_outputs_reason_quotes_the_difference_not_the_value() -> None:
+    ref = torch.zeros(3, dtype=torch.int64)
+    out = ref.clone()
+    out[2] = 4242
+    decided = _verdict(ref, out)
+    assert decided.failure is not None
+    assert "first at index (2,): error 4.2e+03." in decided.failure
+    assert "4242" not in decided.failure

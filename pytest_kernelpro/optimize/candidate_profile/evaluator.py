@@ -47,6 +47,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.optimize.agents.feedback import check_feedback_mode
 from pytest_kernelpro.optimize.candidate_profile.child import combined_problem
 from pytest_kernelpro.optimize.sandbox.processes import kill_group
+from pytest_kernelpro.optimize.sandbox.safe_read import create_log, read_tail_fd, read_text
 
 if TYPE_CHECKING:
     from pytest_kernelpro.analysis.core import RooflineFacts
@@ -440,7 +441,8 @@ class CandidateProfiler:
                 python=self.python,
                 env=env,
             )
-            with open(workdir / "stderr.log", "wb") as err:
+            # Read back through this descriptor, never by name (`sandbox.safe_read`).
+            with create_log(workdir / "stderr.log") as err:
                 proc = subprocess.Popen(
                     command,
                     cwd=workdir,
@@ -465,8 +467,9 @@ class CandidateProfiler:
                     proc.wait()
                     raise
                 kill_group(proc)  # profiler children left behind (fallback)
-            if code != 0 or not output.exists():
-                lines = (workdir / "stderr.log").read_text(errors="replace").strip().splitlines()
+                stderr = read_tail_fd(err.fileno(), 64 * 1024).decode("utf-8", "replace")
+            if code != 0 or not os.path.lexists(output):
+                lines = stderr.strip().splitlines()
                 # The sandbox's own setup line is not the reason.
                 tail = [
                     ln
@@ -477,7 +480,10 @@ class CandidateProfiler:
                     f"the candidate profiler exited with {code}: " + " | ".join(tail[-3:])[:600],
                     isolation=where,
                 )
-            result = json.loads(output.read_text(encoding="utf-8"))
+            try:
+                result = json.loads(read_text(output))
+            except (OSError, ValueError) as exc:  # a link, a FIFO, a forged file
+                raise ProfileFailed(f"unreadable profile result: {exc}", isolation=where) from None
         if isinstance(result, dict):
             result["isolation"] = where
             result["compile_cache"] = "warm (kept from its evaluation)" if warm else "cold"

@@ -35,6 +35,8 @@ import weakref
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from pytest_kernelpro.optimize.sandbox.safe_read import plain_dir
+
 # Inside a process's scratch directory (relative to the directory HOME points at).
 CACHE_DIRS = {
     "TRITON_CACHE_DIR": ".triton/cache",
@@ -65,7 +67,10 @@ def _plain_size(root: Path, limit: int) -> int | None:
             if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                 return None
         for name in filenames:
-            total += os.lstat(os.path.join(dirpath, name)).st_size
+            st = os.lstat(os.path.join(dirpath, name))
+            if st.st_nlink != 1:  # a hard link to a file outside: not the candidate's
+                return None
+            total += st.st_size
             if total > limit:
                 return None
     return total
@@ -96,7 +101,9 @@ class CompileCaches:
     def keep(self, code: str, home: Path) -> int:
         """Move the caches a process of `code` wrote under `home` into the store (replacing
         what was kept for that code); the bytes kept (0: nothing, or not kept)."""
-        found = [(rel, home / rel) for rel in CACHE_DIRS.values() if (home / rel).is_dir()]
+        # Directories all the way down from `home`: a link on the way (`.triton` pointing
+        # at a directory of the user's) would move that directory into the store.
+        found = [(rel, home / rel) for rel in CACHE_DIRS.values() if plain_dir(home, rel)]
         if not found:
             return 0
         total = 0

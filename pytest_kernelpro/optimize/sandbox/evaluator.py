@@ -70,6 +70,7 @@ from pytest_kernelpro.optimize.sandbox.environment import (
     scrub_environment,
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.limit_notes import limit_note
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
@@ -87,9 +88,16 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     tree_rss_mb,
     tree_size_mb,
 )
+from pytest_kernelpro.optimize.sandbox.project_view import (
+    ProjectView,
+    project_view,
+    set_session_view,
+)
+from pytest_kernelpro.optimize.sandbox.safe_read import create_log, read_text
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
 from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
+from pytest_kernelpro.problem.locate import project_import_path
 
 
 class SandboxEvaluator:
@@ -122,6 +130,9 @@ class SandboxEvaluator:
         self.compile_caches = CompileCaches()
         # Worker and judge processes started ahead with torch imported (`pool.py`).
         self.standbys = StandbyPool(self, self.limits.standby)
+        # What every sandbox of this process shows of the project: computed once, here.
+        self.project = task_project_view(task)
+        set_session_view(self.project)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -361,6 +372,7 @@ class SandboxEvaluator:
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation = _outside_check(evaluation, run)
+        evaluation.reason = limit_note(evaluation.reason, self.limits)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
         standby = self.standbys.handover(workdir)
@@ -395,7 +407,9 @@ class SandboxEvaluator:
         started = time.monotonic()
         with self._inflight_lock:
             self._inflight += 1
-        with open(workdir / "stdout.log", "wb") as out, open(workdir / "stderr.log", "wb") as err:
+        # Created here, before the process runs, and read back through these descriptors:
+        # never through their names, which the candidate can replace (`safe_read`).
+        with create_log(workdir / "stdout.log") as out, create_log(workdir / "stderr.log") as err:
             proc = self.start_sandboxed(
                 command, workdir, writable, [*self.readable_paths(), *readable], out, err
             )
@@ -410,14 +424,14 @@ class SandboxEvaluator:
                 with self._inflight_lock:
                     self._inflight -= 1
                 raise
-        wall = time.monotonic() - started
-        logs = log_tail(workdir / "stdout.log", workdir / "stderr.log", limits.log_chars)
+            wall = time.monotonic() - started
+            logs = log_tail(out, err, limits.log_chars)
         with self._inflight_lock:
             self._inflight -= 1
             # A build killed or crashed mid-way may leave torch's build lock behind, which
             # would make every later build with that extension name wait forever. Only when
             # no other worker runs: a sibling's fresh lock must not be taken away.
-            died = killed is not None or not result_path.exists()
+            died = killed is not None or not os.path.lexists(result_path)
             if died and phase not in RUN_PHASES and self._inflight == 0:
                 clear_stale_locks(self.extensions_dir, started)
         marks["cores"] = usable_cores(proc.pid) if marks else 1
@@ -443,6 +457,8 @@ class SandboxEvaluator:
             readable=readable,
             python=self.limits.python,
             file_limit_mb=self.limits.scratch_limit_mb,
+            process_limit=self.limits.max_processes,
+            open_files_limit=self.limits.max_open_files,
             env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
         )
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
@@ -473,7 +489,7 @@ class SandboxEvaluator:
         limits = self.limits
         deadline = started + limits.build_timeout_s
         run_started: float | None = None
-        phase, peak_mb, killed = "start", 0.0, None
+        phase, peak_mb, killed, peak_processes = "start", 0.0, None, 0
         result_seen: float | None = None
         next_disk_check = started
         # The checked outputs for the judge (`output_channel`), watched on their own limit.
@@ -492,10 +508,13 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            rss = tree_rss_mb(proc.pid)
+            rss, count = tree_rss_mb(proc.pid, count=True)
             peak_mb = max(peak_mb, rss)
+            peak_processes = max(peak_processes, count)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
+            elif limits.max_processes and count > limits.max_processes:
+                killed = "processes"
             elif limits.scratch_limit_mb and now >= next_disk_check:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
@@ -504,7 +523,7 @@ class SandboxEvaluator:
                     killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
-            elif result_path.exists():
+            elif os.path.lexists(result_path):
                 # The worker exits right after writing; give it a moment, then stop waiting.
                 result_seen = result_seen or now
                 if now - result_seen > 10.0:
@@ -526,9 +545,14 @@ class SandboxEvaluator:
     def _classify(self, run: ProcessRun, result_path: Path) -> Evaluation:
         killed, phase, peak_mb = run.killed, run.phase, run.peak_mb
         in_build = phase not in RUN_PHASES
-        if result_path.exists() and killed not in ("memory", "disk", "outputs"):
+        if os.path.lexists(result_path) and killed not in (
+            "memory",
+            "disk",
+            "outputs",
+            "processes",
+        ):
             try:
-                data = json.loads(result_path.read_text(encoding="utf-8"))
+                data = json.loads(read_text(result_path))
                 if not isinstance(data, dict):
                     raise ValueError(f"a JSON {type(data).__name__}, not an object")
                 harness_error = data.pop("harness_error", None)
@@ -545,7 +569,15 @@ class SandboxEvaluator:
             return Evaluation(
                 status="run_error",
                 reason=f"out of memory: resident memory {peak_mb:.0f} MB passed the "
-                f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed)",
+                f"{self.limits.memory_limit_mb} MB limit in phase {phase!r} (killed; "
+                "SandboxLimits.memory_limit_mb, by default half of this machine's memory)",
+            )
+        if killed == "processes":
+            return Evaluation(
+                status="run_error",
+                reason=f"too many processes: the candidate's processes passed the "
+                f"{self.limits.max_processes} process limit in phase {phase!r} (killed; "
+                "SandboxLimits.max_processes)",
             )
         if killed == "outputs":
             return Evaluation(
@@ -614,13 +646,12 @@ class SandboxEvaluator:
                 readable=[outputs] if outputs is not None else [],
             )
             try:
-                return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
+                return dict(json.loads(read_text(judgedir / "judge.json")))
             except (OSError, ValueError):
-                logs = log_tail(judgedir / "stdout.log", judgedir / "stderr.log", 4000)
                 return {
                     "ok": False,
                     "judge_error": f"the judge process ended without a result ({run.how()}, "
-                    f"{run.killed or 'not killed'})\n{logs}",
+                    f"{run.killed or 'not killed'})\n{run.logs[-4000:]}",
                 }
         finally:
             self.standbys.release(judgedir)
@@ -779,6 +810,21 @@ class SandboxEvaluator:
             f"({str(evaluation.reason or '')[:200]})",
             build_log=evaluation.build_log,
         )
+
+
+def task_project_view(task: KernelBenchTask) -> ProjectView:
+    """The project view of `task` (`project_view.py`): the project is the working directory
+    and the import path entries of the task and of this process that are not installed
+    software; its imports are the entry files' and the reference's."""
+    cwd = os.getcwd()
+    roots = [cwd, *project_import_path(task.sys_path), *project_import_path()]
+    return project_view(
+        roots,
+        entries=task.view_entries,
+        sources=(task.reference,),
+        data=task.sandbox_data,
+        rootdir=task.rootdir or cwd,
+    )
 
 
 def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:

@@ -4,7 +4,7 @@
 worker's command line into one that runs it inside the sandbox:
 
     unshare --mount --pid --fork --kill-child --mount-proc --net --ipc --uts [--user
-            --map-root-user] -- python -m pytest_kernelpro.optimize.sandbox.isolation SPEC.json -- \
+            --map-root-user] -- python -I -S .../namespace_setup.py SPEC.json -- \
         setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \
         python -m pytest_kernelpro.optimize.sandbox.worker ...
 
@@ -66,6 +66,7 @@ from pytest_kernelpro.optimize.sandbox.namespace_setup import (  # re-exported: 
 )
 
 MODES = ("auto", "namespaces", "fallback")
+SETUP_SCRIPT = str(Path(__file__).resolve().with_name("namespace_setup.py"))
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,8 @@ class Isolation:
         python: str = sys.executable,
         file_limit_mb: int | None = None,
         env: Mapping[str, str] | None = None,
+        process_limit: int | None = None,
+        open_files_limit: int | None = None,
     ) -> list[str]:
         """The command line that runs `command` in the sandbox (unchanged for the fallback).
 
@@ -141,6 +144,8 @@ class Isolation:
             ),
             "relax": list(self.relax),
             "file_limit_mb": file_limit_mb,
+            "process_limit": process_limit,
+            "open_files_limit": open_files_limit,
         }
         spec_path = scratch / "sandbox.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
@@ -152,12 +157,16 @@ class Isolation:
             "--no-new-privs",
             "--",
         ]
+        # The setup (PID 1) imports the standard library only: run as a script, isolated
+        # (-I) and without site (-S), it starts without importing this package or pytest
+        # (a few hundred milliseconds of every candidate's start: bench/sandbox_start.py).
         return [
             *self.unshare_args(),
             "--",
             python,
-            "-m",
-            "pytest_kernelpro.optimize.sandbox.isolation",
+            "-I",
+            "-S",
+            SETUP_SCRIPT,
             str(spec_path),
             "--",
             *drop,
@@ -358,21 +367,35 @@ def sandbox_spec(
     env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """What the setup inside the namespaces needs (computed in the session's process): the
-    writable directories, and the allow-list view (`view.py`: hidden, shown, covered)."""
+    writable directories, and the allow-list view (`view.py`: hidden, shown, covered).
+
+    With the session's project view (`project_view.session_view()`, registered by the
+    evaluator), the project's directories are hidden like the home directory and only the
+    view's files are bound back (`project_view.py`); without one, the directories named in
+    `readable` and the working directory are shown whole, their secret-looking files
+    covered (the deny-list of `view.covered_paths`)."""
+    from pytest_kernelpro.optimize.sandbox.project_view import session_view
+
     home = os.environ.get("HOME", "")
     home = str(Path(home).resolve()) if home and Path(home).is_dir() else ""
     hide = view.hidden_roots(home)
-    package = str(Path(view.__file__).resolve().parents[3])
-    projects = [
-        os.path.realpath(p)
-        for p in (os.getcwd(), package, *readable)
-        if Path(p).is_dir()
-        and not any(view.contains(os.path.realpath(p), hidden) for hidden in hide)
-    ]
+    package = str(Path(view.__file__).resolve().parents[2])
     from pytest_kernelpro.optimize.build.cache import default_cache_dir
 
     needed = view.needed_paths(python, [*readable, os.getcwd(), default_cache_dir()], env)
-    show = view.shown_paths(needed, hide)
+    project = session_view()
+    if project is not None:
+        hide, needed, files = view.with_project(hide, needed, project.roots, project.files)
+        projects: list[str] = []  # nothing of the project is shown whole: nothing to cover
+    else:
+        files = []
+        projects = [
+            os.path.realpath(p)
+            for p in (os.getcwd(), package, *readable)
+            if Path(p).is_dir()
+            and not any(view.contains(os.path.realpath(p), hidden) for hidden in hide)
+        ]
+    show = [*view.shown_paths(needed, hide), *files]
     return {
         "scratch": str(Path(scratch).resolve()),
         "writable": [str(Path(p).resolve()) for p in writable],

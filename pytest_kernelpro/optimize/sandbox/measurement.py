@@ -32,6 +32,8 @@ the candidate runs (`worker.retime`, `confirm.py`).
 from __future__ import annotations
 
 import functools
+import math
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -142,11 +144,39 @@ def verdict(
     return OutputsVerdict(
         ok=not failed,
         reports=reports,
-        failure=failure_text(failed) if failed else None,
+        failure=without_values(failure_text(failed)) if failed else None,
         max_abs=max((r.max_abs for r in reports), default=0.0),
         max_rel=max((r.max_rel for r in reports), default=0.0),
         tolerance=None if worst is None else worst.tolerance,
     )
+
+
+_NUMBER = r"([-+]?(?:\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|inf|nan)|True|False)"
+_EXPECTED_GOT = re.compile(rf"expected {_NUMBER}, got {_NUMBER}")
+_TRUTH_KERNEL = re.compile(rf"truth {_NUMBER}, reference {_NUMBER}, kernel {_NUMBER}")
+_ERRORS = re.compile(r"(Max abs error|max rel error) ([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|inf|nan)")
+
+
+def _number(text: str) -> float:
+    return float(text == "True") if text in ("True", "False") else float(text)
+
+
+def _size(a: str, b: str) -> str:
+    """|a - b| to two significant digits, or why it is not a number."""
+    error = abs(_number(b) - _number(a))
+    return f"{error:.2g}" if math.isfinite(error) else "not finite"
+
+
+def without_values(text: str) -> str:
+    """A wrong output's reason as it may reach a prompt: the positions and the size of the
+    error, not the kernel's values (a value the kernel chose would be a channel out of the
+    sandbox, one number per evaluation); error sizes to two significant digits."""
+    text = _EXPECTED_GOT.sub(lambda m: f"error {_size(m[1], m[2])}", text)
+    text = _TRUTH_KERNEL.sub(
+        lambda m: f"|kernel - truth| {_size(m[1], m[3])}, |reference - truth| {_size(m[1], m[2])}",
+        text,
+    )
+    return _ERRORS.sub(lambda m: f"{m[1]} {_size('0', m[2])}", text)
 
 
 def time_call(

@@ -1,7 +1,8 @@
 """The sandbox's setup inside the namespaces: runs as PID 1, before any candidate code.
 
-`python -m pytest_kernelpro.optimize.sandbox.isolation SPEC.json -- COMMAND...` (the command line that
-`isolation.Isolation.wrap` builds) calls `main` here: `setup(spec)` makes the mount namespace
+`python -I -S namespace_setup.py SPEC.json -- COMMAND...` (the command line that
+`isolation.Isolation.wrap` builds; `python -m pytest_kernelpro.optimize.sandbox.isolation`
+still works) calls `main` here: `setup(spec)` makes the mount namespace
 what `isolation.py`'s docstring promises (every mount read-only but the scratch directory and
 the build cache, a minimal /dev with the NVIDIA nodes, credential stores under $HOME and Unix
 sockets covered, relaxations for CUDA where the probe needed them), verifies it (fail closed:
@@ -390,8 +391,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         size = int(spec["file_limit_mb"]) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
         log.append(f"files limited to {spec['file_limit_mb']} MB")
+    for key, limit, what in (
+        ("process_limit", resource.RLIMIT_NPROC, "processes"),
+        ("open_files_limit", resource.RLIMIT_NOFILE, "open files"),
+    ):
+        if spec.get(key):
+            value = int(spec[key])
+            hard = resource.getrlimit(limit)[1]
+            value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (value, value))
+            log.append(f"{what} limited to {value}")
     sys.stderr.write("kernelpro sandbox: " + "; ".join(log) + "\n")
     sys.stderr.flush()
     command = args[2:]
     os.execvp(command[0], command)
     return 127  # pragma: no cover - execvp does not return
+
+
+# `Isolation.wrap` runs this file as a script (`python -I -S namespace_setup.py SPEC -- ...`):
+# the standard library only, so PID 1 starts without importing the package.
+if __name__ == "__main__":
+    sys.exit(main())

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import threading
@@ -43,6 +42,7 @@ from pytest_kernelpro.optimize.sandbox.processes import (
     log_tail,
     remove_tree,
 )
+from pytest_kernelpro.optimize.sandbox.safe_read import create_log, read_text
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.sandbox.evaluator import SandboxEvaluator
@@ -68,7 +68,7 @@ class Standby:
     def ready_after_s(self) -> float | None:
         """Seconds from its start to 'imported, waiting' (None: not there yet)."""
         try:
-            at, _ = (self.workdir / READY).read_text(encoding="utf-8").split()
+            at, _ = read_text(self.workdir / READY, 4096).split()
         except (OSError, ValueError):
             return None
         return max(0.0, float(at) - self.launched)
@@ -108,7 +108,7 @@ class StandbyPool:
             if self._root is None:
                 self._root = Path(tempfile.mkdtemp(prefix="kernelpro-evals-"))
                 # An evaluator never closed still leaves no directory behind.
-                weakref.finalize(self, shutil.rmtree, str(self._root), True)
+                weakref.finalize(self, remove_tree, self._root)
             return self._root
 
     def _new_area(self, prefix: str) -> Path:
@@ -163,8 +163,8 @@ class StandbyPool:
             str(workdir / READY),
         ]
         writable, readable = self._view(kind, workdir)
-        out = open(workdir / "stdout.log", "wb")  # noqa: SIM115 - closed with the standby
-        err = open(workdir / "stderr.log", "wb")  # noqa: SIM115
+        # Read back through these descriptors, never by name (`safe_read`).
+        out, err = create_log(workdir / "stdout.log"), create_log(workdir / "stderr.log")
         proc = ev.start_sandboxed(command, workdir, writable, readable, out, err)
         self.started += 1
         return Standby(kind, proc, workdir, time.monotonic(), [out, err])
@@ -257,8 +257,8 @@ class StandbyPool:
             self._end(standby)
             raise
         wall = time.monotonic() - handed
+        logs = log_tail(*standby.logs, ev.limits.log_chars)
         standby.close()
-        logs = log_tail(workdir / "stdout.log", workdir / "stderr.log", ev.limits.log_chars)
         with self._lock:
             self._handovers[workdir] = {
                 # Started this long before its task came (its import ran meanwhile).

@@ -12,7 +12,10 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Literal, overload
+
+from pytest_kernelpro.optimize.sandbox.safe_read import read_tail_fd, read_text
+from pytest_kernelpro.optimize.sandbox.safe_read import remove_tree as safe_remove_tree
 
 
 @dataclass(frozen=True)
@@ -114,18 +117,25 @@ def tree_size_mb(root: Path, limit_entries: int = 100_000) -> float:
     return total / (1024 * 1024)
 
 
-def tree_rss_mb(pid: int) -> float:
+@overload
+def tree_rss_mb(pid: int) -> float: ...
+@overload
+def tree_rss_mb(pid: int, *, count: Literal[True]) -> tuple[float, int]: ...
+
+
+def tree_rss_mb(pid: int, *, count: bool = False) -> float | tuple[float, int]:
     """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
-    worker as a child, and a candidate may start processes of its own)."""
+    worker as a child, and a candidate may start processes of its own); with `count`, also
+    how many processes the tree holds (at most 65536 looked at)."""
     total, todo, seen = 0.0, [pid], set()
-    while todo and len(seen) < 4096:
+    while todo and len(seen) < 65536:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
         total += rss_mb(current)
         todo += children(current)
-    return total
+    return (total, len(seen)) if count else total
 
 
 def rss_mb(pid: int) -> float:
@@ -139,9 +149,15 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+# The progress file: a line per phase (a few dozen), far below this.
+PROGRESS_LIMIT = 1024 * 1024
+
+
 def last_phase(progress_path: Path) -> str | None:
+    """The last phase the process reported (None: none, or the file is not a plain file:
+    the candidate's, read without following its links, `safe_read`)."""
     try:
-        text = progress_path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(progress_path, PROGRESS_LIMIT)
     except OSError:
         return None
     # Complete lines are "phase timestamp"; a line still being written is skipped.
@@ -159,7 +175,7 @@ def phase_seconds(progress_path: Path, launched: float, ended: float) -> dict[st
     sandbox's setup and the interpreter's start), each phase lasts until the next line, the
     last until the process ended (`ended`)."""
     try:
-        text = progress_path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(progress_path, PROGRESS_LIMIT)
     except OSError:
         return {}
     marks: list[tuple[str, float]] = []
@@ -179,16 +195,23 @@ def phase_seconds(progress_path: Path, launched: float, ended: float) -> dict[st
     return {k: round(v, 3) for k, v in out.items()}
 
 
-def log_tail(stdout: Path, stderr: Path, limit: int) -> str:
+def log_tail(stdout: IO[bytes], stderr: IO[bytes], limit: int) -> str:
+    """The last `limit` characters of a process's output (half each), read through the
+    session's own descriptors of the log files it created before the process started
+    (`safe_read.read_tail_fd`): never through their names, which the candidate may have
+    replaced with links."""
     parts = []
-    for label, path in (("stdout", stdout), ("stderr", stderr)):
+    for label, handle in (("stdout", stdout), ("stderr", stderr)):
+        half = limit // 2
         try:
-            text = path.read_bytes().decode("utf-8", errors="replace")
-        except OSError:
+            raw = read_tail_fd(handle.fileno(), 4 * half + 4)
+            size = os.fstat(handle.fileno()).st_size
+        except (OSError, ValueError):
             continue
+        text = raw.decode("utf-8", errors="replace")
         if text.strip():
-            if len(text) > limit // 2:
-                text = "[...]\n" + text[-(limit // 2) :]
+            if len(text) > half or size > len(raw):
+                text = "[...]\n" + text[-half:]
             parts.append(f"----- worker {label} -----\n{text.rstrip()}")
     return "\n".join(parts)
 
@@ -207,6 +230,5 @@ def clear_stale_locks(extensions_dir: Path, since: float) -> None:
 
 
 def remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)
+    """Remove a directory a candidate could write, following no link (`safe_read`)."""
+    safe_remove_tree(path)

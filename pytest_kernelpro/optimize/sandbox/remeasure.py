@@ -59,6 +59,7 @@ from pytest_kernelpro.measure import bound
 from pytest_kernelpro.optimize.sandbox import measurement
 from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches, point_caches
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.safe_read import read_text
 
 READY, DONE, ERROR = "ready", "done", "error"
 
@@ -362,9 +363,12 @@ def remeasure(
                     if line != f"{DONE} {r}":
                         w.error = _why(line, work, w.label, f"in round {r + 1}")
                         continue
-                    data = json.loads(
-                        (work / w.label / f"{w.label}.{r}.json").read_text(encoding="utf-8")
-                    )
+                    # In the worker's scratch: read without following its links.
+                    try:
+                        data = json.loads(read_text(work / w.label / f"{w.label}.{r}.json"))
+                    except (OSError, ValueError) as exc:
+                        w.error = f"unreadable result in round {r + 1}: {exc}"
+                        continue
                     result.samples.setdefault(w.label, []).extend(data["samples_s"])
                     result.round_samples.setdefault(w.label, []).append(len(data["samples_s"]))
                     result.device = data.get("device", result.device)

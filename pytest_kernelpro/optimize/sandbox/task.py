@@ -33,6 +33,12 @@ class KernelBenchTask:
     # sys.path entries of the session that collected the kernel (rootdir, pythonpath ini,
     # conftest insertions, src/ layout), added to the worker's so it imports the same modules.
     sys_path: tuple[str, ...] = ()
+    # The project view (`project_view.py`): the files whose imports define what a candidate
+    # sees of the project (the test file that marks the kernel), the data patterns the
+    # project names (`kernelpro_sandbox_data`) and the directory they are relative to.
+    view_entries: tuple[str, ...] = ()
+    sandbox_data: tuple[str, ...] = ()
+    rootdir: str | None = None
 
     def __post_init__(self) -> None:
         if self.shape_check not in ("auto", "variants", "off"):
@@ -67,7 +73,8 @@ class SandboxLimits:
 
     build_timeout_s: float = 300.0  # start, imports, reference, candidate build (load_inline)
     run_timeout_s: float = 120.0  # correctness, checks, timing
-    memory_limit_mb: int | None = field(default_factory=_default_memory_mb)  # host memory
+    # Resident memory of the sandbox's processes together: half of the machine's by default.
+    memory_limit_mb: int | None = field(default_factory=_default_memory_mb)
     python: str = sys.executable
     extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)
     keep_env: tuple[str, ...] = ()  # extra variable names to pass (never secret-looking ones)
@@ -99,3 +106,8 @@ class SandboxLimits:
     # size an evaluation handles is the smaller of this over five and the free space of the
     # evaluations' file system (TMPDIR), which the worker checks before writing each one.
     outputs_limit_mb: int = 65_536
+    # Processes and threads of the sandbox (RLIMIT_NPROC inside; the parent also counts the
+    # processes of the tree and kills it past this: root on the host is exempt from the
+    # rlimit) and the descriptors one process may hold (RLIMIT_NOFILE).
+    max_processes: int = 512
+    max_open_files: int = 4096

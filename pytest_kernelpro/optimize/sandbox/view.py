@@ -183,10 +183,13 @@ def hidden_roots(home: str = "", root: str = "/") -> list[str]:
         real = _real(path)
         if real and os.path.isdir(real) and real != "/" and real not in found:
             found.append(real)
-    # Outermost only: /home covers /home/user.
-    found.sort(key=len)
+    return outermost(found)
+
+
+def outermost(paths: Iterable[str]) -> list[str]:
+    """`paths` without those inside another one (/home covers /home/user), shortest first."""
     outer: list[str] = []
-    for path in found:
+    for path in sorted(dict.fromkeys(paths), key=len):
         if not any(_under(path, o) for o in outer):
             outer.append(path)
     return outer
@@ -206,7 +209,7 @@ def needed_paths(
         os.path.dirname(os.path.dirname(os.path.abspath(python))),
         os.path.dirname(os.path.dirname(os.path.realpath(python))),
         *(p for p in sys.path if p),
-        Path(__file__).resolve().parents[3],  # the directory holding pytest_kernelpro/
+        Path(__file__).resolve().parents[2],  # this package (not the checkout holding it)
         *extra,
     ]
     for environ in (os.environ, env or {}):
@@ -216,9 +219,23 @@ def needed_paths(
     out: list[str] = []
     for path in candidates:
         real = _real(path)
-        if real and real not in out:
-            out.append(real)
+        for part in _venv_parts(real) if real else []:
+            if part not in out:
+                out.append(part)
     return out
+
+
+# What the interpreter needs of a virtual environment: its programs, libraries, headers and
+# pyvenv.cfg; not what else sits at its top (pip.conf with an index password, etc/, share/).
+VENV_PARTS = ("bin", "lib", "lib64", "include", "pyvenv.cfg")
+
+
+def _venv_parts(path: str) -> list[str]:
+    """`path`, or for a virtual environment's top directory its `VENV_PARTS`."""
+    if not os.path.isfile(os.path.join(path, "pyvenv.cfg")):
+        return [path]
+    parts = [os.path.join(path, p) for p in VENV_PARTS]
+    return [real for p in parts if (real := _real(p)) is not None]
 
 
 def shown_paths(needed: Sequence[str], hidden: Sequence[str]) -> list[str]:
@@ -235,6 +252,36 @@ def shown_paths(needed: Sequence[str], hidden: Sequence[str]) -> list[str]:
         if not any(_under(path, o) for o in outer):
             outer.append(path)
     return outer
+
+
+def _installed(path: str) -> bool:
+    """Under the interpreter's prefixes: installed software, not the project."""
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return any(_under(path, p) for p in prefixes)
+
+
+def with_project(
+    hidden: Sequence[str],
+    needed: Sequence[str],
+    roots: Sequence[str],
+    files: Iterable[str],
+) -> tuple[list[str], list[str], list[str]]:
+    """The view with a project allow-list (`project_view.py`): the project's directories
+    hidden too, the needed paths inside them dropped unless they are installed software (a
+    virtual environment inside the project) or this package, and the project's files to
+    bind back. Returns (hidden, needed, files)."""
+    package = str(Path(__file__).resolve().parents[2])
+    # Never hidden: a root holding a system directory or the base interpreter (hiding it
+    # would hide the libraries the interpreter loads; such a root is not a project).
+    system = [f"/{d}" for d in SYSTEM_DIRS] + [os.path.realpath(sys.base_prefix)]
+    usable = [r for r in roots if not any(_under(s, r) for s in system)]
+    outer = outermost([*hidden, *usable])
+    kept = [
+        n
+        for n in needed
+        if not any(_under(n, r) for r in usable) or _installed(n) or _under(n, package)
+    ]
+    return outer, kept, sorted(files)
 
 
 # Program files are never covered (a `secrets.py` module is code, not a secret).
