@@ -126,7 +126,8 @@ def run_case(name: str, tmp: Path) -> dict[str, object]:
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     out = proc.stdout + proc.stderr
-    summary = next((ln for ln in reversed(out.splitlines()) if " in " in ln and "=" in ln), "")
+    outcome = re.compile(r"\b(passed|failed|errors?|skipped|no tests ran)\b.* in [\d.]+s")
+    summary = next((ln for ln in reversed(out.splitlines()) if outcome.search(ln)), "")
     overruns = re.findall(r"(\d+) CPU timing\(s\) overran the time budget \(([^)]*)\)", out)
     probe = re.search(r"measuring the ceilings of [^\n]*", out)
     report = cwd / ".kernelpro" / "kernelpro-report.json"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,21 @@ from pytest_kernelpro.measure.timing.cpu import CpuLoad  # noqa: E402
 @pytest.fixture(scope="module")
 def cpu_quick() -> Ceilings:
     return measure_ceilings("cpu", quick=True)
+
+
+@pytest.fixture
+def probe_once(monkeypatch: pytest.MonkeyPatch, cpu_quick: Ceilings) -> Ceilings:
+    """For the tests of the cache's rules: each probe returns this module's one real quick
+    measurement (as measured now), instead of probing the machine again (seconds each, tens
+    under load). What a probe measures is checked by the tests that call `measure_ceilings`."""
+
+    def probe(device: str, **kwargs: object) -> Ceilings:
+        assert device == "cpu"
+        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return replace(cpu_quick, measured_at=now, details=dict(cpu_quick.details))
+
+    monkeypatch.setattr(ceilings_module, "measure_ceilings", probe)
+    return cpu_quick
 
 
 def _load(oversubscribed: bool) -> CpuLoad:
@@ -76,7 +92,10 @@ def _path(tmp_path: Path, name: str, threads: int | None = None) -> Path:
 
 
 def test_ceilings_measured_under_load_are_provisional_until_a_quiet_session(
-    tmp_path: Path, quiet_machine: type[_FakeMonitor], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    quiet_machine: type[_FakeMonitor],
+    monkeypatch: pytest.MonkeyPatch,
+    probe_once: Ceilings,
 ) -> None:
     measured: list[str] = []
     real_measure = ceilings_module.measure_ceilings
@@ -171,7 +190,7 @@ def test_spec_fills_what_was_not_measured() -> None:
         combine_with_spec("NVIDIA X", None, measured, None, {}, "t", "2.11")
 
 
-def test_cache_round_trip(tmp_path: Path) -> None:
+def test_cache_round_trip(tmp_path: Path, probe_once: Ceilings) -> None:
     first = load_or_measure_ceilings("cpu", tmp_path, quick=True)
     path = _path(tmp_path, first.device)
     record = json.loads(path.read_text())
@@ -191,7 +210,9 @@ def test_cache_round_trip(tmp_path: Path) -> None:
     ["{not json", json.dumps({"schema": 99, "ceilings": {}}), json.dumps({"schema": CACHE_SCHEMA})],
     ids=["garbage", "old-schema", "no-ceilings"],
 )
-def test_corrupt_cache_warns_and_remeasures(tmp_path: Path, content: str) -> None:
+def test_corrupt_cache_warns_and_remeasures(
+    tmp_path: Path, content: str, probe_once: Ceilings
+) -> None:
     _, name, _ = resolve_device("cpu")
     path = _path(tmp_path, name)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,7 +223,8 @@ def test_corrupt_cache_warns_and_remeasures(tmp_path: Path, content: str) -> Non
     assert Ceilings.from_dict(json.loads(path.read_text())["ceilings"]) == c
 
 
-def test_cache_of_another_device_is_not_trusted(tmp_path: Path, cpu_quick: Ceilings) -> None:
+def test_cache_of_another_device_is_not_trusted(tmp_path: Path, probe_once: Ceilings) -> None:
+    cpu_quick = probe_once
     path = _path(tmp_path, cpu_quick.device)
     other = {**cpu_quick.to_dict(), "device": "cpu (some other model)"}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -185,7 +185,7 @@ def cpu_cache_levels() -> dict[int, int]:
 
 # The most of the last-level cache a CPU flush writes. A flush costs time in every sample,
 # and above the cache's size it costs a memory-speed write (on the project's 2-core VM with a
-# 32 MiB LLC: 1.4 ms for 33 MiB, 10 ms for 66 MiB, bench/results/2026-12-05-cpu-flush-cpu.md),
+# 32 MiB LLC: 1.4 ms for 33 MiB, 10 ms for 66 MiB, bench/results/2026-12-05-first-run-cpu.md),
 # while a VM can report its host's whole LLC: 480 MiB meant 482 MiB written, ~100 ms, before
 # every sample, and the 1 s default budget overrun 2-5x. Above the cap a kernel's small inputs
 # may stay partly cached from the sample before (the same for the baseline and the head on
@@ -334,7 +334,8 @@ def overrun_note(
     return (
         f"the time budget of {budget_s:g} s was overrun ({spent_s:.3g} s): the first call "
         f"took {first_call_s:.3g} s, the estimate and warm-up {warmup_s:.3g} s "
-        f"({warmup_samples} samples), {samples} samples {sampling_s:.3g} s (never fewer than "
+        f"({warmup_samples} sample{'' if warmup_samples == 1 else 's'}), {samples} samples "
+        f"{sampling_s:.3g} s (never fewer than "
         f"{floor}); a sample took {sample_wall_s * 1e3:.3g} ms: {', '.join(parts)}. "
         f"Use {fix} (--kernelpro-time-budget of at least "
         f"{(2 + floor) * sample_wall_s * (1.0 + BUDGET_TOLERANCE) + first_call_s:.2g} s)"
