@@ -69,6 +69,12 @@ from pytest_kernelpro.optimize.sandbox.environment import (
     is_secret_name,
     scrub_environment,
 )
+from pytest_kernelpro.optimize.sandbox.handles import (
+    HANDLE_FD_ENV,
+    HandleChannels,
+    Received,
+    socket_pair,
+)
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
@@ -122,6 +128,8 @@ class SandboxEvaluator:
         self.compile_caches = CompileCaches()
         # Worker and judge processes started ahead with torch imported (`pool.py`).
         self.standbys = StandbyPool(self, self.limits.standby)
+        # Every sandboxed process's channel: checked outputs by handle (`handles.py`).
+        self.handles = HandleChannels(self.limits.outputs_limit_mb * 2**20)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -165,6 +173,7 @@ class SandboxEvaluator:
             self._prebuilder = None
         self.compile_caches.close()
         self.standbys.close()
+        self.handles.close()
 
     def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
         """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
@@ -269,13 +278,12 @@ class SandboxEvaluator:
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures."""
         workdir = self.standbys.scratch_dir("kernelpro-eval-")
-        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(outputs),
         }
+        received = Received()
         builder = self._builder()
         waiting = time.monotonic()
         prebuilt = builder.wait(candidate.code) if builder is not None else None
@@ -283,16 +291,17 @@ class SandboxEvaluator:
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_seeded(candidate.code, workdir)
+            received = self.handles.finish(workdir)
             reprobed = self._reprobe_if_cuda_failed(evaluation)
             if reprobed is not None:
                 # CUDA did not start under the rung the driver check or the machine's cache
                 # chose: run it once more under what the torch check found, and say so.
                 remove_tree(workdir)
                 workdir.mkdir()
-                remove_tree(outputs)  # nothing of the failed run is judged
-                outputs.mkdir()
+                received.close()  # nothing of the failed run is judged
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
+                received = self.handles.finish(workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed
             if evaluation.status == "correct":
                 # Its later runs (profile, re-timing, re-measurement) start from these.
@@ -309,11 +318,14 @@ class SandboxEvaluator:
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, outputs)
+                evaluation = self._judged(evaluation, received)
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
         finally:
+            # Its outputs' memory goes with the evaluation (the worker's died with it).
+            received.close()
+            self.handles.finish(workdir).close()
             self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
                 self.standbys.remove(workdir)
@@ -350,14 +362,7 @@ class SandboxEvaluator:
             "--progress",
             str(progress_path),
         ]
-        outputs = self.standbys.outputs_of(workdir)
-        run = self._launch(
-            command,
-            workdir,
-            progress_path,
-            result_path,
-            writable=[outputs] if outputs.parent != workdir else [],
-        )
+        run = self._launch(command, workdir, progress_path, result_path)
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation = _outside_check(evaluation, run)
@@ -445,17 +450,29 @@ class SandboxEvaluator:
             file_limit_mb=self.limits.scratch_limit_mb,
             env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
         )
+        # Its end of the channel that carries checked outputs by handle (`handles.py`).
+        ours, theirs = socket_pair()
+        env[HANDLE_FD_ENV] = str(theirs.fileno())
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
-        return subprocess.Popen(
-            [*die_with_parent(), *wrapped],
-            cwd=workdir,
-            env=env,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                [*die_with_parent(), *wrapped],
+                cwd=workdir,
+                env=env,
+                stdout=stdout,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.handles.open(workdir, ours)
+        return proc
 
     def _watch(
         self,
@@ -476,8 +493,9 @@ class SandboxEvaluator:
         phase, peak_mb, killed = "start", 0.0, None
         result_seen: float | None = None
         next_disk_check = started
-        # The checked outputs for the judge (`output_channel`), watched on their own limit.
-        outputs = self.standbys.outputs_of(progress_path.parent)
+        # The checked outputs handed over so far (`handles.py`): host memory of this
+        # evaluation, held by the session's descriptors.
+        workdir = progress_path.parent
         delay = 0.02
         while True:
             if exited(proc):
@@ -492,16 +510,17 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            rss = tree_rss_mb(proc.pid)
+            handed_mb = self.handles.nbytes(workdir) / 2**20
+            rss = tree_rss_mb(proc.pid) + handed_mb
             peak_mb = max(peak_mb, rss)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
+            elif self.handles.over_limit(workdir):
+                killed = "outputs"
             elif limits.scratch_limit_mb and now >= next_disk_check:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
-                elif tree_size_mb(outputs) > limits.outputs_limit_mb:
-                    killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
             elif result_path.exists():
@@ -588,9 +607,12 @@ class SandboxEvaluator:
     # ----- the trusted side: decided over a worker's claim, in processes without candidate
     # code (the worker ran candidate code, so everything it reports is a claim) -----
 
-    def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
-        """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
+    def _run_judge(self, outputs: Received | None, *, retime: bool = False) -> dict[str, Any]:
+        """Run judge.py (no candidate code) in a fresh sandboxed process, the worker's
+        `outputs` forwarded to it by handle; its JSON result."""
         judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
+        if outputs is not None:
+            self.handles.forward(judgedir, outputs)
         try:
             task = {**self._task_payload(), "retime": retime}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
@@ -602,16 +624,10 @@ class SandboxEvaluator:
                 str(judgedir / "task.json"),
                 "--result",
                 str(judgedir / "judge.json"),
-                *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
+                "--outputs-by-handle" if outputs is not None else "--preflight",
             ]
-            # The allow-list view hides every other scratch directory: the outputs it judges
-            # are shown to it read-only.
             run = self._launch(
-                command,
-                judgedir,
-                judgedir / "progress.log",
-                judgedir / "judge.json",
-                readable=[outputs] if outputs is not None else [],
+                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
             )
             try:
                 return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
@@ -623,6 +639,7 @@ class SandboxEvaluator:
                     f"{run.killed or 'not killed'})\n{logs}",
                 }
         finally:
+            self.handles.finish(judgedir)  # the judge's mappings died with it
             self.standbys.release(judgedir)
             if not self.limits.keep_workdirs:
                 self.standbys.remove(judgedir)
@@ -634,9 +651,19 @@ class SandboxEvaluator:
             f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
         )
 
-    def _judged(self, evaluation: Evaluation, outputs: Path) -> Evaluation:
+    def _judged(self, evaluation: Evaluation, outputs: Received) -> Evaluation:
         """The worker's "correct" is a claim: the judge checks its saved outputs and times
         the reference; the speedup is the judge's reference time over the candidate's."""
+        if outputs.refused is not None:  # an honest worker's outputs always pass
+            return Evaluation(
+                status="cheat",
+                reason="result not confirmed: the outputs it handed over were refused "
+                f"({outputs.refused})",
+                correctness=evaluation.correctness,
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
         started = time.perf_counter()
         verdict = self._run_judge(outputs)
         # The judge's own process (the search's wall split counts it as the check's).
@@ -708,23 +735,25 @@ class SandboxEvaluator:
         # In the pool's area, as an evaluation's: the judge (a standby started ahead) reads
         # outputs only there.
         workdir = self.standbys.scratch_dir("kernelpro-retime-")
-        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(outputs),
             "retime": True,
         }
+        outputs = Received()
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             retimed = self._run_seeded(candidate.code, workdir)
+            outputs = self.handles.finish(workdir)
             if retimed.status != "correct":
                 return _disqualified(
                     evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
                 )
             verdict = self._run_judge(outputs, retime=True)
         finally:
+            outputs.close()
+            self.handles.finish(workdir).close()
             self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
                 self.standbys.remove(workdir)

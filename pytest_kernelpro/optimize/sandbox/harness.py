@@ -40,11 +40,11 @@ sandbox's own.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +60,7 @@ from pytest_kernelpro.optimize.sandbox.build_failures import (
     summarize_build_error,
 )
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
+from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
 
@@ -236,12 +237,14 @@ class _Pipeline:
         return True
 
     def save_output(self, label: str, out: Any) -> None:
-        """Hand the candidate's output for `label` to the trusted side (`judge.py`), which
-        recomputes the reference in a process the candidate never ran in and compares."""
+        """Hand the candidate's output for `label` to the trusted side (`judge.py`) by handle
+        (`handles.py`); the judge recomputes the reference in a process the candidate never
+        ran in and compares. Without a channel (the pipeline run outside the sandbox, as
+        tests do) nothing is handed over, and a judge would find the output missing."""
         name = judge.output_name(label)
-        if name is None or not self.task.get("outputs_dir"):
+        if name is None or not os.environ.get(HANDLE_FD_ENV):
             return
-        judge.save_output(Path(self.task["outputs_dir"]) / name, out)
+        judge.save_output(name, out)
 
     # ----- phases -----
 
