@@ -69,6 +69,7 @@ from pytest_kernelpro.optimize.sandbox.environment import (
     is_secret_name,
     scrub_environment,
 )
+from pytest_kernelpro.optimize.sandbox.footprint import check_fits
 from pytest_kernelpro.optimize.sandbox.handles import (
     HANDLE_FD_ENV,
     HandleChannels,
@@ -114,6 +115,7 @@ class SandboxEvaluator:
         )
         self._isolation: Isolation | None = None
         self._reference_ok: bool | None = None  # set once the judge has run the reference
+        self._fits: dict[str, Any] | None = None  # the problem's footprint, once it fits
         self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
         # The builds ahead of the worker compile candidate input: in the worker's sandbox.
         self.build_cache.confine = self.confine_build
@@ -276,7 +278,12 @@ class SandboxEvaluator:
         return env
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
-        """Build, check and time `candidate` in a worker; never raises for its failures."""
+        """Build, check and time `candidate` in a worker; never raises for its failures
+        (a problem too large for this machine is refused, `footprint.py`)."""
+        if self._fits is None:  # once, before any worker starts: the problem's, not a candidate's
+            self._fits = check_fits(
+                self.task.name, self.task.reference, self.limits.memory_limit_mb
+            )
         workdir = self.standbys.scratch_dir("kernelpro-eval-")
         payload = {
             **self._task_payload(),
@@ -317,6 +324,7 @@ class SandboxEvaluator:
                     "waited_s": round(waited, 4),
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
+            evaluation.metrics["footprint"] = self._fits
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, received)
             # Whatever the candidate wrote (errors, output, build logs) leaves here only

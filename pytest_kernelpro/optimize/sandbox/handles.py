@@ -108,15 +108,17 @@ def nbytes_of(shape: list[int], dtype: str) -> int:
 
 def send_output(
     torch: Any, name: str, leaves: Iterable[Any], channel: socket.socket | None = None
-) -> None:
+) -> list[Any]:
     """Hand one checked output's leaves to the session over `channel` (this process's
-    channel when None)."""
+    channel when None). Returns the leaves as handed over: each tensor a private mapping of
+    its sealed memfd (the same pages as the session's, no copy), values as sent."""
     channel = channel or _process_socket()
     if channel is None:
         raise HandleError(
             f"no handle channel in this process (${HANDLE_FD_ENV} unset): output {name} has "
             "nowhere to go; the worker runs only under SandboxEvaluator"
         )
+    kept: list[Any] = []
     for k, leaf in enumerate(leaves):
         if isinstance(leaf, torch.Tensor):
             dtype = str(leaf.dtype).removeprefix("torch.")
@@ -129,6 +131,7 @@ def send_output(
             fd = _sealed_copy(torch, f"kernelpro-{name}-{k}", leaf) if leaf.numel() else None
             try:
                 _send(channel, line, fd)
+                kept.append(_mapped(torch, validate(line, [fd] if fd is not None else [])[2]))
             finally:
                 if fd is not None:
                     os.close(fd)
@@ -137,6 +140,8 @@ def send_output(
                 leaf if isinstance(leaf, (bool, int, float)) or leaf is None else repr(leaf)[:200]
             )
             _send(channel, {"output": name, "leaf": k, "kind": "value", "value": value}, None)
+            kept.append(value)
+    return kept
 
 
 def _sealed_copy(torch: Any, label: str, tensor: Any) -> int:
