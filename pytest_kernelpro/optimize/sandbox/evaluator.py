@@ -327,6 +327,7 @@ class SandboxEvaluator:
             evaluation.metrics["footprint"] = self._fits
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, received)
+            evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
@@ -814,6 +815,30 @@ class SandboxEvaluator:
             f"({str(evaluation.reason or '')[:200]})",
             build_log=evaluation.build_log,
         )
+
+
+# The worker's phases (`worker.BUILD_PHASES`, `RUN_PHASES`; `launch`: the sandbox's setup and
+# the interpreter's start before its first line) by the part of an evaluation they are.
+SPLIT_PHASES = {
+    "sandbox_start_s": ("launch", "start", "import"),
+    "build_s": ("build",),
+    "checks_s": ("reference", "built", "correctness", "checks", "shapes", "timed", "done"),
+    "timing_s": ("timing",),
+}
+
+
+def wall_split(metrics: Mapping[str, Any], prebuild_wait_s: float = 0.0) -> dict[str, float]:
+    """One evaluation's wall time by part: the sandbox's start, the build (with the wait for
+    compiles made ahead), the checks, the timing (from the worker's progress lines) and the
+    judge's process."""
+    phases = metrics.get("phases") or {}
+    split = {
+        part: round(sum(float(phases.get(name) or 0.0) for name in names), 3)
+        for part, names in SPLIT_PHASES.items()
+    }
+    split["build_s"] = round(split["build_s"] + prebuild_wait_s, 3)
+    split["judge_s"] = round(float(metrics.get("judge_s") or 0.0), 3)
+    return split
 
 
 def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:
