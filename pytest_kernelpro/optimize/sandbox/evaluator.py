@@ -519,8 +519,13 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
+            # Its processes' pages, and the outputs it handed over counted once: the pages
+            # of them it maps are taken off its shared pages (a shared mapping of its own
+            # beyond them still counts).
             handed_mb = self.handles.nbytes(workdir) / 2**20
-            rss = tree_rss_mb(proc.pid) + handed_mb
+            resident = tree_rss_mb(proc.pid)
+            shared = resident - tree_rss_mb(proc.pid, shared=False)
+            rss = resident - min(shared, handed_mb) + handed_mb
             peak_mb = max(peak_mb, rss)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"

@@ -115,14 +115,17 @@ class _Pipeline:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def run_reference(self, args: list[Any]) -> tuple[Any, bool, bool]:
+    def run_reference(
+        self, args: list[Any], pristine: list[Any] | None = None
+    ) -> tuple[Any, bool, bool]:
         """Reference output, and whether it modified or aliased its inputs.
 
-        Whether it modifies its inputs is found on its first call (a copy of the inputs taken
-        before it, which the truth needs too) and kept: later calls hold no copy, so a checked
-        call holds two input sets and two outputs at most (`check_call`)."""
-        first = self._ref_modifies is None
-        before = clone_inputs(torch, args) if first or not self._precision_known else None
+        Whether it modifies its inputs is found on its first call (against `pristine`, equal
+        to `args` and untouched by the call, else a copy of `args` taken before it; the truth
+        re-runs on it too) and kept: later calls hold no copy, so a checked call holds two
+        input sets and two outputs at most (`check_call`)."""
+        first = self._ref_modifies is None or not self._precision_known
+        before = pristine if pristine is not None or not first else clone_inputs(torch, args)
         attempts: list[Any] = []  # the inputs of each call
 
         def call() -> Any:
@@ -214,7 +217,9 @@ class _Pipeline:
         input the allocator put at the same address). The earlier reference output is made
         again only when the candidate's matches, so no call keeps a reference output.
         """
-        ref_out, ref_modifies, ref_aliases = self.run_reference(clone_inputs(torch, args))
+        ref_out, ref_modifies, ref_aliases = self.run_reference(
+            clone_inputs(torch, args), pristine=args
+        )
         cand_args = clone_inputs(torch, args)
         out, early = self.run_candidate(cand_args, ref_out)
         for remake, cand_before in previous or []:
