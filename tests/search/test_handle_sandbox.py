@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from test_handles import memfds, shm_entries
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.optimize.sandbox import footprint
@@ -68,22 +69,6 @@ HANGS = CORRECT.replace(
     "        if type(self).calls > 1:\n"
     "            import time\n            time.sleep(3600)\n",
 )
-
-
-def memfds() -> list[str]:
-    found = []
-    for name in os.listdir("/proc/self/fd"):
-        try:
-            link = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        if link.startswith("/memfd:"):
-            found.append(link)
-    return found
-
-
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
 @pytest.fixture(scope="module")
