@@ -67,7 +67,9 @@ REPLIES = [
     ("log-softmax exponentiated", "return torch.log_softmax(x, dim=1).exp()"),
 ]
 
-SPLIT_KEYS = ("elapsed_s", "sandbox_start_s", "build_s", "checks_s", "timing_s", "judge_s")
+SPLIT_KEYS = (
+    "elapsed_s", "sandbox_start_s", "build_s", "checks_s", "timing_s", "judge_s", "peak_mb",
+)  # fmt: skip
 
 
 def used_mb() -> float:
@@ -164,6 +166,7 @@ def split_of(row: dict[str, Any]) -> dict[str, Any]:
             "judge_s": row.get("judge_s"),
         }
     split["elapsed_s"] = row.get("elapsed_s")
+    split["peak_mb"] = row.get("peak_mb")
     return {
         "strategy": row.get("strategy"),
         "status": row.get("status"),
@@ -225,7 +228,10 @@ def table(rows: list[dict[str, Any]]) -> None:
             f"{data['optimize']['exit']}, {data['optimize']['wall_s']} s, peak used "
             f"{data['optimize_peak_used_mb']} MB ({data['optimize_peak_used_mb'] / max(data['footprint_mb'], 1e-9):.1f}x footprint)"
         )
-        print("  strategy                                 status     " + " ".join(f"{k:>15}" for k in SPLIT_KEYS))
+        print(
+            "  strategy                                 status     "
+            + " ".join(f"{k:>15}" for k in SPLIT_KEYS)
+        )
         for e in data["evaluations"]:
             print(f"  {str(e['strategy'])[:40]:40} {str(e['status']):10} " + " ".join(f"{e.get(k)!s:>15}" for k in SPLIT_KEYS))  # fmt: skip
         first = [e.get("elapsed_s") or 0.0 for e in data["evaluations"][:5]]

@@ -130,6 +130,7 @@ class WallClock:
                 "phases": metrics.get("phases"),
                 # Sandbox start, build, checks, timing, judge (`sandbox.evaluator.wall_split`).
                 "wall_split": metrics.get("wall_split"),
+                "peak_mb": metrics.get("peak_mb"),  # host memory, worker or judge
             }
         )
 

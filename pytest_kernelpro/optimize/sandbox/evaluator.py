@@ -328,6 +328,12 @@ class SandboxEvaluator:
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, received)
             evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
+            # Its host memory at the peak: the worker's or the judge's, each with the outputs
+            # held by handle (`_watch`).
+            evaluation.metrics["peak_mb"] = max(
+                float(evaluation.metrics.get(key) or 0.0)
+                for key in ("worker_peak_mb", "judge_peak_mb")
+            )
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
@@ -377,6 +383,8 @@ class SandboxEvaluator:
         evaluation = _outside_check(evaluation, run)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        # Host memory at its peak: the worker's processes and the outputs it handed over.
+        evaluation.metrics["worker_peak_mb"] = round(run.peak_mb, 1)
         standby = self.standbys.handover(workdir)
         if standby is not None:
             evaluation.metrics["standby"] = standby
@@ -519,10 +527,10 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            # Its processes' pages, and the outputs it handed over counted once: the pages
-            # of them it maps are taken off its shared pages (a shared mapping of its own
-            # beyond them still counts).
-            handed_mb = self.handles.nbytes(workdir) / 2**20
+            # Its processes' pages, and the outputs it handed over (a worker) or was handed
+            # (a judge) counted once: the pages of them it maps are taken off its shared
+            # pages (a shared mapping of its own beyond them still counts).
+            handed_mb = self.handles.held_bytes(workdir) / 2**20
             resident = tree_rss_mb(proc.pid)
             shared = resident - tree_rss_mb(proc.pid, shared=False)
             rss = resident - min(shared, handed_mb) + handed_mb
@@ -644,7 +652,10 @@ class SandboxEvaluator:
                 command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
             )
             try:
-                return dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
+                verdict = dict(json.loads((judgedir / "judge.json").read_text(encoding="utf-8")))
+                # Host memory at its peak: the judge's processes and the outputs it was handed.
+                verdict["peak_mb"] = round(run.peak_mb, 1)
+                return verdict
             except (OSError, ValueError):
                 logs = log_tail(judgedir / "stdout.log", judgedir / "stderr.log", 4000)
                 return {
@@ -682,6 +693,7 @@ class SandboxEvaluator:
         verdict = self._run_judge(outputs)
         # The judge's own process (the search's wall split counts it as the check's).
         evaluation.metrics["judge_s"] = time.perf_counter() - started
+        evaluation.metrics["judge_peak_mb"] = verdict.get("peak_mb")
         # A failed judge names the reference's exception in "reference_error"; a passing one
         # carries the correctness rule's "reference_error" (its normwise error): not a failure.
         if not verdict.get("ok") and verdict.get("reference_error"):

@@ -302,10 +302,11 @@ class HandleChannels:
         if end is not None:
             _start_sending(end, outputs)
 
-    def nbytes(self, workdir: Path) -> int:
-        """Bytes of the outputs the process of `workdir` handed over so far."""
-        received = self._received.get(workdir)
-        return received.nbytes if received is not None else 0
+    def held_bytes(self, workdir: Path) -> int:
+        """Bytes of the outputs held for the process of `workdir`: those it handed over so
+        far and those forwarded to it (a judge's)."""
+        received, outbox = self._received.get(workdir), self._outbox.get(workdir)
+        return sum(r.nbytes for r in (received, outbox) if r is not None)
 
     def over_limit(self, workdir: Path) -> bool:
         """The process of `workdir` tried to hand over more than the outputs limit."""
