@@ -166,14 +166,14 @@ def check_forge_result(out: Outcome) -> None:
         "cheat",
         starts="result not confirmed: the worker reported a correct result, but the outputs "
         "it handed over differ from the reference computed in a trusted process (trial-1: "
-        "FileNotFoundError: no output file trial-1.pt)",
+        "no output trial-1 was handed over)",
     )
     assert out.evaluation.speedup is None
 
 
 def check_forge_file(out: Outcome) -> None:
     """A result file written by the candidate is not believed."""
-    _failed_as(out, "cheat", says="no output file trial-1.pt")
+    _failed_as(out, "cheat", says="no output trial-1 was handed over")
 
 
 def check_blame_user(out: Outcome) -> None:

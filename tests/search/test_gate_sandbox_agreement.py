@@ -106,12 +106,13 @@ def sandbox_verdicts(
     finally:
         for name in ("kernelpro_reference", "kernelpro_candidate"):
             sys.modules.pop(name, None)
-    outputs = tmp_path / "outputs"
     module: dict[str, Any] = {}
     exec(compile(reference_src, "<agreement-reference>", "exec"), module)
     like = module["get_inputs"]()[-1]
-    for name, _seed in judge.required_outputs(task):
-        judge.save_output(outputs / name, torch.full(like.shape, out, dtype=like.dtype))
+    outputs = {
+        name: [torch.full(like.shape, out, dtype=like.dtype)]
+        for name, _seed in judge.required_outputs(task)
+    }
     try:
         verdict = judge.judge(task, outputs)
     finally:

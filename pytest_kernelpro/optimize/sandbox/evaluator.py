@@ -69,6 +69,13 @@ from pytest_kernelpro.optimize.sandbox.environment import (
     is_secret_name,
     scrub_environment,
 )
+from pytest_kernelpro.optimize.sandbox.footprint import check_fits
+from pytest_kernelpro.optimize.sandbox.handles import (
+    HANDLE_FD_ENV,
+    HandleChannels,
+    Received,
+    socket_pair,
+)
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.limit_notes import limit_note
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
@@ -116,6 +123,7 @@ class SandboxEvaluator:
         )
         self._isolation: Isolation | None = None
         self._reference_ok: bool | None = None  # set once the judge has run the reference
+        self._fits: dict[str, Any] | None = None  # the problem's footprint, once it fits
         self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
         # The builds ahead of the worker compile candidate input: in the worker's sandbox.
         self.build_cache.confine = self.confine_build
@@ -133,6 +141,8 @@ class SandboxEvaluator:
         # What every sandbox of this process shows of the project: computed once, here.
         self.project = task_project_view(task)
         set_session_view(self.project)
+        # Every sandboxed process's channel: checked outputs by handle (`handles.py`).
+        self.handles = HandleChannels(self.limits.outputs_limit_mb * 2**20)
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -176,6 +186,7 @@ class SandboxEvaluator:
             self._prebuilder = None
         self.compile_caches.close()
         self.standbys.close()
+        self.handles.close()
 
     def confine_build(self, command: list[str], scratch: Path, writable: list[Path]) -> list[str]:
         """A compile of the builds ahead (`Prebuilder`) as it runs in the candidates' sandbox:
@@ -278,15 +289,19 @@ class SandboxEvaluator:
         return env
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
-        """Build, check and time `candidate` in a worker; never raises for its failures."""
+        """Build, check and time `candidate` in a worker; never raises for its failures
+        (a problem too large for this machine is refused, `footprint.py`)."""
+        if self._fits is None:  # once, before any worker starts: the problem's, not a candidate's
+            self._fits = check_fits(
+                self.task.name, self.task.reference, self.limits.memory_limit_mb
+            )
         workdir = self.standbys.scratch_dir("kernelpro-eval-")
-        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(outputs),
         }
+        received = Received()
         builder = self._builder()
         waiting = time.monotonic()
         prebuilt = builder.wait(candidate.code) if builder is not None else None
@@ -294,16 +309,17 @@ class SandboxEvaluator:
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_seeded(candidate.code, workdir)
+            received = self.handles.finish(workdir)
             reprobed = self._reprobe_if_cuda_failed(evaluation)
             if reprobed is not None:
                 # CUDA did not start under the rung the driver check or the machine's cache
                 # chose: run it once more under what the torch check found, and say so.
                 remove_tree(workdir)
                 workdir.mkdir()
-                remove_tree(outputs)  # nothing of the failed run is judged
-                outputs.mkdir()
+                received.close()  # nothing of the failed run is judged
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
+                received = self.handles.finish(workdir)
                 evaluation.metrics["sandbox_reprobe"] = reprobed
             if evaluation.status == "correct":
                 # Its later runs (profile, re-timing, re-measurement) start from these.
@@ -319,12 +335,23 @@ class SandboxEvaluator:
                     "waited_s": round(waited, 4),
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
+            evaluation.metrics["footprint"] = self._fits
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, outputs)
+                evaluation = self._judged(evaluation, received)
+            evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
+            # Its host memory at the peak: the worker's or the judge's, each with the outputs
+            # held by handle (`_watch`).
+            evaluation.metrics["peak_mb"] = max(
+                float(evaluation.metrics.get(key) or 0.0)
+                for key in ("worker_peak_mb", "judge_peak_mb")
+            )
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
         finally:
+            # Its outputs' memory goes with the evaluation (the worker's died with it).
+            received.close()
+            self.handles.finish(workdir).close()
             self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
                 self.standbys.remove(workdir)
@@ -361,20 +388,15 @@ class SandboxEvaluator:
             "--progress",
             str(progress_path),
         ]
-        outputs = self.standbys.outputs_of(workdir)
-        run = self._launch(
-            command,
-            workdir,
-            progress_path,
-            result_path,
-            writable=[outputs] if outputs.parent != workdir else [],
-        )
+        run = self._launch(command, workdir, progress_path, result_path)
         ended = time.monotonic()
         evaluation = self._classify(run, result_path)
         evaluation = _outside_check(evaluation, run)
         evaluation.reason = limit_note(evaluation.reason, self.limits)
         evaluation.logs = run.logs
         evaluation.wall_s = run.wall_s
+        # Host memory at its peak: the worker's processes and the outputs it handed over.
+        evaluation.metrics["worker_peak_mb"] = round(run.peak_mb, 1)
         standby = self.standbys.handover(workdir)
         if standby is not None:
             evaluation.metrics["standby"] = standby
@@ -461,17 +483,29 @@ class SandboxEvaluator:
             open_files_limit=self.limits.max_open_files,
             env=env,  # its PATH, LD_LIBRARY_PATH and CUDA directories are shown
         )
+        # Its end of the channel that carries checked outputs by handle (`handles.py`).
+        ours, theirs = socket_pair()
+        env[HANDLE_FD_ENV] = str(theirs.fileno())
         # If the process watching it dies (a Dask worker killed mid-search, a session killed
         # with SIGKILL), the sandbox goes too instead of running on unwatched.
-        return subprocess.Popen(
-            [*die_with_parent(), *wrapped],
-            cwd=workdir,
-            env=env,
-            stdout=stdout,
-            stderr=stderr,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                [*die_with_parent(), *wrapped],
+                cwd=workdir,
+                env=env,
+                stdout=stdout,
+                stderr=stderr,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.handles.open(workdir, ours)
+        return proc
 
     def _watch(
         self,
@@ -492,8 +526,9 @@ class SandboxEvaluator:
         phase, peak_mb, killed, peak_processes = "start", 0.0, None, 0
         result_seen: float | None = None
         next_disk_check = started
-        # The checked outputs for the judge (`output_channel`), watched on their own limit.
-        outputs = self.standbys.outputs_of(progress_path.parent)
+        # The checked outputs handed over so far (`handles.py`): host memory of this
+        # evaluation, held by the session's descriptors.
+        workdir = progress_path.parent
         delay = 0.02
         while True:
             if exited(proc):
@@ -508,19 +543,25 @@ class SandboxEvaluator:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            rss, count = tree_rss_mb(proc.pid, count=True)
+            # Its processes' pages, and the outputs it handed over (a worker) or was handed
+            # (a judge) counted once: the pages of them it maps are taken off its shared
+            # pages (a shared mapping of its own beyond them still counts).
+            handed_mb = self.handles.held_bytes(workdir) / 2**20
+            resident, count = tree_rss_mb(proc.pid, count=True)
+            shared = resident - tree_rss_mb(proc.pid, shared=False)
+            rss = resident - min(shared, handed_mb) + handed_mb
             peak_mb = max(peak_mb, rss)
             peak_processes = max(peak_processes, count)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
             elif limits.max_processes and count > limits.max_processes:
                 killed = "processes"
+            elif self.handles.over_limit(workdir):
+                killed = "outputs"
             elif limits.scratch_limit_mb and now >= next_disk_check:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
-                elif tree_size_mb(outputs) > limits.outputs_limit_mb:
-                    killed = "outputs"
             elif now > deadline:
                 killed = "timeout"
             elif os.path.lexists(result_path):
@@ -620,9 +661,12 @@ class SandboxEvaluator:
     # ----- the trusted side: decided over a worker's claim, in processes without candidate
     # code (the worker ran candidate code, so everything it reports is a claim) -----
 
-    def _run_judge(self, outputs: Path | None, *, retime: bool = False) -> dict[str, Any]:
-        """Run judge.py (no candidate code) in a fresh sandboxed process; its JSON result."""
+    def _run_judge(self, outputs: Received | None, *, retime: bool = False) -> dict[str, Any]:
+        """Run judge.py (no candidate code) in a fresh sandboxed process, the worker's
+        `outputs` forwarded to it by handle; its JSON result."""
         judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
+        if outputs is not None:
+            self.handles.forward(judgedir, outputs)
         try:
             task = {**self._task_payload(), "retime": retime}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
@@ -634,19 +678,16 @@ class SandboxEvaluator:
                 str(judgedir / "task.json"),
                 "--result",
                 str(judgedir / "judge.json"),
-                *(["--outputs", str(outputs)] if outputs is not None else ["--preflight"]),
+                "--outputs-by-handle" if outputs is not None else "--preflight",
             ]
-            # The allow-list view hides every other scratch directory: the outputs it judges
-            # are shown to it read-only.
             run = self._launch(
-                command,
-                judgedir,
-                judgedir / "progress.log",
-                judgedir / "judge.json",
-                readable=[outputs] if outputs is not None else [],
+                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
             )
             try:
-                return dict(json.loads(read_text(judgedir / "judge.json")))
+                verdict = dict(json.loads(read_text(judgedir / "judge.json")))
+                # Host memory at its peak: the judge's processes and the outputs it was handed.
+                verdict["peak_mb"] = round(run.peak_mb, 1)
+                return verdict
             except (OSError, ValueError):
                 return {
                     "ok": False,
@@ -654,6 +695,7 @@ class SandboxEvaluator:
                     f"{run.killed or 'not killed'})\n{run.logs[-4000:]}",
                 }
         finally:
+            self.handles.finish(judgedir)  # the judge's mappings died with it
             self.standbys.release(judgedir)
             if not self.limits.keep_workdirs:
                 self.standbys.remove(judgedir)
@@ -665,13 +707,24 @@ class SandboxEvaluator:
             f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
         )
 
-    def _judged(self, evaluation: Evaluation, outputs: Path) -> Evaluation:
+    def _judged(self, evaluation: Evaluation, outputs: Received) -> Evaluation:
         """The worker's "correct" is a claim: the judge checks its saved outputs and times
         the reference; the speedup is the judge's reference time over the candidate's."""
+        if outputs.refused is not None:  # an honest worker's outputs always pass
+            return Evaluation(
+                status="cheat",
+                reason="result not confirmed: the outputs it handed over were refused "
+                f"({outputs.refused})",
+                correctness=evaluation.correctness,
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
         started = time.perf_counter()
         verdict = self._run_judge(outputs)
         # The judge's own process (the search's wall split counts it as the check's).
         evaluation.metrics["judge_s"] = time.perf_counter() - started
+        evaluation.metrics["judge_peak_mb"] = verdict.get("peak_mb")
         # A failed judge names the reference's exception in "reference_error"; a passing one
         # carries the correctness rule's "reference_error" (its normwise error): not a failure.
         if not verdict.get("ok") and verdict.get("reference_error"):
@@ -739,23 +792,25 @@ class SandboxEvaluator:
         # In the pool's area, as an evaluation's: the judge (a standby started ahead) reads
         # outputs only there.
         workdir = self.standbys.scratch_dir("kernelpro-retime-")
-        outputs = self.standbys.outputs_of(workdir)
         payload = {
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
-            "outputs_dir": str(outputs),
             "retime": True,
         }
+        outputs = Received()
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             retimed = self._run_seeded(candidate.code, workdir)
+            outputs = self.handles.finish(workdir)
             if retimed.status != "correct":
                 return _disqualified(
                     evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
                 )
             verdict = self._run_judge(outputs, retime=True)
         finally:
+            outputs.close()
+            self.handles.finish(workdir).close()
             self.standbys.release(workdir)
             if not self.limits.keep_workdirs:
                 self.standbys.remove(workdir)
@@ -825,6 +880,30 @@ def task_project_view(task: KernelBenchTask) -> ProjectView:
         data=task.sandbox_data,
         rootdir=task.rootdir or cwd,
     )
+
+
+# The worker's phases (`worker.BUILD_PHASES`, `RUN_PHASES`; `launch`: the sandbox's setup and
+# the interpreter's start before its first line) by the part of an evaluation they are.
+SPLIT_PHASES = {
+    "sandbox_start_s": ("launch", "start", "import"),
+    "build_s": ("build",),
+    "checks_s": ("reference", "built", "correctness", "checks", "shapes", "timed", "done"),
+    "timing_s": ("timing",),
+}
+
+
+def wall_split(metrics: Mapping[str, Any], prebuild_wait_s: float = 0.0) -> dict[str, float]:
+    """One evaluation's wall time by part: the sandbox's start, the build (with the wait for
+    compiles made ahead), the checks, the timing (from the worker's progress lines) and the
+    judge's process."""
+    phases = metrics.get("phases") or {}
+    split = {
+        part: round(sum(float(phases.get(name) or 0.0) for name in names), 3)
+        for part, names in SPLIT_PHASES.items()
+    }
+    split["build_s"] = round(split["build_s"] + prebuild_wait_s, 3)
+    split["judge_s"] = round(float(metrics.get("judge_s") or 0.0), 3)
+    return split
 
 
 def _disqualified(evaluation: Evaluation, reason: str) -> Evaluation:

@@ -40,11 +40,12 @@ sandbox's own.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +61,7 @@ from pytest_kernelpro.optimize.sandbox.build_failures import (
     summarize_build_error,
 )
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
+from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
 
@@ -100,6 +102,7 @@ class _Pipeline:
         # matmuls/convs may run in, found on that call, relaxes the fallback as in the gate.
         self.rule = measurement.new_rule(task)
         self._precision_known = False
+        self._ref_modifies: bool | None = None  # found on the reference's first call
         self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
         self.findings: list[dict[str, Any]] = []
 
@@ -112,15 +115,25 @@ class _Pipeline:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def run_reference(self, args: list[Any]) -> tuple[Any, bool, bool]:
-        """Reference output, and whether it modified or aliased its inputs."""
-        before = clone_inputs(torch, args)
+    def run_reference(
+        self, args: list[Any], pristine: list[Any] | None = None
+    ) -> tuple[Any, bool, bool]:
+        """Reference output, and whether it modified or aliased its inputs.
+
+        Whether it modifies its inputs is found on its first call (against `pristine`, equal
+        to `args` and untouched by the call, else a copy of `args` taken before it; the truth
+        re-runs on it too) and kept: later calls hold no copy, so a checked call holds two
+        input sets and two outputs at most (`check_call`)."""
+        first = self._ref_modifies is None or not self._precision_known
+        before = pristine if pristine is not None or not first else clone_inputs(torch, args)
         attempts: list[Any] = []  # the inputs of each call
 
         def call() -> Any:
             # A second call (the recording dispatch mode upset the first) gets a fresh copy:
             # the failed call may have written into `args`.
-            attempts.append(clone_inputs(torch, before) if attempts else args)
+            attempts.append(
+                clone_inputs(torch, before) if attempts and before is not None else args
+            )
             with torch.no_grad():
                 out = self.ref_model(*attempts[-1])
             self.sync()
@@ -145,8 +158,9 @@ class _Pipeline:
                 reference_s=time.perf_counter() - started,
             )
         args = attempts[-1]
-        modified = not checks.same_values(before, args)
-        return clone_inputs(torch, out), modified, checks.shares_storage(out, args)
+        if self._ref_modifies is None:
+            self._ref_modifies = not checks.same_values(before, args)
+        return out, self._ref_modifies, checks.shares_storage(out, args)
 
     def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
         """Candidate output (and a copy taken on the current stream before any device
@@ -165,7 +179,8 @@ class _Pipeline:
             with torch.no_grad(), poisoned_allocations(torch):
                 with recorder:
                     out = self.new_model(*args)
-                early = clone_inputs(torch, out)  # enqueued on the current stream
+                # Enqueued on the current stream, to see work left on another (CUDA only).
+                early = clone_inputs(torch, out) if self.device.type == "cuda" else None
         finally:
             self.ref_guard.active = self.stream_guard.active = False
         if stream_before is not None and torch.cuda.current_stream(self.device) != stream_before:
@@ -188,39 +203,48 @@ class _Pipeline:
         return out, early
 
     def check_call(
-        self, args: list[Any], label: str, previous: list[tuple[Any, Any]] | None = None
-    ) -> tuple[Any, Any]:
-        """One checked call on `args`: reference, candidate, every per-call check.
+        self,
+        args: list[Any],
+        label: str,
+        previous: list[tuple[Callable[[], list[Any]], Any]] | None = None,
+    ) -> Any:
+        """One checked call on `args`: reference, candidate, every per-call check; returns
+        the candidate's output as handed over (a private mapping of its handle, or a copy).
 
-        `previous` holds (reference output, candidate output) of the earlier calls on other
+        `previous` holds (inputs maker, candidate output) of the earlier calls on other
         inputs: a candidate that returns an earlier output where the reference's changed
         returns a cache (any earlier call: an address-keyed cache hits whichever trial's
-        input the allocator put at the same address).
+        input the allocator put at the same address). The earlier reference output is made
+        again only when the candidate's matches, so no call keeps a reference output.
         """
-        ref_args = clone_inputs(torch, args)
-        ref_out, ref_modifies, ref_aliases = self.run_reference(ref_args)
+        ref_out, ref_modifies, ref_aliases = self.run_reference(
+            clone_inputs(torch, args), pristine=args
+        )
         cand_args = clone_inputs(torch, args)
         out, early = self.run_candidate(cand_args, ref_out)
-        if any(
-            checks.same_values(cand_before, out) and not checks.same_values(ref_before, ref_out)
-            for ref_before, cand_before in previous or []
-        ):
-            raise Rejected(
-                "cheat", f"returns the same output for different inputs (cached, {label})"
-            )
+        for remake, cand_before in previous or []:
+            if checks.same_values(cand_before, out):
+                ref_before, _, _ = self.run_reference(remake())
+                if not checks.same_values(ref_before, ref_out):
+                    raise Rejected(
+                        "cheat", f"returns the same output for different inputs (cached, {label})"
+                    )
         if not ref_modifies and not checks.same_values(cand_args, args):
             raise Rejected("cheat", f"modifies its inputs in place ({label})")
         if not ref_aliases and checks.shares_storage(out, cand_args):
             raise Rejected("cheat", f"returns an output that aliases an input ({label})")
+        del cand_args
         ok = self.compare(ref_out, out, label)
-        if ok and self.device.type == "cuda" and not checks.same_values(early, out):
+        del ref_out
+        if ok and early is not None and not checks.same_values(early, out):
             raise Rejected(
                 "cheat",
                 "output was not ready on the current stream when the call "
                 f"returned (work launched on another stream, {label})",
             )
-        self.save_output(label, out)
-        return ref_out, clone_inputs(torch, out)
+        del early
+        kept = self.save_output(label, out)
+        return kept if kept is not None else clone_inputs(torch, out)
 
     def compare(self, expected: Any, got: Any, label: str) -> bool:
         """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`
@@ -235,13 +259,17 @@ class _Pipeline:
             raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
         return True
 
-    def save_output(self, label: str, out: Any) -> None:
-        """Hand the candidate's output for `label` to the trusted side (`judge.py`), which
-        recomputes the reference in a process the candidate never ran in and compares."""
+    def save_output(self, label: str, out: Any) -> list[Any] | None:
+        """Hand the candidate's output for `label` to the trusted side (`judge.py`) by handle
+        (`handles.py`); the judge recomputes the reference in a process the candidate never
+        ran in and compares. Returns this process's private mapping of what was handed over
+        (its leaves: the same pages, no copy). Without a channel (the pipeline run outside
+        the sandbox, as tests do) nothing is handed over (None), and a judge would find the
+        output missing."""
         name = judge.output_name(label)
-        if name is None or not self.task.get("outputs_dir"):
-            return
-        judge.save_output(Path(self.task["outputs_dir"]) / name, out)
+        if name is None or not os.environ.get(HANDLE_FD_ENV):
+            return None
+        return judge.save_output(name, out)
 
     # ----- phases -----
 
@@ -303,11 +331,15 @@ class _Pipeline:
     def check(self) -> None:
         self.progress("correctness")
         trials = max(1, int(self.task.get("correct_trials", 3)))
-        previous: list[tuple[Any, Any]] = []
+        previous: list[tuple[Callable[[], list[Any]], Any]] = []
         for trial in range(trials):
-            args = self.inputs(self.seed + 1 + trial)
-            previous.append(self.check_call(args, f"trial {trial + 1}/{trials}", previous))
+            seed = self.seed + 1 + trial
+            args = self.inputs(seed)
+            kept = self.check_call(args, f"trial {trial + 1}/{trials}", previous)
+            del args
+            previous.append((functools.partial(self.inputs, seed), kept))
             self.correctness["trials"] = self.correctness["passed"] = trial + 1
+        del previous
         self.correctness["checks"].append("fresh inputs")
         self.progress("checks")
         # Same tensors, new values: a result cached by input address goes stale.
@@ -317,6 +349,7 @@ class _Pipeline:
         for dst, src in zip(args, fresh, strict=True):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
+        del fresh
         try:
             self.check_call_inplace(args)
         except Rejected as exc:

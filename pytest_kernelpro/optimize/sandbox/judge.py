@@ -6,11 +6,11 @@ the timer, the result file. So the worker's own verdict is only a claim. For a c
 claims to be correct, the evaluator starts this judge in a fresh sandboxed process (no
 candidate code is loaded, its working directory is new) with:
 
-- the task without the candidate, and the outputs the worker saved for the checked calls
+- the task without the candidate, and the outputs the worker handed over for the checked calls
   (`output_name`: every correctness trial, the call on inputs changed in place, and the call
-  after timing, which catches a kernel that is correct only while it is being checked),
-  handed over as raw tensor bytes in mapped files (`output_channel.py`: no pickle, one copy
-  from the device, the size bounded by the scratch file system's free space);
+  after timing, which catches a kernel that is correct only while it is being checked), as
+  sealed shared-memory handles forwarded by the session (`handles.py`: no file, no pickle,
+  one copy from the device, mapped privately here);
 - the judge rebuilds the reference from the problem source with the same seeds, regenerates
   each call's inputs from its seed, computes the reference outputs and compares them with the
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
@@ -22,7 +22,7 @@ candidate code is loaded, its working directory is new) with:
 `--preflight` only builds and runs the reference: when a worker says "the reference failed",
 the evaluator asks the judge before blaming the user's problem file.
 
-    python -m pytest_kernelpro.optimize.sandbox.judge --task TASK.json --outputs DIR --result OUT.json
+    python -m pytest_kernelpro.optimize.sandbox.judge --task TASK.json --outputs-by-handle --result OUT.json
 """
 
 from __future__ import annotations
@@ -32,57 +32,45 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 RETIME_SEED_OFFSET = 401  # inputs of the call the re-timing worker hands over
 
-# Label of a checked call in harness.py -> the file its output is saved as.
-_FIXED_NAMES = {"inputs changed in place": "inplace.pt", "after timing": "after-timing.pt"}
+RETIMED = "retimed"  # the output of the re-timing worker's call after timing
+# Label of a checked call in harness.py -> the name its output is handed over as.
+_FIXED_NAMES = {"inputs changed in place": "inplace", "after timing": "after-timing"}
 
 
 def output_name(label: str) -> str | None:
-    """The output file of a checked call ("trial 2/3" -> "trial-2.pt"), None if not judged."""
+    """The output name of a checked call ("trial 2/3" -> "trial-2"), None if not judged."""
     if label.startswith("trial "):
         number = label.split()[1].split("/")[0]
-        return f"trial-{int(number)}.pt" if number.isdigit() else None
+        return f"trial-{int(number)}" if number.isdigit() else None
     return _FIXED_NAMES.get(label)
 
 
 def required_outputs(task: dict[str, Any]) -> list[tuple[str, int]]:
-    """(file name, input seed) of every output the judge checks, from the task alone."""
+    """(output name, input seed) of every output the judge checks, from the task alone."""
     seed = int(task.get("seed", 42))
-    if task.get("retime"):  # the re-timing worker saves the output of one call after timing
-        return [("retimed.pt", seed + RETIME_SEED_OFFSET)]
+    if task.get("retime"):  # the re-timing worker hands over the output of one call after timing
+        return [(RETIMED, seed + RETIME_SEED_OFFSET)]
     trials = max(1, int(task.get("correct_trials", 3)))
-    names = [(f"trial-{k + 1}.pt", seed + 1 + k) for k in range(trials)]
-    return [*names, ("inplace.pt", seed + 102), ("after-timing.pt", seed + 301)]
+    names = [(f"trial-{k + 1}", seed + 1 + k) for k in range(trials)]
+    return [*names, ("inplace", seed + 102), ("after-timing", seed + 301)]
 
 
-def save_output(path: Path, output: Any) -> None:
-    """Hand an output's leaves to the judge through `output_channel` (raw tensor bytes
-    copied from the device into mapped files, numbers as they are); `path` names the output
-    ("trial-1.pt": its manifest and files share the stem)."""
+def save_output(name: str, output: Any) -> list[Any]:
+    """Hand an output's leaves to the session by handle (`handles.send_output`: each tensor
+    copied once from the device into a sealed memfd, numbers as they are); returns this
+    process's private mapping of them."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.checks import flatten
-    from pytest_kernelpro.optimize.sandbox.output_channel import write_output
+    from pytest_kernelpro.optimize.sandbox.handles import send_output
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_output(torch, path.with_suffix(""), list(flatten(output)))
-
-
-def _load_output(path: Path) -> list[Any]:
-    import torch
-
-    from pytest_kernelpro.optimize.sandbox.output_channel import read_output
-
-    # Raw bytes mapped by a validated manifest: nothing the candidate wrote is unpickled.
-    try:
-        return read_output(torch, path.with_suffix(""))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no output file {path.name}") from None
+    return send_output(torch, name, flatten(output))
 
 
 class _Reference:
@@ -157,8 +145,9 @@ class _Reference:
         return leaves
 
 
-def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
-    """Check the saved outputs against the reference and time the reference."""
+def judge(task: dict[str, Any], outputs: Mapping[str, list[Any]]) -> dict[str, Any]:
+    """Check the handed-over outputs (leaves by output name) against the reference and
+    time the reference."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.measurement import time_call, verdict
@@ -166,18 +155,17 @@ def judge(task: dict[str, Any], outputs_dir: Path) -> dict[str, Any]:
     ref = _Reference(task)
     checked, worst_abs, worst_rel = [], 0.0, 0.0
     for name, seed in required_outputs(task):
-        label = name[: -len(".pt")]
-        try:
-            saved = _load_output(outputs_dir / name)
-        except Exception as exc:  # any unreadable file is the candidate's failure
-            return {"ok": False, "reason": f"{label}: {type(exc).__name__}: {exc}"[:400]}
+        saved = outputs.get(name)
+        if saved is None:  # an honest worker hands over every checked output
+            return {"ok": False, "reason": f"{name}: no output {name} was handed over"}
         expected = ref.output(seed)
         decided = verdict(torch, saved, expected, ref.rule)
+        del saved, expected  # this call's memory goes before the next call's is made
         if not decided.ok:
-            return {"ok": False, "reason": f"{label}: {decided.failure}"}
+            return {"ok": False, "reason": f"{name}: {decided.failure}"}
         worst_abs = max(worst_abs, decided.max_abs)
         worst_rel = max(worst_rel, decided.max_rel)
-        checked.append(label)
+        checked.append(name)
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
     # Rule, factor, both errors against the truth, the truth's cost (nested: the result's
     # own "reference_error" means the reference failed).
@@ -203,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Judge entry point (see the module docstring); the result is a JSON file."""
     parser = argparse.ArgumentParser(prog="python -m pytest_kernelpro.optimize.sandbox.judge")
     parser.add_argument("--task", required=True, type=Path)
-    parser.add_argument("--outputs", type=Path)
+    parser.add_argument("--outputs-by-handle", action="store_true")
     parser.add_argument("--result", required=True, type=Path)
     parser.add_argument("--preflight", action="store_true")
     args = parser.parse_args(argv)
@@ -215,9 +203,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.preflight:
             result = preflight(task)
         else:
-            if args.outputs is None:
-                parser.error("--outputs is required unless --preflight")
-            result = judge(task, args.outputs)
+            if not args.outputs_by_handle:
+                parser.error("--outputs-by-handle is required unless --preflight")
+            import torch
+
+            from pytest_kernelpro.optimize.sandbox.handles import receive_outputs
+
+            result = judge(task, receive_outputs(torch))
     except Exception as exc:
         from pytest_kernelpro.optimize.sandbox.checks import classify_exception
 

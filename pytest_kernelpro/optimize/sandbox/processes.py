@@ -118,35 +118,41 @@ def tree_size_mb(root: Path, limit_entries: int = 100_000) -> float:
 
 
 @overload
-def tree_rss_mb(pid: int) -> float: ...
+def tree_rss_mb(pid: int, *, shared: bool = True) -> float: ...
 @overload
-def tree_rss_mb(pid: int, *, count: Literal[True]) -> tuple[float, int]: ...
+def tree_rss_mb(pid: int, *, count: Literal[True], shared: bool = True) -> tuple[float, int]: ...
 
 
-def tree_rss_mb(pid: int, *, count: bool = False) -> float | tuple[float, int]:
+def tree_rss_mb(pid: int, *, count: bool = False, shared: bool = True) -> float | tuple[float, int]:
     """Resident memory of `pid` and all its descendants (the sandbox's `unshare` holds the
     worker as a child, and a candidate may start processes of its own); with `count`, also
-    how many processes the tree holds (at most 65536 looked at)."""
+    how many processes the tree holds (at most 65536 looked at); `shared=False` leaves out
+    the shared-memory pages they map (the checked outputs handed over by handle, which the
+    session counts once on its own)."""
     total, todo, seen = 0.0, [pid], set()
     while todo and len(seen) < 65536:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
-        total += rss_mb(current)
+        total += rss_mb(current, shared=shared)
         todo += children(current)
     return (total, len(seen)) if count else total
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, *, shared: bool = True) -> float:
+    """Resident memory of `pid` (without its mapped shared-memory pages when not `shared`)."""
+    rss = shmem = 0
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as handle:
             for line in handle:
                 if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024.0
+                    rss = int(line.split()[1])
+                elif line.startswith("RssShmem:"):
+                    shmem = int(line.split()[1])
     except (OSError, ValueError):
-        pass
-    return 0.0
+        return 0.0
+    return (rss if shared else max(0, rss - shmem)) / 1024.0
 
 
 # The progress file: a line per phase (a few dozen), far below this.

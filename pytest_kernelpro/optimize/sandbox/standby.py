@@ -37,7 +37,7 @@ PRELOAD = (
     "pytest_kernelpro.optimize.sandbox.harness",
     "pytest_kernelpro.optimize.sandbox.judge",
     "pytest_kernelpro.optimize.sandbox.worker",
-    "pytest_kernelpro.optimize.sandbox.output_channel",
+    "pytest_kernelpro.optimize.sandbox.handles",
     "pytest_kernelpro.fileio",
 )
 POLL_S = 0.005  # the order is picked up this soon after it is written

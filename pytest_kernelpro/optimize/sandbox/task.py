@@ -101,10 +101,9 @@ class SandboxLimits:
     # handed one task (`pool.py`): how many of each kind wait; 0: every process starts when
     # its task does. The search keeps 1 (the next worker and the next judge).
     standby: int = 0
-    # The checked outputs a worker hands the judge (`output_channel.py`: five calls' outputs
-    # in files beside its scratch directory): the worker is killed when they hold more. The
-    # size an evaluation handles is the smaller of this over five and the free space of the
-    # evaluations' file system (TMPDIR), which the worker checks before writing each one.
+    # The checked outputs a worker hands the judge (`handles.py`: five calls' outputs in
+    # sealed shared memory the session holds until the judge has run): the worker is killed
+    # when it hands over more. They count against `memory_limit_mb` too.
     outputs_limit_mb: int = 65_536
     # Processes and threads of the sandbox (RLIMIT_NPROC inside; the parent also counts the
     # processes of the tree and kills it past this: root on the host is exempt from the

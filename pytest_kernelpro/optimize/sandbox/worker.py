@@ -257,7 +257,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
         out = model(*final_args)
         method = "perf_counter_ns bound before the candidate ran"
     set_grad(True)
-    judge.save_output(Path(task["outputs_dir"]) / "retimed.pt", out)
+    judge.save_output(judge.RETIMED, out)
     progress("done")
     return {
         "status": "correct",

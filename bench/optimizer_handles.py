@@ -1,0 +1,267 @@
+"""One optimizer evaluation's wall split on the CPU, small and large softmax, through the real
+optimize path (`pytest --kernelpro-problems --kernelpro-optimize=N --kernelpro-llm=replay:DIR`).
+
+    python bench/optimizer_handles.py --label before --out /tmp/oh            # both sizes
+    python bench/optimizer_handles.py --label after --sizes small --out /tmp/oh
+
+For each size:
+1. the gate on the same problem (`pytest --kernelpro-problems`, no optimizer): its wall time,
+   the budget the optimizer's first five evaluations are held to (at most 5x);
+2. the optimizer with `--evals` replayed candidates (correct PyTorch forms and one wrong
+   one): each evaluation's wall from the model's reply to its reward (`elapsed_s`) and its
+   split (sandbox start, build, checks, timing, judge) from the summary's `per_candidate`;
+3. the machine's used host memory sampled every 50 ms during the optimizer run (peak over
+   the run minus the idle level before it: every process of the run, other agents' changes
+   included), and the load average before and after.
+
+Sizes: small 64x512 fp32; large ROWSxCOLS fp32 (default 16384x32768: 2 GiB of input and
+2 GiB of output). One JSON line per size goes to OUT/handles.jsonl and a table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+PROBLEM = """import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+batch_size = {rows}
+dim = {cols}
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+REPLIES = [
+    ("the functional softmax", "return torch.nn.functional.softmax(x, dim=-1)"),
+    (
+        "exp over the row sum after the row max",
+        "m = x.amax(dim=1, keepdim=True)\n        e = (x - m).exp_()\n"
+        "        return e.div_(e.sum(dim=1, keepdim=True))",
+    ),
+    ("softmax with an explicit float32 cast", "return torch.softmax(x.float(), dim=1)"),
+    ("wrong: exp without normalising", "return x.exp()"),
+    ("log-softmax exponentiated", "return torch.log_softmax(x, dim=1).exp()"),
+]
+
+SPLIT_KEYS = (
+    "elapsed_s", "sandbox_start_s", "build_s", "checks_s", "timing_s", "judge_s", "peak_mb",
+)  # fmt: skip
+
+
+def used_mb() -> float:
+    info: dict[str, int] = {}
+    with open("/proc/meminfo", encoding="ascii") as handle:
+        for line in handle:
+            name, value = line.split(":", 1)
+            info[name] = int(value.split()[0])
+    return (info["MemTotal"] - info["MemAvailable"]) / 1024
+
+
+class MemorySampler:
+    """Peak of the machine's used host memory while running (50 ms samples)."""
+
+    def __init__(self) -> None:
+        self.idle = used_mb()
+        self.peak = self.idle
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            self.peak = max(self.peak, used_mb())
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def make_project(rows: int, cols: int, evals: int) -> Path:
+    from pytest_kernelpro.optimize.loop.replay import recording_record
+
+    project = Path(tempfile.mkdtemp(prefix="kernelpro-handles-"))
+    (project / "problems").mkdir()
+    (project / "problems" / "softmax.py").write_text(PROBLEM.format(rows=rows, cols=cols))
+    (project / "replays").mkdir()
+    with open(project / "replays" / "softmax.jsonl", "w", encoding="utf-8") as handle:
+        for k in range(evals):
+            strategy, body = REPLIES[k % len(REPLIES)]
+            text = (
+                f"### Strategy: {strategy}\n```python\nimport torch\nfrom torch import nn\n\n\n"
+                f"class ModelNew(nn.Module):\n    def forward(self, x):\n        {body}\n```\n"
+            )
+            handle.write(json.dumps(recording_record(text)) + "\n")
+    (project / "pytest.ini").write_text("[pytest]\nkernelpro_time_budget = 0.5\n")
+    return project
+
+
+def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any]:
+    cmd = [
+        sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+        "--kernelpro-problems=problems", "--kernelpro-device=cpu", *extra,
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    started = time.monotonic()
+    try:
+        proc = subprocess.run(
+            cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+        code: Any = proc.returncode
+        tail = (proc.stdout + proc.stderr)[-2500:]
+    except subprocess.TimeoutExpired as exc:
+        code, tail = "timeout", str(exc.stdout or "")[-2500:]
+    return {"exit": code, "wall_s": round(time.monotonic() - started, 2), "tail": tail}
+
+
+def optimize_summary(project: Path) -> dict[str, Any]:
+    report = project / ".kernelpro" / "kernelpro-report.json"
+    summary: dict[str, Any] = {}
+    if report.is_file():
+        for record in json.loads(report.read_text()).get("records", []):
+            summary = (record.get("extra") or {}).get("optimize") or summary
+    return summary
+
+
+def split_of(row: dict[str, Any]) -> dict[str, Any]:
+    """The wall split of one evaluation: the summary's `wall_split` where the evaluator
+    gives one, else derived from the older fields (phases and the clock's buckets)."""
+    split = dict(row.get("wall_split") or {})
+    if not split:
+        phases = row.get("phases") or {}
+        split = {
+            "sandbox_start_s": sum(phases.get(k, 0.0) for k in ("launch", "start", "import")),
+            "build_s": row.get("build_s"),
+            "checks_s": sum(
+                phases.get(k, 0.0)
+                for k in ("reference", "built", "correctness", "checks", "shapes", "timed")
+            ),
+            "timing_s": phases.get("timing", row.get("time_s")),
+            "judge_s": row.get("judge_s"),
+        }
+    split["elapsed_s"] = row.get("elapsed_s")
+    split["peak_mb"] = row.get("peak_mb")
+    return {
+        "strategy": row.get("strategy"),
+        "status": row.get("status"),
+        **{k: (round(v, 2) if isinstance(v, (int, float)) else v) for k, v in split.items()},
+        "phases": row.get("phases"),
+    }
+
+
+def measure(size: str, rows: int, cols: int, evals: int, timeout: float) -> dict[str, Any]:
+    project = make_project(rows, cols, evals)
+    load_before = os.getloadavg()
+    try:
+        with MemorySampler() as gate_memory:
+            gate = run_pytest(project, [], timeout)
+        with MemorySampler() as memory:
+            optimize = run_pytest(
+                project,
+                [
+                    f"--kernelpro-optimize={evals}",
+                    "--kernelpro-llm=replay:replays",
+                    "--kernelpro-feedback=none",
+                    "--kernelpro-candidates=1",
+                ],
+                timeout,
+            )
+        summary = optimize_summary(project)
+    finally:
+        shutil.rmtree(project, ignore_errors=True)
+    per = [split_of(c) for c in summary.get("per_candidate") or []]
+    footprint_mb = 2 * rows * cols * 4 / 2**20  # one call: input + output, fp32
+    return {
+        "size": size,
+        "shape": [rows, cols],
+        "footprint_mb": round(footprint_mb, 1),
+        "gate": {k: gate[k] for k in ("exit", "wall_s")}
+        | ({"tail": gate["tail"]} if gate["exit"] != 0 else {}),
+        "gate_peak_used_mb": round(gate_memory.peak - gate_memory.idle),
+        "optimize": {k: optimize[k] for k in ("exit", "wall_s")}
+        | ({"tail": optimize["tail"]} if optimize["exit"] != 0 else {}),
+        "optimize_peak_used_mb": round(memory.peak - memory.idle),
+        "status": summary.get("status"),
+        "outcomes": summary.get("outcomes"),
+        "wall": summary.get("wall_s"),
+        "evaluations": per,
+        "load_before": [round(x, 2) for x in load_before],
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> None:
+    for data in rows:
+        print(
+            f"\n== {data['label']} {data['size']} {data['shape'][0]}x{data['shape'][1]} "
+            f"(footprint {data['footprint_mb']} MB; load {data['load_before']} -> "
+            f"{data['load_after']}) =="
+        )
+        print(
+            f"gate: exit {data['gate']['exit']}, {data['gate']['wall_s']} s; optimize: exit "
+            f"{data['optimize']['exit']}, {data['optimize']['wall_s']} s, peak used "
+            f"{data['optimize_peak_used_mb']} MB ({data['optimize_peak_used_mb'] / max(data['footprint_mb'], 1e-9):.1f}x footprint)"
+        )
+        print(
+            "  strategy                                 status     "
+            + " ".join(f"{k:>15}" for k in SPLIT_KEYS)
+        )
+        for e in data["evaluations"]:
+            print(f"  {str(e['strategy'])[:40]:40} {str(e['status']):10} " + " ".join(f"{e.get(k)!s:>15}" for k in SPLIT_KEYS))  # fmt: skip
+        first = [e.get("elapsed_s") or 0.0 for e in data["evaluations"][:5]]
+        if first:
+            print(f"  first {len(first)} evaluations: {sum(first):.1f} s = "
+                  f"{sum(first) / max(data['gate']['wall_s'], 1e-9):.1f}x the gate's {data['gate']['wall_s']} s")  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--sizes", default="small,large")
+    parser.add_argument("--rows", type=int, default=16384)
+    parser.add_argument("--cols", type=int, default=32768)
+    parser.add_argument("--evals", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=1500.0)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    shapes = {"small": (64, 512), "large": (args.rows, args.cols)}
+    done = []
+    for size in args.sizes.split(","):
+        rows, cols = shapes[size]
+        data = {"label": args.label, **measure(size, rows, cols, args.evals, args.timeout)}
+        with open(args.out / "handles.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(data) + "\n")
+        done.append(data)
+    table(done)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Checked outputs by handle through the real evaluation path (`SandboxEvaluator`: the
+sandboxed worker, the session's channels, the judge): nothing outlives an evaluation, a
+killed worker leaves nothing held, a candidate cannot forge, pre-empt or reach handles, and a
+problem too large for the machine is refused before any worker starts, with the numbers.
+
+Workers import torch (seconds each): one module-scoped run of every candidate.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
+from test_handles import memfds, shm_entries
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.sandbox import footprint
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+
+torch = pytest.importorskip("torch")
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
+REFERENCE = (DATA / "reference.py").read_text(encoding="utf-8")
+CORRECT = (DATA / "correct.py").read_text(encoding="utf-8")
+FAST = {
+    "timing": {"warmup_ms": 1.0, "max_time_s": 0.02, "min_samples": 5, "max_samples": 10},
+    "cpu_threads": 1,
+}
+ISOLATION = Isolation.probe()
+
+# The honest candidate, preceded by code that runs when its module loads (in the worker).
+CHANNEL = "import os, socket, json, fcntl\nEND = socket.socket(fileno=int(os.environ['KERNELPRO_HANDLE_FD']))\n"
+LINE = "{'output': 'trial-1', 'leaf': 0, 'kind': 'tensor', 'dtype': 'float32', 'shape': [16, 64]}"
+ATTACKS = {
+    # An unsealed memfd, to rewrite after the session validated it.
+    "unsealed": CHANNEL
+    + "fd = os.memfd_create('x', os.MFD_ALLOW_SEALING)\nos.ftruncate(fd, 16 * 64 * 4)\n"
+    f"socket.send_fds(END, [json.dumps({LINE}).encode()], [fd])\n",
+    # A sealed output of its own choosing, sent before the harness sends the real trial-1.
+    "pre-empted": CHANNEL + "import torch\nfrom pytest_kernelpro.optimize.sandbox import handles\n"
+    "handles.send_output(torch, 'trial-1', [torch.full((16, 64), 1 / 64)], channel=END)\n",
+    # A descriptor of a file it can open, to make the judge read something else.
+    "a file": CHANNEL + "import sys\nfd = os.open(sys.executable, os.O_RDONLY)\n"
+    f"socket.send_fds(END, [json.dumps({LINE}).encode()], [fd])\n",
+    # Another evaluation's outputs: any memfd of another process it can see.
+    "others' memory": "import os\nfound = []\n"
+    "for pid in [p for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:\n"
+    "    try:\n"
+    "        for fd in os.listdir(f'/proc/{pid}/fd'):\n"
+    "            if os.readlink(f'/proc/{pid}/fd/{fd}').startswith('/memfd:'):\n"
+    "                found.append((pid, fd))\n"
+    "    except OSError:\n"
+    "        pass\n"
+    "if found:\n"
+    "    raise RuntimeError(f'REACHED {found}')\n",
+}
+# Hands over trial 1's output, then hangs in trial 2 until the run timeout kills it.
+HANGS = CORRECT.replace(
+    "    def forward(self, x):\n",
+    "    calls = 0\n\n    def forward(self, x):\n"
+    "        type(self).calls += 1\n"
+    "        if type(self).calls > 1:\n"
+    "            import time\n            time.sleep(3600)\n",
+)
+
+
+@pytest.fixture(scope="module")
+def world() -> dict[str, object]:
+    before = {"memfds": memfds(), "shm": shm_entries()}
+    task = KernelBenchTask(REFERENCE, name="softmax_linear", device="cpu", **FAST)
+    limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=40.0, memory_limit_mb=2048)
+    evaluator = SandboxEvaluator(task, limits)
+    names = ["honest", "hangs", *ATTACKS]
+    codes = [CORRECT, HANGS, *(attack + "\n" + CORRECT for attack in ATTACKS.values())]
+    try:
+        evaluations = evaluator.evaluate_many([Candidate(code) for code in codes], jobs=2)
+        held = {
+            "memfds": memfds(),
+            "channels": len(evaluator.handles._ends),
+            "shm": shm_entries(),
+        }
+    finally:
+        evaluator.close()
+    return {
+        "before": before,
+        "after": held,
+        **dict(zip(names, evaluations, strict=True)),
+    }
+
+
+def _ev(world: dict[str, object], name: str) -> Evaluation:
+    ev = world[name]
+    assert isinstance(ev, Evaluation)
+    return ev
+
+
+@pytest.mark.slow
+def test_an_honest_candidate_is_judged_on_its_handed_over_outputs(world) -> None:
+    ev = _ev(world, "honest")
+    assert ev.status == "correct", (ev.reason, ev.logs[-2000:])
+    verified = ev.correctness["verified_by"]
+    assert verified.startswith("judge: outputs of trial-1, trial-2, trial-3, inplace, after-timing")
+    assert ev.metrics["footprint"]["footprint_bytes"] == 2 * 16 * 64 * 4
+
+
+@pytest.mark.slow
+def test_nothing_outlives_the_evaluations_not_even_a_killed_workers(world) -> None:
+    hangs = _ev(world, "hangs")
+    assert hangs.status == "timeout", hangs.reason  # killed after it handed over trial-1
+    after, before = world["after"], world["before"]
+    assert after["memfds"] == before["memfds"]  # type: ignore[index]
+    assert after["channels"] == 0  # type: ignore[index]
+    assert after["shm"] == before["shm"]  # type: ignore[index]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("unsealed", "the memfd is not sealed against writes"),
+        ("pre-empted", "output trial-1 leaf 0 sent twice"),
+        ("a file", "not a sealed memfd"),
+    ],
+)
+def test_a_forged_handle_is_refused_and_the_candidate_not_believed(world, name, says) -> None:
+    ev = _ev(world, name)
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert ev.reason.startswith("result not confirmed: the outputs it handed over were refused")
+    assert says in ev.reason
+    assert ev.speedup is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ISOLATION.isolated, reason=f"no Linux namespaces: {ISOLATION.why}")
+def test_a_candidate_reaches_no_other_processs_shared_memory(world) -> None:
+    """Two evaluations ran at once and the session held the other's outputs: the
+    candidate's PID namespace shows it no process holding them."""
+    ev = _ev(world, "others' memory")
+    assert ev.status == "correct", (ev.reason, ev.logs[-2000:])
+
+
+def test_a_problem_too_large_is_refused_before_any_worker_with_the_numbers() -> None:
+    big = REFERENCE.replace("batch, n = 16, 64", "batch, n = 8192, 4096")
+    task = KernelBenchTask(big, name="big_softmax", device="cpu")
+    evaluator = SandboxEvaluator(task, SandboxLimits(memory_limit_mb=512))
+    try:
+        with pytest.raises(KernelproError) as caught:
+            evaluator.evaluate(Candidate(CORRECT))
+        assert evaluator.standbys.started == 0
+        assert evaluator.handles._ends == {}
+    finally:
+        evaluator.close()
+    text = str(caught.value)
+    # Input 8192x4096 and output 8192x4096, fp32: 256 MiB in all.
+    assert "'big_softmax' is too large" in text
+    assert "one call's inputs and output take 0.25 GiB" in text
+    assert f"holds up to {footprint.HELD_COPIES:g}x that" in text
+    assert "memory limit is 0.50 GiB" in text
+
+
+def test_the_footprint_takes_no_memory_and_unknown_problems_are_not_refused() -> None:
+    huge = REFERENCE.replace("batch, n = 16, 64", "batch, n = 2**20, 2**16")  # 2 TiB: meta only
+    assert footprint.meta_footprint(huge) == 2 * 2**20 * 2**16 * 4
+    numpy_inputs = REFERENCE.replace(
+        "return [torch.randn(batch, n)]", "import numpy\n    return [numpy.zeros(3)]"
+    )
+    assert footprint.meta_footprint(numpy_inputs) is None  # no estimate: not refused
+    assert footprint.refusal("p", 10**12, None) is None  # no memory limit: not refused
+
+
+def test_the_memory_scan_finds_a_memfd_where_it_can_see_one() -> None:
+    """The control of the attack above: outside a PID namespace the same scan reaches this
+    process's memfd (so the attack's "correct" means the namespace hid it)."""
+    import subprocess
+    import sys
+
+    fd = os.memfd_create("kernelpro-control")
+    try:
+        run = subprocess.run(
+            [sys.executable, "-c", ATTACKS["others' memory"]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(fd)
+    assert run.returncode != 0
+    assert f"('{os.getpid()}', '{fd}')" in run.stderr

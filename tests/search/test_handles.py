@@ -1,0 +1,241 @@
+"""Checked outputs by handle (`optimize/sandbox/handles.py`): round trips, the read-only
+guarantee, what the session refuses, and that no descriptor or /dev/shm entry is left.
+
+Plain unit tests in this process: a socket pair stands for the worker's and the judge's
+channels. The real path (sandboxed worker, session, judge) is test_handle_attacks.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import mmap
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelpro.optimize.sandbox import handles
+from pytest_kernelpro.optimize.sandbox.handles import (
+    HandleChannels,
+    HandleError,
+    receive_outputs,
+    send_output,
+    send_outputs,
+)
+
+torch = pytest.importorskip("torch")
+
+
+def memfds() -> list[str]:
+    """This process's open memfd descriptors (their /proc links)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if link.startswith("/memfd:"):
+            found.append(link)
+    return found
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def session(tmp_path: Path, limit: int = 2**30) -> tuple[HandleChannels, socket.socket]:
+    """A session's channels with one open for `tmp_path`; the worker's end."""
+    channels = HandleChannels(limit)
+    ours, theirs = handles.socket_pair()
+    channels.open(tmp_path, ours)
+    return channels, theirs
+
+
+def hand_over(tmp_path: Path, outputs: dict[str, list[object]]) -> handles.Received:
+    channels, worker = session(tmp_path)
+    for name, leaves in outputs.items():
+        send_output(torch, name, leaves, channel=worker)
+    worker.close()  # the worker exited
+    return channels.finish(tmp_path)
+
+
+def to_judge(received: handles.Received) -> dict[str, list[object]]:
+    ours, judge_end = handles.socket_pair()
+    try:
+        send_outputs(ours, received)
+        return receive_outputs(torch, channel=judge_end)
+    finally:
+        ours.close()
+        judge_end.close()
+
+
+def raw_send(end: socket.socket, line: dict[str, object], fds: list[int]) -> None:
+    socket.send_fds(end, [json.dumps(line).encode()], fds)
+
+
+def test_every_leaf_crosses_worker_session_and_judge(tmp_path: Path) -> None:
+    x = torch.randn(3, 5)
+    leaves = [
+        x,
+        x.t(),  # not contiguous: handed over in its logical order
+        torch.tensor([True, False, True]),
+        torch.arange(6, dtype=torch.bfloat16).view(2, 3),
+        torch.empty(0, 4),
+        7,
+        None,
+        "a string",  # anything but a number crosses as its repr, as the judge compares it
+    ]
+    received = hand_over(tmp_path, {"trial-1": leaves})
+    assert received.refused is None
+    assert received.nbytes == 15 * 4 * 2 + 3 + 6 * 2
+    judged = to_judge(received)["trial-1"]
+    for got, sent in zip(judged, leaves, strict=True):
+        if isinstance(sent, torch.Tensor):
+            assert got.dtype == sent.dtype
+            assert got.shape == sent.shape
+            assert torch.equal(got, sent)
+        else:
+            assert got == (repr(sent) if isinstance(sent, str) else sent)
+    received.close()
+
+
+def test_a_handed_over_output_cannot_be_changed_by_anyone(tmp_path: Path) -> None:
+    """The session's memfd is sealed: no write, no writable shared mapping, no resize; the
+    judge's mapping is private, so even its own writes reach nobody."""
+    received = hand_over(tmp_path, {"trial-1": [torch.ones(1024)]})
+    fd = received.outputs["trial-1"][0].fd
+    assert fd is not None
+    with pytest.raises(PermissionError):
+        os.pwrite(fd, b"\0" * 4, 0)
+    with pytest.raises(PermissionError):
+        mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    with pytest.raises(PermissionError):
+        os.ftruncate(fd, 0)
+    with pytest.raises(PermissionError):
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, 0)  # F_SEAL_SEAL: the seals are final too
+    judged = to_judge(received)["trial-1"][0]
+    judged.fill_(5.0)  # the judge's private copy of the pages
+    again = to_judge(received)["trial-1"][0]
+    assert torch.equal(again, torch.ones(1024))
+    received.close()
+
+
+def test_nothing_is_left_open_or_named_after_an_output_is_closed(tmp_path: Path) -> None:
+    before_fds, before_shm = memfds(), shm_entries()
+    received = hand_over(tmp_path, {"trial-1": [torch.randn(256, 256)], "trial-2": [3.0]})
+    assert len(memfds()) == len(before_fds) + 1  # the session holds the one tensor
+    judged = to_judge(received)
+    assert len(memfds()) == len(before_fds) + 1  # the judge's descriptors were closed
+    del judged
+    received.close()
+    assert memfds() == before_fds
+    assert shm_entries() == before_shm  # a memfd has no name in /dev/shm
+
+
+def test_the_session_refuses_outputs_over_its_limit_and_frees_them(tmp_path: Path) -> None:
+    before = memfds()
+    channels, worker = session(tmp_path, limit=4096)
+    send_output(torch, "trial-1", [torch.zeros(512)], channel=worker)  # 2048 bytes: fits
+    send_output(torch, "trial-2", [torch.zeros(1024)], channel=worker)  # 4096 more: refused
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert received.over_limit
+    assert "more than 0 MB" in str(received.refused)
+    assert list(received.outputs) == ["trial-1"]
+    received.close()
+    assert memfds() == before
+
+
+def _unsealed_memfd(size: int) -> int:
+    fd = os.memfd_create("forged", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    return fd
+
+
+TENSOR = {"output": "trial-1", "leaf": 0, "kind": "tensor", "dtype": "float32", "shape": [4]}
+
+
+def _forged(tmp_path: Path) -> dict[str, tuple[dict[str, object], list[int]]]:
+    """Messages a hostile worker could send, each with the descriptors it attaches."""
+    writable = _unsealed_memfd(16)
+    kept_mapping = _unsealed_memfd(16)
+    mapping = mmap.mmap(kept_mapping, 16)  # a writable shared mapping kept open
+    fcntl.fcntl(
+        kept_mapping,
+        fcntl.F_ADD_SEALS,
+        fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL | 0x10,  # FUTURE_WRITE
+    )
+    mapping.close()
+    short = handles._sealed_copy(torch, "short", torch.zeros(2))
+    regular = tmp_path / "file.bin"
+    regular.write_bytes(b"\0" * 16)
+    sealed = handles._sealed_copy(torch, "ok", torch.zeros(4))
+    return {
+        "not sealed against writes": (TENSOR, [writable]),
+        "sealed for future writes only, a mapping kept": (TENSOR, [kept_mapping]),
+        "holds fewer bytes than its shape": (TENSOR, [short]),
+        "a file, not a memfd": (TENSOR, [os.open(regular, os.O_RDONLY)]),
+        "no descriptor": (TENSOR, []),
+        "two descriptors": (TENSOR, [sealed, os.dup(sealed)]),
+        "an unknown dtype": ({**TENSOR, "dtype": "object"}, [os.dup(sealed)]),
+        "a negative shape": ({**TENSOR, "shape": [-4]}, [os.dup(sealed)]),
+        "a value with a descriptor": (
+            {"output": "trial-1", "leaf": 0, "kind": "value", "value": 1},
+            [os.dup(sealed)],
+        ),
+        "a name too long": ({**TENSOR, "output": "x" * 65}, [os.dup(sealed)]),
+        "a leaf index out of range": ({**TENSOR, "leaf": 10**6}, [os.dup(sealed)]),
+    }
+
+
+def test_every_forged_message_is_refused_and_its_descriptors_closed(tmp_path: Path) -> None:
+    before = memfds()
+    for why, (line, fds) in _forged(tmp_path).items():
+        channels, worker = session(tmp_path)
+        raw_send(worker, line, fds)
+        for fd in set(fds):
+            os.close(fd)  # the worker's own copies
+        worker.close()
+        received = channels.finish(tmp_path)
+        assert received.refused is not None, why
+        assert received.outputs == {}, why
+        received.close()
+    assert memfds() == before
+
+
+def test_an_output_sent_twice_is_refused(tmp_path: Path) -> None:
+    """A candidate that hands over its own "trial-1" before the harness does cannot have
+    either one believed."""
+    channels, worker = session(tmp_path)
+    send_output(torch, "trial-1", [torch.zeros(4)], channel=worker)
+    send_output(torch, "trial-1", [torch.ones(4)], channel=worker)
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert received.refused == "output trial-1 leaf 0 sent twice"
+    received.close()
+
+
+def test_a_message_that_is_not_json_is_refused(tmp_path: Path) -> None:
+    channels, worker = session(tmp_path)
+    socket.send_fds(worker, [b"\xff not json"], [])
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert received.refused is not None
+    received.close()
+
+
+def test_a_worker_without_a_channel_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(handles.HANDLE_FD_ENV, raising=False)
+    with pytest.raises(HandleError, match="KERNELPRO_HANDLE_FD unset"):
+        send_output(torch, "trial-1", [torch.zeros(1)])
+
+
+def test_a_judge_whose_session_closed_early_fails(tmp_path: Path) -> None:
+    ours, judge_end = handles.socket_pair()
+    raw_send(ours, {"output": "trial-1", "leaf": 0, "kind": "value", "value": 1}, [])
+    ours.close()
+    with pytest.raises(HandleError, match="before the end message"):
+        receive_outputs(torch, channel=judge_end)
+    judge_end.close()
