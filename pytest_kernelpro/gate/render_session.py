@@ -145,7 +145,16 @@ def session_conditions(
     fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]
     if fixed:
         first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
-        out.append(f"{len(fixed)} kernel(s) timed on inputs that stay the same: {first}")
+        out.append(
+            Note(
+                _line(
+                    f"{len(fixed)} kernel(s) timed on inputs that stay the same",
+                    fixed,
+                    "; -v says what to change",
+                ),
+                f"{len(fixed)} kernel(s) timed on inputs that stay the same: {first}",
+            )
+        )
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
     if overrun:
         first = overrun[0].timing.budget_note if overrun[0].timing else ""

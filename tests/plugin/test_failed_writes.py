@@ -89,10 +89,22 @@ def test_a_full_disk_fails_the_session_and_names_the_error(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
+    class FullDiskOs:
+        """`os` as the plugin's file writer sees it, with a full disk behind fsync. Patched
+        where the writer looks it up, not as `os.fsync` itself: the timer puts the kept
+        `os.fsync` back before it times a kernel (a patched file function is a forgery)."""
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(os, name)
+
+        fsync = staticmethod(full_disk)
+
+    from pytest_kernelpro import fileio
+
     baseline = kp_project.path / "kernelpro-baseline.yaml"
-    monkeypatch.setattr(os, "fsync", full_disk)
+    monkeypatch.setattr(fileio, "os", FullDiskOs())
     result = kp_project.runpytest_inprocess("--kernelpro-save-baseline", "-p", "no:cacheprovider")
-    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.undo()
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     out = result.stdout.str()
     assert "could not write the JSON report to" in out

@@ -73,14 +73,21 @@ def test_the_childs_command_times_only(tmp_path) -> None:  # noqa: ANN001
         rootpath=Path(tmp_path),
         inipath=None,
         getoption=lambda name, default=None: default,
-        pluginmanager=SimpleNamespace(hasplugin=lambda name: False, list_plugin_distinfo=list),
+        pluginmanager=SimpleNamespace(
+            hasplugin=lambda name: False, list_plugin_distinfo=list, get_plugins=set
+        ),
+        # The optimizer plugin passes its flags on; the child must not search.
+        hook=SimpleNamespace(
+            pytest_kernelpro_isolated_child_args=lambda config: [["--kernelpro-optimize=3"]]
+        ),
     )
-    settings = SimpleNamespace(check=True, profile=True, optimize=None, save_baseline="b.yaml")
+    settings = SimpleNamespace(check=True, profile=True, save_baseline="b.yaml")
     session = SimpleNamespace(config=config, settings=settings)
     item = SimpleNamespace(nodeid="t.py::k")
     cmd = remeasure_command(item, session, tmp_path / "r.json", tmp_path / "pins.json")
     assert "--kernelpro-check" not in cmd
     assert "--kernelpro-profile" not in cmd
+    assert "--kernelpro-optimize=3" not in cmd
     assert not any(a.startswith("--kernelpro-save-baseline") for a in cmd)
     assert cmd[-1] == f"--kernelpro-remeasure-child={tmp_path / 'pins.json'}"
     assert "--kernelpro-isolated-child" in cmd

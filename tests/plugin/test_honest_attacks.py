@@ -327,6 +327,11 @@ def fixed_inputs(x, y):
     )
     result = kp_project.runpytest()
     result.assert_outcomes(passed=1)
+    # One short line by default, naming the kernel; the full text (what to change) under -v.
+    result.stdout.fnmatch_lines(
+        ["kernelpro: 1 kernel(s) timed on inputs that stay the same (fixed_inputs); -v says*"]
+    )
+    result = kp_project.runpytest("-v")
     result.stdout.fnmatch_lines(
         [
             "*1 kernel(s) timed on inputs that stay the same: fixed_inputs: its inputs cannot be "

@@ -273,8 +273,9 @@ def neg(x):
 def test_check_without_baseline_fails_clearly(kp_project: pytest.Pytester) -> None:
     kp_project.makepyfile(test_k=GATED)
     result = kp_project.runpytest("--kernelpro-check")
-    result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*kernelpro-baseline.yaml*--kernelpro-save-baseline*"])
+    # Before any kernel is measured: a usage error naming the file and the fix.
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*kernelpro-baseline.yaml*--kernelpro-save-baseline*"])
 
 
 def test_save_then_check_passes_then_catches_a_regression(

@@ -67,7 +67,7 @@ ORCHESTRATORS = frozenset(
         "new_record",
         "run_kernel_item",
         "_run_limited",
-        "_cpu_threads",
+        "_measure_ceilings_first",
         "_run",
         "_device_model",
         "_noting_cuda_errors",

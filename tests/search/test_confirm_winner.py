@@ -60,7 +60,7 @@ def test_a_confirmed_winner_keeps_the_win() -> None:
 def test_a_re_timing_faster_than_the_tolerance_is_a_disagreement_not_confirmed() -> None:
     """The winner stays (correct, and a faster re-timing helps no cheat), but the summary
     and the terminal line say "disagreement", never "confirmed"."""
-    from pytest_kernelpro.gate.format import render_optimize_text
+    from pytest_kernelpro.optimize.loop.report_texts import render_optimize_text
     from pytest_kernelpro.optimize.sandbox.confirm import confirm_timing
 
     outcome = confirm_timing(234.7e-6, [11.28e-6] * 5, device_kind="cpu")
