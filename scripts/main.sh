@@ -42,8 +42,12 @@ if [ ! -f "$out/baseline.yaml" ]; then
 fi
 
 echo "== kernelpro main job: 2/3 head, gated against that baseline"
+# --kernelpro-allow-incomparable: this demo runs on any machine, a loaded laptop included,
+# where every CPU verdict may read "unresolved" (the change cannot be told from the noise);
+# the table still says so. A project's own CI job leaves it out, so that a check which
+# resolved nothing fails.
 set +e
-"$python" -m pytest --kernelpro-only --kernelpro-check \
+"$python" -m pytest --kernelpro-only --kernelpro-check --kernelpro-allow-incomparable \
   --kernelpro-baseline="$out/baseline.yaml" \
   --kernelpro-json="$out/kernelpro-report.json" \
   --junitxml="$out/junit.xml" "$@"
