@@ -168,6 +168,11 @@ def final_ranking(
         threshold=threshold,
         device=measured.device,
         baseline=base_label,
+        errors={
+            c.node_id: measured.errors[f"node{c.node_id}"]
+            for c in contenders
+            if f"node{c.node_id}" in measured.errors
+        },
         **search,
         wall_s=clock.totals(),
         cost=measured.cost(),

@@ -438,17 +438,31 @@ def _worker(work: Path, label: str) -> int:
             with torch.no_grad():
                 return model(*clone_inputs(torch, args))
 
-        # The gate's check, as in the sandbox: its tolerances (TF32-aware) and comparison.
+        # The gate's check, as in the sandbox: one rule calibrated on the reference's own
+        # error against its higher-precision truth (an exact rewrite rounds differently from
+        # the reference; the dtype's default tolerance alone refused one), TF32-aware.
+        rule = measurement.new_rule(config)
+        started = time.perf_counter()
         expected, reduced = measurement.run_reference(torch, reference, device, first=True)
+        rule.reduced = reduced
+        measurement.find_truth(
+            torch,
+            rule,
+            ref_model,
+            clone_inputs(torch, args),
+            expected,
+            device,
+            reference_s=time.perf_counter() - started,
+        )
         with torch.no_grad():
             got = new_model(*clone_inputs(torch, args))
-        decided = measurement.verdict(torch, got, expected, config, reduced)
+        decided = measurement.verdict(torch, got, expected, rule, reduced)
         if not decided.ok:
             say(f"{ERROR} wrong result when re-measured: {decided.failure}")
             return 1
 
         def check(got: Any, expected: Any) -> str | None:
-            verdict = measurement.verdict(torch, got, expected, config, reduced)
+            verdict = measurement.verdict(torch, got, expected, rule, reduced)
             return None if verdict.ok else str(verdict.failure)
 
         # Timed as in the search: new input content before every call, outputs of calls

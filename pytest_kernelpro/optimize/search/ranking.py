@@ -298,12 +298,13 @@ def rank(
     alpha: float = DEFAULT_ALPHA,
     device: str = "",
     baseline: str = "current kernel",
+    errors: Mapping[int, str] | None = None,
     **search: Any,
 ) -> SearchRanking:
     """Rank re-measured contenders against the current kernel (rules in the module doc).
 
     `contenders` pairs each candidate with its pooled re-measured samples (an empty sequence:
-    it failed when re-measured). `others` are correct candidates that were not re-measured.
+    it failed when re-measured; `errors` says why, by node id). `others` are correct candidates that were not re-measured.
     `current_samples` are the user's current kernel's; where it could not be measured in the
     sandbox, pass the reference's and `baseline="reference"` (the result says so).
     `search` fills the search totals (evaluations, stop_reason, usd, wall_s).
@@ -320,7 +321,9 @@ def rank(
     failed: list[RankedCandidate] = []
     for cand, samples in contenders:
         if not samples:
-            failed.append(_replace(cand, verdict="failed", reason="failed when re-measured"))
+            why = (errors or {}).get(cand.node_id)
+            reason = f"failed when re-measured: {why}" if why else "failed when re-measured"
+            failed.append(_replace(cand, verdict="failed", reason=reason))
             continue
         mine = Timing.of(samples, rounds)
         change = mine.median_s / current.median_s - 1.0
