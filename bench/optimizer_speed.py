@@ -1,6 +1,6 @@
-"""The optimizer at the size and speed of a real suite (issue 24): what one candidate costs,
-before and after the output channel and the warm standbys, on problems as large as KernelBench
-level 1 has.
+"""The optimizer at the size and speed of a real suite: what one candidate costs, with fresh
+processes and with warm standbys, on problems as large as KernelBench level 1 has (the
+checked outputs' channel is `optimizer_handles.py`'s).
 
     python bench/optimizer_speed.py --out $OUT                 # the H200 (KernelBench sizes)
     python bench/optimizer_speed.py --out /tmp/os --device cpu # CPU dry run (cut-down sizes)
@@ -8,17 +8,14 @@ level 1 has.
 Steps (each appends one JSON line to OUT/steps.jsonl when it ends, so a run cut by its limit
 keeps what it measured; `--steps` picks some; a step is skipped once the deadline is near):
 
-1. `channel`: one checked output of `23_Softmax`'s size (4096 x 393,216 fp32, 6.4 GB) handed
-   from a worker to the judge, the old way (`torch.save` of a CPU copy, `torch.load`, moved
-   to the device) and the new one (`output_channel`: device -> mapped file, mapped -> device).
-2. `split`: the per-candidate split on `23_Softmax` through `SandboxEvaluator` (the real
+1. `split`: the per-candidate split on `23_Softmax` through `SandboxEvaluator` (the real
    sandbox, judge included): the current kernel and one correct candidate, with fresh
    processes (`standby=0`, before) and with warm standbys (`standby=2`, after), with a pause
    between evaluations standing for the model writing the next candidate (`--gap-s`).
-3. `largest`: the ten largest level-1 problems by bytes (bench/kernelbench_level1/README.md),
+2. `largest`: the ten largest level-1 problems by bytes (bench/kernelbench_level1/README.md),
    each: the current kernel evaluated and one candidate judged (the problem's own code as
    `ModelNew`: a correct candidate of the full size), warm standbys.
-4. `search`: a 5-evaluation search of `23_Softmax` as a user runs it (`pytest
+3. `search`: a 5-evaluation search of `23_Softmax` as a user runs it (`pytest
    --kernelpro-problems --kernelpro-optimize=5 --kernelpro-llm=replay:...`,
    `--kernelpro-feedback=none`: no profiles), with five hand-written candidates (two PyTorch
    forms, a Triton kernel, a wrong one, the functional form); the summary's elapsed time and
@@ -48,7 +45,7 @@ LARGEST = (
     "36_RMSNorm_", "37_FrobeniusNorm_", "76_conv_standard_1D_dilated_strided__", "19_ReLU",
     "20_LeakyReLU",
 )  # fmt: skip
-STEPS = ("channel", "split", "largest", "search")
+STEPS = ("split", "largest", "search")
 
 
 def log(out: Path, step: str, data: dict[str, Any]) -> None:
@@ -104,49 +101,6 @@ def evaluation_record(ev: Any, total_s: float) -> dict[str, Any]:
 
 
 # ----- steps -------------------------------------------------------------------------------
-
-
-def step_channel(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
-
-    from pytest_kernelpro.optimize.sandbox.output_channel import read_output, write_output
-
-    device = torch.device(args.device)
-    rows, cols = (4096, 393216) if device.type == "cuda" else (1024, 16384)
-    out = torch.rand(rows, cols, device=device)
-    scratch = Path(tempfile.mkdtemp(prefix="kernelpro-channel-"))
-    result: dict[str, Any] = {"shape": [rows, cols], "gb": out.numel() * 4 / 1e9}
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-
-    try:
-        sync()
-        t0 = time.perf_counter()
-        torch.save([out.detach().to("cpu").clone()], scratch / "old.pt")
-        t1 = time.perf_counter()
-        loaded = torch.load(scratch / "old.pt", map_location="cpu", weights_only=True)[0]
-        back = loaded.to(device)
-        sync()
-        t2 = time.perf_counter()
-        result["old_worker_s"], result["old_judge_s"] = round(t1 - t0, 3), round(t2 - t1, 3)
-        result["old_equal"] = bool(torch.equal(back, out))
-        del loaded, back
-        (scratch / "old.pt").unlink()
-        sync()
-        t0 = time.perf_counter()
-        write_output(torch, scratch / "new", [out])
-        t1 = time.perf_counter()
-        mapped = read_output(torch, scratch / "new")[0]
-        back = mapped.to(device)
-        sync()
-        t2 = time.perf_counter()
-        result["new_worker_s"], result["new_judge_s"] = round(t1 - t0, 3), round(t2 - t1, 3)
-        result["new_equal"] = bool(torch.equal(back, out))
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return result
 
 
 def _evaluator(source: str, device: str, standby: int, args: argparse.Namespace) -> Any:
@@ -316,10 +270,7 @@ def table(out: Path) -> None:
     for line in (out / "steps.jsonl").read_text().splitlines():
         data = json.loads(line)
         step = data["step"]
-        if step == "channel" and "old_worker_s" in data:
-            print(f"channel {data['gb']:.1f} GB: old worker {data['old_worker_s']} s + judge {data['old_judge_s']} s; "
-                  f"new worker {data.get('new_worker_s')} s + judge {data.get('new_judge_s')} s")  # fmt: skip
-        elif step == "split":
+        if step == "split":
             for label in ("before", "after"):
                 for row in (data.get(label) or {}).get("evaluations", []):
                     print(f"split {label:6} {row['what']:9} {row['status']:9} evaluate {row['evaluate_s']:7.2f} s "
@@ -361,9 +312,7 @@ def main() -> int:
             continue
         started = time.monotonic()
         try:
-            if step == "channel":
-                data = step_channel(args)
-            elif step == "split":
+            if step == "split":
                 data = step_split(args)
             elif step == "largest":
                 data = step_largest(args, deadline)
