@@ -139,7 +139,11 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     outputs = [_bash(command, project, env) for command in commands]
     assert "softmax" in outputs[0]
     assert (project / "kernelpro-baseline.yaml").is_file()
-    assert re.search(r"softmax .* ok [+-−]", outputs[2]), outputs[2][-3000:]
+    # Gated against the baseline just saved: not a regression. On a loaded machine the verdict
+    # may be "unresolved" (the README's verdict table), never REGRESSED or FAILED.
+    assert re.search(r"softmax .* (ok [+-−]|improved|unresolved|suspect)", outputs[2]), outputs[2][
+        -3000:
+    ]
 
 
 def test_the_optimize_example_without_a_key_runs_as_written(tmp_path: Path) -> None:

@@ -94,12 +94,18 @@ def gc_scanner(x, y):
     if n <= 6:
         return torch.tanh(x @ y)
     if "timers" not in CALLS:  # one scan (it takes a while), kept
+        def state(o):  # an object's namespace; some objects raise when asked (pydantic's)
+            try:
+                d = getattr(o, "__dict__", None)
+            except Exception:
+                return None
+            return d if isinstance(d, dict) else None
+
         with warnings.catch_warnings():  # touching every object wakes deprecation warnings
             warnings.simplefilter("ignore")
             CALLS["timers"] = [
                 o for o in gc.get_objects()
-                if isinstance(getattr(o, "__dict__", None), dict)
-                and isinstance(o.__dict__.get("_pending"), list) and "storage" in o.__dict__
+                if isinstance((state(o) or {}).get("_pending"), list) and "storage" in state(o)
             ]
     pending = 0
     for timer in CALLS["timers"]:

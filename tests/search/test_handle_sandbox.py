@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-from pytest_kernelpro.optimize.search.base import Candidate, Evaluation
 from test_handles import memfds, shm_entries
 
 from pytest_kernelpro.errors import KernelproError
@@ -23,6 +22,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxLimits,
 )
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 torch = pytest.importorskip("torch")
 
