@@ -86,9 +86,19 @@ def test_the_optimizers_algebraic_rewrite_passes_the_users_check_once_applied(
     optimize.assert_outcomes(passed=1)
     record = _report(root)["gemm_divide_sum_scaling"]
     summary = record["extra"]["optimize"]
-    assert summary["status"] == "improved", summary.get("reason")
-    assert summary["confirmation"]["status"] in ("confirmed", "disagreement")
-    assert _git(root, "apply", summary["best_patch"]).returncode == 0
+    (candidate,) = summary["candidates"]
+    assert candidate["status"] == "correct"  # the gate's calibrated rule took the rewrite
+    # Whether the ranking calls it a clear winner depends on the machine's load (two busy
+    # cores blur a 1 ms difference); the claim here is about the patch, which is written
+    # for the candidate either way, and for the winner as best.patch.
+    if summary["status"] == "improved":
+        assert summary["confirmation"]["status"] in ("confirmed", "disagreement")
+        patch = summary["best_patch"]
+    else:
+        assert summary["status"] == "no improvement found", summary.get("reason")
+        assert "failed" not in str(candidate.get("verdict")), candidate.get("reason")
+        patch = candidate["patch"]
+    assert _git(root, "apply", patch).returncode == 0
 
     check = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelpro-check")
     check.assert_outcomes(passed=1)

@@ -39,6 +39,7 @@ import os
 import socket
 import stat
 import threading
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -274,6 +275,10 @@ class HandleChannels:
         # opens or at once when it is open (a judge started ahead).
         self._outbox: dict[Path, Received] = {}
         self._lock = threading.Lock()
+        # Channels never finished (an evaluator dropped without `close`) are closed when
+        # these channels go, not left to the garbage collector, which warns about each
+        # unclosed socket wherever it happens to run.
+        weakref.finalize(self, _close_ends, self._ends)
 
     def open(self, workdir: Path, end: socket.socket) -> None:
         """Keep `end` for the process of `workdir` and receive what it sends; forward what
@@ -378,6 +383,13 @@ class HandleChannels:
             workdirs = list(self._ends)
         for workdir in workdirs:
             self.finish(workdir).close()
+
+
+def _close_ends(ends: dict[Path, socket.socket]) -> None:
+    for end in list(ends.values()):
+        with contextlib.suppress(OSError):
+            end.shutdown(socket.SHUT_RDWR)
+        end.close()
 
 
 def send_outputs(end: socket.socket, received: Received) -> None:
