@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,20 +47,16 @@ def plugin_arguments(config: pytest.Config) -> list[str]:
     plugin and reject its own `--kernelpro-*` flags ("unrecognized arguments"). Nothing for a
     plugin its entry point loaded: a second registration would be an error."""
     by_entry_point = {id(plugin) for plugin, _ in config.pluginmanager.list_plugin_distinfo()}
-    args: list[str] = []
-    for plugin in config.pluginmanager.get_plugins():
-        name = getattr(plugin, "__name__", "")
-        is_module = type(plugin) is type(sys)
-        if is_module and name.startswith("pytest_kernelpro.") and id(plugin) not in by_entry_point:
-            args += ["-p", name]
-    return sorted_plugin_args(args)
-
-
-def sorted_plugin_args(args: list[str]) -> list[str]:
-    """The gate's plugin first: the others' hooks use what it registers."""
-    pairs = [args[i : i + 2] for i in range(0, len(args), 2)]
-    pairs.sort(key=lambda pair: pair[1] != "pytest_kernelpro.plugin")
-    return [arg for pair in pairs for arg in pair]
+    names = [
+        plugin.__name__
+        for plugin in config.pluginmanager.get_plugins()
+        if isinstance(plugin, types.ModuleType)
+        and plugin.__name__.startswith("pytest_kernelpro.")
+        and id(plugin) not in by_entry_point
+    ]
+    # The gate's plugin first: the others' hooks use what it registers.
+    names.sort(key=lambda name: name != "pytest_kernelpro.plugin")
+    return [arg for name in names for arg in ("-p", name)]
 
 
 def child_address(item: KernelItem) -> str:
