@@ -62,6 +62,7 @@ import argparse
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import random
 import statistics
@@ -976,14 +977,114 @@ def cost_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+PLUGIN_PROJECT = Path(__file__).resolve().parent / "gate_accuracy_project"
+
+
+def _pytest_session(
+    work: Path, out: Path, name: str, slowdown: float, *args: str
+) -> dict[str, Any]:
+    """One `pytest` session on the project copy in `work`; its report JSON kept as out/NAME.json."""
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, KP_SLOWDOWN=str(slowdown), PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = f"{repo}:{env.get('PYTHONPATH', '')}"
+    report, status = out / f"{name}.json", out / f"{name}.exit"
+    if status.is_file():  # done in an earlier device call: resumed, not re-run
+        done = json.loads(status.read_text())
+        records = json.loads(report.read_text())["records"] if report.is_file() else []
+        return {**done, "records": records}
+    cmd = [sys.executable, "-m", "pytest", f"--kernelpro-json={report}", *args]
+    started = time.monotonic()
+    with open(out / f"{name}.log", "w", encoding="utf-8") as log:
+        code = subprocess.run(cmd, cwd=work, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode  # fmt: skip
+    records = json.loads(report.read_text())["records"] if report.is_file() else []
+    done = {"exit": code, "wall_s": round(time.monotonic() - started, 1)}
+    status.write_text(json.dumps(done))
+    return {**done, "records": records}
+
+
+def run_plugin_suite(out: Path, device: str, slowdown: float) -> int:
+    """The 20 kernels of gate_accuracy_project/ through `pytest` with the plugin's defaults:
+    a baseline saved, then `--kernelpro-check` unchanged and with `slowdown` injected.
+    A false alarm is an unchanged kernel that failed the gate; a catch is a slowed kernel
+    whose verdict is regressed (confirmed, as the gate fails it)."""
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "project"  # the baseline file stays with the results, for a resumed call
+    if not work.is_dir():
+        shutil.copytree(PLUGIN_PROJECT, work)
+    common = (f"--kernelpro-device={device}", "test_gate_accuracy_kernels.py")
+    sessions = {
+        "baseline": _pytest_session(work, out, "baseline", 0.0, "--kernelpro-save-baseline=base.yaml", *common),
+        "unchanged": _pytest_session(work, out, "unchanged", 0.0, "--kernelpro-check", "--kernelpro-baseline=base.yaml", *common),
+        "slowed": _pytest_session(work, out, "slowed", slowdown, "--kernelpro-check", "--kernelpro-baseline=base.yaml", *common),
+    }  # fmt: skip
+    rows: dict[str, dict[str, Any]] = {}
+    for session, result in sessions.items():
+        for record in result["records"]:
+            verdict = record.get("verdict") or {}
+            stats = (record.get("timing") or {}).get("stats") or {}
+            rows.setdefault(record["name"], {})[session] = {
+                "outcome": record.get("outcome"),
+                "status": verdict.get("status"),
+                "change": verdict.get("change"),
+                "basis": verdict.get("basis") or verdict.get("gated_label"),
+                "confirmed": verdict.get("confirmed"),
+                "median_us": None if stats.get("median_s") is None else stats["median_s"] * 1e6,
+                "message": (record.get("message") or "")[:300],
+            }
+    false_alarms = [
+        n for n, r in rows.items() if (r.get("unchanged") or {}).get("outcome") == "failed"
+    ]
+    caught = [n for n, r in rows.items() if (r.get("slowed") or {}).get("status") == "regressed"]
+    compared = [n for n, r in rows.items() if (r.get("slowed") or {}).get("status") is not None]
+
+    def cell(entry: dict[str, Any] | None) -> str:
+        if not entry:
+            return "-"
+        change = entry.get("change")
+        shown = "?" if change is None else f"{change * 100:+.2f}%"
+        return f"{entry.get('status') or entry.get('outcome')} {shown}"
+
+    lines = [
+        f"# Gate accuracy through pytest ({device}, injected slowdown {slowdown:.0%})",
+        "",
+        "| kernel | baseline median | unchanged | slowed |",
+        "|:--|--:|:--|:--|",
+    ]
+    for name, r in rows.items():
+        median = (r.get("baseline") or {}).get("median_us")
+        lines.append(f"| {name} | {'-' if median is None else f'{median:.1f} µs'} | {cell(r.get('unchanged'))} | {cell(r.get('slowed'))} |")  # fmt: skip
+    lines += [
+        "",
+        f"false alarms: {len(false_alarms)} of {sum(1 for r in rows.values() if 'unchanged' in r)} unchanged {false_alarms}",
+        f"caught: {len(caught)} of {len(compared)} slowed; missed: {sorted(set(compared) - set(caught))}",
+        "sessions: " + ", ".join(f"{k} exit {v['exit']} in {v['wall_s']} s" for k, v in sessions.items()),
+    ]  # fmt: skip
+    text = "\n".join(lines) + "\n"
+    (out / "gate_accuracy_plugin.md").write_text(text)
+    (out / "gate_accuracy_plugin.json").write_text(json.dumps({"rows": rows, "sessions": {k: {"exit": v["exit"], "wall_s": v["wall_s"]} for k, v in sessions.items()}}, indent=1))  # fmt: skip
+    print(text)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda")
     parser.add_argument(
         "--suite",
-        choices=("kernels", "add"),
+        choices=("kernels", "add", "plugin"),
         default="kernels",
-        help="kernels: 23 kernels with the plugin's defaults; add: the one add kernel",
+        help="kernels: 23 kernels with the plugin's defaults; add: the one add kernel; "
+        "plugin: the 20 kernels of gate_accuracy_project/ through pytest itself",
+    )
+    parser.add_argument(
+        "--plugin-slowdown",
+        type=float,
+        default=0.03,
+        help="plugin: the slowdown injected in the second check (KP_SLOWDOWN)",
     )
     parser.add_argument("--later-warmup-ms", type=float, default=25.0)
     parser.add_argument("--min-trials", type=int, default=3)
@@ -1041,6 +1142,8 @@ def main(argv: list[str] | None = None) -> int:
         "N x (1 + s) elements, which slows a call by less than s when it has a fixed cost",
     )
     args = parser.parse_args(argv)
+    if args.suite == "plugin":
+        return run_plugin_suite(Path(args.out), args.device, args.plugin_slowdown)
     if args.suite == "kernels":
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

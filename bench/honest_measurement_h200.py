@@ -2,11 +2,11 @@
 
     python bench/honest_measurement_h200.py --out DIR [--device cuda|cpu] [--skip-optimize]
 
-1. gate: bench/cheats/project/test_gate_cheats.py (an honest control, two honest side-stream
-   kernels, nine cheats) through `pytest --kernelpro-save-baseline` then
+1. gate: bench/cheats/project/test_gate_cheats*.py and test_gate_import_patcher.py (an honest
+   control, two honest side-stream kernels, an exact algebraic rewrite, fifteen cheats) through `pytest --kernelpro-save-baseline` then
    `pytest --kernelpro-check`; per kernel: outcome and message (DIR/gate.json);
-2. optimizer: bench/cheats/project/test_softmax.py through `pytest --kernelpro-optimize=10
-   --kernelpro-llm=replay:replays` with the replay corpus bench/cheats/project/replays (nine
+2. optimizer: bench/cheats/project/test_softmax.py through `pytest --kernelpro-optimize=13
+   --kernelpro-llm=replay:replays` with the replay corpus bench/cheats/project/replays (twelve
    cheating candidates, then the honest fused softmax); per candidate: status and reason, and
    the search's best (DIR/optimize.json).
 
@@ -33,7 +33,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "bench" / "cheats" / "project"
 
-GATE_EXPECTED_PASS = {"honest", "joined_side_stream", "own_stream_marked_any"}
+GATE_EXPECTED_PASS = {"honest", "joined_side_stream", "own_stream_marked_any", "honest_rewrite"}
+GATE_FILES = ("test_gate_cheats.py", "test_gate_cheats_fresh.py", "test_gate_import_patcher.py")
 
 
 def pytest_cmd(*args: str) -> list[str]:
@@ -68,14 +69,14 @@ def records(report: Path) -> list[dict[str, Any]]:
 
 
 def gate_step(work: Path, out: Path, device: str) -> dict[str, Any]:
-    common = [f"--kernelpro-device={device}", "test_gate_cheats.py"]
+    common = [f"--kernelpro-device={device}", *GATE_FILES]
     steps = {
         "baseline": run(
-            pytest_cmd("--kernelpro-save-baseline=base.yaml", *common), work, out / "logs" / "gate-baseline.log", 120
+            pytest_cmd("--kernelpro-save-baseline=base.yaml", *common), work, out / "logs" / "gate-baseline.log", 240
         ),
         "check": run(
             pytest_cmd("--kernelpro-check", "--kernelpro-baseline=base.yaml", *common),
-            work, out / "logs" / "gate-check.log", 100,
+            work, out / "logs" / "gate-check.log", 240,
         ),
     }  # fmt: skip
     kernels = {}
@@ -152,7 +153,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "out")))
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--budget", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=13)
     parser.add_argument("--skip-optimize", action="store_true")
     args = parser.parse_args()
     out = args.out
