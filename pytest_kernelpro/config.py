@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +190,9 @@ class KernelproConfig:
     autotune_mismatch: str = "pin"  # gate/confirmation.py
     # Set in the fresh process of a confirmation: the autotune choices to pin (a JSON file).
     remeasure_pins: Path | None = None
+    # What the project's `pytest_kernelpro_defaults` hooks returned, merged once: other
+    # plugins resolve their own settings from these, never by calling the hooks again.
+    conftest_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     def budget_for(self, device: str) -> float:
         """The timing budget on `device`: the setting, else 2 s on a GPU and 1 s on the CPU
@@ -289,6 +293,7 @@ class KernelproConfig:
             confirm_process=values["confirm_process"],
             autotune_mismatch=values["autotune_mismatch"],
             remeasure_pins=_remeasure_pins(config),
+            conftest_defaults=defaults,
         )
 
 

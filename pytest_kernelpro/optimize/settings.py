@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.config import (
     KernelproConfig,
     add_setting_options,
-    conftest_defaults,
     resolve_setting,
 )
 from pytest_kernelpro.setting_table import Setting, choice_parser, parse_positive_int
@@ -172,6 +171,8 @@ class OptimizeConfig(KernelproConfig):
     model: str = "claude-sonnet-5-5"
     candidates: int = 2
     max_tokens: int = 8192
+    # `kernelpro_sandbox_data`: the data files a candidate may read, as pytest parsed the ini.
+    sandbox_data: tuple[str, ...] = ()
 
     @classmethod
     def extend(
@@ -183,12 +184,11 @@ class OptimizeConfig(KernelproConfig):
         """The gate's resolved settings plus the search's. A search's own budget bounds an
         item, so the gate's built-in item time limit is lifted under `--kernelpro-optimize`
         (a limit set anywhere else stays)."""
-        defaults = conftest_defaults(config)
         values: dict[str, Any] = {}
         sources = dict(gate.sources)
         for setting in SETTINGS:
             values[setting.name], sources[setting.name] = resolve_setting(
-                config, setting, environ, defaults
+                config, setting, environ, dict(gate.conftest_defaults)
             )
         budget = config.getoption("kernelpro_optimize", default=None)
         base = {f.name: getattr(gate, f.name) for f in dataclasses.fields(KernelproConfig)}
@@ -201,6 +201,7 @@ class OptimizeConfig(KernelproConfig):
             **values,
             optimize=budget,
             resume=bool(config.getoption("kernelpro_resume", default=False)),
+            sandbox_data=tuple(config.getini("kernelpro_sandbox_data")),
         )
 
     def child_args(self) -> list[str]:

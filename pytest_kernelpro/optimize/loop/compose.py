@@ -76,7 +76,6 @@ def run_search(
         SandboxEvaluator,
         SandboxLimits,
     )
-    from pytest_kernelpro.optimize.sandbox.project_view import ini_data_patterns
     from pytest_kernelpro.optimize.search.budget import parse_budget
     from pytest_kernelpro.optimize.search.greedy import GreedySearch
     from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
@@ -113,7 +112,7 @@ def run_search(
         # What a candidate sees of the project (`sandbox.project_view`): the imports of
         # the file that marks the kernel, and the data files the ini names.
         view_entries=(str(Path(run.locator.path).resolve()),),
-        sandbox_data=ini_data_patterns(str(settings.rootpath)),
+        sandbox_data=settings.sandbox_data,
         rootdir=str(settings.rootpath),
     )
     # The next worker and judge wait, torch imported, while the model writes a candidate.
