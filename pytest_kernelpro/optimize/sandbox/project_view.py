@@ -298,7 +298,10 @@ def ini_data_patterns(rootdir: str) -> tuple[str, ...]:
             continue
         try:
             if section is None:
-                import tomllib
+                try:
+                    import tomllib
+                except ImportError:  # Python 3.10: pytest's own dependency there
+                    import tomli as tomllib
 
                 table = tomllib.loads(path.read_text(encoding="utf-8"))
                 options = table.get("tool", {}).get("pytest", {}).get("ini_options")
