@@ -62,7 +62,6 @@ decile must move by more than half that tolerance (at least the threshold, `lowe
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -441,15 +440,6 @@ class Incomparable:
     change: float | None = None
 
 
-def _roofline_time(record: KernelRecord) -> float | None:
-    value = record.roofline_time_s
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) and out > 0 else None
-
-
 def choose_basis(
     record: KernelRecord,
     entry: BaselineEntry,
@@ -662,7 +652,7 @@ def cross_device_basis(
     cross_cpu: str,
 ) -> Basis | Incomparable:
     """Time relative to each side's roofline time, or why that cannot gate."""
-    rt_now, rt_base = _roofline_time(record), entry.roofline_time_s
+    rt_now, rt_base = positive(record.roofline_time_s), entry.roofline_time_s
     if rt_now is None or not rt_base:
         missing = "this run" if rt_now is None else "the baseline"
         return Incomparable(
