@@ -379,7 +379,6 @@ class _Moved:
     """What one change measured, shared by the branches of `decide_change`."""
 
     basis: Basis
-    threshold: float
     alpha: float
     change: float
     low_ratio: float
@@ -416,7 +415,6 @@ def decide_change(
         what = "further from its roofline" if change > 0 else "closer to its roofline"
     moved = _Moved(
         basis=chosen,
-        threshold=threshold,
         alpha=alpha,
         change=change,
         low_ratio=_low(chosen.now) / _low(chosen.ref),
