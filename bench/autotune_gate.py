@@ -13,7 +13,7 @@ kernels autotuned with `@triton.autotune`: LayerNorm, softmax, GELU, a tiled GEM
 3. `slow-same` (with `--same`, if time is left): the same, confirmed in the same process
    (`--kernelpro-confirm-process=same`), to price the fresh process against it.
 
-Then every check is compared offline with every baseline (`gate.verdict.compare`, the first
+Then every check is compared offline with every baseline (`gate.verdict.decide_verdict`, the first
 stage: what would have gone to confirmation) and the picks per process are tabulated.
 
 Writes to OUT: `summary.md` (the tables, printed last too), `results.json` (per process:
@@ -129,7 +129,7 @@ def cross_compare(work: Path, rounds: int) -> list[dict[str, Any]]:
     """Every check against every baseline, first stage only (offline: no confirmation)."""
     from pytest_kernelpro.gate.baseline import load_baseline
     from pytest_kernelpro.gate.confirmation import compare_choices
-    from pytest_kernelpro.gate.verdict import compare
+    from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.record import KernelRecord
 
     rows = []
@@ -144,7 +144,7 @@ def cross_compare(work: Path, rounds: int) -> list[dict[str, Any]]:
                 entry = baseline.entry_for(rec)
                 if entry is None or not rec.timing:
                     continue
-                verdict = compare(rec, entry)
+                verdict = decide_verdict(rec, entry)
                 picks = compare_choices(
                     rec.autotune.choices if rec.autotune else None, entry.autotune
                 )

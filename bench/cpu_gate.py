@@ -7,7 +7,7 @@ kernels plus `doubled` (a 256^3 matmul whose `KP_WORK=2` does the product twice)
 baseline in session 0, then runs `--sessions` sessions of `--kernelpro-check` with
 `KP_WORK=2`: `doubled` must fail every session, the 20 others never. Each verdict is read
 from the session's JSON report; the same records are also compared offline with the old rule
-(times, no CPU anchor: `compare(..., clock_anchor=False)`, before its confirmation) for the
+(times, no CPU anchor: `decide_verdict(..., clock_anchor=False)`, before its confirmation) for the
 "before" column.
 
     python bench/cpu_gate.py --out /tmp/cpu_gate            # both conditions, 5 sessions
@@ -188,7 +188,7 @@ def run_session(root: Path, args: list[str], work: int) -> dict[str, Any]:
 def old_rule(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
     """Each record compared with the old rule: times, no CPU anchor, before confirmation."""
     from pytest_kernelpro.gate.baseline import load_baseline
-    from pytest_kernelpro.gate.verdict import compare
+    from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.record import KernelRecord
 
     base = load_baseline(baseline)
@@ -198,7 +198,7 @@ def old_rule(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
         entry = base.entry_for(record)
         if record.timing is None or entry is None:
             continue
-        out[record.name] = compare(record, entry, clock_anchor=False).change_status
+        out[record.name] = decide_verdict(record, entry, clock_anchor=False).change_status
     return out
 
 

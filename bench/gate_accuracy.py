@@ -21,7 +21,7 @@ Each trial:
    keeps: quantile-subsampled samples, median of all samples);
 2. measure A again (A/A) and, in the first --ab-trials trials, the slow variants (A/B), in a
    random order so slow drifts of the machine hit every variant alike;
-3. run `compare` at each threshold; when a verdict asks for it, re-measure that variant
+3. run `decide_verdict` at each threshold; when a verdict asks for it, re-measure that variant
    once and `confirm` (the plugin's flow).
 
 Reported per threshold: the false-alarm rate over the A/A comparisons (a kernel that did not
@@ -73,7 +73,7 @@ from typing import Any
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
-from pytest_kernelpro.gate.verdict import compare, default_threshold
+from pytest_kernelpro.gate.verdict import decide_verdict, default_threshold
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 from pytest_kernelpro.record import KernelRecord
 
@@ -242,7 +242,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             measurements += 1
             medians[variant].append(rec.median_s or math.nan)
             rel_ci.append(float(rec.timing.stats.rel_ci_halfwidth or math.nan))
-            firsts = {t: compare(rec, entry, threshold=t, alpha=args.alpha) for t in thresholds}
+            firsts = {
+                t: decide_verdict(rec, entry, threshold=t, alpha=args.alpha) for t in thresholds
+            }
             again = None
             if any(needs_confirmation(v) for v in firsts.values()):
                 again = measure(kernels[variant], args.device, budget, variant)
@@ -421,10 +423,10 @@ def _round_to(x: float, granule: int) -> int:
 # The gate's rules, each applied to the same measurements: `anchor` (--kernelpro-clock-anchor=on,
 # the default: a comparison where either side's samples ran mostly under a clock limit, by the
 # per-round NVML reasons, compares the per-pair kernel / anchor ratios at 0.75x the threshold
-# where both sides were timed in pairs with the anchor, gate/clock_anchor.py), `anchor20`,
+# where both sides were timed in pairs with the anchor, gate/verdict_basis.py), `anchor20`,
 # `anchor15`, `anchor125` (the same at 2%, 1.5%, 1.25% for the anchored ratio), `clock3x`
 # (--kernelpro-clock-anchor=off: 3x the threshold for a comparison whose NVML mean SM clock was
-# held below 95% of the maximum, gate/clock_scale.py; the anchored samples the measurements
+# held below 95% of the maximum, gate/verdict_basis.py; the anchored samples the measurements
 # carry are ignored), `fixed` (the plain threshold for every kernel), `cycles` (times scaled by
 # the mean SM clock; measured worse); `default` is whichever of `anchor` and `clock3x` the
 # plugin's default (the Setting table) selects.
@@ -454,12 +456,12 @@ RULE_LABELS = {
     "default": f"default (= {_default_rule()}, the plugin's default)",
     "anchor": "anchor (--kernelpro-clock-anchor=on: comparisons with either side's samples "
     "mostly under a clock limit compare kernel / anchor per pair, the anchor GEMM timed after "
-    "every sample, at 0.75x the threshold, gate/clock_anchor.py)",
+    "every sample, at 0.75x the threshold, gate/verdict_basis.py)",
     "anchor20": "anchor20 (the anchor rule at 2% for the anchored ratio; 'anchor' in runs 6-7)",
     "anchor15": "anchor15 (the anchor rule at 1.5% for the anchored ratio)",
     "anchor125": "anchor125 (the anchor rule at 1.25% for the anchored ratio)",
     "clock3x": "clock3x (--kernelpro-clock-anchor=off: 3x the threshold when the NVML mean SM "
-    "clock was held below 95% of its maximum by a limit, gate/clock_scale.py)",
+    "clock was held below 95% of its maximum by a limit, gate/verdict_basis.py)",
     "fixed": "fixed (the threshold for every kernel)",
     "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
     "clock": "clock (= cycles; run 3's name)",
@@ -654,7 +656,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                         if variant == "A":
                             a_infos.append(rec_info)
                         firsts = {
-                            rule: compare(rec, entry, threshold=threshold, alpha=args.alpha,
+                            rule: decide_verdict(rec, entry, threshold=threshold, alpha=args.alpha,
                                           **RULE_KWARGS[rule])
                             for rule in rules
                         }  # fmt: skip

@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "stop unless the PR's head commit is approved by someone with write access",
     ),
     "compare": (
-        "pytest_kernelpro.gate.compare",
+        "pytest_kernelpro.gate.offline_gate",
         "compare_main",
         "compare two JSON reports (base vs head) as a speedup table",
     ),

@@ -229,7 +229,7 @@ SETTINGS: tuple[Setting, ...] = (
         "threshold",
         "Regression threshold, relative to the baseline (marker threshold= wins); unset: "
         "2% for kernels timed on a CUDA GPU, 5% on the CPU, where the anchored comparison "
-        "allows at least 25% (35% on a busy machine; gate/cpu_anchor.py)",
+        "allows at least 25% (35% on a busy machine; gate/verdict_basis.py)",
         parse_fraction,
         None,
         "FRACTION",
@@ -243,7 +243,7 @@ SETTINGS: tuple[Setting, ...] = (
         "the kernel alone and gates such kernels on time, at 3x the threshold where the SM "
         "clock was held down. CPU kernels: on follows every sample with a fixed fp32 GEMM, "
         "both in on-CPU time, and the gate compares on-CPU time checked against it, at a "
-        "tolerance that follows the machine's load (gate/cpu_anchor.py)",
+        "tolerance that follows the machine's load (gate/verdict_basis.py)",
         parse_clock_anchor,
         "on",
         "MODE",

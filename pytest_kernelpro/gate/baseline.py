@@ -19,13 +19,13 @@ Layout (schema 1)::
         efficiency: 0.61
         roofline_time_s: 3.18e-05
         method: cuda-events
-        sm_mhz: 1592.4           # GPU timings: the clock the samples ran at (clock_scale.py)
+        sm_mhz: 1592.4           # GPU timings: the clock the samples ran at
         max_sm_mhz: 1980.0
         clock_capped_share: 1.0
         bound: compute
         anchor: bf16 matmul 4096x4096x4096 (torch 2.11.0+cu130, CUDA 13.0)  # when the
         anchor_median_s: 0.000201                 # warm-up ran capped: the clock anchor
-        anchor_ratios: [...]                      # paired with each sample (clock_anchor.py)
+        anchor_ratios: [...]                      # paired with each sample
         samples_s: [...]         # <= BASELINE_SAMPLES order statistics
 
 The clock and anchor keys are optional: files written before they existed load unchanged
@@ -50,8 +50,11 @@ from typing import Any
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import atomic_write_text
-from pytest_kernelpro.gate.clock_scale import record_clock_facts
-from pytest_kernelpro.gate.cpu_anchor import record_cpu_anchor
+from pytest_kernelpro.gate.basis_inputs import (
+    anchor_of_timing,
+    record_clock_facts,
+    record_cpu_anchor,
+)
 from pytest_kernelpro.gate.format import finite_float
 from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
@@ -64,7 +67,6 @@ __all__ = [
     "BaselineEntry",
     "BaselineError",
     "EntryMap",
-    "anchor_of_timing",
     "detect_commit",
     "load_baseline",
     "parse_entry",
@@ -91,17 +93,6 @@ class BaselineError(KernelproError):
 BASELINE_SAMPLES = 200
 
 
-def anchor_of_timing(anchor: Any) -> tuple[str, float, list[float]] | None:
-    """(name, anchor median, ratios) of a timing's anchored samples, or None without them."""
-    if not isinstance(anchor, dict):
-        return None
-    name, median = anchor.get("name"), anchor.get("anchor_median_s")
-    ratios = [float(v) for v in anchor.get("ratios") or () if _finite_pos(v)]
-    if not isinstance(name, str) or not name or not _finite_pos(median) or not ratios:
-        return None
-    return name, float(median), ratios
-
-
 @dataclass
 class BaselineEntry:
     """What the gate keeps of one kernel's measurement."""
@@ -117,13 +108,13 @@ class BaselineEntry:
     efficiency: float | None = None
     roofline_time_s: float | None = None
     method: str | None = None
-    # The clock the samples ran at (gate/clock_scale.py); absent for CPU timings.
+    # The clock the samples ran at (gate/verdict_basis.py); absent for CPU timings.
     sm_mhz: float | None = None  # mean SM clock over the NVML readings during the samples
     max_sm_mhz: float | None = None  # the GPU's maximum SM clock
     clock_capped_share: float | None = None  # share of samples under a power/thermal limit
     bound: str | None = None  # the reference's roofline bound
     # The anchored samples of a capped measurement (measure/timing/anchor.py): the
-    # anchor's identity, its median, and kernel / anchor per pair (gate/clock_anchor.py).
+    # anchor's identity, its median, and kernel / anchor per pair (gate/verdict_basis.py).
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None
@@ -134,7 +125,7 @@ class BaselineEntry:
     library: dict[str, Any] | None = None
     environment: dict[str, str] | None = None
     # A CPU timing's pairs with the CPU anchor (measure/timing/cpu.py,
-    # gate/cpu_anchor.py): the kernel's and the anchor's on-CPU times, and why the machine
+    # gate/verdict_basis.py): the kernel's and the anchor's on-CPU times, and why the machine
     # counted as busy.
     cpu_kernel_s: list[float] | None = None
     cpu_anchor_s: list[float] | None = None
@@ -220,11 +211,11 @@ class BaselineEntry:
             max_sm_mhz=clock.max_sm_mhz,
             clock_capped_share=clock.capped_share,
             bound=clock.bound,
-            anchor=None if anchor is None else anchor[0],
-            anchor_median_s=None if anchor is None else anchor[1],
+            anchor=None if anchor is None else anchor.name,
+            anchor_median_s=None if anchor is None else anchor.anchor_median_s,
             anchor_ratios=None
             if anchor is None
-            else quantile_subsample(anchor[2], BASELINE_SAMPLES),
+            else quantile_subsample(list(anchor.ratios), BASELINE_SAMPLES),
             autotune=None if record.autotune is None else list(record.autotune.choices),
             library=None if record.autotune is None else record.autotune.library,
             environment=None if record.environment is None else record.environment.to_dict(),

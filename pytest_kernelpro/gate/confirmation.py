@@ -1,7 +1,7 @@
 """What decides a regression after the first comparison: the re-measurement that confirms
 it, the autotune picks of both sides, and a changed environment named in the reason.
 
-**Confirmation.** `verdict.compare` calls a kernel "regressed" only provisionally: the plugin
+**Confirmation.** `verdict.decide_verdict` calls a kernel "regressed" only provisionally: the plugin
 re-times the kernel (`needs_confirmation`) and `confirm` lets the regression stand only if
 that second measurement, by itself, is a regression under the same rules; otherwise the kernel
 is "suspect" (reported, never failed). One slow measurement (another process, a clock dip)
@@ -44,7 +44,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.gate.cpu_anchor import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS, lower_bar
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
     IMPROVED,
@@ -52,13 +51,14 @@ from pytest_kernelpro.gate.verdict import (
     REGRESSED,
     SUSPECT,
     Verdict,
-    compare,
+    decide_verdict,
     finish_verdict,
     improvement_needs_confirmation,
     p_text,
     pct_text,
     roofline_floor,
 )
+from pytest_kernelpro.gate.verdict_basis import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS, lower_bar
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
@@ -130,7 +130,7 @@ def confirm(
     """
     if not needs_confirmation(first):
         return first
-    second = compare(
+    second = decide_verdict(
         record_after_remeasure,
         entry,
         threshold=first.threshold,

@@ -61,7 +61,7 @@ class RunInfo:
 
     @property
     def untimed_reason(self) -> str | None:
-        """Why `compare` passes this run over, or None when it has timings."""
+        """Why `kernelpro compare` passes this run over, or None when it has timings."""
         if self.correctness_only:
             return "correctness only"
         return None if self.timed else "nothing timed"

@@ -20,7 +20,7 @@ from typing import Any
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.render_session import NOTE_WIDTH, Note
-from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, compare
+from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.record import KernelRecord
 
 CHECKS_NOTHING = ("incomparable", "unresolved")  # verdicts that compared nothing
@@ -79,7 +79,7 @@ def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
         if entry is None:
             continue
         try:
-            verdict = compare(record, entry)
+            verdict = decide_verdict(record, entry)
         except (KernelproError, ValueError):
             continue  # an entry the gate cannot read is said when it is compared
         if verdict.tolerance > RESOLVABLE_TOLERANCE:

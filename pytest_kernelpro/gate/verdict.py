@@ -1,5 +1,6 @@
-"""The gate's verdict on one kernel: compare a record with its baseline entry, on a basis (what
-is compared, at which tolerance) chosen first.
+"""The gate's verdict on one kernel: `decide_verdict` judges a record against its baseline
+entry, on a basis (which time is compared, at which tolerance) chosen first
+(`verdict_basis.choose_basis`), then decided here (`decide_change`).
 
 How a regression is decided, and why:
 
@@ -33,34 +34,11 @@ How a regression is decided, and why:
 Anything beyond the threshold that fails 2, 3 or 4 is "suspect": reported with what to do,
 never a failure (nvbench users did not know what to do with AMBG: the reason says).
 
-What is compared (the basis, `same_device_basis` / `cross_device_basis`) is decided before
-the status, and the status is decided on whatever the basis hands over:
-
-- **Same device, steady clock:** the times, at the kernel's threshold (and the efficiency
-  change is reported).
-- **Same device, capped, anchored on both sides** (either side's samples mostly in rounds
-  with a clock-lowering NVML reason, and both timed in pairs with the same anchor,
-  `--kernelpro-clock-anchor=on`): the per-pair kernel / anchor ratios at
-  `ANCHOR_THRESHOLD_FACTOR` times the threshold (`clock_anchor.py`: the anchor ran at the same clock, so the ratio cancels it).
-- **Same device, clock-limited without the anchor on both sides** (either side's SM clock
-  held below 95% of its maximum by a power or thermal limit, `clock_scale.py`): the clock
-  such a limit allows moves between runs and the time with it, so the times are compared at
-  3x the threshold and a change between the two is "suspect"; where one side has anchored
-  samples, the basis says why they were not used.
-- **Same device, `clock_normalize`:** times scaled by the NVML mean SM clock (cycles; for
-  comparing rules only).
-- **Same CPU with the CPU anchor on both sides:** the kernel's on-CPU time read against the
-  anchor (`cpu_anchor.py`).
-- **Another device:** samples divided by each side's roofline time, so the comparison is of
-  time relative to the roofline (1 / efficiency), at the wider `cross_device_tolerance`.
-
-The basis names the rule, the anchor and the clocks.
-
-Another CPU: reported as information ("incomparable" with the change), never a failure,
-unless `cross_cpu="gate"` (`--kernelpro-cpu-cross-device=gate`). A CPU's efficiency does not
-carry across CPU models (one committed baseline from another CPU "regressed" 3-5 of 5
-kernels by +68% to +12329% on fresh machines), and the thread count is part of a CPU
-device's name, so this also covers timings taken with other thread counts.
+What is compared (the basis) is chosen before the status, and the status is decided on
+whatever the basis hands over: the times, the per-pair ratios with the clock anchor, the
+on-CPU time against the CPU anchor, or the time relative to each side's roofline, each at its
+tolerance; `verdict_basis.py` holds those rules. Another CPU is information ("incomparable"
+with the change), never a failure, unless `cross_cpu="gate"`.
 
 An oversubscribed CPU timing (other processes held the cores its threads needed, see
 `measure/timing/cpu.py`) that would regress is "suspect": its slowdown is not the kernel's.
@@ -69,35 +47,18 @@ An oversubscribed CPU timing (other processes held the cores its threads needed,
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.gate.clock_anchor import (
-    ANCHOR_THRESHOLD_FACTOR,
-    AnchorSide,
-    anchor_missing,
-    capped_text,
-    entry_anchor,
-    record_anchor,
+from pytest_kernelpro.gate.stats import mann_whitney_u, quantile_subsample
+from pytest_kernelpro.gate.verdict_basis import (
+    Basis,
+    Incomparable,
+    choose_basis,
+    is_cpu,
+    pct_text,
 )
-from pytest_kernelpro.gate.clock_scale import (
-    CLOCK_LIMITED_FACTOR,
-    clock_limit_text,
-    clock_scale,
-    entry_clock_facts,
-    record_clock_facts,
-)
-from pytest_kernelpro.gate.cpu_anchor import (
-    CPU_ANCHOR_PREFIX,
-    CpuAnchorSide,
-    compare_cpu_anchored,
-    cpu_anchor_missing,
-    entry_cpu_anchor,
-    lower_bar,
-    record_cpu_anchor,
-)
-from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
@@ -132,8 +93,8 @@ DEFAULT_ALPHA = 0.01
 # kernel's measured spread within a measurement: the gate's rules 2-4 already adapt to that
 # (a noisy kernel's change is "suspect", not a failure). The one noise the rules miss, the
 # run-to-run clock of a power-capped kernel, is cancelled by comparing it relative to the clock
-# anchor timed after each sample, at 0.75x the threshold (`clock_anchor.py`), or, without the
-# anchor on both sides, read from its clocks to widen its tolerance (`clock_scale.py`), with
+# anchor timed after each sample, at 0.75x the threshold, or, without the anchor on both
+# sides, read from its clocks to widen its tolerance (both `verdict_basis.py`), with
 # the clocks named in the basis.
 # 2% on a GPU: on an H200, for kernels >= 50 us, 2% catches nearly every +2.5-3.5% slowdown
 # without A/A false alarms, at a steady clock and, relative to the anchor, under the power
@@ -161,7 +122,7 @@ def _low(values: list[float]) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of `compare` (and `confirmation.confirm`) for one kernel."""
+    """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel."""
 
     status: str  # one of STATUSES; regressed and below-roofline fail the kernel
     change_status: str  # the baseline comparison alone (status without the roofline floor)
@@ -186,7 +147,7 @@ class Verdict:
     min_roofline: float | None = None
     confirmed: bool = False  # the re-measurement reproduced the regression
     confirmation: dict[str, Any] | None = None  # set once `confirm` ran
-    # Set when the times were compared at the baseline's SM clock (clock_scale.py):
+    # Set when the times were compared at the baseline's SM clock (verdict_basis.py):
     clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
@@ -251,10 +212,6 @@ def oversubscribed_reason(record: KernelRecord) -> str | None:
     return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
 
 
-def pct_text(x: float) -> str:
-    return f"{x * 100:+.1f}%"
-
-
 def _low_move(change: float) -> str:
     """How the fastest calls moved, in words that cannot read as a contradiction of a slower
     median: "only 0.8% slower", "52.2% faster"."""
@@ -307,275 +264,7 @@ def roofline_floor(
     return False, None
 
 
-# What is compared: the basis of one comparison (module docstring).
-
-
-@dataclass
-class Basis:
-    """The samples to compare and how to word the change."""
-
-    text: str  # the verdict's basis
-    tolerance: float
-    now: list[float]
-    ref: list[float]
-    ratio: float  # now / baseline of the compared quantity's median
-    extra: dict[str, Any] = field(default_factory=dict)  # Verdict fields this basis sets
-    unit: str = ""  # after "slower by 3.1%": " in cycles", " relative to the clock anchor"
-    detail: str = ""  # after the tolerance inside the parentheses
-    # CPU anchor (gate/cpu_anchor.py): the load is cancelled by the anchor, so an
-    # oversubscribed timing is no reason for "suspect"; `widened` says why the tolerance is
-    # above the threshold, `unusable` why the anchor shows the measurement cannot gate.
-    load_cancelled: bool = False
-    # The fastest decile's tolerance when not the basis's (the CPU anchor: a tolerance widened
-    # for between-session noise would ask the noisy decile for more than the median).
-    low_tolerance: float | None = None
-    widened: str | None = None
-    unusable: str | None = None
-
-    def gated(self, label: str, now_s: float, baseline_s: float) -> None:
-        """Name the time this basis compares when it is not the wall median (`Verdict`'s
-        gated_* fields): `now_s / baseline_s` is its `ratio`."""
-        self.extra.update(gated_label=label, gated_now_s=now_s, gated_baseline_s=baseline_s)
-
-
-@dataclass
-class Incomparable:
-    """No gate on this pair: the basis, the reason and the change where one exists."""
-
-    text: str
-    reason: str
-    tolerance: float
-    change: float | None = None
-
-
-def _roofline_time(record: KernelRecord) -> float | None:
-    value = record.roofline_time_s
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) and out > 0 else None
-
-
-def same_device(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
-
-
-def is_cpu(device: str) -> bool:
-    return device.strip().casefold().startswith("cpu")
-
-
-def same_device_basis(
-    record: KernelRecord,
-    entry: BaselineEntry,
-    samples: list[float],
-    current_median: float,
-    threshold: float,
-    *,
-    widen_when_clock_limited: bool,
-    clock_normalize: bool,
-    clock_anchor: bool,
-    anchor_threshold: float | None = None,
-) -> Basis:
-    """The basis of a comparison on the same device (see the module docstring)."""
-    device = record.device or "unknown"
-    chosen = Basis(
-        text=f"time (same device: {device})",
-        tolerance=threshold,
-        now=samples,
-        ref=list(entry.samples_s),
-        ratio=current_median / entry.median_s,
-    )
-    if is_cpu(device) and clock_anchor:
-        cpu_now, cpu_base = record_cpu_anchor(record), entry_cpu_anchor(entry)
-        missing = cpu_anchor_missing(cpu_now, cpu_base)
-        if missing is None:
-            assert cpu_now is not None
-            assert cpu_base is not None
-            return cpu_anchored_basis(device, cpu_now, cpu_base, chosen.ratio, threshold)
-        chosen.text = f"time (same device: {device}; no CPU anchor: {missing})"
-        return chosen
-    now, base = record_anchor(record), entry_anchor(entry)
-    facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)
-    limited = clock_limit_text(facts_now, facts_base)
-    capped = capped_text(facts_now, facts_base)
-    if capped is not None and clock_anchor:
-        missing = anchor_missing(now, base)
-        if missing is None:
-            assert now is not None
-            assert base is not None
-            return anchored_basis(
-                device, now, base, limited or capped, chosen.ratio,
-                threshold * ANCHOR_THRESHOLD_FACTOR if anchor_threshold is None
-                else anchor_threshold,
-                facts_now.sm_mhz, facts_base.sm_mhz,
-            )  # fmt: skip
-        if now is not None or base is not None:
-            note = f"no clock anchor: {missing}"
-            if limited is not None:
-                limited = f"{limited}; {note}"
-            else:
-                chosen.text = f"time (same device: {device}; {capped}; {note})"
-    if limited is not None and widen_when_clock_limited:
-        chosen.tolerance = round(threshold * CLOCK_LIMITED_FACTOR, 12)
-        chosen.text = (
-            f"time (same device: {device}; {limited}: tolerance "
-            f"{CLOCK_LIMITED_FACTOR:g}x the threshold)"
-        )
-        chosen.extra.update(
-            clock_limited=limited,
-            sm_mhz=facts_now.sm_mhz,
-            baseline_sm_mhz=facts_base.sm_mhz,
-        )
-    scale = clock_scale(facts_now, facts_base) if clock_normalize else None
-    if scale is not None:
-        chosen.text = f"{scale.describe()} (same device: {device})"
-        chosen.now = [v * scale.factor for v in samples]
-        chosen.extra.update(
-            clock_scale=scale.factor,
-            sm_mhz=scale.sm_mhz,
-            baseline_sm_mhz=scale.baseline_sm_mhz,
-            raw_change=chosen.ratio - 1.0,
-        )
-        chosen.unit = " in cycles"
-        chosen.detail = (
-            f"; plain time {pct_text(chosen.ratio - 1.0)}, SM clock {scale.sm_mhz:.0f} MHz vs "
-            f"{scale.baseline_sm_mhz:.0f} MHz in the baseline, a power or thermal cap setting "
-            "the clock"
-        )
-        chosen.ratio *= scale.factor
-        chosen.gated("clock-scaled", current_median * scale.factor, entry.median_s)
-    return chosen
-
-
-def anchored_basis(
-    device: str,
-    now: AnchorSide,
-    base: AnchorSide,
-    why: str,
-    time_ratio: float,
-    tolerance: float,
-    sm_mhz: float | None,
-    baseline_sm_mhz: float | None,
-) -> Basis:
-    """The per-pair kernel / anchor ratios of both sides (clock_anchor.py)."""
-    anchor_change = now.anchor_median_s / base.anchor_median_s - 1.0
-    # The kernel's time at the baseline's anchor speed: its per-pair ratio times that speed.
-    chosen = Basis(
-        text=(
-            f"time relative to the clock anchor (same device: {device}; {why}: kernel / "
-            f"{now.name}, each sample followed by the anchor in its round, so both ran at the "
-            "clock the limit allowed)"
-        ),
-        tolerance=tolerance,
-        now=list(now.ratios),
-        ref=list(base.ratios),
-        ratio=median(list(now.ratios)) / median(list(base.ratios)),
-        extra={
-            "anchor": now.name,
-            "anchor_change": anchor_change,
-            "raw_change": time_ratio - 1.0,
-            "sm_mhz": sm_mhz,
-            "baseline_sm_mhz": baseline_sm_mhz,
-        },
-        unit=" relative to the clock anchor",
-        detail=f"; plain time {pct_text(time_ratio - 1.0)}, anchor GEMM {pct_text(anchor_change)}, {why}",
-    )
-    chosen.gated(
-        "anchor-scaled",
-        median(list(now.ratios)) * base.anchor_median_s,
-        median(list(base.ratios)) * base.anchor_median_s,
-    )
-    return chosen
-
-
-def cpu_anchored_basis(
-    device: str, now: CpuAnchorSide, base: CpuAnchorSide, time_ratio: float, threshold: float
-) -> Basis:
-    """The kernel's on-CPU samples of both sides, read against the CPU anchor (cpu_anchor.py)."""
-    facts = compare_cpu_anchored(now, base, threshold)
-    chosen = Basis(
-        text=(
-            f"on-CPU time checked against the CPU anchor (same device: {device}; "
-            f"{now.name.removeprefix(CPU_ANCHOR_PREFIX).strip()} after each sample)"
-        ),
-        tolerance=facts.tolerance,
-        now=list(now.kernel_s),
-        ref=list(base.kernel_s),
-        ratio=1.0 + facts.change,
-        extra={
-            "anchor": now.name,
-            "anchor_change": facts.anchor_move,
-            "raw_change": time_ratio - 1.0,
-        },
-        unit=" in on-CPU time and relative to the CPU anchor",
-        detail=f"; wall time {pct_text(time_ratio - 1.0)}, {facts.facts()}",
-        load_cancelled=True,
-        low_tolerance=lower_bar(threshold, facts.tolerance),
-        widened=facts.widened,
-        unusable=facts.unusable(),
-    )
-    # The compared change is the on-CPU time's or the anchored one's (`CpuAnchorComparison.
-    # change`): the time shown is the one of the two the verdict took.
-    now_s, base_s = median(list(now.kernel_s)), median(list(base.kernel_s))
-    if facts.change == facts.time_change:
-        chosen.gated("on-CPU", now_s, base_s)
-    else:
-        chosen.gated("on-CPU, anchor-scaled", now_s / (1.0 + facts.anchor_move), base_s)
-    return chosen
-
-
-def cross_device_basis(
-    record: KernelRecord,
-    entry: BaselineEntry,
-    samples: list[float],
-    current_median: float,
-    cross_tolerance: float,
-    cross_cpu: str,
-) -> Basis | Incomparable:
-    """Time relative to each side's roofline time, or why that cannot gate."""
-    rt_now, rt_base = _roofline_time(record), entry.roofline_time_s
-    if rt_now is None or not rt_base:
-        missing = "this run" if rt_now is None else "the baseline"
-        return Incomparable(
-            text=f"none (other device: {entry.device} vs {record.device})",
-            reason=(
-                f"the baseline was measured on {entry.device or 'an unknown device'} and "
-                f"this run on {record.device or 'an unknown device'}; {missing} has no "
-                "roofline time, so neither time nor efficiency can be compared. Save a "
-                f"baseline on {record.device or 'this device'}"
-            ),
-            tolerance=cross_tolerance,
-        )
-    text = f"efficiency (other device: {entry.device} vs {record.device})"
-    ratio = (current_median / rt_now) / (entry.median_s / rt_base)
-    if cross_cpu != "gate" and (is_cpu(record.device) or is_cpu(entry.device)):
-        change = ratio - 1.0
-        return Incomparable(
-            text=text,
-            reason=(
-                f"the baseline is from another CPU or thread count ({entry.device} vs "
-                f"{record.device}): time relative to the roofline changed by "
-                f"{pct_text(change)}, reported as information only, because CPU efficiency "
-                "does not carry across CPUs. Save a baseline on this machine "
-                "(--kernelpro-save-baseline), or gate it with --kernelpro-cpu-cross-device=gate"
-            ),
-            tolerance=cross_tolerance,
-            change=change,
-        )
-    chosen = Basis(
-        text=text,
-        tolerance=cross_tolerance,
-        now=[v / rt_now for v in samples],
-        ref=[v / rt_base for v in entry.samples_s],
-        ratio=ratio,
-    )
-    # This run's time on the baseline's roofline: time relative to each side's roofline.
-    chosen.gated("roofline-scaled", current_median * rt_base / rt_now, entry.median_s)
-    return chosen
-
-
-def compare(
+def decide_verdict(
     record: KernelRecord,
     entry: BaselineEntry | None,
     *,
@@ -588,18 +277,15 @@ def compare(
     clock_anchor: bool = True,
     anchor_threshold: float | None = None,
 ) -> Verdict:
-    """Compare one measured kernel with its baseline entry (None: the kernel is new).
+    """The verdict of one measured kernel against its baseline entry (None: the kernel is
+    new): the basis chosen first (`verdict_basis.choose_basis`), the status decided on it
+    (`decide_change`).
 
     `threshold` defaults to `record.threshold` (marker > CLI > ini, resolved by the plugin);
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
     `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
-    a comparison with another CPU without failing, "gate" gates it like a GPU's.
-    `clock_anchor=False` ignores the anchored samples (`clock_anchor.py`), `anchor_threshold`
-    replaces the tolerance of an anchored comparison (default: the threshold), and
-    `widen_when_clock_limited=False` keeps the plain threshold for clock-limited comparisons
-    (see the module docstring; both for comparing rules on the same measurements);
-    `clock_normalize=True` compares cycles where `clock_scale` applies (measured worse than
-    plain times on the H200; for comparison only). The basis functions above choose what is compared.
+    a comparison with another CPU without failing, "gate" gates it like a GPU's. The clock
+    options are `choose_basis`'s.
     """
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
@@ -610,7 +296,7 @@ def compare(
     _check_settings(thr, cross, alpha)
     samples = _samples(record)
     below, floor_reason = roofline_floor(record.min_roofline, record.efficiency, bool(samples))
-    base = {
+    base: dict[str, Any] = {
         "threshold": thr,
         "cross_device_tolerance": cross,
         "alpha": alpha,
@@ -619,22 +305,17 @@ def compare(
         "current_median_s": record.median_s,
         "below_roofline": below,
         "min_roofline": record.min_roofline,
+        "n_current": len(samples),
     }
-    if not samples:
+    if not samples or entry is None:
         return finish_verdict(
-            change_status=UNMEASURED,
+            change_status=NEW if samples else UNMEASURED,
             basis="none",
-            reason=f"not timed (outcome: {record.outcome}); nothing to compare",
-            tolerance=thr,
-            floor_reason=floor_reason,
-            **base,
-        )
-    base["n_current"] = len(samples)
-    if entry is None:
-        return finish_verdict(
-            change_status=NEW,
-            basis="none",
-            reason="no baseline entry for this kernel; --kernelpro-save-baseline adds it",
+            reason=(
+                "no baseline entry for this kernel; --kernelpro-save-baseline adds it"
+                if samples
+                else f"not timed (outcome: {record.outcome}); nothing to compare"
+            ),
             tolerance=thr,
             floor_reason=floor_reason,
             **base,
@@ -645,21 +326,18 @@ def compare(
         baseline_efficiency=entry.efficiency,
         n_baseline=entry.n,
     )
-    cur_med = record.median_s if record.median_s is not None else median(samples)
-    if same_device(record.device, entry.device):
-        chosen: Basis | Incomparable = same_device_basis(
-            record,
-            entry,
-            samples,
-            cur_med,
-            thr,
-            widen_when_clock_limited=widen_when_clock_limited,
-            clock_normalize=clock_normalize,
-            clock_anchor=clock_anchor,
-            anchor_threshold=anchor_threshold,
-        )
-    else:
-        chosen = cross_device_basis(record, entry, samples, cur_med, cross, cross_cpu)
+    chosen = choose_basis(
+        record,
+        entry,
+        samples,
+        threshold=thr,
+        cross_tolerance=cross,
+        cross_cpu=cross_cpu,
+        clock_normalize=clock_normalize,
+        widen_when_clock_limited=widen_when_clock_limited,
+        clock_anchor=clock_anchor,
+        anchor_threshold=anchor_threshold,
+    )
     if isinstance(chosen, Incomparable):
         return finish_verdict(
             change_status=INCOMPARABLE,
@@ -670,111 +348,166 @@ def compare(
             change=chosen.change,
             **base,
         )
-    base.update(chosen.extra)
-    basis, tol, now, ref, ratio = (
-        chosen.text,
-        chosen.tolerance,
-        chosen.now,
-        chosen.ref,
-        chosen.ratio,
+    decided = decide_change(chosen, thr, alpha, oversubscribed_reason(record), record.device)
+    return finish_verdict(
+        change_status=decided.status,
+        basis=chosen.text,
+        reason=decided.reason,
+        tolerance=chosen.tolerance,
+        floor_reason=floor_reason,
+        change=decided.change,
+        change_low=decided.change_low,
+        p_value=decided.p_value,
+        **base,
+        **chosen.verdict_fields(),
     )
-    change = ratio - 1.0
-    low_tol = tol if chosen.low_tolerance is None else chosen.low_tolerance
-    now_q = quantile_subsample(now, TEST_SAMPLES)
-    ref_q = quantile_subsample(ref, TEST_SAMPLES)
-    low_ratio = _low(now) / _low(ref)
-    change_low = low_ratio - 1.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The status of one change on its basis, with why and the statistics behind it."""
+
+    status: str
+    reason: str
+    change: float  # the compared quantity's median, now / baseline - 1
+    change_low: float  # the same for the lower decile (the fastest calls)
+    p_value: float  # one-sided Mann-Whitney, in the direction the status was decided
+
+
+@dataclass(frozen=True)
+class _Moved:
+    """What one change measured, shared by the branches of `decide_change`."""
+
+    basis: Basis
+    alpha: float
+    change: float
+    low_ratio: float
+    now_q: list[float]
+    ref_q: list[float]
+    text: str  # "slower by 4.0% (tolerance 5%...)"
+
+    @property
+    def change_low(self) -> float:
+        return self.low_ratio - 1.0
+
+    @property
+    def low_tolerance(self) -> float:
+        low = self.basis.low_tolerance
+        return self.basis.tolerance if low is None else low
+
+    def p(self, direction: str) -> float:
+        return mann_whitney_u(self.now_q, self.ref_q, direction).p_value
+
+    def decided(self, status: str, reason: str, p: float) -> Decision:
+        return Decision(status, reason, self.change, self.change_low, p)
+
+
+def decide_change(
+    chosen: Basis, threshold: float, alpha: float, busy: str | None, device: str
+) -> Decision:
+    """Regressed, improved, suspect, ok or unresolved: the rules of the module docstring on
+    the samples `chosen` hands over. `busy`: why the CPU was oversubscribed while this run
+    was timed (None: it was not), a reason for "suspect" unless the basis cancels the load."""
+    change = chosen.ratio - 1.0
+    tol = chosen.tolerance
     what = "slower" if change > 0 else "faster"
-    if basis.startswith("efficiency"):
+    if chosen.text.startswith("efficiency"):
         what = "further from its roofline" if change > 0 else "closer to its roofline"
-    moved = f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {_frac(tol)}{chosen.detail})"
+    moved = _Moved(
+        basis=chosen,
+        alpha=alpha,
+        change=change,
+        low_ratio=_low(chosen.now) / _low(chosen.ref),
+        now_q=quantile_subsample(chosen.now, TEST_SAMPLES),
+        ref_q=quantile_subsample(chosen.ref, TEST_SAMPLES),
+        text=f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {_frac(tol)}{chosen.detail})",
+    )
+    busy = None if chosen.load_cancelled else busy
+    ratio = chosen.ratio
     if (
         chosen.unusable is not None
-        and abs(change) > thr
-        and (ratio > 1.0 + thr or ratio < 1.0 / (1.0 + thr))
+        and abs(change) > threshold
+        and (ratio > 1.0 + threshold or ratio < 1.0 / (1.0 + threshold))
     ):
-        p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
-        status = SUSPECT if change > 0 else OK
         reason = f"{what} by {abs(change):.1%}{chosen.unit}, but {chosen.unusable}"
         if change < 0:
             reason += "; not reported as an improvement"
+        p = moved.p("greater" if change > 0 else "less")
+        decision = moved.decided(SUSPECT if change > 0 else OK, reason, p)
     elif ratio > 1.0 + tol:
-        p = mann_whitney_u(now_q, ref_q, "greater").p_value
-        if p >= alpha:
-            status = SUSPECT
-            reason = (
-                f"{moved} but not statistically clear (p = {p_text(p)} >= {alpha:g}): the samples "
-                "are too few or too noisy. Re-run, or give the kernel a longer timing budget"
-            )
-        elif low_ratio <= 1.0 + low_tol:
-            status = SUSPECT
-            reason = (
-                f"{moved} at the median, but its fastest {LOW_QUANTILE:.0%} of calls were "
-                f"{_low_move(change_low)}: time was added to some calls, not to all (other work on "
-                "the machine, clocks or throttling, or a slowdown that hits only some calls). "
-                "Re-run on an idle machine"
-            )
-        elif not chosen.load_cancelled and (busy := oversubscribed_reason(record)) is not None:
-            status = SUSPECT
-            reason = (
-                f"{moved}, but the CPU was oversubscribed while it was timed ({busy}): the "
-                "slowdown may be the other work's, not the kernel's. Re-run on a quiet machine"
-            )
-        else:
-            status = REGRESSED
-            reason = (
-                f"{moved}, fastest {LOW_QUANTILE:.0%} of calls {pct_text(change_low)}, "
-                f"Mann-Whitney p = {p_text(p)} < {alpha:g}; needs a confirmation re-measurement"
-            )
+        decision = _decide_slower(moved, busy)
     elif ratio < 1.0 / (1.0 + tol):
-        p = mann_whitney_u(now_q, ref_q, "less").p_value
-        busy = None if chosen.load_cancelled else oversubscribed_reason(record)
-        if p < alpha and low_ratio < 1.0 / (1.0 + low_tol) and busy is not None:
-            status = OK
-            reason = (
-                f"{moved}, but the CPU was oversubscribed while it was timed ({busy}): a "
-                "baseline timed under more load reads faster now; not reported as an improvement"
-            )
-        elif p < alpha and low_ratio < 1.0 / (1.0 + low_tol):
-            status = IMPROVED
-            reason = f"{moved}, p = {p_text(p)}"
-            if improvement_needs_confirmation(record.device):
-                reason += "; needs a confirmation re-measurement"
-        else:
-            status = OK
-            reason = (
-                f"{moved} at the median, but not clearly (p = {p_text(p)}, fastest "
-                f"{LOW_QUANTILE:.0%} of calls {pct_text(change_low)}); not reported as an improvement"
-            )
-    elif base.get("clock_limited") and ratio > 1.0 + thr:
-        p = mann_whitney_u(now_q, ref_q, "greater").p_value
-        status = SUSPECT
+        decision = _decide_faster(moved, busy, device)
+    elif chosen.clock_limited and ratio > 1.0 + threshold:
         reason = (
-            f"slower by {change:.1%}: beyond the {thr:.0%} threshold, within the {tol:.0%} "
-            f"allowed because the {base['clock_limited']}, where two measurements of the same "
-            "code differ by several percent. Re-run on an idle GPU, or compare its cycles "
-            "(--kernelpro-profile)"
+            f"slower by {change:.1%}: beyond the {threshold:.0%} threshold, within the "
+            f"{tol:.0%} allowed because the {chosen.clock_limited}, where two measurements of "
+            "the same code differ by several percent. Re-run on an idle GPU, or compare its "
+            "cycles (--kernelpro-profile)"
         )
+        decision = moved.decided(SUSPECT, reason, moved.p("greater"))
     else:
-        p = mann_whitney_u(now_q, ref_q, "greater" if change > 0 else "less").p_value
-        status = OK
         reason = f"within ±{_frac(tol)} ({pct_text(change)})"
         if chosen.widened is not None:
             # Not "suspect": only an unusable anchor makes a CPU measurement suspect.
             reason += f"; {chosen.widened} (a quieter machine resolves smaller changes)"
-    if status == OK and tol > RESOLVABLE_TOLERANCE:
-        status, reason = UNRESOLVED, unresolved_reason(tol, reason)
-    return finish_verdict(
-        change_status=status,
-        basis=basis,
-        reason=reason,
-        tolerance=tol,
-        floor_reason=floor_reason,
-        change=change,
-        change_low=change_low,
-        p_value=p,
-        **base,
+        decision = moved.decided(OK, reason, moved.p("greater" if change > 0 else "less"))
+    if decision.status == OK and tol > RESOLVABLE_TOLERANCE:
+        return replace(decision, status=UNRESOLVED, reason=unresolved_reason(tol, decision.reason))
+    return decision
+
+
+def _decide_slower(moved: _Moved, busy: str | None) -> Decision:
+    """A change beyond the tolerance in the slower direction: regressed only when clear."""
+    p, alpha = moved.p("greater"), moved.alpha
+    if p >= alpha:
+        reason = (
+            f"{moved.text} but not statistically clear (p = {p_text(p)} >= {alpha:g}): the "
+            "samples are too few or too noisy. Re-run, or give the kernel a longer timing budget"
+        )
+        return moved.decided(SUSPECT, reason, p)
+    if moved.low_ratio <= 1.0 + moved.low_tolerance:
+        reason = (
+            f"{moved.text} at the median, but its fastest {LOW_QUANTILE:.0%} of calls were "
+            f"{_low_move(moved.change_low)}: time was added to some calls, not to all (other "
+            "work on the machine, clocks or throttling, or a slowdown that hits only some "
+            "calls). Re-run on an idle machine"
+        )
+        return moved.decided(SUSPECT, reason, p)
+    if busy is not None:
+        reason = (
+            f"{moved.text}, but the CPU was oversubscribed while it was timed ({busy}): the "
+            "slowdown may be the other work's, not the kernel's. Re-run on a quiet machine"
+        )
+        return moved.decided(SUSPECT, reason, p)
+    reason = (
+        f"{moved.text}, fastest {LOW_QUANTILE:.0%} of calls {pct_text(moved.change_low)}, "
+        f"Mann-Whitney p = {p_text(p)} < {alpha:g}; needs a confirmation re-measurement"
     )
+    return moved.decided(REGRESSED, reason, p)
+
+
+def _decide_faster(moved: _Moved, busy: str | None, device: str) -> Decision:
+    """A change beyond the tolerance in the faster direction: improved only when clear."""
+    p = moved.p("less")
+    clear = p < moved.alpha and moved.low_ratio < 1.0 / (1.0 + moved.low_tolerance)
+    if clear and busy is not None:
+        reason = (
+            f"{moved.text}, but the CPU was oversubscribed while it was timed ({busy}): a "
+            "baseline timed under more load reads faster now; not reported as an improvement"
+        )
+        return moved.decided(OK, reason, p)
+    if clear:
+        reason = f"{moved.text}, p = {p_text(p)}"
+        if improvement_needs_confirmation(device):
+            reason += "; needs a confirmation re-measurement"
+        return moved.decided(IMPROVED, reason, p)
+    reason = (
+        f"{moved.text} at the median, but not clearly (p = {p_text(p)}, fastest "
+        f"{LOW_QUANTILE:.0%} of calls {pct_text(moved.change_low)}); not reported as an "
+        "improvement"
+    )
+    return moved.decided(OK, reason, p)
 
 
 def unresolved_reason(tolerance: float, within: str) -> str:
@@ -798,7 +531,7 @@ def finish_verdict(
     *, change_status: str, reason: str, floor_reason: str | None, **kw: Any
 ) -> Verdict:
     """The verdict of a change status, with the absolute min_roofline floor folded in (the
-    one place `compare` and `confirmation.confirm` build a Verdict)."""
+    one place `decide_verdict` and `confirmation.confirm` build a Verdict)."""
     below = kw["below_roofline"]
     if below and change_status != REGRESSED:
         status = BELOW_ROOFLINE

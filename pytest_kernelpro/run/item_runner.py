@@ -806,12 +806,12 @@ def gate(
         note_picks,
         settle,
     )
-    from pytest_kernelpro.gate.verdict import compare
+    from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     record = run.record
     cross_cpu = config.cpu_cross_device
-    verdict = compare(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
+    verdict = decide_verdict(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
     picks = compare_choices(
         record.autotune.choices if record.autotune else None,
         entry.autotune if entry is not None else None,

@@ -360,9 +360,9 @@ def _default_thresholds() -> dict[str, float]:
 
 
 def _cpu_tolerance_floor() -> dict[str, float]:
-    """The least tolerance of a CPU comparison, whatever the threshold (gate/cpu_anchor.py):
+    """The least tolerance of a CPU comparison, whatever the threshold (gate/verdict_basis.py):
     what --help and the README state beside the 5% threshold."""
-    from pytest_kernelpro.gate.cpu_anchor import BUSY_TOLERANCE, PROCESS_TOLERANCE
+    from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
 
     return {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
 

@@ -275,7 +275,7 @@ def test_the_item_section_lists_the_choices() -> None:
 
 
 def test_the_offline_comparison_notes_picks_and_versions(tmp_path: Path) -> None:
-    from pytest_kernelpro.gate.compare import gate_records
+    from pytest_kernelpro.gate.offline_gate import gate_records
 
     base_record = _record()
     base_record.autotune = {"choices": [choice(W8)]}

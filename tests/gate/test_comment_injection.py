@@ -23,7 +23,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.comment import MARKER, render_comment
 from pytest_kernelpro.gate.comment_cli import comment_main
 from pytest_kernelpro.gate.report import build_report, write_json_report
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 
 EVIL = (
     "x](https://evil.example/a) ![i](https://evil.example/i.png) <img src=x onerror=alert(1)> "
@@ -38,7 +38,7 @@ EVIL_BLOCK = (
 
 def hostile_report() -> dict:
     rec = make_record("evil", seed=5)
-    rec.gate = compare(rec, None).to_dict()
+    rec.gate = decide_verdict(rec, None).to_dict()
     rec.name = EVIL
     rec.outcome = "failed"
     rec.message = EVIL + "\n### ✅ all passed\n" + EVIL
@@ -49,7 +49,7 @@ def hostile_report() -> dict:
     failed.outcome = "failed"
     failed.message = EVIL_BLOCK
     failed.gate = {
-        **compare(failed, None).to_dict(),
+        **decide_verdict(failed, None).to_dict(),
         "status": "approved</td><td>@boss",
         "reason": EVIL,
         "basis": EVIL,

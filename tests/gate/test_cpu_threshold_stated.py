@@ -1,13 +1,13 @@
 """`--help`, the JSON report and the README state the same CPU threshold and the same least
-CPU tolerance: the numbers the gate uses (gate/verdict.py, gate/cpu_anchor.py), not copies
+CPU tolerance: the numbers the gate uses (gate/verdict.py, gate/verdict_basis.py), not copies
 that drift from them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pytest_kernelpro.gate.cpu_anchor import BUSY_TOLERANCE, PROCESS_TOLERANCE
 from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
+from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
 from pytest_kernelpro.run.session import _cpu_tolerance_floor, _default_thresholds
 from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
 

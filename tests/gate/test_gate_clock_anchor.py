@@ -1,4 +1,4 @@
-"""The gate for power-capped kernels relative to the clock anchor (gate/clock_anchor.py), its
+"""The gate for power-capped kernels relative to the clock anchor (gate/verdict_basis.py), its
 fall-backs, and the baseline keys that carry the anchored samples (old files still load)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pytest_kernelpro.gate.baseline import (
     save_baseline,
 )
 from pytest_kernelpro.gate.confirmation import confirm
-from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, compare
+from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, decide_verdict
 from pytest_kernelpro.measure.timing.anchor import summarize_pairs
 from pytest_kernelpro.record import KernelRecord
 
@@ -71,7 +71,7 @@ def test_the_clock_moving_under_the_cap_is_not_a_regression_relative_to_the_anch
     """The cap allowed 1700 MHz for the baseline and 1600 now: +6.2% time, same ratio."""
     entry = entry_from(capped(200 * US, 1700.0, seed=1))
     now = capped(200 * US, 1600.0, seed=2)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == OK
     assert verdict.basis.startswith("time relative to the clock anchor (same device: NVIDIA H200")
     assert ANCHOR in verdict.basis
@@ -82,7 +82,7 @@ def test_the_clock_moving_under_the_cap_is_not_a_regression_relative_to_the_anch
     assert abs(verdict.change or 1.0) < 0.005
     assert verdict.tolerance == pytest.approx(0.015)  # 0.75x the threshold
     # The rule before the anchor: the time moved 6.2%, beyond even the 3x tolerance (6%).
-    widened = compare(now, entry, threshold=0.02, clock_anchor=False)
+    widened = decide_verdict(now, entry, threshold=0.02, clock_anchor=False)
     assert widened.change == pytest.approx(1700 / 1600 - 1, abs=0.01)
     assert widened.tolerance == pytest.approx(0.06)
 
@@ -91,7 +91,7 @@ def test_a_three_percent_slowdown_under_a_moving_cap_is_caught_relative_to_the_a
     """3% more work while the clock rose 3%: the time did not change, the ratio did."""
     entry = entry_from(capped(200 * US, 1600.0, seed=3))
     now = capped(206 * US, 1648.0, seed=4)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == REGRESSED
     assert verdict.change == pytest.approx(0.03, abs=0.004)
     assert (
@@ -104,14 +104,14 @@ def test_a_three_percent_slowdown_under_a_moving_cap_is_caught_relative_to_the_a
     assert final.confirmation is not None
     assert str(final.confirmation["basis"]).startswith("time relative to the clock anchor")
     # Without the anchor the same comparison sees no time change: ok, the slowdown missed.
-    assert compare(now, entry, threshold=0.02, clock_anchor=False).status == OK
+    assert decide_verdict(now, entry, threshold=0.02, clock_anchor=False).status == OK
 
 
 def test_a_baseline_without_an_anchored_pass_keeps_the_widened_tolerance_and_says_why() -> None:
     entry = entry_from(capped(200 * US, 1600.0, seed=6, anchored=False))
     assert entry.anchor is None
     now = capped(200 * US * 1.04, 1600.0, seed=7)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == SUSPECT  # +4%: beyond 2%, within the widened 6%
     assert verdict.tolerance == pytest.approx(0.06)
     assert verdict.anchor is None
@@ -121,7 +121,7 @@ def test_a_baseline_without_an_anchored_pass_keeps_the_widened_tolerance_and_say
 
 def test_another_anchor_is_not_compared() -> None:
     entry = entry_from(capped(200 * US, 1600.0, seed=8, anchor="bf16 matmul (torch 2.10)"))
-    verdict = compare(capped(200 * US, 1600.0, seed=9), entry, threshold=0.02)
+    verdict = decide_verdict(capped(200 * US, 1600.0, seed=9), entry, threshold=0.02)
     assert verdict.anchor is None
     assert "the anchor differs" in verdict.basis
     assert verdict.tolerance == pytest.approx(0.06)
@@ -132,7 +132,7 @@ def test_a_capped_kernel_near_the_maximum_clock_is_compared_relative_to_the_anch
     the anchor still applies, at the threshold, and the basis says what made it capped."""
     entry = entry_from(capped(300 * US, 1965.0, seed=10))
     now = capped(300 * US * 1.03, 1965.0, seed=11)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.anchor == ANCHOR
     assert verdict.basis.startswith(
         "time relative to the clock anchor (same device: NVIDIA H200; samples under a power or "
@@ -150,8 +150,8 @@ def test_the_cap_noise_nvml_missed_is_cancelled_by_the_anchor() -> None:
     entry = entry_from(capped(350 * US, 1960.0, seed=20))
     now = capped(350 * US, 1960.0 / 1.045, seed=21)  # 1876 MHz: 94.7% of the maximum
     now.timing = replace(now.timing, clocks={**now.timing.clocks, "sm_mhz_mean": 1900.0})
-    assert compare(now, entry, threshold=0.02, clock_anchor=False).status == REGRESSED
-    verdict = compare(now, entry, threshold=0.02)
+    assert decide_verdict(now, entry, threshold=0.02, clock_anchor=False).status == REGRESSED
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == OK
     assert verdict.raw_change == pytest.approx(0.045, abs=0.005)
     assert abs(verdict.change or 1.0) < 0.005
@@ -161,7 +161,7 @@ def test_samples_mostly_without_a_clock_limit_compare_times() -> None:
     """Anchored samples on both sides, but under half of each side's samples capped: times."""
     entry = entry_from(capped(300 * US, 1965.0, seed=22, capped_share=0.4))
     now = capped(300 * US * 1.03, 1965.0, seed=23, capped_share=0.45)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.basis == "time (same device: NVIDIA H200)"
     assert verdict.anchor is None
     assert verdict.status == REGRESSED
@@ -171,7 +171,7 @@ def test_an_old_baseline_without_pairs_falls_back_to_times_and_says_why() -> Non
     """This run anchored, the baseline saved without the anchor; the NVML clock near the
     maximum, so today's rule is the plain threshold on times."""
     entry = entry_from(capped(300 * US, 1965.0, seed=24, anchored=False))
-    verdict = compare(capped(300 * US * 1.03, 1965.0, seed=25), entry, threshold=0.02)
+    verdict = decide_verdict(capped(300 * US * 1.03, 1965.0, seed=25), entry, threshold=0.02)
     assert verdict.anchor is None
     assert verdict.tolerance == pytest.approx(0.02)
     assert verdict.basis.startswith(
@@ -187,8 +187,8 @@ def test_the_anchored_tolerance_is_three_quarters_of_the_threshold_and_can_be_se
     anchored tolerance is set to it."""
     entry = entry_from(capped(200 * US, 1600.0, seed=26))
     now = capped(200 * US * 1.018, 1650.0, seed=27)
-    assert compare(now, entry, threshold=0.02, anchor_threshold=0.02).status == OK
-    verdict = compare(now, entry, threshold=0.02)
+    assert decide_verdict(now, entry, threshold=0.02, anchor_threshold=0.02).status == OK
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.tolerance == pytest.approx(0.015)
     assert verdict.status == REGRESSED
     assert "relative to the clock anchor (tolerance 1.5%;" in verdict.reason
@@ -197,12 +197,12 @@ def test_the_anchored_tolerance_is_three_quarters_of_the_threshold_and_can_be_se
     assert final.confirmation is not None
     assert final.confirmation["basis"].startswith("time relative to the clock anchor")
     # A user's threshold scales it: 5% -> 3.75%.
-    assert compare(now, entry, threshold=0.05).tolerance == pytest.approx(0.0375)
+    assert decide_verdict(now, entry, threshold=0.05).tolerance == pytest.approx(0.0375)
 
 
 def test_the_rule_without_the_anchor_ignores_the_pairs() -> None:
     entry = entry_from(capped(300 * US, 1965.0, seed=29))
-    verdict = compare(capped(300 * US, 1965.0, seed=30), entry, threshold=0.02,
+    verdict = decide_verdict(capped(300 * US, 1965.0, seed=30), entry, threshold=0.02,
                       clock_anchor=False)  # fmt: skip
     assert verdict.basis == "time (same device: NVIDIA H200)"
     assert verdict.anchor is None
@@ -222,7 +222,7 @@ def test_the_anchored_pass_round_trips_through_a_baseline_file(tmp_path: Path) -
     assert record.timing is not None
     assert record.timing.anchor is not None
     assert entry.anchor_median_s == pytest.approx(record.timing.anchor["anchor_median_s"], rel=1e-5)
-    verdict = compare(capped(200 * US, 1700.0, seed=13), entry, threshold=0.02)
+    verdict = decide_verdict(capped(200 * US, 1700.0, seed=13), entry, threshold=0.02)
     assert verdict.anchor == ANCHOR
     assert verdict.status == OK
 
@@ -264,7 +264,7 @@ def test_a_baseline_from_before_the_anchor_loads_and_gates_as_before(tmp_path: P
     assert entry.sm_mhz is None
     assert "anchor" not in entry.to_dict()
     now = make_record("RMSNorm", median_s=0.000169456 * 1.05, seed=14, noise=0.002, n=40)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.basis == "time (same device: NVIDIA H200)"
     assert verdict.status == REGRESSED
 

@@ -11,7 +11,7 @@ from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
-from pytest_kernelpro.gate.verdict import OK, REGRESSED, compare
+from pytest_kernelpro.gate.verdict import OK, REGRESSED, decide_verdict
 from pytest_kernelpro.record import KernelRecord
 
 US = 1e-6
@@ -48,13 +48,13 @@ def test_a_slower_clock_is_not_a_regression_of_a_capped_compute_kernel() -> None
     """4% more time at a 4% lower clock: the same cycles, so ok (plain time would fail)."""
     entry = entry_from(capped(200 * US, 1700.0, seed=1))
     now = capped(200 * US * 1.04, 1700.0 / 1.04, seed=2)
-    verdict = compare(now, entry, threshold=0.02, clock_normalize=True)
+    verdict = decide_verdict(now, entry, threshold=0.02, clock_normalize=True)
     assert verdict.status == OK
     assert verdict.basis.startswith("cycles: times scaled to the baseline's SM clock")
     assert verdict.clock_scale == pytest.approx(1 / 1.04)
     assert verdict.raw_change == pytest.approx(0.04, abs=0.005)
     assert abs(verdict.change or 1.0) < 0.005
-    plain = compare(now, entry, threshold=0.02)
+    plain = decide_verdict(now, entry, threshold=0.02)
     assert plain.status == REGRESSED
     assert plain.clock_scale is None
     assert plain.basis.startswith("time (same device")
@@ -63,7 +63,9 @@ def test_a_slower_clock_is_not_a_regression_of_a_capped_compute_kernel() -> None
 def test_a_slowdown_hidden_by_a_faster_clock_is_caught_and_confirmed() -> None:
     """The same time at a 3% higher clock: 3% more cycles, a regression at 2%."""
     entry = entry_from(capped(200 * US, 1600.0, seed=3))
-    verdict = compare(capped(200 * US, 1648.0, seed=4), entry, threshold=0.02, clock_normalize=True)
+    verdict = decide_verdict(
+        capped(200 * US, 1648.0, seed=4), entry, threshold=0.02, clock_normalize=True
+    )
     assert verdict.status == REGRESSED
     assert verdict.change == pytest.approx(0.03, abs=0.004)
     assert "in cycles" in verdict.reason
@@ -72,7 +74,7 @@ def test_a_slowdown_hidden_by_a_faster_clock_is_caught_and_confirmed() -> None:
     assert final.status == REGRESSED
     assert final.confirmation is not None
     assert final.confirmation["clock_scale"] == pytest.approx(1.03)
-    plain = compare(capped(200 * US, 1648.0, seed=4), entry, threshold=0.02)
+    plain = decide_verdict(capped(200 * US, 1648.0, seed=4), entry, threshold=0.02)
     assert plain.status == OK
 
 
@@ -84,7 +86,7 @@ def test_times_stay_plain_for_memory_bound_or_uncapped_kernels(bound: str, share
     """A memory-bound kernel's time follows the memory clock; an uncapped one's clock is the
     boost table's, which does not move between runs: neither is scaled."""
     entry = entry_from(capped(200 * US, 1700.0, seed=6, bound=bound, share=share))
-    verdict = compare(
+    verdict = decide_verdict(
         capped(208 * US, 1600.0, seed=7, bound=bound, share=share),
         entry,
         threshold=0.02,
@@ -97,7 +99,7 @@ def test_times_stay_plain_for_memory_bound_or_uncapped_kernels(bound: str, share
 
 def test_no_clock_readings_no_scaling() -> None:
     entry = entry_from(make_record("gemm[4096]", seed=8, bound="compute"))
-    verdict = compare(
+    verdict = decide_verdict(
         make_record("gemm[4096]", seed=9, bound="compute"),
         entry,
         threshold=0.02,
@@ -121,7 +123,7 @@ def test_the_baseline_keeps_the_clock_and_only_when_it_was_read(tmp_path: Path) 
     assert entry.bound == "compute"
     assert loaded.entries[cpu.nodeid].sm_mhz is None
     # The loaded entry scales like the in-memory one.
-    verdict = compare(
+    verdict = decide_verdict(
         capped(200 * US, 1575.0 * 1.03, seed=12), entry, threshold=0.02, clock_normalize=True
     )
     assert verdict.status == REGRESSED
@@ -133,7 +135,7 @@ def test_a_clock_held_down_by_the_cap_widens_the_tolerance_to_three_thresholds()
     slower still fails; with the widening off, the 4% fails (as the H200's A/A noise did)."""
     entry = entry_from(capped(1600 * US, 1575.0, seed=20, max_sm_mhz=1980.0))
     now = capped(1600 * US * 1.04, 1568.0, seed=21, max_sm_mhz=1980.0)
-    verdict = compare(now, entry, threshold=0.02)
+    verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == "suspect"
     assert verdict.tolerance == pytest.approx(0.06)
     assert verdict.clock_limited is not None
@@ -142,8 +144,11 @@ def test_a_clock_held_down_by_the_cap_widens_the_tolerance_to_three_thresholds()
     assert "tolerance 3x the threshold" in verdict.basis
     assert "within the 6% allowed" in verdict.reason
     assert not verdict.failed
-    assert compare(now, entry, threshold=0.02, widen_when_clock_limited=False).status == REGRESSED
-    slow = compare(capped(1600 * US * 1.08, 1568.0, seed=22, max_sm_mhz=1980.0), entry,
+    assert (
+        decide_verdict(now, entry, threshold=0.02, widen_when_clock_limited=False).status
+        == REGRESSED
+    )
+    slow = decide_verdict(capped(1600 * US * 1.08, 1568.0, seed=22, max_sm_mhz=1980.0), entry,
                    threshold=0.02)  # fmt: skip
     assert slow.status == REGRESSED
     final = confirm(slow, capped(1600 * US * 1.08, 1560.0, seed=23, max_sm_mhz=1980.0), entry)
@@ -154,7 +159,9 @@ def test_a_capped_kernel_near_its_maximum_clock_keeps_the_threshold() -> None:
     """A convolution at 1965 of 1980 MHz under the power cap: its time does not move with
     the cap (0.3% A/A spread on the H200), so 4% slower is a regression."""
     entry = entry_from(capped(300 * US, 1965.0, seed=24, max_sm_mhz=1980.0))
-    verdict = compare(capped(312 * US, 1965.0, seed=25, max_sm_mhz=1980.0), entry, threshold=0.02)
+    verdict = decide_verdict(
+        capped(312 * US, 1965.0, seed=25, max_sm_mhz=1980.0), entry, threshold=0.02
+    )
     assert verdict.clock_limited is None
     assert verdict.tolerance == pytest.approx(0.02)
     assert verdict.status == REGRESSED

@@ -8,7 +8,7 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import save_baseline
-from pytest_kernelpro.gate.compare import compare_main
+from pytest_kernelpro.gate.offline_gate import compare_main
 from pytest_kernelpro.gate.report import build_report, write_json_report
 
 

@@ -1,4 +1,4 @@
-"""The CPU gate relative to the CPU anchor (gate/cpu_anchor.py) on synthetic paired samples:
+"""The CPU gate relative to the CPU anchor (gate/verdict_basis.py) on synthetic paired samples:
 a real slowdown fails, a machine that slowed down does not, "suspect" only where the anchor
 shows the measurement unusable, an improvement is confirmed like a regression, and the
 baseline keeps the pairs."""
@@ -13,15 +13,15 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
+from pytest_kernelpro.gate.basis_inputs import CpuAnchorSide
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
-from pytest_kernelpro.gate.cpu_anchor import (
+from pytest_kernelpro.gate.verdict import IMPROVED, OK, REGRESSED, SUSPECT, decide_verdict
+from pytest_kernelpro.gate.verdict_basis import (
     BUSY_TOLERANCE,
     PROCESS_TOLERANCE,
-    CpuAnchorSide,
-    compare_cpu_anchored,
+    cpu_anchor_comparison,
     scatter,
 )
-from pytest_kernelpro.gate.verdict import IMPROVED, OK, REGRESSED, SUSPECT, compare
 from pytest_kernelpro.measure.timing.cpu import summarize_cpu_pairs
 from pytest_kernelpro.record import KernelRecord
 
@@ -73,7 +73,7 @@ def entry(record: KernelRecord) -> BaselineEntry:
 
 def test_a_2x_slower_kernel_regresses_and_the_re_measurement_confirms_it() -> None:
     base = entry(cpu_record(1 * MS, seed=1))
-    first = compare(cpu_record(2 * MS, seed=2), base)
+    first = decide_verdict(cpu_record(2 * MS, seed=2), base)
     assert first.status == REGRESSED
     assert needs_confirmation(first)
     assert first.change == pytest.approx(1.0, rel=0.1)
@@ -91,13 +91,15 @@ def test_a_2x_slowdown_on_a_busy_machine_still_fails_where_the_time_gate_called_
     the kernel do twice the work."""
     base = entry(cpu_record(1 * MS, seed=4))
     slow = cpu_record(2 * MS, seed=5, wall_factor=8.0, busy=True, noise=0.1, anchor_noise=0.1)
-    first = compare(slow, base)
+    first = decide_verdict(slow, base)
     assert first.status == REGRESSED, first.reason
     assert first.tolerance == pytest.approx(BUSY_TOLERANCE)
     final = confirm(first, cpu_record(2 * MS, seed=6, wall_factor=8.0, busy=True), base)
     assert final.failed
     # The same samples without the anchor: the old rule, which cannot fail here.
-    plain = compare(cpu_record(2 * MS, seed=5, wall_factor=8.0, busy=True, anchor=None), base)
+    plain = decide_verdict(
+        cpu_record(2 * MS, seed=5, wall_factor=8.0, busy=True, anchor=None), base
+    )
     assert plain.status == SUSPECT
     assert "no CPU anchor" in plain.basis
 
@@ -105,7 +107,7 @@ def test_a_2x_slowdown_on_a_busy_machine_still_fails_where_the_time_gate_called_
 def test_an_unchanged_kernel_on_a_slower_machine_is_ok() -> None:
     """Kernel and anchor slowed alike by 40%: relative to the anchor nothing changed."""
     base = entry(cpu_record(1 * MS, seed=7))
-    verdict = compare(cpu_record(1 * MS, seed=8, machine=1.4, wall_factor=3.0), base)
+    verdict = decide_verdict(cpu_record(1 * MS, seed=8, machine=1.4, wall_factor=3.0), base)
     assert verdict.status == OK, verdict.reason
     assert not verdict.failed
     assert verdict.anchor_change == pytest.approx(0.4, abs=0.05)
@@ -116,13 +118,13 @@ def test_a_slowdown_the_anchor_does_not_see_needs_a_quiet_machine_to_fail() -> N
     5% threshold, within the busy machine's tolerance: ok with the reason, never a failure,
     and not "suspect" (the anchor is usable)."""
     base = entry(cpu_record(1 * MS, seed=9))
-    verdict = compare(cpu_record(1 * MS, seed=10, kernel_only=1.3, busy=True), base)
+    verdict = decide_verdict(cpu_record(1 * MS, seed=10, kernel_only=1.3, busy=True), base)
     assert verdict.status == OK
     assert not verdict.failed
     assert "within ±35%" in verdict.reason
     assert "timed on a busy machine" in verdict.reason
     # The same 30% on a quiet machine, beyond the 25% two processes can differ by: fails.
-    quiet = compare(cpu_record(1 * MS, seed=10, kernel_only=1.3), base)
+    quiet = decide_verdict(cpu_record(1 * MS, seed=10, kernel_only=1.3), base)
     assert quiet.status == REGRESSED
 
 
@@ -132,7 +134,7 @@ def test_a_quiet_cpu_comparison_allows_what_two_processes_differ_by() -> None:
     called a confirmed "improved" 4 times in 100. Within 25%: ok, and the reason says why."""
     base = entry(cpu_record(1 * MS, seed=42))
     for factor in (0.83, 1.17):
-        verdict = compare(cpu_record(1 * MS, seed=43, kernel_only=factor), base)
+        verdict = decide_verdict(cpu_record(1 * MS, seed=43, kernel_only=factor), base)
         assert verdict.status == OK, verdict.reason
         assert verdict.tolerance == pytest.approx(PROCESS_TOLERANCE)
         assert "between two processes on a CPU" in verdict.reason
@@ -142,12 +144,12 @@ def test_the_compared_change_is_the_one_nearer_to_zero() -> None:
     base = CpuAnchorSide(ANCHOR, (1.0, 1.0, 1.0, 1.0), (1.0, 1.0, 1.0, 1.0))
     # Kernel +60% in on-CPU time, anchor +50%: relative to the anchor about +7%.
     now = CpuAnchorSide(ANCHOR, (1.6,) * 4, (1.5,) * 4)
-    facts = compare_cpu_anchored(now, base, 0.05)
+    facts = cpu_anchor_comparison(now, base, 0.05)
     assert facts.time_change == pytest.approx(0.6)
     assert facts.anchored_change == pytest.approx(1.6 / 1.5 - 1)
     assert facts.change == pytest.approx(1.6 / 1.5 - 1)
     # The anchor ran faster now (-30%) and the kernel did not change: no slowdown.
-    faster = compare_cpu_anchored(CpuAnchorSide(ANCHOR, (1.0,) * 4, (0.7,) * 4), base, 0.05)
+    faster = cpu_anchor_comparison(CpuAnchorSide(ANCHOR, (1.0,) * 4, (0.7,) * 4), base, 0.05)
     assert faster.anchored_change > 0.4
     assert faster.change == pytest.approx(0.0)
     assert faster.tolerance == pytest.approx(0.3)
@@ -160,13 +162,13 @@ def test_suspect_only_where_the_anchor_shows_the_measurement_unusable() -> None:
     assert now.timing is not None
     assert now.timing.anchor is not None
     now.timing.anchor["anchor_s"] = [a * 1.8 for a in now.timing.anchor["anchor_s"]]
-    verdict = compare(now, base)
+    verdict = decide_verdict(now, base)
     assert verdict.status == SUSPECT
     assert "the CPU anchor shows the measurement unusable" in verdict.reason
     assert "+80%" in verdict.reason
     # A scattered kernel widens the tolerance but does not make the anchor unusable: a 2x
     # slowdown beyond that scatter still fails.
-    noisy = compare(
+    noisy = decide_verdict(
         cpu_record(2 * MS, seed=13, noise=0.2), entry(cpu_record(1 * MS, seed=14, noise=0.2))
     )
     assert noisy.status == REGRESSED, noisy.reason
@@ -184,7 +186,7 @@ def noisy_kernel(kernel_s: float, seed: int) -> list[float]:
 
 def test_an_improvement_is_confirmed_like_a_regression() -> None:
     base = entry(cpu_record(1 * MS, seed=15))
-    first = compare(cpu_record(0.5 * MS, seed=16), base)
+    first = decide_verdict(cpu_record(0.5 * MS, seed=16), base)
     assert first.status == IMPROVED
     assert needs_confirmation(first)
     # The re-measurement does not reproduce it: "ok", not "improved".
@@ -198,17 +200,17 @@ def test_an_improvement_is_confirmed_like_a_regression() -> None:
 
 def test_an_improvement_without_the_anchor_on_an_oversubscribed_cpu_is_not_reported() -> None:
     base = entry(cpu_record(1 * MS, seed=19, anchor=None))
-    verdict = compare(cpu_record(0.5 * MS, seed=20, anchor=None, busy=True), base)
+    verdict = decide_verdict(cpu_record(0.5 * MS, seed=20, anchor=None, busy=True), base)
     assert verdict.status == OK
     assert "not reported as an improvement" in verdict.reason
 
 
 def test_a_baseline_without_cpu_pairs_falls_back_and_says_how_to_fix_it() -> None:
     base = entry(cpu_record(1 * MS, seed=21, anchor=None))
-    verdict = compare(cpu_record(1 * MS, seed=22), base)
+    verdict = decide_verdict(cpu_record(1 * MS, seed=22), base)
     assert "re-save it to gate this kernel relative to the CPU anchor" in verdict.basis
     other = entry(cpu_record(1 * MS, seed=23, anchor=ANCHOR.replace("2.13.0", "2.12.0")))
-    assert "the CPU anchor differs" in compare(cpu_record(1 * MS, seed=24), other).basis
+    assert "the CPU anchor differs" in decide_verdict(cpu_record(1 * MS, seed=24), other).basis
 
 
 def test_the_baseline_file_keeps_the_cpu_pairs(tmp_path: Path) -> None:
@@ -236,11 +238,11 @@ def test_a_busy_re_measurement_beyond_half_the_tolerance_confirms_a_cpu_regressi
     tolerance: asking it to clear that bar again missed the slowdown. Beyond the threshold
     and half the tolerance, statistically clear, it confirms."""
     base = entry(cpu_record(1 * MS, seed=30, busy=True))
-    first = compare(cpu_record(1.5 * MS, seed=31, busy=True), base)
+    first = decide_verdict(cpu_record(1.5 * MS, seed=31, busy=True), base)
     assert first.status == REGRESSED, first.reason
     assert first.tolerance == pytest.approx(BUSY_TOLERANCE)
     again = cpu_record(1.32 * MS, seed=32, busy=True)
-    assert compare(again, base).status == OK  # by itself, within the tolerance
+    assert decide_verdict(again, base).status == OK  # by itself, within the tolerance
     final = confirm(first, again, base)
     assert final.status == REGRESSED, final.reason
     assert final.confirmed
@@ -260,7 +262,7 @@ def test_a_cpu_regression_whose_re_measurement_is_within_half_the_tolerance_is_s
 ) -> None:
     """The attack on the lower bar: one slow process must still not fail CI."""
     base = entry(cpu_record(1 * MS, seed=33, busy=True))
-    first = compare(cpu_record(1.5 * MS, seed=34, busy=True), base)
+    first = decide_verdict(cpu_record(1.5 * MS, seed=34, busy=True), base)
     assert first.status == REGRESSED, first.reason
     final = confirm(first, cpu_record(remeasured_s * MS, seed=35, busy=True), base)
     assert final.status == SUSPECT, why
@@ -272,10 +274,10 @@ def test_a_re_measurement_the_anchor_calls_unusable_does_not_confirm() -> None:
     """Slower by 60% again, but the machine's own speed moved by more than half: no verdict
     on the kernel can come from it, so it cannot confirm."""
     base = entry(cpu_record(1 * MS, seed=36))
-    first = compare(cpu_record(1.6 * MS, seed=37), base)
+    first = decide_verdict(cpu_record(1.6 * MS, seed=37), base)
     assert first.status == REGRESSED, first.reason
     unusable = cpu_record(1.6 * MS, seed=38, machine=1.8)
-    assert "the CPU anchor shows the measurement unusable" in compare(unusable, base).reason
+    assert "the CPU anchor shows the measurement unusable" in decide_verdict(unusable, base).reason
     final = confirm(first, unusable, base)
     assert final.status == SUSPECT
     assert not final.failed
@@ -286,10 +288,10 @@ def test_the_lower_bar_is_only_for_cpu_anchored_comparisons() -> None:
     itself, as on the GPU: twice as slow again, but timed on an oversubscribed CPU with
     nothing to cancel the load, it does not confirm."""
     base = entry(cpu_record(1 * MS, seed=39, anchor=None))
-    first = compare(cpu_record(2 * MS, seed=40, anchor=None), base)
+    first = decide_verdict(cpu_record(2 * MS, seed=40, anchor=None), base)
     assert first.status == REGRESSED, first.reason
     busy_again = cpu_record(2 * MS, seed=41, anchor=None, busy=True)
-    assert compare(busy_again, base).status == SUSPECT
+    assert decide_verdict(busy_again, base).status == SUSPECT
     final = confirm(first, busy_again, base)
     assert final.status == SUSPECT
     assert not final.failed

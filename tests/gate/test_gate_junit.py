@@ -14,7 +14,7 @@ from pytest_kernelpro.gate.comment import render_comment
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.junit import junit_properties, read_junit_records
 from pytest_kernelpro.gate.report import build_report
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 
 # The plugin's way of attaching properties: item.user_properties, filled before the report.
 CONFTEST = """
@@ -48,13 +48,13 @@ def test_ordinary():
 def _records() -> list:
     entry = BaselineEntry.from_record(make_record("softmax[8192x4096]", seed=1))
     slow = make_record("softmax[8192x4096]", median_s=56e-6, seed=2)
-    first = compare(slow, entry)
+    first = decide_verdict(slow, entry)
     slow.gate = confirm(
         first, make_record("softmax[8192x4096]", median_s=56e-6, seed=3), entry
     ).to_dict()
     slow.guidance = "### Automated Bottleneck Analysis\n- L2 hit rate 12% & falling <check>"
     fresh = make_record("fresh[1]", seed=4, bound="compute")
-    fresh.gate = compare(fresh, None).to_dict()
+    fresh.gate = decide_verdict(fresh, None).to_dict()
     wrong = make_record("wrong[1]", timed=False, outcome="failed")
     return [slow, fresh, wrong]
 

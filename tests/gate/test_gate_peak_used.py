@@ -16,7 +16,7 @@ from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_ba
 from pytest_kernelpro.gate.comment import comment_details, comment_row
 from pytest_kernelpro.gate.format import item_section, terminal_row
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
 from pytest_kernelpro.measure.roofline import matrix_paths, record_pricing
@@ -109,14 +109,14 @@ def test_the_gate_decides_exactly_as_before_the_repricing() -> None:
         baseline_entry,
         BaselineEntry(**{**asdict(baseline_entry), "device": "NVIDIA H100"}),
     ):
-        before = compare(old, entry, threshold=0.1).to_dict()
-        after = compare(new, entry, threshold=0.1).to_dict()
+        before = decide_verdict(old, entry, threshold=0.1).to_dict()
+        after = decide_verdict(new, entry, threshold=0.1).to_dict()
         assert {k: v for k, v in after.items() if k != "efficiency"} == {
             k: v for k, v in before.items() if k != "efficiency"
         }
         assert before["change_status"] == "improved"
     # What the H200 run decided with its recorded baseline: improved by 31.4%.
-    same = compare(new, baseline_entry, threshold=0.1)
+    same = decide_verdict(new, baseline_entry, threshold=0.1)
     assert same.change == pytest.approx(DATA["winner"]["gate"]["change"], rel=1e-5)
 
 
@@ -131,7 +131,10 @@ def test_baselines_keep_the_op_level_roofline_time_and_old_ones_load(tmp_path: P
     assert old_entry.efficiency == pytest.approx(1.44626, rel=1e-5)  # as the old run saved it
     # A check of today's record against the old baseline decides as against the new one.
     today = as_today("winner")
-    assert compare(today, old_entry).change_status == compare(today, new_entry).change_status
+    assert (
+        decide_verdict(today, old_entry).change_status
+        == decide_verdict(today, new_entry).change_status
+    )
 
 
 def test_the_optimizer_hears_the_3xtf32_headroom_for_the_cublas_reference() -> None:
@@ -208,7 +211,10 @@ def test_a_roofline_floor_reads_the_repriced_share() -> None:
     old, new = as_recorded("winner"), as_today("winner")
     old.min_roofline = new.min_roofline = 0.8
     entry = BaselineEntry.from_record(as_recorded("reference"))
-    before, after = compare(old, entry, threshold=0.1), compare(new, entry, threshold=0.1)
+    before, after = (
+        decide_verdict(old, entry, threshold=0.1),
+        decide_verdict(new, entry, threshold=0.1),
+    )
     assert before.change_status == after.change_status == "improved"
     assert before.below_roofline is False
     assert after.below_roofline is True

@@ -19,7 +19,7 @@ from matplotlib.colors import to_rgba
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.plot import roofline_figure, roofline_plot, roofline_points
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 
 BW = 4257636247457.1606
 PEAK_NAME = "FP32 CUDA core (measured 50.9 TFLOP/s)"
@@ -42,10 +42,10 @@ def _records() -> list:
     fast = make_record("x", median_s=30e-6, seed=5).timing.samples_s
     slow = make_record("x", median_s=115e-6, seed=6).timing.samples_s
     gelu.timing = replace(gelu.timing, samples_s=fast[:100] + slow[:300])
-    gelu.gate = compare(gelu, entry, threshold=0.1).to_dict()
+    gelu.gate = decide_verdict(gelu, entry, threshold=0.1).to_dict()
     assert gelu.gate.status == "suspect"
     reg = _h200("softmax[1]", 50931005505996.53, median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
-    reg.gate = compare(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
+    reg.gate = decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
     assert reg.gate.status == "regressed"
     return [add, rms, gelu, reg]
 

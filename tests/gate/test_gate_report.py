@@ -23,7 +23,7 @@ from pytest_kernelpro.gate.report import (
     render_terminal_table,
     write_json_report,
 )
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 
 US = 1e-6
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -32,7 +32,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def gated(name: str, scale: float, **kw: object):
     entry = BaselineEntry.from_record(make_record(name, seed=99))
     rec = make_record(name, median_s=50 * US * scale, seed=1, **kw)  # type: ignore[arg-type]
-    rec.gate = compare(rec, entry).to_dict()
+    rec.gate = decide_verdict(rec, entry).to_dict()
     return rec
 
 

@@ -21,7 +21,7 @@ from pytest_kernelpro.gate.verdict import (
     SUSPECT,
     UNMEASURED,
     Verdict,
-    compare,
+    decide_verdict,
 )
 
 US = 1e-6
@@ -35,7 +35,7 @@ def entry_of(**kw: object) -> BaselineEntry:
 
 
 def test_same_kernel_again_is_ok() -> None:
-    v = compare(make_record(seed=1), entry_of(), threshold=0.05)
+    v = decide_verdict(make_record(seed=1), entry_of(), threshold=0.05)
     assert v.status == OK
     assert not v.failed
     assert v.basis == "time (same device: NVIDIA H200)"
@@ -47,7 +47,7 @@ def test_same_kernel_again_is_ok() -> None:
 
 def test_clear_regression_needs_and_survives_confirmation() -> None:
     entry = entry_of()
-    v = compare(make_record(median_s=55 * US, seed=2), entry, threshold=0.05)
+    v = decide_verdict(make_record(median_s=55 * US, seed=2), entry, threshold=0.05)
     assert v.status == REGRESSED
     assert v.change == pytest.approx(0.10, abs=0.01)
     assert v.change_low == pytest.approx(0.10, abs=0.01)  # every call is slower
@@ -67,7 +67,7 @@ def test_clear_regression_needs_and_survives_confirmation() -> None:
 
 def test_regression_that_does_not_reproduce_is_suspect() -> None:
     entry = entry_of()
-    first = compare(make_record(median_s=56 * US, seed=5), entry, threshold=0.05)
+    first = decide_verdict(make_record(median_s=56 * US, seed=5), entry, threshold=0.05)
     assert first.status == REGRESSED
     final = confirm(first, make_record(median_s=50 * US, seed=6), entry)
     assert final.status == SUSPECT
@@ -88,7 +88,7 @@ def test_small_noisy_change_beyond_threshold_is_suspect_not_failed() -> None:
         samples_s=tuple(v * US for v in now),
         stats=replace(record.timing.stats, median_s=53 * US),
     )
-    v = compare(record, entry, threshold=0.05)
+    v = decide_verdict(record, entry, threshold=0.05)
     assert v.change == pytest.approx(0.06)
     assert v.status == SUSPECT
     assert v.p_value >= 0.01
@@ -109,7 +109,7 @@ def test_interference_that_spares_the_fastest_calls_is_suspect() -> None:
         samples_s=slower,
         stats=replace(record.timing.stats, median_s=float(np.median(slower))),
     )
-    v = compare(record, entry_of(), threshold=0.05)
+    v = decide_verdict(record, entry_of(), threshold=0.05)
     assert v.change > 0.2
     assert v.p_value < 1e-6
     assert v.change_low < 0.05
@@ -130,7 +130,7 @@ def test_fastest_calls_that_got_faster_are_said_so_beside_a_slower_median() -> N
         samples_s=moved,
         stats=replace(record.timing.stats, median_s=float(np.median(moved))),
     )
-    v = compare(record, entry_of(), threshold=0.05)
+    v = decide_verdict(record, entry_of(), threshold=0.05)
     assert v.change > 0.4
     assert v.change_low < 0
     assert v.status == SUSPECT
@@ -139,7 +139,7 @@ def test_fastest_calls_that_got_faster_are_said_so_beside_a_slower_median() -> N
 
 def test_significant_change_within_threshold_is_ok() -> None:
     # +2% with 0.2% noise: statistically clear, but below the 5% the user gates on.
-    v = compare(
+    v = decide_verdict(
         make_record(median_s=51 * US, noise=0.002, seed=8), entry_of(noise=0.002), threshold=0.05
     )
     assert v.status == OK
@@ -148,7 +148,7 @@ def test_significant_change_within_threshold_is_ok() -> None:
 
 
 def test_improvement_is_reported() -> None:
-    v = compare(make_record(median_s=45 * US, seed=9), entry_of(), threshold=0.05)
+    v = decide_verdict(make_record(median_s=45 * US, seed=9), entry_of(), threshold=0.05)
     assert v.status == IMPROVED
     assert v.change == pytest.approx(-0.10, abs=0.01)
     assert not v.failed
@@ -157,27 +157,27 @@ def test_improvement_is_reported() -> None:
 
 def test_threshold_comes_from_the_record_by_default() -> None:
     loose = make_record(median_s=55 * US, seed=10, threshold=0.2)
-    assert compare(loose, entry_of()).status == OK
-    assert compare(loose, entry_of(), threshold=0.05).status == REGRESSED
+    assert decide_verdict(loose, entry_of()).status == OK
+    assert decide_verdict(loose, entry_of(), threshold=0.05).status == REGRESSED
 
 
 def test_other_device_compares_efficiency_with_wider_tolerance() -> None:
     h100 = entry_of(device="NVIDIA H100 80GB HBM3", median_s=60 * US, roofline_time_s=36 * US)
     # Same efficiency (0.6) on the H200, 1.2x faster in time: not a change.
-    same_eff = compare(make_record(median_s=50 * US, seed=11), h100, threshold=0.05)
+    same_eff = decide_verdict(make_record(median_s=50 * US, seed=11), h100, threshold=0.05)
     assert same_eff.status == OK
     assert same_eff.basis == "efficiency (other device: NVIDIA H100 80GB HBM3 vs NVIDIA H200)"
     assert same_eff.tolerance == pytest.approx(0.15)
     # 10% further from the roofline: a regression on one device, within 15% across devices.
-    ten = compare(make_record(median_s=55 * US, seed=12), h100, threshold=0.05)
+    ten = decide_verdict(make_record(median_s=55 * US, seed=12), h100, threshold=0.05)
     assert ten.status == OK
     assert ten.change == pytest.approx(0.10, abs=0.01)
     # 25% further: a regression by efficiency.
-    worse = compare(make_record(median_s=62.5 * US, seed=13), h100, threshold=0.05)
+    worse = decide_verdict(make_record(median_s=62.5 * US, seed=13), h100, threshold=0.05)
     assert worse.status == REGRESSED
     assert worse.baseline_device == "NVIDIA H100 80GB HBM3"
     assert "roofline" in worse.reason
-    explicit = compare(
+    explicit = decide_verdict(
         make_record(median_s=55 * US, seed=12), h100, threshold=0.05, cross_device_tolerance=0.05
     )
     assert explicit.status == REGRESSED
@@ -185,38 +185,38 @@ def test_other_device_compares_efficiency_with_wider_tolerance() -> None:
 
 def test_other_device_without_roofline_is_incomparable() -> None:
     h100 = entry_of(device="NVIDIA H100 80GB HBM3", roofline_time_s=None)
-    v = compare(make_record(seed=14), h100, threshold=0.05)
+    v = decide_verdict(make_record(seed=14), h100, threshold=0.05)
     assert v.status == INCOMPARABLE
     assert not v.failed
     assert "Save a baseline on NVIDIA H200" in v.reason
 
 
 def test_new_kernel() -> None:
-    v = compare(make_record(seed=15), None, threshold=0.05)
+    v = decide_verdict(make_record(seed=15), None, threshold=0.05)
     assert v.status == NEW
     assert not v.failed
     assert "--kernelpro-save-baseline" in v.reason
 
 
 def test_unmeasured_kernel_is_not_a_gate_failure() -> None:
-    v = compare(make_record(timed=False, outcome="failed"), entry_of(), threshold=0.05)
+    v = decide_verdict(make_record(timed=False, outcome="failed"), entry_of(), threshold=0.05)
     assert v.status == UNMEASURED
     assert not v.failed
 
 
 def test_below_roofline_fails_without_any_baseline() -> None:
-    v = compare(make_record(seed=16, min_roofline=0.8), None, threshold=0.05)  # eff 0.6
+    v = decide_verdict(make_record(seed=16, min_roofline=0.8), None, threshold=0.05)  # eff 0.6
     assert v.status == BELOW_ROOFLINE
     assert v.change_status == NEW
     assert v.below_roofline
     assert v.failed
     assert "below min_roofline=80%" in v.reason
-    assert compare(make_record(seed=16, min_roofline=0.5), None).failed is False
+    assert decide_verdict(make_record(seed=16, min_roofline=0.5), None).failed is False
 
 
 def test_below_roofline_and_regressed_keeps_both() -> None:
     entry = entry_of()
-    first = compare(make_record(median_s=60 * US, seed=17, min_roofline=0.8), entry)
+    first = decide_verdict(make_record(median_s=60 * US, seed=17, min_roofline=0.8), entry)
     assert first.status == REGRESSED
     assert first.below_roofline
     # The regression does not reproduce: still fails on the floor.
@@ -227,13 +227,13 @@ def test_below_roofline_and_regressed_keeps_both() -> None:
 
 
 def test_min_roofline_without_a_roofline_fails_with_the_fix() -> None:
-    v = compare(make_record(seed=19, roofline_time_s=None, min_roofline=0.5), None)
+    v = decide_verdict(make_record(seed=19, roofline_time_s=None, min_roofline=0.5), None)
     assert v.failed
     assert "flops=/bytes=" in v.reason
 
 
 def test_verdict_round_trips_through_a_dict() -> None:
-    v = compare(make_record(median_s=55 * US, seed=20), entry_of())
+    v = decide_verdict(make_record(median_s=55 * US, seed=20), entry_of())
     data = v.to_dict()
     assert data["failed"] is True
     assert data["message"] == v.reason
@@ -246,14 +246,15 @@ def test_verdict_round_trips_through_a_dict() -> None:
 )
 def test_bad_settings_are_config_errors(kw: dict[str, float], match: str) -> None:
     with pytest.raises(KernelproConfigError, match=match):
-        compare(make_record(), entry_of(), **kw)
+        decide_verdict(make_record(), entry_of(), **kw)
 
 
 def test_no_false_alarm_over_200_a_a_comparisons() -> None:
     """Same distribution, different draws: no kernel may fail (before confirmation even)."""
     entry = entry_of(noise=0.02)
     statuses = [
-        compare(make_record(noise=0.02, seed=s), entry, threshold=0.05).status for s in range(200)
+        decide_verdict(make_record(noise=0.02, seed=s), entry, threshold=0.05).status
+        for s in range(200)
     ]
     assert statuses.count(REGRESSED) == 0
     assert statuses.count(OK) == 200
@@ -262,7 +263,9 @@ def test_no_false_alarm_over_200_a_a_comparisons() -> None:
 def test_detects_ten_percent_in_every_trial() -> None:
     entry = entry_of(noise=0.02)
     entries = [
-        compare(make_record(median_s=55 * US, noise=0.02, seed=s), entry, threshold=0.05).status
+        decide_verdict(
+            make_record(median_s=55 * US, noise=0.02, seed=s), entry, threshold=0.05
+        ).status
         for s in range(50)
     ]
     assert entries.count(REGRESSED) == 50

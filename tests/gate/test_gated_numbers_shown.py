@@ -17,15 +17,15 @@ from test_gate_cpu_anchor import MS, cpu_record, entry
 
 from pytest_kernelpro.gate.baseline import Baseline
 from pytest_kernelpro.gate.comment import comment_details, comment_row
-from pytest_kernelpro.gate.compare import compare_row, render_compare_table
 from pytest_kernelpro.gate.junit import junit_properties
+from pytest_kernelpro.gate.offline_gate import compare_row, render_compare_table
 from pytest_kernelpro.gate.report import render_terminal_table
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import KernelRecord, VerdictPart
 
 
 def _gated(record: KernelRecord, base: KernelRecord) -> KernelRecord:
-    verdict = compare(record, entry(base))
+    verdict = decide_verdict(record, entry(base))
     record.gate = VerdictPart.from_dict(verdict.to_dict())
     return record
 
@@ -40,7 +40,7 @@ def _loaded_cpu_pair() -> tuple[KernelRecord, KernelRecord]:
 
 def test_a_cpu_anchored_verdict_names_the_on_cpu_times_it_compared() -> None:
     base, now = _loaded_cpu_pair()
-    verdict = compare(now, entry(base))
+    verdict = decide_verdict(now, entry(base))
     assert verdict.gated_label in ("on-CPU", "on-CPU, anchor-scaled")
     assert verdict.gated_now_s is not None
     assert verdict.gated_baseline_s is not None
@@ -164,7 +164,7 @@ def test_a_pinned_re_measurement_that_decides_shows_its_own_gated_time() -> None
     )
 
     base = cpu_record(1 * MS, seed=21)
-    first = compare(cpu_record(2 * MS, seed=22), entry(base))
+    first = decide_verdict(cpu_record(2 * MS, seed=22), entry(base))
     again = cpu_record(1.01 * MS, seed=23)
     confirmed = confirm(first, again, entry(base))
     difference = PickDifference("k", [1], {"num_warps": 4}, {"num_warps": 8})
@@ -195,7 +195,7 @@ def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_
     cases = [
         (
             "anchor-scaled",
-            compare(
+            decide_verdict(
                 anchored.capped(206e-6, 1648.0, seed=4),
                 anchored.entry_from(anchored.capped(200e-6, 1600.0, seed=3)),
                 threshold=0.02,
@@ -203,7 +203,7 @@ def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_
         ),
         (
             "clock-scaled",
-            compare(
+            decide_verdict(
                 scaled.capped(200e-6, 1648.0, seed=4),
                 scaled.entry_from(scaled.capped(200e-6, 1700.0, seed=3)),
                 threshold=0.02,
@@ -216,7 +216,7 @@ def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_
         make_record("k", median_s=1e-3, seed=6, device="NVIDIA H200", roofline_time_s=0.6e-3)
     )
     assert base is not None
-    cases.append(("roofline-scaled", compare(other, base)))
+    cases.append(("roofline-scaled", decide_verdict(other, base)))
     for label, verdict in cases:
         assert verdict.gated_label == label, verdict.basis
         assert verdict.gated_now_s is not None

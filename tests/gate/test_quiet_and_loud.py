@@ -14,12 +14,12 @@ from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, save_baseline
 from pytest_kernelpro.gate.comment import render_comment
-from pytest_kernelpro.gate.compare import compare_main
 from pytest_kernelpro.gate.nothing_checked import nothing_checked_line, too_noisy_note
+from pytest_kernelpro.gate.offline_gate import compare_main
 from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, session_notes
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
-from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, compare
+from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
 from pytest_kernelpro.record import KernelRecord, VerdictPart
@@ -58,7 +58,7 @@ def entry_of(record: KernelRecord) -> BaselineEntry:
 
 def test_an_unchanged_kernel_against_a_two_peaked_baseline_is_unresolved_not_ok() -> None:
     base = entry_of(cpu_record("k[1]", bimodal=True, seed=1))
-    verdict = compare(cpu_record("k[1]", seed=2), base)
+    verdict = decide_verdict(cpu_record("k[1]", seed=2), base)
     assert verdict.status == "unresolved"
     assert verdict.tolerance > RESOLVABLE_TOLERANCE
     assert "scattered" in verdict.reason  # the cause: the baseline's own calls
@@ -69,17 +69,17 @@ def test_an_unchanged_kernel_against_a_two_peaked_baseline_is_unresolved_not_ok(
 @pytest.mark.parametrize("factor", [1.5, 2.0])
 def test_a_slower_kernel_against_a_two_peaked_baseline_is_never_ok(factor: float) -> None:
     base = entry_of(cpu_record("k[1]", bimodal=True, seed=1))
-    verdict = compare(cpu_record("k[1]", scale=factor, bimodal=True, seed=3), base)
+    verdict = decide_verdict(cpu_record("k[1]", scale=factor, bimodal=True, seed=3), base)
     assert verdict.status != "ok"
 
 
 def test_a_quiet_baseline_still_reads_ok_and_catches_a_doubled_kernel() -> None:
     """The rule must not turn every CPU verdict unresolved: the 25% floor is resolvable."""
     base = entry_of(cpu_record("k[1]", seed=1))
-    same = compare(cpu_record("k[1]", seed=2), base)
+    same = decide_verdict(cpu_record("k[1]", seed=2), base)
     assert same.status == "ok"
     assert same.tolerance <= RESOLVABLE_TOLERANCE
-    assert compare(cpu_record("k[1]", scale=2.0, seed=4), base).status == "regressed"
+    assert decide_verdict(cpu_record("k[1]", scale=2.0, seed=4), base).status == "regressed"
 
 
 def test_a_baseline_too_noisy_to_catch_1_5x_is_said_when_saved() -> None:
@@ -99,7 +99,7 @@ def test_a_baseline_too_noisy_to_catch_1_5x_is_said_when_saved() -> None:
 
 
 def gated(record: KernelRecord, status: str) -> KernelRecord:
-    verdict = compare(record, entry_of(record)).to_dict()
+    verdict = decide_verdict(record, entry_of(record)).to_dict()
     verdict["status"] = verdict["change_status"] = status
     record.gate = VerdictPart.from_dict(verdict)
     return record
@@ -258,7 +258,7 @@ def test_did_you_mean_only_for_a_close_keyword() -> None:
 
 def test_the_compare_table_shortens_a_long_name_in_a_narrow_terminal() -> None:
     from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.gate.compare import gate_records, render_compare_table
+    from pytest_kernelpro.gate.offline_gate import gate_records, render_compare_table
 
     name = "fused_attention_with_a_long_name[8x16x4096x128]"
     base_records = [make_record(name, seed=1), make_record("b[1]", seed=2)]

@@ -1,7 +1,7 @@
 """The session's texts byte for byte: the terminal summary with its notes and trailer lines,
 the `kernelpro compare` table, and the roofline plot's labels, against golden files in
 tests/data/render/ (written from the code before these texts moved into gate/'s text modules:
-format.py (terminal_row), plot.py's labels, compare.py's compare_row, render_session.py; a change to them
+format.py (terminal_row), plot.py's labels, offline_gate.py's compare_row, render_session.py; a change to them
 shows up here as a diff).
 
 `python tests/gate/test_render_goldens.py` rewrites the golden files from the current code.
@@ -18,9 +18,9 @@ from typing import Any
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
-from pytest_kernelpro.gate.compare import gate_records, render_compare_table
+from pytest_kernelpro.gate.offline_gate import gate_records, render_compare_table
 from pytest_kernelpro.gate.plot import roofline_figure
-from pytest_kernelpro.gate.verdict import compare
+from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.run.session import terminal_summary
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "render"
@@ -152,7 +152,7 @@ def _h200(name: str, *, median_s: float, flops: float, min_bytes: float) -> Any:
 def plot_text() -> str:
     add = _h200("triton_add", median_s=190e-6, flops=6.7e7, min_bytes=8.05e8)
     reg = _h200("softmax[1]", median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
-    reg.gate = compare(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
+    reg.gate = decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
     untimed = make_record("not_timed[1]", timed=False)
     fig = roofline_figure([add, reg, untimed])
     (ax,) = fig.axes

@@ -73,7 +73,7 @@ def test_the_parts_are_typed_and_frozen() -> None:
 
 def _producers() -> dict[str, Any]:
     """One result of every producer of a part, measured here on the CPU."""
-    from pytest_kernelpro.gate.verdict import compare
+    from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.correctness import check_correctness
     from pytest_kernelpro.measure.roofline import analyze_reference
@@ -92,7 +92,7 @@ def _producers() -> dict[str, Any]:
             budget=TimingBudget(warmup_ms=1, max_time_s=0.05, min_samples=5, max_samples=20),
         ),
         "roofline": analyze_reference(torch.neg, (x,), ceilings=ceilings),
-        "gate": compare(
+        "gate": decide_verdict(
             KernelRecord(
                 nodeid="t.py::neg",
                 name="neg",

@@ -24,7 +24,7 @@ of the code under test (the item's reference would hide a regression of a kernel
 the same library, and is the kernel itself for a KernelBench problem), power-hungry enough to
 run at the cap itself, and ~0.2 ms on an H200. The kernel's reported time stays its own
 samples'; the pairs add `TimingResult.anchor`, which the gate compares for capped
-comparisons (gate/clock_anchor.py). Such a measurement stops when the CI of the ratios (not of
+comparisons (gate/verdict_basis.py). Such a measurement stops when the CI of the ratios (not of
 the kernel's own time, noisier in paired rounds) is within the target, which takes a few
 tens of pairs of a capped kernel on an H200.
 """

@@ -58,7 +58,7 @@ from pytest_kernelpro.measure.timing.streams import (
 )
 
 # NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
-# whether a comparison is clock-limited (gate/clock_scale.py). Reading every 2 ms (to scale
+# whether a comparison is clock-limited (gate/verdict_basis.py). Reading every 2 ms (to scale
 # times by the clock) did not make the mean clock follow the kernel's time on the H200.
 CLOCK_READ_INTERVAL_S = 0.01
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device

@@ -29,7 +29,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
 )
 from pytest_kernelpro.gate.report import load_report, records_of
-from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, compare
+from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, decide_verdict
 from pytest_kernelpro.record import KernelRecord, VerdictPart
 
 
@@ -61,7 +61,9 @@ def gate_records(
     out = []
     for record in head:
         entry = base.entry_for(record)
-        verdict = compare(record, entry, threshold=threshold, alpha=alpha, cross_cpu=cross_cpu)
+        verdict = decide_verdict(
+            record, entry, threshold=threshold, alpha=alpha, cross_cpu=cross_cpu
+        )
         if entry is not None:
             choices = record.autotune.choices if record.autotune else None
             verdict = note_picks(verdict, compare_choices(choices, entry.autotune))
