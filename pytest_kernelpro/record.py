@@ -269,7 +269,7 @@ class VerdictPart(Part):
     min_roofline: float | None = None
     confirmed: bool | None = None
     confirmation: dict[str, Any] | None = None
-    # Set when the times were compared at the baseline's SM clock (gate/clock_scale.py):
+    # Set when the times were compared at the baseline's SM clock (gate/verdict_basis.py):
     clock_scale: float | None = None
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None

@@ -49,7 +49,7 @@ way the GPU clock anchor cancels the power cap (`anchor.py`):
    a neighbour disturbed is not the machine's speed). What still slows the kernel on a
    shared machine, the other vCPU's use of the shared cache and memory, the host's own
    scheduling (steal), the clock, slows the anchor next to it too, so the gate compares the per-pair kernel / anchor ratios
-   (`gate/cpu_anchor.py`) and reads the anchor's own change and scatter as the measure of
+   (`gate/verdict_basis.py`) and reads the anchor's own change and scatter as the measure of
    how far the machine moved.
 
 The kernel's reported samples stay its wall times (what a user waits for); the pairs go to
