@@ -29,7 +29,8 @@ def test_sandbox_data_comes_from_pytests_ini_and_the_conftest_defaults_are_asked
     assert (settings.candidates, settings.threshold) == (3, 0.2)
     assert settings.sources["candidates"] == "conftest pytest_kernelpro_defaults"
     # The gate's settings asked the hooks; the optimizer's reuse their answer.
-    assert asked and calls.read_text().splitlines() == asked
+    assert asked
+    assert calls.read_text().splitlines() == asked
 
 
 def test_no_sandbox_data_named_is_an_empty_view(pytester: pytest.Pytester) -> None:
