@@ -49,7 +49,7 @@ from pytest_kernelpro.run.isolate import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.measure.accuracy import CorrectnessRule
+    from pytest_kernelpro.measure.output_rule import CorrectnessRule
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
 
@@ -89,7 +89,7 @@ def remeasure_command(
 def rule_payload(rule: CorrectnessRule | None) -> dict[str, Any] | None:
     """What the child needs of the parent's correctness rule to check sampled outputs the
     same way: the marker's rtol/atol, the reduced-precision flag and each output's
-    calibrated tolerance and information limits (`measure.accuracy.Calibration`)."""
+    calibrated tolerance and information limits (`measure.output_rule.Calibration`)."""
     if rule is None:
         return None
     from dataclasses import asdict
@@ -108,12 +108,12 @@ def rule_payload(rule: CorrectnessRule | None) -> dict[str, Any] | None:
 
 def rule_from_payload(data: Mapping[str, Any]) -> CorrectnessRule:
     """The parent's rule again (`rule_payload`), judging by its calibrated tolerances."""
-    from pytest_kernelpro.measure.accuracy import (
+    from pytest_kernelpro.measure.output_rule import (
         Calibration,
         CorrectnessRule,
         InformationLimits,
+        Tolerance,
     )
-    from pytest_kernelpro.measure.tolerance import Tolerance
 
     rule = CorrectnessRule(rtol=data.get("rtol"), atol=data.get("atol"))
     if isinstance(data.get("factor"), (int, float)):

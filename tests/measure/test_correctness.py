@@ -10,16 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
-from pytest_kernelpro.measure.correctness import (  # noqa: E402
+from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
+    _fp32_reduced_mode,
     check_correctness,
     is_cuda_error,
     poisoned_allocations,
 )
-from pytest_kernelpro.measure.tolerance import (  # noqa: E402
-    Tolerance,
-    _fp32_reduced_mode,
-    default_tolerance,
-)
+from pytest_kernelpro.measure.output_rule import Tolerance, default_tolerance  # noqa: E402
 
 
 def randn_inputs(seed: int) -> tuple[Any, ...]:
@@ -411,11 +408,13 @@ def test_tf32_reference_judged_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> No
     """The CPU twin of the TF32 part of test_cuda_poisoning_tf32_and_nondeterministic_ops:
     this CPU counts as a device whose fp32 matmuls run in TF32 (as tests/measure/
     test_accuracy.py's simulated_tf32)."""
-    from pytest_kernelpro.measure import tolerance
+    from pytest_kernelpro.measure import correctness_check
 
-    monkeypatch.setattr(tolerance, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        tolerance, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
+        correctness_check,
+        "_fp32_reduced_mode",
+        lambda torch, op: "tf32" if op == "matmul" else None,
     )
 
     def mm_inputs(seed: int) -> tuple[Any, ...]:
@@ -431,8 +430,8 @@ def test_marker_rtol_alone_keeps_the_dtype_default_atol() -> None:
     """rtol= from a marker replaces only rtol; atol stays the default of the output dtype."""
     import torch
 
-    from pytest_kernelpro.measure.correctness import check_correctness
-    from pytest_kernelpro.measure.tolerance import default_tolerance
+    from pytest_kernelpro.measure.correctness_check import check_correctness
+    from pytest_kernelpro.measure.output_rule import default_tolerance
 
     result = check_correctness(
         torch.neg, torch.neg, lambda seed: (torch.randn(8),), device="cpu", trials=1, rtol=0.5

@@ -11,9 +11,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pytest_kernelpro.measure.accuracy import Calibration, CorrectnessRule, InformationLimits
+from pytest_kernelpro.measure.output_rule import (
+    Calibration,
+    CorrectnessRule,
+    InformationLimits,
+    Tolerance,
+)
 from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, fresh_inputs
-from pytest_kernelpro.measure.tolerance import Tolerance
 from pytest_kernelpro.run.fresh_process import (
     RULE_FILE,
     read_rule,
@@ -59,7 +63,7 @@ def _timing(fresh: object, calls: int) -> None:
 
 
 def _recheck_writes_into(inputs: list[torch.Tensor]) -> None:
-    inputs[0].copy_(torch.randn(256))  # measure.correctness.recheck_after_timing does this
+    inputs[0].copy_(torch.randn(256))  # correctness_check.recheck_after_timing does this
 
 
 def test_an_honest_kernel_re_measured_after_the_recheck_is_not_accused() -> None:
