@@ -455,6 +455,10 @@ def recheck_after_timing(
     )
 
 
+# Poisoned outputs, the kernel's and the reference's own copies of the inputs, and the
+# check that the kernel left its inputs alone.
+
+
 @contextlib.contextmanager
 def poisoned_allocations(torch: Any) -> Iterator[None]:
     """Make uninitialized tensors NaN (floats) / max-int (ints) inside the block.
@@ -529,23 +533,23 @@ def _tensors_in(torch: Any, obj: Any) -> Iterator[Any]:
     return (leaf for _, leaf in leaves_of(torch, obj) if isinstance(leaf, torch.Tensor))
 
 
-def map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
+def _map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
     """`obj` with each tensor inside lists/tuples/namedtuples/dicts (nested) replaced by
     `fn(tensor)`; the containers are new, other objects shared."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(map_tensors(torch, x, fn) for x in obj))
+        return type(obj)(*(_map_tensors(torch, x, fn) for x in obj))
     if isinstance(obj, (list, tuple)):
-        return type(obj)(map_tensors(torch, x, fn) for x in obj)
+        return type(obj)(_map_tensors(torch, x, fn) for x in obj)
     if isinstance(obj, dict):
-        return {k: map_tensors(torch, v, fn) for k, v in obj.items()}
+        return {k: _map_tensors(torch, v, fn) for k, v in obj.items()}
     return obj
 
 
 def clone_inputs(torch: Any, obj: Any) -> Any:
     """Deep copy of tensors (strides kept) inside lists/tuples/dicts; other objects shared."""
-    return map_tensors(torch, obj, lambda tensor: tensor.detach().clone())
+    return _map_tensors(torch, obj, lambda tensor: tensor.detach().clone())
 
 
 def is_cuda_error(exc: BaseException) -> bool:
@@ -851,7 +855,7 @@ def _widen(torch: Any, value: Any, wide: Any) -> Any:
             return tensor.detach().to(wide)
         return tensor.detach().clone()
 
-    return map_tensors(torch, value, widened)
+    return _map_tensors(torch, value, widened)
 
 
 def _widened_module(torch: Any, module: Any, wide: Any) -> Any:

@@ -66,6 +66,9 @@ FACTOR = 8.0
 ROUNDINGS = 2.0
 
 
+# The dtype tolerances: where no truth decides, or under a marker's rtol/atol, an output is
+# compared as torch.allclose does, by the (rtol, atol) of its dtype.
+
 # (rtol, atol) per dtype name, chosen from the dtype's unit roundoff u (half an ulp at 1.0):
 # a few ulps for a result of order 1 computed in a different order than the reference.
 _FLOAT_TOLERANCES: dict[str, tuple[float, float]] = {
@@ -229,6 +232,10 @@ def _both_nan_note(path: str, count: int) -> str:
         f"{path}: the reference itself produced NaN at {count} element(s) and the kernel "
         "has NaN at the same places (accepted: the reference runs without output poisoning)"
     )
+
+
+# Comparing outputs leaf by leaf: structure, shape and dtype, then exact (integers, bool) or
+# allclose (floating), each difference explained in the leaf's message.
 
 
 @dataclass
@@ -402,23 +409,73 @@ def _work_dtype(torch: Any, dtype: Any) -> Any:
 
 
 def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
-    """Floating/complex: allclose per element, NaN and infinities explained.
-
-    Compared in chunks (see COMPARE_CHUNK), with the counts and maxima accumulated on
-    the device (one synchronization at the end): temporaries of a whole multi-GB output would
-    take many times its size (a 7.5 GB fp32 output needed over 100 GB in float64).
-    """
-    shape, total = tuple(e.shape), e.numel()
+    """Floating/complex: allclose per element (and normwise where the tolerance has a normwise
+    bound), NaN and infinities explained."""
+    shape = tuple(e.shape)
     work = _work_dtype(torch, e.dtype)
-    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
     g_flat, e_flat = g.reshape(-1), e.reshape(-1)
+    table, starts = _allclose_pass(torch, g_flat, e_flat, tol, work)
+    counts = {name: int(table[:, i].sum()) for i, name in enumerate(_MISSES)}
+    n_both_nan = int(table[:, 4].sum())
+    max_abs, max_rel = float(table[:, 5].max()), float(table[:, 6].max())
+    best_chunk = int(table[:, 7].argmax())  # the first chunk holding the largest ratio
+    worst_ratio, worst_flat = float(table[best_chunk, 7]), int(starts[best_chunk])
+    notes = [_both_nan_note(path, n_both_nan)] if n_both_nan else []
+    if any(counts.values()):
+        message, kind, worst_flat, worst_ratio = _allclose_failure(
+            torch,
+            path,
+            (g_flat, e_flat, shape),
+            tol,
+            work,
+            table,
+            counts,
+            (worst_flat, worst_ratio),
+        )
+        if counts["over"]:
+            message += (
+                f" Max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+                "(over the elements that are numbers on both sides)."
+            )
+        index = _unravel(worst_flat, shape)
+        return LeafReport(
+            path, tol, False, message, max_abs, max_rel, worst_ratio, index, notes, kind
+        )
+    index = _unravel(worst_flat, shape)
+    if tol.norm_rtol is not None:
+        diff_norm = math.sqrt(float(table[:, 8].sum()))
+        exp_norm = math.sqrt(float(table[:, 9].sum()))
+        if diff_norm > tol.norm_rtol * exp_norm:
+            rel_norm = diff_norm / exp_norm if exp_norm else math.inf
+            text = (
+                f"{path}: normwise relative error {rel_norm:.3g} above {tol.norm_rtol:.3g} "
+                f"({tol.source}), though every element is inside rtol={tol.rtol:.3g}, "
+                f"atol={tol.atol:.3g}."
+            )
+            return LeafReport(path, tol, False, text, max_abs, max_rel, worst_ratio, index, notes)
+    return LeafReport(path, tol, True, None, max_abs, max_rel, worst_ratio, index, notes)
+
+
+# The kinds of element an allclose misses, in the columns of `_allclose_pass`'s table.
+_MISSES = ("nan", "missing nan", "inf", "over")
+
+
+def _allclose_pass(
+    torch: Any, g_flat: Any, e_flat: Any, tol: Tolerance, work: Any
+) -> tuple[Any, Any]:
+    """One chunked pass over a flat output pair: per chunk the counts of each of `_MISSES`,
+    both-NaN, max abs and max rel error, the largest ratio |err| / (atol + rtol |expected|),
+    and the sums of squares of the errors and of the expected values (for `norm_rtol`); and
+    where each chunk's largest ratio is. Accumulated on the device with one synchronization
+    at the end: temporaries of a whole multi-GB output would take many times its size (a
+    7.5 GB fp32 output needed over 100 GB in float64)."""
+    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
+    total = e_flat.numel()
     steps = chunk_ranges(total)
-    step = steps.step
-    names = ("nan", "missing nan", "inf", "over")
-    per_chunk: list[Any] = []  # per chunk: counts of each mask, both-NaN, max abs, max rel, ratio
+    per_chunk: list[Any] = []
     worst_at: list[Any] = []
     for lo in steps:
-        hi = min(total, lo + step)
+        hi = min(total, lo + steps.step)
         gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
         g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
         finite = torch.isfinite(gd) & torch.isfinite(ed)
@@ -454,80 +511,57 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
         del e_fin
         worst_at.append(best + lo)
         del ed, g_nan, e_nan, finite, inf_any, diff, e_abs, limit, ratio, rel, counts
-    table = torch.stack(per_chunk).cpu()  # the one synchronization
-    starts = torch.stack(worst_at).cpu()
-    column = {name: table[:, i] for i, name in enumerate(names)}
-    counts_total = {name: int(column[name].sum()) for name in names}
-    n_both_nan = int(table[:, 4].sum())
-    max_abs, max_rel = float(table[:, 5].max()), float(table[:, 6].max())
-    best_chunk = int(table[:, 7].argmax())  # the first chunk holding the largest ratio
-    worst_ratio, worst_flat = float(table[best_chunk, 7]), int(starts[best_chunk])
-    first: dict[str, int] = {}
-    for name in ("nan", "missing nan", "inf"):
-        if counts_total[name]:
-            chunk = int((column[name] > 0).nonzero()[0])
-            lo, hi = chunk * step, min(total, (chunk + 1) * step)
-            first[name] = lo + _first_index(
-                torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
-            )
-    counts = counts_total
-    norm_text = ""
-    if tol.norm_rtol is not None and not any(counts.values()):
-        diff_norm, exp_norm = (
-            math.sqrt(float(table[:, 8].sum())),
-            math.sqrt(float(table[:, 9].sum())),
-        )
-        if diff_norm > tol.norm_rtol * exp_norm:
-            rel_norm = diff_norm / exp_norm if exp_norm else math.inf
-            norm_text = (
-                f"{path}: normwise relative error {rel_norm:.3g} above {tol.norm_rtol:.3g} "
-                f"({tol.source}), though every element is inside rtol={tol.rtol:.3g}, "
-                f"atol={tol.atol:.3g}."
-            )
-    notes = []
-    if n_both_nan:
-        notes.append(_both_nan_note(path, n_both_nan))
+    return torch.stack(per_chunk).cpu(), torch.stack(worst_at).cpu()  # the one synchronization
+
+
+def _allclose_failure(
+    torch: Any,
+    path: str,
+    flat_pair: tuple[Any, Any, tuple[int, ...]],
+    tol: Tolerance,
+    work: Any,
+    table: Any,
+    counts: dict[str, int],
+    worst: tuple[int, float],
+) -> tuple[str, str, int, float]:
+    """The message of an output allclose missed (`counts` of `_MISSES`; `flat_pair`: the
+    kernel's and the reference's flat outputs and their shape), its kind, and the element it
+    names with its ratio: the first non-number problem (ratio inf), else `worst`, the
+    largest ratio."""
+    g_flat, e_flat, shape = flat_pair
+    worst_flat, worst_ratio = worst
+    total = e_flat.numel()
+    step = chunk_ranges(total).step
     n_bad = sum(counts.values())
-    if n_bad == 0:
-        index = _unravel(worst_flat, shape)
-        if norm_text:
-            return LeafReport(
-                path, tol, False, norm_text, max_abs, max_rel, worst_ratio, index, notes
-            )
-        return LeafReport(path, tol, True, None, max_abs, max_rel, worst_ratio, index, notes)
     parts = [
         f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "
         f"rtol={tol.rtol:g}, atol={tol.atol:g} ({tol.source})."
     ]
     kind = "values"
-    for name in ("nan", "missing nan", "inf"):
-        if counts[name]:
-            first_flat = first[name]
-            if kind == "values":  # the first non-number problem names the worst element
-                kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
-            at = _unravel(first_flat, shape)
-            parts.append(
-                {
-                    "nan": f"{counts[name]} NaN where the reference is a number, first at index "
-                    f"{at}: never written by the kernel (outputs are poisoned with NaN before "
-                    "it runs) or computed as NaN.",
-                    "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
-                    f"the kernel is not, first at index {at}.",
-                    "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
-                    f"the other sign, first at index {at}.",
-                }[name]
-            )
+    for i, name in enumerate(_MISSES[:3]):
+        if not counts[name]:
+            continue
+        chunk = int((table[:, i] > 0).nonzero()[0])
+        lo, hi = chunk * step, min(total, (chunk + 1) * step)
+        first_flat = lo + _first_index(torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work))
+        if kind == "values":  # the first non-number problem names the worst element
+            kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
+        at = _unravel(first_flat, shape)
+        parts.append(
+            {
+                "nan": f"{counts[name]} NaN where the reference is a number, first at index "
+                f"{at}: never written by the kernel (outputs are poisoned with NaN before "
+                "it runs) or computed as NaN.",
+                "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
+                f"the kernel is not, first at index {at}.",
+                "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
+                f"the other sign, first at index {at}.",
+            }[name]
+        )
     index = _unravel(worst_flat, shape)
     exp_v, got_v = e_flat[worst_flat].item(), g_flat[worst_flat].item()
     parts.append(f"Worst at index {index}: expected {_fmt(exp_v)}, got {_fmt(got_v)}.")
-    if counts["over"]:
-        parts.append(
-            f"Max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
-            "(over the elements that are numbers on both sides)."
-        )
-    return LeafReport(
-        path, tol, False, " ".join(parts), max_abs, max_rel, worst_ratio, index, notes, kind
-    )
+    return " ".join(parts), kind, worst_flat, worst_ratio
 
 
 def failure_text(failed: list[LeafReport], shown: int = 3) -> str:
@@ -657,6 +691,10 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     return leaf
 
 
+# The truth's rule: the first call against the truth, the tolerance it calibrates for the
+# later calls, and the check that an output carries information (module docstring).
+
+
 @dataclass(frozen=True)
 class TruthComparison:
     """One leaf of the kernel's output against the truth."""
@@ -673,6 +711,54 @@ def truth_source(precision: str | None, factor: float) -> str:
 def screen_tolerance(source: str) -> Tolerance:
     """Shape, dtype, NaN and infinities judged with the gate's messages; values not judged."""
     return Tolerance(0.0, math.inf, source)
+
+
+def _truth_pass(
+    torch: Any, flat: tuple[Any, Any, Any], floor: float, factor: float, roundings: float
+) -> tuple[Any, Any]:
+    """One chunked pass of the first call's elementwise rule over the flat kernel output,
+    reference output and reference - truth (`flat`): |k - t| <= F (|r - t| + s) + R u |t|
+    (`factor` F, `floor` s, `roundings` R u). Per chunk: the elements over their
+    bound, the sum of squares of |k - t|, the largest ratio to the bound, the elements not
+    numbers on one side only, both-NaN, max |k - r| and max |k - r| / |r|; and where each
+    chunk's largest ratio is. One synchronization at the end."""
+    g, r, d = flat
+    total = r.numel()
+    work = torch.complex64 if r.is_complex() else torch.float32
+    rows = []
+    best_at = []
+    steps = chunk_ranges(total)
+    for lo in steps:
+        hi = min(total, lo + steps.step)
+        gd, rd, dd = g[lo:hi].to(work), r[lo:hi].to(work), d[lo:hi].to(work)
+        ok = torch.isfinite(gd) & torch.isfinite(rd)
+        both_nan = torch.isnan(gd) & torch.isnan(rd)
+        # Not numbers on both sides and not the same NaN or infinity: screened below.
+        unlike = (~ok & ~both_nan & (gd != rd)).sum()
+        zero = torch.zeros((), dtype=work, device=gd.device)
+        diff = torch.where(ok, gd - rd, zero)  # kernel - reference
+        r_abs = rd.abs()
+        rel = torch.where(r_abs > 0, diff.abs() / r_abs, torch.zeros_like(r_abs))
+        off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
+        allowed = factor * (dd.abs() + floor) + roundings * (rd - dd).abs()
+        ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
+        best = ratio.argmax()
+        rows.append(
+            torch.stack(
+                [
+                    (off > allowed).sum().to(torch.float64),
+                    off.to(torch.float64).pow(2).sum(),
+                    ratio[best].to(torch.float64),
+                    unlike.to(torch.float64),
+                    both_nan.sum().to(torch.float64),
+                    diff.abs().max().to(torch.float64),
+                    rel.max().to(torch.float64),
+                ]
+            )
+        )
+        best_at.append(best + lo)
+        del gd, rd, dd, ok, both_nan, diff, r_abs, rel, off, allowed, ratio
+    return torch.stack(rows).cpu(), torch.stack(best_at).cpu()
 
 
 def compare_with_truth(
@@ -702,44 +788,9 @@ def compare_with_truth(
     if tuple(got.shape) != tuple(expected.shape) or got.dtype != expected.dtype:
         return screened()
     shape, total = tuple(expected.shape), expected.numel()
-    work = torch.complex64 if expected.is_complex() else torch.float32
     g = got.detach().to(expected.device).reshape(-1)
     r, d = expected.detach().reshape(-1), leaf.difference.reshape(-1)
-    rows = []
-    best_at = []
-    steps = chunk_ranges(total)
-    for lo in steps:
-        hi = min(total, lo + steps.step)
-        gd, rd, dd = g[lo:hi].to(work), r[lo:hi].to(work), d[lo:hi].to(work)
-        ok = torch.isfinite(gd) & torch.isfinite(rd)
-        both_nan = torch.isnan(gd) & torch.isnan(rd)
-        # Not numbers on both sides and not the same NaN or infinity: screened below.
-        unlike = (~ok & ~both_nan & (gd != rd)).sum()
-        zero = torch.zeros((), dtype=work, device=gd.device)
-        diff = torch.where(ok, gd - rd, zero)  # kernel - reference
-        r_abs = rd.abs()
-        rel = torch.where(r_abs > 0, diff.abs() / r_abs, torch.zeros_like(r_abs))
-        off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
-        allowed = factor * (dd.abs() + floor) + ROUNDINGS * u * (rd - dd).abs()
-        ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
-        best = ratio.argmax()
-        rows.append(
-            torch.stack(
-                [
-                    (off > allowed).sum().to(torch.float64),
-                    off.to(torch.float64).pow(2).sum(),
-                    ratio[best].to(torch.float64),
-                    unlike.to(torch.float64),
-                    both_nan.sum().to(torch.float64),
-                    diff.abs().max().to(torch.float64),
-                    rel.max().to(torch.float64),
-                ]
-            )
-        )
-        best_at.append(best + lo)
-        del gd, rd, dd, ok, both_nan, diff, r_abs, rel, off, allowed, ratio
-    table = torch.stack(rows).cpu()
-    starts = torch.stack(best_at).cpu()
+    table, starts = _truth_pass(torch, (g, r, d), floor, factor, ROUNDINGS * u)
     if float(table[:, 3].sum()) > 0:
         return screened()
     n_both_nan = int(table[:, 4].sum())
