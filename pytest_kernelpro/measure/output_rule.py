@@ -50,8 +50,8 @@ level (torch is passed in), so the sandbox's child processes import it without t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -1176,6 +1176,35 @@ class CorrectnessRule:
                     )
             out.append(report)
         return out
+
+    def payload(self) -> dict[str, Any]:
+        """What another process needs of this rule to judge later calls the same way (the
+        confirmation's fresh process checks sampled timed outputs by it): the marker's
+        rtol/atol, the factor, the reduced precision and each output's calibration. JSON-safe."""
+        return {
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "factor": self.factor,
+            "reduced": self.reduced,
+            "calibrated": {
+                path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
+                for path, c in self.calibrated.items()
+            },
+        }
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> CorrectnessRule:
+        """The rule again from its `payload`, judging by its calibrated tolerances (raises
+        KeyError or TypeError on a payload of another shape)."""
+        rule = cls(rtol=data.get("rtol"), atol=data.get("atol"))
+        if isinstance(data.get("factor"), (int, float)):
+            rule.factor = float(data["factor"])
+        rule.reduced = data.get("reduced")
+        for path, c in (data.get("calibrated") or {}).items():
+            rule.calibrated[str(path)] = Calibration(
+                Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
+            )
+        return rule
 
     def summary(self) -> dict[str, Any]:
         """The record's fields: rule, factor, both errors, the truth's precision and cost."""
