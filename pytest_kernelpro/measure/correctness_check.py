@@ -705,18 +705,22 @@ def record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
         yield
 
 
+def _precision_backends(torch: Any, op: str) -> tuple[Any, Any]:
+    """The torch objects that hold the precision of fp32 ops of kind `op` ("matmul"/"conv"):
+    the newer one with `fp32_precision` (None where this torch has none) and the legacy one
+    with `allow_tf32`."""
+    if op == "matmul":
+        return torch.backends.cuda.matmul, torch.backends.cuda.matmul
+    return getattr(torch.backends.cudnn, "conv", None), torch.backends.cudnn
+
+
 def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
     """`"tf32"`/`"bf16"` when fp32 ops of kind `op` ("matmul"/"conv") may run reduced on CUDA.
 
     Reads the newer `fp32_precision` settings (torch >= 2.9) first; "none" there defers to
     the legacy flags, which newer torch refuses to read after a mix of both APIs.
     """
-    if op == "conv":
-        backend = getattr(torch.backends.cudnn, "conv", None)
-        legacy = ("cudnn", "allow_tf32")
-    else:
-        backend = torch.backends.cuda.matmul
-        legacy = ("cuda", "allow_tf32")
+    backend, legacy = _precision_backends(torch, op)
     new = getattr(backend, "fp32_precision", None)
     if new in ("tf32", "bf16"):
         return str(new)
@@ -726,8 +730,7 @@ def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
         warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
         try:
             # "high" and "medium" float32 matmul precision both mean TF32 in cuBLAS.
-            flags = torch.backends.cudnn if legacy[0] == "cudnn" else torch.backends.cuda.matmul
-            return "tf32" if getattr(flags, legacy[1]) else None
+            return "tf32" if legacy.allow_tf32 else None
         except RuntimeError:  # "mix of the legacy and new APIs": treat as full fp32
             return None
 
@@ -756,10 +759,7 @@ def apply_fp32_precision_flags(torch: Any, flags: Mapping[str, Any], *, where: s
                 f"{where}: fp32 precision {op!r}={mode!r} is invalid; the kinds are "
                 f"{', '.join(FP32_OPS)} and the modes tf32, bf16 or null (full fp32)"
             )
-        if op == "matmul":
-            backend, legacy = torch.backends.cuda.matmul, torch.backends.cuda.matmul
-        else:
-            backend, legacy = torch.backends.cudnn.conv, torch.backends.cudnn
+        backend, legacy = _precision_backends(torch, op)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
             if mode == "bf16":
