@@ -117,7 +117,7 @@ def summarize_record(record: Any, call: int) -> dict[str, Any]:
         "peak_name": roofline.get("peak_name"),
         "efficiency": record.efficiency,
         "device": record.device,
-        # The correctness rule (measure/accuracy.py): which rule decided, the factor, the
+        # The correctness rule (measure/output_rule.py): which rule decided, the factor, the
         # kernel's and the reference's normwise errors against the truth, the truth's cost.
         "rule": correctness.get("rule"),
         "factor": correctness.get("factor"),

@@ -1,10 +1,10 @@
-"""Every KernelBench reference against its own float64 truth (`measure/truth.py`), by the
-correctness rule of `measure/accuracy.py` (issue 27), on one device.
+"""Every KernelBench reference against its own float64 truth (`measure/correctness_check.py`),
+by the correctness rule of `measure/output_rule.py` (issue 27), on one device.
 
 For each problem (levels 1-3 of a staged KernelBench folder, as `kernelbench_sweep.py` uses
 them, built and fed as the gate builds and feeds them: `problem.kernelbench`): the reference
 runs once on its seed-1 inputs (fp32 matmuls/convs as torch's flags let them run, recorded as
-the gate records them), then `measure.truth.run_truth` re-runs it in float64 (its cost: wall
+the gate records them), then `measure.correctness_check.run_truth` re-runs it in float64 (its cost: wall
 time and peak memory), and two "kernels" are judged:
 - the exact answer (the truth rounded to the output's dtype) by the dtype default, today's
   rule: where it fails, the reference itself disagrees with its truth beyond that rule (the
@@ -50,7 +50,7 @@ def problem_files(root: Path, levels: list[int]) -> list[Path]:
 def _exact_answer(torch: Any, expected: Any, truth: Any) -> Any:
     """The reference's output structure with each judged leaf replaced by its truth rounded
     to the leaf's dtype (reference - (reference - truth), in chunks)."""
-    from pytest_kernelpro.measure.truth import leaves_of
+    from pytest_kernelpro.measure.output_rule import leaves_of
 
     by_path = {p: v for p, v in leaves_of(torch, expected)}
     exact: dict[str, Any] = {}
@@ -79,11 +79,16 @@ def _exact_answer(torch: Any, expected: Any, truth: Any) -> Any:
 def judge_problem(path: Path, device: str) -> dict[str, Any]:
     import torch
 
-    from pytest_kernelpro.measure.accuracy import CorrectnessRule
-    from pytest_kernelpro.measure.compare import compare_outputs
-    from pytest_kernelpro.measure.correctness import clone_inputs
-    from pytest_kernelpro.measure.tolerance import run_recording_precision, tolerance_rule
-    from pytest_kernelpro.measure.truth import run_truth
+    from pytest_kernelpro.measure.correctness_check import (
+        clone_inputs,
+        run_recording_precision,
+        run_truth,
+    )
+    from pytest_kernelpro.measure.output_rule import (
+        CorrectnessRule,
+        compare_outputs,
+        tolerance_rule,
+    )
     from pytest_kernelpro.problem.kernelbench import problem_from_kernelbench
 
     row: dict[str, Any] = {"problem": path.stem, "level": int(path.parent.name[-1])}

@@ -1,11 +1,11 @@
 """What the gate measures of a kernel: correctness, time and its place on the roofline.
 
-- `correctness.py`: trials on fresh inputs with poisoned allocations, the re-check after
-  timing; `tolerance.py`: the dtype tolerances, the TF32/bf16 relaxation and its detection;
-  `truth.py`: the reference re-run in float64, the truth; `accuracy.py`: how close an
-  output must be, the rule measured against that truth;
-  `compare.py`: output comparison and its verdict. The optimizer's sandbox decides with
-  these too (`optimize/sandbox/measurement.py`), so the gate and the search cannot disagree;
+- `output_rule.py`: the correctness rule, how close an output must be given the
+  reference's own error against its higher-precision truth (the dtype tolerances where no
+  truth decides), compared leaf by leaf; `correctness_check.py`: the trials that run the
+  kernel and the reference on fresh inputs with poisoned allocations, the reference's
+  reduced precision and its re-run in float64 (the truth), the re-check after timing. The
+  optimizer's sandbox decides with these too (`optimize/sandbox/measurement.py`), so the gate and the search cannot disagree;
 - `timing/`: one timer interface (`timing.time_kernel`), with the budget, the adaptive
   rounds and the statistics of their samples (`budget.py`), the CPU timer with its anchor,
   the CPU's load and the thread policy for CPU kernels (`cpu.py`), and the CUDA timer

@@ -76,7 +76,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 MARKER = "marker"
-TOLERANCE_BY_DTYPE = "built-in: by the reference output's dtype (measure/correctness.py)"
+TOLERANCE_BY_DTYPE = "built-in: by the reference output's dtype (measure/output_rule.py)"
 
 WATCHDOG_GRACE_S = 30.0  # after the limit, how long native code may still take to return
 WATCHDOG_EXIT_STATUS = 3  # pytest's "internal error" status: the session did not finish

@@ -15,7 +15,8 @@ node id: a KernelBench problem under `--kernelpro-problems` or any file outside 
 has a node id relative to the directory it was collected from ("23_Softmax.py::23_Softmax"),
 which the child, started in the invocation directory, cannot find. Its record is matched by
 node id, or else by the kernel's name (`isolate.child_record_for`). It checks the sampled
-timed outputs by the parent's calibrated rule (`rule_payload`, written beside the pins): the
+timed outputs by the parent's calibrated rule (`CorrectnessRule.payload`, written beside the
+pins): the
 dtype's default tolerance refused an honest algebraic rewrite whose error the parent's
 trials had calibrated.
 
@@ -49,7 +50,7 @@ from pytest_kernelpro.run.isolate import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.measure.accuracy import CorrectnessRule
+    from pytest_kernelpro.measure.output_rule import CorrectnessRule
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
 
@@ -86,48 +87,11 @@ def remeasure_command(
     return [*cmd, f"{REMEASURE_FLAG}={pins_path}"]
 
 
-def rule_payload(rule: CorrectnessRule | None) -> dict[str, Any] | None:
-    """What the child needs of the parent's correctness rule to check sampled outputs the
-    same way: the marker's rtol/atol, the reduced-precision flag and each output's
-    calibrated tolerance and information limits (`measure.accuracy.Calibration`)."""
-    if rule is None:
-        return None
-    from dataclasses import asdict
-
-    return {
-        "rtol": rule.rtol,
-        "atol": rule.atol,
-        "factor": rule.factor,
-        "reduced": rule.reduced,
-        "calibrated": {
-            path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
-            for path, c in rule.calibrated.items()
-        },
-    }
-
-
-def rule_from_payload(data: Mapping[str, Any]) -> CorrectnessRule:
-    """The parent's rule again (`rule_payload`), judging by its calibrated tolerances."""
-    from pytest_kernelpro.measure.accuracy import (
-        Calibration,
-        CorrectnessRule,
-        InformationLimits,
-    )
-    from pytest_kernelpro.measure.tolerance import Tolerance
-
-    rule = CorrectnessRule(rtol=data.get("rtol"), atol=data.get("atol"))
-    if isinstance(data.get("factor"), (int, float)):
-        rule.factor = float(data["factor"])
-    rule.reduced = data.get("reduced")
-    for path, c in (data.get("calibrated") or {}).items():
-        rule.calibrated[str(path)] = Calibration(
-            Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
-        )
-    return rule
-
-
 def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
-    """The parent's rule written beside the child's pins file, or None without one."""
+    """The parent's rule written beside the child's pins file (`CorrectnessRule.payload`), or
+    None without one."""
+    from pytest_kernelpro.measure.output_rule import CorrectnessRule
+
     if pins_path is None:
         return None
     path = Path(pins_path).with_name(RULE_FILE)
@@ -135,7 +99,7 @@ def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return rule_from_payload(data) if isinstance(data, dict) else None
+        return CorrectnessRule.from_payload(data) if isinstance(data, dict) else None
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise KernelproError(f"the parent's correctness rule {path} is unreadable: {exc}") from exc
 
@@ -154,9 +118,8 @@ def remeasure_in_fresh_process(
         json_path = Path(tmp) / "remeasure.json"
         pins_path = Path(tmp) / "pins.json"
         pins_path.write_text(json.dumps([dict(p) for p in pins]), encoding="utf-8")
-        payload = rule_payload(rule)
-        if payload is not None:
-            (Path(tmp) / RULE_FILE).write_text(json.dumps(payload), encoding="utf-8")
+        if rule is not None:
+            (Path(tmp) / RULE_FILE).write_text(json.dumps(rule.payload()), encoding="utf-8")
         cmd = remeasure_command(item, session, json_path, pins_path)
         try:
             proc = subprocess.Popen(

@@ -392,7 +392,7 @@ def _device_model(session: KernelproSession, run: ItemRun) -> tuple[Any, Any]:
 def _noting_cuda_errors(session: KernelproSession, run: ItemRun) -> Iterator[None]:
     """A CUDA error breaks this process's CUDA context: the first item that raised one is
     noted, and later CUDA items of the process fail naming it (`_start`)."""
-    from pytest_kernelpro.measure.correctness import is_cuda_error
+    from pytest_kernelpro.measure.correctness_check import is_cuda_error
 
     try:
         yield
@@ -491,7 +491,7 @@ def check(
     grad_mode: Any,
 ) -> Any:
     """The correctness trials; a wrong kernel fails the item here."""
-    from pytest_kernelpro.measure.correctness import check_correctness
+    from pytest_kernelpro.measure.correctness_check import check_correctness
 
     try:
         with grad_mode():
@@ -589,7 +589,7 @@ def _fresh_inputs(
     tolerance the first trial's truth calibrated, else the dtype rule)."""
     import torch
 
-    from pytest_kernelpro.measure.accuracy import CorrectnessRule
+    from pytest_kernelpro.measure.output_rule import CorrectnessRule
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
     check = None
@@ -641,7 +641,7 @@ def recheck(
     correctness: Any,
 ) -> None:
     """A kernel must stay correct after it was timed (see `recheck_after_timing`)."""
-    from pytest_kernelpro.measure.correctness import recheck_after_timing
+    from pytest_kernelpro.measure.correctness_check import recheck_after_timing
 
     try:
         failure = recheck_after_timing(

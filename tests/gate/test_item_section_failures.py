@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.gate.format import item_section  # noqa: E402
-from pytest_kernelpro.measure.correctness import check_correctness  # noqa: E402
+from pytest_kernelpro.measure.correctness_check import check_correctness  # noqa: E402
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord  # noqa: E402
 
 

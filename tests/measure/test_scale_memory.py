@@ -9,7 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import compare as compare_mod  # noqa: E402
+from pytest_kernelpro.measure import correctness_check  # noqa: E402
+from pytest_kernelpro.measure import output_rule as rule_mod  # noqa: E402
 from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
 from pytest_kernelpro.measure.flops import TF32X3_KEY, backend_peak_key  # noqa: E402
 from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
@@ -19,9 +20,8 @@ from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
     tensor_bytes_of,
 )
 from pytest_kernelpro.measure.roofline import peak_label, resolve_peak  # noqa: E402
-from pytest_kernelpro.measure.tolerance import Tolerance  # noqa: E402
 
-TOL = Tolerance(1e-4, 1e-4, "test")
+TOL = rule_mod.Tolerance(1e-4, 1e-4, "test")
 
 
 def _case() -> tuple[object, object]:
@@ -39,9 +39,9 @@ def test_chunked_comparison_gives_the_whole_tensors_answer(
     chunk: int, max_chunks: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     got, exp = _case()
-    monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", chunk)
-    monkeypatch.setattr(compare_mod, "COMPARE_MAX_CHUNKS", max_chunks)
-    report = compare_mod.compare_tensor(torch, "output", got, exp, TOL)
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", chunk)
+    monkeypatch.setattr(rule_mod, "COMPARE_MAX_CHUNKS", max_chunks)
+    report = rule_mod.compare_tensor(torch, "output", got, exp, TOL)
     assert not report.ok
     assert report.kind == "nan"
     assert report.worst_index == (7, 1)  # the first non-number problem is named
@@ -50,12 +50,12 @@ def test_chunked_comparison_gives_the_whole_tensors_answer(
     assert "3 of 1000 elements" in (report.message or "")
     assert "first at index (7, 1)" in (report.message or "")
     assert any("produced NaN at 1 element" in n for n in report.notes)
-    clean = compare_mod.compare_tensor(torch, "output", exp.clone(), exp, TOL)
+    clean = rule_mod.compare_tensor(torch, "output", exp.clone(), exp, TOL)
     assert clean.ok
     got2 = exp.clone()
     got2[9, 99] += 5.0
     got2[1, 1] += 0.5
-    worst = compare_mod.compare_tensor(torch, "output", got2, exp, TOL)
+    worst = rule_mod.compare_tensor(torch, "output", got2, exp, TOL)
     assert worst.worst_index == (9, 99)  # the largest ratio over all chunks
 
 
@@ -128,10 +128,8 @@ def test_correctness_holds_two_input_sets_when_the_kernel_runs(
     pooling, matrix-vector) with three sets alive."""
     import weakref
 
-    from pytest_kernelpro.measure import correctness
-
     made: list[weakref.ref] = []
-    real_clone = correctness.clone_inputs
+    real_clone = correctness_check.clone_inputs
 
     def tracking_clone(torch_mod, inputs):  # noqa: ANN001, ANN202
         out = real_clone(torch_mod, inputs)
@@ -149,8 +147,8 @@ def test_correctness_holds_two_input_sets_when_the_kernel_runs(
         alive_at_kernel.append(sum(r() is not None for r in made))
         return x.sum(dim=0, keepdim=True)  # type: ignore[attr-defined]
 
-    monkeypatch.setattr(correctness, "clone_inputs", tracking_clone)
-    result = correctness.check_correctness(
+    monkeypatch.setattr(correctness_check, "clone_inputs", tracking_clone)
+    result = correctness_check.check_correctness(
         kernel, lambda x: x.sum(dim=0, keepdim=True), make_inputs, device="cpu", trials=3
     )
     assert result.passed
@@ -162,8 +160,6 @@ def test_recheck_after_timing_holds_two_input_sets_when_the_reference_runs() -> 
     reduction peaked at 3.00x its footprint on the H200 while the copy loop's variable kept
     the fresh tensor alive)."""
     import weakref
-
-    from pytest_kernelpro.measure import correctness
 
     timed = (torch.randn(1000),)
     made: list[weakref.ref] = [weakref.ref(timed[0])]
@@ -179,11 +175,11 @@ def test_recheck_after_timing_holds_two_input_sets_when_the_reference_runs() -> 
         alive_at_reference.append(sum(r() is not None for r in made) + 1)  # + the copy
         return x.sum(dim=0, keepdim=True)  # type: ignore[attr-defined]
 
-    passed = correctness.check_correctness(
+    passed = correctness_check.check_correctness(
         reference, reference, lambda seed: (torch.randn(1000),), device="cpu", trials=1
     )
     alive_at_reference.clear()
-    failure = correctness.recheck_after_timing(
+    failure = correctness_check.recheck_after_timing(
         lambda x: x.sum(dim=0, keepdim=True), reference, timed, fresh, device="cpu",
         correctness=passed,
     )  # fmt: skip
@@ -262,9 +258,7 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
     them, with every tensor they make tracked: the peak against the problem's footprint
     (inputs + the reference's peak above them). Small chunks so the chunked comparison and
     input check run as they do on a large GPU problem. The H200 sweep's budget is 3x."""
-    from pytest_kernelpro.measure import correctness
-
-    monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", 1024)
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", 1024)
 
     def make_inputs(seed: int) -> tuple[object, ...]:
         return make(torch.Generator().manual_seed(seed))  # type: ignore[operator]
@@ -278,17 +272,15 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
         footprint = before + (sizing.peak - before)
         narrow = before + sum(t.numel() * t.element_size() for t in [out])  # type: ignore[attr-defined]
     del out, inputs
-    # Changed with the float64 truth (measure/truth.py): the check now re-runs the reference
+    # Changed with the float64 truth (correctness_check.run_truth): the check now re-runs the reference
     # once in float64 on widened copies, a cost the truth itself states as MEMORY_HEADROOM x
     # the widened inputs and outputs (2x the narrow ones). Without the truth the old 2.5x
     # bound still holds; with it the bound is 2.5x footprint plus that stated cost.
-    from pytest_kernelpro.measure.truth import MEMORY_HEADROOM
-
-    truth_cost = MEMORY_HEADROOM * 2.0 * narrow
+    truth_cost = correctness_check.MEMORY_HEADROOM * 2.0 * narrow
     for truth in (False, True):
         tracker = _LiveBytes()
         with tracker.mode:
-            result = correctness.check_correctness(
+            result = correctness_check.check_correctness(
                 fn,  # type: ignore[arg-type]
                 fn,  # type: ignore[arg-type]
                 make_inputs,  # type: ignore[arg-type]
@@ -298,7 +290,7 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
             )
             assert result.passed
             timed = make_inputs(1_000_003)
-            failure = correctness.recheck_after_timing(
+            failure = correctness_check.recheck_after_timing(
                 fn,
                 fn,
                 timed,
@@ -316,15 +308,16 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
 
 
 def test_the_input_check_counts_changes_chunk_by_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_kernelpro.measure import correctness
-
-    monkeypatch.setattr(compare_mod, "COMPARE_CHUNK", 10)
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", 10)
     a = torch.randn(1000)
     a[[5, 500]] = float("nan")  # NaN where the original had NaN: unchanged
     b = a.clone()
-    assert correctness._changed_input(torch, (a,), (b,)) is None
+    assert correctness_check._changed_input(torch, (a,), (b,)) is None
     b[[0, 499, 999]] += 1.0  # in the first, a middle and the last of 32 chunks
-    assert correctness._changed_input(torch, (a,), (b,)) == "input 0 (3 of 1000 elements changed)"
-    pieces = list(correctness._chunks(torch, a, b))
+    assert (
+        correctness_check._changed_input(torch, (a,), (b,))
+        == "input 0 (3 of 1000 elements changed)"
+    )
+    pieces = list(correctness_check._chunks(torch, a, b))
     assert len(pieces) == 32
     assert sum(x.numel() for x, _ in pieces) == 1000

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 import torch
 
-from pytest_kernelpro.measure.compare import compare_outputs
+from pytest_kernelpro.measure.output_rule import compare_outputs, tolerance_rule
 from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget
 from pytest_kernelpro.measure.timing.cuda import _time_cuda_on
 from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 from pytest_kernelpro.measure.timing.streams import StreamWatch
-from pytest_kernelpro.measure.tolerance import tolerance_rule
 
 PENDING: list[float] = []  # seconds of "device work" a call left running on a side stream
 

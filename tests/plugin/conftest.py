@@ -15,7 +15,7 @@ import torch
 
 from pytest_kernelpro.measure import timing  # imported once here, so injected_timing's patch holds
 from pytest_kernelpro.measure.ceilings import Ceilings
-from pytest_kernelpro.measure.correctness import check_correctness
+from pytest_kernelpro.measure.correctness_check import check_correctness
 from pytest_kernelpro.measure.roofline import analyze_reference
 
 # Round numbers so roofline results can be checked by hand: 100 GB/s, 1 TFLOP/s (fp32),

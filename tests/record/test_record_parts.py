@@ -75,7 +75,7 @@ def _producers() -> dict[str, Any]:
     """One result of every producer of a part, measured here on the CPU."""
     from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.measure.ceilings import Ceilings
-    from pytest_kernelpro.measure.correctness import check_correctness
+    from pytest_kernelpro.measure.correctness_check import check_correctness
     from pytest_kernelpro.measure.roofline import analyze_reference
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
     from pytest_kernelpro.profile.model import KernelProfile, NotCollected, ProfileReport

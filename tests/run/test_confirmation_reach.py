@@ -11,14 +11,17 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from pytest_kernelpro.measure.accuracy import Calibration, CorrectnessRule, InformationLimits
+from pytest_kernelpro.measure.output_rule import (
+    Calibration,
+    CorrectnessRule,
+    InformationLimits,
+    Tolerance,
+)
 from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, fresh_inputs
-from pytest_kernelpro.measure.tolerance import Tolerance
 from pytest_kernelpro.run.fresh_process import (
     RULE_FILE,
     read_rule,
     remeasure_command,
-    rule_payload,
 )
 from pytest_kernelpro.run.isolate import child_address, child_record_for
 
@@ -59,7 +62,7 @@ def _timing(fresh: object, calls: int) -> None:
 
 
 def _recheck_writes_into(inputs: list[torch.Tensor]) -> None:
-    inputs[0].copy_(torch.randn(256))  # measure.correctness.recheck_after_timing does this
+    inputs[0].copy_(torch.randn(256))  # correctness_check.recheck_after_timing does this
 
 
 def test_an_honest_kernel_re_measured_after_the_recheck_is_not_accused() -> None:
@@ -154,7 +157,7 @@ def test_the_parents_calibrated_rule_reaches_the_child(tmp_path: Path) -> None:
         Tolerance(1e-3, 4e-3, "float64 truth, calibrated", norm_rtol=2e-3),
         InformationLimits(1e-6, 1e-6, 0.0),
     )
-    (tmp_path / RULE_FILE).write_text(json.dumps(rule_payload(rule)))
+    (tmp_path / RULE_FILE).write_text(json.dumps(rule.payload()))
     again = read_rule(tmp_path / "pins.json")
     assert again is not None
     assert again.reduced == "tf32"

@@ -15,7 +15,7 @@ read as TF32 (the GPU test at the end does it for real).
 
 Since issue 27 the first call re-runs the reference in float64 (float32 for half types) and
 the kernel must be within 8x the reference's own error of that truth, plus two roundings of
-the output's dtype (`measure/accuracy.py`). These references are exact, so a candidate may be
+the output's dtype (`measure/output_rule.py`). These references are exact, so a candidate may be
 off by at most two roundings: the first table. The dtype tolerances still decide where no
 truth can run; the `no_truth` tests force that (the truth's time budget set below zero) and
 keep the old table, the TF32 relaxation included.
@@ -31,8 +31,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import tolerance, truth  # noqa: E402
-from pytest_kernelpro.measure.correctness import check_correctness  # noqa: E402
+from pytest_kernelpro.measure import correctness_check, output_rule  # noqa: E402
+from pytest_kernelpro.measure.correctness_check import check_correctness  # noqa: E402
 from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
 
@@ -131,7 +131,7 @@ def _assert_agree(reference_src: str, out: float, expected: bool, tmp_path: Path
 @pytest.fixture
 def no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     """No higher-precision re-run fits the time budget: the dtype tolerances decide."""
-    monkeypatch.setattr(truth, "TIME_BUDGET_S", -1.0)
+    monkeypatch.setattr(correctness_check, "TIME_BUDGET_S", -1.0)
 
 
 @pytest.mark.parametrize(
@@ -180,16 +180,18 @@ def test_the_bf16_case_is_one_the_old_sandbox_table_rejected() -> None:
     err = float(torch.tensor(65.0, dtype=torch.bfloat16) - torch.tensor(64.0, dtype=torch.bfloat16))
     assert err == 1.0
     assert err > 1e-2 + 1e-2 * 64
-    gate = tolerance.default_tolerance(torch.bfloat16)
+    gate = output_rule.default_tolerance(torch.bfloat16)
     assert err <= gate.atol + gate.rtol * 64
 
 
 @pytest.fixture
 def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32."""
-    monkeypatch.setattr(tolerance, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        tolerance, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
+        correctness_check,
+        "_fp32_reduced_mode",
+        lambda torch, op: "tf32" if op == "matmul" else None,
     )
 
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.compare import OutputsVerdict
-from pytest_kernelpro.measure.tolerance import default_tolerance
+from pytest_kernelpro.measure.output_rule import default_tolerance
 from pytest_kernelpro.optimize.sandbox import checks, measurement
 from pytest_kernelpro.optimize.sandbox.build_failures import summarize_build_error
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
@@ -23,7 +22,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 
 
-def _verdict(ref: object, out: object, **task: object) -> OutputsVerdict:
+def _verdict(ref: object, out: object, **task: object) -> measurement.OutputsVerdict:
     return measurement.verdict(torch, out, ref, task, None)
 
 

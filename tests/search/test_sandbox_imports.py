@@ -66,10 +66,8 @@ def test_child_side_imports_measure_and_not_the_session() -> None:
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout.strip().splitlines()[-1])
     modules = data["modules"]
-    assert "pytest_kernelpro.measure.accuracy" in modules
-    assert "pytest_kernelpro.measure.tolerance" in modules
-    assert "pytest_kernelpro.measure.truth" in modules
-    assert "pytest_kernelpro.measure.compare" in modules
+    assert "pytest_kernelpro.measure.output_rule" in modules
+    assert "pytest_kernelpro.measure.correctness_check" in modules
     assert "pytest_kernelpro.problem.kernelbench" in modules
     assert "pytest_kernelpro.measure.timing" in modules
     session_side = [

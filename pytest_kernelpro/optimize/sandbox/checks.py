@@ -3,10 +3,10 @@ helpers the guards use, and the guards themselves (calls into the reference, for
 side streams, inputs written or aliased).
 
 What is not the sandbox's own comes from `measure/`, so the gate and the sandbox decide
-alike: tolerances (`measure.tolerance`), output poisoning and input copies
-(`measure.correctness`), comparison (`measure.compare`) and timing
-(`measure.timing`). Imported only inside the sandbox worker (and by tests), so torch is
-imported at the top. `harness.py` puts them together into the KernelBench pipeline.
+alike: the correctness rule and its comparison (`measure.output_rule`), output poisoning
+and input copies (`measure.correctness_check`) and timing (`measure.timing`). Imported
+only inside the sandbox worker (and by tests), so torch is imported at the top. `harness.py`
+puts them together into the KernelBench pipeline.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ from typing import Any
 
 import torch
 
-from pytest_kernelpro.measure.correctness import (
+from pytest_kernelpro.measure.correctness_check import (
     clone_inputs,
     poisoned_allocations,
     prepoison_cuda_cache,
@@ -97,7 +97,7 @@ class _Pipeline:
         # in the gate (`measurement.apply_session_precision`).
         measurement.apply_session_precision(torch, task)
         self.correctness: dict[str, Any] = {"trials": 0, "passed": 0, "checks": []}
-        # The gate's correctness rule (`measure.accuracy`): the reference's first call is
+        # The gate's correctness rule (`measure.output_rule`): the reference's first call is
         # re-run in float64 for the truth; the reduced precision ("tf32", "bf16") its fp32
         # matmuls/convs may run in, found on that call, relaxes the fallback as in the gate.
         self.rule = measurement.new_rule(task)

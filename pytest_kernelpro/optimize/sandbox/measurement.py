@@ -6,14 +6,15 @@ these functions, so they and the gate decide one output alike:
 - `make_inputs`: a KernelBench task's inputs for one seed, the gate's input factory for a
   KernelBench file (`problem.kernelbench.kernelbench_inputs` under `call_input_factory`);
 - `run_reference`: the reference's output and, on its first call, the reduced precision its
-  fp32 matmuls/convs may have run in (`measure.tolerance.run_recording_precision`);
-- `new_rule`, `find_truth`, `verdict`: the gate's correctness model (`measure.accuracy`):
-  the reference re-run in float64 on the first checked call's inputs (`measure.truth`), the
+  fp32 matmuls/convs may have run in (`measure.correctness_check.run_recording_precision`);
+- `new_rule`, `find_truth`, `verdict`: the gate's correctness rule (`measure.output_rule`):
+  the reference re-run in float64 on the first checked call's inputs
+  (`measure.correctness_check.run_truth`), the
   kernel within a factor of the reference's own error against it and later calls by the
   tolerance it calibrated, outputs without information failing; without a truth the gate's
-  dtype rule (`measure.tolerance.tolerance_rule`: defaults, the TF32/bf16 relaxation), and
-  the task's rtol/atol overriding either; the comparison is `measure.compare`'s (chunked,
-  NaN and infinities explained);
+  dtype rule (`measure.output_rule.tolerance_rule`: defaults, the TF32/bf16 relaxation), and
+  the task's rtol/atol overriding either; the comparison is the rule's (chunked, NaN and
+  infinities explained), summed up in an `OutputsVerdict`;
 - `time_call`: the gate's timer (`measure.timing.time_kernel`) with the task's budget.
 
 The reduced precision is what torch's flags allow in the process that runs the reference.
@@ -36,23 +37,29 @@ import math
 import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.accuracy import CorrectnessRule
-from pytest_kernelpro.measure.compare import OutputsVerdict, failure_text
-from pytest_kernelpro.measure.tolerance import (
+from pytest_kernelpro.measure.correctness_check import (
     apply_fp32_precision_flags,
     fp32_precision_flags,
     run_recording_precision,
+    run_truth,
 )
-from pytest_kernelpro.measure.truth import run_truth
+from pytest_kernelpro.measure.output_rule import (
+    CorrectnessRule,
+    LeafReport,
+    Tolerance,
+    failure_text,
+    json_float,
+)
 
 PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of the flags
 
 
 def session_fp32_precision() -> dict[str, str | None] | None:
-    """The session's fp32 matmul/conv precision flags (`measure.tolerance.fp32_precision_flags`)
+    """The session's fp32 matmul/conv precision flags (`measure.correctness_check.fp32_precision_flags`)
     for the sandbox's tasks; None when this process has not imported torch (its flags are
     then the defaults a fresh child has too, and importing torch here only for them would
     cost the parent seconds)."""
@@ -109,7 +116,7 @@ def find_truth(
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
 ) -> None:
-    """Re-run `reference` on `inputs` in higher precision (`measure.truth.run_truth`) for the
+    """Re-run `reference` on `inputs` in higher precision (`measure.correctness_check.run_truth`) for the
     comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
     run), and decides that call and calibrates the later ones by it."""
     rule.set_truth(
@@ -123,6 +130,32 @@ def find_truth(
             arrange=arrange,
         )
     )
+
+
+@dataclass(frozen=True)
+class OutputsVerdict:
+    """One comparison of a candidate's outputs with the reference's, summed up over leaves."""
+
+    ok: bool
+    reports: tuple[LeafReport, ...]
+    failure: str | None  # `failure_text` of the failing leaves; None when ok
+    max_abs: float
+    max_rel: float
+    tolerance: Tolerance | None  # of the first failing leaf, else of the closest to failing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe: the verdict, the errors, the tolerance and the failure text."""
+        data: dict[str, Any] = {
+            "ok": self.ok,
+            "max_abs_err": json_float(self.max_abs),
+            "max_rel_err": json_float(self.max_rel),
+        }
+        if self.tolerance is not None:
+            data.update(rtol=self.tolerance.rtol, atol=self.tolerance.atol)
+            data["tolerance_source"] = self.tolerance.source
+        if self.failure is not None:
+            data["why"] = self.failure
+        return data
 
 
 def verdict(

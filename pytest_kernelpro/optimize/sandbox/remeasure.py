@@ -415,7 +415,7 @@ def _worker(work: Path, label: str) -> int:
 
     import torch
 
-    from pytest_kernelpro.measure.correctness import clone_inputs
+    from pytest_kernelpro.measure.correctness_check import clone_inputs
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
     from pytest_kernelpro.problem import import_file
     from pytest_kernelpro.problem.build import build_models

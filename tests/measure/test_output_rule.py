@@ -22,15 +22,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import tolerance as tolerance_module  # noqa: E402
-from pytest_kernelpro.measure import truth as truth_module  # noqa: E402
-from pytest_kernelpro.measure.accuracy import FACTOR, CorrectnessRule  # noqa: E402
-from pytest_kernelpro.measure.correctness import (  # noqa: E402
+from pytest_kernelpro.measure import correctness_check  # noqa: E402
+from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
     check_correctness,
     recheck_after_timing,
+    run_truth,
 )
-from pytest_kernelpro.measure.tolerance import default_tolerance  # noqa: E402
-from pytest_kernelpro.measure.truth import run_truth  # noqa: E402
+from pytest_kernelpro.measure.output_rule import (  # noqa: E402
+    FACTOR,
+    CorrectnessRule,
+    default_tolerance,
+)
 
 TRUTH_RULE = "within 8x the reference's own error against its float64 re-run"
 COLUMNS = 393_216  # 23_Softmax's dim
@@ -39,7 +41,7 @@ COLUMNS = 393_216  # 23_Softmax's dim
 @pytest.fixture
 def no_truth(monkeypatch: pytest.MonkeyPatch) -> None:
     """No higher-precision re-run fits the time budget: the dtype tolerances decide."""
-    monkeypatch.setattr(truth_module, "TIME_BUDGET_S", -1.0)
+    monkeypatch.setattr(correctness_check, "TIME_BUDGET_S", -1.0)
 
 
 def softmax_inputs(seed: int) -> tuple[Any, ...]:
@@ -464,9 +466,9 @@ def test_normwise_bound_fails_an_error_every_element_allows() -> None:
 def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32 (as in
     tests/search/test_gate_sandbox_agreement.py)."""
-    monkeypatch.setattr(tolerance_module, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        tolerance_module,
+        correctness_check,
         "_fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )

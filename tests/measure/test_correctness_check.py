@@ -10,16 +10,13 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
-from pytest_kernelpro.measure.correctness import (  # noqa: E402
+from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
+    _fp32_reduced_mode,
     check_correctness,
     is_cuda_error,
     poisoned_allocations,
 )
-from pytest_kernelpro.measure.tolerance import (  # noqa: E402
-    Tolerance,
-    _fp32_reduced_mode,
-    default_tolerance,
-)
+from pytest_kernelpro.measure.output_rule import Tolerance, default_tolerance  # noqa: E402
 
 
 def randn_inputs(seed: int) -> tuple[Any, ...]:
@@ -410,12 +407,14 @@ def assert_tf32_reference_judged(with_truth: Any, without: Any) -> None:
 def test_tf32_reference_judged_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CPU twin of the TF32 part of test_cuda_poisoning_tf32_and_nondeterministic_ops:
     this CPU counts as a device whose fp32 matmuls run in TF32 (as tests/measure/
-    test_accuracy.py's simulated_tf32)."""
-    from pytest_kernelpro.measure import tolerance
+    test_output_rule.py's simulated_tf32)."""
+    from pytest_kernelpro.measure import correctness_check
 
-    monkeypatch.setattr(tolerance, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        tolerance, "_fp32_reduced_mode", lambda torch, op: "tf32" if op == "matmul" else None
+        correctness_check,
+        "_fp32_reduced_mode",
+        lambda torch, op: "tf32" if op == "matmul" else None,
     )
 
     def mm_inputs(seed: int) -> tuple[Any, ...]:
@@ -431,8 +430,8 @@ def test_marker_rtol_alone_keeps_the_dtype_default_atol() -> None:
     """rtol= from a marker replaces only rtol; atol stays the default of the output dtype."""
     import torch
 
-    from pytest_kernelpro.measure.correctness import check_correctness
-    from pytest_kernelpro.measure.tolerance import default_tolerance
+    from pytest_kernelpro.measure.correctness_check import check_correctness
+    from pytest_kernelpro.measure.output_rule import default_tolerance
 
     result = check_correctness(
         torch.neg, torch.neg, lambda seed: (torch.randn(8),), device="cpu", trials=1, rtol=0.5
@@ -441,3 +440,96 @@ def test_marker_rtol_alone_keeps_the_dtype_default_atol() -> None:
     assert result.tolerance.rtol == 0.5
     assert result.tolerance.atol == default_tolerance(torch.float32).atol
     assert result.tolerance.source == "marker"
+
+
+# The correctness rule has two homes (`measure/output_rule.py`, `measure/correctness_check.py`);
+# the five modules it was spread over are gone, with no re-export left under their names.
+@pytest.mark.parametrize("old", ["correctness", "accuracy", "truth", "tolerance", "compare"])
+def test_the_old_homes_of_the_rule_are_gone(old: str) -> None:
+    import importlib
+
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"pytest_kernelpro.measure.{old}")
+
+
+def test_input_copies_and_the_truths_widening_walk_the_same_structures() -> None:
+    """One walk (`_map_tensors`) for the kernel's copies and the truth's widened inputs: nested
+    lists, tuples, namedtuples and dicts rebuilt, tensors copied (strides kept, never the
+    caller's storage), other objects shared."""
+    from collections import namedtuple
+
+    from pytest_kernelpro.measure import correctness_check
+
+    Pair = namedtuple("Pair", "a b")
+    scale = object()
+    strided = torch.randn(4, 6).t()
+    ints = torch.arange(5)
+    inputs = [Pair(strided, {"k": (ints, scale)}), torch.randn(3, dtype=torch.float16)]
+
+    copied = correctness_check.clone_inputs(torch, inputs)
+    assert isinstance(copied, list)
+    assert type(copied[0]) is Pair
+    assert copied[0].a.stride() == strided.stride()
+    assert copied[0].a.data_ptr() != strided.data_ptr()
+    assert torch.equal(copied[0].a, strided)
+    assert copied[0].b["k"][1] is scale
+    assert copied[0].b["k"][0].data_ptr() != ints.data_ptr()
+
+    wide = correctness_check._widen(torch, inputs, torch.float64)
+    assert type(wide[0]) is Pair
+    assert wide[0].a.dtype == torch.float64
+    assert wide[1].dtype == torch.float64
+    assert wide[0].b["k"][0].dtype == torch.int64  # integers are not floats: kept, but copied
+    assert wide[0].b["k"][0].data_ptr() != ints.data_ptr()
+    assert wide[0].b["k"][1] is scale
+    assert strided.dtype == torch.float32  # the caller's inputs are never written
+
+
+def test_a_result_without_its_rule_rechecks_by_the_dtype_rule_it_was_judged_by() -> None:
+    """A result read back from JSON keeps no rule: the re-check after timing then decides by
+    the dtype tolerances, TF32-relaxed where the trials' reference ran in TF32, with the
+    marker's rtol/atol (`kept_rule`)."""
+    import dataclasses
+
+    from pytest_kernelpro.measure.correctness_check import kept_rule
+
+    result = check_correctness(double, double, randn_inputs, device="cpu", trials=1)
+    assert kept_rule(result, rtol=None, atol=None) is result.rule_state
+    bare = dataclasses.replace(result, rule_state=None, tf32=True)
+    rule = kept_rule(bare, rtol=0.5, atol=None)
+    assert rule is not result.rule_state
+    assert rule.reduced == "tf32"
+    tol = rule(torch.float32)
+    assert (tol.rtol, tol.atol) == (0.5, default_tolerance(torch.float32, tf32=True).atol)
+
+
+def test_a_recheck_failure_counts_the_outputs_it_does_not_show() -> None:
+    """Wrong once timed on five outputs: the message shows three and counts the rest, as the
+    trials' failure does (one `failure_text`)."""
+    from pytest_kernelpro.measure.correctness_check import recheck_after_timing
+
+    calls = [0]
+
+    def five(x: Any) -> Any:
+        return tuple(x + i for i in range(5))
+
+    def honest_then_off(x: Any) -> Any:
+        calls[0] += 1
+        return five(x) if calls[0] <= 3 else tuple(o + 1.0 for o in five(x))
+
+    result = check_correctness(honest_then_off, five, randn_inputs, device="cpu")
+    assert result.passed, result.failure
+    failure = recheck_after_timing(
+        honest_then_off,
+        five,
+        randn_inputs(7),
+        lambda: randn_inputs(8),
+        device="cpu",
+        correctness=result,
+    )
+    assert failure is not None
+    assert failure.startswith("correct in the trials, but wrong once timed")
+    assert "output[0]" in failure
+    assert "output[2]" in failure
+    assert "output[3]" not in failure
+    assert "(2 more outputs differ.)" in failure

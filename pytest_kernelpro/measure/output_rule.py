@@ -1,0 +1,1218 @@
+"""The correctness rule: how close a kernel's output must be to the reference's, given the
+reference's own error. One rule for the gate's check (`measure/correctness_check.py`) and the
+optimizer's sandbox (its worker's checks and its judge), so an output that passes one passes
+the others.
+
+The rule, per floating output (t: the truth, the reference re-run in float64, or float32 for a
+bf16/fp16 reference, by `correctness_check.run_truth`; r: the reference; k: the kernel; u: the
+unit roundoff of the output's dtype; F = `FACTOR`, R = `ROUNDINGS`):
+
+- the call whose inputs the truth was run on (the first trial):
+  every element |k - t| <= F (|r - t| + s) + R u |t|, with the floor s = max |r - t| +
+  u rms(t) (the reference's largest error and one rounding of the output's typical value: a
+  scale of the output, not a fixed atol; a reordering's error at one element is not bounded
+  by the reference's error there, nor by its typical size: on the H200 a transposed
+  convolution run twice differed at 0.005% of 28M elements by more than 8x the rms), and
+  normwise ||k - t|| <= F ||r - t|| + R u ||t|| (the kernel may round its result
+  differently). A kernel that does the same math in another order has an error of the
+  reference's size and passes; an error F times the reference's own does not.
+- every later call (other inputs: more trials, the re-check after timing, the sandbox's
+  in-place and shape checks) compares with the reference directly, by the tolerance the
+  first call measured (`calibrate`): |k - r| <= R u |r| + F s + (F + 1) m per element
+  (m = max |r - t|) and ||k - r|| <= ((F + 1) rho + R u) ||r|| (rho: the reference's normwise
+  relative error), which a kernel passing the first rule on these inputs meets.
+- without a truth (it could not run: `Truth.skipped` says why) the dtype tolerances decide as
+  torch.allclose does, |k - r| <= atol + rtol |r| (`default_tolerance`, `tolerance_rule`): a
+  few of the dtype's unit roundoffs; an fp32 reference whose matmuls/convolutions may run
+  reduced (TF32, bf16) is only as exact as the reduced type, so its fp32 outputs get that
+  type's tolerance, beside the truth's where there is one. A marker's (or task's) rtol/atol
+  override the rule, and the record names whichever decided (`CorrectnessRule.name`).
+- in every mode an output that carries no information fails: all zeros where the reference
+  stands above its own noise, one constant where it varies, or the reference times a
+  constant (the scale explains the difference and exceeds the rule's relative allowance) --
+  a softmax over 393,216 columns is about 2.5e-6 everywhere, so a zeros kernel passed any
+  fixed atol. The truth's rule (and its calibration) rejects them by itself; where the dtype
+  rule or a marker decides, `information_failure` checks them, and a failing output's
+  message starts with that diagnosis.
+- NaN never passes, except where the reference itself produced NaN at the same place (the
+  reference runs without poisoning, so its NaNs are its own). Shapes, dtypes and output
+  structures must match; integers and booleans compare exactly.
+
+Outputs are compared leaf by leaf (`compare_outputs`: tensors, nested tuples/lists/dicts and
+plain Python values), in chunks of a large output (`chunk_ranges`), each difference
+explained in the leaf's message.
+
+Pure arithmetic on outputs: running the kernel, the reference and its re-run is the check's
+(`measure/correctness_check.py`). Imports only the standard library and `errors` at module
+level (torch is passed in), so the sandbox's child processes import it without the plugin.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+
+# The kernel may be this many times farther from the truth than the reference is. A
+# reordering of the same sums has an error of the reference's own size (elementwise, up to
+# the reference's largest, which the floor carries); one precision step coarser (fp32 ->
+# TF32: 2^13 times) is far outside.
+FACTOR = 8.0
+# Roundings of the output's dtype a kernel may differ by beyond that (where the reference is
+# exact, or its error is below one rounding): its last rounding may go the other way.
+ROUNDINGS = 2.0
+
+
+# The dtype tolerances: where no truth decides, or under a marker's rtol/atol, an output is
+# compared as torch.allclose does, by the (rtol, atol) of its dtype.
+
+# (rtol, atol) per dtype name, chosen from the dtype's unit roundoff u (half an ulp at 1.0):
+# a few ulps for a result of order 1 computed in a different order than the reference.
+_FLOAT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-7, 1e-7),  # u = 1.1e-16: generous, kernels often accumulate differently
+    "complex128": (1e-7, 1e-7),
+    "float32": (1e-4, 1e-4),  # u = 6e-8; a K=4096 fp32 dot product reordered differs ~1.2e-4
+    "complex64": (1e-4, 1e-4),
+    "float16": (1e-2, 1e-2),  # u = 4.9e-4: ~10 ulps, for fp32-accumulated fp16 kernels
+    "bfloat16": (1.6e-2, 1e-2),  # u = 3.9e-3: 2 ulps at 1.0 (torch.testing uses rtol 1.6e-2)
+    "float8_e4m3fn": (1.25e-1, 1e-1),  # 3 mantissa bits: 1 ulp at 1.0
+    "float8_e4m3fnuz": (1.25e-1, 1e-1),
+    "float8_e5m2": (2.5e-1, 1e-1),  # 2 mantissa bits: 1 ulp at 1.0
+    "float8_e5m2fnuz": (2.5e-1, 1e-1),
+}
+# TF32 keeps fp16's 10 mantissa bits, so an fp32 result from TF32 tensor cores gets fp16's
+# tolerance; fp32 matmuls in bf16 (`torch.backends.cuda.matmul.fp32_precision = "bf16"`)
+# get bf16's.
+_TF32 = (1e-2, 1e-2)
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Per-element tolerance, torch.allclose semantics; `source` says where it came from."""
+
+    rtol: float
+    atol: float
+    source: str
+    # Also ||got - expected||_2 <= norm_rtol * ||expected||_2 over the finite elements (the
+    # normwise relative bound of a rule calibrated on the reference's float64 truth,
+    # `calibrate`); None: elementwise only.
+    norm_rtol: float | None = None
+
+
+def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:
+    """The default tolerance for a reference output of `dtype` (a torch dtype or its name).
+
+    `None` (a non-tensor output) compares exactly.
+    `tf32=True` (an fp32 reference whose matmuls/convolutions ran on TF32 tensor cores) gives
+    fp16's tolerance; `reduced` names another reduced type the fp32 matmuls ran in ("bf16"
+    under `torch.backends.cuda.matmul.fp32_precision = "bf16"`). Integers and bool compare
+    exactly.
+    """
+    if dtype is None:
+        return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
+    name = str(dtype).removeprefix("torch.")
+    label = f"torch.{name}"
+    if name in ("float32", "complex64") and reduced == "bf16":
+        rtol, atol = _FLOAT_TOLERANCES["bfloat16"]
+        return Tolerance(rtol, atol, f"default for {label} with fp32 matmuls in bf16")
+    if name in ("float32", "complex64") and tf32:
+        return Tolerance(*_TF32, f"default for {label} with TF32 matmul/conv allowed")
+    if name in _FLOAT_TOLERANCES:
+        rtol, atol = _FLOAT_TOLERANCES[name]
+        return Tolerance(rtol, atol, f"default for {label}")
+    if name == "bool" or name.startswith(("int", "uint")):
+        return Tolerance(0.0, 0.0, f"exact for {label}")
+    raise KernelproError(
+        f"no default tolerance for reference output dtype {label}: give rtol= and atol= "
+        "on the kernelpro marker"
+    )
+
+
+def tolerance_rule(
+    *,
+    reduced: str | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    fixed: Tolerance | None = None,
+) -> Callable[[Any], Tolerance]:
+    """dtype -> the `Tolerance` of an output of that dtype.
+
+    `fixed`: that tolerance for every output. Else the dtype's default, relaxed for fp32 by
+    `reduced` (`reduced_precision_mode`'s "tf32" or "bf16"; "bf16" applies to float32 outputs
+    only, as the flag it comes from governs real fp32 matmuls), with `rtol`/`atol` (a
+    marker's or a task's) replacing the default's fields when given (source "marker").
+    """
+
+    def tolerance_for(dtype: Any) -> Tolerance:
+        if fixed is not None:
+            return fixed
+        name = str(dtype).removeprefix("torch.")
+        base = default_tolerance(
+            dtype,
+            tf32=reduced == "tf32",
+            reduced="bf16" if reduced == "bf16" and name == "float32" else None,
+        )
+        if rtol is None and atol is None:
+            return base
+        return Tolerance(
+            rtol=base.rtol if rtol is None else rtol,
+            atol=base.atol if atol is None else atol,
+            source="marker",
+        )
+
+    return tolerance_for
+
+
+# KernelBench's own check (a fixed allclose), recorded beside the gate's verdict for a
+# KernelBench file (`correctness_check.check_correctness`), for comparison with published
+# numbers.
+KERNELBENCH = Tolerance(1e-2, 1e-2, "KernelBench's check: torch.allclose(atol=1e-2, rtol=1e-2)")
+
+
+# The output structures the rule walks, and the chunks it walks a large output in.
+
+TolFor = Callable[[Any], Tolerance]  # an output's dtype (None: a plain value) -> its tolerance
+
+
+def json_float(value: float) -> float | str:
+    """A float for JSON: finite as is, else "inf", "-inf" or "nan"."""
+    return value if math.isfinite(value) else str(value)
+
+
+def unit_roundoff(torch: Any, dtype: Any) -> float:
+    """Half an ulp at 1.0 of a floating dtype (complex: of its real part)."""
+    if dtype.is_complex:
+        dtype = torch.float64 if dtype == torch.complex128 else torch.float32
+    return float(torch.finfo(dtype).eps) / 2
+
+
+def leaves_of(torch: Any, obj: Any, path: str = "output") -> Iterator[tuple[str, Any]]:
+    """(path, leaf) of an output structure, with `compare_outputs`'s path names."""
+    if isinstance(obj, (list, tuple)):
+        for i, item in enumerate(obj):
+            yield from leaves_of(torch, item, f"{path}[{i}]")
+    elif isinstance(obj, dict):
+        for key, item in obj.items():
+            yield from leaves_of(torch, item, f"{path}[{key!r}]")
+    else:
+        yield path, obj
+
+
+def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    index = []
+    for size in reversed(shape):
+        index.append(flat % size)
+        flat //= size
+    return tuple(reversed(index))
+
+
+# Elements compared at once: at least COMPARE_CHUNK, else a 32nd of the output, so the
+# temporaries (about 26 bytes per element in float32) stay near a fifth of a large output's
+# own size while a multi-GB output takes at most 32 chunks (about 15 launches each: a few ms).
+# With 8 chunks (temporaries about 0.8x the output) the output-dominated KernelBench problems
+# (a 4 GiB matmul output from small inputs) peaked at 3.03x their footprint on the H200:
+# reference output, kernel output and the comparison's temporaries.
+COMPARE_CHUNK = 1 << 22
+COMPARE_MAX_CHUNKS = 32
+
+
+def chunk_ranges(total: int) -> range:
+    """The start of each chunk of `total` elements; the chunk's length is the range's step.
+    Every chunked pass over an output (or input) goes through here, reading the sizes at call
+    time (a test shrinks them to run the chunked path on small tensors)."""
+    step = max(COMPARE_CHUNK, -(-total // COMPARE_MAX_CHUNKS))
+    return range(0, total, step)
+
+
+def _both_nan_note(path: str, count: int) -> str:
+    return (
+        f"{path}: the reference itself produced NaN at {count} element(s) and the kernel "
+        "has NaN at the same places (accepted: the reference runs without output poisoning)"
+    )
+
+
+# Comparing outputs leaf by leaf: structure, shape and dtype, then exact (integers, bool) or
+# allclose (floating), each difference explained in the leaf's message.
+
+
+@dataclass
+class LeafReport:
+    """The comparison of one output leaf (one tensor or value)."""
+
+    path: str
+    tolerance: Tolerance
+    ok: bool
+    message: str | None = None
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    worst_ratio: float = 0.0  # max |err| / (atol + rtol |expected|); inf for NaN/exact misses
+    worst_index: tuple[int, ...] | None = None
+    notes: list[str] = field(default_factory=list)
+    kind: str = "values"  # what failed: "values" (beyond tolerance), "nan", "exact", "structure"
+
+
+def _describe(torch: Any, obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        dtype = str(obj.dtype).removeprefix("torch.")
+        return f"a tensor of shape {tuple(obj.shape)} dtype {dtype}"
+    if isinstance(obj, (list, tuple)):
+        return f"a {type(obj).__name__} of {len(obj)} items"
+    if isinstance(obj, dict):
+        return f"a dict with keys {sorted(map(str, obj))}"
+    return f"{type(obj).__name__} {obj!r}"[:120]
+
+
+def _mismatch(torch: Any, path: str, tol: Tolerance, got: Any, expected: Any) -> LeafReport:
+    text = f"{path}: kernel returned {_describe(torch, got)}; reference returned {_describe(torch, expected)}."
+    return LeafReport(path, tol, False, text, worst_ratio=math.inf, kind="structure")
+
+
+def _fmt(value: Any) -> str:
+    return f"{value:.7g}" if isinstance(value, (float, complex)) else repr(value)
+
+
+def compare_outputs(
+    torch: Any, got: Any, expected: Any, tolerance_for: TolFor, path: str = "output"
+) -> list[LeafReport]:
+    """Compare `got` (kernel) with `expected` (reference); one `LeafReport` per leaf.
+
+    A structure mismatch (a tuple of 2 vs 3, a tensor vs a list) is one failing report at
+    the path where the structures part. Tuples and lists are interchangeable.
+    """
+    if isinstance(expected, torch.Tensor):
+        return [
+            compare_tensor(
+                torch, path, got, expected, leaf_tolerance(tolerance_for, path, expected.dtype)
+            )
+        ]
+    if isinstance(expected, (list, tuple, dict)):
+        kind = dict if isinstance(expected, dict) else (list, tuple)
+        if not isinstance(got, kind) or len(got) != len(expected):
+            return [_mismatch(torch, path, tolerance_for(None), got, expected)]
+        if isinstance(expected, dict) and set(got) != set(expected):
+            return [_mismatch(torch, path, tolerance_for(None), got, expected)]
+        keys = list(expected) if isinstance(expected, dict) else range(len(expected))
+        reports: list[LeafReport] = []
+        for key in keys:
+            sub = f"{path}[{key!r}]" if isinstance(expected, dict) else f"{path}[{key}]"
+            reports.extend(compare_outputs(torch, got[key], expected[key], tolerance_for, sub))
+        return reports
+    return [_compare_value(torch, path, got, expected, tolerance_for)]
+
+
+def leaf_tolerance(tolerance_for: TolFor, path: str, dtype: Any) -> Tolerance:
+    """The tolerance of the output leaf at `path`: `tolerance_for.for_leaf(path, dtype)` when
+    the rule has one (tolerances calibrated per output, `CorrectnessRule`), else by dtype."""
+    for_leaf = getattr(tolerance_for, "for_leaf", None)
+    return for_leaf(path, dtype) if for_leaf is not None else tolerance_for(dtype)
+
+
+def _compare_value(
+    torch: Any, path: str, got: Any, expected: Any, tolerance_for: TolFor
+) -> LeafReport:
+    """Plain Python leaves: floats with the tolerance (float64's by default), others by ==."""
+    is_number = isinstance(got, (int, float)) and not isinstance(got, bool)
+    if not (isinstance(expected, float) and is_number):
+        tol = tolerance_for(None)
+        if type(got) is type(expected) and got == expected:
+            return LeafReport(path, tol, True)
+        return _mismatch(torch, path, tol, got, expected)
+    tol = tolerance_for("float64")
+    if math.isnan(expected) and math.isnan(got):
+        note = f"{path}: the reference produced NaN and so did the kernel (accepted)"
+        return LeafReport(path, tol, True, notes=[note])
+    diff = abs(got - expected)
+    limit = tol.atol + tol.rtol * abs(expected)
+    ratio = diff / limit if limit else (0.0 if diff == 0 else math.inf)
+    ok = not math.isnan(diff) and ratio <= 1.0
+    rel = diff / abs(expected) if expected else 0.0
+    msg = None
+    if not ok:
+        msg = (
+            f"{path}: expected {_fmt(expected)}, got {_fmt(got)} "
+            f"(rtol={tol.rtol:g}, atol={tol.atol:g}, {tol.source})."
+        )
+    return LeafReport(path, tol, ok, msg, diff, rel, ratio if ok or ratio > 1 else math.inf)
+
+
+def _first_index(torch: Any, name: str, gd: Any, ed: Any) -> int:
+    """The first element of one chunk where mask `name` holds."""
+    g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+    if name == "nan":
+        mask = g_nan & ~e_nan
+    elif name == "missing nan":
+        mask = e_nan & ~g_nan
+    else:
+        mask = ~g_nan & ~e_nan & ~(torch.isfinite(gd) & torch.isfinite(ed)) & (gd != ed)
+    return int(mask.nonzero()[0])
+
+
+# A leaf tolerance that asks for the shape and dtype only: its values are judged elsewhere
+# (against the truth by `compare_with_truth`, in one pass of its own).
+STRUCTURE_ONLY_SOURCE = "shape and dtype only (values judged against the truth)"
+
+
+def compare_tensor(torch: Any, path: str, got: Any, exp: Any, tol: Tolerance) -> LeafReport:
+    """One tensor pair: shape/dtype first, then exact (int/bool) or allclose (float)."""
+    if not isinstance(got, torch.Tensor):
+        return _mismatch(torch, path, tol, got, exp)
+    if tuple(got.shape) != tuple(exp.shape) or got.dtype != exp.dtype:
+        g_dtype = str(got.dtype).removeprefix("torch.")
+        e_dtype = str(exp.dtype).removeprefix("torch.")
+        text = (
+            f"{path}: kernel returned shape {tuple(got.shape)} dtype {g_dtype}; "
+            f"reference returned {tuple(exp.shape)} {e_dtype}."
+        )
+        return LeafReport(path, tol, False, text, worst_ratio=math.inf, kind="structure")
+    if exp.numel() == 0 or tol.source == STRUCTURE_ONLY_SOURCE:
+        return LeafReport(path, tol, True)
+    g, e = got.detach(), exp.detach()
+    if g.device != e.device:
+        g = g.to(e.device)
+    if exp.dtype.is_floating_point or exp.dtype.is_complex:
+        return _compare_float(torch, path, g, e, tol)
+    return _compare_exact(torch, path, g, e, tol)
+
+
+def _compare_exact(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
+    """Integers and bool: every element equal."""
+    shape, total = tuple(e.shape), e.numel()
+    bad = (g != e).reshape(-1)
+    n_bad = int(bad.sum())
+    if n_bad == 0:
+        return LeafReport(path, tol, True)
+    flat = int(bad.nonzero()[0])
+    index = _unravel(flat, shape)
+    got_v, exp_v = g.reshape(-1)[flat].item(), e.reshape(-1)[flat].item()
+    text = (
+        f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) differ "
+        f"({tol.source}); first at index {index}: expected {exp_v!r}, got {got_v!r}."
+    )
+    if e.dtype != torch.bool and got_v == torch.iinfo(e.dtype).max:
+        dtype = str(e.dtype).removeprefix("torch.")
+        text += (
+            f" {got_v} is the poison value for {dtype}: that element was probably never written."
+        )
+    return LeafReport(path, tol, False, text, worst_ratio=math.inf, worst_index=index, kind="exact")
+
+
+def _work_dtype(torch: Any, dtype: Any) -> Any:
+    """float64 for float64/complex128 outputs; float32 (complex64) for narrower ones, whose
+    errors and tolerances float32 resolves with room to spare (its rounding, 6e-8 relative,
+    is far below any default rtol): half the memory of float64 temporaries."""
+    if dtype.is_complex:
+        return torch.complex128 if dtype == torch.complex128 else torch.complex64
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> LeafReport:
+    """Floating/complex: allclose per element (and normwise where the tolerance has a normwise
+    bound), NaN and infinities explained."""
+    shape = tuple(e.shape)
+    work = _work_dtype(torch, e.dtype)
+    g_flat, e_flat = g.reshape(-1), e.reshape(-1)
+    table, starts = _allclose_pass(torch, g_flat, e_flat, tol, work)
+    counts = {name: int(table[:, i].sum()) for i, name in enumerate(_MISSES)}
+    n_both_nan = int(table[:, 4].sum())
+    max_abs, max_rel = float(table[:, 5].max()), float(table[:, 6].max())
+    best_chunk = int(table[:, 7].argmax())  # the first chunk holding the largest ratio
+    worst_ratio, worst_flat = float(table[best_chunk, 7]), int(starts[best_chunk])
+    notes = [_both_nan_note(path, n_both_nan)] if n_both_nan else []
+    if any(counts.values()):
+        message, kind, worst_flat, worst_ratio = _allclose_failure(
+            torch,
+            path,
+            (g_flat, e_flat, shape),
+            tol,
+            work,
+            table,
+            counts,
+            (worst_flat, worst_ratio),
+        )
+        if counts["over"]:
+            message += (
+                f" Max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+                "(over the elements that are numbers on both sides)."
+            )
+        index = _unravel(worst_flat, shape)
+        return LeafReport(
+            path, tol, False, message, max_abs, max_rel, worst_ratio, index, notes, kind
+        )
+    index = _unravel(worst_flat, shape)
+    if tol.norm_rtol is not None:
+        diff_norm = math.sqrt(float(table[:, 8].sum()))
+        exp_norm = math.sqrt(float(table[:, 9].sum()))
+        if diff_norm > tol.norm_rtol * exp_norm:
+            rel_norm = diff_norm / exp_norm if exp_norm else math.inf
+            text = (
+                f"{path}: normwise relative error {rel_norm:.3g} above {tol.norm_rtol:.3g} "
+                f"({tol.source}), though every element is inside rtol={tol.rtol:.3g}, "
+                f"atol={tol.atol:.3g}."
+            )
+            return LeafReport(path, tol, False, text, max_abs, max_rel, worst_ratio, index, notes)
+    return LeafReport(path, tol, True, None, max_abs, max_rel, worst_ratio, index, notes)
+
+
+# The kinds of element an allclose misses, in the columns of `_allclose_pass`'s table.
+_MISSES = ("nan", "missing nan", "inf", "over")
+
+
+def _allclose_pass(
+    torch: Any, g_flat: Any, e_flat: Any, tol: Tolerance, work: Any
+) -> tuple[Any, Any]:
+    """One chunked pass over a flat output pair: per chunk the counts of each of `_MISSES`,
+    both-NaN, max abs and max rel error, the largest ratio |err| / (atol + rtol |expected|),
+    and the sums of squares of the errors and of the expected values (for `norm_rtol`); and
+    where each chunk's largest ratio is. Accumulated on the device with one synchronization
+    at the end: temporaries of a whole multi-GB output would take many times its size (a
+    7.5 GB fp32 output needed over 100 GB in float64)."""
+    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
+    total = e_flat.numel()
+    steps = chunk_ranges(total)
+    per_chunk: list[Any] = []
+    worst_at: list[Any] = []
+    for lo in steps:
+        hi = min(total, lo + steps.step)
+        gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
+        g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+        finite = torch.isfinite(gd) & torch.isfinite(ed)
+        inf_any = ~g_nan & ~e_nan & ~finite
+        zero = torch.zeros((), dtype=real, device=gd.device)
+        diff = torch.where(finite, (gd - ed).abs(), zero)
+        e_abs = ed.abs()
+        del gd
+        limit = tol.atol + tol.rtol * e_abs
+        ratio = torch.where(diff > 0, diff / limit, zero)
+        rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
+        counts = torch.stack(
+            [
+                (g_nan & ~e_nan).sum(),  # kernel NaN where the reference is a number
+                (e_nan & ~g_nan).sum(),  # the reference is NaN, the kernel a number
+                (inf_any & (g_flat[lo:hi].to(work) != ed)).sum(),  # an infinity on one side
+                (finite & (diff > limit)).sum(),
+                (g_nan & e_nan).sum(),
+            ]
+        )
+        best = ratio.argmax()
+        # Sums of squares in float64 for the normwise bound (Tolerance.norm_rtol).
+        e_fin = torch.where(finite, e_abs, zero).to(torch.float64)
+        per_chunk.append(
+            torch.cat(
+                [
+                    counts.to(torch.float64),
+                    torch.stack([diff.max(), rel.max(), ratio[best]]).to(torch.float64),
+                    torch.stack([diff.to(torch.float64).pow(2).sum(), e_fin.pow(2).sum()]),
+                ]
+            )
+        )
+        del e_fin
+        worst_at.append(best + lo)
+        del ed, g_nan, e_nan, finite, inf_any, diff, e_abs, limit, ratio, rel, counts
+    return torch.stack(per_chunk).cpu(), torch.stack(worst_at).cpu()  # the one synchronization
+
+
+def _allclose_failure(
+    torch: Any,
+    path: str,
+    flat_pair: tuple[Any, Any, tuple[int, ...]],
+    tol: Tolerance,
+    work: Any,
+    table: Any,
+    counts: dict[str, int],
+    worst: tuple[int, float],
+) -> tuple[str, str, int, float]:
+    """The message of an output allclose missed (`counts` of `_MISSES`; `flat_pair`: the
+    kernel's and the reference's flat outputs and their shape), its kind, and the element it
+    names with its ratio: the first non-number problem (ratio inf), else `worst`, the
+    largest ratio."""
+    g_flat, e_flat, shape = flat_pair
+    worst_flat, worst_ratio = worst
+    total = e_flat.numel()
+    step = chunk_ranges(total).step
+    n_bad = sum(counts.values())
+    parts = [
+        f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "
+        f"rtol={tol.rtol:g}, atol={tol.atol:g} ({tol.source})."
+    ]
+    kind = "values"
+    for i, name in enumerate(_MISSES[:3]):
+        if not counts[name]:
+            continue
+        chunk = int((table[:, i] > 0).nonzero()[0])
+        lo, hi = chunk * step, min(total, (chunk + 1) * step)
+        first_flat = lo + _first_index(torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work))
+        if kind == "values":  # the first non-number problem names the worst element
+            kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
+        at = _unravel(first_flat, shape)
+        parts.append(
+            {
+                "nan": f"{counts[name]} NaN where the reference is a number, first at index "
+                f"{at}: never written by the kernel (outputs are poisoned with NaN before "
+                "it runs) or computed as NaN.",
+                "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
+                f"the kernel is not, first at index {at}.",
+                "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
+                f"the other sign, first at index {at}.",
+            }[name]
+        )
+    index = _unravel(worst_flat, shape)
+    exp_v, got_v = e_flat[worst_flat].item(), g_flat[worst_flat].item()
+    parts.append(f"Worst at index {index}: expected {_fmt(exp_v)}, got {_fmt(got_v)}.")
+    return " ".join(parts), kind, worst_flat, worst_ratio
+
+
+def failure_text(failed: list[LeafReport], shown: int = 3) -> str:
+    """The messages of the first `shown` failing leaves, and how many more failed."""
+    text = " ".join(r.message or "" for r in failed[:shown])
+    if len(failed) > shown:
+        text += f" ({len(failed) - shown} more outputs differ.)"
+    return text
+
+
+# The truth: the reference's own error against its higher-precision re-run (the re-run itself
+# is the check's, `correctness_check.run_truth`).
+
+# Normwise relative difference between the reference and its re-run above which the re-run
+# is no truth for it. A TF32 reference of a deep network is off by about 1e-3..1e-2; a
+# random or stateful one by order 1.
+AGREEMENT = 0.05
+
+
+@dataclass
+class LeafTruth:
+    """One floating output leaf: the reference's own error against the truth."""
+
+    path: str
+    difference: Any  # reference - truth in float32, on the device (None once calibrated)
+    numel: int
+    reference_error_norm: float  # ||reference - truth||_2 over finite elements
+    truth_norm: float  # ||truth||_2 over the same elements
+    reference_error_max: float  # max |reference - truth|
+    truth_abs_max: float
+    unit_roundoff: float  # of the reference output's dtype
+
+    @property
+    def reference_error_rel(self) -> float:
+        """||reference - truth|| / ||truth|| (0 when the truth is all zeros and so is it)."""
+        if self.truth_norm > 0:
+            return self.reference_error_norm / self.truth_norm
+        return 0.0 if self.reference_error_norm == 0 else math.inf
+
+    @property
+    def rms_truth(self) -> float:
+        return self.truth_norm / math.sqrt(max(1, self.numel))
+
+
+@dataclass
+class Truth:
+    """The outcome of a re-run: per-leaf errors of the reference, or why there is none."""
+
+    precision: str | None  # "float64" / "float32"; None when not run
+    skipped: str | None = None  # why there is no truth (then `leaves` is empty)
+    seconds: float | None = None  # the re-run's wall time and its comparison with the reference
+    peak_bytes: int | None = None  # its peak allocation above its start (CUDA only)
+    peak_exact: bool | None = None  # False: an earlier, higher peak of the item (an upper bound)
+    leaves: dict[str, LeafTruth] = field(default_factory=dict)
+
+    @property
+    def available(self) -> bool:
+        return self.skipped is None and bool(self.leaves)
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-safe: precision, cost and the reason it was skipped."""
+        return {
+            "precision": self.precision,
+            "seconds": None if self.seconds is None else round(self.seconds, 6),
+            "peak_bytes": self.peak_bytes,
+            "peak_exact": self.peak_exact,
+            "skipped": self.skipped,
+        }
+
+
+def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> LeafTruth | str:
+    """The reference's error on one leaf against its re-run `wide_out`, or why the re-run is no
+    truth for it (another shape, the narrow dtype again, NaN or infinity the reference does not
+    have, or a disagreement above `AGREEMENT`)."""
+    if not isinstance(wide_out, torch.Tensor) or tuple(wide_out.shape) != tuple(ref.shape):
+        return f"the re-run returned another output at {path}"
+    if wide_out.element_size() <= ref.element_size():
+        return (
+            f"the re-run returned {str(wide_out.dtype).removeprefix('torch.')} at {path}: "
+            "the reference casts to its own dtype"
+        )
+    keep = torch.complex64 if ref.is_complex() else torch.float32
+    total = ref.numel()
+    diff = torch.empty(ref.shape, dtype=keep, device=ref.device)
+    flat_d, flat_r, flat_t = diff.reshape(-1), ref.detach().reshape(-1), wide_out.reshape(-1)
+    steps = chunk_ranges(total)
+    step = steps.step
+    sums = []
+    for lo in steps:
+        r = flat_r[lo : lo + step].to(wide_out.dtype)
+        t = flat_t[lo : lo + step]
+        r_ok = torch.isfinite(r)
+        lost = (r_ok & ~torch.isfinite(t)).sum()  # read once, with the sums (one sync)
+        d = torch.where(r_ok, r - t, torch.zeros((), dtype=t.dtype, device=t.device))
+        t_ok = torch.where(r_ok, t, torch.zeros((), dtype=t.dtype, device=t.device))
+        flat_d[lo : lo + step] = d.to(keep)
+        sums.append(
+            torch.stack(
+                [
+                    d.abs().pow(2).sum().real if d.is_complex() else d.pow(2).sum(),
+                    t_ok.abs().pow(2).sum(),
+                    d.abs().max(),
+                    t_ok.abs().max(),
+                    lost.to(d.dtype if not d.is_complex() else torch.float64),
+                ]
+            ).to(torch.float64)
+        )
+    table = torch.stack(sums).cpu()
+    if float(table[:, 4].sum()) > 0:
+        return f"the re-run gave NaN or infinity at {path} where the reference did not"
+    leaf = LeafTruth(
+        path=path,
+        difference=diff,
+        numel=total,
+        reference_error_norm=math.sqrt(float(table[:, 0].sum())),
+        truth_norm=math.sqrt(float(table[:, 1].sum())),
+        reference_error_max=float(table[:, 2].max()),
+        truth_abs_max=float(table[:, 3].max()),
+        unit_roundoff=unit_roundoff(torch, ref.dtype),
+    )
+    if leaf.reference_error_rel > AGREEMENT:
+        return (
+            f"the reference differs from its re-run by {leaf.reference_error_rel:.3g} "
+            f"(normwise relative, at {path}; above {AGREEMENT:g}): it is not a plain function "
+            "of its inputs (random or stateful) or too sensitive to rounding to have a truth"
+        )
+    return leaf
+
+
+# The truth's rule: the first call against the truth, the tolerance it calibrates for the
+# later calls, and the check that an output carries information (module docstring).
+
+
+@dataclass(frozen=True)
+class TruthComparison:
+    """One leaf of the kernel's output against the truth."""
+
+    report: LeafReport
+    kernel_error: float  # ||kernel - truth|| / ||truth||
+    reference_error: float  # ||reference - truth|| / ||truth||
+
+
+def truth_source(precision: str | None, factor: float) -> str:
+    return f"within {factor:g}x the reference's own error against its {precision} re-run"
+
+
+def screen_tolerance(source: str) -> Tolerance:
+    """Shape, dtype, NaN and infinities judged with the gate's messages; values not judged."""
+    return Tolerance(0.0, math.inf, source)
+
+
+def _truth_pass(
+    torch: Any, flat: tuple[Any, Any, Any], floor: float, factor: float, roundings: float
+) -> tuple[Any, Any]:
+    """One chunked pass of the first call's elementwise rule over the flat kernel output,
+    reference output and reference - truth (`flat`): |k - t| <= F (|r - t| + s) + R u |t|
+    (`factor` F, `floor` s, `roundings` R u). Per chunk: the elements over their
+    bound, the sum of squares of |k - t|, the largest ratio to the bound, the elements not
+    numbers on one side only, both-NaN, max |k - r| and max |k - r| / |r|; and where each
+    chunk's largest ratio is. One synchronization at the end."""
+    g, r, d = flat
+    total = r.numel()
+    work = torch.complex64 if r.is_complex() else torch.float32
+    rows = []
+    best_at = []
+    steps = chunk_ranges(total)
+    for lo in steps:
+        hi = min(total, lo + steps.step)
+        gd, rd, dd = g[lo:hi].to(work), r[lo:hi].to(work), d[lo:hi].to(work)
+        ok = torch.isfinite(gd) & torch.isfinite(rd)
+        both_nan = torch.isnan(gd) & torch.isnan(rd)
+        # Not numbers on both sides and not the same NaN or infinity: screened below.
+        unlike = (~ok & ~both_nan & (gd != rd)).sum()
+        zero = torch.zeros((), dtype=work, device=gd.device)
+        diff = torch.where(ok, gd - rd, zero)  # kernel - reference
+        r_abs = rd.abs()
+        rel = torch.where(r_abs > 0, diff.abs() / r_abs, torch.zeros_like(r_abs))
+        off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
+        allowed = factor * (dd.abs() + floor) + roundings * (rd - dd).abs()
+        ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
+        best = ratio.argmax()
+        rows.append(
+            torch.stack(
+                [
+                    (off > allowed).sum().to(torch.float64),
+                    off.to(torch.float64).pow(2).sum(),
+                    ratio[best].to(torch.float64),
+                    unlike.to(torch.float64),
+                    both_nan.sum().to(torch.float64),
+                    diff.abs().max().to(torch.float64),
+                    rel.max().to(torch.float64),
+                ]
+            )
+        )
+        best_at.append(best + lo)
+        del gd, rd, dd, ok, both_nan, diff, r_abs, rel, off, allowed, ratio
+    return torch.stack(rows).cpu(), torch.stack(best_at).cpu()
+
+
+def compare_with_truth(
+    torch: Any,
+    path: str,
+    got: Any,
+    expected: Any,
+    leaf: LeafTruth,
+    precision: str,
+    factor: float,
+) -> TruthComparison:
+    """The first call's rule on one floating leaf (module docstring), in one chunked pass
+    (which also takes the kernel's errors against the reference for the record); a NaN or
+    infinity the reference does not have, or another shape or dtype, is explained by the
+    gate's comparison (`compare_tensor`, values not judged)."""
+    u = leaf.unit_roundoff
+    floor = leaf.reference_error_max + u * leaf.rms_truth
+    source = truth_source(precision, factor)
+    norm_bound_rel = factor * leaf.reference_error_rel + ROUNDINGS * u
+    tol = Tolerance(ROUNDINGS * u, factor * floor, source, norm_rtol=norm_bound_rel)
+
+    def screened() -> TruthComparison:
+        screen = compare_tensor(torch, path, got, expected, screen_tolerance(source))
+        screen.tolerance = tol  # the screen's own (values not judged) is no rule
+        return TruthComparison(screen, math.inf, leaf.reference_error_rel)
+
+    if tuple(got.shape) != tuple(expected.shape) or got.dtype != expected.dtype:
+        return screened()
+    shape, total = tuple(expected.shape), expected.numel()
+    g = got.detach().to(expected.device).reshape(-1)
+    r, d = expected.detach().reshape(-1), leaf.difference.reshape(-1)
+    table, starts = _truth_pass(torch, (g, r, d), floor, factor, ROUNDINGS * u)
+    if float(table[:, 3].sum()) > 0:
+        return screened()
+    n_both_nan = int(table[:, 4].sum())
+    notes = []
+    if n_both_nan:
+        notes.append(_both_nan_note(path, n_both_nan))
+    n_bad = int(table[:, 0].sum())
+    off_norm = math.sqrt(float(table[:, 1].sum()))
+    chunk = int(table[:, 2].argmax())
+    worst_ratio, worst_flat = float(table[chunk, 2]), int(starts[chunk])
+    kernel_rel = (
+        off_norm / leaf.truth_norm if leaf.truth_norm else (0.0 if off_norm == 0 else math.inf)
+    )
+    norm_bound = factor * leaf.reference_error_norm + ROUNDINGS * u * leaf.truth_norm
+    norm_ratio = off_norm / norm_bound if norm_bound else (0.0 if off_norm == 0 else math.inf)
+    index = _unravel(worst_flat, shape)
+    errors = (
+        f"Normwise relative error against the truth: kernel {kernel_rel:.3g}, reference "
+        f"{leaf.reference_error_rel:.3g}."
+    )
+    message = None
+    if n_bad:
+        r_v, d_v = r[worst_flat].item(), d[worst_flat].item()
+        t_v = r_v - d_v
+        message = (
+            f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) farther from the "
+            f"{precision} truth than {factor:g}x the reference's own error allows "
+            f"(|kernel - truth| <= {factor:g} (|reference - truth| + floor) + {ROUNDINGS:g} u "
+            "|truth|, "
+            f"u = {u:.3g}, floor = {floor:.3g}: max |reference - truth| + u rms(truth)). "
+            f"Worst at index {index}: truth {t_v:.7g}, reference {r_v:.7g}, kernel "
+            f"{g[worst_flat].item():.7g}. {errors}"
+        )
+    elif norm_ratio > 1:
+        message = (
+            f"{path}: normwise relative error against the {precision} truth {kernel_rel:.3g}, "
+            f"above {factor:g}x the reference's {leaf.reference_error_rel:.3g} + {ROUNDINGS:g} u "
+            f"(u = {u:.3g}) = {norm_bound_rel:.3g}, though every element is inside its bound."
+        )
+    ok = message is None
+    report = LeafReport(
+        path,
+        tol,
+        ok,
+        message,
+        float(table[:, 5].max()),
+        float(table[:, 6].max()),
+        max(worst_ratio, norm_ratio),
+        index,
+        notes,
+        "values",
+    )
+    return TruthComparison(report, kernel_rel, leaf.reference_error_rel)
+
+
+@dataclass(frozen=True)
+class InformationLimits:
+    """When an output counts as carrying no information (`information_failure`): the
+    reference's noise relative to its own magnitude, elementwise (`abs_rel`, of max |ref|)
+    and normwise (`norm_rel`, of ||ref||), and the relative error the rule allows (`rel`)."""
+
+    abs_rel: float
+    norm_rel: float
+    rel: float
+
+
+def information_failure(
+    torch: Any, path: str, got: Any, expected: Any, limits: InformationLimits
+) -> str | None:
+    """Why `got` carries no information about `expected` (zeros, one constant, a scaled
+    copy), or None. Finite elements on both sides only; chunked sums in float64."""
+    if not isinstance(got, torch.Tensor) or got.shape != expected.shape or expected.numel() == 0:
+        return None
+    if expected.is_complex() or not expected.is_floating_point():
+        return None
+    total = expected.numel()
+    g_all = got.detach().to(expected.device).reshape(-1)
+    e_all = expected.detach().reshape(-1)
+    rows = []
+    steps = chunk_ranges(total)
+    for lo in steps:
+        hi = min(total, lo + steps.step)
+        g = g_all[lo:hi].to(torch.float64)
+        e = e_all[lo:hi].to(torch.float64)
+        ok = torch.isfinite(g) & torch.isfinite(e)
+        if not bool(ok.all()):
+            g, e = g[ok], e[ok]
+        if g.numel() == 0:
+            continue
+        rows.append(
+            torch.stack(
+                [
+                    torch.tensor(float(g.numel()), dtype=torch.float64, device=g.device),
+                    g.abs().max(),
+                    g.min(),
+                    g.max(),
+                    e.abs().max(),
+                    e.min(),
+                    e.max(),
+                    (g * e).sum(),
+                    (e * e).sum(),
+                    (g * g).sum(),
+                ]
+            )
+        )
+    if not rows:
+        return None
+    table = torch.stack(rows).cpu()
+    n = int(table[:, 0].sum())
+    g_abs, g_min, g_max = (
+        float(table[:, 1].max()),
+        float(table[:, 2].min()),
+        float(table[:, 3].max()),
+    )
+    e_abs, e_min, e_max = (
+        float(table[:, 4].max()),
+        float(table[:, 5].min()),
+        float(table[:, 6].max()),
+    )
+    ge, ee, gg = (float(table[:, i].sum()) for i in (7, 8, 9))
+    noise_abs = limits.abs_rel * e_abs
+    if g_abs == 0 and e_abs > noise_abs:
+        return (
+            f"{path}: the kernel returned all zeros; the reference reaches {e_abs:.3g} (its "
+            f"noise: {noise_abs:.3g}). Zeros carry no information about it."
+        )
+    if n >= 2 and g_min == g_max and e_max - e_min > 2 * noise_abs:
+        return (
+            f"{path}: the kernel returned one value ({g_min:.7g}) for all {n} elements; the "
+            f"reference ranges from {e_min:.7g} to {e_max:.7g}. A constant carries no "
+            "information about it."
+        )
+    if n >= 2 and ee > 0 and g_abs > 0:
+        scale = ge / ee
+        e_norm = math.sqrt(ee)
+        residual = math.sqrt(max(0.0, gg - scale * ge))
+        off = abs(scale - 1) * e_norm
+        if off > (limits.norm_rel + limits.rel) * e_norm and residual <= 0.5 * off:
+            return (
+                f"{path}: the kernel returned {scale:.6g} times the reference (after that "
+                f"factor the normwise difference is {residual / e_norm:.3g}); a constant factor "
+                f"off by {abs(scale - 1):.3g} is beyond the rule's relative allowance "
+                f"{limits.norm_rel + limits.rel:.3g}."
+            )
+    return None
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What the first call's truth says about one output, for every later call."""
+
+    tolerance: Tolerance
+    limits: InformationLimits
+
+
+def calibrate(leaf: LeafTruth, precision: str, factor: float) -> Calibration:
+    """Later calls' tolerance for one leaf (module docstring)."""
+    u = leaf.unit_roundoff
+    floor = leaf.reference_error_max + u * leaf.rms_truth
+    rho = leaf.reference_error_rel
+    source = (
+        f"{truth_source(precision, factor)}, calibrated on the first trial "
+        f"(reference's normwise error {rho:.3g})"
+    )
+    tol = Tolerance(
+        rtol=ROUNDINGS * u,
+        atol=factor * floor + (factor + 1) * leaf.reference_error_max,
+        source=source,
+        norm_rtol=(factor + 1) * rho + ROUNDINGS * u,
+    )
+    return Calibration(tol, limits_from_truth(leaf, factor, rel=0.0))
+
+
+def limits_from_truth(leaf: LeafTruth, factor: float, rel: float) -> InformationLimits:
+    u = leaf.unit_roundoff
+    abs_rel = (
+        factor * leaf.reference_error_max / leaf.truth_abs_max + ROUNDINGS * u
+        if leaf.truth_abs_max
+        else math.inf
+    )
+    return InformationLimits(abs_rel, factor * leaf.reference_error_rel + ROUNDINGS * u, rel)
+
+
+class CorrectnessRule:
+    """The rule one check decides by, with what it learns from the first call's truth.
+
+    `set_truth(truth)` before the comparison of the call whose inputs the truth was run on;
+    `judge` then compares that call with the truth, and every later call with the tolerance
+    calibrated from it (`for_leaf`). Without a truth, or under a marker's rtol/atol (or a
+    fixed tolerance), the dtype rule (`tolerance_rule`) decides. Usable as the
+    `tolerance_for` of `compare_outputs`.
+    """
+
+    def __init__(
+        self,
+        *,
+        rtol: float | None = None,
+        atol: float | None = None,
+        fixed: Tolerance | None = None,
+        factor: float = FACTOR,
+    ) -> None:
+        self.rtol, self.atol, self.fixed, self.factor = rtol, atol, fixed, factor
+        self.reduced: str | None = None  # the reference's fp32 matmuls ran in "tf32"/"bf16"
+        self.truth: Truth | None = None
+        self.calibrated: dict[str, Calibration] = {}
+        self.kernel_error: float | None = None  # normwise relative, vs the truth (worst leaf)
+        self.reference_error: float | None = None
+        self._pending = False
+
+    @property
+    def overridden(self) -> bool:
+        return self.fixed is not None or self.rtol is not None or self.atol is not None
+
+    def set_truth(self, truth: Truth) -> None:
+        self.truth = truth
+        self._pending = truth.available
+
+    @property
+    def name(self) -> str:
+        """Which rule decides, in words (the record's `rule`)."""
+        if self.fixed is not None:
+            return f"fixed tolerance ({self.fixed.source})"
+        if self.overridden:
+            return f"marker rtol={self.rtol}, atol={self.atol} (override)"
+        if self.truth is None:
+            return "dtype default (no higher-precision truth was run)"
+        if not self.truth.available:
+            return f"dtype default (no truth: {self.truth.skipped})"
+        if self.reduced:
+            return (
+                f"{truth_source(self.truth.precision, self.factor)}, or the {self.reduced} "
+                f"tolerance (its fp32 matmuls/convolutions may run in {self.reduced})"
+            )
+        return truth_source(self.truth.precision, self.factor)
+
+    def fallback(self) -> Callable[[Any], Tolerance]:
+        return tolerance_rule(
+            reduced=self.reduced, rtol=self.rtol, atol=self.atol, fixed=self.fixed
+        )
+
+    def __call__(self, dtype: Any) -> Tolerance:
+        return self.fallback()(dtype)
+
+    def for_leaf(self, path: str, dtype: Any) -> Tolerance:
+        """A later call's tolerance for the leaf at `path` (`leaf_tolerance`).
+
+        Where the reference's fp32 matmuls/convolutions may run reduced (TF32, bf16: the
+        session's flags allow it), the same reference may be that inexact on any call (the
+        check's deterministic mode alone makes cuDNN pick another algorithm), so the reduced
+        precision's dtype tolerance is allowed too: the larger of the two."""
+        found = self.calibrated.get(path)
+        if found is None or self.overridden:
+            return self.fallback()(dtype)
+        if not self.reduced:
+            return found.tolerance
+        loose = self.fallback()(dtype)
+        cal = found.tolerance
+        return Tolerance(
+            max(cal.rtol, loose.rtol),
+            max(cal.atol, loose.atol),
+            f"{cal.source}, or {loose.source}",
+        )
+
+    def _limits(self, torch: Any, path: str, expected: Any, tol: Tolerance) -> InformationLimits:
+        found = self.calibrated.get(path)
+        rel = tol.rtol if self.overridden or found is None or self.reduced else 0.0
+        if found is not None:
+            return InformationLimits(found.limits.abs_rel, found.limits.norm_rel, rel)
+        u = unit_roundoff(torch, expected.dtype)
+        return InformationLimits(ROUNDINGS * u, ROUNDINGS * u, rel)
+
+    def judge(self, torch: Any, got: Any, expected: Any) -> list[LeafReport]:
+        """One call's reports, one per output leaf (the truth's call first, if pending)."""
+        if self._pending:
+            self._pending = False
+            reports = self._judge_with_truth(torch, got, expected)
+        else:
+            reports = compare_outputs(torch, got, expected, self)
+        return self._with_information(torch, got, expected, reports)
+
+    def _judge_with_truth(self, torch: Any, got: Any, expected: Any) -> list[LeafReport]:
+        assert self.truth is not None
+        precision = self.truth.precision or "float64"
+        leaves = self.truth.leaves
+        fallback = self.fallback()
+        overridden = self.overridden
+
+        class FirstPass:
+            """Structure, integers, plain values and the override's verdict by their rule;
+            the truth's leaves screened only (their values are judged below)."""
+
+            def __call__(self, dtype: Any) -> Tolerance:
+                return fallback(dtype)
+
+            def for_leaf(self, path: str, dtype: Any) -> Tolerance:
+                if path in leaves and not overridden:
+                    return Tolerance(0.0, math.inf, STRUCTURE_ONLY_SOURCE)
+                return fallback(dtype)
+
+        reports = compare_outputs(torch, got, expected, FirstPass())
+        by_report = {r.path: r for r in reports}
+        got_leaves = dict(leaves_of(torch, got))
+        exp_leaves = dict(leaves_of(torch, expected))
+        kernel_errors, reference_errors = [], []
+        for path, leaf in leaves.items():
+            self.calibrated[path] = calibrate(leaf, precision, self.factor)
+            exp_leaf, got_leaf = exp_leaves.get(path), got_leaves.get(path)
+            report = by_report.get(path)
+            if report is None or report.kind == "structure":
+                continue  # the structure comparison names it
+            if not isinstance(got_leaf, torch.Tensor) or not isinstance(exp_leaf, torch.Tensor):
+                continue
+            found = compare_with_truth(
+                torch,
+                path,
+                got_leaf,
+                exp_leaf,
+                leaf,
+                precision,
+                self.factor,
+            )
+            if not overridden:
+                by_report[path] = found.report
+            if (
+                not overridden
+                and not found.report.ok
+                and self.reduced
+                and found.report.kind == "values"
+            ):
+                # The reduced precision's tolerance accepts too (see `for_leaf`).
+                loose = compare_tensor(torch, path, got_leaf, exp_leaf, fallback(exp_leaf.dtype))
+                if loose.ok:
+                    loose.notes.append(
+                        f"{path}: outside {found.report.tolerance.source}, inside "
+                        f"{loose.tolerance.source}: accepted, as the reference's fp32 "
+                        f"matmuls/convolutions may run in {self.reduced}"
+                    )
+                    by_report[path] = loose
+            kernel_errors.append(found.kernel_error)
+            reference_errors.append(found.reference_error)
+        # Calibrated: later calls need only the numbers (the caller's Truth keeps its own).
+        self.truth = replace(
+            self.truth,
+            leaves={p: replace(v, difference=None) for p, v in self.truth.leaves.items()},
+        )
+        if kernel_errors:
+            self.kernel_error = max(kernel_errors)
+            self.reference_error = max(reference_errors)
+        return [by_report[r.path] for r in reports]
+
+    def _with_information(
+        self, torch: Any, got: Any, expected: Any, reports: list[LeafReport]
+    ) -> list[LeafReport]:
+        got_leaves = dict(leaves_of(torch, got))
+        exp_leaves = dict(leaves_of(torch, expected))
+        out = []
+        for report in reports:
+            exp_leaf = exp_leaves.get(report.path)
+            # A leaf that passed by the truth's rule (or its calibration) is no constant, zero
+            # or scaled copy beyond its noise: that rule is tighter. The others are checked,
+            # and a failing leaf gets the diagnosis in its message.
+            by_truth = report.path in self.calibrated and not (self.overridden or self.reduced)
+            judged = not by_truth if report.ok else report.kind == "values"
+            if judged and isinstance(exp_leaf, torch.Tensor) and exp_leaf.is_floating_point():
+                limits = self._limits(torch, report.path, exp_leaf, report.tolerance)
+                why = information_failure(
+                    torch, report.path, got_leaves.get(report.path), exp_leaf, limits
+                )
+                if why is not None:
+                    # Failing by the values already: the diagnosis leads the message.
+                    text = why if report.ok else f"{why} {report.message}"
+                    report = LeafReport(
+                        report.path,
+                        report.tolerance,
+                        False,
+                        text,
+                        report.max_abs,
+                        report.max_rel,
+                        math.inf,
+                        report.worst_index,
+                        report.notes,
+                        "information",
+                    )
+            out.append(report)
+        return out
+
+    def payload(self) -> dict[str, Any]:
+        """What another process needs of this rule to judge later calls the same way (the
+        confirmation's fresh process checks sampled timed outputs by it): the marker's
+        rtol/atol, the factor, the reduced precision and each output's calibration. JSON-safe."""
+        return {
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "factor": self.factor,
+            "reduced": self.reduced,
+            "calibrated": {
+                path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
+                for path, c in self.calibrated.items()
+            },
+        }
+
+    @classmethod
+    def from_payload(cls, data: Mapping[str, Any]) -> CorrectnessRule:
+        """The rule again from its `payload`, judging by its calibrated tolerances (raises
+        KeyError or TypeError on a payload of another shape)."""
+        rule = cls(rtol=data.get("rtol"), atol=data.get("atol"))
+        if isinstance(data.get("factor"), (int, float)):
+            rule.factor = float(data["factor"])
+        rule.reduced = data.get("reduced")
+        for path, c in (data.get("calibrated") or {}).items():
+            rule.calibrated[str(path)] = Calibration(
+                Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
+            )
+        return rule
+
+    def summary(self) -> dict[str, Any]:
+        """The record's fields: rule, factor, both errors, the truth's precision and cost."""
+        truth = self.truth.summary() if self.truth is not None else None
+        return {
+            "rule": self.name,
+            "factor": self.factor if self.truth is not None and self.truth.available else None,
+            "kernel_error": self.kernel_error,
+            "reference_error": self.reference_error,
+            "truth": truth,
+        }
