@@ -285,6 +285,10 @@ class EnvironmentPart(Part, frozen=True, kw_only=True):
     nvcc: str | None = None
     driver: str | None = None
 
+    def versions(self) -> dict[str, str]:
+        """The versions recorded, by name (a version this process lacks is left out)."""
+        return {n: v for n in self.__struct_fields__ if (v := getattr(self, n)) is not None}
+
 
 class SectionPart(Part, frozen=True, kw_only=True):
     """What a plugin other than the gate (the optimizer) reports about the item, as text the
