@@ -404,9 +404,10 @@ def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
 
 
 def record_builtins(record: KernelRecord) -> dict[str, Any]:
-    """The record as JSON values, for a JSON document that holds records (the report, the
-    records log): the document's writer encodes them with the rest."""
-    return msgspec.to_builtins(record, enc_hook=str)
+    """The record as the JSON values its text decodes to (lists, not tuples), for a JSON
+    document that holds records (the report, the records log): the document's writer encodes
+    them with the rest."""
+    return msgspec.json.decode(_ENCODER.encode(record))
 
 
 def record_from_builtins(data: Any, *, source: str) -> KernelRecord:
