@@ -33,8 +33,9 @@ from pytest_kernelpro.errors import KernelproError
 S = TypeVar("S", bound="Part")
 
 RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
-# The version of the record's JSON form: the report and the records log write it, and
-# refuse a file of another one (gate/report.py, gate/records_log.py).
+# The version of the record's JSON form. The files that hold records (the report and the
+# history's runs, gate/report.py; the records log, gate/records_log.py) write it as theirs
+# and refuse a file of another one; raise it with a change an older reader would misread.
 SCHEMA_VERSION = 1
 
 

@@ -32,10 +32,15 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
-from pytest_kernelpro.record import KernelRecord, record_builtins, record_from_builtins
+from pytest_kernelpro.record import (
+    SCHEMA_VERSION,
+    KernelRecord,
+    record_builtins,
+    record_from_builtins,
+)
 
 MISSING_KEY = "missing_record"  # record.extra flag of a kernel that left no record
-RECORDS_LOG_SCHEMA_VERSION = 1
+RECORDS_LOG_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 
 
 def _now() -> str:

@@ -37,9 +37,14 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.process_notes import table_notes
 from pytest_kernelpro.gate.render_session import table_footnotes
-from pytest_kernelpro.record import KernelRecord, record_builtins, record_from_builtins
+from pytest_kernelpro.record import (
+    SCHEMA_VERSION,
+    KernelRecord,
+    record_builtins,
+    record_from_builtins,
+)
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 REPORT_KIND = "kernelpro-report"
 
 
