@@ -17,6 +17,9 @@ that measures; each part's docstring names its producer, and a test checks that 
 field for every key its producer writes. Nested values a part does not type (the timing's
 clocks and budget, the profile's kernels) stay plain JSON values; treat them as read-only.
 
+A key the record does not know (written by a newer version of the same schema) is left out
+on reading; a change that an older reader would misread raises `SCHEMA_VERSION` instead.
+
 JSON has no infinity or NaN: a non-finite float in a part is None, except the correctness
 errors, which keep it as the text "inf", "-inf" or "nan" (an infinite error is a finding).
 """

@@ -145,7 +145,7 @@ def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
 
 
 def _check_version(path: Path, version: Any) -> None:
-    if version == RECORDS_LOG_SCHEMA_VERSION:
+    if type(version) is int and version == RECORDS_LOG_SCHEMA_VERSION:  # not true, not 1.0
         return
     from pytest_kernelpro import __version__
 

@@ -113,7 +113,7 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"'kind': '{REPORT_KIND}'); pass the file written by --kernelpro-json"
         )
     version = data.get("schema_version")
-    if version != REPORT_SCHEMA_VERSION:
+    if type(version) is not int or version != REPORT_SCHEMA_VERSION:  # true == 1, 1.0 == 1
         raise KernelproError(
             f"kernelpro report {target} has schema version {version!r} (written by "
             f"{data.get('tool') or 'an unknown tool'}); this pytest-kernelpro {__version__} "

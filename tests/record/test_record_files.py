@@ -131,6 +131,34 @@ def test_a_report_without_a_version_is_refused(tmp_path: Path) -> None:
         load_report(path)
 
 
+@pytest.mark.parametrize("version", ["true", "1.0", '"1"', "null"])
+def test_a_version_that_only_compares_equal_to_1_is_refused(tmp_path: Path, version: str) -> None:
+    """`true == 1` and `1.0 == 1` in Python: the version must be the integer itself."""
+    path = write_json_report(tmp_path / "r.json", build_report(_records(), meta={}))
+    text = path.read_text(encoding="utf-8").replace(
+        '"schema_version": 1', f'"schema_version": {version}'
+    )
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(KernelproError, match=r"reads version 1"):
+        load_report(path)
+    log = RecordsLog(tmp_path / "log.jsonl")
+    log.start([])
+    text = log.path.read_text(encoding="utf-8").replace(
+        '"schema_version":1', f'"schema_version":{version}'
+    )
+    log.path.write_text(text, encoding="utf-8")
+    with pytest.raises(KernelproError, match=r"reads version 1"):
+        read_records_log(log.path)
+
+
+def test_a_value_without_a_json_type_is_written_as_its_text(tmp_path: Path) -> None:
+    """A path in `extra` (what json.dumps(default=str) did before): written, never a crash."""
+    (record,) = _records()[2:]
+    record.extra["where"] = tmp_path
+    path = write_json_report(tmp_path / "r.json", build_report([record], meta={}))
+    assert records_of(load_report(path))[0].extra["where"] == str(tmp_path)
+
+
 def test_a_records_log_of_another_version_names_both_versions(tmp_path: Path) -> None:
     log = RecordsLog(tmp_path / "log.jsonl")
     log.start([])
