@@ -130,11 +130,12 @@ def cross_compare(work: Path, rounds: int) -> list[dict[str, Any]]:
     from pytest_kernelpro.gate.baseline import load_baseline
     from pytest_kernelpro.gate.confirmation import compare_choices
     from pytest_kernelpro.gate.verdict import decide_verdict
-    from pytest_kernelpro.record import KernelRecord
+    from pytest_kernelpro.record import record_from_builtins
 
     rows = []
     for j in range(1, rounds + 1):
-        records = [KernelRecord.from_dict(r) for r in read_report(work / f"check{j}.json")]
+        report = read_report(work / f"check{j}.json")
+        records = [record_from_builtins(r, source=f"check{j}.json") for r in report]
         for i in range(1, rounds + 1):
             path = work / f"base{i}.yaml"
             if not path.exists() or not records:

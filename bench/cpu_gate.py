@@ -189,12 +189,12 @@ def old_rule(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
     """Each record compared with the old rule: times, no CPU anchor, before confirmation."""
     from pytest_kernelpro.gate.baseline import load_baseline
     from pytest_kernelpro.gate.verdict import decide_verdict
-    from pytest_kernelpro.record import KernelRecord
+    from pytest_kernelpro.record import record_from_builtins
 
     base = load_baseline(baseline)
     out = {}
     for raw in records:
-        record = KernelRecord.from_dict(raw)
+        record = record_from_builtins(raw, source="a record of the check's report")
         entry = base.entry_for(record)
         if record.timing is None or entry is None:
             continue

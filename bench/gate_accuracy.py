@@ -71,11 +71,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.verdict import decide_verdict, default_threshold
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, RooflinePart, TimingPart, part_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -179,14 +181,14 @@ def measure(
 ) -> KernelRecord:
     timing = time_kernel(fn, device=device, budget=budget)
     return KernelRecord(
-        roofline=None if bound is None else {"bound": bound},
+        roofline=None if bound is None else RooflinePart(bound=bound),
         nodeid=f"gate_accuracy::{name}",
         name=name,
         kernel="add",
         device=timing.device,
         device_kind=device,
         outcome="passed",
-        timing=timing.to_dict(),
+        timing=part_of(TimingPart, timing),
     )
 
 
@@ -492,7 +494,7 @@ def _load_ceilings(path: str | None) -> Any:
 
 
 def _measure_info(rec: KernelRecord) -> dict[str, Any]:
-    timing = rec.timing.to_dict() if rec.timing else {}
+    timing = msgspec.to_builtins(rec.timing) if rec.timing else {}
     clocks = timing.get("clocks") or {}
     n = len(timing.get("samples_s") or [])
     return {

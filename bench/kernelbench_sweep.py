@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 LEVEL_RE = re.compile(r"level(\d+)")
 PHASES = ("setup", "check", "timing", "recheck", "roofline", "profile", "gate")
 NUMBER_RE = re.compile(r"^(\d+)_")
@@ -80,11 +82,11 @@ def _float(value: Any) -> float | None:
 
 def summarize_record(record: Any, call: int) -> dict[str, Any]:
     """One state line from a finished KernelRecord."""
-    timing = record.timing.to_dict() if record.timing else {}
-    roofline = record.roofline.to_dict() if record.roofline else {}
+    timing = msgspec.to_builtins(record.timing) if record.timing else {}
+    roofline = msgspec.to_builtins(record.roofline) if record.roofline else {}
     memory = record.extra.get("memory") or {}
     timing_wall = _float(timing.get("wall_s"))
-    correctness = record.correctness.to_dict() if record.correctness else {}
+    correctness = msgspec.to_builtins(record.correctness) if record.correctness else {}
     truth = correctness.get("truth") or {}
     kernelbench = correctness.get("kernelbench") or {}
     return {

@@ -115,8 +115,9 @@ def pytest_runtest_makereport(
     report = yield
     if call.when == "call" and record is not None:
         from pytest_kernelpro.gate.format import item_section
+        from pytest_kernelpro.record import encode_record
 
-        setattr(report, REPORT_ATTR, record.to_dict())
+        setattr(report, REPORT_ATTR, encode_record(record).decode())
         report.sections.append(("kernelpro", item_section(record)))
     return report
 

@@ -2,114 +2,65 @@
 consume, and its typed, frozen parts (correctness, timing, roofline, verdict, profile, autotune
 choices and code-changing versions).
 
-One record per kernel item, built by the item as it runs (each stage sets its own part) and
-carried to the controller (also across pytest-xdist workers) as JSON in
-`report.user_properties`. `to_dict` / `from_dict` are the one conversion to and from the JSON
-form (the report, the records log, the baseline, JUnit properties, the xdist transport).
+One record per kernel item, built by the item as it runs: each stage puts its measured result
+on the record as its part with `part_of` (the result's attributes read into the part's type,
+no JSON form between). The record and its parts are `msgspec.Struct`s, so the JSON form exists
+only at a file's or a process's boundary: `encode_record` / `decode_record` for one record
+(the xdist transport), `record_builtins` / `record_from_builtins` for a record inside a larger
+JSON document (the report, the records log). Reading validates every field against its type;
+a value of the wrong type is a `RecordDecodeError` naming the source and the field, never a
+record that fails later. `bench/results/2026-12-05-record-library-cpu.md` holds why msgspec
+(read and write speed on the record's real shape against pydantic v2 and the former parts).
 
-Each part is built from the JSON form its producer writes (`CorrectnessResult.to_dict`,
-`TimingResult.to_dict`, `ReferenceAnalysis.to_dict`, `Verdict.to_dict`,
-`ProfileReport.to_dict`) with `from_dict`, and gives that form back with `to_dict`, key for
-key and in the same order. Building parts from the producers' JSON form keeps the record below
-everything that measures (it imports nothing of `measure/`, `gate/` or `profile/`); the texts
-made from a record are `gate/`'s (format.py, comment.py).
+The record imports nothing of `measure/`, `gate/` or `profile/`, so it stays below everything
+that measures; each part's docstring names its producer, and a test checks that a part has a
+field for every key its producer writes. Nested values a part does not type (the timing's
+clocks and budget, the profile's kernels) stay plain JSON values; treat them as read-only.
 
-Parts are lenient readers, because they also read stored records (a report of an older or
-newer version, a JSONL log, an artifact from another job): a key a part does not know is kept
-in `unknown` and written back; a key the source lacks stays absent in `to_dict` (its field
-holds the default); values are taken as they are, never coerced, so reading a record never
-fails where the dict form did not. Nested values a part does not type (the roofline's ops,
-the timing's clocks and budget, the profile's kernels) stay plain JSON values; treat them
-as read-only.
+A key the record does not know (written by a newer version of the same schema) is left out
+on reading; a change that an older reader would misread raises `SCHEMA_VERSION` instead.
+
+JSON has no infinity or NaN: a non-finite float in a part is None, except the correctness
+errors, which keep it as the text "inf", "-inf" or "nan" (an infinite error is a finding).
 """
 
 from __future__ import annotations
 
-import copy
-import json
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields
+import math
 from typing import Any, ClassVar, TypeVar
 
-P = TypeVar("P", bound="Part")
+import msgspec
 
-_BOOKKEEPING = ("unknown", "key_order")
+from pytest_kernelpro.errors import KernelproError
 
+S = TypeVar("S", bound="Part")
 
-def _plain(value: Any) -> Any:
-    """A field's value in the JSON form: nested parts as dicts, typed sequences as lists."""
-    if isinstance(value, Part):
-        return value.to_dict()
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class Part:
-    """What every part shares: unknown keys kept, the source's key order kept."""
-
-    # Nested parts by field name (built with that class's from_dict when the value is a dict).
-    NESTED: ClassVar[Mapping[str, type[Part]]] = {}
-    # Fields that hold a JSON list as a tuple (so the part stays immutable).
-    SEQUENCES: ClassVar[tuple[str, ...]] = ()
-
-    unknown: Mapping[str, Any] = field(default_factory=dict, repr=False)
-    # The keys of the dict this part was read from, in order (None: built directly).
-    key_order: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        """The keys this part knows, in the order its producer writes them."""
-        return tuple(f.name for f in fields(cls) if f.name not in _BOOKKEEPING)
-
-    @classmethod
-    def from_dict(cls: type[P], data: Mapping[str, Any]) -> P:
-        known = set(cls.field_names())
-        values: dict[str, Any] = {}
-        unknown: dict[str, Any] = {}
-        for key, value in data.items():
-            if key not in known:
-                unknown[key] = value
-                continue
-            nested = cls.NESTED.get(key)
-            if nested is not None and isinstance(value, Mapping):
-                value = nested.from_dict(value)
-            elif key in cls.SEQUENCES and isinstance(value, list):
-                value = tuple(value)
-            values[key] = value
-        return cls(**values, unknown=unknown, key_order=tuple(data))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form: the source's keys in its order (every known key when built directly),
-        then a field set since that the source lacked."""
-        names = self.field_names()
-        order = list(self.key_order) if self.key_order is not None else [*names, *self.unknown]
-        listed = set(order)
-        for f in fields(self):
-            if f.name in _BOOKKEEPING or f.name in listed:
-                continue
-            if f.default is not MISSING and getattr(self, f.name) != f.default:
-                order.append(f.name)
-        out: dict[str, Any] = {}
-        known = set(names)
-        for key in order:
-            if key in known:
-                out[key] = _plain(getattr(self, key))
-            elif key in self.unknown:
-                out[key] = self.unknown[key]
-        return out
-
-    def __bool__(self) -> bool:
-        """False for a part read from an empty object, as the dict form was (a stored
-        `"gate": {}` is no verdict)."""
-        if self.key_order is None or self.key_order:
-            return True
-        return bool(self.to_dict())
+RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
+# The version of the record's JSON form. The files that hold records (the report and the
+# history's runs, gate/report.py; the records log, gate/records_log.py) write it as theirs
+# and refuse a file of another one; raise it with a change an older reader would misread.
+SCHEMA_VERSION = 1
 
 
-@dataclass(frozen=True, kw_only=True)
-class TolerancePart(Part):
+class RecordDecodeError(KernelproError):
+    """A stored record is not JSON or does not have the record's types."""
+
+
+class Part(msgspec.Struct, frozen=True, kw_only=True):
+    """What every part shares: frozen, keyword-only, and no non-finite float (see the module
+    docstring); `TEXT_NONFINITE` names the fields that keep one as text."""
+
+    TEXT_NONFINITE: ClassVar[tuple[str, ...]] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if type(value) is float and not math.isfinite(value):
+                text = str(value) if name in self.TEXT_NONFINITE else None
+                msgspec.structs.force_setattr(self, name, text)
+
+
+class TolerancePart(Part, frozen=True, kw_only=True):
     """The tolerance an output was compared with (`measure.correctness.Tolerance`)."""
 
     rtol: float | None = None
@@ -118,12 +69,12 @@ class TolerancePart(Part):
     norm_rtol: float | None = None  # the normwise relative bound, when the rule has one
 
 
-@dataclass(frozen=True, kw_only=True)
-class CorrectnessPart(Part):
+class CorrectnessPart(Part, frozen=True, kw_only=True):
     """The correctness check over all trials (`measure.correctness.CorrectnessResult`)."""
 
-    NESTED: ClassVar[Mapping[str, type[Part]]] = {"tolerance": TolerancePart}
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("worst_index", "notes")
+    TEXT_NONFINITE: ClassVar[tuple[str, ...]] = (
+        "max_abs_err", "max_rel_err", "worst_ratio", "kernel_error", "reference_error",
+    )  # fmt: skip
 
     passed: bool | None = None
     trials: int | None = None
@@ -147,8 +98,7 @@ class CorrectnessPart(Part):
     kernelbench: dict[str, Any] | None = None  # KernelBench's own verdict (KernelBench files)
 
 
-@dataclass(frozen=True, kw_only=True)
-class StatsPart(Part):
+class StatsPart(Part, frozen=True, kw_only=True):
     """Statistics of the timing samples (`measure.timing.budget.SampleStats`)."""
 
     n: int | None = None
@@ -167,12 +117,8 @@ class StatsPart(Part):
     n_boot: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class TimingPart(Part):
+class TimingPart(Part, frozen=True, kw_only=True):
     """Per-call times and how they were taken (`measure.timing.TimingResult`)."""
-
-    NESTED: ClassVar[Mapping[str, type[Part]]] = {"stats": StatsPart}
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("samples_s",)
 
     samples_s: tuple[float, ...] = ()
     stats: StatsPart | None = None
@@ -189,7 +135,7 @@ class TimingPart(Part):
     rounds: int | None = None
     budget: dict[str, Any] | None = None
     threads: int | None = None
-    cpu_load: dict[str, Any] | None = None  # measure.timing.cpu.CpuLoad.to_dict()
+    cpu_load: dict[str, Any] | None = None  # measure.timing.cpu.CpuLoad, as JSON
     flush_reason: str | None = None
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()
@@ -206,13 +152,22 @@ class TimingPart(Part):
         return bool((self.cpu_load or {}).get("oversubscribed"))
 
 
-@dataclass(frozen=True, kw_only=True)
-class RooflinePart(Part):
+class OpCostPart(Part, frozen=True, kw_only=True):
+    """The cost of one aten op at one peak (`measure.flops.OpCost`)."""
+
+    op: str | None = None
+    category: str | None = None
+    flops: float | None = None
+    bytes_unfused: float | None = None
+    dtype: str | None = None
+    peak_key: str | None = None
+    count: int | None = None
+
+
+class RooflinePart(Part, frozen=True, kw_only=True):
     """FLOPs, bytes, bound and roofline time of the reference (`measure.roofline.ReferenceAnalysis`)."""
 
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("notes", "bound_band", "unpriced_ops")
-
-    ops: list[dict[str, Any]] | None = None  # measure.roofline.OpCost.to_dict() per op
+    ops: tuple[OpCostPart, ...] | None = None
     flops: float | None = None
     min_bytes: float | None = None
     unfused_bytes: float | None = None
@@ -241,8 +196,7 @@ class RooflinePart(Part):
     unpriced_ops: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class VerdictPart(Part):
+class VerdictPart(Part, frozen=True, kw_only=True):
     """The gate's verdict against the baseline (`gate.verdict.Verdict`), with the `failed`
     and `message` it derives written out."""
 
@@ -292,10 +246,12 @@ class VerdictPart(Part):
     message: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class ProfilePart(Part):
+class ProfilePart(Part, frozen=True, kw_only=True):
     """The item's profile (`profile.model.ProfileReport`): its kernels as the profiler wrote
     them, module-wide facts and what could not be collected."""
+
+    # The profile's nested results, kept as their JSON form (`part_of` writes them so).
+    PLAIN: ClassVar[tuple[str, ...]] = ("kernels", "timeline", "linkage", "not_collected")
 
     arch: str | None = None
     kernels: list[dict[str, Any]] | None = None
@@ -305,13 +261,10 @@ class ProfilePart(Part):
     wall_s: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class AutotunePart(Part):
+class AutotunePart(Part, frozen=True, kw_only=True):
     """What the item's autotuned kernels chose in its process (`measure.environment.
     AutotuneCapture.to_dict`) and the library settings that choose algorithms
     (`measure.environment.library_choices`)."""
-
-    SEQUENCES: ClassVar[tuple[str, ...]] = ("choices", "pinned", "pin_problems")
 
     # One per autotuned kernel and key: {"kernel", "key", "key_names", "config" (flat:
     # meta-parameters, num_warps, num_stages, ...), "configs" (candidates), "source"
@@ -324,8 +277,7 @@ class AutotunePart(Part):
     pin_problems: tuple[str, ...] | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class EnvironmentPart(Part):
+class EnvironmentPart(Part, frozen=True, kw_only=True):
     """The versions that change the code the item ran (`measure.environment.code_versions`);
     a version this process does not have is absent."""
 
@@ -337,19 +289,17 @@ class EnvironmentPart(Part):
     nvcc: str | None = None
     driver: str | None = None
 
+    def versions(self) -> dict[str, str]:
+        """The versions recorded, by name (a version this process lacks is left out)."""
+        return {n: v for n in self.__struct_fields__ if (v := getattr(self, n)) is not None}
 
-@dataclass(frozen=True, kw_only=True)
-class SectionPart(Part):
+
+class SectionPart(Part, frozen=True, kw_only=True):
     """What a plugin other than the gate (the optimizer) reports about the item, as text the
     gate shows without knowing the plugin: a "TITLE" section in the terminal (one per title,
     every record's lines), lines in the item's report section, a table in the PR comment
     (every record's rows under the first record's columns; each cell escaped by the comment)
     and JUnit properties."""
-
-    SEQUENCES: ClassVar[tuple[str, ...]] = (
-        "terminal_lines", "item_lines", "comment_columns", "comment_rows", "comment_notes",
-        "junit",
-    )  # fmt: skip
 
     title: str = ""
     terminal_lines: tuple[str, ...] = ()
@@ -359,9 +309,6 @@ class SectionPart(Part):
     comment_notes: tuple[str, ...] = ()  # paragraphs under the table (once per title)
     junit: tuple[Any, ...] = ()  # each a [name, value] pair
 
-
-RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
-SCHEMA_VERSION = 1
 
 # The record's typed parts, by field name.
 PARTS: dict[str, type[Part]] = {
@@ -375,8 +322,23 @@ PARTS: dict[str, type[Part]] = {
 }
 
 
-@dataclass
-class KernelRecord:
+def part_of(part_type: type[S], measured: object) -> S:
+    """`measured` (a producer's result, e.g. `TimingResult`) as the record's part: msgspec
+    reads its attributes into the part's type, nested results into nested parts, with no
+    JSON form between. A part's `PLAIN` fields hold the producer's nested results in their
+    JSON form (the profile's kernels: the record does not type them)."""
+    plain: tuple[str, ...] = getattr(part_type, "PLAIN", ())
+    if not plain:
+        return msgspec.convert(measured, part_type, from_attributes=True)
+    values = {
+        name: msgspec.to_builtins(value, enc_hook=str) if name in plain else value
+        for name in part_type.__struct_fields__
+        if (value := getattr(measured, name, None)) is not None
+    }
+    return part_type(**values)
+
+
+class KernelRecord(msgspec.Struct, kw_only=True):
     nodeid: str
     name: str  # item name with shape id, e.g. "softmax[8192x4096]"
     kernel: str  # base kernel name, e.g. "softmax"
@@ -392,7 +354,7 @@ class KernelRecord:
     efficiency: float | None = None  # roofline time / measured median, 0..1 (can exceed 1)
     # Set when the kernel ran faster than the roofline's op-level peak allows: the peak its
     # rate implies (efficiency is priced at it) or why it stays above 100%
-    # (`measure.roofline.MeasuredPeak.to_dict`); None when the op-level peak holds.
+    # (`measure.roofline.MeasuredPeak`, as JSON); None when the op-level peak holds.
     peak_used: dict[str, Any] | None = None
     threshold: float = 0.05
     min_roofline: float | None = None
@@ -400,10 +362,10 @@ class KernelRecord:
     profile: ProfilePart | None = None
     guidance: str | None = None  # Markdown "Automated Bottleneck Analysis"
     wall_s: float = 0.0  # time the plugin spent on this item
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = msgspec.field(default_factory=dict)
     # Each setting a marker can override: {"value": ..., "source": "marker threshold=" | the
     # command line, environment, ini or conftest setting it came from | "built-in: ..."}
-    # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
+    # (`run.context.ItemSettings`, as JSON); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
     # What the item's autotuned kernels chose in its process, and the library settings that
     # choose algorithms (measure/environment.py); None when not captured.
@@ -411,17 +373,7 @@ class KernelRecord:
     # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None
     # Sections other plugins report (the optimizer's search), shown by the gate as given.
-    sections: list[SectionPart] = field(default_factory=list)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # A part given in its JSON form (to the constructor or assigned) is read into its
-        # type: the parts are always typed, whoever built the record.
-        part = PARTS.get(name)
-        if part is not None and isinstance(value, Mapping):
-            value = part.from_dict(value)
-        if name == "sections":
-            value = [SectionPart.from_dict(v) if isinstance(v, Mapping) else v for v in value]
-        super().__setattr__(name, value)
+    sections: list[SectionPart] = msgspec.field(default_factory=list)
 
     @property
     def median_s(self) -> float | None:
@@ -432,26 +384,43 @@ class KernelRecord:
     def roofline_time_s(self) -> float | None:
         return None if self.roofline is None else self.roofline.roofline_time_s
 
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON form (a deep copy: changing it leaves the record as it is)."""
-        out: dict[str, Any] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, Part) else value
-        out["sections"] = [section.to_dict() for section in self.sections]
-        return copy.deepcopy(out)
 
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), default=str)
+# A value the record's JSON form has no type for (a path in `extra`) is written as its text,
+# as json.dumps(default=str) did.
+_ENCODER = msgspec.json.Encoder(enc_hook=str)
+_DECODER = msgspec.json.Decoder(KernelRecord)
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> KernelRecord:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
-    @classmethod
-    def from_json(cls, text: str) -> KernelRecord:
-        return cls.from_dict(json.loads(text))
+def encode_record(record: KernelRecord) -> bytes:
+    """The record's JSON text (the xdist transport, a record in a file of its own)."""
+    return _ENCODER.encode(record)
+
+
+def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
+    """The record of `text`; `source` names where it came from in the error of a text that
+    is not JSON or not a record."""
+    try:
+        return _DECODER.decode(text)
+    except msgspec.ValidationError as exc:
+        raise RecordDecodeError(f"{source}: not a kernel record: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise RecordDecodeError(f"{source}: not JSON ({exc}); the file is corrupt") from None
+
+
+def record_builtins(record: KernelRecord) -> dict[str, Any]:
+    """The record as the JSON values its text decodes to (lists, not tuples), for a JSON
+    document that holds records (the report, the records log): the document's writer encodes
+    them with the rest."""
+    return msgspec.json.decode(_ENCODER.encode(record))
+
+
+def record_from_builtins(data: Any, *, source: str) -> KernelRecord:
+    """The record of `data`, a record's JSON values read from a document (`source` names
+    the document and the record's place in it for the error)."""
+    try:
+        return msgspec.convert(data, KernelRecord)
+    except msgspec.ValidationError as exc:
+        raise RecordDecodeError(f"{source}: not a kernel record: {exc}") from None
 
 
 __all__ = [
@@ -462,12 +431,19 @@ __all__ = [
     "CorrectnessPart",
     "EnvironmentPart",
     "KernelRecord",
+    "OpCostPart",
     "Part",
     "ProfilePart",
+    "RecordDecodeError",
     "RooflinePart",
     "SectionPart",
     "StatsPart",
     "TimingPart",
     "TolerancePart",
     "VerdictPart",
+    "decode_record",
+    "encode_record",
+    "part_of",
+    "record_builtins",
+    "record_from_builtins",
 ]

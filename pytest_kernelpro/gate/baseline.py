@@ -218,7 +218,7 @@ class BaselineEntry:
             else quantile_subsample(list(anchor.ratios), BASELINE_SAMPLES),
             autotune=None if record.autotune is None else list(record.autotune.choices),
             library=None if record.autotune is None else record.autotune.library,
-            environment=None if record.environment is None else record.environment.to_dict(),
+            environment=None if record.environment is None else record.environment.versions(),
             cpu_kernel_s=None
             if cpu is None
             else quantile_subsample(cpu.kernel_s, BASELINE_SAMPLES),

@@ -39,6 +39,7 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.github import MARKER
 from pytest_kernelpro.gate.process_notes import comment_notes
+from pytest_kernelpro.gate.report import records_of
 from pytest_kernelpro.record import KernelRecord, SectionPart
 
 
@@ -382,7 +383,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
     comment needs (`check_report`).
     """
     check_report(report)
-    records = sorted((KernelRecord.from_dict(r) for r in report.get("records") or []), key=sort_key)
+    records = sorted(records_of(report), key=sort_key)
     out = [MARKER, _summary_line(records), ""]
     if records:
         quiet = [r for r in records if record_status(r) in ("ok", "passed", "skipped")]

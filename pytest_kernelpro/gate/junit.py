@@ -12,17 +12,22 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.record import (
     AutotunePart,
     EnvironmentPart,
     KernelRecord,
+    Part,
     RooflinePart,
     TimingPart,
     VerdictPart,
 )
+
+P = TypeVar("P", bound=Part)
 
 PREFIX = "kernelpro."
 _RECORD_FIELDS = ("nodeid", "name", "kernel", "shape", "language", "device", "device_kind")
@@ -59,12 +64,12 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     for key in _RECORD_FIELDS:
         add(key, getattr(record, key))
     # The JUnit edge: each part in its JSON form.
-    timing = record.timing.to_dict() if record.timing else {}
+    timing = msgspec.to_builtins(record.timing) if record.timing else {}
     stats = timing.get("stats") or {}
     for key in _STATS:
         add(key, stats.get(key))
     add("method", timing.get("method"))
-    roofline = record.roofline.to_dict() if record.roofline else {}
+    roofline = msgspec.to_builtins(record.roofline) if record.roofline else {}
     for key in _ROOFLINE:
         add(key, roofline.get(key))
     add("efficiency", record.efficiency)
@@ -72,7 +77,7 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
         add("peak_used", json.dumps(record.peak_used, separators=(",", ":"), default=str))
     add("threshold", record.threshold)
     add("min_roofline", record.min_roofline)
-    gate = record.gate.to_dict() if record.gate else {}
+    gate = msgspec.to_builtins(record.gate) if record.gate else {}
     add("verdict", gate.get("status"))
     add("change", gate.get("change"))
     add("p_value", gate.get("p_value"))
@@ -89,9 +94,12 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
     # What the item's autotuners chose and the versions it ran with (measure/environment.py),
     # as compact JSON.
     if record.autotune:
-        add("autotune", json.dumps(record.autotune.to_dict(), separators=(",", ":"), default=str))
+        add(
+            "autotune",
+            json.dumps(msgspec.to_builtins(record.autotune), separators=(",", ":"), default=str),
+        )
     if record.environment:
-        add("environment", json.dumps(record.environment.to_dict(), separators=(",", ":")))
+        add("environment", json.dumps(record.environment.versions(), separators=(",", ":")))
     add("guidance", record.guidance)
     for section in record.sections:  # other plugins' properties (the optimizer's search)
         for key, value in section.junit:
@@ -202,18 +210,29 @@ def _record_from_props(props: dict[str, str], case: Any) -> KernelRecord:
         device_kind=get("device_kind") or "cpu",
         outcome=outcome,
         message=message,
-        timing=None if timing is None else TimingPart.from_dict(timing),
-        roofline=RooflinePart.from_dict(roofline) if roofline else None,
+        timing=_part(TimingPart, timing),
+        roofline=_part(RooflinePart, roofline or None),
         efficiency=None if efficiency is None else float(efficiency),
         peak_used=peak_used if isinstance(peak_used, dict) else None,
         threshold=0.05 if threshold is None else float(threshold),
         min_roofline=None if min_roofline is None else float(min_roofline),
-        gate=VerdictPart.from_dict(gate) if isinstance(gate, dict) else None,
+        gate=_part(VerdictPart, gate),
         guidance=get("guidance"),
         wall_s=float(case.time or 0.0),
-        autotune=AutotunePart.from_dict(autotune) if autotune else None,
-        environment=EnvironmentPart.from_dict(environment) if environment else None,
+        autotune=_part(AutotunePart, autotune),
+        environment=_part(EnvironmentPart, environment),
     )
+
+
+def _part(part_type: type[P], data: Any) -> P | None:
+    """The part of a JSON property (the JUnit edge), or None when absent or not of the
+    part's shape (a property another tool wrote: the record keeps what it can read)."""
+    if not data:
+        return None
+    try:
+        return msgspec.convert(data, part_type)
+    except msgspec.ValidationError:
+        return None
 
 
 def _json_prop(text: str | None) -> dict[str, Any] | None:

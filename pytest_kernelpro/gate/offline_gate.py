@@ -30,7 +30,7 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.report import load_report, records_of
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, decide_verdict
-from pytest_kernelpro.record import KernelRecord, VerdictPart
+from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
 
 
 def _base_entries(path: str) -> Baseline:
@@ -67,9 +67,9 @@ def gate_records(
         if entry is not None:
             choices = record.autotune.choices if record.autotune else None
             verdict = note_picks(verdict, compare_choices(choices, entry.autotune))
-            environment = record.environment.to_dict() if record.environment else None
+            environment = record.environment.versions() if record.environment else None
             verdict = name_environment(verdict, environment, entry.environment)
-        record.gate = VerdictPart.from_dict(verdict.to_dict())
+        record.gate = part_of(VerdictPart, verdict)
         out.append(record)
     return out
 

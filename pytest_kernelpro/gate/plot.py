@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import finite_float, record_status, short_device
 from pytest_kernelpro.record import KernelRecord
@@ -178,7 +180,7 @@ def roofline_points(records: Sequence[KernelRecord]) -> tuple[list[RooflinePoint
     points: list[RooflinePoint] = []
     skipped: list[str] = []
     for r in records:
-        roofline = r.roofline.to_dict() if r.roofline else {}  # also keys of older reports
+        roofline = msgspec.structs.asdict(r.roofline) if r.roofline else {}
         med = r.median_s
         flops = _pos(roofline.get("flops"))
         nbytes = _pos(roofline.get("min_bytes"))

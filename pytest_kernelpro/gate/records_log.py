@@ -32,10 +32,15 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import append_jsonl, atomic_write_text
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import (
+    SCHEMA_VERSION,
+    KernelRecord,
+    record_builtins,
+    record_from_builtins,
+)
 
 MISSING_KEY = "missing_record"  # record.extra flag of a kernel that left no record
-RECORDS_LOG_SCHEMA_VERSION = 1
+RECORDS_LOG_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 
 
 def _now() -> str:
@@ -65,7 +70,7 @@ class RecordsLog:
         self._append({"kind": "collected", "nodeids": list(nodeids)})
 
     def record(self, record: KernelRecord) -> None:
-        self._append({"kind": "record", "record": record.to_dict()})
+        self._append({"kind": "record", "record": record_builtins(record)})
 
     def finished(self, exitstatus: int) -> None:
         self._append({"kind": "finished", "exitstatus": int(exitstatus), "created": _now()})
@@ -128,7 +133,9 @@ def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
         elif kind == "collected":
             logged.collected = [str(n) for n in event.get("nodeids") or []]
         elif kind == "record":
-            record = KernelRecord.from_dict(event.get("record") or {})
+            record = record_from_builtins(
+                event.get("record"), source=f"records log {target} line {number}"
+            )
             by_nodeid[record.nodeid] = record  # a re-run item (pytest-rerunfailures): last wins
         elif kind == "finished":
             logged.finished = True
@@ -138,7 +145,7 @@ def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
 
 
 def _check_version(path: Path, version: Any) -> None:
-    if version == RECORDS_LOG_SCHEMA_VERSION:
+    if type(version) is int and version == RECORDS_LOG_SCHEMA_VERSION:  # not true, not 1.0
         return
     from pytest_kernelpro import __version__
 

@@ -6,7 +6,11 @@ JSON layout (schema 1)::
     {"schema_version": 1, "kind": "kernelpro-report", "tool": "pytest-kernelpro 0.1.0",
      "created": "...", "meta": {device(s), torch, commit, wall_s, options...},
      "summary": {"kernels": N, "failed": N, "by_status": {"ok": N, ...}},
-     "records": [KernelRecord.to_dict(), ...]}
+     "records": [KernelRecord, ...]}
+
+The records are written and read with msgspec at the file's edge (`record.record_builtins`,
+`record.record_from_builtins`); a record that is not of the record's types is an error
+naming the file and the record.
 """
 
 from __future__ import annotations
@@ -33,9 +37,14 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.process_notes import table_notes
 from pytest_kernelpro.gate.render_session import table_footnotes
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import (
+    SCHEMA_VERSION,
+    KernelRecord,
+    record_builtins,
+    record_from_builtins,
+)
 
-REPORT_SCHEMA_VERSION = 1
+REPORT_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 REPORT_KIND = "kernelpro-report"
 
 
@@ -68,7 +77,7 @@ def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> di
         "created": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         "meta": meta,
         "summary": summarize(recs),
-        "records": [r.to_dict() for r in recs],
+        "records": [record_builtins(r) for r in recs],
     }
 
 
@@ -77,9 +86,13 @@ def write_json_report(path: str | os.PathLike[str], report: dict[str, Any]) -> P
     return atomic_write_json(path, report)
 
 
-def records_of(report: dict[str, Any]) -> list[KernelRecord]:
-    """The KernelRecords of a report dict."""
-    return [KernelRecord.from_dict(r) for r in report.get("records") or [] if isinstance(r, dict)]
+def records_of(report: dict[str, Any], source: str = "kernelpro report") -> list[KernelRecord]:
+    """The KernelRecords of a report dict; `source` names the report in the error of a record
+    that is not of the record's types."""
+    records = report.get("records") or []
+    return [
+        record_from_builtins(r, source=f"{source}: records[{i}]") for i, r in enumerate(records)
+    ]
 
 
 def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -100,14 +113,16 @@ def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
             f"'kind': '{REPORT_KIND}'); pass the file written by --kernelpro-json"
         )
     version = data.get("schema_version")
-    if version != REPORT_SCHEMA_VERSION:
+    if type(version) is not int or version != REPORT_SCHEMA_VERSION:  # true == 1, 1.0 == 1
         raise KernelproError(
-            f"kernelpro report {target} has schema version {version!r}; this pytest-kernelpro "
-            f"{__version__} reads version {REPORT_SCHEMA_VERSION}. Use the same version to "
-            "write and read reports"
+            f"kernelpro report {target} has schema version {version!r} (written by "
+            f"{data.get('tool') or 'an unknown tool'}); this pytest-kernelpro {__version__} "
+            f"reads version {REPORT_SCHEMA_VERSION}. Fix: write it again with "
+            "`pytest --kernelpro-json` of this version, or read it with the version that wrote it"
         )
     if not isinstance(data.get("records"), list):
         raise KernelproError(f"kernelpro report {target}: 'records' is not a list")
+    records_of(data, f"kernelpro report {target}")  # a record of the wrong types: named here
     return data
 
 
@@ -137,7 +152,7 @@ def merge_report_dicts(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if len(commits) > 1:
         meta["commits"] = commits
     meta["merged_from"] = len(reports)
-    records = [KernelRecord.from_dict(r) for r in by_id.values()]
+    records = records_of({"records": list(by_id.values())}, "merged kernelpro reports")
     return build_report(records, meta=meta)
 
 

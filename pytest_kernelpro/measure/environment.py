@@ -59,6 +59,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelpro.record import AutotunePart
+
 NVCC_TIMEOUT_S = 20.0
 
 
@@ -400,15 +402,25 @@ class AutotuneCapture:
                     self._add(seen.tuner, key, config, TUNED_IN_TIMING)
             seen.keys_after_check.update(cache)
 
+    def part(self, library: dict[str, Any] | None) -> AutotunePart:
+        """The record's `autotune` part: the choices, the pins and why a pin could not be
+        applied (None when none), and the `library` settings that choose algorithms."""
+        pinned = tuple({"kernel": p.kernel, "key": p.key, "config": p.config} for p in self.pins)
+        return AutotunePart(
+            choices=tuple(self.choices.values()),
+            library=library,
+            pinned=pinned or None,
+            pin_problems=tuple(self.pin_problems) or None,
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        """The record's `autotune` part (`record.AutotunePart`)."""
-        out: dict[str, Any] = {"choices": list(self.choices.values())}
-        if self.pins:
-            out["pinned"] = [
-                {"kernel": p.kernel, "key": p.key, "config": p.config} for p in self.pins
-            ]
-        if self.pin_problems:
-            out["pin_problems"] = list(self.pin_problems)
+        """The `autotune` part's JSON form, without the library settings."""
+        part = self.part(None)
+        out: dict[str, Any] = {"choices": list(part.choices)}
+        if part.pinned:
+            out["pinned"] = list(part.pinned)
+        if part.pin_problems:
+            out["pin_problems"] = list(part.pin_problems)
         return out
 
 

@@ -59,6 +59,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import msgspec
+
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.ceilings import Ceilings, format_rate
 from pytest_kernelpro.measure.devices import DeviceSpec
@@ -573,6 +575,8 @@ def _fields(roofline: Any) -> Mapping[str, Any]:
         return {}
     if isinstance(roofline, Mapping):
         return roofline
+    if isinstance(roofline, msgspec.Struct):  # the record's part: its fields by name
+        return msgspec.structs.asdict(roofline)
     to_dict = getattr(roofline, "to_dict", None)
     return to_dict() if callable(to_dict) else {}
 

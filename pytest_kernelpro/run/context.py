@@ -63,7 +63,7 @@ from pytest_kernelpro.measure.environment import (
     library_choices,
     load_triton_if_used,
 )
-from pytest_kernelpro.record import AutotunePart, EnvironmentPart
+from pytest_kernelpro.record import EnvironmentPart
 
 if TYPE_CHECKING:
     import pytest
@@ -360,5 +360,5 @@ def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
     from pytest_kernelpro.measure.environment import code_versions
 
     record = run.record
-    record.autotune = AutotunePart.from_dict({**capture.to_dict(), "library": library_choices()})
-    record.environment = EnvironmentPart.from_dict(code_versions(record.device_kind))
+    record.autotune = capture.part(library_choices())
+    record.environment = EnvironmentPart(**code_versions(record.device_kind))

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.record import AutotunePart, TimingPart
 from pytest_kernelpro.run.isolate import (
     CHILD_FLAG,
     RELEASE_WAIT_S,
@@ -64,11 +65,10 @@ RULE_FILE = "correctness_rule.json"  # beside the pins file: the parent's calibr
 
 @dataclass(frozen=True)
 class FreshMeasurement:
-    """What the fresh process gave back: its timing and autotune parts (JSON form) or why
-    there are none."""
+    """What the fresh process gave back: its timing and autotune parts or why there are none."""
 
-    timing: dict[str, Any] | None
-    autotune: dict[str, Any] | None
+    timing: TimingPart | None
+    autotune: AutotunePart | None
     wall_s: float
     returncode: int | None
     error: str | None = None
@@ -149,12 +149,11 @@ def remeasure_in_fresh_process(
     if timed_out:
         error = f"it ran past the item time limit of {limit:g} s plus {STARTUP_ALLOWANCE_S:g} s"
         return FreshMeasurement(None, None, wall, proc.returncode, error)
-    timing = child.timing.to_dict() if child is not None and child.timing else None
-    if timing is None or not timing.get("samples_s"):
+    timing = child.timing if child is not None else None
+    if timing is None or not timing.samples_s:
         tail = (output or "").strip()[-OUTPUT_TAIL_CHARS:]
         what = (child.message if child is not None else None) or (
             f"exit status {proc.returncode}, no timing in its record"
         )
         return FreshMeasurement(None, None, wall, proc.returncode, f"{what}; output: {tail}")
-    autotune = child.autotune.to_dict() if child is not None and child.autotune else None
-    return FreshMeasurement(timing, autotune, wall, proc.returncode)
+    return FreshMeasurement(timing, child.autotune, wall, proc.returncode)

@@ -225,7 +225,7 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
     if released is not None:
         isolation["released"] = released
     if child is not None and not timed_out:
-        for name in child.__dataclass_fields__:
+        for name in child.__struct_fields__:
             if name not in ("nodeid", "extra"):
                 setattr(record, name, getattr(child, name))
         record.extra.update(child.extra)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from pytest_kernelpro.errors import KernelproError, describe_exception
@@ -38,6 +39,7 @@ from pytest_kernelpro.record import (
     RooflinePart,
     TimingPart,
     VerdictPart,
+    part_of,
 )
 from pytest_kernelpro.run.context import (
     ItemRun,
@@ -509,7 +511,7 @@ def check(
         raise
     except Exception as exc:
         raise KernelproError(f"{run.name} raised {describe_exception(exc)}") from exc
-    run.record.correctness = CorrectnessPart.from_dict(correctness.to_dict())
+    run.record.correctness = part_of(CorrectnessPart, correctness)
     if not correctness.passed:
         failure = correctness.failure or "no detail"
         if failure.startswith("The kernel raised"):
@@ -567,7 +569,7 @@ def time_item(
         raise KernelproError(f"{run.name} is refused: {exc}") from exc
     except Exception as exc:
         raise KernelproError(f"timing {run.name} failed: {describe_exception(exc)}") from exc
-    record.timing = TimingPart.from_dict(timing.to_dict())
+    record.timing = part_of(TimingPart, timing)
     record.device = timing.device
     if timing.threads is not None:
         # Timings with other thread counts are not comparable: the count is part of the device.
@@ -711,7 +713,7 @@ def roofline(
             ) from exc
 
     analysis = analyze(ceilings)
-    record.roofline = RooflinePart.from_dict(analysis.to_dict())
+    record.roofline = part_of(RooflinePart, analysis)
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
     # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
@@ -721,7 +723,7 @@ def roofline(
         ceilings = reprobe_ceilings(f"{run.name} exceeded them")
         if ceilings.trusted:
             analysis = analyze(ceilings)
-            record.roofline = RooflinePart.from_dict(analysis.to_dict())
+            record.roofline = part_of(RooflinePart, analysis)
             efficiency, record.peak_used = record_pricing(record.roofline, median_s)
     record.extra["ceilings_trusted"] = ceilings.trusted
     if exceeds_every_ceiling(record.peak_used) and ceilings.device_type == "cpu":
@@ -766,7 +768,7 @@ def _profile_item(run: ItemRun, profiling: Profiling, device: str) -> None:
     record = run.record
     capture = profiling.capture
     facts = RooflineFacts.from_roofline(
-        record.roofline.to_dict() if record.roofline else None,
+        msgspec.to_builtins(record.roofline) if record.roofline else None,
         median_s=record.median_s,
         efficiency=record.efficiency,
     )
@@ -779,7 +781,7 @@ def _profile_item(run: ItemRun, profiling: Profiling, device: str) -> None:
         timeout_s=profiling.timeout_s,
         ncu_path=os.environ.get("KERNELPRO_NCU"),
     )
-    record.profile = ProfilePart.from_dict(analysis.report.to_dict())
+    record.profile = part_of(ProfilePart, analysis.report)
     record.extra["tools"] = analysis.tool_run.to_dict()
     record.extra["profile_wall_s"] = analysis.profile_s
     record.guidance = analysis.guidance_md or None
@@ -821,25 +823,24 @@ def gate(
         timing, remeasured = _confirmation_timing(
             run, config, remeasure, fresh_remeasure, picks.baseline_choices
         )
-        confirmed = KernelRecord.from_dict(record.to_dict())
-        confirmed.timing = timing
+        confirmed = msgspec.structs.replace(record, timing=timing)
         if record.roofline_time_s is not None and timing.median_s is not None:
             confirmed.efficiency = kernel_efficiency(record.roofline, timing.median_s)
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu, where=remeasured.words())
-        record.extra["confirmation_timing"] = timing.to_dict()
+        record.extra["confirmation_timing"] = msgspec.to_builtins(timing)
         verdict = settle(verdict, picks, remeasured, config.autotune_mismatch, first_change)
     elif entry is not None:
         verdict = note_picks(verdict, picks)
     if entry is not None:
         verdict = name_environment(
             verdict,
-            record.environment.to_dict() if record.environment else None,
+            record.environment.versions() if record.environment else None,
             entry.environment,
             record.autotune.library if record.autotune else None,
             entry.library,
         )
 
-    record.gate = VerdictPart.from_dict(verdict.to_dict())
+    record.gate = part_of(VerdictPart, verdict)
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
         _auto_profile(run, profiling)
     if verdict.failed:
@@ -862,18 +863,18 @@ def _confirmation_timing(
     if config.confirm_process == "fresh" and fresh_remeasure is not None:
         fresh = fresh_remeasure(list(pins))
         if fresh.timing is not None:
-            autotune = fresh.autotune or {}
-            return TimingPart.from_dict(fresh.timing), Remeasurement(
+            autotune = fresh.autotune
+            return fresh.timing, Remeasurement(
                 fresh=True,
                 wall_s=round(fresh.wall_s, 3),
-                choices=tuple(autotune.get("choices") or ()),
-                pin_problems=tuple(autotune.get("pin_problems") or ()),
+                choices=autotune.choices if autotune else (),
+                pin_problems=(autotune.pin_problems or ()) if autotune else (),
                 pinned_requested=bool(pins),
             )
         fallback = f"the fresh process gave no timing ({fresh.error}); re-measured in this one"
         run.record.extra["confirmation_fresh_process_error"] = fresh.error
     started = time.perf_counter()
-    timing = TimingPart.from_dict(remeasure().to_dict())
+    timing = part_of(TimingPart, remeasure())
     wall = round(time.perf_counter() - started, 3)
     return timing, Remeasurement(fresh=False, wall_s=wall, fallback=fallback)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, decode_record
 
 if TYPE_CHECKING:
     import pytest
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from pytest_kernelpro.run.context import Profiling
 
 
-REPORT_ATTR = "kernelpro_record"  # TestReport attribute; survives xdist serialization
+# TestReport attribute: the record's JSON text (`record.encode_record`), which survives xdist's
+# serialization and any plugin's that writes reports out.
+REPORT_ATTR = "kernelpro_record"
 
 
 @dataclass
@@ -237,7 +239,7 @@ class KernelproSession:
         data = getattr(report, REPORT_ATTR, None)
         if data is None or self.is_xdist_worker:
             return
-        self.add_record(KernelRecord.from_dict(data))
+        self.add_record(decode_record(data, source=f"the record of {report.nodeid}"))
 
     def add_record(self, record: KernelRecord) -> None:
         self.records.append(record)

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 import torch
 from scripted_backend import ScriptedBackend
@@ -70,7 +71,7 @@ def agent() -> ProgrammerAgent:
         cutlass="off",
         profiling_agent=ProfilingAgent(backend),
         reference_analysis=reference_summary(
-            RooflinePart.from_dict(ROOFLINE),
+            msgspec.convert(ROOFLINE, RooflinePart),
             reference_s=1.1e-4,
             current_s=9.0e-5,
             validation=VALIDATION,

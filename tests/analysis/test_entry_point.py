@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 from pytest_kernelpro.analysis import (
@@ -125,7 +126,7 @@ def _item(record: dict[str, Any]) -> tuple[Any, Any]:
     """A kernel item's run and the profiling setup, as the stages see them."""
     rec = SimpleNamespace(
         name=record["name"],
-        roofline=RooflinePart.from_dict(record["roofline"]),
+        roofline=msgspec.convert(record["roofline"], RooflinePart),
         median_s=record["timing"]["stats"]["median_s"],
         efficiency=record["efficiency"],
         device_kind="cuda",

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import numpy as np
 
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, RooflinePart, TimingPart, VerdictPart
 
 
 def samples(median_s: float, n: int = 400, noise: float = 0.01, seed: int = 0) -> list[float]:
@@ -83,10 +84,10 @@ def make_record(
         device=device,
         device_kind="cuda" if device.startswith("NVIDIA") else "cpu",
         outcome=outcome,
-        timing=timing,
-        roofline=roofline,
+        timing=None if timing is None else msgspec.convert(timing, TimingPart),
+        roofline=None if roofline is None else msgspec.convert(roofline, RooflinePart),
         efficiency=efficiency,
         threshold=threshold,
         min_roofline=min_roofline,
-        gate=gate,
+        gate=None if gate is None else msgspec.convert(gate, VerdictPart),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
@@ -24,7 +25,13 @@ from pytest_kernelpro.gate.confirmation import (
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.report import build_report, render_terminal_table
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, Verdict
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import (
+    AutotunePart,
+    EnvironmentPart,
+    KernelRecord,
+    TimingPart,
+    VerdictPart,
+)
 
 KERNEL = "mylib.ops.layer_norm._layer_norm_fwd"
 KEY = [4096, "torch.float16", "torch.float16"]
@@ -182,21 +189,21 @@ def test_the_changed_versions_are_named_in_a_regression_only() -> None:
 def _record(**gate_fields: object) -> KernelRecord:
     record = KernelRecord(nodeid="t.py::ln", name="ln[4096]", kernel="ln", device="NVIDIA H200",
                           device_kind="cuda", outcome="passed")  # fmt: skip
-    record.timing = {"samples_s": [1e-4, 1.1e-4, 1.05e-4], "stats": {"median_s": 1.05e-4, "n": 3},
-                     "method": "cuda-events"}  # fmt: skip
-    record.autotune = {"choices": [choice(W4)], "library": {"cudnn.benchmark": False}}
-    record.environment = {"torch": "2.11.0", "triton": "3.6.0"}
+    record.timing = msgspec.convert({"samples_s": [1e-4, 1.1e-4, 1.05e-4], "stats": {"median_s": 1.05e-4, "n": 3},
+                     "method": "cuda-events"}, TimingPart)  # fmt: skip
+    record.autotune = AutotunePart(choices=(choice(W4),), library={"cudnn.benchmark": False})
+    record.environment = EnvironmentPart(torch="2.11.0", triton="3.6.0")
     pick = compare_choices([choice(W4)], [choice(W8)])
-    record.gate = {
-        "status": gate_fields.get("status", "ok"),
-        "change_status": gate_fields.get("status", "ok"),
-        "reason": "r",
-        "change": 0.003,
-        "autotune": {**pick.to_dict(), "decided": "pick"},
-        "autotune_note": pick.words(),
-        "environment_change": {"triton": {"baseline": "3.5.1", "now": "3.6.0"}},
-        "environment_note": "the environment changed since the baseline (triton 3.5.1 -> 3.6.0): ...",
-    }
+    record.gate = VerdictPart(
+        status=gate_fields.get("status", "ok"),
+        change_status=gate_fields.get("status", "ok"),
+        reason="r",
+        change=0.003,
+        autotune={**pick.to_dict(), "decided": "pick"},
+        autotune_note=pick.words(),
+        environment_change={"triton": {"baseline": "3.5.1", "now": "3.6.0"}},
+        environment_note="the environment changed since the baseline (triton 3.5.1 -> 3.6.0): ...",
+    )
     return record
 
 
@@ -251,7 +258,7 @@ def test_table_comment_and_junit_carry_the_notes() -> None:
 
 def test_a_pick_within_tolerance_is_counted_not_listed() -> None:
     record = _record()
-    record.gate = {**record.gate.to_dict(), "autotune": {"differences": [1]}}  # no decision
+    record.gate = msgspec.structs.replace(record.gate, autotune={"differences": [1]})  # no decision
     table = render_terminal_table([record], width=120)
     assert "1 kernel(s) ran with other autotune picks than the baseline's" in table
     assert "ln[4096]: autotune picked" not in table
@@ -259,7 +266,9 @@ def test_a_pick_within_tolerance_is_counted_not_listed() -> None:
 
 def test_a_note_from_the_artifact_is_literal_text_in_the_comment() -> None:
     record = _record(status="suspect")
-    record.gate = {**record.gate.to_dict(), "autotune_note": "<img src=x onerror=alert(1)> **x**"}
+    record.gate = msgspec.structs.replace(
+        record.gate, autotune_note="<img src=x onerror=alert(1)> **x**"
+    )
     comment = render_comment(build_report([record], meta={}))
     assert "<img" not in comment.replace("`<img src=x onerror=alert(1)> **x**`", "")
 
@@ -278,8 +287,8 @@ def test_the_offline_comparison_notes_picks_and_versions(tmp_path: Path) -> None
     from pytest_kernelpro.gate.offline_gate import gate_records
 
     base_record = _record()
-    base_record.autotune = {"choices": [choice(W8)]}
-    base_record.environment = {"torch": "2.10.0", "triton": "3.6.0"}
+    base_record.autotune = AutotunePart(choices=(choice(W8),))
+    base_record.environment = EnvironmentPart(torch="2.10.0", triton="3.6.0")
     baseline = save_baseline(tmp_path / "b.yaml", [base_record], commit="c")
     head = _record()
     head.gate = None
@@ -315,7 +324,7 @@ def test_changed_library_settings_and_cudnn_benchmark_are_named() -> None:
         }
     }
     record = _record(status="regressed")
-    record.gate = {**record.gate.to_dict(), "environment_change": named.environment_change}
+    record.gate = msgspec.structs.replace(record.gate, environment_change=named.environment_change)
     table = render_terminal_table([record], width=140)
     assert "environment changed since the baseline: cuda.matmul.allow_tf32 False -> True" in table
     same = name_environment(regressed, None, None, {"cudnn.benchmark": False}, lib_base)

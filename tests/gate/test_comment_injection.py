@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import copy
 import re
-from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
+import msgspec
 import pytest
 from gate_factories import make_record
 from markdown_it import MarkdownIt
@@ -24,6 +24,7 @@ from pytest_kernelpro.gate.comment import MARKER, render_comment
 from pytest_kernelpro.gate.comment_cli import comment_main
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import decide_verdict
+from pytest_kernelpro.record import VerdictPart, part_of
 
 EVIL = (
     "x](https://evil.example/a) ![i](https://evil.example/i.png) <img src=x onerror=alert(1)> "
@@ -38,23 +39,23 @@ EVIL_BLOCK = (
 
 def hostile_report() -> dict:
     rec = make_record("evil", seed=5)
-    rec.gate = decide_verdict(rec, None).to_dict()
+    rec.gate = part_of(VerdictPart, decide_verdict(rec, None))
     rec.name = EVIL
     rec.outcome = "failed"
     rec.message = EVIL + "\n### ✅ all passed\n" + EVIL
     rec.device = "@admin " + EVIL
     rec.guidance = EVIL_BLOCK
-    rec.roofline = replace(rec.roofline, bound="<script>alert(1)</script> @x")
+    rec.roofline = msgspec.structs.replace(rec.roofline, bound="<script>alert(1)</script> @x")
     failed = make_record("fail2", seed=6)
     failed.outcome = "failed"
     failed.message = EVIL_BLOCK
-    failed.gate = {
-        **decide_verdict(failed, None).to_dict(),
-        "status": "approved</td><td>@boss",
-        "reason": EVIL,
-        "basis": EVIL,
-        "baseline_device": EVIL,
-    }
+    failed.gate = msgspec.structs.replace(
+        part_of(VerdictPart, decide_verdict(failed, None)),
+        status="approved</td><td>@boss",
+        reason=EVIL,
+        basis=EVIL,
+        baseline_device=EVIL,
+    )
     meta = {"devices": [EVIL], "commit": "`;@x[a](b)", "torch": EVIL, "baseline_commit": EVIL}
     return build_report([rec, failed], meta=meta)
 
@@ -169,7 +170,9 @@ def test_the_cli_posts_nothing_for_a_malformed_report(
     assert comment_main([str(path), "--out", str(out)]) == 1
     assert not out.exists()
     err = capsys.readouterr().err
-    assert "report.records[0].gate.p_value is '0.01' (str), expected a number" in err
+    # The report's reader names the file, the record and the field (msgspec's validation).
+    assert f"kernelpro report {path}: records[0]: not a kernel record" in err
+    assert "got `str` - at `$.gate.p_value`" in err
     assert "Traceback" not in err
 
 

@@ -3,9 +3,9 @@ fall-backs, and the baseline keys that carry the anchored samples (old files sti
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from gate_factories import make_record
@@ -52,7 +52,7 @@ def capped(
         anchors = anchor_s * slow * np.exp(0.002 * rng.standard_normal(n))
         pairs = summarize_pairs(anchor, list(record.timing.samples_s), list(anchors),
                                 "warm-up capped", throttled=throttled)  # fmt: skip
-    record.timing = replace(
+    record.timing = msgspec.structs.replace(
         record.timing,
         clocks={"sm_mhz_mean": sm_mhz, "reasons_seen": ["sw_power_cap"], "max_sm_mhz": MAX_MHZ},
         throttled_samples=sum(throttled),
@@ -149,7 +149,9 @@ def test_the_cap_noise_nvml_missed_is_cancelled_by_the_anchor() -> None:
     not."""
     entry = entry_from(capped(350 * US, 1960.0, seed=20))
     now = capped(350 * US, 1960.0 / 1.045, seed=21)  # 1876 MHz: 94.7% of the maximum
-    now.timing = replace(now.timing, clocks={**now.timing.clocks, "sm_mhz_mean": 1900.0})
+    now.timing = msgspec.structs.replace(
+        now.timing, clocks={**now.timing.clocks, "sm_mhz_mean": 1900.0}
+    )
     assert decide_verdict(now, entry, threshold=0.02, clock_anchor=False).status == REGRESSED
     verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == OK

@@ -3,9 +3,9 @@ limit (the default), and the cycles comparison (opt-in, measured worse on the H2
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from gate_factories import make_record
 
@@ -30,7 +30,7 @@ def capped(
     record = make_record("gemm[4096]", median_s=median_s, seed=seed, bound=bound, noise=0.004)
     assert record.timing is not None
     n = len(record.timing.samples_s)
-    record.timing = replace(
+    record.timing = msgspec.structs.replace(
         record.timing,
         clocks={"sm_mhz_mean": sm_mhz, "reasons_seen": ["sw_power_cap"], "max_sm_mhz": max_sm_mhz},
         throttled_samples=round(share * n),

@@ -17,6 +17,7 @@ from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.github import GitHubApiError
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import decide_verdict
+from pytest_kernelpro.record import VerdictPart, part_of
 
 US = 1e-6
 TOKEN = "ghs_testtoken123"
@@ -29,7 +30,7 @@ def gated(name: str, scale: float, *, device: str = "NVIDIA H200", **kw: object)
     verdict = decide_verdict(rec, entry)
     if verdict.change_status == "regressed":
         verdict = confirm(verdict, make_record(name, median_s=50 * US * scale, seed=8), entry)
-    rec.gate = verdict.to_dict()
+    rec.gate = part_of(VerdictPart, verdict)
     return rec
 
 
@@ -40,7 +41,7 @@ def report() -> dict:
     fast = gated("matmul[4096]", 0.85, bound="compute")
     same = gated("rms|norm[1024]", 1.0)  # a pipe in a name must not break the table
     new = make_record("fresh[1]", seed=3)
-    new.gate = decide_verdict(new, None).to_dict()
+    new.gate = part_of(VerdictPart, decide_verdict(new, None))
     other = gated("gelu[2048]", 1.0, device="NVIDIA H100 80GB HBM3")
     broken = make_record("broken[1]", timed=False, outcome="failed")
     broken.message = "output mismatch at [3, 7]: 1.5 vs 2.0"

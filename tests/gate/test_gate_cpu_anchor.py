@@ -5,9 +5,9 @@ baseline keeps the pairs."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from gate_factories import make_record
@@ -58,10 +58,10 @@ def cpu_record(
             anchor, [float(v) for v in on_cpu], [float(v) for v in anchors],
             kernel_wall_s=walls, anchor_wall_s=[float(v) for v in anchors],
         )  # fmt: skip
-        record.timing = replace(record.timing, anchor=pairs)
+        record.timing = msgspec.structs.replace(record.timing, anchor=pairs)
     if busy:
         load = {"oversubscribed": True, "reasons": ["other processes used 1.9 of 2 core(s)"]}
-        record.timing = replace(record.timing, cpu_load=load)
+        record.timing = msgspec.structs.replace(record.timing, cpu_load=load)
     return record
 
 

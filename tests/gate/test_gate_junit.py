@@ -15,16 +15,18 @@ from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.junit import junit_properties, read_junit_records
 from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.gate.verdict import decide_verdict
+from pytest_kernelpro.record import VerdictPart, part_of, record_builtins
 
 # The plugin's way of attaching properties: item.user_properties, filled before the report.
 CONFTEST = """
 import json
 import pytest
+import msgspec
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.record import KernelRecord
 
 with open("records.json", encoding="utf-8") as handle:
-    RECORDS = {r["name"]: KernelRecord.from_dict(r) for r in json.load(handle)}
+    RECORDS = {r["name"]: msgspec.convert(r, KernelRecord) for r in json.load(handle)}
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_call(item):
@@ -49,12 +51,13 @@ def _records() -> list:
     entry = BaselineEntry.from_record(make_record("softmax[8192x4096]", seed=1))
     slow = make_record("softmax[8192x4096]", median_s=56e-6, seed=2)
     first = decide_verdict(slow, entry)
-    slow.gate = confirm(
-        first, make_record("softmax[8192x4096]", median_s=56e-6, seed=3), entry
-    ).to_dict()
+    slow.gate = part_of(
+        VerdictPart,
+        confirm(first, make_record("softmax[8192x4096]", median_s=56e-6, seed=3), entry),
+    )
     slow.guidance = "### Automated Bottleneck Analysis\n- L2 hit rate 12% & falling <check>"
     fresh = make_record("fresh[1]", seed=4, bound="compute")
-    fresh.gate = decide_verdict(fresh, None).to_dict()
+    fresh.gate = part_of(VerdictPart, decide_verdict(fresh, None))
     wrong = make_record("wrong[1]", timed=False, outcome="failed")
     return [slow, fresh, wrong]
 
@@ -62,7 +65,7 @@ def _records() -> list:
 def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester) -> None:
     records = _records()
     (pytester.path / "records.json").write_text(
-        json.dumps([r.to_dict() for r in records]), encoding="utf-8"
+        json.dumps([record_builtins(r) for r in records]), encoding="utf-8"
     )
     pytester.makeconftest(CONFTEST)
     pytester.makepyfile(test_kernels=TESTS)
@@ -92,7 +95,7 @@ def test_round_trip_through_pytest_junitxml(pytester: pytest.Pytester) -> None:
     assert slow.efficiency == orig.efficiency
     assert slow.roofline.bound == "memory"
     assert slow.roofline.roofline_time_s == orig.roofline.roofline_time_s
-    assert slow.gate.to_dict() == json.loads(json.dumps(orig.gate.to_dict()))  # all of it
+    assert slow.gate == orig.gate  # all of it
     assert slow.gate.status == "regressed"
     assert slow.gate.confirmed is True
     assert slow.guidance == orig.guidance

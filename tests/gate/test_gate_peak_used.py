@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
@@ -21,7 +22,7 @@ from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
 from pytest_kernelpro.measure.roofline import matrix_paths, record_pricing
 from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
-from pytest_kernelpro.record import KernelRecord, RooflinePart
+from pytest_kernelpro.record import KernelRecord, RooflinePart, decode_record, encode_record
 
 DATA = json.loads(
     (Path(__file__).parents[1] / "data" / "measure" / "h200_12gemm_records.json").read_text()
@@ -35,7 +36,7 @@ def _ceilings(roofline: dict[str, Any]) -> Ceilings:
 
 def as_recorded(which: str) -> KernelRecord:
     """The record as the H200 run wrote it (no paths, no peak_used)."""
-    return KernelRecord.from_dict(copy.deepcopy(DATA[which]))
+    return msgspec.convert(copy.deepcopy(DATA[which]), KernelRecord)
 
 
 def as_today(which: str) -> KernelRecord:
@@ -45,7 +46,7 @@ def as_today(which: str) -> KernelRecord:
     r = data["roofline"]
     ops = [OpCost(**op) for op in r["ops"]]
     r["paths"] = list(matrix_paths(ops, _ceilings(r), r["flops"], r["memory_time_s"], "cuda"))
-    record = KernelRecord.from_dict(data)
+    record = msgspec.convert(data, KernelRecord)
     efficiency, record.peak_used = record_pricing(record.roofline, record.median_s or 0.0)
     record.efficiency = efficiency
     return record
@@ -89,7 +90,7 @@ def test_a_hostile_peak_used_key_never_reaches_the_comment_as_markdown() -> None
 
 def test_peak_used_survives_json_and_junit() -> None:
     record = as_today("winner")
-    again = KernelRecord.from_json(record.to_json())
+    again = decode_record(encode_record(record), source="test")
     assert again.peak_used == record.peak_used
     assert again.roofline is not None
     assert again.roofline.paths == record.roofline.paths
@@ -164,7 +165,7 @@ def test_the_optimizer_hears_the_3xtf32_headroom_for_the_cublas_reference() -> N
 
 def test_a_roofline_without_paths_reads_as_before() -> None:
     """Records from before the paths (and memory-bound work) keep the old text."""
-    part = RooflinePart.from_dict(DATA["reference"]["roofline"])
+    part = msgspec.convert(DATA["reference"]["roofline"], RooflinePart)
     median = DATA["reference"]["timing"]["stats"]["median_s"]
     text = reference_summary(part, reference_s=median, current_s=median)
     assert "(99.2% of roofline): headroom at most 1.01x." in text

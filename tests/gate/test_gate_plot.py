@@ -9,9 +9,9 @@ label the in-axes legend covered.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from gate_factories import make_record
 from matplotlib.colors import to_rgba
@@ -20,6 +20,7 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.plot import roofline_figure, roofline_plot, roofline_points
 from pytest_kernelpro.gate.verdict import decide_verdict
+from pytest_kernelpro.record import VerdictPart, part_of
 
 BW = 4257636247457.1606
 PEAK_NAME = "FP32 CUDA core (measured 50.9 TFLOP/s)"
@@ -27,7 +28,9 @@ PEAK_NAME = "FP32 CUDA core (measured 50.9 TFLOP/s)"
 
 def _h200(name: str, peak: float, *, median_s: float, flops: float, min_bytes: float):
     rec = make_record(name, median_s=median_s, flops=flops, min_bytes=min_bytes, seed=3)
-    rec.roofline = replace(rec.roofline, peak_flops=peak, bandwidth_Bps=BW, peak_name=PEAK_NAME)
+    rec.roofline = msgspec.structs.replace(
+        rec.roofline, peak_flops=peak, bandwidth_Bps=BW, peak_name=PEAK_NAME
+    )
     return rec
 
 
@@ -41,11 +44,13 @@ def _records() -> list:
     entry = BaselineEntry.from_record(make_record("bias_gelu[512x1024]", median_s=57e-6))
     fast = make_record("x", median_s=30e-6, seed=5).timing.samples_s
     slow = make_record("x", median_s=115e-6, seed=6).timing.samples_s
-    gelu.timing = replace(gelu.timing, samples_s=fast[:100] + slow[:300])
-    gelu.gate = decide_verdict(gelu, entry, threshold=0.1).to_dict()
+    gelu.timing = msgspec.structs.replace(gelu.timing, samples_s=fast[:100] + slow[:300])
+    gelu.gate = part_of(VerdictPart, decide_verdict(gelu, entry, threshold=0.1))
     assert gelu.gate.status == "suspect"
     reg = _h200("softmax[1]", 50931005505996.53, median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
-    reg.gate = decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
+    reg.gate = part_of(
+        VerdictPart, decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]")))
+    )
     assert reg.gate.status == "regressed"
     return [add, rms, gelu, reg]
 

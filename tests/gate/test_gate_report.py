@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from gate_factories import make_record
 
@@ -24,6 +24,7 @@ from pytest_kernelpro.gate.report import (
     write_json_report,
 )
 from pytest_kernelpro.gate.verdict import decide_verdict
+from pytest_kernelpro.record import VerdictPart, part_of
 
 US = 1e-6
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -32,7 +33,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def gated(name: str, scale: float, **kw: object):
     entry = BaselineEntry.from_record(make_record(name, seed=99))
     rec = make_record(name, median_s=50 * US * scale, seed=1, **kw)  # type: ignore[arg-type]
-    rec.gate = decide_verdict(rec, entry).to_dict()
+    rec.gate = part_of(VerdictPart, decide_verdict(rec, entry))
     return rec
 
 
@@ -209,7 +210,7 @@ def test_roofline_plot_png(tmp_path: Path) -> None:
 
 def test_roofline_plot_uses_explicit_ceilings_and_refuses_an_empty_plot(tmp_path: Path) -> None:
     rec = make_record("gemm[1]", flops=2e12, min_bytes=1e9, bound="compute", seed=5)
-    rec.roofline = replace(rec.roofline, peak_flops=900e12, bandwidth_Bps=4.8e12)
+    rec.roofline = msgspec.structs.replace(rec.roofline, peak_flops=900e12, bandwidth_Bps=4.8e12)
     (point,), _ = roofline_points([rec])
     assert (point.peak_flops, point.bandwidth_Bps) == (900e12, 4.8e12)
     with pytest.raises(KernelproError, match="nothing to draw"):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
+import msgspec
 import numpy as np
 import pytest
 from gate_factories import make_record
@@ -83,10 +82,10 @@ def test_small_noisy_change_beyond_threshold_is_suspect_not_failed() -> None:
     entry = BaselineEntry(name="k", median_s=50 * US, samples_s=[v * US for v in base], n=5)
     entry.device = "NVIDIA H200"
     record = make_record(name="k", n=5)
-    record.timing = replace(
+    record.timing = msgspec.structs.replace(
         record.timing,
         samples_s=tuple(v * US for v in now),
-        stats=replace(record.timing.stats, median_s=53 * US),
+        stats=msgspec.structs.replace(record.timing.stats, median_s=53 * US),
     )
     v = decide_verdict(record, entry, threshold=0.05)
     assert v.change == pytest.approx(0.06)
@@ -104,10 +103,10 @@ def test_interference_that_spares_the_fastest_calls_is_suspect() -> None:
     samples = record.timing.samples_s
     hit = set(range(0, 400, 5)) | set(range(1, 400, 5)) | set(range(2, 400, 5))
     slower = tuple(v * 1.3 if i in hit else v for i, v in enumerate(samples))
-    record.timing = replace(
+    record.timing = msgspec.structs.replace(
         record.timing,
         samples_s=slower,
-        stats=replace(record.timing.stats, median_s=float(np.median(slower))),
+        stats=msgspec.structs.replace(record.timing.stats, median_s=float(np.median(slower))),
     )
     v = decide_verdict(record, entry_of(), threshold=0.05)
     assert v.change > 0.2
@@ -125,10 +124,10 @@ def test_fastest_calls_that_got_faster_are_said_so_beside_a_slower_median() -> N
     record = make_record(seed=22, n=400)
     samples = record.timing.samples_s
     moved = tuple(v * 0.5 if i % 4 == 0 else v * 1.6 for i, v in enumerate(samples))
-    record.timing = replace(
+    record.timing = msgspec.structs.replace(
         record.timing,
         samples_s=moved,
-        stats=replace(record.timing.stats, median_s=float(np.median(moved))),
+        stats=msgspec.structs.replace(record.timing.stats, median_s=float(np.median(moved))),
     )
     v = decide_verdict(record, entry_of(), threshold=0.05)
     assert v.change > 0.4

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from statistics import median
 
+import msgspec
 import pytest
 from test_gate_cpu_anchor import MS, cpu_record, entry
 
@@ -21,12 +22,12 @@ from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.offline_gate import compare_row, render_compare_table
 from pytest_kernelpro.gate.report import render_terminal_table
 from pytest_kernelpro.gate.verdict import decide_verdict
-from pytest_kernelpro.record import KernelRecord, VerdictPart
+from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
 
 
 def _gated(record: KernelRecord, base: KernelRecord) -> KernelRecord:
     verdict = decide_verdict(record, entry(base))
-    record.gate = VerdictPart.from_dict(verdict.to_dict())
+    record.gate = part_of(VerdictPart, verdict)
     return record
 
 
@@ -111,8 +112,8 @@ def test_a_forged_label_in_the_artifact_is_literal_text_in_the_comment() -> None
     base, now = _loaded_cpu_pair()
     gated = _gated(now, base)
     assert gated.gate is not None
-    forged = gated.gate.to_dict() | {"gated_label": "[click](https://evil.example) @team"}
-    gated.gate = VerdictPart.from_dict(forged)
+    forged = {"gated_label": "[click](https://evil.example) @team"}
+    gated.gate = msgspec.structs.replace(gated.gate, **forged)
     row = comment_row(gated)
     assert "`[click](https://evil.example) @team`" in row
 

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.gate.format import item_section  # noqa: E402
 from pytest_kernelpro.measure.correctness_check import check_correctness  # noqa: E402
-from pytest_kernelpro.record import CorrectnessPart, KernelRecord  # noqa: E402
+from pytest_kernelpro.record import CorrectnessPart, KernelRecord, part_of  # noqa: E402
 
 
 def _section(kernel, reference) -> str:
@@ -22,7 +22,7 @@ def _section(kernel, reference) -> str:
         kernel, reference, lambda seed: (torch.randn(64, 32),), device="cpu", trials=3
     )
     record = KernelRecord(nodeid="t.py::k", name="k", kernel="k", language="pytorch", device="cpu")
-    record.correctness = CorrectnessPart.from_dict(result.to_dict())
+    record.correctness = part_of(CorrectnessPart, result)
     return item_section(record)
 
 

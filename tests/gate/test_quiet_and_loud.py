@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pytest
 from gate_factories import make_record
@@ -22,7 +23,7 @@ from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
-from pytest_kernelpro.record import KernelRecord, VerdictPart
+from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
 
 MS = 1e-3
 CPU = "cpu (AMD EPYC, 1 thread)"
@@ -43,7 +44,7 @@ def cpu_record(name: str, *, scale: float = 1.0, bimodal: bool = False, seed: in
         ANCHOR, [float(v) for v in kernel], [float(v) for v in anchors],
         kernel_wall_s=[float(v) for v in kernel], anchor_wall_s=[float(v) for v in anchors],
     )  # fmt: skip
-    record.timing = replace(record.timing, anchor=pairs)
+    record.timing = msgspec.structs.replace(record.timing, anchor=pairs)
     return record
 
 
@@ -99,9 +100,8 @@ def test_a_baseline_too_noisy_to_catch_1_5x_is_said_when_saved() -> None:
 
 
 def gated(record: KernelRecord, status: str) -> KernelRecord:
-    verdict = decide_verdict(record, entry_of(record)).to_dict()
-    verdict["status"] = verdict["change_status"] = status
-    record.gate = VerdictPart.from_dict(verdict)
+    verdict = decide_verdict(record, entry_of(record))
+    record.gate = part_of(VerdictPart, replace(verdict, status=status, change_status=status))
     return record
 
 
@@ -174,7 +174,7 @@ def test_every_condition_is_one_short_line_and_whole_under_verbose() -> None:
     for i, name in enumerate(names):
         record = cpu_record(name, seed=i % 7)
         assert record.timing is not None
-        record.timing = replace(
+        record.timing = msgspec.structs.replace(
             record.timing,
             budget_note="the time budget of 1 s was overrun (3.1 s): " + "why " * 80,
             cpu_load={

@@ -10,17 +10,18 @@ shows up here as a diff).
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
 from pytest_kernelpro.gate.offline_gate import gate_records, render_compare_table
 from pytest_kernelpro.gate.plot import roofline_figure
 from pytest_kernelpro.gate.verdict import decide_verdict
+from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.run.session import terminal_summary
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "render"
@@ -69,7 +70,7 @@ class FakeConfig:
 
 def _session(verbose: int = 0) -> SimpleNamespace:
     cpu = make_record("layernorm[cpu]", median_s=2e-3, device="cpu", seed=11)
-    cpu.timing = replace(
+    cpu.timing = msgspec.structs.replace(
         cpu.timing,
         cpu_load=BUSY,
         budget_note="took 3.1 s of a 2 s budget",
@@ -141,9 +142,9 @@ def compare_text() -> str:
 
 def _h200(name: str, *, median_s: float, flops: float, min_bytes: float) -> Any:
     rec = make_record(name, median_s=median_s, flops=flops, min_bytes=min_bytes, seed=3)
-    return replace(
+    return msgspec.structs.replace(
         rec,
-        roofline=replace(
+        roofline=msgspec.structs.replace(
             rec.roofline, peak_flops=50931005505996.53, bandwidth_Bps=BW, peak_name=PEAK_NAME
         ),
     )
@@ -152,7 +153,9 @@ def _h200(name: str, *, median_s: float, flops: float, min_bytes: float) -> Any:
 def plot_text() -> str:
     add = _h200("triton_add", median_s=190e-6, flops=6.7e7, min_bytes=8.05e8)
     reg = _h200("softmax[1]", median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
-    reg.gate = decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]"))).to_dict()
+    reg.gate = part_of(
+        VerdictPart, decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]")))
+    )
     untimed = make_record("not_timed[1]", timed=False)
     fig = roofline_figure([add, reg, untimed])
     (ax,) = fig.axes

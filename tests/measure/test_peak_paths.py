@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import torch
 
@@ -21,7 +22,7 @@ from pytest_kernelpro.measure.roofline import (
     matrix_paths,
     price_measured,
 )
-from pytest_kernelpro.record import KernelRecord, RooflinePart
+from pytest_kernelpro.record import KernelRecord, RooflinePart, part_of
 
 DATA = json.loads(
     (Path(__file__).parents[1] / "data" / "measure" / "h200_12gemm_records.json").read_text()
@@ -115,12 +116,12 @@ def test_a_record_from_before_the_paths_is_flagged_not_repriced() -> None:
     """Older records carry no paths: a rate above the op-level peak is said, not guessed."""
     assert "paths" not in WINNER["roofline"]
     median = WINNER["timing"]["stats"]["median_s"]
-    priced = price_measured(RooflinePart.from_dict(WINNER["roofline"]), median)
+    priced = price_measured(msgspec.convert(WINNER["roofline"], RooflinePart), median)
     assert priced is not None
     assert priced.problem == "flops"
     assert priced.efficiency == pytest.approx(WINNER["efficiency"], rel=1e-12)
     assert kernel_efficiency(WINNER["roofline"], median) == pytest.approx(WINNER["efficiency"])
-    record = KernelRecord.from_dict(WINNER)
+    record = msgspec.convert(WINNER, KernelRecord)
     assert record.peak_used is None
     assert record.roofline is not None
     assert record.roofline.paths is None
@@ -191,9 +192,9 @@ def test_cpu_analysis_carries_no_paths_and_round_trips() -> None:
     ceilings = Ceilings("cpu (test)", 1e10, {"fp32": 1e11}, "measured", "t", torch.__version__, {})
     analysis = analyze_reference(torch.matmul, (a, b), ceilings=ceilings)
     assert analysis.paths == ()
-    part = RooflinePart.from_dict(analysis.to_dict())
+    part = part_of(RooflinePart, analysis)
     assert part.paths == []
-    assert part.to_dict()["paths"] == []
+    assert msgspec.to_builtins(part)["paths"] == []
 
 
 def test_the_benchmarking_agents_own_section_names_the_faster_ceiling() -> None:

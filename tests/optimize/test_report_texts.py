@@ -8,7 +8,7 @@ from pytest_kernelpro.gate.comment import render_comment
 from pytest_kernelpro.gate.format import item_section
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.optimize.loop.report_texts import render_optimize_text, section_for
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, decode_record, encode_record, record_builtins
 
 SUMMARY = {
     "status": "faster candidate found",
@@ -64,7 +64,7 @@ def test_text_lists_ranked_candidates_patch_and_guidance() -> None:
 
 
 def test_comment_has_an_escaped_optimize_table() -> None:
-    body = render_comment({"records": [_record().to_dict()], "meta": {}})
+    body = render_comment({"records": [record_builtins(_record())], "meta": {}})
     assert "#### kernelpro optimize" in body
     row = next(line for line in body.splitlines() if line.startswith("| `softmax` | `faster"))
     # Report strings are literal text (code spans), and a pipe cannot split the cell.
@@ -78,7 +78,7 @@ def test_comment_has_an_escaped_optimize_table() -> None:
 def test_the_record_carries_the_section_through_its_json_form() -> None:
     """The gate shows what the record holds: after the JSON round trip (xdist, the report,
     the records log) the item section and the terminal lines are still there."""
-    record = KernelRecord.from_dict(_record().to_dict())
+    record = decode_record(encode_record(_record()), source="test")
     assert "optimize: faster candidate found" in item_section(record)
     (section,) = record.sections
     assert section.terminal_lines[0] == "softmax"

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import msgspec
+
+from pytest_kernelpro.record import AutotunePart, TimingPart
 from pytest_kernelpro.run.fresh_process import FreshMeasurement, remeasure_command
 from pytest_kernelpro.run.item_runner import _confirmation_timing
 
-TIMING = {"samples_s": [1e-3, 1.1e-3], "stats": {"median_s": 1.05e-3, "n": 2}}
+TIMING = msgspec.convert(
+    {"samples_s": [1e-3, 1.1e-3], "stats": {"median_s": 1.05e-3, "n": 2}}, TimingPart
+)
 
 
 def _run_and_config(mode: str) -> tuple[SimpleNamespace, SimpleNamespace]:
@@ -24,9 +29,7 @@ def test_a_fresh_process_that_gives_no_timing_falls_back_to_this_one() -> None:
         asked.append(pins)
         return FreshMeasurement(None, None, 3.0, 1, "ImportError in the child")
 
-    timing, how = _confirmation_timing(
-        run, config, lambda: SimpleNamespace(to_dict=lambda: TIMING), fresh, ({"k": 1},)
-    )
+    timing, how = _confirmation_timing(run, config, lambda: TIMING, fresh, ({"k": 1},))
     assert asked == [[{"k": 1}]]
     assert timing.median_s == 1.05e-3
     assert not how.fresh
@@ -39,7 +42,7 @@ def test_the_fresh_processs_timing_and_pins_are_used() -> None:
     choices = [{"kernel": "k", "key": [1], "config": {"num_warps": 8}, "source": "pinned"}]
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
-        return FreshMeasurement(TIMING, {"choices": choices}, 7.5, 0)
+        return FreshMeasurement(TIMING, AutotunePart(choices=tuple(choices)), 7.5, 0)
 
     def never() -> None:
         raise AssertionError("re-measured in this process although the fresh one gave a timing")
@@ -48,7 +51,7 @@ def test_the_fresh_processs_timing_and_pins_are_used() -> None:
     assert how.fresh
     assert how.wall_s == 7.5
     assert how.choices == tuple(choices)
-    assert timing.samples_s == tuple(TIMING["samples_s"])
+    assert timing == TIMING
 
 
 def test_same_never_starts_a_process() -> None:
@@ -57,9 +60,7 @@ def test_same_never_starts_a_process() -> None:
     def fresh(pins: list[dict]) -> FreshMeasurement:
         raise AssertionError("started a process under --kernelpro-confirm-process=same")
 
-    _, how = _confirmation_timing(
-        run, config, lambda: SimpleNamespace(to_dict=lambda: TIMING), fresh, ()
-    )
+    _, how = _confirmation_timing(run, config, lambda: TIMING, fresh, ())
     assert not how.fresh
     assert how.fallback is None
 

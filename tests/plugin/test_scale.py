@@ -15,6 +15,7 @@ import pytest
 from conftest import records_by_name
 
 from pytest_kernelpro.gate.records_log import read_records_log, report_main
+from pytest_kernelpro.record import record_builtins
 
 PROBLEM = """
 import torch
@@ -80,7 +81,7 @@ def test_kernelbench_directory_in_one_session(kp_project: pytest.Pytester) -> No
     report = records_by_name(kp_project)
     assert set(report) == set(by_name)
     for name, record in by_name.items():
-        assert report[name]["timing"] == record.to_dict()["timing"]
+        assert report[name]["timing"] == record_builtins(record)["timing"]
 
 
 def test_kernelbench_inputs_are_seeded_and_the_model_is_built_once(tmp_path: Path) -> None:

@@ -1,12 +1,15 @@
-"""The record's typed parts: the JSON form goes in and comes back key for key, in order."""
+"""The record's typed parts: stored records read back value for value, each measured result
+goes onto the record as its part without a JSON form between, and the part has a field for
+every key its producer writes."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
+import math
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from pytest_kernelpro.record import (
@@ -14,10 +17,15 @@ from pytest_kernelpro.record import (
     CorrectnessPart,
     KernelRecord,
     ProfilePart,
-    RooflinePart,
+    RecordDecodeError,
     StatsPart,
     TimingPart,
     VerdictPart,
+    decode_record,
+    encode_record,
+    part_of,
+    record_builtins,
+    record_from_builtins,
 )
 
 torch = pytest.importorskip("torch")
@@ -29,32 +37,43 @@ def _stored() -> list[dict[str, Any]]:
     return json.loads(STORED.read_text(encoding="utf-8"))
 
 
-def test_stored_h200_records_read_back_key_for_key() -> None:
-    """Records written before the parts were typed (H200 check and profile reports) give
-    the same JSON text back: same keys, same order, same values."""
+def _subset_equal(written: Any, read: Any, where: str = "$") -> None:
+    """Every key of `written` is in `read` with the same value (lists item for item); keys
+    `read` has beyond them are fields the source lacked."""
+    if isinstance(written, dict):
+        assert isinstance(read, dict), where
+        for key, value in written.items():
+            assert key in read, f"{where}.{key} lost"
+            _subset_equal(value, read[key], f"{where}.{key}")
+    elif isinstance(written, list):
+        assert isinstance(read, list), where
+        assert len(read) == len(written), where
+        for i, (a, b) in enumerate(zip(written, read, strict=True)):
+            _subset_equal(a, b, f"{where}[{i}]")
+    else:
+        assert written == read, f"{where}: {written!r} became {read!r}"
+
+
+def test_stored_h200_records_read_back_value_for_value() -> None:
+    """Records the dataclass parts wrote (H200 check and profile reports) read into the typed
+    record and write back every key they had, with its value; a field they lacked is written
+    as null (the JSON form is the old one plus those keys)."""
     stored = _stored()
     assert {"gate", "profile"} <= {k for d in stored for k in PARTS if d.get(k)}
     for data in stored:
-        data.pop("settings", None)  # the key came later; a record without it reads as None
-        record = KernelRecord.from_dict(data)
-        assert isinstance(record.timing, TimingPart)
-        assert isinstance(record.roofline, RooflinePart)
-        again = record.to_dict()
-        again.pop("settings")
-        assert again.pop("peak_used") is None  # came later too: an old record reads as None
-        for later in ("autotune", "environment"):  # autotune choices, versions: later still
-            assert again.pop(later) is None
-        assert again.pop("sections") == []  # other plugins' sections: later again
-        assert again == data
-        assert json.dumps(again) == json.dumps(data)
+        record = record_from_builtins(data, source="h200_records.json")
         for name, part in PARTS.items():
             if data.get(name):
-                assert getattr(record, name).unknown == {}, f"{name}: a key the part lacks"
-                assert isinstance(getattr(record, name), part)
+                assert isinstance(getattr(record, name), part), name
+        again = json.loads(encode_record(record))
+        _subset_equal(data, again)
+        assert again["sections"] == []
+        assert again["autotune"] is None
+        assert decode_record(encode_record(record), source="again") == record
 
 
 def test_the_parts_are_typed_and_frozen() -> None:
-    saxpy = KernelRecord.from_dict(_stored()[0])
+    saxpy = record_from_builtins(_stored()[0], source="h200_records.json")
     assert isinstance(saxpy.timing.stats, StatsPart)
     assert saxpy.median_s == saxpy.timing.stats.median_s == saxpy.timing.median_s
     assert saxpy.roofline_time_s == saxpy.roofline.roofline_time_s > 0
@@ -64,9 +83,9 @@ def test_the_parts_are_typed_and_frozen() -> None:
     assert saxpy.correctness.passed
     assert saxpy.correctness.tolerance.source.startswith("default for torch.float32")
     assert isinstance(saxpy.timing.samples_s, tuple)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         saxpy.timing.method = "other"  # type: ignore[misc]
-    softmax = KernelRecord.from_dict(_stored()[1])
+    softmax = record_from_builtins(_stored()[1], source="h200_records.json")
     assert isinstance(softmax.profile, ProfilePart)
     assert softmax.profile.arch
 
@@ -98,7 +117,7 @@ def _producers() -> dict[str, Any]:
                 name="neg",
                 kernel="neg",
                 device="cpu",
-                timing={"samples_s": [1e-3, 1.1e-3, 0.9e-3], "stats": {"median_s": 1e-3}},
+                timing=TimingPart(samples_s=(1e-3, 1.1e-3, 0.9e-3), stats=StatsPart(median_s=1e-3)),
             ),
             None,
         ),
@@ -111,57 +130,66 @@ def _producers() -> dict[str, Any]:
 
 
 def test_each_part_knows_every_key_its_producer_writes() -> None:
-    """A field added to a producer without its part fails here (else it would travel in
-    `unknown`, untyped)."""
+    """A field added to a producer without its part fails here (`part_of` would drop it)."""
     for name, result in _producers().items():
         data = result.to_dict()
-        part = PARTS[name].from_dict(data)
-        assert set(data) <= set(PARTS[name].field_names()), name
-        assert part.unknown == {}
-        assert part.to_dict() == data, name
+        assert set(data) <= set(PARTS[name].__struct_fields__), name
         if name == "timing":
-            assert set(data["stats"]) <= set(StatsPart.field_names())
+            assert set(data["stats"]) <= set(StatsPart.__struct_fields__)
 
 
-def test_a_record_built_as_the_stages_build_it_gives_the_old_dict_form() -> None:
-    """The record the stages fill (parts from the producers' JSON form) gives the report
-    exactly the dict the bag-of-dicts record gave: each part its producer's `to_dict`."""
-    results = _producers()
+def test_a_measured_result_goes_onto_the_record_as_its_json_form_said() -> None:
+    """`part_of` reads the result's attributes into the part; the part's JSON form holds
+    every key of the producer's own JSON form with its value (the form the report had)."""
     record = KernelRecord(nodeid="t.py::neg", name="neg", kernel="neg", device="cpu")
+    results = _producers()
     for name, result in results.items():
-        setattr(record, name, PARTS[name].from_dict(result.to_dict()))
-    record.efficiency = 0.5
-    old_form = {
-        **{f.name: getattr(record, f.name) for f in dataclasses.fields(record)},
-        **{name: result.to_dict() for name, result in results.items()},
-    }
-    assert record.to_dict() == old_form
-    assert record.to_json() == json.dumps(old_form, default=str)
-    # The xdist transport and the records log: JSON there and back.
-    assert KernelRecord.from_json(record.to_json()).to_dict() == json.loads(record.to_json())
-
-
-def test_unknown_keys_are_kept_and_absent_keys_stay_absent() -> None:
-    data = {"stats": {"median_s": 1e-3, "new_stat": 7}, "method": "x", "from_the_future": [1]}
-    part = TimingPart.from_dict(data)
-    assert part.unknown == {"from_the_future": [1]}
-    assert part.stats.unknown == {"new_stat": 7}
-    assert part.to_dict() == data
-    assert list(part.to_dict()) == list(data)
-    changed = dataclasses.replace(part, stop_reason="converged")  # set after: written too
-    assert changed.to_dict() == {**data, "stop_reason": "converged"}
-
-
-def test_an_empty_part_is_false_like_the_empty_dict_was() -> None:
-    record = KernelRecord(nodeid="n", name="n", kernel="n", gate={})
+        setattr(record, name, part_of(PARTS[name], result))
+    written = json.loads(encode_record(record))
+    for name, result in results.items():
+        _subset_equal(json.loads(json.dumps(result.to_dict(), default=str)), written[name])
     assert isinstance(record.gate, VerdictPart)
-    assert not record.gate
-    assert VerdictPart(status="ok")
+    assert record.gate.failed is False
+    assert isinstance(record.timing.stats, StatsPart)
+    assert record.median_s == results["timing"].median_s
+    # The xdist transport: JSON there and back gives the same record.
+    assert decode_record(encode_record(record), source="transport") == record
 
 
-def test_a_part_given_as_a_dict_is_read_into_its_type() -> None:
-    record = KernelRecord(nodeid="n", name="n", kernel="n", timing={"stats": {"median_s": 2.0}})
-    assert record.timing == TimingPart(stats=StatsPart(median_s=2.0))
-    record.roofline = {"roofline_time_s": 1.0, "bound": "memory"}
-    assert record.roofline_time_s == 1.0
-    assert record.median_s == 2.0
+def test_a_non_finite_float_is_none_or_text_never_lost_to_invalid_json() -> None:
+    """JSON has no infinity: a correctness error keeps it as text ("inf" is a finding), any
+    other non-finite float is None; the record's JSON is then valid JSON."""
+    part = CorrectnessPart(max_abs_err=math.inf, max_rel_err=math.nan, factor=math.inf)
+    assert (part.max_abs_err, part.max_rel_err, part.factor) == ("inf", "nan", None)
+    stats = StatsPart(median_s=1e-3, rel_ci_halfwidth=math.inf)
+    assert stats.rel_ci_halfwidth is None
+    record = KernelRecord(nodeid="n", name="n", kernel="n", correctness=part)
+    text = encode_record(record).decode()
+    assert '"max_abs_err":"inf"' in text
+    assert json.loads(text)["correctness"]["factor"] is None
+    assert decode_record(text, source="t") == record
+
+
+def test_a_value_of_the_wrong_type_is_an_error_naming_the_source_and_the_field() -> None:
+    data = record_builtins(KernelRecord(nodeid="n", name="n", kernel="n"))
+    data["timing"] = {"samples_s": "fast", "method": "cpu"}
+    with pytest.raises(RecordDecodeError, match=r"report\.json: records\[3\].*samples_s"):
+        record_from_builtins(data, source="report.json: records[3]")
+    with pytest.raises(RecordDecodeError, match=r"worker gw1.*not JSON"):
+        decode_record('{"nodeid": "n", "name"', source="worker gw1")
+    with pytest.raises(RecordDecodeError, match="nodeid"):  # a required field missing
+        record_from_builtins({"name": "n", "kernel": "n"}, source="log")
+
+
+def test_a_part_of_the_wrong_shape_is_refused_at_the_edge() -> None:
+    """A part is a typed object: a dict where a part belongs does not pass for one when the
+    record is written or read (the dict form is the file's, never the record's)."""
+    with pytest.raises(RecordDecodeError, match="gate"):
+        record_from_builtins(
+            {"nodeid": "n", "name": "n", "kernel": "n", "gate": [1, 2]}, source="f"
+        )
+    record = record_from_builtins(
+        {"nodeid": "n", "name": "n", "kernel": "n", "gate": {"status": "ok"}}, source="f"
+    )
+    assert record.gate == VerdictPart(status="ok")
+    assert msgspec.structs.asdict(record.gate)["status"] == "ok"

@@ -28,6 +28,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from pytest_kernelpro.optimize.loop.clock import TimedEvaluator, TimedGenerator, WallClock
 from pytest_kernelpro.optimize.loop.problem_context import problem_context, session_path
 from pytest_kernelpro.optimize.loop.ranking import confirm_winner, final_ranking
@@ -151,7 +153,7 @@ def run_search(
     cur_s = current.metrics.get("candidate_median_s") if current.ok else None
 
     # The Benchmarking Agent: roofline + ncu validation of the reference's class.
-    roofline = record.roofline.to_dict() if record.roofline else None
+    roofline = msgspec.to_builtins(record.roofline) if record.roofline else None
     facts = RooflineFacts.from_roofline(roofline, median_s=cur_s)
     profiler = None
     validation = None
