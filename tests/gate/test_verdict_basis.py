@@ -9,6 +9,7 @@ import ast
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from gate_factories import make_record
 from test_gate_clock_anchor import capped, entry_from
@@ -173,8 +174,10 @@ def test_cpu_pairs_of_another_layout_are_not_read_as_cpu_anchored() -> None:
     record = cpu_record(1 * MS, seed=1)
     assert record.timing is not None
     assert isinstance(record.timing.anchor, dict)
-    forged = replace(record.timing, anchor={**record.timing.anchor, "layout": "per-sample"})
-    assert record_cpu_anchor(replace(record, timing=forged)) is None
+    forged = msgspec.structs.replace(
+        record.timing, anchor={**record.timing.anchor, "layout": "per-sample"}
+    )
+    assert record_cpu_anchor(msgspec.structs.replace(record, timing=forged)) is None
 
 
 def test_an_entry_without_samples_cannot_be_forged_into_a_cpu_anchored_basis() -> None:
