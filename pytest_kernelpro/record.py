@@ -61,7 +61,7 @@ class Part(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TolerancePart(Part, frozen=True, kw_only=True):
-    """The tolerance an output was compared with (`measure.correctness.Tolerance`)."""
+    """The tolerance an output was compared with (`measure.output_rule.Tolerance`)."""
 
     rtol: float | None = None
     atol: float | None = None
@@ -70,7 +70,7 @@ class TolerancePart(Part, frozen=True, kw_only=True):
 
 
 class CorrectnessPart(Part, frozen=True, kw_only=True):
-    """The correctness check over all trials (`measure.correctness.CorrectnessResult`)."""
+    """The correctness check over all trials (`measure.correctness_check.CorrectnessResult`)."""
 
     TEXT_NONFINITE: ClassVar[tuple[str, ...]] = (
         "max_abs_err", "max_rel_err", "worst_ratio", "kernel_error", "reference_error",
@@ -90,7 +90,7 @@ class CorrectnessPart(Part, frozen=True, kw_only=True):
     notes: tuple[str, ...] = ()
     tf32: bool = False
     cuda_error: bool = False
-    rule: str | None = None  # which rule decided (measure/accuracy.py)
+    rule: str | None = None  # which rule decided (measure/output_rule.py)
     factor: float | None = None  # the kernel within this many times the reference's error
     kernel_error: float | str | None = None  # normwise relative, against the truth
     reference_error: float | str | None = None  # the reference's, same inputs
