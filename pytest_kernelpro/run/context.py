@@ -181,9 +181,9 @@ class DeviceModel:
 class ItemRun:
     """One kernel item's state once its device is chosen, built once per item by its run
     (`run.item_runner`) and passed to every stage as a value: the device (in `settings`),
-    the time limit, the CPU thread count, the resolved settings, the device's ceilings and
-    the baseline entry. No stage chooses a device, reads a thread policy or looks ceilings
-    or a baseline entry up again.
+    the time limit, the CPU thread count, the item's and the session's resolved settings,
+    the device's ceilings and the baseline entry. No stage chooses a device, reads a thread
+    policy or looks ceilings or a baseline entry up again (tests/plugin/test_run_context.py).
 
     The record is the one mutable part: each stage fills its own fields of it.
     """
@@ -193,7 +193,7 @@ class ItemRun:
     locator: ProblemLocator
     settings: ItemSettings  # the marker-overridable settings, the device among them
     record: KernelRecord
-    config: KernelproConfig  # the session-wide settings (timing budget, check, confirmation)
+    session_settings: KernelproConfig  # the session-wide ones (timing budget, check mode, ...)
     time_limit: Resolved[float | None]  # the item time limit (None: none) and its source
     threads: int | None  # torch's CPU thread count under the thread policy; None on a GPU
     device_model: DeviceModel

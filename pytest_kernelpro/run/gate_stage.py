@@ -37,8 +37,8 @@ def gate(
 
     if run.baseline_error is not None:
         raise run.baseline_error
-    record, entry, config = run.record, run.baseline_entry, run.config
-    cross_cpu = config.cpu_cross_device
+    record, entry, settings = run.record, run.baseline_entry, run.session_settings
+    cross_cpu = settings.cpu_cross_device
     verdict = compare(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
     picks = compare_choices(
         record.autotune.choices if record.autotune else None,
@@ -55,7 +55,7 @@ def gate(
             confirmed.efficiency = kernel_efficiency(record.roofline, timing.median_s)
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu, where=remeasured.words())
         record.extra["confirmation_timing"] = timing.to_dict()
-        verdict = settle(verdict, picks, remeasured, config.autotune_mismatch, first_change)
+        verdict = settle(verdict, picks, remeasured, settings.autotune_mismatch, first_change)
     elif entry is not None:
         verdict = note_picks(verdict, picks)
     if entry is not None:
@@ -88,7 +88,7 @@ def _confirmation_timing(
     from pytest_kernelpro.gate.confirmation import Remeasurement
 
     fallback = None
-    if run.config.confirm_process == "fresh" and fresh_remeasure is not None:
+    if run.session_settings.confirm_process == "fresh" and fresh_remeasure is not None:
         fresh = fresh_remeasure(list(pins))
         if fresh.timing is not None:
             autotune = fresh.autotune or {}

@@ -262,7 +262,7 @@ def _item_state(
         locator=item.locator,
         settings=ItemSettings.resolve(item.problem, config, device),
         record=record,
-        config=config,
+        session_settings=config,
         time_limit=time_limit,
         threads=threads,
         device_model=device_model,
@@ -314,7 +314,7 @@ def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phas
     phase.memory.start()
     phase.enter("building the kernel and its reference")
     built = _build_kernel(run, session, phase.memory)
-    if run.config.remeasure_pins is not None:
+    if run.session_settings.remeasure_pins is not None:
         phase.enter("re-measuring in a fresh process (confirmation)", "timing")
         remeasure_only(run, built)
         return
@@ -325,7 +325,9 @@ def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phas
 
 def _build_kernel(run: ItemRun, session: KernelproSession, memory: ItemMemory) -> _Kernel:
     kernel, reference = _build(run, memory)
-    capture = autotune_capture(run, run.config.remeasure_pins, extra_autotuners(session.config))
+    capture = autotune_capture(
+        run, run.session_settings.remeasure_pins, extra_autotuners(session.config)
+    )
     return _Kernel(kernel, reference, _input_maker(run, memory), _grad_mode(run.problem), capture)
 
 
@@ -342,7 +344,7 @@ def _measure(
         # the first calls are where an autotuner picks its config
         correctness = check(run, kernel, reference, make_inputs, grad_mode)
     record_process_facts(run, built.capture)
-    if run.config.correctness_only:
+    if run.session_settings.correctness_only:
         run.record.extra["correctness_only"] = True
         return None
 
@@ -387,7 +389,7 @@ def _price_and_gate(
     # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
     # Agent) and every correct candidate, and nothing reads the item's own profile, which
     # costs seconds per kernel on a GPU.
-    if run.config.profile:
+    if run.session_settings.profile:
         from pytest_kernelpro.run.profile_stage import profile
 
         phase.enter("profiling", "profile")
@@ -400,7 +402,7 @@ def _price_and_gate(
     session.config.hook.pytest_kernelpro_item_measured(
         run=run, session=session, set_phase=set_phase
     )
-    if not run.config.check:
+    if not run.session_settings.check:
         # In check mode the verdict applies the same floor.
         roofline_floor(run, measured.median_s)
         return
@@ -435,7 +437,7 @@ def remeasure_only(run: ItemRun, built: _Kernel) -> None:
     record_process_facts(run, capture)
     # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
     # the dtype's default tolerance would.
-    rule = read_rule(run.config.remeasure_pins)
+    rule = read_rule(run.session_settings.remeasure_pins)
     parent = None if rule is None else SimpleNamespace(rule_state=rule, tf32=False)
     time_item(
         run, kernel, inputs, built.grad_mode,

@@ -69,7 +69,7 @@ def time_item(
     timed fails here, naming what was seen."""
     from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
 
-    settings, device, record = run.config, run.device, run.record
+    settings, device, record = run.session_settings, run.device, run.record
     budget = TimingBudget(
         warmup_ms=settings.warmup_ms,
         max_time_s=settings.budget_for(device),

@@ -14,7 +14,7 @@ TIMING = {"samples_s": [1e-3, 1.1e-3], "stats": {"median_s": 1.05e-3, "n": 2}}
 def _run(mode: str) -> SimpleNamespace:
     """The item's state as the gate stage reads it: the record and the session settings."""
     return SimpleNamespace(
-        record=SimpleNamespace(extra={}), config=SimpleNamespace(confirm_process=mode)
+        record=SimpleNamespace(extra={}), session_settings=SimpleNamespace(confirm_process=mode)
     )
 
 

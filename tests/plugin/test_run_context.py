@@ -145,7 +145,7 @@ def test_the_gate_stage_reads_the_baseline_entry_from_the_items_state() -> None:
     assert "profiling" in parameters
     assert not {"entry", "config", "baseline"} & set(parameters)
     read = _attributes_read_in([_functions(gate_stage)["gate"]], ("run",))
-    assert {"baseline_entry", "baseline_error", "config"} <= read
+    assert {"baseline_entry", "baseline_error", "session_settings"} <= read
     assert "baseline" not in read
 
 
