@@ -1,7 +1,7 @@
 """profile -> Stage 1 -> tools -> guidance: the one path from measured counters to advice.
 
 `profile_and_analyze` (profile, then `analyze_report`) is the one entry point. Its three
-callers: `--kernelpro-profile` (a user's kernel item, `run/item_runner.profile`), the
+callers: `--kernelpro-profile` (a user's kernel item, `run/profile_stage.profile`), the
 automatic profile of a regression (the gate stage calls the same `profile_item`), and the
 search, whose profiling evaluator (`analysis/evaluator.ProfilingEvaluator`, wrapping the
 sandbox evaluator as `cutlass/precheck.PrecheckEvaluator` does) profiles every correct

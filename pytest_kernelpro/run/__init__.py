@@ -1,12 +1,14 @@
 """One kernel item's run, and the session that hosts it.
 
 Collection makes a `KernelItem` (`items.py`); running it is `item_runner.py`: the entry, its
-guards, the order, the values each stage needs, looked up once, and the stages themselves
-(check, time, recheck, roofline, profile, gate), each filling the item's `KernelRecord`.
-What the run knows and is bound by is `context.py`: `ItemSettings`, `ItemRun`, `Profiling`,
-the item's time limit, and what the item's process chose (autotune picks, library settings,
-versions). `fresh_process.py` re-measures a provisional regression in a fresh process.
-`session.py` holds what the items of one pytest session share (settings, ceilings per device,
+guards, the item's state built once (`context.ItemRun`: device, time limit, threads, resolved
+settings, ceilings, baseline entry), and the stages in order, each a module that takes that
+state and values and fills its part of the item's `KernelRecord`: `measure_stage.py` (the
+correctness trials, the timing, the re-check), `roofline_stage.py`, `profile_stage.py`,
+`gate_stage.py`. What the run knows and is bound by is `context.py`: `ItemSettings`,
+`ItemRun`, `Profiling`, the item's time limit, and what the item's process chose (autotune
+picks, library settings, versions). `fresh_process.py` re-measures a provisional regression
+in a fresh process. `session.py` holds what the items of one pytest session share (settings, ceilings per device,
 the baseline, the records) and writes the session's outputs (the texts of one record are
 `gate/`'s). The time limit (`context.py`), `isolate.py` and `workers.py` keep one item from
 taking the session down (a time limit, a subprocess per item, one GPU per xdist worker). Other

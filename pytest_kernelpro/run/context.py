@@ -69,6 +69,9 @@ if TYPE_CHECKING:
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
+    from pytest_kernelpro.gate.baseline import BaselineEntry
+    from pytest_kernelpro.measure.ceilings import Ceilings
+    from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem, ProblemLocator
     from pytest_kernelpro.profile.capture import ExtensionCapture
     from pytest_kernelpro.record import KernelRecord
@@ -158,8 +161,29 @@ class ItemSettings:
 
 
 @dataclass(frozen=True)
+class DeviceModel:
+    """The device's ceilings (measured once per session, before the item's clock starts) and
+    its table entry (None on the CPU), or the error that kept them from the item: the
+    roofline stage fails with it, naming the item (`require`)."""
+
+    ceilings: Ceilings | None
+    spec: DeviceSpec | None
+    error: KernelproError | None = None
+
+    def require(self) -> tuple[Ceilings, DeviceSpec | None]:
+        if self.ceilings is None:
+            assert self.error is not None
+            raise self.error
+        return self.ceilings, self.spec
+
+
+@dataclass(frozen=True)
 class ItemRun:
-    """One kernel item's run once its device is chosen: what every stage works on.
+    """One kernel item's state once its device is chosen, built once per item by its run
+    (`run.item_runner`) and passed to every stage as a value: the device (in `settings`),
+    the time limit, the CPU thread count, the item's and the session's resolved settings,
+    the device's ceilings and the baseline entry. No stage chooses a device, reads a thread
+    policy or looks ceilings or a baseline entry up again (tests/plugin/test_run_context.py).
 
     The record is the one mutable part: each stage fills its own fields of it.
     """
@@ -167,8 +191,16 @@ class ItemRun:
     nodeid: str
     problem: Problem
     locator: ProblemLocator
-    settings: ItemSettings
+    settings: ItemSettings  # the marker-overridable settings, the device among them
     record: KernelRecord
+    session_settings: KernelproConfig  # the session-wide ones (timing budget, check mode, ...)
+    time_limit: Resolved[float | None]  # the item time limit (None: none) and its source
+    threads: int | None  # torch's CPU thread count under the thread policy; None on a GPU
+    device_model: DeviceModel
+    # The baseline's entry of this item under --kernelpro-check (None: a new kernel), or the
+    # error that kept the baseline from loading (the gate stage fails with it).
+    baseline_entry: BaselineEntry | None = None
+    baseline_error: KernelproError | None = None
     # The test module pytest imported the marked kernel from (None for a KernelBench file):
     # the optimize stage finds the live kernel in it, and its patch keeps the module's
     # import style.
@@ -253,6 +285,12 @@ class Services(Protocol):
 
 class ItemTimeout(BaseException):  # noqa: N818 - reads as what happened, like TimeoutError
     """Raised in the main thread when a kernel item runs past its time limit."""
+
+
+def time_limit_setting(config: KernelproConfig) -> Resolved[float | None]:
+    """The item time limit (None: none) and where it came from, for every item of the
+    session: the item's state, the isolated child's and the fresh process's limits."""
+    return Resolved(config.item_timeout_s, config.sources.get("item_timeout", "default"))
 
 
 def timeout_message(name: str, seconds: float, source: str, phase: str) -> str:

@@ -109,10 +109,12 @@ def remeasure_in_fresh_process(
     session: KernelproSession,
     pins: Iterable[Mapping[str, Any]],
     rule: CorrectnessRule | None = None,
+    *,
+    limit: float | None,
 ) -> FreshMeasurement:
     """Time `item` again in a new process with `pins` (autotune choices) imposed, its sampled
-    outputs checked by `rule` (the parent's calibrated correctness rule)."""
-    limit = session.settings.item_timeout_s
+    outputs checked by `rule` (the parent's calibrated correctness rule); the process gets
+    the item's time `limit` (None: none) plus its start-up allowance."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelpro-confirm-") as tmp:
         json_path = Path(tmp) / "remeasure.json"

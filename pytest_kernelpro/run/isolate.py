@@ -190,7 +190,10 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
     """Run `item` in a child process and copy its record into `record`; raise on failure."""
     import pytest
 
-    limit = session.settings.item_timeout_s
+    from pytest_kernelpro.run.context import time_limit_setting
+
+    limit_setting = time_limit_setting(session.settings)
+    limit = limit_setting.value
     with tempfile.TemporaryDirectory(prefix="kernelpro-isolate-") as tmp:
         json_path = Path(tmp) / "child.json"
         cmd = child_command(item, session, json_path)
@@ -240,7 +243,7 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
         assert limit is not None
         what = (
             f"ran past the item time limit of {limit:g} s "
-            f"({session.settings.sources.get('item_timeout')}) plus {STARTUP_ALLOWANCE_S:g} s "
+            f"({limit_setting.source}) plus {STARTUP_ALLOWANCE_S:g} s "
             "for its process to start, and its process was killed"
         )
     else:

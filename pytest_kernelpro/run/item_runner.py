@@ -1,62 +1,55 @@
-"""Running one kernel item: the entry, its guards, the stages in order, and the stages.
+"""Running one kernel item: the entry, its guards, the item's state built once, and the
+stages in order.
 
-`run_kernel_item` is the entry (from `KernelItem.runtest`): the item's time limit, CPU thread
-policy, GPU memory accounting and isolation around `_run`, which chooses the device, resolves
-the item's settings once (`context.ItemSettings`), builds the kernel and its reference, and
-calls the stages in order: `check`, `time_item`, `recheck`, `roofline`, `profile`, `gate` (or
-`roofline_floor` outside check mode). Between the roofline and the gate, other plugins work on
-the measured item through the `pytest_kernelpro_item_measured` hook (the optimizer plugin runs
-its search there). `remeasure_only` is the run of the fresh process that confirms a
-regression (`fresh_process.py`): one pinned call, then the timing.
+`run_kernel_item` is the entry (from `KernelItem.runtest`): isolation, the GPU memory
+accounting and the outcome around `_run_limited`, which chooses the device, sets the CPU
+thread policy, measures the device's ceilings before the item's clock starts, builds the
+item's state (`context.ItemRun`: device, time limit, threads, resolved settings, ceilings,
+baseline entry) once, and runs the stages under the item's time limit: build the kernel and
+its reference, then `measure_stage` (check, time, re-check), `roofline_stage`,
+`profile_stage`, and `gate_stage` (or the roofline floor outside check mode). Between the
+roofline and the gate, other plugins work on the measured item through the
+`pytest_kernelpro_item_measured` hook (the optimizer plugin runs its search there).
+`remeasure_only` is the run of the fresh process that confirms a regression
+(`fresh_process.py`): one pinned call, then the timing.
 
-Each stage is a function of the item's `ItemRun` and the values it needs, which `_run` looks
-up once and passes: the session-wide settings, the device's ceilings and spec, the baseline
-entry, the profiling setup. No stage sees the pytest item or the session, so a stage can be
-called and tested alone.
-
-Every failure becomes a `KernelproError` that names what went wrong and the fix, so one
-bad kernel fails alone and the session goes on.
+Only this module holds the pytest item and the session; every stage takes the item's state
+and values, so a stage can be called and tested alone. Every failure becomes a
+`KernelproError` that names what went wrong and the fix, so one bad kernel fails alone and
+the session goes on.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shlex
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import pytest
 
 from pytest_kernelpro.errors import KernelproError, describe_exception
-from pytest_kernelpro.record import (
-    CorrectnessPart,
-    KernelRecord,
-    RooflinePart,
-    TimingPart,
-    VerdictPart,
-    part_of,
-)
+from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.run.context import (
+    DeviceModel,
     ItemRun,
     ItemSettings,
+    Resolved,
     autotune_capture,
     extra_autotuners,
     record_process_facts,
+    time_limit_setting,
 )
 from pytest_kernelpro.run.fresh_process import read_rule, remeasure_in_fresh_process
+from pytest_kernelpro.run.measure_stage import check, recheck, time_item
+from pytest_kernelpro.run.roofline_stage import roofline, roofline_floor
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.config import KernelproConfig
-    from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.measure.ceilings import Ceilings
-    from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.measure.environment import AutotuneCapture
-    from pytest_kernelpro.run.context import Profiling
+    from pytest_kernelpro.measure.gpu_memory import ItemMemory
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import DeviceChoice, KernelproSession
 
@@ -123,18 +116,19 @@ def _release_frames(exc: BaseException | None) -> None:
 
 
 def _run_limited(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, memory: Any
+    item: KernelItem, session: KernelproSession, record: KernelRecord, memory: ItemMemory
 ) -> None:
+    """The device chosen, the process set up for it (CUDA context, CPU thread policy,
+    ceilings) before the item's clock starts, the item's state built once, then the stages
+    under the item's time limit."""
     from pytest_kernelpro.run.context import item_time_limit, timeout_message
 
-    settings = session.settings
-    limit = settings.item_timeout_s
-    phase = ["starting"]
+    limit = time_limit_setting(session.settings)
+    phase = _Phase(memory)
 
     def message() -> str:
-        assert limit is not None
-        source = settings.sources.get("item_timeout", "default")
-        return timeout_message(item.problem.display_name, limit, source, phase[0])
+        assert limit.value is not None
+        return timeout_message(item.problem.display_name, limit.value, limit.source, phase.text)
 
     def on_native_hang(text: str) -> None:
         record.outcome = "failed"
@@ -143,30 +137,18 @@ def _run_limited(
         if not session.is_xdist_worker:
             session.write_outputs()
 
-    # The device is chosen once per item; every later step gets the choice.
+    # The device is chosen once per item; every later step gets it in the item's state.
     choice = session.choose_device(item.problem)
     device = choice.device
-    if limit is not None and device is not None and device.startswith("cuda"):
+    if limit.value is not None and device is not None and device.startswith("cuda"):
         _start_cuda(device)
-    with _cpu_threads(device, session.settings.cpu_threads, record):
-        if device is not None:
-            _measure_ceilings_first(session, device)
-        with item_time_limit(limit, message, on_native_hang):
-            _run(item, session, record, phase, memory, choice)
-
-
-def _measure_ceilings_first(session: KernelproSession, device: str) -> None:
-    """Measure (or load) the device's ceilings before the item's clock starts, once a session.
-
-    The probe measures the machine, not the kernel: charged to the first item's time limit,
-    a loaded machine failed that item (and, the probe being lost with it, every later one)
-    while the same limit passed on a quiet one. Runs under the item's thread policy (CPU
-    ceilings are per thread count). A failure is left to the item, which reports it with its
-    name (`_device_model`); an interrupt still stops the session (the cache is written
-    atomically, so nothing half-measured is kept).
-    """
-    with contextlib.suppress(Exception):
-        session.ceilings_for(device)
+    with _cpu_threads(device, session.settings.cpu_threads) as threads:
+        device_model = _device_model(session, item, device) if device is not None else None
+        with item_time_limit(limit.value, message, on_native_hang):
+            device = _usable_device(session, choice)
+            assert device_model is not None
+            run = _item_state(item, session, record, device, limit, threads, device_model)
+            _run(item, session, run, phase)
 
 
 def _start_cuda(device: str) -> None:
@@ -188,14 +170,14 @@ def _start_cuda(device: str) -> None:
 
 
 @contextlib.contextmanager
-def _cpu_threads(device: str | None, requested: int, record: KernelRecord) -> Iterator[None]:
-    """A CPU kernel item runs under the thread policy; a GPU (or skipped) one as it is."""
+def _cpu_threads(device: str | None, requested: int) -> Iterator[int | None]:
+    """A CPU kernel item runs under the thread policy (its thread count is yielded); a GPU
+    (or skipped) one as it is (None)."""
     if device != "cpu":
         yield None
         return
     with cpu_thread_policy(requested) as threads:
-        record.extra["cpu_threads"] = threads
-        yield None
+        yield threads
 
 
 @contextlib.contextmanager
@@ -217,144 +199,235 @@ def cpu_thread_policy(requested: int) -> Iterator[int]:
             torch.set_num_threads(before)
 
 
-def _run(
-    item: KernelItem,
-    session: KernelproSession,
-    record: KernelRecord,
-    phase: list[str],
-    memory: Any,
-    choice: DeviceChoice,
-) -> None:
-    """The stages in order; `phase[0]` names the running one (for the time limit's message)."""
-    settings = session.settings
-    problem = item.problem
+def _device_model(session: KernelproSession, item: KernelItem, device: str) -> DeviceModel:
+    """The device's ceilings (measured or loaded once a session) and its table entry, got
+    before the item's clock starts.
+
+    The probe measures the machine, not the kernel: charged to the first item's time limit,
+    a loaded machine failed that item (and, the probe being lost with it, every later one)
+    while the same limit passed on a quiet one. Runs under the item's thread policy (CPU
+    ceilings are per thread count). A failure is kept for the roofline stage, which fails
+    the item with it (a correctness-only run never needs them); an interrupt still stops
+    the session (the cache is written atomically, so nothing half-measured is kept).
+    """
+    try:
+        return DeviceModel(session.ceilings_for(device), session.spec_for(device))
+    except KernelproError as exc:
+        return DeviceModel(None, None, exc)
+    except Exception as exc:
+        error = KernelproError(
+            f"the ceilings of {device} for the roofline of {item.problem.display_name} could "
+            f"not be measured: {describe_exception(exc)}; pass --kernelpro-ceilings=FILE "
+            "(written by `kernelpro calibrate`)"
+        )
+        error.__cause__ = exc
+        return DeviceModel(None, None, error)
+
+
+def _usable_device(session: KernelproSession, choice: DeviceChoice) -> str:
+    """The chosen device, or the item's skip or failure when there is none it may use."""
     if choice.device is None and choice.fail:
         raise KernelproError(choice.skip_reason or "no CUDA GPU")
     if choice.device is None:
         pytest.skip(choice.skip_reason or "no device")
     if session.gpu_shared_by_workers and not str(choice.device).startswith("cpu"):
         raise KernelproError(session.gpu_shared_by_workers)
-    run = ItemRun(
+    return choice.device
+
+
+def _item_state(
+    item: KernelItem,
+    session: KernelproSession,
+    record: KernelRecord,
+    device: str,
+    time_limit: Resolved[float | None],
+    threads: int | None,
+    device_model: DeviceModel,
+) -> ItemRun:
+    """The item's state, built once: the settings resolved on its device, and under
+    --kernelpro-check its baseline entry (or the error that kept the baseline from loading;
+    the gate stage fails with it)."""
+    config = session.settings
+    entry, baseline_error = None, None
+    if config.check and not config.correctness_only and config.remeasure_pins is None:
+        try:
+            baseline = session.baseline()
+        except KernelproError as exc:
+            baseline_error = exc
+        else:
+            entry = baseline.entry_for(record) if baseline is not None else None
+    return ItemRun(
         nodeid=item.nodeid,
-        problem=problem,
+        problem=item.problem,
         locator=item.locator,
-        settings=ItemSettings.resolve(problem, settings, choice.device),
+        settings=ItemSettings.resolve(item.problem, config, device),
         record=record,
+        session_settings=config,
+        time_limit=time_limit,
+        threads=threads,
+        device_model=device_model,
+        baseline_entry=entry,
+        baseline_error=baseline_error,
         module=getattr(item.getparent(pytest.Module), "obj", None),
     )
-    _start(run, session)
-    memory.device = run.device
-    memory.start()
 
-    phase[0] = "building the kernel and its reference"
-    kernel, reference = _build(run, memory)
-    make_inputs = _input_maker(run, memory)
-    grad_mode = _grad_mode(problem)
-    capture = autotune_capture(run, settings.remeasure_pins, extra_autotuners(session.config))
-    if settings.remeasure_pins is not None:
-        phase[0] = "re-measuring in a fresh process (confirmation)"
-        memory.phase("timing")
-        remeasure_only(run, settings, kernel, reference, make_inputs, grad_mode, capture)
+
+@dataclass
+class _Phase:
+    """The running phase: named in the time limit's message and in the GPU memory account."""
+
+    memory: ItemMemory
+    text: str = "starting"
+
+    def enter(self, text: str, memory_phase: str | None = None) -> None:
+        self.text = text
+        if memory_phase is not None:
+            self.memory.phase(memory_phase)
+
+
+@dataclass(frozen=True)
+class _Kernel:
+    """The kernel and its reference built on the item's device, its input maker, the grad
+    mode it runs in, and the capture of what its process chose."""
+
+    kernel: Any
+    reference: Any
+    make_inputs: Callable[[int], tuple[Any, ...]]
+    grad_mode: Callable[[], Any]
+    capture: AutotuneCapture
+
+
+@dataclass(frozen=True)
+class _Measured:
+    """What the measure stage gives the later ones."""
+
+    correctness: Any
+    inputs: tuple[Any, ...]  # the timing inputs
+    median_s: float
+    remeasure: Callable[[], Any]  # the timing again, for the gate's confirmation
+
+
+def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phase) -> None:
+    """The stages in order."""
+    _start(run, session)
+    phase.memory.device = run.device
+    phase.memory.start()
+    phase.enter("building the kernel and its reference")
+    built = _build_kernel(run, session, phase.memory)
+    if run.session_settings.remeasure_pins is not None:
+        phase.enter("re-measuring in a fresh process (confirmation)", "timing")
+        remeasure_only(run, built)
         return
+    measured = _measure(run, session, built, phase)
+    if measured is not None:
+        _price_and_gate(item, session, run, built, measured, phase)
+
+
+def _build_kernel(run: ItemRun, session: KernelproSession, memory: ItemMemory) -> _Kernel:
+    kernel, reference = _build(run, memory)
+    capture = autotune_capture(
+        run, run.session_settings.remeasure_pins, extra_autotuners(session.config)
+    )
+    return _Kernel(kernel, reference, _input_maker(run, memory), _grad_mode(run.problem), capture)
+
+
+def _measure(
+    run: ItemRun, session: KernelproSession, built: _Kernel, phase: _Phase
+) -> _Measured | None:
+    """The measure stage: the correctness trials, the timing and the re-check after timing
+    (None under --kernelpro-correctness-only, which stops after the trials)."""
+    kernel, reference, make_inputs = built.kernel, built.reference, built.make_inputs
+    grad_mode = built.grad_mode
     trials = run.settings.trials.value
-    phase[0] = f"checking correctness ({trials} trial{'' if trials == 1 else 's'})"
-    memory.phase("check")
-    with capture.watching(), _noting_cuda_errors(session, run):
+    phase.enter(f"checking correctness ({trials} trial{'' if trials == 1 else 's'})", "check")
+    with built.capture.watching(), _noting_cuda_errors(session, run):
         # the first calls are where an autotuner picks its config
         correctness = check(run, kernel, reference, make_inputs, grad_mode)
-    record_process_facts(run, capture)
-    if settings.correctness_only:
-        record.extra["correctness_only"] = True
-        return
+    record_process_facts(run, built.capture)
+    if run.session_settings.correctness_only:
+        run.record.extra["correctness_only"] = True
+        return None
 
-    phase[0] = "making the timing inputs"
-    memory.phase("timing")
+    phase.enter("making the timing inputs", "timing")
     inputs = make_inputs(1_000_003)
-    phase[0] = "timing"
+    phase.enter("timing")
     with _noting_cuda_errors(session, run):
         median_s, remeasure = time_item(
-            run,
-            settings,
-            kernel,
-            inputs,
-            grad_mode,
-            reference=reference,
-            make_inputs=make_inputs,
-            correctness=correctness,
-        )
-    capture.after_timing()
-    record_process_facts(run, capture)
+            run, kernel, inputs, grad_mode,
+            reference=reference, make_inputs=make_inputs, correctness=correctness,
+        )  # fmt: skip
+    built.capture.after_timing()
+    record_process_facts(run, built.capture)
 
-    phase[0] = "checking the kernel again after timing"
-    memory.phase("recheck")
+    phase.enter("checking the kernel again after timing", "recheck")
     with grad_mode():
         recheck(kernel, reference, inputs, make_inputs, run, correctness)
+    return _Measured(correctness, inputs, median_s, remeasure)
 
-    phase[0] = "counting the reference's FLOPs and bytes"
-    memory.phase("roofline")
-    ceilings, spec = _device_model(session, run)
+
+def _price_and_gate(
+    item: KernelItem,
+    session: KernelproSession,
+    run: ItemRun,
+    built: _Kernel,
+    measured: _Measured,
+    phase: _Phase,
+) -> None:
+    """The roofline, the profile, other plugins' work on the measured item, then the gate
+    (or the roofline floor outside check mode)."""
+    phase.enter("counting the reference's FLOPs and bytes", "roofline")
     roofline(
         run,
-        reference,
-        inputs,
-        median_s,
-        memory,
-        ceilings=ceilings,
+        built.reference,
+        measured.inputs,
+        measured.median_s,
+        phase.memory,
         reprobe_ceilings=lambda why: session.reprobe_ceilings(run.device, why),
-        spec=spec,
         op_cost_hook=session.op_cost_hook,
     )
 
     # Not for --kernelpro-optimize alone: the search profiles the reference (Benchmarking
     # Agent) and every correct candidate, and nothing reads the item's own profile, which
     # costs seconds per kernel on a GPU.
-    if settings.profile:
-        phase[0] = "profiling"
-        memory.phase("profile")
+    if run.session_settings.profile:
+        from pytest_kernelpro.run.profile_stage import profile
+
+        phase.enter("profiling", "profile")
         profile(run, session.profiling)
 
     def set_phase(text: str) -> None:
-        phase[0] = text
-        memory.phase(text)
+        phase.enter(text, text)
 
     # Another plugin's work on the measured item (the optimizer's search).
     session.config.hook.pytest_kernelpro_item_measured(
         run=run, session=session, set_phase=set_phase
     )
-    if settings.check:
-        phase[0] = "gating (confirmation re-measurement, regression profile)"
-        memory.phase("gate")
-        baseline = session.baseline()
-        gate(
-            run,
-            settings,
-            remeasure,
-            lambda pins: remeasure_in_fresh_process(
-                item, session, pins, getattr(correctness, "rule_state", None)
-            ),
-            entry=baseline.entry_for(record) if baseline is not None else None,
-            profiling=session.profiling,
-        )
-    else:
+    if not run.session_settings.check:
         # In check mode the verdict applies the same floor.
-        roofline_floor(run, median_s)
+        roofline_floor(run, measured.median_s)
+        return
+    from pytest_kernelpro.run.gate_stage import gate
+
+    phase.enter("gating (confirmation re-measurement, regression profile)", "gate")
+    rule = getattr(measured.correctness, "rule_state", None)
+    gate(
+        run,
+        measured.remeasure,
+        lambda pins: remeasure_in_fresh_process(
+            item, session, pins, rule, limit=run.time_limit.value
+        ),
+        profiling=session.profiling,
+    )
 
 
-def remeasure_only(
-    run: ItemRun,
-    config: KernelproConfig,
-    kernel: Any,
-    reference: Any,
-    make_inputs: Callable[[int], tuple[Any, ...]],
-    grad_mode: Callable[[], Any],
-    capture: AutotuneCapture,
-) -> None:
+def remeasure_only(run: ItemRun, built: _Kernel) -> None:
     """The fresh process of a confirmation: one call with the pins applied (the autotuners
     take the baseline's configs from their caches from then on), then the timing, made the
     way the item's own timing is (the same inputs, fresh ones per call checked against the
     reference)."""
-    inputs = make_inputs(1_000_003)  # the item's timing inputs
-    with capture.watching(), grad_mode():
+    kernel, capture = built.kernel, built.capture
+    inputs = built.make_inputs(1_000_003)  # the item's timing inputs
+    with capture.watching(), built.grad_mode():
         try:
             kernel(*inputs)
         except Exception as exc:
@@ -364,30 +437,15 @@ def remeasure_only(
     record_process_facts(run, capture)
     # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
     # the dtype's default tolerance would.
-    rule = read_rule(config.remeasure_pins)
+    rule = read_rule(run.session_settings.remeasure_pins)
     parent = None if rule is None else SimpleNamespace(rule_state=rule, tf32=False)
     time_item(
-        run, config, kernel, inputs, grad_mode,
-        reference=reference, make_inputs=make_inputs, correctness=parent,
+        run, kernel, inputs, built.grad_mode,
+        reference=built.reference, make_inputs=built.make_inputs, correctness=parent,
     )  # fmt: skip
     capture.after_timing()
     record_process_facts(run, capture)
     run.record.extra["remeasure_child"] = True
-
-
-def _device_model(session: KernelproSession, run: ItemRun) -> tuple[Any, Any]:
-    """The device's ceilings (measured once per session) and its table entry, for the
-    roofline; a failure to get them fails the item with what failed."""
-    try:
-        return session.ceilings_for(run.device), session.spec_for(run.device)
-    except KernelproError:
-        raise
-    except Exception as exc:
-        raise KernelproError(
-            f"the ceilings of {run.device} for the roofline of {run.name} could not be "
-            f"measured: {describe_exception(exc)}; pass --kernelpro-ceilings=FILE (written by "
-            "`kernelpro calibrate`)"
-        ) from exc
 
 
 @contextlib.contextmanager
@@ -410,8 +468,11 @@ def _noting_cuda_errors(session: KernelproSession, run: ItemRun) -> Iterator[Non
 
 
 def _start(run: ItemRun, session: KernelproSession) -> None:
-    """The record's device and resolved settings; a CUDA item after a CUDA error stops here."""
+    """The record's device, thread count and resolved settings; a CUDA item after a CUDA
+    error stops here."""
     record = run.record
+    if run.threads is not None:
+        record.extra["cpu_threads"] = run.threads
     record.device_kind = "cuda" if run.device.startswith("cuda") else "cpu"
     if record.device_kind == "cuda":
         import os
@@ -479,432 +540,3 @@ def _grad_mode(problem: Any) -> Any:
 
         return torch.no_grad
     return contextlib.nullcontext
-
-
-# The stages: each takes the item's run and values, fills its part of the record, and never
-# sees the pytest item or the session (module docstring).
-
-
-def check(
-    run: ItemRun,
-    kernel: Any,
-    reference: Any,
-    make_inputs: Callable[[int], tuple[Any, ...]],
-    grad_mode: Any,
-) -> Any:
-    """The correctness trials; a wrong kernel fails the item here."""
-    from pytest_kernelpro.measure.correctness_check import check_correctness
-
-    try:
-        with grad_mode():
-            correctness = check_correctness(
-                kernel,
-                reference,
-                make_inputs,
-                device=run.device,
-                trials=run.settings.trials.value,
-                rtol=run.settings.rtol.value,
-                atol=run.settings.atol.value,
-                kernelbench=run.problem.kind == "kernelbench",
-            )
-    except KernelproError:
-        raise
-    except Exception as exc:
-        raise KernelproError(f"{run.name} raised {describe_exception(exc)}") from exc
-    run.record.correctness = part_of(CorrectnessPart, correctness)
-    if not correctness.passed:
-        failure = correctness.failure or "no detail"
-        if failure.startswith("The kernel raised"):
-            raise KernelproError(f"{run.name}: {failure}")
-        raise KernelproError(f"{run.name} is wrong: {failure}")
-    return correctness
-
-
-def time_item(
-    run: ItemRun,
-    config: KernelproConfig,
-    kernel: Any,
-    inputs: tuple[Any, ...],
-    grad_mode: Any,
-    *,
-    reference: Any = None,
-    make_inputs: Callable[[int], tuple[Any, ...]] | None = None,
-    correctness: Any = None,
-) -> tuple[float, Callable[[], Any]]:
-    """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
-    confirmation times the kernel again the same way). With the reference and the input
-    maker, every timed call gets fresh inputs and sampled outputs are checked against the
-    reference (`measure.timing.fresh_inputs`); a kernel that did less than its work while
-    timed fails here, naming what was seen."""
-    from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
-
-    settings, device, record = config, run.device, run.record
-    budget = TimingBudget(
-        warmup_ms=settings.warmup_ms,
-        max_time_s=settings.budget_for(device),
-        target_rel_ci=settings.target_rel_ci,
-        cuda_graph=settings.cuda_graph,
-        cpu_flush=settings.cpu_flush,
-        clock_anchor=settings.clock_anchor,
-        working_set_bytes=_input_bytes(inputs),
-        streams=run.problem.extra.get("streams") or "current",
-    )
-    with grad_mode():
-        fresh = _fresh_inputs(run, kernel, inputs, reference, make_inputs, correctness)
-
-    timings = [0]
-
-    def remeasure() -> Any:
-        if timings[0] and fresh is not None:
-            # A re-measurement: the post-timing re-check wrote other contents into the timed
-            # tensors since; the ring's turn must hold again before a call is checked.
-            fresh.resume()
-        timings[0] += 1
-        with grad_mode():
-            return time_kernel(lambda: kernel(*inputs), device=device, budget=budget, fresh=fresh)
-
-    try:
-        timing = remeasure()
-    except DishonestTiming as exc:
-        raise KernelproError(f"{run.name} is refused: {exc}") from exc
-    except Exception as exc:
-        raise KernelproError(f"timing {run.name} failed: {describe_exception(exc)}") from exc
-    record.timing = part_of(TimingPart, timing)
-    record.device = timing.device
-    if timing.threads is not None:
-        # Timings with other thread counts are not comparable: the count is part of the device.
-        plural = "s" * (timing.threads != 1)
-        record.device = f"{timing.device[:-1]}, {timing.threads} thread{plural})"
-    return timing.stats.median_s, remeasure
-
-
-def _fresh_inputs(
-    run: ItemRun,
-    kernel: Any,
-    inputs: tuple[Any, ...],
-    reference: Any,
-    make_inputs: Callable[[int], tuple[Any, ...]] | None,
-    correctness: Any,
-) -> Any:
-    """The timed call's `FreshInputs`: new content every call from the item's own input maker,
-    the outputs of calls chosen after they returned compared with the reference's by the correctness trials' rule (`measure.accuracy`: the
-    tolerance the first trial's truth calibrated, else the dtype rule)."""
-    import torch
-
-    from pytest_kernelpro.measure.output_rule import CorrectnessRule
-    from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
-
-    check = None
-    if reference is not None:
-        # The trials' rule, with what their truth calibrated (as the re-check after timing).
-        rule = getattr(correctness, "rule_state", None)
-        if not isinstance(rule, CorrectnessRule):
-            rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
-            rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
-
-        def check(got: Any, expected: Any) -> str | None:
-            failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
-            return " ".join(r.message or "" for r in failed[:2]) if failed else None
-
-    return fresh_inputs(
-        torch,
-        kernel,
-        inputs,
-        device=run.device,
-        make_draw=make_inputs,
-        reference=reference,
-        check=check,
-        name=run.name,
-    )
-
-
-def roofline_floor(run: ItemRun, median_s: float) -> None:
-    """`min_roofline` outside check mode: the gate's one rule (`gate.verdict.roofline_floor`),
-    failing the item with the numbers behind it."""
-    from pytest_kernelpro.gate.verdict import roofline_floor as floor
-
-    record = run.record
-    fails, reason = floor(record.min_roofline, record.efficiency, True)
-    if fails and record.efficiency is None:
-        raise KernelproError(f"{run.name}: {reason}")
-    if fails:
-        raise KernelproError(
-            f"{run.name} {reason} set in its marker (median {median_s * 1e6:.1f} us vs "
-            f"roofline {(record.roofline_time_s or 0) * 1e6:.1f} us)"
-        )
-
-
-def recheck(
-    kernel: Any,
-    reference: Any,
-    inputs: tuple[Any, ...],
-    make_inputs: Any,
-    run: ItemRun,
-    correctness: Any,
-) -> None:
-    """A kernel must stay correct after it was timed (see `recheck_after_timing`)."""
-    from pytest_kernelpro.measure.correctness_check import recheck_after_timing
-
-    try:
-        failure = recheck_after_timing(
-            kernel,
-            reference,
-            inputs,
-            lambda: make_inputs(1_000_033),
-            device=run.device,
-            correctness=correctness,
-            rtol=run.settings.rtol.value,
-            atol=run.settings.atol.value,
-        )
-    except KernelproError:
-        raise
-    except Exception as exc:
-        raise KernelproError(
-            f"the reference raised {describe_exception(exc)} when {run.name} was "
-            "checked again after timing"
-        ) from exc
-    if failure is not None:
-        raise KernelproError(f"{run.name} is wrong: {failure}")
-
-
-def roofline(
-    run: ItemRun,
-    reference: Any,
-    inputs: tuple[Any, ...],
-    median_s: float,
-    memory: Any,
-    *,
-    ceilings: Ceilings,
-    reprobe_ceilings: Callable[[str], Ceilings],
-    spec: DeviceSpec | None,
-    op_cost_hook: Callable[..., Any],
-) -> None:
-    """The reference's FLOPs and bytes on the device's `ceilings`: the roofline and the
-    kernel's share of it (`reprobe_ceilings(why)` measures them again, once a kernel beats
-    untrusted ones)."""
-    from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
-    from pytest_kernelpro.measure.roofline import (
-        analyze_reference,
-        could_be_impossible,
-        impossible_failure,
-        record_pricing,
-    )
-
-    problem, record = run.problem, run.record
-
-    def analyze(ceilings: Any) -> Any:
-        try:
-            with memory.reference_run():  # the reference's own peak: part of the footprint
-                return analyze_reference(
-                    reference,
-                    inputs,
-                    ceilings=ceilings,
-                    flops=problem.flops,
-                    bytes=problem.bytes,
-                    op_cost_hook=op_cost_hook,
-                    spec=spec,
-                )
-        except KernelproError:
-            raise
-        except Exception as exc:
-            raise KernelproError(
-                f"roofline analysis of the reference of {run.name} failed: "
-                f"{describe_exception(exc)}; pass flops= and bytes= in the marker to skip counting"
-            ) from exc
-
-    analysis = analyze(ceilings)
-    record.roofline = part_of(RooflinePart, analysis)
-    # A kernel faster than the op-level peak allows is priced at the peak its rate implies
-    # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
-    efficiency, record.peak_used = record_pricing(record.roofline, median_s)
-    if could_be_impossible(record.peak_used, record.timing) and not ceilings.trusted:
-        # Compulsory bytes beyond the bandwidth ceiling: before anything is blamed, re-probe
-        # ceilings that load may have lowered (measure/ceilings.py), then price it again.
-        ceilings = reprobe_ceilings(f"{run.name} exceeded them")
-        if ceilings.trusted:
-            analysis = analyze(ceilings)
-            record.roofline = part_of(RooflinePart, analysis)
-            efficiency, record.peak_used = record_pricing(record.roofline, median_s)
-    record.extra["ceilings_trusted"] = ceilings.trusted
-    if exceeds_every_ceiling(record.peak_used) and ceilings.device_type == "cpu":
-        assert record.peak_used is not None
-        record.peak_used["note"] = f"{record.peak_used['note']}; {exceedance_note(ceilings)}"
-    record.efficiency = analysis.efficiency(median_s) if efficiency is None else efficiency
-    impossible = impossible_failure(
-        record.peak_used, ceilings=ceilings, median_s=median_s, timing=record.timing
-    )
-    if impossible is not None:
-        raise KernelproError(f"{run.name}: {impossible}")
-
-
-def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> None:
-    """ncu, SASS and timeline of the kernel, then the tools' findings and guidance; a
-    profiler failure never fails the kernel."""
-    device = run.device if device is None else device
-    record = run.record
-    if not device.startswith("cuda"):
-        record.extra["profile_text"] = (
-            "profile: not collected: ncu, SASS and timeline need a CUDA GPU"
-        )
-        record.extra["profile_skipped"] = "no CUDA GPU"
-        return
-    from pytest_kernelpro.measure.gpu_memory import memory_state, release_cached
-
-    # The profiler runs the kernel in child processes (ncu, kineto): give them the memory
-    # this process has cached but does not use; the record says what they had.
-    release_cached(device, 0)
-    record.extra["profile_gpu_memory"] = memory_state(device)
-    try:
-        _profile_item(run, profiling, device)
-    except Exception as exc:  # a profiler failure never fails the kernel
-        record.extra["profile_text"] = f"profile: failed: {describe_exception(exc)}"
-
-
-def _profile_item(run: ItemRun, profiling: Profiling, device: str) -> None:
-    """Fill the record's profile, the tools' findings, guidance and the report text."""
-    from pytest_kernelpro.analysis import RooflineFacts, profile_and_analyze
-    from pytest_kernelpro.record import ProfilePart
-
-    record = run.record
-    capture = profiling.capture
-    facts = RooflineFacts.from_roofline(
-        msgspec.to_builtins(record.roofline) if record.roofline else None,
-        median_s=record.median_s,
-        efficiency=record.efficiency,
-    )
-    analysis = profile_and_analyze(
-        run.locator,
-        facts,
-        so_paths=capture.so_paths if capture else (),
-        ptxas=capture.ptxas if capture else (),
-        device=device,
-        timeout_s=profiling.timeout_s,
-        ncu_path=os.environ.get("KERNELPRO_NCU"),
-    )
-    record.profile = part_of(ProfilePart, analysis.report)
-    record.extra["tools"] = analysis.tool_run.to_dict()
-    record.extra["profile_wall_s"] = analysis.profile_s
-    record.guidance = analysis.guidance_md or None
-    record.extra["profile_text"] = analysis.text
-
-
-def gate(
-    run: ItemRun,
-    config: KernelproConfig,
-    remeasure: Callable[[], Any],
-    fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None = None,
-    *,
-    entry: BaselineEntry | None,
-    profiling: Profiling,
-) -> None:
-    """The verdict against the baseline `entry` (a regression is confirmed by timing it again,
-    in a fresh process by default, with the baseline's autotune choices pinned, and
-    profiled); a failing verdict fails the item."""
-    from pytest_kernelpro.gate.confirmation import (
-        compare_choices,
-        confirm,
-        name_environment,
-        needs_confirmation,
-        note_picks,
-        settle,
-    )
-    from pytest_kernelpro.gate.verdict import decide_verdict
-    from pytest_kernelpro.measure.roofline import kernel_efficiency
-
-    record = run.record
-    cross_cpu = config.cpu_cross_device
-    verdict = decide_verdict(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
-    picks = compare_choices(
-        record.autotune.choices if record.autotune else None,
-        entry.autotune if entry is not None else None,
-    )
-    if needs_confirmation(verdict) and entry is not None:
-        first_change = verdict.change
-        timing, remeasured = _confirmation_timing(
-            run, config, remeasure, fresh_remeasure, picks.baseline_choices
-        )
-        confirmed = msgspec.structs.replace(record, timing=timing)
-        if record.roofline_time_s is not None and timing.median_s is not None:
-            confirmed.efficiency = kernel_efficiency(record.roofline, timing.median_s)
-        verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu, where=remeasured.words())
-        record.extra["confirmation_timing"] = msgspec.to_builtins(timing)
-        verdict = settle(verdict, picks, remeasured, config.autotune_mismatch, first_change)
-    elif entry is not None:
-        verdict = note_picks(verdict, picks)
-    if entry is not None:
-        verdict = name_environment(
-            verdict,
-            record.environment.versions() if record.environment else None,
-            entry.environment,
-            record.autotune.library if record.autotune else None,
-            entry.library,
-        )
-
-    record.gate = part_of(VerdictPart, verdict)
-    if verdict.failed and verdict.status == "regressed" and record.profile is None:
-        _auto_profile(run, profiling)
-    if verdict.failed:
-        raise KernelproError(f"{record.name}: {verdict.message}")
-
-
-def _confirmation_timing(
-    run: ItemRun,
-    config: KernelproConfig,
-    remeasure: Callable[[], Any],
-    fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None,
-    pins: tuple[dict[str, Any], ...],
-) -> tuple[TimingPart, Any]:
-    """The confirmation's timing and how it was made: in a fresh process with `pins` (the
-    baseline's autotune choices) when the setting says so and the process gives a timing,
-    else in this process (the fallback says why)."""
-    from pytest_kernelpro.gate.confirmation import Remeasurement
-
-    fallback = None
-    if config.confirm_process == "fresh" and fresh_remeasure is not None:
-        fresh = fresh_remeasure(list(pins))
-        if fresh.timing is not None:
-            autotune = fresh.autotune
-            return fresh.timing, Remeasurement(
-                fresh=True,
-                wall_s=round(fresh.wall_s, 3),
-                choices=autotune.choices if autotune else (),
-                pin_problems=(autotune.pin_problems or ()) if autotune else (),
-                pinned_requested=bool(pins),
-            )
-        fallback = f"the fresh process gave no timing ({fresh.error}); re-measured in this one"
-        run.record.extra["confirmation_fresh_process_error"] = fresh.error
-    started = time.perf_counter()
-    timing = part_of(TimingPart, remeasure())
-    wall = round(time.perf_counter() - started, 3)
-    return timing, Remeasurement(fresh=False, wall_s=wall, fallback=fallback)
-
-
-def _auto_profile(run: ItemRun, profiling: Profiling) -> None:
-    """A regression comes with its profile (what changed, in the counters' words), within the
-    session's budget of automatic profiles; past it, the record says how to profile it."""
-    record = run.record
-    if not profiling.auto_profile_allowed():
-        record.extra["profile_text"] = (
-            f"profile: not collected automatically: {profiling.auto_done} regressed "
-            f"kernel(s) were already profiled in {profiling.auto_spent_s:.0f} s (budget: "
-            f"--kernelpro-auto-profiles={profiling.auto_limit}, "
-            f"--kernelpro-auto-profile-time={profiling.auto_time_s:g}). Profile this one "
-            f"with: pytest {shlex.quote(run.nodeid)} --kernelpro-profile"
-        )
-        return
-    started = time.perf_counter()
-    try:
-        profile(run, profiling, record.device_kind)
-    finally:
-        profiling.auto_done += 1
-        profiling.auto_spent_s += time.perf_counter() - started
-
-
-def _input_bytes(inputs: tuple[Any, ...]) -> int:
-    """Bytes of the tensors among the inputs (the working set of a CPU cache flush)."""
-    total = 0
-    for value in inputs:
-        nbytes = getattr(value, "nbytes", None)
-        if isinstance(nbytes, int):
-            total += nbytes
-    return total

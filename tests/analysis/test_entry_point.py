@@ -145,7 +145,7 @@ def test_the_three_callers_reach_one_analysis(fake_profiler: _FakeProfiler, tmp_
     from pytest_kernelpro.optimize.candidate_profile import child as candidate
     from pytest_kernelpro.optimize.candidate_profile.evaluator import ProfilingEvaluator
     from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
-    from pytest_kernelpro.run import item_runner
+    from pytest_kernelpro.run import profile_stage
 
     record = fake_profiler.record
     expected = analyze_report(report_from_dict(record["profile"]), _facts(record))
@@ -153,14 +153,14 @@ def test_the_three_callers_reach_one_analysis(fake_profiler: _FakeProfiler, tmp_
 
     # 1. --kernelpro-profile: the profile stage of a kernel item.
     run, profiling = _item(record)
-    item_runner.profile(run, profiling)
+    profile_stage.profile(run, profiling)
     assert run.record.guidance == expected.guidance_md
     assert run.record.extra["profile_text"] == expected.text
     assert run.record.extra["tools"] == expected.tool_run.to_dict()
 
     # 2. The automatic profile of a regression: the gate stage's call.
     run2, profiling2 = _item(record)
-    item_runner._auto_profile(run2, profiling2)
+    profile_stage.auto_profile(run2, profiling2)
     assert profiling2.auto_done == 1
     assert run2.record.guidance == expected.guidance_md
     assert run2.record.extra["tools"] == expected.tool_run.to_dict()

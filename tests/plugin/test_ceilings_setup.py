@@ -1,5 +1,5 @@
 """The machine's ceilings are set-up, not an item's work (measure/ceilings.py,
-run/item_runner.py `_measure_ceilings_first`): measured once per machine and user in a cache
+run/item_runner.py `_device_model`): measured once per machine and user in a cache
 outside the project, before the first item's time limit starts, and a session stopped during
 the probe keeps nothing half-measured."""
 

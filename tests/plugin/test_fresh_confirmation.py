@@ -1,4 +1,4 @@
-"""Where the confirmation re-measures (run/item_runner.py, run/fresh_process.py): a fresh process
+"""Where the confirmation re-measures (run/gate_stage.py, run/fresh_process.py): a fresh process
 by default, this process when that one gives no timing (never a lost confirmation)."""
 
 from __future__ import annotations
@@ -9,27 +9,29 @@ import msgspec
 
 from pytest_kernelpro.record import AutotunePart, TimingPart
 from pytest_kernelpro.run.fresh_process import FreshMeasurement, remeasure_command
-from pytest_kernelpro.run.item_runner import _confirmation_timing
+from pytest_kernelpro.run.gate_stage import _confirmation_timing
 
 TIMING = msgspec.convert(
     {"samples_s": [1e-3, 1.1e-3], "stats": {"median_s": 1.05e-3, "n": 2}}, TimingPart
 )
 
 
-def _run_and_config(mode: str) -> tuple[SimpleNamespace, SimpleNamespace]:
-    run = SimpleNamespace(record=SimpleNamespace(extra={}))
-    return run, SimpleNamespace(confirm_process=mode)
+def _run(mode: str) -> SimpleNamespace:
+    """The item's state as the gate stage reads it: the record and the session settings."""
+    return SimpleNamespace(
+        record=SimpleNamespace(extra={}), session_settings=SimpleNamespace(confirm_process=mode)
+    )
 
 
 def test_a_fresh_process_that_gives_no_timing_falls_back_to_this_one() -> None:
-    run, config = _run_and_config("fresh")
+    run = _run("fresh")
     asked: list[list[dict]] = []
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
         asked.append(pins)
         return FreshMeasurement(None, None, 3.0, 1, "ImportError in the child")
 
-    timing, how = _confirmation_timing(run, config, lambda: TIMING, fresh, ({"k": 1},))
+    timing, how = _confirmation_timing(run, lambda: TIMING, fresh, ({"k": 1},))
     assert asked == [[{"k": 1}]]
     assert timing.median_s == 1.05e-3
     assert not how.fresh
@@ -38,7 +40,7 @@ def test_a_fresh_process_that_gives_no_timing_falls_back_to_this_one() -> None:
 
 
 def test_the_fresh_processs_timing_and_pins_are_used() -> None:
-    run, config = _run_and_config("fresh")
+    run = _run("fresh")
     choices = [{"kernel": "k", "key": [1], "config": {"num_warps": 8}, "source": "pinned"}]
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
@@ -47,7 +49,7 @@ def test_the_fresh_processs_timing_and_pins_are_used() -> None:
     def never() -> None:
         raise AssertionError("re-measured in this process although the fresh one gave a timing")
 
-    timing, how = _confirmation_timing(run, config, never, fresh, ({"k": 1},))
+    timing, how = _confirmation_timing(run, never, fresh, ({"k": 1},))
     assert how.fresh
     assert how.wall_s == 7.5
     assert how.choices == tuple(choices)
@@ -55,12 +57,12 @@ def test_the_fresh_processs_timing_and_pins_are_used() -> None:
 
 
 def test_same_never_starts_a_process() -> None:
-    run, config = _run_and_config("same")
+    run = _run("same")
 
     def fresh(pins: list[dict]) -> FreshMeasurement:
         raise AssertionError("started a process under --kernelpro-confirm-process=same")
 
-    _, how = _confirmation_timing(run, config, lambda: TIMING, fresh, ())
+    _, how = _confirmation_timing(run, lambda: TIMING, fresh, ())
     assert not how.fresh
     assert how.fallback is None
 

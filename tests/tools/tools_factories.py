@@ -186,7 +186,7 @@ def example_records() -> dict[str, dict[str, Any]]:
 
 
 def example_run(name: str) -> ToolRun:
-    """run_tools on one example record exactly as pytest_kernelpro.run.item_runner.profile calls it."""
+    """run_tools on one example record exactly as pytest_kernelpro.run.profile_stage.profile calls it."""
     record = example_records()[name]
     rep = report_from_dict(record["profile"])
     roofline = record["roofline"]
