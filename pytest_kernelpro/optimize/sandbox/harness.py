@@ -128,12 +128,14 @@ class _Pipeline:
         first = self._ref_modifies is None or not self._precision_known
         before = pristine if pristine is not None or not first else clone_inputs(torch, args)
         attempts: list[Any] = []  # the inputs of each call
+        given = [args]  # dropped once the call is done (the names below hold nothing)
+        del args
 
         def call() -> Any:
             # A second call (the recording dispatch mode upset the first) gets a fresh copy:
-            # the failed call may have written into `args`.
+            # the failed call may have written into its inputs.
             attempts.append(
-                clone_inputs(torch, before) if attempts and before is not None else args
+                clone_inputs(torch, before) if attempts and before is not None else given[0]
             )
             with torch.no_grad():
                 out = self.ref_model(*attempts[-1])
@@ -144,6 +146,16 @@ class _Pipeline:
         out, reduced = measurement.run_reference(
             torch, call, self.device, first=not self._precision_known
         )
+        reference_s = time.perf_counter() - started
+        args = attempts[-1]
+        if self._ref_modifies is None:
+            self._ref_modifies = not checks.same_values(before, args)
+        aliases = checks.shares_storage(out, args)
+        # The call's own copy of its inputs goes before the truth widens them (one input
+        # set fewer at the first call's peak).
+        del args
+        attempts.clear()
+        given.clear()
         if not self._precision_known:
             self._precision_known, self.rule.reduced = True, reduced
             if reduced:
@@ -156,12 +168,9 @@ class _Pipeline:
                 before,
                 out,
                 self.device,
-                reference_s=time.perf_counter() - started,
+                reference_s=reference_s,
             )
-        args = attempts[-1]
-        if self._ref_modifies is None:
-            self._ref_modifies = not checks.same_values(before, args)
-        return out, self._ref_modifies, checks.shares_storage(out, args)
+        return out, self._ref_modifies, aliases
 
     def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
         """Candidate output (and a copy taken on the current stream before any device
