@@ -53,6 +53,14 @@ WRITING_REFERENCE = REFERENCE.replace(
 )
 assert WRITING_REFERENCE != REFERENCE
 WRITING_CANDIDATE = CORRECT.replace(FORWARD, FORWARD + "        x.relu_()\n")
+# Inputs that are not sealed (strided: the problem's layout is kept) are copied for each call,
+# as CUDA inputs are: the CPU stand-in of the device path, where a write is found by comparison.
+STRIDED_REFERENCE = REFERENCE.replace(
+    "return [torch.randn(batch, n)]", "return [torch.randn(n, batch).t()]"
+)
+assert STRIDED_REFERENCE != REFERENCE
+# Its result written over its input (new values: a comparison sees them).
+WRITES_VALUES = (DATA / "writes_input.py").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +85,13 @@ def world() -> dict[str, object]:
         found["in place like its reference"] = writing.evaluate(Candidate(WRITING_CANDIDATE))
     finally:
         writing.close()
+    strided = SandboxEvaluator(
+        KernelBenchTask(STRIDED_REFERENCE, name="strided_softmax", device="cpu", **FAST), limits
+    )
+    try:
+        found["writes a copied input"] = strided.evaluate(Candidate(WRITES_VALUES))
+    finally:
+        strided.close()
     found["after"] = {"memfds": memfds(), "shm": shm_entries()}
     return found
 
@@ -113,6 +128,13 @@ def test_a_candidate_cannot_make_its_inputs_writable(world) -> None:
 def test_a_reference_that_writes_its_inputs_gives_the_candidate_copies(world) -> None:
     ev = _ev(world, "in place like its reference")
     assert ev.status == "correct", (ev.reason, ev.logs[-2000:])
+
+
+@pytest.mark.slow
+def test_a_candidate_writing_an_input_that_is_copied_is_refused_by_comparison(world) -> None:
+    ev = _ev(world, "writes a copied input")
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert "modifies its inputs in place (trial 1/3)" in ev.reason
 
 
 @pytest.mark.slow

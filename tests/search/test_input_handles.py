@@ -190,3 +190,23 @@ def test_a_private_copy_on_write_mapping_changes_only_itself() -> None:
     assert run.returncode == 0, run.stderr[-2000:]
     assert "PRIVATE 1.0" in run.stdout
     assert "UNCHANGED" in run.stdout
+
+
+@pytest.mark.gpu
+def test_cuda_inputs_stay_on_their_device_and_are_copied_for_each_call() -> None:
+    """The device-agnostic path: a CUDA input is made where it runs and never sealed
+    (device memory has no host footprint to share); a call that must not write gets its own
+    copy on the device, as a strided CPU input does (the CPU stand-in above)."""
+    made = torch.randn(64, 32, device="cuda")
+    inputs = SealedInputs(torch, [made, torch.randn(8)])
+    try:
+        assert inputs.sealed_bytes == 8 * 4
+        assert inputs.copied
+        view = inputs.read_only()[0]
+        assert view.device == made.device
+        assert view.data_ptr() != made.data_ptr()
+        assert torch.equal(view, made)
+        view.add_(1)
+        assert not torch.equal(view, inputs.values[0])
+    finally:
+        inputs.close()
