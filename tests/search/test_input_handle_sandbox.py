@@ -8,9 +8,8 @@ Workers import torch (seconds each): one module-scoped run of every candidate.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from test_handle_sandbox import CORRECT, DATA, FAST, REFERENCE
 from test_handles import memfds, shm_entries
 
 from pytest_kernelpro.optimize.sandbox.evaluator import (
@@ -22,13 +21,6 @@ from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 torch = pytest.importorskip("torch")
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
-REFERENCE = (DATA / "reference.py").read_text(encoding="utf-8")
-CORRECT = (DATA / "correct.py").read_text(encoding="utf-8")
-FAST = {
-    "timing": {"warmup_ms": 1.0, "max_time_s": 0.02, "min_samples": 5, "max_samples": 10},
-    "cpu_threads": 1,
-}
 FORWARD = "    def forward(self, x):\n"
 assert FORWARD in CORRECT
 CANDIDATES = {
