@@ -107,9 +107,10 @@ from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
 from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.problem.locate import project_import_path
 
-# A worker killed by a memory fault, and the phases whose calls read sealed, read-only inputs.
+# A worker killed by a memory fault, and the phases whose checked calls read sealed, read-only
+# inputs (the in-place check, phase "checks", refills writable inputs of its own).
 FAULTS = (-signal.SIGSEGV, -signal.SIGBUS)
-CHECKED_PHASES = ("built", "correctness", "checks", "shapes", "timed")
+CHECKED_PHASES = ("correctness", "shapes", "timed")
 
 
 class SandboxEvaluator:
