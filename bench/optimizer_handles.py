@@ -122,6 +122,15 @@ def make_project(rows: int, cols: int, evals: int) -> Path:
     return project
 
 
+def optimizer_plugin_args() -> list[str]:
+    """`-p` for the optimizer plugin where the environment's installed metadata does not
+    register its entry point (`kernelpro_optimize`), else nothing (registering it twice fails)."""
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="pytest11")}
+    return [] if "kernelpro_optimize" in names else ["-p", "pytest_kernelpro.optimize.plugin"]
+
+
 def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
@@ -185,6 +194,7 @@ def measure(size: str, rows: int, cols: int, evals: int, timeout: float) -> dict
             optimize = run_pytest(
                 project,
                 [
+                    *optimizer_plugin_args(),
                     f"--kernelpro-optimize={evals}",
                     "--kernelpro-llm=replay:replays",
                     "--kernelpro-feedback=none",

@@ -188,8 +188,9 @@ def check_blame_user(out: Outcome) -> None:
 
 
 def check_mutates_inputs(out: Outcome) -> None:
-    """A kernel that writes into its inputs fails."""
-    _failed_as(out, "cheat", says="modifies its inputs in place (trial 1/3)")
+    """A kernel that writes into its inputs fails: a checked call's inputs are read-only
+    shared memory (`input_handles.py`), the write faults, and the reason says so."""
+    _failed_as(out, "run_error", says="a checked call's inputs are read-only shared memory")
 
 
 CHECKS: dict[str, Callable[[Outcome], None]] = {

@@ -8,10 +8,12 @@ channels. The real path (sandboxed worker, session, judge) is test_handle_attack
 from __future__ import annotations
 
 import fcntl
+import gc
 import json
 import mmap
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -48,6 +50,12 @@ def shm_entries() -> set[str]:
     if not os.path.isdir("/dev/shm"):
         return set()
     return {name for name in os.listdir("/dev/shm") if not name.startswith("sem.mp-")}
+
+
+def mapped_outputs() -> int:
+    """Mappings of handed-over outputs' memfds in this process."""
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        return sum("/memfd:kernelpro-trial" in line for line in maps)
 
 
 def session(tmp_path: Path, limit: int = 2**30) -> tuple[HandleChannels, socket.socket]:
@@ -137,6 +145,38 @@ def test_nothing_is_left_open_or_named_after_an_output_is_closed(tmp_path: Path)
     received.close()
     assert memfds() == before_fds
     assert shm_entries() == before_shm  # a memfd has no name in /dev/shm
+
+
+def test_forwarded_outputs_live_only_as_long_as_the_judge_holds_them(tmp_path: Path) -> None:
+    """Once forwarded, the session's descriptors close (`Received.handed_on`): each
+    output's memory goes when the judge drops it, not when the evaluation ends; the bytes
+    still count against the judge (high rather than low)."""
+    before = memfds()
+    received = hand_over(tmp_path, {"trial-1": [torch.randn(256, 256)], "trial-2": [torch.ones(8)]})
+    channels = HandleChannels(2**30)
+    ours, judge_end = handles.socket_pair()
+    judgedir = tmp_path / "judge"
+    try:
+        channels.open(judgedir, ours)
+        channels.forward(judgedir, received)
+        judged = receive_outputs(torch, channel=judge_end)
+        deadline = time.monotonic() + 30
+        while any(
+            leaf.fd is not None for out in received.outputs.values() for leaf in out.values()
+        ):
+            assert time.monotonic() < deadline, "the session kept its descriptors"
+            time.sleep(0.01)
+        assert channels.held_bytes(judgedir) == 256 * 256 * 4 + 8 * 4
+        assert memfds() == before  # the judge's mappings are the last holders
+        assert torch.equal(judged["trial-2"][0], torch.ones(8))
+        assert mapped_outputs() == 2
+        del judged
+        gc.collect()
+        assert mapped_outputs() == 0  # nothing holds the outputs' memory any more
+    finally:
+        judge_end.close()
+        channels.close()
+        received.close()
 
 
 def test_the_session_refuses_outputs_over_its_limit_and_frees_them(tmp_path: Path) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import threading
@@ -105,6 +106,11 @@ from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimit
 from pytest_kernelpro.optimize.sandbox.worker import RUN_PHASES
 from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.problem.locate import project_import_path
+
+# A worker killed by a memory fault, and the phases whose checked calls read sealed, read-only
+# inputs (the in-place check, phase "checks", refills writable inputs of its own).
+FAULTS = (-signal.SIGSEGV, -signal.SIGBUS)
+CHECKED_PHASES = ("correctness", "shapes", "timed")
 
 
 class SandboxEvaluator:
@@ -653,10 +659,13 @@ class SandboxEvaluator:
                 "without it. Use SandboxLimits(isolation='fallback') to run with the weaker "
                 "isolation, or fix the mount that cannot be made read-only."
             )
-        return Evaluation(
-            status="build_error" if phase == "build" else "run_error",
-            reason=f"worker died ({run.how()}) without a result in phase {phase!r}",
-        )
+        reason = f"worker died ({run.how()}) without a result in phase {phase!r}"
+        if run.returncode in FAULTS and phase in CHECKED_PHASES:
+            reason += (
+                "; a checked call's inputs are read-only shared memory (`input_handles.py`): "
+                "a kernel that writes into its inputs where the reference does not faults there"
+            )
+        return Evaluation(status="build_error" if phase == "build" else "run_error", reason=reason)
 
     # ----- the trusted side: decided over a worker's claim, in processes without candidate
     # code (the worker ran candidate code, so everything it reports is a claim) -----

@@ -4,13 +4,26 @@ A problem's footprint is the bytes of one call: its inputs plus its output. It i
 without allocating them: the problem's own `get_inputs()` and `Model` run on torch's `meta`
 device (shapes and dtypes, no storage), in the session, before the first evaluation.
 
-One evaluation holds several copies of that footprint at its peak (`HELD_COPIES`, from the
-path's structure): the worker's input set, the candidate's copy of it, the reference's and
-the candidate's outputs, the float64 re-run of the first call for the truth (twice the
-bytes of inputs and output), and the checked outputs the session holds by handle for the
-judge (`handles.py`). When that estimate passes the sandbox's memory limit
-(`SandboxLimits.memory_limit_mb`, where the watchdog would kill the worker) the evaluation
-is refused up front with the numbers, instead of every candidate dying "out of memory".
+One evaluation holds several copies of that footprint at its peak (`HELD_COPIES`). Where
+they are, for a problem whose inputs and output are the same size (I = O = half the
+footprint), in the worker:
+
+- every checked call reads one sealed input set, shared by the reference and the candidate
+  (`input_handles.py`: no copy per call), beside the reference's and the candidate's
+  outputs and the candidate's handed-over copy; the first call also re-runs the reference
+  in float64 for the truth (widened inputs and output: twice the footprint, and the
+  truth's own temporaries);
+- the timing phase holds the checked outputs handed over so far (three trials and the
+  in-place call: 4 O, in the session's memfds until the judge drops them), the timed
+  inputs and the fresh-content draws and pool of one side at a time (`measure.timing.
+  fresh_inputs`: I + 3 I, and a draw while it is made), the call's output, a checked call's
+  copy and the reference's output on it: the worker's peak;
+- the judge holds every handed-over output (5 O) while its first call re-runs the reference
+  in float64: its peak.
+
+When that estimate passes the sandbox's memory limit (`SandboxLimits.memory_limit_mb`, where
+the watchdog would kill the worker) the evaluation is refused up front with the numbers,
+instead of every candidate dying "out of memory".
 
 A problem the meta device cannot run (an op without a meta kernel, inputs made with numpy)
 has no estimate: it is evaluated, and the watchdog still bounds it.
@@ -23,11 +36,11 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 
-# Copies of the footprint one evaluation holds at its peak (module doc): the path's count
-# (worker: 4 inputs' and 3 outputs' worth while the truth re-runs; judge: its own 3 plus the
-# 5 outputs held by handle, with inputs and output of one size), rounded up. A worker's peak
-# measured by bench/optimizer_handles.py on a 1 GiB-footprint softmax: 3.7-4.8x.
-HELD_COPIES = 6.0
+# Copies of the footprint one evaluation holds at its peak (module doc): the timing phase's
+# count (4 O held + 4 I + 3 O: 5.5x for I = O) with the draw being made and the allocator's
+# temporaries: rounded up to cover the worker's measured peak above its idle size
+# (bench/optimizer_handles.py on a large softmax; the judge's is lower).
+HELD_COPIES = 8.0
 
 
 def meta_footprint(reference_source: str) -> int | None:

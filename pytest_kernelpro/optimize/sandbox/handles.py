@@ -18,11 +18,14 @@ started with one end of a `SOCK_SEQPACKET` socket pair (the descriptor number in
   evaluation's memory. Anything else is kept as the reason the outputs are refused.
 - The judge gets the descriptors the session holds (`send_outputs`, then an end message)
   and maps each one privately (`MAP_PRIVATE` of a write-sealed memfd): nobody can change the
-  bytes it compares once the worker handed them over, the candidate included.
+  bytes it compares once the worker handed them over, the candidate included. Once sent,
+  the session closes its own descriptors (`Received.handed_on`): the judge's mapping is
+  then the last holder of each output, which it drops once that output is checked.
 
 What frees the memory: a memfd lives while a descriptor or a mapping of it does. The
-worker's die with its PID namespace (killed or not), the session closes its own when the
-evaluation ends (`HandleChannels.close`), the judge's die with the judge. Nothing has a name,
+worker's die with its PID namespace (killed or not), the session closes its own once it
+forwarded them to the judge or when the evaluation ends (`HandleChannels.close`), the
+judge's die with the judge (or go as it checks each output). Nothing has a name,
 so nothing outlives the processes.
 
 Manifest lines (JSON): `{"output": NAME, "leaf": K, "kind": "tensor", "dtype": D, "shape":
@@ -253,14 +256,25 @@ class Received:
 
     def close(self) -> None:
         with self.lock:
-            for leaves in self.outputs.values():
-                for leaf in leaves.values():
-                    if leaf.fd is not None:
-                        with contextlib.suppress(OSError):
-                            os.close(leaf.fd)
-                        leaf.fd = None
+            self._close_descriptors()
             self.outputs.clear()
             self.nbytes = 0
+
+    def handed_on(self) -> None:
+        """The outputs were forwarded to their judge: the session's descriptors close, so
+        each output's memory goes as soon as the judge has checked it and dropped its mapping
+        (`judge.judge`), not when the evaluation ends. `nbytes` still counts them: the
+        session cannot see which the judge has dropped, and counts high rather than low."""
+        with self.lock:
+            self._close_descriptors()
+
+    def _close_descriptors(self) -> None:
+        for leaves in self.outputs.values():
+            for leaf in leaves.values():
+                if leaf.fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.close(leaf.fd)
+                    leaf.fd = None
 
 
 class HandleChannels:
@@ -412,6 +426,8 @@ def _start_sending(end: socket.socket, outputs: Received) -> None:
     def send() -> None:
         with contextlib.suppress(OSError, HandleError):  # the judge died: its verdict says so
             send_outputs(end, outputs)
+        # Sent or not (a judge that died has nothing to check): no longer the session's.
+        outputs.handed_on()
 
     threading.Thread(target=send, daemon=True, name="kernelpro-handles-send").start()
 

@@ -62,6 +62,7 @@ from pytest_kernelpro.optimize.sandbox.build_failures import (
 )
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
 from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV
+from pytest_kernelpro.optimize.sandbox.input_handles import SealedInputs
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
 
@@ -127,12 +128,14 @@ class _Pipeline:
         first = self._ref_modifies is None or not self._precision_known
         before = pristine if pristine is not None or not first else clone_inputs(torch, args)
         attempts: list[Any] = []  # the inputs of each call
+        given = [args]  # dropped once the call is done (the names below hold nothing)
+        del args
 
         def call() -> Any:
             # A second call (the recording dispatch mode upset the first) gets a fresh copy:
-            # the failed call may have written into `args`.
+            # the failed call may have written into its inputs.
             attempts.append(
-                clone_inputs(torch, before) if attempts and before is not None else args
+                clone_inputs(torch, before) if attempts and before is not None else given[0]
             )
             with torch.no_grad():
                 out = self.ref_model(*attempts[-1])
@@ -143,6 +146,16 @@ class _Pipeline:
         out, reduced = measurement.run_reference(
             torch, call, self.device, first=not self._precision_known
         )
+        reference_s = time.perf_counter() - started
+        args = attempts[-1]
+        if self._ref_modifies is None:
+            self._ref_modifies = not checks.same_values(before, args)
+        aliases = checks.shares_storage(out, args)
+        # The call's own copy of its inputs goes before the truth widens them (one input
+        # set fewer at the first call's peak).
+        del args
+        attempts.clear()
+        given.clear()
         if not self._precision_known:
             self._precision_known, self.rule.reduced = True, reduced
             if reduced:
@@ -155,12 +168,9 @@ class _Pipeline:
                 before,
                 out,
                 self.device,
-                reference_s=time.perf_counter() - started,
+                reference_s=reference_s,
             )
-        args = attempts[-1]
-        if self._ref_modifies is None:
-            self._ref_modifies = not checks.same_values(before, args)
-        return out, self._ref_modifies, checks.shares_storage(out, args)
+        return out, self._ref_modifies, aliases
 
     def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
         """Candidate output (and a copy taken on the current stream before any device
@@ -204,12 +214,19 @@ class _Pipeline:
 
     def check_call(
         self,
-        args: list[Any],
+        make: Callable[[], list[Any]],
         label: str,
         previous: list[tuple[Callable[[], list[Any]], Any]] | None = None,
     ) -> Any:
-        """One checked call on `args`: reference, candidate, every per-call check; returns
-        the candidate's output as handed over (a private mapping of its handle, or a copy).
+        """One checked call on the inputs `make()` returns: reference, candidate, every
+        per-call check; returns the candidate's output as handed over (a private mapping of
+        its handle, or a copy).
+
+        The inputs are sealed once (`input_handles.SealedInputs`) and the maker's tensors
+        dropped: the reference and the candidate read the same read-only pages, no copy
+        each (a reference that writes its inputs, and so the candidate, get copies). A
+        checked call holds one input set and two outputs at most, and the float64 truth on
+        the first call.
 
         `previous` holds (inputs maker, candidate output) of the earlier calls on other
         inputs: a candidate that returns an earlier output where the reference's changed
@@ -217,34 +234,47 @@ class _Pipeline:
         input the allocator put at the same address). The earlier reference output is made
         again only when the candidate's matches, so no call keeps a reference output.
         """
-        ref_out, ref_modifies, ref_aliases = self.run_reference(
-            clone_inputs(torch, args), pristine=args
-        )
-        cand_args = clone_inputs(torch, args)
-        out, early = self.run_candidate(cand_args, ref_out)
-        for remake, cand_before in previous or []:
-            if checks.same_values(cand_before, out):
-                ref_before, _, _ = self.run_reference(remake())
-                if not checks.same_values(ref_before, ref_out):
-                    raise Rejected(
-                        "cheat", f"returns the same output for different inputs (cached, {label})"
-                    )
-        if not ref_modifies and not checks.same_values(cand_args, args):
-            raise Rejected("cheat", f"modifies its inputs in place ({label})")
-        if not ref_aliases and checks.shares_storage(out, cand_args):
-            raise Rejected("cheat", f"returns an output that aliases an input ({label})")
-        del cand_args
-        ok = self.compare(ref_out, out, label)
-        del ref_out
-        if ok and early is not None and not checks.same_values(early, out):
-            raise Rejected(
-                "cheat",
-                "output was not ready on the current stream when the call "
-                f"returned (work launched on another stream, {label})",
+        inputs = SealedInputs(torch, make(), label=judge.output_name(label) or "shape")
+        try:
+            # Its first call runs on a copy: whether the reference writes its inputs is
+            # not known yet (`run_reference` compares the copy with the sealed inputs).
+            ref_out, ref_modifies, ref_aliases = self.run_reference(
+                inputs.values if self._ref_modifies is False else inputs.writable(),
+                pristine=inputs.values,
             )
-        del early
-        kept = self.save_output(label, out)
-        return kept if kept is not None else clone_inputs(torch, out)
+            cand_args = inputs.writable() if ref_modifies else inputs.read_only()
+            out, early = self.run_candidate(cand_args, ref_out)
+            for remake, cand_before in previous or []:
+                if checks.same_values(cand_before, out):
+                    ref_before, _, _ = self.run_reference(remake())
+                    if not checks.same_values(ref_before, ref_out):
+                        raise Rejected(
+                            "cheat",
+                            f"returns the same output for different inputs (cached, {label})",
+                        )
+            # A sealed input cannot have changed (a write faults); a copied one can.
+            if (
+                not ref_modifies
+                and inputs.copied
+                and not checks.same_values(cand_args, inputs.values)
+            ):
+                raise Rejected("cheat", f"modifies its inputs in place ({label})")
+            if not ref_aliases and checks.shares_storage(out, cand_args):
+                raise Rejected("cheat", f"returns an output that aliases an input ({label})")
+            del cand_args
+            ok = self.compare(ref_out, out, label)
+            del ref_out
+            if ok and early is not None and not checks.same_values(early, out):
+                raise Rejected(
+                    "cheat",
+                    "output was not ready on the current stream when the call "
+                    f"returned (work launched on another stream, {label})",
+                )
+            del early
+            kept = self.save_output(label, out)
+            return kept if kept is not None else clone_inputs(torch, out)
+        finally:
+            inputs.close()
 
     def compare(self, expected: Any, got: Any, label: str) -> bool:
         """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`
@@ -334,10 +364,9 @@ class _Pipeline:
         previous: list[tuple[Callable[[], list[Any]], Any]] = []
         for trial in range(trials):
             seed = self.seed + 1 + trial
-            args = self.inputs(seed)
-            kept = self.check_call(args, f"trial {trial + 1}/{trials}", previous)
-            del args
-            previous.append((functools.partial(self.inputs, seed), kept))
+            make = functools.partial(self.inputs, seed)
+            kept = self.check_call(make, f"trial {trial + 1}/{trials}", previous)
+            previous.append((make, kept))
             self.correctness["trials"] = self.correctness["passed"] = trial + 1
         del previous
         self.correctness["checks"].append("fresh inputs")
@@ -363,7 +392,10 @@ class _Pipeline:
         self.correctness["checks"].append("inputs changed in place")
 
     def check_call_inplace(self, args: list[Any]) -> None:
-        ref_out, _, _ = self.run_reference(clone_inputs(torch, args))
+        # A reference that does not write its inputs reads them as they are: no copy.
+        ref_args = args if self._ref_modifies is False else clone_inputs(torch, args)
+        ref_out, _, _ = self.run_reference(ref_args)
+        del ref_args
         out, _ = self.run_candidate(args, ref_out)
         self.compare(ref_out, out, "inputs changed in place")
         self.save_output("inputs changed in place", out)
@@ -401,7 +433,7 @@ class _Pipeline:
                 )
                 continue
             try:
-                self.check_call(args, label)
+                self.check_call(functools.partial(list, args), label)
             except Rejected as exc:
                 if exc.status == "wrong":
                     raise Rejected(
@@ -427,7 +459,6 @@ class _Pipeline:
 
         self.progress("timing")
         phase_started = bound.perf_counter()
-        args = self.inputs(self.seed)
 
         def draw(seed: int) -> list[Any]:
             return self.inputs(seed)
@@ -436,22 +467,27 @@ class _Pipeline:
             decided = measurement.verdict(torch, got, expected, self.rule)
             return None if decided.ok else str(decided.failure)
 
+        # One side's fresh inputs at a time (their draws and pool hold about three input
+        # sets): the reference's are dropped before the candidate's are made, from the same
+        # seed by the problem's maker, so neither side's are a copy of the other's.
         with torch.no_grad():
-            ref_fresh = measurement.fresh_calls(
-                torch, self.ref_model, args, self.device, make_draw=draw
-            )
-            new_fresh = measurement.fresh_calls(
-                torch,
-                self.new_model,
-                clone_inputs(torch, args),
-                self.device,
-                make_draw=draw,
-                reference=self.ref_model,
-                check=check,
-            )
             try:  # a clock rebound by the candidate is seen when the reference is timed too
-                ref = measurement.time_call(None, self.task, self.device, fresh=ref_fresh)
-                new = measurement.time_call(None, self.task, self.device, fresh=new_fresh)
+                fresh = measurement.fresh_calls(
+                    torch, self.ref_model, self.inputs(self.seed), self.device, make_draw=draw
+                )
+                ref = measurement.time_call(None, self.task, self.device, fresh=fresh)
+                del fresh
+                fresh = measurement.fresh_calls(
+                    torch,
+                    self.new_model,
+                    self.inputs(self.seed),
+                    self.device,
+                    make_draw=draw,
+                    reference=self.ref_model,
+                    check=check,
+                )
+                new = measurement.time_call(None, self.task, self.device, fresh=fresh)
+                del fresh
             except DishonestTiming as exc:
                 raise Rejected("cheat", f"refused while timed: {exc}") from None
         # The phase's length by the clock kept before the candidate ran: its parent compares
@@ -459,7 +495,7 @@ class _Pipeline:
         phase_s = bound.perf_counter() - phase_started
         self.progress("timed")
         try:
-            self.check_call(self.inputs(self.seed + 301), "after timing")
+            self.check_call(functools.partial(self.inputs, self.seed + 301), "after timing")
         except Rejected as exc:
             if exc.status == "wrong":
                 raise Rejected(

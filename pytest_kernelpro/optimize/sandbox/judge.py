@@ -154,13 +154,16 @@ def judge(task: dict[str, Any], outputs: Mapping[str, list[Any]]) -> dict[str, A
 
     ref = _Reference(task)
     checked, worst_abs, worst_rel = [], 0.0, 0.0
+    outputs = dict(outputs)  # each output leaves it once checked
     for name, seed in required_outputs(task):
-        saved = outputs.get(name)
+        saved = outputs.pop(name, None)
         if saved is None:  # an honest worker hands over every checked output
             return {"ok": False, "reason": f"{name}: no output {name} was handed over"}
         expected = ref.output(seed)
         decided = verdict(torch, saved, expected, ref.rule)
-        del saved, expected  # this call's memory goes before the next call's is made
+        # This call's memory goes before the next call's is made; the handed-over output's
+        # with its mapping, the last holder of its memfd (the session closed its own).
+        del saved, expected
         if not decided.ok:
             return {"ok": False, "reason": f"{name}: {decided.failure}"}
         worst_abs = max(worst_abs, decided.max_abs)
