@@ -34,7 +34,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_kernelpro.measure.correctness import clone_inputs
+from pytest_kernelpro.measure.correctness_check import clone_inputs
 from pytest_kernelpro.optimize.sandbox.handles import DTYPES, _sealed_copy
 
 
