@@ -210,6 +210,33 @@ def test_a_kernel_lowering_the_check_rate_or_swapping_the_timers_tensors_is_refu
             verify_bindings(fresh, seal)
 
 
+def _urandom_as_float(size: int) -> float:
+    return 0.0
+
+
+def test_a_kept_function_rebound_so_the_timer_raises_is_refused_as_the_rebinding() -> None:
+    """A kernel that rebinds the kept `os.urandom` to return a float in its 3rd call: the
+    check decision raises TypeError before the sample's verification; the timing is refused
+    naming the patch, not failed as the kernel's error (seen through the optimizer: "the
+    kernel raised TypeError during timing")."""
+    made = [0]
+
+    def rebinds(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        made[0] += 1
+        if made[0] == 3:
+            bound.os_urandom = _urandom_as_float
+        return _gather(x, index, mask)
+
+    fresh = _fresh(rebinds)
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.05, min_samples=5, max_samples=50)
+    try:
+        with pytest.raises(DishonestTiming, match="os_urandom .now .*_urandom_as_float"):
+            time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    finally:
+        bound.restore()
+    assert bound.tampered() == []
+
+
 def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
     """`cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
     thread) refuses the timing; the same gap without it does not."""

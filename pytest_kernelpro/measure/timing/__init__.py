@@ -103,11 +103,18 @@ def time_kernel(
         )
     try:
         result = timer_for(device).time(fn, budget, fresh)
-    finally:
+    except Exception as exc:
+        # A kept function the kernel rebound can make the timer itself raise (`os.urandom`
+        # returning a float breaks the check decision) before its next verification: the
+        # rebinding is the reason, named as such, not the error it caused.
         failure = bound.binding_failure("while the kernel was timed")
-        if failure is not None:
-            bound.restore()
+        if failure is None:
+            raise
+        bound.restore()
+        raise DishonestTiming(failure) from exc
+    failure = bound.binding_failure("while the kernel was timed")
     if failure is not None:
+        bound.restore()
         raise DishonestTiming(failure)
     return result
 
