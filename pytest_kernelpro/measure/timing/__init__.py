@@ -53,8 +53,11 @@ from pytest_kernelpro.measure.timing.cpu import (
     time_cpu,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
+    KEPT_CHANGED,
     DishonestTiming,
     FreshInputs,
+    kept_content,
+    kept_content_changed,
     verify_bindings,
 )
 
@@ -101,6 +104,9 @@ def time_kernel(
             f"{own}: a kernel whose module rebinds a clock, serializer or timing function "
             "cannot be timed (its numbers could be anything); remove the patch"
         )
+    # The mix's kept content, fingerprinted in this frame (fresh_inputs.kept_content).
+    kept_seed = int.from_bytes(bound.os_urandom(8), "little") & (2**63 - 1)
+    kept = kept_content(fresh, kept_seed) if fresh is not None else ()
     try:
         result = timer_for(device).time(fn, budget, fresh)
     except Exception as exc:
@@ -116,6 +122,8 @@ def time_kernel(
     if failure is not None:
         bound.restore()
         raise DishonestTiming(failure)
+    if fresh is not None and kept_content_changed(fresh, kept_seed, kept):
+        raise DishonestTiming(KEPT_CHANGED + " (while it was timed)")
     return result
 
 
