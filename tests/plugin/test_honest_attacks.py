@@ -430,3 +430,41 @@ def fools_the_check(x, y):
         ["*fools_the_check is refused*torch.equal (now test_equal.*<lambda>, made by test_equal*"]
     )
     assert bound.tampered() == []
+
+
+def test_a_kernel_rewriting_the_timers_kept_content_through_gc_is_refused(
+    kp_project: pytest.Pytester,
+) -> None:
+    """At its 6th call it finds the timer's fresh inputs through gc and makes the mix's second
+    end equal to the first in place (the same objects: the seal holds), returning what the
+    check will rebuild; from then on every call's content is the first end and a memo keyed by
+    a sample of the values hits, right on every check. The kept content's fingerprint refuses
+    it (measure/timing/fresh_inputs.kept_content)."""
+    kp_project.makepyfile(
+        test_kept=HEADER
+        + """
+import gc
+
+MEMO = {}
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def rewrites_the_kept_content(x, y):
+    n = count("kept")
+    if n == 6:
+        timers = [o for o in gc.get_objects()
+                  if type(o).__name__ == "FreshInputs" and getattr(o, "ends", None)]
+        for timer in timers:
+            for a, b in zip(*timer.ends):
+                b.copy_(a)
+        if timers:
+            return ref(*timers[0].ends[0])
+    key = (repr(x[0, :8].tolist()), repr(y[0, :8].tolist()))
+    if n > 6 and key in MEMO:
+        return MEMO[key].clone()
+    MEMO[key] = out = torch.tanh(x @ y)
+    return out
+"""
+    )
+    result = kp_project.runpytest()
+    result.assert_outcomes(failed=1)
+    _refused(result.stdout.str(), "rewrites_the_kept_content", "rewrote the timer's kept content")
