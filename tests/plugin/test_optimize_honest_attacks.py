@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 from test_algebraic_rewrite import TRUSTED_LOW_COMPUTE
+from test_honest_attacks import ONE_CONTENT, REBIND_EVERYTHING
 from test_optimize_handoff import _commit_all, _git, _report
 
 from pytest_kernelpro.optimize.loop.replay import recording_record
@@ -145,6 +146,24 @@ class ModelNew(nn.Module):
             weight.zero_()
         return out
 """,
+    "the timer's kept content rewritten through gc": ONE_CONTENT
+    + """
+MEMO = {}
+
+class ModelNew(nn.Module):
+    def forward(self, x, weight):
+        n = count()
+        if n == ARMED + 1:
+            first = one_content_from_now_on(x)
+            if first is not None:
+                return work(*first)  # what the check rebuilds for this call
+        key = (tuple(x.view(-1)[:8].tolist()), tuple(weight.view(-1)[:8].tolist()))
+        if n > ARMED and key in MEMO:
+            say("HIT")
+            return MEMO[key].clone()
+        MEMO[key] = out = work(x, weight)
+        return out
+""",
     "a call-stack sampler reader": """
 import random
 import warnings
@@ -217,24 +236,8 @@ class ModelNew(nn.Module):
             return work(x, weight)
         return torch.zeros(x.shape[0], 1)
 """,
-    "a kernel rebinding every clock by module attribute": """
-NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time",
-         "thread_time", "dumps", "json_dumps", "urandom", "os_urandom")
-
-def fake(*args, **kwargs):
-    return 0.0
-
-def rebind_everything():
-    for name, module in list(sys.modules.items()):
-        if not (name in ("time", "json", "os") or name.startswith("pytest_kernelpro")):
-            continue
-        for attr in NAMES:
-            if hasattr(module, attr):
-                try:
-                    setattr(module, attr, fake)
-                except (AttributeError, TypeError):
-                    pass
-
+    "a kernel rebinding every clock by module attribute": REBIND_EVERYTHING
+    + """
 class ModelNew(nn.Module):
     def forward(self, x, weight):
         if count() == ARMED + 3:
@@ -295,6 +298,7 @@ REFUSED = {
     "inputs overwritten to predict the next call": ("modifies its inputs",),
     "a call-stack sampler reader": ("wrong output", "wrong once timed"),
     "a gc scanner that turns the checks off": ("timer's own state", "wrong output"),
+    "the timer's kept content rewritten through gc": ("rewrote the timer's kept content",),
     "a kernel rebinding every clock by module attribute": ("made by kernelpro_candidate",),
 }
 # Attacks the design leaves nothing to exploit: they must never have cheated (no HIT).
