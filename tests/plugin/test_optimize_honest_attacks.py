@@ -4,10 +4,10 @@ with a replay corpus that proposes each cheating candidate, then the honest one.
 The problem is KernelBench level 2 `14_Gemm_Divide_Sum_Scaling` scaled down to the CPU
 (batch 32, 1024x1024: the reference's GEMM takes milliseconds, the rewrite reads the weight
 once). Every attack computes the reference's work honestly on its first `ARMED` calls (the
-correctness trials, the in-place and shape checks) and cheats from then on, against the
-timer: what the sandbox's timing (`harness._Pipeline.time`), the final re-measurement
-(`sandbox/remeasure.py`) and the winner's confirmation (`worker.retime`) share with the gate
-(`measure/timing/fresh_inputs.py`, `measure/bound.py`). An attack that wins is a candidate far
+correctness trials, the in-place and shape checks, the mix's validity trial) and cheats from
+then on, against the timer: what the sandbox's timing (`harness._Pipeline.time`), the final
+re-measurement (`sandbox/remeasure.py`) and the winner's confirmation (`worker.retime`) share
+with the gate (`measure/timing/fresh_inputs.py`, `measure/bound.py`). An attack that wins is a candidate far
 faster than its work; so each attack must end refused with its reason in the trajectory, or
 never get what it tried for (a memo that never hit: it says so on stderr when it does), and
 never be the winner. The exact algebraic rewrite (`x @ W.sum(0)`) wins, is confirmed by the
@@ -57,7 +57,9 @@ import sys
 import torch
 from torch import nn
 
-ARMED = 10  # honest on the correctness trials and checks, cheating from the 11th call
+# Honest on the 3 correctness trials, the 2 calls of the in-place check, the shape check and
+# the mix's validity trial; cheating from the 8th call, the first timed one.
+ARMED = 7
 CALLS = [0]
 
 
@@ -88,12 +90,12 @@ class ModelNew(nn.Module):
         MEMO[key] = out = work(x, weight)
         return out
 """,
-    "a memo keyed by the signs of four values": """
+    "a memo keyed by the signs of two values": """
 MEMO = {}
 
 class ModelNew(nn.Module):
     def forward(self, x, weight):
-        key = tuple((x.view(-1)[:4] > 0).tolist())
+        key = tuple((x.view(-1)[:2] > 0).tolist())  # 4 keys: it hits on most calls
         if count() > ARMED and key in MEMO:
             return MEMO[key].clone()
         MEMO[key] = out = work(x, weight)
@@ -153,7 +155,7 @@ MEMO = {}
 class ModelNew(nn.Module):
     def forward(self, x, weight):
         n = count()
-        if n == ARMED + 1:
+        if n == ARMED + 2:
             first = one_content_from_now_on(x)
             if first is not None:
                 return work(*first)  # what the check rebuilds for this call
@@ -197,7 +199,7 @@ class ModelNew(nn.Module):
                 copy = random.Random()
                 copy.setstate(rng.getstate())
                 predicted |= copy.random() < 0.6
-        if predicted or n % 4 == 0:  # skips 3 of 4 calls: a 4x gain
+        if predicted:  # honest only where a copied generator predicts a check
             return work(x, weight)
         return torch.zeros(x.shape[0], 1)
 """,
@@ -292,7 +294,7 @@ class ModelNew(nn.Module):
 
 # Refused attacks and a word of the reason each must show (any of them).
 REFUSED = {
-    "a memo keyed by the signs of four values": ("wrong output", "cached", "wrong once timed"),
+    "a memo keyed by the signs of two values": ("wrong output", "cached", "wrong once timed"),
     "a memo by tensor identity": ("wrong output", "cached", "stale", "wrong once timed"),
     "garbage on repeated data pointers": ("wrong output", "cached", "stale", "wrong result"),
     "inputs overwritten to predict the next call": ("modifies its inputs",),
