@@ -26,30 +26,14 @@ import pytest
 from test_algebraic_rewrite import TRUSTED_LOW_COMPUTE
 from test_honest_attacks import ONE_CONTENT, REBIND_EVERYTHING
 from test_optimize_handoff import _commit_all, _git, _report
+from test_optimize_rewrite_check import KERNELS as REWRITE_CHECK_KERNELS
 
 from pytest_kernelpro.optimize.loop.replay import recording_record
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
-KERNELS = """
-import pytest, torch
-
-SCALE = 1.5
-
-
-def inputs(device):
-    return (torch.randn(32, 1024, device=device), torch.randn(1024, 1024, device=device))
-
-
-def reference(x, weight):
-    \"\"\"KernelBench level 2, 14_Gemm_Divide_Sum_Scaling: GEMM, divide, sum, scale.\"\"\"
-    return torch.sum(torch.matmul(x, weight.T) / 2, dim=1, keepdim=True) * SCALE
-
-
-@pytest.mark.kernelpro(reference=reference, inputs=inputs)
-def gemm_divide_sum_scaling(x, weight):
-    return torch.sum(torch.matmul(x, weight.T) / 2, dim=1, keepdim=True) * SCALE
-"""
+# The user's kernel and its reference: the rewrite test's, at batch 32.
+KERNELS = REWRITE_CHECK_KERNELS.replace("torch.randn(128, 1024", "torch.randn(32, 1024")
 
 # Shared by every candidate: the reference's work, the call count, the arming.
 PRELUDE = """
@@ -325,6 +309,7 @@ def _nodes(summary: dict) -> dict[str, dict]:
 def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
     pytester: pytest.Pytester,
 ) -> None:
+    assert "torch.randn(32, 1024" in KERNELS
     root = Path(pytester.path)
     pytester.makepyfile(test_gemm=KERNELS)
     (root / "ceilings.json").write_text(json.dumps({**TRUSTED_LOW_COMPUTE, "bandwidth_Bps": 1e12}))
