@@ -210,6 +210,37 @@ def test_a_kernel_lowering_the_check_rate_or_swapping_the_timers_tensors_is_refu
             verify_bindings(fresh, seal)
 
 
+def _urandom_as_float(size: int) -> float:
+    return 0.0
+
+
+def test_a_kept_function_rebound_so_the_timer_raises_is_refused_as_the_rebinding() -> None:
+    """A kernel that rebinds the kept `os.urandom` to return a float in its 3rd call: the
+    check decision raises TypeError before the sample's verification; the timing is refused
+    naming the patch, not failed as the kernel's error (seen through the optimizer: "the
+    kernel raised TypeError during timing")."""
+    made = [0]
+
+    def rebinds(x: torch.Tensor, index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        made[0] += 1
+        if made[0] == 3:
+            bound.os_urandom = _urandom_as_float
+        return _gather(x, index, mask)
+
+    fresh = _fresh(rebinds)
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.05, min_samples=5, max_samples=50)
+    known = dict(bound.patchers)
+    try:
+        with pytest.raises(DishonestTiming, match="os_urandom .now .*_urandom_as_float"):
+            time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    finally:
+        bound.restore()
+        # This module is remembered as a patcher: its other kernels would be refused.
+        bound.patchers.clear()
+        bound.patchers.update(known)
+    assert bound.tampered() == []
+
+
 def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
     """`cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
     thread) refuses the timing; the same gap without it does not."""
@@ -235,3 +266,71 @@ def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
     assert quiet.failure(1) is None
     assert "other threads of the process used" in (loud.failure(1) or "")
     assert loud.failure(2) is None  # torch's own workers may run then
+
+
+def _mul_sum(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    # Elementwise and small: no intra-op worker threads left spinning for the next test.
+    return torch.tanh(x * w).sum(dim=1)
+
+
+def _pair(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(32, 32, generator=gen), torch.randn(32, 32, generator=gen))
+
+
+def _content_memo(rewrite: str, at_call: int) -> tuple[Any, dict[str, int]]:
+    """A memo keyed by a sample of the values that, in its `at_call`-th call, finds the timer's
+    `FreshInputs` through gc and rewrites its kept tensors in place (the same objects, so the
+    seal's identity check holds): the second end of the mix made equal to the first ("ends"),
+    or the pools of uniform values zeroed ("pools"). Every later call's content is then the
+    first end, and every check rebuilds that same content; the call that rewrites returns the
+    output the check will rebuild."""
+    import gc
+
+    memo: dict[Any, torch.Tensor] = {}
+    made = {"calls": 0, "hits": 0}
+
+    def kernel(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        made["calls"] += 1
+        if made["calls"] == at_call:
+            timers = [o for o in gc.get_objects() if type(o) is FreshInputs and o.ends]
+            for timer in timers:
+                first, second = timer.ends
+                if rewrite == "ends":
+                    for a, b in zip(first, second, strict=True):
+                        b.copy_(a)
+                else:
+                    for pool in timer.weights:
+                        pool.zero_()
+            return _mul_sum(*first) if timers else _mul_sum(x, w)
+        key = (repr(x[0, :4].tolist()), repr(w[0, :4].tolist()))
+        if key in memo:
+            made["hits"] += 1
+            return memo[key].clone()
+        memo[key] = out = _mul_sum(x, w)
+        return out
+
+    return kernel, made
+
+
+@pytest.mark.parametrize("rewrite", ["ends", "pools"])
+@pytest.mark.parametrize("at_call", [1, 4])
+def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
+    rewrite: str, at_call: int
+) -> None:
+    """At its 1st call (the mix's validity trial, before the timing starts) or its 4th (a
+    timed call); the memo hit and passed every check before the kept tensors were
+    fingerprinted."""
+    kernel, made = _content_memo(rewrite, at_call)
+
+    def timed() -> None:
+        fresh = fresh_inputs(
+            torch, kernel, list(_pair(1)), device="cpu", make_draw=_pair, reference=_mul_sum,
+            check=_check,
+        )  # fmt: skip
+        budget = TimingBudget(warmup_ms=0.0, max_time_s=0.05, min_samples=20, max_samples=50)
+        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+
+    with pytest.raises(DishonestTiming, match="rewrote the timer's kept content"):
+        timed()
+    assert made["calls"] >= at_call  # the rewrite ran

@@ -136,6 +136,45 @@ def honest(x, y):
 """
 
 
+# Hostile code shared with the optimizer's attacks (test_optimize_honest_attacks.py).
+# Rebinds every clock-like name of time, json, os and the plugin's modules by attribute.
+REBIND_EVERYTHING = """
+import sys
+
+NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "process_time", "thread_time",
+         "dumps", "json_dumps", "os_pread", "pread", "urandom", "os_urandom")
+
+def fake(*args, **kwargs):
+    return 0.0
+
+def rebind_everything():
+    for name, module in list(sys.modules.items()):
+        if not (name in ("time", "json", "os") or name.startswith("pytest_kernelpro")):
+            continue
+        for attr in NAMES:
+            if hasattr(module, attr):
+                try:
+                    setattr(module, attr, fake)
+                except (AttributeError, TypeError):
+                    pass
+"""
+# Finds the fresh inputs of the timer that refills `x` through gc and makes the mix's second
+# end its first, in place: every later call's content, and every check's rebuilt content, is
+# the first end (returned, or None when no such timer was found).
+ONE_CONTENT = """
+import gc
+
+def one_content_from_now_on(x):
+    timers = [o for o in gc.get_objects()
+              if type(o).__name__ == "FreshInputs" and getattr(o, "ends", None)
+              and o.storage[0].data_ptr() == x.data_ptr()]
+    for timer in timers:
+        for a, b in zip(*timer.ends):
+            b.copy_(a)
+    return timers[0].ends[0] if timers else None
+"""
+
+
 def _refused(out: str, name: str, reason: str) -> None:
     lines = [line for line in out.splitlines() if name in line and "refused" in line]
     assert lines, f"{name} was not refused:\n{out[-3000:]}"
@@ -206,26 +245,8 @@ def test_a_kernel_that_rebinds_every_clock_it_can_find_is_refused_naming_its_mod
     module it can reach: time, json, os and the plugin's own modules by attribute."""
     kp_project.makepyfile(
         test_rebind=HEADER
+        + REBIND_EVERYTHING
         + """
-import sys
-
-NAMES = ("perf_counter", "perf_counter_ns", "monotonic", "process_time", "thread_time",
-         "dumps", "json_dumps", "os_pread", "pread", "urandom", "os_urandom")
-
-def fake(*args, **kwargs):
-    return 0.0
-
-def rebind_everything():
-    for name, module in list(sys.modules.items()):
-        if not (name in ("time", "json", "os") or name.startswith("pytest_kernelpro")):
-            continue
-        for attr in NAMES:
-            if hasattr(module, attr):
-                try:
-                    setattr(module, attr, fake)
-                except (AttributeError, TypeError):
-                    pass
-
 @pytest.mark.kernelpro(reference=ref, inputs=pair)
 def rebinds_in_a_sample(x, y):
     if count("rebind") == 5:
@@ -430,3 +451,36 @@ def fools_the_check(x, y):
         ["*fools_the_check is refused*torch.equal (now test_equal.*<lambda>, made by test_equal*"]
     )
     assert bound.tampered() == []
+
+
+def test_a_kernel_rewriting_the_timers_kept_content_through_gc_is_refused(
+    kp_project: pytest.Pytester,
+) -> None:
+    """At its 6th call it finds the timer's fresh inputs through gc and makes the mix's second
+    end equal to the first in place (the same objects: the seal holds), returning what the
+    check will rebuild; from then on every call's content is the first end and a memo keyed by
+    a sample of the values hits, right on every check. The kept content's fingerprint refuses
+    it (measure/timing/fresh_inputs.kept_content)."""
+    kp_project.makepyfile(
+        test_kept=HEADER
+        + ONE_CONTENT
+        + """
+MEMO = {}
+
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def rewrites_the_kept_content(x, y):
+    n = count("kept")
+    if n == 6:
+        first = one_content_from_now_on(x)
+        if first is not None:
+            return ref(*first)
+    key = (repr(x[0, :8].tolist()), repr(y[0, :8].tolist()))
+    if n > 6 and key in MEMO:
+        return MEMO[key].clone()
+    MEMO[key] = out = torch.tanh(x @ y)
+    return out
+"""
+    )
+    result = kp_project.runpytest()
+    result.assert_outcomes(failed=1)
+    _refused(result.stdout.str(), "rewrites_the_kept_content", "rewrote the timer's kept content")

@@ -112,14 +112,6 @@ def test_no_usable_samples_is_not_a_confirmation() -> None:
     assert not confirm_timing(0.0, [1e-4], device_kind="cpu").ok
 
 
-def test_the_unwarmed_timing_is_kept_beside_the_confirmation() -> None:
-    outcome = confirm_timing(
-        5.27e-5, [5.3e-5] * 3, device_kind="cuda", unwarmed_s=[1.2e-4, 1.18e-4, 1.1e-4]
-    )
-    assert outcome.ok
-    assert outcome.record["unwarmed_median_s"] == pytest.approx(1.18e-4)
-
-
 def test_tolerance_by_device() -> None:
     assert default_tolerance("cuda") == CUDA_TOLERANCE == 1.25
     assert default_tolerance("cpu") == CPU_TOLERANCE == 3.0

@@ -53,8 +53,11 @@ from pytest_kernelpro.measure.timing.cpu import (
     time_cpu,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
+    KEPT_CHANGED,
     DishonestTiming,
     FreshInputs,
+    kept_content,
+    kept_content_changed,
     verify_bindings,
 )
 
@@ -101,14 +104,26 @@ def time_kernel(
             f"{own}: a kernel whose module rebinds a clock, serializer or timing function "
             "cannot be timed (its numbers could be anything); remove the patch"
         )
+    # The mix's kept content, fingerprinted in this frame (fresh_inputs.kept_content).
+    kept_seed = int.from_bytes(bound.os_urandom(8), "little") & (2**63 - 1)
+    kept = kept_content(fresh, kept_seed) if fresh is not None else ()
     try:
         result = timer_for(device).time(fn, budget, fresh)
-    finally:
+    except Exception as exc:
+        # A kept function the kernel rebound can make the timer itself raise (`os.urandom`
+        # returning a float breaks the check decision) before its next verification: the
+        # rebinding is the reason, named as such, not the error it caused.
         failure = bound.binding_failure("while the kernel was timed")
-        if failure is not None:
-            bound.restore()
+        if failure is None:
+            raise
+        bound.restore()
+        raise DishonestTiming(failure) from exc
+    failure = bound.binding_failure("while the kernel was timed")
     if failure is not None:
+        bound.restore()
         raise DishonestTiming(failure)
+    if fresh is not None and kept_content_changed(fresh, kept_seed, kept):
+        raise DishonestTiming(KEPT_CHANGED + " (while it was timed)")
     return result
 
 

@@ -41,6 +41,13 @@ the calls survives n timed calls with probability ``(1 - CHECK_RATE * f) ** n``.
 
 Every output must also be exactly `torch.Tensor` with storage (`plain_output_problem`).
 
+**Kept content verified.** The ends and pools the mix is made from are the timer's objects, and
+a kernel can find them through gc and rewrite them in place (same objects, so the seal holds):
+the second end made equal to the first, or the pools zeroed, and every call's content, and the
+content every check rebuilds, is the same. Their values at `KEPT_POSITIONS` positions chosen by
+`os.urandom` are kept as bytes in the caller's frame before the kernel's first call on the mix
+and compared after the validity trial and after the timing (`kept_content`).
+
 Memory: A, B and U (three times the inputs) and two outputs, at most `MEMORY_SHARE` of the
 memory free on the device; beyond that a draw of the maker per call (once the inputs and an
 output), and without a maker the `fixed` mode.
@@ -127,6 +134,59 @@ class Seal:
             found.append("its mixed content's tensors")
         shadowed = [n for n in vars(fresh) if n in ("before", "after", "call", "drain", "rate")]
         return found + [f"{name} (set on the object)" for name in shadowed]
+
+
+# Positions per kept tensor whose values fingerprint the mix's kept content (`kept_content`).
+KEPT_POSITIONS = 4096
+# A pool's fingerprint may change (a new pool, `FreshInputs._new_offset`) only to values as
+# varied as the first: at least this share of the distinct values it had at the same positions.
+POOL_VARIETY = 0.9
+KEPT_CHANGED = (
+    "the kernel rewrote the timer's kept content (the ends or the pools of uniform values its "
+    "fresh inputs are mixed from, found through gc): every call's content and every check's "
+    "rebuilt content would be the same"
+)
+
+
+def kept_content(fresh: FreshInputs, seed: int) -> tuple[bytes, ...]:
+    """The values of the mix's kept tensors at `KEPT_POSITIONS` positions each, chosen by
+    `seed`: both ends, then the pools. Every call's content is made from them and every check
+    rebuilds its call's content from them, so a kernel that rewrites them in place (the same
+    objects: the seal's identity check holds) makes both the same on every call. The caller
+    keeps the result and the seed as locals of its own frame (immutable: nothing the kernel can
+    rewrite) and compares with `kept_content_changed` after the kernel ran."""
+    if fresh.mode != "mix" or fresh.ends is None:
+        return ()
+    torch = fresh.torch
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    with torch.no_grad():
+        for tensor in (*fresh.ends[0], *fresh.ends[1], *fresh.weights):
+            flat = tensor.reshape(-1)
+            count = min(KEPT_POSITIONS, int(flat.numel()))
+            where = torch.randint(0, max(1, int(flat.numel())), (count,), generator=gen)
+            values = flat[where.to(flat.device)].to(torch.float64).cpu()
+            out.append(values.numpy().tobytes())
+    return tuple(out)
+
+
+def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...]) -> bool:
+    """Whether the kept content differs from `kept` (`kept_content` with `seed`): the ends
+    must hold the same values; a pool may hold new values only as varied as it held (a new
+    pool after half of its offsets were used), never a constant or a short pattern."""
+    now = kept_content(fresh, seed)
+    if len(now) != len(kept):
+        return True
+    ends = 2 * len(fresh.ends[0]) if fresh.ends is not None else 0
+    for index, (before, after) in enumerate(zip(kept, now, strict=True)):
+        if before == after:
+            continue
+        if index < ends:
+            return True
+        varied = len(set(memoryview(after).cast("d")))
+        if varied < POOL_VARIETY * len(set(memoryview(before).cast("d"))):
+            return True
+    return False
 
 
 def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
@@ -572,7 +632,11 @@ def fresh_inputs(
             fresh.weights = [_weight_pool(torch, t) for t in a_leaves]
         fresh.ends = (a_leaves, b_leaves)
         fresh.mode = "mix"
+        kept_seed = _urandom_seed()
+        kept = kept_content(fresh, kept_seed)  # before the kernel's first call on the mix
         invalid = _mix_valid(fresh, expected_first)
+        if kept_content_changed(fresh, kept_seed, kept):
+            raise DishonestTiming(KEPT_CHANGED + " (in the mix's validity trial)")
         if invalid is None:
             ends = "two draws of the input maker" if second is not None else "a jitter of them"
             fresh.note = (

@@ -102,7 +102,18 @@ def run_search(
         backend = make_backend(settings.llm, record_to=str(out_dir / "llm-calls.jsonl"), **options)
     sandbox_source = kernelbench_source(run, device)
     context = problem_context(run, device, sandbox_source, settings.rootpath)
-    timing = {"max_time_s": settings.budget_for(device), "warmup_ms": settings.warmup_ms}
+    timing: dict[str, Any] = {
+        "max_time_s": settings.budget_for(device),
+        "warmup_ms": settings.warmup_ms,
+    }
+    cpu_threads = None
+    if device == "cpu":
+        # The gate's CPU timing: its thread policy (one thread unless the user set more) and
+        # its cache-flush mode, in the search, the re-measurement and the confirmation alike.
+        from pytest_kernelpro.measure.timing.cpu import policy_threads
+
+        cpu_threads = policy_threads(settings.cpu_threads)
+        timing["cpu_flush"] = settings.cpu_flush
     task = KernelBenchTask(
         reference=sandbox_source,
         name=record.name,
@@ -110,6 +121,7 @@ def run_search(
         atol=run.problem.atol,
         rtol=run.problem.rtol,
         timing=timing,
+        cpu_threads=cpu_threads,
         sys_path=session_path(),
         # What a candidate sees of the project (`sandbox.project_view`): the imports of
         # the file that marks the kernel, and the data files the ini names.
@@ -288,6 +300,7 @@ def run_search(
         rtol=run.problem.rtol,
         caches=sandbox.compile_caches,
         current_is_reference=current_is_reference(run),
+        cpu_threads=cpu_threads,
     )
     clock.remeasure += time.perf_counter() - started
     started = time.perf_counter()

@@ -73,6 +73,7 @@ def final_ranking(
     caches: Any = None,
     current_is_reference: bool = False,
     budget_s: float | None = None,
+    cpu_threads: int | None = None,
 ) -> SearchRanking:
     """Re-measure the contenders with the current kernel and the reference; rank them. The
     caller counts the whole of it as the wall split's `remeasure` (the statistics' imports
@@ -144,6 +145,7 @@ def final_ranking(
         rtol=rtol,
         caches=caches,
         budget_s=RANKING_BUDGET_S if budget_s is None else budget_s,
+        cpu_threads=cpu_threads,
     )
     baseline, base_label = "current", "current kernel"
     if "current" not in measured.samples:

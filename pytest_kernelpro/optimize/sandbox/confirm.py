@@ -2,9 +2,10 @@
 the search ranked the candidate by?
 
 `SandboxEvaluator.confirm` re-times the winner in a fresh sandboxed worker (`worker.retime`:
-the search's method, with its clocks bound before the candidate's code runs) and hands the
-raw samples here, with ncu's kernel durations from the candidate's profile where the search
-profiled it. Two checks, each of which disqualifies:
+the search's timed call on the gate's timer, fresh inputs and checked outputs, the clocks kept
+before the candidate's code runs and verified every sample) and hands the raw samples here,
+with ncu's kernel durations from the candidate's profile where the search profiled it. Two
+checks, each of which disqualifies:
 
 1. **Re-timing.** The fresh median may be at most `tolerance` times the search's median.
    On a GPU the tolerance is `CUDA_TOLERANCE` (1.25): with the same timer the largest spread
@@ -26,11 +27,6 @@ profiled it. Two checks, each of which disqualifies:
    sum / `NCU_TOLERANCE` - `NCU_SLACK_S` was not measured on this GPU. The tolerance covers
    ncu's own per-kernel overhead and kernels that overlap on several streams; the slack, the
    microsecond-scale launch bookkeeping of very short kernels.
-
-The timing the old confirmation took (one warm-up call, then 20 back-to-back event pairs
-without a flush or a GPU sleep ahead) is kept beside it as `unwarmed_median_s`: on the H200
-it read a 52.7 µs kernel at 118 µs (bench/results/2026-12-01-sandbox-h200.md), because its
-samples included the GPU's clock ramp-up from idle and Python launch time between calls.
 """
 
 from __future__ import annotations
@@ -67,7 +63,6 @@ def confirm_timing(
     device_kind: str,
     tolerance: float | None = None,
     ncu_s: float | None = None,
-    unwarmed_s: Sequence[float] = (),
     method: str = "",
 ) -> Confirmation:
     """Apply both checks of the module doc to one winner's numbers."""
@@ -83,7 +78,6 @@ def confirm_timing(
         "claimed_median_s": claimed_s,
         "ratio": fresh / claimed_s,
         "tolerance": tol,
-        "unwarmed_median_s": statistics.median(unwarmed_s) if unwarmed_s else None,
         "ncu_gpu_time_s": ncu_s,
         "ncu_ratio": None if not ncu_s else ncu_s / min(claimed_s, fresh),
         "agreement": "confirmed",

@@ -783,8 +783,8 @@ class SandboxEvaluator:
 
     def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
         """Confirm a winner's time: re-time it in a fresh sandboxed worker the way the search
-        timed it, with clocks bound before the candidate's code runs (`worker.retime`), have
-        the judge check the output of a call made after timing, and compare the fresh median
+        timed it, by the gate's timer on fresh inputs with checked outputs (`worker.retime`),
+        have the judge check the output of a call made after timing, and compare the fresh median
         and ncu's kernel durations (where the candidate was profiled) with the time the
         search used (`search.confirm.confirm_timing`: the rule and its tolerances).
 
@@ -835,7 +835,6 @@ class SandboxEvaluator:
             )
         raw = dict(retimed.timing.get("retimed") or {})
         samples = raw.get("samples_s")
-        unwarmed = raw.get("unwarmed_samples_s")
         # Set by the profiling evaluator (optimize/candidate_profile/evaluator.py) for a profiled candidate.
         ncu_s = _positive((evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s"))
         outcome = confirm_timing(
@@ -844,12 +843,15 @@ class SandboxEvaluator:
             device_kind="cuda" if self._needs_cuda() else "cpu",
             tolerance=self.limits.confirm_tolerance,
             ncu_s=ncu_s,
-            unwarmed_s=unwarmed if isinstance(unwarmed, list) else (),
             method=str(raw.get("method") or ""),
         )
         # No reference time: the judge checks the re-timed output only (the speedups are the
         # final re-measurement's, interleaved with the current kernel and the reference).
-        confirmed = {**outcome.record, "warmup_runs": raw.get("warmup_runs")}
+        confirmed = {
+            **outcome.record,
+            "warmup_runs": raw.get("warmup_runs"),
+            "honesty": raw.get("honesty"),
+        }
         if not outcome.ok:
             disqualified = _disqualified(evaluation, outcome.reason)
             disqualified.timing["confirmation"] = confirmed

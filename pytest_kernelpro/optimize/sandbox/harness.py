@@ -450,42 +450,52 @@ class _Pipeline:
             checked.append(label)
         self.correctness["shape_check"] = checked or "none applicable"
 
-    def time(self) -> dict[str, Any]:
-        """Reference and candidate timed alike: new input content before every timed call; the candidate's sampled timed outputs checked against the reference, its
-        outputs plain tensors, its device work all on the timed stream
-        (`measure.timing`: a `DishonestTiming` is a cheat)."""
-        from pytest_kernelpro.measure import bound
-        from pytest_kernelpro.measure.timing import DishonestTiming
-
-        self.progress("timing")
-        phase_started = bound.perf_counter()
-
-        def draw(seed: int) -> list[Any]:
-            return self.inputs(seed)
+    def fresh_candidate(self, args: list[Any]) -> Any:
+        """The candidate's timed call as the gate times a kernel (`measure.timing.fresh_inputs`):
+        new content in `args` before every call, drawn from the problem's input maker, and the
+        outputs of calls chosen after they returned compared with the reference's on that
+        content by the gate's rule. The search's timing and the winner's confirmation
+        (`worker.retime`) both time this; call it under `torch.no_grad()`."""
 
         def check(got: Any, expected: Any) -> str | None:
             decided = measurement.verdict(torch, got, expected, self.rule)
             return None if decided.ok else str(decided.failure)
 
+        return measurement.fresh_calls(
+            torch,
+            self.new_model,
+            args,
+            self.device,
+            make_draw=self.inputs,
+            reference=self.ref_model,
+            check=check,
+        )
+
+    def time(self) -> dict[str, Any]:
+        """Reference and candidate timed alike: new input content before every timed call; the
+        candidate's sampled timed outputs checked against the reference, its outputs plain
+        tensors, its device work all on the timed stream (`measure.timing`: a
+        `DishonestTiming` is a cheat)."""
+        from pytest_kernelpro.measure import bound
+        from pytest_kernelpro.measure.timing import DishonestTiming
+
+        self.progress("timing")
+        phase_started = bound.perf_counter()
         # One side's fresh inputs at a time (their draws and pool hold about three input
         # sets): the reference's are dropped before the candidate's are made, from the same
         # seed by the problem's maker, so neither side's are a copy of the other's.
         with torch.no_grad():
             try:  # a clock rebound by the candidate is seen when the reference is timed too
                 fresh = measurement.fresh_calls(
-                    torch, self.ref_model, self.inputs(self.seed), self.device, make_draw=draw
+                    torch,
+                    self.ref_model,
+                    self.inputs(self.seed),
+                    self.device,
+                    make_draw=self.inputs,
                 )
                 ref = measurement.time_call(None, self.task, self.device, fresh=fresh)
                 del fresh
-                fresh = measurement.fresh_calls(
-                    torch,
-                    self.new_model,
-                    self.inputs(self.seed),
-                    self.device,
-                    make_draw=draw,
-                    reference=self.ref_model,
-                    check=check,
-                )
+                fresh = self.fresh_candidate(self.inputs(self.seed))
                 new = measurement.time_call(None, self.task, self.device, fresh=fresh)
                 del fresh
             except DishonestTiming as exc:

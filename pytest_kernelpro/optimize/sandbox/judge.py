@@ -16,8 +16,9 @@ candidate code is loaded, its working directory is new) with:
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
   its comparison); a missing or unreadable output file is a failure too, since an honest
   worker always writes them;
-- it times the reference itself, so a candidate cannot make its speedup larger by slowing
-  the reference down or by writing a number into the result.
+- it times the reference itself (the gate's timer on new input content every call, as the
+  worker times the candidate), so a candidate cannot make its speedup larger by slowing the
+  reference down or by writing a number into the result.
 
 `--preflight` only builds and runs the reference: when a worker says "the reference failed",
 the evaluator asks the judge before blaming the user's problem file.
@@ -150,7 +151,7 @@ def judge(task: dict[str, Any], outputs: Mapping[str, list[Any]]) -> dict[str, A
     time the reference."""
     import torch
 
-    from pytest_kernelpro.optimize.sandbox.measurement import time_call, verdict
+    from pytest_kernelpro.optimize.sandbox.measurement import fresh_calls, time_call, verdict
 
     ref = _Reference(task)
     checked, worst_abs, worst_rel = [], 0.0, 0.0
@@ -177,9 +178,12 @@ def judge(task: dict[str, Any], outputs: Mapping[str, list[Any]]) -> dict[str, A
         # The winner's confirmation compares the fresh candidate time with the search's
         # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.
         return result
+    # Timed as the worker times the candidate (new input content before every call, from the
+    # problem's input maker): the speedup divides two times of one protocol.
     args = ref.inputs(ref.seed)
     with torch.no_grad():
-        result["reference_timing"] = time_call(lambda: ref.model(*args), task, ref.device)
+        fresh = fresh_calls(torch, ref.model, args, ref.device, make_draw=ref.inputs)
+        result["reference_timing"] = time_call(None, task, ref.device, fresh=fresh)
     return result
 
 

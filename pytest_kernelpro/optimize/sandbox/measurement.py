@@ -26,8 +26,9 @@ reference runs. The child then runs fp32 matmuls/convs as the session does and r
 fp32 tolerance exactly when the gate would.
 
 What stays the sandbox's own is elsewhere: process isolation (`isolation.py`), the guards
-(`checks.py`), the trusted re-check (`judge.py`) and the re-timing with clocks bound before
-the candidate runs (`worker.retime`, `confirm.py`).
+(`checks.py`), the trusted re-check (`judge.py`) and the confirmation's rule (`confirm.py`);
+the confirmation's re-timing (`worker.retime`) is the search's timed call on `time_call`'s
+timer.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ def without_values(text: str) -> str:
 
 
 def time_call(
-    fn: Callable[[], Any], task: Mapping[str, Any], device: Any, fresh: Any = None
+    fn: Callable[[], Any] | None, task: Mapping[str, Any], device: Any, fresh: Any = None
 ) -> dict[str, Any]:
     """Median time of `fn()` by the gate's timer with the task's `timing` budget; the
     summary without the raw samples (thousands of floats per node: the stats say enough).

@@ -258,11 +258,13 @@ def remeasure(
     rtol: float | None = None,
     caches: CompileCaches | None = None,
     budget_s: float | None = None,
+    cpu_threads: int | None = None,
 ) -> RemeasureResult:
     """Time `contenders` ((label, ModelNew module code), ...) in interleaved rounds; each
     contender's worker starts from a copy of the compile caches its code's evaluation kept
     (`caches`, the sandbox evaluator's `compile_caches`). `budget_s`: the timing budget of
-    all rounds together (module doc); None: every round times with `timing`."""
+    all rounds together (module doc); None: every round times with `timing`. `cpu_threads`:
+    torch's threads in every worker, as the search's (None: torch's default)."""
     if rounds < 1:
         raise KernelproError(f"remeasure rounds={rounds!r} must be at least 1")
     if budget_s is not None:
@@ -288,6 +290,7 @@ def remeasure(
             "seed": seed,
             "atol": atol,
             "rtol": rtol,
+            "cpu_threads": cpu_threads,
             # The session's TF32 flags, read here in the parent: the check below relaxes
             # the fp32 tolerance when the gate's would.
             measurement.PRECISION_KEY: measurement.session_fp32_precision(),
@@ -425,6 +428,8 @@ def _worker(work: Path, label: str) -> int:
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     seed = int(config.get("seed", 42))
+    if config.get("cpu_threads"):
+        torch.set_num_threads(int(config["cpu_threads"]))
     try:
         measurement.apply_session_precision(torch, config)
         module = import_file(work / f"{label}.py", f"kernelpro_remeasure_{label}")

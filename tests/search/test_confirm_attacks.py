@@ -1,0 +1,82 @@
+"""The winner's confirmation times the kernel the way the search does (`worker.retime`: the
+search's timed call on the gate's timer, new content every call, outputs checked at calls
+chosen after they returned), so a candidate that behaves differently once confirmed is
+refused there with the timer's reason.
+
+The attack: honest in the search; in the confirmation's process (found by its frames, or by
+the task file its worker reads) it skips its work whenever it is called on a tensor it has
+seen before, and computes honestly on any new tensor. The confirmation of old timed one set
+of inputs in a loop and handed the judge the output of one more call on new tensors: this
+candidate was re-timed far faster than its work, the judge saw a right output, and the
+winner stayed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
+from pytest_kernelpro.optimize.search.interfaces import Candidate
+
+pytestmark = pytest.mark.slow
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "search"
+TIMING = {"warmup_ms": 1.0, "max_time_s": 0.05, "min_samples": 20, "max_samples": 40}
+
+LAZY_WHEN_CONFIRMED = (
+    (DATA / "cpu" / "correct.py")
+    .read_text(encoding="utf-8")
+    .replace(
+        "    def forward(self, x):\n",
+        """    def forward(self, x):
+        if x.data_ptr() in SEEN and confirming():
+            return torch.zeros(x.shape[0], self.lin.weight.shape[0])
+        SEEN.add(x.data_ptr())
+""",
+    )
+    + '''
+
+import json
+import sys
+
+SEEN = set()
+
+
+def confirming():
+    """The confirmation's worker: a `retime` frame on the stack, or `"retime": true` in the
+    task file named on its command line."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "retime":
+            return True
+        frame = frame.f_back
+    try:
+        with open(sys.argv[sys.argv.index("--task") + 1]) as handle:
+            return bool(json.load(handle).get("retime"))
+    except (ValueError, IndexError, OSError):
+        return False
+'''
+)
+
+
+def test_a_candidate_that_skips_its_work_only_when_confirmed_is_disqualified() -> None:
+    assert "confirming()" in LAZY_WHEN_CONFIRMED
+    reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
+    task = KernelBenchTask(reference, name="lazy", device="cpu", timing=TIMING, cpu_threads=1)
+    limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
+    evaluator = SandboxEvaluator(task, limits)
+    candidate = Candidate(LAZY_WHEN_CONFIRMED)
+    searched = evaluator.evaluate(candidate)
+    assert searched.status == "correct", searched.reason  # honest in the search
+    confirmed = evaluator.confirm(candidate, searched)
+    assert confirmed.status == "cheat", confirmed.timing.get("confirmed")
+    assert (confirmed.reason or "").startswith(
+        "timing not confirmed: the re-timing run failed (refused while re-timed: timed call "
+    ), confirmed.reason
+    assert "returned a wrong output" in (confirmed.reason or "")
