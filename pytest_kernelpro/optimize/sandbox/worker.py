@@ -176,7 +176,7 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
     (`confirm.py`)."""
     import torch
 
-    from pytest_kernelpro.measure.correctness import clone_inputs
+    from pytest_kernelpro.measure.correctness_check import clone_inputs
     from pytest_kernelpro.measure.timing import DishonestTiming, time_kernel
     from pytest_kernelpro.optimize.sandbox import judge
     from pytest_kernelpro.optimize.sandbox.harness import _Pipeline
