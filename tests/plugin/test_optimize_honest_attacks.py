@@ -281,12 +281,15 @@ REFUSED = {
     "a memo keyed by the signs of two values": ("wrong output", "cached", "wrong once timed"),
     "a memo by tensor identity": ("wrong output", "cached", "stale", "wrong once timed"),
     "garbage on repeated data pointers": ("wrong output", "cached", "stale", "wrong result"),
-    "inputs overwritten to predict the next call": ("modifies its inputs",),
+    "inputs overwritten to predict the next call": ("modifies its inputs", "read-only"),
     "a call-stack sampler reader": ("wrong output", "wrong once timed"),
     "a gc scanner that turns the checks off": ("timer's own state", "wrong output"),
     "the timer's kept content rewritten through gc": ("rewrote the timer's kept content",),
     "a kernel rebinding every clock by module attribute": ("made by kernelpro_candidate",),
 }
+# A write into a checked call's inputs faults on their read-only mapping (the worker dies:
+# `optimize/sandbox/input_handles.py`), where a copied input is found changed instead.
+DIES_REFUSED = {"inputs overwritten to predict the next call"}
 # Attacks the design leaves nothing to exploit: they must never have cheated (no HIT).
 NEVER_HIT = (
     "a memo keyed by a sample of the values",
@@ -344,7 +347,8 @@ def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
     # Refused, each with its reason, in the search (never ranked: only correct nodes are).
     for name, words in REFUSED.items():
         node = nodes[name]
-        assert node["status"] in ("cheat", "wrong"), (name, node["status"], node["reason"])
+        allowed = ("cheat", "wrong", "run_error") if name in DIES_REFUSED else ("cheat", "wrong")
+        assert node["status"] in allowed, (name, node["status"], node["reason"])
         assert any(word in (node["reason"] or "") for word in words), (name, node["reason"])
     # Wrong after its N-th call: refused whenever the search called it past N (the timing
     # ends with a checked call on fresh inputs); a search that ended before timed honest work.
