@@ -22,7 +22,7 @@ from pytest_kernelpro.gate.cpu_anchor import (
     scatter,
 )
 from pytest_kernelpro.gate.verdict import IMPROVED, OK, REGRESSED, SUSPECT, compare
-from pytest_kernelpro.measure.timing.cpu import summarize_cpu_pairs
+from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.record import KernelRecord
 
 MS = 1e-3

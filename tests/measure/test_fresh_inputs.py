@@ -211,12 +211,12 @@ def test_a_kernel_lowering_the_check_rate_or_swapping_the_timers_tensors_is_refu
 
 
 def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
-    """`cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
+    """`on_cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
     thread) refuses the timing; the same gap without it does not."""
     import threading
     import time
 
-    from pytest_kernelpro.measure.timing.cpu import OtherThreads
+    from pytest_kernelpro.measure.timing.on_cpu import OtherThreads
 
     def busy(seconds: float) -> None:
         end = time.thread_time() + seconds

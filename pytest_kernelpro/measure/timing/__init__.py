@@ -5,8 +5,10 @@ Split by job behind one small interface, `Timer.time(fn, budget) -> TimingResult
 - `budget.py`: the budget, the result, the adaptive rounds and their stop rule (the median's
   95% bootstrap CI within the target, the budget spent, or `max_samples`), the `Timer`
   protocol;
-- `cpu.py`: the CPU timer (`time.perf_counter`, the budget honoured within 20%, the cache
-  flush decision, the CPU's load over the sampling);
+- `cpu.py`: the CPU timer (`time.perf_counter`, the budget honoured within 20%), with
+  `cpu_cache.py` (the cache flush, the allocator), `on_cpu.py` (on-CPU time, the CPU
+  anchor's pairs, other threads between calls) and `cpu_load.py` (the machine's load, the
+  thread policy);
 - `cuda.py`: the CUDA timer (events around flushed calls in rounds behind a sleep pre-roll,
   NVML clocks and throttle reasons, CUDA graphs).
 
@@ -42,16 +44,15 @@ from pytest_kernelpro.measure.timing.budget import (
     parse_device,
     warmup_count,
 )
-from pytest_kernelpro.measure.timing.cpu import (
+from pytest_kernelpro.measure.timing.cpu import CpuTimer, time_cpu
+from pytest_kernelpro.measure.timing.cpu_cache import (
     CPU_FLUSH_LLC_CAP,
-    CpuTimer,
     cpu_cache_levels,
     cpu_flush_bytes,
     cpu_flush_decision,
-    cpu_model_name,
     last_level_cache_bytes,
-    time_cpu,
 )
+from pytest_kernelpro.measure.timing.cpu_load import cpu_model_name
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     DishonestTiming,
     FreshInputs,
