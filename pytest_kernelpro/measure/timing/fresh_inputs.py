@@ -114,6 +114,9 @@ SEALED = (
     "kernel",
     "storage",
     "_plan",
+    "_targets",
+    "_flat",
+    "_used",
 )
 
 
