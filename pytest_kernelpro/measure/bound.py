@@ -383,20 +383,6 @@ def kernel_is_patcher(kernel: Any) -> str | None:
     return None
 
 
-def tamper_failure(where: str) -> str | None:
-    """The message that refuses a timing because a clock or serializer was rebound, or None."""
-    found = tampered()
-    if not found:
-        return None
-    return (
-        f"{', '.join(found)} was replaced after pytest-kernelpro loaded, {where}: a kernel "
-        "whose code rebinds the clock or the serializer cannot be timed (its numbers could be "
-        "anything). Remove the patch from the module named; timing uses the functions kept "
-        "when the plugin loaded, and CUDA events through torch's C type, either way (the "
-        "originals are put back now, where they were seen before the patch)"
-    )
-
-
 def restore() -> None:
     """Put every kept function back under its public name (after a refusal: the kernels timed
     later are not refused for a patch they did not make)."""

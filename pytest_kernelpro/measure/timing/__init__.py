@@ -24,25 +24,12 @@ from collections.abc import Callable
 from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
-    CLOCK_ANCHOR_MODES,
-    CPU_FLUSH_MODES,
-    CPU_MIN_SAMPLE_S,
     CPU_MIN_SAMPLES_FLOOR,
-    CPU_WARMUP_SHARE,
-    DEFAULT_FLUSH_BYTES,
-    GRAPH_TARGET_S,
-    MAX_ROUND_S,
-    MAX_ROUND_SAMPLES,
-    PREROLL_CAP_S,
-    RoundLog,
     Timer,
     TimingBudget,
     TimingResult,
-    adaptive_rounds,
     flush_size,
-    kernel_failed,
     parse_device,
-    warmup_count,
 )
 from pytest_kernelpro.measure.timing.cpu import CpuTimer, time_cpu
 from pytest_kernelpro.measure.timing.cpu_cache import (
@@ -52,12 +39,7 @@ from pytest_kernelpro.measure.timing.cpu_cache import (
     cpu_flush_decision,
     last_level_cache_bytes,
 )
-from pytest_kernelpro.measure.timing.cpu_load import cpu_model_name
-from pytest_kernelpro.measure.timing.fresh_inputs import (
-    DishonestTiming,
-    FreshInputs,
-    verify_bindings,
-)
+from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming, FreshInputs
 
 
 def timer_for(device: str) -> Timer:
@@ -115,38 +97,20 @@ def time_kernel(
 
 __all__ = [
     "BUDGET_TOLERANCE",
-    "CLOCK_ANCHOR_MODES",
-    "CPU_FLUSH_MODES",
-    "CPU_MIN_SAMPLE_S",
+    "CPU_FLUSH_LLC_CAP",
     "CPU_MIN_SAMPLES_FLOOR",
-    "CPU_WARMUP_SHARE",
-    "DEFAULT_FLUSH_BYTES",
-    "GRAPH_TARGET_S",
-    "MAX_ROUND_S",
-    "MAX_ROUND_SAMPLES",
-    "PREROLL_CAP_S",
-    "CpuTimer",
     "DishonestTiming",
-    "FreshInputs",
-    "RoundLog",
-    "Timer",
     "TimingBudget",
     "TimingResult",
-    "adaptive_rounds",
-    "CPU_FLUSH_LLC_CAP",
     "cpu_cache_levels",
     "cpu_flush_bytes",
     "cpu_flush_decision",
-    "cpu_model_name",
     "flush_size",
-    "kernel_failed",
     "last_level_cache_bytes",
     "parse_device",
     "time_cpu",
     "time_kernel",
     "timer_for",
-    "verify_bindings",
-    "warmup_count",
 ]
 
 bound.keep_module(sys.modules[__name__])
