@@ -1,8 +1,7 @@
 """The CPU as a timing finds it: its name, the cores it may use, the load of the machine over
 the sampling, and the thread policy of CPU timing.
 
-The load (how busy the CPU was while something was timed) and the thread policy of
-CPU timing: a CPU timing is only as good as the cores it had. When other processes (or the hypervisor,
+A CPU timing is only as good as the cores it had. When other processes (or the hypervisor,
 as steal time) take cores that the kernel's threads need, a parallel region waits for a
 descheduled thread for whole scheduler slices: on a shared 2-core machine a 128x512
 softmax at torch's default two threads measured 73 ms instead of ~0.1 ms. Such numbers are

@@ -104,19 +104,8 @@ def _same_objects(left: Sequence[Any], right: Sequence[Any]) -> bool:
 
 
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
-SEALED = (
-    "mode",
-    "ends",
-    "weights",
-    "make_draw",
-    "reference",
-    "check",
-    "kernel",
-    "storage",
-    "_plan",
-    "_targets",
-    "_flat",
-    "_used",
+SEALED = tuple(
+    "mode ends weights make_draw reference check kernel storage _plan _targets _flat _used".split()
 )
 
 

@@ -1,14 +1,10 @@
 """On-CPU time: what a CPU sample charges the kernel, and what it does not.
 
 The CPU anchor: a fixed workload timed right after every CPU sample, on-CPU time for both.
-On a shared CPU a kernel's wall time is mostly other processes' time: on the project's
-2-core VM beside two busy-looping processes, a ~1 ms kernel's median sample was 15-34 ms,
-almost all of it spent waiting on the run queue; between two sessions the wall-clock
-median of the same code moved by tens of percent, so the gate on times either called a
-2x slowdown "suspect" (the oversubscription rule) or an unchanged kernel "improved" or
-"slower" when the load changed between the baseline and the run
-(bench/results/2026-12-02-cpu-gate-cpu.md has the numbers). Two things fix that, the same
-way the GPU clock anchor cancels the power cap (`anchor.py`):
+On a shared CPU a kernel's wall time is mostly other processes' time (waiting on the run
+queue), and the wall-clock median of the same code moves by tens of percent between two
+sessions when the load changes (bench/results/2026-12-02-cpu-gate-cpu.md). Two things fix
+that, the same way the GPU clock anchor cancels the power cap (`anchor.py`):
 
 1. **On-CPU time.** Each timed call is charged its wall time minus the time its thread
    waited on the run queue while it ran (Linux's per-thread `schedstat`, read before and
@@ -21,7 +17,8 @@ way the GPU clock anchor cancels the power cap (`anchor.py`):
    (the first call also brings its data back to the cache after the kernel's; one call that
    a neighbour disturbed is not the machine's speed). What still slows the kernel on a
    shared machine, the other vCPU's use of the shared cache and memory, the host's own
-   scheduling (steal), the clock, slows the anchor next to it too, so the gate compares the per-pair kernel / anchor ratios
+   scheduling (steal), the clock, slows the anchor next to it too, so the gate compares the
+   per-pair kernel / anchor ratios
    (`gate/cpu_anchor.py`) and reads the anchor's own change and scatter as the measure of
    how far the machine moved.
 
