@@ -31,7 +31,8 @@ def test_on_cpu_is_wall_less_the_run_queue_wait_never_below_the_cpu_time() -> No
 
 
 class _ScriptedWait:
-    """A run-queue clock that says the thread waited `per_read_ns` between two reads."""
+    """A run-queue clock whose schedstat says the thread waited `per_read_ns` between two
+    reads (`raw`, the file's bytes, as the pairs read it)."""
 
     available = True
 
@@ -39,9 +40,9 @@ class _ScriptedWait:
         self.per_read_ns = per_read_ns
         self.reads = 0
 
-    def wait_ns(self) -> int:
+    def raw(self) -> bytes:
         self.reads += 1
-        return self.reads * self.per_read_ns
+        return f"123 {self.reads * self.per_read_ns} 7\n".encode()
 
     def close(self) -> None:
         pass

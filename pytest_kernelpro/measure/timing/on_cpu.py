@@ -75,14 +75,17 @@ class RunQueueClock:
     """Time this thread spent waiting on the run queue (ns), from /proc schedstat.
 
     `schedstat` holds "on-CPU ns, run-queue wait ns, timeslices" of one thread; the file is
-    opened once and re-read with `pread` (about 15 us a read on the project's VM)."""
+    opened once and re-read with `pread` (about 15 us a read on the project's VM). `raw` is
+    that read as one C call (the file's bytes), None when unavailable."""
 
     def __init__(self) -> None:
         self._fd: int | None = None
+        self.raw: Callable[[], bytes] | None = None
         self.available = False  # whether the reads work (else on-CPU time is the thread's)
         try:
             tid = threading.get_native_id()
             self._fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+            self.raw = functools.partial(bound.os_pread, self._fd, 128, 0)
             self.wait_ns()
             self.available = True
         except (OSError, ValueError, IndexError, AttributeError):
@@ -90,11 +93,12 @@ class RunQueueClock:
 
     def wait_ns(self) -> int:
         """Run-queue wait so far; 0 when unavailable (then on-CPU time is the thread's)."""
-        if self._fd is None:
+        if self.raw is None:
             return 0
-        return int(bound.os_pread(self._fd, 128, 0).split()[1])
+        return int(self.raw().split()[1])
 
     def close(self) -> None:
+        self.raw = None
         if self._fd is not None:
             try:
                 os.close(self._fd)
@@ -131,33 +135,38 @@ class CpuPairs:
     added_s: float = 0.0  # wall time the anchor and the reads added
     rq: RunQueueClock = field(default_factory=RunQueueClock)
 
-    def _timed(self, body: Callable[[], object]) -> tuple[float, float, object]:
-        """(wall, on-CPU, what it returned) of one call of `body`."""
-        rq, thread_time, clock = self.rq, bound.thread_time, self.clock
-        w0 = rq.wait_ns()
-        c0 = thread_time()
-        t0 = clock()
-        out = body()
-        t1 = clock()
-        c1 = thread_time()
-        w1 = rq.wait_ns()
-        wall = t1 - t0
-        return wall, on_cpu_seconds(wall, w1 - w0, c1 - c0, rq.available), out
-
     def measure(self, body: Callable[[], object], calls: int) -> tuple[float, object]:
         """Time `body` (which makes `calls` calls of the kernel and returns the last output):
-        (per-call wall seconds, the output)."""
+        (per-call wall seconds, the output). When recording, the anchor follows: two calls,
+        the faster one kept (the first brings its data back to the cache after the kernel's,
+        and a call disturbed by a neighbour is not the machine's speed). The three calls are
+        timed in one loop, the run-queue reads inline (this runs every sample)."""
+        clock = self.clock
         if not self.recording:
-            t0 = self.clock()
+            t0 = clock()
             out = body()
-            return (self.clock() - t0) / calls, out
-        wall, on_cpu, out = self._timed(body)
-        started = self.clock()
-        # Two anchor calls, the faster one kept: the first brings its data back to the cache
-        # after the kernel's, and a call disturbed by a neighbour is not the machine's speed.
-        first, second = self._timed(self.anchor), self._timed(self.anchor)
-        a_wall, a_cpu, _ = first if first[1] <= second[1] else second
-        self.added_s += self.clock() - started
+            return (clock() - t0) / calls, out
+        raw, thread_time, use_wait = self.rq.raw, bound.thread_time, self.rq.available
+        timed: list[tuple[float, float]] = []
+        out: object = None
+        started = 0.0
+        for index, target in enumerate((body, self.anchor, self.anchor)):
+            if index == 1:
+                started = clock()  # the anchor's cost, kept apart from the kernel's
+            w0 = 0 if raw is None else int(raw().split()[1])
+            c0 = thread_time()
+            t0 = clock()
+            result = target()
+            t1 = clock()
+            c1 = thread_time()
+            w1 = 0 if raw is None else int(raw().split()[1])
+            wall = t1 - t0
+            timed.append((wall, on_cpu_seconds(wall, w1 - w0, c1 - c0, use_wait)))
+            if index == 0:
+                out = result
+        (wall, on_cpu), first, second = timed
+        a_wall, a_cpu = first if first[1] <= second[1] else second
+        self.added_s += clock() - started
         self.kernel_s.append(on_cpu / calls)
         self.kernel_wall_s.append(wall / calls)
         self.anchor_s.append(a_cpu)
