@@ -350,3 +350,40 @@ def test_a_module_replaced_in_sys_modules_after_torch_was_seen_is_checked_again(
     bound.patchers.clear()
     assert bound.binding_failure("after") is None
     assert bound.intact()
+
+
+@pytest.mark.parametrize("attack", ["torch", "defer", "_pending"])
+def test_the_timers_module_its_deferral_and_its_queue_are_sealed(attack: str) -> None:
+    """A kernel that swaps the timer's torch (a fake whose `equal` passes everything), turns
+    on the GPU's deferral on the CPU (checks queued, then dropped with the queue) or swaps the
+    queue is refused at the sample it did it in."""
+    fresh = _fresh()
+    seal = Seal.of(fresh)
+    if attack == "torch":
+        fresh.torch = type("FakeTorch", (), {"equal": staticmethod(lambda a, b: True)})
+    elif attack == "defer":
+        fresh.defer = True
+    else:
+        fresh._pending = []
+    with pytest.raises(DishonestTiming, match="the timer's own state"):
+        verify_bindings(fresh, seal)
+
+
+@pytest.mark.parametrize("mode", ["mix", "maker"])
+def test_a_kernel_that_points_the_check_at_an_earlier_calls_content_is_refused(mode: str) -> None:
+    """The memo attack through the timer's object: the kernel returns the output it stored for
+    an earlier call and rewrites which content the timer believes it was given (the mix's
+    offset, the maker's draw), so that a check would compare the memo with the reference on
+    the old content. The timer hands `after` what `before` returned, and refuses the call."""
+    fresh = _fresh()
+    if mode == "maker":
+        fresh.mode, fresh.ends, fresh.weights, fresh._plan = "maker", None, [], None
+        fresh.make_draw = _draw
+    first = fresh.before()
+    fresh.after(fresh.call(), force=True, content=first)
+    stale = (fresh._offset, fresh._draw)
+    second = fresh.before()
+    out = fresh.call()
+    fresh._offset, fresh._draw = stale  # what a kernel finding the object could write
+    with pytest.raises(DishonestTiming, match="which content the call was given"):
+        fresh.after(out, force=True, content=second)

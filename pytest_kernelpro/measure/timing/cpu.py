@@ -159,8 +159,7 @@ class CpuSampler:
         fresh, seal, between, calls = self.fresh, self.seal, self.between, self.calls
         verify_bindings(fresh, seal)
         between.start()
-        if fresh is not None:
-            fresh.before()
+        content = fresh.before() if fresh is not None else None
         if self.flush.nbytes:
             self.flush(self.clock)
         between.stop()
@@ -172,7 +171,7 @@ class CpuSampler:
             out = body()
             per_call = (self.clock() - t0) / calls
         if fresh is not None:
-            fresh.after(out)
+            fresh.after(out, content=content)
         verify_bindings(fresh, seal)
         between.kernel_s += per_call * calls
         return per_call
@@ -200,11 +199,10 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
     import numpy as np
 
     fresh, plan_clock = sampler.fresh, sampler.plan_clock
-    if fresh is not None:
-        fresh.before()
+    content = fresh.before() if fresh is not None else None
     out = sampler.fn()
     if fresh is not None:
-        fresh.after(out, force=True)
+        fresh.after(out, force=True, content=content)
     out = None
     spent.first_call_s = plan_clock() - spent.start
     deadline = spent.start + budget.max_time_s

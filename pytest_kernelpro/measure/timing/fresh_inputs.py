@@ -105,7 +105,8 @@ def _same_objects(left: Sequence[Any], right: Sequence[Any]) -> bool:
 
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
 SEALED = tuple(
-    "mode ends weights make_draw reference check kernel storage _plan _targets _flat _used".split()
+    "torch mode ends weights make_draw reference check kernel storage defer _pending _plan "
+    "_targets _flat _used".split()
 )
 
 
@@ -325,8 +326,11 @@ class FreshInputs:
             self._plan = ()
         return self._plan
 
-    def before(self) -> None:
-        """Give the timed inputs content no earlier call held (outside the timed region)."""
+    def before(self) -> tuple[int, Any]:
+        """Give the timed inputs content no earlier call held (outside the timed region).
+        Returns what names this call's content (the mix's offset, the maker's draw): a timer
+        that hands it back to `after` (a local of its frame) has the content checked against
+        the one the call really got, whatever the kernel writes into this object."""
         started = bound.perf_counter()
         try:
             with self.torch.no_grad():  # an input that requires grad is refilled all the same
@@ -334,6 +338,7 @@ class FreshInputs:
         finally:
             self.refill_s += bound.perf_counter() - started
             self.refills += 1
+        return self._offset, self._draw
 
     def refill(self) -> None:
         """This call's content, in place in the timed tensors (without grad)."""
@@ -403,10 +408,19 @@ class FreshInputs:
     def call(self) -> Any:
         return self.kernel(*self.storage)
 
-    def after(self, out: Any, *, force: bool = False) -> None:
+    def after(
+        self, out: Any, *, force: bool = False, content: tuple[int, Any] | None = None
+    ) -> None:
         """One timed call returned `out`: plain, and checked when the operating system's
-        randomness read now says so (always with `force`: the first call)."""
+        randomness read now says so (always with `force`: the first call). `content` is what
+        `before` returned for this call."""
         self._calls += 1
+        if content is not None and (content[0] != self._offset or content[1] is not self._draw):
+            raise DishonestTiming(
+                "the timer's own state (which content the call was given) was changed while "
+                "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
+                "call stack or through gc) cannot be timed"
+            )
         plain = type(out) is self.torch.Tensor and not out.is_meta
         if plain:
             try:
@@ -439,7 +453,8 @@ class FreshInputs:
     def drain(self) -> None:
         """Compare the queued copies with the reference on their calls' content; raises
         `DishonestTiming` naming the first wrong one."""
-        pending, self._pending = self._pending, []
+        pending = list(self._pending)  # the list itself is sealed: emptied in place
+        self._pending.clear()
         if self.reference is None or self.check is None:
             return
         torch = self.torch
