@@ -214,7 +214,7 @@ def plain_note(text: str) -> Note:
 def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
     """Timings on an oversubscribed CPU. Without --kernelpro-check nothing is gated on them:
     the machine's normal state on a shared runner, said under -v only."""
-    from pytest_kernelpro.measure.timing.cpu import CpuLoad
+    from pytest_kernelpro.measure.timing.cpu_load import CpuLoad
 
     timing = busy[0].timing
     load = (timing.cpu_load or {}) if timing else {}

@@ -125,20 +125,89 @@ def _torch_own(value: Any) -> bool:
 _TORCH_KEPT: dict[tuple[str, str], tuple[Any, str, Any]] = {}
 
 
+class _Kept:
+    """Kept objects as parallel lists, so that one `map` compares them all in C: (owners,
+    attribute names, values, where each was kept), read by `getattr`, or by `dict.get` when
+    the owners are namespace dicts. Nothing runs in Python per name on the intact path."""
+
+    def __init__(self, by_dict: bool) -> None:
+        self.by_dict = by_dict
+        self.owners: list[Any] = []
+        self.names: list[str] = []
+        self.values: list[Any] = []
+        self.where: list[str] = []
+
+    def add(self, where: str, owner: Any, name: str, value: Any) -> None:
+        self.owners.append(owner)
+        self.names.append(name)
+        self.values.append(value)
+        self.where.append(where)
+
+    def extend(self, rows: list[tuple[str, Any, str, Any]]) -> None:
+        """Add (where, owner, name, value) rows."""
+        if rows:
+            where, owners, names, values = zip(*rows, strict=True)
+            self.where.extend(where)
+            self.owners.extend(owners)
+            self.names.extend(names)
+            self.values.extend(values)
+
+    def clear(self) -> None:
+        for part in (self.owners, self.names, self.values, self.where):
+            part.clear()
+
+    def currents(self) -> Any:
+        """What each kept name holds now (`_MISSING` where a name is gone), lazily."""
+        if self.by_dict:
+            return map(dict.get, self.owners, self.names, repeat(_MISSING))
+        return map(getattr, self.owners, self.names, repeat(_MISSING))
+
+    def put_back(self) -> None:
+        for owner, name, value in zip(self.owners, self.names, self.values, strict=True):
+            if self.by_dict:
+                owner[name] = value
+            else:
+                setattr(owner, name, value)
+
+
+_MISSING = object()
+# The standard library's kept functions, then every name of the plugin's timing modules as it
+# was when the module finished importing (`_NAMESPACES`) and its functions' code and
+# defaults and its classes' methods (`_ATTRIBUTES`), appended by `keep_module`.
+_STDLIB = _Kept(by_dict=False)
+for _owner, _module_name, _attr, _value in _KEPT:
+    _STDLIB.add(_module_name, _owner, _attr, _value)
+_NAMESPACES = _Kept(by_dict=True)
+_ATTRIBUTES = _Kept(by_dict=False)
+# Every link from `sys.modules` to each torch timing function seen intact (the module in
+# `sys.modules`, each attribute on the way, the function): while all are the same objects,
+# every function is the torch-owned one `_torch_tampered` classified. Rebuilt by it.
+_TORCH_MODULES = _Kept(by_dict=True)
+_TORCH_LINKS = _Kept(by_dict=False)
+_ALL_KEPT = (_STDLIB, _NAMESPACES, _ATTRIBUTES, _TORCH_MODULES, _TORCH_LINKS)
+_torch_pending: list[str] = [name for name, _path in _TORCH_TIMING]  # modules not seen yet
+_torch_clean = [False]  # the links were built by a `_torch_tampered` that found nothing
+
+
 def _torch_tampered() -> list[str]:
     """torch timing functions whose code no longer comes from torch's own files (the ones
-    seen intact are kept for `restore`)."""
-    import sys
-
+    seen intact are kept for `restore`, their links for `intact`)."""
     found = []
+    _TORCH_MODULES.clear()
+    _TORCH_LINKS.clear()
+    _torch_pending.clear()
     for module_name, path in _TORCH_TIMING:
         owner: Any = sys.modules.get(module_name)
         if owner is None:
+            _torch_pending.append(module_name)
             continue
+        _TORCH_MODULES.add(module_name, sys.modules, module_name, owner)
         *parents, attr = path.split(".")
         for part in parents:
-            owner = getattr(owner, part, None)
+            parent, owner = owner, getattr(owner, part, None)
+            _TORCH_LINKS.add(module_name, parent, part, owner)
         value = getattr(owner, attr, None)
+        _TORCH_LINKS.add(module_name, owner, attr, value)
         if not _torch_own(value):
             patcher = patcher_of(value)
             part = f"{module_name}.{path} (now {_describe(value)}, made by {patcher})"
@@ -146,48 +215,35 @@ def _torch_tampered() -> list[str]:
             found.append(part)
         else:
             _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
+    _torch_clean[0] = not found
     return found
+
+
+def intact() -> bool:
+    """Every kept name still the kept object and every torch timing function still the one
+    seen as torch's own: the per-sample check (the comparisons run in C through `map`, no
+    Python loop over the hundreds of names). False sends the caller to `binding_failure`."""
+    if not _torch_clean[0] or any(map(sys.modules.__contains__, _torch_pending)):
+        return False
+    try:
+        for kept in _ALL_KEPT:
+            read = dict.get if kept.by_dict else getattr
+            currents = map(read, kept.owners, kept.names, repeat(_MISSING))
+            if any(map(operator.is_not, currents, kept.values)):
+                return False
+    except Exception:  # a kept owner made unreadable: the slow path names it
+        return False
+    return True
 
 
 def tampered() -> list[str]:
     """'time.perf_counter (now some_module.fake)' for every kept function whose public name
     points to another object now, and every torch timing function whose code is not torch's;
     empty when nothing was rebound."""
+    if intact():
+        return []
     found = [f"{name} (now {_describe(current)})" for name, current in _replacements()]
     return found + _torch_tampered()
-
-
-class _Attrs:
-    """A function's attributes read and written like a namespace dict (`_MODULE_KEPT`)."""
-
-    def __init__(self, owner: Any) -> None:
-        self.owner = owner
-
-    def __setitem__(self, attr: str, value: Any) -> None:
-        setattr(self.owner, attr, value)
-
-
-# Every name of the plugin's timing modules as it was when the module finished importing, and
-# its functions' code and defaults: (where, namespace, name, value). Appended by `keep_module`.
-_MODULE_KEPT: list[tuple[str, Any, str, Any]] = []
-_MISSING = object()
-# The same, as parallel lists for `_intact`: (owners, attribute names, values) read by getattr
-# (the stdlib's kept functions, functions' code, classes' methods) and (namespace dicts, names,
-# values) read by dict.get (module namespaces).
-_FAST_ATTRS: tuple[list[Any], list[str], list[Any]] = (
-    [owner for owner, _n, _a, _v in _KEPT],
-    [attr for _o, _n, attr, _v in _KEPT],
-    [value for _o, _n, _a, value in _KEPT],
-)
-_FAST_DICTS: tuple[list[dict[str, Any]], list[str], list[Any]] = ([], [], [])
-
-
-def _keep(where: str, namespace: Any, attr: str, value: Any) -> None:
-    _MODULE_KEPT.append((where, namespace, attr, value))
-    fast = _FAST_DICTS if type(namespace) is dict else _FAST_ATTRS
-    fast[0].append(namespace if type(namespace) is dict else namespace.owner)
-    fast[1].append(attr)
-    fast[2].append(value)
 
 
 def keep_module(module: Any) -> None:
@@ -195,53 +251,37 @@ def keep_module(module: Any) -> None:
     `tampered`: called as the last statement of each timing module, so what is kept is what
     the module's own code bound, before any caller could rebind it."""
     namespace = vars(module)
-    kept = {(name, attr) for name, _ns, attr, _v in _MODULE_KEPT}
-    for attr, value in list(namespace.items()):
-        if attr.startswith("__") or (module.__name__, attr) in kept:
-            continue
-        _keep(module.__name__, namespace, attr, value)
-        if getattr(value, "__module__", None) != module.__name__:
+    name = module.__name__
+    if name in _NAMESPACES.where:
+        return
+    rows = [(name, namespace, a, v) for a, v in namespace.items() if not a.startswith("__")]
+    _NAMESPACES.extend(rows)
+    attributes = []
+    for _name, _namespace, attr, value in rows:
+        if getattr(value, "__module__", None) != name:
             continue
         # A function of the module keeps its code and defaults too (replacing `f.__code__`
         # changes what the kept name runs), a class of it its methods.
-        where = f"{module.__name__}.{attr}"
+        where = f"{name}.{attr}"
         if hasattr(value, "__code__"):
             for part in ("__code__", "__defaults__", "__kwdefaults__"):
-                _keep(where, _Attrs(value), part, getattr(value, part))
+                attributes.append((where, value, part, getattr(value, part)))
         elif isinstance(value, type):
             for method, function in list(vars(value).items()):
                 if not method.startswith("__") and callable(function):
-                    _keep(where, _Attrs(value), method, function)
-
-
-def _intact() -> bool:
-    """Every kept name still the kept object: the per-sample fast path (the comparisons run in
-    C through `map`, no Python loop over the hundreds of names)."""
-    try:
-        if any(map(operator.is_not, map(getattr, *_FAST_ATTRS[:2]), _FAST_ATTRS[2])):
-            return False
-        currents = map(dict.get, _FAST_DICTS[0], _FAST_DICTS[1], repeat(_MISSING))
-        return not any(map(operator.is_not, currents, _FAST_DICTS[2]))
-    except AttributeError:  # a kept name deleted
-        return False
+                    attributes.append((where, value, method, function))
+    _ATTRIBUTES.extend(attributes)
 
 
 def _replacements() -> list[tuple[str, Any]]:
     """(the rebound name, what it points to now) for every rebinding `tampered` sees."""
-    if _intact():
-        return []
     out = []
-    for module, module_name, attr, original in _KEPT:
-        current = getattr(module, attr, None)
-        if current is not original:
-            out.append((f"{module_name}.{attr}", current))
-    for module_name, namespace, attr, original in _MODULE_KEPT:
-        if type(namespace) is dict:  # the common case, without a method call
-            current = namespace.get(attr, _MISSING)
-        else:
-            current = getattr(namespace.owner, attr, _MISSING)
-        if current is not original:
-            out.append((f"{module_name}.{attr}", current))
+    for kept in (_STDLIB, _NAMESPACES, _ATTRIBUTES):
+        for where, name, current, original in zip(
+            kept.where, kept.names, kept.currents(), kept.values, strict=True
+        ):
+            if current is not original:
+                out.append((f"{where}.{name}", current))
     return out
 
 
@@ -267,8 +307,6 @@ def patcher_of(value: Any) -> str:
     """The module that made `value` a replacement: the module whose file holds its code, else
     its `__module__`, else the modules (outside the plugin) whose globals hold it; "an
     unknown module" when none does (a C function put in place from a local)."""
-    import sys
-
     filename = _code_file(value)
     owner = getattr(value, "__module__", None)
     if filename is not None:
@@ -307,6 +345,8 @@ def _module_key(described: str) -> str:
 def binding_failure(when: str) -> str | None:
     """Why the kept bindings are not intact `when` (naming each rebound name and the module
     that made it), or None. The patching modules are added to `patchers`."""
+    if intact():
+        return None
     replaced = _replacements()
     torch_found = _torch_tampered()
     if not replaced and not torch_found:
@@ -330,7 +370,6 @@ def binding_failure(when: str) -> str | None:
 
 def kernel_is_patcher(kernel: Any) -> str | None:
     """The patcher entry (`patchers`) of the module `kernel` was defined in, or None."""
-    import sys
 
     names = {getattr(kernel, "__module__", None), getattr(type(kernel), "__module__", None)}
     files = {_code_file(kernel), _code_file(getattr(type(kernel), "forward", None))}
@@ -344,27 +383,11 @@ def kernel_is_patcher(kernel: Any) -> str | None:
     return None
 
 
-def tamper_failure(where: str) -> str | None:
-    """The message that refuses a timing because a clock or serializer was rebound, or None."""
-    found = tampered()
-    if not found:
-        return None
-    return (
-        f"{', '.join(found)} was replaced after pytest-kernelpro loaded, {where}: a kernel "
-        "whose code rebinds the clock or the serializer cannot be timed (its numbers could be "
-        "anything). Remove the patch from the module named; timing uses the functions kept "
-        "when the plugin loaded, and CUDA events through torch's C type, either way (the "
-        "originals are put back now, where they were seen before the patch)"
-    )
-
-
 def restore() -> None:
     """Put every kept function back under its public name (after a refusal: the kernels timed
     later are not refused for a patch they did not make)."""
-    for module, _name, attr, original in _KEPT:
-        setattr(module, attr, original)
-    for _module_name, namespace, attr, original in _MODULE_KEPT:
-        namespace[attr] = original
+    for kept in (_STDLIB, _NAMESPACES, _ATTRIBUTES):
+        kept.put_back()
     for owner, attr, original in _TORCH_KEPT.values():
         setattr(owner, attr, original)
 

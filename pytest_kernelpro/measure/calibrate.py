@@ -132,7 +132,7 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         spec = find_device_spec(name, extra_specs) if device_type == "cuda" else None
         threads = None
         if device_type == "cpu":
-            from pytest_kernelpro.measure.timing.cpu import policy_threads
+            from pytest_kernelpro.measure.timing.cpu_load import policy_threads
 
             threads = policy_threads(args.threads)
         before = torch.get_num_threads()

@@ -14,7 +14,7 @@ the copy of a tensor larger than the last-level cache, and torch.matmul per dtyp
 grown until one product takes a fraction of a second.
 
 CPU ceilings depend on the thread count, so they are measured at the thread policy's count
-(measure/timing/cpu.py) and cached per count. A CPU measurement taken while other processes
+(measure/timing/cpu_load.py) and cached per count. A CPU measurement taken while other processes
 held the cores it needed (`CpuLoadMonitor`) is never cached for good (it would stay: FP32
 45 GFLOP/s measured under load against 143-305 alone): it is kept as *provisional*, used
 (and named in the summary) only while the machine is still busy, and re-measured by the
@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.measure.devices import DeviceSpec, find_device_spec
-from pytest_kernelpro.measure.timing.cpu import CpuLoadMonitor
+from pytest_kernelpro.measure.timing.cpu_load import CpuLoadMonitor
 
 if TYPE_CHECKING:
     import torch
@@ -507,11 +507,11 @@ _DMMA_CAPABILITIES = {(8, 0), (9, 0), (10, 0)}
 
 def _times_cpu(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
     """On-CPU times of `reps` calls after `warmup` untimed ones: wall time less the time the
-    thread waited on the run queue (`timing.cpu.RunQueueClock`), never below its CPU
+    thread waited on the run queue (`timing.on_cpu.RunQueueClock`), never below its CPU
     time, so another process holding the core cannot make a probe look slow (a ceiling is an
     upper bound: load may only ever lower it)."""
     from pytest_kernelpro.measure import bound
-    from pytest_kernelpro.measure.timing.cpu import RunQueueClock, on_cpu_seconds
+    from pytest_kernelpro.measure.timing.on_cpu import RunQueueClock, on_cpu_seconds
 
     for _ in range(warmup):
         fn()

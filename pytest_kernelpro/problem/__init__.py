@@ -12,14 +12,16 @@
   re-measurement alike.
 
 The names below are the package's interface; the generated sandbox modules import
-`pytest_kernelpro.problem.load_problem`, so that path stays.
+`pytest_kernelpro.problem.load_problem`, so that path stays. The KernelBench reader and the
+loader of other processes are imported when first asked for (`__getattr__`): a check
+session of marked kernels uses neither.
 """
 
 from __future__ import annotations
 
-from pytest_kernelpro.problem.kernelbench import is_kernelbench_file, problem_from_kernelbench
+from typing import TYPE_CHECKING, Any
+
 from pytest_kernelpro.problem.language import detect_language, detect_language_of
-from pytest_kernelpro.problem.locate import load_problem
 from pytest_kernelpro.problem.model import (
     DEVICES,
     LANGUAGES,
@@ -35,6 +37,28 @@ from pytest_kernelpro.problem.model import (
     problem_from_marker,
     shape_id,
 )
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.problem.kernelbench import is_kernelbench_file, problem_from_kernelbench
+    from pytest_kernelpro.problem.locate import load_problem
+
+# The names of the modules imported on first use, by the module that holds them.
+_LAZY = {
+    "is_kernelbench_file": "kernelbench",
+    "problem_from_kernelbench": "kernelbench",
+    "load_problem": "locate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEVICES",

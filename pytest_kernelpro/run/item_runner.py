@@ -186,7 +186,7 @@ def cpu_thread_policy(requested: int) -> Iterator[int]:
     restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
     import torch
 
-    from pytest_kernelpro.measure.timing.cpu import policy_threads
+    from pytest_kernelpro.measure.timing.cpu_load import policy_threads
 
     before = torch.get_num_threads()
     threads = policy_threads(requested)

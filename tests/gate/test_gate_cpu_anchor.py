@@ -22,7 +22,7 @@ from pytest_kernelpro.gate.verdict_basis import (
     cpu_anchor_comparison,
     scatter,
 )
-from pytest_kernelpro.measure.timing.cpu import summarize_cpu_pairs
+from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.record import KernelRecord
 
 MS = 1e-3

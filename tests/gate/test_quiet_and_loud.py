@@ -21,7 +21,7 @@ from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, se
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
-from pytest_kernelpro.measure.timing.cpu import summarize_cpu_pairs
+from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
 from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
 

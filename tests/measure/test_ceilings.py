@@ -25,7 +25,7 @@ from pytest_kernelpro.measure.ceilings import (  # noqa: E402
     resolve_device,
 )
 from pytest_kernelpro.measure.devices import find_device_spec  # noqa: E402
-from pytest_kernelpro.measure.timing.cpu import CpuLoad  # noqa: E402
+from pytest_kernelpro.measure.timing.cpu_load import CpuLoad  # noqa: E402
 
 
 @pytest.fixture(scope="module")

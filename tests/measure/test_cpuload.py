@@ -1,10 +1,10 @@
-"""measure/timing/cpu.py, the CPU's load: when a CPU interval counts as oversubscribed, and the thread policy."""
+"""measure/timing/cpu_load.py, the CPU's load: when a CPU interval counts as oversubscribed, and the thread policy."""
 
 from __future__ import annotations
 
 import pytest
 
-from pytest_kernelpro.measure.timing.cpu import CpuLoad, CpuLoadMonitor, policy_threads
+from pytest_kernelpro.measure.timing.cpu_load import CpuLoad, CpuLoadMonitor, policy_threads
 
 
 def load(threads: int, others: float | None, cores: int = 2, cpus: int = 2) -> CpuLoad:

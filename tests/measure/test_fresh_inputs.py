@@ -242,12 +242,12 @@ def test_a_kept_function_rebound_so_the_timer_raises_is_refused_as_the_rebinding
 
 
 def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
-    """`cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
+    """`on_cpu.OtherThreads`: a thread busy while the timer refills and flushes (one torch
     thread) refuses the timing; the same gap without it does not."""
     import threading
     import time
 
-    from pytest_kernelpro.measure.timing.cpu import OtherThreads
+    from pytest_kernelpro.measure.timing.on_cpu import OtherThreads
 
     def busy(seconds: float) -> None:
         end = time.thread_time() + seconds
@@ -334,3 +334,155 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
     with pytest.raises(DishonestTiming, match="rewrote the timer's kept content"):
         timed()
     assert made["calls"] >= at_call  # the rewrite ran
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        "plan",  # the refill's plan swapped for one that writes nothing
+        "targets",  # the leaves refilled in place swapped (fixed and maker modes)
+        "flat",  # the reference's arguments built another way
+        "used",  # the offsets already used forgotten (old content again)
+        "weights_in_place",  # one pool replaced inside the kept list
+        "ends_in_place",  # one end of the mix replaced inside the kept list
+        "refill",  # the refill shadowed on the object
+        "content",  # the checked call's content shadowed on the object
+        "_check",  # the check shadowed on the object
+        "deleted",  # a sealed name deleted from the object
+    ],
+)
+def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
+    """What the per-sample seal compares in C (`Seal.holds`): each rewrite a kernel could make
+    to the `FreshInputs` it finds (call stack, gc) is seen, and named by `changed`."""
+    fresh = _fresh()
+    seal = Seal.of(fresh)
+    assert seal.holds(fresh)
+    verify_bindings(fresh, seal)  # intact: nothing raised
+    assert fresh.ends is not None
+    if attack == "plan":
+        fresh._plan = ()
+    elif attack == "targets":
+        fresh._targets = ()
+    elif attack == "flat":
+        fresh._flat = not fresh._flat
+    elif attack == "used":
+        fresh._used = set()
+    elif attack == "weights_in_place":
+        fresh.weights[0] = fresh.weights[0].clone()
+    elif attack == "ends_in_place":
+        fresh.ends[1][0] = fresh.ends[1][0].clone()
+    elif attack == "deleted":
+        del fresh.mode
+    else:
+        fresh.__dict__[attack] = lambda *a, **k: None
+    assert not seal.holds(fresh)
+    assert seal.changed(fresh)
+    with pytest.raises(DishonestTiming, match="the timer's own state"):
+        verify_bindings(fresh, seal)
+
+
+def test_a_torch_timing_function_rebound_after_it_was_seen_intact_is_caught() -> None:
+    """The torch functions are compared by identity with the ones seen as torch's own (the
+    per-sample path); a replacement made after that (here `torch.equal`, which would pass
+    every check) fails the fast check and is named by the full one, then put back."""
+    assert bound.binding_failure("before") is None
+    assert bound.intact()  # the links of every torch timing function are kept now
+    original = torch.equal
+    try:
+        torch.equal = lambda a, b: True  # type: ignore[assignment]
+        assert not bound.intact()
+        failure = bound.binding_failure("while the kernel was timed") or ""
+        assert "torch.equal" in failure
+    finally:
+        bound.restore()
+        bound.patchers.clear()
+    assert torch.equal is original
+    assert bound.binding_failure("after") is None  # the full path keeps the links again
+    assert bound.intact()
+
+
+@pytest.mark.parametrize("how", ["module_attribute", "code", "defaults", "deleted", "method"])
+def test_a_kept_name_of_the_timing_modules_changed_any_way_fails_the_fast_check(how: str) -> None:
+    """`bound.intact` (run before and after every sample) sees a rebound module attribute, a
+    function's code or defaults replaced, a kept name deleted, and a class's method swapped."""
+    from pytest_kernelpro.measure.timing import fresh_inputs as module
+
+    assert bound.intact()
+    try:
+        if how == "module_attribute":
+            module.CHECK_RATE = 0.0  # type: ignore[misc]
+        elif how == "code":
+            module.checked_now.__code__ = (lambda rate: False).__code__
+        elif how == "defaults":
+            module.fresh_inputs.__kwdefaults__ = {"free_bytes": 0, "name": None}
+        elif how == "deleted":
+            del module.survival
+        else:
+            module.FreshInputs.after = lambda self, out, force=False: None  # type: ignore[method-assign]
+        assert not bound.intact()
+        assert bound.binding_failure("while the kernel was timed") is not None
+    finally:
+        bound.restore()
+        bound.patchers.clear()
+    assert bound.binding_failure("after") is None
+    assert bound.intact()
+    assert module.CHECK_RATE == CHECK_RATE
+    assert checked_now(1.0)
+
+
+def test_a_module_replaced_in_sys_modules_after_torch_was_seen_is_checked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fast check keeps the torch module found in `sys.modules`: a different object there
+    sends the next check down the full path, which reads the functions of the new one."""
+    import sys
+    import types
+
+    assert bound.intact()
+    fake = types.ModuleType("torch")
+    fake.equal = lambda a, b: True  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    assert not bound.intact()
+    failure = bound.binding_failure("while the kernel was timed") or ""
+    assert "torch.equal" in failure
+    monkeypatch.undo()
+    bound.patchers.clear()
+    assert bound.binding_failure("after") is None
+    assert bound.intact()
+
+
+@pytest.mark.parametrize("attack", ["torch", "defer", "_pending"])
+def test_the_timers_module_its_deferral_and_its_queue_are_sealed(attack: str) -> None:
+    """A kernel that swaps the timer's torch (a fake whose `equal` passes everything), turns
+    on the GPU's deferral on the CPU (checks queued, then dropped with the queue) or swaps the
+    queue is refused at the sample it did it in."""
+    fresh = _fresh()
+    seal = Seal.of(fresh)
+    if attack == "torch":
+        fresh.torch = type("FakeTorch", (), {"equal": staticmethod(lambda a, b: True)})
+    elif attack == "defer":
+        fresh.defer = True
+    else:
+        fresh._pending = []
+    with pytest.raises(DishonestTiming, match="the timer's own state"):
+        verify_bindings(fresh, seal)
+
+
+@pytest.mark.parametrize("mode", ["mix", "maker"])
+def test_a_kernel_that_points_the_check_at_an_earlier_calls_content_is_refused(mode: str) -> None:
+    """The memo attack through the timer's object: the kernel returns the output it stored for
+    an earlier call and rewrites which content the timer believes it was given (the mix's
+    offset, the maker's draw), so that a check would compare the memo with the reference on
+    the old content. The timer hands `after` what `before` returned, and refuses the call."""
+    fresh = _fresh()
+    if mode == "maker":
+        fresh.mode, fresh.ends, fresh.weights, fresh._plan = "maker", None, [], None
+        fresh.make_draw = _draw
+    first = fresh.before()
+    fresh.after(fresh.call(), force=True, content=first)
+    stale = (fresh._offset, fresh._draw)
+    second = fresh.before()
+    out = fresh.call()
+    fresh._offset, fresh._draw = stale  # what a kernel finding the object could write
+    with pytest.raises(DishonestTiming, match="which content the call was given"):
+        fresh.after(out, force=True, content=second)

@@ -1,4 +1,4 @@
-"""The CPU timer's pairs with the CPU anchor (measure/timing/cpu.py): on-CPU time is
+"""The CPU timer's pairs with the CPU anchor (measure/timing/on_cpu.py): on-CPU time is
 wall time less the run-queue wait, never below the thread's CPU time; a kernel that blocks is
 still charged for the wait; every sample of the rounds gets its anchor."""
 
@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.measure.timing import TimingBudget, time_cpu  # noqa: E402
-from pytest_kernelpro.measure.timing.cpu import (  # noqa: E402
+from pytest_kernelpro.measure.timing.on_cpu import (  # noqa: E402
     CPU_LAYOUT,
     CpuPairs,
     RunQueueClock,
@@ -31,7 +31,8 @@ def test_on_cpu_is_wall_less_the_run_queue_wait_never_below_the_cpu_time() -> No
 
 
 class _ScriptedWait:
-    """A run-queue clock that says the thread waited `per_read_ns` between two reads."""
+    """A run-queue clock whose schedstat says the thread waited `per_read_ns` between two
+    reads (`raw`, the file's bytes, as the pairs read it)."""
 
     available = True
 
@@ -39,9 +40,9 @@ class _ScriptedWait:
         self.per_read_ns = per_read_ns
         self.reads = 0
 
-    def wait_ns(self) -> int:
+    def raw(self) -> bytes:
         self.reads += 1
-        return self.reads * self.per_read_ns
+        return f"123 {self.reads * self.per_read_ns} 7\n".encode()
 
     def close(self) -> None:
         pass
@@ -120,7 +121,7 @@ _FAULTS_PER_ADD = """
 import resource, sys
 import torch
 if sys.argv[1] == "steady":
-    from pytest_kernelpro.measure.timing.cpu import steady_allocator
+    from pytest_kernelpro.measure.timing.cpu_cache import steady_allocator
     print(steady_allocator())
 else:
     print("")
@@ -164,7 +165,7 @@ def test_the_steady_allocator_serves_a_4mb_output_without_page_faults() -> None:
 
 
 def test_a_cpu_timing_records_what_it_did_to_the_allocator() -> None:
-    from pytest_kernelpro.measure.timing.cpu import steady_allocator
+    from pytest_kernelpro.measure.timing.cpu_cache import steady_allocator
 
     x = torch.ones(1000)
     result = time_cpu(

@@ -123,7 +123,7 @@ def injected_timing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     import numpy as np
 
     from pytest_kernelpro.measure.timing.budget import summarize
-    from pytest_kernelpro.measure.timing.cpu import CpuLoad
+    from pytest_kernelpro.measure.timing.cpu_load import CpuLoad
 
     medians: list[float] = []
 

@@ -16,7 +16,8 @@ from conftest import injected_result, load_report, records_by_name
 
 from pytest_kernelpro.measure import timing
 from pytest_kernelpro.measure.timing.budget import summarize
-from pytest_kernelpro.measure.timing.cpu import CpuLoad, summarize_cpu_pairs
+from pytest_kernelpro.measure.timing.cpu_load import CpuLoad
+from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 
 BIMODAL_ENV = "KP_TEST_BIMODAL"  # set: half the kernel's samples take 2.4x the others
 ANCHOR = "cpu anchor: fp32 matmul 128x128x128, on-CPU time (torch test, 1 thread(s))"

@@ -5,8 +5,10 @@ Split by job behind one small interface, `Timer.time(fn, budget) -> TimingResult
 - `budget.py`: the budget, the result, the adaptive rounds and their stop rule (the median's
   95% bootstrap CI within the target, the budget spent, or `max_samples`), the `Timer`
   protocol;
-- `cpu.py`: the CPU timer (`time.perf_counter`, the budget honoured within 20%, the cache
-  flush decision, the CPU's load over the sampling);
+- `cpu.py`: the CPU timer (`time.perf_counter`, the budget honoured within 20%), with
+  `cpu_cache.py` (the cache flush, the allocator), `on_cpu.py` (on-CPU time, the CPU
+  anchor's pairs, other threads between calls) and `cpu_load.py` (the machine's load, the
+  thread policy);
 - `cuda.py`: the CUDA timer (events around flushed calls in rounds behind a sleep pre-roll,
   NVML clocks and throttle reasons, CUDA graphs).
 
@@ -22,35 +24,20 @@ from collections.abc import Callable
 from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
-    CLOCK_ANCHOR_MODES,
-    CPU_FLUSH_MODES,
-    CPU_MIN_SAMPLE_S,
     CPU_MIN_SAMPLES_FLOOR,
-    CPU_WARMUP_SHARE,
-    DEFAULT_FLUSH_BYTES,
-    GRAPH_TARGET_S,
-    MAX_ROUND_S,
-    MAX_ROUND_SAMPLES,
-    PREROLL_CAP_S,
-    RoundLog,
     Timer,
     TimingBudget,
     TimingResult,
-    adaptive_rounds,
     flush_size,
-    kernel_failed,
     parse_device,
-    warmup_count,
 )
-from pytest_kernelpro.measure.timing.cpu import (
+from pytest_kernelpro.measure.timing.cpu import CpuTimer, time_cpu
+from pytest_kernelpro.measure.timing.cpu_cache import (
     CPU_FLUSH_LLC_CAP,
-    CpuTimer,
     cpu_cache_levels,
     cpu_flush_bytes,
     cpu_flush_decision,
-    cpu_model_name,
     last_level_cache_bytes,
-    time_cpu,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     KEPT_CHANGED,
@@ -58,7 +45,6 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     FreshInputs,
     kept_content,
     kept_content_changed,
-    verify_bindings,
 )
 
 
@@ -129,38 +115,20 @@ def time_kernel(
 
 __all__ = [
     "BUDGET_TOLERANCE",
-    "CLOCK_ANCHOR_MODES",
-    "CPU_FLUSH_MODES",
-    "CPU_MIN_SAMPLE_S",
+    "CPU_FLUSH_LLC_CAP",
     "CPU_MIN_SAMPLES_FLOOR",
-    "CPU_WARMUP_SHARE",
-    "DEFAULT_FLUSH_BYTES",
-    "GRAPH_TARGET_S",
-    "MAX_ROUND_S",
-    "MAX_ROUND_SAMPLES",
-    "PREROLL_CAP_S",
-    "CpuTimer",
     "DishonestTiming",
-    "FreshInputs",
-    "RoundLog",
-    "Timer",
     "TimingBudget",
     "TimingResult",
-    "adaptive_rounds",
-    "CPU_FLUSH_LLC_CAP",
     "cpu_cache_levels",
     "cpu_flush_bytes",
     "cpu_flush_decision",
-    "cpu_model_name",
     "flush_size",
-    "kernel_failed",
     "last_level_cache_bytes",
     "parse_device",
     "time_cpu",
     "time_kernel",
     "timer_for",
-    "verify_bindings",
-    "warmup_count",
 ]
 
 bound.keep_module(sys.modules[__name__])

@@ -196,6 +196,7 @@ def _time_cuda_on(
 
     if fresh is not None:
         fn = fresh.call
+        fresh.defer = True  # checked copies compared after each round (`drain`); sealed
     seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
     # streams="any": the kernel's work may still run on its own streams when it returns, so
     # its outputs are read after a device-wide synchronize (the default reads them on the
@@ -283,7 +284,6 @@ def _time_cuda_on(
     runs = 0  # calls of fn made before sampling (reported as warm-up runs)
     try:
         if fresh is not None:
-            fresh.defer = True  # checked copies compared after each round (`drain`)
             fresh.before()
         out = fn()
         observe(out, force=True)

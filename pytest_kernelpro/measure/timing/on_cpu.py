@@ -1,0 +1,294 @@
+"""On-CPU time: what a CPU sample charges the kernel, and what it does not.
+
+The CPU anchor: a fixed workload timed right after every CPU sample, on-CPU time for both.
+On a shared CPU a kernel's wall time is mostly other processes' time (waiting on the run
+queue), and the wall-clock median of the same code moves by tens of percent between two
+sessions when the load changes (bench/results/2026-12-02-cpu-gate-cpu.md). Two things fix
+that, the same way the GPU clock anchor cancels the power cap (`anchor.py`):
+
+1. **On-CPU time.** Each timed call is charged its wall time minus the time its thread
+   waited on the run queue while it ran (Linux's per-thread `schedstat`, read before and
+   after, outside the timed window), and never less than the thread's CPU time: a
+   preemption no longer counts as the kernel's time, while a kernel that sleeps, blocks
+   or waits on another thread is still charged for the wait (it is not runnable then).
+   Without `schedstat` (not Linux) the thread's CPU time is used.
+2. **The anchor.** After each sample, a fixed fp32 GEMM of `CPU_ANCHOR_N`^3 on seeded data
+   runs twice, each call timed the same way, and the faster of the two is the pair's anchor
+   (the first call also brings its data back to the cache after the kernel's; one call that
+   a neighbour disturbed is not the machine's speed). What still slows the kernel on a
+   shared machine, the other vCPU's use of the shared cache and memory, the host's own
+   scheduling (steal), the clock, slows the anchor next to it too, so the gate compares the
+   per-pair kernel / anchor ratios
+   (`gate/verdict_basis.py`) and reads the anchor's own change and scatter as the measure of
+   how far the machine moved.
+
+The kernel's reported samples stay its wall times (what a user waits for); the pairs go to
+`TimingResult.anchor` with the same keys as the GPU's (`name`, `ratios`, `anchor_median_s`),
+so a baseline keeps them the same way. A pair costs the anchor's two calls and six
+`schedstat` reads (together well under a millisecond on the project's VM).
+
+Between the timed calls (the refill of the inputs and the cache flush) nothing else of the
+process should use the CPU: `OtherThreads` counts the other threads' CPU time there, so a
+kernel whose thread computes the next output ahead, outside the timed window, is refused.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import statistics
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pytest_kernelpro.measure import bound
+
+CPU_ANCHOR_N = 128  # the anchor: fp32 (N x N) @ (N x N), ~4 MFLOP, about 0.1 ms on one core
+CPU_LAYOUT = "cpu-pairs"  # each sample followed by the anchor, both in on-CPU time
+_ANCHOR_SEED = 20261202
+_ANCHOR_BUFFERS: dict[int, tuple[Any, Any, Any]] = {}  # by thread count: (a, b, out)
+
+
+def cpu_anchor_name(torch: Any, threads: int | None) -> str:
+    """The anchor's identity: ratios are comparable only under the same one (another torch
+    build may pick another GEMM kernel; the thread count changes what it measures)."""
+    return (
+        f"cpu anchor: fp32 matmul {CPU_ANCHOR_N}x{CPU_ANCHOR_N}x{CPU_ANCHOR_N}, on-CPU time "
+        f"(torch {torch.__version__}, {threads or 1} thread(s))"
+    )
+
+
+def cpu_anchor_launch(torch: Any) -> Callable[[], object]:
+    """A zero-argument call of the anchor GEMM (buffers made once per process)."""
+    threads = int(torch.get_num_threads())
+    if threads not in _ANCHOR_BUFFERS:
+        gen = torch.Generator().manual_seed(_ANCHOR_SEED)
+        a, b = (torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen) for _ in range(2))
+        _ANCHOR_BUFFERS[threads] = (a, b, torch.empty_like(a))
+    a, b, out = _ANCHOR_BUFFERS[threads]
+    return functools.partial(torch.mm, a, b, out=out)  # C all the way: no Python frame
+
+
+class RunQueueClock:
+    """Time this thread spent waiting on the run queue (ns), from /proc schedstat.
+
+    `schedstat` holds "on-CPU ns, run-queue wait ns, timeslices" of one thread; the file is
+    opened once and re-read with `pread` (about 15 us a read on the project's VM). `raw` is
+    that read as one C call (the file's bytes), None when unavailable."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self.raw: Callable[[], bytes] | None = None
+        self.available = False  # whether the reads work (else on-CPU time is the thread's)
+        try:
+            tid = threading.get_native_id()
+            self._fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+            self.raw = functools.partial(bound.os_pread, self._fd, 128, 0)
+            self.wait_ns()
+            self.available = True
+        except (OSError, ValueError, IndexError, AttributeError):
+            self.close()
+
+    def wait_ns(self) -> int:
+        """Run-queue wait so far; 0 when unavailable (then on-CPU time is the thread's)."""
+        if self.raw is None:
+            return 0
+        return int(self.raw().split()[1])
+
+    def close(self) -> None:
+        self.raw = None
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+            self.available = False
+
+
+def on_cpu_seconds(wall_s: float, wait_ns: int, cpu_s: float, use_wait: bool) -> float:
+    """Wall time less the run-queue wait, never below the thread's CPU time (the wait is read
+    just outside the timed window, so it can include a little time the window did not)."""
+    if not use_wait:
+        return cpu_s
+    return max(wall_s - wait_ns * 1e-9, cpu_s, 1e-12)
+
+
+@dataclass
+class CpuPairs:
+    """Collects (kernel, anchor) pairs in on-CPU time while the sampling rounds run.
+
+    `measure(body)` times `body()` (the kernel's `calls` calls) and returns its wall time;
+    when `recording`, it also charges the on-CPU time and then times the anchor.
+    """
+
+    anchor: Callable[[], object]
+    name: str
+    clock: Callable[[], float] = bound.perf_counter
+    recording: bool = False
+    kernel_s: list[float] = field(default_factory=list)  # on-CPU, per call
+    kernel_wall_s: list[float] = field(default_factory=list)  # wall, per call
+    anchor_s: list[float] = field(default_factory=list)  # on-CPU, per anchor call
+    anchor_wall_s: list[float] = field(default_factory=list)
+    added_s: float = 0.0  # wall time the anchor and the reads added
+    rq: RunQueueClock = field(default_factory=RunQueueClock)
+
+    def measure(self, body: Callable[[], object], calls: int) -> tuple[float, object]:
+        """Time `body` (which makes `calls` calls of the kernel and returns the last output):
+        (per-call wall seconds, the output). When recording, the anchor follows: two calls,
+        the faster one kept (the first brings its data back to the cache after the kernel's,
+        and a call disturbed by a neighbour is not the machine's speed). The three calls are
+        timed in one loop, the run-queue reads inline (this runs every sample)."""
+        clock = self.clock
+        if not self.recording:
+            t0 = clock()
+            out = body()
+            return (clock() - t0) / calls, out
+        raw, thread_time, use_wait = self.rq.raw, bound.thread_time, self.rq.available
+        timed: list[tuple[float, float]] = []
+        out: object = None
+        started = 0.0
+        for index, target in enumerate((body, self.anchor, self.anchor)):
+            if index == 1:
+                started = clock()  # the anchor's cost, kept apart from the kernel's
+            w0 = 0 if raw is None else int(raw().split()[1])
+            c0 = thread_time()
+            t0 = clock()
+            result = target()
+            t1 = clock()
+            c1 = thread_time()
+            w1 = 0 if raw is None else int(raw().split()[1])
+            wall = t1 - t0
+            timed.append((wall, on_cpu_seconds(wall, w1 - w0, c1 - c0, use_wait)))
+            if index == 0:
+                out = result
+        (wall, on_cpu), first, second = timed
+        a_wall, a_cpu = first if first[1] <= second[1] else second
+        self.added_s += clock() - started
+        self.kernel_s.append(on_cpu / calls)
+        self.kernel_wall_s.append(wall / calls)
+        self.anchor_s.append(a_cpu)
+        self.anchor_wall_s.append(a_wall)
+        return wall / calls, out
+
+    def ratios(self) -> list[float]:
+        return pair_ratios(self.kernel_s, self.anchor_s)
+
+    def summary(self) -> dict[str, Any]:
+        """The `TimingResult.anchor` dict (see `summarize_cpu_pairs`)."""
+        run_queue = self.rq.available
+        self.rq.close()
+        return summarize_cpu_pairs(
+            self.name,
+            self.kernel_s,
+            self.anchor_s,
+            kernel_wall_s=self.kernel_wall_s,
+            anchor_wall_s=self.anchor_wall_s,
+            run_queue=run_queue,
+            added_s=self.added_s,
+        )
+
+
+def pair_ratios(kernel_s: Sequence[float], anchor_s: Sequence[float]) -> list[float]:
+    """kernel / anchor per pair, pairs with a non-positive time left out."""
+    return [k / a for k, a in zip(kernel_s, anchor_s, strict=True) if k > 0 and a > 0]
+
+
+def summarize_cpu_pairs(
+    name: str,
+    kernel_s: Sequence[float],
+    anchor_s: Sequence[float],
+    *,
+    kernel_wall_s: Sequence[float] = (),
+    anchor_wall_s: Sequence[float] = (),
+    run_queue: bool = True,
+    added_s: float = 0.0,
+) -> dict[str, Any]:
+    """The pairs as `TimingResult.anchor` keeps them: the GPU anchor's keys (name, ratios,
+    anchor_median_s, kernel_median_s) plus the on-CPU kernel times and the share of the
+    kernel's wall time that was run-queue wait (how much of it other processes took)."""
+    kept = [(k, a) for k, a in zip(kernel_s, anchor_s, strict=True) if k > 0 and a > 0]
+    ratios = [k / a for k, a in kept]
+    anchors = [a for _, a in kept]
+    walls = [w for w in kernel_wall_s if w > 0]
+    waited = None
+    if walls and len(walls) == len(kernel_s):
+        total = sum(walls)
+        waited = max(0.0, 1.0 - sum(kernel_s) / total) if total > 0 else None
+    return {
+        "name": name,
+        "layout": CPU_LAYOUT,
+        "time": "on-CPU (wall less run-queue wait)" if run_queue else "thread CPU time",
+        "pairs": len(kept),
+        "anchor_s": anchors,
+        "kernel_s": [k for k, _ in kept],
+        "ratios": ratios,
+        "ratio_median": statistics.median(ratios) if ratios else None,
+        "kernel_median_s": statistics.median([k for k, _ in kept]) if kept else None,
+        "anchor_median_s": statistics.median(anchors) if anchors else None,
+        "anchor_wall_median_s": statistics.median(anchor_wall_s) if anchor_wall_s else None,
+        "run_queue_share": waited,
+        "added_s": added_s,
+    }
+
+
+def cpu_pairs(budget: Any, clock: Callable[[], float] = bound.perf_counter) -> CpuPairs | None:
+    """The pairs collector of a CPU timing when `budget.clock_anchor` is "on" (the plugin's
+    default), else None; the anchor's first call (its lazy initialisation) happens here."""
+    if getattr(budget, "clock_anchor", "off") != "on":
+        return None
+    import torch
+
+    launch = cpu_anchor_launch(torch)
+    launch()
+    return CpuPairs(
+        anchor=launch, name=cpu_anchor_name(torch, int(torch.get_num_threads())), clock=clock
+    )
+
+
+# A kernel's thread could wait for the refill and compute the next output while the cache is
+# flushed, outside the timed window. With one torch thread (the default policy) nothing else
+# of this process should run then: CPU time of other threads there beyond this share of the
+# kernel's own time (and `OTHER_THREADS_MIN_S`) refuses the timing.
+OTHER_THREADS_SHARE = 0.5
+OTHER_THREADS_MIN_S = 1e-3
+
+
+@dataclass
+class OtherThreads:
+    """CPU time of this process's other threads between timed calls (refill and flush)."""
+
+    other_s: float = 0.0
+    gap_s: float = 0.0
+    kernel_s: float = 0.0
+    _start: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def start(self) -> None:
+        self._start = (bound.process_time(), bound.thread_time(), bound.perf_counter())
+
+    def stop(self) -> None:
+        process0, thread0, wall0 = self._start
+        mine = bound.thread_time() - thread0
+        self.other_s += max(0.0, bound.process_time() - process0 - mine)
+        self.gap_s += bound.perf_counter() - wall0
+
+    def failure(self, threads: int | None) -> str | None:
+        if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
+            return None
+        if self.other_s <= max(OTHER_THREADS_MIN_S, OTHER_THREADS_SHARE * self.kernel_s):
+            return None
+        return (
+            f"other threads of the process used {self.other_s * 1e3:.1f} ms of CPU between "
+            f"the timed calls (while inputs were refilled and the cache flushed, "
+            f"{self.gap_s * 1e3:.1f} ms), against {self.kernel_s * 1e3:.1f} ms of timed calls: "
+            "work done on another thread outside the timed window (a thread that computes "
+            "the next output ahead) is not the kernel's time. Do the work inside the call"
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {"other_threads_between_calls_s": round(self.other_s, 6)}
+
+
+bound.keep_module(sys.modules[__name__])
