@@ -181,7 +181,7 @@ class KernelproConfig:
     sources: dict[str, str]  # setting name -> where its value came from
     cpu_flush: str = "auto"
     clock_anchor: str = "on"  # GPU: "on" pairs a capped kernel's samples with the clock anchor
-    cpu_threads: int = 0  # 0: auto (measure.timing.cpu.policy_threads)
+    cpu_threads: int = 0  # 0: auto (measure.timing.cpu_load.policy_threads)
     cpu_cross_device: str = "info"
     sort: str = "status"
     history_dir: Path | None = None

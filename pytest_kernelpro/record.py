@@ -135,7 +135,7 @@ class TimingPart(Part, frozen=True, kw_only=True):
     rounds: int | None = None
     budget: dict[str, Any] | None = None
     threads: int | None = None
-    cpu_load: dict[str, Any] | None = None  # measure.timing.cpu.CpuLoad, as JSON
+    cpu_load: dict[str, Any] | None = None  # measure.timing.cpu_load.CpuLoad, as JSON
     flush_reason: str | None = None
     budget_note: str | None = None
     anchor: dict[str, Any] | None = None  # measure.timing.anchor.summarize_pairs()

@@ -124,7 +124,7 @@ class BaselineEntry:
     autotune: list[dict[str, Any]] | None = None
     library: dict[str, Any] | None = None
     environment: dict[str, str] | None = None
-    # A CPU timing's pairs with the CPU anchor (measure/timing/cpu.py,
+    # A CPU timing's pairs with the CPU anchor (measure/timing/on_cpu.py,
     # gate/verdict_basis.py): the kernel's and the anchor's on-CPU times, and why the machine
     # counted as busy.
     cpu_kernel_s: list[float] | None = None

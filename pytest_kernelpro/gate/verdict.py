@@ -41,7 +41,7 @@ tolerance; `verdict_basis.py` holds those rules. Another CPU is information ("in
 with the change), never a failure, unless `cross_cpu="gate"`.
 
 An oversubscribed CPU timing (other processes held the cores its threads needed, see
-`measure/timing/cpu.py`) that would regress is "suspect": its slowdown is not the kernel's.
+`measure/timing/cpu_load.py`) that would regress is "suspect": its slowdown is not the kernel's.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def _samples(record: KernelRecord) -> list[float]:
 
 
 def oversubscribed_reason(record: KernelRecord) -> str | None:
-    """The reasons a CPU timing was oversubscribed (measure/timing/cpu.py), or None."""
+    """The reasons a CPU timing was oversubscribed (measure/timing/cpu_load.py), or None."""
     load = (record.timing.cpu_load if record.timing else None) or {}
     if not load.get("oversubscribed"):
         return None

@@ -46,7 +46,7 @@ capped) the rule without the anchor holds and the basis says why
 (bench/results/2026-12-01-gate-accuracy-h200.md).
 
 **The CPU anchor.** Every CPU sample is followed by a fixed GEMM, both charged in on-CPU time
-(`measure/timing/cpu.py`). The compared change is the one nearer to zero of `time_change`
+(`measure/timing/on_cpu.py`). The compared change is the one nearer to zero of `time_change`
 (the kernel's on-CPU median, now / baseline - 1) and `anchored_change` ((1 + time_change) /
 (1 + anchor_move) - 1, where `anchor_move` is the anchor's own speed from the fastest quarter
 of its calls): a slowdown must show both in the kernel's own on-CPU time and relative to the
