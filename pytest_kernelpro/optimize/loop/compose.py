@@ -110,7 +110,7 @@ def run_search(
     if device == "cpu":
         # The gate's CPU timing: its thread policy (one thread unless the user set more) and
         # its cache-flush mode, in the search, the re-measurement and the confirmation alike.
-        from pytest_kernelpro.measure.timing.cpu import policy_threads
+        from pytest_kernelpro.measure.timing.cpu_load import policy_threads
 
         cpu_threads = policy_threads(settings.cpu_threads)
         timing["cpu_flush"] = settings.cpu_flush
