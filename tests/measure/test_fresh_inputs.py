@@ -254,18 +254,56 @@ def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
         while time.thread_time() < end:
             pass
 
-    quiet, loud = OtherThreads(kernel_s=0.001), OtherThreads(kernel_s=0.001)
-    quiet.start()
-    time.sleep(0.01)
-    quiet.stop()
+    def quiet_gap() -> OtherThreads:
+        gap = OtherThreads(kernel_s=0.001)
+        gap.start()
+        time.sleep(0.01)
+        gap.stop()
+        return gap
+
+    # A thread another test of this process left running may use a window; not all five.
+    quiet = next((g for g in (quiet_gap() for _ in range(5)) if g.failure(1) is None), None)
+    loud = OtherThreads(kernel_s=0.001)
     loud.start()
     worker = threading.Thread(target=busy, args=(0.02,))
     worker.start()
     worker.join()
     loud.stop()
-    assert quiet.failure(1) is None
+    assert quiet is not None
     assert "other threads of the process used" in (loud.failure(1) or "")
     assert loud.failure(2) is None  # torch's own workers may run then
+
+
+def test_the_timers_own_clock_reads_are_not_another_threads_time_and_warm_up_is_not_gated() -> None:
+    """A microsecond kernel gets thousands of samples: the reads of the process and thread
+    clocks around each gap must not charge this thread's own time between them to "other
+    threads" (it summed to milliseconds and refused honest kernels), and the warm-up's gaps
+    are not gated (`reset` at the sampling rounds)."""
+    import threading
+    import time
+
+    from pytest_kernelpro.measure.timing.on_cpu import OtherThreads
+
+    gaps = OtherThreads(kernel_s=1e-6)
+    for _ in range(20000):
+        gaps.start()
+        gaps.stop()
+    assert gaps.other_s < 1e-3, gaps.other_s
+
+    def busy(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    warm_up = OtherThreads(kernel_s=0.001)
+    warm_up.start()
+    spinner = threading.Thread(target=busy, args=(0.02,))
+    spinner.start()
+    spinner.join()
+    warm_up.stop()
+    assert warm_up.failure(1) is not None
+    warm_up.reset()
+    assert warm_up.failure(1) is None
 
 
 def _mul_sum(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

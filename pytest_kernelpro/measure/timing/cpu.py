@@ -335,6 +335,7 @@ def time_cpu(
     try:
         _first_call_and_warm_up(sampler, budget, spent)
         monitor = CpuLoadMonitor(threads or 1)
+        sampler.between.reset()
         log = _sampling_rounds(sampler, budget, spent)
         load = monitor.stop()
         if fresh is not None:
