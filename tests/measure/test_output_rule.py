@@ -465,7 +465,7 @@ def test_normwise_bound_fails_an_error_every_element_allows() -> None:
 @pytest.fixture
 def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32 (as in
-    tests/search/test_gate_sandbox_agreement.py)."""
+    tests/optimize/search/test_gate_sandbox_agreement.py)."""
     monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
         correctness_check,

@@ -1,5 +1,5 @@
 """A worker's claimed timing phase against its parent's clock and the CPU time it saw
-(measure/outside_view.py); the sandbox end to end is in tests/search/test_sandbox_honest_timing.py."""
+(measure/outside_view.py); the sandbox end to end is in tests/optimize/search/test_sandbox_honest_timing.py."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import records_by_name
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agents"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "optimize" / "agents"))
 from fake_messages_api import Reply, running_fake_api  # noqa: E402
 from fake_openai_api import ChatReply, running_fake_chat_api  # noqa: E402
 
@@ -66,7 +66,7 @@ def test_optimize_writes_trajectory_patch_and_section(
         )
     result.assert_outcomes(passed=1)
     # Re-measured against the current kernel; whether it wins is the CPU's timing, not
-    # asserted here (tests/search/test_ranking.py covers the rule).
+    # asserted here (tests/optimize/search/test_ranking.py covers the rule).
     result.stdout.fnmatch_lines(
         [
             "*optimize: *",

@@ -443,7 +443,7 @@ def test_module_class_kernel_is_rewired_end_to_end(pytester: pytest.Pytester) ->
     best = summary["candidates"][0]
     # Measured, not ordered: which of two microsecond kernels reads faster behind a cache
     # flush of the whole LLC is the load's to decide (0.85x beside a busy loop once); the
-    # ranking's verdicts are tested on kernels built for it (tests/search/test_ranking.py).
+    # ranking's verdicts are tested on kernels built for it (tests/optimize/search/test_ranking.py).
     assert math.isfinite(best["speedup_vs_current"])
     assert best["speedup_vs_current"] > 0
     assert best["speedup_vs_reference"] is not None

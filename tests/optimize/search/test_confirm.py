@@ -19,7 +19,7 @@ from pytest_kernelpro.optimize.sandbox.confirm import (
 )
 
 RECORDS = (
-    Path(__file__).parents[1] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
+    Path(__file__).parents[2] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
 )
 
 

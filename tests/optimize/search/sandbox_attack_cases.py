@@ -22,7 +22,7 @@ import pytest
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search"
+DATA = Path(__file__).resolve().parents[2] / "data" / "search"
 REPO_FILES = {"kernels.py": "ORIGINAL\n", "kernelpro-baseline.yaml": "kernels: {}\n"}
 
 

@@ -22,7 +22,7 @@ from pytest_kernelpro.optimize.search.mcts import MCTS
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
+DATA = Path(__file__).resolve().parents[2] / "data" / "search" / "cpu"
 SECRET = "sk-kernelpro-test-0123456789"
 FAST_TIMING = {
     "timing": {

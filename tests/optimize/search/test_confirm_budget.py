@@ -23,7 +23,7 @@ from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search"
+DATA = Path(__file__).resolve().parents[2] / "data" / "search"
 SLEEP_S = 0.01
 SLEEPY = (
     (DATA / "cpu" / "correct.py")

@@ -1,7 +1,7 @@
 """The search's winner must survive `SandboxEvaluator.confirm` (optimize_ranking.confirm_winner).
 
 The evaluator here is a stand-in that returns a fixed confirmation: what is tested is what
-the ranking does with it (`tests/search/test_sandbox_attacks.py` runs the real `confirm`).
+the ranking does with it (`tests/optimize/search/test_sandbox_attacks.py` runs the real `confirm`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from pytest_kernelpro.optimize.search.tree import SearchTree
 
 pytestmark = pytest.mark.slow
 
-REFERENCE = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu" / "reference.py"
+REFERENCE = Path(__file__).resolve().parents[2] / "data" / "search" / "cpu" / "reference.py"
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,10 @@ from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
 from pytest_kernelpro.optimize.search import Candidate, Evaluation
 from pytest_kernelpro.record import RooflinePart
 
-DATA = Path(__file__).parents[1] / "data" / "agents"
+DATA = Path(__file__).parents[2] / "data" / "agents"
 GOLDEN = DATA / "golden"
 RECORDS = (
-    Path(__file__).parents[1] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
+    Path(__file__).parents[2] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
 )
 ANALYSIS = json.dumps(
     {"bottleneck": "occupancy", "severity": "high", "summary": "32-thread blocks.",

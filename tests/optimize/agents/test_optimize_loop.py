@@ -19,9 +19,9 @@ from pytest_kernelpro.optimize.search import MCTS, Candidate, Evaluation, MCTSCo
 # Three records of the example repository's --kernelpro-profile run on an H200 (see the
 # folder's SOURCE.md): real ncu metrics, SASS, ptxas and kineto timeline.
 RECORDS = (
-    Path(__file__).parents[1] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
+    Path(__file__).parents[2] / "data" / "tools" / "h200-example-repo" / "profile_records.json"
 )
-REFERENCE = (Path(__file__).parents[1] / "data" / "agents" / "reference.py").read_text()
+REFERENCE = (Path(__file__).parents[2] / "data" / "agents" / "reference.py").read_text()
 ANALYSIS = json.dumps(
     {"bottleneck": "occupancy", "severity": "high", "summary": "Tiny blocks.",
      "recommendations": [{"priority": 1, "action": "use 256-thread blocks"}]}

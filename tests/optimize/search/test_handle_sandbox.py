@@ -26,7 +26,7 @@ from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 torch = pytest.importorskip("torch")
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
+DATA = Path(__file__).resolve().parents[2] / "data" / "search" / "cpu"
 REFERENCE = (DATA / "reference.py").read_text(encoding="utf-8")
 CORRECT = (DATA / "correct.py").read_text(encoding="utf-8")
 FAST = {

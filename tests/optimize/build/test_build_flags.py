@@ -187,7 +187,7 @@ def test_a_compile_built_ahead_cannot_read_outside_the_sandbox(
     secret = home / ".vault-token"
     secret.write_text("hvs_kp_compile_secret_4242 @@@\n")
     monkeypatch.setenv("HOME", str(home))
-    reference = (Path(__file__).resolve().parents[1] / "data/search/cpu/reference.py").read_text()
+    reference = (Path(__file__).resolve().parents[2] / "data/search/cpu/reference.py").read_text()
     evaluator = SandboxEvaluator(KernelBenchTask(reference, name="r", device="cpu"))
     assert evaluator.build_cache.confine is not None
     source = f'#include "{secret}"\n{ADD_SOURCE}'

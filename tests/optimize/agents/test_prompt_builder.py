@@ -17,7 +17,7 @@ from pytest_kernelpro.optimize.agents.prompts import (
 )
 from pytest_kernelpro.optimize.cutlass.locate import install_from_root
 
-REFERENCE = (Path(__file__).parents[1] / "data" / "agents" / "reference.py").read_text()
+REFERENCE = (Path(__file__).parents[2] / "data" / "agents" / "reference.py").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ def require_tool(name: str) -> str:
     return path
 
 
-# A fast-path candidate as the Programmer writes it (tests/build/test_prebuild.py).
+# A fast-path candidate as the Programmer writes it (tests/optimize/build/test_prebuild.py).
 CANDIDATE = '''
 import torch
 import torch.nn as nn

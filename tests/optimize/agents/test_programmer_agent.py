@@ -19,7 +19,7 @@ from pytest_kernelpro.optimize.search import (
     MCTSConfig,
 )
 
-DATA = Path(__file__).parents[1] / "data" / "agents"
+DATA = Path(__file__).parents[2] / "data" / "agents"
 REFERENCE = (DATA / "reference.py").read_text()
 REPLY = (DATA / "reply_two_candidates.md").read_text()
 GUIDANCE = (

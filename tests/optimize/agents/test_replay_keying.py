@@ -19,7 +19,7 @@ from pytest_kernelpro.optimize.agents.llm import (
 )
 from pytest_kernelpro.optimize.search import MCTS, Candidate, Evaluation, MCTSConfig
 
-REFERENCE = (Path(__file__).parents[1] / "data" / "agents" / "reference.py").read_text()
+REFERENCE = (Path(__file__).parents[2] / "data" / "agents" / "reference.py").read_text()
 ANALYSIS = json.dumps(
     {"bottleneck": "memory", "severity": "high", "summary": "DRAM bound.",
      "recommendations": [{"priority": 1, "action": "fuse the epilogue"}]}

@@ -50,7 +50,7 @@ print(json.dumps({
 
 
 def test_child_side_imports_measure_and_not_the_session() -> None:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),

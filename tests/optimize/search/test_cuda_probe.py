@@ -300,7 +300,7 @@ def test_an_evaluation_whose_cuda_did_not_start_re_probes_and_runs_again(
     )
     from pytest_kernelpro.optimize.search.interfaces import Candidate
 
-    data = Path(__file__).resolve().parents[1] / "data" / "search" / "cpu"
+    data = Path(__file__).resolve().parents[2] / "data" / "search" / "cpu"
     task = KernelBenchTask(
         (data / "reference.py").read_text(encoding="utf-8"),
         name="softmax_linear",

@@ -11,7 +11,7 @@ from pytest_kernelpro.optimize.agents.prompts import (
     parse_multiple_completions,
 )
 
-REPLY = (Path(__file__).parents[1] / "data" / "agents" / "reply_two_candidates.md").read_text()
+REPLY = (Path(__file__).parents[2] / "data" / "agents" / "reply_two_candidates.md").read_text()
 MODULE = "import torch\n\n\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
 
 

@@ -100,7 +100,7 @@ print(json.dumps({
 
 
 def _fresh_child(task: dict[str, Any]) -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),

@@ -25,7 +25,7 @@ from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "search"
+DATA = Path(__file__).resolve().parents[2] / "data" / "search"
 CHEATS = DATA / "honest_timing"
 TIMING = {
     "timing": {"warmup_ms": 1.0, "max_time_s": 0.05, "min_samples": 20, "max_samples": 40},
