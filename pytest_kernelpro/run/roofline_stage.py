@@ -64,7 +64,8 @@ def roofline(
     # A kernel faster than the op-level peak allows is priced at the peak its rate implies
     # (measure/roofline.py); the roofline part keeps the op-level rule's numbers.
     efficiency, record.peak_used = record_pricing(record.roofline, median_s)
-    if could_be_impossible(record.peak_used, record.timing) and not ceilings.trusted:
+    device_type = ceilings.device_type
+    if could_be_impossible(record.peak_used, record.timing, device_type) and not ceilings.trusted:
         # Compulsory bytes beyond the bandwidth ceiling: before anything is blamed, re-probe
         # ceilings that load may have lowered (measure/ceilings.py), then price it again.
         ceilings = reprobe_ceilings(f"{run.name} exceeded them")
