@@ -862,8 +862,9 @@ def impossible_failure(
     margin = impossible_margin(device_type)
     return (
         f"impossible time: its median {median_s * 1e6:.3g} us is faster than physics allows "
-        f"(its compulsory bytes {peak_used.get('bandwidth_ratio', 0):.2f}x the bandwidth "
-        f"ceiling, beyond its {margin:.0%} margin on this device: "
+        f"(its compulsory bytes beyond the bandwidth ceiling, at "
+        f"{peak_used.get('bandwidth_ratio', 0):.2f}x it, by more than its {margin:.0%} margin "
+        "on this device: "
         f"{peak_used.get('note') or 'no detail'}; ceilings {trust}; inputs read from memory). "
         "This is not a result and is neither reported as improved nor saved in a baseline. "
         "Likely causes: device work outside the timed stream, a result cached between calls, "

@@ -233,10 +233,10 @@ def test_the_same_ratio_on_a_gpu_or_a_cached_result_on_the_cpu_is_impossible() -
     assert verdict("cpu (test, trusted)", 1.95) is None
     cached = verdict("cpu (test, trusted)", 2.5)
     assert cached is not None
-    assert "2.50x the bandwidth ceiling" in cached
+    assert "beyond the bandwidth ceiling, at 2.50x it" in cached
     gpu = verdict("NVIDIA H200 (test)", 1.5)
     assert gpu is not None
-    assert "beyond its 10% margin" in gpu
+    assert "by more than its 10% margin" in gpu
     # Untrusted ceilings never fail a time, whatever the ratio.
     untrusted = Ceilings.from_dict(
         {**TRUSTED_LOW_COMPUTE, "bandwidth_Bps": REWRITE_COMPULSORY_BYTES / 1e-3 / 10,
