@@ -10,22 +10,8 @@ On a CPU-only machine the CUDA ones are skipped (device="cuda").
 
 import time
 
-import pytest
 import torch
-
-N = 4096  # a 4096^3 fp32 GEMM: milliseconds of device work, far above any sync latency
-
-
-def gemm_inputs(device):
-    return (torch.randn(N, N, device=device), torch.randn(N, N, device=device))
-
-
-def ref(x, y):
-    return torch.tanh(x @ y)
-
-
-def kp(**kw):
-    return pytest.mark.kernelpro(reference=ref, inputs=gemm_inputs, device="cuda", **kw)
+from cheat_common import kp
 
 
 @kp()

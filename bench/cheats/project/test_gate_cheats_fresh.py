@@ -14,26 +14,14 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from cheat_common import N, kp
 
-N = 4096
 CALLS: dict[str, int] = {}
 
 
 def count(name: str) -> int:
     CALLS[name] = CALLS.get(name, 0) + 1
     return CALLS[name]
-
-
-def gemm_inputs(device):
-    return (torch.randn(N, N, device=device), torch.randn(N, N, device=device))
-
-
-def ref(x, y):
-    return torch.tanh(x @ y)
-
-
-def kp(**kw):
-    return pytest.mark.kernelpro(reference=ref, inputs=gemm_inputs, device="cuda", **kw)
 
 
 def _work(x, y):

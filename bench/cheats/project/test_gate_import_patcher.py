@@ -4,8 +4,8 @@ originals and pass (not blamed)."""
 
 import time
 
-import pytest
 import torch
+from cheat_common import kp
 
 import pytest_kernelpro.measure.bound as bound
 
@@ -19,14 +19,6 @@ def slow_clock():
 bound.perf_counter = slow_clock
 
 
-def gemm_inputs(device):
-    return (torch.randn(4096, 4096, device=device), torch.randn(4096, 4096, device=device))
-
-
-def ref(x, y):
-    return torch.tanh(x @ y)
-
-
-@pytest.mark.kernelpro(reference=ref, inputs=gemm_inputs, device="cuda")
+@kp()
 def cheat_import_patcher(x, y):
     return torch.tanh(x @ y)
