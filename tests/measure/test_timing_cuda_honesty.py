@@ -10,7 +10,6 @@ watch. The real GPU runs are bench/honest_measurement_h200.py.
 from __future__ import annotations
 
 import gc
-import sys
 import time
 import types
 import warnings

@@ -510,21 +510,26 @@ def _time_cuda_on(
         raise kernel_failed(device, phase, exc) from exc
     finally:
         run.body = fn  # drop the graph's replay: its private memory pool is freed
-    extra = {
+    return log, _side_facts(run, nbytes, pairs_summary)
+
+
+def _side_facts(run: _CudaRun, nbytes: int, pairs: dict[str, Any] | None) -> dict[str, Any]:
+    """What `time_cuda` reports beside the samples."""
+    fresh = run.fresh
+    return {
         "warmup_runs": run.runs,
         "readings": run.readings,
         "calls_per_sample": run.calls,
         "flush_bytes": nbytes,
-        "anchor": pairs_summary,
+        "anchor": pairs,
         "warmup_throttled": warmup_capped("on", run.warm_flags) if run.warm_flags else None,
         "honesty": {
             **(fresh.to_dict() if fresh is not None else {}),
             **run.probe.to_dict(),
-            "streams": budget.streams,
-            "stream_switches": list(watch.events),
+            "streams": run.budget.streams,
+            "stream_switches": list(run.watch.events),
         },
     }
-    return log, extra
 
 
 def _read_while_busy(torch: Any, monitor: Any) -> list[bool]:

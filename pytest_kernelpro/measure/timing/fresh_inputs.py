@@ -36,8 +36,11 @@ number of checks. A checked call's output is copied at once (a thread finishing 
 later is too late) and compared with the reference run on that call's exact content (rebuilt
 from A, B and U, or the maker's draw). On the CPU the comparison runs right after the call; on
 a GPU the copies are queued on the timed stream and compared after the round (`drain`): wall
-time either way, never inside a timed region. A kernel that skips its work on a fraction f of
-the calls survives n timed calls with probability ``(1 - CHECK_RATE * f) ** n``.
+time either way, never inside a timed region. The queue is an object a kernel can find through
+gc: `after` returns the key of each check it queues, the timer keeps the keys in its own frames,
+and `drain(queued)` refuses a queue that does not hold exactly those objects (`queue_tampering`).
+A kernel that skips its work on a fraction f of the calls survives n timed calls with
+probability ``(1 - CHECK_RATE * f) ** n``.
 
 Every output must also be exactly `torch.Tensor` with storage (`plain_output_problem`).
 
