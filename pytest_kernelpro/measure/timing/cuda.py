@@ -399,13 +399,7 @@ def _run_round(run: _CudaRun, seal: Seal | None, k: int) -> tuple[list[float], b
     pairs, marks, queued = _enqueue(run, seal, k, sleep, budget.sync_per_sample)
     last = (marks or pairs)[-1][1]
     if monitor is not None and not budget.sync_per_sample:
-        readings.append(monitor.read())  # the GPU is busy with the round now
-        next_read = bound.perf_counter() + CLOCK_READ_INTERVAL_S
-        while not last.query():
-            if bound.perf_counter() >= next_read:
-                readings.append(monitor.read())
-                next_read += CLOCK_READ_INTERVAL_S
-            time.sleep(0.0005)
+        _read_until(monitor, last, readings)  # the GPU is busy with the round now
     times = run.elapsed(pairs, marks)
     run.sampled.extend(times)
     run.drain(queued)  # the round's checked outputs, after its last event
@@ -532,6 +526,18 @@ def _side_facts(run: _CudaRun, nbytes: int, pairs: dict[str, Any] | None) -> dic
     }
 
 
+def _read_until(monitor: Any, done: Any, readings: list[Any]) -> None:
+    """NVML readings appended to `readings` now and every `CLOCK_READ_INTERVAL_S` until the
+    event `done` has completed."""
+    readings.append(monitor.read())
+    next_read = bound.perf_counter() + CLOCK_READ_INTERVAL_S
+    while not done.query():
+        if bound.perf_counter() >= next_read:
+            readings.append(monitor.read())
+            next_read += CLOCK_READ_INTERVAL_S
+        time.sleep(0.0005)
+
+
 def _read_while_busy(torch: Any, monitor: Any) -> list[bool]:
     """Throttle flags of NVML readings taken every `CLOCK_READ_INTERVAL_S` until the work
     enqueued so far is done (the warm-up): readings of a busy GPU only, unless none was."""
@@ -539,13 +545,8 @@ def _read_while_busy(torch: Any, monitor: Any) -> list[bool]:
         return []
     done = torch.cuda.Event()
     done.record()
-    seen = [monitor.read()]
-    next_read = time.perf_counter() + CLOCK_READ_INTERVAL_S
-    while not done.query():
-        if time.perf_counter() >= next_read:
-            seen.append(monitor.read())
-            next_read += CLOCK_READ_INTERVAL_S
-        time.sleep(0.0005)
+    seen: list[Any] = []
+    _read_until(monitor, done, seen)
     busy = [r for r in seen if "gpu_idle" not in r.reasons] or seen
     return [r.throttled for r in busy]
 
