@@ -101,7 +101,9 @@ def test_an_honest_kernel_is_timed_with_fresh_inputs_and_checked_calls() -> None
     assert log.samples
     honesty = extra["honesty"]
     assert honesty["mode"] == "mix"
-    assert honesty["checked_calls"] >= 2  # one after the warm-up, one per round
+    assert honesty["stream_checked_calls"] >= 2  # one after the warm-up, one per round
+    # The output checks: the first call's always, and 60% of the calls after it.
+    assert 1 <= honesty["checked_calls"] <= honesty["calls"]
     assert honesty["stream_switches"] == []
 
 

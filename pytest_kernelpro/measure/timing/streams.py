@@ -245,8 +245,10 @@ class EscapeProbe:
         return self.excess_s() > max(ESCAPE_MIN_S, ESCAPE_SHARE * median_s)
 
     def to_dict(self) -> dict[str, Any]:
+        # Not "checked_calls": the record's honesty holds the fresh inputs' count of output
+        # checks under that name, which this one used to overwrite on a GPU.
         return {
-            "checked_calls": len(self.gaps_s),
+            "stream_checked_calls": len(self.gaps_s),
             "checked_s": round(self.spent_s, 6),
             "confirmed_by_recheck": self.confirmed,
             "excess_s": self.excess_s(),
