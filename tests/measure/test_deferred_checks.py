@@ -201,3 +201,65 @@ def test_queue_tampering_accepts_only_the_same_objects_in_order() -> None:
     assert "edited" in (queue_tampering((a,), [tuple([1, 0, None])]) or "")  # equal, not it
     assert "emptied" in (queue_tampering((a, b), [a]) or "")
     assert "added" in (queue_tampering((a,), [a, b]) or "")
+
+
+def _rewrites_the_draw_in_place(found: dict[str, Any]) -> Any:
+    """A memo for the maker mode: from its 2nd call on, it copies its 1st call's inputs into
+    the timer's current draw (`_draw`, found on the object) and returns its 1st output, so
+    a check that reads the kept draw compares the memo with the reference on the memo's
+    inputs."""
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        state = found["state"]
+        if "memo" not in found:
+            found["memo"] = (x.clone(), _tanh2(x))
+            return found["memo"][1]
+        for leaf in state._draw:
+            leaf.copy_(found["memo"][0])
+        return found["memo"][1]
+
+    return kernel
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_a_maker_draw_rewritten_in_place_during_the_call_is_not_what_is_checked(
+    defer: bool,
+) -> None:
+    """The maker makes the same draw for the same seed (tried when the mode is chosen), so a
+    check makes its call's draw again from the seed (the token's first half): the values
+    the kernel wrote into the kept draw are not what the reference runs on."""
+    found: dict[str, Any] = {}
+    fresh = fresh_inputs(
+        torch, _rewrites_the_draw_in_place(found), list(_draw(1)), device="cpu",
+        make_draw=_draw, reference=_tanh2, check=_check, free_bytes=1,
+    )  # fmt: skip
+    assert fresh.mode == "maker"
+    assert fresh.maker_repeats
+    found["state"] = fresh
+    fresh.defer = defer
+    content = fresh.before()
+    first = fresh.after(fresh.call(), force=True, content=content)  # the memo's own: honest
+    content = fresh.before()
+    out = fresh.call()
+
+    def checked() -> None:
+        key = fresh.after(out, force=True, content=content)
+        fresh.drain((first, key) if defer else None)
+
+    with pytest.raises(DishonestTiming, match="timed call 2 returned a wrong output"):
+        checked()
+
+
+def test_a_maker_that_draws_differently_for_one_seed_keeps_its_draw_and_passes() -> None:
+    """A maker that ignores its seed cannot be asked for a call's draw again: the kept draw
+    is what the check reads (no false accusation; the in-place rewrite above is then not
+    seen, said in docs/honest-measurement.md)."""
+    fresh = fresh_inputs(
+        torch, _tanh2, [torch.randn(32, 32)], device="cpu",
+        make_draw=lambda seed: (torch.randn(32, 32),), reference=_tanh2, check=_check,
+        free_bytes=1,
+    )  # fmt: skip
+    assert fresh.mode == "maker"
+    assert not fresh.maker_repeats
+    fresh.defer = True
+    fresh.drain(_queue_calls(fresh, 6))

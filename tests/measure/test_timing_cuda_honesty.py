@@ -78,11 +78,17 @@ def ref(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x * 2.0)
 
 
-def _time(kernel: Any, budget: TimingBudget | None = None, mode: str = "mix") -> Any:
+def _seeded(seed: int) -> tuple[torch.Tensor]:
+    return (torch.randn(64, 64, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _time(
+    kernel: Any, budget: TimingBudget | None = None, mode: str = "mix", make_draw: Any = None
+) -> Any:
     inputs = (torch.randn(64, 64),)
     fresh = fresh_inputs(
         torch, kernel, inputs, device="cpu",
-        make_draw=lambda seed: (torch.randn(64, 64),), reference=ref, check=_check,
+        make_draw=make_draw or (lambda seed: (torch.randn(64, 64),)), reference=ref, check=_check,
         free_bytes=None if mode == "mix" else 1,  # no room for the mix: a draw per call
     )  # fmt: skip
     assert fresh.mode == mode
@@ -269,10 +275,32 @@ def test_a_memo_pointing_the_timers_object_at_its_content_is_refused(mode: str) 
         _time(kernel, mode=mode)
 
 
-def test_an_honest_kernel_on_a_draw_of_the_maker_per_call_passes() -> None:
-    log, extra = _time(ref, mode="maker")
+@pytest.mark.parametrize("make_draw", [None, _seeded], ids=["unseeded", "seeded"])
+def test_an_honest_kernel_on_a_draw_of_the_maker_per_call_passes(make_draw: Any) -> None:
+    log, extra = _time(ref, mode="maker", make_draw=make_draw)
     assert log.samples
     assert extra["honesty"]["mode"] == "maker"
+
+
+def test_a_maker_draw_rewritten_in_place_during_the_call_is_refused() -> None:
+    """A maker that makes the same draw for a seed: each check makes its call's draw again
+    from the seed, so the memo's inputs written into the kept draw are not what the reference
+    runs on (before, the check cloned the kept draw and every such memo passed)."""
+    state_memo: dict[str, Any] = {}
+
+    def memo_rewriting_the_draw(x: torch.Tensor) -> torch.Tensor:
+        if "state" not in state_memo:
+            state_memo["state"] = _found_through_gc(x)
+        state = state_memo["state"]
+        if "out" not in state_memo:
+            state_memo["in"], state_memo["out"] = x.clone(), torch.tanh(x * 2.0)
+            return state_memo["out"]
+        for leaf in state._draw:
+            leaf.copy_(state_memo["in"])
+        return state_memo["out"]
+
+    with pytest.raises(DishonestTiming, match="wrong output"):
+        _time(memo_rewriting_the_draw, mode="maker", make_draw=_seeded)
 
 
 def _confirming_run(kernel: Any) -> Any:

@@ -34,7 +34,8 @@ from `os.urandom` read at that moment (the function kept when the plugin loaded)
 is checked; no generator object exists, nothing is decided ahead, and there is no cap on the
 number of checks. A checked call's output is copied at once (a thread finishing the work
 later is too late) and compared with the reference run on that call's exact content (rebuilt
-from A, B and U, or the maker's draw). On the CPU the comparison runs right after the call; on
+from A, B and U, or the maker's draw, made again from its seed when the maker repeats a draw for
+a seed). On the CPU the comparison runs right after the call; on
 a GPU the copies are queued on the timed stream and compared after the round (`drain`): wall
 time either way, never inside a timed region. The queue is an object a kernel can find through
 gc: `after` returns the key of each check it queues, the timer keeps the keys in its own frames,
@@ -140,7 +141,7 @@ def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | N
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
 SEALED = tuple(
     "torch mode ends weights make_draw reference check kernel storage defer _pending _plan "
-    "_targets _flat _used".split()
+    "_targets _flat _used maker_repeats".split()
 )
 
 
@@ -364,6 +365,10 @@ class FreshInputs:
     _offset: int = 0
     _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
+    # maker: the same seed makes the same draw (tried once), so a check makes its call's draw
+    # again from the seed (`_offset` in this mode) instead of reading the kept one, whose
+    # values a kernel could rewrite in place during its call.
+    maker_repeats: bool = False
     reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
     defer: bool = False  # GPU: checked copies queued, compared by `drain`
@@ -441,7 +446,8 @@ class FreshInputs:
                     torch.where(u < 0.5, a, b, out=dst)
             return
         if self.mode == "maker" and self.make_draw is not None:
-            self._draw = self.make_draw(_urandom_seed())
+            self._offset = seed = _urandom_seed()  # the token's first half: the draw's seed
+            self._draw = self.make_draw(seed)
             for dst, src in zip(self._targets, _tensor_leaves(self.torch, self._draw), strict=True):
                 dst.copy_(src)
             return
@@ -571,7 +577,8 @@ class FreshInputs:
                 if held is None:  # the mix: rebuilt from the kept ends and pools
                     content = self.content(offset)
                 elif self.mode == "maker":
-                    content = self.content(draw=held)
+                    again = self.maker_repeats and self.make_draw is not None
+                    content = self.content(draw=self.make_draw(offset) if again else held)
                 else:
                     content = held
                 expected = self.reference(*content)
@@ -798,6 +805,8 @@ def fresh_inputs(
     if second is not None and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
+        seed = _urandom_seed()
+        fresh.maker_repeats = _same_contents(torch, make_draw(seed), make_draw(seed))
         fresh.note = (
             f"fresh inputs: a new draw of the input maker every call ({why_mix or room_note})"
         )
