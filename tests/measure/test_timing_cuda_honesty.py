@@ -348,3 +348,79 @@ def test_the_escape_recheck_carries_each_calls_token() -> None:
     run = _confirming_run(memo_in_the_recheck)
     with pytest.raises(DishonestTiming, match="which content the call was given"):
         run.probe.confirm(run.body, run.observe, None, before=run.refill)
+
+
+def _found_run() -> Any:
+    """The CUDA timer's shared state, as a kernel finds it through gc (by its type's name)."""
+    for o in gc.get_objects():
+        if type(o).__name__ == "_CudaRun":
+            return o
+    raise AssertionError("the timer's run was not found")
+
+
+def _rewrite_calls(run: Any) -> None:
+    run.calls = 1000  # every sample divided by 1000
+
+
+def _rewrite_body(run: Any) -> None:
+    run.body = lambda: None  # the timed call made a no-op (a replay returns None too)
+
+
+def _rewrite_fresh(run: Any) -> None:
+    run.fresh = None  # no fresh content, no checks
+
+
+def _rewrite_readings(run: Any) -> None:
+    run.readings = []  # the NVML readings of the clock-limit decision dropped
+
+
+def _delete_anchor(run: Any) -> None:
+    del run.anchor
+
+
+RUN_REWRITES = {
+    "calls": _rewrite_calls,
+    "body": _rewrite_body,
+    "fresh": _rewrite_fresh,
+    "readings": _rewrite_readings,
+    "anchor": _delete_anchor,
+}
+
+
+@pytest.mark.parametrize("field", sorted(RUN_REWRITES))
+def test_a_kernel_rewriting_the_cuda_runs_fields_through_gc_is_refused(field: str) -> None:
+    """From its 8th call on (the estimate and the warm-up are behind it) the kernel rewrites
+    one field of the timer's run; the fields are compared with the timer's own copy before and
+    after every sample and after every checked call."""
+    calls = {"n": 0}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 8:
+            RUN_REWRITES[field](_found_run())
+        return torch.tanh(x * 2.0)
+
+    budget = TimingBudget(warmup_ms=0, max_time_s=0.05, flush_l2=False)
+    with pytest.raises(DishonestTiming, match=f"the timer's own state \\({field} of its CUDA run"):
+        _time(kernel, budget)
+    assert calls["n"] >= 8
+
+
+def test_a_method_of_the_run_cannot_be_shadowed_on_the_object() -> None:
+    """The run has no instance dict: a kernel that sets `drain` (or `observe`) on it to drop
+    every check fails in its own call instead (and the class's methods are kept bindings)."""
+    seen: dict[str, Any] = {}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        seen["calls"] = seen.get("calls", 0) + 1
+        if seen["calls"] == 2:  # the 1st is the mix's validity trial: no timer yet
+            run = _found_run()
+            try:
+                run.drain = lambda queued: None
+            except AttributeError as exc:
+                seen["refused"] = str(exc)
+        return torch.tanh(x * 2.0)
+
+    log, _extra = _time(kernel)
+    assert log.samples
+    assert "drain" in seen["refused"]

@@ -23,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from operator import attrgetter, is_not
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
@@ -171,12 +172,13 @@ def time_cuda(
     )
 
 
-@dataclass
+@dataclass(slots=True)  # no instance dict: a method cannot be shadowed on the object
 class _CudaRun:
     """What the phases of one CUDA timing share: the timed stream's events, the flush, the
-    call timed (`body`, `calls` calls per sample) and what the rounds collect. The fresh
-    inputs' seal and the keys of queued checks are not here: the phases hold them in their
-    own frames (arguments and locals), not in an object a kernel could find and rewrite."""
+    call timed (`body`, `calls` calls per sample) and what the rounds collect. A kernel can
+    find this object through gc: its fields are compared with the timer's own copy before
+    and after every sample (`_verify`), and the fresh inputs' seal, that copy and the keys of
+    queued checks are not here but in the phases' frames (arguments and locals)."""
 
     torch: Any
     idx: int
@@ -245,6 +247,47 @@ class _CudaRun:
         return lambda: torch.cuda._sleep(cycles)
 
 
+# The fields of a `_CudaRun` that decide what is timed, how a sample is divided and which
+# checks run; a `Guard` holds their values (and the fresh inputs' seal) as the timer set them.
+RUN_FIELDS = tuple(
+    "torch idx budget monitor fresh watch events probe buf own_streams body calls anchor "
+    "readings anchor_s sampled flush_s host_s per_call warm_flags".split()
+)
+_run_state = attrgetter(*RUN_FIELDS)  # the fields' values in one tuple, read in C
+Guard = tuple[Seal | None, tuple[Any, ...]]
+
+
+def _guard(run: _CudaRun, seal: Seal | None, **values: Any) -> Guard:
+    """`values` set on the run by the timer (no kernel call in between), and the new guard."""
+    for name, value in values.items():
+        setattr(run, name, value)
+    return seal, _run_state(run)
+
+
+def _verify(run: _CudaRun, guard: Guard) -> None:
+    """The kept bindings and the fresh inputs' seal (`verify_bindings`), and every field of
+    the run as the timer set it (identity, compared in C): raises `DishonestTiming` naming
+    what a kernel rewrote."""
+    seal, state = guard
+    try:
+        intact = not any(map(is_not, _run_state(run), state))
+    except AttributeError:  # a field deleted
+        intact = False
+    if not intact:
+        missing = object()  # a deleted field is changed, whatever it held
+        changed = [
+            name
+            for name, value in zip(RUN_FIELDS, state, strict=True)
+            if getattr(run, name, missing) is not value
+        ]
+        raise DishonestTiming(
+            f"the timer's own state ({', '.join(changed)} of its CUDA run) was changed while "
+            "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
+            "call stack or through gc) cannot be timed"
+        )
+    verify_bindings(run.fresh, seal)
+
+
 def _queued(
     queued: tuple[CheckKey, ...], key: CheckKey | None, run: _CudaRun
 ) -> tuple[CheckKey, ...]:
@@ -259,12 +302,12 @@ def _queued(
 
 
 def _enqueue(
-    run: _CudaRun, seal: Seal | None, k: int, sleep_cycles: int = 0, sync_each: bool = False
+    run: _CudaRun, guard: Guard, k: int, sleep_cycles: int = 0, sync_each: bool = False
 ) -> tuple[list[Any], list[Any], tuple[CheckKey, ...]]:
     """Enqueue k samples (new content, flush, event, body, event), each followed by the
     anchor's own flush and bracketed anchor call when anchored; returns both lists of event
     pairs and the keys of the checks queued (for the caller's `drain`)."""
-    torch, events, fresh, anchor = run.torch, run.events, run.fresh, run.anchor
+    torch, events, anchor = run.torch, run.events, run.anchor
     pairs = [(events.event(), events.event()) for _ in range(k)]
     marks = [] if anchor is None else [(events.event(), events.event()) for _ in range(k)]
     queued: tuple[CheckKey, ...] = ()
@@ -273,14 +316,14 @@ def _enqueue(
     for i, (start, end) in enumerate(pairs):
         if sleep_cycles and sync_each:
             torch.cuda._sleep(sleep_cycles)
-        verify_bindings(fresh, seal)  # the kept bindings before and after every sample
+        _verify(run, guard)  # before and after every sample
         content = run.refill()  # enqueued ahead of the start event: not timed
         events.record(start)
         out = run.body()
         events.record(end)
         queued = _queued(queued, run.observe(out, content), run)
         out = None
-        verify_bindings(fresh, seal)
+        _verify(run, guard)
         if anchor is not None:
             run.flush()
             events.record(marks[i][0])
@@ -293,7 +336,7 @@ def _enqueue(
     return pairs, marks, queued
 
 
-def _checked(run: _CudaRun, k: int) -> list[float]:
+def _checked(run: _CudaRun, guard: Guard, k: int) -> list[float]:
     """k checked calls (streams.EscapeProbe): per-call device-wide times; their outputs'
     checks compared before returning."""
     times = []
@@ -303,25 +346,27 @@ def _checked(run: _CudaRun, k: int) -> list[float]:
         wide, key = run.probe.checked_call(
             run.body, run.observe, own_streams=run.own_streams, content=content
         )
+        _verify(run, guard)
         times.append(wide / run.calls)
         queued = _queued(queued, key, run)
     run.drain(queued)
     return times
 
 
-def _first_call(run: _CudaRun, fn: Callable[[], object]) -> None:
+def _first_call(run: _CudaRun, guard: Guard, fn: Callable[[], object]) -> None:
     """The first call (load, lazy init), on new content, always checked."""
     content = run.fresh.before() if run.fresh is not None else None
     out = fn()
+    _verify(run, guard)
     first = run.observe(out, content, force=True)
     out = None
     run.events.synchronize_device()
     run.drain(() if first is None else (first,))
 
 
-def _estimate(run: _CudaRun, seal: Seal | None) -> None:
+def _estimate(run: _CudaRun, guard: Guard) -> Guard:
     """The flush's time and the estimate of a call from 5 flushed samples (`per_call`,
-    `host_s`: the CPU time to enqueue one)."""
+    `host_s`: the CPU time to enqueue one); the guard of the run with them."""
     events = run.events
     flush_pairs = []
     for _ in range(3):
@@ -330,29 +375,32 @@ def _estimate(run: _CudaRun, seal: Seal | None) -> None:
         run.flush()
         events.record(end)
         flush_pairs.append((start, end))
-    run.flush_s = sorted(run.elapsed(flush_pairs, []))[1] if run.buf is not None else 0.0
+    flush_s = sorted(run.elapsed(flush_pairs, []))[1] if run.buf is not None else 0.0
     t0 = bound.perf_counter()
-    pairs, marks, queued = _enqueue(run, seal, 5)
-    run.host_s = (bound.perf_counter() - t0) / 5
-    run.per_call = sorted(run.elapsed(pairs, marks))[2]
+    pairs, marks, queued = _enqueue(run, guard, 5)
+    host_s = (bound.perf_counter() - t0) / 5
+    per_call = sorted(run.elapsed(pairs, marks))[2]
     run.drain(queued)
     run.runs = 6
+    return _guard(run, guard[0], flush_s=flush_s, host_s=host_s, per_call=per_call)
 
 
-def _graph_body(run: _CudaRun, seal: Seal | None, fn: Callable[[], object]) -> None:
+def _graph_body(run: _CudaRun, guard: Guard, fn: Callable[[], object]) -> Guard:
     """CUDA-graph mode: the graph of `calls` calls replayed as the body (the graph lives as
-    long as `body` holds its replay)."""
-    run.calls = max(1, min(1000, math.ceil(GRAPH_TARGET_S / max(run.per_call, 1e-7))))
+    long as `body` holds its replay); the guard of the run with them."""
+    calls = max(1, min(1000, math.ceil(GRAPH_TARGET_S / max(run.per_call, 1e-7))))
     run.watch.active = False  # the capture's own side stream is ours
-    graph = _capture(run.torch, fn, run.calls)
+    graph = _capture(run.torch, fn, calls)
     run.watch.active = True
-    run.body = graph.replay
-    pairs, marks, _ = _enqueue(run, seal, 3)  # a replay returns None: nothing checked
-    run.per_call = sorted(run.elapsed(pairs, marks))[1]  # one replay, divided by calls
-    run.runs += 3 + 3 * run.calls  # side-stream warm-up + the replays just timed
+    _verify(run, guard)
+    guard = _guard(run, guard[0], calls=calls, body=graph.replay)
+    pairs, marks, _ = _enqueue(run, guard, 3)  # a replay returns None: nothing checked
+    per_call = sorted(run.elapsed(pairs, marks))[1]  # one replay, divided by calls
+    run.runs += 3 + 3 * calls  # side-stream warm-up + the replays just timed
+    return _guard(run, guard[0], per_call=per_call)
 
 
-def _warm_up(run: _CudaRun) -> None:
+def _warm_up(run: _CudaRun, guard: Guard) -> Guard:
     """Flushed calls for `warmup_ms`, NVML read while they run (`warm_flags`). Fresh inputs
     before every call, as for every other call (and the CPU timer's warm-up): on unchanged
     inputs a memo by `_version` hits, and the warm-up (and its clock readings) would see no
@@ -361,29 +409,35 @@ def _warm_up(run: _CudaRun) -> None:
     for _ in range(n_warm):
         run.refill()
         run.body()
-    run.warm_flags = _read_while_busy(run.torch, run.monitor)
+    warm_flags = _read_while_busy(run.torch, run.monitor)
     run.events.synchronize_device()
+    _verify(run, guard)
     run.runs += n_warm * run.calls
+    return _guard(run, guard[0], warm_flags=warm_flags)
 
 
-def _start_anchor(run: _CudaRun) -> TimingBudget:
-    """The clock anchor loaded for paired rounds; the budget those rounds sample on."""
-    run.anchor = anchor_launch(run.torch, run.idx)
+def _start_anchor(run: _CudaRun, guard: Guard) -> tuple[TimingBudget, Guard]:
+    """The clock anchor loaded for paired rounds; the budget those rounds sample on and the
+    guard of the run with the anchor."""
+    anchor = anchor_launch(run.torch, run.idx)
     for _ in range(2):  # load its module (and cuBLAS's choice for it) before sampling
-        run.anchor()
+        anchor()
     run.events.synchronize_device()
-    run.host_s *= 2  # a pair enqueues a second flush and the anchor
     budget = run.budget
-    return replace(budget, min_samples=anchored_min_samples(budget.min_samples, budget.max_samples))
+    sampling = replace(
+        budget, min_samples=anchored_min_samples(budget.min_samples, budget.max_samples)
+    )
+    # A pair enqueues a second flush and the anchor: twice the host time per sample.
+    return sampling, _guard(run, guard[0], anchor=anchor, host_s=run.host_s * 2)
 
 
-def _run_round(run: _CudaRun, seal: Seal | None, k: int) -> tuple[list[float], bool]:
+def _run_round(run: _CudaRun, guard: Guard, k: int) -> tuple[list[float], bool]:
     """One round of k samples (`adaptive_rounds`), its checks compared after its last event;
     the samples and whether an NVML reading of the round saw a throttle reason."""
     budget, monitor, readings = run.budget, run.monitor, run.readings
     seen_before = len(readings)
     if budget.streams == "any":  # every sample a checked call: its real cost
-        times = _checked(run, k)
+        times = _checked(run, guard, k)
         run.sampled.extend(times)
         return times, False
     # Keep the GPU busy until the CPU has enqueued the round: one sample's enqueue
@@ -396,18 +450,18 @@ def _run_round(run: _CudaRun, seal: Seal | None, k: int) -> tuple[list[float], b
     ahead_s = host_s if budget.sync_per_sample else host_s + 1.5 * k * host_s
     cycles_per_s = _SLEEP_CYCLES_PER_S.get(run.idx) or 0.0
     sleep = int(min(PREROLL_CAP_S, ahead_s) * cycles_per_s)
-    pairs, marks, queued = _enqueue(run, seal, k, sleep, budget.sync_per_sample)
+    pairs, marks, queued = _enqueue(run, guard, k, sleep, budget.sync_per_sample)
     last = (marks or pairs)[-1][1]
     if monitor is not None and not budget.sync_per_sample:
         _read_until(monitor, last, readings)  # the GPU is busy with the round now
     times = run.elapsed(pairs, marks)
     run.sampled.extend(times)
     run.drain(queued)  # the round's checked outputs, after its last event
-    _checked(run, 1)  # one checked call per round, after it (not a sample)
+    _checked(run, guard, 1)  # one checked call per round, after it (not a sample)
     return times, any(r.throttled for r in readings[seen_before:])
 
 
-def _refuse_escape(run: _CudaRun, log: RoundLog) -> None:
+def _refuse_escape(run: _CudaRun, guard: Guard, log: RoundLog) -> None:
     """Refuse a kernel whose checked calls saw device work outside the timed stream,
     measured again first beside calibrations as long as the calls."""
     median_s = sorted(log.samples)[len(log.samples) // 2] if log.samples else 0.0
@@ -416,6 +470,7 @@ def _refuse_escape(run: _CudaRun, log: RoundLog) -> None:
         return
     wide = sorted(probe.device_wide_s)[len(probe.device_wide_s) // 2]
     queued = probe.confirm(run.body, run.observe, run.gpu_wait(wide), before=run.refill)
+    _verify(run, guard)
     run.drain(queued)
     if probe.escaped(median_s * run.calls):
         raise DishonestTiming(escape_message(probe, median_s * run.calls, run.watch.events))
@@ -453,25 +508,26 @@ def _time_cuda_on(
         fresh.call if fresh is not None else fn,
     )  # fmt: skip
     fn = run.body
+    guard = _guard(run, seal)  # the run as the timer set it: a local, passed down
     phase = "the first call"
     pairs_summary = None
     try:
-        _first_call(run, fn)
+        _first_call(run, guard, fn)
         phase = "the estimate"
-        _estimate(run, seal)
+        guard = _estimate(run, guard)
         if budget.cuda_graph:
             phase = "CUDA-graph capture"
-            _graph_body(run, seal, fn)
+            guard = _graph_body(run, guard, fn)
         phase = "warm-up"
-        _warm_up(run)
+        guard = _warm_up(run, guard)
         phase = "the checked calls (device work outside the timed stream)"
         _sleep_cycles_per_s(torch, idx)  # calibrated once per device (`_SLEEP_CYCLES_PER_S`)
         run.probe.calibrate(run.gpu_wait(run.per_call * run.calls))
-        _checked(run, 1)  # and one after every round of samples
+        _checked(run, guard, 1)  # and one after every round of samples
         sampling = budget
         if warmup_capped(budget.clock_anchor, run.warm_flags):
             phase = "the clock anchor's first call"
-            sampling = _start_anchor(run)
+            sampling, guard = _start_anchor(run, guard)
         phase = "sampling"
 
         # An anchored timing stops on the CI of the ratios the gate compares: the kernel's own
@@ -482,7 +538,7 @@ def _time_cuda_on(
             return [k / a for k, a in pairs if k > 0 and a > 0]
 
         log = adaptive_rounds(
-            lambda k: _run_round(run, seal, k),
+            lambda k: _run_round(run, guard, k),
             sampling,
             converge_on=ratios if run.anchor is not None else None,
         )
@@ -496,7 +552,8 @@ def _time_cuda_on(
                 throttled=log.throttled, flush_s=run.flush_s,
             )  # fmt: skip
         phase = "checking the timed outputs"
-        _refuse_escape(run, log)
+        _refuse_escape(run, guard, log)
+        _verify(run, guard)
         run.drain(())  # every queued check was compared: nothing may be left
     except KernelproError:
         raise
