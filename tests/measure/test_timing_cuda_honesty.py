@@ -9,8 +9,10 @@ watch. The real GPU runs are bench/honest_measurement_h200.py.
 
 from __future__ import annotations
 
+import gc
 import time
 import types
+import warnings
 from typing import Any
 
 import pytest
@@ -76,12 +78,20 @@ def ref(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x * 2.0)
 
 
-def _time(kernel: Any, budget: TimingBudget | None = None) -> Any:
+def _seeded(seed: int) -> tuple[torch.Tensor]:
+    return (torch.randn(64, 64, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _time(
+    kernel: Any, budget: TimingBudget | None = None, mode: str = "mix", make_draw: Any = None
+) -> Any:
     inputs = (torch.randn(64, 64),)
     fresh = fresh_inputs(
         torch, kernel, inputs, device="cpu",
-        make_draw=lambda seed: (torch.randn(64, 64),), reference=ref, check=_check,
+        make_draw=make_draw or (lambda seed: (torch.randn(64, 64),)), reference=ref, check=_check,
+        free_bytes=None if mode == "mix" else 1,  # no room for the mix: a draw per call
     )  # fmt: skip
+    assert fresh.mode == mode
     fake = fake_torch()
     watch = StreamWatch().install(fake, force=True)
     props = types.SimpleNamespace(name="stand-in GPU", L2_cache_size=0)
@@ -97,7 +107,9 @@ def test_an_honest_kernel_is_timed_with_fresh_inputs_and_checked_calls() -> None
     assert log.samples
     honesty = extra["honesty"]
     assert honesty["mode"] == "mix"
-    assert honesty["checked_calls"] >= 2  # one after the warm-up, one per round
+    assert honesty["stream_checked_calls"] >= 2  # one after the warm-up, one per round
+    # The output checks: the first call's always, and 60% of the calls after it.
+    assert 1 <= honesty["checked_calls"] <= honesty["calls"]
     assert honesty["stream_switches"] == []
 
 
@@ -155,3 +167,260 @@ def test_a_memo_by_version_never_hits_in_any_call_of_the_timer() -> None:
     assert extra["warmup_runs"] > 6  # the warm-up loop ran (6: the first call and the estimate)
     assert log.samples
     assert hits == []
+
+
+# The attacks below find the timer's state as a kernel would: through the garbage collector,
+# the object that holds the queue of deferred checks and the kernel's own input tensor.
+
+
+def _found_through_gc(x: torch.Tensor) -> Any:
+    with warnings.catch_warnings():  # touching every object wakes deprecation warnings
+        warnings.simplefilter("ignore")
+        for o in gc.get_objects():
+            try:
+                state = vars(o)
+            except Exception:
+                continue
+            storage = state.get("storage") if isinstance(state, dict) else None
+            if isinstance(state.get("_pending"), list) and any(t is x for t in storage or ()):
+                return o
+    raise AssertionError("the timer's state was not found")
+
+
+def _tampering_kernel(tamper: Any, lazy: bool = False) -> Any:
+    """From its 3rd call on, `tamper(state, memo)` on every call (memo: the 1st call's
+    output, content offset and draw); lazy: returns the memo from then on."""
+    seen: dict[str, Any] = {"calls": 0}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        seen["calls"] += 1
+        if "state" not in seen:
+            seen["state"] = _found_through_gc(x)
+        state = seen["state"]
+        if seen["calls"] == 1:
+            seen["memo"] = [torch.tanh(x * 2.0), state._offset, state._draw]
+            return seen["memo"][0]
+        if seen["calls"] >= 3:
+            tamper(state, seen["memo"])
+            if lazy:
+                return seen["memo"][0]
+        return torch.tanh(x * 2.0)
+
+    return kernel
+
+
+def _drain_swallowing(state: Any, memo: Any) -> None:
+    try:  # the queue compared by the kernel itself, its refusal caught: then empty
+        state.drain()
+    except DishonestTiming:
+        pass
+
+
+def _replace_with_the_first_entry(state: Any, memo: Any) -> None:
+    pending = state._pending
+    if pending and len(memo) == 3:
+        memo.append(pending[0])  # an entry of an honest call, kept
+    if len(memo) == 4:
+        pending[:] = [memo[3]] * len(pending)
+
+
+def _point_keys_at_the_memos_content(state: Any, memo: Any) -> None:
+    state._pending[:] = [((k[0], memo[1], k[2]), snap) for k, snap in state._pending]
+
+
+def _append_a_forged_entry(state: Any, memo: Any) -> None:
+    state._pending.append(((0, memo[1], None), memo[0].clone()))
+
+
+TAMPERING = {
+    "cleared": lambda state, memo: state._pending.clear(),
+    "drained_by_the_kernel": _drain_swallowing,
+    "replaced_by_an_honest_entry": _replace_with_the_first_entry,
+    "keys_pointed_at_the_memos_content": _point_keys_at_the_memos_content,
+    "forged_entry_appended": _append_a_forged_entry,
+}
+WHAT = {
+    "cleared": "emptied or shortened",
+    "drained_by_the_kernel": "emptied or shortened",
+    "replaced_by_an_honest_entry": "edited",
+    "keys_pointed_at_the_memos_content": "edited",
+    "forged_entry_appended": "added to",
+}
+
+
+@pytest.mark.parametrize("how", sorted(TAMPERING))
+def test_an_honest_kernel_tampering_with_the_deferred_queue_is_refused_by_name(how: str) -> None:
+    """Honest outputs: only the tampering with the queue can be what is refused."""
+    with pytest.raises(DishonestTiming, match=f"queue of deferred output checks was {WHAT[how]}"):
+        _time(_tampering_kernel(TAMPERING[how]))
+
+
+@pytest.mark.parametrize("how", sorted(TAMPERING))
+def test_a_memo_hiding_its_wrong_outputs_in_the_deferred_queue_is_refused(how: str) -> None:
+    with pytest.raises(DishonestTiming, match="queue of deferred output checks|wrong output"):
+        _time(_tampering_kernel(TAMPERING[how], lazy=True))
+
+
+def _point_the_object_at_the_memos_content(state: Any, memo: Any) -> None:
+    state._offset, state._draw = memo[1], memo[2]
+
+
+@pytest.mark.parametrize("mode", ["mix", "maker"])
+def test_a_memo_pointing_the_timers_object_at_its_content_is_refused(mode: str) -> None:
+    """The memo returned and the content the check would rebuild rewritten to the memo's (the
+    mix's offset, the maker's draw): every CUDA timed call carries the token `before`
+    returned to `after`, so the rewrite is seen at the call it was made in."""
+    kernel = _tampering_kernel(_point_the_object_at_the_memos_content, lazy=True)
+    with pytest.raises(DishonestTiming, match="which content the call was given"):
+        _time(kernel, mode=mode)
+
+
+@pytest.mark.parametrize("make_draw", [None, _seeded], ids=["unseeded", "seeded"])
+def test_an_honest_kernel_on_a_draw_of_the_maker_per_call_passes(make_draw: Any) -> None:
+    log, extra = _time(ref, mode="maker", make_draw=make_draw)
+    assert log.samples
+    assert extra["honesty"]["mode"] == "maker"
+
+
+def test_a_maker_draw_rewritten_in_place_during_the_call_is_refused() -> None:
+    """A maker that makes the same draw for a seed: each check makes its call's draw again
+    from the seed, so the memo's inputs written into the kept draw are not what the reference
+    runs on (before, the check cloned the kept draw and every such memo passed)."""
+    state_memo: dict[str, Any] = {}
+
+    def memo_rewriting_the_draw(x: torch.Tensor) -> torch.Tensor:
+        if "state" not in state_memo:
+            state_memo["state"] = _found_through_gc(x)
+        state = state_memo["state"]
+        if "out" not in state_memo:
+            state_memo["in"], state_memo["out"] = x.clone(), torch.tanh(x * 2.0)
+            return state_memo["out"]
+        for leaf in state._draw:
+            leaf.copy_(state_memo["in"])
+        return state_memo["out"]
+
+    with pytest.raises(DishonestTiming, match="wrong output"):
+        _time(memo_rewriting_the_draw, mode="maker", make_draw=_seeded)
+
+
+def _confirming_run(kernel: Any) -> Any:
+    """The CUDA timer's shared state for `kernel` on the stand-in, fresh inputs deferred."""
+    from pytest_kernelpro.measure import bound
+    from pytest_kernelpro.measure.timing import cuda
+    from pytest_kernelpro.measure.timing.streams import EscapeProbe
+
+    fresh = fresh_inputs(
+        torch, kernel, (torch.randn(64, 64),), device="cpu",
+        make_draw=lambda seed: (torch.randn(64, 64),), reference=ref, check=_check,
+    )  # fmt: skip
+    fresh.defer = True
+    fake = fake_torch()
+    events = bound.CudaEvents(fake, FakeStream(0))
+    budget = TimingBudget(warmup_ms=1, max_time_s=0.05, flush_l2=False)
+    return cuda._CudaRun(
+        fake, 0, budget, None, fresh, StreamWatch(), events, EscapeProbe(events), None,
+        False, fresh.call,
+    )  # fmt: skip
+
+
+def test_the_escape_recheck_carries_each_calls_token() -> None:
+    """The re-measurement before an escape refusal (`EscapeProbe.confirm`, as `_refuse_escape`
+    calls it) makes its calls on new content and hands each call's token to `after`: honest
+    calls pass their queued checks; a memo that points the timer's object at its own
+    content there is refused (the old path handed `after` no token in the re-measurement)."""
+    run = _confirming_run(ref)
+    queued = run.probe.confirm(run.body, run.observe, None, before=run.refill)
+    assert len(queued) == len(run.fresh._pending)
+    run.drain(queued)
+    assert run.fresh._pending == []
+
+    memo: dict[str, Any] = {}
+
+    def memo_in_the_recheck(x: torch.Tensor) -> torch.Tensor:
+        if "state" not in memo:
+            memo["state"] = _found_through_gc(x)
+        if "out" not in memo:
+            memo["out"], memo["offset"] = torch.tanh(x * 2.0), memo["state"]._offset
+            return memo["out"]
+        memo["state"]._offset = memo["offset"]
+        return memo["out"]
+
+    run = _confirming_run(memo_in_the_recheck)
+    with pytest.raises(DishonestTiming, match="which content the call was given"):
+        run.probe.confirm(run.body, run.observe, None, before=run.refill)
+
+
+def _found_run() -> Any:
+    """The CUDA timer's shared state, as a kernel finds it through gc (by its type's name)."""
+    for o in gc.get_objects():
+        if type(o).__name__ == "_CudaRun":
+            return o
+    raise AssertionError("the timer's run was not found")
+
+
+def _rewrite_calls(run: Any) -> None:
+    run.calls = 1000  # every sample divided by 1000
+
+
+def _rewrite_body(run: Any) -> None:
+    run.body = lambda: None  # the timed call made a no-op (a replay returns None too)
+
+
+def _rewrite_fresh(run: Any) -> None:
+    run.fresh = None  # no fresh content, no checks
+
+
+def _rewrite_readings(run: Any) -> None:
+    run.readings = []  # the NVML readings of the clock-limit decision dropped
+
+
+def _delete_anchor(run: Any) -> None:
+    del run.anchor
+
+
+RUN_REWRITES = {
+    "calls": _rewrite_calls,
+    "body": _rewrite_body,
+    "fresh": _rewrite_fresh,
+    "readings": _rewrite_readings,
+    "anchor": _delete_anchor,
+}
+
+
+@pytest.mark.parametrize("field", sorted(RUN_REWRITES))
+def test_a_kernel_rewriting_the_cuda_runs_fields_through_gc_is_refused(field: str) -> None:
+    """From its 8th call on (the estimate and the warm-up are behind it) the kernel rewrites
+    one field of the timer's run; the fields are compared with the timer's own copy before and
+    after every sample and after every checked call."""
+    calls = {"n": 0}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 8:
+            RUN_REWRITES[field](_found_run())
+        return torch.tanh(x * 2.0)
+
+    budget = TimingBudget(warmup_ms=0, max_time_s=0.05, flush_l2=False)
+    with pytest.raises(DishonestTiming, match=f"the timer's own state \\({field} of its CUDA run"):
+        _time(kernel, budget)
+    assert calls["n"] >= 8
+
+
+def test_a_method_of_the_run_cannot_be_shadowed_on_the_object() -> None:
+    """The run has no instance dict: a kernel that sets `drain` (or `observe`) on it to drop
+    every check fails in its own call instead (and the class's methods are kept bindings)."""
+    seen: dict[str, Any] = {}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        seen["calls"] = seen.get("calls", 0) + 1
+        if seen["calls"] == 2:  # the 1st is the mix's validity trial: no timer yet
+            run = _found_run()
+            try:
+                run.drain = lambda queued: None
+            except AttributeError as exc:
+                seen["refused"] = str(exc)
+        return torch.tanh(x * 2.0)
+
+    log, _extra = _time(kernel)
+    assert log.samples
+    assert "drain" in seen["refused"]

@@ -22,7 +22,8 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from operator import attrgetter, is_not
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
@@ -46,8 +47,11 @@ from pytest_kernelpro.measure.timing.budget import (
     warmup_count,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
+    PENDING_CHECKS,
+    CheckKey,
     DishonestTiming,
     FreshInputs,
+    Seal,
     verify_bindings,
 )
 from pytest_kernelpro.measure.timing.streams import (
@@ -168,6 +172,310 @@ def time_cuda(
     )
 
 
+@dataclass(slots=True)  # no instance dict: a method cannot be shadowed on the object
+class _CudaRun:
+    """What the phases of one CUDA timing share: the timed stream's events, the flush, the
+    call timed (`body`, `calls` calls per sample) and what the rounds collect. A kernel can
+    find this object through gc: its fields are compared with the timer's own copy before
+    and after every sample (`_verify`), and the fresh inputs' seal, that copy and the keys of
+    queued checks are not here but in the phases' frames (arguments and locals)."""
+
+    torch: Any
+    idx: int
+    budget: TimingBudget
+    monitor: Any
+    fresh: FreshInputs | None
+    watch: StreamWatch
+    events: Any  # bound.CudaEvents on the timed stream
+    probe: EscapeProbe
+    buf: Any  # the L2 flush buffer, or None
+    # streams="any": the kernel's work may still run on its own streams when it returns, so
+    # its outputs are read after a device-wide synchronize (the default reads them on the
+    # timed stream right after the end event: what is not done there escaped it).
+    own_streams: bool
+    body: Callable[[], object]
+    calls: int = 1
+    anchor: Callable[[], object] | None = None  # set when the warm-up ran clock-limited
+    readings: list[Any] = field(default_factory=list)
+    anchor_s: list[float] = field(default_factory=list)  # the anchor's time per sample
+    sampled: list[float] = field(default_factory=list)  # the samples of the rounds so far
+    flush_s: float = 0.0
+    host_s: float = 0.0  # CPU time to enqueue one sample
+    per_call: float = 0.0
+    runs: int = 0  # calls of fn made before sampling (reported as warm-up runs)
+    warm_flags: list[bool] = field(default_factory=list)
+
+    def flush(self) -> None:
+        if self.buf is not None:
+            self.buf.zero_()
+
+    def refill(self) -> tuple[int, Any] | None:
+        """New content for the next call, then the flush; the content's token (None without
+        fresh inputs), which the caller keeps in its frame and hands to `observe`."""
+        content = self.fresh.before() if self.fresh is not None else None
+        self.flush()
+        return content
+
+    def observe(self, out: Any, content: Any, force: bool = False) -> CheckKey | None:
+        """The call given `content` returned `out`: checked or not (`FreshInputs.after`);
+        the key of a check queued for `drain`, or None."""
+        if self.fresh is None or out is None:  # a graph replay returns None
+            return None
+        if self.own_streams:
+            self.events.synchronize_device()
+        return self.fresh.after(out, force=force, content=content)
+
+    def drain(self, queued: tuple[CheckKey, ...]) -> None:
+        """Compare the queued checks, which must be exactly `queued` (`FreshInputs.drain`)."""
+        if self.fresh is not None:
+            self.fresh.drain(queued)
+
+    def elapsed(self, pairs: list[Any], marks: list[Any]) -> list[float]:
+        (marks or pairs)[-1][1].synchronize()
+        self.anchor_s.extend(self.events.elapsed_s(s, e) for s, e in marks)
+        return [self.events.elapsed_s(s, e) / self.calls for s, e in pairs]
+
+    def gpu_wait(self, seconds: float) -> Callable[[], object] | None:
+        """A GPU sleep of about `seconds` on the timed stream (the calibration's stand-in for
+        a call), or None without the sleep's calibration."""
+        if seconds > MATCHED_WAIT_MAX_S:
+            return None
+        cycles = int(seconds * (_SLEEP_CYCLES_PER_S.get(self.idx) or 0.0))
+        if cycles <= 0:
+            return None
+        torch = self.torch
+        return lambda: torch.cuda._sleep(cycles)
+
+
+# The fields of a `_CudaRun` that decide what is timed, how a sample is divided and which
+# checks run; a `Guard` holds their values (and the fresh inputs' seal) as the timer set them.
+RUN_FIELDS = tuple(
+    "torch idx budget monitor fresh watch events probe buf own_streams body calls anchor "
+    "readings anchor_s sampled flush_s host_s per_call warm_flags".split()
+)
+_run_state = attrgetter(*RUN_FIELDS)  # the fields' values in one tuple, read in C
+Guard = tuple[Seal | None, tuple[Any, ...]]
+
+
+def _guard(run: _CudaRun, seal: Seal | None, **values: Any) -> Guard:
+    """`values` set on the run by the timer (no kernel call in between), and the new guard."""
+    for name, value in values.items():
+        setattr(run, name, value)
+    return seal, _run_state(run)
+
+
+def _verify(run: _CudaRun, guard: Guard) -> None:
+    """The kept bindings and the fresh inputs' seal (`verify_bindings`), and every field of
+    the run as the timer set it (identity, compared in C): raises `DishonestTiming` naming
+    what a kernel rewrote."""
+    seal, state = guard
+    try:
+        intact = not any(map(is_not, _run_state(run), state))
+    except AttributeError:  # a field deleted
+        intact = False
+    if not intact:
+        missing = object()  # a deleted field is changed, whatever it held
+        changed = [
+            name
+            for name, value in zip(RUN_FIELDS, state, strict=True)
+            if getattr(run, name, missing) is not value
+        ]
+        raise DishonestTiming(
+            f"the timer's own state ({', '.join(changed)} of its CUDA run) was changed while "
+            "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
+            "call stack or through gc) cannot be timed"
+        )
+    verify_bindings(run.fresh, seal)
+
+
+def _queued(
+    queued: tuple[CheckKey, ...], key: CheckKey | None, run: _CudaRun
+) -> tuple[CheckKey, ...]:
+    """`queued` with `key`; compared at once (`_CudaRun.drain`) when `PENDING_CHECKS` are."""
+    if key is None:
+        return queued
+    queued = (*queued, key)
+    if len(queued) >= PENDING_CHECKS:
+        run.drain(queued)
+        return ()
+    return queued
+
+
+def _enqueue(
+    run: _CudaRun, guard: Guard, k: int, sleep_cycles: int = 0, sync_each: bool = False
+) -> tuple[list[Any], list[Any], tuple[CheckKey, ...]]:
+    """Enqueue k samples (new content, flush, event, body, event), each followed by the
+    anchor's own flush and bracketed anchor call when anchored; returns both lists of event
+    pairs and the keys of the checks queued (for the caller's `drain`)."""
+    torch, events, anchor = run.torch, run.events, run.anchor
+    pairs = [(events.event(), events.event()) for _ in range(k)]
+    marks = [] if anchor is None else [(events.event(), events.event()) for _ in range(k)]
+    queued: tuple[CheckKey, ...] = ()
+    if sleep_cycles and not sync_each:
+        torch.cuda._sleep(sleep_cycles)  # keeps the GPU busy while the CPU enqueues
+    for i, (start, end) in enumerate(pairs):
+        if sleep_cycles and sync_each:
+            torch.cuda._sleep(sleep_cycles)
+        _verify(run, guard)  # before and after every sample
+        content = run.refill()  # enqueued ahead of the start event: not timed
+        events.record(start)
+        out = run.body()
+        events.record(end)
+        queued = _queued(queued, run.observe(out, content), run)
+        out = None
+        _verify(run, guard)
+        if anchor is not None:
+            run.flush()
+            events.record(marks[i][0])
+            anchor()
+            events.record(marks[i][1])
+        if sync_each:
+            if run.monitor is not None and i == k // 2:
+                run.readings.append(run.monitor.read())
+            (marks[i] if marks else (start, end))[1].synchronize()
+    return pairs, marks, queued
+
+
+def _checked(run: _CudaRun, guard: Guard, k: int) -> list[float]:
+    """k checked calls (streams.EscapeProbe): per-call device-wide times; their outputs'
+    checks compared before returning."""
+    times = []
+    queued: tuple[CheckKey, ...] = ()
+    for _ in range(k):
+        content = run.refill()
+        wide, key = run.probe.checked_call(
+            run.body, run.observe, own_streams=run.own_streams, content=content
+        )
+        _verify(run, guard)
+        times.append(wide / run.calls)
+        queued = _queued(queued, key, run)
+    run.drain(queued)
+    return times
+
+
+def _first_call(run: _CudaRun, guard: Guard, fn: Callable[[], object]) -> None:
+    """The first call (load, lazy init), on new content, always checked."""
+    content = run.fresh.before() if run.fresh is not None else None
+    out = fn()
+    _verify(run, guard)
+    first = run.observe(out, content, force=True)
+    out = None
+    run.events.synchronize_device()
+    run.drain(() if first is None else (first,))
+
+
+def _estimate(run: _CudaRun, guard: Guard) -> Guard:
+    """The flush's time and the estimate of a call from 5 flushed samples (`per_call`,
+    `host_s`: the CPU time to enqueue one); the guard of the run with them."""
+    events = run.events
+    flush_pairs = []
+    for _ in range(3):
+        start, end = events.event(), events.event()
+        events.record(start)
+        run.flush()
+        events.record(end)
+        flush_pairs.append((start, end))
+    flush_s = sorted(run.elapsed(flush_pairs, []))[1] if run.buf is not None else 0.0
+    t0 = bound.perf_counter()
+    pairs, marks, queued = _enqueue(run, guard, 5)
+    host_s = (bound.perf_counter() - t0) / 5
+    per_call = sorted(run.elapsed(pairs, marks))[2]
+    run.drain(queued)
+    run.runs = 6
+    return _guard(run, guard[0], flush_s=flush_s, host_s=host_s, per_call=per_call)
+
+
+def _graph_body(run: _CudaRun, guard: Guard, fn: Callable[[], object]) -> Guard:
+    """CUDA-graph mode: the graph of `calls` calls replayed as the body (the graph lives as
+    long as `body` holds its replay); the guard of the run with them."""
+    calls = max(1, min(1000, math.ceil(GRAPH_TARGET_S / max(run.per_call, 1e-7))))
+    run.watch.active = False  # the capture's own side stream is ours
+    graph = _capture(run.torch, fn, calls)
+    run.watch.active = True
+    _verify(run, guard)
+    guard = _guard(run, guard[0], calls=calls, body=graph.replay)
+    pairs, marks, _ = _enqueue(run, guard, 3)  # a replay returns None: nothing checked
+    per_call = sorted(run.elapsed(pairs, marks))[1]  # one replay, divided by calls
+    run.runs += 3 + 3 * calls  # side-stream warm-up + the replays just timed
+    return _guard(run, guard[0], per_call=per_call)
+
+
+def _warm_up(run: _CudaRun, guard: Guard) -> Guard:
+    """Flushed calls for `warmup_ms`, NVML read while they run (`warm_flags`). Fresh inputs
+    before every call, as for every other call (and the CPU timer's warm-up): on unchanged
+    inputs a memo by `_version` hits, and the warm-up (and its clock readings) would see no
+    work."""
+    n_warm = warmup_count(run.budget.warmup_ms, run.flush_s + run.per_call * run.calls)
+    for _ in range(n_warm):
+        run.refill()
+        run.body()
+    warm_flags = _read_while_busy(run.torch, run.monitor)
+    run.events.synchronize_device()
+    _verify(run, guard)
+    run.runs += n_warm * run.calls
+    return _guard(run, guard[0], warm_flags=warm_flags)
+
+
+def _start_anchor(run: _CudaRun, guard: Guard) -> tuple[TimingBudget, Guard]:
+    """The clock anchor loaded for paired rounds; the budget those rounds sample on and the
+    guard of the run with the anchor."""
+    anchor = anchor_launch(run.torch, run.idx)
+    for _ in range(2):  # load its module (and cuBLAS's choice for it) before sampling
+        anchor()
+    run.events.synchronize_device()
+    budget = run.budget
+    sampling = replace(
+        budget, min_samples=anchored_min_samples(budget.min_samples, budget.max_samples)
+    )
+    # A pair enqueues a second flush and the anchor: twice the host time per sample.
+    return sampling, _guard(run, guard[0], anchor=anchor, host_s=run.host_s * 2)
+
+
+def _run_round(run: _CudaRun, guard: Guard, k: int) -> tuple[list[float], bool]:
+    """One round of k samples (`adaptive_rounds`), its checks compared after its last event;
+    the samples and whether an NVML reading of the round saw a throttle reason."""
+    budget, monitor, readings = run.budget, run.monitor, run.readings
+    seen_before = len(readings)
+    if budget.streams == "any":  # every sample a checked call: its real cost
+        times = _checked(run, guard, k)
+        run.sampled.extend(times)
+        return times, False
+    # Keep the GPU busy until the CPU has enqueued the round: one sample's enqueue
+    # time, plus what the CPU loses per sample when enqueueing is slower than running.
+    # The whole round's enqueue time, with margin, not only the shortfall per sample:
+    # Python's enqueue time jitters, and a GPU that catches up with the CPU records
+    # the start event early, so launch latency lands inside a sample (seen on the
+    # H200 for a 4 us kernel: medians of 6 and 11 us in two runs vs do_bench's 5).
+    host_s = run.host_s
+    ahead_s = host_s if budget.sync_per_sample else host_s + 1.5 * k * host_s
+    cycles_per_s = _SLEEP_CYCLES_PER_S.get(run.idx) or 0.0
+    sleep = int(min(PREROLL_CAP_S, ahead_s) * cycles_per_s)
+    pairs, marks, queued = _enqueue(run, guard, k, sleep, budget.sync_per_sample)
+    last = (marks or pairs)[-1][1]
+    if monitor is not None and not budget.sync_per_sample:
+        _read_until(monitor, last, readings)  # the GPU is busy with the round now
+    times = run.elapsed(pairs, marks)
+    run.sampled.extend(times)
+    run.drain(queued)  # the round's checked outputs, after its last event
+    _checked(run, guard, 1)  # one checked call per round, after it (not a sample)
+    return times, any(r.throttled for r in readings[seen_before:])
+
+
+def _refuse_escape(run: _CudaRun, guard: Guard, log: RoundLog) -> None:
+    """Refuse a kernel whose checked calls saw device work outside the timed stream,
+    measured again first beside calibrations as long as the calls."""
+    median_s = sorted(log.samples)[len(log.samples) // 2] if log.samples else 0.0
+    probe = run.probe
+    if run.budget.streams == "any" or not probe.escaped(median_s * run.calls):
+        return
+    wide = sorted(probe.device_wide_s)[len(probe.device_wide_s) // 2]
+    queued = probe.confirm(run.body, run.observe, run.gpu_wait(wide), before=run.refill)
+    _verify(run, guard)
+    run.drain(queued)
+    if probe.escaped(median_s * run.calls):
+        raise DishonestTiming(escape_message(probe, median_s * run.calls, run.watch.events))
+
+
 def _time_cuda_on(
     torch: Any,
     fn: Callable[[], object],
@@ -179,253 +487,112 @@ def _time_cuda_on(
     watch: StreamWatch | None = None,
 ) -> tuple[RoundLog, dict[str, Any]]:
     """The CUDA measurement proper, on the current device; returns the log and side facts.
-    `watch`: an installed `StreamWatch` (None: switches are not recorded)."""
+    `watch`: an installed `StreamWatch` (None: switches are not recorded). Every timed call
+    is made on content `fresh.before()` made for it, and its token goes to `fresh.after`;
+    the keys of the checks queued are kept in the phases' frames and must be what the queue
+    holds when compared (`FreshInputs.drain`)."""
     watch = watch if watch is not None else StreamWatch()
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
-    buf = _flush_buffer(torch, idx, nbytes) if nbytes else None
     # Events of the C type on the stream current now (measure.bound: a kernel that patches
     # torch.cuda.Event cannot change them), and the checked calls that see work escaping it.
     timed_stream = torch.cuda.current_stream()
     events = bound.CudaEvents(torch, timed_stream)
-    probe = EscapeProbe(events)
     watch.watch(timed_stream.stream_id)
-
-    def event(enable_timing: bool = True) -> Any:
-        return events.event()
-
     if fresh is not None:
-        fn = fresh.call
         fresh.defer = True  # checked copies compared after each round (`drain`); sealed
-    seal = fresh.seal() if fresh is not None else None  # a local: no object the kernel finds
-    # streams="any": the kernel's work may still run on its own streams when it returns, so
-    # its outputs are read after a device-wide synchronize (the default reads them on the
-    # timed stream right after the end event: what is not done there escaped it).
-    own_streams = budget.streams == "any"
-
-    def observe(out: Any, force: bool = False) -> None:
-        if fresh is None or out is None:  # a graph replay returns None
-            return
-        if own_streams:
-            events.synchronize_device()
-        fresh.after(out, force=force)
-
-    readings: list[Any] = []
-    body: Callable[[], object] = fn
-    calls = 1
-    graph = None
-
-    def flush() -> None:
-        if buf is not None:
-            buf.zero_()
-
-    anchor: Callable[[], object] | None = None  # set when the warm-up ran clock-limited
-    anchor_s: list[float] = []  # the anchor's time after each sample (anchored rounds)
-    sampled: list[float] = []  # the samples of the rounds so far
-
-    def enqueue(k: int, sleep_cycles: int = 0, sync_each: bool = False) -> tuple[list, list]:
-        """Enqueue k samples (flush, event, body, event), each followed by the anchor's own
-        flush and bracketed anchor call when anchored; returns both lists of event pairs."""
-        pairs = [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]
-        marks = [] if anchor is None else [(event(enable_timing=True), event(enable_timing=True)) for _ in range(k)]  # fmt: skip
-        if sleep_cycles and not sync_each:
-            torch.cuda._sleep(sleep_cycles)  # keeps the GPU busy while the CPU enqueues
-        for i, (start, end) in enumerate(pairs):
-            if sleep_cycles and sync_each:
-                torch.cuda._sleep(sleep_cycles)
-            verify_bindings(fresh, seal)  # the kept bindings before and after every sample
-            if fresh is not None:
-                fresh.before()  # enqueued ahead of the flush and the start event: not timed
-            flush()
-            events.record(start)
-            out = body()
-            events.record(end)
-            observe(out)
-            out = None
-            verify_bindings(fresh, seal)
-            if anchor is not None:
-                flush()
-                events.record(marks[i][0])
-                anchor()
-                events.record(marks[i][1])
-            if sync_each:
-                if monitor is not None and i == k // 2:
-                    readings.append(monitor.read())
-                (marks[i] if marks else (start, end))[1].synchronize()
-        return pairs, marks
-
-    def elapsed(enqueued: tuple[list, list]) -> list[float]:
-        pairs, marks = enqueued
-        (marks or pairs)[-1][1].synchronize()
-        anchor_s.extend(events.elapsed_s(s, e) for s, e in marks)
-        return [events.elapsed_s(s, e) / calls for s, e in pairs]
-
-    def gpu_wait(seconds: float) -> Callable[[], object] | None:
-        """A GPU sleep of about `seconds` on the timed stream (the calibration's stand-in for
-        a call), or None without the sleep's calibration."""
-        if seconds > MATCHED_WAIT_MAX_S:
-            return None
-        cycles = int(seconds * (_SLEEP_CYCLES_PER_S.get(idx) or 0.0))
-        if cycles <= 0:
-            return None
-        return lambda: torch.cuda._sleep(cycles)
-
-    def checked(k: int) -> list[float]:
-        """k checked calls (streams.EscapeProbe): per-call device-wide times."""
-        times = []
-        for _ in range(k):
-            if fresh is not None:
-                fresh.before()
-            flush()
-            times.append(probe.checked_call(body, observe, own_streams=own_streams) / calls)
-        return times
-
+    seal = fresh.seal() if fresh is not None else None  # passed down, held by no object
+    run = _CudaRun(
+        torch, idx, budget, monitor, fresh, watch, events, EscapeProbe(events),
+        _flush_buffer(torch, idx, nbytes) if nbytes else None, budget.streams == "any",
+        fresh.call if fresh is not None else fn,
+    )  # fmt: skip
+    fn = run.body
+    guard = _guard(run, seal)  # the run as the timer set it: a local, passed down
     phase = "the first call"
-    runs = 0  # calls of fn made before sampling (reported as warm-up runs)
+    pairs_summary = None
     try:
-        if fresh is not None:
-            fresh.before()
-        out = fn()
-        observe(out, force=True)
-        out = None
-        events.synchronize_device()
+        _first_call(run, guard, fn)
         phase = "the estimate"
-        flush_pairs = []
-        for _ in range(3):
-            start, end = event(enable_timing=True), event(enable_timing=True)
-            events.record(start)
-            flush()
-            events.record(end)
-            flush_pairs.append((start, end))
-        flush_s = sorted(elapsed((flush_pairs, [])))[1] if buf is not None else 0.0
-        t0 = bound.perf_counter()
-        estimate = enqueue(5)
-        host_s = (bound.perf_counter() - t0) / 5  # CPU time to enqueue one sample
-        per_call = sorted(elapsed(estimate))[2]
-        runs = 6
+        guard = _estimate(run, guard)
         if budget.cuda_graph:
             phase = "CUDA-graph capture"
-            calls = max(1, min(1000, math.ceil(GRAPH_TARGET_S / max(per_call, 1e-7))))
-            watch.active = False  # the capture's own side stream is ours
-            graph = _capture(torch, fn, calls)
-            watch.active = True
-            body = graph.replay
-            per_call = sorted(elapsed(enqueue(3)))[1]  # one replay, divided by calls
-            runs += 3 + 3 * calls  # side-stream warm-up + the replays just timed
+            guard = _graph_body(run, guard, fn)
         phase = "warm-up"
-        n_warm = warmup_count(budget.warmup_ms, flush_s + per_call * calls)
-        for _ in range(n_warm):
-            # Fresh inputs before every call, as for every other call (and the CPU timer's
-            # warm-up): on unchanged inputs a memo by `_version` hits, and the warm-up (and
-            # its clock readings) would see no work.
-            if fresh is not None:
-                fresh.before()
-            flush()
-            body()
-        warm_flags = _read_while_busy(torch, monitor)
-        events.synchronize_device()
-        runs += n_warm * calls
+        guard = _warm_up(run, guard)
         phase = "the checked calls (device work outside the timed stream)"
-        cycles_per_s = _sleep_cycles_per_s(torch, idx) or 0.0
-        probe.calibrate(gpu_wait(per_call * calls))
-        checked(1)  # and one after every round of samples
+        _sleep_cycles_per_s(torch, idx)  # calibrated once per device (`_SLEEP_CYCLES_PER_S`)
+        run.probe.calibrate(run.gpu_wait(run.per_call * run.calls))
+        _checked(run, guard, 1)  # and one after every round of samples
         sampling = budget
-        if warmup_capped(budget.clock_anchor, warm_flags):
+        if warmup_capped(budget.clock_anchor, run.warm_flags):
             phase = "the clock anchor's first call"
-            anchor = anchor_launch(torch, idx)
-            for _ in range(2):  # load its module (and cuBLAS's choice for it) before sampling
-                anchor()
-            events.synchronize_device()
-            host_s *= 2  # a pair enqueues a second flush and the anchor
-            sampling = replace(
-                budget,
-                min_samples=anchored_min_samples(budget.min_samples, budget.max_samples),
-            )
-
-        def run_round(k: int) -> tuple[list[float], bool]:
-            seen_before = len(readings)
-            if budget.streams == "any":  # every sample a checked call: its real cost
-                times = checked(k)
-                sampled.extend(times)
-                return times, False
-            # Keep the GPU busy until the CPU has enqueued the round: one sample's enqueue
-            # time, plus what the CPU loses per sample when enqueueing is slower than running.
-            # The whole round's enqueue time, with margin, not only the shortfall per sample:
-            # Python's enqueue time jitters, and a GPU that catches up with the CPU records
-            # the start event early, so launch latency lands inside a sample (seen on the
-            # H200 for a 4 us kernel: medians of 6 and 11 us in two runs vs do_bench's 5).
-            ahead_s = host_s if budget.sync_per_sample else host_s + 1.5 * k * host_s
-            sleep = int(min(PREROLL_CAP_S, ahead_s) * cycles_per_s)
-            enqueued = enqueue(k, sleep, budget.sync_per_sample)
-            last = (enqueued[1] or enqueued[0])[-1][1]
-            if monitor is not None and not budget.sync_per_sample:
-                readings.append(monitor.read())  # the GPU is busy with the round now
-                next_read = bound.perf_counter() + CLOCK_READ_INTERVAL_S
-                while not last.query():
-                    if bound.perf_counter() >= next_read:
-                        readings.append(monitor.read())
-                        next_read += CLOCK_READ_INTERVAL_S
-                    time.sleep(0.0005)
-            times = elapsed(enqueued)
-            sampled.extend(times)
-            checked(1)  # one checked call per round, after it (not a sample)
-            if fresh is not None:
-                fresh.drain()  # the round's checked outputs, after its last event
-            return times, any(r.throttled for r in readings[seen_before:])
-
+            sampling, guard = _start_anchor(run, guard)
         phase = "sampling"
 
         # An anchored timing stops on the CI of the ratios the gate compares: the kernel's own
         # time is noisier in paired rounds and converges many times later than the ratios
         # (bench/results/2026-12-01-gate-accuracy-h200.md).
         def ratios() -> list[float]:
-            return [k / a for k, a in zip(sampled, anchor_s, strict=True) if k > 0 and a > 0]
+            pairs = zip(run.sampled, run.anchor_s, strict=True)
+            return [k / a for k, a in pairs if k > 0 and a > 0]
 
         log = adaptive_rounds(
-            run_round, sampling, converge_on=ratios if anchor is not None else None
+            lambda k: _run_round(run, guard, k),
+            sampling,
+            converge_on=ratios if run.anchor is not None else None,
         )
-        pairs_summary = None
-        if anchor is not None:
+        if run.anchor is not None:
             reason = (
-                f"{sum(warm_flags)} of {len(warm_flags)} NVML readings during the warm-up "
-                "under a clock limit"
+                f"{sum(run.warm_flags)} of {len(run.warm_flags)} NVML readings during the "
+                "warm-up under a clock limit"
             )
             pairs_summary = summarize_pairs(
-                anchor_name(torch), log.samples, anchor_s, reason,
-                throttled=log.throttled, flush_s=flush_s,
+                anchor_name(torch), log.samples, run.anchor_s, reason,
+                throttled=log.throttled, flush_s=run.flush_s,
             )  # fmt: skip
         phase = "checking the timed outputs"
-        median_s = sorted(log.samples)[len(log.samples) // 2] if log.samples else 0.0
-        if budget.streams != "any" and probe.escaped(median_s * calls):
-            # Measured again before refusing, beside calibrations as long as the calls.
-            wide = sorted(probe.device_wide_s)[len(probe.device_wide_s) // 2]
-            refill = (lambda: (fresh.before(), flush())) if fresh is not None else flush
-            probe.confirm(body, observe, gpu_wait(wide), before=refill)
-            if probe.escaped(median_s * calls):
-                raise DishonestTiming(escape_message(probe, median_s * calls, watch.events))
-        if fresh is not None:
-            fresh.finish()
+        _refuse_escape(run, guard, log)
+        _verify(run, guard)
+        run.drain(())  # every queued check was compared: nothing may be left
     except KernelproError:
         raise
     except Exception as exc:
         raise kernel_failed(device, phase, exc) from exc
     finally:
-        graph = None  # free the graph's private memory pool
-    extra = {
-        "warmup_runs": runs,
-        "readings": readings,
-        "calls_per_sample": calls,
+        run.body = fn  # drop the graph's replay: its private memory pool is freed
+    return log, _side_facts(run, nbytes, pairs_summary)
+
+
+def _side_facts(run: _CudaRun, nbytes: int, pairs: dict[str, Any] | None) -> dict[str, Any]:
+    """What `time_cuda` reports beside the samples."""
+    fresh = run.fresh
+    return {
+        "warmup_runs": run.runs,
+        "readings": run.readings,
+        "calls_per_sample": run.calls,
         "flush_bytes": nbytes,
-        "anchor": pairs_summary,
-        "warmup_throttled": warmup_capped("on", warm_flags) if warm_flags else None,
+        "anchor": pairs,
+        "warmup_throttled": warmup_capped("on", run.warm_flags) if run.warm_flags else None,
         "honesty": {
             **(fresh.to_dict() if fresh is not None else {}),
-            **probe.to_dict(),
-            "streams": budget.streams,
-            "stream_switches": list(watch.events),
+            **run.probe.to_dict(),
+            "streams": run.budget.streams,
+            "stream_switches": list(run.watch.events),
         },
     }
-    return log, extra
+
+
+def _read_until(monitor: Any, done: Any, readings: list[Any]) -> None:
+    """NVML readings appended to `readings` now and every `CLOCK_READ_INTERVAL_S` until the
+    event `done` has completed."""
+    readings.append(monitor.read())
+    next_read = bound.perf_counter() + CLOCK_READ_INTERVAL_S
+    while not done.query():
+        if bound.perf_counter() >= next_read:
+            readings.append(monitor.read())
+            next_read += CLOCK_READ_INTERVAL_S
+        time.sleep(0.0005)
 
 
 def _read_while_busy(torch: Any, monitor: Any) -> list[bool]:
@@ -435,13 +602,8 @@ def _read_while_busy(torch: Any, monitor: Any) -> list[bool]:
         return []
     done = torch.cuda.Event()
     done.record()
-    seen = [monitor.read()]
-    next_read = time.perf_counter() + CLOCK_READ_INTERVAL_S
-    while not done.query():
-        if time.perf_counter() >= next_read:
-            seen.append(monitor.read())
-            next_read += CLOCK_READ_INTERVAL_S
-        time.sleep(0.0005)
+    seen: list[Any] = []
+    _read_until(monitor, done, seen)
     busy = [r for r in seen if "gpu_idle" not in r.reasons] or seen
     return [r.throttled for r in busy]
 

@@ -34,10 +34,14 @@ from `os.urandom` read at that moment (the function kept when the plugin loaded)
 is checked; no generator object exists, nothing is decided ahead, and there is no cap on the
 number of checks. A checked call's output is copied at once (a thread finishing the work
 later is too late) and compared with the reference run on that call's exact content (rebuilt
-from A, B and U, or the maker's draw). On the CPU the comparison runs right after the call; on
+from A, B and U, or the maker's draw, made again from its seed when the maker repeats a draw for
+a seed). On the CPU the comparison runs right after the call; on
 a GPU the copies are queued on the timed stream and compared after the round (`drain`): wall
-time either way, never inside a timed region. A kernel that skips its work on a fraction f of
-the calls survives n timed calls with probability ``(1 - CHECK_RATE * f) ** n``.
+time either way, never inside a timed region. The queue is an object a kernel can find through
+gc: `after` returns the key of each check it queues, the timer keeps the keys in its own frames,
+and `drain(queued)` refuses a queue that does not hold exactly those objects (`queue_tampering`).
+A kernel that skips its work on a fraction f of the calls survives n timed calls with
+probability ``(1 - CHECK_RATE * f) ** n``.
 
 Every output must also be exactly `torch.Tensor` with storage (`plain_output_problem`).
 
@@ -77,7 +81,11 @@ JITTER = 0.125  # one draw only: the second end of the mix is A * (1 + JITTER * 
 # call: as many distinct contents as offsets, at the cost of one `lerp`. Drawing U anew from
 # torch's CPU generator cost about 35x that lerp (bench/results/2026-12-05-fresh-content-cpu.md).
 WINDOW = 2**20  # offsets per pool; an offset is never used twice
-PENDING_CHECKS = 64  # GPU: queued checked copies compared at once beyond this many
+PENDING_CHECKS = 64  # GPU: the timer compares its queued checked copies beyond this many
+# A queued check, as `after` returns it to the timer and `drain` finds it in the queue: the
+# call's number, the mix's offset (its content is rebuilt from it when compared) and what
+# else names the content (the maker's draw, or the fixed content's copy; compared by identity).
+CheckKey = tuple[int, int, Any]
 
 
 class DishonestTiming(KernelproError):
@@ -110,10 +118,30 @@ def _same_objects(left: Sequence[Any], right: Sequence[Any]) -> bool:
     return len(left) == len(right) and not any(map(is_not, left, right))
 
 
+def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | None:
+    """What was done to the queue of deferred checks, or None: `found` (the keys in the queue)
+    must be `queued` (the keys `after` returned, kept in the timer's frame), the same objects
+    in the same order. A key is a tuple made by `after`: no other object is the same one."""
+    if _same_objects(found, queued):
+        return None
+    if len(found) < len(queued):
+        what = f"emptied or shortened ({len(queued)} checks queued, {len(found)} left)"
+    elif len(found) > len(queued):
+        what = f"added to ({len(found) - len(queued)} entries no timed call queued)"
+    else:
+        what = "edited (an entry replaced: its call, its content's offset or its draw)"
+    return (
+        f"the timer's queue of deferred output checks was {what} while the kernel was timed: "
+        "checks decided after the calls returned would have been skipped or compared on other "
+        "content. A kernel that rewrites the timer's objects (found on the call stack or "
+        "through gc) cannot be timed"
+    )
+
+
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
 SEALED = tuple(
     "torch mode ends weights make_draw reference check kernel storage defer _pending _plan "
-    "_targets _flat _used".split()
+    "_targets _flat _used maker_repeats".split()
 )
 
 
@@ -337,6 +365,10 @@ class FreshInputs:
     _offset: int = 0
     _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
+    # maker: the same seed makes the same draw (tried once), so a check makes its call's draw
+    # again from the seed (`_offset` in this mode) instead of reading the kept one, whose
+    # values a kernel could rewrite in place during its call.
+    maker_repeats: bool = False
     reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
     defer: bool = False  # GPU: checked copies queued, compared by `drain`
@@ -350,7 +382,7 @@ class FreshInputs:
     checked: int = 0
     _calls: int = 0
     _draw: Any = None  # maker: the current call's content
-    _pending: list[tuple[int, Any, Any]] = field(default_factory=list)
+    _pending: list[tuple[CheckKey, Any]] = field(default_factory=list)  # (key, copied output)
     # Made once by `prepare` (sealed with the rest): per timed tensor leaf (the leaf, its A,
     # its B, its pool of uniform values, whether it is mixed by `lerp`), and whether the inputs
     # are a flat sequence of tensors (the reference's arguments are then the leaves).
@@ -414,7 +446,8 @@ class FreshInputs:
                     torch.where(u < 0.5, a, b, out=dst)
             return
         if self.mode == "maker" and self.make_draw is not None:
-            self._draw = self.make_draw(_urandom_seed())
+            self._offset = seed = _urandom_seed()  # the token's first half: the draw's seed
+            self._draw = self.make_draw(seed)
             for dst, src in zip(self._targets, _tensor_leaves(self.torch, self._draw), strict=True):
                 dst.copy_(src)
             return
@@ -435,7 +468,9 @@ class FreshInputs:
         """An offset into the pools no earlier call used, read from `os.urandom` (a new pool
         once half of the offsets are spent)."""
         used = self._used
-        if len(used) >= WINDOW // 2:
+        # Not while checks are queued: their content is rebuilt from these pools (the timer
+        # compares its queue at least every `PENDING_CHECKS` checks, long before the limit).
+        if len(used) >= WINDOW // 2 and not self._pending or len(used) >= WINDOW - 1:
             for pool in self.weights:  # in place: the timer's seal holds these tensors
                 seed = _urandom_seed()
                 pool.uniform_(
@@ -448,19 +483,21 @@ class FreshInputs:
                 used.add(offset)
                 return offset
 
-    def content(self) -> Any:
-        """The current call's inputs as new tensors (what the reference is run on)."""
+    def content(self, offset: int | None = None, draw: Any = None) -> Any:
+        """The current call's inputs (or those of the call given `offset` or `draw`) as new
+        tensors (what the reference is run on)."""
         torch = self.torch
         plan = self._plan if self._plan is not None else self.prepare()
+        draw = self._draw if draw is None else draw
         with torch.no_grad():
             if plan:
-                start = self._offset
+                start = self._offset if offset is None else offset
                 leaves = []
                 for _dst, a, b, pool, mixed in plan:
                     u = pool[start : start + a.numel()].view(a.shape)
                     leaves.append(torch.lerp(a, b, u) if mixed else torch.where(u < 0.5, a, b))
-            elif self.mode == "maker" and self._draw is not None:
-                leaves = [t.detach().clone() for t in _tensor_leaves(torch, self._draw)]
+            elif self.mode == "maker" and draw is not None:
+                leaves = [t.detach().clone() for t in _tensor_leaves(torch, draw)]
             else:
                 leaves = [t.detach().clone() for t in self._targets]
         return leaves if self._flat else _with_leaves(torch, list(self.storage), leaves)
@@ -470,10 +507,12 @@ class FreshInputs:
 
     def after(
         self, out: Any, *, force: bool = False, content: tuple[int, Any] | None = None
-    ) -> None:
+    ) -> CheckKey | None:
         """One timed call returned `out`: plain, and checked when the operating system's
         randomness read now says so (always with `force`: the first call). `content` is what
-        `before` returned for this call."""
+        `before` returned for this call. With `defer`, returns the key of the check queued
+        for `drain` (None: not checked): the timer keeps the keys in its own frame and hands
+        them to `drain`, so a queue emptied or edited in place is seen."""
         self._calls += 1
         if content is not None and (content[0] != self._offset or content[1] is not self._draw):
             raise DishonestTiming(
@@ -494,33 +533,54 @@ class FreshInputs:
         # The rate is a module constant (kept), never this object's state (`rate`).
         rate = FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
         if (force or checked_now(rate)) and self.outputs_checked:
-            self._check(out)
+            offset, draw = content if content is not None else (self._offset, self._draw)
+            return self._check(out, offset, draw)
+        return None
 
-    def _check(self, out: Any) -> None:
-        """Copy a checked call's output now (work finishing later is not in it) with its
-        content, and compare them (at once, or queued on a GPU)."""
+    def _check(self, out: Any, offset: int, draw: Any) -> CheckKey | None:
+        """Copy a checked call's output now (work finishing later is not in it) and compare it
+        with the reference on the call's content (at once, or queued on a GPU: its key)."""
         self.checked += 1
         started = bound.perf_counter()
         snapshot = (
             out.detach().clone() if type(out) is self.torch.Tensor else _clone(self.torch, out)
         )
-        content = self.content()
+        # The mix's content is rebuilt from the offset when compared (no queued tensor a
+        # kernel could rewrite in place); the maker's is its draw; a fixed one is copied now.
+        plan = self._plan if self._plan is not None else self.prepare()
+        held = None if plan else draw if self.mode == "maker" else self.content()
+        key = (self._calls, offset, held)
         self.check_s += bound.perf_counter() - started
-        self._pending.append((self._calls, snapshot, content))
-        if not self.defer or len(self._pending) >= PENDING_CHECKS:
+        self._pending.append((key, snapshot))
+        if not self.defer:
             self.drain()
+            return None
+        return key
 
-    def drain(self) -> None:
+    def drain(self, queued: tuple[CheckKey, ...] | None = None) -> None:
         """Compare the queued copies with the reference on their calls' content; raises
-        `DishonestTiming` naming the first wrong one."""
+        `DishonestTiming` naming the first wrong one. `queued`: the keys `after` returned
+        since the last drain, kept by the timer: a queue that does not hold exactly those
+        (the very objects, in order) was emptied or edited, and the timing is refused."""
         pending = list(self._pending)  # the list itself is sealed: emptied in place
         self._pending.clear()
+        keys = tuple(e[0] if type(e) is tuple and len(e) == 2 else e for e in pending)
+        tampered = None if queued is None else queue_tampering(queued, keys)
+        if tampered is not None:
+            raise DishonestTiming(tampered)
         if self.reference is None or self.check is None:
             return
         torch = self.torch
-        for number, snapshot, content in pending:
+        for (number, offset, held), snapshot in pending:
             started = bound.perf_counter()
             with torch.no_grad():
+                if held is None:  # the mix: rebuilt from the kept ends and pools
+                    content = self.content(offset)
+                elif self.mode == "maker":
+                    again = self.maker_repeats and self.make_draw is not None
+                    content = self.content(draw=self.make_draw(offset) if again else held)
+                else:
+                    content = held
                 expected = self.reference(*content)
             # Bit-identical outputs pass without the full rule (whose reports can cost more
             # than the call); anything else is judged by it.
@@ -745,6 +805,8 @@ def fresh_inputs(
     if second is not None and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
+        seed = _urandom_seed()
+        fresh.maker_repeats = _same_contents(torch, make_draw(seed), make_draw(seed))
         fresh.note = (
             f"fresh inputs: a new draw of the input maker every call ({why_mix or room_note})"
         )

@@ -175,23 +175,26 @@ class EscapeProbe:
     def confirm(
         self,
         body: Callable[[], Any],
-        after: Callable[[Any], None] | None,
+        after: Callable[[Any, Any], Any] | None,
         wait: Callable[[], Any] | None,
         before: Callable[[], Any] | None = None,
-    ) -> None:
+    ) -> tuple[Any, ...]:
         """Measure again before refusing: `CONFIRM_CALLS` checked calls, each right after a
         calibration with `wait` (as long as the calls' device-wide time); what `escaped`
-        decides from then on is these alone."""
+        decides from then on is these alone. `before()` makes each call's content and returns
+        its token, handed to `after`; returns what `after` returned that is not None."""
         self.gaps_s, self.null_gaps_s = [], []
+        seen: tuple[Any, ...] = ()
         started = bound.perf_counter()
         for _ in range(CONFIRM_CALLS):
             self.null_gaps_s.append(self._bracket(wait)[1])
             self.spent_s += bound.perf_counter() - started
-            if before is not None:
-                before()
-            self.checked_call(body, after)
+            content = before() if before is not None else None
+            key = self.checked_call(body, after, content=content)[1]
+            seen = seen if key is None else (*seen, key)
             started = bound.perf_counter()
         self.confirmed = True
+        return seen
 
     def null_gap_s(self) -> float:
         return statistics.median(self.null_gaps_s) if self.null_gaps_s else 0.0
@@ -199,23 +202,26 @@ class EscapeProbe:
     def checked_call(
         self,
         body: Callable[[], Any],
-        after: Callable[[Any], None] | None = None,
+        after: Callable[[Any, Any], Any] | None = None,
         *,
         own_streams: bool = False,
-    ) -> float:
+        content: Any = None,
+    ) -> tuple[float, Any]:
         """One checked call; returns its device-wide time (start event to the device idle,
-        less the calibrated latency and the copy `after` enqueued). `after(out)` sees the
-        output before the device-wide synchronize (a copy enqueued there reads what the timed
-        stream has). `own_streams` (streams="any"): `after` waits for the kernel's own streams
-        first, so its time is the kernel's and stays in."""
+        less the calibrated latency and the copy `after` enqueued) and what `after` returned.
+        `after(out, content)` sees the output before the device-wide synchronize (a copy
+        enqueued there reads what the timed stream has); `content` is the token of the call's
+        content (`FreshInputs.before`), passed through as an argument (no object holds it).
+        `own_streams` (streams="any"): `after` waits for the kernel's own streams first, so
+        its time is the kernel's and stays in."""
         ev = self.events
         began = bound.perf_counter()
         ev.synchronize_device()
         start = ev.mark()
         out = body()
         end = ev.mark()
-        if after is not None:
-            after(out)  # a snapshot it copies runs on the timed stream: not the kernel's work
+        # A snapshot `after` copies runs on the timed stream: not the kernel's work.
+        seen = after(out, content) if after is not None else None
         snapped = ev.mark()
         ev.synchronize_device()
         idle = ev.mark()
@@ -227,7 +233,7 @@ class EscapeProbe:
         wide = max(own, ev.elapsed_s(start, end))
         self.device_wide_s.append(wide)
         self.spent_s += bound.perf_counter() - began
-        return wide
+        return wide, seen
 
     def excess_s(self) -> float:
         """Median end-to-idle gap of the checked calls beyond the calibration's."""
@@ -239,8 +245,10 @@ class EscapeProbe:
         return self.excess_s() > max(ESCAPE_MIN_S, ESCAPE_SHARE * median_s)
 
     def to_dict(self) -> dict[str, Any]:
+        # Not "checked_calls": the record's honesty holds the fresh inputs' count of output
+        # checks under that name, which this one used to overwrite on a GPU.
         return {
-            "checked_calls": len(self.gaps_s),
+            "stream_checked_calls": len(self.gaps_s),
             "checked_s": round(self.spent_s, 6),
             "confirmed_by_recheck": self.confirmed,
             "excess_s": self.excess_s(),
