@@ -390,7 +390,8 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
         "used",  # the offsets already used forgotten (old content again)
         "weights_in_place",  # one pool replaced inside the kept list
         "ends_in_place",  # one end of the mix replaced inside the kept list
-        "refill",  # the refill shadowed on the object
+        "before",  # the refill shadowed on the object
+        "after",  # the output check shadowed on the object
         "content",  # the checked call's content shadowed on the object
         "_check",  # the check shadowed on the object
         "deleted",  # a sealed name deleted from the object

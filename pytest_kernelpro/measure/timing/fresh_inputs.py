@@ -387,49 +387,53 @@ class FreshInputs:
         return self._plan
 
     def before(self) -> tuple[int, Any]:
-        """Give the timed inputs content no earlier call held (outside the timed region).
+        """Give the timed inputs content no earlier call held (outside the timed region), in
+        place and without grad (an input that requires grad is refilled all the same).
         Returns what names this call's content (the mix's offset, the maker's draw): a timer
         that hands it back to `after` (a local of its frame) has the content checked against
-        the one the call really got, whatever the kernel writes into this object."""
+        the one the call really got, whatever the kernel writes into this object. One frame
+        for the mix's common path (it runs before every timed call)."""
         started = bound.perf_counter()
+        torch = self.torch
         try:
-            with self.torch.no_grad():  # an input that requires grad is refilled all the same
-                self.refill()
+            with torch.no_grad():
+                plan = self._plan if self._plan is not None else self.prepare()
+                if plan:
+                    used = self._used
+                    offset = int.from_bytes(bound.os_urandom(8), "little") % WINDOW
+                    if offset in used or len(used) >= WINDOW // 2:
+                        offset = self._new_offset()
+                    else:
+                        used.add(offset)
+                    self._offset = offset
+                    lerp, where = torch.lerp, torch.where
+                    for dst, a, b, pool, mixed in plan:
+                        u = pool[offset : offset + a.numel()].view(a.shape)  # a view: no copy
+                        if mixed:  # dst = a + u * (b - a)
+                            lerp(a, b, u, out=dst)
+                        else:  # integers and booleans: a or b per element
+                            where(u < 0.5, a, b, out=dst)
+                elif self.mode == "maker" and self.make_draw is not None:
+                    self._draw = self.make_draw(_urandom_seed())
+                    leaves = _tensor_leaves(torch, self._draw)
+                    for dst, src in zip(self._targets, leaves, strict=True):
+                        dst.copy_(src)
+                else:
+                    bump = torch.autograd.graph.increment_version
+                    for dst in self._targets:
+                        bump(dst)
         finally:
             self.refill_s += bound.perf_counter() - started
             self.refills += 1
         return self._offset, self._draw
-
-    def refill(self) -> None:
-        """This call's content, in place in the timed tensors (without grad)."""
-        plan = self._plan if self._plan is not None else self.prepare()
-        if plan:
-            torch = self.torch
-            start = self._offset = self._new_offset()
-            for dst, a, b, pool, mixed in plan:
-                u = pool[start : start + a.numel()].view(a.shape)  # a view: no copy
-                if mixed:  # dst = a + u * (b - a)
-                    torch.lerp(a, b, u, out=dst)
-                else:  # integers and booleans: a or b per element
-                    torch.where(u < 0.5, a, b, out=dst)
-            return
-        if self.mode == "maker" and self.make_draw is not None:
-            self._draw = self.make_draw(_urandom_seed())
-            for dst, src in zip(self._targets, _tensor_leaves(self.torch, self._draw), strict=True):
-                dst.copy_(src)
-            return
-        bump = self.torch.autograd.graph.increment_version
-        for dst in self._targets:
-            bump(dst)
 
     def resume(self) -> None:
         """Before a later timing of the same tensors: something else wrote into them since
         (the post-timing re-check writes new contents in place), and a timer makes its first
         call without a refill, so that call would run on contents `content()` does not
         describe and an honest kernel would be blamed. The current call's content is made
-        again in place."""
-        with self.torch.no_grad():
-            self.refill()
+        again in place (a new one: `before`)."""
+        self.before()
 
     def _new_offset(self) -> int:
         """An offset into the pools no earlier call used, read from `os.urandom` (a new pool
@@ -491,9 +495,12 @@ class FreshInputs:
             problem = plain_output_problem(self.torch, out)
             if problem is not None:
                 raise DishonestTiming(problem)
-        # The rate is a module constant (kept), never this object's state (`rate`).
+        # The rate is a module constant (kept), never this object's state (`rate`); the draw
+        # is `checked_now`'s, inline (this runs after every timed call).
         rate = FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
-        if (force or checked_now(rate)) and self.outputs_checked:
+        if (force or int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32) and (
+            self.reference is not None and self.check is not None
+        ):
             self._check(out)
 
     def _check(self, out: Any) -> None:
