@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 from pytest_kernelpro.gate.format import record_status
 from pytest_kernelpro.record import KernelRecord
-from pytest_kernelpro.text_safety import safe_line
 
 QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
 
@@ -50,6 +49,8 @@ def fresh_process_failure(record: KernelRecord) -> str | None:
     error = record.extra.get("confirmation_fresh_process_error")
     if not error:
         return None
+    from pytest_kernelpro.text_safety import safe_line
+
     text = str(error).strip()
     first = safe_line(text.splitlines()[0] if text else "no detail", 300)
     return (

@@ -43,7 +43,6 @@ from pytest_kernelpro.run.context import (
     record_process_facts,
     time_limit_setting,
 )
-from pytest_kernelpro.run.fresh_process import read_rule, remeasure_in_fresh_process
 from pytest_kernelpro.run.measure_stage import check, recheck, time_item
 from pytest_kernelpro.run.roofline_stage import roofline, roofline_floor
 
@@ -406,6 +405,7 @@ def _price_and_gate(
         # In check mode the verdict applies the same floor.
         roofline_floor(run, measured.median_s)
         return
+    from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
     from pytest_kernelpro.run.gate_stage import gate
 
     phase.enter("gating (confirmation re-measurement, regression profile)", "gate")
@@ -435,6 +435,8 @@ def remeasure_only(run: ItemRun, built: _Kernel) -> None:
                 f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
             ) from exc
     record_process_facts(run, capture)
+    from pytest_kernelpro.run.fresh_process import read_rule
+
     # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
     # the dtype's default tolerance would.
     rule = read_rule(run.session_settings.remeasure_pins)

@@ -190,13 +190,13 @@ class CpuSampler:
         body = self.body or self.fn
         measure = self.pairs.measure if self.pairs is not None else None
         write, fills, flush_s = self.flush.write, self.flush.fills, self.flush.seconds
-        before = after = holds = None
+        before = after = None
         if fresh is not None:
             before, after = fresh.before, fresh.after
-            holds = seal.holds if seal is not None else None
+        sealed = seal.kept if seal is not None and fresh is not None else ()
         intact, perf_counter = bound.intact, bound.perf_counter
         thread_time, process_time = bound.thread_time, bound.process_time
-        if not (intact() and (holds is None or holds(fresh))):
+        if not intact(*sealed):
             verify_bindings(fresh, seal)  # names what changed and raises
         honest = fresh if fresh is not None else _NO_HONEST_WORK
         values: list[float] = []
@@ -221,7 +221,7 @@ class CpuSampler:
             if after is not None:
                 after(out, content=content)
             out = None
-            if not (intact() and (holds is None or holds(fresh))):
+            if not intact(*sealed):
                 verify_bindings(fresh, seal)
             between.kernel_s += per_call * calls
             values.append(per_call)

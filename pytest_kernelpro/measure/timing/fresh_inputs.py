@@ -59,7 +59,6 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import is_not
 from typing import Any
 
@@ -89,7 +88,7 @@ def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) 
     plugin's timing modules was rebound (`measure.bound`), or when `fresh`'s state no longer
     matches the `seal` taken before the timing: the timers call this before and after every
     sample, so the kernel timed across the patch is the one refused."""
-    if bound.intact() and (seal is None or fresh is None or seal.holds(fresh)):
+    if bound.intact(*(seal.kept if seal is not None and fresh is not None else ())):
         return  # the per-sample path: a few comparisons run in C, nothing named
     failure = bound.binding_failure("while the kernel was timed")
     if failure is not None:
@@ -120,34 +119,38 @@ SEALED = tuple(
 @dataclass(frozen=True)
 class Seal:
     """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
-    not an attribute of the object the kernel can find): `changed` names what differs."""
+    not an attribute of the object the kernel can find): `holds` says whether all of it is
+    the same, `changed` names what differs.
+
+    The sealed names are kept as `bound.Kept` groups (`kept`): each name's object by
+    identity, the object's namespace, and the method names that must not be set on it.
+    The mixed content's tensors are in the sealed `ends` and `weights`, made tuples by
+    `FreshInputs.prepare`, so their identity covers the tensors in them (nothing to
+    replace in place); a timer passes `kept` to `bound.intact` with its own check."""
 
     values: tuple[Any, ...]
     weights: tuple[Any, ...]
     ends_a: tuple[Any, ...]
     ends_b: tuple[Any, ...]
-    tensors: tuple[Any, ...]  # the three above in one tuple, for `holds`
+    kept: tuple[bound.Kept, ...]
 
     @classmethod
     def of(cls, fresh: FreshInputs) -> Seal:
         fresh.prepare()
-        a, b = fresh.ends if fresh.ends is not None else ([], [])
+        a, b = fresh.ends if fresh.ends is not None else ((), ())
         values = tuple(getattr(fresh, name) for name in SEALED)
-        return cls(values, tuple(fresh.weights), tuple(a), tuple(b), (*fresh.weights, *a, *b))
+        names = bound.Kept(by_dict=False)
+        names.extend([("fresh inputs", fresh, n, v) for n, v in zip(SEALED, values, strict=True)])
+        namespace = vars(fresh)
+        names.add("fresh inputs", fresh, "__dict__", namespace)
+        methods = bound.Kept(by_dict=True)
+        methods.absent("fresh inputs", namespace, SHADOWING)
+        return cls(values, tuple(fresh.weights), tuple(a), tuple(b), (names, methods))
 
     def holds(self, fresh: FreshInputs) -> bool:
-        """Nothing sealed changed (the per-sample check: identity comparisons in C)."""
-        try:
-            a, b = fresh.ends if fresh.ends is not None else ((), ())
-            tensors = (*fresh.weights, *a, *b)
-            return (
-                not any(map(is_not, map(getattr, repeat(fresh), SEALED), self.values))
-                and len(tensors) == len(self.tensors)
-                and not any(map(is_not, tensors, self.tensors))
-                and SHADOWING.isdisjoint(vars(fresh))
-            )
-        except Exception:  # a sealed name deleted or made unreadable: `changed` names it
-            return False
+        """Nothing sealed changed (identity comparisons in C; the timers' per-sample check
+        runs it as part of `bound.intact`)."""
+        return all(map(_group_holds, self.kept))
 
     def changed(self, fresh: FreshInputs) -> list[str]:
         found = [
@@ -162,8 +165,17 @@ class Seal:
             and _same_objects(b, self.ends_b)
         ):
             found.append("its mixed content's tensors")
+        if self.kept and vars(fresh) is not self.kept[0].values[-1]:
+            found.append("its namespace (replaced)")
         shadowed = sorted(SHADOWING.intersection(vars(fresh)))
         return found + [f"{name} (set on the object)" for name in shadowed]
+
+
+def _group_holds(kept: bound.Kept) -> bool:
+    try:
+        return not any(map(is_not, kept.currents(), kept.values))
+    except Exception:  # a sealed name made unreadable: `changed` names it
+        return False
 
 
 # Positions per kept tensor whose values fingerprint the mix's kept content (`kept_content`).
@@ -330,10 +342,10 @@ class FreshInputs:
     storage: Sequence[Any]  # the timed inputs: refilled in place before every call
     name: str = "the kernel"
     mode: str = "fixed"  # "mix" | "maker" | "fixed" | "none" (no tensor inputs)
-    ends: tuple[list[Any], list[Any]] | None = None  # mix: the leaves of A and B
+    ends: tuple[Sequence[Any], Sequence[Any]] | None = None  # mix: the leaves of A and B
     # mix: per leaf a pool of uniform values, `WINDOW` longer than the leaf; each call's U is
     # the window at an offset read from `os.urandom` (`_offset`, the current call's).
-    weights: list[Any] = field(default_factory=list)
+    weights: Sequence[Any] = field(default_factory=list)
     _offset: int = 0
     _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
@@ -377,6 +389,10 @@ class FreshInputs:
         if self._plan is not None:
             return self._plan
         torch = self.torch
+        # Tuples from here (sealed by identity: no tensor of them replaced in place).
+        self.weights = tuple(self.weights)
+        if self.ends is not None:
+            self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
         self._targets = tuple(_tensor_leaves(torch, self.storage))
         self._flat = all(isinstance(x, torch.Tensor) for x in self.storage)
         if self.mode == "mix" and self.ends is not None:

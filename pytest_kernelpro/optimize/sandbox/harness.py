@@ -501,7 +501,7 @@ class _Pipeline:
             except DishonestTiming as exc:
                 raise Rejected("cheat", f"refused while timed: {exc}") from None
         # The phase's length by the clock kept before the candidate ran: its parent compares
-        # it with what it saw (`measure.outside_view`).
+        # it with what it saw (`outside_view.py`).
         phase_s = bound.perf_counter() - phase_started
         self.progress("timed")
         try:
