@@ -938,43 +938,6 @@ def information_failure(
     return None
 
 
-def _passes_at_once(
-    torch: Any, got: Any, expected: Any, tol: Tolerance, limits: InformationLimits | None
-) -> bool:
-    """Whether one floating tensor output passes by `tol` (and carries information by `limits`
-    where given) as `compare_tensor` and `information_failure` decide it, in one pass: the
-    same element rule in the same working dtype as `_allclose_pass` (a miss is a NaN on one
-    side only, an infinity on one side or of the other sign, a finite difference over
-    atol + rtol |expected|), and the same normwise sums. False sends the output to the full
-    rule, which explains it: so does anything this pass does not decide (a shape or dtype
-    apart, an empty output, an output larger than one chunk)."""
-    total = expected.numel()
-    if (
-        got.shape != expected.shape
-        or got.dtype != expected.dtype
-        or total == 0
-        or total > COMPARE_CHUNK
-        or tol.source == STRUCTURE_ONLY_SOURCE
-    ):
-        return False
-    work = torch.float64 if expected.dtype == torch.float64 else torch.float32
-    g = got.detach().to(expected.device).reshape(-1).to(work)
-    e = expected.detach().reshape(-1).to(work)
-    finite = torch.isfinite(g) & torch.isfinite(e)
-    diff = (g - e).abs()
-    e_abs = e.abs()
-    close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
-    if not bool((close | (g == e) | (torch.isnan(g) & torch.isnan(e))).all()):
-        return False
-    if tol.norm_rtol is not None:
-        zero = torch.zeros((), dtype=work, device=e.device)
-        diff_sq = torch.where(finite, diff, zero).to(torch.float64).pow(2).sum()
-        exp_sq = torch.where(finite, e_abs, zero).to(torch.float64).pow(2).sum()
-        if math.sqrt(float(diff_sq)) > tol.norm_rtol * math.sqrt(float(exp_sq)):
-            return False
-    return limits is None or information_failure(torch, "output", got, expected, limits) is None
-
-
 @dataclass(frozen=True)
 class Calibration:
     """What the first call's truth says about one output, for every later call."""
@@ -1110,17 +1073,26 @@ class CorrectnessRule:
 
     def timed_check(self, torch: Any) -> Callable[[Any, Any], str | None]:
         """The check of the timed calls' outputs: (got, expected) -> the first two failing
-        leaves' messages, or None; what `judge` decides. A plain floating tensor output that
-        passes is decided in one pass (`_passes_at_once`, with its tolerance and information
-        limits found once per dtype: the rule does not change while a kernel is timed); any
-        other output, and one that does not pass there, goes through `judge`."""
+        leaves' messages, or None; what `judge` decides. A plain floating tensor output is
+        first judged in one pass: the same element rule in the same working dtype as
+        `_allclose_pass` (a miss is a NaN on one side only, an infinity on one side or of the
+        other sign, a finite difference over atol + rtol |expected|), the same normwise sums,
+        and `information_failure` where `judge` runs it, with its tolerance and limits found
+        once per dtype (the rule does not change while a kernel is timed). What does not
+        pass there goes through `judge`, which explains it, and so does what this pass does
+        not decide (a structure, a shape or dtype apart, an empty output, an output larger
+        than one chunk)."""
         plans: dict[Any, tuple[Tolerance, InformationLimits | None]] = {}
+        tensor, float64, float32 = torch.Tensor, torch.float64, torch.float32
 
         def failure(got: Any, expected: Any) -> str | None:
+            total = expected.numel() if type(expected) is tensor else 0
             if (
-                type(expected) is torch.Tensor
-                and type(got) is torch.Tensor
+                type(got) is tensor
+                and 0 < total <= COMPARE_CHUNK
                 and expected.is_floating_point()
+                and got.shape == expected.shape
+                and got.dtype == expected.dtype
                 and not self._pending
             ):
                 plan = plans.get(expected.dtype)
@@ -1129,7 +1101,26 @@ class CorrectnessRule:
                     by_truth = "output" in self.calibrated and not (self.overridden or self.reduced)
                     limits = None if by_truth else self._limits(torch, "output", expected, tol)
                     plan = plans[expected.dtype] = (tol, limits)
-                if _passes_at_once(torch, got, expected, *plan):
+                tol, limits = plan
+                work = float64 if expected.dtype == float64 else float32
+                g = got.detach().to(expected.device).reshape(-1).to(work)
+                e = expected.detach().reshape(-1).to(work)
+                finite = torch.isfinite(g) & torch.isfinite(e)
+                diff = (g - e).abs()
+                e_abs = e.abs()
+                close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
+                passes = tol.source != STRUCTURE_ONLY_SOURCE and bool(
+                    (close | (g == e) | (torch.isnan(g) & torch.isnan(e))).all()
+                )
+                if passes and tol.norm_rtol is not None:
+                    zero = torch.zeros((), dtype=work, device=e.device)
+                    diff_sq = torch.where(finite, diff, zero).to(float64).pow(2).sum()
+                    exp_sq = torch.where(finite, e_abs, zero).to(float64).pow(2).sum()
+                    passes = math.sqrt(float(diff_sq)) <= tol.norm_rtol * math.sqrt(float(exp_sq))
+                if passes and (
+                    limits is None
+                    or information_failure(torch, "output", got, expected, limits) is None
+                ):
                     return None
             failed = [r for r in self.judge(torch, got, expected) if not r.ok]
             return " ".join(r.message or "" for r in failed[:2]) if failed else None

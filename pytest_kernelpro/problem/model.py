@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.problem.build import build_module, sharing_weights
 from pytest_kernelpro.problem.language import detect_language_of
 
 MARKER_NAME = "kernelpro"
@@ -328,6 +327,8 @@ def _callable_factory(
         return lambda device: obj
 
     def build(device: str) -> Callable[..., Any]:
+        from pytest_kernelpro.problem.build import build_module
+
         built = build_module(obj, init_inputs, device, seed=seed, on_device=False)
         if dtype is not None:
             import torch
@@ -359,6 +360,8 @@ def problem_from_marker(
         # The kernel gets the reference module's parameters (`measure.weights.share_weights`:
         # by name, else by position and shape, as in the sandbox), so a patched kernel whose
         # candidate named its weights differently checks the same.
+        from pytest_kernelpro.problem.build import sharing_weights
+
         kernel_factory = sharing_weights(kernel_factory, reference_factory)
     return Problem(
         name=name,

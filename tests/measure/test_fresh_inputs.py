@@ -394,7 +394,7 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
         "before",  # the refill shadowed on the object
         "after",  # the output check shadowed on the object
         "content",  # the checked call's content shadowed on the object
-        "_check",  # the check shadowed on the object
+        "drain",  # the comparison shadowed on the object
         "deleted",  # a sealed name deleted from the object
     ],
 )
@@ -570,7 +570,7 @@ def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
             elif attack == "pools_swapped":
                 timer.weights = [torch.zeros_like(w) for w in timer.weights]
             elif attack == "namespace":
-                timer.__dict__ = {**vars(timer), "_check": lambda out: None}
+                timer.__dict__ = {**vars(timer), "drain": lambda: None}
             elif attack == "clock":
                 cpu_module.bound = type("FakeBound", (), {})  # type: ignore[attr-defined]
             else:

@@ -59,7 +59,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import is_not
+from operator import attrgetter, is_not
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -138,7 +138,7 @@ class Seal:
     def of(cls, fresh: FreshInputs) -> Seal:
         fresh.prepare()
         a, b = fresh.ends if fresh.ends is not None else ((), ())
-        values = tuple(getattr(fresh, name) for name in SEALED)
+        values = attrgetter(*SEALED)(fresh)
         names = bound.Kept(by_dict=False)
         names.extend([("fresh inputs", fresh, n, v) for n, v in zip(SEALED, values, strict=True)])
         namespace = vars(fresh)
@@ -394,10 +394,10 @@ class FreshInputs:
         if self.ends is not None:
             self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
         self._targets = tuple(_tensor_leaves(torch, self.storage))
-        self._flat = all(isinstance(x, torch.Tensor) for x in self.storage)
+        self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
             leaves = zip(self._targets, *self.ends, self.weights, strict=True)
-            self._plan = tuple((t, a, b, u, _mixable(torch, a)) for t, a, b, u in leaves)
+            self._plan = tuple([(t, a, b, u, _mixable(torch, a)) for t, a, b, u in leaves])
         else:
             self._plan = ()
         return self._plan
@@ -514,22 +514,20 @@ class FreshInputs:
         # The rate is a module constant (kept), never this object's state (`rate`); the draw
         # is `checked_now`'s, inline (this runs after every timed call).
         rate = FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
-        if (force or int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32) and (
-            self.reference is not None and self.check is not None
+        if not (force or int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32) or (
+            self.reference is None or self.check is None
         ):
-            self._check(out)
-
-    def _check(self, out: Any) -> None:
-        """Copy a checked call's output now (work finishing later is not in it) with its
-        content, and compare them (at once, or queued on a GPU)."""
+            return
+        # Checked: the output copied now (work finishing later is not in it) with its
+        # content, and compared (at once, or queued on a GPU).
         self.checked += 1
         started = bound.perf_counter()
         snapshot = (
             out.detach().clone() if type(out) is self.torch.Tensor else _clone(self.torch, out)
         )
-        content = self.content()
+        checked_content = self.content()
         self.check_s += bound.perf_counter() - started
-        self._pending.append((self._calls, snapshot, content))
+        self._pending.append((self._calls, snapshot, checked_content))
         if not self.defer or len(self._pending) >= PENDING_CHECKS:
             self.drain()
 
@@ -592,9 +590,11 @@ class FreshInputs:
 
 # Names that, set on a `FreshInputs`, would shadow one of its methods or the rate's property.
 SHADOWING = frozenset(
-    name
-    for name, value in vars(FreshInputs).items()
-    if not name.startswith("__") and (callable(value) or isinstance(value, property))
+    {
+        name
+        for name, value in vars(FreshInputs).items()
+        if not name.startswith("__") and (callable(value) or isinstance(value, property))
+    }
 )
 
 
