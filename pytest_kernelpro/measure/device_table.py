@@ -1,14 +1,15 @@
-"""The built-in GPU table: datacenter GPUs and their datasheet ceilings (`devices.DeviceSpec`).
+"""The built-in GPU table: datacenter GPUs and their datasheet ceilings (`devices.DeviceSpec`'s
+fields).
 
 Every tensor-core rate is DENSE: NVIDIA's datasheets quote tensor rates "with sparsity" (2:4
 structured), which is twice the dense rate, so those numbers are halved here and the
-`source` says so. Read by `devices.find_device_spec` on first use (a CPU session never
+`source` says so. Read by `devices.builtin_device_specs` on first use (a CPU session never
 needs it).
 """
 
 from __future__ import annotations
 
-from pytest_kernelpro.measure.devices import DeviceSpec
+from typing import Any
 
 _KIB = 1024
 _MIB = 1024 * 1024
@@ -110,20 +111,22 @@ _A100_PEAKS = {
 }
 
 
-def _a100(name: str, alias: str, bandwidth: float, memory_gb: int, form: str) -> DeviceSpec:
-    return DeviceSpec(
+def _a100(name: str, alias: str, bandwidth: float, memory_gb: int, form: str) -> dict[str, Any]:
+    return dict(
         name=name,
         aliases=(alias,),
         dram_bandwidth_Bps=bandwidth,
         peak_flops=_A100_PEAKS,
         memory_bytes=memory_gb * 10**9,
         source=f"NVIDIA A100 Tensor Core GPU datasheet ({form} column); {_SPARSE_NOTE}",
-        **_AMPERE_SM,  # type: ignore[arg-type]
+        **_AMPERE_SM,
     )
 
 
-BUILTIN: tuple[DeviceSpec, ...] = (
-    DeviceSpec(
+# Each row the keyword arguments of one `devices.DeviceSpec` (no import of it here: `devices`
+# reads this module on first use).
+BUILTIN: tuple[dict[str, Any], ...] = (
+    dict(
         name="NVIDIA H100 SXM5 80GB",
         aliases=("NVIDIA H100 80GB HBM3", "H100 SXM", "H100 SXM5"),
         sms=132,
@@ -132,9 +135,9 @@ BUILTIN: tuple[DeviceSpec, ...] = (
         peak_flops=_HOPPER_SXM_PEAKS,
         memory_bytes=80 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column); {_SPARSE_NOTE}",
-        **_HOPPER_SM,  # type: ignore[arg-type]
+        **_HOPPER_SM,
     ),
-    DeviceSpec(
+    dict(
         name="NVIDIA H100 PCIe",
         aliases=("NVIDIA H100 PCIe 80GB", "H100 PCIe"),
         sms=114,
@@ -152,9 +155,9 @@ BUILTIN: tuple[DeviceSpec, ...] = (
         },
         memory_bytes=80 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column); {_SPARSE_NOTE}",
-        **_HOPPER_SM,  # type: ignore[arg-type]
+        **_HOPPER_SM,
     ),
-    DeviceSpec(
+    dict(
         name="NVIDIA H100 NVL",
         aliases=("H100 NVL",),
         sms=132,
@@ -163,9 +166,9 @@ BUILTIN: tuple[DeviceSpec, ...] = (
         peak_flops=_HOPPER_NVL_PEAKS,
         memory_bytes=94 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column); {_SPARSE_NOTE}",
-        **_HOPPER_SM,  # type: ignore[arg-type]
+        **_HOPPER_SM,
     ),
-    DeviceSpec(
+    dict(
         name="NVIDIA H200 SXM",
         aliases=("NVIDIA H200", "NVIDIA H200 141GB HBM3e", "H200 SXM", "H200"),
         sms=132,
@@ -178,9 +181,9 @@ BUILTIN: tuple[DeviceSpec, ...] = (
             "L2 as torch.cuda.get_device_properties reported it on an H200"
         ),
         notes="torch names the SXM part plainly 'NVIDIA H200'",
-        **_HOPPER_SM,  # type: ignore[arg-type]
+        **_HOPPER_SM,
     ),
-    DeviceSpec(
+    dict(
         name="NVIDIA H200 NVL",
         aliases=("H200 NVL",),
         sms=132,
@@ -192,13 +195,13 @@ BUILTIN: tuple[DeviceSpec, ...] = (
             f"NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column); {_SPARSE_NOTE}; "
             "L2 assumed equal to the H200 SXM's"
         ),
-        **_HOPPER_SM,  # type: ignore[arg-type]
+        **_HOPPER_SM,
     ),
     _a100("NVIDIA A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2.039e12, 80, "A100 80GB SXM"),
     _a100("NVIDIA A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1.555e12, 40, "A100 40GB SXM"),
     _a100("NVIDIA A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1.935e12, 80, "A100 80GB PCIe"),
     _a100("NVIDIA A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1.555e12, 40, "A100 40GB PCIe"),
-    DeviceSpec(
+    dict(
         name="NVIDIA L4",
         aliases=("L4",),
         sms=58,
@@ -216,9 +219,9 @@ BUILTIN: tuple[DeviceSpec, ...] = (
         },
         memory_bytes=24 * 10**9,
         source=f"NVIDIA L4 Tensor Core GPU datasheet; {_SPARSE_NOTE}",
-        **_ADA_SM,  # type: ignore[arg-type]
+        **_ADA_SM,
     ),
-    DeviceSpec(
+    dict(
         name="NVIDIA L40S",
         aliases=("L40S",),
         sms=142,
@@ -234,9 +237,9 @@ BUILTIN: tuple[DeviceSpec, ...] = (
         },
         memory_bytes=48 * 10**9,
         source="NVIDIA L40S datasheet (dense column; it also lists the sparse figures)",
-        **_ADA_SM,  # type: ignore[arg-type]
+        **_ADA_SM,
     ),
-    DeviceSpec(
+    dict(
         name="NVIDIA B200",
         aliases=("B200", "NVIDIA B200 SXM"),
         arch="sm_100",

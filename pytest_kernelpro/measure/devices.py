@@ -11,6 +11,7 @@ No torch import: the plugin reads the table at collection time.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -173,11 +174,13 @@ def normalize_device_name(name: str) -> str:
     return text.removeprefix("nvidia ").strip()
 
 
+@functools.cache
 def builtin_device_specs() -> tuple[DeviceSpec, ...]:
-    """The built-in GPU table (datasheet numbers, dense tensor rates: `device_table.py`)."""
+    """The built-in GPU table (datasheet numbers, dense tensor rates: `device_table.py`, read
+    on the first call)."""
     from pytest_kernelpro.measure.device_table import BUILTIN
 
-    return BUILTIN
+    return tuple(DeviceSpec(**row) for row in BUILTIN)
 
 
 def find_device_spec(device_name: str, extra: Iterable[DeviceSpec] = ()) -> DeviceSpec | None:
