@@ -405,17 +405,21 @@ def _price_and_gate(
         # In check mode the verdict applies the same floor.
         roofline_floor(run, measured.median_s)
         return
-    from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
     from pytest_kernelpro.run.gate_stage import gate
 
     phase.enter("gating (confirmation re-measurement, regression profile)", "gate")
     rule = getattr(measured.correctness, "rule_state", None)
+
+    def fresh_remeasure(pins: list[dict[str, Any]]) -> Any:
+        # Imported only when a confirmation runs in a fresh process.
+        from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+
+        return remeasure_in_fresh_process(item, session, pins, rule, limit=run.time_limit.value)
+
     gate(
         run,
         measured.remeasure,
-        lambda pins: remeasure_in_fresh_process(
-            item, session, pins, rule, limit=run.time_limit.value
-        ),
+        fresh_remeasure,
         profiling=session.profiling,
     )
 
