@@ -156,6 +156,21 @@ def test_the_check_decision_reads_the_kept_os_urandom_at_that_moment(
     assert bound.tampered() == []
 
 
+def test_the_timed_calls_checked_share_is_the_rate_whatever_os_urandom_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`FreshInputs.after` draws the check decision inline (it runs after every timed call)
+    with the kept `os.urandom`: over many calls the checked share is `CHECK_RATE`, and a
+    replaced `os.urandom` that would say "never" changes nothing."""
+    fresh = _fresh()
+    monkeypatch.setattr(os, "urandom", lambda n: b"\xff" * n)
+    for _ in range(1500):
+        content = fresh.before()
+        fresh.after(fresh.call(), content=content)
+    monkeypatch.undo()
+    assert 0.54 < fresh.checked / fresh.to_dict()["calls"] < 0.66  # 4.7 sigma either side
+
+
 def test_the_docs_survival_probabilities() -> None:
     # The default timing: the first call and 20 samples, half of them skipped.
     assert survival(CHECK_RATE, 0.5, 21) < 1e-3
