@@ -166,8 +166,8 @@ class MarkerOptions:
 
 def shape_id(shape: Any) -> str:
     """`(8192, 4096)` -> "8192x4096"; `{"M": 64}` -> "M=64"; anything else -> str()."""
-    if isinstance(shape, (tuple, list)) and all(isinstance(d, int) for d in shape):
-        return "x".join(str(d) for d in shape)
+    if isinstance(shape, (tuple, list)) and all([isinstance(d, int) for d in shape]):
+        return "x".join(map(str, shape))
     if isinstance(shape, dict):
         return ",".join(f"{k}={shape_id(v)}" for k, v in shape.items())
     text = str(shape)
@@ -179,7 +179,7 @@ def _accepts(func: Callable[..., Any], name: str) -> bool:
         params = inspect.signature(func).parameters
     except (TypeError, ValueError):
         return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return name in params or inspect.Parameter.VAR_KEYWORD in {p.kind for p in params.values()}
 
 
 def call_input_factory(
@@ -204,9 +204,9 @@ def call_input_factory(
         kwargs["generator"] = generator
     try:
         params = inspect.signature(factory).parameters
-        takes_device = len(params) > len(kwargs) or any(
-            p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()
-        )
+        takes_device = len(params) > len(kwargs) or inspect.Parameter.VAR_POSITIONAL in {
+            p.kind for p in params.values()
+        }
     except (TypeError, ValueError):
         takes_device = True
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
