@@ -357,7 +357,7 @@ def problem_from_marker(
         options.reference, options.init_inputs, dtype=options.dtype
     )
     if kind == "module" and _is_module_class(options.reference):
-        # The kernel gets the reference module's parameters (`measure.weights.share_weights`:
+        # The kernel gets the reference module's parameters (`problem.build.share_weights`:
         # by name, else by position and shape, as in the sandbox), so a patched kernel whose
         # candidate named its weights differently checks the same.
         from pytest_kernelpro.problem.build import sharing_weights

@@ -337,7 +337,7 @@ class _Pipeline:
                 if model_new is None:
                     raise Rejected("build_error", "the candidate defines no class ModelNew")
                 # The reference's seed, init inputs and device; its weights handed over
-                # (`measure.weights.share_weights`: a candidate may name them as it likes).
+                # (`problem.build.share_weights`: a candidate may name them as it likes).
                 built = build_kernel(
                     model_new,
                     self.ref_model,
