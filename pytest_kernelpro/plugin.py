@@ -106,11 +106,11 @@ def pytest_runtest_makereport(
     """Attach the kernel record and a `kernelpro` section to the call report."""
     is_kernel = isinstance(item, (KernelItem, KernelConfigErrorItem))
     record = item.stash.get(RECORD_KEY, None) if is_kernel else None
-    if call.when == "call" and record is not None:
+    if call.when == "call" and record is not None and getattr(item.config.option, "xmlpath", None):
         from pytest_kernelpro.gate.junit import junit_properties
 
         # pytest's --junitxml writes the item's user_properties (as of teardown) as
-        # <property> elements of the test case.
+        # <property> elements of the test case; without it nothing reads them.
         item.user_properties.extend(junit_properties(record))
     report = yield
     if call.when == "call" and record is not None:

@@ -239,9 +239,9 @@ def parse_entry(raw: Any) -> BaselineEntry:
     samples = raw.get("samples_s")
     if not isinstance(samples, list) or not samples:
         raise ValueError(f"samples_s is {_short(samples)}, expected a non-empty list of seconds")
-    bad = [v for v in samples if not _finite_pos(v)]
-    if bad:
-        raise ValueError(f"samples_s holds {_short(bad[0])}, expected positive numbers")
+    if not _all_finite_pos(samples):
+        bad = next(v for v in samples if not _finite_pos(v))
+        raise ValueError(f"samples_s holds {_short(bad)}, expected positive numbers")
     out = BaselineEntry(
         name=_opt_str(raw, "name") or "",
         kernel=_opt_str(raw, "kernel") or "",
@@ -268,7 +268,7 @@ def parse_entry(raw: Any) -> BaselineEntry:
     out.anchor_median_s = None if value is None else float(value)
     ratios = raw.get("anchor_ratios")
     if ratios is not None:
-        if not isinstance(ratios, list) or not ratios or not all(_finite_pos(v) for v in ratios):
+        if not isinstance(ratios, list) or not ratios or not _all_finite_pos(ratios):
             raise ValueError(
                 f"anchor_ratios is {_short(ratios)}, expected a non-empty list of positive numbers"
             )
@@ -277,11 +277,7 @@ def parse_entry(raw: Any) -> BaselineEntry:
     for key in ("cpu_kernel_s", "cpu_anchor_s"):
         values = raw.get(key)
         if values is not None:
-            if (
-                not isinstance(values, list)
-                or not values
-                or not all(_finite_pos(v) for v in values)
-            ):
+            if not isinstance(values, list) or not values or not _all_finite_pos(values):
                 raise ValueError(
                     f"{key} is {_short(values)}, expected a non-empty list of positive seconds"
                 )
@@ -352,6 +348,18 @@ def _is_number(value: Any) -> bool:
 
 def _finite_pos(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value > 0
+
+
+_PLAIN_NUMBERS = frozenset({int, float})
+
+
+def _all_finite_pos(values: list[Any]) -> bool:
+    """`_finite_pos` of every value of a non-empty list, each pass in C (a baseline entry holds
+    hundreds of samples per list: a Python call per value was most of a session's start).
+    Exactly `int` and `float` here; a subclass (`numpy.float64`) goes to `_finite_pos` one by one."""
+    if _PLAIN_NUMBERS.issuperset(map(type, values)):
+        return all(map(math.isfinite, values)) and min(values) > 0
+    return all(_finite_pos(v) for v in values)
 
 
 def _finite_nonneg(value: Any) -> bool:

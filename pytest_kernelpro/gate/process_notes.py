@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 from pytest_kernelpro.gate.format import record_status
 from pytest_kernelpro.record import KernelRecord
-from pytest_kernelpro.text_safety import safe_line
 
 QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
 
@@ -27,7 +26,7 @@ def _explains(record: KernelRecord) -> bool:
 
 def environment_words(records: Sequence[KernelRecord]) -> str | None:
     """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
-    from pytest_kernelpro.gate.confirmation import changes_words
+    from pytest_kernelpro.gate.run_differences import changes_words
 
     counts: dict[str, int] = {}
     for record in records:
@@ -50,6 +49,8 @@ def fresh_process_failure(record: KernelRecord) -> str | None:
     error = record.extra.get("confirmation_fresh_process_error")
     if not error:
         return None
+    from pytest_kernelpro.text_safety import safe_line
+
     text = str(error).strip()
     first = safe_line(text.splitlines()[0] if text else "no detail", 300)
     return (

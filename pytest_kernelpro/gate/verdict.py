@@ -527,6 +527,16 @@ def improvement_needs_confirmation(device: str) -> bool:
     return is_cpu(device)
 
 
+def needs_confirmation(verdict: Verdict) -> bool:
+    """True when the plugin must re-time the kernel and call `confirm`: a regression, and an
+    improvement on the CPU (`verdict.improvement_needs_confirmation`)."""
+    if verdict.confirmation is not None:
+        return False
+    if verdict.change_status == IMPROVED:
+        return improvement_needs_confirmation(verdict.device)
+    return verdict.change_status == REGRESSED
+
+
 def finish_verdict(
     *, change_status: str, reason: str, floor_reason: str | None, **kw: Any
 ) -> Verdict:

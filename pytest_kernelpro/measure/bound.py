@@ -35,7 +35,7 @@ import operator
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
@@ -125,7 +125,7 @@ def _torch_own(value: Any) -> bool:
 _TORCH_KEPT: dict[tuple[str, str], tuple[Any, str, Any]] = {}
 
 
-class _Kept:
+class Kept:
     """Kept objects as parallel lists, so that one `map` compares them all in C: (owners,
     attribute names, values, where each was kept), read by `getattr`, or by `dict.get` when
     the owners are namespace dicts. Nothing runs in Python per name on the intact path."""
@@ -152,6 +152,11 @@ class _Kept:
             self.names.extend(names)
             self.values.extend(values)
 
+    def absent(self, where: str, namespace: dict[str, Any], names: Iterable[str]) -> None:
+        """Keep `names` as absent from `namespace` (a `by_dict` group): setting one fails."""
+        for name in names:
+            self.add(where, namespace, name, _MISSING)
+
     def clear(self) -> None:
         for part in (self.owners, self.names, self.values, self.where):
             part.clear()
@@ -174,16 +179,16 @@ _MISSING = object()
 # The standard library's kept functions, then every name of the plugin's timing modules as it
 # was when the module finished importing (`_NAMESPACES`) and its functions' code and
 # defaults and its classes' methods (`_ATTRIBUTES`), appended by `keep_module`.
-_STDLIB = _Kept(by_dict=False)
+_STDLIB = Kept(by_dict=False)
 for _owner, _module_name, _attr, _value in _KEPT:
     _STDLIB.add(_module_name, _owner, _attr, _value)
-_NAMESPACES = _Kept(by_dict=True)
-_ATTRIBUTES = _Kept(by_dict=False)
+_NAMESPACES = Kept(by_dict=True)
+_ATTRIBUTES = Kept(by_dict=False)
 # Every link from `sys.modules` to each torch timing function seen intact (the module in
 # `sys.modules`, each attribute on the way, the function): while all are the same objects,
 # every function is the torch-owned one `_torch_tampered` classified. Rebuilt by it.
-_TORCH_MODULES = _Kept(by_dict=True)
-_TORCH_LINKS = _Kept(by_dict=False)
+_TORCH_MODULES = Kept(by_dict=True)
+_TORCH_LINKS = Kept(by_dict=False)
 _ALL_KEPT = (_STDLIB, _NAMESPACES, _ATTRIBUTES, _TORCH_MODULES, _TORCH_LINKS)
 _torch_pending: list[str] = [name for name, _path in _TORCH_TIMING]  # modules not seen yet
 _torch_clean = [False]  # the links were built by a `_torch_tampered` that found nothing
@@ -219,14 +224,16 @@ def _torch_tampered() -> list[str]:
     return found
 
 
-def intact() -> bool:
+def intact(*extra: Kept) -> bool:
     """Every kept name still the kept object and every torch timing function still the one
-    seen as torch's own: the per-sample check (the comparisons run in C through `map`, no
-    Python loop over the hundreds of names). False sends the caller to `binding_failure`."""
+    seen as torch's own, and so is every name of the `extra` groups (a timer's own state,
+    `fresh_inputs.Seal`): the per-sample check (the comparisons run in C through `map`, no
+    Python loop over the hundreds of names). False sends the caller to `binding_failure`
+    (and the seal's `changed`)."""
     if not _torch_clean[0] or any(map(sys.modules.__contains__, _torch_pending)):
         return False
     try:
-        for kept in _ALL_KEPT:
+        for kept in _ALL_KEPT + extra:
             read = dict.get if kept.by_dict else getattr
             currents = map(read, kept.owners, kept.names, repeat(_MISSING))
             if any(map(operator.is_not, currents, kept.values)):

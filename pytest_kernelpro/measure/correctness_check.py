@@ -589,17 +589,16 @@ def _reference_exception_text(exc: BaseException) -> str:
     return "".join(lines).strip()[-2000:]
 
 
-def _chunks(torch: Any, a: Any, b: Any) -> Iterator[tuple[Any, Any]]:
+def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
     """`a` and `b` (same shape) as pairs of flat pieces of at most a 32nd of the elements
     (at least `output_rule.COMPARE_CHUNK`): CUDA's `torch.equal` and `==` make a temporary the
-    size of their operands, a quarter of an 8 GB fp32 input for its bool result."""
+    size of their operands, a quarter of an 8 GB fp32 input for its bool result. The pieces
+    are views."""
     steps = chunk_ranges(a.numel())
     if len(steps) <= 1 or not (a.is_contiguous() and b.is_contiguous()):
-        yield a, b
-        return
+        return [(a, b)]
     flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # views: both are contiguous
-    for start in steps:
-        yield flat_a[start : start + steps.step], flat_b[start : start + steps.step]
+    return [(flat_a[i : i + steps.step], flat_b[i : i + steps.step]) for i in steps]
 
 
 def _count_changed(torch: Any, a: Any, b: Any) -> int:

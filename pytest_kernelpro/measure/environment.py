@@ -8,7 +8,7 @@ The versions: torch, Triton, the CUDA runtime torch was built with, cuDNN, the C
 code). Each is read once per process (nvcc is a subprocess) and left out when this process has no
 such thing (a CPU-only torch has no CUDA runtime; triton is read only when installed). The
 record keeps them (`KernelRecord.environment`), the baseline keeps them per entry, and
-`gate/confirmation.py` names the ones that differ when a kernel regressed.
+`gate/run_differences.py` names the ones that differ when a kernel regressed.
 
 The autotune choices: what an item's autotuned kernels chose in this process, and pinning
 the baseline's choice. An autotuner picks a configuration per process by timing its

@@ -45,7 +45,7 @@ Recording (`make_recorder`): a TorchDispatchMode that prices every op the refere
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -193,14 +193,13 @@ def op_category(func: Any) -> str:
 # ---------------------------------------------------------------------------- tensors
 
 
-def iter_tensors(obj: Any) -> Iterator[Any]:
-    """Every torch.Tensor inside nested args/kwargs/outputs (pytree leaves)."""
+def iter_tensors(obj: Any) -> list[Any]:
+    """Every torch.Tensor inside nested args/kwargs/outputs (pytree leaves), in order (a list:
+    this runs for every operator the FLOP counter sees)."""
     import torch
     from torch.utils._pytree import tree_flatten
 
-    for leaf in tree_flatten(obj)[0]:
-        if isinstance(leaf, torch.Tensor):
-            yield leaf
+    return [leaf for leaf in tree_flatten(obj)[0] if isinstance(leaf, torch.Tensor)]
 
 
 def tensor_bytes(t: Any) -> int:
@@ -342,7 +341,7 @@ def op_flops(
         if fallback is not None:
             return fallback, None
         return 0.0, f"{func}: {NO_FORMULA}"
-    first_in = _first(t for t in iter_tensors(args))
+    first_in = _first(iter_tensors(args))
     first_out = _first(iter_tensors(out))
     if category == "softmax":
         return 5.0 * _numel(first_in), None

@@ -910,7 +910,7 @@ def information_failure(
         float(table[:, 5].min()),
         float(table[:, 6].max()),
     )
-    ge, ee, gg = (float(table[:, i].sum()) for i in (7, 8, 9))
+    ge, ee, gg = float(table[:, 7].sum()), float(table[:, 8].sum()), float(table[:, 9].sum())
     noise_abs = limits.abs_rel * e_abs
     if g_abs == 0 and e_abs > noise_abs:
         return (
@@ -1070,6 +1070,62 @@ class CorrectnessRule:
         else:
             reports = compare_outputs(torch, got, expected, self)
         return self._with_information(torch, got, expected, reports)
+
+    def timed_check(self, torch: Any) -> Callable[[Any, Any], str | None]:
+        """The check of the timed calls' outputs: (got, expected) -> the first two failing
+        leaves' messages, or None; what `judge` decides. A plain floating tensor output is
+        first judged in one pass: the same element rule in the same working dtype as
+        `_allclose_pass` (a miss is a NaN on one side only, an infinity on one side or of the
+        other sign, a finite difference over atol + rtol |expected|), the same normwise sums,
+        and `information_failure` where `judge` runs it, with its tolerance and limits found
+        once per dtype (the rule does not change while a kernel is timed). What does not
+        pass there goes through `judge`, which explains it, and so does what this pass does
+        not decide (a structure, a shape or dtype apart, an empty output, an output larger
+        than one chunk)."""
+        plans: dict[Any, tuple[Tolerance, InformationLimits | None]] = {}
+        tensor, float64, float32 = torch.Tensor, torch.float64, torch.float32
+
+        def failure(got: Any, expected: Any) -> str | None:
+            total = expected.numel() if type(expected) is tensor else 0
+            if (
+                type(got) is tensor
+                and 0 < total <= COMPARE_CHUNK
+                and expected.is_floating_point()
+                and got.shape == expected.shape
+                and got.dtype == expected.dtype
+                and not self._pending
+            ):
+                plan = plans.get(expected.dtype)
+                if plan is None:
+                    tol = self.for_leaf("output", expected.dtype)
+                    by_truth = "output" in self.calibrated and not (self.overridden or self.reduced)
+                    limits = None if by_truth else self._limits(torch, "output", expected, tol)
+                    plan = plans[expected.dtype] = (tol, limits)
+                tol, limits = plan
+                work = float64 if expected.dtype == float64 else float32
+                g = got.detach().to(expected.device).reshape(-1).to(work)
+                e = expected.detach().reshape(-1).to(work)
+                finite = torch.isfinite(g) & torch.isfinite(e)
+                diff = (g - e).abs()
+                e_abs = e.abs()
+                close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
+                passes = tol.source != STRUCTURE_ONLY_SOURCE and bool(
+                    (close | (g == e) | (torch.isnan(g) & torch.isnan(e))).all()
+                )
+                if passes and tol.norm_rtol is not None:
+                    zero = torch.zeros((), dtype=work, device=e.device)
+                    diff_sq = torch.where(finite, diff, zero).to(float64).pow(2).sum()
+                    exp_sq = torch.where(finite, e_abs, zero).to(float64).pow(2).sum()
+                    passes = math.sqrt(float(diff_sq)) <= tol.norm_rtol * math.sqrt(float(exp_sq))
+                if passes and (
+                    limits is None
+                    or information_failure(torch, "output", got, expected, limits) is None
+                ):
+                    return None
+            failed = [r for r in self.judge(torch, got, expected) if not r.ok]
+            return " ".join(r.message or "" for r in failed[:2]) if failed else None
+
+        return failure
 
     def _judge_with_truth(self, torch: Any, got: Any, expected: Any) -> list[LeafReport]:
         assert self.truth is not None

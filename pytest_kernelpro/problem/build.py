@@ -4,11 +4,13 @@ Every place that turns a module class into the model it runs goes through here: 
 KernelBench problems (`kernelbench.py`) and marked `nn.Module` classes (`model.py`), and the
 sandbox's worker (`optimize/sandbox/harness.py`), trusted judge (`optimize/sandbox/judge.py`) and final
 re-measurement (`optimize/sandbox/remeasure.py`). So with the same seed the reference is the same model
-in all of them, and the kernel gets its weights by the one rule of `measure/weights.py` (by
-name, else by position and shape).
+in all of them, and the kernel gets its weights by one rule (`share_weights`): by name when
+both state_dicts have the same keys of the same shapes, else by position when both list
+tensors of the same shapes in the same (registration) order, so a kernel may name its weights
+as it likes. The Programmer's prompt states this rule (agents/problem_context.py).
 
-Imports only `measure.weights` (torch where used), so the sandbox's child processes import
-it without the pytest session.
+Imports nothing of the plugin (torch where used), so the sandbox's child processes import it
+without the pytest session.
 """
 
 from __future__ import annotations
@@ -17,7 +19,35 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_kernelpro.measure.weights import share_weights
+
+def share_weights(reference: Any, kernel: Any) -> tuple[bool, str]:
+    """Load `reference`'s state_dict into `kernel`; (copied?, how or why not)."""
+    ref_sd, new_sd = getattr(reference, "state_dict", None), getattr(kernel, "state_dict", None)
+    if not callable(ref_sd) or not callable(new_sd):
+        return False, "not modules"
+    ref_state, new_state = ref_sd(), new_sd()
+    if not ref_state:
+        return False, "the reference has no parameters"
+    if set(ref_state) == set(new_state) and all(
+        tuple(ref_state[k].shape) == tuple(new_state[k].shape) for k in ref_state
+    ):
+        kernel.load_state_dict(ref_state)
+        return True, "copied by name"
+    ref_values, new_keys = list(ref_state.values()), list(new_state)
+    if len(ref_values) == len(new_keys) and all(
+        tuple(v.shape) == tuple(new_state[k].shape)
+        for v, k in zip(ref_values, new_keys, strict=True)
+    ):
+        kernel.load_state_dict(dict(zip(new_keys, ref_values, strict=True)))
+        return True, "copied by position and shape"
+    return False, (
+        "not copied: the reference's state_dict ("
+        + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(ref_state.items())[:6])
+        + ") matches the kernel's ("
+        + ", ".join(f"{k} {tuple(v.shape)}" for k, v in list(new_state.items())[:6])
+        + ") neither by name nor by position and shape"
+    )
+
 
 InitInputs = Callable[[], Sequence[Any]] | Sequence[Any]
 
@@ -65,7 +95,7 @@ def build_module(
 @dataclass(frozen=True)
 class BuiltKernel:
     """A kernel module built next to its reference, and whether it got the reference's
-    weights (`how`: `measure.weights.share_weights`' account)."""
+    weights (`how`: `share_weights`' account)."""
 
     model: Any
     weights_copied: bool

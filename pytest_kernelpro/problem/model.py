@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.problem.build import build_module, sharing_weights
 from pytest_kernelpro.problem.language import detect_language_of
 
 MARKER_NAME = "kernelpro"
@@ -167,8 +166,8 @@ class MarkerOptions:
 
 def shape_id(shape: Any) -> str:
     """`(8192, 4096)` -> "8192x4096"; `{"M": 64}` -> "M=64"; anything else -> str()."""
-    if isinstance(shape, (tuple, list)) and all(isinstance(d, int) for d in shape):
-        return "x".join(str(d) for d in shape)
+    if isinstance(shape, (tuple, list)) and all([isinstance(d, int) for d in shape]):
+        return "x".join(map(str, shape))
     if isinstance(shape, dict):
         return ",".join(f"{k}={shape_id(v)}" for k, v in shape.items())
     text = str(shape)
@@ -180,7 +179,7 @@ def _accepts(func: Callable[..., Any], name: str) -> bool:
         params = inspect.signature(func).parameters
     except (TypeError, ValueError):
         return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return name in params or inspect.Parameter.VAR_KEYWORD in {p.kind for p in params.values()}
 
 
 def call_input_factory(
@@ -205,9 +204,9 @@ def call_input_factory(
         kwargs["generator"] = generator
     try:
         params = inspect.signature(factory).parameters
-        takes_device = len(params) > len(kwargs) or any(
-            p.kind is inspect.Parameter.VAR_POSITIONAL for p in params.values()
-        )
+        takes_device = len(params) > len(kwargs) or inspect.Parameter.VAR_POSITIONAL in {
+            p.kind for p in params.values()
+        }
     except (TypeError, ValueError):
         takes_device = True
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
@@ -328,6 +327,8 @@ def _callable_factory(
         return lambda device: obj
 
     def build(device: str) -> Callable[..., Any]:
+        from pytest_kernelpro.problem.build import build_module
+
         built = build_module(obj, init_inputs, device, seed=seed, on_device=False)
         if dtype is not None:
             import torch
@@ -356,9 +357,11 @@ def problem_from_marker(
         options.reference, options.init_inputs, dtype=options.dtype
     )
     if kind == "module" and _is_module_class(options.reference):
-        # The kernel gets the reference module's parameters (`measure.weights.share_weights`:
+        # The kernel gets the reference module's parameters (`problem.build.share_weights`:
         # by name, else by position and shape, as in the sandbox), so a patched kernel whose
         # candidate named its weights differently checks the same.
+        from pytest_kernelpro.problem.build import sharing_weights
+
         kernel_factory = sharing_weights(kernel_factory, reference_factory)
     return Problem(
         name=name,

@@ -25,11 +25,12 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.fileio import atomic_write_text
-from pytest_kernelpro.profile.model import PtxasReport
-from pytest_kernelpro.profile.ptxas import parse_ptxas_output
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.profile.model import PtxasReport
 
 DEFAULT_CUDA_FLAGS: tuple[str, ...] = ("-lineinfo", "-Xptxas=-v")
 BUILD_LOG_NAME = "kernelpro_build.log"
@@ -186,6 +187,8 @@ def _make_wrapper(original: Any) -> Any:
             so_path = _find_so(build_directory, result) if build_directory else None
             log, source = _resolve_log(build_directory, captured, so_path)
             name = Path(so_path).stem if so_path else str(arguments.get("name", ""))
+            from pytest_kernelpro.profile.ptxas import parse_ptxas_output
+
             record = ExtensionBuild(
                 name=name,
                 build_directory=build_directory,

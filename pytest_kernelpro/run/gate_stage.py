@@ -26,15 +26,8 @@ def gate(
     """The verdict against the item's baseline entry (a regression is confirmed by timing it
     again, in a fresh process by default, with the baseline's autotune choices pinned, and
     profiled); a failing verdict, or a baseline that did not load, fails the item."""
-    from pytest_kernelpro.gate.confirmation import (
-        compare_choices,
-        confirm,
-        name_environment,
-        needs_confirmation,
-        note_picks,
-        settle,
-    )
-    from pytest_kernelpro.gate.verdict import decide_verdict
+    from pytest_kernelpro.gate.run_differences import compare_choices, name_environment, note_picks
+    from pytest_kernelpro.gate.verdict import decide_verdict, needs_confirmation
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     if run.baseline_error is not None:
@@ -47,6 +40,8 @@ def gate(
         entry.autotune if entry is not None else None,
     )
     if needs_confirmation(verdict) and entry is not None:
+        from pytest_kernelpro.gate.confirmation import confirm, settle
+
         first_change = verdict.change
         timing, remeasured = _confirmation_timing(
             run, remeasure, fresh_remeasure, picks.baseline_choices

@@ -43,7 +43,6 @@ from pytest_kernelpro.run.context import (
     record_process_facts,
     time_limit_setting,
 )
-from pytest_kernelpro.run.fresh_process import read_rule, remeasure_in_fresh_process
 from pytest_kernelpro.run.measure_stage import check, recheck, time_item
 from pytest_kernelpro.run.roofline_stage import roofline, roofline_floor
 
@@ -410,12 +409,17 @@ def _price_and_gate(
 
     phase.enter("gating (confirmation re-measurement, regression profile)", "gate")
     rule = getattr(measured.correctness, "rule_state", None)
+
+    def fresh_remeasure(pins: list[dict[str, Any]]) -> Any:
+        # Imported only when a confirmation runs in a fresh process.
+        from pytest_kernelpro.run.fresh_process import remeasure_in_fresh_process
+
+        return remeasure_in_fresh_process(item, session, pins, rule, limit=run.time_limit.value)
+
     gate(
         run,
         measured.remeasure,
-        lambda pins: remeasure_in_fresh_process(
-            item, session, pins, rule, limit=run.time_limit.value
-        ),
+        fresh_remeasure,
         profiling=session.profiling,
     )
 
@@ -435,6 +439,8 @@ def remeasure_only(run: ItemRun, built: _Kernel) -> None:
                 f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
             ) from exc
     record_process_facts(run, capture)
+    from pytest_kernelpro.run.fresh_process import read_rule
+
     # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
     # the dtype's default tolerance would.
     rule = read_rule(run.session_settings.remeasure_pins)

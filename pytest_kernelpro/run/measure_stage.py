@@ -125,17 +125,14 @@ def _fresh_inputs(
     from pytest_kernelpro.measure.output_rule import CorrectnessRule
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
-    check = None
+    check: Callable[[Any, Any], str | None] | None = None
     if reference is not None:
         # The trials' rule, with what their truth calibrated (as the re-check after timing).
         rule = getattr(correctness, "rule_state", None)
         if not isinstance(rule, CorrectnessRule):
             rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
             rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
-
-        def check(got: Any, expected: Any) -> str | None:
-            failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
-            return " ".join(r.message or "" for r in failed[:2]) if failed else None
+        check = rule.timed_check(torch)
 
     return fresh_inputs(
         torch,

@@ -1,4 +1,4 @@
-"""Autotune picks and versions on the gate (gate/confirmation.py), the
+"""Autotune picks and versions on the gate (gate/run_differences.py, gate/confirmation.py), the
 baseline entry that keeps them, and the texts that carry them (table, comment, JUnit)."""
 
 from __future__ import annotations
@@ -11,19 +11,15 @@ import pytest
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
 from pytest_kernelpro.gate.comment import render_comment
-from pytest_kernelpro.gate.confirmation import (
-    FAIL,
-    PIN,
-    WARN,
-    Remeasurement,
+from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, settle
+from pytest_kernelpro.gate.junit import junit_properties
+from pytest_kernelpro.gate.report import build_report, render_terminal_table
+from pytest_kernelpro.gate.run_differences import (
     compare_choices,
     name_environment,
     note_picks,
-    settle,
     version_changes,
 )
-from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.report import build_report, render_terminal_table
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, Verdict
 from pytest_kernelpro.record import (
     AutotunePart,

@@ -14,8 +14,15 @@ from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
 from pytest_kernelpro.gate.basis_inputs import CpuAnchorSide
-from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
-from pytest_kernelpro.gate.verdict import IMPROVED, OK, REGRESSED, SUSPECT, decide_verdict
+from pytest_kernelpro.gate.confirmation import confirm
+from pytest_kernelpro.gate.verdict import (
+    IMPROVED,
+    OK,
+    REGRESSED,
+    SUSPECT,
+    decide_verdict,
+    needs_confirmation,
+)
 from pytest_kernelpro.gate.verdict_basis import (
     BUSY_TOLERANCE,
     PROCESS_TOLERANCE,

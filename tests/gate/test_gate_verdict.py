@@ -9,7 +9,7 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
+from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
     IMPROVED,
@@ -21,6 +21,7 @@ from pytest_kernelpro.gate.verdict import (
     UNMEASURED,
     Verdict,
     decide_verdict,
+    needs_confirmation,
 )
 
 US = 1e-6

@@ -156,6 +156,21 @@ def test_the_check_decision_reads_the_kept_os_urandom_at_that_moment(
     assert bound.tampered() == []
 
 
+def test_the_timed_calls_checked_share_is_the_rate_whatever_os_urandom_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`FreshInputs.after` draws the check decision inline (it runs after every timed call)
+    with the kept `os.urandom`: over many calls the checked share is `CHECK_RATE`, and a
+    replaced `os.urandom` that would say "never" changes nothing."""
+    fresh = _fresh()
+    monkeypatch.setattr(os, "urandom", lambda n: b"\xff" * n)
+    for _ in range(1500):
+        content = fresh.before()
+        fresh.after(fresh.call(), content=content)
+    monkeypatch.undo()
+    assert 0.54 < fresh.checked / fresh.to_dict()["calls"] < 0.66  # 4.7 sigma either side
+
+
 def test_the_docs_survival_probabilities() -> None:
     # The default timing: the first call and 20 samples, half of them skipped.
     assert survival(CHECK_RATE, 0.5, 21) < 1e-3
@@ -390,9 +405,11 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
         "used",  # the offsets already used forgotten (old content again)
         "weights_in_place",  # one pool replaced inside the kept list
         "ends_in_place",  # one end of the mix replaced inside the kept list
-        "refill",  # the refill shadowed on the object
+        "namespace",  # the object's namespace replaced by one that shadows a method
+        "before",  # the refill shadowed on the object
+        "after",  # the output check shadowed on the object
         "content",  # the checked call's content shadowed on the object
-        "_check",  # the check shadowed on the object
+        "drain",  # the comparison shadowed on the object
         "deleted",  # a sealed name deleted from the object
     ],
 )
@@ -413,9 +430,15 @@ def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
     elif attack == "used":
         fresh._used = set()
     elif attack == "weights_in_place":
-        fresh.weights[0] = fresh.weights[0].clone()
+        with pytest.raises(TypeError):  # sealed as a tuple: nothing to replace in place
+            fresh.weights[0] = fresh.weights[0].clone()  # type: ignore[index]
+        fresh.weights = [fresh.weights[0].clone(), *fresh.weights[1:]]
     elif attack == "ends_in_place":
-        fresh.ends[1][0] = fresh.ends[1][0].clone()
+        with pytest.raises(TypeError):
+            fresh.ends[1][0] = fresh.ends[1][0].clone()  # type: ignore[index]
+        fresh.ends = (fresh.ends[0], [fresh.ends[1][0].clone(), *fresh.ends[1][1:]])
+    elif attack == "namespace":
+        fresh.__dict__ = {**vars(fresh), "before": lambda: (0, None)}
     elif attack == "deleted":
         del fresh.mode
     else:
@@ -531,3 +554,53 @@ def test_a_kernel_that_points_the_check_at_an_earlier_calls_content_is_refused(m
     fresh._offset, fresh._draw = stale  # what a kernel finding the object could write
     with pytest.raises(DishonestTiming, match="which content the call was given"):
         fresh.after(out, force=True, content=second)
+
+
+@pytest.mark.parametrize(
+    "attack",
+    ["shadow_after", "shadow_before", "pools_swapped", "namespace", "clock", "check_rate"],
+)
+def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
+    attack: str,
+) -> None:
+    """The CPU timer binds its helpers once per round (`CpuSampler.take`) and checks the kept
+    bindings and the seal between samples: a kernel that finds the timer's objects (gc) and
+    rewrites one at its 30th call, inside a sampling round, is refused, and no result of
+    that timing comes back (the kernel is handed the object gc would find)."""
+    from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+    from pytest_kernelpro.measure.timing import cpu as cpu_module
+    from pytest_kernelpro.measure.timing import fresh_inputs as fresh_module
+
+    calls = {"n": 0}
+    found: list[FreshInputs] = []
+
+    def kernel(x: Any, index: Any, mask: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 30:
+            timer = found[0]
+            if attack == "shadow_after":
+                timer.__dict__["after"] = lambda out, **k: None
+            elif attack == "shadow_before":
+                timer.__dict__["before"] = lambda: (0, None)
+            elif attack == "pools_swapped":
+                timer.weights = [torch.zeros_like(w) for w in timer.weights]
+            elif attack == "namespace":
+                timer.__dict__ = {**vars(timer), "drain": lambda: None}
+            elif attack == "clock":
+                cpu_module.bound = type("FakeBound", (), {})  # type: ignore[attr-defined]
+            else:
+                fresh_module.CHECK_RATE = 0.0  # type: ignore[misc]
+        return _gather(x, index, mask)
+
+    fresh = _fresh(kernel)
+    found.append(fresh)
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.2, min_samples=60, max_samples=80)
+    try:
+        with pytest.raises(DishonestTiming):
+            time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    finally:
+        bound.restore()
+        bound.patchers.clear()
+    assert calls["n"] == 30  # refused at the sample it did it in: no later call
+    assert fresh_module.CHECK_RATE == CHECK_RATE
+    assert cpu_module.bound is bound

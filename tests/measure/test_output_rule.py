@@ -509,3 +509,87 @@ def test_tf32_allowed_still_fails_outputs_without_information(simulated_tf32: No
     r = check_correctness(lambda a, b: torch.zeros(4, 4096), reference, inputs, device="cpu")
     assert not r.passed
     assert "the kernel returned all zeros" in r.failure
+
+
+def _judge_text(rule: CorrectnessRule, got: Any, expected: Any) -> str | None:
+    failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
+    return " ".join(r.message or "" for r in failed[:2]) if failed else None
+
+
+def _rules() -> dict[str, CorrectnessRule]:
+    from pytest_kernelpro.measure.output_rule import Calibration, InformationLimits, Tolerance
+
+    marker = CorrectnessRule(rtol=1e-3, atol=1e-5)
+    reduced = CorrectnessRule()
+    reduced.reduced = "tf32"
+    calibrated = CorrectnessRule()  # a truth's calibration, with a normwise bound
+    calibrated.calibrated["output"] = Calibration(
+        Tolerance(2.4e-7, 3e-4, "calibrated (test)", norm_rtol=2e-5),
+        InformationLimits(1e-6, 1e-6, 0.0),
+    )
+    return {"dtype": CorrectnessRule(), "marker": marker, "tf32": reduced, "truth": calibrated}
+
+
+def _outputs(dtype: Any) -> dict[str, tuple[Any, Any]]:
+    """(got, expected) pairs at and across every edge of the element rule and the
+    information rule: what a one-pass shortcut could get wrong."""
+    gen = torch.Generator().manual_seed(7)
+    exp = torch.randn(64, 33, generator=gen).to(dtype)
+    tol = default_tolerance(dtype)
+    limit = tol.atol + tol.rtol * exp.abs()
+    cases: dict[str, tuple[Any, Any]] = {"same": (exp.clone(), exp)}
+    cases["inside"] = ((exp.float() + 0.5 * limit.float()).to(dtype), exp)
+    cases["at_the_limit"] = ((exp.float() + limit.float()).to(dtype), exp)
+    cases["one_over"] = (exp.clone(), exp)
+    cases["one_over"][0].view(-1)[5] += 4 * limit.view(-1)[5] + 1e-2
+    for name, (g, e) in {
+        "nan_kernel": (float("nan"), 0.5),
+        "nan_reference": (0.5, float("nan")),
+        "nan_both": (float("nan"), float("nan")),
+        "inf_both": (float("inf"), float("inf")),
+        "inf_kernel": (float("inf"), 0.5),
+        "inf_signs": (float("-inf"), float("inf")),
+        "inf_reference": (3.0, float("inf")),
+    }.items():
+        got, expected = exp.clone(), exp.clone()
+        got.view(-1)[3], expected.view(-1)[3] = g, e
+        cases[name] = (got, expected)
+    cases["zeros"] = (torch.zeros_like(exp), exp)
+    cases["constant"] = (torch.full_like(exp, 0.25), exp)
+    cases["scaled"] = ((exp.float() * 1.01).to(dtype), exp)
+    cases["shape"] = (exp[:-1].clone(), exp)
+    cases["dtype"] = (exp.to(torch.float64 if dtype != torch.float64 else torch.float32), exp)
+    cases["empty"] = (exp[:0].clone(), exp[:0])
+    cases["tuple"] = ((exp.clone(), exp.clone()), (exp, exp))
+    cases["spread"] = ((exp.float() + 0.9 * limit.float() * torch.sign(torch.randn(exp.shape, generator=gen))).to(dtype), exp)  # fmt: skip
+    return cases
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("rule_name", ["dtype", "marker", "tf32", "truth"])
+def test_the_timed_check_decides_as_the_full_rule(dtype: Any, rule_name: str) -> None:
+    """`CorrectnessRule.timed_check` (one pass for a passing plain tensor) says what `judge`
+    says, on every edge a shortcut could get wrong: NaN and infinities on one side or both,
+    elements at and over the limit, zeros, a constant, a scaled copy, another shape or dtype,
+    an empty output, a structure."""
+    rule = _rules()[rule_name]
+    check = rule.timed_check(torch)
+    for case, (got, expected) in _outputs(dtype).items():
+        assert check(got, expected) == _judge_text(rule, got, expected), (case, dtype, rule_name)
+
+
+def test_the_timed_check_judges_a_passing_plain_tensor_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A passing plain tensor never reaches `judge` (the per-call cost of a timed check);
+    a failing one does, for its message."""
+    rule = CorrectnessRule()
+    check = rule.timed_check(torch)
+    exp = torch.randn(32, 32)
+    judged_calls: list[int] = []
+    full = rule.judge
+    monkeypatch.setattr(rule, "judge", lambda *a: judged_calls.append(1) or full(*a))
+    assert check(exp.clone(), exp) is None
+    assert judged_calls == []
+    assert check(exp + 1.0, exp) is not None
+    assert judged_calls == [1]

@@ -2,7 +2,7 @@
 
 The gate (`problem_from_kernelbench(...).instantiate`), the sandbox worker (`harness`), the
 trusted judge and the final re-measurement build (through `problem/build.py`) `Model(*get_init_inputs())` and `ModelNew`
-with one seed and hand the reference's weights to the candidate by `measure.weights`' rule.
+with one seed and hand the reference's weights to the candidate by `share_weights`' rule.
 With the same seed, the reference each of them builds has bit-identical weights and outputs
 on the CPU, and a candidate that names its weights differently gets the reference's.
 """

@@ -366,7 +366,7 @@ def summarize(samples_s: Sequence[float], *, seed: int = 0, n_boot: int = 1000) 
     n = int(x.size)
     median = float(np.median(x))
     mean = float(np.mean(x))
-    q1, q3 = (float(v) for v in np.percentile(x, [25.0, 75.0]))
+    q1, q3 = map(float, np.percentile(x, [25.0, 75.0]))
     ci_low, ci_high = bootstrap_median_ci(x, seed=seed, n_boot=n_boot)
     # The percentile interval can, for tiny n, sit off the median; widen it to include it so
     # "the CI contains the median" always holds.

@@ -24,6 +24,7 @@ the anchor go to `TimingResult.anchor`.
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable
@@ -125,9 +126,20 @@ def _repeated(fn: Callable[[], object], calls: int) -> Callable[[], object]:
     return body
 
 
+@dataclass(frozen=True)
+class _NoHonestWork:
+    """What a timing without fresh inputs spends on honest measurement: nothing."""
+
+    refill_s: float = 0.0
+    check_s: float = 0.0
+
+
+_NO_HONEST_WORK = _NoHonestWork()
+
+
 @dataclass
 class CpuSampler:
-    """One CPU sample at a time, and the clock the budget is planned on.
+    """The CPU samples, and the clock the budget is planned on.
 
     The seal of the fresh inputs is held here, by the timer's own frame's object, never by
     `FreshInputs` (which the kernel can find)."""
@@ -141,6 +153,7 @@ class CpuSampler:
     between: OtherThreads = field(default_factory=OtherThreads)
     calls: int = 1
     body: Callable[[], object] | None = None
+    taken: int = 0  # samples since the sampling rounds started (`take`'s floor counts these)
 
     def plan_clock(self) -> float:
         """The budget's clock: honest measurement's own work (each call's new content, the
@@ -153,28 +166,70 @@ class CpuSampler:
         self.calls, self.body = calls, _repeated(self.fn, calls)
 
     def sample(self) -> float:
-        """Time one sample; its per-call wall seconds. The kept bindings are verified before
-        and after (`measure.bound`): a kernel that rebinds a clock is refused at the sample it
-        did it in."""
-        fresh, seal, between, calls = self.fresh, self.seal, self.between, self.calls
-        verify_bindings(fresh, seal)
-        between.start()
-        content = fresh.before() if fresh is not None else None
-        if self.flush.nbytes:
-            self.flush(self.clock)
-        between.stop()
+        """Time one sample (`take`); its per-call wall seconds."""
+        return self.take(1)[0]
+
+    def take(self, count: int, floor: int = 0, deadline: float = math.inf) -> list[float]:
+        """Time `count` samples, or stop once `taken` reached `floor` and the plan clock
+        `deadline`; their per-call wall seconds. Per sample: the inputs refilled
+        (`FreshInputs.before`) and the cache flushed while the other threads' CPU time is
+        counted (`OtherThreads`), the call timed (with the anchor after it, `CpuPairs`), its
+        output checked (`FreshInputs.after`), and the kept bindings and the seal verified
+        (`measure.bound`): before the first sample and after each one, so every sample is
+        verified right before and right after it (nothing of the kernel runs between one
+        sample's check and the next sample) and a kernel that rebinds a clock is refused at
+        the sample it did it in. One frame for all of it, the helpers bound once (this loop
+        runs every sample; each step's rule is its module's)."""
+        fresh, seal, between, calls, clock = (
+            self.fresh,
+            self.seal,
+            self.between,
+            self.calls,
+            self.clock,
+        )
         body = self.body or self.fn
-        if self.pairs is not None:
-            per_call, out = self.pairs.measure(body, calls)
-        else:
-            t0 = self.clock()
-            out = body()
-            per_call = (self.clock() - t0) / calls
+        measure = self.pairs.measure if self.pairs is not None else None
+        write, fills, flush_s = self.flush.write, self.flush.fills, self.flush.seconds
+        before = after = None
         if fresh is not None:
-            fresh.after(out, content=content)
-        verify_bindings(fresh, seal)
-        between.kernel_s += per_call * calls
-        return per_call
+            before, after = fresh.before, fresh.after
+        sealed = seal.kept if seal is not None and fresh is not None else ()
+        intact, perf_counter = bound.intact, bound.perf_counter
+        thread_time, process_time = bound.thread_time, bound.process_time
+        if not intact(*sealed):
+            verify_bindings(fresh, seal)  # names what changed and raises
+        honest = fresh if fresh is not None else _NO_HONEST_WORK
+        values: list[float] = []
+        for _ in range(count):
+            # `OtherThreads`' reads nest (thread, process ... process, thread).
+            thread0 = thread_time()
+            process0, wall0 = process_time(), perf_counter()
+            content = before() if before is not None else None
+            if write is not None:
+                flushed = clock()
+                write(next(fills))
+                flush_s.append(clock() - flushed)
+            process = process_time() - process0
+            between.other_s += max(0.0, process - (thread_time() - thread0))
+            between.gap_s += perf_counter() - wall0
+            if measure is not None:
+                per_call, out = measure(body, calls)
+            else:
+                t0 = clock()
+                out = body()
+                per_call = (clock() - t0) / calls
+            if after is not None:
+                after(out, content=content)
+            out = None
+            if not intact(*sealed):
+                verify_bindings(fresh, seal)
+            between.kernel_s += per_call * calls
+            values.append(per_call)
+            self.taken += 1
+            # The plan clock (`plan_clock`), inline.
+            if self.taken >= floor and clock() - (honest.refill_s + honest.check_s) >= deadline:
+                break
+        return values
 
 
 @dataclass
@@ -225,9 +280,8 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
         sample_wall = per_call * sampler.calls
     spent.per_call_s, spent.sample_wall_s = per_call, sample_wall
     warm_end = min(warm_end, deadline - floor * sample_wall)
-    while plan_clock() < warm_end:
-        sampler.sample()
-        spent.warm_samples += 1
+    if plan_clock() < warm_end:
+        spent.warm_samples += len(sampler.take(sys.maxsize, 0, warm_end))
 
 
 def _sampling_rounds(sampler: CpuSampler, budget: TimingBudget, spent: Spent) -> RoundLog:
@@ -248,16 +302,10 @@ def _sampling_rounds(sampler: CpuSampler, budget: TimingBudget, spent: Spent) ->
         min_samples=min_samples,
         max_samples=max(budget.max_samples, min_samples),
     )
-    taken = [0]
+    sampler.taken = 0
 
     def run_round(k: int) -> tuple[list[float], bool]:
-        values = []
-        for _ in range(k):
-            values.append(sampler.sample())
-            taken[0] += 1
-            if taken[0] >= floor and plan_clock() >= deadline:
-                break
-        return values, False
+        return sampler.take(k, floor, deadline), False
 
     pairs = sampler.pairs
     if pairs is not None:
@@ -328,7 +376,10 @@ def time_cpu(
     threads = torch_threads()
     nbytes, flush_reason = cpu_flush_decision(budget)
     cache_flush = CacheFlush(nbytes, flush)  # the budget starts after its one allocation
-    sampler = CpuSampler(fresh.call if fresh is not None else fn, clock, cache_flush, fresh, None)
+    # With fresh inputs, the kernel on the timed tensors (the `FreshInputs.call` the seal holds,
+    # bound now: C code between the timer and the kernel).
+    timed = functools.partial(fresh.kernel, *fresh.storage) if fresh is not None else fn
+    sampler = CpuSampler(timed, clock, cache_flush, fresh, None)
     spent = Spent(start=sampler.plan_clock())
     sampler.pairs = cpu_pairs(budget, clock)
     sampler.seal = fresh.seal() if fresh is not None else None

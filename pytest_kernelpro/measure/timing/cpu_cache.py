@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,30 +177,28 @@ def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
 class CacheFlush:
     """The write before each sample that leaves no input in the caches (`nbytes` of a buffer
     kept for the process: page faults paid once), or a test's `flush` callable; `seconds`
-    keeps each flush's time for the overrun note."""
+    keeps each flush's time for the overrun note. The timer calls `write(next(fills))`: the
+    buffer's C `fill` with a new byte value each time (no write is skipped), so a flush runs
+    no Python frame; None when nothing is flushed."""
 
     nbytes: int
     flush: Callable[[], None] | None = None
     seconds: list[float] = field(default_factory=list)
-    _buffer: Any = None
-    _fill: int = 0
+    write: Callable[[int], object] | None = None
+    fills: Iterator[int] = field(default_factory=lambda: itertools.cycle((*range(1, 256), 0)))
 
     def __post_init__(self) -> None:
-        if self.nbytes and self.flush is None:
-            import numpy as np
-
-            if self.nbytes not in _CPU_FLUSH_BUFFERS:
-                _CPU_FLUSH_BUFFERS[self.nbytes] = np.ones(self.nbytes, dtype=np.uint8)
-            self._buffer = _CPU_FLUSH_BUFFERS[self.nbytes]
-
-    def __call__(self, clock: Callable[[], float]) -> None:
-        started = clock()
+        if not self.nbytes:
+            return
         if self.flush is not None:
-            self.flush()
-        elif self._buffer is not None:
-            self._fill = (self._fill + 1) & 0xFF  # a new value each time: no write is skipped
-            self._buffer.fill(self._fill)
-        self.seconds.append(clock() - started)
+            test_flush = self.flush
+            self.write = lambda _value: test_flush()
+            return
+        import numpy as np
+
+        if self.nbytes not in _CPU_FLUSH_BUFFERS:
+            _CPU_FLUSH_BUFFERS[self.nbytes] = np.ones(self.nbytes, dtype=np.uint8)
+        self.write = _CPU_FLUSH_BUFFERS[self.nbytes].fill
 
 
 bound.keep_module(sys.modules[__name__])

@@ -63,8 +63,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import is_not
+from operator import attrgetter, is_not
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -97,7 +96,7 @@ def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) 
     plugin's timing modules was rebound (`measure.bound`), or when `fresh`'s state no longer
     matches the `seal` taken before the timing: the timers call this before and after every
     sample, so the kernel timed across the patch is the one refused."""
-    if bound.intact() and (seal is None or fresh is None or seal.holds(fresh)):
+    if bound.intact(*(seal.kept if seal is not None and fresh is not None else ())):
         return  # the per-sample path: a few comparisons run in C, nothing named
     failure = bound.binding_failure("while the kernel was timed")
     if failure is not None:
@@ -148,34 +147,38 @@ SEALED = tuple(
 @dataclass(frozen=True)
 class Seal:
     """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
-    not an attribute of the object the kernel can find): `changed` names what differs."""
+    not an attribute of the object the kernel can find): `holds` says whether all of it is
+    the same, `changed` names what differs.
+
+    The sealed names are kept as `bound.Kept` groups (`kept`): each name's object by
+    identity, the object's namespace, and the method names that must not be set on it.
+    The mixed content's tensors are in the sealed `ends` and `weights`, made tuples by
+    `FreshInputs.prepare`, so their identity covers the tensors in them (nothing to
+    replace in place); a timer passes `kept` to `bound.intact` with its own check."""
 
     values: tuple[Any, ...]
     weights: tuple[Any, ...]
     ends_a: tuple[Any, ...]
     ends_b: tuple[Any, ...]
-    tensors: tuple[Any, ...]  # the three above in one tuple, for `holds`
+    kept: tuple[bound.Kept, ...]
 
     @classmethod
     def of(cls, fresh: FreshInputs) -> Seal:
         fresh.prepare()
-        a, b = fresh.ends if fresh.ends is not None else ([], [])
-        values = tuple(getattr(fresh, name) for name in SEALED)
-        return cls(values, tuple(fresh.weights), tuple(a), tuple(b), (*fresh.weights, *a, *b))
+        a, b = fresh.ends if fresh.ends is not None else ((), ())
+        values = attrgetter(*SEALED)(fresh)
+        names = bound.Kept(by_dict=False)
+        names.extend([("fresh inputs", fresh, n, v) for n, v in zip(SEALED, values, strict=True)])
+        namespace = vars(fresh)
+        names.add("fresh inputs", fresh, "__dict__", namespace)
+        methods = bound.Kept(by_dict=True)
+        methods.absent("fresh inputs", namespace, SHADOWING)
+        return cls(values, tuple(fresh.weights), tuple(a), tuple(b), (names, methods))
 
     def holds(self, fresh: FreshInputs) -> bool:
-        """Nothing sealed changed (the per-sample check: identity comparisons in C)."""
-        try:
-            a, b = fresh.ends if fresh.ends is not None else ((), ())
-            tensors = (*fresh.weights, *a, *b)
-            return (
-                not any(map(is_not, map(getattr, repeat(fresh), SEALED), self.values))
-                and len(tensors) == len(self.tensors)
-                and not any(map(is_not, tensors, self.tensors))
-                and SHADOWING.isdisjoint(vars(fresh))
-            )
-        except Exception:  # a sealed name deleted or made unreadable: `changed` names it
-            return False
+        """Nothing sealed changed (identity comparisons in C; the timers' per-sample check
+        runs it as part of `bound.intact`)."""
+        return all(map(_group_holds, self.kept))
 
     def changed(self, fresh: FreshInputs) -> list[str]:
         found = [
@@ -190,8 +193,17 @@ class Seal:
             and _same_objects(b, self.ends_b)
         ):
             found.append("its mixed content's tensors")
+        if self.kept and vars(fresh) is not self.kept[0].values[-1]:
+            found.append("its namespace (replaced)")
         shadowed = sorted(SHADOWING.intersection(vars(fresh)))
         return found + [f"{name} (set on the object)" for name in shadowed]
+
+
+def _group_holds(kept: bound.Kept) -> bool:
+    try:
+        return not any(map(is_not, kept.currents(), kept.values))
+    except Exception:  # a sealed name made unreadable: `changed` names it
+        return False
 
 
 # Positions per kept tensor whose values fingerprint the mix's kept content (`kept_content`).
@@ -358,10 +370,10 @@ class FreshInputs:
     storage: Sequence[Any]  # the timed inputs: refilled in place before every call
     name: str = "the kernel"
     mode: str = "fixed"  # "mix" | "maker" | "fixed" | "none" (no tensor inputs)
-    ends: tuple[list[Any], list[Any]] | None = None  # mix: the leaves of A and B
+    ends: tuple[Sequence[Any], Sequence[Any]] | None = None  # mix: the leaves of A and B
     # mix: per leaf a pool of uniform values, `WINDOW` longer than the leaf; each call's U is
     # the window at an offset read from `os.urandom` (`_offset`, the current call's).
-    weights: list[Any] = field(default_factory=list)
+    weights: Sequence[Any] = field(default_factory=list)
     _offset: int = 0
     _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
@@ -409,60 +421,68 @@ class FreshInputs:
         if self._plan is not None:
             return self._plan
         torch = self.torch
+        # Tuples from here (sealed by identity: no tensor of them replaced in place).
+        self.weights = tuple(self.weights)
+        if self.ends is not None:
+            self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
         self._targets = tuple(_tensor_leaves(torch, self.storage))
-        self._flat = all(isinstance(x, torch.Tensor) for x in self.storage)
+        self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
             leaves = zip(self._targets, *self.ends, self.weights, strict=True)
-            self._plan = tuple((t, a, b, u, _mixable(torch, a)) for t, a, b, u in leaves)
+            self._plan = tuple([(t, a, b, u, _mixable(torch, a)) for t, a, b, u in leaves])
         else:
             self._plan = ()
         return self._plan
 
     def before(self) -> tuple[int, Any]:
-        """Give the timed inputs content no earlier call held (outside the timed region).
+        """Give the timed inputs content no earlier call held (outside the timed region), in
+        place and without grad (an input that requires grad is refilled all the same).
         Returns what names this call's content (the mix's offset, the maker's draw): a timer
         that hands it back to `after` (a local of its frame) has the content checked against
-        the one the call really got, whatever the kernel writes into this object."""
+        the one the call really got, whatever the kernel writes into this object. One frame
+        for the mix's common path (it runs before every timed call)."""
         started = bound.perf_counter()
+        torch = self.torch
         try:
-            with self.torch.no_grad():  # an input that requires grad is refilled all the same
-                self.refill()
+            with torch.no_grad():
+                plan = self._plan if self._plan is not None else self.prepare()
+                if plan:
+                    used = self._used
+                    offset = int.from_bytes(bound.os_urandom(8), "little") % WINDOW
+                    if offset in used or len(used) >= WINDOW // 2:
+                        offset = self._new_offset()
+                    else:
+                        used.add(offset)
+                    self._offset = offset
+                    lerp, where = torch.lerp, torch.where
+                    for dst, a, b, pool, mixed in plan:
+                        u = pool[offset : offset + a.numel()].view(a.shape)  # a view: no copy
+                        if mixed:  # dst = a + u * (b - a)
+                            lerp(a, b, u, out=dst)
+                        else:  # integers and booleans: a or b per element
+                            where(u < 0.5, a, b, out=dst)
+                elif self.mode == "maker" and self.make_draw is not None:
+                    self._offset = seed = _urandom_seed()  # the token's first half: the seed
+                    self._draw = self.make_draw(seed)
+                    leaves = _tensor_leaves(torch, self._draw)
+                    for dst, src in zip(self._targets, leaves, strict=True):
+                        dst.copy_(src)
+                else:
+                    bump = torch.autograd.graph.increment_version
+                    for dst in self._targets:
+                        bump(dst)
         finally:
             self.refill_s += bound.perf_counter() - started
             self.refills += 1
         return self._offset, self._draw
-
-    def refill(self) -> None:
-        """This call's content, in place in the timed tensors (without grad)."""
-        plan = self._plan if self._plan is not None else self.prepare()
-        if plan:
-            torch = self.torch
-            start = self._offset = self._new_offset()
-            for dst, a, b, pool, mixed in plan:
-                u = pool[start : start + a.numel()].view(a.shape)  # a view: no copy
-                if mixed:  # dst = a + u * (b - a)
-                    torch.lerp(a, b, u, out=dst)
-                else:  # integers and booleans: a or b per element
-                    torch.where(u < 0.5, a, b, out=dst)
-            return
-        if self.mode == "maker" and self.make_draw is not None:
-            self._offset = seed = _urandom_seed()  # the token's first half: the draw's seed
-            self._draw = self.make_draw(seed)
-            for dst, src in zip(self._targets, _tensor_leaves(self.torch, self._draw), strict=True):
-                dst.copy_(src)
-            return
-        bump = self.torch.autograd.graph.increment_version
-        for dst in self._targets:
-            bump(dst)
 
     def resume(self) -> None:
         """Before a later timing of the same tensors: something else wrote into them since
         (the post-timing re-check writes new contents in place), and a timer makes its first
         call without a refill, so that call would run on contents `content()` does not
         describe and an honest kernel would be blamed. The current call's content is made
-        again in place."""
-        with self.torch.no_grad():
-            self.refill()
+        again in place (a new one: `before`)."""
+        self.before()
 
     def _new_offset(self) -> int:
         """An offset into the pools no earlier call used, read from `os.urandom` (a new pool
@@ -530,16 +550,16 @@ class FreshInputs:
             problem = plain_output_problem(self.torch, out)
             if problem is not None:
                 raise DishonestTiming(problem)
-        # The rate is a module constant (kept), never this object's state (`rate`).
+        # The rate is a module constant (kept), never this object's state (`rate`); the draw
+        # is `checked_now`'s, inline (this runs after every timed call).
         rate = FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
-        if (force or checked_now(rate)) and self.outputs_checked:
-            offset, draw = content if content is not None else (self._offset, self._draw)
-            return self._check(out, offset, draw)
-        return None
-
-    def _check(self, out: Any, offset: int, draw: Any) -> CheckKey | None:
-        """Copy a checked call's output now (work finishing later is not in it) and compare it
-        with the reference on the call's content (at once, or queued on a GPU: its key)."""
+        if not (force or int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32) or (
+            self.reference is None or self.check is None
+        ):
+            return None
+        # Checked: the output copied now (work finishing later is not in it) and compared
+        # with the reference on the call's content (at once, or queued on a GPU: its key).
+        offset, draw = content if content is not None else (self._offset, self._draw)
         self.checked += 1
         started = bound.perf_counter()
         snapshot = (
@@ -629,9 +649,11 @@ class FreshInputs:
 
 # Names that, set on a `FreshInputs`, would shadow one of its methods or the rate's property.
 SHADOWING = frozenset(
-    name
-    for name, value in vars(FreshInputs).items()
-    if not name.startswith("__") and (callable(value) or isinstance(value, property))
+    {
+        name
+        for name, value in vars(FreshInputs).items()
+        if not name.startswith("__") and (callable(value) or isinstance(value, property))
+    }
 )
 
 

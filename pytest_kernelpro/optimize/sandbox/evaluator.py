@@ -52,12 +52,6 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.outside_view import (
-    PhaseMark,
-    claim_failure,
-    tree_cpu_s,
-    usable_cores,
-)
 from pytest_kernelpro.optimize.build.api import ARCH_ENV
 from pytest_kernelpro.optimize.build.cache import CACHE_ENV, READONLY_ENV, BuildCache
 from pytest_kernelpro.optimize.build.prebuild import Prebuilder
@@ -80,6 +74,12 @@ from pytest_kernelpro.optimize.sandbox.handles import (
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.limit_notes import limit_note
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
+from pytest_kernelpro.optimize.sandbox.outside_view import (
+    PhaseMark,
+    claim_failure,
+    tree_cpu_s,
+    usable_cores,
+)
 from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
     ProcessRun,
@@ -960,7 +960,7 @@ def _mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -
 
 def _outside_check(evaluation: Evaluation, run: ProcessRun) -> Evaluation:
     """A correct evaluation whose claimed timing phase is shorter than its parent saw is a
-    cheat (`measure.outside_view.claim_failure`)."""
+    cheat (`outside_view.claim_failure`)."""
     if evaluation.status != "correct":
         return evaluation
     marks = run.phase_marks

@@ -337,7 +337,7 @@ class _Pipeline:
                 if model_new is None:
                     raise Rejected("build_error", "the candidate defines no class ModelNew")
                 # The reference's seed, init inputs and device; its weights handed over
-                # (`measure.weights.share_weights`: a candidate may name them as it likes).
+                # (`problem.build.share_weights`: a candidate may name them as it likes).
                 built = build_kernel(
                     model_new,
                     self.ref_model,
@@ -501,7 +501,7 @@ class _Pipeline:
             except DishonestTiming as exc:
                 raise Rejected("cheat", f"refused while timed: {exc}") from None
         # The phase's length by the clock kept before the candidate ran: its parent compares
-        # it with what it saw (`measure.outside_view`).
+        # it with what it saw (`outside_view.py`).
         phase_s = bound.perf_counter() - phase_started
         self.progress("timed")
         try:

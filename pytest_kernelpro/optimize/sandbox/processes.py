@@ -29,7 +29,7 @@ class ProcessRun:
     wall_s: float
     logs: str
     # When the parent first saw the worker's "timing" and "timed" phases, with the tree's CPU
-    # time then (`measure.outside_view`): what the worker's timing claim is checked against.
+    # time then (`outside_view.py`): what the worker's timing claim is checked against.
     phase_marks: dict[str, Any] = field(default_factory=dict)
 
     def how(self) -> str:

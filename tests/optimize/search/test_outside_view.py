@@ -1,11 +1,11 @@
 """A worker's claimed timing phase against its parent's clock and the CPU time it saw
-(measure/outside_view.py); the sandbox end to end is in tests/optimize/search/test_sandbox_honest_timing.py."""
+(optimize/sandbox/outside_view.py); the sandbox end to end is in tests/optimize/search/test_sandbox_honest_timing.py."""
 
 from __future__ import annotations
 
 import os
 
-from pytest_kernelpro.measure.outside_view import (
+from pytest_kernelpro.optimize.sandbox.outside_view import (
     PhaseMark,
     claim_failure,
     process_cpu_s,

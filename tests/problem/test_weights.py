@@ -1,4 +1,4 @@
-"""measure/weights.py: the reference's weights reach the kernel module by name, else by
+"""problem/build.py: the reference's weights reach the kernel module by name, else by
 position and shape; otherwise nothing is loaded and the reason names both layouts."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pytest_kernelpro.measure.weights import share_weights
+from pytest_kernelpro.problem.build import share_weights
 
 
 class Ref(nn.Module):
