@@ -300,7 +300,7 @@ def _attach(evaluation: Evaluation, result: Mapping[str, Any], spent: float) -> 
 
 def _scrubbed_environment() -> dict[str, str]:
     """The sandbox's environment rules (no secrets), with this package importable."""
-    from pytest_kernelpro.optimize.sandbox.evaluator import PACKAGE_ROOT, scrub_environment
+    from pytest_kernelpro.optimize.sandbox.environment import PACKAGE_ROOT, scrub_environment
 
     env = scrub_environment(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(

@@ -6,7 +6,7 @@ process and one worker process per visible GPU, each pinned to its device throug
 build at a time); without a GPU, N CPU workers (default 2) of one thread each, for CPU
 candidates. It is Dask's `SpecCluster` (what `LocalCluster` is made of) with one difference
 that matters here: every worker is a `dask spec` subprocess started with the sandbox's
-scrubbed environment (`evaluator.scrub_environment`), so no API key or token of this session
+scrubbed environment (`sandbox.environment.scrub_environment`), so no API key or token of this session
 is in a worker's environment to begin with, not only in its candidates'. The scheduler counts
 a task whose worker died as lost once and runs it again; a second loss fails the task
 (`allowed_failures=1`): a worker killed mid-search costs only its candidate.

@@ -128,7 +128,7 @@ class WallClock:
                 "standby": metrics.get("standby"),
                 # Where the worker's own time went (`launch`: from its task to its first line).
                 "phases": metrics.get("phases"),
-                # Sandbox start, build, checks, timing, judge (`sandbox.evaluator.wall_split`).
+                # Sandbox start, build, checks, timing, judge (`sandbox.wall_split.wall_split`).
                 "wall_split": metrics.get("wall_split"),
                 "peak_mb": metrics.get("peak_mb"),  # host memory, worker or judge
             }

@@ -1,11 +1,11 @@
 """The winner's confirmation rule: do a fresh trusted re-timing and ncu agree with the time
 the search ranked the candidate by?
 
-`SandboxEvaluator.confirm` re-times the winner in a fresh sandboxed worker (`worker.retime`:
-the search's timed call on the gate's timer, fresh inputs and checked outputs, the clocks kept
-before the candidate's code runs and verified every sample) and hands the raw samples here,
-with ncu's kernel durations from the candidate's profile where the search profiled it. Two
-checks, each of which disqualifies:
+`SandboxEvaluator.confirm` (`confirm_winner.py`) re-times the winner in a fresh sandboxed
+worker (`worker.retime`: the search's timed call on the gate's timer, fresh inputs and checked
+outputs, the clocks kept before the candidate's code runs and verified every sample) and
+hands the raw samples here, with ncu's kernel durations from the candidate's profile where
+the search profiled it. Two checks, each of which disqualifies:
 
 1. **Re-timing.** The fresh median may be at most `tolerance` times the search's median.
    On a GPU the tolerance is `CUDA_TOLERANCE` (1.25): with the same timer the largest spread

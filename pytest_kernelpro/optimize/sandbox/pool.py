@@ -11,7 +11,7 @@ a forked child shares its parent's memory image and namespaces, so every candida
 beside a long-lived process holding the state of all earlier ones (and CUDA cannot be used in
 a child forked after its parent started CUDA, so the parent could never touch the GPU). A
 standby is one fresh process per candidate, in its own namespaces, killed with everything it
-started exactly as a freshly launched worker is (`SandboxEvaluator._watch`, `kill_group`);
+started exactly as a freshly launched worker is (`supervise.WorkerSupervision._watch`, `kill_group`);
 the only difference is when its interpreter started. It serves one order and exits.
 
 The pool keeps `size` standbys of each kind (worker, judge: their sandbox views differ);
@@ -226,7 +226,7 @@ class StandbyPool:
         writable: Sequence[Path] = (),
     ) -> ProcessRun | None:
         """Run `command` (`python -m <worker or judge> ...`) in the standby waiting in
-        `workdir`, watched as `SandboxEvaluator._launch` watches a fresh process; None when
+        `workdir`, watched as `WorkerSupervision._launch` watches a fresh process; None when
         no standby waits there, or when the command needs a view the standby's sandbox was
         not made with (the standby is ended, `workdir` kept: the caller launches fresh)."""
         with self._lock:

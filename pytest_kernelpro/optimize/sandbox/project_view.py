@@ -23,7 +23,7 @@ The rule (docs/sandbox.md states it for users; `audit.py` prints it for a reposi
 So a configuration file (`settings_local.py`, `prod.tfvars`, `pip.conf`), the git history
 and a submodule's `.git/modules` are not there at all, whatever their names, unless the
 kernel's own import reaches a Python module (then it is code the kernel runs). Computed once
-per session (`project_view`, cached by its inputs).
+per session (`project_view`, cached by its inputs; `task_project_view`: an optimizer task's).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask
+from pytest_kernelpro.problem.locate import project_import_path
 
 MAX_FILES = 2000
 NATIVE_SUFFIXES = (
@@ -336,6 +339,21 @@ def session_view() -> ProjectView | None:
     return _SESSION[0] if _SESSION else None
 
 
+def task_project_view(task: KernelBenchTask) -> ProjectView:
+    """The project view of `task` (`project_view`): the project is the working directory
+    and the import path entries of the task and of this process that are not installed
+    software; its imports are the entry files' and the reference's."""
+    cwd = os.getcwd()
+    roots = [cwd, *project_import_path(task.sys_path), *project_import_path()]
+    return project_view(
+        roots,
+        entries=task.view_entries,
+        sources=(task.reference,),
+        data=task.sandbox_data,
+        rootdir=task.rootdir or cwd,
+    )
+
+
 __all__ = [
     "DATA_INI_KEY",
     "MAX_FILES",
@@ -346,5 +364,6 @@ __all__ = [
     "project_view",
     "session_view",
     "set_session_view",
+    "task_project_view",
     "refusal",
 ]

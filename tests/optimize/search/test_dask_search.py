@@ -26,11 +26,8 @@ from pytest_kernelpro.optimize.dask.cluster import (  # noqa: E402
 )
 from pytest_kernelpro.optimize.dask.dask_evaluator import DaskEvaluator, _digest  # noqa: E402
 from pytest_kernelpro.optimize.dask.shipping import install_entries  # noqa: E402
-from pytest_kernelpro.optimize.sandbox.evaluator import (  # noqa: E402
-    KernelBenchTask,
-    SandboxLimits,
-    scrub_environment,
-)
+from pytest_kernelpro.optimize.sandbox.environment import scrub_environment  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxLimits  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation  # noqa: E402
 from pytest_kernelpro.optimize.search.interfaces import Candidate  # noqa: E402
 from pytest_kernelpro.optimize.search.mcts import MCTS  # noqa: E402

@@ -53,12 +53,12 @@ def test_a_parent_late_to_poll_does_not_lengthen_its_window() -> None:
     looks at 0.5 s (the worker has moved on). The window it can vouch for ends at its last
     poll that saw the phase, so an honest 0.06 s claim is believed; the end-at-first-sight
     window (0.5 s) refused such claims on a loaded CI machine."""
-    from pytest_kernelpro.optimize.sandbox.evaluator import POLL_TIMING_S, _mark_timing_phase
+    from pytest_kernelpro.optimize.sandbox.supervise import POLL_TIMING_S, mark_timing_phase
 
     marks: dict[str, object] = {}
     me = os.getpid()
     for now, seen in [(0.0, "checks"), (0.001, "timing"), (0.05, "timing"), (0.5, "timed")]:
-        _mark_timing_phase(marks, seen, now, me)
+        mark_timing_phase(marks, seen, now, me)
     start, end = marks["timing"], marks["timed"]
     assert isinstance(start, PhaseMark)
     assert isinstance(end, PhaseMark)
@@ -68,5 +68,5 @@ def test_a_parent_late_to_poll_does_not_lengthen_its_window() -> None:
     late = PhaseMark(0.5, end.cpu_s)
     assert claim_failure(0.06, start, late, poll_s=POLL_TIMING_S, cores=1) is not None
     # Later polls change nothing once the end is marked.
-    _mark_timing_phase(marks, "timing", 9.0, me)
+    mark_timing_phase(marks, "timing", 9.0, me)
     assert marks["timed"] is end

@@ -13,12 +13,8 @@ from pytest_kernelpro.measure.output_rule import default_tolerance
 from pytest_kernelpro.optimize.sandbox import checks, measurement
 from pytest_kernelpro.optimize.sandbox.build_failures import summarize_build_error
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
-from pytest_kernelpro.optimize.sandbox.evaluator import (
-    KernelBenchTask,
-    SandboxLimits,
-    is_secret_name,
-    scrub_environment,
-)
+from pytest_kernelpro.optimize.sandbox.environment import is_secret_name, scrub_environment
+from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 
 

@@ -1,5 +1,5 @@
 """Limits that hold (optimize/sandbox/task.py SandboxLimits, namespace_setup.py, the parent's
-watch in evaluator.py, limit_notes.py): processes, open files, file size and memory, each
+watch in supervise.py, limit_notes.py): processes, open files, file size and memory, each
 refusal naming the limit and its setting."""
 
 from __future__ import annotations

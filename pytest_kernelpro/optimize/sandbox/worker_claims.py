@@ -1,0 +1,173 @@
+"""Deciding over a worker's claims in processes that never load candidate code.
+
+A worker ran candidate code, so everything it reports is a claim. `WorkerClaims` is the part
+of `SandboxEvaluator` (`evaluator.py`) that decides over them with the judge (`judge.py`, a
+fresh sandboxed process without candidate code): the check of a "correct" candidate's
+outputs, handed over by handle, and the judge's timing of the reference (`_judged`, whose
+speedup is the judge's reference time over the candidate's), and the check of a worker's
+"the reference failed" (`_reference_failure_claim`). A reference that fails in the judge is
+the user's problem and stops the search (`_reference_error`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.optimize.sandbox.handles import HandleChannels, Received
+from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
+from pytest_kernelpro.optimize.sandbox.processes import ProcessRun
+from pytest_kernelpro.optimize.sandbox.safe_read import read_text
+from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
+from pytest_kernelpro.optimize.search.interfaces import Evaluation
+
+
+class WorkerClaims:
+    """The judge's decisions for `SandboxEvaluator`. What it uses of the evaluator is
+    annotated here; the evaluator sets it."""
+
+    task: KernelBenchTask
+    limits: SandboxLimits
+    handles: HandleChannels
+    standbys: StandbyPool
+    _reference_ok: bool | None  # set once the judge has run the reference
+    _task_payload: Callable[[], dict[str, Any]]
+    # The launch of a sandboxed process (`supervise.WorkerSupervision._launch`).
+    _launch: Callable[..., ProcessRun]
+
+    def _run_judge(self, outputs: Received | None, *, retime: bool = False) -> dict[str, Any]:
+        """Run judge.py (no candidate code) in a fresh sandboxed process, the worker's
+        `outputs` forwarded to it by handle; its JSON result."""
+        judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
+        if outputs is not None:
+            self.handles.forward(judgedir, outputs)
+        try:
+            task = {**self._task_payload(), "retime": retime}
+            (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
+            command = [
+                self.limits.python,
+                "-m",
+                "pytest_kernelpro.optimize.sandbox.judge",
+                "--task",
+                str(judgedir / "task.json"),
+                "--result",
+                str(judgedir / "judge.json"),
+                "--outputs-by-handle" if outputs is not None else "--preflight",
+            ]
+            run = self._launch(
+                command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
+            )
+            try:
+                verdict = dict(json.loads(read_text(judgedir / "judge.json")))
+                # Host memory at its peak: the judge's processes and the outputs it was handed.
+                verdict["peak_mb"] = round(run.peak_mb, 1)
+                return verdict
+            except (OSError, ValueError):
+                return {
+                    "ok": False,
+                    "judge_error": f"the judge process ended without a result ({run.how()}, "
+                    f"{run.killed or 'not killed'})\n{run.logs[-4000:]}",
+                }
+        finally:
+            self.handles.finish(judgedir)  # the judge's mappings died with it
+            self.standbys.release(judgedir)
+            if not self.limits.keep_workdirs:
+                self.standbys.remove(judgedir)
+
+    def _reference_error(self, verdict: Mapping[str, Any]) -> KernelproError:
+        return KernelproError(
+            f"The reference of task {self.task.name!r} fails in a trusted process, so no "
+            f"candidate can be checked: {verdict.get('reference_error')}. Fix the problem file "
+            f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
+        )
+
+    def _judged(self, evaluation: Evaluation, outputs: Received) -> Evaluation:
+        """The worker's "correct" is a claim: the judge checks its saved outputs and times
+        the reference; the speedup is the judge's reference time over the candidate's."""
+        if outputs.refused is not None:  # an honest worker's outputs always pass
+            return Evaluation(
+                status="cheat",
+                reason="result not confirmed: the outputs it handed over were refused "
+                f"({outputs.refused})",
+                correctness=evaluation.correctness,
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        started = time.perf_counter()
+        verdict = self._run_judge(outputs)
+        # The judge's own process (the search's wall split counts it as the check's).
+        evaluation.metrics["judge_s"] = time.perf_counter() - started
+        evaluation.metrics["judge_peak_mb"] = verdict.get("peak_mb")
+        # A failed judge names the reference's exception in "reference_error"; a passing one
+        # carries the correctness rule's "reference_error" (its normwise error): not a failure.
+        if not verdict.get("ok") and verdict.get("reference_error"):
+            raise self._reference_error(verdict)
+        if verdict.get("judge_error"):
+            return Evaluation(
+                status="run_error",
+                reason="the trusted check of this candidate's outputs did not finish: "
+                + str(verdict["judge_error"]).splitlines()[0],
+                logs=evaluation.logs + "\n" + str(verdict["judge_error"]),
+                metrics=evaluation.metrics,
+                wall_s=evaluation.wall_s,
+            )
+        self._reference_ok = True
+        if not verdict.get("ok"):
+            return Evaluation(
+                status="cheat",
+                reason="result not confirmed: the worker reported a correct result, but the "
+                "outputs it handed over differ from the reference computed in a trusted "
+                f"process ({verdict.get('reason')})",
+                correctness=evaluation.correctness,
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        ref_timing = dict(verdict.get("reference_timing") or {})
+        candidate_s = positive(evaluation.timing.get("candidate", {}).get("median_s"))
+        ref_s = positive(ref_timing.get("median_s"))
+        if candidate_s is None or ref_s is None:
+            return Evaluation(
+                status="run_error",
+                reason=f"no usable timing (candidate median {candidate_s!r}, reference "
+                f"median {ref_s!r} from the trusted process)",
+                metrics=evaluation.metrics,
+                logs=evaluation.logs,
+                wall_s=evaluation.wall_s,
+            )
+        evaluation.timing["reference_in_worker"] = evaluation.timing.get("reference")
+        evaluation.timing["reference"] = ref_timing
+        evaluation.speedup = ref_s / candidate_s
+        evaluation.metrics["ref_median_s"] = ref_s
+        evaluation.correctness["verified_by"] = (
+            "judge: outputs of " + ", ".join(verdict.get("checked") or []) + " compared with "
+            "the reference in a process without candidate code"
+        )
+        return evaluation
+
+    def _reference_failure_claim(self, evaluation: Evaluation) -> Evaluation:
+        """A worker says the reference failed. Its process may have run candidate code, so
+        the claim is checked in a trusted process before the user's problem is blamed."""
+        if self._reference_ok is None:
+            verdict = self._run_judge(None)
+            if not verdict.get("ok") and verdict.get("reference_error"):
+                raise self._reference_error(verdict)
+            self._reference_ok = bool(verdict.get("ok"))
+        return Evaluation(
+            status="run_error",
+            reason="the worker reported that the reference failed, but the reference runs "
+            "in a trusted process: counted as this candidate's failure "
+            f"({str(evaluation.reason or '')[:200]})",
+            build_log=evaluation.build_log,
+        )
+
+
+def positive(value: Any) -> float | None:
+    """`value` as a float when it is a finite number above zero, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value > 0 and value == value and value != float("inf") else None
