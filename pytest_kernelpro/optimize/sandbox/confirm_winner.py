@@ -33,6 +33,8 @@ class WinnerConfirmation:
     _run_seeded: Callable[[str, Path], Evaluation]
     # The judge's run over handed-over outputs (`worker_claims.WorkerClaims._run_judge`).
     _run_judge: Callable[..., dict[str, Any]]
+    # An evaluation's end: handles closed, standby released, scratch removed (`evaluator.py`).
+    _release_workdir: Callable[[Path], None]
 
     def confirm(self, candidate: Candidate, evaluation: Evaluation) -> Evaluation:
         """Confirm a winner's time: re-time it in a fresh sandboxed worker the way the search
@@ -70,10 +72,7 @@ class WinnerConfirmation:
             verdict = self._run_judge(outputs, retime=True)
         finally:
             outputs.close()
-            self.handles.finish(workdir).close()
-            self.standbys.release(workdir)
-            if not self.limits.keep_workdirs:
-                self.standbys.remove(workdir)
+            self._release_workdir(workdir)
         if not verdict.get("ok"):
             why = (
                 verdict.get("reason")

@@ -319,12 +319,17 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         finally:
             # Its outputs' memory goes with the evaluation (the worker's died with it).
             received.close()
-            self.handles.finish(workdir).close()
-            self.standbys.release(workdir)
-            if not self.limits.keep_workdirs:
-                self.standbys.remove(workdir)
+            self._release_workdir(workdir)
             # The next candidate's processes import torch while the search generates it.
             self.standbys.fill()
+
+    def _release_workdir(self, workdir: Path) -> None:
+        """An evaluation's end: its handle channel closed, its standby given back, and its
+        scratch directory removed unless the limits keep it."""
+        self.handles.finish(workdir).close()
+        self.standbys.release(workdir)
+        if not self.limits.keep_workdirs:
+            self.standbys.remove(workdir)
 
     def _task_payload(self) -> dict[str, Any]:
         return {
