@@ -726,12 +726,10 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
     compulsory = _positive(r.get("compulsory_bytes"))
     compulsory = min_bytes if compulsory is None else compulsory
     compulsory_time = compulsory / bandwidth if bandwidth else 0.0
-    on_cpu = str(r.get("device") or "").startswith("cpu")
-    if (
-        compulsory_time > allowed
-        and on_cpu
-        and compulsory_time <= median * (1.0 + CPU_BANDWIDTH_MARGIN)
-    ):
+    device_type = "cpu" if str(r.get("device") or "").startswith("cpu") else "cuda"
+    # Beyond the ceiling's slack but within the device's impossible-time margin: only the
+    # CPU's margin is wider than the slack (`impossible_margin`).
+    if allowed < compulsory_time <= median * (1.0 + impossible_margin(device_type)):
         problems.append("bytes")
         notes.append(
             f"moved its compulsory bytes ({compulsory:.4g} B) at "
