@@ -466,52 +466,103 @@ def _allclose_pass(
     """One chunked pass over a flat output pair: per chunk the counts of each of `_MISSES`,
     both-NaN, max abs and max rel error, the largest ratio |err| / (atol + rtol |expected|),
     and the sums of squares of the errors and of the expected values (for `norm_rtol`); and
-    where each chunk's largest ratio is. Accumulated on the device with one synchronization
-    at the end: temporaries of a whole multi-GB output would take many times its size (a
-    7.5 GB fp32 output needed over 100 GB in float64)."""
-    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
+    where each chunk's largest ratio is. Accumulated on the device: temporaries of a whole
+    multi-GB output would take many times its size (a 7.5 GB fp32 output needed over 100 GB
+    in float64).
+
+    Most outputs pass, so every chunk is first taken by `_passing_chunk` (a third of the
+    element operations); one synchronization then reads whether each chunk's largest ratio
+    is a number at most 1, which holds only where every element is finite on both sides and
+    within its limit: such a chunk's row is exactly the full pass's (no miss, no NaN). Only
+    the other chunks are taken again by `_full_chunk`, which explains NaN and infinities."""
     total = e_flat.numel()
     steps = chunk_ranges(total)
-    per_chunk: list[Any] = []
+    rows: list[Any] = []
     worst_at: list[Any] = []
     for lo in steps:
-        hi = min(total, lo + steps.step)
-        gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
-        g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
-        finite = torch.isfinite(gd) & torch.isfinite(ed)
-        inf_any = ~g_nan & ~e_nan & ~finite
-        zero = torch.zeros((), dtype=real, device=gd.device)
-        diff = torch.where(finite, (gd - ed).abs(), zero)
-        e_abs = ed.abs()
-        del gd
-        limit = tol.atol + tol.rtol * e_abs
-        ratio = torch.where(diff > 0, diff / limit, zero)
-        rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
-        counts = torch.stack(
-            [
-                (g_nan & ~e_nan).sum(),  # kernel NaN where the reference is a number
-                (e_nan & ~g_nan).sum(),  # the reference is NaN, the kernel a number
-                (inf_any & (g_flat[lo:hi].to(work) != ed)).sum(),  # an infinity on one side
-                (finite & (diff > limit)).sum(),
-                (g_nan & e_nan).sum(),
-            ]
+        row, best = _passing_chunk(
+            torch, g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step], tol, work
         )
-        best = ratio.argmax()
-        # Sums of squares in float64 for the normwise bound (Tolerance.norm_rtol).
-        e_fin = torch.where(finite, e_abs, zero).to(torch.float64)
-        per_chunk.append(
-            torch.cat(
-                [
-                    counts.to(torch.float64),
-                    torch.stack([diff.max(), rel.max(), ratio[best]]).to(torch.float64),
-                    torch.stack([diff.to(torch.float64).pow(2).sum(), e_fin.pow(2).sum()]),
-                ]
-            )
-        )
-        del e_fin
+        rows.append(row)
         worst_at.append(best + lo)
-        del ed, g_nan, e_nan, finite, inf_any, diff, e_abs, limit, ratio, rel, counts
-    return torch.stack(per_chunk).cpu(), torch.stack(worst_at).cpu()  # the one synchronization
+    table = torch.stack(rows).cpu()  # the one synchronization of an output that passes
+    for index, lo in enumerate(steps):
+        if not bool(table[index, 7] <= 1.0):  # False for NaN: a miss or a non-number
+            row, best = _full_chunk(
+                torch, g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step], tol, work
+            )
+            table[index] = row.cpu()
+            worst_at[index] = best + lo
+    return table, torch.stack(worst_at).cpu()
+
+
+def _passing_chunk(
+    torch: Any, g_chunk: Any, e_chunk: Any, tol: Tolerance, work: Any
+) -> tuple[Any, Any]:
+    """The row `_full_chunk` gives a chunk whose elements are all finite and within their
+    limit, and where its largest ratio is. For any other chunk the ratio column (7) is NaN,
+    infinite or above 1, and the row is not used: a NaN or infinity on either side makes
+    |g - e| / limit NaN or infinite (inf - inf, x - inf, inf / inf), and so does a zero
+    difference against a zero limit (0 / 0)."""
+    gd, ed = g_chunk.to(work), e_chunk.to(work)
+    diff = (gd - ed).abs()
+    del gd
+    e_abs = ed.abs()
+    del ed
+    ratio = diff / (tol.atol + tol.rtol * e_abs)
+    best = ratio.argmax()  # NaN is the largest to argmax, so a NaN ratio is never hidden
+    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
+    rel = torch.where(e_abs > 0, diff / e_abs.clamp_min(1e-300), zero)
+    top = ratio[best]
+    del ratio
+    float64 = torch.float64
+    row = torch.cat(
+        [
+            torch.zeros(len(_MISSES) + 1, dtype=float64, device=diff.device),
+            torch.stack([diff.max(), rel.max(), top]).to(float64),
+            torch.stack([diff.to(float64).pow(2).sum(), e_abs.to(float64).pow(2).sum()]),
+        ]
+    )
+    return row, best
+
+
+def _full_chunk(
+    torch: Any, g_chunk: Any, e_chunk: Any, tol: Tolerance, work: Any
+) -> tuple[Any, Any]:
+    """One chunk's row of `_allclose_pass`'s table, NaN and infinities counted by kind, and
+    where its largest ratio is."""
+    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
+    gd, ed = g_chunk.to(work), e_chunk.to(work)
+    g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+    finite = torch.isfinite(gd) & torch.isfinite(ed)
+    inf_any = ~g_nan & ~e_nan & ~finite
+    zero = torch.zeros((), dtype=real, device=gd.device)
+    diff = torch.where(finite, (gd - ed).abs(), zero)
+    e_abs = ed.abs()
+    del gd
+    limit = tol.atol + tol.rtol * e_abs
+    ratio = torch.where(diff > 0, diff / limit, zero)
+    rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
+    counts = torch.stack(
+        [
+            (g_nan & ~e_nan).sum(),  # kernel NaN where the reference is a number
+            (e_nan & ~g_nan).sum(),  # the reference is NaN, the kernel a number
+            (inf_any & (g_chunk.to(work) != ed)).sum(),  # an infinity on one side
+            (finite & (diff > limit)).sum(),
+            (g_nan & e_nan).sum(),
+        ]
+    )
+    best = ratio.argmax()
+    # Sums of squares in float64 for the normwise bound (Tolerance.norm_rtol).
+    e_fin = torch.where(finite, e_abs, zero).to(torch.float64)
+    row = torch.cat(
+        [
+            counts.to(torch.float64),
+            torch.stack([diff.max(), rel.max(), ratio[best]]).to(torch.float64),
+            torch.stack([diff.to(torch.float64).pow(2).sum(), e_fin.pow(2).sum()]),
+        ]
+    )
+    return row, best
 
 
 def _allclose_failure(

@@ -16,6 +16,7 @@ batch is cut to fit this CPU.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -593,3 +594,66 @@ def test_the_timed_check_judges_a_passing_plain_tensor_in_one_pass(
     assert judged_calls == []
     assert check(exp + 1.0, exp) is not None
     assert judged_calls == [1]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("chunk", [7, 1 << 22])
+def test_the_passing_chunk_row_is_the_full_rows_where_it_is_used(
+    dtype: Any, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_allclose_pass` takes every chunk through `_passing_chunk` first and keeps its row
+    only where the largest ratio is a number at most 1; the table and the worst elements it
+    returns equal the full pass's, row for row, on every edge `_outputs` has (NaN and
+    infinities on either side, at and over the limit, zeros, a scaled copy) and on tolerances
+    that give a zero limit (atol 0) and an infinite one."""
+    from pytest_kernelpro.measure import output_rule as rule_mod
+    from pytest_kernelpro.measure.output_rule import Tolerance
+
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", chunk)
+    tolerances = [
+        default_tolerance(dtype),
+        Tolerance(1e-3, 0.0, "atol 0 (test)"),
+        Tolerance(0.0, math.inf, "values not judged (test)"),
+    ]
+    compared = 0
+    for case, (got, expected) in _outputs(dtype).items():
+        if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
+            continue
+        if got.dtype != expected.dtype or not expected.numel():
+            continue
+        for tol in tolerances:
+            work = rule_mod._work_dtype(torch, expected.dtype)
+            g, e = got.reshape(-1), expected.reshape(-1)
+            table, worst = rule_mod._allclose_pass(torch, g, e, tol, work)
+            steps = rule_mod.chunk_ranges(e.numel())
+            full = [rule_mod._full_chunk(torch, g[lo : lo + steps.step], e[lo : lo + steps.step], tol, work) for lo in steps]  # fmt: skip
+            assert torch.equal(table, torch.stack([row for row, _ in full])), (case, tol)
+            assert worst.tolist() == [
+                int(b) + lo for (_, b), lo in zip(full, steps, strict=True)
+            ], case
+            compared += 1
+    assert compared >= 3 * 14
+
+
+def test_a_failing_chunk_is_taken_again_and_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the chunks whose quick row does not pass are taken by the full pass; the message
+    still names the NaN where the reference is a number and counts each miss."""
+    from pytest_kernelpro.measure import output_rule as rule_mod
+
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", 100)
+    exp = torch.randn(1000, generator=torch.Generator().manual_seed(3))
+    got = exp.clone()
+    got[250] = float("nan")
+    got[720] += 1.0
+    full_calls: list[int] = []
+    full = rule_mod._full_chunk
+    monkeypatch.setattr(
+        rule_mod,
+        "_full_chunk",
+        lambda torch, g, *a: full_calls.append(g.numel()) or full(torch, g, *a),
+    )
+    report = rule_mod.compare_tensor(torch, "output", got, exp, default_tolerance(torch.float32))
+    assert not report.ok
+    assert len(full_calls) == 2  # chunks 2 and 7 of 10
+    assert "2 of 1000 elements" in (report.message or "")
+    assert "first at index (250,)" in (report.message or "")
