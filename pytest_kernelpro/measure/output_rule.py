@@ -772,44 +772,76 @@ def _truth_pass(
     (`factor` F, `floor` s, `roundings` R u). Per chunk: the elements over their
     bound, the sum of squares of |k - t|, the largest ratio to the bound, the elements not
     numbers on one side only, both-NaN, max |k - r| and max |k - r| / |r|; and where each
-    chunk's largest ratio is. One synchronization at the end."""
+    chunk's largest ratio is.
+
+    Every chunk is first taken as if kernel and reference were finite there
+    (`_truth_chunk` without the screen); one synchronization then reads max |k - r| of each,
+    which is a number only where both are finite at every element (a NaN or infinity on
+    either side, or k - r overflowing, makes it NaN or infinite): those rows are exactly the
+    screened pass's. The other chunks are taken again with the screen."""
     g, r, d = flat
     total = r.numel()
     work = torch.complex64 if r.is_complex() else torch.float32
-    rows = []
-    best_at = []
     steps = chunk_ranges(total)
+    bounds = (floor, factor, roundings)
+    rows, best_at = [], []
     for lo in steps:
-        hi = min(total, lo + steps.step)
-        gd, rd, dd = g[lo:hi].to(work), r[lo:hi].to(work), d[lo:hi].to(work)
-        ok = torch.isfinite(gd) & torch.isfinite(rd)
-        both_nan = torch.isnan(gd) & torch.isnan(rd)
-        # Not numbers on both sides and not the same NaN or infinity: screened below.
-        unlike = (~ok & ~both_nan & (gd != rd)).sum()
-        zero = torch.zeros((), dtype=work, device=gd.device)
-        diff = torch.where(ok, gd - rd, zero)  # kernel - reference
-        r_abs = rd.abs()
-        rel = torch.where(r_abs > 0, diff.abs() / r_abs, torch.zeros_like(r_abs))
-        off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
-        allowed = factor * (dd.abs() + floor) + roundings * (rd - dd).abs()
-        ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
-        best = ratio.argmax()
-        rows.append(
-            torch.stack(
-                [
-                    (off > allowed).sum().to(torch.float64),
-                    off.to(torch.float64).pow(2).sum(),
-                    ratio[best].to(torch.float64),
-                    unlike.to(torch.float64),
-                    both_nan.sum().to(torch.float64),
-                    diff.abs().max().to(torch.float64),
-                    rel.max().to(torch.float64),
-                ]
-            )
-        )
+        chunk = (g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step])
+        row, best = _truth_chunk(torch, chunk, bounds, work, screen=False)
+        rows.append(row)
         best_at.append(best + lo)
-        del gd, rd, dd, ok, both_nan, diff, r_abs, rel, off, allowed, ratio
-    return torch.stack(rows).cpu(), torch.stack(best_at).cpu()
+    table = torch.stack(rows).cpu()  # the one synchronization where everything is finite
+    for index, lo in enumerate(steps):
+        if not math.isfinite(float(table[index, 5])):
+            chunk = (g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step])
+            row, best = _truth_chunk(torch, chunk, bounds, work, screen=True)
+            table[index] = row.cpu()
+            best_at[index] = best + lo
+    return table, torch.stack(best_at).cpu()
+
+
+def _truth_chunk(
+    torch: Any,
+    chunk: tuple[Any, Any, Any],
+    bounds: tuple[float, float, float],
+    work: Any,
+    *,
+    screen: bool,
+) -> tuple[Any, Any]:
+    """One chunk's row of `_truth_pass`'s table and where its largest ratio is. With
+    `screen`, elements that are not numbers on both sides are counted and left out of the
+    errors; without it every element is taken as finite (right only where it is)."""
+    floor, factor, roundings = bounds
+    gd, rd, dd = (part.to(work) for part in chunk)
+    zero = torch.zeros((), dtype=work, device=gd.device)
+    if screen:
+        ok = torch.isfinite(gd) & torch.isfinite(rd)
+        both_nan = (torch.isnan(gd) & torch.isnan(rd)).sum()
+        # Not numbers on both sides and not the same NaN or infinity: screened by the caller.
+        unlike = (~ok & ~(torch.isnan(gd) & torch.isnan(rd)) & (gd != rd)).sum()
+        diff = torch.where(ok, gd - rd, zero)  # kernel - reference
+        off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
+    else:
+        both_nan = unlike = torch.zeros((), dtype=torch.int64, device=gd.device)
+        diff = gd - rd
+        off = (diff + dd).abs()
+    r_abs = rd.abs()
+    rel = torch.where(r_abs > 0, diff.abs() / r_abs, torch.zeros_like(r_abs))
+    allowed = factor * (dd.abs() + floor) + roundings * (rd - dd).abs()
+    ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
+    best = ratio.argmax()
+    row = torch.stack(
+        [
+            (off > allowed).sum().to(torch.float64),
+            off.to(torch.float64).pow(2).sum(),
+            ratio[best].to(torch.float64),
+            unlike.to(torch.float64),
+            both_nan.to(torch.float64),
+            diff.abs().max().to(torch.float64),
+            rel.max().to(torch.float64),
+        ]
+    )
+    return row, best
 
 
 def compare_with_truth(

@@ -657,3 +657,47 @@ def test_a_failing_chunk_is_taken_again_and_explained(monkeypatch: pytest.Monkey
     assert len(full_calls) == 2  # chunks 2 and 7 of 10
     assert "2 of 1000 elements" in (report.message or "")
     assert "first at index (250,)" in (report.message or "")
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 22])
+def test_the_truth_pass_rows_equal_the_screened_rows(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_truth_pass` takes every chunk without the NaN and infinity screen first and keeps
+    that row only where max |k - r| is a number; its table equals the screened pass's, row
+    for row, with NaN, infinities and an overflowing difference in some chunks."""
+    from pytest_kernelpro.measure import output_rule as rule_mod
+
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", chunk)
+    gen = torch.Generator().manual_seed(11)
+    r = torch.randn(40, generator=gen)
+    d = 1e-6 * torch.randn(40, generator=gen)
+    cases = {"finite": (r + 1e-5 * torch.randn(40, generator=gen), r)}
+    for name, (at, g_value, r_value) in {
+        "nan_kernel": (3, float("nan"), None),
+        "nan_both": (12, float("nan"), float("nan")),
+        "inf_same": (21, float("inf"), float("inf")),
+        "inf_kernel": (33, float("-inf"), None),
+        "overflow": (7, 3e38, -3e38),
+    }.items():
+        g, ref = r.clone(), r.clone()
+        g[at] = g_value
+        if r_value is not None:
+            ref[at] = r_value
+        cases[name] = (g, ref)
+    for name, (g, ref) in cases.items():
+        table, best = rule_mod._truth_pass(torch, (g, ref, d), 1e-7, 8.0, 1e-6)
+        steps = rule_mod.chunk_ranges(40)
+        screened = [
+            rule_mod._truth_chunk(
+                torch,
+                (g[lo : lo + steps.step], ref[lo : lo + steps.step], d[lo : lo + steps.step]),
+                (1e-7, 8.0, 1e-6),
+                torch.float32,
+                screen=True,
+            )
+            for lo in steps
+        ]
+        expected = torch.stack([row for row, _ in screened])
+        assert torch.equal(table.nan_to_num(nan=-1.0), expected.nan_to_num(nan=-1.0)), name
+        assert best.tolist() == [int(b) + lo for (_, b), lo in zip(screened, steps, strict=True)]
