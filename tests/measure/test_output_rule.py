@@ -701,3 +701,43 @@ def test_the_truth_pass_rows_equal_the_screened_rows(
         expected = torch.stack([row for row, _ in screened])
         assert torch.equal(table.nan_to_num(nan=-1.0), expected.nan_to_num(nan=-1.0)), name
         assert best.tolist() == [int(b) + lo for (_, b), lo in zip(screened, steps, strict=True)]
+
+
+@pytest.mark.parametrize("chunk", [5, 1 << 22])
+def test_the_reference_error_equals_the_screened_one(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`measure_reference_error` takes chunks as finite first and screens again only where
+    max |r - t| is not a number: its norms, maxima and kept difference equal the screened
+    pass's, with the reference NaN or infinite in some chunks (left out, as before) and the
+    re-run infinite where the reference is a number (no truth)."""
+    from pytest_kernelpro.measure import output_rule as rule_mod
+
+    monkeypatch.setattr(rule_mod, "COMPARE_CHUNK", chunk)
+    gen = torch.Generator().manual_seed(5)
+    wide = torch.randn(40, dtype=torch.float64, generator=gen)
+    ref = wide.float()
+    cases = {"finite": (ref, wide)}
+    nan_ref = ref.clone()
+    nan_ref[4], nan_ref[17] = float("nan"), float("inf")
+    wide_nan = wide.clone()
+    wide_nan[4], wide_nan[17] = float("nan"), float("inf")
+    cases["reference not finite, re-run the same"] = (nan_ref, wide_nan)
+    for name, (r, t) in cases.items():
+        leaf = rule_mod.measure_reference_error(torch, "output", r, t)
+        assert not isinstance(leaf, str), (name, leaf)
+        steps = rule_mod.chunk_ranges(40)
+        kept = torch.empty(40)
+        rows = torch.stack(
+            [
+                rule_mod._reference_error_chunk(torch, (kept, r, t), lo, steps.step, screen=True)
+                for lo in steps
+            ]  # fmt: skip
+        )
+        assert torch.equal(leaf.difference, kept), name
+        assert leaf.reference_error_norm == math.sqrt(float(rows[:, 0].sum())), name
+        assert leaf.truth_norm == math.sqrt(float(rows[:, 1].sum())), name
+        assert leaf.reference_error_max == float(rows[:, 2].max()), name
+    lost = wide.clone()
+    lost[30] = float("inf")
+    assert "NaN or infinity" in str(rule_mod.measure_reference_error(torch, "output", ref, lost))
