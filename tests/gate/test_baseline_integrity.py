@@ -16,7 +16,7 @@ from pytest_kernelpro.gate.baseline import (
     unmatched,
 )
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: gate_factories.py
 
 
 def test_a_duplicate_kernel_key_is_an_error(tmp_path: Path) -> None:

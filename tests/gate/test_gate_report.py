@@ -12,7 +12,6 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.plot import roofline_plot, roofline_points
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
     build_report,
@@ -25,6 +24,7 @@ from pytest_kernelpro.gate.report import (
 )
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
+from pytest_kernelpro.review.plot import roofline_plot, roofline_points
 
 US = 1e-6
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
