@@ -9,7 +9,7 @@
 - `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
 - the texts made from one record: `format.item_section` (the item's report section),
   `format.terminal_row` (its terminal-table row); `render_session`: the texts about the
-  session as a whole; `format` also holds the texts of an optimize search's summary
+  session as a whole
 - `junit`: `junit_properties`, `read_junit_records`
 - `records_log`: `RecordsLog` (every finished record appended as it finishes),
   `read_records_log`; `history`: `save_run` (one JSON report per run)

@@ -415,10 +415,12 @@ def start_session(config: pytest.Config) -> KernelproSession:
     gates = settings.check and not settings.correctness_only
     if gates and workerinput is None and not config.option.collectonly:
         load_baseline_before_any_item(session)
-    if settings.profile or settings.check:
+    # The builds are looked up by the profiler alone, which profiles CUDA devices only: a
+    # machine without one records none. Extra build flags (-lineinfo, ptxas -v) only when
+    # profiling was asked for.
+    if (settings.profile or settings.check) and cuda_available():
         from pytest_kernelpro.run.context import SessionCapture
 
-        # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
         capture = SessionCapture(extra_flags=settings.profile)
         capture.start()
         session.profiling.capture = capture
