@@ -1,7 +1,8 @@
 """The regression gate and the outputs of a check session, as plain functions over
 `KernelRecord` lists.
 
-- `baseline`: `save_baseline`, `load_baseline` (YAML; `BaselineError` names the fix)
+- `baseline`: `load_baseline` (YAML; `BaselineError` names the fix); `baseline_save`:
+  `save_baseline` (--kernelpro-save-baseline: merged, atomic, under a lock)
 - `verdict`: `decide_verdict` -> `Verdict`, on the basis `verdict_basis.choose_basis`
   chooses (from the facts `basis_inputs` reads of a record); `confirmation`:
   `needs_confirmation`, `confirm` (a provisional regression settled by an independent

@@ -484,7 +484,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
                 f"run history ({settings.sources.get('history')})", settings.history_dir, exc
             )
     if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.baseline import save_baseline
+        from pytest_kernelpro.gate.baseline_save import save_baseline
 
         measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
         try:

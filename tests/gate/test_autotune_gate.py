@@ -9,7 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, settle
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.report import build_report, render_terminal_table

@@ -13,7 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.format import item_section, terminal_row
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.verdict import decide_verdict

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, save_baseline
+from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.nothing_checked import nothing_checked_line, too_noisy_note
 from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, session_notes
 from pytest_kernelpro.gate.report import build_report, write_json_report

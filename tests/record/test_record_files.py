@@ -14,7 +14,8 @@ import pytest
 
 import pytest_kernelpro
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import BaselineError, load_baseline, save_baseline
+from pytest_kernelpro.gate.baseline import BaselineError, load_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.records_log import RecordsLog, read_records_log
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
