@@ -543,9 +543,9 @@ def _map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_map_tensors(torch, x, fn) for x in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(torch, x, fn) for x in obj)
+        return type(obj)(*[_map_tensors(torch, x, fn) for x in obj])
+    if isinstance(obj, (list, tuple)):  # a list built at once: no generator resumed per item
+        return type(obj)([_map_tensors(torch, x, fn) for x in obj])
     if isinstance(obj, dict):
         return {k: _map_tensors(torch, v, fn) for k, v in obj.items()}
     return obj
