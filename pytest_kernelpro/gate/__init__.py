@@ -7,7 +7,7 @@
   chooses (from the facts `basis_inputs` reads of a record); `confirmation`:
   `needs_confirmation`, `confirm` (a provisional regression settled by an independent
   re-measurement), the autotune picks against the baseline's, a changed environment named
-- `report`: `build_report`, `write_json_report`, `merge_reports`, `render_terminal_table`
+- `report`: `build_report`, `write_json_report`, `load_report`, `merge_report_dicts`, `render_terminal_table`
 - the texts made from one record: `format.item_section` (the item's report section),
   `format.terminal_row` (its terminal-table row); `render_session`: the texts about the
   session as a whole

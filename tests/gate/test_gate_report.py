@@ -17,7 +17,6 @@ from pytest_kernelpro.gate.report import (
     build_report,
     load_report,
     merge_report_dicts,
-    merge_reports,
     records_of,
     render_terminal_table,
     write_json_report,
@@ -87,7 +86,7 @@ def test_merge_worker_reports(tmp_path: Path) -> None:
     rerun = gated("a[1]", 1.3)
     gw2 = build_report([rerun], meta={"wall_s": 5.0, "commit": "c2"})
     paths = [write_json_report(tmp_path / f"gw{i}.json", r) for i, r in enumerate((gw0, gw1, gw2))]
-    merged = merge_reports(paths)
+    merged = merge_report_dicts([load_report(p) for p in paths])
     assert {r["name"] for r in merged["records"]} == {"a[1]", "b[1]"}
     a = next(r for r in merged["records"] if r["name"] == "a[1]")
     assert a["gate"]["status"] == "regressed"  # the later report wins for the same node id
