@@ -113,7 +113,7 @@ class BaselineEntry:
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None
-    # What the kernel's autotuners chose in the baseline's process (measure/environment.py:
+    # What the kernel's autotuners chose in the baseline's process (measure/autotune_capture.py:
     # kernel, key, flat config, ...), the library settings that choose algorithms, and the
     # versions that change generated code (measure/environment.py). Absent in older files.
     autotune: list[dict[str, Any]] | None = None

@@ -45,6 +45,7 @@ from pytest_kernelpro.measure.ceilings import (
     CACHE_SCHEMA,
     Ceilings,
     cache_path,
+    cache_target,
     combine_with_spec,
     format_rate,
     measured_under_load,
@@ -110,13 +111,14 @@ def load_or_measure_ceilings(
     """
     import torch
 
-    device_type, name, _ = resolve_device(device)
-    threads = torch.get_num_threads() if device_type == "cpu" else None
-    if device_type == "cpu":
-        spec = None
-    elif spec is None:
-        spec = find_device_spec(name)
-    path = cache_path(Path(cache_dir), name, torch.__version__, quick, threads)
+    target = cache_target(device, cache_dir, spec, quick)
+    device_type, name, threads, spec, path = (
+        target.device_type,
+        target.name,
+        target.threads,
+        target.spec,
+        target.path,
+    )
     previous: Ceilings | None = None  # a valid cached CPU set: the new probe keeps its best
     if path.exists() and not (refresh and replace_cached):
         try:

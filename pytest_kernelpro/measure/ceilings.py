@@ -284,6 +284,34 @@ def read_cached(path: Path, name: str, torch_version: str) -> Ceilings:
     return cached
 
 
+@dataclass(frozen=True)
+class CacheTarget:
+    """Whose ceilings a cache file holds: the device's name, type and (CPU) thread count, the
+    datasheet that fills what is not measured (None on the CPU), and the file."""
+
+    device_type: str
+    name: str
+    threads: int | None
+    spec: DeviceSpec | None
+    path: Path
+
+
+def cache_target(
+    device: str, cache_dir: Path, spec: DeviceSpec | None = None, quick: bool = False
+) -> CacheTarget:
+    """The cache file of `device` ("cpu", "cuda", "cuda:N") for this torch version."""
+    import torch
+
+    device_type, name, _ = resolve_device(device)
+    threads = torch.get_num_threads() if device_type == "cpu" else None
+    if device_type == "cpu":
+        spec = None  # GPU datasheets say nothing about a CPU
+    elif spec is None:
+        spec = find_device_spec(name)
+    path = cache_path(Path(cache_dir), name, torch.__version__, quick, threads)
+    return CacheTarget(device_type, name, threads, spec, path)
+
+
 def cached_ceilings(
     device: str, cache_dir: Path, *, spec: DeviceSpec | None = None
 ) -> Ceilings | None:
@@ -292,15 +320,10 @@ def cached_ceilings(
     which `ceiling_probe.load_or_measure_ceilings` does (and warns of a bad file)."""
     import torch
 
-    device_type, name, _ = resolve_device(device)
-    threads = torch.get_num_threads() if device_type == "cpu" else None
-    if device_type == "cpu":
-        spec = None
-    elif spec is None:
-        spec = find_device_spec(name)
+    target = cache_target(device, cache_dir, spec)
+    spec = target.spec
     try:
-        path = cache_path(Path(cache_dir), name, torch.__version__, False, threads)
-        cached = read_cached(path, name, torch.__version__)
+        cached = read_cached(target.path, target.name, torch.__version__)
     except (OSError, ValueError, KeyError, TypeError, KernelproError):
         return None
     return merge_spec(cached, spec) if measured_under_load(cached) is None else None
