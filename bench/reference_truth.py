@@ -79,11 +79,8 @@ def _exact_answer(torch: Any, expected: Any, truth: Any) -> Any:
 def judge_problem(path: Path, device: str) -> dict[str, Any]:
     import torch
 
-    from pytest_kernelpro.measure.correctness_check import (
-        clone_inputs,
-        run_recording_precision,
-        run_truth,
-    )
+    from pytest_kernelpro.measure.correctness_check import clone_inputs, run_truth
+    from pytest_kernelpro.measure.fp32_precision import run_recording_precision
     from pytest_kernelpro.measure.output_rule import (
         CorrectnessRule,
         compare_outputs,

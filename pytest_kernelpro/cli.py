@@ -14,27 +14,27 @@ from importlib.metadata import EntryPoint, entry_points
 
 COMMANDS: dict[str, tuple[str, str, str]] = {
     "comment": (
-        "pytest_kernelpro.gate.comment_cli",
+        "pytest_kernelpro.review.comment_cli",
         "comment_main",
         "build (and --post) the PR comment from a JSON report or JUnit XML",
     ),
     "approval": (
-        "pytest_kernelpro.gate.approval",
+        "pytest_kernelpro.review.approval",
         "approval_main",
         "stop unless the PR's head commit is approved by someone with write access",
     ),
     "compare": (
-        "pytest_kernelpro.gate.offline_gate",
+        "pytest_kernelpro.review.offline_gate",
         "compare_main",
         "compare two JSON reports (base vs head) as a speedup table",
     ),
     "history": (
-        "pytest_kernelpro.gate.history",
+        "pytest_kernelpro.review.runs",
         "history_main",
         "list the runs kept in .kernelpro/history (one JSON per run, by commit and machine)",
     ),
     "report": (
-        "pytest_kernelpro.gate.records_log",
+        "pytest_kernelpro.review.records_report",
         "report_main",
         "rebuild the JSON report / JUnit file from a records log; --check fails on missing records",
     ),

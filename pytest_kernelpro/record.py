@@ -262,7 +262,7 @@ class ProfilePart(Part, frozen=True, kw_only=True):
 
 
 class AutotunePart(Part, frozen=True, kw_only=True):
-    """What the item's autotuned kernels chose in its process (`measure.environment.
+    """What the item's autotuned kernels chose in its process (`measure.autotune_capture.
     AutotuneCapture.to_dict`) and the library settings that choose algorithms
     (`measure.environment.library_choices`)."""
 
@@ -368,7 +368,7 @@ class KernelRecord(msgspec.Struct, kw_only=True):
     # (`run.context.ItemSettings`, as JSON); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
     # What the item's autotuned kernels chose in its process, and the library settings that
-    # choose algorithms (measure/environment.py); None when not captured.
+    # choose algorithms (measure/autotune_capture.py, measure/environment.py).
     autotune: AutotunePart | None = None
     # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None

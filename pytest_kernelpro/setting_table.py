@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GROUP_NAME = "kernelpro"
@@ -121,22 +121,21 @@ class Setting:
     default: Any
     metavar: str | None = None
     is_flag: bool = False
+    # The names made from `name`, fixed when the setting is made: every resolution reads them.
+    flag: str = field(init=False)  # --kernelpro-time-budget
+    ini_key: str = field(init=False)  # kernelpro_time_budget
+    env_var: str = field(init=False)  # KERNELPRO_TIME_BUDGET
+    dest: str = field(init=False)  # kernelpro_time_budget (the option's attribute)
 
-    @property
-    def flag(self) -> str:
-        return "--kernelpro-" + self.name.replace("_", "-")
-
-    @property
-    def ini_key(self) -> str:
-        return "kernelpro_" + self.name
-
-    @property
-    def env_var(self) -> str:
-        return "KERNELPRO_" + self.name.upper()
-
-    @property
-    def dest(self) -> str:
-        return "kernelpro_" + self.name
+    def __post_init__(self) -> None:
+        names = {
+            "flag": "--kernelpro-" + self.name.replace("_", "-"),
+            "ini_key": "kernelpro_" + self.name,
+            "env_var": "KERNELPRO_" + self.name.upper(),
+            "dest": "kernelpro_" + self.name,
+        }
+        for attribute, value in names.items():
+            object.__setattr__(self, attribute, value)  # frozen: set once, here
 
 
 SETTINGS: tuple[Setting, ...] = (

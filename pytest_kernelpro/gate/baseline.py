@@ -36,20 +36,16 @@ handling and the comparison (`verdict.py`) share that one definition.
 
 from __future__ import annotations
 
-import contextlib
-import datetime as _dt
 import math
 import os
 import subprocess
-import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro import __version__
-from pytest_kernelpro.errors import KernelproError, KernelproWarning
-from pytest_kernelpro.fileio import atomic_write_text
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.basis_inputs import (
     anchor_of_timing,
     record_clock_facts,
@@ -70,7 +66,6 @@ __all__ = [
     "detect_commit",
     "load_baseline",
     "parse_entry",
-    "save_baseline",
     "unmatched",
 ]
 
@@ -118,7 +113,7 @@ class BaselineEntry:
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None
-    # What the kernel's autotuners chose in the baseline's process (measure/environment.py:
+    # What the kernel's autotuners chose in the baseline's process (measure/autotune_capture.py:
     # kernel, key, flat config, ...), the library settings that choose algorithms, and the
     # versions that change generated code (measure/environment.py). Absent in older files.
     autotune: list[dict[str, Any]] | None = None
@@ -447,82 +442,6 @@ def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
     return os.environ.get("GITHUB_SHA") or None
 
 
-def _session_device(records: list[KernelRecord]) -> str:
-    devices = [r.device for r in records if r.device]
-    return max(set(devices), key=devices.count) if devices else ""
-
-
-def save_baseline(
-    path: str | os.PathLike[str],
-    records: Iterable[KernelRecord],
-    *,
-    commit: str | None = None,
-    merge: bool = True,
-) -> Baseline:
-    """Write the baseline of the measured `records` to `path` atomically and return it.
-
-    With `merge=True` the entries of kernels that are in the existing file but were not
-    measured this time (deselected, failed, skipped) are kept, so a partial run does not
-    erase the rest of the baseline. An unreadable existing file is replaced, with a warning.
-    Records without timing samples are left out.
-    """
-    records = list(records)
-    target = Path(path)
-    # Read, merge and write under one lock: two processes saving the same file (xdist
-    # controllers of two jobs, a save while another runs) must not lose either's entries.
-    with _locked(target):
-        return _save_locked(target, records, commit=commit, merge=merge)
-
-
-def _save_locked(
-    target: Path, records: list[KernelRecord], *, commit: str | None, merge: bool
-) -> Baseline:
-    entries: dict[str, BaselineEntry] = {}
-    if merge and target.exists():
-        try:
-            entries.update(load_baseline(target).entries)
-        except BaselineError as exc:
-            warnings.warn(
-                f"kernelpro: replacing the unreadable baseline {target} ({exc})",
-                KernelproWarning,
-                stacklevel=2,
-            )
-    measured = 0
-    for record in records:
-        entry = BaselineEntry.from_record(record)
-        if entry is not None:
-            entries[record.nodeid] = entry
-            measured += 1
-    if not entries:
-        raise BaselineError(
-            f"kernelpro baseline {target}: none of the {len(records)} kernel item(s) was "
-            "measured (no timing samples), so there is nothing to save. Fix: make the kernel "
-            "items pass (see their failures above) and save the baseline again."
-        )
-    baseline = Baseline(
-        path=str(target),
-        device=_session_device(records) or _session_device_from_entries(entries),
-        commit=commit if commit is not None else detect_commit(),
-        created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-        tool=f"pytest-kernelpro {__version__}",
-        entries=entries,
-    )
-    import yaml
-
-    header = (
-        "# pytest-kernelpro baseline: written by --kernelpro-save-baseline; "
-        "read by --kernelpro-check --kernelpro-baseline\n"
-    )
-    text = yaml.safe_dump(baseline.to_dict(), sort_keys=False, default_flow_style=None, width=100)
-    atomic_write_text(target, header + text)
-    return baseline
-
-
-def _session_device_from_entries(entries: Mapping[str, BaselineEntry]) -> str:
-    devices = [e.device for e in entries.values() if e.device]
-    return max(set(devices), key=devices.count) if devices else ""
-
-
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     """Read and validate a baseline; every problem is a `BaselineError` naming the fix."""
     import yaml
@@ -626,27 +545,6 @@ def _unique_key_loader() -> type:
         construct_mapping,  # type: ignore[arg-type]
     )
     return UniqueKeyLoader
-
-
-@contextlib.contextmanager
-def _locked(target: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the directory of `target` (POSIX flock; elsewhere none).
-
-    The directory, not a lock file beside the baseline: it leaves nothing behind, and it
-    stays the same object while `atomic_write_text` replaces the file itself.
-    """
-    try:
-        import fcntl
-    except ImportError:  # Windows: no advisory locks through fcntl
-        yield
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def unmatched(baseline: Baseline, records: Iterable[KernelRecord]) -> tuple[list[str], list[str]]:

@@ -19,7 +19,7 @@ per process by timing the candidates. When the head picked another config than t
 did, a slower median may be the pick, not the code; the verdict says so in words ("autotune
 picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the baseline num_warps=8"),
 and the confirmation re-measures in a fresh process with the baseline's choice pinned
-(`measure/environment.py`): still slower at the baseline's pick is a code regression; not slower
+(`measure/autotune_capture.py`): still slower at the baseline's pick is a code regression; not slower
 there means the different pick made the difference. What the gate does then is
 `--kernelpro-autotune-mismatch`:
 

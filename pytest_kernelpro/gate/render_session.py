@@ -1,5 +1,5 @@
 """Every text about the session as a whole, in one place (the texts made from one record are
-in format.py (item_section, terminal_row), comment.py, prompt_reference.py, plot.py):
+in format.py (item_section, terminal_row), review/comment.py, review/plot.py):
 the lines under the terminal summary's tables.
 
 - `coverage_lines`: what `--kernelpro-check` could not compare (baseline entries without a

@@ -156,11 +156,6 @@ def merge_report_dicts(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return build_report(records, meta=meta)
 
 
-def merge_reports(paths: Sequence[str | os.PathLike[str]]) -> dict[str, Any]:
-    """Load and merge JSON report files (see `merge_report_dicts`)."""
-    return merge_report_dicts([load_report(p) for p in paths])
-
-
 SORT_KEYS = ("status", "name", "median", "roofline", "change")
 
 

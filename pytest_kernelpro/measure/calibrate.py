@@ -13,12 +13,12 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
+from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings
 from pytest_kernelpro.measure.ceilings import (
     Ceilings,
     cache_path,
     default_cache_dir,
     format_rate,
-    load_or_measure_ceilings,
     resolve_device,
 )
 from pytest_kernelpro.measure.devices import PEAK_KEYS, DeviceSpec, find_device_spec

@@ -13,8 +13,8 @@ once more on its timed inputs refilled in place (`recheck_after_timing`): a kern
 only during the trials fails there.
 
 The first trial also records in which reduced precision (TF32, bf16) the reference's fp32
-matmuls/convolutions may have run (`run_recording_precision`: the torch flags of this
-process, `fp32_precision_flags`, which the sandbox's fresh processes take over), and re-runs
+matmuls/convolutions may have run (`fp32_precision.run_recording_precision`: the torch flags
+of this process, which the sandbox's fresh processes take over), and re-runs
 the reference in higher precision on its inputs: the truth (`run_truth`) the rule measures
 the kernel and the reference against. The truth's cost is bounded and recorded: one re-run
 per check, its wall time and its peak memory above what was allocated when it started
@@ -34,7 +34,7 @@ A kernel that raises gives a failed `CorrectnessResult` (the exception in `failu
 `exception`); a reference or input factory that raises is a problem definition error and
 raises `KernelproError` with the original exception chained.
 
-Imports only the standard library, `errors` and `output_rule` at module level (torch is
+Imports only the standard library, `errors`, `output_rule` and `fp32_precision` at module level (torch is
 passed in or imported in the function that runs it), so the sandbox's child processes import
 it without the plugin.
 """
@@ -43,16 +43,20 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import sys
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.measure.fp32_precision import (
+    apply_fp32_precision_flags,
+    fp32_precision_flags,
+    run_recording_precision,
+)
 from pytest_kernelpro.measure.output_rule import (
     KERNELBENCH,
     CorrectnessRule,
@@ -539,9 +543,9 @@ def _map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(obj, torch.Tensor):
         return fn(obj)
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_map_tensors(torch, x, fn) for x in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(torch, x, fn) for x in obj)
+        return type(obj)(*[_map_tensors(torch, x, fn) for x in obj])
+    if isinstance(obj, (list, tuple)):  # a list built at once: no generator resumed per item
+        return type(obj)([_map_tensors(torch, x, fn) for x in obj])
     if isinstance(obj, dict):
         return {k: _map_tensors(torch, v, fn) for k, v in obj.items()}
     return obj
@@ -635,177 +639,6 @@ def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") ->
                 if found:
                     return found
     return None
-
-
-# The reference's reduced precision: in which type its fp32 matmuls/convolutions may run.
-
-# Device types whose fp32 matmuls/convolutions torch's flags may run in reduced precision
-# (cuBLAS/cuDNN on tensor cores). Elsewhere fp32 stays fp32 and nothing is recorded.
-TENSOR_CORE_DEVICES: tuple[str, ...] = ("cuda",)
-
-
-# aten ops (as a TorchDispatchMode sees them, after composite ops decompose) that cuBLAS or
-# cuDNN may run on TF32 tensor cores for fp32 operands.
-_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation"})
-_CONV_OPS = frozenset(
-    {
-        "convolution",
-        "_convolution",
-        "cudnn_convolution",
-        "cudnn_convolution_transpose",
-        "convolution_overrideable",
-    }
-)
-
-
-def may_run_reduced(device: Any) -> bool:
-    """True when fp32 matmuls/convs on `device` ("cuda:0", a torch.device) may run reduced:
-    only there is the reference's run recorded (entering a dispatch mode costs seconds)."""
-    return str(device).partition(":")[0] in TENSOR_CORE_DEVICES
-
-
-@contextlib.contextmanager
-def record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
-    """Record (into `found`) aten matmul/conv ops with fp32 operands on a tensor-core device
-    (`TENSOR_CORE_DEVICES`) run in the block; "unknown" when the recorder is unavailable."""
-    try:
-        from torch.utils._python_dispatch import TorchDispatchMode
-    except ImportError:  # private API moved: assume the worst case the flags allow
-        found.append("unknown")
-        yield
-        return
-
-    class Recorder(TorchDispatchMode):  # type: ignore[misc]
-        # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo
-        # unless the subclass opts out, and that wrapper imports torch._dynamo on its first
-        # call: 2-3 s in every fresh process that checks a reference on CUDA (the sandbox's
-        # worker, judge and re-measurement workers each paid it). A Dynamo that is not
-        # loaded compiles nothing under this mode, so the mode opts out until it is loaded;
-        # once a reference loads it (torch.compile), the mode asks Dynamo to skip as by
-        # default, so the reference runs eagerly under the mode and its ops are seen.
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return "torch._dynamo" in sys.modules
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            if name in _GEMM_OPS or name in _CONV_OPS:
-                for arg in args:
-                    if (
-                        isinstance(arg, torch.Tensor)
-                        and arg.device.type in TENSOR_CORE_DEVICES
-                        and arg.dtype == torch.float32
-                    ):
-                        found.append(name)
-                        break
-            return func(*args, **(kwargs or {}))
-
-    with Recorder():
-        yield
-
-
-def _precision_backends(torch: Any, op: str) -> tuple[Any, Any]:
-    """The torch objects that hold the precision of fp32 ops of kind `op` ("matmul"/"conv"):
-    the newer one with `fp32_precision` (None where this torch has none) and the legacy one
-    with `allow_tf32`."""
-    if op == "matmul":
-        return torch.backends.cuda.matmul, torch.backends.cuda.matmul
-    return getattr(torch.backends.cudnn, "conv", None), torch.backends.cudnn
-
-
-def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
-    """`"tf32"`/`"bf16"` when fp32 ops of kind `op` ("matmul"/"conv") may run reduced on CUDA.
-
-    Reads the newer `fp32_precision` settings (torch >= 2.9) first; "none" there defers to
-    the legacy flags, which newer torch refuses to read after a mix of both APIs.
-    """
-    backend, legacy = _precision_backends(torch, op)
-    new = getattr(backend, "fp32_precision", None)
-    if new in ("tf32", "bf16"):
-        return str(new)
-    if new == "ieee":
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
-        try:
-            # "high" and "medium" float32 matmul precision both mean TF32 in cuBLAS.
-            return "tf32" if legacy.allow_tf32 else None
-        except RuntimeError:  # "mix of the legacy and new APIs": treat as full fp32
-            return None
-
-
-FP32_OPS = ("matmul", "conv")
-_MODES = ("tf32", "bf16", None)
-
-
-def fp32_precision_flags(torch: Any) -> dict[str, str | None]:
-    """The precision ("tf32", "bf16" or None: full fp32) this process's torch flags let fp32
-    matmuls and convolutions run in on CUDA, by kind: what a session's conftest set (e.g.
-    `torch.backends.cuda.matmul.allow_tf32 = True`), for a fresh process to take over
-    (`apply_fp32_precision_flags`)."""
-    return {op: _fp32_reduced_mode(torch, op) for op in FP32_OPS}
-
-
-def apply_fp32_precision_flags(torch: Any, flags: Mapping[str, Any], *, where: str) -> None:
-    """Set this process's torch flags as `flags` (`fp32_precision_flags` of another process)
-    says: TF32 through `allow_tf32` (cuBLAS matmuls, cuDNN convolutions), bf16 through the
-    newer `fp32_precision`. So a fresh process runs fp32 matmuls/convs, and relaxes the fp32
-    tolerance for them (`reduced_precision_mode`), as the process the flags came from.
-    `where` names the flags' origin in the error for a bad value."""
-    for op, mode in flags.items():
-        if op not in FP32_OPS or mode not in _MODES:
-            raise KernelproError(
-                f"{where}: fp32 precision {op!r}={mode!r} is invalid; the kinds are "
-                f"{', '.join(FP32_OPS)} and the modes tf32, bf16 or null (full fp32)"
-            )
-        backend, legacy = _precision_backends(torch, op)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
-            if mode == "bf16":
-                backend.fp32_precision = "bf16"
-            else:
-                legacy.allow_tf32 = mode == "tf32"
-
-
-def reduced_precision_mode(torch: Any, found: list[str]) -> str | None:
-    """The reduced precision ("bf16", "tf32" or None) the recorded ops (`found`, from
-    `record_fp32_matmuls`; "unknown" for all kinds) may have run in under torch's flags."""
-    if not found:
-        return None
-    unknown = "unknown" in found
-    modes = {
-        _fp32_reduced_mode(torch, "matmul") if unknown or set(found) & _GEMM_OPS else None,
-        _fp32_reduced_mode(torch, "conv") if unknown or set(found) & _CONV_OPS else None,
-    }
-    return "bf16" if "bf16" in modes else "tf32" if "tf32" in modes else None
-
-
-_UNSET = object()
-
-
-def run_recording_precision(
-    torch: Any, call: Callable[[], Any], device: Any, *, record: bool = True
-) -> tuple[Any, str | None]:
-    """`call()` (the reference on its inputs) and the reduced precision ("tf32", "bf16" or
-    None) its fp32 matmuls/convs may have run in.
-
-    Recorded only when `record` and on a tensor-core device (`may_run_reduced`). A reference
-    the recording dispatch mode upsets is called again plainly and assumed to run every kind
-    the flags allow reduced; an exception of the plain call propagates. Pass a `call` that
-    makes its own copy of the inputs: a failed recorded run may have written into its copy.
-    """
-    if not (record and may_run_reduced(device)):
-        return call(), None
-    found: list[str] = []
-    out: Any = _UNSET
-    try:
-        with record_fp32_matmuls(torch, found):
-            out = call()
-    except Exception:
-        found = ["unknown"]
-    if out is _UNSET:
-        out = call()
-    return out, reduced_precision_mode(torch, found)
 
 
 # The truth: the reference re-run in higher precision on the same inputs. Its precision

@@ -206,9 +206,10 @@ def tensor_bytes(t: Any) -> int:
     """Bytes a tensor occupies once: a broadcast (stride-0) dimension counts once."""
     if t.numel() == 0:
         return 0
-    unique = math.prod(
-        size for size, stride in zip(t.shape, t.stride(), strict=True) if stride != 0
-    )
+    unique = 1  # a loop, not a generator: this runs for every tensor of every operator
+    for size, stride in zip(t.shape, t.stride(), strict=True):
+        if stride != 0:
+            unique *= size
     return int(unique) * t.element_size()
 
 

@@ -132,19 +132,3 @@ def build_models(module: Any, device: str, *, seed: int = 0) -> BuiltModels:
     init = init_inputs_of(module)
     reference = build_module(module.Model, init, device, seed=seed)
     return BuiltModels(reference, build_kernel(module.ModelNew, reference, init, device, seed=seed))
-
-
-def sharing_weights(
-    kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
-) -> Callable[..., Any]:
-    """A kernel factory (device -> module) whose module gets the reference module's weights
-    (`share_weights`), for `Problem.instantiate`; marked `takes_reference` so the reference
-    it already built for the device is passed in and not constructed twice."""
-
-    def kernel(device: str, reference: Any = None) -> Any:
-        built = kernel_factory(device)
-        share_weights(reference_factory(device) if reference is None else reference, built)
-        return built
-
-    kernel.takes_reference = True  # type: ignore[attr-defined]
-    return kernel

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.problem.build import build_module, init_inputs_of, sharing_weights
+from pytest_kernelpro.problem.build import build_module, init_inputs_of
 from pytest_kernelpro.problem.language import detect_language
-from pytest_kernelpro.problem.model import Problem, import_file
+from pytest_kernelpro.problem.model import Problem, import_file, sharing_weights
 
 _MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
 _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)

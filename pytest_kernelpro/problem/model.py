@@ -339,6 +339,24 @@ def _callable_factory(
     return build
 
 
+def sharing_weights(
+    kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
+) -> Callable[..., Any]:
+    """A kernel factory (device -> module) whose module gets the reference module's weights
+    (`build.share_weights`), for `Problem.instantiate`; marked `takes_reference` so the reference
+    it already built for the device is passed in and not constructed twice."""
+
+    def kernel(device: str, reference: Any = None) -> Any:
+        from pytest_kernelpro.problem.build import share_weights  # at build time, not collection
+
+        built = kernel_factory(device)
+        share_weights(reference_factory(device) if reference is None else reference, built)
+        return built
+
+    kernel.takes_reference = True  # type: ignore[attr-defined]
+    return kernel
+
+
 def problem_from_marker(
     obj: Any, options: MarkerOptions, *, name: str, source_file: str
 ) -> Problem:
@@ -360,8 +378,6 @@ def problem_from_marker(
         # The kernel gets the reference module's parameters (`problem.build.share_weights`:
         # by name, else by position and shape, as in the sandbox), so a patched kernel whose
         # candidate named its weights differently checks the same.
-        from pytest_kernelpro.problem.build import sharing_weights
-
         kernel_factory = sharing_weights(kernel_factory, reference_factory)
     return Problem(
         name=name,

@@ -37,9 +37,11 @@ stages get values.
 
 **What the item's process chose** (its autotune picks, the library settings that choose
 algorithms, the versions that change generated code): the capture
-(`measure.environment.AutotuneCapture`) watches the correctness trials, where an autotuner tunes at
-its first call, and reads what the timing tuned afterwards; the record's `autotune` and
-`environment` parts are set from it (`record_process_facts`). In the fresh process that
+(`measure.autotune_capture.AutotuneCapture`) watches the correctness trials, where an autotuner
+tunes at its first call, and reads what the timing tuned afterwards; the record's `autotune`
+and `environment` parts are set from it (`record_process_facts`). An item whose process has
+no autotuner loaded (none a conftest adds) and no pins gets no capture: its `autotune` part
+holds the library settings alone, as an empty capture's would. In the fresh process that
 confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
 kernel's first call (`run.item_runner.remeasure_only` is that process's timing-only run).
 """
@@ -58,18 +60,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.environment import (
-    AutotuneCapture,
-    Pin,
+    autotuner_classes,
     library_choices,
     load_triton_if_used,
 )
-from pytest_kernelpro.record import EnvironmentPart
+from pytest_kernelpro.record import AutotunePart, EnvironmentPart
 
 if TYPE_CHECKING:
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import BaselineEntry
+    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture, Pin
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem, ProblemLocator
@@ -376,8 +378,11 @@ def extra_autotuners(config: pytest.Config) -> list[type]:
 
 def read_pins(path: Any) -> list[Pin]:
     """The pins file of a re-measuring child: a JSON list of recorded choices."""
+    from pytest_kernelpro.measure.autotune_capture import Pin
+
     try:
-        data = json.loads(open(path, encoding="utf-8").read())  # noqa: SIM115
+        with open(path, encoding="utf-8") as file:  # closed at once: no handle left behind
+            data = json.loads(file.read())
     except (OSError, ValueError) as exc:
         raise KernelproError(f"cannot read the autotune pins {path}: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
@@ -385,18 +390,32 @@ def read_pins(path: Any) -> list[Pin]:
     return [Pin.from_choice(c) for c in data]
 
 
-def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture:
+def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture | None:
     """The item's capture: the pins of a re-measuring child (`pins_path`), none otherwise;
-    `classes` are the autotuners a conftest adds."""
+    `classes` are the autotuners a conftest adds. None when there is nothing to watch or pin
+    (no autotuner loaded once the kernel is built, none added, no pins): a capture would
+    patch no class and record nothing."""
     load_triton_if_used(run.problem.language)
+    if pins_path is None and not autotuner_classes(classes):
+        return None
+    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture
+
     pins = read_pins(pins_path) if pins_path is not None else []
     return AutotuneCapture(pins=pins, classes=classes)
 
 
-def record_process_facts(run: ItemRun, capture: AutotuneCapture) -> None:
+def watching(capture: AutotuneCapture | None) -> contextlib.AbstractContextManager[Any]:
+    """The capture watching the block's autotuner calls (nothing to watch without one)."""
+    return capture.watching() if capture is not None else contextlib.nullcontext()
+
+
+def record_process_facts(run: ItemRun, capture: AutotuneCapture | None) -> None:
     """The record's autotune choices, library settings and code-changing versions."""
     from pytest_kernelpro.measure.environment import code_versions
 
     record = run.record
-    record.autotune = capture.part(library_choices())
+    library = library_choices()
+    record.autotune = (
+        capture.part(library) if capture is not None else AutotunePart(library=library)
+    )
     record.environment = EnvironmentPart(**code_versions(record.device_kind))

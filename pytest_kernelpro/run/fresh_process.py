@@ -7,7 +7,7 @@ id, started the way `--kernelpro-isolate` starts an item's child (`isolate.child
 `isolate.child_environment`: the parent's resolved settings, the plugin, the ini file), with
 the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
 timing inputs, calls the kernel once with the baseline's autotune choices pinned
-(`measure/environment.py`), times it with the session's timing budget and writes its record
+(`measure/autotune_capture.py`), times it with the session's timing budget and writes its record
 (timing, autotune choices, versions); it compares nothing with the baseline.
 
 The child is given the item's file by its absolute path (`isolate.child_address`), not the

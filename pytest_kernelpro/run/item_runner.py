@@ -42,12 +42,13 @@ from pytest_kernelpro.run.context import (
     extra_autotuners,
     record_process_facts,
     time_limit_setting,
+    watching,
 )
 from pytest_kernelpro.run.measure_stage import check, recheck, time_item
 from pytest_kernelpro.run.roofline_stage import roofline, roofline_floor
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.measure.environment import AutotuneCapture
+    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture
     from pytest_kernelpro.measure.gpu_memory import ItemMemory
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import DeviceChoice, KernelproSession
@@ -293,7 +294,7 @@ class _Kernel:
     reference: Any
     make_inputs: Callable[[int], tuple[Any, ...]]
     grad_mode: Callable[[], Any]
-    capture: AutotuneCapture
+    capture: AutotuneCapture | None  # None: no autotuner to watch (run.context.autotune_capture)
 
 
 @dataclass(frozen=True)
@@ -339,7 +340,7 @@ def _measure(
     grad_mode = built.grad_mode
     trials = run.settings.trials.value
     phase.enter(f"checking correctness ({trials} trial{'' if trials == 1 else 's'})", "check")
-    with built.capture.watching(), _noting_cuda_errors(session, run):
+    with watching(built.capture), _noting_cuda_errors(session, run):
         # the first calls are where an autotuner picks its config
         correctness = check(run, kernel, reference, make_inputs, grad_mode)
     record_process_facts(run, built.capture)
@@ -355,7 +356,8 @@ def _measure(
             run, kernel, inputs, grad_mode,
             reference=reference, make_inputs=make_inputs, correctness=correctness,
         )  # fmt: skip
-    built.capture.after_timing()
+    if built.capture is not None:
+        built.capture.after_timing()
     record_process_facts(run, built.capture)
 
     phase.enter("checking the kernel again after timing", "recheck")
@@ -431,7 +433,7 @@ def remeasure_only(run: ItemRun, built: _Kernel) -> None:
     reference)."""
     kernel, capture = built.kernel, built.capture
     inputs = built.make_inputs(1_000_003)  # the item's timing inputs
-    with capture.watching(), built.grad_mode():
+    with watching(capture), built.grad_mode():
         try:
             kernel(*inputs)
         except Exception as exc:
@@ -449,7 +451,8 @@ def remeasure_only(run: ItemRun, built: _Kernel) -> None:
         run, kernel, inputs, built.grad_mode,
         reference=built.reference, make_inputs=built.make_inputs, correctness=parent,
     )  # fmt: skip
-    capture.after_timing()
+    if capture is not None:
+        capture.after_timing()
     record_process_facts(run, capture)
     run.record.extra["remeasure_child"] = True
 

@@ -139,7 +139,7 @@ class KernelproSession:
     # -- ceilings --------------------------------------------------------------------------
     def ceilings_for(self, device: str) -> Ceilings:
         """Measured once per machine and cached; a ceilings file from settings wins."""
-        from pytest_kernelpro.measure.ceilings import Ceilings, load_or_measure_ceilings
+        from pytest_kernelpro.measure.ceilings import Ceilings, cached_ceilings
 
         key = "cpu" if device == "cpu" else device
         if key in self._ceilings:
@@ -155,9 +155,15 @@ class KernelproSession:
                     f"{exc}; write it with `kernelpro calibrate --out {path}` or drop the setting"
                 ) from exc
         else:
-            ceilings = load_or_measure_ceilings(
-                device, self.settings.cache_dir, spec=self.spec_for(device), progress=self.progress
-            )
+            spec = self.spec_for(device)
+            found = cached_ceilings(device, self.settings.cache_dir, spec=spec)
+            if found is None:  # none cached, or measured under load: the probe's to decide
+                from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings
+
+                found = load_or_measure_ceilings(
+                    device, self.settings.cache_dir, spec=spec, progress=self.progress
+                )
+            ceilings = found
             if ceilings.details.get("not_cached"):
                 self.notes.append(
                     f"ceilings of {ceilings.device}: {ceilings.details['not_cached']}; the "
@@ -169,10 +175,11 @@ class KernelproSession:
 
     def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
         """The device's ceilings re-probed once per session (a kernel exceeded them): on the
-        CPU the best of the old and a new probe (`measure.ceilings.reprobe`), which
+        CPU the best of the old and a new probe (`measure.ceiling_probe.reprobe`), which
         makes them trusted; GPU ceilings and a ceilings file from settings are returned as
         they are."""
-        from pytest_kernelpro.measure.ceilings import reprobe, reprobe_summary
+        from pytest_kernelpro.measure.ceiling_probe import reprobe
+        from pytest_kernelpro.measure.ceilings import reprobe_summary
 
         key = "cpu" if device == "cpu" else device
         ceilings = self.ceilings_for(device)
@@ -408,10 +415,12 @@ def start_session(config: pytest.Config) -> KernelproSession:
     gates = settings.check and not settings.correctness_only
     if gates and workerinput is None and not config.option.collectonly:
         load_baseline_before_any_item(session)
-    if settings.profile or settings.check:
+    # The builds are looked up by the profiler alone, which profiles CUDA devices only: a
+    # machine without one records none. Extra build flags (-lineinfo, ptxas -v) only when
+    # profiling was asked for.
+    if (settings.profile or settings.check) and cuda_available():
         from pytest_kernelpro.run.context import SessionCapture
 
-        # Extra build flags (-lineinfo, ptxas -v) only when profiling was asked for.
         capture = SessionCapture(extra_flags=settings.profile)
         capture.start()
         session.profiling.capture = capture
@@ -475,7 +484,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
                 f"run history ({settings.sources.get('history')})", settings.history_dir, exc
             )
     if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.baseline import save_baseline
+        from pytest_kernelpro.gate.baseline_save import save_baseline
 
         measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
         try:

@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry, save_baseline
-from pytest_kernelpro.gate.comment import render_comment
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, settle
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.report import build_report, render_terminal_table
@@ -28,6 +28,7 @@ from pytest_kernelpro.record import (
     TimingPart,
     VerdictPart,
 )
+from pytest_kernelpro.review.comment import render_comment
 
 KERNEL = "mylib.ops.layer_norm._layer_norm_fwd"
 KEY = [4096, "torch.float16", "torch.float16"]
@@ -280,7 +281,7 @@ def test_the_item_section_lists_the_choices() -> None:
 
 
 def test_the_offline_comparison_notes_picks_and_versions(tmp_path: Path) -> None:
-    from pytest_kernelpro.gate.offline_gate import gate_records
+    from pytest_kernelpro.review.offline_gate import gate_records
 
     base_record = _record()
     base_record.autotune = AutotunePart(choices=(choice(W8),))

@@ -9,14 +9,10 @@ from pathlib import Path
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import (
-    BaselineError,
-    load_baseline,
-    save_baseline,
-    unmatched,
-)
+from pytest_kernelpro.gate.baseline import BaselineError, load_baseline, unmatched
+from pytest_kernelpro.gate.baseline_save import save_baseline
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/: gate_factories.py
 
 
 def test_a_duplicate_kernel_key_is_an_error(tmp_path: Path) -> None:
@@ -50,7 +46,7 @@ SAVER = """
 import sys
 sys.path.insert(0, {here!r})
 from gate_factories import make_record
-from pytest_kernelpro.gate.baseline import save_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 for i in range({n}):
     save_baseline({path!r}, [make_record(f"{{sys.argv[1]}}-{{i}}[1]", n=20)], commit="c")
 """

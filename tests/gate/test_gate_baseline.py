@@ -18,8 +18,8 @@ from pytest_kernelpro.gate.baseline import (
     BaselineError,
     detect_commit,
     load_baseline,
-    save_baseline,
 )
+from pytest_kernelpro.gate.baseline_save import save_baseline
 
 
 @pytest.fixture

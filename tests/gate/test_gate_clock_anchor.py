@@ -10,12 +10,8 @@ import numpy as np
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import (
-    BaselineEntry,
-    BaselineError,
-    load_baseline,
-    save_baseline,
-)
+from pytest_kernelpro.gate.baseline import BaselineEntry, BaselineError, load_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, decide_verdict
 from pytest_kernelpro.measure.timing.anchor import summarize_pairs

@@ -9,7 +9,8 @@ import msgspec
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, decide_verdict
 from pytest_kernelpro.record import KernelRecord

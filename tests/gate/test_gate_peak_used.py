@@ -13,8 +13,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, save_baseline
-from pytest_kernelpro.gate.comment import comment_details, comment_row
+from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.format import item_section, terminal_row
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.verdict import decide_verdict
@@ -23,6 +23,7 @@ from pytest_kernelpro.measure.flops import OpCost
 from pytest_kernelpro.measure.roofline import matrix_paths, record_pricing
 from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
 from pytest_kernelpro.record import KernelRecord, RooflinePart, decode_record, encode_record
+from pytest_kernelpro.review.comment import comment_details, comment_row
 
 DATA = json.loads(
     (Path(__file__).parents[1] / "data" / "measure" / "h200_12gemm_records.json").read_text()

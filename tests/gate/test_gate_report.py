@@ -12,19 +12,18 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.plot import roofline_plot, roofline_points
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
     build_report,
     load_report,
     merge_report_dicts,
-    merge_reports,
     records_of,
     render_terminal_table,
     write_json_report,
 )
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
+from pytest_kernelpro.review.plot import roofline_plot, roofline_points
 
 US = 1e-6
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -87,7 +86,7 @@ def test_merge_worker_reports(tmp_path: Path) -> None:
     rerun = gated("a[1]", 1.3)
     gw2 = build_report([rerun], meta={"wall_s": 5.0, "commit": "c2"})
     paths = [write_json_report(tmp_path / f"gw{i}.json", r) for i, r in enumerate((gw0, gw1, gw2))]
-    merged = merge_reports(paths)
+    merged = merge_report_dicts([load_report(p) for p in paths])
     assert {r["name"] for r in merged["records"]} == {"a[1]", "b[1]"}
     a = next(r for r in merged["records"] if r["name"] == "a[1]")
     assert a["gate"]["status"] == "regressed"  # the later report wins for the same node id

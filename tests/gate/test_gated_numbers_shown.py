@@ -17,12 +17,12 @@ import pytest
 from test_gate_cpu_anchor import MS, cpu_record, entry
 
 from pytest_kernelpro.gate.baseline import Baseline
-from pytest_kernelpro.gate.comment import comment_details, comment_row
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.offline_gate import compare_row, render_compare_table
 from pytest_kernelpro.gate.report import render_terminal_table
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.review.comment import comment_details, comment_row
+from pytest_kernelpro.review.offline_gate import compare_row, render_compare_table
 
 
 def _gated(record: KernelRecord, base: KernelRecord) -> KernelRecord:

@@ -13,10 +13,9 @@ import numpy as np
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, save_baseline
-from pytest_kernelpro.gate.comment import render_comment
+from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.nothing_checked import nothing_checked_line, too_noisy_note
-from pytest_kernelpro.gate.offline_gate import compare_main
 from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, session_notes
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
@@ -24,6 +23,8 @@ from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
 from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.review.comment import render_comment
+from pytest_kernelpro.review.offline_gate import compare_main
 
 MS = 1e-3
 CPU = "cpu (AMD EPYC, 1 thread)"
@@ -258,7 +259,7 @@ def test_did_you_mean_only_for_a_close_keyword() -> None:
 
 def test_the_compare_table_shortens_a_long_name_in_a_narrow_terminal() -> None:
     from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.gate.offline_gate import gate_records, render_compare_table
+    from pytest_kernelpro.review.offline_gate import gate_records, render_compare_table
 
     name = "fused_attention_with_a_long_name[8x16x4096x128]"
     base_records = [make_record(name, seed=1), make_record("b[1]", seed=2)]

@@ -18,10 +18,10 @@ import msgspec
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
-from pytest_kernelpro.gate.offline_gate import gate_records, render_compare_table
-from pytest_kernelpro.gate.plot import roofline_figure
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
+from pytest_kernelpro.review.offline_gate import gate_records, render_compare_table
+from pytest_kernelpro.review.plot import roofline_figure
 from pytest_kernelpro.run.session import terminal_summary
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "render"

@@ -178,7 +178,7 @@ def test_approval_is_per_push() -> None:
 
 
 def test_the_approval_runs_trusted_code_before_the_gpu_job() -> None:
-    """`kernelpro approval` (tests/gate/test_approval.py) decides, from the base branch's
+    """`kernelpro approval` (tests/review/test_approval.py) decides, from the base branch's
     code, on a GitHub-hosted runner; its SHA is what the GPU job checks out."""
     approve = _load(CHECK)["jobs"]["approve"]
     assert approve["if"] == (

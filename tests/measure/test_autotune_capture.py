@@ -1,4 +1,4 @@
-"""Recording autotune choices and pinning the baseline's (measure/environment.py), on the
+"""Recording autotune choices and pinning the baseline's (measure/autotune_capture.py), on the
 stand-in autotuner (Triton 3.6's attribute names and key rule) and, where Triton is installed,
 on Triton's own `Autotuner` through its interpreter."""
 
@@ -14,7 +14,7 @@ import pytest
 import standin_autotuner as sa
 import torch
 
-from pytest_kernelpro.measure.environment import (
+from pytest_kernelpro.measure.autotune_capture import (
     CACHED,
     PINNED,
     SINGLE,
@@ -24,8 +24,8 @@ from pytest_kernelpro.measure.environment import (
     Pin,
     autotune_key,
     config_words,
-    library_choices,
 )
+from pytest_kernelpro.measure.environment import library_choices
 
 LAST: dict[str, int] = {}
 BENCHED: list[int] = []
@@ -189,7 +189,7 @@ TRITON_SCRIPT = textwrap.dedent(
     """
     import json, sys
     import torch, triton, triton.language as tl
-    from pytest_kernelpro.measure.environment import AutotuneCapture, Pin
+    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture, Pin
 
     def host_bench(call, quantiles):
         call()

@@ -8,14 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.measure import ceilings as ceilings_module
-from pytest_kernelpro.measure.ceilings import (
-    Ceilings,
-    best_of,
-    exceedance_note,
-    measured_under_load,
-    reprobe,
-)
+from pytest_kernelpro.measure import ceiling_probe as probe_module
+from pytest_kernelpro.measure.ceiling_probe import best_of, reprobe
+from pytest_kernelpro.measure.ceilings import Ceilings, exceedance_note, measured_under_load
 
 UNDER_LOAD = {"oversubscribed": True, "reasons": ["other processes used 1.9 of 2 core(s)"]}
 
@@ -89,7 +84,7 @@ def test_reprobe_writes_the_best_of_both_to_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     torch = pytest.importorskip("torch")
-    monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", _Quiet)
+    monkeypatch.setattr(probe_module, "CpuLoadMonitor", _Quiet)
     old = cpu(45e9, 20e9)
     old = Ceilings(**{**old.__dict__, "torch_version": torch.__version__})
     fresh = Ceilings(**{**cpu(143e9, 12e9).__dict__, "torch_version": torch.__version__})
@@ -112,7 +107,7 @@ def test_a_re_probe_under_load_does_not_make_ceilings_trusted(
 ) -> None:
     torch = pytest.importorskip("torch")
     busy = type("Busy", (_Quiet,), {"busy": True})
-    monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", busy)
+    monkeypatch.setattr(probe_module, "CpuLoadMonitor", busy)
     old = Ceilings(**{**cpu(45e9, 20e9).__dict__, "torch_version": torch.__version__})
     fresh = Ceilings(**{**cpu(143e9, 12e9).__dict__, "torch_version": torch.__version__})
     merged = reprobe(

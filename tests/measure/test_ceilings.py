@@ -12,16 +12,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
-from pytest_kernelpro.measure import ceilings as ceilings_module  # noqa: E402
+from pytest_kernelpro.measure import ceiling_probe as probe_module  # noqa: E402
 from pytest_kernelpro.measure.calibrate import calibrate_main  # noqa: E402
+from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings, measure_ceilings  # noqa: E402
 from pytest_kernelpro.measure.ceilings import (  # noqa: E402
     CACHE_SCHEMA,
     Ceilings,
     cache_path,
     combine_with_spec,
     format_rate,
-    load_or_measure_ceilings,
-    measure_ceilings,
     resolve_device,
 )
 from pytest_kernelpro.measure.devices import find_device_spec  # noqa: E402
@@ -44,7 +43,7 @@ def probe_once(monkeypatch: pytest.MonkeyPatch, cpu_quick: Ceilings) -> Ceilings
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         return replace(cpu_quick, measured_at=now, details=dict(cpu_quick.details))
 
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", probe)
+    monkeypatch.setattr(probe_module, "measure_ceilings", probe)
     return cpu_quick
 
 
@@ -68,23 +67,23 @@ class _FakeMonitor:
 
 @pytest.fixture(autouse=True)
 def quiet_machine(monkeypatch: pytest.MonkeyPatch) -> type[_FakeMonitor]:
-    monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", _FakeMonitor)
+    monkeypatch.setattr(probe_module, "CpuLoadMonitor", _FakeMonitor)
     monkeypatch.setattr(_FakeMonitor, "oversubscribed", False)
     # The load average is the machine's; here "quiet" is what the fake monitor says.
-    monkeypatch.setattr(ceilings_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    monkeypatch.setattr(probe_module.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     return _FakeMonitor
 
 
 def test_quiet_now_needs_a_low_load_average_and_a_quiet_look(
     monkeypatch: pytest.MonkeyPatch, quiet_machine: type[_FakeMonitor]
 ) -> None:
-    assert ceilings_module.quiet_now(1, seconds=0.0) is True
+    assert probe_module.quiet_now(1, seconds=0.0) is True
     quiet_machine.oversubscribed = True
-    assert ceilings_module.quiet_now(1, seconds=0.0) is False
+    assert probe_module.quiet_now(1, seconds=0.0) is False
     quiet_machine.oversubscribed = False
-    cpus = ceilings_module.os.cpu_count() or 1
-    monkeypatch.setattr(ceilings_module.os, "getloadavg", lambda: (float(cpus), 0.0, 0.0))
-    assert ceilings_module.quiet_now(1, seconds=0.0) is False
+    cpus = probe_module.os.cpu_count() or 1
+    monkeypatch.setattr(probe_module.os, "getloadavg", lambda: (float(cpus), 0.0, 0.0))
+    assert probe_module.quiet_now(1, seconds=0.0) is False
 
 
 def _path(tmp_path: Path, name: str, threads: int | None = None) -> Path:
@@ -98,13 +97,13 @@ def test_ceilings_measured_under_load_are_provisional_until_a_quiet_session(
     probe_once: Ceilings,
 ) -> None:
     measured: list[str] = []
-    real_measure = ceilings_module.measure_ceilings
+    real_measure = probe_module.measure_ceilings
 
     def counting_measure(*args: object, **kwargs: object) -> Ceilings:
         measured.append("x")
         return real_measure(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", counting_measure)
+    monkeypatch.setattr(probe_module, "measure_ceilings", counting_measure)
     quiet_machine.oversubscribed = True
     lines: list[str] = []
     busy = load_or_measure_ceilings("cpu", tmp_path, quick=True, progress=lines.append)

@@ -11,11 +11,11 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
 from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
-    _fp32_reduced_mode,
     check_correctness,
     is_cuda_error,
     poisoned_allocations,
 )
+from pytest_kernelpro.measure.fp32_precision import _fp32_reduced_mode  # noqa: E402
 from pytest_kernelpro.measure.output_rule import Tolerance, default_tolerance  # noqa: E402
 
 
@@ -408,11 +408,11 @@ def test_tf32_reference_judged_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> No
     """The CPU twin of the TF32 part of test_cuda_poisoning_tf32_and_nondeterministic_ops:
     this CPU counts as a device whose fp32 matmuls run in TF32 (as tests/measure/
     test_output_rule.py's simulated_tf32)."""
-    from pytest_kernelpro.measure import correctness_check
+    from pytest_kernelpro.measure import fp32_precision
 
-    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        correctness_check,
+        fp32_precision,
         "_fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )

@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import correctness_check  # noqa: E402
+from pytest_kernelpro.measure import correctness_check, fp32_precision  # noqa: E402
 from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
     check_correctness,
     recheck_after_timing,
@@ -467,9 +467,9 @@ def test_normwise_bound_fails_an_error_every_element_allows() -> None:
 def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32 (as in
     tests/optimize/search/test_gate_sandbox_agreement.py)."""
-    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        correctness_check,
+        fp32_precision,
         "_fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )

@@ -1,4 +1,4 @@
-"""The reference's fp32-matmul recording (`measure.correctness_check.run_recording_precision`) sees
+"""The reference's fp32-matmul recording (`measure.fp32_precision.run_recording_precision`) sees
 the ops without importing torch._dynamo: every fresh sandboxed process that checks a
 reference on CUDA records once, and the import cost it seconds there.
 
@@ -17,17 +17,17 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     import torch
-    from pytest_kernelpro.measure import correctness_check
+    from pytest_kernelpro.measure import fp32_precision
 
-    correctness_check.TENSOR_CORE_DEVICES = ("cuda", "cpu")
+    fp32_precision.TENSOR_CORE_DEVICES = ("cuda", "cpu")
     if sys.argv[1] == "dynamo-loaded":
         import torch._dynamo  # noqa: F401  (a process that already has it, e.g. the gate's)
     torch.backends.cuda.matmul.allow_tf32 = sys.argv[2] == "tf32"
     a, b = torch.randn(16, 16), torch.randn(16, 16)
-    out, reduced = correctness_check.run_recording_precision(torch, lambda: a @ b, "cpu")
+    out, reduced = fp32_precision.run_recording_precision(torch, lambda: a @ b, "cpu")
     assert torch.equal(out, a @ b)
     # The same op outside any recording: the mode must be gone.
-    _, none = correctness_check.run_recording_precision(torch, lambda: a + b, "cpu")
+    _, none = fp32_precision.run_recording_precision(torch, lambda: a + b, "cpu")
     print(json.dumps({"reduced": reduced, "add": none,
                       "dynamo": "torch._dynamo" in sys.modules}))
     """

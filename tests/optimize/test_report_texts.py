@@ -4,11 +4,11 @@ shown by the gate from the record's `SectionPart` without knowing the optimizer.
 
 from __future__ import annotations
 
-from pytest_kernelpro.gate.comment import render_comment
 from pytest_kernelpro.gate.format import item_section
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.optimize.loop.report_texts import render_optimize_text, section_for
 from pytest_kernelpro.record import KernelRecord, decode_record, encode_record, record_builtins
+from pytest_kernelpro.review.comment import render_comment
 
 SUMMARY = {
     "status": "faster candidate found",

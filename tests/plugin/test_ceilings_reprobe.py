@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import FLUSHED_ENV, load_report, records_by_name
 
-from pytest_kernelpro.measure import ceilings as ceilings_module
+from pytest_kernelpro.measure import ceiling_probe as probe_module
 from pytest_kernelpro.measure.ceilings import (
     CACHE_DIR_ENV,
     CACHE_SCHEMA,
@@ -74,7 +74,7 @@ def cpu_project(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> p
     path.write_text(json.dumps({"schema": CACHE_SCHEMA, "quick": False, "ceilings": low.to_dict()}))
     pytester.makepyfile(test_k=FAST)
     monkeypatch.setenv(FLUSHED_ENV, "1")  # inputs read from memory
-    monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", _QuietMonitor)
+    monkeypatch.setattr(probe_module, "CpuLoadMonitor", _QuietMonitor)
     return pytester
 
 
@@ -93,7 +93,7 @@ def test_a_kernel_beyond_the_ceilings_gets_them_re_probed_before_it_is_blamed(
         probes.append(device)
         return _ceilings(1e12)  # the machine, measured when the load let it
 
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", probe)
+    monkeypatch.setattr(probe_module, "measure_ceilings", probe)
     result = cpu_project.runpytest()
     result.assert_outcomes(passed=1)
     assert probes == ["cpu"]  # re-probed once
@@ -116,7 +116,7 @@ def test_ceilings_that_still_hold_after_a_quiet_re_probe_are_trusted_and_the_tim
 ) -> None:
     # The new probe is lower still (more load): the old, higher ceilings are kept, trusted
     # (one probe ran quiet), and the kernel's compulsory bytes are impossible on them.
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings(1e9))
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, **kw: _ceilings(1e9))
     result = cpu_project.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
@@ -139,8 +139,8 @@ def test_a_re_probe_on_a_busy_machine_blames_nothing(
         def stop(self) -> object:
             return type("Load", (), {"oversubscribed": True, "to_dict": lambda _s: {}})()
 
-    monkeypatch.setattr(ceilings_module, "CpuLoadMonitor", Busy)
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings(1e9))
+    monkeypatch.setattr(probe_module, "CpuLoadMonitor", Busy)
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, **kw: _ceilings(1e9))
     result = cpu_project.runpytest()
     result.assert_outcomes(passed=1)
     record = records_by_name(cpu_project)["neg"]
@@ -154,7 +154,7 @@ def test_inputs_left_in_cache_are_never_impossible(
     """No flush and inputs inside the cache: moving them faster than DRAM is honest, and
     no re-probe is spent on it."""
     monkeypatch.delenv(FLUSHED_ENV)
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", pytest.fail)
+    monkeypatch.setattr(probe_module, "measure_ceilings", pytest.fail)
     cpu_project.runpytest().assert_outcomes(passed=1)
     assert records_by_name(cpu_project)["neg"]["peak_used"]["problem"] == "bytes"
 
@@ -164,7 +164,7 @@ def test_a_ceilings_file_is_not_re_probed_and_an_exceedance_blames_the_ceilings_
 ) -> None:
     path = cpu_project.path / "ceilings.json"
     path.write_text(json.dumps(_ceilings(10e9).to_dict()))
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", pytest.fail)
+    monkeypatch.setattr(probe_module, "measure_ceilings", pytest.fail)
     cpu_project.runpytest(f"--kernelpro-ceilings={path}").assert_outcomes(passed=1)
     record = records_by_name(cpu_project)["neg"]
     assert record["extra"]["ceilings_trusted"] is False

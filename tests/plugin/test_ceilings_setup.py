@@ -13,7 +13,7 @@ import pytest
 import torch
 from conftest import records_by_name
 
-from pytest_kernelpro.measure import ceilings as ceilings_module
+from pytest_kernelpro.measure import ceiling_probe as probe_module
 from pytest_kernelpro.measure.ceilings import (
     CACHE_DIR_ENV,
     CACHE_SCHEMA,
@@ -78,7 +78,7 @@ def test_a_probe_longer_than_the_item_time_limit_does_not_fail_the_item(
         time.sleep(1.5)  # a probe on a loaded machine, longer than the item's whole limit
         return _ceilings()
 
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", slow_probe)
+    monkeypatch.setattr(probe_module, "measure_ceilings", slow_probe)
     result = pytester.runpytest("--kernelpro-item-timeout=1")
     result.assert_outcomes(passed=1)
     assert len(probes) == 1
@@ -94,7 +94,7 @@ def test_a_kernel_that_overruns_the_limit_still_fails_when_the_probe_is_outside_
 ) -> None:
     # The attack on the change: moving the probe out of the limit must not lift the limit
     # off the kernel's own work.
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings())
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, **kw: _ceilings())
     pytester.makepyfile(test_k=KERNEL.replace("return -x", "import time; time.sleep(3); return -x"))
     result = pytester.runpytest("--kernelpro-item-timeout=1")
     result.assert_outcomes(failed=1)
@@ -110,14 +110,14 @@ def test_a_session_stopped_during_the_probe_keeps_nothing_and_the_next_starts_cl
     def interrupted(device: str, **kw: object) -> Ceilings:
         raise KeyboardInterrupt  # Ctrl-C (or CI's cancel) in the middle of the probe
 
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", interrupted)
+    monkeypatch.setattr(probe_module, "measure_ceilings", interrupted)
     with pytest.raises(KeyboardInterrupt):  # in-process pytester hands the interrupt on
         pytester.runpytest()
     assert _files(own_cache) == []  # nothing half-measured, no temporary file either
 
     probes: list[str] = []
     monkeypatch.setattr(
-        ceilings_module,
+        probe_module,
         "measure_ceilings",
         lambda device, **kw: probes.append(device) or _ceilings(),
     )
@@ -135,11 +135,11 @@ def test_an_interrupt_while_the_cache_is_written_leaves_no_file(
     def stopped_in_fsync(fd: int) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings())
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, **kw: _ceilings())
     monkeypatch.setattr(fileio.os, "fsync", stopped_in_fsync)
     torch.set_num_threads(1)
     with pytest.raises(KeyboardInterrupt):
-        ceilings_module.load_or_measure_ceilings("cpu", tmp_path)
+        probe_module.load_or_measure_ceilings("cpu", tmp_path)
     assert os.listdir(tmp_path) == []
 
 
@@ -149,7 +149,7 @@ def test_a_second_checkout_reads_the_cache_and_never_probes(
     monkeypatch: pytest.MonkeyPatch,
     injected_timing: list[float],
 ) -> None:
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings())
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, **kw: _ceilings())
     pytester.runpytest().assert_outcomes(passed=1)
     assert not (pytester.path / ".kernelpro" / "cache").exists()  # nothing in the project
 
@@ -157,7 +157,7 @@ def test_a_second_checkout_reads_the_cache_and_never_probes(
     (other / "pytest.ini").write_text(INI)
     (other / "test_k.py").write_text(KERNEL)
     monkeypatch.chdir(other)
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", pytest.fail)  # no second probe
+    monkeypatch.setattr(probe_module, "measure_ceilings", pytest.fail)  # no second probe
     result = pytester.runpytest(str(other))
     result.assert_outcomes(passed=1)
     record = json.loads((other / ".kernelpro" / "kernelpro-report.json").read_text())["records"]
@@ -173,7 +173,7 @@ def test_a_corrupt_cache_file_is_measured_again_and_replaced(
     path = cache_path(own_cache, _ceilings().device, torch.__version__, False, 1)
     path.parent.mkdir(parents=True)
     path.write_text('{"schema": ' + str(CACHE_SCHEMA) + ', "ceilings": {"dev')  # cut short
-    monkeypatch.setattr(ceilings_module, "measure_ceilings", lambda device, **kw: _ceilings())
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, **kw: _ceilings())
     result = pytester.runpytest("-W", "ignore::pytest_kernelpro.errors.KernelproWarning")
     result.assert_outcomes(passed=1)
     assert json.loads(path.read_text())["ceilings"]["bandwidth_Bps"] == 10e9
@@ -195,5 +195,5 @@ def test_the_default_cache_is_per_user_and_machine_outside_the_project(
 
 def test_the_machine_identity_changes_with_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     here = machine_identity()
-    monkeypatch.setattr(ceilings_module.os, "cpu_count", lambda: 512)
+    monkeypatch.setattr(probe_module.os, "cpu_count", lambda: 512)
     assert machine_identity() != here  # other hardware: another cache

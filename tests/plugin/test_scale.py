@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import records_by_name
 
-from pytest_kernelpro.gate.records_log import read_records_log, report_main
+from pytest_kernelpro.gate.records_log import read_records_log
 from pytest_kernelpro.record import record_builtins
+from pytest_kernelpro.review.records_report import report_main
 
 PROBLEM = """
 import torch

@@ -131,7 +131,7 @@ def {name}(x, y):
     meta = load_report(kp_project)["meta"]
     assert meta["baseline_entries_without_kernel"] == ["test_k.py::renamed_before"]
     assert meta["kernels_without_baseline_entry"] == ["renamed_after"]
-    from pytest_kernelpro.gate.comment import render_comment
+    from pytest_kernelpro.review.comment import render_comment
 
     body = render_comment(load_report(kp_project))
     assert "⚠️ 1 baseline entries matched no kernel of this run" in body

@@ -14,13 +14,14 @@ import pytest
 
 import pytest_kernelpro
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import BaselineError, load_baseline, save_baseline
+from pytest_kernelpro.gate.baseline import BaselineError, load_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.records_log import RecordsLog, read_records_log
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
     build_report,
     load_report,
-    merge_reports,
+    merge_report_dicts,
     records_of,
     write_json_report,
 )
@@ -76,7 +77,7 @@ def test_merged_reports_keep_every_record_typed(tmp_path: Path) -> None:
     first, second, cpu = _records()
     a = write_json_report(tmp_path / "a.json", build_report([first, cpu], meta={}))
     b = write_json_report(tmp_path / "b.json", build_report([second], meta={}))
-    merged = merge_reports([a, b])
+    merged = merge_report_dicts([load_report(a), load_report(b)])
     assert sorted(r.nodeid for r in records_of(merged)) == sorted(
         r.nodeid for r in (first, second, cpu)
     )

@@ -584,7 +584,10 @@ class FreshInputs:
         (the very objects, in order) was emptied or edited, and the timing is refused."""
         pending = list(self._pending)  # the list itself is sealed: emptied in place
         self._pending.clear()
-        keys = tuple(e[0] if type(e) is tuple and len(e) == 2 else e for e in pending)
+        keys_found = []  # a loop, not a generator: this runs after every checked call
+        for entry in pending:
+            keys_found.append(entry[0] if type(entry) is tuple and len(entry) == 2 else entry)
+        keys = tuple(keys_found)
         tampered = None if queued is None else queue_tampering(queued, keys)
         if tampered is not None:
             raise DishonestTiming(tampered)

@@ -6,7 +6,7 @@ these functions, so they and the gate decide one output alike:
 - `make_inputs`: a KernelBench task's inputs for one seed, the gate's input factory for a
   KernelBench file (`problem.kernelbench.kernelbench_inputs` under `call_input_factory`);
 - `run_reference`: the reference's output and, on its first call, the reduced precision its
-  fp32 matmuls/convs may have run in (`measure.correctness_check.run_recording_precision`);
+  fp32 matmuls/convs may have run in (`measure.fp32_precision.run_recording_precision`);
 - `new_rule`, `find_truth`, `verdict`: the gate's correctness rule (`measure.output_rule`):
   the reference re-run in float64 on the first checked call's inputs
   (`measure.correctness_check.run_truth`), the
@@ -42,11 +42,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.correctness_check import (
+from pytest_kernelpro.measure.correctness_check import run_truth
+from pytest_kernelpro.measure.fp32_precision import (
     apply_fp32_precision_flags,
     fp32_precision_flags,
     run_recording_precision,
-    run_truth,
 )
 from pytest_kernelpro.measure.output_rule import (
     CorrectnessRule,
@@ -60,7 +60,7 @@ PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of 
 
 
 def session_fp32_precision() -> dict[str, str | None] | None:
-    """The session's fp32 matmul/conv precision flags (`measure.correctness_check.fp32_precision_flags`)
+    """The session's fp32 matmul/conv precision flags (`measure.fp32_precision.fp32_precision_flags`)
     for the sandbox's tasks; None when this process has not imported torch (its flags are
     then the defaults a fresh child has too, and importing torch here only for them would
     cost the parent seconds)."""

@@ -31,7 +31,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import correctness_check, output_rule  # noqa: E402
+from pytest_kernelpro.measure import (  # noqa: E402
+    correctness_check,
+    fp32_precision,
+    output_rule,
+)
 from pytest_kernelpro.measure.correctness_check import check_correctness  # noqa: E402
 from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
@@ -187,9 +191,9 @@ def test_the_bf16_case_is_one_the_old_sandbox_table_rejected() -> None:
 @pytest.fixture
 def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32."""
-    monkeypatch.setattr(correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
+    monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        correctness_check,
+        fp32_precision,
         "_fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )

@@ -27,7 +27,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
-from pytest_kernelpro.measure import correctness_check  # noqa: E402
+from pytest_kernelpro.measure import fp32_precision  # noqa: E402
 from pytest_kernelpro.optimize.sandbox import measurement  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.evaluator import SandboxEvaluator  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import run_task  # noqa: E402
@@ -85,7 +85,7 @@ def test_the_evaluator_sends_the_flags_the_session_set(session_flags: None) -> N
 CHILD = r"""
 import json, sys
 import torch
-from pytest_kernelpro.measure.correctness_check import reduced_precision_mode
+from pytest_kernelpro.measure.fp32_precision import reduced_precision_mode
 from pytest_kernelpro.measure.output_rule import tolerance_rule
 from pytest_kernelpro.optimize.sandbox.measurement import apply_session_precision
 
@@ -146,9 +146,7 @@ def _worker_status(task_flags: dict[str, Any] | None) -> str:
 def test_the_worker_relaxes_fp32_exactly_when_the_task_says_tf32(
     session_flags: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        correctness_check, "TENSOR_CORE_DEVICES", ("cuda", "cpu")
-    )  # see the docstring
+    monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))  # see the docstring
     assert _worker_status(None) == "wrong"  # this process's flags: fp32 matmuls in fp32
     assert _worker_status({"matmul": "tf32", "conv": "tf32"}) == "correct"
     assert _worker_status({"matmul": None, "conv": "tf32"}) == "wrong"

@@ -1,4 +1,4 @@
-"""`kernelpro approval` (gate/approval.py) against a fake GitHub: the GPU job runs only the
+"""`kernelpro approval` (review/approval.py) against a fake GitHub: the GPU job runs only the
 commit a person with write access approved, and every way around that stops with a reason."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from fake_github import running_fake_github
 
-from pytest_kernelpro.gate.approval import approval_main, decide
+from pytest_kernelpro.review.approval import approval_main, decide
 
 TOKEN = "ghs_testtoken123"
 REPO = "octo/kernels"

@@ -147,7 +147,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression or when
     every compared kernel is incomparable or unresolved (one line on stderr says which;
     `--no-fail` exits 0), 0 otherwise; 2 on bad usage."""
-    from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR, resolve_run
+    from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR
+    from pytest_kernelpro.review.runs import resolve_run
 
     parser = argparse.ArgumentParser(
         prog="kernelpro compare",
@@ -195,8 +196,8 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"{exc}\n")
         return 2
     if args.markdown:
-        from pytest_kernelpro.gate.comment import render_comment
         from pytest_kernelpro.gate.report import build_report
+        from pytest_kernelpro.review.comment import render_comment
 
         sys.stdout.write(render_comment(build_report(gated, meta={"compared": str(base_path)})))
     else:

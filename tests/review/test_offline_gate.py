@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import save_baseline
-from pytest_kernelpro.gate.offline_gate import compare_main
+from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.report import build_report, write_json_report
+from pytest_kernelpro.review.offline_gate import compare_main
 
 
 def _runs(tmp_path: Path) -> tuple[Path, Path]:

@@ -11,13 +11,13 @@ from fake_github import running_fake_github
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.comment import MARKER, render_comment
-from pytest_kernelpro.gate.comment_cli import comment_main, post_comment
 from pytest_kernelpro.gate.confirmation import confirm
-from pytest_kernelpro.gate.github import GitHubApiError
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
+from pytest_kernelpro.review.comment import MARKER, render_comment
+from pytest_kernelpro.review.comment_cli import comment_main, post_comment
+from pytest_kernelpro.review.github import GitHubApiError
 
 US = 1e-6
 TOKEN = "ghs_testtoken123"

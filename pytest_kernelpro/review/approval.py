@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pytest_kernelpro.gate.github import (
+from pytest_kernelpro.review.github import (
     DEFAULT_API_URL,
     GitHubApiError,
     _Client,

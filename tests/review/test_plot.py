@@ -18,9 +18,9 @@ from matplotlib.colors import to_rgba
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.plot import roofline_figure, roofline_plot, roofline_points
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
+from pytest_kernelpro.review.plot import roofline_figure, roofline_plot, roofline_points
 
 BW = 4257636247457.1606
 PEAK_NAME = "FP32 CUDA core (measured 50.9 TFLOP/s)"

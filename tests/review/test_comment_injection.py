@@ -20,11 +20,11 @@ from gate_factories import make_record
 from markdown_it import MarkdownIt
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.comment import MARKER, render_comment
-from pytest_kernelpro.gate.comment_cli import comment_main
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
+from pytest_kernelpro.review.comment import MARKER, render_comment
+from pytest_kernelpro.review.comment_cli import comment_main
 
 EVIL = (
     "x](https://evil.example/a) ![i](https://evil.example/i.png) <img src=x onerror=alert(1)> "

@@ -3,7 +3,7 @@
 The privileged `workflow_run` job renders the comment itself from the report's data (it
 does not post Markdown that the PR's job wrote). That data came from a job that ran the pull
 request's code, so nothing in it is rendered: every string is shown as a code span or a fenced
-text block (`gate.comment.literal_text`, `literal_block`), status and bound words are ours only
+text block (`review.comment.literal_text`, `literal_block`), status and bound words are ours only
 when they are known values, and every field is type-checked first (`comment_check.check_report`:
 a wrong type is an error that names the field, and nothing is posted).
 
@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_kernelpro import __version__
-from pytest_kernelpro.gate.comment_check import check_report
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
     bar,
@@ -37,10 +36,11 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
-from pytest_kernelpro.gate.github import MARKER
 from pytest_kernelpro.gate.process_notes import comment_notes
 from pytest_kernelpro.gate.report import records_of
 from pytest_kernelpro.record import KernelRecord, SectionPart
+from pytest_kernelpro.review.comment_check import check_report
+from pytest_kernelpro.review.github import MARKER
 
 
 def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:

@@ -41,7 +41,7 @@ from pytest_kernelpro.gate.format import format_change
 
 PLOT_X_LABEL = "arithmetic intensity (FLOP / byte, minimal bytes)"
 PLOT_Y_LABEL = "achieved FLOP/s (FLOPs / median time)"
-# The legend entry of each verdict that gets its own marker (`gate.plot`).
+# The legend entry of each verdict that gets its own marker (`review.plot`).
 VERDICT_LEGEND = {
     "regressed": "regressed",
     "below-roofline": "below min_roofline",

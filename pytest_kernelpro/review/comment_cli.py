@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.comment import render_comment
-from pytest_kernelpro.gate.github import (
+from pytest_kernelpro.review.comment import render_comment
+from pytest_kernelpro.review.github import (
     GITHUB_ACTIONS_BOT,
     MARKER,
     BotIdentity,
@@ -109,8 +109,8 @@ def comment_main(argv: Sequence[str] | None = None) -> int:
 
             atomic_write_text(args.out, body)
         if args.plot:
-            from pytest_kernelpro.gate.plot import roofline_plot
             from pytest_kernelpro.gate.report import records_of
+            from pytest_kernelpro.review.plot import roofline_plot
 
             roofline_plot(records_of(report), args.plot)
         if not args.out and not args.post:
