@@ -176,7 +176,7 @@ def three_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     _write_project(root)
     (root / "conftest.py").write_text(INTERRUPTING_CONFTEST)
     kernel_dir = root / ".kernelpro" / "optimize" / "double"
-    out: dict[str, Any] = {"root": root, "kernel_dir": kernel_dir}
+    out: dict[str, Any] = {"root": root}
 
     out["first"] = _session(root, *OPTIMIZE_ARGS, env={"INTERRUPT_AT": "3"})
     runs = sorted(kernel_dir.glob("run-*"))
@@ -201,6 +201,8 @@ def three_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     out["second_report"] = _report(root)
     out["second_runs"] = sorted(kernel_dir.glob("run-*"))
+    latest = kernel_dir / "LATEST"
+    out["latest"] = latest.read_text().strip() if latest.is_file() else None
     out["original"] = original
     return out
 
@@ -287,8 +289,7 @@ def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
     runs_now = three_runs["second_runs"]
     assert len(runs_now) == 2
     assert runs[0] in runs_now
-    latest = (three_runs["kernel_dir"] / "LATEST").read_text().strip()
-    assert latest == runs_now[-1].name
+    assert three_runs["latest"] == runs_now[-1].name
 
 
 def _patch_files(run_dir: Path) -> set[str]:
