@@ -8,9 +8,11 @@ import json
 import sys
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import records_by_name
+from conftest import FIXED_CEILINGS, records_by_name
+from test_optimize_handoff import _session
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "optimize" / "agents"))
 from fake_messages_api import Reply, running_fake_api  # noqa: E402
@@ -52,18 +54,83 @@ class ModelNew(nn.Module):
 """
 
 
+STEALER = """### Strategy: read what the session knows
+```python
+import glob
+import os
+
+import torch
+from torch import nn
+
+STOLEN = []
+for path in ["/proc/self/environ", f"/proc/{os.getppid()}/environ", *glob.glob("/proc/*/environ")]:
+    try:
+        STOLEN.append(open(path, "rb").read().decode("utf-8", "replace").replace("\\0", " "))
+    except OSError:
+        pass
+print("STOLEN", " ".join(STOLEN))
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        raise RuntimeError("the kernel needs these settings: " + " ".join(STOLEN)[:4000])
+```
+"""
+CANARY = "ghp_kernelproCanary0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def anthropic_session(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One `--kernelpro-optimize=2` session through the real anthropic SDK against the
+    loopback Messages API, shared by the two tests below (each session is a sandboxed search):
+    the first candidate reads every environment it can and puts it in its failure, which goes
+    into the next (debug) prompt; the second is correct. The session's environment holds a
+    canary secret from its start (its own process: /proc/self/environ has it)."""
+    if find_spec("anthropic") is None:
+        pytest.skip("needs the anthropic package (pytest-kernelpro[llm])")
+    root = tmp_path_factory.mktemp("optimize")
+    (root / "test_k.py").write_text(KERNEL.strip())
+    (root / "ceilings.json").write_text(json.dumps(FIXED_CEILINGS))
+    (root / "pytest.ini").write_text(
+        "[pytest]\nkernelpro_device = cpu\n"
+        f"kernelpro_ceilings = {root / 'ceilings.json'}\n"
+        "kernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n"
+    )
+    with (
+        running_fake_api([Reply(STEALER), Reply(CANDIDATE), Reply(CANDIDATE)]) as api,
+        pytest.MonkeyPatch.context() as mp,
+    ):
+        mp.delenv("KERNELPRO_DEVICE", raising=False)  # the ini's device: the CPU
+        env = {
+            "ANTHROPIC_API_KEY": "sk-test-not-a-secret",
+            "ANTHROPIC_BASE_URL": api.url,
+            "GITHUB_TOKEN": CANARY,
+            "KERNELPRO_CANARY_TOKEN": CANARY,
+        }
+        result = _session(
+            root,
+            "-p",
+            "no:cacheprovider",
+            "--kernelpro-optimize=2",
+            "--kernelpro-feedback=none",
+            "--kernelpro-candidates=1",
+            "-rA",
+            env=env,
+            timeout=900,
+        )
+    report = root / ".kernelpro" / "kernelpro-report.json"
+    # No report: each test fails on the session's outcome, with its output.
+    records = json.loads(report.read_text())["records"] if report.is_file() else []
+    by_name = {r["name"]: r for r in records}
+    return {"root": root, "api": api, "result": result, "records": by_name}
+
+
 @needs_anthropic
 @pytest.mark.slow
-def test_optimize_writes_trajectory_patch_and_section(
-    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    kp_project.makepyfile(test_k=KERNEL)
-    with running_fake_api([Reply(CANDIDATE), Reply(CANDIDATE), Reply(CANDIDATE)]) as api:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-secret")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
-        result = kp_project.runpytest(
-            "--kernelpro-optimize=2", "--kernelpro-feedback=none", "--kernelpro-candidates=1", "-rA"
-        )
+def test_optimize_writes_trajectory_patch_and_section(anthropic_session: dict[str, Any]) -> None:
+    """The session's files and its summary section: its first candidate failed (the
+    environment reader), the second is correct."""
+    result, api = anthropic_session["result"], anthropic_session["api"]
     result.assert_outcomes(passed=1)
     # Re-measured against the current kernel; whether it wins is the CPU's timing, not
     # asserted here (tests/optimize/search/test_ranking.py covers the rule).
@@ -78,7 +145,7 @@ def test_optimize_writes_trajectory_patch_and_section(
             "confirm * s, patches * s, other * s",
         ]
     )
-    summary = records_by_name(kp_project)["double"]["extra"]["optimize"]
+    summary = anthropic_session["records"]["double"]["extra"]["optimize"]
     assert summary["evaluations"] == 2
     assert summary["best_speedup"] > 0
     assert summary["status"] in ("improved", "no improvement found")
@@ -115,55 +182,16 @@ def test_optimize_writes_trajectory_patch_and_section(
     assert api.requests, "the SDK reached the loopback server"
 
 
-def test_bad_budget_is_a_usage_error(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--kernelpro-optimize=lots")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--kernelpro-optimize*lots*"])
-
-
-STEALER = """### Strategy: read what the session knows
-```python
-import glob
-import os
-
-import torch
-from torch import nn
-
-STOLEN = []
-for path in ["/proc/self/environ", f"/proc/{os.getppid()}/environ", *glob.glob("/proc/*/environ")]:
-    try:
-        STOLEN.append(open(path, "rb").read().decode("utf-8", "replace").replace("\\0", " "))
-    except OSError:
-        pass
-print("STOLEN", " ".join(STOLEN))
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        raise RuntimeError("the kernel needs these settings: " + " ".join(STOLEN)[:4000])
-```
-"""
-CANARY = "ghp_kernelproCanary0123456789abcdef"
-
-
 @needs_anthropic
 @pytest.mark.slow
 def test_a_canary_secret_reaches_no_prompt_and_no_artifact(
-    kp_project: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+    anthropic_session: dict[str, Any],
 ) -> None:
     """A candidate reads every environment it can and puts it in its failure, which goes
     into the next (debug) prompt: the session's secret must be in none of them."""
-    kp_project.makepyfile(test_k=KERNEL)
-    with running_fake_api([Reply(STEALER), Reply(CANDIDATE), Reply(CANDIDATE)]) as api:
-        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-a-secret")
-        monkeypatch.setenv("ANTHROPIC_BASE_URL", api.url)
-        monkeypatch.setenv("GITHUB_TOKEN", CANARY)
-        monkeypatch.setenv("KERNELPRO_CANARY_TOKEN", CANARY)
-        result = kp_project.runpytest(
-            "--kernelpro-optimize=2", "--kernelpro-feedback=none", "--kernelpro-candidates=1", "-rA"
-        )
+    result, api = anthropic_session["result"], anthropic_session["api"]
     result.assert_outcomes(passed=1)
-    summary = records_by_name(kp_project)["double"]["extra"]["optimize"]
+    summary = anthropic_session["records"]["double"]["extra"]["optimize"]
     out_dir = Path(summary["trajectory"]).parent
     trajectory = Path(summary["trajectory"]).read_text()
     assert "the kernel needs these settings" in trajectory  # the stealer ran and failed
@@ -171,12 +199,18 @@ def test_a_canary_secret_reaches_no_prompt_and_no_artifact(
         "prompts": json.dumps([r["body"] for r in api.requests]),
         "llm-calls.jsonl": (out_dir / "llm-calls.jsonl").read_text(),
         "trajectory.jsonl": trajectory,
-        "report": (kp_project.path / ".kernelpro" / "kernelpro-report.json").read_text(),
+        "report": (anthropic_session["root"] / ".kernelpro" / "kernelpro-report.json").read_text(),
         "terminal": result.stdout.str() + result.stderr.str(),
     }
     assert len(api.requests) >= 2  # the debug prompt after the stealer was sent
     leaked = [name for name, text in artifacts.items() if CANARY in text]
     assert leaked == []
+
+
+def test_bad_budget_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--kernelpro-optimize=lots")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--kernelpro-optimize*lots*"])
 
 
 # The OpenAI-compatible sessions below run in a subprocess: an in-process run takes the

@@ -6,9 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,31 +78,67 @@ def _commit_all(root: Path) -> None:
     assert _git(root, "commit", "-qm", "kernels").returncode == 0
 
 
-def _project(pytester: pytest.Pytester, replies: list[str] = REPLIES) -> Path:
-    root = Path(pytester.path)
-    pytester.makepyfile(test_k=KERNELS)
-    pytester.makeini("[pytest]\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1\n")
+def _write_project(root: Path, replies: list[str] = REPLIES) -> None:
+    (root / "test_k.py").write_text(KERNELS.strip())
+    (root / "pytest.ini").write_text(
+        "[pytest]\nkernelpro_time_budget = 0.2\nkernelpro_warmup_ms = 1"
+    )
     replays = root / "replays"
     replays.mkdir()
     with open(replays / "double.jsonl", "w", encoding="utf-8") as handle:
         for text in replies:
             handle.write(json.dumps(recording_record(text)) + "\n")
     _commit_all(root)
+
+
+def _project(pytester: pytest.Pytester, replies: list[str] = REPLIES) -> Path:
+    root = Path(pytester.path)
+    _write_project(root, replies)
     return root
 
 
+OPTIMIZE_ARGS = (
+    "-p",
+    "no:cacheprovider",
+    "--kernelpro-optimize=3",
+    "--kernelpro-llm=replay:replays",
+    "--kernelpro-feedback=none",
+    "--kernelpro-candidates=1",
+    "-k",
+    "double",
+)
+
+
 def _optimize(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        "-p",
-        "no:cacheprovider",
-        "--kernelpro-optimize=3",
-        "--kernelpro-llm=replay:replays",
-        "--kernelpro-feedback=none",
-        "--kernelpro-candidates=1",
-        "-k",
-        "double",
-        *extra,
+    return pytester.runpytest_subprocess(*OPTIMIZE_ARGS, *extra)
+
+
+def _session(
+    root: Path, *args: str, env: dict[str, str] | None = None, timeout: float | None = None
+) -> pytest.RunResult:
+    """`pytest ARGS` in its own process in `root`, as `pytester.runpytest_subprocess` runs it
+    (its HOME, no colours, no outer PYTEST_ADDOPTS, a --basetemp of its own), for a project
+    that a module-scoped fixture shares between tests."""
+    environ = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "TOX_ENV_DIR")}
+    # Without pytest-benchmark, as tests/conftest.py runs every inner session.
+    environ.update(HOME=str(root), PY_COLORS="0", PYTEST_ADDOPTS="-p no:benchmark")
+    environ.update(env or {})
+    basetemp = tempfile.mkdtemp(prefix="runpytest-", dir=root)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-mpytest", f"--basetemp={basetemp}", *args],
+        cwd=root,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
+    return pytest.RunResult(
+        proc.returncode, proc.stdout.splitlines(), proc.stderr.splitlines(),
+        time.monotonic() - started,
+    )  # fmt: skip
 
 
 def _report(root: Path) -> dict:
@@ -105,16 +146,77 @@ def _report(root: Path) -> dict:
     return {r["name"]: r for r in data["records"]}
 
 
-@pytest.mark.slow
-def test_whole_pass_patch_applies_and_the_patched_kernel_passes(pytester: pytest.Pytester) -> None:
-    root = _project(pytester)
+# Ctrl-C while the second candidate is evaluated (the first evaluation is the current kernel,
+# the second candidate 1), where INTERRUPT_AT says so.
+INTERRUPTING_CONFTEST = """
+import os
+from pytest_kernelpro.optimize.sandbox import evaluator
+
+calls = []
+original = evaluator.SandboxEvaluator.evaluate
+
+def evaluate(self, candidate):
+    calls.append(1)
+    if os.environ.get("INTERRUPT_AT") and len(calls) == int(os.environ["INTERRUPT_AT"]):
+        raise KeyboardInterrupt
+    return original(self, candidate)
+
+evaluator.SandboxEvaluator.evaluate = evaluate
+"""
+
+
+@pytest.fixture(scope="module")
+def three_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One project and the optimize sessions a user runs on it in turn: one interrupted while
+    its second candidate is evaluated, `--kernelpro-resume` after it, then a whole pass of its
+    own (a second run, with --kernelpro-save-baseline and a JUnit file). Each session costs a
+    sandboxed search, so the tests share them; what a later session rewrites (the report, the
+    resumed run folder) is kept here as each session left it."""
+    root = tmp_path_factory.mktemp("handoff")
+    _write_project(root)
+    (root / "conftest.py").write_text(INTERRUPTING_CONFTEST)
+    kernel_dir = root / ".kernelpro" / "optimize" / "double"
+    out: dict[str, Any] = {"root": root}
+
+    out["first"] = _session(root, *OPTIMIZE_ARGS, env={"INTERRUPT_AT": "3"})
+    runs = sorted(kernel_dir.glob("run-*"))
+    out["first_runs"] = runs
+    if runs:
+        kept = json.loads((runs[0] / "summary.json").read_text())
+        interim = kept.get("interim_best_patch")
+        out["first_kept"] = kept
+        out["first_interim_is_file"] = bool(interim) and Path(interim).is_file()
+        out["first_patches"] = [p.name for p in (runs[0] / "patches").iterdir()]
+        out["first_trajectory"] = (runs[0] / "trajectory.jsonl").read_text().splitlines()
+
+    out["resumed"] = _session(root, *OPTIMIZE_ARGS, "--kernelpro-resume")
+    out["resumed_report"] = _report(root)
+    out["resumed_patch_files"] = _patch_files(runs[0]) if runs else set()
+
+    # The whole pass runs as the user's project has it: without the interrupting conftest.
+    (root / "conftest.py").unlink()
     original = (root / "test_k.py").read_text()
-    result = _optimize(pytester, "--kernelpro-save-baseline", "--junitxml=junit.xml")
+    out["second"] = _session(
+        root, *OPTIMIZE_ARGS, "--kernelpro-save-baseline", "--junitxml=junit.xml"
+    )
+    out["second_report"] = _report(root)
+    out["second_runs"] = sorted(kernel_dir.glob("run-*"))
+    latest = kernel_dir / "LATEST"
+    out["latest"] = latest.read_text().strip() if latest.is_file() else None
+    out["original"] = original
+    return out
+
+
+@pytest.mark.slow
+def test_whole_pass_patch_applies_and_the_patched_kernel_passes(
+    three_runs: dict[str, Any],
+) -> None:
+    root, original, result = three_runs["root"], three_runs["original"], three_runs["second"]
     result.assert_outcomes(passed=1, deselected=2)
     # Progress lines while it ran (plain: not a terminal) and the summary section without -rA.
     result.stdout.fnmatch_lines(["*kernelpro optimize double: candidate 1 *x the current kernel*"])
     result.stdout.fnmatch_lines(["*= kernelpro optimize =*", "double", "*optimize: improved*"])
-    summary = _report(root)["double"]["extra"]["optimize"]
+    summary = three_runs["second_report"]["double"]["extra"]["optimize"]
     assert summary["outcomes"] == {"correct": 1, "wrong": 1, "build_error": 1}
     assert summary["current"]["speedup_vs_reference"] is not None
     best = summary["candidates"][0]
@@ -143,11 +245,9 @@ def test_whole_pass_patch_applies_and_the_patched_kernel_passes(pytester: pytest
     assert '"""Doubles x, slowly: a hundred no-op additions first."""' in patched
 
     # Every item is still collected and passes; the patched kernel passes the gate.
-    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    plain = _session(root, "-p", "no:cacheprovider")
     plain.assert_outcomes(passed=3)
-    check = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--kernelpro-check", "-k", "double"
-    )
+    check = _session(root, "-p", "no:cacheprovider", "--kernelpro-check", "-k", "double")
     check.assert_outcomes(passed=1, deselected=2)
     gate = _report(root)["double"]["gate"]
     assert gate["change"] < 0  # faster than the baseline saved before the patch
@@ -155,67 +255,41 @@ def test_whole_pass_patch_applies_and_the_patched_kernel_passes(pytester: pytest
 
 @pytest.mark.slow
 def test_second_run_gets_its_own_folder_and_resume_continues_after_an_interrupt(
-    pytester: pytest.Pytester,
+    three_runs: dict[str, Any],
 ) -> None:
-    root = _project(pytester)
-    # Ctrl-C while the second candidate is evaluated (the first evaluation is the current
-    # kernel, the second candidate 1).
-    pytester.makeconftest(
-        """
-        import os
-        from pytest_kernelpro.optimize.sandbox import evaluator
-
-        calls = []
-        original = evaluator.SandboxEvaluator.evaluate
-
-        def evaluate(self, candidate):
-            calls.append(1)
-            if os.environ.get("INTERRUPT_AT") and len(calls) == int(os.environ["INTERRUPT_AT"]):
-                raise KeyboardInterrupt
-            return original(self, candidate)
-
-        evaluator.SandboxEvaluator.evaluate = evaluate
-        """
-    )
-    pytester._monkeypatch.setenv("INTERRUPT_AT", "3")
-    first = _optimize(pytester)
+    first = three_runs["first"]
     assert first.ret == pytest.ExitCode.INTERRUPTED
     first.stdout.fnmatch_lines(
         ["*= kernelpro optimize =*", "double (interrupted)", "*interrupted*"]
     )
-    kernel_dir = root / ".kernelpro" / "optimize" / "double"
-    runs = sorted(p for p in kernel_dir.glob("run-*"))
+    runs = three_runs["first_runs"]
     assert len(runs) == 1
-    kept = json.loads((runs[0] / "summary.json").read_text())
+    kept = three_runs["first_kept"]
     assert kept["interrupted"] is True
     assert kept["evaluations"] == 1
     # No ranking yet: the fastest so far is an interim patch, never best.patch.
     assert kept["best_patch"] is None
     interim = Path(kept["interim_best_patch"])
     assert interim.name.startswith("interim-")
-    assert interim.is_file()
-    assert [p.name for p in (runs[0] / "patches").iterdir()] == [interim.name]
-    lines = (runs[0] / "trajectory.jsonl").read_text().splitlines()
-    assert len(lines) == 2  # header + candidate 1
+    assert three_runs["first_interim_is_file"]
+    assert three_runs["first_patches"] == [interim.name]
+    assert len(three_runs["first_trajectory"]) == 2  # header + candidate 1
 
-    pytester._monkeypatch.delenv("INTERRUPT_AT")
-    resumed = _optimize(pytester, "--kernelpro-resume")
-    resumed.assert_outcomes(passed=1, deselected=2)
-    summary = _report(root)["double"]["extra"]["optimize"]
+    three_runs["resumed"].assert_outcomes(passed=1, deselected=2)
+    summary = three_runs["resumed_report"]["double"]["extra"]["optimize"]
     assert summary["resumed"] is True
     assert summary["run_dir"] == str(runs[0])
     assert summary["evaluations"] == 3
     # The resumed search got the recording's remaining answers, not the first one again.
     assert summary["outcomes"] == {"correct": 1, "wrong": 1, "build_error": 1}
     # The ranked search's files replace the interrupted one's interim patch.
-    assert _patch_files(runs[0]) == _listed_patches(summary)
+    assert three_runs["resumed_patch_files"] == _listed_patches(summary)
 
-    second = _optimize(pytester)
-    second.assert_outcomes(passed=1, deselected=2)
-    runs_now = sorted(p for p in kernel_dir.glob("run-*"))
+    three_runs["second"].assert_outcomes(passed=1, deselected=2)
+    runs_now = three_runs["second_runs"]
     assert len(runs_now) == 2
     assert runs[0] in runs_now
-    assert (kernel_dir / "LATEST").read_text().strip() == runs_now[-1].name
+    assert three_runs["latest"] == runs_now[-1].name
 
 
 def _patch_files(run_dir: Path) -> set[str]:

@@ -14,6 +14,13 @@ never be the winner. The exact algebraic rewrite (`x @ W.sum(0)`) wins, is confi
 same timer, and its patch passes the user's `--kernelpro-check`.
 
 The same attacks through `pytest --kernelpro-check`: tests/plugin/test_honest_attacks.py.
+
+The rewrite's own claim (`test_the_optimizers_algebraic_rewrite_passes_the_users_check_once_applied`)
+reads the same session: the optimizer's winner passes the user's check on the same machine, on
+trusted ceilings whose compute peak the rewrite beats on the reference's FLOP count
+(measure/roofline.py: reported, never "impossible time"). Before this rule the patched
+repository failed its check (bench/results/2026-12-02-new-user-optimize-cpu.md, `--layout
+split`). One sandboxed search of every candidate serves both tests (`optimized`).
 """
 
 from __future__ import annotations
@@ -21,19 +28,45 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_algebraic_rewrite import TRUSTED_LOW_COMPUTE
 from test_honest_attacks import ONE_CONTENT, REBIND_EVERYTHING
-from test_optimize_handoff import _commit_all, _git, _report
-from test_optimize_rewrite_check import KERNELS as REWRITE_CHECK_KERNELS
+from test_optimize_handoff import _commit_all, _git, _report, _session
 
 from pytest_kernelpro.optimize.loop.replay import recording_record
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
-# The user's kernel and its reference: the rewrite test's, at batch 32.
-KERNELS = REWRITE_CHECK_KERNELS.replace("torch.randn(128, 1024", "torch.randn(32, 1024")
+# The user's kernel and its reference: KernelBench level 2, 14_Gemm_Divide_Sum_Scaling, at
+# batch 32.
+KERNELS = """
+import pytest, torch
+
+SCALE = 1.5
+
+
+def inputs(device):
+    return (torch.randn(32, 1024, device=device), torch.randn(1024, 1024, device=device))
+
+
+def reference(x, weight):
+    \"\"\"KernelBench level 2, 14_Gemm_Divide_Sum_Scaling: GEMM, divide, sum, scale.\"\"\"
+    return torch.sum(torch.matmul(x, weight.T) / 2, dim=1, keepdim=True) * SCALE
+
+
+@pytest.mark.kernelpro(reference=reference, inputs=inputs)
+def gemm_divide_sum_scaling(x, weight):
+    y = torch.matmul(x, weight.T)
+    y = y / 2
+    y = torch.sum(y, dim=1, keepdim=True)
+    return y * SCALE
+"""
+# The trusted ceilings of test_algebraic_rewrite (a compute peak the rewrite beats on the
+# reference's 67 MFLOP in any time under 67 ms) with a bandwidth no kernel of this size can
+# beat on its compulsory 4.3 MB in less than 4.3 microseconds.
+TRUSTED = {**TRUSTED_LOW_COMPUTE, "bandwidth_Bps": 1e12}
 
 # Shared by every candidate: the reference's work, the call count, the arming.
 PRELUDE = """
@@ -308,15 +341,15 @@ def _nodes(summary: dict) -> dict[str, dict]:
     return {n["strategy"]: n for n in nodes if n.get("kind") == "node" and n.get("strategy")}
 
 
-@pytest.mark.slow
-def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
-    pytester: pytest.Pytester,
-) -> None:
-    assert "torch.randn(32, 1024" in KERNELS
-    root = Path(pytester.path)
-    pytester.makepyfile(test_gemm=KERNELS)
-    (root / "ceilings.json").write_text(json.dumps({**TRUSTED_LOW_COMPUTE, "bandwidth_Bps": 1e12}))
-    pytester.makeini(
+@pytest.fixture(scope="module")
+def optimized(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The user's project optimized once, with every attack and then the rewrite in the
+    recording; the winner's patch applied (the rewrite's own where a loaded machine blurred
+    the ranking: its patch is written either way) and the user's check run on it."""
+    root = tmp_path_factory.mktemp("gemm")
+    (root / "test_gemm.py").write_text(KERNELS.strip())
+    (root / "ceilings.json").write_text(json.dumps(TRUSTED))
+    (root / "pytest.ini").write_text(
         "[pytest]\nkernelpro_device = cpu\nkernelpro_time_budget = 0.2\n"
         f"kernelpro_warmup_ms = 1\nkernelpro_ceilings = {root / 'ceilings.json'}\n"
     )
@@ -328,7 +361,8 @@ def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
             out.write(json.dumps(recording_record(text)) + "\n")
     _commit_all(root)
 
-    optimize = pytester.runpytest_subprocess(
+    optimize = _session(
+        root,
         "-p",
         "no:cacheprovider",
         f"--kernelpro-optimize={len(replies)}",
@@ -339,9 +373,61 @@ def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
         "--kernelpro-save-baseline",
         timeout=1500,
     )
-    optimize.assert_outcomes(passed=1)
+    out: dict[str, Any] = {"root": root, "optimize": optimize}
+    if optimize.ret != 0:
+        return out  # each test fails on the session's outcome, with its output
     summary = _report(root)["gemm_divide_sum_scaling"]["extra"]["optimize"]
     nodes = _nodes(summary)
+    rewrite = next(
+        (c for c in summary["candidates"] if c["node_id"] == nodes[REWRITE_STRATEGY]["id"]), {}
+    )
+    patch = summary["best_patch"] if summary["status"] == "improved" else rewrite.get("patch")
+    out.update(summary=summary, nodes=nodes, rewrite=rewrite, patch=patch)
+    if patch:
+        out["applied"] = _git(root, "apply", patch).returncode
+        out["check"] = _session(root, "-p", "no:cacheprovider", "--kernelpro-check")
+        out["patched"] = _report(root)["gemm_divide_sum_scaling"]
+    return out
+
+
+def _the_applied_patch_passes_the_users_check(optimized: dict[str, Any]) -> None:
+    assert optimized.get("applied") == 0, optimized.get("patch")
+    check = optimized["check"]
+    check.assert_outcomes(passed=1)
+    assert "impossible time" not in check.stdout.str()
+    assert optimized["patched"]["gate"]["status"] != "regressed"
+
+
+@pytest.mark.slow
+def test_the_optimizers_algebraic_rewrite_passes_the_users_check_once_applied(
+    optimized: dict[str, Any],
+) -> None:
+    optimized["optimize"].assert_outcomes(passed=1)
+    summary, candidate = optimized["summary"], optimized["rewrite"]
+    assert candidate, [c["strategy"] for c in summary["candidates"]]  # the rewrite is listed
+    assert candidate["status"] == "correct"  # the gate's calibrated rule took the rewrite
+    # Whether the ranking calls it a clear winner depends on the machine's load (two busy
+    # cores blur a 1 ms difference); the claim here is about the patch, which is written
+    # for the candidate either way, and for the winner as best.patch.
+    if summary["status"] == "improved":
+        assert summary["winner"] == candidate["node_id"], summary.get("reason")
+        assert summary["confirmation"]["status"] in ("confirmed", "disagreement")
+    else:
+        assert summary["status"] == "no improvement found", summary.get("reason")
+        assert "failed" not in str(candidate.get("verdict")), candidate.get("reason")
+    _the_applied_patch_passes_the_users_check(optimized)
+    patched = optimized["patched"]
+    assert patched["extra"]["ceilings_trusted"] is True
+    assert patched["peak_used"]["problem"] == "flops"
+    assert "does less arithmetic than the reference" in patched["peak_used"]["note"]
+
+
+@pytest.mark.slow
+def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
+    optimized: dict[str, Any],
+) -> None:
+    optimized["optimize"].assert_outcomes(passed=1)
+    summary, nodes = optimized["summary"], optimized["nodes"]
     assert set(nodes) == {*ATTACKS, REWRITE_STRATEGY}, sorted(nodes)
 
     # Refused, each with its reason, in the search (never ranked: only correct nodes are).
@@ -373,9 +459,8 @@ def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
         assert summary["winner"] == honest_id, (summary["winner"], summary["reason"])
         assert summary["confirmation"]["status"] in ("confirmed", "disagreement")
         assert summary["confirmation"]["method"].startswith("the gate's timer")
-        patch = summary["best_patch"]
-    else:  # a loaded machine can blur even a large gain: the patch is written either way
-        patch = next(c["patch"] for c in summary["candidates"] if c["node_id"] == honest_id)
+    # else: a loaded machine can blur even a large gain: the rewrite's patch is written
+    # either way, and is the one applied (`optimized`).
     detector = by_id.get(detector_id)
     if detector is not None:  # re-measured: caught by the re-measurement's checks
         assert detector["verdict"] == "failed", detector
@@ -383,9 +468,4 @@ def test_every_attack_is_refused_by_the_optimizer_and_the_rewrite_wins(
         assert "wrong output" in detector["reason"], detector
 
     # The winner's patch, applied, passes the user's check on the same machine.
-    assert _git(root, "apply", patch).returncode == 0
-    check = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelpro-check")
-    check.assert_outcomes(passed=1)
-    assert "impossible time" not in check.stdout.str()
-    patched = _report(root)["gemm_divide_sum_scaling"]
-    assert patched["gate"]["status"] != "regressed"
+    _the_applied_patch_passes_the_users_check(optimized)

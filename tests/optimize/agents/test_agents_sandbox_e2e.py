@@ -17,6 +17,19 @@ pytest.importorskip("torch")
 DATA = Path(__file__).parents[2] / "data" / "agents"
 REFERENCE = (DATA / "reference.py").read_text()
 REPLY = (DATA / "reply_two_candidates.md").read_text()
+# A short timing budget: the claims are about the search, its statuses and the replay, not the
+# speedups' precision (the default budget times each kernel for 2 s, each sample behind a
+# flush of the whole last-level cache).
+FAST = {
+    "timing": {
+        "warmup_ms": 1.0,
+        "max_time_s": 0.02,
+        "min_samples": 5,
+        "max_samples": 10,
+        "flush_l2": False,
+    },
+    "cpu_threads": 1,
+}
 
 
 def _agent(backend) -> ProgrammerAgent:
@@ -28,7 +41,7 @@ def _agent(backend) -> ProgrammerAgent:
 @pytest.mark.slow
 def test_search_with_sandbox_evaluator_and_replay(tmp_path: Path) -> None:
     evaluator = SandboxEvaluator(
-        KernelBenchTask(reference=REFERENCE, name="relu_linear", device="cpu")
+        KernelBenchTask(reference=REFERENCE, name="relu_linear", device="cpu", **FAST)
     )
     backend = ScriptedBackend(lambda request: REPLY)
     live = MCTS(MCTSConfig(candidates_per_expansion=2), seed=0).run(

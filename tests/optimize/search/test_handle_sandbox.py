@@ -75,10 +75,16 @@ HANGS = CORRECT.replace(
 def world() -> dict[str, object]:
     before = {"memfds": memfds(), "shm": shm_entries()}
     task = KernelBenchTask(REFERENCE, name="softmax_linear", device="cpu", **FAST)
-    limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=40.0, memory_limit_mb=2048)
+    # The run timeout is what the hang waits for (the others' runs take well under a second of
+    # it: a 16x64 problem on a 0.02 s timing budget), so it is short but far above their need.
+    limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=15.0, memory_limit_mb=2048)
     evaluator = SandboxEvaluator(task, limits)
-    names = ["honest", "hangs", *ATTACKS]
-    codes = [CORRECT, HANGS, *(attack + "\n" + CORRECT for attack in ATTACKS.values())]
+    # Two at a time, in this order: the hang holds its trial-1 output in one slot for the whole
+    # run timeout while the other slot evaluates the honest candidate, then the memory scan
+    # (which so runs while the session holds another evaluation's outputs), then the rest.
+    attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS}
+    names = ["hangs", "honest", *attacks]
+    codes = [HANGS, CORRECT, *(attack + "\n" + CORRECT for attack in attacks.values())]
     try:
         evaluations = evaluator.evaluate_many([Candidate(code) for code in codes], jobs=2)
         held = {
