@@ -134,6 +134,15 @@ _COPY = {
     "topk", "unique", "_unique2", "nonzero", "view_copy", "permute_copy", "expand_copy",
     "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy",
 }  # fmt: skip
+# Ops that read from their first argument (the source) only the elements they gather: an honest
+# kernel need not read the rest of it (a 1 GiB table of which 256 MiB of rows are selected).
+# The value says how the source's needed bytes are found: "rows" (index_select, embedding)
+# and "elements" (take) from the distinct index values; "output" (gather, advanced indexing)
+# at most the output's elements in the source's dtype.
+_GATHERS = {
+    "index_select": "rows", "embedding": "rows", "take": "elements", "gather": "output",
+    "index": "output", "_unsafe_index": "output",
+}  # fmt: skip
 # Ops whose first argument is only written (not read).
 _WRITE_ONLY_SELF = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
                     "exponential_", "index_put_", "_index_put_impl_", "scatter_"}  # fmt: skip
@@ -496,6 +505,10 @@ def make_recorder(
             # constants, a closure's tensors. They are graph inputs for the minimal bytes.
             self.external: dict[Any, Any] = {}
             self.produced: set[Any] = set()
+            # Storages an op gathered from (`_GATHERS`), with the bytes it needed from each,
+            # and the storages some op read whole (`needed_bytes`).
+            self.gathered: dict[Any, float] = {}
+            self.read_whole: set[Any] = set()
 
         def __torch_dispatch__(
             self, func: Any, types: Any, args: tuple = (), kwargs: Any = None
@@ -503,13 +516,16 @@ def make_recorder(
             kwargs = kwargs or {}
             out = func(*args, **kwargs)
             if self.hook_error is None:
-                self._track(args, kwargs, out)
+                self._track(func, args, kwargs, out)
                 self._price(func, args, kwargs, out)
             return out
 
-        def _track(self, args: tuple, kwargs: dict, out: Any) -> None:
+        def _track(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+            source = gathered_source(func, args, out, self.gathered)
             for t in iter_tensors((args, kwargs)):
                 key = storage_key(t)
+                if t is not source:
+                    self.read_whole.add(key)
                 if key not in self.produced:
                     self.external.setdefault((key, view_key(t)), t)
             external_storages = {k for k, _ in self.external}
@@ -561,6 +577,32 @@ def make_recorder(
             self.costs.append(OpCost(name, category, flops, nbytes, dtype, key))
 
     return _Recorder()
+
+
+def gathered_source(func: Any, args: tuple, out: Any, gathered: dict[Any, float]) -> Any:
+    """The source tensor a `_GATHERS` op reads only in part, with the bytes it needs from it
+    added to `gathered` (by storage); None for any other op."""
+    name = base_name(func)
+    how = _GATHERS.get(name)
+    source = args[0] if how is not None and args else None
+    outs = list(iter_tensors(out))
+    if source is None or not hasattr(source, "element_size") or not outs or source.dim() == 0:
+        return None
+    # (the index tensor, the source dimension it selects along) of the row and element gathers
+    index, dim = {
+        "index_select": lambda: (args[2], int(args[1])),
+        "embedding": lambda: (args[1], 0),
+        "take": lambda: (args[1], None),
+    }.get(name, lambda: (None, None))()
+    if hasattr(index, "unique") and not (index.dtype.is_floating_point or index.dtype.is_complex):
+        # each distinct row (element) is read once; repeats come from cache
+        per_index = 1 if dim is None else source.numel() // max(1, source.shape[dim])
+        needed = float(index.unique().numel() * per_index * source.element_size())
+    else:
+        needed = float(sum(t.numel() for t in outs) * source.element_size())
+    key = storage_key(source)
+    gathered[key] = gathered.get(key, 0.0) + needed
+    return source
 
 
 def price_upcasts_at_io_dtype(

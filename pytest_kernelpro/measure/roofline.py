@@ -36,7 +36,8 @@ what it compared before.
 Only physics makes a time impossible (`impossible_failure`). Whatever the arithmetic, a kernel
 must read each of its call's inputs once and write each output once: the *compulsory bytes*
 (`compulsory_bytes`: the call's input tensors and outputs; not the module's weights, which
-an honest kernel may fold at construction; the marker's `bytes=` when given). A median that
+an honest kernel may fold at construction; of an input the reference only gathers from, the
+distinct rows or elements it selects, `needed_bytes`; the marker's `bytes=` when given). A median that
 moves those bytes faster than the bandwidth ceiling, by more than the device's margin
 (`impossible_margin`), is impossible, and then only when
 
@@ -236,6 +237,26 @@ class ReferenceAnalysis:
         }
 
 
+def needed_bytes(
+    tensors: Sequence[Any], gathered: Mapping[Any, float], read_whole: set[Any]
+) -> float:
+    """`graph_bytes` of tensors the reference reads, where a tensor the reference only gathers
+    from (every op that reads its storage is a gather of it, `flops.gathered_source`) counts
+    the bytes the gathers need from it when fewer than its own: an honest kernel reads the
+    selected rows of a table, not the table."""
+    whole: list[Any] = []
+    partial: dict[Any, list[Any]] = {}
+    for t in tensors:
+        key = storage_key(t)
+        if key in gathered and key not in read_whole:
+            partial.setdefault(key, []).append(t)
+        else:
+            whole.append(t)
+    return graph_bytes(whole) + sum(
+        min(graph_bytes(group), gathered[key]) for key, group in partial.items()
+    )
+
+
 def graph_bytes(tensors: Sequence[Any]) -> float:
     """Bytes of a set of tensors, each storage once: aliases and views are not double-counted.
 
@@ -346,9 +367,12 @@ def analyze_reference(
         read += [*module.parameters(), *module.buffers()]
     read += list(recorder.external.values())
     output_bytes = graph_bytes(list(iter_tensors(output)))
-    counted_min_bytes = graph_bytes(read) + output_bytes
+    counted_min_bytes = needed_bytes(read, recorder.gathered, recorder.read_whole) + output_bytes
     # The call's own inputs and outputs: what a kernel must move whatever it folds.
-    counted_compulsory = graph_bytes(list(iter_tensors(list(inputs)))) + output_bytes
+    counted_compulsory = (
+        needed_bytes(list(iter_tensors(list(inputs))), recorder.gathered, recorder.read_whole)
+        + output_bytes
+    )
     unpriced = tuple(dict.fromkeys(recorder.unpriced))
     if unpriced and flops is None:
         notes.append(
