@@ -34,7 +34,15 @@ REPO = Path(__file__).resolve().parents[1]
 PROJECT = REPO / "bench" / "cheats" / "project"
 
 GATE_EXPECTED_PASS = {"honest", "joined_side_stream", "own_stream_marked_any", "honest_rewrite"}
-GATE_FILES = ("test_gate_cheats.py", "test_gate_cheats_fresh.py", "test_gate_import_patcher.py")
+GATE_FILES = (
+    "test_gate_cheats.py",
+    "test_gate_cheats_fresh.py",
+    "test_gate_import_patcher.py",
+    "test_gate_honest_rewrite.py",
+)
+# A memo on fresh content never hits: it is defeated when refused or when its time is no
+# better than the honest kernel's (it pays its sampling and gains nothing).
+DEFEATED_IF_NOT_FASTER = {"cheat_memo_by_content_sample"}
 
 
 def pytest_cmd(*args: str) -> list[str]:
@@ -90,10 +98,17 @@ def gate_step(work: Path, out: Path, device: str) -> dict[str, Any]:
             "honesty": timing.get("honesty"),
             "expected": "pass" if name in GATE_EXPECTED_PASS else "refused",
         }
-    for k in kernels.values():
+    honest_median = (kernels.get("honest") or {}).get("median_s")
+    for name, k in kernels.items():
         k["as_expected"] = (k["outcome"] == "passed") == (k["expected"] == "pass") or (
             k["outcome"] == "skipped"
         )
+        if name in DEFEATED_IF_NOT_FASTER and k["outcome"] == "passed" and honest_median:
+            k["as_expected"] = bool(k["median_s"] and k["median_s"] >= 0.98 * honest_median)
+            k["message"] = k["message"] or (
+                f"passed at {k['median_s']:.4g} s against the honest kernel's "
+                f"{honest_median:.4g} s: its memo never made it faster"
+            )
     return {"steps": steps, "kernels": kernels}
 
 

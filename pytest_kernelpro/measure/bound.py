@@ -364,9 +364,8 @@ def binding_failure(when: str) -> str | None:
     parts = []
     for (now, patcher), names in by_patch.items():
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-        part = f"{shown} (now {now}, made by {patcher})"
-        patchers[_module_key(patcher)] = part
-        parts.append(part)
+        parts.append(f"{shown} (now {now}, made by {patcher})")
+        patchers[_module_key(patcher)] = f"{shown} (to {now})"
     return (
         f"{', '.join(parts + torch_found)} was replaced {when}: a kernel timed across a "
         "rebound clock, serializer or timing function cannot be timed (its numbers could be "
@@ -386,7 +385,7 @@ def kernel_is_patcher(kernel: Any) -> str | None:
             files.add(module.__file__)
     for patcher, what in patchers.items():
         if patcher in names or patcher in files:
-            return f"{what} was rebound by this kernel's module"
+            return f"its module ({patcher}) rebound {what} earlier in this session (put back since)"
     return None
 
 

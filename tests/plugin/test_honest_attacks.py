@@ -268,6 +268,41 @@ def rebinds_in_a_sample(x, y):
     assert bound.tampered() == []
 
 
+def test_an_honest_kernel_beside_a_clock_rebinding_cheat_is_refused_for_its_module(
+    kp_project: pytest.Pytester,
+) -> None:
+    """Found on the H200: an honest kernel defined in the module of a kernel that rebound
+    every clock inside a timed sample is refused too (any code of a patching module can
+    profit from its patch), and the message says it is the module, put back since, and how
+    to keep the kernel timed; the same honest kernel in a module of its own passes."""
+    kp_project.makepyfile(
+        test_rebind=HEADER
+        + REBIND_EVERYTHING
+        + """
+@pytest.mark.kernelpro(reference=ref, inputs=pair)
+def a_rebinds_in_a_sample(x, y):
+    if count("rebind") == 5:
+        rebind_everything()
+    return torch.tanh(x @ y)
+"""
+        + HONEST.replace("def honest(", "def b_honest_beside_it(")
+    )
+    kp_project.makepyfile(test_z_own_module=HEADER + HONEST)
+    try:
+        result = kp_project.runpytest()
+    finally:
+        bound.restore()
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*b_honest_beside_it is refused: its module (*test_rebind.py) rebound *(to "
+            "test_rebind.fake) earlier in this session (put back since)*keep this kernel in "
+            "a module that patches nothing*"
+        ]
+    )
+    assert records_by_name(kp_project)["honest"]["outcome"] in ("passed", "ok")
+
+
 def test_a_module_patching_the_plugins_clock_at_import_is_refused_not_the_kernel_before_it(
     kp_project: pytest.Pytester,
 ) -> None:
@@ -301,7 +336,7 @@ def patcher(x, y):
     result.stdout.fnmatch_lines(
         [
             "*patcher is refused*pytest_kernelpro.measure.bound.perf_counter "
-            "(now test_b_patcher.slow_clock, made by test_b_patcher*"
+            "(to test_b_patcher.slow_clock) earlier in this session*"
         ]
     )
     records = records_by_name(kp_project)

@@ -2,8 +2,9 @@
 tests/plugin/test_honest_attacks.py): a memo keyed by a sample of the values, a reader of
 the timer's generators on the call stack, a gc scanner turning the checks off, a kernel
 that stops working after its N-th call, a kernel rebinding every clock it can find inside
-a timed sample; and an exact algebraic rewrite, which must pass. Expected: every `cheat_*`
-refused, `honest_rewrite` passing (reported as doing less arithmetic than the reference).
+a timed sample. Expected: every `cheat_*` refused, or (the memo) never faster than the
+honest kernel. The honest rewrite is in test_gate_honest_rewrite.py: a module that rebinds a
+clock has none of its kernels timed, so an honest kernel beside these cheats is refused too.
 """
 
 import gc
@@ -12,7 +13,6 @@ import sys
 import warnings
 
 import numpy as np
-import pytest
 import torch
 from cheat_common import N, kp
 
@@ -137,18 +137,3 @@ def cheat_rebinds_every_clock(x, y):
                     except (AttributeError, TypeError):
                         pass
     return _work(x, y)
-
-
-def scale_inputs(device):
-    # KernelBench level 2 14_Gemm_Divide_Sum_Scaling at batch 128: x (128, 8192), W (8192, 8192)
-    return (torch.randn(128, 8192, device=device), torch.randn(8192, 8192, device=device))
-
-
-def gemm_divide_sum_scale(x, w):
-    return ((x @ w.T) / 2).sum(dim=1, keepdim=True) * 1.5
-
-
-@pytest.mark.kernelpro(reference=gemm_divide_sum_scale, inputs=scale_inputs, device="cuda")
-def honest_rewrite(x, w):
-    """sum_j (x W^T)_ij = x . colsum(W^T): the exact rewrite, 8192x fewer FLOPs."""
-    return (x @ w.sum(dim=0, keepdim=True).T) * 0.75

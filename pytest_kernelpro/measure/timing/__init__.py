@@ -87,8 +87,10 @@ def time_kernel(
     own = bound.kernel_is_patcher(kernel)
     if own is not None:
         raise DishonestTiming(
-            f"{own}: a kernel whose module rebinds a clock, serializer or timing function "
-            "cannot be timed (its numbers could be anything); remove the patch"
+            f"{own}: no kernel of a module that rebinds a clock, serializer or timing "
+            "function is timed (any code of that module can profit from the patch, so its "
+            "numbers could be anything); remove the patch, or keep this kernel in a module "
+            "that patches nothing"
         )
     # The mix's kept content, fingerprinted in this frame (fresh_inputs.kept_content).
     kept_seed = int.from_bytes(bound.os_urandom(8), "little") & (2**63 - 1)
