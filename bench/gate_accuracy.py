@@ -1028,7 +1028,7 @@ def run_plugin_suite(out: Path, device: str, slowdown: float) -> int:
     rows: dict[str, dict[str, Any]] = {}
     for session, result in sessions.items():
         for record in result["records"]:
-            verdict = record.get("verdict") or {}
+            verdict = record.get("gate") or {}
             stats = (record.get("timing") or {}).get("stats") or {}
             rows.setdefault(record["name"], {})[session] = {
                 "outcome": record.get("outcome"),

@@ -191,6 +191,29 @@ class RemeasureResult:
         }
 
 
+# The part of the device's free memory the contenders may hold together: the rest is left
+# to the session's own process and the driver.
+CONTENDERS_MEMORY_SHARE = 0.9
+
+
+def _device_memory_share(device: str, contenders: int) -> float | None:
+    """Each contender's cap on a CUDA device, as a fraction of the device's total memory
+    (`torch.cuda.set_per_process_memory_fraction` in its worker): an equal share of the
+    memory free now. The contenders run at once, interleaved, so without a cap one that
+    keeps what it allocates (a memo of every output on fresh content grows by an output a
+    call) filled the H200 and the honest contender beside it failed with out-of-memory.
+    None on the CPU or when the device cannot be read."""
+    if not device.startswith("cuda") or contenders < 1:
+        return None
+    try:
+        import torch
+
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+    except Exception:  # no CUDA here (a CPU stand-in) or the device cannot be read
+        return None
+    return CONTENDERS_MEMORY_SHARE * free / total / contenders if total else None
+
+
 def _combined(reference: str, code: str) -> str:
     return reference.rstrip() + "\n\n\n# ---- contender ----\n" + code.rstrip() + "\n"
 
@@ -294,6 +317,7 @@ def remeasure(
             # The session's TF32 flags, read here in the parent: the check below relaxes
             # the fp32 tolerance when the gate's would.
             measurement.PRECISION_KEY: measurement.session_fp32_precision(),
+            "memory_fraction": _device_memory_share(device, len(contenders)),
         }
         workers: list[_Worker] = []
         # Contenders run candidate code: each in the candidate sandbox, with a scratch
@@ -430,6 +454,10 @@ def _worker(work: Path, label: str) -> int:
     seed = int(config.get("seed", 42))
     if config.get("cpu_threads"):
         torch.set_num_threads(int(config["cpu_threads"]))
+    if config.get("memory_fraction") and device.startswith("cuda"):
+        # Before the contender's code runs: its allocations past its share fail in its own
+        # process (`_device_memory_share`), not in another contender's.
+        torch.cuda.set_per_process_memory_fraction(float(config["memory_fraction"]), device)
     try:
         measurement.apply_session_precision(torch, config)
         module = import_file(work / f"{label}.py", f"kernelpro_remeasure_{label}")

@@ -126,3 +126,28 @@ def test_rounds_stop_once_they_overrun_the_budget():
     assert result.rounds == 1
     assert result.stopped.startswith("stopped after 1 of 4 rounds: they took ")
     assert len(result.round_samples["sleepy"]) == 1
+
+
+def test_each_contender_gets_an_equal_share_of_the_free_device_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the H200 a memo of every output (fresh content: a new 128 MiB entry a call) filled
+    the device while contenders were timed side by side, and the honest contender failed
+    with out-of-memory. Each worker now caps its own allocations at an equal share of the
+    memory free when the re-measurement starts (torch.cuda's mem_get_info stood in here)."""
+    import torch
+
+    from pytest_kernelpro.optimize.sandbox import remeasure as module
+
+    gib = 1 << 30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (100 * gib, 140 * gib))
+    share = module._device_memory_share("cuda:0", 2)
+    assert share == pytest.approx(module.CONTENDERS_MEMORY_SHARE * 100 / 140 / 2)
+    assert share * 2 * 140 * gib < 100 * gib  # together they leave the session room
+    assert module._device_memory_share("cpu", 2) is None
+
+    def unreadable(device: object = None) -> tuple[int, int]:
+        raise RuntimeError("no CUDA GPUs are available")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", unreadable)
+    assert module._device_memory_share("cuda", 3) is None
