@@ -385,7 +385,7 @@ def kernel_is_patcher(kernel: Any) -> str | None:
             files.add(module.__file__)
     for patcher, what in patchers.items():
         if patcher in names or patcher in files:
-            return f"its module ({patcher}) rebound {what} earlier in this session (put back since)"
+            return f"its module ({patcher}) rebound {what}, found and put back before this timing"
     return None
 
 

@@ -296,7 +296,7 @@ def a_rebinds_in_a_sample(x, y):
     result.stdout.fnmatch_lines(
         [
             "*b_honest_beside_it is refused: its module (*test_rebind.py) rebound *(to "
-            "test_rebind.fake) earlier in this session (put back since)*keep this kernel in "
+            "test_rebind.fake), found and put back before this timing*keep this kernel in "
             "a module that patches nothing*"
         ]
     )
@@ -336,7 +336,7 @@ def patcher(x, y):
     result.stdout.fnmatch_lines(
         [
             "*patcher is refused*pytest_kernelpro.measure.bound.perf_counter "
-            "(to test_b_patcher.slow_clock) earlier in this session*"
+            "(to test_b_patcher.slow_clock), found and put back before this timing*"
         ]
     )
     records = records_by_name(kp_project)
