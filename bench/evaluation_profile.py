@@ -29,33 +29,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROBLEM = """import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.softmax(x, dim=1)
-
-
-def get_inputs():
-    return [torch.randn({rows}, {cols})]
-
-
-def get_init_inputs():
-    return []
-"""
-
-CANDIDATE = """import torch
-from torch import nn
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        m = x.amax(dim=1, keepdim=True)
-        e = (x - m).exp_()
-        return e.div_(e.sum(dim=1, keepdim=True))
-"""
+# The problem and the candidate of the memory test (`tests/optimize/search/
+# test_evaluation_memory.py`): a row softmax and a correct exp/sum form of it.
+DATA = ROOT / "tests" / "data" / "search" / "cpu"
+PROBLEM = (DATA / "softmax_rows.py").read_text(encoding="utf-8")
+CANDIDATE = (DATA / "softmax_exp_sum.py").read_text(encoding="utf-8")
+SIZE_LINE = "rows, cols = 16, 64"
 
 
 def rss_bytes() -> int:
@@ -155,7 +134,7 @@ def profile(rows: int, cols: int, threads: int | None) -> dict[str, Any]:
     ]:
         prof.wrap(owner, name, label)
     task = {
-        "reference": PROBLEM.format(rows=rows, cols=cols),
+        "reference": PROBLEM.replace(SIZE_LINE, f"rows, cols = {rows}, {cols}"),
         "candidate": CANDIDATE,
         "device": "cpu",
         "seed": 42,

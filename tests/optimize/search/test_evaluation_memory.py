@@ -6,6 +6,8 @@ on memory (`supervise.py`: resident memory plus the outputs handed over)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pytest_kernelpro.optimize.sandbox import footprint
@@ -20,34 +22,10 @@ torch = pytest.importorskip("torch")
 
 MiB = 2**20
 
-PROBLEM = """import torch
-from torch import nn
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.softmax(x, dim=1)
-
-
-def get_inputs():
-    return [torch.randn({rows}, {cols})]
-
-
-def get_init_inputs():
-    return []
-"""
-
-# Not bit-identical to the reference: every comparison runs the rule's passes.
-CANDIDATE = """import torch
-from torch import nn
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        m = x.amax(dim=1, keepdim=True)
-        e = (x - m).exp_()
-        return e.div_(e.sum(dim=1, keepdim=True))
-"""
+DATA = Path(__file__).resolve().parents[2] / "data" / "search" / "cpu"
+PROBLEM = (DATA / "softmax_rows.py").read_text(encoding="utf-8")
+CANDIDATE = (DATA / "softmax_exp_sum.py").read_text(encoding="utf-8")
+SIZE_LINE = "rows, cols = 16, 64"
 
 FAST = {
     "timing": {"warmup_ms": 1.0, "max_time_s": 0.05, "min_samples": 5, "max_samples": 10},
@@ -78,7 +56,7 @@ def test_a_problem_that_fits_is_not_refused_and_one_byte_more_is() -> None:
 
 def _evaluate(rows: int, cols: int) -> tuple[float, dict[str, object], str]:
     task = KernelBenchTask(
-        PROBLEM.format(rows=rows, cols=cols), name=f"softmax_{rows}x{cols}", device="cpu", **FAST
+        PROBLEM.replace(SIZE_LINE, f"rows, cols = {rows}, {cols}"), name=f"softmax_{rows}x{cols}", device="cpu", **FAST
     )
     evaluator = SandboxEvaluator(task, SandboxLimits(build_timeout_s=300.0, run_timeout_s=300.0))
     try:
