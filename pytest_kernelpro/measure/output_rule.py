@@ -471,6 +471,12 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
 _MISSES = ("nan", "missing nan", "inf", "over")
 
 
+# On the CPU reading a value costs no synchronization: a chunk of finite numbers on both
+# sides takes `_finite_row`, the same row in about half the passes (read at call time: a test
+# turns it off to compare).
+CPU_FINITE_ROWS = True
+
+
 def _allclose_pass(
     torch: Any, g_flat: Any, e_flat: Any, tol: Tolerance, work: Any
 ) -> tuple[Any, Any]:
@@ -485,9 +491,15 @@ def _allclose_pass(
     steps = chunk_ranges(total, e_flat.device)
     per_chunk: list[Any] = []
     worst_at: list[Any] = []
+    finite_rows = CPU_FINITE_ROWS and e_flat.device.type == "cpu" and not work.is_complex
     for lo in steps:
         hi = min(total, lo + steps.step)
         gd, ed = g_flat[lo:hi].to(work), e_flat[lo:hi].to(work)
+        if finite_rows and bool((torch.isfinite(gd) & torch.isfinite(ed)).all()):
+            row, best = _finite_row(torch, gd, ed, tol, real)
+            per_chunk.append(row)
+            worst_at.append(best + lo)
+            continue
         g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
         finite = torch.isfinite(gd) & torch.isfinite(ed)
         inf_any = ~g_nan & ~e_nan & ~finite
@@ -523,6 +535,35 @@ def _allclose_pass(
         worst_at.append(best + lo)
         del ed, g_nan, e_nan, finite, inf_any, diff, e_abs, limit, ratio, rel, counts
     return torch.stack(per_chunk).cpu(), torch.stack(worst_at).cpu()  # the one synchronization
+
+
+def _finite_row(torch: Any, gd: Any, ed: Any, tol: Tolerance, real: Any) -> tuple[Any, Any]:
+    """`_allclose_pass`'s row of a chunk whose elements are all finite on both sides, and
+    where its largest ratio is: no NaN or infinity to count and nothing to mask, the same
+    expressions otherwise, so the same values."""
+    zero = torch.zeros((), dtype=real, device=gd.device)
+    diff = (gd - ed).abs()
+    e_abs = ed.abs()
+    limit = tol.atol + tol.rtol * e_abs
+    ratio = torch.where(diff > 0, diff / limit, zero)
+    rel = torch.where(e_abs > 0, diff / e_abs.clamp_min(1e-300), zero)
+    none = torch.zeros((), dtype=torch.float64, device=gd.device)
+    best = ratio.argmax()
+    row = torch.stack(
+        [
+            none,  # the `_MISSES` but "over", and both-NaN: none in finite numbers
+            none,
+            none,
+            (diff > limit).sum().to(torch.float64),
+            none,
+            diff.max().to(torch.float64),
+            rel.max().to(torch.float64),
+            ratio[best].to(torch.float64),
+            diff.to(torch.float64).pow(2).sum(),
+            e_abs.to(torch.float64).pow(2).sum(),
+        ]
+    )
+    return row, best
 
 
 def _allclose_failure(

@@ -170,3 +170,29 @@ def test_a_shape_the_reference_refuses_is_skipped_before_the_candidate_runs() ->
     assert result["correctness"]["shape_check"] == "none applicable"
     assert 8 not in batches
     assert 16 in batches
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_finite_chunks_on_the_cpu_give_the_general_passs_table(
+    dtype: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_allclose_pass` with and without its finite-chunk rows: the same table to the bit and
+    the same worst positions, over chunks of finite numbers and chunks with NaN, infinities
+    and zeros (which take the general row either way)."""
+    monkeypatch.setattr(output_rule, "CPU_FINITE_ROWS", True)
+    monkeypatch.setattr(output_rule, "CPU_COMPARE_CHUNK", 1000)
+    gen = torch.Generator().manual_seed(5)
+    e = torch.randn(8000, generator=gen).to(dtype)  # type: ignore[arg-type]
+    g = e + (1e-3 * torch.randn(8000, generator=gen)).to(dtype)  # type: ignore[arg-type]
+    e[10] = 0.0  # a zero reference: rel masked
+    g[20] = e[20]  # an exact element: ratio masked
+    g[2500], e[2600] = float("nan"), float("inf")  # chunk 2 goes the general way
+    e[5000] = g[5000] = float("nan")  # chunk 5: both NaN
+    tol = output_rule.Tolerance(1e-4, 1e-4, "test", norm_rtol=1e-3)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    fast = output_rule._allclose_pass(torch, g, e, tol, work)
+    monkeypatch.setattr(output_rule, "CPU_FINITE_ROWS", False)
+    general = output_rule._allclose_pass(torch, g, e, tol, work)
+    assert torch.equal(fast[0], general[0])
+    assert torch.equal(fast[1], general[1])
+    assert fast[0][:, 3].sum() > 0  # elements over the tolerance in the finite chunks too
