@@ -56,7 +56,10 @@ def test_a_problem_that_fits_is_not_refused_and_one_byte_more_is() -> None:
 
 def _evaluate(rows: int, cols: int) -> tuple[float, dict[str, object], str]:
     task = KernelBenchTask(
-        PROBLEM.replace(SIZE_LINE, f"rows, cols = {rows}, {cols}"), name=f"softmax_{rows}x{cols}", device="cpu", **FAST
+        PROBLEM.replace(SIZE_LINE, f"rows, cols = {rows}, {cols}"),
+        name=f"softmax_{rows}x{cols}",
+        device="cpu",
+        **FAST,
     )
     evaluator = SandboxEvaluator(task, SandboxLimits(build_timeout_s=300.0, run_timeout_s=300.0))
     try:
