@@ -159,11 +159,11 @@ def test_a_problem_too_large_is_refused_before_any_worker_with_the_numbers() -> 
         evaluator.close()
     text = str(caught.value)
     # Input 8192x4096 and output 8192x4096, fp32: 128 MiB each; the peak is the worker's
-    # timing (5 inputs, 8.25 outputs, a tenth more) and the fixed 480 MiB: 1.82 + 0.47 GiB.
+    # timing (5 inputs, 8.25 outputs, a quarter more) and the fixed 544 MiB: 2.07 + 0.53 GiB.
     assert "'big_softmax' is too large" in text
     assert "one call's inputs take 0.12 GiB and its output 0.12 GiB" in text
-    assert "holds up to 2.29 GiB at its peak (the worker's timing phase: 5 copies" in text
-    assert "8.25 of the output, a tenth more for what the table misses, and 0.47 GiB" in text
+    assert "holds up to 2.60 GiB at its peak (the worker's timing phase: 5 copies" in text
+    assert "8.25 of the output, a quarter more for what the table misses, and 0.53 GiB" in text
     assert "memory limit is 0.50 GiB" in text
 
 
