@@ -598,7 +598,7 @@ def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
     (at least `output_rule.COMPARE_CHUNK`): CUDA's `torch.equal` and `==` make a temporary the
     size of their operands, a quarter of an 8 GB fp32 input for its bool result. The pieces
     are views."""
-    steps = chunk_ranges(a.numel())
+    steps = chunk_ranges(a.numel(), a.device)
     if len(steps) <= 1 or not (a.is_contiguous() and b.is_contiguous()):
         return [(a, b)]
     flat_a, flat_b = a.reshape(-1), b.reshape(-1)  # views: both are contiguous

@@ -219,11 +219,22 @@ COMPARE_CHUNK = 1 << 22
 COMPARE_MAX_CHUNKS = 32
 
 
-def chunk_ranges(total: int) -> range:
-    """The start of each chunk of `total` elements; the chunk's length is the range's step.
-    Every chunked pass over an output (or input) goes through here, reading the sizes at call
-    time (a test shrinks them to run the chunked path on small tensors)."""
+# On the CPU no launch count bounds the chunks, so they are at most this long: a chunk's
+# float64 temporaries (8 bytes an element) stay below glibc's largest mmap threshold (32 MiB),
+# so freed chunks are reused, not unmapped and faulted in again for the next one
+# (bench/results/2026-12-05-optimizer-memory-cpu.md: a 4M-element chunk took about twice
+# as long as four 1M ones).
+CPU_COMPARE_CHUNK = 1 << 20
+
+
+def chunk_ranges(total: int, device: Any = None) -> range:
+    """The start of each chunk of `total` elements on `device` (a torch device or its type;
+    None: sized for a GPU); the chunk's length is the range's step. Every chunked pass over
+    an output (or input) goes through here, reading the sizes at call time (a test shrinks
+    them to run the chunked path on small tensors)."""
     step = max(COMPARE_CHUNK, -(-total // COMPARE_MAX_CHUNKS))
+    if getattr(device, "type", device) == "cpu":
+        step = min(step, CPU_COMPARE_CHUNK)
     return range(0, total, step)
 
 
@@ -476,7 +487,7 @@ def _allclose_pass(
     within its limit: such a chunk's row is exactly the full pass's (no miss, no NaN). Only
     the other chunks are taken again by `_full_chunk`, which explains NaN and infinities."""
     total = e_flat.numel()
-    steps = chunk_ranges(total)
+    steps = chunk_ranges(total, e_flat.device)
     rows: list[Any] = []
     worst_at: list[Any] = []
     for lo in steps:
@@ -582,7 +593,7 @@ def _allclose_failure(
     g_flat, e_flat, shape = flat_pair
     worst_flat, worst_ratio = worst
     total = e_flat.numel()
-    step = chunk_ranges(total).step
+    step = chunk_ranges(total, e_flat.device).step
     n_bad = sum(counts.values())
     parts = [
         f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "
@@ -698,7 +709,7 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     total = ref.numel()
     diff = torch.empty(ref.shape, dtype=keep, device=ref.device)
     flat = (diff.reshape(-1), ref.detach().reshape(-1), wide_out.reshape(-1))
-    steps = chunk_ranges(total)
+    steps = chunk_ranges(total, ref.device)
     # Each chunk is first taken as finite on both sides; one synchronization then reads
     # max |r - t| of each, a number only where both are finite at every element: those rows
     # (and differences) are the screened ones. The other chunks are taken again screened.
@@ -798,7 +809,7 @@ def _truth_pass(
     g, r, d = flat
     total = r.numel()
     work = torch.complex64 if r.is_complex() else torch.float32
-    steps = chunk_ranges(total)
+    steps = chunk_ranges(total, r.device)
     bounds = (floor, factor, roundings)
     rows, best_at = [], []
     for lo in steps:
@@ -969,7 +980,7 @@ def information_failure(
     g_all = got.detach().to(expected.device).reshape(-1)
     e_all = expected.detach().reshape(-1)
     rows = []
-    steps = chunk_ranges(total)
+    steps = chunk_ranges(total, expected.device)
     for lo in steps:
         hi = min(total, lo + steps.step)
         g = g_all[lo:hi].to(torch.float64)
@@ -1071,6 +1082,35 @@ def limits_from_truth(leaf: LeafTruth, factor: float, rel: float) -> Information
         else math.inf
     )
     return InformationLimits(abs_rel, factor * leaf.reference_error_rel + ROUNDINGS * u, rel)
+
+
+def _passes_in_one_pass(torch: Any, got: Any, expected: Any, tol: Tolerance) -> bool:
+    """Whether a plain floating output passes `tol` (`CorrectnessRule.timed_check`): the
+    element rule of `_allclose_pass` in its working dtype and its normwise sums, chunk by
+    chunk (`chunk_ranges`), stopping at the first chunk that misses."""
+    if tol.source == STRUCTURE_ONLY_SOURCE:
+        return False
+    float64 = torch.float64
+    work = float64 if expected.dtype == float64 else torch.float32
+    g_all = got.detach().to(expected.device).reshape(-1)
+    e_all = expected.detach().reshape(-1)
+    total = e_all.numel()
+    steps = chunk_ranges(total, e_all.device)
+    diff_sq = exp_sq = 0.0
+    for lo in steps:
+        hi = min(total, lo + steps.step)
+        g, e = g_all[lo:hi].to(work), e_all[lo:hi].to(work)
+        finite = torch.isfinite(g) & torch.isfinite(e)
+        diff = (g - e).abs()
+        e_abs = e.abs()
+        close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
+        if not bool((close | (g == e) | (torch.isnan(g) & torch.isnan(e))).all()):
+            return False
+        if tol.norm_rtol is not None:
+            zero = torch.zeros((), dtype=work, device=e.device)
+            diff_sq += float(torch.where(finite, diff, zero).to(float64).pow(2).sum())
+            exp_sq += float(torch.where(finite, e_abs, zero).to(float64).pow(2).sum())
+    return tol.norm_rtol is None or math.sqrt(diff_sq) <= tol.norm_rtol * math.sqrt(exp_sq)
 
 
 class CorrectnessRule:
@@ -1177,18 +1217,18 @@ class CorrectnessRule:
         `_allclose_pass` (a miss is a NaN on one side only, an infinity on one side or of the
         other sign, a finite difference over atol + rtol |expected|), the same normwise sums,
         and `information_failure` where `judge` runs it, with its tolerance and limits found
-        once per dtype (the rule does not change while a kernel is timed). What does not
-        pass there goes through `judge`, which explains it, and so does what this pass does
-        not decide (a structure, a shape or dtype apart, an empty output, an output larger
-        than one chunk)."""
+        once per dtype (the rule does not change while a kernel is timed), chunk by chunk
+        (`_passes_in_one_pass`). What does not pass there goes through `judge`, which
+        explains it, and so does what this pass does not decide (a structure, a shape or
+        dtype apart, an empty output)."""
         plans: dict[Any, tuple[Tolerance, InformationLimits | None]] = {}
-        tensor, float64, float32 = torch.Tensor, torch.float64, torch.float32
+        tensor = torch.Tensor
 
         def failure(got: Any, expected: Any) -> str | None:
             total = expected.numel() if type(expected) is tensor else 0
             if (
                 type(got) is tensor
-                and 0 < total <= COMPARE_CHUNK
+                and 0 < total
                 and expected.is_floating_point()
                 and got.shape == expected.shape
                 and got.dtype == expected.dtype
@@ -1201,22 +1241,7 @@ class CorrectnessRule:
                     limits = None if by_truth else self._limits(torch, "output", expected, tol)
                     plan = plans[expected.dtype] = (tol, limits)
                 tol, limits = plan
-                work = float64 if expected.dtype == float64 else float32
-                g = got.detach().to(expected.device).reshape(-1).to(work)
-                e = expected.detach().reshape(-1).to(work)
-                finite = torch.isfinite(g) & torch.isfinite(e)
-                diff = (g - e).abs()
-                e_abs = e.abs()
-                close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
-                passes = tol.source != STRUCTURE_ONLY_SOURCE and bool(
-                    (close | (g == e) | (torch.isnan(g) & torch.isnan(e))).all()
-                )
-                if passes and tol.norm_rtol is not None:
-                    zero = torch.zeros((), dtype=work, device=e.device)
-                    diff_sq = torch.where(finite, diff, zero).to(float64).pow(2).sum()
-                    exp_sq = torch.where(finite, e_abs, zero).to(float64).pow(2).sum()
-                    passes = math.sqrt(float(diff_sq)) <= tol.norm_rtol * math.sqrt(float(exp_sq))
-                if passes and (
+                if _passes_in_one_pass(torch, got, expected, tol) and (
                     limits is None
                     or information_failure(torch, "output", got, expected, limits) is None
                 ):

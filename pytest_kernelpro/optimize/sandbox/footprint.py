@@ -1,29 +1,38 @@
 """Does one evaluation of a problem fit this machine? Decided before any worker starts.
 
-A problem's footprint is the bytes of one call: its inputs plus its output. It is found
-without allocating them: the problem's own `get_inputs()` and `Model` run on torch's `meta`
-device (shapes and dtypes, no storage), in the session, before the first evaluation.
+A problem's footprint is the bytes of one call: its inputs (I) plus its output (O). Both are
+found without allocating them: the problem's own `get_inputs()` and `Model` run on torch's
+`meta` device (shapes and dtypes, no storage), in the session, before the first evaluation.
 
-One evaluation holds several copies of that footprint at its peak (`HELD_COPIES`). Where
-they are, for a problem whose inputs and output are the same size (I = O = half the
-footprint), in the worker:
+Every copy one evaluation holds at its peaks, counted in I and O (the watchdog counts the
+worker's or the judge's resident memory plus the checked outputs handed over so far, held by
+the session's descriptors: `supervise.py`). A copy the rules need is marked with the rule;
+what the rules do not need was removed (the right column says what changed).
 
-- every checked call reads one sealed input set, shared by the reference and the candidate
-  (`input_handles.py`: no copy per call), beside the reference's and the candidate's
-  outputs and the candidate's handed-over copy; the first call also re-runs the reference
-  in float64 for the truth (widened inputs and output: twice the footprint, and the
-  truth's own temporaries);
-- the timing phase holds the checked outputs handed over so far (three trials and the
-  in-place call: 4 O, in the session's memfds until the judge drops them), the timed
-  inputs and the fresh-content draws and pool of one side at a time (`measure.timing.
-  fresh_inputs`: I + 3 I, and a draw while it is made), the call's output, a checked call's
-  copy and the reference's output on it: the worker's peak;
-- the judge holds every handed-over output (5 O) while its first call re-runs the reference
-  in float64: its peak.
+| where | held at that moment | copies | rule / what changed |
+|---|---|---|---|
+| worker, trial 1 | sealed inputs (one read-only set for the reference and the candidate, `input_handles.py`), the reference's output, its float64 re-run (widened inputs 2I, output 2O), reference - truth in float32 | 3I + 4O | the correctness rule's truth (`measure.output_rule`); the first call's writable copy is dropped before the truth widens |
+| worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, outputs handed over so far (<= 3O), compare chunks | I + 6O | the judge needs every checked output; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); a shape the reference refuses costs one reference call, not two |
+| worker, timing (the candidate's side; the reference's is dropped first) | the timed inputs, the mix's two ends and its uniform pool (`measure.timing.fresh_inputs`: 3I), a checked call's rebuilt content (I), the last and the current output, the checked copy and the reference's output on it (4O), the 4 outputs handed over | 5I + 8O | new content every timed call and checks no kernel can predict; the setup of the mix holds a second draw and the first reference output for a moment (6I + 7O) |
+| judge, first call | its inputs, the reference's output, the float64 re-run (2I + 2O), the difference (O), the 5 handed-over outputs | 3I + 9O | outputs checked in a process the candidate never ran in; each goes once checked |
+| every process | the interpreter, torch, the freed heap the allocator keeps, a CPU comparison chunk | `FIXED_BYTES` | comparisons in chunks (`measure.output_rule.chunk_ranges`: on the CPU at most 2^20 elements, was 2^22) |
 
-When that estimate passes the sandbox's memory limit (`SandboxLimits.memory_limit_mb`, where
-the watchdog would kill the worker) the evaluation is refused up front with the numbers,
-instead of every candidate dying "out of memory".
+Comparison temporaries on a GPU (chunks of at most a 32nd of the output) and the
+allocator's rounding: `TEMPORARIES` of O. The estimate takes the table's copies and a
+quarter more (`HEADROOM`: the measured peaks passed the table by up to a tenth).
+
+So the peak is the largest of the worker's timing, its setup and the judge's first call:
+5I + 8O, 6I + 7O or 3I + 9O (6.5x the footprint where I = O: a softmax). `estimate` gives it for the
+problem's own I and O, and when it passes the sandbox's memory limit
+(`SandboxLimits.memory_limit_mb`, where the watchdog would kill the worker) the evaluation
+is refused up front with those numbers, instead of every candidate dying "out of memory".
+Held to it by `tests/optimize/search/test_evaluation_memory.py` (an evaluation's measured
+peak above a tiny problem's stays within `estimate`), measured in
+`bench/results/2026-12-05-optimizer-memory-cpu.md`.
+
+Below 3x the footprint needs what this layout cannot give: the judge taking each checked
+output as the worker hands it over (the session would hold one, not five) and a mix of fewer
+kept copies.
 
 A problem the meta device cannot run (an op without a meta kernel, inputs made with numpy)
 has no estimate: it is evaluated, and the watchdog still bounds it.
@@ -32,18 +41,68 @@ has no estimate: it is evaluated, and the watchdog still bounds it.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 
-# Copies of the footprint one evaluation holds at its peak (module doc): the timing phase's
-# count (4 O held + 4 I + 3 O: 5.5x for I = O) with the draw being made and the allocator's
-# temporaries: rounded up to cover the worker's measured peak above its idle size
-# (bench/optimizer_handles.py on a large softmax; the judge's is lower).
-HELD_COPIES = 8.0
+
+@dataclass(frozen=True)
+class Peak:
+    """Copies of one call's inputs and of its output one process holds at one moment."""
+
+    inputs: float
+    outputs: float
+    where: str
+
+    def bytes_for(self, inputs: int, outputs: int) -> float:
+        return self.inputs * inputs + (self.outputs + TEMPORARIES) * outputs
 
 
-def meta_footprint(reference_source: str) -> int | None:
+# The evaluation's peaks (module doc): whichever holds more for the problem's I and O.
+PEAKS = (
+    Peak(5, 8, "the worker's timing phase"),
+    Peak(6, 7, "the worker's timing setup"),
+    Peak(3, 9, "the judge's first checked call"),
+)
+TEMPORARIES = 0.25  # comparison chunks on a GPU and the allocator's rounding, of the output
+# The table's copies and a quarter more: the measured peaks passed the table's count by up to
+# a tenth on a 1 GiB problem (bench/results/2026-12-05-optimizer-memory-cpu.md), the watchdog
+# samples, and an estimate that refuses should err high, not low.
+HEADROOM = 1.25
+MiB = 2**20
+# The part of one process's memory that does not grow with the problem: the interpreter and
+# torch (a 16x64 softmax's evaluation peaked at 246-305 MB), the freed heap glibc keeps (its
+# trim threshold is 64 MiB, `measure.timing.cpu_cache.steady_allocator`, and fragments add
+# to it: a 64 MiB problem's peak moved by 70 MiB between runs) and a comparison chunk's
+# temporaries on the CPU (`measure.output_rule.CPU_COMPARE_CHUNK` elements, about 30 bytes
+# each).
+INTERPRETER_BYTES = 384 * MiB
+HEAP_SLACK_BYTES = 128 * MiB
+CHUNK_BYTES = 32 * MiB
+FIXED_BYTES = INTERPRETER_BYTES + HEAP_SLACK_BYTES + CHUNK_BYTES
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """One call's inputs and output in bytes, and what one evaluation holds at its peak."""
+
+    inputs: int
+    outputs: int
+
+    @property
+    def total(self) -> int:
+        return self.inputs + self.outputs
+
+    def peak(self) -> Peak:
+        return max(PEAKS, key=lambda p: p.bytes_for(self.inputs, self.outputs))
+
+    def estimate(self) -> int:
+        """Bytes one evaluation holds at its peak, the fixed part included."""
+        return int(HEADROOM * self.peak().bytes_for(self.inputs, self.outputs)) + FIXED_BYTES
+
+
+def meta_footprint(reference_source: str) -> Footprint | None:
     """Bytes of one call's inputs and output of a KernelBench reference, found on the meta
     device; None when the reference cannot run there."""
     import torch
@@ -62,27 +121,36 @@ def meta_footprint(reference_source: str) -> int | None:
         return None
     finally:
         sys.modules.pop(name, None)
-    leaves = [*flatten(inputs), *flatten(output)]
-    return sum(
-        leaf.numel() * leaf.element_size() for leaf in leaves if isinstance(leaf, torch.Tensor)
-    )
+
+    def nbytes(leaves: list[Any]) -> int:
+        return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+
+    return Footprint(nbytes(flatten(inputs)), nbytes(flatten(output)))
 
 
-def refusal(task_name: str, footprint: int, limit_mb: int | None) -> KernelproError | None:
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def refusal(task_name: str, footprint: Footprint, limit_mb: int | None) -> KernelproError | None:
     """The error that refuses a problem whose evaluation cannot fit `limit_mb`, else None."""
-    if not limit_mb or footprint <= 0:
+    if not limit_mb or footprint.total <= 0:
         return None
-    needed = HELD_COPIES * footprint
+    needed = footprint.estimate()
     limit = limit_mb * 2**20
     if needed <= limit:
         return None
+    peak = footprint.peak()
     return KernelproError(
-        f"The problem {task_name!r} is too large for the optimizer on this machine: one call's "
-        f"inputs and output take {footprint / 2**30:.2f} GiB, one evaluation holds up to "
-        f"{HELD_COPIES:g}x that ({needed / 2**30:.2f} GiB) and the sandbox's memory limit is "
-        f"{limit / 2**30:.2f} GiB (SandboxLimits.memory_limit_mb, half the machine's memory "
-        "by default). Optimize it at a smaller shape (its get_inputs), or on a machine with "
-        f"at least {needed / 2**30 * 2:.0f} GiB of memory."
+        f"The problem {task_name!r} is too large for the optimizer on this machine: one "
+        f"call's inputs take {_gib(footprint.inputs)} and its output {_gib(footprint.outputs)}; "
+        f"one evaluation holds up to {_gib(needed)} at its peak ({peak.where}: {peak.inputs:g} "
+        f"copies of the inputs and {peak.outputs + TEMPORARIES:g} of the output, a quarter more "
+        f"for what the table misses, and {_gib(FIXED_BYTES)} for the interpreter, torch and the "
+        f"allocator) and the sandbox's memory limit is "
+        f"{_gib(limit)} (SandboxLimits.memory_limit_mb, half the machine's memory by default). "
+        "Optimize it at a smaller shape (its get_inputs), or on a machine with at least "
+        f"{needed / 2**30 * 2:.0f} GiB of memory."
     )
 
 
@@ -94,4 +162,10 @@ def check_fits(task_name: str, reference_source: str, limit_mb: int | None) -> d
     error = refusal(task_name, footprint, limit_mb)
     if error is not None:
         raise error
-    return {"footprint_bytes": footprint, "held_copies": HELD_COPIES}
+    return {
+        "footprint_bytes": footprint.total,
+        "inputs_bytes": footprint.inputs,
+        "outputs_bytes": footprint.outputs,
+        "estimate_bytes": footprint.estimate(),
+        "peak_at": footprint.peak().where,
+    }

@@ -69,6 +69,11 @@ from pytest_kernelpro.problem.build import build_kernel, build_module, init_inpu
 EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
 
 
+class ReferenceRaised(Exception):
+    """The reference raised on a checked call's inputs (`check_call`'s `reference_may_raise`);
+    its exception is the cause."""
+
+
 class Rejected(Exception):
     """The candidate failed a check; carries its status and one-line reason."""
 
@@ -217,6 +222,8 @@ class _Pipeline:
         make: Callable[[], list[Any]],
         label: str,
         previous: list[tuple[Callable[[], list[Any]], Any]] | None = None,
+        *,
+        reference_may_raise: bool = False,
     ) -> Any:
         """One checked call on the inputs `make()` returns: reference, candidate, every
         per-call check; returns the candidate's output as handed over (a private mapping of
@@ -233,15 +240,23 @@ class _Pipeline:
         returns a cache (any earlier call: an address-keyed cache hits whichever trial's
         input the allocator put at the same address). The earlier reference output is made
         again only when the candidate's matches, so no call keeps a reference output.
+
+        `reference_may_raise`: an exception of the reference (a shape the problem does not
+        accept) is raised as `ReferenceRaised`, before the candidate runs.
         """
         inputs = SealedInputs(torch, make(), label=judge.output_name(label) or "shape")
         try:
-            # Its first call runs on a copy: whether the reference writes its inputs is
-            # not known yet (`run_reference` compares the copy with the sealed inputs).
-            ref_out, ref_modifies, ref_aliases = self.run_reference(
-                inputs.values if self._ref_modifies is False else inputs.writable(),
-                pristine=inputs.values,
-            )
+            try:
+                # Its first call runs on a copy: whether the reference writes its inputs is
+                # not known yet (`run_reference` compares the copy with the sealed inputs).
+                ref_out, ref_modifies, ref_aliases = self.run_reference(
+                    inputs.values if self._ref_modifies is False else inputs.writable(),
+                    pristine=inputs.values,
+                )
+            except Exception as exc:
+                if reference_may_raise:
+                    raise ReferenceRaised(label) from exc
+                raise
             cand_args = inputs.writable() if ref_modifies else inputs.read_only()
             out, early = self.run_candidate(cand_args, ref_out)
             for remake, cand_before in previous or []:
@@ -426,14 +441,12 @@ class _Pipeline:
         checked = []
         for label, args in variants:
             try:
-                self.run_reference(clone_inputs(torch, args))
-            except Exception as exc:  # the problem does not accept this shape: not a test
+                self.check_call(functools.partial(list, args), label, reference_may_raise=True)
+            except ReferenceRaised as exc:  # the problem does not accept this shape: not a test
                 self.correctness.setdefault("shape_skipped", []).append(
-                    f"{label}: reference raises {type(exc).__name__}"
+                    f"{label}: reference raises {type(exc.__cause__).__name__}"
                 )
                 continue
-            try:
-                self.check_call(functools.partial(list, args), label)
             except Rejected as exc:
                 if exc.status == "wrong":
                     raise Rejected(
@@ -457,9 +470,14 @@ class _Pipeline:
         content by the gate's rule. The search's timing and the winner's confirmation
         (`worker.retime`) both time this; call it under `torch.no_grad()`."""
 
+        # The gate's check of a timed output (`CorrectnessRule.timed_check`: what the rule's
+        # `judge` decides, a plain output in one pass), its reason without the kernel's values
+        # (`measurement.without_values`), as every reason that may reach a prompt.
+        timed = self.rule.timed_check(torch)
+
         def check(got: Any, expected: Any) -> str | None:
-            decided = measurement.verdict(torch, got, expected, self.rule)
-            return None if decided.ok else str(decided.failure)
+            failure = timed(got, expected)
+            return None if failure is None else measurement.without_values(failure)
 
         return measurement.fresh_calls(
             torch,

@@ -164,21 +164,24 @@ def test_a_problem_too_large_is_refused_before_any_worker_with_the_numbers() -> 
     finally:
         evaluator.close()
     text = str(caught.value)
-    # Input 8192x4096 and output 8192x4096, fp32: 256 MiB in all.
+    # Input 8192x4096 and output 8192x4096, fp32: 128 MiB each; the peak is the worker's
+    # timing (5 inputs, 8.25 outputs, a quarter more) and the fixed 544 MiB: 2.07 + 0.53 GiB.
     assert "'big_softmax' is too large" in text
-    assert "one call's inputs and output take 0.25 GiB" in text
-    assert f"holds up to {footprint.HELD_COPIES:g}x that" in text
+    assert "one call's inputs take 0.12 GiB and its output 0.12 GiB" in text
+    assert "holds up to 2.60 GiB at its peak (the worker's timing phase: 5 copies" in text
+    assert "8.25 of the output, a quarter more for what the table misses, and 0.53 GiB" in text
     assert "memory limit is 0.50 GiB" in text
 
 
 def test_the_footprint_takes_no_memory_and_unknown_problems_are_not_refused() -> None:
     huge = REFERENCE.replace("batch, n = 16, 64", "batch, n = 2**20, 2**16")  # 2 TiB: meta only
-    assert footprint.meta_footprint(huge) == 2 * 2**20 * 2**16 * 4
+    assert footprint.meta_footprint(huge) == footprint.Footprint(2**36 * 4, 2**36 * 4)
     numpy_inputs = REFERENCE.replace(
         "return [torch.randn(batch, n)]", "import numpy\n    return [numpy.zeros(3)]"
     )
     assert footprint.meta_footprint(numpy_inputs) is None  # no estimate: not refused
-    assert footprint.refusal("p", 10**12, None) is None  # no memory limit: not refused
+    huge_call = footprint.Footprint(10**12, 10**12)
+    assert footprint.refusal("p", huge_call, None) is None  # no memory limit: not refused
 
 
 def test_the_memory_scan_finds_a_memfd_where_it_can_see_one() -> None:

@@ -1,0 +1,202 @@
+"""What an evaluation skips on a large problem changes no verdict: a bit-identical output passes
+without the rule's passes only where the rule would pass it, the timed outputs' one-pass check
+runs chunk by chunk and decides as the rule does, the CPU comparison's chunks stay short, and
+a second input shape the reference refuses is skipped without a second reference call."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_kernelpro.measure import output_rule
+from pytest_kernelpro.optimize.sandbox import harness, measurement
+
+torch = pytest.importorskip("torch")
+
+
+def _softmax(x: object) -> object:
+    return torch.softmax(x, dim=-1)  # type: ignore[arg-type]
+
+
+def _calibrated(x: object) -> tuple[output_rule.CorrectnessRule, object]:
+    """A rule after its truth decided the first call (the state of every later call)."""
+    rule = measurement.new_rule({})
+    expected = _softmax(x)
+    measurement.find_truth(torch, rule, _softmax, [x], expected, "cpu")
+    assert measurement.verdict(torch, expected.clone(), expected, rule).ok  # type: ignore[attr-defined]
+    assert rule.calibrated
+    return rule, expected
+
+
+def test_a_bit_identical_output_passes_without_the_rule_only_after_the_truths_call() -> None:
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
+    pending = measurement.new_rule({})
+    expected = _softmax(x)
+    measurement.find_truth(torch, pending, _softmax, [x], expected, "cpu")
+    # The truth's call calibrates the later ones: never skipped.
+    assert measurement.identical_reports(torch, expected.clone(), expected, pending) is None
+    rule, expected = _calibrated(x)
+    reports = measurement.identical_reports(torch, expected.clone(), expected, rule)
+    assert reports is not None
+    assert all(r.ok for r in reports)
+    assert reports[0].tolerance == rule.for_leaf("output", expected.dtype)  # type: ignore[attr-defined]
+    decided = measurement.verdict(torch, expected.clone(), expected, rule)
+    assert decided.ok
+    assert decided.max_abs == 0.0
+
+
+@pytest.mark.parametrize(
+    "got_of",
+    [
+        pytest.param(lambda e: e + 1e-3, id="one rounding off: the rule decides"),
+        pytest.param(lambda e: e.double(), id="another dtype"),
+        pytest.param(lambda e: e.reshape(-1), id="another shape"),
+        pytest.param(lambda e: (e,), id="another structure"),
+        pytest.param(lambda e: (e + 0.5).as_subclass(_Lies), id="a subclass that lies"),
+    ],
+)
+def test_anything_but_a_plain_identical_tensor_goes_through_the_rule(got_of: object) -> None:
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(2))
+    rule, expected = _calibrated(x)
+    got = got_of(expected)  # type: ignore[operator]
+    assert measurement.identical_reports(torch, got, expected, rule) is None
+    assert not measurement.verdict(torch, got, expected, rule).ok
+
+
+class _Lies(torch.Tensor):
+    """A tensor subclass whose `torch.equal` says what it likes."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if func is torch.equal:
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_nan_where_the_reference_has_nan_is_the_rules_to_explain() -> None:
+    x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+    rule, expected = _calibrated(x)
+    with_nan = expected.clone()  # type: ignore[attr-defined]
+    with_nan[0, 0] = float("nan")
+    assert measurement.identical_reports(torch, with_nan.clone(), with_nan, rule) is None
+    decided = measurement.verdict(torch, with_nan.clone(), with_nan, rule)
+    assert decided.ok  # NaN at the reference's own NaN: accepted, with its note
+    assert any(n for r in decided.reports for n in r.notes)
+
+
+def test_the_cpu_comparisons_chunks_are_short_and_the_gpus_unchanged() -> None:
+    total = 1 << 27  # a 4096x32768 output
+    gpu = output_rule.chunk_ranges(total)
+    cpu = output_rule.chunk_ranges(total, torch.device("cpu"))
+    assert gpu.step == max(output_rule.COMPARE_CHUNK, total // output_rule.COMPARE_MAX_CHUNKS)
+    assert cpu.step == output_rule.CPU_COMPARE_CHUNK < gpu.step
+    assert output_rule.chunk_ranges(total, "cpu") == cpu
+    assert len(output_rule.chunk_ranges(1000, "cpu")) == 1  # a small output: one chunk
+
+
+@pytest.mark.parametrize("where", [0, 4095, 2 * 4096 + 17, 8 * 4096 - 1])
+def test_the_timed_check_in_chunks_decides_as_the_rule(
+    where: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An output of many chunks (the chunks shrunk): one element off in any chunk fails the
+    one-pass check and the rule alike, and the clean output passes both."""
+    monkeypatch.setattr(output_rule, "CPU_COMPARE_CHUNK", 4096)
+    x = torch.randn(8, 4096, generator=torch.Generator().manual_seed(4))
+    rule, expected = _calibrated(x)
+    check = rule.timed_check(torch)
+    assert check(expected.clone(), expected) is None  # type: ignore[attr-defined]
+    wrong = expected.clone()  # type: ignore[attr-defined]
+    wrong.view(-1)[where] += 0.5
+    found = check(wrong, expected)
+    assert found is not None
+    assert "elements" in found
+    assert not measurement.verdict(torch, wrong, expected, rule).ok
+    # Under the normwise bound only: every element inside, the sum of them outside.
+    spread = expected * (1 + 40 * torch.finfo(torch.float32).eps)  # type: ignore[operator]
+    assert (check(spread, expected) is None) == measurement.verdict(
+        torch, spread, expected, rule
+    ).ok
+
+
+SHAPE_REFERENCE = """import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        assert x.shape[0] == 16, "only a batch of 16"
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(16, 32)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+SHAPE_CANDIDATE = """import torch
+from torch import nn
+
+BATCHES = []
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        BATCHES.append(x.shape[0])
+        return torch.softmax(x, dim=-1)
+"""
+
+
+def test_a_shape_the_reference_refuses_is_skipped_before_the_candidate_runs() -> None:
+    import sys
+
+    task = {
+        "reference": SHAPE_REFERENCE,
+        "candidate": SHAPE_CANDIDATE,
+        "device": "cpu",
+        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
+        "cpu_threads": 1,
+    }
+    try:
+        result = harness.run_task(task, lambda phase: None)
+        batches = sys.modules["kernelpro_candidate"].BATCHES
+    finally:
+        for name in ("kernelpro_candidate", "kernelpro_reference"):
+            sys.modules.pop(name, None)
+    assert result["status"] == "correct", result.get("reason")
+    skipped = result["correctness"]["shape_skipped"]
+    assert skipped == ["batch 8 instead of 16: reference raises AssertionError"]
+    assert result["correctness"]["shape_check"] == "none applicable"
+    assert 8 not in batches
+    assert 16 in batches
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+def test_finite_chunks_on_the_cpu_give_the_general_passs_table(
+    dtype: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`_allclose_pass` (a quick row per chunk, the full one where a chunk misses) against
+    the full row of every chunk: the same table to the bit and the same worst positions,
+    over chunks of finite numbers, some over the tolerance, and chunks with NaN, infinities
+    and zeros, in the CPU's chunk size."""
+    monkeypatch.setattr(output_rule, "CPU_COMPARE_CHUNK", 1000)
+    gen = torch.Generator().manual_seed(5)
+    e = torch.randn(8000, generator=gen).to(dtype)  # type: ignore[arg-type]
+    g = e + (1e-3 * torch.randn(8000, generator=gen)).to(dtype)  # type: ignore[arg-type]
+    e[10] = 0.0  # a zero reference: rel masked
+    g[20] = e[20]  # an exact element: ratio masked
+    g[2500], e[2600] = float("nan"), float("inf")  # chunk 2 goes the general way
+    e[5000] = g[5000] = float("nan")  # chunk 5: both NaN
+    tol = output_rule.Tolerance(1e-4, 1e-4, "test", norm_rtol=1e-3)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    fast = output_rule._allclose_pass(torch, g, e, tol, work)
+    steps = output_rule.chunk_ranges(8000, e.device)
+    assert steps.step == 1000
+    full = [
+        output_rule._full_chunk(torch, g[lo : lo + steps.step], e[lo : lo + steps.step], tol, work)
+        for lo in steps
+    ]
+    assert torch.equal(fast[0], torch.stack([row for row, _ in full]))
+    assert fast[1].tolist() == [int(best) + lo for (_, best), lo in zip(full, steps, strict=True)]
+    assert fast[0][:, 3].sum() > 0  # elements over the tolerance in the finite chunks too
