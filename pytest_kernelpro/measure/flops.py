@@ -136,13 +136,8 @@ _COPY = {
 }  # fmt: skip
 # Ops that read from their first argument (the source) only the elements they gather: an honest
 # kernel need not read the rest of it (a 1 GiB table of which 256 MiB of rows are selected).
-# The value says how the source's needed bytes are found: "rows" (index_select, embedding)
-# and "elements" (take) from the distinct index values; "output" (gather, advanced indexing)
-# at most the output's elements in the source's dtype.
-_GATHERS = {
-    "index_select": "rows", "embedding": "rows", "take": "elements", "gather": "output",
-    "index": "output", "_unsafe_index": "output",
-}  # fmt: skip
+# `gathered_source` says how many bytes each needs from it.
+_GATHERS = {"index_select", "embedding", "take", "gather", "index", "_unsafe_index"}
 # Ops whose first argument is only written (not read).
 _WRITE_ONLY_SELF = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
                     "exponential_", "index_put_", "_index_put_impl_", "scatter_"}  # fmt: skip
@@ -583,17 +578,22 @@ def gathered_source(func: Any, args: tuple, out: Any, gathered: dict[Any, float]
     """The source tensor a `_GATHERS` op reads only in part, with the bytes it needs from it
     added to `gathered` (by storage); None for any other op."""
     name = base_name(func)
-    how = _GATHERS.get(name)
-    source = args[0] if how is not None and args else None
-    outs = list(iter_tensors(out))
-    if source is None or not hasattr(source, "element_size") or not outs or source.dim() == 0:
+    if name not in _GATHERS or not args:  # every other op: nothing more to look at
         return None
-    # (the index tensor, the source dimension it selects along) of the row and element gathers
-    index, dim = {
-        "index_select": lambda: (args[2], int(args[1])),
-        "embedding": lambda: (args[1], 0),
-        "take": lambda: (args[1], None),
-    }.get(name, lambda: (None, None))()
+    source = args[0]
+    outs = list(iter_tensors(out))
+    if not hasattr(source, "element_size") or not outs or source.dim() == 0:
+        return None
+    # The index tensor and the source dimension it selects along, where the distinct index
+    # values say which rows (`index_select`, `embedding`) or elements (`take`) are read;
+    # `gather` and advanced indexing read at most their output's elements.
+    index, dim = None, None
+    if name == "index_select":
+        index, dim = args[2], int(args[1])
+    elif name == "embedding":
+        index, dim = args[1], 0
+    elif name == "take":
+        index = args[1]
     if hasattr(index, "unique") and not (index.dtype.is_floating_point or index.dtype.is_complex):
         # each distinct row (element) is read once; repeats come from cache
         per_index = 1 if dim is None else source.numel() // max(1, source.shape[dim])

@@ -467,6 +467,28 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     return LeafReport(path, tol, True, None, max_abs, max_rel, worst_ratio, index, notes)
 
 
+def _two_stage_pass(
+    torch: Any,
+    steps: range,
+    quick: Callable[[int], tuple[Any, Any]],
+    full: Callable[[int], tuple[Any, Any]],
+    settled: Callable[[Any], bool],
+) -> tuple[Any, list[Any]]:
+    """The chunked passes' shared shape: every chunk (its start in `steps`) first taken by
+    `quick`, which leaves out the NaN and infinity screens; one synchronization reads the
+    table; a chunk whose row `settled` does not accept is taken again by `full`. Each takes a
+    chunk's start and returns its row and where its largest ratio is (None when the pass
+    has none). Returns the table (on the CPU) and those positions, chunk-relative."""
+    firsts = [quick(lo) for lo in steps]
+    table = torch.stack([row for row, _ in firsts]).cpu()  # the one synchronization
+    best = [at for _, at in firsts]
+    for index, lo in enumerate(steps):
+        if not settled(table[index]):
+            row, best[index] = full(lo)
+            table[index] = row.cpu()
+    return table, best
+
+
 # The kinds of element an allclose misses, in the columns of `_allclose_pass`'s table.
 _MISSES = ("nan", "missing nan", "inf", "over")
 
@@ -486,25 +508,19 @@ def _allclose_pass(
     is a number at most 1, which holds only where every element is finite on both sides and
     within its limit: such a chunk's row is exactly the full pass's (no miss, no NaN). Only
     the other chunks are taken again by `_full_chunk`, which explains NaN and infinities."""
-    total = e_flat.numel()
-    steps = chunk_ranges(total, e_flat.device)
-    rows: list[Any] = []
-    worst_at: list[Any] = []
-    for lo in steps:
-        row, best = _passing_chunk(
-            torch, g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step], tol, work
-        )
-        rows.append(row)
-        worst_at.append(best + lo)
-    table = torch.stack(rows).cpu()  # the one synchronization of an output that passes
-    for index, lo in enumerate(steps):
-        if not bool(table[index, 7] <= 1.0):  # False for NaN: a miss or a non-number
-            row, best = _full_chunk(
-                torch, g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step], tol, work
-            )
-            table[index] = row.cpu()
-            worst_at[index] = best + lo
-    return table, torch.stack(worst_at).cpu()
+    steps = chunk_ranges(e_flat.numel(), e_flat.device)
+
+    def chunk(lo: int) -> tuple[Any, Any]:
+        return g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step]
+
+    table, best = _two_stage_pass(
+        torch,
+        steps,
+        lambda lo: _passing_chunk(torch, *chunk(lo), tol, work),
+        lambda lo: _full_chunk(torch, *chunk(lo), tol, work),
+        lambda row: bool(row[7] <= 1.0),  # False for NaN: a miss or a non-number
+    )
+    return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
 def _passing_chunk(
@@ -710,14 +726,16 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     diff = torch.empty(ref.shape, dtype=keep, device=ref.device)
     flat = (diff.reshape(-1), ref.detach().reshape(-1), wide_out.reshape(-1))
     steps = chunk_ranges(total, ref.device)
-    # Each chunk is first taken as finite on both sides; one synchronization then reads
-    # max |r - t| of each, a number only where both are finite at every element: those rows
-    # (and differences) are the screened ones. The other chunks are taken again screened.
-    sums = [_reference_error_chunk(torch, flat, lo, steps.step, screen=False) for lo in steps]
-    table = torch.stack(sums).cpu()
-    for index, lo in enumerate(steps):
-        if not math.isfinite(float(table[index, 2])):
-            table[index] = _reference_error_chunk(torch, flat, lo, steps.step, screen=True).cpu()
+    # Each chunk is first taken as finite on both sides: max |r - t| is a number only where
+    # both are finite at every element, and then those rows (and differences) are the
+    # screened ones. The other chunks are taken again screened.
+    table, _ = _two_stage_pass(
+        torch,
+        steps,
+        lambda lo: (_reference_error_chunk(torch, flat, lo, steps.step, screen=False), None),
+        lambda lo: (_reference_error_chunk(torch, flat, lo, steps.step, screen=True), None),
+        lambda row: math.isfinite(float(row[2])),
+    )
     if float(table[:, 4].sum()) > 0:
         return f"the re-run gave NaN or infinity at {path} where the reference did not"
     leaf = LeafTruth(
@@ -811,20 +829,18 @@ def _truth_pass(
     work = torch.complex64 if r.is_complex() else torch.float32
     steps = chunk_ranges(total, r.device)
     bounds = (floor, factor, roundings)
-    rows, best_at = [], []
-    for lo in steps:
-        chunk = (g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step])
-        row, best = _truth_chunk(torch, chunk, bounds, work, screen=False)
-        rows.append(row)
-        best_at.append(best + lo)
-    table = torch.stack(rows).cpu()  # the one synchronization where everything is finite
-    for index, lo in enumerate(steps):
-        if not math.isfinite(float(table[index, 5])):
-            chunk = (g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step])
-            row, best = _truth_chunk(torch, chunk, bounds, work, screen=True)
-            table[index] = row.cpu()
-            best_at[index] = best + lo
-    return table, torch.stack(best_at).cpu()
+
+    def chunk(lo: int) -> tuple[Any, Any, Any]:
+        return g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step]
+
+    table, best = _two_stage_pass(
+        torch,
+        steps,
+        lambda lo: _truth_chunk(torch, chunk(lo), bounds, work, screen=False),
+        lambda lo: _truth_chunk(torch, chunk(lo), bounds, work, screen=True),
+        lambda row: math.isfinite(float(row[5])),
+    )
+    return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
 def _truth_chunk(
@@ -843,9 +859,10 @@ def _truth_chunk(
     zero = torch.zeros((), dtype=work, device=gd.device)
     if screen:
         ok = torch.isfinite(gd) & torch.isfinite(rd)
-        both_nan = (torch.isnan(gd) & torch.isnan(rd)).sum()
+        nan_both = torch.isnan(gd) & torch.isnan(rd)
+        both_nan = nan_both.sum()
         # Not numbers on both sides and not the same NaN or infinity: screened by the caller.
-        unlike = (~ok & ~(torch.isnan(gd) & torch.isnan(rd)) & (gd != rd)).sum()
+        unlike = (~ok & ~nan_both & (gd != rd)).sum()
         diff = torch.where(ok, gd - rd, zero)  # kernel - reference
         off = (diff + torch.where(ok, dd, zero)).abs()  # |kernel - truth|
     else:
