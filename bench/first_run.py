@@ -7,10 +7,14 @@ machine's ceilings are measured as on a first run):
 - `ten`: a project of 10 small CPU kernels written from the README (elementwise, reductions,
   softmax, layer norm, a small matmul), `pytest -q`;
 - `example`: the example repository, `pytest -q --kernelpro-only` (what scripts/main.sh runs);
-- `kernelbench`: six KernelBench level-1 problems at the sizes of KernelBench's first release
-  (bench/kernelbench_level1_first_release: 16 x 16384 rows, a 16 x 64 x 256 x 256 pooling),
-  the "small KernelBench session" whose items fit a 20 s limit on a quiet CPU, with
-  `--kernelpro-item-timeout=20`: what the limit must not charge is the machine's set-up;
+- `kernelbench`: six small KernelBench level-1 problems at the sizes of KernelBench's first
+  release (bench/kernelbench_level1_first_release: 16 x 16384 rows, a 16 x 32 x 128 x 128
+  pooling, a 16 x 256 x 256 sum), the "small KernelBench session" whose items' own work fits a
+  20 s limit, with `--kernelpro-item-timeout=20`: what the limit must not charge is the
+  machine's set-up (the ceilings probe, before the first item);
+- `kernelbench-64mi`: the two first-release problems of 64 Mi elements (RMSNorm, 2-D average
+  pooling, 16 x 64 x 256 x 256) under the same 20 s limit: their own work is the limit's to
+  stop, and the failure names the phase it was in;
 - `kernelbench-today`: the same six at today's sizes (bench/kernelbench_level1, 6.4-17 GB
   each), where one CPU thread's own work on an item exceeds 20 s even on a quiet machine.
 
@@ -35,6 +39,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 KERNELBENCH = ROOT / "bench" / "kernelbench_level1"
 KERNELBENCH_FIRST_RELEASE = ROOT / "bench" / "kernelbench_level1_first_release"
+SMALL_SIX = [
+    "19_ReLU.py",
+    "23_Softmax.py",
+    "38_L1Norm_.py",
+    "39_L2Norm_.py",
+    "42_Max_Pooling_2D.py",
+    "47_Sum_reduction_over_a_dimension.py",
+]
+FIRST_RELEASE_64MI = ["36_RMSNorm_.py", "45_Average_Pooling_2D.py"]
 SIX = [
     "19_ReLU.py",
     "23_Softmax.py",
@@ -43,6 +56,11 @@ SIX = [
     "39_L2Norm_.py",
     "45_Average_Pooling_2D.py",
 ]
+CASE_PROBLEMS = {
+    "kernelbench": (KERNELBENCH_FIRST_RELEASE, SMALL_SIX),
+    "kernelbench-64mi": (KERNELBENCH_FIRST_RELEASE, FIRST_RELEASE_64MI),
+    "kernelbench-today": (KERNELBENCH, SIX),
+}
 
 TEN_KERNELS = """
 import pytest
@@ -117,11 +135,11 @@ def run_case(name: str, tmp: Path) -> dict[str, object]:
         cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--kernelpro-only",
                f"--kernelpro-json={tmp / 'report.json'}"]  # fmt: skip
         cwd = ROOT / "example_repo"
-    elif name in ("kernelbench", "kernelbench-today"):
-        source = KERNELBENCH_FIRST_RELEASE if name == "kernelbench" else KERNELBENCH
+    elif name in CASE_PROBLEMS:
+        source, files = CASE_PROBLEMS[name]
         problems = tmp / "problems"
         problems.mkdir()
-        for file in SIX:
+        for file in files:
             (problems / file).write_text((source / file).read_text())
         cmd = [py, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                f"--kernelpro-problems={problems}", "--kernelpro-item-timeout=20"]  # fmt: skip
@@ -139,9 +157,10 @@ def run_case(name: str, tmp: Path) -> dict[str, object]:
     report = cwd / ".kernelpro" / "kernelpro-report.json"
     if name == "example":
         report = tmp / "report.json"
-    budget_notes = []
+    budget_notes, item_s = [], {}
     if report.exists():
         for record in json.loads(report.read_text())["records"]:
+            item_s[record["name"]] = round(record.get("wall_s") or 0.0, 1)
             note = (record.get("timing") or {}).get("budget_note")
             if note:
                 budget_notes.append(f"{record['name']}: {note}")
@@ -153,6 +172,7 @@ def run_case(name: str, tmp: Path) -> dict[str, object]:
         "overrun": overruns,
         "budget_notes": budget_notes,
         "probe_line": bool(probe),
+        "item_s": item_s,
         "tail": out[-1500:] if proc.returncode not in (0, 1) else "",
     }
 

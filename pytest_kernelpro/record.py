@@ -361,7 +361,9 @@ class KernelRecord(msgspec.Struct, kw_only=True):
     gate: VerdictPart | None = None
     profile: ProfilePart | None = None
     guidance: str | None = None  # Markdown "Automated Bottleneck Analysis"
-    wall_s: float = 0.0  # time the plugin spent on this item
+    # Time the plugin spent on this item, less the machine's set-up the item triggered (a
+    # CUDA context, the ceilings probe: `extra["machine_setup_s"]`).
+    wall_s: float = 0.0
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
     # Each setting a marker can override: {"value": ..., "source": "marker threshold=" | the
     # command line, environment, ini or conftest setting it came from | "built-in: ..."}
