@@ -154,8 +154,7 @@ class Kept:
 
     def absent(self, where: str, namespace: dict[str, Any], names: Iterable[str]) -> None:
         """Keep `names` as absent from `namespace` (a `by_dict` group): setting one fails."""
-        for name in names:
-            self.add(where, namespace, name, _MISSING)
+        self.extend([(where, namespace, name, _MISSING) for name in names])
 
     def clear(self) -> None:
         for part in (self.owners, self.names, self.values, self.where):
@@ -198,6 +197,8 @@ def _torch_tampered() -> list[str]:
     """torch timing functions whose code no longer comes from torch's own files (the ones
     seen intact are kept for `restore`, their links for `intact`)."""
     found = []
+    modules: list[tuple[str, Any, str, Any]] = []
+    links: list[tuple[str, Any, str, Any]] = []
     _TORCH_MODULES.clear()
     _TORCH_LINKS.clear()
     _torch_pending.clear()
@@ -206,13 +207,13 @@ def _torch_tampered() -> list[str]:
         if owner is None:
             _torch_pending.append(module_name)
             continue
-        _TORCH_MODULES.add(module_name, sys.modules, module_name, owner)
+        modules.append((module_name, sys.modules, module_name, owner))
         *parents, attr = path.split(".")
         for part in parents:
             parent, owner = owner, getattr(owner, part, None)
-            _TORCH_LINKS.add(module_name, parent, part, owner)
+            links.append((module_name, parent, part, owner))
         value = getattr(owner, attr, None)
-        _TORCH_LINKS.add(module_name, owner, attr, value)
+        links.append((module_name, owner, attr, value))
         if not _torch_own(value):
             patcher = patcher_of(value)
             part = f"{module_name}.{path} (now {_describe(value)}, made by {patcher})"
@@ -220,6 +221,8 @@ def _torch_tampered() -> list[str]:
             found.append(part)
         else:
             _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
+    _TORCH_MODULES.extend(modules)
+    _TORCH_LINKS.extend(links)
     _torch_clean[0] = not found
     return found
 

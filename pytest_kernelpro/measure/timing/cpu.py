@@ -165,10 +165,6 @@ class CpuSampler:
     def repeat(self, calls: int) -> None:
         self.calls, self.body = calls, _repeated(self.fn, calls)
 
-    def sample(self) -> float:
-        """Time one sample (`take`); its per-call wall seconds."""
-        return self.take(1)[0]
-
     def take(self, count: int, floor: int = 0, deadline: float = math.inf) -> list[float]:
         """Time `count` samples, or stop once `taken` reached `floor` and the plan clock
         `deadline`; their per-call wall seconds. Per sample: the inputs refilled
@@ -266,10 +262,11 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
     warm_end = plan_clock() + warmup_s  # after the first call: a compile is no warm-up
     per_calls: list[float] = []
     walls: list[float] = []
-    while not per_calls or (len(per_calls) < 5 and plan_clock() < warm_end):
-        w0 = plan_clock()
-        per_calls.append(sampler.sample())
-        walls.append(plan_clock() - w0)
+    now = plan_clock()
+    while not per_calls or (len(per_calls) < 5 and now < warm_end):
+        per_calls.append(sampler.take(1)[0])
+        walls.append(plan_clock() - now)
+        now += walls[-1]
     spent.estimate_samples = len(per_calls)
     per_call = float(np.median(per_calls))
     sample_wall = float(np.median(walls))

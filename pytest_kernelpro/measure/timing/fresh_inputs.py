@@ -68,6 +68,7 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure import bound
+from pytest_kernelpro.measure.output_rule import leaves_of
 
 MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of the free memory
 # Share of timed calls whose output is compared with the reference. A kernel that skips its
@@ -260,13 +261,18 @@ def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...])
 
 
 def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [leaf for item in obj for leaf in _tensor_leaves(torch, item)]
-    if isinstance(obj, dict):
-        return [leaf for item in obj.values() for leaf in _tensor_leaves(torch, item)]
-    return []
+    """The tensors of nested lists, tuples and dicts, in order (a loop, not a recursion)."""
+    found = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
 
 
 def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
@@ -280,18 +286,10 @@ def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
     return obj
 
 
-def _leaves(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
-    if isinstance(obj, (list, tuple)):
-        return [pair for i, item in enumerate(obj) for pair in _leaves(item, f"{path}[{i}]")]
-    if isinstance(obj, dict):
-        return [pair for k, item in obj.items() for pair in _leaves(item, f"{path}[{k!r}]")]
-    return [(path, obj)]
-
-
 def plain_output_problem(torch: Any, out: Any) -> str | None:
     """Why `out` is not a plain result, or None: every tensor-like leaf must be exactly
     `torch.Tensor` with storage of its own (not a subclass, wrapper or meta tensor)."""
-    for path, leaf in _leaves(out):
+    for path, leaf in leaves_of(torch, out):
         kind = type(leaf)
         tensor_like = isinstance(leaf, torch.Tensor) or hasattr(kind, "__torch_function__")
         if not tensor_like:
@@ -688,7 +686,7 @@ def _same_contents(torch: Any, a: Any, b: Any) -> bool:
 
 def _identical(torch: Any, got: Any, expected: Any) -> bool:
     """Same structure, and every tensor leaf equal in shape, dtype and every bit of value."""
-    left, right = _leaves(got), _leaves(expected)
+    left, right = leaves_of(torch, got), leaves_of(torch, expected)
     if len(left) != len(right):
         return False
     for (path_a, a), (path_b, b) in zip(left, right, strict=True):
