@@ -1,30 +1,23 @@
 """Clocks, serialization and the result channel, bound before any kernel code runs.
 
-Everything a kernel or candidate does after it is imported is untrusted in its process: it
-may rebind `time.perf_counter`, wrap `json.dumps` so the numbers written are smaller, or patch
-`torch.cuda.Event.elapsed_time`. This module is imported by the plugin when pytest loads it
-(before any test module) and by the sandbox worker before the candidate's module, and keeps
-the function objects it found then: calling a kept function object runs the original code
-whatever the module attribute points to later. `tampered()` names every kept function whose
-public name now points elsewhere, so a timing can refuse a kernel that rebound a clock
-instead of trusting its numbers.
+A kernel or candidate may rebind `time.perf_counter`, wrap `json.dumps` so the numbers written
+are smaller, or patch `torch.cuda.Event.elapsed_time`. This module is imported by the plugin
+when pytest loads it (before any test module) and by the sandbox worker before the
+candidate's module, and keeps the function objects it found then: a kept function object runs
+the original code whatever the module attribute points to later, and `tampered()` names every
+kept function whose public name now points elsewhere, so a timing refuses a kernel that
+rebound a clock instead of trusting its numbers.
 
-The plugin's own timing modules are kept too (`keep_module`, the last line of each): every
-name of their namespaces (functions, classes, imported modules, constants) is compared by
-identity with what it was when the module finished importing, so `import
-pytest_kernelpro.measure.bound as b; b.perf_counter = fake` or `cpu.bound = fake_module` is a
-rebinding like `time.perf_counter = fake`. `binding_failure` runs before and after every
-sample (`timing/cpu.py`, `timing/cuda.py`); the module that made a patch is found from the
-replacement itself (its code's file, its `__module__`) or, failing that, from the modules
-that hold it (`patcher_of`), and is remembered (`patchers`): a kernel of that module is
-refused when it is timed, and a kernel timed after someone else's patch is timed on the
-originals, put back, instead of being blamed.
-
-CUDA events are used through `torch._C._CudaEventBase` (a C type: its methods cannot be
-reassigned from Python), never through the Python subclass `torch.cuda.Event`.
-
-Standard library only at import (the plugin imports this module, and `plugin.py` imports no
-torch).
+The plugin's timing modules are kept too (`keep_module`, the last line of each): every name
+of their namespaces is compared by identity with what it was when the module finished
+importing, so `bound.perf_counter = fake` or `cpu.bound = fake_module` is a rebinding like
+`time.perf_counter = fake`. `intact`/`binding_failure` run before and after every sample; the
+module that made a patch is found from the replacement (its code's file, its `__module__`) or
+from the modules that hold it (`patcher_of`) and remembered (`patchers`): its kernels are
+refused when timed, and a kernel timed after someone else's patch is timed on the originals,
+put back, instead of being blamed. CUDA events are used through `torch._C._CudaEventBase` (a
+C type whose methods cannot be reassigned), never `torch.cuda.Event`. Standard library only
+at import (`plugin.py` imports no torch).
 """
 
 from __future__ import annotations

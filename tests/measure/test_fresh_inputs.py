@@ -17,7 +17,6 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     DishonestTiming,
     FreshInputs,
     Seal,
-    checked_now,
     fresh_inputs,
     survival,
     verify_bindings,
@@ -143,17 +142,6 @@ def test_a_maker_returning_the_same_tensors_with_an_invalid_jitter_is_checked_ev
     assert fresh.mode == "fixed"
     assert fresh.rate == 1.0
     assert "a memo keyed by the contents cannot be excluded" in fresh.note
-
-
-def test_the_check_decision_reads_the_kept_os_urandom_at_that_moment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """No generator: a kernel that replaces os.urandom (or seeds every RNG) cannot steer it."""
-    monkeypatch.setattr(os, "urandom", lambda n: b"\xff" * n)  # "never checked", if used
-    decided = [checked_now(CHECK_RATE) for _ in range(2000)]
-    monkeypatch.undo()
-    assert 0.5 < sum(decided) / len(decided) < 0.7
-    assert bound.tampered() == []
 
 
 def test_the_timed_calls_checked_share_is_the_rate_whatever_os_urandom_says(
@@ -480,7 +468,7 @@ def test_a_kept_name_of_the_timing_modules_changed_any_way_fails_the_fast_check(
         if how == "module_attribute":
             module.CHECK_RATE = 0.0  # type: ignore[misc]
         elif how == "code":
-            module.checked_now.__code__ = (lambda rate: False).__code__
+            module.survival.__code__ = (lambda rate, share, calls: 0.0).__code__
         elif how == "defaults":
             module.fresh_inputs.__kwdefaults__ = {"free_bytes": 0, "name": None}
         elif how == "deleted":
@@ -495,7 +483,7 @@ def test_a_kept_name_of_the_timing_modules_changed_any_way_fails_the_fast_check(
     assert bound.binding_failure("after") is None
     assert bound.intact()
     assert module.CHECK_RATE == CHECK_RATE
-    assert checked_now(1.0)
+    assert survival(1.0, 0.5, 2) == 0.25
 
 
 def test_a_module_replaced_in_sys_modules_after_torch_was_seen_is_checked_again(

@@ -1,25 +1,20 @@
 """The CPU timer: `time.perf_counter` around each call, in the adaptive rounds of `budget.py`.
 
 A sample is one call (or, for a microsecond kernel without fresh inputs, a repeat of calls):
-the kept bindings verified, the inputs refilled (`fresh_inputs.py`), the cache flushed
-(`cpu_cache.py`), the call timed and followed by the CPU anchor in on-CPU time
-(`on_cpu.py`), its output checked, the bindings verified again (`CpuSampler.sample`). The
-machine's load over the sampling and the thread policy are `cpu_load.py`'s.
+the inputs refilled (`fresh_inputs.py`), the cache flushed (`cpu_cache.py`), the call timed
+and followed by the CPU anchor in on-CPU time (`on_cpu.py`), its output checked, the kept
+bindings verified before and after (`CpuSampler.take`). Load and threads: `cpu_load.py`.
 
-The time budget covers what `time_cpu` does after allocating the flush buffer once (first
-call, estimate, warm-up, samples and statistics; not the new content made before each call
-nor the checked calls' reference runs) and is honoured within `BUDGET_TOLERANCE` (20%): the
-estimate is the first warm-up samples, the warm-up ends at a wall-clock deadline (at most
-`CPU_WARMUP_SHARE` of the budget, and never later than leaves room for the floor of
-samples), a round ends at the budget's deadline, and `min_samples` gives way to the budget
-once `CPU_MIN_SAMPLES_FLOOR` samples are in. A budget shorter than the first call, one
-estimate and those samples cannot be honoured: the result's `budget_note` says so and how
-long a budget would be (`overrun_note`). Checked against a simulated clock
-(tests/measure/test_timing_budget.py) and measured on the loaded 2-core VM
-(bench/results/2026-12-01-cpu-budget-cpu.md).
-
-The kernel's reported samples stay its wall times (what a user waits for); the pairs with
-the anchor go to `TimingResult.anchor`.
+The budget covers what `time_cpu` does after allocating the flush buffer (first call,
+estimate, warm-up, samples, statistics; not the inputs' new content nor the checked calls'
+reference runs) and is honoured within `BUDGET_TOLERANCE`: the warm-up ends at a wall-clock
+deadline (at most `CPU_WARMUP_SHARE` of the budget, leaving room for the floor of samples), a
+round ends at the budget's deadline, and `min_samples` gives way to the budget once
+`CPU_MIN_SAMPLES_FLOOR` samples are in. A budget too short for that is overrun and the
+result's `budget_note` says how long a budget would fit (`overrun_note`); checked against a
+simulated clock (tests/measure/test_timing_budget.py,
+bench/results/2026-12-01-cpu-budget-cpu.md). The reported samples stay wall times (what a
+user waits for); the anchor's pairs go to `TimingResult.anchor`.
 """
 
 from __future__ import annotations
