@@ -10,10 +10,8 @@ unit roundoff of the output's dtype; F = `FACTOR`, R = `ROUNDINGS`):
 - the call whose inputs the truth was run on (the first trial):
   every element |k - t| <= F (|r - t| + s) + R u |t|, with the floor s = max |r - t| +
   u rms(t) (the reference's largest error and one rounding of the output's typical value: a
-  scale of the output, not a fixed atol; a reordering's error at one element is not bounded
-  by the reference's error there, nor by its typical size: on the H200 a transposed
-  convolution run twice differed at 0.005% of 28M elements by more than 8x the rms), and
-  normwise ||k - t|| <= F ||r - t|| + R u ||t|| (the kernel may round its result
+  scale of the output, not a fixed atol; a reordering's error at one element is bounded
+  neither by the reference's error there nor by its typical size), and normwise ||k - t|| <= F ||r - t|| + R u ||t|| (the kernel may round its result
   differently). A kernel that does the same math in another order has an error of the
   reference's size and passes; an error F times the reference's own does not.
 - every later call (other inputs: more trials, the re-check after timing, the sandbox's
@@ -217,19 +215,12 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 # Elements compared at once: at least COMPARE_CHUNK, else a 32nd of the output, so the
 # temporaries (about 26 bytes per element in float32) stay near a fifth of a large output's
-# own size while a multi-GB output takes at most 32 chunks (about 15 launches each: a few ms).
-# With 8 chunks (temporaries about 0.8x the output) the output-dominated KernelBench problems
-# (a 4 GiB matmul output from small inputs) peaked at 3.03x their footprint on the H200:
-# reference output, kernel output and the comparison's temporaries.
+# own size while a multi-GB output takes at most 32 chunks (about 15 launches each).
 COMPARE_CHUNK = 1 << 22
 COMPARE_MAX_CHUNKS = 32
-
-
-# On the CPU no launch count bounds the chunks, so they are at most this long: a chunk's
-# float64 temporaries (8 bytes an element) stay below glibc's largest mmap threshold (32 MiB),
-# so freed chunks are reused, not unmapped and faulted in again for the next one
-# (bench/results/2026-12-05-optimizer-memory-cpu.md: a 4M-element chunk took about twice
-# as long as four 1M ones).
+# On the CPU chunks are at most this long: a chunk's float64 temporaries stay below glibc's
+# largest mmap threshold (32 MiB), so freed chunks are reused, not faulted in again
+# (bench/results/2026-12-05-optimizer-memory-cpu.md).
 CPU_COMPARE_CHUNK = 1 << 20
 
 

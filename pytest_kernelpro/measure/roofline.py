@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 import msgspec
@@ -179,36 +179,13 @@ class ReferenceAnalysis:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; infinities (nothing to divide by) become None."""
-
-        def clean(value: Any) -> Any:
-            if isinstance(value, float) and not math.isfinite(value):
-                return None
-            return value
-
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
         return {
+            **out,
             "ops": [op.to_dict() for op in self.ops],
-            **{
-                name: clean(getattr(self, name))
-                for name in (
-                    "flops",
-                    "min_bytes",
-                    "unfused_bytes",
-                    "intensity",
-                    "ridge",
-                    "bound",
-                    "dominant_category",
-                    "peak_flops",
-                    "peak_name",
-                    "bandwidth_Bps",
-                    "compute_time_s",
-                    "memory_time_s",
-                    "roofline_time_s",
-                    "flops_source",
-                    "bytes_source",
-                    "device",
-                    "compulsory_bytes",
-                )
-            },  # fmt: skip
             "unpriced_ops": list(self.unpriced_ops),
             "notes": list(self.notes),
             "bound_band": list(self.bound_band),
