@@ -530,10 +530,10 @@ def _map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
     `fn(tensor)`; the containers are new, other objects shared."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*[_map_tensors(torch, x, fn) for x in obj])
-    if isinstance(obj, (list, tuple)):  # a list built at once: no generator resumed per item
-        return type(obj)([_map_tensors(torch, x, fn) for x in obj])
+    if isinstance(obj, (list, tuple)):  # a tensor item mapped here: no call per tensor
+        tensor = torch.Tensor
+        items = [fn(x) if isinstance(x, tensor) else _map_tensors(torch, x, fn) for x in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     if isinstance(obj, dict):
         return {k: _map_tensors(torch, v, fn) for k, v in obj.items()}
     return obj
@@ -593,26 +593,19 @@ def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
     return [(flat_a[i : i + steps.step], flat_b[i : i + steps.step]) for i in steps]
 
 
-def _count_changed(torch: Any, a: Any, b: Any) -> int:
-    """Elements of `a` and `b` (same shape and dtype) that differ bitwise, NaN equal to NaN."""
-    diff = 0
-    for x, y in _chunks(torch, a, b):
-        if torch.equal(x, y):
-            continue
-        same = x == y
-        if x.is_floating_point() or x.is_complex():
-            same = same | (torch.isnan(x) & torch.isnan(y))
-        diff += int((~same).sum())
-    return diff
-
-
 def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") -> str | None:
     """The first input tensor (its path and how many elements) that differs bitwise between
     `original` and `used` (NaN equal to NaN), else None."""
     if isinstance(original, torch.Tensor) and isinstance(used, torch.Tensor):
         if original.shape != used.shape or original.dtype != used.dtype:
             return f"{path} (its shape or dtype changed)"
-        diff = _count_changed(torch, original.detach(), used.detach())
+        diff = 0  # elements that differ bitwise, NaN equal to NaN
+        for x, y in _chunks(torch, original.detach(), used.detach()):
+            if not torch.equal(x, y):
+                same = x == y
+                if x.is_floating_point() or x.is_complex():
+                    same = same | (torch.isnan(x) & torch.isnan(y))
+                diff += int((~same).sum())
         return None if diff == 0 else f"{path} ({diff} of {original.numel()} elements changed)"
     if isinstance(original, (list, tuple)) and isinstance(used, (list, tuple)):
         for i, (x, y) in enumerate(zip(original, used, strict=False)):

@@ -22,6 +22,7 @@ import functools
 import importlib
 import importlib.metadata
 import math
+import operator
 import os
 import re
 import shutil
@@ -188,27 +189,30 @@ def library_choices() -> dict[str, Any]:
     except ImportError:
         return {}
     out: dict[str, Any] = {}
+    # torch's attribute paths ("()": called), read by `operator.attrgetter` (C, no frames).
     readers = {
-        "cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
-        "cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
-        "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
-        "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
-        "cuda.matmul.allow_fp16_reduced_precision_reduction": lambda: (
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        "cudnn.benchmark": "backends.cudnn.benchmark",
+        "cudnn.deterministic": "backends.cudnn.deterministic",
+        "cudnn.allow_tf32": "backends.cudnn.allow_tf32",
+        "cuda.matmul.allow_tf32": "backends.cuda.matmul.allow_tf32",
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": (
+            "backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
         ),
-        "cuda.matmul.allow_bf16_reduced_precision_reduction": lambda: (
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": (
+            "backends.cuda.matmul.allow_bf16_reduced_precision_reduction"
         ),
-        "float32_matmul_precision": torch.get_float32_matmul_precision,
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
-        "preferred_blas_library": lambda: torch.backends.cuda.preferred_blas_library(),
+        "float32_matmul_precision": "get_float32_matmul_precision()",
+        "deterministic_algorithms": "are_deterministic_algorithms_enabled()",
+        "preferred_blas_library": "backends.cuda.preferred_blas_library()",
     }
-    for name, read in readers.items():
+    for name, path in readers.items():
         # Some of these accessors are deprecated in newer torch: reading one must not warn.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                value = read()
+                value = operator.attrgetter(path.removesuffix("()"))(torch)
+                if path.endswith("()"):
+                    value = value()
             except Exception:
                 continue
         out[name] = json_value(getattr(value, "name", value))  # an enum by its name

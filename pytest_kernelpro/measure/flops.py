@@ -203,7 +203,11 @@ def iter_tensors(obj: Any) -> list[Any]:
     import torch
     from torch.utils._pytree import tree_flatten
 
-    return [leaf for leaf in tree_flatten(obj)[0] if isinstance(leaf, torch.Tensor)]
+    found = []
+    for leaf in tree_flatten(obj)[0]:
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+    return found
 
 
 def tensor_bytes(t: Any) -> int:

@@ -96,7 +96,7 @@ def _machine_busy_s() -> float | None:
         return None
     try:
         ticks = [int(v) for v in first[1:]]
-        busy = sum(ticks[i] for i in _BUSY_FIELDS if i < len(ticks))
+        busy = sum([ticks[i] for i in _BUSY_FIELDS if i < len(ticks)])
     except ValueError:
         return None
     return busy / float(os.sysconf("SC_CLK_TCK"))

@@ -268,7 +268,7 @@ def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
     if isinstance(obj, torch.Tensor):
         return leaves.pop(0)
     if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_with_leaves(torch, item, leaves) for item in obj)
+        return type(obj)([_with_leaves(torch, item, leaves) for item in obj])
     if isinstance(obj, dict):
         return {k: _with_leaves(torch, v, leaves) for k, v in obj.items()}
     return obj
@@ -317,7 +317,7 @@ def free_memory_bytes(torch: Any, device: str) -> int | None:
 
 
 def _nbytes(torch: Any, obj: Any) -> int:
-    return sum(int(t.numel()) * int(t.element_size()) for t in _tensor_leaves(torch, obj))
+    return sum([int(t.numel()) * int(t.element_size()) for t in _tensor_leaves(torch, obj)])
 
 
 def _mib(n: float) -> str:
