@@ -34,10 +34,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.devices import DeviceSpec, find_device_spec
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # the GPU device table: imported where a CUDA device is looked up
+    from pytest_kernelpro.measure.devices import DeviceSpec
 
 CACHE_SCHEMA = 1
 CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"  # the ceilings cache's folder, used as it is
@@ -307,6 +306,8 @@ def cache_target(
     if device_type == "cpu":
         spec = None  # GPU datasheets say nothing about a CPU
     elif spec is None:
+        from pytest_kernelpro.measure.devices import find_device_spec
+
         spec = find_device_spec(name)
     path = cache_path(Path(cache_dir), name, torch.__version__, quick, threads)
     return CacheTarget(device_type, name, threads, spec, path)

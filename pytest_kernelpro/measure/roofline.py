@@ -38,13 +38,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.ceilings import Ceilings, format_rate
-from pytest_kernelpro.measure.devices import DeviceSpec
 from pytest_kernelpro.measure.flops import (
     CATEGORIES,
     TF32X3_KEY,
@@ -61,6 +60,9 @@ from pytest_kernelpro.measure.flops import (
     tf32_flags,
     view_key,
 )
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.measure.devices import DeviceSpec
 
 # When a key is not in the ceilings, the next one that is stands in (noted in the analysis).
 _FALLBACK: dict[str, tuple[str, ...]] = {
