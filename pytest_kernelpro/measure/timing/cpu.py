@@ -162,15 +162,12 @@ class CpuSampler:
 
     def take(self, count: int, floor: int = 0, deadline: float = math.inf) -> list[float]:
         """Time `count` samples, or stop once `taken` reached `floor` and the plan clock
-        `deadline`; their per-call wall seconds. Per sample: the inputs refilled
-        (`FreshInputs.before`) and the cache flushed while the other threads' CPU time is
-        counted (`OtherThreads`), the call timed (with the anchor after it, `CpuPairs`), its
-        output checked (`FreshInputs.after`), and the kept bindings and the seal verified
-        (`measure.bound`): before the first sample and after each one, so every sample is
-        verified right before and right after it (nothing of the kernel runs between one
-        sample's check and the next sample) and a kernel that rebinds a clock is refused at
-        the sample it did it in. One frame for all of it, the helpers bound once (this loop
-        runs every sample; each step's rule is its module's)."""
+        `deadline`; their per-call wall seconds. Per sample: inputs refilled and cache
+        flushed while other threads' CPU time is counted (`OtherThreads`), the call timed
+        (the anchor after it, `CpuPairs`), its output checked (`FreshInputs.after`), the kept
+        bindings and the seal verified (`measure.bound`) before the first sample and after
+        each, so a kernel that rebinds a clock is refused at the sample it did it in. One
+        frame, the helpers bound once: this loop runs every sample."""
         fresh, seal, between, calls, clock = (
             self.fresh,
             self.seal,
@@ -345,22 +342,14 @@ def time_cpu(
     flush: Callable[[], None] | None = None,
     fresh: FreshInputs | None = None,
 ) -> TimingResult:
-    """CPU timing with `clock` (`time.perf_counter` as it was when the plugin loaded,
-    `measure.bound`: a kernel that rebinds it cannot change the timer's clock; see the
-    module docstring). With `fresh`, each sample is one call of `fresh.call` on inputs
-    refilled before it (`fresh_inputs.py`), its output checked after the end time.
-
-    How the budget is spent, every step planned from the clock so the whole call stays
-    within the budget: the first call; the estimate and warm-up (`_first_call_and_warm_up`);
-    then the adaptive rounds, cut at the deadline (`_sampling_rounds`). The floor
-    (`CPU_MIN_SAMPLES_FLOOR`) is never given up: with fewer samples the gate's Mann-Whitney
-    test at alpha 0.01 could never reject (4 against 4 samples give p >= 1/70), so a budget
-    too short for it is overrun and `budget_note` says by how much and why.
-
-    `clock` and `flush` (called before each sample instead of writing the flush buffer,
-    when the budget's flush decision is to flush) are for tests that check the plan against
-    a simulated clock; timing uses the defaults.
-    """
+    """CPU timing (module docstring) with `clock`, `measure.bound`'s kept `perf_counter` by
+    default; with `fresh`, each sample one call on inputs refilled before it, its output
+    checked after the end time. The budget: the first call, the estimate and warm-up
+    (`_first_call_and_warm_up`), then the adaptive rounds cut at the deadline
+    (`_sampling_rounds`). The floor (`CPU_MIN_SAMPLES_FLOOR`) is never given up: with fewer
+    samples the gate's Mann-Whitney test at alpha 0.01 could never reject (4 against 4 give
+    p >= 1/70). `clock` and `flush` (called before each sample instead of writing the flush
+    buffer) let tests check the plan against a simulated clock."""
     clock = clock or bound.perf_counter
     allocator = steady_allocator()
     t_start = clock()
