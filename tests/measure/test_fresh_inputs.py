@@ -402,11 +402,12 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
     ],
 )
 def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
-    """What the per-sample seal compares in C (`Seal.holds`): each rewrite a kernel could make
-    to the `FreshInputs` it finds (call stack, gc) is seen, and named by `changed`."""
+    """What the timers' per-sample check compares in C (`bound.intact` with the seal's kept
+    groups): each rewrite a kernel could make to the `FreshInputs` it finds (call stack, gc)
+    is seen, and named by `changed`."""
     fresh = _fresh()
     seal = Seal.of(fresh)
-    assert seal.holds(fresh)
+    assert bound.intact(*seal.kept)
     verify_bindings(fresh, seal)  # intact: nothing raised
     assert fresh.ends is not None
     if attack == "plan":
@@ -431,7 +432,7 @@ def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
         del fresh.mode
     else:
         fresh.__dict__[attack] = lambda *a, **k: None
-    assert not seal.holds(fresh)
+    assert not bound.intact(*seal.kept)
     assert seal.changed(fresh)
     with pytest.raises(DishonestTiming, match="the timer's own state"):
         verify_bindings(fresh, seal)

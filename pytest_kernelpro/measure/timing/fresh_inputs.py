@@ -136,14 +136,11 @@ SEALED = tuple(
 @dataclass(frozen=True)
 class Seal:
     """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
-    not an attribute of the object the kernel can find): `holds` says whether all of it is
-    the same, `changed` names what differs.
-
-    The sealed names are kept as `bound.Kept` groups (`kept`): each name's object by
-    identity, the object's namespace, and the method names that must not be set on it.
-    The mixed content's tensors are in the sealed `ends` and `weights`, made tuples by
-    `FreshInputs.prepare`, so their identity covers the tensors in them (nothing to
-    replace in place); a timer passes `kept` to `bound.intact` with its own check."""
+    not an attribute of the object the kernel can find). The sealed names are `bound.Kept`
+    groups (`kept`: each name's object by identity, the object's namespace, the method names
+    that must not be set on it), which a timer passes to `bound.intact` every sample;
+    `changed` names what differs. The mix's tensors are in the sealed `ends` and `weights`,
+    tuples since `FreshInputs.prepare`, so their identity covers the tensors in them."""
 
     values: tuple[Any, ...]
     weights: tuple[Any, ...]
@@ -164,11 +161,6 @@ class Seal:
         methods.absent("fresh inputs", namespace, SHADOWING)
         return cls(values, tuple(fresh.weights), tuple(a), tuple(b), (names, methods))
 
-    def holds(self, fresh: FreshInputs) -> bool:
-        """Nothing sealed changed (identity comparisons in C; the timers' per-sample check
-        runs it as part of `bound.intact`)."""
-        return all(map(_group_holds, self.kept))
-
     def changed(self, fresh: FreshInputs) -> list[str]:
         found = [
             name
@@ -186,13 +178,6 @@ class Seal:
             found.append("its namespace (replaced)")
         shadowed = sorted(SHADOWING.intersection(vars(fresh)))
         return found + [f"{name} (set on the object)" for name in shadowed]
-
-
-def _group_holds(kept: bound.Kept) -> bool:
-    try:
-        return not any(map(is_not, kept.currents(), kept.values))
-    except Exception:  # a sealed name made unreadable: `changed` names it
-        return False
 
 
 # Positions per kept tensor whose values fingerprint the mix's kept content (`kept_content`).
