@@ -121,17 +121,6 @@ def _repeated(fn: Callable[[], object], calls: int) -> Callable[[], object]:
     return body
 
 
-@dataclass(frozen=True)
-class _NoHonestWork:
-    """What a timing without fresh inputs spends on honest measurement: nothing."""
-
-    refill_s: float = 0.0
-    check_s: float = 0.0
-
-
-_NO_HONEST_WORK = _NoHonestWork()
-
-
 @dataclass
 class CpuSampler:
     """The CPU samples, and the clock the budget is planned on.
@@ -186,7 +175,6 @@ class CpuSampler:
         thread_time, process_time = bound.thread_time, bound.process_time
         if not intact(*sealed):
             verify_bindings(fresh, seal)  # names what changed and raises
-        honest = fresh if fresh is not None else _NO_HONEST_WORK
         values: list[float] = []
         for _ in range(count):
             # `OtherThreads`' reads nest (thread, process ... process, thread).
@@ -215,7 +203,8 @@ class CpuSampler:
             values.append(per_call)
             self.taken += 1
             # The plan clock (`plan_clock`), inline.
-            if self.taken >= floor and clock() - (honest.refill_s + honest.check_s) >= deadline:
+            honest_s = fresh.refill_s + fresh.check_s if fresh is not None else 0.0
+            if self.taken >= floor and clock() - honest_s >= deadline:
                 break
         return values
 
