@@ -27,6 +27,17 @@ def _check(got: Any, expected: Any) -> str | None:
     return None if torch.allclose(got, expected, rtol=1e-5, atol=1e-6) else "differs"
 
 
+def _between_calls(gap: Any, work: Any) -> None:
+    """`work` in a gap between two timed calls, counted into `gap` (an `OtherThreads`) with
+    the reads `CpuSampler.take` makes around its refill and flush."""
+    thread0 = bound.thread_time()
+    process0, wall0 = bound.process_time(), bound.perf_counter()
+    work()
+    process = bound.process_time() - process0
+    gap.other_s += max(0.0, process - (bound.thread_time() - thread0))
+    gap.gap_s += bound.perf_counter() - wall0
+
+
 def _draw(seed: int) -> tuple[Any, ...]:
     gen = torch.Generator().manual_seed(seed)
     return (
@@ -259,19 +270,19 @@ def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
 
     def quiet_gap() -> OtherThreads:
         gap = OtherThreads(kernel_s=0.001)
-        gap.start()
-        time.sleep(0.01)
-        gap.stop()
+        _between_calls(gap, lambda: time.sleep(0.01))
         return gap
 
     # A thread another test of this process left running may use a window; not all five.
     quiet = next((g for g in (quiet_gap() for _ in range(5)) if g.failure(1) is None), None)
+
+    def another_thread_works() -> None:
+        worker = threading.Thread(target=busy, args=(0.02,))
+        worker.start()
+        worker.join()
+
     loud = OtherThreads(kernel_s=0.001)
-    loud.start()
-    worker = threading.Thread(target=busy, args=(0.02,))
-    worker.start()
-    worker.join()
-    loud.stop()
+    _between_calls(loud, another_thread_works)
     assert quiet is not None
     assert "other threads of the process used" in (loud.failure(1) or "")
     assert loud.failure(2) is None  # torch's own workers may run then
@@ -289,8 +300,7 @@ def test_the_timers_own_clock_reads_are_not_another_threads_time_and_warm_up_is_
 
     gaps = OtherThreads(kernel_s=1e-6)
     for _ in range(20000):
-        gaps.start()
-        gaps.stop()
+        _between_calls(gaps, lambda: None)
     assert gaps.other_s < 1e-3, gaps.other_s
 
     def busy(seconds: float) -> None:
@@ -298,12 +308,13 @@ def test_the_timers_own_clock_reads_are_not_another_threads_time_and_warm_up_is_
         while time.thread_time() < end:
             pass
 
+    def another_thread_works() -> None:
+        spinner = threading.Thread(target=busy, args=(0.02,))
+        spinner.start()
+        spinner.join()
+
     warm_up = OtherThreads(kernel_s=0.001)
-    warm_up.start()
-    spinner = threading.Thread(target=busy, args=(0.02,))
-    spinner.start()
-    spinner.join()
-    warm_up.stop()
+    _between_calls(warm_up, another_thread_works)
     assert warm_up.failure(1) is not None
     warm_up.reset()
     assert warm_up.failure(1) is None

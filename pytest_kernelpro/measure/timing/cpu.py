@@ -177,7 +177,9 @@ class CpuSampler:
             verify_bindings(fresh, seal)  # names what changed and raises
         values: list[float] = []
         for _ in range(count):
-            # `OtherThreads`' reads nest (thread, process ... process, thread).
+            # `OtherThreads`' reads nest (thread, process ... process, thread): this thread's
+            # time between two reads never counts as another thread's (read the other way,
+            # a microsecond a sample summed to milliseconds and refused honest kernels).
             thread0 = thread_time()
             process0, wall0 = process_time(), perf_counter()
             content = before() if before is not None else None

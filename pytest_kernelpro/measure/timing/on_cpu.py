@@ -251,32 +251,17 @@ OTHER_THREADS_MIN_S = 1e-3
 
 @dataclass
 class OtherThreads:
-    """CPU time of this process's other threads between timed calls (refill and flush)."""
+    """CPU time of this process's other threads between timed calls (refill and flush), as
+    `CpuSampler.take` reads it around each gap."""
 
     other_s: float = 0.0
     gap_s: float = 0.0
     kernel_s: float = 0.0
-    _start: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def start(self) -> None:
-        # The reads nest (thread, process ... process, thread): this thread's own time
-        # between two reads then never counts as another thread's; read the other way, it
-        # did, about a microsecond a sample, which summed to milliseconds over the thousands
-        # of samples of a microsecond kernel and refused honest ones.
-        thread0 = bound.thread_time()
-        self._start = (bound.process_time(), thread0, bound.perf_counter())
 
     def reset(self) -> None:
         """Count from here: the sampling rounds' gaps are gated, not the warm-up's (OpenMP
         workers may still spin there after the correctness trials' parallel regions)."""
         self.other_s = self.gap_s = self.kernel_s = 0.0
-
-    def stop(self) -> None:
-        process0, thread0, wall0 = self._start
-        process = bound.process_time() - process0
-        mine = bound.thread_time() - thread0
-        self.other_s += max(0.0, process - mine)
-        self.gap_s += bound.perf_counter() - wall0
 
     def failure(self, threads: int | None) -> str | None:
         if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
