@@ -1,30 +1,23 @@
 """Clocks, serialization and the result channel, bound before any kernel code runs.
 
-Everything a kernel or candidate does after it is imported is untrusted in its process: it
-may rebind `time.perf_counter`, wrap `json.dumps` so the numbers written are smaller, or patch
-`torch.cuda.Event.elapsed_time`. This module is imported by the plugin when pytest loads it
-(before any test module) and by the sandbox worker before the candidate's module, and keeps
-the function objects it found then: calling a kept function object runs the original code
-whatever the module attribute points to later. `tampered()` names every kept function whose
-public name now points elsewhere, so a timing can refuse a kernel that rebound a clock
-instead of trusting its numbers.
+A kernel or candidate may rebind `time.perf_counter`, wrap `json.dumps` so the numbers written
+are smaller, or patch `torch.cuda.Event.elapsed_time`. This module is imported by the plugin
+when pytest loads it (before any test module) and by the sandbox worker before the
+candidate's module, and keeps the function objects it found then: a kept function object runs
+the original code whatever the module attribute points to later, and `tampered()` names every
+kept function whose public name now points elsewhere, so a timing refuses a kernel that
+rebound a clock instead of trusting its numbers.
 
-The plugin's own timing modules are kept too (`keep_module`, the last line of each): every
-name of their namespaces (functions, classes, imported modules, constants) is compared by
-identity with what it was when the module finished importing, so `import
-pytest_kernelpro.measure.bound as b; b.perf_counter = fake` or `cpu.bound = fake_module` is a
-rebinding like `time.perf_counter = fake`. `binding_failure` runs before and after every
-sample (`timing/cpu.py`, `timing/cuda.py`); the module that made a patch is found from the
-replacement itself (its code's file, its `__module__`) or, failing that, from the modules
-that hold it (`patcher_of`), and is remembered (`patchers`): a kernel of that module is
-refused when it is timed, and a kernel timed after someone else's patch is timed on the
-originals, put back, instead of being blamed.
-
-CUDA events are used through `torch._C._CudaEventBase` (a C type: its methods cannot be
-reassigned from Python), never through the Python subclass `torch.cuda.Event`.
-
-Standard library only at import (the plugin imports this module, and `plugin.py` imports no
-torch).
+The plugin's timing modules are kept too (`keep_module`, the last line of each): every name
+of their namespaces is compared by identity with what it was when the module finished
+importing, so `bound.perf_counter = fake` or `cpu.bound = fake_module` is a rebinding like
+`time.perf_counter = fake`. `intact`/`binding_failure` run before and after every sample; the
+module that made a patch is found from the replacement (its code's file, its `__module__`) or
+from the modules that hold it (`patcher_of`) and remembered (`patchers`): its kernels are
+refused when timed, and a kernel timed after someone else's patch is timed on the originals,
+put back, instead of being blamed. CUDA events are used through `torch._C._CudaEventBase` (a
+C type whose methods cannot be reassigned), never `torch.cuda.Event`. Standard library only
+at import (`plugin.py` imports no torch).
 """
 
 from __future__ import annotations
@@ -154,8 +147,7 @@ class Kept:
 
     def absent(self, where: str, namespace: dict[str, Any], names: Iterable[str]) -> None:
         """Keep `names` as absent from `namespace` (a `by_dict` group): setting one fails."""
-        for name in names:
-            self.add(where, namespace, name, _MISSING)
+        self.extend([(where, namespace, name, _MISSING) for name in names])
 
     def clear(self) -> None:
         for part in (self.owners, self.names, self.values, self.where):
@@ -198,6 +190,8 @@ def _torch_tampered() -> list[str]:
     """torch timing functions whose code no longer comes from torch's own files (the ones
     seen intact are kept for `restore`, their links for `intact`)."""
     found = []
+    modules: list[tuple[str, Any, str, Any]] = []
+    links: list[tuple[str, Any, str, Any]] = []
     _TORCH_MODULES.clear()
     _TORCH_LINKS.clear()
     _torch_pending.clear()
@@ -206,13 +200,13 @@ def _torch_tampered() -> list[str]:
         if owner is None:
             _torch_pending.append(module_name)
             continue
-        _TORCH_MODULES.add(module_name, sys.modules, module_name, owner)
+        modules.append((module_name, sys.modules, module_name, owner))
         *parents, attr = path.split(".")
         for part in parents:
             parent, owner = owner, getattr(owner, part, None)
-            _TORCH_LINKS.add(module_name, parent, part, owner)
+            links.append((module_name, parent, part, owner))
         value = getattr(owner, attr, None)
-        _TORCH_LINKS.add(module_name, owner, attr, value)
+        links.append((module_name, owner, attr, value))
         if not _torch_own(value):
             patcher = patcher_of(value)
             part = f"{module_name}.{path} (now {_describe(value)}, made by {patcher})"
@@ -220,6 +214,8 @@ def _torch_tampered() -> list[str]:
             found.append(part)
         else:
             _TORCH_KEPT.setdefault((module_name, path), (owner, attr, value))
+    _TORCH_MODULES.extend(modules)
+    _TORCH_LINKS.extend(links)
     _torch_clean[0] = not found
     return found
 

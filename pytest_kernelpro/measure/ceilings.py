@@ -1,25 +1,19 @@
 """The ceilings of this machine: copy bandwidth and library-GEMM FLOP/s per dtype
 (`Ceilings`), their cache, and the trust rule that says which of them bound a kernel.
 
-The roofline divides by these, not by datasheet numbers: a datasheet rate is a lead that no
-real kernel reaches (METHOD.md, "Two numbers first"). Measured once per machine and torch
-version (`measure/ceiling_probe.py` times them), cached as JSON outside the project
-(`default_cache_dir`: one cache per machine and user, so a new checkout or working directory
-does not probe again); `kernelpro calibrate` re-measures. A session whose cache holds usable
-ceilings reads them here (`cached_ceilings`) and never imports the probe.
+The roofline divides by these, not by datasheet rates (leads no real kernel reaches).
+Measured once per machine and torch version (`measure/ceiling_probe.py`), cached as JSON
+outside the project (`default_cache_dir`: one cache per machine and user); `kernelpro
+calibrate` re-measures. A session whose cache holds usable ceilings reads them here
+(`cached_ceilings`) and never imports the probe. CPU ceilings are measured at the thread
+policy's count and cached per count; one taken while other processes held the cores it
+needed is *provisional* (`measured_under_load`) and re-measured on the first quiet session.
 
-CPU ceilings depend on the thread count, so they are measured at the thread policy's count
-(measure/timing/cpu_load.py) and cached per count. A CPU measurement taken while other
-processes held the cores it needed is kept as *provisional* (`measured_under_load`): the
-probe module re-measures it on the first quiet session.
-
-`Ceilings.trusted` (the only ceilings the impossible-time rule may use) says a ceiling is
-known to be an upper bound: a GPU's (device-timed, or the datasheet's); on the CPU the best
-of repeated probes of which at least one ran on a quiet machine (`quiet_probes`: the
-`CpuLoadMonitor` saw no other process take the cores the probe needed). A probe measured
-under load is never enough, re-probed or not: an unchanged matrix-vector product moved
-15.5 GB/s against a 13.8 GB/s ceiling that two busy probes had agreed on. `exceedance_note`
-says what a rate above the ceilings is blamed on.
+`Ceilings.trusted` (the only ceilings the impossible-time rule may use): a GPU's
+(device-timed, or the datasheet's); on the CPU the best of repeated probes of which at least
+one ran on a quiet machine (`quiet_probes`). Probes under load never are, however many agree
+(a matrix-vector product beat a ceiling two busy probes had agreed on by 12%).
+`exceedance_note` says what a rate above the ceilings is blamed on.
 """
 
 from __future__ import annotations
@@ -34,10 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.devices import DeviceSpec, find_device_spec
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # the GPU device table: imported where a CUDA device is looked up
+    from pytest_kernelpro.measure.devices import DeviceSpec
 
 CACHE_SCHEMA = 1
 CACHE_DIR_ENV = "KERNELPRO_CACHE_DIR"  # the ceilings cache's folder, used as it is
@@ -122,12 +115,7 @@ class Ceilings:
     @property
     def trusted(self) -> bool:
         """True when no load can have lowered these ceilings, so a kernel beyond them is
-        beyond the machine (the rule that fails an impossible time may use only these).
-
-        GPU ceilings: always (timed by device events on a GPU no other process shares; a
-        datasheet value is an upper bound). CPU ceilings: only when they are the best of
-        repeated probes in on-CPU time of which at least one ran on a quiet machine
-        (`quiet_probes`); provisional ones, or ones only ever probed under load, never are."""
+        beyond the machine (module docstring)."""
         return self.trust_reason().startswith("trusted")
 
     def trust_reason(self) -> str:
@@ -307,6 +295,8 @@ def cache_target(
     if device_type == "cpu":
         spec = None  # GPU datasheets say nothing about a CPU
     elif spec is None:
+        from pytest_kernelpro.measure.devices import find_device_spec
+
         spec = find_device_spec(name)
     path = cache_path(Path(cache_dir), name, torch.__version__, quick, threads)
     return CacheTarget(device_type, name, threads, spec, path)

@@ -1,42 +1,30 @@
 """The correctness check: runs the kernel and the reference on fresh inputs, trial by trial,
 and decides by the rule of `measure/output_rule.py`.
 
-Each trial builds inputs with `make_inputs(seed + trial)` (under `torch.manual_seed` of the
-same number, restored afterwards), gives the reference and the kernel their own clones (an
-in-place kernel cannot change what the reference sees), runs the reference normally, then
-runs the kernel with uninitialized memory poisoned: `torch.empty`/`empty_like`/`new_empty`
-(also from C++ extensions and Triton wrappers) return NaN for floats and the largest value
-for integers, and on CUDA freed blocks of the outputs' sizes are pre-filled with the same
-poison, so an element the kernel never writes fails the comparison. A kernel that writes
-into its inputs fails, unless the reference does the same. After timing, the kernel runs
-once more on its timed inputs refilled in place (`recheck_after_timing`): a kernel correct
-only during the trials fails there.
+Each trial builds inputs with `make_inputs(seed + trial)` (under `torch.manual_seed` of that
+number, restored afterwards) and gives the reference and the kernel their own clones; the
+kernel runs with uninitialized memory poisoned (`torch.empty`/`empty_like`/`new_empty`, from
+C++ extensions and Triton wrappers too, return NaN for floats and the largest value for
+integers; on CUDA freed blocks of the outputs' sizes are pre-filled with it), so an element
+the kernel never writes fails. A kernel that writes into its inputs fails unless the
+reference does the same. After timing the kernel runs once more on its timed inputs refilled
+in place (`recheck_after_timing`): a kernel correct only during the trials fails there.
 
 The first trial also records in which reduced precision (TF32, bf16) the reference's fp32
-matmuls/convolutions may have run (`fp32_precision.run_recording_precision`: the torch flags
-of this process, which the sandbox's fresh processes take over), and re-runs
-the reference in higher precision on its inputs: the truth (`run_truth`) the rule measures
-the kernel and the reference against. The truth's cost is bounded and recorded: one re-run
-per check, its wall time and its peak memory above what was allocated when it started
-(CUDA; an upper bound where the item had a higher peak before). It is skipped, with the
-reason in the record, when it cannot give a truth:
-- the outputs are float64 already (nothing wider) or have no floating leaf;
-- it would not fit: about twice the widened inputs, parameters and outputs must be free;
-- it would take too long: the reference's own call times the slowdown of wide arithmetic
-  on the device (`SLOWDOWN`) above `TIME_BUDGET_S`;
-- the re-run raises (an op without float64 support, a reference that insists on its dtype),
-  runs out of memory, or its outputs are no truth for the reference
-  (`output_rule.measure_reference_error` says why).
-A KernelBench file also gets KernelBench's own verdict (allclose with atol = rtol = 1e-2),
-recorded next to the gate's, for comparison with published numbers.
+matmuls/convolutions may have run (`fp32_precision.run_recording_precision`), and re-runs the
+reference in higher precision on its inputs: the truth (`run_truth`) the rule measures both
+against, once per check, its wall time and peak memory recorded. It is skipped, with the
+reason in the record, when the outputs are float64 already or have no floating leaf, when
+it would not fit (about twice the widened inputs, parameters and outputs must be free) or
+take too long (the reference's call times `SLOWDOWN` above `TIME_BUDGET_S`), or when the
+re-run raises, runs out of memory or gives no truth (`output_rule.measure_reference_error`).
+A KernelBench file also gets KernelBench's own verdict (allclose, atol = rtol = 1e-2),
+recorded beside the gate's.
 
-A kernel that raises gives a failed `CorrectnessResult` (the exception in `failure` and
-`exception`); a reference or input factory that raises is a problem definition error and
-raises `KernelproError` with the original exception chained.
-
-Imports only the standard library, `errors`, `output_rule` and `fp32_precision` at module level (torch is
-passed in or imported in the function that runs it), so the sandbox's child processes import
-it without the plugin.
+A kernel that raises gives a failed `CorrectnessResult`; a reference or input factory that
+raises is a problem definition error (`KernelproError`, the original chained). Imports only
+the standard library, `errors`, `output_rule` and `fp32_precision` at module level, so the
+sandbox's child processes import it without the plugin.
 """
 
 from __future__ import annotations
@@ -542,10 +530,10 @@ def _map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
     `fn(tensor)`; the containers are new, other objects shared."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*[_map_tensors(torch, x, fn) for x in obj])
-    if isinstance(obj, (list, tuple)):  # a list built at once: no generator resumed per item
-        return type(obj)([_map_tensors(torch, x, fn) for x in obj])
+    if isinstance(obj, (list, tuple)):  # a tensor item mapped here: no call per tensor
+        tensor = torch.Tensor
+        items = [fn(x) if isinstance(x, tensor) else _map_tensors(torch, x, fn) for x in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     if isinstance(obj, dict):
         return {k: _map_tensors(torch, v, fn) for k, v in obj.items()}
     return obj
@@ -605,26 +593,19 @@ def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
     return [(flat_a[i : i + steps.step], flat_b[i : i + steps.step]) for i in steps]
 
 
-def _count_changed(torch: Any, a: Any, b: Any) -> int:
-    """Elements of `a` and `b` (same shape and dtype) that differ bitwise, NaN equal to NaN."""
-    diff = 0
-    for x, y in _chunks(torch, a, b):
-        if torch.equal(x, y):
-            continue
-        same = x == y
-        if x.is_floating_point() or x.is_complex():
-            same = same | (torch.isnan(x) & torch.isnan(y))
-        diff += int((~same).sum())
-    return diff
-
-
 def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") -> str | None:
     """The first input tensor (its path and how many elements) that differs bitwise between
     `original` and `used` (NaN equal to NaN), else None."""
     if isinstance(original, torch.Tensor) and isinstance(used, torch.Tensor):
         if original.shape != used.shape or original.dtype != used.dtype:
             return f"{path} (its shape or dtype changed)"
-        diff = _count_changed(torch, original.detach(), used.detach())
+        diff = 0  # elements that differ bitwise, NaN equal to NaN
+        for x, y in _chunks(torch, original.detach(), used.detach()):
+            if not torch.equal(x, y):
+                same = x == y
+                if x.is_floating_point() or x.is_complex():
+                    same = same | (torch.isnan(x) & torch.isnan(y))
+                diff += int((~same).sum())
         return None if diff == 0 else f"{path} ({diff} of {original.numel()} elements changed)"
     if isinstance(original, (list, tuple)) and isinstance(used, (list, tuple)):
         for i, (x, y) in enumerate(zip(original, used, strict=False)):

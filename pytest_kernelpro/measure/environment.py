@@ -1,18 +1,14 @@
-"""What changes the code a kernel runs besides its source: the versions of the toolchain
-(`code_versions`), the library algorithm settings of the process (`library_choices`), and
-which autotuners the process has loaded (`autotuner_classes`; what they choose is recorded,
-and the baseline's choices pinned, by `measure/autotune_capture.py`).
+"""What changes the code a kernel runs besides its source: the toolchain's versions
+(`code_versions`), the process's library algorithm settings (`library_choices`), and the
+autotuners the process has loaded (`autotuner_classes`; what they choose is recorded, and
+the baseline's choices pinned, by `measure/autotune_capture.py`).
 
-The versions: torch, Triton, the CUDA runtime torch was built with, cuDNN, the CUDA compiler
-(nvcc, for extensions built in the session) and the NVIDIA driver (it compiles PTX to machine
-code). Each is read once per process (nvcc is a subprocess) and left out when this process has no
-such thing (a CPU-only torch has no CUDA runtime; triton is read only when installed). The
-record keeps them (`KernelRecord.environment`), the baseline keeps them per entry, and
-`gate/run_differences.py` names the ones that differ when a kernel regressed.
-
-Library algorithm choices that change results or speed (`library_choices`): cuDNN's
-benchmark mode (a per-process algorithm pick by timing), deterministic algorithms, TF32 and
-reduced-precision reductions, the float32 matmul precision and the preferred BLAS library.
+The versions (torch, Triton, the CUDA runtime torch was built with, cuDNN, nvcc for
+extensions built in the session, the NVIDIA driver) are read once per process, each left out
+where this process has no such thing; the record and the baseline keep them, and
+`gate/run_differences.py` names the ones that differ when a kernel regressed. The settings
+are those that change results or speed: cuDNN's benchmark mode, deterministic algorithms,
+TF32 and reduced-precision reductions, the float32 matmul precision, the preferred BLAS.
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import functools
 import importlib
 import importlib.metadata
 import math
+import operator
 import os
 import re
 import shutil
@@ -188,27 +185,30 @@ def library_choices() -> dict[str, Any]:
     except ImportError:
         return {}
     out: dict[str, Any] = {}
+    # torch's attribute paths ("()": called), read by `operator.attrgetter` (C, no frames).
     readers = {
-        "cudnn.benchmark": lambda: torch.backends.cudnn.benchmark,
-        "cudnn.deterministic": lambda: torch.backends.cudnn.deterministic,
-        "cudnn.allow_tf32": lambda: torch.backends.cudnn.allow_tf32,
-        "cuda.matmul.allow_tf32": lambda: torch.backends.cuda.matmul.allow_tf32,
-        "cuda.matmul.allow_fp16_reduced_precision_reduction": lambda: (
-            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction
+        "cudnn.benchmark": "backends.cudnn.benchmark",
+        "cudnn.deterministic": "backends.cudnn.deterministic",
+        "cudnn.allow_tf32": "backends.cudnn.allow_tf32",
+        "cuda.matmul.allow_tf32": "backends.cuda.matmul.allow_tf32",
+        "cuda.matmul.allow_fp16_reduced_precision_reduction": (
+            "backends.cuda.matmul.allow_fp16_reduced_precision_reduction"
         ),
-        "cuda.matmul.allow_bf16_reduced_precision_reduction": lambda: (
-            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        "cuda.matmul.allow_bf16_reduced_precision_reduction": (
+            "backends.cuda.matmul.allow_bf16_reduced_precision_reduction"
         ),
-        "float32_matmul_precision": torch.get_float32_matmul_precision,
-        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled,
-        "preferred_blas_library": lambda: torch.backends.cuda.preferred_blas_library(),
+        "float32_matmul_precision": "get_float32_matmul_precision()",
+        "deterministic_algorithms": "are_deterministic_algorithms_enabled()",
+        "preferred_blas_library": "backends.cuda.preferred_blas_library()",
     }
-    for name, read in readers.items():
+    for name, path in readers.items():
         # Some of these accessors are deprecated in newer torch: reading one must not warn.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                value = read()
+                value = operator.attrgetter(path.removesuffix("()"))(torch)
+                if path.endswith("()"):
+                    value = value()
             except Exception:
                 continue
         out[name] = json_value(getattr(value, "name", value))  # an enum by its name

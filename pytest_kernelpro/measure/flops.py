@@ -47,9 +47,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.measure.devices import DeviceSpec
+if TYPE_CHECKING:
+    from pytest_kernelpro.measure.devices import DeviceSpec
+
 
 # The note of an op no formula prices (`op_flops`): the recorder names such ops as unpriced.
 NO_FORMULA = "no FLOP formula; counted 0 (give flops= or a hook)"
@@ -203,7 +205,11 @@ def iter_tensors(obj: Any) -> list[Any]:
     import torch
     from torch.utils._pytree import tree_flatten
 
-    return [leaf for leaf in tree_flatten(obj)[0] if isinstance(leaf, torch.Tensor)]
+    found = []
+    for leaf in tree_flatten(obj)[0]:
+        if isinstance(leaf, torch.Tensor):
+            found.append(leaf)
+    return found
 
 
 def tensor_bytes(t: Any) -> int:

@@ -1,16 +1,12 @@
 """GPU memory of one kernel item: its peak against the problem's own footprint, and cleanup.
 
 The footprint is what the problem needs by itself: its inputs, the reference's parameters and
-buffers, and the reference's peak allocation above those while it runs (its outputs and
-temporaries, measured during the roofline run). The item's peak is the caching allocator's
-peak above what was allocated when the item started, less buffers the session keeps for
-every later item (the L2 flush buffer of the timing loop, created by the first item). After
-the item, its memory goes back to the driver (`torch.cuda.empty_cache`) so the next item and
-the profiler's child processes (ncu, kineto) start with the GPU's memory free.
-
-The peak is also kept per phase of the item (`phase`: the correctness check, timing, the
-re-check after timing, the roofline run, profiling), so a record above its budget says which
-step held the memory.
+buffers, and the reference's peak above those while it runs (measured during the roofline
+run). The item's peak is the caching allocator's peak above what was allocated when the item
+started, less buffers the session keeps for every later item (the timing loop's L2 flush
+buffer), kept per phase (`phase`: check, timing, re-check, roofline, profiling) so a record
+above its budget says which step held the memory. After the item its memory goes back to
+the driver (`torch.cuda.empty_cache`) for the next item and the profiler's processes.
 """
 
 from __future__ import annotations

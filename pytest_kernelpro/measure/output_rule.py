@@ -10,10 +10,8 @@ unit roundoff of the output's dtype; F = `FACTOR`, R = `ROUNDINGS`):
 - the call whose inputs the truth was run on (the first trial):
   every element |k - t| <= F (|r - t| + s) + R u |t|, with the floor s = max |r - t| +
   u rms(t) (the reference's largest error and one rounding of the output's typical value: a
-  scale of the output, not a fixed atol; a reordering's error at one element is not bounded
-  by the reference's error there, nor by its typical size: on the H200 a transposed
-  convolution run twice differed at 0.005% of 28M elements by more than 8x the rms), and
-  normwise ||k - t|| <= F ||r - t|| + R u ||t|| (the kernel may round its result
+  scale of the output, not a fixed atol; a reordering's error at one element is bounded
+  neither by the reference's error there nor by its typical size), and normwise ||k - t|| <= F ||r - t|| + R u ||t|| (the kernel may round its result
   differently). A kernel that does the same math in another order has an error of the
   reference's size and passes; an error F times the reference's own does not.
 - every later call (other inputs: more trials, the re-check after timing, the sandbox's
@@ -50,7 +48,7 @@ level (torch is passed in), so the sandbox's child processes import it without t
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -189,16 +187,22 @@ def unit_roundoff(torch: Any, dtype: Any) -> float:
     return float(torch.finfo(dtype).eps) / 2
 
 
-def leaves_of(torch: Any, obj: Any, path: str = "output") -> Iterator[tuple[str, Any]]:
-    """(path, leaf) of an output structure, with `compare_outputs`'s path names."""
-    if isinstance(obj, (list, tuple)):
-        for i, item in enumerate(obj):
-            yield from leaves_of(torch, item, f"{path}[{i}]")
-    elif isinstance(obj, dict):
-        for key, item in obj.items():
-            yield from leaves_of(torch, item, f"{path}[{key!r}]")
-    else:
-        yield path, obj
+def leaves_of(torch: Any, obj: Any, path: str = "output") -> list[tuple[str, Any]]:
+    """(path, leaf) of an output structure, with `compare_outputs`'s path names, in order
+    (a loop, not a recursion: this runs on every checked call)."""
+    found: list[tuple[str, Any]] = []
+    stack = [(path, obj)]
+    while stack:
+        where, item = stack.pop()
+        if isinstance(item, (list, tuple)):
+            for i in range(len(item) - 1, -1, -1):
+                stack.append((f"{where}[{i}]", item[i]))
+        elif isinstance(item, dict):
+            for key in reversed(list(item)):
+                stack.append((f"{where}[{key!r}]", item[key]))
+        else:
+            found.append((where, item))
+    return found
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -211,19 +215,12 @@ def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
 
 # Elements compared at once: at least COMPARE_CHUNK, else a 32nd of the output, so the
 # temporaries (about 26 bytes per element in float32) stay near a fifth of a large output's
-# own size while a multi-GB output takes at most 32 chunks (about 15 launches each: a few ms).
-# With 8 chunks (temporaries about 0.8x the output) the output-dominated KernelBench problems
-# (a 4 GiB matmul output from small inputs) peaked at 3.03x their footprint on the H200:
-# reference output, kernel output and the comparison's temporaries.
+# own size while a multi-GB output takes at most 32 chunks (about 15 launches each).
 COMPARE_CHUNK = 1 << 22
 COMPARE_MAX_CHUNKS = 32
-
-
-# On the CPU no launch count bounds the chunks, so they are at most this long: a chunk's
-# float64 temporaries (8 bytes an element) stay below glibc's largest mmap threshold (32 MiB),
-# so freed chunks are reused, not unmapped and faulted in again for the next one
-# (bench/results/2026-12-05-optimizer-memory-cpu.md: a 4M-element chunk took about twice
-# as long as four 1M ones).
+# On the CPU chunks are at most this long: a chunk's float64 temporaries stay below glibc's
+# largest mmap threshold (32 MiB), so freed chunks are reused, not faulted in again
+# (bench/results/2026-12-05-optimizer-memory-cpu.md).
 CPU_COMPARE_CHUNK = 1 << 20
 
 
@@ -985,10 +982,16 @@ class InformationLimits:
 
 
 def information_failure(
-    torch: Any, path: str, got: Any, expected: Any, limits: InformationLimits
+    torch: Any,
+    path: str,
+    got: Any,
+    expected: Any,
+    limits: InformationLimits,
+    steps: range | None = None,
 ) -> str | None:
     """Why `got` carries no information about `expected` (zeros, one constant, a scaled
-    copy), or None. Finite elements on both sides only; chunked sums in float64."""
+    copy), or None. Finite elements on both sides only; chunked sums in float64 (`steps`:
+    the output's `chunk_ranges`, when the caller has them)."""
     if not isinstance(got, torch.Tensor) or got.shape != expected.shape or expected.numel() == 0:
         return None
     if expected.is_complex() or not expected.is_floating_point():
@@ -997,7 +1000,8 @@ def information_failure(
     g_all = got.detach().to(expected.device).reshape(-1)
     e_all = expected.detach().reshape(-1)
     rows = []
-    steps = chunk_ranges(total, expected.device)
+    if steps is None:
+        steps = chunk_ranges(total, expected.device)
     for lo in steps:
         hi = min(total, lo + steps.step)
         g = g_all[lo:hi].to(torch.float64)
@@ -1101,35 +1105,6 @@ def limits_from_truth(leaf: LeafTruth, factor: float, rel: float) -> Information
     return InformationLimits(abs_rel, factor * leaf.reference_error_rel + ROUNDINGS * u, rel)
 
 
-def _passes_in_one_pass(torch: Any, got: Any, expected: Any, tol: Tolerance) -> bool:
-    """Whether a plain floating output passes `tol` (`CorrectnessRule.timed_check`): the
-    element rule of `_allclose_pass` in its working dtype and its normwise sums, chunk by
-    chunk (`chunk_ranges`), stopping at the first chunk that misses."""
-    if tol.source == STRUCTURE_ONLY_SOURCE:
-        return False
-    float64 = torch.float64
-    work = float64 if expected.dtype == float64 else torch.float32
-    g_all = got.detach().to(expected.device).reshape(-1)
-    e_all = expected.detach().reshape(-1)
-    total = e_all.numel()
-    steps = chunk_ranges(total, e_all.device)
-    diff_sq = exp_sq = 0.0
-    for lo in steps:
-        hi = min(total, lo + steps.step)
-        g, e = g_all[lo:hi].to(work), e_all[lo:hi].to(work)
-        finite = torch.isfinite(g) & torch.isfinite(e)
-        diff = (g - e).abs()
-        e_abs = e.abs()
-        close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
-        if not bool((close | (g == e) | (torch.isnan(g) & torch.isnan(e))).all()):
-            return False
-        if tol.norm_rtol is not None:
-            zero = torch.zeros((), dtype=work, device=e.device)
-            diff_sq += float(torch.where(finite, diff, zero).to(float64).pow(2).sum())
-            exp_sq += float(torch.where(finite, e_abs, zero).to(float64).pow(2).sum())
-    return tol.norm_rtol is None or math.sqrt(diff_sq) <= tol.norm_rtol * math.sqrt(exp_sq)
-
-
 class CorrectnessRule:
     """The rule one check decides by, with what it learns from the first call's truth.
 
@@ -1149,16 +1124,14 @@ class CorrectnessRule:
         factor: float = FACTOR,
     ) -> None:
         self.rtol, self.atol, self.fixed, self.factor = rtol, atol, fixed, factor
+        # A marker's rtol/atol or a fixed tolerance decides instead of the truth's rule.
+        self.overridden = fixed is not None or rtol is not None or atol is not None
         self.reduced: str | None = None  # the reference's fp32 matmuls ran in "tf32"/"bf16"
         self.truth: Truth | None = None
         self.calibrated: dict[str, Calibration] = {}
         self.kernel_error: float | None = None  # normwise relative, vs the truth (worst leaf)
         self.reference_error: float | None = None
         self._pending = False
-
-    @property
-    def overridden(self) -> bool:
-        return self.fixed is not None or self.rtol is not None or self.atol is not None
 
     def set_truth(self, truth: Truth) -> None:
         self.truth = truth
@@ -1230,16 +1203,17 @@ class CorrectnessRule:
     def timed_check(self, torch: Any) -> Callable[[Any, Any], str | None]:
         """The check of the timed calls' outputs: (got, expected) -> the first two failing
         leaves' messages, or None; what `judge` decides. A plain floating tensor output is
-        first judged in one pass: the same element rule in the same working dtype as
-        `_allclose_pass` (a miss is a NaN on one side only, an infinity on one side or of the
-        other sign, a finite difference over atol + rtol |expected|), the same normwise sums,
-        and `information_failure` where `judge` runs it, with its tolerance and limits found
-        once per dtype (the rule does not change while a kernel is timed), chunk by chunk
-        (`_passes_in_one_pass`). What does not pass there goes through `judge`, which
-        explains it, and so does what this pass does not decide (a structure, a shape or
-        dtype apart, an empty output)."""
-        plans: dict[Any, tuple[Tolerance, InformationLimits | None]] = {}
-        tensor = torch.Tensor
+        first judged in one pass, chunk by chunk, stopping at the first chunk that misses:
+        the element rule of `_allclose_pass` in its working dtype (a miss is a NaN on one
+        side only, an infinity on one side or of the other sign, a finite difference over
+        atol + rtol |expected|), its normwise sums, and `information_failure` where `judge`
+        runs it, with the tolerance, limits and chunks found once per dtype and size (the
+        rule does not change while a kernel is timed). What does not pass there goes
+        through `judge`, which explains it, and so does what this pass does not decide (a
+        structure, a shape or dtype apart, an empty output). One frame for the pass: it runs
+        on every checked timed call."""
+        plans: dict[tuple[Any, int], tuple[Tolerance, InformationLimits | None, range]] = {}
+        tensor, float64, isfinite, isnan = torch.Tensor, torch.float64, torch.isfinite, torch.isnan
 
         def failure(got: Any, expected: Any) -> str | None:
             total = expected.numel() if type(expected) is tensor else 0
@@ -1251,16 +1225,44 @@ class CorrectnessRule:
                 and got.dtype == expected.dtype
                 and not self._pending
             ):
-                plan = plans.get(expected.dtype)
+                plan = plans.get((expected.dtype, total))
                 if plan is None:
                     tol = self.for_leaf("output", expected.dtype)
                     by_truth = "output" in self.calibrated and not (self.overridden or self.reduced)
                     limits = None if by_truth else self._limits(torch, "output", expected, tol)
-                    plan = plans[expected.dtype] = (tol, limits)
-                tol, limits = plan
-                if _passes_in_one_pass(torch, got, expected, tol) and (
-                    limits is None
-                    or information_failure(torch, "output", got, expected, limits) is None
+                    steps = chunk_ranges(total, expected.device)
+                    plan = plans[(expected.dtype, total)] = (tol, limits, steps)
+                tol, limits, steps = plan
+                passed = tol.source != STRUCTURE_ONLY_SOURCE
+                work = float64 if expected.dtype == float64 else torch.float32
+                g_all = got.detach().to(expected.device).reshape(-1)
+                e_all = expected.detach().reshape(-1)
+                diff_sq = exp_sq = 0.0
+                for lo in steps if passed else ():
+                    hi = min(total, lo + steps.step)
+                    g, e = g_all[lo:hi].to(work), e_all[lo:hi].to(work)
+                    finite = isfinite(g) & isfinite(e)
+                    diff = (g - e).abs()
+                    e_abs = e.abs()
+                    close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
+                    if not bool((close | (g == e) | (isnan(g) & isnan(e))).all()):
+                        passed = False
+                        break
+                    if tol.norm_rtol is not None:
+                        zero = torch.zeros((), dtype=work, device=e.device)
+                        diff_sq += float(torch.where(finite, diff, zero).to(float64).pow(2).sum())
+                        exp_sq += float(torch.where(finite, e_abs, zero).to(float64).pow(2).sum())
+                if (
+                    passed
+                    and (
+                        tol.norm_rtol is None
+                        or math.sqrt(diff_sq) <= tol.norm_rtol * math.sqrt(exp_sq)
+                    )
+                    and (
+                        limits is None
+                        or information_failure(torch, "output", got, expected, limits, steps)
+                        is None
+                    )
                 ):
                     return None
             failed = [r for r in self.judge(torch, got, expected) if not r.ok]

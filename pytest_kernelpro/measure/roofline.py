@@ -1,70 +1,49 @@
-"""Roofline analysis of a kernel's reference (the Benchmarking Agent's core), and a measured
-kernel priced on it: the peak the kernel really ran at, and a time faster than the roofline
-allows failed as impossible.
+"""Roofline analysis of a kernel's reference, and a measured kernel priced on it: the peak the
+kernel really ran at, and a time faster than the roofline allows failed as impossible.
 
 The reference runs once under a TorchDispatchMode that sees every aten op with its real
 tensors. Per op: category, FLOPs (`flops.py`), unfused bytes and the peak it runs at. Per
-graph: the minimal bytes (each input of the reference read once, each output written once),
-the arithmetic intensity against the ridge of the unit the work actually uses, the bound
-class and the roofline time max(FLOPs / P, bytes / BW).
+graph: the minimal bytes (each input read once, each output written once), the arithmetic
+intensity against the ridge of the unit the work uses, the bound class and the roofline time
+max(FLOPs / P, bytes / BW). Work the dispatcher never sees (a Triton or CUDA kernel launched
+directly) counts nothing; the marker's `flops=`/`bytes=` or the op-cost hook fill it in.
 
-fp32 matrix work with TF32 off is priced at the FP32 CUDA-core rate (what cuBLAS/cuDNN run),
-but a kernel solving the same problem may run it faster on the tensor cores: as 3xTF32 (three
-TF32 MMAs per product, fp32 accuracy) or as plain TF32, and then it beats that "roof": on the
-H200 a 3xTF32 Triton GEMM for KernelBench's 12_Gemm_Multiply_LeakyReLU ran at 145% of the
-FP32 CUDA-core roofline, and the optimizer had been told "headroom at most 1.01x". `paths`
-lists the roofline at each of those rates, so the optimizer's headroom names the ceiling a
-candidate can really reach (`attainable_path`: the fastest path that keeps the reference's
-accuracy).
+fp32 matrix work with TF32 off is priced at the FP32 CUDA-core rate, but a kernel may run the
+same problem on the tensor cores (3xTF32 at fp32 accuracy, or plain TF32) and beat that roof
+(bench/results/ has the 3xTF32 GEMM that ran at 145% of it). `paths` lists the roofline at
+each rate, so the optimizer's headroom names a ceiling a candidate can reach
+(`attainable_path`: the fastest path that keeps the reference's accuracy). `price_measured`
+prices a kernel whose rate is clearly above the op-level peak (beyond `CEILING_MARGIN`) at the
+lowest path its rate does not exceed, and says the peak was inferred; a FLOP rate above every
+path is reported as it is, not failed (a kernel doing less arithmetic than the reference, an
+algebraic rewrite, honestly runs "faster than the compute peak" on the reference's FLOPs).
+Only the displayed efficiency moves: the roofline time baselines store and the verdict
+divides by stays the op-level rule's.
 
-Work the dispatcher never sees (a Triton or CUDA kernel launched directly, not through a
-torch op) counts nothing; the marker's `flops=`/`bytes=` or the op-cost hook fill that in.
-
-`price_measured` reads the kernel's rate from its measured time: a rate clearly above the
-op-level peak (beyond `CEILING_MARGIN`, the slack a measured ceiling leaves) is impossible on
-that unit, so the kernel is priced at the lowest of the roofline's `paths` (FP32 CUDA cores ->
-3xTF32 -> TF32) its rate does not exceed, and the record says the peak was inferred. A FLOP
-rate above every path is reported as what it is, not failed: the FLOPs are the reference's,
-and a kernel that does less arithmetic than the reference (an algebraic rewrite such as
-`x @ W.sum(0)` for `(x @ W.T).sum(1)`) honestly runs "faster than the compute peak" on
-them; its % of roofline stays above 100% and says so.
-
-Only the displayed efficiency moves: the roofline part and its roofline time (what baselines
-store and the cross-device verdict divides by) stay the op-level rule's, so the gate compares
-what it compared before.
-
-Only physics makes a time impossible (`impossible_failure`). Whatever the arithmetic, a kernel
-must read each of its call's inputs once and write each output once: the *compulsory bytes*
-(`compulsory_bytes`: the call's input tensors and outputs; not the module's weights, which
-an honest kernel may fold at construction; of an input the reference only gathers from, the
-distinct rows or elements it selects, `needed_bytes`; the marker's `bytes=` when given). A median that
-moves those bytes faster than the bandwidth ceiling, by more than the device's margin
-(`impossible_margin`), is impossible, and then only when
-
-- the ceiling is known to be an upper bound (`ceilings_trust`: a GPU's device-timed or
-  datasheet ceilings; on the CPU the best of probes taken on a quiet machine, never a probe
-  measured under load, which only lowers it), and
-- the inputs really came from memory (the cache flushed before every sample, or inputs larger
-  than it): an unflushed kernel whose inputs stay in cache honestly moves bytes faster than DRAM.
-
-Such a number is a bug report, not a result: work outside the timed stream or a result
-cached between calls. It fails the item, so it is never "improved" and never enters a
-baseline. Ops the FLOP counter has no formula for are named in `unpriced_ops` (their work is
-missing from the count, not zero).
+Only physics makes a time impossible (`impossible_failure`): a kernel must read each of its
+call's inputs once and write each output once (`compulsory_bytes`; not the module's weights,
+which it may fold at construction; of an input the reference only gathers from, the rows it
+selects, `needed_bytes`; the marker's `bytes=` when given). A median that moves those bytes
+faster than the bandwidth ceiling by more than `impossible_margin` fails the item (work
+outside the timed stream, a result cached between calls: never "improved", never in a
+baseline), and only when the ceiling is an upper bound (`ceilings_trust`: a GPU's
+device-timed or datasheet ceilings; on the CPU the best of probes on a quiet machine) and the
+inputs came from memory (the cache flushed before every sample, or inputs larger than it).
+Ops the FLOP counter has no formula for are named in `unpriced_ops` (their work is missing
+from the count, not zero).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.ceilings import Ceilings, format_rate
-from pytest_kernelpro.measure.devices import DeviceSpec
 from pytest_kernelpro.measure.flops import (
     CATEGORIES,
     TF32X3_KEY,
@@ -81,6 +60,9 @@ from pytest_kernelpro.measure.flops import (
     tf32_flags,
     view_key,
 )
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.measure.devices import DeviceSpec
 
 # When a key is not in the ceilings, the next one that is stands in (noted in the analysis).
 _FALLBACK: dict[str, tuple[str, ...]] = {
@@ -199,36 +181,13 @@ class ReferenceAnalysis:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict; infinities (nothing to divide by) become None."""
-
-        def clean(value: Any) -> Any:
-            if isinstance(value, float) and not math.isfinite(value):
-                return None
-            return value
-
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
         return {
+            **out,
             "ops": [op.to_dict() for op in self.ops],
-            **{
-                name: clean(getattr(self, name))
-                for name in (
-                    "flops",
-                    "min_bytes",
-                    "unfused_bytes",
-                    "intensity",
-                    "ridge",
-                    "bound",
-                    "dominant_category",
-                    "peak_flops",
-                    "peak_name",
-                    "bandwidth_Bps",
-                    "compute_time_s",
-                    "memory_time_s",
-                    "roofline_time_s",
-                    "flops_source",
-                    "bytes_source",
-                    "device",
-                    "compulsory_bytes",
-                )
-            },  # fmt: skip
             "unpriced_ops": list(self.unpriced_ops),
             "notes": list(self.notes),
             "bound_band": list(self.bound_band),
@@ -457,9 +416,8 @@ def analyze_reference(
 
 
 # The units fp32 matrix work can run on, slowest first, and the accuracy each keeps: the FP32
-# CUDA cores (cuBLAS/cuDNN with TF32 off), 3xTF32 on the tensor cores (the product split into a
-# TF32 "big" and "small" part, big*big + big*small + small*big: fp32 accuracy; what CUTLASS's
-# OpMultiplyAddFastF32 and Triton's input_precision="tf32x3" run), TF32 (10-bit mantissa).
+# CUDA cores (TF32 off), 3xTF32 on the tensor cores (big*big + big*small + small*big of the
+# product's TF32 parts: fp32 accuracy), TF32 (10-bit mantissa).
 MATRIX_PATH_ORDER: tuple[str, ...] = ("fp32", TF32X3_KEY, "tf32_tensor")
 PATH_ACCURACY: dict[str, str] = {"fp32": "fp32", TF32X3_KEY: "fp32", "tf32_tensor": "tf32"}
 _MATRIX_CATEGORIES = ("gemm", "conv", "attention")
@@ -578,24 +536,16 @@ PRICING_KEYS = (
 )
 
 # How far a measured rate may exceed a measured ceiling before that ceiling counts as
-# exceeded. A ceiling is one library kernel's rate at one size, not the unit's limit: in the
-# H200 KernelBench sweep cuBLAS fp32 references ran up to 3.4% above the measured FP32 ceiling
-# (6_Matmul_with_large_K_dimension_, 52.6 vs 50.9 TFLOP/s) and streaming ones up to 0.14% above
-# the measured DRAM bandwidth (bench/results/2026-12-01-peak-paths-h200.md);
-# a 3xTF32 GEMM ran 45% above it. Within the margin the op-level unit holds (and the note
-# says by how much the kernel beat its ceiling).
+# exceeded: a ceiling is one library kernel's rate at one size, not the unit's limit (library
+# kernels ran a few percent above theirs, bench/results/2026-12-01-peak-paths-h200.md).
+# Within the margin the op-level unit holds, and the note says by how much.
 CEILING_MARGIN = 0.10
 
-# How far an honest CPU kernel's compulsory bytes may beat the CPU's bandwidth ceiling before
-# the time is impossible. The CPU ceiling is one single-thread 256 MiB `copy_`, the best of
-# probes on a machine that looked quiet; but a VM's neighbours share its memory bandwidth
-# unseen (no load figure shows them), and a small working set streams with fewer TLB misses
-# than the probe. Honest streaming kernels after the timer's flush moved their bytes at up to
-# 1.27x that ceiling at the median and 1.41x at their best sample, while the same kernels on
-# inputs left in cache ran at 3.3-4.3x (bench/results/2026-12-05-cpu-bandwidth-bound-cpu.md);
-# an optimizer's honest winner (one multiply) ran at 1.18x in CI's sandbox. Only a rate above
-# twice the ceiling is impossible on the CPU: far above what honest kernels reached, far
-# below a cached result.
+# How far an honest CPU kernel's compulsory bytes may beat the CPU's bandwidth ceiling (one
+# single-thread `copy_` probe) before the time is impossible: a VM's neighbours share its
+# bandwidth unseen and small working sets stream with fewer TLB misses, so honest flushed
+# kernels beat the probe by up to about 1.4x, cached ones by 3-4x
+# (bench/results/2026-12-05-cpu-bandwidth-bound-cpu.md): twice the ceiling lies between.
 CPU_BANDWIDTH_MARGIN = 1.0
 
 # What a FLOP rate above every compute ceiling says (reported, never failed: module docstring).

@@ -198,10 +198,10 @@ class KernelproSession:
 
     def spec_for(self, device: str) -> DeviceSpec | None:
         """The device table entry of a GPU (hook-provided specs win); None on CPU."""
-        from pytest_kernelpro.measure.devices import find_device_spec
-
         if not device.startswith("cuda"):
             return None
+        from pytest_kernelpro.measure.devices import find_device_spec
+
         if device not in self._specs:
             import torch
 

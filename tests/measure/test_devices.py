@@ -163,3 +163,15 @@ def test_devices_module_does_not_import_torch() -> None:
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_cpu_path_leaves_the_gpu_table_unimported() -> None:
+    """The roofline, the FLOP counter and the ceilings need a DeviceSpec only on a GPU: a CPU
+    item's ceilings (its cache target and cache read) never import the device table."""
+    code = (
+        "import sys, tempfile, pathlib; "
+        "from pytest_kernelpro.measure import ceilings, roofline, flops; "
+        "ceilings.cache_target('cpu', pathlib.Path(tempfile.mkdtemp())); "
+        "assert 'pytest_kernelpro.measure.devices' not in sys.modules, 'device table imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

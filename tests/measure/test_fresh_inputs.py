@@ -17,7 +17,6 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     DishonestTiming,
     FreshInputs,
     Seal,
-    checked_now,
     fresh_inputs,
     survival,
     verify_bindings,
@@ -26,6 +25,17 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
 
 def _check(got: Any, expected: Any) -> str | None:
     return None if torch.allclose(got, expected, rtol=1e-5, atol=1e-6) else "differs"
+
+
+def _between_calls(gap: Any, work: Any) -> None:
+    """`work` in a gap between two timed calls, counted into `gap` (an `OtherThreads`) with
+    the reads `CpuSampler.take` makes around its refill and flush."""
+    thread0 = bound.thread_time()
+    process0, wall0 = bound.process_time(), bound.perf_counter()
+    work()
+    process = bound.process_time() - process0
+    gap.other_s += max(0.0, process - (bound.thread_time() - thread0))
+    gap.gap_s += bound.perf_counter() - wall0
 
 
 def _draw(seed: int) -> tuple[Any, ...]:
@@ -145,17 +155,6 @@ def test_a_maker_returning_the_same_tensors_with_an_invalid_jitter_is_checked_ev
     assert "a memo keyed by the contents cannot be excluded" in fresh.note
 
 
-def test_the_check_decision_reads_the_kept_os_urandom_at_that_moment(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """No generator: a kernel that replaces os.urandom (or seeds every RNG) cannot steer it."""
-    monkeypatch.setattr(os, "urandom", lambda n: b"\xff" * n)  # "never checked", if used
-    decided = [checked_now(CHECK_RATE) for _ in range(2000)]
-    monkeypatch.undo()
-    assert 0.5 < sum(decided) / len(decided) < 0.7
-    assert bound.tampered() == []
-
-
 def test_the_timed_calls_checked_share_is_the_rate_whatever_os_urandom_says(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -271,19 +270,19 @@ def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
 
     def quiet_gap() -> OtherThreads:
         gap = OtherThreads(kernel_s=0.001)
-        gap.start()
-        time.sleep(0.01)
-        gap.stop()
+        _between_calls(gap, lambda: time.sleep(0.01))
         return gap
 
     # A thread another test of this process left running may use a window; not all five.
     quiet = next((g for g in (quiet_gap() for _ in range(5)) if g.failure(1) is None), None)
+
+    def another_thread_works() -> None:
+        worker = threading.Thread(target=busy, args=(0.02,))
+        worker.start()
+        worker.join()
+
     loud = OtherThreads(kernel_s=0.001)
-    loud.start()
-    worker = threading.Thread(target=busy, args=(0.02,))
-    worker.start()
-    worker.join()
-    loud.stop()
+    _between_calls(loud, another_thread_works)
     assert quiet is not None
     assert "other threads of the process used" in (loud.failure(1) or "")
     assert loud.failure(2) is None  # torch's own workers may run then
@@ -301,8 +300,7 @@ def test_the_timers_own_clock_reads_are_not_another_threads_time_and_warm_up_is_
 
     gaps = OtherThreads(kernel_s=1e-6)
     for _ in range(20000):
-        gaps.start()
-        gaps.stop()
+        _between_calls(gaps, lambda: None)
     assert gaps.other_s < 1e-3, gaps.other_s
 
     def busy(seconds: float) -> None:
@@ -310,12 +308,13 @@ def test_the_timers_own_clock_reads_are_not_another_threads_time_and_warm_up_is_
         while time.thread_time() < end:
             pass
 
+    def another_thread_works() -> None:
+        spinner = threading.Thread(target=busy, args=(0.02,))
+        spinner.start()
+        spinner.join()
+
     warm_up = OtherThreads(kernel_s=0.001)
-    warm_up.start()
-    spinner = threading.Thread(target=busy, args=(0.02,))
-    spinner.start()
-    spinner.join()
-    warm_up.stop()
+    _between_calls(warm_up, another_thread_works)
     assert warm_up.failure(1) is not None
     warm_up.reset()
     assert warm_up.failure(1) is None
@@ -414,11 +413,12 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
     ],
 )
 def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
-    """What the per-sample seal compares in C (`Seal.holds`): each rewrite a kernel could make
-    to the `FreshInputs` it finds (call stack, gc) is seen, and named by `changed`."""
+    """What the timers' per-sample check compares in C (`bound.intact` with the seal's kept
+    groups): each rewrite a kernel could make to the `FreshInputs` it finds (call stack, gc)
+    is seen, and named by `changed`."""
     fresh = _fresh()
     seal = Seal.of(fresh)
-    assert seal.holds(fresh)
+    assert bound.intact(*seal.kept)
     verify_bindings(fresh, seal)  # intact: nothing raised
     assert fresh.ends is not None
     if attack == "plan":
@@ -443,7 +443,7 @@ def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
         del fresh.mode
     else:
         fresh.__dict__[attack] = lambda *a, **k: None
-    assert not seal.holds(fresh)
+    assert not bound.intact(*seal.kept)
     assert seal.changed(fresh)
     with pytest.raises(DishonestTiming, match="the timer's own state"):
         verify_bindings(fresh, seal)
@@ -480,7 +480,7 @@ def test_a_kept_name_of_the_timing_modules_changed_any_way_fails_the_fast_check(
         if how == "module_attribute":
             module.CHECK_RATE = 0.0  # type: ignore[misc]
         elif how == "code":
-            module.checked_now.__code__ = (lambda rate: False).__code__
+            module.survival.__code__ = (lambda rate, share, calls: 0.0).__code__
         elif how == "defaults":
             module.fresh_inputs.__kwdefaults__ = {"free_bytes": 0, "name": None}
         elif how == "deleted":
@@ -495,7 +495,7 @@ def test_a_kept_name_of_the_timing_modules_changed_any_way_fails_the_fast_check(
     assert bound.binding_failure("after") is None
     assert bound.intact()
     assert module.CHECK_RATE == CHECK_RATE
-    assert checked_now(1.0)
+    assert survival(1.0, 0.5, 2) == 0.25
 
 
 def test_a_module_replaced_in_sys_modules_after_torch_was_seen_is_checked_again(

@@ -1,19 +1,11 @@
 """Time one kernel: warm-up, cache flush before every sample, adaptive sample count.
 
-Split by job behind one small interface, `Timer.time(fn, budget) -> TimingResult`:
-
-- `budget.py`: the budget, the result, the adaptive rounds and their stop rule (the median's
-  95% bootstrap CI within the target, the budget spent, or `max_samples`), the `Timer`
-  protocol;
-- `cpu.py`: the CPU timer (`time.perf_counter`, the budget honoured within 20%), with
-  `cpu_cache.py` (the cache flush, the allocator), `on_cpu.py` (on-CPU time, the CPU
-  anchor's pairs, other threads between calls) and `cpu_load.py` (the machine's load, the
-  thread policy);
-- `cuda.py`: the CUDA timer (events around flushed calls in rounds behind a sleep pre-roll,
-  NVML clocks and throttle reasons, CUDA graphs).
-
-`time_kernel(fn, device=..., budget=...)` picks the timer of the device (`timer_for`); it is
-what the gate, the optimizer's sandbox and the re-measurement call.
+One interface, `Timer.time(fn, budget) -> TimingResult`, a module per job: `budget.py` (the
+budget, the result, the adaptive rounds and their stop rule), `cpu.py` (the CPU timer, with
+`cpu_cache.py`, `on_cpu.py` and `cpu_load.py`), `cuda.py` (events around flushed calls behind
+a sleep pre-roll, NVML clocks, CUDA graphs). `time_kernel(fn, device=..., budget=...)` picks
+the device's timer (`timer_for`): what the gate, the optimizer's sandbox and the
+re-measurement call.
 """
 
 from __future__ import annotations
@@ -65,21 +57,14 @@ def time_kernel(
     budget: TimingBudget | None = None,
     fresh: FreshInputs | None = None,
 ) -> TimingResult:
-    """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize.
+    """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize; with
+    `fresh` (`fresh_inputs.fresh_inputs`), its call on inputs refilled before every sample,
+    outputs checked. A binding rebound while the kernel is timed refuses it, naming the module
+    that made the patch (`measure.bound`); one found before the timing is put back first, and
+    refuses the kernel only when its own module made it (`bound.patchers`).
 
-    With `fresh` (`fresh_inputs.fresh_inputs`), `fresh.call` is timed instead, on inputs
-    refilled before every sample, its outputs checked. A clock or serializer rebound since
-    the plugin loaded (`measure.bound.tampered`, the plugin's timing modules included) while
-    the kernel is timed refuses it, naming the module that made the patch (checked before and
-    after every sample). A patch found before the timing starts is put back first: the kernel
-    is timed on the originals, and refused only when its own module made the patch
-    (`bound.patchers`).
-
-    Raises `KernelproError` (with the original exception chained) if `fn` raises, if CUDA is
-    requested but unavailable, or if CUDA-graph capture fails; `DishonestTiming` when a call
-    did less than its work (wrong timed outputs, a tensor subclass, work outside the timed
-    stream, a rebound clock).
-    """
+    Raises `KernelproError` (the original chained) if `fn` raises, CUDA is unavailable or
+    graph capture fails; `DishonestTiming` when a call did less than its work."""
     budget = budget or TimingBudget()
     if bound.binding_failure("before this kernel's timing") is not None:
         bound.restore()  # another module's patch: this kernel is timed on the originals

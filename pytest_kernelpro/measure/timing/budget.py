@@ -1,17 +1,11 @@
 """What every timer shares: the budget, the result, the adaptive rounds and their stop rule,
-and the statistics of a set of samples that the stop rule and every report read.
+and the statistics of a set of samples.
 
 `TimingBudget` says how long and how precisely to time one kernel; `adaptive_rounds` takes
-samples in rounds until the median's 95% bootstrap CI (`summarize`) is within the target,
-the budget is spent or `max_samples` is reached; `TimingResult` is what a timer returns. `Timer` is the one interface the CPU timer (`cpu.py`) and the CUDA timer (`cuda.py`)
-implement; `time_kernel` in the package picks one by device. How each one samples is in its
-module's docstring.
-
-Summary statistics of timing samples (`summarize`): median, IQR and a bootstrap CI of the
-median. The median is the centre every report and the gate use (robust against the outliers
-that GPU and shared-runner timings always have); its 95% bootstrap confidence interval is
-what the adaptive sampler (`adaptive_rounds`) drives below a target relative width
-(nvbench's "stdrel" idea, applied to the median instead of the mean).
+samples in rounds until the median's 95% bootstrap CI (`summarize`) is within the target
+(nvbench's "stdrel", on the median: robust against the outliers GPU and shared-runner
+timings always have), the budget is spent or `max_samples` is reached; `TimingResult` is what
+a timer returns, `Timer` the interface the CPU and CUDA timers implement.
 """
 
 from __future__ import annotations

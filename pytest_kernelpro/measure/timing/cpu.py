@@ -1,25 +1,20 @@
 """The CPU timer: `time.perf_counter` around each call, in the adaptive rounds of `budget.py`.
 
 A sample is one call (or, for a microsecond kernel without fresh inputs, a repeat of calls):
-the kept bindings verified, the inputs refilled (`fresh_inputs.py`), the cache flushed
-(`cpu_cache.py`), the call timed and followed by the CPU anchor in on-CPU time
-(`on_cpu.py`), its output checked, the bindings verified again (`CpuSampler.sample`). The
-machine's load over the sampling and the thread policy are `cpu_load.py`'s.
+the inputs refilled (`fresh_inputs.py`), the cache flushed (`cpu_cache.py`), the call timed
+and followed by the CPU anchor in on-CPU time (`on_cpu.py`), its output checked, the kept
+bindings verified before and after (`CpuSampler.take`). Load and threads: `cpu_load.py`.
 
-The time budget covers what `time_cpu` does after allocating the flush buffer once (first
-call, estimate, warm-up, samples and statistics; not the new content made before each call
-nor the checked calls' reference runs) and is honoured within `BUDGET_TOLERANCE` (20%): the
-estimate is the first warm-up samples, the warm-up ends at a wall-clock deadline (at most
-`CPU_WARMUP_SHARE` of the budget, and never later than leaves room for the floor of
-samples), a round ends at the budget's deadline, and `min_samples` gives way to the budget
-once `CPU_MIN_SAMPLES_FLOOR` samples are in. A budget shorter than the first call, one
-estimate and those samples cannot be honoured: the result's `budget_note` says so and how
-long a budget would be (`overrun_note`). Checked against a simulated clock
-(tests/measure/test_timing_budget.py) and measured on the loaded 2-core VM
-(bench/results/2026-12-01-cpu-budget-cpu.md).
-
-The kernel's reported samples stay its wall times (what a user waits for); the pairs with
-the anchor go to `TimingResult.anchor`.
+The budget covers what `time_cpu` does after allocating the flush buffer (first call,
+estimate, warm-up, samples, statistics; not the inputs' new content nor the checked calls'
+reference runs) and is honoured within `BUDGET_TOLERANCE`: the warm-up ends at a wall-clock
+deadline (at most `CPU_WARMUP_SHARE` of the budget, leaving room for the floor of samples), a
+round ends at the budget's deadline, and `min_samples` gives way to the budget once
+`CPU_MIN_SAMPLES_FLOOR` samples are in. A budget too short for that is overrun and the
+result's `budget_note` says how long a budget would fit (`overrun_note`); checked against a
+simulated clock (tests/measure/test_timing_budget.py,
+bench/results/2026-12-01-cpu-budget-cpu.md). The reported samples stay wall times (what a
+user waits for); the anchor's pairs go to `TimingResult.anchor`.
 """
 
 from __future__ import annotations
@@ -126,17 +121,6 @@ def _repeated(fn: Callable[[], object], calls: int) -> Callable[[], object]:
     return body
 
 
-@dataclass(frozen=True)
-class _NoHonestWork:
-    """What a timing without fresh inputs spends on honest measurement: nothing."""
-
-    refill_s: float = 0.0
-    check_s: float = 0.0
-
-
-_NO_HONEST_WORK = _NoHonestWork()
-
-
 @dataclass
 class CpuSampler:
     """The CPU samples, and the clock the budget is planned on.
@@ -165,21 +149,14 @@ class CpuSampler:
     def repeat(self, calls: int) -> None:
         self.calls, self.body = calls, _repeated(self.fn, calls)
 
-    def sample(self) -> float:
-        """Time one sample (`take`); its per-call wall seconds."""
-        return self.take(1)[0]
-
     def take(self, count: int, floor: int = 0, deadline: float = math.inf) -> list[float]:
         """Time `count` samples, or stop once `taken` reached `floor` and the plan clock
-        `deadline`; their per-call wall seconds. Per sample: the inputs refilled
-        (`FreshInputs.before`) and the cache flushed while the other threads' CPU time is
-        counted (`OtherThreads`), the call timed (with the anchor after it, `CpuPairs`), its
-        output checked (`FreshInputs.after`), and the kept bindings and the seal verified
-        (`measure.bound`): before the first sample and after each one, so every sample is
-        verified right before and right after it (nothing of the kernel runs between one
-        sample's check and the next sample) and a kernel that rebinds a clock is refused at
-        the sample it did it in. One frame for all of it, the helpers bound once (this loop
-        runs every sample; each step's rule is its module's)."""
+        `deadline`; their per-call wall seconds. Per sample: inputs refilled and cache
+        flushed while other threads' CPU time is counted (`OtherThreads`), the call timed
+        (the anchor after it, `CpuPairs`), its output checked (`FreshInputs.after`), the kept
+        bindings and the seal verified (`measure.bound`) before the first sample and after
+        each, so a kernel that rebinds a clock is refused at the sample it did it in. One
+        frame, the helpers bound once: this loop runs every sample."""
         fresh, seal, between, calls, clock = (
             self.fresh,
             self.seal,
@@ -198,10 +175,11 @@ class CpuSampler:
         thread_time, process_time = bound.thread_time, bound.process_time
         if not intact(*sealed):
             verify_bindings(fresh, seal)  # names what changed and raises
-        honest = fresh if fresh is not None else _NO_HONEST_WORK
         values: list[float] = []
         for _ in range(count):
-            # `OtherThreads`' reads nest (thread, process ... process, thread).
+            # `OtherThreads`' reads nest (thread, process ... process, thread): this thread's
+            # time between two reads never counts as another thread's (read the other way,
+            # a microsecond a sample summed to milliseconds and refused honest kernels).
             thread0 = thread_time()
             process0, wall0 = process_time(), perf_counter()
             content = before() if before is not None else None
@@ -227,7 +205,8 @@ class CpuSampler:
             values.append(per_call)
             self.taken += 1
             # The plan clock (`plan_clock`), inline.
-            if self.taken >= floor and clock() - (honest.refill_s + honest.check_s) >= deadline:
+            honest_s = fresh.refill_s + fresh.check_s if fresh is not None else 0.0
+            if self.taken >= floor and clock() - honest_s >= deadline:
                 break
         return values
 
@@ -266,10 +245,11 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
     warm_end = plan_clock() + warmup_s  # after the first call: a compile is no warm-up
     per_calls: list[float] = []
     walls: list[float] = []
-    while not per_calls or (len(per_calls) < 5 and plan_clock() < warm_end):
-        w0 = plan_clock()
-        per_calls.append(sampler.sample())
-        walls.append(plan_clock() - w0)
+    now = plan_clock()
+    while not per_calls or (len(per_calls) < 5 and now < warm_end):
+        per_calls.append(sampler.take(1)[0])
+        walls.append(plan_clock() - now)
+        now += walls[-1]
     spent.estimate_samples = len(per_calls)
     per_call = float(np.median(per_calls))
     sample_wall = float(np.median(walls))
@@ -353,22 +333,14 @@ def time_cpu(
     flush: Callable[[], None] | None = None,
     fresh: FreshInputs | None = None,
 ) -> TimingResult:
-    """CPU timing with `clock` (`time.perf_counter` as it was when the plugin loaded,
-    `measure.bound`: a kernel that rebinds it cannot change the timer's clock; see the
-    module docstring). With `fresh`, each sample is one call of `fresh.call` on inputs
-    refilled before it (`fresh_inputs.py`), its output checked after the end time.
-
-    How the budget is spent, every step planned from the clock so the whole call stays
-    within the budget: the first call; the estimate and warm-up (`_first_call_and_warm_up`);
-    then the adaptive rounds, cut at the deadline (`_sampling_rounds`). The floor
-    (`CPU_MIN_SAMPLES_FLOOR`) is never given up: with fewer samples the gate's Mann-Whitney
-    test at alpha 0.01 could never reject (4 against 4 samples give p >= 1/70), so a budget
-    too short for it is overrun and `budget_note` says by how much and why.
-
-    `clock` and `flush` (called before each sample instead of writing the flush buffer,
-    when the budget's flush decision is to flush) are for tests that check the plan against
-    a simulated clock; timing uses the defaults.
-    """
+    """CPU timing (module docstring) with `clock`, `measure.bound`'s kept `perf_counter` by
+    default; with `fresh`, each sample one call on inputs refilled before it, its output
+    checked after the end time. The budget: the first call, the estimate and warm-up
+    (`_first_call_and_warm_up`), then the adaptive rounds cut at the deadline
+    (`_sampling_rounds`). The floor (`CPU_MIN_SAMPLES_FLOOR`) is never given up: with fewer
+    samples the gate's Mann-Whitney test at alpha 0.01 could never reject (4 against 4 give
+    p >= 1/70). `clock` and `flush` (called before each sample instead of writing the flush
+    buffer) let tests check the plan against a simulated clock."""
     clock = clock or bound.perf_counter
     allocator = steady_allocator()
     t_start = clock()

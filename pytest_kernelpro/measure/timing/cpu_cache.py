@@ -56,13 +56,11 @@ def cpu_cache_levels() -> dict[int, int]:
     return sizes
 
 
-# The most of the last-level cache a CPU flush writes. A flush costs time in every sample,
-# and above the cache's size it costs a memory-speed write (on the project's 2-core VM with a
-# 32 MiB LLC: 1.4 ms for 33 MiB, 10 ms for 66 MiB, bench/results/2026-12-05-first-run-cpu.md),
-# while a VM can report its host's whole LLC: 480 MiB meant 482 MiB written, ~100 ms, before
-# every sample, and the 1 s default budget overrun 2-5x. Above the cap a kernel's small inputs
-# may stay partly cached from the sample before (the same for the baseline and the head on
-# one machine, which is what the gate compares); the flush reason says when it applies.
+# The most of the last-level cache a CPU flush writes: above the cache's size a flush costs a
+# memory-speed write every sample, and a VM can report its host's whole LLC (480 MiB: ~100 ms
+# a sample, the default budget overrun 2-5x; bench/results/2026-12-05-first-run-cpu.md). Above
+# the cap small inputs may stay partly cached (alike for baseline and head on one machine);
+# the flush reason says when it applies.
 CPU_FLUSH_LLC_CAP = 64 * 2**20
 
 
@@ -119,13 +117,11 @@ def last_level_cache_bytes() -> int | None:
 
 _CPU_FLUSH_BUFFERS: dict[int, Any] = {}
 
-# glibc's allocator serves a request above its mmap threshold with fresh pages that fault in
-# on first touch and go back to the OS on free, and it moves that threshold up to the size of
-# the last such block freed. So whether a kernel's 4 MB output costs a thousand page faults on
-# every call depended on what the process had freed before: unchanged kernels (a 1M-element add,
-# a 2048x1024 bias+gelu) timed 2x apart in half the sessions. Fixing the threshold at its
-# maximum (and the top-of-heap trim at twice it, glibc's own ratio) serves every block up to
-# 32 MiB from reused heap pages in every process, what a long-running program sees.
+# glibc serves a request above its mmap threshold with fresh pages (faulted in on first
+# touch, returned on free) and raises the threshold to the last such block freed, so a
+# kernel's page faults per call depended on what the process freed before (unchanged kernels
+# timed 2x apart in half the sessions). The threshold fixed at its maximum (and the trim at
+# twice it, glibc's ratio) serves every block up to 32 MiB from reused heap pages.
 GLIBC_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest allowed value on 64-bit
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 

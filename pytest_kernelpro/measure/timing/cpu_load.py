@@ -1,39 +1,25 @@
 """The CPU as a timing finds it: its name, the cores it may use, the load of the machine over
 the sampling, and the thread policy of CPU timing.
 
-A CPU timing is only as good as the cores it had. When other processes (or the hypervisor,
-as steal time) take cores that the kernel's threads need, a parallel region waits for a
-descheduled thread for whole scheduler slices: on a shared 2-core machine a 128x512
-softmax at torch's default two threads measured 73 ms instead of ~0.1 ms. Such numbers are
-not the kernel's, so they are marked "suspect" (reported, never failed) instead of gated.
+When other processes (or the hypervisor, as steal time) take cores the kernel's threads need,
+a parallel region waits whole scheduler slices for a descheduled thread: such numbers are not
+the kernel's, so the timing is marked "suspect" (reported, never failed) instead of gated.
+Measured over exactly the timed interval: other processes' CPU use (the machine's busy time
+from `/proc/stat`, steal included, less this process's `os.times`, per wall second, capped at
+the machine's cores: both counters tick at 100 Hz), the load average and runnable threads at
+the end (they include this process: they describe, never decide), and the kernel's threads
+against the cores this process may use. The interval is oversubscribed when the threads
+exceed the cores available, or the cores the other processes left free by more than
+`OVERSUBSCRIBED_SLACK` of a thread each, or when other processes used more than
+`SHARED_SHARE` of the cores (memory bandwidth and the last-level cache are shared too).
 
-What is measured, over exactly the interval that was timed:
-- **other processes' CPU use**: the machine's busy time from `/proc/stat` (user, nice,
-  system, irq, softirq and steal) minus this process's own CPU time (`os.times`), divided by
-  the wall time: the average number of cores that something else used, capped at the
-  machine's cores (both counters tick at 100 Hz, so over a short interval the difference can
-  come out above the machine: "2.2 of 2 cores" means "all of them");
-- the **1-minute load average** and the **runnable threads** of the machine at the end,
-  for the summary line (they include this process, so they only describe, never decide);
-- the **threads** the kernel ran with against the **cores** this process may use.
-
-The interval is oversubscribed when the kernel's threads exceed the cores available to the
-process, when the threads exceed the cores the other processes left free by more than
-`OVERSUBSCRIBED_SLACK` of a thread each (10%: a quiet machine's background is ~1% of a
-core), or when other processes used more than `SHARED_SHARE` of the machine's cores even if
-a core was left for each thread: memory bandwidth and the last-level cache are shared too,
-so a memory-bound kernel slows down beside a busy neighbour without losing its core.
-
-Thread policy: CPU kernels are timed with a fixed number of torch intra-op threads,
-`kernelpro_cpu_threads`: `auto` (the default) is ONE thread, a number N is N threads (at
-most the cores this process may use, or the timing is marked oversubscribed). One thread by
-default because a parallel region waits for its slowest thread: with another process on one
-of two cores, a 256x1024 softmax measured 22 ms at two threads and 0.36 ms at one
-(bench/results/2026-12-01-cpu-threads-cpu.md). Here the CPU run of a GPU kernel is a check
-and a stand-in for the gate, so a number that other work cannot move by 60x is worth more
-than the multi-core speedup; give N to time multi-threaded CPU code. The count is part of
-the device name ("cpu (AMD EPYC, 1 thread)"), so timings with different thread counts are
-never compared as if they came from the same machine, and ceilings are cached per count.
+Thread policy (`kernelpro_cpu_threads`): `auto`, the default, is ONE torch intra-op thread, N
+is N threads (at most the cores this process may use, or the timing is oversubscribed). One
+by default because a parallel region waits for its slowest thread: beside one busy process on
+two cores a softmax ran 60x slower at two threads than at one
+(bench/results/2026-12-01-cpu-threads-cpu.md); give N to time multi-threaded CPU code. The
+count is part of the device name ("cpu (AMD EPYC, 1 thread)"), so timings with different
+counts are never compared as one machine's, and ceilings are cached per count.
 """
 
 from __future__ import annotations
@@ -110,7 +96,7 @@ def _machine_busy_s() -> float | None:
         return None
     try:
         ticks = [int(v) for v in first[1:]]
-        busy = sum(ticks[i] for i in _BUSY_FIELDS if i < len(ticks))
+        busy = sum([ticks[i] for i in _BUSY_FIELDS if i < len(ticks)])
     except ValueError:
         return None
     return busy / float(os.sysconf("SC_CLK_TCK"))

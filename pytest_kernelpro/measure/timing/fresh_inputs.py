@@ -1,60 +1,48 @@
 """Content no timed call has seen before, outputs checked at calls no kernel can predict.
 
-The timer calls a kernel hundreds of times. A kernel can exploit that: memoise its result by
-the tensors' identity, `_version` or a cheap sample of their values, return `torch.empty` on
+The timer calls a kernel hundreds of times, and a kernel can exploit that: memoise its result
+by the tensors' identity, `_version` or a sample of their values, return `torch.empty` on
 repeated inputs, compute honestly only on the calls that will be checked, or return a tensor
-subclass that computes when read. `FreshInputs` is what the timers call instead of the bare
-kernel.
+subclass that computes when read. `FreshInputs` is what the timers call instead.
 
-**New content on every call.** Before every timed call (outside the timed region: before the
-cache flush and the start marker) the timed tensors are refilled in place with content no
-earlier call held, one of three ways (`mode`, in the record):
+**New content on every call**, made before the call (outside the timed region), in place, one
+of three ways (`mode`, in the record):
 
-- `mix` (the default): two draws A and B of the problem's own input maker are kept; each call
-  gets, per element, a point on the segment between them, ``A + U * (B - A)``, U uniform in
-  [0, 1): a window of a pool of uniform values (the input's size plus 2^20 more, drawn once)
-  at an offset read from `os.urandom` before the call and never used by an earlier call; integer and boolean tensors
-  (indices, masks) take each element from A or B. Every element
-  stays within the range its two draws span, so bounds, signs, zeros and integer ranges hold.
-  U has as many random values as the inputs, so no function of a few input values can index a
-  stored output (for a linear kernel ``f(x) = f(A) + f(U * (B - A))``: the whole work again);
-- `maker`: a new draw of the problem's input maker per call, seeded from `os.urandom`: used
-  when a mixed input is not valid for the problem (the kernel and the reference disagree on
-  one, or the reference's output is no longer finite: a positive-definite or normalised input,
-  a permutation), or when the mix does not fit in memory;
-- `fixed`: the inputs cannot be regenerated (no input maker, or one that returns the same
-  contents for every seed) and a jitter of them (A and ``A * (1 + JITTER * V)``, mixed as
-  above) is not valid either: every call sees the same contents with a new `_version`, every
-  call's output is checked, and the record says a memo keyed by content cannot be excluded.
-  With one draw only and a valid jitter, `mode` is `mix` on the jitter. Either way the kernel
-  is named in a `KernelproWarning` that says what to change.
+- `mix` (the default): of two draws A and B of the problem's input maker, each call gets per
+  element ``A + U * (B - A)``, U a window of a pool of uniform values (the input's size plus
+  `WINDOW`, drawn once) at an offset read from `os.urandom` and never used before; integer
+  and boolean tensors take each element from A or B. Every element stays within the range its
+  two draws span (bounds, signs, zeros, integer ranges hold), and U has as many random values
+  as the inputs, so no function of a few input values can index a stored output;
+- `maker`: a new draw of the input maker per call, seeded from `os.urandom`, when a mixed
+  input is not valid for the problem (the kernel and the reference disagree on one, or the
+  reference's output stops being finite) or the mix does not fit in memory;
+- `fixed`: the inputs cannot be regenerated (no maker, or one that repeats its contents) and
+  a jitter of them (A and ``A * (1 + JITTER * V)``, mixed) is not valid either: every call
+  sees the same contents with a new `_version`, every output is checked, and the record says
+  a memo keyed by content cannot be excluded. With one draw and a valid jitter, `mode` is
+  `mix` on the jitter. Either way `inputs_fixed` names the kernel and what to change.
 
-**Checks the kernel cannot predict.** After each timed call returned, `CHECK_RATE` decides
-from `os.urandom` read at that moment (the function kept when the plugin loaded) whether it
-is checked; no generator object exists, nothing is decided ahead, and there is no cap on the
-number of checks. A checked call's output is copied at once (a thread finishing the work
-later is too late) and compared with the reference run on that call's exact content (rebuilt
-from A, B and U, or the maker's draw, made again from its seed when the maker repeats a draw for
-a seed). On the CPU the comparison runs right after the call; on
-a GPU the copies are queued on the timed stream and compared after the round (`drain`): wall
-time either way, never inside a timed region. The queue is an object a kernel can find through
-gc: `after` returns the key of each check it queues, the timer keeps the keys in its own frames,
-and `drain(queued)` refuses a queue that does not hold exactly those objects (`queue_tampering`).
-A kernel that skips its work on a fraction f of the calls survives n timed calls with
-probability ``(1 - CHECK_RATE * f) ** n``.
+**Checks the kernel cannot predict.** After each timed call returned, `CHECK_RATE` against
+`os.urandom` read then (the function kept when the plugin loaded) decides whether it is
+checked: nothing is decided ahead and there is no cap. A checked call's output is copied at
+once and compared with the reference run on that call's exact content (rebuilt from A, B and
+the offset, or the maker's draw, made again from its seed where the maker repeats a seed's
+draw): on the CPU right after the call, on a GPU queued on the timed stream and compared
+after the round (`drain`), never inside a timed region. `after` returns the key of each check
+it queues, the timer keeps the keys in its own frames, and `drain(queued)` refuses a queue
+that does not hold exactly those objects (`queue_tampering`). A kernel skipping its work on a
+share f of n calls survives with probability ``(1 - CHECK_RATE * f) ** n``. Every output must
+be exactly `torch.Tensor` with storage (`plain_output_problem`).
 
-Every output must also be exactly `torch.Tensor` with storage (`plain_output_problem`).
-
-**Kept content verified.** The ends and pools the mix is made from are the timer's objects, and
-a kernel can find them through gc and rewrite them in place (same objects, so the seal holds):
-the second end made equal to the first, or the pools zeroed, and every call's content, and the
-content every check rebuilds, is the same. Their values at `KEPT_POSITIONS` positions chosen by
-`os.urandom` are kept as bytes in the caller's frame before the kernel's first call on the mix
-and compared after the validity trial and after the timing (`kept_content`).
+**Kept content verified.** A kernel can find the ends and pools through gc and rewrite them in
+place (the seal's identity check holds), making every call's and every check's content the
+same: their values at `KEPT_POSITIONS` positions chosen by `os.urandom` are kept as bytes in
+the caller's frame and compared after the validity trial and after the timing
+(`kept_content`).
 
 Memory: A, B and U (three times the inputs) and two outputs, at most `MEMORY_SHARE` of the
-memory free on the device; beyond that a draw of the maker per call (once the inputs and an
-output), and without a maker the `fixed` mode.
+memory free on the device; beyond that a draw of the maker per call, without a maker `fixed`.
 """
 
 from __future__ import annotations
@@ -68,6 +56,7 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure import bound
+from pytest_kernelpro.measure.output_rule import leaves_of
 
 MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of the free memory
 # Share of timed calls whose output is compared with the reference. A kernel that skips its
@@ -147,14 +136,11 @@ SEALED = tuple(
 @dataclass(frozen=True)
 class Seal:
     """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
-    not an attribute of the object the kernel can find): `holds` says whether all of it is
-    the same, `changed` names what differs.
-
-    The sealed names are kept as `bound.Kept` groups (`kept`): each name's object by
-    identity, the object's namespace, and the method names that must not be set on it.
-    The mixed content's tensors are in the sealed `ends` and `weights`, made tuples by
-    `FreshInputs.prepare`, so their identity covers the tensors in them (nothing to
-    replace in place); a timer passes `kept` to `bound.intact` with its own check."""
+    not an attribute of the object the kernel can find). The sealed names are `bound.Kept`
+    groups (`kept`: each name's object by identity, the object's namespace, the method names
+    that must not be set on it), which a timer passes to `bound.intact` every sample;
+    `changed` names what differs. The mix's tensors are in the sealed `ends` and `weights`,
+    tuples since `FreshInputs.prepare`, so their identity covers the tensors in them."""
 
     values: tuple[Any, ...]
     weights: tuple[Any, ...]
@@ -175,11 +161,6 @@ class Seal:
         methods.absent("fresh inputs", namespace, SHADOWING)
         return cls(values, tuple(fresh.weights), tuple(a), tuple(b), (names, methods))
 
-    def holds(self, fresh: FreshInputs) -> bool:
-        """Nothing sealed changed (identity comparisons in C; the timers' per-sample check
-        runs it as part of `bound.intact`)."""
-        return all(map(_group_holds, self.kept))
-
     def changed(self, fresh: FreshInputs) -> list[str]:
         found = [
             name
@@ -197,13 +178,6 @@ class Seal:
             found.append("its namespace (replaced)")
         shadowed = sorted(SHADOWING.intersection(vars(fresh)))
         return found + [f"{name} (set on the object)" for name in shadowed]
-
-
-def _group_holds(kept: bound.Kept) -> bool:
-    try:
-        return not any(map(is_not, kept.currents(), kept.values))
-    except Exception:  # a sealed name made unreadable: `changed` names it
-        return False
 
 
 # Positions per kept tensor whose values fingerprint the mix's kept content (`kept_content`).
@@ -260,13 +234,18 @@ def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...])
 
 
 def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
-    if isinstance(obj, torch.Tensor):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [leaf for item in obj for leaf in _tensor_leaves(torch, item)]
-    if isinstance(obj, dict):
-        return [leaf for item in obj.values() for leaf in _tensor_leaves(torch, item)]
-    return []
+    """The tensors of nested lists, tuples and dicts, in order (a loop, not a recursion)."""
+    found = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
 
 
 def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
@@ -274,24 +253,16 @@ def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
     if isinstance(obj, torch.Tensor):
         return leaves.pop(0)
     if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)(_with_leaves(torch, item, leaves) for item in obj)
+        return type(obj)([_with_leaves(torch, item, leaves) for item in obj])
     if isinstance(obj, dict):
         return {k: _with_leaves(torch, v, leaves) for k, v in obj.items()}
     return obj
 
 
-def _leaves(obj: Any, path: str = "output") -> list[tuple[str, Any]]:
-    if isinstance(obj, (list, tuple)):
-        return [pair for i, item in enumerate(obj) for pair in _leaves(item, f"{path}[{i}]")]
-    if isinstance(obj, dict):
-        return [pair for k, item in obj.items() for pair in _leaves(item, f"{path}[{k!r}]")]
-    return [(path, obj)]
-
-
 def plain_output_problem(torch: Any, out: Any) -> str | None:
     """Why `out` is not a plain result, or None: every tensor-like leaf must be exactly
     `torch.Tensor` with storage of its own (not a subclass, wrapper or meta tensor)."""
-    for path, leaf in _leaves(out):
+    for path, leaf in leaves_of(torch, out):
         kind = type(leaf)
         tensor_like = isinstance(leaf, torch.Tensor) or hasattr(kind, "__torch_function__")
         if not tensor_like:
@@ -331,7 +302,7 @@ def free_memory_bytes(torch: Any, device: str) -> int | None:
 
 
 def _nbytes(torch: Any, obj: Any) -> int:
-    return sum(int(t.numel()) * int(t.element_size()) for t in _tensor_leaves(torch, obj))
+    return sum([int(t.numel()) * int(t.element_size()) for t in _tensor_leaves(torch, obj)])
 
 
 def _mib(n: float) -> str:
@@ -340,12 +311,6 @@ def _mib(n: float) -> str:
 
 def _urandom_seed() -> int:
     return int.from_bytes(bound.os_urandom(8), "little") & (2**63 - 1)
-
-
-def checked_now(rate: float) -> bool:
-    """Whether the call that just returned is checked: `rate` against 32 bits read from the
-    operating system now (nothing kept, nothing drawn ahead)."""
-    return int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32
 
 
 def survival(rate: float, skipped_share: float, calls: int) -> float:
@@ -551,7 +516,7 @@ class FreshInputs:
             if problem is not None:
                 raise DishonestTiming(problem)
         # The rate is a module constant (kept), never this object's state (`rate`); the draw
-        # is `checked_now`'s, inline (this runs after every timed call).
+        # reads 32 bits of the kept `os.urandom` now: nothing kept, nothing drawn ahead.
         rate = FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
         if not (force or int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32) or (
             self.reference is None or self.check is None
@@ -688,7 +653,7 @@ def _same_contents(torch: Any, a: Any, b: Any) -> bool:
 
 def _identical(torch: Any, got: Any, expected: Any) -> bool:
     """Same structure, and every tensor leaf equal in shape, dtype and every bit of value."""
-    left, right = _leaves(got), _leaves(expected)
+    left, right = leaves_of(torch, got), leaves_of(torch, expected)
     if len(left) != len(right):
         return False
     for (path_a, a), (path_b, b) in zip(left, right, strict=True):

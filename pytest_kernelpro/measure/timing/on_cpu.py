@@ -1,35 +1,26 @@
 """On-CPU time: what a CPU sample charges the kernel, and what it does not.
 
-The CPU anchor: a fixed workload timed right after every CPU sample, on-CPU time for both.
-On a shared CPU a kernel's wall time is mostly other processes' time (waiting on the run
-queue), and the wall-clock median of the same code moves by tens of percent between two
-sessions when the load changes (bench/results/2026-12-02-cpu-gate-cpu.md). Two things fix
-that, the same way the GPU clock anchor cancels the power cap (`anchor.py`):
+On a shared CPU a kernel's wall time is mostly other processes' (waiting on the run queue),
+and the wall-clock median of the same code moves by tens of percent between two sessions
+(bench/results/2026-12-02-cpu-gate-cpu.md). Two things fix that, as the GPU clock anchor
+cancels the power cap (`anchor.py`):
 
-1. **On-CPU time.** Each timed call is charged its wall time minus the time its thread
-   waited on the run queue while it ran (Linux's per-thread `schedstat`, read before and
-   after, outside the timed window), and never less than the thread's CPU time: a
-   preemption no longer counts as the kernel's time, while a kernel that sleeps, blocks
-   or waits on another thread is still charged for the wait (it is not runnable then).
-   Without `schedstat` (not Linux) the thread's CPU time is used.
-2. **The anchor.** After each sample, a fixed fp32 GEMM of `CPU_ANCHOR_N`^3 on seeded data
-   runs twice, each call timed the same way, and the faster of the two is the pair's anchor
-   (the first call also brings its data back to the cache after the kernel's; one call that
-   a neighbour disturbed is not the machine's speed). What still slows the kernel on a
-   shared machine, the other vCPU's use of the shared cache and memory, the host's own
-   scheduling (steal), the clock, slows the anchor next to it too, so the gate compares the
-   per-pair kernel / anchor ratios
-   (`gate/verdict_basis.py`) and reads the anchor's own change and scatter as the measure of
+1. **On-CPU time.** Each timed call is charged its wall time less the time its thread waited
+   on the run queue while it ran (Linux's per-thread `schedstat`, read just outside the timed
+   window), never less than the thread's CPU time: a preemption is not the kernel's time,
+   while a kernel that sleeps, blocks or waits on another thread is still charged (it is not
+   runnable then). Without `schedstat` the thread's CPU time is used.
+2. **The anchor.** After each sample a fixed fp32 GEMM of `CPU_ANCHOR_N`^3 on seeded data runs
+   twice, timed the same way, the faster kept (the first also brings its data back to the
+   cache). The other vCPU's use of the shared cache and memory, the host's steal and the
+   clock slow the anchor beside the kernel too, so the gate compares the per-pair kernel /
+   anchor ratios (`gate/verdict_basis.py`) and reads the anchor's own change and scatter as
    how far the machine moved.
 
-The kernel's reported samples stay its wall times (what a user waits for); the pairs go to
-`TimingResult.anchor` with the same keys as the GPU's (`name`, `ratios`, `anchor_median_s`),
-so a baseline keeps them the same way. A pair costs the anchor's two calls and six
-`schedstat` reads (together well under a millisecond on the project's VM).
-
-Between the timed calls (the refill of the inputs and the cache flush) nothing else of the
-process should use the CPU: `OtherThreads` counts the other threads' CPU time there, so a
-kernel whose thread computes the next output ahead, outside the timed window, is refused.
+The pairs go to `TimingResult.anchor` with the GPU anchor's keys (`name`, `ratios`,
+`anchor_median_s`). Between the timed calls (refill and flush) nothing else of the process
+should use the CPU: `OtherThreads` refuses a kernel whose other thread computes the next
+output outside the timed window.
 """
 
 from __future__ import annotations
@@ -260,32 +251,17 @@ OTHER_THREADS_MIN_S = 1e-3
 
 @dataclass
 class OtherThreads:
-    """CPU time of this process's other threads between timed calls (refill and flush)."""
+    """CPU time of this process's other threads between timed calls (refill and flush), as
+    `CpuSampler.take` reads it around each gap."""
 
     other_s: float = 0.0
     gap_s: float = 0.0
     kernel_s: float = 0.0
-    _start: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def start(self) -> None:
-        # The reads nest (thread, process ... process, thread): this thread's own time
-        # between two reads then never counts as another thread's; read the other way, it
-        # did, about a microsecond a sample, which summed to milliseconds over the thousands
-        # of samples of a microsecond kernel and refused honest ones.
-        thread0 = bound.thread_time()
-        self._start = (bound.process_time(), thread0, bound.perf_counter())
 
     def reset(self) -> None:
         """Count from here: the sampling rounds' gaps are gated, not the warm-up's (OpenMP
         workers may still spin there after the correctness trials' parallel regions)."""
         self.other_s = self.gap_s = self.kernel_s = 0.0
-
-    def stop(self) -> None:
-        process0, thread0, wall0 = self._start
-        process = bound.process_time() - process0
-        mine = bound.thread_time() - thread0
-        self.other_s += max(0.0, process - mine)
-        self.gap_s += bound.perf_counter() - wall0
 
     def failure(self, threads: int | None) -> str | None:
         if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
