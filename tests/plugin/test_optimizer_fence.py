@@ -20,7 +20,7 @@ import pytest_kernelpro
 PACKAGE = Path(pytest_kernelpro.__file__).parent
 OPTIMIZER = "pytest_kernelpro.optimize"
 # What the optimizer plugin's entry point loads in every session: its hooks and its options.
-ALWAYS_LOADED = {OPTIMIZER, f"{OPTIMIZER}.plugin", f"{OPTIMIZER}.settings"}
+ALWAYS_LOADED = {OPTIMIZER, f"{OPTIMIZER}.plugin"}
 
 
 def optimizer_references(source: str, module: str) -> list[str]:
