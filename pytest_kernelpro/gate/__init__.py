@@ -4,7 +4,7 @@
 - `baseline`: `load_baseline` (YAML; `BaselineError` names the fix); `baseline_save`:
   `save_baseline` (--kernelpro-save-baseline: merged, atomic, under a lock)
 - `verdict`: `decide_verdict` -> `Verdict`, on the basis `verdict_basis.choose_basis`
-  chooses (from the facts `basis_inputs` reads of a record); `confirmation`:
+  chooses (from the facts `baseline` reads of a record); `confirmation`:
   `needs_confirmation`, `confirm` (a provisional regression settled by an independent
   re-measurement), the autotune picks against the baseline's, a changed environment named
 - `report`: `build_report`, `write_json_report`, `load_report`, `merge_report_dicts`, `render_terminal_table`
