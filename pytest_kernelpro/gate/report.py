@@ -1,5 +1,5 @@
-"""The session report: JSON (one file, mergeable across xdist workers and runs) and the
-terminal table.
+"""The session report: JSON (one file, mergeable across xdist workers and runs), its copy in
+the run history, and the terminal table.
 
 JSON layout (schema 1)::
 
@@ -11,15 +11,31 @@ JSON layout (schema 1)::
 The records are written and read with msgspec at the file's edge (`record.record_builtins`,
 `record.record_from_builtins`); a record that is not of the record's types is an error
 naming the file and the record.
+
+The run history keeps each run's report (samples included) as
+`<UTC time>-<commit>-<machine>.json` under `.kernelpro/history/`, so runs are keyed by commit
+and machine and sort by time; `kernelpro history` lists them and `kernelpro compare` takes two
+of them by reference (`review/runs.py`).
+
+The tables (this one, `kernelpro compare`'s) are rendered to text for a terminal or a log,
+never cut. A terminal has a width: a table shortens its long kernel names in the middle to fit
+it (`middle_ellipsis`; under -v they fold instead, whole), and where even short names leave too
+little room, the table is printed wider than the terminal (the terminal wraps the line) rather
+than cut: rich would otherwise crop its no-wrap columns, and the verdict, the last column, is
+the first thing lost. A log (CI, a pipe, a file) has no width: `width=None` prints every table
+at the width of its content.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import os
+import platform
+import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +99,29 @@ def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> di
 
 def write_json_report(path: str | os.PathLike[str], report: dict[str, Any]) -> Path:
     """Write the report atomically (a reader never sees half a file)."""
+    return atomic_write_json(path, report)
+
+
+DEFAULT_HISTORY_DIR = Path(".kernelpro") / "history"
+
+
+def machine_name() -> str:
+    """The machine a run was measured on: its host name."""
+    return platform.node() or "unknown-host"
+
+
+def _slug(text: str, limit: int = 40) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()[:limit] or "x"
+
+
+def save_run(history_dir: str | Path, report: dict[str, Any]) -> Path:
+    """Write `report` as a new history entry (atomically) and return its path."""
+    meta = report.get("meta") or {}
+    now = _dt.datetime.now(_dt.timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
+    commit = str(meta.get("commit") or "nocommit")[:12]
+    machine = _slug(str(meta.get("machine") or machine_name()))
+    path = Path(history_dir) / f"{stamp}-{_slug(commit)}-{machine}.json"
     return atomic_write_json(path, report)
 
 
@@ -200,14 +239,13 @@ def render_terminal_table(
     (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
     roofline-time column is left out and the bar narrowed, long kernel names are shortened in
     the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
-    fit is printed wider rather than cut (`gate.text_console`); None: a log, every column at
+    fit is printed wider rather than cut (`console_for`); None: a log, every column at
     the width of its content. No escape codes unless `color`. Notes of the machine's normal
     state only with `verbose`; the others cut to one line without it.
     """
     from rich.text import Text
 
     from pytest_kernelpro.gate.render_session import fit
-    from pytest_kernelpro.gate.text_console import console_for, names_fitting
 
     narrow = width is not None and width < 100
     bar_width = 5 if narrow else 8
@@ -299,3 +337,94 @@ def _kernel_table(
     for row in rows:
         table.add_row(*row)
     return table
+
+
+# -- rendering tables to text (module docstring) --
+
+
+def _console(buffer: io.StringIO, width: int, color: bool) -> Any:
+    from rich.console import Console
+
+    return Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+
+
+def _widest(console: Any, renderable: Any) -> int:
+    from rich.measure import Measurement
+
+    return int(Measurement.get(console, console.options, renderable).maximum)
+
+
+def least_width(console: Any, table: Any) -> int:
+    """The narrowest `table` prints with no cell cut: its folding columns at their
+    `min_width`, every other column as wide as its widest cell."""
+    slack = 0
+    for column in table.columns:
+        if column.no_wrap or column.overflow != "fold":
+            continue
+        widest = max(_widest(console, cell) for cell in [column.header, *column.cells])
+        slack += max(0, widest - (column.min_width or 1))
+    return _widest(console, table) - slack
+
+
+def console_for(
+    tables: Sequence[Any], *, width: int | None, color: bool
+) -> tuple[Any, io.StringIO]:
+    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
+    terminal's columns, or None for a log: the width of the widest table's content. Escape
+    codes only with `color`."""
+    probe = _console(io.StringIO(), 100_000, color)
+    if width is None:
+        columns = max([_widest(probe, table) for table in tables] or [80])
+    else:
+        columns = max([int(width)] + [least_width(probe, table) for table in tables])
+    buffer = io.StringIO()
+    return _console(buffer, columns, color), buffer
+
+
+MIN_NAME = 12  # a kernel name is never shortened below this many characters
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """`text` within `width` characters, its middle replaced by "…": a kernel name keeps its
+    module-ish start and its shape or parameter end ("softmax_ro…[8192x4096]")."""
+    if len(text) <= width:
+        return text
+    width = max(width, 3)
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def names_fitting(
+    build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
+) -> Any:
+    """The table `build(names, fold)` makes, with its kernel names shortened in the middle
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
+    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    table = build(list(names), True)
+    if width is None or not names:
+        return table
+    limit = name_width_to_fit(table, width, max(len(name) for name in names))
+    if limit is None:
+        return table
+    return build([middle_ellipsis(name, limit) for name in names], False)
+
+
+def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
+    """How many characters the names of `table` (its first column, filled with the full
+    names, `longest` the longest) may keep so the table fits `width` columns; None when
+    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
+    probe = _console(io.StringIO(), 100_000, False)
+    over = _widest(probe, table) - int(width)
+    if over <= 0:
+        return None
+    return max(MIN_NAME, longest - over)

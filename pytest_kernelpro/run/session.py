@@ -327,7 +327,7 @@ class KernelproSession:
         import platform
 
         from pytest_kernelpro.gate.baseline import detect_commit
-        from pytest_kernelpro.gate.history import machine_name
+        from pytest_kernelpro.gate.report import machine_name
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -475,7 +475,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
     except OSError as exc:
         kp.write_failed("artifacts .gitignore", settings.artifacts_dir / ".gitignore", exc)
     if settings.history_dir is not None:
-        from pytest_kernelpro.gate.history import save_run
+        from pytest_kernelpro.gate.report import save_run
 
         try:
             kp.history_path = save_run(settings.history_dir, report)

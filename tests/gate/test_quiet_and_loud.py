@@ -17,8 +17,7 @@ from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.nothing_checked import nothing_checked_line, too_noisy_note
 from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, session_notes
-from pytest_kernelpro.gate.report import build_report, write_json_report
-from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
+from pytest_kernelpro.gate.report import MIN_NAME, build_report, middle_ellipsis, write_json_report
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return

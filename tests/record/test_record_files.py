@@ -99,7 +99,7 @@ def test_the_records_log_gives_back_its_records(tmp_path: Path) -> None:
 
 
 def test_a_history_run_is_a_report_and_carries_its_version(tmp_path: Path) -> None:
-    from pytest_kernelpro.gate.history import save_run
+    from pytest_kernelpro.gate.report import save_run
 
     path = save_run(tmp_path / "history", build_report(_records(), meta={"commit": "abc"}))
     assert json.loads(path.read_text(encoding="utf-8"))["schema_version"] == REPORT_SCHEMA_VERSION
