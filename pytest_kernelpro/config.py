@@ -183,6 +183,7 @@ class KernelproConfig:
     clock_anchor: str = "on"  # GPU: "on" pairs a capped kernel's samples with the clock anchor
     cpu_threads: int = 0  # 0: auto (measure.timing.cpu_load.policy_threads)
     cpu_cross_device: str = "info"
+    allow_incomparable: bool = False  # a check that checked nothing passes
     sort: str = "status"
     history_dir: Path | None = None
     correctness_only: bool = False
@@ -287,6 +288,7 @@ class KernelproConfig:
             clock_anchor=values["clock_anchor"],
             cpu_threads=values["cpu_threads"],
             cpu_cross_device=values["cpu_cross_device"],
+            allow_incomparable=bool(values["allow_incomparable"]),
             sort=values["sort"],
             history_dir=rooted(values["history"] or None),
             correctness_only=bool(values["correctness_only"]),

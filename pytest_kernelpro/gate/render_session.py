@@ -8,18 +8,38 @@ the lines under the terminal summary's tables.
 - `missing_records_line`: collected kernels that left no record;
 - `output_lines`: where the report, the records log, the history's run and the baseline are;
 - `table_footnotes`: the lines right under the kernel table, after its counts (the CPU cache
-  flush the CPU timings were taken with, ...): one function per note, listed there.
+  flush the CPU timings were taken with, ...): one function per note, listed there;
+- `table_notes`, `comment_notes`: a kernel's autotune, environment and confirmation notes,
+  under the terminal table and in the PR comment;
+- `session_line`, `nothing_checked_line`: the line that fails a check that checked nothing;
+  `too_noisy_note`: a saved baseline too noisy to catch a 1.5x change.
+
+**Process notes.** A note line per kernel under the table, not a column: most kernels have
+none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
+between the pick and the code, or the kernel is not "ok"); kernels whose picks differ but that
+are within tolerance are counted in one line. The changed versions are the session's, named
+once.
+
+**Checked nothing.** The rule: among the kernels that were timed and had a baseline entry
+(every verdict but "new" and "not timed"), when each one is "incomparable" (a baseline from
+another machine) or "unresolved" (a tolerance too wide to catch a 1.5x change), the gate
+compared nothing it could fail on, and the session fails (exit 1) unless
+`--kernelpro-allow-incomparable` says that is on purpose. One kernel compared for real is a
+check: the others are counted under the table. A session without any compared kernel (all new,
+all failed) is told by the coverage lines and the items' own failures, not here.
 
 Pure functions of the settings, the records and the paths; `run/session.py` writes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.gate.format import record_status
 from pytest_kernelpro.record import KernelRecord
 
 
@@ -367,3 +387,170 @@ def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
     )
     short = f"CPU timings: cold cache, {size:.0f} MiB flushed before every sample ({mode})"
     return Note(short, full, normal=default)
+
+
+# -- the process notes (module docstring) --
+
+QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
+
+
+def _explains(record: KernelRecord) -> bool:
+    gate = record.gate
+    if gate is None or not gate.autotune_note:
+        return False
+    return record_status(record) not in QUIET or bool((gate.autotune or {}).get("decided"))
+
+
+def environment_words(records: Sequence[KernelRecord]) -> str | None:
+    """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
+    from pytest_kernelpro.gate.run_differences import changes_words
+
+    counts: dict[str, int] = {}
+    for record in records:
+        change = record.gate.environment_change if record.gate else None
+        if change:
+            words = changes_words(change)
+            counts[words] = counts.get(words, 0) + 1
+    if not counts:
+        return None
+    return "; ".join(f"{words} ({n} kernel{'s' * (n != 1)})" for words, n in counts.items())
+
+
+def _quiet_pick_count(records: Sequence[KernelRecord]) -> int:
+    return sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r))
+
+
+def fresh_process_failure(record: KernelRecord) -> str | None:
+    """'the fresh-process confirmation failed (...); re-measured in this process', or None:
+    a confirmation that could not run where it should is news, never only in the JSON."""
+    error = record.extra.get("confirmation_fresh_process_error")
+    if not error:
+        return None
+    from pytest_kernelpro.text_safety import safe_line
+
+    text = str(error).strip()
+    first = safe_line(text.splitlines()[0] if text else "no detail", 300)
+    return (
+        f"the fresh-process confirmation failed ({first}); re-measured in this process "
+        "instead (the JSON report holds the child's output)"
+    )
+
+
+def table_notes(records: Sequence[KernelRecord]) -> list[str]:
+    """Plain-text note lines for under the terminal table."""
+    lines = [f"{r.name}: {r.gate.autotune_note}" for r in records if _explains(r) and r.gate]
+    lines += [f"{r.name}: {note}" for r in records if (note := fresh_process_failure(r))]
+    quiet = _quiet_pick_count(records)
+    if quiet:
+        lines.append(
+            f"{quiet} kernel(s) ran with other autotune picks than the baseline's, within "
+            "tolerance (the picks are in the JSON report)"
+        )
+    env = environment_words(records)
+    if env:
+        lines.append(f"environment changed since the baseline: {env}")
+    return lines
+
+
+def comment_notes(records: Sequence[KernelRecord], literal: Callable[..., str]) -> list[str]:
+    """Markdown lines for the PR comment (strings from the report as literal text)."""
+    lines = [
+        f"- 🔧 {literal(r.name, limit=120, table=False)}: "
+        f"{literal(r.gate.autotune_note, limit=600, table=False)}"
+        for r in records
+        if _explains(r) and r.gate
+    ]
+    lines += [
+        f"- ⚠️ {literal(r.name, limit=120, table=False)}: {literal(note, limit=600, table=False)}"
+        for r in records
+        if (note := fresh_process_failure(r))
+    ]
+    quiet = _quiet_pick_count(records)
+    if quiet:
+        lines.append(
+            f"- 🔧 {quiet} kernel(s) ran with other autotune picks than the baseline's, "
+            "within tolerance"
+        )
+    env = environment_words(records)
+    if env:
+        lines.append(
+            f"- 🌐 environment changed since the baseline: {literal(env, limit=600, table=False)}"
+        )
+    return [*lines, ""] if lines else []
+
+
+# -- a check that checked nothing (module docstring) --
+
+CHECKS_NOTHING = ("incomparable", "unresolved")  # verdicts that compared nothing
+NOT_COMPARED = ("new", "unmeasured")  # no baseline entry or no timing: not counted either way
+ALLOW_FLAG = "--kernelpro-allow-incomparable"
+
+
+def nothing_checked_line(
+    records: Sequence[KernelRecord], *, who: str = "kernelpro", allow: str = ALLOW_FLAG
+) -> str | None:
+    """The line for a check that compared nothing it could fail on, or None; `who` begins
+    it, `allow` is the setting that passes it on purpose."""
+    compared = [r.gate for r in records if r.gate is not None]
+    compared = [g for g in compared if g.status not in NOT_COMPARED]
+    if not compared or any(g.status not in CHECKS_NOTHING for g in compared):
+        return None
+    incomparable = sum(1 for g in compared if g.status == "incomparable")
+    unresolved = len(compared) - incomparable
+    if unresolved == 0:
+        why = f"all {incomparable} compared kernel(s) incomparable with the baseline"
+        fix = "save the baseline on this machine"
+    elif incomparable == 0:
+        why = f"all {unresolved} compared kernel(s) unresolved (tolerance above 50%)"
+        fix = "re-save the baseline on a quiet machine"
+    else:
+        why = f"{incomparable} kernel(s) incomparable, {unresolved} unresolved"
+        fix = "save the baseline here on a quiet machine"
+    return f"{who}: checked nothing: {why}; {fix}, or pass {allow}"
+
+
+def session_line(
+    records: Sequence[KernelRecord], *, check: bool, allow_incomparable: bool
+) -> str | None:
+    """The line that fails a `--kernelpro-check` session that checked nothing, or None (no
+    check, something was checked, or allowed on purpose: `--kernelpro-allow-incomparable`)."""
+    if not check or allow_incomparable:
+        return None
+    return nothing_checked_line(records)
+
+
+def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
+    """The kernels whose saved entry could not catch a 1.5x change: each record compared
+    with its own entry, as an unchanged next run would be, gets a tolerance above
+    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
+    so every later check of it would read "unresolved". None when every entry is fine."""
+    from pytest_kernelpro.gate.baseline import BaselineEntry
+    from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
+
+    noisy: list[tuple[str, float, str]] = []
+    for record in records:
+        entry = BaselineEntry.from_record(record)
+        if entry is None:
+            continue
+        try:
+            verdict = decide_verdict(record, entry)
+        except (KernelproError, ValueError):
+            continue  # an entry the gate cannot read is said when it is compared
+        if verdict.tolerance > RESOLVABLE_TOLERANCE:
+            noisy.append((record.name, verdict.tolerance, verdict.reason))
+    if not noisy:
+        return None
+    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
+    worst = max(noisy, key=lambda n: n[1])
+    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
+    tail = "; re-save it on a quiet machine"
+    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
+    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
+        short = f"{head} (±{worst[1]:.0%}){tail}"
+    full = (
+        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
+        "to catch a 1.5x change; every check against it will read them 'unresolved': "
+        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
+        + f". Fix: {fix}"
+    )
+    return Note(short, full)

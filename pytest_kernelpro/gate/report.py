@@ -51,8 +51,7 @@ from pytest_kernelpro.gate.format import (
     stat,
     terminal_row,
 )
-from pytest_kernelpro.gate.process_notes import table_notes
-from pytest_kernelpro.gate.render_session import table_footnotes
+from pytest_kernelpro.gate.render_session import table_footnotes, table_notes
 from pytest_kernelpro.record import (
     SCHEMA_VERSION,
     KernelRecord,

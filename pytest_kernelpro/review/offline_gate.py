@@ -216,7 +216,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 def compare_failure(gated: Sequence[KernelRecord]) -> str | None:
     """One line why this comparison fails (a regressed row, or every compared kernel
     incomparable or unresolved: it checked nothing), or None."""
-    from pytest_kernelpro.gate.nothing_checked import nothing_checked_line
+    from pytest_kernelpro.gate.render_session import nothing_checked_line
 
     regressed = [r.name for r in gated if r.gate and r.gate.change_status == REGRESSED]
     if regressed:

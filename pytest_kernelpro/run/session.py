@@ -458,7 +458,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
 
     settings = kp.settings
     if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.nothing_checked import too_noisy_note
+        from pytest_kernelpro.gate.render_session import too_noisy_note
 
         # Said when it is saved: a baseline this noisy would make every later check unresolved.
         noisy = too_noisy_note([r for r in kp.records if r.outcome == "passed" and r.timing])
@@ -541,9 +541,11 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(line, yellow=True)
     for line in summary_notes(kp):
         terminalreporter.write_line(f"kernelpro: {line}")
-    from pytest_kernelpro.gate.nothing_checked import session_line
+    from pytest_kernelpro.gate.render_session import session_line
 
-    nothing = session_line(kp.config, kp.records, check=settings.check)
+    nothing = session_line(
+        kp.records, check=settings.check, allow_incomparable=settings.allow_incomparable
+    )
     if nothing is not None:
         terminalreporter.write_line(nothing, red=True)
     missing = kp.missing_records()
