@@ -5,189 +5,37 @@ The gate never imports this package; the search reaches a kernel item through th
 `pytest_kernelpro_item_measured` hook (after the item was checked, timed and placed on its
 roofline) and reports through the record's `SectionPart`, which the gate shows as given.
 
-Every session registers the options (the table below), so the table is all a session without
-`--kernelpro-optimize` loads of the optimizer: the settings' resolution (`settings.py`) and
-the hooks of a search (`SearchHooks`, registered at configure) come only with the flag, so a
-check session's items never call into this package. The work lives in `optimize/loop/`.
+Every session registers the options (`settings.py`); the settings' resolution
+(`search_config.py`) and the hooks of a search (`SearchHooks`, registered at configure) come
+only with `--kernelpro-optimize`, so a check session's items never call into this package.
+The work lives in `optimize/loop/`.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pytest_kernelpro.config import add_setting_options
+from pytest_kernelpro.optimize import settings as optimize_settings
 from pytest_kernelpro.run.items import PLUGIN_NAME as GATE_PLUGIN_NAME
-from pytest_kernelpro.setting_table import Setting, choice_parser, parse_positive_int
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.settings import OptimizeConfig
+    from pytest_kernelpro.optimize.search_config import OptimizeConfig
     from pytest_kernelpro.run.session import KernelproSession
 
-GROUP_NAME = "kernelpro-optimize"
-GROUP_DESCRIPTION = "kernelpro optimize: the guided kernel search (--kernelpro-optimize)"
 SEARCH_PLUGIN_NAME = "kernelpro_optimize_search"
 
 
-def parse_budget_text(text: str) -> str:
-    """Validate a search budget ("20", "30m", "5usd", "20,30m"); kept as text."""
-    from pytest_kernelpro.optimize.search.budget import parse_budget
-
-    parse_budget(text, where="--kernelpro-optimize")  # raises an ArgumentTypeError subclass
-    return text
-
-
-def parse_dask_text(text: str) -> str:
-    """`local`, `local:N` or a Dask scheduler address (`optimize/dask/cluster.py`)."""
-    from pytest_kernelpro.errors import KernelproConfigError
-    from pytest_kernelpro.optimize.dask.cluster import parse_dask
-
-    try:
-        return parse_dask(text)
-    except KernelproConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-SETTINGS: tuple[Setting, ...] = (
-    Setting(
-        "feedback",
-        "Profiler feedback given to the optimizer: tools, raw or none",
-        choice_parser("feedback mode", ("tools", "raw", "none")),
-        "tools",
-        "MODE",
-    ),
-    Setting(
-        "orchestration",
-        "How the optimizer's tools are used: proactive (every relevant tool runs on each "
-        "candidate's profile) or reactive (the model calls tools itself)",
-        choice_parser("orchestration", ("proactive", "reactive")),
-        "proactive",
-        "MODE",
-    ),
-    Setting(
-        "search",
-        "Search algorithm of the optimizer: mcts or greedy",
-        choice_parser("search algorithm", ("mcts", "greedy")),
-        "mcts",
-        "ALGO",
-    ),
-    Setting(
-        "llm_base_url",
-        "Base URL of the model server (an OpenAI-compatible server for --kernelpro-llm=openai)",
-        str,
-        None,
-        "URL",
-    ),
-    Setting(
-        "dask",
-        "Build and evaluate the optimizer's candidates on a Dask cluster, several at once: "
-        "local (one worker per visible GPU, or CPU workers), local:N, or a scheduler address "
-        "(needs pytest-kernelpro[dask]); unset: one candidate at a time in this process",
-        parse_dask_text,
-        None,
-        "local|ADDRESS",
-    ),
-    Setting(
-        "llm",
-        "Model backend of the optimizer: anthropic, openai (an OpenAI-compatible server: "
-        "vLLM, SGLang, Ollama), or replay:PATH (recorded calls)",
-        str,
-        "anthropic",
-        "BACKEND",
-    ),
-    Setting(
-        "model",
-        "Model name the anthropic or openai backend asks for. Unset with openai and a base "
-        "URL: the model the server serves, when it serves exactly one",
-        str,
-        "claude-sonnet-5-5",
-        "NAME",
-    ),
-    Setting(
-        "candidates",
-        "Candidates the optimizer asks for per expansion",
-        parse_positive_int,
-        2,
-        "N",
-    ),
-    Setting(
-        "max_tokens",
-        "Output token budget of one optimizer call",
-        parse_positive_int,
-        8192,
-        "N",
-    ),
-)
-SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
-
-
-def add_options(parser: pytest.Parser) -> None:
-    """`--kernelpro-optimize`, `--kernelpro-resume` and the search's settings."""
-    group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
-    group.addoption(
-        "--kernelpro-optimize",
-        default=None,
-        metavar="BUDGET",
-        type=parse_budget_text,
-        help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, "
-        "20,30m). Default: None",
-    )
-    group.addoption(
-        "--kernelpro-resume",
-        action="store_true",
-        default=False,
-        help="With --kernelpro-optimize: continue each kernel's latest search (its run folder "
-        "under .kernelpro/optimize/) instead of starting a new one; the budget counts the whole "
-        "search. Default: False",
-    )
-    add_setting_options(group, parser, SETTINGS)
-    parser.addini(
-        "kernelpro_sandbox_data",
-        "Data files a kernel needs in the optimizer's sandbox (paths or glob patterns relative "
-        "to the rootdir, a directory meaning every file under it); nothing else of the "
-        "repository beyond the kernel's imports is visible to a candidate",
-        type="linelist",
-        default=[],
-    )
-
-
 def pytest_addoption(parser: pytest.Parser) -> None:
-    """The `kernelpro-optimize` option group (`--kernelpro-optimize`, `--kernelpro-resume`
-    and the search's settings) and its ini keys."""
-    group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
-    group.addoption(
-        "--kernelpro-optimize",
-        default=None,
-        metavar="BUDGET",
-        type=parse_budget_text,
-        help="Run the guided search for each kernel within BUDGET (e.g. 20, 30m, 5usd, "
-        "20,30m). Default: None",
-    )
-    group.addoption(
-        "--kernelpro-resume",
-        action="store_true",
-        default=False,
-        help="With --kernelpro-optimize: continue each kernel's latest search (its run folder "
-        "under .kernelpro/optimize/) instead of starting a new one; the budget counts the whole "
-        "search. Default: False",
-    )
-    add_setting_options(group, parser, SETTINGS)
-    parser.addini(
-        "kernelpro_sandbox_data",
-        "Data files a kernel needs in the optimizer's sandbox (paths or glob patterns relative "
-        "to the rootdir, a directory meaning every file under it); nothing else of the "
-        "repository beyond the kernel's imports is visible to a candidate",
-        type="linelist",
-        default=[],
-    )
+    """The `kernelpro-optimize` option group and its ini keys."""
+    optimize_settings.add_options(parser)
 
 
 @pytest.hookimpl(optionalhook=True)  # the gate's hook: absent with -p no:kernelpro
 def pytest_kernelpro_setting_names() -> list[str]:
-    return list(SETTINGS_BY_NAME)
+    return list(optimize_settings.SETTINGS_BY_NAME)
 
 
 def _gate_session(config: pytest.Config) -> KernelproSession | None:
@@ -202,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if session is None or not config.getoption("kernelpro_optimize", default=None):
         return
     from pytest_kernelpro.optimize.loop.preflight import preflight
-    from pytest_kernelpro.optimize.settings import OptimizeConfig
+    from pytest_kernelpro.optimize.search_config import OptimizeConfig
 
     settings = OptimizeConfig.extend(session.settings, config)
     # An xdist worker asks the server too (the controller's answer); only the controller runs
@@ -221,7 +69,7 @@ class SearchHooks:
 
     def settings(self) -> OptimizeConfig | None:
         """The settings on the gate's session (None: the gate's plugin is gone)."""
-        from pytest_kernelpro.optimize.settings import OptimizeConfig
+        from pytest_kernelpro.optimize.search_config import OptimizeConfig
 
         session = _gate_session(self.config)
         if session is None or not isinstance(session.settings, OptimizeConfig):

@@ -136,7 +136,7 @@ def test_unknown_conftest_default_is_a_usage_error(pytester: pytest.Pytester) ->
 def test_help_lists_the_optimizer_options_in_their_own_section(pytester: pytest.Pytester) -> None:
     """`pytest --help`: the check/timing options under `kernelpro`, the optimizer's in a
     section of their own, each option in exactly one of them."""
-    from pytest_kernelpro.optimize.plugin import GROUP_DESCRIPTION, SETTINGS
+    from pytest_kernelpro.optimize.settings import GROUP_DESCRIPTION, SETTINGS
 
     text = pytester.runpytest("--help").stdout.str()
     head = f"{GROUP_DESCRIPTION}:"

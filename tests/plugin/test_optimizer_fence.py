@@ -19,8 +19,9 @@ import pytest_kernelpro
 
 PACKAGE = Path(pytest_kernelpro.__file__).parent
 OPTIMIZER = "pytest_kernelpro.optimize"
-# What the optimizer plugin's entry point loads in every session: its hooks and its options.
-ALWAYS_LOADED = {OPTIMIZER, f"{OPTIMIZER}.plugin"}
+# What the optimizer plugin's entry point loads in every session: its hooks and its options
+# (not the settings' resolution, `search_config`).
+ALWAYS_LOADED = {OPTIMIZER, f"{OPTIMIZER}.plugin", f"{OPTIMIZER}.settings"}
 
 
 def optimizer_references(source: str, module: str) -> list[str]:

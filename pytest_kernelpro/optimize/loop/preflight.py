@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pytest_kernelpro.optimize.loop.replay import recording_for, replay_source
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.settings import OptimizeConfig
+    from pytest_kernelpro.optimize.search_config import OptimizeConfig
 
 
 class PreflightError(Exception):
@@ -46,7 +46,7 @@ class ServedModel:
 
 
 def _model_settings() -> str:
-    from pytest_kernelpro.optimize.plugin import SETTINGS_BY_NAME
+    from pytest_kernelpro.optimize.settings import SETTINGS_BY_NAME
 
     model = SETTINGS_BY_NAME["model"]
     return f"{model.flag}=NAME, ini key {model.ini_key} or environment variable {model.env_var}"
