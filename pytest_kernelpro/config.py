@@ -219,14 +219,6 @@ class KernelproConfig:
         """The JSONL file each finished record is appended to, next to the JSON report."""
         return self.json_path.with_suffix(".jsonl")
 
-    def threshold_for(self, device_kind: str) -> float:
-        """The session's regression threshold for a kernel timed on `device_kind`."""
-        if self.threshold is not None:
-            return self.threshold
-        from pytest_kernelpro.gate.verdict import default_threshold
-
-        return default_threshold(device_kind)
-
     @classmethod
     def from_pytest_config(
         cls, config: pytest.Config, environ: dict[str, str] | None = None

@@ -190,13 +190,10 @@ class BaselineError(KernelproError):
     """A baseline file is missing, empty, corrupt or of another schema version."""
 
 
-# Why up to 200 samples: the regression test (`verdict.py`) is Mann-Whitney U at alpha 0.01.
-# With 200 samples on each side it detects a shift of about 0.4 standard deviations with 95%
-# power (z_0.99 + z_0.95 = 3.97; 3.97 * sqrt(2/200) ~ 0.40). Kernel timings spread by a few
-# percent, so 0.4 sigma is well under the smallest threshold anyone gates on: more samples
-# would not change a verdict, only make the file bigger. The kept values are the sample's
-# quantiles (`stats.quantile_subsample`), so the median and the tails are preserved;
-# `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
+# Up to 200 samples: at that size the regression test (Mann-Whitney U at alpha 0.01,
+# `verdict.py`) already resolves a shift far under the smallest threshold, so more would only
+# make the file bigger. The kept values are the sample's quantiles
+# (`stats.quantile_subsample`); `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
 BASELINE_SAMPLES = 200
 
 

@@ -89,19 +89,12 @@ STATUSES = (
 RESOLVABLE_TOLERANCE = 0.5
 
 DEFAULT_ALPHA = 0.01
-# Default thresholds per device kind. A fixed lower number, not one derived from each
-# kernel's measured spread within a measurement: the gate's rules 2-4 already adapt to that
-# (a noisy kernel's change is "suspect", not a failure). The one noise the rules miss, the
-# run-to-run clock of a power-capped kernel, is cancelled by comparing it relative to the clock
-# anchor timed after each sample, at 0.75x the threshold, or, without the anchor on both
-# sides, read from its clocks to widen its tolerance (both `verdict_basis.py`), with
-# the clocks named in the basis.
-# 2% on a GPU: on an H200, for kernels >= 50 us, 2% catches nearly every +2.5-3.5% slowdown
-# without A/A false alarms, at a steady clock and, relative to the anchor, under the power
-# cap (bench/results/2026-12-01-gate-accuracy-h200.md).
-# 5% on the CPU: timings on shared CPU machines are 10-300x noisier, and 5% with the
-# lower-decile rule kept A/A false alarms at 2% on a loaded 2-core VM
-# (bench/results/2026-11-30-gate-accuracy-cpu.md).
+# Default thresholds per device kind: a fixed number, not one derived from each kernel's
+# spread, since the gate's rules 2-4 already adapt to that (a noisy kernel's change is
+# "suspect", not a failure) and the power-capped clock is handled by the basis
+# (`verdict_basis.py`). The GPU's catches small slowdowns without false alarms
+# (bench/results/2026-12-01-gate-accuracy-h200.md); the CPU's is wider because shared CPU
+# machines time far more noisily (bench/results/2026-11-30-gate-accuracy-cpu.md).
 DEFAULT_GPU_THRESHOLD = 0.02
 DEFAULT_CPU_THRESHOLD = 0.05
 CROSS_DEVICE_FACTOR = 3.0  # efficiency across devices is noisier than time on one device
