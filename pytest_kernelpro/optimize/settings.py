@@ -11,8 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.config import add_setting_options
-from pytest_kernelpro.setting_table import Setting, choice_parser, parse_positive_int
+from pytest_kernelpro.config import Setting, add_setting_options, choice_parser, parse_positive_int
 
 if TYPE_CHECKING:
     import pytest

@@ -24,9 +24,9 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_kernelpro.config import SETTINGS
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.record import KernelRecord
-from pytest_kernelpro.setting_table import SETTINGS
 
 if TYPE_CHECKING:
     import pytest
