@@ -4,6 +4,7 @@ KernelBench file) becomes one of these, and everything downstream consumes only 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import re
@@ -11,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.problem.language import detect_language_of
@@ -174,12 +175,34 @@ def shape_id(shape: Any) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def _accepts(func: Callable[..., Any], name: str) -> bool:
+class _Signature(NamedTuple):
+    """What `call_input_factory` needs of a factory's signature."""
+
+    names: frozenset[str]
+    count: int
+    var_keyword: bool
+    var_positional: bool
+
+    def accepts(self, name: str) -> bool:
+        return name in self.names or self.var_keyword
+
+
+def _read_signature(factory: Callable[..., Any]) -> _Signature | None:
     try:
-        params = inspect.signature(func).parameters
+        params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        return False
-    return name in params or inspect.Parameter.VAR_KEYWORD in {p.kind for p in params.values()}
+        return None
+    kinds = {p.kind for p in params.values()}
+    return _Signature(
+        frozenset(params),
+        len(params),
+        inspect.Parameter.VAR_KEYWORD in kinds,
+        inspect.Parameter.VAR_POSITIONAL in kinds,
+    )
+
+
+# A factory's signature is fixed for the session: read once, not on every input set.
+_signature = functools.lru_cache(maxsize=256)(_read_signature)
 
 
 def call_input_factory(
@@ -189,26 +212,24 @@ def call_input_factory(
     when the factory accepts them. Returns a tuple."""
     import torch
 
+    try:
+        signature = _signature(factory)
+    except TypeError:  # an unhashable callable object: read each time
+        signature = _read_signature(factory)
     torch.manual_seed(seed)
     kwargs: dict[str, Any] = {}
     if shape is not None:
-        if not _accepts(factory, "shape"):
+        if signature is None or not signature.accepts("shape"):
             raise KernelproConfigError(
                 f"input factory {getattr(factory, '__name__', factory)!r} takes no 'shape' "
                 f"argument, but the marker gives shapes; define it as inputs(device, shape)"
             )
         kwargs["shape"] = shape
-    if _accepts(factory, "generator"):
+    if signature is not None and signature.accepts("generator"):
         generator = torch.Generator(device=torch.device(device).type)
         generator.manual_seed(seed)
         kwargs["generator"] = generator
-    try:
-        params = inspect.signature(factory).parameters
-        takes_device = len(params) > len(kwargs) or inspect.Parameter.VAR_POSITIONAL in {
-            p.kind for p in params.values()
-        }
-    except (TypeError, ValueError):
-        takes_device = True
+    takes_device = signature is None or signature.count > len(kwargs) or signature.var_positional
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
     problem = wrong_inputs_return(result)
     if problem is not None:
