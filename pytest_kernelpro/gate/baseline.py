@@ -470,11 +470,11 @@ def _finite_nonneg(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value >= 0
 
 
-def _sig(value: float | None, digits: int = 6) -> float | None:
-    """Six significant digits: below timer resolution (CUDA events ~0.5 us), a third the size."""
+def _sig(value: float | None) -> float | None:
+    """Six significant digits: below the timers' resolution, and a third the size."""
     if value is None:
         return None
-    return float(f"{float(value):.{digits}g}")
+    return float(f"{float(value):.6g}")
 
 
 class EntryMap(dict[str, BaselineEntry]):

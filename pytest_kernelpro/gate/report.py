@@ -109,8 +109,8 @@ def machine_name() -> str:
     return platform.node() or "unknown-host"
 
 
-def _slug(text: str, limit: int = 40) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()[:limit] or "x"
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()[:40] or "x"
 
 
 def save_run(history_dir: str | Path, report: dict[str, Any]) -> Path:

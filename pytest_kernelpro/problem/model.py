@@ -340,7 +340,7 @@ def _is_module_class(obj: Any) -> bool:
 
 
 def _callable_factory(
-    obj: Any, init_inputs: Any, seed: int = 0, dtype: str | None = None
+    obj: Any, init_inputs: Any, dtype: str | None = None
 ) -> Callable[[str], Callable[..., Any]]:
     """device -> callable; classes are instantiated (seeded, on the CPU), moved to the
     device (`build.build_module`) and cast to `dtype` when the marker gives one."""
@@ -350,7 +350,7 @@ def _callable_factory(
     def build(device: str) -> Callable[..., Any]:
         from pytest_kernelpro.problem.build import build_module
 
-        built = build_module(obj, init_inputs, device, seed=seed, on_device=False)
+        built = build_module(obj, init_inputs, device, on_device=False)
         if dtype is not None:
             import torch
 
