@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.problem.language import detect_language_of
@@ -175,34 +175,17 @@ def shape_id(shape: Any) -> str:
     return re.sub(r"\s+", "", text)
 
 
-class _Signature(NamedTuple):
-    """What `call_input_factory` needs of a factory's signature."""
-
-    names: frozenset[str]
-    count: int
-    var_keyword: bool
-    var_positional: bool
-
-    def accepts(self, name: str) -> bool:
-        return name in self.names or self.var_keyword
-
-
-def _read_signature(factory: Callable[..., Any]) -> _Signature | None:
+@functools.lru_cache(maxsize=256)
+def _signature(factory: Callable[..., Any]) -> tuple[frozenset[str], int, bool] | None:
+    """The factory's parameter names ("**" for a `**kwargs`), their number, and whether it
+    takes `*args`; None without a signature. Fixed for the session: read once per factory."""
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         return None
     kinds = {p.kind for p in params.values()}
-    return _Signature(
-        frozenset(params),
-        len(params),
-        inspect.Parameter.VAR_KEYWORD in kinds,
-        inspect.Parameter.VAR_POSITIONAL in kinds,
-    )
-
-
-# A factory's signature is fixed for the session: read once, not on every input set.
-_signature = functools.lru_cache(maxsize=256)(_read_signature)
+    names = set(params) | ({"**"} if inspect.Parameter.VAR_KEYWORD in kinds else set())
+    return frozenset(names), len(params), inspect.Parameter.VAR_POSITIONAL in kinds
 
 
 def call_input_factory(
@@ -215,21 +198,22 @@ def call_input_factory(
     try:
         signature = _signature(factory)
     except TypeError:  # an unhashable callable object: read each time
-        signature = _read_signature(factory)
+        signature = _signature.__wrapped__(factory)
+    names, count, var_positional = signature or (frozenset(), 0, False)
     torch.manual_seed(seed)
     kwargs: dict[str, Any] = {}
     if shape is not None:
-        if signature is None or not signature.accepts("shape"):
+        if not {"shape", "**"} & names:
             raise KernelproConfigError(
                 f"input factory {getattr(factory, '__name__', factory)!r} takes no 'shape' "
                 f"argument, but the marker gives shapes; define it as inputs(device, shape)"
             )
         kwargs["shape"] = shape
-    if signature is not None and signature.accepts("generator"):
+    if {"generator", "**"} & names:
         generator = torch.Generator(device=torch.device(device).type)
         generator.manual_seed(seed)
         kwargs["generator"] = generator
-    takes_device = signature is None or signature.count > len(kwargs) or signature.var_positional
+    takes_device = signature is None or count > len(kwargs) or var_positional
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
     problem = wrong_inputs_return(result)
     if problem is not None:
