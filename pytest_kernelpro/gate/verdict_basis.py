@@ -70,15 +70,17 @@ from pytest_kernelpro.gate.baseline import (
     BaselineEntry,
     ClockFacts,
     CpuAnchorSide,
+    finite_array,
     positive,
     positive_list,
     record_anchor,
     record_clock_facts,
     record_cpu_anchor,
 )
-from pytest_kernelpro.gate.stats import median
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit
@@ -101,6 +103,14 @@ UNUSABLE_ANCHOR_MOVE = 0.5  # the anchor's speed moved more than this: the machi
 UNUSABLE_ANCHOR_SCATTER = 1.0  # the anchor's own calls scattered more than this (IQR / median)
 ANCHOR_QUANTILE = 0.25  # the anchor's speed: the fastest quarter of its calls
 UNUSABLE_WORDS = "the CPU anchor shows the measurement unusable"  # how `unusable` begins
+
+
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """Median of the finite values (NaN when there are none)."""
+    import numpy as np
+
+    arr = finite_array(values)
+    return float(np.median(arr)) if len(arr) else float("nan")
 
 
 def pct_text(x: float) -> str:
