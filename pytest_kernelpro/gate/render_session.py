@@ -1,18 +1,12 @@
 """Every text about the session as a whole, in one place (the texts made from one record are
-in format.py (item_section, terminal_row), review/comment.py, review/plot.py):
-the lines under the terminal summary's tables.
+in format.py (item_section, terminal_row), review/comment.py, review/plot.py): the terminal
+summary's kernel table and the lines under it.
 
-- `coverage_lines`: what `--kernelpro-check` could not compare (baseline entries without a
-  kernel, kernels without an entry);
-- `session_notes`: work that was asked for and did not run, and timings not to trust;
-- `missing_records_line`: collected kernels that left no record;
-- `output_lines`: where the report, the records log, the history's run and the baseline are;
-- `table_footnotes`: the lines right under the kernel table, after its counts (the CPU cache
-  flush the CPU timings were taken with, ...): one function per note, listed there;
-- `table_notes`, `comment_notes`: a kernel's autotune, environment and confirmation notes,
-  under the terminal table and in the PR comment;
-- `session_line`, `nothing_checked_line`: the line that fails a check that checked nothing;
-  `too_noisy_note`: a saved baseline too noisy to catch a 1.5x change.
+The table (`render_terminal_table`), then what `--kernelpro-check` could not compare
+(`coverage_lines`), work asked for that did not run and timings not to trust
+(`session_notes`), kernels that left no record (`missing_records_line`), the files written
+(`output_lines`), the notes under the table (`table_footnotes`, `table_notes`; the PR
+comment's `comment_notes`) and the line of a check that checked nothing (`session_line`).
 
 **Process notes.** A note line per kernel under the table, not a column: most kernels have
 none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
@@ -28,18 +22,36 @@ compared nothing it could fail on, and the session fails (exit 1) unless
 check: the others are counted under the table. A session without any compared kernel (all new,
 all failed) is told by the coverage lines and the items' own failures, not here.
 
+**Tables** (this one, `kernelpro compare`'s) are rendered to text for a terminal or a log,
+never cut. A terminal has a width: a table shortens its long kernel names in the middle to fit
+it (`middle_ellipsis`; under -v they fold instead, whole), and where even short names leave too
+little room, the table is printed wider than the terminal (the terminal wraps the line) rather
+than cut: rich would otherwise crop its no-wrap columns, and the verdict, the last column, is
+the first thing lost. A log (CI, a pipe, a file) has no width: `width=None` prints every table
+at the width of its content.
+
 Pure functions of the settings, the records and the paths; `run/session.py` writes them.
 """
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.format import record_status
+from pytest_kernelpro.gate.format import (
+    cross_device,
+    gated_elsewhere,
+    record_status,
+    short_device,
+    sort_key,
+    stat,
+    terminal_row,
+)
+from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
 
 
@@ -554,3 +566,239 @@ def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
         + f". Fix: {fix}"
     )
     return Note(short, full)
+
+
+# -- the kernel table --
+
+
+SORT_KEYS = ("status", "name", "median", "roofline", "change")
+
+
+def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> list[KernelRecord]:
+    """Records in the table's order: `status` (attention first, then the largest slowdown),
+    `name`, `median` (slowest first), `roofline` (furthest from it first) or `change`
+    (largest slowdown first). Records without the value go last, by name."""
+    if sort not in SORT_KEYS:
+        raise KernelproError(f"unknown sort order {sort!r}; use one of {', '.join(SORT_KEYS)}")
+    if sort == "status":
+        return sorted(records, key=sort_key)
+    if sort == "name":
+        return sorted(records, key=lambda r: r.name)
+
+    def value(record: KernelRecord) -> float | None:
+        if sort == "median":
+            return stat(record, "median_s")
+        if sort == "roofline":
+            return None if record.efficiency is None else -float(record.efficiency)
+        change = record.gate.change if record.gate else None
+        return None if change is None else float(change)
+
+    def key(record: KernelRecord) -> tuple[int, float, str]:
+        v = value(record)
+        return (1, 0.0, record.name) if v is None else (0, -v, record.name)
+
+    return sorted(records, key=key)
+
+
+def render_terminal_table(
+    records: Sequence[KernelRecord],
+    *,
+    width: int | None = 100,
+    color: bool = False,
+    sort: str = "status",
+    verbose: bool = False,
+) -> str:
+    """The kernel table for the terminal summary, rendered by rich to a string.
+
+    Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
+    when some verdict compared another time than the wall median), median ± half the IQR
+    (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
+    roofline-time column is left out and the bar narrowed, long kernel names are shortened in
+    the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
+    fit is printed wider rather than cut (`console_for`); None: a log, every column at
+    the width of its content. No escape codes unless `color`. Notes of the machine's normal
+    state only with `verbose`; the others cut to one line without it.
+    """
+    from rich.text import Text
+
+    narrow = width is not None and width < 100
+    bar_width = 5 if narrow else 8
+    devices = sorted({short_device(r.device) for r in records if r.device})
+    show_device = len(devices) > 1  # one device: named once, under the table
+    # A verdict on another time than the wall median shows that time first (gate/format.py).
+    show_gated = any(gated_elsewhere(r) for r in records)
+    ordered = sorted_records(records, sort)
+    rows = [
+        terminal_row(
+            record,
+            show_device=show_device,
+            narrow=narrow,
+            bar_width=bar_width,
+            color=color,
+            show_gated=show_gated,
+        )
+        for record in ordered
+    ]
+
+    def build(names: list[str], fold: bool) -> Any:
+        named = [[Text(name), *row[1:]] for name, row in zip(names, rows, strict=True)]
+        return _kernel_table(
+            named, show_device=show_device, narrow=narrow, fold=fold, show_gated=show_gated
+        )
+
+    table = names_fitting(build, [r.name for r in ordered], None if verbose else width)
+    console, buffer = console_for([table], width=width, color=color)
+    console.print(table)
+    summary = summarize(records)
+    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+    if any(cross_device(r) for r in records):
+        say(
+            "* other device than the baseline: compared by efficiency (time relative to the "
+            "roofline), with the wider cross-device tolerance"
+            if verbose
+            else "* other device than the baseline: compared by % of roofline, wider tolerance"
+        )
+    for note in table_notes(records):
+        say(note if verbose else fit(note, 99))
+    where = f" on {devices[0]}" if len(devices) == 1 else ""
+    say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
+    for note in table_footnotes(records, verbose=verbose):
+        say(note)
+    return buffer.getvalue()
+
+
+def _kernel_table(
+    rows: Sequence[Sequence[Any]],
+    *,
+    show_device: bool,
+    narrow: bool,
+    fold: bool,
+    show_gated: bool = False,
+) -> Any:
+    """The table's frame with `rows`: names fold (`fold`) or keep one line (already short)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    if fold:
+        table.add_column("kernel", overflow="fold", min_width=12)
+    else:
+        table.add_column("kernel", no_wrap=True)
+    if show_device:
+        table.add_column(
+            "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
+        )
+    if show_gated:
+        table.add_column("gated: baseline → now", justify="right", no_wrap=True)
+    table.add_column(
+        "wall median ±IQR/2" if show_gated else "median ±IQR/2", justify="right", no_wrap=True
+    )
+    if not narrow:
+        table.add_column("roofline", justify="right", no_wrap=True)
+    table.add_column("of roofline", no_wrap=True)
+    table.add_column("bound", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+# -- rendering tables to text (module docstring) --
+
+
+def _console(buffer: io.StringIO, width: int, color: bool) -> Any:
+    from rich.console import Console
+
+    return Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+
+
+def _widest(console: Any, renderable: Any) -> int:
+    from rich.measure import Measurement
+
+    return int(Measurement.get(console, console.options, renderable).maximum)
+
+
+def least_width(console: Any, table: Any) -> int:
+    """The narrowest `table` prints with no cell cut: its folding columns at their
+    `min_width`, every other column as wide as its widest cell."""
+    slack = 0
+    for column in table.columns:
+        if column.no_wrap or column.overflow != "fold":
+            continue
+        widest = max(_widest(console, cell) for cell in [column.header, *column.cells])
+        slack += max(0, widest - (column.min_width or 1))
+    return _widest(console, table) - slack
+
+
+def console_for(
+    tables: Sequence[Any], *, width: int | None, color: bool
+) -> tuple[Any, io.StringIO]:
+    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
+    terminal's columns, or None for a log: the width of the widest table's content. Escape
+    codes only with `color`."""
+    probe = _console(io.StringIO(), 100_000, color)
+    if width is None:
+        columns = max([_widest(probe, table) for table in tables] or [80])
+    else:
+        columns = max([int(width)] + [least_width(probe, table) for table in tables])
+    buffer = io.StringIO()
+    return _console(buffer, columns, color), buffer
+
+
+MIN_NAME = 12  # a kernel name is never shortened below this many characters
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """`text` within `width` characters, its middle replaced by "…": a kernel name keeps its
+    module-ish start and its shape or parameter end ("softmax_ro…[8192x4096]")."""
+    if len(text) <= width:
+        return text
+    width = max(width, 3)
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def names_fitting(
+    build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
+) -> Any:
+    """The table `build(names, fold)` makes, with its kernel names shortened in the middle
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
+    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    table = build(list(names), True)
+    if width is None or not names:
+        return table
+    limit = name_width_to_fit(table, width, max(len(name) for name in names))
+    if limit is None:
+        return table
+    return build([middle_ellipsis(name, limit) for name in names], False)
+
+
+def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
+    """How many characters the names of `table` (its first column, filled with the full
+    names, `longest` the longest) may keep so the table fits `width` columns; None when
+    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
+    probe = _console(io.StringIO(), 100_000, False)
+    over = _widest(probe, table) - int(width)
+    if over <= 0:
+        return None
+    return max(MIN_NAME, longest - over)

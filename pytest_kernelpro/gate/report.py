@@ -1,5 +1,5 @@
-"""The session report: JSON (one file, mergeable across xdist workers and runs), its copy in
-the run history, and the terminal table.
+"""The files a session writes of its records: the JSON report (one file, mergeable across
+xdist workers and runs), its copy in the run history, and the records log.
 
 JSON layout (schema 1)::
 
@@ -17,41 +17,40 @@ The run history keeps each run's report (samples included) as
 and machine and sort by time; `kernelpro history` lists them and `kernelpro compare` takes two
 of them by reference (`review/runs.py`).
 
-The tables (this one, `kernelpro compare`'s) are rendered to text for a terminal or a log,
-never cut. A terminal has a width: a table shortens its long kernel names in the middle to fit
-it (`middle_ellipsis`; under -v they fold instead, whole), and where even short names leave too
-little room, the table is printed wider than the terminal (the terminal wraps the line) rather
-than cut: rich would otherwise crop its no-wrap columns, and the verdict, the last column, is
-the first thing lost. A log (CI, a pipe, a file) has no width: `width=None` prints every table
-at the width of its content.
+**The records log** holds every finished kernel record, appended to a JSONL file as it
+finishes. A session that is killed (SIGKILL, a CI timeout, an out-of-memory kill), crashes (a segfault)
+or ends through `os._exit` never reaches pytest's session end, so the JSON report and the
+JUnit file are never written. The log is written as the work goes, one fsync'd line per
+event, so it keeps every record that finished:
+
+    {"kind": "session", "schema_version": 1, "created": ..., "pid": ..., "args": [...]}
+    {"kind": "collected", "nodeids": [...]}                               after collection
+    {"kind": "record", "record": {...KernelRecord...}}                    one per item
+    {"kind": "finished", "exitstatus": 0, "created": ...}                 at the session end
+
+`kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it
+(`review/records_report.py`); a parent process reads its isolated child's records from it
+(`run/isolate.py`). A log of another schema version is refused with both versions named (a
+log from before the version was written reads as version 1: its lines are the same).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import io
 import json
 import os
 import platform
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.fileio import atomic_write_json
-from pytest_kernelpro.gate.format import (
-    cross_device,
-    gated_elsewhere,
-    record_status,
-    short_device,
-    sort_key,
-    stat,
-    terminal_row,
-)
-from pytest_kernelpro.gate.render_session import table_footnotes, table_notes
+from pytest_kernelpro.fileio import append_jsonl, atomic_write_json
+from pytest_kernelpro.gate.format import record_status
 from pytest_kernelpro.record import (
     SCHEMA_VERSION,
     KernelRecord,
@@ -194,236 +193,119 @@ def merge_report_dicts(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return build_report(records, meta=meta)
 
 
-SORT_KEYS = ("status", "name", "median", "roofline", "change")
+# -- the records log (module docstring) --
+
+RECORDS_LOG_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 
 
-def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> list[KernelRecord]:
-    """Records in the table's order: `status` (attention first, then the largest slowdown),
-    `name`, `median` (slowest first), `roofline` (furthest from it first) or `change`
-    (largest slowdown first). Records without the value go last, by name."""
-    if sort not in SORT_KEYS:
-        raise KernelproError(f"unknown sort order {sort!r}; use one of {', '.join(SORT_KEYS)}")
-    if sort == "status":
-        return sorted(records, key=sort_key)
-    if sort == "name":
-        return sorted(records, key=lambda r: r.name)
-
-    def value(record: KernelRecord) -> float | None:
-        if sort == "median":
-            return stat(record, "median_s")
-        if sort == "roofline":
-            return None if record.efficiency is None else -float(record.efficiency)
-        change = record.gate.change if record.gate else None
-        return None if change is None else float(change)
-
-    def key(record: KernelRecord) -> tuple[int, float, str]:
-        v = value(record)
-        return (1, 0.0, record.name) if v is None else (0, -v, record.name)
-
-    return sorted(records, key=key)
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def render_terminal_table(
-    records: Sequence[KernelRecord],
-    *,
-    width: int | None = 100,
-    color: bool = False,
-    sort: str = "status",
-    verbose: bool = False,
-) -> str:
-    """The kernel table for the terminal summary, rendered by rich to a string.
+class RecordsLog:
+    """Appends the session's events to one JSONL file (started fresh by each session)."""
 
-    Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
-    when some verdict compared another time than the wall median), median ± half the IQR
-    (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
-    roofline-time column is left out and the bar narrowed, long kernel names are shortened in
-    the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
-    fit is printed wider rather than cut (`console_for`); None: a log, every column at
-    the width of its content. No escape codes unless `color`. Notes of the machine's normal
-    state only with `verbose`; the others cut to one line without it.
-    """
-    from rich.text import Text
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
-    from pytest_kernelpro.gate.render_session import fit
-
-    narrow = width is not None and width < 100
-    bar_width = 5 if narrow else 8
-    devices = sorted({short_device(r.device) for r in records if r.device})
-    show_device = len(devices) > 1  # one device: named once, under the table
-    # A verdict on another time than the wall median shows that time first (gate/format.py).
-    show_gated = any(gated_elsewhere(r) for r in records)
-    ordered = sorted_records(records, sort)
-    rows = [
-        terminal_row(
-            record,
-            show_device=show_device,
-            narrow=narrow,
-            bar_width=bar_width,
-            color=color,
-            show_gated=show_gated,
-        )
-        for record in ordered
-    ]
-
-    def build(names: list[str], fold: bool) -> Any:
-        named = [[Text(name), *row[1:]] for name, row in zip(names, rows, strict=True)]
-        return _kernel_table(
-            named, show_device=show_device, narrow=narrow, fold=fold, show_gated=show_gated
+    def start(self, args: Sequence[str]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")  # a new session: the old log goes
+        self._append(
+            {
+                "kind": "session",
+                "schema_version": RECORDS_LOG_SCHEMA_VERSION,
+                "created": _now(),
+                "pid": os.getpid(),
+                "args": list(args),
+            }
         )
 
-    table = names_fitting(build, [r.name for r in ordered], None if verbose else width)
-    console, buffer = console_for([table], width=width, color=color)
-    console.print(table)
-    summary = summarize(records)
-    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
+    def collected(self, nodeids: Sequence[str]) -> None:
+        self._append({"kind": "collected", "nodeids": list(nodeids)})
 
-    def say(line: str) -> None:
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    def record(self, record: KernelRecord) -> None:
+        self._append({"kind": "record", "record": record_builtins(record)})
 
-    if any(cross_device(r) for r in records):
-        say(
-            "* other device than the baseline: compared by efficiency (time relative to the "
-            "roofline), with the wider cross-device tolerance"
-            if verbose
-            else "* other device than the baseline: compared by % of roofline, wider tolerance"
-        )
-    for note in table_notes(records):
-        say(note if verbose else fit(note, 99))
-    where = f" on {devices[0]}" if len(devices) == 1 else ""
-    say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
-    for note in table_footnotes(records, verbose=verbose):
-        say(note)
-    return buffer.getvalue()
+    def finished(self, exitstatus: int) -> None:
+        self._append({"kind": "finished", "exitstatus": int(exitstatus), "created": _now()})
+
+    def _append(self, event: dict[str, Any]) -> None:
+        append_jsonl(self.path, event)
 
 
-def _kernel_table(
-    rows: Sequence[Sequence[Any]],
-    *,
-    show_device: bool,
-    narrow: bool,
-    fold: bool,
-    show_gated: bool = False,
-) -> Any:
-    """The table's frame with `rows`: names fold (`fold`) or keep one line (already short)."""
-    from rich import box
-    from rich.table import Table
+@dataclass
+class LoggedSession:
+    """What a records log holds: the records, the collected kernels, whether it finished."""
 
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        show_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
-    )
-    if fold:
-        table.add_column("kernel", overflow="fold", min_width=12)
-    else:
-        table.add_column("kernel", no_wrap=True)
-    if show_device:
-        table.add_column(
-            "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
-        )
-    if show_gated:
-        table.add_column("gated: baseline → now", justify="right", no_wrap=True)
-    table.add_column(
-        "wall median ±IQR/2" if show_gated else "median ±IQR/2", justify="right", no_wrap=True
-    )
-    if not narrow:
-        table.add_column("roofline", justify="right", no_wrap=True)
-    table.add_column("of roofline", no_wrap=True)
-    table.add_column("bound", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    return table
+    records: list[KernelRecord] = field(default_factory=list)
+    collected: list[str] | None = None  # None: the log has no collection line (xdist)
+    finished: bool = False
+    exitstatus: int | None = None
+    created: str | None = None
+    torn_lines: int = 0  # a last line cut off by the kill, not a record
+
+    @property
+    def missing(self) -> list[str]:
+        """Collected kernels with no record: they did not finish."""
+        if self.collected is None:
+            return []
+        done = {r.nodeid for r in self.records}
+        return [n for n in self.collected if n not in done]
 
 
-# -- rendering tables to text (module docstring) --
-
-
-def _console(buffer: io.StringIO, width: int, color: bool) -> Any:
-    from rich.console import Console
-
-    return Console(
-        file=buffer,
-        width=width,
-        force_terminal=color,
-        color_system="standard" if color else None,
-        no_color=not color,
-        highlight=False,
-        emoji=False,
-        legacy_windows=False,
-    )
-
-
-def _widest(console: Any, renderable: Any) -> int:
-    from rich.measure import Measurement
-
-    return int(Measurement.get(console, console.options, renderable).maximum)
-
-
-def least_width(console: Any, table: Any) -> int:
-    """The narrowest `table` prints with no cell cut: its folding columns at their
-    `min_width`, every other column as wide as its widest cell."""
-    slack = 0
-    for column in table.columns:
-        if column.no_wrap or column.overflow != "fold":
+def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
+    """Parse a records log; a torn last line (the kill hit mid-write) is counted, not fatal."""
+    target = Path(path)
+    try:
+        lines = target.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise KernelproError(
+            f"records log {target} does not exist; pytest writes it next to the JSON report "
+            "(--kernelpro-json=PATH writes PATH with the suffix .jsonl)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KernelproError(f"records log {target} cannot be read: {exc}") from exc
+    logged = LoggedSession()
+    by_nodeid: dict[str, KernelRecord] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
             continue
-        widest = max(_widest(console, cell) for cell in [column.header, *column.cells])
-        slack += max(0, widest - (column.min_width or 1))
-    return _widest(console, table) - slack
+        try:
+            event = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                logged.torn_lines += 1
+                continue
+            raise KernelproError(
+                f"records log {target} line {number} is not JSON: {line[:80]!r}; the file "
+                "was edited or written by something else"
+            ) from None
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if kind == "session":
+            _check_version(target, event.get("schema_version", RECORDS_LOG_SCHEMA_VERSION))
+            logged.created = event.get("created")
+        elif kind == "collected":
+            logged.collected = [str(n) for n in event.get("nodeids") or []]
+        elif kind == "record":
+            record = record_from_builtins(
+                event.get("record"), source=f"records log {target} line {number}"
+            )
+            by_nodeid[record.nodeid] = record  # a re-run item (pytest-rerunfailures): last wins
+        elif kind == "finished":
+            logged.finished = True
+            logged.exitstatus = event.get("exitstatus")
+    logged.records = list(by_nodeid.values())
+    return logged
 
 
-def console_for(
-    tables: Sequence[Any], *, width: int | None, color: bool
-) -> tuple[Any, io.StringIO]:
-    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
-    terminal's columns, or None for a log: the width of the widest table's content. Escape
-    codes only with `color`."""
-    probe = _console(io.StringIO(), 100_000, color)
-    if width is None:
-        columns = max([_widest(probe, table) for table in tables] or [80])
-    else:
-        columns = max([int(width)] + [least_width(probe, table) for table in tables])
-    buffer = io.StringIO()
-    return _console(buffer, columns, color), buffer
+def _check_version(path: Path, version: Any) -> None:
+    if type(version) is int and version == RECORDS_LOG_SCHEMA_VERSION:  # not true, not 1.0
+        return
+    from pytest_kernelpro import __version__
 
-
-MIN_NAME = 12  # a kernel name is never shortened below this many characters
-
-
-def middle_ellipsis(text: str, width: int) -> str:
-    """`text` within `width` characters, its middle replaced by "…": a kernel name keeps its
-    module-ish start and its shape or parameter end ("softmax_ro…[8192x4096]")."""
-    if len(text) <= width:
-        return text
-    width = max(width, 3)
-    head = width // 2
-    tail = width - 1 - head
-    return text[:head] + "…" + (text[-tail:] if tail else "")
-
-
-def names_fitting(
-    build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
-) -> Any:
-    """The table `build(names, fold)` makes, with its kernel names shortened in the middle
-    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
-    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
-    table = build(list(names), True)
-    if width is None or not names:
-        return table
-    limit = name_width_to_fit(table, width, max(len(name) for name in names))
-    if limit is None:
-        return table
-    return build([middle_ellipsis(name, limit) for name in names], False)
-
-
-def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
-    """How many characters the names of `table` (its first column, filled with the full
-    names, `longest` the longest) may keep so the table fits `width` columns; None when
-    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
-    probe = _console(io.StringIO(), 100_000, False)
-    over = _widest(probe, table) - int(width)
-    if over <= 0:
-        return None
-    return max(MIN_NAME, longest - over)
+    raise KernelproError(
+        f"records log {path} has schema version {version!r}; this pytest-kernelpro "
+        f"{__version__} reads version {RECORDS_LOG_SCHEMA_VERSION}. Read it with the "
+        "pytest-kernelpro that wrote it, or run the session again with this one"
+    )

@@ -103,12 +103,12 @@ def render_compare_table(
 ) -> str:
     """kernel | baseline | head | speedup | verdict (with the change), rendered by rich.
     `width`: a terminal's columns (long kernel names shortened in the middle; the table is
-    never cut), None: a log (the content's width, `gate.report.console_for`)."""
+    never cut), None: a log (the content's width, `gate.render_session.console_for`)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    from pytest_kernelpro.gate.report import console_for, names_fitting
+    from pytest_kernelpro.gate.render_session import console_for, names_fitting
 
     width = None if width is None else max(60, width)
     rows = []

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.gate.records_log import RecordsLog
     from pytest_kernelpro.gate.render_session import Note
+    from pytest_kernelpro.gate.report import RecordsLog
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem
@@ -273,7 +273,7 @@ class KernelproSession:
         """Start this session's records log (controller only; workers send their records),
         once a kernel item is known to run: a session that runs none (`--co`, every kernel
         deselected, a project without kernels) writes no kernelpro file."""
-        from pytest_kernelpro.gate.records_log import RecordsLog
+        from pytest_kernelpro.gate.report import RecordsLog
 
         self.records_log_started = True
 
@@ -520,8 +520,11 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
-    from pytest_kernelpro.gate.render_session import missing_records_line, output_lines
-    from pytest_kernelpro.gate.report import render_terminal_table
+    from pytest_kernelpro.gate.render_session import (
+        missing_records_line,
+        output_lines,
+        render_terminal_table,
+    )
 
     writer = getattr(terminalreporter, "_tw", None)
     columns = table_width(writer)

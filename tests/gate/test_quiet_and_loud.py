@@ -16,15 +16,17 @@ from gate_factories import make_record
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.render_session import (
+    MIN_NAME,
     NOTE_WIDTH,
     fit,
+    middle_ellipsis,
     nothing_checked_line,
     plain_note,
     session_line,
     session_notes,
     too_noisy_note,
 )
-from pytest_kernelpro.gate.report import MIN_NAME, build_report, middle_ellipsis, write_json_report
+from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return

@@ -16,12 +16,13 @@ import pytest_kernelpro
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineError, load_baseline
 from pytest_kernelpro.gate.baseline_save import save_baseline
-from pytest_kernelpro.gate.records_log import RecordsLog, read_records_log
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
+    RecordsLog,
     build_report,
     load_report,
     merge_report_dicts,
+    read_records_log,
     records_of,
     write_json_report,
 )

@@ -137,7 +137,7 @@ def test_the_child_gets_the_items_absolute_file_not_a_node_id_relative_to_elsewh
 
 
 def test_the_childs_record_is_found_by_name_when_its_node_id_differs(tmp_path: Path) -> None:
-    from pytest_kernelpro.gate.records_log import RecordsLog
+    from pytest_kernelpro.gate.report import RecordsLog
     from pytest_kernelpro.record import KernelRecord
 
     log = tmp_path / "child.jsonl"
