@@ -403,7 +403,7 @@ def plugin_budgets(
     only in its warm-up (see the module docstring). `clock_anchor="on"` when a rule needs the
     anchored samples: a kernel whose warm-up ran capped is then timed in pairs with the anchor,
     and the rules without the anchor judge the same (paired) samples' times."""
-    from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
+    from pytest_kernelpro.config import SETTINGS_BY_NAME
 
     first = TimingBudget(
         warmup_ms=float(SETTINGS_BY_NAME["warmup_ms"].default),
@@ -448,7 +448,7 @@ RULE_KWARGS: dict[str, dict[str, Any]] = {
 
 
 def _default_rule() -> str:
-    from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
+    from pytest_kernelpro.config import SETTINGS_BY_NAME
 
     return "anchor" if SETTINGS_BY_NAME["clock_anchor"].default == "on" else "clock3x"
 

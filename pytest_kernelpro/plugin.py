@@ -130,12 +130,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if kp.settings.check and kp.missing_records() and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    from pytest_kernelpro.gate.nothing_checked import session_line
+    from pytest_kernelpro.gate.render_session import session_line
 
     # A check in which every compared kernel was incomparable or unresolved checked nothing
     # (the session decides, not an --kernelpro-isolate child timing one of its items).
     check = kp.settings.check and not kp.settings.isolated_child
-    if session.exitstatus == 0 and session_line(session.config, kp.records, check=check):
+    allow = kp.settings.allow_incomparable
+    if session.exitstatus == 0 and session_line(kp.records, check=check, allow_incomparable=allow):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     if kp.records:
         kp.write_outputs()

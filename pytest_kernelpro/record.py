@@ -36,9 +36,9 @@ from pytest_kernelpro.errors import KernelproError
 S = TypeVar("S", bound="Part")
 
 RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
-# The version of the record's JSON form. The files that hold records (the report and the
-# history's runs, gate/report.py; the records log, gate/records_log.py) write it as theirs
-# and refuse a file of another one; raise it with a change an older reader would misread.
+# The version of the record's JSON form. The files that hold records (the report, the
+# history's runs and the records log, gate/report.py) write it as theirs and refuse a file
+# of another one; raise it with a change an older reader would misread.
 SCHEMA_VERSION = 1
 
 

@@ -4,16 +4,16 @@
 - `baseline`: `load_baseline` (YAML; `BaselineError` names the fix); `baseline_save`:
   `save_baseline` (--kernelpro-save-baseline: merged, atomic, under a lock)
 - `verdict`: `decide_verdict` -> `Verdict`, on the basis `verdict_basis.choose_basis`
-  chooses (from the facts `basis_inputs` reads of a record); `confirmation`:
+  chooses (from the facts `baseline` reads of a record); `confirmation`:
   `needs_confirmation`, `confirm` (a provisional regression settled by an independent
   re-measurement), the autotune picks against the baseline's, a changed environment named
-- `report`: `build_report`, `write_json_report`, `load_report`, `merge_report_dicts`, `render_terminal_table`
+- `report`, the files of a session's records: `build_report`, `write_json_report`,
+  `load_report`, `merge_report_dicts`; `save_run` (the run history); `RecordsLog` (every
+  finished record appended as it finishes), `read_records_log`
 - the texts made from one record: `format.item_section` (the item's report section),
   `format.terminal_row` (its terminal-table row); `render_session`: the texts about the
-  session as a whole
+  session as a whole (`render_terminal_table`, the notes and lines under it)
 - `junit`: `junit_properties`, `read_junit_records`
-- `records_log`: `RecordsLog` (every finished record appended as it finishes),
-  `read_records_log`; `history`: `save_run` (one JSON report per run)
 
 What is made of a finished run afterwards (the PR comment, GitHub, the plot, `kernelpro
 compare`, `history`, `report`) lives in `pytest_kernelpro/review/`.

@@ -39,21 +39,18 @@ from __future__ import annotations
 import math
 import os
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.basis_inputs import (
-    anchor_of_timing,
-    record_clock_facts,
-    record_cpu_anchor,
-)
 from pytest_kernelpro.gate.format import finite_float
-from pytest_kernelpro.gate.stats import quantile_subsample
 from pytest_kernelpro.record import KernelRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "BASELINE_SAMPLES",
@@ -74,17 +71,158 @@ DEFAULT_BASELINE_PATH = ".kernelpro/baseline.yaml"
 _SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on the base commit"
 
 
+# -- what one measurement says that the verdict's basis is chosen on: the clock its samples ran
+# at, its pairs with the clock anchor, its pairs with the CPU anchor. Readers of a record's
+# timing, without any rule: an entry keeps what they read (`BaselineEntry.from_record`) and
+# `verdict_basis.py` reads the same facts of both sides to choose the basis. They live here so
+# that the baseline never imports the rules, and the rules import the baseline.
+
+# How a CPU timing lays out its anchored samples (measure/timing/cpu.CPU_LAYOUT): each sample
+# followed by the anchor, both in on-CPU time.
+CPU_LAYOUT = "cpu-pairs"
+BUSY_RUN_QUEUE_SHARE = 0.10  # the kernel waited for a core this share of its wall time: busy
+
+
+def positive(value: Any) -> float | None:
+    """`value` as a finite positive float, or None (not a number, zero, negative, NaN)."""
+    try:
+        out = float(value)
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) and out > 0 else None
+
+
+def positive_list(values: Any) -> tuple[float, ...]:
+    """The positive numbers of `values`, in order (others dropped)."""
+    out = []
+    for value in values or ():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            out.append(float(value))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class ClockFacts:
+    """What one measurement says about the clock it ran at (GPU timings with NVML readings)."""
+
+    sm_mhz: float | None  # mean SM clock over the readings taken while samples ran
+    capped_share: float | None  # share of samples taken in rounds with a clock limit
+    bound: str | None  # the reference's roofline bound: "compute", "memory", "mixed"
+    max_sm_mhz: float | None = None  # the GPU's maximum SM clock (NVML)
+
+
+def record_clock_facts(record: KernelRecord) -> ClockFacts:
+    """The clock facts of a measured record (None fields where it has no NVML readings)."""
+    timing = record.timing
+    clocks = (timing.clocks if timing else None) or {}
+    n = len((timing.samples_s if timing else None) or ())
+    throttled = timing.throttled_samples if timing else None
+    share = (float(throttled) / n) if n and isinstance(throttled, (int, float)) else None
+    bound = record.roofline.bound if record.roofline else None
+    return ClockFacts(
+        sm_mhz=positive(clocks.get("sm_mhz_mean")),
+        capped_share=share,
+        bound=bound if isinstance(bound, str) else None,
+        max_sm_mhz=positive(clocks.get("max_sm_mhz")),
+    )
+
+
+@dataclass(frozen=True)
+class AnchorSide:
+    """One side's pairs with the clock anchor: the anchor's identity, its median, and the
+    kernel / anchor ratio of each pair (measure/timing/anchor.py)."""
+
+    name: str
+    anchor_median_s: float
+    ratios: tuple[float, ...]
+
+
+def anchor_of_timing(anchor: Any) -> AnchorSide | None:
+    """The clock-anchored pairs of a timing's `anchor` dict, or None without them."""
+    if not isinstance(anchor, dict):
+        return None
+    name, median = anchor.get("name"), anchor.get("anchor_median_s")
+    ratios = tuple(float(v) for v in anchor.get("ratios") or () if _finite_pos(v))
+    if not isinstance(name, str) or not name or not _finite_pos(median) or not ratios:
+        return None
+    return AnchorSide(name, float(median), ratios)
+
+
+def record_anchor(record: KernelRecord) -> AnchorSide | None:
+    return anchor_of_timing(record.timing.anchor if record.timing else None)
+
+
+@dataclass(frozen=True)
+class CpuAnchorSide:
+    """One side's pairs with the CPU anchor: the anchor's identity, the kernel's on-CPU
+    samples, the anchor's, and why the machine counted as busy (None: it did not)."""
+
+    name: str
+    kernel_s: tuple[float, ...]
+    anchor_s: tuple[float, ...]
+    busy: str | None = None
+
+
+def busy_reason(cpu_load: Mapping[str, Any] | None, run_queue_share: Any) -> str | None:
+    """Why a CPU timing counts as taken on a busy machine, or None."""
+    reasons = []
+    if cpu_load and cpu_load.get("oversubscribed"):
+        reasons.extend(cpu_load.get("reasons") or ["the CPU was oversubscribed"])
+    if isinstance(run_queue_share, (int, float)) and run_queue_share > BUSY_RUN_QUEUE_SHARE:
+        reasons.append(f"the kernel waited for a core {run_queue_share:.0%} of its wall time")
+    return "; ".join(reasons) or None
+
+
+def record_cpu_anchor(record: KernelRecord) -> CpuAnchorSide | None:
+    """The CPU-anchored samples of a measured record, or None without them."""
+    timing = record.timing
+    anchor = timing.anchor if timing else None
+    if timing is None or not isinstance(anchor, Mapping) or anchor.get("layout") != CPU_LAYOUT:
+        return None
+    name = anchor.get("name")
+    kernel, anchors = positive_list(anchor.get("kernel_s")), positive_list(anchor.get("anchor_s"))
+    if not isinstance(name, str) or not kernel or not anchors:
+        return None
+    return CpuAnchorSide(
+        name, kernel, anchors, busy_reason(timing.cpu_load, anchor.get("run_queue_share"))
+    )
+
+
+def finite_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The finite values of `values`, flat, as a float array."""
+    import numpy as np
+
+    arr = np.asarray(values, dtype=float).ravel()
+    return arr[np.isfinite(arr)]
+
+
+def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[float]:
+    """At most `k` values that keep the shape of the sample: its order statistics at the
+    mid-ranks (i + 0.5) / k, i = 0..k-1.
+
+    Deterministic (a baseline saved twice from the same samples is the same file) and less
+    noisy than a random subsample: the kept values are the sample's own quantiles, so the
+    baseline's median, quartiles and tails survive. Because such a sample is more regular
+    than an i.i.d. draw, the Mann-Whitney null variance slightly overstates its spread,
+    which errs toward "not significant" (a false alarm is the costlier error for a gate).
+    """
+    import numpy as np
+
+    arr = np.sort(finite_array(samples))
+    if len(arr) <= k:
+        return [float(v) for v in arr]
+    idx = np.floor((np.arange(k) + 0.5) * len(arr) / k).astype(int)
+    return [float(v) for v in arr[idx]]
+
+
 class BaselineError(KernelproError):
     """A baseline file is missing, empty, corrupt or of another schema version."""
 
 
-# Why up to 200 samples: the regression test (`verdict.py`) is Mann-Whitney U at alpha 0.01.
-# With 200 samples on each side it detects a shift of about 0.4 standard deviations with 95%
-# power (z_0.99 + z_0.95 = 3.97; 3.97 * sqrt(2/200) ~ 0.40). Kernel timings spread by a few
-# percent, so 0.4 sigma is well under the smallest threshold anyone gates on: more samples
-# would not change a verdict, only make the file bigger. The kept values are the sample's
-# quantiles (`stats.quantile_subsample`), so the median and the tails are preserved;
-# `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
+# Up to 200 samples: at that size the regression test (Mann-Whitney U at alpha 0.01,
+# `verdict.py`) already resolves a shift far under the smallest threshold, so more would only
+# make the file bigger. The kept values are the sample's quantiles
+# (`quantile_subsample`); `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
 BASELINE_SAMPLES = 200
 
 
@@ -361,11 +499,11 @@ def _finite_nonneg(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value >= 0
 
 
-def _sig(value: float | None, digits: int = 6) -> float | None:
-    """Six significant digits: below timer resolution (CUDA events ~0.5 us), a third the size."""
+def _sig(value: float | None) -> float | None:
+    """Six significant digits: below the timers' resolution, and a third the size."""
     if value is None:
         return None
-    return float(f"{float(value):.{digits}g}")
+    return float(f"{float(value):.6g}")
 
 
 class EntryMap(dict[str, BaselineEntry]):

@@ -1,6 +1,6 @@
 """The text shown for a kernel item and in the tables: small formatting helpers shared by the
 terminal table and the PR comment, one record's row in the terminal table (`terminal_row`;
-`gate.report.render_terminal_table` holds the table's frame: columns, header, summary) and the
+`gate.render_session.render_terminal_table` holds the table's frame: columns, header, summary) and the
 item's "kernelpro" report section (`item_section`, with the lines of the sections other
 plugins attached to the record). Pure functions over records."""
 
@@ -209,7 +209,7 @@ def terminal_row(
     color: bool,
     show_gated: bool = False,
 ) -> list[Any]:
-    """One row of the terminal summary table (`gate.report.render_terminal_table`): kernel,
+    """One row of the terminal summary table (`gate.render_session.render_terminal_table`): kernel,
     [device,] [gated: baseline → now,] median ±IQR/2, [roofline time,] % of roofline with a
     bar, bound, verdict."""
     from rich.text import Text

@@ -1,25 +1,57 @@
 """Every text about the session as a whole, in one place (the texts made from one record are
-in format.py (item_section, terminal_row), review/comment.py, review/plot.py):
-the lines under the terminal summary's tables.
+in format.py (item_section, terminal_row), review/comment.py, review/plot.py): the terminal
+summary's kernel table and the lines under it.
 
-- `coverage_lines`: what `--kernelpro-check` could not compare (baseline entries without a
-  kernel, kernels without an entry);
-- `session_notes`: work that was asked for and did not run, and timings not to trust;
-- `missing_records_line`: collected kernels that left no record;
-- `output_lines`: where the report, the records log, the history's run and the baseline are;
-- `table_footnotes`: the lines right under the kernel table, after its counts (the CPU cache
-  flush the CPU timings were taken with, ...): one function per note, listed there.
+The table (`render_terminal_table`), then what `--kernelpro-check` could not compare
+(`coverage_lines`), work asked for that did not run and timings not to trust
+(`session_notes`), kernels that left no record (`missing_records_line`), the files written
+(`output_lines`), the notes under the table (`table_footnotes`, `table_notes`; the PR
+comment's `comment_notes`) and the line of a check that checked nothing (`session_line`).
+
+**Process notes.** A note line per kernel under the table, not a column: most kernels have
+none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
+between the pick and the code, or the kernel is not "ok"); kernels whose picks differ but that
+are within tolerance are counted in one line. The changed versions are the session's, named
+once.
+
+**Checked nothing.** The rule: among the kernels that were timed and had a baseline entry
+(every verdict but "new" and "not timed"), when each one is "incomparable" (a baseline from
+another machine) or "unresolved" (a tolerance too wide to catch a 1.5x change), the gate
+compared nothing it could fail on, and the session fails (exit 1) unless
+`--kernelpro-allow-incomparable` says that is on purpose. One kernel compared for real is a
+check: the others are counted under the table. A session without any compared kernel (all new,
+all failed) is told by the coverage lines and the items' own failures, not here.
+
+**Tables** (this one, `kernelpro compare`'s) are rendered to text for a terminal or a log,
+never cut. A terminal has a width: a table shortens its long kernel names in the middle to fit
+it (`middle_ellipsis`; under -v they fold instead, whole), and where even short names leave too
+little room, the table is printed wider than the terminal (the terminal wraps the line) rather
+than cut: rich would otherwise crop its no-wrap columns, and the verdict, the last column, is
+the first thing lost. A log (CI, a pipe, a file) has no width: `width=None` prints every table
+at the width of its content.
 
 Pure functions of the settings, the records and the paths; `run/session.py` writes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import io
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.gate.format import (
+    cross_device,
+    gated_elsewhere,
+    record_status,
+    short_device,
+    sort_key,
+    stat,
+    terminal_row,
+)
+from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
 
 
@@ -367,3 +399,406 @@ def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
     )
     short = f"CPU timings: cold cache, {size:.0f} MiB flushed before every sample ({mode})"
     return Note(short, full, normal=default)
+
+
+# -- the process notes (module docstring) --
+
+QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
+
+
+def _explains(record: KernelRecord) -> bool:
+    gate = record.gate
+    if gate is None or not gate.autotune_note:
+        return False
+    return record_status(record) not in QUIET or bool((gate.autotune or {}).get("decided"))
+
+
+def environment_words(records: Sequence[KernelRecord]) -> str | None:
+    """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
+    from pytest_kernelpro.gate.run_differences import changes_words
+
+    counts: dict[str, int] = {}
+    for record in records:
+        change = record.gate.environment_change if record.gate else None
+        if change:
+            words = changes_words(change)
+            counts[words] = counts.get(words, 0) + 1
+    if not counts:
+        return None
+    return "; ".join(f"{words} ({n} kernel{'s' * (n != 1)})" for words, n in counts.items())
+
+
+def _quiet_pick_count(records: Sequence[KernelRecord]) -> int:
+    return sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r))
+
+
+def fresh_process_failure(record: KernelRecord) -> str | None:
+    """'the fresh-process confirmation failed (...); re-measured in this process', or None:
+    a confirmation that could not run where it should is news, never only in the JSON."""
+    error = record.extra.get("confirmation_fresh_process_error")
+    if not error:
+        return None
+    from pytest_kernelpro.text_safety import safe_line
+
+    text = str(error).strip()
+    first = safe_line(text.splitlines()[0] if text else "no detail", 300)
+    return (
+        f"the fresh-process confirmation failed ({first}); re-measured in this process "
+        "instead (the JSON report holds the child's output)"
+    )
+
+
+def table_notes(records: Sequence[KernelRecord]) -> list[str]:
+    """Plain-text note lines for under the terminal table."""
+    lines = [f"{r.name}: {r.gate.autotune_note}" for r in records if _explains(r) and r.gate]
+    lines += [f"{r.name}: {note}" for r in records if (note := fresh_process_failure(r))]
+    quiet = _quiet_pick_count(records)
+    if quiet:
+        lines.append(
+            f"{quiet} kernel(s) ran with other autotune picks than the baseline's, within "
+            "tolerance (the picks are in the JSON report)"
+        )
+    env = environment_words(records)
+    if env:
+        lines.append(f"environment changed since the baseline: {env}")
+    return lines
+
+
+def comment_notes(records: Sequence[KernelRecord], literal: Callable[..., str]) -> list[str]:
+    """Markdown lines for the PR comment (strings from the report as literal text)."""
+    lines = [
+        f"- 🔧 {literal(r.name, limit=120, table=False)}: "
+        f"{literal(r.gate.autotune_note, limit=600, table=False)}"
+        for r in records
+        if _explains(r) and r.gate
+    ]
+    lines += [
+        f"- ⚠️ {literal(r.name, limit=120, table=False)}: {literal(note, limit=600, table=False)}"
+        for r in records
+        if (note := fresh_process_failure(r))
+    ]
+    quiet = _quiet_pick_count(records)
+    if quiet:
+        lines.append(
+            f"- 🔧 {quiet} kernel(s) ran with other autotune picks than the baseline's, "
+            "within tolerance"
+        )
+    env = environment_words(records)
+    if env:
+        lines.append(
+            f"- 🌐 environment changed since the baseline: {literal(env, limit=600, table=False)}"
+        )
+    return [*lines, ""] if lines else []
+
+
+# -- a check that checked nothing (module docstring) --
+
+CHECKS_NOTHING = ("incomparable", "unresolved")  # verdicts that compared nothing
+NOT_COMPARED = ("new", "unmeasured")  # no baseline entry or no timing: not counted either way
+ALLOW_FLAG = "--kernelpro-allow-incomparable"
+
+
+def nothing_checked_line(
+    records: Sequence[KernelRecord], *, who: str = "kernelpro", allow: str = ALLOW_FLAG
+) -> str | None:
+    """The line for a check that compared nothing it could fail on, or None; `who` begins
+    it, `allow` is the setting that passes it on purpose."""
+    compared = [r.gate for r in records if r.gate is not None]
+    compared = [g for g in compared if g.status not in NOT_COMPARED]
+    if not compared or any(g.status not in CHECKS_NOTHING for g in compared):
+        return None
+    incomparable = sum(1 for g in compared if g.status == "incomparable")
+    unresolved = len(compared) - incomparable
+    if unresolved == 0:
+        why = f"all {incomparable} compared kernel(s) incomparable with the baseline"
+        fix = "save the baseline on this machine"
+    elif incomparable == 0:
+        why = f"all {unresolved} compared kernel(s) unresolved (tolerance above 50%)"
+        fix = "re-save the baseline on a quiet machine"
+    else:
+        why = f"{incomparable} kernel(s) incomparable, {unresolved} unresolved"
+        fix = "save the baseline here on a quiet machine"
+    return f"{who}: checked nothing: {why}; {fix}, or pass {allow}"
+
+
+def session_line(
+    records: Sequence[KernelRecord], *, check: bool, allow_incomparable: bool
+) -> str | None:
+    """The line that fails a `--kernelpro-check` session that checked nothing, or None (no
+    check, something was checked, or allowed on purpose: `--kernelpro-allow-incomparable`)."""
+    if not check or allow_incomparable:
+        return None
+    return nothing_checked_line(records)
+
+
+def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
+    """The kernels whose saved entry could not catch a 1.5x change: each record compared
+    with its own entry, as an unchanged next run would be, gets a tolerance above
+    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
+    so every later check of it would read "unresolved". None when every entry is fine."""
+    from pytest_kernelpro.gate.baseline import BaselineEntry
+    from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
+
+    noisy: list[tuple[str, float, str]] = []
+    for record in records:
+        entry = BaselineEntry.from_record(record)
+        if entry is None:
+            continue
+        try:
+            verdict = decide_verdict(record, entry)
+        except (KernelproError, ValueError):
+            continue  # an entry the gate cannot read is said when it is compared
+        if verdict.tolerance > RESOLVABLE_TOLERANCE:
+            noisy.append((record.name, verdict.tolerance, verdict.reason))
+    if not noisy:
+        return None
+    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
+    worst = max(noisy, key=lambda n: n[1])
+    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
+    tail = "; re-save it on a quiet machine"
+    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
+    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
+        short = f"{head} (±{worst[1]:.0%}){tail}"
+    full = (
+        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
+        "to catch a 1.5x change; every check against it will read them 'unresolved': "
+        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
+        + f". Fix: {fix}"
+    )
+    return Note(short, full)
+
+
+# -- the kernel table --
+
+
+SORT_KEYS = ("status", "name", "median", "roofline", "change")
+
+
+def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> list[KernelRecord]:
+    """Records in the table's order: `status` (attention first, then the largest slowdown),
+    `name`, `median` (slowest first), `roofline` (furthest from it first) or `change`
+    (largest slowdown first). Records without the value go last, by name."""
+    if sort not in SORT_KEYS:
+        raise KernelproError(f"unknown sort order {sort!r}; use one of {', '.join(SORT_KEYS)}")
+    if sort == "status":
+        return sorted(records, key=sort_key)
+    if sort == "name":
+        return sorted(records, key=lambda r: r.name)
+
+    def value(record: KernelRecord) -> float | None:
+        if sort == "median":
+            return stat(record, "median_s")
+        if sort == "roofline":
+            return None if record.efficiency is None else -float(record.efficiency)
+        change = record.gate.change if record.gate else None
+        return None if change is None else float(change)
+
+    def key(record: KernelRecord) -> tuple[int, float, str]:
+        v = value(record)
+        return (1, 0.0, record.name) if v is None else (0, -v, record.name)
+
+    return sorted(records, key=key)
+
+
+def render_terminal_table(
+    records: Sequence[KernelRecord],
+    *,
+    width: int | None = 100,
+    color: bool = False,
+    sort: str = "status",
+    verbose: bool = False,
+) -> str:
+    """The kernel table for the terminal summary, rendered by rich to a string.
+
+    Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
+    when some verdict compared another time than the wall median), median ± half the IQR
+    (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
+    roofline-time column is left out and the bar narrowed, long kernel names are shortened in
+    the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
+    fit is printed wider rather than cut (`console_for`); None: a log, every column at
+    the width of its content. No escape codes unless `color`. Notes of the machine's normal
+    state only with `verbose`; the others cut to one line without it.
+    """
+    from rich.text import Text
+
+    narrow = width is not None and width < 100
+    bar_width = 5 if narrow else 8
+    devices = sorted({short_device(r.device) for r in records if r.device})
+    show_device = len(devices) > 1  # one device: named once, under the table
+    # A verdict on another time than the wall median shows that time first (gate/format.py).
+    show_gated = any(gated_elsewhere(r) for r in records)
+    ordered = sorted_records(records, sort)
+    rows = [
+        terminal_row(
+            record,
+            show_device=show_device,
+            narrow=narrow,
+            bar_width=bar_width,
+            color=color,
+            show_gated=show_gated,
+        )
+        for record in ordered
+    ]
+
+    def build(names: list[str], fold: bool) -> Any:
+        named = [[Text(name), *row[1:]] for name, row in zip(names, rows, strict=True)]
+        return _kernel_table(
+            named, show_device=show_device, narrow=narrow, fold=fold, show_gated=show_gated
+        )
+
+    table = names_fitting(build, [r.name for r in ordered], None if verbose else width)
+    console, buffer = console_for([table], width=width, color=color)
+    console.print(table)
+    summary = summarize(records)
+    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
+
+    def say(line: str) -> None:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+    if any(cross_device(r) for r in records):
+        say(
+            "* other device than the baseline: compared by efficiency (time relative to the "
+            "roofline), with the wider cross-device tolerance"
+            if verbose
+            else "* other device than the baseline: compared by % of roofline, wider tolerance"
+        )
+    for note in table_notes(records):
+        say(note if verbose else fit(note, 99))
+    where = f" on {devices[0]}" if len(devices) == 1 else ""
+    say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
+    for note in table_footnotes(records, verbose=verbose):
+        say(note)
+    return buffer.getvalue()
+
+
+def _kernel_table(
+    rows: Sequence[Sequence[Any]],
+    *,
+    show_device: bool,
+    narrow: bool,
+    fold: bool,
+    show_gated: bool = False,
+) -> Any:
+    """The table's frame with `rows`: names fold (`fold`) or keep one line (already short)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        show_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    if fold:
+        table.add_column("kernel", overflow="fold", min_width=12)
+    else:
+        table.add_column("kernel", no_wrap=True)
+    if show_device:
+        table.add_column(
+            "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
+        )
+    if show_gated:
+        table.add_column("gated: baseline → now", justify="right", no_wrap=True)
+    table.add_column(
+        "wall median ±IQR/2" if show_gated else "median ±IQR/2", justify="right", no_wrap=True
+    )
+    if not narrow:
+        table.add_column("roofline", justify="right", no_wrap=True)
+    table.add_column("of roofline", no_wrap=True)
+    table.add_column("bound", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+# -- rendering tables to text (module docstring) --
+
+
+def _console(buffer: io.StringIO, width: int, color: bool) -> Any:
+    from rich.console import Console
+
+    return Console(
+        file=buffer,
+        width=width,
+        force_terminal=color,
+        color_system="standard" if color else None,
+        no_color=not color,
+        highlight=False,
+        emoji=False,
+        legacy_windows=False,
+    )
+
+
+def _widest(console: Any, renderable: Any) -> int:
+    from rich.measure import Measurement
+
+    return int(Measurement.get(console, console.options, renderable).maximum)
+
+
+def least_width(console: Any, table: Any) -> int:
+    """The narrowest `table` prints with no cell cut: its folding columns at their
+    `min_width`, every other column as wide as its widest cell."""
+    slack = 0
+    for column in table.columns:
+        if column.no_wrap or column.overflow != "fold":
+            continue
+        widest = max(_widest(console, cell) for cell in [column.header, *column.cells])
+        slack += max(0, widest - (column.min_width or 1))
+    return _widest(console, table) - slack
+
+
+def console_for(
+    tables: Sequence[Any], *, width: int | None, color: bool
+) -> tuple[Any, io.StringIO]:
+    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
+    terminal's columns, or None for a log: the width of the widest table's content. Escape
+    codes only with `color`."""
+    probe = _console(io.StringIO(), 100_000, color)
+    if width is None:
+        columns = max([_widest(probe, table) for table in tables] or [80])
+    else:
+        columns = max([int(width)] + [least_width(probe, table) for table in tables])
+    buffer = io.StringIO()
+    return _console(buffer, columns, color), buffer
+
+
+MIN_NAME = 12  # a kernel name is never shortened below this many characters
+
+
+def middle_ellipsis(text: str, width: int) -> str:
+    """`text` within `width` characters, its middle replaced by "…": a kernel name keeps its
+    module-ish start and its shape or parameter end ("softmax_ro…[8192x4096]")."""
+    if len(text) <= width:
+        return text
+    width = max(width, 3)
+    head = width // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + (text[-tail:] if tail else "")
+
+
+def names_fitting(
+    build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
+) -> Any:
+    """The table `build(names, fold)` makes, with its kernel names shortened in the middle
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
+    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    table = build(list(names), True)
+    if width is None or not names:
+        return table
+    limit = name_width_to_fit(table, width, max(len(name) for name in names))
+    if limit is None:
+        return table
+    return build([middle_ellipsis(name, limit) for name in names], False)
+
+
+def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
+    """How many characters the names of `table` (its first column, filled with the full
+    names, `longest` the longest) may keep so the table fits `width` columns; None when
+    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
+    probe = _console(io.StringIO(), 100_000, False)
+    over = _widest(probe, table) - int(width)
+    if over <= 0:
+        return None
+    return max(MIN_NAME, longest - over)

@@ -1,5 +1,5 @@
-"""The session report: JSON (one file, mergeable across xdist workers and runs) and the
-terminal table.
+"""The files a session writes of its records: the JSON report (one file, mergeable across
+xdist workers and runs), its copy in the run history, and the records log.
 
 JSON layout (schema 1)::
 
@@ -11,6 +11,27 @@ JSON layout (schema 1)::
 The records are written and read with msgspec at the file's edge (`record.record_builtins`,
 `record.record_from_builtins`); a record that is not of the record's types is an error
 naming the file and the record.
+
+The run history keeps each run's report (samples included) as
+`<UTC time>-<commit>-<machine>.json` under `.kernelpro/history/`, so runs are keyed by commit
+and machine and sort by time; `kernelpro history` lists them and `kernelpro compare` takes two
+of them by reference (`review/runs.py`).
+
+**The records log** holds every finished kernel record, appended to a JSONL file as it
+finishes. A session that is killed (SIGKILL, a CI timeout, an out-of-memory kill), crashes (a segfault)
+or ends through `os._exit` never reaches pytest's session end, so the JSON report and the
+JUnit file are never written. The log is written as the work goes, one fsync'd line per
+event, so it keeps every record that finished:
+
+    {"kind": "session", "schema_version": 1, "created": ..., "pid": ..., "args": [...]}
+    {"kind": "collected", "nodeids": [...]}                               after collection
+    {"kind": "record", "record": {...KernelRecord...}}                    one per item
+    {"kind": "finished", "exitstatus": 0, "created": ...}                 at the session end
+
+`kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it
+(`review/records_report.py`); a parent process reads its isolated child's records from it
+(`run/isolate.py`). A log of another schema version is refused with both versions named (a
+log from before the version was written reads as version 1: its lines are the same).
 """
 
 from __future__ import annotations
@@ -18,25 +39,18 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import platform
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.fileio import atomic_write_json
-from pytest_kernelpro.gate.format import (
-    cross_device,
-    gated_elsewhere,
-    record_status,
-    short_device,
-    sort_key,
-    stat,
-    terminal_row,
-)
-from pytest_kernelpro.gate.process_notes import table_notes
-from pytest_kernelpro.gate.render_session import table_footnotes
+from pytest_kernelpro.fileio import append_jsonl, atomic_write_json
+from pytest_kernelpro.gate.format import record_status
 from pytest_kernelpro.record import (
     SCHEMA_VERSION,
     KernelRecord,
@@ -83,6 +97,29 @@ def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> di
 
 def write_json_report(path: str | os.PathLike[str], report: dict[str, Any]) -> Path:
     """Write the report atomically (a reader never sees half a file)."""
+    return atomic_write_json(path, report)
+
+
+DEFAULT_HISTORY_DIR = Path(".kernelpro") / "history"
+
+
+def machine_name() -> str:
+    """The machine a run was measured on: its host name."""
+    return platform.node() or "unknown-host"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", text).strip("-").lower()[:40] or "x"
+
+
+def save_run(history_dir: str | Path, report: dict[str, Any]) -> Path:
+    """Write `report` as a new history entry (atomically) and return its path."""
+    meta = report.get("meta") or {}
+    now = _dt.datetime.now(_dt.timezone.utc)
+    stamp = now.strftime("%Y%m%dT%H%M%S") + f"{now.microsecond // 1000:03d}Z"
+    commit = str(meta.get("commit") or "nocommit")[:12]
+    machine = _slug(str(meta.get("machine") or machine_name()))
+    path = Path(history_dir) / f"{stamp}-{_slug(commit)}-{machine}.json"
     return atomic_write_json(path, report)
 
 
@@ -156,146 +193,119 @@ def merge_report_dicts(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return build_report(records, meta=meta)
 
 
-SORT_KEYS = ("status", "name", "median", "roofline", "change")
+# -- the records log (module docstring) --
+
+RECORDS_LOG_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 
 
-def sorted_records(records: Sequence[KernelRecord], sort: str = "status") -> list[KernelRecord]:
-    """Records in the table's order: `status` (attention first, then the largest slowdown),
-    `name`, `median` (slowest first), `roofline` (furthest from it first) or `change`
-    (largest slowdown first). Records without the value go last, by name."""
-    if sort not in SORT_KEYS:
-        raise KernelproError(f"unknown sort order {sort!r}; use one of {', '.join(SORT_KEYS)}")
-    if sort == "status":
-        return sorted(records, key=sort_key)
-    if sort == "name":
-        return sorted(records, key=lambda r: r.name)
-
-    def value(record: KernelRecord) -> float | None:
-        if sort == "median":
-            return stat(record, "median_s")
-        if sort == "roofline":
-            return None if record.efficiency is None else -float(record.efficiency)
-        change = record.gate.change if record.gate else None
-        return None if change is None else float(change)
-
-    def key(record: KernelRecord) -> tuple[int, float, str]:
-        v = value(record)
-        return (1, 0.0, record.name) if v is None else (0, -v, record.name)
-
-    return sorted(records, key=key)
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def render_terminal_table(
-    records: Sequence[KernelRecord],
-    *,
-    width: int | None = 100,
-    color: bool = False,
-    sort: str = "status",
-    verbose: bool = False,
-) -> str:
-    """The kernel table for the terminal summary, rendered by rich to a string.
+class RecordsLog:
+    """Appends the session's events to one JSONL file (started fresh by each session)."""
 
-    Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
-    when some verdict compared another time than the wall median), median ± half the IQR
-    (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
-    roofline-time column is left out and the bar narrowed, long kernel names are shortened in
-    the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
-    fit is printed wider rather than cut (`gate.text_console`); None: a log, every column at
-    the width of its content. No escape codes unless `color`. Notes of the machine's normal
-    state only with `verbose`; the others cut to one line without it.
-    """
-    from rich.text import Text
+    def __init__(self, path: Path) -> None:
+        self.path = path
 
-    from pytest_kernelpro.gate.render_session import fit
-    from pytest_kernelpro.gate.text_console import console_for, names_fitting
-
-    narrow = width is not None and width < 100
-    bar_width = 5 if narrow else 8
-    devices = sorted({short_device(r.device) for r in records if r.device})
-    show_device = len(devices) > 1  # one device: named once, under the table
-    # A verdict on another time than the wall median shows that time first (gate/format.py).
-    show_gated = any(gated_elsewhere(r) for r in records)
-    ordered = sorted_records(records, sort)
-    rows = [
-        terminal_row(
-            record,
-            show_device=show_device,
-            narrow=narrow,
-            bar_width=bar_width,
-            color=color,
-            show_gated=show_gated,
-        )
-        for record in ordered
-    ]
-
-    def build(names: list[str], fold: bool) -> Any:
-        named = [[Text(name), *row[1:]] for name, row in zip(names, rows, strict=True)]
-        return _kernel_table(
-            named, show_device=show_device, narrow=narrow, fold=fold, show_gated=show_gated
+    def start(self, args: Sequence[str]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_text("", encoding="utf-8")  # a new session: the old log goes
+        self._append(
+            {
+                "kind": "session",
+                "schema_version": RECORDS_LOG_SCHEMA_VERSION,
+                "created": _now(),
+                "pid": os.getpid(),
+                "args": list(args),
+            }
         )
 
-    table = names_fitting(build, [r.name for r in ordered], None if verbose else width)
-    console, buffer = console_for([table], width=width, color=color)
-    console.print(table)
-    summary = summarize(records)
-    parts = [f"{n} {status}" for status, n in summary["by_status"].items()]
+    def collected(self, nodeids: Sequence[str]) -> None:
+        self._append({"kind": "collected", "nodeids": list(nodeids)})
 
-    def say(line: str) -> None:
-        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    def record(self, record: KernelRecord) -> None:
+        self._append({"kind": "record", "record": record_builtins(record)})
 
-    if any(cross_device(r) for r in records):
-        say(
-            "* other device than the baseline: compared by efficiency (time relative to the "
-            "roofline), with the wider cross-device tolerance"
-            if verbose
-            else "* other device than the baseline: compared by % of roofline, wider tolerance"
-        )
-    for note in table_notes(records):
-        say(note if verbose else fit(note, 99))
-    where = f" on {devices[0]}" if len(devices) == 1 else ""
-    say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
-    for note in table_footnotes(records, verbose=verbose):
-        say(note)
-    return buffer.getvalue()
+    def finished(self, exitstatus: int) -> None:
+        self._append({"kind": "finished", "exitstatus": int(exitstatus), "created": _now()})
+
+    def _append(self, event: dict[str, Any]) -> None:
+        append_jsonl(self.path, event)
 
 
-def _kernel_table(
-    rows: Sequence[Sequence[Any]],
-    *,
-    show_device: bool,
-    narrow: bool,
-    fold: bool,
-    show_gated: bool = False,
-) -> Any:
-    """The table's frame with `rows`: names fold (`fold`) or keep one line (already short)."""
-    from rich import box
-    from rich.table import Table
+@dataclass
+class LoggedSession:
+    """What a records log holds: the records, the collected kernels, whether it finished."""
 
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        show_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
+    records: list[KernelRecord] = field(default_factory=list)
+    collected: list[str] | None = None  # None: the log has no collection line (xdist)
+    finished: bool = False
+    exitstatus: int | None = None
+    created: str | None = None
+    torn_lines: int = 0  # a last line cut off by the kill, not a record
+
+    @property
+    def missing(self) -> list[str]:
+        """Collected kernels with no record: they did not finish."""
+        if self.collected is None:
+            return []
+        done = {r.nodeid for r in self.records}
+        return [n for n in self.collected if n not in done]
+
+
+def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
+    """Parse a records log; a torn last line (the kill hit mid-write) is counted, not fatal."""
+    target = Path(path)
+    try:
+        lines = target.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise KernelproError(
+            f"records log {target} does not exist; pytest writes it next to the JSON report "
+            "(--kernelpro-json=PATH writes PATH with the suffix .jsonl)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KernelproError(f"records log {target} cannot be read: {exc}") from exc
+    logged = LoggedSession()
+    by_nodeid: dict[str, KernelRecord] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            if number == len(lines):
+                logged.torn_lines += 1
+                continue
+            raise KernelproError(
+                f"records log {target} line {number} is not JSON: {line[:80]!r}; the file "
+                "was edited or written by something else"
+            ) from None
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if kind == "session":
+            _check_version(target, event.get("schema_version", RECORDS_LOG_SCHEMA_VERSION))
+            logged.created = event.get("created")
+        elif kind == "collected":
+            logged.collected = [str(n) for n in event.get("nodeids") or []]
+        elif kind == "record":
+            record = record_from_builtins(
+                event.get("record"), source=f"records log {target} line {number}"
+            )
+            by_nodeid[record.nodeid] = record  # a re-run item (pytest-rerunfailures): last wins
+        elif kind == "finished":
+            logged.finished = True
+            logged.exitstatus = event.get("exitstatus")
+    logged.records = list(by_nodeid.values())
+    return logged
+
+
+def _check_version(path: Path, version: Any) -> None:
+    if type(version) is int and version == RECORDS_LOG_SCHEMA_VERSION:  # not true, not 1.0
+        return
+    from pytest_kernelpro import __version__
+
+    raise KernelproError(
+        f"records log {path} has schema version {version!r}; this pytest-kernelpro "
+        f"{__version__} reads version {RECORDS_LOG_SCHEMA_VERSION}. Read it with the "
+        "pytest-kernelpro that wrote it, or run the session again with this one"
     )
-    if fold:
-        table.add_column("kernel", overflow="fold", min_width=12)
-    else:
-        table.add_column("kernel", no_wrap=True)
-    if show_device:
-        table.add_column(
-            "device", overflow="ellipsis", max_width=10 if narrow else 14, no_wrap=True
-        )
-    if show_gated:
-        table.add_column("gated: baseline → now", justify="right", no_wrap=True)
-    table.add_column(
-        "wall median ±IQR/2" if show_gated else "median ±IQR/2", justify="right", no_wrap=True
-    )
-    if not narrow:
-        table.add_column("roofline", justify="right", no_wrap=True)
-    table.add_column("of roofline", no_wrap=True)
-    table.add_column("bound", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    return table

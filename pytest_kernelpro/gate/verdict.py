@@ -10,8 +10,8 @@ How a regression is decided, and why:
    sample must not move the center (pytest-benchmark users gate on `median:` for that reason).
 2. **Statistical clarity.** A one-sided Mann-Whitney U test of the current samples against
    the baseline's samples must give p < alpha (default 0.01). This is asv's test
-   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist), computed here with
-   numpy (`stats.mann_whitney_u`; exact for small untied samples, normal approximation with
+   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist), computed here by
+   scipy (`mann_whitney_u`; exact for small untied samples, normal approximation with
    tie correction otherwise). It needs no normality, is robust to the long right tail of
    timings, and uses the samples a baseline keeps. A bootstrap CI of the ratio of medians
    would need thousands of resamples per kernel for a similar answer, and requiring its lower
@@ -47,11 +47,12 @@ An oversubscribed CPU timing (other processes held the cores its threads needed,
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.gate.stats import mann_whitney_u, quantile_subsample
+from pytest_kernelpro.gate.baseline import finite_array, quantile_subsample
 from pytest_kernelpro.gate.verdict_basis import (
     Basis,
     Incomparable,
@@ -61,6 +62,8 @@ from pytest_kernelpro.gate.verdict_basis import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
@@ -89,24 +92,72 @@ STATUSES = (
 RESOLVABLE_TOLERANCE = 0.5
 
 DEFAULT_ALPHA = 0.01
-# Default thresholds per device kind. A fixed lower number, not one derived from each
-# kernel's measured spread within a measurement: the gate's rules 2-4 already adapt to that
-# (a noisy kernel's change is "suspect", not a failure). The one noise the rules miss, the
-# run-to-run clock of a power-capped kernel, is cancelled by comparing it relative to the clock
-# anchor timed after each sample, at 0.75x the threshold, or, without the anchor on both
-# sides, read from its clocks to widen its tolerance (both `verdict_basis.py`), with
-# the clocks named in the basis.
-# 2% on a GPU: on an H200, for kernels >= 50 us, 2% catches nearly every +2.5-3.5% slowdown
-# without A/A false alarms, at a steady clock and, relative to the anchor, under the power
-# cap (bench/results/2026-12-01-gate-accuracy-h200.md).
-# 5% on the CPU: timings on shared CPU machines are 10-300x noisier, and 5% with the
-# lower-decile rule kept A/A false alarms at 2% on a loaded 2-core VM
-# (bench/results/2026-11-30-gate-accuracy-cpu.md).
+# Default thresholds per device kind: a fixed number, not one derived from each kernel's
+# spread, since the gate's rules 2-4 already adapt to that (a noisy kernel's change is
+# "suspect", not a failure) and the power-capped clock is handled by the basis
+# (`verdict_basis.py`). The GPU's catches small slowdowns without false alarms
+# (bench/results/2026-12-01-gate-accuracy-h200.md); the CPU's is wider because shared CPU
+# machines time far more noisily (bench/results/2026-11-30-gate-accuracy-cpu.md).
 DEFAULT_GPU_THRESHOLD = 0.02
 DEFAULT_CPU_THRESHOLD = 0.05
 CROSS_DEVICE_FACTOR = 3.0  # efficiency across devices is noisier than time on one device
 TEST_SAMPLES = 200  # both sides are reduced to this many quantiles before the U test
 LOW_QUANTILE = 0.10  # a regression must move the fastest calls too, not only the median
+
+
+# -- the U test the verdict runs on both sides' quantiles --
+
+Alternative = Literal["greater", "less", "two-sided"]
+
+# Exact null distribution when there are no ties and both samples are at most this large
+# (scipy's exact method stays in milliseconds at 60x60; beyond, the normal approximation is
+# within 1e-3 of it).
+EXACT_MAX_N = 60
+
+
+@dataclass(frozen=True)
+class MannWhitneyResult:
+    """U statistic of the first sample, its p-value, and how the p-value was computed."""
+
+    u: float
+    p_value: float
+    method: str  # "exact" | "normal"
+
+
+def mann_whitney_u(
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    alternative: Alternative = "greater",
+) -> MannWhitneyResult:
+    """Mann-Whitney U test of x against y (the test asv uses to call a benchmark changed).
+
+    `alternative="greater"`: H1 is that x tends to be larger than y (for timings: x is
+    slower). `scipy.stats.mannwhitneyu` computes it: the exact p-value without ties and with
+    both samples at most `EXACT_MAX_N` long, otherwise the normal approximation with tie and
+    continuity correction. Returns p = 1.0 when either sample is empty or every value is
+    the same (no evidence either way).
+    """
+    import numpy as np
+    from scipy import stats
+
+    xs, ys = finite_array(x), finite_array(y)
+    n_x, n_y = len(xs), len(ys)
+    if n_x == 0 or n_y == 0:
+        return MannWhitneyResult(u=float("nan"), p_value=1.0, method="none")
+    both = np.concatenate([xs, ys])
+    has_ties = len(np.unique(both)) < len(both)
+    exact = not has_ties and n_x <= EXACT_MAX_N and n_y <= EXACT_MAX_N
+    if not exact and both.min() == both.max():
+        return MannWhitneyResult(u=n_x * n_y / 2.0, p_value=1.0, method="normal")
+    result = stats.mannwhitneyu(
+        xs, ys, alternative=alternative, method="exact" if exact else "asymptotic"
+    )
+    p = float(result.pvalue)
+    return MannWhitneyResult(
+        u=float(result.statistic),
+        p_value=min(1.0, max(0.0, p)) if math.isfinite(p) else 1.0,
+        method="exact" if exact else "normal",
+    )
 
 
 def default_threshold(device_kind: str) -> float:

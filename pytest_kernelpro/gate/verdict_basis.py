@@ -22,8 +22,7 @@ and the factors applied to it) or an `Incomparable` (why no gate is possible); t
   time relative to the roofline (1 / efficiency), at the wider cross-device tolerance.
   Another CPU is information only unless `cross_cpu="gate"`
   (`--kernelpro-cpu-cross-device=gate`): a CPU's efficiency does not carry across CPU models,
-  and the thread count is part of a CPU device's name (one committed baseline from another
-  CPU "regressed" 3-5 of 5 kernels by +68% to +12329% on fresh machines).
+  and the thread count is part of a CPU device's name.
 
 **Clock-limited kernels.** A compute-bound kernel (fp16/bf16/TF32 GEMMs, attention) runs at
 the GPU's power cap: the SM clock the cap allows moves from one measurement to the next, and
@@ -50,7 +49,7 @@ capped) the rule without the anchor holds and the basis says why
 (the kernel's on-CPU median, now / baseline - 1) and `anchored_change` ((1 + time_change) /
 (1 + anchor_move) - 1, where `anchor_move` is the anchor's own speed from the fastest quarter
 of its calls): a slowdown must show both in the kernel's own on-CPU time and relative to the
-anchor. On a busy 2-core VM each alone raised false alarms that the pair did not
+anchor: on a busy machine each alone raises false alarms that the pair does not
 (bench/results/2026-12-02-cpu-gate-cpu.md). The tolerance is the largest of the threshold,
 `PROCESS_TOLERANCE` (an unchanged kernel's on-CPU median moves between processes with where
 its inputs land in physical memory, which no anchor feels), `|anchor_move|`, the kernel's own
@@ -66,45 +65,52 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.gate.basis_inputs import (
+from pytest_kernelpro.gate.baseline import (
     AnchorSide,
+    BaselineEntry,
     ClockFacts,
     CpuAnchorSide,
+    finite_array,
     positive,
     positive_list,
     record_anchor,
     record_clock_facts,
     record_cpu_anchor,
 )
-from pytest_kernelpro.gate.stats import median
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline import BaselineEntry
+    import numpy as np
+
     from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit
 CLOCK_LIMITED_FRACTION = 0.95  # mean SM clock below this share of the maximum: held down
 CLOCK_LIMITED_FACTOR = 3.0  # the tolerance of a clock-limited comparison, times the threshold
-# The anchored ratio's tolerance, times the kernel's threshold: the capped GEMMs' ratio
-# spread between two measurements of the same code leaves a 3% slowdown caught at this
-# factor without false alarms, where the full threshold missed some
-# (bench/results/2026-12-01-gate-accuracy-h200.md).
+# The anchored ratio's tolerance, times the kernel's threshold: the ratio spreads less than
+# the times, so a smaller factor still raises no false alarm and catches small slowdowns the
+# full threshold misses (bench/results/2026-12-01-gate-accuracy-h200.md).
 ANCHOR_THRESHOLD_FACTOR = 0.75
 
 CPU_ANCHOR_PREFIX = "cpu anchor:"  # measure/timing/cpu.cpu_anchor_name
-# The tolerance on a busy machine. On the project's 2-core VM at load 8-13, unchanged kernels'
-# compared change between sessions reached +35%, and 2x slowdowns read +39% or more
-# (bench/results/2026-12-02-cpu-gate-cpu.md).
+# The tolerance on a busy machine: above what an unchanged kernel's compared change reaches
+# between sessions there, below what a 2x slowdown reads (bench/results/2026-12-02-cpu-gate-cpu.md).
 BUSY_TOLERANCE = 0.35
-# The least tolerance of any CPU-anchored comparison. Between fresh processes on the project's
-# quiet Intel VM, unchanged kernels' compared change reached 17% (p90 8-24% over 42 pairs), and
-# at the 5% threshold 4 of 100 unchanged kernels read a confirmed "improved" of 8-16%; a
-# kernel doing twice the work read +51% to +59% (bench/results/2026-12-02-cpu-gate-cpu.md).
+# The least tolerance of any CPU-anchored comparison: above what an unchanged kernel's compared
+# change reaches between fresh processes on a quiet machine, below what a kernel doing twice
+# the work reads (bench/results/2026-12-02-cpu-gate-cpu.md).
 PROCESS_TOLERANCE = 0.25
 UNUSABLE_ANCHOR_MOVE = 0.5  # the anchor's speed moved more than this: the machines differ
 UNUSABLE_ANCHOR_SCATTER = 1.0  # the anchor's own calls scattered more than this (IQR / median)
 ANCHOR_QUANTILE = 0.25  # the anchor's speed: the fastest quarter of its calls
 UNUSABLE_WORDS = "the CPU anchor shows the measurement unusable"  # how `unusable` begins
+
+
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """Median of the finite values (NaN when there are none)."""
+    import numpy as np
+
+    arr = finite_array(values)
+    return float(np.median(arr)) if len(arr) else float("nan")
 
 
 def pct_text(x: float) -> str:
@@ -119,7 +125,8 @@ def is_cpu(device: str) -> bool:
     return device.strip().casefold().startswith("cpu")
 
 
-# The baseline entry's side of each fact (the record's side: basis_inputs.py).
+# The baseline entry's side of each fact (the record's side: `baseline.record_clock_facts`,
+# `record_anchor`, `record_cpu_anchor`).
 
 
 def entry_clock_facts(entry: BaselineEntry) -> ClockFacts:

@@ -1,37 +1,23 @@
-"""The optimizer's settings: its flags, ini keys and `KERNELPRO_*` variables, resolved once with
-the project's precedence (command line > environment > ini > conftest defaults > built-in).
+"""The optimizer's options: its flags, ini keys and `KERNELPRO_*` variables, a section of their
+own in `pytest --help` (a check job never needs them).
 
-They are a section of their own in `pytest --help` (a check job never needs them) and extend
-the gate's settings: `OptimizeConfig` is the gate's `KernelproConfig` plus the search's own
-values, so the search reads one object, and the gate's item runner reads the same one when the
-optimizer plugin installs it on the session.
+Every session registers them, so this table (and the plugin's hooks) is all a session without
+`--kernelpro-optimize` loads of the optimizer; their values are resolved under the flag only
+(`search_config.OptimizeConfig`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pytest_kernelpro.config import (
-    KernelproConfig,
-    add_setting_options,
-    resolve_setting,
-)
-from pytest_kernelpro.setting_table import Setting, choice_parser, parse_positive_int
+from pytest_kernelpro.config import Setting, add_setting_options, choice_parser, parse_positive_int
 
 if TYPE_CHECKING:
     import pytest
 
 GROUP_NAME = "kernelpro-optimize"
 GROUP_DESCRIPTION = "kernelpro optimize: the guided kernel search (--kernelpro-optimize)"
-
-FEEDBACK_CHOICES = ("tools", "raw", "none")
-SEARCH_CHOICES = ("mcts", "greedy")
-ORCHESTRATION_CHOICES = ("proactive", "reactive")
-
-parse_feedback = choice_parser("feedback mode", FEEDBACK_CHOICES)
 
 
 def parse_budget_text(text: str) -> str:
@@ -57,7 +43,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "feedback",
         "Profiler feedback given to the optimizer: tools, raw or none",
-        parse_feedback,
+        choice_parser("feedback mode", ("tools", "raw", "none")),
         "tools",
         "MODE",
     ),
@@ -65,14 +51,14 @@ SETTINGS: tuple[Setting, ...] = (
         "orchestration",
         "How the optimizer's tools are used: proactive (every relevant tool runs on each "
         "candidate's profile) or reactive (the model calls tools itself)",
-        choice_parser("orchestration", ORCHESTRATION_CHOICES),
+        choice_parser("orchestration", ("proactive", "reactive")),
         "proactive",
         "MODE",
     ),
     Setting(
         "search",
         "Search algorithm of the optimizer: mcts or greedy",
-        choice_parser("search algorithm", SEARCH_CHOICES),
+        choice_parser("search algorithm", ("mcts", "greedy")),
         "mcts",
         "ALGO",
     ),
@@ -127,7 +113,8 @@ SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 
 
 def add_options(parser: pytest.Parser) -> None:
-    """`--kernelpro-optimize`, `--kernelpro-resume` and the search's settings."""
+    """The `kernelpro-optimize` option group (`--kernelpro-optimize`, `--kernelpro-resume`
+    and the search's settings) and its ini keys."""
     group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
     group.addoption(
         "--kernelpro-optimize",
@@ -154,65 +141,3 @@ def add_options(parser: pytest.Parser) -> None:
         type="linelist",
         default=[],
     )
-
-
-@dataclass(frozen=True)
-class OptimizeConfig(KernelproConfig):
-    """The gate's settings and the search's own, parsed once."""
-
-    optimize: str | None = None  # the budget text; None: no search this session
-    resume: bool = False  # continue the latest search of each kernel
-    feedback: str = "tools"
-    orchestration: str = "proactive"
-    search: str = "mcts"
-    llm_base_url: str | None = None
-    dask: str | None = None  # local, local:N or a scheduler address
-    llm: str = "anthropic"
-    model: str = "claude-sonnet-5-5"
-    candidates: int = 2
-    max_tokens: int = 8192
-    # `kernelpro_sandbox_data`: the data files a candidate may read, as pytest parsed the ini.
-    sandbox_data: tuple[str, ...] = ()
-
-    @classmethod
-    def extend(
-        cls,
-        gate: KernelproConfig,
-        config: pytest.Config,
-        environ: dict[str, str] | None = None,
-    ) -> OptimizeConfig:
-        """The gate's resolved settings plus the search's. A search's own budget bounds an
-        item, so the gate's built-in item time limit is lifted under `--kernelpro-optimize`
-        (a limit set anywhere else stays)."""
-        values: dict[str, Any] = {}
-        sources = dict(gate.sources)
-        for setting in SETTINGS:
-            values[setting.name], sources[setting.name] = resolve_setting(
-                config, setting, environ, dict(gate.conftest_defaults)
-            )
-        budget = config.getoption("kernelpro_optimize", default=None)
-        base = {f.name: getattr(gate, f.name) for f in dataclasses.fields(KernelproConfig)}
-        if budget and gate.sources.get("item_timeout") == "default":
-            base["item_timeout_s"] = None
-            sources["item_timeout"] = "lifted by --kernelpro-optimize (the budget bounds it)"
-        base["sources"] = sources
-        return cls(
-            **base,
-            **values,
-            optimize=budget,
-            resume=bool(config.getoption("kernelpro_resume", default=False)),
-            sandbox_data=tuple(config.getini("kernelpro_sandbox_data")),
-        )
-
-    def child_args(self) -> list[str]:
-        """These settings as flags, for the process of one item under --kernelpro-isolate."""
-        if not self.optimize:
-            return []
-        args = [f"--kernelpro-optimize={self.optimize}"]
-        if self.resume:
-            args.append("--kernelpro-resume")
-        for setting in SETTINGS:
-            value = getattr(self, setting.name)
-            if value is not None:
-                args.append(f"{setting.flag}={value}")
-        return args

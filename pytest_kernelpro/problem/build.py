@@ -109,11 +109,10 @@ def build_kernel(
     device: str,
     *,
     seed: int = 0,
-    on_device: bool = True,
 ) -> BuiltKernel:
     """`cls` built as `build_module` builds the reference (same seed, init inputs, device),
     with `reference`'s parameters and buffers handed over (`share_weights`)."""
-    model = build_module(cls, init_inputs, device, seed=seed, on_device=on_device)
+    model = build_module(cls, init_inputs, device, seed=seed)
     copied, how = share_weights(reference, model)
     return BuiltKernel(model, copied, how)
 

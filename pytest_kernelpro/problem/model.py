@@ -4,6 +4,7 @@ KernelBench file) becomes one of these, and everything downstream consumes only 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import re
@@ -174,12 +175,17 @@ def shape_id(shape: Any) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def _accepts(func: Callable[..., Any], name: str) -> bool:
+@functools.lru_cache(maxsize=256)
+def _signature(factory: Callable[..., Any]) -> tuple[frozenset[str], int, bool] | None:
+    """The factory's parameter names ("**" for a `**kwargs`), their number, and whether it
+    takes `*args`; None without a signature. Fixed for the session: read once per factory."""
     try:
-        params = inspect.signature(func).parameters
+        params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
-        return False
-    return name in params or inspect.Parameter.VAR_KEYWORD in {p.kind for p in params.values()}
+        return None
+    kinds = {p.kind for p in params.values()}
+    names = set(params) | ({"**"} if inspect.Parameter.VAR_KEYWORD in kinds else set())
+    return frozenset(names), len(params), inspect.Parameter.VAR_POSITIONAL in kinds
 
 
 def call_input_factory(
@@ -189,26 +195,25 @@ def call_input_factory(
     when the factory accepts them. Returns a tuple."""
     import torch
 
+    try:
+        signature = _signature(factory)
+    except TypeError:  # an unhashable callable object: read each time
+        signature = _signature.__wrapped__(factory)
+    names, count, var_positional = signature or (frozenset(), 0, False)
     torch.manual_seed(seed)
     kwargs: dict[str, Any] = {}
     if shape is not None:
-        if not _accepts(factory, "shape"):
+        if not {"shape", "**"} & names:
             raise KernelproConfigError(
                 f"input factory {getattr(factory, '__name__', factory)!r} takes no 'shape' "
                 f"argument, but the marker gives shapes; define it as inputs(device, shape)"
             )
         kwargs["shape"] = shape
-    if _accepts(factory, "generator"):
+    if {"generator", "**"} & names:
         generator = torch.Generator(device=torch.device(device).type)
         generator.manual_seed(seed)
         kwargs["generator"] = generator
-    try:
-        params = inspect.signature(factory).parameters
-        takes_device = len(params) > len(kwargs) or inspect.Parameter.VAR_POSITIONAL in {
-            p.kind for p in params.values()
-        }
-    except (TypeError, ValueError):
-        takes_device = True
+    takes_device = signature is None or count > len(kwargs) or var_positional
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
     problem = wrong_inputs_return(result)
     if problem is not None:
@@ -319,7 +324,7 @@ def _is_module_class(obj: Any) -> bool:
 
 
 def _callable_factory(
-    obj: Any, init_inputs: Any, seed: int = 0, dtype: str | None = None
+    obj: Any, init_inputs: Any, dtype: str | None = None
 ) -> Callable[[str], Callable[..., Any]]:
     """device -> callable; classes are instantiated (seeded, on the CPU), moved to the
     device (`build.build_module`) and cast to `dtype` when the marker gives one."""
@@ -329,7 +334,7 @@ def _callable_factory(
     def build(device: str) -> Callable[..., Any]:
         from pytest_kernelpro.problem.build import build_module
 
-        built = build_module(obj, init_inputs, device, seed=seed, on_device=False)
+        built = build_module(obj, init_inputs, device, on_device=False)
         if dtype is not None:
             import torch
 

@@ -36,7 +36,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
-from pytest_kernelpro.gate.process_notes import comment_notes
+from pytest_kernelpro.gate.render_session import comment_notes
 from pytest_kernelpro.gate.report import records_of
 from pytest_kernelpro.record import KernelRecord, SectionPart
 from pytest_kernelpro.review.comment_check import check_report

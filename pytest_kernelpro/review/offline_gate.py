@@ -2,7 +2,7 @@
 
 BASE is a JSON report (with its timing samples) or a baseline YAML; HEAD is a JSON report;
 either can also be a run of the history (`-1` the latest, `-2` the one before, a run id or a
-commit prefix: see gate/history.py). Without arguments: the two latest runs of the history.
+commit prefix: see gate/report.py). Without arguments: the two latest runs of the history.
 Every kernel of HEAD gets the same verdict `--kernelpro-check` would give it, except that
 no confirmation re-measurement is possible offline: a regression is shown as unconfirmed.
 The table has the baseline's and the head's medians and the speedup (baseline / head, so
@@ -103,12 +103,12 @@ def render_compare_table(
 ) -> str:
     """kernel | baseline | head | speedup | verdict (with the change), rendered by rich.
     `width`: a terminal's columns (long kernel names shortened in the middle; the table is
-    never cut), None: a log (the content's width, `gate.text_console`)."""
+    never cut), None: a log (the content's width, `gate.render_session.console_for`)."""
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    from pytest_kernelpro.gate.text_console import console_for, names_fitting
+    from pytest_kernelpro.gate.render_session import console_for, names_fitting
 
     width = None if width is None else max(60, width)
     rows = []
@@ -147,7 +147,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression or when
     every compared kernel is incomparable or unresolved (one line on stderr says which;
     `--no-fail` exits 0), 0 otherwise; 2 on bad usage."""
-    from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR
+    from pytest_kernelpro.gate.report import DEFAULT_HISTORY_DIR
     from pytest_kernelpro.review.runs import resolve_run
 
     parser = argparse.ArgumentParser(
@@ -216,7 +216,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
 def compare_failure(gated: Sequence[KernelRecord]) -> str | None:
     """One line why this comparison fails (a regressed row, or every compared kernel
     incomparable or unresolved: it checked nothing), or None."""
-    from pytest_kernelpro.gate.nothing_checked import nothing_checked_line
+    from pytest_kernelpro.gate.render_session import nothing_checked_line
 
     regressed = [r.name for r in gated if r.gate and r.gate.change_status == REGRESSED]
     if regressed:

@@ -1,5 +1,5 @@
 """`kernelpro report LOG.jsonl`: the JSON report and a JUnit file rebuilt from a session's
-records log (`gate/records_log.py`), which survives a killed or crashed session.
+records log (`gate/report.py`), which survives a killed or crashed session.
 
 A collected kernel without a record (the session ended before it finished) is listed as
 missing, and `--check` fails on missing records, on a session that never finished and on
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_text
-from pytest_kernelpro.gate.records_log import read_records_log
+from pytest_kernelpro.gate.report import read_records_log
 from pytest_kernelpro.record import KernelRecord
 
 MISSING_KEY = "missing_record"  # record.extra flag of a kernel that left no record

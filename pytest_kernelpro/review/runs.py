@@ -1,5 +1,5 @@
 """`kernelpro history` and the run references of `kernelpro compare`: the runs kept in the
-run history (`gate/history.py` writes one JSON report per pytest run) listed and resolved.
+run history (`gate/report.py` writes one JSON report per pytest run) listed and resolved.
 
 A compare reference is:
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.history import DEFAULT_HISTORY_DIR
+from pytest_kernelpro.gate.report import DEFAULT_HISTORY_DIR
 
 
 @dataclass(frozen=True)

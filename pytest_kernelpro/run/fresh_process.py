@@ -29,7 +29,6 @@ compile); the child gets the item time limit plus `isolate.STARTUP_ALLOWANCE_S` 
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -44,9 +43,8 @@ from pytest_kernelpro.run.isolate import (
     RELEASE_WAIT_S,
     STARTUP_ALLOWANCE_S,
     child_command,
-    child_environment,
     child_record_for,
-    kill_group,
+    run_child,
     wait_released,
 )
 
@@ -124,28 +122,12 @@ def remeasure_in_fresh_process(
             (Path(tmp) / RULE_FILE).write_text(json.dumps(rule.payload()), encoding="utf-8")
         cmd = remeasure_command(item, session, json_path, pins_path)
         try:
-            proc = subprocess.Popen(
-                cmd,
-                cwd=str(session.config.invocation_params.dir),
-                env=child_environment(session),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                errors="replace",
-                start_new_session=True,  # its own process group: a kill takes its children
-            )
+            proc, output, killed = run_child(cmd, session, limit)
         except OSError as exc:
             return FreshMeasurement(None, None, time.perf_counter() - started, None, str(exc))
-        timed_out = False
-        try:
-            output, _ = proc.communicate(
-                timeout=None if limit is None else limit + STARTUP_ALLOWANCE_S
-            )
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            pids = kill_group(proc)
-            output, _ = proc.communicate()
-            wait_released(pids, RELEASE_WAIT_S)
+        timed_out = killed is not None
+        if killed is not None:
+            wait_released(killed, RELEASE_WAIT_S)
         child = child_record_for(json_path.with_suffix(".jsonl"), item.nodeid, item.name)
     wall = time.perf_counter() - started
     if timed_out:

@@ -24,9 +24,9 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pytest_kernelpro.config import SETTINGS
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.record import KernelRecord
-from pytest_kernelpro.setting_table import SETTINGS
 
 if TYPE_CHECKING:
     import pytest
@@ -159,7 +159,7 @@ def _tail(text: str) -> str:
 
 
 def child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
-    from pytest_kernelpro.gate.records_log import read_records_log
+    from pytest_kernelpro.gate.report import read_records_log
 
     if not log_path.exists():
         return None
@@ -176,7 +176,7 @@ def child_record_for(log_path: Path, nodeid: str, name: str) -> KernelRecord | N
     record = child_record(log_path, nodeid)
     if record is not None or not log_path.exists():
         return record
-    from pytest_kernelpro.gate.records_log import read_records_log
+    from pytest_kernelpro.gate.report import read_records_log
 
     try:
         logged = read_records_log(log_path)
@@ -198,27 +198,9 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
         json_path = Path(tmp) / "child.json"
         cmd = child_command(item, session, json_path)
         started = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=str(session.config.invocation_params.dir),
-            env=child_environment(session),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,  # its own process group: a kill takes its children too
-        )
-        timed_out = False
-        released: dict[str, object] | None = None
-        try:
-            output, _ = proc.communicate(
-                timeout=None if limit is None else limit + STARTUP_ALLOWANCE_S
-            )
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            pids = kill_group(proc)
-            output, _ = proc.communicate()
-            released = wait_released(pids, RELEASE_WAIT_S)
+        proc, output, killed = run_child(cmd, session, limit)
+        timed_out = killed is not None
+        released = None if killed is None else wait_released(killed, RELEASE_WAIT_S)
         if not timed_out and proc.returncode != 0:
             # A crashed child (or one its own watchdog ended) may have left a GPU context.
             released = wait_released([proc.pid], RELEASE_WAIT_S)
@@ -254,6 +236,32 @@ def run_isolated(item: KernelItem, session: KernelproSession, record: KernelReco
         f"{item.name} {what} (--kernelpro-isolate; the other kernels are not affected). "
         f"Last output of its process:\n{_tail(output or '') or '(none)'}"
     )
+
+
+def run_child(
+    cmd: list[str], session: KernelproSession, limit: float | None
+) -> tuple[subprocess.Popen[str], str, list[int] | None]:
+    """Run a child pytest (`cmd`) from the session's directory, in a process group of its own
+    (a kill takes its children too), within `limit` (None: none) plus its start-up allowance:
+    its process, its output, and the processes killed past the limit (None: it ended in
+    time). Raises OSError when it cannot start."""
+    proc = subprocess.Popen(
+        cmd,
+        cwd=str(session.config.invocation_params.dir),
+        env=child_environment(session),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=None if limit is None else limit + STARTUP_ALLOWANCE_S)
+    except subprocess.TimeoutExpired:
+        killed = kill_group(proc)
+        output, _ = proc.communicate()
+        return proc, output, killed
+    return proc, output, None
 
 
 def kill_group(proc: subprocess.Popen[str]) -> list[int]:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.gate.records_log import RecordsLog
     from pytest_kernelpro.gate.render_session import Note
+    from pytest_kernelpro.gate.report import RecordsLog
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem
@@ -273,7 +273,7 @@ class KernelproSession:
         """Start this session's records log (controller only; workers send their records),
         once a kernel item is known to run: a session that runs none (`--co`, every kernel
         deselected, a project without kernels) writes no kernelpro file."""
-        from pytest_kernelpro.gate.records_log import RecordsLog
+        from pytest_kernelpro.gate.report import RecordsLog
 
         self.records_log_started = True
 
@@ -327,7 +327,7 @@ class KernelproSession:
         import platform
 
         from pytest_kernelpro.gate.baseline import detect_commit
-        from pytest_kernelpro.gate.history import machine_name
+        from pytest_kernelpro.gate.report import machine_name
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -458,7 +458,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
 
     settings = kp.settings
     if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.nothing_checked import too_noisy_note
+        from pytest_kernelpro.gate.render_session import too_noisy_note
 
         # Said when it is saved: a baseline this noisy would make every later check unresolved.
         noisy = too_noisy_note([r for r in kp.records if r.outcome == "passed" and r.timing])
@@ -475,7 +475,7 @@ def write_session_outputs(kp: KernelproSession) -> None:
     except OSError as exc:
         kp.write_failed("artifacts .gitignore", settings.artifacts_dir / ".gitignore", exc)
     if settings.history_dir is not None:
-        from pytest_kernelpro.gate.history import save_run
+        from pytest_kernelpro.gate.report import save_run
 
         try:
             kp.history_path = save_run(settings.history_dir, report)
@@ -520,8 +520,11 @@ def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
-    from pytest_kernelpro.gate.render_session import missing_records_line, output_lines
-    from pytest_kernelpro.gate.report import render_terminal_table
+    from pytest_kernelpro.gate.render_session import (
+        missing_records_line,
+        output_lines,
+        render_terminal_table,
+    )
 
     writer = getattr(terminalreporter, "_tw", None)
     columns = table_width(writer)
@@ -541,9 +544,11 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         terminalreporter.write_line(line, yellow=True)
     for line in summary_notes(kp):
         terminalreporter.write_line(f"kernelpro: {line}")
-    from pytest_kernelpro.gate.nothing_checked import session_line
+    from pytest_kernelpro.gate.render_session import session_line
 
-    nothing = session_line(kp.config, kp.records, check=settings.check)
+    nothing = session_line(
+        kp.records, check=settings.check, allow_incomparable=settings.allow_incomparable
+    )
     if nothing is not None:
         terminalreporter.write_line(nothing, red=True)
     missing = kp.missing_records()

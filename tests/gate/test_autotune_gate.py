@@ -13,7 +13,8 @@ from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_e
 from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, settle
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.report import build_report, render_terminal_table
+from pytest_kernelpro.gate.render_session import render_terminal_table
+from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.gate.run_differences import (
     compare_choices,
     name_environment,

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pytest_kernelpro.config import SETTINGS_BY_NAME
 from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
 from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
 from pytest_kernelpro.run.session import _cpu_tolerance_floor, _default_thresholds
-from pytest_kernelpro.setting_table import SETTINGS_BY_NAME
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

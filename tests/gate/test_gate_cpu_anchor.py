@@ -12,9 +12,8 @@ import numpy as np
 import pytest
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry
+from pytest_kernelpro.gate.baseline import BaselineEntry, CpuAnchorSide, load_baseline, parse_entry
 from pytest_kernelpro.gate.baseline_save import save_baseline
-from pytest_kernelpro.gate.basis_inputs import CpuAnchorSide
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import (
     IMPROVED,

@@ -12,13 +12,13 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
     build_report,
     load_report,
     merge_report_dicts,
     records_of,
-    render_terminal_table,
     write_json_report,
 )
 from pytest_kernelpro.gate.verdict import decide_verdict

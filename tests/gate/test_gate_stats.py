@@ -7,7 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from pytest_kernelpro.gate.stats import mann_whitney_u, median, quantile_subsample
+from pytest_kernelpro.gate.baseline import quantile_subsample
+from pytest_kernelpro.gate.verdict import mann_whitney_u
+from pytest_kernelpro.gate.verdict_basis import median
 
 
 def test_exact_p_value_of_complete_separation() -> None:

@@ -18,7 +18,7 @@ from test_gate_cpu_anchor import MS, cpu_record, entry
 
 from pytest_kernelpro.gate.baseline import Baseline
 from pytest_kernelpro.gate.junit import junit_properties
-from pytest_kernelpro.gate.report import render_terminal_table
+from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
 from pytest_kernelpro.review.comment import comment_details, comment_row

@@ -15,10 +15,18 @@ from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import save_baseline
-from pytest_kernelpro.gate.nothing_checked import nothing_checked_line, too_noisy_note
-from pytest_kernelpro.gate.render_session import NOTE_WIDTH, fit, plain_note, session_notes
+from pytest_kernelpro.gate.render_session import (
+    MIN_NAME,
+    NOTE_WIDTH,
+    fit,
+    middle_ellipsis,
+    nothing_checked_line,
+    plain_note,
+    session_line,
+    session_notes,
+    too_noisy_note,
+)
 from pytest_kernelpro.gate.report import build_report, write_json_report
-from pytest_kernelpro.gate.text_console import MIN_NAME, middle_ellipsis
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
@@ -128,6 +136,17 @@ def test_nothing_checked_rule(statuses: list[str], fails: bool) -> None:
         assert line.startswith("kernelpro: checked nothing: ")
         assert line.endswith(", or pass --kernelpro-allow-incomparable")
     assert nothing_checked_line([make_record("plain[1]")]) is None  # no --kernelpro-check
+
+
+def test_the_session_line_follows_the_check_and_the_resolved_allow_setting() -> None:
+    """The session's line reads the setting resolved once at configure (no re-resolution at
+    session finish): a check that checked nothing fails unless allowed; no check, no line."""
+    records = [gated(make_record("k[1]"), "incomparable")]
+    assert session_line(records, check=True, allow_incomparable=False) == (
+        nothing_checked_line(records)
+    )
+    assert session_line(records, check=True, allow_incomparable=True) is None
+    assert session_line(records, check=False, allow_incomparable=False) is None
 
 
 def test_compare_with_every_kernel_incomparable_fails_unless_no_fail(

@@ -96,6 +96,7 @@ def _session(verbose: int = 0) -> SimpleNamespace:
     )
     settings = SimpleNamespace(
         check=True,
+        allow_incomparable=False,
         correctness_only=True,
         save_baseline=Path("kernelpro-baseline.yaml"),
         profile=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_kernelpro.config import KernelproConfig
-from pytest_kernelpro.optimize.settings import OptimizeConfig
+from pytest_kernelpro.optimize.search_config import OptimizeConfig
 
 
 def test_sandbox_data_comes_from_pytests_ini_and_the_conftest_defaults_are_asked_once(

@@ -34,7 +34,9 @@ def test_defaults(pytester: pytest.Pytester) -> None:
         False,
     )
     # Unset threshold: 2% for kernels timed on a CUDA GPU, 5% on the CPU (gate/verdict.py).
-    assert (s.threshold_for("cuda"), s.threshold_for("cpu")) == (0.02, 0.05)
+    from pytest_kernelpro.gate.verdict import default_threshold
+
+    assert (default_threshold("cuda"), default_threshold("cpu")) == (0.02, 0.05)
     assert (s.item_timeout_s, s.isolate, s.auto_profiles, s.auto_profile_time_s) == (
         300.0,
         False,
@@ -62,9 +64,9 @@ def test_item_timeout_default_is_off_under_optimize(pytester: pytest.Pytester) -
         pytester, "--kernelpro-optimize=3", replay, "--kernelpro-item-timeout=50"
     )
     assert s.item_timeout_s == 50.0
-    assert s.threshold_for("cuda") == 0.02
+    assert s.threshold is None  # the per-device default
     s = _settings(pytester, "--kernelpro-threshold=4%")
-    assert (s.threshold_for("cuda"), s.threshold_for("cpu")) == (0.04, 0.04)
+    assert s.threshold == 0.04
 
 
 def test_ini_then_env_then_cli(pytester: pytest.Pytester) -> None:

@@ -19,7 +19,8 @@ import pytest_kernelpro
 
 PACKAGE = Path(pytest_kernelpro.__file__).parent
 OPTIMIZER = "pytest_kernelpro.optimize"
-# What the optimizer plugin's entry point loads in every session: its hooks and its options.
+# What the optimizer plugin's entry point loads in every session: its hooks and its options
+# (not the settings' resolution, `search_config`).
 ALWAYS_LOADED = {OPTIMIZER, f"{OPTIMIZER}.plugin", f"{OPTIMIZER}.settings"}
 
 
@@ -70,7 +71,7 @@ def test_no_module_outside_the_optimizer_names_it() -> None:
         "from pytest_kernelpro.optimize import plugin",
         "from pytest_kernelpro import optimize",
         "def f():\n    from pytest_kernelpro.optimize.search import budget",
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pytest_kernelpro.optimize.settings import OptimizeConfig",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pytest_kernelpro.optimize.search_config import OptimizeConfig",
         "import importlib\nimportlib.import_module('pytest_kernelpro.optimize.search.show')",
         "CODE = 'from pytest_kernelpro.optimize.sandbox import worker'",
         "from ..optimize.loop import item",

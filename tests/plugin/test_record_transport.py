@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.gate.records_log import read_records_log
-from pytest_kernelpro.gate.report import load_report, records_of
+from pytest_kernelpro.gate.report import load_report, read_records_log, records_of
 from pytest_kernelpro.record import CorrectnessPart, TimingPart
 
 KERNELS = """

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import records_by_name
 
-from pytest_kernelpro.gate.records_log import read_records_log
+from pytest_kernelpro.gate.report import read_records_log
 from pytest_kernelpro.record import record_builtins
 from pytest_kernelpro.review.records_report import report_main
 
@@ -199,7 +199,7 @@ def test_records_log_tolerates_a_torn_last_line(tmp_path: Path) -> None:
 def test_a_records_log_of_another_schema_version_is_refused_naming_both(tmp_path: Path) -> None:
     import json
 
-    from pytest_kernelpro.gate.records_log import RECORDS_LOG_SCHEMA_VERSION, RecordsLog
+    from pytest_kernelpro.gate.report import RECORDS_LOG_SCHEMA_VERSION, RecordsLog
 
     log = tmp_path / "r.jsonl"
     RecordsLog(log).start(["-q"])

@@ -16,12 +16,13 @@ import pytest_kernelpro
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineError, load_baseline
 from pytest_kernelpro.gate.baseline_save import save_baseline
-from pytest_kernelpro.gate.records_log import RecordsLog, read_records_log
 from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
+    RecordsLog,
     build_report,
     load_report,
     merge_report_dicts,
+    read_records_log,
     records_of,
     write_json_report,
 )
@@ -99,7 +100,7 @@ def test_the_records_log_gives_back_its_records(tmp_path: Path) -> None:
 
 
 def test_a_history_run_is_a_report_and_carries_its_version(tmp_path: Path) -> None:
-    from pytest_kernelpro.gate.history import save_run
+    from pytest_kernelpro.gate.report import save_run
 
     path = save_run(tmp_path / "history", build_report(_records(), meta={"commit": "abc"}))
     assert json.loads(path.read_text(encoding="utf-8"))["schema_version"] == REPORT_SCHEMA_VERSION

@@ -137,7 +137,7 @@ def test_the_child_gets_the_items_absolute_file_not_a_node_id_relative_to_elsewh
 
 
 def test_the_childs_record_is_found_by_name_when_its_node_id_differs(tmp_path: Path) -> None:
-    from pytest_kernelpro.gate.records_log import RecordsLog
+    from pytest_kernelpro.gate.report import RecordsLog
     from pytest_kernelpro.record import KernelRecord
 
     log = tmp_path / "child.jsonl"
@@ -170,7 +170,7 @@ def test_the_parents_calibrated_rule_reaches_the_child(tmp_path: Path) -> None:
 
 
 def test_a_failed_fresh_process_is_shown_under_the_table_not_only_in_the_json() -> None:
-    from pytest_kernelpro.gate.process_notes import comment_notes, table_notes
+    from pytest_kernelpro.gate.render_session import comment_notes, table_notes
     from pytest_kernelpro.record import KernelRecord
 
     record = KernelRecord(nodeid="23_Softmax.py::23_Softmax", name="23_Softmax", kernel="Model")

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pytest_kernelpro.optimize.loop.replay import recording_for, replay_source
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.optimize.settings import OptimizeConfig
+    from pytest_kernelpro.optimize.search_config import OptimizeConfig
 
 
 class PreflightError(Exception):

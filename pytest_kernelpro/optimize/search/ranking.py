@@ -279,7 +279,8 @@ def pick_contenders(
 
 
 def _test(contender: Sequence[float], current: Sequence[float]) -> float:
-    from pytest_kernelpro.gate.stats import mann_whitney_u, quantile_subsample
+    from pytest_kernelpro.gate.baseline import quantile_subsample
+    from pytest_kernelpro.gate.verdict import mann_whitney_u
 
     x = quantile_subsample(contender, TEST_SAMPLES)
     y = quantile_subsample(current, TEST_SAMPLES)
