@@ -538,16 +538,18 @@ def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") ->
                 diff += int((~same).sum())
         return None if diff == 0 else f"{path} ({diff} of {original.numel()} elements changed)"
     if isinstance(original, (list, tuple)) and isinstance(used, (list, tuple)):
-        top = path == "input"
-        pairs = (
-            (f"input {i}" if top else f"{path}[{i}]", x, y)
-            for i, (x, y) in enumerate(zip(original, used, strict=False))
-        )
+        for i, (x, y) in enumerate(zip(original, used, strict=False)):
+            found = _changed_input(torch, x, y, f"{path}[{i}]" if path != "input" else f"input {i}")
+            if found:
+                return found
     elif isinstance(original, dict) and isinstance(used, dict):
-        pairs = ((f"{path}[{k!r}]", original[k], used[k]) for k in original if k in used)
-    else:
-        return None
-    return next((found for at, x, y in pairs if (found := _changed_input(torch, x, y, at))), None)
+        for key in original:
+            found = key in used and _changed_input(
+                torch, original[key], used[key], f"{path}[{key!r}]"
+            )
+            if found:
+                return found
+    return None
 
 
 # The truth: the reference re-run on widened copies (fp32 outputs -> float64, narrower ->

@@ -160,9 +160,11 @@ def leaves_of(torch: Any, obj: Any, path: str = "output") -> list[tuple[str, Any
     while stack:
         where, item = stack.pop()
         if isinstance(item, (list, tuple)):
-            stack.extend((f"{where}[{i}]", item[i]) for i in range(len(item) - 1, -1, -1))
+            for i in range(len(item) - 1, -1, -1):  # loops: a generator's frame is a call
+                stack.append((f"{where}[{i}]", item[i]))
         elif isinstance(item, dict):
-            stack.extend((f"{where}[{key!r}]", item[key]) for key in reversed(list(item)))
+            for key in reversed(list(item)):
+                stack.append((f"{where}[{key!r}]", item[key]))
         else:
             found.append((where, item))
     return found
@@ -791,10 +793,10 @@ def _truth_chunk(
     allowed = factor * (dd.abs() + floor) + roundings * (rd - dd).abs()
     ratio = torch.where(off > 0, off / allowed, torch.zeros_like(off))
     best = ratio.argmax()
-    float64 = torch.float64
-    columns = ((off > allowed).sum(), off.to(float64).pow(2).sum(), ratio[best], unlike)
-    columns += (both_nan, diff.abs().max(), rel.max())
-    return torch.stack([c.to(float64) for c in columns]), best
+    f64 = torch.float64
+    over, sq = (off > allowed).sum().to(f64), off.to(f64).pow(2).sum()
+    columns = (over, sq, ratio[best].to(f64), unlike.to(f64), both_nan.to(f64))
+    return torch.stack((*columns, diff.abs().max().to(f64), rel.max().to(f64))), best
 
 
 def compare_with_truth(
@@ -920,11 +922,11 @@ def information_failure(
     if not rows:
         return None
     table = torch.stack(rows).cpu()
-    combine = ("sum", "max", "min", "max", "max", "min", "max", "sum", "sum", "sum")
-    count, g_abs, g_min, g_max, e_abs, e_min, e_max, ge, ee, gg = (
-        float(getattr(table[:, i], how)()) for i, how in enumerate(combine)
-    )
-    n = int(count)
+    col = table.T
+    n = int(col[0].sum())
+    g_abs, g_min, g_max = float(col[1].max()), float(col[2].min()), float(col[3].max())
+    e_abs, e_min, e_max = float(col[4].max()), float(col[5].min()), float(col[6].max())
+    ge, ee, gg = float(col[7].sum()), float(col[8].sum()), float(col[9].sum())
     noise_abs = limits.abs_rel * e_abs
     if g_abs == 0 and e_abs > noise_abs:
         return (
