@@ -456,9 +456,8 @@ def _allclose_pass(
     max abs and rel error, the largest ratio |err| / (atol + rtol |expected|) and the sums of
     squares of the errors and expected values; and where each chunk's largest ratio is.
 
-    `_passing_chunk` first (a third of the element operations): its ratio is a number at most
-    1 only where every element is finite and within its limit, and then its row is exactly
-    `_full_chunk`'s; the other chunks are taken again by `_full_chunk`."""
+    Unscreened first (a third of the element operations), screened where that is not
+    settled (`_allclose_chunk`)."""
     steps = chunk_ranges(e_flat.numel(), e_flat.device)
 
     def chunk(lo: int) -> tuple[Any, Any]:
@@ -467,78 +466,50 @@ def _allclose_pass(
     table, best = _two_stage_pass(
         torch,
         steps,
-        lambda lo: _passing_chunk(torch, *chunk(lo), tol, work),
-        lambda lo: _full_chunk(torch, *chunk(lo), tol, work),
+        lambda lo: _allclose_chunk(torch, *chunk(lo), tol, work, screen=False),
+        lambda lo: _allclose_chunk(torch, *chunk(lo), tol, work, screen=True),
         lambda row: bool(row[7] <= 1.0),  # False for NaN: a miss or a non-number
     )
     return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
-def _passing_chunk(
-    torch: Any, g_chunk: Any, e_chunk: Any, tol: Tolerance, work: Any
+def _allclose_chunk(
+    torch: Any, g_chunk: Any, e_chunk: Any, tol: Tolerance, work: Any, *, screen: bool
 ) -> tuple[Any, Any]:
-    """`_full_chunk`'s row for a chunk all finite and within its limit; for any other chunk
-    the ratio (column 7) is NaN, infinite or above 1 (a NaN or infinity on either side, or
-    0 / 0), and the row is not used."""
+    """One chunk's row of `_allclose_pass`'s table (NaN and infinities counted by kind) and
+    where its largest ratio is. Without `screen` every element is taken as finite: a NaN or
+    infinity on either side (or 0 / 0) makes the ratio (column 7) NaN, infinite or above 1,
+    and the row is not used; on any other chunk it is the screened row."""
+    f64 = torch.float64
     gd, ed = g_chunk.to(work), e_chunk.to(work)
+    if screen:
+        g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
+        finite = torch.isfinite(gd) & torch.isfinite(ed)
+        one_side_inf = (~g_nan & ~e_nan & ~finite & (gd != ed)).sum()
     diff = (gd - ed).abs()
     del gd
     e_abs = ed.abs()
     del ed
-    ratio = diff / (tol.atol + tol.rtol * e_abs)
+    zero = torch.zeros((), dtype=e_abs.dtype, device=e_abs.device)
+    if screen:
+        diff = torch.where(finite, diff, zero)
+        limit = tol.atol + tol.rtol * e_abs
+        ratio = torch.where(diff > 0, diff / limit, zero)
+        rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
+        counts = (g_nan & ~e_nan).sum(), (e_nan & ~g_nan).sum(), one_side_inf  # NaN: kernel, ref
+        counts += ((finite & (diff > limit)).sum(), (g_nan & e_nan).sum())
+        head = torch.stack(counts).to(f64)
+        e_abs = torch.where(finite, e_abs, zero)
+    else:
+        ratio = diff / (tol.atol + tol.rtol * e_abs)
+        rel = torch.where(e_abs > 0, diff / e_abs.clamp_min(1e-300), zero)
+        head = torch.zeros(len(_MISSES) + 1, dtype=f64, device=diff.device)
     best = ratio.argmax()  # NaN is the largest to argmax, so a NaN ratio is never hidden
-    zero = torch.zeros((), dtype=diff.dtype, device=diff.device)
-    rel = torch.where(e_abs > 0, diff / e_abs.clamp_min(1e-300), zero)
     top = ratio[best]
     del ratio
-    float64 = torch.float64
-    row = torch.cat(
-        [
-            torch.zeros(len(_MISSES) + 1, dtype=float64, device=diff.device),
-            torch.stack([diff.max(), rel.max(), top]).to(float64),
-            torch.stack([diff.to(float64).pow(2).sum(), e_abs.to(float64).pow(2).sum()]),
-        ]
-    )
-    return row, best
-
-
-def _full_chunk(
-    torch: Any, g_chunk: Any, e_chunk: Any, tol: Tolerance, work: Any
-) -> tuple[Any, Any]:
-    """One chunk's row of `_allclose_pass`'s table (NaN and infinities counted by kind) and
-    where its largest ratio is."""
-    real = torch.float64 if work in (torch.float64, torch.complex128) else torch.float32
-    gd, ed = g_chunk.to(work), e_chunk.to(work)
-    g_nan, e_nan = torch.isnan(gd), torch.isnan(ed)
-    finite = torch.isfinite(gd) & torch.isfinite(ed)
-    inf_any = ~g_nan & ~e_nan & ~finite
-    zero = torch.zeros((), dtype=real, device=gd.device)
-    diff = torch.where(finite, (gd - ed).abs(), zero)
-    e_abs = ed.abs()
-    del gd
-    limit = tol.atol + tol.rtol * e_abs
-    ratio = torch.where(diff > 0, diff / limit, zero)
-    rel = torch.where(finite & (e_abs > 0), diff / e_abs.clamp_min(1e-300), zero)
-    counts = torch.stack(
-        [
-            (g_nan & ~e_nan).sum(),  # kernel NaN where the reference is a number
-            (e_nan & ~g_nan).sum(),  # the reference is NaN, the kernel a number
-            (inf_any & (g_chunk.to(work) != ed)).sum(),  # an infinity on one side
-            (finite & (diff > limit)).sum(),
-            (g_nan & e_nan).sum(),
-        ]
-    )
-    best = ratio.argmax()
-    # Sums of squares in float64 for the normwise bound (Tolerance.norm_rtol).
-    e_fin = torch.where(finite, e_abs, zero).to(torch.float64)
-    row = torch.cat(
-        [
-            counts.to(torch.float64),
-            torch.stack([diff.max(), rel.max(), ratio[best]]).to(torch.float64),
-            torch.stack([diff.to(torch.float64).pow(2).sum(), e_fin.pow(2).sum()]),
-        ]
-    )
-    return row, best
+    errors = torch.stack([diff.max(), rel.max(), top]).to(f64)
+    squares = torch.stack([diff.to(f64).pow(2).sum(), e_abs.to(f64).pow(2).sum()])
+    return torch.cat([head, errors, squares]), best
 
 
 def _allclose_failure(
