@@ -475,11 +475,8 @@ def clone_inputs(torch: Any, obj: Any) -> Any:
 
 
 def is_cuda_error(exc: BaseException) -> bool:
-    """True for a CUDA runtime error (illegal address, device-side assert, launch failure).
-
-    torch raises these as `torch.AcceleratorError` (2.8+) or RuntimeError("CUDA error: ...");
-    after one the CUDA context of the process is unusable.
-    """
+    """True for a CUDA runtime error (`torch.AcceleratorError` or "CUDA error: ..."), after
+    which the process's CUDA context is unusable."""
     text = f"{type(exc).__name__}: {exc}"
     return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
 
@@ -512,10 +509,8 @@ def _reference_exception_text(exc: BaseException) -> str:
 
 
 def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
-    """`a` and `b` (same shape) as pairs of flat pieces of at most a 32nd of the elements
-    (at least `output_rule.COMPARE_CHUNK`): CUDA's `torch.equal` and `==` make a temporary the
-    size of their operands, a quarter of an 8 GB fp32 input for its bool result. The pieces
-    are views."""
+    """`a` and `b` (same shape) as pairs of flat views of `chunk_ranges`' size: CUDA's
+    `torch.equal` and `==` make a temporary the size of their operands."""
     steps = chunk_ranges(a.numel(), a.device)
     if len(steps) <= 1 or not (a.is_contiguous() and b.is_contiguous()):
         return [(a, b)]

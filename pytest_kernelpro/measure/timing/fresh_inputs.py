@@ -718,28 +718,26 @@ def fresh_inputs(
             if second is None:
                 _warn_fixed(fresh, why_fixed, "mixed with a jitter of themselves")
             return fresh
-        why_mix = f"a mixed input is not valid ({invalid})"
-        room_note = ""
+        why_not_mix = f"a mixed input is not valid ({invalid})"
     else:
-        why_mix = ""
-        room_note = (
+        why_not_mix = (
             f"the mix needs {_mib(3 * in_bytes + 2 * out_bytes)}, more than "
             f"{MEMORY_SHARE:.0%} of the free memory"
         )
     fresh.ends, fresh.weights, fresh._plan = None, [], None  # the plan of the mix no more
-    _restore(torch, inputs, a_leaves)
+    with torch.no_grad():
+        for dst, src in zip(_tensor_leaves(torch, inputs), a_leaves, strict=True):
+            dst.copy_(src)
     if second is not None and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
         seed = _urandom_seed()
         fresh.maker_repeats = _same_leaves(torch, make_draw(seed), make_draw(seed), values=True)
-        fresh.note = (
-            f"fresh inputs: a new draw of the input maker every call ({why_mix or room_note})"
-        )
+        fresh.note = f"fresh inputs: a new draw of the input maker every call ({why_not_mix})"
         return fresh
     fresh.mode = "fixed"
     fresh.note = (
-        f"fresh inputs: off ({why_fixed}; {why_mix or room_note}): every call sees the same "
+        f"fresh inputs: off ({why_fixed}; {why_not_mix}): every call sees the same "
         "contents with a new _version"
         + (
             ", every call's output is checked; a memo keyed by the contents cannot be excluded"
@@ -749,12 +747,6 @@ def fresh_inputs(
     )
     _warn_fixed(fresh, why_fixed, "the same contents on every call, every output checked")
     return fresh
-
-
-def _restore(torch: Any, inputs: Sequence[Any], leaves: list[Any]) -> None:
-    with torch.no_grad():
-        for dst, src in zip(_tensor_leaves(torch, inputs), leaves, strict=True):
-            dst.copy_(src)
 
 
 def _warn_fixed(fresh: FreshInputs, why: str, timed_how: str) -> None:
