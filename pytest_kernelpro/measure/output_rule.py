@@ -390,22 +390,43 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
     worst_ratio, worst_flat = float(table[best_chunk, 7]), int(starts[best_chunk])
     notes = [_both_nan_note(path, n_both_nan)] if n_both_nan else []
     if any(counts.values()):
-        message, kind, worst_flat, worst_ratio = _allclose_failure(
-            torch,
-            path,
-            (g_flat, e_flat, shape),
-            tol,
-            work,
-            table,
-            counts,
-            (worst_flat, worst_ratio),
-        )
-        if counts["over"]:
-            message += (
-                f" Max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
-                "(over the elements that are numbers on both sides)."
+        # The message names the first non-number problem (ratio inf), else the largest ratio.
+        total, kind = e_flat.numel(), "values"
+        step = chunk_ranges(total, e_flat.device).step
+        n_bad = sum(counts.values())
+        parts = [
+            f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "
+            f"rtol={tol.rtol:g}, atol={tol.atol:g} ({tol.source})."
+        ]
+        for i, name in enumerate(_MISSES[:3]):
+            if not counts[name]:
+                continue
+            lo = int((table[:, i] > 0).nonzero()[0]) * step
+            pair = g_flat[lo : lo + step].to(work), e_flat[lo : lo + step].to(work)
+            first_flat = lo + _first_index(torch, name, *pair)
+            if kind == "values":
+                kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
+            at = _unravel(first_flat, shape)
+            parts.append(
+                {
+                    "nan": f"{counts[name]} NaN where the reference is a number, first at index "
+                    f"{at}: never written by the kernel (outputs are poisoned with NaN before "
+                    "it runs) or computed as NaN.",
+                    "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
+                    f"the kernel is not, first at index {at}.",
+                    "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
+                    f"the other sign, first at index {at}.",
+                }[name]
             )
         index = _unravel(worst_flat, shape)
+        exp_v, got_v = e_flat[worst_flat].item(), g_flat[worst_flat].item()
+        parts.append(f"Worst at index {index}: expected {_fmt(exp_v)}, got {_fmt(got_v)}.")
+        if counts["over"]:
+            parts.append(
+                f"Max abs error {max_abs:.3g}, max rel error {max_rel:.3g} "
+                "(over the elements that are numbers on both sides)."
+            )
+        message = " ".join(parts)
         return LeafReport(
             path, tol, False, message, max_abs, max_rel, worst_ratio, index, notes, kind
         )
@@ -510,54 +531,6 @@ def _allclose_chunk(
     errors = torch.stack([diff.max(), rel.max(), top]).to(f64)
     squares = torch.stack([diff.to(f64).pow(2).sum(), e_abs.to(f64).pow(2).sum()])
     return torch.cat([head, errors, squares]), best
-
-
-def _allclose_failure(
-    torch: Any,
-    path: str,
-    flat_pair: tuple[Any, Any, tuple[int, ...]],
-    tol: Tolerance,
-    work: Any,
-    table: Any,
-    counts: dict[str, int],
-    worst: tuple[int, float],
-) -> tuple[str, str, int, float]:
-    """The message of an output allclose missed, its kind, and the element it names with its
-    ratio: the first non-number problem (ratio inf), else `worst`."""
-    g_flat, e_flat, shape = flat_pair
-    worst_flat, worst_ratio = worst
-    total = e_flat.numel()
-    step = chunk_ranges(total, e_flat.device).step
-    n_bad = sum(counts.values())
-    parts = [
-        f"{path}: {n_bad} of {total} elements ({100 * n_bad / total:.3g}%) outside "
-        f"rtol={tol.rtol:g}, atol={tol.atol:g} ({tol.source})."
-    ]
-    kind = "values"
-    for i, name in enumerate(_MISSES[:3]):
-        if not counts[name]:
-            continue
-        chunk = int((table[:, i] > 0).nonzero()[0])
-        lo, hi = chunk * step, min(total, (chunk + 1) * step)
-        first_flat = lo + _first_index(torch, name, g_flat[lo:hi].to(work), e_flat[lo:hi].to(work))
-        if kind == "values":  # the first non-number problem names the worst element
-            kind, worst_flat, worst_ratio = "nan", first_flat, math.inf
-        at = _unravel(first_flat, shape)
-        parts.append(
-            {
-                "nan": f"{counts[name]} NaN where the reference is a number, first at index "
-                f"{at}: never written by the kernel (outputs are poisoned with NaN before "
-                "it runs) or computed as NaN.",
-                "missing nan": f"{counts[name]} element(s) where the reference is NaN and "
-                f"the kernel is not, first at index {at}.",
-                "inf": f"{counts[name]} element(s) with an infinity on one side only or of "
-                f"the other sign, first at index {at}.",
-            }[name]
-        )
-    index = _unravel(worst_flat, shape)
-    exp_v, got_v = e_flat[worst_flat].item(), g_flat[worst_flat].item()
-    parts.append(f"Worst at index {index}: expected {_fmt(exp_v)}, got {_fmt(got_v)}.")
-    return " ".join(parts), kind, worst_flat, worst_ratio
 
 
 def failure_text(failed: list[LeafReport], shown: int = 3) -> str:
