@@ -222,15 +222,6 @@ def graph_bytes(tensors: Sequence[Any]) -> float:
     return float(total)
 
 
-def _module_of(reference: Any) -> Any:
-    import torch
-
-    if isinstance(reference, torch.nn.Module):
-        return reference
-    owner = getattr(reference, "__self__", None)  # a bound method such as model.forward
-    return owner if isinstance(owner, torch.nn.Module) else None
-
-
 def analyze_reference(
     reference: Callable[..., Any],
     inputs: Sequence[Any],
@@ -283,17 +274,19 @@ def analyze_reference(
 
     # Bytes: graph inputs (with a module's parameters and buffers, and any other tensor an
     # op read that no op produced) once, outputs once.
-    read = list(iter_tensors(list(inputs)))
-    module = _module_of(reference)
-    if module is not None:
+    call_inputs = iter_tensors(list(inputs))
+    read = [*call_inputs]
+    # A module, or the module of a bound method such as model.forward.
+    is_module = isinstance(reference, torch.nn.Module)
+    module = reference if is_module else getattr(reference, "__self__", None)
+    if isinstance(module, torch.nn.Module):
         read += [*module.parameters(), *module.buffers()]
     read += list(recorder.external.values())
-    output_bytes = graph_bytes(list(iter_tensors(output)))
+    output_bytes = graph_bytes(iter_tensors(output))
     counted_min_bytes = needed_bytes(read, recorder.gathered, recorder.read_whole) + output_bytes
     # The call's own inputs and outputs: what a kernel must move whatever it folds.
     counted_compulsory = (
-        needed_bytes(list(iter_tensors(list(inputs))), recorder.gathered, recorder.read_whole)
-        + output_bytes
+        needed_bytes(call_inputs, recorder.gathered, recorder.read_whole) + output_bytes
     )
     unpriced = tuple(dict.fromkeys(recorder.unpriced))
     if unpriced and flops is None:
