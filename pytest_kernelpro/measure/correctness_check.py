@@ -670,25 +670,6 @@ def _memory_shortfall(
     )
 
 
-@contextlib.contextmanager
-def _peak_meter(torch: Any, device: str, out: list[tuple[int, bool]]) -> Iterator[None]:
-    """(bytes, exact) into `out`: the allocator's peak above the block's start. The counter is
-    not reset (the item's memory record reads it), so an earlier, higher peak gives an upper
-    bound (exact False)."""
-    if not device.startswith("cuda"):
-        yield
-        return
-    torch.cuda.synchronize(device)
-    peak_before = torch.cuda.max_memory_allocated(device)
-    start = torch.cuda.memory_allocated(device)
-    try:
-        yield
-    finally:
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device)
-        out.append((max(0, peak - start), peak > peak_before))
-
-
 def run_truth(
     torch: Any,
     reference: Callable[..., Any],
@@ -720,13 +701,20 @@ def run_truth(
         short = f"device memory could not be read ({exc})"
     if short:
         return Truth(precision=precision, skipped=short)
-    peak: list[tuple[int, bool]] = []
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize(device)
+        peak_before = torch.cuda.max_memory_allocated(device)
+        start = torch.cuda.memory_allocated(device)
     started = time.perf_counter()
-    with _peak_meter(torch, device, peak):
-        truth = _rerun(torch, reference, inputs, expected, wide, device, arrange)
+    truth = _rerun(torch, reference, inputs, expected, wide, device, arrange)
+    if cuda:
+        # The peak above the start; the counter is not reset (the item's memory record reads
+        # it), so an earlier, higher peak gives an upper bound (exact False).
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        truth.peak_bytes, truth.peak_exact = max(0, peak - start), peak > peak_before
     truth.seconds = time.perf_counter() - started  # the re-run and the reference's errors
-    if peak:
-        truth.peak_bytes, truth.peak_exact = peak[0]
     return truth
 
 
