@@ -1101,30 +1101,29 @@ class CorrectnessRule:
             self.calibrated[path] = calibrate(leaf, precision, self.factor)
             exp_leaf, got_leaf = exp_leaves.get(path), got_leaves.get(path)
             report = by_report.get(path)
-            if report is None or report.kind == "structure":
-                continue  # the structure comparison names it
-            if not isinstance(got_leaf, torch.Tensor) or not isinstance(exp_leaf, torch.Tensor):
+            if (  # a structure apart: the structure comparison names it
+                report is None
+                or report.kind == "structure"
+                or not isinstance(got_leaf, torch.Tensor)
+                or not isinstance(exp_leaf, torch.Tensor)
+            ):
                 continue
             found = compare_with_truth(
                 torch, path, got_leaf, exp_leaf, leaf, precision, self.factor
             )
             if not overridden:
                 by_report[path] = found.report
-            if (
-                not overridden
-                and not found.report.ok
-                and self.reduced
-                and found.report.kind == "values"
-            ):
-                # The reduced precision's tolerance accepts too (see `for_leaf`).
-                loose = compare_tensor(torch, path, got_leaf, exp_leaf, fallback(exp_leaf.dtype))
-                if loose.ok:
-                    loose.notes.append(
-                        f"{path}: outside {found.report.tolerance.source}, inside "
-                        f"{loose.tolerance.source}: accepted, as the reference's fp32 "
-                        f"matmuls/convolutions may run in {self.reduced}"
-                    )
-                    by_report[path] = loose
+                if self.reduced and not found.report.ok and found.report.kind == "values":
+                    # The reduced precision's tolerance accepts too (see `for_leaf`).
+                    tol = fallback(exp_leaf.dtype)
+                    loose = compare_tensor(torch, path, got_leaf, exp_leaf, tol)
+                    if loose.ok:
+                        loose.notes.append(
+                            f"{path}: outside {found.report.tolerance.source}, inside "
+                            f"{loose.tolerance.source}: accepted, as the reference's fp32 "
+                            f"matmuls/convolutions may run in {self.reduced}"
+                        )
+                        by_report[path] = loose
             kernel_errors.append(found.kernel_error)
             reference_errors.append(found.reference_error)
         # Calibrated: later calls need only the numbers (the caller's Truth keeps its own).
