@@ -1,23 +1,13 @@
 """Clocks, serialization and the result channel, bound before any kernel code runs.
 
-A kernel or candidate may rebind `time.perf_counter`, wrap `json.dumps` so the numbers written
-are smaller, or patch `torch.cuda.Event.elapsed_time`. This module is imported by the plugin
-when pytest loads it (before any test module) and by the sandbox worker before the
-candidate's module, and keeps the function objects it found then: a kept function object runs
-the original code whatever the module attribute points to later, and `tampered()` names every
-kept function whose public name now points elsewhere, so a timing refuses a kernel that
-rebound a clock instead of trusting its numbers.
-
-The plugin's timing modules are kept too (`keep_module`, the last line of each): every name
-of their namespaces is compared by identity with what it was when the module finished
-importing, so `bound.perf_counter = fake` or `cpu.bound = fake_module` is a rebinding like
-`time.perf_counter = fake`. `intact`/`binding_failure` run before and after every sample; the
-module that made a patch is found from the replacement (its code's file, its `__module__`) or
-from the modules that hold it (`patcher_of`) and remembered (`patchers`): its kernels are
-refused when timed, and a kernel timed after someone else's patch is timed on the originals,
-put back, instead of being blamed. CUDA events are used through `torch._C._CudaEventBase` (a
-C type whose methods cannot be reassigned), never `torch.cuda.Event`. Standard library only
-at import (`plugin.py` imports no torch).
+A kernel may rebind `time.perf_counter`, wrap `json.dumps` or patch
+`torch.cuda.Event.elapsed_time`. This module, imported by the plugin at load and by the
+sandbox worker before the candidate, keeps the function objects it found then (a kept object
+runs the original code whatever the name points to later), and so does each of the plugin's
+timing modules' namespace (`keep_module`). `intact`/`binding_failure` run around every sample
+and name every rebound name with the module that made it (`patcher_of`, remembered in
+`patchers`): its kernels are refused, others are timed on the originals put back. CUDA events
+go through the C type `torch._C._CudaEventBase`. Standard library only at import.
 """
 
 from __future__ import annotations
@@ -48,24 +38,10 @@ _os_close = os.close
 _os_fsync = os.fsync
 _os_replace = os.replace
 
-_KEPT: tuple[tuple[Any, str, str, Any], ...] = (
-    (time, "time", "perf_counter", perf_counter),
-    (time, "time", "perf_counter_ns", perf_counter_ns),
-    (time, "time", "monotonic", monotonic),
-    (time, "time", "process_time", process_time),
-    (time, "time", "thread_time", thread_time),
-    (os, "os", "pread", os_pread),
-    (json, "json", "dumps", json_dumps),
-    (os, "os", "urandom", os_urandom),
-    (os, "os", "write", _os_write),
-    (os, "os", "open", _os_open),
-    (os, "os", "close", _os_close),
-    (os, "os", "fsync", _os_fsync),
-    (os, "os", "replace", _os_replace),
-)
+_KEPT_VALUES = (perf_counter, perf_counter_ns, monotonic, process_time, thread_time, os_pread)
+_KEPT_VALUES += (json_dumps, os_urandom, _os_write, _os_open, _os_close, _os_fsync, _os_replace)
 
-# The C-level JSON encoder (the one `json.dumps` uses for a compact dump), made now: its
-# floats are written by `float.__repr__`, which no Python code can replace.
+# The C JSON encoder, kept now: its floats are written by `float.__repr__`.
 _C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
 _ENCODE_STRING = json.encoder.encode_basestring_ascii
 
@@ -80,24 +56,13 @@ def _describe(value: Any) -> str:
     return f"{module}.{name}"
 
 
-# torch's Python-level timing functions, checked by where their code lives (torch may be
-# imported after this module, by the kernel's own module): their code must come from a file
-# inside the torch package (any file: torch moves code between its modules).
-_TORCH_TIMING = (
-    ("torch.cuda", "Event.elapsed_time"),
-    ("torch.cuda", "Event.record"),
-    ("torch.cuda", "Event.synchronize"),
-    ("torch.cuda", "synchronize"),
-    ("torch.cuda", "current_stream"),
-    # What the timed calls' checks and each call's new content run (`timing/fresh_inputs.py`):
-    # `torch.equal = lambda a, b: True` would pass every output.
-    ("torch", "equal"),
-    ("torch", "lerp"),
-    ("torch", "where"),
-    ("torch", "isfinite"),
-    ("torch", "allclose"),
-    ("torch", "isclose"),
-)
+# torch's timing functions and what the timed calls' checks and content run (`torch.equal =
+# lambda a, b: True` would pass every output), checked by where their code lives (torch may
+# be imported later): a file inside the torch package.
+_TORCH_TIMING = tuple(
+    ("torch.cuda", path)
+    for path in "Event.elapsed_time Event.record Event.synchronize synchronize current_stream".split()
+) + tuple(("torch", path) for path in "equal lerp where isfinite allclose isclose".split())
 _TORCH_DIR = f"{os.sep}torch{os.sep}"
 
 
@@ -119,9 +84,8 @@ _TORCH_KEPT: dict[tuple[str, str], tuple[Any, str, Any]] = {}
 
 
 class Kept:
-    """Kept objects as parallel lists, so that one `map` compares them all in C: (owners,
-    attribute names, values, where each was kept), read by `getattr`, or by `dict.get` when
-    the owners are namespace dicts. Nothing runs in Python per name on the intact path."""
+    """Kept objects as parallel lists (owners, names, values, where kept), so one `map` of
+    `getattr` (or `dict.get` on namespaces) compares them all in C."""
 
     def __init__(self, by_dict: bool) -> None:
         self.by_dict = by_dict
@@ -168,17 +132,20 @@ class Kept:
 
 
 _MISSING = object()
-# The standard library's kept functions, then every name of the plugin's timing modules as it
-# was when the module finished importing (`_NAMESPACES`) and its functions' code and
-# defaults and its classes' methods (`_ATTRIBUTES`), appended by `keep_module`.
+# The standard library's kept functions; the timing modules' names (`_NAMESPACES`) and their
+# functions' code and defaults and classes' methods (`_ATTRIBUTES`), by `keep_module`.
 _STDLIB = Kept(by_dict=False)
-for _owner, _module_name, _attr, _value in _KEPT:
-    _STDLIB.add(_module_name, _owner, _attr, _value)
+_KEPT_NAMES = (
+    "time.perf_counter time.perf_counter_ns time.monotonic time.process_time time.thread_time "
+    "os.pread json.dumps os.urandom os.write os.open os.close os.fsync os.replace"
+).split()
+for _path, _value in zip(_KEPT_NAMES, _KEPT_VALUES, strict=True):
+    _module_name, _attr = _path.split(".")
+    _STDLIB.add(_module_name, sys.modules[_module_name], _attr, _value)
 _NAMESPACES = Kept(by_dict=True)
 _ATTRIBUTES = Kept(by_dict=False)
-# Every link from `sys.modules` to each torch timing function seen intact (the module in
-# `sys.modules`, each attribute on the way, the function): while all are the same objects,
-# every function is the torch-owned one `_torch_tampered` classified. Rebuilt by it.
+# Every link from `sys.modules` to each torch timing function seen intact, rebuilt by
+# `_torch_tampered`: while all are the same objects, so are the functions.
 _TORCH_MODULES = Kept(by_dict=True)
 _TORCH_LINKS = Kept(by_dict=False)
 _ALL_KEPT = (_STDLIB, _NAMESPACES, _ATTRIBUTES, _TORCH_MODULES, _TORCH_LINKS)
@@ -221,11 +188,9 @@ def _torch_tampered() -> list[str]:
 
 
 def intact(*extra: Kept) -> bool:
-    """Every kept name still the kept object and every torch timing function still the one
-    seen as torch's own, and so is every name of the `extra` groups (a timer's own state,
-    `fresh_inputs.Seal`): the per-sample check (the comparisons run in C through `map`, no
-    Python loop over the hundreds of names). False sends the caller to `binding_failure`
-    (and the seal's `changed`)."""
+    """Every kept name, torch timing function and name of the `extra` groups (a timer's
+    `Seal`) still the kept object: the per-sample check, compared in C. False sends the
+    caller to `binding_failure`."""
     if not _torch_clean[0] or any(map(sys.modules.__contains__, _torch_pending)):
         return False
     try:
@@ -240,9 +205,8 @@ def intact(*extra: Kept) -> bool:
 
 
 def tampered() -> list[str]:
-    """'time.perf_counter (now some_module.fake)' for every kept function whose public name
-    points to another object now, and every torch timing function whose code is not torch's;
-    empty when nothing was rebound."""
+    """'time.perf_counter (now some_module.fake)' for every rebound kept name and torch
+    timing function whose code is not torch's."""
     if intact():
         return []
     found = [f"{name} (now {_describe(current)})" for name, current in _replacements()]
@@ -250,9 +214,8 @@ def tampered() -> list[str]:
 
 
 def keep_module(module: Any) -> None:
-    """Keep every public and private name of `module`'s namespace (dunders aside) for
-    `tampered`: called as the last statement of each timing module, so what is kept is what
-    the module's own code bound, before any caller could rebind it."""
+    """Keep every name of `module`'s namespace but dunders: the last statement of each timing
+    module, so what is kept is what its own code bound."""
     namespace = vars(module)
     name = module.__name__
     if name in _NAMESPACES.where:
@@ -263,8 +226,7 @@ def keep_module(module: Any) -> None:
     for _name, _namespace, attr, value in rows:
         if getattr(value, "__module__", None) != name:
             continue
-        # A function of the module keeps its code and defaults too (replacing `f.__code__`
-        # changes what the kept name runs), a class of it its methods.
+        # Its functions' code and defaults too, its classes' methods.
         where = f"{name}.{attr}"
         if hasattr(value, "__code__"):
             for part in ("__code__", "__defaults__", "__kwdefaults__"):
@@ -307,9 +269,8 @@ _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def patcher_of(value: Any) -> str:
-    """The module that made `value` a replacement: the module whose file holds its code, else
-    its `__module__`, else the modules (outside the plugin) whose globals hold it; "an
-    unknown module" when none does (a C function put in place from a local)."""
+    """The module that made `value`: the one whose file holds its code, else its
+    `__module__`, else the modules outside the plugin whose globals hold it."""
     filename = _code_file(value)
     owner = getattr(value, "__module__", None)
     if filename is not None:
@@ -333,8 +294,7 @@ def patcher_of(value: Any) -> str:
     return ", ".join(holders[:3]) if holders else "an unknown module"
 
 
-# The modules found to have patched a kept name, with what they patched: their kernels are
-# refused when timed, whichever kernel was being timed when the patch was first seen.
+# The modules found to have patched a kept name, with what: their kernels are refused.
 patchers: dict[str, str] = {}
 
 
@@ -346,8 +306,8 @@ def _module_key(described: str) -> str:
 
 
 def binding_failure(when: str) -> str | None:
-    """Why the kept bindings are not intact `when` (naming each rebound name and the module
-    that made it), or None. The patching modules are added to `patchers`."""
+    """Why the kept bindings are not intact `when`, naming each rebound name and who made it
+    (added to `patchers`), or None."""
     if intact():
         return None
     replaced = _replacements()
@@ -386,8 +346,7 @@ def kernel_is_patcher(kernel: Any) -> str | None:
 
 
 def restore() -> None:
-    """Put every kept function back under its public name (after a refusal: the kernels timed
-    later are not refused for a patch they did not make)."""
+    """Put every kept function back (after a refusal: later kernels are not blamed)."""
     for kept in (_STDLIB, _NAMESPACES, _ATTRIBUTES):
         kept.put_back()
     for owner, attr, original in _TORCH_KEPT.values():
@@ -395,8 +354,7 @@ def restore() -> None:
 
 
 def encode_json(value: Any) -> str:
-    """`value` as compact JSON by the encoder kept at import (C code; Python's own when the
-    C accelerator is missing)."""
+    """`value` as compact JSON by the encoder kept at import."""
     if _C_MAKE_ENCODER is None:
         return json_dumps(value, allow_nan=True)
     encoder = _C_MAKE_ENCODER(
@@ -407,11 +365,8 @@ def encode_json(value: Any) -> str:
 
 @dataclass
 class ResultChannel:
-    """A result file opened before untrusted code runs, written once with the kept encoder.
-
-    The file is written as `<path>.part` and renamed over `path` when complete (a reader never
-    sees half a result), with the `os` functions kept at import.
-    """
+    """A result file opened before untrusted code runs, written once with the kept encoder
+    and `os` functions as `<path>.part`, renamed over `path` when complete."""
 
     path: str
     _fd: int = -1
@@ -434,12 +389,9 @@ class ResultChannel:
 
 
 class CudaEvents:
-    """CUDA events through the C type `torch._C._CudaEventBase`, on one stream.
-
-    `torch.cuda.Event` is a Python subclass whose `record` and `elapsed_time` a kernel can
-    replace; the base type's methods cannot be. `torch.cuda.synchronize` is taken as the C
-    function `torch._C._cuda_synchronize` when this object is made (before the timing starts).
-    """
+    """CUDA events on one stream through the C type `torch._C._CudaEventBase`, whose methods
+    (unlike `torch.cuda.Event`'s) cannot be replaced; synchronize is the C function, taken
+    when this is made."""
 
     def __init__(self, torch: Any, stream: Any) -> None:
         self._base = torch._C._CudaEventBase

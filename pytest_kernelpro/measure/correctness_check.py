@@ -1,30 +1,20 @@
 """The correctness check: runs the kernel and the reference on fresh inputs, trial by trial,
-and decides by the rule of `measure/output_rule.py`.
+and decides by the rule of `output_rule`.
 
-Each trial builds inputs with `make_inputs(seed + trial)` (under `torch.manual_seed` of that
-number, restored afterwards) and gives the reference and the kernel their own clones; the
-kernel runs with uninitialized memory poisoned (`torch.empty`/`empty_like`/`new_empty`, from
-C++ extensions and Triton wrappers too, return NaN for floats and the largest value for
-integers; on CUDA freed blocks of the outputs' sizes are pre-filled with it), so an element
-the kernel never writes fails. A kernel that writes into its inputs fails unless the
-reference does the same. After timing the kernel runs once more on its timed inputs refilled
-in place (`recheck_after_timing`): a kernel correct only during the trials fails there.
+Trial n's inputs are `make_inputs(seed + n)` under that torch seed; the reference and the
+kernel get their own clones. The kernel runs with uninitialized memory poisoned (NaN, or an
+integer's largest value; on CUDA freed blocks of the outputs' sizes too), so an element it
+never writes fails; writing into its inputs fails unless the reference does too. After
+timing it runs once more on its timed inputs refilled in place (`recheck_after_timing`).
 
-The first trial also records in which reduced precision (TF32, bf16) the reference's fp32
-matmuls/convolutions may have run (`fp32_precision.run_recording_precision`), and re-runs the
-reference in higher precision on its inputs: the truth (`run_truth`) the rule measures both
-against, once per check, its wall time and peak memory recorded. It is skipped, with the
-reason in the record, when the outputs are float64 already or have no floating leaf, when
-it would not fit (about twice the widened inputs, parameters and outputs must be free) or
-take too long (the reference's call times `SLOWDOWN` above `TIME_BUDGET_S`), or when the
-re-run raises, runs out of memory or gives no truth (`output_rule.measure_reference_error`).
-A KernelBench file also gets KernelBench's own verdict (allclose, atol = rtol = 1e-2),
-recorded beside the gate's.
+The first trial records the reduced precision the reference's fp32 matmuls may run in and
+re-runs the reference wider on its inputs (`run_truth`), unless its outputs are float64 or
+not floating, it would not fit or take too long, or the re-run fails or is no truth (the
+record says why). KernelBench files also get KernelBench's own verdict beside the gate's.
 
-A kernel that raises gives a failed `CorrectnessResult`; a reference or input factory that
-raises is a problem definition error (`KernelproError`, the original chained). Imports only
-the standard library, `errors`, `output_rule` and `fp32_precision` at module level, so the
-sandbox's child processes import it without the plugin.
+A kernel that raises fails; a reference or input factory that raises is a `KernelproError`.
+Imports only the standard library and sibling modules without the plugin (the sandbox's
+children import it).
 """
 
 from __future__ import annotations
@@ -113,29 +103,13 @@ def check_correctness(
     truth: bool = True,
     kernelbench: bool = False,
 ) -> CorrectnessResult:
-    """Run `trials` trials of kernel vs reference on fresh inputs; stop at the first failure.
-
-    The rule (`output_rule.CorrectnessRule`): with `truth`, the first trial's inputs re-run
-    the reference in higher precision and the kernel must be within the factor of the
-    reference's own error; without one, per-output defaults from the reference's dtype
-    (`output_rule.default_tolerance`, TF32-aware on CUDA). `tolerance` (fixed) or
-    `rtol`/`atol` (a marker's, replacing the default's fields) override the rule.
-    `kernelbench`: also record KernelBench's own verdict. Raises `KernelproError` if
-    `make_inputs` or `reference` raises.
-    """
+    """Run `trials` trials of kernel vs reference, stopping at the first failure, by the
+    `CorrectnessRule` (with a truth if `truth`; `tolerance` or `rtol`/`atol` override it);
+    `kernelbench`: KernelBench's verdict too."""
     if trials < 1:
         raise KernelproError(f"check_correctness(trials={trials!r}): need at least one trial")
-    run = _Trials(
-        kernel,
-        reference,
-        make_inputs,
-        device=device,
-        trials=trials,
-        seed=seed,
-        truth=truth,
-        rule=CorrectnessRule(rtol=rtol, atol=atol, fixed=tolerance),
-        kernelbench=kernelbench,
-    )
+    rule = CorrectnessRule(rtol=rtol, atol=atol, fixed=tolerance)
+    run = _Trials(kernel, reference, make_inputs, device, trials, seed, truth, rule, kernelbench)
     for trial in range(trials):
         failed = run.trial(trial)
         if failed is not None:
@@ -147,8 +121,7 @@ def check_correctness(
 
 @dataclass
 class _Trials:
-    """One check's trials: what they run, and what they found so far for the result of
-    whichever trial ends them."""
+    """One check's trials and what they found so far."""
 
     kernel: Callable[..., Any]
     reference: Callable[..., Any]
@@ -181,18 +154,10 @@ class _Trials:
         inputs = self._inputs(torch, trial_seed)
         expected, reference_s = self._run_reference(torch, inputs, where, first=trial == 0)
         if trial == 0 and self.truth:
-            # The first trial's inputs, re-run in higher precision: the truth the kernel and
-            # the reference are measured against.
-            self.rule.set_truth(
-                run_truth(
-                    torch,
-                    self.reference,
-                    inputs,
-                    expected,
-                    device=self.device,
-                    reference_s=reference_s,
-                )
+            found = run_truth(
+                torch, self.reference, inputs, expected, device=self.device, reference_s=reference_s
             )
+            self.rule.set_truth(found)
         ker_inputs = clone_inputs(torch, inputs)
         if self.device.startswith("cuda"):
             prepoison_cuda_cache(torch, expected)
@@ -208,8 +173,7 @@ class _Trials:
                 exception=text[:500],
                 cuda_error=is_cuda_error(exc),
             )
-        # A kernel that writes into its inputs breaks its caller (and hides a reused scratch
-        # buffer); that is a failure unless the reference does the same by design.
+        # Writing into its inputs breaks the caller: a failure unless the reference does too.
         changed = (
             None if self.reference_writes_inputs else _changed_input(torch, inputs, ker_inputs)
         )
@@ -262,11 +226,9 @@ class _Trials:
     def _run_reference(
         self, torch: Any, inputs: Sequence[Any], where: str, *, first: bool
     ) -> tuple[Any, float]:
-        """The reference's output on its own copy of `inputs`, and its wall time. The first
-        trial records the reduced precision its fp32 matmuls/convs may run in (the TF32 or
-        bf16 tolerance; the rule is the sandbox's too). Its copy is gone when this returns:
-        two input sets at a time while the kernel runs, not three (a large-input,
-        small-output problem peaked at 3.25x its footprint)."""
+        """The reference's output on its own copy of `inputs` and its wall time; the first
+        trial records the reduced precision its fp32 matmuls may run in. The copy is gone
+        when this returns: two input sets while the kernel runs, not three."""
         copied: list[Any] = []  # the reference's copy of the inputs, of its last call
 
         def call() -> Any:
@@ -299,8 +261,7 @@ class _Trials:
     ) -> None:
         """KernelBench's own verdict on this trial, beside the gate's."""
         if trial > 0 and _implies(reports, KERNELBENCH):
-            # Every leaf passed an allclose at most as loose as KernelBench's (the calibrated
-            # tolerance of a later trial): its check passes too, with the same max abs error.
+            # Every leaf passed an allclose no looser than KernelBench's: so does its check.
             self.kernelbench_max_abs = max(
                 [self.kernelbench_max_abs, *(r.max_abs for r in reports)]
             )
@@ -322,18 +283,14 @@ class _Trials:
                 if not any(o.startswith(report.path + ":") for o in self.notes)
             )
             worst = self.worst
-            if (
-                worst is None
-                or report.worst_ratio > worst.worst_ratio
-                or (not report.ok and worst.ok)
-            ):
+            if worst is None or report.worst_ratio > worst.worst_ratio or worst.ok > report.ok:
                 self.worst = report
 
     def failed_before_comparison(
         self, failure: str, expected: Any, **extra: Any
     ) -> CorrectnessResult:
-        """This trial's failure found before its outputs were compared: the errors so far,
-        and the tolerance of the first comparison (or of the expected output's dtype)."""
+        """A failure found before the outputs were compared: the errors so far, and the first
+        comparison's tolerance (or the expected output dtype's)."""
         tolerance = self.first_tolerance or self.rule(getattr(expected, "dtype", None))
         return self.result(passed=False, tolerance=tolerance, failure=failure, **extra)
 
@@ -347,15 +304,13 @@ class _Trials:
         **extra: Any,
     ) -> CorrectnessResult:
         """The check's result now; `leaf`: the output it names (the failing or the worst)."""
-        kernelbench = None
-        if self.kernelbench:
-            kernelbench = {
-                "passed": self.kernelbench_failure is None,
-                "rtol": KERNELBENCH.rtol,
-                "atol": KERNELBENCH.atol,
-                "max_abs_err": json_float(self.kernelbench_max_abs),
-                "failure": self.kernelbench_failure,
-            }
+        kernelbench = self.kernelbench and {
+            "passed": self.kernelbench_failure is None,
+            "rtol": KERNELBENCH.rtol,
+            "atol": KERNELBENCH.atol,
+            "max_abs_err": json_float(self.kernelbench_max_abs),
+            "failure": self.kernelbench_failure,
+        }
         return CorrectnessResult(
             passed=passed,
             trials=self.trials,
@@ -369,7 +324,7 @@ class _Trials:
             worst_ratio=0.0 if leaf is None else leaf.worst_ratio,
             notes=tuple(self.notes),
             tf32=self.reduced == "tf32",
-            kernelbench=kernelbench,
+            kernelbench=kernelbench or None,
             rule_state=self.rule,
             **self.rule.summary(),
             **extra,
@@ -387,9 +342,8 @@ def _implies(reports: Sequence[LeafReport], looser: Tolerance) -> bool:
 def kept_rule(
     correctness: CorrectnessResult, *, rtol: float | None, atol: float | None
 ) -> CorrectnessRule:
-    """The trials' rule, with what the first trial's truth calibrated, for a later check of
-    the same kernel; a result made elsewhere (no rule kept) decides by the dtype tolerances,
-    relaxed for TF32 as its trials were, with the marker's `rtol`/`atol`."""
+    """The trials' rule as calibrated, for a later check of the same kernel; for a result
+    made elsewhere, the dtype rule as its trials ran it, with the marker's `rtol`/`atol`."""
     rule = correctness.rule_state
     if isinstance(rule, CorrectnessRule):
         return rule
@@ -409,24 +363,17 @@ def recheck_after_timing(
     rtol: float | None = None,
     atol: float | None = None,
 ) -> str | None:
-    """Check the kernel once more after it was timed; the failure text, or None.
-
-    The timed inputs get new values written into them in place (same tensors, same
-    addresses), then the kernel runs on them under poisoned allocations and is compared with
-    the reference on a copy, by the trials' rule (`kept_rule`): a kernel that is correct only
-    during the correctness trials (counts its calls, caches by input address, leaves work
-    for later) fails here.
-    """
+    """The failure text of the kernel once more after timing, on its timed inputs refilled in
+    place, by the trials' rule; or None. A kernel correct only during the trials (counts its
+    calls, caches by input address, leaves work for later) fails here."""
     import torch
 
-    # `fresh_inputs` may be a factory: then the fresh set lives only for the copy, and the
-    # check holds one input set, not two (a multi-GB problem's peak memory).
+    # A factory's fresh set lives only for the copy: one input set held, not two.
     fresh = fresh_inputs() if callable(fresh_inputs) else fresh_inputs
     for dst, src in zip(_tensors_in(torch, timed_inputs), _tensors_in(torch, fresh), strict=False):
         if dst.shape == src.shape and dst.dtype == src.dtype:
             dst.copy_(src)
-    # The loop variables too: `src` still held the last fresh tensor, so a one-input problem
-    # kept three input sets through the reference's run (3.00x its footprint on the H200).
+    # The loop variables too: `src` would keep the last fresh tensor through the reference.
     dst = src = fresh = None
     _sync(torch, device)
     rule = kept_rule(correctness, rtol=rtol, atol=atol)
@@ -441,40 +388,27 @@ def recheck_after_timing(
     failed = [r for r in rule.judge(torch, got, expected) if not r.ok]
     if not failed:
         return None
-    return (
-        "correct in the trials, but wrong once timed (timed inputs refilled in place): "
-        + failure_text(failed)
-    )
-
-
-# Poisoned outputs, the kernel's and the reference's own copies of the inputs, and the
-# check that the kernel left its inputs alone.
+    text = "correct in the trials, but wrong once timed (timed inputs refilled in place): "
+    return text + failure_text(failed)
 
 
 @contextlib.contextmanager
 def poisoned_allocations(torch: Any) -> Iterator[None]:
-    """Make uninitialized tensors NaN (floats) / max-int (ints) inside the block.
-
-    Uses torch's deterministic mode with `fill_uninitialized_memory` (warn-only, so kernels
-    with nondeterministic ops still run); restores the previous settings and swallows the
-    warnings this mode itself causes (the test config turns warnings into errors).
-    """
+    """Uninitialized tensors NaN (floats) / max-int (ints) inside the block, by torch's
+    deterministic mode (warn-only) with `fill_uninitialized_memory`; the warnings the mode
+    itself causes are swallowed."""
     det_mod = torch.utils.deterministic
     prev = (
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
         det_mod.fill_uninitialized_memory,
     )
-    # The public torch.use_deterministic_algorithms also flips torch._inductor's
-    # `deterministic` config (importing inductor, seconds, and changing what a
-    # torch.compile'd kernel compiles to during this check); the C setter does only the
-    # dispatcher part.
+    # The public setter also flips inductor's `deterministic` config (importing inductor and
+    # changing what torch.compile makes); the C setter does only the dispatcher part.
     set_mode = getattr(torch._C, "_set_deterministic_algorithms", None)
     if set_mode is None:
         set_mode = torch.use_deterministic_algorithms
     with warnings.catch_warnings():
-        # "... does not have a deterministic implementation ..." and the CuBLAS
-        # CUBLAS_WORKSPACE_CONFIG note are both consequences of this scope, not the kernel.
         warnings.filterwarnings("ignore", message=r"(?s).*[Dd]eterministic")
         set_mode(True, warn_only=True)
         det_mod.fill_uninitialized_memory = True
@@ -497,19 +431,15 @@ def _poison_value(torch: Any, dtype: Any) -> Any:
 
 
 def prepoison_cuda_cache(torch: Any, expected: Any) -> None:
-    """Fill freed caching-allocator blocks of the outputs' sizes with poison.
-
-    Catches kernels that get output memory from the allocator without `at::empty` (raw
-    allocations), which fill_uninitialized_memory does not cover. Best effort: a dtype
-    `torch.full` cannot fill (float8) or an allocation that does not fit is skipped.
-    """
+    """Fill freed caching-allocator blocks of the outputs' sizes with poison, for kernels
+    that allocate raw (not through `at::empty`). Best effort: what does not fit or cannot be
+    filled (float8) is skipped."""
     blocks = []
     for leaf in _tensors_in(torch, expected):
         if not leaf.is_cuda or leaf.numel() == 0 or leaf.numel() * leaf.element_size() > 2**31:
             continue
         value = _poison_value(torch, leaf.dtype)
-        # Three blocks for small outputs (a kernel's temporaries come from the same sizes);
-        # one for large ones, so the check's peak memory stays near the problem's own.
+        # Three blocks for small outputs (temporaries share their sizes), one for large ones.
         for _ in range(3 if leaf.numel() * leaf.element_size() <= _POISON_SMALL_BYTES else 1):
             try:
                 blocks.append(
@@ -545,11 +475,8 @@ def clone_inputs(torch: Any, obj: Any) -> Any:
 
 
 def is_cuda_error(exc: BaseException) -> bool:
-    """True for a CUDA runtime error (illegal address, device-side assert, launch failure).
-
-    torch raises these as `torch.AcceleratorError` (2.8+) or RuntimeError("CUDA error: ...");
-    after one the CUDA context of the process is unusable.
-    """
+    """True for a CUDA runtime error (`torch.AcceleratorError` or "CUDA error: ..."), after
+    which the process's CUDA context is unusable."""
     text = f"{type(exc).__name__}: {exc}"
     return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
 
@@ -582,10 +509,8 @@ def _reference_exception_text(exc: BaseException) -> str:
 
 
 def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
-    """`a` and `b` (same shape) as pairs of flat pieces of at most a 32nd of the elements
-    (at least `output_rule.COMPARE_CHUNK`): CUDA's `torch.equal` and `==` make a temporary the
-    size of their operands, a quarter of an 8 GB fp32 input for its bool result. The pieces
-    are views."""
+    """`a` and `b` (same shape) as pairs of flat views of `chunk_ranges`' size: CUDA's
+    `torch.equal` and `==` make a temporary the size of their operands."""
     steps = chunk_ranges(a.numel(), a.device)
     if len(steps) <= 1 or not (a.is_contiguous() and b.is_contiguous()):
         return [(a, b)]
@@ -594,7 +519,7 @@ def _chunks(torch: Any, a: Any, b: Any) -> list[tuple[Any, Any]]:
 
 
 def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") -> str | None:
-    """The first input tensor (its path and how many elements) that differs bitwise between
+    """The first input tensor (path, elements changed) that differs bitwise between
     `original` and `used` (NaN equal to NaN), else None."""
     if isinstance(original, torch.Tensor) and isinstance(used, torch.Tensor):
         if original.shape != used.shape or original.dtype != used.dtype:
@@ -612,27 +537,19 @@ def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") ->
             found = _changed_input(torch, x, y, f"{path}[{i}]" if path != "input" else f"input {i}")
             if found:
                 return found
-        return None
-    if isinstance(original, dict) and isinstance(used, dict):
+    elif isinstance(original, dict) and isinstance(used, dict):
         for key in original:
-            if key in used:
-                found = _changed_input(torch, original[key], used[key], f"{path}[{key!r}]")
-                if found:
-                    return found
+            found = key in used and _changed_input(
+                torch, original[key], used[key], f"{path}[{key!r}]"
+            )
+            if found:
+                return found
     return None
 
 
-# The truth: the reference re-run in higher precision on the same inputs. Its precision
-# follows the reference's floating outputs: float32/complex64 outputs -> float64
-# (complex128); bfloat16/float16 (and float8) outputs -> float32. Inputs, parameters and
-# buffers narrower than that are widened on copies (the reference and its inputs are never
-# written), the default dtype is the wide one while it runs (tensors it creates without a
-# dtype are wide too), and fp32 matmuls/convolutions run in full fp32 (no TF32, no bf16) for
-# a float32 truth.
-
-# Wide arithmetic against the reference's own: float64 on a GPU runs at a fraction of the
-# fp32/TF32 rate (an H200's float64 tensor-core rate is about a tenth of its dense TF32 rate,
-# cuDNN's float64 convolutions use no tensor cores); on a CPU float64 is about 2x fp32.
+# The truth: the reference re-run on widened copies (fp32 outputs -> float64, narrower ->
+# float32), its default dtype the wide one, fp32 matmuls in full fp32. Its cost against the
+# reference's: float64 on a GPU runs at a fraction of the TF32 rate; on a CPU about 2x fp32.
 SLOWDOWN = {"cuda": 64.0, "cpu": 4.0}
 TIME_BUDGET_S = 30.0  # the re-run's estimated wall time above this: skipped
 MEMORY_HEADROOM = 2.0  # free memory needed: this times the widened inputs, params and outputs
@@ -656,7 +573,7 @@ def wide_dtype(torch: Any, expected: Any) -> tuple[Any, str | None]:
 
 def _widen(torch: Any, value: Any, wide: Any) -> Any:
     """A copy of `value` with floating tensors narrower than `wide` in `wide` (complex in
-    its complex counterpart); other tensors copied, other objects shared."""
+    its counterpart); other tensors copied, other objects shared."""
 
     def widened(tensor: Any) -> Any:
         if tensor.is_complex() and wide == torch.float64 and tensor.dtype != torch.complex128:
@@ -672,21 +589,16 @@ def _widen(torch: Any, value: Any, wide: Any) -> Any:
 
 
 def _widened_module(torch: Any, module: Any, wide: Any) -> Any:
-    """A copy of `module` whose parameters, buffers and tensor attributes are widened,
-    made without first copying them in their own dtype (deepcopy's memo is pre-filled)."""
+    """A copy of `module` with its parameters, buffers and tensor attributes widened, not
+    first copied in their own dtype (deepcopy's memo is pre-filled)."""
     memo: dict[int, Any] = {}
     for sub in module.modules():
-        for tensor in list(vars(sub).values()):
+        for tensor in [*vars(sub).values(), *sub._parameters.values(), *sub._buffers.values()]:
             if isinstance(tensor, torch.Tensor) and id(tensor) not in memo:
-                memo[id(tensor)] = _widen(torch, tensor, wide)
-        for tensor in sub._parameters.values():
-            if tensor is not None and id(tensor) not in memo:
-                memo[id(tensor)] = torch.nn.Parameter(
-                    _widen(torch, tensor, wide), requires_grad=False
-                )
-        for tensor in sub._buffers.values():
-            if tensor is not None and id(tensor) not in memo:
-                memo[id(tensor)] = _widen(torch, tensor, wide)
+                widened = _widen(torch, tensor, wide)
+                if isinstance(tensor, torch.nn.Parameter):
+                    widened = torch.nn.Parameter(widened, requires_grad=False)
+                memo[id(tensor)] = widened
     return copy.deepcopy(module, memo)
 
 
@@ -724,8 +636,7 @@ def _wide_mode(torch: Any, wide: Any, device: str) -> Iterator[None]:
 
 
 def _tensor_bytes(torch: Any, obj: Any) -> int:
-    """Bytes of the tensors in `obj` (lists/tuples/dicts, nested), modules' parameters and
-    buffers included."""
+    """Bytes of the tensors in `obj` (nested), modules' parameters and buffers included."""
     total = 0
     for _, leaf in leaves_of(torch, obj):
         if isinstance(leaf, torch.nn.Module):
@@ -759,26 +670,6 @@ def _memory_shortfall(
     )
 
 
-@contextlib.contextmanager
-def _peak_meter(torch: Any, device: str, out: list[tuple[int, bool]]) -> Iterator[None]:
-    """(bytes, exact) into `out`: the allocator's peak above the block's start while it ran.
-    The peak counter is not reset (the item's memory record reads it, `gpu_memory.py`), so
-    where an earlier peak of the item was higher the number is that one: an upper bound
-    (exact False)."""
-    if not device.startswith("cuda"):
-        yield
-        return
-    torch.cuda.synchronize(device)
-    peak_before = torch.cuda.max_memory_allocated(device)
-    start = torch.cuda.memory_allocated(device)
-    try:
-        yield
-    finally:
-        torch.cuda.synchronize(device)
-        peak = torch.cuda.max_memory_allocated(device)
-        out.append((max(0, peak - start), peak > peak_before))
-
-
 def run_truth(
     torch: Any,
     reference: Callable[..., Any],
@@ -789,14 +680,10 @@ def run_truth(
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
 ) -> Truth:
-    """Re-run `reference` on widened copies of `inputs` and measure `expected` (its output
-    on those inputs) against it; a `Truth` with the reason when it cannot (the module
-    docstring lists them).
-
-    `reference_s`: the reference's own call on these inputs took this long (for the time
-    bound; None: not bounded). `arrange`: what the caller did to the reference's output to
-    get `expected` (the sandbox's judge compares flattened leaves), done to the re-run's too.
-    """
+    """Re-run `reference` on widened copies of `inputs` and measure `expected` against it; a
+    `Truth` with the reason when it cannot. `reference_s`: the reference's call time (None:
+    no time bound); `arrange`: what the caller did to the reference's output, done to the
+    re-run's too."""
     wide, why_not = wide_dtype(torch, expected)
     if wide is None:
         return Truth(precision=None, skipped=why_not)
@@ -804,11 +691,9 @@ def run_truth(
     kind = "cuda" if device.startswith("cuda") else "cpu"
     if reference_s is not None and reference_s * SLOWDOWN[kind] > TIME_BUDGET_S:
         return Truth(
-            precision=precision,
-            skipped=(
-                f"too slow: the reference's call took {reference_s:.3g} s; in {precision} about "
-                f"{SLOWDOWN[kind]:g}x that on {kind}, above the {TIME_BUDGET_S:g} s budget"
-            ),
+            precision,
+            f"too slow: the reference's call took {reference_s:.3g} s; in {precision} about "
+            f"{SLOWDOWN[kind]:g}x that on {kind}, above the {TIME_BUDGET_S:g} s budget",
         )
     try:
         short = _memory_shortfall(torch, reference, inputs, expected, wide, device)
@@ -816,13 +701,20 @@ def run_truth(
         short = f"device memory could not be read ({exc})"
     if short:
         return Truth(precision=precision, skipped=short)
-    peak: list[tuple[int, bool]] = []
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize(device)
+        peak_before = torch.cuda.max_memory_allocated(device)
+        start = torch.cuda.memory_allocated(device)
     started = time.perf_counter()
-    with _peak_meter(torch, device, peak):
-        truth = _rerun(torch, reference, inputs, expected, wide, device, arrange)
+    truth = _rerun(torch, reference, inputs, expected, wide, device, arrange)
+    if cuda:
+        # The peak above the start; the counter is not reset (the item's memory record reads
+        # it), so an earlier, higher peak gives an upper bound (exact False).
+        torch.cuda.synchronize(device)
+        peak = torch.cuda.max_memory_allocated(device)
+        truth.peak_bytes, truth.peak_exact = max(0, peak - start), peak > peak_before
     truth.seconds = time.perf_counter() - started  # the re-run and the reference's errors
-    if peak:
-        truth.peak_bytes, truth.peak_exact = peak[0]
     return truth
 
 
@@ -859,9 +751,12 @@ def _rerun(
         truth.skipped = "the re-run returned another output structure"
         return truth
     for path, ref in ref_leaves:
-        if not (isinstance(ref, torch.Tensor) and (ref.is_floating_point() or ref.is_complex())):
-            continue
-        if ref.numel() == 0:
+        if (
+            not isinstance(ref, torch.Tensor)
+            or not ref.is_floating_point()
+            and not ref.is_complex()
+            or ref.numel() == 0
+        ):
             continue
         found = measure_reference_error(torch, path, ref, wide_leaves[path])
         if isinstance(found, str):

@@ -31,15 +31,10 @@ anything else                   unpriced: 0 FLOPs counted, and the op named in t
                                 marker `flops=` or answer the pytest_kernelpro_op_cost hook
 ==============================  ===========================================================
 
-Bytes of an op ("unfused" bytes) are its input tensors read plus its output tensors
-written, each distinct tensor once; a broadcast (stride-0) dimension counts once. The first
-argument of a write-only op (copy_, fill_, zero_, random fills) and `out=` tensors are not
-read.
-
-Recording (`make_recorder`): a TorchDispatchMode that prices every op the reference runs
-(the op-cost hook first, then the formulas above); `aggregate` merges the costs per
-(op, peak); `price_upcasts_at_io_dtype` re-prices a float64 reference of narrower work.
-`roofline.py` combines these costs with the graph's bytes and the ceilings.
+An op's ("unfused") bytes: its distinct input tensors read plus its outputs written, a
+broadcast dimension once; a write-only op's first argument and `out=` are not read.
+`make_recorder` prices every op the reference runs (the op-cost hook first); `roofline`
+combines the costs with the graph's bytes and the ceilings.
 """
 
 from __future__ import annotations
@@ -56,17 +51,8 @@ if TYPE_CHECKING:
 # The note of an op no formula prices (`op_flops`): the recorder names such ops as unpriced.
 NO_FORMULA = "no FLOP formula; counted 0 (give flops= or a hook)"
 
-CATEGORIES: tuple[str, ...] = (
-    "gemm",
-    "conv",
-    "attention",
-    "softmax",
-    "norm",
-    "reduction",
-    "elementwise",
-    "scan",
-    "copy",
-    "other",
+CATEGORIES: tuple[str, ...] = tuple(
+    "gemm conv attention softmax norm reduction elementwise scan copy other".split()
 )
 
 
@@ -83,11 +69,8 @@ class OpCost:
     count: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
         return asdict(self)
 
-
-# ---------------------------------------------------------------------------- op tables
 
 _GEMM = {
     "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "vdot", "matmul",
@@ -95,14 +78,8 @@ _GEMM = {
 }  # fmt: skip
 _CONV_PREFIXES = ("conv", "_conv", "cudnn_conv", "mkldnn_conv", "miopen_conv", "_slow_conv",
                   "slow_conv", "thnn_conv")  # fmt: skip
-_SOFTMAX = {
-    "_softmax",
-    "softmax",
-    "_log_softmax",
-    "log_softmax",
-    "_safe_softmax",
-    "_masked_softmax",
-}
+_SOFTMAX = {"_softmax", "softmax", "_log_softmax", "log_softmax", "_safe_softmax",
+            "_masked_softmax"}  # fmt: skip
 _NORM = {
     "native_layer_norm", "layer_norm", "native_group_norm", "group_norm", "_fused_rms_norm",
     "rms_norm", "native_batch_norm", "_native_batch_norm_legit",
@@ -136,9 +113,7 @@ _COPY = {
     "topk", "unique", "_unique2", "nonzero", "view_copy", "permute_copy", "expand_copy",
     "t_copy", "transpose_copy", "unsqueeze_copy", "squeeze_copy", "alias_copy",
 }  # fmt: skip
-# Ops that read from their first argument (the source) only the elements they gather: an honest
-# kernel need not read the rest of it (a 1 GiB table of which 256 MiB of rows are selected).
-# `gathered_source` says how many bytes each needs from it.
+# Ops that read of their first argument only the elements they gather (`gathered_source`).
 _GATHERS = {"index_select", "embedding", "take", "gather", "index", "_unsafe_index"}
 # Ops whose first argument is only written (not read).
 _WRITE_ONLY_SELF = {"copy_", "fill_", "zero_", "normal_", "uniform_", "bernoulli_", "random_",
@@ -196,12 +171,8 @@ def op_category(func: Any) -> str:
     return "other"
 
 
-# ---------------------------------------------------------------------------- tensors
-
-
 def iter_tensors(obj: Any) -> list[Any]:
-    """Every torch.Tensor inside nested args/kwargs/outputs (pytree leaves), in order (a list:
-    this runs for every operator the FLOP counter sees)."""
+    """Every torch.Tensor inside nested args/kwargs/outputs (pytree leaves), in order."""
     import torch
     from torch.utils._pytree import tree_flatten
 
@@ -253,14 +224,14 @@ def compute_dtype(category: str, args: tuple, out: Any) -> str:
     for t in tensors:
         if t.dtype.is_floating_point or t.dtype.is_complex:
             return _real_dtype(t)
-    outs = list(iter_tensors(out))
+    outs = iter_tensors(out)
     if outs:
         return _real_dtype(outs[0])
     return str(tensors[0].dtype).removeprefix("torch.") if tensors else "float32"
 
 
 def _real_dtype(t: Any) -> str:
-    # complex64 runs on the fp32 units, complex128 on the fp64 ones
+    """The dtype's name, a complex one's real part's (the units it runs on)."""
     name = str(t.dtype).removeprefix("torch.")
     return {"complex64": "float32", "complex128": "float64", "complex32": "float16"}.get(name, name)
 
@@ -270,9 +241,6 @@ def op_device_type(args: tuple, out: Any) -> str:
     for t in (*iter_tensors(args), *iter_tensors(out)):
         return str(t.device.type)
     return "cpu"
-
-
-# ---------------------------------------------------------------------------- FLOPs
 
 
 def _numel(t: Any) -> int:
@@ -285,23 +253,17 @@ def _first(tensors: Iterable[Any]) -> Any:
 
 def _sdpa_flops(args: tuple) -> float:
     q, k, v = args[0], args[1], args[2]
-    batch = math.prod(q.shape[:-2])
-    lq, d = q.shape[-2], q.shape[-1]
-    lk, dv = k.shape[-2], v.shape[-1]
-    return 2.0 * batch * lq * lk * (d + dv)
+    return 2.0 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
 
 
 def _gemm_fallback(name: str, args: tuple, out: Any) -> float | None:
-    tensors = [t for t in iter_tensors(args)]
+    tensors, outs = iter_tensors(args), iter_tensors(out)
     if name in ("dot", "vdot") and tensors:
         return 2.0 * _numel(tensors[0])
     if name in ("mv", "addmv") and len(tensors) >= 2:
-        mat = tensors[-2]
-        return 2.0 * _numel(mat)
-    outs = list(iter_tensors(out))
+        return 2.0 * _numel(tensors[-2])
     if name in ("_int_mm", "_grouped_mm", "_scaled_grouped_mm") and len(tensors) >= 2 and outs:
-        k = tensors[0].shape[-1]
-        return 2.0 * _numel(outs[0]) * k
+        return 2.0 * _numel(outs[0]) * tensors[0].shape[-1]
     return None
 
 
@@ -373,9 +335,6 @@ def op_flops(
     return 0.0, f"{func}: {NO_FORMULA}"
 
 
-# ---------------------------------------------------------------------------- peaks
-
-
 def select_peak_key(
     op_category: str,
     dtype: str,
@@ -384,20 +343,11 @@ def select_peak_key(
     allow_cudnn_tf32: bool,
     spec: DeviceSpec | None,
 ) -> str:
-    """The ceiling key whose rate the op runs at.
-
-    CUDA: fp32 GEMM/attention -> "tf32_tensor" when torch allows TF32 for cuBLAS, else
-    "fp32"; fp32 convolution the same with cuDNN's flag; bf16/fp16/fp8/int8 matrix work ->
-    its tensor-core key; fp64 matrix work -> "fp64_tensor" (DMMA) unless the spec lacks it;
-    everything else runs on CUDA cores: "fp64" for float64, "fp32" for the rest (bf16/fp16
-    elementwise math is done in fp32 registers).
-
-    CPU has no tensor-core keys; its ceilings are torch.matmul rates per dtype. GEMM and
-    convolution use the rate of their dtype ("fp32", "fp64", "bf16", "fp16"); every other op
-    uses the fp32 rate ("fp64" for float64), because CPU kernels do bf16/fp16 math in fp32
-    registers too: on a CPU without bf16 instructions the bf16 matmul ran at 0.46 GFLOP/s
-    while torch's CPU flash attention did 18 GFLOP/s on the same bf16 tensors.
-    """
+    """The ceiling key whose rate the op runs at. CUDA: matrix work on its dtype's tensor
+    cores (fp32 on TF32 when torch's cuBLAS/cuDNN flag allows it, else "fp32"; fp64 on DMMA
+    unless the spec lacks it); the rest on CUDA cores ("fp64" or "fp32": half types compute
+    in fp32 registers). CPU: GEMM and convolution at their dtype's matmul rate, every other
+    op at fp32's ("fp64" for float64): CPU kernels compute half types in fp32 too."""
     if device_type != "cuda":
         if op_category in ("gemm", "conv"):
             return _DTYPE_CPU_KEY.get(dtype, "fp32")
@@ -421,10 +371,8 @@ def select_peak_key(
     return "fp64" if dtype == "float64" else "fp32"
 
 
-# The rate of PyTorch's memory-efficient SDPA kernel for fp32 (CUTLASS's `DefaultGemmType` for
-# float on compute capability >= 8.0: OpClassTensorOp with OpMultiplyAddFastF32): each product
-# is three TF32 tensor-core MMAs (big*big + big*small + small*big), so fp32 attention runs on
-# tensor cores at a third of the TF32 rate, whatever torch's TF32 flags say.
+# PyTorch's memory-efficient SDPA runs fp32 as three TF32 tensor-core MMAs per product
+# (CUTLASS's OpMultiplyAddFastF32 on sm80+), whatever torch's TF32 flags say.
 TF32X3_KEY = "tf32x3_tensor"
 TF32X3_MMAS = 3
 
@@ -432,10 +380,8 @@ TF32X3_MMAS = 3
 def backend_peak_key(
     op_name: str, key: str, dtype: str, device_type: str
 ) -> tuple[str, str | None]:
-    """The peak key of the kernel an op really dispatched to, where the op-level rule cannot
-    know it, and a note saying why. The dispatcher sees SDPA's chosen backend as its own aten
-    op (`_scaled_dot_product_efficient_attention`, `_flash_attention`, `_cudnn_attention`;
-    the math backend as the bmm/softmax ops it decomposes into), so the name is the backend."""
+    """The peak key of the backend an op dispatched to (SDPA's backends are their own aten
+    ops), where the op-level rule cannot know it, and a note saying why."""
     if device_type == "cuda" and dtype == "float32" and "efficient_attention" in op_name:
         return TF32X3_KEY, (
             f"{op_name}: SDPA chose the memory-efficient backend, whose fp32 kernel runs on "
@@ -481,8 +427,6 @@ def tf32_flags() -> tuple[bool, bool]:
     )
 
 
-# ----- recording a reference's ops: what each costs and where it runs -----
-
 OpCostHook = Callable[[str, tuple, dict, Any], "OpCost | None"]
 
 
@@ -498,16 +442,13 @@ def make_recorder(
             super().__init__()
             self.costs: list[OpCost] = []
             self.notes: list[str] = []
-            # Ops no formula prices (their work is missing from the FLOP count, not zero).
-            self.unpriced: list[str] = []
+            self.unpriced: list[str] = []  # ops no formula prices
             self.hooked = 0
             self.hook_error: BaseException | None = None
-            # Tensors an op reads that no op of the reference produced: captured weights,
-            # constants, a closure's tensors. They are graph inputs for the minimal bytes.
+            # Tensors read that no op produced (weights, constants): graph inputs.
             self.external: dict[Any, Any] = {}
             self.produced: set[Any] = set()
-            # Storages an op gathered from (`_GATHERS`), with the bytes it needed from each,
-            # and the storages some op read whole (`needed_bytes`).
+            # Bytes gathered per storage, and the storages some op read whole.
             self.gathered: dict[Any, float] = {}
             self.read_whole: set[Any] = set()
 
@@ -581,8 +522,8 @@ def make_recorder(
 
 
 def gathered_source(func: Any, args: tuple, out: Any, gathered: dict[Any, float]) -> Any:
-    """The source tensor a `_GATHERS` op reads only in part, with the bytes it needs from it
-    added to `gathered` (by storage); None for any other op."""
+    """The source a `_GATHERS` op reads in part, the bytes it needs added to `gathered`;
+    None for any other op."""
     name = base_name(func)
     if name not in _GATHERS or not args:  # every other op: nothing more to look at
         return None
@@ -590,9 +531,8 @@ def gathered_source(func: Any, args: tuple, out: Any, gathered: dict[Any, float]
     outs = list(iter_tensors(out))
     if not hasattr(source, "element_size") or not outs or source.dim() == 0:
         return None
-    # The index tensor and the source dimension it selects along, where the distinct index
-    # values say which rows (`index_select`, `embedding`) or elements (`take`) are read;
-    # `gather` and advanced indexing read at most their output's elements.
+    # The distinct index values say which rows (or elements: `take`) are read; `gather` and
+    # advanced indexing read at most their output's elements.
     index, dim = None, None
     if name == "index_select":
         index, dim = args[2], int(args[1])
@@ -621,9 +561,8 @@ def price_upcasts_at_io_dtype(
     spec: DeviceSpec | None,
     notes: list[str],
 ) -> tuple[OpCost, ...]:
-    """A reference that upcasts to float64 for accuracy (inputs and outputs in a narrower
-    float type) describes the kernel's work in that narrower type: price its float64 ops at
-    the rate of the inputs' dtype, not at the FP64 pipe's, which the kernel never uses."""
+    """A reference upcasting to float64 for accuracy (narrower inputs and outputs): its
+    float64 ops priced at the narrower type's rate, the kernel's work."""
     io = [
         t for t in (*iter_tensors(list(inputs)), *iter_tensors(output)) if t.dtype.is_floating_point
     ]
@@ -635,13 +574,10 @@ def price_upcasts_at_io_dtype(
     changed = False
     for op in ops:
         if op.dtype == "float64":
-            key = select_peak_key(
-                op.category, io_dtype, device_type, allow_tf32, allow_cudnn_tf32, spec
-            )
-            repriced.append(replace(op, dtype=io_dtype, peak_key=key))
-            changed = True
-        else:
-            repriced.append(op)
+            flags = (allow_tf32, allow_cudnn_tf32, spec)
+            key = select_peak_key(op.category, io_dtype, device_type, *flags)
+            op, changed = replace(op, dtype=io_dtype, peak_key=key), True
+        repriced.append(op)
     if changed:
         notes.append(
             f"the reference computes in float64 but takes and returns {io_dtype}: its float64 "
@@ -669,12 +605,8 @@ def aggregate(costs: Sequence[OpCost]) -> tuple[OpCost, ...]:
     for cost in costs:
         key = (cost.op, cost.peak_key)
         prev = merged.get(key)
-        if prev is None:
-            merged[key] = cost
-        else:
-            merged[key] = OpCost(
-                cost.op, prev.category, prev.flops + cost.flops,
-                prev.bytes_unfused + cost.bytes_unfused, prev.dtype, cost.peak_key,
-                prev.count + cost.count,
-            )  # fmt: skip
+        merged[key] = cost if prev is None else replace(
+            prev, flops=prev.flops + cost.flops, count=prev.count + cost.count,
+            bytes_unfused=prev.bytes_unfused + cost.bytes_unfused,
+        )  # fmt: skip
     return tuple(merged.values())

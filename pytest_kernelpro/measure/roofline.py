@@ -1,36 +1,24 @@
 """Roofline analysis of a kernel's reference, and a measured kernel priced on it: the peak the
 kernel really ran at, and a time faster than the roofline allows failed as impossible.
 
-The reference runs once under a TorchDispatchMode that sees every aten op with its real
-tensors. Per op: category, FLOPs (`flops.py`), unfused bytes and the peak it runs at. Per
-graph: the minimal bytes (each input read once, each output written once), the arithmetic
-intensity against the ridge of the unit the work uses, the bound class and the roofline time
-max(FLOPs / P, bytes / BW). Work the dispatcher never sees (a Triton or CUDA kernel launched
-directly) counts nothing; the marker's `flops=`/`bytes=` or the op-cost hook fill it in.
+The reference runs once under a TorchDispatchMode that sees every aten op: per op its
+category, FLOPs (`flops`), unfused bytes and peak; per graph the minimal bytes (inputs read
+once, outputs written once), the intensity against the ridge, the bound and the roofline time
+max(FLOPs / P, bytes / BW). Work the dispatcher never sees counts nothing; the marker's
+`flops=`/`bytes=` or the op-cost hook fill it in; ops without a formula are `unpriced_ops`.
 
-fp32 matrix work with TF32 off is priced at the FP32 CUDA-core rate, but a kernel may run the
-same problem on the tensor cores (3xTF32 at fp32 accuracy, or plain TF32) and beat that roof
-(bench/results/ has the 3xTF32 GEMM that ran at 145% of it). `paths` lists the roofline at
-each rate, so the optimizer's headroom names a ceiling a candidate can reach
-(`attainable_path`: the fastest path that keeps the reference's accuracy). `price_measured`
-prices a kernel whose rate is clearly above the op-level peak (beyond `CEILING_MARGIN`) at the
-lowest path its rate does not exceed, and says the peak was inferred; a FLOP rate above every
-path is reported as it is, not failed (a kernel doing less arithmetic than the reference, an
-algebraic rewrite, honestly runs "faster than the compute peak" on the reference's FLOPs).
-Only the displayed efficiency moves: the roofline time baselines store and the verdict
-divides by stays the op-level rule's.
+fp32 matrix work may beat its FP32 CUDA-core roof on the tensor cores (3xTF32 keeps fp32
+accuracy; bench/results/ has one at 145% of it): `paths` prices each rate, and
+`price_measured` prices a kernel clearly above the op-level peak (beyond `CEILING_MARGIN`) at
+the lowest path its rate does not exceed. A FLOP rate above every path is reported, not failed
+(an algebraic rewrite does less arithmetic). Only the displayed efficiency moves; baselines
+and the verdict keep the op-level roofline time.
 
-Only physics makes a time impossible (`impossible_failure`): a kernel must read each of its
-call's inputs once and write each output once (`compulsory_bytes`; not the module's weights,
-which it may fold at construction; of an input the reference only gathers from, the rows it
-selects, `needed_bytes`; the marker's `bytes=` when given). A median that moves those bytes
-faster than the bandwidth ceiling by more than `impossible_margin` fails the item (work
-outside the timed stream, a result cached between calls: never "improved", never in a
-baseline), and only when the ceiling is an upper bound (`ceilings_trust`: a GPU's
-device-timed or datasheet ceilings; on the CPU the best of probes on a quiet machine) and the
-inputs came from memory (the cache flushed before every sample, or inputs larger than it).
-Ops the FLOP counter has no formula for are named in `unpriced_ops` (their work is missing
-from the count, not zero).
+Only physics makes a time impossible (`impossible_failure`): a kernel must move its call's
+inputs and outputs once (`compulsory_bytes`: not the module's weights; of a gathered input,
+the rows selected; the marker's `bytes=`). Moving them faster than a trusted bandwidth ceiling
+(`ceilings_trust`) by more than `impossible_margin`, with inputs read from memory, fails the
+item.
 """
 
 from __future__ import annotations
@@ -129,11 +117,7 @@ def classify_bound(intensity: float, ridge: float, band: tuple[float, float] = (
     if not 0 < low <= high:
         raise KernelproError(f"bound band {band!r} must satisfy 0 < low <= high, e.g. (0.5, 2.0)")
     ratio = intensity / ridge
-    if ratio < low:
-        return "memory"
-    if ratio > high:
-        return "compute"
-    return "mixed"
+    return "memory" if ratio < low else "compute" if ratio > high else "mixed"
 
 
 @dataclass(frozen=True)
@@ -160,19 +144,13 @@ class ReferenceAnalysis:
     device: str = ""
     bound_band: tuple[float, float] = (0.5, 2.0)
     peak_mix: Mapping[str, float] = field(default_factory=dict)  # key -> share of FLOPs
-    # The roofline on each faster unit the matrix work may run on (`matrix_paths`); the first
-    # is the op-level rule's own. Empty when no op has a faster path.
-    paths: tuple[Mapping[str, Any], ...] = ()
-    # The bytes no kernel can avoid (module docstring): the floor of `impossible_failure`.
-    compulsory_bytes: float = 0.0
-    # Ops no FLOP formula priced (`flops.NO_FORMULA`): missing from `flops`, not zero.
+    paths: tuple[Mapping[str, Any], ...] = ()  # `matrix_paths`: the first is the op-level's
+    compulsory_bytes: float = 0.0  # the floor of `impossible_failure`
     unpriced_ops: tuple[str, ...] = ()
 
     def efficiency(self, measured_s: float) -> float:
         """Fraction of the roofline reached: roofline time / measured time (1.0 = at the roof)."""
-        if not (
-            isinstance(measured_s, (int, float)) and math.isfinite(measured_s) and measured_s > 0
-        ):
+        if _positive(measured_s) is None:
             raise KernelproError(
                 f"measured time {measured_s!r} s must be a positive finite number to compare "
                 "with the roofline"
@@ -199,10 +177,8 @@ class ReferenceAnalysis:
 def needed_bytes(
     tensors: Sequence[Any], gathered: Mapping[Any, float], read_whole: set[Any]
 ) -> float:
-    """`graph_bytes` of tensors the reference reads, where a tensor the reference only gathers
-    from (every op that reads its storage is a gather of it, `flops.gathered_source`) counts
-    the bytes the gathers need from it when fewer than its own: an honest kernel reads the
-    selected rows of a table, not the table."""
+    """`graph_bytes` of tensors the reference reads, a tensor it only gathers from counting
+    at most the bytes its gathers need (the selected rows of a table, not the table)."""
     whole: list[Any] = []
     partial: dict[Any, list[Any]] = {}
     for t in tensors:
@@ -217,11 +193,8 @@ def needed_bytes(
 
 
 def graph_bytes(tensors: Sequence[Any]) -> float:
-    """Bytes of a set of tensors, each storage once: aliases and views are not double-counted.
-
-    One tensor on a storage counts its own bytes (a broadcast dimension once); several
-    tensors on one storage count the union of the element ranges they span.
-    """
+    """Bytes of a set of tensors, each storage once: several views of one storage count the
+    union of the element ranges they span."""
     by_storage: dict[Any, dict[Any, Any]] = {}
     for t in tensors:
         if t.numel() > 0:
@@ -242,26 +215,11 @@ def graph_bytes(tensors: Sequence[Any]) -> float:
         spans.sort()
         covered, end = 0, -1
         for lo, hi in spans:
-            if lo > end:
-                covered += hi - lo
-                end = hi
-            elif hi > end:
-                covered += hi - end
+            if hi > end:
+                covered += hi - max(lo, end)
                 end = hi
         total += covered
     return float(total)
-
-
-def _module_of(reference: Any) -> Any:
-    import torch
-
-    if isinstance(reference, torch.nn.Module):
-        return reference
-    owner = getattr(reference, "__self__", None)  # a bound method such as model.forward
-    return owner if isinstance(owner, torch.nn.Module) else None
-
-
-# ---------------------------------------------------------------------------- analysis
 
 
 def analyze_reference(
@@ -275,12 +233,8 @@ def analyze_reference(
     bound_band: tuple[float, float] = (0.5, 2.0),
     spec: DeviceSpec | None = None,
 ) -> ReferenceAnalysis:
-    """Count the reference's FLOPs and bytes once and place it on the ceilings' roofline.
-
-    `flops`/`bytes` (the marker's overrides) replace the counted totals. `op_cost_hook` is
-    asked first for every op; its OpCost replaces the built-in formula for that op. `spec`
-    only decides whether fp64 matrix work has a DMMA key (`select_peak_key`).
-    """
+    """Count the reference's FLOPs and bytes once and place it on the ceilings' roofline;
+    the marker's `flops`/`bytes` replace the counts, `op_cost_hook`'s answers the formulas."""
     import torch
 
     for name, value in (("flops", flops), ("bytes", bytes)):
@@ -320,17 +274,19 @@ def analyze_reference(
 
     # Bytes: graph inputs (with a module's parameters and buffers, and any other tensor an
     # op read that no op produced) once, outputs once.
-    read = list(iter_tensors(list(inputs)))
-    module = _module_of(reference)
-    if module is not None:
+    call_inputs = iter_tensors(list(inputs))
+    read = [*call_inputs]
+    # A module, or the module of a bound method such as model.forward.
+    is_module = isinstance(reference, torch.nn.Module)
+    module = reference if is_module else getattr(reference, "__self__", None)
+    if isinstance(module, torch.nn.Module):
         read += [*module.parameters(), *module.buffers()]
     read += list(recorder.external.values())
-    output_bytes = graph_bytes(list(iter_tensors(output)))
+    output_bytes = graph_bytes(iter_tensors(output))
     counted_min_bytes = needed_bytes(read, recorder.gathered, recorder.read_whole) + output_bytes
     # The call's own inputs and outputs: what a kernel must move whatever it folds.
     counted_compulsory = (
-        needed_bytes(list(iter_tensors(list(inputs))), recorder.gathered, recorder.read_whole)
-        + output_bytes
+        needed_bytes(call_inputs, recorder.gathered, recorder.read_whole) + output_bytes
     )
     unpriced = tuple(dict.fromkeys(recorder.unpriced))
     if unpriced and flops is None:
@@ -430,14 +386,9 @@ def matrix_paths(
     memory_time_s: float,
     device_type: str,
 ) -> tuple[dict[str, Any], ...]:
-    """The roofline with the fp32 matrix work moved to each faster unit in turn.
-
-    Each path: the unit the movable ops run on (`key`), the accuracy the work keeps, the
-    effective peak (FLOP-weighted with the ops that stay where they are), its name, and the
-    compute and roofline times. The first path is the op-level rule's pricing; a unit this
-    device has no ceiling for (TF32 without a TF32 rate) is left out. Empty on a CPU and when
-    no fp32 matrix op is priced below the tensor cores.
-    """
+    """The roofline with the fp32 matrix work moved to each faster unit in turn (key,
+    accuracy, effective peak and its name, compute and roofline times), the op-level pricing
+    first; units without a ceiling here are left out. Empty on a CPU or without such work."""
     if device_type != "cuda":
         return ()
     priced = [op for op in ops if op.flops > 0]
@@ -518,37 +469,22 @@ def _dominant(ops: Sequence[OpCost], op_rate: Mapping[str, float], bandwidth: fl
     return max(per_category, key=lambda c: per_category[c])
 
 
-# ----- a measured kernel priced on the roofline: the peak it ran at -----
-
 # The roofline keys `price_measured` reads (what a child process is sent to price a kernel).
-PRICING_KEYS = (
-    "flops",
-    "min_bytes",
-    "peak_flops",
-    "peak_name",
-    "bandwidth_Bps",
-    "compute_time_s",
-    "memory_time_s",
-    "roofline_time_s",
-    "flops_source",
-    "bytes_source",
-    "paths",
+PRICING_KEYS = tuple(
+    "flops min_bytes peak_flops peak_name bandwidth_Bps compute_time_s memory_time_s "
+    "roofline_time_s flops_source bytes_source paths".split()
 )
 
-# How far a measured rate may exceed a measured ceiling before that ceiling counts as
-# exceeded: a ceiling is one library kernel's rate at one size, not the unit's limit (library
-# kernels ran a few percent above theirs, bench/results/2026-12-01-peak-paths-h200.md).
-# Within the margin the op-level unit holds, and the note says by how much.
+# How far a measured rate may exceed a measured ceiling (one library kernel's rate, not the
+# unit's limit) before it counts as exceeded (bench/results/2026-12-01-peak-paths-h200.md).
 CEILING_MARGIN = 0.10
 
-# How far an honest CPU kernel's compulsory bytes may beat the CPU's bandwidth ceiling (one
-# single-thread `copy_` probe) before the time is impossible: a VM's neighbours share its
-# bandwidth unseen and small working sets stream with fewer TLB misses, so honest flushed
-# kernels beat the probe by up to about 1.4x, cached ones by 3-4x
-# (bench/results/2026-12-05-cpu-bandwidth-bound-cpu.md): twice the ceiling lies between.
+# How far CPU compulsory bytes may beat the one-thread `copy_` probe before the time is
+# impossible: honest flushed kernels reach 1.4x it, cached ones 3-4x
+# (bench/results/2026-12-05-cpu-bandwidth-bound-cpu.md).
 CPU_BANDWIDTH_MARGIN = 1.0
 
-# What a FLOP rate above every compute ceiling says (reported, never failed: module docstring).
+# What a FLOP rate above every compute ceiling says (reported, never failed).
 FEWER_FLOPS = "does less arithmetic than the reference (an algebraic rewrite, or pass flops=)"
 
 # Short unit names for table cells (the paths' full names are in their peak_name).
@@ -585,9 +521,8 @@ def _paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def attainable_path(roofline: Any) -> Mapping[str, Any] | None:
-    """The fastest path of `roofline` that keeps the accuracy of its op-level pricing, when
-    it is faster than that pricing (fp32 GEMM with TF32 off: 3xTF32 on the tensor cores when
-    a third of the TF32 rate beats the FP32 CUDA cores); None otherwise."""
+    """The fastest path of `roofline` as accurate as its op-level pricing and faster than it
+    (3xTF32 for fp32 GEMM with TF32 off), or None."""
     paths = _paths(_fields(roofline))
     if len(paths) < 2:
         return None
@@ -610,27 +545,24 @@ class MeasuredPeak:
     measured_flops_per_s: float | None
     key: str | None = None  # the path's unit when the peak was inferred
     inferred: bool = False
-    # "flops": above every compute ceiling on the reference's FLOPs (fewer FLOPs, reported);
-    # "bytes": compulsory bytes above the bandwidth ceiling (impossible on trusted ceilings).
-    problem: str | None = None  # "flops" / "bytes" / "bytes+flops"
+    # "flops": above every compute ceiling (reported); "bytes": compulsory bytes above the
+    # bandwidth ceiling (impossible on trusted ceilings); or "bytes+flops".
+    problem: str | None = None
     note: str | None = None
-    # The compulsory bytes' rate over the bandwidth ceiling (above 1: faster than it allows).
     bandwidth_ratio: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def short(self) -> str | None:
-        """A few words for a table cell: "3xTF32, inferred", "fewer FLOPs than the
-        reference", "above the bandwidth ceiling"."""
+        """A few words for a table cell ("3xTF32, inferred")."""
         return problem_words(self.problem) or (
             f"{SHORT_UNIT.get(str(self.key), str(self.key))}, inferred" if self.inferred else None
         )
 
 
 def problem_words(problem: Any) -> str | None:
-    """A table cell's words for a pricing problem: "above the bandwidth ceiling" (compulsory
-    bytes) before "fewer FLOPs than the reference"; None without one."""
+    """A table cell's words for a pricing problem (bytes before flops), or None."""
     found = set(str(problem or "").split("+"))
     if "bytes" in found:
         return "above the bandwidth ceiling"
@@ -641,7 +573,7 @@ def problem_words(problem: Any) -> str | None:
 
 def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
     """The roofline share of a kernel timed at `median_s`, re-priced when it ran faster than
-    the op-level peak allows (see the module doc); None without a roofline time."""
+    the op-level peak allows; None without a roofline time."""
     r = _fields(roofline)
     rule_t = _positive(r.get("roofline_time_s"))
     median = _positive(median_s)
@@ -695,14 +627,12 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
     min_bytes = _positive(r.get("min_bytes")) or 0.0
     byte_rate = min_bytes / median
     dram = f"DRAM ceiling {format_rate(bandwidth, 'B/s')}" if bandwidth else "DRAM ceiling"
-    # The floor physics sets: the call's own inputs and outputs (records before it existed
-    # carry the reference's minimal bytes only).
+    # The call's own inputs and outputs (older records: the minimal bytes).
     compulsory = _positive(r.get("compulsory_bytes"))
     compulsory = min_bytes if compulsory is None else compulsory
     compulsory_time = compulsory / bandwidth if bandwidth else 0.0
     device_type = "cpu" if str(r.get("device") or "").startswith("cpu") else "cuda"
-    # Beyond the ceiling's slack but within the device's impossible-time margin: only the
-    # CPU's margin is wider than the slack (`impossible_margin`).
+    # Beyond the slack but within the impossible-time margin (the CPU's is wider).
     if allowed < compulsory_time <= median * (1.0 + impossible_margin(device_type)):
         problems.append("bytes")
         notes.append(
@@ -752,16 +682,15 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
 
 
 def _unit_rate(path: Mapping[str, Any]) -> str:
-    """ "3xTF32 tensor core (fp32 as three TF32 MMAs), 136 TFLOP/s" (effective, with the ops
-    that stay on the CUDA cores)."""
+    """ "3xTF32 tensor core (fp32 as three TF32 MMAs), 136 TFLOP/s" (effective)."""
     rate = _positive(path.get("peak_flops"))
     unit = path.get("unit") or path.get("key")
     return f"{unit}, {format_rate(rate, 'FLOP/s')}" if rate else str(unit)
 
 
 def record_pricing(roofline: Any, median_s: float) -> tuple[float | None, dict[str, Any] | None]:
-    """(efficiency, peak_used) as a kernel record keeps them (`KernelRecord.efficiency`,
-    `KernelRecord.peak_used`): peak_used only when the op-level peak did not hold."""
+    """(efficiency, peak_used) as a kernel record keeps them: peak_used only when the
+    op-level peak did not hold."""
     priced = price_measured(roofline, median_s)
     if priced is None:
         return None, None
@@ -774,9 +703,6 @@ def kernel_efficiency(roofline: Any, median_s: float | None) -> float | None:
         return None
     priced = price_measured(roofline, median_s)
     return None if priced is None else priced.efficiency
-
-
-# ----- impossible is an error: a time faster than the roofline allows -----
 
 
 def ceilings_trust(ceilings: Any) -> tuple[bool, str]:
@@ -797,8 +723,7 @@ def ceilings_trust(ceilings: Any) -> tuple[bool, str]:
 
 
 def inputs_from_memory(timing: Any) -> bool:
-    """True when every sample read its inputs from memory: the cache was flushed, or the
-    inputs exceed it (the CPU's `auto` flush decision says so)."""
+    """True when every sample read its inputs from memory (cache flushed, or exceeded)."""
     if timing is None:
         return False
     if getattr(timing, "flushed_l2", None):
@@ -807,18 +732,15 @@ def inputs_from_memory(timing: Any) -> bool:
 
 
 def impossible_margin(device_type: str | None) -> float:
-    """How far compulsory bytes may beat the bandwidth ceiling before a time is impossible:
-    `CPU_BANDWIDTH_MARGIN` on the CPU, `CEILING_MARGIN` on a GPU."""
+    """How far compulsory bytes may beat the bandwidth ceiling before a time is impossible."""
     return CPU_BANDWIDTH_MARGIN if device_type == "cpu" else CEILING_MARGIN
 
 
 def could_be_impossible(
     peak_used: Mapping[str, Any] | None, timing: Any, device_type: str | None
 ) -> bool:
-    """True when `impossible_failure` would fail this pricing on trusted ceilings of a
-    `device_type` device: its compulsory bytes beyond the bandwidth ceiling by more than the
-    device's margin (`impossible_margin`), with inputs read from memory (only then is
-    re-probing untrusted ceilings worth its time)."""
+    """True when `impossible_failure` would fail this pricing on trusted ceilings (only then
+    is re-probing untrusted ones worth its time)."""
     used = peak_used or {}
     if "bytes" not in str(used.get("problem") or "").split("+"):
         return False
@@ -835,9 +757,8 @@ def impossible_failure(
     median_s: float,
     timing: Any = None,
 ) -> str | None:
-    """Why the kernel's time is impossible, or None (the module docstring's rule): only its
-    compulsory bytes beyond a trusted bandwidth ceiling, with inputs that came from memory.
-    A FLOP rate above every compute ceiling is never a reason (`FEWER_FLOPS`)."""
+    """Why the kernel's time is impossible, or None: only its compulsory bytes beyond a
+    trusted bandwidth ceiling, with inputs from memory (never a FLOP rate)."""
     device_type = getattr(ceilings, "device_type", None)
     if not peak_used or not could_be_impossible(peak_used, timing, device_type):
         return None

@@ -601,7 +601,7 @@ def test_the_timed_check_judges_a_passing_plain_tensor_in_one_pass(
 def test_the_passing_chunk_row_is_the_full_rows_where_it_is_used(
     dtype: Any, chunk: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`_allclose_pass` takes every chunk through `_passing_chunk` first and keeps its row
+    """`_allclose_pass` takes every chunk unscreened first and keeps its row
     only where the largest ratio is a number at most 1; the table and the worst elements it
     returns equal the full pass's, row for row, on every edge `_outputs` has (NaN and
     infinities on either side, at and over the limit, zeros, a scaled copy) and on tolerances
@@ -626,7 +626,7 @@ def test_the_passing_chunk_row_is_the_full_rows_where_it_is_used(
             g, e = got.reshape(-1), expected.reshape(-1)
             table, worst = rule_mod._allclose_pass(torch, g, e, tol, work)
             steps = rule_mod.chunk_ranges(e.numel())
-            full = [rule_mod._full_chunk(torch, g[lo : lo + steps.step], e[lo : lo + steps.step], tol, work) for lo in steps]  # fmt: skip
+            full = [rule_mod._allclose_chunk(torch, g[lo : lo + steps.step], e[lo : lo + steps.step], tol, work, screen=True) for lo in steps]  # fmt: skip
             assert torch.equal(table, torch.stack([row for row, _ in full])), (case, tol)
             assert worst.tolist() == [
                 int(b) + lo for (_, b), lo in zip(full, steps, strict=True)
@@ -646,12 +646,14 @@ def test_a_failing_chunk_is_taken_again_and_explained(monkeypatch: pytest.Monkey
     got[250] = float("nan")
     got[720] += 1.0
     full_calls: list[int] = []
-    full = rule_mod._full_chunk
-    monkeypatch.setattr(
-        rule_mod,
-        "_full_chunk",
-        lambda torch, g, *a: full_calls.append(g.numel()) or full(torch, g, *a),
-    )
+    chunk_row = rule_mod._allclose_chunk
+
+    def counted(torch: Any, g: Any, *a: Any, screen: bool) -> Any:
+        if screen:
+            full_calls.append(g.numel())
+        return chunk_row(torch, g, *a, screen=screen)
+
+    monkeypatch.setattr(rule_mod, "_allclose_chunk", counted)
     report = rule_mod.compare_tensor(torch, "output", got, exp, default_tolerance(torch.float32))
     assert not report.ok
     assert len(full_calls) == 2  # chunks 2 and 7 of 10

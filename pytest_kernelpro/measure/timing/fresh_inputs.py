@@ -1,48 +1,35 @@
 """Content no timed call has seen before, outputs checked at calls no kernel can predict.
 
-The timer calls a kernel hundreds of times, and a kernel can exploit that: memoise its result
-by the tensors' identity, `_version` or a sample of their values, return `torch.empty` on
-repeated inputs, compute honestly only on the calls that will be checked, or return a tensor
-subclass that computes when read. `FreshInputs` is what the timers call instead.
+A timed kernel could memoise by the tensors' identity, `_version` or sampled values, return
+`torch.empty` on repeated inputs, compute only on checked calls, or return a lazy tensor
+subclass. `FreshInputs` is what the timers call instead.
 
-**New content on every call**, made before the call (outside the timed region), in place, one
-of three ways (`mode`, in the record):
+**New content every call**, made in place before the call (outside the timed region), by
+`mode` (in the record):
+- `mix` (default): per element A + U (B - A) of two draws A, B of the input maker, U a window
+  of a pool of uniform values (the input's size plus `WINDOW`) at an `os.urandom` offset never
+  used before; integers and booleans take each element from A or B. Elements stay in their
+  draws' range, and U has as many random values as the inputs, so no function of a few input
+  values indexes a stored output. With one draw, B is a jitter A (1 + JITTER V).
+- `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
+  (kernel and reference disagree, or the reference stops being finite) or does not fit.
+- `fixed`: nothing else is possible: the same contents with a new `_version`, every output
+  checked, and `inputs_fixed` names the kernel and what to change.
 
-- `mix` (the default): of two draws A and B of the problem's input maker, each call gets per
-  element ``A + U * (B - A)``, U a window of a pool of uniform values (the input's size plus
-  `WINDOW`, drawn once) at an offset read from `os.urandom` and never used before; integer
-  and boolean tensors take each element from A or B. Every element stays within the range its
-  two draws span (bounds, signs, zeros, integer ranges hold), and U has as many random values
-  as the inputs, so no function of a few input values can index a stored output;
-- `maker`: a new draw of the input maker per call, seeded from `os.urandom`, when a mixed
-  input is not valid for the problem (the kernel and the reference disagree on one, or the
-  reference's output stops being finite) or the mix does not fit in memory;
-- `fixed`: the inputs cannot be regenerated (no maker, or one that repeats its contents) and
-  a jitter of them (A and ``A * (1 + JITTER * V)``, mixed) is not valid either: every call
-  sees the same contents with a new `_version`, every output is checked, and the record says
-  a memo keyed by content cannot be excluded. With one draw and a valid jitter, `mode` is
-  `mix` on the jitter. Either way `inputs_fixed` names the kernel and what to change.
+**Checks the kernel cannot predict.** After each call returns, `CHECK_RATE` against
+`os.urandom` read then decides whether it is checked. A checked output is copied at once and
+compared with the reference on that call's content (rebuilt from A, B and the offset, or the
+maker's draw): on the CPU at once, on a GPU queued and compared after the round (`drain`),
+never in a timed region. `drain` refuses a queue that is not exactly the keys `after` returned
+(`queue_tampering`). A kernel skipping a share f of n calls survives with probability
+(1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
+(`plain_output_problem`).
 
-**Checks the kernel cannot predict.** After each timed call returned, `CHECK_RATE` against
-`os.urandom` read then (the function kept when the plugin loaded) decides whether it is
-checked: nothing is decided ahead and there is no cap. A checked call's output is copied at
-once and compared with the reference run on that call's exact content (rebuilt from A, B and
-the offset, or the maker's draw, made again from its seed where the maker repeats a seed's
-draw): on the CPU right after the call, on a GPU queued on the timed stream and compared
-after the round (`drain`), never inside a timed region. `after` returns the key of each check
-it queues, the timer keeps the keys in its own frames, and `drain(queued)` refuses a queue
-that does not hold exactly those objects (`queue_tampering`). A kernel skipping its work on a
-share f of n calls survives with probability ``(1 - CHECK_RATE * f) ** n``. Every output must
-be exactly `torch.Tensor` with storage (`plain_output_problem`).
+**Kept content verified** (`kept_content`): the ends' and pools' values at `KEPT_POSITIONS`
+random positions, kept in the caller's frame, so a kernel that rewrites them in place through
+gc is seen.
 
-**Kept content verified.** A kernel can find the ends and pools through gc and rewrite them in
-place (the seal's identity check holds), making every call's and every check's content the
-same: their values at `KEPT_POSITIONS` positions chosen by `os.urandom` are kept as bytes in
-the caller's frame and compared after the validity trial and after the timing
-(`kept_content`).
-
-Memory: A, B and U (three times the inputs) and two outputs, at most `MEMORY_SHARE` of the
-memory free on the device; beyond that a draw of the maker per call, without a maker `fixed`.
+Memory: A, B, U and two outputs at most `MEMORY_SHARE` of the free memory, else `maker`.
 """
 
 from __future__ import annotations
@@ -59,20 +46,17 @@ from pytest_kernelpro.measure import bound
 from pytest_kernelpro.measure.output_rule import leaves_of
 
 MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of the free memory
-# Share of timed calls whose output is compared with the reference. A kernel that skips its
-# work on half of its calls survives a default timing of n >= 21 calls (the first call and the
-# 20 samples of `TimingBudget.min_samples`) with (1 - 0.6 * 0.5) ** 21 = 0.00056 < 0.001.
+# Share of timed calls checked: skipping half of 21 calls (the minimum timing) survives with
+# (1 - 0.6 * 0.5) ** 21 = 0.00056.
 CHECK_RATE = 0.6
 FIXED_CHECK_RATE = 1.0  # inputs that cannot change: every call checked (the strongest left)
 JITTER = 0.125  # one draw only: the second end of the mix is A * (1 + JITTER * V), V in [0, 1)
-# The mix's U is a window of a pool of uniform values at an offset read from os.urandom per
-# call: as many distinct contents as offsets, at the cost of one `lerp`. Drawing U anew from
-# torch's CPU generator cost about 35x that lerp (bench/results/2026-12-05-fresh-content-cpu.md).
+# A window of a pool instead of a new U per call: one `lerp`, a 35th of drawing U
+# (bench/results/2026-12-05-fresh-content-cpu.md).
 WINDOW = 2**20  # offsets per pool; an offset is never used twice
 PENDING_CHECKS = 64  # GPU: the timer compares its queued checked copies beyond this many
-# A queued check, as `after` returns it to the timer and `drain` finds it in the queue: the
-# call's number, the mix's offset (its content is rebuilt from it when compared) and what
-# else names the content (the maker's draw, or the fixed content's copy; compared by identity).
+# A queued check: the call's number, the mix's offset and what else names the content (the
+# maker's draw, or the fixed content's copy).
 CheckKey = tuple[int, int, Any]
 
 
@@ -81,10 +65,8 @@ class DishonestTiming(KernelproError):
 
 
 def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) -> None:
-    """Raise `DishonestTiming` when a kept clock, serializer, file function or a name of the
-    plugin's timing modules was rebound (`measure.bound`), or when `fresh`'s state no longer
-    matches the `seal` taken before the timing: the timers call this before and after every
-    sample, so the kernel timed across the patch is the one refused."""
+    """Raise `DishonestTiming` when a kept binding was rebound (`measure.bound`) or `fresh`
+    no longer matches its `seal`; the timers call this around every sample."""
     if bound.intact(*(seal.kept if seal is not None and fresh is not None else ())):
         return  # the per-sample path: a few comparisons run in C, nothing named
     failure = bound.binding_failure("while the kernel was timed")
@@ -107,9 +89,8 @@ def _same_objects(left: Sequence[Any], right: Sequence[Any]) -> bool:
 
 
 def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | None:
-    """What was done to the queue of deferred checks, or None: `found` (the keys in the queue)
-    must be `queued` (the keys `after` returned, kept in the timer's frame), the same objects
-    in the same order. A key is a tuple made by `after`: no other object is the same one."""
+    """What was done to the queue of deferred checks, or None: `found` must be the very
+    keys `after` returned (`queued`), in order."""
     if _same_objects(found, queued):
         return None
     if len(found) < len(queued):
@@ -135,12 +116,9 @@ SEALED = tuple(
 
 @dataclass(frozen=True)
 class Seal:
-    """`FreshInputs`' state as the timing started, held by the timer (a local of its frame,
-    not an attribute of the object the kernel can find). The sealed names are `bound.Kept`
-    groups (`kept`: each name's object by identity, the object's namespace, the method names
-    that must not be set on it), which a timer passes to `bound.intact` every sample;
-    `changed` names what differs. The mix's tensors are in the sealed `ends` and `weights`,
-    tuples since `FreshInputs.prepare`, so their identity covers the tensors in them."""
+    """`FreshInputs`' state as the timing started, a local of the timer's frame: `kept`, the
+    `bound.Kept` groups `bound.intact` checks every sample (the sealed names' objects, the
+    namespace, no method shadowed); `changed` names what differs."""
 
     values: tuple[Any, ...]
     weights: tuple[Any, ...]
@@ -180,10 +158,8 @@ class Seal:
         return found + [f"{name} (set on the object)" for name in shadowed]
 
 
-# Positions per kept tensor whose values fingerprint the mix's kept content (`kept_content`).
-KEPT_POSITIONS = 4096
-# A pool's fingerprint may change (a new pool, `FreshInputs._new_offset`) only to values as
-# varied as the first: at least this share of the distinct values it had at the same positions.
+KEPT_POSITIONS = 4096  # per kept tensor, fingerprinting the mix's content (`kept_content`)
+# A new pool's fingerprint must hold at least this share of the old one's distinct values.
 POOL_VARIETY = 0.9
 KEPT_CHANGED = (
     "the kernel rewrote the timer's kept content (the ends or the pools of uniform values its "
@@ -193,12 +169,8 @@ KEPT_CHANGED = (
 
 
 def kept_content(fresh: FreshInputs, seed: int) -> tuple[bytes, ...]:
-    """The values of the mix's kept tensors at `KEPT_POSITIONS` positions each, chosen by
-    `seed`: both ends, then the pools. Every call's content is made from them and every check
-    rebuilds its call's content from them, so a kernel that rewrites them in place (the same
-    objects: the seal's identity check holds) makes both the same on every call. The caller
-    keeps the result and the seed as locals of its own frame (immutable: nothing the kernel can
-    rewrite) and compares with `kept_content_changed` after the kernel ran."""
+    """The mix's ends' and pools' values at `KEPT_POSITIONS` positions chosen by `seed`, as
+    bytes the caller keeps in its frame for `kept_content_changed`."""
     if fresh.mode != "mix" or fresh.ends is None:
         return ()
     torch = fresh.torch
@@ -215,9 +187,8 @@ def kept_content(fresh: FreshInputs, seed: int) -> tuple[bytes, ...]:
 
 
 def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...]) -> bool:
-    """Whether the kept content differs from `kept` (`kept_content` with `seed`): the ends
-    must hold the same values; a pool may hold new values only as varied as it held (a new
-    pool after half of its offsets were used), never a constant or a short pattern."""
+    """Whether the kept content differs from `kept`: the ends must not change; a pool only
+    to values as varied (a new pool), never a constant or a short pattern."""
     now = kept_content(fresh, seed)
     if len(now) != len(kept):
         return True
@@ -234,7 +205,7 @@ def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...])
 
 
 def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
-    """The tensors of nested lists, tuples and dicts, in order (a loop, not a recursion)."""
+    """The tensors of nested lists, tuples and dicts, in order."""
     found = []
     stack = [obj]
     while stack:
@@ -260,8 +231,8 @@ def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
 
 
 def plain_output_problem(torch: Any, out: Any) -> str | None:
-    """Why `out` is not a plain result, or None: every tensor-like leaf must be exactly
-    `torch.Tensor` with storage of its own (not a subclass, wrapper or meta tensor)."""
+    """Why `out` is not a plain result, or None: every tensor-like leaf must be exactly a
+    `torch.Tensor` with storage of its own."""
     for path, leaf in leaves_of(torch, out):
         kind = type(leaf)
         tensor_like = isinstance(leaf, torch.Tensor) or hasattr(kind, "__torch_function__")
@@ -314,8 +285,7 @@ def _urandom_seed() -> int:
 
 
 def survival(rate: float, skipped_share: float, calls: int) -> float:
-    """Probability that a kernel skipping its work on `skipped_share` of `calls` calls, each
-    checked with probability `rate`, is never checked on a skipped call."""
+    """Probability that a kernel skipping `skipped_share` of `calls` is never checked on one."""
     return (1.0 - rate * skipped_share) ** calls
 
 
@@ -336,23 +306,19 @@ class FreshInputs:
     name: str = "the kernel"
     mode: str = "fixed"  # "mix" | "maker" | "fixed" | "none" (no tensor inputs)
     ends: tuple[Sequence[Any], Sequence[Any]] | None = None  # mix: the leaves of A and B
-    # mix: per leaf a pool of uniform values, `WINDOW` longer than the leaf; each call's U is
-    # the window at an offset read from `os.urandom` (`_offset`, the current call's).
-    weights: Sequence[Any] = field(default_factory=list)
+    weights: Sequence[Any] = field(default_factory=list)  # mix: a pool per leaf (`_offset`)
     _offset: int = 0
     _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
-    # maker: the same seed makes the same draw (tried once), so a check makes its call's draw
-    # again from the seed (`_offset` in this mode) instead of reading the kept one, whose
-    # values a kernel could rewrite in place during its call.
+    # maker: a seed repeats its draw, so a check draws again from the seed (`_offset`), not
+    # from the kept draw a kernel could rewrite.
     maker_repeats: bool = False
     reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
     defer: bool = False  # GPU: checked copies queued, compared by `drain`
     note: str = ""
     inputs_fixed: str = ""  # why the inputs cannot be regenerated and what to change, or ""
-    # Host seconds spent making each call's content (enqueueing, on a GPU) and checking: what
-    # honest measurement costs a timing (the record's `timing.honesty`), never timed.
+    # Host seconds making content and checking (the record's `timing.honesty`), never timed.
     refill_s: float = 0.0
     refills: int = 0
     check_s: float = 0.0
@@ -360,17 +326,15 @@ class FreshInputs:
     _calls: int = 0
     _draw: Any = None  # maker: the current call's content
     _pending: list[tuple[CheckKey, Any]] = field(default_factory=list)  # (key, copied output)
-    # Made once by `prepare` (sealed with the rest): per timed tensor leaf (the leaf, its A,
-    # its B, its pool of uniform values, whether it is mixed by `lerp`), and whether the inputs
-    # are a flat sequence of tensors (the reference's arguments are then the leaves).
+    # By `prepare`: per timed leaf (leaf, A, B, pool, mixed by `lerp`), and whether the
+    # inputs are a flat sequence of tensors.
     _plan: tuple[tuple[Any, Any, Any, Any, bool], ...] | None = None
     _targets: tuple[Any, ...] = ()
     _flat: bool = False
 
     @property
     def rate(self) -> float:
-        """The share of calls checked: a module constant (kept, `measure.bound`), never state
-        of this object a kernel could lower."""
+        """The share of calls checked: a kept module constant, no state a kernel could lower."""
         return FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
 
     def seal(self) -> Seal:
@@ -381,8 +345,7 @@ class FreshInputs:
         return self.reference is not None and self.check is not None
 
     def prepare(self) -> tuple[tuple[Any, Any, Any, Any, bool], ...]:
-        """The per-call plan, made once from the timed inputs, `ends` and `weights` (what
-        every refill and every checked call's content walks instead of the nested inputs)."""
+        """The per-call plan, made once, that refills and contents walk."""
         if self._plan is not None:
             return self._plan
         torch = self.torch
@@ -400,12 +363,9 @@ class FreshInputs:
         return self._plan
 
     def before(self) -> tuple[int, Any]:
-        """Give the timed inputs content no earlier call held (outside the timed region), in
-        place and without grad (an input that requires grad is refilled all the same).
-        Returns what names this call's content (the mix's offset, the maker's draw): a timer
-        that hands it back to `after` (a local of its frame) has the content checked against
-        the one the call really got, whatever the kernel writes into this object. One frame
-        for the mix's common path (it runs before every timed call)."""
+        """Give the timed inputs content no earlier call held, in place, without grad; returns
+        what names it (offset, draw), for the timer to hand to `after`. One frame on the
+        mix's path: it runs before every timed call."""
         started = bound.perf_counter()
         torch = self.torch
         try:
@@ -442,19 +402,14 @@ class FreshInputs:
         return self._offset, self._draw
 
     def resume(self) -> None:
-        """Before a later timing of the same tensors: something else wrote into them since
-        (the post-timing re-check writes new contents in place), and a timer makes its first
-        call without a refill, so that call would run on contents `content()` does not
-        describe and an honest kernel would be blamed. The current call's content is made
-        again in place (a new one: `before`)."""
+        """Before a later timing of the same tensors (the re-check wrote into them): a new
+        current content, as the timer's first call has no refill."""
         self.before()
 
     def _new_offset(self) -> int:
-        """An offset into the pools no earlier call used, read from `os.urandom` (a new pool
-        once half of the offsets are spent)."""
+        """An unused offset from `os.urandom`; new pools once half are spent (not while checks
+        rebuilt from them are queued, short of the limit)."""
         used = self._used
-        # Not while checks are queued: their content is rebuilt from these pools (the timer
-        # compares its queue at least every `PENDING_CHECKS` checks, long before the limit).
         if len(used) >= WINDOW // 2 and not self._pending or len(used) >= WINDOW - 1:
             for pool in self.weights:  # in place: the timer's seal holds these tensors
                 seed = _urandom_seed()
@@ -469,8 +424,7 @@ class FreshInputs:
                 return offset
 
     def content(self, offset: int | None = None, draw: Any = None) -> Any:
-        """The current call's inputs (or those of the call given `offset` or `draw`) as new
-        tensors (what the reference is run on)."""
+        """The current (or `offset`'s or `draw`'s) call's inputs as new tensors."""
         torch = self.torch
         plan = self._plan if self._plan is not None else self.prepare()
         draw = self._draw if draw is None else draw
@@ -493,11 +447,9 @@ class FreshInputs:
     def after(
         self, out: Any, *, force: bool = False, content: tuple[int, Any] | None = None
     ) -> CheckKey | None:
-        """One timed call returned `out`: plain, and checked when the operating system's
-        randomness read now says so (always with `force`: the first call). `content` is what
-        `before` returned for this call. With `defer`, returns the key of the check queued
-        for `drain` (None: not checked): the timer keeps the keys in its own frame and hands
-        them to `drain`, so a queue emptied or edited in place is seen."""
+        """One timed call returned `out`: plain, and checked if `os.urandom` read now says so
+        (always with `force`). `content`: what `before` returned. With `defer`, returns the
+        queued check's key for the timer to hand to `drain` (None: not checked)."""
         self._calls += 1
         if content is not None and (content[0] != self._offset or content[1] is not self._draw):
             raise DishonestTiming(
@@ -515,23 +467,20 @@ class FreshInputs:
             problem = plain_output_problem(self.torch, out)
             if problem is not None:
                 raise DishonestTiming(problem)
-        # The rate is a module constant (kept), never this object's state (`rate`); the draw
-        # reads 32 bits of the kept `os.urandom` now: nothing kept, nothing drawn ahead.
+        # A kept constant and 32 bits of `os.urandom` now: nothing drawn ahead.
         rate = FIXED_CHECK_RATE if self.mode == "fixed" else CHECK_RATE
         if not (force or int.from_bytes(bound.os_urandom(4), "little") < rate * 2**32) or (
             self.reference is None or self.check is None
         ):
             return None
-        # Checked: the output copied now (work finishing later is not in it) and compared
-        # with the reference on the call's content (at once, or queued on a GPU: its key).
+        # Copied now: work finishing later is not in it.
         offset, draw = content if content is not None else (self._offset, self._draw)
         self.checked += 1
         started = bound.perf_counter()
         snapshot = (
             out.detach().clone() if type(out) is self.torch.Tensor else _clone(self.torch, out)
         )
-        # The mix's content is rebuilt from the offset when compared (no queued tensor a
-        # kernel could rewrite in place); the maker's is its draw; a fixed one is copied now.
+        # The mix's content is rebuilt from the offset (no queued tensor to rewrite).
         plan = self._plan if self._plan is not None else self.prepare()
         held = None if plan else draw if self.mode == "maker" else self.content()
         key = (self._calls, offset, held)
@@ -544,9 +493,7 @@ class FreshInputs:
 
     def drain(self, queued: tuple[CheckKey, ...] | None = None) -> None:
         """Compare the queued copies with the reference on their calls' content; raises
-        `DishonestTiming` naming the first wrong one. `queued`: the keys `after` returned
-        since the last drain, kept by the timer: a queue that does not hold exactly those
-        (the very objects, in order) was emptied or edited, and the timing is refused."""
+        `DishonestTiming` naming the first wrong one, or a queue that is not `queued`."""
         pending = list(self._pending)  # the list itself is sealed: emptied in place
         self._pending.clear()
         keys_found = []  # a loop, not a generator: this runs after every checked call
@@ -570,8 +517,7 @@ class FreshInputs:
                 else:
                     content = held
                 expected = self.reference(*content)
-            # Bit-identical outputs pass without the full rule (whose reports can cost more
-            # than the call); anything else is judged by it.
+            # Bit-identical outputs pass without the full rule.
             if type(snapshot) is torch.Tensor and type(expected) is torch.Tensor:
                 identical = (
                     snapshot.shape == expected.shape
@@ -626,8 +572,7 @@ SHADOWING = frozenset(
 
 
 def _weight_pool(torch: Any, leaf: Any) -> Any:
-    """Uniform [0, 1) values for `leaf`'s mix: its size plus `WINDOW` offsets, drawn once from a
-    generator seeded by `os.urandom`."""
+    """Uniform [0, 1) values, `WINDOW` more than `leaf`'s size, seeded by `os.urandom`."""
     dtype = leaf.dtype if _mixable(torch, leaf) else torch.float32
     gen = torch.Generator(device=leaf.device).manual_seed(_urandom_seed())
     return torch.rand(int(leaf.numel()) + WINDOW, generator=gen, dtype=dtype, device=leaf.device)
@@ -643,10 +588,13 @@ def _clone(torch: Any, obj: Any) -> Any:
     return obj
 
 
-def _same_contents(torch: Any, a: Any, b: Any) -> bool:
+def _same_leaves(torch: Any, a: Any, b: Any, *, values: bool) -> bool:
+    """The same tensor leaves in shape and dtype, and in `values` (else in device)."""
     left, right = _tensor_leaves(torch, a), _tensor_leaves(torch, b)
     return len(left) == len(right) and all(
-        x.shape == y.shape and x.dtype == y.dtype and bool(torch.equal(x, y))
+        x.shape == y.shape
+        and x.dtype == y.dtype
+        and (bool(torch.equal(x, y)) if values else x.device == y.device)
         for x, y in zip(left, right, strict=True)
     )
 
@@ -667,14 +615,6 @@ def _identical(torch: Any, got: Any, expected: Any) -> bool:
     return True
 
 
-def _same_layout(torch: Any, a: Any, b: Any) -> bool:
-    left, right = _tensor_leaves(torch, a), _tensor_leaves(torch, b)
-    return len(left) == len(right) and all(
-        x.shape == y.shape and x.dtype == y.dtype and x.device == y.device
-        for x, y in zip(left, right, strict=True)
-    )
-
-
 def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
     """The second end of a one-draw mix: A * (1 + JITTER * V), V uniform in [0, 1) (signs,
     zeros and integer tensors kept)."""
@@ -691,9 +631,8 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
 
 
 def _mix_valid(fresh: FreshInputs, expected_first: Any) -> str | None:
-    """Why a mixed input is not valid for the problem, or None: one untimed call of the kernel
-    and the reference on it must agree, and the reference's output must stay finite where it
-    was (without a reference: the kernel must not raise on it)."""
+    """Why a mixed input is not valid, or None: on one untimed call the kernel must not raise
+    and must agree with the reference, whose output stays finite where it was."""
     torch = fresh.torch
     try:
         fresh.before()
@@ -726,11 +665,8 @@ def fresh_inputs(
     free_bytes: int | None = None,
     name: str | None = None,
 ) -> FreshInputs:
-    """The `FreshInputs` of `kernel` on the timed `inputs` (see the module docstring).
-
-    `make_draw(seed)` is the problem's input maker (a new draw of the inputs for a seed) or
-    None when the inputs cannot be regenerated; `reference` and `check` enable the checks.
-    `name` names the kernel in the warning about inputs that cannot be regenerated."""
+    """The `FreshInputs` of `kernel` on the timed `inputs`: `make_draw(seed)` the input maker
+    (None: none), `reference` and `check` enable the checks, `name` names the kernel."""
     label = name or getattr(kernel, "__qualname__", None) or type(kernel).__name__
     fresh = FreshInputs(torch, kernel, inputs, name=label, reference=reference, check=check)
     fresh.defer = device.startswith("cuda")
@@ -752,9 +688,9 @@ def fresh_inputs(
     second = None
     if make_draw is not None:
         second = make_draw(_urandom_seed())
-        if not _same_layout(torch, inputs, second):
+        if not _same_leaves(torch, inputs, second, values=False):
             second, why_fixed = None, "the input maker's draws differ in shape, dtype or device"
-        elif _same_contents(torch, inputs, second):
+        elif _same_leaves(torch, inputs, second, values=True):
             second, why_fixed = None, "the input maker returned the same contents for another seed"
     else:
         why_fixed = "no input maker (fixed input tensors)"
@@ -782,28 +718,26 @@ def fresh_inputs(
             if second is None:
                 _warn_fixed(fresh, why_fixed, "mixed with a jitter of themselves")
             return fresh
-        why_mix = f"a mixed input is not valid ({invalid})"
-        room_note = ""
+        why_not_mix = f"a mixed input is not valid ({invalid})"
     else:
-        why_mix = ""
-        room_note = (
+        why_not_mix = (
             f"the mix needs {_mib(3 * in_bytes + 2 * out_bytes)}, more than "
             f"{MEMORY_SHARE:.0%} of the free memory"
         )
     fresh.ends, fresh.weights, fresh._plan = None, [], None  # the plan of the mix no more
-    _restore(torch, inputs, a_leaves)
+    with torch.no_grad():
+        for dst, src in zip(_tensor_leaves(torch, inputs), a_leaves, strict=True):
+            dst.copy_(src)
     if second is not None and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
         seed = _urandom_seed()
-        fresh.maker_repeats = _same_contents(torch, make_draw(seed), make_draw(seed))
-        fresh.note = (
-            f"fresh inputs: a new draw of the input maker every call ({why_mix or room_note})"
-        )
+        fresh.maker_repeats = _same_leaves(torch, make_draw(seed), make_draw(seed), values=True)
+        fresh.note = f"fresh inputs: a new draw of the input maker every call ({why_not_mix})"
         return fresh
     fresh.mode = "fixed"
     fresh.note = (
-        f"fresh inputs: off ({why_fixed}; {why_mix or room_note}): every call sees the same "
+        f"fresh inputs: off ({why_fixed}; {why_not_mix}): every call sees the same "
         "contents with a new _version"
         + (
             ", every call's output is checked; a memo keyed by the contents cannot be excluded"
@@ -815,16 +749,9 @@ def fresh_inputs(
     return fresh
 
 
-def _restore(torch: Any, inputs: Sequence[Any], leaves: list[Any]) -> None:
-    with torch.no_grad():
-        for dst, src in zip(_tensor_leaves(torch, inputs), leaves, strict=True):
-            dst.copy_(src)
-
-
 def _warn_fixed(fresh: FreshInputs, why: str, timed_how: str) -> None:
-    """Name the kernel whose inputs cannot be regenerated and what to change: the record's
-    `timing.honesty.inputs_fixed`, shown in the session's notes (a note, not a Python
-    warning: a suite run with warnings as errors would fail the kernel instead)."""
+    """The record's `inputs_fixed`: the kernel and what to change (a note, not a warning:
+    warnings as errors would fail the kernel)."""
     fresh.inputs_fixed = (
         f"{fresh.name}: its inputs cannot be regenerated per timed call ({why}). Make its "
         "`inputs=` a factory that makes new tensors from torch's RNG on every call (the plugin "
