@@ -131,7 +131,7 @@ def test_nothing_outlives_the_evaluations_not_even_a_killed_workers(world) -> No
     ("name", "says"),
     [
         ("unsealed", "the memfd is not sealed against writes"),
-        ("pre-empted", "output trial-1 leaf 0 sent twice"),
+        ("pre-empted", "output trial-1 leaf 0 sent after its end"),
         ("a file", "not a sealed memfd"),
     ],
 )

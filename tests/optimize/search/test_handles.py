@@ -258,7 +258,7 @@ def test_an_output_sent_twice_is_refused(tmp_path: Path) -> None:
     send_output(torch, "trial-1", [torch.ones(4)], channel=worker)
     worker.close()
     received = channels.finish(tmp_path)
-    assert received.refused == "output trial-1 leaf 0 sent twice"
+    assert received.refused == "output trial-1 leaf 0 sent after its end"
     received.close()
 
 
