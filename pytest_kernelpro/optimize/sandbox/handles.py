@@ -530,7 +530,6 @@ class HandleChannels:
 
     def _receive(self, workdir: Path, end: socket.socket, received: Received) -> None:
         leaves = 0
-        judging = self._relay_of_judge.get(workdir)  # set when this process is a relay's judge
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(end, MAX_MESSAGE + 1, 4)
@@ -541,8 +540,9 @@ class HandleChannels:
             try:
                 line = json.loads(data.decode("utf-8"))
                 if isinstance(line, dict) and "checked" in line and not fds:
+                    judging = self._relay_of_judge.get(workdir)  # only a judge's word counts
                     if judging is not None and isinstance(line["checked"], str):
-                        self._checked(judging, line["checked"])  # only a judge's word counts
+                        self._checked(judging, line["checked"])
                     continue
                 if isinstance(line, dict) and "sent" in line and not fds:
                     self._sent(workdir, received, line)  # answered even once refused
@@ -575,6 +575,7 @@ class HandleChannels:
             finally:
                 for fd in fds:
                     os.close(fd)
+        judging = self._relay_of_judge.get(workdir)
         if judging is not None:  # a judge that ended checks nothing more
             self._break(judging)
 
@@ -585,7 +586,9 @@ class HandleChannels:
             thread = self._threads.pop(workdir, None)
             received = self._received.pop(workdir, None) or Received()
             self._outbox.pop(workdir, None)
-            self._relay_of_judge.pop(workdir, None)
+            judging = self._relay_of_judge.pop(workdir, None)
+        if judging is not None:  # a judge that ended checks nothing more
+            self._break(judging)
         if end is not None:
             # The process ended: its queued messages are read, then the end of the stream.
             # A descriptor of it still open elsewhere (a child that escaped the fallback's
