@@ -491,18 +491,22 @@ class HandleChannels:
         if not isinstance(name, str) or not isinstance(count, int) or isinstance(count, bool):
             raise HandleError(f"a malformed end of an output: {line!r}"[:200])
         relay = self._relays.get(workdir)
-        with received.lock:
-            leaves = received.outputs.get(name)
-            if received.refused is None:
-                if name in received.sent:
-                    raise HandleError(f"output {name} sent twice")
-                if leaves is None or sorted(leaves) != list(range(count)):
-                    raise HandleError(f"output {name}: {count} leaves said, others sent")
-            received.sent.add(name)
-            if relay is None or relay.broken or received.refused is not None:
-                relay = None
-            else:
-                received.outputs.pop(name)
+        try:
+            with received.lock:
+                leaves = received.outputs.get(name)
+                if received.refused is None:
+                    if name in received.sent:
+                        raise HandleError(f"output {name} sent twice")
+                    if leaves is None or sorted(leaves) != list(range(count)):
+                        raise HandleError(f"output {name}: {count} leaves said, others sent")
+                received.sent.add(name)
+                if relay is None or relay.broken or received.refused is not None:
+                    relay = None
+                else:
+                    received.outputs.pop(name)
+        except HandleError as exc:  # refused, and answered all the same
+            received.refused = received.refused or str(exc)[:300]
+            relay = None
         if relay is None:
             self._tell_checked(workdir, name)
             return
@@ -664,7 +668,10 @@ def stream_outputs(
         raise HandleError(f"no handle channel in this process (${HANDLE_FD_ENV} unset)")
     found: dict[str, dict[int, Any]] = {}
     while True:
-        data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
+        except OSError as exc:
+            raise HandleError(f"the session closed the channel ({exc})") from None
         if not data:
             raise HandleError("the session closed the channel before the end message")
         try:
@@ -680,7 +687,10 @@ def stream_outputs(
                 del whole
                 if acknowledge:
                     release_freed_heap()  # the worker's memory is in use next
-                    _send(channel, {"checked": name}, None)
+                    try:
+                        _send(channel, {"checked": name}, None)
+                    except OSError as exc:  # shut by the session: no verdict is wanted
+                        raise HandleError(f"the session closed the channel ({exc})") from None
                 continue
             output, k, leaf = validate(line, fds)
             found.setdefault(output, {})[k] = _mapped(torch, leaf)

@@ -61,6 +61,28 @@ ATTACKS = {
     "if found:\n"
     "    raise RuntimeError(f'REACHED {found}')\n",
 }
+# Hand-overs the judge beside the worker must catch as each output comes: the candidate
+# rewrites what the harness hands over (its own check in the worker passed on the real output).
+HAND = "from pytest_kernelpro.optimize.sandbox import handles as _handles, judge as _judge\n_hand = _judge.save_output\n"
+JUDGED_ATTACKS = {
+    # A good trial-1, then a bad trial-2 (the worker's own comparison saw the good one).
+    "bad later output": HAND + "def _save(name, output):\n"
+    "    return _hand(name, output + 1 if name == 'trial-2' else output)\n"
+    "_judge.save_output = _save\n",
+    # A good trial-1 handed over, then a bad one under the same name.
+    "good then bad": HAND + "def _save(name, output):\n"
+    "    kept = _hand(name, output)\n"
+    "    if name == 'trial-1':\n"
+    "        _hand(name, output + 1)\n"
+    "    return kept\n"
+    "_judge.save_output = _save\n",
+    # Outputs handed over under each other's names, without waiting for the judge.
+    "out of order": HAND + "_swap = {'trial-2': 'trial-3', 'trial-3': 'trial-2'}\n"
+    "_judge.save_output = lambda name, output: _hand(_swap.get(name, name), output)\n"
+    "_handles.await_checked = lambda name, channel=None: None\n",
+    # Never waits for the judge: every output must still be checked.
+    "impatient": HAND + "_handles.await_checked = lambda name, channel=None: None\n",
+}
 # Hands over trial 1's output, then hangs in trial 2 until the run timeout kills it.
 HANGS = CORRECT.replace(
     "    def forward(self, x):\n",
@@ -82,7 +104,7 @@ def world() -> dict[str, object]:
     # Two at a time, in this order: the hang holds its trial-1 output in one slot for the whole
     # run timeout while the other slot evaluates the honest candidate, then the memory scan
     # (which so runs while the session holds another evaluation's outputs), then the rest.
-    attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS}
+    attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS, **JUDGED_ATTACKS}
     names = ["hangs", "honest", *attacks]
     codes = [HANGS, CORRECT, *(attack + "\n" + CORRECT for attack in attacks.values())]
     try:
@@ -141,6 +163,47 @@ def test_a_forged_handle_is_refused_and_the_candidate_not_believed(world, name, 
     assert ev.reason.startswith("result not confirmed: the outputs it handed over were refused")
     assert says in ev.reason
     assert ev.speedup is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("bad later output", "(trial-2: "),
+        ("out of order", "(trial-3: handed over where trial-2 was due"),
+    ],
+)
+def test_an_output_checked_as_it_comes_is_checked_against_the_judges_reference(
+    world, name, says
+) -> None:
+    """The judge beside the worker compares each handed-over output, in order, with the
+    reference it computes itself: a good first output does not carry a bad later one."""
+    ev = _ev(world, name)
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert "differ from the reference computed in a trusted process" in ev.reason
+    assert says in ev.reason
+    assert ev.speedup is None
+
+
+@pytest.mark.slow
+def test_a_good_output_then_a_bad_one_under_its_name_is_refused(world) -> None:
+    ev = _ev(world, "good then bad")
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert "refused (output trial-1 leaf 0 sent after its end)" in ev.reason
+
+
+@pytest.mark.slow
+def test_a_worker_that_does_not_wait_for_the_judge_is_still_judged_on_every_output(world) -> None:
+    ev = _ev(world, "impatient")
+    assert ev.status == "correct", (ev.reason, ev.logs[-2000:])
+    verified = ev.correctness["verified_by"]
+    assert verified.startswith("judge: outputs of trial-1, trial-2, trial-3, inplace, after-timing")
+
+
+@pytest.mark.slow
+def test_the_session_holds_one_checked_output_at_a_time(world) -> None:
+    ev = _ev(world, "honest")
+    assert ev.metrics["held_outputs_peak_mb"] * 2**20 == 16 * 64 * 4  # one output's bytes
 
 
 @pytest.mark.slow
