@@ -2,15 +2,17 @@
 process the candidate never ran in.
 
 A candidate's code runs in the worker's process and can change anything there: the checks,
-the timer, the result file. So the worker's own verdict is only a claim. For a candidate that
-claims to be correct, the evaluator starts this judge in a fresh sandboxed process (no
-candidate code is loaded, its working directory is new) with:
+the timer, the result file. So the worker's own verdict is only a claim. The evaluator starts
+this judge with the worker, in a fresh sandboxed process (no candidate code is loaded, its
+working directory is new), and decides a candidate that claims to be correct by it, with:
 
 - the task without the candidate, and the outputs the worker handed over for the checked calls
   (`output_name`: every correctness trial, the call on inputs changed in place, and the call
   after timing, which catches a kernel that is correct only while it is being checked), as
   sealed shared-memory handles forwarded by the session (`handles.py`: no file, no pickle,
-  one copy from the device, mapped privately here);
+  one copy from the device, mapped privately here). Started with the worker, the judge checks
+  each output as it comes and drops it before it asks for the next (`handles.stream_outputs`);
+  the worker waits meanwhile, so the session holds one output at a time;
 - the judge rebuilds the reference from the problem source with the same seeds, regenerates
   each call's inputs from its seed, computes the reference outputs and compares them with the
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
