@@ -283,6 +283,9 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_seeded(candidate.code, workdir)
+            # The worker's wait for the judge's checks (inside its checks' wall time, not
+            # charged to its run timeout).
+            evaluation.metrics["judge_wait_s"] = round(self.handles.judge_time_s(workdir), 3)
             received = self.handles.finish(workdir)
             reprobed = self._reprobe_if_cuda_failed(evaluation)
             if reprobed is not None:

@@ -42,6 +42,7 @@ import os
 import socket
 import stat
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -327,6 +328,15 @@ class Relay:
     pending: dict[str, int] = field(default_factory=dict)  # forwarded, not yet checked: bytes
     aborted: bool = False
     broken: bool = False  # the judge's channel failed: every output is acknowledged at once
+    # Wall time with an output at the judge (the worker waits then): not the candidate's time.
+    busy_since: float | None = None
+    busy_s: float = 0.0
+
+    def judge_time_s(self) -> float:
+        """Seconds so far during which the judge held an output of this worker."""
+        since = self.busy_since
+        return self.busy_s + (time.monotonic() - since if since is not None else 0.0)
+
     ready: threading.Condition = field(default_factory=threading.Condition)
 
 
@@ -402,6 +412,11 @@ class HandleChannels:
             target=self._relay_sender, args=(relay,), daemon=True, name="kernelpro-relay"
         ).start()
 
+    def judge_time_s(self, worker: Path) -> float:
+        """Seconds the worker of `worker` has waited for the judge beside it so far."""
+        relay = self._relays.get(worker)
+        return relay.judge_time_s() if relay is not None else 0.0
+
     def judge_of(self, worker: Path) -> Path | None:
         """The directory of the judge checking `worker`'s outputs as they come, if any."""
         relay = self._relays.get(worker)
@@ -470,6 +485,9 @@ class HandleChannels:
         size = relay.pending.pop(name, None)
         if size is None:
             return
+        if not relay.pending and relay.busy_since is not None:
+            relay.busy_s += time.monotonic() - relay.busy_since
+            relay.busy_since = None
         received = self._received.get(relay.worker)
         if received is not None:
             with received.lock:
@@ -514,6 +532,8 @@ class HandleChannels:
             nbytes_of(leaf.shape, leaf.dtype) for leaf in leaves.values() if leaf.fd is not None
         )
         with relay.ready:
+            if not relay.pending:
+                relay.busy_since = time.monotonic()
             relay.pending[name] = size
             for k, leaf in sorted(leaves.items()):
                 relay.queue.append((leaf.line(name, k), leaf.fd))

@@ -322,7 +322,8 @@ class WorkerSupervision:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
-            elif now > deadline:
+            # The judge's checks while the worker waits for them are not the candidate's time.
+            elif now > deadline + self.handles.judge_time_s(workdir):
                 killed = "timeout"
             elif os.path.lexists(result_path):
                 # The worker exits right after writing; give it a moment, then stop waiting.

@@ -331,6 +331,7 @@ def test_each_output_reaches_the_judge_when_whole_and_counts_until_the_judge_che
         handles.await_checked("trial-1", channel=worker)
         assert name == "trial-2"
         assert channels.held_bytes(worker_dir) == 8 * 4  # trial-1's bytes left the count
+        assert channels.judge_time_s(worker_dir) > 0  # the worker's wait: not its run time
         assert mapped_outputs() == 1  # trial-2's; trial-1's memory is gone
         channels.end_stream(worker_dir, judged=True)
         assert list(outputs) == []  # the end message: nothing more
@@ -424,3 +425,28 @@ def test_an_output_whose_end_names_other_leaves_is_refused(tmp_path: Path) -> No
     received = channels.finish(tmp_path)
     assert received.refused == "output trial-1: 2 leaves said, others sent"
     received.close()
+
+
+def test_the_judges_time_counts_only_while_it_holds_an_output(tmp_path: Path) -> None:
+    """The worker's run timeout leaves out the time it waited for the judge: counted from an
+    output's forwarding to the judge's word, and not while nothing is at the judge."""
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        assert channels.judge_time_s(worker_dir) == 0.0
+        outputs = handles.stream_outputs(torch, judge_end, acknowledge=True)
+        send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+        next(outputs)
+        relay = channels._relays[worker_dir]
+        assert relay.busy_since is not None  # at the judge: counting
+        channels.end_stream(worker_dir, judged=True)
+        assert list(outputs) == []
+        handles.await_checked("trial-1", channel=worker)
+        assert relay.busy_since is None
+        counted = relay.judge_time_s()
+        assert counted > 0
+        time.sleep(0.05)
+        assert relay.judge_time_s() == counted  # nothing at the judge: not counting
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
