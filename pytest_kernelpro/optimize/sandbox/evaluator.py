@@ -324,7 +324,7 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             evaluation.metrics["both_peak_mb"] = round(self.both_peak_mb.pop(workdir, 0.0), 1)
             # The most checked-output bytes the session held at once (one output's, when the
             # judge beside the worker checks each as it comes).
-            evaluation.metrics["held_outputs_peak_mb"] = round(received.peak_nbytes / 2**20, 3)
+            evaluation.metrics["held_outputs_peak_bytes"] = received.peak_nbytes
             evaluation.metrics["peak_mb"] = max(
                 float(evaluation.metrics.get(key) or 0.0)
                 for key in ("worker_peak_mb", "judge_peak_mb", "both_peak_mb")

@@ -85,7 +85,7 @@ def test_an_evaluations_peak_stays_within_the_estimate_above_a_tiny_problems() -
     assert found["estimate_bytes"] == call.estimate()
     # The judge checked each output as it came: the session held one output at a time (the
     # five of them, 32 MiB each, were all held at once before).
-    assert metrics["held_outputs_peak_mb"] == call.outputs / MiB
+    assert metrics["held_outputs_peak_bytes"] == call.outputs
     assert metrics["both_peak_mb"] == peak  # the worker and the judge, watched together
     # Above the tiny problem's peak (its interpreters and torch): the estimate's copies and
     # the rest of its fixed part (the allocator's kept heap, a comparison chunk).
