@@ -157,7 +157,8 @@ def judge(
     (`handles.stream_outputs`: each checked as it comes, while the worker waits, and dropped
     before the next is asked for), or a mapping by name. They must come in the order of `required_outputs`, each once:
     the first is the call the truth is found on, as in the worker. Every output is taken
-    (and so acknowledged) even after one failed: the worker learns nothing from the pace."""
+    (and so acknowledged) even after one failed, unchecked then: the worker is never left
+    waiting, and the first failure is the verdict."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.measurement import fresh_calls, time_call, verdict

@@ -70,7 +70,7 @@ def test_a_bad_later_output_fails_and_the_rest_are_still_taken() -> None:
     verdict, taken = run(outputs)
     assert not verdict["ok"]
     assert verdict["reason"].startswith("trial-3: ")
-    assert taken == 5  # the worker learns nothing from when it is answered
+    assert taken == 5  # the worker waiting for the judge's word is never left waiting
 
 
 @pytest.mark.parametrize(
