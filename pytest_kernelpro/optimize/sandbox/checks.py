@@ -12,6 +12,7 @@ puts them together into the KernelBench pipeline.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
 import types
 from collections.abc import Callable, Sequence
@@ -62,6 +63,27 @@ def flatten(value: Any) -> list[Any]:
     if isinstance(value, dict):
         return [leaf for key in sorted(value, key=str) for leaf in flatten(value[key])]
     return [value]
+
+
+DIGEST_CHUNK = 2**22  # bytes of an output read at once for its digest (one device copy each)
+
+
+def digest(value: Any) -> bytes:
+    """SHA-256 of an output's leaves (dtype, shape and bytes of each tensor; the repr of
+    anything else), read in chunks: an earlier output kept as 32 bytes instead of itself.
+    Equal bytes give equal digests; a caching candidate returns the same bytes."""
+    found = hashlib.sha256()
+    for leaf in flatten(value):
+        if not isinstance(leaf, torch.Tensor):
+            found.update(repr(leaf).encode("utf-8", "replace"))
+            continue
+        found.update(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
+        flat = leaf.detach().reshape(-1)  # a view when contiguous
+        step = max(1, DIGEST_CHUNK // max(1, leaf.element_size()))
+        for start in range(0, flat.numel(), step):
+            chunk = flat[start : start + step].contiguous().cpu().view(torch.uint8)
+            found.update(chunk.numpy())
+    return found.digest()
 
 
 def same_values(a: Any, b: Any) -> bool:

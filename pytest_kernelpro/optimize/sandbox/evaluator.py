@@ -111,6 +111,10 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         set_session_view(self.project)
         # Every sandboxed process's channel: checked outputs by handle (`handles.py`).
         self.handles = HandleChannels(self.limits.outputs_limit_mb * 2**20)
+        # Each watched process's last resident and shared MB, and each worker's peak
+        # together with the judge beside it (`supervise._watch`).
+        self.memory_now: dict[Path, tuple[float, float]] = {}
+        self.both_peak_mb: dict[Path, float] = {}
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -274,9 +278,14 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         waiting = time.monotonic()
         prebuilt = builder.wait(candidate.code) if builder is not None else None
         waited = time.monotonic() - waiting  # compiles still running when this one's turn came
+        # The judge starts with the worker and checks each output as it is handed over.
+        beside = self._start_judge(workdir) if self.limits.judge else None
         try:
             (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
             evaluation = self._run_seeded(candidate.code, workdir)
+            # The worker's wait for the judge's checks (inside its checks' wall time, not
+            # charged to its run timeout).
+            evaluation.metrics["judge_wait_s"] = round(self.handles.judge_time_s(workdir), 3)
             received = self.handles.finish(workdir)
             reprobed = self._reprobe_if_cuda_failed(evaluation)
             if reprobed is not None:
@@ -285,6 +294,9 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
                 remove_tree(workdir)
                 workdir.mkdir()
                 received.close()  # nothing of the failed run is judged
+                if beside is not None:
+                    beside.finish(judged=False)
+                    beside = self._start_judge(workdir)
                 (workdir / "task.json").write_text(json.dumps(payload), encoding="utf-8")
                 evaluation = self._run_seeded(candidate.code, workdir)
                 received = self.handles.finish(workdir)
@@ -305,18 +317,25 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             evaluation.metrics["sandbox"] = self.isolation.describe()
             evaluation.metrics["footprint"] = self._fits
             if evaluation.status == "correct" and self.limits.judge:
-                evaluation = self._judged(evaluation, received)
+                evaluation = self._judged(evaluation, received, beside)
             evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
-            # Its host memory at the peak: the worker's or the judge's, each with the outputs
-            # held by handle (`_watch`).
+            # Its host memory at the peak: the worker and the judge beside it together, or
+            # either alone, each with the outputs held by handle (`_watch`).
+            evaluation.metrics["both_peak_mb"] = round(self.both_peak_mb.pop(workdir, 0.0), 1)
+            # The most checked-output bytes the session held at once (one output's, when the
+            # judge beside the worker checks each as it comes).
+            evaluation.metrics["held_outputs_peak_bytes"] = received.peak_nbytes
             evaluation.metrics["peak_mb"] = max(
                 float(evaluation.metrics.get(key) or 0.0)
-                for key in ("worker_peak_mb", "judge_peak_mb")
+                for key in ("worker_peak_mb", "judge_peak_mb", "both_peak_mb")
             )
             # Whatever the candidate wrote (errors, output, build logs) leaves here only
             # redacted and without control characters (text_safety).
             return evaluation.made_safe()
         finally:
+            if beside is not None:  # a verdict not asked for: its judge ends here
+                beside.finish(judged=False)
+            self.both_peak_mb.pop(workdir, None)
             # Its outputs' memory goes with the evaluation (the worker's died with it).
             received.close()
             self._release_workdir(workdir)

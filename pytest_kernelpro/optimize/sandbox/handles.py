@@ -42,8 +42,9 @@ import os
 import socket
 import stat
 import threading
+import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,7 +146,40 @@ def send_output(
             )
             _send(channel, {"output": name, "leaf": k, "kind": "value", "value": value}, None)
             kept.append(value)
+    # The output is whole: the session may forward it to the judge now (`Relay`).
+    _send(channel, {"sent": name, "leaves": len(kept)}, None)
     return kept
+
+
+def release_freed_heap() -> None:
+    """Give the heap glibc keeps after frees back to the system (`malloc_trim`): the worker
+    and the judge take turns, and what one freed should not stay counted while the other
+    works. Nothing where the allocator is not glibc's."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def await_checked(name: str, channel: socket.socket | None = None) -> None:
+    """Wait until the session says output `name` was checked (by the judge, or kept for it):
+    the worker makes its next output only then, so one handed-over output is held at a time.
+    The message carries no verdict (`{"checked": NAME}`, sent pass or fail)."""
+    channel = channel or _process_socket()
+    if channel is None:
+        return
+    release_freed_heap()  # the judge's memory is in use while this process waits
+    while True:
+        data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
+        for fd in fds:
+            os.close(fd)
+        if not data:
+            raise HandleError(f"the session closed the channel before output {name} was checked")
+        line = json.loads(data.decode("utf-8"))
+        if isinstance(line, dict) and line.get("checked") == name:
+            return
 
 
 def _sealed_copy(torch: Any, label: str, tensor: Any) -> int:
@@ -250,6 +284,8 @@ class Received:
 
     outputs: dict[str, dict[int, Leaf]] = field(default_factory=dict)
     nbytes: int = 0
+    sent: set[str] = field(default_factory=set)  # outputs the process said were whole
+    peak_nbytes: int = 0  # the most held at once (a relay's judge frees each once checked)
     refused: str | None = None
     over_limit: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -277,6 +313,36 @@ class Received:
                     leaf.fd = None
 
 
+@dataclass
+class Relay:
+    """A worker's outputs on their way to the judge that checks them as they come: each whole
+    output is forwarded at once (its leaves, then `{"sent": NAME}`) and the session's
+    descriptors closed; its bytes stay counted (`pending`) until the judge says it checked
+    and dropped it, and that word goes on to the waiting worker (`handles.await_checked`).
+    `{"end": true}` follows once the worker ended correct; a relay ended otherwise shuts the
+    judge's channel (its verdict is not needed)."""
+
+    worker: Path
+    judge: Path
+    queue: list[tuple[dict[str, Any] | None, int | None]] = field(default_factory=list)
+    pending: dict[str, int] = field(default_factory=dict)  # forwarded, not yet checked: bytes
+    aborted: bool = False
+    broken: bool = False  # the judge's channel failed: every output is acknowledged at once
+    # Wall time with an output at the judge (the worker waits then): not the candidate's time.
+    busy_since: float | None = None
+    busy_s: float = 0.0
+
+    def judge_time_s(self) -> float:
+        """Seconds so far during which the judge held an output of this worker."""
+        since = self.busy_since
+        return self.busy_s + (time.monotonic() - since if since is not None else 0.0)
+
+    ready: threading.Condition = field(default_factory=threading.Condition)
+
+
+ABORT = None  # a relay queue's last entry when the judge's verdict is not needed
+
+
 class HandleChannels:
     """The session's ends of every sandboxed process's channel, by scratch directory."""
 
@@ -288,6 +354,10 @@ class HandleChannels:
         # Outputs to forward to the process of a directory (a judge), sent when its channel
         # opens or at once when it is open (a judge started ahead).
         self._outbox: dict[Path, Received] = {}
+        # Judges checking a running worker's outputs as they come, by the worker's and the
+        # judge's directory.
+        self._relays: dict[Path, Relay] = {}
+        self._relay_of_judge: dict[Path, Relay] = {}
         self._lock = threading.Lock()
         # Channels never finished (an evaluator dropped without `close`) are closed when
         # these channels go, not left to the garbage collector, which warns about each
@@ -302,14 +372,24 @@ class HandleChannels:
             self.finish(workdir).close()
         received = Received()
         thread = threading.Thread(
-            target=self._receive, args=(end, received), daemon=True, name="kernelpro-handles"
+            target=self._receive,
+            args=(workdir, end, received),
+            daemon=True,
+            name="kernelpro-handles",
         )
         with self._lock:
             self._ends[workdir] = end
             self._received[workdir] = received
             self._threads[workdir] = thread
             outbox = self._outbox.get(workdir)
+            relay = self._relay_of_judge.get(workdir)
+            if relay is not None and relay.aborted:  # its worker ended before it started
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
         thread.start()
+        if relay is not None:
+            with relay.ready:
+                relay.ready.notify_all()
         if outbox is not None:
             _start_sending(end, outbox)
 
@@ -320,6 +400,146 @@ class HandleChannels:
             end = self._ends.get(workdir)
         if end is not None:
             _start_sending(end, outputs)
+
+    def stream(self, worker: Path, judge: Path) -> None:
+        """Forward each whole output the process of `worker` hands over to the process of
+        `judge` as it comes (`Relay`); call before either starts."""
+        relay = Relay(worker, judge)
+        with self._lock:
+            self._relays[worker] = relay
+            self._relay_of_judge[judge] = relay
+        threading.Thread(
+            target=self._relay_sender, args=(relay,), daemon=True, name="kernelpro-relay"
+        ).start()
+
+    def judge_time_s(self, worker: Path) -> float:
+        """Seconds the worker of `worker` has waited for the judge beside it so far."""
+        relay = self._relays.get(worker)
+        return relay.judge_time_s() if relay is not None else 0.0
+
+    def judge_of(self, worker: Path) -> Path | None:
+        """The directory of the judge checking `worker`'s outputs as they come, if any."""
+        relay = self._relays.get(worker)
+        return relay.judge if relay is not None else None
+
+    def end_stream(self, worker: Path, *, judged: bool) -> None:
+        """The worker ended: the judge gets the end message (`judged`: it then decides and
+        times the reference) or its channel is shut (its verdict is not needed)."""
+        with self._lock:
+            relay = self._relays.pop(worker, None)
+        if relay is None:
+            return
+        with relay.ready:
+            relay.queue.append(({"end": True}, None) if judged else (ABORT, None))
+            relay.ready.notify_all()
+
+    def _relay_sender(self, relay: Relay) -> None:
+        """Send the relay's queue to its judge, in order, once the judge's channel is open."""
+        while True:
+            with relay.ready:
+                while not relay.queue or not (
+                    relay.queue[-1][0] is ABORT
+                    or relay.broken
+                    or self.end_of(relay.judge) is not None
+                ):
+                    relay.ready.wait(0.05)
+                abort = relay.queue[-1][0] is ABORT
+                line, fd = (None, None) if abort else relay.queue.pop(0)
+            if abort or line is None:
+                self._abort(relay)
+                return
+            end = self.end_of(relay.judge)
+            try:
+                if not relay.broken and end is not None:
+                    _send(end, line, fd)
+            except OSError:
+                self._break(relay)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+            if line.get("end") is True:
+                return
+
+    def _abort(self, relay: Relay) -> None:
+        with self._lock:
+            relay.aborted = True
+            end = self._ends.get(relay.judge)
+        if end is not None:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+        self._break(relay)
+        with relay.ready:  # what was queued behind is not sent
+            for _line, fd in relay.queue:
+                if fd is not None:
+                    os.close(fd)
+            relay.queue.clear()
+
+    def _break(self, relay: Relay) -> None:
+        """The judge is gone: the worker waits for nothing more."""
+        relay.broken = True
+        for name in list(relay.pending):
+            self._checked(relay, name)
+
+    def _checked(self, relay: Relay, name: str) -> None:
+        """Output `name` was checked: its bytes leave the count, and the worker hears it."""
+        size = relay.pending.pop(name, None)
+        if size is None:
+            return
+        if not relay.pending and relay.busy_since is not None:
+            relay.busy_s += time.monotonic() - relay.busy_since
+            relay.busy_since = None
+        received = self._received.get(relay.worker)
+        if received is not None:
+            with received.lock:
+                received.nbytes -= size
+        self._tell_checked(relay.worker, name)
+
+    def _tell_checked(self, workdir: Path, name: str) -> None:
+        end = self.end_of(workdir)
+        if end is None:
+            return
+        # Never blocks the session: a worker that does not read its channel misses the word.
+        with contextlib.suppress(OSError):
+            end.send(json.dumps({"checked": name}).encode("utf-8"), socket.MSG_DONTWAIT)
+
+    def _sent(self, workdir: Path, received: Received, line: dict[str, Any]) -> None:
+        """A process says output `line["sent"]` is whole: forwarded to its judge, or kept
+        (and the process told at once) when none checks as it comes."""
+        name, count = line.get("sent"), line.get("leaves")
+        if not isinstance(name, str) or not isinstance(count, int) or isinstance(count, bool):
+            raise HandleError(f"a malformed end of an output: {line!r}"[:200])
+        relay = self._relays.get(workdir)
+        try:
+            with received.lock:
+                leaves = received.outputs.get(name)
+                if received.refused is None:
+                    if name in received.sent:
+                        raise HandleError(f"output {name} sent twice")
+                    if leaves is None or sorted(leaves) != list(range(count)):
+                        raise HandleError(f"output {name}: {count} leaves said, others sent")
+                received.sent.add(name)
+                if relay is None or relay.broken or received.refused is not None:
+                    relay = None
+                else:
+                    received.outputs.pop(name)
+        except HandleError as exc:  # refused, and answered all the same
+            received.refused = received.refused or str(exc)[:300]
+            relay = None
+        if relay is None:
+            self._tell_checked(workdir, name)
+            return
+        size = sum(
+            nbytes_of(leaf.shape, leaf.dtype) for leaf in leaves.values() if leaf.fd is not None
+        )
+        with relay.ready:
+            if not relay.pending:
+                relay.busy_since = time.monotonic()
+            relay.pending[name] = size
+            for k, leaf in sorted(leaves.items()):
+                relay.queue.append((leaf.line(name, k), leaf.fd))
+                leaf.fd = None  # the relay's now: closed once sent
+            relay.queue.append(({"sent": name, "leaves": count}, None))
+            relay.ready.notify_all()
 
     def held_bytes(self, workdir: Path) -> int:
         """Bytes of the outputs held for the process of `workdir`: those it handed over so
@@ -332,22 +552,31 @@ class HandleChannels:
         received = self._received.get(workdir)
         return received is not None and received.over_limit
 
-    def _receive(self, end: socket.socket, received: Received) -> None:
+    def _receive(self, workdir: Path, end: socket.socket, received: Received) -> None:
         leaves = 0
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(end, MAX_MESSAGE + 1, 4)
             except OSError:
-                return
+                break
             if not data and not fds:
-                return  # the process closed its end (exited)
+                break  # the process closed its end (exited)
             try:
+                line = json.loads(data.decode("utf-8"))
+                if isinstance(line, dict) and "checked" in line and not fds:
+                    judging = self._relay_of_judge.get(workdir)  # only a judge's word counts
+                    if judging is not None and isinstance(line["checked"], str):
+                        self._checked(judging, line["checked"])
+                    continue
+                if isinstance(line, dict) and "sent" in line and not fds:
+                    self._sent(workdir, received, line)  # answered even once refused
+                    continue
                 if received.refused is not None:
                     continue
                 leaves += 1
                 if leaves > MAX_LEAVES:
                     raise HandleError(f"more than {MAX_LEAVES} leaves")
-                output, k, leaf = validate(json.loads(data.decode("utf-8")), fds)
+                output, k, leaf = validate(line, fds)
                 size = nbytes_of(leaf.shape, leaf.dtype) if leaf.fd is not None else 0
                 with received.lock:
                     if received.nbytes + size > self.limit_bytes:
@@ -356,17 +585,23 @@ class HandleChannels:
                             f"the checked outputs take more than {self.limit_bytes / 2**20:.0f} MB "
                             "(SandboxLimits.outputs_limit_mb)"
                         )
+                    if output in received.sent:
+                        raise HandleError(f"output {output} leaf {k} sent after its end")
                     slot = received.outputs.setdefault(output, {})
                     if k in slot:
                         raise HandleError(f"output {output} leaf {k} sent twice")
                     slot[k] = leaf
                     received.nbytes += size
+                    received.peak_nbytes = max(received.peak_nbytes, received.nbytes)
                     fds = []  # kept
             except (HandleError, ValueError, OSError) as exc:
-                received.refused = str(exc)[:300]
+                received.refused = received.refused or str(exc)[:300]
             finally:
                 for fd in fds:
                     os.close(fd)
+        judging = self._relay_of_judge.get(workdir)
+        if judging is not None:  # a judge that ended checks nothing more
+            self._break(judging)
 
     def finish(self, workdir: Path) -> Received:
         """What the (ended) process of `workdir` sent; the channel is closed."""
@@ -375,6 +610,9 @@ class HandleChannels:
             thread = self._threads.pop(workdir, None)
             received = self._received.pop(workdir, None) or Received()
             self._outbox.pop(workdir, None)
+            judging = self._relay_of_judge.pop(workdir, None)
+        if judging is not None:  # a judge that ended checks nothing more
+            self._break(judging)
         if end is not None:
             # The process ended: its queued messages are read, then the end of the stream.
             # A descriptor of it still open elsewhere (a child that escaped the fallback's
@@ -409,11 +647,10 @@ def _close_ends(ends: dict[Path, socket.socket]) -> None:
 def send_outputs(end: socket.socket, received: Received) -> None:
     """Forward `received`'s outputs to a judge over its channel, then the end message."""
     with received.lock:
-        lines = [
-            (leaf.line(output, k), leaf.fd)
-            for output, leaves in received.outputs.items()
-            for k, leaf in sorted(leaves.items())
-        ]
+        lines: list[tuple[dict[str, Any], int | None]] = []
+        for output, leaves in received.outputs.items():
+            lines += [(leaf.line(output, k), leaf.fd) for k, leaf in sorted(leaves.items())]
+            lines.append(({"sent": output, "leaves": len(leaves)}, None))
     for line, fd in lines:
         _send(end, line, fd)
     _send(end, {"end": True}, None)
@@ -435,27 +672,59 @@ def _start_sending(end: socket.socket, outputs: Received) -> None:
 # ----- the judge: the outputs in -----
 
 
-def receive_outputs(torch: Any, channel: socket.socket | None = None) -> dict[str, list[Any]]:
-    """The outputs the session forwarded to this judge over `channel` (this process's
-    channel when None), each a list of leaves (tensors mapped privately from their sealed
-    memfds, plain values), by output name."""
+def stream_outputs(
+    torch: Any, channel: socket.socket | None = None, *, acknowledge: bool = False
+) -> Iterator[tuple[str, list[Any]]]:
+    """Each output the session forwards to this judge over `channel` (this process's channel
+    when None), as (name, leaves: tensors mapped privately from their sealed memfds, plain
+    values), as soon as it is whole (`{"sent": NAME}`); ends at the end message.
+
+    `acknowledge`: when the caller asks for the next output, this one's leaves are dropped
+    here and `{"checked": NAME}` goes to the session (pass or fail: no verdict), so the
+    worker waiting for it (`await_checked`) makes its next output only once the caller holds
+    no reference to this one."""
     channel = channel or _process_socket()
     if channel is None:
         raise HandleError(f"no handle channel in this process (${HANDLE_FD_ENV} unset)")
     found: dict[str, dict[int, Any]] = {}
     while True:
-        data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
+        try:
+            data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
+        except OSError as exc:
+            raise HandleError(f"the session closed the channel ({exc})") from None
         if not data:
             raise HandleError("the session closed the channel before the end message")
         try:
             line = json.loads(data.decode("utf-8"))
             if isinstance(line, dict) and line.get("end") is True:
-                return {name: [leaves[k] for k in sorted(leaves)] for name, leaves in found.items()}
+                break
+            if isinstance(line, dict) and "sent" in line:
+                name = str(line["sent"])
+                leaves = found.pop(name, {})
+                whole = [leaves.pop(k) for k in sorted(leaves)]
+                del leaves
+                yield name, whole
+                del whole
+                if acknowledge:
+                    release_freed_heap()  # the worker's memory is in use next
+                    try:
+                        _send(channel, {"checked": name}, None)
+                    except OSError as exc:  # shut by the session: no verdict is wanted
+                        raise HandleError(f"the session closed the channel ({exc})") from None
+                continue
             output, k, leaf = validate(line, fds)
             found.setdefault(output, {})[k] = _mapped(torch, leaf)
         finally:
             for fd in fds:
                 os.close(fd)
+    for name in list(found):  # never said whole: handed on as they are
+        leaves = found.pop(name)
+        yield name, [leaves[k] for k in sorted(leaves)]
+
+
+def receive_outputs(torch: Any, channel: socket.socket | None = None) -> dict[str, list[Any]]:
+    """Every output the session forwards to this judge (`stream_outputs`), by name."""
+    return dict(stream_outputs(torch, channel))
 
 
 def _mapped(torch: Any, leaf: Leaf) -> Any:

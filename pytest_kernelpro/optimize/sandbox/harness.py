@@ -221,13 +221,14 @@ class _Pipeline:
         self,
         make: Callable[[], list[Any]],
         label: str,
-        previous: list[tuple[Callable[[], list[Any]], Any]] | None = None,
+        previous: list[tuple[Callable[[], list[Any]], bytes]] | None = None,
         *,
         reference_may_raise: bool = False,
-    ) -> Any:
+    ) -> bytes:
         """One checked call on the inputs `make()` returns: reference, candidate, every
-        per-call check; returns the candidate's output as handed over (a private mapping of
-        its handle, or a copy).
+        per-call check; returns the digest of the candidate's output (`checks.digest`). The
+        output is handed over (a judged call's) and the worker waits until the judge has
+        checked it, holding nothing of the call by then: one handed-over output at a time.
 
         The inputs are sealed once (`input_handles.SealedInputs`) and the maker's tensors
         dropped: the reference and the candidate read the same read-only pages, no copy
@@ -235,11 +236,11 @@ class _Pipeline:
         checked call holds one input set and two outputs at most, and the float64 truth on
         the first call.
 
-        `previous` holds (inputs maker, candidate output) of the earlier calls on other
-        inputs: a candidate that returns an earlier output where the reference's changed
-        returns a cache (any earlier call: an address-keyed cache hits whichever trial's
-        input the allocator put at the same address). The earlier reference output is made
-        again only when the candidate's matches, so no call keeps a reference output.
+        `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
+        other inputs: a candidate that returns an earlier output where the reference's
+        changed returns a cache (any earlier call: an address-keyed cache hits whichever
+        trial's input the allocator put at the same address). The earlier reference output is
+        made again only when the candidate's matches, so no call keeps an output.
 
         `reference_may_raise`: an exception of the reference (a shape the problem does not
         accept) is raised as `ReferenceRaised`, before the candidate runs.
@@ -259,8 +260,9 @@ class _Pipeline:
                 raise
             cand_args = inputs.writable() if ref_modifies else inputs.read_only()
             out, early = self.run_candidate(cand_args, ref_out)
-            for remake, cand_before in previous or []:
-                if checks.same_values(cand_before, out):
+            found = checks.digest(out)
+            for remake, before in previous or []:
+                if before == found:
                     ref_before, _, _ = self.run_reference(remake())
                     if not checks.same_values(ref_before, ref_out):
                         raise Rejected(
@@ -286,10 +288,13 @@ class _Pipeline:
                     f"returned (work launched on another stream, {label})",
                 )
             del early
-            kept = self.save_output(label, out)
-            return kept if kept is not None else clone_inputs(torch, out)
+            handed = self.save_output(label, out)
+            del out
         finally:
             inputs.close()
+        if handed is not None:
+            self.await_judge(handed)
+        return found
 
     def compare(self, expected: Any, got: Any, label: str) -> bool:
         """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`
@@ -304,17 +309,25 @@ class _Pipeline:
             raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
         return True
 
-    def save_output(self, label: str, out: Any) -> list[Any] | None:
+    def save_output(self, label: str, out: Any) -> str | None:
         """Hand the candidate's output for `label` to the trusted side (`judge.py`) by handle
         (`handles.py`); the judge recomputes the reference in a process the candidate never
-        ran in and compares. Returns this process's private mapping of what was handed over
-        (its leaves: the same pages, no copy). Without a channel (the pipeline run outside
-        the sandbox, as tests do) nothing is handed over (None), and a judge would find the
-        output missing."""
+        ran in and compares. Returns the output's name (to `await_judge`), None when nothing
+        was handed over: a call the judge does not check, or no channel (the pipeline run
+        outside the sandbox, as tests do; a judge would find the output missing)."""
         name = judge.output_name(label)
         if name is None or not os.environ.get(HANDLE_FD_ENV):
             return None
-        return judge.save_output(name, out)
+        judge.save_output(name, out)
+        return name
+
+    def await_judge(self, name: str) -> None:
+        """Wait until the session says output `name` was checked (`handles.await_checked`):
+        the judge checks each output as it comes, so the session holds one at a time. Call it
+        holding nothing of the call: the judge's memory is in use meanwhile."""
+        from pytest_kernelpro.optimize.sandbox.handles import await_checked
+
+        await_checked(name)
 
     # ----- phases -----
 
@@ -376,12 +389,12 @@ class _Pipeline:
     def check(self) -> None:
         self.progress("correctness")
         trials = max(1, int(self.task.get("correct_trials", 3)))
-        previous: list[tuple[Callable[[], list[Any]], Any]] = []
+        previous: list[tuple[Callable[[], list[Any]], bytes]] = []
         for trial in range(trials):
             seed = self.seed + 1 + trial
             make = functools.partial(self.inputs, seed)
-            kept = self.check_call(make, f"trial {trial + 1}/{trials}", previous)
-            previous.append((make, kept))
+            found = self.check_call(make, f"trial {trial + 1}/{trials}", previous)
+            previous.append((make, found))
             self.correctness["trials"] = self.correctness["passed"] = trial + 1
         del previous
         self.correctness["checks"].append("fresh inputs")
@@ -394,8 +407,10 @@ class _Pipeline:
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
         del fresh
+        holder = [args]  # the call takes the only reference: nothing held while judged
+        del args
         try:
-            self.check_call_inplace(args)
+            self.check_call_inplace(holder)
         except Rejected as exc:
             if exc.status == "wrong":
                 raise Rejected(
@@ -406,14 +421,19 @@ class _Pipeline:
             raise
         self.correctness["checks"].append("inputs changed in place")
 
-    def check_call_inplace(self, args: list[Any]) -> None:
+    def check_call_inplace(self, holder: list[list[Any]]) -> None:
+        args = holder.pop()
         # A reference that does not write its inputs reads them as they are: no copy.
         ref_args = args if self._ref_modifies is False else clone_inputs(torch, args)
         ref_out, _, _ = self.run_reference(ref_args)
         del ref_args
         out, _ = self.run_candidate(args, ref_out)
         self.compare(ref_out, out, "inputs changed in place")
-        self.save_output("inputs changed in place", out)
+        del ref_out
+        handed = self.save_output("inputs changed in place", out)
+        del out, args
+        if handed is not None:
+            self.await_judge(handed)
 
     def shapes(self) -> None:
         mode = self.task.get("shape_check", "auto")

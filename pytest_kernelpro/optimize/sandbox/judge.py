@@ -2,15 +2,17 @@
 process the candidate never ran in.
 
 A candidate's code runs in the worker's process and can change anything there: the checks,
-the timer, the result file. So the worker's own verdict is only a claim. For a candidate that
-claims to be correct, the evaluator starts this judge in a fresh sandboxed process (no
-candidate code is loaded, its working directory is new) with:
+the timer, the result file. So the worker's own verdict is only a claim. The evaluator starts
+this judge with the worker, in a fresh sandboxed process (no candidate code is loaded, its
+working directory is new), and decides a candidate that claims to be correct by it, with:
 
 - the task without the candidate, and the outputs the worker handed over for the checked calls
   (`output_name`: every correctness trial, the call on inputs changed in place, and the call
   after timing, which catches a kernel that is correct only while it is being checked), as
   sealed shared-memory handles forwarded by the session (`handles.py`: no file, no pickle,
-  one copy from the device, mapped privately here);
+  one copy from the device, mapped privately here). Started with the worker, the judge checks
+  each output as it comes and drops it before it asks for the next (`handles.stream_outputs`);
+  the worker waits meanwhile, so the session holds one output at a time;
 - the judge rebuilds the reference from the problem source with the same seeds, regenerates
   each call's inputs from its seed, computes the reference outputs and compares them with the
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
@@ -33,7 +35,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,30 +148,57 @@ class _Reference:
         return leaves
 
 
-def judge(task: dict[str, Any], outputs: Mapping[str, list[Any]]) -> dict[str, Any]:
-    """Check the handed-over outputs (leaves by output name) against the reference and
-    time the reference."""
+def judge(
+    task: dict[str, Any], outputs: Mapping[str, list[Any]] | Iterable[tuple[str, list[Any]]]
+) -> dict[str, Any]:
+    """Check the handed-over outputs against the reference and time the reference.
+
+    `outputs` is (name, leaves) in the order the worker handed them over
+    (`handles.stream_outputs`: each checked as it comes, while the worker waits, and dropped
+    before the next is asked for), or a mapping by name. They must come in the order of `required_outputs`, each once:
+    the first is the call the truth is found on, as in the worker. Every output is taken
+    (and so acknowledged) even after one failed, unchecked then: the worker is never left
+    waiting, and the first failure is the verdict."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.measurement import fresh_calls, time_call, verdict
 
     ref = _Reference(task)
-    checked, worst_abs, worst_rel = [], 0.0, 0.0
-    outputs = dict(outputs)  # each output leaves it once checked
-    for name, seed in required_outputs(task):
-        saved = outputs.pop(name, None)
-        if saved is None:  # an honest worker hands over every checked output
-            return {"ok": False, "reason": f"{name}: no output {name} was handed over"}
-        expected = ref.output(seed)
-        decided = verdict(torch, saved, expected, ref.rule)
-        # This call's memory goes before the next call's is made; the handed-over output's
-        # with its mapping, the last holder of its memfd (the session closed its own).
-        del saved, expected
-        if not decided.ok:
-            return {"ok": False, "reason": f"{name}: {decided.failure}"}
-        worst_abs = max(worst_abs, decided.max_abs)
-        worst_rel = max(worst_rel, decided.max_rel)
-        checked.append(name)
+    required = required_outputs(task)
+    if isinstance(outputs, Mapping):  # in order, up to the first one missing
+        names = [name for name, _seed in required]
+        given = names[: next((i for i, n in enumerate(names) if n not in outputs), len(names))]
+        outputs = [(name, outputs[name]) for name in given]
+    checked: list[str] = []
+    worst_abs, worst_rel = 0.0, 0.0
+    failure: str | None = None
+    for name, saved in outputs:
+        if failure is None:
+            position = len(checked)
+            want = required[position][0] if position < len(required) else None
+            if name != want:
+                failure = (
+                    f"{name}: handed over where {want or 'no further output'} was due (the "
+                    "checked outputs come once each, in order)"
+                )
+            else:
+                expected = ref.output(required[position][1])
+                decided = verdict(torch, saved, expected, ref.rule)
+                del expected
+                if decided.ok:
+                    worst_abs = max(worst_abs, decided.max_abs)
+                    worst_rel = max(worst_rel, decided.max_rel)
+                    checked.append(name)
+                else:
+                    failure = f"{name}: {decided.failure}"
+        # This output's memory goes before the next is asked for: the mapping here is its
+        # last holder (the session closed its descriptor once forwarded).
+        del saved
+    if failure is not None:
+        return {"ok": False, "reason": failure}
+    if len(checked) < len(required):
+        missing = required[len(checked)][0]
+        return {"ok": False, "reason": f"{missing}: no output {missing} was handed over"}
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
     # Rule, factor, both errors against the truth, the truth's cost (nested: the result's
     # own "reference_error" means the reference failed).
@@ -206,6 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pytest_kernelpro.optimize.sandbox.loader import add_session_path
 
     add_session_path(task.get("sys_path") or ())  # the kernel's modules, as pytest saw them
+    from pytest_kernelpro.optimize.sandbox.handles import HandleError
+
     try:
         if args.preflight:
             result = preflight(task)
@@ -214,9 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--outputs-by-handle is required unless --preflight")
             import torch
 
-            from pytest_kernelpro.optimize.sandbox.handles import receive_outputs
+            from pytest_kernelpro.optimize.sandbox.handles import stream_outputs
 
-            result = judge(task, receive_outputs(torch))
+            result = judge(task, stream_outputs(torch, acknowledge=True))
+    except HandleError as exc:  # the channel, not the reference
+        result = {"ok": False, "judge_error": f"the outputs' channel: {exc}"}
     except Exception as exc:
         from pytest_kernelpro.optimize.sandbox.checks import classify_exception
 

@@ -119,6 +119,8 @@ class WorkerSupervision:
     isolation: Isolation
     on_phase: Callable[[str], None] | None
     _inflight: int  # workers running now (evaluate_many runs several)
+    memory_now: dict[Path, tuple[float, float]]  # per process: last resident, shared MB
+    both_peak_mb: dict[Path, float]  # per worker: its peak with the judge beside it
     _inflight_lock: threading.Lock
     environment: Callable[[Path | None], dict[str, str]]
     readable_paths: Callable[[], list[Path]]
@@ -301,6 +303,14 @@ class WorkerSupervision:
             shared = resident - tree_rss_mb(proc.pid, shared=False)
             rss = resident - min(shared, handed_mb) + handed_mb
             peak_mb = max(peak_mb, rss)
+            self.memory_now[workdir] = (resident, shared)
+            judge_dir = self.handles.judge_of(workdir)
+            if judge_dir is not None:
+                # The worker and the judge beside it at once: the judge's pages of the
+                # output it maps are the handed-over bytes already counted.
+                judge_resident, judge_shared = self.memory_now.get(judge_dir, (0.0, 0.0))
+                both = rss + judge_resident - min(judge_shared, handed_mb)
+                self.both_peak_mb[workdir] = max(self.both_peak_mb.get(workdir, 0.0), both)
             peak_processes = max(peak_processes, count)
             if limits.memory_limit_mb and rss > limits.memory_limit_mb:
                 killed = "memory"
@@ -312,7 +322,8 @@ class WorkerSupervision:
                 next_disk_check = now + 0.5
                 if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
                     killed = "disk"
-            elif now > deadline:
+            # The judge's checks while the worker waits for them are not the candidate's time.
+            elif now > deadline + self.handles.judge_time_s(workdir):
                 killed = "timeout"
             elif os.path.lexists(result_path):
                 # The worker exits right after writing; give it a moment, then stop waiting.
@@ -330,6 +341,7 @@ class WorkerSupervision:
             marks["timed"] = marks["timing_last"]
         kill_group(proc)  # also stray children of a worker that exited on its own
         proc.wait()
+        self.memory_now.pop(workdir, None)
         # The worker may have moved on since the last poll: the file has its final phase.
         return killed, last_phase(progress_path) or phase, peak_mb
 

@@ -12,8 +12,10 @@ the user's problem and stops the search (`_reference_error`).
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -38,10 +40,20 @@ class WorkerClaims:
     # The launch of a sandboxed process (`supervise.WorkerSupervision._launch`).
     _launch: Callable[..., ProcessRun]
 
-    def _run_judge(self, outputs: Received | None, *, retime: bool = False) -> dict[str, Any]:
-        """Run judge.py (no candidate code) in a fresh sandboxed process, the worker's
-        `outputs` forwarded to it by handle; its JSON result."""
+    def _start_judge(self, worker_dir: Path) -> JudgeBeside:
+        """A judge started beside the worker of `worker_dir`, checking each output as the
+        worker hands it over (`JudgeBeside`)."""
         judgedir = self.standbys.scratch_dir("kernelpro-judge-", judge=True)
+        self.handles.stream(worker_dir, judgedir)
+        return JudgeBeside(self, worker_dir, judgedir)
+
+    def _run_judge(
+        self, outputs: Received | None, *, retime: bool = False, streamed: Path | None = None
+    ) -> dict[str, Any]:
+        """Run judge.py (no candidate code) in a fresh sandboxed process, the worker's
+        `outputs` forwarded to it by handle (or, `streamed`: in that directory, fed by the
+        session's relay while the worker runs); its JSON result."""
+        judgedir = streamed or self.standbys.scratch_dir("kernelpro-judge-", judge=True)
         if outputs is not None:
             self.handles.forward(judgedir, outputs)
         try:
@@ -55,7 +67,7 @@ class WorkerClaims:
                 str(judgedir / "task.json"),
                 "--result",
                 str(judgedir / "judge.json"),
-                "--outputs-by-handle" if outputs is not None else "--preflight",
+                "--outputs-by-handle" if outputs is not None or streamed else "--preflight",
             ]
             run = self._launch(
                 command, judgedir, judgedir / "progress.log", judgedir / "judge.json"
@@ -84,9 +96,12 @@ class WorkerClaims:
             f"(class Model, get_inputs, get_init_inputs).\n{verdict.get('traceback', '')}"
         )
 
-    def _judged(self, evaluation: Evaluation, outputs: Received) -> Evaluation:
-        """The worker's "correct" is a claim: the judge checks its saved outputs and times
-        the reference; the speedup is the judge's reference time over the candidate's."""
+    def _judged(
+        self, evaluation: Evaluation, outputs: Received, beside: JudgeBeside | None = None
+    ) -> Evaluation:
+        """The worker's "correct" is a claim: the judge checks its saved outputs (`beside`:
+        the judge that checked them as they came) and times the reference; the speedup is the
+        judge's reference time over the candidate's."""
         if outputs.refused is not None:  # an honest worker's outputs always pass
             return Evaluation(
                 status="cheat",
@@ -98,8 +113,9 @@ class WorkerClaims:
                 wall_s=evaluation.wall_s,
             )
         started = time.perf_counter()
-        verdict = self._run_judge(outputs)
-        # The judge's own process (the search's wall split counts it as the check's).
+        verdict = beside.finish(judged=True) if beside is not None else self._run_judge(outputs)
+        # The judge's time after the worker ended (the search's wall split counts it as the
+        # check's); a judge beside the worker checked its outputs while it waited.
         evaluation.metrics["judge_s"] = time.perf_counter() - started
         evaluation.metrics["judge_peak_mb"] = verdict.get("peak_mb")
         # A failed judge names the reference's exception in "reference_error"; a passing one
@@ -164,6 +180,35 @@ class WorkerClaims:
             f"({str(evaluation.reason or '')[:200]})",
             build_log=evaluation.build_log,
         )
+
+
+class JudgeBeside:
+    """A judge process started with its worker: the session forwards each output the worker
+    hands over as it comes (`handles.Relay`), the judge checks it and drops it, and the
+    worker, waiting meanwhile, makes the next one (`harness._Pipeline.await_judge`); the
+    session so holds one checked output at a time, not all of them. Once the worker ended,
+    `finish(judged=True)` lets the judge decide and time the reference; `finish(judged=False)`
+    shuts its channel (it ends without a verdict that counts)."""
+
+    def __init__(self, claims: WorkerClaims, worker_dir: Path, judgedir: Path) -> None:
+        self.claims, self.worker_dir = claims, worker_dir
+        self.verdict: dict[str, Any] = {"ok": False, "judge_error": "the judge never ran"}
+        self._thread = threading.Thread(
+            target=self._run, args=(judgedir,), daemon=True, name="kernelpro-judge"
+        )
+        self._thread.start()
+
+    def _run(self, judgedir: Path) -> None:
+        try:
+            self.verdict = self.claims._run_judge(None, streamed=judgedir)
+        except BaseException as exc:  # never into the search: the verdict says so
+            self.verdict = {"ok": False, "judge_error": f"the judge's launch failed: {exc!r}"}
+
+    def finish(self, *, judged: bool) -> dict[str, Any]:
+        """The worker ended: the judge's verdict once it has one (`judged`), or its end."""
+        self.claims.handles.end_stream(self.worker_dir, judged=judged)
+        self._thread.join()
+        return self.verdict
 
 
 def positive(value: Any) -> float | None:

@@ -61,6 +61,28 @@ ATTACKS = {
     "if found:\n"
     "    raise RuntimeError(f'REACHED {found}')\n",
 }
+# Hand-overs the judge beside the worker must catch as each output comes: the candidate
+# rewrites what the harness hands over (its own check in the worker passed on the real output).
+HAND = "from pytest_kernelpro.optimize.sandbox import handles as _handles, judge as _judge\n_hand = _judge.save_output\n"
+JUDGED_ATTACKS = {
+    # A good trial-1, then a bad trial-2 (the worker's own comparison saw the good one).
+    "bad later output": HAND + "def _save(name, output):\n"
+    "    return _hand(name, output + 1 if name == 'trial-2' else output)\n"
+    "_judge.save_output = _save\n",
+    # A good trial-1 handed over, then a bad one under the same name.
+    "good then bad": HAND + "def _save(name, output):\n"
+    "    kept = _hand(name, output)\n"
+    "    if name == 'trial-1':\n"
+    "        _hand(name, output + 1)\n"
+    "    return kept\n"
+    "_judge.save_output = _save\n",
+    # Outputs handed over under each other's names, without waiting for the judge.
+    "out of order": HAND + "_swap = {'trial-2': 'trial-3', 'trial-3': 'trial-2'}\n"
+    "_judge.save_output = lambda name, output: _hand(_swap.get(name, name), output)\n"
+    "_handles.await_checked = lambda name, channel=None: None\n",
+    # Never waits for the judge: every output must still be checked.
+    "impatient": HAND + "_handles.await_checked = lambda name, channel=None: None\n",
+}
 # Hands over trial 1's output, then hangs in trial 2 until the run timeout kills it.
 HANGS = CORRECT.replace(
     "    def forward(self, x):\n",
@@ -82,7 +104,7 @@ def world() -> dict[str, object]:
     # Two at a time, in this order: the hang holds its trial-1 output in one slot for the whole
     # run timeout while the other slot evaluates the honest candidate, then the memory scan
     # (which so runs while the session holds another evaluation's outputs), then the rest.
-    attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS}
+    attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS, **JUDGED_ATTACKS}
     names = ["hangs", "honest", *attacks]
     codes = [HANGS, CORRECT, *(attack + "\n" + CORRECT for attack in attacks.values())]
     try:
@@ -131,7 +153,7 @@ def test_nothing_outlives_the_evaluations_not_even_a_killed_workers(world) -> No
     ("name", "says"),
     [
         ("unsealed", "the memfd is not sealed against writes"),
-        ("pre-empted", "output trial-1 leaf 0 sent twice"),
+        ("pre-empted", "output trial-1 leaf 0 sent after its end"),
         ("a file", "not a sealed memfd"),
     ],
 )
@@ -141,6 +163,47 @@ def test_a_forged_handle_is_refused_and_the_candidate_not_believed(world, name, 
     assert ev.reason.startswith("result not confirmed: the outputs it handed over were refused")
     assert says in ev.reason
     assert ev.speedup is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("bad later output", "(trial-2: "),
+        ("out of order", "(trial-3: handed over where trial-2 was due"),
+    ],
+)
+def test_an_output_checked_as_it_comes_is_checked_against_the_judges_reference(
+    world, name, says
+) -> None:
+    """The judge beside the worker compares each handed-over output, in order, with the
+    reference it computes itself: a good first output does not carry a bad later one."""
+    ev = _ev(world, name)
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert "differ from the reference computed in a trusted process" in ev.reason
+    assert says in ev.reason
+    assert ev.speedup is None
+
+
+@pytest.mark.slow
+def test_a_good_output_then_a_bad_one_under_its_name_is_refused(world) -> None:
+    ev = _ev(world, "good then bad")
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert "refused (output trial-1 leaf 0 sent after its end)" in ev.reason
+
+
+@pytest.mark.slow
+def test_a_worker_that_does_not_wait_for_the_judge_is_still_judged_on_every_output(world) -> None:
+    ev = _ev(world, "impatient")
+    assert ev.status == "correct", (ev.reason, ev.logs[-2000:])
+    verified = ev.correctness["verified_by"]
+    assert verified.startswith("judge: outputs of trial-1, trial-2, trial-3, inplace, after-timing")
+
+
+@pytest.mark.slow
+def test_the_session_holds_one_checked_output_at_a_time(world) -> None:
+    ev = _ev(world, "honest")
+    assert ev.metrics["held_outputs_peak_bytes"] == 16 * 64 * 4  # one output's bytes
 
 
 @pytest.mark.slow
@@ -165,11 +228,12 @@ def test_a_problem_too_large_is_refused_before_any_worker_with_the_numbers() -> 
         evaluator.close()
     text = str(caught.value)
     # Input 8192x4096 and output 8192x4096, fp32: 128 MiB each; the peak is the worker's
-    # timing (5 inputs, 8.25 outputs, a quarter more) and the fixed 544 MiB: 2.07 + 0.53 GiB.
+    # timing (5 inputs, 4.25 outputs, two fifths more) and the fixed 928 MiB (the worker's
+    # and the judge's interpreters): 1.62 + 0.91 GiB.
     assert "'big_softmax' is too large" in text
     assert "one call's inputs take 0.12 GiB and its output 0.12 GiB" in text
-    assert "holds up to 2.60 GiB at its peak (the worker's timing phase: 5 copies" in text
-    assert "8.25 of the output, a quarter more for what the table misses, and 0.53 GiB" in text
+    assert "holds up to 2.52 GiB at its peak (the worker's timing phase: 5 copies" in text
+    assert "4.25 of the output, two fifths more for what the table misses, and 0.91 GiB" in text
     assert "memory limit is 0.50 GiB" in text
 
 

@@ -14,6 +14,7 @@ import mmap
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -258,7 +259,7 @@ def test_an_output_sent_twice_is_refused(tmp_path: Path) -> None:
     send_output(torch, "trial-1", [torch.ones(4)], channel=worker)
     worker.close()
     received = channels.finish(tmp_path)
-    assert received.refused == "output trial-1 leaf 0 sent twice"
+    assert received.refused == "output trial-1 leaf 0 sent after its end"
     received.close()
 
 
@@ -284,3 +285,168 @@ def test_a_judge_whose_session_closed_early_fails(tmp_path: Path) -> None:
     with pytest.raises(HandleError, match="before the end message"):
         receive_outputs(torch, channel=judge_end)
     judge_end.close()
+
+
+# ----- a judge beside the worker: each output relayed as it comes (`handles.Relay`) -----
+
+
+def streamed(tmp_path: Path) -> tuple[HandleChannels, socket.socket, socket.socket, Path]:
+    """A session relaying the worker of `tmp_path/worker` to the judge of `tmp_path/judge`;
+    (channels, the worker's end, the judge's end, the worker's directory)."""
+    channels = HandleChannels(2**30)
+    worker_dir, judge_dir = tmp_path / "worker", tmp_path / "judge"
+    channels.stream(worker_dir, judge_dir)
+    ours, worker = handles.socket_pair()
+    channels.open(worker_dir, ours)
+    ours, judge_end = handles.socket_pair()
+    channels.open(judge_dir, ours)
+    return channels, worker, judge_end, worker_dir
+
+
+def _wait_for(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_each_output_reaches_the_judge_when_whole_and_counts_until_the_judge_checked_it(
+    tmp_path: Path,
+) -> None:
+    before = memfds()
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        outputs = handles.stream_outputs(torch, judge_end, acknowledge=True)
+        send_output(torch, "trial-1", [torch.full((64, 64), 2.0), 3], channel=worker)
+        name, leaves = next(outputs)  # arrives before the worker has made the next one
+        assert name == "trial-1"
+        assert torch.equal(leaves[0], torch.full((64, 64), 2.0))
+        assert leaves[1] == 3
+        assert channels.held_bytes(worker_dir) == 64 * 64 * 4  # counted: not checked yet
+        _wait_for(lambda: len(memfds()) == len(before), "the session kept its descriptor")
+        del leaves
+        send_output(torch, "trial-2", [torch.ones(8)], channel=worker)
+        # Asking for the next output is the word that this one is checked and dropped.
+        name, leaves = next(outputs)
+        handles.await_checked("trial-1", channel=worker)
+        assert name == "trial-2"
+        assert channels.held_bytes(worker_dir) == 8 * 4  # trial-1's bytes left the count
+        assert channels.judge_time_s(worker_dir) > 0  # the worker's wait: not its run time
+        assert mapped_outputs() == 1  # trial-2's; trial-1's memory is gone
+        channels.end_stream(worker_dir, judged=True)
+        assert list(outputs) == []  # the end message: nothing more
+        handles.await_checked("trial-2", channel=worker)
+        assert channels.held_bytes(worker_dir) == 0
+        del leaves
+        gc.collect()
+        assert mapped_outputs() == 0
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
+    assert memfds() == before
+
+
+def test_only_the_judges_word_frees_an_output_not_the_workers(tmp_path: Path) -> None:
+    """A worker that says "checked" itself frees nothing and hears nothing: the count and the
+    wait are the judge's."""
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        outputs = handles.stream_outputs(torch, judge_end, acknowledge=True)
+        send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+        raw_send(worker, {"checked": "trial-1"}, [])
+        name, _leaves = next(outputs)
+        time.sleep(0.2)
+        assert channels.held_bytes(worker_dir) == 16 * 4
+        worker.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            worker.recv(100)  # the session said nothing to the worker
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
+
+
+def test_a_stream_ended_without_a_verdict_shuts_the_judges_channel(tmp_path: Path) -> None:
+    before = memfds()
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+        channels.end_stream(worker_dir, judged=False)  # the worker ended wrong
+        with pytest.raises(HandleError, match="the session closed the channel"):
+            list(handles.stream_outputs(torch, judge_end, acknowledge=True))
+        handles.await_checked("trial-1", channel=worker)  # nobody left waiting
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
+    gc.collect()
+    assert memfds() == before
+
+
+def test_a_judge_that_dies_leaves_no_worker_waiting(tmp_path: Path) -> None:
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+        relay = channels._relays[worker_dir]
+        _wait_for(lambda: "trial-1" in relay.pending, "trial-1 not forwarded")
+        judge_end.close()  # killed before it checked anything
+        handles.await_checked("trial-1", channel=worker)
+        assert channels.held_bytes(worker_dir) == 0
+        send_output(torch, "trial-2", [torch.ones(16)], channel=worker)  # kept, told at once
+        handles.await_checked("trial-2", channel=worker)
+    finally:
+        worker.close()
+        channels.close()
+
+
+def test_without_a_judge_beside_it_the_worker_hears_at_once_and_the_outputs_are_kept(
+    tmp_path: Path,
+) -> None:
+    channels, worker = session(tmp_path)
+    send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+    handles.await_checked("trial-1", channel=worker)
+    send_output(torch, "trial-2", [torch.ones(16)], channel=worker)
+    handles.await_checked("trial-2", channel=worker)
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert list(received.outputs) == ["trial-1", "trial-2"]  # for a judge started after
+    assert received.peak_nbytes == 2 * 64
+    received.close()
+
+
+def test_an_output_whose_end_names_other_leaves_is_refused(tmp_path: Path) -> None:
+    channels, worker = session(tmp_path)
+    line = {"output": "trial-1", "leaf": 0, "kind": "value", "value": 1}
+    raw_send(worker, line, [])
+    raw_send(worker, {"sent": "trial-1", "leaves": 2}, [])  # one leaf was sent, not two
+    handles.await_checked("trial-1", channel=worker)  # answered all the same
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert received.refused == "output trial-1: 2 leaves said, others sent"
+    received.close()
+
+
+def test_the_judges_time_counts_only_while_it_holds_an_output(tmp_path: Path) -> None:
+    """The worker's run timeout leaves out the time it waited for the judge: counted from an
+    output's forwarding to the judge's word, and not while nothing is at the judge."""
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        assert channels.judge_time_s(worker_dir) == 0.0
+        outputs = handles.stream_outputs(torch, judge_end, acknowledge=True)
+        send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+        next(outputs)
+        relay = channels._relays[worker_dir]
+        assert relay.busy_since is not None  # at the judge: counting
+        channels.end_stream(worker_dir, judged=True)
+        assert list(outputs) == []
+        handles.await_checked("trial-1", channel=worker)
+        assert relay.busy_since is None
+        counted = relay.judge_time_s()
+        assert counted > 0
+        time.sleep(0.05)
+        assert relay.judge_time_s() == counted  # nothing at the judge: not counting
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()

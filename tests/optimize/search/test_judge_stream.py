@@ -1,0 +1,90 @@
+"""The judge checking outputs as they come (`judge.judge` over `handles.stream_outputs`):
+each against the reference it computes itself, in the order of `required_outputs`, each once;
+every output is taken even after one failed. Plain unit tests in this process (the real
+path, a judge beside a sandboxed worker: test_handle_sandbox.py)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pytest_kernelpro.optimize.sandbox import judge
+
+torch = pytest.importorskip("torch")
+
+REFERENCE = (
+    "import torch\nfrom torch import nn\n\n\nclass Model(nn.Module):\n"
+    "    def forward(self, x):\n        return torch.softmax(x, dim=-1)\n\n\n"
+    "def get_inputs():\n    return [torch.randn(8, 32)]\n\n\ndef get_init_inputs():\n    return []\n"
+)
+TASK: dict[str, Any] = {
+    "reference": REFERENCE,
+    "device": "cpu",
+    "seed": 42,
+    "correct_trials": 3,
+    "timing": {"warmup_ms": 1.0, "max_time_s": 0.02, "min_samples": 5, "max_samples": 10},
+    "cpu_threads": 1,
+}
+
+
+def honest() -> list[tuple[str, list[Any]]]:
+    """The reference's own outputs for every checked call, in order."""
+    ref = judge._Reference(TASK)
+    try:
+        return [(name, ref.output(seed)) for name, seed in judge.required_outputs(TASK)]
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+
+
+def run(outputs: list[tuple[str, list[Any]]]) -> tuple[dict[str, Any], int]:
+    """The judge's verdict and how many outputs it took from the stream."""
+    taken = 0
+
+    def stream() -> Iterator[tuple[str, list[Any]]]:
+        nonlocal taken
+        for item in outputs:
+            taken += 1
+            yield item
+
+    try:
+        return judge.judge(TASK, stream()), taken
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+
+
+def test_honest_outputs_as_they_come_pass_and_each_is_checked() -> None:
+    outputs = honest()
+    verdict, taken = run(outputs)
+    assert verdict["ok"], verdict
+    assert verdict["checked"] == [name for name, _ in outputs]
+    assert taken == len(outputs) == 5
+
+
+def test_a_bad_later_output_fails_and_the_rest_are_still_taken() -> None:
+    outputs = honest()
+    name, leaves = outputs[2]
+    outputs[2] = (name, [leaves[0] + 0.5])
+    verdict, taken = run(outputs)
+    assert not verdict["ok"]
+    assert verdict["reason"].startswith("trial-3: ")
+    assert taken == 5  # the worker waiting for the judge's word is never left waiting
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        (lambda o: [o[0], o[2], o[1], *o[3:]], "trial-3: handed over where trial-2 was due"),
+        (lambda o: [o[0], o[0], *o[1:]], "trial-1: handed over where trial-2 was due"),
+        (lambda o: [*o, o[-1]], "after-timing: handed over where no further output was due"),
+        (lambda o: [("trial-0", o[0][1]), *o], "trial-0: handed over where trial-1 was due"),
+        (lambda o: o[:-1], "after-timing: no output after-timing was handed over"),
+    ],
+    ids=["swapped", "repeated", "one too many", "unknown name", "one missing"],
+)
+def test_outputs_out_of_order_repeated_unknown_or_missing_fail(change, says) -> None:
+    verdict, _ = run(change(honest()))
+    assert not verdict["ok"]
+    assert verdict["reason"].startswith(says), verdict["reason"]
