@@ -117,6 +117,27 @@ def test_a_budget_too_short_for_the_floor_is_overrun_and_says_so() -> None:
     assert f"{CPU_MIN_SAMPLES_FLOOR} samples" in result.budget_note
 
 
+def test_a_kernel_too_slow_for_the_floor_in_the_budget_is_no_overrun() -> None:
+    """0.3 s calls and a 1 s budget: the floor of 5 samples is the kernel's own need (a slow
+    kernel, the normal state of a large problem on a CPU), so no note; the time stays within
+    that need."""
+    result, spent, _ = simulate(0.3, 0.0, 1.0, noisy=False)
+    assert result.stats.n == CPU_MIN_SAMPLES_FLOOR
+    assert spent > 1.0 * (1.0 + BUDGET_TOLERANCE)
+    assert result.budget_note == ""
+    assert spent <= (1.0 + BUDGET_TOLERANCE) * (0.3 + (2 + CPU_MIN_SAMPLES_FLOOR) * 0.3)
+
+
+def test_a_slow_kernel_with_a_slower_flush_still_says_the_flush_overran() -> None:
+    """The attack on that rule: a slow kernel must not hide what the timer added. 0.3 s
+    calls and a 0.4 s flush per sample: past the kernel's own need, the flush is named."""
+    result, _, _ = simulate(0.3, 0.4, 1.0, noisy=False)
+    assert result.stats.n == CPU_MIN_SAMPLES_FLOOR
+    assert "overrun" in result.budget_note
+    assert "the cache flush (0 MiB) 400 ms" in result.budget_note
+    assert "Use --kernelpro-cpu-flush=off or a larger budget" in result.budget_note
+
+
 def test_an_overrun_by_a_slow_first_call_names_the_first_call() -> None:
     """The attack on the note: a budget overrun by the first call (a compile, a lazy load)
     must not be blamed on the flush or the samples."""

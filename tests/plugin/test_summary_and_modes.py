@@ -264,11 +264,15 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"kernelpro (pytest-kernelpro) {__version__}"
 
 
-def test_a_budget_too_short_for_the_floor_is_said_in_the_summary(
+def test_a_kernel_whose_floor_needs_more_than_the_budget_takes_it_without_a_note(
     kp_project: pytest.Pytester,
 ) -> None:
-    """A 30 ms kernel under a 0.02 s budget: the floor of 5 samples alone takes 0.15 s (a
-    sleep only ever lasts longer under load), so the overrun is certain and must be said."""
+    """A 200 ms kernel under a 0.02 s budget: the floor of 5 samples alone takes 1 s. That
+    is the kernel's own need (a slow kernel is no condition of the machine to warn about):
+    the floor is taken and no overrun line is printed, by default or under -v. What the timer
+    adds past that need is named (tests/measure/test_timing_budget.py, on a simulated clock;
+    the summary's line for it: tests/gate/test_quiet_and_loud.py). A kernel this slow leaves
+    the timer's own part of a sample (tens of ms under heavy load) inside the tolerance."""
     kp_project.makepyfile(
         test_k="""
 import time, pytest, torch
@@ -277,7 +281,7 @@ def inp(device):
     return (torch.ones(4, device=device),)
 
 def slow(x):
-    time.sleep(0.03)
+    time.sleep(0.2)
     return x.clone()
 
 @pytest.mark.kernelpro(reference=lambda x: x.clone(), inputs=inp)
@@ -286,18 +290,10 @@ def copy(x):
 """
     )
     args = ("--kernelpro-time-budget=0.02", "--kernelpro-cpu-flush=off")
-    result = kp_project.runpytest(*args)
-    result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(
-        ["kernelpro: 1 CPU timing(s) overran the time budget (copy); -v says why; "
-         "--kernelpro-time-budget"]
-    )  # fmt: skip
-    result = kp_project.runpytest(*args, "-v")
-    result.stdout.fnmatch_lines(
-        ["kernelpro: 1 CPU timing(s) overran the time budget (copy): the time budget of 0.02 s "
-         "was overrun*a sample took*the kernel 3* ms*Use a larger budget (--kernelpro-time-budget "
-         "of at least*"]
-    )  # fmt: skip
+    for extra in ((), ("-v",)):
+        result = kp_project.runpytest(*args, *extra)
+        result.assert_outcomes(passed=1)
+        assert "overran the time budget" not in result.stdout.str()
     timing = records_by_name(kp_project)["copy"]["timing"]
     assert timing["stats"]["n"] == 5
-    assert "overrun" in timing["budget_note"]
+    assert not timing["budget_note"]
