@@ -288,6 +288,24 @@ def test_cpu_time_of_other_threads_between_the_timed_calls_is_named() -> None:
     assert loud.failure(2) is None  # torch's own workers may run then
 
 
+def test_background_threads_of_the_process_are_not_a_kernels_work_moved_out() -> None:
+    """The honest case CI met: a tiny kernel (4.1 ms of timed calls in all), 644 ms of gaps
+    (refills and flushes), 2.9 ms of other threads' CPU in them (pytest-xdist's channel
+    reader at 0.45% of the gaps) was refused. A background rate of the gaps is allowed; the
+    attack, a thread busy for a share of each gap that a moved-out kernel needs, is not."""
+    from pytest_kernelpro.measure.timing.on_cpu import OtherThreads
+
+    background = OtherThreads(other_s=2.9e-3, gap_s=0.6439, kernel_s=4.1e-3)
+    assert background.failure(1) is None
+    # The attack: the next output computed in another thread during each gap (a fifth of
+    # every gap busy), the timed calls left with almost nothing to do.
+    moved_out = OtherThreads(other_s=0.129, gap_s=0.6439, kernel_s=0.4e-3)
+    assert "other threads of the process used 129.0 ms" in (moved_out.failure(1) or "")
+    # Twice the background rate with a tiny kernel: refused (the rate is a ceiling).
+    twice = OtherThreads(other_s=2 * 0.01 * 0.6439, gap_s=0.6439, kernel_s=1e-4)
+    assert twice.failure(1) is not None
+
+
 def test_the_timers_own_clock_reads_are_not_another_threads_time_and_warm_up_is_not_gated() -> None:
     """A microsecond kernel gets thousands of samples: the reads of the process and thread
     clocks around each gap must not charge this thread's own time between them to "other

@@ -244,9 +244,14 @@ def cpu_pairs(budget: Any, clock: Callable[[], float] = bound.perf_counter) -> C
 # A kernel's thread could wait for the refill and compute the next output while the cache is
 # flushed, outside the timed window. With one torch thread (the default policy) nothing else
 # of this process should run then: CPU time of other threads there beyond this share of the
-# kernel's own time (and `OTHER_THREADS_MIN_S`) refuses the timing.
+# kernel's own time (and `OTHER_THREADS_MIN_S`) refuses the timing. The process's own
+# threads (pytest-xdist's channel reader taking the next tests, a logging handler) use a
+# little CPU whatever the kernel does: up to `OTHER_THREADS_BACKGROUND` of the gaps' wall
+# time is theirs. Work moved out of the timed window shows as a busy thread for the gap
+# (a cache flush and a refill per call), far above that rate.
 OTHER_THREADS_SHARE = 0.5
 OTHER_THREADS_MIN_S = 1e-3
+OTHER_THREADS_BACKGROUND = 0.01
 
 
 @dataclass
@@ -266,7 +271,8 @@ class OtherThreads:
     def failure(self, threads: int | None) -> str | None:
         if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
             return None
-        if self.other_s <= max(OTHER_THREADS_MIN_S, OTHER_THREADS_SHARE * self.kernel_s):
+        allowed = OTHER_THREADS_SHARE * self.kernel_s + OTHER_THREADS_BACKGROUND * self.gap_s
+        if self.other_s <= max(OTHER_THREADS_MIN_S, allowed):
             return None
         return (
             f"other threads of the process used {self.other_s * 1e3:.1f} ms of CPU between "
