@@ -148,9 +148,9 @@ def _run_limited(
         _start_cuda(device)
     with _cpu_threads(device, session.settings.cpu_threads) as threads:
         device_model = _device_model(session, item, device) if device is not None else None
-        setup_s = round(time.perf_counter() - setup_started, 1)
-        if setup_s:  # a probe or a new CUDA context (a cache read rounds to nothing)
-            record.extra["machine_setup_s"] = setup_s
+        setup_s = time.perf_counter() - setup_started
+        if round(setup_s, 1):  # a probe or a new CUDA context (a cache read rounds to nothing)
+            record.extra["machine_setup_s"] = round(setup_s, 3)
         with item_time_limit(limit.value, message, on_native_hang):
             device = _usable_device(session, choice)
             assert device_model is not None

@@ -109,6 +109,11 @@ def overrun_note(
     )
 
 
+def sample_floor(budget: TimingBudget) -> int:
+    """The samples a CPU timing never gives up for its budget."""
+    return min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
+
+
 def _repeated(fn: Callable[[], object], calls: int) -> Callable[[], object]:
     """`fn` itself for one call a sample, else a body making `calls` calls (the last output)."""
     if calls == 1:
@@ -242,7 +247,7 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
     out = None
     spent.first_call_s = plan_clock() - spent.start
     deadline = spent.start + budget.max_time_s
-    floor = min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
+    floor = sample_floor(budget)
     warmup_s = min(budget.warmup_ms * 1e-3, CPU_WARMUP_SHARE * budget.max_time_s)
     warm_end = plan_clock() + warmup_s  # after the first call: a compile is no warm-up
     per_calls: list[float] = []
@@ -272,7 +277,7 @@ def _sampling_rounds(sampler: CpuSampler, budget: TimingBudget, spent: Spent) ->
     when the machine gets busier)."""
     plan_clock = sampler.plan_clock
     deadline = spent.start + budget.max_time_s
-    floor = min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
+    floor = sample_floor(budget)
     spent.sampling_start = plan_clock()
     left = max(deadline - spent.sampling_start, 0.0)
     sample_wall = spent.sample_wall_s
@@ -313,7 +318,7 @@ def _budget_note(
     import numpy as np
 
     used = sampler.plan_clock() - spent.start
-    floor = min(CPU_MIN_SAMPLES_FLOOR, budget.min_samples)
+    floor = sample_floor(budget)
     own_need_s = spent.first_call_s + (2 + floor) * spent.per_call_s * sampler.calls
     if used <= (1.0 + BUDGET_TOLERANCE) * max(budget.max_time_s, own_need_s):
         return ""
