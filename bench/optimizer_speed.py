@@ -215,7 +215,9 @@ def step_search(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
         "--kernelpro-optimize=5", "--kernelpro-llm=replay:replays", "--kernelpro-feedback=none",
         "--kernelpro-candidates=1", f"--kernelpro-device={args.device}",
     ]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    # The tree first, the caller's path kept: on the device machine it holds the entry points.
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=path, PYTHONUNBUFFERED="1")
     started = time.monotonic()
     timeout = max(30.0, deadline - time.monotonic())
     try:
