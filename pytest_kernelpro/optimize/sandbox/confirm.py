@@ -18,7 +18,8 @@ the search profiled it. Two checks, each of which disqualifies:
    tolerance is a *disagreement*, never "confirmed": the two timings do not measure the same
    thing (a CPU softmax winner re-timed at 11.28 µs, 0.05x the search's 234.7 µs, had been
    reported as confirmed within a 3.0x tolerance). The winner stays; its record says
-   `agreement: "disagreement"` with both numbers.
+   `agreement: "disagreement"` with both numbers. A re-timing too slow is repeated once in
+   another fresh worker before it disqualifies (`confirm_winner.RETIMINGS`).
 2. **ncu.** ncu measures each of the candidate's kernels from its own process
    (`gpu__time_duration.sum`, caches flushed, launches serialized). The sum over the
    profiled kernels of one call (`analysis.evaluator.ncu_gpu_time_s`, which the profiling

@@ -19,6 +19,12 @@ from pytest_kernelpro.optimize.sandbox.task import SandboxLimits
 from pytest_kernelpro.optimize.sandbox.worker_claims import positive
 from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
+# A re-timing slower than the tolerance is repeated once in another fresh worker before it
+# disqualifies, and the later one decides: a load spike on a shared machine can slow one
+# process by more than the CPU tolerance, while a search time that was not real is slow in
+# every fresh process.
+RETIMINGS = 2
+
 
 class WinnerConfirmation:
     """The winner's confirmation for `SandboxEvaluator`. What it uses of the evaluator is
@@ -50,7 +56,49 @@ class WinnerConfirmation:
         """
         if evaluation.status != "correct":
             return evaluation
-        claimed = positive((evaluation.timing.get("candidate") or {}).get("median_s"))
+        claimed = positive((evaluation.timing.get("candidate") or {}).get("median_s")) or 0.0
+        # Set by the profiling evaluator (optimize/candidate_profile/evaluator.py) for a
+        # profiled candidate.
+        ncu_s = positive((evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s"))
+        earlier: list[dict[str, Any]] = []
+        for attempt in range(RETIMINGS):
+            ran = self._retime_once(candidate)
+            if isinstance(ran, str):
+                return disqualified(evaluation, ran)
+            raw = dict(ran.timing.get("retimed") or {})
+            samples = raw.get("samples_s")
+            outcome = confirm_timing(
+                claimed,
+                samples if isinstance(samples, list) else [],
+                device_kind="cuda" if self._needs_cuda() else "cpu",
+                tolerance=self.limits.confirm_tolerance,
+                ncu_s=ncu_s,
+                method=str(raw.get("method") or ""),
+            )
+            if outcome.ok or not too_slow(outcome.record) or attempt == RETIMINGS - 1:
+                break
+            earlier.append(outcome.record)
+        # No reference time: the judge checks the re-timed output only (the speedups are the
+        # final re-measurement's, interleaved with the current kernel and the reference).
+        confirmed = {
+            **outcome.record,
+            "warmup_runs": raw.get("warmup_runs"),
+            "honesty": raw.get("honesty"),
+        }
+        if earlier:
+            confirmed["earlier_retimings"] = earlier
+        if not outcome.ok:
+            refused = disqualified(evaluation, outcome.reason)
+            refused.timing["confirmation"] = confirmed
+            return refused
+        if outcome.reason:  # a disagreement the winner survives (confirm.py)
+            confirmed["reason"] = outcome.reason
+        evaluation.timing["confirmed"] = confirmed
+        return evaluation
+
+    def _retime_once(self, candidate: Candidate) -> Evaluation | str:
+        """One re-timing in a fresh sandboxed worker, its output checked by the judge: the
+        worker's evaluation, or why the candidate is disqualified."""
         # In the pool's area, as an evaluation's: the judge (a standby started ahead) reads
         # outputs only there.
         workdir = self.standbys.scratch_dir("kernelpro-retime-")
@@ -66,9 +114,7 @@ class WinnerConfirmation:
             retimed = self._run_seeded(candidate.code, workdir)
             outputs = self.handles.finish(workdir)
             if retimed.status != "correct":
-                return disqualified(
-                    evaluation, f"timing not confirmed: the re-timing run failed ({retimed.reason})"
-                )
+                return f"timing not confirmed: the re-timing run failed ({retimed.reason})"
             verdict = self._run_judge(outputs, retime=True)
         finally:
             outputs.close()
@@ -79,37 +125,8 @@ class WinnerConfirmation:
                 or verdict.get("reference_error")
                 or verdict.get("judge_error")
             )
-            return disqualified(
-                evaluation,
-                f"timing not confirmed: the output of the re-timed kernel is wrong ({why})",
-            )
-        raw = dict(retimed.timing.get("retimed") or {})
-        samples = raw.get("samples_s")
-        # Set by the profiling evaluator (optimize/candidate_profile/evaluator.py) for a profiled candidate.
-        ncu_s = positive((evaluation.metrics.get("profile") or {}).get("ncu_gpu_time_s"))
-        outcome = confirm_timing(
-            claimed or 0.0,
-            samples if isinstance(samples, list) else [],
-            device_kind="cuda" if self._needs_cuda() else "cpu",
-            tolerance=self.limits.confirm_tolerance,
-            ncu_s=ncu_s,
-            method=str(raw.get("method") or ""),
-        )
-        # No reference time: the judge checks the re-timed output only (the speedups are the
-        # final re-measurement's, interleaved with the current kernel and the reference).
-        confirmed = {
-            **outcome.record,
-            "warmup_runs": raw.get("warmup_runs"),
-            "honesty": raw.get("honesty"),
-        }
-        if not outcome.ok:
-            refused = disqualified(evaluation, outcome.reason)
-            refused.timing["confirmation"] = confirmed
-            return refused
-        if outcome.reason:  # a disagreement the winner survives (confirm.py)
-            confirmed["reason"] = outcome.reason
-        evaluation.timing["confirmed"] = confirmed
-        return evaluation
+            return f"timing not confirmed: the output of the re-timed kernel is wrong ({why})"
+        return retimed
 
 
 def disqualified(evaluation: Evaluation, reason: str) -> Evaluation:
@@ -123,3 +140,9 @@ def disqualified(evaluation: Evaluation, reason: str) -> Evaluation:
         logs=evaluation.logs,
         wall_s=evaluation.wall_s,
     )
+
+
+def too_slow(record: dict[str, Any]) -> bool:
+    """Did a re-timing fail for being slower than the tolerance (not for ncu's bound)?"""
+    ratio, tolerance = record.get("ratio"), record.get("tolerance")
+    return isinstance(ratio, float) and isinstance(tolerance, float) and ratio > tolerance

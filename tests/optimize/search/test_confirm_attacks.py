@@ -80,3 +80,33 @@ def test_a_candidate_that_skips_its_work_only_when_confirmed_is_disqualified() -
         "timing not confirmed: the re-timing run failed (refused while re-timed: timed call "
     ), confirmed.reason
     assert "returned a wrong output" in (confirmed.reason or "")
+
+
+SLOW_WHEN_CONFIRMED = LAZY_WHEN_CONFIRMED.replace(
+    """        if x.data_ptr() in SEEN and confirming():
+            return torch.zeros(x.shape[0], self.lin.weight.shape[0])
+""",
+    """        if confirming():
+            time.sleep(0.02)
+""",
+).replace("import json\n", "import json\nimport time\n")
+
+
+def test_a_search_time_no_fresh_process_reproduces_is_disqualified_after_the_repeat() -> None:
+    """The other side of repeating a slow re-timing (`confirm_winner.RETIMINGS`): a candidate
+    whose search time no fresh process reproduces (here: it sleeps whenever it is confirmed)
+    is slow in every re-timing and loses the win."""
+    assert "time.sleep(0.02)" in SLOW_WHEN_CONFIRMED
+    reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
+    task = KernelBenchTask(reference, name="slow", device="cpu", timing=TIMING, cpu_threads=1)
+    limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
+    evaluator = SandboxEvaluator(task, limits)
+    candidate = Candidate(SLOW_WHEN_CONFIRMED)
+    searched = evaluator.evaluate(candidate)
+    assert searched.status == "correct", searched.reason
+    confirmed = evaluator.confirm(candidate, searched)
+    assert confirmed.status == "cheat", confirmed.timing.get("confirmed")
+    assert "re-timed in a fresh process at" in (confirmed.reason or ""), confirmed.reason
+    record = confirmed.timing["confirmation"]
+    assert len(record["earlier_retimings"]) == 1
+    assert min(record["ratio"], record["earlier_retimings"][0]["ratio"]) > record["tolerance"]

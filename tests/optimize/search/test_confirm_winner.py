@@ -9,6 +9,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from pytest_kernelpro.optimize.loop.ranking import confirm_winner
+from pytest_kernelpro.optimize.sandbox.confirm_winner import WinnerConfirmation
+from pytest_kernelpro.optimize.sandbox.task import SandboxLimits
 from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 from pytest_kernelpro.optimize.search.ranking import RankedCandidate, SearchRanking
 
@@ -124,3 +126,54 @@ def test_a_disqualified_winner_hands_the_win_to_the_next_clear_winner() -> None:
     assert "the winner (node 3) was disqualified: timing not confirmed: 900x" in new.reason
     assert info["status"] == "confirmed"
     assert info["disqualified"] == [{"node": 3, "reason": "timing not confirmed: 900x"}]
+
+
+class ScriptedRetimings(WinnerConfirmation):
+    """`WinnerConfirmation.confirm` itself, its fresh workers replaced by re-timings whose
+    medians are given: what is tested is the rule over several re-timings."""
+
+    def __init__(self, medians_s: list[float]) -> None:
+        self.limits = SandboxLimits()
+        self.medians_s = list(medians_s)
+        self.runs = 0
+
+    def _needs_cuda(self) -> bool:
+        return False
+
+    def _retime_once(self, candidate: Candidate) -> Evaluation | str:
+        median = self.medians_s[self.runs]
+        self.runs += 1
+        return Evaluation("correct", timing={"retimed": {"samples_s": [median] * 5}})
+
+
+def _searched(median_s: float) -> Evaluation:
+    return Evaluation("correct", timing={"candidate": {"median_s": median_s}})
+
+
+def test_one_slow_re_timing_is_repeated_and_the_next_one_decides() -> None:
+    # A load spike: the first fresh process 3.13x the search's median, the second 1.1x.
+    confirmation = ScriptedRetimings([48.45e-6, 17e-6])
+    outcome = confirmation.confirm(Candidate("c"), _searched(15.5e-6))
+    assert confirmation.runs == 2
+    assert outcome.status == "correct"
+    confirmed = outcome.timing["confirmed"]
+    assert confirmed["agreement"] == "confirmed"
+    assert confirmed["median_s"] == 17e-6
+    assert [r["median_s"] for r in confirmed["earlier_retimings"]] == [48.45e-6]
+
+
+def test_a_search_time_slow_in_every_fresh_process_is_disqualified() -> None:
+    confirmation = ScriptedRetimings([150e-6, 160e-6])
+    outcome = confirmation.confirm(Candidate("c"), _searched(15.5e-6))
+    assert confirmation.runs == 2
+    assert outcome.status == "cheat"
+    assert "re-timed in a fresh process at 160 µs" in (outcome.reason or "")
+    assert outcome.timing["confirmation"]["earlier_retimings"][0]["median_s"] == 150e-6
+
+
+def test_a_re_timing_within_the_tolerance_runs_once() -> None:
+    confirmation = ScriptedRetimings([20e-6, 1.0])
+    outcome = confirmation.confirm(Candidate("c"), _searched(15.5e-6))
+    assert confirmation.runs == 1
+    assert outcome.status == "correct"
+    assert "earlier_retimings" not in outcome.timing["confirmed"]
