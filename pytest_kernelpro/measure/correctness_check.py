@@ -476,8 +476,12 @@ def clone_inputs(torch: Any, obj: Any) -> Any:
 
 def is_cuda_error(exc: BaseException) -> bool:
     """True for a CUDA runtime error (`torch.AcceleratorError` or "CUDA error: ..."), after
-    which the process's CUDA context is unusable."""
+    which the process's CUDA context is unusable. Running out of memory is not one: the
+    allocator's `OutOfMemoryError` and cudaErrorMemoryAllocation ("CUDA error: out of
+    memory") leave the context usable once the failed item's memory is freed."""
     text = f"{type(exc).__name__}: {exc}"
+    if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text:
+        return False
     return type(exc).__name__ == "AcceleratorError" or "CUDA error" in text or "cudaError" in text
 
 

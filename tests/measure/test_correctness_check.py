@@ -226,6 +226,16 @@ def test_cuda_errors_are_recognised() -> None:
     assert not is_cuda_error(RuntimeError("shape mismatch"))
 
 
+def test_running_out_of_gpu_memory_does_not_mark_the_context_broken() -> None:
+    """An H100 sweep once failed 240 problems "not run: the CUDA context was broken" after one
+    problem ran out of memory: out of memory is recoverable, the context stays usable."""
+    assert not is_cuda_error(
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")
+    )
+    assert not is_cuda_error(RuntimeError("CUDA error: out of memory"))
+    assert is_cuda_error(RuntimeError("CUDA error: unspecified launch failure"))
+
+
 def test_reference_or_inputs_raising_is_a_kernelpro_error() -> None:
     def bad_reference(x: Any) -> Any:
         raise RuntimeError("reference broke")

@@ -424,3 +424,66 @@ def test_a_method_of_the_run_cannot_be_shadowed_on_the_object() -> None:
     log, _extra = _time(kernel)
     assert log.samples
     assert "drain" in seen["refused"]
+
+
+def _maker_timing(kernel: Any) -> tuple[Any, Any]:
+    """`_time` in maker mode, with the fresh inputs kept for the test to look at."""
+    fresh = fresh_inputs(
+        torch, kernel, (torch.randn(64, 64),), device="cpu",
+        make_draw=lambda seed: (torch.randn(64, 64),), reference=ref, check=_check, free_bytes=1,
+    )  # fmt: skip
+    assert fresh.mode == "maker"
+    fake = fake_torch()
+    watch = StreamWatch().install(fake, force=True)
+    props = types.SimpleNamespace(name="stand-in GPU", L2_cache_size=0)
+    budget = TimingBudget(warmup_ms=1, max_time_s=0.05, flush_l2=False)
+
+    def run() -> Any:
+        try:
+            return _time_cuda_on(fake, kernel, 0, props, budget, None, fresh, watch)
+        finally:
+            watch.uninstall()
+
+    return fresh, run
+
+
+def test_the_deferred_queue_is_compared_once_it_holds_its_bytes() -> None:
+    """On a GPU 64 queued copies of a 4 GiB output do not fit: the queue is compared once its
+    copies and the content kept for them pass `queue_bytes`, here three checks' worth."""
+    per_check = 2 * 64 * 64 * 4  # the output's copy and the maker's draw kept to rebuild it
+    longest: list[int] = [0]
+    holder: list[Any] = []
+
+    def watching(x: torch.Tensor) -> torch.Tensor:
+        longest[0] = max(longest[0], len(holder[0]._pending))
+        return ref(x)
+
+    fresh, run = _maker_timing(watching)
+    fresh.queue_bytes = 3 * per_check
+    holder.append(fresh)
+    log, extra = run()
+    assert extra["honesty"]["checked_calls"] > 6  # enough checks to have queued more than 3
+    assert longest[0] <= 3, longest[0]
+    assert fresh._pending == []
+    assert fresh.pending_bytes == 0
+
+
+def test_a_failed_timing_drops_its_queued_copies() -> None:
+    """A timing that fails mid-round leaves nothing queued: on a GPU the copies held most of
+    the item's memory and outlived it."""
+    calls = [0]
+    holder: list[Any] = []
+
+    def failing_late(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] > 12 and holder[0]._pending:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 4.00 GiB")
+        return ref(x)
+
+    fresh, run = _maker_timing(failing_late)
+    holder.append(fresh)
+    with pytest.raises(Exception, match="out of memory"):
+        run()
+    assert calls[0] > 12
+    assert fresh._pending == []
+    assert fresh.pending_bytes == 0

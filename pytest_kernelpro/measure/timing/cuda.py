@@ -291,11 +291,15 @@ def _verify(run: _CudaRun, guard: Guard) -> None:
 def _queued(
     queued: tuple[CheckKey, ...], key: CheckKey | None, run: _CudaRun
 ) -> tuple[CheckKey, ...]:
-    """`queued` with `key`; compared at once (`_CudaRun.drain`) when `PENDING_CHECKS` are."""
+    """`queued` with `key`; compared at once (`_CudaRun.drain`) when `PENDING_CHECKS` are,
+    or when they hold `FreshInputs.queue_bytes`."""
     if key is None:
         return queued
     queued = (*queued, key)
-    if len(queued) >= PENDING_CHECKS:
+    fresh = run.fresh
+    if len(queued) >= PENDING_CHECKS or (
+        fresh is not None and fresh.pending_bytes >= fresh.queue_bytes
+    ):
         run.drain(queued)
         return ()
     return queued
@@ -555,9 +559,11 @@ def _time_cuda_on(
         _refuse_escape(run, guard, log)
         _verify(run, guard)
         run.drain(())  # every queued check was compared: nothing may be left
-    except KernelproError:
-        raise
-    except Exception as exc:
+    except BaseException as exc:
+        if run.fresh is not None:
+            run.fresh.abandon()
+        if isinstance(exc, KernelproError) or not isinstance(exc, Exception):
+            raise
         raise kernel_failed(device, phase, exc) from exc
     finally:
         run.body = fn  # drop the graph's replay: its private memory pool is freed

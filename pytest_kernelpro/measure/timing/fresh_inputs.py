@@ -55,6 +55,11 @@ JITTER = 0.125  # one draw only: the second end of the mix is A * (1 + JITTER * 
 # (bench/results/2026-12-05-fresh-content-cpu.md).
 WINDOW = 2**20  # offsets per pool; an offset is never used twice
 PENDING_CHECKS = 64  # GPU: the timer compares its queued checked copies beyond this many
+# GPU: ... or once they hold this many bytes (copies and the content kept to rebuild them).
+# The queue spares small kernels a synchronize per check; a kernel with outputs this large
+# runs long enough that comparing at once costs little, and 64 queued copies of a 4 GiB
+# output do not fit a GPU.
+PENDING_BYTES = 2**30
 # A queued check: the call's number, the mix's offset and what else names the content (the
 # maker's draw, or the fixed content's copy).
 CheckKey = tuple[int, int, Any]
@@ -326,6 +331,8 @@ class FreshInputs:
     _calls: int = 0
     _draw: Any = None  # maker: the current call's content
     _pending: list[tuple[CheckKey, Any]] = field(default_factory=list)  # (key, copied output)
+    pending_bytes: int = 0  # what `_pending` holds
+    queue_bytes: int = PENDING_BYTES  # GPU: the queue is compared once it holds this many
     # By `prepare`: per timed leaf (leaf, A, B, pool, mixed by `lerp`), and whether the
     # inputs are a flat sequence of tensors.
     _plan: tuple[tuple[Any, Any, Any, Any, bool], ...] | None = None
@@ -486,6 +493,8 @@ class FreshInputs:
         key = (self._calls, offset, held)
         self.check_s += bound.perf_counter() - started
         self._pending.append((key, snapshot))
+        if self.defer:
+            self.pending_bytes += _nbytes(self.torch, snapshot) + _nbytes(self.torch, held)
         if not self.defer:
             self.drain()
             return None
@@ -496,6 +505,7 @@ class FreshInputs:
         `DishonestTiming` naming the first wrong one, or a queue that is not `queued`."""
         pending = list(self._pending)  # the list itself is sealed: emptied in place
         self._pending.clear()
+        self.pending_bytes = 0
         keys_found = []  # a loop, not a generator: this runs after every checked call
         for entry in pending:
             keys_found.append(entry[0] if type(entry) is tuple and len(entry) == 2 else entry)
@@ -540,6 +550,12 @@ class FreshInputs:
     def finish(self) -> None:
         """Check what is still queued (the end of a timing)."""
         self.drain()
+
+    def abandon(self) -> None:
+        """A timing that failed: its queued copies are dropped, not compared (the item has
+        failed already; on a GPU they can hold most of its memory)."""
+        self._pending.clear()
+        self.pending_bytes = 0
 
     def to_dict(self) -> dict[str, Any]:
         per_call = self.refill_s / self.refills if self.refills else 0.0
