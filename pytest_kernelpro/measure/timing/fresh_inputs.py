@@ -20,8 +20,8 @@ subclass. `FreshInputs` is what the timers call instead.
 `os.urandom` read then decides whether it is checked. A checked output is copied at once and
 compared with the reference on that call's content (rebuilt from A, B and the offset, or the
 maker's draw): on the CPU at once, on a GPU queued and compared after the round (`drain`;
-sooner once the queue holds `queue_bytes`), never in a timed region. `drain` refuses a queue that is not exactly the keys `after` returned
-(`queue_tampering`). A kernel skipping a share f of n calls survives with probability
+sooner once the queue holds `queue_bytes`), never in a timed region. `drain` refuses a queue
+that is not exactly the keys `after` returned (`queue_tampering`). A kernel skipping a share f of n calls survives with probability
 (1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
 (`plain_output_problem`).
 
