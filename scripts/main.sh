@@ -24,7 +24,8 @@ else
   fi
   python="$venv/bin/python"
   echo "== kernelpro main job: installing into the virtual environment $venv"
-  "$python" -m pip install -q -c constraints-cpu.txt -e ".[torch]"
+  # --no-compile: bytecode only for what the job imports, when it imports it.
+  "$python" -m pip install -q --no-compile -c constraints-cpu.txt -e ".[torch]"
 fi
 cd example_repo
 out=.kernelpro/main
