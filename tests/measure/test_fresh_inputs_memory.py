@@ -50,6 +50,13 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().reshape(-1).view(torch.uint8)
 
 
+def _checked_calls(fresh: FreshInputs, count: int) -> None:
+    """`count` calls, each checked, as a timer makes them (untimed)."""
+    for _ in range(count):
+        content = fresh.before()
+        fresh.after(fresh.call(), force=True, content=content)
+
+
 def _budget() -> TimingBudget:
     return TimingBudget(warmup_ms=0.0, max_time_s=0.05, min_samples=20, max_samples=40)
 
@@ -70,7 +77,8 @@ def test_the_pools_are_one_byte_a_weight_and_the_ends_are_the_draws_themselves()
     assert fresh.ends is not None
     assert fresh.ends[1][0].data_ptr() == drawn[-1].data_ptr()
     (pool,) = fresh.weights
-    assert pool.dtype == torch.uint8 and pool.numel() == 64 * 128 + WINDOW
+    assert pool.dtype == torch.uint8
+    assert pool.numel() == 64 * 128 + WINDOW
 
 
 @pytest.mark.parametrize(
@@ -115,34 +123,37 @@ def test_a_checks_content_rebuilt_into_the_timed_tensors_is_the_calls_bit_for_bi
     assert not fresh._apart
 
 
-def test_a_memo_keyed_by_one_value_hits_on_the_byte_weights_and_every_hit_is_refused() -> None:
+def _memo_by_values(count: int) -> tuple[Any, list[int]]:
+    """A kernel memoising its output by its input's first `count` values; its hits."""
+    memo: dict[tuple[float, ...], torch.Tensor] = {}
+    hits = [0]
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        key = tuple(x.reshape(-1)[:count].tolist())
+        if key in memo:
+            hits[0] += 1
+            return memo[key].clone()
+        memo[key] = out = _softmax(x)
+        return out
+
+    return kernel, hits
+
+
+def test_a_memo_keyed_by_one_value_hits_on_the_byte_weights_and_its_first_hit_is_refused() -> None:
     """One element takes one of 256 values between its two ends, so a memo keyed by it hits
     within a few dozen calls; the rest of the content differs, so the hit's output is wrong
-    and its check refuses it. Keyed by eight values it never hits."""
-    for key_size, expect_hits in ((1, True), (8, False)):
-        memo: dict[tuple[float, ...], torch.Tensor] = {}
-        hits = [0]
+    and its check refuses it."""
+    kernel, hits = _memo_by_values(1)
+    fresh = _fresh(kernel)
+    with pytest.raises(DishonestTiming, match="returned a wrong output"):
+        _checked_calls(fresh, 400)
+    assert hits[0] == 1
 
-        def kernel(x: torch.Tensor, key_size: int = key_size) -> torch.Tensor:
-            key = tuple(x.reshape(-1)[:key_size].tolist())
-            if key in memo:
-                hits[0] += 1
-                return memo[key].clone()
-            memo[key] = out = _softmax(x)
-            return out
 
-        fresh = _fresh(kernel)
-        if expect_hits:
-            with pytest.raises(DishonestTiming, match="returned a wrong output"):
-                for _ in range(400):
-                    content = fresh.before()
-                    fresh.after(fresh.call(), force=True, content=content)
-            assert hits[0] == 1  # refused at its first hit
-        else:
-            for _ in range(300):
-                content = fresh.before()
-                fresh.after(fresh.call(), force=True, content=content)
-            assert hits[0] == 0
+def test_a_memo_keyed_by_eight_values_never_hits() -> None:
+    kernel, hits = _memo_by_values(8)
+    _checked_calls(_fresh(kernel), 300)
+    assert hits[0] == 0
 
 
 def _memo_rewriting_pools() -> tuple[Any, dict[str, int]]:
@@ -222,9 +233,7 @@ def test_a_timed_tensor_rewritten_while_the_reference_reads_it_sends_the_check_a
 
     fresh = _fresh(kernel, reference)
     with pytest.raises(DishonestTiming, match="returned a wrong output"):
-        for _ in range(5):
-            content = fresh.before()
-            fresh.after(fresh.call(), force=True, content=content)
+        _checked_calls(fresh, 5)
     assert fresh._apart
 
 
@@ -264,7 +273,8 @@ def test_a_reference_writing_its_inputs_is_no_verdict_on_an_honest_kernel() -> N
 
     fresh = _fresh(_softmax, zeroing)
     time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
-    assert fresh._apart and fresh.checked >= 2
+    assert fresh._apart
+    assert fresh.checked >= 2
 
 
 def test_a_reference_returning_its_input_is_compared_on_a_copy() -> None:
@@ -285,9 +295,7 @@ def test_a_reference_returning_its_input_is_compared_on_a_copy() -> None:
     assert expected.data_ptr() != fresh.storage[0].data_ptr()
     fresh = _fresh(stale_identity, identity)
     with pytest.raises(DishonestTiming, match="returned a wrong output"):
-        for _ in range(5):
-            content = fresh.before()
-            fresh.after(fresh.call(), force=True, content=content)
+        _checked_calls(fresh, 5)
 
 
 def test_the_cpu_timer_drops_the_calls_output_before_its_check_compares() -> None:
@@ -311,4 +319,5 @@ def test_the_cpu_timer_drops_the_calls_output_before_its_check_compares() -> Non
     )  # fmt: skip
     alive_at_check.clear()  # the validity trial's own check holds its output
     time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
-    assert alive_at_check and not any(alive_at_check)
+    assert alive_at_check
+    assert not any(alive_at_check)

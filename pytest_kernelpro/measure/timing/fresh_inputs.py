@@ -7,10 +7,14 @@ subclass. `FreshInputs` is what the timers call instead.
 **New content every call**, made in place before the call (outside the timed region), by
 `mode` (in the record):
 - `mix` (default): per element A + U (B - A) of two draws A, B of the input maker, U a window
-  of a pool of uniform values (the input's size plus `WINDOW`) at an `os.urandom` offset never
-  used before; integers and booleans take each element from A or B. Elements stay in their
-  draws' range, and U has as many random values as the inputs, so no function of a few input
-  values indexes a stored output. With one draw, B is a jitter A (1 + JITTER V).
+  of a pool of uniform weights (the input's size plus `WINDOW`) at an `os.urandom` offset
+  never used before; integers and booleans take each element from A or B. Elements stay in
+  their draws' range, and U has as many random values as the inputs, so no function of a few
+  input values indexes a stored output. With one draw, B is a jitter A (1 + JITTER V). The
+  weights are bytes, k / `WEIGHT_LEVELS`, converted `CHUNK` elements at a time straight into
+  the timed tensors: one element then takes one of 256 values, so a memo keyed by one or two
+  values does hit, but the rest of the content differs and the hit's output is wrong (its
+  check refuses it); a content repeats only where a whole window of weights does.
 - `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
   (kernel and reference disagree, or the reference stops being finite) or does not fit.
 - `fixed`: nothing else is possible: the same contents with a new `_version`, every output
@@ -19,17 +23,32 @@ subclass. `FreshInputs` is what the timers call instead.
 **Checks the kernel cannot predict.** After each call returns, `CHECK_RATE` against
 `os.urandom` read then decides whether it is checked. A checked output is copied at once and
 compared with the reference on that call's content (rebuilt from A, B and the offset, or the
-maker's draw): on the CPU at once, on a GPU queued and compared after the round (`drain`),
-never in a timed region. `drain` refuses a queue that is not exactly the keys `after` returned
+maker's draw): on the CPU at once, the call's own output dropped first, on a GPU queued and
+compared after the round (`drain`), never in a timed region. The mix's content is rebuilt
+into the timed tensors themselves (`expected_on`), and must still be there, bit for bit,
+after the reference read it: a kernel that kept them and writes into them after its call, or
+a reference that writes its inputs, sends the checks to a copy apart, which only the timer
+holds (no verdict by itself: the copy's comparison decides). `drain` refuses a queue that is not exactly the keys `after` returned
 (`queue_tampering`). A kernel skipping a share f of n calls survives with probability
 (1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
 (`plain_output_problem`).
 
 **Kept content verified** (`kept_content`): the ends' and pools' values at `KEPT_POSITIONS`
 random positions, kept in the caller's frame, so a kernel that rewrites them in place through
-gc is seen.
+gc is seen. A pool is read in runs of `POOL_RUN` weights: a pool rewritten with a short period
+of all 256 bytes (the content would then repeat with the offset modulo the period) holds as
+many distinct bytes as a random one, but few distinct runs.
 
-Memory: A, B, U and two outputs at most `MEMORY_SHARE` of the free memory, else `maker`.
+**Memory** (I: one call's inputs, O: its output). The timing holds the timed inputs, A and B
+(B is the maker's second draw itself, not a copy) and the byte pools (a quarter of a float32
+input): 3I + I/4 for float32 inputs (was 4I: the pool at the input's precision), and a
+checked call adds its output's copy and the reference's output (2O; was the inputs rebuilt
+apart and three outputs, 5I + 3O at a check). The setup drops the first reference output (its
+size and finiteness kept) before the second draw is made and reads finiteness in chunks
+(`torch.isfinite` of a whole tensor holds 1.75 times it): at most 3I + I/4 + 2O in its
+validity trial (was 6I + 3O). A copy apart (`_apart`) adds I. The mix needs A, B, the pools
+and two outputs within `MEMORY_SHARE` of the free memory, else `maker`. Measured in
+`bench/results/2026-12-05-optimizer-memory3-cpu.md` (`bench/fresh_inputs_memory.py`).
 """
 
 from __future__ import annotations
