@@ -321,3 +321,17 @@ def test_the_cpu_timer_drops_the_calls_output_before_its_check_compares() -> Non
     time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
     assert alive_at_check
     assert not any(alive_at_check)
+
+
+def test_queued_bytes_counts_the_queued_copies_and_leaves_a_foreign_entry_to_drain() -> None:
+    fresh = _fresh()
+    fresh.defer = True
+    keys = []
+    for _ in range(2):
+        content = fresh.before()
+        keys.append(fresh.after(fresh.call(), force=True, content=content))
+    assert fresh.queued_bytes() == 2 * 64 * 128 * 4
+    fresh._pending.append("not a check")  # type: ignore[arg-type]
+    assert fresh.queued_bytes() == 2 * 64 * 128 * 4
+    with pytest.raises(DishonestTiming, match="queue of deferred output checks"):
+        fresh.drain(tuple(keys))  # type: ignore[arg-type]

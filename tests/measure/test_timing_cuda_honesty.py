@@ -20,8 +20,12 @@ import torch
 
 from pytest_kernelpro.measure.output_rule import compare_outputs, tolerance_rule
 from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget
-from pytest_kernelpro.measure.timing.cuda import _time_cuda_on
-from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
+from pytest_kernelpro.measure.timing.cuda import _queued, _time_cuda_on
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    PENDING_BYTES,
+    PENDING_CHECKS,
+    fresh_inputs,
+)
 from pytest_kernelpro.measure.timing.streams import StreamWatch
 
 PENDING: list[float] = []  # seconds of "device work" a call left running on a side stream
@@ -111,6 +115,26 @@ def test_an_honest_kernel_is_timed_with_fresh_inputs_and_checked_calls() -> None
     # The output checks: the first call's always, and 60% of the calls after it.
     assert 1 <= honesty["checked_calls"] <= honesty["calls"]
     assert honesty["stream_switches"] == []
+
+
+@pytest.mark.parametrize(
+    ("held", "count", "compared"),
+    [(PENDING_BYTES - 1, 1, False), (PENDING_BYTES, 1, True), (0, PENDING_CHECKS, True)],
+)
+def test_queued_copies_are_compared_once_they_hold_the_byte_cap(
+    held: int, count: int, compared: bool
+) -> None:
+    """Device memory: a round's checked outputs' copies are compared as soon as they hold
+    `PENDING_BYTES` (a large output's copies one at a time, not piled up for the round), or
+    once `PENDING_CHECKS` are queued."""
+    drained: list[tuple[Any, ...]] = []
+    run = types.SimpleNamespace(
+        fresh=types.SimpleNamespace(queued_bytes=lambda: held), drain=drained.append
+    )
+    keys = tuple((n, 0, None) for n in range(count))
+    left = _queued(keys[:-1], keys[-1], run)  # type: ignore[arg-type]
+    assert drained == ([keys] if compared else [])
+    assert left == (() if compared else keys)
 
 
 def test_work_left_running_past_the_end_event_is_refused_by_name() -> None:

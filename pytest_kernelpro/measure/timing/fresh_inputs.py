@@ -80,6 +80,7 @@ WEIGHT_LEVELS = 256
 CHUNK = 2**20  # on the CPU: a chunk's three passes stay in the cache
 DEVICE_CHUNK = 2**24  # on a GPU: fewer launches (the verification's temporary is a chunk)
 PENDING_CHECKS = 64  # GPU: the timer compares its queued checked copies beyond this many
+PENDING_BYTES = 2**28  # GPU: or once they hold this many bytes (device memory, `queued_bytes`)
 # A queued check: the call's number, the mix's offset and what else names the content (the
 # maker's draw, or the fixed content's copy).
 CheckKey = tuple[int, int, Any]
@@ -552,6 +553,14 @@ class FreshInputs:
             self.drain()
             return None
         return key
+
+    def queued_bytes(self) -> int:
+        """Bytes of the checked outputs' copies queued (`defer`) and not yet compared."""
+        total = 0
+        for entry in self._pending:  # an entry that is not (key, copy) is `drain`'s to name
+            if type(entry) is tuple and len(entry) == 2:
+                total += _nbytes(self.torch, entry[1])
+        return total
 
     def drain(self, queued: tuple[CheckKey, ...] | None = None) -> None:
         """Compare the queued copies with the reference on their calls' content; raises
