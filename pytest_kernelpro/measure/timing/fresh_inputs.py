@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not
 from typing import Any
@@ -362,7 +362,7 @@ class FreshInputs:
     _pending: list[tuple[CheckKey, Any]] = field(default_factory=list)  # (key, copied output)
     # By `prepare`: per timed leaf (leaf, A, B, pool, mixed by `lerp`), and whether the
     # inputs are a flat sequence of tensors.
-    _plan: tuple[tuple[Any, Any, Any, Any, bool], ...] | None = None
+    _plan: tuple[tuple[Any, Any, Any, Any, bool, tuple[Chunk, ...]], ...] | None = None
     _targets: tuple[Any, ...] = ()
     _flat: bool = False
     # A check's content rebuilt into a copy apart, not into the timed tensors: set for good once
@@ -381,7 +381,7 @@ class FreshInputs:
     def outputs_checked(self) -> bool:
         return self.reference is not None and self.check is not None
 
-    def prepare(self) -> tuple[tuple[Any, Any, Any, Any, bool], ...]:
+    def prepare(self) -> tuple[tuple[Any, Any, Any, Any, bool, tuple[Chunk, ...]], ...]:
         """The per-call plan, made once, that refills and contents walk."""
         if self._plan is not None:
             return self._plan
@@ -394,7 +394,9 @@ class FreshInputs:
         self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
             leaves = zip(self._targets, *self.ends, self.weights, strict=True)
-            self._plan = tuple([(t, a, b, u, _mixable(torch, a)) for t, a, b, u in leaves])
+            self._plan = tuple(
+                [(t, a, b, u, _mixable(torch, a), _chunks(t, a, b)) for t, a, b, u in leaves]
+            )
         else:
             self._plan = ()
         return self._plan
@@ -416,8 +418,8 @@ class FreshInputs:
                     else:
                         used.add(offset)
                     self._offset = offset
-                    for dst, a, b, pool, mixed in plan:
-                        _mix_into(torch, dst, a, b, pool, offset, mixed)
+                    for _dst, _a, _b, pool, mixed, chunks in plan:
+                        _mix_into(torch, chunks, pool, offset, mixed)
                 elif self.mode == "maker" and self.make_draw is not None:
                     self._offset = seed = _urandom_seed()  # the token's first half: the seed
                     self._draw = self.make_draw(seed)
@@ -464,9 +466,9 @@ class FreshInputs:
             if plan:
                 start = self._offset if offset is None else offset
                 leaves = []
-                for _dst, a, b, pool, mixed in plan:
+                for _dst, a, b, pool, mixed, _chunks_of_dst in plan:
                     leaf = torch.empty_like(a)
-                    _mix_into(torch, leaf, a, b, pool, start, mixed)
+                    _mix_into(torch, _chunks(leaf, a, b), pool, start, mixed)
                     leaves.append(leaf)
             elif self.mode == "maker" and draw is not None:
                 leaves = [t.detach().clone() for t in _tensor_leaves(torch, draw)]
@@ -485,10 +487,10 @@ class FreshInputs:
         torch = self.torch
         plan = self._plan if self._plan is not None else self.prepare()
         if not self._apart:
-            for dst, a, b, pool, mixed in plan:
-                _mix_into(torch, dst, a, b, pool, offset, mixed)
+            for _dst, _a, _b, pool, mixed, chunks in plan:
+                _mix_into(torch, chunks, pool, offset, mixed)
             expected = self.reference(*self.storage)
-            if all([_holds_mix(torch, *leaf[:4], offset, leaf[4]) for leaf in plan]):
+            if all([_holds_mix(torch, leaf[5], leaf[3], offset, leaf[4]) for leaf in plan]):
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
                 return (
                     _clone(torch, expected) if _shares(torch, expected, self._targets) else expected
@@ -655,23 +657,40 @@ def _weight_pool(torch: Any, leaf: Any) -> Any:
     )
 
 
-def _mix_chunks(dst: Any, a: Any, b: Any, pool: Any, offset: int) -> Iterator[tuple[Any, ...]]:
-    """(dst, a, b, weights) over consecutive chunks of at most about `CHUNK` elements (by the
-    first dimension where a tensor is not contiguous), element i of `dst` with the weight at
-    `offset + i` in row-major order, whatever the strides."""
+# A chunk of a leaf's mix: (dst, a, b, first element, end element), views made once.
+Chunk = tuple[Any, Any, Any, int, int]
+
+
+def _chunks(dst: Any, a: Any, b: Any) -> tuple[Chunk, ...]:
+    """Consecutive chunks of at most about `CHUNK` elements (by the first dimension where a
+    tensor is not contiguous); element i of `dst` takes the weight at the offset plus i, in
+    row-major order whatever the strides."""
     total = int(a.numel())
     if total == 0:
-        return
+        return ()
     if dst.is_contiguous() and a.is_contiguous() and b.is_contiguous():
         dst, a, b = dst.view(-1), a.view(-1), b.view(-1)
-    per_row = total // int(dst.shape[0])
-    step = max(1, (CHUNK if dst.device.type == "cpu" else DEVICE_CHUNK) // per_row)
     rows = int(dst.shape[0])
-    for start in range(0, rows, step):
-        end = min(rows, start + step)
-        part = dst[start:end]
-        weights = pool[offset + start * per_row : offset + end * per_row].view(part.shape)
-        yield part, a[start:end], b[start:end], weights
+    per_row = total // rows
+    step = max(1, (CHUNK if dst.device.type == "cpu" else DEVICE_CHUNK) // per_row)
+    return tuple(
+        [
+            (
+                dst[i : i + step],
+                a[i : i + step],
+                b[i : i + step],
+                i * per_row,
+                min(rows, i + step) * per_row,
+            )
+            for i in range(0, rows, step)
+        ]
+    )
+
+
+def _weights(pool: Any, offset: int, chunk: Chunk) -> Any:
+    dst, _a, _b, start, end = chunk
+    flat = pool[offset + start : offset + end]
+    return flat if dst.dim() == 1 else flat.view(dst.shape)
 
 
 def _mix_chunk(torch: Any, dst: Any, a: Any, b: Any, weights: Any, mixed: bool) -> None:
@@ -683,10 +702,10 @@ def _mix_chunk(torch: Any, dst: Any, a: Any, b: Any, weights: Any, mixed: bool) 
         torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=dst)
 
 
-def _mix_into(torch: Any, dst: Any, a: Any, b: Any, pool: Any, offset: int, mixed: bool) -> None:
-    """`dst` = the mix of `a` and `b` by the weights of `pool` at `offset`, in place."""
-    for part in _mix_chunks(dst, a, b, pool, offset):
-        _mix_chunk(torch, *part, mixed)
+def _mix_into(torch: Any, chunks: tuple[Chunk, ...], pool: Any, offset: int, mixed: bool) -> None:
+    """The chunks' `dst` = the mix of their `a` and `b` by `pool`'s weights at `offset`."""
+    for chunk in chunks:
+        _mix_chunk(torch, chunk[0], chunk[1], chunk[2], _weights(pool, offset, chunk), mixed)
 
 
 _SAME_SIZE_INTEGER = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
@@ -700,13 +719,13 @@ def _same_bits(torch: Any, left: Any, right: Any) -> bool:
     return bool(torch.equal(left, right))
 
 
-def _holds_mix(torch: Any, dst: Any, a: Any, b: Any, pool: Any, offset: int, mixed: bool) -> bool:
-    """Whether `dst` holds the mix at `offset`: each chunk made again apart (a chunk's
-    temporary, by the same operations on the same chunks) and compared bit for bit."""
-    for part, *ends_and_weights in _mix_chunks(dst, a, b, pool, offset):
-        again = torch.empty_like(part)
-        _mix_chunk(torch, again, *ends_and_weights, mixed)
-        if not _same_bits(torch, again, part):
+def _holds_mix(torch: Any, chunks: tuple[Chunk, ...], pool: Any, offset: int, mixed: bool) -> bool:
+    """Whether the chunks' `dst` hold the mix at `offset`: each chunk made again apart (a
+    chunk's temporary, by the same operations on the same chunks) and compared bit for bit."""
+    for chunk in chunks:
+        again = torch.empty_like(chunk[0])
+        _mix_chunk(torch, again, chunk[1], chunk[2], _weights(pool, offset, chunk), mixed)
+        if not _same_bits(torch, again, chunk[0]):
             return False
     return True
 
