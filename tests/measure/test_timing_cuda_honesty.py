@@ -20,8 +20,12 @@ import torch
 
 from pytest_kernelpro.measure.output_rule import compare_outputs, tolerance_rule
 from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget
-from pytest_kernelpro.measure.timing.cuda import _time_cuda_on
-from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
+from pytest_kernelpro.measure.timing.cuda import _queued, _time_cuda_on
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    PENDING_BYTES,
+    PENDING_CHECKS,
+    fresh_inputs,
+)
 from pytest_kernelpro.measure.timing.streams import StreamWatch
 
 PENDING: list[float] = []  # seconds of "device work" a call left running on a side stream
@@ -111,6 +115,26 @@ def test_an_honest_kernel_is_timed_with_fresh_inputs_and_checked_calls() -> None
     # The output checks: the first call's always, and 60% of the calls after it.
     assert 1 <= honesty["checked_calls"] <= honesty["calls"]
     assert honesty["stream_switches"] == []
+
+
+@pytest.mark.parametrize(
+    ("held", "count", "compared"),
+    [(PENDING_BYTES - 1, 1, False), (PENDING_BYTES, 1, True), (0, PENDING_CHECKS, True)],
+)
+def test_queued_copies_are_compared_once_they_hold_the_byte_cap(
+    held: int, count: int, compared: bool
+) -> None:
+    """Device memory: a round's checked outputs' copies are compared as soon as they hold
+    `PENDING_BYTES` (a large output's copies one at a time, not piled up for the round), or
+    once `PENDING_CHECKS` are queued."""
+    drained: list[tuple[Any, ...]] = []
+    run = types.SimpleNamespace(
+        fresh=types.SimpleNamespace(queued_bytes=lambda: held), drain=drained.append
+    )
+    keys = tuple((n, 0, None) for n in range(count))
+    left = _queued(keys[:-1], keys[-1], run)  # type: ignore[arg-type]
+    assert drained == ([keys] if compared else [])
+    assert left == (() if compared else keys)
 
 
 def test_work_left_running_past_the_end_event_is_refused_by_name() -> None:
@@ -447,27 +471,6 @@ def _maker_timing(kernel: Any) -> tuple[Any, Any]:
     return fresh, run
 
 
-def test_the_deferred_queue_is_compared_once_it_holds_its_bytes() -> None:
-    """On a GPU 64 queued copies of a 4 GiB output do not fit: the queue is compared once its
-    copies and the content kept for them pass `queue_bytes`, here three checks' worth."""
-    per_check = 2 * 64 * 64 * 4  # the output's copy and the maker's draw kept to rebuild it
-    longest: list[int] = [0]
-    holder: list[Any] = []
-
-    def watching(x: torch.Tensor) -> torch.Tensor:
-        longest[0] = max(longest[0], len(holder[0]._pending))
-        return ref(x)
-
-    fresh, run = _maker_timing(watching)
-    fresh.queue_bytes = 3 * per_check
-    holder.append(fresh)
-    log, extra = run()
-    assert extra["honesty"]["checked_calls"] > 6  # enough checks to have queued more than 3
-    assert longest[0] <= 3, longest[0]
-    assert fresh._pending == []
-    assert fresh.pending_bytes == 0
-
-
 def test_a_failed_timing_drops_its_queued_copies() -> None:
     """A timing that fails mid-round leaves nothing queued: on a GPU the copies held most of
     the item's memory and outlived it."""
@@ -486,4 +489,16 @@ def test_a_failed_timing_drops_its_queued_copies() -> None:
         run()
     assert calls[0] > 12
     assert fresh._pending == []
-    assert fresh.pending_bytes == 0
+    assert fresh.queued_bytes() == 0
+
+
+def test_a_queued_check_counts_the_draw_it_keeps() -> None:
+    """In `maker` mode each queued check keeps its call's draw to rebuild the inputs: the
+    queue's bytes count it (an H100 filled with 8 GiB draws behind 256 KiB outputs)."""
+    fresh, _run = _maker_timing(ref)
+    fresh.defer = True
+    for _ in range(2):
+        content = fresh.before()
+        fresh.after(fresh.call(), force=True, content=content)
+    output, draw = 64 * 64 * 4, 64 * 64 * 4
+    assert fresh.queued_bytes() == 2 * (output + draw)

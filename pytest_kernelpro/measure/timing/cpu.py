@@ -174,9 +174,9 @@ class CpuSampler:
         body = self.body or self.fn
         measure = self.pairs.measure if self.pairs is not None else None
         write, fills, flush_s = self.flush.write, self.flush.fills, self.flush.seconds
-        before = after = None
+        before = after = drain = None
         if fresh is not None:
-            before, after = fresh.before, fresh.after
+            before, after, drain = fresh.before, fresh.after, fresh.drain
         sealed = seal.kept if seal is not None and fresh is not None else ()
         intact, perf_counter = bound.intact, bound.perf_counter
         thread_time, process_time = bound.thread_time, bound.process_time
@@ -204,7 +204,12 @@ class CpuSampler:
                 out = body()
                 per_call = (clock() - t0) / calls
             if after is not None:
-                after(out, content=content)
+                # The check's copy taken, the output dropped before it is compared: a checked
+                # call holds the copy and the reference's output, not the call's output too.
+                key = after(out, content=content, compare=False)
+                out = None
+                if key is not None and drain is not None:
+                    drain((key,))
             out = None
             if not intact(*sealed):
                 verify_bindings(fresh, seal)
@@ -243,7 +248,9 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
     content = fresh.before() if fresh is not None else None
     out = sampler.fn()
     if fresh is not None:
-        fresh.after(out, force=True, content=content)
+        key = fresh.after(out, force=True, content=content, compare=False)
+        out = None
+        fresh.drain(() if key is None else (key,))
     out = None
     spent.first_call_s = plan_clock() - spent.start
     deadline = spent.start + budget.max_time_s

@@ -47,6 +47,7 @@ from pytest_kernelpro.measure.timing.budget import (
     warmup_count,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
+    PENDING_BYTES,
     PENDING_CHECKS,
     CheckKey,
     DishonestTiming,
@@ -291,15 +292,15 @@ def _verify(run: _CudaRun, guard: Guard) -> None:
 def _queued(
     queued: tuple[CheckKey, ...], key: CheckKey | None, run: _CudaRun
 ) -> tuple[CheckKey, ...]:
-    """`queued` with `key`; compared at once (`_CudaRun.drain`) when `PENDING_CHECKS` are,
-    or when they hold `FreshInputs.queue_bytes`."""
+    """`queued` with `key`; compared at once (`_CudaRun.drain`) when `PENDING_CHECKS` are, or
+    when their copies hold `PENDING_BYTES` of device memory (a large output's copies are not
+    piled up for a round: one at a time)."""
     if key is None:
         return queued
     queued = (*queued, key)
     fresh = run.fresh
-    if len(queued) >= PENDING_CHECKS or (
-        fresh is not None and fresh.pending_bytes >= fresh.queue_bytes
-    ):
+    held = fresh.queued_bytes() if fresh is not None else 0
+    if len(queued) >= PENDING_CHECKS or held >= PENDING_BYTES:
         run.drain(queued)
         return ()
     return queued
@@ -325,8 +326,9 @@ def _enqueue(
         events.record(start)
         out = run.body()
         events.record(end)
-        queued = _queued(queued, run.observe(out, content), run)
-        out = None
+        key = run.observe(out, content)
+        out = None  # dropped before a check compares (its copy is queued)
+        queued = _queued(queued, key, run)
         _verify(run, guard)
         if anchor is not None:
             run.flush()

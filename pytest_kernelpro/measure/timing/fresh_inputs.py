@@ -7,10 +7,14 @@ subclass. `FreshInputs` is what the timers call instead.
 **New content every call**, made in place before the call (outside the timed region), by
 `mode` (in the record):
 - `mix` (default): per element A + U (B - A) of two draws A, B of the input maker, U a window
-  of a pool of uniform values (the input's size plus `WINDOW`) at an `os.urandom` offset never
-  used before; integers and booleans take each element from A or B. Elements stay in their
-  draws' range, and U has as many random values as the inputs, so no function of a few input
-  values indexes a stored output. With one draw, B is a jitter A (1 + JITTER V).
+  of a pool of uniform weights (the input's size plus `WINDOW`) at an `os.urandom` offset
+  never used before; integers and booleans take each element from A or B. Elements stay in
+  their draws' range, and U has as many random values as the inputs, so no function of a few
+  input values indexes a stored output. With one draw, B is a jitter A (1 + JITTER V). The
+  weights are bytes, k / `WEIGHT_LEVELS`, converted `CHUNK` elements at a time straight into
+  the timed tensors: one element then takes one of 256 values, so a memo keyed by one or two
+  values does hit, but the rest of the content differs and the hit's output is wrong (its
+  check refuses it); a content repeats only where a whole window of weights does.
 - `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
   (kernel and reference disagree, or the reference stops being finite) or does not fit.
 - `fixed`: nothing else is possible: the same contents with a new `_version`, every output
@@ -19,17 +23,32 @@ subclass. `FreshInputs` is what the timers call instead.
 **Checks the kernel cannot predict.** After each call returns, `CHECK_RATE` against
 `os.urandom` read then decides whether it is checked. A checked output is copied at once and
 compared with the reference on that call's content (rebuilt from A, B and the offset, or the
-maker's draw): on the CPU at once, on a GPU queued and compared after the round (`drain`;
-sooner once the queue holds `queue_bytes`), never in a timed region. `drain` refuses a queue
-that is not exactly the keys `after` returned (`queue_tampering`). A kernel skipping a share f of n calls survives with probability
+maker's draw): on the CPU at once, the call's own output dropped first, on a GPU queued and
+compared after the round (`drain`), never in a timed region. The mix's content is rebuilt
+into the timed tensors themselves (`expected_on`), and must still be there, bit for bit,
+after the reference read it: a kernel that kept them and writes into them after its call, or
+a reference that writes its inputs, sends the checks to a copy apart, which only the timer
+holds (no verdict by itself: the copy's comparison decides). `drain` refuses a queue that is not exactly the keys `after` returned
+(`queue_tampering`). A kernel skipping a share f of n calls survives with probability
 (1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
 (`plain_output_problem`).
 
 **Kept content verified** (`kept_content`): the ends' and pools' values at `KEPT_POSITIONS`
 random positions, kept in the caller's frame, so a kernel that rewrites them in place through
-gc is seen.
+gc is seen. A pool is read in runs of `POOL_RUN` weights: a pool rewritten with a short period
+of all 256 bytes (the content would then repeat with the offset modulo the period) holds as
+many distinct bytes as a random one, but few distinct runs.
 
-Memory: A, B, U and two outputs at most `MEMORY_SHARE` of the free memory, else `maker`.
+**Memory** (I: one call's inputs, O: its output). The timing holds the timed inputs, A and B
+(B is the maker's second draw itself, not a copy) and the byte pools (a quarter of a float32
+input): 3I + I/4 for float32 inputs (was 4I: the pool at the input's precision), and a
+checked call adds its output's copy and the reference's output (2O; was the inputs rebuilt
+apart and three outputs, 5I + 3O at a check). The setup drops the first reference output (its
+size and finiteness kept) before the second draw is made and reads finiteness in chunks
+(`torch.isfinite` of a whole tensor holds 1.75 times it): at most 3I + I/4 + 2O in its
+validity trial (was 6I + 3O). A copy apart (`_apart`) adds I. The mix needs A, B, the pools
+and two outputs within `MEMORY_SHARE` of the free memory, else `maker`. Measured in
+`bench/results/2026-12-05-optimizer-memory3-cpu.md` (`bench/fresh_inputs_memory.py`).
 """
 
 from __future__ import annotations
@@ -54,12 +73,14 @@ JITTER = 0.125  # one draw only: the second end of the mix is A * (1 + JITTER * 
 # A window of a pool instead of a new U per call: one `lerp`, a 35th of drawing U
 # (bench/results/2026-12-05-fresh-content-cpu.md).
 WINDOW = 2**20  # offsets per pool; an offset is never used twice
+# The pools hold one byte a weight, k / WEIGHT_LEVELS with k uniform in [0, 256): a quarter of
+# a float32 input's size instead of all of it. They are converted, CHUNK elements at a time,
+# straight into the timed tensors (no temporary of the input's size).
+WEIGHT_LEVELS = 256
+CHUNK = 2**20  # on the CPU: a chunk's three passes stay in the cache
+DEVICE_CHUNK = 2**24  # on a GPU: fewer launches (the verification's temporary is a chunk)
 PENDING_CHECKS = 64  # GPU: the timer compares its queued checked copies beyond this many
-# GPU: ... or once they hold this many bytes (copies and the content kept to rebuild them).
-# The queue spares small kernels a synchronize per check; a kernel with outputs this large
-# runs long enough that comparing at once costs little, and 64 queued copies of a 4 GiB
-# output do not fit a GPU.
-PENDING_BYTES = 2**30
+PENDING_BYTES = 2**28  # GPU: or once they hold this many bytes (device memory, `queued_bytes`)
 # A queued check: the call's number, the mix's offset and what else names the content (the
 # maker's draw, or the fixed content's copy).
 CheckKey = tuple[int, int, Any]
@@ -166,6 +187,7 @@ class Seal:
 KEPT_POSITIONS = 4096  # per kept tensor, fingerprinting the mix's content (`kept_content`)
 # A new pool's fingerprint must hold at least this share of the old one's distinct values.
 POOL_VARIETY = 0.9
+POOL_RUN = 4  # consecutive byte weights a pool's fingerprint reads as one value
 KEPT_CHANGED = (
     "the kernel rewrote the timer's kept content (the ends or the pools of uniform values its "
     "fresh inputs are mixed from, found through gc): every call's content and every check's "
@@ -181,13 +203,20 @@ def kept_content(fresh: FreshInputs, seed: int) -> tuple[bytes, ...]:
     torch = fresh.torch
     gen = torch.Generator().manual_seed(seed)
     out = []
+    ends = (*fresh.ends[0], *fresh.ends[1])
     with torch.no_grad():
-        for tensor in (*fresh.ends[0], *fresh.ends[1], *fresh.weights):
+        for index, tensor in enumerate((*ends, *fresh.weights)):
             flat = tensor.reshape(-1)
-            count = min(KEPT_POSITIONS, int(flat.numel()))
-            where = torch.randint(0, max(1, int(flat.numel())), (count,), generator=gen)
-            values = flat[where.to(flat.device)].to(torch.float64).cpu()
-            out.append(values.numpy().tobytes())
+            # A pool's byte weights read POOL_RUN at a time as one number: its variety is
+            # that of runs of weights, so a short repeated pattern of bytes is not "varied".
+            run = 1 if index < len(ends) else POOL_RUN
+            room = max(1, int(flat.numel()) - run + 1)
+            count = min(KEPT_POSITIONS, room)
+            where = torch.randint(0, room, (count,), generator=gen).to(flat.device)
+            values = flat[where].to(torch.float64)
+            for step in range(1, run):
+                values = values * WEIGHT_LEVELS + flat[where + step].to(torch.float64)
+            out.append(values.cpu().numpy().tobytes())
     return tuple(out)
 
 
@@ -331,13 +360,14 @@ class FreshInputs:
     _calls: int = 0
     _draw: Any = None  # maker: the current call's content
     _pending: list[tuple[CheckKey, Any]] = field(default_factory=list)  # (key, copied output)
-    pending_bytes: int = 0  # what `_pending` holds
-    queue_bytes: int = PENDING_BYTES  # GPU: the queue is compared once it holds this many
     # By `prepare`: per timed leaf (leaf, A, B, pool, mixed by `lerp`), and whether the
     # inputs are a flat sequence of tensors.
-    _plan: tuple[tuple[Any, Any, Any, Any, bool], ...] | None = None
+    _plan: tuple[tuple[Any, Any, Any, Any, bool, tuple[Chunk, ...]], ...] | None = None
     _targets: tuple[Any, ...] = ()
     _flat: bool = False
+    # A check's content rebuilt into a copy apart, not into the timed tensors: set for good once
+    # the timed tensors did not hold the rebuilt content after the reference ran (`expected_on`).
+    _apart: bool = False
 
     @property
     def rate(self) -> float:
@@ -351,7 +381,7 @@ class FreshInputs:
     def outputs_checked(self) -> bool:
         return self.reference is not None and self.check is not None
 
-    def prepare(self) -> tuple[tuple[Any, Any, Any, Any, bool], ...]:
+    def prepare(self) -> tuple[tuple[Any, Any, Any, Any, bool, tuple[Chunk, ...]], ...]:
         """The per-call plan, made once, that refills and contents walk."""
         if self._plan is not None:
             return self._plan
@@ -364,7 +394,9 @@ class FreshInputs:
         self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
             leaves = zip(self._targets, *self.ends, self.weights, strict=True)
-            self._plan = tuple([(t, a, b, u, _mixable(torch, a)) for t, a, b, u in leaves])
+            self._plan = tuple(
+                [(t, a, b, u, _mixable(torch, a), _chunks(t, a, b)) for t, a, b, u in leaves]
+            )
         else:
             self._plan = ()
         return self._plan
@@ -386,13 +418,8 @@ class FreshInputs:
                     else:
                         used.add(offset)
                     self._offset = offset
-                    lerp, where = torch.lerp, torch.where
-                    for dst, a, b, pool, mixed in plan:
-                        u = pool[offset : offset + a.numel()].view(a.shape)  # a view: no copy
-                        if mixed:  # dst = a + u * (b - a)
-                            lerp(a, b, u, out=dst)
-                        else:  # integers and booleans: a or b per element
-                            where(u < 0.5, a, b, out=dst)
+                    for _dst, _a, _b, pool, mixed, chunks in plan:
+                        _mix_into(torch, chunks, pool, offset, mixed)
                 elif self.mode == "maker" and self.make_draw is not None:
                     self._offset = seed = _urandom_seed()  # the token's first half: the seed
                     self._draw = self.make_draw(seed)
@@ -420,8 +447,8 @@ class FreshInputs:
         if len(used) >= WINDOW // 2 and not self._pending or len(used) >= WINDOW - 1:
             for pool in self.weights:  # in place: the timer's seal holds these tensors
                 seed = _urandom_seed()
-                pool.uniform_(
-                    0.0, 1.0, generator=self.torch.Generator(pool.device).manual_seed(seed)
+                pool.random_(
+                    0, WEIGHT_LEVELS, generator=self.torch.Generator(pool.device).manual_seed(seed)
                 )
             used.clear()
         while True:
@@ -439,24 +466,55 @@ class FreshInputs:
             if plan:
                 start = self._offset if offset is None else offset
                 leaves = []
-                for _dst, a, b, pool, mixed in plan:
-                    u = pool[start : start + a.numel()].view(a.shape)
-                    leaves.append(torch.lerp(a, b, u) if mixed else torch.where(u < 0.5, a, b))
+                for _dst, a, b, pool, mixed, _chunks_of_dst in plan:
+                    leaf = torch.empty_like(a)
+                    _mix_into(torch, _chunks(leaf, a, b), pool, start, mixed)
+                    leaves.append(leaf)
             elif self.mode == "maker" and draw is not None:
                 leaves = [t.detach().clone() for t in _tensor_leaves(torch, draw)]
             else:
                 leaves = [t.detach().clone() for t in self._targets]
         return leaves if self._flat else _with_leaves(torch, list(self.storage), leaves)
 
+    def expected_on(self, offset: int) -> Any:
+        """The reference's output on the mix's content at `offset`, rebuilt into the timed
+        tensors (the call's output was copied first: the kernel may have written its inputs),
+        so a check holds no copy of the inputs. The timed tensors must still hold that content
+        after the reference ran (each chunk rebuilt again and compared bit for bit): a kernel
+        that kept them and rewrites them after its call (a thread), or a reference that writes
+        its inputs, sends this check and every later one to a copy apart (`content`), which
+        only the timer holds; never a verdict by itself."""
+        torch = self.torch
+        plan = self._plan if self._plan is not None else self.prepare()
+        if not self._apart:
+            for _dst, _a, _b, pool, mixed, chunks in plan:
+                _mix_into(torch, chunks, pool, offset, mixed)
+            expected = self.reference(*self.storage)
+            if all([_holds_mix(torch, leaf[5], leaf[3], offset, leaf[4]) for leaf in plan]):
+                # A reference returning (a view of) its input: copied, the kernel holds it too.
+                return (
+                    _clone(torch, expected) if _shares(torch, expected, self._targets) else expected
+                )
+            del expected
+            self._apart = True
+        return self.reference(*self.content(offset))
+
     def call(self) -> Any:
         return self.kernel(*self.storage)
 
     def after(
-        self, out: Any, *, force: bool = False, content: tuple[int, Any] | None = None
+        self,
+        out: Any,
+        *,
+        force: bool = False,
+        content: tuple[int, Any] | None = None,
+        compare: bool = True,
     ) -> CheckKey | None:
         """One timed call returned `out`: plain, and checked if `os.urandom` read now says so
-        (always with `force`). `content`: what `before` returned. With `defer`, returns the
-        queued check's key for the timer to hand to `drain` (None: not checked)."""
+        (always with `force`). `content`: what `before` returned. With `defer`, or without
+        `compare` (the CPU timer: it drops `out` first, so a check holds the copy and the
+        reference's output, not the call's output too), returns the queued check's key for the
+        timer to hand to `drain` (None: not checked)."""
         self._calls += 1
         if content is not None and (content[0] != self._offset or content[1] is not self._draw):
             raise DishonestTiming(
@@ -493,19 +551,27 @@ class FreshInputs:
         key = (self._calls, offset, held)
         self.check_s += bound.perf_counter() - started
         self._pending.append((key, snapshot))
-        if self.defer:
-            self.pending_bytes += _nbytes(self.torch, snapshot) + _nbytes(self.torch, held)
-        if not self.defer:
+        if not self.defer and compare:
             self.drain()
             return None
         return key
+
+    def queued_bytes(self) -> int:
+        """Bytes the queued checks (`defer`) hold: the outputs' copies, and the content kept to
+        rebuild a check's inputs (a maker's draw, the fixed content's copy)."""
+        total = 0
+        for entry in self._pending:  # an entry that is not (key, copy) is `drain`'s to name
+            if type(entry) is tuple and len(entry) == 2:
+                key, copy = entry
+                held = key[2] if type(key) is tuple and len(key) == 3 else None
+                total += _nbytes(self.torch, copy) + _nbytes(self.torch, held)
+        return total
 
     def drain(self, queued: tuple[CheckKey, ...] | None = None) -> None:
         """Compare the queued copies with the reference on their calls' content; raises
         `DishonestTiming` naming the first wrong one, or a queue that is not `queued`."""
         pending = list(self._pending)  # the list itself is sealed: emptied in place
         self._pending.clear()
-        self.pending_bytes = 0
         keys_found = []  # a loop, not a generator: this runs after every checked call
         for entry in pending:
             keys_found.append(entry[0] if type(entry) is tuple and len(entry) == 2 else entry)
@@ -520,13 +586,15 @@ class FreshInputs:
             started = bound.perf_counter()
             with torch.no_grad():
                 if held is None:  # the mix: rebuilt from the kept ends and pools
-                    content = self.content(offset)
-                elif self.mode == "maker":
-                    again = self.maker_repeats and self.make_draw is not None
-                    content = self.content(draw=self.make_draw(offset) if again else held)
+                    expected = self.expected_on(offset)
                 else:
-                    content = held
-                expected = self.reference(*content)
+                    if self.mode == "maker":
+                        again = self.maker_repeats and self.make_draw is not None
+                        content = self.content(draw=self.make_draw(offset) if again else held)
+                    else:
+                        content = held
+                    expected = self.reference(*content)
+                    del content
             # Bit-identical outputs pass without the full rule.
             if type(snapshot) is torch.Tensor and type(expected) is torch.Tensor:
                 identical = (
@@ -555,7 +623,6 @@ class FreshInputs:
         """A timing that failed: its queued copies are dropped, not compared (the item has
         failed already; on a GPU they can hold most of its memory)."""
         self._pending.clear()
-        self.pending_bytes = 0
 
     def to_dict(self) -> dict[str, Any]:
         per_call = self.refill_s / self.refills if self.refills else 0.0
@@ -588,10 +655,93 @@ SHADOWING = frozenset(
 
 
 def _weight_pool(torch: Any, leaf: Any) -> Any:
-    """Uniform [0, 1) values, `WINDOW` more than `leaf`'s size, seeded by `os.urandom`."""
-    dtype = leaf.dtype if _mixable(torch, leaf) else torch.float32
+    """Bytes uniform in [0, `WEIGHT_LEVELS`), `WINDOW` more than `leaf`'s size, seeded by
+    `os.urandom`: element i of a call's content takes the weight k / `WEIGHT_LEVELS`, k the
+    pool's value at the call's offset plus i."""
     gen = torch.Generator(device=leaf.device).manual_seed(_urandom_seed())
-    return torch.rand(int(leaf.numel()) + WINDOW, generator=gen, dtype=dtype, device=leaf.device)
+    size = (int(leaf.numel()) + WINDOW,)
+    return torch.randint(
+        0, WEIGHT_LEVELS, size, generator=gen, dtype=torch.uint8, device=leaf.device
+    )
+
+
+# A chunk of a leaf's mix: (dst, a, b, first element, end element), views made once.
+Chunk = tuple[Any, Any, Any, int, int]
+
+
+def _chunks(dst: Any, a: Any, b: Any) -> tuple[Chunk, ...]:
+    """Consecutive chunks of at most about `CHUNK` elements (by the first dimension where a
+    tensor is not contiguous); element i of `dst` takes the weight at the offset plus i, in
+    row-major order whatever the strides."""
+    total = int(a.numel())
+    if total == 0:
+        return ()
+    if dst.is_contiguous() and a.is_contiguous() and b.is_contiguous():
+        dst, a, b = dst.view(-1), a.view(-1), b.view(-1)
+    rows = int(dst.shape[0])
+    per_row = total // rows
+    step = max(1, (CHUNK if dst.device.type == "cpu" else DEVICE_CHUNK) // per_row)
+    return tuple(
+        [
+            (
+                dst[i : i + step],
+                a[i : i + step],
+                b[i : i + step],
+                i * per_row,
+                min(rows, i + step) * per_row,
+            )
+            for i in range(0, rows, step)
+        ]
+    )
+
+
+def _weights(pool: Any, offset: int, chunk: Chunk) -> Any:
+    dst, _a, _b, start, end = chunk
+    flat = pool[offset + start : offset + end]
+    return flat if dst.dim() == 1 else flat.view(dst.shape)
+
+
+def _mix_chunk(torch: Any, dst: Any, a: Any, b: Any, weights: Any, mixed: bool) -> None:
+    if mixed:  # dst = a + (k / WEIGHT_LEVELS) (b - a): the weights converted in dst itself
+        dst.copy_(weights)
+        dst.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
+        torch.lerp(a, b, dst, out=dst)
+    else:  # integers and booleans: a or b per element
+        torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=dst)
+
+
+def _mix_into(torch: Any, chunks: tuple[Chunk, ...], pool: Any, offset: int, mixed: bool) -> None:
+    """The chunks' `dst` = the mix of their `a` and `b` by `pool`'s weights at `offset`."""
+    for chunk in chunks:
+        _mix_chunk(torch, chunk[0], chunk[1], chunk[2], _weights(pool, offset, chunk), mixed)
+
+
+_SAME_SIZE_INTEGER = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
+
+
+def _same_bits(torch: Any, left: Any, right: Any) -> bool:
+    """Equal bit for bit (NaN payloads included: `torch.equal` calls no NaN equal)."""
+    if left.is_floating_point() and left.element_size() in _SAME_SIZE_INTEGER:
+        as_int = getattr(torch, _SAME_SIZE_INTEGER[left.element_size()])
+        return bool(torch.equal(left.view(as_int), right.view(as_int)))
+    return bool(torch.equal(left, right))
+
+
+def _holds_mix(torch: Any, chunks: tuple[Chunk, ...], pool: Any, offset: int, mixed: bool) -> bool:
+    """Whether the chunks' `dst` hold the mix at `offset`: each chunk made again apart (a
+    chunk's temporary, by the same operations on the same chunks) and compared bit for bit."""
+    for chunk in chunks:
+        again = torch.empty_like(chunk[0])
+        _mix_chunk(torch, again, chunk[1], chunk[2], _weights(pool, offset, chunk), mixed)
+        if not _same_bits(torch, again, chunk[0]):
+            return False
+    return True
+
+
+def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
+    """Whether a tensor of `obj` shares storage with one of `targets`."""
+    ours = {int(t.untyped_storage().data_ptr()) for t in targets}
+    return any(int(t.untyped_storage().data_ptr()) in ours for t in _tensor_leaves(torch, obj))
 
 
 def _clone(torch: Any, obj: Any) -> Any:
@@ -642,13 +792,41 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
             continue
         gen = torch.Generator(device=a.device).manual_seed(gen_seed)
         v = torch.rand(a.shape, generator=gen, dtype=a.dtype, device=a.device)
-        out.append(a * (1 + JITTER * v))
+        out.append(v.mul_(JITTER).add_(1).mul_(a))  # in place: one input's size at a time
     return out
 
 
-def _mix_valid(fresh: FreshInputs, expected_first: Any) -> str | None:
+def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
+    """The draw's tensors as the mix's second end: themselves (a draw made for this is no
+    one else's), a copy where one shares storage with the timed inputs or the first end."""
+    return [
+        t.detach().clone() if _shares(torch, t, others) else t.detach()
+        for t in _tensor_leaves(torch, draw)
+    ]
+
+
+def _finite(torch: Any, out: Any) -> list[bool]:
+    """Per tensor of `out`, whether every element is finite, read in chunks of `CHUNK`
+    elements (`torch.isfinite` of a whole float tensor holds temporaries of 1.75 times it)."""
+    found = []
+    for tensor in _tensor_leaves(torch, out):
+        flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
+        found.append(
+            all(
+                [
+                    bool(torch.isfinite(flat[start : start + CHUNK]).all())
+                    for start in range(0, int(flat.numel()), CHUNK)
+                ]
+            )
+        )
+    return found
+
+
+def _mix_valid(fresh: FreshInputs, finite_before: list[bool]) -> str | None:
     """Why a mixed input is not valid, or None: on one untimed call the kernel must not raise
-    and must agree with the reference, whose output stays finite where it was."""
+    and must agree with the reference, whose output stays finite where it was on the first
+    inputs (`finite_before`). The reference reads the content rebuilt into the timed tensors
+    (`FreshInputs.expected_on`), the kernel's output copied first where it is one of them."""
     torch = fresh.torch
     try:
         fresh.before()
@@ -656,11 +834,12 @@ def _mix_valid(fresh: FreshInputs, expected_first: Any) -> str | None:
             got = fresh.kernel(*fresh.storage)
             if fresh.reference is None or fresh.check is None:
                 return None
-            expected = fresh.reference(*fresh.content())
+            if _shares(torch, got, fresh._targets):
+                got = _clone(torch, got)
+            expected = fresh.expected_on(fresh._offset)
     except Exception as exc:
         return f"{type(exc).__name__} on a mixed input: {str(exc)[:160]}"
-    finite_before = [bool(torch.isfinite(t).all()) for t in _tensor_leaves(torch, expected_first)]
-    finite_after = [bool(torch.isfinite(t).all()) for t in _tensor_leaves(torch, expected)]
+    finite_after = _finite(torch, expected)
     if any(b and not a for b, a in zip(finite_before, finite_after, strict=False)):
         return "the reference's output is not finite on a mixed input"
     failure = fresh.check(got, expected)
@@ -696,10 +875,12 @@ def fresh_inputs(
     in_bytes = _nbytes(torch, inputs)
     with torch.no_grad():
         a_leaves = [t.detach().clone() for t in first_leaves]
-        expected_first = None
+        out_bytes, finite_first = 0, []
         if fresh.outputs_checked and reference is not None:
+            # Its size and where it is finite, dropped before the second draw is made.
             expected_first = reference(*_with_leaves(torch, list(inputs), list(a_leaves)))
-    out_bytes = 0 if expected_first is None else _nbytes(torch, expected_first)
+            out_bytes, finite_first = _nbytes(torch, expected_first), _finite(torch, expected_first)
+            del expected_first
     why_fixed = ""
     second = None
     if make_draw is not None:
@@ -710,10 +891,12 @@ def fresh_inputs(
             second, why_fixed = None, "the input maker returned the same contents for another seed"
     else:
         why_fixed = "no input maker (fixed input tensors)"
-    if 3 * in_bytes + 2 * out_bytes <= room:
+    pools_bytes = sum([int(t.numel()) + WINDOW for t in first_leaves])
+    mix_bytes = 2 * in_bytes + pools_bytes + 2 * out_bytes
+    if mix_bytes <= room:
         with torch.no_grad():
             b_leaves = (
-                [t.detach().clone() for t in _tensor_leaves(torch, second)]
+                _own_leaves(torch, second, (*first_leaves, *a_leaves))
                 if second is not None
                 else _jittered(torch, a_leaves)
             )
@@ -722,14 +905,14 @@ def fresh_inputs(
         fresh.mode = "mix"
         kept_seed = _urandom_seed()
         kept = kept_content(fresh, kept_seed)  # before the kernel's first call on the mix
-        invalid = _mix_valid(fresh, expected_first)
+        invalid = _mix_valid(fresh, finite_first)
         if kept_content_changed(fresh, kept_seed, kept):
             raise DishonestTiming(KEPT_CHANGED + " (in the mix's validity trial)")
         if invalid is None:
             ends = "two draws of the input maker" if second is not None else "a jitter of them"
             fresh.note = (
                 f"fresh inputs: new content every call, mixed per element between the inputs "
-                f"and {ends} ({_mib(3 * in_bytes)} kept)"
+                f"and {ends} ({_mib(2 * in_bytes + pools_bytes)} kept)"
             )
             if second is None:
                 _warn_fixed(fresh, why_fixed, "mixed with a jitter of themselves")
@@ -737,8 +920,7 @@ def fresh_inputs(
         why_not_mix = f"a mixed input is not valid ({invalid})"
     else:
         why_not_mix = (
-            f"the mix needs {_mib(3 * in_bytes + 2 * out_bytes)}, more than "
-            f"{MEMORY_SHARE:.0%} of the free memory"
+            f"the mix needs {_mib(mix_bytes)}, more than {MEMORY_SHARE:.0%} of the free memory"
         )
     fresh.ends, fresh.weights, fresh._plan = None, [], None  # the plan of the mix no more
     with torch.no_grad():

@@ -1,0 +1,337 @@
+"""What the fresh-content mix holds and the attacks on how it saves memory (unit level:
+measure/timing/fresh_inputs.py): byte weights, a checked call's content rebuilt into the timed
+tensors, the call's output dropped before its check compares."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from typing import Any
+
+import pytest
+import torch
+
+from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+from pytest_kernelpro.measure.timing.fresh_inputs import (
+    CHUNK,
+    WINDOW,
+    DishonestTiming,
+    FreshInputs,
+    fresh_inputs,
+    kept_content,
+    kept_content_changed,
+)
+
+
+def _check(got: Any, expected: Any) -> str | None:
+    return None if torch.allclose(got, expected, rtol=1e-5, atol=1e-6) else "differs"
+
+
+def _softmax(x: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(x, dim=-1)
+
+
+def _rows(seed: int, shape: tuple[int, ...] = (64, 128)) -> tuple[torch.Tensor]:
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _fresh(kernel: Any = _softmax, reference: Any = _softmax, **kw: Any) -> FreshInputs:
+    shape = kw.pop("shape", (64, 128))
+    fresh = fresh_inputs(
+        torch, kernel, list(_rows(1, shape)), device="cpu",
+        make_draw=lambda seed: _rows(seed, shape), reference=reference, check=_check, **kw,
+    )  # fmt: skip
+    assert fresh.mode == "mix"
+    return fresh
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _checked_calls(fresh: FreshInputs, count: int) -> None:
+    """`count` calls, each checked, as a timer makes them (untimed)."""
+    for _ in range(count):
+        content = fresh.before()
+        fresh.after(fresh.call(), force=True, content=content)
+
+
+def _budget() -> TimingBudget:
+    return TimingBudget(warmup_ms=0.0, max_time_s=0.05, min_samples=20, max_samples=40)
+
+
+def test_the_pools_are_one_byte_a_weight_and_the_ends_are_the_draws_themselves() -> None:
+    """Kept beside the timed inputs: the two ends (the second the maker's draw itself, not a
+    copy of it) and a pool of bytes per leaf, a quarter of a float32 input."""
+    drawn: list[torch.Tensor] = []
+
+    def draw(seed: int) -> tuple[torch.Tensor]:
+        drawn.extend(_rows(seed))
+        return (drawn[-1],)
+
+    fresh = fresh_inputs(
+        torch, _softmax, list(_rows(1)), device="cpu", make_draw=draw, reference=_softmax,
+        check=_check,
+    )  # fmt: skip
+    assert fresh.ends is not None
+    assert fresh.ends[1][0].data_ptr() == drawn[-1].data_ptr()
+    (pool,) = fresh.weights
+    assert pool.dtype == torch.uint8
+    assert pool.numel() == 64 * 128 + WINDOW
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda g: torch.randn(3, CHUNK + 5, generator=g), id="float32-chunks"),
+        pytest.param(lambda g: torch.randn(2048, 1024, generator=g).t(), id="transposed"),
+        pytest.param(lambda g: torch.randn(40, 33, generator=g).half(), id="float16"),
+        pytest.param(lambda g: torch.randn(40, 33, generator=g).bfloat16(), id="bfloat16"),
+        pytest.param(lambda g: torch.randn(40, 33, generator=g).double(), id="float64"),
+        pytest.param(lambda g: torch.randint(0, 9, (300,), generator=g), id="int64"),
+        pytest.param(lambda g: torch.rand(300, generator=g) > 0.5, id="bool"),
+        pytest.param(lambda g: torch.randn((), generator=g), id="0-dim"),
+    ],
+)
+def test_a_checks_content_rebuilt_into_the_timed_tensors_is_the_calls_bit_for_bit(
+    make: Any,
+) -> None:
+    """The check's reference reads the timed tensors refilled from the call's offset: the same
+    bits the call got (whatever its dtype, strides or size in chunks), and the copy apart
+    (`content`) agrees with them."""
+
+    def draw(seed: int) -> tuple[torch.Tensor]:
+        return (make(torch.Generator().manual_seed(seed)),)
+
+    def total(x: torch.Tensor) -> torch.Tensor:
+        return x.double().sum()
+
+    fresh = fresh_inputs(
+        torch, total, list(draw(1)), device="cpu", make_draw=draw, reference=total,
+        check=_check,
+    )  # fmt: skip
+    assert fresh.mode == "mix"
+    for _ in range(3):
+        offset, _draw = fresh.before()
+        given = fresh.storage[0].clone()
+        fresh.storage[0].zero_()  # as a kernel writing its input would
+        fresh.expected_on(offset)
+        assert torch.equal(_bits(fresh.storage[0]), _bits(given))
+        (apart,) = fresh.content(offset)
+        assert torch.equal(_bits(apart), _bits(given))
+    assert not fresh._apart
+
+
+def _memo_by_values(count: int) -> tuple[Any, list[int]]:
+    """A kernel memoising its output by its input's first `count` values; its hits."""
+    memo: dict[tuple[float, ...], torch.Tensor] = {}
+    hits = [0]
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        key = tuple(x.reshape(-1)[:count].tolist())
+        if key in memo:
+            hits[0] += 1
+            return memo[key].clone()
+        memo[key] = out = _softmax(x)
+        return out
+
+    return kernel, hits
+
+
+def test_a_memo_keyed_by_one_value_hits_on_the_byte_weights_and_its_first_hit_is_refused() -> None:
+    """One element takes one of 256 values between its two ends, so a memo keyed by it hits
+    within a few dozen calls; the rest of the content differs, so the hit's output is wrong
+    and its check refuses it."""
+    kernel, hits = _memo_by_values(1)
+    fresh = _fresh(kernel)
+    with pytest.raises(DishonestTiming, match="returned a wrong output"):
+        _checked_calls(fresh, 400)
+    assert hits[0] == 1
+
+
+def test_a_memo_keyed_by_eight_values_never_hits() -> None:
+    kernel, hits = _memo_by_values(8)
+    _checked_calls(_fresh(kernel), 300)
+    assert hits[0] == 0
+
+
+def _memo_rewriting_pools() -> tuple[Any, dict[str, int]]:
+    """A memo keyed by eight values that, at its 4th call, finds its timer through gc and
+    rewrites the pools in place with a period of the 256 byte values (every value as often as
+    in a random pool, but the content then depends only on the offset modulo 256, and the
+    memo hits with the right output); that call returns the output a check of it rebuilds."""
+    made = {"calls": 0, "hits": 0}
+    memo: dict[tuple[float, ...], torch.Tensor] = {}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        made["calls"] += 1
+        if made["calls"] == 4:
+            for timer in [o for o in gc.get_objects() if type(o) is FreshInputs and o.ends]:
+                if timer.storage[0].data_ptr() != x.data_ptr():
+                    continue
+                for pool in timer.weights:
+                    pool.copy_(torch.arange(pool.numel()) % 256)
+                # What a check of this call rebuilds from the rewritten pools.
+                return _softmax(timer.content(timer._offset)[0])
+        key = tuple(x.reshape(-1)[:8].tolist())
+        if key in memo:
+            made["hits"] += 1
+            return memo[key].clone()
+        memo[key] = out = _softmax(x)
+        return out
+
+    return kernel, made
+
+
+def test_pools_rewritten_with_every_byte_value_in_a_short_period_are_refused() -> None:
+    """The pools' fingerprint reads runs of four weights: a period of the 256 byte values has
+    as many distinct bytes as a random pool but few distinct runs."""
+    kernel, made = _memo_rewriting_pools()
+    with pytest.raises(DishonestTiming, match="rewrote the timer's kept content"):
+        time_kernel(None, device="cpu", budget=_budget(), fresh=_fresh(kernel))  # type: ignore[arg-type]
+    assert made["calls"] >= 4
+
+
+def test_the_timers_own_renewal_of_the_pools_passes_their_fingerprint() -> None:
+    fresh = _fresh()
+    kept = kept_content(fresh, 7)
+    pools = [pool.clone() for pool in fresh.weights]
+    fresh._used.update(range(WINDOW // 2))  # half of the offsets spent: renewed
+    fresh.before()
+    assert not any(torch.equal(a, b) for a, b in zip(pools, fresh.weights, strict=True))
+    assert kept_content(fresh, 7) != kept
+    assert not kept_content_changed(fresh, 7, kept)
+
+
+def _stale_kernel(shape: tuple[int, ...]) -> tuple[Any, dict[str, Any]]:
+    """Computes once, on the first call's content X0, then returns that output on every call
+    (the state holds X0 and the timed tensor it was given)."""
+    state: dict[str, Any] = {}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        if "x0" not in state:
+            state["x0"], state["timed"] = x.clone(), x
+            state["y0"] = _softmax(x)
+        return state["y0"].clone()
+
+    return kernel, state
+
+
+def test_a_timed_tensor_rewritten_while_the_reference_reads_it_sends_the_check_apart() -> None:
+    """The kernel kept the timed tensor and puts its first content back into it after its
+    call (here at the moment the reference reads it, the worst time: a stand-in for its
+    thread). The reference then agrees with the stale output, but the timed tensor no longer
+    holds the rebuilt content: the check goes to a copy apart, which the kernel never held,
+    and refuses it."""
+    kernel, state = _stale_kernel((64, 128))
+
+    def reference(x: torch.Tensor) -> torch.Tensor:
+        if "timed" in state and x.data_ptr() == state["timed"].data_ptr():
+            x.copy_(state["x0"])  # what the kernel's thread writes
+        return _softmax(x)
+
+    fresh = _fresh(kernel, reference)
+    with pytest.raises(DishonestTiming, match="returned a wrong output"):
+        _checked_calls(fresh, 5)
+    assert fresh._apart
+
+
+def test_a_kernel_whose_thread_rewrites_the_timed_tensor_after_its_calls_is_refused() -> None:
+    """The same through the timer, with a real thread writing the first content into the timed
+    tensor for as long as the timing runs."""
+    kernel, state = _stale_kernel((256, 1024))
+    stop = threading.Event()
+
+    def rewrite() -> None:
+        while not stop.is_set():
+            if "timed" in state:
+                state["timed"].copy_(state["x0"])
+
+    def starting(x: torch.Tensor) -> torch.Tensor:
+        if "x0" not in state:
+            threading.Thread(target=rewrite, daemon=True).start()
+        return kernel(x)
+
+    fresh = _fresh(starting, shape=(256, 1024))
+    try:
+        with pytest.raises(DishonestTiming, match="wrong output|disagree"):
+            time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
+    finally:
+        stop.set()
+
+
+def test_a_reference_writing_its_inputs_is_no_verdict_on_an_honest_kernel() -> None:
+    """The reference zeroes its input after reading it: the timed tensor no longer holds the
+    rebuilt content, which is not the kernel's doing; the checks move to copies apart and the
+    honest kernel is timed."""
+
+    def zeroing(x: torch.Tensor) -> torch.Tensor:
+        out = _softmax(x)
+        x.zero_()
+        return out
+
+    fresh = _fresh(_softmax, zeroing)
+    time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
+    assert fresh._apart
+    assert fresh.checked >= 2
+
+
+def test_a_reference_returning_its_input_is_compared_on_a_copy() -> None:
+    """An identity reference's output is the timed tensor itself: copied before the kernel
+    (which holds that tensor) runs again, and a stale identity kernel is still refused."""
+    kernel_state: dict[str, torch.Tensor] = {}
+
+    def stale_identity(x: torch.Tensor) -> torch.Tensor:
+        kernel_state.setdefault("y0", x.clone())
+        return kernel_state["y0"].clone()
+
+    def identity(x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    fresh = _fresh(lambda x: x.clone(), identity)
+    offset, _ = fresh.before()
+    expected = fresh.expected_on(offset)
+    assert expected.data_ptr() != fresh.storage[0].data_ptr()
+    fresh = _fresh(stale_identity, identity)
+    with pytest.raises(DishonestTiming, match="returned a wrong output"):
+        _checked_calls(fresh, 5)
+
+
+def test_the_cpu_timer_drops_the_calls_output_before_its_check_compares() -> None:
+    """A checked call holds the output's copy and the reference's output, not the output the
+    call returned as well: it is gone when the check runs."""
+    returned: list[weakref.ref[torch.Tensor]] = []
+    alive_at_check: list[bool] = []
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        out = _softmax(x) * (1 + 2**-20)  # not bit-identical: the check runs
+        returned.append(weakref.ref(out))
+        return out
+
+    def check(got: Any, expected: Any) -> str | None:
+        alive_at_check.append(returned[-1]() is not None)
+        return _check(got, expected)
+
+    fresh = fresh_inputs(
+        torch, kernel, list(_rows(1)), device="cpu", make_draw=_rows, reference=_softmax,
+        check=check,
+    )  # fmt: skip
+    alive_at_check.clear()  # the validity trial's own check holds its output
+    time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
+    assert alive_at_check
+    assert not any(alive_at_check)
+
+
+def test_queued_bytes_counts_the_queued_copies_and_leaves_a_foreign_entry_to_drain() -> None:
+    fresh = _fresh()
+    fresh.defer = True
+    keys = []
+    for _ in range(2):
+        content = fresh.before()
+        keys.append(fresh.after(fresh.call(), force=True, content=content))
+    assert fresh.queued_bytes() == 2 * 64 * 128 * 4
+    fresh._pending.append("not a check")  # type: ignore[arg-type]
+    assert fresh.queued_bytes() == 2 * 64 * 128 * 4
+    with pytest.raises(DishonestTiming, match="queue of deferred output checks"):
+        fresh.drain(tuple(keys))  # type: ignore[arg-type]
