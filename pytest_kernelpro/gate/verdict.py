@@ -299,7 +299,7 @@ def roofline_floor(
     """(fails, reason) of the absolute min_roofline floor; independent of any baseline.
 
     The one rule for `min_roofline`: the verdict applies it in check mode, the item's run
-    (`run.roofline_stage.roofline_floor`) outside it.
+    (`run.stages.roofline_floor`) outside it.
     """
     if min_roofline is None or not measured:
         return False, None  # not measured: the item already fails or skips for that
