@@ -24,9 +24,7 @@ from pytest_kernelpro.run.items import (
     KernelBenchFile,
     KernelConfigErrorItem,
     KernelItem,
-    collect_marked,
-    collected_in_its_own_test_module,
-    is_an_alias_of_a_collected_kernel,
+    kernel_items,
 )
 from pytest_kernelpro.run.session import REPORT_ATTR, KernelproSession, is_within, start_session
 
@@ -58,11 +56,7 @@ def pytest_pycollect_makeitem(
     mark = marker_of(obj)
     if mark is None or not callable(obj):
         return None
-    if collected_in_its_own_test_module(collector, obj):
-        return None  # imported from another test module, which collects it
-    if is_an_alias_of_a_collected_kernel(collector, name, obj):
-        return []
-    return collect_marked(collector, name, obj, mark)
+    return kernel_items(collector, name, obj, mark)
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

@@ -10,7 +10,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pytest_kernelpro.measure.gpu_memory import format_bytes
 from pytest_kernelpro.measure.roofline import SHORT_UNIT, problem_words
 from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
 
@@ -289,7 +288,9 @@ def _rule_text(c: CorrectnessPart) -> str:
         )
     if truth.get("seconds") is not None:
         cost = f"{truth['seconds'] * 1e3:.1f} ms"
-        if truth.get("peak_bytes") is not None:
+        if truth.get("peak_bytes") is not None:  # a GPU truth's (measure.gpu_memory)
+            from pytest_kernelpro.measure.gpu_memory import format_bytes
+
             bound = "" if truth.get("peak_exact", True) else "at most "
             cost += f", {bound}{format_bytes(truth['peak_bytes'])} peak"
         text += f"; truth re-run {cost}"

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
@@ -237,11 +237,6 @@ class Verdict:
         data["message"] = self.reason
         return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Verdict:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
-
 
 def _samples(record: KernelRecord) -> list[float]:
     out = []
@@ -299,7 +294,7 @@ def roofline_floor(
     """(fails, reason) of the absolute min_roofline floor; independent of any baseline.
 
     The one rule for `min_roofline`: the verdict applies it in check mode, the item's run
-    (`run.roofline_stage.roofline_floor`) outside it.
+    (`run.stages.roofline_floor`) outside it.
     """
     if min_roofline is None or not measured:
         return False, None  # not measured: the item already fails or skips for that

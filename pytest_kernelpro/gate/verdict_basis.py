@@ -254,11 +254,13 @@ def _quantile(values: Sequence[float], q: float) -> float:
 
 def scatter(values: Sequence[float]) -> float:
     """Interquartile range over the median (0 for fewer than 4 values)."""
+    import numpy as np
+
     kept = [v for v in values if v > 0]
     if len(kept) < 4:
         return 0.0
-    med = _quantile(kept, 0.5)
-    return (_quantile(kept, 0.75) - _quantile(kept, 0.25)) / med if med > 0 else 0.0
+    low, med, high = np.quantile(np.asarray(kept, dtype=float), (0.25, 0.5, 0.75)).tolist()
+    return (high - low) / med if med > 0 else 0.0
 
 
 def anchor_speed_s(side: CpuAnchorSide) -> float:

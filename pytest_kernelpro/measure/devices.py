@@ -15,7 +15,6 @@ import functools
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
 
@@ -93,74 +92,6 @@ class DeviceSpec:
         object.__setattr__(self, "peak_flops", {k: float(v) for k, v in self.peak_flops.items()})
         object.__setattr__(self, "aliases", tuple(self.aliases))
         object.__setattr__(self, "mma_shapes", tuple(self.mma_shapes))
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict of every field."""
-        return {
-            "name": self.name,
-            "aliases": list(self.aliases),
-            "arch": self.arch,
-            "sms": self.sms,
-            "dram_bandwidth_Bps": self.dram_bandwidth_Bps,
-            "l2_bytes": self.l2_bytes,
-            "smem_per_sm_bytes": self.smem_per_sm_bytes,
-            "max_smem_per_block_bytes": self.max_smem_per_block_bytes,
-            "regs_per_sm": self.regs_per_sm,
-            "max_threads_per_sm": self.max_threads_per_sm,
-            "peak_flops": dict(self.peak_flops),
-            "mma_shapes": list(self.mma_shapes),
-            "source": self.source,
-            "memory_bytes": self.memory_bytes,
-            "notes": self.notes,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> DeviceSpec:
-        """Build a spec from `to_dict()` output (or a team's YAML/JSON of the same keys)."""
-        known = {
-            "name",
-            "aliases",
-            "arch",
-            "sms",
-            "dram_bandwidth_Bps",
-            "l2_bytes",
-            "smem_per_sm_bytes",
-            "max_smem_per_block_bytes",
-            "regs_per_sm",
-            "max_threads_per_sm",
-            "peak_flops",
-            "mma_shapes",
-            "source",
-            "memory_bytes",
-            "notes",
-        }
-        extra = sorted(set(data) - known)
-        if extra:
-            raise KernelproConfigError(
-                f"device spec {data.get('name')!r}: unknown keys {extra}; use only {sorted(known)}"
-            )
-        try:
-            return cls(
-                name=str(data["name"]),
-                aliases=tuple(data.get("aliases", ())),
-                arch=str(data["arch"]),
-                sms=int(data["sms"]),
-                dram_bandwidth_Bps=float(data["dram_bandwidth_Bps"]),
-                l2_bytes=int(data["l2_bytes"]),
-                smem_per_sm_bytes=int(data["smem_per_sm_bytes"]),
-                max_smem_per_block_bytes=int(data["max_smem_per_block_bytes"]),
-                regs_per_sm=int(data["regs_per_sm"]),
-                max_threads_per_sm=int(data["max_threads_per_sm"]),
-                peak_flops=dict(data["peak_flops"]),
-                mma_shapes=tuple(data.get("mma_shapes", ())),
-                source=str(data.get("source", "")),
-                memory_bytes=int(data.get("memory_bytes", 0)),
-                notes=str(data.get("notes", "")),
-            )
-        except KeyError as exc:
-            raise KernelproConfigError(
-                f"device spec {data.get('name')!r} lacks key {exc.args[0]!r}; add it"
-            ) from None
 
     def matches(self, device_name: str) -> bool:
         """Whether `device_name` (as torch reports it) is this spec's name or an alias."""

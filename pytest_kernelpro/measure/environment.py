@@ -211,5 +211,7 @@ def library_choices() -> dict[str, Any]:
                     value = value()
             except Exception:
                 continue
-        out[name] = json_value(getattr(value, "name", value))  # an enum by its name
+        value = getattr(value, "name", value)  # an enum by its name
+        # Flags and names are JSON as they are (most readings); the rest via `json_value`.
+        out[name] = value if type(value) in (bool, str) else json_value(value)
     return out

@@ -2,11 +2,11 @@
 
 Collection makes a `KernelItem` (`items.py`); running it is `item_runner.py`: the entry, its
 guards, the item's state built once (`context.ItemRun`: device, time limit, threads, resolved
-settings, ceilings, baseline entry), and the stages in order, each a module that takes that
-state and values and fills its part of the item's `KernelRecord`: `measure_stage.py` (the
-correctness trials, the timing, the re-check), `roofline_stage.py`, `profile_stage.py`,
-`gate_stage.py`. What the run knows and is bound by is `context.py`: `ItemSettings`,
-`ItemRun`, `Profiling`, the item's time limit, and what the item's process chose (autotune
+settings, ceilings, baseline entry), and the stages in order, each a function that takes
+that state and values and fills its part of the item's `KernelRecord`: `stages.py` (the
+correctness trials, the timing, the re-check; the roofline; the gate) and `profile_stage.py`
+(imported only when an item is profiled). What the run knows and is bound by is
+`context.py`: `ItemSettings`, `ItemRun`, `Profiling`, the item's time limit, and what the item's process chose (autotune
 picks, library settings, versions). `fresh_process.py` re-measures a provisional regression
 in a fresh process. `session.py` holds what the items of one pytest session share (settings, ceilings per device,
 the baseline, the records) and writes the session's outputs (the texts of one record are

@@ -6,8 +6,8 @@ accounting and the outcome around `_run_limited`, which chooses the device, sets
 thread policy, measures the device's ceilings before the item's clock starts, builds the
 item's state (`context.ItemRun`: device, time limit, threads, resolved settings, ceilings,
 baseline entry) once, and runs the stages under the item's time limit: build the kernel and
-its reference, then `measure_stage` (check, time, re-check), `roofline_stage`,
-`profile_stage`, and `gate_stage` (or the roofline floor outside check mode). Between the
+its reference, then the stages of `stages.py` (check, time, re-check; the roofline),
+`profile_stage`, and the gate (or the roofline floor outside check mode). Between the
 roofline and the gate, other plugins work on the measured item through the
 `pytest_kernelpro_item_measured` hook (the optimizer plugin runs its search there).
 `remeasure_only` is the run of the fresh process that confirms a regression
@@ -44,8 +44,7 @@ from pytest_kernelpro.run.context import (
     time_limit_setting,
     watching,
 )
-from pytest_kernelpro.run.measure_stage import check, recheck, time_item
-from pytest_kernelpro.run.roofline_stage import roofline, roofline_floor
+from pytest_kernelpro.run.stages import check, gate, recheck, roofline, roofline_floor, time_item
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.autotune_capture import AutotuneCapture
@@ -68,26 +67,28 @@ def new_record(item: KernelItem) -> KernelRecord:
 def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelRecord) -> None:
     """Run the item's stages, filling `record` as they go (the caller holds it already, so
     a failure or a hang still reports what was measured)."""
-    from pytest_kernelpro.measure.gpu_memory import ItemMemory, is_out_of_memory
     from pytest_kernelpro.run.context import ItemTimeout
 
     started = time.perf_counter()
     settings = session.settings
-    memory = ItemMemory(device="cpu")
+    phase = _Phase()
     try:
         if settings.isolate and not settings.isolated_child:
             from pytest_kernelpro.run.isolate import run_isolated
 
             run_isolated(item, session, record)
         else:
-            _run_limited(item, session, record, memory)
+            _run_limited(item, session, record, phase)
         record.outcome = "passed"
     except (KernelproError, ItemTimeout) as exc:
-        oom = is_out_of_memory(exc)
         record.outcome = "failed"
-        record.message = (
-            memory.oom_message(item.problem.display_name, oom) if oom is not None else str(exc)
-        )
+        record.message = str(exc)
+        if phase.memory is not None:  # a CUDA item: an out-of-memory error gets the sizes
+            from pytest_kernelpro.measure.gpu_memory import is_out_of_memory
+
+            oom = is_out_of_memory(exc)
+            if oom is not None:
+                record.message = phase.memory.oom_message(item.problem.display_name, oom)
         _release_frames(exc)
         # A fresh exception without the chain: pytest keeps the last failure (sys.last_value),
         # and the chain's frames would keep this item's tensors on the GPU.
@@ -102,7 +103,7 @@ def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelR
         setup_s = record.extra.get("machine_setup_s", 0.0)
         record.wall_s = time.perf_counter() - started - setup_s
         try:
-            facts = memory.finish()
+            facts = phase.memory.finish() if phase.memory is not None else None
         except Exception as exc:  # a broken CUDA context: the item already failed for it
             facts = {"error": f"{type(exc).__name__}: {exc}"[:300]}
         if facts is not None:
@@ -119,7 +120,7 @@ def _release_frames(exc: BaseException | None) -> None:
 
 
 def _run_limited(
-    item: KernelItem, session: KernelproSession, record: KernelRecord, memory: ItemMemory
+    item: KernelItem, session: KernelproSession, record: KernelRecord, phase: _Phase
 ) -> None:
     """The device chosen, the process set up for it (CUDA context, CPU thread policy,
     ceilings) before the item's clock starts, the item's state built once, then the stages
@@ -127,7 +128,6 @@ def _run_limited(
     from pytest_kernelpro.run.context import item_time_limit, timeout_message
 
     limit = time_limit_setting(session.settings)
-    phase = _Phase(memory)
 
     def message() -> str:
         assert limit.value is not None
@@ -281,14 +281,15 @@ def _item_state(
 
 @dataclass
 class _Phase:
-    """The running phase: named in the time limit's message and in the GPU memory account."""
+    """The running phase: named in the time limit's message and in the GPU memory account
+    (`memory`, a CUDA item's only: elsewhere there is no GPU memory to account)."""
 
-    memory: ItemMemory
+    memory: ItemMemory | None = None
     text: str = "starting"
 
     def enter(self, text: str, memory_phase: str | None = None) -> None:
         self.text = text
-        if memory_phase is not None:
+        if memory_phase is not None and self.memory is not None:
             self.memory.phase(memory_phase)
 
 
@@ -317,8 +318,11 @@ class _Measured:
 def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phase) -> None:
     """The stages in order."""
     _start(run, session)
-    phase.memory.device = run.device
-    phase.memory.start()
+    if run.device.startswith("cuda"):
+        from pytest_kernelpro.measure.gpu_memory import ItemMemory
+
+        phase.memory = ItemMemory(device=run.device)
+        phase.memory.start()
     phase.enter("building the kernel and its reference")
     built = _build_kernel(run, session, phase.memory)
     if run.session_settings.remeasure_pins is not None:
@@ -330,7 +334,7 @@ def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phas
         _price_and_gate(item, session, run, built, measured, phase)
 
 
-def _build_kernel(run: ItemRun, session: KernelproSession, memory: ItemMemory) -> _Kernel:
+def _build_kernel(run: ItemRun, session: KernelproSession, memory: ItemMemory | None) -> _Kernel:
     kernel, reference = _build(run, memory)
     capture = autotune_capture(
         run, run.session_settings.remeasure_pins, extra_autotuners(session.config)
@@ -414,8 +418,6 @@ def _price_and_gate(
         # In check mode the verdict applies the same floor.
         roofline_floor(run, measured.median_s)
         return
-    from pytest_kernelpro.run.gate_stage import gate
-
     phase.enter("gating (confirmation re-measurement, regression profile)", "gate")
     rule = getattr(measured.correctness, "rule_state", None)
 
@@ -507,27 +509,28 @@ def _start(run: ItemRun, session: KernelproSession) -> None:
     record.settings = run.settings.to_dict()
 
 
-def _build(run: ItemRun, memory: Any) -> tuple[Any, Any]:
-    from pytest_kernelpro.measure.gpu_memory import module_bytes
-
+def _build(run: ItemRun, memory: ItemMemory | None) -> tuple[Any, Any]:
     try:
         kernel, reference = run.problem.instantiate(run.device)
     except Exception as exc:
         raise KernelproError(f"building {run.name} failed: {describe_exception(exc)}") from exc
-    memory.params_bytes = module_bytes(reference)
+    if memory is not None:
+        from pytest_kernelpro.measure.gpu_memory import module_bytes
+
+        memory.params_bytes = module_bytes(reference)
     return kernel, reference
 
 
-def _input_maker(run: ItemRun, memory: Any) -> Callable[[int], tuple[Any, ...]]:
+def _input_maker(run: ItemRun, memory: ItemMemory | None) -> Callable[[int], tuple[Any, ...]]:
     """`make_inputs(seed)`: the problem's inputs on the item's device, errors named."""
-    from pytest_kernelpro.measure.gpu_memory import tensor_bytes_of
-
     problem, device = run.problem, run.device
 
     def make_inputs(seed: int) -> tuple[Any, ...]:
         try:
             made = problem.make_inputs(device, seed)
-            if memory.inputs_bytes is None:
+            if memory is not None and memory.inputs_bytes is None:
+                from pytest_kernelpro.measure.gpu_memory import tensor_bytes_of
+
                 memory.inputs_bytes = tensor_bytes_of(made)
             return made
         except KernelproError:

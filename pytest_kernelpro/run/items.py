@@ -107,40 +107,43 @@ def items_for_problem(
     return items
 
 
-def _defined_here(collector: pytest.Collector, obj: Any) -> bool:
-    """Whether the marked object was defined in the test module being collected."""
+def kernel_items(
+    collector: pytest.Collector, name: str, obj: Any, mark: Any
+) -> list[pytest.Item] | None:
+    """The kernel items of a marked function or class found in a test module under `name`:
+    None for one imported from another test module (that module collects it), no items for
+    a second name of a kernel already collected here, else one item per shape."""
+    module = getattr(collector, "obj", None)
     defined_in = getattr(obj, "__module__", None)
-    return defined_in is not None and defined_in == getattr(
-        getattr(collector, "obj", None), "__name__", None
-    )
+    defined_here = defined_in is not None and defined_in == getattr(module, "__name__", None)
+    if not defined_here and _in_another_test_module(collector, defined_in):
+        return None
+    if module is not None and _is_an_alias(module, name, obj, defined_here):
+        return []
+    return _collect_marked(collector, name, obj, mark, defined_here)
 
 
-def collected_in_its_own_test_module(collector: pytest.Collector, obj: Any) -> bool:
+def _in_another_test_module(collector: pytest.Collector, defined_in: str | None) -> bool:
     """True for a marked object imported from another test module: that module collects it,
     so it is not collected twice. One imported from a library module (`mykernels/ops.py`
     decorated in place, or a class marked by assignment in the test module) is collected where
     it is imported, since pytest never collects the library."""
-    if _defined_here(collector, obj):
-        return False
-    module_file = getattr(sys.modules.get(getattr(obj, "__module__", None) or ""), "__file__", None)
+    module_file = getattr(sys.modules.get(defined_in or ""), "__file__", None)
     if module_file is None:
         return False
     patterns = collector.config.getini("python_files")
     return any(fnmatch.fnmatch(Path(module_file).name, pattern) for pattern in patterns)
 
 
-def is_an_alias_of_a_collected_kernel(collector: pytest.Collector, name: str, obj: Any) -> bool:
+def _is_an_alias(module: Any, name: str, obj: Any, defined_here: bool) -> bool:
     """True for a second name of one kernel bound twice in one test module: it is one
     kernel, collected once. An imported one (`from lib import Double` then `double =
     pytest.mark.kernelpro(...)(Double)`) goes under the name the test module gave it; one
     defined here (`class Fused` then `fused = pytest.mark.kernelpro(...)(Fused)`) under its
     own name, which is also the name of a decorated kernel that has an alias."""
-    module = getattr(collector, "obj", None)
-    if module is None:
-        return False
     own_name = getattr(obj, "__name__", None)
     names = [bound for bound, value in vars(module).items() if value is obj]
-    if _defined_here(collector, obj):
+    if defined_here:
         chosen = own_name if own_name in names else (names[0] if names else name)
     else:
         given = [bound for bound in names if bound != own_name]
@@ -166,15 +169,15 @@ def _refuse_parametrize(obj: Any, name: str) -> None:
     )
 
 
-def collect_marked(
-    collector: pytest.Collector, name: str, obj: Any, mark: Any
+def _collect_marked(
+    collector: pytest.Collector, name: str, obj: Any, mark: Any, defined_here: bool
 ) -> list[pytest.Item]:
     """Kernel items for a marked function or class found in a test module."""
     import inspect
 
     path = str(collector.path)
     lineno: int | None = None
-    if _defined_here(collector, obj):
+    if defined_here:
         try:  # the line in this test module; an imported kernel's line is in another file
             lineno = inspect.getsourcelines(obj)[1] - 1
         except (OSError, TypeError):

@@ -19,7 +19,6 @@ from pytest_kernelpro.gate.verdict import (
     REGRESSED,
     SUSPECT,
     UNMEASURED,
-    Verdict,
     decide_verdict,
     needs_confirmation,
 )
@@ -232,12 +231,11 @@ def test_min_roofline_without_a_roofline_fails_with_the_fix() -> None:
     assert "flops=/bytes=" in v.reason
 
 
-def test_verdict_round_trips_through_a_dict() -> None:
+def test_verdict_dict_has_its_failure_and_message() -> None:
     v = decide_verdict(make_record(median_s=55 * US, seed=20), entry_of())
     data = v.to_dict()
     assert data["failed"] is True
     assert data["message"] == v.reason
-    assert Verdict.from_dict(data) == v
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Where the confirmation re-measures (run/gate_stage.py, run/fresh_process.py): a fresh process
+"""Where the confirmation re-measures (run/stages.py, run/fresh_process.py): a fresh process
 by default, this process when that one gives no timing (never a lost confirmation)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import msgspec
 
 from pytest_kernelpro.record import AutotunePart, TimingPart
 from pytest_kernelpro.run.fresh_process import FreshMeasurement, remeasure_command
-from pytest_kernelpro.run.gate_stage import _confirmation_timing
+from pytest_kernelpro.run.stages import _confirmation_timing
 
 TIMING = msgspec.convert(
     {"samples_s": [1e-3, 1.1e-3], "stats": {"median_s": 1.05e-3, "n": 2}}, TimingPart

@@ -12,14 +12,7 @@ import pytest
 
 from pytest_kernelpro.optimize.loop import compose
 from pytest_kernelpro.optimize.loop import item as optimize_item
-from pytest_kernelpro.run import (
-    context,
-    gate_stage,
-    item_runner,
-    measure_stage,
-    profile_stage,
-    roofline_stage,
-)
+from pytest_kernelpro.run import context, item_runner, profile_stage, stages
 from pytest_kernelpro.run.session import KernelproSession
 
 
@@ -87,10 +80,8 @@ ORCHESTRATORS = frozenset(
     }
 )
 STAGES = {
-    measure_stage: ("check", "time_item", "recheck"),
-    roofline_stage: ("roofline", "roofline_floor"),
+    stages: ("check", "time_item", "recheck", "roofline", "roofline_floor", "gate"),
     profile_stage: ("profile", "auto_profile"),
-    gate_stage: ("gate",),
 }
 
 
@@ -141,10 +132,10 @@ def test_the_stages_take_values_not_the_session(module: object) -> None:
 
 def test_the_gate_stage_reads_the_baseline_entry_from_the_items_state() -> None:
     """The item's state holds the entry, looked up once; the gate stage loads no baseline."""
-    parameters = inspect.signature(gate_stage.gate).parameters
+    parameters = inspect.signature(stages.gate).parameters
     assert "profiling" in parameters
     assert not {"entry", "config", "baseline"} & set(parameters)
-    read = _attributes_read_in([_functions(gate_stage)["gate"]], ("run",))
+    read = _attributes_read_in([_functions(stages)["gate"]], ("run",))
     assert {"baseline_entry", "baseline_error", "session_settings"} <= read
     assert "baseline" not in read
 

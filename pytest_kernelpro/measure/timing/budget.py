@@ -134,15 +134,6 @@ class TimingResult:
         data["stats"] = self.stats.to_dict()
         return data
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TimingResult:
-        """Inverse of `to_dict` (a stored result or baseline back into an object)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        values["samples_s"] = tuple(float(x) for x in values["samples_s"])
-        values["stats"] = SampleStats.from_dict(values["stats"])
-        return cls(**values)
-
 
 def parse_device(device: str) -> tuple[str, int | None]:
     """`"cpu"` → ("cpu", None); `"cuda"` → ("cuda", None); `"cuda:1"` → ("cuda", 1)."""
@@ -296,15 +287,6 @@ class SampleStats:
             k: (None if isinstance(v, float) and not math.isfinite(v) else v)
             for k, v in data.items()
         }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SampleStats:
-        """Inverse of `to_dict`; unknown keys (from newer versions) are ignored."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
-        if values.get("rel_ci_halfwidth", 0.0) is None:
-            values["rel_ci_halfwidth"] = math.inf
-        return cls(**values)
 
 
 def bootstrap_median_ci(
