@@ -22,7 +22,7 @@ from pytest_kernelpro.optimize.sandbox.evaluator import (
     SandboxEvaluator,
     SandboxLimits,
 )
-from pytest_kernelpro.optimize.search.interfaces import Candidate
+from pytest_kernelpro.optimize.search.interfaces import Candidate, Evaluation
 
 pytestmark = pytest.mark.slow
 
@@ -65,16 +65,22 @@ def confirming():
 )
 
 
-def test_a_candidate_that_skips_its_work_only_when_confirmed_is_disqualified() -> None:
-    assert "confirming()" in LAZY_WHEN_CONFIRMED
+def _searched_then_confirmed(code: str, name: str) -> Evaluation:
+    """`code` evaluated as the search does (it must pass there: honest in the search), then
+    confirmed as a winner; the confirmation's outcome."""
     reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
-    task = KernelBenchTask(reference, name="lazy", device="cpu", timing=TIMING, cpu_threads=1)
+    task = KernelBenchTask(reference, name=name, device="cpu", timing=TIMING, cpu_threads=1)
     limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
     evaluator = SandboxEvaluator(task, limits)
-    candidate = Candidate(LAZY_WHEN_CONFIRMED)
+    candidate = Candidate(code)
     searched = evaluator.evaluate(candidate)
-    assert searched.status == "correct", searched.reason  # honest in the search
-    confirmed = evaluator.confirm(candidate, searched)
+    assert searched.status == "correct", searched.reason
+    return evaluator.confirm(candidate, searched)
+
+
+def test_a_candidate_that_skips_its_work_only_when_confirmed_is_disqualified() -> None:
+    assert "confirming()" in LAZY_WHEN_CONFIRMED
+    confirmed = _searched_then_confirmed(LAZY_WHEN_CONFIRMED, "lazy")
     assert confirmed.status == "cheat", confirmed.timing.get("confirmed")
     assert (confirmed.reason or "").startswith(
         "timing not confirmed: the re-timing run failed (refused while re-timed: timed call "
@@ -97,14 +103,7 @@ def test_a_search_time_no_fresh_process_reproduces_is_disqualified_after_the_rep
     whose search time no fresh process reproduces (here: it sleeps whenever it is confirmed)
     is slow in every re-timing and loses the win."""
     assert "time.sleep(0.02)" in SLOW_WHEN_CONFIRMED
-    reference = (DATA / "cpu" / "reference.py").read_text(encoding="utf-8")
-    task = KernelBenchTask(reference, name="slow", device="cpu", timing=TIMING, cpu_threads=1)
-    limits = SandboxLimits(build_timeout_s=120.0, run_timeout_s=90.0, memory_limit_mb=1024)
-    evaluator = SandboxEvaluator(task, limits)
-    candidate = Candidate(SLOW_WHEN_CONFIRMED)
-    searched = evaluator.evaluate(candidate)
-    assert searched.status == "correct", searched.reason
-    confirmed = evaluator.confirm(candidate, searched)
+    confirmed = _searched_then_confirmed(SLOW_WHEN_CONFIRMED, "slow")
     assert confirmed.status == "cheat", confirmed.timing.get("confirmed")
     assert "re-timed in a fresh process at" in (confirmed.reason or ""), confirmed.reason
     record = confirmed.timing["confirmation"]
