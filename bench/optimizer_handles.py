@@ -175,7 +175,8 @@ def split_of(row: dict[str, Any]) -> dict[str, Any]:
             "judge_s": row.get("judge_s"),
         }
     split["elapsed_s"] = row.get("elapsed_s")
-    split["peak_mb"] = row.get("peak_mb")
+    for key in ("peak_mb", "worker_peak_mb", "judge_peak_mb", "both_peak_mb"):
+        split[key] = row.get(key)
     return {
         "strategy": row.get("strategy"),
         "status": row.get("status"),

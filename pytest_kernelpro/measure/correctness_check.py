@@ -683,11 +683,13 @@ def run_truth(
     device: str,
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
+    consume_inputs: bool = False,
 ) -> Truth:
     """Re-run `reference` on widened copies of `inputs` and measure `expected` against it; a
     `Truth` with the reason when it cannot. `reference_s`: the reference's call time (None:
     no time bound); `arrange`: what the caller did to the reference's output, done to the
-    re-run's too."""
+    re-run's too; `consume_inputs`: `inputs` is a list nobody else holds, emptied once
+    widened (one input set fewer during the re-run)."""
     wide, why_not = wide_dtype(torch, expected)
     if wide is None:
         return Truth(precision=None, skipped=why_not)
@@ -711,7 +713,7 @@ def run_truth(
         peak_before = torch.cuda.max_memory_allocated(device)
         start = torch.cuda.memory_allocated(device)
     started = time.perf_counter()
-    truth = _rerun(torch, reference, inputs, expected, wide, device, arrange)
+    truth = _rerun(torch, reference, inputs, expected, wide, device, arrange, consume_inputs)
     if cuda:
         # The peak above the start; the counter is not reset (the item's memory record reads
         # it), so an earlier, higher peak gives an upper bound (exact False).
@@ -730,6 +732,7 @@ def _rerun(
     wide: Any,
     device: str,
     arrange: Callable[[Any], Any] | None,
+    consume_inputs: bool = False,
 ) -> Truth:
     """The re-run and each floating leaf's errors (`run_truth` times and meters it)."""
     precision = str(wide).removeprefix("torch.")
@@ -737,6 +740,8 @@ def _rerun(
         with _wide_mode(torch, wide, device):
             wide_ref = widened_reference(torch, reference, wide)
             wide_inputs = _widen(torch, list(inputs), wide)
+            if consume_inputs and isinstance(inputs, list):
+                inputs.clear()
             wide_out = wide_ref(*wide_inputs)
             del wide_ref, wide_inputs
             if device.startswith("cuda"):

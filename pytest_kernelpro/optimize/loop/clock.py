@@ -131,6 +131,10 @@ class WallClock:
                 # Sandbox start, build, checks, timing, judge (`sandbox.wall_split.wall_split`).
                 "wall_split": metrics.get("wall_split"),
                 "peak_mb": metrics.get("peak_mb"),  # host memory, worker or judge
+                # Each process's own (the watchdog's limit is per process) and both at once.
+                "worker_peak_mb": metrics.get("worker_peak_mb"),
+                "judge_peak_mb": metrics.get("judge_peak_mb"),
+                "both_peak_mb": metrics.get("both_peak_mb"),
             }
         )
 

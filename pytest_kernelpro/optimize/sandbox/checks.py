@@ -86,23 +86,37 @@ def digest(value: Any) -> bytes:
     return found.digest()
 
 
+# Elements of two tensors compared at once (`same_values`): where they live, so a CUDA
+# output is never copied whole to the host, and no temporary is the size of the output.
+SAME_VALUES_CHUNK = 2**22
+
+
 def same_values(a: Any, b: Any) -> bool:
-    """True when two outputs are bitwise equal (NaNs equal), leaf by leaf."""
+    """True when two outputs are bitwise equal (NaNs equal), leaf by leaf; every chunk of
+    every tensor compared (`SAME_VALUES_CHUNK` elements at once, on the first's device)."""
     la, lb = flatten(a), flatten(b)
     if len(la) != len(lb):
         return False
     for x, y in zip(la, lb, strict=True):
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
-            if x.shape != y.shape or x.dtype != y.dtype:
-                return False
-            xc, yc = x.detach().cpu(), y.detach().cpu()
-            if torch.equal(xc, yc):
-                continue
-            if not xc.is_floating_point() or not bool(
-                torch.isclose(xc, yc, rtol=0, atol=0, equal_nan=True).all()
-            ):
+            if x.shape != y.shape or x.dtype != y.dtype or not _same_tensor(x, y):
                 return False
         elif x != y:
+            return False
+    return True
+
+
+def _same_tensor(x: Any, y: Any) -> bool:
+    """Two tensors of one shape and dtype bitwise equal, NaN equal to NaN, chunk by chunk."""
+    xf, yf = x.detach().reshape(-1), y.detach().reshape(-1)
+    step = SAME_VALUES_CHUNK
+    for lo in range(0, xf.numel(), step):
+        xc, yc = xf[lo : lo + step], yf[lo : lo + step].to(xf.device)
+        if torch.equal(xc, yc):
+            continue
+        if not xc.is_floating_point() or not bool(
+            torch.isclose(xc, yc, rtol=0, atol=0, equal_nan=True).all()
+        ):
             return False
     return True
 

@@ -265,7 +265,10 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         (a problem too large for this machine is refused, `footprint.py`)."""
         if self._fits is None:  # once, before any worker starts: the problem's, not a candidate's
             self._fits = check_fits(
-                self.task.name, self.task.reference, self.limits.memory_limit_mb
+                self.task.name,
+                self.task.reference,
+                self.limits.memory_limit_mb,
+                device=self.task.device,  # a CUDA problem's copies are held to its GPU's memory
             )
         workdir = self.standbys.scratch_dir("kernelpro-eval-")
         payload = {

@@ -7,34 +7,48 @@ found without allocating them: the problem's own `get_inputs()` and `Model` run 
 Every copy one evaluation holds at its peaks, counted in I and O. The judge runs beside the
 worker and checks each output as it is handed over, while the worker waits holding nothing
 of that call (`worker_claims.JudgeBeside`, `handles.Relay`): the session holds one checked
-output at a time, and the two processes' large copies do not overlap. The watchdog counts
-the worker's and the judge's resident memory together, plus the handed-over outputs not yet
-checked, held by the session's descriptors (`supervise.py`: `both_peak_mb`). A copy the rules
-need is marked with the rule; what they do not need was removed (the right column says what
-changed).
+output at a time, and the two processes' large copies do not overlap. The watchdog's limit
+is per process (`supervise.py`): the worker's resident memory plus the outputs it handed
+over and the judge has not checked yet, and the judge's own; their sum is reported
+(`both_peak_mb`) and is what the table counts. A copy the rules need is marked with the rule;
+what they do not need was removed (the right column says what changed).
 
 | where | held at that moment | copies | rule / what changed |
 |---|---|---|---|
 | worker, trial 1 | sealed inputs (one read-only set for the reference and the candidate, `input_handles.py`), the reference's output, its float64 re-run (widened inputs 2I, output 2O), reference - truth in float32 | 3I + 4O | the correctness rule's truth (`measure.output_rule`); the first call's writable copy is dropped before the truth widens |
-| judge, trial 1's output (the worker waits) | its inputs, the reference's output, the float64 re-run (2I + 2O), the difference (O), the handed-over output | 3I + 5O | outputs checked in a process the candidate never ran in; was 3I + 9O (five outputs held until the worker ended) |
-| worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks | I + 3O | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs (was I + 6O); an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`) |
+| judge, trial 1's output (the worker waits) | the handed-over output (in memory since the worker handed it over), the reference's output, its float64 re-run (2I + 2O); then reference - truth beside the re-run's output | 2I + 4O, then 5O | outputs checked in a process the candidate never ran in; the judge's own inputs are given to the truth, which drops them once widened (`run_truth(consume_inputs=True)`; was 3I + 5O) |
+| worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks | I + 3O | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
 | judge, later outputs | its inputs, the reference's output, the handed-over output | I + 2O | each dropped before the next is asked for (`handles.stream_outputs`) |
-| worker, timing (the candidate's side; the reference's is dropped first) | the timed inputs, the mix's two ends and its uniform pool (`measure.timing.fresh_inputs`: 3I), a checked call's rebuilt content (I), the last and the current output, the checked copy and the reference's output on it (4O) | 5I + 4O | new content every timed call and checks no kernel can predict; no handed-over output is held any more (was 5I + 8O); the setup of the mix holds a second draw and the first reference output for a moment (6I + 3O) |
+| worker, timing (the candidate's side; the reference's is dropped first) | the timed inputs, the mix's two ends and its uniform pool (`measure.timing.fresh_inputs`: 3I), a checked call's rebuilt content (I), the last and the current output, the checked copy and the reference's output on it (4O) | 5I + 4O | new content every timed call and checks no kernel can predict; the setup of the mix holds a second draw and the first reference output for a moment (6I + 3O) |
 | judge, the reference's timing (the worker has ended) | the timed inputs, the mix (3I), the last and the current output, a second draw while the mix is made | 5I + 2O | the reference timed by the candidate's protocol |
-| worker and judge | the interpreter, torch, the freed heap the allocator keeps, a CPU comparison chunk | `FIXED_BYTES` | two interpreters now (the judge is started with the worker); comparisons in chunks (`measure.output_rule.chunk_ranges`: on the CPU at most 2^20 elements) |
+| worker and judge | the interpreter, torch, the freed heap the allocator keeps, a CPU comparison chunk | `FIXED_BYTES` | two interpreters (the judge is started with the worker); comparisons in chunks (`measure.output_rule.chunk_ranges`: on the CPU at most 2^20 elements) |
 
 Comparison temporaries on a GPU (chunks of at most a 32nd of the output) and the
 allocator's rounding: `TEMPORARIES` of O. The estimate takes the table's copies and a
 two fifths more (`HEADROOM`: the measured peaks passed the table by up to 28%).
 
-So the peak is the largest of the worker's timing, its setup and the judge's first check:
-5I + 4O, 6I + 3O or 3I + 5O (4.5x the footprint where I = O: a softmax). `estimate` gives it
-for the problem's own I and O, and when it passes the sandbox's memory limit
-(`SandboxLimits.memory_limit_mb`, where the watchdog would kill the worker) the evaluation
-is refused up front with those numbers, instead of every candidate dying "out of memory".
-Held to it by `tests/optimize/search/test_evaluation_memory.py` (an evaluation's measured
-peak above a tiny problem's stays within `estimate`), measured in
-`bench/results/2026-12-05-optimizer-memory2-cpu.md`.
+So the peak is the largest of the worker's timing, its setup and the judge's truth: 5I + 4O,
+6I + 3O or 5O (4.5x the footprint where I = O: a softmax; the judge's 5O where the output is
+more than five times the inputs). `estimate` gives it for the problem's own I and O.
+
+Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
+(`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
+device, and each gives the blocks torch's allocator keeps cached back before the other works
+(`handles.release_freed_heap`), so their copies take turns there as on the host. What
+crosses to the host is each handed-over output, copied once from the device into a sealed
+memfd that the judge maps, one at a time (`HOST_OF_CUDA`: 1 O); the digests of earlier
+outputs read 4 MiB at a time (`checks.digest`) and the bitwise checks compare on the device
+(`checks.same_values`). So a CUDA problem has two estimates: `device_estimate` (the table's
+copies and the worker's and the judge's CUDA contexts) against the GPU's free memory, read
+in the session (`torch.cuda.mem_get_info`), and `estimate` (one output and the two
+interpreters with the CUDA libraries) against the sandbox's host limit.
+
+When either passes its bound (`SandboxLimits.memory_limit_mb`, where the watchdog would
+kill the worker; the GPU's free memory, where the allocator would fail) the evaluation is
+refused up front with both numbers and which memory does not fit, instead of every
+candidate dying "out of memory". Held to it by `tests/optimize/search/test_evaluation_memory.py`
+(an evaluation's measured peak above a tiny problem's stays within `estimate`), measured in
+`bench/results/2026-12-05-optimizer-memory4-cpu.md`.
 
 Below 3x the footprint needs what the timing's rules hold today: the fresh-content mix keeps
 three input copies (its two ends and a pool of uniform values) beside the timed inputs and a
@@ -47,6 +61,7 @@ has no estimate: it is evaluated, and the watchdog still bounds it.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,20 +80,29 @@ class Peak:
         return self.inputs * inputs + (self.outputs + TEMPORARIES) * outputs
 
 
-# The evaluation's peaks (module doc): whichever holds more for the problem's I and O.
+# The evaluation's peaks (module doc): whichever holds more for the problem's I and O. On a
+# CUDA problem these copies are in device memory.
 PEAKS = (
     Peak(5, 4, "the worker's timing phase"),
     Peak(6, 3, "the worker's timing setup"),
-    Peak(3, 5, "the judge's check of the first output"),
+    Peak(3, 4, "the worker's truth for the first trial"),
+    Peak(2, 4, "the judge's truth for the first output"),
+    Peak(0, 5, "the judge's truth measured against the first output's reference"),
     Peak(5, 2, "the judge's timing of the reference"),
 )
+# What a CUDA problem's evaluation holds in host memory besides the interpreters: the
+# handed-over output being checked, copied once from the device into a sealed memfd (the
+# judge maps the same pages), one at a time (module doc).
+HOST_OF_CUDA = Peak(0, 1, "the handed-over output being checked, copied from the GPU")
 TEMPORARIES = 0.25  # comparison chunks on a GPU and the allocator's rounding, of the output
 # The table's copies and two fifths more: with the judge beside the worker, the measured peaks
 # of a 1 GiB problem, less the two interpreters, passed the table's copies by up to 28%
 # (bench/results/2026-12-05-optimizer-memory2-cpu.md); the watchdog samples, and an estimate
-# that refuses should err high, not low.
+# that refuses should err high, not low. Applied to the device's copies too (not measured
+# there yet: the GPU issue's run of this path does).
 HEADROOM = 1.4
 MiB = 2**20
+GiB = 2**30
 # The part of one process's memory that does not grow with the problem: the interpreter and
 # torch (a 16x64 softmax's worker peaked at 246-305 MB), the freed heap glibc keeps (its
 # trim threshold is 64 MiB, `measure.timing.cpu_cache.steady_allocator`, and fragments add
@@ -90,30 +114,57 @@ HEAP_SLACK_BYTES = 128 * MiB
 CHUNK_BYTES = 32 * MiB
 PROCESSES = 2  # the worker and the judge beside it, each with its interpreter and torch
 FIXED_BYTES = PROCESSES * INTERPRETER_BYTES + HEAP_SLACK_BYTES + CHUNK_BYTES
+# With CUDA each process also loads the CUDA libraries into host memory and makes a context
+# (and cuBLAS's workspace) on the device. Set high, not measured on a GPU here: the GPU
+# issue's run of this path measures both.
+CUDA_LIBRARIES_BYTES = 1 * GiB  # host, per process
+CUDA_CONTEXT_BYTES = 1 * GiB  # device, per process
+CUDA_HOST_FIXED_BYTES = FIXED_BYTES + PROCESSES * CUDA_LIBRARIES_BYTES
+CUDA_DEVICE_FIXED_BYTES = PROCESSES * CUDA_CONTEXT_BYTES
 
 
 @dataclass(frozen=True)
 class Footprint:
-    """One call's inputs and output in bytes, and what one evaluation holds at its peak."""
+    """One call's inputs and output in bytes on the problem's `device` ("cpu" or "cuda"),
+    and what one evaluation holds at its peak in host memory and, for CUDA, device memory."""
 
     inputs: int
     outputs: int
+    device: str = "cpu"
 
     @property
     def total(self) -> int:
         return self.inputs + self.outputs
 
+    @property
+    def cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
     def peak(self) -> Peak:
+        """The copies one evaluation holds at its peak (in device memory for CUDA)."""
         return max(PEAKS, key=lambda p: p.bytes_for(self.inputs, self.outputs))
 
+    def host_peak(self) -> Peak:
+        """The copies one evaluation holds in host memory at its peak."""
+        return HOST_OF_CUDA if self.cuda else self.peak()
+
     def estimate(self) -> int:
-        """Bytes one evaluation holds at its peak, the fixed part included."""
-        return int(HEADROOM * self.peak().bytes_for(self.inputs, self.outputs)) + FIXED_BYTES
+        """Host bytes one evaluation holds at its peak, the fixed part included."""
+        copies = HEADROOM * self.host_peak().bytes_for(self.inputs, self.outputs)
+        return int(copies) + (CUDA_HOST_FIXED_BYTES if self.cuda else FIXED_BYTES)
+
+    def device_estimate(self) -> int | None:
+        """Device bytes one evaluation holds at its peak (the worker and the judge on one
+        GPU, their contexts included); None for a CPU problem."""
+        if not self.cuda:
+            return None
+        copies = HEADROOM * self.peak().bytes_for(self.inputs, self.outputs)
+        return int(copies) + CUDA_DEVICE_FIXED_BYTES
 
 
-def meta_footprint(reference_source: str) -> Footprint | None:
-    """Bytes of one call's inputs and output of a KernelBench reference, found on the meta
-    device; None when the reference cannot run there."""
+def meta_footprint(reference_source: str, device: str = "cpu") -> Footprint | None:
+    """Bytes of one call's inputs and output of a KernelBench reference on `device`, found on
+    the meta device; None when the reference cannot run there."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.checks import flatten
@@ -134,47 +185,111 @@ def meta_footprint(reference_source: str) -> Footprint | None:
     def nbytes(leaves: list[Any]) -> int:
         return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
 
-    return Footprint(nbytes(flatten(inputs)), nbytes(flatten(output)))
+    return Footprint(nbytes(flatten(inputs)), nbytes(flatten(output)), device)
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.2f} GiB"
+    return f"{n / GiB:.2f} GiB"
 
 
-def refusal(task_name: str, footprint: Footprint, limit_mb: int | None) -> KernelproError | None:
-    """The error that refuses a problem whose evaluation cannot fit `limit_mb`, else None."""
-    if not limit_mb or footprint.total <= 0:
-        return None
-    needed = footprint.estimate()
-    limit = limit_mb * 2**20
-    if needed <= limit:
-        return None
-    peak = footprint.peak()
-    return KernelproError(
-        f"The problem {task_name!r} is too large for the optimizer on this machine: one "
-        f"call's inputs take {_gib(footprint.inputs)} and its output {_gib(footprint.outputs)}; "
-        f"one evaluation holds up to {_gib(needed)} at its peak ({peak.where}: {peak.inputs:g} "
-        f"copies of the inputs and {peak.outputs + TEMPORARIES:g} of the output, two fifths more "
-        f"for what the table misses, and {_gib(FIXED_BYTES)} for the interpreters, torch and the "
-        f"allocator of the worker and the judge beside it) and the sandbox's memory limit is "
-        f"{_gib(limit)} (SandboxLimits.memory_limit_mb, half the machine's memory by default). "
-        "Optimize it at a smaller shape (its get_inputs), or on a machine with at least "
-        f"{needed / 2**30 * 2:.0f} GiB of memory."
+def _copies(peak: Peak) -> str:
+    return (
+        f"{peak.where}: {peak.inputs:g} copies of the inputs and "
+        f"{peak.outputs + TEMPORARIES:g} of the output, two fifths more for what the table misses"
     )
 
 
-def check_fits(task_name: str, reference_source: str, limit_mb: int | None) -> dict[str, Any]:
-    """Raise the refusal for a problem that cannot fit; else what was found (for metrics)."""
-    footprint = meta_footprint(reference_source)
+def refusal(
+    task_name: str,
+    footprint: Footprint,
+    limit_mb: int | None,
+    device_memory: tuple[int, int] | None = None,
+) -> KernelproError | None:
+    """The error that refuses a problem whose evaluation cannot fit, else None: its host
+    estimate against `limit_mb` (the sandbox's memory limit), and for a CUDA problem its
+    device estimate against `device_memory` ((free, total) bytes of its GPU, None: not known)."""
+    if footprint.total <= 0:
+        return None
+    where = "on the GPU" if footprint.cuda else "in host memory"
+    call = (
+        f"The problem {task_name!r} is too large for the optimizer on this machine: one "
+        f"call's inputs take {_gib(footprint.inputs)} and its output {_gib(footprint.outputs)} "
+        f"({where}); "
+    )
+    device_needed = footprint.device_estimate()
+    if device_needed is not None and device_memory is not None:
+        free, total = device_memory
+        if device_needed > free:
+            return KernelproError(
+                call + f"one evaluation holds up to {_gib(device_needed)} of device memory at "
+                f"its peak ({_copies(footprint.peak())}, and "
+                f"{_gib(CUDA_DEVICE_FIXED_BYTES)} for the CUDA contexts of the worker and the "
+                f"judge beside it) and its GPU has {_gib(free)} free of {_gib(total)} "
+                "(torch.cuda.mem_get_info, read in the session). Optimize it at a smaller shape "
+                f"(its get_inputs), or on a GPU with at least {_gib(device_needed)} free."
+            )
+    needed = footprint.estimate()
+    if not limit_mb or needed <= limit_mb * MiB:
+        return None
+    fixed = CUDA_HOST_FIXED_BYTES if footprint.cuda else FIXED_BYTES
+    with_cuda = ", the CUDA libraries" if footprint.cuda else ""
+    return KernelproError(
+        call + f"one evaluation holds up to {_gib(needed)} of host memory at its peak "
+        f"({_copies(footprint.host_peak())}, and {_gib(fixed)} for the interpreters, torch"
+        f"{with_cuda} and the allocator of the worker and the judge beside it) and the "
+        f"sandbox's memory limit is {_gib(limit_mb * MiB)} (SandboxLimits.memory_limit_mb, "
+        "half the machine's memory by default). Optimize it at a smaller shape (its "
+        f"get_inputs), or on a machine with at least {needed / GiB * 2:.0f} GiB of memory."
+    )
+
+
+def session_device(requested: str) -> str:
+    """The device a task's workers run on ("auto": CUDA when this process sees a GPU), as
+    they resolve it (`harness._Pipeline`)."""
+    if requested != "auto":
+        return requested
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def cuda_memory(device: str) -> tuple[int, int] | None:
+    """(free, total) bytes of `device`'s GPU as the session sees it, None when it sees none."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free), int(total)
+
+
+def check_fits(
+    task_name: str,
+    reference_source: str,
+    limit_mb: int | None,
+    device: str = "cpu",
+    device_memory: Callable[[str], tuple[int, int] | None] = cuda_memory,
+) -> dict[str, Any]:
+    """Raise the refusal for a problem that cannot fit; else what was found (for metrics).
+    `device`: the task's ("auto" resolved here); `device_memory`: (free, total) bytes of a
+    CUDA device (read only for a CUDA problem)."""
+    device = session_device(device)
+    footprint = meta_footprint(reference_source, device)
     if footprint is None:
         return {"footprint_bytes": None, "why": "the reference does not run on the meta device"}
-    error = refusal(task_name, footprint, limit_mb)
+    capacity = device_memory(device) if footprint.cuda else None
+    error = refusal(task_name, footprint, limit_mb, capacity)
     if error is not None:
         raise error
-    return {
+    found: dict[str, Any] = {
         "footprint_bytes": footprint.total,
         "inputs_bytes": footprint.inputs,
         "outputs_bytes": footprint.outputs,
+        "device": footprint.device,
         "estimate_bytes": footprint.estimate(),
         "peak_at": footprint.peak().where,
     }
+    if footprint.cuda:
+        found["device_estimate_bytes"] = footprint.device_estimate()
+        found["device_free_bytes"] = None if capacity is None else capacity[0]
+    return found

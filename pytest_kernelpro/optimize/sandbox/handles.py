@@ -41,6 +41,7 @@ import json
 import os
 import socket
 import stat
+import sys
 import threading
 import time
 import weakref
@@ -152,15 +153,20 @@ def send_output(
 
 
 def release_freed_heap() -> None:
-    """Give the heap glibc keeps after frees back to the system (`malloc_trim`): the worker
-    and the judge take turns, and what one freed should not stay counted while the other
-    works. Nothing where the allocator is not glibc's."""
+    """Give the heap glibc keeps after frees back to the system (`malloc_trim`), and the
+    blocks torch's CUDA allocator keeps cached back to the device: the worker and the judge
+    take turns on one machine and one GPU, and what one freed should not stay held while the
+    other works (`footprint.py` counts their device copies as taking turns too). Nothing
+    where the allocator is not glibc's, or where this process never used CUDA."""
     try:
         import ctypes
 
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):
         pass
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 
 def await_checked(name: str, channel: socket.socket | None = None) -> None:

@@ -134,6 +134,9 @@ class _Reference:
         if self._calls == 0:
             self.rule.reduced = reduced
         if self._calls == 0 and truth:
+            # The inputs are made again and given away: the truth drops them once widened,
+            # so the float64 re-run holds one input set fewer (they are the judge's own; the
+            # worker's are not touched).
             find_truth(
                 torch,
                 self.rule,
@@ -143,6 +146,7 @@ class _Reference:
                 self.device,
                 reference_s=time.perf_counter() - started,
                 arrange=flatten,
+                consume_inputs=True,
             )
         self._calls += 1
         return leaves

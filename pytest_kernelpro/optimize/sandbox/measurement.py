@@ -118,10 +118,12 @@ def find_truth(
     *,
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
+    consume_inputs: bool = False,
 ) -> None:
     """Re-run `reference` on `inputs` in higher precision (`measure.correctness_check.run_truth`) for the
     comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
-    run), and decides that call and calibrates the later ones by it."""
+    run), and decides that call and calibrates the later ones by it. `consume_inputs`:
+    `inputs` is a list only this call holds, emptied once widened (the judge's)."""
     rule.set_truth(
         run_truth(
             torch,
@@ -131,6 +133,7 @@ def find_truth(
             device=str(device),
             reference_s=reference_s,
             arrange=arrange,
+            consume_inputs=consume_inputs,
         )
     )
 

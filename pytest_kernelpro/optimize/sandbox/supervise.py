@@ -72,6 +72,15 @@ POLL_TIMING_S = 0.05
 _AFTER_TIMING = ("timed", "done")
 
 
+def over_memory_limit(own_mb: float, limit_mb: int | None) -> bool:
+    """The watchdog's memory rule, per process: a process is killed on its own memory (its
+    pages and the outputs it handed over not yet checked), never on another's. A judge's
+    memory is the session's cost (no candidate code runs in it; the up-front estimate,
+    `footprint.py`, bounds it): were the worker and the judge summed, a judge near its peak
+    would kill an honest candidate beside it, charged with the judge's memory."""
+    return bool(limit_mb) and own_mb > float(limit_mb or 0)
+
+
 def mark_timing_phase(marks: dict[str, Any], seen: str, now: float, pid: int) -> None:
     """`PhaseMark`s of the worker's timing phase: "timing" at the first poll that saw it,
     "timed" at the last poll that still saw it (set once a later phase, "timed" or "done", or
@@ -295,24 +304,25 @@ class WorkerSupervision:
             if run_started is None and phase in RUN_PHASES:
                 run_started = now
                 deadline = now + limits.run_timeout_s
-            # Its processes' pages, and the outputs it handed over (a worker) or was handed
-            # (a judge) counted once: the pages of them it maps are taken off its shared
-            # pages (a shared mapping of its own beyond them still counts).
+            # This process's own memory: its processes' pages, and the outputs it handed over
+            # (a worker, until the judge has checked them) or was handed (a judge) counted
+            # once: the pages of them it maps are taken off its shared pages (a shared
+            # mapping of its own beyond them still counts).
             handed_mb = self.handles.held_bytes(workdir) / 2**20
             resident, count = tree_rss_mb(proc.pid, count=True)
             shared = resident - tree_rss_mb(proc.pid, shared=False)
-            rss = resident - min(shared, handed_mb) + handed_mb
-            peak_mb = max(peak_mb, rss)
+            own_mb = resident - min(shared, handed_mb) + handed_mb
+            peak_mb = max(peak_mb, own_mb)
             self.memory_now[workdir] = (resident, shared)
             judge_dir = self.handles.judge_of(workdir)
             if judge_dir is not None:
-                # The worker and the judge beside it at once: the judge's pages of the
-                # output it maps are the handed-over bytes already counted.
+                # The worker and the judge beside it at once, reported, never a limit: the
+                # judge's pages of the output it maps are the handed-over bytes already counted.
                 judge_resident, judge_shared = self.memory_now.get(judge_dir, (0.0, 0.0))
-                both = rss + judge_resident - min(judge_shared, handed_mb)
+                both = own_mb + judge_resident - min(judge_shared, handed_mb)
                 self.both_peak_mb[workdir] = max(self.both_peak_mb.get(workdir, 0.0), both)
             peak_processes = max(peak_processes, count)
-            if limits.memory_limit_mb and rss > limits.memory_limit_mb:
+            if over_memory_limit(own_mb, limits.memory_limit_mb):
                 killed = "memory"
             elif limits.max_processes and count > limits.max_processes:
                 killed = "processes"

@@ -73,7 +73,8 @@ class SandboxLimits:
 
     build_timeout_s: float = 300.0  # start, imports, reference, candidate build (load_inline)
     run_timeout_s: float = 120.0  # correctness, checks, timing
-    # Resident memory of the sandbox's processes together: half of the machine's by default.
+    # Resident memory of each sandboxed process (the worker with the outputs it handed over, the
+    # judge), on its own (`supervise.over_memory_limit`): half of the machine's by default.
     memory_limit_mb: int | None = field(default_factory=_default_memory_mb)
     python: str = sys.executable
     extensions_dir: str | None = None  # TORCH_EXTENSIONS_DIR shared by workers (build cache)

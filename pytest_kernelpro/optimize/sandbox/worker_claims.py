@@ -78,11 +78,7 @@ class WorkerClaims:
                 verdict["peak_mb"] = round(run.peak_mb, 1)
                 return verdict
             except (OSError, ValueError):
-                return {
-                    "ok": False,
-                    "judge_error": f"the judge process ended without a result ({run.how()}, "
-                    f"{run.killed or 'not killed'})\n{run.logs[-4000:]}",
-                }
+                return {"ok": False, "judge_error": judge_end_error(run, self.limits)}
         finally:
             self.handles.finish(judgedir)  # the judge's mappings died with it
             self.standbys.release(judgedir)
@@ -209,6 +205,24 @@ class JudgeBeside:
         self.claims.handles.end_stream(self.worker_dir, judged=judged)
         self._thread.join()
         return self.verdict
+
+
+def judge_end_error(run: ProcessRun, limits: SandboxLimits) -> str:
+    """Why a judge ended without a result. Killed on its own memory: an evaluation error (no
+    candidate code runs in the judge; the problem's reference and truth did not fit the
+    limit), said so, not the candidate's "out of memory"."""
+    if run.killed == "memory":
+        return (
+            f"an evaluation error, not the candidate's: the judge (a process without candidate "
+            f"code) passed its own {limits.memory_limit_mb} MB memory limit with "
+            f"{run.peak_mb:.0f} MB checking the reference's outputs "
+            "(SandboxLimits.memory_limit_mb; the problem's evaluation does not fit this "
+            f"machine)\n{run.logs[-4000:]}"
+        )
+    return (
+        f"the judge process ended without a result ({run.how()}, "
+        f"{run.killed or 'not killed'})\n{run.logs[-4000:]}"
+    )
 
 
 def positive(value: Any) -> float | None:

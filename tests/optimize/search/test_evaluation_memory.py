@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.optimize.sandbox import footprint
 from pytest_kernelpro.optimize.sandbox.evaluator import (
     KernelBenchTask,
@@ -38,8 +39,10 @@ def test_the_estimate_is_the_larger_peak_for_the_problems_own_inputs_and_output(
     assert same.peak().where == "the worker's timing phase"
     copies = footprint.HEADROOM * (5 + 4 + footprint.TEMPORARIES)
     assert same.estimate() == int(copies * MiB) + footprint.FIXED_BYTES
-    wide_output = footprint.Footprint(MiB, 64 * MiB)  # an outer product: the judge's first check
-    assert wide_output.peak().where == "the judge's check of the first output"
+    wide_output = footprint.Footprint(MiB, 64 * MiB)  # an outer product: the judge's truth
+    assert wide_output.peak().where == (
+        "the judge's truth measured against the first output's reference"
+    )
     wide_input = footprint.Footprint(64 * MiB, MiB)  # a reduction: the mix being made
     assert wide_input.peak().where == "the worker's timing setup"
     assert wide_input.estimate() > wide_output.estimate()  # the mix: input copies weigh most
@@ -51,7 +54,90 @@ def test_a_problem_that_fits_is_not_refused_and_one_byte_more_is() -> None:
     assert footprint.refusal("p", call, limit_mb) is None
     refused = footprint.refusal("p", call, limit_mb - 1)
     assert refused is not None
-    assert f"holds up to {call.estimate() / 2**30:.2f} GiB at its peak" in str(refused)
+    assert f"holds up to {call.estimate() / 2**30:.2f} GiB of host memory at its peak" in str(
+        refused
+    )
+
+
+# KernelBench 23_Softmax: a 4096 x 393216 fp32 softmax on the GPU (6 GiB in, 6 GiB out).
+SOFTMAX_23 = footprint.Footprint(6 * 2**30, 6 * 2**30, "cuda")
+H100_HOST_LIMIT_MB = 64430  # half of a 128 GiB host (SandboxLimits.memory_limit_mb's default)
+
+
+def test_a_cuda_problem_is_held_to_its_gpus_memory_not_the_host_limit() -> None:
+    """The copies of a CUDA evaluation are in device memory: the host holds the handed-over
+    output being checked and the interpreters, far under the host limit that used to refuse
+    23_Softmax; the device's estimate is held to the GPU's free memory, with both numbers."""
+    host = SOFTMAX_23.estimate()
+    assert host == int(footprint.HEADROOM * 1.25 * 6 * 2**30) + footprint.CUDA_HOST_FIXED_BYTES
+    assert host < H100_HOST_LIMIT_MB * MiB / 4  # 13.4 GiB: the host limit is not what binds
+    device = SOFTMAX_23.device_estimate()
+    assert device == int(footprint.HEADROOM * (5 + 4.25) * 6 * 2**30) + 2 * 2**30
+    # A GPU with room: not refused (the host limit is the one that refused it before).
+    h200 = (139 * 2**30, 140 * 2**30)
+    assert footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, h200) is None
+    # A GPU without: refused on the device's memory, naming both numbers.
+    h100 = (78 * 2**30, 79 * 2**30)
+    refused = footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, h100)
+    assert refused is not None
+    text = str(refused)
+    assert f"holds up to {device / 2**30:.2f} GiB of device memory at its peak" in text
+    assert "its GPU has 78.00 GiB free of 79.00 GiB" in text
+    assert "host memory" not in text
+    assert "memory_limit_mb" not in text
+    # One byte short and one byte over of the device's free memory.
+    assert footprint.refusal("p", SOFTMAX_23, None, (device, device)) is None
+    assert footprint.refusal("p", SOFTMAX_23, None, (device - 1, device)) is not None
+
+
+def test_a_cuda_problems_host_part_is_held_to_the_host_limit() -> None:
+    """What crosses to the host (one handed-over output at a time) still counts there: a
+    problem whose output does not fit the host limit is refused naming host memory, even on
+    a GPU with room."""
+    call = footprint.Footprint(MiB, 8 * 2**30, "cuda")
+    needed = call.estimate()
+    assert needed == int(footprint.HEADROOM * 1.25 * 8 * 2**30) + footprint.CUDA_HOST_FIXED_BYTES
+    room = (10 * 2**40, 10 * 2**40)
+    limit_mb = -(-needed // MiB)
+    assert footprint.refusal("p", call, limit_mb, room) is None
+    refused = footprint.refusal("p", call, limit_mb - 1, room)
+    assert refused is not None
+    text = str(refused)
+    assert f"holds up to {needed / 2**30:.2f} GiB of host memory at its peak" in text
+    assert (
+        "the handed-over output being checked, copied from the GPU: 0 copies of the inputs" in text
+    )
+    assert f"the sandbox's memory limit is {(limit_mb - 1) / 1024:.2f} GiB" in text
+
+
+def test_check_fits_reads_the_device_capacity_for_a_cuda_task_only() -> None:
+    """The session's check (`check_fits`) on a real reference, the CUDA branch driven by a
+    device capacity given in its place: refused on the device, with the numbers; a CPU task
+    never asks for one."""
+    source = PROBLEM.replace(SIZE_LINE, "rows, cols = 4096, 393216")  # meta only: no memory
+    asked: list[str] = []
+
+    def capacity(free_gib: int):
+        def read(device: str) -> tuple[int, int]:
+            asked.append(device)
+            return free_gib * 2**30, 80 * 2**30
+
+        return read
+
+    found = footprint.check_fits("s", source, H100_HOST_LIMIT_MB, "cuda", capacity(139))
+    assert found["device"] == "cuda"
+    assert found["outputs_bytes"] == 4096 * 393216 * 4
+    assert (
+        found["device_estimate_bytes"]
+        == footprint.Footprint(4096 * 393216 * 4, 4096 * 393216 * 4, "cuda").device_estimate()
+    )
+    with pytest.raises(KernelproError, match=r"of device memory .* its GPU has 40\.00 GiB free"):
+        footprint.check_fits("s", source, H100_HOST_LIMIT_MB, "cuda:1", capacity(40))
+    assert asked == ["cuda", "cuda:1"]
+    # The same problem on the CPU: every copy in host memory, the host limit refuses it.
+    with pytest.raises(KernelproError, match=r"of host memory at its peak"):
+        footprint.check_fits("s", source, H100_HOST_LIMIT_MB, "cpu", capacity(139))
+    assert asked == ["cuda", "cuda:1"]
 
 
 def _evaluate(rows: int, cols: int) -> tuple[float, dict[str, object], dict[str, object]]:

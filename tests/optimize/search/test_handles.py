@@ -136,6 +136,24 @@ def test_a_handed_over_output_cannot_be_changed_by_anyone(tmp_path: Path) -> Non
     received.close()
 
 
+def test_an_output_changed_after_hand_over_reaches_the_judge_as_it_was_handed(
+    tmp_path: Path,
+) -> None:
+    """The attack: a worker (or a candidate's thread) writes into its output after handing
+    it over, or into the mapping `send_output` returns; the judge compares the bytes of the
+    moment of hand-over, whatever the worker does next."""
+    channels, worker = session(tmp_path)
+    out = torch.ones(4096)
+    kept = send_output(torch, "trial-1", [out], channel=worker)
+    out.fill_(7.0)  # the worker's own tensor, changed once handed over
+    kept[0].fill_(9.0)  # the worker's mapping of the handed-over pages: private
+    worker.close()
+    received = channels.finish(tmp_path)
+    judged = to_judge(received)["trial-1"][0]
+    assert torch.equal(judged, torch.ones(4096))
+    received.close()
+
+
 def test_nothing_is_left_open_or_named_after_an_output_is_closed(tmp_path: Path) -> None:
     before_fds, before_shm = memfds(), shm_entries()
     received = hand_over(tmp_path, {"trial-1": [torch.randn(256, 256)], "trial-2": [3.0]})

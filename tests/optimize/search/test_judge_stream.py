@@ -88,3 +88,67 @@ def test_outputs_out_of_order_repeated_unknown_or_missing_fail(change, says) -> 
     verdict, _ = run(change(honest()))
     assert not verdict["ok"]
     assert verdict["reason"].startswith(says), verdict["reason"]
+
+
+# Two comparison chunks on the CPU (`measure.output_rule.CPU_COMPARE_CHUNK` is 2^20 elements).
+WIDE = REFERENCE.replace("torch.randn(8, 32)", "torch.randn(64, 32768)")
+
+
+@pytest.mark.parametrize("name", ["trial-1", "trial-2"], ids=["by the truth", "calibrated"])
+def test_an_output_good_in_its_first_chunk_and_wrong_in_its_last_fails(name: str) -> None:
+    """The judge's comparisons are chunked: an output right in every chunk but its last
+    (one element off at the end) fails, on the call the truth decides and on a later one."""
+    from pytest_kernelpro.measure.output_rule import CPU_COMPARE_CHUNK
+
+    task = {**TASK, "reference": WIDE}
+    ref = judge._Reference(task)
+    try:
+        outputs = [(n, ref.output(seed)) for n, seed in judge.required_outputs(task)]
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert outputs[0][1][0].numel() > CPU_COMPARE_CHUNK
+    at = [n for n, _ in outputs].index(name)
+    bad = outputs[at][1][0].clone()
+    bad.view(-1)[-1] += 0.5
+    outputs[at] = (name, [bad])
+    try:
+        verdict = judge.judge(task, iter(outputs))
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert not verdict["ok"]
+    assert verdict["reason"].startswith(f"{name}: "), verdict["reason"]
+
+
+def test_the_judges_truth_drops_its_inputs_once_widened_and_decides_alike() -> None:
+    """The judge gives its inputs to the truth's re-run, which empties the list once widened
+    (one input set fewer at the judge's peak); the truth is the same as one made on inputs
+    that are kept."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+    from pytest_kernelpro.optimize.sandbox.checks import flatten
+
+    ref = judge._Reference(TASK)
+    try:
+        out = ref.output(TASK["seed"] + 1, truth=False)
+        kept, given = ref.inputs(TASK["seed"] + 1), ref.inputs(TASK["seed"] + 1)
+        truths = []
+        for inputs, consume in ((kept, False), (given, True)):
+            rule = measurement.new_rule(TASK)
+            measurement.find_truth(
+                torch,
+                rule,
+                ref.model,
+                inputs,
+                out,
+                ref.device,
+                arrange=flatten,
+                consume_inputs=consume,
+            )
+            truths.append(rule.truth)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert given == []
+    assert len(kept) == 1
+    assert all(t.available for t in truths), [t.skipped for t in truths]
+    a, b = (next(iter(t.leaves.values())) for t in truths)
+    assert torch.equal(a.difference, b.difference)
+    assert a.reference_error_norm == b.reference_error_norm

@@ -175,6 +175,30 @@ def test_same_values_treats_nan_as_equal() -> None:
     assert not checks.same_values(a, torch.tensor([1.0, 2.0]))
 
 
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_same_values_sees_a_difference_in_any_chunk(where: str) -> None:
+    """The bitwise checks (inputs written in place, a cached output, work left on another
+    stream) compare chunk by chunk: an output equal in its first chunks and different in
+    its last (or one element anywhere) is not the same; NaN stays equal to NaN in every
+    chunk."""
+    n = 2 * checks.SAME_VALUES_CHUNK + 17  # three chunks, the last one short
+    a = torch.arange(n, dtype=torch.float32)
+    a[n - 1] = a[checks.SAME_VALUES_CHUNK + 1] = float("nan")
+    assert checks.same_values([a], [a.clone()])
+    at = {"first": 0, "middle": checks.SAME_VALUES_CHUNK + 3, "last": n - 2}[where]
+    b = a.clone()
+    b[at] += 1.0
+    assert not checks.same_values([a], [b])
+    ints = torch.arange(n, dtype=torch.int64)
+    changed = ints.clone()
+    changed[at] = -1
+    assert not checks.same_values(ints, changed)
+    # Views of other strides compare by their elements, not their storage.
+    grid = a[: 2 * 4096].view(2, 4096)
+    assert checks.same_values(grid.t(), grid.t().contiguous())
+    assert not checks.same_values(grid.t(), grid.contiguous().view(4096, 2))
+
+
 def test_load_source_is_a_fresh_importable_module() -> None:
     module = load_source(
         "X = __name__\nif __name__ == '__main__':\n    raise SystemExit\n", "kp_test_module"
