@@ -19,17 +19,19 @@ what they do not need was removed (the right column says what changed).
 | judge, trial 1's output (the worker waits) | the handed-over output (in memory since the worker handed it over), the reference's output, its float64 re-run (2I + 2O); then reference - truth beside the re-run's output | 2I + 4O, then 5O | outputs checked in a process the candidate never ran in; the judge's own inputs are given to the truth, which drops them once widened (`run_truth(consume_inputs=True)`; was 3I + 5O) |
 | worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks | I + 3O | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
 | judge, later outputs | its inputs, the reference's output, the handed-over output | I + 2O | each dropped before the next is asked for (`handles.stream_outputs`) |
-| worker, timing (the candidate's side; the reference's is dropped first) | the timed inputs, the mix's two ends and its uniform pool (`measure.timing.fresh_inputs`: 3I), a checked call's rebuilt content (I), the last and the current output, the checked copy and the reference's output on it (4O) | 5I + 4O | new content every timed call and checks no kernel can predict; the setup of the mix holds a second draw and the first reference output for a moment (6I + 3O) |
-| judge, the reference's timing (the worker has ended) | the timed inputs, the mix (3I), the last and the current output, a second draw while the mix is made | 5I + 2O | the reference timed by the candidate's protocol |
+| worker, timing (the candidate's side; the reference's is dropped first) | the timed inputs, the mix's two ends, its pools of one byte a weight (`measure.timing.fresh_inputs`: a quarter of float32 inputs, half of 16-bit ones, all of 8-bit ones), the call's output while it runs; at a checked call the output's copy and the reference's output on the call's content, rebuilt into the timed inputs | 3.25I + 2O (3.5I for 16-bit inputs, 4I for 8-bit) | new content every timed call and checks no kernel can predict; was 5I + 4O (a pool at the inputs' precision, a checked call's content rebuilt apart, the call's output held through its check); the mix's setup holds as much (was 6I + 3O) |
+| judge, the reference's timing (the worker has ended) | as the worker's timing | 3.25I + 2O | the reference timed by the candidate's protocol |
 | worker and judge | the interpreter, torch, the freed heap the allocator keeps, a CPU comparison chunk | `FIXED_BYTES` | two interpreters (the judge is started with the worker); comparisons in chunks (`measure.output_rule.chunk_ranges`: on the CPU at most 2^20 elements) |
 
 Comparison temporaries on a GPU (chunks of at most a 32nd of the output) and the
 allocator's rounding: `TEMPORARIES` of O. The estimate takes the table's copies and a
 two fifths more (`HEADROOM`: the measured peaks passed the table by up to 28%).
 
-So the peak is the largest of the worker's timing, its setup and the judge's truth: 5I + 4O,
-6I + 3O or 5O (4.5x the footprint where I = O: a softmax; the judge's 5O where the output is
-more than five times the inputs). `estimate` gives it for the problem's own I and O.
+So the peak is the largest of the worker's truth for its first trial, its timing and the
+judge's truth: 3I + 4O, 4I + 2O or 5O (3.5x the footprint where I = O: a softmax; the judge's
+5O where the output is more than twice the inputs). `estimate` gives it for the problem's own
+I and O, the timing's inputs counted at 4I whatever their width (an estimate that refuses
+should err high).
 
 Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
 (`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
@@ -50,9 +52,8 @@ candidate dying "out of memory". Held to it by `tests/optimize/search/test_evalu
 (an evaluation's measured peak above a tiny problem's stays within `estimate`), measured in
 `bench/results/2026-12-05-optimizer-memory4-cpu.md`.
 
-Below 3x the footprint needs what the timing's rules hold today: the fresh-content mix keeps
-three input copies (its two ends and a pool of uniform values) beside the timed inputs and a
-checked call's rebuilt content, and a checked timed call holds four outputs.
+Below 3x the footprint needs the worker's first trial to hold less: its sealed inputs stay
+for the candidate's own first call while the reference's float64 truth (2I + 2O) is made.
 
 A problem the meta device cannot run (an op without a meta kernel, inputs made with numpy)
 has no estimate: it is evaluated, and the watchdog still bounds it.
@@ -83,12 +84,10 @@ class Peak:
 # The evaluation's peaks (module doc): whichever holds more for the problem's I and O. On a
 # CUDA problem these copies are in device memory.
 PEAKS = (
-    Peak(5, 4, "the worker's timing phase"),
-    Peak(6, 3, "the worker's timing setup"),
+    Peak(4, 2, "the worker's timing phase"),
     Peak(3, 4, "the worker's truth for the first trial"),
     Peak(2, 4, "the judge's truth for the first output"),
     Peak(0, 5, "the judge's truth measured against the first output's reference"),
-    Peak(5, 2, "the judge's timing of the reference"),
 )
 # What a CUDA problem's evaluation holds in host memory besides the interpreters: the
 # handed-over output being checked, copied once from the device into a sealed memfd (the

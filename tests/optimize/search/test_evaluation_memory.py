@@ -35,17 +35,18 @@ FAST = {
 
 
 def test_the_estimate_is_the_larger_peak_for_the_problems_own_inputs_and_output() -> None:
-    same = footprint.Footprint(MiB, MiB)  # a softmax: the worker's timing
-    assert same.peak().where == "the worker's timing phase"
-    copies = footprint.HEADROOM * (5 + 4 + footprint.TEMPORARIES)
+    same = footprint.Footprint(MiB, MiB)  # a softmax: the worker's truth for its first trial
+    assert same.peak().where == "the worker's truth for the first trial"
+    copies = footprint.HEADROOM * (3 + 4 + footprint.TEMPORARIES)
     assert same.estimate() == int(copies * MiB) + footprint.FIXED_BYTES
     wide_output = footprint.Footprint(MiB, 64 * MiB)  # an outer product: the judge's truth
     assert wide_output.peak().where == (
         "the judge's truth measured against the first output's reference"
     )
-    wide_input = footprint.Footprint(64 * MiB, MiB)  # a reduction: the mix being made
-    assert wide_input.peak().where == "the worker's timing setup"
-    assert wide_input.estimate() > wide_output.estimate()  # the mix: input copies weigh most
+    wide_input = footprint.Footprint(64 * MiB, MiB)  # a reduction: the timing's input copies
+    assert wide_input.peak().where == "the worker's timing phase"
+    copies = footprint.HEADROOM * (4 * 64 + 2 + footprint.TEMPORARIES)
+    assert wide_input.estimate() == int(copies * MiB) + footprint.FIXED_BYTES
 
 
 def test_a_problem_that_fits_is_not_refused_and_one_byte_more_is() -> None:
@@ -72,17 +73,19 @@ def test_a_cuda_problem_is_held_to_its_gpus_memory_not_the_host_limit() -> None:
     assert host == int(footprint.HEADROOM * 1.25 * 6 * 2**30) + footprint.CUDA_HOST_FIXED_BYTES
     assert host < H100_HOST_LIMIT_MB * MiB / 4  # 13.4 GiB: the host limit is not what binds
     device = SOFTMAX_23.device_estimate()
-    assert device == int(footprint.HEADROOM * (5 + 4.25) * 6 * 2**30) + 2 * 2**30
-    # A GPU with room: not refused (the host limit is the one that refused it before).
-    h200 = (139 * 2**30, 140 * 2**30)
-    assert footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, h200) is None
-    # A GPU without: refused on the device's memory, naming both numbers.
-    h100 = (78 * 2**30, 79 * 2**30)
-    refused = footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, h100)
+    # The worker's truth for its first trial (3I + 4O) is the peak; the timing's copies fell
+    # to 4I + 2O, so it fits an H100 (it was refused on one at 5I + 4O).
+    assert device == int(footprint.HEADROOM * (3 + 4.25) * 6 * 2**30) + 2 * 2**30
+    for free_gib, total_gib in ((139, 140), (78, 79)):  # an H200, an H100
+        gpu = (free_gib * 2**30, total_gib * 2**30)
+        assert footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, gpu) is None
+    # A GPU without room: refused on the device's memory, naming both numbers.
+    small = (40 * 2**30, 48 * 2**30)
+    refused = footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, small)
     assert refused is not None
     text = str(refused)
     assert f"holds up to {device / 2**30:.2f} GiB of device memory at its peak" in text
-    assert "its GPU has 78.00 GiB free of 79.00 GiB" in text
+    assert "its GPU has 40.00 GiB free of 48.00 GiB" in text
     assert "host memory" not in text
     assert "memory_limit_mb" not in text
     # One byte short and one byte over of the device's free memory.
@@ -134,9 +137,9 @@ def test_check_fits_reads_the_device_capacity_for_a_cuda_task_only() -> None:
     with pytest.raises(KernelproError, match=r"of device memory .* its GPU has 40\.00 GiB free"):
         footprint.check_fits("s", source, H100_HOST_LIMIT_MB, "cuda:1", capacity(40))
     assert asked == ["cuda", "cuda:1"]
-    # The same problem on the CPU: every copy in host memory, the host limit refuses it.
+    # The same problem on the CPU: every copy in host memory, a 32 GiB host limit refuses it.
     with pytest.raises(KernelproError, match=r"of host memory at its peak"):
-        footprint.check_fits("s", source, H100_HOST_LIMIT_MB, "cpu", capacity(139))
+        footprint.check_fits("s", source, 32 * 1024, "cpu", capacity(139))
     assert asked == ["cuda", "cuda:1"]
 
 
