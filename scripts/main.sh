@@ -24,8 +24,7 @@ else
   fi
   python="$venv/bin/python"
   echo "== kernelpro main job: installing into the virtual environment $venv"
-  # --no-compile: bytecode only for what the job imports, when it imports it.
-  "$python" -m pip install -q --no-compile -c constraints-cpu.txt -e ".[torch]"
+  "$python" -m pip install -q -c constraints-cpu.txt -e ".[torch]"
 fi
 cd example_repo
 out=.kernelpro/main
