@@ -50,6 +50,8 @@ class Confirmation:
     ok: bool
     reason: str = ""
     record: dict[str, Any] = field(default_factory=dict)
+    # Refused for a re-timing slower than the tolerance (the case `confirm_winner` repeats).
+    too_slow: bool = False
 
 
 def default_tolerance(device_kind: str) -> float:
@@ -91,6 +93,7 @@ def confirm_timing(
             f"(more than the {tol:g}x allowed on {device_kind}): the search's number was not "
             "real",
             record,
+            too_slow=True,
         )
     fastest = min(claimed_s, fresh)
     if ncu_s and fastest * NCU_TOLERANCE + NCU_SLACK_S < ncu_s:
