@@ -86,24 +86,34 @@ def _seeded(seed: int) -> tuple[torch.Tensor]:
     return (torch.randn(64, 64, generator=torch.Generator().manual_seed(seed)),)
 
 
-def _time(
+def _timing(
     kernel: Any, budget: TimingBudget | None = None, mode: str = "mix", make_draw: Any = None
-) -> Any:
-    inputs = (torch.randn(64, 64),)
+) -> tuple[Any, Any]:
+    """The fresh inputs for `kernel` on the stand-in, and a call that times it with them."""
     fresh = fresh_inputs(
-        torch, kernel, inputs, device="cpu",
+        torch, kernel, (torch.randn(64, 64),), device="cpu",
         make_draw=make_draw or (lambda seed: (torch.randn(64, 64),)), reference=ref, check=_check,
         free_bytes=None if mode == "mix" else 1,  # no room for the mix: a draw per call
     )  # fmt: skip
     assert fresh.mode == mode
     fake = fake_torch()
-    watch = StreamWatch().install(fake, force=True)
     props = types.SimpleNamespace(name="stand-in GPU", L2_cache_size=0)
     budget = budget or TimingBudget(warmup_ms=1, max_time_s=0.05, flush_l2=False)
-    try:
-        return _time_cuda_on(fake, kernel, 0, props, budget, None, fresh, watch)
-    finally:
-        watch.uninstall()
+
+    def run() -> Any:
+        watch = StreamWatch().install(fake, force=True)
+        try:
+            return _time_cuda_on(fake, kernel, 0, props, budget, None, fresh, watch)
+        finally:
+            watch.uninstall()
+
+    return fresh, run
+
+
+def _time(
+    kernel: Any, budget: TimingBudget | None = None, mode: str = "mix", make_draw: Any = None
+) -> Any:
+    return _timing(kernel, budget, mode, make_draw)[1]()
 
 
 def test_an_honest_kernel_is_timed_with_fresh_inputs_and_checked_calls() -> None:
@@ -450,27 +460,6 @@ def test_a_method_of_the_run_cannot_be_shadowed_on_the_object() -> None:
     assert "drain" in seen["refused"]
 
 
-def _maker_timing(kernel: Any) -> tuple[Any, Any]:
-    """`_time` in maker mode, with the fresh inputs kept for the test to look at."""
-    fresh = fresh_inputs(
-        torch, kernel, (torch.randn(64, 64),), device="cpu",
-        make_draw=lambda seed: (torch.randn(64, 64),), reference=ref, check=_check, free_bytes=1,
-    )  # fmt: skip
-    assert fresh.mode == "maker"
-    fake = fake_torch()
-    watch = StreamWatch().install(fake, force=True)
-    props = types.SimpleNamespace(name="stand-in GPU", L2_cache_size=0)
-    budget = TimingBudget(warmup_ms=1, max_time_s=0.05, flush_l2=False)
-
-    def run() -> Any:
-        try:
-            return _time_cuda_on(fake, kernel, 0, props, budget, None, fresh, watch)
-        finally:
-            watch.uninstall()
-
-    return fresh, run
-
-
 def test_a_failed_timing_drops_its_queued_copies() -> None:
     """A timing that fails mid-round leaves nothing queued: on a GPU the copies held most of
     the item's memory and outlived it."""
@@ -483,7 +472,7 @@ def test_a_failed_timing_drops_its_queued_copies() -> None:
             raise RuntimeError("CUDA out of memory. Tried to allocate 4.00 GiB")
         return ref(x)
 
-    fresh, run = _maker_timing(failing_late)
+    fresh, run = _timing(failing_late, mode="maker")
     holder.append(fresh)
     with pytest.raises(Exception, match="out of memory"):
         run()
@@ -495,7 +484,7 @@ def test_a_failed_timing_drops_its_queued_copies() -> None:
 def test_a_queued_check_counts_the_draw_it_keeps() -> None:
     """In `maker` mode each queued check keeps its call's draw to rebuild the inputs: the
     queue's bytes count it (an H100 filled with 8 GiB draws behind 256 KiB outputs)."""
-    fresh, _run = _maker_timing(ref)
+    fresh, _run = _timing(ref, mode="maker")
     fresh.defer = True
     for _ in range(2):
         content = fresh.before()
