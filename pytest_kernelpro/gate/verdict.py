@@ -60,6 +60,7 @@ from pytest_kernelpro.gate.verdict_basis import (
     choose_basis,
     is_cpu,
     pct_text,
+    quantile,
 )
 
 if TYPE_CHECKING:
@@ -166,12 +167,6 @@ def default_threshold(device_kind: str) -> float:
     return DEFAULT_GPU_THRESHOLD if device_kind == "cuda" else DEFAULT_CPU_THRESHOLD
 
 
-def _low(values: list[float]) -> float:
-    import numpy as np
-
-    return float(np.quantile(np.asarray(values, dtype=float), LOW_QUANTILE))
-
-
 @dataclass(frozen=True)
 class Verdict:
     """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel."""
@@ -240,15 +235,9 @@ class Verdict:
 
 
 def _samples(record: KernelRecord) -> list[float]:
-    out = []
-    for value in (record.timing.samples_s if record.timing else None) or ():
-        try:
-            v = float(value)
-        except (TypeError, ValueError):
-            continue
-        if math.isfinite(v) and v > 0:
-            out.append(v)
-    return out
+    """The record's finite positive timing samples (its part holds floats only)."""
+    samples = record.timing.samples_s if record.timing else ()
+    return [float(v) for v in samples if math.isfinite(v) and v > 0]
 
 
 def oversubscribed_reason(record: KernelRecord) -> str | None:
@@ -464,7 +453,7 @@ def decide_change(
         basis=chosen,
         alpha=alpha,
         change=change,
-        low_ratio=_low(chosen.now) / _low(chosen.ref),
+        low_ratio=quantile(chosen.now, LOW_QUANTILE) / quantile(chosen.ref, LOW_QUANTILE),
         now_q=quantile_subsample(chosen.now, TEST_SAMPLES),
         ref_q=quantile_subsample(chosen.ref, TEST_SAMPLES),
         text=f"{what} by {abs(change):.1%}{chosen.unit} (tolerance {_frac(tol)}{chosen.detail})",
