@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
@@ -226,12 +226,6 @@ class Verdict:
     def message(self) -> str:
         """The reason, for failure messages and report sections."""
         return self.reason
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["failed"] = self.failed
-        data["message"] = self.reason
-        return data
 
 
 def _samples(record: KernelRecord) -> list[float]:
