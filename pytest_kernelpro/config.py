@@ -459,21 +459,17 @@ def resolve_setting(
     cli_value = config.getoption(setting.dest, default=None)
     if cli_value is not None:
         return cli_value, f"command line {setting.flag}"
-    candidates = ((env.get(setting.env_var), f"environment variable {setting.env_var}"),)
     ini_raw = config.getini(setting.ini_key)
-    candidates += ((ini_raw if ini_raw not in (None, "") else None, f"ini key {setting.ini_key}"),)
+    candidates = (
+        (env.get(setting.env_var), f"environment variable {setting.env_var}"),
+        (ini_raw if ini_raw not in (None, "") else None, f"ini key {setting.ini_key}"),
+        ((defaults or {}).get(setting.name), "conftest pytest_kernelpro_defaults"),
+    )
     for raw, where in candidates:
         if raw is None:
             continue
         try:
             return setting.parse(str(raw)), where
-        except argparse.ArgumentTypeError as exc:
-            raise pytest.UsageError(f"kernelpro: invalid value from {where}: {exc}") from None
-    conftest_value = (defaults or {}).get(setting.name)
-    if conftest_value is not None:
-        where = "conftest pytest_kernelpro_defaults"
-        try:
-            return setting.parse(str(conftest_value)), where
         except argparse.ArgumentTypeError as exc:
             raise pytest.UsageError(f"kernelpro: invalid value from {where}: {exc}") from None
     return setting.default, "default"

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING
+
+# pytest's warning base from the module that defines it (as `pytest.PytestWarning`): importing
+# `pytest` itself costs a sandbox worker, a judge or a re-measurement process a tenth of a
+# second it never uses.
+from _pytest.warning_types import PytestWarning
 
 
 class KernelproError(Exception):
@@ -18,27 +22,8 @@ class KernelproConfigError(KernelproError):
     """A bad marker keyword, option, ini value or environment variable."""
 
 
-# The warning is a pytest warning, made when first asked for: importing pytest costs a
-# sandbox worker, a judge or a re-measurement process a fifth of a second it never uses.
-if TYPE_CHECKING:
-    import pytest
-
-    class KernelproWarning(pytest.PytestWarning):
-        """Something was not collected or not measured; the run goes on."""
-
-else:
-
-    def __getattr__(name: str) -> type:
-        if name != "KernelproWarning":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        import pytest
-
-        class KernelproWarning(pytest.PytestWarning):
-            """Something was not collected or not measured; the run goes on."""
-
-        KernelproWarning.__module__ = __name__
-        globals()[name] = KernelproWarning
-        return KernelproWarning
+class KernelproWarning(PytestWarning):
+    """Something was not collected or not measured; the run goes on."""
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -4,9 +4,9 @@
 - `baseline`: `load_baseline` (YAML; `BaselineError` names the fix); `baseline_save`:
   `save_baseline` (--kernelpro-save-baseline: merged, atomic, under a lock)
 - `verdict`: `decide_verdict` -> `Verdict`, on the basis `verdict_basis.choose_basis`
-  chooses (from the facts `baseline` reads of a record); `confirmation`:
-  `needs_confirmation`, `confirm` (a provisional regression settled by an independent
-  re-measurement), the autotune picks against the baseline's, a changed environment named
+  chooses (from the facts `baseline` reads of a record), with the autotune picks against the
+  baseline's and a changed environment named; `confirmation`: `needs_confirmation`, `confirm`
+  (a provisional regression settled by an independent re-measurement)
 - `report`, the files of a session's records: `build_report`, `write_json_report`,
   `load_report`, `merge_report_dicts`; `save_run` (the run history); `RecordsLog` (every
   finished record appended as it finishes), `read_records_log`

@@ -362,6 +362,12 @@ class BaselineEntry:
         )
 
 
+# The entry's optional numbers: each a finite number >= 0, or null.
+_OPTIONAL_NUMBERS = (
+    "q1_s", "q3_s", "efficiency", "roofline_time_s", "sm_mhz", "max_sm_mhz", "clock_capped_share"
+)  # fmt: skip
+
+
 def parse_entry(raw: Any) -> BaselineEntry:
     """One kernel's entry of a baseline file; ValueError names what is wrong."""
     if not isinstance(raw, dict):
@@ -383,12 +389,7 @@ def parse_entry(raw: Any) -> BaselineEntry:
         samples_s=[float(v) for v in samples],
         method=_opt_str(raw, "method"),
     )
-    for key in ("q1_s", "q3_s", "efficiency", "roofline_time_s"):
-        value = raw.get(key)
-        if value is not None and not _finite_nonneg(value):
-            raise ValueError(f"{key} is {_short(value)}, expected a number or null")
-        setattr(out, key, None if value is None else float(value))
-    for key in ("sm_mhz", "max_sm_mhz", "clock_capped_share"):
+    for key in _OPTIONAL_NUMBERS:
         value = raw.get(key)
         if value is not None and not _finite_nonneg(value):
             raise ValueError(f"{key} is {_short(value)}, expected a number or null")

@@ -6,7 +6,8 @@ The table (`render_terminal_table`), then what `--kernelpro-check` could not com
 (`coverage_lines`), work asked for that did not run and timings not to trust
 (`session_notes`), kernels that left no record (`missing_records_line`), the files written
 (`output_lines`), the notes under the table (`table_footnotes`, `table_notes`; the PR
-comment's `comment_notes`) and the line of a check that checked nothing (`session_line`).
+comment says the same `process_notes` in Markdown) and the line of a check that checked
+nothing (`session_line`).
 
 **Process notes.** A note line per kernel under the table, not a column: most kernels have
 none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
@@ -415,7 +416,7 @@ def _explains(record: KernelRecord) -> bool:
 
 def environment_words(records: Sequence[KernelRecord]) -> str | None:
     """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
-    from pytest_kernelpro.gate.run_differences import changes_words
+    from pytest_kernelpro.gate.verdict import changes_words
 
     counts: dict[str, int] = {}
     for record in records:
@@ -426,10 +427,6 @@ def environment_words(records: Sequence[KernelRecord]) -> str | None:
     if not counts:
         return None
     return "; ".join(f"{words} ({n} kernel{'s' * (n != 1)})" for words, n in counts.items())
-
-
-def _quiet_pick_count(records: Sequence[KernelRecord]) -> int:
-    return sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r))
 
 
 def fresh_process_failure(record: KernelRecord) -> str | None:
@@ -448,47 +445,43 @@ def fresh_process_failure(record: KernelRecord) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class ProcessNotes:
+    """The process notes of a session (module docstring), for the terminal table
+    (`table_notes`) and the PR comment (`review.comment.comment_notes`)."""
+
+    picks: list[tuple[str, str]]  # (kernel, its autotune note) where the note explains it
+    fresh_failures: list[tuple[str, str]]  # (kernel, why its fresh-process confirmation failed)
+    quiet_picks: int  # kernels with other picks than the baseline's, within tolerance
+    environment: str | None  # the session's changed versions, in words
+
+
+def process_notes(records: Sequence[KernelRecord]) -> ProcessNotes:
+    """The session's process notes, read from its records once."""
+    return ProcessNotes(
+        picks=[
+            (r.name, r.gate.autotune_note)
+            for r in records
+            if r.gate and r.gate.autotune_note and _explains(r)
+        ],
+        fresh_failures=[(r.name, note) for r in records if (note := fresh_process_failure(r))],
+        quiet_picks=sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r)),
+        environment=environment_words(records),
+    )
+
+
+QUIET_PICKS = "kernel(s) ran with other autotune picks than the baseline's, within tolerance"
+
+
 def table_notes(records: Sequence[KernelRecord]) -> list[str]:
     """Plain-text note lines for under the terminal table."""
-    lines = [f"{r.name}: {r.gate.autotune_note}" for r in records if _explains(r) and r.gate]
-    lines += [f"{r.name}: {note}" for r in records if (note := fresh_process_failure(r))]
-    quiet = _quiet_pick_count(records)
-    if quiet:
-        lines.append(
-            f"{quiet} kernel(s) ran with other autotune picks than the baseline's, within "
-            "tolerance (the picks are in the JSON report)"
-        )
-    env = environment_words(records)
-    if env:
-        lines.append(f"environment changed since the baseline: {env}")
+    notes = process_notes(records)
+    lines = [f"{name}: {note}" for name, note in (*notes.picks, *notes.fresh_failures)]
+    if notes.quiet_picks:
+        lines.append(f"{notes.quiet_picks} {QUIET_PICKS} (the picks are in the JSON report)")
+    if notes.environment:
+        lines.append(f"environment changed since the baseline: {notes.environment}")
     return lines
-
-
-def comment_notes(records: Sequence[KernelRecord], literal: Callable[..., str]) -> list[str]:
-    """Markdown lines for the PR comment (strings from the report as literal text)."""
-    lines = [
-        f"- 🔧 {literal(r.name, limit=120, table=False)}: "
-        f"{literal(r.gate.autotune_note, limit=600, table=False)}"
-        for r in records
-        if _explains(r) and r.gate
-    ]
-    lines += [
-        f"- ⚠️ {literal(r.name, limit=120, table=False)}: {literal(note, limit=600, table=False)}"
-        for r in records
-        if (note := fresh_process_failure(r))
-    ]
-    quiet = _quiet_pick_count(records)
-    if quiet:
-        lines.append(
-            f"- 🔧 {quiet} kernel(s) ran with other autotune picks than the baseline's, "
-            "within tolerance"
-        )
-    env = environment_words(records)
-    if env:
-        lines.append(
-            f"- 🌐 environment changed since the baseline: {literal(env, limit=600, table=False)}"
-        )
-    return [*lines, ""] if lines else []
 
 
 # -- a check that checked nothing (module docstring) --

@@ -113,6 +113,13 @@ def median(values: Sequence[float] | np.ndarray) -> float:
     return float(np.median(arr)) if len(arr) else float("nan")
 
 
+def quantile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile of `values` (numpy's linear interpolation)."""
+    import numpy as np
+
+    return float(np.quantile(np.asarray(values, dtype=float), q))
+
+
 def pct_text(x: float) -> str:
     return f"{x * 100:+.1f}%"
 
@@ -246,12 +253,6 @@ def anchor_missing(now: AnchorSide | None, base: AnchorSide | None) -> str | Non
 # The CPU anchor's rule (module docstring).
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    import numpy as np
-
-    return float(np.quantile(np.asarray(values, dtype=float), q))
-
-
 def scatter(values: Sequence[float]) -> float:
     """Interquartile range over the median (0 for fewer than 4 values)."""
     import numpy as np
@@ -265,7 +266,7 @@ def scatter(values: Sequence[float]) -> float:
 
 def anchor_speed_s(side: CpuAnchorSide) -> float:
     """The CPU anchor's speed on one side: the fastest quarter of its calls."""
-    return _quantile(side.anchor_s, ANCHOR_QUANTILE)
+    return quantile(side.anchor_s, ANCHOR_QUANTILE)
 
 
 def lower_bar(threshold: float, tolerance: float) -> float:

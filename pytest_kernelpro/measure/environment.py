@@ -6,7 +6,7 @@ the baseline's choices pinned, by `measure/autotune_capture.py`).
 The versions (torch, Triton, the CUDA runtime torch was built with, cuDNN, nvcc for
 extensions built in the session, the NVIDIA driver) are read once per process, each left out
 where this process has no such thing; the record and the baseline keep them, and
-`gate/run_differences.py` names the ones that differ when a kernel regressed. The settings
+`gate/verdict.py` names the ones that differ when a kernel regressed. The settings
 are those that change results or speed: cuDNN's benchmark mode, deterministic algorithms,
 TF32 and reduced-precision reductions, the float32 matmul precision, the preferred BLAS.
 """

@@ -36,7 +36,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
-from pytest_kernelpro.gate.render_session import comment_notes
+from pytest_kernelpro.gate.render_session import QUIET_PICKS, process_notes
 from pytest_kernelpro.gate.report import records_of
 from pytest_kernelpro.record import KernelRecord, SectionPart
 from pytest_kernelpro.review.comment_check import check_report
@@ -64,6 +64,27 @@ def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:
         text = text.replace("|", "\\|")
     pad = " " if text.startswith("`") or text.endswith("`") else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def comment_notes(records: Sequence[KernelRecord]) -> list[str]:
+    """The process notes (`gate.render_session.process_notes`) as Markdown lines, each string
+    from the report as literal text."""
+    notes = process_notes(records)
+
+    def kernel_line(icon: str, name: str, note: str) -> str:
+        return (
+            f"- {icon} {literal_text(name, limit=120, table=False)}: "
+            f"{literal_text(note, limit=600, table=False)}"
+        )
+
+    lines = [kernel_line("🔧", name, note) for name, note in notes.picks]
+    lines += [kernel_line("⚠️", name, note) for name, note in notes.fresh_failures]
+    if notes.quiet_picks:
+        lines.append(f"- 🔧 {notes.quiet_picks} {QUIET_PICKS}")
+    if notes.environment:
+        env = literal_text(notes.environment, limit=600, table=False)
+        lines.append(f"- 🌐 environment changed since the baseline: {env}")
+    return [*lines, ""] if lines else []
 
 
 def literal_block(value: Any, *, limit: int = 20_000) -> str:
@@ -408,7 +429,7 @@ def render_comment(report: dict[str, Any], *, with_guidance: bool = True) -> str
                 "(time relative to the roofline) with the wider cross-device tolerance.",
                 "",
             ]
-        out += comment_notes(records, literal_text)
+        out += comment_notes(records)
         for r in records:
             if record_status(r) in _DETAIL_STATUSES:
                 out += [comment_details(r, with_guidance), ""]

@@ -260,8 +260,55 @@ class KernelproSession:
         self.config.hook.pytest_kernelpro_record(record=record)
 
     def write_outputs(self) -> None:
-        """Write the JSON report, the baseline and the run history now."""
-        write_session_outputs(self)
+        """Write the JSON report and, when asked, the baseline and the history; never raise into
+        pytest. A write that fails is noted (`self.write_failed`): the session fails, and no
+        line says the file was written."""
+        from pytest_kernelpro.gate.report import build_report, write_json_report
+
+        settings = self.settings
+        saving = settings.save_baseline is not None and not settings.correctness_only
+        measured = [r for r in self.records if r.outcome == "passed" and r.timing]
+        if saving:
+            from pytest_kernelpro.gate.render_session import too_noisy_note
+
+            # Said when it is saved: a baseline this noisy would make every later check unresolved.
+            noisy = too_noisy_note(measured)
+            if noisy is not None:
+                self.notes.append(noisy)
+        report = build_report(self.records, meta=self.report_meta())
+        try:
+            write_json_report(settings.json_path, report)
+            self.json_written = True
+        except OSError as exc:
+            self.write_failed("JSON report", settings.json_path, exc)
+        try:
+            _ignore_artifacts_dir(settings.artifacts_dir)
+        except OSError as exc:
+            self.write_failed("artifacts .gitignore", settings.artifacts_dir / ".gitignore", exc)
+        if settings.history_dir is not None:
+            from pytest_kernelpro.gate.report import save_run
+
+            try:
+                self.history_path = save_run(settings.history_dir, report)
+            except OSError as exc:
+                self.write_failed(
+                    f"run history ({settings.sources.get('history')})", settings.history_dir, exc
+                )
+        if saving:
+            from pytest_kernelpro.gate.baseline_save import save_baseline
+
+            try:
+                save_baseline(settings.save_baseline, measured)
+                self.baseline_written = True
+            except OSError as exc:
+                self.write_failed("baseline", settings.save_baseline, exc)
+            except KernelproError as exc:
+                warnings.warn(
+                    f"kernelpro: could not save the baseline to {settings.save_baseline}: {exc}",
+                    KernelproWarning,
+                    stacklevel=1,
+                )
+                self.write_failed("baseline", settings.save_baseline, exc)
 
     def stop(self) -> None:
         """End the build capture (the session's last act, at pytest_unconfigure)."""
@@ -446,59 +493,8 @@ def is_within(child: Path, parent: Path) -> bool:
     return True
 
 
-# -- end-of-session outputs: the JSON report, the baseline, the history, the terminal table
-# (its texts: `gate/format.py`, `gate/render_session.py`) --
-
-
-def write_session_outputs(kp: KernelproSession) -> None:
-    """Write the JSON report and, when asked, the baseline and the history; never raise into
-    pytest. A write that fails is noted (`kp.write_failed`): the session fails, and no
-    line says the file was written."""
-    from pytest_kernelpro.gate.report import build_report, write_json_report
-
-    settings = kp.settings
-    if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.render_session import too_noisy_note
-
-        # Said when it is saved: a baseline this noisy would make every later check unresolved.
-        noisy = too_noisy_note([r for r in kp.records if r.outcome == "passed" and r.timing])
-        if noisy is not None:
-            kp.notes.append(noisy)
-    report = build_report(kp.records, meta=kp.report_meta())
-    try:
-        write_json_report(settings.json_path, report)
-        kp.json_written = True
-    except OSError as exc:
-        kp.write_failed("JSON report", settings.json_path, exc)
-    try:
-        _ignore_artifacts_dir(settings.artifacts_dir)
-    except OSError as exc:
-        kp.write_failed("artifacts .gitignore", settings.artifacts_dir / ".gitignore", exc)
-    if settings.history_dir is not None:
-        from pytest_kernelpro.gate.report import save_run
-
-        try:
-            kp.history_path = save_run(settings.history_dir, report)
-        except OSError as exc:
-            kp.write_failed(
-                f"run history ({settings.sources.get('history')})", settings.history_dir, exc
-            )
-    if settings.save_baseline is not None and not settings.correctness_only:
-        from pytest_kernelpro.gate.baseline_save import save_baseline
-
-        measured = [r for r in kp.records if r.outcome == "passed" and r.timing]
-        try:
-            save_baseline(settings.save_baseline, measured)
-            kp.baseline_written = True
-        except OSError as exc:
-            kp.write_failed("baseline", settings.save_baseline, exc)
-        except KernelproError as exc:
-            warnings.warn(
-                f"kernelpro: could not save the baseline to {settings.save_baseline}: {exc}",
-                KernelproWarning,
-                stacklevel=1,
-            )
-            kp.write_failed("baseline", settings.save_baseline, exc)
+# -- end-of-session outputs: the artifacts folder's .gitignore, the terminal table (its texts:
+# `gate/format.py`, `gate/render_session.py`) --
 
 
 def _ignore_artifacts_dir(path: Any) -> None:

@@ -307,8 +307,13 @@ def gate(
     """The verdict against the item's baseline entry (a regression is confirmed by timing it
     again, in a fresh process by default, with the baseline's autotune choices pinned, and
     profiled); a failing verdict, or a baseline that did not load, fails the item."""
-    from pytest_kernelpro.gate.run_differences import compare_choices, name_environment, note_picks
-    from pytest_kernelpro.gate.verdict import decide_verdict, needs_confirmation
+    from pytest_kernelpro.gate.verdict import (
+        compare_choices,
+        decide_verdict,
+        name_environment,
+        needs_confirmation,
+        note_picks,
+    )
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     if run.baseline_error is not None:

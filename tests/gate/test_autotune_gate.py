@@ -1,4 +1,4 @@
-"""Autotune picks and versions on the gate (gate/run_differences.py, gate/confirmation.py), the
+"""Autotune picks and versions on the gate (gate/verdict.py, gate/confirmation.py), the
 baseline entry that keeps them, and the texts that carry them (table, comment, JUnit)."""
 
 from __future__ import annotations
@@ -15,13 +15,16 @@ from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, s
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.report import build_report
-from pytest_kernelpro.gate.run_differences import (
+from pytest_kernelpro.gate.verdict import (
+    OK,
+    REGRESSED,
+    SUSPECT,
+    Verdict,
     compare_choices,
     name_environment,
     note_picks,
     version_changes,
 )
-from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, Verdict
 from pytest_kernelpro.record import (
     AutotunePart,
     EnvironmentPart,

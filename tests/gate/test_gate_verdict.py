@@ -231,11 +231,14 @@ def test_min_roofline_without_a_roofline_fails_with_the_fix() -> None:
     assert "flops=/bytes=" in v.reason
 
 
-def test_verdict_dict_has_its_failure_and_message() -> None:
+def test_the_records_verdict_has_its_failure_and_message() -> None:
+    """The record's part reads `failed` and `message` from the verdict's properties."""
+    from pytest_kernelpro.record import VerdictPart, part_of
+
     v = decide_verdict(make_record(median_s=55 * US, seed=20), entry_of())
-    data = v.to_dict()
-    assert data["failed"] is True
-    assert data["message"] == v.reason
+    part = part_of(VerdictPart, v)
+    assert part.failed is True
+    assert part.message == v.reason
 
 
 @pytest.mark.parametrize(

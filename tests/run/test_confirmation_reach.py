@@ -170,8 +170,9 @@ def test_the_parents_calibrated_rule_reaches_the_child(tmp_path: Path) -> None:
 
 
 def test_a_failed_fresh_process_is_shown_under_the_table_not_only_in_the_json() -> None:
-    from pytest_kernelpro.gate.render_session import comment_notes, table_notes
+    from pytest_kernelpro.gate.render_session import table_notes
     from pytest_kernelpro.record import KernelRecord
+    from pytest_kernelpro.review.comment import comment_notes
 
     record = KernelRecord(nodeid="23_Softmax.py::23_Softmax", name="23_Softmax", kernel="Model")
     record.extra["confirmation_fresh_process_error"] = (
@@ -183,5 +184,5 @@ def test_a_failed_fresh_process_is_shown_under_the_table_not_only_in_the_json() 
     assert "file or directory not found" in line
     assert "\x1b" not in line  # the child's output is text, never terminal control
     assert "re-measured in this process" in line
-    (bullet, _) = comment_notes([record], lambda text, **kw: str(text))
+    (bullet, _) = comment_notes([record])
     assert "fresh-process confirmation failed" in bullet
