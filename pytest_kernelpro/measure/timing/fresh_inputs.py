@@ -29,7 +29,11 @@ into the timed tensors themselves (`expected_on`), and must still be there, bit 
 after the reference read it: a kernel that kept them and writes into them after its call, or
 a reference that writes its inputs, sends the checks to a copy apart, which only the timer
 holds (no verdict by itself: the copy's comparison decides). `drain` refuses a queue that is not exactly the keys `after` returned
-(`queue_tampering`). A kernel skipping a share f of n calls survives with probability
+(`queue_tampering`). The timed tensors stay the ones refilled: their address, strides,
+shape and dtype are compared after every call (a kernel re-pointing an input with `set_` or
+`.data =` would read content of its own while the refill writes the old storage), and a
+check's reference reads them from the sealed tuple (`_arguments`), never from a list a kernel
+can edit in place. A kernel skipping a share f of n calls survives with probability
 (1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
 (`plain_output_problem`).
 
@@ -57,7 +61,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, methodcaller
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -136,7 +140,7 @@ def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | N
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
 SEALED = tuple(
     "torch mode ends weights make_draw reference check kernel storage defer _pending _plan "
-    "_targets _flat _used maker_repeats".split()
+    "_targets _layout _flat _used maker_repeats".split()
 )
 
 
@@ -182,6 +186,23 @@ class Seal:
             found.append("its namespace (replaced)")
         shadowed = sorted(SHADOWING.intersection(vars(fresh)))
         return found + [f"{name} (set on the object)" for name in shadowed]
+
+
+# A tensor's address, strides, shape and dtype, read in C.
+_LAYOUT_PARTS = (methodcaller("data_ptr"), methodcaller("stride"), attrgetter("shape"))
+_LAYOUT_PARTS += (attrgetter("dtype"),)
+REPOINTED = (
+    "the kernel re-pointed a timed input (`set_`, `.data =`, `resize_` or `as_strided_`: its "
+    "address, strides, shape or dtype changed): the timer refills the tensors it was given, "
+    "so every later call could read content of the kernel's own choosing. A kernel may write "
+    "its inputs, never re-point them"
+)
+
+
+def _layout(targets: Sequence[Any]) -> tuple[Any, ...]:
+    """Where and how each timed tensor reads its elements: (address, strides, shape, dtype)
+    per tensor, read in C (`FreshInputs.after` compares it after every call)."""
+    return tuple(zip(*[map(part, targets) for part in _LAYOUT_PARTS], strict=True))
 
 
 KEPT_POSITIONS = 4096  # per kept tensor, fingerprinting the mix's content (`kept_content`)
@@ -364,6 +385,7 @@ class FreshInputs:
     # whether the inputs are a flat sequence of tensors.
     _plan: tuple[Step, ...] | None = None
     _targets: tuple[Any, ...] = ()
+    _layout: tuple[Any, ...] = ()  # by `prepare`: `_layout` of `_targets`, checked every call
     _flat: bool = False
     # A check's content rebuilt into a copy apart, not into the timed tensors: set for good once
     # the timed tensors did not hold the rebuilt content after the reference ran (`expected_on`).
@@ -387,10 +409,12 @@ class FreshInputs:
             return self._plan
         torch = self.torch
         # Tuples from here (sealed by identity: no tensor of them replaced in place).
+        self.storage = tuple(self.storage)
         self.weights = tuple(self.weights)
         if self.ends is not None:
             self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
         self._targets = tuple(_tensor_leaves(torch, self.storage))
+        self._layout = _layout(self._targets)
         self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
             steps = []
@@ -488,7 +512,7 @@ class FreshInputs:
         plan = self._plan if self._plan is not None else self.prepare()
         if not self._apart:
             _mix(torch, plan, offset)
-            expected = self.reference(*self.storage)
+            expected = self.reference(*self._arguments())
             if _mix(torch, plan, offset, verify=True):
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
                 return (
@@ -500,6 +524,14 @@ class FreshInputs:
 
     def call(self) -> Any:
         return self.kernel(*self.storage)
+
+    def _arguments(self) -> Sequence[Any]:
+        """The timed inputs as a check's reference reads them: the sealed tuple, or where
+        tensors sit in lists or dicts (which a kernel can edit in place), the structure with
+        its tensors taken from the sealed `_targets`."""
+        if self._flat:
+            return self.storage
+        return _with_leaves(self.torch, list(self.storage), list(self._targets))
 
     def after(
         self,
@@ -521,6 +553,14 @@ class FreshInputs:
                 "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
                 "call stack or through gc) cannot be timed"
             )
+        targets = self._targets  # `_layout`, inline (every call): compared in C
+        ptr, stride, shape, dtype = _LAYOUT_PARTS
+        now = zip(
+            map(ptr, targets), map(stride, targets), map(shape, targets), map(dtype, targets),
+            strict=True,
+        )  # fmt: skip
+        if tuple(now) != self._layout:
+            raise DishonestTiming(REPOINTED)
         plain = type(out) is self.torch.Tensor and not out.is_meta
         if plain:
             try:
