@@ -418,6 +418,8 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
     [
         "plan",  # the refill's plan swapped for one that writes nothing
         "targets",  # the leaves refilled in place swapped (fixed and maker modes)
+        "layout",  # the timed tensors' kept layout rewritten to a re-pointed input's
+        "storages",  # the timed storages a reference's output is compared with, emptied
         "flat",  # the reference's arguments built another way
         "used",  # the offsets already used forgotten (old content again)
         "weights_in_place",  # one pool replaced inside the kept list
@@ -446,6 +448,10 @@ def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
         fresh._plan = ()
     elif attack == "targets":
         fresh._targets = ()
+    elif attack == "layout":
+        fresh._layout = ()
+    elif attack == "storages":
+        fresh._storages = frozenset()
     elif attack == "flat":
         fresh._flat = not fresh._flat
     elif attack == "used":

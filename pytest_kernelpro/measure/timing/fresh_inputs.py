@@ -140,7 +140,7 @@ def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | N
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
 SEALED = tuple(
     "torch mode ends weights make_draw reference check kernel storage defer _pending _plan "
-    "_targets _layout _flat _used maker_repeats".split()
+    "_targets _layout _storages _flat _used maker_repeats".split()
 )
 
 
@@ -386,6 +386,7 @@ class FreshInputs:
     _plan: tuple[Step, ...] | None = None
     _targets: tuple[Any, ...] = ()
     _layout: tuple[Any, ...] = ()  # by `prepare`: `_layout` of `_targets`, checked every call
+    _storages: frozenset[int] = frozenset()  # their storages' addresses (fixed with `_layout`)
     _flat: bool = False
     # A check's content rebuilt into a copy apart, not into the timed tensors: set for good once
     # the timed tensors did not hold the rebuilt content after the reference ran (`expected_on`).
@@ -415,6 +416,7 @@ class FreshInputs:
             self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
         self._targets = tuple(_tensor_leaves(torch, self.storage))
         self._layout = _layout(self._targets)
+        self._storages = frozenset([int(t.untyped_storage().data_ptr()) for t in self._targets])
         self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
             steps = []
@@ -512,12 +514,14 @@ class FreshInputs:
         plan = self._plan if self._plan is not None else self.prepare()
         if not self._apart:
             _mix(torch, plan, offset)
-            expected = self.reference(*self._arguments())
+            expected = self.reference(*(self.storage if self._flat else self._arguments()))
             if _mix(torch, plan, offset, verify=True):
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
-                return (
-                    _clone(torch, expected) if _shares(torch, expected, self._targets) else expected
-                )
+                if type(expected) is torch.Tensor:  # `_shares`, inline (every checked call)
+                    shared = int(expected.untyped_storage().data_ptr()) in self._storages
+                else:
+                    shared = _shares(torch, expected, self._targets)
+                return _clone(torch, expected) if shared else expected
             del expected
             self._apart = True
         return self.reference(*self.content(offset))
@@ -526,11 +530,9 @@ class FreshInputs:
         return self.kernel(*self.storage)
 
     def _arguments(self) -> Sequence[Any]:
-        """The timed inputs as a check's reference reads them: the sealed tuple, or where
-        tensors sit in lists or dicts (which a kernel can edit in place), the structure with
-        its tensors taken from the sealed `_targets`."""
-        if self._flat:
-            return self.storage
+        """The timed inputs as a check's reference reads them where tensors sit in lists or
+        dicts (which a kernel can edit in place): the structure with its tensors taken from
+        the sealed `_targets` (flat inputs: the sealed tuple `storage` itself)."""
         return _with_leaves(self.torch, list(self.storage), list(self._targets))
 
     def after(
