@@ -319,13 +319,11 @@ def _is_module_class(obj: Any) -> bool:
     return torch_nn is not None and issubclass(obj, torch_nn.Module)
 
 
-def _callable_factory(
-    obj: Any, init_inputs: Any, dtype: str | None, *, module: bool
+def _module_factory(
+    obj: Any, init_inputs: Any, dtype: str | None
 ) -> Callable[[str], Callable[..., Any]]:
-    """device -> callable; a `module` class is instantiated (seeded, on the CPU), moved to
-    the device (`build.build_module`) and cast to `dtype` when the marker gives one."""
-    if not module:
-        return lambda device: obj
+    """device -> module: the class instantiated (seeded, on the CPU), moved to the device
+    (`build.build_module`) and cast to `dtype` when the marker gives one."""
 
     def build(device: str) -> Callable[..., Any]:
         from pytest_kernelpro.problem.build import build_module
@@ -373,11 +371,15 @@ def problem_from_marker(
             f"after they are built, and {name} is a function; make its inputs in "
             f"{options.dtype} instead (the inputs= factory)"
         )
-    kernel_factory = _callable_factory(
-        obj, options.init_inputs, options.dtype, module=kernel_is_module
+    reference, init_inputs, dtype = options.reference, options.init_inputs, options.dtype
+    # device -> callable: a function is itself on every device.
+    kernel_factory: Callable[[str], Any] = (
+        _module_factory(obj, init_inputs, dtype) if kernel_is_module else lambda device: obj
     )
-    reference_factory = _callable_factory(
-        options.reference, options.init_inputs, options.dtype, module=reference_is_module
+    reference_factory: Callable[[str], Any] = (
+        _module_factory(reference, init_inputs, dtype)
+        if reference_is_module
+        else lambda device: reference
     )
     if kernel_is_module and reference_is_module:
         # The kernel gets the reference module's parameters (`problem.build.share_weights`:
