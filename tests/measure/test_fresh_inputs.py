@@ -664,11 +664,9 @@ def _repointing_memo(how: str) -> tuple[Any, dict[str, int]]:
         elif how == "data" and x.data_ptr() != frozen.data_ptr():
             x.data = frozen
         key = (x.data_ptr(), x.stride(), float(x[0, 0]))
-        if key in memo:
-            state["hits"] += 1
-            return memo[key].clone()
-        memo[key] = out = _tanh2(x)
-        return out
+        state["hits"] += key in memo
+        memo.setdefault(key, _tanh2(x))
+        return memo[key].clone()
 
     return kernel, state
 
