@@ -532,7 +532,7 @@ class FreshInputs:
     def _arguments(self) -> Sequence[Any]:
         """The timed inputs as a check's reference reads them where tensors sit in lists or
         dicts (which a kernel can edit in place): the structure with its tensors taken from
-        the sealed `_targets` (flat inputs: the sealed tuple `storage` itself)."""
+        the sealed `_targets`. Flat inputs need none of this: `storage` is a sealed tuple."""
         return _with_leaves(self.torch, list(self.storage), list(self._targets))
 
     def after(
@@ -770,7 +770,7 @@ def _mix(torch: Any, steps: Sequence[Step], offset: int, verify: bool = False) -
 
 def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
     """Whether a tensor of `obj` shares storage with one of `targets` (loops, not
-    comprehensions: this runs at every checked call)."""
+    comprehensions: a checked call of a structured output runs this)."""
     ours = set()
     for target in targets:
         ours.add(int(target.untyped_storage().data_ptr()))
