@@ -727,3 +727,32 @@ def test_a_kernel_that_swaps_the_timers_inputs_for_its_checks_is_refused(where: 
     budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
     with pytest.raises(DishonestTiming, match="returned a wrong output"):
         time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+
+
+def test_a_kernel_that_repoints_its_input_only_during_its_call_fails_a_check() -> None:
+    """Re-pointed for the call and put back before it returns, the layout after the call is
+    the kept one: the call read the kernel's frozen content, and the first checked call
+    compares its output with the reference on the content the timer made (rebuilt into the
+    timed tensor's own storage)."""
+    frozen = _square(7)[0]
+    answer = _tanh2(frozen)
+    calls = {"n": 0}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return _tanh2(x)
+        storage, offset, size, stride = x.untyped_storage(), x.storage_offset(), x.shape, x.stride()
+        x.set_(frozen.untyped_storage(), 0, frozen.shape, frozen.stride())
+        out = answer.clone() if torch.equal(x, frozen) else _tanh2(x)  # the memo's hit
+        x.set_(storage, offset, size, stride)
+        return out
+
+    fresh = fresh_inputs(
+        torch, kernel, list(_square(1)), device="cpu", make_draw=_square, reference=_tanh2,
+        check=_check,
+    )  # fmt: skip
+    assert fresh.mode == "mix"
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
+    with pytest.raises(DishonestTiming, match="returned a wrong output"):
+        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
