@@ -644,6 +644,23 @@ def _square(seed: int) -> tuple[torch.Tensor]:
     return (torch.randn(64, 64, generator=torch.Generator().manual_seed(seed)),)
 
 
+def _timed_on_a_mix(
+    kernel: Any, refused: str, draw: Any = _square, reference: Any = _tanh2, found: Any = None
+) -> None:
+    """Time `kernel` with fresh inputs mixed from `draw` (handed to `found` first, as a kernel
+    finding the timer through gc would have it) and expect the refusal `refused` names."""
+    fresh = fresh_inputs(
+        torch, kernel, list(draw(1)), device="cpu", make_draw=draw, reference=reference,
+        check=_check,
+    )  # fmt: skip
+    assert fresh.mode == "mix"
+    if found is not None:
+        found.append(fresh)
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
+    with pytest.raises(DishonestTiming, match=refused):
+        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+
+
 def _repointing_memo(how: str) -> tuple[Any, dict[str, int]]:
     """A kernel that, from its 3rd call, points its timed input at content of its own (the
     refill then writes tensors the kernel no longer reads) and answers from a memo of it."""
@@ -678,14 +695,7 @@ def test_a_kernel_that_repoints_its_timed_input_at_its_own_content_is_refused(ho
     (and the check's reference the same), a memo hitting on every call. The timed tensors'
     storage, offset, strides, shape and dtype are compared after every call."""
     kernel, state = _repointing_memo(how)
-    fresh = fresh_inputs(
-        torch, kernel, list(_square(1)), device="cpu", make_draw=_square, reference=_tanh2,
-        check=_check,
-    )  # fmt: skip
-    assert fresh.mode == "mix"
-    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
-    with pytest.raises(DishonestTiming, match="timed input"):
-        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    _timed_on_a_mix(kernel, "re-pointed a timed input")
     assert state["calls"] == 3  # refused at the call that did it
     assert state["hits"] == 0
 
@@ -718,15 +728,7 @@ def test_a_kernel_that_swaps_the_timers_inputs_for_its_checks_is_refused(where: 
         x = _square(seed)[0]
         return (x,) if where == "flat" else (x.clone(), [x])
 
-    fresh = fresh_inputs(
-        torch, kernel, list(draw(1)), device="cpu", make_draw=draw, reference=reference,
-        check=_check,
-    )  # fmt: skip
-    assert fresh.mode == "mix"
-    found.append(fresh)
-    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
-    with pytest.raises(DishonestTiming, match="returned a wrong output"):
-        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    _timed_on_a_mix(kernel, "returned a wrong output", draw, reference, found)
 
 
 def test_a_kernel_that_repoints_its_input_only_during_its_call_fails_a_check() -> None:
@@ -748,11 +750,4 @@ def test_a_kernel_that_repoints_its_input_only_during_its_call_fails_a_check() -
         x.set_(storage, offset, size, stride)
         return out
 
-    fresh = fresh_inputs(
-        torch, kernel, list(_square(1)), device="cpu", make_draw=_square, reference=_tanh2,
-        check=_check,
-    )  # fmt: skip
-    assert fresh.mode == "mix"
-    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
-    with pytest.raises(DishonestTiming, match="returned a wrong output"):
-        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    _timed_on_a_mix(kernel, "returned a wrong output")
