@@ -51,7 +51,7 @@ def main() -> None:
 
     from pytest_kernelpro.measure.output_rule import CorrectnessRule
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
-    from pytest_kernelpro.measure.timing.cpu_cache import steady_allocator
+    from pytest_kernelpro.measure.timing.cpu import steady_allocator
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
     steady_allocator()  # as the CPU timer does before its first timing

@@ -39,8 +39,9 @@ combines the costs with the graph's bytes and the ceilings.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -133,8 +134,10 @@ _EXTRA_ELEMENTWISE = {"native_dropout", "dropout", "_prelu_kernel", "prelu", "gl
 _DTYPE_CPU_KEY = {"float64": "fp64", "bfloat16": "bf16", "float16": "fp16"}
 
 
+@functools.lru_cache(maxsize=1024)
 def base_name(func: Any) -> str:
-    """The aten op's base name without namespace or overload: aten.mm.default -> "mm"."""
+    """The aten op's base name without namespace or overload: aten.mm.default -> "mm" (read
+    once per op: the recorder's rules ask it of each op several times)."""
     schema = getattr(func, "_schema", None)
     name = schema.name if schema is not None else str(func)
     return name.split("::")[-1].split(".")[0]
@@ -214,9 +217,9 @@ def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> float:
     return float(sum(reads.values()) + sum(writes.values()))
 
 
-def compute_dtype(category: str, args: tuple, out: Any) -> str:
-    """The dtype that decides the unit: the first floating (or int8/fp8) input, else the output."""
-    tensors = list(iter_tensors(args))
+def compute_dtype(category: str, tensors: Sequence[Any], outs: Sequence[Any]) -> str:
+    """The dtype that decides the unit: the first floating (or int8/fp8) input tensor, else
+    the first output tensor's."""
     if category in ("gemm", "conv", "attention"):
         for t in tensors:
             if t.dtype.is_floating_point or str(t.dtype) in ("torch.int8", "torch.uint8"):
@@ -224,7 +227,6 @@ def compute_dtype(category: str, args: tuple, out: Any) -> str:
     for t in tensors:
         if t.dtype.is_floating_point or t.dtype.is_complex:
             return _real_dtype(t)
-    outs = iter_tensors(out)
     if outs:
         return _real_dtype(outs[0])
     return str(tensors[0].dtype).removeprefix("torch.") if tensors else "float32"
@@ -236,21 +238,6 @@ def _real_dtype(t: Any) -> str:
     return {"complex64": "float32", "complex128": "float64", "complex32": "float16"}.get(name, name)
 
 
-def op_device_type(args: tuple, out: Any) -> str:
-    """ "cuda" or "cpu" (or another torch device type) of the op's first tensor."""
-    for t in (*iter_tensors(args), *iter_tensors(out)):
-        return str(t.device.type)
-    return "cpu"
-
-
-def _numel(t: Any) -> int:
-    return int(t.numel())
-
-
-def _first(tensors: Iterable[Any]) -> Any:
-    return next(iter(tensors), None)
-
-
 def _sdpa_flops(args: tuple) -> float:
     q, k, v = args[0], args[1], args[2]
     return 2.0 * math.prod(q.shape[:-1]) * k.shape[-2] * (q.shape[-1] + v.shape[-1])
@@ -259,17 +246,17 @@ def _sdpa_flops(args: tuple) -> float:
 def _gemm_fallback(name: str, args: tuple, out: Any) -> float | None:
     tensors, outs = iter_tensors(args), iter_tensors(out)
     if name in ("dot", "vdot") and tensors:
-        return 2.0 * _numel(tensors[0])
+        return 2.0 * int(tensors[0].numel())
     if name in ("mv", "addmv") and len(tensors) >= 2:
-        return 2.0 * _numel(tensors[-2])
+        return 2.0 * int(tensors[-2].numel())
     if name in ("_int_mm", "_grouped_mm", "_scaled_grouped_mm") and len(tensors) >= 2 and outs:
-        return 2.0 * _numel(outs[0]) * tensors[0].shape[-1]
+        return 2.0 * int(outs[0].numel()) * tensors[0].shape[-1]
     return None
 
 
 def _norm_flops(name: str, args: tuple) -> float:
     x = args[0]
-    n = float(_numel(x))
+    n = float(x.numel())
 
     def present(i: int) -> int:
         return int(len(args) > i and _is_tensor(args[i]))
@@ -314,22 +301,23 @@ def op_flops(
         if fallback is not None:
             return fallback, None
         return 0.0, f"{func}: {NO_FORMULA}"
-    first_in = _first(iter_tensors(args))
-    first_out = _first(iter_tensors(out))
+    tensors, outs = iter_tensors(args), iter_tensors(out)
+    first_in = tensors[0] if tensors else None
+    first_out = outs[0] if outs else None
     if category == "softmax":
-        return 5.0 * _numel(first_in), None
+        return 5.0 * int(first_in.numel()), None
     if category == "norm":
         return float(_norm_flops(name, args)), None
     if category == "reduction":
         if name in _NLL:
             target = args[1] if len(args) > 1 and _is_tensor(args[1]) else first_in
-            return float(_numel(target)), None
-        return float(_REDUCTION_PER_ELEMENT.get(name, 1) * _numel(first_in)), None
+            return float(target.numel()), None
+        return float(_REDUCTION_PER_ELEMENT.get(name, 1) * int(first_in.numel())), None
     if category == "scan":
-        return float(_SCAN_PER_ELEMENT.get(name, 1) * _numel(first_in)), None
+        return float(_SCAN_PER_ELEMENT.get(name, 1) * int(first_in.numel())), None
     if category == "elementwise":
         ref = first_out if first_out is not None else first_in
-        return float(_numel(ref)) if ref is not None else 0.0, None
+        return float(ref.numel()) if ref is not None else 0.0, None
     if category == "copy":
         return 0.0, None
     return 0.0, f"{func}: {NO_FORMULA}"
@@ -499,8 +487,11 @@ def make_recorder(
             try:
                 category = op_category(func)
                 flops, note = op_flops(func, category, args, kwargs, out)
-                dtype = compute_dtype(category, args, out)
-                device_type = op_device_type(args, out)
+                tensors, outs = iter_tensors(args), iter_tensors(out)
+                dtype = compute_dtype(category, tensors, outs)
+                # The op's first tensor's device type ("cuda", "cpu", ...).
+                first = tensors or outs
+                device_type = str(first[0].device.type) if first else "cpu"
                 key = select_peak_key(
                     category, dtype, device_type, allow_tf32, allow_cudnn_tf32, spec
                 )

@@ -32,16 +32,12 @@ STREAM_MODES = ("current", "any")
 DEVICES = ("cuda", "cpu", "any")
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _positive_fraction(value: Any) -> bool:
-    return _number(value) and 0 < value <= 1
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
 
 
 def _nonnegative(value: Any) -> bool:
-    return _number(value) and value >= 0
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
 _FLOATING_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -215,7 +211,7 @@ def call_input_factory(
         kwargs["generator"] = generator
     takes_device = signature is None or count > len(kwargs) or var_positional
     result = factory(device, **kwargs) if takes_device else factory(**kwargs)
-    problem = wrong_inputs_return(result)
+    problem = None if type(result) is tuple else wrong_inputs_return(result)
     if problem is not None:
         raise KernelproConfigError(
             f"input factory {factory_name(factory)} returned {problem}; it must return a "
@@ -323,13 +319,11 @@ def _is_module_class(obj: Any) -> bool:
     return torch_nn is not None and issubclass(obj, torch_nn.Module)
 
 
-def _callable_factory(
-    obj: Any, init_inputs: Any, dtype: str | None = None
+def _module_factory(
+    obj: Any, init_inputs: Any, dtype: str | None
 ) -> Callable[[str], Callable[..., Any]]:
-    """device -> callable; classes are instantiated (seeded, on the CPU), moved to the
-    device (`build.build_module`) and cast to `dtype` when the marker gives one."""
-    if not _is_module_class(obj):
-        return lambda device: obj
+    """device -> module: the class instantiated (seeded, on the CPU), moved to the device
+    (`build.build_module`) and cast to `dtype` when the marker gives one."""
 
     def build(device: str) -> Callable[..., Any]:
         from pytest_kernelpro.problem.build import build_module
@@ -366,7 +360,9 @@ def problem_from_marker(
     obj: Any, options: MarkerOptions, *, name: str, source_file: str
 ) -> Problem:
     """A Problem for a marked function or nn.Module class."""
-    kind = "module" if _is_module_class(obj) else "function"
+    kernel_is_module = _is_module_class(obj)
+    reference_is_module = _is_module_class(options.reference)
+    kind = "module" if kernel_is_module else "function"
     language = options.language or detect_language_of(obj)
     device_pref = options.device or ("cuda" if language in ("triton", "cuda") else "any")
     if options.dtype is not None and kind != "module":
@@ -375,11 +371,17 @@ def problem_from_marker(
             f"after they are built, and {name} is a function; make its inputs in "
             f"{options.dtype} instead (the inputs= factory)"
         )
-    kernel_factory = _callable_factory(obj, options.init_inputs, dtype=options.dtype)
-    reference_factory = _callable_factory(
-        options.reference, options.init_inputs, dtype=options.dtype
+    reference, init_inputs, dtype = options.reference, options.init_inputs, options.dtype
+    # device -> callable: a function is itself on every device.
+    kernel_factory: Callable[[str], Any] = (
+        _module_factory(obj, init_inputs, dtype) if kernel_is_module else lambda device: obj
     )
-    if kind == "module" and _is_module_class(options.reference):
+    reference_factory: Callable[[str], Any] = (
+        _module_factory(reference, init_inputs, dtype)
+        if reference_is_module
+        else lambda device: reference
+    )
+    if kernel_is_module and reference_is_module:
         # The kernel gets the reference module's parameters (`problem.build.share_weights`:
         # by name, else by position and shape, as in the sandbox), so a patched kernel whose
         # candidate named its weights differently checks the same.

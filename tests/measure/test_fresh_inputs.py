@@ -418,6 +418,8 @@ def test_a_kernel_rewriting_the_mixs_kept_tensors_in_place_is_refused(
     [
         "plan",  # the refill's plan swapped for one that writes nothing
         "targets",  # the leaves refilled in place swapped (fixed and maker modes)
+        "layout",  # the timed tensors' kept layout rewritten to a re-pointed input's
+        "storages",  # the timed storages a reference's output is compared with, emptied
         "flat",  # the reference's arguments built another way
         "used",  # the offsets already used forgotten (old content again)
         "weights_in_place",  # one pool replaced inside the kept list
@@ -446,6 +448,10 @@ def test_every_part_of_the_timers_state_is_sealed(attack: str) -> None:
         fresh._plan = ()
     elif attack == "targets":
         fresh._targets = ()
+    elif attack == "layout":
+        fresh._layout = ()
+    elif attack == "storages":
+        fresh._storages = frozenset()
     elif attack == "flat":
         fresh._flat = not fresh._flat
     elif attack == "used":
@@ -628,3 +634,120 @@ def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
     assert calls["n"] == 30  # refused at the sample it did it in: no later call
     assert fresh_module.CHECK_RATE == CHECK_RATE
     assert cpu_module.bound is bound
+
+
+def _tanh2(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 2
+
+
+def _square(seed: int) -> tuple[torch.Tensor]:
+    return (torch.randn(64, 64, generator=torch.Generator().manual_seed(seed)),)
+
+
+def _timed_on_a_mix(
+    kernel: Any, refused: str, draw: Any = _square, reference: Any = _tanh2, found: Any = None
+) -> None:
+    """Time `kernel` with fresh inputs mixed from `draw` (handed to `found` first, as a kernel
+    finding the timer through gc would have it) and expect the refusal `refused` names."""
+    fresh = fresh_inputs(
+        torch, kernel, list(draw(1)), device="cpu", make_draw=draw, reference=reference,
+        check=_check,
+    )  # fmt: skip
+    assert fresh.mode == "mix"
+    if found is not None:
+        found.append(fresh)
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=0.3, min_samples=30, max_samples=60)
+    with pytest.raises(DishonestTiming, match=refused):
+        time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+
+
+def _repointing_memo(how: str) -> tuple[Any, dict[str, int]]:
+    """A kernel that, from its 3rd call, points its timed input at content of its own (the
+    refill then writes tensors the kernel no longer reads) and answers from a memo of it."""
+    state: dict[str, Any] = {"calls": 0, "hits": 0, "frozen": None}
+    memo: dict[Any, torch.Tensor] = {}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        state["calls"] += 1
+        if state["calls"] < 3:
+            return _tanh2(x)
+        if state["frozen"] is None:
+            state["frozen"] = x.detach().clone()
+        frozen = state["frozen"]
+        if how == "set_storage" and x.data_ptr() != frozen.data_ptr():
+            x.set_(frozen.untyped_storage(), 0, x.shape, x.stride())
+        elif how == "set_stride0" and x.stride() != (0, 0):
+            x.set_(x.untyped_storage(), 0, x.shape, (0, 0))  # every element reads one value
+        elif how == "data" and x.data_ptr() != frozen.data_ptr():
+            x.data = frozen
+        key = (x.data_ptr(), x.stride(), float(x[0, 0]))
+        state["hits"] += key in memo
+        memo.setdefault(key, _tanh2(x))
+        return memo[key].clone()
+
+    return kernel, state
+
+
+@pytest.mark.parametrize("how", ["set_storage", "set_stride0", "data"])
+def test_a_kernel_that_repoints_its_timed_input_at_its_own_content_is_refused(how: str) -> None:
+    """`x.set_(...)` or `x.data = ...` inside the kernel: the mix's refill writes the views it
+    made of the timed tensors once, so the kernel would read its own frozen content every call
+    (and the check's reference the same), a memo hitting on every call. The timed tensors'
+    storage, offset, strides, shape and dtype are compared after every call."""
+    kernel, state = _repointing_memo(how)
+    _timed_on_a_mix(kernel, "re-pointed a timed input")
+    assert state["calls"] == 3  # refused at the call that did it
+    assert state["hits"] == 0
+
+
+@pytest.mark.parametrize("where", ["flat", "nested"])
+def test_a_kernel_that_swaps_the_timers_inputs_for_its_checks_is_refused(where: str) -> None:
+    """The reference of a check reads the timed tensors the timer sealed, not a list a kernel
+    can edit in place: a kernel that puts a frozen tensor into the timer's `storage` (flat) or
+    into a list argument (nested), and answers from the reference on it, is refused."""
+    frozen = _square(7)[0]
+    answer = _tanh2(frozen)
+    found: list[FreshInputs] = []
+
+    def reference(x: Any, rest: Any = None) -> torch.Tensor:
+        return _tanh2(x if where == "flat" else rest[0])
+
+    def kernel(x: Any, rest: Any = None) -> torch.Tensor:
+        if not found:  # honest until it has the timer (the mix's validity trial)
+            return reference(x, rest)
+        try:
+            if where == "flat":
+                found[0].storage[0] = frozen  # type: ignore[index]
+            else:
+                rest[0] = frozen
+        except TypeError:
+            pass  # a sealed tuple: the answer below is then wrong
+        return answer.clone()
+
+    def draw(seed: int) -> tuple[Any, ...]:
+        x = _square(seed)[0]
+        return (x,) if where == "flat" else (x.clone(), [x])
+
+    _timed_on_a_mix(kernel, "returned a wrong output", draw, reference, found)
+
+
+def test_a_kernel_that_repoints_its_input_only_during_its_call_fails_a_check() -> None:
+    """Re-pointed for the call and put back before it returns, the layout after the call is
+    the kept one: the call read the kernel's frozen content, and the first checked call
+    compares its output with the reference on the content the timer made (rebuilt into the
+    timed tensor's own storage)."""
+    frozen = _square(7)[0]
+    answer = _tanh2(frozen)
+    calls = {"n": 0}
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] < 3:
+            return _tanh2(x)
+        storage, offset, size, stride = x.untyped_storage(), x.storage_offset(), x.shape, x.stride()
+        x.set_(frozen.untyped_storage(), 0, frozen.shape, frozen.stride())
+        out = answer.clone() if torch.equal(x, frozen) else _tanh2(x)  # the memo's hit
+        x.set_(storage, offset, size, stride)
+        return out
+
+    _timed_on_a_mix(kernel, "returned a wrong output")

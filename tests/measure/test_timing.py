@@ -231,7 +231,7 @@ def test_a_flush_writes_the_l2_and_at_most_the_cap_of_the_llc(
 ) -> None:
     """A VM that reports its host's 480 MiB L3 no longer gets 482 MiB written before every
     sample; the flush reason says when the cap applies and what it means."""
-    from pytest_kernelpro.measure.timing import cpu_cache as cpu
+    from pytest_kernelpro.measure.timing import cpu
 
     mib = 2**20
     monkeypatch.setattr(cpu, "cpu_cache_levels", lambda: {1: 32 * 1024, 2: mib, 3: llc_mib * mib})
@@ -249,7 +249,7 @@ def test_a_flush_writes_the_l2_and_at_most_the_cap_of_the_llc(
 
 
 def test_unknown_cache_sizes_flush_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    from pytest_kernelpro.measure.timing import cpu_cache as cpu
+    from pytest_kernelpro.measure.timing import cpu
 
     monkeypatch.setattr(cpu, "cpu_cache_levels", dict)
     monkeypatch.setattr(cpu, "last_level_cache_bytes", lambda: None)

@@ -121,7 +121,7 @@ _FAULTS_PER_ADD = """
 import resource, sys
 import torch
 if sys.argv[1] == "steady":
-    from pytest_kernelpro.measure.timing.cpu_cache import steady_allocator
+    from pytest_kernelpro.measure.timing.cpu import steady_allocator
     print(steady_allocator())
 else:
     print("")
@@ -180,7 +180,7 @@ def test_the_steady_allocator_serves_a_4mb_output_without_page_faults() -> None:
 
 
 def test_a_cpu_timing_records_what_it_did_to_the_allocator() -> None:
-    from pytest_kernelpro.measure.timing.cpu_cache import steady_allocator
+    from pytest_kernelpro.measure.timing.cpu import steady_allocator
 
     x = torch.ones(1000)
     result = time_cpu(

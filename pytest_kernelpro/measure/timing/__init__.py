@@ -1,8 +1,8 @@
 """Time one kernel: warm-up, cache flush before every sample, adaptive sample count.
 
 One interface, `Timer.time(fn, budget) -> TimingResult`, a module per job: `budget.py` (the
-budget, the result, the adaptive rounds and their stop rule), `cpu.py` (the CPU timer, with
-`cpu_cache.py`, `on_cpu.py` and `cpu_load.py`), `cuda.py` (events around flushed calls behind
+budget, the result, the adaptive rounds and their stop rule), `cpu.py` (the CPU timer and its
+cache flush, with `on_cpu.py` and `cpu_load.py`), `cuda.py` (events around flushed calls behind
 a sleep pre-roll, NVML clocks, CUDA graphs). `time_kernel(fn, device=..., budget=...)` picks
 the device's timer (`timer_for`): what the gate, the optimizer's sandbox and the
 re-measurement call.
@@ -23,13 +23,14 @@ from pytest_kernelpro.measure.timing.budget import (
     flush_size,
     parse_device,
 )
-from pytest_kernelpro.measure.timing.cpu import CpuTimer, time_cpu
-from pytest_kernelpro.measure.timing.cpu_cache import (
+from pytest_kernelpro.measure.timing.cpu import (
     CPU_FLUSH_LLC_CAP,
+    CpuTimer,
     cpu_cache_levels,
     cpu_flush_bytes,
     cpu_flush_decision,
     last_level_cache_bytes,
+    time_cpu,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     KEPT_CHANGED,

@@ -29,7 +29,11 @@ into the timed tensors themselves (`expected_on`), and must still be there, bit 
 after the reference read it: a kernel that kept them and writes into them after its call, or
 a reference that writes its inputs, sends the checks to a copy apart, which only the timer
 holds (no verdict by itself: the copy's comparison decides). `drain` refuses a queue that is not exactly the keys `after` returned
-(`queue_tampering`). A kernel skipping a share f of n calls survives with probability
+(`queue_tampering`). The timed tensors stay the ones refilled: their address, strides,
+shape and dtype are compared after every call (a kernel re-pointing an input with `set_` or
+`.data =` would read content of its own while the refill writes the old storage), and a
+check's reference reads them from the sealed tuple (`_arguments`), never from a list a kernel
+can edit in place. A kernel skipping a share f of n calls survives with probability
 (1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
 (`plain_output_problem`).
 
@@ -57,7 +61,7 @@ import math
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter, is_not
+from operator import attrgetter, is_not, methodcaller
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -136,7 +140,7 @@ def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | N
 # What a kernel could rewrite on the timer's `FreshInputs` to see old content or no checks.
 SEALED = tuple(
     "torch mode ends weights make_draw reference check kernel storage defer _pending _plan "
-    "_targets _flat _used maker_repeats".split()
+    "_targets _layout _storages _flat _used maker_repeats".split()
 )
 
 
@@ -182,6 +186,23 @@ class Seal:
             found.append("its namespace (replaced)")
         shadowed = sorted(SHADOWING.intersection(vars(fresh)))
         return found + [f"{name} (set on the object)" for name in shadowed]
+
+
+# A tensor's address, strides, shape and dtype, read in C.
+_LAYOUT_PARTS = (methodcaller("data_ptr"), methodcaller("stride"), attrgetter("shape"))
+_LAYOUT_PARTS += (attrgetter("dtype"),)
+REPOINTED = (
+    "the kernel re-pointed a timed input (`set_`, `.data =`, `resize_` or `as_strided_`: its "
+    "address, strides, shape or dtype changed): the timer refills the tensors it was given, "
+    "so every later call could read content of the kernel's own choosing. A kernel may write "
+    "its inputs, never re-point them"
+)
+
+
+def _layout(targets: Sequence[Any]) -> tuple[Any, ...]:
+    """Where and how each timed tensor reads its elements: (address, strides, shape, dtype)
+    per tensor, read in C (`FreshInputs.after` compares it after every call)."""
+    return tuple(zip(*[map(part, targets) for part in _LAYOUT_PARTS], strict=True))
 
 
 KEPT_POSITIONS = 4096  # per kept tensor, fingerprinting the mix's content (`kept_content`)
@@ -360,10 +381,12 @@ class FreshInputs:
     _calls: int = 0
     _draw: Any = None  # maker: the current call's content
     _pending: list[tuple[CheckKey, Any]] = field(default_factory=list)  # (key, copied output)
-    # By `prepare`: per timed leaf (leaf, A, B, pool, mixed by `lerp`), and whether the
-    # inputs are a flat sequence of tensors.
-    _plan: tuple[tuple[Any, Any, Any, Any, bool, tuple[Chunk, ...]], ...] | None = None
+    # By `prepare`: the mix's chunks of every timed leaf (`Step`, () when not mixed), and
+    # whether the inputs are a flat sequence of tensors.
+    _plan: tuple[Step, ...] | None = None
     _targets: tuple[Any, ...] = ()
+    _layout: tuple[Any, ...] = ()  # by `prepare`: `_layout` of `_targets`, checked every call
+    _storages: frozenset[int] = frozenset()  # their storages' addresses (fixed with `_layout`)
     _flat: bool = False
     # A check's content rebuilt into a copy apart, not into the timed tensors: set for good once
     # the timed tensors did not hold the rebuilt content after the reference ran (`expected_on`).
@@ -381,22 +404,25 @@ class FreshInputs:
     def outputs_checked(self) -> bool:
         return self.reference is not None and self.check is not None
 
-    def prepare(self) -> tuple[tuple[Any, Any, Any, Any, bool, tuple[Chunk, ...]], ...]:
+    def prepare(self) -> tuple[Step, ...]:
         """The per-call plan, made once, that refills and contents walk."""
         if self._plan is not None:
             return self._plan
         torch = self.torch
         # Tuples from here (sealed by identity: no tensor of them replaced in place).
+        self.storage = tuple(self.storage)
         self.weights = tuple(self.weights)
         if self.ends is not None:
             self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
         self._targets = tuple(_tensor_leaves(torch, self.storage))
+        self._layout = _layout(self._targets)
+        self._storages = frozenset([int(t.untyped_storage().data_ptr()) for t in self._targets])
         self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
         if self.mode == "mix" and self.ends is not None:
-            leaves = zip(self._targets, *self.ends, self.weights, strict=True)
-            self._plan = tuple(
-                [(t, a, b, u, _mixable(torch, a), _chunks(t, a, b)) for t, a, b, u in leaves]
-            )
+            steps = []
+            for t, a, b, pool in zip(self._targets, *self.ends, self.weights, strict=True):
+                steps.extend(_steps(torch, t, a, b, pool))
+            self._plan = tuple(steps)
         else:
             self._plan = ()
         return self._plan
@@ -418,8 +444,7 @@ class FreshInputs:
                     else:
                         used.add(offset)
                     self._offset = offset
-                    for _dst, _a, _b, pool, mixed, chunks in plan:
-                        _mix_into(torch, chunks, pool, offset, mixed)
+                    _mix(torch, plan, offset)
                 elif self.mode == "maker" and self.make_draw is not None:
                     self._offset = seed = _urandom_seed()  # the token's first half: the seed
                     self._draw = self.make_draw(seed)
@@ -466,9 +491,10 @@ class FreshInputs:
             if plan:
                 start = self._offset if offset is None else offset
                 leaves = []
-                for _dst, a, b, pool, mixed, _chunks_of_dst in plan:
+                ends = self.ends if self.ends is not None else ((), ())
+                for a, b, pool in zip(*ends, self.weights, strict=True):
                     leaf = torch.empty_like(a)
-                    _mix_into(torch, _chunks(leaf, a, b), pool, start, mixed)
+                    _mix(torch, _steps(torch, leaf, a, b, pool), start)
                     leaves.append(leaf)
             elif self.mode == "maker" and draw is not None:
                 leaves = [t.detach().clone() for t in _tensor_leaves(torch, draw)]
@@ -487,20 +513,27 @@ class FreshInputs:
         torch = self.torch
         plan = self._plan if self._plan is not None else self.prepare()
         if not self._apart:
-            for _dst, _a, _b, pool, mixed, chunks in plan:
-                _mix_into(torch, chunks, pool, offset, mixed)
-            expected = self.reference(*self.storage)
-            if all([_holds_mix(torch, leaf[5], leaf[3], offset, leaf[4]) for leaf in plan]):
+            _mix(torch, plan, offset)
+            expected = self.reference(*(self.storage if self._flat else self._arguments()))
+            if _mix(torch, plan, offset, verify=True):
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
-                return (
-                    _clone(torch, expected) if _shares(torch, expected, self._targets) else expected
-                )
+                if type(expected) is torch.Tensor:  # `_shares`, inline (every checked call)
+                    shared = int(expected.untyped_storage().data_ptr()) in self._storages
+                else:
+                    shared = _shares(torch, expected, self._targets)
+                return _clone(torch, expected) if shared else expected
             del expected
             self._apart = True
         return self.reference(*self.content(offset))
 
     def call(self) -> Any:
         return self.kernel(*self.storage)
+
+    def _arguments(self) -> Sequence[Any]:
+        """The timed inputs as a check's reference reads them where tensors sit in lists or
+        dicts (which a kernel can edit in place): the structure with its tensors taken from
+        the sealed `_targets`. Flat inputs need none of this: `storage` is a sealed tuple."""
+        return _with_leaves(self.torch, list(self.storage), list(self._targets))
 
     def after(
         self,
@@ -522,6 +555,14 @@ class FreshInputs:
                 "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
                 "call stack or through gc) cannot be timed"
             )
+        targets = self._targets  # `_layout`, inline (every call): compared in C
+        ptr, stride, shape, dtype = _LAYOUT_PARTS
+        now = zip(
+            map(ptr, targets), map(stride, targets), map(shape, targets), map(dtype, targets),
+            strict=True,
+        )  # fmt: skip
+        if tuple(now) != self._layout:
+            raise DishonestTiming(REPOINTED)
         plain = type(out) is self.torch.Tensor and not out.is_meta
         if plain:
             try:
@@ -576,9 +617,11 @@ class FreshInputs:
         for entry in pending:
             keys_found.append(entry[0] if type(entry) is tuple and len(entry) == 2 else entry)
         keys = tuple(keys_found)
-        tampered = None if queued is None else queue_tampering(queued, keys)
-        if tampered is not None:
-            raise DishonestTiming(tampered)
+        # `queue_tampering`'s test, inline (compared in C): this runs after every checked call.
+        if queued is not None and not (
+            len(keys) == len(queued) and not any(map(is_not, keys, queued))
+        ):
+            raise DishonestTiming(queue_tampering(queued, keys) or "")
         if self.reference is None or self.check is None:
             return
         torch = self.torch
@@ -665,83 +708,76 @@ def _weight_pool(torch: Any, leaf: Any) -> Any:
     )
 
 
-# A chunk of a leaf's mix: (dst, a, b, first element, end element), views made once.
-Chunk = tuple[Any, Any, Any, int, int]
+# One chunk of a leaf's mix, views made once (`_steps`): the timed tensor's chunk `dst`, the
+# ends' chunks `a` and `b`, the leaf's pool, the chunk's first and end element, the shape its
+# window of weights takes (None: `dst` is flat), and whether it is mixed by `lerp` (else a or
+# b per element).
+Step = tuple[Any, Any, Any, Any, int, int, Any, bool]
 
 
-def _chunks(dst: Any, a: Any, b: Any) -> tuple[Chunk, ...]:
-    """Consecutive chunks of at most about `CHUNK` elements (by the first dimension where a
-    tensor is not contiguous); element i of `dst` takes the weight at the offset plus i, in
-    row-major order whatever the strides."""
+def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
+    """`dst`'s mix of `a` and `b` by `pool` as consecutive chunks of at most about `CHUNK`
+    elements (by the first dimension where a tensor is not contiguous); element i of `dst`
+    takes the weight at the offset plus i, in row-major order whatever the strides."""
     total = int(a.numel())
     if total == 0:
-        return ()
+        return []
     if dst.is_contiguous() and a.is_contiguous() and b.is_contiguous():
         dst, a, b = dst.view(-1), a.view(-1), b.view(-1)
+    mixed = _mixable(torch, a)
     rows = int(dst.shape[0])
     per_row = total // rows
     step = max(1, (CHUNK if dst.device.type == "cpu" else DEVICE_CHUNK) // per_row)
-    return tuple(
-        [
-            (
-                dst[i : i + step],
-                a[i : i + step],
-                b[i : i + step],
-                i * per_row,
-                min(rows, i + step) * per_row,
-            )
-            for i in range(0, rows, step)
-        ]
-    )
-
-
-def _weights(pool: Any, offset: int, chunk: Chunk) -> Any:
-    dst, _a, _b, start, end = chunk
-    flat = pool[offset + start : offset + end]
-    return flat if dst.dim() == 1 else flat.view(dst.shape)
-
-
-def _mix_chunk(torch: Any, dst: Any, a: Any, b: Any, weights: Any, mixed: bool) -> None:
-    if mixed:  # dst = a + (k / WEIGHT_LEVELS) (b - a): the weights converted in dst itself
-        dst.copy_(weights)
-        dst.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
-        torch.lerp(a, b, dst, out=dst)
-    else:  # integers and booleans: a or b per element
-        torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=dst)
-
-
-def _mix_into(torch: Any, chunks: tuple[Chunk, ...], pool: Any, offset: int, mixed: bool) -> None:
-    """The chunks' `dst` = the mix of their `a` and `b` by `pool`'s weights at `offset`."""
-    for chunk in chunks:
-        _mix_chunk(torch, chunk[0], chunk[1], chunk[2], _weights(pool, offset, chunk), mixed)
+    steps = []
+    for i in range(0, rows, step):
+        part = dst[i : i + step]
+        shape = None if part.dim() == 1 else part.shape
+        end = min(rows, i + step) * per_row
+        steps.append((part, a[i : i + step], b[i : i + step], pool, i * per_row, end, shape, mixed))
+    return steps
 
 
 _SAME_SIZE_INTEGER = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
 
 
-def _same_bits(torch: Any, left: Any, right: Any) -> bool:
-    """Equal bit for bit (NaN payloads included: `torch.equal` calls no NaN equal)."""
-    if left.is_floating_point() and left.element_size() in _SAME_SIZE_INTEGER:
-        as_int = getattr(torch, _SAME_SIZE_INTEGER[left.element_size()])
-        return bool(torch.equal(left.view(as_int), right.view(as_int)))
-    return bool(torch.equal(left, right))
-
-
-def _holds_mix(torch: Any, chunks: tuple[Chunk, ...], pool: Any, offset: int, mixed: bool) -> bool:
-    """Whether the chunks' `dst` hold the mix at `offset`: each chunk made again apart (a
-    chunk's temporary, by the same operations on the same chunks) and compared bit for bit."""
-    for chunk in chunks:
-        again = torch.empty_like(chunk[0])
-        _mix_chunk(torch, again, chunk[1], chunk[2], _weights(pool, offset, chunk), mixed)
-        if not _same_bits(torch, again, chunk[0]):
-            return False
+def _mix(torch: Any, steps: Sequence[Step], offset: int, verify: bool = False) -> bool:
+    """Each step's `dst` = the mix of its `a` and `b` by its pool's weights at `offset`:
+    a + (k / WEIGHT_LEVELS) (b - a), the weights converted in `dst` itself (integers and
+    booleans: a or b per element). With `verify`, nothing is written: each chunk is made again
+    apart (a chunk's temporary, by the same operations) and compared with `dst` bit for bit
+    (NaN payloads included: `torch.equal` calls no NaN equal); returns whether all hold it.
+    One frame for every chunk of every leaf: this runs before every timed call."""
+    for dst, a, b, pool, start, end, shape, mixed in steps:
+        weights = pool[offset + start : offset + end]
+        if shape is not None:
+            weights = weights.view(shape)
+        into = torch.empty_like(dst) if verify else dst
+        if mixed:
+            into.copy_(weights)
+            into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
+            torch.lerp(a, b, into, out=into)
+        else:
+            torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
+        if verify:
+            size = into.element_size()
+            if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
+                as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
+                into, dst = into.view(as_int), dst.view(as_int)
+            if not torch.equal(into, dst):
+                return False
     return True
 
 
 def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
-    """Whether a tensor of `obj` shares storage with one of `targets`."""
-    ours = {int(t.untyped_storage().data_ptr()) for t in targets}
-    return any(int(t.untyped_storage().data_ptr()) in ours for t in _tensor_leaves(torch, obj))
+    """Whether a tensor of `obj` shares storage with one of `targets` (loops, not
+    comprehensions: a checked call of a structured output runs this)."""
+    ours = set()
+    for target in targets:
+        ours.add(int(target.untyped_storage().data_ptr()))
+    for tensor in [obj] if type(obj) is torch.Tensor else _tensor_leaves(torch, obj):
+        if int(tensor.untyped_storage().data_ptr()) in ours:
+            return True
+    return False
 
 
 def _clone(torch: Any, obj: Any) -> Any:

@@ -104,7 +104,7 @@ MiB = 2**20
 GiB = 2**30
 # The part of one process's memory that does not grow with the problem: the interpreter and
 # torch (a 16x64 softmax's worker peaked at 246-305 MB), the freed heap glibc keeps (its
-# trim threshold is 64 MiB, `measure.timing.cpu_cache.steady_allocator`, and fragments add
+# trim threshold is 64 MiB, `measure.timing.cpu.steady_allocator`, and fragments add
 # to it: a 64 MiB problem's peak moved by 70 MiB between runs) and a comparison chunk's
 # temporaries on the CPU (`measure.output_rule.CPU_COMPARE_CHUNK` elements, about 30 bytes
 # each).
