@@ -10,7 +10,8 @@ For a checkout (`--repo`, default this one) it measures:
   `pytest_configure`) to the end of `pytest_sessionfinish`, so the session's start, the
   collection, the item and the JSON write are all in: the package's calls (`sys.setprofile`'s "call" events of frames whose code is
   in the package: function calls and generator resumptions, what cProfile counts), the
-  distinct functions and package files they cross, per phase and in all;
+  distinct functions and package files they cross, per phase, from collection to the JSON
+  record (the phases the issue names: collection, the item, the session's finish) and in all;
 - the package's modules the check session imported (`sys.modules` at its end, the plugin's
   own import included) and their lines, and whether any is the optimizer's.
 
@@ -44,6 +45,9 @@ from pathlib import Path
 from typing import Any
 
 GATE_PATH_PARTS = (".", "run", "problem", "measure", "gate")
+# The issue's span "from collection to its JSON record": the session's start and configure
+# (option parsing, settings) are outside it; the JSON is written at the session's finish.
+RECORD_SPAN = ("collection", "item", "session finish")
 DEFAULT_ITEM = "test_kernels.py::bias_gelu[512x1024]"
 ORCHESTRATOR_FANOUT = 3  # other package files one function must call to count as sequencing
 PHASES = ("configure", "session start", "collection", "item", "session finish", "between")
@@ -135,6 +139,9 @@ class PathTracer:
                 "functions": len(self.functions[phase]),
                 "files": len(self.calls[phase]),
             }
+        span: Counter[str] = Counter()
+        for phase in RECORD_SPAN:
+            span.update(self.calls[phase])
         fanout: dict[str, int] = defaultdict(int)
         for (caller_file, _function), files in self.callees.items():
             fanout[caller_file] = max(fanout[caller_file], len(files))
@@ -144,6 +151,8 @@ class PathTracer:
             "functions": len(all_functions),
             "files": len(all_calls),
             "per_phase": per_phase,
+            "record_span": {"calls": sum(span.values()), "files": len(span)},
+            "record_span_files": sorted(span),
             "calls_per_file": dict(all_calls.most_common()),
             "item_files": sorted(self.calls["item"]),
             "orchestrator_files": {
@@ -320,6 +329,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "calls": spread("calls"),
         "files": spread("files"),
         "functions": spread("functions"),
+        "collection to JSON record": {
+            key: {
+                "min": min(r["record_span"][key] for r in runs),
+                "median": statistics.median(r["record_span"][key] for r in runs),
+                "max": max(r["record_span"][key] for r in runs),
+            }
+            for key in ("calls", "files")
+        },
         "per_phase": {
             phase: {k: phase_spread(phase, k) for k in ("calls", "functions", "files")}
             for phase in PHASES
@@ -356,6 +373,7 @@ def main() -> int:
     headline |= {k: result[k] for k in ("imported_lines", "calls", "files", "pytest_exit")}
     headline["calls_fit"] = result["calls_fit"]
     headline["item phase alone"] = result["per_phase"]["item"]
+    headline["collection to JSON record"] = result["collection to JSON record"]
     print(json.dumps(headline, indent=1))
     if args.json:
         args.json.write_text(text + "\n", encoding="utf-8")

@@ -45,7 +45,9 @@ def test_gate_path_counts_top_level_run_problem_measure_gate_only(tmp_path: Path
     assert sizes["measure"] == {"modules": 1, "lines": 40}
 
 
-def test_tracer_counts_calls_functions_and_files_per_phase(tmp_path: Path) -> None:
+def test_tracer_counts_calls_functions_and_files_per_phase_and_from_collection_on(
+    tmp_path: Path,
+) -> None:
     package = tmp_path / "tracedpkg"
     package.mkdir()
     (package / "__init__.py").write_text("", encoding="utf-8")
@@ -63,6 +65,8 @@ def test_tracer_counts_calls_functions_and_files_per_phase(tmp_path: Path) -> No
         tracer = script.PathTracer(package.resolve())
         tracer._start()
         try:
+            tracer.phase = "configure"
+            outer.run(0)  # run() alone: before collection, outside the record's span
             tracer.phase = "collection"
             outer.run(2)
             tracer.phase = "item"
@@ -79,10 +83,12 @@ def test_tracer_counts_calls_functions_and_files_per_phase(tmp_path: Path) -> No
     # run() once per phase, leaf() once per step
     assert summary["per_phase"]["collection"] == {"calls": 3, "functions": 2, "files": 2}
     assert summary["per_phase"]["item"] == {"calls": 6, "functions": 2, "files": 2}
-    assert summary["per_phase"]["configure"]["calls"] == 0
-    assert summary["calls"] == 9
+    assert summary["per_phase"]["configure"] == {"calls": 1, "functions": 1, "files": 1}
+    assert summary["calls"] == 10
     assert summary["files"] == 2
-    assert summary["calls_per_file"] == {"inner.py": 7, "outer.py": 2}
+    assert summary["calls_per_file"] == {"inner.py": 7, "outer.py": 3}
+    # collection to the JSON record: configure's call left out
+    assert summary["record_span"] == {"calls": 9, "files": 2}
 
 
 def test_a_package_imported_from_another_checkout_is_refused(tmp_path: Path) -> None:
