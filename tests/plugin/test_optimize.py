@@ -53,6 +53,7 @@ class ModelNew(nn.Module):
 ```
 """
 
+WRONG_CANDIDATE = CANDIDATE.replace("return x + x", "return x + x + x")
 
 STEALER = """### Strategy: read what the session knows
 ```python
@@ -233,7 +234,9 @@ def test_a_local_server_without_a_model_option_searches_with_the_model_it_serves
 ) -> None:
     """The new user's command: an OpenAI-compatible server's URL and no --kernelpro-model."""
     kp_project.makepyfile(test_k=KERNEL)
-    with running_fake_chat_api([ChatReply(CANDIDATE)], served=["local-coder"]) as api:
+    # A wrong candidate: the model's name is the point, so the search ends at its one
+    # evaluation, without the final re-measurement and confirmation a correct one costs.
+    with running_fake_chat_api([ChatReply(WRONG_CANDIDATE)], served=["local-coder"]) as api:
         result = kp_project.runpytest_subprocess(
             "--kernelpro-optimize=1", "--kernelpro-llm=openai",
             f"--kernelpro-llm-base-url={api.url}", "--kernelpro-feedback=none",
@@ -256,6 +259,7 @@ def test_a_local_server_without_a_model_option_searches_with_the_model_it_serves
     )  # fmt: skip
     summary = records_by_name(kp_project)["double"]["extra"]["optimize"]
     assert summary["evaluations"] == 1
+    assert summary["outcomes"] == {"wrong": 1}  # the served model's answer was evaluated
 
 
 @needs_openai

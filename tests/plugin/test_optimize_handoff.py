@@ -109,10 +109,6 @@ OPTIMIZE_ARGS = (
 )
 
 
-def _optimize(pytester: pytest.Pytester, *extra: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(*OPTIMIZE_ARGS, *extra)
-
-
 def _session(
     root: Path, *args: str, env: dict[str, str] | None = None, timeout: float | None = None
 ) -> pytest.RunResult:
@@ -164,14 +160,41 @@ def evaluate(self, candidate):
 evaluator.SandboxEvaluator.evaluate = evaluate
 """
 
+# The attack of the stale best.patch, on the resumed search: the interrupted run measured a
+# candidate faster (its interim patch is written), then the end of the search does not confirm
+# it (here the winner's confirmation in a fresh worker disagrees). The patch names the folder
+# held just before the search's final step go to BEFORE_FINAL.
+REJECTING_CONFTEST = """
+import json, os
+from pathlib import Path
+from pytest_kernelpro.optimize.loop import state
+from pytest_kernelpro.optimize.sandbox import evaluator
+from pytest_kernelpro.optimize.search.interfaces import Evaluation
+
+def confirm(self, candidate, evaluation):
+    return Evaluation("wrong", reason="the confirmation disagreed (test)")
+
+evaluator.SandboxEvaluator.confirm = confirm
+final = state.SearchState.final
+
+def recording_final(self, ranking, details):
+    folder = self.run.patches
+    names = sorted(p.name for p in folder.glob("*.patch")) if folder.is_dir() else []
+    Path(os.environ["BEFORE_FINAL"]).write_text(json.dumps(names))
+    return final(self, ranking, details)
+
+state.SearchState.final = recording_final
+"""
+
 
 @pytest.fixture(scope="module")
 def three_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One project and the optimize sessions a user runs on it in turn: one interrupted while
-    its second candidate is evaluated, `--kernelpro-resume` after it, then a whole pass of its
-    own (a second run, with --kernelpro-save-baseline and a JUnit file). Each session costs a
-    sandboxed search, so the tests share them; what a later session rewrites (the report, the
-    resumed run folder) is kept here as each session left it."""
+    its second candidate is evaluated, `--kernelpro-resume` after it (whose winner's
+    confirmation disagrees: REJECTING_CONFTEST), then a whole pass of its own (a second run,
+    with --kernelpro-save-baseline and a JUnit file). Each session costs a sandboxed search, so
+    the tests share them; what a later session rewrites (the report, the resumed run folder) is
+    kept here as each session left it."""
     root = tmp_path_factory.mktemp("handoff")
     _write_project(root)
     (root / "conftest.py").write_text(INTERRUPTING_CONFTEST)
@@ -189,11 +212,18 @@ def three_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         out["first_patches"] = [p.name for p in (runs[0] / "patches").iterdir()]
         out["first_trajectory"] = (runs[0] / "trajectory.jsonl").read_text().splitlines()
 
-    out["resumed"] = _session(root, *OPTIMIZE_ARGS, "--kernelpro-resume")
+    (root / "conftest.py").write_text(REJECTING_CONFTEST)
+    before_final = root / "before-final.json"
+    out["resumed"] = _session(
+        root, *OPTIMIZE_ARGS, "--kernelpro-resume", env={"BEFORE_FINAL": str(before_final)}
+    )
     out["resumed_report"] = _report(root)
     out["resumed_patch_files"] = _patch_files(runs[0]) if runs else set()
+    out["resumed_before_final"] = (
+        json.loads(before_final.read_text()) if before_final.is_file() else None
+    )
 
-    # The whole pass runs as the user's project has it: without the interrupting conftest.
+    # The whole pass runs as the user's project has it: without a test's conftest.
     (root / "conftest.py").unlink()
     original = (root / "test_k.py").read_text()
     out["second"] = _session(
@@ -244,11 +274,11 @@ def test_whole_pass_patch_applies_and_the_patched_kernel_passes(
     ]
     assert '"""Doubles x, slowly: a hundred no-op additions first."""' in patched
 
-    # Every item is still collected and passes; the patched kernel passes the gate.
-    plain = _session(root, "-p", "no:cacheprovider")
-    plain.assert_outcomes(passed=3)
-    check = _session(root, "-p", "no:cacheprovider", "--kernelpro-check", "-k", "double")
-    check.assert_outcomes(passed=1, deselected=2)
+    # Every item is still collected and passes, and the patched kernel passes the gate: one
+    # --kernelpro-check session, which runs every item as a plain run does (minus_one, never
+    # in the baseline, is "new").
+    check = _session(root, "-p", "no:cacheprovider", "--kernelpro-check")
+    check.assert_outcomes(passed=3)
     gate = _report(root)["double"]["gate"]
     assert gate["change"] < 0  # faster than the baseline saved before the patch
 
@@ -302,49 +332,22 @@ def _listed_patches(summary: dict) -> set[str]:
 
 
 @pytest.mark.slow
-def test_interim_best_the_ranking_rejects_leaves_no_best_patch(pytester: pytest.Pytester) -> None:
-    """The attack of the stale best.patch: the search measures a candidate faster (its interim
-    patch is written), then the end of the search does not confirm it (here the winner's
-    confirmation in a fresh worker disagrees). No best.patch may be left behind, and the
-    patches folder holds exactly what the summary lists."""
-    root = _project(pytester)
-    pytester.makeconftest(
-        """
-        import json, os
-        from pathlib import Path
-        from pytest_kernelpro.optimize.loop import state
-        from pytest_kernelpro.optimize.sandbox import evaluator
-        from pytest_kernelpro.optimize.search.interfaces import Evaluation
-
-        def confirm(self, candidate, evaluation):
-            return Evaluation("wrong", reason="the confirmation disagreed (test)")
-
-        evaluator.SandboxEvaluator.confirm = confirm
-        final = state.SearchState.final
-
-        def recording_final(self, ranking, details):
-            folder = self.run.patches
-            names = sorted(p.name for p in folder.glob("*.patch")) if folder.is_dir() else []
-            Path(os.environ["BEFORE_FINAL"]).write_text(json.dumps(names))
-            return final(self, ranking, details)
-
-        state.SearchState.final = recording_final
-        """
-    )
-    before_final = root / "before-final.json"
-    pytester._monkeypatch.setenv("BEFORE_FINAL", str(before_final))
-    result = _optimize(pytester)
-    result.assert_outcomes(passed=1, deselected=2)
-    summary = _report(root)["double"]["extra"]["optimize"]
-    # While it ran, the fast candidate's patch existed, named as interim.
-    before = json.loads(before_final.read_text())
-    assert before, "no interim patch was written while the search ran"
+def test_interim_best_the_ranking_rejects_leaves_no_best_patch(three_runs: dict[str, Any]) -> None:
+    """The attack of the stale best.patch (REJECTING_CONFTEST): the interrupted search measured
+    a candidate faster (its interim patch is written), then the end of the resumed search does
+    not confirm it. No best.patch may be left behind, and the patches folder holds exactly what
+    the summary lists."""
+    three_runs["resumed"].assert_outcomes(passed=1, deselected=2)
+    summary = three_runs["resumed_report"]["double"]["extra"]["optimize"]
+    # Before the final step, the fast candidate's patch existed, named as interim.
+    before = three_runs["resumed_before_final"]
+    assert before, "no interim patch was there when the search ended"
     assert all(name.startswith("interim-") for name in before), before
     assert summary["best_patch"] is None
     assert summary["winner"] is None
     run_dir = Path(summary["run_dir"])
     assert not (run_dir / "patches" / "best.patch").exists()
-    files = _patch_files(run_dir)
+    files = three_runs["resumed_patch_files"]
     assert not any(name.startswith("interim-") for name in files)
     assert files == _listed_patches(summary)
 
@@ -538,13 +541,10 @@ def test_module_class_kernel_is_rewired_end_to_end(pytester: pytest.Pytester) ->
         "            y = y + 0.0",
         "        return y * self.weight",
     ]
-    # Collected as before, and the rewired class passes correctness and the gate.
-    plain = pytester.runpytest_subprocess("-p", "no:cacheprovider")
-    plain.assert_outcomes(passed=2)
-    check = pytester.runpytest_subprocess(
-        "-p", "no:cacheprovider", "--kernelpro-check", "-k", "Scale"
-    )
-    check.assert_outcomes(passed=1, deselected=1)
+    # Collected as before, and the rewired class passes correctness and the gate: one
+    # --kernelpro-check session, which runs every item as a plain run does.
+    check = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--kernelpro-check")
+    check.assert_outcomes(passed=2)
     record = _report(root)["Scale"]
     assert record["outcome"] == "passed", record.get("message")
     assert record["gate"]["change"] < 0  # faster than the baseline saved before the patch
