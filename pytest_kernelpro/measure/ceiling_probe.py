@@ -34,7 +34,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.measure.ceilings import (
     CACHE_SCHEMA,
+    CacheTarget,
     Ceilings,
     cache_path,
     cache_target,
@@ -108,10 +109,55 @@ def load_or_measure_ceilings(
     `details["not_cached"]` says why. When valid CPU ceilings are cached and measured again
     (`refresh`, or provisional ones on a quiet machine), each ceiling keeps the best of both
     (`best_of`: load can only lower a probe) unless `replace_cached`.
+
+    One probe at a time per cache file: two processes probing at once (xdist workers, two CI
+    jobs on one runner) would each measure the other as load. A process that waited for
+    another's probe uses what that one wrote, as it would have on arriving later.
     """
+    target = cache_target(device, cache_dir, spec, quick)
+    found = _usable_or_kept(target, refresh=refresh, replace_cached=replace_cached, warn=True)
+    if isinstance(found, Ceilings):
+        return found
+    with _probe_lock(target.path):
+        if not refresh:
+            found = _usable_or_kept(target, refresh=False, replace_cached=False, warn=False)
+            if isinstance(found, Ceilings):
+                return found
+        return _probe(
+            device, target, found.previous, quick=quick, refresh=refresh, progress=progress
+        )
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """No cached ceilings to use as they are; `previous`: a valid cached CPU set that a new
+    probe keeps the best of (None: nothing to keep)."""
+
+    previous: Ceilings | None
+
+
+@contextmanager
+def _probe_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on probing into `path`'s folder: flock on the folder itself, so no
+    lock file is left in the cache, and the system lets go of it when its process ends (a
+    probe stopped half-way leaves no lock behind)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(folder)  # closing the last descriptor releases the lock
+
+
+def _usable_or_kept(
+    target: CacheTarget, *, refresh: bool, replace_cached: bool, warn: bool
+) -> Ceilings | _Kept:
+    """`target`'s cached ceilings when they are used as they are, else what a probe keeps."""
     import torch
 
-    target = cache_target(device, cache_dir, spec, quick)
     device_type, name, threads, spec, path = (
         target.device_type,
         target.name,
@@ -119,7 +165,7 @@ def load_or_measure_ceilings(
         target.spec,
         target.path,
     )
-    previous: Ceilings | None = None  # a valid cached CPU set: the new probe keeps its best
+    previous: Ceilings | None = None
     if path.exists() and not (refresh and replace_cached):
         try:
             cached = read_cached(path, name, torch.__version__)
@@ -137,11 +183,27 @@ def load_or_measure_ceilings(
                 return replace(cached, details={**cached.details, "not_cached": note})
             # quiet now: fall through and measure them properly
         except (OSError, ValueError, KeyError, TypeError, KernelproError) as exc:
-            warnings.warn(
-                f"ignoring ceilings cache {path}: {exc}; re-measuring {name}",
-                KernelproWarning,
-                stacklevel=2,
-            )
+            if warn:
+                warnings.warn(
+                    f"ignoring ceilings cache {path}: {exc}; re-measuring {name}",
+                    KernelproWarning,
+                    stacklevel=3,
+                )
+    return _Kept(previous)
+
+
+def _probe(
+    device: str,
+    target: CacheTarget,
+    previous: Ceilings | None,
+    *,
+    quick: bool,
+    refresh: bool,
+    progress: Callable[[str], None] | None,
+) -> Ceilings:
+    """Measure `device`'s ceilings (the best of each with `previous`), cache them and return
+    them, marked provisional when measured under load."""
+    name, threads, spec, path = target.name, target.threads, target.spec, target.path
     if progress is not None:
         what = f"{threads} thread(s)" if threads else "copy bandwidth and GEMMs"
         progress(
