@@ -301,6 +301,12 @@ class ObservedEvaluator:
         if callable(prepare):
             prepare(candidates)
 
+    def last_evaluation(self) -> None:
+        """Pass on that the next evaluation is the budget's last (`SandboxEvaluator.last_evaluation`)."""
+        last = getattr(self.inner, "last_evaluation", None)
+        if callable(last):
+            last()
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
         state = self.state
         state.summary()

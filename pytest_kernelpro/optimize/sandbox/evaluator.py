@@ -151,6 +151,11 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         if builder is not None:
             builder.submit_many([c.code for c in candidates])
 
+    def last_evaluation(self) -> None:
+        """The next evaluation is the search's last: no standby is started after it (each
+        would import torch for an evaluation that never comes)."""
+        self.standbys.size = 0
+
     def close(self) -> None:
         """Stop the build threads (pending builds are dropped); drop the kept caches."""
         if self._prebuilder is not None:

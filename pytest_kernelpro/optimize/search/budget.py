@@ -169,6 +169,11 @@ class BudgetTracker:
         """Add API spend (of generating candidates)."""
         self.usd += max(0.0, float(usd))
 
+    def one_evaluation_left(self) -> bool:
+        """Whether the evaluation budget has room for exactly one more evaluation."""
+        limit = self.budget.max_evaluations
+        return limit is not None and self.evaluations + 1 >= limit
+
     def exhausted(self, kinds: tuple[str, ...] = ("evaluations", "seconds", "usd")) -> str | None:
         """Why the budget is spent (for the kinds checked), or None while some is left."""
         b = self.budget

@@ -269,6 +269,12 @@ class SearchAlgorithm(ABC):
                 reason = tracker.exhausted(("evaluations", "seconds"))
                 if reason:
                     return reason
+                if tracker.one_evaluation_left():
+                    # An evaluator that starts processes ahead for the next evaluation
+                    # (`SandboxEvaluator.last_evaluation`) starts none after this one.
+                    last = getattr(evaluator, "last_evaluation", None)
+                    if callable(last):
+                        last()
                 evaluation = self.simulate(evaluator, candidate)
                 child = self.expand(node, candidate, evaluation)
                 self.backpropagate(child)

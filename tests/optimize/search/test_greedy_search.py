@@ -91,3 +91,31 @@ def test_candidates_per_step() -> None:
     assert result.evaluations == 6
     with pytest.raises(KernelproConfigError, match="candidates_per_step=0"):
         GreedySearch(candidates_per_step=0)
+
+
+class LastTold(CodeEvaluator):
+    """Records the evaluations and when it was told the next one is the budget's last."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+
+    def last_evaluation(self) -> None:
+        self.events.append("last")
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        self.events.append(candidate.code)
+        return super().evaluate(candidate)
+
+
+@pytest.mark.parametrize("search", [GreedySearch, MCTS])
+def test_the_evaluator_hears_once_right_before_the_budgets_last_evaluation(search) -> None:  # noqa: ANN001
+    evaluator = LastTold()
+    search().run(Scripted(["1.0", "1.5", "1.2"]), evaluator, "3")
+    assert evaluator.events == ["1.0#1", "1.5#2", "last", "1.2#3"]
+
+
+def test_a_budget_of_time_alone_never_says_last() -> None:
+    # Whether an evaluation is the last of a time budget is not known before it runs.
+    evaluator = LastTold()
+    GreedySearch().run(Scripted(["1.0", "1.5"]), evaluator, "1h")
+    assert "last" not in evaluator.events

@@ -68,6 +68,20 @@ def test_worker_and_judge_run_in_processes_started_ahead_one_task_each() -> None
 
 
 @pytest.mark.slow
+def test_no_standby_is_started_after_the_budgets_last_evaluation() -> None:
+    ev = _evaluator(1)
+    try:
+        ev.standbys.fill()
+        ev.last_evaluation()  # what the search says before the budget's last evaluation
+        out = ev.evaluate(Candidate(code=CORRECT))
+        assert out.status == "correct", out.reason
+        assert (ev.standbys.started, ev.standbys.used) == (2, 2)  # no process left unused
+        assert ev.standbys._idle == []
+    finally:
+        ev.close()
+
+
+@pytest.mark.slow
 def test_a_hanging_candidate_in_a_standby_is_killed_on_the_run_timeout() -> None:
     task = KernelBenchTask(reference=REFERENCE, device="cpu", timing={"max_time_s": 0.05})
     ev = SandboxEvaluator(task, SandboxLimits(standby=1, run_timeout_s=3.0))
