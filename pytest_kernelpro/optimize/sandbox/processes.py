@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -63,6 +64,35 @@ def die_with_parent() -> tuple[str, ...]:
     except (OSError, subprocess.SubprocessError):
         return ()
     return prefix if probe.returncode == 0 else ()
+
+
+class ExitWait:
+    """Pauses between a watcher's polls that end the moment `proc` exits: its pidfd (Linux
+    5.3+) becomes readable then, so the watcher sees the end without waiting out the pause.
+    Like `exited` it never reaps the process. Without pidfds, a plain sleep."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._fd: int | None = None
+        opener = getattr(os, "pidfd_open", None)
+        if opener is not None:
+            try:
+                self._fd = opener(proc.pid)
+            except OSError:  # too old a kernel, or the process is gone already
+                self._fd = None
+
+    def pause(self, seconds: float) -> None:
+        if self._fd is None:
+            time.sleep(seconds)
+        else:
+            select.select([self._fd], [], [], seconds)
+
+    def __enter__(self) -> ExitWait:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def exited(proc: subprocess.Popen[bytes]) -> bool:

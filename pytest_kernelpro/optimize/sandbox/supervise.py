@@ -42,6 +42,7 @@ from pytest_kernelpro.optimize.sandbox.outside_view import (
 )
 from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
 from pytest_kernelpro.optimize.sandbox.processes import (
+    ExitWait,
     ProcessRun,
     children,
     clear_stale_locks,
@@ -291,60 +292,61 @@ class WorkerSupervision:
         # evaluation, held by the session's descriptors.
         workdir = progress_path.parent
         delay = 0.02
-        while True:
-            if exited(proc):
-                break
-            now = time.monotonic()
-            seen = last_phase(progress_path) or phase
-            if marks is not None:
-                mark_timing_phase(marks, seen, now, proc.pid)
-            if seen != phase and self.on_phase is not None:
-                self.on_phase(seen)
-            phase = seen
-            if run_started is None and phase in RUN_PHASES:
-                run_started = now
-                deadline = now + limits.run_timeout_s
-            # This process's own memory: its processes' pages, and the outputs it handed over
-            # (a worker, until the judge has checked them) or was handed (a judge) counted
-            # once: the pages of them it maps are taken off its shared pages (a shared
-            # mapping of its own beyond them still counts).
-            handed_mb = self.handles.held_bytes(workdir) / 2**20
-            resident, count = tree_rss_mb(proc.pid, count=True)
-            shared = resident - tree_rss_mb(proc.pid, shared=False)
-            own_mb = resident - min(shared, handed_mb) + handed_mb
-            peak_mb = max(peak_mb, own_mb)
-            self.memory_now[workdir] = (resident, shared)
-            judge_dir = self.handles.judge_of(workdir)
-            if judge_dir is not None:
-                # The worker and the judge beside it at once, reported, never a limit: the
-                # judge's pages of the output it maps are the handed-over bytes already counted.
-                judge_resident, judge_shared = self.memory_now.get(judge_dir, (0.0, 0.0))
-                both = own_mb + judge_resident - min(judge_shared, handed_mb)
-                self.both_peak_mb[workdir] = max(self.both_peak_mb.get(workdir, 0.0), both)
-            peak_processes = max(peak_processes, count)
-            if over_memory_limit(own_mb, limits.memory_limit_mb):
-                killed = "memory"
-            elif limits.max_processes and count > limits.max_processes:
-                killed = "processes"
-            elif self.handles.over_limit(workdir):
-                killed = "outputs"
-            elif limits.scratch_limit_mb and now >= next_disk_check:
-                next_disk_check = now + 0.5
-                if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
-                    killed = "disk"
-            # The judge's checks while the worker waits for them are not the candidate's time.
-            elif now > deadline + self.handles.judge_time_s(workdir):
-                killed = "timeout"
-            elif os.path.lexists(result_path):
-                # The worker exits right after writing; give it a moment, then stop waiting.
-                result_seen = result_seen or now
-                if now - result_seen > 10.0:
-                    killed = "linger"
-            if killed:
-                break
-            time.sleep(delay)
-            # Finer while the worker times: its end must be seen close to when it happens.
-            delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
+        with ExitWait(proc) as wait:
+            while True:
+                if exited(proc):
+                    break
+                now = time.monotonic()
+                seen = last_phase(progress_path) or phase
+                if marks is not None:
+                    mark_timing_phase(marks, seen, now, proc.pid)
+                if seen != phase and self.on_phase is not None:
+                    self.on_phase(seen)
+                phase = seen
+                if run_started is None and phase in RUN_PHASES:
+                    run_started = now
+                    deadline = now + limits.run_timeout_s
+                # This process's own memory: its processes' pages, and the outputs it handed over
+                # (a worker, until the judge has checked them) or was handed (a judge) counted
+                # once: the pages of them it maps are taken off its shared pages (a shared
+                # mapping of its own beyond them still counts).
+                handed_mb = self.handles.held_bytes(workdir) / 2**20
+                resident, count = tree_rss_mb(proc.pid, count=True)
+                shared = resident - tree_rss_mb(proc.pid, shared=False)
+                own_mb = resident - min(shared, handed_mb) + handed_mb
+                peak_mb = max(peak_mb, own_mb)
+                self.memory_now[workdir] = (resident, shared)
+                judge_dir = self.handles.judge_of(workdir)
+                if judge_dir is not None:
+                    # The worker and the judge beside it at once, reported, never a limit: the
+                    # judge's pages of the output it maps are the handed-over bytes already counted.
+                    judge_resident, judge_shared = self.memory_now.get(judge_dir, (0.0, 0.0))
+                    both = own_mb + judge_resident - min(judge_shared, handed_mb)
+                    self.both_peak_mb[workdir] = max(self.both_peak_mb.get(workdir, 0.0), both)
+                peak_processes = max(peak_processes, count)
+                if over_memory_limit(own_mb, limits.memory_limit_mb):
+                    killed = "memory"
+                elif limits.max_processes and count > limits.max_processes:
+                    killed = "processes"
+                elif self.handles.over_limit(workdir):
+                    killed = "outputs"
+                elif limits.scratch_limit_mb and now >= next_disk_check:
+                    next_disk_check = now + 0.5
+                    if tree_size_mb(progress_path.parent) > limits.scratch_limit_mb:
+                        killed = "disk"
+                # The judge's checks while the worker waits for them are not the candidate's time.
+                elif now > deadline + self.handles.judge_time_s(workdir):
+                    killed = "timeout"
+                elif os.path.lexists(result_path):
+                    # The worker exits right after writing; give it a moment, then stop waiting.
+                    result_seen = result_seen or now
+                    if now - result_seen > 10.0:
+                        killed = "linger"
+                if killed:
+                    break
+                wait.pause(delay)  # ends early when the worker exits
+                # Finer while the worker times: its end must be seen close to when it happens.
+                delay = min(delay * 1.5, POLL_TIMING_S if phase == "timing" else POLL_S)
         if marks is not None and "timing" in marks and "timed" not in marks:
             # The worker ended before a poll saw it leave "timing": the last poll that saw it
             # timing is the end the parent can vouch for.
