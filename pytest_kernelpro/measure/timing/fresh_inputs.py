@@ -753,8 +753,8 @@ def _mix(
     same operations) and compared with `dst` bit for bit (NaN payloads included:
     `torch.equal` calls no NaN equal). Returns (whether every `dst` still holds the mix, what
     `then` returned). One frame for every chunk of every leaf, and for a check's writes,
-    reference and verification: this runs before every timed call and twice in a checked
-    one, so both passes share the loop's body (the mix written, then made apart)."""
+    reference and verification: this runs before every timed call and once more in a checked
+    one; both passes share the loop's body (the mix written, then made apart)."""
     result = None
     for verify in (False, True) if then is not None else (False,):
         if verify and then is not None:
