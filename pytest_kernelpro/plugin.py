@@ -53,7 +53,9 @@ def pytest_pycollect_makeitem(
 ) -> list[pytest.Item] | None:
     """Collect functions and classes marked `kernelpro` as kernel items: where defined in a
     test module, or where imported from a library module (which pytest never collects)."""
-    mark = marker_of(obj)
+    # pytest asks for every name of a test module: most carry no marks at all, and go
+    # without a call.
+    mark = marker_of(obj) if getattr(obj, "pytestmark", None) else None
     if mark is None or not callable(obj):
         return None
     return kernel_items(collector, name, obj, mark)

@@ -49,6 +49,7 @@ kernel's first call (`run.item_runner.remeasure_only` is that process's timing-o
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -199,6 +200,7 @@ class ItemRun:
     time_limit: Resolved[float | None]  # the item time limit (None: none) and its source
     threads: int | None  # torch's CPU thread count under the thread policy; None on a GPU
     device_model: DeviceModel
+    time_budget_s: float  # the timing budget on its device (`KernelproConfig.budget_for`)
     # The baseline's entry of this item under --kernelpro-check (None: a new kernel), or the
     # error that kept the baseline from loading (the gate stage fails with it).
     baseline_entry: BaselineEntry | None = None
@@ -208,11 +210,13 @@ class ItemRun:
     # import style.
     module: Any = None
 
-    @property
+    # Read by every stage, fixed for the item: computed on the first read, then a plain
+    # attribute (a property ran a function at each of the stages' reads).
+    @functools.cached_property
     def device(self) -> str:
         return self.settings.device.value
 
-    @property
+    @functools.cached_property
     def name(self) -> str:
         return self.problem.display_name
 

@@ -273,6 +273,7 @@ def _item_state(
         time_limit=time_limit,
         threads=threads,
         device_model=device_model,
+        time_budget_s=session.time_budget_s[device.partition(":")[0]],
         baseline_entry=entry,
         baseline_error=baseline_error,
         module=getattr(item.getparent(pytest.Module), "obj", None),

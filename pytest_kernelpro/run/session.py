@@ -75,11 +75,20 @@ class KernelproSession:
     # Why this xdist worker has no GPU of its own (`run/workers.py`), else None: a kernel
     # item that would be timed on a GPU here fails with it.
     gpu_shared_by_workers: str | None = None
+    # Fixed for the session, read from the settings once, here (at configure): the records
+    # log's and the artifacts' paths, and the timing budget by device kind ("cpu", "cuda");
+    # the items and the session's finish read these values.
+    records_path: Path = field(init=False)
+    artifacts_dir: Path = field(init=False)
+    time_budget_s: dict[str, float] = field(init=False)
 
     def __post_init__(self) -> None:
         from pytest_kernelpro.run.context import Profiling
 
         self.profiling = Profiling.for_settings(self.settings)
+        settings = self.settings
+        self.records_path, self.artifacts_dir = settings.records_path, settings.artifacts_dir
+        self.time_budget_s = {kind: settings.budget_for(kind) for kind in ("cpu", "cuda")}
 
     def progress(self, line: str) -> None:
         """Say on the terminal that a silent one-time step (ceilings) is starting."""
@@ -139,7 +148,7 @@ class KernelproSession:
     # -- ceilings --------------------------------------------------------------------------
     def ceilings_for(self, device: str) -> Ceilings:
         """Measured once per machine and cached; a ceilings file from settings wins."""
-        from pytest_kernelpro.measure.ceilings import Ceilings, cached_ceilings
+        from pytest_kernelpro.measure.ceilings import Ceilings, cached_ceilings, default_cache_dir
 
         key = "cpu" if device == "cpu" else device
         if key in self._ceilings:
@@ -156,12 +165,12 @@ class KernelproSession:
                 ) from exc
         else:
             spec = self.spec_for(device)
-            found = cached_ceilings(device, self.settings.cache_dir, spec=spec)
+            found = cached_ceilings(device, default_cache_dir(), spec=spec)
             if found is None:  # none cached, or measured under load: the probe's to decide
                 from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings
 
                 found = load_or_measure_ceilings(
-                    device, self.settings.cache_dir, spec=spec, progress=self.progress
+                    device, default_cache_dir(), spec=spec, progress=self.progress
                 )
             ceilings = found
             if ceilings.details.get("not_cached"):
@@ -179,7 +188,7 @@ class KernelproSession:
         makes them trusted; GPU ceilings and a ceilings file from settings are returned as
         they are."""
         from pytest_kernelpro.measure.ceiling_probe import reprobe
-        from pytest_kernelpro.measure.ceilings import reprobe_summary
+        from pytest_kernelpro.measure.ceilings import default_cache_dir, reprobe_summary
 
         key = "cpu" if device == "cpu" else device
         ceilings = self.ceilings_for(device)
@@ -191,7 +200,7 @@ class KernelproSession:
             return ceilings
         self._reprobed.add(key)
         self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
-        ceilings = reprobe(ceilings, device, self.settings.cache_dir, why=why)
+        ceilings = reprobe(ceilings, device, default_cache_dir(), why=why)
         self._ceilings[key] = ceilings
         self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
         return ceilings
@@ -282,9 +291,9 @@ class KernelproSession:
         except OSError as exc:
             self.write_failed("JSON report", settings.json_path, exc)
         try:
-            _ignore_artifacts_dir(settings.artifacts_dir)
+            _ignore_artifacts_dir(self.artifacts_dir)
         except OSError as exc:
-            self.write_failed("artifacts .gitignore", settings.artifacts_dir / ".gitignore", exc)
+            self.write_failed("artifacts .gitignore", self.artifacts_dir / ".gitignore", exc)
         if settings.history_dir is not None:
             from pytest_kernelpro.gate.report import save_run
 
@@ -324,7 +333,7 @@ class KernelproSession:
 
         self.records_log_started = True
 
-        log = RecordsLog(self.settings.records_path)
+        log = RecordsLog(self.records_path)
         try:
             log.start(list(self.config.invocation_params.args))
         except OSError as exc:
@@ -360,7 +369,7 @@ class KernelproSession:
         # A records log that cannot be written fails the session (write_failures); the
         # records are kept in memory, so the JSON report can still be written.
         self.records_log = None
-        self.write_failed("records log", self.settings.records_path, exc)
+        self.write_failed("records log", self.records_path, exc)
 
     def write_failed(self, what: str, path: Path | str, exc: BaseException) -> None:
         """Note a requested write that failed: the session fails, naming `path` and the OS
@@ -386,7 +395,7 @@ class KernelproSession:
             "threshold": self.settings.threshold,  # None: the per-device defaults below
             "default_thresholds": _default_thresholds(),
             "cpu_tolerance_floor": _cpu_tolerance_floor(),
-            "records_log": str(self.settings.records_path),
+            "records_log": str(self.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
             "baseline_commit": self._baseline.commit if self._baseline is not None else None,

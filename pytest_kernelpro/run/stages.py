@@ -92,7 +92,7 @@ def time_item(
     settings, device, record = run.session_settings, run.device, run.record
     budget = TimingBudget(
         warmup_ms=settings.warmup_ms,
-        max_time_s=settings.budget_for(device),
+        max_time_s=run.time_budget_s,
         target_rel_ci=settings.target_rel_ci,
         cuda_graph=settings.cuda_graph,
         cpu_flush=settings.cpu_flush,

@@ -13,6 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.measure.timing import TimingBudget, time_cpu  # noqa: E402
+from pytest_kernelpro.measure.timing.cpu import CacheFlush, CpuSampler  # noqa: E402
 from pytest_kernelpro.measure.timing.on_cpu import (  # noqa: E402
     CPU_LAYOUT,
     CpuPairs,
@@ -52,12 +53,19 @@ def test_a_preemption_is_not_charged_to_the_kernel_or_the_anchor() -> None:
     """Each timed call waits 5 ms of wall time on the run queue (scripted) around a 1 ms
     sleep-free body: the pair records the body's time, not the wait."""
     ticks = iter(float(i) * 6e-3 for i in range(1000))  # every clock read: +6 ms of wall
-    pairs = CpuPairs(anchor=lambda: None, name="cpu anchor: test", clock=lambda: next(ticks))
+    anchors: list[int] = []
+    pairs = CpuPairs(anchor=lambda: anchors.append(1), name="cpu anchor: test")
     pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
     pairs.recording = True
-    wall, out = pairs.measure(lambda: "out", calls=1)
-    assert out == "out"
-    assert wall == pytest.approx(6e-3)
+    outputs: list[str] = []
+
+    def kernel() -> str:
+        outputs.append("out")
+        return "out"
+
+    sampler = CpuSampler(kernel, lambda: next(ticks), CacheFlush(0), None, pairs)
+    assert sampler.take(1) == [pytest.approx(6e-3)]  # the sample's wall time, per call
+    assert (outputs, anchors) == (["out"], [1, 1])  # the kernel once, the anchor twice after
     assert pairs.kernel_s == [pytest.approx(1e-3)]
     assert pairs.anchor_s == [pytest.approx(1e-3)]
     summary = pairs.summary()

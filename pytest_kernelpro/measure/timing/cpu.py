@@ -342,10 +342,11 @@ class CpuSampler:
         """Time `count` samples, or stop once `taken` reached `floor` and the plan clock
         `deadline`; their per-call wall seconds. Per sample: inputs refilled and cache
         flushed while other threads' CPU time is counted (`OtherThreads`), the call timed
-        (the anchor after it, `CpuPairs`), its output checked (`FreshInputs.after`), the kept
-        bindings and the seal verified (`measure.bound`) before the first sample and after
-        each, so a kernel that rebinds a clock is refused at the sample it did it in. One
-        frame, the helpers bound once: this loop runs every sample."""
+        (while the pairs record, in on-CPU time and followed by the anchor's two calls:
+        `CpuPairs`), its output checked (`FreshInputs.after`), the kept bindings and the
+        seal verified (`measure.bound`) before the first sample and after each, so a kernel
+        that rebinds a clock is refused at the sample it did it in. One frame, the helpers
+        bound once and the pairs' timing written here: this loop runs every sample."""
         fresh, seal, between, calls, clock = (
             self.fresh,
             self.seal,
@@ -354,7 +355,7 @@ class CpuSampler:
             self.clock,
         )
         body = self.body or self.fn
-        measure = self.pairs.measure if self.pairs is not None else None
+        pairs = self.pairs if self.pairs is not None and self.pairs.recording else None
         write, fills, flush_s = self.flush.write, self.flush.fills, self.flush.seconds
         before = after = drain = None
         if fresh is not None:
@@ -379,12 +380,42 @@ class CpuSampler:
             process = process_time() - process0
             between.other_s += max(0.0, process - (thread_time() - thread0))
             between.gap_s += perf_counter() - wall0
-            if measure is not None:
-                per_call, out = measure(body, calls)
-            else:
+            if pairs is None:
                 t0 = clock()
                 out = body()
-                per_call = (clock() - t0) / calls
+                wall = clock() - t0
+            else:
+                # The kernel, then the anchor twice (the faster kept: the first brings its
+                # data back to the cache after the kernel's, and a call disturbed by a
+                # neighbour is not the machine's speed), each charged its on-CPU time
+                # (`on_cpu.on_cpu_seconds`, inline) with the run-queue reads just outside.
+                raw, use_wait = pairs.rq.raw, pairs.rq.available
+                timed: list[tuple[float, float]] = []
+                out, anchor_started = None, 0.0
+                for index, target in enumerate((body, pairs.anchor, pairs.anchor)):
+                    if index == 1:
+                        anchor_started = clock()  # the anchor's cost, kept apart
+                    w0 = 0 if raw is None else int(raw().split()[1])
+                    c0 = thread_time()
+                    t0 = clock()
+                    result = target()
+                    t1 = clock()
+                    c1 = thread_time()
+                    w1 = 0 if raw is None else int(raw().split()[1])
+                    wall, cpu = t1 - t0, c1 - c0
+                    timed.append(
+                        (wall, max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu)
+                    )
+                    if index == 0:
+                        out = result
+                (wall, on_cpu), first, second = timed
+                a_wall, a_cpu = first if first[1] <= second[1] else second
+                pairs.added_s += clock() - anchor_started
+                pairs.kernel_s.append(on_cpu / calls)
+                pairs.kernel_wall_s.append(wall / calls)
+                pairs.anchor_s.append(a_cpu)
+                pairs.anchor_wall_s.append(a_wall)
+            per_call = wall / calls
             if after is not None:
                 # The check's copy taken, the output dropped before it is compared: a checked
                 # call holds the copy and the reference's output, not the call's output too.
@@ -556,7 +587,7 @@ def time_cpu(
     timed = functools.partial(fresh.kernel, *fresh.storage) if fresh is not None else fn
     sampler = CpuSampler(timed, clock, cache_flush, fresh, None)
     spent = Spent(start=sampler.plan_clock())
-    sampler.pairs = cpu_pairs(budget, clock)
+    sampler.pairs = cpu_pairs(budget)
     sampler.seal = fresh.seal() if fresh is not None else None
     try:
         _first_call_and_warm_up(sampler, budget, spent)

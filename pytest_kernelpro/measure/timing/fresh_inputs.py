@@ -57,6 +57,7 @@ and two outputs within `MEMORY_SHARE` of the free memory, else `maker`. Measured
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -513,9 +514,11 @@ class FreshInputs:
         torch = self.torch
         plan = self._plan if self._plan is not None else self.prepare()
         if not self._apart:
-            _mix(torch, plan, offset)
-            expected = self.reference(*(self.storage if self._flat else self._arguments()))
-            if _mix(torch, plan, offset, verify=True):
+            read = functools.partial(
+                self.reference, *(self.storage if self._flat else self._arguments())
+            )
+            held, expected = _mix(torch, plan, offset, then=read)
+            if held:
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
                 if type(expected) is torch.Tensor:  # `_shares`, inline (every checked call)
                     shared = int(expected.untyped_storage().data_ptr()) in self._storages
@@ -740,32 +743,41 @@ def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
 _SAME_SIZE_INTEGER = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
 
 
-def _mix(torch: Any, steps: Sequence[Step], offset: int, verify: bool = False) -> bool:
+def _mix(
+    torch: Any, steps: Sequence[Step], offset: int, then: Callable[[], Any] | None = None
+) -> tuple[bool, Any]:
     """Each step's `dst` = the mix of its `a` and `b` by its pool's weights at `offset`:
     a + (k / WEIGHT_LEVELS) (b - a), the weights converted in `dst` itself (integers and
-    booleans: a or b per element). With `verify`, nothing is written: each chunk is made again
-    apart (a chunk's temporary, by the same operations) and compared with `dst` bit for bit
-    (NaN payloads included: `torch.equal` calls no NaN equal); returns whether all hold it.
-    One frame for every chunk of every leaf: this runs before every timed call."""
-    for dst, a, b, pool, start, end, shape, mixed in steps:
-        weights = pool[offset + start : offset + end]
-        if shape is not None:
-            weights = weights.view(shape)
-        into = torch.empty_like(dst) if verify else dst
-        if mixed:
-            into.copy_(weights)
-            into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
-            torch.lerp(a, b, into, out=into)
-        else:
-            torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
-        if verify:
-            size = into.element_size()
-            if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
-                as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
-                into, dst = into.view(as_int), dst.view(as_int)
-            if not torch.equal(into, dst):
-                return False
-    return True
+    booleans: a or b per element). With `then` (a check's reference on that content): after
+    the writes `then()` runs, and each chunk is made again apart (a chunk's temporary, by the
+    same operations) and compared with `dst` bit for bit (NaN payloads included:
+    `torch.equal` calls no NaN equal). Returns (whether every `dst` still holds the mix, what
+    `then` returned). One frame for every chunk of every leaf, and for a check's writes,
+    reference and verification: this runs before every timed call and once more in a checked
+    one; both passes share the loop's body (the mix written, then made apart)."""
+    result = None
+    for verify in (False, True) if then is not None else (False,):
+        if verify and then is not None:
+            result = then()
+        for dst, a, b, pool, start, end, shape, mixed in steps:
+            weights = pool[offset + start : offset + end]
+            if shape is not None:
+                weights = weights.view(shape)
+            into = torch.empty_like(dst) if verify else dst
+            if mixed:
+                into.copy_(weights)
+                into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
+                torch.lerp(a, b, into, out=into)
+            else:
+                torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
+            if verify:
+                size = into.element_size()
+                if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
+                    as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
+                    into, dst = into.view(as_int), dst.view(as_int)
+                if not torch.equal(into, dst):
+                    return False, result
+    return True, result
 
 
 def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:

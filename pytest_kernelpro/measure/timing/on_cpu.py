@@ -101,7 +101,8 @@ class RunQueueClock:
 
 def on_cpu_seconds(wall_s: float, wait_ns: int, cpu_s: float, use_wait: bool) -> float:
     """Wall time less the run-queue wait, never below the thread's CPU time (the wait is read
-    just outside the timed window, so it can include a little time the window did not)."""
+    just outside the timed window, so it can include a little time the window did not). The
+    rule of every timed call; the sample loop (`CpuSampler.take`) applies it inline."""
     if not use_wait:
         return cpu_s
     return max(wall_s - wait_ns * 1e-9, cpu_s, 1e-12)
@@ -109,15 +110,12 @@ def on_cpu_seconds(wall_s: float, wait_ns: int, cpu_s: float, use_wait: bool) ->
 
 @dataclass
 class CpuPairs:
-    """Collects (kernel, anchor) pairs in on-CPU time while the sampling rounds run.
-
-    `measure(body)` times `body()` (the kernel's `calls` calls) and returns its wall time;
-    when `recording`, it also charges the on-CPU time and then times the anchor.
-    """
+    """The (kernel, anchor) pairs in on-CPU time of the sampling rounds: while `recording`,
+    the CPU timer's sample loop (`CpuSampler.take`, where the three timed calls of a sample
+    run in one frame) charges each call by `on_cpu_seconds` and appends here."""
 
     anchor: Callable[[], object]
     name: str
-    clock: Callable[[], float] = bound.perf_counter
     recording: bool = False
     kernel_s: list[float] = field(default_factory=list)  # on-CPU, per call
     kernel_wall_s: list[float] = field(default_factory=list)  # wall, per call
@@ -125,46 +123,6 @@ class CpuPairs:
     anchor_wall_s: list[float] = field(default_factory=list)
     added_s: float = 0.0  # wall time the anchor and the reads added
     rq: RunQueueClock = field(default_factory=RunQueueClock)
-
-    def measure(self, body: Callable[[], object], calls: int) -> tuple[float, object]:
-        """Time `body` (which makes `calls` calls of the kernel and returns the last output):
-        (per-call wall seconds, the output). When recording, the anchor follows: two calls,
-        the faster one kept (the first brings its data back to the cache after the kernel's,
-        and a call disturbed by a neighbour is not the machine's speed). The three calls are
-        timed in one loop, the run-queue reads inline (this runs every sample)."""
-        clock = self.clock
-        if not self.recording:
-            t0 = clock()
-            out = body()
-            return (clock() - t0) / calls, out
-        raw, thread_time, use_wait = self.rq.raw, bound.thread_time, self.rq.available
-        timed: list[tuple[float, float]] = []
-        out: object = None
-        started = 0.0
-        for index, target in enumerate((body, self.anchor, self.anchor)):
-            if index == 1:
-                started = clock()  # the anchor's cost, kept apart from the kernel's
-            w0 = 0 if raw is None else int(raw().split()[1])
-            c0 = thread_time()
-            t0 = clock()
-            result = target()
-            t1 = clock()
-            c1 = thread_time()
-            w1 = 0 if raw is None else int(raw().split()[1])
-            wall = t1 - t0
-            # `on_cpu_seconds`, inline (three times a sample).
-            cpu = c1 - c0
-            timed.append((wall, max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu))
-            if index == 0:
-                out = result
-        (wall, on_cpu), first, second = timed
-        a_wall, a_cpu = first if first[1] <= second[1] else second
-        self.added_s += clock() - started
-        self.kernel_s.append(on_cpu / calls)
-        self.kernel_wall_s.append(wall / calls)
-        self.anchor_s.append(a_cpu)
-        self.anchor_wall_s.append(a_wall)
-        return wall / calls, out
 
     def ratios(self) -> list[float]:
         return pair_ratios(self.kernel_s, self.anchor_s)
@@ -227,7 +185,7 @@ def summarize_cpu_pairs(
     }
 
 
-def cpu_pairs(budget: Any, clock: Callable[[], float] = bound.perf_counter) -> CpuPairs | None:
+def cpu_pairs(budget: Any) -> CpuPairs | None:
     """The pairs collector of a CPU timing when `budget.clock_anchor` is "on" (the plugin's
     default), else None; the anchor's first call (its lazy initialisation) happens here."""
     if getattr(budget, "clock_anchor", "off") != "on":
@@ -236,9 +194,7 @@ def cpu_pairs(budget: Any, clock: Callable[[], float] = bound.perf_counter) -> C
 
     launch = cpu_anchor_launch(torch)
     launch()
-    return CpuPairs(
-        anchor=launch, name=cpu_anchor_name(torch, int(torch.get_num_threads())), clock=clock
-    )
+    return CpuPairs(anchor=launch, name=cpu_anchor_name(torch, int(torch.get_num_threads())))
 
 
 # A kernel's thread could wait for the refill and compute the next output while the cache is
