@@ -562,7 +562,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     # Only files that are on disk are named as written; each failed write in red.
     for line in output_lines(
         json_path=settings.json_path if kp.json_written else None,
-        records_path=settings.records_path if kp.records_log is not None else None,
+        records_path=kp.records_path if kp.records_log is not None else None,
         history_path=kp.history_path,
         baseline_path=settings.save_baseline if kp.baseline_written else None,
         verbose=verbose(kp),

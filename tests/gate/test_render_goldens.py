@@ -111,6 +111,7 @@ def _session(verbose: int = 0) -> SimpleNamespace:
         notes=["a note another part of the session added"],
         _baseline=baseline,
         history_path=Path(".kernelpro/history/20261201T170000Z-abc1234-vm.json"),
+        records_path=settings.records_path,  # read once at configure (`KernelproSession`)
         json_written=True,
         baseline_written=False,  # correctness-only: no baseline is saved
         write_failures=[],
