@@ -202,3 +202,76 @@ def test_finite_chunks_on_the_cpu_give_the_general_passs_table(
     assert torch.equal(fast[0], torch.stack([row for row, _ in full]))
     assert fast[1].tolist() == [int(best) + lo for (_, best), lo in zip(full, steps, strict=True)]
     assert fast[0][:, 3].sum() > 0  # elements over the tolerance in the finite chunks too
+
+
+def _thread_count_kept(threads: int) -> object:
+    """Set the process's count for a test and give it back after (the suite shares it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
+def test_the_rules_passes_run_on_one_thread_and_the_count_comes_back() -> None:
+    """The truth and the verdict see one CPU thread (`measurement.one_thread`); the count the
+    task set (the candidate's calls and the timing use it) is back after each, also after the
+    rule raised."""
+    seen: list[int] = []
+
+    def recording_softmax(x: object) -> object:
+        seen.append(torch.get_num_threads())
+        return _softmax(x)
+
+    before = _thread_count_kept(2)
+    try:
+        x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+        rule = measurement.new_rule({})
+        expected = _softmax(x)
+        measurement.find_truth(torch, rule, recording_softmax, [x], expected, "cpu")
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+        judged = rule.judge
+
+        def recording_judge(*args: object) -> object:
+            seen.append(torch.get_num_threads())
+            return judged(*args)
+
+        rule.judge = recording_judge  # type: ignore[method-assign]
+        assert measurement.verdict(torch, expected.clone(), expected, rule).ok  # type: ignore[attr-defined]
+        assert seen == [1, 1]
+        assert torch.get_num_threads() == 2
+
+        def raising_judge(*args: object) -> object:
+            raise RuntimeError("the rule failed")
+
+        rule.judge = raising_judge  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="the rule failed"):
+            measurement.verdict(torch, expected * 2, expected, rule)  # type: ignore[operator]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.0 + 1e-6, 1.0 + 1e-3])
+def test_one_thread_decides_as_the_tasks_count(scale: float) -> None:
+    """The same verdict and largest error on one thread as on two: an honest output, one a
+    hair off and one plainly wrong (the rule's bounds do not depend on the count; the
+    messages' figures from float64 sums may differ in their last digits, as the sums are
+    taken in another order)."""
+    x = torch.randn(64, 4096, generator=torch.Generator().manual_seed(4))
+    expected = _softmax(x)
+    got = expected * scale  # type: ignore[operator]
+    decided = []
+    before = _thread_count_kept(2)
+    try:
+        for threads in (1, 2):
+            rule = measurement.new_rule({})
+            measurement.find_truth(torch, rule, _softmax, [x], expected, "cpu")
+            torch.set_num_threads(threads)
+            # The rule's own judge at this count, around the one-thread wrapper.
+            reports = rule.judge(torch, got, expected)
+            decided.append([(r.ok, r.max_abs, r.kind) for r in reports])
+            torch.set_num_threads(2)
+    finally:
+        torch.set_num_threads(before)  # type: ignore[arg-type]
+    assert decided[0] == decided[1]
+    assert decided[0][0][0] is (scale == 1.0)
