@@ -193,10 +193,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     data = run(args.rows, args.cols, args.candidate, args.threads)
-    print(f"{data['rows']}x{data['cols']} {data['candidate']}: {data['wall_s']} s, load {data['load']}")
+    print(
+        f"{data['rows']}x{data['cols']} {data['candidate']}: {data['wall_s']} s, load {data['load']}"
+    )
     print(f"  {'step':62} {'self s':>8} {'total s':>8} {'calls':>6}")
     for name, row in data["steps"].items():
-        print(f"  {name:62} {row['self_s']:>8} {row['total_s']:>8} {row['calls']:>6}  {row['each_s']}")
+        print(
+            f"  {name:62} {row['self_s']:>8} {row['total_s']:>8} {row['calls']:>6}  {row['each_s']}"
+        )
     if args.out:
         with open(args.out, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(data) + "\n")

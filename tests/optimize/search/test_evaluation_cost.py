@@ -275,3 +275,138 @@ def test_one_thread_decides_as_the_tasks_count(scale: float) -> None:
         torch.set_num_threads(before)  # type: ignore[arg-type]
     assert decided[0] == decided[1]
     assert decided[0][0][0] is (scale == 1.0)
+
+
+SOFTMAX_REFERENCE = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+SOFTMAX_CANDIDATE = """
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.softmax(x, dim=-1)
+"""
+
+# A reference that writes into its input after reading it: the truth must still be made on
+# the inputs as drawn, and the candidate (which does the same) gets them as drawn too.
+WRITING_REFERENCE = SOFTMAX_REFERENCE.replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        y = torch.softmax(x, dim=-1)\n        x.mul_(3.0)\n        return y",
+)
+WRITING_CANDIDATE = SOFTMAX_CANDIDATE.replace(
+    "        return torch.nn.functional.softmax(x, dim=-1)",
+    "        y = torch.nn.functional.softmax(x, dim=-1)\n        x.mul_(3.0)\n        return y",
+)
+
+
+def _run_recording_the_truth(
+    reference: str, candidate: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """`harness.run_task` in this process, with what each truth saw: whether it was given
+    its inputs, how many sealed input sets were open meanwhile, its inputs' values."""
+    import sys
+
+    from pytest_kernelpro.optimize.sandbox import input_handles
+
+    open_sets: list[object] = []
+    sealed_init, sealed_close = (
+        input_handles.SealedInputs.__init__,
+        input_handles.SealedInputs.close,
+    )
+
+    def opening(self: object, *args: object, **kwargs: object) -> None:
+        sealed_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        open_sets.append(self)
+
+    def closing(self: object) -> None:
+        if self in open_sets:
+            open_sets.remove(self)
+        sealed_close(self)  # type: ignore[arg-type]
+
+    seen: list[dict[str, object]] = []
+    find_truth = measurement.find_truth
+
+    def recording(torch_: object, rule: object, reference_: object, inputs: list, *args: object, **kwargs: object) -> None:  # type: ignore[type-arg]  # fmt: skip
+        seen.append(
+            {
+                "consumed": kwargs.get("consume_inputs", False),
+                "sealed_open": len(open_sets),
+                "inputs": [t.clone() for t in inputs],
+            }
+        )
+        find_truth(torch_, rule, reference_, inputs, *args, **kwargs)  # type: ignore[arg-type]
+        seen[-1]["left"] = len(inputs)
+
+    monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
+    monkeypatch.setattr(input_handles.SealedInputs, "close", closing)
+    monkeypatch.setattr(measurement, "find_truth", recording)
+    task = {
+        "reference": reference,
+        "candidate": candidate,
+        "device": "cpu",
+        "seed": 42,
+        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
+        "cpu_threads": 1,
+    }
+    try:
+        result = harness.run_task(task, lambda phase: None)
+    finally:
+        for name in ("kernelpro_candidate", "kernelpro_reference"):
+            sys.modules.pop(name, None)
+    return result, seen
+
+
+def test_the_workers_truth_takes_its_own_draw_while_no_sealed_set_is_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's first checked call makes the truth before the candidate's sealed inputs
+    exist (one input set fewer at its peak): the truth is given the drawn inputs and drops
+    them once widened; the truth's inputs are the first trial's draw."""
+    from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
+
+    result, seen = _run_recording_the_truth(SOFTMAX_REFERENCE, SOFTMAX_CANDIDATE, monkeypatch)
+    assert result["status"] == "correct", result.get("reason")
+    assert len(seen) == 1
+    assert seen[0]["consumed"] is True
+    assert seen[0]["sealed_open"] == 0
+    assert seen[0]["left"] == 0
+    module = __import__("types").ModuleType("reference_for_the_draw")
+    exec(SOFTMAX_REFERENCE, module.__dict__)
+    drawn = make_inputs(module, 43, "cpu")  # trial 1's seed: the task's + 1
+    assert torch.equal(seen[0]["inputs"][0], drawn[0])  # type: ignore[index]
+
+
+def test_a_reference_writing_its_inputs_leaves_the_workers_truth_the_draw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attack on giving the truth the first call's inputs: a reference that scales its
+    input in place. Its first call runs on a copy, so the truth sees the draw (else its
+    re-run on the scaled inputs would disagree with the reference and no truth would
+    decide), and a candidate doing what the problem does passes."""
+    result, seen = _run_recording_the_truth(WRITING_REFERENCE, WRITING_CANDIDATE, monkeypatch)
+    assert result["status"] == "correct", result.get("reason")
+    accuracy = result["correctness"]["accuracy"]  # type: ignore[index]
+    assert accuracy["truth"]["skipped"] is None, accuracy  # type: ignore[index]
+    assert accuracy["factor"] is not None, accuracy  # type: ignore[index]
+    module = __import__("types").ModuleType("reference_for_the_draw")
+    exec(WRITING_REFERENCE, module.__dict__)
+    drawn = measurement.make_inputs(module, 43, "cpu")
+    assert torch.equal(seen[0]["inputs"][0], drawn[0])  # type: ignore[index]

@@ -175,7 +175,8 @@ def test_the_judges_first_output_draws_its_inputs_once() -> None:
         measurement.make_inputs = make  # type: ignore[assignment]
         sys.modules.pop("kernelpro_reference", None)
     assert drawn == [TASK["seed"] + 1, TASK["seed"] + 2]
-    assert ref.rule.truth is not None and ref.rule.truth.available
+    assert ref.rule.truth is not None
+    assert ref.rule.truth.available
 
 
 WRITES_ITS_INPUT = REFERENCE.replace(
@@ -203,8 +204,10 @@ def test_a_reference_writing_its_inputs_gives_the_judge_the_truth_of_the_drawn_o
     finally:
         sys.modules.pop("kernelpro_reference", None)
     judged, drawn = ref.rule.truth, fresh.truth
-    assert judged is not None and drawn is not None
-    assert judged.available and drawn.available, (judged.skipped, drawn.skipped)
+    assert judged is not None
+    assert drawn is not None
+    assert judged.available, judged.skipped
+    assert drawn.available, drawn.skipped
     a, b = (next(iter(t.leaves.values())) for t in (judged, drawn))
     assert a.reference_error_norm == b.reference_error_norm
     assert a.reference_error_max == b.reference_error_max
