@@ -314,6 +314,9 @@ class _Pipeline:
             del out
         finally:
             inputs.close()
+            # Its read-only mapping goes too: closing the descriptors leaves the pages mapped
+            # while a tensor views them, and the worker waits for the judge holding nothing.
+            del inputs
         if handed is not None:
             self.await_judge(handed)
         return found

@@ -410,3 +410,49 @@ def test_a_reference_writing_its_inputs_leaves_the_workers_truth_the_draw(
     exec(WRITING_REFERENCE, module.__dict__)
     drawn = measurement.make_inputs(module, 43, "cpu")
     assert torch.equal(seen[0]["inputs"][0], drawn[0])  # type: ignore[index]
+
+
+def test_the_worker_waits_for_the_judge_holding_no_sealed_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the judge checks an output, the worker's memory is the judge's to use: every
+    sealed input set's mapping is gone by then (closing its descriptors alone would leave the
+    pages mapped while a tensor views them)."""
+    import gc
+    import sys
+    import weakref
+
+    from pytest_kernelpro.optimize.sandbox import input_handles
+
+    views: list[weakref.ref[object]] = []
+    sealed_init = input_handles.SealedInputs.__init__
+
+    def opening(self: input_handles.SealedInputs, *args: object, **kwargs: object) -> None:
+        sealed_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        views.extend(weakref.ref(v) for v in self.values if isinstance(v, torch.Tensor))
+
+    alive_at_wait: list[int] = []
+
+    def waiting(self: object, name: str) -> None:
+        gc.collect()
+        alive_at_wait.append(sum(ref() is not None for ref in views))
+
+    monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
+    monkeypatch.setattr(harness._Pipeline, "save_output", lambda self, label, out: label)
+    monkeypatch.setattr(harness._Pipeline, "await_judge", waiting)
+    task = {
+        "reference": SOFTMAX_REFERENCE,
+        "candidate": SOFTMAX_CANDIDATE,
+        "device": "cpu",
+        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
+        "cpu_threads": 1,
+    }
+    try:
+        result = harness.run_task(task, lambda phase: None)
+    finally:
+        for name in ("kernelpro_candidate", "kernelpro_reference"):
+            sys.modules.pop(name, None)
+    assert result["status"] == "correct", result.get("reason")
+    assert len(alive_at_wait) >= 5  # three trials, the in-place call, the call after timing
+    assert views  # the inputs were sealed
+    assert alive_at_wait == [0] * len(alive_at_wait)
