@@ -189,7 +189,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=4096)
     parser.add_argument("--cols", type=int, default=32768)
     parser.add_argument("--candidate", choices=sorted(CANDIDATES), default="functional")
-    parser.add_argument("--threads", type=int, default=2)
+    # The optimizer's CPU tasks run on the gate's thread policy: one thread unless the user
+    # sets kernelpro_cpu_threads (`optimize/loop/compose.py`).
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     data = run(args.rows, args.cols, args.candidate, args.threads)

@@ -120,7 +120,9 @@ def one_thread(torch: Any) -> Iterator[None]:
     machine whose cores are shared (the worker and the judge beside it, the session, other
     jobs) a thread that is descheduled stalls it for a time slice: with two threads on two
     busy cores these passes ran several times slower than on one
-    (bench/results/2026-12-05-optimizer-memory6-cpu.md). One thread changes no verdict (the
+    (bench/results/2026-12-05-optimizer-memory6-cpu.md). A CPU task runs on one thread
+    unless the user sets `kernelpro_cpu_threads`: this matters where they did, and on a
+    task given more threads. One thread changes no verdict (the
     same elements, the same bounds; only float64 sums of squares may round in another
     order) and does not touch the candidate's calls or the timing, which keep the task's
     count. On a CUDA problem the passes run on the device: this only sets a host count."""
