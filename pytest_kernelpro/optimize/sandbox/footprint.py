@@ -15,7 +15,8 @@ what they do not need was removed (the right column says what changed).
 
 | where | held at that moment | copies | rule / what changed |
 |---|---|---|---|
-| worker, trial 1 | sealed inputs (one read-only set for the reference and the candidate, `input_handles.py`), the reference's output, its float64 re-run (widened inputs 2I, output 2O), reference - truth in float32 | 3I + 4O | the correctness rule's truth (`measure.output_rule`); the first call's writable copy is dropped before the truth widens |
+| worker, trial 1, the truth | the reference's output, its float64 re-run (widened inputs 2I, output 2O); then reference - truth in float32 beside the re-run's output | 2I + 3O, then 4O | the correctness rule's truth (`measure.output_rule`), made before the candidate's sealed inputs exist (`harness._Pipeline.first_reference`): the reference's first call runs on a copy of a draw that the truth takes and drops once widened, and the candidate's inputs are drawn again from the same seed and sealed after (was 3I + 4O: the sealed inputs held through the truth) |
+| worker, trial 1, the candidate | sealed inputs (one read-only set, `input_handles.py`), the reference's output, reference - truth, the candidate's output | I + 3O | the truth's comparison of the first call |
 | judge, trial 1's output (the worker waits) | the handed-over output (in memory since the worker handed it over), the reference's output, its float64 re-run (2I + 2O); then reference - truth beside the re-run's output | 2I + 4O, then 5O | outputs checked in a process the candidate never ran in; the judge's own inputs are given to the truth, which drops them once widened (`run_truth(consume_inputs=True)`; was 3I + 5O) |
 | worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks | I + 3O | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
 | judge, later outputs | its inputs, the reference's output, the handed-over output | I + 2O | each dropped before the next is asked for (`handles.stream_outputs`) |
@@ -27,11 +28,11 @@ Comparison temporaries on a GPU (chunks of at most a 32nd of the output) and the
 allocator's rounding: `TEMPORARIES` of O. The estimate takes the table's copies and a
 two fifths more (`HEADROOM`: the measured peaks passed the table by up to 28%).
 
-So the peak is the largest of the worker's truth for its first trial, its timing and the
-judge's truth: 3I + 4O, 4I + 2O or 5O (3.5x the footprint where I = O: a softmax; the judge's
-5O where the output is more than twice the inputs). `estimate` gives it for the problem's own
-I and O, the timing's inputs counted at 4I whatever their width (an estimate that refuses
-should err high).
+So the peak is the largest of the judge's truth, the worker's timing and the worker's truth
+for its first trial: 2I + 4O, 4I + 2O (3.25I + 2O for float32 inputs), 5O or 2I + 3O (3x the
+footprint where I = O: a softmax; the judge's 5O where the output is more than twice the
+inputs). `estimate` gives it for the problem's own I and O, the timing's inputs counted at 4I
+whatever their width (an estimate that refuses should err high).
 
 Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
 (`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
@@ -50,10 +51,14 @@ kill the worker; the GPU's free memory, where the allocator would fail) the eval
 refused up front with both numbers and which memory does not fit, instead of every
 candidate dying "out of memory". Held to it by `tests/optimize/search/test_evaluation_memory.py`
 (an evaluation's measured peak above a tiny problem's stays within `estimate`), measured in
-`bench/results/2026-12-05-optimizer-memory4-cpu.md`.
+`bench/results/2026-12-05-optimizer-memory6-cpu.md`.
 
-Below 3x the footprint needs the worker's first trial to hold less: its sealed inputs stay
-for the candidate's own first call while the reference's float64 truth (2I + 2O) is made.
+Below 3x the footprint (with the interpreters) needs the judge's truth to hold less: its
+float64 re-run (2I + 2O) runs beside the reference's output and the handed-over output it
+will compare, and `measure.correctness_check.run_truth` takes the reference's output before
+the re-run, so the judge cannot make that output after the re-run has dropped its widened
+inputs (which would be 2I + 3O). The worker's timing (`measure.timing.fresh_inputs`) holds as
+much.
 
 A problem the meta device cannot run (an op without a meta kernel, inputs made with numpy)
 has no estimate: it is evaluated, and the watchdog still bounds it.
@@ -85,7 +90,7 @@ class Peak:
 # CUDA problem these copies are in device memory.
 PEAKS = (
     Peak(4, 2, "the worker's timing phase"),
-    Peak(3, 4, "the worker's truth for the first trial"),
+    Peak(2, 3, "the worker's truth for the first trial"),
     Peak(2, 4, "the judge's truth for the first output"),
     Peak(0, 5, "the judge's truth measured against the first output's reference"),
 )

@@ -122,16 +122,18 @@ class _Pipeline:
             torch.cuda.synchronize(self.device)
 
     def run_reference(
-        self, args: list[Any], pristine: list[Any] | None = None
+        self, args: list[Any], pristine: list[Any] | None = None, *, consume: bool = False
     ) -> tuple[Any, bool, bool]:
         """Reference output, and whether it modified or aliased its inputs.
 
         Whether it modifies its inputs is found on its first call (against `pristine`, equal
         to `args` and untouched by the call, else a copy of `args` taken before it; the truth
         re-runs on it too) and kept: later calls hold no copy, so a checked call holds two
-        input sets and two outputs at most (`check_call`)."""
+        input sets and two outputs at most (`check_call`). `consume`: `pristine` is a list
+        the caller gives away, emptied once the truth has widened it (`first_reference`)."""
         first = self._ref_modifies is None or not self._precision_known
         before = pristine if pristine is not None or not first else clone_inputs(torch, args)
+        del pristine
         attempts: list[Any] = []  # the inputs of each call
         given = [args]  # dropped once the call is done (the names below hold nothing)
         del args
@@ -174,8 +176,22 @@ class _Pipeline:
                 out,
                 self.device,
                 reference_s=reference_s,
+                consume_inputs=consume,
             )
         return out, self._ref_modifies, aliases
+
+    def first_reference(self, make: Callable[[], list[Any]]) -> tuple[Any, bool, bool]:
+        """The reference's first call (`run_reference`: its reduced precision, whether it
+        writes or aliases its inputs, the float64 truth) on inputs that nothing else holds:
+        the call runs on a copy and the truth takes the drawn set and drops it once widened.
+        The float64 re-run then holds its widened inputs and output beside the reference's
+        output only (2I + 3O), not also a set kept for the candidate; the caller draws the
+        candidate's inputs again from the same seed (the maker is seeded: the judge and the
+        cache check draw them again too)."""
+        drawn = make()
+        given = [drawn]  # the truth's list: emptied in place once widened
+        del drawn
+        return self.run_reference(clone_inputs(torch, given[0]), pristine=given.pop(), consume=True)
 
     def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
         """Candidate output (and a copy taken on the current stream before any device
@@ -232,9 +248,10 @@ class _Pipeline:
 
         The inputs are sealed once (`input_handles.SealedInputs`) and the maker's tensors
         dropped: the reference and the candidate read the same read-only pages, no copy
-        each (a reference that writes its inputs, and so the candidate, get copies). A
-        checked call holds one input set and two outputs at most, and the float64 truth on
-        the first call.
+        each (a reference that writes its inputs, and so the candidate, get copies); the
+        first call's reference runs before they exist, on a draw of the same seed that its
+        truth takes (`first_reference`). A checked call holds one input set and two outputs
+        at most, and the float64 truth on the first call.
 
         `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
         other inputs: a candidate that returns an earlier output where the reference's
@@ -245,15 +262,21 @@ class _Pipeline:
         `reference_may_raise`: an exception of the reference (a shape the problem does not
         accept) is raised as `ReferenceRaised`, before the candidate runs.
         """
+        truth_pending = not self._precision_known
+        if truth_pending:
+            # The reference's first call and its truth before the candidate's inputs exist
+            # (`first_reference`): one input set fewer at the worker's peak.
+            ref_out, ref_modifies, ref_aliases = self.first_reference(make)
         inputs = SealedInputs(torch, make(), label=judge.output_name(label) or "shape")
         try:
             try:
-                # Its first call runs on a copy: whether the reference writes its inputs is
-                # not known yet (`run_reference` compares the copy with the sealed inputs).
-                ref_out, ref_modifies, ref_aliases = self.run_reference(
-                    inputs.values if self._ref_modifies is False else inputs.writable(),
-                    pristine=inputs.values,
-                )
+                if not truth_pending:
+                    # A reference not known to leave its inputs alone runs on a copy
+                    # (`run_reference` compares the copy with the sealed inputs).
+                    ref_out, ref_modifies, ref_aliases = self.run_reference(
+                        inputs.values if self._ref_modifies is False else inputs.writable(),
+                        pristine=inputs.values,
+                    )
             except Exception as exc:
                 if reference_may_raise:
                     raise ReferenceRaised(label) from exc
@@ -292,6 +315,9 @@ class _Pipeline:
             del out
         finally:
             inputs.close()
+            # Its read-only mapping goes too: closing the descriptors leaves the pages mapped
+            # while a tensor views them, and the worker waits for the judge holding nothing.
+            del inputs
         if handed is not None:
             self.await_judge(handed)
         return found

@@ -118,12 +118,22 @@ class _Reference:
 
         import torch
 
+        from pytest_kernelpro.measure.correctness_check import clone_inputs
         from pytest_kernelpro.optimize.sandbox.checks import flatten
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
+        truth_now = self._calls == 0 and truth
+        # The truth's inputs: made once, the call running on a copy (a reference may write
+        # its inputs), instead of made again by the maker after the call (a copy is a
+        # fraction of a large input's random draw). Held beside the call's copy and output
+        # (2I + O), below the truth's own peak.
+        kept = [self.inputs(seed)] if truth_now else []
+
         def call() -> Any:
+            args = clone_inputs(torch, kept[0]) if kept else self.inputs(seed)
             with torch.no_grad():
-                out = self.model(*self.inputs(seed))
+                out = self.model(*args)
+            del args
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             return out
@@ -133,15 +143,15 @@ class _Reference:
         leaves = flatten(out)
         if self._calls == 0:
             self.rule.reduced = reduced
-        if self._calls == 0 and truth:
-            # The inputs are made again and given away: the truth drops them once widened,
-            # so the float64 re-run holds one input set fewer (they are the judge's own; the
+        if truth_now:
+            # The kept inputs are given away: the truth drops them once widened, so the
+            # float64 re-run holds one input set fewer (they are the judge's own; the
             # worker's are not touched).
             find_truth(
                 torch,
                 self.rule,
                 self.model,
-                self.inputs(seed),
+                kept.pop(),
                 leaves,
                 self.device,
                 reference_s=time.perf_counter() - started,

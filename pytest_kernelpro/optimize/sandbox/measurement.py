@@ -33,11 +33,12 @@ timer.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +109,33 @@ def new_rule(task: Mapping[str, Any]) -> CorrectnessRule:
     return CorrectnessRule(rtol=task.get("rtol"), atol=task.get("atol"))
 
 
+@contextlib.contextmanager
+def one_thread(torch: Any) -> Iterator[None]:
+    """The correctness rule's passes on one CPU thread, the process's count restored after.
+
+    The rule's passes over an output (`measure.output_rule`: the truth's reference error, the
+    comparison with the truth, the tolerance and information passes) are chunks of at most
+    `CPU_COMPARE_CHUNK` elements, about twenty elementwise ops each: thousands of short
+    parallel regions for a large output. Each region waits for its slowest thread, and on a
+    machine whose cores are shared (the worker and the judge beside it, the session, other
+    jobs) a thread that is descheduled stalls it for a time slice: with two threads on two
+    busy cores these passes ran several times slower than on one
+    (bench/results/2026-12-05-optimizer-memory6-cpu.md). A CPU task runs on one thread
+    unless the user sets `kernelpro_cpu_threads`: this matters where they did, and on a
+    task given more threads. One thread changes no verdict (the
+    same elements, the same bounds; only float64 sums of squares may round in another
+    order) and does not touch the candidate's calls or the timing, which keep the task's
+    count. On a CUDA problem the passes run on the device: this only sets a host count."""
+    before = torch.get_num_threads()
+    if before > 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if before > 1 and torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
 def find_truth(
     torch: Any,
     rule: CorrectnessRule,
@@ -123,9 +151,13 @@ def find_truth(
     """Re-run `reference` on `inputs` in higher precision (`measure.correctness_check.run_truth`) for the
     comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
     run), and decides that call and calibrates the later ones by it. `consume_inputs`:
-    `inputs` is a list only this call holds, emptied once widened (the judge's)."""
-    rule.set_truth(
-        run_truth(
+    `inputs` is a list only this call holds, emptied once widened (the judge's). On one CPU
+    thread (`one_thread`): its reference-error pass is the rule's chunked work; the float64
+    re-run inside it takes one thread too (the softmax's re-run was under a fifth of the
+    truth's time on two threads, bench/results/2026-12-05-optimizer-memory6-cpu.md; a
+    compute-bound reference's re-run may take up to twice as long on a quiet machine)."""
+    with one_thread(torch):
+        truth = run_truth(
             torch,
             reference,
             inputs,
@@ -135,7 +167,7 @@ def find_truth(
             arrange=arrange,
             consume_inputs=consume_inputs,
         )
-    )
+    rule.set_truth(truth)
 
 
 @dataclass(frozen=True)
@@ -172,14 +204,16 @@ def verdict(
     reduced: str | None = None,
 ) -> OutputsVerdict:
     """The candidate's output `got` against the reference's `expected`, by the gate's rule
-    (a `CorrectnessRule`, or a task: its rtol/atol and the dtype rule relaxed by `reduced`)."""
+    (a `CorrectnessRule`, or a task: its rtol/atol and the dtype rule relaxed by `reduced`),
+    on one CPU thread (`one_thread`)."""
     if not isinstance(rule, CorrectnessRule):
         task = rule
         rule = new_rule(task)
         rule.reduced = reduced
-    reports = identical_reports(torch, got, expected, rule)
-    if reports is None:
-        reports = tuple(rule.judge(torch, got, expected))
+    with one_thread(torch):
+        reports = identical_reports(torch, got, expected, rule)
+        if reports is None:
+            reports = tuple(rule.judge(torch, got, expected))
     failed = [r for r in reports if not r.ok]
     worst = failed[0] if failed else max(reports, key=lambda r: r.worst_ratio, default=None)
     return OutputsVerdict(

@@ -202,3 +202,257 @@ def test_finite_chunks_on_the_cpu_give_the_general_passs_table(
     assert torch.equal(fast[0], torch.stack([row for row, _ in full]))
     assert fast[1].tolist() == [int(best) + lo for (_, best), lo in zip(full, steps, strict=True)]
     assert fast[0][:, 3].sum() > 0  # elements over the tolerance in the finite chunks too
+
+
+def _thread_count_kept(threads: int) -> object:
+    """Set the process's count for a test and give it back after (the suite shares it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    return before
+
+
+def test_the_rules_passes_run_on_one_thread_and_the_count_comes_back() -> None:
+    """The truth and the verdict see one CPU thread (`measurement.one_thread`); the count the
+    task set (the candidate's calls and the timing use it) is back after each, also after the
+    rule raised."""
+    seen: list[int] = []
+
+    def recording_softmax(x: object) -> object:
+        seen.append(torch.get_num_threads())
+        return _softmax(x)
+
+    before = _thread_count_kept(2)
+    try:
+        x = torch.randn(8, 64, generator=torch.Generator().manual_seed(3))
+        rule = measurement.new_rule({})
+        expected = _softmax(x)
+        measurement.find_truth(torch, rule, recording_softmax, [x], expected, "cpu")
+        assert seen == [1]
+        assert torch.get_num_threads() == 2
+        judged = rule.judge
+
+        def recording_judge(*args: object) -> object:
+            seen.append(torch.get_num_threads())
+            return judged(*args)
+
+        rule.judge = recording_judge  # type: ignore[method-assign]
+        assert measurement.verdict(torch, expected.clone(), expected, rule).ok  # type: ignore[attr-defined]
+        assert seen == [1, 1]
+        assert torch.get_num_threads() == 2
+
+        def raising_judge(*args: object) -> object:
+            raise RuntimeError("the rule failed")
+
+        rule.judge = raising_judge  # type: ignore[method-assign]
+        with pytest.raises(RuntimeError, match="the rule failed"):
+            measurement.verdict(torch, expected * 2, expected, rule)  # type: ignore[operator]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("scale", [1.0, 1.0 + 1e-6, 1.0 + 1e-3])
+def test_one_thread_decides_as_the_tasks_count(scale: float) -> None:
+    """The same verdict and largest error on one thread as on two: an honest output, one a
+    hair off and one plainly wrong (the rule's bounds do not depend on the count; the
+    messages' figures from float64 sums may differ in their last digits, as the sums are
+    taken in another order)."""
+    x = torch.randn(64, 4096, generator=torch.Generator().manual_seed(4))
+    expected = _softmax(x)
+    got = expected * scale  # type: ignore[operator]
+    decided = []
+    before = _thread_count_kept(2)
+    try:
+        for threads in (1, 2):
+            rule = measurement.new_rule({})
+            measurement.find_truth(torch, rule, _softmax, [x], expected, "cpu")
+            torch.set_num_threads(threads)
+            # The rule's own judge at this count, around the one-thread wrapper.
+            reports = rule.judge(torch, got, expected)
+            decided.append([(r.ok, r.max_abs, r.kind) for r in reports])
+            torch.set_num_threads(2)
+    finally:
+        torch.set_num_threads(before)  # type: ignore[arg-type]
+    assert decided[0] == decided[1]
+    assert decided[0][0][0] is (scale == 1.0)
+
+
+SOFTMAX_REFERENCE = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+SOFTMAX_CANDIDATE = """
+import torch
+from torch import nn
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return torch.nn.functional.softmax(x, dim=-1)
+"""
+
+# A reference that writes into its input after reading it: the truth must still be made on
+# the inputs as drawn, and the candidate (which does the same) gets them as drawn too.
+WRITING_REFERENCE = SOFTMAX_REFERENCE.replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        y = torch.softmax(x, dim=-1)\n        x.mul_(3.0)\n        return y",
+)
+WRITING_CANDIDATE = SOFTMAX_CANDIDATE.replace(
+    "        return torch.nn.functional.softmax(x, dim=-1)",
+    "        y = torch.nn.functional.softmax(x, dim=-1)\n        x.mul_(3.0)\n        return y",
+)
+
+
+def _run_recording_the_truth(
+    reference: str, candidate: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[dict[str, object], list[dict[str, object]]]:
+    """`harness.run_task` in this process, with what each truth saw: whether it was given
+    its inputs, how many sealed input sets were open meanwhile, its inputs' values."""
+    import sys
+
+    from pytest_kernelpro.optimize.sandbox import input_handles
+
+    open_sets: list[object] = []
+    sealed_init, sealed_close = (
+        input_handles.SealedInputs.__init__,
+        input_handles.SealedInputs.close,
+    )
+
+    def opening(self: object, *args: object, **kwargs: object) -> None:
+        sealed_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        open_sets.append(self)
+
+    def closing(self: object) -> None:
+        if self in open_sets:
+            open_sets.remove(self)
+        sealed_close(self)  # type: ignore[arg-type]
+
+    seen: list[dict[str, object]] = []
+    find_truth = measurement.find_truth
+
+    def recording(torch_: object, rule: object, reference_: object, inputs: list, *args: object, **kwargs: object) -> None:  # type: ignore[type-arg]  # fmt: skip
+        seen.append(
+            {
+                "consumed": kwargs.get("consume_inputs", False),
+                "sealed_open": len(open_sets),
+                "inputs": [t.clone() for t in inputs],
+            }
+        )
+        find_truth(torch_, rule, reference_, inputs, *args, **kwargs)  # type: ignore[arg-type]
+        seen[-1]["left"] = len(inputs)
+
+    monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
+    monkeypatch.setattr(input_handles.SealedInputs, "close", closing)
+    monkeypatch.setattr(measurement, "find_truth", recording)
+    task = {
+        "reference": reference,
+        "candidate": candidate,
+        "device": "cpu",
+        "seed": 42,
+        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
+        "cpu_threads": 1,
+    }
+    try:
+        result = harness.run_task(task, lambda phase: None)
+    finally:
+        for name in ("kernelpro_candidate", "kernelpro_reference"):
+            sys.modules.pop(name, None)
+    return result, seen
+
+
+def test_the_workers_truth_takes_its_own_draw_while_no_sealed_set_is_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker's first checked call makes the truth before the candidate's sealed inputs
+    exist (one input set fewer at its peak): the truth is given the drawn inputs and drops
+    them once widened; the truth's inputs are the first trial's draw."""
+    from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
+
+    result, seen = _run_recording_the_truth(SOFTMAX_REFERENCE, SOFTMAX_CANDIDATE, monkeypatch)
+    assert result["status"] == "correct", result.get("reason")
+    assert len(seen) == 1
+    assert seen[0]["consumed"] is True
+    assert seen[0]["sealed_open"] == 0
+    assert seen[0]["left"] == 0
+    module = __import__("types").ModuleType("reference_for_the_draw")
+    exec(SOFTMAX_REFERENCE, module.__dict__)
+    drawn = make_inputs(module, 43, "cpu")  # trial 1's seed: the task's + 1
+    assert torch.equal(seen[0]["inputs"][0], drawn[0])  # type: ignore[index]
+
+
+def test_a_reference_writing_its_inputs_leaves_the_workers_truth_the_draw(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attack on giving the truth the first call's inputs: a reference that scales its
+    input in place. Its first call runs on a copy, so the truth sees the draw (else its
+    re-run on the scaled inputs would disagree with the reference and no truth would
+    decide), and a candidate doing what the problem does passes."""
+    result, seen = _run_recording_the_truth(WRITING_REFERENCE, WRITING_CANDIDATE, monkeypatch)
+    assert result["status"] == "correct", result.get("reason")
+    accuracy = result["correctness"]["accuracy"]  # type: ignore[index]
+    assert accuracy["truth"]["skipped"] is None, accuracy  # type: ignore[index]
+    assert accuracy["factor"] is not None, accuracy  # type: ignore[index]
+    module = __import__("types").ModuleType("reference_for_the_draw")
+    exec(WRITING_REFERENCE, module.__dict__)
+    drawn = measurement.make_inputs(module, 43, "cpu")
+    assert torch.equal(seen[0]["inputs"][0], drawn[0])  # type: ignore[index]
+
+
+def test_the_worker_waits_for_the_judge_holding_no_sealed_input(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the judge checks an output, the worker's memory is the judge's to use: every
+    sealed input set's mapping is gone by then (closing its descriptors alone would leave the
+    pages mapped while a tensor views them)."""
+    import gc
+    import sys
+    import weakref
+
+    from pytest_kernelpro.optimize.sandbox import input_handles
+
+    views: list[weakref.ref[object]] = []
+    sealed_init = input_handles.SealedInputs.__init__
+
+    def opening(self: input_handles.SealedInputs, *args: object, **kwargs: object) -> None:
+        sealed_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        views.extend(weakref.ref(v) for v in self.values if isinstance(v, torch.Tensor))
+
+    alive_at_wait: list[int] = []
+
+    def waiting(self: object, name: str) -> None:
+        gc.collect()
+        alive_at_wait.append(sum(ref() is not None for ref in views))
+
+    monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
+    monkeypatch.setattr(harness._Pipeline, "save_output", lambda self, label, out: label)
+    monkeypatch.setattr(harness._Pipeline, "await_judge", waiting)
+    task = {
+        "reference": SOFTMAX_REFERENCE,
+        "candidate": SOFTMAX_CANDIDATE,
+        "device": "cpu",
+        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
+        "cpu_threads": 1,
+    }
+    try:
+        result = harness.run_task(task, lambda phase: None)
+    finally:
+        for name in ("kernelpro_candidate", "kernelpro_reference"):
+            sys.modules.pop(name, None)
+    assert result["status"] == "correct", result.get("reason")
+    assert len(alive_at_wait) >= 5  # three trials, the in-place call, the call after timing
+    assert views  # the inputs were sealed
+    assert alive_at_wait == [0] * len(alive_at_wait)

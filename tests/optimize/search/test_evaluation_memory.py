@@ -35,10 +35,17 @@ FAST = {
 
 
 def test_the_estimate_is_the_larger_peak_for_the_problems_own_inputs_and_output() -> None:
-    same = footprint.Footprint(MiB, MiB)  # a softmax: the worker's truth for its first trial
-    assert same.peak().where == "the worker's truth for the first trial"
-    copies = footprint.HEADROOM * (3 + 4 + footprint.TEMPORARIES)
+    same = footprint.Footprint(MiB, MiB)  # a softmax: the timing and the judge's truth alike
+    assert same.peak().where == "the worker's timing phase"
+    copies = footprint.HEADROOM * (4 + 2 + footprint.TEMPORARIES)
     assert same.estimate() == int(copies * MiB) + footprint.FIXED_BYTES
+    judge_truth = next(p for p in footprint.PEAKS if p.where.startswith("the judge's truth for"))
+    assert judge_truth.bytes_for(MiB, MiB) == same.peak().bytes_for(MiB, MiB)
+    # The worker's truth for its first trial (2I + 3O) is under both: its sealed inputs are
+    # made after it.
+    worker_truth = next(p for p in footprint.PEAKS if p.where.startswith("the worker's truth"))
+    assert (worker_truth.inputs, worker_truth.outputs) == (2, 3)
+    assert worker_truth.bytes_for(MiB, MiB) < same.peak().bytes_for(MiB, MiB)
     wide_output = footprint.Footprint(MiB, 64 * MiB)  # an outer product: the judge's truth
     assert wide_output.peak().where == (
         "the judge's truth measured against the first output's reference"
@@ -73,9 +80,10 @@ def test_a_cuda_problem_is_held_to_its_gpus_memory_not_the_host_limit() -> None:
     assert host == int(footprint.HEADROOM * 1.25 * 6 * 2**30) + footprint.CUDA_HOST_FIXED_BYTES
     assert host < H100_HOST_LIMIT_MB * MiB / 4  # 13.4 GiB: the host limit is not what binds
     device = SOFTMAX_23.device_estimate()
-    # The worker's truth for its first trial (3I + 4O) is the peak; the timing's copies fell
-    # to 4I + 2O, so it fits an H100 (it was refused on one at 5I + 4O).
-    assert device == int(footprint.HEADROOM * (3 + 4.25) * 6 * 2**30) + 2 * 2**30
+    # The timing's copies (4I + 2O) and the judge's truth (2I + 4O) are the peak; the
+    # worker's truth for its first trial fell to 2I + 3O (was 3I + 4O): it fits an H100 (it
+    # was refused on one at 5I + 4O).
+    assert device == int(footprint.HEADROOM * (4 + 2.25) * 6 * 2**30) + 2 * 2**30
     for free_gib, total_gib in ((139, 140), (78, 79)):  # an H200, an H100
         gpu = (free_gib * 2**30, total_gib * 2**30)
         assert footprint.refusal("23_Softmax", SOFTMAX_23, H100_HOST_LIMIT_MB, gpu) is None

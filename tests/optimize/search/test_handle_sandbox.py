@@ -228,15 +228,15 @@ def test_a_problem_too_large_is_refused_before_any_worker_with_the_numbers() -> 
         evaluator.close()
     text = str(caught.value)
     # Input 8192x4096 and output 8192x4096, fp32: 128 MiB each; the peak is the worker's
-    # truth for its first trial (3 inputs, 4.25 outputs, two fifths more) and the fixed
-    # 928 MiB (the worker's and the judge's interpreters): 1.27 + 0.91 GiB.
+    # timing (4 inputs, 2.25 outputs, two fifths more) and the fixed 928 MiB (the worker's
+    # and the judge's interpreters): 1.09 + 0.91 GiB.
     assert "'big_softmax' is too large" in text
     assert "one call's inputs take 0.12 GiB and its output 0.12 GiB (in host memory)" in text
     assert (
-        "holds up to 2.17 GiB of host memory at its peak (the worker's truth for the first "
-        "trial: 3 copies of the inputs" in text
+        "holds up to 2.00 GiB of host memory at its peak (the worker's timing phase: 4 copies "
+        "of the inputs" in text
     )
-    assert "4.25 of the output, two fifths more for what the table misses, and 0.91 GiB" in text
+    assert "2.25 of the output, two fifths more for what the table misses, and 0.91 GiB" in text
     assert "memory limit is 0.50 GiB" in text
 
 

@@ -152,3 +152,62 @@ def test_the_judges_truth_drops_its_inputs_once_widened_and_decides_alike() -> N
     a, b = (next(iter(t.leaves.values())) for t in truths)
     assert torch.equal(a.difference, b.difference)
     assert a.reference_error_norm == b.reference_error_norm
+
+
+def test_the_judges_first_output_draws_its_inputs_once() -> None:
+    """The truth takes the inputs the judge drew for its first call (the call ran on a copy),
+    instead of drawing them again: one draw for the first output, one for each later."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    drawn: list[int] = []
+    make = measurement.make_inputs
+
+    def counting(module: Any, seed: int, device: Any) -> list[Any]:
+        drawn.append(seed)
+        return make(module, seed, device)
+
+    ref = judge._Reference(TASK)
+    measurement.make_inputs = counting  # type: ignore[assignment]
+    try:
+        ref.output(TASK["seed"] + 1)
+        ref.output(TASK["seed"] + 2)
+    finally:
+        measurement.make_inputs = make  # type: ignore[assignment]
+        sys.modules.pop("kernelpro_reference", None)
+    assert drawn == [TASK["seed"] + 1, TASK["seed"] + 2]
+    assert ref.rule.truth is not None
+    assert ref.rule.truth.available
+
+
+WRITES_ITS_INPUT = REFERENCE.replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        y = torch.softmax(x, dim=-1)\n        x.mul_(3.0)\n        return y",
+)
+
+
+def test_a_reference_writing_its_inputs_gives_the_judge_the_truth_of_the_drawn_ones() -> None:
+    """The attack on keeping the first call's inputs: a reference that scales its input in
+    place would hand the truth changed inputs (its float64 re-run would then differ from the
+    reference's output and no truth, or a wrong one, would decide). The call runs on a copy,
+    so the truth is made on the inputs as drawn: the same as on a fresh draw."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+    from pytest_kernelpro.optimize.sandbox.checks import flatten
+
+    task = dict(TASK, reference=WRITES_ITS_INPUT)
+    ref = judge._Reference(task)
+    try:
+        out = ref.output(task["seed"] + 1)
+        fresh = measurement.new_rule(task)
+        measurement.find_truth(
+            torch, fresh, ref.model, ref.inputs(task["seed"] + 1), out, ref.device, arrange=flatten
+        )
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    judged, drawn = ref.rule.truth, fresh.truth
+    assert judged is not None
+    assert drawn is not None
+    assert judged.available, judged.skipped
+    assert drawn.available, drawn.skipped
+    a, b = (next(iter(t.leaves.values())) for t in (judged, drawn))
+    assert a.reference_error_norm == b.reference_error_norm
+    assert a.reference_error_max == b.reference_error_max
