@@ -1,6 +1,7 @@
-"""Where one evaluation's checks phase spends its seconds, step by step, on the CPU.
+"""Where one evaluation's checks phase spends its seconds, step by step, on the CPU or a GPU.
 
     python bench/optimizer_checks_split.py --rows 4096 --cols 32768 --candidate functional
+    python bench/optimizer_checks_split.py --device cuda --rows 4096 --cols 393216  # 23_Softmax
 
 Runs the worker's checks (`harness._Pipeline`: the correctness trials, the in-place call, the
 second shape and the call after timing; not the timing itself) in this process on a softmax
@@ -65,6 +66,9 @@ class Steps:
         self.each: dict[str, list[float]] = defaultdict(list)
         self._stack: list[list[float]] = []
         self.side = "worker"
+        # On a GPU a step's work may still run when its call returns: each step ends with a
+        # synchronize, so its seconds are its own and not the next step's.
+        self.synchronize: Any = None
 
     @contextlib.contextmanager
     def step(self, name: str) -> Iterator[None]:
@@ -74,6 +78,8 @@ class Steps:
         try:
             yield
         finally:
+            if self.synchronize is not None:
+                self.synchronize()
             spent = time.perf_counter() - started
             inner = self._stack.pop()[0]
             if self._stack:
@@ -126,12 +132,14 @@ def _handed_copy(torch: Any, name: str, leaf: Any) -> Any:
         os.close(fd)
 
 
-def run(rows: int, cols: int, candidate: str, threads: int) -> dict[str, Any]:
+def run(rows: int, cols: int, candidate: str, threads: int, device: str) -> dict[str, Any]:
     import torch
 
     from pytest_kernelpro.optimize.sandbox import checks, harness, judge, measurement
 
     steps = Steps()
+    if device.startswith("cuda"):
+        steps.synchronize = torch.cuda.synchronize
     instrument(steps)
     reference = PROBLEM.format(rows=rows, cols=cols)
     body = CANDIDATES[candidate]
@@ -139,7 +147,7 @@ def run(rows: int, cols: int, candidate: str, threads: int) -> dict[str, Any]:
         "import torch\nfrom torch import nn\n\n\nclass ModelNew(nn.Module):\n"
         f"    def forward(self, x):\n        {body}\n"
     )
-    task = {"reference": reference, "candidate": source, "device": "cpu", "seed": 42,
+    task = {"reference": reference, "candidate": source, "device": device, "seed": 42,
             "correct_trials": 3, "cpu_threads": threads}  # fmt: skip
     ref = judge._Reference(task)
     required = dict(judge.required_outputs(task))
@@ -174,7 +182,7 @@ def run(rows: int, cols: int, candidate: str, threads: int) -> dict[str, Any]:
         pipeline.check_call(functools.partial(pipeline.inputs, pipeline.seed + 301), "after timing")
     wall = time.perf_counter() - started
     return {
-        "rows": rows, "cols": cols, "candidate": candidate, "threads": threads,
+        "rows": rows, "cols": cols, "candidate": candidate, "threads": threads, "device": device,
         "wall_s": round(wall, 2), "load": [round(x, 2) for x in os.getloadavg()],
         "steps": {
             name: {"total_s": round(steps.total[name], 2), "self_s": round(steps.own[name], 2),
@@ -192,9 +200,10 @@ def main() -> int:
     # The optimizer's CPU tasks run on the gate's thread policy: one thread unless the user
     # sets kernelpro_cpu_threads (`optimize/loop/compose.py`).
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU path")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    data = run(args.rows, args.cols, args.candidate, args.threads)
+    data = run(args.rows, args.cols, args.candidate, args.threads, args.device)
     print(
         f"{data['rows']}x{data['cols']} {data['candidate']}: {data['wall_s']} s, load {data['load']}"
     )
