@@ -105,7 +105,8 @@ def test_conv_shrinks_sizes_within_budget_and_keeps_the_geometry() -> None:
     module = built(result.text)
     assert (module.kernel_size, module.stride, module.padding, module.groups) == (5, 2, 2, 3)
     assert module.height == module.width < 256  # the chained constant moved as one
-    assert module.in_channels % module.groups == 0 and module.out_channels % module.groups == 0
+    assert module.in_channels % module.groups == 0
+    assert module.out_channels % module.groups == 0
     assert min(module.batch_size, module.in_channels, module.height) >= 1
     assert set(result.changes) <= {"batch_size", "in_channels", "out_channels", "height"}
     assert result.changes["height"][0] == 256
@@ -118,7 +119,8 @@ def test_halving_that_breaks_divisibility_is_undone_and_named() -> None:
     # working form (3 channels, 1x1 pixels: 24 bytes), the kept names are in the reason.
     result = ks.shrink(CONV, budget_mib=0.001)
     module = built(result.text)
-    assert module.in_channels % 3 == 0 and module.out_channels % 3 == 0
+    assert module.in_channels % 3 == 0
+    assert module.out_channels % 3 == 0
     assert result.shrunk_bytes <= 0.001 * MIB
     with pytest.raises(ks.NotShrinkable, match="halving broke it at in_channels, out_channels"):
         ks.shrink(CONV, budget_mib=16 / MIB)
@@ -166,4 +168,6 @@ def test_render_rewrites_only_the_chosen_values() -> None:
     assert [s.name for s in slots] == ["batch_size", "input_shape[0]"]
     slots[1].value = 7
     text = ks.render(LOSS, slots)
-    assert "input_shape = (7,)" in text and "batch_size = 4096" in text and "dim = 1" in text
+    assert "input_shape = (7,)" in text
+    assert "batch_size = 4096" in text
+    assert "dim = 1" in text
