@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
@@ -92,3 +93,52 @@ def test_a_kernel_that_reshapes_its_input_in_place_and_back_is_timed() -> None:
 
     fresh = _timed(kernel, make, reference=lambda x: x.sum(dim=0, keepdim=True))
     assert fresh.checked > 0
+
+
+def test_the_recheck_after_timing_leaves_a_broadcast_input_as_it_is() -> None:
+    """The re-check refills the timed inputs in place; a broadcast one cannot be written (the
+    copy raised RuntimeError, reported as the reference's failure), so it keeps its content."""
+    from pytest_kernelpro.measure.correctness_check import check_correctness, recheck_after_timing
+
+    def make(seed: int = 0) -> list[torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        return [torch.rand(1, 64, generator=gen).expand(64, 64), torch.rand(64, 64, generator=gen)]
+
+    result = check_correctness(_add, _add, make, device="cpu", trials=1)
+    assert result.passed, result.failure
+    timed = make(1)
+    assert (
+        recheck_after_timing(_add, _add, timed, lambda: make(2), device="cpu", correctness=result)
+        is None
+    )
+    assert torch.equal(timed[1], make(2)[1])  # the other input was refilled
+
+
+BROADCAST_PROBLEM = """
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return a + b
+
+N = 256
+
+def get_inputs():
+    return [torch.rand(1, N).expand(N, N), torch.rand(N, N)]
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_kernelbench_problem_with_a_broadcast_input_passes_the_check(
+    pytester: pytest.Pytester,
+) -> None:
+    """End to end through `--kernelpro-problems`: the reference as its own kernel passes."""
+    problems = pytester.mkdir("problems")
+    (problems / "1_BroadcastAdd.py").write_text(BROADCAST_PROBLEM)
+    result = pytester.runpytest(
+        "--kernelpro-problems=problems", "--kernelpro-device=cpu", "-p", "no:cacheprovider"
+    )
+    result.assert_outcomes(passed=1)

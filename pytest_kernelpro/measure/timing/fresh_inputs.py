@@ -841,7 +841,7 @@ def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
     ]
 
 
-def _overlaps_itself(tensor: Any) -> bool:
+def overlaps_itself(tensor: Any) -> bool:
     """Whether elements of `tensor` share memory: a stride 0 on a dimension of size > 1."""
     return any(n > 1 and s == 0 for n, s in zip(tensor.shape, tensor.stride(), strict=True))
 
@@ -926,7 +926,7 @@ def fresh_inputs(
     second = None
     # A broadcast input (stride 0 on a dimension of size > 1) shares memory between elements:
     # no in-place refill (mix or maker) can write it, so it is timed on fixed content.
-    shared = [i for i, t in enumerate(first_leaves) if _overlaps_itself(t)]
+    shared = [i for i, t in enumerate(first_leaves) if overlaps_itself(t)]
     if shared:
         why_fixed = (
             f"input {shared[0]} is broadcast (an `expand`: its elements share memory) and "
