@@ -142,3 +142,16 @@ def test_a_kernelbench_problem_with_a_broadcast_input_passes_the_check(
         "--kernelpro-problems=problems", "--kernelpro-device=cpu", "-p", "no:cacheprovider"
     )
     result.assert_outcomes(passed=1)
+
+
+def test_an_empty_input_beside_a_full_one_is_timed() -> None:
+    """A zero-element input (an empty batch concatenated to a full one): the kept content's
+    fingerprint indexed it and raised IndexError, failing the item."""
+
+    def make(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        return torch.rand(0, 64, generator=gen), torch.rand(128, 64, generator=gen)
+
+    fresh = _timed(lambda x, y: torch.cat([x, y]).sum(0), make)
+    assert fresh.mode == "mix"
+    assert fresh.checked > 0

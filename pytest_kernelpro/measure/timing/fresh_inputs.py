@@ -228,6 +228,9 @@ def kept_content(fresh: FreshInputs, seed: int) -> tuple[bytes, ...]:
     with torch.no_grad():
         for index, tensor in enumerate((*ends, *fresh.weights)):
             flat = tensor.reshape(-1)
+            if flat.numel() == 0:  # an empty input holds nothing to rewrite
+                out.append(b"")
+                continue
             # A pool's byte weights read POOL_RUN at a time as one number: its variety is
             # that of runs of weights, so a short repeated pattern of bytes is not "varied".
             run = 1 if index < len(ends) else POOL_RUN
