@@ -444,9 +444,9 @@ def _correctness_section(problems: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def shrink_problems(source: Path, dest: Path, args: argparse.Namespace) -> Path:
+def shrink_problems(source: Path, dest: Path, args: argparse.Namespace) -> list[str]:
     """Copy the chosen levels' problems into `dest`, shrunk to `args.shrink` MiB per call; the
-    ones that do not shrink are listed in dest/SHRINK.md and left out. Returns `dest`."""
+    ones that do not shrink are listed in dest/SHRINK.md and left out. Returns their lines."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from kernelbench_shrink import MIB, NotShrinkable, shrink
 
@@ -481,7 +481,7 @@ def shrink_problems(source: Path, dest: Path, args: argparse.Namespace) -> Path:
     rows += ["", f"## Not shrinkable ({len(refused)})", "", *refused]
     (dest / "SHRINK.md").write_text("\n".join(rows) + "\n", encoding="utf-8")
     print(f"[sweep] shrunk into {dest}; not shrinkable: {len(refused)}", flush=True)
-    return dest
+    return refused
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -511,8 +511,10 @@ def main(argv: list[str] | None = None) -> int:
     commit_file = Path(args.problems).resolve().parent / "COMMIT"
     if commit is None and commit_file.exists():
         commit = commit_file.read_text(encoding="utf-8").strip()
+    refused: list[str] = []
     if args.shrink:
-        args.problems = str(shrink_problems(Path(args.problems), out / "problems", args))
+        refused = shrink_problems(Path(args.problems), out / "problems", args)
+        args.problems = str(out / "problems")
     state_out = out / "sweep.jsonl"
     if (
         args.state
@@ -523,7 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     calls = [r for r in read_state(state_out) if r.get("kind") == "session"]
     session = run_call(args, state_out, call=len(calls) + 1)
     print(f"[sweep] call done: {json.dumps(session, default=str)}", flush=True)
-    (out / "sweep.md").write_text(render(read_state(state_out), commit), encoding="utf-8")
+    text = render(read_state(state_out), commit)
+    if args.shrink:
+        text += f"\n## Shrunk to {args.shrink:g} MiB per call: not shrinkable ({len(refused)})\n\n"
+        text += "".join(f"{line}\n" for line in refused)
+    (out / "sweep.md").write_text(text, encoding="utf-8")
     return 0
 
 
