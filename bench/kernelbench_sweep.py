@@ -19,6 +19,18 @@ Run (H200):  python bench/kernelbench_sweep.py --problems .kb/KernelBench --out 
                  --state .devstage/i10-scale/sweep.jsonl --deadline-s 300
 CPU dry run: python bench/kernelbench_sweep.py --problems DIR --device cpu --out /tmp/sweep
 Writes sweep.jsonl (the state, all calls) and sweep.md (the tables) under --out.
+
+`--shrink MIB` (for a CPU): the problems are first copied into OUT/problems/ with their
+module-level integer size constants (batch_size, dim, N, M, K, channels, height, width, ...)
+halved, largest first, until one call's inputs + output are at most MIB MiB; operator geometry
+(kernel_size, stride, padding, dilation, groups, heads, scale factors) is never changed and each
+shrunk form is built and run once on PyTorch's meta device (bench/kernelbench_shrink.py says
+how). A problem whose shrunk form does not build is listed as "not shrinkable" with the error
+and is not run. The sweep then runs on the copies as it does on the originals. Numbers from a
+shrunk sweep are not KernelBench's sizes: they check the gate on the same operators, not the
+published problems' times. OUT/problems/SHRINK.md lists every change.
+  python bench/kernelbench_sweep.py --problems .kb/KernelBench --device cpu --shrink 8 \
+      --levels 1 --out /tmp/sweep --deadline-s 1800
 """
 
 from __future__ import annotations
@@ -432,6 +444,46 @@ def _correctness_section(problems: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def shrink_problems(source: Path, dest: Path, args: argparse.Namespace) -> list[str]:
+    """Copy the chosen levels' problems into `dest`, shrunk to `args.shrink` MiB per call; the
+    ones that do not shrink are listed in dest/SHRINK.md and left out. Returns their lines."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from kernelbench_shrink import MIB, NotShrinkable, shrink
+
+    levels = [int(x) for x in args.levels.split(",")] if args.levels else [1, 2, 3]
+    rows = [
+        f"# Shrunk KernelBench problems: at most {args.shrink:g} MiB of inputs + output per call",
+        "",
+        "Numbers from these copies are not KernelBench's sizes.",
+        "",
+        "| level | problem | MiB before | MiB after | changes |",
+        "|--:|:--|--:|--:|:--|",
+    ]
+    refused: list[str] = []
+    for level in levels:
+        (dest / f"level{level}").mkdir(parents=True, exist_ok=True)
+        files = sorted((source / f"level{level}").glob("*.py"), key=lambda p: number_of(p.name))
+        for path in files:
+            if args.select and not re.search(args.select, f"level{level}/{path.name}"):
+                continue
+            try:
+                result = shrink(path.read_text(encoding="utf-8"), args.shrink)
+            except NotShrinkable as error:
+                refused.append(f"- level {level} {path.stem}: not shrinkable: {error}"[:700])
+                continue
+            (dest / f"level{level}" / path.name).write_text(result.text, encoding="utf-8")
+            changes = ", ".join(f"{k} {a}->{b}" for k, (a, b) in result.changes.items())
+            note = "" if result.how == "meta" else f" ({result.how})"
+            rows.append(
+                f"| {level} | {path.stem} | {result.original_bytes / MIB:.1f} | "
+                f"{result.shrunk_bytes / MIB:.2f}{note} | {changes or 'none'} |"
+            )
+    rows += ["", f"## Not shrinkable ({len(refused)})", "", *refused]
+    (dest / "SHRINK.md").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    print(f"[sweep] shrunk into {dest}; not shrinkable: {len(refused)}", flush=True)
+    return refused
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--problems", required=True, help="folder with level1/ level2/ level3/")
@@ -446,9 +498,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="--kernelpro-device (auto: plugin's)")
     parser.add_argument("--ceilings", help="ceilings JSON measured on this device kind")
     parser.add_argument("--commit", help="the KernelBench commit (default: PROBLEMS/../COMMIT)")
+    parser.add_argument(
+        "--shrink",
+        type=float,
+        metavar="MIB",
+        help="copy the problems into OUT/problems/ shrunk to MIB MiB of inputs + output per call",
+    )
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    commit = args.commit
+    commit_file = Path(args.problems).resolve().parent / "COMMIT"
+    if commit is None and commit_file.exists():
+        commit = commit_file.read_text(encoding="utf-8").strip()
+    refused: list[str] = []
+    if args.shrink:
+        refused = shrink_problems(Path(args.problems), out / "problems", args)
+        args.problems = str(out / "problems")
     state_out = out / "sweep.jsonl"
     if (
         args.state
@@ -459,11 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     calls = [r for r in read_state(state_out) if r.get("kind") == "session"]
     session = run_call(args, state_out, call=len(calls) + 1)
     print(f"[sweep] call done: {json.dumps(session, default=str)}", flush=True)
-    commit = args.commit
-    commit_file = Path(args.problems).resolve().parent / "COMMIT"
-    if commit is None and commit_file.exists():
-        commit = commit_file.read_text(encoding="utf-8").strip()
-    (out / "sweep.md").write_text(render(read_state(state_out), commit), encoding="utf-8")
+    text = render(read_state(state_out), commit)
+    if args.shrink:
+        text += f"\n## Shrunk to {args.shrink:g} MiB per call: not shrinkable ({len(refused)})\n\n"
+        text += "".join(f"{line}\n" for line in refused)
+    (out / "sweep.md").write_text(text, encoding="utf-8")
     return 0
 
 

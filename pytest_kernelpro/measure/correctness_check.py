@@ -48,6 +48,7 @@ from pytest_kernelpro.measure.output_rule import (
     leaves_of,
     measure_reference_error,
 )
+from pytest_kernelpro.measure.timing.fresh_inputs import overlaps_itself
 
 
 @dataclass(frozen=True)
@@ -371,7 +372,8 @@ def recheck_after_timing(
     # A factory's fresh set lives only for the copy: one input set held, not two.
     fresh = fresh_inputs() if callable(fresh_inputs) else fresh_inputs
     for dst, src in zip(_tensors_in(torch, timed_inputs), _tensors_in(torch, fresh), strict=False):
-        if dst.shape == src.shape and dst.dtype == src.dtype:
+        # A broadcast input (elements sharing memory) cannot be refilled: it keeps its content.
+        if dst.shape == src.shape and dst.dtype == src.dtype and not overlaps_itself(dst):
             dst.copy_(src)
     # The loop variables too: `src` would keep the last fresh tensor through the reference.
     dst = src = fresh = None

@@ -229,6 +229,9 @@ def kept_content(fresh: FreshInputs, seed: int) -> tuple[bytes, ...]:
     with torch.no_grad():
         for index, tensor in enumerate((*ends, *fresh.weights)):
             flat = tensor.reshape(-1)
+            if flat.numel() == 0:  # an empty input holds nothing to rewrite
+                out.append(b"")
+                continue
             # A pool's byte weights read POOL_RUN at a time as one number: its variety is
             # that of runs of weights, so a short repeated pattern of bytes is not "varied".
             run = 1 if index < len(ends) else POOL_RUN
@@ -853,6 +856,11 @@ def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
     ]
 
 
+def overlaps_itself(tensor: Any) -> bool:
+    """Whether elements of `tensor` share memory: a stride 0 on a dimension of size > 1."""
+    return any(n > 1 and s == 0 for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+
+
 def _finite(torch: Any, out: Any) -> list[bool]:
     """Per tensor of `out`, whether every element is finite, read in chunks of `CHUNK`
     elements (`torch.isfinite` of a whole float tensor holds temporaries of 1.75 times it)."""
@@ -931,7 +939,15 @@ def fresh_inputs(
             del expected_first
     why_fixed = ""
     second = None
-    if make_draw is not None:
+    # A broadcast input (stride 0 on a dimension of size > 1) shares memory between elements:
+    # no in-place refill (mix or maker) can write it, so it is timed on fixed content.
+    shared = [i for i, t in enumerate(first_leaves) if overlaps_itself(t)]
+    if shared:
+        why_fixed = (
+            f"input {shared[0]} is broadcast (an `expand`: its elements share memory) and "
+            "cannot be refilled in place"
+        )
+    elif make_draw is not None:
         second = make_draw(_urandom_seed())
         if not _same_leaves(torch, inputs, second, values=False):
             second, why_fixed = None, "the input maker's draws differ in shape, dtype or device"
@@ -941,7 +957,7 @@ def fresh_inputs(
         why_fixed = "no input maker (fixed input tensors)"
     pools_bytes = sum([int(t.numel()) + WINDOW for t in first_leaves])
     mix_bytes = 2 * in_bytes + pools_bytes + 2 * out_bytes
-    if mix_bytes <= room:
+    if mix_bytes <= room and not shared:
         with torch.no_grad():
             b_leaves = (
                 _own_leaves(torch, second, (*first_leaves, *a_leaves))
@@ -968,12 +984,15 @@ def fresh_inputs(
         why_not_mix = f"a mixed input is not valid ({invalid})"
     else:
         why_not_mix = (
-            f"the mix needs {_mib(mix_bytes)}, more than {MEMORY_SHARE:.0%} of the free memory"
+            "no mix"
+            if shared
+            else f"the mix needs {_mib(mix_bytes)}, more than {MEMORY_SHARE:.0%} of the free memory"
         )
     fresh.ends, fresh.weights, fresh._plan = None, [], None  # the plan of the mix no more
     with torch.no_grad():
         for dst, src in zip(_tensor_leaves(torch, inputs), a_leaves, strict=True):
-            dst.copy_(src)
+            if not shared:  # a tried mix wrote them (a broadcast input was never written)
+                dst.copy_(src)
     if second is not None and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
