@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import os
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -66,18 +67,52 @@ def flatten(value: Any) -> list[Any]:
 
 
 DIGEST_CHUNK = 2**22  # bytes of an output read at once for its digest (one device copy each)
+# Per process, secret to nothing: the fingerprint only has to give equal bytes equal values
+# (a deterministic function of the bytes) and different bytes different values by chance
+# alone. Drawn at random so that no fixed set of outputs collides in every process.
+_FINGERPRINT_SEEDS = tuple(int.from_bytes(os.urandom(7), "little") for _ in range(2))
+FINGERPRINT_CHUNK = 2**24  # 8-byte words hashed at once (a chunk's weights: 128 MiB each)
+
+
+def device_fingerprint(tensor: Any) -> bytes:
+    """16 bytes of a tensor's bytes, computed on its device: the bytes as 64-bit words, two
+    sums of each word times a pseudo-random weight of its position (fixed per process, made
+    on the device from `_FINGERPRINT_SEEDS`), wrapping modulo 2^64; the last bytes that do
+    not fill a word are added as they are. Two different byte strings collide only when
+    both sums agree, about 2^-64 each by chance. One synchronizing read of 16 bytes."""
+    flat = tensor.detach().reshape(-1).contiguous().view(torch.uint8)
+    words_end = flat.numel() // 8 * 8
+    words = flat[:words_end].view(torch.int64)
+    sums = [torch.zeros((), dtype=torch.int64, device=flat.device) for _ in _FINGERPRINT_SEEDS]
+    for chunk_index, start in enumerate(range(0, words.numel(), FINGERPRINT_CHUNK)):
+        chunk = words[start : start + FINGERPRINT_CHUNK]
+        for total, seed in zip(sums, _FINGERPRINT_SEEDS, strict=True):
+            generator = torch.Generator(device=flat.device)
+            generator.manual_seed(seed + chunk_index)  # the same weights at the same place
+            weights = torch.randint(
+                -(2**63), 2**63 - 1, (chunk.numel(),), generator=generator,
+                dtype=torch.int64, device=flat.device,
+            )  # fmt: skip
+            total.add_((chunk * weights.bitwise_or_(1)).sum())  # odd weights: no bit lost
+    tail = flat[words_end:].cpu().numpy().tobytes()
+    return b"".join(int(s.item()).to_bytes(8, "little", signed=True) for s in sums) + tail
 
 
 def digest(value: Any) -> bytes:
     """SHA-256 of an output's leaves (dtype, shape and bytes of each tensor; the repr of
     anything else), read in chunks: an earlier output kept as 32 bytes instead of itself.
-    Equal bytes give equal digests; a caching candidate returns the same bytes."""
+    Equal bytes give equal digests; a caching candidate returns the same bytes. A GPU
+    tensor's bytes enter as their `device_fingerprint`, made where they live: copying them
+    to the host to hash them cost seconds per GiB."""
     found = hashlib.sha256()
     for leaf in flatten(value):
         if not isinstance(leaf, torch.Tensor):
             found.update(repr(leaf).encode("utf-8", "replace"))
             continue
         found.update(f"{leaf.dtype}{tuple(leaf.shape)}".encode())
+        if leaf.device.type != "cpu":
+            found.update(device_fingerprint(leaf))
+            continue
         flat = leaf.detach().reshape(-1)  # a view when contiguous
         step = max(1, DIGEST_CHUNK // max(1, leaf.element_size()))
         for start in range(0, flat.numel(), step):

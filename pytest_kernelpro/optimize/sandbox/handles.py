@@ -193,17 +193,36 @@ def _sealed_copy(torch: Any, label: str, tensor: Any) -> int:
     fd = os.memfd_create(label, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, tensor.numel() * tensor.element_size())
-        # The memfd's pages are the destination: one copy from the device, no host temporary.
+        # The memfd's pages are the destination: no host temporary of the tensor's size.
         target = torch.from_file(
             f"/proc/self/fd/{fd}", shared=True, size=tensor.numel(), dtype=tensor.dtype
         )
-        target.copy_(tensor.detach().reshape(-1))
+        _copy_to_host(torch, target, tensor.detach().reshape(-1))
         del target  # unmapped: a writable shared mapping would refuse F_SEAL_WRITE
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+BOUNCE_BYTES = 2**26  # a GPU tensor reaches the memfd through a pinned buffer this large
+
+
+def _copy_to_host(torch: Any, target: Any, flat: Any) -> None:
+    """`target` (host, shared pages) = `flat`. From a GPU, in chunks through one pinned
+    buffer: a copy straight into pageable shared pages runs at a fraction of the bus's speed
+    (the driver stages it and the pages fault in on the way)."""
+    if flat.device.type != "cuda":
+        target.copy_(flat)
+        return
+    step = max(1, BOUNCE_BYTES // max(1, flat.element_size()))
+    bounce = torch.empty(min(step, flat.numel()), dtype=flat.dtype, pin_memory=True)
+    for start in range(0, flat.numel(), step):
+        part = flat[start : start + step]
+        staged = bounce[: part.numel()]
+        staged.copy_(part)  # synchronous: the pinned buffer holds the chunk when it returns
+        target[start : start + part.numel()].copy_(staged)
 
 
 def _send(channel: socket.socket, line: dict[str, Any], fd: int | None) -> None:

@@ -468,3 +468,26 @@ def test_the_judges_time_counts_only_while_it_holds_an_output(tmp_path: Path) ->
         worker.close()
         judge_end.close()
         channels.close()
+
+
+def _sealed_bytes(tensor: object) -> bytes:
+    fd = handles._sealed_copy(torch, "copy", tensor)
+    try:
+        return os.pread(fd, 1 << 30, 0)
+    finally:
+        os.close(fd)
+
+
+def test_a_sealed_copy_holds_the_tensors_bytes_in_order() -> None:
+    tensor = torch.randn(37, 29).t()  # not contiguous: copied in element order
+    assert _sealed_bytes(tensor) == tensor.contiguous().numpy().tobytes()
+
+
+@pytest.mark.gpu
+def test_a_gpu_tensor_reaches_its_sealed_copy_through_the_bounce_buffer_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # chunks of 1000 bytes: several bounces, the last one short
+    monkeypatch.setattr(handles, "BOUNCE_BYTES", 1000)
+    tensor = torch.randn(257, 33)
+    assert _sealed_bytes(tensor.cuda()) == tensor.numpy().tobytes()
