@@ -63,10 +63,6 @@ kernelbench() {
   $PY bench/kernelbench_sweep.py --problems "$KERNELBENCH" --out "$EVID/kernelbench" \
     --deadline-s $((STAGE_LEFT_S - 60))
 }
-reference_truth() {
-  $PY bench/reference_truth.py --problems "$KERNELBENCH" --out "$EVID/reference_truth" \
-    --deadline-s $((STAGE_LEFT_S - 30))
-}
 autotune() {
   $PY bench/autotune_gate.py --rounds 5 --out "$EVID/autotune" --deadline $((STAGE_LEFT_S - 20))
 }
@@ -75,7 +71,7 @@ optimizer_at_size() { $PY bench/optimizer_speed.py --out "$EVID/optimizer_at_siz
 export PY EVID KERNELBENCH="${KERNELBENCH:-}"
 
 ALL=(gpu_tests main_job honest sandbox gate_accuracy autotune optimizer_at_size)
-[ -n "${KERNELBENCH:-}" ] && ALL+=(kernelbench reference_truth)
+[ -n "${KERNELBENCH:-}" ] && ALL+=(kernelbench)
 echo "device: $(nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,memory.used --format=csv,noheader 2>&1)"
 echo "software: $($PY -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)' 2>&1 | tail -n 1)"
 echo "code: $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"

@@ -159,7 +159,7 @@ class Isolation:
         ]
         # The setup (PID 1) imports the standard library only: run as a script, isolated
         # (-I) and without site (-S), it starts without importing this package or pytest
-        # (a few hundred milliseconds of every candidate's start: bench/sandbox_start.py).
+        # (a few hundred milliseconds of every candidate's start: bench/results/2026-12-05-sandbox-start-cpu.md).
         return [
             *self.unshare_args(),
             "--",
