@@ -491,3 +491,27 @@ def test_a_gpu_tensor_reaches_its_sealed_copy_through_the_bounce_buffer_whole(
     monkeypatch.setattr(handles, "BOUNCE_BYTES", 1000)
     tensor = torch.randn(257, 33)
     assert _sealed_bytes(tensor.cuda()) == tensor.numpy().tobytes()
+
+
+def test_messages_queued_when_the_process_ended_are_read_after_the_wait_ran_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reading thread kept from the CPU (a loaded machine), stood in for by a slow check
+    # of each message: the channel is shut after FINISH_WAIT_S, and the messages already
+    # queued are still read (a shut channel ends the stream after them, not before).
+    monkeypatch.setattr(handles, "FINISH_WAIT_S", 0.05)
+    slow = handles.validate
+
+    def validate_slowly(line: object, fds: object) -> object:
+        time.sleep(0.3)
+        return slow(line, fds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(handles, "validate", validate_slowly)
+    channels, worker = session(tmp_path)
+    send_output(torch, "trial-1", [torch.zeros(4), torch.ones(4)], channel=worker)
+    send_output(torch, "trial-2", [torch.ones(3)], channel=worker)
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert sorted(received.outputs) == ["trial-1", "trial-2"]
+    assert received.refused is None
+    received.close()
