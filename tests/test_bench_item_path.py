@@ -3,25 +3,19 @@ files one phase crosses, and the refusal to measure a package imported from else
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from bench_scripts import load_bench_script
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "item_path.py"
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kp_bench_item_path", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def load_script():  # noqa: ANN201
+    return load_bench_script("item_path")
 
 
 def write(path: Path, lines: int) -> None:

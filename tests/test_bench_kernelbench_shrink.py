@@ -4,28 +4,19 @@ sizes that must stay equal or divisible kept so, and the problems that cannot sh
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import types
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from bench_scripts import load_bench_script
 
 torch = pytest.importorskip("torch")
 
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "kernelbench_shrink.py"
 MIB = 2**20
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kp_bench_kernelbench_shrink", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+def load_script():  # noqa: ANN201
+    return load_bench_script("kernelbench_shrink")
 
 
 ks = load_script()

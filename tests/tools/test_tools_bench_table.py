@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
+from bench_scripts import load_bench_script
 from tools_factories import PROBE_DIR
-
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "tools_table.py"
 
 
 def load_script():  # noqa: ANN201
-    spec = importlib.util.spec_from_file_location("kp_bench_tools_table", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench_script("tools_table")
 
 
 def test_tools_table_on_probe_capture(tmp_path: Path, capsys) -> None:  # noqa: ANN001
