@@ -190,8 +190,9 @@ class Seal:
 
 
 # A tensor's address, strides, shape and dtype, read in C.
-_LAYOUT_PARTS = (methodcaller("data_ptr"), methodcaller("stride"), attrgetter("shape"))
-_LAYOUT_PARTS += (attrgetter("dtype"),)
+_LAYOUT_PARTS = (
+    methodcaller("data_ptr"), methodcaller("stride"), attrgetter("shape"), attrgetter("dtype")
+)  # fmt: skip
 REPOINTED = (
     "the kernel re-pointed a timed input (`set_`, `.data =`, `resize_` or `as_strided_`: its "
     "address, strides, shape or dtype changed): the timer refills the tensors it was given, "
@@ -561,13 +562,7 @@ class FreshInputs:
                 "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
                 "call stack or through gc) cannot be timed"
             )
-        targets = self._targets  # `_layout`, inline (every call): compared in C
-        ptr, stride, shape, dtype = _LAYOUT_PARTS
-        now = zip(
-            map(ptr, targets), map(stride, targets), map(shape, targets), map(dtype, targets),
-            strict=True,
-        )  # fmt: skip
-        if tuple(now) != self._layout:
+        if _layout(self._targets) != self._layout:
             raise DishonestTiming(REPOINTED)
         plain = type(out) is self.torch.Tensor and not out.is_meta
         if plain:
