@@ -239,9 +239,13 @@ def test_a_timed_tensor_rewritten_while_the_reference_reads_it_sends_the_check_a
 
 def test_a_kernel_whose_thread_rewrites_the_timed_tensor_after_its_calls_is_refused() -> None:
     """The same through the timer, with a real thread writing the first content into the timed
-    tensor for as long as the timing runs."""
+    tensor for as long as the timing runs. The thread races the mix's validity trial: where it
+    makes the trial disagree, the inputs are the maker's draws instead, and the attack must be
+    refused there too. The thread is stopped and joined whatever happens, so it never runs on
+    into another test's timing (its CPU between timed calls would refuse honest kernels)."""
     kernel, state = _stale_kernel((256, 1024))
     stop = threading.Event()
+    threads: list[threading.Thread] = []
 
     def rewrite() -> None:
         while not stop.is_set():
@@ -250,15 +254,23 @@ def test_a_kernel_whose_thread_rewrites_the_timed_tensor_after_its_calls_is_refu
 
     def starting(x: torch.Tensor) -> torch.Tensor:
         if "x0" not in state:
-            threading.Thread(target=rewrite, daemon=True).start()
+            threads.append(threading.Thread(target=rewrite, daemon=True))
+            threads[-1].start()
         return kernel(x)
 
-    fresh = _fresh(starting, shape=(256, 1024))
+    shape = (256, 1024)
     try:
+        fresh = fresh_inputs(
+            torch, starting, list(_rows(1, shape)), device="cpu",
+            make_draw=lambda seed: _rows(seed, shape), reference=_softmax, check=_check,
+        )  # fmt: skip
+        assert fresh.mode in ("mix", "maker")
         with pytest.raises(DishonestTiming, match="wrong output|disagree"):
             time_kernel(None, device="cpu", budget=_budget(), fresh=fresh)  # type: ignore[arg-type]
     finally:
         stop.set()
+        for thread in threads:
+            thread.join()
 
 
 def test_a_reference_writing_its_inputs_is_no_verdict_on_an_honest_kernel() -> None:
