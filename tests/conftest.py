@@ -19,6 +19,11 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Files with a slow test first, each file's own order kept: `.ci/run`'s `--dist loadfile
+    # --no-loadscope-reorder` hands whole files to the two workers in collection order, so a
+    # long file left near the end keeps one worker busy while the other has nothing to take.
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)
     if _has_gpu() or os.environ.get("KERNELPRO_FORCE_GPU_TESTS"):
         return
     skip = pytest.mark.skip(

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 
@@ -113,6 +115,7 @@ def test_every_bash_block_is_accounted_for() -> None:
         )
 
 
+@pytest.mark.slow
 def test_the_main_job_runs_as_written(tmp_path: Path) -> None:
     (command,) = _block("bash scripts/main.sh")
     repo = _copy_repository(tmp_path / "checkout")
@@ -130,6 +133,7 @@ def test_the_main_job_runs_as_written(tmp_path: Path) -> None:
     assert (main / "baseline.yaml").is_file()
 
 
+@pytest.mark.slow
 def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     (kernel_file,) = [b for b in _blocks("python") if b and b[0] == "# test_softmax.py"]
     project = tmp_path / "project"
@@ -152,6 +156,7 @@ def test_the_quick_start_runs_as_written(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_the_optimize_example_without_a_key_runs_as_written(tmp_path: Path) -> None:
     commands = _block("pytest --kernelpro-optimize=20 -k softmax")
     runnable = [c for c in commands if c not in LINE_NOT_RUN]
