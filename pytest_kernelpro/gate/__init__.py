@@ -8,8 +8,9 @@
   baseline's and a changed environment named; `confirmation`: `needs_confirmation`, `confirm`
   (a provisional regression settled by an independent re-measurement)
 - `report`, the files of a session's records: `build_report`, `write_json_report`,
-  `load_report`, `merge_report_dicts`; `save_run` (the run history); `RecordsLog` (every
-  finished record appended as it finishes), `read_records_log`
+  `save_run` (the run history), `RecordsLog` (every finished record appended as it
+  finishes); `report_read` reads them back: `load_report`, `merge_report_dicts`,
+  `read_records_log`
 - the texts made from one record: `format.item_section` (the item's report section),
   `format.terminal_row` (its terminal-table row); `render_session`: the texts about the
   session as a whole (`render_terminal_table`, the notes and lines under it)

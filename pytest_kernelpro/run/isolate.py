@@ -159,7 +159,7 @@ def _tail(text: str) -> str:
 
 
 def child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
-    from pytest_kernelpro.gate.report import read_records_log
+    from pytest_kernelpro.gate.report_read import read_records_log
 
     if not log_path.exists():
         return None
@@ -176,7 +176,7 @@ def child_record_for(log_path: Path, nodeid: str, name: str) -> KernelRecord | N
     record = child_record(log_path, nodeid)
     if record is not None or not log_path.exists():
         return record
-    from pytest_kernelpro.gate.report import read_records_log
+    from pytest_kernelpro.gate.report_read import read_records_log
 
     try:
         logged = read_records_log(log_path)
