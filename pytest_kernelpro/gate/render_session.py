@@ -37,7 +37,7 @@ Pure functions of the settings, the records and the paths; `run/session.py` writ
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -522,43 +522,6 @@ def session_line(
     if not check or allow_incomparable:
         return None
     return nothing_checked_line(records)
-
-
-def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
-    """The kernels whose saved entry could not catch a 1.5x change: each record compared
-    with its own entry, as an unchanged next run would be, gets a tolerance above
-    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
-    so every later check of it would read "unresolved". None when every entry is fine."""
-    from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
-
-    noisy: list[tuple[str, float, str]] = []
-    for record in records:
-        entry = BaselineEntry.from_record(record)
-        if entry is None:
-            continue
-        try:
-            verdict = decide_verdict(record, entry)
-        except (KernelproError, ValueError):
-            continue  # an entry the gate cannot read is said when it is compared
-        if verdict.tolerance > RESOLVABLE_TOLERANCE:
-            noisy.append((record.name, verdict.tolerance, verdict.reason))
-    if not noisy:
-        return None
-    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
-    worst = max(noisy, key=lambda n: n[1])
-    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
-    tail = "; re-save it on a quiet machine"
-    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
-    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
-        short = f"{head} (±{worst[1]:.0%}){tail}"
-    full = (
-        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
-        "to catch a 1.5x change; every check against it will read them 'unresolved': "
-        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
-        + f". Fix: {fix}"
-    )
-    return Note(short, full)
 
 
 # -- the kernel table --

@@ -278,7 +278,7 @@ class KernelproSession:
         saving = settings.save_baseline is not None and not settings.correctness_only
         measured = [r for r in self.records if r.outcome == "passed" and r.timing]
         if saving:
-            from pytest_kernelpro.gate.render_session import too_noisy_note
+            from pytest_kernelpro.gate.baseline_save import too_noisy_note
 
             # Said when it is saved: a baseline this noisy would make every later check unresolved.
             noisy = too_noisy_note(measured)
