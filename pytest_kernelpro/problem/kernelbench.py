@@ -115,7 +115,6 @@ def problem_from_kernelbench(path: Path) -> Problem:
         input_factory=inputs,
         kind="kernelbench",
         source_file=str(path),
-        language=language,
-        device_preference="cuda" if language in ("triton", "cuda") else "any",
+        language_given=language,
         extra={"has_model_new": kernel_cls is not reference_cls},
     )

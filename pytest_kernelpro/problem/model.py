@@ -263,7 +263,10 @@ class Problem:
     input_factory: Callable[..., Any]
     kind: str  # function | module | kernelbench
     source_file: str
-    language: str = "pytorch"
+    # The marker's or the file's language; None: detected from `language_source` (the
+    # kernel) when first asked, so collection reads no source of a kernel it does not run.
+    language_given: str | None = None
+    language_source: Any = field(default=None, repr=False)
     shape: Any = None
     rtol: float | None = None
     atol: float | None = None
@@ -271,7 +274,7 @@ class Problem:
     bytes: float | None = None
     min_roofline: float | None = None
     threshold: float | None = None
-    device_preference: str = "any"  # cuda | cpu | any
+    device_given: str | None = None  # cuda | cpu | any; None: by the language
     trials: int | None = None
     # The module constructors' arguments (marker `init_inputs=`): the factories apply them;
     # kept so the sandbox's KernelBench view can say them in `get_init_inputs()`.
@@ -282,6 +285,20 @@ class Problem:
         """The constructor arguments as a list (a callable `init_inputs` is called)."""
         init = self.init_inputs() if callable(self.init_inputs) else self.init_inputs
         return list(init or ())
+
+    @functools.cached_property
+    def language(self) -> str:
+        if self.language_given is not None:
+            return self.language_given
+        source = self.language_source
+        return "pytorch" if source is None else detect_language_of(source)
+
+    @property
+    def device_preference(self) -> str:
+        """Where the kernel may run: as given, else a Triton or CUDA kernel needs a GPU."""
+        if self.device_given is not None:
+            return self.device_given
+        return "cuda" if self.language in ("triton", "cuda") else "any"
 
     @property
     def shape_id(self) -> str | None:
@@ -363,8 +380,6 @@ def problem_from_marker(
     kernel_is_module = _is_module_class(obj)
     reference_is_module = _is_module_class(options.reference)
     kind = "module" if kernel_is_module else "function"
-    language = options.language or detect_language_of(obj)
-    device_pref = options.device or ("cuda" if language in ("triton", "cuda") else "any")
     if options.dtype is not None and kind != "module":
         raise KernelproConfigError(
             f"kernel {name!r}: dtype={options.dtype!r} casts nn.Module kernels and references "
@@ -393,14 +408,15 @@ def problem_from_marker(
         input_factory=options.inputs,
         kind=kind,
         source_file=str(options.source or source_file),
-        language=language,
+        language_given=options.language,
+        language_source=obj,
         rtol=options.rtol,
         atol=options.atol,
         flops=options.flops,
         bytes=options.bytes,
         min_roofline=options.min_roofline,
         threshold=options.threshold,
-        device_preference=device_pref,
+        device_given=options.device,
         trials=options.trials,
         init_inputs=options.init_inputs if kind == "module" else (),
         extra={
