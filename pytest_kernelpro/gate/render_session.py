@@ -151,7 +151,11 @@ def session_notes(
 ) -> list[str]:
     """The lines under the table: one short line per condition that is not the machine's
     normal state, or with `verbose` the full text of every condition."""
-    found = session_conditions(settings, records, notes)
+    return note_lines(session_conditions(settings, records, notes), verbose=verbose)
+
+
+def note_lines(found: Sequence[Note], *, verbose: bool) -> list[str]:
+    """The lines of the conditions `found` (`session_notes`)."""
     if verbose:
         return [note.full for note in found]
     return [note.short for note in found if not note.normal]

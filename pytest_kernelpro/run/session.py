@@ -81,6 +81,7 @@ class KernelproSession:
     records_path: Path = field(init=False)
     artifacts_dir: Path = field(init=False)
     time_budget_s: dict[str, float] = field(init=False)
+    _conditions: tuple[tuple[int, int], list[Note]] | None = None  # `conditions()`, and when
 
     def __post_init__(self) -> None:
         from pytest_kernelpro.run.context import Profiling
@@ -89,6 +90,17 @@ class KernelproSession:
         settings = self.settings
         self.records_path, self.artifacts_dir = settings.records_path, settings.artifacts_dir
         self.time_budget_s = {kind: settings.budget_for(kind) for kind in ("cpu", "cuda")}
+
+    def conditions(self) -> list[Note]:
+        """The session's conditions (`gate.render_session.session_conditions`), made once for
+        the JSON report and the terminal both; again only after a record or a note was added."""
+        key = (len(self.records), len(self.notes))
+        if self._conditions is None or self._conditions[0] != key:
+            from pytest_kernelpro.gate.render_session import session_conditions
+
+            found = session_conditions(self.settings, self.records, self.notes)
+            self._conditions = (key, found)
+        return self._conditions[1]
 
     def progress(self, line: str) -> None:
         """Say on the terminal that a silent one-time step (ceilings) is starting."""
@@ -599,11 +611,9 @@ def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str
     """Lines for work that was asked for and did not run, and for timings not to trust
     (the text: `gate.render_session.session_notes`): one short line per condition, the full
     text with -v (`full`: decide without the verbosity, for the JSON report)."""
-    from pytest_kernelpro.gate.render_session import session_notes
+    from pytest_kernelpro.gate.render_session import note_lines
 
-    return session_notes(
-        kp.settings, kp.records, kp.notes, verbose=verbose(kp) if full is None else full
-    )
+    return note_lines(kp.conditions(), verbose=verbose(kp) if full is None else full)
 
 
 def verbose(kp: KernelproSession) -> bool:
