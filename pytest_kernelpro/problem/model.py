@@ -5,7 +5,6 @@ KernelBench file) becomes one of these, and everything downstream consumes only 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import re
 import sys
@@ -426,9 +425,6 @@ def problem_from_marker(
     )
 
 
-# --- loading a problem outside pytest (profiler target, search worker) -------------------
-
-
 @dataclass(frozen=True)
 class ProblemLocator:
     """Enough to rebuild a Problem in another process: file, object name, shape index."""
@@ -436,32 +432,6 @@ class ProblemLocator:
     path: str
     qualname: str
     shape_index: int | None = None
-
-
-def import_file(path: str | Path, module_name: str | None = None) -> Any:
-    """Import a Python file by path, with its directory on sys.path (as pytest's rootdir
-    insertion would have it), so `from mykernels import ...` works."""
-    file = Path(path).resolve()
-    for entry in (str(file.parent), str(Path.cwd())):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    name = module_name or f"_kernelpro_{file.stem}_{abs(hash(str(file))) % 10**8}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise KernelproConfigError(f"cannot import {file}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def lookup_qualname(namespace: Any, qualname: str) -> Any | None:
-    """The object `qualname` ("Kernel" or "Outer.kernel") names in `namespace`, None where a
-    part is missing."""
-    obj: Any = namespace
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def marker_of(obj: Any) -> Any | None:
