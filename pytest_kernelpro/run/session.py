@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,7 +82,7 @@ class KernelproSession:
     records_path: Path = field(init=False)
     artifacts_dir: Path = field(init=False)
     time_budget_s: dict[str, float] = field(init=False)
-    _conditions: tuple[tuple[int, int], list[Note]] | None = None  # `conditions()`, and when
+    _made: dict[str, tuple[tuple[int, int], Any]] = field(default_factory=dict)  # `_once`
 
     def __post_init__(self) -> None:
         from pytest_kernelpro.run.context import Profiling
@@ -91,16 +92,32 @@ class KernelproSession:
         self.records_path, self.artifacts_dir = settings.records_path, settings.artifacts_dir
         self.time_budget_s = {kind: settings.budget_for(kind) for kind in ("cpu", "cuda")}
 
-    def conditions(self) -> list[Note]:
-        """The session's conditions (`gate.render_session.session_conditions`), made once for
-        the JSON report and the terminal both; again only after a record or a note was added."""
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        """`make()` read once for the JSON report and the terminal both, and again only after
+        a record or a note was added."""
         key = (len(self.records), len(self.notes))
-        if self._conditions is None or self._conditions[0] != key:
-            from pytest_kernelpro.gate.render_session import session_conditions
+        held = self._made.get(name)
+        if held is None or held[0] != key:
+            held = self._made[name] = (key, make())
+        return held[1]
 
-            found = session_conditions(self.settings, self.records, self.notes)
-            self._conditions = (key, found)
-        return self._conditions[1]
+    def conditions(self) -> list[Note]:
+        """The session's conditions (`gate.render_session.session_conditions`)."""
+        from pytest_kernelpro.gate.render_session import session_conditions
+
+        return self._once(
+            "conditions", lambda: session_conditions(self.settings, self.records, self.notes)
+        )
+
+    def coverage(self) -> tuple[list[str], list[str]] | None:
+        """Under --kernelpro-check, the baseline's entries no kernel matched and the kernels
+        without an entry (`gate.baseline.unmatched`); None without a check or a baseline."""
+        baseline = self._baseline
+        if not self.settings.check or baseline is None:
+            return None
+        from pytest_kernelpro.gate.baseline import unmatched
+
+        return self._once("coverage", lambda: unmatched(baseline, self.records))
 
     def progress(self, line: str) -> None:
         """Say on the terminal that a silent one-time step (ceilings) is starting."""
@@ -421,10 +438,9 @@ class KernelproSession:
             meta["torch"] = None
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
-        if self.settings.check and self._baseline is not None:
-            from pytest_kernelpro.gate.baseline import unmatched
-
-            left, without = unmatched(self._baseline, self.records)
+        coverage = self.coverage()
+        if coverage is not None:
+            left, without = coverage
             meta["baseline_entries_without_kernel"] = left
             meta["kernels_without_baseline_entry"] = without
         return meta
@@ -526,14 +542,12 @@ def _ignore_artifacts_dir(path: Any) -> None:
 
 def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
-    baseline = getattr(kp, "_baseline", None)
-    if not kp.settings.check or baseline is None:
+    coverage = kp.coverage()
+    if coverage is None:
         return []
-    from pytest_kernelpro.gate.baseline import unmatched
     from pytest_kernelpro.gate.render_session import coverage_lines
 
-    left, without = unmatched(baseline, kp.records)
-    return coverage_lines(left, without, verbose=verbose(kp))
+    return coverage_lines(*coverage, verbose=verbose(kp))
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:

@@ -65,3 +65,15 @@ def test_a_record_or_a_note_added_later_is_said(monkeypatch) -> None:
     assert summary_notes(kp)[-1] == "ceilings of cpu: measured under load"
     kp.records.append(_skipped("k_beta"))
     assert summary_notes(kp, full=True)[0] == "2 kernel(s) skipped (k_alpha, k_beta): needs a GPU"
+
+
+def test_the_coverage_is_said_only_under_a_check_with_a_baseline() -> None:
+    from pytest_kernelpro.gate.baseline import Baseline
+
+    kp = _session(check=False)
+    kp._baseline = Baseline(path="b.yaml", device="", commit=None, created="", tool="")
+    assert kp.coverage() is None
+    kp = _session()
+    assert kp.coverage() is None  # no baseline loaded
+    kp._baseline = Baseline(path="b.yaml", device="", commit=None, created="", tool="")
+    assert kp.coverage() == ([], [])
