@@ -52,19 +52,6 @@ from pytest_kernelpro.record import KernelRecord
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = [
-    "BASELINE_SAMPLES",
-    "BASELINE_SCHEMA_VERSION",
-    "DEFAULT_BASELINE_PATH",
-    "Baseline",
-    "BaselineEntry",
-    "BaselineError",
-    "EntryMap",
-    "detect_commit",
-    "load_baseline",
-    "parse_entry",
-    "unmatched",
-]
 
 BASELINE_SCHEMA_VERSION = 1
 DEFAULT_BASELINE_PATH = ".kernelpro/baseline.yaml"
