@@ -413,6 +413,8 @@ class KernelproSession:
 
         from pytest_kernelpro.gate.baseline import detect_commit
         from pytest_kernelpro.gate.report import machine_name
+        from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
+        from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -422,8 +424,10 @@ class KernelproSession:
             # Nothing timed: `kernelpro compare` and `history` pass the run over.
             "correctness_only": self.settings.correctness_only,
             "threshold": self.settings.threshold,  # None: the per-device defaults below
-            "default_thresholds": _default_thresholds(),
-            "cpu_tolerance_floor": _cpu_tolerance_floor(),
+            "default_thresholds": {"cuda": DEFAULT_GPU_THRESHOLD, "cpu": DEFAULT_CPU_THRESHOLD},
+            # The least tolerance of a CPU comparison whatever the threshold: what --help and
+            # the README state beside the 5% threshold.
+            "cpu_tolerance_floor": {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE},
             "records_log": str(self.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
@@ -444,20 +448,6 @@ class KernelproSession:
             meta["baseline_entries_without_kernel"] = left
             meta["kernels_without_baseline_entry"] = without
         return meta
-
-
-def _default_thresholds() -> dict[str, float]:
-    from pytest_kernelpro.gate.verdict import default_threshold
-
-    return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}
-
-
-def _cpu_tolerance_floor() -> dict[str, float]:
-    """The least tolerance of a CPU comparison, whatever the threshold (gate/verdict_basis.py):
-    what --help and the README state beside the 5% threshold."""
-    from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
-
-    return {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
 
 
 def start_session(config: pytest.Config) -> KernelproSession:
