@@ -423,29 +423,3 @@ def record_from_builtins(data: Any, *, source: str) -> KernelRecord:
         return msgspec.convert(data, KernelRecord)
     except msgspec.ValidationError as exc:
         raise RecordDecodeError(f"{source}: not a kernel record: {exc}") from None
-
-
-__all__ = [
-    "PARTS",
-    "RECORD_PROPERTY",
-    "SCHEMA_VERSION",
-    "AutotunePart",
-    "CorrectnessPart",
-    "EnvironmentPart",
-    "KernelRecord",
-    "OpCostPart",
-    "Part",
-    "ProfilePart",
-    "RecordDecodeError",
-    "RooflinePart",
-    "SectionPart",
-    "StatsPart",
-    "TimingPart",
-    "TolerancePart",
-    "VerdictPart",
-    "decode_record",
-    "encode_record",
-    "part_of",
-    "record_builtins",
-    "record_from_builtins",
-]

@@ -52,19 +52,6 @@ from pytest_kernelpro.record import KernelRecord
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = [
-    "BASELINE_SAMPLES",
-    "BASELINE_SCHEMA_VERSION",
-    "DEFAULT_BASELINE_PATH",
-    "Baseline",
-    "BaselineEntry",
-    "BaselineError",
-    "EntryMap",
-    "detect_commit",
-    "load_baseline",
-    "parse_entry",
-    "unmatched",
-]
 
 BASELINE_SCHEMA_VERSION = 1
 DEFAULT_BASELINE_PATH = ".kernelpro/baseline.yaml"
@@ -85,11 +72,8 @@ BUSY_RUN_QUEUE_SHARE = 0.10  # the kernel waited for a core this share of its wa
 
 def positive(value: Any) -> float | None:
     """`value` as a finite positive float, or None (not a number, zero, negative, NaN)."""
-    try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) and out > 0 else None
+    out = finite_float(value)
+    return out if out is not None and out > 0 else None
 
 
 def positive_list(values: Any) -> tuple[float, ...]:

@@ -1,6 +1,7 @@
 """Writing a baseline file (`--kernelpro-save-baseline`): the measured records' entries,
-merged with the entries already in the file, written atomically under a lock. A check
-session only reads baselines (`gate/baseline.py`) and never imports this.
+merged with the entries already in the file, written atomically under a lock, and the note
+on entries too noisy to gate on (`too_noisy_note`). A check session only reads baselines
+(`gate/baseline.py`) and never imports this.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from pytest_kernelpro import __version__
-from pytest_kernelpro.errors import KernelproWarning
+from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.fileio import atomic_write_text
 from pytest_kernelpro.gate.baseline import (
     Baseline,
@@ -22,6 +23,8 @@ from pytest_kernelpro.gate.baseline import (
     detect_commit,
     load_baseline,
 )
+from pytest_kernelpro.gate.render_session import NOTE_WIDTH, Note
+from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.record import KernelRecord
 
 
@@ -120,3 +123,37 @@ def _locked(target: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
+    """The kernels whose saved entry could not catch a 1.5x change: each record compared
+    with its own entry, as an unchanged next run would be, gets a tolerance above
+    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
+    so every later check of it would read "unresolved". None when every entry is fine."""
+    noisy: list[tuple[str, float, str]] = []
+    for record in records:
+        entry = BaselineEntry.from_record(record)
+        if entry is None:
+            continue
+        try:
+            verdict = decide_verdict(record, entry)
+        except (KernelproError, ValueError):
+            continue  # an entry the gate cannot read is said when it is compared
+        if verdict.tolerance > RESOLVABLE_TOLERANCE:
+            noisy.append((record.name, verdict.tolerance, verdict.reason))
+    if not noisy:
+        return None
+    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
+    worst = max(noisy, key=lambda n: n[1])
+    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
+    tail = "; re-save it on a quiet machine"
+    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
+    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
+        short = f"{head} (±{worst[1]:.0%}){tail}"
+    full = (
+        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
+        "to catch a 1.5x change; every check against it will read them 'unresolved': "
+        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
+        + f". Fix: {fix}"
+    )
+    return Note(short, full)

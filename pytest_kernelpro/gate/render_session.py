@@ -1,13 +1,6 @@
-"""Every text about the session as a whole, in one place (the texts made from one record are
-in format.py (item_section, terminal_row), review/comment.py, review/plot.py): the terminal
-summary's kernel table and the lines under it.
-
-The table (`render_terminal_table`), then what `--kernelpro-check` could not compare
-(`coverage_lines`), work asked for that did not run and timings not to trust
-(`session_notes`), kernels that left no record (`missing_records_line`), the files written
-(`output_lines`), the notes under the table (`table_footnotes`, `table_notes`; the PR
-comment says the same `process_notes` in Markdown) and the line of a check that checked
-nothing (`session_line`).
+"""Every text about the session as a whole (those of one record: format.py): the terminal
+summary's kernel table and the lines under it. Pure functions of the settings, the records
+and the paths; `run/session.py` writes them.
 
 **Process notes.** A note line per kernel under the table, not a column: most kernels have
 none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
@@ -30,14 +23,12 @@ little room, the table is printed wider than the terminal (the terminal wraps th
 than cut: rich would otherwise crop its no-wrap columns, and the verdict, the last column, is
 the first thing lost. A log (CI, a pipe, a file) has no width: `width=None` prints every table
 at the width of its content.
-
-Pure functions of the settings, the records and the paths; `run/session.py` writes them.
 """
 
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,7 +142,11 @@ def session_notes(
 ) -> list[str]:
     """The lines under the table: one short line per condition that is not the machine's
     normal state, or with `verbose` the full text of every condition."""
-    found = session_conditions(settings, records, notes)
+    return note_lines(session_conditions(settings, records, notes), verbose=verbose)
+
+
+def note_lines(found: Sequence[Note], *, verbose: bool) -> list[str]:
+    """The lines of the conditions `found` (`session_notes`)."""
     if verbose:
         return [note.full for note in found]
     return [note.short for note in found if not note.normal]
@@ -368,12 +363,8 @@ def table_footnotes(records: Sequence[KernelRecord], *, verbose: bool = False) -
     """The notes printed right under the kernel table, after its counts: what a reader needs
     to read its rows right. Each note is one function of the records, None when it has
     nothing to say; a note of the machine's normal state only with `verbose`."""
-    notes = (cpu_flush_note(records),)
-    return [
-        note.full if verbose else note.short
-        for note in notes
-        if note is not None and (verbose or not note.normal)
-    ]
+    notes = [note for note in (cpu_flush_note(records),) if note is not None]
+    return note_lines(notes, verbose=verbose)
 
 
 def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
@@ -524,43 +515,6 @@ def session_line(
     return nothing_checked_line(records)
 
 
-def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
-    """The kernels whose saved entry could not catch a 1.5x change: each record compared
-    with its own entry, as an unchanged next run would be, gets a tolerance above
-    `verdict.RESOLVABLE_TOLERANCE` (a bimodal or widely scattered timing, a loaded machine),
-    so every later check of it would read "unresolved". None when every entry is fine."""
-    from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
-
-    noisy: list[tuple[str, float, str]] = []
-    for record in records:
-        entry = BaselineEntry.from_record(record)
-        if entry is None:
-            continue
-        try:
-            verdict = decide_verdict(record, entry)
-        except (KernelproError, ValueError):
-            continue  # an entry the gate cannot read is said when it is compared
-        if verdict.tolerance > RESOLVABLE_TOLERANCE:
-            noisy.append((record.name, verdict.tolerance, verdict.reason))
-    if not noisy:
-        return None
-    fix = "re-save it on a quiet machine or with a longer --kernelpro-time-budget"
-    worst = max(noisy, key=lambda n: n[1])
-    head = f"baseline: {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy to catch 1.5x"
-    tail = "; re-save it on a quiet machine"
-    short = f"{head} ({worst[0]} ±{worst[1]:.0%}){tail}"
-    if len(short) > NOTE_WIDTH:  # a long name gives way, the fix stays
-        short = f"{head} (±{worst[1]:.0%}){tail}"
-    full = (
-        f"the saved baseline has {len(noisy)} entr{'y' if len(noisy) == 1 else 'ies'} too noisy "
-        "to catch a 1.5x change; every check against it will read them 'unresolved': "
-        + "; ".join(f"{name}: tolerance ±{tol:.0%} ({reason})" for name, tol, reason in noisy)
-        + f". Fix: {fix}"
-    )
-    return Note(short, full)
-
-
 # -- the kernel table --
 
 
@@ -601,16 +555,12 @@ def render_terminal_table(
     sort: str = "status",
     verbose: bool = False,
 ) -> str:
-    """The kernel table for the terminal summary, rendered by rich to a string.
-
-    Columns: kernel, device, the time the verdict compared (baseline → now, labelled; only
-    when some verdict compared another time than the wall median), median ± half the IQR
-    (relative), roofline time, % of roofline with a bar, bound, verdict with the change. `width`: a terminal's columns: below 100 the
-    roofline-time column is left out and the bar narrowed, long kernel names are shortened in
-    the middle ("…") to fit (with `verbose` they fold, whole), and a table that still does not
-    fit is printed wider rather than cut (`console_for`); None: a log, every column at
-    the width of its content. No escape codes unless `color`. Notes of the machine's normal
-    state only with `verbose`; the others cut to one line without it.
+    """The kernel table for the terminal summary, rendered by rich to a string (its width:
+    the module docstring's "Tables"; below 100 columns the roofline-time column is left out
+    and the bar narrowed). Columns: kernel, device, the time the verdict compared (baseline
+    → now, only when some verdict compared another time than the wall median), median ± half
+    the IQR, roofline time, % of roofline with a bar, bound, verdict with the change. No
+    escape codes unless `color`; the notes under it cut to one line each unless `verbose`.
     """
     from rich.text import Text
 

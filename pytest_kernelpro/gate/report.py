@@ -30,33 +30,24 @@ event, so it keeps every record that finished:
 
 `kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it
 (`review/records_report.py`); a parent process reads its isolated child's records from it
-(`run/isolate.py`). A log of another schema version is refused with both versions named (a
-log from before the version was written reads as version 1: its lines are the same).
+(`run/isolate.py`). Reading these files back: `report_read.py`.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import platform
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro import __version__
-from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import append_jsonl, atomic_write_json
 from pytest_kernelpro.gate.format import record_status
-from pytest_kernelpro.record import (
-    SCHEMA_VERSION,
-    KernelRecord,
-    record_builtins,
-    record_from_builtins,
-)
+from pytest_kernelpro.record import SCHEMA_VERSION, KernelRecord, record_builtins
 
 REPORT_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
 REPORT_KIND = "kernelpro-report"
@@ -123,76 +114,6 @@ def save_run(history_dir: str | Path, report: dict[str, Any]) -> Path:
     return atomic_write_json(path, report)
 
 
-def records_of(report: dict[str, Any], source: str = "kernelpro report") -> list[KernelRecord]:
-    """The KernelRecords of a report dict; `source` names the report in the error of a record
-    that is not of the record's types."""
-    records = report.get("records") or []
-    return [
-        record_from_builtins(r, source=f"{source}: records[{i}]") for i, r in enumerate(records)
-    ]
-
-
-def load_report(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check one JSON report; a bad file is a KernelproError naming it."""
-    target = Path(path)
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise KernelproError(
-            f"kernelpro report {target} does not exist; write it with "
-            "`pytest --kernelpro-json=PATH` (default .kernelpro/kernelpro-report.json)"
-        ) from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise KernelproError(f"kernelpro report {target} cannot be read as JSON: {exc}") from exc
-    if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
-        raise KernelproError(
-            f"kernelpro report {target} is not a pytest-kernelpro JSON report (no "
-            f"'kind': '{REPORT_KIND}'); pass the file written by --kernelpro-json"
-        )
-    version = data.get("schema_version")
-    if type(version) is not int or version != REPORT_SCHEMA_VERSION:  # true == 1, 1.0 == 1
-        raise KernelproError(
-            f"kernelpro report {target} has schema version {version!r} (written by "
-            f"{data.get('tool') or 'an unknown tool'}); this pytest-kernelpro {__version__} "
-            f"reads version {REPORT_SCHEMA_VERSION}. Fix: write it again with "
-            "`pytest --kernelpro-json` of this version, or read it with the version that wrote it"
-        )
-    if not isinstance(data.get("records"), list):
-        raise KernelproError(f"kernelpro report {target}: 'records' is not a list")
-    records_of(data, f"kernelpro report {target}")  # a record of the wrong types: named here
-    return data
-
-
-def merge_report_dicts(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Merge reports of xdist workers, shards or several runs into one.
-
-    Records are keyed by node id; when two reports hold the same kernel, the later report
-    wins (a re-run replaces the earlier result). The merged meta keeps the first report's
-    options, the union of devices, the longest wall time (workers run in parallel) and the
-    list of commits when they differ.
-    """
-    if not reports:
-        raise KernelproError("kernelpro: no reports to merge")
-    by_id: dict[str, dict[str, Any]] = {}
-    for report in reports:
-        for rec in report.get("records") or []:
-            by_id[str(rec.get("nodeid"))] = rec
-    metas = [r.get("meta") or {} for r in reports]
-    meta = dict(metas[0])
-    devices = sorted({d for m in metas for d in (m.get("devices") or [])})
-    if devices:
-        meta["devices"] = devices
-    walls = [m.get("wall_s") for m in metas if isinstance(m.get("wall_s"), (int, float))]
-    if walls:
-        meta["wall_s"] = max(walls)
-    commits = sorted({m.get("commit") for m in metas if m.get("commit")})
-    if len(commits) > 1:
-        meta["commits"] = commits
-    meta["merged_from"] = len(reports)
-    records = records_of({"records": list(by_id.values())}, "merged kernelpro reports")
-    return build_report(records, meta=meta)
-
-
 # -- the records log (module docstring) --
 
 RECORDS_LOG_SCHEMA_VERSION = SCHEMA_VERSION  # the records' (record.py)
@@ -232,80 +153,3 @@ class RecordsLog:
 
     def _append(self, event: dict[str, Any]) -> None:
         append_jsonl(self.path, event)
-
-
-@dataclass
-class LoggedSession:
-    """What a records log holds: the records, the collected kernels, whether it finished."""
-
-    records: list[KernelRecord] = field(default_factory=list)
-    collected: list[str] | None = None  # None: the log has no collection line (xdist)
-    finished: bool = False
-    exitstatus: int | None = None
-    created: str | None = None
-    torn_lines: int = 0  # a last line cut off by the kill, not a record
-
-    @property
-    def missing(self) -> list[str]:
-        """Collected kernels with no record: they did not finish."""
-        if self.collected is None:
-            return []
-        done = {r.nodeid for r in self.records}
-        return [n for n in self.collected if n not in done]
-
-
-def read_records_log(path: str | os.PathLike[str]) -> LoggedSession:
-    """Parse a records log; a torn last line (the kill hit mid-write) is counted, not fatal."""
-    target = Path(path)
-    try:
-        lines = target.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise KernelproError(
-            f"records log {target} does not exist; pytest writes it next to the JSON report "
-            "(--kernelpro-json=PATH writes PATH with the suffix .jsonl)"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KernelproError(f"records log {target} cannot be read: {exc}") from exc
-    logged = LoggedSession()
-    by_nodeid: dict[str, KernelRecord] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            if number == len(lines):
-                logged.torn_lines += 1
-                continue
-            raise KernelproError(
-                f"records log {target} line {number} is not JSON: {line[:80]!r}; the file "
-                "was edited or written by something else"
-            ) from None
-        kind = event.get("kind") if isinstance(event, dict) else None
-        if kind == "session":
-            _check_version(target, event.get("schema_version", RECORDS_LOG_SCHEMA_VERSION))
-            logged.created = event.get("created")
-        elif kind == "collected":
-            logged.collected = [str(n) for n in event.get("nodeids") or []]
-        elif kind == "record":
-            record = record_from_builtins(
-                event.get("record"), source=f"records log {target} line {number}"
-            )
-            by_nodeid[record.nodeid] = record  # a re-run item (pytest-rerunfailures): last wins
-        elif kind == "finished":
-            logged.finished = True
-            logged.exitstatus = event.get("exitstatus")
-    logged.records = list(by_nodeid.values())
-    return logged
-
-
-def _check_version(path: Path, version: Any) -> None:
-    if type(version) is int and version == RECORDS_LOG_SCHEMA_VERSION:  # not true, not 1.0
-        return
-    from pytest_kernelpro import __version__
-
-    raise KernelproError(
-        f"records log {path} has schema version {version!r}; this pytest-kernelpro "
-        f"{__version__} reads version {RECORDS_LOG_SCHEMA_VERSION}. Read it with the "
-        "pytest-kernelpro that wrote it, or run the session again with this one"
-    )

@@ -35,14 +35,10 @@ How a regression is decided, and why:
 Anything beyond the threshold that fails 2, 3 or 4 is "suspect": reported with what to do,
 never a failure (nvbench users did not know what to do with AMBG: the reason says).
 
-What is compared (the basis) is chosen before the status, and the status is decided on
-whatever the basis hands over: the times, the per-pair ratios with the clock anchor, the
-on-CPU time against the CPU anchor, or the time relative to each side's roofline, each at its
-tolerance; `verdict_basis.py` holds those rules. Another CPU is information ("incomparable"
-with the change), never a failure, unless `cross_cpu="gate"`.
-
-An oversubscribed CPU timing (other processes held the cores its threads needed, see
-`measure/timing/cpu_load.py`) that would regress is "suspect": its slowdown is not the kernel's.
+What is compared, at which tolerance, is the basis's (`verdict_basis.py`); the rules above
+decide on whatever samples it hands over. An oversubscribed CPU timing (other processes held
+the cores its threads needed, `measure/timing/cpu_load.py`) that would regress is "suspect":
+its slowdown is not the kernel's.
 """
 
 from __future__ import annotations

@@ -12,9 +12,9 @@
   re-measurement alike.
 
 The names below are the package's interface; the generated sandbox modules import
-`pytest_kernelpro.problem.load_problem`, so that path stays. The KernelBench reader and the
-loader of other processes are imported when first asked for (`__getattr__`): a check
-session of marked kernels uses neither.
+`pytest_kernelpro.problem.load_problem`, so that path stays. The KernelBench reader (with
+`import_file`) and the loader of other processes (with `lookup_qualname`) are imported when
+first asked for (`__getattr__`): a check session of marked kernels uses neither.
 """
 
 from __future__ import annotations
@@ -31,22 +31,26 @@ from pytest_kernelpro.problem.model import (
     Problem,
     ProblemLocator,
     call_input_factory,
-    import_file,
-    lookup_qualname,
     marker_of,
     problem_from_marker,
     shape_id,
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.problem.kernelbench import is_kernelbench_file, problem_from_kernelbench
-    from pytest_kernelpro.problem.locate import load_problem
+    from pytest_kernelpro.problem.kernelbench import (
+        import_file,
+        is_kernelbench_file,
+        problem_from_kernelbench,
+    )
+    from pytest_kernelpro.problem.locate import load_problem, lookup_qualname
 
 # The names of the modules imported on first use, by the module that holds them.
 _LAZY = {
     "is_kernelbench_file": "kernelbench",
     "problem_from_kernelbench": "kernelbench",
+    "import_file": "kernelbench",
     "load_problem": "locate",
+    "lookup_qualname": "locate",
 }
 
 

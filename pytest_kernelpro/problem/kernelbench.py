@@ -4,14 +4,16 @@ and optionally `class ModelNew` (the kernel under test; `Model` is the reference
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.problem.build import build_module, init_inputs_of
 from pytest_kernelpro.problem.language import detect_language
-from pytest_kernelpro.problem.model import Problem, import_file, sharing_weights
+from pytest_kernelpro.problem.model import Problem, sharing_weights
 
 _MODEL_RE = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
 _INPUTS_RE = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
@@ -115,7 +117,23 @@ def problem_from_kernelbench(path: Path) -> Problem:
         input_factory=inputs,
         kind="kernelbench",
         source_file=str(path),
-        language=language,
-        device_preference="cuda" if language in ("triton", "cuda") else "any",
+        language_given=language,
         extra={"has_model_new": kernel_cls is not reference_cls},
     )
+
+
+def import_file(path: str | Path, module_name: str | None = None) -> Any:
+    """Import a Python file by path, with its directory on sys.path (as pytest's rootdir
+    insertion would have it), so `from mykernels import ...` works."""
+    file = Path(path).resolve()
+    for entry in (str(file.parent), str(Path.cwd())):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    name = module_name or f"_kernelpro_{file.stem}_{abs(hash(str(file))) % 10**8}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise KernelproConfigError(f"cannot import {file}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

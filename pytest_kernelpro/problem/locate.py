@@ -11,14 +11,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.problem.kernelbench import is_kernelbench_file, problem_from_kernelbench
+from pytest_kernelpro.problem.kernelbench import (
+    import_file,
+    is_kernelbench_file,
+    problem_from_kernelbench,
+)
 from pytest_kernelpro.problem.model import (
     MarkerOptions,
     Problem,
     ProblemLocator,
-    import_file,
     marker_of,
     problem_from_marker,
 )
@@ -54,10 +58,9 @@ def load_problem(locator: ProblemLocator) -> Problem:
     if is_kernelbench_file(path):
         problem = problem_from_kernelbench(path)
     else:
-        module = import_file(path)
-        obj = module
-        for part in locator.qualname.split("."):
-            obj = getattr(obj, part)
+        obj = lookup_qualname(import_file(path), locator.qualname)
+        if obj is None:
+            raise KernelproConfigError(f"{path} has no {locator.qualname} (renamed or removed?)")
         mark = marker_of(obj)
         if mark is None:
             raise KernelproConfigError(
@@ -74,3 +77,12 @@ def load_problem(locator: ProblemLocator) -> Problem:
             f"shape index {index} out of range for {locator.qualname} ({len(variants)} shapes)"
         )
     return variants[index]
+
+
+def lookup_qualname(namespace: Any, qualname: str) -> Any | None:
+    """The object `qualname` ("Kernel" or "Outer.kernel") names in `namespace`, None where a
+    part is missing."""
+    obj: Any = namespace
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj

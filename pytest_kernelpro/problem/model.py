@@ -5,7 +5,6 @@ KernelBench file) becomes one of these, and everything downstream consumes only 
 from __future__ import annotations
 
 import functools
-import importlib.util
 import inspect
 import re
 import sys
@@ -263,7 +262,10 @@ class Problem:
     input_factory: Callable[..., Any]
     kind: str  # function | module | kernelbench
     source_file: str
-    language: str = "pytorch"
+    # The marker's or the file's language; None: detected from `language_source` (the
+    # kernel) when first asked, so collection reads no source of a kernel it does not run.
+    language_given: str | None = None
+    language_source: Any = field(default=None, repr=False)
     shape: Any = None
     rtol: float | None = None
     atol: float | None = None
@@ -271,7 +273,7 @@ class Problem:
     bytes: float | None = None
     min_roofline: float | None = None
     threshold: float | None = None
-    device_preference: str = "any"  # cuda | cpu | any
+    device_given: str | None = None  # cuda | cpu | any; None: by the language
     trials: int | None = None
     # The module constructors' arguments (marker `init_inputs=`): the factories apply them;
     # kept so the sandbox's KernelBench view can say them in `get_init_inputs()`.
@@ -282,6 +284,20 @@ class Problem:
         """The constructor arguments as a list (a callable `init_inputs` is called)."""
         init = self.init_inputs() if callable(self.init_inputs) else self.init_inputs
         return list(init or ())
+
+    @functools.cached_property
+    def language(self) -> str:
+        if self.language_given is not None:
+            return self.language_given
+        source = self.language_source
+        return "pytorch" if source is None else detect_language_of(source)
+
+    @property
+    def device_preference(self) -> str:
+        """Where the kernel may run: as given, else a Triton or CUDA kernel needs a GPU."""
+        if self.device_given is not None:
+            return self.device_given
+        return "cuda" if self.language in ("triton", "cuda") else "any"
 
     @property
     def shape_id(self) -> str | None:
@@ -363,8 +379,6 @@ def problem_from_marker(
     kernel_is_module = _is_module_class(obj)
     reference_is_module = _is_module_class(options.reference)
     kind = "module" if kernel_is_module else "function"
-    language = options.language or detect_language_of(obj)
-    device_pref = options.device or ("cuda" if language in ("triton", "cuda") else "any")
     if options.dtype is not None and kind != "module":
         raise KernelproConfigError(
             f"kernel {name!r}: dtype={options.dtype!r} casts nn.Module kernels and references "
@@ -393,14 +407,15 @@ def problem_from_marker(
         input_factory=options.inputs,
         kind=kind,
         source_file=str(options.source or source_file),
-        language=language,
+        language_given=options.language,
+        language_source=obj,
         rtol=options.rtol,
         atol=options.atol,
         flops=options.flops,
         bytes=options.bytes,
         min_roofline=options.min_roofline,
         threshold=options.threshold,
-        device_preference=device_pref,
+        device_given=options.device,
         trials=options.trials,
         init_inputs=options.init_inputs if kind == "module" else (),
         extra={
@@ -410,9 +425,6 @@ def problem_from_marker(
     )
 
 
-# --- loading a problem outside pytest (profiler target, search worker) -------------------
-
-
 @dataclass(frozen=True)
 class ProblemLocator:
     """Enough to rebuild a Problem in another process: file, object name, shape index."""
@@ -420,32 +432,6 @@ class ProblemLocator:
     path: str
     qualname: str
     shape_index: int | None = None
-
-
-def import_file(path: str | Path, module_name: str | None = None) -> Any:
-    """Import a Python file by path, with its directory on sys.path (as pytest's rootdir
-    insertion would have it), so `from mykernels import ...` works."""
-    file = Path(path).resolve()
-    for entry in (str(file.parent), str(Path.cwd())):
-        if entry not in sys.path:
-            sys.path.insert(0, entry)
-    name = module_name or f"_kernelpro_{file.stem}_{abs(hash(str(file))) % 10**8}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise KernelproConfigError(f"cannot import {file}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def lookup_qualname(namespace: Any, qualname: str) -> Any | None:
-    """The object `qualname` ("Kernel" or "Outer.kernel") names in `namespace`, None where a
-    part is missing."""
-    obj: Any = namespace
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def marker_of(obj: Any) -> Any | None:

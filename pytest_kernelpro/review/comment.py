@@ -37,7 +37,7 @@ from pytest_kernelpro.gate.format import (
     stat,
 )
 from pytest_kernelpro.gate.render_session import QUIET_PICKS, process_notes
-from pytest_kernelpro.gate.report import records_of
+from pytest_kernelpro.gate.report_read import records_of
 from pytest_kernelpro.record import KernelRecord, SectionPart
 from pytest_kernelpro.review.comment_check import check_report
 from pytest_kernelpro.review.github import MARKER

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_text
-from pytest_kernelpro.gate.report import read_records_log
+from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import KernelRecord
 
 MISSING_KEY = "missing_record"  # record.extra flag of a kernel that left no record

@@ -43,7 +43,7 @@ and `environment` parts are set from it (`record_process_facts`). An item whose 
 no autotuner loaded (none a conftest adds) and no pins gets no capture: its `autotune` part
 holds the library settings alone, as an empty capture's would. In the fresh process that
 confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
-kernel's first call (`run.item_runner.remeasure_only` is that process's timing-only run).
+kernel's first call (`run.fresh_process.remeasure_only` is that process's timing-only run).
 """
 
 from __future__ import annotations
@@ -84,6 +84,9 @@ T = TypeVar("T")
 MARKER = "marker"
 TOLERANCE_BY_DTYPE = "built-in: by the reference output's dtype (measure/output_rule.py)"
 
+# The seed of the timing inputs: apart from the trials' (0, 1, ...), in the item's process and in
+# the fresh process that re-measures it.
+TIMING_SEED = 1_000_003
 WATCHDOG_GRACE_S = 30.0  # after the limit, how long native code may still take to return
 WATCHDOG_EXIT_STATUS = 3  # pytest's "internal error" status: the session did not finish
 

@@ -34,10 +34,12 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import AutotunePart, TimingPart
+from pytest_kernelpro.run.context import TIMING_SEED, record_process_facts, watching
 from pytest_kernelpro.run.isolate import (
     CHILD_FLAG,
     RELEASE_WAIT_S,
@@ -47,9 +49,12 @@ from pytest_kernelpro.run.isolate import (
     run_child,
     wait_released,
 )
+from pytest_kernelpro.run.stages import time_item
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.output_rule import CorrectnessRule
+    from pytest_kernelpro.run.context import ItemRun
+    from pytest_kernelpro.run.item_runner import BuiltKernel
     from pytest_kernelpro.run.items import KernelItem
     from pytest_kernelpro.run.session import KernelproSession
 
@@ -141,3 +146,32 @@ def remeasure_in_fresh_process(
         )
         return FreshMeasurement(None, None, wall, proc.returncode, f"{what}; output: {tail}")
     return FreshMeasurement(timing, child.autotune, wall, proc.returncode)
+
+
+def remeasure_only(run: ItemRun, built: BuiltKernel) -> None:
+    """The fresh process of a confirmation: one call with the pins applied (the autotuners
+    take the baseline's configs from their caches from then on), then the timing, made the
+    way the item's own timing is (the same inputs, fresh ones per call checked against the
+    reference)."""
+    kernel, capture = built.kernel, built.capture
+    inputs = built.make_inputs(TIMING_SEED)  # the item's timing inputs
+    with watching(capture), built.grad_mode():
+        try:
+            kernel(*inputs)
+        except Exception as exc:
+            raise KernelproError(
+                f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
+            ) from exc
+    record_process_facts(run, capture)
+    # The parent's calibrated rule checks the sampled outputs (module docstring); without it,
+    # the dtype's default tolerance would.
+    rule = read_rule(run.session_settings.remeasure_pins)
+    parent = None if rule is None else SimpleNamespace(rule_state=rule, tf32=False)
+    time_item(
+        run, kernel, inputs, built.grad_mode,
+        reference=built.reference, make_inputs=built.make_inputs, correctness=parent,
+    )  # fmt: skip
+    if capture is not None:
+        capture.after_timing()
+    record_process_facts(run, capture)
+    run.record.extra["remeasure_child"] = True

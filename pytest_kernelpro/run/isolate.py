@@ -158,31 +158,19 @@ def _tail(text: str) -> str:
     return "\n".join(lines[-OUTPUT_TAIL_LINES:])
 
 
-def child_record(log_path: Path, nodeid: str) -> KernelRecord | None:
-    from pytest_kernelpro.gate.report import read_records_log
+def child_record_for(log_path: Path, nodeid: str, name: str) -> KernelRecord | None:
+    """The child's record of the item: by node id, else the one record named `name` (the
+    child computes node ids from its own rootdir and arguments)."""
+    from pytest_kernelpro.gate.report_read import read_records_log
 
     if not log_path.exists():
         return None
     try:
-        logged = read_records_log(log_path)
+        records = read_records_log(log_path).records
     except KernelproError:
         return None
-    return next((r for r in logged.records if r.nodeid == nodeid), None)
-
-
-def child_record_for(log_path: Path, nodeid: str, name: str) -> KernelRecord | None:
-    """The child's record of the item: by node id, else the one record named `name` (the
-    child computes node ids from its own rootdir and arguments)."""
-    record = child_record(log_path, nodeid)
-    if record is not None or not log_path.exists():
-        return record
-    from pytest_kernelpro.gate.report import read_records_log
-
-    try:
-        logged = read_records_log(log_path)
-    except KernelproError:
-        return None
-    named = [r for r in logged.records if r.name == name]
+    by_id = [r for r in records if r.nodeid == nodeid]
+    named = by_id or [r for r in records if r.name == name]
     return named[0] if len(named) == 1 else None
 
 

@@ -1,17 +1,9 @@
-"""Running one kernel item: the entry, its guards, the item's state built once, and the
-stages in order.
-
-`run_kernel_item` is the entry (from `KernelItem.runtest`): isolation, the GPU memory
-accounting and the outcome around `_run_limited`, which chooses the device, sets the CPU
-thread policy, measures the device's ceilings before the item's clock starts, builds the
-item's state (`context.ItemRun`: device, time limit, threads, resolved settings, ceilings,
-baseline entry) once, and runs the stages under the item's time limit: build the kernel and
-its reference, then the stages of `stages.py` (check, time, re-check; the roofline),
-`profile_stage`, and the gate (or the roofline floor outside check mode). Between the
-roofline and the gate, other plugins work on the measured item through the
-`pytest_kernelpro_item_measured` hook (the optimizer plugin runs its search there).
-`remeasure_only` is the run of the fresh process that confirms a regression
-(`fresh_process.py`): one pinned call, then the timing.
+"""Running one kernel item: the entry (`run_kernel_item`, from `KernelItem.runtest`), its
+guards, the item's state (`context.ItemRun`) built once, and the stages in order: build, then
+`stages.py` (check, time, re-check; the roofline), `profile_stage`, other plugins' work on the
+measured item (the `pytest_kernelpro_item_measured` hook: the optimizer's search), and the
+gate (or the roofline floor outside check mode). A confirmation's fresh process runs
+`fresh_process.remeasure_only` instead.
 
 Only this module holds the pytest item and the session; every stage takes the item's state
 and values, so a stage can be called and tested alone. Every failure becomes a
@@ -26,7 +18,6 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -34,6 +25,7 @@ import pytest
 from pytest_kernelpro.errors import KernelproError, describe_exception
 from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.run.context import (
+    TIMING_SEED,
     DeviceModel,
     ItemRun,
     ItemSettings,
@@ -295,7 +287,7 @@ class _Phase:
 
 
 @dataclass(frozen=True)
-class _Kernel:
+class BuiltKernel:
     """The kernel and its reference built on the item's device, its input maker, the grad
     mode it runs in, and the capture of what its process chose."""
 
@@ -327,6 +319,8 @@ def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phas
     phase.enter("building the kernel and its reference")
     built = _build_kernel(run, session, phase.memory)
     if run.session_settings.remeasure_pins is not None:
+        from pytest_kernelpro.run.fresh_process import remeasure_only
+
         phase.enter("re-measuring in a fresh process (confirmation)", "timing")
         remeasure_only(run, built)
         return
@@ -335,16 +329,20 @@ def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phas
         _price_and_gate(item, session, run, built, measured, phase)
 
 
-def _build_kernel(run: ItemRun, session: KernelproSession, memory: ItemMemory | None) -> _Kernel:
+def _build_kernel(
+    run: ItemRun, session: KernelproSession, memory: ItemMemory | None
+) -> BuiltKernel:
     kernel, reference = _build(run, memory)
     capture = autotune_capture(
         run, run.session_settings.remeasure_pins, extra_autotuners(session.config)
     )
-    return _Kernel(kernel, reference, _input_maker(run, memory), _grad_mode(run.problem), capture)
+    return BuiltKernel(
+        kernel, reference, _input_maker(run, memory), _grad_mode(run.problem), capture
+    )
 
 
 def _measure(
-    run: ItemRun, session: KernelproSession, built: _Kernel, phase: _Phase
+    run: ItemRun, session: KernelproSession, built: BuiltKernel, phase: _Phase
 ) -> _Measured | None:
     """The measure stage: the correctness trials, the timing and the re-check after timing
     (None under --kernelpro-correctness-only, which stops after the trials)."""
@@ -361,7 +359,7 @@ def _measure(
         return None
 
     phase.enter("making the timing inputs", "timing")
-    inputs = make_inputs(1_000_003)
+    inputs = make_inputs(TIMING_SEED)
     phase.enter("timing")
     with _noting_cuda_errors(session, run):
         median_s, remeasure = time_item(
@@ -382,7 +380,7 @@ def _price_and_gate(
     item: KernelItem,
     session: KernelproSession,
     run: ItemRun,
-    built: _Kernel,
+    built: BuiltKernel,
     measured: _Measured,
     phase: _Phase,
 ) -> None:
@@ -434,37 +432,6 @@ def _price_and_gate(
         fresh_remeasure,
         profiling=session.profiling,
     )
-
-
-def remeasure_only(run: ItemRun, built: _Kernel) -> None:
-    """The fresh process of a confirmation: one call with the pins applied (the autotuners
-    take the baseline's configs from their caches from then on), then the timing, made the
-    way the item's own timing is (the same inputs, fresh ones per call checked against the
-    reference)."""
-    kernel, capture = built.kernel, built.capture
-    inputs = built.make_inputs(1_000_003)  # the item's timing inputs
-    with watching(capture), built.grad_mode():
-        try:
-            kernel(*inputs)
-        except Exception as exc:
-            raise KernelproError(
-                f"{run.name} raised {describe_exception(exc)} in the re-measuring process"
-            ) from exc
-    record_process_facts(run, capture)
-    from pytest_kernelpro.run.fresh_process import read_rule
-
-    # The parent's calibrated rule checks the sampled outputs (fresh_process.py); without it,
-    # the dtype's default tolerance would.
-    rule = read_rule(run.session_settings.remeasure_pins)
-    parent = None if rule is None else SimpleNamespace(rule_state=rule, tf32=False)
-    time_item(
-        run, kernel, inputs, built.grad_mode,
-        reference=built.reference, make_inputs=built.make_inputs, correctness=parent,
-    )  # fmt: skip
-    if capture is not None:
-        capture.after_timing()
-    record_process_facts(run, capture)
-    run.record.extra["remeasure_child"] = True
 
 
 @contextlib.contextmanager

@@ -118,7 +118,10 @@ def kernel_items(
     defined_here = defined_in is not None and defined_in == getattr(module, "__name__", None)
     if not defined_here and _in_another_test_module(collector, defined_in):
         return None
-    if module is not None and _is_an_alias(module, name, obj, defined_here):
+    # A kernel defined here under its own name is no alias: the common case, decided
+    # without a pass over the module's names.
+    plain = defined_here and name == getattr(obj, "__name__", None)
+    if module is not None and not plain and _is_an_alias(module, name, obj, defined_here):
         return []
     return _collect_marked(collector, name, obj, mark, defined_here)
 
@@ -155,10 +158,12 @@ def _refuse_parametrize(obj: Any, name: str) -> None:
     """A kernel is called with its inputs alone, so `@pytest.mark.parametrize` on it has no
     argument to fill: refused with the ways to get several items, not left to a TypeError
     when the kernel is called without the parameter."""
-    marks = [m for m in getattr(obj, "pytestmark", []) or [] if m.name == "parametrize"]
-    if not marks:
+    for mark in getattr(obj, "pytestmark", None) or []:
+        if mark.name == "parametrize":
+            break
+    else:
         return
-    argnames = marks[0].args[0] if marks[0].args else marks[0].kwargs.get("argnames", "?")
+    argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", "?")
     raise KernelproError(
         f"kernel {name!r}: @pytest.mark.parametrize({argnames!r}, ...) does not apply to a "
         "kernelpro kernel: the kernel and its reference are called with the inputs from "

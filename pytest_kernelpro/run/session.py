@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,6 +82,7 @@ class KernelproSession:
     records_path: Path = field(init=False)
     artifacts_dir: Path = field(init=False)
     time_budget_s: dict[str, float] = field(init=False)
+    _made: dict[str, tuple[tuple[int, int], Any]] = field(default_factory=dict)  # `_once`
 
     def __post_init__(self) -> None:
         from pytest_kernelpro.run.context import Profiling
@@ -89,6 +91,33 @@ class KernelproSession:
         settings = self.settings
         self.records_path, self.artifacts_dir = settings.records_path, settings.artifacts_dir
         self.time_budget_s = {kind: settings.budget_for(kind) for kind in ("cpu", "cuda")}
+
+    def _once(self, name: str, make: Callable[[], Any]) -> Any:
+        """`make()` read once for the JSON report and the terminal both, and again only after
+        a record or a note was added."""
+        key = (len(self.records), len(self.notes))
+        held = self._made.get(name)
+        if held is None or held[0] != key:
+            held = self._made[name] = (key, make())
+        return held[1]
+
+    def conditions(self) -> list[Note]:
+        """The session's conditions (`gate.render_session.session_conditions`)."""
+        from pytest_kernelpro.gate.render_session import session_conditions
+
+        return self._once(
+            "conditions", lambda: session_conditions(self.settings, self.records, self.notes)
+        )
+
+    def coverage(self) -> tuple[list[str], list[str]] | None:
+        """Under --kernelpro-check, the baseline's entries no kernel matched and the kernels
+        without an entry (`gate.baseline.unmatched`); None without a check or a baseline."""
+        baseline = self._baseline
+        if not self.settings.check or baseline is None:
+            return None
+        from pytest_kernelpro.gate.baseline import unmatched
+
+        return self._once("coverage", lambda: unmatched(baseline, self.records))
 
     def progress(self, line: str) -> None:
         """Say on the terminal that a silent one-time step (ceilings) is starting."""
@@ -278,7 +307,7 @@ class KernelproSession:
         saving = settings.save_baseline is not None and not settings.correctness_only
         measured = [r for r in self.records if r.outcome == "passed" and r.timing]
         if saving:
-            from pytest_kernelpro.gate.render_session import too_noisy_note
+            from pytest_kernelpro.gate.baseline_save import too_noisy_note
 
             # Said when it is saved: a baseline this noisy would make every later check unresolved.
             noisy = too_noisy_note(measured)
@@ -384,6 +413,8 @@ class KernelproSession:
 
         from pytest_kernelpro.gate.baseline import detect_commit
         from pytest_kernelpro.gate.report import machine_name
+        from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
+        from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -393,8 +424,10 @@ class KernelproSession:
             # Nothing timed: `kernelpro compare` and `history` pass the run over.
             "correctness_only": self.settings.correctness_only,
             "threshold": self.settings.threshold,  # None: the per-device defaults below
-            "default_thresholds": _default_thresholds(),
-            "cpu_tolerance_floor": _cpu_tolerance_floor(),
+            "default_thresholds": {"cuda": DEFAULT_GPU_THRESHOLD, "cpu": DEFAULT_CPU_THRESHOLD},
+            # The least tolerance of a CPU comparison whatever the threshold: what --help and
+            # the README state beside the 5% threshold.
+            "cpu_tolerance_floor": {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE},
             "records_log": str(self.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),
@@ -409,27 +442,12 @@ class KernelproSession:
             meta["torch"] = None
         devices = sorted({r.device for r in self.records if r.device})
         meta["devices"] = devices
-        if self.settings.check and self._baseline is not None:
-            from pytest_kernelpro.gate.baseline import unmatched
-
-            left, without = unmatched(self._baseline, self.records)
+        coverage = self.coverage()
+        if coverage is not None:
+            left, without = coverage
             meta["baseline_entries_without_kernel"] = left
             meta["kernels_without_baseline_entry"] = without
         return meta
-
-
-def _default_thresholds() -> dict[str, float]:
-    from pytest_kernelpro.gate.verdict import default_threshold
-
-    return {kind: default_threshold(kind) for kind in ("cuda", "cpu")}
-
-
-def _cpu_tolerance_floor() -> dict[str, float]:
-    """The least tolerance of a CPU comparison, whatever the threshold (gate/verdict_basis.py):
-    what --help and the README state beside the 5% threshold."""
-    from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
-
-    return {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
 
 
 def start_session(config: pytest.Config) -> KernelproSession:
@@ -514,14 +532,12 @@ def _ignore_artifacts_dir(path: Any) -> None:
 
 def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
-    baseline = getattr(kp, "_baseline", None)
-    if not kp.settings.check or baseline is None:
+    coverage = kp.coverage()
+    if coverage is None:
         return []
-    from pytest_kernelpro.gate.baseline import unmatched
     from pytest_kernelpro.gate.render_session import coverage_lines
 
-    left, without = unmatched(baseline, kp.records)
-    return coverage_lines(left, without, verbose=verbose(kp))
+    return coverage_lines(*coverage, verbose=verbose(kp))
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
@@ -599,11 +615,9 @@ def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str
     """Lines for work that was asked for and did not run, and for timings not to trust
     (the text: `gate.render_session.session_notes`): one short line per condition, the full
     text with -v (`full`: decide without the verbosity, for the JSON report)."""
-    from pytest_kernelpro.gate.render_session import session_notes
+    from pytest_kernelpro.gate.render_session import note_lines
 
-    return session_notes(
-        kp.settings, kp.records, kp.notes, verbose=verbose(kp) if full is None else full
-    )
+    return note_lines(kp.conditions(), verbose=verbose(kp) if full is None else full)
 
 
 def verbose(kp: KernelproSession) -> bool:

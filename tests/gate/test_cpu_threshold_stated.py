@@ -5,11 +5,12 @@ that drift from them."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from pytest_kernelpro.config import SETTINGS_BY_NAME
 from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
 from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
-from pytest_kernelpro.run.session import _cpu_tolerance_floor, _default_thresholds
+from pytest_kernelpro.run.session import KernelproSession
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -26,9 +27,29 @@ def test_help_names_the_threshold_and_the_least_cpu_tolerance() -> None:
     assert f"{_percent(BUSY_TOLERANCE)} on a busy machine" in text
 
 
-def test_the_json_report_carries_the_same_numbers() -> None:
-    assert _default_thresholds() == {"cuda": DEFAULT_GPU_THRESHOLD, "cpu": DEFAULT_CPU_THRESHOLD}
-    assert _cpu_tolerance_floor() == {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
+def test_the_json_report_carries_the_same_numbers(tmp_path: Path) -> None:
+    settings = SimpleNamespace(
+        profile_timeout_s=60.0,
+        auto_profiles=0,
+        auto_profile_time_s=0.0,
+        records_path=tmp_path / "records.jsonl",
+        artifacts_dir=tmp_path,
+        budget_for=lambda kind: 1.0,
+        check=False,
+        correctness_only=False,
+        threshold=None,
+        baseline_path=tmp_path / "baseline.yaml",
+        rootpath=tmp_path,
+        profile=False,
+        save_baseline=None,
+    )
+    config = SimpleNamespace(option=SimpleNamespace(verbose=0))
+    meta = KernelproSession(settings=settings, config=config).report_meta()  # type: ignore[arg-type]
+    assert meta["default_thresholds"] == {
+        "cuda": DEFAULT_GPU_THRESHOLD,
+        "cpu": DEFAULT_CPU_THRESHOLD,
+    }
+    assert meta["cpu_tolerance_floor"] == {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
 
 
 def test_the_readme_states_the_same_numbers() -> None:

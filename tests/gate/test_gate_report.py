@@ -13,14 +13,8 @@ from gate_factories import make_record
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.render_session import render_terminal_table
-from pytest_kernelpro.gate.report import (
-    REPORT_SCHEMA_VERSION,
-    build_report,
-    load_report,
-    merge_report_dicts,
-    records_of,
-    write_json_report,
-)
+from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, build_report, write_json_report
+from pytest_kernelpro.gate.report_read import load_report, merge_report_dicts, records_of
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.plot import roofline_plot, roofline_points

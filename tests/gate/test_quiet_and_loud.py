@@ -14,7 +14,7 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline_save import save_baseline, too_noisy_note
 from pytest_kernelpro.gate.render_session import (
     MIN_NAME,
     NOTE_WIDTH,
@@ -24,7 +24,6 @@ from pytest_kernelpro.gate.render_session import (
     plain_note,
     session_line,
     session_notes,
-    too_noisy_note,
 )
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict

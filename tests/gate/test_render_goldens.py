@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry
+from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, unmatched
+from pytest_kernelpro.gate.render_session import session_conditions
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.offline_gate import gate_records, render_compare_table
@@ -104,11 +105,14 @@ def _session(verbose: int = 0) -> SimpleNamespace:
         json_path=Path(".kernelpro/kernelpro-report.json"),
         records_path=Path(".kernelpro/kernelpro-report.jsonl"),
     )
+    notes = ["a note another part of the session added"]
     return SimpleNamespace(
         settings=settings,
         config=FakeConfig(verbose),
         records=records,
-        notes=["a note another part of the session added"],
+        notes=notes,
+        conditions=lambda: session_conditions(settings, records, notes),
+        coverage=lambda: unmatched(baseline, records),
         _baseline=baseline,
         history_path=Path(".kernelpro/history/20261201T170000Z-abc1234-vm.json"),
         records_path=settings.records_path,  # read once at configure (`KernelproSession`)

@@ -36,7 +36,7 @@ def _session(**values: Any) -> Any:
 
 def test_the_marker_wins_over_the_session_for_every_setting() -> None:
     problem = _problem(
-        threshold=0.3, trials=7, rtol=1e-3, atol=1e-4, min_roofline=0.5, device_preference="cpu"
+        threshold=0.3, trials=7, rtol=1e-3, atol=1e-4, min_roofline=0.5, device_given="cpu"
     )
     session = _session(
         threshold=(0.1, "command line --kernelpro-threshold"),

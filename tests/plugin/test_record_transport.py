@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.gate.report import load_report, read_records_log, records_of
+from pytest_kernelpro.gate.report_read import load_report, read_records_log, records_of
 from pytest_kernelpro.record import CorrectnessPart, TimingPart
 
 KERNELS = """

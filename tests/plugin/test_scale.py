@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import records_by_name
 
-from pytest_kernelpro.gate.report import read_records_log
+from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import record_builtins
 from pytest_kernelpro.review.records_report import report_main
 

@@ -268,3 +268,48 @@ def test_a_host_only_c_extension_stays_pytorch(tmp_path: Path) -> None:
         return x
 
     assert detect_language_of(kernel) == "pytorch"
+
+
+def _marked_problem(kernel: Any, **marker: Any) -> Any:
+    from pytest_kernelpro.problem import MarkerOptions, problem_from_marker
+
+    options = MarkerOptions.from_marker(
+        (), {"reference": abs, "inputs": lambda device: (1,), **marker}, kernel_name="k"
+    )
+    return problem_from_marker(kernel, options, name="k", source_file="test_k.py")
+
+
+def test_collection_reads_no_source_and_the_item_detects_its_language(library, monkeypatch):
+    """A module's other kernels are collected before `-k` or a node id selects one: their
+    sources are read only if they run. The item that runs gets the language its code leads to
+    (and with it the GPU it needs), each shape's item on its own."""
+    import pytest_kernelpro.problem.model as model
+
+    asked: list[Any] = []
+    detect = model.detect_language_of
+    monkeypatch.setattr(model, "detect_language_of", lambda obj: asked.append(obj) or detect(obj))
+    ScaleFunction = library.ScaleFunction
+
+    def scale(x):
+        return ScaleFunction.apply(x)
+
+    problem = _marked_problem(scale, shapes=[(2, 3), (4, 5)])
+    shapes = problem.at_shapes()
+    assert [p.display_name for p in shapes] == ["k[2x3]", "k[4x5]"]
+    assert asked == []
+    assert shapes[0].language == "triton"
+    assert shapes[0].device_preference == "cuda"
+    assert shapes[0].language == "triton"
+    assert asked == [scale]  # once per item, not per question
+
+
+def test_a_given_language_or_device_is_never_detected(library, monkeypatch):
+    import pytest_kernelpro.problem.model as model
+
+    def refuse(obj: Any) -> str:
+        raise AssertionError(f"detected the language of {obj!r}")
+
+    monkeypatch.setattr(model, "detect_language_of", refuse)
+    assert _marked_problem(library.Scale, language="pytorch").device_preference == "any"
+    assert _marked_problem(library.Scale, language="cuda").device_preference == "cuda"
+    assert _marked_problem(library.Scale, device="cpu").device_preference == "cpu"

@@ -20,11 +20,13 @@ from pytest_kernelpro.gate.report import (
     REPORT_SCHEMA_VERSION,
     RecordsLog,
     build_report,
+    write_json_report,
+)
+from pytest_kernelpro.gate.report_read import (
     load_report,
     merge_report_dicts,
     read_records_log,
     records_of,
-    write_json_report,
 )
 from pytest_kernelpro.record import (
     PARTS,
