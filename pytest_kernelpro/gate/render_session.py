@@ -294,7 +294,7 @@ def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
     by_clause: dict[str, list[tuple[KernelRecord, str]]] = {}
     for record in records:
         if record.outcome == "skipped":
-            reason = skip_reason(record).replace(record.name, "it")
+            reason = _without_name(skip_reason(record), record.name)
             by_clause.setdefault(_first_clause(reason), []).append((record, reason))
     notes = []
     for clause, group in by_clause.items():
@@ -313,6 +313,13 @@ def _first_clause(reason: str) -> str:
     """A skip reason's first clause ("it needs a CUDA GPU"), with " (-v)" when cut there."""
     head = reason.split(", but ", 1)[0].split("; ", 1)[0].split(" (", 1)[0]
     return head if head == reason else f"{head} (-v)"
+
+
+def _without_name(reason: str, name: str) -> str:
+    """`reason` with the kernel's name said as "it" where the reason starts with it ("NAME is
+    a cuda kernel that ..."), the one place a skip reason names its kernel; the name found
+    elsewhere is a word of the reason (a kernel named `a` in "needs a CUDA GPU")."""
+    return "it" + reason[len(name) :] if reason.startswith(name + " ") else reason
 
 
 def skip_reason(record: KernelRecord) -> str:

@@ -307,3 +307,25 @@ def test_kernels_skipped_for_the_same_first_reason_share_one_line() -> None:
     assert "(cuda kernel)" in full
     assert "(triton kernel)" in full
     assert full.count("(triton kernel)") == 1
+
+
+def test_a_kernel_named_like_a_word_of_its_skip_reason_keeps_the_reason_whole() -> None:
+    """The kernel's own name is taken out of its reason only where it stands as a name: a
+    kernel named `a` or `GPU` does not turn "needs a CUDA GPU" into "needs it CUDA it"."""
+    settings = type("S", (), {"correctness_only": False, "check": False, "profile": False,
+                              "save_baseline": None})()  # fmt: skip
+    records = []
+    for name in ("a", "GPU", "CUDA"):
+        record = make_record(name, timed=False, outcome="skipped")
+        record.message = "needs a CUDA GPU (cuda kernel) and none is visible"
+        records.append(record)
+    named = make_record("a", timed=False, outcome="skipped")
+    named.message = "a is a cuda kernel that needs a CUDA GPU, but the device setting is 'cpu'"
+    records.append(named)
+    assert session_notes(settings, records) == [
+        "3 kernel(s) skipped: needs a CUDA GPU (-v)",
+        "1 kernel(s) skipped: it is a cuda kernel that needs a CUDA GPU (-v)",
+    ]
+    (whole, led) = session_notes(settings, records, verbose=True)
+    assert "needs a CUDA GPU (cuda kernel) and none is visible" in whole
+    assert "it is a cuda kernel that needs a CUDA GPU, but" in led
