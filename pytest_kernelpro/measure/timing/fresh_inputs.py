@@ -189,10 +189,8 @@ class Seal:
         return found + [f"{name} (set on the object)" for name in shadowed]
 
 
-# A tensor's address, strides, shape and dtype, read in C.
-_LAYOUT_PARTS = (
-    methodcaller("data_ptr"), methodcaller("stride"), attrgetter("shape"), attrgetter("dtype")
-)  # fmt: skip
+_DATA_PTR, _STRIDE = methodcaller("data_ptr"), methodcaller("stride")
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
 REPOINTED = (
     "the kernel re-pointed a timed input (`set_`, `.data =`, `resize_` or `as_strided_`: its "
     "address, strides, shape or dtype changed): the timer refills the tensors it was given, "
@@ -203,8 +201,9 @@ REPOINTED = (
 
 def _layout(targets: Sequence[Any]) -> tuple[Any, ...]:
     """Where and how each timed tensor reads its elements: (address, strides, shape, dtype)
-    per tensor, read in C (`FreshInputs.after` compares it after every call)."""
-    return tuple(zip(*[map(part, targets) for part in _LAYOUT_PARTS], strict=True))
+    per tensor, read in C, no comprehension (`FreshInputs.after` compares it every call)."""
+    parts = map(_DATA_PTR, targets), map(_STRIDE, targets), map(_SHAPE, targets)
+    return tuple(zip(*parts, map(_DTYPE, targets), strict=True))
 
 
 KEPT_POSITIONS = 4096  # per kept tensor, fingerprinting the mix's content (`kept_content`)
