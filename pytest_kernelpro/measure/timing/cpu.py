@@ -134,24 +134,10 @@ def cpu_flush_cap_note() -> str:
 
 
 def last_level_cache_bytes() -> int | None:
-    """Size of the CPU's largest cache level (Linux sysfs, else sysconf), or None."""
-    import glob
-
-    best: tuple[int, int] | None = None
-    for folder in glob.glob(f"/sys/devices/system/cpu/cpu{_current_cpu()}/cache/index*"):
-        try:
-            with open(f"{folder}/level", encoding="utf-8") as handle:
-                level = int(handle.read())
-            with open(f"{folder}/size", encoding="utf-8") as handle:
-                text = handle.read().strip().upper()
-        except (OSError, ValueError):
-            continue
-        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit() and (best is None or level > best[0]):
-            best = (level, int(digits) * scale)
-    if best is not None:
-        return best[1]
+    """Size of the CPU's largest cache level (`cpu_cache_levels`, else sysconf), or None."""
+    levels = cpu_cache_levels()
+    if levels:
+        return levels[max(levels)]
     try:
         value = os.sysconf("SC_LEVEL3_CACHE_SIZE")
     except (ValueError, OSError):
