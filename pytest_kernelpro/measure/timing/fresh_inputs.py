@@ -8,7 +8,7 @@ subclass. `FreshInputs` is what the timers call instead.
 `mode` (in the record):
 - `mix` (default): per element A + U (B - A) of two draws A, B of the input maker (one draw:
   B = A (1 + JITTER V)); U a window, at an `os.urandom` offset never used before, of a pool of
-  byte weights k / `WEIGHT_LEVELS` (`_mix`); integers and booleans take A or B per element.
+  byte weights k / `WEIGHT_LEVELS` (`FreshInputs.before`); integers and booleans take A or B per element.
   Elements stay in their draws' range and U has as many random values as the inputs, so a
   memo keyed by a few values hits only where the rest of the content differs (its check
   refuses the output); a content repeats only where a whole window of weights does.
@@ -392,16 +392,30 @@ class FreshInputs:
             self._plan = ()
         return self._plan
 
-    def before(self) -> tuple[int, Any]:
+    def before(
+        self,
+        offset: int | None = None,
+        then: Callable[[], Any] | None = None,
+        steps: Sequence[Step] | None = None,
+    ) -> tuple[Any, Any]:
         """Give the timed inputs content no earlier call held, in place, without grad; returns
-        what names it (offset, draw), for the timer to hand to `after`. One frame on the
-        mix's path: it runs before every timed call."""
-        started = bound.perf_counter()
+        what names it (offset, draw), for the timer to hand to `after`.
+
+        The mix (its one home): each step's `dst` = a + (k / WEIGHT_LEVELS) (b - a), k its
+        pool's bytes from the offset on, converted in `dst` itself (integers and booleans: a
+        or b per element). Given an `offset`, that content is made again in `steps` (default:
+        the timed tensors'); with `then` (a check's reference on it), `then()` runs after the
+        writes and each chunk is made again apart and compared with `dst` bit for bit (NaN
+        payloads included: `torch.equal` calls no NaN equal); returns (whether every `dst`
+        still holds the mix, what `then` returned). One frame for every chunk of every leaf:
+        it runs before every timed call and once more in a checked one."""
         torch = self.torch
+        new = offset is None
+        started = bound.perf_counter()
         try:
             with torch.no_grad():
                 plan = self._plan if self._plan is not None else self.prepare()
-                if plan:
+                if new and plan:
                     used = self._used
                     offset = int.from_bytes(bound.os_urandom(8), "little") % WINDOW
                     if offset in used or len(used) >= WINDOW // 2:
@@ -409,21 +423,48 @@ class FreshInputs:
                     else:
                         used.add(offset)
                     self._offset = offset
-                    _mix(torch, plan, offset)
-                elif self.mode == "maker" and self.make_draw is not None:
+                elif new and self.mode == "maker" and self.make_draw is not None:
                     self._offset = seed = _urandom_seed()  # the token's first half: the seed
                     self._draw = self.make_draw(seed)
                     leaves = tensor_leaves(torch, self._draw)
                     for dst, src in zip(self._targets, leaves, strict=True):
                         dst.copy_(src)
-                else:
+                    return self._offset, self._draw
+                elif new:
                     bump = torch.autograd.graph.increment_version
                     for dst in self._targets:
                         bump(dst)
+                    return self._offset, self._draw
+                assert offset is not None
+                result = None
+                for verify in (False, True) if then is not None else (False,):
+                    if verify and then is not None:
+                        result = then()
+                    for dst, a, b, pool, start, end, shape, mixed in (
+                        plan if steps is None else steps
+                    ):
+                        weights = pool[offset + start : offset + end]
+                        if shape is not None:
+                            weights = weights.view(shape)
+                        into = torch.empty_like(dst) if verify else dst
+                        if mixed:
+                            into.copy_(weights)
+                            into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
+                            torch.lerp(a, b, into, out=into)
+                        else:
+                            torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
+                        if verify:
+                            size = into.element_size()
+                            if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
+                                as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
+                                into, dst = into.view(as_int), dst.view(as_int)
+                            if not torch.equal(into, dst):
+                                return False, result
+                return (offset, self._draw) if new else (True, result)
         finally:
-            self.refill_s += bound.perf_counter() - started
-            self.refills += 1
-        return self._offset, self._draw
+            if new:
+                self.refill_s += bound.perf_counter() - started
+                self.refills += 1
 
     def resume(self) -> None:
         """Before a later timing of the same tensors (the re-check wrote into them): a new
@@ -454,13 +495,12 @@ class FreshInputs:
         draw = self._draw if draw is None else draw
         with torch.no_grad():
             if plan:
-                start = self._offset if offset is None else offset
-                leaves = []
+                leaves, steps = [], []
                 ends = self.ends if self.ends is not None else ((), ())
                 for a, b, pool in zip(*ends, self.weights, strict=True):
-                    leaf = torch.empty_like(a)
-                    _mix(torch, _steps(torch, leaf, a, b, pool), start)
-                    leaves.append(leaf)
+                    leaves.append(torch.empty_like(a))
+                    steps.extend(_steps(torch, leaves[-1], a, b, pool))
+                FreshInputs.before(self, self._offset if offset is None else offset, steps=steps)
             elif self.mode == "maker" and draw is not None:
                 leaves = [t.detach().clone() for t in tensor_leaves(torch, draw)]
             else:
@@ -476,12 +516,14 @@ class FreshInputs:
         its inputs, sends this check and every later one to a copy apart (`content`), which
         only the timer holds; never a verdict by itself."""
         torch = self.torch
-        plan = self._plan if self._plan is not None else self.prepare()
+        if self._plan is None:
+            self.prepare()
         if not self._apart:
             read = functools.partial(
                 self.reference, *(self.storage if self._flat else self._arguments())
             )
-            held, expected = _mix(torch, plan, offset, then=read)
+            # The class's method (kept by `bound`), never one a kernel set on the object.
+            held, expected = FreshInputs.before(self, offset, then=read)
             if held:
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
                 if type(expected) is torch.Tensor:  # `_shares`, inline (every checked call)
@@ -701,43 +743,6 @@ def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
 
 
 _SAME_SIZE_INTEGER = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
-
-
-def _mix(
-    torch: Any, steps: Sequence[Step], offset: int, then: Callable[[], Any] | None = None
-) -> tuple[bool, Any]:
-    """Each step's `dst` = the mix of its `a` and `b` by its pool's weights at `offset`:
-    a + (k / WEIGHT_LEVELS) (b - a), the weights converted in `dst` itself (integers and
-    booleans: a or b per element). With `then` (a check's reference on that content): after
-    the writes `then()` runs, and each chunk is made again apart (a chunk's temporary, by the
-    same operations) and compared with `dst` bit for bit (NaN payloads included:
-    `torch.equal` calls no NaN equal). Returns (whether every `dst` still holds the mix, what
-    `then` returned). One frame for every chunk of every leaf, and for a check's writes,
-    reference and verification: this runs before every timed call and once more in a checked
-    one; both passes share the loop's body (the mix written, then made apart)."""
-    result = None
-    for verify in (False, True) if then is not None else (False,):
-        if verify and then is not None:
-            result = then()
-        for dst, a, b, pool, start, end, shape, mixed in steps:
-            weights = pool[offset + start : offset + end]
-            if shape is not None:
-                weights = weights.view(shape)
-            into = torch.empty_like(dst) if verify else dst
-            if mixed:
-                into.copy_(weights)
-                into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
-                torch.lerp(a, b, into, out=into)
-            else:
-                torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
-            if verify:
-                size = into.element_size()
-                if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
-                    as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
-                    into, dst = into.view(as_int), dst.view(as_int)
-                if not torch.equal(into, dst):
-                    return False, result
-    return True, result
 
 
 def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
