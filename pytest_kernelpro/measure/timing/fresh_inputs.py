@@ -73,6 +73,13 @@ class DishonestTiming(KernelproError):
     """A timed call did less than the work it claims (the message says what was seen)."""
 
 
+# What every refusal of a changed timer state says.
+REWRITES_TIMER = (
+    "a kernel that rewrites the timer's objects (found on the call stack or through gc) "
+    "cannot be timed"
+)
+
+
 def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) -> None:
     """Raise `DishonestTiming` when a kept binding was rebound (`measure.bound`) or `fresh`
     no longer matches its `seal`; the timers call this around every sample."""
@@ -87,8 +94,7 @@ def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) 
         if changed:
             raise DishonestTiming(
                 f"the timer's own state ({', '.join(changed)} of its fresh inputs) was changed "
-                "while the kernel was timed: a kernel that rewrites the timer's objects (found "
-                "on the call stack or through gc) cannot be timed"
+                f"while the kernel was timed: {REWRITES_TIMER}"
             )
 
 
@@ -111,8 +117,7 @@ def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | N
     return (
         f"the timer's queue of deferred output checks was {what} while the kernel was timed: "
         "checks decided after the calls returned would have been skipped or compared on other "
-        "content. A kernel that rewrites the timer's objects (found on the call stack or "
-        "through gc) cannot be timed"
+        f"content: {REWRITES_TIMER}"
     )
 
 
@@ -561,8 +566,7 @@ class FreshInputs:
         if content is not None and (content[0] != self._offset or content[1] is not self._draw):
             raise DishonestTiming(
                 "the timer's own state (which content the call was given) was changed while "
-                "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
-                "call stack or through gc) cannot be timed"
+                f"the kernel was timed: {REWRITES_TIMER}"
             )
         if _layout(self._targets) != self._layout:
             raise DishonestTiming(REPOINTED)
