@@ -12,6 +12,11 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
+# Imported before pytester's module snapshot: the in-process run below imports torch's
+# inductor, and once the snapshot drops `test_operators` again, its next import registers its
+# TORCH_LIBRARY a second time and fails every later test of the process that imports it.
+import torch._inductor.test_operators  # noqa: F401
+
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs, fresh_inputs
 
