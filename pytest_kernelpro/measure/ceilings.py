@@ -53,7 +53,9 @@ def machine_identity() -> str:
         if text:
             ident = text
             break
-    digest = hashlib.sha256(f"{ident}|{_cpu_model()}|{os.cpu_count()}".encode()).hexdigest()
+    from pytest_kernelpro.measure.timing.cpu_load import cpu_model_name
+
+    digest = hashlib.sha256(f"{ident}|{cpu_model_name()}|{os.cpu_count()}".encode()).hexdigest()
     slug = re.sub(r"[^A-Za-z0-9.]+", "-", node).strip("-").lower()[:40] or "host"
     return f"{slug}-{digest[:12]}"
 
@@ -331,9 +333,11 @@ def resolve_device(device: str) -> tuple[str, str, int]:
     """(device_type, display name, cuda index) for "cpu", "cuda" or "cuda:N"."""
     import torch
 
+    from pytest_kernelpro.measure.timing.cpu_load import cpu_model_name
+
     text = device.strip().lower()
     if text == "cpu":
-        return "cpu", f"cpu ({_cpu_model()})", -1
+        return "cpu", f"cpu ({cpu_model_name()})", -1
     match = re.fullmatch(r"cuda(?::(\d+))?", text)
     if match is None:
         raise KernelproError(
@@ -350,16 +354,6 @@ def resolve_device(device: str) -> tuple[str, str, int]:
             f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s); pick a lower index"
         )
     return "cuda", torch.cuda.get_device_name(index), index
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 # ===================================================== what a rate above the ceilings means

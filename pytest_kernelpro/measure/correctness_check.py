@@ -42,11 +42,14 @@ from pytest_kernelpro.measure.output_rule import (
     Tolerance,
     Truth,
     chunk_ranges,
+    clone_inputs,
     compare_outputs,
     failure_text,
     json_float,
     leaves_of,
+    map_tensors,
     measure_reference_error,
+    tensor_leaves,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import overlaps_itself
 
@@ -371,7 +374,9 @@ def recheck_after_timing(
 
     # A factory's fresh set lives only for the copy: one input set held, not two.
     fresh = fresh_inputs() if callable(fresh_inputs) else fresh_inputs
-    for dst, src in zip(_tensors_in(torch, timed_inputs), _tensors_in(torch, fresh), strict=False):
+    for dst, src in zip(
+        tensor_leaves(torch, timed_inputs), tensor_leaves(torch, fresh), strict=False
+    ):
         # A broadcast input (elements sharing memory) cannot be refilled: it keeps its content.
         if dst.shape == src.shape and dst.dtype == src.dtype and not overlaps_itself(dst):
             dst.copy_(src)
@@ -437,7 +442,7 @@ def prepoison_cuda_cache(torch: Any, expected: Any) -> None:
     that allocate raw (not through `at::empty`). Best effort: what does not fit or cannot be
     filled (float8) is skipped."""
     blocks = []
-    for leaf in _tensors_in(torch, expected):
+    for leaf in tensor_leaves(torch, expected):
         if not leaf.is_cuda or leaf.numel() == 0 or leaf.numel() * leaf.element_size() > 2**31:
             continue
         value = _poison_value(torch, leaf.dtype)
@@ -450,30 +455,6 @@ def prepoison_cuda_cache(torch: Any, expected: Any) -> None:
             except RuntimeError:  # out of memory, or no fill kernel for this dtype
                 break
     del blocks  # back to the cache, poisoned
-
-
-def _tensors_in(torch: Any, obj: Any) -> Iterator[Any]:
-    """The tensors inside lists/tuples/dicts (nested), in `leaves_of`'s order."""
-    return (leaf for _, leaf in leaves_of(torch, obj) if isinstance(leaf, torch.Tensor))
-
-
-def _map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
-    """`obj` with each tensor inside lists/tuples/namedtuples/dicts (nested) replaced by
-    `fn(tensor)`; the containers are new, other objects shared."""
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, (list, tuple)):  # a tensor item mapped here: no call per tensor
-        tensor = torch.Tensor
-        items = [fn(x) if isinstance(x, tensor) else _map_tensors(torch, x, fn) for x in obj]
-        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
-    if isinstance(obj, dict):
-        return {k: _map_tensors(torch, v, fn) for k, v in obj.items()}
-    return obj
-
-
-def clone_inputs(torch: Any, obj: Any) -> Any:
-    """Deep copy of tensors (strides kept) inside lists/tuples/dicts; other objects shared."""
-    return _map_tensors(torch, obj, lambda tensor: tensor.detach().clone())
 
 
 def is_cuda_error(exc: BaseException) -> bool:
@@ -591,7 +572,7 @@ def _widen(torch: Any, value: Any, wide: Any) -> Any:
             return tensor.detach().to(wide)
         return tensor.detach().clone()
 
-    return _map_tensors(torch, value, widened)
+    return map_tensors(torch, value, widened)
 
 
 def _widened_module(torch: Any, module: Any, wide: Any) -> Any:

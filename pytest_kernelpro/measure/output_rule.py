@@ -170,6 +170,40 @@ def leaves_of(torch: Any, obj: Any, path: str = "output") -> list[tuple[str, Any
     return found
 
 
+def tensor_leaves(torch: Any, obj: Any) -> list[Any]:
+    """The tensors of nested lists, tuples (named too) and dicts, in `leaves_of`'s order."""
+    found = []
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            found.append(item)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+    return found
+
+
+def map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
+    """`obj` with each tensor of `tensor_leaves` replaced, in order, by `fn(tensor)`; the
+    containers are new (a namedtuple's type kept), other objects shared."""
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):  # a tensor item mapped here: no call per tensor
+        tensor = torch.Tensor
+        items = [fn(x) if isinstance(x, tensor) else map_tensors(torch, x, fn) for x in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if isinstance(obj, dict):
+        return {k: map_tensors(torch, v, fn) for k, v in obj.items()}
+    return obj
+
+
+def clone_inputs(torch: Any, obj: Any) -> Any:
+    """Deep copy of tensors (strides kept) inside lists/tuples/dicts; other objects shared."""
+    return map_tensors(torch, obj, lambda tensor: tensor.detach().clone())
+
+
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     index = []
     for size in reversed(shape):

@@ -463,7 +463,7 @@ def test_the_old_homes_of_the_rule_are_gone(old: str) -> None:
 
 
 def test_input_copies_and_the_truths_widening_walk_the_same_structures() -> None:
-    """One walk (`_map_tensors`) for the kernel's copies and the truth's widened inputs: nested
+    """One walk (`map_tensors`) for the kernel's copies and the truth's widened inputs: nested
     lists, tuples, namedtuples and dicts rebuilt, tensors copied (strides kept, never the
     caller's storage), other objects shared."""
     from collections import namedtuple

@@ -585,7 +585,16 @@ def test_a_kernel_that_points_the_check_at_an_earlier_calls_content_is_refused(m
 
 @pytest.mark.parametrize(
     "attack",
-    ["shadow_after", "shadow_before", "pools_swapped", "namespace", "clock", "check_rate"],
+    [
+        "shadow_after",
+        "shadow_before",
+        "shadow_before_any_call",
+        "class_before",
+        "pools_swapped",
+        "namespace",
+        "clock",
+        "check_rate",
+    ],
 )
 def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
     attack: str,
@@ -600,6 +609,7 @@ def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
 
     calls = {"n": 0}
     found: list[FreshInputs] = []
+    real_before = fresh_module.FreshInputs.before
 
     def kernel(x: Any, index: Any, mask: Any) -> Any:
         calls["n"] += 1
@@ -609,6 +619,10 @@ def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
                 timer.__dict__["after"] = lambda out, **k: None
             elif attack == "shadow_before":
                 timer.__dict__["before"] = lambda: (0, None)
+            elif attack == "shadow_before_any_call":  # the refill and a check's rebuild alike
+                timer.__dict__["before"] = lambda *a, **k: (True, None) if a else (0, None)
+            elif attack == "class_before":  # every instance's refill and rebuild
+                fresh_module.FreshInputs.before = lambda self, *a, **k: (True, None)  # type: ignore[method-assign]
             elif attack == "pools_swapped":
                 timer.weights = [torch.zeros_like(w) for w in timer.weights]
             elif attack == "namespace":
@@ -629,6 +643,7 @@ def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
         with pytest.raises(DishonestTiming):
             time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
     finally:
+        fresh_module.FreshInputs.before = real_before  # type: ignore[method-assign]
         bound.restore()
         bound.patchers.clear()
     assert calls["n"] == 30  # refused at the sample it did it in: no later call

@@ -7,10 +7,15 @@ sweeps on the CPU (bench/kernelbench_sweep.py --shrink) and their variations."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
+
+# Imported before pytester's module snapshot: the in-process run below imports torch's
+# inductor, and once the snapshot drops `test_operators` again, its next import registers its
+# TORCH_LIBRARY a second time and fails every later test of the process that imports it.
+import torch._inductor.test_operators  # noqa: F401
 
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
 from pytest_kernelpro.measure.timing.fresh_inputs import FreshInputs, fresh_inputs
@@ -155,3 +160,34 @@ def test_an_empty_input_beside_a_full_one_is_timed() -> None:
     fresh = _timed(lambda x, y: torch.cat([x, y]).sum(0), make)
     assert fresh.mode == "mix"
     assert fresh.checked > 0
+
+
+class _Pair(NamedTuple):
+    x: torch.Tensor
+    y: torch.Tensor
+
+
+def test_inputs_in_a_namedtuple_beside_a_plain_tensor_are_timed_and_checked() -> None:
+    """A namedtuple holding two tensors, then a third tensor: the refill finds three tensors,
+    and every rebuilt call (the first reference run, a check's content, the sealed arguments)
+    must put each back in its own place. The namedtuple was kept whole while its tensors were
+    counted, so the third input got the first one's content (a shape error in the reference)."""
+
+    def make(seed: int) -> tuple[Any, torch.Tensor]:
+        gen = torch.Generator().manual_seed(seed)
+        pair = _Pair(torch.rand(8, 4, generator=gen), torch.rand(4, generator=gen))
+        return pair, torch.rand(8, 16, generator=gen)
+
+    def kernel(pair: _Pair, z: torch.Tensor) -> torch.Tensor:
+        return (pair.x + pair.y).sum(1, keepdim=True) * z
+
+    for draw in (make, None):  # mixed from two draws, and with no maker (a jitter)
+        fresh = fresh_inputs(
+            torch, kernel, list(make(1)), device="cpu", make_draw=draw, reference=kernel,
+            check=_check,
+        )  # fmt: skip
+        assert fresh.mode == "mix"
+        time_kernel(lambda: None, device="cpu", budget=TimingBudget(max_time_s=0.05), fresh=fresh)
+        assert fresh.checked > 0
+        _, z = fresh.content()
+        assert tuple(z.shape) == (8, 16)

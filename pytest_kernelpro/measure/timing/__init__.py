@@ -38,6 +38,7 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     FreshInputs,
     kept_content,
     kept_content_changed,
+    verify_bindings,
 )
 
 
@@ -92,10 +93,7 @@ def time_kernel(
             raise
         bound.restore()
         raise DishonestTiming(failure) from exc
-    failure = bound.binding_failure("while the kernel was timed")
-    if failure is not None:
-        bound.restore()
-        raise DishonestTiming(failure)
+    verify_bindings()
     if fresh is not None and kept_content_changed(fresh, kept_seed, kept):
         raise DishonestTiming(KEPT_CHANGED + " (while it was timed)")
     return result

@@ -11,23 +11,14 @@ reference runs) and is honoured within `BUDGET_TOLERANCE`: the warm-up ends at a
 deadline (at most `CPU_WARMUP_SHARE` of the budget, leaving room for the floor of samples), a
 round ends at the budget's deadline, and `min_samples` gives way to the budget once
 `CPU_MIN_SAMPLES_FLOOR` samples are in. A kernel whose own calls need more than the budget
-for that floor takes the floor without a note; a budget overrun past that need (the flush,
-the anchor, bookkeeping) gets a `budget_note` saying what took the time and how long a
-budget would fit (`overrun_note`); checked against a
-simulated clock (tests/measure/test_timing_budget.py,
+for that floor takes the floor without a note; an overrun past that need gets a
+`budget_note` saying what took the time and the budget that fits (`overrun_note`;
 bench/results/2026-12-01-cpu-budget-cpu.md). The reported samples stay wall times (what a
 user waits for); the anchor's pairs go to `TimingResult.anchor`.
 
-What the CPU's memory holds when a timed call starts:
-- The cache flush (`cpu_flush`): `on` writes the last-level cache (at most
-  `CPU_FLUSH_LLC_CAP` of it) plus the L2 of the CPU the process runs on before each sample;
-  `off` never does; `auto` (the default) flushes only when the kernel's inputs fit in that
-  cache (`working_set_bytes`), because inputs larger than the cache come from memory whether
-  or not it was flushed, and the flush would only cost time (81 ms a sample on a machine with
-  a 256 MiB last-level cache). `CacheFlush` is the buffer written and its cost per sample.
-- The process's allocator is made steady before the first CPU timing (`steady_allocator`):
-  glibc's moving mmap threshold otherwise decides per process whether a kernel's output
-  buffers page-fault on every call, and the gate would compare two allocators, not two kernels.
+What the CPU's memory holds when a timed call starts: the caches flushed or not by the
+`cpu_flush` mode (`cpu_flush_decision`), and an allocator made steady before the first CPU
+timing (`steady_allocator`).
 """
 
 from __future__ import annotations
@@ -134,24 +125,10 @@ def cpu_flush_cap_note() -> str:
 
 
 def last_level_cache_bytes() -> int | None:
-    """Size of the CPU's largest cache level (Linux sysfs, else sysconf), or None."""
-    import glob
-
-    best: tuple[int, int] | None = None
-    for folder in glob.glob(f"/sys/devices/system/cpu/cpu{_current_cpu()}/cache/index*"):
-        try:
-            with open(f"{folder}/level", encoding="utf-8") as handle:
-                level = int(handle.read())
-            with open(f"{folder}/size", encoding="utf-8") as handle:
-                text = handle.read().strip().upper()
-        except (OSError, ValueError):
-            continue
-        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit() and (best is None or level > best[0]):
-            best = (level, int(digits) * scale)
-    if best is not None:
-        return best[1]
+    """Size of the CPU's largest cache level (`cpu_cache_levels`, else sysconf), or None."""
+    levels = cpu_cache_levels()
+    if levels:
+        return levels[max(levels)]
     try:
         value = os.sysconf("SC_LEVEL3_CACHE_SIZE")
     except (ValueError, OSError):
@@ -193,7 +170,10 @@ def steady_allocator() -> str:
 
 
 def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
-    """(bytes to write before each CPU sample, why) for the budget's `cpu_flush` mode."""
+    """(bytes to write before each CPU sample, why) for the budget's `cpu_flush` mode: `on`
+    writes the last-level cache (at most `CPU_FLUSH_LLC_CAP` of it) plus this CPU's L2 before
+    each sample, `off` never; `auto` (the default) only when the inputs fit in that cache
+    (`working_set_bytes`): larger inputs come from memory whether or not it was flushed."""
     if not budget.flush_l2 or budget.cpu_flush == "off":
         return 0, "off" if budget.flush_l2 else "flush disabled"
     capped = ""

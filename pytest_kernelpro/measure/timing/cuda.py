@@ -49,6 +49,7 @@ from pytest_kernelpro.measure.timing.budget import (
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     PENDING_BYTES,
     PENDING_CHECKS,
+    REWRITES_TIMER,
     CheckKey,
     DishonestTiming,
     FreshInputs,
@@ -283,8 +284,7 @@ def _verify(run: _CudaRun, guard: Guard) -> None:
         ]
         raise DishonestTiming(
             f"the timer's own state ({', '.join(changed)} of its CUDA run) was changed while "
-            "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
-            "call stack or through gc) cannot be timed"
+            f"the kernel was timed: {REWRITES_TIMER}"
         )
     verify_bindings(run.fresh, seal)
 

@@ -6,53 +6,31 @@ subclass. `FreshInputs` is what the timers call instead.
 
 **New content every call**, made in place before the call (outside the timed region), by
 `mode` (in the record):
-- `mix` (default): per element A + U (B - A) of two draws A, B of the input maker, U a window
-  of a pool of uniform weights (the input's size plus `WINDOW`) at an `os.urandom` offset
-  never used before; integers and booleans take each element from A or B. Elements stay in
-  their draws' range, and U has as many random values as the inputs, so no function of a few
-  input values indexes a stored output. With one draw, B is a jitter A (1 + JITTER V). The
-  weights are bytes, k / `WEIGHT_LEVELS`, converted `CHUNK` elements at a time straight into
-  the timed tensors: one element then takes one of 256 values, so a memo keyed by one or two
-  values does hit, but the rest of the content differs and the hit's output is wrong (its
-  check refuses it); a content repeats only where a whole window of weights does.
+- `mix` (default): per element A + U (B - A) of two draws A, B of the input maker (one draw:
+  B = A (1 + JITTER V)); U a window, at an `os.urandom` offset never used before, of a pool of
+  byte weights k / `WEIGHT_LEVELS` (`FreshInputs.before`); integers and booleans take A or B per element.
+  Elements stay in their draws' range and U has as many random values as the inputs, so a
+  memo keyed by a few values hits only where the rest of the content differs (its check
+  refuses the output); a content repeats only where a whole window of weights does.
 - `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
   (kernel and reference disagree, or the reference stops being finite) or does not fit.
-- `fixed`: nothing else is possible: the same contents with a new `_version`, every output
-  checked, and `inputs_fixed` names the kernel and what to change.
+- `fixed`: the same contents with a new `_version`, every output checked; `inputs_fixed`
+  names the kernel and what to change.
 
 **Checks the kernel cannot predict.** After each call returns, `CHECK_RATE` against
-`os.urandom` read then decides whether it is checked. A checked output is copied at once and
-compared with the reference on that call's content (rebuilt from A, B and the offset, or the
-maker's draw): on the CPU at once, the call's own output dropped first, on a GPU queued and
-compared after the round (`drain`), never in a timed region. The mix's content is rebuilt
-into the timed tensors themselves (`expected_on`), and must still be there, bit for bit,
-after the reference read it: a kernel that kept them and writes into them after its call, or
-a reference that writes its inputs, sends the checks to a copy apart, which only the timer
-holds (no verdict by itself: the copy's comparison decides). `drain` refuses a queue that is not exactly the keys `after` returned
-(`queue_tampering`). The timed tensors stay the ones refilled: their address, strides,
-shape and dtype are compared after every call (a kernel re-pointing an input with `set_` or
-`.data =` would read content of its own while the refill writes the old storage), and a
-check's reference reads them from the sealed tuple (`_arguments`), never from a list a kernel
-can edit in place. A kernel skipping a share f of n calls survives with probability
-(1 - CHECK_RATE f)^n. Outputs must be plain `torch.Tensor`s with storage
-(`plain_output_problem`).
+`os.urandom` read then decides whether it is checked (`after`); the output is copied at once
+and compared with the reference on that call's content, on the CPU at once, on a GPU after the
+round (`drain`), never in a timed region. A kernel skipping a share f of n calls survives with
+probability (1 - CHECK_RATE f)^n. The timer's state is sealed (`Seal`, `queue_tampering`,
+`kept_content`), the timed tensors' layout compared after every call (`REPOINTED`), and
+outputs must be plain `torch.Tensor`s with storage (`plain_output_problem`).
 
-**Kept content verified** (`kept_content`): the ends' and pools' values at `KEPT_POSITIONS`
-random positions, kept in the caller's frame, so a kernel that rewrites them in place through
-gc is seen. A pool is read in runs of `POOL_RUN` weights: a pool rewritten with a short period
-of all 256 bytes (the content would then repeat with the offset modulo the period) holds as
-many distinct bytes as a random one, but few distinct runs.
-
-**Memory** (I: one call's inputs, O: its output). The timing holds the timed inputs, A and B
-(B is the maker's second draw itself, not a copy) and the byte pools (a quarter of a float32
-input): 3I + I/4 for float32 inputs (was 4I: the pool at the input's precision), and a
-checked call adds its output's copy and the reference's output (2O; was the inputs rebuilt
-apart and three outputs, 5I + 3O at a check). The setup drops the first reference output (its
-size and finiteness kept) before the second draw is made and reads finiteness in chunks
-(`torch.isfinite` of a whole tensor holds 1.75 times it): at most 3I + I/4 + 2O in its
-validity trial (was 6I + 3O). A copy apart (`_apart`) adds I. The mix needs A, B, the pools
-and two outputs within `MEMORY_SHARE` of the free memory, else `maker`. Measured in
-`bench/results/2026-12-05-optimizer-memory3-cpu.md` (`bench/fresh_inputs_memory.py`).
+**Memory** (I: one call's inputs, O: its output): the timed inputs, A, B (the maker's second
+draw itself) and the byte pools: 3I + I/4 for float32 inputs; a checked call adds the output's
+copy and the reference's output (2O); the setup's validity trial at most 3I + I/4 + 2O (the
+first reference output dropped before the second draw, finiteness read in chunks); a copy
+apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free memory, else `maker`.
+Measured in `bench/results/2026-12-05-optimizer-memory3-cpu.md`.
 """
 
 from __future__ import annotations
@@ -60,14 +38,14 @@ from __future__ import annotations
 import functools
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, methodcaller
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure import bound
-from pytest_kernelpro.measure.output_rule import leaves_of
+from pytest_kernelpro.measure.output_rule import clone_inputs, leaves_of, map_tensors, tensor_leaves
 
 MEMORY_SHARE = 0.25  # A, B, U and the checked outputs: at most this share of the free memory
 # Share of timed calls checked: skipping half of 21 calls (the minimum timing) survives with
@@ -95,6 +73,13 @@ class DishonestTiming(KernelproError):
     """A timed call did less than the work it claims (the message says what was seen)."""
 
 
+# What every refusal of a changed timer state says.
+REWRITES_TIMER = (
+    "a kernel that rewrites the timer's objects (found on the call stack or through gc) "
+    "cannot be timed"
+)
+
+
 def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) -> None:
     """Raise `DishonestTiming` when a kept binding was rebound (`measure.bound`) or `fresh`
     no longer matches its `seal`; the timers call this around every sample."""
@@ -109,8 +94,7 @@ def verify_bindings(fresh: FreshInputs | None = None, seal: Seal | None = None) 
         if changed:
             raise DishonestTiming(
                 f"the timer's own state ({', '.join(changed)} of its fresh inputs) was changed "
-                "while the kernel was timed: a kernel that rewrites the timer's objects (found "
-                "on the call stack or through gc) cannot be timed"
+                f"while the kernel was timed: {REWRITES_TIMER}"
             )
 
 
@@ -133,8 +117,7 @@ def queue_tampering(queued: Sequence[CheckKey], found: Sequence[Any]) -> str | N
     return (
         f"the timer's queue of deferred output checks was {what} while the kernel was timed: "
         "checks decided after the calls returned would have been skipped or compared on other "
-        "content. A kernel that rewrites the timer's objects (found on the call stack or "
-        "through gc) cannot be timed"
+        f"content: {REWRITES_TIMER}"
     )
 
 
@@ -189,10 +172,8 @@ class Seal:
         return found + [f"{name} (set on the object)" for name in shadowed]
 
 
-# A tensor's address, strides, shape and dtype, read in C.
-_LAYOUT_PARTS = (
-    methodcaller("data_ptr"), methodcaller("stride"), attrgetter("shape"), attrgetter("dtype")
-)  # fmt: skip
+_DATA_PTR, _STRIDE = methodcaller("data_ptr"), methodcaller("stride")
+_SHAPE, _DTYPE = attrgetter("shape"), attrgetter("dtype")
 REPOINTED = (
     "the kernel re-pointed a timed input (`set_`, `.data =`, `resize_` or `as_strided_`: its "
     "address, strides, shape or dtype changed): the timer refills the tensors it was given, "
@@ -203,8 +184,9 @@ REPOINTED = (
 
 def _layout(targets: Sequence[Any]) -> tuple[Any, ...]:
     """Where and how each timed tensor reads its elements: (address, strides, shape, dtype)
-    per tensor, read in C (`FreshInputs.after` compares it after every call)."""
-    return tuple(zip(*[map(part, targets) for part in _LAYOUT_PARTS], strict=True))
+    per tensor, read in C, no comprehension (`FreshInputs.after` compares it every call)."""
+    parts = map(_DATA_PTR, targets), map(_STRIDE, targets), map(_SHAPE, targets)
+    return tuple(zip(*parts, map(_DTYPE, targets), strict=True))
 
 
 KEPT_POSITIONS = 4096  # per kept tensor, fingerprinting the mix's content (`kept_content`)
@@ -264,30 +246,13 @@ def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...])
     return False
 
 
-def _tensor_leaves(torch: Any, obj: Any) -> list[Any]:
-    """The tensors of nested lists, tuples and dicts, in order."""
-    found = []
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            found.append(item)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(reversed(item))
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
-    return found
-
-
 def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
-    """`obj` with its tensor leaves replaced, in order, by `leaves` (consumed from the front)."""
-    if isinstance(obj, torch.Tensor):
-        return leaves.pop(0)
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        return type(obj)([_with_leaves(torch, item, leaves) for item in obj])
-    if isinstance(obj, dict):
-        return {k: _with_leaves(torch, v, leaves) for k, v in obj.items()}
-    return obj
+    """`obj` with its tensor leaves replaced, in order, by `leaves`."""
+    return map_tensors(torch, obj, functools.partial(_next_leaf, iter(leaves)))
+
+
+def _next_leaf(leaves: Iterator[Any], _tensor: Any) -> Any:
+    return next(leaves)
 
 
 def plain_output_problem(torch: Any, out: Any) -> str | None:
@@ -333,7 +298,7 @@ def free_memory_bytes(torch: Any, device: str) -> int | None:
 
 
 def _nbytes(torch: Any, obj: Any) -> int:
-    return sum([int(t.numel()) * int(t.element_size()) for t in _tensor_leaves(torch, obj)])
+    return sum([int(t.numel()) * int(t.element_size()) for t in tensor_leaves(torch, obj)])
 
 
 def _mib(n: float) -> str:
@@ -419,7 +384,7 @@ class FreshInputs:
         self.weights = tuple(self.weights)
         if self.ends is not None:
             self.ends = (tuple(self.ends[0]), tuple(self.ends[1]))
-        self._targets = tuple(_tensor_leaves(torch, self.storage))
+        self._targets = tuple(tensor_leaves(torch, self.storage))
         self._layout = _layout(self._targets)
         self._storages = frozenset([int(t.untyped_storage().data_ptr()) for t in self._targets])
         self._flat = all([isinstance(x, torch.Tensor) for x in self.storage])
@@ -432,16 +397,30 @@ class FreshInputs:
             self._plan = ()
         return self._plan
 
-    def before(self) -> tuple[int, Any]:
+    def before(
+        self,
+        offset: int | None = None,
+        then: Callable[[], Any] | None = None,
+        steps: Sequence[Step] | None = None,
+    ) -> tuple[Any, Any]:
         """Give the timed inputs content no earlier call held, in place, without grad; returns
-        what names it (offset, draw), for the timer to hand to `after`. One frame on the
-        mix's path: it runs before every timed call."""
-        started = bound.perf_counter()
+        what names it (offset, draw), for the timer to hand to `after`.
+
+        The mix (its one home): each step's `dst` = a + (k / WEIGHT_LEVELS) (b - a), k its
+        pool's bytes from the offset on, converted in `dst` itself (integers and booleans: a
+        or b per element). Given an `offset`, that content is made again in `steps` (default:
+        the timed tensors'); with `then` (a check's reference on it), `then()` runs after the
+        writes and each chunk is made again apart and compared with `dst` bit for bit (NaN
+        payloads included: `torch.equal` calls no NaN equal); returns (whether every `dst`
+        still holds the mix, what `then` returned). One frame for every chunk of every leaf:
+        it runs before every timed call and once more in a checked one."""
         torch = self.torch
+        new = offset is None
+        started = bound.perf_counter()
         try:
             with torch.no_grad():
                 plan = self._plan if self._plan is not None else self.prepare()
-                if plan:
+                if new and plan:
                     used = self._used
                     offset = int.from_bytes(bound.os_urandom(8), "little") % WINDOW
                     if offset in used or len(used) >= WINDOW // 2:
@@ -449,21 +428,48 @@ class FreshInputs:
                     else:
                         used.add(offset)
                     self._offset = offset
-                    _mix(torch, plan, offset)
-                elif self.mode == "maker" and self.make_draw is not None:
+                elif new and self.mode == "maker" and self.make_draw is not None:
                     self._offset = seed = _urandom_seed()  # the token's first half: the seed
                     self._draw = self.make_draw(seed)
-                    leaves = _tensor_leaves(torch, self._draw)
+                    leaves = tensor_leaves(torch, self._draw)
                     for dst, src in zip(self._targets, leaves, strict=True):
                         dst.copy_(src)
-                else:
+                    return self._offset, self._draw
+                elif new:
                     bump = torch.autograd.graph.increment_version
                     for dst in self._targets:
                         bump(dst)
+                    return self._offset, self._draw
+                assert offset is not None
+                result = None
+                for verify in (False, True) if then is not None else (False,):
+                    if verify and then is not None:
+                        result = then()
+                    for dst, a, b, pool, start, end, shape, mixed in (
+                        plan if steps is None else steps
+                    ):
+                        weights = pool[offset + start : offset + end]
+                        if shape is not None:
+                            weights = weights.view(shape)
+                        into = torch.empty_like(dst) if verify else dst
+                        if mixed:
+                            into.copy_(weights)
+                            into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
+                            torch.lerp(a, b, into, out=into)
+                        else:
+                            torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
+                        if verify:
+                            size = into.element_size()
+                            if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
+                                as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
+                                into, dst = into.view(as_int), dst.view(as_int)
+                            if not torch.equal(into, dst):
+                                return False, result
+                return (offset, self._draw) if new else (True, result)
         finally:
-            self.refill_s += bound.perf_counter() - started
-            self.refills += 1
-        return self._offset, self._draw
+            if new:
+                self.refill_s += bound.perf_counter() - started
+                self.refills += 1
 
     def resume(self) -> None:
         """Before a later timing of the same tensors (the re-check wrote into them): a new
@@ -494,15 +500,14 @@ class FreshInputs:
         draw = self._draw if draw is None else draw
         with torch.no_grad():
             if plan:
-                start = self._offset if offset is None else offset
-                leaves = []
+                leaves, steps = [], []
                 ends = self.ends if self.ends is not None else ((), ())
                 for a, b, pool in zip(*ends, self.weights, strict=True):
-                    leaf = torch.empty_like(a)
-                    _mix(torch, _steps(torch, leaf, a, b, pool), start)
-                    leaves.append(leaf)
+                    leaves.append(torch.empty_like(a))
+                    steps.extend(_steps(torch, leaves[-1], a, b, pool))
+                FreshInputs.before(self, self._offset if offset is None else offset, steps=steps)
             elif self.mode == "maker" and draw is not None:
-                leaves = [t.detach().clone() for t in _tensor_leaves(torch, draw)]
+                leaves = [t.detach().clone() for t in tensor_leaves(torch, draw)]
             else:
                 leaves = [t.detach().clone() for t in self._targets]
         return leaves if self._flat else _with_leaves(torch, list(self.storage), leaves)
@@ -516,19 +521,21 @@ class FreshInputs:
         its inputs, sends this check and every later one to a copy apart (`content`), which
         only the timer holds; never a verdict by itself."""
         torch = self.torch
-        plan = self._plan if self._plan is not None else self.prepare()
+        if self._plan is None:
+            self.prepare()
         if not self._apart:
             read = functools.partial(
                 self.reference, *(self.storage if self._flat else self._arguments())
             )
-            held, expected = _mix(torch, plan, offset, then=read)
+            # The class's method (kept by `bound`), never one a kernel set on the object.
+            held, expected = FreshInputs.before(self, offset, then=read)
             if held:
                 # A reference returning (a view of) its input: copied, the kernel holds it too.
                 if type(expected) is torch.Tensor:  # `_shares`, inline (every checked call)
                     shared = int(expected.untyped_storage().data_ptr()) in self._storages
                 else:
                     shared = _shares(torch, expected, self._targets)
-                return _clone(torch, expected) if shared else expected
+                return clone_inputs(torch, expected) if shared else expected
             del expected
             self._apart = True
         return self.reference(*self.content(offset))
@@ -559,8 +566,7 @@ class FreshInputs:
         if content is not None and (content[0] != self._offset or content[1] is not self._draw):
             raise DishonestTiming(
                 "the timer's own state (which content the call was given) was changed while "
-                "the kernel was timed: a kernel that rewrites the timer's objects (found on the "
-                "call stack or through gc) cannot be timed"
+                f"the kernel was timed: {REWRITES_TIMER}"
             )
         if _layout(self._targets) != self._layout:
             raise DishonestTiming(REPOINTED)
@@ -585,7 +591,9 @@ class FreshInputs:
         self.checked += 1
         started = bound.perf_counter()
         snapshot = (
-            out.detach().clone() if type(out) is self.torch.Tensor else _clone(self.torch, out)
+            out.detach().clone()
+            if type(out) is self.torch.Tensor
+            else clone_inputs(self.torch, out)
         )
         # The mix's content is rebuilt from the offset (no queued tensor to rewrite).
         plan = self._plan if self._plan is not None else self.prepare()
@@ -741,68 +749,21 @@ def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
 _SAME_SIZE_INTEGER = {8: "int64", 4: "int32", 2: "int16", 1: "int8"}
 
 
-def _mix(
-    torch: Any, steps: Sequence[Step], offset: int, then: Callable[[], Any] | None = None
-) -> tuple[bool, Any]:
-    """Each step's `dst` = the mix of its `a` and `b` by its pool's weights at `offset`:
-    a + (k / WEIGHT_LEVELS) (b - a), the weights converted in `dst` itself (integers and
-    booleans: a or b per element). With `then` (a check's reference on that content): after
-    the writes `then()` runs, and each chunk is made again apart (a chunk's temporary, by the
-    same operations) and compared with `dst` bit for bit (NaN payloads included:
-    `torch.equal` calls no NaN equal). Returns (whether every `dst` still holds the mix, what
-    `then` returned). One frame for every chunk of every leaf, and for a check's writes,
-    reference and verification: this runs before every timed call and once more in a checked
-    one; both passes share the loop's body (the mix written, then made apart)."""
-    result = None
-    for verify in (False, True) if then is not None else (False,):
-        if verify and then is not None:
-            result = then()
-        for dst, a, b, pool, start, end, shape, mixed in steps:
-            weights = pool[offset + start : offset + end]
-            if shape is not None:
-                weights = weights.view(shape)
-            into = torch.empty_like(dst) if verify else dst
-            if mixed:
-                into.copy_(weights)
-                into.mul_(1.0 / WEIGHT_LEVELS)  # a power of two: exact
-                torch.lerp(a, b, into, out=into)
-            else:
-                torch.where(weights < WEIGHT_LEVELS // 2, a, b, out=into)
-            if verify:
-                size = into.element_size()
-                if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
-                    as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
-                    into, dst = into.view(as_int), dst.view(as_int)
-                if not torch.equal(into, dst):
-                    return False, result
-    return True, result
-
-
 def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
     """Whether a tensor of `obj` shares storage with one of `targets` (loops, not
     comprehensions: a checked call of a structured output runs this)."""
     ours = set()
     for target in targets:
         ours.add(int(target.untyped_storage().data_ptr()))
-    for tensor in [obj] if type(obj) is torch.Tensor else _tensor_leaves(torch, obj):
+    for tensor in [obj] if type(obj) is torch.Tensor else tensor_leaves(torch, obj):
         if int(tensor.untyped_storage().data_ptr()) in ours:
             return True
     return False
 
 
-def _clone(torch: Any, obj: Any) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_clone(torch, x) for x in obj) if not hasattr(obj, "_fields") else obj
-    if isinstance(obj, dict):
-        return {k: _clone(torch, v) for k, v in obj.items()}
-    return obj
-
-
 def _same_leaves(torch: Any, a: Any, b: Any, *, values: bool) -> bool:
     """The same tensor leaves in shape and dtype, and in `values` (else in device)."""
-    left, right = _tensor_leaves(torch, a), _tensor_leaves(torch, b)
+    left, right = tensor_leaves(torch, a), tensor_leaves(torch, b)
     return len(left) == len(right) and all(
         x.shape == y.shape
         and x.dtype == y.dtype
@@ -847,7 +808,7 @@ def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
     one else's), a copy where one shares storage with the timed inputs or the first end."""
     return [
         t.detach().clone() if _shares(torch, t, others) else t.detach()
-        for t in _tensor_leaves(torch, draw)
+        for t in tensor_leaves(torch, draw)
     ]
 
 
@@ -860,7 +821,7 @@ def _finite(torch: Any, out: Any) -> list[bool]:
     """Per tensor of `out`, whether every element is finite, read in chunks of `CHUNK`
     elements (`torch.isfinite` of a whole float tensor holds temporaries of 1.75 times it)."""
     found = []
-    for tensor in _tensor_leaves(torch, out):
+    for tensor in tensor_leaves(torch, out):
         flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
         found.append(
             all(
@@ -886,7 +847,7 @@ def _mix_valid(fresh: FreshInputs, finite_before: list[bool]) -> str | None:
             if fresh.reference is None or fresh.check is None:
                 return None
             if _shares(torch, got, fresh._targets):
-                got = _clone(torch, got)
+                got = clone_inputs(torch, got)
             expected = fresh.expected_on(fresh._offset)
     except Exception as exc:
         return f"{type(exc).__name__} on a mixed input: {str(exc)[:160]}"
@@ -916,7 +877,7 @@ def fresh_inputs(
     label = name or getattr(kernel, "__qualname__", None) or type(kernel).__name__
     fresh = FreshInputs(torch, kernel, inputs, name=label, reference=reference, check=check)
     fresh.defer = device.startswith("cuda")
-    first_leaves = _tensor_leaves(torch, inputs)
+    first_leaves = tensor_leaves(torch, inputs)
     if not first_leaves:
         fresh.mode = "none"
         fresh.note = "fresh inputs: none to refresh (no tensor inputs)"
@@ -985,7 +946,7 @@ def fresh_inputs(
         )
     fresh.ends, fresh.weights, fresh._plan = None, [], None  # the plan of the mix no more
     with torch.no_grad():
-        for dst, src in zip(_tensor_leaves(torch, inputs), a_leaves, strict=True):
+        for dst, src in zip(tensor_leaves(torch, inputs), a_leaves, strict=True):
             if not shared:  # a tried mix wrote them (a broadcast input was never written)
                 dst.copy_(src)
     if second is not None and make_draw is not None:
