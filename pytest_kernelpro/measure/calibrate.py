@@ -69,12 +69,8 @@ def ceilings_table(ceilings: Ceilings, spec: DeviceSpec | None = None) -> Any:
     return table
 
 
-def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
-    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
-
-    Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
-    Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
-    """
+def _calibrate_parser() -> argparse.ArgumentParser:
+    """`kernelpro calibrate`'s arguments."""
     parser = argparse.ArgumentParser(
         prog="kernelpro calibrate",
         description="Measure this machine's roofline ceilings (copy bandwidth, GEMM FLOP/s per dtype) and cache them.",
@@ -118,6 +114,48 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         default=None,
         help="Also write the ceilings (Ceilings.to_dict) to PATH, for the ceilings setting. Default: None",
     )
+    return parser
+
+
+def _print_ceilings(ceilings: Ceilings, spec: DeviceSpec | None, path: Path) -> int:
+    """The measured ceilings as a table, what to trust of them and where they are cached;
+    1 where they were too noisy to keep (kept only until a quiet session re-measures them)."""
+    from rich.console import Console
+
+    console = Console(file=sys.stdout, width=120)
+    console.print(ceilings_table(ceilings, spec))
+    load, cores = ceilings.details.get("loadavg_1m"), ceilings.details.get("cpu_count")
+    if load is not None and cores and load > cores:
+        console.print(
+            f"note: the machine was busy (load {load:.1f} on {cores} cores); "
+            "re-run on an idle machine for ceilings that kernels can reach"
+        )
+    wall = ceilings.details.get("wall_s", 0.0)
+    if ceilings.details.get("not_cached"):
+        console.print(
+            f"{ceilings.details['not_cached']}: kept in {path} only until a quiet session "
+            f"re-measures them; re-run on a quiet machine ({wall:.1f} s to measure)",
+            markup=False,
+        )
+        return 1
+    if ceilings.device_type == "cpu":
+        from pytest_kernelpro.measure.ceilings import reprobe_summary
+
+        trust = ceilings.trust_reason()
+        if int(ceilings.details.get("reprobes") or 0):
+            trust = f"{trust}; {reprobe_summary(ceilings)}"
+        console.print(trust, markup=False)
+    console.print(f"cached in {path} ({wall:.1f} s to measure)")
+    return 0
+
+
+def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
+    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
+
+    Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
+    Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
+    """
+    parser = _calibrate_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse already wrote the usage or the help
@@ -158,33 +196,7 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
     if args.json:
         sys.stdout.write(json.dumps(ceilings.to_dict(), indent=2) + "\n")
         return 0
-    from rich.console import Console
-
-    console = Console(file=sys.stdout, width=120)
-    console.print(ceilings_table(ceilings, spec))
-    load, cores = ceilings.details.get("loadavg_1m"), ceilings.details.get("cpu_count")
-    if load is not None and cores and load > cores:
-        console.print(
-            f"note: the machine was busy (load {load:.1f} on {cores} cores); "
-            "re-run on an idle machine for ceilings that kernels can reach"
-        )
-    wall = ceilings.details.get("wall_s", 0.0)
-    if ceilings.details.get("not_cached"):
-        console.print(
-            f"{ceilings.details['not_cached']}: kept in {path} only until a quiet session "
-            f"re-measures them; re-run on a quiet machine ({wall:.1f} s to measure)",
-            markup=False,
-        )
-        return 1
-    if ceilings.device_type == "cpu":
-        from pytest_kernelpro.measure.ceilings import reprobe_summary
-
-        trust = ceilings.trust_reason()
-        if int(ceilings.details.get("reprobes") or 0):
-            trust = f"{trust}; {reprobe_summary(ceilings)}"
-        console.print(trust, markup=False)
-    console.print(f"cached in {path} ({wall:.1f} s to measure)")
-    return 0
+    return _print_ceilings(ceilings, spec, path)
 
 
 def calibrate_main(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:

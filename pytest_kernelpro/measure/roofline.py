@@ -235,33 +235,15 @@ def analyze_reference(
 ) -> ReferenceAnalysis:
     """Count the reference's FLOPs and bytes once and place it on the ceilings' roofline;
     the marker's `flops`/`bytes` replace the counts, `op_cost_hook`'s answers the formulas."""
-    import torch
-
     for name, value in (("flops", flops), ("bytes", bytes)):
         if value is not None and not (
             isinstance(value, (int, float)) and math.isfinite(value) and value >= 0
         ):
             raise KernelproError(f"marker {name}={value!r} must be a finite number >= 0")
     allow_tf32, allow_cudnn_tf32 = tf32_flags()
-    recorder = make_recorder(op_cost_hook, allow_tf32, allow_cudnn_tf32, spec)
-    try:
-        with torch.no_grad(), recorder:
-            output = reference(*inputs)
-    except Exception as exc:
-        if recorder.hook_error is not None:
-            raise KernelproError(
-                f"op-cost hook failed: {recorder.hook_error!r}"
-            ) from recorder.hook_error
-        raise KernelproError(
-            f"reference raised {type(exc).__name__}: {exc} while its FLOPs and bytes were "
-            "counted; fix the reference or its inputs"
-        ) from exc
-    if recorder.hook_error is not None:
-        raise KernelproError(
-            f"op-cost hook failed: {recorder.hook_error!r}; fix the pytest_kernelpro_op_cost "
-            "implementation"
-        ) from recorder.hook_error
-
+    recorder, output = _recorded_call(
+        reference, inputs, make_recorder(op_cost_hook, allow_tf32, allow_cudnn_tf32, spec)
+    )
     notes = list(dict.fromkeys(recorder.notes))
     ops = aggregate(recorder.costs)
     if not ops:
@@ -271,22 +253,8 @@ def analyze_reference(
     unknown = sorted({op.category for op in ops} - set(CATEGORIES))
     if unknown:
         notes.append(f"op-cost hook used categories outside {CATEGORIES}: {unknown}")
-
-    # Bytes: graph inputs (with a module's parameters and buffers, and any other tensor an
-    # op read that no op produced) once, outputs once.
-    call_inputs = iter_tensors(list(inputs))
-    read = [*call_inputs]
-    # A module, or the module of a bound method such as model.forward.
-    is_module = isinstance(reference, torch.nn.Module)
-    module = reference if is_module else getattr(reference, "__self__", None)
-    if isinstance(module, torch.nn.Module):
-        read += [*module.parameters(), *module.buffers()]
-    read += list(recorder.external.values())
-    output_bytes = graph_bytes(iter_tensors(output))
-    counted_min_bytes = needed_bytes(read, recorder.gathered, recorder.read_whole) + output_bytes
-    # The call's own inputs and outputs: what a kernel must move whatever it folds.
-    counted_compulsory = (
-        needed_bytes(call_inputs, recorder.gathered, recorder.read_whole) + output_bytes
+    read, counted_min_bytes, counted_compulsory = _counted_bytes(
+        reference, inputs, output, recorder
     )
     unpriced = tuple(dict.fromkeys(recorder.unpriced))
     if unpriced and flops is None:
@@ -296,43 +264,15 @@ def analyze_reference(
         )
     unfused = float(sum(op.bytes_unfused for op in ops))
 
-    # Peak: FLOP-weighted harmonic mean of the rates of the units the ops run on.
     device_type = next((str(t.device.type) for t in read), ceilings.device_type)
     ops = price_upcasts_at_io_dtype(
         ops, inputs, output, device_type, allow_tf32, allow_cudnn_tf32, spec, notes
     )
-    compute_time_counted = 0.0
-    per_key: dict[str, float] = {}
-    rates: dict[str, tuple[float, str]] = {}
-    op_rate: dict[str, float] = {}  # the op's own key -> the rate it is priced at
-    for op in ops:
-        if op.flops <= 0:
-            continue
-        used, rate, note = resolve_peak(ceilings, op.peak_key)
-        if note:
-            notes.append(note)
-        op_rate[op.peak_key] = rate
-        rates[used] = (rate, _origin(ceilings, used))
-        per_key[used] = per_key.get(used, 0.0) + op.flops
-        compute_time_counted += op.flops / rate
+    peak, per_key, op_rate, peak_name = _priced_peak(
+        ops, read, ceilings, device_type, (allow_tf32, allow_cudnn_tf32), spec, notes,
+        marker_flops=flops,
+    )  # fmt: skip
     counted_flops = float(sum(per_key.values()))
-    if counted_flops > 0:
-        peak = counted_flops / compute_time_counted
-    else:
-        dtype = next(
-            (str(t.dtype).removeprefix("torch.") for t in read if t.dtype.is_floating_point),
-            "float32",
-        )
-        key = select_peak_key("elementwise", dtype, device_type, allow_tf32, allow_cudnn_tf32, spec)
-        used, peak, note = resolve_peak(ceilings, key)
-        if note:
-            notes.append(note)
-        rates[used] = (peak, _origin(ceilings, used))
-        per_key[used] = 0.0
-        if flops:
-            notes.append(f"no counted op carries FLOPs: the marker's flops priced at {used!r}")
-    peak_name = _peak_name(per_key, rates, peak, device_type)
-
     total_flops = float(flops) if flops is not None else counted_flops
     min_bytes = float(bytes) if bytes is not None else counted_min_bytes
     flops_source = "marker" if flops is not None else ("hook" if recorder.hooked else "counted")
@@ -369,6 +309,104 @@ def analyze_reference(
         compulsory_bytes=float(bytes) if bytes is not None else counted_compulsory,
         unpriced_ops=() if flops is not None else unpriced,
     )
+
+
+def _recorded_call(
+    reference: Callable[..., Any], inputs: Sequence[Any], recorder: Any
+) -> tuple[Any, Any]:
+    """One call of the reference under the op recorder: (the recorder, the output). A failing
+    op-cost hook or reference is a `KernelproError` naming which and what to fix."""
+    import torch
+
+    try:
+        with torch.no_grad(), recorder:
+            output = reference(*inputs)
+    except Exception as exc:
+        if recorder.hook_error is not None:
+            raise KernelproError(
+                f"op-cost hook failed: {recorder.hook_error!r}"
+            ) from recorder.hook_error
+        raise KernelproError(
+            f"reference raised {type(exc).__name__}: {exc} while its FLOPs and bytes were "
+            "counted; fix the reference or its inputs"
+        ) from exc
+    if recorder.hook_error is not None:
+        raise KernelproError(
+            f"op-cost hook failed: {recorder.hook_error!r}; fix the pytest_kernelpro_op_cost "
+            "implementation"
+        ) from recorder.hook_error
+    return recorder, output
+
+
+def _counted_bytes(
+    reference: Callable[..., Any], inputs: Sequence[Any], output: Any, recorder: Any
+) -> tuple[list[Any], float, float]:
+    """(the tensors the reference read, its minimum bytes, the call's compulsory bytes).
+    Minimum: the graph's inputs (with a module's parameters and buffers, and any other tensor
+    an op read that no op produced) once, outputs once. Compulsory: the call's own inputs and
+    outputs, what a kernel must move whatever it folds."""
+    import torch
+
+    call_inputs = iter_tensors(list(inputs))
+    read = [*call_inputs]
+    # A module, or the module of a bound method such as model.forward.
+    module = reference if isinstance(reference, torch.nn.Module) else None
+    module = module if module is not None else getattr(reference, "__self__", None)
+    if isinstance(module, torch.nn.Module):
+        read += [*module.parameters(), *module.buffers()]
+    read += list(recorder.external.values())
+    output_bytes = graph_bytes(iter_tensors(output))
+    min_bytes = needed_bytes(read, recorder.gathered, recorder.read_whole) + output_bytes
+    compulsory = needed_bytes(call_inputs, recorder.gathered, recorder.read_whole) + output_bytes
+    return read, min_bytes, compulsory
+
+
+def _priced_peak(
+    ops: Sequence[OpCost],
+    read: Sequence[Any],
+    ceilings: Ceilings,
+    device_type: str,
+    tf32: tuple[bool, bool],
+    spec: DeviceSpec | None,
+    notes: list[str],
+    *,
+    marker_flops: float | None,
+) -> tuple[float, dict[str, float], dict[str, float], str]:
+    """The reference's peak: the FLOP-weighted harmonic mean of the rates of the units its
+    ops run on; with no op carrying FLOPs, the elementwise rate of its first floating input's
+    dtype. (peak, FLOPs per ceiling key used, each op's key -> its rate, the peak's name);
+    where a rate came from is appended to `notes`."""
+    per_key: dict[str, float] = {}
+    rates: dict[str, tuple[float, str]] = {}
+    op_rate: dict[str, float] = {}  # the op's own key -> the rate it is priced at
+    compute_time_counted = 0.0
+    for op in ops:
+        if op.flops <= 0:
+            continue
+        used, rate, note = resolve_peak(ceilings, op.peak_key)
+        if note:
+            notes.append(note)
+        op_rate[op.peak_key] = rate
+        rates[used] = (rate, _origin(ceilings, used))
+        per_key[used] = per_key.get(used, 0.0) + op.flops
+        compute_time_counted += op.flops / rate
+    counted_flops = float(sum(per_key.values()))
+    if counted_flops > 0:
+        peak = counted_flops / compute_time_counted
+    else:
+        dtype = next(
+            (str(t.dtype).removeprefix("torch.") for t in read if t.dtype.is_floating_point),
+            "float32",
+        )
+        key = select_peak_key("elementwise", dtype, device_type, *tf32, spec)
+        used, peak, note = resolve_peak(ceilings, key)
+        if note:
+            notes.append(note)
+        rates[used] = (peak, _origin(ceilings, used))
+        per_key[used] = 0.0
+        if marker_flops:
+            notes.append(f"no counted op carries FLOPs: the marker's flops priced at {used!r}")
+    return peak, per_key, op_rate, _peak_name(per_key, rates, peak, device_type)
 
 
 # The units fp32 matrix work can run on, slowest first, and the accuracy each keeps: the FP32
