@@ -13,6 +13,7 @@ import json
 import mmap
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -514,4 +515,35 @@ def test_messages_queued_when_the_process_ended_are_read_after_the_wait_ran_out(
     received = channels.finish(tmp_path)
     assert sorted(received.outputs) == ["trial-1", "trial-2"]
     assert received.refused is None
+    received.close()
+
+
+def test_a_worker_that_exits_with_a_word_unread_loses_none_of_its_queued_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race behind a duplicate hand-over once read as accepted on a loaded machine: the
+    # session answers the first "sent" ({"checked": NAME}, which this worker never reads),
+    # the worker sends the rest and exits before the reading thread reads it. Linux then
+    # fails the session's next read with ECONNRESET (a peer closed with unread data) while
+    # the worker's last messages are still queued behind it. Made certain here: the reading
+    # thread waits, after its answer, until the worker has exited.
+    answered, exited = threading.Event(), threading.Event()
+    answer = HandleChannels._sent
+
+    def answer_then_lose_the_cpu(self: HandleChannels, *args: object) -> None:
+        answer(self, *args)  # type: ignore[arg-type]
+        answered.set()
+        assert exited.wait(timeout=60)  # a lost wait fails the test, never passes it
+
+    monkeypatch.setattr(HandleChannels, "_sent", answer_then_lose_the_cpu)
+    channels, worker = session(tmp_path)
+    send_output(torch, "trial-1", [torch.zeros(4)], channel=worker)
+    assert answered.wait(timeout=60)
+    send_output(torch, "trial-1", [torch.ones(4)], channel=worker)
+    send_output(torch, "trial-2", [torch.ones(3)], channel=worker)
+    worker.close()  # the word about trial-1 is still unread in it
+    exited.set()
+    received = channels.finish(tmp_path)
+    assert received.refused == "output trial-1 leaf 0 sent after its end"
+    assert sorted(received.outputs) == ["trial-1"]  # trial-2 came after the refusal
     received.close()
