@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "left_running"]
 
 
 def _has_gpu() -> bool:
