@@ -74,9 +74,7 @@ def test_after_it():
 
 
 @pytest.mark.usefixtures("short_grace")
-def test_a_thread_subclass_is_named_by_its_run(
-    pytester: pytest.Pytester, stop_file: Path
-) -> None:
+def test_a_thread_subclass_is_named_by_its_run(pytester: pytest.Pytester, stop_file: Path) -> None:
     result = inner(
         pytester,
         stop_file,
