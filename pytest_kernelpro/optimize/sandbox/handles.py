@@ -668,6 +668,9 @@ class HandleChannels:
     def close(self) -> None:
         with self._lock:
             workdirs = list(self._ends)
+            streamed = list(self._relays)
+        for worker in streamed:  # never ended (an evaluation that failed): its sender stops
+            self.end_stream(worker, judged=False)
         for workdir in workdirs:
             self.finish(workdir).close()
 

@@ -419,6 +419,22 @@ def test_a_judge_that_dies_leaves_no_worker_waiting(tmp_path: Path) -> None:
         channels.close()
 
 
+def test_closing_the_channels_stops_a_relay_never_ended(tmp_path: Path) -> None:
+    """An evaluation that fails between starting a relay and ending it still closes its
+    channels: the relay's sender must stop then, not poll for the rest of the session."""
+    before = set(threading.enumerate())
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+    relay = channels._relays[worker_dir]
+    _wait_for(lambda: "trial-1" in relay.pending, "trial-1 not forwarded")
+    (sender,) = [t for t in set(threading.enumerate()) - before if t.name == "kernelpro-relay"]
+    worker.close()
+    judge_end.close()
+    channels.close()
+    sender.join(timeout=60)  # a deadline for the failure only: it ends at its next turn
+    assert not sender.is_alive()
+
+
 def test_without_a_judge_beside_it_the_worker_hears_at_once_and_the_outputs_are_kept(
     tmp_path: Path,
 ) -> None:
