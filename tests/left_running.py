@@ -53,23 +53,48 @@ class Child:
     command: str
 
 
-def _children() -> set[Child]:
-    """This process's running (not zombie) children, from /proc."""
-    found: set[Child] = set()
-    me = os.getpid()
+def _child_pids() -> set[int]:
+    """Pids of this process's children: each thread's `children` file (one read per thread),
+    or a scan of /proc where the kernel has none (CONFIG_PROC_CHILDREN)."""
+    pids: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children", encoding="ascii") as children:
+                pids.update(int(pid) for pid in children.read().split())
+        return pids
+    except FileNotFoundError:
+        pass
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and int(stat[1]) == os.getpid():
+                pids.add(int(entry))
+    return pids
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields from the state on (the command name, which may hold spaces
+    and parentheses, cut off); None once the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            return stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _children() -> set[Child]:
+    """This process's running (not zombie) children."""
+    found: set[Child] = set()
+    for pid in _child_pids():
+        stat = _stat(pid)
+        if stat is None or int(stat[1]) != os.getpid() or stat[0] in "ZX":
             continue
         try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            if int(fields[1]) != me or fields[0] in "ZX":
-                continue
-            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                 command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue  # ended while being read
-        found.add(Child(int(entry), int(fields[19]), command[:200]))
+        found.add(Child(pid, int(stat[19]), command[:200]))
     return found
 
 
