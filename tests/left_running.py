@@ -22,8 +22,10 @@ Loaded by tests/conftest.py (`pytest_plugins`); an inner pytester run loads it w
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -132,6 +134,21 @@ def _still_running(
     return left, children
 
 
+def _kill(child: Child) -> None:
+    """Kill and reap `child`, and tell its `subprocess.Popen` (if one holds it) that it ended:
+    otherwise that object, collected during a later test, warns "subprocess N is still
+    running" there (an error under filterwarnings=error), blaming a test that did nothing."""
+    try:
+        os.kill(child.pid, signal.SIGKILL)
+        _, status = os.waitpid(child.pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        return
+    for held in gc.get_objects():  # only on this failure path: a walk of every object
+        # type(), not isinstance: that reads __class__, which warns on some of torch's objects
+        if issubclass(type(held), subprocess.Popen) and held.pid == child.pid:
+            held.returncode = os.waitstatus_to_exitcode(status)
+
+
 @pytest.fixture(autouse=True)
 def _nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
     marker = request.node.get_closest_marker("leaves_running")
@@ -144,11 +161,7 @@ def _nothing_left_running(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     left, children = _still_running(threads_before, children_before)
     for child in children:  # reported below; never left to poison the tests after this one
-        try:
-            os.kill(child.pid, signal.SIGKILL)
-            os.waitpid(child.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        _kill(child)
     if not left:
         return
     log = os.environ.get(LOG_ENV)

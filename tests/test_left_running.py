@@ -5,7 +5,10 @@ process) with the guard loaded; what the inner test leaves is stopped here after
 
 from __future__ import annotations
 
+import gc
 import os
+import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -115,6 +118,10 @@ def test_starts_a_child():
     pid = int(pid_file.read_text())
     result.stdout.fnmatch_lines([f"*child process {pid} (*time.sleep(600)*"])
     assert not os.path.exists(f"/proc/{pid}")  # killed and reaped by the guard
+    # Its Popen knows it ended: collected in a later test, it would warn there that
+    # "subprocess N is still running" (an error), blaming that test.
+    (popen,) = [o for o in gc.get_objects() if type(o) is subprocess.Popen and o.pid == pid]
+    assert popen.returncode == -signal.SIGKILL
 
 
 def test_a_thread_stopped_and_joined_passes(pytester: pytest.Pytester, stop_file: Path) -> None:
