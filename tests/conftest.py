@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import _pytest.pytester
 import pytest
 
-pytest_plugins = ["pytester"]
+pytest_plugins = ["pytester", "left_running"]
 
 
 def _has_gpu() -> bool:
@@ -38,11 +39,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def _inner_runs_without_pytest_benchmark(request: pytest.FixtureRequest) -> None:
     """pytest-benchmark (often preinstalled) breaks inner pytester runs under xdist: it
     warns in pytest_configure when it sees a worker. Inner runs are about this plugin only.
-    pytester clears PYTEST_ADDOPTS when it starts, so this sets it afterwards."""
+    pytester clears PYTEST_ADDOPTS when it starts, so this sets it afterwards. Its snapshots
+    of sys.modules keep torch's modules (`_SnapshotKeepingTorch`)."""
     if "pytester" not in request.fixturenames:
         return
+    monkeypatch = request.getfixturevalue("monkeypatch")
+    monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", _SnapshotKeepingTorch)
     request.getfixturevalue("pytester")
-    request.getfixturevalue("monkeypatch").setenv("PYTEST_ADDOPTS", "-p no:benchmark")
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark")
+
+
+class _SnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
+    """pytester's sys.modules snapshot, never dropping a torch module: one first imported
+    during an inner run (torch._dynamo, by a reference's torch.manual_seed) leaves its
+    operators registered in torch's C++ library; dropped and imported again by a later test,
+    it fails there ("Only a single TORCH_LIBRARY can be used to register the namespace
+    _inductor_test"), which turned 59 later tests of one process red."""
+
+    def __init__(self, preserve: Callable[[str], bool] | None = None) -> None:
+        def keep(name: str) -> bool:
+            return name == "torch" or name.startswith("torch.") or bool(preserve and preserve(name))
+
+        super().__init__(preserve=keep)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -20,6 +20,7 @@ from pytest_kernelpro.measure.timing import (
     parse_device,
     time_kernel,
 )
+from pytest_kernelpro.measure.timing.cpu import sample_floor
 
 QUICK = TimingBudget(warmup_ms=5, max_time_s=0.5, flush_l2=False)
 
@@ -44,7 +45,9 @@ def test_known_duration_ratio_is_measured() -> None:
     for r in (short, long):
         assert r.method == "cpu-perf-counter"
         assert r.device.startswith("cpu (")
-        assert r.stats.n == len(r.samples_s) >= QUICK.min_samples
+        # min_samples gives way to the budget once the floor is in: on a loaded machine
+        # (two busy loops beside) a 0.5 s budget held 8 of these samples, not 20.
+        assert r.stats.n == len(r.samples_s) >= sample_floor(QUICK)
         assert r.stats.min_s <= r.stats.q1_s <= r.stats.median_s <= r.stats.q3_s <= r.stats.max_s
         assert r.clocks is None
         assert r.throttled_samples == 0
@@ -64,8 +67,10 @@ def test_time_budget_stops_sampling() -> None:
     budget = TimingBudget(warmup_ms=1, max_time_s=0.2, target_rel_ci=0.0, flush_l2=False)
     r = time_kernel(lambda: np.sort(x), device="cpu", budget=budget)
     assert r.stop_reason == "time-budget"
-    assert r.stats.n > budget.min_samples
-    assert r.wall_s < 1.0  # rounds are sized to the time left
+    # The floor, not min_samples: how many fit in 0.2 s is the machine's speed (11 under
+    # load). That the rounds fit the time left is checked on a simulated clock
+    # (test_timing_budget.py), not on this machine's.
+    assert r.stats.n >= sample_floor(budget)
 
 
 def test_max_samples_stops_sampling() -> None:

@@ -6,6 +6,7 @@ the probe keeps nothing half-measured."""
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from pytest_kernelpro.measure.ceilings import (
     machine_identity,
     resolve_device,
 )
+from pytest_kernelpro.run import item_runner
 
 KERNEL = """
 import pytest, torch
@@ -61,6 +63,22 @@ def own_cache(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> Pat
     return folder
 
 
+PROBE_S = 1000.0  # the stand-in probe's time on the item runner's clock
+
+
+class _ShiftedClock:
+    """`time` as the item runner sees it: perf_counter ahead of the real one by `shift`."""
+
+    def __init__(self) -> None:
+        self.shift = 0.0
+
+    def perf_counter(self) -> float:
+        return time.perf_counter() + self.shift
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(time, name)
+
+
 def _files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
 
@@ -71,23 +89,28 @@ def test_a_probe_longer_than_the_item_time_limit_does_not_fail_the_item(
     monkeypatch: pytest.MonkeyPatch,
     injected_timing: list[float],
 ) -> None:
-    probes: list[float] = []
+    # No wall-clock race (a loaded machine once spent the item's 1 s limit starting the item):
+    # the probe takes PROBE_S on the item runner's clock, far past any item limit, without
+    # sleeping, and looks whether an item's limit (its ITIMER_REAL alarm) is armed while it
+    # runs. The limit is generous, so only a probe inside it could make the item fail.
+    clock = _ShiftedClock()
+    monkeypatch.setattr(item_runner, "time", clock)
+    armed: list[tuple[float, float]] = []
 
     def slow_probe(device: str, **kw: object) -> Ceilings:
-        probes.append(time.perf_counter())
-        time.sleep(1.5)  # a probe on a loaded machine, longer than the item's whole limit
+        armed.append(signal.getitimer(signal.ITIMER_REAL))
+        clock.shift += PROBE_S
         return _ceilings()
 
     monkeypatch.setattr(probe_module, "measure_ceilings", slow_probe)
-    result = pytester.runpytest("--kernelpro-item-timeout=1")
+    result = pytester.runpytest(f"--kernelpro-item-timeout={PROBE_S / 2:.0f}")
     result.assert_outcomes(passed=1)
-    assert len(probes) == 1
+    assert armed == [(0.0, 0.0)]  # probed once, with no item's limit running
     record = records_by_name(pytester)["neg"]
     assert record["outcome"] == "passed"
-    # The record's time is the item's own: the probe is kept apart, not added to it (the item
-    # passed a 1 s limit, so its own time is well under the probe's 1.5 s).
-    assert record["extra"]["machine_setup_s"] >= 1.5
-    assert record["wall_s"] < record["extra"]["machine_setup_s"]
+    # The record's time is the item's own: the probe is kept apart, not added to it.
+    assert record["extra"]["machine_setup_s"] >= PROBE_S
+    assert record["wall_s"] < PROBE_S
     assert _files(own_cache) == [cache_path(own_cache, _ceilings().device, torch.__version__,
                                             False, 1).name]  # fmt: skip
 

@@ -579,9 +579,19 @@ class HandleChannels:
 
     def _receive(self, workdir: Path, end: socket.socket, received: Received) -> None:
         leaves = 0
+        reset = False
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(end, MAX_MESSAGE + 1, 4)
+            except ConnectionResetError:
+                # A process that exits with a message of ours unread in its end (a word it
+                # never awaited) makes Linux fail one read with ECONNRESET, ahead of what it
+                # sent before exiting: those messages are still queued and read next. Once:
+                # the error is reported a single time per close.
+                if reset:
+                    break
+                reset = True
+                continue
             except OSError:
                 break
             if not data and not fds:
@@ -658,6 +668,9 @@ class HandleChannels:
     def close(self) -> None:
         with self._lock:
             workdirs = list(self._ends)
+            streamed = list(self._relays)
+        for worker in streamed:  # never ended (an evaluation that failed): its sender stops
+            self.end_stream(worker, judged=False)
         for workdir in workdirs:
             self.finish(workdir).close()
 

@@ -13,6 +13,7 @@ import json
 import mmap
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -418,6 +419,22 @@ def test_a_judge_that_dies_leaves_no_worker_waiting(tmp_path: Path) -> None:
         channels.close()
 
 
+def test_closing_the_channels_stops_a_relay_never_ended(tmp_path: Path) -> None:
+    """An evaluation that fails between starting a relay and ending it still closes its
+    channels: the relay's sender must stop then, not poll for the rest of the session."""
+    before = set(threading.enumerate())
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    send_output(torch, "trial-1", [torch.ones(16)], channel=worker)
+    relay = channels._relays[worker_dir]
+    _wait_for(lambda: "trial-1" in relay.pending, "trial-1 not forwarded")
+    (sender,) = [t for t in set(threading.enumerate()) - before if t.name == "kernelpro-relay"]
+    worker.close()
+    judge_end.close()
+    channels.close()
+    sender.join(timeout=60)  # a deadline for the failure only: it ends at its next turn
+    assert not sender.is_alive()
+
+
 def test_without_a_judge_beside_it_the_worker_hears_at_once_and_the_outputs_are_kept(
     tmp_path: Path,
 ) -> None:
@@ -514,4 +531,35 @@ def test_messages_queued_when_the_process_ended_are_read_after_the_wait_ran_out(
     received = channels.finish(tmp_path)
     assert sorted(received.outputs) == ["trial-1", "trial-2"]
     assert received.refused is None
+    received.close()
+
+
+def test_a_worker_that_exits_with_a_word_unread_loses_none_of_its_queued_outputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race behind a duplicate hand-over once read as accepted on a loaded machine: the
+    # session answers the first "sent" ({"checked": NAME}, which this worker never reads),
+    # the worker sends the rest and exits before the reading thread reads it. Linux then
+    # fails the session's next read with ECONNRESET (a peer closed with unread data) while
+    # the worker's last messages are still queued behind it. Made certain here: the reading
+    # thread waits, after its answer, until the worker has exited.
+    answered, exited = threading.Event(), threading.Event()
+    answer = HandleChannels._sent
+
+    def answer_then_lose_the_cpu(self: HandleChannels, *args: object) -> None:
+        answer(self, *args)  # type: ignore[arg-type]
+        answered.set()
+        assert exited.wait(timeout=60)  # a lost wait fails the test, never passes it
+
+    monkeypatch.setattr(HandleChannels, "_sent", answer_then_lose_the_cpu)
+    channels, worker = session(tmp_path)
+    send_output(torch, "trial-1", [torch.zeros(4)], channel=worker)
+    assert answered.wait(timeout=60)
+    send_output(torch, "trial-1", [torch.ones(4)], channel=worker)
+    send_output(torch, "trial-2", [torch.ones(3)], channel=worker)
+    worker.close()  # the word about trial-1 is still unread in it
+    exited.set()
+    received = channels.finish(tmp_path)
+    assert received.refused == "output trial-1 leaf 0 sent after its end"
+    assert sorted(received.outputs) == ["trial-1"]  # trial-2 came after the refusal
     received.close()
