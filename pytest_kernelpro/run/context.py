@@ -331,11 +331,13 @@ def item_time_limit(
         return
     assert seconds is not None
     done = threading.Event()
+    fired: list[str] = []  # the limit's message, once its alarm raised in the block
 
     def on_alarm(signum: int, frame: object) -> None:
         if done.is_set():  # the block already ended: an alarm in flight is not a timeout
             return
-        raise ItemTimeout(message())
+        fired.append(message())
+        raise ItemTimeout(fired[0])
 
     def watchdog() -> None:
         if done.wait(seconds + WATCHDOG_GRACE_S):
@@ -358,7 +360,20 @@ def item_time_limit(
     thread = threading.Thread(target=watchdog, name="kernelpro-item-watchdog", daemon=True)
     thread.start()
     try:
-        yield
+        # The alarm raises wherever the main thread is: C code can turn it into an error of
+        # its own (`compile` into a SystemError), and a kernel's or library's handler can
+        # wrap or swallow it. Past the limit the item failed for its time, whatever left the
+        # block.
+        try:
+            yield
+        except ItemTimeout:
+            raise
+        except BaseException as exc:
+            if fired:
+                raise ItemTimeout(fired[0]) from exc
+            raise
+        if fired:
+            raise ItemTimeout(fired[0])
     finally:
         # Nested, because the alarm can fire here, as the block ends at its limit: its
         # ItemTimeout must not skip `done.set()`, or the watchdog would later end a process

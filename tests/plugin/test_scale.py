@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import records_by_name
@@ -270,6 +271,65 @@ def test_an_alarm_as_the_item_ends_does_not_leave_the_watchdog_armed(
             pass
     time.sleep(1.0)  # past the limit plus the watchdog's grace
     assert exits == []
+
+
+def _limit_fires_inside(block: Any) -> BaseException:
+    """What leaves a 0.2 s item limit around `block()`, which waits for the limit's alarm."""
+    from pytest_kernelpro.run import context as limits
+
+    try:
+        with limits.item_time_limit(0.2, lambda: "ran past the limit", lambda text: None):
+            block()
+    except BaseException as exc:  # what left it, whatever it is
+        return exc
+    raise AssertionError("nothing left the block past its limit")
+
+
+def _wait_for_the_alarm() -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.01)
+    raise AssertionError("the limit's alarm never came")
+
+
+def test_a_limit_whose_alarm_c_code_turned_into_its_own_error_fails_the_item_for_its_time() -> None:
+    """The alarm raised inside `compile` came out as "SystemError: AST constructor recursion
+    depth mismatch" (a loaded machine, a 1 s limit): the item failed with that error, not its
+    time. Here a handler turns the alarm into another error, as that C code did."""
+    from pytest_kernelpro.run.context import ItemTimeout
+
+    def converted() -> None:
+        try:
+            _wait_for_the_alarm()
+        except BaseException as exc:
+            raise SystemError("AST constructor recursion depth mismatch") from exc
+
+    left = _limit_fires_inside(converted)
+    assert isinstance(left, ItemTimeout)
+    assert str(left) == "ran past the limit"
+    assert isinstance(left.__cause__, SystemError)
+
+
+def test_a_limit_whose_alarm_a_kernel_swallowed_still_fails_the_item() -> None:
+    """A kernel that catches everything and goes on: it ran past its limit all the same."""
+    from pytest_kernelpro.run.context import ItemTimeout
+
+    def swallowed() -> None:
+        try:
+            _wait_for_the_alarm()
+        except BaseException:  # noqa: S110 - the attack: the alarm caught and dropped
+            pass
+
+    left = _limit_fires_inside(swallowed)
+    assert isinstance(left, ItemTimeout)
+
+
+def test_an_error_of_the_block_before_its_limit_stays_that_error() -> None:
+    from pytest_kernelpro.run import context as limits
+
+    with pytest.raises(ValueError, match="the kernel's own"):
+        with limits.item_time_limit(30, lambda: "limit", lambda text: None):
+            raise ValueError("the kernel's own")
 
 
 CRASHING = """
