@@ -10,8 +10,9 @@ What counts: threads and children that did not exist when the test's own fixture
 (those of a module- or session-scoped fixture are there before and are not the test's),
 still running a grace period after its teardown: a thread that is merely ending (a poll
 that exits at its next turn) is not a leak. A left child is killed once reported, so it
-cannot poison the tests after it either. A test that must leave one (a library's own
-long-lived pool) says so with `@pytest.mark.leaves_running(reason=...)`.
+cannot poison the tests after it either. A library's process-wide pools (`PROCESS_POOLS`)
+are the library's, whichever test started them; a test that must leave anything else says so
+with `@pytest.mark.leaves_running(reason=...)`.
 
 With $KERNELPRO_LEFT_RUNNING_LOG set to a file, nothing fails: each test that left
 something appends a line there (for measuring which tests do, before the guard is on).
@@ -38,6 +39,16 @@ LOG_ENV = "KERNELPRO_LEFT_RUNNING_LOG"
 # that is ending on a loaded machine; only one still running after it is reported, so the
 # figure never decides a correct test's outcome, only how long a leaking one waits.
 GRACE_S = 15.0
+# Thread pools a library keeps for the life of the process, started by whichever test first
+# uses it (so blaming that test would be an order-dependent failure): name prefix -> owner.
+PROCESS_POOLS = {
+    "Dask-Offload": "distributed.utils' module-level offload executor",
+    "Dask-Callback-Thread": "distributed.Future's class-level callback executor",
+}
+
+
+def _process_pool(thread: threading.Thread) -> bool:
+    return thread.name.startswith(tuple(PROCESS_POOLS))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -122,7 +133,11 @@ def _still_running(
     """What the test started and left running after the grace period: threads described,
     and children (still running, for the caller to kill)."""
     deadline = time.monotonic() + GRACE_S
-    threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    threads = [
+        t
+        for t in threading.enumerate()
+        if t not in threads_before and t.is_alive() and not _process_pool(t)
+    ]
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
     children = [c for c in _children() if c not in children_before]

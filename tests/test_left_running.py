@@ -234,3 +234,30 @@ def test_starts_and_forgets():
         "test_leaves.py::test_starts_and_forgets\t"
         "thread 'attack-logged' (target test_leaves.spin, daemon=True)"
     ]
+
+
+@pytest.mark.usefixtures("short_grace")
+def test_a_librarys_process_wide_pool_is_not_blamed_but_a_thread_named_like_it_elsewise_is(
+    pytester: pytest.Pytester, stop_file: Path
+) -> None:
+    """distributed's offload pool lives as long as the process, started by whichever test
+    first used it (a CI run blamed the one that did): not a leak. The prefix must be the
+    pool's own: "Dask" alone, or a name that only contains it, is still a leak."""
+    result = inner(
+        pytester,
+        stop_file,
+        """
+def test_first_use_of_the_pool():
+    threading.Thread(target=spin, name="Dask-Offload_0", daemon=True).start()
+
+def test_a_thread_that_only_contains_the_name():
+    threading.Thread(target=spin, name="my-Dask-Offload", daemon=True).start()
+""",
+    )
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*ERROR at teardown of test_a_thread_that_only_contains_the_name*"]
+    )
+    assert "test_first_use_of_the_pool" not in "".join(
+        line for line in result.outlines if "ERROR" in line
+    )
