@@ -272,10 +272,11 @@ class _Pipeline:
 
         The inputs are sealed once (`input_handles.SealedInputs`) and the maker's tensors
         dropped: the reference and the candidate read the same read-only pages, no copy
-        each (a reference that writes its inputs, and so the candidate, get copies); the
-        first call's reference runs before they exist, on a draw of the same seed that its
-        truth takes (`first_reference`). A checked call holds one input set and two outputs
-        at most, and the float64 truth on the first call.
+        each (a reference that writes its inputs, and so the candidate, get copies). The
+        first call takes the truth of the judge beside this worker (`judge_truth`); only
+        without one does this worker find its own, its reference's first call running
+        before the sealed inputs exist, on a draw of the same seed that its truth takes
+        (`first_reference`). A checked call holds one input set and two outputs at most.
 
         `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
         other inputs: a candidate that returns an earlier output where the reference's

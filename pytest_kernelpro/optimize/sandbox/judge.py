@@ -99,6 +99,9 @@ class _Reference:
 
         self.rule = new_rule(task)
         self._calls = 0
+        # The first output's leaves as the worker names them (its output is not flattened):
+        # flattened leaf path -> that path.
+        self.worker_paths: dict[str, str] = {}
         self.module = load_source(task["reference"], "kernelpro_reference")
         # As the worker and the gate build it (`problem.build`): same seed, same weights.
         self.model = build_module(
@@ -119,7 +122,8 @@ class _Reference:
         import torch
 
         from pytest_kernelpro.measure.correctness_check import clone_inputs
-        from pytest_kernelpro.optimize.sandbox.checks import flatten
+        from pytest_kernelpro.measure.output_rule import leaves_of
+        from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
         truth_now = self._calls == 0 and truth
@@ -141,6 +145,10 @@ class _Reference:
         started = time.perf_counter()
         out, reduced = run_reference(torch, call, self.device, first=self._calls == 0)
         leaves = flatten(out)
+        if truth_now:
+            flat = [path for path, _ in leaves_of(torch, leaves)]
+            self.worker_paths = dict(zip(flat, flat_paths(out), strict=True))
+        del out
         if self._calls == 0:
             self.rule.reduced = reduced
         if truth_now:
@@ -198,11 +206,11 @@ def judge(
     ref = _Reference(task)
     required = required_outputs(task)
     first_expected: list[Any] = []  # the first output's reference, made ahead (`tell_truth`)
-    told: dict[str, Any] | None = None
+    told: dict[str, Any] | None = None  # as this judge names the leaves (flattened)
     if tell_truth is not None and required:
         first_expected.append(ref.output(required[0][1]))
         told = truth_payload(ref.rule)
-        tell_truth(told)
+        tell_truth(truth_payload(ref.rule, ref.worker_paths))
     if isinstance(outputs, Mapping):  # in order, up to the first one missing
         names = [name for name, _seed in required]
         given = names[: next((i for i, n in enumerate(names) if n not in outputs), len(names))]

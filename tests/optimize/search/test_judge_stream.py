@@ -245,8 +245,8 @@ def test_the_judge_tells_its_truth_before_it_takes_the_first_output() -> None:
     assert taken_when == [0]
     (payload,) = told
     assert payload["truth"]["precision"] == "float64"
-    assert set(payload["truth"]["leaves"]) == {"output[0]"}
-    assert "difference" not in payload["truth"]["leaves"]["output[0]"]  # numbers only
+    assert set(payload["truth"]["leaves"]) == {"output"}  # the worker's output is a tensor
+    assert "difference" not in payload["truth"]["leaves"]["output"]  # numbers only
 
 
 def test_a_worker_given_the_judges_truth_decides_later_calls_as_the_judge_does() -> None:
@@ -323,3 +323,34 @@ def test_a_first_output_failing_the_truth_is_wrong_only_where_the_tolerance_told
         assert not verdict["ok"]
         assert verdict["reason"].startswith("trial-1: "), verdict["reason"]
         assert verdict["wrong"] is wrong
+
+
+DICT_OUT = REFERENCE.replace(
+    "return torch.softmax(x, dim=-1)",
+    'return {"z": torch.softmax(x, dim=-1), "a": (x * 2, x.abs())}',
+)
+
+
+def test_the_truth_told_names_the_leaves_as_the_worker_sees_its_output() -> None:
+    """The judge flattens outputs (dict keys sorted); the worker judges them unflattened
+    (keys in order): the truth told is renamed to the worker's paths, or the worker would
+    find no calibration for any leaf and decide by the dtype default."""
+    from pytest_kernelpro.measure.output_rule import leaves_of
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    task = {**TASK, "reference": DICT_OUT}
+    try:
+        told: list[dict[str, Any]] = []
+        judge.judge(task, iter(()), told.append)
+        module = sys.modules["kernelpro_reference"]
+        x = torch.randn(8, 32)
+        raw = module.Model()(x)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    worker_paths = [path for path, _ in leaves_of(torch, raw)]
+    assert worker_paths == ["output['z']", "output['a'][0]", "output['a'][1]"]
+    (payload,) = told
+    assert set(payload["truth"]["leaves"]) == set(worker_paths)
+    worker_rule = measurement.new_rule(task)
+    measurement.take_truth(worker_rule, payload)
+    assert set(worker_rule.calibrated) == set(worker_paths)
