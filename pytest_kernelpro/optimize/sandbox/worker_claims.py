@@ -130,24 +130,20 @@ class WorkerClaims:
                 wall_s=evaluation.wall_s,
             )
         self._reference_ok = True
-        if not verdict.get("ok") and verdict.get("wrong"):
-            # The first output fails the gate's comparison with the truth, made in the judge
-            # only, and passes the tolerance the worker was given (`judge.judge`): wrong.
-            return Evaluation(
-                status="wrong",
-                reason="wrong result by the correctness rule's truth, compared in a trusted "
-                f"process ({verdict.get('reason')})",
-                correctness=evaluation.correctness,
-                metrics=evaluation.metrics,
-                logs=evaluation.logs,
-                wall_s=evaluation.wall_s,
-            )
         if not verdict.get("ok"):
+            # "wrong": the first output fails the gate's comparison with the truth, made in
+            # the judge only, and passes the tolerance the worker was given (`judge.judge`).
+            wrong = bool(verdict.get("wrong"))
             return Evaluation(
-                status="cheat",
-                reason="result not confirmed: the worker reported a correct result, but the "
-                "outputs it handed over differ from the reference computed in a trusted "
-                f"process ({verdict.get('reason')})",
+                status="wrong" if wrong else "cheat",
+                reason=(
+                    "wrong result by the correctness rule's truth, compared in a trusted process"
+                    if wrong
+                    else "result not confirmed: the worker reported a correct result, but the "
+                    "outputs it handed over differ from the reference computed in a trusted "
+                    "process"
+                )
+                + f" ({verdict.get('reason')})",
                 correctness=evaluation.correctness,
                 metrics=evaluation.metrics,
                 logs=evaluation.logs,

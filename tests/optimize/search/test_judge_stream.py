@@ -249,17 +249,22 @@ def test_the_judge_tells_its_truth_before_it_takes_the_first_output() -> None:
     assert "difference" not in payload["truth"]["leaves"]["output"]  # numbers only
 
 
+def first_truth() -> tuple[Any, list[Any]]:
+    """A judge's reference after its first output (its truth found), and that output."""
+    ref = judge._Reference(TASK)
+    try:
+        return ref, ref.output(judge.required_outputs(TASK)[0][1])
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+
+
 def test_a_worker_given_the_judges_truth_decides_later_calls_as_the_judge_does() -> None:
     """`take_truth` calibrates the worker's rule exactly as the judge's first comparison
     calibrates its own: the same tolerance for every later call and the timed ones."""
     from pytest_kernelpro.optimize.sandbox import measurement
 
     outputs = honest()
-    ref = judge._Reference(TASK)
-    try:
-        expected = ref.output(judge.required_outputs(TASK)[0][1])
-    finally:
-        sys.modules.pop("kernelpro_reference", None)
+    ref, expected = first_truth()
     payload = json.loads(json.dumps(measurement.truth_payload(ref.rule)))
     assert measurement.verdict(torch, outputs[0][1], expected, ref.rule).ok  # calibrates
     worker_rule = measurement.new_rule(TASK)
@@ -292,11 +297,7 @@ def test_a_first_output_failing_the_truth_is_wrong_only_where_the_tolerance_told
     from pytest_kernelpro.optimize.sandbox import measurement
 
     outputs = honest()
-    ref = judge._Reference(TASK)
-    try:
-        expected = ref.output(judge.required_outputs(TASK)[0][1])
-    finally:
-        sys.modules.pop("kernelpro_reference", None)
+    ref, expected = first_truth()
     payload = measurement.truth_payload(ref.rule)
     (leaf,) = ref.rule.truth.leaves.values()
     told = measurement.new_rule(TASK)
