@@ -55,11 +55,15 @@ kill the worker; the GPU's free memory, where the allocator would fail) the eval
 refused up front with both numbers and which memory does not fit, instead of every
 candidate dying "out of memory". Held to it by `tests/optimize/search/test_evaluation_memory.py`
 (an evaluation's measured peak above a tiny problem's stays within `estimate`), measured in
-`bench/results/2026-12-05-optimizer-memory6-cpu.md`.
+`bench/results/2026-12-05-optimizer-memory7-cpu.md` (the watchdog's `both_peak_at` says
+which moment was the peak and each process's part of it).
 
-Below 3x the footprint (with the interpreters) needs the worker's timing to hold less: the
-fresh-inputs mix (`measure.timing.fresh_inputs`) keeps the timed inputs and the mix's two
-ends (3I) and the pools beside the call's output and a checked call's reference output.
+Below 3x the footprint (with the two interpreters, about a quarter of a 1 GiB softmax's
+footprint) needs the worker's timing to hold less: the fresh-inputs mix
+(`measure.timing.fresh_inputs`) keeps the timed inputs and the mix's two ends (3I) and the
+pools beside the call's output and a checked call's reference output (2.6 footprints
+for a float32 softmax), and the judge's kept reference output and reference -
+truth (2O) while the worker makes its first call.
 
 A problem the meta device cannot run (an op without a meta kernel, inputs made with numpy)
 has no estimate: it is evaluated, and the watchdog still bounds it.

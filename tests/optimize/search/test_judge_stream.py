@@ -355,3 +355,25 @@ def test_the_truth_told_names_the_leaves_as_the_worker_sees_its_output() -> None
     worker_rule = measurement.new_rule(task)
     measurement.take_truth(worker_rule, payload)
     assert set(worker_rule.calibrated) == set(worker_paths)
+
+
+def test_the_truths_difference_is_freed_once_the_first_call_is_decided() -> None:
+    """reference - truth (one output's size) is needed for the first comparison only; the
+    rule drops it then, but a reference cycle kept it until the cyclic collector happened to
+    run (a whole output held by the judge, idle, through the worker's timing). `verdict`
+    collects it: gone at once, with automatic collection off."""
+    import gc
+    import weakref
+
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    ref, expected = first_truth()
+    (leaf,) = ref.rule.truth.leaves.values()
+    gone = weakref.ref(leaf.difference)
+    del leaf
+    gc.disable()
+    try:
+        assert measurement.verdict(torch, [expected[0].clone()], expected, ref.rule).ok
+        assert gone() is None
+    finally:
+        gc.enable()
