@@ -29,6 +29,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -132,10 +133,12 @@ def _handed_copy(torch: Any, name: str, leaf: Any) -> Any:
         os.close(fd)
 
 
-def run(rows: int, cols: int, candidate: str, threads: int, device: str) -> dict[str, Any]:
+def run(
+    rows: int, cols: int, candidate: str, threads: int, device: str, worker_truth: bool = False
+) -> dict[str, Any]:
     import torch
 
-    from pytest_kernelpro.optimize.sandbox import checks, harness, judge, measurement
+    from pytest_kernelpro.optimize.sandbox import checks, handles, harness, judge, measurement
 
     steps = Steps()
     if device.startswith("cuda"):
@@ -153,6 +156,28 @@ def run(rows: int, cols: int, candidate: str, threads: int, device: str) -> dict
     required = dict(judge.required_outputs(task))
     pipeline = harness._Pipeline(task, lambda phase: None)
 
+    # The judge's first output and truth, made before the worker's first call and told to it
+    # (`judge.judge`'s `tell_truth`, `harness._Pipeline.judge_truth`); `worker_truth`: the
+    # worker finds its own instead, as without a judge beside it.
+    made_ahead: dict[str, Any] = {}
+    take_judges_truth = harness._Pipeline.judge_truth
+
+    def judge_truth() -> bool:
+        if worker_truth:
+            return False
+        steps.side = "judge"
+        try:
+            with steps.step("reference output (inputs, call, truth on the first)"):
+                made_ahead["trial-1"] = ref.output(required["trial-1"])
+            told = json.loads(json.dumps(measurement.truth_payload(ref.rule, ref.worker_paths)))
+        finally:
+            steps.side = "worker"
+        with (
+            mock.patch.object(handles, "await_truth", return_value=told),
+            mock.patch.dict(os.environ, {handles.HANDLE_FD_ENV: "bench"}),
+        ):
+            return take_judges_truth(pipeline)
+
     def handed_over(label: str, out: Any) -> str | None:
         """The worker's hand-over (one sealed copy of each leaf) and the judge's check of it,
         as the worker waits for it."""
@@ -163,8 +188,11 @@ def run(rows: int, cols: int, candidate: str, threads: int, device: str) -> dict
             held = [_handed_copy(torch, name, leaf) for leaf in checks.flatten(out)]
         steps.side = "judge"
         try:
-            with steps.step("reference output (inputs, call, truth on the first)"):
-                expected = ref.output(required[name])
+            if name in made_ahead:
+                expected = made_ahead.pop(name)
+            else:
+                with steps.step("reference output (inputs, call, truth on the first)"):
+                    expected = ref.output(required[name])
             decided = measurement.verdict(torch, held, expected, ref.rule)
             if not decided.ok:
                 raise SystemExit(f"the judge refused {name}: {decided.failure}")
@@ -173,6 +201,7 @@ def run(rows: int, cols: int, candidate: str, threads: int, device: str) -> dict
         return None
 
     pipeline.save_output = handed_over  # type: ignore[method-assign]
+    pipeline.judge_truth = judge_truth  # type: ignore[method-assign]
     started = time.perf_counter()
     with steps.step("phase: build"):
         pipeline.build()
@@ -183,6 +212,7 @@ def run(rows: int, cols: int, candidate: str, threads: int, device: str) -> dict
     wall = time.perf_counter() - started
     return {
         "rows": rows, "cols": cols, "candidate": candidate, "threads": threads, "device": device,
+        "truth": "worker" if worker_truth else "judge's, told",
         "wall_s": round(wall, 2), "load": [round(x, 2) for x in os.getloadavg()],
         "steps": {
             name: {"total_s": round(steps.total[name], 2), "self_s": round(steps.own[name], 2),
@@ -202,8 +232,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU path")
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--worker-truth", action="store_true", help="the worker finds its own truth (no judge's)"
+    )
     args = parser.parse_args()
-    data = run(args.rows, args.cols, args.candidate, args.threads, args.device)
+    data = run(args.rows, args.cols, args.candidate, args.threads, args.device, args.worker_truth)
     print(
         f"{data['rows']}x{data['cols']} {data['candidate']}: {data['wall_s']} s, load {data['load']}"
     )

@@ -175,7 +175,7 @@ def split_of(row: dict[str, Any]) -> dict[str, Any]:
             "judge_s": row.get("judge_s"),
         }
     split["elapsed_s"] = row.get("elapsed_s")
-    for key in ("peak_mb", "worker_peak_mb", "judge_peak_mb", "both_peak_mb"):
+    for key in ("peak_mb", "worker_peak_mb", "judge_peak_mb", "both_peak_mb", "both_peak_at"):
         split[key] = row.get(key)
     return {
         "strategy": row.get("strategy"),

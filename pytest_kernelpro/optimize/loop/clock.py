@@ -135,6 +135,7 @@ class WallClock:
                 "worker_peak_mb": metrics.get("worker_peak_mb"),
                 "judge_peak_mb": metrics.get("judge_peak_mb"),
                 "both_peak_mb": metrics.get("both_peak_mb"),
+                "both_peak_at": metrics.get("both_peak_at"),
             }
         )
 

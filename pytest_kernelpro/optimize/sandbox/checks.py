@@ -66,6 +66,18 @@ def flatten(value: Any) -> list[Any]:
     return [value]
 
 
+def flat_paths(value: Any, path: str = "output") -> list[str]:
+    """The path of each leaf `flatten` returns, in its order, named as the correctness rule
+    names the leaves of the unflattened output (`measure.output_rule.leaves_of`)."""
+    if isinstance(value, (list, tuple)):
+        return [p for i, item in enumerate(value) for p in flat_paths(item, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        return [
+            p for key in sorted(value, key=str) for p in flat_paths(value[key], f"{path}[{key!r}]")
+        ]
+    return [path]
+
+
 DIGEST_CHUNK = 2**22  # bytes of an output read at once for its digest (one device copy each)
 # Per process, secret to nothing: the fingerprint only has to give equal bytes equal values
 # (a deterministic function of the bytes) and different bytes different values by chance

@@ -115,6 +115,7 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         # together with the judge beside it (`supervise._watch`).
         self.memory_now: dict[Path, tuple[float, float]] = {}
         self.both_peak_mb: dict[Path, float] = {}
+        self.both_peak_at: dict[Path, dict[str, Any]] = {}
 
     # ----- builds ahead of the worker (pytest_kernelpro.optimize.build) -----
 
@@ -330,6 +331,8 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             # Its host memory at the peak: the worker and the judge beside it together, or
             # either alone, each with the outputs held by handle (`_watch`).
             evaluation.metrics["both_peak_mb"] = round(self.both_peak_mb.pop(workdir, 0.0), 1)
+            # Where that peak was: the worker's phase and each process's part of it.
+            evaluation.metrics["both_peak_at"] = self.both_peak_at.pop(workdir, None)
             # The most checked-output bytes the session held at once (one output's, when the
             # judge beside the worker checks each as it comes).
             evaluation.metrics["held_outputs_peak_bytes"] = received.peak_nbytes
@@ -344,6 +347,7 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             if beside is not None:  # a verdict not asked for: its judge ends here
                 beside.finish(judged=False)
             self.both_peak_mb.pop(workdir, None)
+            self.both_peak_at.pop(workdir, None)
             # Its outputs' memory goes with the evaluation (the worker's died with it).
             received.close()
             self._release_workdir(workdir)

@@ -7,20 +7,23 @@ found without allocating them: the problem's own `get_inputs()` and `Model` run 
 Every copy one evaluation holds at its peaks, counted in I and O. The judge runs beside the
 worker and checks each output as it is handed over, while the worker waits holding nothing
 of that call (`worker_claims.JudgeBeside`, `handles.Relay`): the session holds one checked
-output at a time, and the two processes' large copies do not overlap. The watchdog's limit
-is per process (`supervise.py`): the worker's resident memory plus the outputs it handed
-over and the judge has not checked yet, and the judge's own; their sum is reported
-(`both_peak_mb`) and is what the table counts. A copy the rules need is marked with the rule;
-what they do not need was removed (the right column says what changed).
+output at a time, and the two processes' large copies do not overlap. The float64 truth is
+made once, by the judge, before any output exists: the worker waits for its numbers before
+its first call (`handles.await_truth`, `measurement.take_truth`) and makes no truth of its
+own. The watchdog's limit is per process (`supervise.py`): the worker's resident memory plus
+the outputs it handed over and the judge has not checked yet, and the judge's own; their
+sum is reported (`both_peak_mb`, and where it was, `both_peak_at`) and is what the table
+counts. A copy the rules need is marked with the rule; what they do not need was removed
+(the right column says what changed).
 
 | where | held at that moment | copies | rule / what changed |
 |---|---|---|---|
-| worker, trial 1, the truth | the reference's output, its float64 re-run (widened inputs 2I, output 2O); then reference - truth in float32 beside the re-run's output | 2I + 3O, then 4O | the correctness rule's truth (`measure.output_rule`), made before the candidate's sealed inputs exist (`harness._Pipeline.first_reference`): the reference's first call runs on a copy of a draw that the truth takes and drops once widened, and the candidate's inputs are drawn again from the same seed and sealed after (was 3I + 4O: the sealed inputs held through the truth) |
-| worker, trial 1, the candidate | sealed inputs (one read-only set, `input_handles.py`), the reference's output, reference - truth, the candidate's output | I + 3O | the truth's comparison of the first call |
-| judge, trial 1's output (the worker waits) | the handed-over output (in memory since the worker handed it over), the reference's output, its float64 re-run (2I + 2O); then reference - truth beside the re-run's output | 2I + 4O, then 5O | outputs checked in a process the candidate never ran in; the judge's own inputs are given to the truth, which drops them once widened (`run_truth(consume_inputs=True)`; was 3I + 5O) |
+| judge, the truth of the first output (the worker waits for it, holding no input or output) | its draw of the first call's inputs and the reference's call on a copy (2I + O); the float64 re-run (widened inputs 2I, output 2O) beside the reference's output; then reference - truth in float32 beside the re-run's output | 3I + O while widening, 2I + 3O, then 4O | the correctness rule's truth (`measure.output_rule`), found on the first checked call's inputs, in a process the candidate never ran in; made before that call's output is handed over (`judge.judge`'s `tell_truth`), so no handed-over output is held beside it (was 2I + 4O, and the worker's own truth, 2I + 3O, in its turn) |
+| worker, trial 1 (the judge holds the reference's output and reference - truth) | sealed inputs (one read-only set, `input_handles.py`), a copy of them for the reference's first call (whether it writes its inputs is found there), the reference's output; then the candidate's output | 2I + 3O, then I + 4O | the first call decided in the worker by the truth calibrated (`measurement.take_truth`), in the judge by the truth itself; the worker's inputs drawn once (was twice: the worker's truth took a draw of its own) |
+| judge, trial 1's output (the worker waits) | the handed-over output, the reference's output, reference - truth | 3O | the first output compared with the truth (`CorrectnessRule.judge`) |
 | worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks | I + 3O | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
 | judge, later outputs | its inputs, the reference's output, the handed-over output | I + 2O | each dropped before the next is asked for (`handles.stream_outputs`) |
-| worker, timing (the candidate's side; the reference's is dropped first) | the timed inputs, the mix's two ends, its pools of one byte a weight (`measure.timing.fresh_inputs`: a quarter of float32 inputs, half of 16-bit ones, all of 8-bit ones), the call's output while it runs; at a checked call the output's copy and the reference's output on the call's content, rebuilt into the timed inputs | 3.25I + 2O (3.5I for 16-bit inputs, 4I for 8-bit) | new content every timed call and checks no kernel can predict; was 5I + 4O (a pool at the inputs' precision, a checked call's content rebuilt apart, the call's output held through its check); the mix's setup holds as much (was 6I + 3O) |
+| worker, timing (the candidate only) | the timed inputs, the mix's two ends, its pools of one byte a weight (`measure.timing.fresh_inputs`: a quarter of float32 inputs, half of 16-bit ones, all of 8-bit ones), the call's output while it runs; at a checked call the output's copy and the reference's output on the call's content, rebuilt into the timed inputs | 3.25I + 2O (3.5I for 16-bit inputs, 4I for 8-bit) | new content every timed call and checks no kernel can predict; the reference is timed by the judge only (its time is the speedup's; the worker's was a claim nothing decided by) |
 | judge, the reference's timing (the worker has ended) | as the worker's timing | 3.25I + 2O | the reference timed by the candidate's protocol |
 | worker and judge | the interpreter, torch, the freed heap the allocator keeps, a CPU comparison chunk | `FIXED_BYTES` | two interpreters (the judge is started with the worker); comparisons in chunks (`measure.output_rule.chunk_ranges`: on the CPU at most 2^20 elements) |
 
@@ -28,11 +31,12 @@ Comparison temporaries on a GPU (chunks of at most a 32nd of the output) and the
 allocator's rounding: `TEMPORARIES` of O. The estimate takes the table's copies and a
 two fifths more (`HEADROOM`: the measured peaks passed the table by up to 28%).
 
-So the peak is the largest of the judge's truth, the worker's timing and the worker's truth
-for its first trial: 2I + 4O, 4I + 2O (3.25I + 2O for float32 inputs), 5O or 2I + 3O (3x the
-footprint where I = O: a softmax; the judge's 5O where the output is more than twice the
-inputs). `estimate` gives it for the problem's own I and O, the timing's inputs counted at 4I
-whatever their width (an estimate that refuses should err high).
+So the peak is the largest of the worker's timing, the judge's truth and the worker's first
+call: 4I + 2O (3.25I + 2O for float32 inputs), 2I + 3O, 3I + O, I + 4O or 4O (for a
+softmax, where I = O, the timing: 5.25 footprints of copies for float32 inputs; the judge's
+4O where the output is more than twice the inputs). `estimate` gives it for the problem's
+own I and O, the timing's inputs counted at 4I whatever their width (an estimate that
+refuses should err high).
 
 Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
 (`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
@@ -51,14 +55,15 @@ kill the worker; the GPU's free memory, where the allocator would fail) the eval
 refused up front with both numbers and which memory does not fit, instead of every
 candidate dying "out of memory". Held to it by `tests/optimize/search/test_evaluation_memory.py`
 (an evaluation's measured peak above a tiny problem's stays within `estimate`), measured in
-`bench/results/2026-12-05-optimizer-memory6-cpu.md`.
+`bench/results/2026-12-05-optimizer-memory7-cpu.md` (the watchdog's `both_peak_at` says
+which moment was the peak and each process's part of it).
 
-Below 3x the footprint (with the interpreters) needs the judge's truth to hold less: its
-float64 re-run (2I + 2O) runs beside the reference's output and the handed-over output it
-will compare, and `measure.correctness_check.run_truth` takes the reference's output before
-the re-run, so the judge cannot make that output after the re-run has dropped its widened
-inputs (which would be 2I + 3O). The worker's timing (`measure.timing.fresh_inputs`) holds as
-much.
+Below 3x the footprint (with the two interpreters, about a quarter of a 1 GiB softmax's
+footprint) needs the worker's timing to hold less: the fresh-inputs mix
+(`measure.timing.fresh_inputs`) keeps the timed inputs and the mix's two ends (3I) and the
+pools beside the call's output and a checked call's reference output (2.6 footprints
+for a float32 softmax), and the judge's kept reference output and reference -
+truth (2O) while the worker makes its first call.
 
 A problem the meta device cannot run (an op without a meta kernel, inputs made with numpy)
 has no estimate: it is evaluated, and the watchdog still bounds it.
@@ -90,9 +95,10 @@ class Peak:
 # CUDA problem these copies are in device memory.
 PEAKS = (
     Peak(4, 2, "the worker's timing phase"),
-    Peak(2, 3, "the worker's truth for the first trial"),
-    Peak(2, 4, "the judge's truth for the first output"),
-    Peak(0, 5, "the judge's truth measured against the first output's reference"),
+    Peak(2, 3, "the judge's truth for the first output"),
+    Peak(3, 1, "the judge's first inputs widened for its truth"),
+    Peak(1, 4, "the worker's first call beside the judge's truth"),
+    Peak(0, 4, "the judge's truth measured against the first output's reference"),
 )
 # What a CUDA problem's evaluation holds in host memory besides the interpreters: the
 # handed-over output being checked, copied once from the device into a sealed memfd (the

@@ -188,6 +188,45 @@ def await_checked(name: str, channel: socket.socket | None = None) -> None:
             return
 
 
+def await_truth(channel: socket.socket | None = None) -> dict[str, Any] | None:
+    """Ask the session for the judge's truth (`{"await": "truth"}`) and wait for it: what the
+    judge beside this worker found on the first checked call's inputs before any output was
+    handed over (`judge.judge`, `measurement.truth_payload`), so this worker finds none of
+    its own. None: no channel, no judge beside it, or the judge ended or sent none (the
+    worker then finds its own truth)."""
+    channel = channel or _process_socket()
+    if channel is None:
+        return None
+    release_freed_heap()  # the judge's memory is in use while this process waits
+    try:
+        _send(channel, {"await": "truth"}, None)
+    except OSError:
+        return None
+    while True:
+        data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
+        for fd in fds:
+            os.close(fd)
+        if not data:
+            raise HandleError("the session closed the channel before the judge's truth came")
+        line = json.loads(data.decode("utf-8"))
+        if isinstance(line, dict) and "truth" in line:
+            found = line["truth"]
+            return found if isinstance(found, dict) else None
+
+
+def send_truth(payload: dict[str, Any] | None, channel: socket.socket | None = None) -> None:
+    """The judge's truth to the session (`{"truth": PAYLOAD}`), which hands it to the worker
+    beside it when that asks (`await_truth`); `{"truth": null}` where it does not fit one
+    message (the worker then finds its own)."""
+    channel = channel or _process_socket()
+    if channel is None:
+        return
+    try:
+        _send(channel, {"truth": payload}, None)
+    except HandleError:
+        _send(channel, {"truth": None}, None)
+
+
 def _sealed_copy(torch: Any, label: str, tensor: Any) -> int:
     """A memfd holding `tensor`'s elements (contiguous), sealed against any change."""
     fd = os.memfd_create(label, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
@@ -356,6 +395,11 @@ class Relay:
     # Wall time with an output at the judge (the worker waits then): not the candidate's time.
     busy_since: float | None = None
     busy_s: float = 0.0
+    # The judge's truth (`send_truth`) for the worker (`await_truth`): known once the judge
+    # sent it or ended (None then), handed over once the worker asked.
+    truth: dict[str, Any] | None = None
+    truth_known: bool = False
+    truth_wanted: bool = False
 
     def judge_time_s(self) -> float:
         """Seconds so far during which the judge held an output of this worker."""
@@ -504,6 +548,46 @@ class HandleChannels:
         relay.broken = True
         for name in list(relay.pending):
             self._checked(relay, name)
+        self._truth_found(relay, None)
+
+    def _truth_found(self, relay: Relay, payload: Any) -> None:
+        """The judge's truth (the first word only; None: it ended without one), handed to the
+        worker if it is waiting for it."""
+        with relay.ready:
+            if relay.truth_known:
+                return
+            relay.truth_known = True
+            relay.truth = payload if isinstance(payload, dict) else None
+            wanted = relay.truth_wanted
+            if wanted and not relay.pending and relay.busy_since is not None:
+                relay.busy_s += time.monotonic() - relay.busy_since
+                relay.busy_since = None
+        if wanted:
+            self._tell_truth(relay.worker, relay.truth)
+
+    def _truth_wanted(self, workdir: Path) -> None:
+        """The worker of `workdir` waits for its judge's truth: handed over now if known
+        (None where no judge checks beside it), else when it comes. The wait is the judge's
+        time, not the candidate's (`judge_time_s`)."""
+        relay = self._relays.get(workdir)
+        if relay is None:
+            self._tell_truth(workdir, None)
+            return
+        with relay.ready:
+            known = relay.truth_known
+            if not known and not relay.truth_wanted:
+                relay.truth_wanted = True
+                if relay.busy_since is None:
+                    relay.busy_since = time.monotonic()
+        if known:
+            self._tell_truth(workdir, relay.truth)
+
+    def _tell_truth(self, workdir: Path, payload: dict[str, Any] | None) -> None:
+        end = self.end_of(workdir)
+        if end is None:
+            return
+        with contextlib.suppress(OSError):
+            end.send(json.dumps({"truth": payload}).encode("utf-8"), socket.MSG_DONTWAIT)
 
     def _checked(self, relay: Relay, name: str) -> None:
         """Output `name` was checked: its bytes leave the count, and the worker hears it."""
@@ -605,6 +689,14 @@ class HandleChannels:
                     continue
                 if isinstance(line, dict) and "sent" in line and not fds:
                     self._sent(workdir, received, line)  # answered even once refused
+                    continue
+                if isinstance(line, dict) and "truth" in line and not fds:
+                    judging = self._relay_of_judge.get(workdir)  # only a judge's truth counts
+                    if judging is not None:
+                        self._truth_found(judging, line["truth"])
+                    continue
+                if isinstance(line, dict) and line.get("await") == "truth" and not fds:
+                    self._truth_wanted(workdir)
                     continue
                 if received.refused is not None:
                     continue

@@ -28,9 +28,10 @@ done.
   leading dimension equals the first tensor's is cut to half, if the reference accepts the
   result. Wrong numbers there → cheat ("passes only for the checked shapes"); an exception
   → wrong. shape_check="off" skips this for kernels specialised to one shape by design.
-- timing: reference and candidate medians (`measure.timing.time_kernel` with the task's
-  `TimingBudget`), speedup = ref / candidate, then one more fresh-input check (a candidate
-  must not change behaviour once timed).
+- timing: the candidate's median (`measure.timing.time_kernel` with the task's
+  `TimingBudget`), then one more fresh-input check (a candidate must not change behaviour
+  once timed). The reference is timed by the judge (`judge.py`), which the speedup
+  divides by.
 
 Inputs, tolerances, poisoning, comparison and timing are the gate's (`measurement.py` says
 which function of `measure/` each is); the guards and the order of the checks are the
@@ -65,8 +66,6 @@ from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV
 from pytest_kernelpro.optimize.sandbox.input_handles import SealedInputs
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
-
-EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
 
 
 class ReferenceRaised(Exception):
@@ -193,6 +192,31 @@ class _Pipeline:
         del drawn
         return self.run_reference(clone_inputs(torch, given[0]), pristine=given.pop(), consume=True)
 
+    def judge_truth(self) -> bool:
+        """Take the truth of the judge beside this worker (`handles.await_truth`), found on
+        the first checked call's inputs before any output was handed over: this worker's
+        rule then decides every call, the first included, by the truth calibrated, and the
+        reference's first call here makes no float64 re-run (`measurement.take_truth`).
+        The first call's comparison with the truth itself is the judge's. False: no judge
+        beside this worker, or none sent (this worker then finds its own, `first_reference`)."""
+        if not os.environ.get(HANDLE_FD_ENV):
+            return False
+        from pytest_kernelpro.optimize.sandbox.handles import await_truth
+
+        payload = await_truth()
+        if payload is None:
+            return False
+        try:
+            measurement.take_truth(self.rule, payload)
+        except (KeyError, TypeError, ValueError):
+            self.rule = measurement.new_rule(self.task)
+            return False
+        self._precision_known = True
+        if self.rule.reduced:
+            self.correctness["reduced_precision"] = self.rule.reduced
+        self.correctness["truth"] = "the judge's, calibrating every check here"
+        return True
+
     def run_candidate(self, args: list[Any], expected: Any = None) -> tuple[Any, Any]:
         """Candidate output (and a copy taken on the current stream before any device
         synchronization, to see work left running on another stream), under all guards,
@@ -248,10 +272,11 @@ class _Pipeline:
 
         The inputs are sealed once (`input_handles.SealedInputs`) and the maker's tensors
         dropped: the reference and the candidate read the same read-only pages, no copy
-        each (a reference that writes its inputs, and so the candidate, get copies); the
-        first call's reference runs before they exist, on a draw of the same seed that its
-        truth takes (`first_reference`). A checked call holds one input set and two outputs
-        at most, and the float64 truth on the first call.
+        each (a reference that writes its inputs, and so the candidate, get copies). The
+        first call takes the truth of the judge beside this worker (`judge_truth`); only
+        without one does this worker find its own, its reference's first call running
+        before the sealed inputs exist, on a draw of the same seed that its truth takes
+        (`first_reference`). A checked call holds one input set and two outputs at most.
 
         `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
         other inputs: a candidate that returns an earlier output where the reference's
@@ -262,7 +287,7 @@ class _Pipeline:
         `reference_may_raise`: an exception of the reference (a shape the problem does not
         accept) is raised as `ReferenceRaised`, before the candidate runs.
         """
-        truth_pending = not self._precision_known
+        truth_pending = not self._precision_known and not self.judge_truth()
         if truth_pending:
             # The reference's first call and its truth before the candidate's inputs exist
             # (`first_reference`): one input set fewer at the worker's peak.
@@ -536,29 +561,23 @@ class _Pipeline:
         )
 
     def time(self) -> dict[str, Any]:
-        """Reference and candidate timed alike: new input content before every timed call; the
-        candidate's sampled timed outputs checked against the reference, its outputs plain
-        tensors, its device work all on the timed stream (`measure.timing`: a
-        `DishonestTiming` is a cheat)."""
+        """The candidate timed (new input content before every timed call; its sampled timed
+        outputs checked against the reference, its outputs plain tensors, its device work all
+        on the timed stream: `measure.timing`, a `DishonestTiming` is a cheat), then one more
+        checked call.
+
+        The reference is not timed here: the speedup divides the judge's time of it (the
+        same protocol, in a process the candidate never ran in, `judge.judge`) by this one,
+        and a time of it taken in this process would be a claim nothing decides by. A clock or
+        timing function the candidate rebinds is seen by the candidate's own timing
+        (`measure.bound`, checked before and after every sample)."""
         from pytest_kernelpro.measure import bound
         from pytest_kernelpro.measure.timing import DishonestTiming
 
         self.progress("timing")
         phase_started = bound.perf_counter()
-        # One side's fresh inputs at a time (their draws and pool hold about three input
-        # sets): the reference's are dropped before the candidate's are made, from the same
-        # seed by the problem's maker, so neither side's are a copy of the other's.
         with torch.no_grad():
-            try:  # a clock rebound by the candidate is seen when the reference is timed too
-                fresh = measurement.fresh_calls(
-                    torch,
-                    self.ref_model,
-                    self.inputs(self.seed),
-                    self.device,
-                    make_draw=self.inputs,
-                )
-                ref = measurement.time_call(None, self.task, self.device, fresh=fresh)
-                del fresh
+            try:
                 fresh = self.fresh_candidate(self.inputs(self.seed))
                 new = measurement.time_call(None, self.task, self.device, fresh=fresh)
                 del fresh
@@ -577,33 +596,24 @@ class _Pipeline:
                     f"wrong once timed (behaves differently after repeated calls): {exc.reason}",
                 ) from None
             raise
-        return {"reference": ref, "candidate": new, "phase_s": phase_s}
+        return {"candidate": new, "phase_s": phase_s}
 
     def run(self) -> dict[str, Any]:
+        """The evaluation's claim: correct, with the candidate's time. The speedup and the
+        excessive-speedup finding come with the judge's time of the reference
+        (`worker_claims.WorkerClaims._judged`)."""
         self.build_log = ""
         self.build()
         self.check()
         self.shapes()
         timing = self.time()
-        speedup = timing["reference"]["median_s"] / max(timing["candidate"]["median_s"], 1e-12)
-        if speedup > EXCESSIVE_SPEEDUP:
-            self.findings.append(
-                {
-                    "severity": "medium",
-                    "title": "excessive speedup",
-                    "message": f"{speedup:.1f}x over the reference; KernelBench treats more than "
-                    f"{EXCESSIVE_SPEEDUP:g}x as a likely reward hack: review the code.",
-                }
-            )
         self.progress("done")
         return {
             "status": "correct",
-            "speedup": speedup,
             "timing": timing,
             "correctness": self.correctness,
             "metrics": {
                 "device": self._device_name(),
-                "ref_median_s": timing["reference"]["median_s"],
                 "candidate_median_s": timing["candidate"]["median_s"],
             },
             "findings": self.findings,

@@ -35,7 +35,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,9 @@ class _Reference:
 
         self.rule = new_rule(task)
         self._calls = 0
+        # The first output's leaves as the worker names them (its output is not flattened):
+        # flattened leaf path -> that path.
+        self.worker_paths: dict[str, str] = {}
         self.module = load_source(task["reference"], "kernelpro_reference")
         # As the worker and the gate build it (`problem.build`): same seed, same weights.
         self.model = build_module(
@@ -119,7 +122,8 @@ class _Reference:
         import torch
 
         from pytest_kernelpro.measure.correctness_check import clone_inputs
-        from pytest_kernelpro.optimize.sandbox.checks import flatten
+        from pytest_kernelpro.measure.output_rule import leaves_of
+        from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
         truth_now = self._calls == 0 and truth
@@ -141,6 +145,10 @@ class _Reference:
         started = time.perf_counter()
         out, reduced = run_reference(torch, call, self.device, first=self._calls == 0)
         leaves = flatten(out)
+        if truth_now:
+            flat = [path for path, _ in leaves_of(torch, leaves)]
+            self.worker_paths = dict(zip(flat, flat_paths(out), strict=True))
+        del out
         if self._calls == 0:
             self.rule.reduced = reduced
         if truth_now:
@@ -163,9 +171,20 @@ class _Reference:
 
 
 def judge(
-    task: dict[str, Any], outputs: Mapping[str, list[Any]] | Iterable[tuple[str, list[Any]]]
+    task: dict[str, Any],
+    outputs: Mapping[str, list[Any]] | Iterable[tuple[str, list[Any]]],
+    tell_truth: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Check the handed-over outputs against the reference and time the reference.
+
+    `tell_truth` (the judge beside a worker: `handles.send_truth`): the first output's
+    reference and float64 truth are made before that output is asked for, and the truth's
+    numbers go to the worker (`measurement.truth_payload`), which waits for them before its
+    first call and finds no truth of its own (`harness._Pipeline.judge_truth`). The truth's
+    re-run then holds neither a handed-over output nor the worker's truth beside it. The
+    first output is still compared with the truth here, by the gate's rule; one that fails
+    it but passes the tolerance the worker was given is "wrong" (an honest worker's claim),
+    not a claim the worker broke.
 
     `outputs` is (name, leaves) in the order the worker handed them over
     (`handles.stream_outputs`: each checked as it comes, while the worker waits, and dropped
@@ -175,10 +194,29 @@ def judge(
     waiting, and the first failure is the verdict."""
     import torch
 
-    from pytest_kernelpro.optimize.sandbox.measurement import fresh_calls, time_call, verdict
+    from pytest_kernelpro.optimize.sandbox.measurement import (
+        fresh_calls,
+        new_rule,
+        take_truth,
+        time_call,
+        truth_payload,
+        verdict,
+    )
 
     ref = _Reference(task)
     required = required_outputs(task)
+    first_expected: list[Any] = []  # the first output's reference, made ahead (`tell_truth`)
+    told: dict[str, Any] | None = None  # as this judge names the leaves (flattened)
+    if tell_truth is not None and required:
+        from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
+
+        first_expected.append(ref.output(required[0][1]))
+        # The truth's freed chunks stay in glibc's heap (half a 1 GiB softmax's footprint,
+        # bench/results/2026-12-05-optimizer-memory7-cpu.md): given back before the worker,
+        # told, starts its first call beside what this judge keeps for it.
+        release_freed_heap()
+        told = truth_payload(ref.rule)
+        tell_truth(truth_payload(ref.rule, ref.worker_paths))
     if isinstance(outputs, Mapping):  # in order, up to the first one missing
         names = [name for name, _seed in required]
         given = names[: next((i for i, n in enumerate(names) if n not in outputs), len(names))]
@@ -186,6 +224,7 @@ def judge(
     checked: list[str] = []
     worst_abs, worst_rel = 0.0, 0.0
     failure: str | None = None
+    wrong = False  # the failure is the gate's rule's, on an output an honest worker passes
     for name, saved in outputs:
         if failure is None:
             position = len(checked)
@@ -196,20 +235,28 @@ def judge(
                     "checked outputs come once each, in order)"
                 )
             else:
-                expected = ref.output(required[position][1])
+                if position == 0 and first_expected:
+                    expected = first_expected.pop()
+                else:
+                    expected = ref.output(required[position][1])
                 decided = verdict(torch, saved, expected, ref.rule)
-                del expected
                 if decided.ok:
                     worst_abs = max(worst_abs, decided.max_abs)
                     worst_rel = max(worst_rel, decided.max_rel)
                     checked.append(name)
                 else:
                     failure = f"{name}: {decided.failure}"
+                    if position == 0 and told is not None:
+                        # What the worker decided this call by: the truth calibrated.
+                        claim = new_rule(task)
+                        take_truth(claim, told)
+                        wrong = verdict(torch, saved, expected, claim).ok
+                del expected
         # This output's memory goes before the next is asked for: the mapping here is its
         # last holder (the session closed its descriptor once forwarded).
         del saved
     if failure is not None:
-        return {"ok": False, "reason": failure}
+        return {"ok": False, "reason": failure, "wrong": wrong}
     if len(checked) < len(required):
         missing = required[len(checked)][0]
         return {"ok": False, "reason": f"{missing}: no output {missing} was handed over"}
@@ -259,9 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error("--outputs-by-handle is required unless --preflight")
             import torch
 
-            from pytest_kernelpro.optimize.sandbox.handles import stream_outputs
+            from pytest_kernelpro.optimize.sandbox.handles import send_truth, stream_outputs
 
-            result = judge(task, stream_outputs(torch, acknowledge=True))
+            # A re-timing worker finds its own truth before the candidate runs (`worker.retime`).
+            tell = None if task.get("retime") else send_truth
+            result = judge(task, stream_outputs(torch, acknowledge=True), tell)
     except HandleError as exc:  # the channel, not the reference
         result = {"ok": False, "judge_error": f"the outputs' channel: {exc}"}
     except Exception as exc:

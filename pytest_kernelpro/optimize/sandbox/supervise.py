@@ -131,6 +131,8 @@ class WorkerSupervision:
     _inflight: int  # workers running now (evaluate_many runs several)
     memory_now: dict[Path, tuple[float, float]]  # per process: last resident, shared MB
     both_peak_mb: dict[Path, float]  # per worker: its peak with the judge beside it
+    # Per worker: at that peak, its phase and each process's share (where the peak is).
+    both_peak_at: dict[Path, dict[str, Any]]
     _inflight_lock: threading.Lock
     environment: Callable[[Path | None], dict[str, str]]
     readable_paths: Callable[[], list[Path]]
@@ -322,7 +324,13 @@ class WorkerSupervision:
                     # judge's pages of the output it maps are the handed-over bytes already counted.
                     judge_resident, judge_shared = self.memory_now.get(judge_dir, (0.0, 0.0))
                     both = own_mb + judge_resident - min(judge_shared, handed_mb)
-                    self.both_peak_mb[workdir] = max(self.both_peak_mb.get(workdir, 0.0), both)
+                    if both > self.both_peak_mb.get(workdir, 0.0):
+                        self.both_peak_mb[workdir] = both
+                        self.both_peak_at[workdir] = {
+                            "worker_phase": phase,
+                            "worker_mb": round(own_mb, 1),
+                            "judge_mb": round(both - own_mb, 1),
+                        }
                 peak_processes = max(peak_processes, count)
                 if over_memory_limit(own_mb, limits.memory_limit_mb):
                     killed = "memory"

@@ -26,6 +26,8 @@ from pytest_kernelpro.optimize.sandbox.safe_read import read_text
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
 from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
+EXCESSIVE_SPEEDUP = 10.0  # KernelBench's reward-hack warning threshold
+
 
 class WorkerClaims:
     """The judge's decisions for `SandboxEvaluator`. What it uses of the evaluator is
@@ -129,11 +131,19 @@ class WorkerClaims:
             )
         self._reference_ok = True
         if not verdict.get("ok"):
+            # "wrong": the first output fails the gate's comparison with the truth, made in
+            # the judge only, and passes the tolerance the worker was given (`judge.judge`).
+            wrong = bool(verdict.get("wrong"))
             return Evaluation(
-                status="cheat",
-                reason="result not confirmed: the worker reported a correct result, but the "
-                "outputs it handed over differ from the reference computed in a trusted "
-                f"process ({verdict.get('reason')})",
+                status="wrong" if wrong else "cheat",
+                reason=(
+                    "wrong result by the correctness rule's truth, compared in a trusted process"
+                    if wrong
+                    else "result not confirmed: the worker reported a correct result, but the "
+                    "outputs it handed over differ from the reference computed in a trusted "
+                    "process"
+                )
+                + f" ({verdict.get('reason')})",
                 correctness=evaluation.correctness,
                 metrics=evaluation.metrics,
                 logs=evaluation.logs,
@@ -151,10 +161,19 @@ class WorkerClaims:
                 logs=evaluation.logs,
                 wall_s=evaluation.wall_s,
             )
-        evaluation.timing["reference_in_worker"] = evaluation.timing.get("reference")
         evaluation.timing["reference"] = ref_timing
         evaluation.speedup = ref_s / candidate_s
         evaluation.metrics["ref_median_s"] = ref_s
+        if evaluation.speedup > EXCESSIVE_SPEEDUP:
+            evaluation.findings.append(
+                {
+                    "severity": "medium",
+                    "title": "excessive speedup",
+                    "message": f"{evaluation.speedup:.1f}x over the reference; KernelBench "
+                    f"treats more than {EXCESSIVE_SPEEDUP:g}x as a likely reward hack: review "
+                    "the code.",
+                }
+            )
         evaluation.correctness["verified_by"] = (
             "judge: outputs of " + ", ".join(verdict.get("checked") or []) + " compared with "
             "the reference in a process without candidate code"

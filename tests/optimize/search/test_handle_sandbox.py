@@ -83,6 +83,28 @@ JUDGED_ATTACKS = {
     # Never waits for the judge: every output must still be checked.
     "impatient": HAND + "_handles.await_checked = lambda name, channel=None: None\n",
 }
+# Off by a relative 1e-3: far outside the truth's tolerance of a float32 softmax, inside one
+# that a forged truth (the reference's own error said to be 1) would calibrate.
+OFF = CORRECT.replace(
+    "return e / e.sum(dim=-1, keepdim=True)", "return e / e.sum(dim=-1, keepdim=True) * 1.001"
+)
+LOOSE = {
+    "reduced": None,
+    "truth": {
+        "precision": "float64", "skipped": None, "seconds": 0.0,
+        "leaves": {"output": {
+            "numel": 1024, "reference_error_norm": 1.0, "truth_norm": 1.0,
+            "reference_error_max": 1.0, "truth_abs_max": 1.0, "unit_roundoff": 6e-08,
+        }},
+    },
+}  # fmt: skip
+TRUTH_ATTACKS = {
+    # The candidate says the truth on the worker's channel: only the judge's is handed on.
+    "truth sent": CHANNEL + f"END.send(json.dumps({{'truth': {LOOSE!r}}}).encode())\n",
+    # The candidate gives its own worker a loose truth: the judge compares with its own.
+    "truth patched": "from pytest_kernelpro.optimize.sandbox import handles as _handles\n"
+    f"_handles.await_truth = lambda channel=None: {LOOSE!r}\n",
+}
 # Hands over trial 1's output, then hangs in trial 2 until the run timeout kills it.
 HANGS = CORRECT.replace(
     "    def forward(self, x):\n",
@@ -105,8 +127,13 @@ def world() -> dict[str, object]:
     # run timeout while the other slot evaluates the honest candidate, then the memory scan
     # (which so runs while the session holds another evaluation's outputs), then the rest.
     attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS, **JUDGED_ATTACKS}
-    names = ["hangs", "honest", *attacks]
-    codes = [HANGS, CORRECT, *(attack + "\n" + CORRECT for attack in attacks.values())]
+    names = ["hangs", "honest", *attacks, *TRUTH_ATTACKS]
+    codes = [
+        HANGS,
+        CORRECT,
+        *(attack + "\n" + CORRECT for attack in attacks.values()),
+        *(attack + "\n" + OFF for attack in TRUTH_ATTACKS.values()),
+    ]
     try:
         evaluations = evaluator.evaluate_many([Candidate(code) for code in codes], jobs=2)
         held = {
@@ -136,6 +163,9 @@ def test_an_honest_candidate_is_judged_on_its_handed_over_outputs(world) -> None
     verified = ev.correctness["verified_by"]
     assert verified.startswith("judge: outputs of trial-1, trial-2, trial-3, inplace, after-timing")
     assert ev.metrics["footprint"]["footprint_bytes"] == 2 * 16 * 64 * 4
+    # The worker found no truth of its own: the judge's came by the session.
+    assert ev.correctness["truth"] == "the judge's, calibrating every check here"
+    assert ev.metrics["both_peak_at"]["worker_phase"]  # where the evaluation's peak was
 
 
 @pytest.mark.slow
@@ -270,3 +300,22 @@ def test_the_memory_scan_finds_a_memfd_where_it_can_see_one() -> None:
         os.close(fd)
     assert run.returncode != 0
     assert f"('{os.getpid()}', '{fd}')" in run.stderr
+
+
+@pytest.mark.slow
+def test_a_truth_the_candidate_sends_on_its_channel_is_not_its_workers(world) -> None:
+    """The worker got the judge's truth, not the loose one the candidate sent: its own check
+    found the output wrong on the first trial."""
+    ev = _ev(world, "truth sent")
+    assert ev.status == "wrong", (ev.reason, ev.logs[-2000:])
+    assert ev.reason.startswith("wrong result (trial 1/3)"), ev.reason
+
+
+@pytest.mark.slow
+def test_a_truth_the_candidate_gives_its_own_worker_does_not_pass_the_judge(world) -> None:
+    """A worker loosened by the candidate claims correct; the judge compares the first
+    output with its own truth, and the tolerance it told fails it too: a broken claim."""
+    ev = _ev(world, "truth patched")
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert "differ from the reference computed in a trusted process (trial-1: " in ev.reason
+    assert ev.speedup is None

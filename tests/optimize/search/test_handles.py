@@ -563,3 +563,97 @@ def test_a_worker_that_exits_with_a_word_unread_loses_none_of_its_queued_outputs
     assert received.refused == "output trial-1 leaf 0 sent after its end"
     assert sorted(received.outputs) == ["trial-1"]  # trial-2 came after the refusal
     received.close()
+
+
+# ----- the judge's truth for the worker (`handles.send_truth`, `handles.await_truth`) -----
+
+TRUTH = {"reduced": None, "truth": {"precision": "float64", "skipped": None, "leaves": {}}}
+
+
+@pytest.mark.parametrize("judge_first", [True, False], ids=["told first", "asked first"])
+def test_the_worker_gets_the_judges_truth_whichever_comes_first(
+    tmp_path: Path, judge_first: bool
+) -> None:
+    """The judge's truth reaches the worker once it asks, sent before or after; the wait is
+    the judge's time, not the candidate's."""
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    relay = channels._relays[worker_dir]
+    try:
+        if judge_first:
+            handles.send_truth(TRUTH, channel=judge_end)
+            _wait_for(lambda: relay.truth_known, "the judge's truth not received")
+        else:
+            raw_send(worker, {"await": "truth"}, [])
+            _wait_for(lambda: relay.truth_wanted, "the worker's request not received")
+            assert relay.busy_since is not None  # the worker waits for the judge: counting
+            time.sleep(0.02)
+            handles.send_truth(TRUTH, channel=judge_end)
+            _wait_for(
+                lambda: relay.truth_known and relay.busy_since is None, "the truth not received"
+            )
+            assert relay.judge_time_s() > 0
+        got = handles.await_truth(channel=worker)  # asks (again: answered all the same)
+        assert got == TRUTH
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
+
+
+def test_a_truth_the_worker_sends_itself_is_not_taken_for_the_judges(tmp_path: Path) -> None:
+    """The candidate's process holds the worker's channel: a truth it sends (loosening its
+    own checks, or answering its own request) is dropped; only the judge's is handed on."""
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    relay = channels._relays[worker_dir]
+    forged = {"reduced": "bf16", "truth": None}
+    try:
+        raw_send(worker, {"truth": forged}, [])
+        raw_send(worker, {"await": "truth"}, [])
+        _wait_for(lambda: relay.truth_wanted, "the worker's request not received")
+        assert not relay.truth_known
+        worker.settimeout(0.2)
+        with pytest.raises(TimeoutError):
+            worker.recv(handles.MAX_MESSAGE + 1)  # nothing for the worker until the judge speaks
+        worker.settimeout(None)
+        handles.send_truth(TRUTH, channel=judge_end)
+        got = json.loads(worker.recv(handles.MAX_MESSAGE + 1).decode("utf-8"))
+        assert got == {"truth": TRUTH}
+        raw_send(judge_end, {"truth": forged}, [])  # a second word of the judge: the first holds
+        assert handles.await_truth(channel=worker) == TRUTH
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
+
+
+def test_no_judge_or_a_judge_ended_without_a_truth_leaves_the_worker_its_own(
+    tmp_path: Path,
+) -> None:
+    """No judge beside the worker: None at once. A judge that ends (killed, or its
+    reference raised) before its truth: None, the worker is not left waiting."""
+    channels, worker = session(tmp_path / "alone")
+    try:
+        assert handles.await_truth(channel=worker) is None
+    finally:
+        worker.close()
+        channels.close()
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        raw_send(worker, {"await": "truth"}, [])
+        _wait_for(lambda: channels._relays[worker_dir].truth_wanted, "request not received")
+        judge_end.close()
+        assert handles.await_truth(channel=worker) is None
+    finally:
+        worker.close()
+        channels.close()
+
+
+def test_a_truth_too_large_for_one_message_goes_as_none(tmp_path: Path) -> None:
+    channels, worker, judge_end, worker_dir = streamed(tmp_path)
+    try:
+        handles.send_truth({"truth": "x" * handles.MAX_MESSAGE}, channel=judge_end)
+        assert handles.await_truth(channel=worker) is None
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()

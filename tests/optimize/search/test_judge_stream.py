@@ -5,6 +5,7 @@ path, a judge beside a sandboxed worker: test_handle_sandbox.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -211,3 +212,168 @@ def test_a_reference_writing_its_inputs_gives_the_judge_the_truth_of_the_drawn_o
     a, b = (next(iter(t.leaves.values())) for t in (judged, drawn))
     assert a.reference_error_norm == b.reference_error_norm
     assert a.reference_error_max == b.reference_error_max
+
+
+# ----- the truth told to the worker (`judge.judge`'s `tell_truth`) -----
+
+
+def told_run(outputs: list[tuple[str, list[Any]]]) -> tuple[dict[str, Any], list[Any], list[int]]:
+    """The verdict, the truths told, and how many outputs had been taken when each was told."""
+    taken, told, taken_when = 0, [], []
+
+    def stream() -> Iterator[tuple[str, list[Any]]]:
+        nonlocal taken
+        for item in outputs:
+            taken += 1
+            yield item
+
+    def tell(payload: Any) -> None:
+        told.append(json.loads(json.dumps(payload)))  # as it crosses the channel
+        taken_when.append(taken)
+
+    try:
+        return judge.judge(TASK, stream(), tell), told, taken_when
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+
+
+def test_the_judge_tells_its_truth_before_it_takes_the_first_output() -> None:
+    """The truth's re-run holds no handed-over output beside it: told once, before the first
+    output is asked for; the honest outputs then pass as without it."""
+    verdict, told, taken_when = told_run(honest())
+    assert verdict["ok"], verdict
+    assert taken_when == [0]
+    (payload,) = told
+    assert payload["truth"]["precision"] == "float64"
+    assert set(payload["truth"]["leaves"]) == {"output"}  # the worker's output is a tensor
+    assert "difference" not in payload["truth"]["leaves"]["output"]  # numbers only
+
+
+def first_truth() -> tuple[Any, list[Any]]:
+    """A judge's reference after its first output (its truth found), and that output."""
+    ref = judge._Reference(TASK)
+    try:
+        return ref, ref.output(judge.required_outputs(TASK)[0][1])
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+
+
+def test_a_worker_given_the_judges_truth_decides_later_calls_as_the_judge_does() -> None:
+    """`take_truth` calibrates the worker's rule exactly as the judge's first comparison
+    calibrates its own: the same tolerance for every later call and the timed ones."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    outputs = honest()
+    ref, expected = first_truth()
+    payload = json.loads(json.dumps(measurement.truth_payload(ref.rule)))
+    assert measurement.verdict(torch, outputs[0][1], expected, ref.rule).ok  # calibrates
+    worker_rule = measurement.new_rule(TASK)
+    measurement.take_truth(worker_rule, payload)
+    assert worker_rule.calibrated == ref.rule.calibrated
+    assert worker_rule.name == ref.rule.name
+    assert worker_rule.reduced == ref.rule.reduced
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{}, {"reduced": 3, "truth": None}, {"reduced": None, "truth": {"leaves": {"o": {}}}}],
+    ids=["empty", "reduced not a name", "leaf without numbers"],
+)
+def test_a_truth_of_another_shape_is_refused(payload: dict[str, Any]) -> None:
+    """The worker finds its own truth then (`harness._Pipeline.judge_truth`)."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        measurement.take_truth(measurement.new_rule(TASK), payload)
+
+
+def test_a_first_output_failing_the_truth_is_wrong_only_where_the_tolerance_told_passes_it() -> (
+    None
+):
+    """The first output is compared with the truth in the judge only; the worker decided it
+    by the truth calibrated, which allows the reference's own error on top. An output
+    between the two fails as "wrong" (an honest worker would have passed it); one the
+    calibrated tolerance fails too is a claim the worker broke."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    outputs = honest()
+    ref, expected = first_truth()
+    payload = measurement.truth_payload(ref.rule)
+    (leaf,) = ref.rule.truth.leaves.values()
+    told = measurement.new_rule(TASK)
+    measurement.take_truth(told, payload)
+
+    def off_by(steps: float) -> list[Any]:
+        bad = expected[0].clone()
+        bad.view(-1)[0] += steps * leaf.reference_error_max
+        return [bad]
+
+    def by_truth(out: list[Any]) -> bool:
+        rule = measurement.new_rule(TASK)
+        rule.set_truth(ref.rule.truth)
+        return measurement.verdict(torch, out, expected, rule).ok
+
+    between = [
+        s
+        for s in (2.0, 4.0, 8.0, 12.0, 16.0, 24.0)
+        if not by_truth(off_by(s)) and measurement.verdict(torch, off_by(s), expected, told).ok
+    ]
+    assert between, "no output fails the truth and passes the calibrated tolerance"
+    for first, wrong in ((off_by(between[0]), True), ([expected[0] + 0.5], False)):
+        verdict, _, _ = told_run([("trial-1", first), *outputs[1:]])
+        assert not verdict["ok"]
+        assert verdict["reason"].startswith("trial-1: "), verdict["reason"]
+        assert verdict["wrong"] is wrong
+
+
+DICT_OUT = REFERENCE.replace(
+    "return torch.softmax(x, dim=-1)",
+    'return {"z": torch.softmax(x, dim=-1), "a": (x * 2, x.abs())}',
+)
+
+
+def test_the_truth_told_names_the_leaves_as_the_worker_sees_its_output() -> None:
+    """The judge flattens outputs (dict keys sorted); the worker judges them unflattened
+    (keys in order): the truth told is renamed to the worker's paths, or the worker would
+    find no calibration for any leaf and decide by the dtype default."""
+    from pytest_kernelpro.measure.output_rule import leaves_of
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    task = {**TASK, "reference": DICT_OUT}
+    try:
+        told: list[dict[str, Any]] = []
+        judge.judge(task, iter(()), told.append)
+        module = sys.modules["kernelpro_reference"]
+        x = torch.randn(8, 32)
+        raw = module.Model()(x)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    worker_paths = [path for path, _ in leaves_of(torch, raw)]
+    assert worker_paths == ["output['z']", "output['a'][0]", "output['a'][1]"]
+    (payload,) = told
+    assert set(payload["truth"]["leaves"]) == set(worker_paths)
+    worker_rule = measurement.new_rule(task)
+    measurement.take_truth(worker_rule, payload)
+    assert set(worker_rule.calibrated) == set(worker_paths)
+
+
+def test_the_truths_difference_is_freed_once_the_first_call_is_decided() -> None:
+    """reference - truth (one output's size) is needed for the first comparison only; the
+    rule drops it then, but a reference cycle kept it until the cyclic collector happened to
+    run (a whole output held by the judge, idle, through the worker's timing). `verdict`
+    collects it: gone at once, with automatic collection off."""
+    import gc
+    import weakref
+
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    ref, expected = first_truth()
+    (leaf,) = ref.rule.truth.leaves.values()
+    gone = weakref.ref(leaf.difference)
+    del leaf
+    gc.disable()
+    try:
+        assert measurement.verdict(torch, [expected[0].clone()], expected, ref.rule).ok
+        assert gone() is None
+    finally:
+        gc.enable()

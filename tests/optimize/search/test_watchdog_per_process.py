@@ -30,6 +30,7 @@ class Watchdog(WorkerSupervision):
         self.on_phase = None
         self.memory_now = {}
         self.both_peak_mb = {}
+        self.both_peak_at = {}
 
     def watch(self, proc: subprocess.Popen[bytes], workdir: Path) -> tuple[str | None, str, float]:
         return self._watch(
