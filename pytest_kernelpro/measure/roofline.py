@@ -350,8 +350,11 @@ def _counted_bytes(
     call_inputs = iter_tensors(list(inputs))
     read = [*call_inputs]
     # A module, or the module of a bound method such as model.forward.
-    module = reference if isinstance(reference, torch.nn.Module) else None
-    module = module if module is not None else getattr(reference, "__self__", None)
+    module = (
+        reference
+        if isinstance(reference, torch.nn.Module)
+        else getattr(reference, "__self__", None)
+    )
     if isinstance(module, torch.nn.Module):
         read += [*module.parameters(), *module.buffers()]
     read += list(recorder.external.values())
