@@ -229,6 +229,10 @@ def step_search(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
     except subprocess.TimeoutExpired as exc:
         code, tail = "timeout", str(exc.stdout or "")[-3000:]
     wall = time.monotonic() - started
+    # The trajectory is appended as each node is evaluated: a search cut by the deadline
+    # still brings back the evaluations it finished.
+    for index, trajectory in enumerate(sorted(project.rglob("trajectory.jsonl"))):
+        shutil.copyfile(trajectory, args.out / f"search-trajectory-{index}.jsonl")
     summary: dict[str, Any] = {}
     report = project / ".kernelpro" / "kernelpro-report.json"
     if report.is_file():
