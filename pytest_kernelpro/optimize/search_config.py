@@ -33,6 +33,12 @@ class OptimizeConfig(KernelproConfig):
     dask: str | None = None  # local, local:N or a scheduler address
     llm: str = "anthropic"
     model: str = "claude-sonnet-5-5"
+    llm_price: tuple[float, float] | None = None  # dollars per million tokens in, out
+
+    def model_prices(self) -> dict[str, tuple[float, float]]:
+        """The price the user gave for the model (`--kernelpro-llm-price`), as the backends'
+        `prices` table: it comes before the built-in one."""
+        return {} if self.llm_price is None else {self.model: self.llm_price}
     candidates: int = 2
     max_tokens: int = 8192
     # `kernelpro_sandbox_data`: the data files a candidate may read, as pytest parsed the ini.
@@ -77,6 +83,8 @@ class OptimizeConfig(KernelproConfig):
             args.append("--kernelpro-resume")
         for setting in SETTINGS:
             value = getattr(self, setting.name)
+            if isinstance(value, tuple):  # a pair such as the model's price: IN,OUT
+                value = ",".join(str(part) for part in value)
             if value is not None:
                 args.append(f"{setting.flag}={value}")
         return args

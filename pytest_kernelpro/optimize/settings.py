@@ -9,6 +9,7 @@ Every session registers them, so this table (and the plugin's hooks) is all a se
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.config import Setting, add_setting_options, choice_parser, parse_positive_int
@@ -26,6 +27,21 @@ def parse_budget_text(text: str) -> str:
 
     parse_budget(text, where="--kernelpro-optimize")  # raises an ArgumentTypeError subclass
     return text
+
+
+def parse_price_pair(text: str) -> tuple[float, float]:
+    """`IN,OUT`: a model's price in US dollars per million input and output tokens."""
+    parts = text.split(",")
+    try:
+        price = tuple(float(part) for part in parts)
+    except ValueError:
+        price = ()
+    if len(price) != 2 or not all(math.isfinite(value) and value >= 0.0 for value in price):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a price: write IN,OUT in dollars per million input and output "
+            "tokens, e.g. 3,15 (or 0,0 for a model that costs nothing, such as a local server)"
+        )
+    return price[0], price[1]
 
 
 def parse_dask_text(text: str) -> str:
@@ -93,6 +109,15 @@ SETTINGS: tuple[Setting, ...] = (
         str,
         "claude-sonnet-5-5",
         "NAME",
+    ),
+    Setting(
+        "llm_price",
+        "Price of the model in US dollars per million input and output tokens, IN,OUT (e.g. "
+        "0,0 for a local server), for a model the built-in price table does not list; unset: "
+        "that table's price, or none (its cost shows as $0.00)",
+        parse_price_pair,
+        None,
+        "IN,OUT",
     ),
     Setting(
         "candidates",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from pytest_kernelpro.config import KernelproConfig
@@ -37,3 +39,32 @@ def test_no_sandbox_data_named_is_an_empty_view(pytester: pytest.Pytester) -> No
     config = pytester.parseconfigure()
     settings = OptimizeConfig.extend(KernelproConfig.from_pytest_config(config, environ={}), config)
     assert settings.sandbox_data == ()
+
+
+def test_the_models_price_resolves_with_the_projects_precedence_and_reaches_a_child(
+    pytester: pytest.Pytester,
+) -> None:
+    """The price is an ini key and a `KERNELPRO_*` variable like every setting; the command
+    line wins; an item's own process under --kernelpro-isolate gets the same pair back."""
+    from pytest_kernelpro.optimize.settings import parse_price_pair
+
+    pytester.makeini("[pytest]\nkernelpro_llm_price = 1,2\n")
+    from_ini = pytester.parseconfigure()
+    gate = KernelproConfig.from_pytest_config(from_ini, environ={})
+    assert OptimizeConfig.extend(gate, from_ini, environ={}).llm_price == (1.0, 2.0)
+    environ = {"KERNELPRO_LLM_PRICE": "0.25,1.5"}
+    settings = OptimizeConfig.extend(gate, from_ini, environ=environ)
+    assert settings.llm_price == (0.25, 1.5)
+    assert settings.sources["llm_price"] == "environment variable KERNELPRO_LLM_PRICE"
+    assert settings.model_prices() == {settings.model: (0.25, 1.5)}
+    searching = dataclasses.replace(settings, optimize="3")  # child_args: only under the flag
+    flag = [arg for arg in searching.child_args() if arg.startswith("--kernelpro-llm-price=")]
+    assert flag == ["--kernelpro-llm-price=0.25,1.5"]
+    assert parse_price_pair(flag[0].split("=", 1)[1]) == (0.25, 1.5)
+    from_cli = pytester.parseconfigure("--kernelpro-llm-price=3,15")
+    gate = KernelproConfig.from_pytest_config(from_cli, environ=environ)
+    assert OptimizeConfig.extend(gate, from_cli, environ=environ).llm_price == (3.0, 15.0)
+    pytester.makeini("[pytest]\n")
+    unset = OptimizeConfig.extend(gate, pytester.parseconfigure(), environ={})
+    assert unset.llm_price is None
+    assert unset.model_prices() == {}

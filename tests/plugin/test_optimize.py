@@ -282,6 +282,47 @@ def test_the_model_taken_from_a_local_server_is_said_at_any_verbosity(
 
 @needs_openai
 @pytest.mark.usefixtures("no_openai_env")
+def test_a_dollar_budget_for_an_unpriced_served_model_names_the_price_setting(
+    kp_project: pytest.Pytester,
+) -> None:
+    """A local server's model is in no price table: a budget in dollars cannot be kept for it
+    until the user gives its price, which is a setting, not an edit of the package."""
+    kp_project.makepyfile(test_k=KERNEL)
+    with running_fake_chat_api([], served=["local-coder"]) as api:
+        refused = kp_project.runpytest_subprocess(
+            "--co", "--kernelpro-optimize=2usd", "--kernelpro-llm=openai",
+            f"--kernelpro-llm-base-url={api.url}",
+        )  # fmt: skip
+        priced = kp_project.runpytest_subprocess(
+            "--co", "--kernelpro-optimize=2usd", "--kernelpro-llm=openai",
+            f"--kernelpro-llm-base-url={api.url}", "--kernelpro-llm-price=0,0",
+        )  # fmt: skip
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(
+        ["ERROR: kernelpro: --kernelpro-optimize cannot run: the budget '2usd' is in dollars but "
+         "model 'local-coder' (*) has no known price, so its spend cannot be counted; give its "
+         "price with --kernelpro-llm-price=IN,OUT (dollars per million tokens) or give an "
+         "evaluation or time budget"]
+    )  # fmt: skip
+    assert "prices.yaml" not in refused.stderr.str()
+    assert priced.ret == pytest.ExitCode.OK, priced.stderr.str()
+    assert not (kp_project.path / ".kernelpro" / "optimize").exists()  # --co ran no search
+
+
+@pytest.mark.parametrize("text", ["3", "3,15,1", "a,b", "-1,15", "3,", "nan,1", "inf,1"])
+def test_a_malformed_model_price_is_a_usage_error_naming_the_value(
+    pytester: pytest.Pytester, text: str
+) -> None:
+    pytester.makepyfile(test_k=KERNEL)
+    result = pytester.runpytest_inprocess("--co", f"--kernelpro-llm-price={text}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"*--kernelpro-llm-price: {text!r} is not a price: write IN,OUT in dollars per million*"]
+    )
+
+
+@needs_openai
+@pytest.mark.usefixtures("no_openai_env")
 def test_a_local_server_serving_two_models_is_a_usage_error_naming_both_and_the_option(
     kp_project: pytest.Pytester,
 ) -> None:

@@ -92,9 +92,14 @@ def run_search(
         options["model"] = settings.model
         if settings.llm_base_url:
             options["base_url"] = settings.llm_base_url
+        options["prices"] = settings.model_prices()
         if budget.max_usd is not None:
             # Before any call: a spend budget cannot be kept for a model without a price.
-            require_price(settings.model, where=f"--kernelpro-optimize={settings.optimize}")
+            require_price(
+                settings.model,
+                options["prices"],
+                where=f"--kernelpro-optimize={settings.optimize}",
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
     # The backend first: a missing key or package is said before any GPU time is spent.
     backend = hooks.backend(out_dir) if hooks is not None else None

@@ -146,12 +146,12 @@ def check_backend(settings: OptimizeConfig, *, reach_api: bool = True) -> None:
             f"unknown model backend {settings.llm!r} ({where}); use anthropic, openai or "
             "replay:PATH"
         )
-    if budget.max_usd is not None and find_price(settings.model) is None:
+    if budget.max_usd is not None and find_price(settings.model, settings.model_prices()) is None:
         raise PreflightError(
             f"the budget {settings.optimize!r} is in dollars but model {settings.model!r} "
             f"({settings.sources.get('model', 'default')}) has no known price, so its spend "
-            "cannot be counted; add it to pytest_kernelpro/optimize/agents/llm/prices.yaml or give an "
-            "evaluation or time budget"
+            "cannot be counted; give its price with --kernelpro-llm-price=IN,OUT (dollars per "
+            "million tokens) or give an evaluation or time budget"
         )
     if settings.llm == "openai":
         from pytest_kernelpro.optimize.agents.llm.openai_backend import OpenAICompatibleBackend

@@ -157,3 +157,9 @@ def test_an_unpriced_model_says_its_cost_is_not_counted_and_its_tokens_are(
     assert text.startswith("no price known for model 'self-served-coder-7b': its cost is not "
                            "counted (it shows as $0.00), its token counts are.")  # fmt: skip
     assert "API-spend" not in text  # no budget in dollars is involved unless one was given
+    # The fix is a setting the user has, not an edit of the installed package's table.
+    assert text.endswith("To count it, set --kernelpro-llm-price=IN,OUT (dollars per million "
+                         "tokens).")  # fmt: skip
+    # With the user's price (what `--kernelpro-llm-price` hands the backend) it is counted.
+    priced = {"self-served-coder-7b": (2.0, 10.0)}
+    assert compute_cost("self-served-coder-7b", 1_000_000, 500_000, priced) == pytest.approx(7.0)

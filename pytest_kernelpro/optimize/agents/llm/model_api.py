@@ -339,9 +339,8 @@ def compute_cost(
             _WARNED_UNPRICED.add(model)
             warnings.warn(
                 f"no price known for model {model!r}: its cost is not counted (it shows as "
-                "$0.00), its token counts are. To count it, add the model's price to "
-                f"{PRICES_FILE} (or pass prices={{{model!r}: [in, out]}} to the backend); a "
-                "budget in dollars refuses a model without a price.",
+                "$0.00), its token counts are. To count it, set --kernelpro-llm-price=IN,OUT "
+                "(dollars per million tokens).",
                 KernelproWarning,
                 stacklevel=3,
             )
@@ -360,7 +359,8 @@ def require_price(
 
         raise KernelproConfigError(
             f"{where}: an API-spend budget was given but model {model!r} has no price, so "
-            f"its spend cannot be counted. Add the model to {PRICES_FILE} (dollars per million "
-            "input and output tokens), or give a budget in evaluations or time instead."
+            "its spend cannot be counted. Give its price with --kernelpro-llm-price=IN,OUT "
+            "(dollars per million input and output tokens), or give a budget in evaluations or "
+            "time instead."
         )
     return price
