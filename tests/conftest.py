@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 
 import _pytest.pytester
 import pytest
+from suite_ceilings import suite_ceilings_dir
 
 pytest_plugins = ["pytester", "left_running"]
 
@@ -67,14 +68,20 @@ class _SnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
 def _one_ceilings_cache_for_the_suite(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[None]:
-    """Every plugin run of the suite shares one ceilings cache (KERNELPRO_CACHE_DIR, one per
-    xdist worker): the first run that needs the machine's ceilings measures them, the others
-    read them, as a user's sessions do. Never the user's own cache (~/.cache): the suite
-    neither reads numbers a user measured nor leaves its own behind. A test about the cache
-    itself sets its own folder."""
+    """Every plugin run of the suite shares one ceilings cache (KERNELPRO_CACHE_DIR, one for
+    the whole run, xdist workers included: `suite_ceilings_dir`): the first run that needs
+    the machine's ceilings measures them, the others read them, as a user's sessions do; a
+    worker arriving during the other's probe waits for it (the probe's lock) instead of
+    probing beside it, so the probe runs once and without the other probe as its load.
+    Never the user's own cache (~/.cache): the suite neither reads numbers a user measured
+    nor leaves its own behind. A test about the cache itself sets its own folder."""
     from pytest_kernelpro.measure.ceilings import CACHE_DIR_ENV
 
+    folder = suite_ceilings_dir(
+        tmp_path_factory.getbasetemp(), os.environ.get("PYTEST_XDIST_WORKER")
+    )
+    folder.mkdir(exist_ok=True)
     patch = pytest.MonkeyPatch()
-    patch.setenv(CACHE_DIR_ENV, str(tmp_path_factory.mktemp("ceilings-cache")))
+    patch.setenv(CACHE_DIR_ENV, str(folder))
     yield
     patch.undo()
