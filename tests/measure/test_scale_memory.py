@@ -19,7 +19,7 @@ from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
     module_bytes,
     tensor_bytes_of,
 )
-from pytest_kernelpro.measure.roofline import peak_label, resolve_peak  # noqa: E402
+from pytest_kernelpro.measure.peaks import peak_label, resolve_peak  # noqa: E402
 
 TOL = rule_mod.Tolerance(1e-4, 1e-4, "test")
 
