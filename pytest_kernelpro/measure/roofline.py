@@ -392,7 +392,7 @@ FEWER_FLOPS = "does less arithmetic than the reference (an algebraic rewrite, or
 SHORT_UNIT = {"fp32": "FP32", "tf32x3_tensor": "3xTF32", "tf32_tensor": "TF32"}
 
 
-def _fields(roofline: Any) -> Mapping[str, Any]:
+def roofline_fields(roofline: Any) -> Mapping[str, Any]:
     """A roofline as a mapping: a RooflinePart, a ReferenceAnalysis or its dict form."""
     if roofline is None:
         return {}
@@ -411,7 +411,7 @@ def _positive(value: Any) -> float | None:
     return out if math.isfinite(out) and out > 0 else None
 
 
-def _paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def timed_paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [
         p
         for p in r.get("paths") or ()
@@ -419,20 +419,6 @@ def _paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         and _positive(p.get("compute_time_s"))
         and _positive(p.get("roofline_time_s"))
     ]
-
-
-def attainable_path(roofline: Any) -> Mapping[str, Any] | None:
-    """The fastest path of `roofline` as accurate as its op-level pricing and faster than it
-    (3xTF32 for fp32 GEMM with TF32 off), or None."""
-    paths = _paths(_fields(roofline))
-    if len(paths) < 2:
-        return None
-    rule = paths[0]
-    same = [p for p in paths[1:] if p.get("accuracy") == rule.get("accuracy")]
-    best = min(same, key=lambda p: float(p["roofline_time_s"]), default=None)
-    if best is None or float(best["roofline_time_s"]) >= float(rule["roofline_time_s"]):
-        return None
-    return best
 
 
 @dataclass(frozen=True)
@@ -475,7 +461,7 @@ def problem_words(problem: Any) -> str | None:
 def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
     """The roofline share of a kernel timed at `median_s`, re-priced when it ran faster than
     the op-level peak allows; None without a roofline time."""
-    r = _fields(roofline)
+    r = roofline_fields(roofline)
     rule_t = _positive(r.get("roofline_time_s"))
     median = _positive(median_s)
     if rule_t is None or median is None:
@@ -488,7 +474,7 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
         return MeasuredPeak(rule_t / median, rule_t, peak_name, peak_flops, rate)
     compute = _positive(r.get("compute_time_s")) or 0.0
     memory = _positive(r.get("memory_time_s")) or 0.0
-    paths = _paths(r)
+    paths = timed_paths(r)
     chosen = None
     notes: list[str] = []
     problems: list[str] = []

@@ -18,10 +18,10 @@ from pytest_kernelpro.measure.matrix_paths import matrix_paths
 from pytest_kernelpro.measure.roofline import (
     FEWER_FLOPS,
     analyze_reference,
-    attainable_path,
     kernel_efficiency,
     price_measured,
 )
+from pytest_kernelpro.optimize.agents.prompt_reference import attainable_path
 from pytest_kernelpro.record import KernelRecord, RooflinePart, part_of
 
 DATA = json.loads(
