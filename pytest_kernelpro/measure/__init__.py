@@ -17,7 +17,7 @@
   `calibrate.py`: the `kernelpro calibrate` command;
 - `flops.py`: the reference's FLOPs and bytes, op by op, and the recorder that prices them;
   `roofline.py`: the roofline of the reference, a kernel's share of it and an impossible time,
-  at the rates `peaks.py` resolves (on CUDA also along `matrix_paths.py`);
+  and on CUDA the faster units fp32 matrix work may run on (`matrix_paths.py`);
 - `environment.py` (`cuda_versions.py` on CUDA): the versions and library settings that change
   the code a kernel runs; `autotune_capture.py`: what its autotuners chose;
 - `gpu_memory.py`: an item's GPU memory against its footprint.

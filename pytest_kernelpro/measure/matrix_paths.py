@@ -8,9 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pytest_kernelpro.measure.ceilings import Ceilings
+from pytest_kernelpro.measure.ceilings import (
+    Ceilings,
+    peak_label,
+    peak_name,
+    peak_origin,
+    resolve_peak,
+)
 from pytest_kernelpro.measure.flops import TF32X3_KEY, OpCost
-from pytest_kernelpro.measure.peaks import peak_label, peak_name, peak_origin, resolve_peak
 
 # The units fp32 matrix work can run on, slowest first, and the accuracy each keeps: the FP32
 # CUDA cores (TF32 off), 3xTF32 on the tensor cores (big*big + big*small + small*big of the

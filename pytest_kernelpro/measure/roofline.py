@@ -31,7 +31,13 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.ceilings import Ceilings, format_rate
+from pytest_kernelpro.measure.ceilings import (
+    Ceilings,
+    format_rate,
+    peak_name,
+    peak_origin,
+    resolve_peak,
+)
 from pytest_kernelpro.measure.flops import (
     CATEGORIES,
     OpCost,
@@ -46,7 +52,6 @@ from pytest_kernelpro.measure.flops import (
     tf32_flags,
     view_key,
 )
-from pytest_kernelpro.measure.peaks import peak_name, peak_origin, resolve_peak
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.devices import DeviceSpec
