@@ -1,16 +1,10 @@
-"""In which precision torch runs fp32 matmuls and convolutions: TF32 or bf16 on tensor cores
-where this process's flags allow it, else full fp32.
-
-- `run_recording_precision`: the reference's call, and the reduced precision its fp32
-  matmuls/convs may have run in (recorded through a dispatch mode, on tensor-core devices
-  only); the correctness rule relaxes the fp32 tolerance by it;
-- `fp32_precision_flags` / `apply_fp32_precision_flags`: a session's flags, carried to a
-  fresh process (the sandbox's workers) so that it runs as the session does.
-
-The flags' readers and the recorder live in `fp32_tensor_cores.py`, imported only where a
-tensor-core device is involved: a CPU session runs none of them. Imports only the standard
-library at module level (torch is passed in), so the sandbox's child processes import it
-without the plugin.
+"""In which precision torch runs fp32 matmuls and convolutions (TF32 or bf16 on tensor cores
+where this process's flags allow it, else full fp32): the reference's call with the reduced
+precision it may have run in (`run_recording_precision`: the correctness rule relaxes the fp32
+tolerance by it), and a session's flags carried to a fresh process (`fp32_precision_flags`,
+`apply_fp32_precision_flags`). The work is `fp32_tensor_cores.py`'s, imported only where a
+tensor-core device is involved. Standard library only at module level (torch is passed in),
+so the sandbox's children import it without the plugin.
 """
 
 from __future__ import annotations

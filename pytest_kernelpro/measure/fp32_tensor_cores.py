@@ -1,10 +1,8 @@
 """How torch's flags run fp32 matmuls and convolutions on CUDA (TF32 or bf16 on tensor cores,
 else full fp32): read (`fp32_reduced_mode`, `reduced_precision_mode`), set (`set_fp32_modes`)
 and seen in a reference's call (`record_fp32_matmuls`). Imported by `fp32_precision` where a
-tensor-core device is involved, never on the CPU.
-
-Imports only the standard library and `errors` at module level (torch is passed in), so the
-sandbox's child processes import it without the plugin.
+tensor-core device is involved, never on the CPU. Standard library and `errors` only at
+module level (torch is passed in).
 """
 
 from __future__ import annotations
