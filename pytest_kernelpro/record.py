@@ -188,7 +188,7 @@ class RooflinePart(Part, frozen=True, kw_only=True):
     bound_band: tuple[float, ...] | None = None
     peak_mix: dict[str, float] | None = None
     # The roofline on each faster unit the fp32 matrix work may run on, the op-level rule's
-    # first (`measure.roofline.matrix_paths`); absent in records before it existed.
+    # first (`measure.matrix_paths`); absent in records before it existed.
     paths: list[dict[str, Any]] | None = None
     # The call's own inputs and outputs (the impossible-time floor) and the ops no FLOP
     # formula priced (`measure.roofline.ReferenceAnalysis`); absent in older records.

@@ -1,4 +1,4 @@
-"""Clocks, serialization and the result channel, bound before any kernel code runs.
+"""Clocks and serialization, bound before any kernel code runs.
 
 A kernel may rebind `time.perf_counter`, wrap `json.dumps` or patch
 `torch.cuda.Event.elapsed_time`. This module, imported by the plugin at load and by the
@@ -13,13 +13,11 @@ go through the C type `torch._C._CudaEventBase`. Standard library only at import
 from __future__ import annotations
 
 import json
-import json.encoder
 import operator
 import os
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from itertools import repeat
 from typing import Any
 
@@ -40,14 +38,6 @@ _os_replace = os.replace
 
 _KEPT_VALUES = (perf_counter, perf_counter_ns, monotonic, process_time, thread_time, os_pread)
 _KEPT_VALUES += (json_dumps, os_urandom, _os_write, _os_open, _os_close, _os_fsync, _os_replace)
-
-# The C JSON encoder, kept now: its floats are written by `float.__repr__`.
-_C_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
-_ENCODE_STRING = json.encoder.encode_basestring_ascii
-
-
-def _reject_default(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _describe(value: Any) -> str:
@@ -351,41 +341,6 @@ def restore() -> None:
         kept.put_back()
     for owner, attr, original in _TORCH_KEPT.values():
         setattr(owner, attr, original)
-
-
-def encode_json(value: Any) -> str:
-    """`value` as compact JSON by the encoder kept at import."""
-    if _C_MAKE_ENCODER is None:
-        return json_dumps(value, allow_nan=True)
-    encoder = _C_MAKE_ENCODER(
-        None, _reject_default, _ENCODE_STRING, None, ":", ",", False, False, True
-    )
-    return "".join(encoder(value, 0))
-
-
-@dataclass
-class ResultChannel:
-    """A result file opened before untrusted code runs, written once with the kept encoder
-    and `os` functions as `<path>.part`, renamed over `path` when complete."""
-
-    path: str
-    _fd: int = -1
-    _encode: Callable[[Any], str] = encode_json
-
-    def __post_init__(self) -> None:
-        self._encode = encode_json  # kept now: rebinding the module's name later changes nothing
-        self._fd = _os_open(self.path + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-
-    def write(self, value: Any) -> None:
-        data = self._encode(value).encode("utf-8")
-        view = memoryview(data)
-        while view:
-            written = _os_write(self._fd, view)
-            view = view[written:]
-        _os_fsync(self._fd)
-        _os_close(self._fd)
-        self._fd = -1
-        _os_replace(self.path + ".part", self.path)
 
 
 class CudaEvents:

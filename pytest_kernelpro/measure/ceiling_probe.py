@@ -10,20 +10,13 @@ events) and a cuBLAS GEMM per dtype on random data (never zeros: zeros run faste
 the copy of a tensor larger than the last-level cache, and torch.matmul per dtype at a size
 grown until one product takes a fraction of a second.
 
-A CPU measurement taken while other processes held the cores it needed (`CpuLoadMonitor`)
-is never cached for good (it would stay: FP32 45 GFLOP/s measured under load against
-143-305 alone): it is kept as *provisional*, used (and named in the summary) only while the
-machine is still busy, and re-measured by the first session that finds the machine quiet
-(`quiet_now`, a 0.2 s look). Re-measuring every busy session instead would cost ~50 s a
-session at load 11 for numbers no better.
-
-CPU ceilings that load cannot lower (the best of every probe, and a re-probe on exceedance):
-other work on the machine only ever makes a probe slower, never faster. So whenever the CPU's
-ceilings are measured again for the same machine, torch version and thread count, each one
-keeps the best of the old and the new probe (`best_of`), and a kernel whose compulsory bytes
-beat the bandwidth ceiling first has the ceilings re-probed (`reprobe`) before anything is
-blamed: on the project's busy 2-core VM, honest kernels read 109-319% of rooflines whose
-ceilings had been measured under load.
+Load only ever makes a probe slower, so a CPU ceiling is never lowered by it: one measured
+while other processes held the cores it needed (`CpuLoadMonitor`) is kept as *provisional*,
+not cached for good, and re-measured by the first session that finds the machine quiet
+(`quiet_now`, a 0.2 s look); whenever the CPU's ceilings of one machine, torch version and
+thread count are measured again each keeps the best of the old and the new probe (`best_of`);
+and a kernel whose compulsory bytes beat the bandwidth ceiling has the ceilings re-probed
+(`reprobe`) before anything is blamed.
 """
 
 from __future__ import annotations
@@ -460,17 +453,10 @@ CPU_QUICK_PROBE_PASSES = 2  # quick sizes (tests): still repeated, in less time
 def measure_cpu(
     quick: bool, passes: int | None = None
 ) -> tuple[float | None, dict[str, float], dict[str, Any]]:
-    """CPU ceilings from the BEST of repeated probes, in on-CPU time, not the median.
-
-    A ceiling is an upper bound. On a shared or oversubscribed host (CI runners, xdist
-    workers) other work only ever makes a probe slower: the median of a few runs can land
-    at a tenth of the real rate (seen on a 2-core runner at load 5), the fastest does not.
-    So each probe is timed in on-CPU time (`_times_cpu`: a preemption is not the probe's
-    time), the whole probe (copy, then each GEMM at the size the first pass chose) runs
-    `passes` times (default `CPU_PROBE_PASSES`), and each ceiling is the best rate of any
-    pass. GPUs are not shared that
-    way and use the median.
-    """
+    """CPU ceilings, each the best rate of `passes` (default `CPU_PROBE_PASSES`) passes of the
+    whole probe (the copy, then each GEMM at the size the first pass chose), timed in on-CPU
+    time (`_times_cpu`), not the median: other work only ever makes a probe slower (the
+    module docstring). GPUs are not shared that way and use the median."""
     import torch
 
     if passes is None:

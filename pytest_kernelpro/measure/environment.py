@@ -3,9 +3,9 @@
 autotuners the process has loaded (`autotuner_classes`; what they choose is recorded, and
 the baseline's choices pinned, by `measure/autotune_capture.py`).
 
-The versions (torch, Triton, the CUDA runtime torch was built with, cuDNN, nvcc for
-extensions built in the session, the NVIDIA driver) are read once per process, each left out
-where this process has no such thing; the record and the baseline keep them, and
+The versions (torch, Triton, the CUDA runtime torch was built with, cuDNN, and nvcc's and
+the driver's from `cuda_versions.py`) are read once per process, each left out where this
+process has no such thing; the record and the baseline keep them, and
 `gate/verdict.py` names the ones that differ when a kernel regressed. The settings
 are those that change results or speed: cuDNN's benchmark mode, deterministic algorithms,
 TF32 and reduced-precision reductions, the float32 matmul precision, the preferred BLAS.
@@ -19,17 +19,10 @@ import importlib
 import importlib.metadata
 import math
 import operator
-import os
-import re
-import shutil
-import subprocess
 import sys
 import warnings
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
-
-NVCC_TIMEOUT_S = 20.0
 
 
 @functools.cache
@@ -61,60 +54,6 @@ def _triton_version() -> str | None:
         return None
 
 
-def _find_nvcc() -> str | None:
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        root = os.environ.get(var)
-        if root and (Path(root) / "bin" / "nvcc").is_file():
-            return str(Path(root) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    default = Path("/usr/local/cuda/bin/nvcc")
-    return str(default) if default.is_file() else None
-
-
-@functools.cache
-def _nvcc_version() -> str | None:
-    """nvcc's release ("13.0.88" from "Cuda compilation tools, release 13.0, V13.0.88")."""
-    nvcc = _find_nvcc()
-    if nvcc is None:
-        return None
-    try:
-        out = subprocess.run(
-            [nvcc, "--version"],
-            capture_output=True,
-            text=True,
-            timeout=NVCC_TIMEOUT_S,
-            check=False,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    match = re.search(r"\bV(\d+(?:\.\d+)+)", out) or re.search(r"release (\d+(?:\.\d+)*)", out)
-    return match.group(1) if match else None
-
-
-@functools.cache
-def _driver_version() -> str | None:
-    """The NVIDIA driver's version: NVML, else /proc/driver/nvidia/version."""
-    try:
-        import pynvml as nvml
-
-        nvml.nvmlInit()
-        try:
-            version = nvml.nvmlSystemGetDriverVersion()
-        finally:
-            nvml.nvmlShutdown()
-        return version.decode() if isinstance(version, bytes) else str(version)
-    except Exception:
-        pass
-    try:
-        text = Path("/proc/driver/nvidia/version").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    match = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text)
-    return match.group(1) if match else None
-
-
 def code_versions(device_kind: str) -> dict[str, str]:
     """The versions that change the code an item runs on `device_kind` ("cuda"/"cpu"):
     torch and Triton always (when present); the CUDA runtime, cuDNN, nvcc and the driver on
@@ -128,12 +67,11 @@ def code_versions(device_kind: str) -> dict[str, str]:
         for name in ("cuda_runtime", "hip_runtime", "cudnn"):
             if name in torch_versions:
                 out[name] = torch_versions[name]
-        nvcc = _nvcc_version()
-        if nvcc:
-            out["nvcc"] = nvcc
-        driver = _driver_version()
-        if driver:
-            out["driver"] = driver
+        from pytest_kernelpro.measure.cuda_versions import driver_version, nvcc_version
+
+        for name, version in (("nvcc", nvcc_version()), ("driver", driver_version())):
+            if version:
+                out[name] = version
     return out
 
 

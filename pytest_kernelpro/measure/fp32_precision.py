@@ -1,45 +1,20 @@
-"""In which precision torch runs fp32 matmuls and convolutions: TF32 or bf16 on tensor cores
-where this process's flags allow it, else full fp32.
-
-- `run_recording_precision`: the reference's call, and the reduced precision its fp32
-  matmuls/convs may have run in (recorded through a dispatch mode, on tensor-core devices
-  only); the correctness rule relaxes the fp32 tolerance by it (`reduced_precision_mode`);
-- `fp32_precision_flags` / `apply_fp32_precision_flags`: a session's flags, carried to a
-  fresh process (the sandbox's workers) so that it runs as the session does.
-
-Imports only the standard library and `errors` at module level (torch is passed in), so the
-sandbox's child processes import it without the plugin.
+"""In which precision torch runs fp32 matmuls and convolutions (TF32 or bf16 on tensor cores
+where this process's flags allow it, else full fp32): the reference's call with the reduced
+precision it may have run in (`run_recording_precision`: the correctness rule relaxes the fp32
+tolerance by it), and a session's flags carried to a fresh process (`fp32_precision_flags`,
+`apply_fp32_precision_flags`). The work is `fp32_tensor_cores.py`'s, imported only where a
+tensor-core device is involved. Standard library only at module level (torch is passed in),
+so the sandbox's children import it without the plugin.
 """
 
 from __future__ import annotations
 
-import contextlib
-import sys
-import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
-
-from pytest_kernelpro.errors import KernelproError
 
 # Device types whose fp32 matmuls/convolutions torch's flags may run in reduced precision
 # (cuBLAS/cuDNN on tensor cores). Elsewhere fp32 stays fp32 and nothing is recorded.
 TENSOR_CORE_DEVICES: tuple[str, ...] = ("cuda",)
-
-
-# aten ops (as a TorchDispatchMode sees them, after composite ops decompose) that cuBLAS or
-# cuDNN may run on TF32 tensor cores for fp32 operands.
-_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation"})
-
-
-_CONV_OPS = frozenset(
-    {
-        "convolution",
-        "_convolution",
-        "cudnn_convolution",
-        "cudnn_convolution_transpose",
-        "convolution_overrideable",
-    }
-)
 
 
 def may_run_reduced(device: Any) -> bool:
@@ -48,122 +23,23 @@ def may_run_reduced(device: Any) -> bool:
     return str(device).partition(":")[0] in TENSOR_CORE_DEVICES
 
 
-@contextlib.contextmanager
-def record_fp32_matmuls(torch: Any, found: list[str]) -> Iterator[None]:
-    """Record (into `found`) aten matmul/conv ops with fp32 operands on a tensor-core device
-    (`TENSOR_CORE_DEVICES`) run in the block; "unknown" when the recorder is unavailable."""
-    try:
-        from torch.utils._python_dispatch import TorchDispatchMode
-    except ImportError:  # private API moved: assume the worst case the flags allow
-        found.append("unknown")
-        yield
-        return
-
-    class Recorder(TorchDispatchMode):  # type: ignore[misc]
-        # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo
-        # unless the subclass opts out, and that wrapper imports torch._dynamo on its first
-        # call: 2-3 s in every fresh process that checks a reference on CUDA (the sandbox's
-        # worker, judge and re-measurement workers each paid it). A Dynamo that is not
-        # loaded compiles nothing under this mode, so the mode opts out until it is loaded;
-        # once a reference loads it (torch.compile), the mode asks Dynamo to skip as by
-        # default, so the reference runs eagerly under the mode and its ops are seen.
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return "torch._dynamo" in sys.modules
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            name = func.overloadpacket.__name__
-            if name in _GEMM_OPS or name in _CONV_OPS:
-                for arg in args:
-                    if (
-                        isinstance(arg, torch.Tensor)
-                        and arg.device.type in TENSOR_CORE_DEVICES
-                        and arg.dtype == torch.float32
-                    ):
-                        found.append(name)
-                        break
-            return func(*args, **(kwargs or {}))
-
-    with Recorder():
-        yield
-
-
-def _precision_backends(torch: Any, op: str) -> tuple[Any, Any]:
-    """The torch objects that hold the precision of fp32 ops of kind `op` ("matmul"/"conv"):
-    the newer one with `fp32_precision` (None where this torch has none) and the legacy one
-    with `allow_tf32`."""
-    if op == "matmul":
-        return torch.backends.cuda.matmul, torch.backends.cuda.matmul
-    return getattr(torch.backends.cudnn, "conv", None), torch.backends.cudnn
-
-
-def _fp32_reduced_mode(torch: Any, op: str) -> str | None:
-    """`"tf32"`/`"bf16"` when fp32 ops of kind `op` ("matmul"/"conv") may run reduced on CUDA.
-
-    Reads the newer `fp32_precision` settings (torch >= 2.9) first; "none" there defers to
-    the legacy flags, which newer torch refuses to read after a mix of both APIs.
-    """
-    backend, legacy = _precision_backends(torch, op)
-    new = getattr(backend, "fp32_precision", None)
-    if new in ("tf32", "bf16"):
-        return str(new)
-    if new == "ieee":
-        return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
-        try:
-            # "high" and "medium" float32 matmul precision both mean TF32 in cuBLAS.
-            return "tf32" if legacy.allow_tf32 else None
-        except RuntimeError:  # "mix of the legacy and new APIs": treat as full fp32
-            return None
-
-
-FP32_OPS = ("matmul", "conv")
-
-
-_MODES = ("tf32", "bf16", None)
-
-
 def fp32_precision_flags(torch: Any) -> dict[str, str | None]:
     """The precision ("tf32", "bf16" or None: full fp32) this process's torch flags let fp32
-    matmuls and convolutions run in on CUDA, by kind: what a session's conftest set (e.g.
-    `torch.backends.cuda.matmul.allow_tf32 = True`), for a fresh process to take over
-    (`apply_fp32_precision_flags`)."""
-    return {op: _fp32_reduced_mode(torch, op) for op in FP32_OPS}
+    matmuls and convolutions run in on CUDA, by kind ("matmul", "conv"): what a session's
+    conftest set, for a fresh process to take over (`apply_fp32_precision_flags`)."""
+    from pytest_kernelpro.measure import fp32_tensor_cores
+
+    return {op: fp32_tensor_cores.fp32_reduced_mode(torch, op) for op in fp32_tensor_cores.FP32_OPS}
 
 
 def apply_fp32_precision_flags(torch: Any, flags: Mapping[str, Any], *, where: str) -> None:
     """Set this process's torch flags as `flags` (`fp32_precision_flags` of another process)
-    says: TF32 through `allow_tf32` (cuBLAS matmuls, cuDNN convolutions), bf16 through the
-    newer `fp32_precision`. So a fresh process runs fp32 matmuls/convs, and relaxes the fp32
-    tolerance for them (`reduced_precision_mode`), as the process the flags came from.
-    `where` names the flags' origin in the error for a bad value."""
-    for op, mode in flags.items():
-        if op not in FP32_OPS or mode not in _MODES:
-            raise KernelproError(
-                f"{where}: fp32 precision {op!r}={mode!r} is invalid; the kinds are "
-                f"{', '.join(FP32_OPS)} and the modes tf32, bf16 or null (full fp32)"
-            )
-        backend, legacy = _precision_backends(torch, op)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the legacy flags are deprecated in newer torch
-            if mode == "bf16":
-                backend.fp32_precision = "bf16"
-            else:
-                legacy.allow_tf32 = mode == "tf32"
+    says, so it runs fp32 matmuls/convs, and relaxes the fp32 tolerance for them, as the
+    process the flags came from. `where` names the flags' origin in the error for a bad
+    value."""
+    from pytest_kernelpro.measure.fp32_tensor_cores import set_fp32_modes
 
-
-def reduced_precision_mode(torch: Any, found: list[str]) -> str | None:
-    """The reduced precision ("bf16", "tf32" or None) the recorded ops (`found`, from
-    `record_fp32_matmuls`; "unknown" for all kinds) may have run in under torch's flags."""
-    if not found:
-        return None
-    unknown = "unknown" in found
-    modes = {
-        _fp32_reduced_mode(torch, "matmul") if unknown or set(found) & _GEMM_OPS else None,
-        _fp32_reduced_mode(torch, "conv") if unknown or set(found) & _CONV_OPS else None,
-    }
-    return "bf16" if "bf16" in modes else "tf32" if "tf32" in modes else None
+    set_fp32_modes(torch, flags, where=where)
 
 
 _UNSET = object()
@@ -182,10 +58,15 @@ def run_recording_precision(
     """
     if not (record and may_run_reduced(device)):
         return call(), None
+    from pytest_kernelpro.measure.fp32_tensor_cores import (
+        record_fp32_matmuls,
+        reduced_precision_mode,
+    )
+
     found: list[str] = []
     out: Any = _UNSET
     try:
-        with record_fp32_matmuls(torch, found):
+        with record_fp32_matmuls(torch, found, TENSOR_CORE_DEVICES):
             out = call()
     except Exception:
         found = ["unknown"]

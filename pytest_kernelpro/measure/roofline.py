@@ -8,7 +8,7 @@ max(FLOPs / P, bytes / BW). Work the dispatcher never sees counts nothing; the m
 `flops=`/`bytes=` or the op-cost hook fill it in; ops without a formula are `unpriced_ops`.
 
 fp32 matrix work may beat its FP32 CUDA-core roof on the tensor cores (3xTF32 keeps fp32
-accuracy; bench/results/ has one at 145% of it): `paths` prices each rate, and
+accuracy; bench/results/ has one at 145% of it): `matrix_paths.py` prices each rate, and
 `price_measured` prices a kernel clearly above the op-level peak (beyond `CEILING_MARGIN`) at
 the lowest path its rate does not exceed. A FLOP rate above every path is reported, not failed
 (an algebraic rewrite does less arithmetic). Only the displayed efficiency moves; baselines
@@ -31,11 +31,15 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.ceilings import Ceilings, format_rate
+from pytest_kernelpro.measure.ceilings import (
+    Ceilings,
+    format_rate,
+    peak_name,
+    peak_origin,
+    resolve_peak,
+)
 from pytest_kernelpro.measure.flops import (
     CATEGORIES,
-    TF32X3_KEY,
-    TF32X3_MMAS,
     OpCost,
     OpCostHook,
     aggregate,
@@ -51,64 +55,6 @@ from pytest_kernelpro.measure.flops import (
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.devices import DeviceSpec
-
-# When a key is not in the ceilings, the next one that is stands in (noted in the analysis).
-_FALLBACK: dict[str, tuple[str, ...]] = {
-    "fp64": ("fp64_tensor", "fp32"),
-    "fp64_tensor": ("fp64", "fp32"),
-    "tf32_tensor": ("fp32",),
-    TF32X3_KEY: ("fp32",),
-    "fp16_tensor": ("bf16_tensor", "fp16", "bf16", "tf32_tensor", "fp32"),
-    "bf16_tensor": ("fp16_tensor", "bf16", "fp16", "tf32_tensor", "fp32"),
-    "fp8_tensor": ("int8_tensor", "bf16_tensor", "fp16_tensor", "bf16", "fp32"),
-    "int8_tensor": ("fp8_tensor", "bf16_tensor", "fp16_tensor", "bf16", "fp32"),
-    "fp16": ("bf16", "fp32"),
-    "bf16": ("fp16", "fp32"),
-    "fp32": ("tf32_tensor", "fp64"),
-}
-_LABELS = {
-    "fp64": "FP64 CUDA core",
-    "fp64_tensor": "FP64 tensor core (DMMA)",
-    "fp32": "FP32 CUDA core",
-    "tf32_tensor": "TF32 tensor core",
-    TF32X3_KEY: "3xTF32 tensor core (fp32 as three TF32 MMAs)",
-    "bf16_tensor": "BF16 tensor core",
-    "fp16_tensor": "FP16 tensor core",
-    "fp8_tensor": "FP8 tensor core",
-    "int8_tensor": "INT8 tensor core",
-}
-
-
-def peak_label(key: str, device_type: str) -> str:
-    """Human name of a peak key: "tf32_tensor" -> "TF32 tensor core"."""
-    if device_type != "cuda":
-        return f"CPU {key.upper()} (torch.matmul rate)"
-    return _LABELS.get(key, key)
-
-
-def resolve_peak(ceilings: Ceilings, key: str) -> tuple[str, float, str | None]:
-    """(key used, FLOP/s, note) for `key`, falling back along _FALLBACK when it is missing."""
-    if key in ceilings.flops:
-        return key, ceilings.flops[key], None
-    if key == TF32X3_KEY and "tf32_tensor" in ceilings.flops:
-        return key, ceilings.flops["tf32_tensor"] / TF32X3_MMAS, None
-    for other in _FALLBACK.get(key, ("fp32",)):
-        if other in ceilings.flops:
-            note = (
-                f"no {key!r} ceiling for {ceilings.device}; used {other!r} "
-                f"({format_rate(ceilings.flops[other], 'FLOP/s')}) instead"
-            )
-            return other, ceilings.flops[other], note
-    raise KernelproError(
-        f"ceilings of {ceilings.device} have no {key!r} rate nor a stand-in "
-        f"(have {sorted(ceilings.flops)}); run `kernelpro calibrate` or add a device spec"
-    )
-
-
-def _origin(ceilings: Ceilings, key: str) -> str:
-    if key == TF32X3_KEY:
-        return f"{ceilings.origin('tf32_tensor')} TF32 rate / {TF32X3_MMAS} ="
-    return ceilings.origin(key)
 
 
 def classify_bound(intensity: float, ridge: float, band: tuple[float, float] = (0.5, 2.0)) -> str:
@@ -283,7 +229,11 @@ def analyze_reference(
     compute_time = total_flops / peak
     memory_time = min_bytes / bandwidth
     mix = {k: (v / counted_flops if counted_flops else 0.0) for k, v in per_key.items()}
-    paths = matrix_paths(ops, ceilings, total_flops, memory_time, device_type)
+    paths: tuple[dict[str, Any], ...] = ()
+    if device_type == "cuda":
+        from pytest_kernelpro.measure.matrix_paths import matrix_paths
+
+        paths = matrix_paths(ops, ceilings, total_flops, memory_time, device_type)
     return ReferenceAnalysis(
         ops=ops,
         flops=total_flops,
@@ -390,7 +340,7 @@ def _priced_peak(
         if note:
             notes.append(note)
         op_rate[op.peak_key] = rate
-        rates[used] = (rate, _origin(ceilings, used))
+        rates[used] = (rate, peak_origin(ceilings, used))
         per_key[used] = per_key.get(used, 0.0) + op.flops
         compute_time_counted += op.flops / rate
     counted_flops = float(sum(per_key.values()))
@@ -405,96 +355,11 @@ def _priced_peak(
         used, peak, note = resolve_peak(ceilings, key)
         if note:
             notes.append(note)
-        rates[used] = (peak, _origin(ceilings, used))
+        rates[used] = (peak, peak_origin(ceilings, used))
         per_key[used] = 0.0
         if marker_flops:
             notes.append(f"no counted op carries FLOPs: the marker's flops priced at {used!r}")
-    return peak, per_key, op_rate, _peak_name(per_key, rates, peak, device_type)
-
-
-# The units fp32 matrix work can run on, slowest first, and the accuracy each keeps: the FP32
-# CUDA cores (TF32 off), 3xTF32 on the tensor cores (big*big + big*small + small*big of the
-# product's TF32 parts: fp32 accuracy), TF32 (10-bit mantissa).
-MATRIX_PATH_ORDER: tuple[str, ...] = ("fp32", TF32X3_KEY, "tf32_tensor")
-PATH_ACCURACY: dict[str, str] = {"fp32": "fp32", TF32X3_KEY: "fp32", "tf32_tensor": "tf32"}
-_MATRIX_CATEGORIES = ("gemm", "conv", "attention")
-
-
-def matrix_paths(
-    ops: Sequence[OpCost],
-    ceilings: Ceilings,
-    total_flops: float,
-    memory_time_s: float,
-    device_type: str,
-) -> tuple[dict[str, Any], ...]:
-    """The roofline with the fp32 matrix work moved to each faster unit in turn (key,
-    accuracy, effective peak and its name, compute and roofline times), the op-level pricing
-    first; units without a ceiling here are left out. Empty on a CPU or without such work."""
-    if device_type != "cuda":
-        return ()
-    priced = [op for op in ops if op.flops > 0]
-    movable = [
-        op
-        for op in priced
-        if op.category in _MATRIX_CATEGORIES and op.peak_key in MATRIX_PATH_ORDER[:-1]
-    ]
-    if not movable:
-        return ()
-    first = min(MATRIX_PATH_ORDER.index(op.peak_key) for op in movable)
-    moved = {id(op) for op in movable}
-    paths: list[dict[str, Any]] = []
-    for level in range(first, len(MATRIX_PATH_ORDER)):
-        per_key: dict[str, float] = {}
-        rates: dict[str, tuple[float, str]] = {}
-        time_counted = 0.0
-        accuracy = "fp32"
-        usable = True
-        for op in priced:
-            key = op.peak_key
-            if id(op) in moved:
-                key = MATRIX_PATH_ORDER[max(level, MATRIX_PATH_ORDER.index(op.peak_key))]
-                accuracy = "tf32" if PATH_ACCURACY[key] == "tf32" else accuracy
-            used, rate, note = resolve_peak(ceilings, key)
-            if note and id(op) in moved:
-                usable = False  # no ceiling for this unit here: not a path of this device
-                break
-            rates[used] = (rate, _origin(ceilings, used))
-            per_key[used] = per_key.get(used, 0.0) + op.flops
-            time_counted += op.flops / rate
-        if not usable:
-            continue
-        peak = sum(per_key.values()) / time_counted
-        compute = total_flops / peak
-        paths.append(
-            {
-                "key": MATRIX_PATH_ORDER[level],
-                "unit": peak_label(MATRIX_PATH_ORDER[level], device_type),
-                "accuracy": accuracy,
-                "peak_flops": peak,
-                "peak_name": _peak_name(per_key, rates, peak, device_type),
-                "compute_time_s": compute,
-                "roofline_time_s": max(compute, memory_time_s),
-            }
-        )
-    return tuple(paths)
-
-
-def _peak_name(
-    per_key: Mapping[str, float],
-    rates: Mapping[str, tuple[float, str]],
-    peak: float,
-    device_type: str,
-) -> str:
-    def one(key: str) -> str:
-        rate, origin = rates[key]
-        return f"{peak_label(key, device_type)} ({origin} {format_rate(rate, 'FLOP/s')})"
-
-    if len(per_key) == 1:
-        return one(next(iter(per_key)))
-    total = sum(per_key.values())
-    parts = sorted(per_key, key=lambda k: -per_key[k])
-    shares = ", ".join(f"{per_key[k] / total:.0%} on {one(k)}" for k in parts)
-    return f"mixed, effective {format_rate(peak, 'FLOP/s')}: {shares}"
+    return peak, per_key, op_rate, peak_name(per_key, rates, peak, device_type)
 
 
 def _dominant(ops: Sequence[OpCost], op_rate: Mapping[str, float], bandwidth: float) -> str:
@@ -532,7 +397,7 @@ FEWER_FLOPS = "does less arithmetic than the reference (an algebraic rewrite, or
 SHORT_UNIT = {"fp32": "FP32", "tf32x3_tensor": "3xTF32", "tf32_tensor": "TF32"}
 
 
-def _fields(roofline: Any) -> Mapping[str, Any]:
+def roofline_fields(roofline: Any) -> Mapping[str, Any]:
     """A roofline as a mapping: a RooflinePart, a ReferenceAnalysis or its dict form."""
     if roofline is None:
         return {}
@@ -551,7 +416,7 @@ def _positive(value: Any) -> float | None:
     return out if math.isfinite(out) and out > 0 else None
 
 
-def _paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def timed_paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [
         p
         for p in r.get("paths") or ()
@@ -559,20 +424,6 @@ def _paths(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
         and _positive(p.get("compute_time_s"))
         and _positive(p.get("roofline_time_s"))
     ]
-
-
-def attainable_path(roofline: Any) -> Mapping[str, Any] | None:
-    """The fastest path of `roofline` as accurate as its op-level pricing and faster than it
-    (3xTF32 for fp32 GEMM with TF32 off), or None."""
-    paths = _paths(_fields(roofline))
-    if len(paths) < 2:
-        return None
-    rule = paths[0]
-    same = [p for p in paths[1:] if p.get("accuracy") == rule.get("accuracy")]
-    best = min(same, key=lambda p: float(p["roofline_time_s"]), default=None)
-    if best is None or float(best["roofline_time_s"]) >= float(rule["roofline_time_s"]):
-        return None
-    return best
 
 
 @dataclass(frozen=True)
@@ -615,7 +466,7 @@ def problem_words(problem: Any) -> str | None:
 def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
     """The roofline share of a kernel timed at `median_s`, re-priced when it ran faster than
     the op-level peak allows; None without a roofline time."""
-    r = _fields(roofline)
+    r = roofline_fields(roofline)
     rule_t = _positive(r.get("roofline_time_s"))
     median = _positive(median_s)
     if rule_t is None or median is None:
@@ -628,7 +479,7 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
         return MeasuredPeak(rule_t / median, rule_t, peak_name, peak_flops, rate)
     compute = _positive(r.get("compute_time_s")) or 0.0
     memory = _positive(r.get("memory_time_s")) or 0.0
-    paths = _paths(r)
+    paths = timed_paths(r)
     chosen = None
     notes: list[str] = []
     problems: list[str] = []
@@ -664,6 +515,36 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
             f"{rule}: within the {CEILING_MARGIN:.0%} a measured ceiling leaves (one library "
             "GEMM's rate, not the unit's limit), so priced at it"
         )
+    compulsory_time = _price_bytes(r, median, allowed, memory, problems, notes)
+    if chosen is not None:
+        time_s = max(float(chosen["compute_time_s"]), memory)
+        name, flops_rate = chosen.get("peak_name"), _positive(chosen.get("peak_flops"))
+    else:
+        time_s, name, flops_rate = rule_t, peak_name, peak_flops
+    return MeasuredPeak(
+        efficiency=time_s / median,
+        roofline_time_s=time_s,
+        peak_name=name,
+        peak_flops=flops_rate,
+        measured_flops_per_s=rate,
+        key=str(chosen.get("key")) if chosen is not None else None,
+        inferred=chosen is not None,
+        problem="+".join(sorted(problems)) or None,
+        note="; ".join(notes) or None,
+        bandwidth_ratio=compulsory_time / median if compulsory_time else None,
+    )
+
+
+def _price_bytes(
+    r: Mapping[str, Any],
+    median: float,
+    allowed: float,
+    memory: float,
+    problems: list[str],
+    notes: list[str],
+) -> float:
+    """`price_measured`'s bytes side: the compulsory bytes' time at the bandwidth ceiling, and
+    what a rate above that ceiling says, appended to `problems` and `notes`."""
     bandwidth = _positive(r.get("bandwidth_Bps"))
     min_bytes = _positive(r.get("min_bytes")) or 0.0
     byte_rate = min_bytes / median
@@ -703,23 +584,7 @@ def price_measured(roofline: Any, median_s: float) -> MeasuredPeak | None:
             f"{memory / median - 1:.1%} above the {dram}: within the {CEILING_MARGIN:.0%} a "
             "measured ceiling leaves, so priced at it"
         )
-    if chosen is not None:
-        time_s = max(float(chosen["compute_time_s"]), memory)
-        name, flops_rate = chosen.get("peak_name"), _positive(chosen.get("peak_flops"))
-    else:
-        time_s, name, flops_rate = rule_t, peak_name, peak_flops
-    return MeasuredPeak(
-        efficiency=time_s / median,
-        roofline_time_s=time_s,
-        peak_name=name,
-        peak_flops=flops_rate,
-        measured_flops_per_s=rate,
-        key=str(chosen.get("key")) if chosen is not None else None,
-        inferred=chosen is not None,
-        problem="+".join(sorted(problems)) or None,
-        note="; ".join(notes) or None,
-        bandwidth_ratio=compulsory_time / median if compulsory_time else None,
-    )
+    return compulsory_time
 
 
 def _unit_rate(path: Mapping[str, Any]) -> str:

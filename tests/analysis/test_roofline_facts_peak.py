@@ -12,7 +12,7 @@ import pytest
 from pytest_kernelpro.analysis import RooflineFacts
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
-from pytest_kernelpro.measure.roofline import matrix_paths
+from pytest_kernelpro.measure.matrix_paths import matrix_paths
 
 DATA = json.loads(
     (Path(__file__).parents[1] / "data" / "measure" / "h200_12gemm_records.json").read_text()

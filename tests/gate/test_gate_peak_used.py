@@ -20,7 +20,8 @@ from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import OpCost
-from pytest_kernelpro.measure.roofline import matrix_paths, record_pricing
+from pytest_kernelpro.measure.matrix_paths import matrix_paths
+from pytest_kernelpro.measure.roofline import record_pricing
 from pytest_kernelpro.optimize.agents.prompt_reference import reference_summary
 from pytest_kernelpro.record import KernelRecord, RooflinePart, decode_record, encode_record
 from pytest_kernelpro.review.comment import comment_details, comment_row

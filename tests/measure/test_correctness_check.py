@@ -15,7 +15,7 @@ from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
     is_cuda_error,
     poisoned_allocations,
 )
-from pytest_kernelpro.measure.fp32_precision import _fp32_reduced_mode  # noqa: E402
+from pytest_kernelpro.measure.fp32_tensor_cores import fp32_reduced_mode  # noqa: E402
 from pytest_kernelpro.measure.output_rule import Tolerance, default_tolerance  # noqa: E402
 
 
@@ -342,13 +342,13 @@ def test_tf32_mode_follows_torch_flags() -> None:
     previous = matmul.allow_tf32
     try:
         matmul.allow_tf32 = True
-        assert _fp32_reduced_mode(torch, "matmul") == "tf32"
+        assert fp32_reduced_mode(torch, "matmul") == "tf32"
         matmul.allow_tf32 = False
-        assert _fp32_reduced_mode(torch, "matmul") is None
+        assert fp32_reduced_mode(torch, "matmul") is None
     finally:
         matmul.allow_tf32 = previous
     expected = "tf32" if torch.backends.cudnn.allow_tf32 else None  # cuDNN's default is True
-    assert _fp32_reduced_mode(torch, "conv") == expected
+    assert fp32_reduced_mode(torch, "conv") == expected
 
 
 def test_non_tensor_outputs_compare_exactly() -> None:
@@ -418,12 +418,12 @@ def test_tf32_reference_judged_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> No
     """The CPU twin of the TF32 part of test_cuda_poisoning_tf32_and_nondeterministic_ops:
     this CPU counts as a device whose fp32 matmuls run in TF32 (as tests/measure/
     test_output_rule.py's simulated_tf32)."""
-    from pytest_kernelpro.measure import fp32_precision
+    from pytest_kernelpro.measure import fp32_precision, fp32_tensor_cores
 
     monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        fp32_precision,
-        "_fp32_reduced_mode",
+        fp32_tensor_cores,
+        "fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )
 

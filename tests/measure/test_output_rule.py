@@ -23,7 +23,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure import correctness_check, fp32_precision  # noqa: E402
+from pytest_kernelpro.measure import (  # noqa: E402
+    correctness_check,
+    fp32_precision,
+    fp32_tensor_cores,
+)
 from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
     check_correctness,
     recheck_after_timing,
@@ -469,8 +473,8 @@ def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     tests/optimize/search/test_gate_sandbox_agreement.py)."""
     monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        fp32_precision,
-        "_fp32_reduced_mode",
+        fp32_tensor_cores,
+        "fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )
 

@@ -14,14 +14,14 @@ import torch
 
 from pytest_kernelpro.measure.ceilings import Ceilings
 from pytest_kernelpro.measure.flops import TF32X3_KEY, OpCost
+from pytest_kernelpro.measure.matrix_paths import matrix_paths
 from pytest_kernelpro.measure.roofline import (
     FEWER_FLOPS,
     analyze_reference,
-    attainable_path,
     kernel_efficiency,
-    matrix_paths,
     price_measured,
 )
+from pytest_kernelpro.optimize.agents.prompt_reference import attainable_path
 from pytest_kernelpro.record import KernelRecord, RooflinePart, part_of
 
 DATA = json.loads(

@@ -12,13 +12,12 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 from pytest_kernelpro.errors import KernelproError  # noqa: E402
-from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
+from pytest_kernelpro.measure.ceilings import Ceilings, resolve_peak  # noqa: E402
 from pytest_kernelpro.measure.flops import OpCost  # noqa: E402
 from pytest_kernelpro.measure.roofline import (  # noqa: E402
     analyze_reference,
     classify_bound,
     graph_bytes,
-    resolve_peak,
 )
 
 BW = 100e9  # B/s

@@ -11,7 +11,11 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.measure import correctness_check  # noqa: E402
 from pytest_kernelpro.measure import output_rule as rule_mod  # noqa: E402
-from pytest_kernelpro.measure.ceilings import Ceilings  # noqa: E402
+from pytest_kernelpro.measure.ceilings import (  # noqa: E402
+    Ceilings,
+    peak_label,
+    resolve_peak,
+)
 from pytest_kernelpro.measure.flops import TF32X3_KEY, backend_peak_key  # noqa: E402
 from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
     ItemMemory,
@@ -19,7 +23,6 @@ from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
     module_bytes,
     tensor_bytes_of,
 )
-from pytest_kernelpro.measure.roofline import peak_label, resolve_peak  # noqa: E402
 
 TOL = rule_mod.Tolerance(1e-4, 1e-4, "test")
 

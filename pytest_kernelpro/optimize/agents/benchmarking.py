@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.measure.ceilings import format_rate
-from pytest_kernelpro.measure.roofline import attainable_path
 from pytest_kernelpro.optimize.agents.prompt_reference import BOUND_ADVICE as _BOUND_ADVICE
+from pytest_kernelpro.optimize.agents.prompt_reference import attainable_path
 from pytest_kernelpro.optimize.agents.prompt_reference import seconds_text as _seconds
 
 if TYPE_CHECKING:

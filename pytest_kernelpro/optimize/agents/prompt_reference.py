@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_kernelpro.measure.ceilings import format_rate
-from pytest_kernelpro.measure.roofline import attainable_path, price_measured
+from pytest_kernelpro.measure.roofline import price_measured, roofline_fields, timed_paths
 from pytest_kernelpro.record import RooflinePart
 
 BOUND_ADVICE = {  # what a bound means for the Programmer
@@ -18,6 +18,20 @@ BOUND_ADVICE = {  # what a bound means for the Programmer
     "instructions listed for this GPU and keep them fed",
     "mixed": "between the two ceilings: both data movement and arithmetic throughput matter",
 }
+
+
+def attainable_path(roofline: Any) -> Mapping[str, Any] | None:
+    """The fastest path of `roofline` as accurate as its op-level pricing and faster than it
+    (3xTF32 for fp32 GEMM with TF32 off), or None."""
+    paths = timed_paths(roofline_fields(roofline))
+    if len(paths) < 2:
+        return None
+    rule = paths[0]
+    same = [p for p in paths[1:] if p.get("accuracy") == rule.get("accuracy")]
+    best = min(same, key=lambda p: float(p["roofline_time_s"]), default=None)
+    if best is None or float(best["roofline_time_s"]) >= float(rule["roofline_time_s"]):
+        return None
+    return best
 
 
 def seconds_text(value: float) -> str:

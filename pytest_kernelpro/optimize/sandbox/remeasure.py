@@ -55,10 +55,10 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure import bound
 from pytest_kernelpro.optimize.sandbox import measurement
 from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches, point_caches
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
+from pytest_kernelpro.optimize.sandbox.result_channel import ResultChannel
 from pytest_kernelpro.optimize.sandbox.safe_read import read_text
 
 READY, DONE, ERROR = "ready", "done", "error"
@@ -536,7 +536,7 @@ def _worker(work: Path, label: str) -> int:
             say(f"{ERROR} {type(exc).__name__}: {str(exc)[:300]}")
             return 1
         # Written with the encoder and file functions kept before the contender's module ran.
-        bound.ResultChannel(str(work / f"{label}.{command[1]}.json")).write(
+        ResultChannel(str(work / f"{label}.{command[1]}.json")).write(
             {"samples_s": list(timing.samples_s), "device": timing.device}
         )
         say(f"{DONE} {command[1]}")

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 # Clocks, the JSON encoder and the file functions kept before any candidate code runs
-# (measure/bound.py): a candidate that rebinds them cannot change what this worker writes.
+# (measure/bound.py, result_channel.py): a candidate that rebinds them cannot change what this
+# worker writes.
 from pytest_kernelpro.measure import bound
 from pytest_kernelpro.optimize.sandbox.loader import add_session_path
+from pytest_kernelpro.optimize.sandbox.result_channel import ResultChannel
 
 # Phases before "built" count against the build timeout, the rest against the run timeout.
 BUILD_PHASES = ("start", "import", "reference", "build")
@@ -76,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", required=True, type=Path)
     args = parser.parse_args(argv)
     faulthandler.enable(all_threads=True)
-    # The result channel is opened before the candidate's code runs (bound.ResultChannel).
-    channel = bound.ResultChannel(str(args.result))
+    # The result channel is opened before the candidate's code runs.
+    channel = ResultChannel(str(args.result))
     progress_file = open(args.progress, "a", encoding="utf-8")  # noqa: SIM115 - lives until exit
     clock = bound.monotonic
 

@@ -34,6 +34,7 @@ torch = pytest.importorskip("torch")
 from pytest_kernelpro.measure import (  # noqa: E402
     correctness_check,
     fp32_precision,
+    fp32_tensor_cores,
     output_rule,
 )
 from pytest_kernelpro.measure.correctness_check import check_correctness  # noqa: E402
@@ -193,8 +194,8 @@ def simulated_tf32(monkeypatch: pytest.MonkeyPatch) -> None:
     """This CPU counts as a tensor-core device whose fp32 matmuls run in TF32."""
     monkeypatch.setattr(fp32_precision, "TENSOR_CORE_DEVICES", ("cuda", "cpu"))
     monkeypatch.setattr(
-        fp32_precision,
-        "_fp32_reduced_mode",
+        fp32_tensor_cores,
+        "fp32_reduced_mode",
         lambda torch, op: "tf32" if op == "matmul" else None,
     )
 

