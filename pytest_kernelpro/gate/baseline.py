@@ -299,6 +299,22 @@ class BaselineEntry:
             "samples_s": [_sig(v) for v in self.samples_s],
         }
 
+    def differs_beside_code(self, record: KernelRecord) -> bool:
+        """Whether `record`'s autotune picks, code-changing versions or library settings may
+        differ from this entry's (`gate/run_differences.py` names them); False only where
+        none can: no choices of its own against recorded ones, the same versions and library
+        settings, and cuDNN's per-process algorithm pick off."""
+        autotune = record.autotune
+        library = autotune.library if autotune else None
+        versions = record.environment.versions() if record.environment else None
+        return bool(
+            (autotune and autotune.choices)
+            or self.autotune is None
+            or versions != self.environment
+            or library != self.library
+            or (library or {}).get("cudnn.benchmark") is True
+        )
+
     @classmethod
     def from_record(cls, record: KernelRecord) -> BaselineEntry | None:
         """The entry for a measured record; None when the record has no timing samples."""

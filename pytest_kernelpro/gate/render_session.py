@@ -414,7 +414,7 @@ def _explains(record: KernelRecord) -> bool:
 
 def environment_words(records: Sequence[KernelRecord]) -> str | None:
     """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
-    from pytest_kernelpro.gate.verdict import changes_words
+    from pytest_kernelpro.gate.run_differences import changes_words
 
     counts: dict[str, int] = {}
     for record in records:

@@ -56,7 +56,7 @@ def gate_records(
 ) -> list[KernelRecord]:
     """HEAD's records with `gate` set by comparing them with BASE (no confirmation; autotune
     picks and versions that differ are noted)."""
-    from pytest_kernelpro.gate.verdict import compare_choices, name_environment, note_picks
+    from pytest_kernelpro.gate.run_differences import compare_choices, name_environment, note_picks
 
     out = []
     for record in head:

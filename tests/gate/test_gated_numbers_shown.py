@@ -157,7 +157,7 @@ def test_a_pinned_re_measurement_that_decides_shows_its_own_gated_time() -> None
     """--kernelpro-autotune-mismatch=pin gates on the re-measurement: its change and gated
     time are shown, not the first measurement's (gate/confirmation.py `settle`)."""
     from pytest_kernelpro.gate.confirmation import Remeasurement, confirm, settle
-    from pytest_kernelpro.gate.verdict import AutotuneComparison, PickDifference
+    from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 
     base = cpu_record(1 * MS, seed=21)
     first = decide_verdict(cpu_record(2 * MS, seed=22), entry(base))
