@@ -1,12 +1,6 @@
 """Every text about the session as a whole (those of one record: format.py): the terminal
-summary's kernel table and the lines under it. Pure functions of the settings, the records
-and the paths; `run/session.py` writes them.
-
-**Process notes.** A note line per kernel under the table, not a column: most kernels have
-none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
-between the pick and the code, or the kernel is not "ok"); kernels whose picks differ but that
-are within tolerance are counted in one line. The changed versions are the session's, named
-once.
+summary's kernel table and the lines under it (the process notes: process_notes.py). Pure
+functions of the settings, the records and the paths; `run/session.py` writes them.
 
 **Checked nothing.** The rule: among the kernels that were timed and had a baseline entry
 (every verdict but "new" and "not timed"), when each one is "incomparable" (a baseline from
@@ -37,7 +31,6 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import (
     cross_device,
     gated_elsewhere,
-    record_status,
     short_device,
     sort_key,
     stat,
@@ -400,86 +393,15 @@ def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
     return Note(short, full, normal=default)
 
 
-# -- the process notes (module docstring) --
-
-QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
-
-
-def _explains(record: KernelRecord) -> bool:
+def gives_process_note(record: KernelRecord) -> bool:
+    """Whether `record` has a process note to give (`gate/process_notes.py` reads only an
+    autotune note, a changed environment and a failed fresh-process confirmation): the table
+    imports that module only for such a record."""
     gate = record.gate
-    if gate is None or not gate.autotune_note:
-        return False
-    return record_status(record) not in QUIET or bool((gate.autotune or {}).get("decided"))
-
-
-def environment_words(records: Sequence[KernelRecord]) -> str | None:
-    """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
-    from pytest_kernelpro.gate.run_differences import changes_words
-
-    counts: dict[str, int] = {}
-    for record in records:
-        change = record.gate.environment_change if record.gate else None
-        if change:
-            words = changes_words(change)
-            counts[words] = counts.get(words, 0) + 1
-    if not counts:
-        return None
-    return "; ".join(f"{words} ({n} kernel{'s' * (n != 1)})" for words, n in counts.items())
-
-
-def fresh_process_failure(record: KernelRecord) -> str | None:
-    """'the fresh-process confirmation failed (...); re-measured in this process', or None:
-    a confirmation that could not run where it should is news, never only in the JSON."""
-    error = record.extra.get("confirmation_fresh_process_error")
-    if not error:
-        return None
-    from pytest_kernelpro.text_safety import safe_line
-
-    text = str(error).strip()
-    first = safe_line(text.splitlines()[0] if text else "no detail", 300)
-    return (
-        f"the fresh-process confirmation failed ({first}); re-measured in this process "
-        "instead (the JSON report holds the child's output)"
+    return bool(
+        (gate is not None and (gate.autotune_note or gate.environment_change))
+        or record.extra.get("confirmation_fresh_process_error")
     )
-
-
-@dataclass(frozen=True)
-class ProcessNotes:
-    """The process notes of a session (module docstring), for the terminal table
-    (`table_notes`) and the PR comment (`review.comment.comment_notes`)."""
-
-    picks: list[tuple[str, str]]  # (kernel, its autotune note) where the note explains it
-    fresh_failures: list[tuple[str, str]]  # (kernel, why its fresh-process confirmation failed)
-    quiet_picks: int  # kernels with other picks than the baseline's, within tolerance
-    environment: str | None  # the session's changed versions, in words
-
-
-def process_notes(records: Sequence[KernelRecord]) -> ProcessNotes:
-    """The session's process notes, read from its records once."""
-    return ProcessNotes(
-        picks=[
-            (r.name, r.gate.autotune_note)
-            for r in records
-            if r.gate and r.gate.autotune_note and _explains(r)
-        ],
-        fresh_failures=[(r.name, note) for r in records if (note := fresh_process_failure(r))],
-        quiet_picks=sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r)),
-        environment=environment_words(records),
-    )
-
-
-QUIET_PICKS = "kernel(s) ran with other autotune picks than the baseline's, within tolerance"
-
-
-def table_notes(records: Sequence[KernelRecord]) -> list[str]:
-    """Plain-text note lines for under the terminal table."""
-    notes = process_notes(records)
-    lines = [f"{name}: {note}" for name, note in (*notes.picks, *notes.fresh_failures)]
-    if notes.quiet_picks:
-        lines.append(f"{notes.quiet_picks} {QUIET_PICKS} (the picks are in the JSON report)")
-    if notes.environment:
-        lines.append(f"environment changed since the baseline: {notes.environment}")
-    return lines
 
 
 # -- a check that checked nothing (module docstring) --
@@ -612,8 +534,11 @@ def render_terminal_table(
             if verbose
             else "* other device than the baseline: compared by % of roofline, wider tolerance"
         )
-    for note in table_notes(records):
-        say(note if verbose else fit(note, 99))
+    if any(gives_process_note(r) for r in records):
+        from pytest_kernelpro.gate.process_notes import table_notes
+
+        for note in table_notes(records):
+            say(note if verbose else fit(note, 99))
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
     for note in table_footnotes(records, verbose=verbose):
