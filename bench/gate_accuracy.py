@@ -73,7 +73,7 @@ from typing import Any
 
 import msgspec
 
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.verdict import decide_verdict, default_threshold
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             break
         base = measure(kernels["A"], args.device, budget, "A")
         measurements += 1
-        entry = BaselineEntry.from_record(base)
+        entry = entry_from_record(base)
         assert entry is not None
         variants = ["A"] + ([variant_name(s) for s in slowdowns] if trial < args.ab_trials else [])
         rng.shuffle(variants)
@@ -643,7 +643,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     trial < min_trials or time.monotonic() - k_start < share_s
                 ):
                     base = timed(launches["A"], "A")
-                    entry = BaselineEntry.from_record(base)
+                    entry = entry_from_record(base)
                     assert entry is not None
                     base_info = _measure_info(base)
                     # Every trial: A/A and the smallest slowdown; the larger ones in the

@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, load_baseline
+from pytest_kernelpro.gate.baseline import Baseline, load_baseline
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
     format_change,
@@ -38,7 +39,7 @@ def _base_entries(path: str) -> Baseline:
         return load_baseline(path)
     entries = {}
     for record in records_of(load_report(path)):
-        entry = BaselineEntry.from_record(record)
+        entry = entry_from_record(record)
         if entry is not None:
             entries[record.nodeid] = entry
     if not entries:

@@ -9,8 +9,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline import load_baseline, parse_entry
+from pytest_kernelpro.gate.baseline_save import entry_dict, entry_from_record, save_baseline
 from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, settle
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.render_session import render_terminal_table
@@ -212,7 +212,7 @@ def test_the_baseline_keeps_choices_library_and_versions(tmp_path: Path) -> None
     assert entry.autotune == [choice(W4)]
     assert entry.library == {"cudnn.benchmark": False}
     assert entry.environment == {"torch": "2.11.0", "triton": "3.6.0"}
-    old = BaselineEntry.from_record(record).to_dict()
+    old = entry_dict(entry_from_record(record))
     for key in ("autotune", "library", "environment"):
         old.pop(key)
     assert parse_entry(old).autotune is None  # a file from before reads as before
@@ -228,7 +228,7 @@ def test_the_baseline_keeps_choices_library_and_versions(tmp_path: Path) -> None
     ],
 )
 def test_a_malformed_entry_is_refused_with_the_field(key: str, value: object, words: str) -> None:
-    raw = BaselineEntry.from_record(_record()).to_dict()
+    raw = entry_dict(entry_from_record(_record()))
     raw[key] = value
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         parse_entry(raw)
@@ -356,7 +356,7 @@ def test_a_run_said_to_differ_in_nothing_gets_nothing_named() -> None:
             record = make_record("ln[1]")
             record.autotune = AutotunePart(choices=head, library=now_l)
             record.environment = None if now_v is None else EnvironmentPart(**now_v)
-            entry = BaselineEntry.from_record(make_record("ln[1]"))
+            entry = entry_from_record(make_record("ln[1]"))
             assert entry is not None
             entry.autotune, entry.environment, entry.library = base, base_v, base_l
             after = name_environment(

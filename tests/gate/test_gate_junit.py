@@ -9,7 +9,7 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.junit import junit_properties, read_junit_records
 from pytest_kernelpro.gate.report import build_report
@@ -48,7 +48,7 @@ def test_ordinary():
 
 
 def _records() -> list:
-    entry = BaselineEntry.from_record(make_record("softmax[8192x4096]", seed=1))
+    entry = entry_from_record(make_record("softmax[8192x4096]", seed=1))
     slow = make_record("softmax[8192x4096]", median_s=56e-6, seed=2)
     first = decide_verdict(slow, entry)
     slow.gate = part_of(

@@ -17,6 +17,7 @@ from test_gate_cpu_anchor import MS, cpu_record, entry
 
 import pytest_kernelpro
 from pytest_kernelpro.gate.baseline import BaselineEntry, anchor_of_timing, record_cpu_anchor
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.verdict import (
     IMPROVED,
     OK,
@@ -50,7 +51,7 @@ def basis_of(record: KernelRecord, base: BaselineEntry, **options: object) -> Ba
 
 
 def test_a_steady_gpu_kernel_is_compared_on_its_wall_times() -> None:
-    base = BaselineEntry.from_record(make_record(seed=1))
+    base = entry_from_record(make_record(seed=1))
     assert base is not None
     chosen = basis_of(make_record(seed=2, median_s=55e-6), base)
     assert chosen.text == "time (same device: NVIDIA H200)"
@@ -115,7 +116,7 @@ def test_clock_normalize_scales_the_samples_and_names_the_factor() -> None:
 
 
 def test_another_device_compares_time_relative_to_each_roofline() -> None:
-    base = BaselineEntry.from_record(make_record(seed=1, device="NVIDIA A100"))
+    base = entry_from_record(make_record(seed=1, device="NVIDIA A100"))
     assert base is not None
     chosen = basis_of(make_record(seed=2), base)
     assert chosen.text == "efficiency (other device: NVIDIA A100 vs NVIDIA H200)"
@@ -133,7 +134,7 @@ def test_another_device_compares_time_relative_to_each_roofline() -> None:
 def test_what_cannot_gate_is_incomparable_with_the_reason(
     base_device: str, roofline: float | None, why: str
 ) -> None:
-    base = BaselineEntry.from_record(make_record(seed=1, device=base_device))
+    base = entry_from_record(make_record(seed=1, device=base_device))
     assert base is not None
     now = make_record(seed=2, device="cpu (AMD EPYC, 1 thread)", roofline_time_s=roofline)
     chosen = choose_basis(now, base, list(now.timing.samples_s), threshold=0.05,  # type: ignore[union-attr]
