@@ -60,9 +60,10 @@ _SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on th
 
 # -- what one measurement says that the verdict's basis is chosen on: the clock its samples ran
 # at, its pairs with the clock anchor, its pairs with the CPU anchor. Readers of a record's
-# timing, without any rule: an entry keeps what they read (`baseline_save.entry_from_record`) and
-# `verdict_basis.py` reads the same facts of both sides to choose the basis. They live here so
-# that the baseline never imports the rules, and the rules import the baseline.
+# timing, without any rule: an entry keeps what they read (`baseline_save.entry_from_record`)
+# and `verdict_basis.py` and `clock_basis.py` read the same facts of both sides to choose the
+# basis. They live here so that the baseline never imports the rules, and the rules import the
+# baseline.
 
 # How a CPU timing lays out its anchored samples (measure/timing/cpu.CPU_LAYOUT): each sample
 # followed by the anchor, both in on-CPU time.
@@ -180,6 +181,14 @@ def finite_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """Median of the finite values (NaN when there are none)."""
+    import numpy as np
+
+    arr = finite_array(values)
+    return float(np.median(arr)) if len(arr) else float("nan")
+
+
 def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[float]:
     """At most `k` values that keep the shape of the sample: its order statistics at the
     mid-ranks (i + 0.5) / k, i = 0..k-1.
@@ -218,13 +227,13 @@ class BaselineEntry:
     efficiency: float | None = None
     roofline_time_s: float | None = None
     method: str | None = None
-    # The clock the samples ran at (gate/verdict_basis.py); absent for CPU timings.
+    # The clock the samples ran at (gate/clock_basis.py); absent for CPU timings.
     sm_mhz: float | None = None  # mean SM clock over the NVML readings during the samples
     max_sm_mhz: float | None = None  # the GPU's maximum SM clock
     clock_capped_share: float | None = None  # share of samples under a power/thermal limit
     bound: str | None = None  # the reference's roofline bound
     # The anchored samples of a capped measurement (measure/timing/anchor.py): the
-    # anchor's identity, its median, and kernel / anchor per pair (gate/verdict_basis.py).
+    # anchor's identity, its median, and kernel / anchor per pair (gate/clock_basis.py).
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None

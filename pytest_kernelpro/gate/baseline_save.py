@@ -1,7 +1,8 @@
 """Writing a baseline file (`--kernelpro-save-baseline`): the measured records' entries
-(`entry_from_record`) in their YAML form (`entry_dict`), merged with the entries already in the file, written atomically under a lock, and the note
-on entries too noisy to gate on (`too_noisy_note`). A check session only reads baselines
-(`gate/baseline.py`) and never imports this.
+(`entry_from_record`) in their YAML form (`entry_dict`), merged with the entries already in
+the file, written atomically under a lock, and the note on entries too noisy to gate on
+(`too_noisy_note`). A check session only reads baselines (`gate/baseline.py`) and never
+imports this.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelpro.gate.format import pct_text
 from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
@@ -50,7 +51,6 @@ from pytest_kernelpro.gate.verdict import (
     finish_verdict,
     needs_confirmation,
     p_text,
-    pct_text,
     roofline_floor,
 )
 from pytest_kernelpro.gate.verdict_basis import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS, lower_bar

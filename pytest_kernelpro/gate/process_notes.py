@@ -1,11 +1,11 @@
 """The process notes of a session: a note line per kernel under the kernel table, not a
-column: most kernels have none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
-between the pick and the code, or the kernel is not "ok"); kernels whose picks differ but that
-are within tolerance are counted in one line. The changed versions are the session's, named
-once.
+column: most kernels have none. A kernel's autotune note is shown when it explains its verdict
+(a re-measurement decided between the pick and the code, or the kernel is not "ok"); kernels
+whose picks differ but that are within tolerance are counted in one line. The changed versions
+are the session's, named once.
 
-The terminal table (`render_session.render_terminal_table`) imports this module only when
-a record gives a note (`render_session.gives_process_note`); the PR comment
+The terminal table (`render_session.render_terminal_table`) imports this module only when a
+record gives a note (`render_session.gives_process_note`); the PR comment
 (`review.comment.comment_notes`) reads the same notes.
 """
 

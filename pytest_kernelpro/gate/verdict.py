@@ -1,7 +1,7 @@
 """The gate's verdict on one kernel: `decide_verdict` judges a record against its baseline
 entry, on a basis (which time is compared, at which tolerance) chosen first
-(`verdict_basis.choose_basis`), then decided here (`decide_change`); what differs from the baseline's run beside the code
-is named in its reason by `run_differences.py`.
+(`verdict_basis.choose_basis`), then decided here (`decide_change`); what differs from the
+baseline's run beside the code is named in its reason by `run_differences.py`.
 
 How a regression is decided, and why:
 
@@ -50,14 +50,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.gate.baseline import finite_array, quantile_subsample
-from pytest_kernelpro.gate.verdict_basis import (
-    Basis,
-    Incomparable,
-    choose_basis,
-    is_cpu,
-    pct_text,
-    quantile,
-)
+from pytest_kernelpro.gate.format import pct_text
+from pytest_kernelpro.gate.verdict_basis import Basis, Incomparable, choose_basis, is_cpu, quantile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -190,7 +184,7 @@ class Verdict:
     min_roofline: float | None = None
     confirmed: bool = False  # the re-measurement reproduced the regression
     confirmation: dict[str, Any] | None = None  # set once `confirm` ran
-    # Set when the times were compared at the baseline's SM clock (verdict_basis.py):
+    # Set when the times were compared at the baseline's SM clock (clock_basis.py):
     clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None

@@ -1,4 +1,4 @@
-"""The gate for power-capped kernels relative to the clock anchor (gate/verdict_basis.py), its
+"""The gate for power-capped kernels relative to the clock anchor (gate/clock_basis.py), its
 fall-backs, and the baseline keys that carry the anchored samples (old files still load)."""
 
 from __future__ import annotations
