@@ -159,19 +159,21 @@ def default_threshold(device_kind: str) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel."""
+    """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel: the
+    fields of its record part `record.VerdictPart`, which says what each means, with
+    `failed` and `message` derived here."""
 
-    status: str  # one of STATUSES; regressed and below-roofline fail the kernel
-    change_status: str  # the baseline comparison alone (status without the roofline floor)
-    basis: str  # "time (same device: X)" or "efficiency (other device: A vs B)" or "none"
-    reason: str  # one sentence a user can act on
-    tolerance: float  # relative change allowed on this basis
-    threshold: float  # the kernel's same-device threshold
+    status: str  # one of STATUSES
+    change_status: str
+    basis: str
+    reason: str
+    tolerance: float
+    threshold: float
     cross_device_tolerance: float
     alpha: float
-    change: float | None = None  # compared quantity, now / baseline - 1; + means slower
-    change_low: float | None = None  # the same for the lower decile (the fastest calls)
-    p_value: float | None = None  # one-sided, in the direction of the change
+    change: float | None = None
+    change_low: float | None = None
+    p_value: float | None = None
     current_median_s: float | None = None
     baseline_median_s: float | None = None
     efficiency: float | None = None
@@ -182,26 +184,18 @@ class Verdict:
     n_baseline: int = 0
     below_roofline: bool = False
     min_roofline: float | None = None
-    confirmed: bool = False  # the re-measurement reproduced the regression
-    confirmation: dict[str, Any] | None = None  # set once `confirm` ran
-    # Set when the times were compared at the baseline's SM clock (clock_basis.py):
-    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
+    confirmed: bool = False
+    confirmation: dict[str, Any] | None = None
+    clock_scale: float | None = None
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
-    raw_change: float | None = None  # the change of the unscaled median time
-    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
-    # Set when a clock-limited comparison was made relative to the clock anchor:
-    anchor: str | None = None  # the anchor's identity (measure/timing/anchor.py)
-    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
-    # The time the verdict was decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
-    # "anchor-scaled", "roofline-scaled"), now and in the baseline; gated_now_s /
-    # gated_baseline_s - 1 is the verdict's `change`. None: the wall medians decided.
+    raw_change: float | None = None
+    clock_limited: str | None = None
+    anchor: str | None = None
+    anchor_change: float | None = None
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
-    # The autotune choices against the baseline's and the gate's action (confirmation.py),
-    # and the code-changing versions that differ (environment.py), each with its words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None
     environment_change: dict[str, Any] | None = None
