@@ -3,6 +3,7 @@
 the basis `verdict_basis` chooses, `clock_basis` on a GPU under a clock limit, what differs
 beside the code `run_differences`, `confirmation`), the session's files (`report`,
 `report_read`, `junit`) and texts (`format` for one record, `render_session` for the session,
-`process_notes`). What is made of a finished run afterwards lives in `pytest_kernelpro/review/`.
-Nothing here is imported by the plugin at import time; import the module you need.
+its `note`s, `condition_notes`, `process_notes`). What is made of a finished run afterwards
+lives in `pytest_kernelpro/review/`. Nothing here is imported by the plugin at import time;
+import the module you need.
 """

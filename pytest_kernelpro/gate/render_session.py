@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,9 @@ from pytest_kernelpro.gate.format import (
     stat,
     terminal_row,
 )
+from pytest_kernelpro.gate.note import Note, fit, kernel_names, names_line, plain_note
 from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
-
-
-def _names(records: Sequence[KernelRecord], limit: int = 5) -> str:
-    names = [r.name for r in records[:limit]]
-    return ", ".join(names) + (f" and {len(records) - limit} more" if len(records) > limit else "")
 
 
 def _listed(names: Sequence[str], limit: int = 10) -> str:
@@ -68,41 +63,6 @@ def coverage_lines(
             f"--kernelpro-save-baseline adds them): {_listed(without)}"
         )
     return lines
-
-
-# A note's terminal line, after the "kernelpro: " it is printed with, stays under 100
-# characters: one line per condition in an 80-100 column terminal or a CI log.
-NOTE_WIDTH = 88
-
-
-@dataclass(frozen=True)
-class Note:
-    """One condition of the session. `short`: its terminal line (under NOTE_WIDTH
-    characters, naming the setting or step that changes it); `full`: the whole text, shown
-    under -v and kept in the JSON report and the PR comment's details; `normal`: the
-    machine's normal state (said only in the full text)."""
-
-    short: str
-    full: str
-    normal: bool = False
-
-
-def fit(text: str, width: int = NOTE_WIDTH) -> str:
-    """`text` cut to `width` characters at a word, with an ellipsis when cut."""
-    if len(text) <= width:
-        return text
-    cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:(")
-    return cut + "…"
-
-
-def _line(head: str, records: Sequence[KernelRecord], tail: str) -> str:
-    """`head (names)tail` within NOTE_WIDTH: the names give way first (`tail` names the
-    setting, so it is never cut)."""
-    for limit in (3, 2, 1):
-        text = f"{head} ({_names(records, limit)}){tail}"
-        if len(text) <= NOTE_WIDTH:
-            return text
-    return fit(f"{head}{tail}")
 
 
 def _short_coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
@@ -162,13 +122,15 @@ def session_conditions(
         out.append(Note(short, full))
     busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
     if busy:
-        out.append(_busy_note(busy, check=bool(settings.check)))
+        from pytest_kernelpro.gate.condition_notes import busy_note
+
+        out.append(busy_note(busy, check=bool(settings.check)))
     fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]
     if fixed:
         first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
         out.append(
             Note(
-                _line(
+                names_line(
                     f"{len(fixed)} kernel(s) timed on inputs that stay the same",
                     fixed,
                     "; -v says what to change",
@@ -181,12 +143,12 @@ def session_conditions(
         first = overrun[0].timing.budget_note if overrun[0].timing else ""
         out.append(
             Note(
-                _line(
+                names_line(
                     f"{len(overrun)} CPU timing(s) overran the time budget",
                     overrun,
                     "; -v says why; --kernelpro-time-budget",
                 ),
-                f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
+                f"{len(overrun)} CPU timing(s) overran the time budget ({kernel_names(overrun)}): "
                 f"{first}",
             )
         )
@@ -196,7 +158,7 @@ def session_conditions(
             Note(
                 f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled: no CUDA GPU here",
                 f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled "
-                f"({_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and this run "
+                f"({kernel_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and this run "
                 "had none",
             )
         )
@@ -204,121 +166,23 @@ def session_conditions(
     if invalid:
         full = (
             f"{len(invalid)} kernel(s) with an invalid marker failed without running "
-            f"({_names(invalid)}); the failure says what to fix"
+            f"({kernel_names(invalid)}); the failure says what to fix"
         )
-        short = _line(
+        short = names_line(
             f"{len(invalid)} kernel(s) with an invalid marker failed", invalid, "; see each failure"
         )
         out.append(Note(short, full))
     unresolved = [r for r in records if r.gate is not None and r.gate.status == "unresolved"]
     if unresolved:
-        out.append(_unresolved_note(unresolved))
-    skipped = _skip_notes(records)
-    out.extend(skipped)
+        from pytest_kernelpro.gate.condition_notes import unresolved_note
+
+        out.append(unresolved_note(unresolved))
+    if any(r.outcome == "skipped" for r in records):
+        from pytest_kernelpro.gate.condition_notes import skip_notes
+
+        out.extend(skip_notes(records))
     out.extend(note if isinstance(note, Note) else plain_note(note) for note in notes)
     return out
-
-
-def plain_note(text: str) -> Note:
-    """A note another part of the session gave as one string: cut to one line that says -v
-    has the rest, keeping a closing "(what to do)" of up to 45 characters, which is where
-    these notes name their fix ("(`kernelpro calibrate` on a quiet machine)")."""
-    if len(text) <= NOTE_WIDTH:
-        return Note(text, text)
-    import re
-
-    fix = re.search(r" \(([^()]{1,43})\)$", text)
-    tail = fix.group(0) if fix else " (-v)"
-    return Note(fit(text[: fix.start()] if fix else text, NOTE_WIDTH - len(tail)) + tail, text)
-
-
-def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
-    """Timings on an oversubscribed CPU. Without --kernelpro-check nothing is gated on them:
-    the machine's normal state on a shared runner, said under -v only."""
-    from pytest_kernelpro.measure.timing.cpu_load import CpuLoad
-
-    timing = busy[0].timing
-    load = (timing.cpu_load or {}) if timing else {}
-    anchored = all((r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing)
-    advice = (
-        "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
-        "the load (the verdicts say how far); a quiet machine resolves smaller changes"
-        if anchored
-        else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
-        "re-run on a quiet machine"
-    )
-    threads = (load.get("threads") or 1) > 1
-    full = (
-        f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
-        f"{CpuLoad.from_dict(load).describe()}. {advice}"
-        + (" or with --kernelpro-cpu-threads=1" if threads else "")
-    )
-    others = load.get("others_cores")
-    cores = load.get("cores")
-    what = f"others used {others:.1f} of {cores} cores" if others and cores else "busy"
-    fix = "; --kernelpro-cpu-threads=1" if threads else "; re-run on a quiet machine"
-    head = f"{len(busy)} CPU timing(s) on a busy CPU ({what})"
-    effect = ": tolerance widened" if anchored else ": slowdowns only suspect"
-    short = head + effect + fix
-    if len(short) > NOTE_WIDTH:
-        short = fit(head + fix)
-    return Note(short, full, normal=not check)
-
-
-def _unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:
-    """Verdicts whose tolerance cannot tell a 1.5x change (`gate.verdict.UNRESOLVED`)."""
-    widest = max(r.gate.tolerance for r in unresolved if r.gate)
-    full = f"{len(unresolved)} kernel(s) unresolved: " + "; ".join(
-        f"{r.name}: {r.gate.reason}" for r in unresolved if r.gate
-    )
-    short = _line(
-        f"{len(unresolved)} kernel(s) unresolved, tolerance up to ±{widest:.0%}",
-        unresolved,
-        "; re-save the baseline on a quiet machine",
-    )
-    return Note(short, full)
-
-
-def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
-    """One line per distinct reason kernels were skipped (pytest's own summary shows skip
-    reasons only with -rs)."""
-    # Kernels skipped alike share a line: grouped by the first clause of their reason, with
-    # the kernel's own name taken out; the full text lists each reason once.
-    by_clause: dict[str, list[tuple[KernelRecord, str]]] = {}
-    for record in records:
-        if record.outcome == "skipped":
-            reason = _without_name(skip_reason(record), record.name)
-            by_clause.setdefault(_first_clause(reason), []).append((record, reason))
-    notes = []
-    for clause, group in by_clause.items():
-        kernels = [record for record, _ in group]
-        reasons = "; ".join(dict.fromkeys(reason for _, reason in group))
-        notes.append(
-            Note(
-                plain_note(f"{len(kernels)} kernel(s) skipped: {clause}").short,
-                f"{len(kernels)} kernel(s) skipped ({_names(kernels)}): {reasons}",
-            )
-        )
-    return notes
-
-
-def _first_clause(reason: str) -> str:
-    """A skip reason's first clause ("it needs a CUDA GPU"), with " (-v)" when cut there."""
-    head = reason.split(", but ", 1)[0].split("; ", 1)[0].split(" (", 1)[0]
-    return head if head == reason else f"{head} (-v)"
-
-
-def _without_name(reason: str, name: str) -> str:
-    """`reason` with the kernel's name said as "it" where the reason starts with it ("NAME is
-    a cuda kernel that ..."), the one place a skip reason names its kernel; the name found
-    elsewhere is a word of the reason (a kernel named `a` in "needs a CUDA GPU")."""
-    return "it" + reason[len(name) :] if reason.startswith(name + " ") else reason
-
-
-def skip_reason(record: KernelRecord) -> str:
-    """Why a kernel item was skipped, as the record keeps it."""
-    reason = record.message or "no reason given"
-    return str(reason).removeprefix("Skipped: ").strip()
 
 
 def missing_records_line(missing: Sequence[str], *, check: bool) -> str:

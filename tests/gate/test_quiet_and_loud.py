@@ -15,13 +15,11 @@ from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline, too_noisy_note
+from pytest_kernelpro.gate.note import NOTE_WIDTH, fit, plain_note
 from pytest_kernelpro.gate.render_session import (
     MIN_NAME,
-    NOTE_WIDTH,
-    fit,
     middle_ellipsis,
     nothing_checked_line,
-    plain_note,
     session_line,
     session_notes,
 )
