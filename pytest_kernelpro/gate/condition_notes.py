@@ -1,47 +1,14 @@
-"""The notes of the session's rarer conditions: timings taken on an oversubscribed CPU,
-verdicts unresolved, kernels skipped. `render_session.session_conditions` imports this module
-only when the session has one of them.
+"""The notes of a session's exceptions: verdicts unresolved, kernels skipped.
+`render_session.session_conditions` imports this module only when the session has one (a busy
+CPU, the normal state of a shared runner, is said by `render_session` itself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_kernelpro.gate.note import NOTE_WIDTH, Note, fit, kernel_names, names_line, plain_note
+from pytest_kernelpro.gate.note import Note, kernel_names, names_line, plain_note
 from pytest_kernelpro.record import KernelRecord
-
-
-def busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
-    """Timings on an oversubscribed CPU. Without --kernelpro-check nothing is gated on them:
-    the machine's normal state on a shared runner, said under -v only."""
-    from pytest_kernelpro.measure.timing.cpu_load import CpuLoad
-
-    timing = busy[0].timing
-    load = (timing.cpu_load or {}) if timing else {}
-    anchored = all((r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing)
-    advice = (
-        "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
-        "the load (the verdicts say how far); a quiet machine resolves smaller changes"
-        if anchored
-        else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
-        "re-run on a quiet machine"
-    )
-    threads = (load.get("threads") or 1) > 1
-    full = (
-        f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({kernel_names(busy)}): "
-        f"{CpuLoad.from_dict(load).describe()}. {advice}"
-        + (" or with --kernelpro-cpu-threads=1" if threads else "")
-    )
-    others = load.get("others_cores")
-    cores = load.get("cores")
-    what = f"others used {others:.1f} of {cores} cores" if others and cores else "busy"
-    fix = "; --kernelpro-cpu-threads=1" if threads else "; re-run on a quiet machine"
-    head = f"{len(busy)} CPU timing(s) on a busy CPU ({what})"
-    effect = ": tolerance widened" if anchored else ": slowdowns only suspect"
-    short = head + effect + fix
-    if len(short) > NOTE_WIDTH:
-        short = fit(head + fix)
-    return Note(short, full, normal=not check)
 
 
 def unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:

@@ -35,7 +35,7 @@ from pytest_kernelpro.gate.format import (
     stat,
     terminal_row,
 )
-from pytest_kernelpro.gate.note import Note, fit, kernel_names, names_line, plain_note
+from pytest_kernelpro.gate.note import NOTE_WIDTH, Note, fit, kernel_names, names_line, plain_note
 from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
 
@@ -122,9 +122,7 @@ def session_conditions(
         out.append(Note(short, full))
     busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
     if busy:
-        from pytest_kernelpro.gate.condition_notes import busy_note
-
-        out.append(busy_note(busy, check=bool(settings.check)))
+        out.append(_busy_note(busy, check=bool(settings.check)))
     fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]
     if fixed:
         first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
@@ -183,6 +181,39 @@ def session_conditions(
         out.extend(skip_notes(records))
     out.extend(note if isinstance(note, Note) else plain_note(note) for note in notes)
     return out
+
+
+def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
+    """Timings on an oversubscribed CPU. Without --kernelpro-check nothing is gated on them:
+    the machine's normal state on a shared runner, said under -v only."""
+    from pytest_kernelpro.measure.timing.cpu_load import CpuLoad
+
+    timing = busy[0].timing
+    load = (timing.cpu_load or {}) if timing else {}
+    anchored = all((r.timing.anchor or {}).get("layout") == "cpu-pairs" for r in busy if r.timing)
+    advice = (
+        "They are gated in on-CPU time against the CPU anchor, at a tolerance widened for "
+        "the load (the verdicts say how far); a quiet machine resolves smaller changes"
+        if anchored
+        else "Treat them as suspect: a slowdown there is reported as suspect, never failed; "
+        "re-run on a quiet machine"
+    )
+    threads = (load.get("threads") or 1) > 1
+    full = (
+        f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({kernel_names(busy)}): "
+        f"{CpuLoad.from_dict(load).describe()}. {advice}"
+        + (" or with --kernelpro-cpu-threads=1" if threads else "")
+    )
+    others = load.get("others_cores")
+    cores = load.get("cores")
+    what = f"others used {others:.1f} of {cores} cores" if others and cores else "busy"
+    fix = "; --kernelpro-cpu-threads=1" if threads else "; re-run on a quiet machine"
+    head = f"{len(busy)} CPU timing(s) on a busy CPU ({what})"
+    effect = ": tolerance widened" if anchored else ": slowdowns only suspect"
+    short = head + effect + fix
+    if len(short) > NOTE_WIDTH:
+        short = fit(head + fix)
+    return Note(short, full, normal=not check)
 
 
 def missing_records_line(missing: Sequence[str], *, check: bool) -> str:

@@ -14,7 +14,7 @@ RARE = (
     "pytest_kernelpro.gate.clock_basis",  # a GPU under a clock limit
     "pytest_kernelpro.gate.run_differences",  # other picks, versions or library settings
     "pytest_kernelpro.gate.process_notes",  # an autotune note, a changed environment
-    "pytest_kernelpro.gate.condition_notes",  # a busy CPU, an unresolved verdict, a skip
+    "pytest_kernelpro.gate.condition_notes",  # an unresolved verdict, a skipped kernel
 )
 
 SCRIPT = """
