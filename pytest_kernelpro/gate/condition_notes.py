@@ -1,14 +1,61 @@
-"""The notes of a session's exceptions: verdicts unresolved, kernels skipped.
-`render_session.session_conditions` imports this module only when the session has one (a busy
-CPU, the normal state of a shared runner, is said by `render_session` itself).
+"""The notes of a session's exceptions: baseline entries and kernels that did not match
+(`coverage_lines`), verdicts unresolved, kernels skipped. The session imports this module only
+when it has one (a busy CPU, the normal state of a shared runner, is said by `render_session`
+itself).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_kernelpro.gate.note import Note, kernel_names, names_line, plain_note
+from pytest_kernelpro.gate.note import Note, fit, kernel_names, names_line, plain_note
 from pytest_kernelpro.record import KernelRecord
+
+
+def _listed(names: Sequence[str], limit: int = 10) -> str:
+    return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
+
+
+def coverage_lines(
+    left: Sequence[str], without: Sequence[str], *, verbose: bool = True
+) -> list[str]:
+    """`left`: baseline entries no kernel of the run matched; `without`: kernels with no
+    baseline entry. Without `verbose` one short line each (-v lists them)."""
+    if not verbose:
+        return _short_coverage_lines(left, without)
+    lines = []
+    if left:
+        lines.append(
+            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
+            f"kernel of this run (removed, renamed or deselected): {_listed(left)}"
+        )
+    if without:
+        lines.append(
+            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
+            f"--kernelpro-save-baseline adds them): {_listed(without)}"
+        )
+    return lines
+
+
+def _short_coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
+    lines = []
+    if left:
+        lines.append(
+            "kernelpro: "
+            + fit(
+                f"{len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no kernel "
+                f"(renamed or deselected?): {_listed(left, 2)}"
+            )
+        )
+    if without:
+        lines.append(
+            "kernelpro: "
+            + fit(
+                f"{len(without)} kernel(s) without a baseline entry (--kernelpro-save-baseline): "
+                f"{_listed(without, 2)}"
+            )
+        )
+    return lines
 
 
 def unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:

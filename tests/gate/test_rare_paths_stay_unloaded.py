@@ -75,3 +75,14 @@ def test_a_capped_gpu_kernel_loads_the_clock_basis() -> None:
     found = _loaded("gpu-capped")
     assert found["before"] == []
     assert found["after"] == ["pytest_kernelpro.gate.clock_basis"]
+
+
+def test_a_baseline_every_kernel_matched_says_nothing_of_its_coverage() -> None:
+    # The session imports the coverage lines only when an entry or a kernel is unmatched: an
+    # empty coverage must have nothing to say, quiet or verbose.
+    from pytest_kernelpro.gate.condition_notes import coverage_lines
+
+    for verbose in (False, True):
+        assert coverage_lines([], [], verbose=verbose) == []
+        assert coverage_lines(["a[1]"], [], verbose=verbose)
+        assert coverage_lines([], ["b[1]"], verbose=verbose)
