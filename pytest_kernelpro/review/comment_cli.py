@@ -23,9 +23,9 @@ __all__ = ["MARKER", "comment_main", "post_comment"]
 
 
 def _load_inputs(paths: Sequence[str]) -> dict[str, Any]:
-    from pytest_kernelpro.gate.junit import read_junit_records
     from pytest_kernelpro.gate.report import build_report
     from pytest_kernelpro.gate.report_read import load_report, merge_report_dicts
+    from pytest_kernelpro.review.junit_read import read_junit_records
 
     reports = []
     for path in paths:
