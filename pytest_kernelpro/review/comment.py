@@ -37,10 +37,10 @@ from pytest_kernelpro.gate.format import (
     stat,
 )
 from pytest_kernelpro.gate.process_notes import QUIET_PICKS, process_notes
-from pytest_kernelpro.gate.report_read import records_of
 from pytest_kernelpro.record import KernelRecord, SectionPart
 from pytest_kernelpro.review.comment_check import check_report
 from pytest_kernelpro.review.github import MARKER
+from pytest_kernelpro.review.report_load import records_of
 
 
 def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:

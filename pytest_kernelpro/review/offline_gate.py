@@ -29,9 +29,9 @@ from pytest_kernelpro.gate.format import (
     gated_times,
     sort_key,
 )
-from pytest_kernelpro.gate.report_read import load_report, records_of
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, decide_verdict
 from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.review.report_load import load_report, records_of
 
 
 def _base_entries(path: str) -> Baseline:

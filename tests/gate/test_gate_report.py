@@ -14,10 +14,10 @@ from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, build_report, write_json_report
-from pytest_kernelpro.gate.report_read import load_report, merge_report_dicts, records_of
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.plot import roofline_plot, roofline_points
+from pytest_kernelpro.review.report_load import load_report, merge_report_dicts, records_of
 
 US = 1e-6
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
