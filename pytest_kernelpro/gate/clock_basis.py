@@ -37,7 +37,7 @@ capped) the rule without the anchor holds and the basis says why
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.baseline import (
@@ -48,11 +48,12 @@ from pytest_kernelpro.gate.baseline import (
     record_anchor,
     record_clock_facts,
 )
+from pytest_kernelpro.gate.basis import Basis
 from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.gate.verdict_basis import Basis
+    from pytest_kernelpro.gate.basis import Basis
     from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit
@@ -194,7 +195,7 @@ def clock_basis(
             assert now is not None
             assert base is not None
             return anchored_basis(
-                chosen, device, now, base, limited or capped, chosen.ratio,
+                device, now, base, limited or capped, chosen.ratio,
                 threshold * ANCHOR_THRESHOLD_FACTOR if anchor_threshold is None
                 else anchor_threshold,
                 facts_now.sm_mhz, facts_base.sm_mhz,
@@ -244,7 +245,6 @@ def _scale_to_baseline_clock(
 
 
 def anchored_basis(
-    plain: Basis,
     device: str,
     now: AnchorSide,
     base: AnchorSide,
@@ -254,11 +254,9 @@ def anchored_basis(
     sm_mhz: float | None,
     baseline_sm_mhz: float | None,
 ) -> Basis:
-    """The per-pair kernel / anchor ratios of both sides (the clock anchor), in place of the
-    times of `plain`."""
+    """The per-pair kernel / anchor ratios of both sides (the clock anchor)."""
     anchor_change = now.anchor_median_s / base.anchor_median_s - 1.0
-    chosen = replace(
-        plain,
+    chosen = Basis(
         text=(
             f"time relative to the clock anchor (same device: {device}; {why}: kernel / "
             f"{now.name}, each sample followed by the anchor in its round, so both ran at the "

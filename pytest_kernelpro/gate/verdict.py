@@ -50,8 +50,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.gate.baseline import finite_array, quantile_subsample
+from pytest_kernelpro.gate.basis import Basis, Incomparable, is_cpu
 from pytest_kernelpro.gate.format import pct_text
-from pytest_kernelpro.gate.verdict_basis import Basis, Incomparable, choose_basis, is_cpu, quantile
+from pytest_kernelpro.gate.verdict_basis import choose_basis, quantile
 
 if TYPE_CHECKING:
     import numpy as np

@@ -9,11 +9,7 @@ and the factors applied to it) or an `Incomparable` (why no gate is possible); t
   `clock_normalize`, for comparing rules only): `clock_basis.py`.
 - **Same CPU with the CPU anchor on both sides:** the kernel's on-CPU time read against the
   anchor.
-- **Another device:** samples divided by each side's roofline time, so the comparison is of
-  time relative to the roofline (1 / efficiency), at the wider cross-device tolerance.
-  Another CPU is information only unless `cross_cpu="gate"`
-  (`--kernelpro-cpu-cross-device=gate`): a CPU's efficiency does not carry across CPU models,
-  and the thread count is part of a CPU device's name.
+- **Another device:** time relative to each side's roofline: `other_device_basis.py`.
 
 **The CPU anchor.** Every CPU sample is followed by a fixed GEMM, both charged in on-CPU time
 (`measure/timing/on_cpu.py`). The compared change is the one nearer to zero of `time_change`
@@ -34,16 +30,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.baseline import (
     BaselineEntry,
     CpuAnchorSide,
     median,
-    positive,
     positive_list,
     record_cpu_anchor,
 )
+from pytest_kernelpro.gate.basis import Basis, Incomparable, is_cpu, same_device
 from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:
@@ -68,14 +64,6 @@ def quantile(values: Sequence[float], q: float) -> float:
     import numpy as np
 
     return float(np.quantile(np.asarray(values, dtype=float), q))
-
-
-def same_device(a: str, b: str) -> bool:
-    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
-
-
-def is_cpu(device: str) -> bool:
-    return device.strip().casefold().startswith("cpu")
 
 
 # The baseline entry's side of the CPU anchor (the record's side: `baseline.record_cpu_anchor`;
@@ -228,67 +216,6 @@ def cpu_anchor_comparison(
     )
 
 
-# The basis: what `choose_basis` hands the verdict.
-
-
-@dataclass
-class Basis:
-    """The samples to compare, their tolerance, and how to word and show the change."""
-
-    text: str  # the verdict's basis
-    tolerance: float
-    now: list[float]
-    ref: list[float]
-    ratio: float  # now / baseline of the compared quantity's median
-    unit: str = ""  # after "slower by 3.1%": " in cycles", " relative to the clock anchor"
-    detail: str = ""  # after the tolerance inside the parentheses
-    # CPU anchor: the load is cancelled by the anchor, so an oversubscribed timing is no
-    # reason for "suspect"; `widened` says why the tolerance is above the threshold,
-    # `unusable` why the anchor shows the measurement cannot gate.
-    load_cancelled: bool = False
-    # The fastest decile's tolerance when not the basis's (the CPU anchor: a tolerance widened
-    # for between-session noise would ask the noisy decile for more than the median).
-    low_tolerance: float | None = None
-    widened: str | None = None
-    unusable: str | None = None
-    # The time the verdict is decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
-    # "anchor-scaled", "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
-    gated_label: str | None = None
-    gated_now_s: float | None = None
-    gated_baseline_s: float | None = None
-    # The factors applied and why (the Verdict fields of the same names):
-    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to `now`
-    sm_mhz: float | None = None
-    baseline_sm_mhz: float | None = None
-    raw_change: float | None = None  # the change of the unscaled median time
-    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
-    anchor: str | None = None  # the anchor's identity
-    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
-
-    def gated(self, label: str, now_s: float, baseline_s: float) -> None:
-        """Name the time this basis compares when it is not the wall median."""
-        self.gated_label, self.gated_now_s, self.gated_baseline_s = label, now_s, baseline_s
-
-    def verdict_fields(self) -> dict[str, Any]:
-        """The Verdict fields this basis sets (those it left unset stay the Verdict's None)."""
-        names = (
-            "gated_label", "gated_now_s", "gated_baseline_s", "clock_scale", "sm_mhz",
-            "baseline_sm_mhz", "raw_change", "clock_limited", "anchor", "anchor_change",
-        )  # fmt: skip
-        return {name: getattr(self, name) for name in names}
-
-
-@dataclass
-class Incomparable:
-    """No gate on this pair: the basis, the reason and the change where one exists."""
-
-    text: str
-    reason: str
-    tolerance: float
-    change: float | None = None
-
-
 def choose_basis(
     record: KernelRecord,
     entry: BaselineEntry,
@@ -314,6 +241,8 @@ def choose_basis(
     """
     current_median = record.median_s if record.median_s is not None else median(samples)
     if not same_device(record.device, entry.device):
+        from pytest_kernelpro.gate.other_device_basis import cross_device_basis
+
         return cross_device_basis(
             record, entry, samples, current_median, cross_tolerance, cross_cpu
         )
@@ -407,54 +336,4 @@ def cpu_anchored_basis(
         chosen.gated("on-CPU", now_s, base_s)
     else:
         chosen.gated("on-CPU, anchor-scaled", now_s / (1.0 + facts.anchor_move), base_s)
-    return chosen
-
-
-def cross_device_basis(
-    record: KernelRecord,
-    entry: BaselineEntry,
-    samples: list[float],
-    current_median: float,
-    cross_tolerance: float,
-    cross_cpu: str,
-) -> Basis | Incomparable:
-    """Time relative to each side's roofline time, or why that cannot gate."""
-    rt_now, rt_base = positive(record.roofline_time_s), entry.roofline_time_s
-    if rt_now is None or not rt_base:
-        missing = "this run" if rt_now is None else "the baseline"
-        return Incomparable(
-            text=f"none (other device: {entry.device} vs {record.device})",
-            reason=(
-                f"the baseline was measured on {entry.device or 'an unknown device'} and "
-                f"this run on {record.device or 'an unknown device'}; {missing} has no "
-                "roofline time, so neither time nor efficiency can be compared. Save a "
-                f"baseline on {record.device or 'this device'}"
-            ),
-            tolerance=cross_tolerance,
-        )
-    text = f"efficiency (other device: {entry.device} vs {record.device})"
-    ratio = (current_median / rt_now) / (entry.median_s / rt_base)
-    if cross_cpu != "gate" and (is_cpu(record.device) or is_cpu(entry.device)):
-        change = ratio - 1.0
-        return Incomparable(
-            text=text,
-            reason=(
-                f"the baseline is from another CPU or thread count ({entry.device} vs "
-                f"{record.device}): time relative to the roofline changed by "
-                f"{pct_text(change)}, reported as information only, because CPU efficiency "
-                "does not carry across CPUs. Save a baseline on this machine "
-                "(--kernelpro-save-baseline), or gate it with --kernelpro-cpu-cross-device=gate"
-            ),
-            tolerance=cross_tolerance,
-            change=change,
-        )
-    chosen = Basis(
-        text=text,
-        tolerance=cross_tolerance,
-        now=[v / rt_now for v in samples],
-        ref=[v / rt_base for v in entry.samples_s],
-        ratio=ratio,
-    )
-    # This run's time on the baseline's roofline: time relative to each side's roofline.
-    chosen.gated("roofline-scaled", current_median * rt_base / rt_now, entry.median_s)
     return chosen

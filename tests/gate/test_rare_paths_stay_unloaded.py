@@ -12,6 +12,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parents[1]
 RARE = (
     "pytest_kernelpro.gate.clock_basis",  # a GPU under a clock limit
+    "pytest_kernelpro.gate.other_device_basis",  # a baseline from another device
     "pytest_kernelpro.gate.run_differences",  # other picks, versions or library settings
     "pytest_kernelpro.gate.process_notes",  # an autotune note, a changed environment
     "pytest_kernelpro.gate.condition_notes",  # an unresolved verdict, a skipped kernel
@@ -42,6 +43,8 @@ else:
 record.autotune = AutotunePart(library={{"cuda.matmul.allow_tf32": False}})
 record.environment = EnvironmentPart(torch="2.13.0")
 entry = parse_entry(entry_dict(entry_from_record(record)))
+if kind == "other-cpu":
+    entry.device = "cpu (another model)"
 rare = {rare!r}
 before = [m for m in rare if m in sys.modules]
 verdict = decide_verdict(record, entry)
@@ -75,6 +78,12 @@ def test_a_capped_gpu_kernel_loads_the_clock_basis() -> None:
     found = _loaded("gpu-capped")
     assert found["before"] == []
     assert found["after"] == ["pytest_kernelpro.gate.clock_basis"]
+
+
+def test_a_baseline_from_another_cpu_loads_the_other_device_basis() -> None:
+    found = _loaded("other-cpu")
+    assert found["status"] == "incomparable"
+    assert found["after"] == ["pytest_kernelpro.gate.other_device_basis"]
 
 
 def test_a_baseline_every_kernel_matched_says_nothing_of_its_coverage() -> None:

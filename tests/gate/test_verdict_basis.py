@@ -18,6 +18,7 @@ from test_gate_cpu_anchor import MS, cpu_record, entry
 import pytest_kernelpro
 from pytest_kernelpro.gate.baseline import BaselineEntry, anchor_of_timing, record_cpu_anchor
 from pytest_kernelpro.gate.baseline_save import entry_from_record
+from pytest_kernelpro.gate.basis import Basis, Incomparable
 from pytest_kernelpro.gate.clock_basis import ANCHOR_THRESHOLD_FACTOR, CLOCK_LIMITED_FACTOR
 from pytest_kernelpro.gate.verdict import (
     IMPROVED,
@@ -28,7 +29,7 @@ from pytest_kernelpro.gate.verdict import (
     decide_change,
     decide_verdict,
 )
-from pytest_kernelpro.gate.verdict_basis import Basis, Incomparable, choose_basis
+from pytest_kernelpro.gate.verdict_basis import choose_basis
 from pytest_kernelpro.record import KernelRecord
 
 US = 1e-6
@@ -262,18 +263,20 @@ def _gate_imports(name: str) -> set[str]:
 def test_the_baseline_does_not_import_the_rules() -> None:
     assert _gate_imports("baseline") & {"verdict_basis", "verdict", "confirmation"} == set()
     assert "verdict" not in _gate_imports("verdict_basis")
-    assert _gate_imports("clock_basis") & {"verdict", "confirmation"} == set()
+    for below in ("basis", "clock_basis", "other_device_basis"):
+        assert _gate_imports(below) & {"verdict", "verdict_basis", "confirmation"} == set()
 
 
 def test_the_basis_rules_have_one_home() -> None:
-    # One module chooses (verdict_basis.py); the rules of a GPU under a clock limit are
-    # clock_basis.py's, which a CPU session never imports.
+    # One module chooses (verdict_basis.py); the rules of a GPU under a clock limit
+    # (clock_basis.py) and of a baseline from another device (other_device_basis.py) are
+    # their own modules, which a CPU session against its own baseline never imports.
     for gone in ("clock_scale", "clock_anchor", "cpu_anchor", "compare"):
         assert not (GATE / f"{gone}.py").exists(), gone
     homes = {
         "def choose_basis": "verdict_basis.py",
         "def same_device_basis": "verdict_basis.py",
-        "def cross_device_basis": "verdict_basis.py",
+        "def cross_device_basis": "other_device_basis.py",
         "def cpu_anchor_missing": "verdict_basis.py",
         "def clock_basis": "clock_basis.py",
         "def clock_limit_text": "clock_basis.py",
