@@ -30,8 +30,7 @@ from pytest_kernelpro.gate.baseline import (
     record_clock_facts,
     record_cpu_anchor,
 )
-from pytest_kernelpro.gate.format import finite_float
-from pytest_kernelpro.gate.note import NOTE_WIDTH, Note
+from pytest_kernelpro.gate.format import NOTE_WIDTH, Note, finite_float
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.record import KernelRecord
 

@@ -42,18 +42,17 @@ from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.baseline import (
     AnchorSide,
+    Basis,
     ClockFacts,
     median,
     positive,
     record_anchor,
     record_clock_facts,
 )
-from pytest_kernelpro.gate.basis import Basis
 from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.gate.basis import Basis
+    from pytest_kernelpro.gate.baseline import BaselineEntry, Basis
     from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit

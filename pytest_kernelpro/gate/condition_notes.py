@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pytest_kernelpro.gate.note import Note, fit, kernel_names, names_line, plain_note
+from pytest_kernelpro.gate.format import Note, fit, kernel_names, names_line, plain_note
 from pytest_kernelpro.record import KernelRecord
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.gate.baseline import positive
-from pytest_kernelpro.gate.basis import Basis, Incomparable, is_cpu
+from pytest_kernelpro.gate.baseline import Basis, Incomparable, is_cpu, positive
 from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:

@@ -28,14 +28,19 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import (
+    NOTE_WIDTH,
+    Note,
     cross_device,
+    fit,
     gated_elsewhere,
+    kernel_names,
+    names_line,
+    plain_note,
     short_device,
     sort_key,
     stat,
     terminal_row,
 )
-from pytest_kernelpro.gate.note import NOTE_WIDTH, Note, fit, kernel_names, names_line, plain_note
 from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
 

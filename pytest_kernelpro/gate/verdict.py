@@ -49,8 +49,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.gate.baseline import finite_array, quantile_subsample
-from pytest_kernelpro.gate.basis import Basis, Incomparable, is_cpu
+from pytest_kernelpro.gate.baseline import (
+    Basis,
+    Incomparable,
+    finite_array,
+    is_cpu,
+    quantile_subsample,
+)
 from pytest_kernelpro.gate.format import pct_text
 from pytest_kernelpro.gate.verdict_basis import choose_basis, quantile
 

@@ -34,12 +34,15 @@ from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.baseline import (
     BaselineEntry,
+    Basis,
     CpuAnchorSide,
+    Incomparable,
+    is_cpu,
     median,
     positive_list,
     record_cpu_anchor,
+    same_device,
 )
-from pytest_kernelpro.gate.basis import Basis, Incomparable, is_cpu, same_device
 from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:

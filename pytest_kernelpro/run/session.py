@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.gate.note import Note
+    from pytest_kernelpro.gate.format import Note
     from pytest_kernelpro.gate.report import RecordsLog
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec

@@ -15,7 +15,7 @@ from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline, too_noisy_note
-from pytest_kernelpro.gate.note import NOTE_WIDTH, fit, plain_note
+from pytest_kernelpro.gate.format import NOTE_WIDTH, fit, plain_note
 from pytest_kernelpro.gate.render_session import (
     MIN_NAME,
     middle_ellipsis,
