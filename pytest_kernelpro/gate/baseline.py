@@ -189,6 +189,11 @@ def median(values: Sequence[float] | np.ndarray) -> float:
     return float(np.median(arr)) if len(arr) else float("nan")
 
 
+def pct_text(x: float) -> str:
+    """A signed change as a percentage: "+4.0%", "-1.2%"."""
+    return f"{x * 100:+.1f}%"
+
+
 def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[float]:
     """At most `k` values that keep the shape of the sample: its order statistics at the
     mid-ranks (i + 0.5) / k, i = 0..k-1.

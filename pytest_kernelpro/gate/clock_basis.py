@@ -45,11 +45,11 @@ from pytest_kernelpro.gate.baseline import (
     Basis,
     ClockFacts,
     median,
+    pct_text,
     positive,
     record_anchor,
     record_clock_facts,
 )
-from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry, Basis

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.gate.format import pct_text
+from pytest_kernelpro.gate.baseline import pct_text
 from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,

@@ -76,11 +76,6 @@ def format_time(seconds: float | None) -> str:
     return f"{value:.{decimals}f} {unit}"
 
 
-def pct_text(x: float) -> str:
-    """A signed change as a percentage: "+4.0%", "-1.2%"."""
-    return f"{x * 100:+.1f}%"
-
-
 def format_change(change: float | None) -> str:
     """'+7.2%' / '−3.0%' (a real minus sign, so columns line up in proportional fonts)."""
     if change is None or not math.isfinite(change):

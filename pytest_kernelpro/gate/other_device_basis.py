@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.gate.baseline import Basis, Incomparable, is_cpu, positive
-from pytest_kernelpro.gate.format import pct_text
+from pytest_kernelpro.gate.baseline import Basis, Incomparable, is_cpu, pct_text, positive
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry

@@ -54,9 +54,9 @@ from pytest_kernelpro.gate.baseline import (
     Incomparable,
     finite_array,
     is_cpu,
+    pct_text,
     quantile_subsample,
 )
-from pytest_kernelpro.gate.format import pct_text
 from pytest_kernelpro.gate.verdict_basis import choose_basis, quantile
 
 if TYPE_CHECKING:

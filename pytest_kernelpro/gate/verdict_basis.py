@@ -39,11 +39,11 @@ from pytest_kernelpro.gate.baseline import (
     Incomparable,
     is_cpu,
     median,
+    pct_text,
     positive_list,
     record_cpu_anchor,
     same_device,
 )
-from pytest_kernelpro.gate.format import pct_text
 
 if TYPE_CHECKING:
     from pytest_kernelpro.record import KernelRecord
