@@ -128,7 +128,8 @@ def process_facts(step: dict[str, Any], work: Path) -> dict[str, Any]:
 def cross_compare(work: Path, rounds: int) -> list[dict[str, Any]]:
     """Every check against every baseline, first stage only (offline: no confirmation)."""
     from pytest_kernelpro.gate.baseline import load_baseline
-    from pytest_kernelpro.gate.verdict import compare_choices, decide_verdict
+    from pytest_kernelpro.gate.run_differences import compare_choices
+    from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.record import record_from_builtins
 
     rows = []

@@ -73,7 +73,7 @@ from typing import Any
 
 import msgspec
 
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm, needs_confirmation
 from pytest_kernelpro.gate.verdict import decide_verdict, default_threshold
 from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
@@ -235,7 +235,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             break
         base = measure(kernels["A"], args.device, budget, "A")
         measurements += 1
-        entry = BaselineEntry.from_record(base)
+        entry = entry_from_record(base)
         assert entry is not None
         variants = ["A"] + ([variant_name(s) for s in slowdowns] if trial < args.ab_trials else [])
         rng.shuffle(variants)
@@ -425,10 +425,10 @@ def _round_to(x: float, granule: int) -> int:
 # The gate's rules, each applied to the same measurements: `anchor` (--kernelpro-clock-anchor=on,
 # the default: a comparison where either side's samples ran mostly under a clock limit, by the
 # per-round NVML reasons, compares the per-pair kernel / anchor ratios at 0.75x the threshold
-# where both sides were timed in pairs with the anchor, gate/verdict_basis.py), `anchor20`,
+# where both sides were timed in pairs with the anchor, gate/clock_basis.py), `anchor20`,
 # `anchor15`, `anchor125` (the same at 2%, 1.5%, 1.25% for the anchored ratio), `clock3x`
 # (--kernelpro-clock-anchor=off: 3x the threshold for a comparison whose NVML mean SM clock was
-# held below 95% of the maximum, gate/verdict_basis.py; the anchored samples the measurements
+# held below 95% of the maximum, gate/clock_basis.py; the anchored samples the measurements
 # carry are ignored), `fixed` (the plain threshold for every kernel), `cycles` (times scaled by
 # the mean SM clock; measured worse); `default` is whichever of `anchor` and `clock3x` the
 # plugin's default (the Setting table) selects.
@@ -458,12 +458,12 @@ RULE_LABELS = {
     "default": f"default (= {_default_rule()}, the plugin's default)",
     "anchor": "anchor (--kernelpro-clock-anchor=on: comparisons with either side's samples "
     "mostly under a clock limit compare kernel / anchor per pair, the anchor GEMM timed after "
-    "every sample, at 0.75x the threshold, gate/verdict_basis.py)",
+    "every sample, at 0.75x the threshold, gate/clock_basis.py)",
     "anchor20": "anchor20 (the anchor rule at 2% for the anchored ratio; 'anchor' in runs 6-7)",
     "anchor15": "anchor15 (the anchor rule at 1.5% for the anchored ratio)",
     "anchor125": "anchor125 (the anchor rule at 1.25% for the anchored ratio)",
     "clock3x": "clock3x (--kernelpro-clock-anchor=off: 3x the threshold when the NVML mean SM "
-    "clock was held below 95% of its maximum by a limit, gate/verdict_basis.py)",
+    "clock was held below 95% of its maximum by a limit, gate/clock_basis.py)",
     "fixed": "fixed (the threshold for every kernel)",
     "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
     "clock": "clock (= cycles; run 3's name)",
@@ -643,7 +643,7 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                     trial < min_trials or time.monotonic() - k_start < share_s
                 ):
                     base = timed(launches["A"], "A")
-                    entry = BaselineEntry.from_record(base)
+                    entry = entry_from_record(base)
                     assert entry is not None
                     base_info = _measure_info(base)
                     # Every trial: A/A and the smallest slowdown; the larger ones in the

@@ -200,17 +200,17 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     """The gate's verdict against the baseline (`gate.verdict.Verdict`), with the `failed`
     and `message` it derives written out."""
 
-    status: str | None = None
-    change_status: str | None = None
-    basis: str | None = None
-    reason: str | None = None
-    tolerance: float | None = None
-    threshold: float | None = None
+    status: str | None = None  # gate.verdict.STATUSES; regressed and below-roofline fail
+    change_status: str | None = None  # the baseline comparison alone (no roofline floor)
+    basis: str | None = None  # "time (same device: X)", "efficiency (other device: ...)", "none"
+    reason: str | None = None  # one sentence a user can act on
+    tolerance: float | None = None  # relative change allowed on this basis
+    threshold: float | None = None  # the kernel's same-device threshold
     cross_device_tolerance: float | None = None
     alpha: float | None = None
-    change: float | None = None
-    change_low: float | None = None
-    p_value: float | None = None
+    change: float | None = None  # compared quantity, now / baseline - 1; + means slower
+    change_low: float | None = None  # the same for the lower decile (the fastest calls)
+    p_value: float | None = None  # one-sided, in the direction of the change
     current_median_s: float | None = None
     baseline_median_s: float | None = None
     efficiency: float | None = None
@@ -221,25 +221,28 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     n_baseline: int | None = None
     below_roofline: bool | None = None
     min_roofline: float | None = None
-    confirmed: bool | None = None
-    confirmation: dict[str, Any] | None = None
-    # Set when the times were compared at the baseline's SM clock (gate/verdict_basis.py):
-    clock_scale: float | None = None
+    confirmed: bool | None = None  # the re-measurement reproduced the regression
+    confirmation: dict[str, Any] | None = None  # set once the confirmation ran
+    # Set when the times were compared at the baseline's SM clock (gate/clock_basis.py):
+    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
-    # The time the verdict was decided on when not the wall median (`gate.verdict.Verdict`).
+    # The time the verdict was decided on when it is not the wall median (the number shown is
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
+    # "anchor-scaled", "roofline-scaled"), now and in the baseline; gated_now_s /
+    # gated_baseline_s - 1 is the verdict's `change`. None: the wall medians decided.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
     # The autotune choices compared with the baseline's and what the gate did about a
-    # difference (`gate.confirmation.AutotuneComparison.to_dict`), and that in words:
+    # difference (`gate.run_differences.AutotuneComparison.to_dict`, `gate.confirmation`), and
+    # the code-changing versions that differ (`gate.run_differences`), each with its words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None
-    # The code-changing versions that differ from the baseline's (`gate.confirmation`):
     environment_change: dict[str, Any] | None = None
     environment_note: str | None = None
     failed: bool | None = None

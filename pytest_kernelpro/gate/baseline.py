@@ -26,7 +26,7 @@ Layout (schema 1)::
         anchor: bf16 matmul 4096x4096x4096 (torch 2.11.0+cu130, CUDA 13.0)  # when the
         anchor_median_s: 0.000201                 # warm-up ran capped: the clock anchor
         anchor_ratios: [...]                      # paired with each sample
-        samples_s: [...]         # <= BASELINE_SAMPLES order statistics
+        samples_s: [...]         # <= baseline_save.BASELINE_SAMPLES order statistics
 
 The clock and anchor keys are optional: files written before they existed load unchanged
 (their comparisons fall back to the rules those files were made for). One entry
@@ -60,9 +60,10 @@ _SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on th
 
 # -- what one measurement says that the verdict's basis is chosen on: the clock its samples ran
 # at, its pairs with the clock anchor, its pairs with the CPU anchor. Readers of a record's
-# timing, without any rule: an entry keeps what they read (`BaselineEntry.from_record`) and
-# `verdict_basis.py` reads the same facts of both sides to choose the basis. They live here so
-# that the baseline never imports the rules, and the rules import the baseline.
+# timing, without any rule: an entry keeps what they read (`baseline_save.entry_from_record`)
+# and `verdict_basis.py` and `clock_basis.py` read the same facts of both sides to choose the
+# basis. They live here so that the baseline never imports the rules, and the rules import the
+# baseline.
 
 # How a CPU timing lays out its anchored samples (measure/timing/cpu.CPU_LAYOUT): each sample
 # followed by the anchor, both in on-CPU time.
@@ -126,8 +127,8 @@ def anchor_of_timing(anchor: Any) -> AnchorSide | None:
     if not isinstance(anchor, dict):
         return None
     name, median = anchor.get("name"), anchor.get("anchor_median_s")
-    ratios = tuple(float(v) for v in anchor.get("ratios") or () if _finite_pos(v))
-    if not isinstance(name, str) or not name or not _finite_pos(median) or not ratios:
+    ratios = tuple(float(v) for v in anchor.get("ratios") or () if finite_positive(v))
+    if not isinstance(name, str) or not name or not finite_positive(median) or not ratios:
         return None
     return AnchorSide(name, float(median), ratios)
 
@@ -180,6 +181,19 @@ def finite_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
     return arr[np.isfinite(arr)]
 
 
+def median(values: Sequence[float] | np.ndarray) -> float:
+    """Median of the finite values (NaN when there are none)."""
+    import numpy as np
+
+    arr = finite_array(values)
+    return float(np.median(arr)) if len(arr) else float("nan")
+
+
+def pct_text(x: float) -> str:
+    """A signed change as a percentage: "+4.0%", "-1.2%"."""
+    return f"{x * 100:+.1f}%"
+
+
 def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[float]:
     """At most `k` values that keep the shape of the sample: its order statistics at the
     mid-ranks (i + 0.5) / k, i = 0..k-1.
@@ -199,15 +213,80 @@ def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[fl
     return [float(v) for v in arr[idx]]
 
 
+# -- what a basis hands the verdict (`Basis`, or `Incomparable` where no gate is possible), and
+# which device a comparison is on: here, below every module that makes a basis
+# (`verdict_basis.py`, `clock_basis.py`, `other_device_basis.py`), so each can make one without
+# importing the others.
+
+
+def same_device(a: str, b: str) -> bool:
+    return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
+
+
+def is_cpu(device: str) -> bool:
+    return device.strip().casefold().startswith("cpu")
+
+
+@dataclass
+class Basis:
+    """The samples to compare, their tolerance, and how to word and show the change."""
+
+    text: str  # the verdict's basis
+    tolerance: float
+    now: list[float]
+    ref: list[float]
+    ratio: float  # now / baseline of the compared quantity's median
+    unit: str = ""  # after "slower by 3.1%": " in cycles", " relative to the clock anchor"
+    detail: str = ""  # after the tolerance inside the parentheses
+    # CPU anchor: the load is cancelled by the anchor, so an oversubscribed timing is no
+    # reason for "suspect"; `widened` says why the tolerance is above the threshold,
+    # `unusable` why the anchor shows the measurement cannot gate.
+    load_cancelled: bool = False
+    # The fastest decile's tolerance when not the basis's (the CPU anchor: a tolerance widened
+    # for between-session noise would ask the noisy decile for more than the median).
+    low_tolerance: float | None = None
+    widened: str | None = None
+    unusable: str | None = None
+    # The time the verdict is decided on when it is not the wall median (the number shown is
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
+    # "anchor-scaled", "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
+    gated_label: str | None = None
+    gated_now_s: float | None = None
+    gated_baseline_s: float | None = None
+    # The factors applied and why (the Verdict fields of the same names):
+    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to `now`
+    sm_mhz: float | None = None
+    baseline_sm_mhz: float | None = None
+    raw_change: float | None = None  # the change of the unscaled median time
+    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
+    anchor: str | None = None  # the anchor's identity
+    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+
+    def gated(self, label: str, now_s: float, baseline_s: float) -> None:
+        """Name the time this basis compares when it is not the wall median."""
+        self.gated_label, self.gated_now_s, self.gated_baseline_s = label, now_s, baseline_s
+
+    def verdict_fields(self) -> dict[str, Any]:
+        """The Verdict fields this basis sets (those it left unset stay the Verdict's None)."""
+        names = (
+            "gated_label", "gated_now_s", "gated_baseline_s", "clock_scale", "sm_mhz",
+            "baseline_sm_mhz", "raw_change", "clock_limited", "anchor", "anchor_change",
+        )  # fmt: skip
+        return {name: getattr(self, name) for name in names}
+
+
+@dataclass
+class Incomparable:
+    """No gate on this pair: the basis, the reason and the change where one exists."""
+
+    text: str
+    reason: str
+    tolerance: float
+    change: float | None = None
+
+
 class BaselineError(KernelproError):
     """A baseline file is missing, empty, corrupt or of another schema version."""
-
-
-# Up to 200 samples: at that size the regression test (Mann-Whitney U at alpha 0.01,
-# `verdict.py`) already resolves a shift far under the smallest threshold, so more would only
-# make the file bigger. The kept values are the sample's quantiles
-# (`quantile_subsample`); `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
-BASELINE_SAMPLES = 200
 
 
 @dataclass
@@ -225,13 +304,13 @@ class BaselineEntry:
     efficiency: float | None = None
     roofline_time_s: float | None = None
     method: str | None = None
-    # The clock the samples ran at (gate/verdict_basis.py); absent for CPU timings.
+    # The clock the samples ran at (gate/clock_basis.py); absent for CPU timings.
     sm_mhz: float | None = None  # mean SM clock over the NVML readings during the samples
     max_sm_mhz: float | None = None  # the GPU's maximum SM clock
     clock_capped_share: float | None = None  # share of samples under a power/thermal limit
     bound: str | None = None  # the reference's roofline bound
     # The anchored samples of a capped measurement (measure/timing/anchor.py): the
-    # anchor's identity, its median, and kernel / anchor per pair (gate/verdict_basis.py).
+    # anchor's identity, its median, and kernel / anchor per pair (gate/clock_basis.py).
     anchor: str | None = None
     anchor_median_s: float | None = None
     anchor_ratios: list[float] | None = None
@@ -248,101 +327,20 @@ class BaselineEntry:
     cpu_anchor_s: list[float] | None = None
     cpu_busy: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain types only, in a stable key order, for YAML (clock and anchor keys only when
-        known, so a baseline without them reads as before)."""
-        clock = {
-            key: value
-            for key, value in (
-                ("sm_mhz", _sig(self.sm_mhz)),
-                ("max_sm_mhz", _sig(self.max_sm_mhz)),
-                ("clock_capped_share", _sig(self.clock_capped_share)),
-                ("bound", self.bound),
-            )
-            if value is not None
-        }
-        if self.anchor and self.anchor_ratios:
-            clock.update(
-                anchor=self.anchor,
-                anchor_median_s=_sig(self.anchor_median_s),
-                anchor_ratios=[_sig(v) for v in self.anchor_ratios],
-            )
-        process = {
-            key: value
-            for key, value in (
-                ("autotune", self.autotune),
-                ("library", self.library),
-                ("environment", self.environment),
-            )
-            if value is not None
-        }
-        if self.cpu_kernel_s and self.cpu_anchor_s:
-            clock.update(
-                cpu_kernel_s=[_sig(v) for v in self.cpu_kernel_s],
-                cpu_anchor_s=[_sig(v) for v in self.cpu_anchor_s],
-            )
-            if self.cpu_busy:
-                clock["cpu_busy"] = self.cpu_busy
-        return {
-            "name": self.name,
-            "kernel": self.kernel,
-            "device": self.device,
-            "median_s": _sig(self.median_s),
-            "q1_s": _sig(self.q1_s),
-            "q3_s": _sig(self.q3_s),
-            "n": int(self.n),
-            "efficiency": _sig(self.efficiency),
-            "roofline_time_s": _sig(self.roofline_time_s),
-            "method": self.method,
-            **clock,
-            **process,
-            "samples_s": [_sig(v) for v in self.samples_s],
-        }
-
-    @classmethod
-    def from_record(cls, record: KernelRecord) -> BaselineEntry | None:
-        """The entry for a measured record; None when the record has no timing samples."""
-        timing, stats = record.timing, record.timing.stats if record.timing else None
-        if timing is None or stats is None:
-            return None
-        samples = [float(v) for v in timing.samples_s or () if _finite_pos(v)]
-        med = stats.median_s
-        if not samples or med is None or not _finite_pos(med):
-            return None
-        clock = record_clock_facts(record)
-        anchor = anchor_of_timing(timing.anchor)
-        cpu = record_cpu_anchor(record)
-        return cls(
-            name=record.name,
-            kernel=record.kernel,
-            device=record.device,
-            median_s=float(med),
-            q1_s=finite_float(stats.q1_s),
-            q3_s=finite_float(stats.q3_s),
-            n=int(stats.n or len(samples)),
-            efficiency=finite_float(record.efficiency),
-            roofline_time_s=finite_float(record.roofline_time_s),
-            method=timing.method,
-            samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
-            sm_mhz=clock.sm_mhz,
-            max_sm_mhz=clock.max_sm_mhz,
-            clock_capped_share=clock.capped_share,
-            bound=clock.bound,
-            anchor=None if anchor is None else anchor.name,
-            anchor_median_s=None if anchor is None else anchor.anchor_median_s,
-            anchor_ratios=None
-            if anchor is None
-            else quantile_subsample(list(anchor.ratios), BASELINE_SAMPLES),
-            autotune=None if record.autotune is None else list(record.autotune.choices),
-            library=None if record.autotune is None else record.autotune.library,
-            environment=None if record.environment is None else record.environment.versions(),
-            cpu_kernel_s=None
-            if cpu is None
-            else quantile_subsample(cpu.kernel_s, BASELINE_SAMPLES),
-            cpu_anchor_s=None
-            if cpu is None
-            else quantile_subsample(cpu.anchor_s, BASELINE_SAMPLES),
-            cpu_busy=None if cpu is None else cpu.busy,
+    def differs_beside_code(self, record: KernelRecord) -> bool:
+        """Whether `record`'s autotune picks, code-changing versions or library settings may
+        differ from this entry's (`gate/run_differences.py` names them); False only where
+        none can: no choices of its own against recorded ones, the same versions and library
+        settings, and cuDNN's per-process algorithm pick off."""
+        autotune = record.autotune
+        library = autotune.library if autotune else None
+        versions = record.environment.versions() if record.environment else None
+        return bool(
+            (autotune and autotune.choices)
+            or self.autotune is None
+            or versions != self.environment
+            or library != self.library
+            or (library or {}).get("cudnn.benchmark") is True
         )
 
 
@@ -357,13 +355,13 @@ def parse_entry(raw: Any) -> BaselineEntry:
     if not isinstance(raw, dict):
         raise ValueError(f"the entry is a {type(raw).__name__}, expected a mapping")
     median = raw.get("median_s")
-    if not _finite_pos(median):
+    if not finite_positive(median):
         raise ValueError(f"median_s is {median!r}, expected a positive number of seconds")
     samples = raw.get("samples_s")
     if not isinstance(samples, list) or not samples:
         raise ValueError(f"samples_s is {_short(samples)}, expected a non-empty list of seconds")
     if not _all_finite_pos(samples):
-        bad = next(v for v in samples if not _finite_pos(v))
+        bad = next(v for v in samples if not finite_positive(v))
         raise ValueError(f"samples_s holds {_short(bad)}, expected positive numbers")
     out = BaselineEntry(
         name=_opt_str(raw, "name") or "",
@@ -381,7 +379,7 @@ def parse_entry(raw: Any) -> BaselineEntry:
     out.bound = _opt_str(raw, "bound")
     out.anchor = _opt_str(raw, "anchor")
     value = raw.get("anchor_median_s")
-    if value is not None and not _finite_pos(value):
+    if value is not None and not finite_positive(value):
         raise ValueError(f"anchor_median_s is {_short(value)}, expected a positive number or null")
     out.anchor_median_s = None if value is None else float(value)
     ratios = raw.get("anchor_ratios")
@@ -464,7 +462,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _finite_pos(value: Any) -> bool:
+def finite_positive(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value > 0
 
 
@@ -472,23 +470,16 @@ _PLAIN_NUMBERS = frozenset({int, float})
 
 
 def _all_finite_pos(values: list[Any]) -> bool:
-    """`_finite_pos` of every value of a non-empty list, each pass in C (a baseline entry holds
+    """`finite_positive` of every value of a non-empty list, each pass in C (a baseline entry holds
     hundreds of samples per list: a Python call per value was most of a session's start).
-    Exactly `int` and `float` here; a subclass (`numpy.float64`) goes to `_finite_pos` one by one."""
+    Exactly `int` and `float` here; a subclass (`numpy.float64`) goes to `finite_positive` one by one."""
     if _PLAIN_NUMBERS.issuperset(map(type, values)):
         return all(map(math.isfinite, values)) and min(values) > 0
-    return all(_finite_pos(v) for v in values)
+    return all(finite_positive(v) for v in values)
 
 
 def _finite_nonneg(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value >= 0
-
-
-def _sig(value: float | None) -> float | None:
-    """Six significant digits: below the timers' resolution, and a third the size."""
-    if value is None:
-        return None
-    return float(f"{float(value):.6g}")
 
 
 class EntryMap(dict[str, BaselineEntry]):
@@ -528,16 +519,6 @@ class Baseline:
         """
         entry = self.entries.get(record.nodeid)
         return entry if entry is not None else self.entries.get(record.name)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "schema_version": self.schema_version,
-            "tool": self.tool,
-            "device": self.device,
-            "commit": self.commit,
-            "created": self.created,
-            "kernels": {key: e.to_dict() for key, e in sorted(self.entries.items())},
-        }
 
 
 def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:

@@ -1,7 +1,8 @@
-"""Writing a baseline file (`--kernelpro-save-baseline`): the measured records' entries,
-merged with the entries already in the file, written atomically under a lock, and the note
-on entries too noisy to gate on (`too_noisy_note`). A check session only reads baselines
-(`gate/baseline.py`) and never imports this.
+"""Writing a baseline file (`--kernelpro-save-baseline`): the measured records' entries
+(`entry_from_record`) in their YAML form (`entry_dict`), merged with the entries already in
+the file, written atomically under a lock, and the note on entries too noisy to gate on
+(`too_noisy_note`). A check session only reads baselines (`gate/baseline.py`) and never
+imports this.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
@@ -20,12 +22,136 @@ from pytest_kernelpro.gate.baseline import (
     Baseline,
     BaselineEntry,
     BaselineError,
+    anchor_of_timing,
     detect_commit,
+    finite_positive,
     load_baseline,
+    quantile_subsample,
+    record_clock_facts,
+    record_cpu_anchor,
 )
-from pytest_kernelpro.gate.render_session import NOTE_WIDTH, Note
+from pytest_kernelpro.gate.format import NOTE_WIDTH, Note, finite_float
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.record import KernelRecord
+
+# Up to 200 samples: at that size the regression test (Mann-Whitney U at alpha 0.01,
+# `verdict.py`) already resolves a shift far under the smallest threshold, so more would only
+# make the file bigger. The kept values are the sample's quantiles
+# (`quantile_subsample`); `median_s`, `q1_s`, `q3_s` and `n` come from all samples.
+BASELINE_SAMPLES = 200
+
+
+def entry_from_record(record: KernelRecord) -> BaselineEntry | None:
+    """The entry for a measured record; None when the record has no timing samples."""
+    timing, stats = record.timing, record.timing.stats if record.timing else None
+    if timing is None or stats is None:
+        return None
+    samples = [float(v) for v in timing.samples_s or () if finite_positive(v)]
+    med = stats.median_s
+    if not samples or med is None or not finite_positive(med):
+        return None
+    clock = record_clock_facts(record)
+    anchor = anchor_of_timing(timing.anchor)
+    cpu = record_cpu_anchor(record)
+    return BaselineEntry(
+        name=record.name,
+        kernel=record.kernel,
+        device=record.device,
+        median_s=float(med),
+        q1_s=finite_float(stats.q1_s),
+        q3_s=finite_float(stats.q3_s),
+        n=int(stats.n or len(samples)),
+        efficiency=finite_float(record.efficiency),
+        roofline_time_s=finite_float(record.roofline_time_s),
+        method=timing.method,
+        samples_s=quantile_subsample(samples, BASELINE_SAMPLES),
+        sm_mhz=clock.sm_mhz,
+        max_sm_mhz=clock.max_sm_mhz,
+        clock_capped_share=clock.capped_share,
+        bound=clock.bound,
+        anchor=None if anchor is None else anchor.name,
+        anchor_median_s=None if anchor is None else anchor.anchor_median_s,
+        anchor_ratios=None
+        if anchor is None
+        else quantile_subsample(list(anchor.ratios), BASELINE_SAMPLES),
+        autotune=None if record.autotune is None else list(record.autotune.choices),
+        library=None if record.autotune is None else record.autotune.library,
+        environment=None if record.environment is None else record.environment.versions(),
+        cpu_kernel_s=None if cpu is None else quantile_subsample(cpu.kernel_s, BASELINE_SAMPLES),
+        cpu_anchor_s=None if cpu is None else quantile_subsample(cpu.anchor_s, BASELINE_SAMPLES),
+        cpu_busy=None if cpu is None else cpu.busy,
+    )
+
+
+def _sig(value: float | None) -> float | None:
+    """Six significant digits: below the timers' resolution, and a third the size."""
+    if value is None:
+        return None
+    return float(f"{float(value):.6g}")
+
+
+def entry_dict(entry: BaselineEntry) -> dict[str, Any]:
+    """The entry in plain types only, in a stable key order, for YAML (clock and anchor keys
+    only when known, so a baseline without them reads as before)."""
+    clock = {
+        key: value
+        for key, value in (
+            ("sm_mhz", _sig(entry.sm_mhz)),
+            ("max_sm_mhz", _sig(entry.max_sm_mhz)),
+            ("clock_capped_share", _sig(entry.clock_capped_share)),
+            ("bound", entry.bound),
+        )
+        if value is not None
+    }
+    if entry.anchor and entry.anchor_ratios:
+        clock.update(
+            anchor=entry.anchor,
+            anchor_median_s=_sig(entry.anchor_median_s),
+            anchor_ratios=[_sig(v) for v in entry.anchor_ratios],
+        )
+    process = {
+        key: value
+        for key, value in (
+            ("autotune", entry.autotune),
+            ("library", entry.library),
+            ("environment", entry.environment),
+        )
+        if value is not None
+    }
+    if entry.cpu_kernel_s and entry.cpu_anchor_s:
+        clock.update(
+            cpu_kernel_s=[_sig(v) for v in entry.cpu_kernel_s],
+            cpu_anchor_s=[_sig(v) for v in entry.cpu_anchor_s],
+        )
+        if entry.cpu_busy:
+            clock["cpu_busy"] = entry.cpu_busy
+    return {
+        "name": entry.name,
+        "kernel": entry.kernel,
+        "device": entry.device,
+        "median_s": _sig(entry.median_s),
+        "q1_s": _sig(entry.q1_s),
+        "q3_s": _sig(entry.q3_s),
+        "n": int(entry.n),
+        "efficiency": _sig(entry.efficiency),
+        "roofline_time_s": _sig(entry.roofline_time_s),
+        "method": entry.method,
+        **clock,
+        **process,
+        "samples_s": [_sig(v) for v in entry.samples_s],
+    }
+
+
+def baseline_dict(baseline: Baseline) -> dict[str, Any]:
+    """The baseline file's content, its entries in node id order."""
+    return {
+        "schema_version": baseline.schema_version,
+        "tool": baseline.tool,
+        "device": baseline.device,
+        "commit": baseline.commit,
+        "created": baseline.created,
+        "kernels": {key: entry_dict(e) for key, e in sorted(baseline.entries.items())},
+    }
 
 
 def _session_device(records: list[KernelRecord]) -> str:
@@ -70,7 +196,7 @@ def _save_locked(
             )
     measured = 0
     for record in records:
-        entry = BaselineEntry.from_record(record)
+        entry = entry_from_record(record)
         if entry is not None:
             entries[record.nodeid] = entry
             measured += 1
@@ -94,7 +220,9 @@ def _save_locked(
         "# pytest-kernelpro baseline: written by --kernelpro-save-baseline; "
         "read by --kernelpro-check --kernelpro-baseline\n"
     )
-    text = yaml.safe_dump(baseline.to_dict(), sort_keys=False, default_flow_style=None, width=100)
+    text = yaml.safe_dump(
+        baseline_dict(baseline), sort_keys=False, default_flow_style=None, width=100
+    )
     atomic_write_text(target, header + text)
     return baseline
 
@@ -132,7 +260,7 @@ def too_noisy_note(records: Iterable[KernelRecord]) -> Note | None:
     so every later check of it would read "unresolved". None when every entry is fine."""
     noisy: list[tuple[str, float, str]] = []
     for record in records:
-        entry = BaselineEntry.from_record(record)
+        entry = entry_from_record(record)
         if entry is None:
             continue
         try:

@@ -1,6 +1,6 @@
 """What decides a regression after the first comparison: the re-measurement that confirms
 it, and what a difference of autotune picks does to it (the picks themselves, and a changed
-environment named in the reason, are `verdict.py`'s).
+environment named in the reason, are `run_differences.py`'s).
 
 **Confirmation.** `verdict.decide_verdict` calls a kernel "regressed" only provisionally: the plugin
 re-times the kernel (`needs_confirmation`) and `confirm` lets the regression stand only if
@@ -38,20 +38,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from pytest_kernelpro.gate.baseline import pct_text
+from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
     IMPROVED,
     OK,
     REGRESSED,
     SUSPECT,
-    AutotuneComparison,
-    PickDifference,
     Verdict,
     decide_verdict,
     finish_verdict,
     needs_confirmation,
     p_text,
-    pct_text,
     roofline_floor,
 )
 from pytest_kernelpro.gate.verdict_basis import CPU_ANCHOR_PREFIX, UNUSABLE_WORDS, lower_bar

@@ -1,12 +1,6 @@
 """Every text about the session as a whole (those of one record: format.py): the terminal
-summary's kernel table and the lines under it. Pure functions of the settings, the records
-and the paths; `run/session.py` writes them.
-
-**Process notes.** A note line per kernel under the table, not a column: most kernels have
-none. A kernel's autotune note is shown when it explains its verdict (a re-measurement decided
-between the pick and the code, or the kernel is not "ok"); kernels whose picks differ but that
-are within tolerance are counted in one line. The changed versions are the session's, named
-once.
+summary's kernel table and the lines under it (the process notes: process_notes.py). Pure
+functions of the settings, the records and the paths; `run/session.py` writes them.
 
 **Checked nothing.** The rule: among the kernels that were timed and had a baseline entry
 (every verdict but "new" and "not timed"), when each one is "incomparable" (a baseline from
@@ -29,15 +23,19 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import (
+    NOTE_WIDTH,
+    Note,
     cross_device,
+    fit,
     gated_elsewhere,
-    record_status,
+    kernel_names,
+    names_line,
+    plain_note,
     short_device,
     sort_key,
     stat,
@@ -45,92 +43,6 @@ from pytest_kernelpro.gate.format import (
 )
 from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
-
-
-def _names(records: Sequence[KernelRecord], limit: int = 5) -> str:
-    names = [r.name for r in records[:limit]]
-    return ", ".join(names) + (f" and {len(records) - limit} more" if len(records) > limit else "")
-
-
-def _listed(names: Sequence[str], limit: int = 10) -> str:
-    return ", ".join(names[:limit]) + (" ..." if len(names) > limit else "")
-
-
-def coverage_lines(
-    left: Sequence[str], without: Sequence[str], *, verbose: bool = True
-) -> list[str]:
-    """`left`: baseline entries no kernel of the run matched; `without`: kernels with no
-    baseline entry. Without `verbose` one short line each (-v lists them)."""
-    if not verbose:
-        return _short_coverage_lines(left, without)
-    lines = []
-    if left:
-        lines.append(
-            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
-            f"kernel of this run (removed, renamed or deselected): {_listed(left)}"
-        )
-    if without:
-        lines.append(
-            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
-            f"--kernelpro-save-baseline adds them): {_listed(without)}"
-        )
-    return lines
-
-
-# A note's terminal line, after the "kernelpro: " it is printed with, stays under 100
-# characters: one line per condition in an 80-100 column terminal or a CI log.
-NOTE_WIDTH = 88
-
-
-@dataclass(frozen=True)
-class Note:
-    """One condition of the session. `short`: its terminal line (under NOTE_WIDTH
-    characters, naming the setting or step that changes it); `full`: the whole text, shown
-    under -v and kept in the JSON report and the PR comment's details; `normal`: the
-    machine's normal state (said only in the full text)."""
-
-    short: str
-    full: str
-    normal: bool = False
-
-
-def fit(text: str, width: int = NOTE_WIDTH) -> str:
-    """`text` cut to `width` characters at a word, with an ellipsis when cut."""
-    if len(text) <= width:
-        return text
-    cut = text[: width - 1].rsplit(" ", 1)[0].rstrip(",;:(")
-    return cut + "…"
-
-
-def _line(head: str, records: Sequence[KernelRecord], tail: str) -> str:
-    """`head (names)tail` within NOTE_WIDTH: the names give way first (`tail` names the
-    setting, so it is never cut)."""
-    for limit in (3, 2, 1):
-        text = f"{head} ({_names(records, limit)}){tail}"
-        if len(text) <= NOTE_WIDTH:
-            return text
-    return fit(f"{head}{tail}")
-
-
-def _short_coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
-    lines = []
-    if left:
-        lines.append(
-            "kernelpro: "
-            + fit(
-                f"{len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no kernel "
-                f"(renamed or deselected?): {_listed(left, 2)}"
-            )
-        )
-    if without:
-        lines.append(
-            "kernelpro: "
-            + fit(
-                f"{len(without)} kernel(s) without a baseline entry (--kernelpro-save-baseline): "
-                f"{_listed(without, 2)}"
-            )
-        )
-    return lines
 
 
 def session_notes(
@@ -175,7 +87,7 @@ def session_conditions(
         first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
         out.append(
             Note(
-                _line(
+                names_line(
                     f"{len(fixed)} kernel(s) timed on inputs that stay the same",
                     fixed,
                     "; -v says what to change",
@@ -188,12 +100,12 @@ def session_conditions(
         first = overrun[0].timing.budget_note if overrun[0].timing else ""
         out.append(
             Note(
-                _line(
+                names_line(
                     f"{len(overrun)} CPU timing(s) overran the time budget",
                     overrun,
                     "; -v says why; --kernelpro-time-budget",
                 ),
-                f"{len(overrun)} CPU timing(s) overran the time budget ({_names(overrun)}): "
+                f"{len(overrun)} CPU timing(s) overran the time budget ({kernel_names(overrun)}): "
                 f"{first}",
             )
         )
@@ -203,7 +115,7 @@ def session_conditions(
             Note(
                 f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled: no CUDA GPU here",
                 f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled "
-                f"({_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and this run "
+                f"({kernel_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and this run "
                 "had none",
             )
         )
@@ -211,32 +123,23 @@ def session_conditions(
     if invalid:
         full = (
             f"{len(invalid)} kernel(s) with an invalid marker failed without running "
-            f"({_names(invalid)}); the failure says what to fix"
+            f"({kernel_names(invalid)}); the failure says what to fix"
         )
-        short = _line(
+        short = names_line(
             f"{len(invalid)} kernel(s) with an invalid marker failed", invalid, "; see each failure"
         )
         out.append(Note(short, full))
     unresolved = [r for r in records if r.gate is not None and r.gate.status == "unresolved"]
     if unresolved:
-        out.append(_unresolved_note(unresolved))
-    skipped = _skip_notes(records)
-    out.extend(skipped)
+        from pytest_kernelpro.gate.condition_notes import unresolved_note
+
+        out.append(unresolved_note(unresolved))
+    if any(r.outcome == "skipped" for r in records):
+        from pytest_kernelpro.gate.condition_notes import skip_notes
+
+        out.extend(skip_notes(records))
     out.extend(note if isinstance(note, Note) else plain_note(note) for note in notes)
     return out
-
-
-def plain_note(text: str) -> Note:
-    """A note another part of the session gave as one string: cut to one line that says -v
-    has the rest, keeping a closing "(what to do)" of up to 45 characters, which is where
-    these notes name their fix ("(`kernelpro calibrate` on a quiet machine)")."""
-    if len(text) <= NOTE_WIDTH:
-        return Note(text, text)
-    import re
-
-    fix = re.search(r" \(([^()]{1,43})\)$", text)
-    tail = fix.group(0) if fix else " (-v)"
-    return Note(fit(text[: fix.start()] if fix else text, NOTE_WIDTH - len(tail)) + tail, text)
 
 
 def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
@@ -256,7 +159,7 @@ def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
     )
     threads = (load.get("threads") or 1) > 1
     full = (
-        f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({_names(busy)}): "
+        f"{len(busy)} CPU timing(s) taken on an oversubscribed CPU ({kernel_names(busy)}): "
         f"{CpuLoad.from_dict(load).describe()}. {advice}"
         + (" or with --kernelpro-cpu-threads=1" if threads else "")
     )
@@ -270,62 +173,6 @@ def _busy_note(busy: Sequence[KernelRecord], *, check: bool) -> Note:
     if len(short) > NOTE_WIDTH:
         short = fit(head + fix)
     return Note(short, full, normal=not check)
-
-
-def _unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:
-    """Verdicts whose tolerance cannot tell a 1.5x change (`gate.verdict.UNRESOLVED`)."""
-    widest = max(r.gate.tolerance for r in unresolved if r.gate)
-    full = f"{len(unresolved)} kernel(s) unresolved: " + "; ".join(
-        f"{r.name}: {r.gate.reason}" for r in unresolved if r.gate
-    )
-    short = _line(
-        f"{len(unresolved)} kernel(s) unresolved, tolerance up to ±{widest:.0%}",
-        unresolved,
-        "; re-save the baseline on a quiet machine",
-    )
-    return Note(short, full)
-
-
-def _skip_notes(records: Sequence[KernelRecord]) -> list[Note]:
-    """One line per distinct reason kernels were skipped (pytest's own summary shows skip
-    reasons only with -rs)."""
-    # Kernels skipped alike share a line: grouped by the first clause of their reason, with
-    # the kernel's own name taken out; the full text lists each reason once.
-    by_clause: dict[str, list[tuple[KernelRecord, str]]] = {}
-    for record in records:
-        if record.outcome == "skipped":
-            reason = _without_name(skip_reason(record), record.name)
-            by_clause.setdefault(_first_clause(reason), []).append((record, reason))
-    notes = []
-    for clause, group in by_clause.items():
-        kernels = [record for record, _ in group]
-        reasons = "; ".join(dict.fromkeys(reason for _, reason in group))
-        notes.append(
-            Note(
-                plain_note(f"{len(kernels)} kernel(s) skipped: {clause}").short,
-                f"{len(kernels)} kernel(s) skipped ({_names(kernels)}): {reasons}",
-            )
-        )
-    return notes
-
-
-def _first_clause(reason: str) -> str:
-    """A skip reason's first clause ("it needs a CUDA GPU"), with " (-v)" when cut there."""
-    head = reason.split(", but ", 1)[0].split("; ", 1)[0].split(" (", 1)[0]
-    return head if head == reason else f"{head} (-v)"
-
-
-def _without_name(reason: str, name: str) -> str:
-    """`reason` with the kernel's name said as "it" where the reason starts with it ("NAME is
-    a cuda kernel that ..."), the one place a skip reason names its kernel; the name found
-    elsewhere is a word of the reason (a kernel named `a` in "needs a CUDA GPU")."""
-    return "it" + reason[len(name) :] if reason.startswith(name + " ") else reason
-
-
-def skip_reason(record: KernelRecord) -> str:
-    """Why a kernel item was skipped, as the record keeps it."""
-    reason = record.message or "no reason given"
-    return str(reason).removeprefix("Skipped: ").strip()
 
 
 def missing_records_line(missing: Sequence[str], *, check: bool) -> str:
@@ -400,86 +247,15 @@ def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
     return Note(short, full, normal=default)
 
 
-# -- the process notes (module docstring) --
-
-QUIET = ("ok", "new", "passed", "skipped", "unmeasured")
-
-
-def _explains(record: KernelRecord) -> bool:
+def gives_process_note(record: KernelRecord) -> bool:
+    """Whether `record` has a process note to give (`gate/process_notes.py` reads only an
+    autotune note, a changed environment and a failed fresh-process confirmation): the table
+    imports that module only for such a record."""
     gate = record.gate
-    if gate is None or not gate.autotune_note:
-        return False
-    return record_status(record) not in QUIET or bool((gate.autotune or {}).get("decided"))
-
-
-def environment_words(records: Sequence[KernelRecord]) -> str | None:
-    """'torch 2.10.0 -> 2.11.0 (3 kernels)' over the session's changed versions, or None."""
-    from pytest_kernelpro.gate.verdict import changes_words
-
-    counts: dict[str, int] = {}
-    for record in records:
-        change = record.gate.environment_change if record.gate else None
-        if change:
-            words = changes_words(change)
-            counts[words] = counts.get(words, 0) + 1
-    if not counts:
-        return None
-    return "; ".join(f"{words} ({n} kernel{'s' * (n != 1)})" for words, n in counts.items())
-
-
-def fresh_process_failure(record: KernelRecord) -> str | None:
-    """'the fresh-process confirmation failed (...); re-measured in this process', or None:
-    a confirmation that could not run where it should is news, never only in the JSON."""
-    error = record.extra.get("confirmation_fresh_process_error")
-    if not error:
-        return None
-    from pytest_kernelpro.text_safety import safe_line
-
-    text = str(error).strip()
-    first = safe_line(text.splitlines()[0] if text else "no detail", 300)
-    return (
-        f"the fresh-process confirmation failed ({first}); re-measured in this process "
-        "instead (the JSON report holds the child's output)"
+    return bool(
+        (gate is not None and (gate.autotune_note or gate.environment_change))
+        or record.extra.get("confirmation_fresh_process_error")
     )
-
-
-@dataclass(frozen=True)
-class ProcessNotes:
-    """The process notes of a session (module docstring), for the terminal table
-    (`table_notes`) and the PR comment (`review.comment.comment_notes`)."""
-
-    picks: list[tuple[str, str]]  # (kernel, its autotune note) where the note explains it
-    fresh_failures: list[tuple[str, str]]  # (kernel, why its fresh-process confirmation failed)
-    quiet_picks: int  # kernels with other picks than the baseline's, within tolerance
-    environment: str | None  # the session's changed versions, in words
-
-
-def process_notes(records: Sequence[KernelRecord]) -> ProcessNotes:
-    """The session's process notes, read from its records once."""
-    return ProcessNotes(
-        picks=[
-            (r.name, r.gate.autotune_note)
-            for r in records
-            if r.gate and r.gate.autotune_note and _explains(r)
-        ],
-        fresh_failures=[(r.name, note) for r in records if (note := fresh_process_failure(r))],
-        quiet_picks=sum(1 for r in records if r.gate and r.gate.autotune_note and not _explains(r)),
-        environment=environment_words(records),
-    )
-
-
-QUIET_PICKS = "kernel(s) ran with other autotune picks than the baseline's, within tolerance"
-
-
-def table_notes(records: Sequence[KernelRecord]) -> list[str]:
-    """Plain-text note lines for under the terminal table."""
-    notes = process_notes(records)
-    lines = [f"{name}: {note}" for name, note in (*notes.picks, *notes.fresh_failures)]
-    if notes.quiet_picks:
-        lines.append(f"{notes.quiet_picks} {QUIET_PICKS} (the picks are in the JSON report)")
-    if notes.environment:
-        lines.append(f"environment changed since the baseline: {notes.environment}")
-    return lines
 
 
 # -- a check that checked nothing (module docstring) --
@@ -612,8 +388,11 @@ def render_terminal_table(
             if verbose
             else "* other device than the baseline: compared by % of roofline, wider tolerance"
         )
-    for note in table_notes(records):
-        say(note if verbose else fit(note, 99))
+    if any(gives_process_note(r) for r in records):
+        from pytest_kernelpro.gate.process_notes import table_notes
+
+        for note in table_notes(records):
+            say(note if verbose else fit(note, 99))
     where = f" on {devices[0]}" if len(devices) == 1 else ""
     say(f"{summary['kernels']} kernel(s){where}: " + ", ".join(parts))
     for note in table_footnotes(records, verbose=verbose):

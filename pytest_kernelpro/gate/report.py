@@ -30,7 +30,8 @@ event, so it keeps every record that finished:
 
 `kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it
 (`review/records_report.py`); a parent process reads its isolated child's records from it
-(`run/isolate.py`). Reading these files back: `report_read.py`.
+(`run/isolate.py`). Reading these files back: `report_read.py` (the log), `review/report_load.py`
+(the report).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The gate's verdict on one kernel: `decide_verdict` judges a record against its baseline
 entry, on a basis (which time is compared, at which tolerance) chosen first
-(`verdict_basis.choose_basis`), then decided here (`decide_change`); its reason names what
-differs from the baseline's run beside the code (`note_picks`, `name_environment`).
+(`verdict_basis.choose_basis`), then decided here (`decide_change`); what differs from the
+baseline's run beside the code is named in its reason by `run_differences.py`.
 
 How a regression is decided, and why:
 
@@ -44,20 +44,20 @@ its slowdown is not the kernel's.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.gate.baseline import finite_array, quantile_subsample
-from pytest_kernelpro.gate.verdict_basis import (
+from pytest_kernelpro.gate.baseline import (
     Basis,
     Incomparable,
-    choose_basis,
+    finite_array,
     is_cpu,
     pct_text,
-    quantile,
+    quantile_subsample,
 )
+from pytest_kernelpro.gate.verdict_basis import choose_basis, quantile
 
 if TYPE_CHECKING:
     import numpy as np
@@ -165,19 +165,21 @@ def default_threshold(device_kind: str) -> float:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel."""
+    """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel: the
+    fields of its record part `record.VerdictPart`, which says what each means, with
+    `failed` and `message` derived here."""
 
-    status: str  # one of STATUSES; regressed and below-roofline fail the kernel
-    change_status: str  # the baseline comparison alone (status without the roofline floor)
-    basis: str  # "time (same device: X)" or "efficiency (other device: A vs B)" or "none"
-    reason: str  # one sentence a user can act on
-    tolerance: float  # relative change allowed on this basis
-    threshold: float  # the kernel's same-device threshold
+    status: str  # one of STATUSES
+    change_status: str
+    basis: str
+    reason: str
+    tolerance: float
+    threshold: float
     cross_device_tolerance: float
     alpha: float
-    change: float | None = None  # compared quantity, now / baseline - 1; + means slower
-    change_low: float | None = None  # the same for the lower decile (the fastest calls)
-    p_value: float | None = None  # one-sided, in the direction of the change
+    change: float | None = None
+    change_low: float | None = None
+    p_value: float | None = None
     current_median_s: float | None = None
     baseline_median_s: float | None = None
     efficiency: float | None = None
@@ -188,26 +190,18 @@ class Verdict:
     n_baseline: int = 0
     below_roofline: bool = False
     min_roofline: float | None = None
-    confirmed: bool = False  # the re-measurement reproduced the regression
-    confirmation: dict[str, Any] | None = None  # set once `confirm` ran
-    # Set when the times were compared at the baseline's SM clock (verdict_basis.py):
-    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
+    confirmed: bool = False
+    confirmation: dict[str, Any] | None = None
+    clock_scale: float | None = None
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
-    raw_change: float | None = None  # the change of the unscaled median time
-    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
-    # Set when a clock-limited comparison was made relative to the clock anchor:
-    anchor: str | None = None  # the anchor's identity (measure/timing/anchor.py)
-    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
-    # The time the verdict was decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
-    # "anchor-scaled", "roofline-scaled"), now and in the baseline; gated_now_s /
-    # gated_baseline_s - 1 is the verdict's `change`. None: the wall medians decided.
+    raw_change: float | None = None
+    clock_limited: str | None = None
+    anchor: str | None = None
+    anchor_change: float | None = None
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
-    # The autotune choices against the baseline's and the gate's action (confirmation.py),
-    # and the code-changing versions that differ (environment.py), each with its words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None
     environment_change: dict[str, Any] | None = None
@@ -577,234 +571,3 @@ def finish_verdict(
         if below:
             reason = f"{reason}; also {floor_reason}"
     return Verdict(status=status, change_status=change_status, reason=reason, **kw)
-
-
-# -- What differs between the baseline's run and this one beside the kernel's code, named in
-# the verdict's reason. An autotuned kernel's speed is its code and its pick, made per process
-# by timing the candidates: when the head picked another config than the baseline did, a
-# slower median may be the pick, not the code ("autotune picked num_warps=4 for
-# _layer_norm_fwd (key 4096, torch.float16), the baseline num_warps=8"); what a difference
-# does to a regression is the confirmation's (`confirmation.settle`). A new torch, Triton,
-# CUDA runtime, cuDNN, nvcc or driver changes the machine code without a line of the kernel
-# changing: a regression that comes with one is named with it ("triton 3.5.1 -> 3.6.0"), so
-# the first suspect is on the page. A version one side does not record (an older baseline, a
-# CPU run) is not a change. --
-
-# Display names, in the order a change is named (the compiler side first).
-LABELS = {
-    "triton": "triton",
-    "torch": "torch",
-    "cuda_runtime": "CUDA runtime",
-    "hip_runtime": "HIP runtime",
-    "cudnn": "cuDNN",
-    "nvcc": "nvcc",
-    "driver": "driver",
-}
-# Statuses whose reason names a changed environment (a slower or unclear kernel).
-NAMED_IN = (REGRESSED, SUSPECT, BELOW_ROOFLINE)
-
-
-def _short_kernel(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-def _key_words(key: Sequence[Any] | None) -> str:
-    return "key unknown" if key is None else "key " + ", ".join(str(v) for v in key)
-
-
-@dataclass(frozen=True)
-class PickDifference:
-    """One autotuned kernel and key whose config differs from the baseline's."""
-
-    kernel: str
-    key: list[Any] | None
-    now: dict[str, Any]
-    baseline: dict[str, Any]
-
-    def words(self) -> str:
-        """'autotune picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the
-        baseline num_warps=8': the parameters that differ, each side's value."""
-        names = [n for n in self.now if self.now.get(n) != self.baseline.get(n)]
-        names += [n for n in self.baseline if n not in self.now]
-        now = ", ".join(f"{n}={self.now.get(n, '(unset)')}" for n in names)
-        base = ", ".join(str(self.baseline.get(n, "(unset)")) for n in names)
-        if len(names) > 1:
-            base = ", ".join(f"{n}={self.baseline.get(n, '(unset)')}" for n in names)
-        return (
-            f"autotune picked {now} for {_short_kernel(self.kernel)} ({_key_words(self.key)}), "
-            f"the baseline {base}"
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "key": self.key, "now": self.now, "baseline": self.baseline}
-
-
-@dataclass(frozen=True)
-class AutotuneComparison:
-    """The head's choices against the baseline entry's."""
-
-    differences: tuple[PickDifference, ...] = ()
-    baseline_choices: tuple[dict[str, Any], ...] = ()
-    head_choices: int = 0
-    baseline_recorded: bool = True  # False: an older baseline without choices
-
-    @property
-    def differ(self) -> bool:
-        return bool(self.differences)
-
-    def words(self) -> str:
-        return "; ".join(d.words() for d in self.differences)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "differences": [d.to_dict() for d in self.differences],
-            "head_choices": self.head_choices,
-            "baseline_choices": len(self.baseline_choices),
-            "baseline_recorded": self.baseline_recorded,
-        }
-
-
-def _choices(value: Any) -> list[Mapping[str, Any]]:
-    return [c for c in value or () if isinstance(c, Mapping) and isinstance(c.get("config"), dict)]
-
-
-def compare_choices(
-    head: Iterable[Mapping[str, Any]] | None, baseline: Iterable[Mapping[str, Any]] | None
-) -> AutotuneComparison:
-    """The kernels and keys both sides tuned whose configs differ. A key only one side tuned
-    (another shape) is no difference of pick; a baseline choice without a key matches the
-    kernel's choices at any key."""
-    head_list = _choices(head)
-    if baseline is None:
-        return AutotuneComparison(head_choices=len(head_list), baseline_recorded=False)
-    base_list = _choices(baseline)
-    differences: list[PickDifference] = []
-    for choice in head_list:
-        for old in base_list:
-            if old.get("kernel") != choice.get("kernel"):
-                continue
-            if old.get("key") is not None and old.get("key") != choice.get("key"):
-                continue
-            if dict(old["config"]) != dict(choice["config"]):
-                differences.append(
-                    PickDifference(
-                        kernel=str(choice["kernel"]),
-                        key=choice.get("key"),
-                        now=dict(choice["config"]),
-                        baseline=dict(old["config"]),
-                    )
-                )
-            break
-    return AutotuneComparison(
-        differences=tuple(differences),
-        baseline_choices=tuple(dict(c) for c in base_list),
-        head_choices=len(head_list),
-    )
-
-
-def note_picks(verdict: Verdict, picks: AutotuneComparison) -> Verdict:
-    """A verdict that needed no re-measurement, with a pick difference recorded (and named in
-    the reason of a suspect or improved kernel, where it may be the cause)."""
-    if not picks.differ and picks.baseline_recorded:
-        return verdict
-    data = picks.to_dict()
-    if not picks.differ:
-        return replace(verdict, autotune=data)
-    note = picks.words()
-    reason = verdict.reason
-    if verdict.change_status in (SUSPECT, IMPROVED):
-        reason = f"{reason}; {note}"
-    return replace(verdict, reason=reason, autotune=data, autotune_note=note)
-
-
-# A changed environment: the code-changing versions and library settings that differ
-# between the baseline and now, in words.
-
-
-def version_changes(
-    now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
-) -> dict[str, dict[str, str]]:
-    """{name: {"baseline": old, "now": new}} for every version both sides recorded that
-    differs."""
-    if not now or not baseline:
-        return {}
-    names = [n for n in LABELS if n in now or n in baseline]
-    names += sorted(n for n in {*now, *baseline} if n not in LABELS and n not in names)
-    out: dict[str, dict[str, str]] = {}
-    for name in names:
-        new, old = now.get(name), baseline.get(name)
-        if isinstance(new, str) and isinstance(old, str) and new != old:
-            out[name] = {"baseline": old, "now": new}
-    return out
-
-
-def changes_words(changes: Mapping[str, Mapping[str, str]]) -> str:
-    """'triton 3.5.1 -> 3.6.0, driver 570.86 -> 580.65' (library settings under "library")."""
-    words = []
-    for name, change in changes.items():
-        if name == "library":
-            words += [f"{n} {c['baseline']} -> {c['now']}" for n, c in change.items()]
-        else:
-            words.append(f"{LABELS.get(name, name)} {change['baseline']} -> {change['now']}")
-    return ", ".join(words)
-
-
-def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
-    """The sentence a verdict carries, or None without a change."""
-    if not changes:
-        return None
-    return (
-        f"the environment changed since the baseline ({changes_words(changes)}): a new "
-        "compiler, library or driver changes the generated code by itself"
-    )
-
-
-def library_changes(
-    now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
-) -> dict[str, dict[str, Any]]:
-    """The library algorithm settings (`measure.environment.library_choices`) both sides recorded
-    that differ: TF32 on or off, cuDNN's benchmark mode, the BLAS library, ..."""
-    if not now or not baseline:
-        return {}
-    return {
-        name: {"baseline": baseline[name], "now": now[name]}
-        for name in now
-        if name in baseline and now[name] != baseline[name]
-    }
-
-
-def library_note(changes: Mapping[str, Mapping[str, Any]], now: Mapping[str, Any] | None) -> str:
-    """The library part of the note: settings that changed, and cuDNN's per-process pick."""
-    parts = []
-    if changes:
-        words = ", ".join(f"{n} {c['baseline']} -> {c['now']}" for n, c in changes.items())
-        parts.append(f"library settings changed since the baseline ({words})")
-    if now and now.get("cudnn.benchmark") is True:
-        parts.append(
-            "cuDNN benchmark mode is on (torch.backends.cudnn.benchmark): cuDNN picks its "
-            "algorithms per process by timing them"
-        )
-    return "; ".join(parts)
-
-
-def name_environment(
-    verdict: Verdict,
-    now: Mapping[str, Any] | None,
-    baseline: Mapping[str, Any] | None,
-    library_now: Mapping[str, Any] | None = None,
-    library_baseline: Mapping[str, Any] | None = None,
-) -> Verdict:
-    """The verdict with the changed versions and library settings recorded, and named in the
-    reason of a regressed or suspect kernel."""
-    changes: dict[str, Any] = dict(version_changes(now, baseline))
-    library = library_changes(library_now, library_baseline)
-    extra = library_note(library, library_now)
-    if not changes and not extra:
-        return verdict
-    note = "; ".join(n for n in (environment_note(changes), extra) if n)
-    if library:
-        changes["library"] = library
-    reason = verdict.reason
-    if verdict.status in NAMED_IN or verdict.change_status in NAMED_IN:
-        reason = f"{reason}; {note}"
-    return replace(verdict, reason=reason, environment_change=changes, environment_note=note)

@@ -11,6 +11,8 @@ command. A check session imports none of it.
 - `plot`: `roofline_plot` (PNG), `roofline_figure` (the matplotlib Figure), `roofline_points`
 - `offline_gate`: `compare_main` (`kernelpro compare BASE HEAD`: two saved runs, offline)
 - `runs`: `history_main` (`kernelpro history`), `resolve_run` (compare's run references)
+- `junit_read`: `read_junit_records` (the records a JUnit file's properties carry);
+  `report_load`: `load_report`, `records_of`, `merge_report_dicts` (a JSON report read back)
 - `records_report`: `report_main` (`kernelpro report`: the JSON report and JUnit rebuilt
   from a records log; `--check` fails on kernels that left no record)
 """

@@ -36,11 +36,11 @@ from pytest_kernelpro.gate.format import (
     sort_key,
     stat,
 )
-from pytest_kernelpro.gate.render_session import QUIET_PICKS, process_notes
-from pytest_kernelpro.gate.report_read import records_of
+from pytest_kernelpro.gate.process_notes import QUIET_PICKS, process_notes
 from pytest_kernelpro.record import KernelRecord, SectionPart
 from pytest_kernelpro.review.comment_check import check_report
 from pytest_kernelpro.review.github import MARKER
+from pytest_kernelpro.review.report_load import records_of
 
 
 def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:
@@ -67,7 +67,7 @@ def literal_text(value: Any, *, limit: int = 300, table: bool = True) -> str:
 
 
 def comment_notes(records: Sequence[KernelRecord]) -> list[str]:
-    """The process notes (`gate.render_session.process_notes`) as Markdown lines, each string
+    """The process notes (`gate.process_notes.process_notes`) as Markdown lines, each string
     from the report as literal text."""
     notes = process_notes(records)
 

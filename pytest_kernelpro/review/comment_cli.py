@@ -23,9 +23,9 @@ __all__ = ["MARKER", "comment_main", "post_comment"]
 
 
 def _load_inputs(paths: Sequence[str]) -> dict[str, Any]:
-    from pytest_kernelpro.gate.junit import read_junit_records
     from pytest_kernelpro.gate.report import build_report
-    from pytest_kernelpro.gate.report_read import load_report, merge_report_dicts
+    from pytest_kernelpro.review.junit_read import read_junit_records
+    from pytest_kernelpro.review.report_load import load_report, merge_report_dicts
 
     reports = []
     for path in paths:
@@ -110,8 +110,8 @@ def comment_main(argv: Sequence[str] | None = None) -> int:
 
             atomic_write_text(args.out, body)
         if args.plot:
-            from pytest_kernelpro.gate.report_read import records_of
             from pytest_kernelpro.review.plot import roofline_plot
+            from pytest_kernelpro.review.report_load import records_of
 
             roofline_plot(records_of(report), args.plot)
         if not args.out and not args.post:

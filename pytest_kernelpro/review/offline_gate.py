@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, load_baseline
+from pytest_kernelpro.gate.baseline import Baseline, load_baseline
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.format import (
     STATUS_STYLE,
     format_change,
@@ -28,9 +29,9 @@ from pytest_kernelpro.gate.format import (
     gated_times,
     sort_key,
 )
-from pytest_kernelpro.gate.report_read import load_report, records_of
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, decide_verdict
 from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.review.report_load import load_report, records_of
 
 
 def _base_entries(path: str) -> Baseline:
@@ -38,7 +39,7 @@ def _base_entries(path: str) -> Baseline:
         return load_baseline(path)
     entries = {}
     for record in records_of(load_report(path)):
-        entry = BaselineEntry.from_record(record)
+        entry = entry_from_record(record)
         if entry is not None:
             entries[record.nodeid] = entry
     if not entries:
@@ -56,7 +57,7 @@ def gate_records(
 ) -> list[KernelRecord]:
     """HEAD's records with `gate` set by comparing them with BASE (no confirmation; autotune
     picks and versions that differ are noted)."""
-    from pytest_kernelpro.gate.verdict import compare_choices, name_environment, note_picks
+    from pytest_kernelpro.gate.run_differences import compare_choices, name_environment, note_picks
 
     out = []
     for record in head:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import Baseline
-    from pytest_kernelpro.gate.render_session import Note
+    from pytest_kernelpro.gate.format import Note
     from pytest_kernelpro.gate.report import RecordsLog
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
@@ -533,9 +533,9 @@ def _ignore_artifacts_dir(path: Any) -> None:
 def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
     """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
     coverage = kp.coverage()
-    if coverage is None:
+    if coverage is None or not any(coverage):  # every entry matched: nothing to say
         return []
-    from pytest_kernelpro.gate.render_session import coverage_lines
+    from pytest_kernelpro.gate.condition_notes import coverage_lines
 
     return coverage_lines(*coverage, verbose=verbose(kp))
 

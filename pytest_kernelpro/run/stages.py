@@ -307,13 +307,7 @@ def gate(
     """The verdict against the item's baseline entry (a regression is confirmed by timing it
     again, in a fresh process by default, with the baseline's autotune choices pinned, and
     profiled); a failing verdict, or a baseline that did not load, fails the item."""
-    from pytest_kernelpro.gate.verdict import (
-        compare_choices,
-        decide_verdict,
-        name_environment,
-        needs_confirmation,
-        note_picks,
-    )
+    from pytest_kernelpro.gate.verdict import decide_verdict, needs_confirmation
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 
     if run.baseline_error is not None:
@@ -321,13 +315,14 @@ def gate(
     record, entry, settings = run.record, run.baseline_entry, run.session_settings
     cross_cpu = settings.cpu_cross_device
     verdict = decide_verdict(record, entry, threshold=record.threshold, cross_cpu=cross_cpu)
-    picks = compare_choices(
-        record.autotune.choices if record.autotune else None,
-        entry.autotune if entry is not None else None,
-    )
+    head_choices = record.autotune.choices if record.autotune else None
+    # Picks, versions and library settings equal to the entry's leave nothing to name.
+    differs = entry is not None and entry.differs_beside_code(record)
     if needs_confirmation(verdict) and entry is not None:
         from pytest_kernelpro.gate.confirmation import confirm, settle
+        from pytest_kernelpro.gate.run_differences import compare_choices
 
+        picks = compare_choices(head_choices, entry.autotune)
         first_change = verdict.change
         timing, remeasured = _confirmation_timing(
             run, remeasure, fresh_remeasure, picks.baseline_choices
@@ -338,9 +333,13 @@ def gate(
         verdict = confirm(verdict, confirmed, entry, cross_cpu=cross_cpu, where=remeasured.words())
         record.extra["confirmation_timing"] = msgspec.to_builtins(timing)
         verdict = settle(verdict, picks, remeasured, settings.autotune_mismatch, first_change)
-    elif entry is not None:
-        verdict = note_picks(verdict, picks)
-    if entry is not None:
+    elif differs and entry is not None:
+        from pytest_kernelpro.gate.run_differences import compare_choices, note_picks
+
+        verdict = note_picks(verdict, compare_choices(head_choices, entry.autotune))
+    if differs and entry is not None:
+        from pytest_kernelpro.gate.run_differences import name_environment
+
         verdict = name_environment(
             verdict,
             record.environment.versions() if record.environment else None,

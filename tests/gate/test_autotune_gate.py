@@ -9,22 +9,19 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline, parse_entry
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline import load_baseline, parse_entry
+from pytest_kernelpro.gate.baseline_save import entry_dict, entry_from_record, save_baseline
 from pytest_kernelpro.gate.confirmation import FAIL, PIN, WARN, Remeasurement, settle
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.report import build_report
-from pytest_kernelpro.gate.verdict import (
-    OK,
-    REGRESSED,
-    SUSPECT,
-    Verdict,
+from pytest_kernelpro.gate.run_differences import (
     compare_choices,
     name_environment,
     note_picks,
     version_changes,
 )
+from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, Verdict
 from pytest_kernelpro.record import (
     AutotunePart,
     EnvironmentPart,
@@ -215,7 +212,7 @@ def test_the_baseline_keeps_choices_library_and_versions(tmp_path: Path) -> None
     assert entry.autotune == [choice(W4)]
     assert entry.library == {"cudnn.benchmark": False}
     assert entry.environment == {"torch": "2.11.0", "triton": "3.6.0"}
-    old = BaselineEntry.from_record(record).to_dict()
+    old = entry_dict(entry_from_record(record))
     for key in ("autotune", "library", "environment"):
         old.pop(key)
     assert parse_entry(old).autotune is None  # a file from before reads as before
@@ -231,7 +228,7 @@ def test_the_baseline_keeps_choices_library_and_versions(tmp_path: Path) -> None
     ],
 )
 def test_a_malformed_entry_is_refused_with_the_field(key: str, value: object, words: str) -> None:
-    raw = BaselineEntry.from_record(_record()).to_dict()
+    raw = entry_dict(entry_from_record(_record()))
     raw[key] = value
     with pytest.raises(ValueError, match=words.replace("[", r"\[").replace("]", r"\]")):
         parse_entry(raw)
@@ -330,3 +327,46 @@ def test_changed_library_settings_and_cudnn_benchmark_are_named() -> None:
     assert "environment changed since the baseline: cuda.matmul.allow_tf32 False -> True" in table
     same = name_environment(regressed, None, None, {"cudnn.benchmark": False}, lib_base)
     assert same is regressed  # nothing changed, nothing said
+
+
+# The item imports `run_differences` only where `BaselineEntry.differs_beside_code` says
+# something may differ: every pair it passes over must be one the module leaves as it is.
+CHOICES = ((), (choice(W4),))
+ENTRY_CHOICES = (None, [], [choice(W8)])
+VERSIONS = (None, {"torch": "2.11.0"}, {"torch": "2.12.0"}, {"torch": "2.11.0", "triton": "3.5"})
+LIBRARIES = (
+    None,
+    {"cuda.matmul.allow_tf32": False},
+    {"cuda.matmul.allow_tf32": True},
+    {"cuda.matmul.allow_tf32": False, "cudnn.benchmark": True},
+)
+
+
+def test_a_run_said_to_differ_in_nothing_gets_nothing_named() -> None:
+    from itertools import product
+
+    from gate_factories import make_record
+
+    passed_over = named = 0
+    for status in (OK, SUSPECT, REGRESSED):
+        first = verdict(status, confirmed_change=0.07, reproduced=status == REGRESSED)
+        for head, base, now_v, base_v, now_l, base_l in product(
+            CHOICES, ENTRY_CHOICES, VERSIONS, VERSIONS, LIBRARIES, LIBRARIES
+        ):
+            record = make_record("ln[1]")
+            record.autotune = AutotunePart(choices=head, library=now_l)
+            record.environment = None if now_v is None else EnvironmentPart(**now_v)
+            entry = entry_from_record(make_record("ln[1]"))
+            assert entry is not None
+            entry.autotune, entry.environment, entry.library = base, base_v, base_l
+            after = name_environment(
+                note_picks(first, compare_choices(head, base)), now_v, base_v, now_l, base_l
+            )
+            if not entry.differs_beside_code(record):
+                passed_over += 1
+                assert after == first, (head, base, now_v, base_v, now_l, base_l)
+            elif after != first:
+                named += 1
+    # Both sides of the rule are reached: runs passed over, and runs with something named.
+    assert passed_over > 0
+    assert named > 0

@@ -13,13 +13,12 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning
 from pytest_kernelpro.gate.baseline import (
-    BASELINE_SAMPLES,
     BASELINE_SCHEMA_VERSION,
     BaselineError,
     detect_commit,
     load_baseline,
 )
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline_save import BASELINE_SAMPLES, save_baseline
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The gate for power-capped kernels relative to the clock anchor (gate/verdict_basis.py), its
+"""The gate for power-capped kernels relative to the clock anchor (gate/clock_basis.py), its
 fall-backs, and the baseline keys that carry the anchored samples (old files still load)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, BaselineError, load_baseline
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline_save import entry_dict, entry_from_record, save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, decide_verdict
 from pytest_kernelpro.measure.timing.anchor import summarize_pairs
@@ -58,7 +58,7 @@ def capped(
 
 
 def entry_from(record: KernelRecord) -> BaselineEntry:
-    entry = BaselineEntry.from_record(record)
+    entry = entry_from_record(record)
     assert entry is not None
     return entry
 
@@ -260,7 +260,7 @@ def test_a_baseline_from_before_the_anchor_loads_and_gates_as_before(tmp_path: P
     assert entry.anchor is None
     assert entry.anchor_ratios is None
     assert entry.sm_mhz is None
-    assert "anchor" not in entry.to_dict()
+    assert "anchor" not in entry_dict(entry)
     now = make_record("RMSNorm", median_s=0.000169456 * 1.05, seed=14, noise=0.002, n=40)
     verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.basis == "time (same device: NVIDIA H200)"

@@ -10,7 +10,7 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import OK, REGRESSED, decide_verdict
 from pytest_kernelpro.record import KernelRecord
@@ -40,7 +40,7 @@ def capped(
 
 
 def entry_from(record: KernelRecord) -> BaselineEntry:
-    entry = BaselineEntry.from_record(record)
+    entry = entry_from_record(record)
     assert entry is not None
     return entry
 

@@ -13,7 +13,7 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, CpuAnchorSide, load_baseline, parse_entry
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline_save import entry_dict, entry_from_record, save_baseline
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import (
     IMPROVED,
@@ -73,9 +73,9 @@ def cpu_record(
 
 
 def entry(record: KernelRecord) -> BaselineEntry:
-    made = BaselineEntry.from_record(record)
+    made = entry_from_record(record)
     assert made is not None
-    return parse_entry(made.to_dict())  # what a saved baseline gives back
+    return parse_entry(entry_dict(made))  # what a saved baseline gives back
 
 
 def test_a_2x_slower_kernel_regresses_and_the_re_measurement_confirms_it() -> None:
@@ -233,7 +233,7 @@ def test_the_baseline_file_keeps_the_cpu_pairs(tmp_path: Path) -> None:
 
 
 def test_a_malformed_cpu_pair_list_is_named() -> None:
-    raw = entry(cpu_record(1 * MS, seed=26)).to_dict()
+    raw = entry_dict(entry(cpu_record(1 * MS, seed=26)))
     raw["cpu_anchor_s"] = [1e-4, -1.0]
     with pytest.raises(ValueError, match="cpu_anchor_s is .*expected a non-empty list of positive"):
         parse_entry(raw)

@@ -9,13 +9,14 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm
-from pytest_kernelpro.gate.junit import junit_properties, read_junit_records
+from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of, record_builtins
 from pytest_kernelpro.review.comment import render_comment
+from pytest_kernelpro.review.junit_read import read_junit_records
 
 # The plugin's way of attaching properties: item.user_properties, filled before the report.
 CONFTEST = """
@@ -48,7 +49,7 @@ def test_ordinary():
 
 
 def _records() -> list:
-    entry = BaselineEntry.from_record(make_record("softmax[8192x4096]", seed=1))
+    entry = entry_from_record(make_record("softmax[8192x4096]", seed=1))
     slow = make_record("softmax[8192x4096]", median_s=56e-6, seed=2)
     first = decide_verdict(slow, entry)
     slow.gate = part_of(

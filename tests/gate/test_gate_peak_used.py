@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from pytest_kernelpro.gate.baseline import BaselineEntry, load_baseline
-from pytest_kernelpro.gate.baseline_save import save_baseline
+from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline
 from pytest_kernelpro.gate.format import item_section, terminal_row
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.verdict import decide_verdict
@@ -103,7 +103,7 @@ def test_peak_used_survives_json_and_junit() -> None:
 def test_the_gate_decides_exactly_as_before_the_repricing() -> None:
     """Same device: times. Other device: time over the roofline time, which stays the op-level
     rule's in the record and the baseline. Neither moves when the efficiency is re-priced."""
-    baseline_entry = BaselineEntry.from_record(as_recorded("reference"))
+    baseline_entry = entry_from_record(as_recorded("reference"))
     assert baseline_entry is not None
     old, new = as_recorded("winner"), as_today("winner")
     assert new.roofline_time_s == old.roofline_time_s
@@ -213,7 +213,7 @@ def test_a_roofline_floor_reads_the_repriced_share() -> None:
     decision (change status) is the same either way."""
     old, new = as_recorded("winner"), as_today("winner")
     old.min_roofline = new.min_roofline = 0.8
-    entry = BaselineEntry.from_record(as_recorded("reference"))
+    entry = entry_from_record(as_recorded("reference"))
     before, after = (
         decide_verdict(old, entry, threshold=0.1),
         decide_verdict(new, entry, threshold=0.1),

@@ -11,20 +11,20 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, build_report, write_json_report
-from pytest_kernelpro.gate.report_read import load_report, merge_report_dicts, records_of
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.plot import roofline_plot, roofline_points
+from pytest_kernelpro.review.report_load import load_report, merge_report_dicts, records_of
 
 US = 1e-6
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def gated(name: str, scale: float, **kw: object):
-    entry = BaselineEntry.from_record(make_record(name, seed=99))
+    entry = entry_from_record(make_record(name, seed=99))
     rec = make_record(name, median_s=50 * US * scale, seed=1, **kw)  # type: ignore[arg-type]
     rec.gate = part_of(VerdictPart, decide_verdict(rec, entry))
     return rec

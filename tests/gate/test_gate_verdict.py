@@ -9,6 +9,7 @@ from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproConfigError
 from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.verdict import (
     BELOW_ROOFLINE,
@@ -28,7 +29,7 @@ US = 1e-6
 
 def entry_of(**kw: object) -> BaselineEntry:
     record = make_record(seed=1000, **kw)  # type: ignore[arg-type]
-    entry = BaselineEntry.from_record(record)
+    entry = entry_from_record(record)
     assert entry is not None
     return entry
 

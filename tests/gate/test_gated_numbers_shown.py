@@ -17,6 +17,7 @@ import pytest
 from test_gate_cpu_anchor import MS, cpu_record, entry
 
 from pytest_kernelpro.gate.baseline import Baseline
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.junit import junit_properties
 from pytest_kernelpro.gate.render_session import render_terminal_table
 from pytest_kernelpro.gate.verdict import decide_verdict
@@ -157,7 +158,7 @@ def test_a_pinned_re_measurement_that_decides_shows_its_own_gated_time() -> None
     """--kernelpro-autotune-mismatch=pin gates on the re-measurement: its change and gated
     time are shown, not the first measurement's (gate/confirmation.py `settle`)."""
     from pytest_kernelpro.gate.confirmation import Remeasurement, confirm, settle
-    from pytest_kernelpro.gate.verdict import AutotuneComparison, PickDifference
+    from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 
     base = cpu_record(1 * MS, seed=21)
     first = decide_verdict(cpu_record(2 * MS, seed=22), entry(base))
@@ -186,8 +187,6 @@ def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_
     import test_gate_clock_scale as scaled
     from gate_factories import make_record
 
-    from pytest_kernelpro.gate.baseline import BaselineEntry
-
     cases = [
         (
             "anchor-scaled",
@@ -208,7 +207,7 @@ def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_
         ),
     ]
     other = make_record("k", median_s=2e-3, seed=5, device="NVIDIA A100", roofline_time_s=1e-3)
-    base = BaselineEntry.from_record(
+    base = entry_from_record(
         make_record("k", median_s=1e-3, seed=6, device="NVIDIA H200", roofline_time_s=0.6e-3)
     )
     assert base is not None

@@ -14,14 +14,12 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
-from pytest_kernelpro.gate.baseline_save import save_baseline, too_noisy_note
+from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline, too_noisy_note
+from pytest_kernelpro.gate.format import NOTE_WIDTH, fit, plain_note
 from pytest_kernelpro.gate.render_session import (
     MIN_NAME,
-    NOTE_WIDTH,
-    fit,
     middle_ellipsis,
     nothing_checked_line,
-    plain_note,
     session_line,
     session_notes,
 )
@@ -57,7 +55,7 @@ def cpu_record(name: str, *, scale: float = 1.0, bimodal: bool = False, seed: in
 
 
 def entry_of(record: KernelRecord) -> BaselineEntry:
-    made = BaselineEntry.from_record(record)
+    made = entry_from_record(record)
     assert made is not None
     return made
 

@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import Baseline, BaselineEntry, unmatched
+from pytest_kernelpro.gate.baseline import Baseline, unmatched
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.render_session import session_conditions
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
@@ -91,8 +92,8 @@ def _session(verbose: int = 0) -> SimpleNamespace:
         created="",
         tool="",
         entries={
-            "test_kernels.py::softmax[8192x4096]": BaselineEntry.from_record(gpu),
-            "test_kernels.py::gone[1]": BaselineEntry.from_record(make_record("gone[1]")),
+            "test_kernels.py::softmax[8192x4096]": entry_from_record(gpu),
+            "test_kernels.py::gone[1]": entry_from_record(make_record("gone[1]")),
         },
     )
     settings = SimpleNamespace(
@@ -138,7 +139,7 @@ def compare_text() -> str:
     base_records = [make_record("a[1]", seed=1), make_record("b[1]", seed=2)]
     head = [make_record("a[1]", seed=3), make_record("b[1]", median_s=60e-6, seed=4)]
     head.append(make_record("c[1]", seed=5))
-    entries = {r.nodeid: BaselineEntry.from_record(r) for r in base_records}
+    entries = {r.nodeid: entry_from_record(r) for r in base_records}
     base = Baseline(path="base.json", device="", commit=None, created="", tool="", entries=entries)
     gated = gate_records(base, head)
     plain = render_compare_table(base, gated, width=100, color=False)
@@ -160,7 +161,7 @@ def plot_text() -> str:
     add = _h200("triton_add", median_s=190e-6, flops=6.7e7, min_bytes=8.05e8)
     reg = _h200("softmax[1]", median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
     reg.gate = part_of(
-        VerdictPart, decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]")))
+        VerdictPart, decide_verdict(reg, entry_from_record(make_record("softmax[1]")))
     )
     untimed = make_record("not_timed[1]", timed=False)
     fig = roofline_figure([add, reg, untimed])

@@ -16,7 +16,15 @@ from test_gate_clock_anchor import capped, entry_from
 from test_gate_cpu_anchor import MS, cpu_record, entry
 
 import pytest_kernelpro
-from pytest_kernelpro.gate.baseline import BaselineEntry, anchor_of_timing, record_cpu_anchor
+from pytest_kernelpro.gate.baseline import (
+    BaselineEntry,
+    Basis,
+    Incomparable,
+    anchor_of_timing,
+    record_cpu_anchor,
+)
+from pytest_kernelpro.gate.baseline_save import entry_from_record
+from pytest_kernelpro.gate.clock_basis import ANCHOR_THRESHOLD_FACTOR, CLOCK_LIMITED_FACTOR
 from pytest_kernelpro.gate.verdict import (
     IMPROVED,
     OK,
@@ -26,13 +34,7 @@ from pytest_kernelpro.gate.verdict import (
     decide_change,
     decide_verdict,
 )
-from pytest_kernelpro.gate.verdict_basis import (
-    ANCHOR_THRESHOLD_FACTOR,
-    CLOCK_LIMITED_FACTOR,
-    Basis,
-    Incomparable,
-    choose_basis,
-)
+from pytest_kernelpro.gate.verdict_basis import choose_basis
 from pytest_kernelpro.record import KernelRecord
 
 US = 1e-6
@@ -50,7 +52,7 @@ def basis_of(record: KernelRecord, base: BaselineEntry, **options: object) -> Ba
 
 
 def test_a_steady_gpu_kernel_is_compared_on_its_wall_times() -> None:
-    base = BaselineEntry.from_record(make_record(seed=1))
+    base = entry_from_record(make_record(seed=1))
     assert base is not None
     chosen = basis_of(make_record(seed=2, median_s=55e-6), base)
     assert chosen.text == "time (same device: NVIDIA H200)"
@@ -115,7 +117,7 @@ def test_clock_normalize_scales_the_samples_and_names_the_factor() -> None:
 
 
 def test_another_device_compares_time_relative_to_each_roofline() -> None:
-    base = BaselineEntry.from_record(make_record(seed=1, device="NVIDIA A100"))
+    base = entry_from_record(make_record(seed=1, device="NVIDIA A100"))
     assert base is not None
     chosen = basis_of(make_record(seed=2), base)
     assert chosen.text == "efficiency (other device: NVIDIA A100 vs NVIDIA H200)"
@@ -133,7 +135,7 @@ def test_another_device_compares_time_relative_to_each_roofline() -> None:
 def test_what_cannot_gate_is_incomparable_with_the_reason(
     base_device: str, roofline: float | None, why: str
 ) -> None:
-    base = BaselineEntry.from_record(make_record(seed=1, device=base_device))
+    base = entry_from_record(make_record(seed=1, device=base_device))
     assert base is not None
     now = make_record(seed=2, device="cpu (AMD EPYC, 1 thread)", roofline_time_s=roofline)
     chosen = choose_basis(now, base, list(now.timing.samples_s), threshold=0.05,  # type: ignore[union-attr]
@@ -266,14 +268,29 @@ def _gate_imports(name: str) -> set[str]:
 def test_the_baseline_does_not_import_the_rules() -> None:
     assert _gate_imports("baseline") & {"verdict_basis", "verdict", "confirmation"} == set()
     assert "verdict" not in _gate_imports("verdict_basis")
+    for below in ("clock_basis", "other_device_basis"):
+        assert _gate_imports(below) & {"verdict", "verdict_basis", "confirmation"} == set()
 
 
 def test_the_basis_rules_have_one_home() -> None:
+    # One module chooses (verdict_basis.py); the rules of a GPU under a clock limit
+    # (clock_basis.py) and of a baseline from another device (other_device_basis.py) are
+    # their own modules, which a CPU session against its own baseline never imports.
     for gone in ("clock_scale", "clock_anchor", "cpu_anchor", "compare"):
         assert not (GATE / f"{gone}.py").exists(), gone
-    choosers = ("def choose_basis", "def same_device_basis", "def cross_device_basis",
-                "def clock_limit_text", "def anchor_missing", "def cpu_anchor_missing")  # fmt: skip
+    homes = {
+        "def choose_basis": "verdict_basis.py",
+        "def same_device_basis": "verdict_basis.py",
+        "def cross_device_basis": "other_device_basis.py",
+        "def cpu_anchor_missing": "verdict_basis.py",
+        "def clock_basis": "clock_basis.py",
+        "def clock_limit_text": "clock_basis.py",
+        "def anchor_missing": "clock_basis.py",
+    }
+    found: dict[str, list[str]] = {chooser: [] for chooser in homes}
     for path in Path(pytest_kernelpro.__file__).resolve().parent.rglob("*.py"):
         text = path.read_text()
-        homes = [c for c in choosers if c in text]
-        assert not homes or path.name == "verdict_basis.py", (path, homes)
+        for chooser in homes:
+            if chooser + "(" in text:
+                found[chooser].append(path.name)
+    assert found == {chooser: [home] for chooser, home in homes.items()}

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_kernelpro.gate.report_read import load_report, read_records_log, records_of
+from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import CorrectnessPart, TimingPart
+from pytest_kernelpro.review.report_load import load_report, records_of
 
 KERNELS = """
 import pytest, torch

@@ -293,7 +293,7 @@ def test_save_then_check_passes_then_catches_a_regression(
     assert gate["status"] == "ok"
     assert gate["basis"].startswith("time (same device")
     junit = (kp_project.path / "junit.xml").read_text()
-    from pytest_kernelpro.gate.junit import read_junit_records
+    from pytest_kernelpro.review.junit_read import read_junit_records
 
     (from_junit,) = read_junit_records(kp_project.path / "junit.xml")
     assert from_junit.name == "neg"

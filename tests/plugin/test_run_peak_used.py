@@ -47,7 +47,7 @@ def test_a_rate_above_every_ceiling_is_named_not_hidden(
     assert record["efficiency"] == pytest.approx(10.0 / injected_timing[0])  # still > 100%
     result.stdout.fnmatch_lines(["*neg*compute (fewer FLOPs than the reference)*"])
     result.stdout.fnmatch_lines(["*peak used for this kernel: *measured exceeds*"])
-    from pytest_kernelpro.gate.junit import read_junit_records
+    from pytest_kernelpro.review.junit_read import read_junit_records
 
     (from_junit,) = read_junit_records(kp_project.path / "junit.xml")
     assert from_junit.peak_used == used

@@ -175,7 +175,7 @@ def test_sigkilled_session_keeps_finished_records_and_the_check_fails(
     missing = [r for r in report["records"] if r["extra"].get("missing_record")]
     assert [r["name"] for r in missing] == ["c_killed", "d_never"]
     assert "ended before this kernel finished" in missing[0]["message"]
-    from pytest_kernelpro.gate.junit import read_junit_records
+    from pytest_kernelpro.review.junit_read import read_junit_records
 
     from_junit = {r.name: r for r in read_junit_records(junit)}
     assert from_junit["a_first"].outcome == "passed"

@@ -22,12 +22,7 @@ from pytest_kernelpro.gate.report import (
     build_report,
     write_json_report,
 )
-from pytest_kernelpro.gate.report_read import (
-    load_report,
-    merge_report_dicts,
-    read_records_log,
-    records_of,
-)
+from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import (
     PARTS,
     CorrectnessPart,
@@ -38,6 +33,7 @@ from pytest_kernelpro.record import (
     VerdictPart,
     record_from_builtins,
 )
+from pytest_kernelpro.review.report_load import load_report, merge_report_dicts, records_of
 
 PACKAGE = Path(pytest_kernelpro.__file__).parent
 STORED = Path(__file__).parent.parent / "data" / "record" / "h200_records.json"

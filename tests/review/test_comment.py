@@ -10,7 +10,7 @@ import pytest
 from fake_github import running_fake_github
 from gate_factories import make_record
 
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import decide_verdict
@@ -25,7 +25,7 @@ TOKEN = "ghs_testtoken123"
 
 def gated(name: str, scale: float, *, device: str = "NVIDIA H200", **kw: object):
     base = make_record(name, seed=500)
-    entry = BaselineEntry.from_record(base)
+    entry = entry_from_record(base)
     rec = make_record(name, median_s=50 * US * scale, seed=7, device=device, **kw)  # type: ignore[arg-type]
     verdict = decide_verdict(rec, entry)
     if verdict.change_status == "regressed":

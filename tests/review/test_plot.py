@@ -17,7 +17,7 @@ from gate_factories import make_record
 from matplotlib.colors import to_rgba
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.baseline import BaselineEntry
+from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.plot import roofline_figure, roofline_plot, roofline_points
@@ -41,7 +41,7 @@ def _records() -> list:
         "bias_gelu[512x1024]", 50931005505996.53, median_s=111e-6, flops=1.05e6, min_bytes=4.2e6
     )
     # A bimodal slowdown: the median doubles, the fastest calls do not move -> suspect.
-    entry = BaselineEntry.from_record(make_record("bias_gelu[512x1024]", median_s=57e-6))
+    entry = entry_from_record(make_record("bias_gelu[512x1024]", median_s=57e-6))
     fast = make_record("x", median_s=30e-6, seed=5).timing.samples_s
     slow = make_record("x", median_s=115e-6, seed=6).timing.samples_s
     gelu.timing = msgspec.structs.replace(gelu.timing, samples_s=fast[:100] + slow[:300])
@@ -49,7 +49,7 @@ def _records() -> list:
     assert gelu.gate.status == "suspect"
     reg = _h200("softmax[1]", 50931005505996.53, median_s=80e-6, flops=1.7e8, min_bytes=2.7e8)
     reg.gate = part_of(
-        VerdictPart, decide_verdict(reg, BaselineEntry.from_record(make_record("softmax[1]")))
+        VerdictPart, decide_verdict(reg, entry_from_record(make_record("softmax[1]")))
     )
     assert reg.gate.status == "regressed"
     return [add, rms, gelu, reg]

@@ -170,7 +170,7 @@ def test_the_parents_calibrated_rule_reaches_the_child(tmp_path: Path) -> None:
 
 
 def test_a_failed_fresh_process_is_shown_under_the_table_not_only_in_the_json() -> None:
-    from pytest_kernelpro.gate.render_session import table_notes
+    from pytest_kernelpro.gate.process_notes import table_notes
     from pytest_kernelpro.record import KernelRecord
     from pytest_kernelpro.review.comment import comment_notes
 
