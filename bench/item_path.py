@@ -87,6 +87,8 @@ class PathTracer:
         self.phase = "configure"
         self.calls: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
         self.functions: dict[str, set[tuple[str, int]]] = {p: set() for p in PHASES}
+        # Calls per function and phase ("file:line name"), kept for `--per-function`.
+        self.function_calls: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
         self.callees: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.item_names: list[str] = []
 
@@ -102,6 +104,7 @@ class PathTracer:
             return
         self.calls[self.phase][callee] += 1
         self.functions[self.phase].add((callee, code.co_firstlineno))
+        self.function_calls[self.phase][f"{callee}:{code.co_firstlineno} {code.co_qualname}"] += 1
         caller = frame.f_back  # the nearest package frame above: who called into this file
         while caller is not None and self._relative(caller.f_code.co_filename) is None:
             caller = caller.f_back
@@ -155,6 +158,11 @@ class PathTracer:
             "record_span_files": sorted(span),
             "calls_per_file": dict(all_calls.most_common()),
             "item_files": sorted(self.calls["item"]),
+            "calls_per_function": {
+                phase: dict(self.function_calls[phase].most_common())
+                for phase in PHASES
+                if self.function_calls[phase]
+            },
             "orchestrator_files": {
                 f: n for f, n in sorted(fanout.items()) if n >= ORCHESTRATOR_FANOUT
             },
@@ -318,7 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "largest_miss": round(max(misses, key=abs)),  # how well the line holds
         }
     sizes = package_sizes(repo / "pytest_kernelpro")
-    return {
+    result: dict[str, Any] = {
         "repo": str(repo),
         "commit": commit,
         "item": args.item,
@@ -348,6 +356,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "package": sizes,
         "last_run": runs[-1],
     }
+    if args.per_function:
+        result["per_function"] = per_function(runs, xs, args.per_function)
+    return result
+
+
+def per_function(runs: list[dict[str, Any]], kernel_calls: list[int], top: int) -> list[Any]:
+    """The `top` functions by calls in the span, each with its calls per run and, where the
+    runs' kernel calls differ, its own line (fixed + per kernel call): which run once and
+    which run per timed call."""
+    names: Counter[str] = Counter()
+    per_run: list[Counter[str]] = []
+    for r in runs:
+        counts: Counter[str] = Counter()
+        for phase in RECORD_SPAN:
+            counts.update(r["calls_per_function"].get(phase, {}))
+        per_run.append(counts)
+        names.update(counts)
+    rows = []
+    for name, _total in names.most_common(top):
+        calls = [c[name] for c in per_run]
+        row: dict[str, Any] = {"function": name, "calls": calls}
+        if len(set(kernel_calls)) > 1:
+            slope, intercept = statistics.linear_regression(kernel_calls, calls)
+            row["fixed"], row["per_kernel_call"] = round(intercept, 1), round(slope, 2)
+        rows.append(row)
+    return rows
 
 
 def main() -> int:
@@ -357,6 +391,13 @@ def main() -> int:
     parser.add_argument("--item", default=DEFAULT_ITEM, help="node id, relative to the project")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument(
+        "--per-function",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also report the N most-called functions of the span, per run and fitted",
+    )
     parser.add_argument("--child-baseline", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-scratch", help=argparse.SUPPRESS)
@@ -375,6 +416,8 @@ def main() -> int:
     headline["item phase alone"] = result["per_phase"]["item"]
     headline["collection to JSON record"] = result["collection to JSON record"]
     print(json.dumps(headline, indent=1))
+    for row in result.get("per_function", []):
+        print(json.dumps(row))
     if args.json:
         args.json.write_text(text + "\n", encoding="utf-8")
     return 0
