@@ -95,8 +95,11 @@ def _machine_busy_s() -> float | None:
     if not first or first[0] != "cpu":
         return None
     try:
-        ticks = [int(v) for v in first[1:]]
-        busy = sum([ticks[i] for i in _BUSY_FIELDS if i < len(ticks)])
+        ticks = list(map(int, first[1:]))
+        busy = 0
+        for field in _BUSY_FIELDS:  # a loop, no comprehension: one call less a reading
+            if field < len(ticks):
+                busy += ticks[field]
     except ValueError:
         return None
     return busy / float(os.sysconf("SC_CLK_TCK"))

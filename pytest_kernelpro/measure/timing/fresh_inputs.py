@@ -767,12 +767,14 @@ def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
 def _same_leaves(torch: Any, a: Any, b: Any, *, values: bool) -> bool:
     """The same tensor leaves in shape and dtype, and in `values` (else in device)."""
     left, right = tensor_leaves(torch, a), tensor_leaves(torch, b)
-    return len(left) == len(right) and all(
-        x.shape == y.shape
-        and x.dtype == y.dtype
-        and (bool(torch.equal(x, y)) if values else x.device == y.device)
-        for x, y in zip(left, right, strict=True)
-    )
+    if len(left) != len(right):
+        return False
+    for x, y in zip(left, right, strict=True):  # a loop: a generator's every step is a call
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not (bool(torch.equal(x, y)) if values else x.device == y.device):
+            return False
+    return True
 
 
 def _identical(torch: Any, got: Any, expected: Any) -> bool:
@@ -816,8 +818,12 @@ def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
 
 
 def overlaps_itself(tensor: Any) -> bool:
-    """Whether elements of `tensor` share memory: a stride 0 on a dimension of size > 1."""
-    return any(n > 1 and s == 0 for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+    """Whether elements of `tensor` share memory: a stride 0 on a dimension of size > 1
+    (a loop: a generator's every step is a call)."""
+    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        if size > 1 and stride == 0:
+            return True
+    return False
 
 
 def _finite(torch: Any, out: Any) -> list[bool]:
@@ -855,8 +861,9 @@ def _mix_valid(fresh: FreshInputs, finite_before: list[bool]) -> str | None:
     except Exception as exc:
         return f"{type(exc).__name__} on a mixed input: {str(exc)[:160]}"
     finite_after = _finite(torch, expected)
-    if any(b and not a for b, a in zip(finite_before, finite_after, strict=False)):
-        return "the reference's output is not finite on a mixed input"
+    for was_finite, is_finite in zip(finite_before, finite_after, strict=False):
+        if was_finite and not is_finite:
+            return "the reference's output is not finite on a mixed input"
     failure = fresh.check(got, expected)
     if failure is not None:
         return f"the kernel and the reference disagree on a mixed input ({failure[:160]})"

@@ -56,7 +56,8 @@ def cpu_anchor_launch(torch: Any) -> Callable[[], object]:
     threads = int(torch.get_num_threads())
     if threads not in _ANCHOR_BUFFERS:
         gen = torch.Generator().manual_seed(_ANCHOR_SEED)
-        a, b = (torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen) for _ in range(2))
+        a = torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen)
+        b = torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen)
         _ANCHOR_BUFFERS[threads] = (a, b, torch.empty_like(a))
     a, b, out = _ANCHOR_BUFFERS[threads]
     return functools.partial(torch.mm, a, b, out=out)  # C all the way: no Python frame
