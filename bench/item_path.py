@@ -241,12 +241,15 @@ def trace_one_session(repo: Path, item: str, baseline: str, scratch: str, out: P
     if result["json_written"]:  # what the calls scale with: the samples, and a confirmation
         for record in json.loads(report_path.read_text(encoding="utf-8")).get("records", []):
             timing, gate = record.get("timing") or {}, record.get("gate") or {}
+            honesty = timing.get("honesty") or {}
             result.setdefault("records", []).append(
                 {
                     "name": record.get("name"),
                     "outcome": record.get("outcome"),
                     "samples": len(timing.get("samples_s") or []),
                     "warmup_runs": timing.get("warmup_runs"),
+                    "checked_calls": honesty.get("checked_calls"),
+                    "check_rate": honesty.get("check_rate"),
                     "gate_status": gate.get("status"),
                     "confirmed": gate.get("confirmed"),
                 }
@@ -304,10 +307,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per_run.append(
             {
                 "calls": r["calls"],
+                "span_calls": r["record_span"]["calls"],
                 "item_calls": r["per_phase"]["item"]["calls"],
                 "files": r["files"],
                 "item_files": r["per_phase"]["item"]["files"],
                 "kernel_calls": (record.get("samples") or 0) + (record.get("warmup_runs") or 0),
+                "checked_calls": record.get("checked_calls"),
+                "check_rate": record.get("check_rate"),
                 "gate_status": record.get("gate_status"),
                 "confirmed": record.get("confirmed"),
             }
@@ -327,6 +333,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
     sizes = package_sizes(repo / "pytest_kernelpro")
     result: dict[str, Any] = {
+        "span_fit_by_checks": fit_by_checks(per_run, "span_calls"),
+        "calls_fit_by_checks": fit_by_checks(per_run, "calls"),
         "repo": str(repo),
         "commit": commit,
         "item": args.item,
@@ -359,6 +367,35 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.per_function:
         result["per_function"] = per_function(runs, xs, args.per_function)
     return result
+
+
+def fit_by_checks(per_run: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """`key`'s calls as fixed + a per timed call + b per checked call (least squares): which
+    calls are checked is drawn at random, so at a few dozen kernel calls the line against the
+    kernel calls alone carries the draw's noise (a checked call costs more frames); with the
+    checked calls as their own term the parts are read apart, and "per kernel call" is
+    a + b times the check rate. None with fewer than 4 runs, or runs that cannot separate
+    the terms."""
+    import numpy as np
+
+    rows = [p for p in per_run if p.get("checked_calls") is not None]
+    if len(rows) < 4:
+        return None
+    design = np.array([[1.0, p["kernel_calls"], p["checked_calls"]] for p in rows])
+    calls = np.array([float(p[key]) for p in rows])
+    if np.linalg.matrix_rank(design) < 3:
+        return None
+    (fixed, per_timed, per_checked), *_ = np.linalg.lstsq(design, calls, rcond=None)
+    rate = statistics.median(float(p["check_rate"]) for p in rows)
+    misses = calls - design @ np.array([fixed, per_timed, per_checked])
+    return {
+        "fixed_calls": round(float(fixed)),
+        "per_timed_call": round(float(per_timed), 2),
+        "per_checked_call": round(float(per_checked), 2),
+        "check_rate": rate,
+        "per_kernel_call_at_the_rate": round(float(per_timed + rate * per_checked), 2),
+        "largest_miss": round(float(max(misses, key=abs))),
+    }
 
 
 def per_function(runs: list[dict[str, Any]], kernel_calls: list[int], top: int) -> list[Any]:
@@ -413,6 +450,7 @@ def main() -> int:
     headline = {k: result[k] for k in ("commit", "gate_path_lines", "modules_imported")}
     headline |= {k: result[k] for k in ("imported_lines", "calls", "files", "pytest_exit")}
     headline["calls_fit"] = result["calls_fit"]
+    headline["span_fit_by_checks"] = result["span_fit_by_checks"]
     headline["item phase alone"] = result["per_phase"]["item"]
     headline["collection to JSON record"] = result["collection to JSON record"]
     print(json.dumps(headline, indent=1))
