@@ -19,10 +19,14 @@ Each run is a fresh process (the traced session must be the process's first, or 
 count would include the baseline run's). The number of calls follows the number of timed
 samples, which varies from run to run: `--runs N` reports the smallest, median and largest,
 and a line through the runs (calls against the kernel calls the timer made) splits them into
-a fixed part and a part per kernel call.
+a fixed part and a part per kernel call; with 4 runs or more, a second fit reads the timed
+and the checked calls apart (`fit_by_checks`). `--per-function N` adds the N most-called
+functions of the span with their calls per run and their own line: which run once, which
+run per timed call.
 
 Usage (from any directory; the venv must have pytest and the package's dependencies):
     python bench/item_path.py [--repo PATH] [--item NODEID] [--runs N] [--json OUT]
+        [--per-function N]
 
 `--repo` points at another checkout (main, an older commit in a `git worktree`): its
 `pytest_kernelpro` is the one imported, and its `example_repo/` the project traced. pytest
