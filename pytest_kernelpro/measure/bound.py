@@ -209,9 +209,9 @@ def intact_parts(*extra: Kept) -> tuple[list[bool], list[str], tuple[Any, ...], 
     sample (a call less a sample): the torch links' state (`[clean]`, the modules not seen
     yet), (reader, owners, names, values) per group, the groups' own lists (kept up to date
     in place), and the marker of a missing name."""
-    groups = [
-        (dict.get if k.by_dict else getattr, k.owners, k.names, k.values) for k in _ALL_KEPT + extra
-    ]
+    groups = []
+    for kept in _ALL_KEPT + extra:  # a loop, no comprehension: every round runs this
+        groups.append((dict.get if kept.by_dict else getattr, kept.owners, kept.names, kept.values))
     return _torch_clean, _torch_pending, tuple(groups), _MISSING
 
 

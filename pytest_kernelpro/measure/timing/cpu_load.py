@@ -24,6 +24,7 @@ counts are never compared as one machine's, and ceilings are cached per count.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -33,8 +34,10 @@ from typing import Any
 from pytest_kernelpro.measure import bound
 
 
+@functools.cache
 def cpu_model_name() -> str:
-    """The CPU's marketing name from /proc/cpuinfo, else `platform.processor()`."""
+    """The CPU's marketing name from /proc/cpuinfo, else `platform.processor()` (read once
+    a process: the timer, the ceilings and their machine identity each ask)."""
     import platform
 
     try:
