@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -494,9 +495,9 @@ def _two_stage_pass(
     and infinity screens; one synchronization reads the table; a row `settled` refuses is
     taken again by `full`. Each returns (row, where its largest ratio is, or None). Returns
     the table on the CPU and those places, chunk-relative."""
-    firsts = [quick(lo) for lo in steps]
-    table = torch.stack([row for row, _ in firsts]).cpu()  # the one synchronization
-    best = [at for _, at in firsts]
+    firsts = list(map(quick, steps))  # `map`s: no comprehension frames
+    table = torch.stack(list(map(itemgetter(0), firsts))).cpu()  # the one synchronization
+    best = list(map(itemgetter(1), firsts))
     for index, lo in enumerate(steps):
         if not settled(table[index]):
             row, best[index] = full(lo)

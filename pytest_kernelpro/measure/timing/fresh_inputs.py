@@ -681,6 +681,7 @@ class FreshInputs:
 
     def to_dict(self) -> dict[str, Any]:
         per_call = self.refill_s / self.refills if self.refills else 0.0
+        checked, rate = self.outputs_checked, self.rate  # each property read once
         return {
             "mode": self.mode,
             "outputs_checked": self.outputs_checked,
@@ -688,11 +689,9 @@ class FreshInputs:
             "inputs_fixed": self.inputs_fixed,
             "calls": self._calls,
             "checked_calls": self.checked,
-            "check_rate": self.rate if self.outputs_checked else 0.0,
+            "check_rate": rate if checked else 0.0,
             # How likely a kernel skipping half of its calls got through this timing.
-            "survival_half_skipped": (
-                survival(self.rate, 0.5, self._calls) if self.outputs_checked else 1.0
-            ),
+            "survival_half_skipped": survival(rate, 0.5, self._calls) if checked else 1.0,
             "refill_s": round(self.refill_s, 6),
             "refill_per_call_s": per_call,
             "check_s": round(self.check_s, 6),
