@@ -19,10 +19,14 @@ Each run is a fresh process (the traced session must be the process's first, or 
 count would include the baseline run's). The number of calls follows the number of timed
 samples, which varies from run to run: `--runs N` reports the smallest, median and largest,
 and a line through the runs (calls against the kernel calls the timer made) splits them into
-a fixed part and a part per kernel call.
+a fixed part and a part per kernel call; with 4 runs or more, a second fit reads the timed
+and the checked calls apart (`fit_by_checks`). `--per-function N` adds the N most-called
+functions of the span with their calls per run and their own line: which run once, which
+run per timed call.
 
 Usage (from any directory; the venv must have pytest and the package's dependencies):
     python bench/item_path.py [--repo PATH] [--item NODEID] [--runs N] [--json OUT]
+        [--per-function N]
 
 `--repo` points at another checkout (main, an older commit in a `git worktree`): its
 `pytest_kernelpro` is the one imported, and its `example_repo/` the project traced. pytest
@@ -87,6 +91,8 @@ class PathTracer:
         self.phase = "configure"
         self.calls: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
         self.functions: dict[str, set[tuple[str, int]]] = {p: set() for p in PHASES}
+        # Calls per function and phase ("file:line name"), kept for `--per-function`.
+        self.function_calls: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
         self.callees: dict[tuple[str, str], set[str]] = defaultdict(set)
         self.item_names: list[str] = []
 
@@ -102,6 +108,7 @@ class PathTracer:
             return
         self.calls[self.phase][callee] += 1
         self.functions[self.phase].add((callee, code.co_firstlineno))
+        self.function_calls[self.phase][f"{callee}:{code.co_firstlineno} {code.co_qualname}"] += 1
         caller = frame.f_back  # the nearest package frame above: who called into this file
         while caller is not None and self._relative(caller.f_code.co_filename) is None:
             caller = caller.f_back
@@ -155,6 +162,11 @@ class PathTracer:
             "record_span_files": sorted(span),
             "calls_per_file": dict(all_calls.most_common()),
             "item_files": sorted(self.calls["item"]),
+            "calls_per_function": {
+                phase: dict(self.function_calls[phase].most_common())
+                for phase in PHASES
+                if self.function_calls[phase]
+            },
             "orchestrator_files": {
                 f: n for f, n in sorted(fanout.items()) if n >= ORCHESTRATOR_FANOUT
             },
@@ -233,12 +245,15 @@ def trace_one_session(repo: Path, item: str, baseline: str, scratch: str, out: P
     if result["json_written"]:  # what the calls scale with: the samples, and a confirmation
         for record in json.loads(report_path.read_text(encoding="utf-8")).get("records", []):
             timing, gate = record.get("timing") or {}, record.get("gate") or {}
+            honesty = timing.get("honesty") or {}
             result.setdefault("records", []).append(
                 {
                     "name": record.get("name"),
                     "outcome": record.get("outcome"),
                     "samples": len(timing.get("samples_s") or []),
                     "warmup_runs": timing.get("warmup_runs"),
+                    "checked_calls": honesty.get("checked_calls"),
+                    "check_rate": honesty.get("check_rate"),
                     "gate_status": gate.get("status"),
                     "confirmed": gate.get("confirmed"),
                 }
@@ -296,10 +311,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         per_run.append(
             {
                 "calls": r["calls"],
+                "span_calls": r["record_span"]["calls"],
                 "item_calls": r["per_phase"]["item"]["calls"],
                 "files": r["files"],
                 "item_files": r["per_phase"]["item"]["files"],
                 "kernel_calls": (record.get("samples") or 0) + (record.get("warmup_runs") or 0),
+                "checked_calls": record.get("checked_calls"),
+                "check_rate": record.get("check_rate"),
                 "gate_status": record.get("gate_status"),
                 "confirmed": record.get("confirmed"),
             }
@@ -318,7 +336,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "largest_miss": round(max(misses, key=abs)),  # how well the line holds
         }
     sizes = package_sizes(repo / "pytest_kernelpro")
-    return {
+    result: dict[str, Any] = {
+        "span_fit_by_checks": fit_by_checks(per_run, "span_calls"),
+        "calls_fit_by_checks": fit_by_checks(per_run, "calls"),
         "repo": str(repo),
         "commit": commit,
         "item": args.item,
@@ -348,6 +368,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "package": sizes,
         "last_run": runs[-1],
     }
+    if args.per_function:
+        result["per_function"] = per_function(runs, xs, args.per_function)
+    return result
+
+
+def fit_by_checks(per_run: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """`key`'s calls as fixed + a per timed call + b per checked call (least squares): which
+    calls are checked is drawn at random, so at a few dozen kernel calls the line against the
+    kernel calls alone carries the draw's noise (a checked call costs more frames); with the
+    checked calls as their own term the parts are read apart, and "per kernel call" is
+    a + b times the check rate. None with fewer than 4 runs, or runs that cannot separate
+    the terms."""
+    import numpy as np
+
+    rows = [p for p in per_run if p.get("checked_calls") is not None]
+    if len(rows) < 4:
+        return None
+    design = np.array([[1.0, p["kernel_calls"], p["checked_calls"]] for p in rows])
+    calls = np.array([float(p[key]) for p in rows])
+    if np.linalg.matrix_rank(design) < 3:
+        return None
+    (fixed, per_timed, per_checked), *_ = np.linalg.lstsq(design, calls, rcond=None)
+    rate = statistics.median(float(p["check_rate"]) for p in rows)
+    misses = calls - design @ np.array([fixed, per_timed, per_checked])
+    return {
+        "fixed_calls": round(float(fixed)),
+        "per_timed_call": round(float(per_timed), 2),
+        "per_checked_call": round(float(per_checked), 2),
+        "check_rate": rate,
+        "per_kernel_call_at_the_rate": round(float(per_timed + rate * per_checked), 2),
+        "largest_miss": round(float(max(misses, key=abs))),
+    }
+
+
+def per_function(runs: list[dict[str, Any]], kernel_calls: list[int], top: int) -> list[Any]:
+    """The `top` functions by calls in the span, each with its calls per run and, where the
+    runs' kernel calls differ, its own line (fixed + per kernel call): which run once and
+    which run per timed call."""
+    names: Counter[str] = Counter()
+    per_run: list[Counter[str]] = []
+    for r in runs:
+        counts: Counter[str] = Counter()
+        for phase in RECORD_SPAN:
+            counts.update(r["calls_per_function"].get(phase, {}))
+        per_run.append(counts)
+        names.update(counts)
+    rows = []
+    for name, _total in names.most_common(top):
+        calls = [c[name] for c in per_run]
+        row: dict[str, Any] = {"function": name, "calls": calls}
+        if len(set(kernel_calls)) > 1:
+            slope, intercept = statistics.linear_regression(kernel_calls, calls)
+            row["fixed"], row["per_kernel_call"] = round(intercept, 1), round(slope, 2)
+        rows.append(row)
+    return rows
 
 
 def main() -> int:
@@ -357,6 +432,13 @@ def main() -> int:
     parser.add_argument("--item", default=DEFAULT_ITEM, help="node id, relative to the project")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--json", type=Path, help="also write the result here")
+    parser.add_argument(
+        "--per-function",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also report the N most-called functions of the span, per run and fitted",
+    )
     parser.add_argument("--child-baseline", help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-scratch", help=argparse.SUPPRESS)
@@ -372,9 +454,12 @@ def main() -> int:
     headline = {k: result[k] for k in ("commit", "gate_path_lines", "modules_imported")}
     headline |= {k: result[k] for k in ("imported_lines", "calls", "files", "pytest_exit")}
     headline["calls_fit"] = result["calls_fit"]
+    headline["span_fit_by_checks"] = result["span_fit_by_checks"]
     headline["item phase alone"] = result["per_phase"]["item"]
     headline["collection to JSON record"] = result["collection to JSON record"]
     print(json.dumps(headline, indent=1))
+    for row in result.get("per_function", []):
+        print(json.dumps(row))
     if args.json:
         args.json.write_text(text + "\n", encoding="utf-8")
     return 0

@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -190,9 +191,10 @@ def map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
     containers are new (a namedtuple's type kept), other objects shared."""
     if isinstance(obj, torch.Tensor):
         return fn(obj)
-    if isinstance(obj, (list, tuple)):  # a tensor item mapped here: no call per tensor
-        tensor = torch.Tensor
-        items = [fn(x) if isinstance(x, tensor) else map_tensors(torch, x, fn) for x in obj]
+    if isinstance(obj, (list, tuple)):  # a tensor item mapped here, in a loop: no call
+        tensor, items = torch.Tensor, []
+        for x in obj:
+            items.append(fn(x) if isinstance(x, tensor) else map_tensors(torch, x, fn))
         return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     if isinstance(obj, dict):
         return {k: map_tensors(torch, v, fn) for k, v in obj.items()}
@@ -200,8 +202,11 @@ def map_tensors(torch: Any, obj: Any, fn: Callable[[Any], Any]) -> Any:
 
 
 def clone_inputs(torch: Any, obj: Any) -> Any:
-    """Deep copy of tensors (strides kept) inside lists/tuples/dicts; other objects shared."""
-    return map_tensors(torch, obj, lambda tensor: tensor.detach().clone())
+    """Deep copy of tensors (strides kept) inside lists/tuples/dicts; other objects shared.
+    A clone made without grad is detached (`tensor.detach().clone()`), and `torch.clone` is
+    C: no call per tensor."""
+    with torch.no_grad():
+        return map_tensors(torch, obj, torch.clone)
 
 
 def _unravel(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -490,9 +495,9 @@ def _two_stage_pass(
     and infinity screens; one synchronization reads the table; a row `settled` refuses is
     taken again by `full`. Each returns (row, where its largest ratio is, or None). Returns
     the table on the CPU and those places, chunk-relative."""
-    firsts = [quick(lo) for lo in steps]
-    table = torch.stack([row for row, _ in firsts]).cpu()  # the one synchronization
-    best = [at for _, at in firsts]
+    firsts = list(map(quick, steps))  # `map`s: no comprehension frames
+    table = torch.stack(list(map(itemgetter(0), firsts))).cpu()  # the one synchronization
+    best = list(map(itemgetter(1), firsts))
     for index, lo in enumerate(steps):
         if not settled(table[index]):
             row, best[index] = full(lo)

@@ -651,6 +651,50 @@ def test_a_kernel_that_rewrites_the_timer_mid_round_is_refused_at_that_sample(
     assert cpu_module.bound is bound
 
 
+def _fake_clock() -> float:
+    return 0.0
+
+
+def _always_equal(a: Any, b: Any) -> bool:
+    return True
+
+
+@pytest.mark.parametrize("name", ["time.perf_counter", "torch.equal"])
+def test_a_kernel_that_rebinds_a_kept_function_for_one_call_is_refused_at_that_sample(
+    name: str,
+) -> None:
+    """The CPU timer compares the kept bindings after every sample in its own frame (no call
+    to `bound.intact`): a kernel that rebinds a kept function (a clock, a check's comparison)
+    at its 30th call and puts it back at its 31st, so that a check made once per round would
+    find everything in place, is refused at the 30th sample."""
+    import time
+
+    calls = {"n": 0}
+    module, attr = (time, "perf_counter") if name.startswith("time") else (torch, "equal")
+    original, fake = getattr(module, attr), _fake_clock if module is time else _always_equal
+
+    def kernel(x: Any, index: Any, mask: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 30:
+            setattr(module, attr, fake)
+        elif calls["n"] == 31:
+            setattr(module, attr, original)
+        return _gather(x, index, mask)
+
+    fresh = _fresh(kernel)
+    # As in the test above: no load ends the timing before the 30th call.
+    budget = TimingBudget(warmup_ms=0.0, max_time_s=30.0, min_samples=60, max_samples=80)
+    try:
+        with pytest.raises(DishonestTiming, match=name.replace(".", "\\.")):
+            time_kernel(None, device="cpu", budget=budget, fresh=fresh)  # type: ignore[arg-type]
+    finally:
+        setattr(module, attr, original)
+        bound.restore()
+        bound.patchers.clear()
+    assert calls["n"] == 30  # refused at the sample it did it in: no later call
+    assert bound.intact()
+
+
 def _tanh2(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(x) * 2
 

@@ -30,6 +30,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from operator import is_not
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -341,12 +342,28 @@ class CpuSampler:
         if fresh is not None:
             before, after, drain = fresh.before, fresh.after, fresh.drain
         sealed = seal.kept if seal is not None and fresh is not None else ()
-        intact, perf_counter = bound.intact, bound.perf_counter
+        perf_counter = bound.perf_counter
         thread_time, process_time = bound.thread_time, bound.process_time
-        if not intact(*sealed):
-            verify_bindings(fresh, seal)  # names what changed and raises
+        # `bound.intact(*sealed)`, inline before the first sample and after each: its groups'
+        # lists (kept up to date in place by `bound`) compared in C, no frame.
+        torch_clean, torch_pending, kept_groups, missing = bound.intact_parts(*sealed)
+        in_modules, missings = sys.modules.__contains__, itertools.repeat(missing)
         values: list[float] = []
-        for _ in range(count):
+        left, stop = count, False
+        while True:
+            unchanged = torch_clean[0] and not any(map(in_modules, torch_pending))
+            try:
+                for read, owners, names, kept in kept_groups if unchanged else ():
+                    if any(map(is_not, map(read, owners, names, missings), kept)):
+                        unchanged = False
+                        break
+            except Exception:  # a kept owner made unreadable: the slow path names it
+                unchanged = False
+            if not unchanged:
+                verify_bindings(fresh, seal)  # names what changed and raises
+            if stop or not left:
+                return values
+            left -= 1
             # `OtherThreads`' reads nest (thread, process ... process, thread): this thread's
             # time between two reads never counts as another thread's (read the other way,
             # a microsecond a sample summed to milliseconds and refused honest kernels).
@@ -404,16 +421,12 @@ class CpuSampler:
                 if key is not None and drain is not None:
                     drain((key,))
             out = None
-            if not intact(*sealed):
-                verify_bindings(fresh, seal)
             between.kernel_s += per_call * calls
             values.append(per_call)
             self.taken += 1
             # The plan clock (`plan_clock`), inline.
             honest_s = fresh.refill_s + fresh.check_s if fresh is not None else 0.0
-            if self.taken >= floor and clock() - honest_s >= deadline:
-                break
-        return values
+            stop = self.taken >= floor and clock() - honest_s >= deadline
 
 
 @dataclass
@@ -445,14 +458,14 @@ def _first_call_and_warm_up(sampler: CpuSampler, budget: TimingBudget, spent: Sp
         out = None
         fresh.drain(() if key is None else (key,))
     out = None
-    spent.first_call_s = plan_clock() - spent.start
+    now = plan_clock()  # one reading for the first call's end and the warm-up's start
+    spent.first_call_s = now - spent.start
     deadline = spent.start + budget.max_time_s
     floor = sample_floor(budget)
     warmup_s = min(budget.warmup_ms * 1e-3, CPU_WARMUP_SHARE * budget.max_time_s)
-    warm_end = plan_clock() + warmup_s  # after the first call: a compile is no warm-up
+    warm_end = now + warmup_s  # after the first call: a compile is no warm-up
     per_calls: list[float] = []
     walls: list[float] = []
-    now = plan_clock()
     while not per_calls or (len(per_calls) < 5 and now < warm_end):
         per_calls.append(sampler.take(1)[0])
         walls.append(plan_clock() - now)

@@ -184,7 +184,8 @@ REPOINTED = (
 
 def _layout(targets: Sequence[Any]) -> tuple[Any, ...]:
     """Where and how each timed tensor reads its elements: (address, strides, shape, dtype)
-    per tensor, read in C, no comprehension (`FreshInputs.after` compares it every call)."""
+    per tensor, read in C, no comprehension (`FreshInputs.after` compares it every call, in
+    this expression inline)."""
     parts = map(_DATA_PTR, targets), map(_STRIDE, targets), map(_SHAPE, targets)
     return tuple(zip(*parts, map(_DTYPE, targets), strict=True))
 
@@ -400,20 +401,21 @@ class FreshInputs:
     def before(
         self,
         offset: int | None = None,
-        then: Callable[[], Any] | None = None,
         steps: Sequence[Step] | None = None,
-    ) -> tuple[Any, Any]:
+        expected: bool = False,
+    ) -> Any:
         """Give the timed inputs content no earlier call held, in place, without grad; returns
         what names it (offset, draw), for the timer to hand to `after`.
 
         The mix (its one home): each step's `dst` = a + (k / WEIGHT_LEVELS) (b - a), k its
         pool's bytes from the offset on, converted in `dst` itself (integers and booleans: a
         or b per element). Given an `offset`, that content is made again in `steps` (default:
-        the timed tensors'); with `then` (a check's reference on it), `then()` runs after the
-        writes and each chunk is made again apart and compared with `dst` bit for bit (NaN
-        payloads included: `torch.equal` calls no NaN equal); returns (whether every `dst`
-        still holds the mix, what `then` returned). One frame for every chunk of every leaf:
-        it runs before every timed call and once more in a checked one."""
+        the timed tensors'; returns None); with `expected`, `expected_on` (its rule stated
+        there): the reference runs on the timed tensors after the writes, each chunk is made
+        again apart and compared with `dst` bit for bit (NaN payloads included: `torch.equal`
+        calls no NaN equal), and the reference's output is returned. One frame for every chunk
+        of every leaf, and for a check's rebuild and reference: it runs before every timed call
+        and once more in a checked one."""
         torch = self.torch
         new = offset is None
         started = bound.perf_counter()
@@ -441,10 +443,14 @@ class FreshInputs:
                         bump(dst)
                     return self._offset, self._draw
                 assert offset is not None
+                if expected and self._apart:
+                    return self.reference(*self.content(offset))
                 result = None
-                for verify in (False, True) if then is not None else (False,):
-                    if verify and then is not None:
-                        result = then()
+                for verify in (False, True) if expected else (False,):
+                    if verify and self.reference is not None:
+                        args = self.storage if self._flat else self._arguments()
+                        result = self.reference(*args)
+                        args = None
                     for dst, a, b, pool, start, end, shape, mixed in (
                         plan if steps is None else steps
                     ):
@@ -463,9 +469,20 @@ class FreshInputs:
                             if into.is_floating_point() and size in _SAME_SIZE_INTEGER:
                                 as_int = getattr(torch, _SAME_SIZE_INTEGER[size])
                                 into, dst = into.view(as_int), dst.view(as_int)
-                            if not torch.equal(into, dst):
-                                return False, result
-                return (offset, self._draw) if new else (True, result)
+                            if not torch.equal(into, dst):  # `expected_on`: a copy apart
+                                result = None
+                                self._apart = True
+                                return self.reference(*self.content(offset))
+                if new:
+                    return offset, self._draw
+                if not expected:
+                    return None
+                # A reference returning (a view of) its input: copied, the kernel holds it too.
+                if type(result) is torch.Tensor:  # `_shares`, inline (every checked call)
+                    shared = int(result.untyped_storage().data_ptr()) in self._storages
+                else:
+                    shared = _shares(torch, result, self._targets)
+                return clone_inputs(torch, result) if shared else result
         finally:
             if new:
                 self.refill_s += bound.perf_counter() - started
@@ -520,25 +537,9 @@ class FreshInputs:
         that kept them and rewrites them after its call (a thread), or a reference that writes
         its inputs, sends this check and every later one to a copy apart (`content`), which
         only the timer holds; never a verdict by itself."""
-        torch = self.torch
-        if self._plan is None:
-            self.prepare()
-        if not self._apart:
-            read = functools.partial(
-                self.reference, *(self.storage if self._flat else self._arguments())
-            )
-            # The class's method (kept by `bound`), never one a kernel set on the object.
-            held, expected = FreshInputs.before(self, offset, then=read)
-            if held:
-                # A reference returning (a view of) its input: copied, the kernel holds it too.
-                if type(expected) is torch.Tensor:  # `_shares`, inline (every checked call)
-                    shared = int(expected.untyped_storage().data_ptr()) in self._storages
-                else:
-                    shared = _shares(torch, expected, self._targets)
-                return clone_inputs(torch, expected) if shared else expected
-            del expected
-            self._apart = True
-        return self.reference(*self.content(offset))
+        # Made in `before` (the class's method, kept by `bound`, never one a kernel set on the
+        # object), which `drain` calls itself: one frame less on every checked call.
+        return FreshInputs.before(self, offset, expected=True)
 
     def call(self) -> Any:
         return self.kernel(*self.storage)
@@ -568,7 +569,9 @@ class FreshInputs:
                 "the timer's own state (which content the call was given) was changed while "
                 f"the kernel was timed: {REWRITES_TIMER}"
             )
-        if _layout(self._targets) != self._layout:
+        targets = self._targets  # `_layout(targets)`, inline: this runs after every call
+        layout = map(_DATA_PTR, targets), map(_STRIDE, targets), map(_SHAPE, targets)
+        if tuple(zip(*layout, map(_DTYPE, targets), strict=True)) != self._layout:
             raise DishonestTiming(REPOINTED)
         plain = type(out) is self.torch.Tensor and not out.is_meta
         if plain:
@@ -638,7 +641,7 @@ class FreshInputs:
             started = bound.perf_counter()
             with torch.no_grad():
                 if held is None:  # the mix: rebuilt from the kept ends and pools
-                    expected = self.expected_on(offset)
+                    expected = FreshInputs.before(self, offset, expected=True)  # `expected_on`
                 else:
                     if self.mode == "maker":
                         again = self.maker_repeats and self.make_draw is not None
@@ -678,6 +681,7 @@ class FreshInputs:
 
     def to_dict(self) -> dict[str, Any]:
         per_call = self.refill_s / self.refills if self.refills else 0.0
+        checked, rate = self.outputs_checked, self.rate  # each property read once
         return {
             "mode": self.mode,
             "outputs_checked": self.outputs_checked,
@@ -685,11 +689,9 @@ class FreshInputs:
             "inputs_fixed": self.inputs_fixed,
             "calls": self._calls,
             "checked_calls": self.checked,
-            "check_rate": self.rate if self.outputs_checked else 0.0,
+            "check_rate": rate if checked else 0.0,
             # How likely a kernel skipping half of its calls got through this timing.
-            "survival_half_skipped": (
-                survival(self.rate, 0.5, self._calls) if self.outputs_checked else 1.0
-            ),
+            "survival_half_skipped": survival(rate, 0.5, self._calls) if checked else 1.0,
             "refill_s": round(self.refill_s, 6),
             "refill_per_call_s": per_call,
             "check_s": round(self.check_s, 6),
@@ -764,12 +766,14 @@ def _shares(torch: Any, obj: Any, targets: Sequence[Any]) -> bool:
 def _same_leaves(torch: Any, a: Any, b: Any, *, values: bool) -> bool:
     """The same tensor leaves in shape and dtype, and in `values` (else in device)."""
     left, right = tensor_leaves(torch, a), tensor_leaves(torch, b)
-    return len(left) == len(right) and all(
-        x.shape == y.shape
-        and x.dtype == y.dtype
-        and (bool(torch.equal(x, y)) if values else x.device == y.device)
-        for x, y in zip(left, right, strict=True)
-    )
+    if len(left) != len(right):
+        return False
+    for x, y in zip(left, right, strict=True):  # a loop: a generator's every step is a call
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return False
+        if not (bool(torch.equal(x, y)) if values else x.device == y.device):
+            return False
+    return True
 
 
 def _identical(torch: Any, got: Any, expected: Any) -> bool:
@@ -813,8 +817,12 @@ def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
 
 
 def overlaps_itself(tensor: Any) -> bool:
-    """Whether elements of `tensor` share memory: a stride 0 on a dimension of size > 1."""
-    return any(n > 1 and s == 0 for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+    """Whether elements of `tensor` share memory: a stride 0 on a dimension of size > 1
+    (a loop: a generator's every step is a call)."""
+    for size, stride in zip(tensor.shape, tensor.stride(), strict=True):
+        if size > 1 and stride == 0:
+            return True
+    return False
 
 
 def _finite(torch: Any, out: Any) -> list[bool]:
@@ -852,8 +860,9 @@ def _mix_valid(fresh: FreshInputs, finite_before: list[bool]) -> str | None:
     except Exception as exc:
         return f"{type(exc).__name__} on a mixed input: {str(exc)[:160]}"
     finite_after = _finite(torch, expected)
-    if any(b and not a for b, a in zip(finite_before, finite_after, strict=False)):
-        return "the reference's output is not finite on a mixed input"
+    for was_finite, is_finite in zip(finite_before, finite_after, strict=False):
+        if was_finite and not is_finite:
+            return "the reference's output is not finite on a mixed input"
     failure = fresh.check(got, expected)
     if failure is not None:
         return f"the kernel and the reference disagree on a mixed input ({failure[:160]})"

@@ -56,7 +56,8 @@ def cpu_anchor_launch(torch: Any) -> Callable[[], object]:
     threads = int(torch.get_num_threads())
     if threads not in _ANCHOR_BUFFERS:
         gen = torch.Generator().manual_seed(_ANCHOR_SEED)
-        a, b = (torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen) for _ in range(2))
+        a = torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen)
+        b = torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen)
         _ANCHOR_BUFFERS[threads] = (a, b, torch.empty_like(a))
     a, b, out = _ANCHOR_BUFFERS[threads]
     return functools.partial(torch.mm, a, b, out=out)  # C all the way: no Python frame
@@ -143,8 +144,13 @@ class CpuPairs:
 
 
 def pair_ratios(kernel_s: Sequence[float], anchor_s: Sequence[float]) -> list[float]:
-    """kernel / anchor per pair, pairs with a non-positive time left out."""
-    return [k / a for k, a in zip(kernel_s, anchor_s, strict=True) if k > 0 and a > 0]
+    """kernel / anchor per pair, pairs with a non-positive time left out (a loop: every
+    sampling round asks)."""
+    ratios: list[float] = []
+    for k, a in zip(kernel_s, anchor_s, strict=True):
+        if k > 0 and a > 0:
+            ratios.append(k / a)
+    return ratios
 
 
 def summarize_cpu_pairs(
@@ -160,10 +166,19 @@ def summarize_cpu_pairs(
     """The pairs as `TimingResult.anchor` keeps them: the GPU anchor's keys (name, ratios,
     anchor_median_s, kernel_median_s) plus the on-CPU kernel times and the share of the
     kernel's wall time that was run-queue wait (how much of it other processes took)."""
-    kept = [(k, a) for k, a in zip(kernel_s, anchor_s, strict=True) if k > 0 and a > 0]
-    ratios = [k / a for k, a in kept]
-    anchors = [a for _, a in kept]
-    walls = [w for w in kernel_wall_s if w > 0]
+    # The kept pairs, in loops (no comprehension frames).
+    kernels: list[float] = []
+    anchors: list[float] = []
+    ratios: list[float] = []
+    for k, a in zip(kernel_s, anchor_s, strict=True):
+        if k > 0 and a > 0:
+            kernels.append(k)
+            anchors.append(a)
+            ratios.append(k / a)
+    walls: list[float] = []
+    for wall in kernel_wall_s:
+        if wall > 0:
+            walls.append(wall)
     waited = None
     if walls and len(walls) == len(kernel_s):
         total = sum(walls)
@@ -172,12 +187,12 @@ def summarize_cpu_pairs(
         "name": name,
         "layout": CPU_LAYOUT,
         "time": "on-CPU (wall less run-queue wait)" if run_queue else "thread CPU time",
-        "pairs": len(kept),
+        "pairs": len(kernels),
         "anchor_s": anchors,
-        "kernel_s": [k for k, _ in kept],
+        "kernel_s": kernels,
         "ratios": ratios,
         "ratio_median": statistics.median(ratios) if ratios else None,
-        "kernel_median_s": statistics.median([k for k, _ in kept]) if kept else None,
+        "kernel_median_s": statistics.median(kernels) if kernels else None,
         "anchor_median_s": statistics.median(anchors) if anchors else None,
         "anchor_wall_median_s": statistics.median(anchor_wall_s) if anchor_wall_s else None,
         "run_queue_share": waited,
