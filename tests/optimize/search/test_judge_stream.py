@@ -377,3 +377,72 @@ def test_the_truths_difference_is_freed_once_the_first_call_is_decided() -> None
         assert gone() is None
     finally:
         gc.enable()
+
+
+def _output_sized(exclude: list[Any]) -> int:
+    """Live tensors of the problem's output's shape (8 x 32) other than those in `exclude`."""
+    import gc
+
+    given = {id(t) for _, leaves in exclude for t in leaves}
+    return sum(
+        1
+        for o in gc.get_objects()
+        if type(o) is torch.Tensor and tuple(o.shape) == (8, 32) and id(o) not in given
+    )
+
+
+def test_the_judge_holds_one_output_while_the_worker_makes_its_first_call() -> None:
+    """The worker's first call runs beside what the judge keeps for the first comparison:
+    reference - truth only (one output's size). The reference's output the truth ran beside
+    is made again when the first output comes, and that output still passes (its bytes are
+    the ones the truth's difference was measured on)."""
+    outputs = honest()
+    held: list[int] = []
+    taken = 0
+
+    def stream() -> Iterator[tuple[str, list[Any]]]:
+        nonlocal taken
+        for item in outputs:
+            taken += 1
+            yield item
+
+    try:
+        verdict = judge.judge(TASK, stream(), lambda payload: held.append(_output_sized(outputs)))
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert verdict["ok"], verdict
+    assert held == [1]
+
+
+NOT_DETERMINISTIC = REFERENCE.replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        self.calls = getattr(self, 'calls', 0) + 1\n"
+    "        return torch.softmax(x, dim=-1) * (1 + 1e-6 * self.calls)",
+)
+
+
+def test_a_reference_giving_other_bytes_made_again_gets_its_truth_found_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attack on making the first output's reference again: a reference whose output
+    differs from call to call would be compared with a truth's difference measured on
+    another output. Its digest differs, so the truth is found again on the output made
+    again (two truths), where a deterministic reference's is found once."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    found: list[int] = []
+    find_truth = measurement.find_truth
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        found.append(1)
+        find_truth(*args, **kwargs)
+
+    monkeypatch.setattr(measurement, "find_truth", counting)
+    outputs = honest()
+    for reference, truths in ((REFERENCE, 1), (NOT_DETERMINISTIC, 2)):
+        found.clear()
+        try:
+            judge.judge(dict(TASK, reference=reference), iter(outputs[:1]), lambda payload: None)
+        finally:
+            sys.modules.pop("kernelpro_reference", None)
+        assert len(found) == truths, reference
