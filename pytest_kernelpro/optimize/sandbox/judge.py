@@ -140,7 +140,7 @@ class _Reference:
         import torch
 
         from pytest_kernelpro.measure.correctness_check import clone_inputs
-        from pytest_kernelpro.measure.output_rule import leaves_of
+        from pytest_kernelpro.measure.output_rule import leaves_of, map_tensors
         from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
@@ -173,19 +173,50 @@ class _Reference:
             # The kept inputs are given away: the truth drops them once widened, so the
             # float64 re-run holds one input set fewer (they are the judge's own; the
             # worker's are not touched).
+            reference_s = time.perf_counter() - started
+            made: list[list[Any]] = []
+            described: Any = leaves
+            remake: Callable[[], list[Any]] | None = None
+            if self.device.type == "cpu":
+                # The float64 re-run holds its widened inputs and output (2I + 2O); the
+                # reference's output beside them would be a third output: it goes, and the
+                # one the truth measures is made again from the seed once the re-run's
+                # inputs are gone (`run_truth`'s `remake`).
+                described = map_tensors(torch, leaves, lambda t: t.detach().to("meta"))
+                del leaves
+
+                def again() -> list[Any]:
+                    made.append(self.output_of(seed))
+                    return made[-1]
+
+                remake = again
+
             find_truth(
                 torch,
                 self.rule,
                 self.model,
                 kept.pop(),
-                leaves,
+                described,
                 self.device,
-                reference_s=time.perf_counter() - started,
+                reference_s=reference_s,
                 arrange=flatten,
                 consume_inputs=True,
+                remake=remake,
             )
+            del described
+            if remake is not None:  # not called where the truth was skipped before its re-run
+                leaves = made.pop() if made else self.output_of(seed)
         self._calls += 1
         return leaves
+
+    def output_of(self, seed: int) -> list[Any]:
+        """The reference's output leaves on a new draw of `seed`'s inputs (CPU)."""
+        import torch
+
+        from pytest_kernelpro.optimize.sandbox.checks import flatten
+
+        with torch.no_grad():
+            return flatten(self.model(*self.inputs(seed)))
 
 
 def judge(

@@ -155,9 +155,11 @@ def test_the_judges_truth_drops_its_inputs_once_widened_and_decides_alike() -> N
     assert a.reference_error_norm == b.reference_error_norm
 
 
-def test_the_judges_first_output_draws_its_inputs_once() -> None:
+def test_the_judges_truth_takes_the_first_draw_and_its_output_is_drawn_once_more() -> None:
     """The truth takes the inputs the judge drew for its first call (the call ran on a copy),
-    instead of drawing them again: one draw for the first output, one for each later."""
+    instead of drawing them again; on the CPU the reference's output the truth measures is
+    made once more after the float64 re-run (its own draw: the re-run holds no reference
+    output beside it). Two draws for the first output, one for each later."""
     from pytest_kernelpro.optimize.sandbox import measurement
 
     drawn: list[int] = []
@@ -175,7 +177,7 @@ def test_the_judges_first_output_draws_its_inputs_once() -> None:
     finally:
         measurement.make_inputs = make  # type: ignore[assignment]
         sys.modules.pop("kernelpro_reference", None)
-    assert drawn == [TASK["seed"] + 1, TASK["seed"] + 2]
+    assert drawn == [TASK["seed"] + 1, TASK["seed"] + 1, TASK["seed"] + 2]
     assert ref.rule.truth is not None
     assert ref.rule.truth.available
 
@@ -446,3 +448,42 @@ def test_a_reference_giving_other_bytes_made_again_gets_its_truth_found_again(
         finally:
             sys.modules.pop("kernelpro_reference", None)
         assert len(found) == truths, reference
+
+
+RECORDS_ITS_RERUN = REFERENCE.replace(
+    "class Model(nn.Module):",
+    "SEEN = []\n\n\nclass Model(nn.Module):",
+).replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        if x.dtype == torch.float64:  # the truth's re-run: float32 8x32 tensors alive\n"
+    "            import gc\n"
+    "            SEEN.append(sum(1 for o in gc.get_objects() if type(o) is torch.Tensor\n"
+    "                            and o.dtype == torch.float32 and tuple(o.shape) == (8, 32)\n"
+    "                            and not o.is_meta))\n"
+    "        return torch.softmax(x, dim=-1)",
+)
+
+
+def test_the_judges_truth_rerun_holds_no_reference_output_beside_it() -> None:
+    """The float64 re-run holds its widened inputs and output; the reference's output (and
+    the drawn inputs, widened) are gone meanwhile: no float32 tensor of the output's shape is
+    alive during it (the reference's output was, before it was made again after the
+    re-run). The output returned is the reference's on a draw of that seed, and the truth's
+    difference is measured on it."""
+    task = dict(TASK, reference=RECORDS_ITS_RERUN)
+    ref = judge._Reference(task)
+    seed = judge.required_outputs(task)[0][1]
+    try:
+        (out,) = ref.output(seed)
+        seen = list(sys.modules["kernelpro_reference"].SEEN)
+        again = ref.output(seed, truth=False)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert seen == [0]
+    assert torch.equal(out, again[0])
+    truth = ref.rule.truth
+    assert truth is not None
+    assert truth.available, truth.skipped
+    (leaf,) = truth.leaves.values()
+    assert leaf.difference is not None
+    assert leaf.reference_error_max > 0.0
