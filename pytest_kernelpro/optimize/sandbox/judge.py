@@ -139,7 +139,7 @@ class _Reference:
 
         import torch
 
-        from pytest_kernelpro.measure.correctness_check import clone_inputs
+        from pytest_kernelpro.measure.correctness_check import clone_inputs, wide_dtype
         from pytest_kernelpro.measure.output_rule import leaves_of, map_tensors
         from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
@@ -177,11 +177,12 @@ class _Reference:
             made: list[list[Any]] = []
             described: Any = leaves
             remake: Callable[[], list[Any]] | None = None
-            if self.device.type == "cpu":
+            if self.device.type == "cpu" and wide_dtype(torch, leaves)[0] is not None:
                 # The float64 re-run holds its widened inputs and output (2I + 2O); the
                 # reference's output beside them would be a third output: it goes, and the
                 # one the truth measures is made again from the seed once the re-run's
-                # inputs are gone (`run_truth`'s `remake`).
+                # inputs are gone (`run_truth`'s `remake`). An output with no wider type to
+                # re-run in has no re-run: it stays.
                 described = map_tensors(torch, leaves, lambda t: t.detach().to("meta"))
                 del leaves
 

@@ -487,3 +487,31 @@ def test_the_judges_truth_rerun_holds_no_reference_output_beside_it() -> None:
     (leaf,) = truth.leaves.values()
     assert leaf.difference is not None
     assert leaf.reference_error_max > 0.0
+
+
+def test_a_float64_reference_has_no_rerun_and_its_output_is_not_made_again() -> None:
+    """An output with no wider type to re-run in has no truth's re-run: the judge keeps the
+    output it made (one draw for the first output), as before the re-run dropped it."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    drawn: list[int] = []
+    make = measurement.make_inputs
+
+    def counting(module: Any, seed: int, device: Any) -> list[Any]:
+        drawn.append(seed)
+        return make(module, seed, device)
+
+    task = dict(
+        TASK, reference=REFERENCE.replace("torch.randn(8, 32)", "torch.randn(8, 32).double()")
+    )
+    ref = judge._Reference(task)
+    measurement.make_inputs = counting  # type: ignore[assignment]
+    try:
+        (out,) = ref.output(task["seed"] + 1)
+    finally:
+        measurement.make_inputs = make  # type: ignore[assignment]
+        sys.modules.pop("kernelpro_reference", None)
+    assert out.dtype == torch.float64
+    assert drawn == [task["seed"] + 1]
+    assert ref.rule.truth is not None
+    assert not ref.rule.truth.available
