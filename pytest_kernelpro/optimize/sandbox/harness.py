@@ -265,7 +265,7 @@ class _Pipeline:
         *,
         reference_may_raise: bool = False,
     ) -> bytes:
-        """One checked call on the inputs `make()` returns: reference, candidate, every
+        """One checked call on the inputs `make()` returns: reference and candidate, every
         per-call check; returns the digest of the candidate's output (`checks.digest`). The
         output is handed over (a judged call's) and the worker waits until the judge has
         checked it, holding nothing of the call by then: one handed-over output at a time.
@@ -276,7 +276,9 @@ class _Pipeline:
         first call takes the truth of the judge beside this worker (`judge_truth`); only
         without one does this worker find its own, its reference's first call running
         before the sealed inputs exist, on a draw of the same seed that its truth takes
-        (`first_reference`). A checked call holds one input set and two outputs at most.
+        (`first_reference`). On the CPU the candidate runs before the reference
+        (`candidate_first`), so its temporaries never sit beside the reference's output. A
+        checked call holds one input set and two outputs at most.
 
         `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
         other inputs: a candidate that returns an earlier output where the reference's
