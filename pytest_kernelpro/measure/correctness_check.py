@@ -667,12 +667,16 @@ def run_truth(
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
     consume_inputs: bool = False,
+    remake: Callable[[], Any] | None = None,
 ) -> Truth:
     """Re-run `reference` on widened copies of `inputs` and measure `expected` against it; a
     `Truth` with the reason when it cannot. `reference_s`: the reference's call time (None:
     no time bound); `arrange`: what the caller did to the reference's output, done to the
     re-run's too; `consume_inputs`: `inputs` is a list nobody else holds, emptied once
-    widened (one input set fewer during the re-run)."""
+    widened (one input set fewer during the re-run). `remake`: `expected` only describes the
+    output (its tensors may be on the `meta` device) and the output measured is `remake()`,
+    called once the re-run's output exists and its widened inputs are gone: the re-run then
+    holds no reference output beside it (the caller keeps what `remake` returned)."""
     wide, why_not = wide_dtype(torch, expected)
     if wide is None:
         return Truth(precision=None, skipped=why_not)
@@ -696,7 +700,9 @@ def run_truth(
         peak_before = torch.cuda.max_memory_allocated(device)
         start = torch.cuda.memory_allocated(device)
     started = time.perf_counter()
-    truth = _rerun(torch, reference, inputs, expected, wide, device, arrange, consume_inputs)
+    truth = _rerun(
+        torch, reference, inputs, expected, wide, device, arrange, consume_inputs, remake
+    )
     if cuda:
         # The peak above the start; the counter is not reset (the item's memory record reads
         # it), so an earlier, higher peak gives an upper bound (exact False).
@@ -716,6 +722,7 @@ def _rerun(
     device: str,
     arrange: Callable[[Any], Any] | None,
     consume_inputs: bool = False,
+    remake: Callable[[], Any] | None = None,
 ) -> Truth:
     """The re-run and each floating leaf's errors (`run_truth` times and meters it)."""
     precision = str(wide).removeprefix("torch.")
@@ -735,6 +742,8 @@ def _rerun(
         text = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
         return Truth(precision=precision, skipped=f"the reference raised in {precision}: {text}")
     truth = Truth(precision=precision)
+    if remake is not None:
+        expected = remake()
     if arrange is not None:
         wide_out = arrange(wide_out)
     wide_leaves = dict(leaves_of(torch, wide_out))

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from operator import itemgetter
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -494,10 +493,31 @@ def _two_stage_pass(
     """The chunked passes' shape: every chunk (by its start) taken by `quick`, without the NaN
     and infinity screens; one synchronization reads the table; a row `settled` refuses is
     taken again by `full`. Each returns (row, where its largest ratio is, or None). Returns
-    the table on the CPU and those places, chunk-relative."""
-    firsts = list(map(quick, steps))  # `map`s: no comprehension frames
-    table = torch.stack(list(map(itemgetter(0), firsts))).cpu()  # the one synchronization
-    best = list(map(itemgetter(1), firsts))
+    the table on the CPU and those places, chunk-relative.
+
+    Each chunk's row and place are written into tensors made at the first chunk, not kept
+    as tensors of their own: a small tensor kept per chunk sits in the heap among the freed
+    temporaries of the chunk, which glibc then cannot reuse whole for the next chunk's, and
+    the heap grows by nearly a chunk's temporaries per chunk (a 4096x32768 output's truth
+    pass held 0.9 GiB of freed heap beside its 0.5 GiB difference,
+    bench/results/2026-12-06-optimizer-memory8-cpu.md)."""
+    if not len(steps):
+        return torch.stack([]).cpu(), []  # as before: no chunk is no table
+    table: Any = None
+    places: Any = None
+    placed = [False] * len(steps)
+    for index, lo in enumerate(steps):
+        row, at = quick(lo)
+        if table is None:
+            table = row.new_empty((len(steps), *row.shape))
+        table[index] = row
+        if at is not None:
+            if places is None:
+                places = at.new_empty((len(steps), *at.shape))
+            places[index], placed[index] = at, True
+        del row, at
+    table = table.cpu()  # the one synchronization
+    best = [places[index] if placed[index] else None for index in range(len(steps))]
     for index, lo in enumerate(steps):
         if not settled(table[index]):
             row, best[index] = full(lo)

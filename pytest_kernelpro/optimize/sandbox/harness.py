@@ -265,7 +265,7 @@ class _Pipeline:
         *,
         reference_may_raise: bool = False,
     ) -> bytes:
-        """One checked call on the inputs `make()` returns: reference, candidate, every
+        """One checked call on the inputs `make()` returns: reference and candidate, every
         per-call check; returns the digest of the candidate's output (`checks.digest`). The
         output is handed over (a judged call's) and the worker waits until the judge has
         checked it, holding nothing of the call by then: one handed-over output at a time.
@@ -276,7 +276,9 @@ class _Pipeline:
         first call takes the truth of the judge beside this worker (`judge_truth`); only
         without one does this worker find its own, its reference's first call running
         before the sealed inputs exist, on a draw of the same seed that its truth takes
-        (`first_reference`). A checked call holds one input set and two outputs at most.
+        (`first_reference`). On the CPU the candidate runs before the reference
+        (`candidate_first`), so its temporaries never sit beside the reference's output. A
+        checked call holds one input set and two outputs at most.
 
         `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
         other inputs: a candidate that returns an earlier output where the reference's
@@ -292,23 +294,29 @@ class _Pipeline:
             # The reference's first call and its truth before the candidate's inputs exist
             # (`first_reference`): one input set fewer at the worker's peak.
             ref_out, ref_modifies, ref_aliases = self.first_reference(make)
+        # On the CPU the candidate runs before the reference, so its call and its
+        # temporaries never sit beside the reference's output (`candidate_first`).
+        later = self.candidate_first(truth_pending, reference_may_raise)
         inputs = SealedInputs(torch, make(), label=judge.output_name(label) or "shape")
         try:
             try:
-                if not truth_pending:
-                    # A reference not known to leave its inputs alone runs on a copy
-                    # (`run_reference` compares the copy with the sealed inputs).
-                    ref_out, ref_modifies, ref_aliases = self.run_reference(
-                        inputs.values if self._ref_modifies is False else inputs.writable(),
-                        pristine=inputs.values,
-                    )
+                if later and self._ref_modifies is None:
+                    # Whether the reference writes its inputs decides what the candidate is
+                    # given (sealed or a copy): found on a call of its own, whose output goes.
+                    self.run_reference(inputs.writable(), pristine=inputs.values)
+                elif not truth_pending and not later:
+                    ref_out, ref_modifies, ref_aliases = self.reference_on(inputs)
             except Exception as exc:
                 if reference_may_raise:
                     raise ReferenceRaised(label) from exc
                 raise
+            if later:
+                ref_modifies = bool(self._ref_modifies)
             cand_args = inputs.writable() if ref_modifies else inputs.read_only()
-            out, early = self.run_candidate(cand_args, ref_out)
+            out, early = self.run_candidate(cand_args, None if later else ref_out)
             found = checks.digest(out)
+            if later:
+                ref_out, _, ref_aliases = self.reference_on(inputs)
             for remake, before in previous or []:
                 if before == found:
                     ref_before, _, _ = self.run_reference(remake())
@@ -346,6 +354,29 @@ class _Pipeline:
         if handed is not None:
             self.await_judge(handed)
         return found
+
+    def reference_on(self, inputs: SealedInputs) -> tuple[Any, bool, bool]:
+        """The reference's call on a checked call's inputs: the sealed ones where it is known
+        to leave its inputs alone, else a copy (`run_reference` compares the copy with the
+        sealed inputs)."""
+        return self.run_reference(
+            inputs.values if self._ref_modifies is False else inputs.writable(),
+            pristine=inputs.values,
+        )
+
+    def candidate_first(self, truth_pending: bool, reference_may_raise: bool) -> bool:
+        """Whether a checked call runs the candidate before the reference (on the CPU, where
+        host memory is the evaluation's bound): the candidate's output and temporaries then
+        sit beside the inputs only, and the reference's output comes after, so the call holds
+        I + 2O whatever the candidate allocates, not I + 2O plus its temporaries
+        (`footprint.py`). The worker's verdicts are claims the judge decides in its own
+        process, so the order changes no guarantee; the candidate's code has run in this
+        process since its build. Not on a CUDA device (the candidate's call pre-poisons the
+        allocator's blocks of the reference output's sizes, `prepoison_cuda_cache`), not
+        where this worker's own truth is pending (its comparison is with the output the
+        truth ran beside), not where the reference may refuse the inputs (a shape check: the
+        reference's refusal must come before the candidate runs)."""
+        return self.device.type == "cpu" and not truth_pending and not reference_may_raise
 
     def compare(self, expected: Any, got: Any, label: str) -> bool:
         """The gate's verdict on `got` (`measurement.verdict`); raises `Rejected("wrong")`

@@ -151,11 +151,14 @@ def find_truth(
     reference_s: float | None = None,
     arrange: Callable[[Any], Any] | None = None,
     consume_inputs: bool = False,
+    remake: Callable[[], Any] | None = None,
 ) -> None:
     """Re-run `reference` on `inputs` in higher precision (`measure.correctness_check.run_truth`) for the
     comparison of the call that gave `expected`; `rule` takes it (or the reason it could not
     run), and decides that call and calibrates the later ones by it. `consume_inputs`:
-    `inputs` is a list only this call holds, emptied once widened (the judge's). On one CPU
+    `inputs` is a list only this call holds, emptied once widened (the judge's); `remake`:
+    the reference's output is made after the re-run, `expected` only describing it
+    (`run_truth`). On one CPU
     thread (`one_thread`): its reference-error pass is the rule's chunked work; the float64
     re-run inside it takes one thread too (the softmax's re-run was under a fifth of the
     truth's time on two threads, bench/results/2026-12-05-optimizer-memory6-cpu.md; a
@@ -170,6 +173,7 @@ def find_truth(
             reference_s=reference_s,
             arrange=arrange,
             consume_inputs=consume_inputs,
+            remake=remake,
         )
     rule.set_truth(truth)
 

@@ -155,9 +155,11 @@ def test_the_judges_truth_drops_its_inputs_once_widened_and_decides_alike() -> N
     assert a.reference_error_norm == b.reference_error_norm
 
 
-def test_the_judges_first_output_draws_its_inputs_once() -> None:
+def test_the_judges_truth_takes_the_first_draw_and_its_output_is_drawn_once_more() -> None:
     """The truth takes the inputs the judge drew for its first call (the call ran on a copy),
-    instead of drawing them again: one draw for the first output, one for each later."""
+    instead of drawing them again; on the CPU the reference's output the truth measures is
+    made once more after the float64 re-run (its own draw: the re-run holds no reference
+    output beside it). Two draws for the first output, one for each later."""
     from pytest_kernelpro.optimize.sandbox import measurement
 
     drawn: list[int] = []
@@ -175,7 +177,7 @@ def test_the_judges_first_output_draws_its_inputs_once() -> None:
     finally:
         measurement.make_inputs = make  # type: ignore[assignment]
         sys.modules.pop("kernelpro_reference", None)
-    assert drawn == [TASK["seed"] + 1, TASK["seed"] + 2]
+    assert drawn == [TASK["seed"] + 1, TASK["seed"] + 1, TASK["seed"] + 2]
     assert ref.rule.truth is not None
     assert ref.rule.truth.available
 
@@ -377,3 +379,139 @@ def test_the_truths_difference_is_freed_once_the_first_call_is_decided() -> None
         assert gone() is None
     finally:
         gc.enable()
+
+
+def _output_sized(exclude: list[Any]) -> int:
+    """Live tensors of the problem's output's shape (8 x 32) other than those in `exclude`."""
+    import gc
+
+    given = {id(t) for _, leaves in exclude for t in leaves}
+    return sum(
+        1
+        for o in gc.get_objects()
+        if type(o) is torch.Tensor and tuple(o.shape) == (8, 32) and id(o) not in given
+    )
+
+
+def test_the_judge_holds_one_output_while_the_worker_makes_its_first_call() -> None:
+    """The worker's first call runs beside what the judge keeps for the first comparison:
+    reference - truth only (one output's size). The reference's output the truth ran beside
+    is made again when the first output comes, and that output still passes (its bytes are
+    the ones the truth's difference was measured on)."""
+    outputs = honest()
+    held: list[int] = []
+    taken = 0
+
+    def stream() -> Iterator[tuple[str, list[Any]]]:
+        nonlocal taken
+        for item in outputs:
+            taken += 1
+            yield item
+
+    try:
+        verdict = judge.judge(TASK, stream(), lambda payload: held.append(_output_sized(outputs)))
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert verdict["ok"], verdict
+    assert held == [1]
+
+
+NOT_DETERMINISTIC = REFERENCE.replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        self.calls = getattr(self, 'calls', 0) + 1\n"
+    "        return torch.softmax(x, dim=-1) * (1 + 1e-6 * self.calls)",
+)
+
+
+def test_a_reference_giving_other_bytes_made_again_gets_its_truth_found_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The attack on making the first output's reference again: a reference whose output
+    differs from call to call would be compared with a truth's difference measured on
+    another output. Its digest differs, so the truth is found again on the output made
+    again (two truths), where a deterministic reference's is found once."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    found: list[int] = []
+    find_truth = measurement.find_truth
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        found.append(1)
+        find_truth(*args, **kwargs)
+
+    monkeypatch.setattr(measurement, "find_truth", counting)
+    outputs = honest()
+    for reference, truths in ((REFERENCE, 1), (NOT_DETERMINISTIC, 2)):
+        found.clear()
+        try:
+            judge.judge(dict(TASK, reference=reference), iter(outputs[:1]), lambda payload: None)
+        finally:
+            sys.modules.pop("kernelpro_reference", None)
+        assert len(found) == truths, reference
+
+
+RECORDS_ITS_RERUN = REFERENCE.replace(
+    "class Model(nn.Module):",
+    "SEEN = []\n\n\nclass Model(nn.Module):",
+).replace(
+    "        return torch.softmax(x, dim=-1)",
+    "        if x.dtype == torch.float64:  # the truth's re-run: float32 8x32 tensors alive\n"
+    "            import gc\n"
+    "            SEEN.append(sum(1 for o in gc.get_objects() if type(o) is torch.Tensor\n"
+    "                            and o.dtype == torch.float32 and tuple(o.shape) == (8, 32)\n"
+    "                            and not o.is_meta))\n"
+    "        return torch.softmax(x, dim=-1)",
+)
+
+
+def test_the_judges_truth_rerun_holds_no_reference_output_beside_it() -> None:
+    """The float64 re-run holds its widened inputs and output; the reference's output (and
+    the drawn inputs, widened) are gone meanwhile: no float32 tensor of the output's shape is
+    alive during it (the reference's output was, before it was made again after the
+    re-run). The output returned is the reference's on a draw of that seed, and the truth's
+    difference is measured on it."""
+    task = dict(TASK, reference=RECORDS_ITS_RERUN)
+    ref = judge._Reference(task)
+    seed = judge.required_outputs(task)[0][1]
+    try:
+        (out,) = ref.output(seed)
+        seen = list(sys.modules["kernelpro_reference"].SEEN)
+        again = ref.output(seed, truth=False)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert seen == [0]
+    assert torch.equal(out, again[0])
+    truth = ref.rule.truth
+    assert truth is not None
+    assert truth.available, truth.skipped
+    (leaf,) = truth.leaves.values()
+    assert leaf.difference is not None
+    assert leaf.reference_error_max > 0.0
+
+
+def test_a_float64_reference_has_no_rerun_and_its_output_is_not_made_again() -> None:
+    """An output with no wider type to re-run in has no truth's re-run: the judge keeps the
+    output it made (one draw for the first output), as before the re-run dropped it."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    drawn: list[int] = []
+    make = measurement.make_inputs
+
+    def counting(module: Any, seed: int, device: Any) -> list[Any]:
+        drawn.append(seed)
+        return make(module, seed, device)
+
+    task = dict(
+        TASK, reference=REFERENCE.replace("torch.randn(8, 32)", "torch.randn(8, 32).double()")
+    )
+    ref = judge._Reference(task)
+    measurement.make_inputs = counting  # type: ignore[assignment]
+    try:
+        (out,) = ref.output(task["seed"] + 1)
+    finally:
+        measurement.make_inputs = make  # type: ignore[assignment]
+        sys.modules.pop("kernelpro_reference", None)
+    assert out.dtype == torch.float64
+    assert drawn == [task["seed"] + 1]
+    assert ref.rule.truth is not None
+    assert not ref.rule.truth.available

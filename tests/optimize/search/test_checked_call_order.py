@@ -1,0 +1,109 @@
+"""A checked call's order in the worker on the CPU (`harness._Pipeline.candidate_first`): the
+candidate runs before the reference, so its call and temporaries never sit beside the
+reference's output; the reference's output still decides the call."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from pytest_kernelpro.optimize.sandbox import harness, measurement
+
+torch = pytest.importorskip("torch")
+
+# The reference's output (16,) has a shape no input has: its live outputs are counted by weak
+# reference, from the candidate's call.
+REFERENCE = """import weakref
+
+import torch
+from torch import nn
+
+OUTPUTS = []
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        out = torch.logsumexp(x, dim=-1)
+        OUTPUTS.append(weakref.ref(out))
+        return out
+
+
+def get_inputs():
+    return [torch.randn(16, 64)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+CANDIDATE = """import sys
+
+import torch
+from torch import nn
+
+SEEN = []
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        outputs = sys.modules["kernelpro_reference"].OUTPUTS
+        alive = sum(1 for ref in outputs if ref() is not None)
+        SEEN.append((float(x.reshape(-1)[0]), x.shape[0], alive))
+        return torch.logsumexp(x, dim=-1)
+"""
+
+# Right on its first call (the truth's, reference first), wrong from its second on.
+WRONG = CANDIDATE.replace(
+    "        return torch.logsumexp(x, dim=-1)",
+    "        self.calls = getattr(self, 'calls', 0) + 1\n"
+    "        return torch.logsumexp(x, dim=-1) if self.calls == 1 else x.amax(dim=-1)",
+)
+
+
+def _run(candidate: str) -> tuple[dict[str, Any], list[tuple[float, int, int]]]:
+    task = {
+        "reference": REFERENCE,
+        "candidate": candidate,
+        "device": "cpu",
+        "seed": 42,
+        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
+        "cpu_threads": 1,
+    }
+    try:
+        result = harness.run_task(task, lambda phase: None)
+        seen = list(sys.modules["kernelpro_candidate"].SEEN)
+    finally:
+        for name in ("kernelpro_candidate", "kernelpro_reference"):
+            sys.modules.pop(name, None)
+    return result, seen
+
+
+def _first_value(seed: int) -> float:
+    module = types.ModuleType("reference_for_the_draw")
+    exec(REFERENCE, module.__dict__)
+    return float(measurement.make_inputs(module, seed, "cpu")[0].reshape(-1)[0])
+
+
+def test_no_reference_output_is_alive_while_the_candidate_makes_a_later_checked_call() -> None:
+    """Trials 2 and 3 and the call after timing (seeds 44, 45, 343): the reference's output
+    of the call is made after the candidate's, so none is alive during the candidate's call
+    (one was, when the reference ran first). Trial 1 here is this worker's own truth's call
+    (no judge beside it in this process): the reference runs first there, as before."""
+    result, seen = _run(CANDIDATE)
+    assert result["status"] == "correct", result.get("reason")
+    by_content = {value: alive for value, batch, alive in seen if batch == 16}
+    for seed in (44, 45, 343):
+        assert by_content[_first_value(seed)] == 0, (seed, seen)
+    assert by_content[_first_value(43)] == 1  # the truth's call: the reference first
+
+
+def test_a_wrong_candidate_run_first_is_still_wrong() -> None:
+    """The reference's output made after the candidate's call still decides it: a candidate
+    wrong from its second call fails at trial 2, which runs the candidate first."""
+    result, seen = _run(WRONG)
+    assert result["status"] == "wrong", result
+    assert "trial 2/3" in result["reason"], result["reason"]
+    assert seen[1] == (_first_value(44), 16, 0)  # trial 2: no reference output yet
