@@ -265,11 +265,17 @@ def session_device(requested: str) -> str:
 
 
 def cuda_memory(device: str) -> tuple[int, int] | None:
-    """(free, total) bytes of `device`'s GPU as the session sees it, None when it sees none."""
+    """(free, total) bytes of `device`'s GPU as the session sees it, None when it sees none.
+
+    The session's caching allocator is emptied first: the blocks it keeps from the gate's own
+    run of the item are free for the evaluation's processes (the session allocates nothing
+    while they run), but the driver counts them as taken until they are given back; a
+    session that had just timed a 12 GiB problem read tens of GiB less than it could give."""
     import torch
 
     if not torch.cuda.is_available():
         return None
+    torch.cuda.empty_cache()
     free, total = torch.cuda.mem_get_info(torch.device(device))
     return int(free), int(total)
 

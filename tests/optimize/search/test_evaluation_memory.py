@@ -195,3 +195,29 @@ def test_an_evaluations_peak_stays_within_the_estimate_above_a_tiny_problems() -
     )
     # The fixed part the estimate adds: the worker's and the judge's interpreters.
     assert tiny_peak * MiB <= footprint.PROCESSES * footprint.INTERPRETER_BYTES
+
+
+def test_the_sessions_own_cached_gpu_blocks_are_given_back_before_free_memory_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CPU stand-in for the CUDA path: the session has just run the gate on the item, its
+    caching allocator keeps those blocks, and the driver counts them as taken. The free memory
+    the refusal reads must be what the evaluation's processes can get, so the cache is given
+    back first (on an H100 a 12 GiB problem read 35.5 of 79 GiB free without it)."""
+    driver = {"cached": 40 << 30, "free": 35 << 30}
+    order: list[str] = []
+
+    def empty_cache() -> None:
+        order.append("empty_cache")
+        driver["free"] += driver["cached"]
+        driver["cached"] = 0
+
+    def mem_get_info(device: object) -> tuple[int, int]:
+        order.append("mem_get_info")
+        return driver["free"], 80 << 30
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "empty_cache", empty_cache)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    assert footprint.cuda_memory("cuda") == (75 << 30, 80 << 30)
+    assert order == ["empty_cache", "mem_get_info"]
