@@ -194,17 +194,6 @@ def intact(*extra: Kept) -> bool:
     return True
 
 
-def intact_parts(*extra: Kept) -> tuple[list[bool], list[str], tuple[Any, ...], Any]:
-    """What `intact` reads, for a timer that makes its comparison in its own frame every
-    sample (a call less a sample): the torch links' state (`[clean]`, the modules not seen
-    yet), (reader, owners, names, values) per group, the groups' own lists (kept up to date
-    in place), and the marker of a missing name."""
-    groups = []
-    for kept in _ALL_KEPT + extra:  # a loop, no comprehension: every round runs this
-        groups.append((dict.get if kept.by_dict else getattr, kept.owners, kept.names, kept.values))
-    return _torch_clean, _torch_pending, tuple(groups), _MISSING
-
-
 def tampered() -> list[str]:
     """'time.perf_counter (now some_module.fake)' for every rebound kept name and torch
     timing function whose code is not torch's."""

@@ -30,7 +30,6 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from operator import is_not
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -342,28 +341,12 @@ class CpuSampler:
         if fresh is not None:
             before, after, drain = fresh.before, fresh.after, fresh.drain
         sealed = seal.kept if seal is not None and fresh is not None else ()
-        perf_counter = bound.perf_counter
+        intact, perf_counter = bound.intact, bound.perf_counter
         thread_time, process_time = bound.thread_time, bound.process_time
-        # `bound.intact(*sealed)`, inline before the first sample and after each: its groups'
-        # lists (kept up to date in place by `bound`) compared in C, no frame.
-        torch_clean, torch_pending, kept_groups, missing = bound.intact_parts(*sealed)
-        in_modules, missings = sys.modules.__contains__, itertools.repeat(missing)
+        if not intact(*sealed):
+            verify_bindings(fresh, seal)  # names what changed and raises
         values: list[float] = []
-        left, stop = count, False
-        while True:
-            unchanged = torch_clean[0] and not any(map(in_modules, torch_pending))
-            try:
-                for read, owners, names, kept in kept_groups if unchanged else ():
-                    if any(map(is_not, map(read, owners, names, missings), kept)):
-                        unchanged = False
-                        break
-            except Exception:  # a kept owner made unreadable: the slow path names it
-                unchanged = False
-            if not unchanged:
-                verify_bindings(fresh, seal)  # names what changed and raises
-            if stop or not left:
-                return values
-            left -= 1
+        for _ in range(count):
             # `OtherThreads`' reads nest (thread, process ... process, thread): this thread's
             # time between two reads never counts as another thread's (read the other way,
             # a microsecond a sample summed to milliseconds and refused honest kernels).
@@ -421,12 +404,16 @@ class CpuSampler:
                 if key is not None and drain is not None:
                     drain((key,))
             out = None
+            if not intact(*sealed):
+                verify_bindings(fresh, seal)
             between.kernel_s += per_call * calls
             values.append(per_call)
             self.taken += 1
             # The plan clock (`plan_clock`), inline.
             honest_s = fresh.refill_s + fresh.check_s if fresh is not None else 0.0
-            stop = self.taken >= floor and clock() - honest_s >= deadline
+            if self.taken >= floor and clock() - honest_s >= deadline:
+                break
+        return values
 
 
 @dataclass
