@@ -214,6 +214,16 @@ def _device_memory_share(device: str, contenders: int) -> float | None:
     return CONTENDERS_MEMORY_SHARE * free / total / contenders if total else None
 
 
+def cap_device_memory(torch: Any, fraction: float, device: str) -> None:
+    """Cap this process's CUDA allocations at `fraction` of `device`'s memory. torch's cap
+    takes a device index and refuses a device without one ("cuda", what `auto` resolves to:
+    ValueError), so the current device's index stands in for a bare "cuda"."""
+    index = torch.device(device).index
+    torch.cuda.set_per_process_memory_fraction(
+        fraction, torch.cuda.current_device() if index is None else index
+    )
+
+
 def _combined(reference: str, code: str) -> str:
     return reference.rstrip() + "\n\n\n# ---- contender ----\n" + code.rstrip() + "\n"
 
@@ -457,7 +467,7 @@ def _worker(work: Path, label: str) -> int:
     if config.get("memory_fraction") and device.startswith("cuda"):
         # Before the contender's code runs: its allocations past its share fail in its own
         # process (`_device_memory_share`), not in another contender's.
-        torch.cuda.set_per_process_memory_fraction(float(config["memory_fraction"]), device)
+        cap_device_memory(torch, float(config["memory_fraction"]), device)
     try:
         measurement.apply_session_precision(torch, config)
         module = import_file(work / f"{label}.py", f"kernelpro_remeasure_{label}")

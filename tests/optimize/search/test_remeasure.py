@@ -151,3 +151,29 @@ def test_each_contender_gets_an_equal_share_of_the_free_device_memory(
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", unreadable)
     assert module._device_memory_share("cuda", 3) is None
+
+
+@pytest.mark.parametrize(("device", "index"), [("cuda", 0), ("cuda:1", 1)])
+def test_the_memory_cap_names_a_device_index_for_a_bare_cuda_device(
+    monkeypatch: pytest.MonkeyPatch, device: str, index: int
+) -> None:
+    """On an H100 every re-measurement worker died before its first call: `auto` resolves to
+    "cuda", and torch's per-process memory cap refuses a device without an index
+    (ValueError from `torch._utils._get_device_index`). The stand-in applies that same torch
+    rule to what the cap is given; the current device is 0 here."""
+    import torch
+    from torch._utils import _get_device_index
+
+    from pytest_kernelpro.optimize.sandbox import remeasure as module
+
+    given: list[tuple[float, int]] = []
+
+    def set_fraction(fraction: float, device: object = None) -> None:
+        given.append((fraction, _get_device_index(device)))
+
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", set_fraction)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    module.cap_device_memory(torch, 0.25, device)
+    assert given == [(0.25, index)]
+    with pytest.raises(ValueError, match="specified index"):
+        set_fraction(0.25, device="cuda")  # the call the worker made before
