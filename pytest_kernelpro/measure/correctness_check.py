@@ -30,11 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.fp32_precision import (
-    apply_fp32_precision_flags,
-    fp32_precision_flags,
-    run_recording_precision,
-)
+from pytest_kernelpro.measure.fp32_precision import run_recording_precision
 from pytest_kernelpro.measure.output_rule import (
     KERNELBENCH,
     CorrectnessRule,
@@ -605,7 +601,14 @@ def _wide_mode(torch: Any, wide: Any, device: str) -> Iterator[None]:
     """Default dtype `wide`, no autograd, fp32 matmuls/convs in full fp32 (a float32 truth
     computed with TF32 would be no more exact than a TF32 reference)."""
     before_default = torch.get_default_dtype()
-    flags = fp32_precision_flags(torch) if device.startswith("cuda") else None
+    flags = None
+    if device.startswith("cuda"):
+        from pytest_kernelpro.measure.fp32_tensor_cores import (
+            apply_fp32_precision_flags,
+            fp32_precision_flags,
+        )
+
+        flags = fp32_precision_flags(torch)
     torch.set_default_dtype(wide)
     try:
         if flags and any(flags.values()):
