@@ -73,6 +73,33 @@ _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per 
 _FLUSH_BUFFERS: dict[tuple[int, int], Any] = {}
 
 
+class CudaEvents:
+    """CUDA events on one stream through the C type `torch._C._CudaEventBase`, whose methods
+    (unlike `torch.cuda.Event`'s) cannot be replaced; synchronize is the C function, taken
+    when this is made."""
+
+    def __init__(self, torch: Any, stream: Any) -> None:
+        self._base = torch._C._CudaEventBase
+        self._record = self._base.record
+        self._elapsed = self._base.elapsed_time
+        self.synchronize_device: Callable[[], None] = torch._C._cuda_synchronize
+        self.stream = stream
+
+    def event(self) -> Any:
+        return self._base(enable_timing=True)
+
+    def record(self, event: Any) -> Any:
+        self._record(event, self.stream)
+        return event
+
+    def mark(self) -> Any:
+        """A new event recorded now on the timed stream."""
+        return self.record(self.event())
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        return float(self._elapsed(start, end)) * 1e-3
+
+
 def _flush_buffer(torch: Any, idx: int, nbytes: int) -> Any:
     key = (idx, nbytes)
     if key not in _FLUSH_BUFFERS:
@@ -188,7 +215,7 @@ class _CudaRun:
     monitor: Any
     fresh: FreshInputs | None
     watch: StreamWatch
-    events: Any  # bound.CudaEvents on the timed stream
+    events: Any  # CudaEvents on the timed stream
     probe: EscapeProbe
     buf: Any  # the L2 flush buffer, or None
     # streams="any": the kernel's work may still run on its own streams when it returns, so
@@ -500,10 +527,10 @@ def _time_cuda_on(
     watch = watch if watch is not None else StreamWatch()
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
-    # Events of the C type on the stream current now (measure.bound: a kernel that patches
-    # torch.cuda.Event cannot change them), and the checked calls that see work escaping it.
+    # Events of the C type on the stream current now (a kernel that patches torch.cuda.Event
+    # cannot change them), and the checked calls that see work escaping it.
     timed_stream = torch.cuda.current_stream()
-    events = bound.CudaEvents(torch, timed_stream)
+    events = CudaEvents(torch, timed_stream)
     watch.watch(timed_stream.stream_id)
     if fresh is not None:
         fresh.defer = True  # checked copies compared after each round (`drain`); sealed
