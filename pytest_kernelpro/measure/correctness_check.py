@@ -96,7 +96,6 @@ def check_correctness(
     *,
     device: str,
     trials: int = 3,
-    tolerance: Tolerance | None = None,
     seed: int = 0,
     rtol: float | None = None,
     atol: float | None = None,
@@ -104,11 +103,11 @@ def check_correctness(
     kernelbench: bool = False,
 ) -> CorrectnessResult:
     """Run `trials` trials of kernel vs reference, stopping at the first failure, by the
-    `CorrectnessRule` (with a truth if `truth`; `tolerance` or `rtol`/`atol` override it);
+    `CorrectnessRule` (with a truth if `truth`; the marker's `rtol`/`atol` override it);
     `kernelbench`: KernelBench's verdict too."""
     if trials < 1:
         raise KernelproError(f"check_correctness(trials={trials!r}): need at least one trial")
-    rule = CorrectnessRule(rtol=rtol, atol=atol, fixed=tolerance)
+    rule = CorrectnessRule(rtol=rtol, atol=atol)
     run = _Trials(kernel, reference, make_inputs, device, trials, seed, truth, rule, kernelbench)
     for trial in range(trials):
         failed = run.trial(trial)
