@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
-from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings
+from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings, reprobe_summary
 from pytest_kernelpro.measure.ceilings import (
     Ceilings,
     cache_path,
@@ -139,8 +139,6 @@ def _print_ceilings(ceilings: Ceilings, spec: DeviceSpec | None, path: Path) -> 
         )
         return 1
     if ceilings.device_type == "cpu":
-        from pytest_kernelpro.measure.ceilings import reprobe_summary
-
         trust = ceilings.trust_reason()
         if int(ceilings.details.get("reprobes") or 0):
             trust = f"{trust}; {reprobe_summary(ceilings)}"

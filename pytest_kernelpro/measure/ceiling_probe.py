@@ -16,7 +16,7 @@ not cached for good, and re-measured by the first session that finds the machine
 (`quiet_now`, a 0.2 s look); whenever the CPU's ceilings of one machine, torch version and
 thread count are measured again each keeps the best of the old and the new probe (`best_of`);
 and a kernel whose compulsory bytes beat the bandwidth ceiling has the ceilings re-probed
-(`reprobe`) before anything is blamed.
+(`reprobe`) before anything is blamed (`exceedance_note` says on what).
 """
 
 from __future__ import annotations
@@ -586,3 +586,34 @@ def reprobe(
         {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": merged.to_dict()},
     )
     return merged
+
+
+def reprobe_summary(ceilings: Ceilings) -> str:
+    """One line on the last re-probe: "re-probed (a kernel exceeded them): fp32 45 -> 143
+    GFLOP/s" or "re-probed: no ceiling rose"."""
+    history = ceilings.details.get("reprobe_history") or []
+    if not history:
+        return "not re-probed"
+    last = history[-1]
+    rose = last.get("rose") or []
+    what = "; ".join(rose) if rose else "no ceiling rose"
+    return f"re-probed ({last.get('why')}): {what}"
+
+
+def exceedance_note(ceilings: Ceilings) -> str:
+    """What a CPU rate above every ceiling is blamed on, after the re-probe (or without it)."""
+    if ceilings.trusted and ceilings.details.get("reprobe_history"):
+        return (
+            f"the ceilings were re-probed and still hold ({ceilings.trust_reason()}; "
+            f"{reprobe_summary(ceilings)}), so load did not cause it"
+        )
+    if ceilings.trusted:
+        return (
+            f"the ceilings are an upper bound ({ceilings.trust_reason()}), so load did not cause it"
+        )
+    return (
+        f"the CPU ceilings are {ceilings.trust_reason().removeprefix('not trusted: ')} "
+        "and could not be re-probed here: they may have been measured under load, which "
+        "lowers them; run `kernelpro calibrate` on a quiet machine before suspecting the "
+        "FLOP or byte count"
+    )
