@@ -36,15 +36,12 @@ from pytest_kernelpro.measure.timing.anchor import (
     warmup_capped,
 )
 from pytest_kernelpro.measure.timing.budget import (
-    GRAPH_TARGET_S,
-    PREROLL_CAP_S,
+    DEFAULT_FLUSH_BYTES,
     RoundLog,
     TimingBudget,
     TimingResult,
     adaptive_rounds,
-    flush_size,
     kernel_failed,
-    warmup_count,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     PENDING_BYTES,
@@ -67,6 +64,8 @@ from pytest_kernelpro.measure.timing.streams import (
 # whether a comparison is clock-limited (gate/verdict_basis.py). Reading every 2 ms (to scale
 # times by the clock) did not make the mean clock follow the kernel's time on the H200.
 CLOCK_READ_INTERVAL_S = 0.01
+PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
+GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device
 # One flush buffer per (device, size), kept for the process like triton's cache buffer, so
 # each kernel does not pay an allocation.
@@ -98,6 +97,22 @@ class CudaEvents:
 
     def elapsed_s(self, start: Any, end: Any) -> float:
         return float(self._elapsed(start, end)) * 1e-3
+
+
+def flush_size(budget: TimingBudget, cache_bytes: int | None) -> int:
+    """Bytes to write before each sample: the budget's, else twice the cache, else 256 MiB."""
+    if budget.flush_bytes is not None:
+        return int(budget.flush_bytes)
+    if cache_bytes and cache_bytes > 0:
+        return 2 * int(cache_bytes)
+    return DEFAULT_FLUSH_BYTES
+
+
+def warmup_count(warmup_ms: float, per_call_s: float) -> int:
+    """Calls that fill `warmup_ms`, at least 1 (do_bench's `max(1, warmup / estimate)`)."""
+    if per_call_s <= 0:
+        return 1
+    return max(1, min(100_000, math.ceil(warmup_ms * 1e-3 / per_call_s)))
 
 
 def _flush_buffer(torch: Any, idx: int, nbytes: int) -> Any:
