@@ -205,13 +205,8 @@ def _probe(
         )
     ceilings = _monitored(lambda: measure_ceilings(device, spec=spec, quick=quick), threads)
     if previous is not None:
-        ceilings, rose = best_of(previous, ceilings)
-        history = [*(previous.details.get("reprobe_history") or []), {
-            "at": ceilings.measured_at,
-            "why": "kernelpro calibrate" if refresh else "re-measured on a quiet machine",
-            "rose": rose,
-        }]  # fmt: skip
-        ceilings = replace(ceilings, details={**ceilings.details, "reprobe_history": history[-10:]})
+        why = "kernelpro calibrate" if refresh else "re-measured on a quiet machine"
+        ceilings = _best_with_history(previous, ceilings, ceilings.measured_at, why)
     atomic_write_json(
         path, {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": ceilings.to_dict()}
     )
@@ -291,6 +286,15 @@ def best_of(old: Ceilings, new: Ceilings) -> tuple[Ceilings, list[str]]:
     details["first_measured_at"] = old.details.get("first_measured_at", old.measured_at)
     details.pop("not_cached", None)  # re-probed: the best of both is no longer provisional
     return replace(new, bandwidth_Bps=bandwidth, flops=flops, details=details), rose
+
+
+def _best_with_history(old: Ceilings, new: Ceilings, at: str, why: str) -> Ceilings:
+    """`best_of(old, new)` with the re-probe (when, why, what rose) appended to `old`'s
+    `reprobe_history` (the last ten kept)."""
+    merged, rose = best_of(old, new)
+    entry = {"at": at, "why": why, "rose": rose}
+    history = [*(old.details.get("reprobe_history") or []), entry][-10:]
+    return replace(merged, details={**merged.details, "reprobe_history": history})
 
 
 # GPU sizes (the brief of the project: >= 1 GiB copy; 8192^3 half/TF32/FP32 GEMM, 4096^3 FP64).
@@ -569,16 +573,8 @@ def reprobe(
         return ceilings
     measure = measure or measure_ceilings
     fresh = _monitored(lambda: measure(device, quick=quick), torch.get_num_threads())
-    merged, rose = best_of(ceilings, fresh)
-    history: list[dict[str, Any]] = list(ceilings.details.get("reprobe_history") or [])
-    history.append(
-        {
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "why": why,
-            "rose": rose,
-        }
-    )
-    merged = replace(merged, details={**merged.details, "reprobe_history": history[-10:]})
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    merged = _best_with_history(ceilings, fresh, now, why)
     threads = torch.get_num_threads()
     path = cache_path(Path(cache_dir), merged.device, merged.torch_version, quick, threads)
     atomic_write_json(
