@@ -6,8 +6,8 @@ sandbox worker before the candidate, keeps the function objects it found then (a
 runs the original code whatever the name points to later), and so does each of the plugin's
 timing modules' namespace (`keep_module`). `intact`/`binding_failure` run around every sample
 and name every rebound name with the module that made it (`patcher_of`, remembered in
-`patchers`): its kernels are refused, others are timed on the originals put back. CUDA events
-go through the C type `torch._C._CudaEventBase`. Standard library only at import.
+`patchers`): its kernels are refused, others are timed on the originals put back (the CUDA
+timer's events: `timing.cuda.CudaEvents`). Standard library only at import.
 """
 
 from __future__ import annotations
@@ -341,33 +341,6 @@ def restore() -> None:
         kept.put_back()
     for owner, attr, original in _TORCH_KEPT.values():
         setattr(owner, attr, original)
-
-
-class CudaEvents:
-    """CUDA events on one stream through the C type `torch._C._CudaEventBase`, whose methods
-    (unlike `torch.cuda.Event`'s) cannot be replaced; synchronize is the C function, taken
-    when this is made."""
-
-    def __init__(self, torch: Any, stream: Any) -> None:
-        self._base = torch._C._CudaEventBase
-        self._record = self._base.record
-        self._elapsed = self._base.elapsed_time
-        self.synchronize_device: Callable[[], None] = torch._C._cuda_synchronize
-        self.stream = stream
-
-    def event(self) -> Any:
-        return self._base(enable_timing=True)
-
-    def record(self, event: Any) -> Any:
-        self._record(event, self.stream)
-        return event
-
-    def mark(self) -> Any:
-        """A new event recorded now on the timed stream."""
-        return self.record(self.event())
-
-    def elapsed_s(self, start: Any, end: Any) -> float:
-        return float(self._elapsed(start, end)) * 1e-3
 
 
 keep_module(sys.modules[__name__])

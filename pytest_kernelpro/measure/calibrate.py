@@ -13,7 +13,7 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.fileio import atomic_write_json
-from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings
+from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings, reprobe_summary
 from pytest_kernelpro.measure.ceilings import (
     Ceilings,
     cache_path,
@@ -139,8 +139,6 @@ def _print_ceilings(ceilings: Ceilings, spec: DeviceSpec | None, path: Path) -> 
         )
         return 1
     if ceilings.device_type == "cpu":
-        from pytest_kernelpro.measure.ceilings import reprobe_summary
-
         trust = ceilings.trust_reason()
         if int(ceilings.details.get("reprobes") or 0):
             trust = f"{trust}; {reprobe_summary(ceilings)}"
@@ -149,7 +147,7 @@ def _print_ceilings(ceilings: Ceilings, spec: DeviceSpec | None, path: Path) -> 
     return 0
 
 
-def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
+def calibrate_main(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
     """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
 
     Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
@@ -197,12 +195,3 @@ def run_calibrate(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) 
         sys.stdout.write(json.dumps(ceilings.to_dict(), indent=2) + "\n")
         return 0
     return _print_ceilings(ceilings, spec, path)
-
-
-def calibrate_main(argv: list[str], *, extra_specs: tuple[DeviceSpec, ...] = ()) -> int:
-    """`kernelpro calibrate [--device cuda] [--cache-dir DIR] [--quick] [--json] [--out PATH]`.
-
-    Re-measures the ceilings, writes them to the cache and prints a table (or JSON).
-    Returns the exit status: 0 on success, 2 on a bad argument or a failed measurement.
-    """
-    return run_calibrate(argv, extra_specs=extra_specs)

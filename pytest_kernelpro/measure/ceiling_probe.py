@@ -16,7 +16,7 @@ not cached for good, and re-measured by the first session that finds the machine
 (`quiet_now`, a 0.2 s look); whenever the CPU's ceilings of one machine, torch version and
 thread count are measured again each keeps the best of the old and the new probe (`best_of`);
 and a kernel whose compulsory bytes beat the bandwidth ceiling has the ceilings re-probed
-(`reprobe`) before anything is blamed.
+(`reprobe`) before anything is blamed (`exceedance_note` says on what).
 """
 
 from __future__ import annotations
@@ -205,13 +205,8 @@ def _probe(
         )
     ceilings = _monitored(lambda: measure_ceilings(device, spec=spec, quick=quick), threads)
     if previous is not None:
-        ceilings, rose = best_of(previous, ceilings)
-        history = [*(previous.details.get("reprobe_history") or []), {
-            "at": ceilings.measured_at,
-            "why": "kernelpro calibrate" if refresh else "re-measured on a quiet machine",
-            "rose": rose,
-        }]  # fmt: skip
-        ceilings = replace(ceilings, details={**ceilings.details, "reprobe_history": history[-10:]})
+        why = "kernelpro calibrate" if refresh else "re-measured on a quiet machine"
+        ceilings = _best_with_history(previous, ceilings, ceilings.measured_at, why)
     atomic_write_json(
         path, {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": ceilings.to_dict()}
     )
@@ -291,6 +286,15 @@ def best_of(old: Ceilings, new: Ceilings) -> tuple[Ceilings, list[str]]:
     details["first_measured_at"] = old.details.get("first_measured_at", old.measured_at)
     details.pop("not_cached", None)  # re-probed: the best of both is no longer provisional
     return replace(new, bandwidth_Bps=bandwidth, flops=flops, details=details), rose
+
+
+def _best_with_history(old: Ceilings, new: Ceilings, at: str, why: str) -> Ceilings:
+    """`best_of(old, new)` with the re-probe (when, why, what rose) appended to `old`'s
+    `reprobe_history` (the last ten kept)."""
+    merged, rose = best_of(old, new)
+    entry = {"at": at, "why": why, "rose": rose}
+    history = [*(old.details.get("reprobe_history") or []), entry][-10:]
+    return replace(merged, details={**merged.details, "reprobe_history": history})
 
 
 # GPU sizes (the brief of the project: >= 1 GiB copy; 8192^3 half/TF32/FP32 GEMM, 4096^3 FP64).
@@ -569,16 +573,8 @@ def reprobe(
         return ceilings
     measure = measure or measure_ceilings
     fresh = _monitored(lambda: measure(device, quick=quick), torch.get_num_threads())
-    merged, rose = best_of(ceilings, fresh)
-    history: list[dict[str, Any]] = list(ceilings.details.get("reprobe_history") or [])
-    history.append(
-        {
-            "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "why": why,
-            "rose": rose,
-        }
-    )
-    merged = replace(merged, details={**merged.details, "reprobe_history": history[-10:]})
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    merged = _best_with_history(ceilings, fresh, now, why)
     threads = torch.get_num_threads()
     path = cache_path(Path(cache_dir), merged.device, merged.torch_version, quick, threads)
     atomic_write_json(
@@ -586,3 +582,34 @@ def reprobe(
         {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": merged.to_dict()},
     )
     return merged
+
+
+def reprobe_summary(ceilings: Ceilings) -> str:
+    """One line on the last re-probe: "re-probed (a kernel exceeded them): fp32 45 -> 143
+    GFLOP/s" or "re-probed: no ceiling rose"."""
+    history = ceilings.details.get("reprobe_history") or []
+    if not history:
+        return "not re-probed"
+    last = history[-1]
+    rose = last.get("rose") or []
+    what = "; ".join(rose) if rose else "no ceiling rose"
+    return f"re-probed ({last.get('why')}): {what}"
+
+
+def exceedance_note(ceilings: Ceilings) -> str:
+    """What a CPU rate above every ceiling is blamed on, after the re-probe (or without it)."""
+    if ceilings.trusted and ceilings.details.get("reprobe_history"):
+        return (
+            f"the ceilings were re-probed and still hold ({ceilings.trust_reason()}; "
+            f"{reprobe_summary(ceilings)}), so load did not cause it"
+        )
+    if ceilings.trusted:
+        return (
+            f"the ceilings are an upper bound ({ceilings.trust_reason()}), so load did not cause it"
+        )
+    return (
+        f"the CPU ceilings are {ceilings.trust_reason().removeprefix('not trusted: ')} "
+        "and could not be re-probed here: they may have been measured under load, which "
+        "lowers them; run `kernelpro calibrate` on a quiet machine before suspecting the "
+        "FLOP or byte count"
+    )

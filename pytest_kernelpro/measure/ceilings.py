@@ -12,8 +12,8 @@ needed is *provisional* (`measured_under_load`) and re-measured on the first qui
 `Ceilings.trusted` (the only ceilings the impossible-time rule may use): a GPU's
 (device-timed, or the datasheet's); on the CPU the best of repeated probes of which at least
 one ran on a quiet machine (`quiet_probes`): probes under load never are, however many agree.
-`exceedance_note` says what a rate above the ceilings is blamed on; `resolve_peak` gives the
-rate an op's peak key runs at (a missing key's stand-in, noted), `peak_label`/`peak_name`
+`ceiling_probe.exceedance_note` says what a rate above them is blamed on; `resolve_peak` gives
+the rate an op's peak key runs at (a missing key's stand-in, noted), `peak_label`/`peak_name`
 name it in reports.
 """
 
@@ -435,40 +435,6 @@ def resolve_device(device: str) -> tuple[str, str, int]:
             f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s); pick a lower index"
         )
     return "cuda", torch.cuda.get_device_name(index), index
-
-
-# ===================================================== what a rate above the ceilings means
-
-
-def reprobe_summary(ceilings: Ceilings) -> str:
-    """One line on the last re-probe: "re-probed (a kernel exceeded them): fp32 45 -> 143
-    GFLOP/s" or "re-probed: no ceiling rose"."""
-    history = ceilings.details.get("reprobe_history") or []
-    if not history:
-        return "not re-probed"
-    last = history[-1]
-    rose = last.get("rose") or []
-    what = "; ".join(rose) if rose else "no ceiling rose"
-    return f"re-probed ({last.get('why')}): {what}"
-
-
-def exceedance_note(ceilings: Ceilings) -> str:
-    """What a CPU rate above every ceiling is blamed on, after the re-probe (or without it)."""
-    if ceilings.trusted and ceilings.details.get("reprobe_history"):
-        return (
-            f"the ceilings were re-probed and still hold ({ceilings.trust_reason()}; "
-            f"{reprobe_summary(ceilings)}), so load did not cause it"
-        )
-    if ceilings.trusted:
-        return (
-            f"the ceilings are an upper bound ({ceilings.trust_reason()}), so load did not cause it"
-        )
-    return (
-        f"the CPU ceilings are {ceilings.trust_reason().removeprefix('not trusted: ')} "
-        "and could not be re-probed here: they may have been measured under load, which "
-        "lowers them; run `kernelpro calibrate` on a quiet machine before suspecting the "
-        "FLOP or byte count"
-    )
 
 
 def exceeds_every_ceiling(peak_used: Any) -> bool:

@@ -30,11 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.measure.fp32_precision import (
-    apply_fp32_precision_flags,
-    fp32_precision_flags,
-    run_recording_precision,
-)
+from pytest_kernelpro.measure.fp32_precision import run_recording_precision
 from pytest_kernelpro.measure.output_rule import (
     KERNELBENCH,
     CorrectnessRule,
@@ -100,7 +96,6 @@ def check_correctness(
     *,
     device: str,
     trials: int = 3,
-    tolerance: Tolerance | None = None,
     seed: int = 0,
     rtol: float | None = None,
     atol: float | None = None,
@@ -108,11 +103,11 @@ def check_correctness(
     kernelbench: bool = False,
 ) -> CorrectnessResult:
     """Run `trials` trials of kernel vs reference, stopping at the first failure, by the
-    `CorrectnessRule` (with a truth if `truth`; `tolerance` or `rtol`/`atol` override it);
+    `CorrectnessRule` (with a truth if `truth`; the marker's `rtol`/`atol` override it);
     `kernelbench`: KernelBench's verdict too."""
     if trials < 1:
         raise KernelproError(f"check_correctness(trials={trials!r}): need at least one trial")
-    rule = CorrectnessRule(rtol=rtol, atol=atol, fixed=tolerance)
+    rule = CorrectnessRule(rtol=rtol, atol=atol)
     run = _Trials(kernel, reference, make_inputs, device, trials, seed, truth, rule, kernelbench)
     for trial in range(trials):
         failed = run.trial(trial)
@@ -605,7 +600,14 @@ def _wide_mode(torch: Any, wide: Any, device: str) -> Iterator[None]:
     """Default dtype `wide`, no autograd, fp32 matmuls/convs in full fp32 (a float32 truth
     computed with TF32 would be no more exact than a TF32 reference)."""
     before_default = torch.get_default_dtype()
-    flags = fp32_precision_flags(torch) if device.startswith("cuda") else None
+    flags = None
+    if device.startswith("cuda"):
+        from pytest_kernelpro.measure.fp32_tensor_cores import (
+            apply_fp32_precision_flags,
+            fp32_precision_flags,
+        )
+
+        flags = fp32_precision_flags(torch)
     torch.set_default_dtype(wide)
     try:
         if flags and any(flags.values()):

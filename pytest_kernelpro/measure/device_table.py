@@ -1,10 +1,6 @@
 """The built-in GPU table: datacenter GPUs and their datasheet ceilings (`devices.DeviceSpec`'s
-fields).
-
-Every tensor-core rate is DENSE: NVIDIA's datasheets quote tensor rates "with sparsity" (2:4
-structured), which is twice the dense rate, so those numbers are halved here and the
-`source` says so. Read by `devices.builtin_device_specs` on first use (a CPU session never
-needs it).
+fields; every tensor-core rate dense, as `devices.py` states). Read by
+`devices.builtin_device_specs` on first use (a CPU session never needs it).
 """
 
 from __future__ import annotations

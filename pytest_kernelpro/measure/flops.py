@@ -197,14 +197,6 @@ def tensor_bytes(t: Any) -> int:
     return int(unique) * t.element_size()
 
 
-def _tensor_key(t: Any) -> tuple[Any, ...]:
-    try:
-        ptr = t.untyped_storage().data_ptr()
-    except (RuntimeError, NotImplementedError, AttributeError):
-        ptr = id(t)
-    return (str(t.device), ptr, t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
-
-
 def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> float:
     """Bytes read (distinct input tensors) plus bytes written (distinct outputs)."""
     kwargs = dict(kwargs)
@@ -212,8 +204,10 @@ def op_bytes(func: Any, args: tuple, kwargs: dict, out: Any) -> float:
     read_args: Any = args
     if base_name(func) in _WRITE_ONLY_SELF and args:
         read_args = args[1:]
-    reads = {_tensor_key(t): tensor_bytes(t) for t in iter_tensors((read_args, kwargs))}
-    writes = {_tensor_key(t): tensor_bytes(t) for t in iter_tensors((out, out_kw))}
+    reads = {
+        (storage_key(t), view_key(t)): tensor_bytes(t) for t in iter_tensors((read_args, kwargs))
+    }
+    writes = {(storage_key(t), view_key(t)): tensor_bytes(t) for t in iter_tensors((out, out_kw))}
     return float(sum(reads.values()) + sum(writes.values()))
 
 

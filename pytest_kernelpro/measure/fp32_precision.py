@@ -1,15 +1,15 @@
 """In which precision torch runs fp32 matmuls and convolutions (TF32 or bf16 on tensor cores
 where this process's flags allow it, else full fp32): the reference's call with the reduced
 precision it may have run in (`run_recording_precision`: the correctness rule relaxes the fp32
-tolerance by it), and a session's flags carried to a fresh process (`fp32_precision_flags`,
-`apply_fp32_precision_flags`). The work is `fp32_tensor_cores.py`'s, imported only where a
-tensor-core device is involved. Standard library only at module level (torch is passed in),
-so the sandbox's children import it without the plugin.
+tolerance by it). The work, and the flags a fresh process takes over, are
+`fp32_tensor_cores.py`'s, imported only where a tensor-core device is involved. Standard
+library only at module level (torch is passed in), so the sandbox's children import it
+without the plugin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 # Device types whose fp32 matmuls/convolutions torch's flags may run in reduced precision
@@ -21,25 +21,6 @@ def may_run_reduced(device: Any) -> bool:
     """True when fp32 matmuls/convs on `device` ("cuda:0", a torch.device) may run reduced:
     only there is the reference's run recorded (entering a dispatch mode costs seconds)."""
     return str(device).partition(":")[0] in TENSOR_CORE_DEVICES
-
-
-def fp32_precision_flags(torch: Any) -> dict[str, str | None]:
-    """The precision ("tf32", "bf16" or None: full fp32) this process's torch flags let fp32
-    matmuls and convolutions run in on CUDA, by kind ("matmul", "conv"): what a session's
-    conftest set, for a fresh process to take over (`apply_fp32_precision_flags`)."""
-    from pytest_kernelpro.measure import fp32_tensor_cores
-
-    return {op: fp32_tensor_cores.fp32_reduced_mode(torch, op) for op in fp32_tensor_cores.FP32_OPS}
-
-
-def apply_fp32_precision_flags(torch: Any, flags: Mapping[str, Any], *, where: str) -> None:
-    """Set this process's torch flags as `flags` (`fp32_precision_flags` of another process)
-    says, so it runs fp32 matmuls/convs, and relaxes the fp32 tolerance for them, as the
-    process the flags came from. `where` names the flags' origin in the error for a bad
-    value."""
-    from pytest_kernelpro.measure.fp32_tensor_cores import set_fp32_modes
-
-    set_fp32_modes(torch, flags, where=where)
 
 
 _UNSET = object()

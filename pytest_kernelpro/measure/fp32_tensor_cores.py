@@ -1,7 +1,8 @@
 """How torch's flags run fp32 matmuls and convolutions on CUDA (TF32 or bf16 on tensor cores,
-else full fp32): read (`fp32_reduced_mode`, `reduced_precision_mode`), set (`set_fp32_modes`)
-and seen in a reference's call (`record_fp32_matmuls`). Imported by `fp32_precision` where a
-tensor-core device is involved, never on the CPU. Standard library and `errors` only at
+else full fp32): read (`fp32_reduced_mode`, `reduced_precision_mode`, a session's flags for a
+fresh process: `fp32_precision_flags`), set (`apply_fp32_precision_flags`) and seen in a
+reference's call (`record_fp32_matmuls`). Imported where a tensor-core device is involved
+(`fp32_precision`, the truth's re-run on CUDA, the sandbox), never by a CPU check. Standard library and `errors` only at
 module level (torch is passed in).
 """
 
@@ -104,12 +105,22 @@ def fp32_reduced_mode(torch: Any, op: str) -> str | None:
 FP32_OPS = ("matmul", "conv")
 
 
+def fp32_precision_flags(torch: Any) -> dict[str, str | None]:
+    """The precision ("tf32", "bf16" or None: full fp32) this process's torch flags let fp32
+    matmuls and convolutions run in on CUDA, by kind ("matmul", "conv"): what a session's
+    conftest set, for a fresh process to take over (`apply_fp32_precision_flags`)."""
+    return {op: fp32_reduced_mode(torch, op) for op in FP32_OPS}
+
+
 _MODES = ("tf32", "bf16", None)
 
 
-def set_fp32_modes(torch: Any, flags: Mapping[str, Any], *, where: str) -> None:
-    """`fp32_precision.apply_fp32_precision_flags`: TF32 through `allow_tf32` (cuBLAS matmuls,
-    cuDNN convolutions), bf16 through the newer `fp32_precision`."""
+def apply_fp32_precision_flags(torch: Any, flags: Mapping[str, Any], *, where: str) -> None:
+    """Set this process's torch flags as `flags` (`fp32_precision_flags` of another process)
+    says, so it runs fp32 matmuls/convs, and relaxes the fp32 tolerance for them, as the
+    process the flags came from: TF32 through `allow_tf32` (cuBLAS matmuls, cuDNN
+    convolutions), bf16 through the newer `fp32_precision`. `where` names the flags' origin
+    in the error for a bad value."""
     for op, mode in flags.items():
         if op not in FP32_OPS or mode not in _MODES:
             raise KernelproError(

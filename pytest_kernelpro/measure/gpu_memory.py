@@ -161,10 +161,10 @@ class ItemMemory:
 
         torch.cuda.synchronize(self.device)
         kept = _session_buffers_bytes() - self.kept_at_start
-        peak = max(0, self._peak_now() - self.base_allocated - kept)
+        base = self.base_allocated + kept  # the session's own buffers are not the item's
+        peak = max(0, self._peak_now() - base)
         footprint = self.footprint_bytes
-        released = release_cached(self.device, self.base_allocated + kept)
-        base = self.base_allocated + kept
+        released = release_cached(self.device, base)
         return {
             "peak_bytes": peak,
             "peak_bytes_by_phase": {k: max(0, v - base) for k, v in self.phase_peaks.items()},
@@ -176,9 +176,7 @@ class ItemMemory:
             "session_buffers_bytes": kept,
             "total_bytes": self.total_bytes,
             "free_at_start_bytes": self.free_at_start,
-            "left_allocated_bytes": torch.cuda.memory_allocated(self.device)
-            - self.base_allocated
-            - kept,
+            "left_allocated_bytes": torch.cuda.memory_allocated(self.device) - base,
             "released_bytes": released,
         }
 

@@ -104,19 +104,13 @@ def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = N
 
 
 def tolerance_rule(
-    *,
-    reduced: str | None = None,
-    rtol: float | None = None,
-    atol: float | None = None,
-    fixed: Tolerance | None = None,
+    *, reduced: str | None = None, rtol: float | None = None, atol: float | None = None
 ) -> Callable[[Any], Tolerance]:
-    """dtype -> its `Tolerance`: `fixed` for every output, else the dtype's default relaxed
-    by `reduced` ("tf32", or "bf16" for float32 outputs only, as its flag governs real fp32
-    matmuls), with a marker's `rtol`/`atol` replacing its fields (source "marker")."""
+    """dtype -> its `Tolerance`: the dtype's default relaxed by `reduced` ("tf32", or "bf16"
+    for float32 outputs only, as its flag governs real fp32 matmuls), with a marker's
+    `rtol`/`atol` replacing its fields (source "marker")."""
 
     def tolerance_for(dtype: Any) -> Tolerance:
-        if fixed is not None:
-            return fixed
         name = str(dtype).removeprefix("torch.")
         base = default_tolerance(
             dtype,
@@ -990,16 +984,11 @@ class CorrectnessRule:
     override, the dtype rule decides. Usable as `compare_outputs`'s `tolerance_for`."""
 
     def __init__(
-        self,
-        *,
-        rtol: float | None = None,
-        atol: float | None = None,
-        fixed: Tolerance | None = None,
-        factor: float = FACTOR,
+        self, *, rtol: float | None = None, atol: float | None = None, factor: float = FACTOR
     ) -> None:
-        self.rtol, self.atol, self.fixed, self.factor = rtol, atol, fixed, factor
-        # A marker's rtol/atol or a fixed tolerance decides instead of the truth's rule.
-        self.overridden = fixed is not None or rtol is not None or atol is not None
+        self.rtol, self.atol, self.factor = rtol, atol, factor
+        # A marker's rtol/atol decides instead of the truth's rule.
+        self.overridden = rtol is not None or atol is not None
         self.reduced: str | None = None  # the reference's fp32 matmuls ran in "tf32"/"bf16"
         self.truth: Truth | None = None
         self.calibrated: dict[str, Calibration] = {}
@@ -1014,8 +1003,6 @@ class CorrectnessRule:
     @property
     def name(self) -> str:
         """Which rule decides, in words (the record's `rule`)."""
-        if self.fixed is not None:
-            return f"fixed tolerance ({self.fixed.source})"
         if self.overridden:
             return f"marker rtol={self.rtol}, atol={self.atol} (override)"
         if self.truth is None:
@@ -1030,9 +1017,7 @@ class CorrectnessRule:
         return truth_source(self.truth.precision, self.factor)
 
     def fallback(self) -> Callable[[Any], Tolerance]:
-        return tolerance_rule(
-            reduced=self.reduced, rtol=self.rtol, atol=self.atol, fixed=self.fixed
-        )
+        return tolerance_rule(reduced=self.reduced, rtol=self.rtol, atol=self.atol)
 
     def __call__(self, dtype: Any) -> Tolerance:
         return self.fallback()(dtype)

@@ -17,7 +17,7 @@ and the verdict keep the op-level roofline time.
 Only physics makes a time impossible (`impossible_failure`): a kernel must move its call's
 inputs and outputs once (`compulsory_bytes`: not the module's weights; of a gathered input,
 the rows selected; the marker's `bytes=`). Moving them faster than a trusted bandwidth ceiling
-(`ceilings_trust`) by more than `impossible_margin`, with inputs read from memory, fails the
+(`Ceilings.trusted`) by more than `impossible_margin`, with inputs read from memory, fails the
 item.
 """
 
@@ -611,23 +611,6 @@ def kernel_efficiency(roofline: Any, median_s: float | None) -> float | None:
     return None if priced is None else priced.efficiency
 
 
-def ceilings_trust(ceilings: Any) -> tuple[bool, str]:
-    """(may the impossible-time rule use these ceilings, why)."""
-    if ceilings is None:
-        return False, "no ceilings"
-    trusted = getattr(ceilings, "trusted", None)
-    if isinstance(trusted, bool):  # measure/ceilings.py: best-of probes, re-probed if exceeded
-        reason = getattr(ceilings, "trust_reason", "")
-        text = str(reason() if callable(reason) else reason)
-        return trusted, text or ("trusted" if trusted else "not trusted")
-    details = getattr(ceilings, "details", {}) or {}
-    if details.get("not_cached"):
-        return False, f"not trusted: {details['not_cached']}"
-    if getattr(ceilings, "device_type", "cpu") == "cuda":
-        return True, "trusted: GPU ceilings (device-timed, or the datasheet's upper bound)"
-    return False, "not trusted: CPU ceilings not confirmed by re-probing"
-
-
 def inputs_from_memory(timing: Any) -> bool:
     """True when every sample read its inputs from memory (cache flushed, or exceeded)."""
     if timing is None:
@@ -659,18 +642,18 @@ def could_be_impossible(
 def impossible_failure(
     peak_used: Mapping[str, Any] | None,
     *,
-    ceilings: Any,
+    ceilings: Ceilings,
     median_s: float,
     timing: Any = None,
 ) -> str | None:
     """Why the kernel's time is impossible, or None: only its compulsory bytes beyond a
     trusted bandwidth ceiling, with inputs from memory (never a FLOP rate)."""
-    device_type = getattr(ceilings, "device_type", None)
+    device_type = ceilings.device_type
     if not peak_used or not could_be_impossible(peak_used, timing, device_type):
         return None
-    trusted, trust = ceilings_trust(ceilings)
-    if not trusted:
+    if not ceilings.trusted:
         return None
+    trust = ceilings.trust_reason()
     margin = impossible_margin(device_type)
     return (
         f"impossible time: its median {median_s * 1e6:.3g} us is faster than physics allows "

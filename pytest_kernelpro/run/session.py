@@ -216,8 +216,8 @@ class KernelproSession:
         CPU the best of the old and a new probe (`measure.ceiling_probe.reprobe`), which
         makes them trusted; GPU ceilings and a ceilings file from settings are returned as
         they are."""
-        from pytest_kernelpro.measure.ceiling_probe import reprobe
-        from pytest_kernelpro.measure.ceilings import default_cache_dir, reprobe_summary
+        from pytest_kernelpro.measure.ceiling_probe import reprobe, reprobe_summary
+        from pytest_kernelpro.measure.ceilings import default_cache_dir
 
         key = "cpu" if device == "cpu" else device
         ceilings = self.ceilings_for(device)

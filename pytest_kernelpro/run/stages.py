@@ -223,7 +223,7 @@ def roofline(
     `device_model`): the roofline and the kernel's share of it (`reprobe_ceilings(why)`
     measures them again, once a kernel beats untrusted ones; `memory`: a CUDA item's GPU
     memory account, None elsewhere)."""
-    from pytest_kernelpro.measure.ceilings import exceedance_note, exceeds_every_ceiling
+    from pytest_kernelpro.measure.ceilings import exceeds_every_ceiling
     from pytest_kernelpro.measure.roofline import (
         analyze_reference,
         could_be_impossible,
@@ -271,6 +271,8 @@ def roofline(
             efficiency, record.peak_used = record_pricing(record.roofline, median_s)
     record.extra["ceilings_trusted"] = ceilings.trusted
     if exceeds_every_ceiling(record.peak_used) and ceilings.device_type == "cpu":
+        from pytest_kernelpro.measure.ceiling_probe import exceedance_note
+
         assert record.peak_used is not None
         record.peak_used["note"] = f"{record.peak_used['note']}; {exceedance_note(ceilings)}"
     record.efficiency = analysis.efficiency(median_s) if efficiency is None else efficiency

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.measure import ceiling_probe as probe_module
-from pytest_kernelpro.measure.ceiling_probe import best_of, reprobe
-from pytest_kernelpro.measure.ceilings import Ceilings, exceedance_note, measured_under_load
+from pytest_kernelpro.measure.ceiling_probe import best_of, exceedance_note, reprobe
+from pytest_kernelpro.measure.ceilings import Ceilings, measured_under_load
 
 UNDER_LOAD = {"oversubscribed": True, "reasons": ["other processes used 1.9 of 2 core(s)"]}
 

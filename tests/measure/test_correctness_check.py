@@ -52,7 +52,9 @@ def test_tolerance_edge(offset: float, passes: bool) -> None:
         )
 
     tol = Tolerance(rtol=0.0, atol=1e-3, source="marker")
-    r = check_correctness(lambda x: x + offset, lambda x: x, inputs, device="cpu", tolerance=tol)
+    r = check_correctness(
+        lambda x: x + offset, lambda x: x, inputs, device="cpu", rtol=tol.rtol, atol=tol.atol
+    )
     assert r.passed is passes
     assert r.worst_ratio == pytest.approx(offset / 1e-3, rel=1e-6)
     assert r.max_abs_err == pytest.approx(offset, rel=1e-6)
@@ -66,12 +68,11 @@ def test_relative_tolerance_follows_allclose() -> None:
     def inputs(seed: int) -> tuple[Any, ...]:
         return (torch.tensor([1.0, 100.0, 1000.0], dtype=torch.float64),)
 
-    tol = Tolerance(rtol=1e-3, atol=0.0, source="test")
     ok = check_correctness(
-        lambda x: x * (1 + 0.9e-3), lambda x: x, inputs, device="cpu", tolerance=tol
+        lambda x: x * (1 + 0.9e-3), lambda x: x, inputs, device="cpu", rtol=1e-3, atol=0.0
     )
     bad = check_correctness(
-        lambda x: x * (1 + 1.1e-3), lambda x: x, inputs, device="cpu", tolerance=tol
+        lambda x: x * (1 + 1.1e-3), lambda x: x, inputs, device="cpu", rtol=1e-3, atol=0.0
     )
     assert ok.passed
     assert not bad.passed

@@ -339,7 +339,6 @@ def test_a_maker_draw_rewritten_in_place_during_the_call_is_refused() -> None:
 
 def _confirming_run(kernel: Any) -> Any:
     """The CUDA timer's shared state for `kernel` on the stand-in, fresh inputs deferred."""
-    from pytest_kernelpro.measure import bound
     from pytest_kernelpro.measure.timing import cuda
     from pytest_kernelpro.measure.timing.streams import EscapeProbe
 
@@ -349,7 +348,7 @@ def _confirming_run(kernel: Any) -> Any:
     )  # fmt: skip
     fresh.defer = True
     fake = fake_torch()
-    events = bound.CudaEvents(fake, FakeStream(0))
+    events = cuda.CudaEvents(fake, FakeStream(0))
     budget = TimingBudget(warmup_ms=1, max_time_s=0.05, flush_l2=False)
     return cuda._CudaRun(
         fake, 0, budget, None, fresh, StreamWatch(), events, EscapeProbe(events), None,

@@ -20,7 +20,6 @@ from pytest_kernelpro.measure.timing.budget import (
     Timer,
     TimingBudget,
     TimingResult,
-    flush_size,
     parse_device,
 )
 from pytest_kernelpro.measure.timing.cpu import (
@@ -109,7 +108,6 @@ __all__ = [
     "cpu_cache_levels",
     "cpu_flush_bytes",
     "cpu_flush_decision",
-    "flush_size",
     "last_level_cache_bytes",
     "parse_device",
     "time_cpu",

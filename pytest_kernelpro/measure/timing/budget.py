@@ -23,8 +23,6 @@ from pytest_kernelpro.measure import bound
 DEFAULT_FLUSH_BYTES = 256 * 1024 * 1024  # triton's buffer, used when the L2/LLC size is unknown
 MAX_ROUND_S = 0.25  # longest planned round: bounds how coarse the throttle attribution gets
 MAX_ROUND_SAMPLES = 1000  # events allocated per round
-PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
-GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
 CPU_MIN_SAMPLE_S = 20e-6  # unflushed CPU samples repeat the call until a sample lasts this
 CPU_WARMUP_SHARE = 0.2  # CPU warm-up takes at most this share of the time budget
 CPU_MIN_SAMPLES_FLOOR = 5  # CPU: fewer samples than this are never taken, budget or not
@@ -222,22 +220,6 @@ def adaptive_rounds(
             want = min(want, max(1, int(MAX_ROUND_S / max(per_sample_s, 1e-9))))
         else:
             want = budget.min_samples - n
-
-
-def flush_size(budget: TimingBudget, cache_bytes: int | None) -> int:
-    """Bytes to write before each sample: the budget's, else twice the cache, else 256 MiB."""
-    if budget.flush_bytes is not None:
-        return int(budget.flush_bytes)
-    if cache_bytes and cache_bytes > 0:
-        return 2 * int(cache_bytes)
-    return DEFAULT_FLUSH_BYTES
-
-
-def warmup_count(warmup_ms: float, per_call_s: float) -> int:
-    """Calls that fill `warmup_ms`, at least 1 (do_bench's `max(1, warmup / estimate)`)."""
-    if per_call_s <= 0:
-        return 1
-    return max(1, min(100_000, math.ceil(warmup_ms * 1e-3 / per_call_s)))
 
 
 def kernel_failed(device: str, phase: str, exc: BaseException) -> KernelproError:

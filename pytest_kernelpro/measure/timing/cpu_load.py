@@ -70,8 +70,6 @@ def online_cpus() -> int:
 
 def torch_threads() -> int | None:
     """torch's intra-op thread count when torch is imported, else None (nothing to ask)."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is None:
         return None

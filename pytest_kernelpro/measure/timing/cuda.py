@@ -36,15 +36,12 @@ from pytest_kernelpro.measure.timing.anchor import (
     warmup_capped,
 )
 from pytest_kernelpro.measure.timing.budget import (
-    GRAPH_TARGET_S,
-    PREROLL_CAP_S,
+    DEFAULT_FLUSH_BYTES,
     RoundLog,
     TimingBudget,
     TimingResult,
     adaptive_rounds,
-    flush_size,
     kernel_failed,
-    warmup_count,
 )
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     PENDING_BYTES,
@@ -67,10 +64,55 @@ from pytest_kernelpro.measure.timing.streams import (
 # whether a comparison is clock-limited (gate/verdict_basis.py). Reading every 2 ms (to scale
 # times by the clock) did not make the mean clock follow the kernel's time on the H200.
 CLOCK_READ_INTERVAL_S = 0.01
+PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
+GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
 _SLEEP_CYCLES_PER_S: dict[int, float] = {}  # torch.cuda._sleep calibration per device
 # One flush buffer per (device, size), kept for the process like triton's cache buffer, so
 # each kernel does not pay an allocation.
 _FLUSH_BUFFERS: dict[tuple[int, int], Any] = {}
+
+
+class CudaEvents:
+    """CUDA events on one stream through the C type `torch._C._CudaEventBase`, whose methods
+    (unlike `torch.cuda.Event`'s) cannot be replaced; synchronize is the C function, taken
+    when this is made."""
+
+    def __init__(self, torch: Any, stream: Any) -> None:
+        self._base = torch._C._CudaEventBase
+        self._record = self._base.record
+        self._elapsed = self._base.elapsed_time
+        self.synchronize_device: Callable[[], None] = torch._C._cuda_synchronize
+        self.stream = stream
+
+    def event(self) -> Any:
+        return self._base(enable_timing=True)
+
+    def record(self, event: Any) -> Any:
+        self._record(event, self.stream)
+        return event
+
+    def mark(self) -> Any:
+        """A new event recorded now on the timed stream."""
+        return self.record(self.event())
+
+    def elapsed_s(self, start: Any, end: Any) -> float:
+        return float(self._elapsed(start, end)) * 1e-3
+
+
+def flush_size(budget: TimingBudget, cache_bytes: int | None) -> int:
+    """Bytes to write before each sample: the budget's, else twice the cache, else 256 MiB."""
+    if budget.flush_bytes is not None:
+        return int(budget.flush_bytes)
+    if cache_bytes and cache_bytes > 0:
+        return 2 * int(cache_bytes)
+    return DEFAULT_FLUSH_BYTES
+
+
+def warmup_count(warmup_ms: float, per_call_s: float) -> int:
+    """Calls that fill `warmup_ms`, at least 1 (do_bench's `max(1, warmup / estimate)`)."""
+    if per_call_s <= 0:
+        return 1
+    return max(1, min(100_000, math.ceil(warmup_ms * 1e-3 / per_call_s)))
 
 
 def _flush_buffer(torch: Any, idx: int, nbytes: int) -> Any:
@@ -188,7 +230,7 @@ class _CudaRun:
     monitor: Any
     fresh: FreshInputs | None
     watch: StreamWatch
-    events: Any  # bound.CudaEvents on the timed stream
+    events: Any  # CudaEvents on the timed stream
     probe: EscapeProbe
     buf: Any  # the L2 flush buffer, or None
     # streams="any": the kernel's work may still run on its own streams when it returns, so
@@ -500,10 +542,10 @@ def _time_cuda_on(
     watch = watch if watch is not None else StreamWatch()
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
-    # Events of the C type on the stream current now (measure.bound: a kernel that patches
-    # torch.cuda.Event cannot change them), and the checked calls that see work escaping it.
+    # Events of the C type on the stream current now (a kernel that patches torch.cuda.Event
+    # cannot change them), and the checked calls that see work escaping it.
     timed_stream = torch.cuda.current_stream()
-    events = bound.CudaEvents(torch, timed_stream)
+    events = CudaEvents(torch, timed_stream)
     watch.watch(timed_stream.stream_id)
     if fresh is not None:
         fresh.defer = True  # checked copies compared after each round (`drain`); sealed

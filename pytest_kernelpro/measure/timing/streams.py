@@ -142,7 +142,7 @@ class StreamWatch:
 class EscapeProbe:
     """Checked calls of one CUDA timing (see the module docstring).
 
-    `events` is a `measure.bound.CudaEvents` on the timed stream; `body` is the timed call.
+    `events` is a `timing.cuda.CudaEvents` on the timed stream; `body` is the timed call.
     """
 
     events: Any

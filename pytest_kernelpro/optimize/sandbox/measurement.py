@@ -45,10 +45,10 @@ from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.correctness_check import run_truth
-from pytest_kernelpro.measure.fp32_precision import (
+from pytest_kernelpro.measure.fp32_precision import run_recording_precision
+from pytest_kernelpro.measure.fp32_tensor_cores import (
     apply_fp32_precision_flags,
     fp32_precision_flags,
-    run_recording_precision,
 )
 from pytest_kernelpro.measure.output_rule import (
     CorrectnessRule,
@@ -67,7 +67,7 @@ PRECISION_KEY = "fp32_precision"  # the task's (and remeasure config's) copy of 
 
 
 def session_fp32_precision() -> dict[str, str | None] | None:
-    """The session's fp32 matmul/conv precision flags (`measure.fp32_precision.fp32_precision_flags`)
+    """The session's fp32 matmul/conv precision flags (`measure.fp32_tensor_cores.fp32_precision_flags`)
     for the sandbox's tasks; None when this process has not imported torch (its flags are
     then the defaults a fresh child has too, and importing torch here only for them would
     cost the parent seconds)."""
