@@ -81,7 +81,9 @@ def final_ranking(
     (None: `search.ranking.RANKING_BUDGET_S`); candidates far slower than the current kernel
     in the search are not re-measured (`search.ranking.drop_far_slower`); a current kernel
     that is the reference is timed once for both."""
-    from pytest_kernelpro.optimize.sandbox.remeasure import remeasure
+    from dataclasses import replace
+
+    from pytest_kernelpro.optimize.sandbox.remeasure import remeasure, workers_that_fit
     from pytest_kernelpro.optimize.search.ranking import (
         FAR_SLOWER,
         RANKING_BUDGET_S,
@@ -129,8 +131,32 @@ def final_ranking(
             **search,
             wall_s=clock.totals(),
         )
+    room = workers_that_fit(sandbox_source, device)
+    with_reference = not current_is_reference
+    if room is not None and room.workers < 1 + with_reference + len(contenders):
+        # All contenders' workers stay alive through every round: fewer of them, the
+        # reference first (it is there to be shown, not ranked), then the slowest picks.
+        if room.workers < 2:
+            return SearchRanking.not_run(
+                kernel,
+                f"the final re-measurement does not fit: {room.describe()}; it needs the "
+                "current kernel and one candidate at once. The current kernel stays",
+                candidates=tuple(
+                    replace(c, reason=f"no room on the GPU: {room.describe()}") for c in contenders
+                )
+                + tuple(others),
+                **search,
+                wall_s=clock.totals(),
+            )
+        with_reference = False
+        kept = contenders[: room.workers - 1]
+        others = [
+            replace(c, verdict="not re-measured", reason=f"no room on the GPU: {room.describe()}")
+            for c in contenders[len(kept) :]
+        ] + others
+        contenders = kept
     entries = [("current", current_code)]
-    if not current_is_reference:
+    if with_reference:
         entries.append(("reference", REFERENCE_AS_CANDIDATE))
     entries += [(f"node{c.node_id}", c.code) for c in contenders]
     measured = remeasure(

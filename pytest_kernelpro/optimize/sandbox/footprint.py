@@ -94,8 +94,9 @@ class Peak:
 
 # The evaluation's peaks (module doc): whichever holds more for the problem's I and O. On a
 # CUDA problem these copies are in device memory.
+WORKER_TIMING = Peak(4, 2, "the worker's timing phase")  # a re-measurement worker's too
 PEAKS = (
-    Peak(4, 2, "the worker's timing phase"),
+    WORKER_TIMING,
     Peak(2, 3, "the judge's truth for the first output"),
     Peak(3, 1, "the judge's first inputs widened for its truth"),
     Peak(1, 4, "the worker's first call beside the judge's truth"),

@@ -49,7 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,6 +212,49 @@ def _device_memory_share(device: str, contenders: int) -> float | None:
     except Exception:  # no CUDA here (a CPU stand-in) or the device cannot be read
         return None
     return CONTENDERS_MEMORY_SHARE * free / total / contenders if total else None
+
+
+@dataclass(frozen=True)
+class DeviceRoom:
+    """How many contender workers one CUDA device holds at once (`workers_that_fit`)."""
+
+    workers: int
+    worker_bytes: int  # one worker's estimate
+    free_bytes: int
+
+    def describe(self) -> str:
+        gib = 2**30
+        return (
+            f"{self.workers} re-measurement worker(s) of about {self.worker_bytes / gib:.1f} GiB "
+            f"each (a worker times one contender with fresh inputs) fit in "
+            f"{CONTENDERS_MEMORY_SHARE:.0%} of the {self.free_bytes / gib:.1f} GiB free on the GPU"
+        )
+
+
+def workers_that_fit(
+    reference: str,
+    device: str,
+    device_memory: Callable[[str], tuple[int, int] | None] | None = None,
+) -> DeviceRoom | None:
+    """The contender workers that fit on `device` at once, all alive through every round:
+    each holds what the evaluation's worker holds in its timing phase (the same timer on the
+    same inputs; `footprint`'s estimate, which errs high). None where nothing bounds them (a
+    CPU problem, a reference the meta device cannot run, a device that cannot be read). Five
+    workers of 23_Softmax (6 GiB inputs and output) overran the H200 with each capped at its
+    equal share."""
+    from pytest_kernelpro.optimize.sandbox import footprint as footprints
+
+    if not device.startswith("cuda"):
+        return None
+    found = footprints.meta_footprint(reference, device)
+    capacity = (device_memory or footprints.cuda_memory)(device) if found is not None else None
+    if found is None or capacity is None:
+        return None
+    timing = footprints.WORKER_TIMING
+    worker = int(footprints.HEADROOM * timing.bytes_for(found.inputs, found.outputs))
+    worker += footprints.CUDA_CONTEXT_BYTES
+    free = capacity[0]
+    return DeviceRoom(int(CONTENDERS_MEMORY_SHARE * free // worker), worker, free)
 
 
 def cap_device_memory(torch: Any, fraction: float, device: str) -> None:

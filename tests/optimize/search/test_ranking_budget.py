@@ -267,3 +267,46 @@ def test_on_a_cpu_far_slower_picks_are_re_measured_all_the_same(
     ranking, calls = _rank(monkeypatch, {1: 0.43, 3: 0.2}, device="cpu")
     assert [c["labels"] for c in calls] == [["current", "reference", "node1", "node3"]]
     assert all(c.verdict != "not re-measured" for c in ranking.candidates)
+
+
+def _room(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    room = remeasure_module.DeviceRoom(workers=workers, worker_bytes=53 << 30, free_bytes=126 << 30)
+    monkeypatch.setattr(remeasure_module, "workers_that_fit", lambda source, device: room)
+
+
+def test_a_gpu_without_room_for_every_contender_remeasures_the_fastest_picks_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the H200 four contender workers of 23_Softmax (6 GiB inputs and output) each capped
+    at a quarter of the free memory ran out of it, and the search ended "not run". The
+    workers that fit are kept: the current kernel and the fastest picks; the reference and
+    the slower picks are named with the reason."""
+    _room(monkeypatch, 2)
+    ranking, calls = _rank(monkeypatch, {2: 1.45, 3: 1.05})
+    assert [c["labels"] for c in calls] == [["current", "node2"]]
+    assert ranking.status == "improved"
+    assert ranking.winner.node_id == 2
+    left = next(c for c in ranking.candidates if c.node_id == 3)
+    assert left.verdict == "not re-measured"
+    assert left.reason.startswith("no room on the GPU: 2 re-measurement worker(s) of about 53.0")
+    assert "126.0 GiB free" in left.reason
+
+
+def test_a_gpu_without_room_for_two_contenders_says_so_and_keeps_the_current_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _room(monkeypatch, 1)
+    ranking, calls = _rank(monkeypatch, {2: 1.45, 3: 1.05})
+    assert calls == []
+    assert ranking.status == "not run"
+    assert ranking.winner is None
+    assert ranking.reason.startswith("the final re-measurement does not fit: 1 re-measurement")
+    assert ranking.reason.endswith("The current kernel stays")
+    assert {c.node_id for c in ranking.candidates} == {2, 3}
+    assert all(c.reason.startswith("no room on the GPU") for c in ranking.candidates)
+
+
+def test_room_for_every_contender_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    _room(monkeypatch, 4)
+    _, calls = _rank(monkeypatch, {2: 1.45, 3: 1.05})
+    assert [c["labels"] for c in calls] == [["current", "reference", "node2", "node3"]]

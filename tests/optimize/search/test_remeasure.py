@@ -177,3 +177,43 @@ def test_the_memory_cap_names_a_device_index_for_a_bare_cuda_device(
     assert given == [(0.25, index)]
     with pytest.raises(ValueError, match="specified index"):
         set_fraction(0.25, device="cuda")  # the call the worker made before
+
+
+SOFTMAX_23 = """
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+
+
+def get_inputs():
+    return [torch.rand(4096, 393216)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_the_contender_workers_that_fit_follow_the_evaluations_timing_estimate() -> None:
+    """23_Softmax (6 GiB of input, 6 GiB of output, found on the meta device): a worker is
+    estimated as the evaluation's worker in its timing phase, 1.4 x (4 inputs + 2.25
+    outputs) + a CUDA context = 53.5 GiB. The H200's 126 GiB free hold two, an H100's 78
+    GiB one; a CPU problem or an unreadable device bounds nothing."""
+    from pytest_kernelpro.optimize.sandbox import remeasure as module
+
+    gib = 1 << 30
+    h200 = module.workers_that_fit(SOFTMAX_23, "cuda", lambda d: (126 * gib, 140 * gib))
+    assert h200 is not None
+    assert h200.worker_bytes == int(1.4 * (4 * 6 + 2.25 * 6) * gib) + gib
+    assert h200.workers == 2
+    assert "2 re-measurement worker(s) of about 53.5 GiB" in h200.describe()
+    h100 = module.workers_that_fit(SOFTMAX_23, "cuda:0", lambda d: (78 * gib, 80 * gib))
+    assert h100 is not None
+    assert h100.workers == 1
+    assert module.workers_that_fit(SOFTMAX_23, "cpu", lambda d: (78 * gib, 80 * gib)) is None
+    assert module.workers_that_fit(SOFTMAX_23, "cuda", lambda d: None) is None
+    assert module.workers_that_fit("class Model: ...", "cuda", lambda d: (gib, gib)) is None
