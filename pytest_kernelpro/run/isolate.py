@@ -24,7 +24,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.config import SETTINGS
+from pytest_kernelpro.config import AS_RESOLVED, SETTINGS
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.record import KernelRecord
 
@@ -97,31 +97,18 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
     """The parent's environment plus every resolved setting as its KERNELPRO_* variable."""
     settings = session.settings
     env = dict(os.environ)
-    values = {
-        "device": settings.device,
-        "time_budget": settings.time_budget_s,
-        "target_rel_ci": settings.target_rel_ci,
-        "warmup_ms": settings.warmup_ms,
-        "trials": settings.trials,
-        "threshold": settings.threshold,
-        "cuda_graph": settings.cuda_graph,
-        "problems": settings.problems,
-        "baseline": settings.baseline_path,
-        "ceilings": settings.ceilings_path,
-        "profile_timeout": settings.profile_timeout_s,
-        "item_timeout": settings.item_timeout_s,
-        "auto_profiles": settings.auto_profiles,
-        "auto_profile_time": settings.auto_profile_time_s,
-        "cpu_flush": settings.cpu_flush,
-        "clock_anchor": settings.clock_anchor,
-        "cpu_threads": settings.cpu_threads or "auto",
-        "cpu_cross_device": settings.cpu_cross_device,
-        "sort": settings.sort,
-        "correctness_only": settings.correctness_only,
-        "confirm_process": settings.confirm_process,
-        "autotune_mismatch": settings.autotune_mismatch,
-        "history": "off",  # the parent keeps the run in the history, once
-    }
+    values = {name: getattr(settings, name) for name in AS_RESOLVED}
+    values.update(
+        time_budget=settings.time_budget_s,
+        problems=settings.problems,
+        baseline=settings.baseline_path,
+        ceilings=settings.ceilings_path,
+        profile_timeout=settings.profile_timeout_s,
+        item_timeout=settings.item_timeout_s,
+        auto_profile_time=settings.auto_profile_time_s,
+        cpu_threads=settings.cpu_threads or "auto",
+        history="off",  # the parent keeps the run in the history, once
+    )
     for setting in SETTINGS:
         if setting.name in ("isolate", "json"):
             continue
