@@ -154,10 +154,6 @@ class ItemSettings:
             device_source = f"{sources.get('device', 'default')} (auto: {kind})"
         return cls(threshold, trials, rtol, atol, min_roofline, Resolved(device, device_source))
 
-    def sources(self) -> dict[str, str]:
-        """Setting name -> where its value came from."""
-        return {name: getattr(self, name).source for name in self.NAMES}
-
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Setting name -> {"value", "source"}: the record's `settings` (the JSON report)."""
         return {

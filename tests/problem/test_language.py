@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.problem import detect_language_of  # noqa: E402
+from pytest_kernelpro.problem.language import detect_language_of  # noqa: E402
 
 LAUNCH = '''
 import functools
