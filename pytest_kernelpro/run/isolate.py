@@ -14,6 +14,7 @@ busy for the next one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -293,35 +294,27 @@ def _gpu_holders(pids: set[int]) -> set[int]:
     NVML is not there (nothing more can be known)."""
     try:
         import pynvml as nvml
-    except ImportError:
-        return set()
-    try:
+
         nvml.nvmlInit()
-    except Exception:
+    except Exception:  # no NVML, or no driver
         return set()
     holders: set[int] = set()
     try:
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            for info in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if int(info.pid) in pids:
-                    holders.add(int(info.pid))
+            holders |= {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     except Exception:  # NVMLError: not supported, GPU lost
         pass
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
-        except Exception:
-            pass
-    return holders
+    return holders & pids
 
 
 def wait_released(pids: list[int], timeout_s: float) -> dict[str, object]:
     """Wait (at most `timeout_s`) until none of `pids` runs and none holds a GPU context."""
     started = time.perf_counter()
     wanted = set(pids)
-    alive: set[int] = set(wanted)
-    holders: set[int] = set()
     while True:
         alive = {pid for pid in wanted if _alive(pid)}
         holders = set() if alive else _gpu_holders(wanted)
