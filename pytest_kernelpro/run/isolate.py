@@ -63,7 +63,9 @@ def plugin_arguments(config: pytest.Config) -> list[str]:
 def child_address(item: KernelItem) -> str:
     """The item as the child can find it from any directory: its file's absolute path and
     the node id's part after the file ("/abs/23_Softmax.py::23_Softmax"); the node id
-    itself when the item has no file path."""
+    itself when the item has no file path. Not the node id: a KernelBench problem under
+    `--kernelpro-problems` or any file outside the rootdir has one relative to the directory
+    it was collected from, which the child, started in the invocation directory, cannot find."""
     path = getattr(item, "path", None)
     nodeid = str(item.nodeid)
     if path is None or "::" not in nodeid:
