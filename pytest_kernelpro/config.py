@@ -483,7 +483,6 @@ class KernelproConfig:
     check: bool
     save_baseline: str | None  # path, or None when not saving
     profile: bool
-    only: bool
     device: str
     time_budget_s: float | None  # None: 2 s on a GPU, 1 s on the CPU (budget_for)
     target_rel_ci: float
@@ -531,14 +530,6 @@ class KernelproConfig:
         return self.rootpath / ".kernelpro"
 
     @property
-    def cache_dir(self) -> Path:
-        """The ceilings cache: per machine and user, outside the project
-        (`measure.ceilings.default_cache_dir`; $KERNELPRO_CACHE_DIR moves it)."""
-        from pytest_kernelpro.measure.ceilings import default_cache_dir
-
-        return default_cache_dir()
-
-    @property
     def records_path(self) -> Path:
         """The JSONL file each finished record is appended to, next to the JSON report."""
         return self.json_path.with_suffix(".jsonl")
@@ -581,7 +572,6 @@ class KernelproConfig:
             check=bool(config.getoption("kernelpro_check", default=False)),
             save_baseline=save_path,
             profile=bool(config.getoption("kernelpro_profile", default=False)),
-            only=bool(config.getoption("kernelpro_only", default=False)),
             time_budget_s=values["time_budget"],
             problems=rooted(values["problems"]),
             baseline_path=baseline_path or root / "kernelpro-baseline.yaml",
