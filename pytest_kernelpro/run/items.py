@@ -158,10 +158,9 @@ def _refuse_parametrize(obj: Any, name: str) -> None:
     """A kernel is called with its inputs alone, so `@pytest.mark.parametrize` on it has no
     argument to fill: refused with the ways to get several items, not left to a TypeError
     when the kernel is called without the parameter."""
-    for mark in getattr(obj, "pytestmark", None) or []:
-        if mark.name == "parametrize":
-            break
-    else:
+    marks = getattr(obj, "pytestmark", None) or []
+    mark = next((m for m in marks if m.name == "parametrize"), None)
+    if mark is None:
         return
     argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", "?")
     raise KernelproError(

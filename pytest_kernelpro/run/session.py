@@ -177,9 +177,8 @@ class KernelproSession:
         """Measured once per machine and cached; a ceilings file from settings wins."""
         from pytest_kernelpro.measure.ceilings import Ceilings, cached_ceilings, default_cache_dir
 
-        key = "cpu" if device == "cpu" else device
-        if key in self._ceilings:
-            return self._ceilings[key]
+        if device in self._ceilings:
+            return self._ceilings[device]
         if self.settings.ceilings_path is not None:
             path = self.settings.ceilings_path
             try:
@@ -206,7 +205,7 @@ class KernelproSession:
                     "% of roofline is only as good as they are (`kernelpro calibrate` on a "
                     "quiet machine)"
                 )
-        self._ceilings[key] = ceilings
+        self._ceilings[device] = ceilings
         return ceilings
 
     def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
@@ -217,18 +216,17 @@ class KernelproSession:
         from pytest_kernelpro.measure.ceiling_probe import reprobe
         from pytest_kernelpro.measure.ceilings import default_cache_dir, reprobe_summary
 
-        key = "cpu" if device == "cpu" else device
         ceilings = self.ceilings_for(device)
         if (
             ceilings.device_type != "cpu"
-            or key in self._reprobed
+            or device in self._reprobed
             or self.settings.ceilings_path is not None
         ):
             return ceilings
-        self._reprobed.add(key)
+        self._reprobed.add(device)
         self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
         ceilings = reprobe(ceilings, device, default_cache_dir(), why=why)
-        self._ceilings[key] = ceilings
+        self._ceilings[device] = ceilings
         self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
         return ceilings
 
