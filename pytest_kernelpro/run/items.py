@@ -158,9 +158,10 @@ def _refuse_parametrize(obj: Any, name: str) -> None:
     """A kernel is called with its inputs alone, so `@pytest.mark.parametrize` on it has no
     argument to fill: refused with the ways to get several items, not left to a TypeError
     when the kernel is called without the parameter."""
-    marks = getattr(obj, "pytestmark", None) or []
-    mark = next((m for m in marks if m.name == "parametrize"), None)
-    if mark is None:
+    for mark in getattr(obj, "pytestmark", None) or []:
+        if mark.name == "parametrize":
+            break
+    else:
         return
     argnames = mark.args[0] if mark.args else mark.kwargs.get("argnames", "?")
     raise KernelproError(
