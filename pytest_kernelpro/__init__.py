@@ -3,5 +3,3 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
-
-PLUGIN_NAME = "kernelpro"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -483,7 +483,6 @@ class KernelproConfig:
     check: bool
     save_baseline: str | None  # path, or None when not saving
     profile: bool
-    only: bool
     device: str
     time_budget_s: float | None  # None: 2 s on a GPU, 1 s on the CPU (budget_for)
     target_rel_ci: float
@@ -531,14 +530,6 @@ class KernelproConfig:
         return self.rootpath / ".kernelpro"
 
     @property
-    def cache_dir(self) -> Path:
-        """The ceilings cache: per machine and user, outside the project
-        (`measure.ceilings.default_cache_dir`; $KERNELPRO_CACHE_DIR moves it)."""
-        from pytest_kernelpro.measure.ceilings import default_cache_dir
-
-        return default_cache_dir()
-
-    @property
     def records_path(self) -> Path:
         """The JSONL file each finished record is appended to, next to the JSON report."""
         return self.json_path.with_suffix(".jsonl")
@@ -576,43 +567,33 @@ class KernelproConfig:
         save = config.getoption("kernelpro_save_baseline", default=None)
         save_path = None if save is None else str(rooted(save) if save else baseline_path)
         return cls(
+            **{name: values[name] for name in AS_RESOLVED},
             rootpath=root,
             check=bool(config.getoption("kernelpro_check", default=False)),
             save_baseline=save_path,
             profile=bool(config.getoption("kernelpro_profile", default=False)),
-            only=bool(config.getoption("kernelpro_only", default=False)),
-            device=values["device"],
             time_budget_s=values["time_budget"],
-            target_rel_ci=values["target_rel_ci"],
-            warmup_ms=values["warmup_ms"],
-            trials=values["trials"],
-            threshold=values["threshold"],
-            cuda_graph=values["cuda_graph"],
-            require_gpu=values["require_gpu"],
             problems=rooted(values["problems"]),
             baseline_path=baseline_path or root / "kernelpro-baseline.yaml",
             json_path=rooted(values["json"]) or root / ".kernelpro/kernelpro-report.json",
             ceilings_path=rooted(values["ceilings"]),
             profile_timeout_s=values["profile_timeout"],
             item_timeout_s=values["item_timeout"],
-            isolate=bool(values["isolate"]),
             isolated_child=bool(config.getoption("kernelpro_isolated_child", default=False)),
-            auto_profiles=values["auto_profiles"],
             auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
-            cpu_flush=values["cpu_flush"],
-            clock_anchor=values["clock_anchor"],
-            cpu_threads=values["cpu_threads"],
-            cpu_cross_device=values["cpu_cross_device"],
-            allow_incomparable=bool(values["allow_incomparable"]),
-            sort=values["sort"],
             history_dir=rooted(values["history"] or None),
-            correctness_only=bool(values["correctness_only"]),
-            confirm_process=values["confirm_process"],
-            autotune_mismatch=values["autotune_mismatch"],
             remeasure_pins=_remeasure_pins(config),
             conftest_defaults=defaults,
         )
+
+
+# The settings a `KernelproConfig` field of their own name holds as resolved (every flag's
+# value is a bool already: `parse_bool`, or the flag's constant); the others are named for
+# their unit (`time_budget_s`) or are paths rooted at the rootdir (`problems`, `json_path`).
+AS_RESOLVED = tuple(
+    f.name for f in fields(KernelproConfig) if f.name in SETTINGS_BY_NAME and f.name != "problems"
+)
 
 
 def _remeasure_pins(config: pytest.Config) -> Path | None:

@@ -21,33 +21,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pytest_kernelpro.problem.language import detect_language, detect_language_of
 from pytest_kernelpro.problem.model import (
-    DEVICES,
-    LANGUAGES,
     MARKER_NAME,
     MARKER_SIGNATURE,
     MarkerOptions,
     Problem,
     ProblemLocator,
-    call_input_factory,
     marker_of,
     problem_from_marker,
-    shape_id,
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.problem.kernelbench import (
-        import_file,
-        is_kernelbench_file,
-        problem_from_kernelbench,
-    )
+    from pytest_kernelpro.problem.kernelbench import import_file
     from pytest_kernelpro.problem.locate import load_problem, lookup_qualname
 
 # The names of the modules imported on first use, by the module that holds them.
 _LAZY = {
-    "is_kernelbench_file": "kernelbench",
-    "problem_from_kernelbench": "kernelbench",
     "import_file": "kernelbench",
     "load_problem": "locate",
     "lookup_qualname": "locate",
@@ -65,22 +54,14 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "DEVICES",
-    "LANGUAGES",
     "MARKER_NAME",
     "MARKER_SIGNATURE",
     "MarkerOptions",
     "Problem",
     "ProblemLocator",
-    "call_input_factory",
-    "detect_language",
-    "detect_language_of",
     "import_file",
-    "is_kernelbench_file",
     "load_problem",
     "lookup_qualname",
     "marker_of",
-    "problem_from_kernelbench",
     "problem_from_marker",
-    "shape_id",
 ]

@@ -2,9 +2,10 @@
 
 Every place that turns a module class into the model it runs goes through here: the gate's
 KernelBench problems (`kernelbench.py`) and marked `nn.Module` classes (`model.py`), and the
-sandbox's worker (`optimize/sandbox/harness.py`), trusted judge (`optimize/sandbox/judge.py`) and final
-re-measurement (`optimize/sandbox/remeasure.py`). So with the same seed the reference is the same model
-in all of them, and the kernel gets its weights by one rule (`share_weights`): by name when
+sandbox's worker (`optimize/sandbox/harness.py`), trusted judge (`optimize/sandbox/judge.py`)
+and final re-measurement (`optimize/sandbox/remeasure.py`), the worker and the last through
+`optimize/sandbox/built_models.py`. So with the same seed the reference is the same model in
+all of them, and the kernel gets its weights by one rule (`share_weights`): by name when
 both state_dicts have the same keys of the same shapes, else by position when both list
 tensors of the same shapes in the same (registration) order, so a kernel may name its weights
 as it likes. The Programmer's prompt states this rule (agents/problem_context.py).
@@ -16,7 +17,6 @@ without the pytest session.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 
@@ -90,44 +90,3 @@ def build_module(
         torch.manual_seed(seed)
         built = cls(*_arguments(init_inputs))
     return built.to(device).eval()
-
-
-@dataclass(frozen=True)
-class BuiltKernel:
-    """A kernel module built next to its reference, and whether it got the reference's
-    weights (`how`: `share_weights`' account)."""
-
-    model: Any
-    weights_copied: bool
-    how: str
-
-
-def build_kernel(
-    cls: Any,
-    reference: Any,
-    init_inputs: InitInputs,
-    device: str,
-    *,
-    seed: int = 0,
-) -> BuiltKernel:
-    """`cls` built as `build_module` builds the reference (same seed, init inputs, device),
-    with `reference`'s parameters and buffers handed over (`share_weights`)."""
-    model = build_module(cls, init_inputs, device, seed=seed)
-    copied, how = share_weights(reference, model)
-    return BuiltKernel(model, copied, how)
-
-
-@dataclass(frozen=True)
-class BuiltModels:
-    """A KernelBench module's reference (`Model`) and kernel (`ModelNew`), built together."""
-
-    reference: Any
-    kernel: BuiltKernel
-
-
-def build_models(module: Any, device: str, *, seed: int = 0) -> BuiltModels:
-    """`module.Model` and `module.ModelNew` (one KernelBench namespace holding both) on
-    `device` with `seed`, the kernel holding the reference's weights."""
-    init = init_inputs_of(module)
-    reference = build_module(module.Model, init, device, seed=seed)
-    return BuiltModels(reference, build_kernel(module.ModelNew, reference, init, device, seed=seed))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import mmap
 import re
 import sys
 from pathlib import Path
@@ -137,23 +138,14 @@ def _extension_has_device_code(value: Any) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _has_device_code(path: str) -> bool:
-    overlap = max(len(mark) for mark in _DEVICE_CODE_MARKS)
     try:
-        with open(path, "rb") as handle:
-            tail = b""
-            read = 0
-            while read < _SCAN_BYTES:
-                chunk = handle.read(1 << 20)
-                if not chunk:
-                    return False
-                read += len(chunk)
-                window = tail + chunk
-                if any(mark in window for mark in _DEVICE_CODE_MARKS):
-                    return True
-                tail = window[-overlap:]
-    except OSError:
+        with (
+            open(path, "rb") as handle,
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
+            return any(data.find(mark, 0, _SCAN_BYTES) != -1 for mark in _DEVICE_CODE_MARKS)
+    except (OSError, ValueError):  # unreadable, or empty (an empty file cannot be mapped)
         return False
-    return False
 
 
 def _is_library(value: Any) -> bool:

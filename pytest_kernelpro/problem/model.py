@@ -299,11 +299,13 @@ class Problem:
             return self.device_given
         return "cuda" if self.language in ("triton", "cuda") else "any"
 
-    @property
+    # Fixed once the problem is made (`at_shapes` makes a new one per shape): read by the item,
+    # its record and every message, computed on the first read.
+    @functools.cached_property
     def shape_id(self) -> str | None:
         return None if self.shape is None else shape_id(self.shape)
 
-    @property
+    @functools.cached_property
     def display_name(self) -> str:
         return self.name if self.shape is None else f"{self.name}[{self.shape_id}]"
 

@@ -16,10 +16,10 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 | min_roofline | min_roofline=  | (none)                   | none (no floor)                           |
 | device       | device=        | --kernelpro-device       | auto: the CUDA GPU when one is visible    |
 
-`Profiling` is the profile stage's setup: the session's builds (`SessionCapture`), the
-profiler's time limit, the budget of automatic regression profiles. `Services` is what another
-plugin's `pytest_kernelpro_item_measured` hook (the optimizer's) uses of the session; the other
-stages get values.
+`Profiling` is the profile stage's setup: the session's builds
+(`profile_stage.SessionCapture`), the profiler's time limit, the budget of automatic
+regression profiles. `Services` is what another plugin's `pytest_kernelpro_item_measured`
+hook (the optimizer's) uses of the session; the other stages get values.
 
 **The time limit** (`item_time_limit`), in two layers, because a hang can happen in two places:
 
@@ -76,8 +76,8 @@ if TYPE_CHECKING:
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem, ProblemLocator
-    from pytest_kernelpro.profile.capture import ExtensionCapture
     from pytest_kernelpro.record import KernelRecord
+    from pytest_kernelpro.run.profile_stage import SessionCapture
 
 T = TypeVar("T")
 
@@ -154,10 +154,6 @@ class ItemSettings:
             device_source = f"{sources.get('device', 'default')} (auto: {kind})"
         return cls(threshold, trials, rtol, atol, min_roofline, Resolved(device, device_source))
 
-    def sources(self) -> dict[str, str]:
-        """Setting name -> where its value came from."""
-        return {name: getattr(self, name).source for name in self.NAMES}
-
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Setting name -> {"value", "source"}: the record's `settings` (the JSON report)."""
         return {
@@ -222,35 +218,6 @@ class ItemRun:
     @functools.cached_property
     def name(self) -> str:
         return self.problem.display_name
-
-
-class SessionCapture:
-    """Records every load_inline/load build of the session, so a kernel item whose
-    extension was built (and cached) by an earlier item still finds its `.so`."""
-
-    def __init__(self, *, extra_flags: bool = True) -> None:
-        self._stack = contextlib.ExitStack()
-        self.capture: ExtensionCapture | None = None
-        self.extra_flags = extra_flags
-
-    def start(self) -> None:
-        try:
-            from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
-        except ImportError:  # torch missing: nothing can be built anyway
-            return
-        flags = DEFAULT_CUDA_FLAGS if self.extra_flags else ()
-        self.capture = self._stack.enter_context(capture_extensions(extra_cuda_cflags=flags))
-
-    def stop(self) -> None:
-        self._stack.close()
-
-    @property
-    def so_paths(self) -> list[str]:
-        return self.capture.so_paths if self.capture else []
-
-    @property
-    def ptxas(self) -> list[Any]:
-        return [p for b in self.capture.builds for p in b.ptxas] if self.capture else []
 
 
 @dataclass

@@ -2,23 +2,19 @@
 
 A process is a sample: autotuners pick their configs in it, the caching allocator places the
 buffers, libraries choose algorithms. A slowdown that belongs to one process reproduces in
-that process, so the confirmation re-measures in a new one: pytest itself on the item's node
-id, started the way `--kernelpro-isolate` starts an item's child (`isolate.child_command`,
+that process, so the confirmation re-measures in a new one: pytest itself on the item,
+started the way `--kernelpro-isolate` starts an item's child (`isolate.child_command`,
 `isolate.child_environment`: the parent's resolved settings, the plugin, the ini file), with
 the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
 timing inputs, calls the kernel once with the baseline's autotune choices pinned
 (`measure/autotune_capture.py`), times it with the session's timing budget and writes its record
 (timing, autotune choices, versions); it compares nothing with the baseline.
 
-The child is given the item's file by its absolute path (`isolate.child_address`), not the
-node id: a KernelBench problem under `--kernelpro-problems` or any file outside the rootdir
-has a node id relative to the directory it was collected from ("23_Softmax.py::23_Softmax"),
-which the child, started in the invocation directory, cannot find. Its record is matched by
-node id, or else by the kernel's name (`isolate.child_record_for`). It checks the sampled
-timed outputs by the parent's calibrated rule (`CorrectnessRule.payload`, written beside the
-pins): the
-dtype's default tolerance refused an honest algebraic rewrite whose error the parent's
-trials had calibrated.
+The child finds the item as an isolated child does (`isolate.child_address`) and its record
+is read as one's (`isolate.child_record_for`). It checks the sampled timed outputs by the
+parent's calibrated rule (`CorrectnessRule.payload`, written beside the pins): the dtype's
+default tolerance refused an honest algebraic rewrite whose error the parent's trials had
+calibrated.
 
 Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per
 provisional regression, plus the process start (Python, pytest, torch, the kernel's build and

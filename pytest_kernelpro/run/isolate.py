@@ -14,6 +14,7 @@ busy for the next one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -24,7 +25,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.config import SETTINGS
+from pytest_kernelpro.config import AS_RESOLVED, SETTINGS
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.record import KernelRecord
 
@@ -62,7 +63,9 @@ def plugin_arguments(config: pytest.Config) -> list[str]:
 def child_address(item: KernelItem) -> str:
     """The item as the child can find it from any directory: its file's absolute path and
     the node id's part after the file ("/abs/23_Softmax.py::23_Softmax"); the node id
-    itself when the item has no file path."""
+    itself when the item has no file path. Not the node id: a KernelBench problem under
+    `--kernelpro-problems` or any file outside the rootdir has one relative to the directory
+    it was collected from, which the child, started in the invocation directory, cannot find."""
     path = getattr(item, "path", None)
     nodeid = str(item.nodeid)
     if path is None or "::" not in nodeid:
@@ -97,31 +100,18 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
     """The parent's environment plus every resolved setting as its KERNELPRO_* variable."""
     settings = session.settings
     env = dict(os.environ)
-    values = {
-        "device": settings.device,
-        "time_budget": settings.time_budget_s,
-        "target_rel_ci": settings.target_rel_ci,
-        "warmup_ms": settings.warmup_ms,
-        "trials": settings.trials,
-        "threshold": settings.threshold,
-        "cuda_graph": settings.cuda_graph,
-        "problems": settings.problems,
-        "baseline": settings.baseline_path,
-        "ceilings": settings.ceilings_path,
-        "profile_timeout": settings.profile_timeout_s,
-        "item_timeout": settings.item_timeout_s,
-        "auto_profiles": settings.auto_profiles,
-        "auto_profile_time": settings.auto_profile_time_s,
-        "cpu_flush": settings.cpu_flush,
-        "clock_anchor": settings.clock_anchor,
-        "cpu_threads": settings.cpu_threads or "auto",
-        "cpu_cross_device": settings.cpu_cross_device,
-        "sort": settings.sort,
-        "correctness_only": settings.correctness_only,
-        "confirm_process": settings.confirm_process,
-        "autotune_mismatch": settings.autotune_mismatch,
-        "history": "off",  # the parent keeps the run in the history, once
-    }
+    values = {name: getattr(settings, name) for name in AS_RESOLVED}
+    values.update(
+        time_budget=settings.time_budget_s,
+        problems=settings.problems,
+        baseline=settings.baseline_path,
+        ceilings=settings.ceilings_path,
+        profile_timeout=settings.profile_timeout_s,
+        item_timeout=settings.item_timeout_s,
+        auto_profile_time=settings.auto_profile_time_s,
+        cpu_threads=settings.cpu_threads or "auto",
+        history="off",  # the parent keeps the run in the history, once
+    )
     for setting in SETTINGS:
         if setting.name in ("isolate", "json"):
             continue
@@ -306,35 +296,27 @@ def _gpu_holders(pids: set[int]) -> set[int]:
     NVML is not there (nothing more can be known)."""
     try:
         import pynvml as nvml
-    except ImportError:
-        return set()
-    try:
+
         nvml.nvmlInit()
-    except Exception:
+    except Exception:  # no NVML, or no driver
         return set()
     holders: set[int] = set()
     try:
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
-            for info in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if int(info.pid) in pids:
-                    holders.add(int(info.pid))
+            holders |= {int(p.pid) for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)}
     except Exception:  # NVMLError: not supported, GPU lost
         pass
     finally:
-        try:
+        with contextlib.suppress(Exception):
             nvml.nvmlShutdown()
-        except Exception:
-            pass
-    return holders
+    return holders & pids
 
 
 def wait_released(pids: list[int], timeout_s: float) -> dict[str, object]:
     """Wait (at most `timeout_s`) until none of `pids` runs and none holds a GPU context."""
     started = time.perf_counter()
     wanted = set(pids)
-    alive: set[int] = set(wanted)
-    holders: set[int] = set()
     while True:
         alive = {pid for pid in wanted if _alive(pid)}
         holders = set() if alive else _gpu_holders(wanted)

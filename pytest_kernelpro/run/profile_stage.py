@@ -1,18 +1,54 @@
 """The profile stage of a kernel item: ncu, SASS and a timeline of the kernel, then the
 tools' findings and guidance (`profile`, under --kernelpro-profile), and the automatic
 profile of a regressed kernel within the session's budget (`auto_profile`, from the gate
-stage). A profiler failure never fails the kernel."""
+stage). A profiler failure never fails the kernel. The session's builds it looks up
+(`SessionCapture`) are captured from configure on, where a CUDA GPU is, so a CPU session
+imports none of this module."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import time
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from pytest_kernelpro.errors import describe_exception
 from pytest_kernelpro.run.context import ItemRun, Profiling
+
+if TYPE_CHECKING:
+    from pytest_kernelpro.profile.capture import ExtensionCapture
+
+
+class SessionCapture:
+    """Records every load_inline/load build of the session, so a kernel item whose
+    extension was built (and cached) by an earlier item still finds its `.so`."""
+
+    def __init__(self, *, extra_flags: bool = True) -> None:
+        self._stack = contextlib.ExitStack()
+        self.capture: ExtensionCapture | None = None
+        self.extra_flags = extra_flags
+
+    def start(self) -> None:
+        try:
+            from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
+        except ImportError:  # torch missing: nothing can be built anyway
+            return
+        flags = DEFAULT_CUDA_FLAGS if self.extra_flags else ()
+        self.capture = self._stack.enter_context(capture_extensions(extra_cuda_cflags=flags))
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    @property
+    def so_paths(self) -> list[str]:
+        return self.capture.so_paths if self.capture else []
+
+    @property
+    def ptxas(self) -> list[Any]:
+        return [p for b in self.capture.builds for p in b.ptxas] if self.capture else []
 
 
 def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> None:

@@ -76,12 +76,13 @@ class KernelproSession:
     # Why this xdist worker has no GPU of its own (`run/workers.py`), else None: a kernel
     # item that would be timed on a GPU here fails with it.
     gpu_shared_by_workers: str | None = None
-    # Fixed for the session, read from the settings once, here (at configure): the records
-    # log's and the artifacts' paths, and the timing budget by device kind ("cpu", "cuda");
-    # the items and the session's finish read these values.
+    # Fixed for the session, read once, here (at configure): the records log's and the
+    # artifacts' paths, the timing budget by device kind ("cpu", "cuda") and whether this
+    # process is an xdist worker; the hooks, the items and the session's finish read these.
     records_path: Path = field(init=False)
     artifacts_dir: Path = field(init=False)
     time_budget_s: dict[str, float] = field(init=False)
+    is_xdist_worker: bool = field(init=False)
     _made: dict[str, tuple[tuple[int, int], Any]] = field(default_factory=dict)  # `_once`
 
     def __post_init__(self) -> None:
@@ -91,6 +92,7 @@ class KernelproSession:
         settings = self.settings
         self.records_path, self.artifacts_dir = settings.records_path, settings.artifacts_dir
         self.time_budget_s = {kind: settings.budget_for(kind) for kind in ("cpu", "cuda")}
+        self.is_xdist_worker = hasattr(self.config, "workerinput")
 
     def _once(self, name: str, make: Callable[[], Any]) -> Any:
         """`make()` read once for the JSON report and the terminal both, and again only after
@@ -126,10 +128,6 @@ class KernelproSession:
             return
         reporter.ensure_newline()
         reporter.write_line(line)
-
-    @property
-    def is_xdist_worker(self) -> bool:
-        return hasattr(self.config, "workerinput")
 
     # -- devices ---------------------------------------------------------------------------
     def choose_device(self, problem: Problem) -> DeviceChoice:
@@ -179,9 +177,8 @@ class KernelproSession:
         """Measured once per machine and cached; a ceilings file from settings wins."""
         from pytest_kernelpro.measure.ceilings import Ceilings, cached_ceilings, default_cache_dir
 
-        key = "cpu" if device == "cpu" else device
-        if key in self._ceilings:
-            return self._ceilings[key]
+        if device in self._ceilings:
+            return self._ceilings[device]
         if self.settings.ceilings_path is not None:
             path = self.settings.ceilings_path
             try:
@@ -208,7 +205,7 @@ class KernelproSession:
                     "% of roofline is only as good as they are (`kernelpro calibrate` on a "
                     "quiet machine)"
                 )
-        self._ceilings[key] = ceilings
+        self._ceilings[device] = ceilings
         return ceilings
 
     def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
@@ -219,18 +216,17 @@ class KernelproSession:
         from pytest_kernelpro.measure.ceiling_probe import reprobe, reprobe_summary
         from pytest_kernelpro.measure.ceilings import default_cache_dir
 
-        key = "cpu" if device == "cpu" else device
         ceilings = self.ceilings_for(device)
         if (
             ceilings.device_type != "cpu"
-            or key in self._reprobed
+            or device in self._reprobed
             or self.settings.ceilings_path is not None
         ):
             return ceilings
-        self._reprobed.add(key)
+        self._reprobed.add(device)
         self.progress(f"kernelpro: re-probing the ceilings of {ceilings.device} ({why})")
         ceilings = reprobe(ceilings, device, default_cache_dir(), why=why)
-        self._ceilings[key] = ceilings
+        self._ceilings[device] = ceilings
         self.notes.append(f"ceilings of {ceilings.device} {reprobe_summary(ceilings)}")
         return ceilings
 
@@ -493,7 +489,7 @@ def start_session(config: pytest.Config) -> KernelproSession:
     # machine without one records none. Extra build flags (-lineinfo, ptxas -v) only when
     # profiling was asked for.
     if (settings.profile or settings.check) and cuda_available():
-        from pytest_kernelpro.run.context import SessionCapture
+        from pytest_kernelpro.run.profile_stage import SessionCapture
 
         capture = SessionCapture(extra_flags=settings.profile)
         capture.start()
@@ -530,14 +526,15 @@ def _ignore_artifacts_dir(path: Any) -> None:
         gitignore.write_text("*\n", encoding="utf-8")
 
 
-def baseline_coverage_lines(kp: KernelproSession) -> list[str]:
-    """What --kernelpro-check could not compare: entries without a kernel and the reverse."""
+def baseline_coverage_lines(kp: KernelproSession, full: bool) -> list[str]:
+    """What --kernelpro-check could not compare: entries without a kernel and the reverse
+    (`full`: every name, as with -v)."""
     coverage = kp.coverage()
     if coverage is None or not any(coverage):  # every entry matched: nothing to say
         return []
     from pytest_kernelpro.gate.condition_notes import coverage_lines
 
-    return coverage_lines(*coverage, verbose=verbose(kp))
+    return coverage_lines(*coverage, verbose=full)
 
 
 def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
@@ -551,19 +548,20 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
     columns = table_width(writer)
     color = bool(getattr(writer, "hasmarkup", False))
     settings = kp.settings
+    full = verbose(kp)  # read once: the table, the notes and the outputs' lines all follow it
     terminalreporter.write_sep("=", "kernelpro")
     terminalreporter.write_line(
         render_terminal_table(
-            kp.records, width=columns, color=color, sort=settings.sort, verbose=verbose(kp)
+            kp.records, width=columns, color=color, sort=settings.sort, verbose=full
         ).rstrip("\n")
     )
     for title, lines in plugin_sections(kp.records):
         terminalreporter.write_sep("=", title)
         for line in lines:
             terminalreporter.write_line(line)
-    for line in baseline_coverage_lines(kp):
+    for line in baseline_coverage_lines(kp, full):
         terminalreporter.write_line(line, yellow=True)
-    for line in summary_notes(kp):
+    for line in summary_notes(kp, full=full):
         terminalreporter.write_line(f"kernelpro: {line}")
     from pytest_kernelpro.gate.render_session import session_line
 
@@ -581,7 +579,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
         records_path=kp.records_path if kp.records_log is not None else None,
         history_path=kp.history_path,
         baseline_path=settings.save_baseline if kp.baseline_written else None,
-        verbose=verbose(kp),
+        verbose=full,
     ):
         terminalreporter.write_line(line)
     for failure in kp.write_failures:

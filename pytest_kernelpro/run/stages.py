@@ -78,15 +78,15 @@ def time_item(
     inputs: tuple[Any, ...],
     grad_mode: Any,
     *,
-    reference: Any = None,
-    make_inputs: Callable[[int], tuple[Any, ...]] | None = None,
-    correctness: Any = None,
+    reference: Any,
+    make_inputs: Callable[[int], tuple[Any, ...]],
+    correctness: Any,
 ) -> tuple[float, Callable[[], Any]]:
     """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
-    confirmation times the kernel again the same way). With the reference and the input
-    maker, every timed call gets fresh inputs and sampled outputs are checked against the
-    reference (`measure.timing.fresh_inputs`); a kernel that did less than its work while
-    timed fails here, naming what was seen."""
+    confirmation times the kernel again the same way). Every timed call gets fresh inputs
+    from `make_inputs` and sampled outputs are checked against the reference
+    (`measure.timing.fresh_inputs`); a kernel that did less than its work while timed fails
+    here, naming what was seen."""
     from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
 
     settings, device, record = run.session_settings, run.device, run.record
@@ -106,7 +106,7 @@ def time_item(
     timings = [0]
 
     def remeasure() -> Any:
-        if timings[0] and fresh is not None:
+        if timings[0]:
             # A re-measurement: the post-timing re-check wrote other contents into the timed
             # tensors since; the ring's turn must hold again before a call is checked.
             fresh.resume()
@@ -134,26 +134,23 @@ def _fresh_inputs(
     kernel: Any,
     inputs: tuple[Any, ...],
     reference: Any,
-    make_inputs: Callable[[int], tuple[Any, ...]] | None,
+    make_inputs: Callable[[int], tuple[Any, ...]],
     correctness: Any,
 ) -> Any:
     """The timed call's `FreshInputs`: new content every call from the item's own input maker,
-    the outputs of calls chosen after they returned compared with the reference's by the correctness trials' rule (`measure.output_rule`: the
-    tolerance the first trial's truth calibrated, else the dtype rule)."""
+    the outputs of calls chosen after they returned compared with the reference's by the
+    correctness trials' rule (`measure.output_rule`: the tolerance the first trial's truth
+    calibrated, else the dtype rule)."""
     import torch
 
     from pytest_kernelpro.measure.output_rule import CorrectnessRule
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
-    check: Callable[[Any, Any], str | None] | None = None
-    if reference is not None:
-        # The trials' rule, with what their truth calibrated (as the re-check after timing).
-        rule = getattr(correctness, "rule_state", None)
-        if not isinstance(rule, CorrectnessRule):
-            rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
-            rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
-        check = rule.timed_check(torch)
-
+    # The trials' rule, with what their truth calibrated (as the re-check after timing).
+    rule = getattr(correctness, "rule_state", None)
+    if not isinstance(rule, CorrectnessRule):
+        rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
+        rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
     return fresh_inputs(
         torch,
         kernel,
@@ -161,7 +158,7 @@ def _fresh_inputs(
         device=run.device,
         make_draw=make_inputs,
         reference=reference,
-        check=check,
+        check=rule.timed_check(torch),
         name=run.name,
     )
 
@@ -302,7 +299,7 @@ def roofline_floor(run: ItemRun, median_s: float) -> None:
 def gate(
     run: ItemRun,
     remeasure: Callable[[], Any],
-    fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None = None,
+    fresh_remeasure: Callable[[list[dict[str, Any]]], Any],
     *,
     profiling: Profiling,
 ) -> None:
@@ -362,7 +359,7 @@ def gate(
 def _confirmation_timing(
     run: ItemRun,
     remeasure: Callable[[], Any],
-    fresh_remeasure: Callable[[list[dict[str, Any]]], Any] | None,
+    fresh_remeasure: Callable[[list[dict[str, Any]]], Any],
     pins: tuple[dict[str, Any], ...],
 ) -> tuple[TimingPart, Any]:
     """The confirmation's timing and how it was made: in a fresh process with `pins` (the
@@ -371,7 +368,7 @@ def _confirmation_timing(
     from pytest_kernelpro.gate.confirmation import Remeasurement
 
     fallback = None
-    if run.session_settings.confirm_process == "fresh" and fresh_remeasure is not None:
+    if run.session_settings.confirm_process == "fresh":
         fresh = fresh_remeasure(list(pins))
         if fresh.timing is not None:
             autotune = fresh.autotune

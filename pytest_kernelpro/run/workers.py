@@ -16,11 +16,9 @@ def visible_gpu_ids(environ: dict[str, str] | None = None) -> list[str]:
         return [g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1"]
     try:
         import pynvml
-    except ImportError:
-        return []
-    try:
+
         pynvml.nvmlInit()
-    except Exception:  # no driver: no GPUs
+    except Exception:  # no NVML, or no driver: no GPUs
         return []
     try:
         return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]

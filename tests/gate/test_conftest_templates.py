@@ -23,7 +23,8 @@ def pytest_sessionfinish(session):
     Path("settings.json").write_text(json.dumps({
         "device": s.device, "time_budget_s": s.time_budget_s, "threshold": s.threshold,
         "target_rel_ci": s.target_rel_ci, "baseline": str(s.baseline_path),
-        "problems": str(s.problems) if s.problems else None, "only": s.only,
+        "problems": str(s.problems) if s.problems else None,
+        "only": session.config.getoption("kernelpro_only"),
         "sources": s.sources,
     }))
 """

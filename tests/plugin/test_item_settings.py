@@ -47,7 +47,7 @@ def test_the_marker_wins_over_the_session_for_every_setting() -> None:
     assert (got.threshold.value, got.trials.value) == (0.3, 7)
     assert (got.rtol.value, got.atol.value, got.min_roofline.value) == (1e-3, 1e-4, 0.5)
     assert got.device.value == "cpu"
-    assert got.sources() == {
+    assert {name: entry["source"] for name, entry in got.to_dict().items()} == {
         "threshold": "marker threshold=",
         "trials": "marker trials=",
         "rtol": "marker rtol=",

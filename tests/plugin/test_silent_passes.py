@@ -82,6 +82,26 @@ def triton_like(x, y):
     result.assert_outcomes(passed=2, skipped=1)
 
 
+def test_require_gpu_holds_in_an_isolated_item(kp_project: pytest.Pytester) -> None:
+    """Under --kernelpro-isolate the item's child chooses the device: it must get the flag,
+    or a kernel that falls back to the CPU there passes the GPU runner's gate unseen."""
+    kp_project.makepyfile(
+        test_k=ADD
+        + """
+@pytest.mark.kernelpro(reference=torch.add, inputs=pair)
+def anywhere(x, y):
+    return x + y
+"""
+    )
+    result = kp_project.runpytest(
+        "--kernelpro-only", "--kernelpro-isolate", "--kernelpro-require-gpu"
+    )
+    if records_by_name(kp_project)["anywhere"]["device_kind"] == "cuda":
+        pytest.skip("this machine has a CUDA GPU: nothing falls back to the CPU")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*anywhere must run on a CUDA GPU (--kernelpro-require-gpu*"])
+
+
 def test_require_gpu_comes_from_the_gpu_runner_template() -> None:
     from importlib import util
     from pathlib import Path

@@ -17,10 +17,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.optimize.sandbox import judge  # noqa: E402
+from pytest_kernelpro.optimize.sandbox.built_models import build_models  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import _Pipeline  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.loader import load_source  # noqa: E402
-from pytest_kernelpro.problem import problem_from_kernelbench  # noqa: E402
-from pytest_kernelpro.problem.build import build_models  # noqa: E402
+from pytest_kernelpro.problem.kernelbench import problem_from_kernelbench  # noqa: E402
 
 PROBLEM = """
 import torch

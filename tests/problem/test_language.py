@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.problem import detect_language_of  # noqa: E402
+from pytest_kernelpro.problem.language import detect_language_of  # noqa: E402
 
 LAUNCH = '''
 import functools
@@ -313,3 +313,27 @@ def test_a_given_language_or_device_is_never_detected(library, monkeypatch):
     assert _marked_problem(library.Scale, language="pytorch").device_preference == "any"
     assert _marked_problem(library.Scale, language="cuda").device_preference == "cuda"
     assert _marked_problem(library.Scale, device="cpu").device_preference == "cpu"
+
+
+def test_device_code_is_found_anywhere_in_an_extension_file(tmp_path: Path) -> None:
+    """nvcc's marks are found wherever they lie (across a megabyte's edge, at the end), and
+    nothing is found in a file without them, an empty one or a missing one."""
+    from pytest_kernelpro.problem import language
+
+    cases = {
+        "at_a_megabyte_edge.so": b"\0" * ((1 << 20) - 5) + b".nv_fatbin" + b"\0" * 64,
+        "registration_at_the_end.so": b"\1" * 3_000_000 + b"__cudaRegisterFatBinary",
+        "host_only.so": b"\0" * 2_000_000 + b".text .data __libc_start_main",
+        "empty.so": b"",
+    }
+    for name, data in cases.items():
+        (tmp_path / name).write_bytes(data)
+    found = {name: language._has_device_code(str(tmp_path / name)) for name in cases}
+    found["missing.so"] = language._has_device_code(str(tmp_path / "missing.so"))
+    assert found == {
+        "at_a_megabyte_edge.so": True,
+        "registration_at_the_end.so": True,
+        "host_only.so": False,
+        "empty.so": False,
+        "missing.so": False,
+    }

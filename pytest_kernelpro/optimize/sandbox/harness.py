@@ -9,7 +9,7 @@ done.
   problem's (`problem.build.build_module`: seeded, on the device).
 - build: exec the candidate (`class ModelNew`, may call `load_inline`) in another fresh
   module, build `ModelNew` the same way and hand it `Model`'s weights by the gate's rule
-  (`problem.build.build_kernel`: by name, else by position and shape). Any exception here
+  (`built_models.build_kernel`: by name, else by position and shape). Any exception here
   is a build error.
 - correctness: `correct_trials` trials, each on fresh random inputs (a new seed per trial),
   with allocations poisoned (NaN) during the candidate's run, the gate's dtype tolerances
@@ -61,11 +61,12 @@ from pytest_kernelpro.optimize.sandbox.build_failures import (
     build_failure_log,
     summarize_build_error,
 )
+from pytest_kernelpro.optimize.sandbox.built_models import build_kernel
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
 from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV
 from pytest_kernelpro.optimize.sandbox.input_handles import SealedInputs
 from pytest_kernelpro.optimize.sandbox.loader import load_source
-from pytest_kernelpro.problem.build import build_kernel, build_module, init_inputs_of
+from pytest_kernelpro.problem.build import build_module, init_inputs_of
 
 
 class ReferenceRaised(Exception):

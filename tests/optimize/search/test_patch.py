@@ -18,7 +18,8 @@ from pytest_kernelpro.optimize.loop.patch import (
     import_style_of,
     rewired_source,
 )
-from pytest_kernelpro.problem import detect_language_of, import_file
+from pytest_kernelpro.problem import import_file
+from pytest_kernelpro.problem.language import detect_language_of
 
 CANDIDATE = """import torch
 from torch import nn
