@@ -236,7 +236,7 @@ class Basis:
     now: list[float]
     ref: list[float]
     ratio: float  # now / baseline of the compared quantity's median
-    unit: str = ""  # after "slower by 3.1%": " in cycles", " relative to the clock anchor"
+    unit: str = ""  # after "slower by 3.1%": " relative to the clock anchor"
     detail: str = ""  # after the tolerance inside the parentheses
     # CPU anchor: the load is cancelled by the anchor, so an oversubscribed timing is no
     # reason for "suspect"; `widened` says why the tolerance is above the threshold,
@@ -248,13 +248,12 @@ class Basis:
     widened: str | None = None
     unusable: str | None = None
     # The time the verdict is decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
-    # "anchor-scaled", "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "anchor-scaled",
+    # "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
     # The factors applied and why (the Verdict fields of the same names):
-    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to `now`
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
@@ -269,8 +268,8 @@ class Basis:
     def verdict_fields(self) -> dict[str, Any]:
         """The Verdict fields this basis sets (those it left unset stay the Verdict's None)."""
         names = (
-            "gated_label", "gated_now_s", "gated_baseline_s", "clock_scale", "sm_mhz",
-            "baseline_sm_mhz", "raw_change", "clock_limited", "anchor", "anchor_change",
+            "gated_label", "gated_now_s", "gated_baseline_s", "sm_mhz", "baseline_sm_mhz",
+            "raw_change", "clock_limited", "anchor", "anchor_change",
         )  # fmt: skip
         return {name: getattr(self, name) for name in names}
 

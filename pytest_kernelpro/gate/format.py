@@ -166,7 +166,7 @@ def peak_used_words(record: KernelRecord) -> str | None:
 
 
 # The number shown is the number gated: where a verdict compared another time than the wall
-# median (on-CPU, anchor-scaled, clock-scaled, a fresh process's), the tables show that time
+# median (on-CPU, anchor-scaled, a fresh process's), the tables show that time
 # and its baseline side by side, labelled, and the wall time second.
 WALL = "wall"
 

@@ -5,13 +5,13 @@ return and a misspelled marker keyword."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
 import numpy as np
 import pytest
 from gate_factories import make_record
+from msgspec.structs import replace
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline, too_noisy_note
@@ -27,7 +27,7 @@ from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
-from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.review.comment import render_comment
 from pytest_kernelpro.review.offline_gate import compare_main
 
@@ -107,7 +107,7 @@ def test_a_baseline_too_noisy_to_catch_1_5x_is_said_when_saved() -> None:
 
 def gated(record: KernelRecord, status: str) -> KernelRecord:
     verdict = decide_verdict(record, entry_of(record))
-    record.gate = part_of(VerdictPart, replace(verdict, status=status, change_status=status))
+    record.gate = replace(verdict, status=status, change_status=status)
     return record
 
 
