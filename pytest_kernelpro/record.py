@@ -35,7 +35,6 @@ from pytest_kernelpro.errors import KernelproError
 
 S = TypeVar("S", bound="Part")
 
-RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
 # The version of the record's JSON form. The files that hold records (the report, the
 # history's runs and the records log, gate/report.py) write it as theirs and refuse a file
 # of another one; raise it with a change an older reader would misread.
@@ -202,7 +201,7 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     `failed` and `message` follow from the other fields (`__post_init__`), written out for
     readers of the JSON form."""
 
-    status: str | None = None  # gate.verdict.STATUSES; regressed and below-roofline fail
+    status: str | None = None  # gate/verdict.py's statuses; regressed and below-roofline fail
     change_status: str | None = None  # the baseline comparison alone (no roofline floor)
     basis: str | None = None  # "time (same device: X)", "efficiency (other device: ...)", "none"
     reason: str | None = None  # one sentence a user can act on

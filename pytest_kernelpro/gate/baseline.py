@@ -54,7 +54,6 @@ if TYPE_CHECKING:
 
 
 BASELINE_SCHEMA_VERSION = 1
-DEFAULT_BASELINE_PATH = ".kernelpro/baseline.yaml"
 _SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on the base commit"
 
 

@@ -45,20 +45,9 @@ from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
 
 
-def session_notes(
-    settings: Any,
-    records: Sequence[KernelRecord],
-    notes: Sequence[str | Note] = (),
-    *,
-    verbose: bool = False,
-) -> list[str]:
-    """The lines under the table: one short line per condition that is not the machine's
-    normal state, or with `verbose` the full text of every condition."""
-    return note_lines(session_conditions(settings, records, notes), verbose=verbose)
-
-
 def note_lines(found: Sequence[Note], *, verbose: bool) -> list[str]:
-    """The lines of the conditions `found` (`session_notes`)."""
+    """The lines of the conditions `found`: one short line per condition that is not the
+    machine's normal state, or with `verbose` the full text of every condition."""
     if verbose:
         return [note.full for note in found]
     return [note.short for note in found if not note.normal]

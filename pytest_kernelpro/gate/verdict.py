@@ -75,17 +75,6 @@ BELOW_ROOFLINE = "below-roofline"
 INCOMPARABLE = "incomparable"  # other device and no roofline time on one side
 UNMEASURED = "unmeasured"  # the item produced no timing (failed, skipped)
 UNRESOLVED = "unresolved"  # within a tolerance too wide to catch a 1.5x change: checks nothing
-STATUSES = (
-    NEW,
-    OK,
-    IMPROVED,
-    REGRESSED,
-    SUSPECT,
-    BELOW_ROOFLINE,
-    INCOMPARABLE,
-    UNMEASURED,
-    UNRESOLVED,
-)
 # The widest tolerance an "ok" may have: a kernel doing 1.5x its work must be beyond it. A
 # wider one (a bimodal baseline, a loaded machine) reads "unresolved", not "ok".
 RESOLVABLE_TOLERANCE = 0.5
