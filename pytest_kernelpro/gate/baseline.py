@@ -480,20 +480,6 @@ def _finite_nonneg(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value >= 0
 
 
-class EntryMap(dict[str, BaselineEntry]):
-    """Entries keyed by node id; `get` with an item name also finds a uniquely named entry.
-
-    So `entries.get(record.nodeid)` and `entries.get(record.name)` both work: a lookup by
-    the wrong key must not turn every kernel into "new" (a silently passing gate).
-    """
-
-    def get(self, key: str, default: BaselineEntry | None = None) -> BaselineEntry | None:  # type: ignore[override]
-        if key in self:
-            return self[key]
-        same_name = [e for e in self.values() if e.name == key]
-        return same_name[0] if len(same_name) == 1 else default
-
-
 @dataclass
 class Baseline:
     """A loaded (or just written) baseline file."""
@@ -503,20 +489,20 @@ class Baseline:
     commit: str | None
     created: str
     tool: str
-    entries: EntryMap = field(default_factory=EntryMap)
+    entries: dict[str, BaselineEntry] = field(default_factory=dict)  # by node id
     schema_version: int = BASELINE_SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.entries, EntryMap):
-            self.entries = EntryMap(self.entries)
 
     def entry_for(self, record: KernelRecord) -> BaselineEntry | None:
         """The entry of this record: by node id, else by item name when that is unique.
 
-        The name fallback keeps a baseline usable after a test file was moved or renamed.
+        The name fallback keeps a baseline usable after a test file was moved or renamed: a
+        lookup by the wrong key must not turn every kernel into "new" (a silently passing gate).
         """
         entry = self.entries.get(record.nodeid)
-        return entry if entry is not None else self.entries.get(record.name)
+        if entry is not None:
+            return entry
+        same_name = [e for e in self.entries.values() if e.name == record.name]
+        return same_name[0] if len(same_name) == 1 else None
 
 
 def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
