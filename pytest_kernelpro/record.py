@@ -146,9 +146,12 @@ class TimingPart(Part, frozen=True, kw_only=True):
         return None if self.stats is None else self.stats.median_s
 
     @property
-    def oversubscribed(self) -> bool:
-        """The CPU was oversubscribed while the samples were taken."""
-        return bool((self.cpu_load or {}).get("oversubscribed"))
+    def oversubscribed_reasons(self) -> list[str]:
+        """Why the CPU was oversubscribed while the samples were taken; empty: it was not."""
+        load = self.cpu_load or {}
+        if not load.get("oversubscribed"):
+            return []
+        return list(load.get("reasons") or ["the CPU was oversubscribed"])
 
 
 class OpCostPart(Part, frozen=True, kw_only=True):

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import finite_float
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, TimingPart
 
 if TYPE_CHECKING:
     import numpy as np
@@ -147,11 +147,9 @@ class CpuAnchorSide:
     busy: str | None = None
 
 
-def busy_reason(cpu_load: Mapping[str, Any] | None, run_queue_share: Any) -> str | None:
+def busy_reason(timing: TimingPart, run_queue_share: Any) -> str | None:
     """Why a CPU timing counts as taken on a busy machine, or None."""
-    reasons = []
-    if cpu_load and cpu_load.get("oversubscribed"):
-        reasons.extend(cpu_load.get("reasons") or ["the CPU was oversubscribed"])
+    reasons = timing.oversubscribed_reasons
     if isinstance(run_queue_share, (int, float)) and run_queue_share > BUSY_RUN_QUEUE_SHARE:
         reasons.append(f"the kernel waited for a core {run_queue_share:.0%} of its wall time")
     return "; ".join(reasons) or None
@@ -167,9 +165,7 @@ def record_cpu_anchor(record: KernelRecord) -> CpuAnchorSide | None:
     kernel, anchors = positive_list(anchor.get("kernel_s")), positive_list(anchor.get("anchor_s"))
     if not isinstance(name, str) or not kernel or not anchors:
         return None
-    return CpuAnchorSide(
-        name, kernel, anchors, busy_reason(timing.cpu_load, anchor.get("run_queue_share"))
-    )
+    return CpuAnchorSide(name, kernel, anchors, busy_reason(timing, anchor.get("run_queue_share")))
 
 
 def finite_array(values: Sequence[float] | np.ndarray) -> np.ndarray:

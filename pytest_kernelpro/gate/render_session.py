@@ -68,7 +68,7 @@ def session_conditions(
         )
         short = f"correctness only: {len(checked)} kernel(s) checked, nothing timed or gated"
         out.append(Note(short, full))
-    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
+    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed_reasons]
     if busy:
         out.append(_busy_note(busy, check=bool(settings.check)))
     fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]

@@ -159,14 +159,6 @@ def _samples(record: KernelRecord) -> list[float]:
     return [float(v) for v in samples if math.isfinite(v) and v > 0]
 
 
-def oversubscribed_reason(record: KernelRecord) -> str | None:
-    """The reasons a CPU timing was oversubscribed (measure/timing/cpu_load.py), or None."""
-    load = (record.timing.cpu_load if record.timing else None) or {}
-    if not load.get("oversubscribed"):
-        return None
-    return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
-
-
 def _low_move(change: float) -> str:
     """How the fastest calls moved, in words that cannot read as a contradiction of a slower
     median: "only 0.8% slower", "52.2% faster"."""
@@ -294,7 +286,8 @@ def decide_verdict(
             change=chosen.change,
             **base,
         )
-    decided = decide_change(chosen, thr, alpha, oversubscribed_reason(record), record.device)
+    busy = "; ".join(record.timing.oversubscribed_reasons if record.timing else ()) or None
+    decided = decide_change(chosen, thr, alpha, busy, record.device)
     return finish_verdict(
         change_status=decided.status,
         basis=chosen.text,
