@@ -43,13 +43,13 @@ from msgspec.structs import replace
 from pytest_kernelpro.gate.baseline import pct_text
 from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 from pytest_kernelpro.gate.verdict import (
-    BELOW_ROOFLINE,
     IMPROVED,
     OK,
     REGRESSED,
     SUSPECT,
     decide_verdict,
     finish_verdict,
+    floor_status,
     needs_confirmation,
     p_text,
     roofline_floor,
@@ -203,14 +203,9 @@ class Remeasurement:
 
 def _with_status(verdict: VerdictPart, change_status: str, **changes: Any) -> VerdictPart:
     """`verdict` with a new change status; the min_roofline floor still decides the status
-    of a kernel below it, as `verdict.finish_verdict` does."""
-    below = verdict.below_roofline and change_status != REGRESSED
-    return replace(
-        verdict,
-        change_status=change_status,
-        status=BELOW_ROOFLINE if below else change_status,
-        **changes,
-    )
+    of a kernel below it (`verdict.floor_status`)."""
+    status = floor_status(change_status, verdict.below_roofline)
+    return replace(verdict, change_status=change_status, status=status, **changes)
 
 
 def settle(

@@ -476,17 +476,20 @@ def needs_confirmation(verdict: VerdictPart) -> bool:
     return verdict.change_status == REGRESSED
 
 
+def floor_status(change_status: str, below_roofline: bool | None) -> str:
+    """The status of a change status under the min_roofline floor: "below-roofline" for a
+    kernel below it, unless the change regressed (a regression is said first)."""
+    return BELOW_ROOFLINE if below_roofline and change_status != REGRESSED else change_status
+
+
 def finish_verdict(
     *, change_status: str, reason: str, floor_reason: str | None, **kw: Any
 ) -> VerdictPart:
     """The verdict of a change status, with the absolute min_roofline floor folded in (the
     one place `decide_verdict` and `confirmation.confirm` build a verdict)."""
-    below = kw["below_roofline"]
-    if below and change_status != REGRESSED:
-        status = BELOW_ROOFLINE
+    status = floor_status(change_status, kw["below_roofline"])
+    if status == BELOW_ROOFLINE:
         reason = f"{floor_reason} (baseline: {reason})"
-    else:
-        status = change_status
-        if below:
-            reason = f"{reason}; also {floor_reason}"
+    elif kw["below_roofline"]:
+        reason = f"{reason}; also {floor_reason}"
     return VerdictPart(status=status, change_status=change_status, reason=reason, **kw)
