@@ -49,7 +49,7 @@ from pytest_kernelpro.gate.baseline import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline import BaselineEntry, Basis
+    from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit
