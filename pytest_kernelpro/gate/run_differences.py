@@ -19,14 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from msgspec.structs import replace
 
 from pytest_kernelpro.gate.verdict import BELOW_ROOFLINE, IMPROVED, REGRESSED, SUSPECT
-
-if TYPE_CHECKING:
-    from pytest_kernelpro.record import VerdictPart
+from pytest_kernelpro.record import VerdictPart
 
 # Display names, in the order a change is named (the compiler side first).
 LABELS = {
