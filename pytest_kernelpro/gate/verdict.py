@@ -248,6 +248,10 @@ def decide_verdict(
         "below_roofline": below,
         "min_roofline": record.min_roofline,
         "n_current": len(samples),
+        # Until an entry and a confirmation say otherwise (the record's JSON keeps them so):
+        "baseline_device": "",
+        "n_baseline": 0,
+        "confirmed": False,
     }
     if not samples or entry is None:
         return finish_verdict(
