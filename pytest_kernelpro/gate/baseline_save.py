@@ -157,28 +157,25 @@ def save_baseline(
     records: Iterable[KernelRecord],
     *,
     commit: str | None = None,
-    merge: bool = True,
 ) -> Baseline:
     """Write the baseline of the measured `records` to `path` atomically and return it.
 
-    With `merge=True` the entries of kernels that are in the existing file but were not
-    measured this time (deselected, failed, skipped) are kept, so a partial run does not
-    erase the rest of the baseline. An unreadable existing file is replaced, with a warning.
-    Records without timing samples are left out.
+    The entries of kernels that are in the existing file but were not measured this time
+    (deselected, failed, skipped) are kept, so a partial run does not erase the rest of the
+    baseline. An unreadable existing file is replaced, with a warning. Records without timing
+    samples are left out.
     """
     records = list(records)
     target = Path(path)
     # Read, merge and write under one lock: two processes saving the same file (xdist
     # controllers of two jobs, a save while another runs) must not lose either's entries.
     with _locked(target):
-        return _save_locked(target, records, commit=commit, merge=merge)
+        return _save_locked(target, records, commit=commit)
 
 
-def _save_locked(
-    target: Path, records: list[KernelRecord], *, commit: str | None, merge: bool
-) -> Baseline:
+def _save_locked(target: Path, records: list[KernelRecord], *, commit: str | None) -> Baseline:
     entries: dict[str, BaselineEntry] = {}
-    if merge and target.exists():
+    if target.exists():
         try:
             entries.update(load_baseline(target).entries)
         except BaselineError as exc:
