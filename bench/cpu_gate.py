@@ -7,8 +7,8 @@ kernels plus `doubled` (a 256^3 matmul whose `KP_WORK=2` does the product twice)
 baseline in session 0, then runs `--sessions` sessions of `--kernelpro-check` with
 `KP_WORK=2`: `doubled` must fail every session, the 20 others never. Each verdict is read
 from the session's JSON report; the same records are also compared offline with the old rule
-(times, no CPU anchor: `decide_verdict(..., clock_anchor=False)`, before its confirmation) for the
-"before" column.
+(times, no CPU anchor: `decide_verdict` on the records and entries without their CPU-anchored
+samples, before its confirmation) for the "before" column.
 
     python bench/cpu_gate.py --out /tmp/cpu_gate            # both conditions, 5 sessions
     python bench/cpu_gate.py --conditions busy --sessions 1  # a quick look
@@ -186,7 +186,12 @@ def run_session(root: Path, args: list[str], work: int) -> dict[str, Any]:
 
 
 def old_rule(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
-    """Each record compared with the old rule: times, no CPU anchor, before confirmation."""
+    """Each record compared with the old rule: times, no CPU anchor, before confirmation (the
+    gate's own rule for a record and an entry without CPU-anchored samples)."""
+    import dataclasses
+
+    import msgspec
+
     from pytest_kernelpro.gate.baseline import load_baseline
     from pytest_kernelpro.gate.verdict import decide_verdict
     from pytest_kernelpro.record import record_from_builtins
@@ -198,7 +203,10 @@ def old_rule(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
         entry = base.entry_for(record)
         if record.timing is None or entry is None:
             continue
-        out[record.name] = decide_verdict(record, entry, clock_anchor=False).change_status
+        timing = msgspec.structs.replace(record.timing, anchor=None)
+        bare = dataclasses.replace(entry, anchor=None, cpu_kernel_s=None, cpu_anchor_s=None)
+        old = decide_verdict(msgspec.structs.replace(record, timing=timing), bare)
+        out[record.name] = old.change_status
     return out
 
 

@@ -425,26 +425,33 @@ def _round_to(x: float, granule: int) -> int:
 # The gate's rules, each applied to the same measurements: `anchor` (--kernelpro-clock-anchor=on,
 # the default: a comparison where either side's samples ran mostly under a clock limit, by the
 # per-round NVML reasons, compares the per-pair kernel / anchor ratios at 0.75x the threshold
-# where both sides were timed in pairs with the anchor, gate/clock_basis.py), `anchor20`,
-# `anchor15`, `anchor125` (the same at 2%, 1.5%, 1.25% for the anchored ratio), `clock3x`
-# (--kernelpro-clock-anchor=off: 3x the threshold for a comparison whose NVML mean SM clock was
-# held below 95% of the maximum, gate/clock_basis.py; the anchored samples the measurements
-# carry are ignored), `fixed` (the plain threshold for every kernel), `cycles` (times scaled by
-# the mean SM clock; measured worse); `default` is whichever of `anchor` and `clock3x` the
-# plugin's default (the Setting table) selects.
-# Names of earlier runs: run 3 "clock" (= cycles) and "plain" (= fixed, the default then);
-# run 4 "default" (= clock3x) and "fixed"; session 4 (run 5) "default" (= the anchor pass after
-# the samples, at NVML-limited comparisons only) and "clock3x"; session 5 (runs 6 and 7)
-# "anchor" (= anchor20, the anchored tolerance was the threshold then).
-RULE_KWARGS: dict[str, dict[str, Any]] = {
-    "anchor": {},
-    "anchor20": {"anchor_threshold": 0.02},
-    "anchor15": {"anchor_threshold": 0.015},
-    "anchor125": {"anchor_threshold": 0.0125},
-    "clock3x": {"clock_anchor": False},
-    "fixed": {"clock_anchor": False, "widen_when_clock_limited": False},
-    "cycles": {"clock_normalize": True, "widen_when_clock_limited": False, "clock_anchor": False},
-}
+# where both sides were timed in pairs with the anchor, gate/clock_basis.py) and `clock3x`
+# (--kernelpro-clock-anchor=off: the same measurements without their anchored pairs, so 3x the
+# threshold for a comparison whose NVML mean SM clock was held below 95% of the maximum,
+# gate/clock_basis.py); `default` is whichever of the two the plugin's default (the Setting
+# table) selects. Each rule is what it hands `decide_verdict`: the record and entry as
+# measured, or without their anchored pairs. The rules of earlier results files that the gate
+# no longer has (`anchor20`, `anchor15`, `anchor125`, `fixed`, `cycles`, `clock`, `plain`) keep
+# their labels for rendering those files.
+
+
+def _as_measured(record: KernelRecord, entry: Any) -> tuple[KernelRecord, Any]:
+    return record, entry
+
+
+def _without_anchor(record: KernelRecord, entry: Any) -> tuple[KernelRecord, Any]:
+    """The same measurements with no anchored pairs on either side, as
+    --kernelpro-clock-anchor=off times them."""
+    from dataclasses import replace
+
+    timing = msgspec.structs.replace(record.timing, anchor=None) if record.timing else None
+    bare = replace(entry, anchor=None, anchor_median_s=None, anchor_ratios=None)
+    return msgspec.structs.replace(record, timing=timing), bare
+
+
+RULES = {"anchor": _as_measured, "clock3x": _without_anchor}
+# Rules that judge times without the anchor (earlier files' names included).
+ANCHOR_BLIND = {"clock3x", "fixed", "cycles", "clock", "plain"}
 
 
 def _default_rule() -> str:
@@ -453,21 +460,22 @@ def _default_rule() -> str:
     return "anchor" if SETTINGS_BY_NAME["clock_anchor"].default == "on" else "clock3x"
 
 
-RULE_KWARGS["default"] = RULE_KWARGS[_default_rule()]
+RULES["default"] = RULES[_default_rule()]
 RULE_LABELS = {
     "default": f"default (= {_default_rule()}, the plugin's default)",
     "anchor": "anchor (--kernelpro-clock-anchor=on: comparisons with either side's samples "
     "mostly under a clock limit compare kernel / anchor per pair, the anchor GEMM timed after "
     "every sample, at 0.75x the threshold, gate/clock_basis.py)",
-    "anchor20": "anchor20 (the anchor rule at 2% for the anchored ratio; 'anchor' in runs 6-7)",
-    "anchor15": "anchor15 (the anchor rule at 1.5% for the anchored ratio)",
-    "anchor125": "anchor125 (the anchor rule at 1.25% for the anchored ratio)",
+    "anchor20": "anchor20 (the anchor rule at 2% for the anchored ratio; earlier files only)",
+    "anchor15": "anchor15 (the anchor rule at 1.5% for the anchored ratio; earlier files only)",
+    "anchor125": "anchor125 (the anchor rule at 1.25% for the anchored ratio; earlier files only)",
     "clock3x": "clock3x (--kernelpro-clock-anchor=off: 3x the threshold when the NVML mean SM "
     "clock was held below 95% of its maximum by a limit, gate/clock_basis.py)",
-    "fixed": "fixed (the threshold for every kernel)",
-    "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock)",
-    "clock": "clock (= cycles; run 3's name)",
-    "plain": "plain (= fixed; run 3's name, the default then)",
+    "fixed": "fixed (the threshold for every kernel; earlier files only)",
+    "cycles": "cycles (capped compute-bound kernels' times scaled by the mean SM clock; earlier "
+    "files only)",
+    "clock": "clock (= cycles; earlier files only)",
+    "plain": "plain (= fixed; earlier files only)",
 }
 
 
@@ -554,10 +562,10 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
     set_device(args.device)
     small = args.device == "cpu"
     rules = args.rules.split(",")
-    unknown = [r for r in rules if r not in RULE_KWARGS]
+    unknown = [r for r in rules if r not in RULES]
     if unknown:
-        raise SystemExit(f"--rules: unknown {unknown}; known: {', '.join(RULE_KWARGS)}")
-    needs_anchor = any(RULE_KWARGS[r].get("clock_anchor", True) for r in rules)
+        raise SystemExit(f"--rules: unknown {unknown}; known: {', '.join(RULES)}")
+    needs_anchor = any(RULES[r] is _as_measured for r in rules)
     first_budget, later_budget = plugin_budgets(
         args.device, args.later_warmup_ms, "on" if needs_anchor else "off"
     )
@@ -658,8 +666,8 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                         if variant == "A":
                             a_infos.append(rec_info)
                         firsts = {
-                            rule: decide_verdict(rec, entry, threshold=threshold, alpha=args.alpha,
-                                          **RULE_KWARGS[rule])
+                            rule: decide_verdict(*RULES[rule](rec, entry), threshold=threshold,
+                                                 alpha=args.alpha)
                             for rule in rules
                         }  # fmt: skip
                         again = None
@@ -669,13 +677,11 @@ def run_suite(args: argparse.Namespace) -> dict[str, Any]:
                             final = first
                             if needs_confirmation(first):
                                 assert again is not None
-                                final = confirm(first, again, entry,
-                                                **RULE_KWARGS[rule])  # fmt: skip
+                                final = confirm(first, *RULES[rule](again, entry))
                             comparisons.append({
                                 "kernel": spec.name, "trial": trial, "variant": variant,
                                 "rule": rule, "threshold": threshold, "change": first.change,
                                 "raw_change": first.raw_change if first.raw_change is not None else first.change,
-                                "clock_scale": first.clock_scale,
                                 "clock_limited": first.clock_limited,
                                 "anchor": first.anchor,
                                 "anchor_change": first.anchor_change,
@@ -912,8 +918,7 @@ def render_suite(result: dict[str, Any]) -> str:
             sd = statistics.pstdev(aa) if len(aa) > 1 else math.nan
             mx = max((abs(x) for x in aa), default=math.nan)
             cells.append(f"{sd * 100:.2f}% / {mx * 100:.2f}%")
-        anchor_rule = next((r for r in rules if RULE_KWARGS.get(r, {}).get("clock_anchor", True)),
-                           default_rule)  # fmt: skip
+        anchor_rule = next((r for r in rules if r not in ANCHOR_BLIND), default_rule)
         mine = [c for c in by_rule(anchor_rule) if c["kernel"] == name]
         anchored = sum(1 for c in mine if c.get("anchor"))
         share = info.get("anchored_share_A")
@@ -1102,8 +1107,8 @@ def main(argv: list[str] | None = None) -> int:
         help="suite: interleaved measurements per kernel with the anchor off and on (cost)",
     )  # fmt: skip
     parser.add_argument(
-        "--rules", default="default,anchor,clock3x,fixed",
-        help=f"suite: gate rules applied to the same measurements ({', '.join(RULE_KWARGS)})",
+        "--rules", default="default,anchor,clock3x",
+        help=f"suite: gate rules applied to the same measurements ({', '.join(RULES)})",
     )  # fmt: skip
     parser.add_argument(
         "--ceilings", default=None,

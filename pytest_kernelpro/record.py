@@ -35,7 +35,6 @@ from pytest_kernelpro.errors import KernelproError
 
 S = TypeVar("S", bound="Part")
 
-RECORD_PROPERTY = "kernelpro_record"  # user_properties key that carries the JSON record
 # The version of the record's JSON form. The files that hold records (the report, the
 # history's runs and the records log, gate/report.py) write it as theirs and refuse a file
 # of another one; raise it with a change an older reader would misread.
@@ -147,9 +146,12 @@ class TimingPart(Part, frozen=True, kw_only=True):
         return None if self.stats is None else self.stats.median_s
 
     @property
-    def oversubscribed(self) -> bool:
-        """The CPU was oversubscribed while the samples were taken."""
-        return bool((self.cpu_load or {}).get("oversubscribed"))
+    def oversubscribed_reasons(self) -> list[str]:
+        """Why the CPU was oversubscribed while the samples were taken; empty: it was not."""
+        load = self.cpu_load or {}
+        if not load.get("oversubscribed"):
+            return []
+        return list(load.get("reasons") or ["the CPU was oversubscribed"])
 
 
 class OpCostPart(Part, frozen=True, kw_only=True):
@@ -197,10 +199,12 @@ class RooflinePart(Part, frozen=True, kw_only=True):
 
 
 class VerdictPart(Part, frozen=True, kw_only=True):
-    """The gate's verdict against the baseline (`gate.verdict.Verdict`), with the `failed`
-    and `message` it derives written out."""
+    """The gate's verdict on the kernel against its baseline: the one type the gate builds
+    (`gate.verdict.decide_verdict`, `gate.confirmation.confirm`), revises and the record keeps.
+    `failed` and `message` follow from the other fields (`__post_init__`), written out for
+    readers of the JSON form."""
 
-    status: str | None = None  # gate.verdict.STATUSES; regressed and below-roofline fail
+    status: str | None = None  # gate/verdict.py's statuses; regressed and below-roofline fail
     change_status: str | None = None  # the baseline comparison alone (no roofline floor)
     basis: str | None = None  # "time (same device: X)", "efficiency (other device: ...)", "none"
     reason: str | None = None  # one sentence a user can act on
@@ -223,8 +227,7 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     min_roofline: float | None = None
     confirmed: bool | None = None  # the re-measurement reproduced the regression
     confirmation: dict[str, Any] | None = None  # set once the confirmation ran
-    # Set when the times were compared at the baseline's SM clock (gate/clock_basis.py):
-    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to the samples
+    # The SM clocks of a clock-limited or clock-anchored comparison (gate/clock_basis.py):
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
@@ -232,8 +235,8 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     # The time the verdict was decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
-    # "anchor-scaled", "roofline-scaled"), now and in the baseline; gated_now_s /
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "anchor-scaled",
+    # "roofline-scaled"), now and in the baseline; gated_now_s /
     # gated_baseline_s - 1 is the verdict's `change`. None: the wall medians decided.
     gated_label: str | None = None
     gated_now_s: float | None = None
@@ -247,6 +250,17 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     environment_note: str | None = None
     failed: bool | None = None
     message: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # A decided verdict (its change status set) fails the kernel when it regressed or is
+        # below the min_roofline floor, and its message is its reason, however it was built or
+        # revised; a verdict read without a change status (a JUnit file's properties) keeps
+        # what it was given.
+        if self.change_status is not None:
+            failed = self.change_status == "regressed" or bool(self.below_roofline)
+            msgspec.structs.force_setattr(self, "failed", failed)
+            msgspec.structs.force_setattr(self, "message", self.reason)
 
 
 class ProfilePart(Part, frozen=True, kw_only=True):

@@ -47,14 +47,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.gate.format import finite_float
-from pytest_kernelpro.record import KernelRecord
+from pytest_kernelpro.record import KernelRecord, TimingPart
 
 if TYPE_CHECKING:
     import numpy as np
 
 
 BASELINE_SCHEMA_VERSION = 1
-DEFAULT_BASELINE_PATH = ".kernelpro/baseline.yaml"
 _SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on the base commit"
 
 
@@ -148,11 +147,9 @@ class CpuAnchorSide:
     busy: str | None = None
 
 
-def busy_reason(cpu_load: Mapping[str, Any] | None, run_queue_share: Any) -> str | None:
+def busy_reason(timing: TimingPart, run_queue_share: Any) -> str | None:
     """Why a CPU timing counts as taken on a busy machine, or None."""
-    reasons = []
-    if cpu_load and cpu_load.get("oversubscribed"):
-        reasons.extend(cpu_load.get("reasons") or ["the CPU was oversubscribed"])
+    reasons = timing.oversubscribed_reasons
     if isinstance(run_queue_share, (int, float)) and run_queue_share > BUSY_RUN_QUEUE_SHARE:
         reasons.append(f"the kernel waited for a core {run_queue_share:.0%} of its wall time")
     return "; ".join(reasons) or None
@@ -168,9 +165,7 @@ def record_cpu_anchor(record: KernelRecord) -> CpuAnchorSide | None:
     kernel, anchors = positive_list(anchor.get("kernel_s")), positive_list(anchor.get("anchor_s"))
     if not isinstance(name, str) or not kernel or not anchors:
         return None
-    return CpuAnchorSide(
-        name, kernel, anchors, busy_reason(timing.cpu_load, anchor.get("run_queue_share"))
-    )
+    return CpuAnchorSide(name, kernel, anchors, busy_reason(timing, anchor.get("run_queue_share")))
 
 
 def finite_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -236,7 +231,7 @@ class Basis:
     now: list[float]
     ref: list[float]
     ratio: float  # now / baseline of the compared quantity's median
-    unit: str = ""  # after "slower by 3.1%": " in cycles", " relative to the clock anchor"
+    unit: str = ""  # after "slower by 3.1%": " relative to the clock anchor"
     detail: str = ""  # after the tolerance inside the parentheses
     # CPU anchor: the load is cancelled by the anchor, so an oversubscribed timing is no
     # reason for "suspect"; `widened` says why the tolerance is above the threshold,
@@ -248,13 +243,12 @@ class Basis:
     widened: str | None = None
     unusable: str | None = None
     # The time the verdict is decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "clock-scaled",
-    # "anchor-scaled", "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "anchor-scaled",
+    # "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
     # The factors applied and why (the Verdict fields of the same names):
-    clock_scale: float | None = None  # current SM MHz / baseline SM MHz, applied to `now`
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
@@ -269,8 +263,8 @@ class Basis:
     def verdict_fields(self) -> dict[str, Any]:
         """The Verdict fields this basis sets (those it left unset stay the Verdict's None)."""
         names = (
-            "gated_label", "gated_now_s", "gated_baseline_s", "clock_scale", "sm_mhz",
-            "baseline_sm_mhz", "raw_change", "clock_limited", "anchor", "anchor_change",
+            "gated_label", "gated_now_s", "gated_baseline_s", "sm_mhz", "baseline_sm_mhz",
+            "raw_change", "clock_limited", "anchor", "anchor_change",
         )  # fmt: skip
         return {name: getattr(self, name) for name in names}
 
@@ -482,20 +476,6 @@ def _finite_nonneg(value: Any) -> bool:
     return _is_number(value) and math.isfinite(value) and value >= 0
 
 
-class EntryMap(dict[str, BaselineEntry]):
-    """Entries keyed by node id; `get` with an item name also finds a uniquely named entry.
-
-    So `entries.get(record.nodeid)` and `entries.get(record.name)` both work: a lookup by
-    the wrong key must not turn every kernel into "new" (a silently passing gate).
-    """
-
-    def get(self, key: str, default: BaselineEntry | None = None) -> BaselineEntry | None:  # type: ignore[override]
-        if key in self:
-            return self[key]
-        same_name = [e for e in self.values() if e.name == key]
-        return same_name[0] if len(same_name) == 1 else default
-
-
 @dataclass
 class Baseline:
     """A loaded (or just written) baseline file."""
@@ -505,20 +485,20 @@ class Baseline:
     commit: str | None
     created: str
     tool: str
-    entries: EntryMap = field(default_factory=EntryMap)
+    entries: dict[str, BaselineEntry] = field(default_factory=dict)  # by node id
     schema_version: int = BASELINE_SCHEMA_VERSION
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.entries, EntryMap):
-            self.entries = EntryMap(self.entries)
 
     def entry_for(self, record: KernelRecord) -> BaselineEntry | None:
         """The entry of this record: by node id, else by item name when that is unique.
 
-        The name fallback keeps a baseline usable after a test file was moved or renamed.
+        The name fallback keeps a baseline usable after a test file was moved or renamed: a
+        lookup by the wrong key must not turn every kernel into "new" (a silently passing gate).
         """
         entry = self.entries.get(record.nodeid)
-        return entry if entry is not None else self.entries.get(record.name)
+        if entry is not None:
+            return entry
+        same_name = [e for e in self.entries.values() if e.name == record.name]
+        return same_name[0] if len(same_name) == 1 else None
 
 
 def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:

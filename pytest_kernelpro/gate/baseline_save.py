@@ -11,7 +11,7 @@ import contextlib
 import datetime as _dt
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -90,34 +90,27 @@ def _sig(value: float | None) -> float | None:
     return float(f"{float(value):.6g}")
 
 
+def _known(**values: Any) -> dict[str, Any]:
+    """`values` without those that are None."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
 def entry_dict(entry: BaselineEntry) -> dict[str, Any]:
     """The entry in plain types only, in a stable key order, for YAML (clock and anchor keys
     only when known, so a baseline without them reads as before)."""
-    clock = {
-        key: value
-        for key, value in (
-            ("sm_mhz", _sig(entry.sm_mhz)),
-            ("max_sm_mhz", _sig(entry.max_sm_mhz)),
-            ("clock_capped_share", _sig(entry.clock_capped_share)),
-            ("bound", entry.bound),
-        )
-        if value is not None
-    }
+    clock = _known(
+        sm_mhz=_sig(entry.sm_mhz),
+        max_sm_mhz=_sig(entry.max_sm_mhz),
+        clock_capped_share=_sig(entry.clock_capped_share),
+        bound=entry.bound,
+    )
     if entry.anchor and entry.anchor_ratios:
         clock.update(
             anchor=entry.anchor,
             anchor_median_s=_sig(entry.anchor_median_s),
             anchor_ratios=[_sig(v) for v in entry.anchor_ratios],
         )
-    process = {
-        key: value
-        for key, value in (
-            ("autotune", entry.autotune),
-            ("library", entry.library),
-            ("environment", entry.environment),
-        )
-        if value is not None
-    }
+    process = _known(autotune=entry.autotune, library=entry.library, environment=entry.environment)
     if entry.cpu_kernel_s and entry.cpu_anchor_s:
         clock.update(
             cpu_kernel_s=[_sig(v) for v in entry.cpu_kernel_s],
@@ -154,9 +147,9 @@ def baseline_dict(baseline: Baseline) -> dict[str, Any]:
     }
 
 
-def _session_device(records: list[KernelRecord]) -> str:
-    devices = [r.device for r in records if r.device]
-    return max(set(devices), key=devices.count) if devices else ""
+def _most_common_device(devices: Iterable[str]) -> str:
+    named = [device for device in devices if device]
+    return max(set(named), key=named.count) if named else ""
 
 
 def save_baseline(
@@ -164,28 +157,25 @@ def save_baseline(
     records: Iterable[KernelRecord],
     *,
     commit: str | None = None,
-    merge: bool = True,
 ) -> Baseline:
     """Write the baseline of the measured `records` to `path` atomically and return it.
 
-    With `merge=True` the entries of kernels that are in the existing file but were not
-    measured this time (deselected, failed, skipped) are kept, so a partial run does not
-    erase the rest of the baseline. An unreadable existing file is replaced, with a warning.
-    Records without timing samples are left out.
+    The entries of kernels that are in the existing file but were not measured this time
+    (deselected, failed, skipped) are kept, so a partial run does not erase the rest of the
+    baseline. An unreadable existing file is replaced, with a warning. Records without timing
+    samples are left out.
     """
     records = list(records)
     target = Path(path)
     # Read, merge and write under one lock: two processes saving the same file (xdist
     # controllers of two jobs, a save while another runs) must not lose either's entries.
     with _locked(target):
-        return _save_locked(target, records, commit=commit, merge=merge)
+        return _save_locked(target, records, commit=commit)
 
 
-def _save_locked(
-    target: Path, records: list[KernelRecord], *, commit: str | None, merge: bool
-) -> Baseline:
+def _save_locked(target: Path, records: list[KernelRecord], *, commit: str | None) -> Baseline:
     entries: dict[str, BaselineEntry] = {}
-    if merge and target.exists():
+    if target.exists():
         try:
             entries.update(load_baseline(target).entries)
         except BaselineError as exc:
@@ -208,7 +198,8 @@ def _save_locked(
         )
     baseline = Baseline(
         path=str(target),
-        device=_session_device(records) or _session_device_from_entries(entries),
+        device=_most_common_device(r.device for r in records)
+        or _most_common_device(e.device for e in entries.values()),
         commit=commit if commit is not None else detect_commit(),
         created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         tool=f"pytest-kernelpro {__version__}",
@@ -225,11 +216,6 @@ def _save_locked(
     )
     atomic_write_text(target, header + text)
     return baseline
-
-
-def _session_device_from_entries(entries: Mapping[str, BaselineEntry]) -> str:
-    devices = [e.device for e in entries.values() if e.device]
-    return max(set(devices), key=devices.count) if devices else ""
 
 
 @contextlib.contextmanager

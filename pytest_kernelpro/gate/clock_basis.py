@@ -11,8 +11,6 @@ when either side ran capped or clock-limited, at which tolerance.
   held below `CLOCK_LIMITED_FRACTION` of its maximum by a power or thermal limit): the times
   at `CLOCK_LIMITED_FACTOR` times the threshold; where one side has anchored samples, the
   basis says why they were not used.
-- **Same device, `clock_normalize`:** times scaled by the NVML mean SM clock (cycles; for
-  comparing rules only).
 
 **Clock-limited kernels.** A compute-bound kernel (fp16/bf16/TF32 GEMMs, attention) runs at
 the GPU's power cap: the SM clock the cap allows moves from one measurement to the next, and
@@ -20,9 +18,9 @@ the kernel's time with it, so two measurements of the same code differ by more t
 default threshold. When either side ran with the SM clock held below `CLOCK_LIMITED_FRACTION`
 of its maximum by a clock-lowering reason on at least `CAPPED_SHARE` of its samples, a
 regression must exceed `CLOCK_LIMITED_FACTOR` times the threshold; smaller changes are
-"suspect" with the reason. Comparing cycles (`clock_normalize`) is not the default: the mean
-NVML SM clock of a measurement does not follow its kernel's time, and the scaling widened the
-capped GEMMs' spread (bench/results/2026-12-01-gate-accuracy-h200.md).
+"suspect" with the reason. Times are not scaled to cycles by the clock: the mean NVML SM
+clock of a measurement does not follow its kernel's time, and the scaling widened the capped
+GEMMs' spread (bench/results/2026-12-01-gate-accuracy-h200.md).
 
 **The clock anchor.** A kernel whose warm-up ran capped is timed in pairs
 (`measure/timing/anchor.py`): every sample is followed in its round by a fixed bf16 GEMM, so
@@ -37,7 +35,6 @@ capped) the rule without the anchor holds and the basis says why
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pytest_kernelpro.gate.baseline import (
@@ -52,7 +49,7 @@ from pytest_kernelpro.gate.baseline import (
 )
 
 if TYPE_CHECKING:
-    from pytest_kernelpro.gate.baseline import BaselineEntry, Basis
+    from pytest_kernelpro.gate.baseline import BaselineEntry
     from pytest_kernelpro.record import KernelRecord
 
 CAPPED_SHARE = 0.5  # at least this share of a measurement's samples under a clock limit
@@ -121,33 +118,6 @@ def capped_text(current: ClockFacts, baseline: ClockFacts) -> str | None:
     return "samples under a power or thermal limit: " + ", ".join(parts)
 
 
-@dataclass(frozen=True)
-class ClockScale:
-    """The factor that brings the current samples to the baseline's clock, and why."""
-
-    factor: float  # current SM MHz / baseline SM MHz
-    sm_mhz: float
-    baseline_sm_mhz: float
-
-    def describe(self) -> str:
-        return (
-            f"cycles: times scaled to the baseline's SM clock ({self.sm_mhz:.0f} MHz now, "
-            f"{self.baseline_sm_mhz:.0f} MHz in the baseline, under the power or thermal cap)"
-        )
-
-
-def clock_scale(current: ClockFacts, baseline: ClockFacts) -> ClockScale | None:
-    """The scale of `clock_normalize` (module docstring), or None to compare plain times."""
-    if current.sm_mhz is None or baseline.sm_mhz is None:
-        return None
-    if not (_capped(current) or _capped(baseline)):
-        return None
-    bound = current.bound or baseline.bound
-    if bound != "compute" or (baseline.bound not in (None, "compute")):
-        return None
-    return ClockScale(current.sm_mhz / baseline.sm_mhz, current.sm_mhz, baseline.sm_mhz)
-
-
 def anchor_missing(now: AnchorSide | None, base: AnchorSide | None) -> str | None:
     """Why two sides cannot be compared relative to the clock anchor, or None when they can."""
     if base is None and now is None:
@@ -172,31 +142,23 @@ def clock_basis(
     chosen: Basis,
     record: KernelRecord,
     entry: BaselineEntry,
-    samples: list[float],
-    current_median: float,
     threshold: float,
-    *,
-    widen_when_clock_limited: bool,
-    clock_normalize: bool,
-    clock_anchor: bool,
-    anchor_threshold: float | None = None,
 ) -> Basis:
     """`chosen` (the plain times on this device) adjusted for either side's clock limit
-    (module docstring): the anchored ratios, a widened tolerance or the cycles."""
+    (module docstring): the anchored ratios or a widened tolerance."""
     device = record.device or "unknown"
     now, base = record_anchor(record), entry_anchor(entry)
     facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)
     limited = clock_limit_text(facts_now, facts_base)
     capped = capped_text(facts_now, facts_base)
-    if capped is not None and clock_anchor:
+    if capped is not None:
         missing = anchor_missing(now, base)
         if missing is None:
             assert now is not None
             assert base is not None
             return anchored_basis(
                 device, now, base, limited or capped, chosen.ratio,
-                threshold * ANCHOR_THRESHOLD_FACTOR if anchor_threshold is None
-                else anchor_threshold,
+                threshold * ANCHOR_THRESHOLD_FACTOR,
                 facts_now.sm_mhz, facts_base.sm_mhz,
             )  # fmt: skip
         if now is not None or base is not None:
@@ -205,7 +167,7 @@ def clock_basis(
                 limited = f"{limited}; {note}"
             else:
                 chosen.text = f"time (same device: {device}; {capped}; {note})"
-    if limited is not None and widen_when_clock_limited:
+    if limited is not None:
         chosen.tolerance = round(threshold * CLOCK_LIMITED_FACTOR, 12)
         chosen.text = (
             f"time (same device: {device}; {limited}: tolerance "
@@ -213,34 +175,7 @@ def clock_basis(
         )
         chosen.clock_limited = limited
         chosen.sm_mhz, chosen.baseline_sm_mhz = facts_now.sm_mhz, facts_base.sm_mhz
-    scale = clock_scale(facts_now, facts_base) if clock_normalize else None
-    if scale is not None:
-        _scale_to_baseline_clock(chosen, scale, device, samples, current_median, entry.median_s)
     return chosen
-
-
-def _scale_to_baseline_clock(
-    chosen: Basis,
-    scale: ClockScale,
-    device: str,
-    samples: list[float],
-    current_median: float,
-    baseline_median: float,
-) -> None:
-    """Make `chosen` compare cycles: this run's samples at the baseline's SM clock."""
-    chosen.text = f"{scale.describe()} (same device: {device})"
-    chosen.now = [v * scale.factor for v in samples]
-    chosen.clock_scale = scale.factor
-    chosen.sm_mhz, chosen.baseline_sm_mhz = scale.sm_mhz, scale.baseline_sm_mhz
-    chosen.raw_change = chosen.ratio - 1.0
-    chosen.unit = " in cycles"
-    chosen.detail = (
-        f"; plain time {pct_text(chosen.ratio - 1.0)}, SM clock {scale.sm_mhz:.0f} MHz vs "
-        f"{scale.baseline_sm_mhz:.0f} MHz in the baseline, a power or thermal cap setting "
-        "the clock"
-    )
-    chosen.ratio *= scale.factor
-    chosen.gated("clock-scaled", current_median * scale.factor, baseline_median)
 
 
 def anchored_basis(

@@ -21,41 +21,27 @@ def coverage_lines(
 ) -> list[str]:
     """`left`: baseline entries no kernel of the run matched; `without`: kernels with no
     baseline entry. Without `verbose` one short line each (-v lists them)."""
-    if not verbose:
-        return _short_coverage_lines(left, without)
-    lines = []
-    if left:
-        lines.append(
-            f"kernelpro: {len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no "
-            f"kernel of this run (removed, renamed or deselected): {_listed(left)}"
-        )
-    if without:
-        lines.append(
-            f"kernelpro: {len(without)} kernel(s) have no baseline entry (new or renamed; "
-            f"--kernelpro-save-baseline adds them): {_listed(without)}"
-        )
-    return lines
-
-
-def _short_coverage_lines(left: Sequence[str], without: Sequence[str]) -> list[str]:
-    lines = []
-    if left:
-        lines.append(
-            "kernelpro: "
-            + fit(
-                f"{len(left)} baseline entr{'y' if len(left) == 1 else 'ies'} matched no kernel "
-                f"(renamed or deselected?): {_listed(left, 2)}"
-            )
-        )
-    if without:
-        lines.append(
-            "kernelpro: "
-            + fit(
-                f"{len(without)} kernel(s) without a baseline entry (--kernelpro-save-baseline): "
-                f"{_listed(without, 2)}"
-            )
-        )
-    return lines
+    entries = f"{len(left)} baseline entr{'y' if len(left) == 1 else 'ies'}"
+    kernels = f"{len(without)} kernel(s)"
+    said = (  # (names, the full words, the short words)
+        (
+            left,
+            f"{entries} matched no kernel of this run (removed, renamed or deselected)",
+            f"{entries} matched no kernel (renamed or deselected?)",
+        ),
+        (
+            without,
+            f"{kernels} have no baseline entry (new or renamed; --kernelpro-save-baseline adds "
+            "them)",
+            f"{kernels} without a baseline entry (--kernelpro-save-baseline)",
+        ),
+    )
+    return [
+        "kernelpro: "
+        + (f"{full}: {_listed(names)}" if verbose else fit(f"{short}: {_listed(names, 2)}"))
+        for names, full, short in said
+        if names
+    ]
 
 
 def unresolved_note(unresolved: Sequence[KernelRecord]) -> Note:

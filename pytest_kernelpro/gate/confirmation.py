@@ -35,20 +35,21 @@ with its own pick and a reproduced regression fails, except under `warn`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from msgspec.structs import replace
 
 from pytest_kernelpro.gate.baseline import pct_text
 from pytest_kernelpro.gate.run_differences import AutotuneComparison, PickDifference
 from pytest_kernelpro.gate.verdict import (
-    BELOW_ROOFLINE,
     IMPROVED,
     OK,
     REGRESSED,
     SUSPECT,
-    Verdict,
     decide_verdict,
     finish_verdict,
+    floor_status,
     needs_confirmation,
     p_text,
     roofline_floor,
@@ -57,7 +58,7 @@ from pytest_kernelpro.gate.verdict_basis import CPU_ANCHOR_PREFIX, UNUSABLE_WORD
 
 if TYPE_CHECKING:
     from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.record import KernelRecord
+    from pytest_kernelpro.record import KernelRecord, VerdictPart
 
 # The actions of `--kernelpro-autotune-mismatch` on a pick difference (module docstring).
 FAIL = "fail"
@@ -69,7 +70,7 @@ MISMATCH_ACTIONS = (PIN, WARN, FAIL)
 # The confirmation: an independent re-measurement settles a provisional change.
 
 
-def slower_again_on_the_cpu(first: Verdict, second: Verdict) -> bool:
+def slower_again_on_the_cpu(first: VerdictPart, second: VerdictPart) -> bool:
     """True when a CPU-anchored regression's re-measurement shows the slowdown again: beyond
     the threshold and half its tolerance, statistically clear, with a usable anchor (module
     docstring). False for any other comparison (those need the re-measurement's own verdict)."""
@@ -82,17 +83,13 @@ def slower_again_on_the_cpu(first: Verdict, second: Verdict) -> bool:
 
 
 def confirm(
-    first: Verdict,
+    first: VerdictPart,
     record_after_remeasure: KernelRecord,
     entry: BaselineEntry,
     *,
     cross_cpu: str = "info",
-    clock_normalize: bool = False,
-    widen_when_clock_limited: bool = True,
-    clock_anchor: bool = True,
-    anchor_threshold: float | None = None,
     where: str = "a re-measurement",
-) -> Verdict:
+) -> VerdictPart:
     """Settle a provisional regression with an independent re-measurement of the kernel.
 
     The regression stands (confirmed=True) only if the re-measurement is, by itself, a
@@ -109,10 +106,6 @@ def confirm(
         cross_device_tolerance=first.cross_device_tolerance,
         alpha=first.alpha,
         cross_cpu=cross_cpu,
-        clock_normalize=clock_normalize,
-        widen_when_clock_limited=widen_when_clock_limited,
-        clock_anchor=clock_anchor,
-        anchor_threshold=anchor_threshold,
     )
     reproduced = second.change_status == first.change_status or slower_again_on_the_cpu(
         first, second
@@ -121,7 +114,6 @@ def confirm(
         "reproduced": reproduced,
         "change": second.change,
         "raw_change": second.raw_change,
-        "clock_scale": second.clock_scale,
         "anchor_change": second.anchor_change,
         "basis": second.basis,
         "p_value": second.p_value,
@@ -152,11 +144,8 @@ def confirm(
         )
         status = OK if first.change_status == IMPROVED else SUSPECT
     _, floor_reason = roofline_floor(first.min_roofline, first.efficiency, True)
-    kept = {
-        f.name: getattr(first, f.name)
-        for f in fields(first)
-        if f.name not in ("status", "change_status", "reason", "confirmed", "confirmation")
-    }
+    decided = ("status", "change_status", "reason", "confirmed", "confirmation")
+    kept = {name: getattr(first, name) for name in first.__struct_fields__ if name not in decided}
     return finish_verdict(
         change_status=status,
         reason=core,
@@ -212,25 +201,20 @@ class Remeasurement:
         return out
 
 
-def _with_status(verdict: Verdict, change_status: str, **changes: Any) -> Verdict:
+def _with_status(verdict: VerdictPart, change_status: str, **changes: Any) -> VerdictPart:
     """`verdict` with a new change status; the min_roofline floor still decides the status
-    of a kernel below it, as `verdict.finish_verdict` does."""
-    below = verdict.below_roofline and change_status != REGRESSED
-    return replace(
-        verdict,
-        change_status=change_status,
-        status=BELOW_ROOFLINE if below else change_status,
-        **changes,
-    )
+    of a kernel below it (`verdict.floor_status`)."""
+    status = floor_status(change_status, verdict.below_roofline)
+    return replace(verdict, change_status=change_status, status=status, **changes)
 
 
 def settle(
-    confirmed: Verdict,
+    confirmed: VerdictPart,
     picks: AutotuneComparison,
     remeasured: Remeasurement,
     action: str,
     first_change: float | None,
-) -> Verdict:
+) -> VerdictPart:
     """The confirmed verdict (`confirm`, on the re-measurement) with the pick
     difference decided by `action` (see the module docstring). `first_change` is the change
     of the first, unpinned measurement."""

@@ -18,44 +18,24 @@ from pytest_kernelpro.record import CorrectnessPart, KernelRecord, StatsPart
 
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
-# status -> (emoji for Markdown, word for terminals, rich style)
+# status -> (emoji for Markdown, word for terminals, rich style), in the order comments and
+# tables list kernels: what needs attention first.
 STATUS_STYLE: dict[str, tuple[str, str, str]] = {
+    "failed": ("❌", "FAILED", "bold red"),
+    "error": ("❌", "ERROR", "bold red"),
     "regressed": ("🔴", "REGRESSED", "bold red"),
     "below-roofline": ("🟥", "BELOW ROOFLINE", "bold red"),
     "suspect": ("🟡", "suspect", "yellow"),
     "unresolved": ("🟠", "unresolved", "yellow"),
-    "improved": ("🟢", "improved", "green"),
-    "ok": ("⚪", "ok", ""),
-    "new": ("🆕", "new", "cyan"),
     "incomparable": ("⚫", "incomparable", "magenta"),
-    "unmeasured": ("➖", "not timed", "dim"),
-    "failed": ("❌", "FAILED", "bold red"),
-    "error": ("❌", "ERROR", "bold red"),
-    "skipped": ("⏭️", "skipped", "dim"),
+    "improved": ("🟢", "improved", "green"),
+    "new": ("🆕", "new", "cyan"),
+    "ok": ("⚪", "ok", ""),
     "passed": ("✅", "passed", "green"),
+    "unmeasured": ("➖", "not timed", "dim"),
+    "skipped": ("⏭️", "skipped", "dim"),
 }
-
-# Order in which comments and tables list kernels: what needs attention first.
-STATUS_ORDER = {
-    s: i
-    for i, s in enumerate(
-        (
-            "failed",
-            "error",
-            "regressed",
-            "below-roofline",
-            "suspect",
-            "unresolved",
-            "incomparable",
-            "improved",
-            "new",
-            "ok",
-            "passed",
-            "unmeasured",
-            "skipped",
-        )
-    )
-}
+STATUS_ORDER = {status: i for i, status in enumerate(STATUS_STYLE)}
 
 
 def format_time(seconds: float | None) -> str:
@@ -166,7 +146,7 @@ def peak_used_words(record: KernelRecord) -> str | None:
 
 
 # The number shown is the number gated: where a verdict compared another time than the wall
-# median (on-CPU, anchor-scaled, clock-scaled, a fresh process's), the tables show that time
+# median (on-CPU, anchor-scaled, a fresh process's), the tables show that time
 # and its baseline side by side, labelled, and the wall time second.
 WALL = "wall"
 

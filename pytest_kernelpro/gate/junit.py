@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
-from pytest_kernelpro.record import (
-    KernelRecord,
-    Part,
-)
-
-P = TypeVar("P", bound=Part)
+from pytest_kernelpro.record import KernelRecord
 
 PREFIX = "kernelpro."
 RECORD_KEYS = ("nodeid", "name", "kernel", "shape", "language", "device", "device_kind")

@@ -45,20 +45,9 @@ from pytest_kernelpro.gate.report import summarize
 from pytest_kernelpro.record import KernelRecord
 
 
-def session_notes(
-    settings: Any,
-    records: Sequence[KernelRecord],
-    notes: Sequence[str | Note] = (),
-    *,
-    verbose: bool = False,
-) -> list[str]:
-    """The lines under the table: one short line per condition that is not the machine's
-    normal state, or with `verbose` the full text of every condition."""
-    return note_lines(session_conditions(settings, records, notes), verbose=verbose)
-
-
 def note_lines(found: Sequence[Note], *, verbose: bool) -> list[str]:
-    """The lines of the conditions `found` (`session_notes`)."""
+    """The lines of the conditions `found`: one short line per condition that is not the
+    machine's normal state, or with `verbose` the full text of every condition."""
     if verbose:
         return [note.full for note in found]
     return [note.short for note in found if not note.normal]
@@ -79,56 +68,33 @@ def session_conditions(
         )
         short = f"correctness only: {len(checked)} kernel(s) checked, nothing timed or gated"
         out.append(Note(short, full))
-    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed]
+    busy = [r for r in records if r.timing is not None and r.timing.oversubscribed_reasons]
     if busy:
         out.append(_busy_note(busy, check=bool(settings.check)))
     fixed = [r for r in records if r.timing and (r.timing.honesty or {}).get("inputs_fixed")]
     if fixed:
+        head = f"{len(fixed)} kernel(s) timed on inputs that stay the same"
         first = ((fixed[0].timing.honesty or {}) if fixed[0].timing else {}).get("inputs_fixed")
-        out.append(
-            Note(
-                names_line(
-                    f"{len(fixed)} kernel(s) timed on inputs that stay the same",
-                    fixed,
-                    "; -v says what to change",
-                ),
-                f"{len(fixed)} kernel(s) timed on inputs that stay the same: {first}",
-            )
-        )
+        out.append(Note(names_line(head, fixed, "; -v says what to change"), f"{head}: {first}"))
     overrun = [r for r in records if r.timing is not None and r.timing.budget_note]
     if overrun:
+        head = f"{len(overrun)} CPU timing(s) overran the time budget"
         first = overrun[0].timing.budget_note if overrun[0].timing else ""
-        out.append(
-            Note(
-                names_line(
-                    f"{len(overrun)} CPU timing(s) overran the time budget",
-                    overrun,
-                    "; -v says why; --kernelpro-time-budget",
-                ),
-                f"{len(overrun)} CPU timing(s) overran the time budget ({kernel_names(overrun)}): "
-                f"{first}",
-            )
-        )
+        short = names_line(head, overrun, "; -v says why; --kernelpro-time-budget")
+        out.append(Note(short, f"{head} ({kernel_names(overrun)}): {first}"))
     unprofiled = [r for r in records if r.extra.get("profile_skipped")]
     if settings.profile and unprofiled:
-        out.append(
-            Note(
-                f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled: no CUDA GPU here",
-                f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled "
-                f"({kernel_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and this run "
-                "had none",
-            )
+        head = f"--kernelpro-profile: {len(unprofiled)} kernel(s) not profiled"
+        full = (
+            f"{head} ({kernel_names(unprofiled)}): ncu, SASS and timeline need a CUDA GPU, and "
+            "this run had none"
         )
+        out.append(Note(f"{head}: no CUDA GPU here", full))
     invalid = [r for r in records if r.extra.get("invalid_marker")]
     if invalid:
-        full = (
-            f"{len(invalid)} kernel(s) with an invalid marker failed without running "
-            f"({kernel_names(invalid)}); the failure says what to fix"
-        )
-        short = names_line(
-            f"{len(invalid)} kernel(s) with an invalid marker failed", invalid, "; see each failure"
-        )
-        out.append(Note(short, full))
+        head = f"{len(invalid)} kernel(s) with an invalid marker failed"
+        full = f"{head} without running ({kernel_names(invalid)}); the failure says what to fix"
+        out.append(Note(names_line(head, invalid, "; see each failure"), full))
     unresolved = [r for r in records if r.gate is not None and r.gate.status == "unresolved"]
     if unresolved:
         from pytest_kernelpro.gate.condition_notes import unresolved_note

@@ -18,10 +18,13 @@ the item imports this module only when `BaselineEntry.differs_beside_code` says 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from pytest_kernelpro.gate.verdict import BELOW_ROOFLINE, IMPROVED, REGRESSED, SUSPECT, Verdict
+from msgspec.structs import replace
+
+from pytest_kernelpro.gate.verdict import BELOW_ROOFLINE, IMPROVED, REGRESSED, SUSPECT
+from pytest_kernelpro.record import VerdictPart
 
 # Display names, in the order a change is named (the compiler side first).
 LABELS = {
@@ -135,7 +138,7 @@ def compare_choices(
     )
 
 
-def note_picks(verdict: Verdict, picks: AutotuneComparison) -> Verdict:
+def note_picks(verdict: VerdictPart, picks: AutotuneComparison) -> VerdictPart:
     """A verdict that needed no re-measurement, with a pick difference recorded (and named in
     the reason of a suspect or improved kernel, where it may be the cause)."""
     if not picks.differ and picks.baseline_recorded:
@@ -221,12 +224,12 @@ def library_note(changes: Mapping[str, Mapping[str, Any]], now: Mapping[str, Any
 
 
 def name_environment(
-    verdict: Verdict,
+    verdict: VerdictPart,
     now: Mapping[str, Any] | None,
     baseline: Mapping[str, Any] | None,
     library_now: Mapping[str, Any] | None = None,
     library_baseline: Mapping[str, Any] | None = None,
-) -> Verdict:
+) -> VerdictPart:
     """The verdict with the changed versions and library settings recorded, and named in the
     reason of a regressed or suspect kernel."""
     changes: dict[str, Any] = dict(version_changes(now, baseline))

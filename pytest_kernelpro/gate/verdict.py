@@ -58,6 +58,7 @@ from pytest_kernelpro.gate.baseline import (
     quantile_subsample,
 )
 from pytest_kernelpro.gate.verdict_basis import choose_basis, quantile
+from pytest_kernelpro.record import VerdictPart
 
 if TYPE_CHECKING:
     import numpy as np
@@ -74,17 +75,6 @@ BELOW_ROOFLINE = "below-roofline"
 INCOMPARABLE = "incomparable"  # other device and no roofline time on one side
 UNMEASURED = "unmeasured"  # the item produced no timing (failed, skipped)
 UNRESOLVED = "unresolved"  # within a tolerance too wide to catch a 1.5x change: checks nothing
-STATUSES = (
-    NEW,
-    OK,
-    IMPROVED,
-    REGRESSED,
-    SUSPECT,
-    BELOW_ROOFLINE,
-    INCOMPARABLE,
-    UNMEASURED,
-    UNRESOLVED,
-)
 # The widest tolerance an "ok" may have: a kernel doing 1.5x its work must be beyond it. A
 # wider one (a bimodal baseline, a loaded machine) reads "unresolved", not "ok".
 RESOLVABLE_TOLERANCE = 0.5
@@ -163,73 +153,10 @@ def default_threshold(device_kind: str) -> float:
     return DEFAULT_GPU_THRESHOLD if device_kind == "cuda" else DEFAULT_CPU_THRESHOLD
 
 
-@dataclass(frozen=True)
-class Verdict:
-    """The outcome of `decide_verdict` (and `confirmation.confirm`) for one kernel: the
-    fields of its record part `record.VerdictPart`, which says what each means, with
-    `failed` and `message` derived here."""
-
-    status: str  # one of STATUSES
-    change_status: str
-    basis: str
-    reason: str
-    tolerance: float
-    threshold: float
-    cross_device_tolerance: float
-    alpha: float
-    change: float | None = None
-    change_low: float | None = None
-    p_value: float | None = None
-    current_median_s: float | None = None
-    baseline_median_s: float | None = None
-    efficiency: float | None = None
-    baseline_efficiency: float | None = None
-    device: str = ""
-    baseline_device: str = ""
-    n_current: int = 0
-    n_baseline: int = 0
-    below_roofline: bool = False
-    min_roofline: float | None = None
-    confirmed: bool = False
-    confirmation: dict[str, Any] | None = None
-    clock_scale: float | None = None
-    sm_mhz: float | None = None
-    baseline_sm_mhz: float | None = None
-    raw_change: float | None = None
-    clock_limited: str | None = None
-    anchor: str | None = None
-    anchor_change: float | None = None
-    gated_label: str | None = None
-    gated_now_s: float | None = None
-    gated_baseline_s: float | None = None
-    autotune: dict[str, Any] | None = None
-    autotune_note: str | None = None
-    environment_change: dict[str, Any] | None = None
-    environment_note: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        """True when this verdict fails the kernel item."""
-        return self.change_status == REGRESSED or self.below_roofline
-
-    @property
-    def message(self) -> str:
-        """The reason, for failure messages and report sections."""
-        return self.reason
-
-
 def _samples(record: KernelRecord) -> list[float]:
     """The record's finite positive timing samples (its part holds floats only)."""
     samples = record.timing.samples_s if record.timing else ()
     return [float(v) for v in samples if math.isfinite(v) and v > 0]
-
-
-def oversubscribed_reason(record: KernelRecord) -> str | None:
-    """The reasons a CPU timing was oversubscribed (measure/timing/cpu_load.py), or None."""
-    load = (record.timing.cpu_load if record.timing else None) or {}
-    if not load.get("oversubscribed"):
-        return None
-    return "; ".join(load.get("reasons") or []) or "the CPU was oversubscribed"
 
 
 def _low_move(change: float) -> str:
@@ -292,11 +219,7 @@ def decide_verdict(
     cross_device_tolerance: float | None = None,
     alpha: float = DEFAULT_ALPHA,
     cross_cpu: str = "info",
-    clock_normalize: bool = False,
-    widen_when_clock_limited: bool = True,
-    clock_anchor: bool = True,
-    anchor_threshold: float | None = None,
-) -> Verdict:
+) -> VerdictPart:
     """The verdict of one measured kernel against its baseline entry (None: the kernel is
     new): the basis chosen first (`verdict_basis.choose_basis`), the status decided on it
     (`decide_change`).
@@ -304,8 +227,7 @@ def decide_verdict(
     `threshold` defaults to `record.threshold` (marker > CLI > ini, resolved by the plugin);
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
     `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
-    a comparison with another CPU without failing, "gate" gates it like a GPU's. The clock
-    options are `choose_basis`'s.
+    a comparison with another CPU without failing, "gate" gates it like a GPU's.
     """
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
@@ -326,6 +248,10 @@ def decide_verdict(
         "below_roofline": below,
         "min_roofline": record.min_roofline,
         "n_current": len(samples),
+        # Until an entry and a confirmation say otherwise (the record's JSON keeps them so):
+        "baseline_device": "",
+        "n_baseline": 0,
+        "confirmed": False,
     }
     if not samples or entry is None:
         return finish_verdict(
@@ -353,10 +279,6 @@ def decide_verdict(
         threshold=thr,
         cross_tolerance=cross,
         cross_cpu=cross_cpu,
-        clock_normalize=clock_normalize,
-        widen_when_clock_limited=widen_when_clock_limited,
-        clock_anchor=clock_anchor,
-        anchor_threshold=anchor_threshold,
     )
     if isinstance(chosen, Incomparable):
         return finish_verdict(
@@ -368,7 +290,8 @@ def decide_verdict(
             change=chosen.change,
             **base,
         )
-    decided = decide_change(chosen, thr, alpha, oversubscribed_reason(record), record.device)
+    busy = "; ".join(record.timing.oversubscribed_reasons if record.timing else ()) or None
+    decided = decide_change(chosen, thr, alpha, busy, record.device)
     return finish_verdict(
         change_status=decided.status,
         basis=chosen.text,
@@ -547,7 +470,7 @@ def improvement_needs_confirmation(device: str) -> bool:
     return is_cpu(device)
 
 
-def needs_confirmation(verdict: Verdict) -> bool:
+def needs_confirmation(verdict: VerdictPart) -> bool:
     """True when the plugin must re-time the kernel and call `confirm`: a regression, and an
     improvement on the CPU (`verdict.improvement_needs_confirmation`)."""
     if verdict.confirmation is not None:
@@ -557,17 +480,20 @@ def needs_confirmation(verdict: Verdict) -> bool:
     return verdict.change_status == REGRESSED
 
 
+def floor_status(change_status: str, below_roofline: bool | None) -> str:
+    """The status of a change status under the min_roofline floor: "below-roofline" for a
+    kernel below it, unless the change regressed (a regression is said first)."""
+    return BELOW_ROOFLINE if below_roofline and change_status != REGRESSED else change_status
+
+
 def finish_verdict(
     *, change_status: str, reason: str, floor_reason: str | None, **kw: Any
-) -> Verdict:
+) -> VerdictPart:
     """The verdict of a change status, with the absolute min_roofline floor folded in (the
-    one place `decide_verdict` and `confirmation.confirm` build a Verdict)."""
-    below = kw["below_roofline"]
-    if below and change_status != REGRESSED:
-        status = BELOW_ROOFLINE
+    one place `decide_verdict` and `confirmation.confirm` build a verdict)."""
+    status = floor_status(change_status, kw["below_roofline"])
+    if status == BELOW_ROOFLINE:
         reason = f"{floor_reason} (baseline: {reason})"
-    else:
-        status = change_status
-        if below:
-            reason = f"{reason}; also {floor_reason}"
-    return Verdict(status=status, change_status=change_status, reason=reason, **kw)
+    elif kw["below_roofline"]:
+        reason = f"{reason}; also {floor_reason}"
+    return VerdictPart(status=status, change_status=change_status, reason=reason, **kw)

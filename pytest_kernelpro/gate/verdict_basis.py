@@ -5,8 +5,7 @@ and the factors applied to it) or an `Incomparable` (why no gate is possible); t
 (`verdict.py`) then decides the status on whatever the basis hands over.
 
 - **Same device, steady clock:** the times, at the kernel's threshold.
-- **Same GPU, under a clock limit** (capped, clock-limited, anchored; and the cycles of
-  `clock_normalize`, for comparing rules only): `clock_basis.py`.
+- **Same GPU, under a clock limit** (capped, clock-limited, anchored): `clock_basis.py`.
 - **Same CPU with the CPU anchor on both sides:** the kernel's on-CPU time read against the
   anchor.
 - **Another device:** time relative to each side's roofline: `other_device_basis.py`.
@@ -227,21 +226,9 @@ def choose_basis(
     threshold: float,
     cross_tolerance: float,
     cross_cpu: str = "info",
-    clock_normalize: bool = False,
-    widen_when_clock_limited: bool = True,
-    clock_anchor: bool = True,
-    anchor_threshold: float | None = None,
 ) -> Basis | Incomparable:
     """What the verdict of `record` (its positive timing `samples`) against `entry` is decided
-    on (module docstring).
-
-    `clock_anchor=False` ignores the anchored samples, `anchor_threshold` replaces the
-    tolerance of an anchored comparison (default: 0.75x the threshold), and
-    `widen_when_clock_limited=False` keeps the plain threshold for clock-limited comparisons
-    (both for comparing rules on the same measurements); `clock_normalize=True` compares
-    cycles where `clock_scale` applies (measured worse than plain times on the H200; for
-    comparison only).
-    """
+    on (module docstring)."""
     current_median = record.median_s if record.median_s is not None else median(samples)
     if not same_device(record.device, entry.device):
         from pytest_kernelpro.gate.other_device_basis import cross_device_basis
@@ -249,17 +236,7 @@ def choose_basis(
         return cross_device_basis(
             record, entry, samples, current_median, cross_tolerance, cross_cpu
         )
-    return same_device_basis(
-        record,
-        entry,
-        samples,
-        current_median,
-        threshold,
-        widen_when_clock_limited=widen_when_clock_limited,
-        clock_normalize=clock_normalize,
-        clock_anchor=clock_anchor,
-        anchor_threshold=anchor_threshold,
-    )
+    return same_device_basis(record, entry, samples, current_median, threshold)
 
 
 def same_device_basis(
@@ -268,11 +245,6 @@ def same_device_basis(
     samples: list[float],
     current_median: float,
     threshold: float,
-    *,
-    widen_when_clock_limited: bool,
-    clock_normalize: bool,
-    clock_anchor: bool,
-    anchor_threshold: float | None = None,
 ) -> Basis:
     """The basis of a comparison on the same device (module docstring)."""
     device = record.device or "unknown"
@@ -283,7 +255,7 @@ def same_device_basis(
         ref=list(entry.samples_s),
         ratio=current_median / entry.median_s,
     )
-    if is_cpu(device) and clock_anchor:
+    if is_cpu(device):
         cpu_now, cpu_base = record_cpu_anchor(record), entry_cpu_anchor(entry)
         missing = cpu_anchor_missing(cpu_now, cpu_base)
         if missing is None:
@@ -294,18 +266,7 @@ def same_device_basis(
         return chosen
     from pytest_kernelpro.gate.clock_basis import clock_basis
 
-    return clock_basis(
-        chosen,
-        record,
-        entry,
-        samples,
-        current_median,
-        threshold,
-        widen_when_clock_limited=widen_when_clock_limited,
-        clock_normalize=clock_normalize,
-        clock_anchor=clock_anchor,
-        anchor_threshold=anchor_threshold,
-    )
+    return clock_basis(chosen, record, entry, threshold)
 
 
 def cpu_anchored_basis(

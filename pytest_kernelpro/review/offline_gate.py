@@ -30,7 +30,7 @@ from pytest_kernelpro.gate.format import (
     sort_key,
 )
 from pytest_kernelpro.gate.verdict import DEFAULT_ALPHA, REGRESSED, decide_verdict
-from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.review.report_load import load_report, records_of
 
 
@@ -70,7 +70,7 @@ def gate_records(
             verdict = note_picks(verdict, compare_choices(choices, entry.autotune))
             environment = record.environment.versions() if record.environment else None
             verdict = name_environment(verdict, environment, entry.environment)
-        record.gate = part_of(VerdictPart, verdict)
+        record.gate = verdict
         out.append(record)
     return out
 

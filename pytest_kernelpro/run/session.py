@@ -611,7 +611,7 @@ def table_width(writer: Any) -> int | None:
 
 def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str]:
     """Lines for work that was asked for and did not run, and for timings not to trust
-    (the text: `gate.render_session.session_notes`): one short line per condition, the full
+    (the text: `gate.render_session.session_conditions`): one short line per condition, the full
     text with -v (`full`: decide without the verbosity, for the JSON report)."""
     from pytest_kernelpro.gate.render_session import note_lines
 

@@ -27,7 +27,6 @@ from pytest_kernelpro.record import (
     CorrectnessPart,
     RooflinePart,
     TimingPart,
-    VerdictPart,
     part_of,
 )
 from pytest_kernelpro.run.context import ItemRun, Profiling
@@ -347,7 +346,7 @@ def gate(
             entry.library,
         )
 
-    record.gate = part_of(VerdictPart, verdict)
+    record.gate = verdict
     if verdict.failed and verdict.status == "regressed" and record.profile is None:
         from pytest_kernelpro.run.profile_stage import auto_profile
 

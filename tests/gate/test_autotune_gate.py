@@ -3,11 +3,11 @@ baseline entry that keeps them, and the texts that carry them (table, comment, J
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from pytest_kernelpro.gate.baseline import load_baseline, parse_entry
 from pytest_kernelpro.gate.baseline_save import entry_dict, entry_from_record, save_baseline
@@ -21,7 +21,7 @@ from pytest_kernelpro.gate.run_differences import (
     note_picks,
     version_changes,
 )
-from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT, Verdict
+from pytest_kernelpro.gate.verdict import OK, REGRESSED, SUSPECT
 from pytest_kernelpro.record import (
     AutotunePart,
     EnvironmentPart,
@@ -65,8 +65,8 @@ def test_the_same_pick_another_key_or_no_baseline_record_is_no_difference() -> N
     assert compare_choices([choice(W4)], [choice(W8, key=None)]).differ
 
 
-def verdict(change_status: str, *, confirmed_change: float | None, reproduced: bool) -> Verdict:
-    return Verdict(
+def verdict(change_status: str, *, confirmed_change: float | None, reproduced: bool) -> VerdictPart:
+    return VerdictPart(
         status=change_status,
         change_status=change_status,
         basis="time (same device: NVIDIA H200)",

@@ -3,6 +3,7 @@ fall-backs, and the baseline keys that carry the anchored samples (old files sti
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import msgspec
@@ -63,6 +64,17 @@ def entry_from(record: KernelRecord) -> BaselineEntry:
     return entry
 
 
+def without_anchor(
+    record: KernelRecord, entry: BaselineEntry
+) -> tuple[KernelRecord, BaselineEntry]:
+    """The same measurements with no anchored pairs on either side, as
+    `--kernelpro-clock-anchor=off` times them: the rule without the anchor decides."""
+    assert record.timing is not None
+    timing = msgspec.structs.replace(record.timing, anchor=None)
+    bare = dataclasses.replace(entry, anchor=None, anchor_median_s=None, anchor_ratios=None)
+    return msgspec.structs.replace(record, timing=timing), bare
+
+
 def test_the_clock_moving_under_the_cap_is_not_a_regression_relative_to_the_anchor() -> None:
     """The cap allowed 1700 MHz for the baseline and 1600 now: +6.2% time, same ratio."""
     entry = entry_from(capped(200 * US, 1700.0, seed=1))
@@ -78,7 +90,7 @@ def test_the_clock_moving_under_the_cap_is_not_a_regression_relative_to_the_anch
     assert abs(verdict.change or 1.0) < 0.005
     assert verdict.tolerance == pytest.approx(0.015)  # 0.75x the threshold
     # The rule before the anchor: the time moved 6.2%, beyond even the 3x tolerance (6%).
-    widened = decide_verdict(now, entry, threshold=0.02, clock_anchor=False)
+    widened = decide_verdict(*without_anchor(now, entry), threshold=0.02)
     assert widened.change == pytest.approx(1700 / 1600 - 1, abs=0.01)
     assert widened.tolerance == pytest.approx(0.06)
 
@@ -100,7 +112,7 @@ def test_a_three_percent_slowdown_under_a_moving_cap_is_caught_relative_to_the_a
     assert final.confirmation is not None
     assert str(final.confirmation["basis"]).startswith("time relative to the clock anchor")
     # Without the anchor the same comparison sees no time change: ok, the slowdown missed.
-    assert decide_verdict(now, entry, threshold=0.02, clock_anchor=False).status == OK
+    assert decide_verdict(*without_anchor(now, entry), threshold=0.02).status == OK
 
 
 def test_a_baseline_without_an_anchored_pass_keeps_the_widened_tolerance_and_says_why() -> None:
@@ -148,7 +160,7 @@ def test_the_cap_noise_nvml_missed_is_cancelled_by_the_anchor() -> None:
     now.timing = msgspec.structs.replace(
         now.timing, clocks={**now.timing.clocks, "sm_mhz_mean": 1900.0}
     )
-    assert decide_verdict(now, entry, threshold=0.02, clock_anchor=False).status == REGRESSED
+    assert decide_verdict(*without_anchor(now, entry), threshold=0.02).status == REGRESSED
     verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.status == OK
     assert verdict.raw_change == pytest.approx(0.045, abs=0.005)
@@ -180,12 +192,10 @@ def test_an_old_baseline_without_pairs_falls_back_to_times_and_says_why() -> Non
     assert verdict.status == REGRESSED
 
 
-def test_the_anchored_tolerance_is_three_quarters_of_the_threshold_and_can_be_set() -> None:
-    """+1.8% relative to the anchor: beyond the default 1.5% (0.75 x 2%), within 2% when the
-    anchored tolerance is set to it."""
+def test_the_anchored_tolerance_is_three_quarters_of_the_threshold() -> None:
+    """+1.8% relative to the anchor: beyond the 1.5% (0.75 x 2%) of a 2% threshold."""
     entry = entry_from(capped(200 * US, 1600.0, seed=26))
     now = capped(200 * US * 1.018, 1650.0, seed=27)
-    assert decide_verdict(now, entry, threshold=0.02, anchor_threshold=0.02).status == OK
     verdict = decide_verdict(now, entry, threshold=0.02)
     assert verdict.tolerance == pytest.approx(0.015)
     assert verdict.status == REGRESSED
@@ -200,8 +210,8 @@ def test_the_anchored_tolerance_is_three_quarters_of_the_threshold_and_can_be_se
 
 def test_the_rule_without_the_anchor_ignores_the_pairs() -> None:
     entry = entry_from(capped(300 * US, 1965.0, seed=29))
-    verdict = decide_verdict(capped(300 * US, 1965.0, seed=30), entry, threshold=0.02,
-                      clock_anchor=False)  # fmt: skip
+    verdict = decide_verdict(*without_anchor(capped(300 * US, 1965.0, seed=30), entry),
+                             threshold=0.02)  # fmt: skip
     assert verdict.basis == "time (same device: NVIDIA H200)"
     assert verdict.anchor is None
 

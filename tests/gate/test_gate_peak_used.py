@@ -112,8 +112,8 @@ def test_the_gate_decides_exactly_as_before_the_repricing() -> None:
         baseline_entry,
         BaselineEntry(**{**asdict(baseline_entry), "device": "NVIDIA H100"}),
     ):
-        before = asdict(decide_verdict(old, entry, threshold=0.1))
-        after = asdict(decide_verdict(new, entry, threshold=0.1))
+        before = msgspec.structs.asdict(decide_verdict(old, entry, threshold=0.1))
+        after = msgspec.structs.asdict(decide_verdict(new, entry, threshold=0.1))
         assert {k: v for k, v in after.items() if k != "efficiency"} == {
             k: v for k, v in before.items() if k != "efficiency"
         }

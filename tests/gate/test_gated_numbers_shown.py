@@ -1,4 +1,4 @@
-"""The number shown is the number gated (gate/verdict.py `Verdict.gated_*`, gate/format.py
+"""The number shown is the number gated (record.py `VerdictPart.gated_*`, gate/format.py
 `gated_times`): where a verdict compared another time than the wall median, the terminal
 table, the PR comment, the JUnit properties and `kernelpro compare` show that time and its
 baseline, labelled, with the wall time second, and gated now / gated baseline - 1 is the
@@ -181,10 +181,9 @@ def test_a_pinned_re_measurement_that_decides_shows_its_own_gated_time() -> None
 
 
 def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_change() -> None:
-    """GPU clock anchor ("anchor-scaled"), cycles ("clock-scaled"), another device
-    ("roofline-scaled"): gated now / gated baseline - 1 is the change the verdict shows."""
+    """GPU clock anchor ("anchor-scaled"), another device ("roofline-scaled"): gated now /
+    gated baseline - 1 is the change the verdict shows."""
     import test_gate_clock_anchor as anchored
-    import test_gate_clock_scale as scaled
     from gate_factories import make_record
 
     cases = [
@@ -194,15 +193,6 @@ def test_every_basis_that_is_not_the_wall_median_names_its_time_and_matches_its_
                 anchored.capped(206e-6, 1648.0, seed=4),
                 anchored.entry_from(anchored.capped(200e-6, 1600.0, seed=3)),
                 threshold=0.02,
-            ),
-        ),
-        (
-            "clock-scaled",
-            decide_verdict(
-                scaled.capped(200e-6, 1648.0, seed=4),
-                scaled.entry_from(scaled.capped(200e-6, 1700.0, seed=3)),
-                threshold=0.02,
-                clock_normalize=True,
             ),
         ),
     ]

@@ -5,33 +5,49 @@ return and a misspelled marker keyword."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
 from gate_factories import make_record
+from msgspec.structs import replace
 
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline, too_noisy_note
-from pytest_kernelpro.gate.format import NOTE_WIDTH, fit, plain_note
+from pytest_kernelpro.gate.format import NOTE_WIDTH, Note, fit, plain_note
 from pytest_kernelpro.gate.render_session import (
     MIN_NAME,
     middle_ellipsis,
+    note_lines,
     nothing_checked_line,
+    session_conditions,
     session_line,
-    session_notes,
 )
 from pytest_kernelpro.gate.report import build_report, write_json_report
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
-from pytest_kernelpro.record import KernelRecord, VerdictPart, part_of
+from pytest_kernelpro.record import KernelRecord
 from pytest_kernelpro.review.comment import render_comment
 from pytest_kernelpro.review.offline_gate import compare_main
 
 MS = 1e-3
+
+
+def session_notes(
+    settings: Any,
+    records: Sequence[KernelRecord],
+    notes: Sequence[str | Note] = (),
+    *,
+    verbose: bool = False,
+) -> list[str]:
+    """The lines under the table as the session prints them (`run.session.summary_notes`)."""
+    return note_lines(session_conditions(settings, records, notes), verbose=verbose)
+
+
 CPU = "cpu (AMD EPYC, 1 thread)"
 ANCHOR = "cpu anchor: fp32 matmul 128x128x128, on-CPU time (torch 2.13.0+cpu, 1 thread(s))"
 
@@ -107,7 +123,7 @@ def test_a_baseline_too_noisy_to_catch_1_5x_is_said_when_saved() -> None:
 
 def gated(record: KernelRecord, status: str) -> KernelRecord:
     verdict = decide_verdict(record, entry_of(record))
-    record.gate = part_of(VerdictPart, replace(verdict, status=status, change_status=status))
+    record.gate = replace(verdict, status=status, change_status=status)
     return record
 
 

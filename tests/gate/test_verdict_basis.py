@@ -100,20 +100,6 @@ def test_a_capped_kernel_without_pairs_gets_the_wider_clock_limited_tolerance() 
     assert chosen.tolerance == pytest.approx(0.05 * CLOCK_LIMITED_FACTOR)
     assert chosen.clock_limited is not None
     assert "1568 of 1980 MHz in this run" in chosen.clock_limited
-    unwidened = basis_of(capped(200 * US, 1568.0, seed=2, anchored=False), base,
-                         widen_when_clock_limited=False)  # fmt: skip
-    assert unwidened.tolerance == 0.05
-
-
-def test_clock_normalize_scales_the_samples_and_names_the_factor() -> None:
-    base = entry_from(capped(200 * US, 1700.0, seed=1, anchored=False))
-    now = capped(200 * US, 1600.0, seed=2, anchored=False)
-    chosen = basis_of(now, base, clock_normalize=True)
-    assert chosen.clock_scale == pytest.approx(1600 / 1700)
-    assert chosen.gated_label == "clock-scaled"
-    assert chosen.ratio == pytest.approx(1.0, abs=0.01)
-    assert now.timing is not None
-    assert chosen.now[0] == pytest.approx(now.timing.samples_s[0] * 1600 / 1700)
 
 
 def test_another_device_compares_time_relative_to_each_roofline() -> None:

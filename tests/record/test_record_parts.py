@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +130,9 @@ def _producers() -> dict[str, Any]:
 
 
 def _json_form(result: Any) -> dict[str, Any]:
-    """A producer's own JSON form; a verdict's is its fields and the two properties its part
-    keeps (`failed`, `message`)."""
-    from pytest_kernelpro.gate.verdict import Verdict
-
-    if isinstance(result, Verdict):
-        return {**asdict(result), "failed": result.failed, "message": result.message}
+    """A producer's own JSON form; the gate's verdict is its part already (`VerdictPart`)."""
+    if isinstance(result, VerdictPart):
+        return msgspec.structs.asdict(result)
     data: dict[str, Any] = result.to_dict()
     return data
 
