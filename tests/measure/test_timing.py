@@ -9,18 +9,16 @@ import numpy as np
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError, KernelproError
-from pytest_kernelpro.measure.timing import (
+from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
+from pytest_kernelpro.measure.timing.budget import CPU_MIN_SAMPLES_FLOOR, parse_device
+from pytest_kernelpro.measure.timing.cpu import (
     CPU_FLUSH_LLC_CAP,
-    CPU_MIN_SAMPLES_FLOOR,
-    TimingBudget,
     cpu_cache_levels,
     cpu_flush_bytes,
     cpu_flush_decision,
     last_level_cache_bytes,
-    parse_device,
-    time_kernel,
+    sample_floor,
 )
-from pytest_kernelpro.measure.timing.cpu import sample_floor
 
 QUICK = TimingBudget(warmup_ms=5, max_time_s=0.5, flush_l2=False)
 

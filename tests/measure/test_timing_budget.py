@@ -12,13 +12,13 @@ import re
 
 import pytest
 
-from pytest_kernelpro.measure.timing import (
+from pytest_kernelpro.measure.timing.budget import (
     BUDGET_TOLERANCE,
     CPU_MIN_SAMPLES_FLOOR,
     TimingBudget,
     TimingResult,
-    time_cpu,
 )
+from pytest_kernelpro.measure.timing.cpu import time_cpu
 
 
 class FakeClock:

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from pytest_kernelpro.measure.timing import TimingBudget, time_cpu  # noqa: E402
-from pytest_kernelpro.measure.timing.cpu import CacheFlush, CpuSampler  # noqa: E402
+from pytest_kernelpro.measure.timing import TimingBudget  # noqa: E402
+from pytest_kernelpro.measure.timing.cpu import CacheFlush, CpuSampler, time_cpu  # noqa: E402
 from pytest_kernelpro.measure.timing.on_cpu import (  # noqa: E402
     CPU_LAYOUT,
     CpuPairs,

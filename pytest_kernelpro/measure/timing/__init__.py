@@ -14,23 +14,8 @@ import sys
 from collections.abc import Callable
 
 from pytest_kernelpro.measure import bound
-from pytest_kernelpro.measure.timing.budget import (
-    BUDGET_TOLERANCE,
-    CPU_MIN_SAMPLES_FLOOR,
-    Timer,
-    TimingBudget,
-    TimingResult,
-    parse_device,
-)
-from pytest_kernelpro.measure.timing.cpu import (
-    CPU_FLUSH_LLC_CAP,
-    CpuTimer,
-    cpu_cache_levels,
-    cpu_flush_bytes,
-    cpu_flush_decision,
-    last_level_cache_bytes,
-    time_cpu,
-)
+from pytest_kernelpro.measure.timing.budget import Timer, TimingBudget, TimingResult, parse_device
+from pytest_kernelpro.measure.timing.cpu import CpuTimer
 from pytest_kernelpro.measure.timing.fresh_inputs import (
     KEPT_CHANGED,
     DishonestTiming,
@@ -98,21 +83,6 @@ def time_kernel(
     return result
 
 
-__all__ = [
-    "BUDGET_TOLERANCE",
-    "CPU_FLUSH_LLC_CAP",
-    "CPU_MIN_SAMPLES_FLOOR",
-    "DishonestTiming",
-    "TimingBudget",
-    "TimingResult",
-    "cpu_cache_levels",
-    "cpu_flush_bytes",
-    "cpu_flush_decision",
-    "last_level_cache_bytes",
-    "parse_device",
-    "time_cpu",
-    "time_kernel",
-    "timer_for",
-]
+__all__ = ["DishonestTiming", "TimingBudget", "TimingResult", "time_kernel", "timer_for"]
 
 bound.keep_module(sys.modules[__name__])
