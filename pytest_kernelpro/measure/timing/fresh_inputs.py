@@ -6,12 +6,14 @@ subclass. `FreshInputs` is what the timers call instead.
 
 **New content every call**, made in place before the call (outside the timed region), by
 `mode` (in the record):
-- `mix` (default): per element A + U (B - A) of two draws A, B of the input maker (one draw:
-  B = A (1 + JITTER V)); U a window, at an `os.urandom` offset never used before, of a pool of
-  byte weights k / `WEIGHT_LEVELS` (`FreshInputs.before`); integers and booleans take A or B per element.
-  Elements stay in their draws' range and U has as many random values as the inputs, so a
-  memo keyed by a few values hits only where the rest of the content differs (its check
-  refuses the output); a content repeats only where a whole window of weights does.
+- `mix` (default): per element A + U (B - A), A a draw of the input maker and B that draw
+  rolled by half its first dimension (made per chunk from views of A: nothing kept; a leaf
+  whose roll is itself keeps a second draw; no second draw: B = A (1 + JITTER V)); U a window,
+  at an `os.urandom` offset never used before, of a pool of byte weights k / `WEIGHT_LEVELS`
+  (`FreshInputs.before`); integers and booleans take A or B per element. Elements stay in the
+  draw's range and U has as many random values as the inputs, so a memo keyed by a few values
+  hits only where the rest of the content differs (its check refuses the output); a content
+  repeats only where a whole window of weights does.
 - `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
   (kernel and reference disagree, or the reference stops being finite) or does not fit.
 - `fixed`: the same contents with a new `_version`, every output checked; `inputs_fixed`
@@ -25,12 +27,12 @@ probability (1 - CHECK_RATE f)^n. The timer's state is sealed (`Seal`, `queue_ta
 `kept_content`), the timed tensors' layout compared after every call (`REPOINTED`), and
 outputs must be plain `torch.Tensor`s with storage (`plain_output_problem`).
 
-**Memory** (I: one call's inputs, O: its output): the timed inputs, A, B (the maker's second
-draw itself) and the byte pools: 3I + I/4 for float32 inputs; a checked call adds the output's
-copy and the reference's output (2O); the setup's validity trial at most 3I + I/4 + 2O (the
-first reference output dropped before the second draw, finiteness read in chunks); a copy
-apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free memory, else `maker`.
-Measured in `bench/results/2026-12-05-optimizer-memory3-cpu.md`.
+**Memory** (I: one call's inputs, O: its output): the timed inputs, A and the byte pools:
+2I + I/4 for float32 inputs (a kept B adds its leaves); a checked call adds the output's copy
+and the reference's output (2O); the setup 3I while the maker's second draw tells whether the
+inputs regenerate, then at most 2I + I/4 + 2O in the validity trial (finiteness read in
+chunks); a copy apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free memory,
+else `maker`. Measured by `bench/fresh_inputs_memory.py`.
 """
 
 from __future__ import annotations
@@ -729,22 +731,31 @@ Step = tuple[Any, Any, Any, Any, int, int, Any, bool]
 def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
     """`dst`'s mix of `a` and `b` by `pool` as consecutive chunks of at most about `CHUNK`
     elements (by the first dimension where a tensor is not contiguous); element i of `dst`
-    takes the weight at the offset plus i, in row-major order whatever the strides."""
+    takes the weight at the offset plus i, in row-major order whatever the strides. `b is a`:
+    the second end is `a` rolled by half its first dimension (`_rolls_apart`), row i taking
+    row i + half, modulo the rows: views of `a`, a chunk split in two where they wrap."""
     total = int(a.numel())
     if total == 0:
         return []
+    half = int(a.shape[0]) // 2 * (total // int(a.shape[0])) if b is a else 0  # elements
     if dst.is_contiguous() and a.is_contiguous() and b.is_contiguous():
         dst, a, b = dst.view(-1), a.view(-1), b.view(-1)
     mixed = _mixable(torch, a)
     rows = int(dst.shape[0])
     per_row = total // rows
+    shift = half // per_row
     step = max(1, (CHUNK if dst.device.type == "cpu" else DEVICE_CHUNK) // per_row)
     steps = []
-    for i in range(0, rows, step):
-        part = dst[i : i + step]
-        shape = None if part.dim() == 1 else part.shape
-        end = min(rows, i + step) * per_row
-        steps.append((part, a[i : i + step], b[i : i + step], pool, i * per_row, end, shape, mixed))
+    for first in range(0, rows, step):
+        i, end = first, min(rows, first + step)
+        while i < end:
+            src = (i + shift) % rows
+            stop = min(end, i + rows - src)
+            part = dst[i:stop]
+            shape = None if part.dim() == 1 else part.shape
+            ends = a[i:stop], b[src : src + stop - i]
+            steps.append((part, *ends, pool, i * per_row, stop * per_row, shape, mixed))
+            i = stop
     return steps
 
 
@@ -799,7 +810,7 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
     out = []
     for a in leaves:
         if not _mixable(torch, a):
-            out.append(a)
+            out.append(a.detach())  # the same content; not `a` itself (`b is a`: rolled)
             continue
         gen = torch.Generator(device=a.device).manual_seed(gen_seed)
         v = torch.rand(a.shape, generator=gen, dtype=a.dtype, device=a.device)
@@ -807,13 +818,28 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
     return out
 
 
-def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
-    """The draw's tensors as the mix's second end: themselves (a draw made for this is no
-    one else's), a copy where one shares storage with the timed inputs or the first end."""
-    return [
-        t.detach().clone() if _shares(torch, t, others) else t.detach()
-        for t in tensor_leaves(torch, draw)
-    ]
+def _rolls_apart(torch: Any, a: Any) -> bool:
+    """Whether `a` rolled by half its first dimension (`_steps`) differs from `a` (no copy):
+    rows i and i + half, modulo the rows, not all equal."""
+    if a.dim() == 0 or int(a.shape[0]) < 2:
+        return False
+    n = int(a.shape[0])
+    half = n // 2
+    return not (torch.equal(a[: n - half], a[half:]) and torch.equal(a[n - half :], a[:half]))
+
+
+def _second_ends(torch: Any, a_leaves: list[Any], draw: Any, others: Sequence[Any]) -> list[Any]:
+    """The mix's second end per leaf: the first end itself (`b is a`: rolled in `_steps`, no
+    memory) where its roll differs from it, else the draw's tensor (a copy where it shares
+    storage with the timed inputs or the first end). A draw of the maker is needed either way:
+    it tells the inputs can be made again (`maker`, where the mix is not valid)."""
+    out = []
+    for a, t in zip(a_leaves, tensor_leaves(torch, draw), strict=True):
+        if _rolls_apart(torch, a):
+            out.append(a)
+        else:
+            out.append(t.detach().clone() if _shares(torch, t, others) else t.detach())
+    return out
 
 
 def overlaps_itself(tensor: Any) -> bool:
@@ -920,15 +946,17 @@ def fresh_inputs(
             second, why_fixed = None, "the input maker returned the same contents for another seed"
     else:
         why_fixed = "no input maker (fixed input tensors)"
+    regenerates = second is not None
     pools_bytes = sum([int(t.numel()) + WINDOW for t in first_leaves])
     mix_bytes = 2 * in_bytes + pools_bytes + 2 * out_bytes
     if mix_bytes <= room and not shared:
         with torch.no_grad():
             b_leaves = (
-                _own_leaves(torch, second, (*first_leaves, *a_leaves))
+                _second_ends(torch, a_leaves, second, (*first_leaves, *a_leaves))
                 if second is not None
                 else _jittered(torch, a_leaves)
             )
+            second = None  # the rolled leaves' draws go (`regenerates` says one was made)
             fresh.weights = [_weight_pool(torch, t) for t in a_leaves]
         fresh.ends = (a_leaves, b_leaves)
         fresh.mode = "mix"
@@ -938,12 +966,17 @@ def fresh_inputs(
         if kept_content_changed(fresh, kept_seed, kept):
             raise DishonestTiming(KEPT_CHANGED + " (in the mix's validity trial)")
         if invalid is None:
-            ends = "two draws of the input maker" if second is not None else "a jitter of them"
+            ends = (
+                "themselves rolled by half their first dimension (or a second draw)"
+                if regenerates
+                else "a jitter of them"
+            )
+            kept_b = sum([_nbytes(torch, b) for a, b in zip(a_leaves, b_leaves, strict=True) if b is not a])
             fresh.note = (
                 f"fresh inputs: new content every call, mixed per element between the inputs "
-                f"and {ends} ({_mib(2 * in_bytes + pools_bytes)} kept)"
+                f"and {ends} ({_mib(in_bytes + kept_b + pools_bytes)} kept)"
             )
-            if second is None:
+            if not regenerates:
                 _warn_fixed(fresh, why_fixed, "mixed with a jitter of themselves")
             return fresh
         why_not_mix = f"a mixed input is not valid ({invalid})"
@@ -958,7 +991,7 @@ def fresh_inputs(
         for dst, src in zip(tensor_leaves(torch, inputs), a_leaves, strict=True):
             if not shared:  # a tried mix wrote them (a broadcast input was never written)
                 dst.copy_(src)
-    if second is not None and make_draw is not None:
+    if regenerates and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
         seed = _urandom_seed()
