@@ -6,14 +6,13 @@ subclass. `FreshInputs` is what the timers call instead.
 
 **New content every call**, made in place before the call (outside the timed region), by
 `mode` (in the record):
-- `mix` (default): per element A + U (B - A), A a draw of the input maker and B that draw
-  rolled by half its first dimension (made per chunk from views of A: nothing kept; a leaf
-  whose roll is itself keeps a second draw; no second draw: B = A (1 + JITTER V)); U a window,
-  at an `os.urandom` offset never used before, of a pool of byte weights k / `WEIGHT_LEVELS`
-  (`FreshInputs.before`); integers and booleans take A or B per element. Elements stay in the
-  draw's range and U has as many random values as the inputs, so a memo keyed by a few values
-  hits only where the rest of the content differs (its check refuses the output); a content
-  repeats only where a whole window of weights does.
+- `mix` (default): per element A + U (B - A), A a draw of the input maker, B that draw rolled
+  by half its first dimension (views of A, per chunk; a leaf whose roll is itself keeps a
+  second draw; no maker: B = A (1 + JITTER V)), U a window at an `os.urandom` offset never used
+  before of a pool of byte weights k / `WEIGHT_LEVELS` (`FreshInputs.before`); integers and
+  booleans take A or B per element. Elements stay in the draw's range and U has as many random
+  values as the inputs: a memo keyed by a few values hits only where the rest of the content
+  differs (its check refuses the output).
 - `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
   (kernel and reference disagree, or the reference stops being finite) or does not fit.
 - `fixed`: the same contents with a new `_version`, every output checked; `inputs_fixed`
@@ -27,20 +26,18 @@ probability (1 - CHECK_RATE f)^n. The timer's state is sealed (`Seal`, `queue_ta
 `kept_content`), the timed tensors' layout compared after every call (`REPOINTED`), and
 outputs must be plain `torch.Tensor`s with storage (`plain_output_problem`).
 
-**Memory** (I: one call's inputs, O: its output): the timed inputs, A and the byte pools:
-2I + I/4 for float32 inputs (a kept B adds its leaves); a checked call adds the output's copy
-and the reference's output (2O); the setup 3I while the maker's second draw tells whether the
-inputs regenerate, then at most 2I + I/4 + 2O in the validity trial (finiteness read in
-chunks); a copy apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free memory,
-else `maker`. Measured by `bench/fresh_inputs_memory.py`.
+**Memory** (I: one call's inputs, O: its output): the timed inputs, A and the byte pools,
+2I + I/4 for float32 (a kept B adds its leaves); a checked call adds the output's copy and the
+reference's output (2O); the setup 3I while a second draw tells the inputs regenerate, then
+2I + I/4 + 2O; a copy apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free
+memory, else `maker`. Measured by `bench/fresh_inputs_memory.py`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, methodcaller
 from typing import Any
@@ -251,11 +248,8 @@ def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...])
 
 def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
     """`obj` with its tensor leaves replaced, in order, by `leaves`."""
-    return map_tensors(torch, obj, functools.partial(_next_leaf, iter(leaves)))
-
-
-def _next_leaf(leaves: Iterator[Any], _tensor: Any) -> Any:
-    return next(leaves)
+    found = iter(leaves)
+    return map_tensors(torch, obj, lambda _tensor: next(found))
 
 
 def plain_output_problem(torch: Any, out: Any) -> str | None:
@@ -292,12 +286,10 @@ def free_memory_bytes(torch: Any, device: str) -> int | None:
             return None
     try:
         with open("/proc/meminfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            found = [line.split()[1] for line in handle if line.startswith("MemAvailable:")]
+        return int(found[0]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
 
 
 def _nbytes(torch: Any, obj: Any) -> int:
@@ -407,17 +399,13 @@ class FreshInputs:
         expected: bool = False,
     ) -> Any:
         """Give the timed inputs content no earlier call held, in place, without grad; returns
-        what names it (offset, draw), for the timer to hand to `after`.
-
-        The mix (its one home): each step's `dst` = a + (k / WEIGHT_LEVELS) (b - a), k its
-        pool's bytes from the offset on, converted in `dst` itself (integers and booleans: a
-        or b per element). Given an `offset`, that content is made again in `steps` (default:
-        the timed tensors'; returns None); with `expected`, `expected_on` (its rule stated
-        there): the reference runs on the timed tensors after the writes, each chunk is made
-        again apart and compared with `dst` bit for bit (NaN payloads included: `torch.equal`
-        calls no NaN equal), and the reference's output is returned. One frame for every chunk
-        of every leaf, and for a check's rebuild and reference: it runs before every timed call
-        and once more in a checked one."""
+        what names it (offset, draw) for `after`. The mix's one home: each step's `dst` =
+        a + (k / WEIGHT_LEVELS) (b - a), k its pool's bytes from the offset on (integers and
+        booleans: a or b per element). Given an `offset`, that content is made again in `steps`
+        (default: the timed tensors'); with `expected` (`expected_on`), the reference runs on
+        them, each chunk is made again apart and compared with `dst` bit for bit (NaN payloads
+        included), and the reference's output is returned. One frame for all of it: it runs
+        before every timed call and once more in a checked one."""
         torch = self.torch
         new = offset is None
         started = bound.perf_counter()
@@ -533,14 +521,11 @@ class FreshInputs:
 
     def expected_on(self, offset: int) -> Any:
         """The reference's output on the mix's content at `offset`, rebuilt into the timed
-        tensors (the call's output was copied first: the kernel may have written its inputs),
-        so a check holds no copy of the inputs. The timed tensors must still hold that content
-        after the reference ran (each chunk rebuilt again and compared bit for bit): a kernel
-        that kept them and rewrites them after its call (a thread), or a reference that writes
-        its inputs, sends this check and every later one to a copy apart (`content`), which
-        only the timer holds; never a verdict by itself."""
-        # Made in `before` (the class's method, kept by `bound`, never one a kernel set on the
-        # object), which `drain` calls itself: one frame less on every checked call.
+        tensors (the call's output copied first), so a check holds no copy of the inputs. If
+        they no longer hold it after the reference ran (a kernel's thread rewriting them, a
+        reference writing its inputs), this check and every later one go to a copy apart
+        (`content`), which only the timer holds; never a verdict by itself. Made in the
+        class's `before` (kept by `bound`), which `drain` calls itself."""
         return FreshInputs.before(self, offset, expected=True)
 
     def call(self) -> Any:
@@ -793,12 +778,10 @@ def _identical(torch: Any, got: Any, expected: Any) -> bool:
     if len(left) != len(right):
         return False
     for (path_a, a), (path_b, b) in zip(left, right, strict=True):
-        if path_a != path_b or isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        tensor = isinstance(a, torch.Tensor)
+        if path_a != path_b or tensor != isinstance(b, torch.Tensor) or not tensor and a != b:
             return False
-        if not isinstance(a, torch.Tensor):
-            if a != b:
-                return False
-        elif a.shape != b.shape or a.dtype != b.dtype or not bool(torch.equal(a, b)):
+        if tensor and (a.shape != b.shape or a.dtype != b.dtype or not bool(torch.equal(a, b))):
             return False
     return True
 
@@ -818,28 +801,19 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
     return out
 
 
-def _rolls_apart(torch: Any, a: Any) -> bool:
-    """Whether `a` rolled by half its first dimension (`_steps`) differs from `a` (no copy):
-    rows i and i + half, modulo the rows, not all equal."""
-    if a.dim() == 0 or int(a.shape[0]) < 2:
-        return False
-    n = int(a.shape[0])
-    half = n // 2
-    return not (torch.equal(a[: n - half], a[half:]) and torch.equal(a[n - half :], a[:half]))
-
-
 def _second_ends(torch: Any, a_leaves: list[Any], draw: Any, others: Sequence[Any]) -> list[Any]:
-    """The mix's second end per leaf: the first end itself (`b is a`: rolled in `_steps`, no
-    memory) where its roll differs from it, else the draw's tensor (a copy where it shares
-    storage with the timed inputs or the first end). A draw of the maker is needed either way:
-    it tells the inputs can be made again (`maker`, where the mix is not valid)."""
-    out = []
+    """The mix's second end per leaf: the first end itself (`b is a`: rolled by half its first
+    dimension in `_steps`, no memory) where the roll differs from it, else the draw's tensor (a
+    copy where it shares storage with the timed inputs or the first end)."""
+    ends = []
     for a, t in zip(a_leaves, tensor_leaves(torch, draw), strict=True):
-        if _rolls_apart(torch, a):
-            out.append(a)
+        n = int(a.shape[0]) if a.dim() else 0
+        h = n // 2  # row i rolled is row i + h: the same tensor where those rows are all equal
+        if h and not (torch.equal(a[: n - h], a[h:]) and torch.equal(a[n - h :], a[:h])):
+            ends.append(a)
         else:
-            out.append(t.detach().clone() if _shares(torch, t, others) else t.detach())
-    return out
+            ends.append(t.detach().clone() if _shares(torch, t, others) else t.detach())
+    return ends
 
 
 def overlaps_itself(tensor: Any) -> bool:
@@ -856,15 +830,9 @@ def _finite(torch: Any, out: Any) -> list[bool]:
     elements (`torch.isfinite` of a whole float tensor holds temporaries of 1.75 times it)."""
     found = []
     for tensor in tensor_leaves(torch, out):
-        flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
-        found.append(
-            all(
-                [
-                    bool(torch.isfinite(flat[start : start + CHUNK]).all())
-                    for start in range(0, int(flat.numel()), CHUNK)
-                ]
-            )
-        )
+        flat = tensor.reshape(-1)  # a view where the tensor is contiguous
+        chunks = range(0, int(flat.numel()), CHUNK)
+        found.append(all([bool(torch.isfinite(flat[i : i + CHUNK]).all()) for i in chunks]))
     return found
 
 
@@ -966,12 +934,10 @@ def fresh_inputs(
         if kept_content_changed(fresh, kept_seed, kept):
             raise DishonestTiming(KEPT_CHANGED + " (in the mix's validity trial)")
         if invalid is None:
-            ends = (
-                "themselves rolled by half their first dimension (or a second draw)"
-                if regenerates
-                else "a jitter of them"
+            ends = "themselves rolled by half their rows" if regenerates else "a jitter of them"
+            kept_b = _nbytes(
+                torch, [b for a, b in zip(a_leaves, b_leaves, strict=True) if b is not a]
             )
-            kept_b = sum([_nbytes(torch, b) for a, b in zip(a_leaves, b_leaves, strict=True) if b is not a])
             fresh.note = (
                 f"fresh inputs: new content every call, mixed per element between the inputs "
                 f"and {ends} ({_mib(in_bytes + kept_b + pools_bytes)} kept)"
