@@ -717,7 +717,7 @@ def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
     """`dst`'s mix of `a` and `b` by `pool` as consecutive chunks of at most about `CHUNK`
     elements (by the first dimension where a tensor is not contiguous); element i of `dst`
     takes the weight at the offset plus i, in row-major order whatever the strides. `b is a`:
-    the second end is `a` rolled by half its first dimension (`_rolls_apart`), row i taking
+    the second end is `a` rolled by half its first dimension (`_second_ends`), row i taking
     row i + half, modulo the rows: views of `a`, a chunk split in two where they wrap."""
     total = int(a.numel())
     if total == 0:
