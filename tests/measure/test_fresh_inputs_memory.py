@@ -61,24 +61,62 @@ def _budget() -> TimingBudget:
     return TimingBudget(warmup_ms=0.0, max_time_s=0.05, min_samples=20, max_samples=40)
 
 
-def test_the_pools_are_one_byte_a_weight_and_the_ends_are_the_draws_themselves() -> None:
-    """Kept beside the timed inputs: the two ends (the second the maker's draw itself, not a
-    copy of it) and a pool of bytes per leaf, a quarter of a float32 input."""
-    drawn: list[torch.Tensor] = []
+def test_the_pools_are_one_byte_a_weight_and_the_second_end_is_the_first_rolled() -> None:
+    """Kept beside the timed inputs: the first end and a pool of bytes per leaf, a quarter of a
+    float32 input. The second end is the first itself, rolled by half its rows as the chunks
+    are made: the maker's second draw (which tells that the inputs regenerate) is not kept."""
+    drawn: list[weakref.ref[torch.Tensor]] = []
 
     def draw(seed: int) -> tuple[torch.Tensor]:
-        drawn.extend(_rows(seed))
-        return (drawn[-1],)
+        (tensor,) = _rows(seed)
+        drawn.append(weakref.ref(tensor))
+        return (tensor,)
 
     fresh = fresh_inputs(
         torch, _softmax, list(_rows(1)), device="cpu", make_draw=draw, reference=_softmax,
         check=_check,
     )  # fmt: skip
+    assert fresh.mode == "mix"
     assert fresh.ends is not None
-    assert fresh.ends[1][0].data_ptr() == drawn[-1].data_ptr()
+    assert fresh.ends[1][0] is fresh.ends[0][0]
+    assert len(drawn) == 1
+    gc.collect()
+    assert drawn[0]() is None
     (pool,) = fresh.weights
     assert pool.dtype == torch.uint8
     assert pool.numel() == 64 * 128 + WINDOW
+    # Each chunk's second end is a view of the first end's other half (row i + 32 of 64).
+    plan = fresh.prepare()
+    a = fresh.ends[0][0].view(-1)
+    for _dst, first, second, *_ in plan:
+        assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
+        offset = first.storage_offset() + 32 * 128
+        assert second.storage_offset() == offset % a.numel()
+        assert torch.equal(second, a[second.storage_offset() : offset % a.numel() + first.numel()])
+
+
+def test_a_leaf_whose_roll_is_itself_keeps_the_second_draw_and_its_content_still_changes() -> None:
+    """Both halves of its rows equal: rolled, it is itself and every call's content would be
+    the first draw (a memo by content would hit, right on every check); that leaf's second end
+    is the maker's second draw, kept."""
+
+    def halves(seed: int) -> tuple[torch.Tensor]:
+        half = torch.randn(32, 128, generator=torch.Generator().manual_seed(seed))
+        return (torch.cat([half, half]),)
+
+    fresh = fresh_inputs(
+        torch, _softmax, list(halves(1)), device="cpu", make_draw=halves, reference=_softmax,
+        check=_check,
+    )  # fmt: skip
+    assert fresh.mode == "mix"
+    assert fresh.ends is not None
+    assert fresh.ends[1][0] is not fresh.ends[0][0]
+    assert not torch.equal(fresh.ends[1][0], fresh.ends[0][0])
+    seen = set()
+    for _ in range(20):
+        fresh.before()
+        seen.add(fresh.storage[0].numpy().tobytes())
+    assert len(seen) == 20
 
 
 @pytest.mark.parametrize(
@@ -86,6 +124,12 @@ def test_the_pools_are_one_byte_a_weight_and_the_ends_are_the_draws_themselves()
     [
         pytest.param(lambda g: torch.randn(3, CHUNK + 5, generator=g), id="float32-chunks"),
         pytest.param(lambda g: torch.randn(2048, 1024, generator=g).t(), id="transposed"),
+        # Not dense: timed by rows (chunks of 3, the roll's wrap in one of them), its first end
+        # a contiguous copy rebuilt flat: the roll is the same rows in both.
+        pytest.param(
+            lambda g: torch.randn(7, 2 * (CHUNK // 3) + 2, generator=g)[:, ::2], id="strided"
+        ),
+        pytest.param(lambda g: torch.randn(5, 1, 3, generator=g), id="odd-rows"),
         pytest.param(lambda g: torch.randn(40, 33, generator=g).half(), id="float16"),
         pytest.param(lambda g: torch.randn(40, 33, generator=g).bfloat16(), id="bfloat16"),
         pytest.param(lambda g: torch.randn(40, 33, generator=g).double(), id="float64"),

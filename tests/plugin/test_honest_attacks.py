@@ -159,8 +159,10 @@ def rebind_everything():
                     pass
 """
 # Finds the fresh inputs of the timer that refills `x` through gc and makes the mix's second
-# end its first, in place: every later call's content, and every check's rebuilt content, is
-# the first end (returned, or None when no such timer was found).
+# end its first, in place: a kept second end copied from the first; a first end that is its
+# own second end (rolled by half its rows) given its first row everywhere, so its roll is
+# itself. Every later call's content, and every check's rebuilt content, is the first end
+# (returned, or None when no such timer was found).
 ONE_CONTENT = """
 import gc
 
@@ -170,7 +172,10 @@ def one_content_from_now_on(x):
               and o.storage[0].data_ptr() == x.data_ptr()]
     for timer in timers:
         for a, b in zip(*timer.ends):
-            b.copy_(a)
+            if b is a:
+                a[1:] = a[0]
+            else:
+                b.copy_(a)
     return timers[0].ends[0] if timers else None
 """
 

@@ -6,12 +6,13 @@ subclass. `FreshInputs` is what the timers call instead.
 
 **New content every call**, made in place before the call (outside the timed region), by
 `mode` (in the record):
-- `mix` (default): per element A + U (B - A) of two draws A, B of the input maker (one draw:
-  B = A (1 + JITTER V)); U a window, at an `os.urandom` offset never used before, of a pool of
-  byte weights k / `WEIGHT_LEVELS` (`FreshInputs.before`); integers and booleans take A or B per element.
-  Elements stay in their draws' range and U has as many random values as the inputs, so a
-  memo keyed by a few values hits only where the rest of the content differs (its check
-  refuses the output); a content repeats only where a whole window of weights does.
+- `mix` (default): per element A + U (B - A), A a draw of the input maker, B that draw rolled
+  by half its first dimension (views of A, per chunk; a leaf whose roll is itself keeps a
+  second draw; no maker: B = A (1 + JITTER V)), U a window at an `os.urandom` offset never used
+  before of a pool of byte weights k / `WEIGHT_LEVELS` (`FreshInputs.before`); integers and
+  booleans take A or B per element. Elements stay in the draw's range and U has as many random
+  values as the inputs: a memo keyed by a few values hits only where the rest of the content
+  differs (its check refuses the output).
 - `maker`: a new draw per call, seeded from `os.urandom`, where a mixed input is not valid
   (kernel and reference disagree, or the reference stops being finite) or does not fit.
 - `fixed`: the same contents with a new `_version`, every output checked; `inputs_fixed`
@@ -25,20 +26,18 @@ probability (1 - CHECK_RATE f)^n. The timer's state is sealed (`Seal`, `queue_ta
 `kept_content`), the timed tensors' layout compared after every call (`REPOINTED`), and
 outputs must be plain `torch.Tensor`s with storage (`plain_output_problem`).
 
-**Memory** (I: one call's inputs, O: its output): the timed inputs, A, B (the maker's second
-draw itself) and the byte pools: 3I + I/4 for float32 inputs; a checked call adds the output's
-copy and the reference's output (2O); the setup's validity trial at most 3I + I/4 + 2O (the
-first reference output dropped before the second draw, finiteness read in chunks); a copy
-apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free memory, else `maker`.
-Measured in `bench/results/2026-12-05-optimizer-memory3-cpu.md`.
+**Memory** (I: one call's inputs, O: its output): the timed inputs, A and the byte pools,
+2I + I/4 for float32 (a kept B adds its leaves); a checked call adds the output's copy and the
+reference's output (2O); the setup 3I while a second draw tells the inputs regenerate, then
+2I + I/4 + 2O; a copy apart (`_apart`) adds I. The mix must fit `MEMORY_SHARE` of the free
+memory, else `maker`. Measured by `bench/fresh_inputs_memory.py`.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import attrgetter, is_not, methodcaller
 from typing import Any
@@ -249,11 +248,8 @@ def kept_content_changed(fresh: FreshInputs, seed: int, kept: tuple[bytes, ...])
 
 def _with_leaves(torch: Any, obj: Any, leaves: list[Any]) -> Any:
     """`obj` with its tensor leaves replaced, in order, by `leaves`."""
-    return map_tensors(torch, obj, functools.partial(_next_leaf, iter(leaves)))
-
-
-def _next_leaf(leaves: Iterator[Any], _tensor: Any) -> Any:
-    return next(leaves)
+    found = iter(leaves)
+    return map_tensors(torch, obj, lambda _tensor: next(found))
 
 
 def plain_output_problem(torch: Any, out: Any) -> str | None:
@@ -290,12 +286,10 @@ def free_memory_bytes(torch: Any, device: str) -> int | None:
             return None
     try:
         with open("/proc/meminfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+            found = [line.split()[1] for line in handle if line.startswith("MemAvailable:")]
+        return int(found[0]) * 1024
     except (OSError, ValueError, IndexError):
         return None
-    return None
 
 
 def _nbytes(torch: Any, obj: Any) -> int:
@@ -405,17 +399,13 @@ class FreshInputs:
         expected: bool = False,
     ) -> Any:
         """Give the timed inputs content no earlier call held, in place, without grad; returns
-        what names it (offset, draw), for the timer to hand to `after`.
-
-        The mix (its one home): each step's `dst` = a + (k / WEIGHT_LEVELS) (b - a), k its
-        pool's bytes from the offset on, converted in `dst` itself (integers and booleans: a
-        or b per element). Given an `offset`, that content is made again in `steps` (default:
-        the timed tensors'; returns None); with `expected`, `expected_on` (its rule stated
-        there): the reference runs on the timed tensors after the writes, each chunk is made
-        again apart and compared with `dst` bit for bit (NaN payloads included: `torch.equal`
-        calls no NaN equal), and the reference's output is returned. One frame for every chunk
-        of every leaf, and for a check's rebuild and reference: it runs before every timed call
-        and once more in a checked one."""
+        what names it (offset, draw) for `after`. The mix's one home: each step's `dst` =
+        a + (k / WEIGHT_LEVELS) (b - a), k its pool's bytes from the offset on (integers and
+        booleans: a or b per element). Given an `offset`, that content is made again in `steps`
+        (default: the timed tensors'); with `expected` (`expected_on`), the reference runs on
+        them, each chunk is made again apart and compared with `dst` bit for bit (NaN payloads
+        included), and the reference's output is returned. One frame for all of it: it runs
+        before every timed call and once more in a checked one."""
         torch = self.torch
         new = offset is None
         started = bound.perf_counter()
@@ -531,14 +521,11 @@ class FreshInputs:
 
     def expected_on(self, offset: int) -> Any:
         """The reference's output on the mix's content at `offset`, rebuilt into the timed
-        tensors (the call's output was copied first: the kernel may have written its inputs),
-        so a check holds no copy of the inputs. The timed tensors must still hold that content
-        after the reference ran (each chunk rebuilt again and compared bit for bit): a kernel
-        that kept them and rewrites them after its call (a thread), or a reference that writes
-        its inputs, sends this check and every later one to a copy apart (`content`), which
-        only the timer holds; never a verdict by itself."""
-        # Made in `before` (the class's method, kept by `bound`, never one a kernel set on the
-        # object), which `drain` calls itself: one frame less on every checked call.
+        tensors (the call's output copied first), so a check holds no copy of the inputs. If
+        they no longer hold it after the reference ran (a kernel's thread rewriting them, a
+        reference writing its inputs), this check and every later one go to a copy apart
+        (`content`), which only the timer holds; never a verdict by itself. Made in the
+        class's `before` (kept by `bound`), which `drain` calls itself."""
         return FreshInputs.before(self, offset, expected=True)
 
     def call(self) -> Any:
@@ -729,22 +716,31 @@ Step = tuple[Any, Any, Any, Any, int, int, Any, bool]
 def _steps(torch: Any, dst: Any, a: Any, b: Any, pool: Any) -> list[Step]:
     """`dst`'s mix of `a` and `b` by `pool` as consecutive chunks of at most about `CHUNK`
     elements (by the first dimension where a tensor is not contiguous); element i of `dst`
-    takes the weight at the offset plus i, in row-major order whatever the strides."""
+    takes the weight at the offset plus i, in row-major order whatever the strides. `b is a`:
+    the second end is `a` rolled by half its first dimension (`_second_ends`), row i taking
+    row i + half, modulo the rows: views of `a`, a chunk split in two where they wrap."""
     total = int(a.numel())
     if total == 0:
         return []
+    half = int(a.shape[0]) // 2 * (total // int(a.shape[0])) if b is a else 0  # elements
     if dst.is_contiguous() and a.is_contiguous() and b.is_contiguous():
         dst, a, b = dst.view(-1), a.view(-1), b.view(-1)
     mixed = _mixable(torch, a)
     rows = int(dst.shape[0])
     per_row = total // rows
+    shift = half // per_row
     step = max(1, (CHUNK if dst.device.type == "cpu" else DEVICE_CHUNK) // per_row)
     steps = []
-    for i in range(0, rows, step):
-        part = dst[i : i + step]
-        shape = None if part.dim() == 1 else part.shape
-        end = min(rows, i + step) * per_row
-        steps.append((part, a[i : i + step], b[i : i + step], pool, i * per_row, end, shape, mixed))
+    for first in range(0, rows, step):
+        i, end = first, min(rows, first + step)
+        while i < end:
+            src = (i + shift) % rows
+            stop = min(end, i + rows - src)
+            part = dst[i:stop]
+            shape = None if part.dim() == 1 else part.shape
+            ends = a[i:stop], b[src : src + stop - i]
+            steps.append((part, *ends, pool, i * per_row, stop * per_row, shape, mixed))
+            i = stop
     return steps
 
 
@@ -782,12 +778,10 @@ def _identical(torch: Any, got: Any, expected: Any) -> bool:
     if len(left) != len(right):
         return False
     for (path_a, a), (path_b, b) in zip(left, right, strict=True):
-        if path_a != path_b or isinstance(a, torch.Tensor) != isinstance(b, torch.Tensor):
+        tensor = isinstance(a, torch.Tensor)
+        if path_a != path_b or tensor != isinstance(b, torch.Tensor) or not tensor and a != b:
             return False
-        if not isinstance(a, torch.Tensor):
-            if a != b:
-                return False
-        elif a.shape != b.shape or a.dtype != b.dtype or not bool(torch.equal(a, b)):
+        if tensor and (a.shape != b.shape or a.dtype != b.dtype or not bool(torch.equal(a, b))):
             return False
     return True
 
@@ -799,7 +793,7 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
     out = []
     for a in leaves:
         if not _mixable(torch, a):
-            out.append(a)
+            out.append(a.detach())  # the same content; not `a` itself (`b is a`: rolled)
             continue
         gen = torch.Generator(device=a.device).manual_seed(gen_seed)
         v = torch.rand(a.shape, generator=gen, dtype=a.dtype, device=a.device)
@@ -807,13 +801,19 @@ def _jittered(torch: Any, leaves: list[Any]) -> list[Any]:
     return out
 
 
-def _own_leaves(torch: Any, draw: Any, others: Sequence[Any]) -> list[Any]:
-    """The draw's tensors as the mix's second end: themselves (a draw made for this is no
-    one else's), a copy where one shares storage with the timed inputs or the first end."""
-    return [
-        t.detach().clone() if _shares(torch, t, others) else t.detach()
-        for t in tensor_leaves(torch, draw)
-    ]
+def _second_ends(torch: Any, a_leaves: list[Any], draw: Any, others: Sequence[Any]) -> list[Any]:
+    """The mix's second end per leaf: the first end itself (`b is a`: rolled by half its first
+    dimension in `_steps`, no memory) where the roll differs from it, else the draw's tensor (a
+    copy where it shares storage with the timed inputs or the first end)."""
+    ends = []
+    for a, t in zip(a_leaves, tensor_leaves(torch, draw), strict=True):
+        n = int(a.shape[0]) if a.dim() else 0
+        h = n // 2  # row i rolled is row i + h: the same tensor where those rows are all equal
+        if h and not (torch.equal(a[: n - h], a[h:]) and torch.equal(a[n - h :], a[:h])):
+            ends.append(a)
+        else:
+            ends.append(t.detach().clone() if _shares(torch, t, others) else t.detach())
+    return ends
 
 
 def overlaps_itself(tensor: Any) -> bool:
@@ -830,15 +830,9 @@ def _finite(torch: Any, out: Any) -> list[bool]:
     elements (`torch.isfinite` of a whole float tensor holds temporaries of 1.75 times it)."""
     found = []
     for tensor in tensor_leaves(torch, out):
-        flat = tensor.view(-1) if tensor.is_contiguous() else tensor.reshape(-1)
-        found.append(
-            all(
-                [
-                    bool(torch.isfinite(flat[start : start + CHUNK]).all())
-                    for start in range(0, int(flat.numel()), CHUNK)
-                ]
-            )
-        )
+        flat = tensor.reshape(-1)  # a view where the tensor is contiguous
+        chunks = range(0, int(flat.numel()), CHUNK)
+        found.append(all([bool(torch.isfinite(flat[i : i + CHUNK]).all()) for i in chunks]))
     return found
 
 
@@ -920,15 +914,17 @@ def fresh_inputs(
             second, why_fixed = None, "the input maker returned the same contents for another seed"
     else:
         why_fixed = "no input maker (fixed input tensors)"
+    regenerates = second is not None
     pools_bytes = sum([int(t.numel()) + WINDOW for t in first_leaves])
     mix_bytes = 2 * in_bytes + pools_bytes + 2 * out_bytes
     if mix_bytes <= room and not shared:
         with torch.no_grad():
             b_leaves = (
-                _own_leaves(torch, second, (*first_leaves, *a_leaves))
+                _second_ends(torch, a_leaves, second, (*first_leaves, *a_leaves))
                 if second is not None
                 else _jittered(torch, a_leaves)
             )
+            second = None  # the rolled leaves' draws go (`regenerates` says one was made)
             fresh.weights = [_weight_pool(torch, t) for t in a_leaves]
         fresh.ends = (a_leaves, b_leaves)
         fresh.mode = "mix"
@@ -938,12 +934,15 @@ def fresh_inputs(
         if kept_content_changed(fresh, kept_seed, kept):
             raise DishonestTiming(KEPT_CHANGED + " (in the mix's validity trial)")
         if invalid is None:
-            ends = "two draws of the input maker" if second is not None else "a jitter of them"
+            ends = "themselves rolled by half their rows" if regenerates else "a jitter of them"
+            kept_b = _nbytes(
+                torch, [b for a, b in zip(a_leaves, b_leaves, strict=True) if b is not a]
+            )
             fresh.note = (
                 f"fresh inputs: new content every call, mixed per element between the inputs "
-                f"and {ends} ({_mib(2 * in_bytes + pools_bytes)} kept)"
+                f"and {ends} ({_mib(in_bytes + kept_b + pools_bytes)} kept)"
             )
-            if second is None:
+            if not regenerates:
                 _warn_fixed(fresh, why_fixed, "mixed with a jitter of themselves")
             return fresh
         why_not_mix = f"a mixed input is not valid ({invalid})"
@@ -958,7 +957,7 @@ def fresh_inputs(
         for dst, src in zip(tensor_leaves(torch, inputs), a_leaves, strict=True):
             if not shared:  # a tried mix wrote them (a broadcast input was never written)
                 dst.copy_(src)
-    if second is not None and make_draw is not None:
+    if regenerates and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
         seed = _urandom_seed()

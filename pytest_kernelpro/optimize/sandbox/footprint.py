@@ -21,10 +21,10 @@ counts. A copy the rules need is marked with the rule; what they do not need was
 | judge, the truth of the first output (the worker waits for it, holding no input or output) | its draw of the first call's inputs and the reference's call on a copy (2I + O); the float64 re-run (widened inputs 2I, output 2O); on the CPU the reference's output goes before the re-run and is made again from the seed after it (`run_truth`'s `remake`), elsewhere it stays beside the re-run; then reference - truth in float32 beside the re-run's output | CPU: 2I + O, 3I while widening, 2I + 2O, I + 3O, then 4O; CUDA: 3I + O, 2I + 3O, then 4O | the correctness rule's truth (`measure.output_rule`), found on the first checked call's inputs, in a process the candidate never ran in; made before that call's output is handed over (`judge.judge`'s `tell_truth`), so no handed-over output is held beside it (was 2I + 4O, and the worker's own truth, 2I + 3O, in its turn); the re-run beside the reference's output was 2I + 3O on the CPU too |
 | worker, trial 1 (the judge holds reference - truth, and on CUDA the reference's output) | sealed inputs (one read-only set, `input_handles.py`); on the CPU a reference call on a copy whose output goes (whether it writes its inputs), then the candidate's call, then the reference's output (`harness._Pipeline.candidate_first`); on CUDA the reference first, its output beside the candidate's call | CPU: 2I + O, I + O and the candidate's temporaries, I + 2O; CUDA: 2I + 3O, then I + 4O | the first call decided in the worker by the truth calibrated (`measurement.take_truth`), in the judge by the truth itself; the judge keeps the reference's output as its digest on the CPU and makes it again for the comparison (`judge._Reference.output_again`: the same bytes, else its truth is found again); was 2I + 3O, then I + 4O on the CPU too |
 | judge, trial 1's output (the worker waits) | the handed-over output, the reference's output (on the CPU made again: its inputs while it runs), reference - truth | 3O (I + 3O while the CPU's is made again) | the first output compared with the truth (`CorrectnessRule.judge`) |
-| worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks; on the CPU trials 2-3 and the call after timing run the candidate first (no reference output beside its temporaries) | I + 3O | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
+| worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks; on the CPU trials 2-3 and the call after timing run the candidate first (no reference output beside its temporaries); the inputs are dropped before the copy is handed over (the judge starts on it at once) | I + 2O (was I + 3O) | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
 | judge, later outputs | its inputs, the reference's output, the handed-over output | I + 2O | each dropped before the next is asked for (`handles.stream_outputs`) |
-| worker, timing (the candidate only) | the timed inputs, the mix's two ends, its pools of one byte a weight (`measure.timing.fresh_inputs`: a quarter of float32 inputs, half of 16-bit ones, all of 8-bit ones), the call's output while it runs; at a checked call the output's copy and the reference's output on the call's content, rebuilt into the timed inputs | 3.25I + 2O (3.5I for 16-bit inputs, 4I for 8-bit) | new content every timed call and checks no kernel can predict; the reference is timed by the judge only (its time is the speedup's; the worker's was a claim nothing decided by) |
-| judge, the reference's timing (the worker has ended) | as the worker's timing | 3.25I + 2O | the reference timed by the candidate's protocol |
+| worker, timing (the candidate only) | the timed inputs, the mix's first end (its second is the first rolled, views made per chunk), its pools of one byte a weight (`measure.timing.fresh_inputs`: a quarter of float32 inputs, half of 16-bit ones, all of 8-bit ones), the call's output while it runs; at a checked call the output's copy and the reference's output on the call's content, rebuilt into the timed inputs | 2.25I + 2O (2.5I for 16-bit inputs, 3I for 8-bit) | new content every timed call and checks no kernel can predict; the reference is timed by the judge only (its time is the speedup's; the worker's was a claim nothing decided by) |
+| judge, the reference's timing (the worker has ended) | as the worker's timing | 2.25I + 2O | the reference timed by the candidate's protocol |
 | worker and judge | the interpreter, torch, the freed heap the allocator keeps, a CPU comparison chunk | `FIXED_BYTES` | two interpreters (the judge is started with the worker); comparisons in chunks (`measure.output_rule.chunk_ranges`: on the CPU at most 2^20 elements) |
 
 Comparison temporaries on a GPU (chunks of at most a 32nd of the output) and the
@@ -32,11 +32,11 @@ allocator's rounding: `TEMPORARIES` of O. The estimate takes the table's copies 
 two fifths more (`HEADROOM`: the measured peaks passed the table by up to 28%).
 
 So the peak is the largest of the worker's timing, the judge's truth and the worker's first
-call: 4I + 2O (3.25I + 2O for float32 inputs), 2I + 3O, 3I + O, I + 4O or 4O (for a
-softmax, where I = O, the timing: 5.25 footprints of copies for float32 inputs; the judge's
-4O where the output is more than twice the inputs). `estimate` gives it for the problem's
-own I and O, the timing's inputs counted at 4I whatever their width (an estimate that
-refuses should err high).
+call: 3I + 2O (2.25I + 2O for float32 inputs), 2I + 3O, 3I + O, I + 4O or 4O (for a
+softmax, where I = O, the timing: 4.25 copies for float32 inputs; the judge's 4O where the
+output is more than twice the inputs). `estimate` gives it for the problem's own I and O,
+the timing's inputs still counted at 4I whatever their width, as before the mix's second end
+was rolled instead of kept (an estimate that refuses should err high).
 
 Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
 (`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
@@ -59,10 +59,9 @@ candidate dying "out of memory". Held to it by `tests/optimize/search/test_evalu
 which moment was the peak and each process's part of it).
 
 Below 3x the footprint (with the two interpreters, about a quarter of a 1 GiB softmax's
-footprint) needs the worker's timing to hold less: the fresh-inputs mix
-(`measure.timing.fresh_inputs`) keeps the timed inputs and the mix's two ends (3I) and the
-pools beside a checked call's output copy and reference output (2.6 footprints for a
-float32 softmax). The correctness phase on the CPU holds at most 4 of I and O in both
+footprint): the fresh-inputs mix (`measure.timing.fresh_inputs`) keeps the timed inputs, its
+first end (2I; the second end is the first rolled) and the pools beside a checked call's
+output copy and reference output (2.1 footprints for a float32 softmax). The correctness phase on the CPU holds at most 4 of I and O in both
 processes together (the worker's I + 2O beside the judge's reference - truth; the judge's
 re-run 2I + 2O beside the waiting worker).
 

@@ -345,13 +345,14 @@ class _Pipeline:
                     f"returned (work launched on another stream, {label})",
                 )
             del early
-            handed = self.save_output(label, out)
-            del out
         finally:
             inputs.close()
             # Its read-only mapping goes too: closing the descriptors leaves the pages mapped
-            # while a tensor views them, and the worker waits for the judge holding nothing.
+            # while a tensor views them. Gone before the output is handed over: the judge
+            # starts on it at once (its own inputs and reference output), never beside these.
             del inputs
+        handed = self.save_output(label, out)
+        del out
         if handed is not None:
             self.await_judge(handed)
         return found
@@ -489,6 +490,7 @@ class _Pipeline:
         for dst, src in zip(args, fresh, strict=True):
             if isinstance(dst, torch.Tensor):
                 dst.copy_(src)
+        dst = src = None  # the loop's last pair held both input sets past the check
         del fresh
         holder = [args]  # the call takes the only reference: nothing held while judged
         del args
@@ -512,9 +514,9 @@ class _Pipeline:
         del ref_args
         out, _ = self.run_candidate(args, ref_out)
         self.compare(ref_out, out, "inputs changed in place")
-        del ref_out
+        del ref_out, args  # before the judge starts on the output (`check_call`)
         handed = self.save_output("inputs changed in place", out)
-        del out, args
+        del out
         if handed is not None:
             self.await_judge(handed)
 

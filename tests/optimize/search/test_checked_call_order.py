@@ -107,3 +107,28 @@ def test_a_wrong_candidate_run_first_is_still_wrong() -> None:
     assert result["status"] == "wrong", result
     assert "trial 2/3" in result["reason"], result["reason"]
     assert seen[1] == (_first_value(44), 16, 0)  # trial 2: no reference output yet
+
+
+def test_no_input_is_alive_when_a_checked_calls_output_is_handed_to_the_judge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The judge starts on an output as soon as it is handed over (it makes that call's inputs
+    and the reference's output): the worker has dropped the call's inputs by then, for the
+    three trials and the check with inputs changed in place, so the two never sit beside the
+    judge's (the evaluation's peak was there)."""
+    import gc
+
+    found: dict[str, int] = {}
+    save = harness._Pipeline.save_output
+
+    def counting(self: Any, label: str, out: Any) -> str | None:
+        gc.collect()
+        inputs = [o for o in gc.get_objects() if type(o) is torch.Tensor and o.shape == (16, 64)]
+        found[label] = len(inputs)
+        return save(self, label, out)
+
+    monkeypatch.setattr(harness._Pipeline, "save_output", counting)
+    result, _seen = _run(CANDIDATE)
+    assert result["status"] == "correct", result.get("reason")
+    for label in ("trial 2/3", "trial 3/3", "inputs changed in place"):
+        assert found[label] == 0, found
