@@ -39,6 +39,7 @@ class OptimizeConfig(KernelproConfig):
         """The price the user gave for the model (`--kernelpro-llm-price`), as the backends'
         `prices` table: it comes before the built-in one."""
         return {} if self.llm_price is None else {self.model: self.llm_price}
+
     candidates: int = 2
     max_tokens: int = 8192
     # `kernelpro_sandbox_data`: the data files a candidate may read, as pytest parsed the ini.
