@@ -31,10 +31,12 @@ configs changed, so the code did.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.measure.environment import autotuner_classes, json_value
 from pytest_kernelpro.record import AutotunePart
 
@@ -98,6 +100,18 @@ class Pin:
             key=list(key) if isinstance(key, list) else None,
             config=dict(choice.get("config") or {}),
         )
+
+
+def read_pins(path: Any) -> list[Pin]:
+    """The pins file of a re-measuring child: a JSON list of recorded choices."""
+    try:
+        with open(path, encoding="utf-8") as file:  # closed at once: no handle left behind
+            data = json.loads(file.read())
+    except (OSError, ValueError) as exc:
+        raise KernelproError(f"cannot read the autotune pins {path}: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
+        raise KernelproError(f"the autotune pins {path} are not a JSON list of choices")
+    return [Pin.from_choice(c) for c in data]
 
 
 @dataclass

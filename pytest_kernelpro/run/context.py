@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import signal
 import sys
@@ -72,7 +71,7 @@ if TYPE_CHECKING:
 
     from pytest_kernelpro.config import KernelproConfig
     from pytest_kernelpro.gate.baseline import BaselineEntry
-    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture, Pin
+    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture
     from pytest_kernelpro.measure.ceilings import Ceilings
     from pytest_kernelpro.measure.devices import DeviceSpec
     from pytest_kernelpro.problem import Problem, ProblemLocator
@@ -365,20 +364,6 @@ def extra_autotuners(config: pytest.Config) -> list[type]:
     return found
 
 
-def read_pins(path: Any) -> list[Pin]:
-    """The pins file of a re-measuring child: a JSON list of recorded choices."""
-    from pytest_kernelpro.measure.autotune_capture import Pin
-
-    try:
-        with open(path, encoding="utf-8") as file:  # closed at once: no handle left behind
-            data = json.loads(file.read())
-    except (OSError, ValueError) as exc:
-        raise KernelproError(f"cannot read the autotune pins {path}: {exc}") from exc
-    if not isinstance(data, list) or not all(isinstance(c, dict) for c in data):
-        raise KernelproError(f"the autotune pins {path} are not a JSON list of choices")
-    return [Pin.from_choice(c) for c in data]
-
-
 def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture | None:
     """The item's capture: the pins of a re-measuring child (`pins_path`), none otherwise;
     `classes` are the autotuners a conftest adds. None when there is nothing to watch or pin
@@ -387,7 +372,7 @@ def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> Autot
     load_triton_if_used(run.problem.language)
     if pins_path is None and not autotuner_classes(classes):
         return None
-    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture
+    from pytest_kernelpro.measure.autotune_capture import AutotuneCapture, read_pins
 
     pins = read_pins(pins_path) if pins_path is not None else []
     return AutotuneCapture(pins=pins, classes=classes)

@@ -243,3 +243,24 @@ def test_triton_interpreter_records_and_pins_through_tritons_own_autotuner(
     (pinned,) = run(json.dumps(wanted))["choices"]
     assert pinned["config"] == wanted
     assert pinned["source"] == PINNED
+
+
+def test_a_pins_file_that_is_not_a_list_of_choices_is_refused_naming_it(tmp_path: Path) -> None:
+    """A re-measuring child's pins file (written by its parent) read back: the choices as
+    `Pin`s; a missing, broken or mis-shaped file is an error naming the file."""
+    from pytest_kernelpro.errors import KernelproError
+    from pytest_kernelpro.measure.autotune_capture import Pin, read_pins
+
+    good = tmp_path / "pins.json"
+    good.write_text('[{"kernel": "m.k", "key": [1024, "torch.float32"], "config": {"B": 64}}]')
+    assert read_pins(good) == [Pin("m.k", [1024, "torch.float32"], {"B": 64})]
+    broken = tmp_path / "broken.json"
+    broken.write_text("[{")
+    with pytest.raises(KernelproError, match=r"cannot read the autotune pins .*broken\.json"):
+        read_pins(broken)
+    with pytest.raises(KernelproError, match=r"cannot read the autotune pins .*absent\.json"):
+        read_pins(tmp_path / "absent.json")
+    shaped = tmp_path / "shaped.json"
+    shaped.write_text('{"kernel": "m.k"}')
+    with pytest.raises(KernelproError, match=r"shaped\.json are not a JSON list of choices"):
+        read_pins(shaped)
