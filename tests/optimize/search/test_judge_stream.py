@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -40,8 +40,12 @@ def honest() -> list[tuple[str, list[Any]]]:
         sys.modules.pop("kernelpro_reference", None)
 
 
-def run(outputs: list[tuple[str, list[Any]]]) -> tuple[dict[str, Any], int]:
-    """The judge's verdict and how many outputs it took from the stream."""
+def run(
+    outputs: list[tuple[str, list[Any]]],
+    tell_truth: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """The judge's verdict and how many outputs it took from the stream (`tell_truth`: the
+    judge's call once its truth is found, before the worker's first output is taken)."""
     taken = 0
 
     def stream() -> Iterator[tuple[str, list[Any]]]:
@@ -51,7 +55,7 @@ def run(outputs: list[tuple[str, list[Any]]]) -> tuple[dict[str, Any], int]:
             yield item
 
     try:
-        return judge.judge(TASK, stream()), taken
+        return judge.judge(TASK, stream(), tell_truth), taken
     finally:
         sys.modules.pop("kernelpro_reference", None)
 
@@ -400,18 +404,7 @@ def test_the_judge_holds_one_output_while_the_worker_makes_its_first_call() -> N
     the ones the truth's difference was measured on)."""
     outputs = honest()
     held: list[int] = []
-    taken = 0
-
-    def stream() -> Iterator[tuple[str, list[Any]]]:
-        nonlocal taken
-        for item in outputs:
-            taken += 1
-            yield item
-
-    try:
-        verdict = judge.judge(TASK, stream(), lambda payload: held.append(_output_sized(outputs)))
-    finally:
-        sys.modules.pop("kernelpro_reference", None)
+    verdict, _ = run(outputs, lambda payload: held.append(_output_sized(outputs)))
     assert verdict["ok"], verdict
     assert held == [1]
 
