@@ -3,9 +3,10 @@ and beside a CPU hog, through real `pytest --kernelpro-check` sessions.
 
 For each condition ("quiet": the machine as it is, no hog of ours; "busy": `--hogs` processes
 running `while True: pass`, started and killed here), a fresh project of 20 unchanged CPU
-kernels plus `doubled` (a 256^3 matmul whose `KP_WORK=2` does the product twice) saves a
+kernels plus `doubled` (a 256^3 matmul whose `KP_WORK=2` does the product twice) and
+`doubled_softmax` (a 1024x1024 softmax whose `KP_WORK=2` does its pass twice) saves a
 baseline in session 0, then runs `--sessions` sessions of `--kernelpro-check` with
-`KP_WORK=2`: `doubled` must fail every session, the 20 others never. Each verdict is read
+`KP_WORK=2`: both doubled kernels must fail every session, the 20 others never. Each verdict is read
 from the session's JSON report; the same records are also compared offline with the old rule
 (times, no CPU anchor: `decide_verdict` on the records and entries without their CPU-anchored
 samples, before its confirmation) for the "before" column.
@@ -138,9 +139,16 @@ KERNELS = textwrap.dedent(
         for _ in range(int(os.environ.get("KP_WORK", "1")) - 1):
             out = torch.mm(a, b)  # the same product again: twice the work
         return out
+
+    @pytest.mark.kernelpro(reference=lambda x: torch.softmax(x, -1), inputs=mat(1024, 1024))
+    def doubled_softmax(x):
+        out = torch.softmax(x, -1)
+        for _ in range(int(os.environ.get("KP_WORK", "1")) - 1):
+            out = torch.softmax(x, -1)  # a memory-bound kernel doing its pass twice
+        return out
     """
 )
-SLOWED = "doubled"
+SLOWED = ("doubled", "doubled_softmax")
 # Ceilings far above this CPU: the roofline is not what this bench measures, and a fixed file
 # spares every fresh project the ceilings' measurement.
 CEILINGS = {
@@ -204,13 +212,53 @@ def old_rule(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
         if record.timing is None or entry is None:
             continue
         timing = msgspec.structs.replace(record.timing, anchor=None)
-        bare = dataclasses.replace(entry, anchor=None, cpu_kernel_s=None, cpu_anchor_s=None)
+        bare = dataclasses.replace(
+            entry, anchor=None, cpu_kernel_s=None, cpu_anchor_s=None, cpu_memory_s=None
+        )
         old = decide_verdict(msgspec.structs.replace(record, timing=timing), bare)
         out[record.name] = old.change_status
     return out
 
 
+def gemm_anchor_only(records: list[dict[str, Any]], baseline: Path) -> dict[str, str]:
+    """Each record compared by the rule before the memory anchor (the GEMM anchor alone),
+    before confirmation: the record and the entry without the memory anchor's samples."""
+    import dataclasses
+
+    import msgspec
+
+    from pytest_kernelpro.gate.baseline import load_baseline
+    from pytest_kernelpro.gate.verdict import decide_verdict
+    from pytest_kernelpro.record import record_from_builtins
+
+    base = load_baseline(baseline)
+    out = {}
+    for raw in records:
+        record = record_from_builtins(raw, source="a record of the check's report")
+        entry = base.entry_for(record)
+        if record.timing is None or entry is None or not isinstance(record.timing.anchor, dict):
+            continue
+        anchor = {**record.timing.anchor, "memory_s": []}
+        timing = msgspec.structs.replace(record.timing, anchor=anchor)
+        verdict = decide_verdict(
+            msgspec.structs.replace(record, timing=timing),
+            dataclasses.replace(entry, cpu_memory_s=None),
+        )
+        out[record.name] = f"{verdict.change_status} {100 * (verdict.change or 0):+.0f}%"
+    return out
+
+
+MEMORY_HOG = (
+    "import numpy as np\n"
+    "a = np.ones(128 << 20, dtype=np.float32); b = np.empty_like(a)\n"
+    "while True:\n    np.copyto(b, a); a += 1\n"
+)
+
+
 def run_condition(name: str, root: Path, sessions: int, budget: float, hogs: int) -> dict[str, Any]:
+    """ "busy": the baseline and the checks beside `hogs` busy loops; "memory": the baseline
+    on the machine as it is, the checks beside one process copying 512 MiB over and over
+    (another process's memory traffic arriving between the baseline and the head)."""
     make_project(root, budget)
     procs = []
     try:
@@ -218,6 +266,9 @@ def run_condition(name: str, root: Path, sessions: int, budget: float, hogs: int
             procs.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
         time.sleep(1.0 if hogs else 0.0)
         base = run_session(root, ["--kernelpro-save-baseline"], work=1)
+        if name == "memory":
+            procs.append(subprocess.Popen([sys.executable, "-c", MEMORY_HOG]))
+            time.sleep(2.0)
         print(
             f"[{name}] baseline: rc {base['rc']}, {base['wall_s']:.0f} s, load {base['loadavg_1m']:.1f}",
             flush=True,
@@ -226,6 +277,7 @@ def run_condition(name: str, root: Path, sessions: int, budget: float, hogs: int
         for i in range(sessions):
             run = run_session(root, ["--kernelpro-check"], work=2)
             run["old_rule"] = old_rule(run["records"], root / "kernelpro-baseline.yaml")
+            run["gemm_only"] = gemm_anchor_only(run["records"], root / "kernelpro-baseline.yaml")
             runs.append(run)
             gates = {r["name"]: (r.get("gate") or {}) for r in run["records"]}
             failed = sorted(n for n, g in gates.items() if g.get("failed"))
@@ -243,8 +295,10 @@ def run_condition(name: str, root: Path, sessions: int, budget: float, hogs: int
 def summarize(result: dict[str, Any]) -> list[str]:
     new_unchanged: Counter[str] = Counter()
     old_unchanged: Counter[str] = Counter()
-    slowed_new: list[str] = []
-    slowed_old: list[str] = []
+    slowed_new: dict[str, list[str]] = {name: [] for name in SLOWED}
+    slowed_old: dict[str, list[str]] = {name: [] for name in SLOWED}
+    slowed_gemm: dict[str, list[str]] = {name: [] for name in SLOWED}
+    gemm_unchanged: Counter[str] = Counter()
     failures = 0
     changes: list[float] = []
     tolerances: list[float] = []
@@ -253,9 +307,11 @@ def summarize(result: dict[str, Any]) -> list[str]:
         for raw in run["records"]:
             gate = raw.get("gate") or {}
             status = str(gate.get("status") or raw.get("outcome"))
-            if raw["name"] == SLOWED:
-                slowed_new.append(f"{status} {100 * (gate.get('change') or 0):+.0f}%")
-                slowed_old.append(run["old_rule"].get(SLOWED, "-"))
+            if raw["name"] in SLOWED:
+                name = raw["name"]
+                slowed_new[name].append(f"{status} {100 * (gate.get('change') or 0):+.0f}%")
+                slowed_old[name].append(run["old_rule"].get(name, "-"))
+                slowed_gemm[name].append(run.get("gemm_only", {}).get(name, "-"))
                 continue
             new_unchanged[status] += 1
             failures += bool(gate.get("failed"))
@@ -264,8 +320,11 @@ def summarize(result: dict[str, Any]) -> list[str]:
             if gate.get("tolerance") is not None:
                 tolerances.append(float(gate["tolerance"]))
         for kernel, status in run["old_rule"].items():
-            if kernel != SLOWED:
+            if kernel not in SLOWED:
                 old_unchanged[status] += 1
+        for kernel, status in run.get("gemm_only", {}).items():
+            if kernel not in SLOWED:
+                gemm_unchanged[status.split()[0]] += 1
     n = sum(new_unchanged.values())
     lines = [
         f"### {result['condition']} ({result['hogs']} hog process(es); load average "
@@ -276,8 +335,18 @@ def summarize(result: dict[str, Any]) -> list[str]:
         f"| 20 unchanged kernels x {len(result['sessions'])} sessions: failures | {failures} of {n} | "
         f"{old_unchanged.get('regressed', 0)} 'regressed' (before confirmation) |",
         f"| unchanged: verdicts | {dict(new_unchanged)} | {dict(old_unchanged)} |",
-        f"| `doubled` (2x work) per session | {', '.join(slowed_new)} | {', '.join(slowed_old)} |",
     ]
+    for name in SLOWED:
+        lines.append(
+            f"| `{name}` (2x work) per session | {', '.join(slowed_new[name])} | "
+            f"{', '.join(slowed_old[name])} |"
+        )
+    lines.append(
+        f"| before the memory anchor (the GEMM anchor alone, unconfirmed): unchanged | "
+        f"{dict(gemm_unchanged)} | |"
+    )
+    for name in SLOWED:
+        lines.append(f"| before the memory anchor: `{name}` | {', '.join(slowed_gemm[name])} | |")
     if changes:
         import numpy as np
 
@@ -294,7 +363,7 @@ def summarize(result: dict[str, Any]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/kernelpro-cpu-gate"))
-    parser.add_argument("--conditions", default="quiet,busy")
+    parser.add_argument("--conditions", default="quiet,busy,memory")
     parser.add_argument("--sessions", type=int, default=5)
     parser.add_argument("--budget", type=float, default=1.0, help="--kernelpro-time-budget (s)")
     parser.add_argument("--hogs", type=int, default=2, help="busy-loop processes in 'busy'")

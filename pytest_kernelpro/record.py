@@ -235,9 +235,10 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     # The time the verdict was decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "anchor-scaled",
-    # "roofline-scaled"), now and in the baseline; gated_now_s /
-    # gated_baseline_s - 1 is the verdict's `change`. None: the wall medians decided.
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",
+    # "on-CPU, memory-anchor-scaled", "anchor-scaled", "roofline-scaled"), now and in the
+    # baseline; gated_now_s / gated_baseline_s - 1 is the verdict's `change`. None: the wall
+    # medians decided.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None

@@ -139,12 +139,14 @@ def record_anchor(record: KernelRecord) -> AnchorSide | None:
 @dataclass(frozen=True)
 class CpuAnchorSide:
     """One side's pairs with the CPU anchor: the anchor's identity, the kernel's on-CPU
-    samples, the anchor's, and why the machine counted as busy (None: it did not)."""
+    samples, the anchor's, why the machine counted as busy (None: it did not) and the memory
+    anchor's samples (empty where that side has none: `measure/timing/on_cpu.py`)."""
 
     name: str
     kernel_s: tuple[float, ...]
     anchor_s: tuple[float, ...]
     busy: str | None = None
+    memory_s: tuple[float, ...] = ()
 
 
 def busy_reason(timing: TimingPart, run_queue_share: Any) -> str | None:
@@ -165,7 +167,8 @@ def record_cpu_anchor(record: KernelRecord) -> CpuAnchorSide | None:
     kernel, anchors = positive_list(anchor.get("kernel_s")), positive_list(anchor.get("anchor_s"))
     if not isinstance(name, str) or not kernel or not anchors:
         return None
-    return CpuAnchorSide(name, kernel, anchors, busy_reason(timing, anchor.get("run_queue_share")))
+    busy = busy_reason(timing, anchor.get("run_queue_share"))
+    return CpuAnchorSide(name, kernel, anchors, busy, positive_list(anchor.get("memory_s")))
 
 
 def finite_array(values: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -243,8 +246,9 @@ class Basis:
     widened: str | None = None
     unusable: str | None = None
     # The time the verdict is decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled", "anchor-scaled",
-    # "roofline-scaled"), now and in the baseline; now / baseline is `ratio`.
+    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",
+    # "on-CPU, memory-anchor-scaled", "anchor-scaled", "roofline-scaled"), now and in the
+    # baseline; now / baseline is `ratio`.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
@@ -320,6 +324,7 @@ class BaselineEntry:
     cpu_kernel_s: list[float] | None = None
     cpu_anchor_s: list[float] | None = None
     cpu_busy: str | None = None
+    cpu_memory_s: list[float] | None = None  # the memory anchor's on-CPU times
 
     def differs_beside_code(self, record: KernelRecord) -> bool:
         """Whether `record`'s autotune picks, code-changing versions or library settings may
@@ -384,7 +389,7 @@ def parse_entry(raw: Any) -> BaselineEntry:
             )
         out.anchor_ratios = [float(v) for v in ratios]
     out.autotune, out.library, out.environment = _process_facts(raw)
-    for key in ("cpu_kernel_s", "cpu_anchor_s"):
+    for key in ("cpu_kernel_s", "cpu_anchor_s", "cpu_memory_s"):
         values = raw.get(key)
         if values is not None:
             if not isinstance(values, list) or not values or not _all_finite_pos(values):

@@ -80,6 +80,9 @@ def entry_from_record(record: KernelRecord) -> BaselineEntry | None:
         cpu_kernel_s=None if cpu is None else quantile_subsample(cpu.kernel_s, BASELINE_SAMPLES),
         cpu_anchor_s=None if cpu is None else quantile_subsample(cpu.anchor_s, BASELINE_SAMPLES),
         cpu_busy=None if cpu is None else cpu.busy,
+        cpu_memory_s=quantile_subsample(cpu.memory_s, BASELINE_SAMPLES)
+        if cpu is not None and cpu.memory_s
+        else None,
     )
 
 
@@ -118,6 +121,8 @@ def entry_dict(entry: BaselineEntry) -> dict[str, Any]:
         )
         if entry.cpu_busy:
             clock["cpu_busy"] = entry.cpu_busy
+        if entry.cpu_memory_s:
+            clock["cpu_memory_s"] = [_sig(v) for v in entry.cpu_memory_s]
     return {
         "name": entry.name,
         "kernel": entry.kernel,

@@ -23,6 +23,16 @@ scatter (IQR / median, either side) and, on a busy machine, `BUSY_TOLERANCE`. Th
 decile must move by more than half that tolerance (at least the threshold, `lower_bar`).
 "Suspect" only where the anchor itself shows the measurement unusable (`UNUSABLE_ANCHOR_MOVE`,
 `UNUSABLE_ANCHOR_SCATTER`); a change within a widened tolerance is "ok" with why.
+
+**The memory anchor.** The GEMM runs from the core's own cache: another process's use of the
+shared cache and the memory slows a memory-bound kernel by tens of percent and leaves the GEMM
+as it was. For a kernel whose reference is not compute-bound, with the memory anchor on both
+sides, the change relative to the memory anchor (`memory_move` from the fastest quarter of its
+calls) is a third candidate of the compared change: a slowdown must also show against the
+machine's memory speed. A compute-bound kernel is not read against it (the memory's speed does
+not set its time, and would excuse its regression), nor is any kernel where either side has
+no memory anchor (the two-way rule). A memory anchor that moved more than
+`UNUSABLE_ANCHOR_MOVE` shows the measurement unusable for such a kernel.
 """
 
 from __future__ import annotations
@@ -76,7 +86,8 @@ def entry_cpu_anchor(entry: BaselineEntry) -> CpuAnchorSide | None:
     kernel, anchors = positive_list(entry.cpu_kernel_s), positive_list(entry.cpu_anchor_s)
     if not entry.anchor or not kernel or not anchors:
         return None
-    return CpuAnchorSide(entry.anchor, kernel, anchors, entry.cpu_busy)
+    memory = positive_list(entry.cpu_memory_s)
+    return CpuAnchorSide(entry.anchor, kernel, anchors, entry.cpu_busy, memory)
 
 
 # The CPU anchor's rule (module docstring).
@@ -132,16 +143,26 @@ class CpuAnchorComparison:
     anchor_scatter_now: float
     anchor_scatter_base: float
     busy: str | None  # why either side counts as busy
+    memory_move: float | None = None  # the memory anchor's, where the kernel is read against it
 
     @property
     def anchored_change(self) -> float:
         return (1.0 + self.time_change) / (1.0 + self.anchor_move) - 1.0
 
     @property
+    def memory_anchored_change(self) -> float | None:
+        if self.memory_move is None:
+            return None
+        return (1.0 + self.time_change) / (1.0 + self.memory_move) - 1.0
+
+    @property
     def change(self) -> float:
-        """The compared change: of the time change and the anchored change, the one nearer
+        """The compared change: of the time change and the anchored changes, the one nearer
         to zero (opposite signs: no agreed direction, the smaller one still)."""
-        return min((self.time_change, self.anchored_change), key=abs)
+        changes = [self.time_change, self.anchored_change]
+        if self.memory_anchored_change is not None:
+            changes.append(self.memory_anchored_change)
+        return min(changes, key=abs)
 
     @property
     def tolerance(self) -> float:
@@ -170,10 +191,16 @@ class CpuAnchorComparison:
         return why
 
     def facts(self) -> str:
+        memory = ""
+        if self.memory_move is not None and self.memory_anchored_change is not None:
+            memory = (
+                f", the memory anchor's {self.memory_move * 100:+.1f}%, relative to it "
+                f"{self.memory_anchored_change * 100:+.1f}%"
+            )
         return (
             f"on-CPU time {self.time_change * 100:+.1f}%, the anchor GEMM's "
             f"{self.anchor_move * 100:+.1f}%, relative to the anchor "
-            f"{self.anchored_change * 100:+.1f}%; the kernel's calls scattered "
+            f"{self.anchored_change * 100:+.1f}%{memory}; the kernel's calls scattered "
             f"{self.scatter_now:.0%} now, {self.scatter_base:.0%} in the baseline"
         )
 
@@ -184,6 +211,11 @@ class CpuAnchorComparison:
             problems.append(
                 f"the anchor GEMM's own time moved by {self.anchor_move * 100:+.0f}% since the "
                 "baseline"
+            )
+        if self.memory_move is not None and abs(self.memory_move) > UNUSABLE_ANCHOR_MOVE:
+            problems.append(
+                f"the memory anchor's own time moved by {self.memory_move * 100:+.0f}% since "
+                "the baseline"
             )
         worst = max(self.anchor_scatter_now, self.anchor_scatter_base)
         if worst > UNUSABLE_ANCHOR_SCATTER:
@@ -198,14 +230,20 @@ class CpuAnchorComparison:
 
 
 def cpu_anchor_comparison(
-    now: CpuAnchorSide, base: CpuAnchorSide, threshold: float
+    now: CpuAnchorSide, base: CpuAnchorSide, threshold: float, bound: str | None = None
 ) -> CpuAnchorComparison:
-    """The facts of comparing two CPU-anchored sides at `threshold` (module docstring)."""
+    """The facts of comparing two CPU-anchored sides at `threshold`, for a kernel whose
+    reference has the roofline `bound` (module docstring)."""
     import numpy as np
 
     busy = [
         f"{label}: {side.busy}" for label, side in (("now", now), ("baseline", base)) if side.busy
     ]
+    memory_move = None
+    if bound != "compute" and now.memory_s and base.memory_s:
+        memory_move = (
+            quantile(now.memory_s, ANCHOR_QUANTILE) / quantile(base.memory_s, ANCHOR_QUANTILE) - 1.0
+        )
     return CpuAnchorComparison(
         threshold=threshold,
         time_change=float(np.median(now.kernel_s) / np.median(base.kernel_s)) - 1.0,
@@ -215,6 +253,7 @@ def cpu_anchor_comparison(
         anchor_scatter_now=scatter(now.anchor_s),
         anchor_scatter_base=scatter(base.anchor_s),
         busy="; ".join(busy) or None,
+        memory_move=memory_move,
     )
 
 
@@ -261,7 +300,8 @@ def same_device_basis(
         if missing is None:
             assert cpu_now is not None
             assert cpu_base is not None
-            return cpu_anchored_basis(device, cpu_now, cpu_base, chosen.ratio, threshold)
+            bound = record.roofline.bound if record.roofline else None
+            return cpu_anchored_basis(device, cpu_now, cpu_base, chosen.ratio, threshold, bound)
         chosen.text = f"time (same device: {device}; no CPU anchor: {missing})"
         return chosen
     from pytest_kernelpro.gate.clock_basis import clock_basis
@@ -270,10 +310,16 @@ def same_device_basis(
 
 
 def cpu_anchored_basis(
-    device: str, now: CpuAnchorSide, base: CpuAnchorSide, time_ratio: float, threshold: float
+    device: str,
+    now: CpuAnchorSide,
+    base: CpuAnchorSide,
+    time_ratio: float,
+    threshold: float,
+    bound: str | None = None,
 ) -> Basis:
-    """The kernel's on-CPU samples of both sides, read against the CPU anchor."""
-    facts = cpu_anchor_comparison(now, base, threshold)
+    """The kernel's on-CPU samples of both sides, read against the CPU anchor (and the
+    memory anchor, for a kernel that is not compute-bound)."""
+    facts = cpu_anchor_comparison(now, base, threshold, bound)
     chosen = Basis(
         text=(
             f"on-CPU time checked against the CPU anchor (same device: {device}; "
@@ -298,6 +344,9 @@ def cpu_anchored_basis(
     now_s, base_s = median(list(now.kernel_s)), median(list(base.kernel_s))
     if facts.change == facts.time_change:
         chosen.gated("on-CPU", now_s, base_s)
-    else:
+    elif facts.change == facts.anchored_change:
         chosen.gated("on-CPU, anchor-scaled", now_s / (1.0 + facts.anchor_move), base_s)
+    else:
+        assert facts.memory_move is not None
+        chosen.gated("on-CPU, memory-anchor-scaled", now_s / (1.0 + facts.memory_move), base_s)
     return chosen

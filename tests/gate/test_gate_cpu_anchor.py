@@ -5,6 +5,7 @@ baseline keeps the pairs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import msgspec
@@ -49,21 +50,28 @@ def cpu_record(
     busy: bool = False,
     anchor: str | None = ANCHOR,
     anchor_noise: float = 0.03,
+    memory: float | None = None,
+    bound: str = "memory",
 ) -> KernelRecord:
     """A CPU kernel timed in pairs with the anchor. `machine` slows kernel and anchor alike
     (a slower machine), `kernel_only` the kernel's on-CPU time alone (a neighbour that takes
-    the memory bus the kernel needs), `wall_factor` the wall time on top (run-queue waits)."""
+    the memory bus the kernel needs), `wall_factor` the wall time on top (run-queue waits).
+    `memory` (None: no memory anchor, as an older version recorded) is how much slower the
+    memory anchor read than on a quiet machine; `bound` the reference's roofline bound."""
     rng = np.random.default_rng(seed)
     on_cpu = kernel_s * machine * kernel_only * np.exp(noise * rng.standard_normal(n))
     anchors = 0.1 * MS * machine * np.exp(anchor_noise * rng.standard_normal(n))
+    memory_s = (
+        [] if memory is None else (1 * MS * memory * np.exp(0.03 * rng.standard_normal(n))).tolist()
+    )
     record = make_record("add[1M]", median_s=kernel_s * machine * wall_factor, n=n, seed=seed,
-                         device=CPU, noise=noise, threshold=0.05)  # fmt: skip
+                         device=CPU, noise=noise, threshold=0.05, bound=bound)  # fmt: skip
     assert record.timing is not None
     if anchor is not None:
         walls = [float(v) * wall_factor for v in on_cpu]
         pairs = summarize_cpu_pairs(
             anchor, [float(v) for v in on_cpu], [float(v) for v in anchors],
-            kernel_wall_s=walls, anchor_wall_s=[float(v) for v in anchors],
+            kernel_wall_s=walls, anchor_wall_s=[float(v) for v in anchors], memory_s=memory_s,
         )  # fmt: skip
         record.timing = msgspec.structs.replace(record.timing, anchor=pairs)
     if busy:
@@ -302,3 +310,69 @@ def test_the_lower_bar_is_only_for_cpu_anchored_comparisons() -> None:
     final = confirm(first, busy_again, base)
     assert final.status == SUSPECT
     assert not final.failed
+
+
+def test_a_memory_bound_kernel_slowed_with_the_machines_memory_is_ok() -> None:
+    """The main job's false alarm: beside another process's memory traffic, an unchanged
+    memory-bound kernel's on-CPU time rose 45% (confirmed in a fresh process) while the GEMM
+    anchor, running from the core's own cache, moved 1%. The memory anchor slowed with it:
+    relative to it the kernel did not change, and the reason shows both anchors."""
+    base = entry(cpu_record(1 * MS, seed=60, memory=1.0))
+    slowed = cpu_record(1 * MS, seed=61, kernel_only=1.45, busy=True, memory=1.4)
+    verdict = decide_verdict(slowed, base)
+    assert verdict.status == OK, verdict.reason
+    assert not verdict.failed
+    assert "the memory anchor's +" in verdict.reason
+    # Without the memory anchor on either side, the same samples fail: the two-way rule.
+    for now_memory, base_memory in ((None, 1.0), (1.4, None)):
+        old = decide_verdict(
+            cpu_record(1 * MS, seed=61, kernel_only=1.45, busy=True, memory=now_memory),
+            entry(cpu_record(1 * MS, seed=60, memory=base_memory)),
+        )
+        assert old.status == REGRESSED, old.reason
+        assert "memory anchor" not in old.reason
+
+
+def test_the_memory_anchor_excuses_no_regression_it_did_not_see() -> None:
+    """Twice the work on a quiet memory (the memory anchor as in the baseline, the GEMM too):
+    still a regression, confirmed; and on a busy machine as well."""
+    base = entry(cpu_record(1 * MS, seed=62, memory=1.0))
+    first = decide_verdict(cpu_record(2 * MS, seed=63, memory=1.02), base)
+    assert first.status == REGRESSED, first.reason
+    assert confirm(first, cpu_record(2 * MS, seed=64, memory=0.98), base).failed
+    busy = decide_verdict(cpu_record(2 * MS, seed=65, busy=True, memory=1.05), base)
+    assert busy.status == REGRESSED, busy.reason
+
+
+def test_a_compute_bound_kernel_is_not_read_against_the_memory_anchor() -> None:
+    """The memory's speed does not set a compute-bound kernel's time: a memory anchor that
+    slowed by 40% must not excuse such a kernel doing 1.6x the work."""
+    base = entry(cpu_record(1 * MS, seed=66, memory=1.0, bound="compute"))
+    verdict = decide_verdict(cpu_record(1.6 * MS, seed=67, memory=1.4, bound="compute"), base)
+    assert verdict.status == REGRESSED, verdict.reason
+    assert "memory anchor" not in verdict.reason
+    # The same samples for a memory-bound kernel: relative to the memory anchor +14%, ok.
+    memory_bound = decide_verdict(cpu_record(1.6 * MS, seed=67, memory=1.4), entry(
+        cpu_record(1 * MS, seed=66, memory=1.0)))  # fmt: skip
+    assert memory_bound.status == OK, memory_bound.reason
+
+
+def test_a_memory_anchor_that_moved_too_far_shows_the_measurement_unusable() -> None:
+    base = entry(cpu_record(1 * MS, seed=68, memory=1.0))
+    verdict = decide_verdict(cpu_record(2 * MS, seed=69, memory=1.8), base)
+    assert verdict.status == SUSPECT, verdict.reason
+    assert not verdict.failed
+    assert re.search(r"the memory anchor's own time moved by \+(79|80|81)% since", verdict.reason)
+
+
+def test_the_baseline_file_keeps_the_memory_anchor(tmp_path: Path) -> None:
+    record = cpu_record(1 * MS, seed=70, memory=1.0)
+    path = tmp_path / "baseline.yaml"
+    save_baseline(path, [record])
+    loaded = load_baseline(path).entry_for(record)
+    assert loaded is not None
+    assert len(loaded.cpu_memory_s or ()) == 120
+    raw = entry_dict(loaded)
+    raw["cpu_memory_s"] = [1e-3, 0.0]
+    with pytest.raises(ValueError, match="cpu_memory_s is .*expected a non-empty list"):
+        parse_entry(raw)

@@ -71,6 +71,24 @@ def test_a_preemption_is_not_charged_to_the_kernel_or_the_anchor() -> None:
     summary = pairs.summary()
     assert summary["run_queue_share"] == pytest.approx(5 / 6)
     assert summary["ratios"] == [pytest.approx(1.0)]
+    assert summary["memory_s"] == []  # no memory anchor given: none recorded
+
+
+def test_the_memory_anchor_runs_after_the_gemm_and_is_charged_its_own_on_cpu_time() -> None:
+    ticks = iter(float(i) * 6e-3 for i in range(1000))
+    order: list[str] = []
+    pairs = CpuPairs(
+        anchor=lambda: order.append("gemm"), name="cpu anchor: test",
+        memory=lambda: order.append("memory"),
+    )  # fmt: skip
+    pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
+    pairs.recording = True
+    sampler = CpuSampler(lambda: order.append("kernel"), lambda: next(ticks), CacheFlush(0),
+                         None, pairs)  # fmt: skip
+    sampler.take(2)
+    assert order == ["kernel", "gemm", "gemm", "memory"] * 2
+    assert pairs.memory_s == [pytest.approx(1e-3)] * 2  # wall less the scripted wait
+    assert pairs.summary()["memory_s"] == [pytest.approx(1e-3)] * 2
 
 
 def test_a_kernel_that_blocks_is_charged_for_the_wait() -> None:
@@ -110,6 +128,10 @@ def test_every_sample_of_the_rounds_is_paired_with_the_anchor() -> None:
         anchor["kernel_s"], anchor["ratios"], anchor["anchor_s"], strict=True
     ):
         assert ratio == pytest.approx(on_cpu / anchor_s)
+    # The memory anchor after every sample, each a real sum of 8 MiB (tens of microseconds
+    # at least on any CPU: more than the bare call's overhead).
+    assert len(anchor["memory_s"]) == len(anchor["kernel_s"])
+    assert min(anchor["memory_s"]) > 2e-5
     # Off: the kernel is timed alone, as before.
     plain = time_cpu(
         lambda: torch.mm(a, a), TimingBudget(max_time_s=0.1, min_samples=5, cpu_flush="off")

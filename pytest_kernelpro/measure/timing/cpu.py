@@ -367,12 +367,16 @@ class CpuSampler:
             else:
                 # The kernel, then the anchor twice (the faster kept: the first brings its
                 # data back to the cache after the kernel's, and a call disturbed by a
-                # neighbour is not the machine's speed), each charged its on-CPU time
-                # (`on_cpu.on_cpu_seconds`, inline) with the run-queue reads just outside.
+                # neighbour is not the machine's speed), then the memory anchor, each charged
+                # its on-CPU time (`on_cpu.on_cpu_seconds`, inline) with the run-queue reads
+                # just outside.
                 raw, use_wait = pairs.rq.raw, pairs.rq.available
                 timed: list[tuple[float, float]] = []
                 out, anchor_started = None, 0.0
-                for index, target in enumerate((body, pairs.anchor, pairs.anchor)):
+                targets = (body, pairs.anchor, pairs.anchor)
+                if pairs.memory is not None:
+                    targets += (pairs.memory,)
+                for index, target in enumerate(targets):
                     if index == 1:
                         anchor_started = clock()  # the anchor's cost, kept apart
                     w0 = 0 if raw is None else int(raw().split()[1])
@@ -388,13 +392,15 @@ class CpuSampler:
                     )
                     if index == 0:
                         out = result
-                (wall, on_cpu), first, second = timed
+                (wall, on_cpu), first, second = timed[:3]
                 a_wall, a_cpu = first if first[1] <= second[1] else second
                 pairs.added_s += clock() - anchor_started
                 pairs.kernel_s.append(on_cpu / calls)
                 pairs.kernel_wall_s.append(wall / calls)
                 pairs.anchor_s.append(a_cpu)
                 pairs.anchor_wall_s.append(a_wall)
+                if len(timed) == 4:
+                    pairs.memory_s.append(timed[3][1])
             per_call = wall / calls
             if after is not None:
                 # The check's copy taken, the output dropped before it is compared: a checked

@@ -10,12 +10,15 @@ cancels the power cap (`anchor.py`):
    window), never less than the thread's CPU time: a preemption is not the kernel's time,
    while a kernel that sleeps, blocks or waits on another thread is still charged (it is not
    runnable then). Without `schedstat` the thread's CPU time is used.
-2. **The anchor.** After each sample a fixed fp32 GEMM of `CPU_ANCHOR_N`^3 on seeded data runs
+2. **The anchors.** After each sample a fixed fp32 GEMM of `CPU_ANCHOR_N`^3 on seeded data runs
    twice, timed the same way, the faster kept (the first also brings its data back to the
-   cache). The other vCPU's use of the shared cache and memory, the host's steal and the
-   clock slow the anchor beside the kernel too, so the gate compares the per-pair kernel /
-   anchor ratios (`gate/verdict_basis.py`) and reads the anchor's own change and scatter as
-   how far the machine moved.
+   cache); then the memory anchor, a sum over `MEMORY_ANCHOR_BYTES` that the sample's cache
+   flush evicted, so it reads them from memory as a memory-bound kernel reads its inputs.
+   The host's steal and the clock slow the GEMM beside the kernel too, so the gate reads the
+   kernel against it (`gate/verdict_basis.py`) and the anchor's own change and scatter as how
+   far the machine moved. The GEMM runs from the core's own cache and does not feel another
+   process's use of the shared cache and memory bandwidth, which slows a memory-bound kernel
+   by tens of percent: the memory anchor feels that.
 
 The pairs go to `TimingResult.anchor` with the GPU anchor's keys (`name`, `ratios`,
 `anchor_median_s`). Between the timed calls (refill and flush) nothing else of the process
@@ -37,9 +40,14 @@ from typing import Any
 from pytest_kernelpro.measure import bound
 
 CPU_ANCHOR_N = 128  # the anchor: fp32 (N x N) @ (N x N), ~4 MFLOP, about 0.1 ms on one core
+# The memory anchor's size: above any core's own cache, so that a shared cache's or the memory's
+# speed sets its time (about 1 ms on one core). Its times are comparable only at one size: a
+# new size needs a new key in the record and the baseline (`memory_s`, `cpu_memory_s`).
+MEMORY_ANCHOR_BYTES = 8 * 2**20
 CPU_LAYOUT = "cpu-pairs"  # each sample followed by the anchor, both in on-CPU time
 _ANCHOR_SEED = 20261202
 _ANCHOR_BUFFERS: dict[int, tuple[Any, Any, Any]] = {}  # by thread count: (a, b, out)
+_MEMORY_BUFFER: list[Any] = []  # the memory anchor's data, made once per process
 
 
 def cpu_anchor_name(torch: Any, threads: int | None) -> str:
@@ -61,6 +69,13 @@ def cpu_anchor_launch(torch: Any) -> Callable[[], object]:
         _ANCHOR_BUFFERS[threads] = (a, b, torch.empty_like(a))
     a, b, out = _ANCHOR_BUFFERS[threads]
     return functools.partial(torch.mm, a, b, out=out)  # C all the way: no Python frame
+
+
+def memory_anchor_launch(torch: Any) -> Callable[[], object]:
+    """A zero-argument call of the memory anchor: the sum of `MEMORY_ANCHOR_BYTES` of fp32."""
+    if not _MEMORY_BUFFER:
+        _MEMORY_BUFFER.append(torch.ones(MEMORY_ANCHOR_BYTES // 4))
+    return functools.partial(torch.sum, _MEMORY_BUFFER[0])
 
 
 class RunQueueClock:
@@ -117,12 +132,14 @@ class CpuPairs:
 
     anchor: Callable[[], object]
     name: str
+    memory: Callable[[], object] | None = None  # the memory anchor (module docstring)
     recording: bool = False
     kernel_s: list[float] = field(default_factory=list)  # on-CPU, per call
     kernel_wall_s: list[float] = field(default_factory=list)  # wall, per call
     anchor_s: list[float] = field(default_factory=list)  # on-CPU, per anchor call
     anchor_wall_s: list[float] = field(default_factory=list)
-    added_s: float = 0.0  # wall time the anchor and the reads added
+    memory_s: list[float] = field(default_factory=list)  # on-CPU, per memory anchor call
+    added_s: float = 0.0  # wall time the anchors and the reads added
     rq: RunQueueClock = field(default_factory=RunQueueClock)
 
     def ratios(self) -> list[float]:
@@ -138,6 +155,7 @@ class CpuPairs:
             self.anchor_s,
             kernel_wall_s=self.kernel_wall_s,
             anchor_wall_s=self.anchor_wall_s,
+            memory_s=self.memory_s,
             run_queue=run_queue,
             added_s=self.added_s,
         )
@@ -160,12 +178,14 @@ def summarize_cpu_pairs(
     *,
     kernel_wall_s: Sequence[float] = (),
     anchor_wall_s: Sequence[float] = (),
+    memory_s: Sequence[float] = (),
     run_queue: bool = True,
     added_s: float = 0.0,
 ) -> dict[str, Any]:
     """The pairs as `TimingResult.anchor` keeps them: the GPU anchor's keys (name, ratios,
-    anchor_median_s, kernel_median_s) plus the on-CPU kernel times and the share of the
-    kernel's wall time that was run-queue wait (how much of it other processes took)."""
+    anchor_median_s, kernel_median_s) plus the on-CPU kernel times, the memory anchor's (an
+    empty list without it) and the share of the kernel's wall time that was run-queue wait
+    (how much of it other processes took)."""
     # The kept pairs, in loops (no comprehension frames).
     kernels: list[float] = []
     anchors: list[float] = []
@@ -195,6 +215,7 @@ def summarize_cpu_pairs(
         "kernel_median_s": statistics.median(kernels) if kernels else None,
         "anchor_median_s": statistics.median(anchors) if anchors else None,
         "anchor_wall_median_s": statistics.median(anchor_wall_s) if anchor_wall_s else None,
+        "memory_s": [m for m in memory_s if m > 0],
         "run_queue_share": waited,
         "added_s": added_s,
     }
@@ -207,9 +228,12 @@ def cpu_pairs(budget: Any) -> CpuPairs | None:
         return None
     import torch
 
-    launch = cpu_anchor_launch(torch)
+    launch, memory = cpu_anchor_launch(torch), memory_anchor_launch(torch)
     launch()
-    return CpuPairs(anchor=launch, name=cpu_anchor_name(torch, int(torch.get_num_threads())))
+    memory()
+    return CpuPairs(
+        anchor=launch, name=cpu_anchor_name(torch, int(torch.get_num_threads())), memory=memory
+    )
 
 
 # A kernel's thread could wait for the refill and compute the next output while the cache is
