@@ -373,10 +373,7 @@ class CpuSampler:
                 raw, use_wait = pairs.rq.raw, pairs.rq.available
                 timed: list[tuple[float, float]] = []
                 out, anchor_started = None, 0.0
-                targets = (body, pairs.anchor, pairs.anchor)
-                if pairs.memory is not None:
-                    targets += (pairs.memory,)
-                for index, target in enumerate(targets):
+                for index, target in enumerate((body, *pairs.after_kernel)):
                     if index == 1:
                         anchor_started = clock()  # the anchor's cost, kept apart
                     w0 = 0 if raw is None else int(raw().split()[1])

@@ -141,6 +141,12 @@ class CpuPairs:
     memory_s: list[float] = field(default_factory=list)  # on-CPU, per memory anchor call
     added_s: float = 0.0  # wall time the anchors and the reads added
     rq: RunQueueClock = field(default_factory=RunQueueClock)
+    # What runs after the kernel in each sample: the GEMM twice, then the memory anchor.
+    after_kernel: tuple[Callable[[], object], ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        memory = () if self.memory is None else (self.memory,)
+        self.after_kernel = (self.anchor, self.anchor, *memory)
 
     def ratios(self) -> list[float]:
         return pair_ratios(self.kernel_s, self.anchor_s)
