@@ -24,15 +24,12 @@ decile must move by more than half that tolerance (at least the threshold, `lowe
 "Suspect" only where the anchor itself shows the measurement unusable (`UNUSABLE_ANCHOR_MOVE`,
 `UNUSABLE_ANCHOR_SCATTER`); a change within a widened tolerance is "ok" with why.
 
-**The memory anchor.** The GEMM runs from the core's own cache: another process's use of the
-shared cache and the memory slows a memory-bound kernel by tens of percent and leaves the GEMM
-as it was. For a kernel whose reference is not compute-bound, with the memory anchor on both
-sides, the change relative to the memory anchor (`memory_move` from the fastest quarter of its
-calls) is a third candidate of the compared change: a slowdown must also show against the
-machine's memory speed. A compute-bound kernel is not read against it (the memory's speed does
-not set its time, and would excuse its regression), nor is any kernel where either side has
-no memory anchor (the two-way rule). A memory anchor that moved more than
-`UNUSABLE_ANCHOR_MOVE` shows the measurement unusable for such a kernel.
+**The memory anchor.** Another process's memory traffic slows a memory-bound kernel and not
+the GEMM (which runs from the core's own cache). For a kernel whose reference is not
+compute-bound, with the memory anchor on both sides, the change relative to it (`memory_move`,
+its fastest quarter) is a third candidate of the nearest-to-zero change; moved more than
+`UNUSABLE_ANCHOR_MOVE`, it shows the measurement unusable. A compute-bound kernel is never read
+against it: the memory does not set its time, and would excuse its regression.
 """
 
 from __future__ import annotations

@@ -13,12 +13,9 @@ cancels the power cap (`anchor.py`):
 2. **The anchors.** After each sample a fixed fp32 GEMM of `CPU_ANCHOR_N`^3 on seeded data runs
    twice, timed the same way, the faster kept (the first also brings its data back to the
    cache); then the memory anchor, a sum over `MEMORY_ANCHOR_BYTES` that the sample's cache
-   flush evicted, so it reads them from memory as a memory-bound kernel reads its inputs.
-   The host's steal and the clock slow the GEMM beside the kernel too, so the gate reads the
-   kernel against it (`gate/verdict_basis.py`) and the anchor's own change and scatter as how
-   far the machine moved. The GEMM runs from the core's own cache and does not feel another
-   process's use of the shared cache and memory bandwidth, which slows a memory-bound kernel
-   by tens of percent: the memory anchor feels that.
+   flush evicted. The gate reads the kernel against them (`gate/verdict_basis.py`), and their
+   own change and scatter as how far the machine moved: the host's steal and the clock slow
+   the GEMM too; another process's memory traffic slows the memory anchor, not the GEMM.
 
 The pairs go to `TimingResult.anchor` with the GPU anchor's keys (`name`, `ratios`,
 `anchor_median_s`). Between the timed calls (refill and flush) nothing else of the process
