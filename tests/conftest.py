@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 import _pytest.pytester
 import pytest
 from suite_ceilings import suite_ceilings_dir
+from suite_order import file_rank
 
 pytest_plugins = ["pytester", "left_running"]
 
@@ -21,11 +22,13 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Files with a slow test first, each file's own order kept: `.ci/run`'s `--dist loadfile
-    # --no-loadscope-reorder` hands whole files to the two workers in collection order, so a
-    # long file left near the end keeps one worker busy while the other has nothing to take.
+    # The longest files first, then the other files with a slow test, each file's own order
+    # kept: `.ci/run`'s `--dist loadfile --no-loadscope-reorder` hands whole files to the
+    # workers in collection order, so a long file left near the end keeps one worker busy
+    # while the others have nothing to take (suite_order.py).
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_files)
+    ranks = {path: file_rank(path, slow_files) for path in {item.path for item in items}}
+    items.sort(key=lambda item: ranks[item.path])
     if _has_gpu() or os.environ.get("KERNELPRO_FORCE_GPU_TESTS"):
         return
     skip = pytest.mark.skip(
