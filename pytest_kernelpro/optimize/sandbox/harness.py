@@ -99,6 +99,7 @@ class _Pipeline:
         self.forbidden = list(task.get("forbidden_ops") or [])
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
+        measurement.steady_host_heap(self.device)
         # The session's TF32 flags: fp32 matmuls/convs run, and their tolerance relaxes, as
         # in the gate (`measurement.apply_session_precision`).
         measurement.apply_session_precision(torch, task)
