@@ -32,11 +32,13 @@ def get_init_inputs():
 
 # In a fresh interpreter (the allocator's thresholds are per process): make the process's
 # pipeline (`harness._Pipeline`, the worker's) or reference (`judge._Reference`, the judge's),
-# or nothing, then compare a 4M-element fp32 output pair that differs in its last bits (so the
-# rule's passes run, not the bit-identical shortcut) by the rule, eight times, counting each
-# comparison's minor page faults. Prints the verdicts, the allocator's note and the median
-# faults of the last seven comparisons (a fixed threshold's heap settles within the first few
-# calls: how many varies from run to run).
+# or nothing. The rule is calibrated as a worker's is by its judge's truth: on a small call
+# (a worker runs no float64 re-run of its own; a large problem's frees are above glibc's
+# largest threshold and move nothing either). Then a 4M-element fp32 output pair that differs
+# in its last bits (the rule's passes run, not the bit-identical shortcut) is compared eight
+# times, each comparison's minor page faults counted. Prints the verdicts, the allocator's note
+# and the median faults of the last seven comparisons (a fixed threshold's heap settles
+# within the first few calls: how many varies from run to run).
 _FAULTS_PER_VERDICT = """
 import resource, sys
 import torch
@@ -49,10 +51,18 @@ if sys.argv[1] == "worker":
 elif sys.argv[1] == "judge":
     judge._Reference(task)
 applied = steady_allocator.cache_info().currsize > 0
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
 rule = measurement.new_rule({})
-expected = torch.rand(4, 1 << 20, generator=torch.Generator().manual_seed(0)) + 0.5
+small = torch.randn(4, 256, generator=torch.Generator().manual_seed(1))
+measurement.find_truth(torch, rule, softmax, [small], softmax(small), "cpu")
+ok = [measurement.verdict(torch, softmax(small) * (1 + 2.0**-22), softmax(small), rule).ok]
+x = torch.randn(4, 1 << 20, generator=torch.Generator().manual_seed(0))  # kept: no free
+expected = softmax(x)
 got = expected * (1 + 2.0**-22)
-ok, faults = [], []
+faults = []
 for _ in range(8):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     ok.append(measurement.verdict(torch, got, expected, rule).ok)
