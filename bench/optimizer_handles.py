@@ -12,7 +12,10 @@ For each size:
    split (sandbox start, build, checks, timing, judge) from the summary's `per_candidate`;
 3. the machine's used host memory sampled every 50 ms during the optimizer run (peak over
    the run minus the idle level before it: every process of the run, other agents' changes
-   included), and the load average before and after.
+   included), and the load average before and after;
+4. the CPU seconds (user + system) and minor page faults of each run's processes, the
+   sandbox's included (`getrusage(RUSAGE_CHILDREN)` around it: every descendant that was
+   waited for): counts that a busy machine moves far less than it moves wall times.
 
 Sizes: small 64x512 fp32; large ROWSxCOLS fp32 (default 16384x32768: 2 GiB of input and
 2 GiB of output). One JSON line per size goes to OUT/handles.jsonl and a table is printed.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -131,6 +135,13 @@ def optimizer_plugin_args() -> list[str]:
     return [] if "kernelpro_optimize" in names else ["-p", "pytest_kernelpro.optimize.plugin"]
 
 
+def children_usage() -> tuple[float, int]:
+    """CPU seconds (user + system) and minor page faults of this process's waited-for
+    descendants so far."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime, used.ru_minflt
+
+
 def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
@@ -138,6 +149,7 @@ def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     started = time.monotonic()
+    cpu_before, faults_before = children_usage()
     try:
         proc = subprocess.run(
             cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout, check=False
@@ -146,7 +158,14 @@ def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any
         tail = (proc.stdout + proc.stderr)[-2500:]
     except subprocess.TimeoutExpired as exc:
         code, tail = "timeout", str(exc.stdout or "")[-2500:]
-    return {"exit": code, "wall_s": round(time.monotonic() - started, 2), "tail": tail}
+    cpu_after, faults_after = children_usage()
+    return {
+        "exit": code,
+        "wall_s": round(time.monotonic() - started, 2),
+        "cpu_s": round(cpu_after - cpu_before, 2),
+        "minor_faults": faults_after - faults_before,
+        "tail": tail,
+    }
 
 
 def optimize_summary(project: Path) -> dict[str, Any]:
@@ -212,10 +231,10 @@ def measure(size: str, rows: int, cols: int, evals: int, timeout: float) -> dict
         "size": size,
         "shape": [rows, cols],
         "footprint_mb": round(footprint_mb, 1),
-        "gate": {k: gate[k] for k in ("exit", "wall_s")}
+        "gate": {k: gate[k] for k in ("exit", "wall_s", "cpu_s", "minor_faults")}
         | ({"tail": gate["tail"]} if gate["exit"] != 0 else {}),
         "gate_peak_used_mb": round(gate_memory.peak - gate_memory.idle),
-        "optimize": {k: optimize[k] for k in ("exit", "wall_s")}
+        "optimize": {k: optimize[k] for k in ("exit", "wall_s", "cpu_s", "minor_faults")}
         | ({"tail": optimize["tail"]} if optimize["exit"] != 0 else {}),
         "optimize_peak_used_mb": round(memory.peak - memory.idle),
         "status": summary.get("status"),
@@ -238,6 +257,10 @@ def table(rows: list[dict[str, Any]]) -> None:
             f"gate: exit {data['gate']['exit']}, {data['gate']['wall_s']} s; optimize: exit "
             f"{data['optimize']['exit']}, {data['optimize']['wall_s']} s, peak used "
             f"{data['optimize_peak_used_mb']} MB ({data['optimize_peak_used_mb'] / max(data['footprint_mb'], 1e-9):.1f}x footprint)"
+        )
+        print(
+            f"cpu s (faults): gate {data['gate'].get('cpu_s')} ({data['gate'].get('minor_faults')}), "
+            f"optimize {data['optimize'].get('cpu_s')} ({data['optimize'].get('minor_faults')})"
         )
         print(
             "  strategy                                 status     "

@@ -1088,17 +1088,24 @@ class CorrectnessRule:
                 for lo in steps if passed else ():
                     hi = min(total, lo + steps.step)
                     g, e = g_all[lo:hi].to(work), e_all[lo:hi].to(work)
-                    finite = isfinite(g) & isfinite(e)
                     diff = (g - e).abs()
                     e_abs = e.abs()
-                    close = finite & ~(diff > tol.atol + tol.rtol * e_abs)
-                    if not bool((close | (g == e) | (isnan(g) & isnan(e))).all()):
-                        passed = False
-                        break
-                    if tol.norm_rtol is not None:
+                    limit = tol.atol + tol.rtol * e_abs
+                    # Every difference finite (so both sides are) and inside its limit: the
+                    # masks below all True, in a third of the passes.
+                    inside = bool((diff <= limit).all() & isfinite(diff.max()))
+                    if not inside:
+                        finite = isfinite(g) & isfinite(e)
+                        close = finite & ~(diff > limit)
+                        if not bool((close | (g == e) | (isnan(g) & isnan(e))).all()):
+                            passed = False
+                            break
                         zero = torch.zeros((), dtype=work, device=e.device)
-                        diff_sq += float(torch.where(finite, diff, zero).to(float64).pow(2).sum())
-                        exp_sq += float(torch.where(finite, e_abs, zero).to(float64).pow(2).sum())
+                        diff = torch.where(finite, diff, zero)
+                        e_abs = torch.where(finite, e_abs, zero)
+                    if tol.norm_rtol is not None:
+                        diff_sq += float(diff.to(float64).pow(2).sum())
+                        exp_sq += float(e_abs.to(float64).pow(2).sum())
                 if (
                     passed
                     and (

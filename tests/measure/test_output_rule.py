@@ -532,7 +532,16 @@ def _rules() -> dict[str, CorrectnessRule]:
         Tolerance(2.4e-7, 3e-4, "calibrated (test)", norm_rtol=2e-5),
         InformationLimits(1e-6, 1e-6, 0.0),
     )
-    return {"dtype": CorrectnessRule(), "marker": marker, "tf32": reduced, "truth": calibrated}
+    # An infinite limit: only a difference that is no number fails (the one-pass check's
+    # shortcut must see an infinite difference, not only the limit).
+    unbounded = CorrectnessRule(rtol=0.0, atol=math.inf)
+    return {
+        "dtype": CorrectnessRule(),
+        "marker": marker,
+        "tf32": reduced,
+        "truth": calibrated,
+        "unbounded": unbounded,
+    }
 
 
 def _outputs(dtype: Any) -> dict[str, tuple[Any, Any]]:
@@ -571,7 +580,7 @@ def _outputs(dtype: Any) -> dict[str, tuple[Any, Any]]:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("rule_name", ["dtype", "marker", "tf32", "truth"])
+@pytest.mark.parametrize("rule_name", ["dtype", "marker", "tf32", "truth", "unbounded"])
 def test_the_timed_check_decides_as_the_full_rule(dtype: Any, rule_name: str) -> None:
     """`CorrectnessRule.timed_check` (one pass for a passing plain tensor) says what `judge`
     says, on every edge a shortcut could get wrong: NaN and infinities on one side or both,
@@ -581,6 +590,39 @@ def test_the_timed_check_decides_as_the_full_rule(dtype: Any, rule_name: str) ->
     check = rule.timed_check(torch)
     for case, (got, expected) in _outputs(dtype).items():
         assert check(got, expected) == _judge_text(rule, got, expected), (case, dtype, rule_name)
+
+
+@pytest.mark.parametrize("rule_name", ["dtype", "truth", "unbounded"])
+def test_the_timed_check_passes_finite_chunks_without_elementwise_masks(
+    rule_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A passing output whose every element is a number takes no elementwise NaN or
+    infinity mask (`torch.isfinite` only of the largest difference, 0-dim, per chunk); one NaN or infinity on either side brings the chunk's masks back, and the
+    verdict is the rule's either way."""
+    from pytest_kernelpro.measure import output_rule as rule_mod
+
+    monkeypatch.setattr(rule_mod, "CPU_COMPARE_CHUNK", 256)
+    sizes: list[int] = []
+    real = torch.isfinite
+    monkeypatch.setattr(torch, "isfinite", lambda t: sizes.append(t.numel()) or real(t))
+    rule = _rules()[rule_name]
+    check = rule.timed_check(torch)  # binds torch.isfinite now: the counting one
+    gen = torch.Generator().manual_seed(3)
+    exp = torch.rand(4, 256, generator=gen) + 0.5
+    got = (exp.double() + 1e-7 * torch.randn(4, 256, generator=gen, dtype=torch.float64)).float()
+    assert check(got, exp) is None
+    # One 0-dim test per chunk; where the rule runs its information pass (no truth's
+    # calibration), that pass's own masks follow.
+    assert sizes[:4] == [1, 1, 1, 1]
+    assert 1 not in sizes[4:]
+    assert len(sizes) == 4 or rule_name != "truth"
+    for value in (float("nan"), float("inf")):
+        sizes.clear()
+        bad = got.clone()
+        bad[2, 7] = value
+        assert check(bad, exp) == _judge_text(rule, bad, exp)
+        assert 256 in sizes  # the chunk with it took the masks
+    assert check(bad, bad) is None  # an infinity where the reference has it passes
 
 
 def test_the_timed_check_judges_a_passing_plain_tensor_in_one_pass(

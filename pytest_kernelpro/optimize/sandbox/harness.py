@@ -99,6 +99,7 @@ class _Pipeline:
         self.forbidden = list(task.get("forbidden_ops") or [])
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
+        measurement.steady_host_heap(self.device)
         # The session's TF32 flags: fp32 matmuls/convs run, and their tolerance relaxes, as
         # in the gate (`measurement.apply_session_precision`).
         measurement.apply_session_precision(torch, task)
@@ -267,7 +268,9 @@ class _Pipeline:
         reference_may_raise: bool = False,
     ) -> bytes:
         """One checked call on the inputs `make()` returns: reference and candidate, every
-        per-call check; returns the digest of the candidate's output (`checks.digest`). The
+        per-call check; returns the digest of the candidate's output (`checks.digest`), which
+        a later call compares with its own, or b"" where `previous` is None (no list to
+        join: a second shape, the call after timing; a digest reads the whole output). The
         output is handed over (a judged call's) and the worker waits until the judge has
         checked it, holding nothing of the call by then: one handed-over output at a time.
 
@@ -315,7 +318,7 @@ class _Pipeline:
                 ref_modifies = bool(self._ref_modifies)
             cand_args = inputs.writable() if ref_modifies else inputs.read_only()
             out, early = self.run_candidate(cand_args, None if later else ref_out)
-            found = checks.digest(out)
+            found = checks.digest(out) if previous is not None else b""
             if later:
                 ref_out, _, ref_aliases = self.reference_on(inputs)
             for remake, before in previous or []:

@@ -89,8 +89,12 @@ class _Reference:
         self.device = torch.device(requested)
         if task.get("cpu_threads"):
             torch.set_num_threads(int(task["cpu_threads"]))
-        from pytest_kernelpro.optimize.sandbox.measurement import apply_session_precision
+        from pytest_kernelpro.optimize.sandbox.measurement import (
+            apply_session_precision,
+            steady_host_heap,
+        )
 
+        steady_host_heap(self.device)  # before its first comparison, as the worker's
         apply_session_precision(torch, task)  # the session's TF32 flags, as the worker's
         self.seed = int(task.get("seed", 42))
         self.task = task

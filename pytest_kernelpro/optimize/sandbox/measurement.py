@@ -91,6 +91,22 @@ def apply_session_precision(torch: Any, task: Mapping[str, Any]) -> None:
     apply_fp32_precision_flags(torch, flags, where=f"the sandbox task's {PRECISION_KEY}")
 
 
+def steady_host_heap(device: Any) -> None:
+    """On the CPU, glibc's mmap and trim thresholds fixed for this process from its start
+    (`measure.timing.cpu.steady_allocator`, which the timer applies when it starts): the
+    checks before the timing, the worker's and the judge's, are chunked passes over the
+    outputs (`measure.output_rule`: about ten temporaries of `CPU_COMPARE_CHUNK` elements,
+    4-8 MiB each, per chunk) whose every temporary glibc's moving threshold served with
+    fresh pages, faulted in on first touch and returned on free: thousands of page faults a
+    chunk, about half of a pass's time (bench/results/2026-12-06-optimizer-speed10-cpu.md).
+    The same values, the same passes; the heap kept is what the timing keeps anyway
+    (`footprint.HEAP_SLACK_BYTES` counts it)."""
+    if getattr(device, "type", device) == "cpu":
+        from pytest_kernelpro.measure.timing.cpu import steady_allocator
+
+        steady_allocator()
+
+
 def make_inputs(module: Any, seed: int, device: Any) -> list[Any]:
     """The inputs of the reference module's `get_inputs()` for `seed`, on `device`."""
     from pytest_kernelpro.problem.kernelbench import kernelbench_inputs
