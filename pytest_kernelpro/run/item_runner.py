@@ -17,7 +17,7 @@ import contextlib
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -61,7 +61,6 @@ def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelR
     a failure or a hang still reports what was measured)."""
     from pytest_kernelpro.run.context import ItemTimeout
 
-    started = time.perf_counter()
     settings = session.settings
     phase = _Phase()
     try:
@@ -90,10 +89,7 @@ def run_kernel_item(item: KernelItem, session: KernelproSession, record: KernelR
         record.message = str(exc.msg)
         raise
     finally:
-        # The item's own time: the machine's set-up its first item triggered (CUDA context,
-        # ceilings probe) is no item's work and is kept apart.
-        setup_s = record.extra.get("machine_setup_s", 0.0)
-        record.wall_s = time.perf_counter() - started - setup_s
+        record.wall_s = phase.item_s(record)
         try:
             facts = phase.memory.finish() if phase.memory is not None else None
         except Exception as exc:  # a broken CUDA context: the item already failed for it
@@ -279,6 +275,12 @@ class _Phase:
 
     memory: ItemMemory | None = None
     text: str = "starting"
+    started: float = field(default_factory=time.perf_counter)  # the item's clock
+
+    def item_s(self, record: KernelRecord) -> float:
+        """The item's own time so far: the machine's set-up its first item triggered (CUDA
+        context, ceilings probe) is no item's work and is kept apart."""
+        return time.perf_counter() - self.started - record.extra.get("machine_setup_s", 0.0)
 
     def enter(self, text: str, memory_phase: str | None = None) -> None:
         self.text = text
@@ -409,7 +411,9 @@ def _price_and_gate(
     def set_phase(text: str) -> None:
         phase.enter(text, text)
 
-    # Another plugin's work on the measured item (the optimizer's search).
+    # Another plugin's work on the measured item (the optimizer's search), the record's time
+    # so far what the gate spent checking and timing it (the search sizes its limits on it).
+    run.record.wall_s = phase.item_s(run.record)
     session.config.hook.pytest_kernelpro_item_measured(
         run=run, session=session, set_phase=set_phase
     )

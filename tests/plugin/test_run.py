@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -310,3 +311,30 @@ def test_save_then_check_passes_then_catches_a_regression(
     assert gate["confirmed"] is True
     # The baseline keeps 6 significant digits of its median.
     assert gate["change"] == pytest.approx(injected_timing[-2] / injected_timing[0] - 1, rel=1e-4)
+
+
+def test_a_plugin_on_the_measured_item_sees_the_gates_time_so_far(
+    kp_project: pytest.Pytester,
+) -> None:
+    """The optimizer sizes its evaluations' run limit on what the gate spent checking and
+    timing the item (`optimize.loop.compose.run_limit_s`): when another plugin's
+    `pytest_kernelpro_item_measured` runs, the record already carries that time, and the
+    record written at the end the item's whole time, that plugin's work included."""
+    kp_project.makeconftest(
+        "import time\n"
+        "SEEN = []\n"
+        "def pytest_kernelpro_item_measured(run, session, set_phase):\n"
+        "    SEEN.append(run.record.wall_s)\n"
+        "    time.sleep(0.3)\n"
+        "def pytest_sessionfinish(session):\n"
+        "    print('seen at the hook:', SEEN)\n"
+    )
+    kp_project.makepyfile(test_k=GOOD)
+    result = kp_project.runpytest("-p", "no:randomly", "-s", "-k", "add")
+    result.assert_outcomes(passed=1)
+    found = re.search(r"seen at the hook: \[([0-9.e+-]+)\]", result.stdout.str())
+    assert found is not None, result.stdout.str()
+    seen = float(found.group(1))
+    assert seen > 0.0
+    final = records_by_name(kp_project)["add"]["wall_s"]
+    assert final >= seen + 0.3

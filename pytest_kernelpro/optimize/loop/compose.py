@@ -47,6 +47,21 @@ if TYPE_CHECKING:
 
 
 SEARCH_STANDBYS = 1  # sandboxed processes of each kind started ahead: the next worker and judge
+# An evaluation checks and times a candidate as the gate checked and timed the current kernel,
+# more than once over (trials, shapes, the timed outputs' checks): its run limit is this many
+# times the gate's own time for the item, never under the sandbox's default: a fixed 120 s
+# killed evaluations of a problem the gate took 52-193 s on
+# (bench/results/2026-12-06-optimizer-memory9-cpu.md).
+RUN_LIMIT_PER_GATE_TIME = 4.0
+
+
+def run_limit_s(gate_wall_s: float) -> float:
+    """The sandbox's run limit of one evaluation for an item the gate took `gate_wall_s` on
+    (`RUN_LIMIT_PER_GATE_TIME`)."""
+    from pytest_kernelpro.optimize.sandbox.task import SandboxLimits
+
+    default = SandboxLimits.run_timeout_s
+    return max(default, RUN_LIMIT_PER_GATE_TIME * gate_wall_s) if gate_wall_s > 0 else default
 
 
 def run_search(
@@ -135,7 +150,9 @@ def run_search(
         rootdir=str(settings.rootpath),
     )
     # The next worker and judge wait, torch imported, while the model writes a candidate.
-    sandbox = SandboxEvaluator(task, SandboxLimits(standby=SEARCH_STANDBYS))
+    sandbox = SandboxEvaluator(
+        task, SandboxLimits(standby=SEARCH_STANDBYS, run_timeout_s=run_limit_s(record.wall_s))
+    )
     if hooks is not None:
         sandbox.on_phase = hooks.phase
     env = sandbox.environment()

@@ -133,3 +133,17 @@ def test_more_open_files_than_the_limit_are_refused_naming_it(limited) -> None:
     assert "Too many open files" in (ev.reason or "")
     assert "limit of 256 open files (SandboxLimits.max_open_files)" in (ev.reason or "")
     assert "open files limited to 256" in ev.logs
+
+
+def test_an_evaluations_run_limit_follows_the_gates_time_for_the_item() -> None:
+    """A fixed 120 s killed evaluations of a large problem the gate itself took a minute and
+    more on: the search's limit is four times the gate's time for the item, never under the
+    sandbox's default (a quick item, or a record without its time, keeps the default)."""
+    from pytest_kernelpro.optimize.loop.compose import RUN_LIMIT_PER_GATE_TIME, run_limit_s
+    from pytest_kernelpro.optimize.sandbox.task import SandboxLimits
+
+    default = SandboxLimits().run_timeout_s
+    assert run_limit_s(0.0) == default
+    assert run_limit_s(2.5) == default
+    assert run_limit_s(52.0) == pytest.approx(RUN_LIMIT_PER_GATE_TIME * 52.0)
+    assert run_limit_s(52.0) > 160.0  # the evaluation the fixed limit killed ran 159 s
