@@ -1,17 +1,13 @@
-"""Shared test configuration: pytester, a GPU skip, one ceilings cache for the suite, the
-files' order (longest first) and the garbage collector's settings."""
+"""Shared test configuration: pytester, a GPU skip, one ceilings cache for the suite."""
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Callable, Iterator
 
 import _pytest.pytester
 import pytest
-from _pytest.unraisableexception import gc_collect_iterations_key
 from suite_ceilings import suite_ceilings_dir
-from suite_order import file_rank
 
 pytest_plugins = ["pytester", "left_running"]
 
@@ -25,13 +21,11 @@ def _has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The longest files first, then the other files with a slow test, each file's own order
-    # kept: `.ci/run`'s `--dist loadfile --no-loadscope-reorder` hands whole files to the
-    # workers in collection order, so a long file left near the end keeps one worker busy
-    # while the others have nothing to take (suite_order.py).
+    # Files with a slow test first, each file's own order kept: `.ci/run`'s `--dist loadfile
+    # --no-loadscope-reorder` hands whole files to the two workers in collection order, so a
+    # long file left near the end keeps one worker busy while the other has nothing to take.
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    ranks = {path: file_rank(path, slow_files) for path in {item.path for item in items}}
-    items.sort(key=lambda item: ranks[item.path])
+    items.sort(key=lambda item: item.path not in slow_files)
     if _has_gpu() or os.environ.get("KERNELPRO_FORCE_GPU_TESTS"):
         return
     skip = pytest.mark.skip(
@@ -42,50 +36,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Everything alive once the tests are collected (torch and the other imports, the
-    collected items) moves to the garbage collector's permanent generation (`gc.freeze`),
-    where no collection scans it again: a worker's full collections, automatic or asked
-    for (the package's and the tests' own `gc.collect()`), then walk only what the tests
-    made since; before, each walked the whole heap (what that cost:
-    bench/results/2026-12-06-suite-time-cpu.md). Nothing frozen is freed, which none of it
-    would be before the worker ends anyway."""
-    gc.collect()
-    gc.freeze()
-
-
 @pytest.fixture(autouse=True)
 def _inner_runs_without_pytest_benchmark(request: pytest.FixtureRequest) -> None:
     """pytest-benchmark (often preinstalled) breaks inner pytester runs under xdist: it
     warns in pytest_configure when it sees a worker. Inner runs are about this plugin only.
     pytester clears PYTEST_ADDOPTS when it starts, so this sets it afterwards. Its snapshots
-    of sys.modules keep torch's modules (`_SnapshotKeepingTorch`); its parsed configs skip the
-    unraisable plugin's collections (`_without_gc_passes`)."""
+    of sys.modules keep torch's modules (`_SnapshotKeepingTorch`)."""
     if "pytester" not in request.fixturenames:
         return
     monkeypatch = request.getfixturevalue("monkeypatch")
     monkeypatch.setattr(_pytest.pytester, "SysModulesSnapshot", _SnapshotKeepingTorch)
-    pytester = request.getfixturevalue("pytester")
+    request.getfixturevalue("pytester")
     monkeypatch.setenv("PYTEST_ADDOPTS", "-p no:benchmark")
-    monkeypatch.setattr(pytester, "parseconfigure", _without_gc_passes(pytester.parseconfigure))
-
-
-def _without_gc_passes(
-    parseconfigure: Callable[..., pytest.Config],
-) -> Callable[..., pytest.Config]:
-    """`pytester.parseconfigure`, its configs set as pytester sets those of its own inline
-    runs: without the unraisable-exception plugin's `gc.collect()` at their unconfigure and
-    cleanup (pytest's `gc_collect_iterations_key`): two full collections per config, each
-    over the heap of a worker that has imported torch and run many tests, made the teardowns
-    of the tests that parse configs the slowest of the suite. An unraisable exception is
-    still reported, by the outer session's own plugin, when it is collected."""
-
-    def configured(*args: str | os.PathLike[str]) -> pytest.Config:
-        config = parseconfigure(*args)
-        config.stash[gc_collect_iterations_key] = 0
-        return config
-
-    return configured
 
 
 class _SnapshotKeepingTorch(_pytest.pytester.SysModulesSnapshot):
