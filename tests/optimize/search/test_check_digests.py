@@ -5,12 +5,12 @@ such list: their outputs are not digested, and a caching candidate is still caug
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
+from harness_runs import run_in_process
 
-from pytest_kernelpro.optimize.sandbox import checks, harness
+from pytest_kernelpro.optimize.sandbox import checks
 
 torch = pytest.importorskip("torch")
 
@@ -62,19 +62,7 @@ def _run(candidate: str, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any
         return real(value)
 
     monkeypatch.setattr(checks, "digest", counting)
-    task = {
-        "reference": REFERENCE,
-        "candidate": candidate,
-        "device": "cpu",
-        "seed": 42,
-        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
-        "cpu_threads": 1,
-    }
-    try:
-        result = harness.run_task(task, lambda phase: None)
-    finally:
-        for name in ("kernelpro_candidate", "kernelpro_reference"):
-            sys.modules.pop(name, None)
+    result, _ = run_in_process(REFERENCE, candidate, seed=42)
     return result, digested
 
 

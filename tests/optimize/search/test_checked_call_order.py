@@ -4,11 +4,11 @@ reference's output; the reference's output still decides the call."""
 
 from __future__ import annotations
 
-import sys
 import types
 from typing import Any
 
 import pytest
+from harness_runs import run_in_process
 
 from pytest_kernelpro.optimize.sandbox import harness, measurement
 
@@ -64,21 +64,7 @@ WRONG = CANDIDATE.replace(
 
 
 def _run(candidate: str) -> tuple[dict[str, Any], list[tuple[float, int, int]]]:
-    task = {
-        "reference": REFERENCE,
-        "candidate": candidate,
-        "device": "cpu",
-        "seed": 42,
-        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
-        "cpu_threads": 1,
-    }
-    try:
-        result = harness.run_task(task, lambda phase: None)
-        seen = list(sys.modules["kernelpro_candidate"].SEEN)
-    finally:
-        for name in ("kernelpro_candidate", "kernelpro_reference"):
-            sys.modules.pop(name, None)
-    return result, seen
+    return run_in_process(REFERENCE, candidate, read=lambda module: list(module.SEEN), seed=42)
 
 
 def _first_value(seed: int) -> float:

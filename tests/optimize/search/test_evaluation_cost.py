@@ -6,6 +6,7 @@ a second input shape the reference refuses is skipped without a second reference
 from __future__ import annotations
 
 import pytest
+from harness_runs import run_in_process
 
 from pytest_kernelpro.measure import output_rule
 from pytest_kernelpro.optimize.sandbox import harness, measurement
@@ -149,21 +150,10 @@ class ModelNew(nn.Module):
 
 
 def test_a_shape_the_reference_refuses_is_skipped_before_the_candidate_runs() -> None:
-    import sys
 
-    task = {
-        "reference": SHAPE_REFERENCE,
-        "candidate": SHAPE_CANDIDATE,
-        "device": "cpu",
-        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
-        "cpu_threads": 1,
-    }
-    try:
-        result = harness.run_task(task, lambda phase: None)
-        batches = sys.modules["kernelpro_candidate"].BATCHES
-    finally:
-        for name in ("kernelpro_candidate", "kernelpro_reference"):
-            sys.modules.pop(name, None)
+    result, batches = run_in_process(
+        SHAPE_REFERENCE, SHAPE_CANDIDATE, read=lambda module: module.BATCHES
+    )
     assert result["status"] == "correct", result.get("reason")
     skipped = result["correctness"]["shape_skipped"]
     assert skipped == ["batch 8 instead of 16: reference raises AssertionError"]
@@ -322,7 +312,6 @@ def _run_recording_the_truth(
 ) -> tuple[dict[str, object], list[dict[str, object]]]:
     """`harness.run_task` in this process, with what each truth saw: whether it was given
     its inputs, how many sealed input sets were open meanwhile, its inputs' values."""
-    import sys
 
     from pytest_kernelpro.optimize.sandbox import input_handles
 
@@ -358,19 +347,7 @@ def _run_recording_the_truth(
     monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
     monkeypatch.setattr(input_handles.SealedInputs, "close", closing)
     monkeypatch.setattr(measurement, "find_truth", recording)
-    task = {
-        "reference": reference,
-        "candidate": candidate,
-        "device": "cpu",
-        "seed": 42,
-        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
-        "cpu_threads": 1,
-    }
-    try:
-        result = harness.run_task(task, lambda phase: None)
-    finally:
-        for name in ("kernelpro_candidate", "kernelpro_reference"):
-            sys.modules.pop(name, None)
+    result, _ = run_in_process(reference, candidate, seed=42)
     return result, seen
 
 
@@ -419,7 +396,6 @@ def test_the_worker_waits_for_the_judge_holding_no_sealed_input(
     sealed input set's mapping is gone by then (closing its descriptors alone would leave the
     pages mapped while a tensor views them)."""
     import gc
-    import sys
     import weakref
 
     from pytest_kernelpro.optimize.sandbox import input_handles
@@ -440,18 +416,7 @@ def test_the_worker_waits_for_the_judge_holding_no_sealed_input(
     monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
     monkeypatch.setattr(harness._Pipeline, "save_output", lambda self, label, out: label)
     monkeypatch.setattr(harness._Pipeline, "await_judge", waiting)
-    task = {
-        "reference": SOFTMAX_REFERENCE,
-        "candidate": SOFTMAX_CANDIDATE,
-        "device": "cpu",
-        "timing": {"warmup_ms": 1.0, "max_time_s": 0.01, "min_samples": 2, "max_samples": 3},
-        "cpu_threads": 1,
-    }
-    try:
-        result = harness.run_task(task, lambda phase: None)
-    finally:
-        for name in ("kernelpro_candidate", "kernelpro_reference"):
-            sys.modules.pop(name, None)
+    result, _ = run_in_process(SOFTMAX_REFERENCE, SOFTMAX_CANDIDATE)
     assert result["status"] == "correct", result.get("reason")
     assert len(alive_at_wait) >= 5  # three trials, the in-place call, the call after timing
     assert views  # the inputs were sealed
