@@ -14,7 +14,7 @@
 # KERNELBENCH=DIR names a KernelBench checkout (level1/ level2/ level3/); its stages are
 # skipped without it. Results are summarized by hand into bench/results/<date>-*-h200.md.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:?set OUT to the folder the device call brings back}
 PY=${PYTHON:-python3}
 EVID=${EVID:-/tmp/kp-evidence}
@@ -68,9 +68,13 @@ autotune() {
 }
 sandbox() { $PY bench/sandbox_h200.py --security --out "$EVID/sandbox"; }
 optimizer_at_size() { $PY bench/optimizer_speed.py --out "$EVID/optimizer_at_size"; }
+optimizer_search() {  # the five-evaluation search of 23_Softmax alone, to its ranking
+  $PY bench/optimizer_speed.py --out "$EVID/optimizer_search" --steps search \
+    --deadline-s $((STAGE_LEFT_S - 30))
+}
 export PY EVID KERNELBENCH="${KERNELBENCH:-}"
 
-ALL=(gpu_tests main_job honest sandbox gate_accuracy autotune optimizer_at_size)
+ALL=(gpu_tests main_job honest sandbox gate_accuracy autotune optimizer_at_size optimizer_search)
 [ -n "${KERNELBENCH:-}" ] && ALL+=(kernelbench)
 echo "device: $(nvidia-smi --query-gpu=name,driver_version,temperature.gpu,power.draw,memory.used --format=csv,noheader 2>&1)"
 echo "software: $($PY -c 'import sys, torch, triton; print(sys.version.split()[0], torch.__version__, triton.__version__)' 2>&1 | tail -n 1)"
@@ -80,6 +84,6 @@ for name in "${@:-${ALL[@]}}"; do
 done
 pack
 for dir in "$EVID"/*/; do
-  printf '%-20s %s %s\n' "$(basename "$dir")" "$([ -e "$dir/done" ] && echo done || echo open)" \
+  printf '%-20s %s %s\n' "$(basename "$dir")" "$([ -e "$dir/done" ] && echo "done" || echo open)" \
     "$(tail -n 1 "$dir/status" 2>/dev/null)"
 done
