@@ -250,20 +250,18 @@ class Basis:
     low_tolerance: float | None = None
     widened: str | None = None
     unusable: str | None = None
-    # The time the verdict is decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",
-    # "on-CPU, memory-anchor-scaled", "anchor-scaled", "roofline-scaled"), now and in the
-    # baseline; now / baseline is `ratio`.
+    # The time gated when it is not the wall median (gated_now_s / gated_baseline_s is
+    # `ratio`), and the factors applied and why: the `VerdictPart` fields of the same names
+    # (record.py says what each holds), which `verdict_fields` hands over.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
-    # The factors applied and why (the Verdict fields of the same names):
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
-    raw_change: float | None = None  # the change of the unscaled median time
-    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
-    anchor: str | None = None  # the anchor's identity
-    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    raw_change: float | None = None
+    clock_limited: str | None = None
+    anchor: str | None = None
+    anchor_change: float | None = None
 
     def gated(self, label: str, now_s: float, baseline_s: float) -> None:
         """Name the time this basis compares when it is not the wall median."""

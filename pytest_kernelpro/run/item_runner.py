@@ -233,8 +233,7 @@ def _item_state(
     device_model: DeviceModel,
 ) -> ItemRun:
     """The item's state, built once: the settings resolved on its device, and under
-    --kernelpro-check its baseline entry (or the error that kept the baseline from loading;
-    the gate stage fails with it)."""
+    --kernelpro-check its baseline entry or the baseline's load error (`ItemRun`)."""
     config = session.settings
     entry, baseline_error = None, None
     if config.check and not config.correctness_only and config.remeasure_pins is None:
