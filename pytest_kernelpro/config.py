@@ -583,7 +583,7 @@ class KernelproConfig:
             auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
             history_dir=rooted(values["history"] or None),
-            remeasure_pins=_remeasure_pins(config),
+            remeasure_pins=rooted(config.getoption("kernelpro_remeasure_child", default=None)),
             conftest_defaults=defaults,
         )
 
@@ -594,8 +594,3 @@ class KernelproConfig:
 AS_RESOLVED = tuple(
     f.name for f in fields(KernelproConfig) if f.name in SETTINGS_BY_NAME and f.name != "problems"
 )
-
-
-def _remeasure_pins(config: pytest.Config) -> Path | None:
-    value = config.getoption("kernelpro_remeasure_child", default=None)
-    return None if value is None else Path(value)
