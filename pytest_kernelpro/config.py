@@ -84,7 +84,6 @@ def choice_parser(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
             f"{text!r} is not a valid {name}; use one of {', '.join(choices)}"
         )
 
-    parse.__name__ = f"parse_{name.replace(' ', '_').replace('-', '_').lower()}"
     return parse
 
 
