@@ -84,7 +84,6 @@ def choice_parser(name: str, choices: tuple[str, ...]) -> Callable[[str], str]:
             f"{text!r} is not a valid {name}; use one of {', '.join(choices)}"
         )
 
-    parse.__name__ = f"parse_{name.replace(' ', '_').replace('-', '_').lower()}"
     return parse
 
 
@@ -583,7 +582,7 @@ class KernelproConfig:
             auto_profile_time_s=values["auto_profile_time"],
             sources=sources,
             history_dir=rooted(values["history"] or None),
-            remeasure_pins=_remeasure_pins(config),
+            remeasure_pins=rooted(config.getoption("kernelpro_remeasure_child", default=None)),
             conftest_defaults=defaults,
         )
 
@@ -594,8 +593,3 @@ class KernelproConfig:
 AS_RESOLVED = tuple(
     f.name for f in fields(KernelproConfig) if f.name in SETTINGS_BY_NAME and f.name != "problems"
 )
-
-
-def _remeasure_pins(config: pytest.Config) -> Path | None:
-    value = config.getoption("kernelpro_remeasure_child", default=None)
-    return None if value is None else Path(value)

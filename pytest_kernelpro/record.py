@@ -232,7 +232,7 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     baseline_sm_mhz: float | None = None
     raw_change: float | None = None  # the change of the unscaled median time
     clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
-    anchor: str | None = None  # the clock anchor a clock-limited comparison was relative to
+    anchor: str | None = None  # the anchor (clock or CPU) the comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     # The time the verdict was decided on when it is not the wall median (the number shown is
     # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",

@@ -148,13 +148,12 @@ def strip_controls(text: str) -> str:
 _VALUES_CACHE: dict[tuple[str, ...], re.Pattern[str] | None] = {}
 
 
-def secret_values(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The values of the credential-looking variables of `environ` (os.environ), longest
+def secret_values() -> tuple[str, ...]:
+    """The values of this process's credential-looking environment variables, longest
     first, each at least `MIN_SECRET_VALUE` characters."""
-    env = os.environ if environ is None else environ
     values = {
         value
-        for name, value in env.items()
+        for name, value in os.environ.items()
         if len(value) >= MIN_SECRET_VALUE
         and name.upper() not in _NOT_SECRET_VALUES
         and is_secret_name(name)

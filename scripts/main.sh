@@ -55,7 +55,7 @@ rc=$?
 set -e
 
 echo "== kernelpro main job: 3/3 the PR comment and the roofline plot"
-"$python" -m pytest_kernelpro.cli comment "$out/kernelpro-report.json" \
+"$python" -m pytest_kernelpro.review.cli comment "$out/kernelpro-report.json" \
   --out "$out/comment.md" --plot "$out/roofline.png"
 cat "$out/comment.md"
 echo

@@ -38,11 +38,16 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
+from msgspec import Meta
 
 from pytest_kernelpro import __version__
 from pytest_kernelpro.errors import KernelproError
@@ -245,20 +250,18 @@ class Basis:
     low_tolerance: float | None = None
     widened: str | None = None
     unusable: str | None = None
-    # The time the verdict is decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",
-    # "on-CPU, memory-anchor-scaled", "anchor-scaled", "roofline-scaled"), now and in the
-    # baseline; now / baseline is `ratio`.
+    # The time gated when it is not the wall median (gated_now_s / gated_baseline_s is
+    # `ratio`), and the factors applied and why: the `VerdictPart` fields of the same names
+    # (record.py says what each holds), which `verdict_fields` hands over.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
-    # The factors applied and why (the Verdict fields of the same names):
     sm_mhz: float | None = None
     baseline_sm_mhz: float | None = None
-    raw_change: float | None = None  # the change of the unscaled median time
-    clock_limited: str | None = None  # why the tolerance was widened (clock held by a limit)
-    anchor: str | None = None  # the anchor's identity
-    anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
+    raw_change: float | None = None
+    clock_limited: str | None = None
+    anchor: str | None = None
+    anchor_change: float | None = None
 
     def gated(self, label: str, now_s: float, baseline_s: float) -> None:
         """Name the time this basis compares when it is not the wall median."""
@@ -287,44 +290,65 @@ class BaselineError(KernelproError):
     """A baseline file is missing, empty, corrupt or of another schema version."""
 
 
-@dataclass
+# What each key of an entry must hold, checked by msgspec when a file is read; the description
+# is what its error says was expected. A number's `le` bound is the largest float: msgspec has
+# no "finite" constraint, and NaN fails every bound.
+_FINITE = sys.float_info.max
+Seconds = Annotated[float, Meta(gt=0, le=_FINITE, description="a positive number of seconds")]
+_Positive = Annotated[float, Meta(gt=0, le=_FINITE)]
+PositiveList = Annotated[
+    list[_Positive], Meta(min_length=1, description="a non-empty list of positive numbers")
+]
+SecondsList = Annotated[
+    list[_Positive], Meta(min_length=1, description="a non-empty list of positive seconds")
+]
+Number = Annotated[float, Meta(ge=0, le=_FINITE, description="a number or null")]
+Text = Annotated[str, Meta(description="a string")]
+_CHOICES = "a list of mappings with a kernel name and a config"
+
+
+@dataclass(kw_only=True)
 class BaselineEntry:
     """What the gate keeps of one kernel's measurement."""
 
-    name: str
-    median_s: float
-    samples_s: list[float]
-    device: str = ""
-    kernel: str = ""
-    q1_s: float | None = None
-    q3_s: float | None = None
-    n: int = 0
-    efficiency: float | None = None
-    roofline_time_s: float | None = None
-    method: str | None = None
+    name: Text = ""
+    median_s: Seconds
+    samples_s: SecondsList
+    device: Text = ""
+    kernel: Text = ""
+    q1_s: Number | None = None
+    q3_s: Number | None = None
+    n: Annotated[int, Meta(ge=1, description="a positive integer")] = 0  # samples in the median
+    efficiency: Number | None = None
+    roofline_time_s: Number | None = None
+    method: Text | None = None
     # The clock the samples ran at (gate/clock_basis.py); absent for CPU timings.
-    sm_mhz: float | None = None  # mean SM clock over the NVML readings during the samples
-    max_sm_mhz: float | None = None  # the GPU's maximum SM clock
-    clock_capped_share: float | None = None  # share of samples under a power/thermal limit
-    bound: str | None = None  # the reference's roofline bound
+    sm_mhz: Number | None = None  # mean SM clock over the NVML readings during the samples
+    max_sm_mhz: Number | None = None  # the GPU's maximum SM clock
+    clock_capped_share: Number | None = None  # share of samples under a power/thermal limit
+    bound: Text | None = None  # the reference's roofline bound
     # The anchored samples of a capped measurement (measure/timing/anchor.py): the
     # anchor's identity, its median, and kernel / anchor per pair (gate/clock_basis.py).
-    anchor: str | None = None
-    anchor_median_s: float | None = None
-    anchor_ratios: list[float] | None = None
+    anchor: Text | None = None
+    anchor_median_s: (
+        Annotated[float, Meta(gt=0, le=_FINITE, description="a positive number or null")] | None
+    ) = None
+    anchor_ratios: PositiveList | None = None
     # What the kernel's autotuners chose in the baseline's process (measure/autotune_capture.py:
     # kernel, key, flat config, ...), the library settings that choose algorithms, and the
     # versions that change generated code (measure/environment.py). Absent in older files.
-    autotune: list[dict[str, Any]] | None = None
-    library: dict[str, Any] | None = None
-    environment: dict[str, str] | None = None
+    autotune: Annotated[list[dict[str, Any]], Meta(description=_CHOICES)] | None = None
+    library: Annotated[dict[str, Any], Meta(description="a mapping")] | None = None
+    environment: (
+        Annotated[dict[str, str], Meta(description="a mapping of names to version strings")] | None
+    ) = None
     # A CPU timing's pairs with the CPU anchor (measure/timing/on_cpu.py,
     # gate/verdict_basis.py): the kernel's and the anchor's on-CPU times, and why the machine
     # counted as busy.
-    cpu_kernel_s: list[float] | None = None
-    cpu_anchor_s: list[float] | None = None
-    cpu_busy: str | None = None
-    cpu_memory_s: list[float] | None = None  # the memory anchor's on-CPU times
+    cpu_kernel_s: SecondsList | None = None
+    cpu_anchor_s: SecondsList | None = None
+    cpu_busy: Text | None = None
+    cpu_memory_s: SecondsList | None = None  # the memory anchor's on-CPU times
 
     def differs_beside_code(self, record: KernelRecord) -> bool:
         """Whether `record`'s autotune picks, code-changing versions or library settings may
@@ -343,113 +367,41 @@ class BaselineEntry:
         )
 
 
-# The entry's optional numbers: each a finite number >= 0, or null.
-_OPTIONAL_NUMBERS = (
-    "q1_s", "q3_s", "efficiency", "roofline_time_s", "sm_mhz", "max_sm_mhz", "clock_capped_share"
-)  # fmt: skip
-
-
 def parse_entry(raw: Any) -> BaselineEntry:
-    """One kernel's entry of a baseline file; ValueError names what is wrong."""
+    """One kernel's entry of a baseline file; ValueError names the key, its value and what it
+    should hold (a hand-edited or merged file must fail here, not in the comparison)."""
     if not isinstance(raw, dict):
         raise ValueError(f"the entry is a {type(raw).__name__}, expected a mapping")
-    median = raw.get("median_s")
-    if not finite_positive(median):
-        raise ValueError(f"median_s is {median!r}, expected a positive number of seconds")
-    samples = raw.get("samples_s")
-    if not isinstance(samples, list) or not samples:
-        raise ValueError(f"samples_s is {_short(samples)}, expected a non-empty list of seconds")
-    if not _all_finite_pos(samples):
-        bad = next(v for v in samples if not finite_positive(v))
-        raise ValueError(f"samples_s holds {_short(bad)}, expected positive numbers")
-    out = BaselineEntry(
-        name=_opt_str(raw, "name") or "",
-        kernel=_opt_str(raw, "kernel") or "",
-        device=_opt_str(raw, "device") or "",
-        median_s=float(median),
-        samples_s=[float(v) for v in samples],
-        method=_opt_str(raw, "method"),
-    )
-    for key in _OPTIONAL_NUMBERS:
-        value = raw.get(key)
-        if value is not None and not _finite_nonneg(value):
-            raise ValueError(f"{key} is {_short(value)}, expected a number or null")
-        setattr(out, key, None if value is None else float(value))
-    out.bound = _opt_str(raw, "bound")
-    out.anchor = _opt_str(raw, "anchor")
-    value = raw.get("anchor_median_s")
-    if value is not None and not finite_positive(value):
-        raise ValueError(f"anchor_median_s is {_short(value)}, expected a positive number or null")
-    out.anchor_median_s = None if value is None else float(value)
-    ratios = raw.get("anchor_ratios")
-    if ratios is not None:
-        if not isinstance(ratios, list) or not ratios or not _all_finite_pos(ratios):
+    try:
+        entry = msgspec.convert(raw, BaselineEntry)
+    except msgspec.ValidationError as exc:
+        raise ValueError(_what_is_wrong(raw, exc)) from None
+    for choice in entry.autotune or ():
+        if not isinstance(choice.get("kernel"), str) or not isinstance(choice.get("config"), dict):
+            raise ValueError(f"autotune is {_short(entry.autotune)}, expected {_CHOICES}")
+        if choice.get("key") is not None and not isinstance(choice["key"], list):
             raise ValueError(
-                f"anchor_ratios is {_short(ratios)}, expected a non-empty list of positive numbers"
+                f"autotune key of {choice['kernel']} is {_short(choice['key'])}, "
+                "expected a list or null"
             )
-        out.anchor_ratios = [float(v) for v in ratios]
-    out.autotune, out.library, out.environment = _process_facts(raw)
-    for key in ("cpu_kernel_s", "cpu_anchor_s", "cpu_memory_s"):
-        values = raw.get(key)
-        if values is not None:
-            if not isinstance(values, list) or not values or not _all_finite_pos(values):
-                raise ValueError(
-                    f"{key} is {_short(values)}, expected a non-empty list of positive seconds"
-                )
-            setattr(out, key, [float(v) for v in values])
-    out.cpu_busy = _opt_str(raw, "cpu_busy")
-    n = raw.get("n", len(samples))
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise ValueError(f"n is {_short(n)}, expected a positive integer")
-    out.n = n
-    return out
+    if "n" not in raw:
+        entry.n = len(entry.samples_s)
+    return entry
 
 
-def _process_facts(
-    raw: dict[str, Any],
-) -> tuple[list[dict[str, Any]] | None, dict[str, Any] | None, dict[str, str] | None]:
-    """The entry's autotune choices, library settings and versions, each checked for its
-    shape (a hand-edited or merged file must fail here, not in the comparison)."""
-    choices = raw.get("autotune")
-    if choices is not None:
-        if not isinstance(choices, list) or not all(
-            isinstance(c, dict)
-            and isinstance(c.get("kernel"), str)
-            and isinstance(c.get("config"), dict)
-            for c in choices
-        ):
-            raise ValueError(
-                f"autotune is {_short(choices)}, expected a list of mappings with a kernel "
-                "name and a config"
-            )
-        for choice in choices:
-            if choice.get("key") is not None and not isinstance(choice["key"], list):
-                raise ValueError(
-                    f"autotune key of {choice['kernel']} is {_short(choice['key'])}, "
-                    "expected a list or null"
-                )
-    library = raw.get("library")
-    if library is not None and not isinstance(library, dict):
-        raise ValueError(f"library is {_short(library)}, expected a mapping")
-    environment = raw.get("environment")
-    if environment is not None:
-        if not isinstance(environment, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in environment.items()
-        ):
-            raise ValueError(
-                f"environment is {_short(environment)}, expected a mapping of names to "
-                "version strings"
-            )
-    return choices, library, environment
+def _what_is_wrong(raw: dict[str, Any], error: msgspec.ValidationError) -> str:
+    """msgspec's `error` as "KEY is VALUE, expected WHAT (msgspec's words)"."""
+    import msgspec.inspect
 
-
-def _opt_str(raw: dict[str, Any], key: str) -> str | None:
-    value = raw.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError(f"{key} is {_short(value)}, expected a string")
-    return value
+    found = re.search(r"`\$\.(\w+)|field `(\w+)`", str(error))
+    key = found and (found[1] or found[2])
+    fields = {f.name: f.type for f in msgspec.inspect.type_info(BaselineEntry).fields}
+    if key not in fields:
+        return str(error)
+    value = _short(raw[key]) if key in raw else "missing"
+    kinds = getattr(fields[key], "types", (fields[key],))  # T | None: its T
+    expected = next(k.extra_json_schema for k in kinds if isinstance(k, msgspec.inspect.Metadata))
+    return f"{key} is {value}, expected {expected['description']} ({error})"
 
 
 def _short(value: Any) -> str:
@@ -457,28 +409,13 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def finite_positive(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value) and value > 0
-
-
-_PLAIN_NUMBERS = frozenset({int, float})
-
-
-def _all_finite_pos(values: list[Any]) -> bool:
-    """`finite_positive` of every value of a non-empty list, each pass in C (a baseline entry holds
-    hundreds of samples per list: a Python call per value was most of a session's start).
-    Exactly `int` and `float` here; a subclass (`numpy.float64`) goes to `finite_positive` one by one."""
-    if _PLAIN_NUMBERS.issuperset(map(type, values)):
-        return all(map(math.isfinite, values)) and min(values) > 0
-    return all(finite_positive(v) for v in values)
-
-
-def _finite_nonneg(value: Any) -> bool:
-    return _is_number(value) and math.isfinite(value) and value >= 0
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 @dataclass
@@ -612,27 +549,21 @@ def _unique_key_loader() -> type:
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
-        pass
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key!r} (first at line {seen[key] + 1}); each kernel "
+                        "may appear once",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
 
-    def construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"duplicate key {key!r} (first at line {seen[key] + 1}); each kernel "
-                    "may appear once",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark.line
-        return loader.construct_mapping(node, deep=True)
-
-    UniqueKeyLoader.add_constructor(
-        yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-        construct_mapping,  # type: ignore[arg-type]
-    )
     return UniqueKeyLoader
 
 

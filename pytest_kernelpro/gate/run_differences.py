@@ -2,11 +2,8 @@
 the verdict's reason: the autotune picks (`compare_choices`, `note_picks`) and the versions and
 library settings that change generated code (`name_environment`).
 
-An autotuned kernel's speed is its code and its pick, made per process by timing the
-candidates: when the head picked another config than the baseline did, a slower median may be
-the pick, not the code ("autotune picked num_warps=4 for _layer_norm_fwd (key 4096,
-torch.float16), the baseline num_warps=8"); what a difference does to a regression is the
-confirmation's (`confirmation.settle`). A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver
+Why a different pick matters, and what a difference does to a regression: `confirmation.py`
+(its module docstring and `settle`). A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver
 changes the machine code without a line of the kernel changing: a regression that comes with
 one is named with it ("triton 3.5.1 -> 3.6.0"), so the first suspect is on the page. A version
 one side does not record (an older baseline, a CPU run) is not a change.

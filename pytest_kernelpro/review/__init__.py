@@ -2,6 +2,8 @@
 (the JSON report, JUnit XML, the run history, the records log), through the `kernelpro`
 command. A check session imports none of it.
 
+- `cli`: `main`, the `kernelpro` command: dispatches to the subcommands below, `calibrate`
+  (measure/) and those other parts add (`kernelpro.commands` entry points)
 - `comment`: `render_comment` (the PR comment: speedup table, roofline bars, details);
   `comment_check`: `check_report` (the artifact's types, first); `comment_cli`:
   `comment_main` (`kernelpro comment`, `--post` through `github.post_comment`)

@@ -134,7 +134,7 @@ def _run_limited(
     setup_started = time.perf_counter()
     if limit.value is not None and device is not None and device.startswith("cuda"):
         _start_cuda(device)
-    with _cpu_threads(device, session.settings.cpu_threads) as threads:
+    with cpu_thread_policy(device, session.settings.cpu_threads) as threads:
         device_model = _device_model(session, item, device) if device is not None else None
         setup_s = time.perf_counter() - setup_started
         if round(setup_s, 1):  # a probe or a new CUDA context (a cache read rounds to nothing)
@@ -165,20 +165,13 @@ def _start_cuda(device: str) -> None:
 
 
 @contextlib.contextmanager
-def _cpu_threads(device: str | None, requested: int) -> Iterator[int | None]:
-    """A CPU kernel item runs under the thread policy (its thread count is yielded); a GPU
-    (or skipped) one as it is (None)."""
+def cpu_thread_policy(device: str | None, requested: int) -> Iterator[int | None]:
+    """Run a CPU kernel item with the thread policy's torch thread count (yielded;
+    measure.timing.cpu_load), restoring torch's own setting afterwards (ordinary tests in the
+    session keep theirs); a GPU (or skipped) item runs as it is (None)."""
     if device != "cpu":
         yield None
         return
-    with cpu_thread_policy(requested) as threads:
-        yield threads
-
-
-@contextlib.contextmanager
-def cpu_thread_policy(requested: int) -> Iterator[int]:
-    """Run a CPU kernel item with the thread policy's torch thread count (measure.timing.cpu),
-    restoring torch's own setting afterwards (ordinary tests in the session keep theirs)."""
     import torch
 
     from pytest_kernelpro.measure.timing.cpu_load import policy_threads
@@ -240,8 +233,7 @@ def _item_state(
     device_model: DeviceModel,
 ) -> ItemRun:
     """The item's state, built once: the settings resolved on its device, and under
-    --kernelpro-check its baseline entry (or the error that kept the baseline from loading;
-    the gate stage fails with it)."""
+    --kernelpro-check its baseline entry or the baseline's load error (`ItemRun`)."""
     config = session.settings
     entry, baseline_error = None, None
     if config.check and not config.correctness_only and config.remeasure_pins is None:

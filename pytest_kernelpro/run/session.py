@@ -509,11 +509,7 @@ def load_baseline_before_any_item(session: KernelproSession) -> None:
 
 
 def is_within(child: Path, parent: Path) -> bool:
-    try:
-        child.resolve().relative_to(parent.resolve())
-    except ValueError:
-        return False
-    return True
+    return child.resolve().is_relative_to(parent.resolve())
 
 
 # -- end-of-session outputs: the artifacts folder's .gitignore, the terminal table (its texts:

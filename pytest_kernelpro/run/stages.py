@@ -142,14 +142,11 @@ def _fresh_inputs(
     calibrated, else the dtype rule)."""
     import torch
 
-    from pytest_kernelpro.measure.output_rule import CorrectnessRule
+    from pytest_kernelpro.measure.correctness_check import kept_rule
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
     # The trials' rule, with what their truth calibrated (as the re-check after timing).
-    rule = getattr(correctness, "rule_state", None)
-    if not isinstance(rule, CorrectnessRule):
-        rule = CorrectnessRule(rtol=run.settings.rtol.value, atol=run.settings.atol.value)
-        rule.reduced = "tf32" if getattr(correctness, "tf32", False) else None
+    rule = kept_rule(correctness, rtol=run.settings.rtol.value, atol=run.settings.atol.value)
     return fresh_inputs(
         torch,
         kernel,

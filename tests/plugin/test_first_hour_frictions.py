@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import SLOWDOWN_ENV
 
-from pytest_kernelpro.cli import main as kernelpro_main
+from pytest_kernelpro.review.cli import main as kernelpro_main
 
 NEG = """
 import pytest, torch

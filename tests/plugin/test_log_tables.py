@@ -12,7 +12,7 @@ import re
 import pytest
 from conftest import SLOWDOWN_ENV
 
-from pytest_kernelpro.cli import main as kernelpro_main
+from pytest_kernelpro.review.cli import main as kernelpro_main
 
 LONG = "a_kernel_with_a_long_descriptive_name_that_a_log_must_keep_whole"
 

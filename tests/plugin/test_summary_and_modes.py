@@ -10,7 +10,7 @@ import re
 import pytest
 from conftest import BUSY_ENV, SLOWDOWN_ENV, load_report, records_by_name
 
-from pytest_kernelpro.cli import main as kernelpro_main
+from pytest_kernelpro.review.cli import main as kernelpro_main
 
 TWO = """
 import pytest, torch
