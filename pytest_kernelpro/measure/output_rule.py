@@ -32,8 +32,8 @@ plugin.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -1213,33 +1213,6 @@ class CorrectnessRule:
                     )
             out.append(report)
         return out
-
-    def payload(self) -> dict[str, Any]:
-        """JSON-safe: what another process (the confirmation's) needs to judge later calls
-        by this rule."""
-        return {
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "factor": self.factor,
-            "reduced": self.reduced,
-            "calibrated": {
-                path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
-                for path, c in self.calibrated.items()
-            },
-        }
-
-    @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> CorrectnessRule:
-        """The rule again from its `payload` (KeyError or TypeError on another shape)."""
-        rule = cls(rtol=data.get("rtol"), atol=data.get("atol"))
-        if isinstance(data.get("factor"), (int, float)):
-            rule.factor = float(data["factor"])
-        rule.reduced = data.get("reduced")
-        for path, c in (data.get("calibrated") or {}).items():
-            rule.calibrated[str(path)] = Calibration(
-                Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
-            )
-        return rule
 
     def summary(self) -> dict[str, Any]:
         """The record's fields: rule, factor, both errors, the truth's precision and cost."""
