@@ -151,24 +151,17 @@ def _usable_or_kept(
     """`target`'s cached ceilings when they are used as they are, else what a probe keeps."""
     import torch
 
-    device_type, name, threads, spec, path = (
-        target.device_type,
-        target.name,
-        target.threads,
-        target.spec,
-        target.path,
-    )
     previous: Ceilings | None = None
-    if path.exists() and not (refresh and replace_cached):
+    if target.path.exists() and not (refresh and replace_cached):
         try:
-            cached = read_cached(path, name, torch.__version__)
-            previous = cached if device_type == "cpu" else None
+            cached = read_cached(target.path, target.name, torch.__version__)
+            previous = cached if target.device_type == "cpu" else None
             busy = measured_under_load(cached)
             if refresh:
                 pass  # re-measure; on the CPU the best of both is kept
             elif busy is None:
-                return merge_spec(cached, spec)
-            elif threads is not None and not quiet_now(threads):
+                return merge_spec(cached, target.spec)
+            elif target.threads is not None and not quiet_now(target.threads):
                 note = (
                     f"provisional: measured under load on {cached.measured_at} ({busy}); "
                     "re-measured once the machine is quiet"
@@ -178,7 +171,7 @@ def _usable_or_kept(
         except (OSError, ValueError, KeyError, TypeError, KernelproError) as exc:
             if warn:
                 warnings.warn(
-                    f"ignoring ceilings cache {path}: {exc}; re-measuring {name}",
+                    f"ignoring ceilings cache {target.path}: {exc}; re-measuring {target.name}",
                     KernelproWarning,
                     stacklevel=3,
                 )
@@ -552,35 +545,20 @@ def measure_cuda(
     return bandwidth, flops, details
 
 
-def reprobe(
-    ceilings: Ceilings,
-    device: str,
-    cache_dir: Path,
-    *,
-    why: str,
-    quick: bool = False,
-    measure: Callable[..., Ceilings] | None = None,
-) -> Ceilings:
-    """Measure `device`'s ceilings again and keep the best of both (`best_of`), cached.
-
-    `why` is recorded (the kernel that exceeded a ceiling, or `kernelpro calibrate`);
-    `measure` replaces `measure_ceilings` (tests). GPU ceilings are returned as
-    they are: device-timed, no load lowers them.
-    """
+def reprobe(ceilings: Ceilings, device: str, cache_dir: Path, *, why: str) -> Ceilings:
+    """Measure `device`'s ceilings again and keep the best of both (`best_of`), cached;
+    `why` is recorded (the kernel that exceeded a ceiling). GPU ceilings are returned as they
+    are: device-timed, no load lowers them."""
     import torch
 
     if ceilings.device_type != "cpu":
         return ceilings
-    measure = measure or measure_ceilings
-    fresh = _monitored(lambda: measure(device, quick=quick), torch.get_num_threads())
+    threads = torch.get_num_threads()
+    fresh = _monitored(lambda: measure_ceilings(device, quick=False), threads)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     merged = _best_with_history(ceilings, fresh, now, why)
-    threads = torch.get_num_threads()
-    path = cache_path(Path(cache_dir), merged.device, merged.torch_version, quick, threads)
-    atomic_write_json(
-        path,
-        {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": merged.to_dict()},
-    )
+    path = cache_path(Path(cache_dir), merged.device, merged.torch_version, False, threads)
+    atomic_write_json(path, {"schema": CACHE_SCHEMA, "quick": False, "ceilings": merged.to_dict()})
     return merged
 
 
