@@ -480,14 +480,13 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
 def _two_stage_pass(
     torch: Any,
     steps: range,
-    quick: Callable[[int], tuple[Any, Any]],
-    full: Callable[[int], tuple[Any, Any]],
+    row_of: Callable[[int, bool], tuple[Any, Any]],
     settled: Callable[[Any], bool],
 ) -> tuple[Any, list[Any]]:
-    """The chunked passes' shape: every chunk (by its start) taken by `quick`, without the NaN
-    and infinity screens; one synchronization reads the table; a row `settled` refuses is
-    taken again by `full`. Each returns (row, where its largest ratio is, or None). Returns
-    the table on the CPU and those places, chunk-relative.
+    """The chunked passes' shape: every chunk (by its start) taken by `row_of(start, False)`,
+    without the NaN and infinity screens; one synchronization reads the table; a row `settled`
+    refuses is taken again by `row_of(start, True)`. Each returns (row, where its largest
+    ratio is, or None). Returns the table on the CPU and those places, chunk-relative.
 
     Each chunk's row and place are written into tensors made at the first chunk, not kept
     as tensors of their own: a small tensor kept per chunk sits in the heap among the freed
@@ -501,7 +500,7 @@ def _two_stage_pass(
     places: Any = None
     placed = [False] * len(steps)
     for index, lo in enumerate(steps):
-        row, at = quick(lo)
+        row, at = row_of(lo, False)
         if table is None:
             table = row.new_empty((len(steps), *row.shape))
         table[index] = row
@@ -514,7 +513,7 @@ def _two_stage_pass(
     best = [places[index] if placed[index] else None for index in range(len(steps))]
     for index, lo in enumerate(steps):
         if not settled(table[index]):
-            row, best[index] = full(lo)
+            row, best[index] = row_of(lo, True)
             table[index] = row.cpu()
     return table, best
 
@@ -534,16 +533,12 @@ def _allclose_pass(
     settled (`_allclose_chunk`)."""
     steps = chunk_ranges(e_flat.numel(), e_flat.device)
 
-    def chunk(lo: int) -> tuple[Any, Any]:
-        return g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step]
+    def row_of(lo: int, screen: bool) -> tuple[Any, Any]:
+        g, e = g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step]
+        return _allclose_chunk(torch, g, e, tol, work, screen=screen)
 
-    table, best = _two_stage_pass(
-        torch,
-        steps,
-        lambda lo: _allclose_chunk(torch, *chunk(lo), tol, work, screen=False),
-        lambda lo: _allclose_chunk(torch, *chunk(lo), tol, work, screen=True),
-        lambda row: bool(row[7] <= 1.0),  # False for NaN: a miss or a non-number
-    )
+    # Settled where the largest ratio is at most 1 (False for NaN: a miss or a non-number).
+    table, best = _two_stage_pass(torch, steps, row_of, lambda row: bool(row[7] <= 1.0))
     return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
@@ -663,14 +658,12 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     diff = torch.empty(ref.shape, dtype=keep, device=ref.device)
     flat = (diff.reshape(-1), ref.detach().reshape(-1), wide_out.reshape(-1))
     steps = chunk_ranges(total, ref.device)
+
+    def row_of(lo: int, screen: bool) -> tuple[Any, None]:
+        return _reference_error_chunk(torch, flat, lo, steps.step, screen=screen), None
+
     # Unscreened first: max |r - t| is a number only where both sides are finite throughout.
-    table, _ = _two_stage_pass(
-        torch,
-        steps,
-        lambda lo: (_reference_error_chunk(torch, flat, lo, steps.step, screen=False), None),
-        lambda lo: (_reference_error_chunk(torch, flat, lo, steps.step, screen=True), None),
-        lambda row: math.isfinite(float(row[2])),
-    )
+    table, _ = _two_stage_pass(torch, steps, row_of, lambda row: math.isfinite(float(row[2])))
     if float(table[:, 4].sum()) > 0:
         return f"the re-run gave NaN or infinity at {path} where the reference did not"
     leaf = LeafTruth(
@@ -747,16 +740,11 @@ def _truth_pass(
     steps = chunk_ranges(total, r.device)
     bounds = (floor, factor, roundings)
 
-    def chunk(lo: int) -> tuple[Any, Any, Any]:
-        return g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step]
+    def row_of(lo: int, screen: bool) -> tuple[Any, Any]:
+        chunk = g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step]
+        return _truth_chunk(torch, chunk, bounds, work, screen=screen)
 
-    table, best = _two_stage_pass(
-        torch,
-        steps,
-        lambda lo: _truth_chunk(torch, chunk(lo), bounds, work, screen=False),
-        lambda lo: _truth_chunk(torch, chunk(lo), bounds, work, screen=True),
-        lambda row: math.isfinite(float(row[5])),
-    )
+    table, best = _two_stage_pass(torch, steps, row_of, lambda row: math.isfinite(float(row[5])))
     return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
