@@ -25,7 +25,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +76,6 @@ class CorrectnessResult:
     kernelbench: dict[str, Any] | None = None  # KernelBench's own verdict (KernelBench files)
     # The rule with what the first trial's truth calibrated, for `recheck_after_timing`.
     rule_state: Any = field(default=None, compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (non-finite errors become "inf"/"nan" strings)."""
-        data = asdict(replace(self, rule_state=None))  # asdict would deep-copy the rule
-        data.pop("rule_state")
-        for key in ("max_abs_err", "max_rel_err", "worst_ratio", "kernel_error", "reference_error"):
-            if data[key] is not None:
-                data[key] = json_float(data[key])
-        data["worst_index"] = None if self.worst_index is None else list(self.worst_index)
-        data["notes"] = list(self.notes)
-        return data
 
 
 def check_correctness(

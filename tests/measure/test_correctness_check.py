@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,6 +18,12 @@ from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
 )
 from pytest_kernelpro.measure.fp32_tensor_cores import fp32_reduced_mode  # noqa: E402
 from pytest_kernelpro.measure.output_rule import Tolerance, default_tolerance  # noqa: E402
+from pytest_kernelpro.record import CorrectnessPart, part_of  # noqa: E402
+
+
+def _record_form(result: Any) -> Any:
+    """The result as the record keeps it (`record.part_of`), in builtins for `json.dumps`."""
+    return msgspec.to_builtins(part_of(CorrectnessPart, result))
 
 
 def randn_inputs(seed: int) -> tuple[Any, ...]:
@@ -41,7 +48,7 @@ def test_exact_pass_reports_zero_error() -> None:
     assert r.truth is not None
     assert r.truth["precision"] == "float64"
     assert r.kernel_error == r.reference_error == 0.0  # x * 2 is exact in both precisions
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(_record_form(r), allow_nan=False)
 
 
 @pytest.mark.parametrize(("offset", "passes"), [(0.9e-3, True), (1.1e-3, False)])
@@ -92,7 +99,7 @@ def test_nan_in_output_fails() -> None:
     assert r.output_path == "output"
     assert "1 NaN where the reference is a number, first at index (5, 7)" in r.failure
     assert "got nan" in r.failure
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(_record_form(r), allow_nan=False)
 
 
 def test_nan_in_reference_and_output_at_same_place_passes_with_a_note() -> None:
@@ -219,7 +226,7 @@ def test_kernel_raising_is_a_failed_result() -> None:
     assert r.exception == "ValueError: BLOCK_SIZE must be a power of two, got 96"
     assert "in broken_kernel" in r.failure  # the kernel's own frame is in the traceback
     assert not r.cuda_error
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(_record_form(r), allow_nan=False)
 
 
 def test_cuda_errors_are_recognised() -> None:
