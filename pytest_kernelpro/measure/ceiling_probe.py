@@ -355,19 +355,15 @@ def _matmul_tf32(enabled: bool) -> Iterator[None]:
 
     matmul = torch.backends.cuda.matmul
     if hasattr(matmul, "fp32_precision"):  # torch >= 2.9; the legacy flag would mix APIs
-        previous = matmul.fp32_precision
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = previous
+        flag, value = "fp32_precision", "tf32" if enabled else "ieee"
     else:
-        previous_flag = matmul.allow_tf32
-        matmul.allow_tf32 = enabled
-        try:
-            yield
-        finally:
-            matmul.allow_tf32 = previous_flag
+        flag, value = "allow_tf32", enabled
+    previous = getattr(matmul, flag)
+    setattr(matmul, flag, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, flag, previous)
 
 
 def _rate(work: float, times: list[float], statistic: str) -> dict[str, Any]:
