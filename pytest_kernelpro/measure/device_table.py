@@ -107,13 +107,12 @@ _A100_PEAKS = {
 }
 
 
-def _a100(name: str, alias: str, bandwidth: float, memory_gb: int, form: str) -> dict[str, Any]:
+def _a100(name: str, alias: str, bandwidth: float, form: str) -> dict[str, Any]:
     return dict(
         name=name,
         aliases=(alias,),
         dram_bandwidth_Bps=bandwidth,
         peak_flops=_A100_PEAKS,
-        memory_bytes=memory_gb * 10**9,
         source=f"NVIDIA A100 Tensor Core GPU datasheet ({form} column); {_SPARSE_NOTE}",
         **_AMPERE_SM,
     )
@@ -129,7 +128,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=3.35e12,
         l2_bytes=50 * _MIB,
         peak_flops=_HOPPER_SXM_PEAKS,
-        memory_bytes=80 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column); {_SPARSE_NOTE}",
         **_HOPPER_SM,
     ),
@@ -149,7 +147,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 1513e12,
             "int8_tensor": 1513e12,
         },
-        memory_bytes=80 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column); {_SPARSE_NOTE}",
         **_HOPPER_SM,
     ),
@@ -160,7 +157,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=3.9e12,
         l2_bytes=50 * _MIB,
         peak_flops=_HOPPER_NVL_PEAKS,
-        memory_bytes=94 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column); {_SPARSE_NOTE}",
         **_HOPPER_SM,
     ),
@@ -171,7 +167,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=4.8e12,
         l2_bytes=60 * _MIB,
         peak_flops=_HOPPER_SXM_PEAKS,
-        memory_bytes=141 * 10**9,
         source=(
             f"NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column); {_SPARSE_NOTE}; "
             "L2 as torch.cuda.get_device_properties reported it on an H200"
@@ -186,17 +181,16 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=4.8e12,
         l2_bytes=60 * _MIB,
         peak_flops=_HOPPER_NVL_PEAKS,
-        memory_bytes=141 * 10**9,
         source=(
             f"NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column); {_SPARSE_NOTE}; "
             "L2 assumed equal to the H200 SXM's"
         ),
         **_HOPPER_SM,
     ),
-    _a100("NVIDIA A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2.039e12, 80, "A100 80GB SXM"),
-    _a100("NVIDIA A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1.555e12, 40, "A100 40GB SXM"),
-    _a100("NVIDIA A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1.935e12, 80, "A100 80GB PCIe"),
-    _a100("NVIDIA A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1.555e12, 40, "A100 40GB PCIe"),
+    _a100("NVIDIA A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2.039e12, "A100 80GB SXM"),
+    _a100("NVIDIA A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1.555e12, "A100 40GB SXM"),
+    _a100("NVIDIA A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1.935e12, "A100 80GB PCIe"),
+    _a100("NVIDIA A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1.555e12, "A100 40GB PCIe"),
     dict(
         name="NVIDIA L4",
         aliases=("L4",),
@@ -213,7 +207,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 242.5e12,
             "int8_tensor": 242.5e12,
         },
-        memory_bytes=24 * 10**9,
         source=f"NVIDIA L4 Tensor Core GPU datasheet; {_SPARSE_NOTE}",
         **_ADA_SM,
     ),
@@ -231,7 +224,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 733e12,
             "int8_tensor": 733e12,
         },
-        memory_bytes=48 * 10**9,
         source="NVIDIA L40S datasheet (dense column; it also lists the sparse figures)",
         **_ADA_SM,
     ),
@@ -259,7 +251,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "int8_tensor": 4.5e15,
         },
         mma_shapes=_BLACKWELL_MMA,
-        memory_bytes=180 * 10**9,
         source=(
             f"NVIDIA HGX B200 datasheet, per GPU (platform figures / 8); {_SPARSE_NOTE}; "
             "SMs and L2 as the CUDA driver reports them"
