@@ -1,9 +1,7 @@
 """Measuring this machine's ceilings: the probes that time a large copy and a library GEMM
 per dtype (on CPU and GPU), the cache they fill (`load_or_measure_ceilings`), and the rule
-that load never lowers a CPU ceiling (`best_of`, `reprobe`).
-
-A session whose cache holds usable ceilings never imports this module
-(`ceilings.cached_ceilings`): a probe costs seconds, tens under load.
+that load never lowers a CPU ceiling (`best_of`, `reprobe`). A probe costs seconds, tens
+under load (a session with usable cached ceilings never imports this module).
 
 GPU: a device-to-device copy of >= 1 GiB (bytes read + written over the median time of CUDA
 events) and a cuBLAS GEMM per dtype on random data (never zeros: zeros run faster). CPU:
@@ -95,13 +93,10 @@ def load_or_measure_ceilings(
     replace_cached: bool = False,
 ) -> Ceilings:
     """Cached ceilings of `device` for this torch version (and CPU thread count), measured
-    and cached if absent; `progress` hears a line before a measurement starts.
-
-    A corrupt or mismatched cache file is reported as a KernelproWarning and re-measured.
-    CPU ceilings measured under load are returned but not cached: their
-    `details["not_cached"]` says why. When valid CPU ceilings are cached and measured again
-    (`refresh`, or provisional ones on a quiet machine), each ceiling keeps the best of both
-    (`best_of`: load can only lower a probe) unless `replace_cached`.
+    and cached if absent, by the rules of load (module docstring; `replace_cached`: the new
+    probe replaces the cached CPU set instead of keeping the best of both); `progress` hears
+    a line before a measurement starts. A corrupt or mismatched cache file is reported as a
+    KernelproWarning and re-measured; provisional ceilings' `details["not_cached"]` says why.
 
     One probe at a time per cache file: two processes probing at once (xdist workers, two CI
     jobs on one runner) would each measure the other as load. A process that waited for
