@@ -60,6 +60,8 @@ _AMPERE_SM = dict(
     max_threads_per_sm=2048,
     mma_shapes=_AMPERE_MMA,
 )
+# Blackwell (B200) keeps Hopper's shared memory, registers and threads per SM.
+_BLACKWELL_SM = {**_HOPPER_SM, "arch": "sm_100", "mma_shapes": _BLACKWELL_MMA}
 _ADA_SM = dict(
     arch="sm_89",
     smem_per_sm_bytes=100 * _KIB,
@@ -230,14 +232,9 @@ BUILTIN: tuple[dict[str, Any], ...] = (
     dict(
         name="NVIDIA B200",
         aliases=("B200", "NVIDIA B200 SXM"),
-        arch="sm_100",
         sms=148,
         dram_bandwidth_Bps=8.0e12,
         l2_bytes=int(126.5 * _MIB),
-        smem_per_sm_bytes=228 * _KIB,
-        max_smem_per_block_bytes=227 * _KIB,
-        regs_per_sm=65536,
-        max_threads_per_sm=2048,
         # HGX B200 (8 GPUs): FP64/FP64 TC 296, FP32 600 TFLOP/s; TF32 18*, BF16/FP16 36*,
         # FP8 72*, INT8 72* PFLOP/s (* = sparse) -> per GPU, dense.
         peak_flops={
@@ -250,11 +247,11 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 4.5e15,
             "int8_tensor": 4.5e15,
         },
-        mma_shapes=_BLACKWELL_MMA,
         source=(
             f"NVIDIA HGX B200 datasheet, per GPU (platform figures / 8); {_SPARSE_NOTE}; "
             "SMs and L2 as the CUDA driver reports them"
         ),
         notes="the driver reports a 7680-bit bus: about 7.7 TB/s, below the datasheet's 8",
+        **_BLACKWELL_SM,
     ),
 )
