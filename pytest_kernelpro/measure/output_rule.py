@@ -79,18 +79,19 @@ class Tolerance:
     norm_rtol: float | None = None
 
 
-def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:
+def default_tolerance(dtype: Any, reduced: str | None = None) -> Tolerance:
     """The tolerance of a reference output of `dtype` (a torch dtype or its name; None: a
-    plain value, exact). `tf32`/`reduced="bf16"`: an fp32 reference whose matmuls ran in that
-    type gets its tolerance. Integers and bool compare exactly."""
+    plain value, exact). `reduced`: an fp32 reference whose matmuls may run in "tf32"
+    (float32 and complex64 outputs) or "bf16" (float32 only, as its flag governs real fp32
+    matmuls) gets that type's tolerance. Integers and bool compare exactly."""
     if dtype is None:
         return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
     name = str(dtype).removeprefix("torch.")
     label = f"torch.{name}"
-    if name in ("float32", "complex64") and reduced == "bf16":
+    if name == "float32" and reduced == "bf16":
         rtol, atol = _FLOAT_TOLERANCES["bfloat16"]
         return Tolerance(rtol, atol, f"default for {label} with fp32 matmuls in bf16")
-    if name in ("float32", "complex64") and tf32:
+    if name in ("float32", "complex64") and reduced == "tf32":
         return Tolerance(*_TF32, f"default for {label} with TF32 matmul/conv allowed")
     if name in _FLOAT_TOLERANCES:
         rtol, atol = _FLOAT_TOLERANCES[name]
@@ -106,17 +107,12 @@ def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = N
 def tolerance_rule(
     *, reduced: str | None = None, rtol: float | None = None, atol: float | None = None
 ) -> Callable[[Any], Tolerance]:
-    """dtype -> its `Tolerance`: the dtype's default relaxed by `reduced` ("tf32", or "bf16"
-    for float32 outputs only, as its flag governs real fp32 matmuls), with a marker's
-    `rtol`/`atol` replacing its fields (source "marker")."""
+    """dtype -> its `Tolerance`: the dtype's default relaxed by `reduced`
+    (`default_tolerance`), with a marker's `rtol`/`atol` replacing its fields (source
+    "marker")."""
 
     def tolerance_for(dtype: Any) -> Tolerance:
-        name = str(dtype).removeprefix("torch.")
-        base = default_tolerance(
-            dtype,
-            tf32=reduced == "tf32",
-            reduced="bf16" if reduced == "bf16" and name == "float32" else None,
-        )
+        base = default_tolerance(dtype, reduced)
         if rtol is None and atol is None:
             return base
         return Tolerance(

@@ -332,13 +332,15 @@ def test_default_tolerances(dtype: Any, rtol: float, atol: float, source: str) -
 
 
 def test_tf32_and_bf16_matmul_tolerances() -> None:
-    tf32 = default_tolerance(torch.float32, tf32=True)
+    tf32 = default_tolerance(torch.float32, reduced="tf32")
     assert (tf32.rtol, tf32.atol) == (1e-2, 1e-2)
     assert "TF32" in tf32.source
-    assert default_tolerance(torch.bfloat16, tf32=True).source == "default for torch.bfloat16"
+    assert default_tolerance(torch.bfloat16, "tf32").source == "default for torch.bfloat16"
     medium = default_tolerance(torch.float32, reduced="bf16")
     assert medium.rtol == 1.6e-2
     assert "bf16" in medium.source
+    # bf16's flag governs real fp32 matmuls only: complex64 keeps its own tolerance.
+    assert default_tolerance(torch.complex64, "bf16") == default_tolerance(torch.complex64)
     with pytest.raises(KernelproError, match="rtol= and atol= on the kernelpro marker"):
         default_tolerance("quint8")
 
@@ -518,7 +520,7 @@ def test_a_result_without_its_rule_rechecks_by_the_dtype_rule_it_was_judged_by()
     assert rule is not result.rule_state
     assert rule.reduced == "tf32"
     tol = rule(torch.float32)
-    assert (tol.rtol, tol.atol) == (0.5, default_tolerance(torch.float32, tf32=True).atol)
+    assert (tol.rtol, tol.atol) == (0.5, default_tolerance(torch.float32, "tf32").atol)
 
 
 def test_a_recheck_failure_counts_the_outputs_it_does_not_show() -> None:
