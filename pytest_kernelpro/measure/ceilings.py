@@ -313,12 +313,11 @@ def cached_ceilings(
     import torch
 
     target = cache_target(device, cache_dir, spec)
-    spec = target.spec
     try:
         cached = read_cached(target.path, target.name, torch.__version__)
     except (OSError, ValueError, KeyError, TypeError, KernelproError):
         return None
-    return merge_spec(cached, spec) if measured_under_load(cached) is None else None
+    return merge_spec(cached, target.spec) if measured_under_load(cached) is None else None
 
 
 def format_rate(value: float, unit: str) -> str:
