@@ -201,17 +201,11 @@ def time_cuda(
         device=str(props.name),
         stop_reason=log.stop_reason,
         wall_s=bound.perf_counter() - t_start,
-        warmup_runs=extra["warmup_runs"],
         throttled_samples=sum(log.throttled),
-        clocks=summarize_readings(extra["readings"]),
-        anchor=extra["anchor"],
-        warmup_throttled=extra["warmup_throttled"],
-        flushed_l2=extra["flush_bytes"] > 0,
-        calls_per_sample=extra["calls_per_sample"],
-        flush_bytes=extra["flush_bytes"],
+        clocks=summarize_readings(extra.pop("readings")),
         rounds=log.rounds,
         budget=budget.to_dict(),
-        honesty=extra["honesty"],
+        **extra,
     )
 
 
@@ -614,12 +608,14 @@ def _time_cuda_on(
 
 
 def _side_facts(run: _CudaRun, nbytes: int, pairs: dict[str, Any] | None) -> dict[str, Any]:
-    """What `time_cuda` reports beside the samples."""
+    """The `TimingResult` fields `time_cuda` reports beside the samples, and the NVML
+    readings it summarizes."""
     fresh = run.fresh
     return {
         "warmup_runs": run.runs,
         "readings": run.readings,
         "calls_per_sample": run.calls,
+        "flushed_l2": nbytes > 0,
         "flush_bytes": nbytes,
         "anchor": pairs,
         "warmup_throttled": warmup_capped("on", run.warm_flags) if run.warm_flags else None,
