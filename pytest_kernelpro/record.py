@@ -281,7 +281,7 @@ class ProfilePart(Part, frozen=True, kw_only=True):
 
 class AutotunePart(Part, frozen=True, kw_only=True):
     """What the item's autotuned kernels chose in its process (`measure.autotune_capture.
-    AutotuneCapture.to_dict`) and the library settings that choose algorithms
+    AutotuneCapture.part`) and the library settings that choose algorithms
     (`measure.environment.library_choices`)."""
 
     # One per autotuned kernel and key: {"kernel", "key", "key_names", "config" (flat:

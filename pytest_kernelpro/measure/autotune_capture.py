@@ -257,16 +257,6 @@ class AutotuneCapture:
             pin_problems=tuple(self.pin_problems) or None,
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        """The `autotune` part's JSON form, without the library settings."""
-        part = self.part(None)
-        out: dict[str, Any] = {"choices": list(part.choices)}
-        if part.pinned:
-            out["pinned"] = list(part.pinned)
-        if part.pin_problems:
-            out["pin_problems"] = list(part.pin_problems)
-        return out
-
 
 def config_words(config: Mapping[str, Any]) -> str:
     """A config in words: "BLOCK_SIZE=1024, num_warps=8, num_stages=3"."""

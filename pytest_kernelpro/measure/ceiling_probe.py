@@ -1,9 +1,7 @@
 """Measuring this machine's ceilings: the probes that time a large copy and a library GEMM
 per dtype (on CPU and GPU), the cache they fill (`load_or_measure_ceilings`), and the rule
-that load never lowers a CPU ceiling (`best_of`, `reprobe`).
-
-A session whose cache holds usable ceilings never imports this module
-(`ceilings.cached_ceilings`): a probe costs seconds, tens under load.
+that load never lowers a CPU ceiling (`best_of`, `reprobe`). A probe costs seconds, tens
+under load (a session with usable cached ceilings never imports this module).
 
 GPU: a device-to-device copy of >= 1 GiB (bytes read + written over the median time of CUDA
 events) and a cuBLAS GEMM per dtype on random data (never zeros: zeros run faster). CPU:
@@ -95,13 +93,10 @@ def load_or_measure_ceilings(
     replace_cached: bool = False,
 ) -> Ceilings:
     """Cached ceilings of `device` for this torch version (and CPU thread count), measured
-    and cached if absent; `progress` hears a line before a measurement starts.
-
-    A corrupt or mismatched cache file is reported as a KernelproWarning and re-measured.
-    CPU ceilings measured under load are returned but not cached: their
-    `details["not_cached"]` says why. When valid CPU ceilings are cached and measured again
-    (`refresh`, or provisional ones on a quiet machine), each ceiling keeps the best of both
-    (`best_of`: load can only lower a probe) unless `replace_cached`.
+    and cached if absent, by the rules of load (module docstring; `replace_cached`: the new
+    probe replaces the cached CPU set instead of keeping the best of both); `progress` hears
+    a line before a measurement starts. A corrupt or mismatched cache file is reported as a
+    KernelproWarning and re-measured; provisional ceilings' `details["not_cached"]` says why.
 
     One probe at a time per cache file: two processes probing at once (xdist workers, two CI
     jobs on one runner) would each measure the other as load. A process that waited for
@@ -151,24 +146,17 @@ def _usable_or_kept(
     """`target`'s cached ceilings when they are used as they are, else what a probe keeps."""
     import torch
 
-    device_type, name, threads, spec, path = (
-        target.device_type,
-        target.name,
-        target.threads,
-        target.spec,
-        target.path,
-    )
     previous: Ceilings | None = None
-    if path.exists() and not (refresh and replace_cached):
+    if target.path.exists() and not (refresh and replace_cached):
         try:
-            cached = read_cached(path, name, torch.__version__)
-            previous = cached if device_type == "cpu" else None
+            cached = read_cached(target.path, target.name, torch.__version__)
+            previous = cached if target.device_type == "cpu" else None
             busy = measured_under_load(cached)
             if refresh:
                 pass  # re-measure; on the CPU the best of both is kept
             elif busy is None:
-                return merge_spec(cached, spec)
-            elif threads is not None and not quiet_now(threads):
+                return merge_spec(cached, target.spec)
+            elif target.threads is not None and not quiet_now(target.threads):
                 note = (
                     f"provisional: measured under load on {cached.measured_at} ({busy}); "
                     "re-measured once the machine is quiet"
@@ -178,7 +166,7 @@ def _usable_or_kept(
         except (OSError, ValueError, KeyError, TypeError, KernelproError) as exc:
             if warn:
                 warnings.warn(
-                    f"ignoring ceilings cache {path}: {exc}; re-measuring {name}",
+                    f"ignoring ceilings cache {target.path}: {exc}; re-measuring {target.name}",
                     KernelproWarning,
                     stacklevel=3,
                 )
@@ -362,19 +350,15 @@ def _matmul_tf32(enabled: bool) -> Iterator[None]:
 
     matmul = torch.backends.cuda.matmul
     if hasattr(matmul, "fp32_precision"):  # torch >= 2.9; the legacy flag would mix APIs
-        previous = matmul.fp32_precision
-        matmul.fp32_precision = "tf32" if enabled else "ieee"
-        try:
-            yield
-        finally:
-            matmul.fp32_precision = previous
+        flag, value = "fp32_precision", "tf32" if enabled else "ieee"
     else:
-        previous_flag = matmul.allow_tf32
-        matmul.allow_tf32 = enabled
-        try:
-            yield
-        finally:
-            matmul.allow_tf32 = previous_flag
+        flag, value = "allow_tf32", enabled
+    previous = getattr(matmul, flag)
+    setattr(matmul, flag, value)
+    try:
+        yield
+    finally:
+        setattr(matmul, flag, previous)
 
 
 def _rate(work: float, times: list[float], statistic: str) -> dict[str, Any]:
@@ -552,35 +536,20 @@ def measure_cuda(
     return bandwidth, flops, details
 
 
-def reprobe(
-    ceilings: Ceilings,
-    device: str,
-    cache_dir: Path,
-    *,
-    why: str,
-    quick: bool = False,
-    measure: Callable[..., Ceilings] | None = None,
-) -> Ceilings:
-    """Measure `device`'s ceilings again and keep the best of both (`best_of`), cached.
-
-    `why` is recorded (the kernel that exceeded a ceiling, or `kernelpro calibrate`);
-    `measure` replaces `measure_ceilings` (tests). GPU ceilings are returned as
-    they are: device-timed, no load lowers them.
-    """
+def reprobe(ceilings: Ceilings, device: str, cache_dir: Path, *, why: str) -> Ceilings:
+    """Measure `device`'s ceilings again and keep the best of both (`best_of`), cached;
+    `why` is recorded (the kernel that exceeded a ceiling). GPU ceilings are returned as they
+    are: device-timed, no load lowers them."""
     import torch
 
     if ceilings.device_type != "cpu":
         return ceilings
-    measure = measure or measure_ceilings
-    fresh = _monitored(lambda: measure(device, quick=quick), torch.get_num_threads())
+    threads = torch.get_num_threads()
+    fresh = _monitored(lambda: measure_ceilings(device, quick=False), threads)
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     merged = _best_with_history(ceilings, fresh, now, why)
-    threads = torch.get_num_threads()
-    path = cache_path(Path(cache_dir), merged.device, merged.torch_version, quick, threads)
-    atomic_write_json(
-        path,
-        {"schema": CACHE_SCHEMA, "quick": quick, "ceilings": merged.to_dict()},
-    )
+    path = cache_path(Path(cache_dir), merged.device, merged.torch_version, False, threads)
+    atomic_write_json(path, {"schema": CACHE_SCHEMA, "quick": False, "ceilings": merged.to_dict()})
     return merged
 
 

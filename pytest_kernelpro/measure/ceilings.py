@@ -2,12 +2,10 @@
 (`Ceilings`), their cache, and the trust rule that says which of them bound a kernel.
 
 The roofline divides by these, not by datasheet rates (leads no real kernel reaches).
-Measured once per machine and torch version (`measure/ceiling_probe.py`), cached as JSON
-outside the project (`default_cache_dir`: one cache per machine and user); `kernelpro
-calibrate` re-measures. A session whose cache holds usable ceilings reads them here
-(`cached_ceilings`) and never imports the probe. CPU ceilings are measured at the thread
-policy's count and cached per count; one taken while other processes held the cores it
-needed is *provisional* (`measured_under_load`) and re-measured on the first quiet session.
+Measured once per machine and torch version (`measure/ceiling_probe.py`, with the rules of
+load), cached as JSON outside the project (`default_cache_dir`: one cache per machine and
+user; CPU ceilings per thread count); `kernelpro calibrate` re-measures. A session whose
+cache holds usable ceilings reads them here (`cached_ceilings`) and never imports the probe.
 
 `Ceilings.trusted` (the only ceilings the impossible-time rule may use): a GPU's
 (device-timed, or the datasheet's); on the CPU the best of repeated probes of which at least
@@ -315,12 +313,11 @@ def cached_ceilings(
     import torch
 
     target = cache_target(device, cache_dir, spec)
-    spec = target.spec
     try:
         cached = read_cached(target.path, target.name, torch.__version__)
     except (OSError, ValueError, KeyError, TypeError, KernelproError):
         return None
-    return merge_spec(cached, spec) if measured_under_load(cached) is None else None
+    return merge_spec(cached, target.spec) if measured_under_load(cached) is None else None
 
 
 def format_rate(value: float, unit: str) -> str:

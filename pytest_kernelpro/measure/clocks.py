@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 # NVML clock-event reason bits (nvml.h `nvmlClocksEventReason*`; stable ABI values), so the
@@ -71,13 +71,6 @@ class ClockReading:
         if "gpu_idle" in self.reasons or not self.sm_mhz or not self.max_sm_mhz:
             return False
         return self.sm_mhz < LOW_CLOCK_FRACTION * self.max_sm_mhz
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (reasons as a list)."""
-        data = asdict(self)
-        data["reasons"] = list(self.reasons)
-        data["throttled"] = self.throttled
-        return data
 
 
 class ClockMonitor:

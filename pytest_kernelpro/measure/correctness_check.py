@@ -25,7 +25,7 @@ import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +76,6 @@ class CorrectnessResult:
     kernelbench: dict[str, Any] | None = None  # KernelBench's own verdict (KernelBench files)
     # The rule with what the first trial's truth calibrated, for `recheck_after_timing`.
     rule_state: Any = field(default=None, compare=False, repr=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (non-finite errors become "inf"/"nan" strings)."""
-        data = asdict(replace(self, rule_state=None))  # asdict would deep-copy the rule
-        data.pop("rule_state")
-        for key in ("max_abs_err", "max_rel_err", "worst_ratio", "kernel_error", "reference_error"):
-            if data[key] is not None:
-                data[key] = json_float(data[key])
-        data["worst_index"] = None if self.worst_index is None else list(self.worst_index)
-        data["notes"] = list(self.notes)
-        return data
 
 
 def check_correctness(
@@ -534,7 +523,6 @@ def _changed_input(torch: Any, original: Any, used: Any, path: str = "input") ->
 # reference's: float64 on a GPU runs at a fraction of the TF32 rate; on a CPU about 2x fp32.
 SLOWDOWN = {"cuda": 64.0, "cpu": 4.0}
 TIME_BUDGET_S = 30.0  # the re-run's estimated wall time above this: skipped
-MEMORY_HEADROOM = 2.0  # free memory needed: this times the widened inputs, params and outputs
 
 
 def wide_dtype(torch: Any, expected: Any) -> tuple[Any, str | None]:
@@ -624,41 +612,6 @@ def _wide_mode(torch: Any, wide: Any, device: str) -> Iterator[None]:
                 apply_fp32_precision_flags(torch, flags, where="the truth's re-run")
 
 
-def _tensor_bytes(torch: Any, obj: Any) -> int:
-    """Bytes of the tensors in `obj` (nested), modules' parameters and buffers included."""
-    total = 0
-    for _, leaf in leaves_of(torch, obj):
-        if isinstance(leaf, torch.nn.Module):
-            total += sum(
-                t.numel() * t.element_size() for t in [*leaf.parameters(), *leaf.buffers()]
-            )
-        elif isinstance(leaf, torch.Tensor):
-            total += leaf.numel() * leaf.element_size()
-    return total
-
-
-def _memory_shortfall(
-    torch: Any, reference: Any, inputs: Any, expected: Any, wide: Any, device: str
-) -> str | None:
-    """Why the re-run would not fit in the device's free memory, or None."""
-    if not device.startswith("cuda"):
-        return None
-    owner = getattr(reference, "__self__", reference)
-    narrow = _tensor_bytes(torch, inputs) + _tensor_bytes(torch, owner)
-    narrow += _tensor_bytes(torch, expected)
-    needed = MEMORY_HEADROOM * 2.0 * narrow  # fp32 -> fp64 and bf16/fp16 -> fp32 double a tensor
-    free, _total = torch.cuda.mem_get_info(device)
-    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    available = free + max(0, cached)
-    if needed <= available:
-        return None
-    return (
-        f"not enough device memory: the re-run needs about {needed / 2**30:.1f} GiB "
-        f"({MEMORY_HEADROOM:g}x the widened inputs, parameters and outputs), "
-        f"{available / 2**30:.1f} GiB free"
-    )
-
-
 def run_truth(
     torch: Any,
     reference: Callable[..., Any],
@@ -690,14 +643,17 @@ def run_truth(
             f"too slow: the reference's call took {reference_s:.3g} s; in {precision} about "
             f"{SLOWDOWN[kind]:g}x that on {kind}, above the {TIME_BUDGET_S:g} s budget",
         )
-    try:
-        short = _memory_shortfall(torch, reference, inputs, expected, wide, device)
-    except RuntimeError as exc:
-        short = f"device memory could not be read ({exc})"
-    if short:
-        return Truth(precision=precision, skipped=short)
     cuda = device.startswith("cuda")
     if cuda:
+        from pytest_kernelpro.measure.gpu_memory import truth_shortfall
+
+        try:
+            owner = getattr(reference, "__self__", reference)
+            short = truth_shortfall(torch, (inputs, expected, owner), device)
+        except RuntimeError as exc:
+            short = f"device memory could not be read ({exc})"
+        if short:
+            return Truth(precision=precision, skipped=short)
         torch.cuda.synchronize(device)
         peak_before = torch.cuda.max_memory_allocated(device)
         start = torch.cuda.memory_allocated(device)

@@ -60,6 +60,8 @@ _AMPERE_SM = dict(
     max_threads_per_sm=2048,
     mma_shapes=_AMPERE_MMA,
 )
+# Blackwell (B200) keeps Hopper's shared memory, registers and threads per SM.
+_BLACKWELL_SM = {**_HOPPER_SM, "arch": "sm_100", "mma_shapes": _BLACKWELL_MMA}
 _ADA_SM = dict(
     arch="sm_89",
     smem_per_sm_bytes=100 * _KIB,
@@ -107,13 +109,12 @@ _A100_PEAKS = {
 }
 
 
-def _a100(name: str, alias: str, bandwidth: float, memory_gb: int, form: str) -> dict[str, Any]:
+def _a100(name: str, alias: str, bandwidth: float, form: str) -> dict[str, Any]:
     return dict(
         name=name,
         aliases=(alias,),
         dram_bandwidth_Bps=bandwidth,
         peak_flops=_A100_PEAKS,
-        memory_bytes=memory_gb * 10**9,
         source=f"NVIDIA A100 Tensor Core GPU datasheet ({form} column); {_SPARSE_NOTE}",
         **_AMPERE_SM,
     )
@@ -129,7 +130,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=3.35e12,
         l2_bytes=50 * _MIB,
         peak_flops=_HOPPER_SXM_PEAKS,
-        memory_bytes=80 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column); {_SPARSE_NOTE}",
         **_HOPPER_SM,
     ),
@@ -149,7 +149,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 1513e12,
             "int8_tensor": 1513e12,
         },
-        memory_bytes=80 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column); {_SPARSE_NOTE}",
         **_HOPPER_SM,
     ),
@@ -160,7 +159,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=3.9e12,
         l2_bytes=50 * _MIB,
         peak_flops=_HOPPER_NVL_PEAKS,
-        memory_bytes=94 * 10**9,
         source=f"NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column); {_SPARSE_NOTE}",
         **_HOPPER_SM,
     ),
@@ -171,7 +169,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=4.8e12,
         l2_bytes=60 * _MIB,
         peak_flops=_HOPPER_SXM_PEAKS,
-        memory_bytes=141 * 10**9,
         source=(
             f"NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column); {_SPARSE_NOTE}; "
             "L2 as torch.cuda.get_device_properties reported it on an H200"
@@ -186,17 +183,16 @@ BUILTIN: tuple[dict[str, Any], ...] = (
         dram_bandwidth_Bps=4.8e12,
         l2_bytes=60 * _MIB,
         peak_flops=_HOPPER_NVL_PEAKS,
-        memory_bytes=141 * 10**9,
         source=(
             f"NVIDIA H200 Tensor Core GPU datasheet (H200 NVL column); {_SPARSE_NOTE}; "
             "L2 assumed equal to the H200 SXM's"
         ),
         **_HOPPER_SM,
     ),
-    _a100("NVIDIA A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2.039e12, 80, "A100 80GB SXM"),
-    _a100("NVIDIA A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1.555e12, 40, "A100 40GB SXM"),
-    _a100("NVIDIA A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1.935e12, 80, "A100 80GB PCIe"),
-    _a100("NVIDIA A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1.555e12, 40, "A100 40GB PCIe"),
+    _a100("NVIDIA A100 SXM4 80GB", "NVIDIA A100-SXM4-80GB", 2.039e12, "A100 80GB SXM"),
+    _a100("NVIDIA A100 SXM4 40GB", "NVIDIA A100-SXM4-40GB", 1.555e12, "A100 40GB SXM"),
+    _a100("NVIDIA A100 PCIe 80GB", "NVIDIA A100 80GB PCIe", 1.935e12, "A100 80GB PCIe"),
+    _a100("NVIDIA A100 PCIe 40GB", "NVIDIA A100-PCIE-40GB", 1.555e12, "A100 40GB PCIe"),
     dict(
         name="NVIDIA L4",
         aliases=("L4",),
@@ -213,7 +209,6 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 242.5e12,
             "int8_tensor": 242.5e12,
         },
-        memory_bytes=24 * 10**9,
         source=f"NVIDIA L4 Tensor Core GPU datasheet; {_SPARSE_NOTE}",
         **_ADA_SM,
     ),
@@ -231,21 +226,15 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 733e12,
             "int8_tensor": 733e12,
         },
-        memory_bytes=48 * 10**9,
         source="NVIDIA L40S datasheet (dense column; it also lists the sparse figures)",
         **_ADA_SM,
     ),
     dict(
         name="NVIDIA B200",
         aliases=("B200", "NVIDIA B200 SXM"),
-        arch="sm_100",
         sms=148,
         dram_bandwidth_Bps=8.0e12,
         l2_bytes=int(126.5 * _MIB),
-        smem_per_sm_bytes=228 * _KIB,
-        max_smem_per_block_bytes=227 * _KIB,
-        regs_per_sm=65536,
-        max_threads_per_sm=2048,
         # HGX B200 (8 GPUs): FP64/FP64 TC 296, FP32 600 TFLOP/s; TF32 18*, BF16/FP16 36*,
         # FP8 72*, INT8 72* PFLOP/s (* = sparse) -> per GPU, dense.
         peak_flops={
@@ -258,12 +247,11 @@ BUILTIN: tuple[dict[str, Any], ...] = (
             "fp8_tensor": 4.5e15,
             "int8_tensor": 4.5e15,
         },
-        mma_shapes=_BLACKWELL_MMA,
-        memory_bytes=180 * 10**9,
         source=(
             f"NVIDIA HGX B200 datasheet, per GPU (platform figures / 8); {_SPARSE_NOTE}; "
             "SMs and L2 as the CUDA driver reports them"
         ),
         notes="the driver reports a 7680-bit bus: about 7.7 TB/s, below the datasheet's 8",
+        **_BLACKWELL_SM,
     ),
 )

@@ -55,7 +55,6 @@ class DeviceSpec:
     peak_flops: Mapping[str, float]
     mma_shapes: tuple[str, ...]
     source: str
-    memory_bytes: int = 0
     notes: str = ""
 
     def __post_init__(self) -> None:

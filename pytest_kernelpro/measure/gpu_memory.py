@@ -17,6 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_kernelpro.measure.output_rule import leaves_of
+
 GIB = 1024**3
 LEAK_CHECK_BYTES = 256 * 1024**2  # more than this still allocated after an item: collect
 RELEASE_BYTES = 512 * 1024**2  # more than this cached but unused after an item: release
@@ -59,6 +61,34 @@ def module_bytes(obj: Any) -> int:
     if not isinstance(obj, torch.nn.Module):
         return 0
     return tensor_bytes_of([*obj.parameters(), *obj.buffers()])
+
+
+# The truth's re-run (`correctness_check.run_truth`) needs free memory of this times the
+# widened inputs, parameters and outputs.
+TRUTH_HEADROOM = 2.0
+
+
+def truth_shortfall(torch: Any, narrow: Any, device: str) -> str | None:
+    """Why the truth's re-run would not fit in the device's free memory, or None; `narrow`:
+    its inputs, output and reference (the module of a bound method), before widening."""
+    total = 0
+    for _, leaf in leaves_of(torch, narrow):
+        if isinstance(leaf, torch.nn.Module):
+            params = [*leaf.parameters(), *leaf.buffers()]
+            total += sum(t.numel() * t.element_size() for t in params)
+        elif isinstance(leaf, torch.Tensor):
+            total += leaf.numel() * leaf.element_size()
+    needed = TRUTH_HEADROOM * 2.0 * total  # fp32 -> fp64 and bf16/fp16 -> fp32 double a tensor
+    free, _total = torch.cuda.mem_get_info(device)
+    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    available = free + max(0, cached)
+    if needed <= available:
+        return None
+    return (
+        f"not enough device memory: the re-run needs about {needed / 2**30:.1f} GiB "
+        f"({TRUTH_HEADROOM:g}x the widened inputs, parameters and outputs), "
+        f"{available / 2**30:.1f} GiB free"
+    )
 
 
 def format_bytes(value: float | None) -> str:

@@ -32,8 +32,8 @@ plugin.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -79,18 +79,19 @@ class Tolerance:
     norm_rtol: float | None = None
 
 
-def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = None) -> Tolerance:
+def default_tolerance(dtype: Any, reduced: str | None = None) -> Tolerance:
     """The tolerance of a reference output of `dtype` (a torch dtype or its name; None: a
-    plain value, exact). `tf32`/`reduced="bf16"`: an fp32 reference whose matmuls ran in that
-    type gets its tolerance. Integers and bool compare exactly."""
+    plain value, exact). `reduced`: an fp32 reference whose matmuls may run in "tf32"
+    (float32 and complex64 outputs) or "bf16" (float32 only, as its flag governs real fp32
+    matmuls) gets that type's tolerance. Integers and bool compare exactly."""
     if dtype is None:
         return Tolerance(0.0, 0.0, "exact for non-tensor outputs")
     name = str(dtype).removeprefix("torch.")
     label = f"torch.{name}"
-    if name in ("float32", "complex64") and reduced == "bf16":
+    if name == "float32" and reduced == "bf16":
         rtol, atol = _FLOAT_TOLERANCES["bfloat16"]
         return Tolerance(rtol, atol, f"default for {label} with fp32 matmuls in bf16")
-    if name in ("float32", "complex64") and tf32:
+    if name in ("float32", "complex64") and reduced == "tf32":
         return Tolerance(*_TF32, f"default for {label} with TF32 matmul/conv allowed")
     if name in _FLOAT_TOLERANCES:
         rtol, atol = _FLOAT_TOLERANCES[name]
@@ -106,17 +107,12 @@ def default_tolerance(dtype: Any, *, tf32: bool = False, reduced: str | None = N
 def tolerance_rule(
     *, reduced: str | None = None, rtol: float | None = None, atol: float | None = None
 ) -> Callable[[Any], Tolerance]:
-    """dtype -> its `Tolerance`: the dtype's default relaxed by `reduced` ("tf32", or "bf16"
-    for float32 outputs only, as its flag governs real fp32 matmuls), with a marker's
-    `rtol`/`atol` replacing its fields (source "marker")."""
+    """dtype -> its `Tolerance`: the dtype's default relaxed by `reduced`
+    (`default_tolerance`), with a marker's `rtol`/`atol` replacing its fields (source
+    "marker")."""
 
     def tolerance_for(dtype: Any) -> Tolerance:
-        name = str(dtype).removeprefix("torch.")
-        base = default_tolerance(
-            dtype,
-            tf32=reduced == "tf32",
-            reduced="bf16" if reduced == "bf16" and name == "float32" else None,
-        )
+        base = default_tolerance(dtype, reduced)
         if rtol is None and atol is None:
             return base
         return Tolerance(
@@ -480,14 +476,13 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
 def _two_stage_pass(
     torch: Any,
     steps: range,
-    quick: Callable[[int], tuple[Any, Any]],
-    full: Callable[[int], tuple[Any, Any]],
+    row_of: Callable[[int, bool], tuple[Any, Any]],
     settled: Callable[[Any], bool],
 ) -> tuple[Any, list[Any]]:
-    """The chunked passes' shape: every chunk (by its start) taken by `quick`, without the NaN
-    and infinity screens; one synchronization reads the table; a row `settled` refuses is
-    taken again by `full`. Each returns (row, where its largest ratio is, or None). Returns
-    the table on the CPU and those places, chunk-relative.
+    """The chunked passes' shape: every chunk (by its start) taken by `row_of(start, False)`,
+    without the NaN and infinity screens; one synchronization reads the table; a row `settled`
+    refuses is taken again by `row_of(start, True)`. Each returns (row, where its largest
+    ratio is, or None). Returns the table on the CPU and those places, chunk-relative.
 
     Each chunk's row and place are written into tensors made at the first chunk, not kept
     as tensors of their own: a small tensor kept per chunk sits in the heap among the freed
@@ -501,7 +496,7 @@ def _two_stage_pass(
     places: Any = None
     placed = [False] * len(steps)
     for index, lo in enumerate(steps):
-        row, at = quick(lo)
+        row, at = row_of(lo, False)
         if table is None:
             table = row.new_empty((len(steps), *row.shape))
         table[index] = row
@@ -514,7 +509,7 @@ def _two_stage_pass(
     best = [places[index] if placed[index] else None for index in range(len(steps))]
     for index, lo in enumerate(steps):
         if not settled(table[index]):
-            row, best[index] = full(lo)
+            row, best[index] = row_of(lo, True)
             table[index] = row.cpu()
     return table, best
 
@@ -534,16 +529,12 @@ def _allclose_pass(
     settled (`_allclose_chunk`)."""
     steps = chunk_ranges(e_flat.numel(), e_flat.device)
 
-    def chunk(lo: int) -> tuple[Any, Any]:
-        return g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step]
+    def row_of(lo: int, screen: bool) -> tuple[Any, Any]:
+        g, e = g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step]
+        return _allclose_chunk(torch, g, e, tol, work, screen=screen)
 
-    table, best = _two_stage_pass(
-        torch,
-        steps,
-        lambda lo: _allclose_chunk(torch, *chunk(lo), tol, work, screen=False),
-        lambda lo: _allclose_chunk(torch, *chunk(lo), tol, work, screen=True),
-        lambda row: bool(row[7] <= 1.0),  # False for NaN: a miss or a non-number
-    )
+    # Settled where the largest ratio is at most 1 (False for NaN: a miss or a non-number).
+    table, best = _two_stage_pass(torch, steps, row_of, lambda row: bool(row[7] <= 1.0))
     return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
@@ -663,14 +654,12 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     diff = torch.empty(ref.shape, dtype=keep, device=ref.device)
     flat = (diff.reshape(-1), ref.detach().reshape(-1), wide_out.reshape(-1))
     steps = chunk_ranges(total, ref.device)
+
+    def row_of(lo: int, screen: bool) -> tuple[Any, None]:
+        return _reference_error_chunk(torch, flat, lo, steps.step, screen=screen), None
+
     # Unscreened first: max |r - t| is a number only where both sides are finite throughout.
-    table, _ = _two_stage_pass(
-        torch,
-        steps,
-        lambda lo: (_reference_error_chunk(torch, flat, lo, steps.step, screen=False), None),
-        lambda lo: (_reference_error_chunk(torch, flat, lo, steps.step, screen=True), None),
-        lambda row: math.isfinite(float(row[2])),
-    )
+    table, _ = _two_stage_pass(torch, steps, row_of, lambda row: math.isfinite(float(row[2])))
     if float(table[:, 4].sum()) > 0:
         return f"the re-run gave NaN or infinity at {path} where the reference did not"
     leaf = LeafTruth(
@@ -747,16 +736,11 @@ def _truth_pass(
     steps = chunk_ranges(total, r.device)
     bounds = (floor, factor, roundings)
 
-    def chunk(lo: int) -> tuple[Any, Any, Any]:
-        return g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step]
+    def row_of(lo: int, screen: bool) -> tuple[Any, Any]:
+        chunk = g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step]
+        return _truth_chunk(torch, chunk, bounds, work, screen=screen)
 
-    table, best = _two_stage_pass(
-        torch,
-        steps,
-        lambda lo: _truth_chunk(torch, chunk(lo), bounds, work, screen=False),
-        lambda lo: _truth_chunk(torch, chunk(lo), bounds, work, screen=True),
-        lambda row: math.isfinite(float(row[5])),
-    )
+    table, best = _two_stage_pass(torch, steps, row_of, lambda row: math.isfinite(float(row[5])))
     return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
 
 
@@ -1213,33 +1197,6 @@ class CorrectnessRule:
                     )
             out.append(report)
         return out
-
-    def payload(self) -> dict[str, Any]:
-        """JSON-safe: what another process (the confirmation's) needs to judge later calls
-        by this rule."""
-        return {
-            "rtol": self.rtol,
-            "atol": self.atol,
-            "factor": self.factor,
-            "reduced": self.reduced,
-            "calibrated": {
-                path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
-                for path, c in self.calibrated.items()
-            },
-        }
-
-    @classmethod
-    def from_payload(cls, data: Mapping[str, Any]) -> CorrectnessRule:
-        """The rule again from its `payload` (KeyError or TypeError on another shape)."""
-        rule = cls(rtol=data.get("rtol"), atol=data.get("atol"))
-        if isinstance(data.get("factor"), (int, float)):
-            rule.factor = float(data["factor"])
-        rule.reduced = data.get("reduced")
-        for path, c in (data.get("calibrated") or {}).items():
-            rule.calibrated[str(path)] = Calibration(
-                Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
-            )
-        return rule
 
     def summary(self) -> dict[str, Any]:
         """The record's fields: rule, factor, both errors, the truth's precision and cost."""

@@ -649,9 +649,7 @@ def impossible_failure(
     """Why the kernel's time is impossible, or None: only its compulsory bytes beyond a
     trusted bandwidth ceiling, with inputs from memory (never a FLOP rate)."""
     device_type = ceilings.device_type
-    if not peak_used or not could_be_impossible(peak_used, timing, device_type):
-        return None
-    if not ceilings.trusted:
+    if not (peak_used and could_be_impossible(peak_used, timing, device_type) and ceilings.trusted):
         return None
     trust = ceilings.trust_reason()
     margin = impossible_margin(device_type)

@@ -12,7 +12,7 @@ timing inputs, calls the kernel once with the baseline's autotune choices pinned
 
 The child finds the item as an isolated child does (`isolate.child_address`) and its record
 is read as one's (`isolate.child_record_for`). It checks the sampled timed outputs by the
-parent's calibrated rule (`CorrectnessRule.payload`, written beside the pins): the dtype's
+parent's calibrated rule (`rule_payload`, written beside the pins): the dtype's
 default tolerance refused an honest algebraic rewrite whose error the parent's trials had
 calibrated.
 
@@ -28,7 +28,7 @@ import json
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -86,11 +86,43 @@ def remeasure_command(
     return [*cmd, f"{REMEASURE_FLAG}={pins_path}"]
 
 
-def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
-    """The parent's rule written beside the child's pins file (`CorrectnessRule.payload`), or
-    None without one."""
-    from pytest_kernelpro.measure.output_rule import CorrectnessRule
+def rule_payload(rule: CorrectnessRule) -> dict[str, Any]:
+    """JSON-safe: what the child needs to judge later calls by the parent's `rule`."""
+    return {
+        "rtol": rule.rtol,
+        "atol": rule.atol,
+        "factor": rule.factor,
+        "reduced": rule.reduced,
+        "calibrated": {
+            path: {"tolerance": asdict(c.tolerance), "limits": asdict(c.limits)}
+            for path, c in rule.calibrated.items()
+        },
+    }
 
+
+def rule_from_payload(data: Mapping[str, Any]) -> CorrectnessRule:
+    """The rule again from its `rule_payload` (KeyError or TypeError on another shape)."""
+    from pytest_kernelpro.measure.output_rule import (
+        Calibration,
+        CorrectnessRule,
+        InformationLimits,
+        Tolerance,
+    )
+
+    rule = CorrectnessRule(rtol=data.get("rtol"), atol=data.get("atol"))
+    if isinstance(data.get("factor"), (int, float)):
+        rule.factor = float(data["factor"])
+    rule.reduced = data.get("reduced")
+    for path, c in (data.get("calibrated") or {}).items():
+        rule.calibrated[str(path)] = Calibration(
+            Tolerance(**c["tolerance"]), InformationLimits(**c["limits"])
+        )
+    return rule
+
+
+def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
+    """The parent's rule written beside the child's pins file (`rule_payload`), or None
+    without one."""
     if pins_path is None:
         return None
     path = Path(pins_path).with_name(RULE_FILE)
@@ -98,7 +130,7 @@ def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
         return None
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return CorrectnessRule.from_payload(data) if isinstance(data, dict) else None
+        return rule_from_payload(data) if isinstance(data, dict) else None
     except (OSError, ValueError, TypeError, KeyError) as exc:
         raise KernelproError(f"the parent's correctness rule {path} is unreadable: {exc}") from exc
 
@@ -120,7 +152,7 @@ def remeasure_in_fresh_process(
         pins_path = Path(tmp) / "pins.json"
         pins_path.write_text(json.dumps([dict(p) for p in pins]), encoding="utf-8")
         if rule is not None:
-            (Path(tmp) / RULE_FILE).write_text(json.dumps(rule.payload()), encoding="utf-8")
+            (Path(tmp) / RULE_FILE).write_text(json.dumps(rule_payload(rule)), encoding="utf-8")
         cmd = remeasure_command(item, session, json_path, pins_path)
         try:
             proc, output, killed = run_child(cmd, session, limit)

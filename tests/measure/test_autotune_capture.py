@@ -69,7 +69,7 @@ def test_the_choice_is_the_key_and_the_flat_config_the_autotuner_kept() -> None:
     with capture.watching():
         kernel[(1,)](x, out, 16)
         kernel[(1,)](x, out, 16)  # the same key: from the cache, recorded once
-    (choice,) = capture.to_dict()["choices"]
+    (choice,) = capture.part(None).choices
     assert choice == {
         "kernel": NAME,
         "key": [16, "torch.float32", "torch.float32"],
@@ -89,7 +89,7 @@ def test_a_key_tuned_before_the_capture_is_recorded_as_cached() -> None:
     capture = AutotuneCapture(classes=[sa.Autotuner])
     with capture.watching():
         kernel[(1,)](x, out, 16)
-    assert capture.to_dict()["choices"][0]["source"] == CACHED
+    assert capture.part(None).choices[0]["source"] == CACHED
 
 
 def test_the_wrapper_is_gone_after_the_capture() -> None:
@@ -106,7 +106,7 @@ def test_a_key_first_tuned_during_the_timing_is_recorded_from_the_cache() -> Non
         kernel[(1,)](torch.ones(16), torch.empty(16), 16)
     kernel[(1,)](torch.ones(32, dtype=torch.float64), torch.empty(32, dtype=torch.float64), 32)
     capture.after_timing()
-    second = capture.to_dict()["choices"][1]
+    second = capture.part(None).choices[1]
     assert second["key"] == [32, "torch.float64", "torch.float64"]
     assert second["source"] == TUNED_IN_TIMING
 
@@ -120,7 +120,7 @@ def test_a_single_config_kernel_is_recorded_without_a_key() -> None:
     capture = AutotuneCapture(classes=[sa.Autotuner])
     with capture.watching():
         one[(1,)](torch.ones(4), torch.empty(4), 4)
-    (choice,) = capture.to_dict()["choices"]
+    (choice,) = capture.part(None).choices
     assert choice["source"] == SINGLE
     assert choice["key"] is None
     assert choice["config"]["BLOCK"] == 32
@@ -138,10 +138,10 @@ def test_a_pin_runs_the_baselines_config_without_tuning_and_stays_in_the_cache()
     assert BENCHED == []  # no config was timed: nothing was tuned
     kernel[(1,)](x, out, 16)
     assert LAST["num_warps"] == 4
-    data = capture.to_dict()
-    assert data["choices"][0]["source"] == PINNED
-    assert data["choices"][0]["config"] == WARPS_4
-    assert data["pinned"][0]["config"] == WARPS_4
+    data = capture.part(None)
+    assert data.choices[0]["source"] == PINNED
+    assert data.choices[0]["config"] == WARPS_4
+    assert data.pinned[0]["config"] == WARPS_4
 
 
 def test_a_pin_for_another_key_leaves_the_autotuner_alone() -> None:
@@ -151,7 +151,7 @@ def test_a_pin_for_another_key_leaves_the_autotuner_alone() -> None:
     with capture.watching():
         kernel[(1,)](torch.ones(16), torch.empty(16), 16)
     assert sorted(BENCHED) == [4, 8]
-    assert capture.to_dict()["choices"][0]["config"] == WARPS_8
+    assert capture.part(None).choices[0]["config"] == WARPS_8
 
 
 def test_a_pin_of_a_config_the_kernel_does_not_have_is_refused_with_the_reason() -> None:
@@ -162,9 +162,9 @@ def test_a_pin_of_a_config_the_kernel_does_not_have_is_refused_with_the_reason()
     )
     with capture.watching():
         kernel[(1,)](torch.ones(16), torch.empty(16), 16)
-    data = capture.to_dict()
-    assert data["choices"][0]["source"] == TUNED
-    (problem,) = data["pin_problems"]
+    data = capture.part(None)
+    assert data.choices[0]["source"] == TUNED
+    (problem,) = data.pin_problems
     assert "scale: the baseline's config BLOCK=256, num_warps=4" in problem
     assert "is not among the kernel's configs now" in problem
 
@@ -212,7 +212,7 @@ TRITON_SCRIPT = textwrap.dedent(
     with capture.watching():
         scale[grid](x, out, 100)
     assert torch.equal(out, x * 2)
-    print(json.dumps(capture.to_dict()))
+    print(json.dumps({"choices": list(capture.part(None).choices)}))
     """
 )
 

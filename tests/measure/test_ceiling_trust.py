@@ -88,9 +88,8 @@ def test_reprobe_writes_the_best_of_both_to_the_cache(
     old = cpu(45e9, 20e9)
     old = Ceilings(**{**old.__dict__, "torch_version": torch.__version__})
     fresh = Ceilings(**{**cpu(143e9, 12e9).__dict__, "torch_version": torch.__version__})
-    merged = reprobe(
-        old, "cpu", tmp_path, why="k exceeded them", measure=lambda device, quick: fresh
-    )
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, quick: fresh)
+    merged = reprobe(old, "cpu", tmp_path, why="k exceeded them")
     assert merged.trusted
     assert merged.details["reprobe_history"][-1] == {
         "at": merged.details["reprobe_history"][-1]["at"],
@@ -110,14 +109,14 @@ def test_a_re_probe_under_load_does_not_make_ceilings_trusted(
     monkeypatch.setattr(probe_module, "CpuLoadMonitor", busy)
     old = Ceilings(**{**cpu(45e9, 20e9).__dict__, "torch_version": torch.__version__})
     fresh = Ceilings(**{**cpu(143e9, 12e9).__dict__, "torch_version": torch.__version__})
-    merged = reprobe(
-        old, "cpu", tmp_path, why="k exceeded them", measure=lambda device, quick: fresh
-    )
+    monkeypatch.setattr(probe_module, "measure_ceilings", lambda device, quick: fresh)
+    merged = reprobe(old, "cpu", tmp_path, why="k exceeded them")
     assert merged.details["reprobes"] == 1
     assert merged.details["quiet_probes"] == 0
     assert not merged.trusted
 
 
-def test_gpu_ceilings_are_never_re_probed(tmp_path: Path) -> None:
+def test_gpu_ceilings_are_never_re_probed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probe_module, "measure_ceilings", pytest.fail)
     gpu = Ceilings("NVIDIA H200", 4.8e12, {"fp32": 6e13}, "measured", "", "2.11")
-    assert reprobe(gpu, "cuda", tmp_path, why="x", measure=pytest.fail) is gpu
+    assert reprobe(gpu, "cuda", tmp_path, why="x") is gpu

@@ -273,6 +273,36 @@ def test_calibrate_cuda_without_gpu(capsys: pytest.CaptureFixture[str], tmp_path
     assert "torch sees no CUDA GPU" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_the_gemm_probes_tf32_setting_is_restored_after_its_block(
+    legacy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The GPU probe's TF32 switch sets one of torch's two flag APIs (the newer where it
+    exists, never a mix) for its block, and restores what it found, even on an error."""
+    import torch
+
+    matmul = torch.backends.cuda.matmul
+    if legacy:  # a torch before fp32_precision: a stand-in with the legacy flag only
+        matmul = type("LegacyMatmul", (), {"allow_tf32": False})()
+        monkeypatch.setattr(torch.backends.cuda, "matmul", matmul)
+    flag, on, off = ("allow_tf32", True, False) if legacy else ("fp32_precision", "tf32", "ieee")
+    before = getattr(matmul, flag)
+    with probe_module._matmul_tf32(True):
+        assert getattr(matmul, flag) == on
+    assert getattr(matmul, flag) == before
+    seen = []
+
+    def failed_gemm() -> None:
+        with probe_module._matmul_tf32(False):
+            seen.append(getattr(matmul, flag))
+            raise RuntimeError("a failed GEMM")
+
+    with pytest.raises(RuntimeError):
+        failed_gemm()
+    assert seen == [off]
+    assert getattr(matmul, flag) == before
+
+
 def test_format_rate() -> None:
     assert format_rate(788e12, "FLOP/s") == "788 TFLOP/s"
     assert format_rate(4.3e12, "B/s") == "4.3 TB/s"

@@ -32,7 +32,10 @@ def test_no_chunks_row_or_place_outlives_its_chunk_and_the_table_is_the_rows() -
         return torch.tensor([-1.0, -1.0, -1.0], dtype=torch.float64), torch.tensor(7)
 
     table, best = output_rule._two_stage_pass(
-        torch, steps, quick, full, lambda row: float(row[0]) != 16.0
+        torch,
+        steps,
+        lambda lo, screen: full(lo) if screen else quick(lo),
+        lambda row: float(row[0]) != 16.0,
     )
     expected = torch.stack([row for row, _ in made])
     expected[2] = -1.0
@@ -45,8 +48,7 @@ def test_places_stay_none_where_the_pass_finds_none() -> None:
     table, best = output_rule._two_stage_pass(
         torch,
         range(0, 16, 8),
-        lambda lo: (torch.tensor([float(lo)]), None),
-        lambda lo: (torch.tensor([0.0]), None),
+        lambda lo, screen: (torch.tensor([0.0 if screen else float(lo)]), None),
         lambda row: True,
     )
     assert table.tolist() == [[0.0], [8.0]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -17,6 +18,12 @@ from pytest_kernelpro.measure.correctness_check import (  # noqa: E402
 )
 from pytest_kernelpro.measure.fp32_tensor_cores import fp32_reduced_mode  # noqa: E402
 from pytest_kernelpro.measure.output_rule import Tolerance, default_tolerance  # noqa: E402
+from pytest_kernelpro.record import CorrectnessPart, part_of  # noqa: E402
+
+
+def _record_form(result: Any) -> Any:
+    """The result as the record keeps it (`record.part_of`), in builtins for `json.dumps`."""
+    return msgspec.to_builtins(part_of(CorrectnessPart, result))
 
 
 def randn_inputs(seed: int) -> tuple[Any, ...]:
@@ -41,7 +48,7 @@ def test_exact_pass_reports_zero_error() -> None:
     assert r.truth is not None
     assert r.truth["precision"] == "float64"
     assert r.kernel_error == r.reference_error == 0.0  # x * 2 is exact in both precisions
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(_record_form(r), allow_nan=False)
 
 
 @pytest.mark.parametrize(("offset", "passes"), [(0.9e-3, True), (1.1e-3, False)])
@@ -92,7 +99,7 @@ def test_nan_in_output_fails() -> None:
     assert r.output_path == "output"
     assert "1 NaN where the reference is a number, first at index (5, 7)" in r.failure
     assert "got nan" in r.failure
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(_record_form(r), allow_nan=False)
 
 
 def test_nan_in_reference_and_output_at_same_place_passes_with_a_note() -> None:
@@ -219,7 +226,7 @@ def test_kernel_raising_is_a_failed_result() -> None:
     assert r.exception == "ValueError: BLOCK_SIZE must be a power of two, got 96"
     assert "in broken_kernel" in r.failure  # the kernel's own frame is in the traceback
     assert not r.cuda_error
-    json.dumps(r.to_dict(), allow_nan=False)
+    json.dumps(_record_form(r), allow_nan=False)
 
 
 def test_cuda_errors_are_recognised() -> None:
@@ -325,13 +332,15 @@ def test_default_tolerances(dtype: Any, rtol: float, atol: float, source: str) -
 
 
 def test_tf32_and_bf16_matmul_tolerances() -> None:
-    tf32 = default_tolerance(torch.float32, tf32=True)
+    tf32 = default_tolerance(torch.float32, reduced="tf32")
     assert (tf32.rtol, tf32.atol) == (1e-2, 1e-2)
     assert "TF32" in tf32.source
-    assert default_tolerance(torch.bfloat16, tf32=True).source == "default for torch.bfloat16"
+    assert default_tolerance(torch.bfloat16, "tf32").source == "default for torch.bfloat16"
     medium = default_tolerance(torch.float32, reduced="bf16")
     assert medium.rtol == 1.6e-2
     assert "bf16" in medium.source
+    # bf16's flag governs real fp32 matmuls only: complex64 keeps its own tolerance.
+    assert default_tolerance(torch.complex64, "bf16") == default_tolerance(torch.complex64)
     with pytest.raises(KernelproError, match="rtol= and atol= on the kernelpro marker"):
         default_tolerance("quint8")
 
@@ -511,7 +520,7 @@ def test_a_result_without_its_rule_rechecks_by_the_dtype_rule_it_was_judged_by()
     assert rule is not result.rule_state
     assert rule.reduced == "tf32"
     tol = rule(torch.float32)
-    assert (tol.rtol, tol.atol) == (0.5, default_tolerance(torch.float32, tf32=True).atol)
+    assert (tol.rtol, tol.atol) == (0.5, default_tolerance(torch.float32, "tf32").atol)
 
 
 def test_a_recheck_failure_counts_the_outputs_it_does_not_show() -> None:

@@ -18,10 +18,12 @@ from pytest_kernelpro.measure.ceilings import (  # noqa: E402
 )
 from pytest_kernelpro.measure.flops import TF32X3_KEY, backend_peak_key  # noqa: E402
 from pytest_kernelpro.measure.gpu_memory import (  # noqa: E402
+    TRUTH_HEADROOM,
     ItemMemory,
     is_out_of_memory,
     module_bytes,
     tensor_bytes_of,
+    truth_shortfall,
 )
 
 TOL = rule_mod.Tolerance(1e-4, 1e-4, "test")
@@ -85,6 +87,25 @@ def test_out_of_memory_is_found_in_the_chain_and_named_with_sizes() -> None:
     assert "23_Softmax does not fit in GPU memory: CUDA out of memory" in text
     assert "inputs 7.0 GiB" in text
     assert "the GPU has 139.7 GiB, 130.4 GiB free" in text
+
+
+def test_the_truth_is_skipped_where_its_widened_copies_would_not_fit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The truth's re-run needs `TRUTH_HEADROOM` x twice the inputs, output and the bound
+    reference's module free (cached blocks count as free); else its skip reason says so."""
+    layer = torch.nn.Linear(16, 16)  # 272 floats: 1,088 bytes
+    inputs, expected = [torch.zeros(64)], torch.zeros(32)  # 384 bytes
+    needed = 2.0 * 2.0 * (1088 + 384)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 1000)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 900)
+    free = int(needed) - 100  # plus the 100 cached bytes: exactly enough
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free, 1 << 30))
+    assert truth_shortfall(torch, (inputs, expected, layer.forward.__self__), "cuda:0") is None
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (free - 1, 1 << 30))
+    why = truth_shortfall(torch, (inputs, expected, layer), "cuda:0")
+    assert why is not None
+    assert why.startswith("not enough device memory: the re-run needs about 0.0 GiB (2x the")
 
 
 def test_item_memory_is_a_no_op_on_the_cpu() -> None:
@@ -276,10 +297,11 @@ def test_an_items_check_and_recheck_stay_within_two_and_a_half_footprints(
         narrow = before + sum(t.numel() * t.element_size() for t in [out])  # type: ignore[attr-defined]
     del out, inputs
     # Changed with the float64 truth (correctness_check.run_truth): the check now re-runs the reference
-    # once in float64 on widened copies, a cost the truth itself states as MEMORY_HEADROOM x
-    # the widened inputs and outputs (2x the narrow ones). Without the truth the old 2.5x
-    # bound still holds; with it the bound is 2.5x footprint plus that stated cost.
-    truth_cost = correctness_check.MEMORY_HEADROOM * 2.0 * narrow
+    # once in float64 on widened copies, a cost the truth itself states as TRUTH_HEADROOM x
+    # the widened inputs and outputs (2x the narrow ones, `gpu_memory.truth_shortfall`).
+    # Without the truth the old 2.5x bound still holds; with it the bound is 2.5x footprint
+    # plus that stated cost.
+    truth_cost = TRUTH_HEADROOM * 2.0 * narrow
     for truth in (False, True):
         tracker = _LiveBytes()
         with tracker.mode:

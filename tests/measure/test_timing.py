@@ -106,8 +106,9 @@ def test_cache_flush_makes_cached_data_cold() -> None:
     assert warm.flush_bytes == 0
     # The premise, data kept in the cache between unflushed calls, needs the cores to itself:
     # other processes on them (14.7 of 16 cores on the H200 host under pytest -n 4) can evict
-    # it. The timer says when they did (`oversubscribed`).
-    if cold.median_s <= 1.1 * warm.median_s and (cold.oversubscribed or warm.oversubscribed):
+    # it. The timer says when they did (its `cpu_load`).
+    busy = any((r.cpu_load or {}).get("oversubscribed") for r in (cold, warm))
+    if cold.median_s <= 1.1 * warm.median_s and busy:
         pytest.skip(f"the CPU was oversubscribed while timed: {warm.cpu_load}")
     assert cold.median_s > 1.1 * warm.median_s
 
@@ -272,4 +273,3 @@ def test_cpu_timing_reports_its_threads_and_load() -> None:
     assert load["threads"] >= 1
     assert load["wall_s"] > 0
     assert isinstance(load["oversubscribed"], bool)
-    assert r.oversubscribed is load["oversubscribed"]

@@ -11,7 +11,9 @@ from typing import Any
 
 import msgspec
 import pytest
+from result_forms import correctness_json
 
+from pytest_kernelpro.measure.correctness_check import CorrectnessResult
 from pytest_kernelpro.record import (
     PARTS,
     CorrectnessPart,
@@ -133,6 +135,8 @@ def _json_form(result: Any) -> dict[str, Any]:
     """A producer's own JSON form; the gate's verdict is its part already (`VerdictPart`)."""
     if isinstance(result, VerdictPart):
         return msgspec.structs.asdict(result)
+    if isinstance(result, CorrectnessResult):
+        return correctness_json(result)
     data: dict[str, Any] = result.to_dict()
     return data
 

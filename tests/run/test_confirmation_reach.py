@@ -22,6 +22,7 @@ from pytest_kernelpro.run.fresh_process import (
     RULE_FILE,
     read_rule,
     remeasure_command,
+    rule_payload,
 )
 from pytest_kernelpro.run.isolate import child_address, child_record_for
 
@@ -157,7 +158,7 @@ def test_the_parents_calibrated_rule_reaches_the_child(tmp_path: Path) -> None:
         Tolerance(1e-3, 4e-3, "float64 truth, calibrated", norm_rtol=2e-3),
         InformationLimits(1e-6, 1e-6, 0.0),
     )
-    (tmp_path / RULE_FILE).write_text(json.dumps(rule.payload()))
+    (tmp_path / RULE_FILE).write_text(json.dumps(rule_payload(rule)))
     again = read_rule(tmp_path / "pins.json")
     assert again is not None
     assert again.reduced == "tf32"

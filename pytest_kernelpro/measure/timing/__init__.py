@@ -1,11 +1,8 @@
 """Time one kernel: warm-up, cache flush before every sample, adaptive sample count.
 
-One interface, `Timer.time(fn, budget) -> TimingResult`, a module per job: `budget.py` (the
-budget, the result, the adaptive rounds and their stop rule), `cpu.py` (the CPU timer and its
-cache flush, with `on_cpu.py` and `cpu_load.py`), `cuda.py` (events around flushed calls behind
-a sleep pre-roll, NVML clocks, CUDA graphs). `time_kernel(fn, device=..., budget=...)` picks
-the device's timer (`timer_for`): what the gate, the optimizer's sandbox and the
-re-measurement call.
+One interface, `Timer.time(fn, budget, fresh) -> TimingResult` (`budget.py`), a timer per
+device (`cpu.py`, `cuda.py`); `time_kernel` picks the device's (`timer_for`) for the gate, the
+optimizer's sandbox and the re-measurement.
 """
 
 from __future__ import annotations

@@ -116,11 +116,6 @@ class TimingResult:
     honesty: dict[str, Any] | None = None
 
     @property
-    def oversubscribed(self) -> bool:
-        """True when the CPU was oversubscribed while the samples were taken."""
-        return bool((self.cpu_load or {}).get("oversubscribed"))
-
-    @property
     def median_s(self) -> float:
         """The median per-call time (the number reports and the gate use)."""
         return self.stats.median_s

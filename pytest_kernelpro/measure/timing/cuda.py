@@ -1,19 +1,18 @@
 """The CUDA timer: events, L2 flush, sleep pre-roll, NVML clocks, CUDA graphs.
 
-The way `triton.testing.do_bench` and nvbench do it): one call to load/compile, an
-estimate of the per-call time from 5 flushed calls, warm-up for `warmup_ms`, then rounds of
-samples. Each sample is: write a buffer of twice the L2 size (evicting the kernel's inputs),
-record a CUDA event, call the kernel, record a second event; a round enqueues many samples
-and synchronizes once, behind a short `torch.cuda._sleep` so the CPU is ahead of the GPU and
-the events bracket GPU work only, not Python launch overhead. After each round the 95%
-bootstrap CI of the median decides: stop when its relative half-width is under the target,
-or the time budget is spent, or `max_samples` is reached. NVML clocks and clock-event reasons
-are read while each round runs; samples of a round with a throttle reason are counted.
-CUDA-graph mode captures k calls in one graph and times replays (per call = replay / k).
-NVML is read while the warm-up runs too: with `clock_anchor="on"`, a kernel whose warm-up ran
-mostly under a clock limit (the power cap) is timed in pairs (`anchor.py`): every sample is
-followed in its round by a flush and the anchor GEMM, each bracketed by events, so the gate can
-compare kernel / anchor per pair, which cancels the clock the cap allowed at that moment.
+As `triton.testing.do_bench` and nvbench do it: one call to load/compile, an estimate of the
+per-call time from 5 flushed calls, warm-up for `warmup_ms`, then rounds of samples until
+`budget.adaptive_rounds` stops them. Each sample is: write a buffer of twice the L2 size
+(evicting the kernel's inputs), record a CUDA event, call the kernel, record a second event;
+a round enqueues many samples and synchronizes once, behind a short `torch.cuda._sleep` so
+the CPU is ahead of the GPU and the events bracket GPU work only, not Python launch overhead.
+NVML clocks and clock-event reasons are read while each round runs; samples of a round with a
+throttle reason are counted. CUDA-graph mode captures k calls in one graph and times replays
+(per call = replay / k). NVML is read while the warm-up runs too: with `clock_anchor="on"`, a
+kernel whose warm-up ran mostly under a clock limit (the power cap) is timed in pairs
+(`anchor.py`): every sample is followed in its round by a flush and the anchor GEMM, each
+bracketed by events, so the gate can compare kernel / anchor per pair, which cancels the
+clock the cap allowed at that moment.
 """
 
 from __future__ import annotations
@@ -202,17 +201,11 @@ def time_cuda(
         device=str(props.name),
         stop_reason=log.stop_reason,
         wall_s=bound.perf_counter() - t_start,
-        warmup_runs=extra["warmup_runs"],
         throttled_samples=sum(log.throttled),
-        clocks=summarize_readings(extra["readings"]),
-        anchor=extra["anchor"],
-        warmup_throttled=extra["warmup_throttled"],
-        flushed_l2=extra["flush_bytes"] > 0,
-        calls_per_sample=extra["calls_per_sample"],
-        flush_bytes=extra["flush_bytes"],
+        clocks=summarize_readings(extra.pop("readings")),
         rounds=log.rounds,
         budget=budget.to_dict(),
-        honesty=extra["honesty"],
+        **extra,
     )
 
 
@@ -615,12 +608,14 @@ def _time_cuda_on(
 
 
 def _side_facts(run: _CudaRun, nbytes: int, pairs: dict[str, Any] | None) -> dict[str, Any]:
-    """What `time_cuda` reports beside the samples."""
+    """The `TimingResult` fields `time_cuda` reports beside the samples, and the NVML
+    readings it summarizes."""
     fresh = run.fresh
     return {
         "warmup_runs": run.runs,
         "readings": run.readings,
         "calls_per_sample": run.calls,
+        "flushed_l2": nbytes > 0,
         "flush_bytes": nbytes,
         "anchor": pairs,
         "warmup_throttled": warmup_capped("on", run.warm_flags) if run.warm_flags else None,
