@@ -57,7 +57,13 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     Seal,
     verify_bindings,
 )
-from pytest_kernelpro.measure.timing.on_cpu import CpuPairs, OtherThreads, cpu_pairs
+from pytest_kernelpro.measure.timing.on_cpu import (
+    CpuPairs,
+    OtherThreads,
+    anchor_state,
+    anchors_changed,
+    cpu_pairs,
+)
 
 
 def _current_cpu() -> int:
@@ -372,10 +378,16 @@ class CpuSampler:
                 # just outside.
                 raw, use_wait = pairs.rq.raw, pairs.rq.available
                 timed: list[tuple[float, float]] = []
-                out, anchor_started = None, 0.0
+                out, anchor_started, anchor_thread0, anchor_process0 = None, 0.0, 0.0, 0.0
                 for index, target in enumerate((body, *pairs.after_kernel)):
                     if index == 1:
                         anchor_started = clock()  # the anchor's cost, kept apart
+                        # Other threads' CPU beside the anchors, read nested as the gap's.
+                        anchor_thread0 = thread_time()
+                        anchor_process0 = process_time()
+                        # On one thread an anchor never blocks: its CPU time is its on-CPU
+                        # time, and a wait for a GIL another thread holds is not charged.
+                        use_wait = use_wait and pairs.threads > 1
                     w0 = 0 if raw is None else int(raw().split()[1])
                     c0 = thread_time()
                     t0 = clock()
@@ -389,9 +401,13 @@ class CpuSampler:
                     )
                     if index == 0:
                         out = result
+                beside = process_time() - anchor_process0
+                between.anchors_other_s += max(0.0, beside - (thread_time() - anchor_thread0))
                 (wall, on_cpu), first, second = timed[:3]
                 a_wall, a_cpu = first if first[1] <= second[1] else second
-                pairs.added_s += clock() - anchor_started
+                window = clock() - anchor_started
+                pairs.added_s += window
+                between.anchors_s += window
                 pairs.kernel_s.append(on_cpu / calls)
                 pairs.kernel_wall_s.append(wall / calls)
                 pairs.anchor_s.append(a_cpu)
@@ -571,6 +587,7 @@ def time_cpu(
     sampler = CpuSampler(timed, clock, cache_flush, fresh, None)
     spent = Spent(start=sampler.plan_clock())
     sampler.pairs = cpu_pairs(budget)
+    made = () if sampler.pairs is None else anchor_state(sampler.pairs)  # a local: see Seal
     sampler.seal = fresh.seal() if fresh is not None else None
     try:
         _first_call_and_warm_up(sampler, budget, spent)
@@ -580,7 +597,7 @@ def time_cpu(
         load = monitor.stop()
         if fresh is not None:
             fresh.finish()
-        idle_work = sampler.between.failure(threads)
+        idle_work = sampler.between.failure(threads) or anchors_changed(sampler.pairs, made)
         if idle_work is not None:
             raise DishonestTiming(idle_work)
     except KernelproError:
