@@ -377,6 +377,7 @@ class CpuSampler:
                 # its on-CPU time (`on_cpu.on_cpu_seconds`, inline) with the run-queue reads
                 # just outside.
                 raw, use_wait = pairs.rq.raw, pairs.rq.available
+                one_thread = pairs.threads == 1
                 timed: list[tuple[float, float]] = []
                 out, anchor_started, anchor_thread0, anchor_process0 = None, 0.0, 0.0, 0.0
                 for index, target in enumerate((body, *pairs.after_kernel)):
@@ -385,9 +386,6 @@ class CpuSampler:
                         # Other threads' CPU beside the anchors, read nested as the gap's.
                         anchor_thread0 = thread_time()
                         anchor_process0 = process_time()
-                        # On one thread an anchor never blocks: its CPU time is its on-CPU
-                        # time, and a wait for a GIL another thread holds is not charged.
-                        use_wait = use_wait and pairs.threads > 1
                     w0 = 0 if raw is None else int(raw().split()[1])
                     c0 = thread_time()
                     t0 = clock()
@@ -396,9 +394,14 @@ class CpuSampler:
                     c1 = thread_time()
                     w1 = 0 if raw is None else int(raw().split()[1])
                     wall, cpu = t1 - t0, c1 - c0
-                    timed.append(
-                        (wall, max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu)
-                    )
+                    charged = max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu
+                    if index and one_thread:
+                        # An anchor on one thread never blocks: its CPU time is its on-CPU
+                        # time, and time it was blocked (a GIL another thread held) is
+                        # another thread's.
+                        between.anchors_other_s += charged - cpu
+                        charged = cpu
+                    timed.append((wall, charged))
                     if index == 0:
                         out = result
                 beside = process_time() - anchor_process0

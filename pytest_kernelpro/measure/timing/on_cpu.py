@@ -18,9 +18,12 @@ cancels the power cap (`anchor.py`):
    the GEMM too; another process's memory traffic slows the memory anchor, not the GEMM.
 
 The pairs go to `TimingResult.anchor` with the GPU anchor's keys (`name`, `ratios`,
-`anchor_median_s`). Between the timed calls (refill and flush) nothing else of the process
-should use the CPU: `OtherThreads` refuses a kernel whose other thread computes the next
-output outside the timed window.
+`anchor_median_s`). Between the timed calls (refill and flush) and while the anchors run
+nothing else of the process should use the CPU: `OtherThreads` refuses a kernel whose other
+thread computes the next output outside the timed window, or works beside the anchors (it
+would slow them, and a slowdown of the kernel would hide behind them). The anchors call
+torch's C functions themselves, and a timing whose anchor buffers or calls changed is
+refused (`anchors_changed`): the kernel is code of the same process (docs/cpu-gate.md).
 """
 
 from __future__ import annotations
@@ -301,7 +304,7 @@ class OtherThreads:
     other_s: float = 0.0
     gap_s: float = 0.0
     kernel_s: float = 0.0
-    anchors_other_s: float = 0.0
+    anchors_other_s: float = 0.0  # their CPU, and the time they kept an anchor blocked
     anchors_s: float = 0.0  # wall time of the anchors' windows
 
     def reset(self) -> None:
@@ -316,11 +319,11 @@ class OtherThreads:
         beside = self.anchors_other_s
         if beside > max(OTHER_THREADS_MIN_S, OTHER_THREADS_BACKGROUND * self.anchors_s):
             return (
-                f"other threads of the process used {beside * 1e3:.1f} ms of CPU while the "
-                f"CPU anchors ran after the timed calls ({self.anchors_s * 1e3:.1f} ms): a "
-                "thread working as the call returns slows the anchors the kernel is compared "
-                "against, and a slowdown of the kernel would hide behind them. Finish the "
-                "work inside the call"
+                f"other threads of the process used {beside * 1e3:.1f} ms of CPU, or held "
+                f"the GIL, while the CPU anchors ran after the timed calls "
+                f"({self.anchors_s * 1e3:.1f} ms): a thread working as the call returns slows "
+                "the anchors the kernel is compared against, and a slowdown of the kernel "
+                "would hide behind them. Finish the work inside the call"
             )
         allowed = OTHER_THREADS_SHARE * self.kernel_s + OTHER_THREADS_BACKGROUND * self.gap_s
         if self.other_s <= max(OTHER_THREADS_MIN_S, allowed):

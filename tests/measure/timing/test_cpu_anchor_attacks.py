@@ -1,7 +1,7 @@
 """Attacks on the CPU anchors from inside the process, through the real CPU timer
 (`measure/timing/cpu.py`, `on_cpu.py`): a kernel that slows the anchors that follow each of
-its calls hides its own slowdown behind them. The attack kernels are the benchmark's
-(`bench/cpu_anchor_threads.py`, which records what each did before the guards:
+its calls hides its own slowdown behind them. The attack kernels:
+`cpu_anchor_attack_kernels.py` beside this file (what each did before and after the guards:
 bench/results/2026-12-06-cpu-anchor-threads-cpu.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench_scripts import load_bench_script  # noqa: E402
+import cpu_anchor_attack_kernels as attacks  # noqa: E402
 
 from pytest_kernelpro.measure.timing import TimingBudget, on_cpu  # noqa: E402
 from pytest_kernelpro.measure.timing.budget import CPU_MIN_SAMPLES_FLOOR  # noqa: E402
@@ -21,11 +21,10 @@ from pytest_kernelpro.measure.timing.cpu import time_cpu  # noqa: E402
 from pytest_kernelpro.measure.timing.fresh_inputs import DishonestTiming  # noqa: E402
 from pytest_kernelpro.measure.timing.on_cpu import OtherThreads  # noqa: E402
 
-attacks = load_bench_script("cpu_anchor_threads")
 # Pairs enough that the attacking thread's CPU beside the anchors clears the 1 ms floor on a
 # loaded machine (2.2-14 ms at a load of 13 on two cores, from 16-21 pairs).
 BUDGET = TimingBudget(max_time_s=1.0, min_samples=40, clock_anchor="on")
-BESIDE = "while the CPU anchors ran after the timed calls"
+BESIDE = "held the GIL, while the CPU anchors ran after the timed calls"
 
 
 @pytest.fixture(autouse=True)
@@ -42,13 +41,26 @@ def one_thread_and_fresh_anchors() -> Iterator[None]:
         on_cpu._MEMORY_BUFFER.clear()
 
 
-@pytest.mark.parametrize("attacker", ["memory_streamer", "compute_burner"])
+ATTACKERS = {
+    "memory_streamer": attacks.memory_streamer,
+    "compute_burner": attacks.compute_burner,
+    "gil_holder": attacks.gil_holder,
+    "lean_gil_holder": lambda: attacks.gil_holder(lean=True),
+}
+
+
+@pytest.mark.parametrize("attacker", sorted(ATTACKERS))
 def test_a_thread_working_beside_the_anchors_is_refused(attacker: str) -> None:
-    """The thread wakes as each call returns and works (streams 64 MiB, or multiplies
-    matrices) until the timer records the sample's memory anchor: no CPU of it falls in the
-    gaps the older rule counted, so only the anchors' window sees it."""
-    thread = getattr(attacks, attacker)()
-    with thread.running(), pytest.raises(DishonestTiming, match=BESIDE) as caught:
+    """The thread wakes as each call returns and works (streams 64 MiB, multiplies
+    matrices, or holds the GIL without CPU) until the timer records the sample's memory
+    anchor: little of it falls in the gaps the older rule counted (the holder's GIL, none),
+    so only the anchors' window sees it."""
+    thread = ATTACKERS[attacker]()
+    with (
+        attacks.switch_interval(5e-4),
+        thread.running(),
+        pytest.raises(DishonestTiming, match=BESIDE) as caught,
+    ):
         time_cpu(thread.wrap(attacks.kernel), BUDGET)
     assert thread.woken >= CPU_MIN_SAMPLES_FLOOR  # it ran after the sampled calls
     counted_ms = float(str(caught.value).split("used ")[1].split(" ms")[0])
