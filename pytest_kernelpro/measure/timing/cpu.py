@@ -600,7 +600,7 @@ def time_cpu(
         load = monitor.stop()
         if fresh is not None:
             fresh.finish()
-        idle_work = sampler.between.failure(threads) or anchors_changed(sampler.pairs, made)
+        idle_work = anchors_changed(sampler.pairs, made) or sampler.between.failure(threads)
         if idle_work is not None:
             raise DishonestTiming(idle_work)
     except KernelproError:

@@ -106,9 +106,11 @@ def timer_pairs() -> on_cpu.CpuPairs | None:
     return None if frame is None else frame.f_locals.get("pairs")
 
 
-def memory_streamer() -> AnchorWindowThread:
-    """Streams a 64 MiB buffer 4 MiB at a time (memory bandwidth and the shared cache): a
-    few long calls without the GIL, so the timer's thread is not kept waiting for it."""
+def memory_streamer(chunk_mib: int = 4) -> AnchorWindowThread:
+    """Streams a 64 MiB buffer `chunk_mib` at a time (memory bandwidth and the shared cache):
+    long calls without the GIL, so the timer's thread is not kept waiting for it. One chunk
+    of 64 MiB a call (several ms) outlasts the anchors wherever the thread starts it, at the
+    cost of spilling past them (into the gap the older rule counted)."""
     big = torch.ones(16 << 20)
     chunks = iter(())
 
@@ -116,15 +118,16 @@ def memory_streamer() -> AnchorWindowThread:
         nonlocal chunks
         chunk = next(chunks, None)
         if chunk is None:
-            chunks = iter(big.split(1 << 20))
+            chunks = iter(big.split(chunk_mib << 18))
             chunk = next(chunks)
         chunk.sum()
 
     return AnchorWindowThread(work)
 
 
-def compute_burner() -> AnchorWindowThread:
-    m = torch.randn(192, 192)
+def compute_burner(n: int = 192) -> AnchorWindowThread:
+    """Multiplies n x n matrices (n=512: several ms a product, as `memory_streamer`'s 64)."""
+    m = torch.randn(n, n)
     return AnchorWindowThread(lambda: torch.mm(m, m))
 
 
