@@ -290,7 +290,8 @@ def anchors_changed(pairs: CpuPairs | None, made: tuple[object, ...]) -> str | N
 # memory or the cores while the anchors run (it need not know more: they always follow the
 # call), so they slow with it and the kernel's change against them hides its own slowdown.
 # There the kernel's time buys no allowance, only the background rate and the floor: moving
-# the median anchor takes a busy thread for half the samples' anchors, far above them.
+# the anchor's speed (the gate reads its fastest quarter of calls) takes a busy thread beside
+# three quarters of the samples' anchors, far above them.
 OTHER_THREADS_SHARE = 0.5
 OTHER_THREADS_MIN_S = 1e-3
 OTHER_THREADS_BACKGROUND = 0.01
