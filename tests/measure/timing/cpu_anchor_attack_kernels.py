@@ -12,9 +12,9 @@ the gate reads its change against them (docs/cpu-gate.md). Each attack is an hon
   time is appended), then waits;
 - `compute_burner`: the same thread multiplies small matrices (CPU and core-shared caches);
 - `gil_holder`: the same thread sleeps through the GEMMs, then holds the GIL without CPU
-  (`usleep` through `ctypes.pythonapi`) while the memory anchor runs (with the switch
-  interval at 0.3 ms the anchor's call waits that long for the GIL before it returns);
-  `lean=True` holds it once a call, the least CPU such a thread can use;
+  (`usleep` through `ctypes.pythonapi`) while the memory anchor runs (the anchor's call
+  waits for the GIL, up to the switch interval, before it returns); `lean=True` holds it
+  once a call, the least CPU such a thread can use;
 - `patched_torch`: `torch.mm` and `torch.sum` replaced by wrappers that run the original
   three times (what the anchors called, through the names);
 - `bigger_buffer`: the memory anchor's cached buffer replaced by one 1.45x as long.
