@@ -97,8 +97,8 @@ def test_on_one_thread_the_anchors_are_charged_their_cpu_time_only() -> None:
     """The scripted clock says each call took 1 ms beyond its run-queue wait, time the thread
     spent blocked: the kernel is charged it (it may sleep or wait on its own thread), an
     anchor on one thread is not (it never blocks: what blocks it is a GIL another thread of
-    the process holds, which would slow the anchor the kernel is compared against), and that
-    time counts against the other threads."""
+    the process holds, which would slow the anchor the kernel is compared against, or the
+    host's steal), and that time is not gated (the host's steal would look the same)."""
     ticks = iter(float(i) * 6e-3 for i in range(1000))
     pairs = CpuPairs(anchor=lambda: None, name="cpu anchor: test", memory=lambda: None)
     pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
@@ -108,10 +108,7 @@ def test_on_one_thread_the_anchors_are_charged_their_cpu_time_only() -> None:
     assert pairs.kernel_s == [pytest.approx(1e-3)] * 2
     # Each anchor's thread CPU time: microseconds of a real call, far below the 1 ms.
     assert max(pairs.anchor_s + pairs.memory_s) < 1e-4
-    # The blocked time is counted as other threads' beside the anchors: 1 ms a call, less
-    # each call's microseconds of CPU, three calls a sample.
-    assert sampler.between.anchors_other_s == pytest.approx(6e-3, abs=3e-4)
-    assert "held the GIL" in (sampler.between.failure(1) or "")
+    assert sampler.between.failure(1) is None
 
 
 def test_a_kernel_that_blocks_is_charged_for_the_wait() -> None:

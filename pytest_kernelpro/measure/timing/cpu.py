@@ -396,10 +396,9 @@ class CpuSampler:
                     wall, cpu = t1 - t0, c1 - c0
                     charged = max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu
                     if index and one_thread:
-                        # An anchor on one thread never blocks: its CPU time is its on-CPU
-                        # time, and time it was blocked (a GIL another thread held) is
-                        # another thread's.
-                        between.anchors_other_s += charged - cpu
+                        # An anchor on one thread never blocks: it is charged its CPU time,
+                        # so a GIL another thread held does not slow it. The time it did
+                        # not run is not gated: on a VM it also holds the host's steal.
                         charged = cpu
                     timed.append((wall, charged))
                     if index == 0:

@@ -305,7 +305,7 @@ class OtherThreads:
     other_s: float = 0.0
     gap_s: float = 0.0
     kernel_s: float = 0.0
-    anchors_other_s: float = 0.0  # their CPU, and the time they kept an anchor blocked
+    anchors_other_s: float = 0.0  # their CPU while the anchors ran
     anchors_s: float = 0.0  # wall time of the anchors' windows
 
     def reset(self) -> None:
@@ -320,8 +320,8 @@ class OtherThreads:
         beside = self.anchors_other_s
         if beside > max(OTHER_THREADS_MIN_S, OTHER_THREADS_BACKGROUND * self.anchors_s):
             return (
-                f"other threads of the process used {beside * 1e3:.1f} ms of CPU, or held "
-                f"the GIL, while the CPU anchors ran after the timed calls "
+                f"other threads of the process used {beside * 1e3:.1f} ms of CPU while the "
+                f"CPU anchors ran after the timed calls "
                 f"({self.anchors_s * 1e3:.1f} ms): a thread working as the call returns slows "
                 "the anchors the kernel is compared against, and a slowdown of the kernel "
                 "would hide behind them. Finish the work inside the call"

@@ -4,17 +4,12 @@ bench/results/2026-12-06-cpu-anchor-threads-cpu.md).
 
 A kernel slowed by a factor hides behind the anchors if it slows them by the same factor:
 the gate reads its change against them (docs/cpu-gate.md). Each attack is an honest kernel
-(a sum of 4 MiB) plus one way of slowing the anchors that follow every sampled call:
+(a sum of 4 MiB) plus one way of slowing the anchors that follow every sampled call
+(`AnchorWindowThread`: a thread woken as each call returns, which finds the timer's `CpuPairs`
+in its caller's frame and works until the sample's memory anchor is recorded). The threads
+that streamed memory, multiplied matrices or held the GIL beside the anchors were measured
+by a one-off script (its results file names it):
 
-- `memory_streamer`: a thread of the kernel's, woken as each call returns, streams memory
-  while the anchors run (two 128^3 GEMMs and an 8 MiB sum: the call finds the timer's
-  `CpuPairs` in its caller's frame, and the thread stops when the sample's memory anchor
-  time is appended), then waits;
-- `compute_burner`: the same thread multiplies small matrices (CPU and core-shared caches);
-- `gil_holder`: the same thread sleeps through the GEMMs, then holds the GIL without CPU
-  (`usleep` through `ctypes.pythonapi`) while the memory anchor runs (the anchor's call
-  waits for the GIL, up to the switch interval, before it returns); `lean=True` holds it
-  once a call, the least CPU such a thread can use;
 - `patched_torch`: `torch.mm` and `torch.sum` replaced by wrappers that run the original
   three times (what the anchors called, through the names);
 - `bigger_buffer`: the memory anchor's cached buffer replaced by one 1.45x as long.
@@ -22,7 +17,6 @@ the gate reads its change against them (docs/cpu-gate.md). Each attack is an hon
 
 from __future__ import annotations
 
-import ctypes
 import sys
 import threading
 import time
@@ -106,55 +100,6 @@ def timer_pairs() -> on_cpu.CpuPairs | None:
     return None if frame is None else frame.f_locals.get("pairs")
 
 
-def memory_streamer(chunk_mib: int = 4) -> AnchorWindowThread:
-    """Streams a 64 MiB buffer `chunk_mib` at a time (memory bandwidth and the shared cache):
-    long calls without the GIL, so the timer's thread is not kept waiting for it. One chunk
-    of 64 MiB a call (several ms) outlasts the anchors wherever the thread starts it, at the
-    cost of spilling past them (into the gap the older rule counted)."""
-    big = torch.ones(16 << 20)
-    chunks = iter(())
-
-    def work() -> None:
-        nonlocal chunks
-        chunk = next(chunks, None)
-        if chunk is None:
-            chunks = iter(big.split(chunk_mib << 18))
-            chunk = next(chunks)
-        chunk.sum()
-
-    return AnchorWindowThread(work)
-
-
-def compute_burner(n: int = 192) -> AnchorWindowThread:
-    """Multiplies n x n matrices (n=512: several ms a product, as `memory_streamer`'s 64)."""
-    m = torch.randn(n, n)
-    return AnchorWindowThread(lambda: torch.mm(m, m))
-
-
-def gil_holder(lean: bool = False) -> AnchorWindowThread:
-    """Sleeps the GEMMs out, then holds the GIL without using the CPU (`usleep` through
-    `ctypes.pythonapi`, which keeps the GIL) while the memory anchor runs: its call cannot
-    return until the thread lets go, after the switch interval (`switch_interval`). `lean`:
-    one hold of 0.5 ms a call, then the thread waits for the next call."""
-    hold = ctypes.pythonapi.usleep  # the C library's, called with the GIL held
-    slept: list[bool] = []
-
-    def work() -> None:
-        if not slept:  # once a wake: the GEMMs run while this thread sleeps
-            slept.append(True)
-            time.sleep(1e-4)
-            if lean:
-                hold(500)
-                thread.seen = -1  # done for this call
-                return
-        if not lean:
-            hold(100)
-
-    thread = AnchorWindowThread(work)
-    thread.before_each = slept.clear
-    return thread
-
-
 @contextmanager
 def patched_torch(calls: list[int]) -> Iterator[None]:
     """`torch.mm` and `torch.sum` replaced by wrappers running the original three times."""
@@ -185,14 +130,3 @@ def bigger_buffer() -> Iterator[None]:
         yield
     finally:
         on_cpu._MEMORY_BUFFER[:] = kept
-
-
-@contextmanager
-def switch_interval(seconds: float) -> Iterator[None]:
-    """The interpreter's GIL switch interval for the block (the GIL holder's attack sets it)."""
-    kept = sys.getswitchinterval()
-    sys.setswitchinterval(seconds)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(kept)
