@@ -57,6 +57,7 @@ def test_a_preemption_is_not_charged_to_the_kernel_or_the_anchor() -> None:
     pairs = CpuPairs(anchor=lambda: anchors.append(1), name="cpu anchor: test")
     pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
     pairs.recording = True
+    pairs.threads = 2  # on one, the anchor is charged its CPU time (the test below)
     outputs: list[str] = []
 
     def kernel() -> str:
@@ -85,10 +86,29 @@ def test_the_memory_anchor_runs_after_the_gemm_and_is_charged_its_own_on_cpu_tim
     pairs.recording = True
     sampler = CpuSampler(lambda: order.append("kernel"), lambda: next(ticks), CacheFlush(0),
                          None, pairs)  # fmt: skip
+    pairs.threads = 2  # torch's workers: the anchors' blocked time is theirs (wall less wait)
     sampler.take(2)
     assert order == ["kernel", "gemm", "gemm", "memory"] * 2
     assert pairs.memory_s == [pytest.approx(1e-3)] * 2  # wall less the scripted wait
     assert pairs.summary()["memory_s"] == [pytest.approx(1e-3)] * 2
+
+
+def test_on_one_thread_the_anchors_are_charged_their_cpu_time_only() -> None:
+    """The scripted clock says each call took 1 ms beyond its run-queue wait, time the thread
+    spent blocked: the kernel is charged it (it may sleep or wait on its own thread), an
+    anchor on one thread is not (it never blocks: what blocks it is a GIL another thread of
+    the process holds, which would slow the anchor the kernel is compared against, or the
+    host's steal), and that time is not gated (the host's steal would look the same)."""
+    ticks = iter(float(i) * 6e-3 for i in range(1000))
+    pairs = CpuPairs(anchor=lambda: None, name="cpu anchor: test", memory=lambda: None)
+    pairs.rq = _ScriptedWait(5_000_000)  # type: ignore[assignment]
+    pairs.recording = True
+    sampler = CpuSampler(lambda: None, lambda: next(ticks), CacheFlush(0), None, pairs)
+    sampler.take(2)
+    assert pairs.kernel_s == [pytest.approx(1e-3)] * 2
+    # Each anchor's thread CPU time: microseconds of a real call, far below the 1 ms.
+    assert max(pairs.anchor_s + pairs.memory_s) < 1e-4
+    assert sampler.between.failure(1) is None
 
 
 def test_a_kernel_that_blocks_is_charged_for_the_wait() -> None:

@@ -57,7 +57,13 @@ from pytest_kernelpro.measure.timing.fresh_inputs import (
     Seal,
     verify_bindings,
 )
-from pytest_kernelpro.measure.timing.on_cpu import CpuPairs, OtherThreads, cpu_pairs
+from pytest_kernelpro.measure.timing.on_cpu import (
+    CpuPairs,
+    OtherThreads,
+    anchor_state,
+    anchors_changed,
+    cpu_pairs,
+)
 
 
 def _current_cpu() -> int:
@@ -371,11 +377,15 @@ class CpuSampler:
                 # its on-CPU time (`on_cpu.on_cpu_seconds`, inline) with the run-queue reads
                 # just outside.
                 raw, use_wait = pairs.rq.raw, pairs.rq.available
+                one_thread = pairs.threads == 1
                 timed: list[tuple[float, float]] = []
-                out, anchor_started = None, 0.0
+                out, anchor_started, anchor_thread0, anchor_process0 = None, 0.0, 0.0, 0.0
                 for index, target in enumerate((body, *pairs.after_kernel)):
                     if index == 1:
                         anchor_started = clock()  # the anchor's cost, kept apart
+                        # Other threads' CPU beside the anchors, read nested as the gap's.
+                        anchor_thread0 = thread_time()
+                        anchor_process0 = process_time()
                     w0 = 0 if raw is None else int(raw().split()[1])
                     c0 = thread_time()
                     t0 = clock()
@@ -384,14 +394,22 @@ class CpuSampler:
                     c1 = thread_time()
                     w1 = 0 if raw is None else int(raw().split()[1])
                     wall, cpu = t1 - t0, c1 - c0
-                    timed.append(
-                        (wall, max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu)
-                    )
+                    charged = max(wall - (w1 - w0) * 1e-9, cpu, 1e-12) if use_wait else cpu
+                    if index and one_thread:
+                        # An anchor on one thread never blocks: it is charged its CPU time,
+                        # so a GIL another thread held does not slow it. The time it did
+                        # not run is not gated: on a VM it also holds the host's steal.
+                        charged = cpu
+                    timed.append((wall, charged))
                     if index == 0:
                         out = result
+                beside = process_time() - anchor_process0
+                between.anchors_other_s += max(0.0, beside - (thread_time() - anchor_thread0))
                 (wall, on_cpu), first, second = timed[:3]
                 a_wall, a_cpu = first if first[1] <= second[1] else second
-                pairs.added_s += clock() - anchor_started
+                window = clock() - anchor_started
+                pairs.added_s += window
+                between.anchors_s += window
                 pairs.kernel_s.append(on_cpu / calls)
                 pairs.kernel_wall_s.append(wall / calls)
                 pairs.anchor_s.append(a_cpu)
@@ -571,6 +589,7 @@ def time_cpu(
     sampler = CpuSampler(timed, clock, cache_flush, fresh, None)
     spent = Spent(start=sampler.plan_clock())
     sampler.pairs = cpu_pairs(budget)
+    made = () if sampler.pairs is None else anchor_state(sampler.pairs)  # a local: see Seal
     sampler.seal = fresh.seal() if fresh is not None else None
     try:
         _first_call_and_warm_up(sampler, budget, spent)
@@ -580,7 +599,7 @@ def time_cpu(
         load = monitor.stop()
         if fresh is not None:
             fresh.finish()
-        idle_work = sampler.between.failure(threads)
+        idle_work = anchors_changed(sampler.pairs, made) or sampler.between.failure(threads)
         if idle_work is not None:
             raise DishonestTiming(idle_work)
     except KernelproError:

@@ -18,9 +18,12 @@ cancels the power cap (`anchor.py`):
    the GEMM too; another process's memory traffic slows the memory anchor, not the GEMM.
 
 The pairs go to `TimingResult.anchor` with the GPU anchor's keys (`name`, `ratios`,
-`anchor_median_s`). Between the timed calls (refill and flush) nothing else of the process
-should use the CPU: `OtherThreads` refuses a kernel whose other thread computes the next
-output outside the timed window.
+`anchor_median_s`). Between the timed calls (refill and flush) and while the anchors run
+nothing else of the process should use the CPU: `OtherThreads` refuses a kernel whose other
+thread computes the next output outside the timed window, or works beside the anchors (it
+would slow them, and a slowdown of the kernel would hide behind them). The anchors call
+torch's C functions themselves, and a timing whose anchor buffers or calls changed is
+refused (`anchors_changed`): the kernel is code of the same process (docs/cpu-gate.md).
 """
 
 from __future__ import annotations
@@ -65,14 +68,16 @@ def cpu_anchor_launch(torch: Any) -> Callable[[], object]:
         b = torch.randn(CPU_ANCHOR_N, CPU_ANCHOR_N, generator=gen)
         _ANCHOR_BUFFERS[threads] = (a, b, torch.empty_like(a))
     a, b, out = _ANCHOR_BUFFERS[threads]
-    return functools.partial(torch.mm, a, b, out=out)  # C all the way: no Python frame
+    # C all the way, no Python frame: torch's own function, from its read-only table (a
+    # kernel that rebinds `torch.mm` would slow the anchor, and hide its own slowdown).
+    return functools.partial(torch._C._VariableFunctions.mm, a, b, out=out)
 
 
 def memory_anchor_launch(torch: Any) -> Callable[[], object]:
     """A zero-argument call of the memory anchor: the sum of `MEMORY_ANCHOR_BYTES` of fp32."""
     if not _MEMORY_BUFFER:
         _MEMORY_BUFFER.append(torch.ones(MEMORY_ANCHOR_BYTES // 4))
-    return functools.partial(torch.sum, _MEMORY_BUFFER[0])
+    return functools.partial(torch._C._VariableFunctions.sum, _MEMORY_BUFFER[0])  # as the GEMM
 
 
 class RunQueueClock:
@@ -130,6 +135,7 @@ class CpuPairs:
     anchor: Callable[[], object]
     name: str
     memory: Callable[[], object] | None = None  # the memory anchor (module docstring)
+    threads: int = 1  # torch's: on one, the anchors are charged their thread's CPU time
     recording: bool = False
     kernel_s: list[float] = field(default_factory=list)  # on-CPU, per call
     kernel_wall_s: list[float] = field(default_factory=list)  # wall, per call
@@ -234,8 +240,41 @@ def cpu_pairs(budget: Any) -> CpuPairs | None:
     launch, memory = cpu_anchor_launch(torch), memory_anchor_launch(torch)
     launch()
     memory()
+    threads = int(torch.get_num_threads())
     return CpuPairs(
-        anchor=launch, name=cpu_anchor_name(torch, int(torch.get_num_threads())), memory=memory
+        anchor=launch, name=cpu_anchor_name(torch, threads), memory=memory, threads=threads
+    )
+
+
+def anchor_state(pairs: CpuPairs) -> tuple[object, ...]:
+    """What the anchors run, to compare: each call's function and each tensor's address,
+    shape, strides, dtype and contiguity. The buffers are the module's, found by any code of
+    the process: a bigger or strided buffer (`set_`, a new one in the cache) slows the anchor
+    the kernel is compared against, as the same factor of its own slowdown would hide."""
+    state: list[object] = [id(pairs.after_kernel)]
+    for call in pairs.after_kernel:
+        assert isinstance(call, functools.partial)  # as `cpu_pairs` makes them
+        state.append(id(call.func))
+        for t in (*call.args, *call.keywords.values()):
+            state.append((t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.is_contiguous()))
+    return tuple(state)
+
+
+def anchors_changed(pairs: CpuPairs | None, made: tuple[object, ...]) -> str | None:
+    """Why the anchors' calls are not as `cpu_pairs` made them (`made`: `anchor_state` then)
+    or changed while the timing ran; None when they are and did not."""
+    if pairs is None:
+        return None
+    now, fp32 = anchor_state(pairs), sys.modules["torch"].float32
+    square = ((CPU_ANCHOR_N, CPU_ANCHOR_N), (CPU_ANCHOR_N, 1), fp32, True)  # a, b, out
+    memory = ((MEMORY_ANCHOR_BYTES // 4,), (1,), fp32, True)
+    layouts = [part[1:] for part in now if isinstance(part, tuple)]  # the GEMM twice
+    if now == made and layouts == [square] * 6 + [memory]:
+        return None
+    return (
+        "the CPU anchors' buffers or calls (pytest_kernelpro.measure.timing.on_cpu's cache) "
+        "were replaced, re-pointed or resized: the anchors the kernel is compared against "
+        "must be the timer's own. Leave the plugin's modules alone"
     )
 
 
@@ -247,6 +286,12 @@ def cpu_pairs(budget: Any) -> CpuPairs | None:
 # little CPU whatever the kernel does: up to `OTHER_THREADS_BACKGROUND` of the gaps' wall
 # time is theirs. Work moved out of the timed window shows as a busy thread for the gap
 # (a cache flush and a refill per call), far above that rate.
+# The anchors' window is gated apart: a thread woken as the call returns can load the
+# memory or the cores while the anchors run (it need not know more: they always follow the
+# call), so they slow with it and the kernel's change against them hides its own slowdown.
+# There the kernel's time buys no allowance, only the background rate and the floor: moving
+# the anchor's speed (the gate reads its fastest quarter of calls) takes a busy thread beside
+# three quarters of the samples' anchors, far above them.
 OTHER_THREADS_SHARE = 0.5
 OTHER_THREADS_MIN_S = 1e-3
 OTHER_THREADS_BACKGROUND = 0.01
@@ -254,21 +299,33 @@ OTHER_THREADS_BACKGROUND = 0.01
 
 @dataclass
 class OtherThreads:
-    """CPU time of this process's other threads between timed calls (refill and flush), as
-    `CpuSampler.take` reads it around each gap."""
+    """CPU time of this process's other threads between timed calls (refill and flush) and
+    while the anchors ran, as `CpuSampler.take` reads it around each window."""
 
     other_s: float = 0.0
     gap_s: float = 0.0
     kernel_s: float = 0.0
+    anchors_other_s: float = 0.0  # their CPU while the anchors ran
+    anchors_s: float = 0.0  # wall time of the anchors' windows
 
     def reset(self) -> None:
         """Count from here: the sampling rounds' gaps are gated, not the warm-up's (OpenMP
         workers may still spin there after the correctness trials' parallel regions)."""
         self.other_s = self.gap_s = self.kernel_s = 0.0
+        self.anchors_other_s = self.anchors_s = 0.0
 
     def failure(self, threads: int | None) -> str | None:
         if (threads or 1) != 1:  # torch's own workers may spin after a parallel refill
             return None
+        beside = self.anchors_other_s
+        if beside > max(OTHER_THREADS_MIN_S, OTHER_THREADS_BACKGROUND * self.anchors_s):
+            return (
+                f"other threads of the process used {beside * 1e3:.1f} ms of CPU while the "
+                f"CPU anchors ran after the timed calls "
+                f"({self.anchors_s * 1e3:.1f} ms): a thread working as the call returns slows "
+                "the anchors the kernel is compared against, and a slowdown of the kernel "
+                "would hide behind them. Finish the work inside the call"
+            )
         allowed = OTHER_THREADS_SHARE * self.kernel_s + OTHER_THREADS_BACKGROUND * self.gap_s
         if self.other_s <= max(OTHER_THREADS_MIN_S, allowed):
             return None
@@ -281,7 +338,10 @@ class OtherThreads:
         )
 
     def to_dict(self) -> dict[str, float]:
-        return {"other_threads_between_calls_s": round(self.other_s, 6)}
+        return {
+            "other_threads_between_calls_s": round(self.other_s, 6),
+            "other_threads_beside_anchors_s": round(self.anchors_other_s, 6),
+        }
 
 
 bound.keep_module(sys.modules[__name__])
