@@ -133,23 +133,15 @@ def final_ranking(
         )
     room = workers_that_fit(sandbox_source, device)
     with_reference = not current_is_reference
+    one_at_a_time = False
     if room is not None and room.workers < 1 + with_reference + len(contenders):
         # All contenders' workers stay alive through every round: fewer of them, the
         # reference first (it is there to be shown, not ranked), then the slowest picks.
-        if room.workers < 2:
-            return SearchRanking.not_run(
-                kernel,
-                f"the final re-measurement does not fit: {room.describe()}; it needs the "
-                "current kernel and one candidate at once. The current kernel stays",
-                candidates=tuple(
-                    replace(c, reason=f"no room on the GPU: {room.describe()}") for c in contenders
-                )
-                + tuple(others),
-                **search,
-                wall_s=clock.totals(),
-            )
+        # Where fewer than two fit, the current kernel and the fastest pick take turns, each
+        # turn in a worker of its own (the evaluations' workers, as large, ran one at a time).
+        one_at_a_time = room.workers < 2
         with_reference = False
-        kept = contenders[: room.workers - 1]
+        kept = contenders[: max(1, room.workers - 1)]
         others = [
             replace(c, verdict="not re-measured", reason=f"no room on the GPU: {room.describe()}")
             for c in contenders[len(kept) :]
@@ -172,6 +164,7 @@ def final_ranking(
         caches=caches,
         budget_s=RANKING_BUDGET_S if budget_s is None else budget_s,
         cpu_threads=cpu_threads,
+        one_at_a_time=one_at_a_time,
     )
     baseline, base_label = "current", "current kernel"
     if "current" not in measured.samples:

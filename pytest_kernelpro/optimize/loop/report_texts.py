@@ -143,10 +143,13 @@ def render_optimize_text(summary: Mapping[str, Any]) -> str:
 def _cost_line(cost: Mapping[str, Any]) -> str:
     """What the final re-measurement cost (`optimize/sandbox/remeasure.py` RemeasureResult.cost)."""
     plan = cost.get("plan") or {}
+    if cost.get("one_at_a_time"):  # one worker fits the GPU: each turn started its own
+        ready = f"one worker at a time, {float(cost.get('turn_start_s') or 0):.1f} s of starts"
+    else:
+        ready = f"workers ready after {float(cost.get('start_s') or 0):.1f} s"
     text = (
-        f"re-measurement: {float(cost.get('wall_s') or 0):.1f} s (workers ready after "
-        f"{float(cost.get('start_s') or 0):.1f} s, {cost.get('rounds', 0)} rounds in "
-        f"{float(cost.get('rounds_s') or 0):.1f} s"
+        f"re-measurement: {float(cost.get('wall_s') or 0):.1f} s ({ready}, "
+        f"{cost.get('rounds', 0)} rounds in {float(cost.get('rounds_s') or 0):.1f} s"
     )
     if plan.get("budget_s"):
         text += f" for a {float(plan['budget_s']):g} s timing budget"

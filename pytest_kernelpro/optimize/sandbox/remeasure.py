@@ -176,6 +176,8 @@ class RemeasureResult:
     round_samples: dict[str, list[int]] = field(default_factory=dict)  # per label, per round
     plan: RoundPlan | None = None
     stopped: str = ""  # why rounds stopped before `rounds` were done ("" when they did not)
+    one_at_a_time: bool = False  # each turn in its own worker (`remeasure`)
+    turn_start_s: float = 0.0  # one at a time: the workers' starts within the rounds
 
     def cost(self) -> dict[str, Any]:
         """What the re-measurement cost and collected (the ranking reports it)."""
@@ -188,6 +190,8 @@ class RemeasureResult:
             "round_samples": {k: list(v) for k, v in self.round_samples.items()},
             "plan": None if self.plan is None else self.plan.to_dict(),
             "stopped": self.stopped,
+            "one_at_a_time": self.one_at_a_time,
+            "turn_start_s": self.turn_start_s,
         }
 
 
@@ -272,10 +276,12 @@ def _combined(reference: str, code: str) -> str:
 
 
 class _Worker:
-    def __init__(self, label: str, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, label: str, code: str) -> None:
         self.label = label
-        self.proc = proc
+        self.code = code
+        self.proc: subprocess.Popen[bytes] = None  # type: ignore[assignment]  # until started
         self.error: str | None = None
+        self.scratch = Path()
         self._buffer = b""
 
     def send(self, line: str) -> None:
@@ -304,6 +310,17 @@ class _Worker:
                 if not chunk:
                     return ""
                 self._buffer += chunk
+
+    def stop(self) -> None:
+        """Ask the worker to quit (it may be gone), then kill what is left of it."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None and self.error is None:
+            try:
+                self.send("quit")
+            except OSError:
+                pass
+        self.kill()
 
     def kill(self) -> None:
         try:
@@ -335,12 +352,18 @@ def remeasure(
     caches: CompileCaches | None = None,
     budget_s: float | None = None,
     cpu_threads: int | None = None,
+    one_at_a_time: bool = False,
 ) -> RemeasureResult:
     """Time `contenders` ((label, ModelNew module code), ...) in interleaved rounds; each
     contender's worker starts from a copy of the compile caches its code's evaluation kept
     (`caches`, the sandbox evaluator's `compile_caches`). `budget_s`: the timing budget of
     all rounds together (module doc); None: every round times with `timing`. `cpu_threads`:
-    torch's threads in every worker, as the search's (None: torch's default)."""
+    torch's threads in every worker, as the search's (None: torch's default).
+    `one_at_a_time`: where the device holds one worker only (`workers_that_fit`), each
+    contender's worker is started for its turn in a round and stopped after it, so the
+    rounds still alternate the contenders; every turn then warms up as a first round does
+    (the device idled while the worker started), and the starts are not counted against
+    the budget's sampling time."""
     if rounds < 1:
         raise KernelproError(f"remeasure rounds={rounds!r} must be at least 1")
     if budget_s is not None:
@@ -357,7 +380,7 @@ def remeasure(
         )
     started = time.monotonic()
     deadline = started + timeout_s
-    result = RemeasureResult()
+    result = RemeasureResult(one_at_a_time=one_at_a_time)
     with tempfile.TemporaryDirectory(prefix="kernelpro-remeasure-") as tmp:
         work = Path(tmp)
         config = {
@@ -370,47 +393,56 @@ def remeasure(
             # The session's TF32 flags, read here in the parent: the check below relaxes
             # the fp32 tolerance when the gate's would.
             measurement.PRECISION_KEY: measurement.session_fp32_precision(),
-            "memory_fraction": _device_memory_share(device, len(contenders)),
+            "memory_fraction": _device_memory_share(
+                device, 1 if one_at_a_time else len(contenders)
+            ),
         }
-        workers: list[_Worker] = []
+        workers = [_Worker(label, code) for label, code in contenders]
         # Contenders run candidate code: each in the candidate sandbox, with a scratch
         # directory of its own (its samples cannot be overwritten by another contender).
         isolation = Isolation.probe(cuda=device.startswith("cuda"), env=dict(env))
+        starts = 0
+
+        def start(w: _Worker) -> None:
+            nonlocal starts
+            starts += 1
+            w.scratch = work / f"{starts}-{w.label}"
+            w.scratch.mkdir()
+            (w.scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
+            source = _combined(reference, w.code)
+            (w.scratch / f"{w.label}.py").write_text(source, encoding="utf-8")
+            command = [python, "-m", "pytest_kernelpro.optimize.sandbox.remeasure"]
+            command += [str(w.scratch), w.label]
+            worker_env = dict(env)
+            for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):  # the rest is read-only
+                (w.scratch / sub).mkdir()
+                worker_env[name] = str(w.scratch / sub)
+            point_caches(worker_env, w.scratch / "home")
+            if caches is not None and caches.seed(w.code, w.scratch / "home"):
+                if w.label not in result.warm:
+                    result.warm.append(w.label)
+            with open(work / f"{w.label}.stderr", "wb") as err:
+                w.proc = subprocess.Popen(
+                    isolation.wrap(command, scratch=w.scratch, python=python, env=worker_env),
+                    cwd=w.scratch,
+                    env=worker_env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    start_new_session=True,
+                )
+
+        def ready(w: _Worker) -> None:
+            line = w.read(deadline)
+            if line != READY:
+                w.error = _why(line, work, w.label, "while building and checking")
+
         try:
-            for label, code in contenders:
-                scratch = work / label
-                scratch.mkdir()
-                (scratch / "config.json").write_text(json.dumps(config), encoding="utf-8")
-                (scratch / f"{label}.py").write_text(_combined(reference, code), encoding="utf-8")
-                command = [
-                    python,
-                    "-m",
-                    "pytest_kernelpro.optimize.sandbox.remeasure",
-                    str(scratch),
-                    label,
-                ]
-                worker_env = dict(env)
-                for name, sub in (("HOME", "home"), ("TMPDIR", "tmp")):  # the rest is read-only
-                    (scratch / sub).mkdir()
-                    worker_env[name] = str(scratch / sub)
-                point_caches(worker_env, scratch / "home")
-                if caches is not None and caches.seed(code, scratch / "home"):
-                    result.warm.append(label)
-                with open(work / f"{label}.stderr", "wb") as err:
-                    proc = subprocess.Popen(
-                        isolation.wrap(command, scratch=scratch, python=python, env=worker_env),
-                        cwd=scratch,
-                        env=worker_env,
-                        stdin=subprocess.PIPE,
-                        stdout=subprocess.PIPE,
-                        stderr=err,
-                        start_new_session=True,
-                    )
-                workers.append(_Worker(label, proc))
-            for w in workers:  # they build in parallel; the GPU work starts after
-                line = w.read(deadline)
-                if line != READY:
-                    w.error = _why(line, work, w.label, "while building and checking")
+            if not one_at_a_time:
+                for w in workers:
+                    start(w)
+                for w in workers:  # they build in parallel; the GPU work starts after
+                    ready(w)
             alive = [w for w in workers if w.error is None]
             result.start_s = time.monotonic() - started
             if budget_s is not None and alive:
@@ -419,7 +451,7 @@ def remeasure(
                 )
             rounds_started = time.monotonic()
             for r in range(rounds):
-                spent = time.monotonic() - rounds_started
+                spent = time.monotonic() - rounds_started - result.turn_start_s
                 if result.plan is not None and r >= 1 and spent > OVERRUN * result.plan.budget_s:
                     result.stopped = (
                         f"stopped after {r} of {rounds} rounds: they took {spent:.1f} s, more "
@@ -433,35 +465,26 @@ def remeasure(
                 result.order.append([w.label for w in order])
                 command = f"time {r}"
                 if result.plan is not None:
-                    this_round = result.plan.timing(timing or {}, r)
+                    this_round = result.plan.timing(timing or {}, 0 if one_at_a_time else r)
                     command += " " + json.dumps(this_round, separators=(",", ":"))
                 for w in order:
                     if w.error is not None:
                         continue
-                    w.send(command)
-                    line = w.read(deadline)
-                    if line != f"{DONE} {r}":
-                        w.error = _why(line, work, w.label, f"in round {r + 1}")
-                        continue
-                    # In the worker's scratch: read without following its links.
-                    try:
-                        data = json.loads(read_text(work / w.label / f"{w.label}.{r}.json"))
-                    except (OSError, ValueError) as exc:
-                        w.error = f"unreadable result in round {r + 1}: {exc}"
-                        continue
-                    result.samples.setdefault(w.label, []).extend(data["samples_s"])
-                    result.round_samples.setdefault(w.label, []).append(len(data["samples_s"]))
-                    result.device = data.get("device", result.device)
+                    if one_at_a_time:
+                        turn = time.monotonic()
+                        start(w)
+                        ready(w)
+                        result.turn_start_s += time.monotonic() - turn
+                        if w.error is not None:
+                            continue
+                    _time_round(w, command, r, deadline, work, result)
+                    if one_at_a_time:
+                        w.stop()
                 result.rounds = r + 1
             result.rounds_s = time.monotonic() - rounds_started
         finally:
             for w in workers:
-                if w.proc.poll() is None and w.error is None:
-                    try:
-                        w.send("quit")
-                    except OSError:
-                        pass
-                w.kill()
+                w.stop()
         for w in workers:
             if w.error is not None:
                 result.errors[w.label] = w.error
@@ -469,6 +492,26 @@ def remeasure(
                 result.round_samples.pop(w.label, None)
     result.wall_s = time.monotonic() - started
     return result
+
+
+def _time_round(
+    w: _Worker, command: str, r: int, deadline: float, work: Path, result: RemeasureResult
+) -> None:
+    """One contender's turn in round `r`: its samples pooled into `result`, or its error."""
+    w.send(command)
+    line = w.read(deadline)
+    if line != f"{DONE} {r}":
+        w.error = _why(line, work, w.label, f"in round {r + 1}")
+        return
+    # In the worker's scratch: read without following its links.
+    try:
+        data = json.loads(read_text(w.scratch / f"{w.label}.{r}.json"))
+    except (OSError, ValueError) as exc:
+        w.error = f"unreadable result in round {r + 1}: {exc}"
+        return
+    result.samples.setdefault(w.label, []).extend(data["samples_s"])
+    result.round_samples.setdefault(w.label, []).append(len(data["samples_s"]))
+    result.device = data.get("device", result.device)
 
 
 def _why(line: str, work: Path, label: str, when: str) -> str:

@@ -71,6 +71,34 @@ def test_interleaved_rounds_pool_samples_and_failures_are_named():
     assert result.errors["crash"] == "RuntimeError: nope"
 
 
+def test_one_at_a_time_each_turn_runs_in_a_worker_of_its_own():
+    """Where the GPU holds one worker: the contenders alternate as in interleaved rounds,
+    each turn a worker started for it (its start not counted against the timing budget),
+    and a wrong contender is named as before."""
+    result = remeasure(
+        REFERENCE,
+        [("reference", "ModelNew = Model\n"), ("renamed", RENAMED), ("wrong", WRONG)],
+        device="cpu",
+        rounds=2,
+        timing=TIMING,
+        timeout_s=240,
+        budget_s=0.2,
+        one_at_a_time=True,
+    )
+    assert set(result.samples) == {"reference", "renamed"}
+    # A turn in each round, each with samples.
+    assert all(len(result.round_samples[label]) == 2 for label in result.samples)
+    assert all(n > 0 for n in result.round_samples["renamed"]), result.round_samples
+    assert result.order == [["reference", "renamed", "wrong"], ["renamed", "wrong", "reference"]]
+    assert result.errors["wrong"].startswith("wrong result when re-measured: output: ")
+    cost = result.cost()
+    assert cost["one_at_a_time"] is True
+    # Five turns started (the wrong one's first turn ends it), kept apart from the rounds'
+    # timing: each a Python importing torch.
+    assert cost["turn_start_s"] > 0
+    assert cost["rounds"] == 2
+
+
 def test_bad_arguments():
     with pytest.raises(KernelproError, match="rounds"):
         remeasure(REFERENCE, [("a", "")], rounds=0)
