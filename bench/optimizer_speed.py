@@ -267,7 +267,9 @@ def step_search(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
         "standby": summary.get("standby"),
         "per_candidate": per,
         "best_patch": summary.get("best_patch"),
-        "tail": tail if code != 0 else "",
+        # The final ranking: its reason, the re-measurement's cost, each candidate's verdict.
+        "ranking": summary.get("ranking"),
+        "tail": tail,
     }
 
 
