@@ -19,6 +19,13 @@ For each size:
 
 Sizes: small 64x512 fp32; large ROWSxCOLS fp32 (default 16384x32768: 2 GiB of input and
 2 GiB of output). One JSON line per size goes to OUT/handles.jsonl and a table is printed.
+
+At 16384x32768 on a 24 GiB machine two defaults stop the run before any evaluation:
+`--item-timeout S` passes `--kernelpro-item-timeout=S` to both runs (the gate's item passed
+the default 300 s there), and `--sandbox-memory-mb N` gives the optimize run's sandbox that
+memory limit instead of half the machine's (`SandboxLimits.memory_limit_mb`: its footprint
+check refuses the problem before the first evaluation), through a `conftest.py` in the
+throwaway project that wraps `sandbox.evaluator.SandboxLimits`. Both go into the JSON line.
 """
 
 from __future__ import annotations
@@ -107,7 +114,23 @@ class MemorySampler:
         self._thread.join()
 
 
-def make_project(rows: int, cols: int, evals: int) -> Path:
+# The throwaway project's conftest for `--sandbox-memory-mb`: every SandboxLimits the
+# optimize path makes gets the memory limit given, unless it names one.
+MEMORY_CONFTEST = """from pytest_kernelpro.optimize.sandbox import evaluator
+
+_limits = evaluator.SandboxLimits
+
+
+def _with_memory(*args, **kwargs):
+    kwargs.setdefault("memory_limit_mb", {mb})
+    return _limits(*args, **kwargs)
+
+
+evaluator.SandboxLimits = _with_memory
+"""
+
+
+def make_project(rows: int, cols: int, evals: int, sandbox_memory_mb: int | None = None) -> Path:
     from pytest_kernelpro.optimize.loop.replay import recording_record
 
     project = Path(tempfile.mkdtemp(prefix="kernelpro-handles-"))
@@ -123,6 +146,8 @@ def make_project(rows: int, cols: int, evals: int) -> Path:
             )
             handle.write(json.dumps(recording_record(text)) + "\n")
     (project / "pytest.ini").write_text("[pytest]\nkernelpro_time_budget = 0.5\n")
+    if sandbox_memory_mb is not None:
+        (project / "conftest.py").write_text(MEMORY_CONFTEST.format(mb=int(sandbox_memory_mb)))
     return project
 
 
@@ -204,16 +229,26 @@ def split_of(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def measure(size: str, rows: int, cols: int, evals: int, timeout: float) -> dict[str, Any]:
-    project = make_project(rows, cols, evals)
+def measure(
+    size: str,
+    rows: int,
+    cols: int,
+    evals: int,
+    timeout: float,
+    item_timeout: float | None = None,
+    sandbox_memory_mb: int | None = None,
+) -> dict[str, Any]:
+    project = make_project(rows, cols, evals, sandbox_memory_mb)
+    common = [] if item_timeout is None else [f"--kernelpro-item-timeout={item_timeout:g}"]
     load_before = os.getloadavg()
     try:
         with MemorySampler() as gate_memory:
-            gate = run_pytest(project, [], timeout)
+            gate = run_pytest(project, common, timeout)
         with MemorySampler() as memory:
             optimize = run_pytest(
                 project,
                 [
+                    *common,
                     *optimizer_plugin_args(),
                     f"--kernelpro-optimize={evals}",
                     "--kernelpro-llm=replay:replays",
@@ -241,6 +276,8 @@ def measure(size: str, rows: int, cols: int, evals: int, timeout: float) -> dict
         "outcomes": summary.get("outcomes"),
         "wall": summary.get("wall_s"),
         "evaluations": per,
+        "item_timeout_s": item_timeout,
+        "sandbox_memory_mb": sandbox_memory_mb,
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
     }
@@ -283,13 +320,18 @@ def main() -> int:
     parser.add_argument("--cols", type=int, default=32768)
     parser.add_argument("--evals", type=int, default=5)
     parser.add_argument("--timeout", type=float, default=1500.0)
+    parser.add_argument("--item-timeout", type=float, default=None)
+    parser.add_argument("--sandbox-memory-mb", type=int, default=None)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     shapes = {"small": (64, 512), "large": (args.rows, args.cols)}
     done = []
     for size in args.sizes.split(","):
         rows, cols = shapes[size]
-        data = {"label": args.label, **measure(size, rows, cols, args.evals, args.timeout)}
+        measured = measure(
+            size, rows, cols, args.evals, args.timeout, args.item_timeout, args.sandbox_memory_mb
+        )
+        data = {"label": args.label, **measured}
         with open(args.out / "handles.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(data) + "\n")
         done.append(data)
