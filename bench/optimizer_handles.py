@@ -167,7 +167,9 @@ def children_usage() -> tuple[float, int]:
     return used.ru_utime + used.ru_stime, used.ru_minflt
 
 
-def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any]:
+def run_pytest(
+    project: Path, extra: list[str], timeout: float, log: Path | None = None
+) -> dict[str, Any]:
     cmd = [
         sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
         "--kernelpro-problems=problems", "--kernelpro-device=cpu", *extra,
@@ -180,9 +182,12 @@ def run_pytest(project: Path, extra: list[str], timeout: float) -> dict[str, Any
             cmd, cwd=project, env=env, capture_output=True, text=True, timeout=timeout, check=False
         )
         code: Any = proc.returncode
-        tail = (proc.stdout + proc.stderr)[-2500:]
+        text = proc.stdout + proc.stderr
     except subprocess.TimeoutExpired as exc:
-        code, tail = "timeout", str(exc.stdout or "")[-2500:]
+        code, text = "timeout", str(exc.stdout or "")
+    tail = text[-2500:]
+    if log is not None:  # the whole output: each evaluation's progress line is in it
+        log.write_text(text, encoding="utf-8")
     cpu_after, faults_after = children_usage()
     return {
         "exit": code,
@@ -230,6 +235,8 @@ def split_of(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def measure(
+    out: Path,
+    label: str,
     size: str,
     rows: int,
     cols: int,
@@ -256,8 +263,12 @@ def measure(
                     "--kernelpro-candidates=1",
                 ],
                 timeout,
+                log=out / f"{label}-{size}-optimize.log",
             )
         summary = optimize_summary(project)
+        report = project / ".kernelpro" / "kernelpro-report.json"
+        if report.is_file():  # kept: the project goes below
+            shutil.copy(report, out / f"{label}-{size}-report.json")
     finally:
         shutil.rmtree(project, ignore_errors=True)
     per = [split_of(c) for c in summary.get("per_candidate") or []]
@@ -329,7 +340,15 @@ def main() -> int:
     for size in args.sizes.split(","):
         rows, cols = shapes[size]
         measured = measure(
-            size, rows, cols, args.evals, args.timeout, args.item_timeout, args.sandbox_memory_mb
+            args.out,
+            args.label,
+            size,
+            rows,
+            cols,
+            args.evals,
+            args.timeout,
+            args.item_timeout,
+            args.sandbox_memory_mb,
         )
         data = {"label": args.label, **measured}
         with open(args.out / "handles.jsonl", "a", encoding="utf-8") as handle:
