@@ -114,3 +114,20 @@ def test_text_says_how_the_winner_was_confirmed() -> None:
     }
     assert "  winner disqualified; timing not confirmed: 2.2x" in render_optimize_text(lost)
     assert "winner" not in render_optimize_text(SUMMARY)
+
+
+def test_text_says_how_the_contenders_were_re_measured() -> None:
+    """All contenders' workers alive through the rounds, or (a GPU holding one) one worker a
+    turn, with what starting and stopping them cost apart from the rounds' timing."""
+    cost = {"wall_s": 11.3, "start_s": 5.3, "rounds": 5, "rounds_s": 6.0,
+            "samples": {"current": 51, "node3": 50}, "plan": {"budget_s": 6.0}}  # fmt: skip
+    together = render_optimize_text({**SUMMARY, "ranking": {"cost": cost}})
+    assert (
+        "  re-measurement: 11.3 s (workers ready after 5.3 s, 5 rounds in 6.0 s for a 6 s "
+        "timing budget); samples: current 51, node3 50"
+    ) in together.splitlines()
+    turns = {**cost, "start_s": 0.0, "rounds_s": 44.3, "one_at_a_time": True, "turn_start_s": 36.4}
+    assert (
+        "  re-measurement: 11.3 s (one worker at a time, 36.4 s starting and stopping workers, "
+        "5 rounds in 44.3 s for a 6 s timing budget); samples: current 51, node3 50"
+    ) in render_optimize_text({**SUMMARY, "ranking": {"cost": turns}}).splitlines()

@@ -177,7 +177,7 @@ class RemeasureResult:
     plan: RoundPlan | None = None
     stopped: str = ""  # why rounds stopped before `rounds` were done ("" when they did not)
     one_at_a_time: bool = False  # each turn in its own worker (`remeasure`)
-    turn_start_s: float = 0.0  # one at a time: the workers' starts within the rounds
+    turn_start_s: float = 0.0  # one at a time: starting and stopping the turns' workers
 
     def cost(self) -> dict[str, Any]:
         """What the re-measurement cost and collected (the ranking reports it)."""
@@ -362,8 +362,8 @@ def remeasure(
     `one_at_a_time`: where the device holds one worker only (`workers_that_fit`), each
     contender's worker is started for its turn in a round and stopped after it, so the
     rounds still alternate the contenders; every turn then warms up as a first round does
-    (the device idled while the worker started), and the starts are not counted against
-    the budget's sampling time."""
+    (the device idled while the worker started), and starting and stopping the workers is
+    not counted against the budget's sampling time."""
     if rounds < 1:
         raise KernelproError(f"remeasure rounds={rounds!r} must be at least 1")
     if budget_s is not None:
@@ -479,7 +479,9 @@ def remeasure(
                             continue
                     _time_round(w, command, r, deadline, work, result)
                     if one_at_a_time:
+                        turn = time.monotonic()
                         w.stop()
+                        result.turn_start_s += time.monotonic() - turn
                 result.rounds = r + 1
             result.rounds_s = time.monotonic() - rounds_started
         finally:

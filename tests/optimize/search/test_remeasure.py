@@ -73,8 +73,9 @@ def test_interleaved_rounds_pool_samples_and_failures_are_named():
 
 def test_one_at_a_time_each_turn_runs_in_a_worker_of_its_own():
     """Where the GPU holds one worker: the contenders alternate as in interleaved rounds,
-    each turn a worker started for it (its start not counted against the timing budget),
-    and a wrong contender is named as before."""
+    each turn a worker started for it, and a wrong contender is named as before. (Without a
+    budget: a budget's rounds stop once they overran it, which a loaded machine's turns
+    could do with the tiny budget a test affords.)"""
     result = remeasure(
         REFERENCE,
         [("reference", "ModelNew = Model\n"), ("renamed", RENAMED), ("wrong", WRONG)],
@@ -82,13 +83,12 @@ def test_one_at_a_time_each_turn_runs_in_a_worker_of_its_own():
         rounds=2,
         timing=TIMING,
         timeout_s=240,
-        budget_s=0.2,
         one_at_a_time=True,
     )
     assert set(result.samples) == {"reference", "renamed"}
-    # A turn in each round, each with samples.
-    assert all(len(result.round_samples[label]) == 2 for label in result.samples)
-    assert all(n > 0 for n in result.round_samples["renamed"]), result.round_samples
+    # A turn in each round, each with the timing's least samples.
+    assert all(len(result.round_samples[label]) == 2 for label in result.samples), result
+    assert all(n >= TIMING["min_samples"] for n in result.round_samples["renamed"])
     assert result.order == [["reference", "renamed", "wrong"], ["renamed", "wrong", "reference"]]
     assert result.errors["wrong"].startswith("wrong result when re-measured: output: ")
     cost = result.cost()
