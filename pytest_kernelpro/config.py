@@ -234,7 +234,8 @@ SETTINGS: tuple[Setting, ...] = (
         "threshold",
         "Regression threshold, relative to the baseline (marker threshold= wins); unset: "
         "2% for kernels timed on a CUDA GPU, 5% on the CPU, where the anchored comparison "
-        "allows at least 25% (35% on a busy machine; gate/verdict_basis.py)",
+        "allows at least 25% (35% on a busy machine, 60% there for a kernel read against "
+        "the memory anchor; gate/verdict_basis.py)",
         parse_fraction,
         None,
         "FRACTION",

@@ -19,7 +19,8 @@ anchor: on a busy machine each alone raises false alarms that the pair does not
 (bench/results/2026-12-02-cpu-gate-cpu.md). The tolerance is the largest of the threshold,
 `PROCESS_TOLERANCE` (an unchanged kernel's on-CPU median moves between processes with where
 its inputs land in physical memory, which no anchor feels), `|anchor_move|`, the kernel's own
-scatter (IQR / median, either side) and, on a busy machine, `BUSY_TOLERANCE`. The fastest
+scatter (IQR / median, either side) and, on a busy machine, `BUSY_TOLERANCE`
+(`BUSY_MEMORY_TOLERANCE` for a kernel read against the memory anchor). The fastest
 decile must move by more than half that tolerance (at least the threshold, `lower_bar`).
 "Suspect" only where the anchor itself shows the measurement unusable (`UNUSABLE_ANCHOR_MOVE`,
 `UNUSABLE_ANCHOR_SCATTER`); a change within a widened tolerance is "ok" with why.
@@ -58,6 +59,11 @@ CPU_ANCHOR_PREFIX = "cpu anchor:"  # measure/timing/cpu.cpu_anchor_name
 # The tolerance on a busy machine: above what an unchanged kernel's compared change reaches
 # between sessions there, below what a 2x slowdown reads (bench/results/2026-12-02-cpu-gate-cpu.md).
 BUSY_TOLERANCE = 0.35
+# The same for a kernel that is not compute-bound, read against the memory anchor as well: on
+# a busy machine an unchanged one read +40% to +49% with both anchors still (the CI's main job,
+# confirmed in a fresh process; the memory anchor does not feel a neighbour taking the shared
+# cache), and one doing twice the work +73% to +91% (bench/results/2026-12-06-cpu-gate-memory-cpu.md).
+BUSY_MEMORY_TOLERANCE = 0.6
 # The least tolerance of any CPU-anchored comparison: above what an unchanged kernel's compared
 # change reaches between fresh processes on a quiet machine, below what a kernel doing twice
 # the work reads (bench/results/2026-12-02-cpu-gate-cpu.md).
@@ -169,8 +175,15 @@ class CpuAnchorComparison:
             abs(self.anchor_move),
             self.scatter_now,
             self.scatter_base,
-            BUSY_TOLERANCE if self.busy else 0.0,
+            self.busy_tolerance,
         )
+
+    @property
+    def busy_tolerance(self) -> float:
+        """The busy machine's part of the tolerance (0 on a quiet one)."""
+        if not self.busy:
+            return 0.0
+        return BUSY_MEMORY_TOLERANCE if self.memory_anchored_change is not None else BUSY_TOLERANCE
 
     @property
     def widened(self) -> str | None:
@@ -178,7 +191,7 @@ class CpuAnchorComparison:
         if self.tolerance <= self.threshold:
             return None
         why = f"the tolerance follows the machine: {self.facts()}"
-        if self.busy and self.tolerance <= BUSY_TOLERANCE:
+        if self.busy and self.tolerance <= self.busy_tolerance:
             why += f"; timed on a busy machine ({self.busy})"
         elif self.tolerance <= PROCESS_TOLERANCE:
             why += (

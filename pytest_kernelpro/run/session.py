@@ -410,7 +410,11 @@ class KernelproSession:
         from pytest_kernelpro.gate.baseline import detect_commit
         from pytest_kernelpro.gate.report import machine_name
         from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
-        from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
+        from pytest_kernelpro.gate.verdict_basis import (
+            BUSY_MEMORY_TOLERANCE,
+            BUSY_TOLERANCE,
+            PROCESS_TOLERANCE,
+        )
 
         meta: dict[str, Any] = {
             "python": platform.python_version(),
@@ -423,7 +427,11 @@ class KernelproSession:
             "default_thresholds": {"cuda": DEFAULT_GPU_THRESHOLD, "cpu": DEFAULT_CPU_THRESHOLD},
             # The least tolerance of a CPU comparison whatever the threshold: what --help and
             # the README state beside the 5% threshold.
-            "cpu_tolerance_floor": {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE},
+            "cpu_tolerance_floor": {
+                "quiet": PROCESS_TOLERANCE,
+                "busy": BUSY_TOLERANCE,
+                "busy_memory_anchored": BUSY_MEMORY_TOLERANCE,
+            },
             "records_log": str(self.records_path),
             "baseline": str(self.settings.baseline_path),
             "commit": detect_commit(self.settings.rootpath),

@@ -9,7 +9,11 @@ from types import SimpleNamespace
 
 from pytest_kernelpro.config import SETTINGS_BY_NAME
 from pytest_kernelpro.gate.verdict import DEFAULT_CPU_THRESHOLD, DEFAULT_GPU_THRESHOLD
-from pytest_kernelpro.gate.verdict_basis import BUSY_TOLERANCE, PROCESS_TOLERANCE
+from pytest_kernelpro.gate.verdict_basis import (
+    BUSY_MEMORY_TOLERANCE,
+    BUSY_TOLERANCE,
+    PROCESS_TOLERANCE,
+)
 from pytest_kernelpro.run.session import KernelproSession
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -25,6 +29,7 @@ def test_help_names_the_threshold_and_the_least_cpu_tolerance() -> None:
     assert f"{_percent(DEFAULT_CPU_THRESHOLD)} on the CPU" in text
     assert f"at least {_percent(PROCESS_TOLERANCE)}" in text
     assert f"{_percent(BUSY_TOLERANCE)} on a busy machine" in text
+    assert f"{_percent(BUSY_MEMORY_TOLERANCE)} there for a kernel read against" in text
 
 
 def test_the_json_report_carries_the_same_numbers(tmp_path: Path) -> None:
@@ -49,7 +54,11 @@ def test_the_json_report_carries_the_same_numbers(tmp_path: Path) -> None:
         "cuda": DEFAULT_GPU_THRESHOLD,
         "cpu": DEFAULT_CPU_THRESHOLD,
     }
-    assert meta["cpu_tolerance_floor"] == {"quiet": PROCESS_TOLERANCE, "busy": BUSY_TOLERANCE}
+    assert meta["cpu_tolerance_floor"] == {
+        "quiet": PROCESS_TOLERANCE,
+        "busy": BUSY_TOLERANCE,
+        "busy_memory_anchored": BUSY_MEMORY_TOLERANCE,
+    }
 
 
 def test_the_readme_states_the_same_numbers() -> None:
@@ -62,3 +71,4 @@ def test_the_readme_states_the_same_numbers() -> None:
     assert f"The threshold is {_percent(DEFAULT_CPU_THRESHOLD)}" in text
     assert f"the tolerance is at least {_percent(PROCESS_TOLERANCE)} whatever the threshold" in text
     assert f"{_percent(BUSY_TOLERANCE)} on a busy machine" in text
+    assert f"{_percent(BUSY_MEMORY_TOLERANCE)} there for a kernel that is not compute-bound" in text

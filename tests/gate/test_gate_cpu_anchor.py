@@ -21,10 +21,12 @@ from pytest_kernelpro.gate.verdict import (
     OK,
     REGRESSED,
     SUSPECT,
+    UNRESOLVED,
     decide_verdict,
     needs_confirmation,
 )
 from pytest_kernelpro.gate.verdict_basis import (
+    BUSY_MEMORY_TOLERANCE,
     BUSY_TOLERANCE,
     PROCESS_TOLERANCE,
     cpu_anchor_comparison,
@@ -316,12 +318,15 @@ def test_a_memory_bound_kernel_slowed_with_the_machines_memory_is_ok() -> None:
     """The main job's false alarm: beside another process's memory traffic, an unchanged
     memory-bound kernel's on-CPU time rose 45% (confirmed in a fresh process) while the GEMM
     anchor, running from the core's own cache, moved 1%. The memory anchor slowed with it:
-    relative to it the kernel did not change, and the reason shows both anchors."""
+    relative to it the kernel did not change, and the reason shows both anchors. (Busy, a
+    kernel read against the memory anchor is allowed `BUSY_MEMORY_TOLERANCE`, too wide to
+    resolve 1.5x: "unresolved", which never fails.)"""
     base = entry(cpu_record(1 * MS, seed=60, memory=1.0))
     slowed = cpu_record(1 * MS, seed=61, kernel_only=1.45, busy=True, memory=1.4)
     verdict = decide_verdict(slowed, base)
-    assert verdict.status == OK, verdict.reason
+    assert verdict.status == UNRESOLVED, verdict.reason
     assert not verdict.failed
+    assert verdict.tolerance == pytest.approx(BUSY_MEMORY_TOLERANCE)
     assert "the memory anchor's +" in verdict.reason
     # Without the memory anchor on either side, the same samples fail: the two-way rule.
     for now_memory, base_memory in ((None, 1.0), (1.4, None)):
@@ -342,6 +347,31 @@ def test_the_memory_anchor_excuses_no_regression_it_did_not_see() -> None:
     assert confirm(first, cpu_record(2 * MS, seed=64, memory=0.98), base).failed
     busy = decide_verdict(cpu_record(2 * MS, seed=65, busy=True, memory=1.05), base)
     assert busy.status == REGRESSED, busy.reason
+
+
+def test_a_memory_bound_kernel_slowed_by_a_busy_neighbour_neither_anchor_felt_is_ok() -> None:
+    """The CI's main job, twice: beside the suite on a busy machine an unchanged
+    `softmax_rows` read +39.5% (+44.9% the time before) in on-CPU time, confirmed in a fresh
+    process, while the GEMM anchor moved -2.8% and the memory anchor -4.6% (a neighbour
+    taking the shared cache). A busy machine allows a kernel read against the memory anchor
+    60%, too wide to resolve 1.5x: "unresolved", never a failure; a compute-bound one, and one
+    doing twice the work, still fail there."""
+    base = entry(cpu_record(1 * MS, seed=70, memory=1.0))
+    slowed = cpu_record(1 * MS, seed=71, kernel_only=1.45, busy=True, memory=0.95)
+    verdict = decide_verdict(slowed, base)
+    assert verdict.status == UNRESOLVED, verdict.reason
+    assert not verdict.failed
+    assert "timed on a busy machine" in verdict.reason
+    compute = decide_verdict(
+        cpu_record(1 * MS, seed=71, kernel_only=1.45, busy=True, memory=0.95, bound="compute"),
+        entry(cpu_record(1 * MS, seed=70, memory=1.0, bound="compute")),
+    )
+    assert compute.status == REGRESSED, compute.reason
+    doubled = decide_verdict(cpu_record(2 * MS, seed=72, busy=True, memory=0.95), base)
+    assert doubled.status == REGRESSED, doubled.reason
+    # The doubled kernel of the bench read +73% at the least there: still beyond 60%.
+    least = decide_verdict(cpu_record(1.73 * MS, seed=73, busy=True, memory=1.0), base)
+    assert least.status == REGRESSED, least.reason
 
 
 def test_a_compute_bound_kernel_is_not_read_against_the_memory_anchor() -> None:
