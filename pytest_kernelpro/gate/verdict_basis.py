@@ -183,7 +183,7 @@ class CpuAnchorComparison:
         """The busy machine's part of the tolerance (0 on a quiet one)."""
         if not self.busy:
             return 0.0
-        return BUSY_MEMORY_TOLERANCE if self.memory_anchored_change is not None else BUSY_TOLERANCE
+        return BUSY_MEMORY_TOLERANCE if self.memory_move is not None else BUSY_TOLERANCE
 
     @property
     def widened(self) -> str | None:

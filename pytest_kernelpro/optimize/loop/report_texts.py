@@ -144,7 +144,8 @@ def _cost_line(cost: Mapping[str, Any]) -> str:
     """What the final re-measurement cost (`optimize/sandbox/remeasure.py` RemeasureResult.cost)."""
     plan = cost.get("plan") or {}
     if cost.get("one_at_a_time"):  # one worker fits the GPU: each turn started its own
-        ready = f"one worker at a time, {float(cost.get('turn_start_s') or 0):.1f} s starting and stopping workers"
+        turns_s = float(cost.get("turn_start_s") or 0)
+        ready = f"one worker at a time, {turns_s:.1f} s starting and stopping workers"
     else:
         ready = f"workers ready after {float(cost.get('start_s') or 0):.1f} s"
     text = (

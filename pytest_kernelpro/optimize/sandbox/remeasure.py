@@ -279,12 +279,13 @@ class _Worker:
     def __init__(self, label: str, code: str) -> None:
         self.label = label
         self.code = code
-        self.proc: subprocess.Popen[bytes] = None  # type: ignore[assignment]  # until started
+        self.proc: subprocess.Popen[bytes] | None = None  # until started
         self.error: str | None = None
         self.scratch = Path()
         self._buffer = b""
 
     def send(self, line: str) -> None:
+        assert self.proc is not None
         assert self.proc.stdin is not None
         self.proc.stdin.write((line + "\n").encode())
         self.proc.stdin.flush()
@@ -293,6 +294,7 @@ class _Worker:
         """The next protocol line of the worker's stdout (other output is skipped), or ""
         at the deadline or when the worker exits. Reads the pipe unbuffered, so a line
         that arrived with another is never left waiting in a buffer."""
+        assert self.proc is not None
         assert self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
@@ -323,6 +325,7 @@ class _Worker:
         self.kill()
 
     def kill(self) -> None:
+        assert self.proc is not None
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
