@@ -1,9 +1,11 @@
-"""After the run: what a reviewer and the CI workflow make of a finished run's saved files
-(the JSON report, JUnit XML, the run history, the records log), through the `kernelpro`
-command. A check session imports none of it.
+"""The `kernelpro` command: what a reviewer and the CI workflow make of a finished run's saved
+files (the JSON report, JUnit XML, the run history, the records log), and the machine's
+ceilings re-measured. A check session imports none of it.
 
-- `cli`: `main`, the `kernelpro` command: dispatches to the subcommands below, `calibrate`
-  (measure/) and those other parts add (`kernelpro.commands` entry points)
+- `cli`: `main`, the `kernelpro` command: dispatches to the subcommands below and those
+  other parts add (`kernelpro.commands` entry points)
+- `calibrate`: `calibrate_main` (`kernelpro calibrate`: the ceilings re-measured, cached and
+  printed; `measure/` does the measuring)
 - `comment`: `render_comment` (the PR comment: speedup table, roofline bars, details);
   `comment_check`: `check_report` (the artifact's types, first); `comment_cli`:
   `comment_main` (`kernelpro comment`, `--post` through `github.post_comment`)

@@ -39,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "rebuild the JSON report / JUnit file from a records log; --check fails on missing records",
     ),
     "calibrate": (
-        "pytest_kernelpro.measure.calibrate",
+        "pytest_kernelpro.review.calibrate",
         "calibrate_main",
         "re-measure this machine's copy bandwidth and matmul FLOP/s",
     ),

@@ -1,4 +1,4 @@
-"""Ceilings measured for real on this machine's CPU (quick sizes), the cache, `calibrate`."""
+"""Ceilings measured for real on this machine's CPU (quick sizes), and their cache."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.errors import KernelproError, KernelproWarning  # noqa: E402
 from pytest_kernelpro.measure import ceiling_probe as probe_module  # noqa: E402
-from pytest_kernelpro.measure.calibrate import calibrate_main  # noqa: E402
 from pytest_kernelpro.measure.ceiling_probe import load_or_measure_ceilings, measure_ceilings  # noqa: E402
 from pytest_kernelpro.measure.ceilings import (  # noqa: E402
     CACHE_SCHEMA,
@@ -231,46 +230,6 @@ def test_cache_of_another_device_is_not_trusted(tmp_path: Path, probe_once: Ceil
     with pytest.warns(KernelproWarning, match="holds 'cpu \\(some other model\\)'"):
         c = load_or_measure_ceilings("cpu", tmp_path, quick=True)
     assert c.device == cpu_quick.device
-
-
-def test_calibrate_prints_table_and_caches(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    rc = calibrate_main(["--device", "cpu", "--quick", "--cache-dir", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert rc == 0
-    _, name, _ = resolve_device("cpu")
-    cached = Ceilings.from_dict(json.loads(_path(tmp_path, name, 1).read_text())["ceilings"])
-    assert name in out
-    assert format_rate(cached.bandwidth_Bps, "B/s") in out
-    for key in ("fp32", "fp64", "bf16"):
-        assert format_rate(cached.flops[key], "FLOP/s") in out
-    assert "cached in" in out
-
-
-def test_calibrate_json_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        calibrate_main(["--device", "cpu", "--quick", "--json", "--cache-dir", str(tmp_path)]) == 0
-    )
-    data = json.loads(capsys.readouterr().out)
-    out_file = tmp_path / "ceilings.json"
-    assert calibrate_main(["--device", "cpu", "--quick", "--json", "--out", str(out_file),
-                           "--cache-dir", str(tmp_path)]) == 0  # fmt: skip
-    capsys.readouterr()
-    assert Ceilings.from_dict(json.loads(out_file.read_text())).device == data["device"]
-    assert data["device"].startswith("cpu (")
-    assert data["bandwidth_Bps"] > 0
-    assert calibrate_main(["--device", "tpu", "--cache-dir", str(tmp_path)]) == 2
-    assert "device 'tpu' is not 'cpu', 'cuda' or 'cuda:N'" in capsys.readouterr().err
-    assert calibrate_main(["--bogus"]) == 2
-
-
-@pytest.mark.skipif(
-    torch.cuda.is_available(), reason="checks the message on a machine without a GPU"
-)
-def test_calibrate_cuda_without_gpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    assert calibrate_main(["--device", "cuda", "--cache-dir", str(tmp_path)]) == 2
-    assert "torch sees no CUDA GPU" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("legacy", [False, True])
