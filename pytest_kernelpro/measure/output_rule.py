@@ -484,14 +484,12 @@ def _two_stage_pass(
     refuses is taken again by `row_of(start, True)`. Each returns (row, where its largest
     ratio is, or None). Returns the table on the CPU and those places, chunk-relative.
 
-    Each chunk's row and place are written into tensors made at the first chunk, not kept
-    as tensors of their own: a small tensor kept per chunk sits in the heap among the freed
-    temporaries of the chunk, which glibc then cannot reuse whole for the next chunk's, and
-    the heap grows by nearly a chunk's temporaries per chunk (a 4096x32768 output's truth
-    pass held 0.9 GiB of freed heap beside its 0.5 GiB difference,
-    bench/results/2026-12-06-optimizer-memory8-cpu.md)."""
+    Rows and places are written into tensors made at the first chunk: a small tensor kept
+    per chunk sits among the chunk's freed temporaries, so glibc cannot reuse them whole and
+    the heap grows by about a chunk per chunk
+    (bench/results/2026-12-06-optimizer-memory8-cpu.md)."""
     if not len(steps):
-        return torch.stack([]).cpu(), []  # as before: no chunk is no table
+        return torch.stack([]).cpu(), []  # no chunk: no table
     table: Any = None
     places: Any = None
     placed = [False] * len(steps)

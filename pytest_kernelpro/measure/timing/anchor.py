@@ -1,32 +1,25 @@
 """The clock anchor: a fixed GEMM timed right after every sample of a power-capped kernel.
 
-Under the H200's power cap the SM clock the cap allows moves between measurements (about
-1450-1900 MHz for bf16/fp16/TF32 GEMMs and attention), and a compute-bound kernel's time moves
-with it: two measurements of the same GEMM differed by 1.9-5.4% (standard deviation), so the
-gate could not tell a 3% slowdown from the cap. The NVML mean SM clock of a measurement did
-not follow the kernel. What does: a second compute-bound kernel run right after each sample
-sees the same clock, so the time of the kernel relative to it cancels the clock (common mode).
-On the capped GEMMs and attention the per-pair kernel / anchor ratio spreads several times
-less between measurements than the time does, and an anchor timed right after each sample less
-than a pass of pairs after the samples (bench/results/2026-12-01-gate-accuracy-h200.md).
+Under a GPU's power cap the SM clock the cap allows moves between measurements, and a
+compute-bound kernel's time moves with it by more than the slowdowns the gate must see; the
+NVML mean SM clock of a measurement does not follow the kernel. A second compute-bound kernel
+run right after each sample sees the same clock, so the kernel / anchor ratio cancels it
+(common mode): per pair it spreads several times less between measurements than the time
+does, and less than a pass of pairs after the samples would
+(bench/results/2026-12-01-gate-accuracy-h200.md).
 
-So, when on (`TimingBudget.clock_anchor="on"`, which the plugin sets by default), the timer
-decides from the warm-up whether the kernel runs under a clock limit (`warmup_capped`: NVML's
-clock-event reasons read while the warm-up runs, the same per-reading test as the sampling
-rounds' throttle flags). If it does, every sample of the ordinary rounds
-is a pair: flush, kernel (bracketed by events), flush, anchor (bracketed by events), so each
-kernel sample has the anchor's time at the clock of that moment, and such a measurement takes
-at least `ANCHOR_MIN_PAIRS` samples. A kernel at a steady clock pays nothing: the anchor
-would add noise of its own there (softmax: 0.09% -> 0.19% A/A spread, probe).
+When on (`TimingBudget.clock_anchor="on"`, the plugin's default), the timer decides from the
+warm-up whether the kernel runs under a clock limit (`warmup_capped`: the sampling rounds'
+per-reading throttle test on the warm-up's NVML readings). If it does, every sample is a pair
+(flush, kernel, flush, anchor, each bracketed by events), at least `ANCHOR_MIN_PAIRS` of them,
+and the timing stops on the CI of the ratios, not of the kernel's own time (noisier in paired
+rounds). A kernel at a steady clock pays nothing: there the anchor would only add its noise.
 
 The anchor is the plugin's own bf16 GEMM of `ANCHOR_N`^3 on fixed (seeded) data: independent
 of the code under test (the item's reference would hide a regression of a kernel that calls
-the same library, and is the kernel itself for a KernelBench problem), power-hungry enough to
-run at the cap itself, and ~0.2 ms on an H200. The kernel's reported time stays its own
-samples'; the pairs add `TimingResult.anchor`, which the gate compares for capped
-comparisons (gate/verdict_basis.py). Such a measurement stops when the CI of the ratios (not of
-the kernel's own time, noisier in paired rounds) is within the target, which takes a few
-tens of pairs of a capped kernel on an H200.
+the same library, and is the kernel itself for a KernelBench problem) and power-hungry enough
+to run at the cap itself. The kernel's reported time stays its own samples'; the pairs add
+`TimingResult.anchor`, which the gate compares for capped comparisons (gate/verdict_basis.py).
 """
 
 from __future__ import annotations

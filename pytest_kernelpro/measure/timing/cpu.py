@@ -326,13 +326,10 @@ class CpuSampler:
 
     def take(self, count: int, floor: int = 0, deadline: float = math.inf) -> list[float]:
         """Time `count` samples, or stop once `taken` reached `floor` and the plan clock
-        `deadline`; their per-call wall seconds. Per sample: inputs refilled and cache
-        flushed while other threads' CPU time is counted (`OtherThreads`), the call timed
-        (while the pairs record, in on-CPU time and followed by the anchor's two calls:
-        `CpuPairs`), its output checked (`FreshInputs.after`), the kept bindings and the
-        seal verified (`measure.bound`) before the first sample and after each, so a kernel
-        that rebinds a clock is refused at the sample it did it in. One frame, the helpers
-        bound once and the pairs' timing written here: this loop runs every sample."""
+        `deadline`; their per-call wall seconds. The kept bindings and the seal are verified
+        (`measure.bound`) before the first sample and after each, so a kernel that rebinds a
+        clock is refused at the sample it did it in. One frame, the helpers bound once and
+        the pairs' timing written here: this loop runs every sample."""
         fresh, seal, between, calls, clock = (
             self.fresh,
             self.seal,
@@ -371,11 +368,8 @@ class CpuSampler:
                 out = body()
                 wall = clock() - t0
             else:
-                # The kernel, then the anchor twice (the faster kept: the first brings its
-                # data back to the cache after the kernel's, and a call disturbed by a
-                # neighbour is not the machine's speed), then the memory anchor, each charged
-                # its on-CPU time (`on_cpu.on_cpu_seconds`, inline) with the run-queue reads
-                # just outside.
+                # The kernel, then the anchors (`CpuPairs.after_kernel`), each charged its
+                # on-CPU time (`on_cpu.on_cpu_seconds`, inline), run-queue reads just outside.
                 raw, use_wait = pairs.rq.raw, pairs.rq.available
                 one_thread = pairs.threads == 1
                 timed: list[tuple[float, float]] = []
@@ -530,12 +524,9 @@ def _sampling_rounds(sampler: CpuSampler, budget: TimingBudget, spent: Spent) ->
 def _budget_note(
     sampler: CpuSampler, budget: TimingBudget, spent: Spent, log: RoundLog, nbytes: int
 ) -> str:
-    """The overrun note when the budget was overrun beyond its tolerance, else "".
-
-    The floor of samples is taken whatever it costs: a kernel whose own calls (the first, an
-    estimate, a warm-up sample and the floor) need more than the budget did not overrun it,
-    and a slow kernel is no condition to warn about. What the timer adds to a sample (the
-    cache flush, the anchor, bookkeeping) past that need is, and the note names it."""
+    """The overrun note when the budget was overrun beyond its tolerance and beyond the
+    kernel's own calls' need (the first, an estimate, a warm-up sample and the floor: a slow
+    kernel is no condition to warn about; module docstring), else ""."""
     import numpy as np
 
     used = sampler.plan_clock() - spent.start
@@ -570,9 +561,7 @@ def time_cpu(
 ) -> TimingResult:
     """CPU timing (module docstring) with `clock`, `measure.bound`'s kept `perf_counter` by
     default; with `fresh`, each sample one call on inputs refilled before it, its output
-    checked after the end time. The budget: the first call, the estimate and warm-up
-    (`_first_call_and_warm_up`), then the adaptive rounds cut at the deadline
-    (`_sampling_rounds`). The floor (`CPU_MIN_SAMPLES_FLOOR`) is never given up: with fewer
+    checked after the end time. The floor (`CPU_MIN_SAMPLES_FLOOR`) is never given up: with fewer
     samples the gate's Mann-Whitney test at alpha 0.01 could never reject (4 against 4 give
     p >= 1/70). `clock` and `flush` (called before each sample instead of writing the flush
     buffer) let tests check the plan against a simulated clock."""

@@ -60,8 +60,7 @@ from pytest_kernelpro.measure.timing.streams import (
 )
 
 # NVML readings while a round runs, every 10 ms: their mean SM clock and reasons decide
-# whether a comparison is clock-limited (gate/verdict_basis.py). Reading every 2 ms (to scale
-# times by the clock) did not make the mean clock follow the kernel's time on the H200.
+# whether a comparison is clock-limited (gate/verdict_basis.py).
 CLOCK_READ_INTERVAL_S = 0.01
 PREROLL_CAP_S = 0.05  # longest GPU sleep put ahead of a round
 GRAPH_TARGET_S = 5e-4  # a graph replay should last about this long (k calls per replay)
@@ -442,10 +441,9 @@ def _graph_body(run: _CudaRun, guard: Guard, fn: Callable[[], object]) -> Guard:
 
 
 def _warm_up(run: _CudaRun, guard: Guard) -> Guard:
-    """Flushed calls for `warmup_ms`, NVML read while they run (`warm_flags`). Fresh inputs
-    before every call, as for every other call (and the CPU timer's warm-up): on unchanged
-    inputs a memo by `_version` hits, and the warm-up (and its clock readings) would see no
-    work."""
+    """Flushed calls for `warmup_ms` on fresh inputs, as every other call (on unchanged
+    inputs a memo by `_version` hits: the warm-up and its clock readings would see no work);
+    NVML read while they run (`warm_flags`)."""
     n_warm = warmup_count(run.budget.warmup_ms, run.flush_s + run.per_call * run.calls)
     for _ in range(n_warm):
         run.refill()
@@ -481,12 +479,9 @@ def _run_round(run: _CudaRun, guard: Guard, k: int) -> tuple[list[float], bool]:
         times = _checked(run, guard, k)
         run.sampled.extend(times)
         return times, False
-    # Keep the GPU busy until the CPU has enqueued the round: one sample's enqueue
-    # time, plus what the CPU loses per sample when enqueueing is slower than running.
-    # The whole round's enqueue time, with margin, not only the shortfall per sample:
-    # Python's enqueue time jitters, and a GPU that catches up with the CPU records
-    # the start event early, so launch latency lands inside a sample (seen on the
-    # H200 for a 4 us kernel: medians of 6 and 11 us in two runs vs do_bench's 5).
+    # Keep the GPU busy until the CPU has enqueued the whole round, with margin: Python's
+    # enqueue time jitters, and a GPU that catches up with the CPU records the start event
+    # early, so launch latency would land inside a sample.
     host_s = run.host_s
     ahead_s = host_s if budget.sync_per_sample else host_s + 1.5 * k * host_s
     cycles_per_s = _SLEEP_CYCLES_PER_S.get(run.idx) or 0.0
@@ -528,10 +523,7 @@ def _time_cuda_on(
     watch: StreamWatch | None = None,
 ) -> tuple[RoundLog, dict[str, Any]]:
     """The CUDA measurement proper, on the current device; returns the log and side facts.
-    `watch`: an installed `StreamWatch` (None: switches are not recorded). Every timed call
-    is made on content `fresh.before()` made for it, and its token goes to `fresh.after`;
-    the keys of the checks queued are kept in the phases' frames and must be what the queue
-    holds when compared (`FreshInputs.drain`)."""
+    `watch`: an installed `StreamWatch` (None: switches are not recorded)."""
     watch = watch if watch is not None else StreamWatch()
     device = f"cuda:{idx} ({props.name})"
     nbytes = flush_size(budget, getattr(props, "L2_cache_size", None)) if budget.flush_l2 else 0
@@ -571,9 +563,7 @@ def _time_cuda_on(
             sampling, guard = _start_anchor(run, guard)
         phase = "sampling"
 
-        # An anchored timing stops on the CI of the ratios the gate compares: the kernel's own
-        # time is noisier in paired rounds and converges many times later than the ratios
-        # (bench/results/2026-12-01-gate-accuracy-h200.md).
+        # An anchored timing stops on the CI of the ratios the gate compares (anchor.py).
         def ratios() -> list[float]:
             pairs = zip(run.sampled, run.anchor_s, strict=True)
             return [k / a for k, a in pairs if k > 0 and a > 0]

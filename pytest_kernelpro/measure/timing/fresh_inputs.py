@@ -353,8 +353,8 @@ class FreshInputs:
     _layout: tuple[Any, ...] = ()  # by `prepare`: `_layout` of `_targets`, checked every call
     _storages: frozenset[int] = frozenset()  # their storages' addresses (fixed with `_layout`)
     _flat: bool = False
-    # A check's content rebuilt into a copy apart, not into the timed tensors: set for good once
-    # the timed tensors did not hold the rebuilt content after the reference ran (`expected_on`).
+    # A check's content rebuilt into a copy apart (`content`, held by the timer only), not the
+    # timed tensors: set for good once they lost the rebuilt content while the reference ran.
     _apart: bool = False
 
     @property
@@ -398,14 +398,12 @@ class FreshInputs:
         steps: Sequence[Step] | None = None,
         expected: bool = False,
     ) -> Any:
-        """Give the timed inputs content no earlier call held, in place, without grad; returns
-        what names it (offset, draw) for `after`. The mix's one home: each step's `dst` =
-        a + (k / WEIGHT_LEVELS) (b - a), k its pool's bytes from the offset on (integers and
-        booleans: a or b per element). Given an `offset`, that content is made again in `steps`
-        (default: the timed tensors'); with `expected` (`expected_on`), the reference runs on
-        them, each chunk is made again apart and compared with `dst` bit for bit (NaN payloads
-        included), and the reference's output is returned. One frame for all of it: it runs
-        before every timed call and once more in a checked one."""
+        """Give the timed inputs content no earlier call held (the mix's one home: module
+        docstring), in place, without grad; returns what names it (offset, draw) for `after`.
+        Given an `offset`, that content is made again in `steps` (default: the timed tensors');
+        with `expected` (`expected_on`), the reference runs on them, each chunk is made again
+        apart and compared with `dst` bit for bit (NaN payloads included), and the reference's
+        output is returned. One frame: it runs before every timed call."""
         torch = self.torch
         new = offset is None
         started = bound.perf_counter()
@@ -521,11 +519,9 @@ class FreshInputs:
 
     def expected_on(self, offset: int) -> Any:
         """The reference's output on the mix's content at `offset`, rebuilt into the timed
-        tensors (the call's output copied first), so a check holds no copy of the inputs. If
-        they no longer hold it after the reference ran (a kernel's thread rewriting them, a
-        reference writing its inputs), this check and every later one go to a copy apart
-        (`content`), which only the timer holds; never a verdict by itself. Made in the
-        class's `before` (kept by `bound`), which `drain` calls itself."""
+        tensors (the call's output copied first) so a check holds no copy of the inputs; where
+        they no longer hold it after the reference ran, a copy apart (`_apart`), never a
+        verdict by itself. Made in the class's `before` (kept by `bound`), as `drain` does."""
         return FreshInputs.before(self, offset, expected=True)
 
     def call(self) -> Any:
