@@ -2,16 +2,12 @@
 baseline's choices. An item whose process has no autotuner loaded and no pins to apply never
 imports this module (`run/context.autotune_capture`).
 
-An autotuner picks a configuration per process by timing its
-candidates, and two processes running the same code may pick differently (the timings it
-decides on are as noisy as any).
-Triton's `Autotuner` (`triton.runtime.autotuner`, read for 3.6) keeps what it needs to say
-what it chose: `configs` (the candidates), `keys` (the argument names whose values select a
-tuning), `cache` (key tuple -> the chosen `Config`) and `best_config` (the config of the last
-call); its key is the values of the `keys` arguments followed by `str(arg.dtype)` of every
-argument with a dtype. A `Config` carries `kwargs` (the meta-parameters, e.g. BLOCK_SIZE),
-`num_warps`, `num_stages`, `num_ctas`, `maxnreg` and `ir_override`; `all_kwargs()` gives them
-flat, the form recorded here (`{"BLOCK_SIZE": 1024, "num_warps": 8, ...}`).
+An autotuner picks a configuration per process by timing its candidates, and two processes
+running the same code may pick differently (the timings it decides on are as noisy as any).
+Triton's `Autotuner` (`triton.runtime.autotuner`, read for 3.6) keeps what it chose: `configs`
+(the candidates), `keys` (the arguments whose values select a tuning: `autotune_key`), `cache`
+(key tuple -> the chosen `Config`) and `best_config` (the last call's); a `Config` is recorded
+flat, as its `all_kwargs()` gives it (`config_dict`: `{"BLOCK_SIZE": 1024, "num_warps": 8}`).
 
 `AutotuneCapture.watching()` wraps `run` of every autotuner class (Triton's, and any a
 conftest names through `pytest_kernelpro_autotuners`) while the item's correctness trials run:

@@ -170,12 +170,10 @@ def adaptive_rounds(
     """Run rounds of `run_round(k)` → (k per-call times, throttled?) until a stop rule fires.
 
     The first round takes `min_samples`; each later one doubles the count (bounded by the
-    time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, which
-    costs O(n) per bootstrap row, runs only O(log n) times. The wall time per sample is
-    measured over the rounds so far, statistics included. With `floor_samples`, the budget
-    wins over `min_samples` once that many samples are in (the CPU's budget rule). With
-    `converge_on`, the CI that stops the rounds is that of its values (the per-pair kernel /
-    anchor ratios of an anchored GPU timing: the quantity the gate compares), not the samples'.
+    time left, `max_samples`, `MAX_ROUND_SAMPLES` and `MAX_ROUND_S`), so the CI check, O(n)
+    per bootstrap row, runs only O(log n) times. `floor_samples`: the budget wins over
+    `min_samples` once that many samples are in (the CPU's rule). `converge_on`: the values
+    whose CI stops the rounds (an anchored timing's kernel / anchor ratios), not the samples'.
     """
     log = RoundLog()
     start = clock()

@@ -80,9 +80,8 @@ def torch_threads() -> int | None:
 
 
 def policy_threads(requested: int | None) -> int:
-    """The thread count CPU kernels are timed with (see the module docstring).
-
-    `requested` is the `cpu_threads` setting (None or 0: auto, one thread)."""
+    """The thread count CPU kernels are timed with (module docstring): `requested`, the
+    `cpu_threads` setting, or one (None or 0: auto)."""
     return int(requested) if requested else 1
 
 
