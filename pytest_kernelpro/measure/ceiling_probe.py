@@ -220,8 +220,7 @@ def _monitored(measure: Callable[[], Ceilings], threads: int | None) -> Ceilings
 
 def quiet_now(threads: int, seconds: float = 0.2) -> bool:
     """True when the machine looks quiet enough to re-measure: the 1-minute load average is
-    below the CPU count (a short look alone catches a lull between bursts: one re-measured
-    ceilings at load 11 and got provisional ones again, 17 s later), and over the next
+    below the CPU count (a short look alone catches a lull between bursts), and over the next
     `seconds` other processes leave the cores `threads` need."""
     try:
         load_1m = os.getloadavg()[0]

@@ -46,11 +46,9 @@ def record_fp32_matmuls(torch: Any, found: list[str], devices: tuple[str, ...]) 
     class Recorder(TorchDispatchMode):  # type: ignore[misc]
         # TorchDispatchMode wraps a subclass's __torch_dispatch__ in torch._disable_dynamo
         # unless the subclass opts out, and that wrapper imports torch._dynamo on its first
-        # call: 2-3 s in every fresh process that checks a reference on CUDA (the sandbox's
-        # worker, judge and re-measurement workers each paid it). A Dynamo that is not
-        # loaded compiles nothing under this mode, so the mode opts out until it is loaded;
-        # once a reference loads it (torch.compile), the mode asks Dynamo to skip as by
-        # default, so the reference runs eagerly under the mode and its ops are seen.
+        # call (seconds in every fresh process). A Dynamo that is not loaded compiles nothing
+        # under this mode, so the mode opts out until it is loaded; once a reference loads it
+        # (torch.compile), Dynamo skips as by default: the reference runs eagerly, ops seen.
         @classmethod
         def _should_skip_dynamo(cls) -> bool:
             return "torch._dynamo" in sys.modules
