@@ -428,9 +428,8 @@ def _cpu_gemm_size(dtype: torch.dtype, target_s: float, min_n: int) -> int:
 _CPU_GEMMS = (("fp32", "float32"), ("fp64", "float64"), ("bf16", "bfloat16"))
 
 
-# Passes of the whole CPU probe (copy and every GEMM); each ceiling is the best pass's. One
-# pass measured FP32 at 45 GFLOP/s under load against 143-305 alone: a burst of other work
-# lasts seconds, so the passes are spread over the probe's time, not taken back to back.
+# Passes of the whole CPU probe (copy and every GEMM); each ceiling is the best pass's: a
+# burst of other work lasts seconds, so the passes are spread over the probe's time.
 CPU_PROBE_PASSES = 3
 
 

@@ -10,9 +10,6 @@ cache holds usable ceilings reads them here (`cached_ceilings`) and never import
 `Ceilings.trusted` (the only ceilings the impossible-time rule may use): a GPU's
 (device-timed, or the datasheet's); on the CPU the best of repeated probes of which at least
 one ran on a quiet machine (`quiet_probes`): probes under load never are, however many agree.
-`ceiling_probe.exceedance_note` says what a rate above them is blamed on; `resolve_peak` gives
-the rate an op's peak key runs at (a missing key's stand-in, noted), `peak_label`/`peak_name`
-name it in reports.
 """
 
 from __future__ import annotations
@@ -62,11 +59,8 @@ def machine_identity() -> str:
 
 def default_cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where measured ceilings are cached: $KERNELPRO_CACHE_DIR when set, else
-    $XDG_CACHE_HOME (default ~/.cache)/pytest-kernelpro/<machine_identity()>.
-
-    Outside the project on purpose: the probe costs seconds (tens under load) and measures
-    the machine, not the checkout, so every checkout and working directory of one user on one
-    machine shares it."""
+    $XDG_CACHE_HOME (default ~/.cache)/pytest-kernelpro/<machine_identity()>: outside the
+    project, as the probe (seconds, tens under load) measures the machine, not the checkout."""
     env = os.environ if environ is None else environ
     if env.get(CACHE_DIR_ENV):
         return Path(env[CACHE_DIR_ENV]).expanduser()

@@ -42,9 +42,7 @@ def time_kernel(
 ) -> TimingResult:
     """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize; with
     `fresh` (`fresh_inputs.fresh_inputs`), its call on inputs refilled before every sample,
-    outputs checked. A binding rebound while the kernel is timed refuses it, naming the module
-    that made the patch (`measure.bound`); one found before the timing is put back first, and
-    refuses the kernel only when its own module made it (`bound.patchers`).
+    outputs checked; rebound bindings by `measure.bound`'s rule.
 
     Raises `KernelproError` (the original chained) if `fn` raises, CUDA is unavailable or
     graph capture fails; `DishonestTiming` when a call did less than its work."""

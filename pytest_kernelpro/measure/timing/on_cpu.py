@@ -81,11 +81,9 @@ def memory_anchor_launch(torch: Any) -> Callable[[], object]:
 
 
 class RunQueueClock:
-    """Time this thread spent waiting on the run queue (ns), from /proc schedstat.
-
-    `schedstat` holds "on-CPU ns, run-queue wait ns, timeslices" of one thread; the file is
-    opened once and re-read with `pread` (about 15 us a read on the project's VM). `raw` is
-    that read as one C call (the file's bytes), None when unavailable."""
+    """Time this thread spent waiting on the run queue (ns), from its /proc `schedstat`
+    ("on-CPU ns, run-queue wait ns, timeslices"), opened once and re-read with `pread`;
+    `raw` is that read as one C call (the file's bytes), None when unavailable."""
 
     def __init__(self) -> None:
         self._fd: int | None = None

@@ -53,13 +53,9 @@ STREAM_MODES = ("current", "any")
 
 @dataclass
 class StreamWatch:
-    """Records stream switches and new streams while `active` (see the module docstring).
-
-    `install()` wraps `torch.cuda.set_stream`, `torch._C._cuda_setStream` and the
-    constructor of `torch.cuda.streams.Stream` (the class `torch.cuda.Stream` names);
-    `uninstall()` puts the originals back. Without CUDA in torch it installs nothing unless
-    `force` (tests: the wrappers are plain Python either way).
-    """
+    """Records stream switches and new streams while `active` (module docstring): `install()`
+    wraps what makes them, `uninstall()` puts the originals back. Without CUDA in torch it
+    installs nothing unless `force` (tests: the wrappers are plain Python either way)."""
 
     events: list[str] = field(default_factory=list)
     active: bool = False
@@ -140,10 +136,8 @@ class StreamWatch:
 
 @dataclass
 class EscapeProbe:
-    """Checked calls of one CUDA timing (see the module docstring).
-
-    `events` is a `timing.cuda.CudaEvents` on the timed stream; `body` is the timed call.
-    """
+    """Checked calls of one CUDA timing (module docstring); `events`: a `timing.cuda.CudaEvents`
+    on the timed stream."""
 
     events: Any
     null_gaps_s: list[float] = field(default_factory=list)
@@ -164,9 +158,8 @@ class EscapeProbe:
         return ev.elapsed_s(start, end), ev.elapsed_s(end, idle), (start, idle, out)
 
     def calibrate(self, wait: Callable[[], Any] | None = None) -> None:
-        """The end-to-idle gap of no kernel: the synchronize's own latency, with `wait` (a
-        GPU sleep as long as the kernel) between the start and end events, so the host
-        waits as long as it does for a checked call (a longer wait wakes it later)."""
+        """The end-to-idle gap of no kernel (module docstring), `wait` between the start and
+        end events in place of a call."""
         started = bound.perf_counter()
         for _ in range(CALIBRATION_CALLS):
             self.null_gaps_s.append(self._bracket(wait)[1])
@@ -179,10 +172,10 @@ class EscapeProbe:
         wait: Callable[[], Any] | None,
         before: Callable[[], Any] | None = None,
     ) -> tuple[Any, ...]:
-        """Measure again before refusing: `CONFIRM_CALLS` checked calls, each right after a
-        calibration with `wait` (as long as the calls' device-wide time); what `escaped`
-        decides from then on is these alone. `before()` makes each call's content and returns
-        its token, handed to `after`; returns what `after` returned that is not None."""
+        """Measure again before refusing (module docstring): `CONFIRM_CALLS` checked calls,
+        each after a calibration with `wait`; `escaped` decides on these alone from then on.
+        `before()` makes each call's content token, handed to `after`; returns what `after`
+        returned that is not None."""
         self.gaps_s, self.null_gaps_s = [], []
         seen: tuple[Any, ...] = ()
         started = bound.perf_counter()
@@ -245,8 +238,7 @@ class EscapeProbe:
         return self.excess_s() > max(ESCAPE_MIN_S, ESCAPE_SHARE * median_s)
 
     def to_dict(self) -> dict[str, Any]:
-        # Not "checked_calls": the record's honesty holds the fresh inputs' count of output
-        # checks under that name, which this one used to overwrite on a GPU.
+        # Not "checked_calls": the record's honesty holds the fresh inputs' count under it.
         return {
             "stream_checked_calls": len(self.gaps_s),
             "checked_s": round(self.spent_s, 6),
