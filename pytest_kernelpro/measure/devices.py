@@ -35,12 +35,9 @@ _ARCH_RE = re.compile(r"^sm_\d+[a-z]?$")
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """One GPU model's datasheet numbers.
-
-    `aliases` are compared with `torch.cuda.get_device_name()` after normalisation (case,
-    `-`/`_` as spaces, a leading "NVIDIA" dropped), never by substring, so "NVIDIA H100 NVL"
-    can never be mistaken for an H100 SXM.
-    """
+    """One GPU model's datasheet numbers; `aliases` are compared with
+    `torch.cuda.get_device_name()` as `normalize_device_name` makes them, never by substring,
+    so "NVIDIA H100 NVL" can never be mistaken for an H100 SXM."""
 
     name: str
     aliases: tuple[str, ...]
