@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -475,41 +476,43 @@ def _compare_float(torch: Any, path: str, g: Any, e: Any, tol: Tolerance) -> Lea
 
 def _two_stage_pass(
     torch: Any,
-    steps: range,
-    row_of: Callable[[int, bool], tuple[Any, Any]],
+    flats: tuple[Any, ...],
+    chunk: Callable[[tuple[Any, ...], bool], tuple[Any, Any]],
     settled: Callable[[Any], bool],
-) -> tuple[Any, list[Any]]:
-    """The chunked passes' shape: every chunk (by its start) taken by `row_of(start, False)`,
-    without the NaN and infinity screens; one synchronization reads the table; a row `settled`
-    refuses is taken again by `row_of(start, True)`. Each returns (row, where its largest
-    ratio is, or None). Returns the table on the CPU and those places, chunk-relative.
+) -> tuple[Any, Any]:
+    """The chunked passes' shape: each chunk (`chunk_ranges` of the first of the flat tensors
+    `flats`) taken by `chunk(its views of flats, False)`, without the NaN and infinity screens;
+    one synchronization reads the table; a row `settled` refuses is taken again by `chunk(...,
+    True)`. Each returns (row, where its largest ratio is in the chunk, or None). Returns the
+    table on the CPU and those places as flat indices on the CPU (None where there are none).
 
     Rows and places are written into tensors made at the first chunk: a small tensor kept
     per chunk sits among the chunk's freed temporaries, so glibc cannot reuse them whole and
     the heap grows by about a chunk per chunk
     (bench/results/2026-12-06-optimizer-memory8-cpu.md)."""
+    steps = chunk_ranges(flats[0].numel(), flats[0].device)
     if not len(steps):
-        return torch.stack([]).cpu(), []  # no chunk: no table
+        return torch.stack([]).cpu(), None  # no chunk: no table
     table: Any = None
     places: Any = None
-    placed = [False] * len(steps)
     for index, lo in enumerate(steps):
-        row, at = row_of(lo, False)
+        row, at = chunk(tuple(map(itemgetter(slice(lo, lo + steps.step)), flats)), False)
         if table is None:
             table = row.new_empty((len(steps), *row.shape))
         table[index] = row
         if at is not None:
             if places is None:
                 places = at.new_empty((len(steps), *at.shape))
-            places[index], placed[index] = at, True
+            places[index] = at + lo
         del row, at
     table = table.cpu()  # the one synchronization
-    best = [places[index] if placed[index] else None for index in range(len(steps))]
     for index, lo in enumerate(steps):
         if not settled(table[index]):
-            row, best[index] = row_of(lo, True)
+            row, at = chunk(tuple(map(itemgetter(slice(lo, lo + steps.step)), flats)), True)
             table[index] = row.cpu()
-    return table, best
+            if at is not None:
+                places[index] = at + lo
+    return table, None if places is None else places.cpu()
 
 
 # The kinds of element an allclose misses, in the columns of `_allclose_pass`'s table.
@@ -525,15 +528,12 @@ def _allclose_pass(
 
     Unscreened first (a third of the element operations), screened where that is not
     settled (`_allclose_chunk`)."""
-    steps = chunk_ranges(e_flat.numel(), e_flat.device)
 
-    def row_of(lo: int, screen: bool) -> tuple[Any, Any]:
-        g, e = g_flat[lo : lo + steps.step], e_flat[lo : lo + steps.step]
-        return _allclose_chunk(torch, g, e, tol, work, screen=screen)
+    def chunk(pair: tuple[Any, ...], screen: bool) -> tuple[Any, Any]:
+        return _allclose_chunk(torch, *pair, tol, work, screen=screen)
 
     # Settled where the largest ratio is at most 1 (False for NaN: a miss or a non-number).
-    table, best = _two_stage_pass(torch, steps, row_of, lambda row: bool(row[7] <= 1.0))
-    return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
+    return _two_stage_pass(torch, (g_flat, e_flat), chunk, lambda row: bool(row[7] <= 1.0))
 
 
 def _allclose_chunk(
@@ -651,13 +651,12 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     total = ref.numel()
     diff = torch.empty(ref.shape, dtype=keep, device=ref.device)
     flat = (diff.reshape(-1), ref.detach().reshape(-1), wide_out.reshape(-1))
-    steps = chunk_ranges(total, ref.device)
 
-    def row_of(lo: int, screen: bool) -> tuple[Any, None]:
-        return _reference_error_chunk(torch, flat, lo, steps.step, screen=screen), None
+    def chunk(views: tuple[Any, ...], screen: bool) -> tuple[Any, None]:
+        return _reference_error_chunk(torch, views, screen=screen), None
 
     # Unscreened first: max |r - t| is a number only where both sides are finite throughout.
-    table, _ = _two_stage_pass(torch, steps, row_of, lambda row: math.isfinite(float(row[2])))
+    table, _ = _two_stage_pass(torch, flat, chunk, lambda row: math.isfinite(float(row[2])))
     if float(table[:, 4].sum()) > 0:
         return f"the re-run gave NaN or infinity at {path} where the reference did not"
     leaf = LeafTruth(
@@ -679,15 +678,13 @@ def measure_reference_error(torch: Any, path: str, ref: Any, wide_out: Any) -> L
     return leaf
 
 
-def _reference_error_chunk(
-    torch: Any, flat: tuple[Any, Any, Any], lo: int, step: int, *, screen: bool
-) -> Any:
-    """Writes one chunk's r - t (zero where r is not finite) into the kept difference; returns
-    its sums of squares of r - t and t, max |r - t|, max |t| and the count of elements where
-    r is finite and t is not. Without `screen` every element is taken as finite."""
-    flat_d, flat_r, flat_t = flat
-    t = flat_t[lo : lo + step]
-    r = flat_r[lo : lo + step].to(t.dtype)
+def _reference_error_chunk(torch: Any, chunk: tuple[Any, ...], *, screen: bool) -> Any:
+    """Writes one chunk's r - t (zero where r is not finite) into its view of the kept
+    difference (`chunk`: the views of difference, r and t); returns its sums of squares of
+    r - t and t, max |r - t|, max |t| and the count of elements where r is finite and t is
+    not. Without `screen` every element is taken as finite."""
+    kept, r, t = chunk
+    r = r.to(t.dtype)
     if screen:
         r_ok, zero = torch.isfinite(r), torch.zeros((), dtype=t.dtype, device=t.device)
         lost = (r_ok & ~torch.isfinite(t)).sum()
@@ -695,7 +692,7 @@ def _reference_error_chunk(
     else:
         lost = torch.zeros((), dtype=torch.int64, device=t.device)
         d, t_ok = r - t, t
-    flat_d[lo : lo + step] = d.to(flat_d.dtype)
+    kept.copy_(d)
     return torch.stack(
         [
             d.abs().pow(2).sum().real if d.is_complex() else d.pow(2).sum(),
@@ -728,18 +725,13 @@ def _truth_pass(
     of |k - t|, the largest ratio, the elements not numbers on one side only, both-NaN, max
     |k - r| and max |k - r| / |r|; and where each chunk's largest ratio is. Unscreened
     first: max |k - r| is a number only where both sides are finite throughout."""
-    g, r, d = flat
-    total = r.numel()
-    work = torch.complex64 if r.is_complex() else torch.float32
-    steps = chunk_ranges(total, r.device)
+    work = torch.complex64 if flat[1].is_complex() else torch.float32
     bounds = (floor, factor, roundings)
 
-    def row_of(lo: int, screen: bool) -> tuple[Any, Any]:
-        chunk = g[lo : lo + steps.step], r[lo : lo + steps.step], d[lo : lo + steps.step]
-        return _truth_chunk(torch, chunk, bounds, work, screen=screen)
+    def chunk(views: tuple[Any, ...], screen: bool) -> tuple[Any, Any]:
+        return _truth_chunk(torch, views, bounds, work, screen=screen)
 
-    table, best = _two_stage_pass(torch, steps, row_of, lambda row: math.isfinite(float(row[5])))
-    return table, torch.stack([at + lo for at, lo in zip(best, steps, strict=True)]).cpu()
+    return _two_stage_pass(torch, flat, chunk, lambda row: math.isfinite(float(row[5])))
 
 
 def _truth_chunk(

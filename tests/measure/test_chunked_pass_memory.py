@@ -14,8 +14,11 @@ from pytest_kernelpro.measure import output_rule
 torch = pytest.importorskip("torch")
 
 
-def test_no_chunks_row_or_place_outlives_its_chunk_and_the_table_is_the_rows() -> None:
-    steps = range(0, 40, 8)
+def test_no_chunks_row_or_place_outlives_its_chunk_and_the_table_is_the_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(output_rule, "COMPARE_CHUNK", 8)
+    flat = torch.arange(40.0)  # chunks of 8: each chunk's first element is its start
     rows: list[Any] = []  # weak references to every row and place `quick` returned
     made: list[Any] = []  # their values, to compare the table with
 
@@ -31,25 +34,30 @@ def test_no_chunks_row_or_place_outlives_its_chunk_and_the_table_is_the_rows() -
     def full(lo: int) -> tuple[Any, Any]:  # the chunk at 16 is taken again
         return torch.tensor([-1.0, -1.0, -1.0], dtype=torch.float64), torch.tensor(7)
 
+    def chunk(views: tuple[Any, ...], screen: bool) -> tuple[Any, Any]:
+        (part,) = views
+        lo = int(part[0])
+        return full(lo) if screen else quick(lo)
+
     table, best = output_rule._two_stage_pass(
-        torch,
-        steps,
-        lambda lo, screen: full(lo) if screen else quick(lo),
-        lambda row: float(row[0]) != 16.0,
+        torch, (flat,), chunk, lambda row: float(row[0]) != 16.0
     )
     expected = torch.stack([row for row, _ in made])
     expected[2] = -1.0
     assert torch.equal(table, expected)
     assert table.device.type == "cpu"
-    assert [int(at) for at in best] == [1, 2, 7, 4, 5]
+    # Each chunk's place made a flat index: its start plus the place in the chunk.
+    assert best.device.type == "cpu"
+    assert best.tolist() == [0 + 1, 8 + 2, 16 + 7, 24 + 4, 32 + 5]
 
 
-def test_places_stay_none_where_the_pass_finds_none() -> None:
+def test_places_stay_none_where_the_pass_finds_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(output_rule, "COMPARE_CHUNK", 8)
     table, best = output_rule._two_stage_pass(
         torch,
-        range(0, 16, 8),
-        lambda lo, screen: (torch.tensor([0.0 if screen else float(lo)]), None),
+        (torch.arange(16.0),),
+        lambda views, screen: (torch.tensor([0.0 if screen else float(views[0][0])]), None),
         lambda row: True,
     )
     assert table.tolist() == [[0.0], [8.0]]
-    assert best == [None, None]
+    assert best is None

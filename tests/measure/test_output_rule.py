@@ -778,9 +778,13 @@ def test_the_reference_error_equals_the_screened_one(
         kept = torch.empty(40)
         rows = torch.stack(
             [
-                rule_mod._reference_error_chunk(torch, (kept, r, t), lo, steps.step, screen=True)
+                rule_mod._reference_error_chunk(
+                    torch,
+                    (kept[lo : lo + steps.step], r[lo : lo + steps.step], t[lo : lo + steps.step]),
+                    screen=True,
+                )
                 for lo in steps
-            ]  # fmt: skip
+            ]
         )
         assert torch.equal(leaf.difference, kept), name
         assert leaf.reference_error_norm == math.sqrt(float(rows[:, 0].sum())), name
