@@ -300,9 +300,8 @@ _DMMA_CAPABILITIES = {(8, 0), (9, 0), (10, 0)}
 
 
 def _times_cpu(fn: Callable[[], object], reps: int, warmup: int = 1) -> list[float]:
-    """On-CPU times of `reps` calls after `warmup` untimed ones: wall time less the time the
-    thread waited on the run queue (`timing.on_cpu.RunQueueClock`), never below its CPU
-    time, so another process holding the core cannot make a probe look slow (a ceiling is an
+    """On-CPU times (`timing.on_cpu.on_cpu_seconds`) of `reps` calls after `warmup` untimed
+    ones: another process holding the core cannot make a probe look slow (a ceiling is an
     upper bound: load may only ever lower it)."""
     from pytest_kernelpro.measure import bound
     from pytest_kernelpro.measure.timing.on_cpu import RunQueueClock, on_cpu_seconds

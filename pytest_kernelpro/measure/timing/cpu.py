@@ -177,9 +177,8 @@ def steady_allocator() -> str:
 
 def cpu_flush_decision(budget: TimingBudget) -> tuple[int, str]:
     """(bytes to write before each CPU sample, why) for the budget's `cpu_flush` mode: `on`
-    writes the last-level cache (at most `CPU_FLUSH_LLC_CAP` of it) plus this CPU's L2 before
-    each sample, `off` never; `auto` (the default) only when the inputs fit in that cache
-    (`working_set_bytes`): larger inputs come from memory whether or not it was flushed."""
+    writes `cpu_flush_bytes` before each sample, `off` never; `auto` (the default) only when
+    the inputs (`working_set_bytes`) fit: larger ones come from memory, flushed or not."""
     if not budget.flush_l2 or budget.cpu_flush == "off":
         return 0, "off" if budget.flush_l2 else "flush disabled"
     capped = ""
