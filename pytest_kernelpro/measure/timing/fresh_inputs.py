@@ -859,6 +859,30 @@ def _mix_valid(fresh: FreshInputs, finite_before: list[bool]) -> str | None:
     return None
 
 
+def _second_draw(
+    torch: Any,
+    inputs: Sequence[Any],
+    first_leaves: list[Any],
+    make_draw: Callable[[int], Sequence[Any]] | None,
+) -> tuple[Any, str, bool]:
+    """Whether the inputs regenerate: a second draw of the input maker, else None and why the
+    inputs are fixed; and whether an input is broadcast (a stride 0 on a dimension of size
+    > 1 shares memory between elements: no in-place refill, mix or maker, can write it, so
+    it is timed on fixed content)."""
+    shared = [i for i, t in enumerate(first_leaves) if overlaps_itself(t)]
+    if shared:
+        why = f"input {shared[0]} is broadcast (an `expand`: its elements share memory) and "
+        return None, why + "cannot be refilled in place", True
+    if make_draw is None:
+        return None, "no input maker (fixed input tensors)", False
+    second = make_draw(_urandom_seed())
+    if not _same_leaves(torch, inputs, second, values=False):
+        return None, "the input maker's draws differ in shape, dtype or device", False
+    if _same_leaves(torch, inputs, second, values=True):
+        return None, "the input maker returned the same contents for another seed", False
+    return second, "", False
+
+
 def fresh_inputs(
     torch: Any,
     kernel: Callable[..., Any],
@@ -892,24 +916,7 @@ def fresh_inputs(
             expected_first = reference(*_with_leaves(torch, list(inputs), list(a_leaves)))
             out_bytes, finite_first = _nbytes(torch, expected_first), _finite(torch, expected_first)
             del expected_first
-    why_fixed = ""
-    second = None
-    # A broadcast input (stride 0 on a dimension of size > 1) shares memory between elements:
-    # no in-place refill (mix or maker) can write it, so it is timed on fixed content.
-    shared = [i for i, t in enumerate(first_leaves) if overlaps_itself(t)]
-    if shared:
-        why_fixed = (
-            f"input {shared[0]} is broadcast (an `expand`: its elements share memory) and "
-            "cannot be refilled in place"
-        )
-    elif make_draw is not None:
-        second = make_draw(_urandom_seed())
-        if not _same_leaves(torch, inputs, second, values=False):
-            second, why_fixed = None, "the input maker's draws differ in shape, dtype or device"
-        elif _same_leaves(torch, inputs, second, values=True):
-            second, why_fixed = None, "the input maker returned the same contents for another seed"
-    else:
-        why_fixed = "no input maker (fixed input tensors)"
+    second, why_fixed, shared = _second_draw(torch, inputs, first_leaves, make_draw)
     regenerates = second is not None
     pools_bytes = sum([int(t.numel()) + WINDOW for t in first_leaves])
     mix_bytes = 2 * in_bytes + pools_bytes + 2 * out_bytes
