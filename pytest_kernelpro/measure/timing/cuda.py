@@ -9,10 +9,8 @@ the CPU is ahead of the GPU and the events bracket GPU work only, not Python lau
 NVML clocks and clock-event reasons are read while each round runs; samples of a round with a
 throttle reason are counted. CUDA-graph mode captures k calls in one graph and times replays
 (per call = replay / k). NVML is read while the warm-up runs too: with `clock_anchor="on"`, a
-kernel whose warm-up ran mostly under a clock limit (the power cap) is timed in pairs
-(`anchor.py`): every sample is followed in its round by a flush and the anchor GEMM, each
-bracketed by events, so the gate can compare kernel / anchor per pair, which cancels the
-clock the cap allowed at that moment.
+kernel whose warm-up ran mostly under a clock limit (the power cap) is timed in pairs with
+the clock anchor (`anchor.py`).
 """
 
 from __future__ import annotations
