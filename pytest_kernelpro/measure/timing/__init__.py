@@ -42,7 +42,7 @@ def time_kernel(
 ) -> TimingResult:
     """Time `fn()` (a kernel launch on pre-built inputs) on `device` and summarize; with
     `fresh` (`fresh_inputs.fresh_inputs`), its call on inputs refilled before every sample,
-    outputs checked; rebound bindings by `measure.bound`'s rule.
+    outputs checked; a rebound binding is refused or put back by `measure.bound`'s rule.
 
     Raises `KernelproError` (the original chained) if `fn` raises, CUDA is unavailable or
     graph capture fails; `DishonestTiming` when a call did less than its work."""
