@@ -276,20 +276,16 @@ def anchors_changed(pairs: CpuPairs | None, made: tuple[object, ...]) -> str | N
     )
 
 
-# A kernel's thread could wait for the refill and compute the next output while the cache is
-# flushed, outside the timed window. With one torch thread (the default policy) nothing else
-# of this process should run then: CPU time of other threads there beyond this share of the
-# kernel's own time (and `OTHER_THREADS_MIN_S`) refuses the timing. The process's own
-# threads (pytest-xdist's channel reader taking the next tests, a logging handler) use a
-# little CPU whatever the kernel does: up to `OTHER_THREADS_BACKGROUND` of the gaps' wall
-# time is theirs. Work moved out of the timed window shows as a busy thread for the gap
-# (a cache flush and a refill per call), far above that rate.
-# The anchors' window is gated apart: a thread woken as the call returns can load the
-# memory or the cores while the anchors run (it need not know more: they always follow the
-# call), so they slow with it and the kernel's change against them hides its own slowdown.
-# There the kernel's time buys no allowance, only the background rate and the floor: moving
-# the anchor's speed (the gate reads its fastest quarter of calls) takes a busy thread beside
-# three quarters of the samples' anchors, far above them.
+# The gaps between timed calls (refill and flush; module docstring): with one torch thread
+# (the default policy) other threads' CPU time there beyond this share of the kernel's own
+# time (and `OTHER_THREADS_MIN_S`) refuses the timing. The process's own threads
+# (pytest-xdist's channel reader, a logging handler) use a little CPU whatever the kernel
+# does: up to `OTHER_THREADS_BACKGROUND` of the gaps' wall time is theirs; work moved out of
+# the timed window keeps a thread busy for the whole gap, far above that rate.
+# The anchors' window is gated apart, the kernel's time buying no allowance there (only the
+# background rate and the floor): a thread woken as the call returns can slow the anchors
+# (they always follow the call), and moving their speed (the gate reads their fastest
+# quarter of calls) takes a busy thread beside three quarters of the samples' anchors.
 OTHER_THREADS_SHARE = 0.5
 OTHER_THREADS_MIN_S = 1e-3
 OTHER_THREADS_BACKGROUND = 0.01
