@@ -252,6 +252,9 @@ def step_search(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
                     "judge_s",
                     "time_s",
                     "other_s",
+                    "wall_split",
+                    "both_peak_mb",
+                    "device_peak_mb",
                 )
             }
         )
@@ -269,7 +272,26 @@ def step_search(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
         "best_patch": summary.get("best_patch"),
         # The final ranking: its reason, the re-measurement's cost, each candidate's verdict.
         "ranking": summary.get("ranking"),
+        # What the refusal rule expects one evaluation to hold (`sandbox/footprint.py`),
+        # against each candidate's measured `device_peak_mb` and `both_peak_mb`.
+        "footprint": footprint_estimates(problem_source("23_Softmax", cpu), args.device),
         "tail": tail,
+    }
+
+
+def footprint_estimates(source: str, device: str) -> dict[str, Any]:
+    """The problem's footprint and the sandbox's estimates of one evaluation, in MiB."""
+    from pytest_kernelpro.optimize.sandbox.footprint import meta_footprint, session_device
+
+    found = meta_footprint(source, session_device(device))
+    if found is None:
+        return {"why": "the reference does not run on the meta device"}
+    on_device = found.device_estimate()
+    return {
+        "footprint_mb": round(found.total / 2**20, 1),
+        "host_estimate_mb": round(found.estimate() / 2**20, 1),
+        "device_estimate_mb": None if on_device is None else round(on_device / 2**20, 1),
+        "peak_at": found.peak().where,
     }
 
 

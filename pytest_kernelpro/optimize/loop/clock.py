@@ -136,6 +136,8 @@ class WallClock:
                 "judge_peak_mb": metrics.get("judge_peak_mb"),
                 "both_peak_mb": metrics.get("both_peak_mb"),
                 "both_peak_at": metrics.get("both_peak_at"),
+                # A CUDA problem's GPU memory above its level at the start (`device_peak.py`).
+                "device_peak_mb": metrics.get("device_peak_mb"),
             }
         )
 

@@ -57,8 +57,9 @@ from pytest_kernelpro.optimize.build.prebuild import Prebuilder
 from pytest_kernelpro.optimize.sandbox.compile_cache import CompileCaches, point_caches
 from pytest_kernelpro.optimize.sandbox.confirm_winner import WinnerConfirmation
 from pytest_kernelpro.optimize.sandbox.cuda_probe import cuda_init_failure
+from pytest_kernelpro.optimize.sandbox.device_peak import DevicePeak, cuda_used_bytes
 from pytest_kernelpro.optimize.sandbox.environment import PACKAGE_ROOT, scrub_environment
-from pytest_kernelpro.optimize.sandbox.footprint import check_fits
+from pytest_kernelpro.optimize.sandbox.footprint import check_fits, session_device
 from pytest_kernelpro.optimize.sandbox.handles import HandleChannels, Received
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
@@ -266,6 +267,11 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         env.setdefault("MALLOC_ARENA_MAX", "4")  # fewer 64 MB arenas under RLIMIT_AS
         return env
 
+    def _device_peak(self) -> DevicePeak | None:
+        """The sampler of a CUDA problem's GPU memory (`device_peak.py`); None on the CPU."""
+        device = session_device(self.task.device)
+        return DevicePeak(cuda_used_bytes(device)) if device.startswith("cuda") else None
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures
         (a problem too large for this machine is refused, `footprint.py`)."""
@@ -287,6 +293,8 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         waiting = time.monotonic()
         prebuilt = builder.wait(candidate.code) if builder is not None else None
         waited = time.monotonic() - waiting  # compiles still running when this one's turn came
+        # A CUDA problem's GPU memory, sampled from here while its processes run.
+        device_peak = self._device_peak()
         # The judge starts with the worker and checks each output as it is handed over.
         beside = self._start_judge(workdir) if self.limits.judge else None
         try:
@@ -328,6 +336,8 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             if evaluation.status == "correct" and self.limits.judge:
                 evaluation = self._judged(evaluation, received, beside)
             evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
+            if device_peak is not None:
+                evaluation.metrics["device_peak_mb"] = round(device_peak.stop() / 2**20, 1)
             # Its host memory at the peak: the worker and the judge beside it together, or
             # either alone, each with the outputs held by handle (`_watch`).
             evaluation.metrics["both_peak_mb"] = round(self.both_peak_mb.pop(workdir, 0.0), 1)
@@ -346,6 +356,8 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         finally:
             if beside is not None:  # a verdict not asked for: its judge ends here
                 beside.finish(judged=False)
+            if device_peak is not None:
+                device_peak.stop()
             self.both_peak_mb.pop(workdir, None)
             self.both_peak_at.pop(workdir, None)
             # Its outputs' memory goes with the evaluation (the worker's died with it).
