@@ -3,14 +3,10 @@ consume, and its typed, frozen parts (correctness, timing, roofline, verdict, pr
 choices and code-changing versions).
 
 One record per kernel item, built by the item as it runs: each stage puts its measured result
-on the record as its part with `part_of` (the result's attributes read into the part's type,
-no JSON form between). The record and its parts are `msgspec.Struct`s, so the JSON form exists
-only at a file's or a process's boundary: `encode_record` / `decode_record` for one record
-(the xdist transport), `record_builtins` / `record_from_builtins` for a record inside a larger
-JSON document (the report, the records log). Reading validates every field against its type;
-a value of the wrong type is a `RecordDecodeError` naming the source and the field, never a
-record that fails later. `bench/results/2026-12-05-record-library-cpu.md` holds why msgspec
-(read and write speed on the record's real shape against pydantic v2 and the former parts).
+on the record as its part with `part_of`. The record and its parts are `msgspec.Struct`s, so
+the JSON form exists only at a file's or a process's boundary. Reading validates every field
+against its type; a value of the wrong type is a `RecordDecodeError` naming the source and
+the field, never a record that fails later.
 
 The record imports nothing of `measure/`, `gate/` or `profile/`, so it stays below everything
 that measures; each part's docstring names its producer, and a test checks that a part has a
@@ -341,10 +337,9 @@ PARTS: dict[str, type[Part]] = {
 
 
 def part_of(part_type: type[S], measured: object) -> S:
-    """`measured` (a producer's result, e.g. `TimingResult`) as the record's part: msgspec
-    reads its attributes into the part's type, nested results into nested parts, with no
-    JSON form between. A part's `PLAIN` fields hold the producer's nested results in their
-    JSON form (the profile's kernels: the record does not type them)."""
+    """`measured` (a producer's result, e.g. `TimingResult`) as the record's part, with no
+    JSON form between; a part's `PLAIN` fields hold the producer's nested results in their
+    JSON form (the record does not type them)."""
     plain: tuple[str, ...] = getattr(part_type, "PLAIN", ())
     if not plain:
         return msgspec.convert(measured, part_type, from_attributes=True)
@@ -405,8 +400,7 @@ class KernelRecord(msgspec.Struct, kw_only=True):
         return None if self.roofline is None else self.roofline.roofline_time_s
 
 
-# A value the record's JSON form has no type for (a path in `extra`) is written as its text,
-# as json.dumps(default=str) did.
+# A value the record's JSON form has no type for (a path in `extra`) is written as its text.
 _ENCODER = msgspec.json.Encoder(enc_hook=str)
 _DECODER = msgspec.json.Decoder(KernelRecord)
 

@@ -1,16 +1,13 @@
-"""The verdict's basis on one GPU under a clock limit (`verdict_basis.same_device_basis`
-hands a same-device comparison here unless the CPU anchor decides it): which time is compared
-when either side ran capped or clock-limited, at which tolerance.
+"""The verdict's basis on one GPU under a clock limit: which time is compared when either side
+ran capped or clock-limited, at which tolerance.
 
-- **Same device, capped, anchored on both sides** (either side's samples mostly in rounds
-  with a clock-lowering NVML reason, and both timed in pairs with the same anchor,
-  `--kernelpro-clock-anchor=on`): the per-pair kernel / anchor ratios at
-  `ANCHOR_THRESHOLD_FACTOR` times the threshold (the anchor ran at the same clock, so the
-  ratio cancels it).
-- **Same device, clock-limited without the anchor on both sides** (either side's SM clock
-  held below `CLOCK_LIMITED_FRACTION` of its maximum by a power or thermal limit): the times
-  at `CLOCK_LIMITED_FACTOR` times the threshold; where one side has anchored samples, the
-  basis says why they were not used.
+- **Capped, anchored on both sides** (either side's samples mostly in rounds with a
+  clock-lowering NVML reason, and both timed in pairs with the same anchor): the per-pair
+  kernel / anchor ratios at `ANCHOR_THRESHOLD_FACTOR` times the threshold (the anchor ran at
+  the same clock, so the ratio cancels it).
+- **Clock-limited without the anchor on both sides:** the times at `CLOCK_LIMITED_FACTOR`
+  times the threshold (below); where one side has anchored samples, the basis says why they
+  were not used.
 
 **Clock-limited kernels.** A compute-bound kernel (fp16/bf16/TF32 GEMMs, attention) runs at
 the GPU's power cap: the SM clock the cap allows moves from one measurement to the next, and

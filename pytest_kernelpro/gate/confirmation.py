@@ -2,11 +2,10 @@
 it, and what a difference of autotune picks does to it (the picks themselves, and a changed
 environment named in the reason, are `run_differences.py`'s).
 
-**Confirmation.** `verdict.decide_verdict` calls a kernel "regressed" only provisionally: the plugin
-re-times the kernel (`needs_confirmation`) and `confirm` lets the regression stand only if
-that second measurement, by itself, is a regression under the same rules; otherwise the kernel
-is "suspect" (reported, never failed). One slow measurement (another process, a clock dip)
-cannot fail CI. On the CPU, against the CPU anchor, the re-measurement need not clear a
+**Confirmation.** A "regressed" verdict is provisional: the plugin re-times the kernel and
+`confirm` lets the regression stand only if that second measurement, by itself, is a
+regression under the same rules; otherwise the kernel is "suspect" (reported, never failed).
+On the CPU, against the CPU anchor, the re-measurement need not clear a
 widened tolerance a second time: that tolerance (35% on a busy machine) is there for the noise
 between a baseline and a run, which the first measurement already cleared, and asking twice
 for it missed a kernel doing twice the work in 3 of 10 sessions
@@ -90,13 +89,9 @@ def confirm(
     cross_cpu: str = "info",
     where: str = "a re-measurement",
 ) -> VerdictPart:
-    """Settle a provisional regression with an independent re-measurement of the kernel.
-
-    The regression stands (confirmed=True) only if the re-measurement is, by itself, a
-    regression under the same tolerance and alpha; otherwise the kernel is "suspect"
-    (reported, not failed). Verdicts that need no confirmation are returned unchanged.
-    `where` says how the re-measurement was made ("a re-measurement in a fresh process").
-    """
+    """Settle a provisional regression with an independent re-measurement (module docstring);
+    verdicts that need no confirmation are returned unchanged. `where` says how the
+    re-measurement was made ("a re-measurement in a fresh process")."""
     if not needs_confirmation(first):
         return first
     second = decide_verdict(
@@ -215,9 +210,8 @@ def settle(
     action: str,
     first_change: float | None,
 ) -> VerdictPart:
-    """The confirmed verdict (`confirm`, on the re-measurement) with the pick
-    difference decided by `action` (see the module docstring). `first_change` is the change
-    of the first, unpinned measurement."""
+    """The confirmed verdict with the pick difference decided by `action` (module
+    docstring); `first_change` is the change of the first, unpinned measurement."""
     if action not in MISMATCH_ACTIONS:
         raise ValueError(f"autotune mismatch action {action!r}; use one of {MISMATCH_ACTIONS}")
     data = {**picks.to_dict(), "action": action, "remeasurement": remeasured.to_dict()}

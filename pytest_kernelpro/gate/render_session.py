@@ -214,9 +214,8 @@ def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
 
 
 def gives_process_note(record: KernelRecord) -> bool:
-    """Whether `record` has a process note to give (`gate/process_notes.py` reads only an
-    autotune note, a changed environment and a failed fresh-process confirmation): the table
-    imports that module only for such a record."""
+    """Whether `record` has a note of `gate/process_notes.py` to give: the table imports
+    that module only for such a record."""
     gate = record.gate
     return bool(
         (gate is not None and (gate.autotune_note or gate.environment_change))
@@ -306,18 +305,14 @@ def render_terminal_table(
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string (its width:
     the module docstring's "Tables"; below 100 columns the roofline-time column is left out
-    and the bar narrowed). Columns: kernel, device, the time the verdict compared (baseline
-    → now, only when some verdict compared another time than the wall median), median ± half
-    the IQR, roofline time, % of roofline with a bar, bound, verdict with the change. No
-    escape codes unless `color`; the notes under it cut to one line each unless `verbose`.
-    """
+    and the bar narrowed). No escape codes unless `color`; the notes under it cut to one line
+    each unless `verbose`."""
     from rich.text import Text
 
     narrow = width is not None and width < 100
     bar_width = 5 if narrow else 8
     devices = sorted({short_device(r.device) for r in records if r.device})
     show_device = len(devices) > 1  # one device: named once, under the table
-    # A verdict on another time than the wall median shows that time first (gate/format.py).
     show_gated = any(gated_elsewhere(r) for r in records)
     ordered = sorted_records(records, sort)
     rows = [

@@ -33,12 +33,9 @@ How a regression is decided, and why:
    "two points in a row" policy approximate.
 
 Anything beyond the threshold that fails 2, 3 or 4 is "suspect": reported with what to do,
-never a failure (nvbench users did not know what to do with AMBG: the reason says).
-
-What is compared, at which tolerance, is the basis's (`verdict_basis.py`); the rules above
-decide on whatever samples it hands over. An oversubscribed CPU timing (other processes held
-the cores its threads needed, `measure/timing/cpu_load.py`) that would regress is "suspect":
-its slowdown is not the kernel's.
+never a failure (nvbench users did not know what to do with AMBG: the reason says). An
+oversubscribed CPU timing (other processes held the cores its threads needed) that would
+regress is "suspect" too: its slowdown is not the kernel's.
 """
 
 from __future__ import annotations
@@ -117,14 +114,9 @@ def mann_whitney_u(
     y: Sequence[float] | np.ndarray,
     alternative: Alternative = "greater",
 ) -> MannWhitneyResult:
-    """Mann-Whitney U test of x against y (the test asv uses to call a benchmark changed).
-
-    `alternative="greater"`: H1 is that x tends to be larger than y (for timings: x is
-    slower). `scipy.stats.mannwhitneyu` computes it: the exact p-value without ties and with
-    both samples at most `EXACT_MAX_N` long, otherwise the normal approximation with tie and
-    continuity correction. Returns p = 1.0 when either sample is empty or every value is
-    the same (no evidence either way).
-    """
+    """Mann-Whitney U test of x against y; `alternative="greater"`: H1 is that x tends to be
+    larger (for timings: slower). Returns p = 1.0 when either sample is empty or every value
+    is the same (no evidence either way)."""
     import numpy as np
     from scipy import stats
 
@@ -192,11 +184,8 @@ def _check_settings(threshold: float, cross: float, alpha: float) -> None:
 def roofline_floor(
     min_roofline: float | None, efficiency: float | None, measured: bool
 ) -> tuple[bool, str | None]:
-    """(fails, reason) of the absolute min_roofline floor; independent of any baseline.
-
-    The one rule for `min_roofline`: the verdict applies it in check mode, the item's run
-    (`run.stages.roofline_floor`) outside it.
-    """
+    """(fails, reason) of the absolute min_roofline floor, independent of any baseline: the
+    one rule, applied by the verdict in check mode and by the item's run outside it."""
     if min_roofline is None or not measured:
         return False, None  # not measured: the item already fails or skips for that
     if efficiency is None:
@@ -221,14 +210,10 @@ def decide_verdict(
     cross_cpu: str = "info",
 ) -> VerdictPart:
     """The verdict of one measured kernel against its baseline entry (None: the kernel is
-    new): the basis chosen first (`verdict_basis.choose_basis`), the status decided on it
-    (`decide_change`).
-
-    `threshold` defaults to `record.threshold` (marker > CLI > ini, resolved by the plugin);
+    new). `threshold` defaults to `record.threshold` (marker > CLI > ini),
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
-    `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
-    a comparison with another CPU without failing, "gate" gates it like a GPU's.
-    """
+    `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports a
+    comparison with another CPU without failing, "gate" gates it like a GPU's."""
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
         round(CROSS_DEVICE_FACTOR * thr, 12)
@@ -472,7 +457,7 @@ def improvement_needs_confirmation(device: str) -> bool:
 
 def needs_confirmation(verdict: VerdictPart) -> bool:
     """True when the plugin must re-time the kernel and call `confirm`: a regression, and an
-    improvement on the CPU (`verdict.improvement_needs_confirmation`)."""
+    improvement on the CPU."""
     if verdict.confirmation is not None:
         return False
     if verdict.change_status == IMPROVED:

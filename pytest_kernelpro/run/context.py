@@ -16,11 +16,6 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 | min_roofline | min_roofline=  | (none)                   | none (no floor)                           |
 | device       | device=        | --kernelpro-device       | auto: the CUDA GPU when one is visible    |
 
-`Profiling` is the profile stage's setup: the session's builds
-(`profile_stage.SessionCapture`), the profiler's time limit, the budget of automatic
-regression profiles. `Services` is what another plugin's `pytest_kernelpro_item_measured`
-hook (the optimizer's) uses of the session; the other stages get values.
-
 **The time limit** (`item_time_limit`), in two layers, because a hang can happen in two places:
 
 - Python code (a kernel stuck in a loop, a `time.sleep`, a wait that returns to the
@@ -36,14 +31,10 @@ hook (the optimizer's) uses of the session; the other stages get values.
   `--kernelpro-isolate` runs each item in its own process, where only that item is lost.
 
 **What the item's process chose** (its autotune picks, the library settings that choose
-algorithms, the versions that change generated code): the capture
-(`measure.autotune_capture.AutotuneCapture`) watches the correctness trials, where an autotuner
-tunes at its first call, and reads what the timing tuned afterwards; the record's `autotune`
-and `environment` parts are set from it (`record_process_facts`). An item whose process has
-no autotuner loaded (none a conftest adds) and no pins gets no capture: its `autotune` part
-holds the library settings alone, as an empty capture's would. In the fresh process that
-confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
-kernel's first call (`run.fresh_process.remeasure_only` is that process's timing-only run).
+algorithms, the versions that change generated code): the capture watches the correctness
+trials, where an autotuner tunes at its first call, and reads what the timing tuned
+afterwards. In the fresh process that confirms a regression (`fresh_process.py`) the
+baseline's choices are pinned before the kernel's first call.
 """
 
 from __future__ import annotations
@@ -180,14 +171,10 @@ class DeviceModel:
 
 @dataclass(frozen=True)
 class ItemRun:
-    """One kernel item's state once its device is chosen, built once per item by its run
-    (`run.item_runner`) and passed to every stage as a value: the device (in `settings`),
-    the time limit, the CPU thread count, the item's and the session's resolved settings,
-    the device's ceilings and the baseline entry. No stage chooses a device, reads a thread
-    policy or looks ceilings or a baseline entry up again (tests/plugin/test_run_context.py).
-
-    The record is the one mutable part: each stage fills its own fields of it.
-    """
+    """One kernel item's state once its device is chosen, built once per item and passed to
+    every stage as a value: no stage chooses a device, reads a thread policy or looks ceilings
+    or a baseline entry up again. The record is the one mutable part: each stage fills its own
+    fields of it."""
 
     nodeid: str
     problem: Problem
@@ -208,8 +195,7 @@ class ItemRun:
     # import style.
     module: Any = None
 
-    # Read by every stage, fixed for the item: computed on the first read, then a plain
-    # attribute (a property ran a function at each of the stages' reads).
+    # Read by every stage, fixed for the item: computed on the first read only.
     @functools.cached_property
     def device(self) -> str:
         return self.settings.device.value
@@ -221,9 +207,8 @@ class ItemRun:
 
 @dataclass
 class Profiling:
-    """The profile stage's setup, one per session: the builds it looks up (`capture`), the
-    profiler's time limit, and the budget of automatic profiles of regressed kernels with
-    what was spent of it (shared by the session's items, so it counts as they run)."""
+    """The profile stage's setup, one per session; the budget of automatic profiles of
+    regressed kernels is shared by the session's items, so it counts as they run."""
 
     capture: SessionCapture | None
     timeout_s: float
@@ -263,8 +248,7 @@ class ItemTimeout(BaseException):  # noqa: N818 - reads as what happened, like T
 
 
 def time_limit_setting(config: KernelproConfig) -> Resolved[float | None]:
-    """The item time limit (None: none) and where it came from, for every item of the
-    session: the item's state, the isolated child's and the fresh process's limits."""
+    """The item time limit (None: none) and where it came from."""
     return Resolved(config.item_timeout_s, config.sources.get("item_timeout", "default"))
 
 
@@ -282,11 +266,9 @@ def item_time_limit(
     message: Callable[[], str],
     on_native_hang: Callable[[str], None],
 ) -> Iterator[None]:
-    """Limit the block to `seconds` (None: no limit); see the module docstring.
-
-    `message()` gives the failure text at the moment the limit fires (it names the phase);
-    `on_native_hang(text)` runs in the watchdog thread before the process exits.
-    """
+    """Limit the block to `seconds` (None: no limit); see the module docstring. `message()`
+    gives the failure text when the limit fires; `on_native_hang(text)` runs in the watchdog
+    thread before the process exits."""
     usable = (
         seconds is not None
         and hasattr(signal, "setitimer")

@@ -3,18 +3,12 @@
 A process is a sample: autotuners pick their configs in it, the caching allocator places the
 buffers, libraries choose algorithms. A slowdown that belongs to one process reproduces in
 that process, so the confirmation re-measures in a new one: pytest itself on the item,
-started the way `--kernelpro-isolate` starts an item's child (`isolate.child_command`,
-`isolate.child_environment`: the parent's resolved settings, the plugin, the ini file), with
-the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
-timing inputs, calls the kernel once with the baseline's autotune choices pinned
-(`measure/autotune_capture.py`), times it with the session's timing budget and writes its record
-(timing, autotune choices, versions); it compares nothing with the baseline.
-
-The child finds the item as an isolated child does (`isolate.child_address`) and its record
-is read as one's (`isolate.child_record_for`). It checks the sampled timed outputs by the
-parent's calibrated rule (`rule_payload`, written beside the pins): the dtype's
-default tolerance refused an honest algebraic rewrite whose error the parent's trials had
-calibrated.
+started the way `--kernelpro-isolate` starts an item's child, with the hidden
+`--kernelpro-remeasure-child=PINS_JSON`. That child calls the kernel once with the baseline's
+autotune choices pinned, times it with the session's timing budget and writes its record; it
+compares nothing with the baseline. It checks the sampled timed outputs by the parent's
+calibrated rule (`rule_payload`, written beside the pins): the dtype's default tolerance
+refused an honest algebraic rewrite whose error the parent's trials had calibrated.
 
 Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per
 provisional regression, plus the process start (Python, pytest, torch, the kernel's build and

@@ -1,12 +1,6 @@
 """The stages of a kernel item, in the order `item_runner` runs them: the measure stage
-(`check`: the correctness trials; `time_item`: the timing, every timed call on fresh inputs
-with sampled outputs checked against the reference; `recheck`: the re-check after timing),
-the roofline stage (`roofline`: the reference's FLOPs and bytes priced on the device's
-ceilings; `roofline_floor`: the marker's `min_roofline` outside check mode, which in check
-mode the verdict applies) and the gate stage (`gate`: the verdict against the item's baseline
-entry, a provisional regression confirmed by timing the kernel again, in a fresh process by
-default (`run.fresh_process`), with the baseline's autotune choices pinned, and a confirmed
-regression profiled (`run.profile_stage.auto_profile`)).
+(`check`, `time_item`, `recheck`), the roofline stage (`roofline`, `roofline_floor`) and the
+gate stage (`gate`).
 
 Each stage takes the item's state (`run.context.ItemRun`) and the kernel, its reference and
 inputs as values, fills its part of the record, and fails the item with a `KernelproError`
@@ -300,8 +294,8 @@ def gate(
     profiling: Profiling,
 ) -> None:
     """The verdict against the item's baseline entry (a regression is confirmed by timing it
-    again, in a fresh process by default, with the baseline's autotune choices pinned, and
-    profiled); a failing verdict, or a baseline that did not load, fails the item."""
+    again, with the baseline's autotune choices pinned, and profiled); a failing verdict, or a
+    baseline that did not load, fails the item."""
     from pytest_kernelpro.gate.verdict import decide_verdict, needs_confirmation
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 
