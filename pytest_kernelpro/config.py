@@ -2,9 +2,8 @@
 
 Precedence (highest first): marker keyword > command line > environment > ini > default.
 Every persistent setting is a row of the table `SETTINGS` (flag, ini key, environment
-variable, default, value parser), which reads as data; settings are parsed once, in
-`pytest_configure`, into the frozen `KernelproConfig`. `run/context.py` resolves the
-marker-overridable ones per item; `run/isolate.py` hands them to an isolated child.
+variable, default, value parser); settings are parsed once, in `pytest_configure`, into the
+frozen `KernelproConfig`.
 """
 
 from __future__ import annotations

@@ -5,11 +5,9 @@ excerpts) or from a model's answer into a prompt, a trajectory, a report, a log,
 comment or the terminal goes through `safe_text` (or `safe_tree` for JSON-like data):
 
 - `redact`: secret-shaped strings are replaced by `[redacted: KIND]`: API keys and tokens
-  by their published shapes (OpenAI and Anthropic keys, GitHub, GitLab, Hugging Face, Slack
-  and Google tokens, AWS access key ids, JWTs, PEM private-key blocks, passwords in URLs,
-  `Authorization:` headers), and the value of every variable of this process's environment
-  whose name looks like a credential (`is_secret_name`): a candidate that read a secret
-  anywhere cannot carry it out through its error text or its output.
+  by their published shapes (`SECRET_PATTERNS`), and the value of every variable of this
+  process's environment whose name looks like a credential (`is_secret_name`): a candidate
+  that read a secret anywhere cannot carry it out through its error text or its output.
 - `strip_controls`: terminal escape sequences (CSI, OSC, ...) are removed whole, then every
   C0 and C1 control character except newline and tab, and the Unicode direction overrides
   that make a line read differently from what it holds. A carriage return alone could

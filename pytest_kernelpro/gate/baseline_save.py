@@ -1,8 +1,6 @@
-"""Writing a baseline file (`--kernelpro-save-baseline`): the measured records' entries
-(`entry_from_record`) in their YAML form (`entry_dict`), merged with the entries already in
-the file, written atomically under a lock, and the note on entries too noisy to gate on
-(`too_noisy_note`). A check session only reads baselines (`gate/baseline.py`) and never
-imports this.
+"""Writing a baseline file (`--kernelpro-save-baseline`), merged with the entries already in
+the file, written atomically under a lock. A check session only reads baselines
+(`gate/baseline.py`) and never imports this.
 """
 
 from __future__ import annotations
@@ -163,13 +161,10 @@ def save_baseline(
     *,
     commit: str | None = None,
 ) -> Baseline:
-    """Write the baseline of the measured `records` to `path` atomically and return it.
-
-    The entries of kernels that are in the existing file but were not measured this time
-    (deselected, failed, skipped) are kept, so a partial run does not erase the rest of the
-    baseline. An unreadable existing file is replaced, with a warning. Records without timing
-    samples are left out.
-    """
+    """Write the baseline of the measured `records` to `path` atomically and return it. The
+    entries of kernels in the existing file but not measured this time (deselected, failed,
+    skipped) are kept, so a partial run does not erase the rest of the baseline. An unreadable
+    existing file is replaced, with a warning."""
     records = list(records)
     target = Path(path)
     # Read, merge and write under one lock: two processes saving the same file (xdist

@@ -1,9 +1,6 @@
-"""The text shown for a kernel item and in the tables: small formatting helpers shared by the
-terminal table and the PR comment, one record's row in the terminal table (`terminal_row`;
-`gate.render_session.render_terminal_table` holds the table's frame: columns, header, summary),
-the item's "kernelpro" report section (`item_section`, with the lines of the sections other
-plugins attached to the record) and the note a session's condition is said in (`Note`, cut to
-one terminal line by `fit`, `names_line`, `plain_note`). Pure functions over records."""
+"""The text shown for a kernel item and in the tables: formatting helpers shared by the
+terminal table and the PR comment, one record's row, the item's "kernelpro" report section and
+the note a session's condition is said in. Pure functions over records."""
 
 from __future__ import annotations
 
@@ -191,9 +188,7 @@ def terminal_row(
     color: bool,
     show_gated: bool = False,
 ) -> list[Any]:
-    """One row of the terminal summary table (`gate.render_session.render_terminal_table`): kernel,
-    [device,] [gated: baseline → now,] median ±IQR/2, [roofline time,] % of roofline with a
-    bar, bound, verdict."""
+    """One row of the terminal summary table (`gate.render_session.render_terminal_table`)."""
     from rich.text import Text
 
     text, style = _verdict_cell(record)

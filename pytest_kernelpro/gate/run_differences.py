@@ -1,9 +1,8 @@
 """What differs between the baseline's run and this one beside the kernel's code, named in
-the verdict's reason: the autotune picks (`compare_choices`, `note_picks`) and the versions and
-library settings that change generated code (`name_environment`).
+the verdict's reason: the autotune picks (what a difference does to a regression:
+`confirmation.py`) and the versions and library settings that change generated code.
 
-Why a different pick matters, and what a difference does to a regression: `confirmation.py`
-(its module docstring and `settle`). A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver
+A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver
 changes the machine code without a line of the kernel changing: a regression that comes with
 one is named with it ("triton 3.5.1 -> 3.6.0"), so the first suspect is on the page. A version
 one side does not record (an older baseline, a CPU run) is not a change.
