@@ -231,16 +231,13 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     anchor: str | None = None  # the anchor (clock or CPU) the comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     # The time the verdict was decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",
-    # "on-CPU, memory-anchor-scaled", "anchor-scaled", "roofline-scaled"), now and in the
-    # baseline; gated_now_s / gated_baseline_s - 1 is the verdict's `change`. None: the wall
-    # medians decided.
+    # the number gated): its label ("on-CPU", "anchor-scaled", ...), now and in the baseline;
+    # gated_now_s / gated_baseline_s - 1 is the verdict's `change`. None: the wall medians.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
     # The autotune choices compared with the baseline's and what the gate did about a
-    # difference (`gate.run_differences.AutotuneComparison.to_dict`, `gate.confirmation`), and
-    # the code-changing versions that differ (`gate.run_differences`), each with its words:
+    # difference, and the code-changing versions that differ, each with its words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None
     environment_change: dict[str, Any] | None = None

@@ -330,9 +330,8 @@ class BaselineEntry:
     environment: (
         Annotated[dict[str, str], Meta(description="a mapping of names to version strings")] | None
     ) = None
-    # A CPU timing's pairs with the CPU anchor (measure/timing/on_cpu.py,
-    # gate/verdict_basis.py): the kernel's and the anchor's on-CPU times, and why the machine
-    # counted as busy.
+    # A CPU timing's pairs with the CPU anchor (measure/timing/on_cpu.py): the kernel's and the
+    # anchor's on-CPU times, and why the machine counted as busy.
     cpu_kernel_s: SecondsList | None = None
     cpu_anchor_s: SecondsList | None = None
     cpu_busy: Text | None = None

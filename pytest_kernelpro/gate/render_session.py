@@ -181,8 +181,7 @@ def output_lines(
 
 def table_footnotes(records: Sequence[KernelRecord], *, verbose: bool = False) -> list[str]:
     """The notes printed right under the kernel table, after its counts: what a reader needs
-    to read its rows right. Each note is one function of the records, None when it has
-    nothing to say; a note of the machine's normal state only with `verbose`."""
+    to read its rows right; a note of the machine's normal state only with `verbose`."""
     notes = [note for note in (cpu_flush_note(records),) if note is not None]
     return note_lines(notes, verbose=verbose)
 
@@ -442,9 +441,8 @@ def least_width(console: Any, table: Any) -> int:
 def console_for(
     tables: Sequence[Any], *, width: int | None, color: bool
 ) -> tuple[Any, io.StringIO]:
-    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
-    terminal's columns, or None for a log: the width of the widest table's content. Escape
-    codes only with `color`."""
+    """A rich console writing to a buffer, wide enough that `tables` print whole (`width`
+    None: a log, the width of the widest table's content); escape codes only with `color`."""
     probe = _console(io.StringIO(), 100_000, color)
     if width is None:
         columns = max([_widest(probe, table) for table in tables] or [80])
@@ -472,8 +470,7 @@ def names_fitting(
     build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
 ) -> Any:
     """The table `build(names, fold)` makes, with its kernel names shortened in the middle
-    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
-    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole."""
     table = build(list(names), True)
     if width is None or not names:
         return table
@@ -484,9 +481,8 @@ def names_fitting(
 
 
 def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
-    """How many characters the names of `table` (its first column, filled with the full
-    names, `longest` the longest) may keep so the table fits `width` columns; None when
-    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
+    """How many characters the names of `table` (its first column, `longest` the longest)
+    may keep so it fits `width` columns; None when they fit whole. Never below MIN_NAME."""
     probe = _console(io.StringIO(), 100_000, False)
     over = _widest(probe, table) - int(width)
     if over <= 0:

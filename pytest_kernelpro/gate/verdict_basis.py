@@ -81,8 +81,7 @@ def quantile(values: Sequence[float], q: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=float), q))
 
 
-# The baseline entry's side of the CPU anchor (the record's side: `baseline.record_cpu_anchor`;
-# the clock's: `clock_basis.py`).
+# The baseline entry's side of the CPU anchor (the record's: `baseline.record_cpu_anchor`).
 
 
 def entry_cpu_anchor(entry: BaselineEntry) -> CpuAnchorSide | None:
@@ -349,8 +348,7 @@ def cpu_anchored_basis(
         widened=facts.widened,
         unusable=facts.unusable(),
     )
-    # The compared change is the on-CPU time's or the anchored one's (`CpuAnchorComparison.
-    # change`): the time shown is the one of the two the verdict took.
+    # The time shown is the one whose change the verdict took (`CpuAnchorComparison.change`).
     now_s, base_s = median(list(now.kernel_s)), median(list(base.kernel_s))
     if facts.change == facts.time_change:
         chosen.gated("on-CPU", now_s, base_s)

@@ -191,8 +191,7 @@ class ItemRun:
     baseline_entry: BaselineEntry | None = None
     baseline_error: KernelproError | None = None
     # The test module pytest imported the marked kernel from (None for a KernelBench file):
-    # the optimize stage finds the live kernel in it, and its patch keeps the module's
-    # import style.
+    # the optimize stage finds the live kernel in it.
     module: Any = None
 
     # Read by every stage, fixed for the item: computed on the first read only.

@@ -273,10 +273,8 @@ class KernelproSession:
 
     # -- records ---------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Gather records on the controller (also those sent by xdist workers).
-
-        A hook on the registered session object, because the report carries no config.
-        """
+        """Gather records on the controller (also those sent by xdist workers): a hook on the
+        registered session object, because the report carries no config."""
         data = getattr(report, REPORT_ATTR, None)
         if data is None or self.is_xdist_worker:
             return
@@ -295,8 +293,7 @@ class KernelproSession:
 
     def write_outputs(self) -> None:
         """Write the JSON report and, when asked, the baseline and the history; never raise into
-        pytest. A write that fails is noted (`self.write_failed`): the session fails, and no
-        line says the file was written."""
+        pytest. A write that fails is noted (`write_failed`), never said to be written."""
         from pytest_kernelpro.gate.report import build_report, write_json_report
 
         settings = self.settings
@@ -602,8 +599,7 @@ def plugin_sections(records: list[KernelRecord]) -> list[tuple[str, list[str]]]:
 
 def table_width(writer: Any) -> int | None:
     """The terminal's columns, or None where pytest writes to no terminal (a CI log, a pipe,
-    a file): the tables then take the width of their content, since a log has no width to
-    fit and a cut table loses its verdicts first."""
+    a file: gate/render_session.py's "Tables")."""
     if writer is None:
         return None
     stream = getattr(writer, "_file", None)
@@ -614,9 +610,8 @@ def table_width(writer: Any) -> int | None:
 
 
 def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str]:
-    """Lines for work that was asked for and did not run, and for timings not to trust
-    (the text: `gate.render_session.session_conditions`): one short line per condition, the full
-    text with -v (`full`: decide without the verbosity, for the JSON report)."""
+    """The session's conditions: one short line each, the full text with -v (`full`: decide
+    without the verbosity, for the JSON report)."""
     from pytest_kernelpro.gate.render_session import note_lines
 
     return note_lines(kp.conditions(), verbose=verbose(kp) if full is None else full)
