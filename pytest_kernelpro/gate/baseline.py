@@ -428,11 +428,8 @@ class Baseline:
 
 
 def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
-    """The commit being measured: KERNELPRO_COMMIT, else `git rev-parse HEAD`, else GITHUB_SHA.
-
-    git comes before GITHUB_SHA on purpose: on `pull_request` events GITHUB_SHA is the
-    synthetic merge commit, and in a base-commit checkout it is not the commit measured.
-    """
+    """The commit being measured: KERNELPRO_COMMIT, else `git rev-parse HEAD`, else GITHUB_SHA
+    (on `pull_request` events GITHUB_SHA is the synthetic merge commit, not the one measured)."""
     explicit = os.environ.get("KERNELPRO_COMMIT")
     if explicit:
         return explicit.strip()

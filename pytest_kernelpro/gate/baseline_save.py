@@ -220,11 +220,8 @@ def _save_locked(target: Path, records: list[KernelRecord], *, commit: str | Non
 
 @contextlib.contextmanager
 def _locked(target: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the directory of `target` (POSIX flock; elsewhere none).
-
-    The directory, not a lock file beside the baseline: it leaves nothing behind, and it
-    stays the same object while `atomic_write_text` replaces the file itself.
-    """
+    """Hold an exclusive lock on the directory of `target` (POSIX flock; elsewhere none): it
+    leaves nothing behind, and stays the same object while the file itself is replaced."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory locks through fcntl

@@ -6,17 +6,16 @@ baseline's run beside the code is named in its reason by `run_differences.py`.
 How a regression is decided, and why:
 
 1. **Effect size.** The relative change of the median (current / baseline - 1) must be
-   beyond the kernel's threshold (default 2% on a CUDA GPU, 5% on the CPU; see
-   `default_threshold`). The median, not the mean: one preempted
-   sample must not move the center (pytest-benchmark users gate on `median:` for that reason).
+   beyond the kernel's threshold (default 2% on a CUDA GPU, 5% on the CPU). The median, not
+   the mean: one preempted sample must not move the center (pytest-benchmark users gate on
+   `median:` for that reason).
 2. **Statistical clarity.** A one-sided Mann-Whitney U test of the current samples against
    the baseline's samples must give p < alpha (default 0.01). This is asv's test
-   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist), computed here by
-   scipy (`mann_whitney_u`; exact for small untied samples, normal approximation with
-   tie correction otherwise). It needs no normality, is robust to the long right tail of
-   timings, and uses the samples a baseline keeps. A bootstrap CI of the ratio of medians
-   would need thousands of resamples per kernel for a similar answer, and requiring its lower
-   bound above 1 + threshold would miss most true regressions of exactly the threshold size.
+   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist). It needs no
+   normality, is robust to the long right tail of timings, and uses the samples a baseline
+   keeps. A bootstrap CI of the ratio of medians would need thousands of resamples per kernel
+   for a similar answer, and requiring its lower bound above 1 + threshold would miss most
+   true regressions of exactly the threshold size.
 3. **The whole distribution moved.** The lower decile (the fastest 10% of calls) must be
    beyond the threshold too. Interference (another process, a clock dip, a throttled
    interval) only ever adds time, so it raises the median and the tail but leaves the fastest

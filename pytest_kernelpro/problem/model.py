@@ -398,9 +398,8 @@ def problem_from_marker(
         else lambda device: reference
     )
     if kernel_is_module and reference_is_module:
-        # The kernel gets the reference module's parameters (`problem.build.share_weights`:
-        # by name, else by position and shape, as in the sandbox), so a patched kernel whose
-        # candidate named its weights differently checks the same.
+        # The kernel gets the reference module's parameters (`problem.build.share_weights`),
+        # so a patched kernel whose candidate named its weights differently checks the same.
         kernel_factory = sharing_weights(kernel_factory, reference_factory)
     return Problem(
         name=name,

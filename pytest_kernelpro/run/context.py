@@ -3,10 +3,9 @@ its time limit, and what its process chose and ran with.
 
 `ItemSettings.resolve` decides, once per item, every setting a marker can override, with the
 one precedence of the project: marker > command line > `KERNELPRO_*` environment > ini >
-conftest defaults (`pytest_kernelpro_defaults`) > built-in. The session-wide part of that
-chain (command line to built-in) is already resolved by `config.KernelproConfig`, whose
-`sources` name where each value came from; this adds the marker on top and keeps the source
-of every value, so a message can say why a kernel got its threshold or tolerance.
+conftest defaults (`pytest_kernelpro_defaults`) > built-in. It adds the marker on top of
+`config.KernelproConfig` and keeps the source of every value, so a message can say why a
+kernel got its threshold or tolerance.
 
 | setting      | marker keyword | session setting          | built-in                                  |
 |--------------|----------------|--------------------------|-------------------------------------------|

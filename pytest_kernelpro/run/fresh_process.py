@@ -173,8 +173,7 @@ def remeasure_in_fresh_process(
 def remeasure_only(run: ItemRun, built: BuiltKernel) -> None:
     """The fresh process of a confirmation: one call with the pins applied (the autotuners
     take the baseline's configs from their caches from then on), then the timing, made the
-    way the item's own timing is (the same inputs, fresh ones per call checked against the
-    reference)."""
+    way the item's own timing is."""
     kernel, capture = built.kernel, built.capture
     inputs = built.make_inputs(TIMING_SEED)  # the item's timing inputs
     with watching(capture), built.grad_mode():
