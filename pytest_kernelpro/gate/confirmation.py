@@ -15,12 +15,10 @@ fastest decile meets), with p < alpha, and the anchor does not show it unusable.
 
 **Autotune picks.** An autotuned kernel's speed is its code and its pick, and the pick is made
 per process by timing the candidates. When the head picked another config than the baseline
-did, a slower median may be the pick, not the code; the verdict says so in words ("autotune
-picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the baseline num_warps=8"),
-and the confirmation re-measures in a fresh process with the baseline's choice pinned
-(`measure/autotune_capture.py`): still slower at the baseline's pick is a code regression; not slower
-there means the different pick made the difference. What the gate does then is
-`--kernelpro-autotune-mismatch`:
+did, a slower median may be the pick, not the code; the verdict says so in words, and the
+confirmation re-measures in a fresh process with the baseline's choice pinned: still slower
+at the baseline's pick is a code regression; not slower there means the different pick made
+the difference. What the gate does then is `--kernelpro-autotune-mismatch`:
 
 - `pin` (default): the kernel is gated at the baseline's pick, i.e. by the pinned
   re-measurement: a pick that alone made it slower passes ("ok"), with the note.

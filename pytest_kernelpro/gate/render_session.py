@@ -1,6 +1,5 @@
-"""Every text about the session as a whole (those of one record: format.py): the terminal
-summary's kernel table and the lines under it (the process notes: process_notes.py). Pure
-functions of the settings, the records and the paths; `run/session.py` writes them.
+"""Every text about the session as a whole: the terminal summary's kernel table and the lines
+under it. Pure functions of the settings, the records and the paths.
 
 **Checked nothing.** The rule: among the kernels that were timed and had a baseline entry
 (every verdict but "new" and "not timed"), when each one is "incomparable" (a baseline from

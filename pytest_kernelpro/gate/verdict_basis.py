@@ -1,8 +1,5 @@
 """The verdict's basis: which time one kernel's verdict is decided on, at which tolerance, and
-why. `choose_basis` takes the current measurement and its baseline entry and returns a `Basis`
-(the samples of both sides, their median ratio, the tolerance, the label of the time compared
-and the factors applied to it) or an `Incomparable` (why no gate is possible); the verdict
-(`verdict.py`) then decides the status on whatever the basis hands over.
+why (`choose_basis`: a `Basis`, or an `Incomparable` where no gate is possible).
 
 - **Same device, steady clock:** the times, at the kernel's threshold.
 - **Same GPU, under a clock limit** (capped, clock-limited, anchored): `clock_basis.py`.
