@@ -273,9 +273,8 @@ class ProfilePart(Part, frozen=True, kw_only=True):
 
 
 class AutotunePart(Part, frozen=True, kw_only=True):
-    """What the item's autotuned kernels chose in its process (`measure.autotune_capture.
-    AutotuneCapture.part`) and the library settings that choose algorithms
-    (`measure.environment.library_choices`)."""
+    """What the item's autotuned kernels chose in its process, and the library settings that
+    choose algorithms (`measure.environment.library_choices`)."""
 
     # One per autotuned kernel and key: {"kernel", "key", "key_names", "config" (flat:
     # meta-parameters, num_warps, num_stages, ...), "configs" (candidates), "source"
@@ -420,8 +419,7 @@ def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
 
 def record_builtins(record: KernelRecord) -> dict[str, Any]:
     """The record as the JSON values its text decodes to (lists, not tuples), for a JSON
-    document that holds records (the report, the records log): the document's writer encodes
-    them with the rest."""
+    document that holds records (the report, the records log)."""
     return msgspec.json.decode(_ENCODER.encode(record))
 
 

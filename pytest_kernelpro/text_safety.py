@@ -170,9 +170,8 @@ def _values_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def redact(text: str, secrets: Iterable[str] | None = None) -> str:
-    """`text` with secret-shaped strings and the session's secret values replaced.
-
-    `secrets`: the values to replace besides the patterns (default: `secret_values()`)."""
+    """`text` with secret-shaped strings and `secrets` (default: the session's secret values,
+    `secret_values()`) replaced."""
     if not text:
         return text
     text = strip_format(text)

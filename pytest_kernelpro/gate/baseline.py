@@ -138,9 +138,8 @@ def record_anchor(record: KernelRecord) -> AnchorSide | None:
 
 @dataclass(frozen=True)
 class CpuAnchorSide:
-    """One side's pairs with the CPU anchor: the anchor's identity, the kernel's on-CPU
-    samples, the anchor's, why the machine counted as busy (None: it did not) and the memory
-    anchor's samples (empty where that side has none: `measure/timing/on_cpu.py`)."""
+    """One side's pairs with the CPU anchor (`measure/timing/on_cpu.py`); `busy`: why the
+    machine counted as busy (None: it did not); `memory_s`: empty where that side has none."""
 
     name: str
     kernel_s: tuple[float, ...]

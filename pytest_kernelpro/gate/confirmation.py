@@ -87,9 +87,8 @@ def confirm(
     cross_cpu: str = "info",
     where: str = "a re-measurement",
 ) -> VerdictPart:
-    """Settle a provisional regression with an independent re-measurement (module docstring);
-    verdicts that need no confirmation are returned unchanged. `where` says how the
-    re-measurement was made ("a re-measurement in a fresh process")."""
+    """Settle a provisional regression with an independent re-measurement, made as `where`
+    says (module docstring); verdicts that need no confirmation are returned unchanged."""
     if not needs_confirmation(first):
         return first
     second = decide_verdict(

@@ -449,8 +449,7 @@ def unresolved_reason(tolerance: float, within: str) -> str:
 
 def improvement_needs_confirmation(device: str) -> bool:
     """An improvement on the CPU is re-measured like a regression (a baseline timed under
-    more load than this run reads faster): "the same caution for improved as for regressed".
-    On a GPU an improvement stands without one (kept as measured there)."""
+    more load than this run reads faster); on a GPU it stands without one."""
     return is_cpu(device)
 
 

@@ -109,9 +109,8 @@ def anchor_speed_s(side: CpuAnchorSide) -> float:
 
 
 def lower_bar(threshold: float, tolerance: float) -> float:
-    """The bar a change in the same direction must also clear, beside the median's tolerance:
-    the fastest decile's move (module docstring) and a re-measurement that confirms a
-    regression (`gate/confirmation.py`). Half the tolerance, at least the threshold."""
+    """The bar the fastest decile's move and a confirming re-measurement must also clear,
+    beside the median's tolerance: half the tolerance, at least the threshold."""
     return max(threshold, tolerance / 2.0)
 
 

@@ -106,9 +106,8 @@ def _release_frames(exc: BaseException | None) -> None:
 def _run_limited(
     item: KernelItem, session: KernelproSession, record: KernelRecord, phase: _Phase
 ) -> None:
-    """The device chosen, the process set up for it (CUDA context, CPU thread policy,
-    ceilings) before the item's clock starts, the item's state built once, then the stages
-    under the item's time limit."""
+    """The process set up for the item's device (CUDA context, CPU thread policy, ceilings)
+    before the item's clock starts, then the stages under the item's time limit."""
     from pytest_kernelpro.run.context import item_time_limit, timeout_message
 
     limit = time_limit_setting(session.settings)

@@ -76,9 +76,8 @@ class KernelproSession:
     # Why this xdist worker has no GPU of its own (`run/workers.py`), else None: a kernel
     # item that would be timed on a GPU here fails with it.
     gpu_shared_by_workers: str | None = None
-    # Fixed for the session, read once, here (at configure): the records log's and the
-    # artifacts' paths, the timing budget by device kind ("cpu", "cuda") and whether this
-    # process is an xdist worker; the hooks, the items and the session's finish read these.
+    # Fixed for the session, read once here (at configure); the hooks, the items and the
+    # session's finish read these.
     records_path: Path = field(init=False)
     artifacts_dir: Path = field(init=False)
     time_budget_s: dict[str, float] = field(init=False)
@@ -452,9 +451,7 @@ class KernelproSession:
 
 
 def start_session(config: pytest.Config) -> KernelproSession:
-    """The session of one pytest run, set up from its config (what `pytest_configure` does):
-    settings parsed once, an xdist worker pinned to its GPU, the problems directory added to
-    the paths to collect, the build capture for profiling."""
+    """The session of one pytest run, set up from its config (what `pytest_configure` does)."""
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
@@ -517,8 +514,7 @@ def is_within(child: Path, parent: Path) -> bool:
     return child.resolve().is_relative_to(parent.resolve())
 
 
-# -- end-of-session outputs: the artifacts folder's .gitignore, the terminal table (its texts:
-# `gate/format.py`, `gate/render_session.py`) --
+# -- end-of-session outputs: the artifacts folder's .gitignore, the terminal table --
 
 
 def _ignore_artifacts_dir(path: Any) -> None:

@@ -293,9 +293,8 @@ def gate(
     *,
     profiling: Profiling,
 ) -> None:
-    """The verdict against the item's baseline entry (a regression is confirmed by timing it
-    again, with the baseline's autotune choices pinned, and profiled); a failing verdict, or a
-    baseline that did not load, fails the item."""
+    """The verdict against the item's baseline entry (a regression confirmed and profiled);
+    a failing verdict, or a baseline that did not load, fails the item."""
     from pytest_kernelpro.gate.verdict import decide_verdict, needs_confirmation
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 
