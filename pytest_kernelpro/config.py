@@ -516,6 +516,8 @@ class KernelproConfig:
     # What the project's `pytest_kernelpro_defaults` hooks returned, merged once: other
     # plugins resolve their own settings from these, never by calling the hooks again.
     conftest_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # Every setting of `SETTINGS` as resolved, by name: what an isolated child is handed.
+    resolved: Mapping[str, Any] = field(default_factory=dict)
 
     def budget_for(self, device: str) -> float:
         """The timing budget on `device`: the setting, else 2 s on a GPU and 1 s on the CPU
@@ -584,6 +586,7 @@ class KernelproConfig:
             history_dir=rooted(values["history"] or None),
             remeasure_pins=rooted(config.getoption("kernelpro_remeasure_child", default=None)),
             conftest_defaults=defaults,
+            resolved=values,
         )
 
 
