@@ -374,14 +374,10 @@ class KernelRecord(msgspec.Struct, kw_only=True):
     # CUDA context, the ceilings probe: `extra["machine_setup_s"]`).
     wall_s: float = 0.0
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
-    # Each setting a marker can override: {"value": ..., "source": "marker threshold=" | the
-    # command line, environment, ini or conftest setting it came from | "built-in: ..."}
-    # (`run.context.ItemSettings`, as JSON); None before the item chose its device.
+    # Each setting a marker can override, with where its value came from
+    # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
-    # What the item's autotuned kernels chose in its process, and the library settings that
-    # choose algorithms (measure/autotune_capture.py, measure/environment.py).
     autotune: AutotunePart | None = None
-    # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None
     # Sections other plugins report (the optimizer's search), shown by the gate as given.
     sections: list[SectionPart] = msgspec.field(default_factory=list)

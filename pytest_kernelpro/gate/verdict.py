@@ -76,12 +76,11 @@ UNRESOLVED = "unresolved"  # within a tolerance too wide to catch a 1.5x change:
 RESOLVABLE_TOLERANCE = 0.5
 
 DEFAULT_ALPHA = 0.01
-# Default thresholds per device kind: a fixed number, not one derived from each kernel's
-# spread, since the gate's rules 2-4 already adapt to that (a noisy kernel's change is
-# "suspect", not a failure) and the power-capped clock is handled by the basis
-# (`verdict_basis.py`). The GPU's catches small slowdowns without false alarms
-# (bench/results/2026-12-01-gate-accuracy-h200.md); the CPU's is wider because shared CPU
-# machines time far more noisily (bench/results/2026-11-30-gate-accuracy-cpu.md).
+# Default thresholds per device kind: fixed, not derived from each kernel's spread, since
+# rules 2-4 already adapt to that (a noisy kernel's change is "suspect", not a failure) and
+# the basis handles the power-capped clock. The GPU's catches small slowdowns without false
+# alarms (bench/results/2026-12-01-gate-accuracy-h200.md); the CPU's is wider because shared
+# CPU machines time far more noisily (bench/results/2026-11-30-gate-accuracy-cpu.md).
 DEFAULT_GPU_THRESHOLD = 0.02
 DEFAULT_CPU_THRESHOLD = 0.05
 CROSS_DEVICE_FACTOR = 3.0  # efficiency across devices is noisier than time on one device

@@ -1,10 +1,6 @@
-"""The stages of a kernel item, in the order `item_runner` runs them: the measure stage
-(`check`, `time_item`, `recheck`), the roofline stage (`roofline`, `roofline_floor`) and the
-gate stage (`gate`).
-
-Each stage takes the item's state (`run.context.ItemRun`) and the kernel, its reference and
-inputs as values, fills its part of the record, and fails the item with a `KernelproError`
-that names what went wrong.
+"""The stages of a kernel item, in the order `item_runner` runs them (and the way its module
+docstring says): the measure stage (`check`, `time_item`, `recheck`), the roofline stage
+(`roofline`, `roofline_floor`) and the gate stage (`gate`). Each fills its part of the record.
 """
 
 from __future__ import annotations
