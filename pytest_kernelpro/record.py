@@ -320,7 +320,6 @@ class SectionPart(Part, frozen=True, kw_only=True):
     junit: tuple[Any, ...] = ()  # each a [name, value] pair
 
 
-# The record's typed parts, by field name.
 PARTS: dict[str, type[Part]] = {
     "correctness": CorrectnessPart,
     "timing": TimingPart,

@@ -47,7 +47,6 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
 
     for key in RECORD_KEYS:
         add(key, getattr(record, key))
-    # The JUnit edge: each part in its JSON form.
     timing = msgspec.to_builtins(record.timing) if record.timing else {}
     stats = timing.get("stats") or {}
     for key in STATS_KEYS:
