@@ -76,11 +76,6 @@ def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> di
     }
 
 
-def write_json_report(path: str | os.PathLike[str], report: dict[str, Any]) -> Path:
-    """Write the report atomically (a reader never sees half a file)."""
-    return atomic_write_json(path, report)
-
-
 DEFAULT_HISTORY_DIR = Path(".kernelpro") / "history"
 
 

@@ -293,7 +293,8 @@ class KernelproSession:
     def write_outputs(self) -> None:
         """Write the JSON report and, when asked, the baseline and the history; never raise into
         pytest. A write that fails is noted (`write_failed`), never said to be written."""
-        from pytest_kernelpro.gate.report import build_report, write_json_report
+        from pytest_kernelpro.fileio import atomic_write_json
+        from pytest_kernelpro.gate.report import build_report
 
         settings = self.settings
         saving = settings.save_baseline is not None and not settings.correctness_only
@@ -307,7 +308,7 @@ class KernelproSession:
                 self.notes.append(noisy)
         report = build_report(self.records, meta=self.report_meta())
         try:
-            write_json_report(settings.json_path, report)
+            atomic_write_json(settings.json_path, report)  # a reader never sees half a file
             self.json_written = True
         except OSError as exc:
             self.write_failed("JSON report", settings.json_path, exc)
