@@ -76,9 +76,6 @@ def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> di
     }
 
 
-DEFAULT_HISTORY_DIR = Path(".kernelpro") / "history"
-
-
 def machine_name() -> str:
     """The machine a run was measured on: its host name."""
     return platform.node() or "unknown-host"
