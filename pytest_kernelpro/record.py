@@ -258,8 +258,7 @@ class VerdictPart(Part, frozen=True, kw_only=True):
 
 
 class ProfilePart(Part, frozen=True, kw_only=True):
-    """The item's profile (`profile.model.ProfileReport`): its kernels as the profiler wrote
-    them, module-wide facts and what could not be collected."""
+    """The item's profile (`profile.model.ProfileReport`), kernels as the profiler wrote them."""
 
     # The profile's nested results, kept as their JSON form (`part_of` writes them so).
     PLAIN: ClassVar[tuple[str, ...]] = ("kernels", "timeline", "linkage", "not_collected")
@@ -288,8 +287,7 @@ class AutotunePart(Part, frozen=True, kw_only=True):
 
 
 class EnvironmentPart(Part, frozen=True, kw_only=True):
-    """The versions that change the code the item ran (`measure.environment.code_versions`);
-    a version this process does not have is absent."""
+    """The versions that change the code the item ran; one this process does not have is absent."""
 
     torch: str | None = None
     triton: str | None = None
@@ -402,8 +400,7 @@ def encode_record(record: KernelRecord) -> bytes:
 
 
 def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
-    """The record of `text`; `source` names where it came from in the error of a text that
-    is not JSON or not a record."""
+    """The record of `text`; `source` names where it came from in the error."""
     try:
         return _DECODER.decode(text)
     except msgspec.ValidationError as exc:
@@ -413,8 +410,7 @@ def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
 
 
 def record_builtins(record: KernelRecord) -> dict[str, Any]:
-    """The record as the JSON values its text decodes to (lists, not tuples), for a JSON
-    document that holds records (the report, the records log)."""
+    """The record as the JSON values its text decodes to (lists, not tuples), for a document."""
     return msgspec.json.decode(_ENCODER.encode(record))
 
 

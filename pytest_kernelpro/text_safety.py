@@ -203,8 +203,7 @@ def safe_line(text: Any, limit: int) -> str:
 
 
 def safe_tree(data: Any, secrets: Iterable[str] | None = None) -> Any:
-    """`data` (dicts, lists, tuples, strings, numbers) with every string made `safe_text`,
-    dictionary keys included."""
+    """`data` with every string made `safe_text`, dictionary keys included."""
     values = secret_values() if secrets is None else tuple(secrets)
     return _tree(data, values)
 

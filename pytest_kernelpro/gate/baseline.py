@@ -113,8 +113,7 @@ def record_clock_facts(record: KernelRecord) -> ClockFacts:
 
 @dataclass(frozen=True)
 class AnchorSide:
-    """One side's pairs with the clock anchor: the anchor's identity, its median, and the
-    kernel / anchor ratio of each pair (measure/timing/anchor.py)."""
+    """One side's pairs with the clock anchor (measure/timing/anchor.py)."""
 
     name: str
     anchor_median_s: float

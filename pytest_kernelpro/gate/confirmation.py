@@ -150,8 +150,7 @@ def confirm(
 
 @dataclass(frozen=True)
 class Remeasurement:
-    """How the confirmation re-measured: in a fresh process or this one, with which pins
-    applied, what it cost."""
+    """How the confirmation re-measured: where, with which pins applied, what it cost."""
 
     fresh: bool
     wall_s: float | None = None

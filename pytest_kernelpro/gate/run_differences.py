@@ -156,8 +156,7 @@ def note_picks(verdict: VerdictPart, picks: AutotuneComparison) -> VerdictPart:
 def version_changes(
     now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
 ) -> dict[str, dict[str, str]]:
-    """{name: {"baseline": old, "now": new}} for every version both sides recorded that
-    differs."""
+    """{name: {"baseline": old, "now": new}} for every version both sides recorded that differs."""
     if not now or not baseline:
         return {}
     names = [n for n in LABELS if n in now or n in baseline]

@@ -453,8 +453,7 @@ def improvement_needs_confirmation(device: str) -> bool:
 
 
 def needs_confirmation(verdict: VerdictPart) -> bool:
-    """True when the plugin must re-time the kernel and call `confirm`: a regression, and an
-    improvement on the CPU."""
+    """Whether the kernel must be re-timed for `confirm`: a regression, or a CPU improvement."""
     if verdict.confirmation is not None:
         return False
     if verdict.change_status == IMPROVED:

@@ -237,8 +237,7 @@ class CpuAnchorComparison:
 def cpu_anchor_comparison(
     now: CpuAnchorSide, base: CpuAnchorSide, threshold: float, bound: str | None = None
 ) -> CpuAnchorComparison:
-    """The facts of comparing two CPU-anchored sides at `threshold`, for a kernel whose
-    reference has the roofline `bound` (module docstring)."""
+    """The facts of comparing two CPU-anchored sides (module docstring)."""
     import numpy as np
 
     busy = [
@@ -271,8 +270,7 @@ def choose_basis(
     cross_tolerance: float,
     cross_cpu: str = "info",
 ) -> Basis | Incomparable:
-    """What the verdict of `record` (its positive timing `samples`) against `entry` is decided
-    on (module docstring)."""
+    """What the verdict of `record` against `entry` is decided on (module docstring)."""
     current_median = record.median_s if record.median_s is not None else median(samples)
     if not same_device(record.device, entry.device):
         from pytest_kernelpro.gate.other_device_basis import cross_device_basis

@@ -78,8 +78,7 @@ def load_problem(locator: ProblemLocator) -> Problem:
 
 
 def lookup_qualname(namespace: Any, qualname: str) -> Any | None:
-    """The object `qualname` ("Kernel" or "Outer.kernel") names in `namespace`, None where a
-    part is missing."""
+    """The object `qualname` ("Outer.kernel") names in `namespace`, None where a part is missing."""
     obj: Any = namespace
     for part in qualname.split("."):
         obj = getattr(obj, part, None)

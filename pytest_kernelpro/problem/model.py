@@ -313,8 +313,7 @@ class Problem:
         return call_input_factory(self.input_factory, device, seed, self.shape)
 
     def instantiate(self, device: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """(kernel, reference) ready to run on `device`; modules are built with the same
-        seed so parameters match, and moved to the device."""
+        """(kernel, reference) on `device`; modules are built with one seed so parameters match."""
         reference = self.reference_factory(device)
         if getattr(self.kernel_factory, "takes_reference", False):
             return self.kernel_factory(device, reference=reference), reference  # type: ignore[call-arg]

@@ -229,8 +229,7 @@ class Profiling:
 
 
 class Services(Protocol):
-    """What a plugin's `pytest_kernelpro_item_measured` hook (the optimizer) may use of the
-    session (implemented by `run.session.KernelproSession`)."""
+    """What a plugin's `pytest_kernelpro_item_measured` hook may use of the session."""
 
     settings: KernelproConfig  # the session-wide settings and their sources
     config: pytest.Config

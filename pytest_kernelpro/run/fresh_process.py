@@ -115,8 +115,7 @@ def rule_from_payload(data: Mapping[str, Any]) -> CorrectnessRule:
 
 
 def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
-    """The parent's rule written beside the child's pins file (`rule_payload`), or None
-    without one."""
+    """The parent's rule written beside the child's pins file, or None without one."""
     if pins_path is None:
         return None
     path = Path(pins_path).with_name(RULE_FILE)

@@ -217,8 +217,7 @@ def _item_state(
     threads: int | None,
     device_model: DeviceModel,
 ) -> ItemRun:
-    """The item's state, built once: the settings resolved on its device, and under
-    --kernelpro-check its baseline entry or the baseline's load error (`ItemRun`)."""
+    """The item's state (`ItemRun`), built once its device is chosen."""
     config = session.settings
     entry, baseline_error = None, None
     if config.check and not config.correctness_only and config.remeasure_pins is None:
@@ -267,8 +266,7 @@ class _Phase:
 
 @dataclass(frozen=True)
 class BuiltKernel:
-    """The kernel and its reference built on the item's device, its input maker, the grad
-    mode it runs in, and the capture of what its process chose."""
+    """The kernel and its reference built on the item's device, with what runs them."""
 
     kernel: Any
     reference: Any
@@ -363,8 +361,7 @@ def _price_and_gate(
     measured: _Measured,
     phase: _Phase,
 ) -> None:
-    """The roofline, the profile, other plugins' work on the measured item, then the gate
-    (or the roofline floor outside check mode)."""
+    """The roofline, the profile, other plugins' work, then the gate (or the roofline floor)."""
     phase.enter("counting the reference's FLOPs and bytes", "roofline")
     roofline(
         run,

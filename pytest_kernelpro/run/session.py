@@ -394,8 +394,7 @@ class KernelproSession:
         self.write_failed("records log", self.records_path, exc)
 
     def write_failed(self, what: str, path: Path | str, exc: BaseException) -> None:
-        """Note a requested write that failed: the session fails, naming `path` and the OS
-        error (`exc`)."""
+        """Note a requested write that failed: the session fails, naming `path` and the error."""
         detail = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) else str(exc)
         if isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
             detail += f" at {exc.filename}"
