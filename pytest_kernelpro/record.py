@@ -415,8 +415,7 @@ def record_builtins(record: KernelRecord) -> dict[str, Any]:
 
 
 def record_from_builtins(data: Any, *, source: str) -> KernelRecord:
-    """The record of `data`, a record's JSON values read from a document (`source` names
-    the document and the record's place in it for the error)."""
+    """The record of `data`, a record's JSON values (`source` names them for the error)."""
     try:
         return msgspec.convert(data, KernelRecord)
     except msgspec.ValidationError as exc:

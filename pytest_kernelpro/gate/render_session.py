@@ -254,8 +254,7 @@ def nothing_checked_line(
 def session_line(
     records: Sequence[KernelRecord], *, check: bool, allow_incomparable: bool
 ) -> str | None:
-    """The line that fails a `--kernelpro-check` session that checked nothing, or None (no
-    check, something was checked, or allowed on purpose: `--kernelpro-allow-incomparable`)."""
+    """The line that fails a `--kernelpro-check` session that checked nothing, or None."""
     if not check or allow_incomparable:
         return None
     return nothing_checked_line(records)

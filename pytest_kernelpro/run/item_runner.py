@@ -432,8 +432,7 @@ def _noting_cuda_errors(session: KernelproSession, run: ItemRun) -> Iterator[Non
 
 
 def _start(run: ItemRun, session: KernelproSession) -> None:
-    """The record's device, thread count and resolved settings; a CUDA item after a CUDA
-    error stops here."""
+    """The record's device, threads and settings; a CUDA item after a CUDA error stops here."""
     record = run.record
     if run.threads is not None:
         record.extra["cpu_threads"] = run.threads

@@ -111,8 +111,7 @@ class KernelproSession:
         )
 
     def coverage(self) -> tuple[list[str], list[str]] | None:
-        """Under --kernelpro-check, the baseline's entries no kernel matched and the kernels
-        without an entry (`gate.baseline.unmatched`); None without a check or a baseline."""
+        """Under --kernelpro-check, `gate.baseline.unmatched` of its baseline; else None."""
         baseline = self._baseline
         if not self.settings.check or baseline is None:
             return None
@@ -524,8 +523,7 @@ def _ignore_artifacts_dir(path: Any) -> None:
 
 
 def baseline_coverage_lines(kp: KernelproSession, full: bool) -> list[str]:
-    """What --kernelpro-check could not compare: entries without a kernel and the reverse
-    (`full`: every name, as with -v)."""
+    """What --kernelpro-check could not compare (`full`: every name, as with -v)."""
     coverage = kp.coverage()
     if coverage is None or not any(coverage):  # every entry matched: nothing to say
         return []

@@ -267,8 +267,7 @@ def roofline(
 
 
 def roofline_floor(run: ItemRun, median_s: float) -> None:
-    """`min_roofline` outside check mode: the gate's one rule (`gate.verdict.roofline_floor`),
-    failing the item with the numbers behind it."""
+    """`min_roofline` outside check mode (`gate.verdict.roofline_floor`), failing the item."""
     from pytest_kernelpro.gate.verdict import roofline_floor as floor
 
     record = run.record
