@@ -193,7 +193,7 @@ def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
 def library_changes(
     now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
 ) -> dict[str, dict[str, Any]]:
-    """The library settings (`measure.environment.library_choices`) both sides recorded that differ."""
+    """Library settings (`measure.environment.library_choices`) both sides recorded that differ."""
     if not now or not baseline:
         return {}
     return {
