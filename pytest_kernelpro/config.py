@@ -407,8 +407,7 @@ def add_options(parser: pytest.Parser) -> None:
 def add_setting_options(
     section: pytest.OptionGroup, parser: pytest.Parser, settings: tuple[Setting, ...]
 ) -> None:
-    """Each setting as a `--kernelpro-*` flag in `section` and a `kernelpro_*` ini key (a
-    plugin with settings of its own, the optimizer, registers them the same way)."""
+    """Each setting as a `--kernelpro-*` flag in `section` and a `kernelpro_*` ini key."""
     for setting in settings:
         if setting.is_flag:
             section.addoption(

@@ -272,8 +272,7 @@ class ProfilePart(Part, frozen=True, kw_only=True):
 
 
 class AutotunePart(Part, frozen=True, kw_only=True):
-    """What the item's autotuned kernels chose in its process, and the library settings that
-    choose algorithms (`measure.environment.library_choices`)."""
+    """What the item's autotuned kernels chose, and the library settings that choose algorithms."""
 
     # One per autotuned kernel and key: {"kernel", "key", "key_names", "config" (flat:
     # meta-parameters, num_warps, num_stages, ...), "configs" (candidates), "source"

@@ -135,8 +135,7 @@ def clock_basis(
     entry: BaselineEntry,
     threshold: float,
 ) -> Basis:
-    """`chosen` (the plain times on this device) adjusted for either side's clock limit
-    (module docstring): the anchored ratios or a widened tolerance."""
+    """`chosen`, the plain times, adjusted for either side's clock limit (module docstring)."""
     device = record.device or "unknown"
     now, base = record_anchor(record), entry_anchor(entry)
     facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)

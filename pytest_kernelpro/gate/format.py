@@ -149,8 +149,7 @@ WALL = "wall"
 
 
 def gated_times(record: KernelRecord) -> tuple[str, float, float] | None:
-    """(label, baseline, now) of the time the verdict compared: its gated time
-    (`gate.verdict.Verdict.gated_label`), else the wall medians; None without a baseline."""
+    """(label, baseline, now) of the time the verdict compared (else the wall medians), or None."""
     gate = record.gate
     if gate is None:
         return None
@@ -359,8 +358,7 @@ def item_section(record: KernelRecord) -> str:
 
 
 def _non_finite(value: float | str | None) -> bool:
-    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" read back
-    from JSON)."""
+    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" from JSON)."""
     try:
         return value is not None and not math.isfinite(float(value))
     except (TypeError, ValueError):

@@ -582,8 +582,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
 
 
 def plugin_sections(records: list[KernelRecord]) -> list[tuple[str, list[str]]]:
-    """The terminal sections other plugins attached to records (`record.sections`), one per
-    title, in the order the titles first appear."""
+    """Other plugins' terminal sections (`record.sections`), one per title, in order."""
     sections: dict[str, list[str]] = {}
     for record in records:
         for section in record.sections:
