@@ -130,9 +130,8 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
 
 
 def peak_used_words(record: KernelRecord) -> str | None:
-    """ "3xTF32, inferred" / "fewer FLOPs than the reference" / "above the bandwidth ceiling"
-    when the kernel ran faster than its op-level peak allows
-    (`measure.roofline.price_measured`), from our own words only."""
+    """ "3xTF32, inferred", "fewer FLOPs than the reference", ...: why the kernel beat its
+    op-level peak (`measure.roofline.price_measured`), in our own words only."""
     used = record.peak_used
     if not isinstance(used, Mapping) or not used.get("note"):
         return None

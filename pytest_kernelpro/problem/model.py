@@ -359,8 +359,7 @@ def sharing_weights(
     kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
 ) -> Callable[..., Any]:
     """A kernel factory (device -> module) whose module gets the reference module's weights
-    (`build.share_weights`), for `Problem.instantiate`; marked `takes_reference` so the reference
-    it already built for the device is passed in and not constructed twice."""
+    (`build.share_weights`); `takes_reference`: the reference already built is passed in."""
 
     def kernel(device: str, reference: Any = None) -> Any:
         from pytest_kernelpro.problem.build import share_weights  # at build time, not collection

@@ -153,9 +153,8 @@ class ItemSettings:
 
 @dataclass(frozen=True)
 class DeviceModel:
-    """The device's ceilings (measured once per session, before the item's clock starts) and
-    its table entry (None on the CPU), or the error that kept them from the item: the
-    roofline stage fails with it, naming the item (`require`)."""
+    """The device's ceilings and table entry (None on the CPU), or the error that kept them
+    from the item, which the roofline stage fails with (`require`)."""
 
     ceilings: Ceilings | None
     spec: DeviceSpec | None

@@ -211,8 +211,7 @@ def run_child(
 ) -> tuple[subprocess.Popen[str], str, list[int] | None]:
     """Run a child pytest (`cmd`) from the session's directory, in a process group of its own
     (a kill takes its children too), within `limit` (None: none) plus its start-up allowance:
-    its process, its output, and the processes killed past the limit (None: it ended in
-    time). Raises OSError when it cannot start."""
+    (process, output, pids killed past the limit or None). OSError when it cannot start."""
     proc = subprocess.Popen(
         cmd,
         cwd=str(session.config.invocation_params.dir),

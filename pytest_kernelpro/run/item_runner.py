@@ -156,9 +156,8 @@ def _start_cuda(device: str) -> None:
 
 @contextlib.contextmanager
 def cpu_thread_policy(device: str | None, requested: int) -> Iterator[int | None]:
-    """Run a CPU kernel item with the thread policy's torch thread count (yielded;
-    measure.timing.cpu_load), restoring torch's own setting afterwards (ordinary tests in the
-    session keep theirs); a GPU (or skipped) item runs as it is (None)."""
+    """Run a CPU kernel item with the thread policy's torch thread count (yielded), then give
+    the session's other tests torch's own back; a GPU (or skipped) item runs as it is (None)."""
     if device != "cpu":
         yield None
         return

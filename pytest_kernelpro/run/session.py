@@ -208,9 +208,8 @@ class KernelproSession:
 
     def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
         """The device's ceilings re-probed once per session (a kernel exceeded them): on the
-        CPU the best of the old and a new probe (`measure.ceiling_probe.reprobe`), which
-        makes them trusted; GPU ceilings and a ceilings file from settings are returned as
-        they are."""
+        CPU the best of the old and a new probe, which makes them trusted; GPU ceilings and a
+        ceilings file from settings are returned as they are."""
         from pytest_kernelpro.measure.ceiling_probe import reprobe, reprobe_summary
         from pytest_kernelpro.measure.ceilings import default_cache_dir
 
