@@ -68,9 +68,8 @@ MISMATCH_ACTIONS = (PIN, WARN, FAIL)
 
 
 def slower_again_on_the_cpu(first: VerdictPart, second: VerdictPart) -> bool:
-    """True when a CPU-anchored regression's re-measurement shows the slowdown again: beyond
-    the threshold and half its tolerance, statistically clear, with a usable anchor (module
-    docstring). False for any other comparison (those need the re-measurement's own verdict)."""
+    """True when a CPU-anchored regression's re-measurement shows the slowdown again by the
+    module docstring's rule; False for any other comparison, which needs its own verdict."""
     if first.change_status != REGRESSED or not (second.anchor or "").startswith(CPU_ANCHOR_PREFIX):
         return False
     if second.change is None or second.p_value is None or UNUSABLE_WORDS in second.reason:

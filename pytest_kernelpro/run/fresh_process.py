@@ -136,9 +136,8 @@ def remeasure_in_fresh_process(
     *,
     limit: float | None,
 ) -> FreshMeasurement:
-    """Time `item` again in a new process with `pins` (autotune choices) imposed, its sampled
-    outputs checked by `rule` (the parent's calibrated correctness rule); the process gets
-    the item's time `limit` (None: none) plus its start-up allowance."""
+    """Time `item` again in a new process with `pins` imposed, its sampled outputs checked by
+    the parent's `rule`, within `limit` (None: none) plus the start-up allowance."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelpro-confirm-") as tmp:
         json_path = Path(tmp) / "remeasure.json"

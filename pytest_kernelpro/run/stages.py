@@ -71,11 +71,10 @@ def time_item(
     make_inputs: Callable[[int], tuple[Any, ...]],
     correctness: Any,
 ) -> tuple[float, Callable[[], Any]]:
-    """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
-    confirmation times the kernel again the same way). Every timed call gets fresh inputs
-    from `make_inputs` and sampled outputs are checked against the reference
-    (`measure.timing.fresh_inputs`); a kernel that did less than its work while timed fails
-    here, naming what was seen."""
+    """Time the kernel on `inputs`; returns the median and a re-measurement made the same way.
+    Every timed call gets fresh inputs from `make_inputs` and sampled outputs are checked
+    against the reference (`measure.timing.fresh_inputs`); a kernel that did less than its
+    work while timed fails here, naming what was seen."""
     from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
 
     settings, device, record = run.session_settings, run.device, run.record
@@ -135,7 +134,6 @@ def _fresh_inputs(
     from pytest_kernelpro.measure.correctness_check import kept_rule
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
-    # The trials' rule, with what their truth calibrated (as the re-check after timing).
     rule = kept_rule(correctness, rtol=run.settings.rtol.value, atol=run.settings.atol.value)
     return fresh_inputs(
         torch,
