@@ -195,10 +195,9 @@ class RooflinePart(Part, frozen=True, kw_only=True):
 
 
 class VerdictPart(Part, frozen=True, kw_only=True):
-    """The gate's verdict on the kernel against its baseline: the one type the gate builds
-    (`gate.verdict.decide_verdict`, `gate.confirmation.confirm`), revises and the record keeps.
-    `failed` and `message` follow from the other fields (`__post_init__`), written out for
-    readers of the JSON form."""
+    """The gate's verdict on the kernel against its baseline: the one type the gate builds,
+    revises and the record keeps. `failed` and `message` follow from the other fields
+    (`__post_init__`), written out for readers of the JSON form."""
 
     status: str | None = None  # gate/verdict.py's statuses; regressed and below-roofline fail
     change_status: str | None = None  # the baseline comparison alone (no roofline floor)

@@ -100,10 +100,9 @@ _SCAN_BYTES = 512 * 1024 * 1024  # read no further into one extension file
 
 
 def _compiled_language(value: Any) -> str | None:
-    """`"triton"` for a Triton kernel object (`@triton.jit`, `@triton.autotune`,
-    `@triton.heuristics` all make objects of `triton.runtime` types: `JITFunction`,
-    `Autotuner`, `Heuristics`), `"cuda"` for a compiled extension module (or one of its
-    functions) that carries device code, else None."""
+    """`"triton"` for a Triton kernel object (`@triton.jit`, `@triton.autotune` and
+    `@triton.heuristics` all make `triton.runtime` objects), `"cuda"` for a compiled extension
+    module (or one of its functions) that carries device code, else None."""
     type_module = getattr(type(value), "__module__", "") or ""
     if type_module.split(".")[0] == "triton":
         return "triton"

@@ -126,9 +126,8 @@ def _fresh_inputs(
     correctness: Any,
 ) -> Any:
     """The timed call's `FreshInputs`: new content every call from the item's own input maker,
-    the outputs of calls chosen after they returned compared with the reference's by the
-    correctness trials' rule (`measure.output_rule`: the tolerance the first trial's truth
-    calibrated, else the dtype rule)."""
+    and the outputs of calls chosen after they returned checked against the reference's by
+    the correctness trials' rule, with what their truth calibrated (`measure.output_rule`)."""
     import torch
 
     from pytest_kernelpro.measure.correctness_check import kept_rule
