@@ -270,8 +270,10 @@ class KernelproSession:
 
     # -- records ---------------------------------------------------------------------------
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        """Gather records on the controller (also those sent by xdist workers): a hook on the
-        registered session object, because the report carries no config."""
+        """Gather records on the controller (also those sent by xdist workers).
+
+        A hook on the registered session object, because the report carries no config.
+        """
         data = getattr(report, REPORT_ATTR, None)
         if data is None or self.is_xdist_worker:
             return
