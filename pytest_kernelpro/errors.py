@@ -11,8 +11,11 @@ from _pytest.warning_types import PytestWarning
 
 
 class KernelproError(Exception):
-    """A failure of one kernel item that the user can act on: the message already names the
-    value, where it came from and the fix, so `repr_failure` shows it without a traceback."""
+    """A failure of one kernel item that the user can act on.
+
+    The message already names the value, where it came from and the fix; `repr_failure`
+    shows it without a traceback into the plugin.
+    """
 
 
 class KernelproConfigError(KernelproError):

@@ -2,10 +2,10 @@
 the verdict's reason: the autotune picks (what a difference does to a regression:
 `confirmation.py`) and the versions and library settings that change generated code.
 
-A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver
-changes the machine code without a line of the kernel changing: a regression that comes with
-one is named with it ("triton 3.5.1 -> 3.6.0"), so the first suspect is on the page. A version
-one side does not record (an older baseline, a CPU run) is not a change.
+A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver changes the machine code without a
+line of the kernel changing: a regression that comes with one is named with it ("triton 3.5.1
+-> 3.6.0"), so the first suspect is on the page. A version one side does not record (an older
+baseline, a CPU run) is not a change.
 
 A run whose picks, versions and library settings equal the baseline's has nothing here to say:
 the item imports this module only when `BaselineEntry.differs_beside_code` says one may differ.
@@ -156,7 +156,8 @@ def note_picks(verdict: VerdictPart, picks: AutotuneComparison) -> VerdictPart:
 def version_changes(
     now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
 ) -> dict[str, dict[str, str]]:
-    """{name: {"baseline": old, "now": new}} for every version both sides recorded that differs."""
+    """{name: {"baseline": old, "now": new}} for every version both sides recorded that
+    differs."""
     if not now or not baseline:
         return {}
     names = [n for n in LABELS if n in now or n in baseline]
