@@ -301,9 +301,8 @@ def render_terminal_table(
     verbose: bool = False,
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string (its width:
-    the module docstring's "Tables"; below 100 columns the roofline-time column is left out
-    and the bar narrowed). No escape codes unless `color`; the notes under it cut to one line
-    each unless `verbose`."""
+    the module docstring's "Tables"). No escape codes unless `color`; the notes under it cut
+    to one line each unless `verbose`."""
     from rich.text import Text
 
     narrow = width is not None and width < 100

@@ -240,8 +240,7 @@ def _preview(value: Any) -> str:
 def wrong_inputs_return(result: Any) -> str | None:
     """What is wrong with an inputs factory's return value, in words, or None when it can be
     the kernel's arguments: a tuple or list (of tensors and other arguments, None for an
-    optional one) or one tensor or scalar. None, a dict, a string, a set and a generator
-    cannot (a dict was passed as one argument and the reference raised TypeError)."""
+    optional one) or one tensor or scalar; not None, a dict, a string, a set or a generator."""
     if result is None:
         return "None (a missing `return`?)"
     if isinstance(result, Mapping):

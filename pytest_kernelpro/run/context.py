@@ -343,10 +343,9 @@ def extra_autotuners(config: pytest.Config) -> list[type]:
 
 
 def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture | None:
-    """The item's capture: the pins of a re-measuring child (`pins_path`), none otherwise;
-    `classes` are the autotuners a conftest adds. None when there is nothing to watch or pin
-    (no autotuner loaded once the kernel is built, none added, no pins): a capture would
-    patch no class and record nothing."""
+    """The item's capture, with a re-measuring child's pins (`pins_path`) and the autotuners a
+    conftest adds (`classes`); None when there is nothing to watch or pin (no autotuner loaded
+    once the kernel is built, none added, no pins): it would record nothing."""
     load_triton_if_used(run.problem.language)
     if pins_path is None and not autotuner_classes(classes):
         return None
