@@ -161,10 +161,10 @@ def save_baseline(
     *,
     commit: str | None = None,
 ) -> Baseline:
-    """Write the baseline of the measured `records` to `path` atomically and return it. The
-    entries of kernels in the existing file but not measured this time (deselected, failed,
-    skipped) are kept, so a partial run does not erase the rest of the baseline. An unreadable
-    existing file is replaced, with a warning."""
+    """Write the baseline of the measured `records` (those with timing samples) to `path`
+    atomically and return it. The entries of kernels in the existing file but not measured this
+    time (deselected, failed, skipped) are kept, so a partial run does not erase the rest of the
+    baseline. An unreadable existing file is replaced, with a warning."""
     records = list(records)
     target = Path(path)
     # Read, merge and write under one lock: two processes saving the same file (xdist

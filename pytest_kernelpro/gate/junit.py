@@ -37,8 +37,8 @@ def _text(value: Any) -> str:
 
 
 def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
-    """(name, value) pairs for `item.user_properties` (strings, None left out); the verdict
-    also travels whole as one compact JSON property (`kernelpro.gate`)."""
+    """(name, value) pairs for `item.user_properties` (strings, None left out), flat for CI
+    dashboards; the verdict also travels whole as one compact JSON property (`kernelpro.gate`)."""
     props: list[tuple[str, str]] = []
 
     def add(key: str, value: Any) -> None:

@@ -143,8 +143,8 @@ def _run_limited(
 def _start_cuda(device: str) -> None:
     """Create this process's CUDA context before the item's clock starts, once: counted
     against its time limit, its seconds would fail a healthy kernel in every fresh
-    `--kernelpro-isolate` child. Nothing here waits for the GPU; what fails is left to the
-    item, which reports it."""
+    `--kernelpro-isolate` child. Nothing here waits for the GPU (an earlier item's kernel may
+    still run); what fails is left to the item, which reports it."""
     import torch
 
     if torch.cuda.is_initialized() or not torch.cuda.is_available():
@@ -181,7 +181,8 @@ def _device_model(session: KernelproSession, item: KernelItem, device: str) -> D
     before the item's clock starts: the probe measures the machine, not the kernel, so it is
     not charged to the first item's time limit. Runs under the item's thread policy (CPU
     ceilings are per thread count). A failure is kept for the roofline stage, which fails
-    the item with it (a correctness-only run never needs them)."""
+    the item with it (a correctness-only run never needs them); an interrupt still stops the
+    session (the cache is written atomically)."""
     try:
         return DeviceModel(session.ceilings_for(device), session.spec_for(device))
     except KernelproError as exc:
@@ -490,10 +491,10 @@ def _input_maker(run: ItemRun, memory: ItemMemory | None) -> Callable[[int], tup
 
 
 def _grad_mode(problem: Any) -> Any:
-    """`torch.no_grad` for nn.Module kernels and KernelBench problems, else a no-op: outside
-    no_grad a module's forward records the autograd graph and keeps its saved activations
-    alive with the output, and the timing pays for the graph on every call. Plain functions
-    keep the caller's mode (one may use autograd)."""
+    """`torch.no_grad` for nn.Module kernels and KernelBench problems (as KernelBench's own
+    evaluation runs them), else a no-op: outside no_grad a module's forward records the
+    autograd graph and keeps its saved activations alive with the output, and the timing pays
+    for the graph on every call. Plain functions keep the caller's mode (one may use autograd)."""
     if problem.kind in ("kernelbench", "module"):
         import torch
 
