@@ -2,9 +2,8 @@
 
 Precedence (highest first): marker keyword > command line > environment > ini > default.
 Every persistent setting is a row of the table `SETTINGS` (flag, ini key, environment
-variable, default, value parser), which reads as data; settings are parsed once, in
-`pytest_configure`, into the frozen `KernelproConfig`. `run/context.py` resolves the
-marker-overridable ones per item; `run/isolate.py` hands them to an isolated child.
+variable, default, value parser); settings are parsed once, in `pytest_configure`, into the
+frozen `KernelproConfig`.
 """
 
 from __future__ import annotations
@@ -408,8 +407,7 @@ def add_options(parser: pytest.Parser) -> None:
 def add_setting_options(
     section: pytest.OptionGroup, parser: pytest.Parser, settings: tuple[Setting, ...]
 ) -> None:
-    """Each setting as a `--kernelpro-*` flag in `section` and a `kernelpro_*` ini key (a
-    plugin with settings of its own, the optimizer, registers them the same way)."""
+    """Each setting as a `--kernelpro-*` flag in `section` and a `kernelpro_*` ini key."""
     for setting in settings:
         if setting.is_flag:
             section.addoption(
@@ -517,6 +515,8 @@ class KernelproConfig:
     # What the project's `pytest_kernelpro_defaults` hooks returned, merged once: other
     # plugins resolve their own settings from these, never by calling the hooks again.
     conftest_defaults: Mapping[str, Any] = field(default_factory=dict)
+    # Every setting of `SETTINGS` as resolved, by name: what an isolated child is handed.
+    resolved: Mapping[str, Any] = field(default_factory=dict)
 
     def budget_for(self, device: str) -> float:
         """The timing budget on `device`: the setting, else 2 s on a GPU and 1 s on the CPU
@@ -585,6 +585,7 @@ class KernelproConfig:
             history_dir=rooted(values["history"] or None),
             remeasure_pins=rooted(config.getoption("kernelpro_remeasure_child", default=None)),
             conftest_defaults=defaults,
+            resolved=values,
         )
 
 

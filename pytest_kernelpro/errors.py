@@ -27,8 +27,7 @@ class KernelproWarning(PytestWarning):
 
 
 def describe_exception(exc: BaseException) -> str:
-    """'TypeError: message (at file.py:12)': the exception and the line it was raised at,
-    for an error message that names what failed."""
+    """'TypeError: message (at file.py:12)': the exception and the line it was raised at."""
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"

@@ -105,12 +105,10 @@ def pytest_kernelpro_setting_names() -> list[str] | None:
 @hookspec
 def pytest_kernelpro_item_measured(run: Any, session: Any, set_phase: Any) -> None:
     """Called in the item's process once a kernel item was checked, timed and placed on its
-    roofline, before the gate's verdict. `run` is the item's `run.context.ItemRun` (its
-    record, problem, device and settings), `session` the `run.session.KernelproSession`
-    (`add_record`, `settings`), `set_phase(text)` names the work for the item's time-limit
-    message. `run.record.wall_s` holds the item's time so far (what checking and timing it
-    took; the item's whole time once it ends): the optimizer sizes its evaluations' run limit
-    on it. The optimizer plugin runs its search here.
+    roofline, before the gate's verdict (the optimizer runs its search here). `run` is the
+    item's `run.context.ItemRun`, `session` the `run.session.KernelproSession` (`add_record`,
+    `settings`), `set_phase(text)` names the work for the item's time-limit message.
+    `run.record.wall_s` holds the item's time so far (what checking and timing it took).
     """
 
 

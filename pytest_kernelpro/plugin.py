@@ -41,8 +41,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
-    """Register the marker and start the session (settings parsed once, xdist workers pinned
-    to GPUs, the problems directory collected)."""
+    """Register the marker and start the session (`run.session.start_session`)."""
     config.addinivalue_line("markers", MARKER_SIGNATURE)
     config.pluginmanager.register(start_session(config), PLUGIN_NAME)
 

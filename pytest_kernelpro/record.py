@@ -3,14 +3,10 @@ consume, and its typed, frozen parts (correctness, timing, roofline, verdict, pr
 choices and code-changing versions).
 
 One record per kernel item, built by the item as it runs: each stage puts its measured result
-on the record as its part with `part_of` (the result's attributes read into the part's type,
-no JSON form between). The record and its parts are `msgspec.Struct`s, so the JSON form exists
-only at a file's or a process's boundary: `encode_record` / `decode_record` for one record
-(the xdist transport), `record_builtins` / `record_from_builtins` for a record inside a larger
-JSON document (the report, the records log). Reading validates every field against its type;
-a value of the wrong type is a `RecordDecodeError` naming the source and the field, never a
-record that fails later. `bench/results/2026-12-05-record-library-cpu.md` holds why msgspec
-(read and write speed on the record's real shape against pydantic v2 and the former parts).
+on the record as its part with `part_of`. The record and its parts are `msgspec.Struct`s, so
+the JSON form exists only at a file's or a process's boundary. Reading validates every field
+against its type; a value of the wrong type is a `RecordDecodeError` naming the source and
+the field, never a record that fails later.
 
 The record imports nothing of `measure/`, `gate/` or `profile/`, so it stays below everything
 that measures; each part's docstring names its producer, and a test checks that a part has a
@@ -199,10 +195,9 @@ class RooflinePart(Part, frozen=True, kw_only=True):
 
 
 class VerdictPart(Part, frozen=True, kw_only=True):
-    """The gate's verdict on the kernel against its baseline: the one type the gate builds
-    (`gate.verdict.decide_verdict`, `gate.confirmation.confirm`), revises and the record keeps.
-    `failed` and `message` follow from the other fields (`__post_init__`), written out for
-    readers of the JSON form."""
+    """The gate's verdict on the kernel against its baseline: the one type the gate builds,
+    revises and the record keeps. `failed` and `message` follow from the other fields
+    (`__post_init__`), written out for readers of the JSON form."""
 
     status: str | None = None  # gate/verdict.py's statuses; regressed and below-roofline fail
     change_status: str | None = None  # the baseline comparison alone (no roofline floor)
@@ -235,16 +230,13 @@ class VerdictPart(Part, frozen=True, kw_only=True):
     anchor: str | None = None  # the anchor (clock or CPU) the comparison was relative to
     anchor_change: float | None = None  # the anchor's own median, now / baseline - 1
     # The time the verdict was decided on when it is not the wall median (the number shown is
-    # the number gated): its label ("on-CPU", "on-CPU, anchor-scaled",
-    # "on-CPU, memory-anchor-scaled", "anchor-scaled", "roofline-scaled"), now and in the
-    # baseline; gated_now_s / gated_baseline_s - 1 is the verdict's `change`. None: the wall
-    # medians decided.
+    # the number gated): its label ("on-CPU", "anchor-scaled", ...), now and in the baseline;
+    # gated_now_s / gated_baseline_s - 1 is the verdict's `change`. None: the wall medians.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
     # The autotune choices compared with the baseline's and what the gate did about a
-    # difference (`gate.run_differences.AutotuneComparison.to_dict`, `gate.confirmation`), and
-    # the code-changing versions that differ (`gate.run_differences`), each with its words:
+    # difference, and the code-changing versions that differ, each with its words:
     autotune: dict[str, Any] | None = None
     autotune_note: str | None = None
     environment_change: dict[str, Any] | None = None
@@ -265,8 +257,7 @@ class VerdictPart(Part, frozen=True, kw_only=True):
 
 
 class ProfilePart(Part, frozen=True, kw_only=True):
-    """The item's profile (`profile.model.ProfileReport`): its kernels as the profiler wrote
-    them, module-wide facts and what could not be collected."""
+    """The item's profile (`profile.model.ProfileReport`), kernels as the profiler wrote them."""
 
     # The profile's nested results, kept as their JSON form (`part_of` writes them so).
     PLAIN: ClassVar[tuple[str, ...]] = ("kernels", "timeline", "linkage", "not_collected")
@@ -280,9 +271,7 @@ class ProfilePart(Part, frozen=True, kw_only=True):
 
 
 class AutotunePart(Part, frozen=True, kw_only=True):
-    """What the item's autotuned kernels chose in its process (`measure.autotune_capture.
-    AutotuneCapture.part`) and the library settings that choose algorithms
-    (`measure.environment.library_choices`)."""
+    """What the item's autotuned kernels chose, and the library settings that choose algorithms."""
 
     # One per autotuned kernel and key: {"kernel", "key", "key_names", "config" (flat:
     # meta-parameters, num_warps, num_stages, ...), "configs" (candidates), "source"
@@ -296,8 +285,7 @@ class AutotunePart(Part, frozen=True, kw_only=True):
 
 
 class EnvironmentPart(Part, frozen=True, kw_only=True):
-    """The versions that change the code the item ran (`measure.environment.code_versions`);
-    a version this process does not have is absent."""
+    """The versions that change the code the item ran; one this process does not have is absent."""
 
     torch: str | None = None
     triton: str | None = None
@@ -328,7 +316,6 @@ class SectionPart(Part, frozen=True, kw_only=True):
     junit: tuple[Any, ...] = ()  # each a [name, value] pair
 
 
-# The record's typed parts, by field name.
 PARTS: dict[str, type[Part]] = {
     "correctness": CorrectnessPart,
     "timing": TimingPart,
@@ -341,10 +328,9 @@ PARTS: dict[str, type[Part]] = {
 
 
 def part_of(part_type: type[S], measured: object) -> S:
-    """`measured` (a producer's result, e.g. `TimingResult`) as the record's part: msgspec
-    reads its attributes into the part's type, nested results into nested parts, with no
-    JSON form between. A part's `PLAIN` fields hold the producer's nested results in their
-    JSON form (the profile's kernels: the record does not type them)."""
+    """`measured` (a producer's result, e.g. `TimingResult`) as the record's part, with no
+    JSON form between; a part's `PLAIN` fields hold the producer's nested results in their
+    JSON form (the record does not type them)."""
     plain: tuple[str, ...] = getattr(part_type, "PLAIN", ())
     if not plain:
         return msgspec.convert(measured, part_type, from_attributes=True)
@@ -383,14 +369,10 @@ class KernelRecord(msgspec.Struct, kw_only=True):
     # CUDA context, the ceilings probe: `extra["machine_setup_s"]`).
     wall_s: float = 0.0
     extra: dict[str, Any] = msgspec.field(default_factory=dict)
-    # Each setting a marker can override: {"value": ..., "source": "marker threshold=" | the
-    # command line, environment, ini or conftest setting it came from | "built-in: ..."}
-    # (`run.context.ItemSettings`, as JSON); None before the item chose its device.
+    # Each setting a marker can override, with where its value came from
+    # (`run.context.ItemSettings.to_dict`); None before the item chose its device.
     settings: dict[str, dict[str, Any]] | None = None
-    # What the item's autotuned kernels chose in its process, and the library settings that
-    # choose algorithms (measure/autotune_capture.py, measure/environment.py).
     autotune: AutotunePart | None = None
-    # The versions that change generated code (measure/environment.py).
     environment: EnvironmentPart | None = None
     # Sections other plugins report (the optimizer's search), shown by the gate as given.
     sections: list[SectionPart] = msgspec.field(default_factory=list)
@@ -405,8 +387,7 @@ class KernelRecord(msgspec.Struct, kw_only=True):
         return None if self.roofline is None else self.roofline.roofline_time_s
 
 
-# A value the record's JSON form has no type for (a path in `extra`) is written as its text,
-# as json.dumps(default=str) did.
+# A value the record's JSON form has no type for (a path in `extra`) is written as its text.
 _ENCODER = msgspec.json.Encoder(enc_hook=str)
 _DECODER = msgspec.json.Decoder(KernelRecord)
 
@@ -417,8 +398,7 @@ def encode_record(record: KernelRecord) -> bytes:
 
 
 def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
-    """The record of `text`; `source` names where it came from in the error of a text that
-    is not JSON or not a record."""
+    """The record of `text`; `source` names where it came from in the error."""
     try:
         return _DECODER.decode(text)
     except msgspec.ValidationError as exc:
@@ -428,15 +408,12 @@ def decode_record(text: bytes | str, *, source: str) -> KernelRecord:
 
 
 def record_builtins(record: KernelRecord) -> dict[str, Any]:
-    """The record as the JSON values its text decodes to (lists, not tuples), for a JSON
-    document that holds records (the report, the records log): the document's writer encodes
-    them with the rest."""
+    """The record as the JSON values its text decodes to (lists, not tuples), for a document."""
     return msgspec.json.decode(_ENCODER.encode(record))
 
 
 def record_from_builtins(data: Any, *, source: str) -> KernelRecord:
-    """The record of `data`, a record's JSON values read from a document (`source` names
-    the document and the record's place in it for the error)."""
+    """The record of `data`, a record's JSON values (`source` names them for the error)."""
     try:
         return msgspec.convert(data, KernelRecord)
     except msgspec.ValidationError as exc:

@@ -5,11 +5,9 @@ excerpts) or from a model's answer into a prompt, a trajectory, a report, a log,
 comment or the terminal goes through `safe_text` (or `safe_tree` for JSON-like data):
 
 - `redact`: secret-shaped strings are replaced by `[redacted: KIND]`: API keys and tokens
-  by their published shapes (OpenAI and Anthropic keys, GitHub, GitLab, Hugging Face, Slack
-  and Google tokens, AWS access key ids, JWTs, PEM private-key blocks, passwords in URLs,
-  `Authorization:` headers), and the value of every variable of this process's environment
-  whose name looks like a credential (`is_secret_name`): a candidate that read a secret
-  anywhere cannot carry it out through its error text or its output.
+  by their published shapes (`SECRET_PATTERNS`), and the value of every variable of this
+  process's environment whose name looks like a credential (`is_secret_name`): a candidate
+  that read a secret anywhere cannot carry it out through its error text or its output.
 - `strip_controls`: terminal escape sequences (CSI, OSC, ...) are removed whole, then every
   C0 and C1 control character except newline and tab, and the Unicode direction overrides
   that make a line read differently from what it holds. A carriage return alone could
@@ -172,9 +170,8 @@ def _values_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
 
 
 def redact(text: str, secrets: Iterable[str] | None = None) -> str:
-    """`text` with secret-shaped strings and the session's secret values replaced.
-
-    `secrets`: the values to replace besides the patterns (default: `secret_values()`)."""
+    """`text` with secret-shaped strings and `secrets` (default: the session's secret values,
+    `secret_values()`) replaced."""
     if not text:
         return text
     text = strip_format(text)
@@ -206,8 +203,7 @@ def safe_line(text: Any, limit: int) -> str:
 
 
 def safe_tree(data: Any, secrets: Iterable[str] | None = None) -> Any:
-    """`data` (dicts, lists, tuples, strings, numbers) with every string made `safe_text`,
-    dictionary keys included."""
+    """`data` with every string made `safe_text`, dictionary keys included."""
     values = secret_values() if secrets is None else tuple(secrets)
     return _tree(data, values)
 

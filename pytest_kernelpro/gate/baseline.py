@@ -29,9 +29,7 @@ Layout (schema 1)::
         samples_s: [...]         # <= baseline_save.BASELINE_SAMPLES order statistics
 
 The clock and anchor keys are optional: files written before they existed load unchanged
-(their comparisons fall back to the rules those files were made for). One entry
-(`BaselineEntry`, `parse_entry`) is what the gate keeps of a kernel's measurement; the file
-handling and the comparison (`verdict.py`) share that one definition.
+(their comparisons fall back to the rules those files were made for).
 """
 
 from __future__ import annotations
@@ -62,12 +60,9 @@ BASELINE_SCHEMA_VERSION = 1
 _SAVE_HINT = "regenerate it with `pytest --kernelpro-save-baseline={path}` on the base commit"
 
 
-# -- what one measurement says that the verdict's basis is chosen on: the clock its samples ran
-# at, its pairs with the clock anchor, its pairs with the CPU anchor. Readers of a record's
-# timing, without any rule: an entry keeps what they read (`baseline_save.entry_from_record`)
-# and `verdict_basis.py` and `clock_basis.py` read the same facts of both sides to choose the
-# basis. They live here so that the baseline never imports the rules, and the rules import the
-# baseline.
+# -- what one measurement says that the verdict's basis is chosen on (its clock, its pairs with
+# the clock anchor and with the CPU anchor), read without any rule: here so that the baseline
+# never imports the rules (`verdict_basis.py`, `clock_basis.py`), and the rules import it.
 
 # How a CPU timing lays out its anchored samples (measure/timing/cpu.CPU_LAYOUT): each sample
 # followed by the anchor, both in on-CPU time.
@@ -118,8 +113,7 @@ def record_clock_facts(record: KernelRecord) -> ClockFacts:
 
 @dataclass(frozen=True)
 class AnchorSide:
-    """One side's pairs with the clock anchor: the anchor's identity, its median, and the
-    kernel / anchor ratio of each pair (measure/timing/anchor.py)."""
+    """One side's pairs with the clock anchor (measure/timing/anchor.py)."""
 
     name: str
     anchor_median_s: float
@@ -143,9 +137,8 @@ def record_anchor(record: KernelRecord) -> AnchorSide | None:
 
 @dataclass(frozen=True)
 class CpuAnchorSide:
-    """One side's pairs with the CPU anchor: the anchor's identity, the kernel's on-CPU
-    samples, the anchor's, why the machine counted as busy (None: it did not) and the memory
-    anchor's samples (empty where that side has none: `measure/timing/on_cpu.py`)."""
+    """One side's pairs with the CPU anchor (`measure/timing/on_cpu.py`); `busy`: why the
+    machine counted as busy (None: it did not); `memory_s`: empty where that side has none."""
 
     name: str
     kernel_s: tuple[float, ...]
@@ -199,14 +192,10 @@ def pct_text(x: float) -> str:
 
 def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[float]:
     """At most `k` values that keep the shape of the sample: its order statistics at the
-    mid-ranks (i + 0.5) / k, i = 0..k-1.
-
-    Deterministic (a baseline saved twice from the same samples is the same file) and less
-    noisy than a random subsample: the kept values are the sample's own quantiles, so the
-    baseline's median, quartiles and tails survive. Because such a sample is more regular
-    than an i.i.d. draw, the Mann-Whitney null variance slightly overstates its spread,
-    which errs toward "not significant" (a false alarm is the costlier error for a gate).
-    """
+    mid-ranks (i + 0.5) / k, i = 0..k-1. Deterministic (a baseline saved twice is the same
+    file), and the sample's median, quartiles and tails survive. Being more regular than an
+    i.i.d. draw, it makes the Mann-Whitney null variance overstate its spread slightly, which
+    errs toward "not significant" (a false alarm is the costlier error for a gate)."""
     import numpy as np
 
     arr = np.sort(finite_array(samples))
@@ -216,10 +205,8 @@ def quantile_subsample(samples: Sequence[float] | np.ndarray, k: int) -> list[fl
     return [float(v) for v in arr[idx]]
 
 
-# -- what a basis hands the verdict (`Basis`, or `Incomparable` where no gate is possible), and
-# which device a comparison is on: here, below every module that makes a basis
-# (`verdict_basis.py`, `clock_basis.py`, `other_device_basis.py`), so each can make one without
-# importing the others.
+# -- what a basis hands the verdict, and which device a comparison is on: here, below every
+# module that makes a basis, so each can make one without importing the others.
 
 
 def same_device(a: str, b: str) -> bool:
@@ -250,9 +237,8 @@ class Basis:
     low_tolerance: float | None = None
     widened: str | None = None
     unusable: str | None = None
-    # The time gated when it is not the wall median (gated_now_s / gated_baseline_s is
-    # `ratio`), and the factors applied and why: the `VerdictPart` fields of the same names
-    # (record.py says what each holds), which `verdict_fields` hands over.
+    # The `VerdictPart` fields of the same names (record.py says what each holds), which
+    # `verdict_fields` hands over.
     gated_label: str | None = None
     gated_now_s: float | None = None
     gated_baseline_s: float | None = None
@@ -342,9 +328,8 @@ class BaselineEntry:
     environment: (
         Annotated[dict[str, str], Meta(description="a mapping of names to version strings")] | None
     ) = None
-    # A CPU timing's pairs with the CPU anchor (measure/timing/on_cpu.py,
-    # gate/verdict_basis.py): the kernel's and the anchor's on-CPU times, and why the machine
-    # counted as busy.
+    # A CPU timing's pairs with the CPU anchor (measure/timing/on_cpu.py): the kernel's and the
+    # anchor's on-CPU times, and why the machine counted as busy.
     cpu_kernel_s: SecondsList | None = None
     cpu_anchor_s: SecondsList | None = None
     cpu_busy: Text | None = None
@@ -431,11 +416,8 @@ class Baseline:
     schema_version: int = BASELINE_SCHEMA_VERSION
 
     def entry_for(self, record: KernelRecord) -> BaselineEntry | None:
-        """The entry of this record: by node id, else by item name when that is unique.
-
-        The name fallback keeps a baseline usable after a test file was moved or renamed: a
-        lookup by the wrong key must not turn every kernel into "new" (a silently passing gate).
-        """
+        """The entry of this record: by node id, else by item name when that is unique (after a
+        test file was moved, every kernel must not turn "new": a silently passing gate)."""
         entry = self.entries.get(record.nodeid)
         if entry is not None:
             return entry
@@ -444,11 +426,8 @@ class Baseline:
 
 
 def detect_commit(cwd: str | os.PathLike[str] | None = None) -> str | None:
-    """The commit being measured: KERNELPRO_COMMIT, else `git rev-parse HEAD`, else GITHUB_SHA.
-
-    git comes before GITHUB_SHA on purpose: on `pull_request` events GITHUB_SHA is the
-    synthetic merge commit, and in a base-commit checkout it is not the commit measured.
-    """
+    """The commit being measured: KERNELPRO_COMMIT, else `git rev-parse HEAD`, else GITHUB_SHA
+    (on `pull_request` events GITHUB_SHA is the synthetic merge commit, not the one measured)."""
     explicit = os.environ.get("KERNELPRO_COMMIT")
     if explicit:
         return explicit.strip()
@@ -541,11 +520,8 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
 
 
 def _unique_key_loader() -> type:
-    """A SafeLoader that refuses a mapping with the same key twice.
-
-    PyYAML keeps the last of two equal keys without a word, so a baseline with a kernel
-    entered twice (a bad merge) would gate against whichever copy came last.
-    """
+    """A SafeLoader that refuses a mapping with the same key twice (PyYAML keeps the last
+    without a word, so a kernel entered twice by a bad merge would gate on either copy)."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
@@ -568,11 +544,8 @@ def _unique_key_loader() -> type:
 
 
 def unmatched(baseline: Baseline, records: Iterable[KernelRecord]) -> tuple[list[str], list[str]]:
-    """(baseline entries no record of this run matched, records with no baseline entry).
-
-    A kernel renamed or removed since the baseline leaves an entry behind; a new or renamed
-    one has none. Both are reported by the check, so neither passes without a word.
-    """
+    """(baseline entries no record of this run matched, records with no baseline entry): the
+    check reports both, so neither a removed nor a new kernel passes without a word."""
     records = list(records)
     matched: set[int] = set()
     without: list[str] = []

@@ -1,8 +1,6 @@
-"""Writing a baseline file (`--kernelpro-save-baseline`): the measured records' entries
-(`entry_from_record`) in their YAML form (`entry_dict`), merged with the entries already in
-the file, written atomically under a lock, and the note on entries too noisy to gate on
-(`too_noisy_note`). A check session only reads baselines (`gate/baseline.py`) and never
-imports this.
+"""Writing a baseline file (`--kernelpro-save-baseline`), merged with the entries already in
+the file, written atomically under a lock. A check session only reads baselines
+(`gate/baseline.py`) and never imports this.
 """
 
 from __future__ import annotations
@@ -163,13 +161,10 @@ def save_baseline(
     *,
     commit: str | None = None,
 ) -> Baseline:
-    """Write the baseline of the measured `records` to `path` atomically and return it.
-
-    The entries of kernels that are in the existing file but were not measured this time
-    (deselected, failed, skipped) are kept, so a partial run does not erase the rest of the
-    baseline. An unreadable existing file is replaced, with a warning. Records without timing
-    samples are left out.
-    """
+    """Write the baseline of the measured `records` (those with timing samples) to `path`
+    atomically and return it. The entries of kernels in the existing file but not measured this
+    time (deselected, failed, skipped) are kept, so a partial run does not erase the rest of the
+    baseline. An unreadable existing file is replaced, with a warning."""
     records = list(records)
     target = Path(path)
     # Read, merge and write under one lock: two processes saving the same file (xdist
@@ -225,11 +220,8 @@ def _save_locked(target: Path, records: list[KernelRecord], *, commit: str | Non
 
 @contextlib.contextmanager
 def _locked(target: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the directory of `target` (POSIX flock; elsewhere none).
-
-    The directory, not a lock file beside the baseline: it leaves nothing behind, and it
-    stays the same object while `atomic_write_text` replaces the file itself.
-    """
+    """Hold an exclusive lock on the directory of `target` (POSIX flock; elsewhere none): it
+    leaves nothing behind, and stays the same object while the file itself is replaced."""
     try:
         import fcntl
     except ImportError:  # Windows: no advisory locks through fcntl

@@ -1,30 +1,21 @@
-"""The verdict's basis on one GPU under a clock limit (`verdict_basis.same_device_basis`
-hands a same-device comparison here unless the CPU anchor decides it): which time is compared
-when either side ran capped or clock-limited, at which tolerance.
-
-- **Same device, capped, anchored on both sides** (either side's samples mostly in rounds
-  with a clock-lowering NVML reason, and both timed in pairs with the same anchor,
-  `--kernelpro-clock-anchor=on`): the per-pair kernel / anchor ratios at
-  `ANCHOR_THRESHOLD_FACTOR` times the threshold (the anchor ran at the same clock, so the
-  ratio cancels it).
-- **Same device, clock-limited without the anchor on both sides** (either side's SM clock
-  held below `CLOCK_LIMITED_FRACTION` of its maximum by a power or thermal limit): the times
-  at `CLOCK_LIMITED_FACTOR` times the threshold; where one side has anchored samples, the
-  basis says why they were not used.
+"""The verdict's basis on one GPU under a clock limit: which time is compared when either side
+ran capped or clock-limited, at which tolerance.
 
 **Clock-limited kernels.** A compute-bound kernel (fp16/bf16/TF32 GEMMs, attention) runs at
 the GPU's power cap: the SM clock the cap allows moves from one measurement to the next, and
 the kernel's time with it, so two measurements of the same code differ by more than the
 default threshold. When either side ran with the SM clock held below `CLOCK_LIMITED_FRACTION`
-of its maximum by a clock-lowering reason on at least `CAPPED_SHARE` of its samples, a
-regression must exceed `CLOCK_LIMITED_FACTOR` times the threshold; smaller changes are
-"suspect" with the reason. Times are not scaled to cycles by the clock: the mean NVML SM
-clock of a measurement does not follow its kernel's time, and the scaling widened the capped
-GEMMs' spread (bench/results/2026-12-01-gate-accuracy-h200.md).
+of its maximum by a clock-lowering reason on at least `CAPPED_SHARE` of its samples, and the
+anchor below is not on both sides, a regression must exceed `CLOCK_LIMITED_FACTOR` times the
+threshold; smaller changes are "suspect" with the reason. Times are not scaled to cycles by
+the clock: the mean NVML SM clock of a measurement does not follow its kernel's time, and the
+scaling widened the capped GEMMs' spread (bench/results/2026-12-01-gate-accuracy-h200.md).
 
 **The clock anchor.** A kernel whose warm-up ran capped is timed in pairs
 (`measure/timing/anchor.py`): every sample is followed in its round by a fixed bf16 GEMM, so
-both ran at about the clock the cap allowed. The cap moves kernel and anchor alike, so their
+both ran at about the clock the cap allowed. Where either side ran capped and both were timed
+in pairs with the same anchor, the per-pair kernel / anchor ratios are compared, at
+`ANCHOR_THRESHOLD_FACTOR` times the threshold: the cap moves kernel and anchor alike, so their
 ratio spreads far less than either time between two measurements of the same code; kernel and
 anchor do not slow down exactly alike when the clock drops, so the ratio keeps a tolerance of
 its own. Kernels at a steady clock are never anchored. Where the anchor cannot be used (a
@@ -144,8 +135,7 @@ def clock_basis(
     entry: BaselineEntry,
     threshold: float,
 ) -> Basis:
-    """`chosen` (the plain times on this device) adjusted for either side's clock limit
-    (module docstring): the anchored ratios or a widened tolerance."""
+    """`chosen`, the plain times, adjusted for either side's clock limit (module docstring)."""
     device = record.device or "unknown"
     now, base = record_anchor(record), entry_anchor(entry)
     facts_now, facts_base = record_clock_facts(record), entry_clock_facts(entry)

@@ -2,26 +2,24 @@
 it, and what a difference of autotune picks does to it (the picks themselves, and a changed
 environment named in the reason, are `run_differences.py`'s).
 
-**Confirmation.** `verdict.decide_verdict` calls a kernel "regressed" only provisionally: the plugin
-re-times the kernel (`needs_confirmation`) and `confirm` lets the regression stand only if
-that second measurement, by itself, is a regression under the same rules; otherwise the kernel
-is "suspect" (reported, never failed). One slow measurement (another process, a clock dip)
-cannot fail CI. On the CPU, against the CPU anchor, the re-measurement need not clear a
-widened tolerance a second time: that tolerance (35% on a busy machine) is there for the noise
-between a baseline and a run, which the first measurement already cleared, and asking twice
-for it missed a kernel doing twice the work in 3 of 10 sessions
-(bench/results/2026-12-02-cpu-gate-cpu.md). There the regression is reproduced when the
-re-measurement is slower by more than the threshold and half the tolerance (the bar the
-fastest decile meets), with p < alpha, and the anchor does not show it unusable.
+**Confirmation.** A "regressed" verdict is provisional: the plugin re-times the kernel and
+`confirm` lets the regression stand only if that second measurement, by itself, is a
+regression under the same rules; otherwise the kernel is "suspect" (reported, never failed).
+One slow measurement (another process, a clock dip) cannot fail CI. On the CPU, against the
+CPU anchor, the re-measurement need not clear a widened tolerance a second time: that
+tolerance (35% on a busy machine) is there for the noise between a baseline and a run, which
+the first measurement already cleared, and asking twice for it missed a kernel doing twice the
+work in 3 of 10 sessions (bench/results/2026-12-02-cpu-gate-cpu.md). There the regression is
+reproduced when the re-measurement is slower by more than the threshold and half the
+tolerance (the bar the fastest decile meets), with p < alpha, and the anchor does not show it
+unusable.
 
 **Autotune picks.** An autotuned kernel's speed is its code and its pick, and the pick is made
 per process by timing the candidates. When the head picked another config than the baseline
-did, a slower median may be the pick, not the code; the verdict says so in words ("autotune
-picked num_warps=4 for _layer_norm_fwd (key 4096, torch.float16), the baseline num_warps=8"),
-and the confirmation re-measures in a fresh process with the baseline's choice pinned
-(`measure/autotune_capture.py`): still slower at the baseline's pick is a code regression; not slower
-there means the different pick made the difference. What the gate does then is
-`--kernelpro-autotune-mismatch`:
+did, a slower median may be the pick, not the code; the verdict says so in words, and the
+confirmation re-measures in a fresh process with the baseline's choice pinned: still slower
+at the baseline's pick is a code regression; not slower there means the different pick made
+the difference. What the gate does then is `--kernelpro-autotune-mismatch`:
 
 - `pin` (default): the kernel is gated at the baseline's pick, i.e. by the pinned
   re-measurement: a pick that alone made it slower passes ("ok"), with the note.
@@ -71,9 +69,8 @@ MISMATCH_ACTIONS = (PIN, WARN, FAIL)
 
 
 def slower_again_on_the_cpu(first: VerdictPart, second: VerdictPart) -> bool:
-    """True when a CPU-anchored regression's re-measurement shows the slowdown again: beyond
-    the threshold and half its tolerance, statistically clear, with a usable anchor (module
-    docstring). False for any other comparison (those need the re-measurement's own verdict)."""
+    """True when a CPU-anchored regression's re-measurement shows the slowdown again by the
+    module docstring's rule; False for any other comparison, which needs its own verdict."""
     if first.change_status != REGRESSED or not (second.anchor or "").startswith(CPU_ANCHOR_PREFIX):
         return False
     if second.change is None or second.p_value is None or UNUSABLE_WORDS in second.reason:
@@ -90,13 +87,8 @@ def confirm(
     cross_cpu: str = "info",
     where: str = "a re-measurement",
 ) -> VerdictPart:
-    """Settle a provisional regression with an independent re-measurement of the kernel.
-
-    The regression stands (confirmed=True) only if the re-measurement is, by itself, a
-    regression under the same tolerance and alpha; otherwise the kernel is "suspect"
-    (reported, not failed). Verdicts that need no confirmation are returned unchanged.
-    `where` says how the re-measurement was made ("a re-measurement in a fresh process").
-    """
+    """Settle a provisional regression with an independent re-measurement, made as `where`
+    says (module docstring); verdicts that need no confirmation are returned unchanged."""
     if not needs_confirmation(first):
         return first
     second = decide_verdict(
@@ -158,8 +150,7 @@ def confirm(
 
 @dataclass(frozen=True)
 class Remeasurement:
-    """How the confirmation re-measured: in a fresh process or this one, with which pins
-    applied, what it cost."""
+    """How the confirmation re-measured: where, with which pins applied, what it cost."""
 
     fresh: bool
     wall_s: float | None = None
@@ -215,9 +206,8 @@ def settle(
     action: str,
     first_change: float | None,
 ) -> VerdictPart:
-    """The confirmed verdict (`confirm`, on the re-measurement) with the pick
-    difference decided by `action` (see the module docstring). `first_change` is the change
-    of the first, unpinned measurement."""
+    """The confirmed verdict with the pick difference decided by `action` (module
+    docstring); `first_change` is the change of the first, unpinned measurement."""
     if action not in MISMATCH_ACTIONS:
         raise ValueError(f"autotune mismatch action {action!r}; use one of {MISMATCH_ACTIONS}")
     data = {**picks.to_dict(), "action": action, "remeasurement": remeasured.to_dict()}

@@ -1,9 +1,6 @@
-"""The text shown for a kernel item and in the tables: small formatting helpers shared by the
-terminal table and the PR comment, one record's row in the terminal table (`terminal_row`;
-`gate.render_session.render_terminal_table` holds the table's frame: columns, header, summary),
-the item's "kernelpro" report section (`item_section`, with the lines of the sections other
-plugins attached to the record) and the note a session's condition is said in (`Note`, cut to
-one terminal line by `fit`, `names_line`, `plain_note`). Pure functions over records."""
+"""The text shown for a kernel item and in the tables: formatting helpers shared by the
+terminal table and the PR comment, one record's row, the item's "kernelpro" report section and
+the note a session's condition is said in. Pure functions over records."""
 
 from __future__ import annotations
 
@@ -133,9 +130,8 @@ def sort_key(record: KernelRecord) -> tuple[int, float, str]:
 
 
 def peak_used_words(record: KernelRecord) -> str | None:
-    """ "3xTF32, inferred" / "fewer FLOPs than the reference" / "above the bandwidth ceiling"
-    when the kernel ran faster than its op-level peak allows
-    (`measure.roofline.price_measured`), from our own words only."""
+    """ "3xTF32, inferred", "fewer FLOPs than the reference", ...: why the kernel beat its
+    op-level peak (`measure.roofline.price_measured`), in our own words only."""
     used = record.peak_used
     if not isinstance(used, Mapping) or not used.get("note"):
         return None
@@ -152,8 +148,7 @@ WALL = "wall"
 
 
 def gated_times(record: KernelRecord) -> tuple[str, float, float] | None:
-    """(label, baseline, now) of the time the verdict compared: its gated time
-    (`gate.verdict.Verdict.gated_label`), else the wall medians; None without a baseline."""
+    """(label, baseline, now) of the time the verdict compared (else the wall medians), or None."""
     gate = record.gate
     if gate is None:
         return None
@@ -191,9 +186,7 @@ def terminal_row(
     color: bool,
     show_gated: bool = False,
 ) -> list[Any]:
-    """One row of the terminal summary table (`gate.render_session.render_terminal_table`): kernel,
-    [device,] [gated: baseline → now,] median ±IQR/2, [roofline time,] % of roofline with a
-    bar, bound, verdict."""
+    """One row of the terminal summary table (`gate.render_session.render_terminal_table`)."""
     from rich.text import Text
 
     text, style = _verdict_cell(record)
@@ -364,8 +357,7 @@ def item_section(record: KernelRecord) -> str:
 
 
 def _non_finite(value: float | str | None) -> bool:
-    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" read back
-    from JSON)."""
+    """A record's error field that is an infinity or NaN (a float, or "inf"/"nan" from JSON)."""
     try:
         return value is not None and not math.isfinite(float(value))
     except (TypeError, ValueError):

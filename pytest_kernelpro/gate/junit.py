@@ -37,11 +37,8 @@ def _text(value: Any) -> str:
 
 
 def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
-    """(name, value) pairs for `item.user_properties`; values are strings, None is left out.
-
-    The verdict travels as one compact JSON property (`kernelpro.gate`) so no field of it is
-    lost; the scalar fields are also flat, for CI dashboards that read JUnit properties.
-    """
+    """(name, value) pairs for `item.user_properties` (strings, None left out), flat for CI
+    dashboards; the verdict also travels whole as one compact JSON property (`kernelpro.gate`)."""
     props: list[tuple[str, str]] = []
 
     def add(key: str, value: Any) -> None:
@@ -50,7 +47,6 @@ def junit_properties(record: KernelRecord) -> list[tuple[str, str]]:
 
     for key in RECORD_KEYS:
         add(key, getattr(record, key))
-    # The JUnit edge: each part in its JSON form.
     timing = msgspec.to_builtins(record.timing) if record.timing else {}
     stats = timing.get("stats") or {}
     for key in STATS_KEYS:

@@ -2,8 +2,7 @@
 roofline time, so the comparison is of time relative to the roofline (1 / efficiency), at the
 wider cross-device tolerance. Another CPU is information only unless `cross_cpu="gate"`
 (`--kernelpro-cpu-cross-device=gate`): a CPU's efficiency does not carry across CPU models,
-and the thread count is part of a CPU device's name. `verdict_basis.choose_basis` imports this
-module only for a baseline from another device.
+and the thread count is part of a CPU device's name.
 """
 
 from __future__ import annotations

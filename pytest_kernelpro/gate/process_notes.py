@@ -3,10 +3,6 @@ column: most kernels have none. A kernel's autotune note is shown when it explai
 (a re-measurement decided between the pick and the code, or the kernel is not "ok"); kernels
 whose picks differ but that are within tolerance are counted in one line. The changed versions
 are the session's, named once.
-
-The terminal table (`render_session.render_terminal_table`) imports this module only when a
-record gives a note (`render_session.gives_process_note`); the PR comment
-(`review.comment.comment_notes`) reads the same notes.
 """
 
 from __future__ import annotations
@@ -60,8 +56,7 @@ def fresh_process_failure(record: KernelRecord) -> str | None:
 
 @dataclass(frozen=True)
 class ProcessNotes:
-    """The process notes of a session (module docstring), for the terminal table
-    (`table_notes`) and the PR comment (`review.comment.comment_notes`)."""
+    """The process notes of a session (module docstring)."""
 
     picks: list[tuple[str, str]]  # (kernel, its autotune note) where the note explains it
     fresh_failures: list[tuple[str, str]]  # (kernel, why its fresh-process confirmation failed)

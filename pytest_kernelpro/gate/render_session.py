@@ -1,6 +1,5 @@
-"""Every text about the session as a whole (those of one record: format.py): the terminal
-summary's kernel table and the lines under it (the process notes: process_notes.py). Pure
-functions of the settings, the records and the paths; `run/session.py` writes them.
+"""Every text about the session as a whole: the terminal summary's kernel table and the lines
+under it. Pure functions of the settings, the records and the paths.
 
 **Checked nothing.** The rule: among the kernels that were timed and had a baseline entry
 (every verdict but "new" and "not timed"), when each one is "incomparable" (a baseline from
@@ -181,8 +180,7 @@ def output_lines(
 
 def table_footnotes(records: Sequence[KernelRecord], *, verbose: bool = False) -> list[str]:
     """The notes printed right under the kernel table, after its counts: what a reader needs
-    to read its rows right. Each note is one function of the records, None when it has
-    nothing to say; a note of the machine's normal state only with `verbose`."""
+    to read its rows right; a note of the machine's normal state only with `verbose`."""
     notes = [note for note in (cpu_flush_note(records),) if note is not None]
     return note_lines(notes, verbose=verbose)
 
@@ -214,9 +212,8 @@ def cpu_flush_note(records: Sequence[KernelRecord]) -> Note | None:
 
 
 def gives_process_note(record: KernelRecord) -> bool:
-    """Whether `record` has a process note to give (`gate/process_notes.py` reads only an
-    autotune note, a changed environment and a failed fresh-process confirmation): the table
-    imports that module only for such a record."""
+    """Whether `record` has a note of `gate/process_notes.py` to give: the table imports
+    that module only for such a record."""
     gate = record.gate
     return bool(
         (gate is not None and (gate.autotune_note or gate.environment_change))
@@ -257,8 +254,7 @@ def nothing_checked_line(
 def session_line(
     records: Sequence[KernelRecord], *, check: bool, allow_incomparable: bool
 ) -> str | None:
-    """The line that fails a `--kernelpro-check` session that checked nothing, or None (no
-    check, something was checked, or allowed on purpose: `--kernelpro-allow-incomparable`)."""
+    """The line that fails a `--kernelpro-check` session that checked nothing, or None."""
     if not check or allow_incomparable:
         return None
     return nothing_checked_line(records)
@@ -305,19 +301,14 @@ def render_terminal_table(
     verbose: bool = False,
 ) -> str:
     """The kernel table for the terminal summary, rendered by rich to a string (its width:
-    the module docstring's "Tables"; below 100 columns the roofline-time column is left out
-    and the bar narrowed). Columns: kernel, device, the time the verdict compared (baseline
-    → now, only when some verdict compared another time than the wall median), median ± half
-    the IQR, roofline time, % of roofline with a bar, bound, verdict with the change. No
-    escape codes unless `color`; the notes under it cut to one line each unless `verbose`.
-    """
+    the module docstring's "Tables"). No escape codes unless `color`; the notes under it cut
+    to one line each unless `verbose`."""
     from rich.text import Text
 
     narrow = width is not None and width < 100
     bar_width = 5 if narrow else 8
     devices = sorted({short_device(r.device) for r in records if r.device})
     show_device = len(devices) > 1  # one device: named once, under the table
-    # A verdict on another time than the wall median shows that time first (gate/format.py).
     show_gated = any(gated_elsewhere(r) for r in records)
     ordered = sorted_records(records, sort)
     rows = [
@@ -447,9 +438,8 @@ def least_width(console: Any, table: Any) -> int:
 def console_for(
     tables: Sequence[Any], *, width: int | None, color: bool
 ) -> tuple[Any, io.StringIO]:
-    """A rich console writing to a buffer, wide enough that `tables` print whole. `width`: the
-    terminal's columns, or None for a log: the width of the widest table's content. Escape
-    codes only with `color`."""
+    """A rich console writing to a buffer, wide enough that `tables` print whole (`width`
+    None: a log, the width of the widest table's content); escape codes only with `color`."""
     probe = _console(io.StringIO(), 100_000, color)
     if width is None:
         columns = max([_widest(probe, table) for table in tables] or [80])
@@ -477,8 +467,7 @@ def names_fitting(
     build: Callable[[list[str], bool], Any], names: Sequence[str], width: int | None
 ) -> Any:
     """The table `build(names, fold)` makes, with its kernel names shortened in the middle
-    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole
-    (`fold`: the name column folds a name too long for the terminal instead of cutting it)."""
+    so that it fits `width` columns; with `width` None (a log, or -v) the names stay whole."""
     table = build(list(names), True)
     if width is None or not names:
         return table
@@ -489,9 +478,8 @@ def names_fitting(
 
 
 def name_width_to_fit(table: Any, width: int, longest: int) -> int | None:
-    """How many characters the names of `table` (its first column, filled with the full
-    names, `longest` the longest) may keep so the table fits `width` columns; None when
-    they fit whole. Never below MIN_NAME: a table that still does not fit prints wider."""
+    """How many characters the names of `table` (its first column, `longest` the longest)
+    may keep so it fits `width` columns; None when they fit whole. Never below MIN_NAME."""
     probe = _console(io.StringIO(), 100_000, False)
     over = _widest(probe, table) - int(width)
     if over <= 0:

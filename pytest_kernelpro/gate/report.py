@@ -8,14 +8,9 @@ JSON layout (schema 1)::
      "summary": {"kernels": N, "failed": N, "by_status": {"ok": N, ...}},
      "records": [KernelRecord, ...]}
 
-The records are written and read with msgspec at the file's edge (`record.record_builtins`,
-`record.record_from_builtins`); a record that is not of the record's types is an error
-naming the file and the record.
-
 The run history keeps each run's report (samples included) as
 `<UTC time>-<commit>-<machine>.json` under `.kernelpro/history/`, so runs are keyed by commit
-and machine and sort by time; `kernelpro history` lists them and `kernelpro compare` takes two
-of them by reference (`review/runs.py`).
+and machine and sort by time.
 
 **The records log** holds every finished kernel record, appended to a JSONL file as it
 finishes. A session that is killed (SIGKILL, a CI timeout, an out-of-memory kill), crashes (a segfault)
@@ -28,10 +23,8 @@ event, so it keeps every record that finished:
     {"kind": "record", "record": {...KernelRecord...}}                    one per item
     {"kind": "finished", "exitstatus": 0, "created": ...}                 at the session end
 
-`kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it
-(`review/records_report.py`); a parent process reads its isolated child's records from it
-(`run/isolate.py`). Reading these files back: `report_read.py` (the log), `review/report_load.py`
-(the report).
+`kernelpro report LOG.jsonl` rebuilds the JSON report and a JUnit file from it; a parent
+process reads its isolated child's records from it (`report_read.py`).
 """
 
 from __future__ import annotations
@@ -67,12 +60,8 @@ def summarize(records: Sequence[KernelRecord]) -> dict[str, Any]:
 
 
 def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> dict[str, Any]:
-    """The report dict of one session: schema, session meta, summary and every record.
-
-    `meta` is what the plugin knows about the session (device(s), torch version, commit,
-    wall time, options); it is copied as given, with `devices` filled in from the records
-    when missing.
-    """
+    """The report dict of one session: schema, session meta (copied as given, `devices`
+    filled in from the records when missing), summary and every record."""
     recs = list(records)
     meta = dict(meta)
     meta.setdefault("devices", sorted({r.device for r in recs if r.device}))
@@ -85,14 +74,6 @@ def build_report(records: Iterable[KernelRecord], *, meta: dict[str, Any]) -> di
         "summary": summarize(recs),
         "records": [record_builtins(r) for r in recs],
     }
-
-
-def write_json_report(path: str | os.PathLike[str], report: dict[str, Any]) -> Path:
-    """Write the report atomically (a reader never sees half a file)."""
-    return atomic_write_json(path, report)
-
-
-DEFAULT_HISTORY_DIR = Path(".kernelpro") / "history"
 
 
 def machine_name() -> str:

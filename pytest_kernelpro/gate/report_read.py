@@ -1,9 +1,7 @@
-"""Reading back the records log `report.py` writes (its layout is described there):
-`read_records_log`, for a parent reading its isolated child's records and for `kernelpro
-report`. A log of another schema version is refused with both versions named (a log from
-before the version was written reads as version 1: its lines are the same). Kept apart from
-the writer: a session writes this file and never reads it; the JSON report is read back by
-`review/report_load.py`.
+"""Reading back the records log `report.py` writes (its layout is described there). A log of
+another schema version is refused with both versions named (a log from before the version was
+written reads as version 1: its lines are the same). Kept apart from the writer: a session
+writes this file and never reads it.
 """
 
 from __future__ import annotations

@@ -1,12 +1,11 @@
 """What differs between the baseline's run and this one beside the kernel's code, named in
-the verdict's reason: the autotune picks (`compare_choices`, `note_picks`) and the versions and
-library settings that change generated code (`name_environment`).
+the verdict's reason: the autotune picks (what a difference does to a regression:
+`confirmation.py`) and the versions and library settings that change generated code.
 
-Why a different pick matters, and what a difference does to a regression: `confirmation.py`
-(its module docstring and `settle`). A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver
-changes the machine code without a line of the kernel changing: a regression that comes with
-one is named with it ("triton 3.5.1 -> 3.6.0"), so the first suspect is on the page. A version
-one side does not record (an older baseline, a CPU run) is not a change.
+A new torch, Triton, CUDA runtime, cuDNN, nvcc or driver changes the machine code without a
+line of the kernel changing: a regression that comes with one is named with it ("triton 3.5.1
+-> 3.6.0"), so the first suspect is on the page. A version one side does not record (an older
+baseline, a CPU run) is not a change.
 
 A run whose picks, versions and library settings equal the baseline's has nothing here to say:
 the item imports this module only when `BaselineEntry.differs_beside_code` says one may differ.
@@ -195,8 +194,7 @@ def environment_note(changes: Mapping[str, Mapping[str, str]]) -> str | None:
 def library_changes(
     now: Mapping[str, Any] | None, baseline: Mapping[str, Any] | None
 ) -> dict[str, dict[str, Any]]:
-    """The library algorithm settings (`measure.environment.library_choices`) both sides recorded
-    that differ: TF32 on or off, cuDNN's benchmark mode, the BLAS library, ..."""
+    """Library settings (`measure.environment.library_choices`) both sides recorded that differ."""
     if not now or not baseline:
         return {}
     return {

@@ -6,17 +6,16 @@ baseline's run beside the code is named in its reason by `run_differences.py`.
 How a regression is decided, and why:
 
 1. **Effect size.** The relative change of the median (current / baseline - 1) must be
-   beyond the kernel's threshold (default 2% on a CUDA GPU, 5% on the CPU; see
-   `default_threshold`). The median, not the mean: one preempted
-   sample must not move the center (pytest-benchmark users gate on `median:` for that reason).
+   beyond the kernel's threshold (default 2% on a CUDA GPU, 5% on the CPU). The median, not
+   the mean: one preempted sample must not move the center (pytest-benchmark users gate on
+   `median:` for that reason).
 2. **Statistical clarity.** A one-sided Mann-Whitney U test of the current samples against
    the baseline's samples must give p < alpha (default 0.01). This is asv's test
-   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist), computed here by
-   scipy (`mann_whitney_u`; exact for small untied samples, normal approximation with
-   tie correction otherwise). It needs no normality, is robust to the long right tail of
-   timings, and uses the samples a baseline keeps. A bootstrap CI of the ratio of medians
-   would need thousands of resamples per kernel for a similar answer, and requiring its lower
-   bound above 1 + threshold would miss most true regressions of exactly the threshold size.
+   (`asv/_stats.py is_different`: Mann-Whitney when raw samples exist). It needs no
+   normality, is robust to the long right tail of timings, and uses the samples a baseline
+   keeps. A bootstrap CI of the ratio of medians would need thousands of resamples per kernel
+   for a similar answer, and requiring its lower bound above 1 + threshold would miss most
+   true regressions of exactly the threshold size.
 3. **The whole distribution moved.** The lower decile (the fastest 10% of calls) must be
    beyond the threshold too. Interference (another process, a clock dip, a throttled
    interval) only ever adds time, so it raises the median and the tail but leaves the fastest
@@ -33,12 +32,9 @@ How a regression is decided, and why:
    "two points in a row" policy approximate.
 
 Anything beyond the threshold that fails 2, 3 or 4 is "suspect": reported with what to do,
-never a failure (nvbench users did not know what to do with AMBG: the reason says).
-
-What is compared, at which tolerance, is the basis's (`verdict_basis.py`); the rules above
-decide on whatever samples it hands over. An oversubscribed CPU timing (other processes held
-the cores its threads needed, `measure/timing/cpu_load.py`) that would regress is "suspect":
-its slowdown is not the kernel's.
+never a failure (nvbench users did not know what to do with AMBG: the reason says). An
+oversubscribed CPU timing (other processes held the cores its threads needed) that would
+regress is "suspect" too: its slowdown is not the kernel's.
 """
 
 from __future__ import annotations
@@ -80,12 +76,11 @@ UNRESOLVED = "unresolved"  # within a tolerance too wide to catch a 1.5x change:
 RESOLVABLE_TOLERANCE = 0.5
 
 DEFAULT_ALPHA = 0.01
-# Default thresholds per device kind: a fixed number, not one derived from each kernel's
-# spread, since the gate's rules 2-4 already adapt to that (a noisy kernel's change is
-# "suspect", not a failure) and the power-capped clock is handled by the basis
-# (`verdict_basis.py`). The GPU's catches small slowdowns without false alarms
-# (bench/results/2026-12-01-gate-accuracy-h200.md); the CPU's is wider because shared CPU
-# machines time far more noisily (bench/results/2026-11-30-gate-accuracy-cpu.md).
+# Default thresholds per device kind: fixed, not derived from each kernel's spread, since
+# rules 2-4 already adapt to that (a noisy kernel's change is "suspect", not a failure) and
+# the basis handles the power-capped clock. The GPU's catches small slowdowns without false
+# alarms (bench/results/2026-12-01-gate-accuracy-h200.md); the CPU's is wider because shared
+# CPU machines time far more noisily (bench/results/2026-11-30-gate-accuracy-cpu.md).
 DEFAULT_GPU_THRESHOLD = 0.02
 DEFAULT_CPU_THRESHOLD = 0.05
 CROSS_DEVICE_FACTOR = 3.0  # efficiency across devices is noisier than time on one device
@@ -117,14 +112,9 @@ def mann_whitney_u(
     y: Sequence[float] | np.ndarray,
     alternative: Alternative = "greater",
 ) -> MannWhitneyResult:
-    """Mann-Whitney U test of x against y (the test asv uses to call a benchmark changed).
-
-    `alternative="greater"`: H1 is that x tends to be larger than y (for timings: x is
-    slower). `scipy.stats.mannwhitneyu` computes it: the exact p-value without ties and with
-    both samples at most `EXACT_MAX_N` long, otherwise the normal approximation with tie and
-    continuity correction. Returns p = 1.0 when either sample is empty or every value is
-    the same (no evidence either way).
-    """
+    """Mann-Whitney U test of x against y; `alternative="greater"`: H1 is that x tends to be
+    larger (for timings: slower). Returns p = 1.0 when either sample is empty or every value
+    is the same (no evidence either way)."""
     import numpy as np
     from scipy import stats
 
@@ -192,11 +182,8 @@ def _check_settings(threshold: float, cross: float, alpha: float) -> None:
 def roofline_floor(
     min_roofline: float | None, efficiency: float | None, measured: bool
 ) -> tuple[bool, str | None]:
-    """(fails, reason) of the absolute min_roofline floor; independent of any baseline.
-
-    The one rule for `min_roofline`: the verdict applies it in check mode, the item's run
-    (`run.stages.roofline_floor`) outside it.
-    """
+    """(fails, reason) of the absolute min_roofline floor, independent of any baseline: the
+    one rule, applied by the verdict in check mode and by the item's run outside it."""
     if min_roofline is None or not measured:
         return False, None  # not measured: the item already fails or skips for that
     if efficiency is None:
@@ -221,14 +208,10 @@ def decide_verdict(
     cross_cpu: str = "info",
 ) -> VerdictPart:
     """The verdict of one measured kernel against its baseline entry (None: the kernel is
-    new): the basis chosen first (`verdict_basis.choose_basis`), the status decided on it
-    (`decide_change`).
-
-    `threshold` defaults to `record.threshold` (marker > CLI > ini, resolved by the plugin);
+    new). `threshold` defaults to `record.threshold` (marker > CLI > ini),
     `cross_device_tolerance` to 3 x threshold. A "regressed" result is provisional until
-    `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports
-    a comparison with another CPU without failing, "gate" gates it like a GPU's.
-    """
+    `confirm` has seen a re-measurement (`needs_confirmation`). `cross_cpu`: "info" reports a
+    comparison with another CPU without failing, "gate" gates it like a GPU's."""
     thr = float(record.threshold if threshold is None else threshold)
     cross = float(
         round(CROSS_DEVICE_FACTOR * thr, 12)
@@ -465,14 +448,12 @@ def unresolved_reason(tolerance: float, within: str) -> str:
 
 def improvement_needs_confirmation(device: str) -> bool:
     """An improvement on the CPU is re-measured like a regression (a baseline timed under
-    more load than this run reads faster): "the same caution for improved as for regressed".
-    On a GPU an improvement stands without one (kept as measured there)."""
+    more load than this run reads faster); on a GPU it stands without one."""
     return is_cpu(device)
 
 
 def needs_confirmation(verdict: VerdictPart) -> bool:
-    """True when the plugin must re-time the kernel and call `confirm`: a regression, and an
-    improvement on the CPU (`verdict.improvement_needs_confirmation`)."""
+    """Whether the kernel must be re-timed for `confirm`: a regression, or a CPU improvement."""
     if verdict.confirmation is not None:
         return False
     if verdict.change_status == IMPROVED:

@@ -1,8 +1,5 @@
 """The verdict's basis: which time one kernel's verdict is decided on, at which tolerance, and
-why. `choose_basis` takes the current measurement and its baseline entry and returns a `Basis`
-(the samples of both sides, their median ratio, the tolerance, the label of the time compared
-and the factors applied to it) or an `Incomparable` (why no gate is possible); the verdict
-(`verdict.py`) then decides the status on whatever the basis hands over.
+why (`choose_basis`: a `Basis`, or an `Incomparable` where no gate is possible).
 
 - **Same device, steady clock:** the times, at the kernel's threshold.
 - **Same GPU, under a clock limit** (capped, clock-limited, anchored): `clock_basis.py`.
@@ -81,8 +78,7 @@ def quantile(values: Sequence[float], q: float) -> float:
     return float(np.quantile(np.asarray(values, dtype=float), q))
 
 
-# The baseline entry's side of the CPU anchor (the record's side: `baseline.record_cpu_anchor`;
-# the clock's: `clock_basis.py`).
+# The baseline entry's side of the CPU anchor (the record's: `baseline.record_cpu_anchor`).
 
 
 def entry_cpu_anchor(entry: BaselineEntry) -> CpuAnchorSide | None:
@@ -113,9 +109,8 @@ def anchor_speed_s(side: CpuAnchorSide) -> float:
 
 
 def lower_bar(threshold: float, tolerance: float) -> float:
-    """The bar a change in the same direction must also clear, beside the median's tolerance:
-    the fastest decile's move (module docstring) and a re-measurement that confirms a
-    regression (`gate/confirmation.py`). Half the tolerance, at least the threshold."""
+    """The bar the fastest decile's move and a confirming re-measurement must also clear,
+    beside the median's tolerance: half the tolerance, at least the threshold."""
     return max(threshold, tolerance / 2.0)
 
 
@@ -242,8 +237,7 @@ class CpuAnchorComparison:
 def cpu_anchor_comparison(
     now: CpuAnchorSide, base: CpuAnchorSide, threshold: float, bound: str | None = None
 ) -> CpuAnchorComparison:
-    """The facts of comparing two CPU-anchored sides at `threshold`, for a kernel whose
-    reference has the roofline `bound` (module docstring)."""
+    """The facts of comparing two CPU-anchored sides (module docstring)."""
     import numpy as np
 
     busy = [
@@ -276,8 +270,7 @@ def choose_basis(
     cross_tolerance: float,
     cross_cpu: str = "info",
 ) -> Basis | Incomparable:
-    """What the verdict of `record` (its positive timing `samples`) against `entry` is decided
-    on (module docstring)."""
+    """What the verdict of `record` against `entry` is decided on (module docstring)."""
     current_median = record.median_s if record.median_s is not None else median(samples)
     if not same_device(record.device, entry.device):
         from pytest_kernelpro.gate.other_device_basis import cross_device_basis
@@ -349,8 +342,7 @@ def cpu_anchored_basis(
         widened=facts.widened,
         unusable=facts.unusable(),
     )
-    # The compared change is the on-CPU time's or the anchored one's (`CpuAnchorComparison.
-    # change`): the time shown is the one of the two the verdict took.
+    # The time shown is the one whose change the verdict took (`CpuAnchorComparison.change`).
     now_s, base_s = median(list(now.kernel_s)), median(list(base.kernel_s))
     if facts.change == facts.time_change:
         chosen.gated("on-CPU", now_s, base_s)

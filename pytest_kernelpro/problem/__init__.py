@@ -1,15 +1,5 @@
-"""What a kernel item runs: the unified `Problem`, and where it comes from.
-
-- `model.py`: `Problem`, the marker's options (`MarkerOptions.from_marker`), the problem of a
-  marked function or `nn.Module` class, `ProblemLocator`;
-- `language.py`: which language a kernel is written in (its source, what it imports and
-  names, the compiled kernels its code reaches);
-- `kernelbench.py`: the problem of a KernelBench file (`class Model`, `get_inputs`);
-- `locate.py`: `load_problem`, the one loader every other process uses (profiler target,
-  isolated child, the sandbox's generated reference);
-- `build.py`: how a reference and a kernel module are built (one seed, on the device, the
-  reference's weights handed over), for the gate and the sandbox's worker, judge and
-  re-measurement alike.
+"""What a kernel item runs: the unified `Problem` (`model.py`), and where it comes from (a
+marker, a KernelBench file: `kernelbench.py`, another process: `locate.py`).
 
 The names below are the package's interface; the generated sandbox modules import
 `pytest_kernelpro.problem.load_problem`, so that path stays. The KernelBench reader (with

@@ -1,14 +1,12 @@
 """Building a problem's reference and kernel modules: one seed, one device, one weight rule.
 
-Every place that turns a module class into the model it runs goes through here: the gate's
-KernelBench problems (`kernelbench.py`) and marked `nn.Module` classes (`model.py`), and the
-sandbox's worker (`optimize/sandbox/harness.py`), trusted judge (`optimize/sandbox/judge.py`)
-and final re-measurement (`optimize/sandbox/remeasure.py`), the worker and the last through
-`optimize/sandbox/built_models.py`. So with the same seed the reference is the same model in
-all of them, and the kernel gets its weights by one rule (`share_weights`): by name when
-both state_dicts have the same keys of the same shapes, else by position when both list
-tensors of the same shapes in the same (registration) order, so a kernel may name its weights
-as it likes. The Programmer's prompt states this rule (agents/problem_context.py).
+Every place that turns a module class into the model it runs (the gate's problems, the
+sandbox's worker, judge and re-measurement) goes through here, so with the same seed the
+reference is the same model in all of them, and the kernel gets its weights by one rule
+(`share_weights`): by name when both state_dicts have the same keys of the same shapes, else
+by position when both list tensors of the same shapes in the same (registration) order, so a
+kernel may name its weights as it likes. The Programmer's prompt states this rule
+(agents/problem_context.py).
 
 Imports nothing of the plugin (torch where used), so the sandbox's child processes import it
 without the pytest session.

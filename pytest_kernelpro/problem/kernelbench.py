@@ -43,13 +43,10 @@ def _to_device(value: Any, device: str) -> Any:
 
 
 def kernelbench_inputs(module: Any, device: str) -> tuple[Any, ...]:
-    """One input set of a KernelBench module (its `get_inputs()`) on `device`: the gate's
-    input factory for such a file, and the sandbox's (worker and judge) for its task.
-
-    get_inputs() draws with torch's global RNG, seeded by the caller (`call_input_factory`);
-    with the device as the default device its tensors are made there (seeded, bit-identical
-    across runs) instead of on the CPU and copied. What it still makes elsewhere is moved.
-    """
+    """One input set of a KernelBench module (its `get_inputs()`, seeded by the caller) on
+    `device`: with the device as the default device its tensors are made there (seeded,
+    bit-identical across runs) instead of on the CPU and copied; what it still makes elsewhere
+    is moved."""
     import torch
 
     with torch.device(device):

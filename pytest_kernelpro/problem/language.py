@@ -100,10 +100,9 @@ _SCAN_BYTES = 512 * 1024 * 1024  # read no further into one extension file
 
 
 def _compiled_language(value: Any) -> str | None:
-    """`"triton"` for a Triton kernel object (`@triton.jit`, `@triton.autotune`,
-    `@triton.heuristics` all make objects of `triton.runtime` types: `JITFunction`,
-    `Autotuner`, `Heuristics`), `"cuda"` for a compiled extension module (or one of its
-    functions) that carries device code, else None."""
+    """`"triton"` for a Triton kernel object (`@triton.jit`, `@triton.autotune` and
+    `@triton.heuristics` all make `triton.runtime` objects), `"cuda"` for a compiled extension
+    module (or one of its functions) that carries device code, else None."""
     type_module = getattr(type(value), "__module__", "") or ""
     if type_module.split(".")[0] == "triton":
         return "triton"
@@ -207,11 +206,8 @@ def _reached_language(obj: Any) -> str | None:
     """The language of the compiled kernels `obj`'s code reaches through the names it uses,
     a few calls deep: `LigerSiLUMulFunction.apply(a, b)` in a test module reaches
     `swiglu_forward` in the library and through it a `@triton.jit` kernel object, although
-    no source on the way up names Triton. The walk follows functions (their globals,
-    closures and the attributes they read of imported helper modules), classes (their
-    methods) and objects (a module-level layer instance, its children and attributes), so a
-    marked function calling `norm(x)` for a library layer `norm` whose forward launches only
-    Triton or a CUDA extension is found as such."""
+    no source on the way up names Triton. The walk follows functions, classes (their methods)
+    and objects (a module-level layer instance, its children and attributes)."""
     seen: set[int] = set()
     frontier: list[Any] = _code_of(obj) or [obj]
     for _ in range(_REACH_DEPTH):
@@ -280,10 +276,8 @@ def _cell_filled(cell: Any) -> bool:
 
 
 def detect_language_of(obj: Any) -> str:
-    """The language of a kernel callable: its own source, then the modules it imports in
-    its own code, then the modules and functions its code refers to (one level), e.g.
-    `triton_kernels.softmax(x)` -> "triton", then the Triton kernels its code reaches
-    through library calls (`_reached_language`)."""
+    """The language of a kernel callable, looked for in the order of the module docstring
+    (`triton_kernels.softmax(x)` -> "triton")."""
     own = _source_of(obj)
     found = detect_language(own)
     if found != "pytorch":

@@ -1,9 +1,7 @@
 """The one problem loader: a kernel item's Problem rebuilt from its file in another process.
 
-Used by every process that is not the pytest session but must run the item's problem: the
-profiler's target process (`profile/target.py`), the isolated item child and the sandbox's
-generated reference (`optimize/loop/shims.py`). A KernelBench file becomes its problem as at
-collection; a marked kernel is found by its qualified name and rebuilt from its marker.
+A KernelBench file becomes its problem as at collection; a marked kernel is found by its
+qualified name and rebuilt from its marker.
 """
 
 from __future__ import annotations
@@ -80,8 +78,7 @@ def load_problem(locator: ProblemLocator) -> Problem:
 
 
 def lookup_qualname(namespace: Any, qualname: str) -> Any | None:
-    """The object `qualname` ("Kernel" or "Outer.kernel") names in `namespace`, None where a
-    part is missing."""
+    """The object `qualname` ("Outer.kernel") names in `namespace`, None where a part is missing."""
     obj: Any = namespace
     for part in qualname.split("."):
         obj = getattr(obj, part, None)

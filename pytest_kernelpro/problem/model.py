@@ -240,8 +240,7 @@ def _preview(value: Any) -> str:
 def wrong_inputs_return(result: Any) -> str | None:
     """What is wrong with an inputs factory's return value, in words, or None when it can be
     the kernel's arguments: a tuple or list (of tensors and other arguments, None for an
-    optional one) or one tensor or scalar. None, a dict, a string, a set and a generator
-    cannot (a dict was passed as one argument and the reference raised TypeError)."""
+    optional one) or one tensor or scalar; not None, a dict, a string, a set or a generator."""
     if result is None:
         return "None (a missing `return`?)"
     if isinstance(result, Mapping):
@@ -313,8 +312,7 @@ class Problem:
         return call_input_factory(self.input_factory, device, seed, self.shape)
 
     def instantiate(self, device: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
-        """(kernel, reference) ready to run on `device`; modules are built with the same
-        seed so parameters match, and moved to the device."""
+        """(kernel, reference) on `device`; modules are built with one seed so parameters match."""
         reference = self.reference_factory(device)
         if getattr(self.kernel_factory, "takes_reference", False):
             return self.kernel_factory(device, reference=reference), reference  # type: ignore[call-arg]
@@ -360,8 +358,7 @@ def sharing_weights(
     kernel_factory: Callable[[str], Any], reference_factory: Callable[[str], Any]
 ) -> Callable[..., Any]:
     """A kernel factory (device -> module) whose module gets the reference module's weights
-    (`build.share_weights`), for `Problem.instantiate`; marked `takes_reference` so the reference
-    it already built for the device is passed in and not constructed twice."""
+    (`build.share_weights`); `takes_reference`: the reference already built is passed in."""
 
     def kernel(device: str, reference: Any = None) -> Any:
         from pytest_kernelpro.problem.build import share_weights  # at build time, not collection
@@ -398,9 +395,8 @@ def problem_from_marker(
         else lambda device: reference
     )
     if kernel_is_module and reference_is_module:
-        # The kernel gets the reference module's parameters (`problem.build.share_weights`:
-        # by name, else by position and shape, as in the sandbox), so a patched kernel whose
-        # candidate named its weights differently checks the same.
+        # The kernel gets the reference module's parameters (`problem.build.share_weights`),
+        # so a patched kernel whose candidate named its weights differently checks the same.
         kernel_factory = sharing_weights(kernel_factory, reference_factory)
     return Problem(
         name=name,

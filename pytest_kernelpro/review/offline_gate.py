@@ -148,8 +148,7 @@ def compare_main(argv: Sequence[str] | None = None) -> int:
     """Print the table (or Markdown) of HEAD against BASE; exit 1 on a regression or when
     every compared kernel is incomparable or unresolved (one line on stderr says which;
     `--no-fail` exits 0), 0 otherwise; 2 on bad usage."""
-    from pytest_kernelpro.gate.report import DEFAULT_HISTORY_DIR
-    from pytest_kernelpro.review.runs import resolve_run
+    from pytest_kernelpro.review.runs import DEFAULT_HISTORY_DIR, resolve_run
 
     parser = argparse.ArgumentParser(
         prog="kernelpro compare",

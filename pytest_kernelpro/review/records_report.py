@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.fileio import atomic_write_text
+from pytest_kernelpro.fileio import atomic_write_json, atomic_write_text
 from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import KernelRecord
 
@@ -82,7 +82,7 @@ def junit_xml(records: Sequence[KernelRecord]) -> str:
 
 def report_main(argv: Sequence[str]) -> int:
     """`kernelpro report LOG.jsonl [--json OUT] [--junit OUT] [--check]`."""
-    from pytest_kernelpro.gate.report import build_report, write_json_report
+    from pytest_kernelpro.gate.report import build_report
 
     parser = argparse.ArgumentParser(
         prog="kernelpro report",
@@ -113,7 +113,7 @@ def report_main(argv: Sequence[str]) -> int:
         "missing": logged.missing,
     }
     if args.json_out:
-        write_json_report(args.json_out, build_report(records, meta=meta))
+        atomic_write_json(args.json_out, build_report(records, meta=meta))
     if args.junit_out:
         atomic_write_text(args.junit_out, junit_xml(records))
     failed = [r for r in logged.records if r.outcome in ("failed", "error")]

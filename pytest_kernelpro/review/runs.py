@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.report import DEFAULT_HISTORY_DIR
+
+DEFAULT_HISTORY_DIR = Path(".kernelpro") / "history"  # the history setting's default
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,9 @@ its time limit, and what its process chose and ran with.
 
 `ItemSettings.resolve` decides, once per item, every setting a marker can override, with the
 one precedence of the project: marker > command line > `KERNELPRO_*` environment > ini >
-conftest defaults (`pytest_kernelpro_defaults`) > built-in. The session-wide part of that
-chain (command line to built-in) is already resolved by `config.KernelproConfig`, whose
-`sources` name where each value came from; this adds the marker on top and keeps the source
-of every value, so a message can say why a kernel got its threshold or tolerance.
+conftest defaults (`pytest_kernelpro_defaults`) > built-in. It adds the marker on top of
+`config.KernelproConfig` and keeps the source of every value, so a message can say why a
+kernel got its threshold or tolerance.
 
 | setting      | marker keyword | session setting          | built-in                                  |
 |--------------|----------------|--------------------------|-------------------------------------------|
@@ -15,11 +14,6 @@ of every value, so a message can say why a kernel got its threshold or tolerance
 | rtol, atol   | rtol=, atol=   | (none)                   | by the reference output's dtype           |
 | min_roofline | min_roofline=  | (none)                   | none (no floor)                           |
 | device       | device=        | --kernelpro-device       | auto: the CUDA GPU when one is visible    |
-
-`Profiling` is the profile stage's setup: the session's builds
-(`profile_stage.SessionCapture`), the profiler's time limit, the budget of automatic
-regression profiles. `Services` is what another plugin's `pytest_kernelpro_item_measured`
-hook (the optimizer's) uses of the session; the other stages get values.
 
 **The time limit** (`item_time_limit`), in two layers, because a hang can happen in two places:
 
@@ -36,14 +30,10 @@ hook (the optimizer's) uses of the session; the other stages get values.
   `--kernelpro-isolate` runs each item in its own process, where only that item is lost.
 
 **What the item's process chose** (its autotune picks, the library settings that choose
-algorithms, the versions that change generated code): the capture
-(`measure.autotune_capture.AutotuneCapture`) watches the correctness trials, where an autotuner
-tunes at its first call, and reads what the timing tuned afterwards; the record's `autotune`
-and `environment` parts are set from it (`record_process_facts`). An item whose process has
-no autotuner loaded (none a conftest adds) and no pins gets no capture: its `autotune` part
-holds the library settings alone, as an empty capture's would. In the fresh process that
-confirms a regression (`fresh_process.py`) the baseline's choices are pinned before the
-kernel's first call (`run.fresh_process.remeasure_only` is that process's timing-only run).
+algorithms, the versions that change generated code): the capture watches the correctness
+trials, where an autotuner tunes at its first call, and reads what the timing tuned
+afterwards. In the fresh process that confirms a regression (`fresh_process.py`) the
+baseline's choices are pinned before the kernel's first call.
 """
 
 from __future__ import annotations
@@ -163,9 +153,8 @@ class ItemSettings:
 
 @dataclass(frozen=True)
 class DeviceModel:
-    """The device's ceilings (measured once per session, before the item's clock starts) and
-    its table entry (None on the CPU), or the error that kept them from the item: the
-    roofline stage fails with it, naming the item (`require`)."""
+    """The device's ceilings and table entry (None on the CPU), or the error that kept them
+    from the item, which the roofline stage fails with (`require`)."""
 
     ceilings: Ceilings | None
     spec: DeviceSpec | None
@@ -180,14 +169,10 @@ class DeviceModel:
 
 @dataclass(frozen=True)
 class ItemRun:
-    """One kernel item's state once its device is chosen, built once per item by its run
-    (`run.item_runner`) and passed to every stage as a value: the device (in `settings`),
-    the time limit, the CPU thread count, the item's and the session's resolved settings,
-    the device's ceilings and the baseline entry. No stage chooses a device, reads a thread
-    policy or looks ceilings or a baseline entry up again (tests/plugin/test_run_context.py).
-
-    The record is the one mutable part: each stage fills its own fields of it.
-    """
+    """One kernel item's state once its device is chosen, built once per item and passed to
+    every stage as a value: no stage chooses a device, reads a thread policy or looks ceilings
+    or a baseline entry up again. The record is the one mutable part: each stage fills its own
+    fields of it."""
 
     nodeid: str
     problem: Problem
@@ -204,12 +189,10 @@ class ItemRun:
     baseline_entry: BaselineEntry | None = None
     baseline_error: KernelproError | None = None
     # The test module pytest imported the marked kernel from (None for a KernelBench file):
-    # the optimize stage finds the live kernel in it, and its patch keeps the module's
-    # import style.
+    # the optimize stage finds the live kernel in it.
     module: Any = None
 
-    # Read by every stage, fixed for the item: computed on the first read, then a plain
-    # attribute (a property ran a function at each of the stages' reads).
+    # Read by every stage, fixed for the item: computed on the first read only.
     @functools.cached_property
     def device(self) -> str:
         return self.settings.device.value
@@ -221,9 +204,8 @@ class ItemRun:
 
 @dataclass
 class Profiling:
-    """The profile stage's setup, one per session: the builds it looks up (`capture`), the
-    profiler's time limit, and the budget of automatic profiles of regressed kernels with
-    what was spent of it (shared by the session's items, so it counts as they run)."""
+    """The profile stage's setup, one per session; the budget of automatic profiles of
+    regressed kernels is shared by the session's items, so it counts as they run."""
 
     capture: SessionCapture | None
     timeout_s: float
@@ -246,8 +228,7 @@ class Profiling:
 
 
 class Services(Protocol):
-    """What a plugin's `pytest_kernelpro_item_measured` hook (the optimizer) may use of the
-    session (implemented by `run.session.KernelproSession`)."""
+    """What a plugin's `pytest_kernelpro_item_measured` hook may use of the session."""
 
     settings: KernelproConfig  # the session-wide settings and their sources
     config: pytest.Config
@@ -263,8 +244,7 @@ class ItemTimeout(BaseException):  # noqa: N818 - reads as what happened, like T
 
 
 def time_limit_setting(config: KernelproConfig) -> Resolved[float | None]:
-    """The item time limit (None: none) and where it came from, for every item of the
-    session: the item's state, the isolated child's and the fresh process's limits."""
+    """The item time limit (None: none) and where it came from."""
     return Resolved(config.item_timeout_s, config.sources.get("item_timeout", "default"))
 
 
@@ -282,11 +262,9 @@ def item_time_limit(
     message: Callable[[], str],
     on_native_hang: Callable[[str], None],
 ) -> Iterator[None]:
-    """Limit the block to `seconds` (None: no limit); see the module docstring.
-
-    `message()` gives the failure text at the moment the limit fires (it names the phase);
-    `on_native_hang(text)` runs in the watchdog thread before the process exits.
-    """
+    """Limit the block to `seconds` (None: no limit); see the module docstring. `message()`
+    gives the failure text when the limit fires; `on_native_hang(text)` runs in the watchdog
+    thread before the process exits."""
     usable = (
         seconds is not None
         and hasattr(signal, "setitimer")
@@ -365,10 +343,9 @@ def extra_autotuners(config: pytest.Config) -> list[type]:
 
 
 def autotune_capture(run: ItemRun, pins_path: Any, classes: list[type]) -> AutotuneCapture | None:
-    """The item's capture: the pins of a re-measuring child (`pins_path`), none otherwise;
-    `classes` are the autotuners a conftest adds. None when there is nothing to watch or pin
-    (no autotuner loaded once the kernel is built, none added, no pins): a capture would
-    patch no class and record nothing."""
+    """The item's capture, with a re-measuring child's pins (`pins_path`) and the autotuners a
+    conftest adds (`classes`); None when there is nothing to watch or pin (no autotuner loaded
+    once the kernel is built, none added, no pins): it would record nothing."""
     load_triton_if_used(run.problem.language)
     if pins_path is None and not autotuner_classes(classes):
         return None

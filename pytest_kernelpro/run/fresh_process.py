@@ -3,18 +3,12 @@
 A process is a sample: autotuners pick their configs in it, the caching allocator places the
 buffers, libraries choose algorithms. A slowdown that belongs to one process reproduces in
 that process, so the confirmation re-measures in a new one: pytest itself on the item,
-started the way `--kernelpro-isolate` starts an item's child (`isolate.child_command`,
-`isolate.child_environment`: the parent's resolved settings, the plugin, the ini file), with
-the hidden `--kernelpro-remeasure-child=PINS_JSON`. That child builds the kernel, makes the
-timing inputs, calls the kernel once with the baseline's autotune choices pinned
-(`measure/autotune_capture.py`), times it with the session's timing budget and writes its record
-(timing, autotune choices, versions); it compares nothing with the baseline.
-
-The child finds the item as an isolated child does (`isolate.child_address`) and its record
-is read as one's (`isolate.child_record_for`). It checks the sampled timed outputs by the
-parent's calibrated rule (`rule_payload`, written beside the pins): the dtype's
-default tolerance refused an honest algebraic rewrite whose error the parent's trials had
-calibrated.
+started the way `--kernelpro-isolate` starts an item's child, with the hidden
+`--kernelpro-remeasure-child=PINS_JSON`. That child calls the kernel once with the baseline's
+autotune choices pinned, times it with the session's timing budget and writes its record; it
+compares nothing with the baseline. It checks the sampled timed outputs by the parent's
+calibrated rule (`rule_payload`, written beside the pins): the dtype's default tolerance
+refused an honest algebraic rewrite whose error the parent's trials had calibrated.
 
 Its cost is bounded like the in-process confirmation's: one re-timing with the same budget per
 provisional regression, plus the process start (Python, pytest, torch, the kernel's build and
@@ -121,8 +115,7 @@ def rule_from_payload(data: Mapping[str, Any]) -> CorrectnessRule:
 
 
 def read_rule(pins_path: str | Path | None) -> CorrectnessRule | None:
-    """The parent's rule written beside the child's pins file (`rule_payload`), or None
-    without one."""
+    """The parent's rule written beside the child's pins file, or None without one."""
     if pins_path is None:
         return None
     path = Path(pins_path).with_name(RULE_FILE)
@@ -143,9 +136,8 @@ def remeasure_in_fresh_process(
     *,
     limit: float | None,
 ) -> FreshMeasurement:
-    """Time `item` again in a new process with `pins` (autotune choices) imposed, its sampled
-    outputs checked by `rule` (the parent's calibrated correctness rule); the process gets
-    the item's time `limit` (None: none) plus its start-up allowance."""
+    """Time `item` again in a new process with `pins` imposed, its sampled outputs checked by
+    the parent's `rule`, within `limit` (None: none) plus the start-up allowance."""
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kernelpro-confirm-") as tmp:
         json_path = Path(tmp) / "remeasure.json"
@@ -179,8 +171,7 @@ def remeasure_in_fresh_process(
 def remeasure_only(run: ItemRun, built: BuiltKernel) -> None:
     """The fresh process of a confirmation: one call with the pins applied (the autotuners
     take the baseline's configs from their caches from then on), then the timing, made the
-    way the item's own timing is (the same inputs, fresh ones per call checked against the
-    reference)."""
+    way the item's own timing is."""
     kernel, capture = built.kernel, built.capture
     inputs = built.make_inputs(TIMING_SEED)  # the item's timing inputs
     with watching(capture), built.grad_mode():

@@ -25,7 +25,7 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_kernelpro.config import AS_RESOLVED, SETTINGS
+from pytest_kernelpro.config import SETTINGS
 from pytest_kernelpro.errors import KernelproError
 from pytest_kernelpro.record import KernelRecord
 
@@ -100,18 +100,8 @@ def child_environment(session: KernelproSession) -> dict[str, str]:
     """The parent's environment plus every resolved setting as its KERNELPRO_* variable."""
     settings = session.settings
     env = dict(os.environ)
-    values = {name: getattr(settings, name) for name in AS_RESOLVED}
-    values.update(
-        time_budget=settings.time_budget_s,
-        problems=settings.problems,
-        baseline=settings.baseline_path,
-        ceilings=settings.ceilings_path,
-        profile_timeout=settings.profile_timeout_s,
-        item_timeout=settings.item_timeout_s,
-        auto_profile_time=settings.auto_profile_time_s,
-        cpu_threads=settings.cpu_threads or "auto",
-        history="off",  # the parent keeps the run in the history, once
-    )
+    # The parent keeps the run in the history, once.
+    values = {**settings.resolved, "cpu_threads": settings.cpu_threads or "auto", "history": "off"}
     for setting in SETTINGS:
         if setting.name in ("isolate", "json"):
             continue
@@ -221,8 +211,7 @@ def run_child(
 ) -> tuple[subprocess.Popen[str], str, list[int] | None]:
     """Run a child pytest (`cmd`) from the session's directory, in a process group of its own
     (a kill takes its children too), within `limit` (None: none) plus its start-up allowance:
-    its process, its output, and the processes killed past the limit (None: it ended in
-    time). Raises OSError when it cannot start."""
+    (process, output, pids killed past the limit or None). OSError when it cannot start."""
     proc = subprocess.Popen(
         cmd,
         cwd=str(session.config.invocation_params.dir),

@@ -1,9 +1,5 @@
-"""Running one kernel item: the entry (`run_kernel_item`, from `KernelItem.runtest`), its
-guards, the item's state (`context.ItemRun`) built once, and the stages in order: build, then
-`stages.py` (check, time, re-check; the roofline), `profile_stage`, other plugins' work on the
-measured item (the `pytest_kernelpro_item_measured` hook: the optimizer's search), and the
-gate (or the roofline floor outside check mode). A confirmation's fresh process runs
-`fresh_process.remeasure_only` instead.
+"""Running one kernel item: its guards, its state (`context.ItemRun`) built once, and its
+stages in order.
 
 Only this module holds the pytest item and the session; every stage takes the item's state
 and values, so a stage can be called and tested alone. Every failure becomes a
@@ -110,9 +106,8 @@ def _release_frames(exc: BaseException | None) -> None:
 def _run_limited(
     item: KernelItem, session: KernelproSession, record: KernelRecord, phase: _Phase
 ) -> None:
-    """The device chosen, the process set up for it (CUDA context, CPU thread policy,
-    ceilings) before the item's clock starts, the item's state built once, then the stages
-    under the item's time limit."""
+    """The process set up for the item's device (CUDA context, CPU thread policy, ceilings)
+    before the item's clock starts, then the stages under the item's time limit."""
     from pytest_kernelpro.run.context import item_time_limit, timeout_message
 
     limit = time_limit_setting(session.settings)
@@ -128,7 +123,6 @@ def _run_limited(
         if not session.is_xdist_worker:
             session.write_outputs()
 
-    # The device is chosen once per item; every later step gets it in the item's state.
     choice = session.choose_device(item.problem)
     device = choice.device
     setup_started = time.perf_counter()
@@ -147,14 +141,10 @@ def _run_limited(
 
 
 def _start_cuda(device: str) -> None:
-    """Create this process's CUDA context before the item's clock starts, once.
-
-    The first CUDA item of a process pays for the context (seconds): counted against its
-    time limit, a short limit would fail a healthy kernel in every fresh `--kernelpro-isolate`
-    child, and stop a hanging kernel before it ever ran.
-    Nothing here waits for the GPU (an earlier item's kernel may still be running); what
-    fails is left to the item, which reports it.
-    """
+    """Create this process's CUDA context before the item's clock starts, once: counted
+    against its time limit, its seconds would fail a healthy kernel in every fresh
+    `--kernelpro-isolate` child. Nothing here waits for the GPU (an earlier item's kernel may
+    still run); what fails is left to the item, which reports it."""
     import torch
 
     if torch.cuda.is_initialized() or not torch.cuda.is_available():
@@ -166,9 +156,8 @@ def _start_cuda(device: str) -> None:
 
 @contextlib.contextmanager
 def cpu_thread_policy(device: str | None, requested: int) -> Iterator[int | None]:
-    """Run a CPU kernel item with the thread policy's torch thread count (yielded;
-    measure.timing.cpu_load), restoring torch's own setting afterwards (ordinary tests in the
-    session keep theirs); a GPU (or skipped) item runs as it is (None)."""
+    """Run a CPU kernel item with the thread policy's torch thread count (yielded), then give
+    the session's other tests torch's own back; a GPU (or skipped) item runs as it is (None)."""
     if device != "cpu":
         yield None
         return
@@ -189,15 +178,11 @@ def cpu_thread_policy(device: str | None, requested: int) -> Iterator[int | None
 
 def _device_model(session: KernelproSession, item: KernelItem, device: str) -> DeviceModel:
     """The device's ceilings (measured or loaded once a session) and its table entry, got
-    before the item's clock starts.
-
-    The probe measures the machine, not the kernel: charged to the first item's time limit,
-    a loaded machine failed that item (and, the probe being lost with it, every later one)
-    while the same limit passed on a quiet one. Runs under the item's thread policy (CPU
+    before the item's clock starts: the probe measures the machine, not the kernel, so it is
+    not charged to the first item's time limit. Runs under the item's thread policy (CPU
     ceilings are per thread count). A failure is kept for the roofline stage, which fails
-    the item with it (a correctness-only run never needs them); an interrupt still stops
-    the session (the cache is written atomically, so nothing half-measured is kept).
-    """
+    the item with it (a correctness-only run never needs them); an interrupt still stops the
+    session (the cache is written atomically)."""
     try:
         return DeviceModel(session.ceilings_for(device), session.spec_for(device))
     except KernelproError as exc:
@@ -232,8 +217,7 @@ def _item_state(
     threads: int | None,
     device_model: DeviceModel,
 ) -> ItemRun:
-    """The item's state, built once: the settings resolved on its device, and under
-    --kernelpro-check its baseline entry or the baseline's load error (`ItemRun`)."""
+    """The item's state (`ItemRun`), built once its device is chosen."""
     config = session.settings
     entry, baseline_error = None, None
     if config.check and not config.correctness_only and config.remeasure_pins is None:
@@ -282,8 +266,7 @@ class _Phase:
 
 @dataclass(frozen=True)
 class BuiltKernel:
-    """The kernel and its reference built on the item's device, its input maker, the grad
-    mode it runs in, and the capture of what its process chose."""
+    """The kernel and its reference built on the item's device, with what runs them."""
 
     kernel: Any
     reference: Any
@@ -378,8 +361,7 @@ def _price_and_gate(
     measured: _Measured,
     phase: _Phase,
 ) -> None:
-    """The roofline, the profile, other plugins' work on the measured item, then the gate
-    (or the roofline floor outside check mode)."""
+    """The roofline, the profile, other plugins' work, then the gate (or the roofline floor)."""
     phase.enter("counting the reference's FLOPs and bytes", "roofline")
     roofline(
         run,
@@ -450,8 +432,7 @@ def _noting_cuda_errors(session: KernelproSession, run: ItemRun) -> Iterator[Non
 
 
 def _start(run: ItemRun, session: KernelproSession) -> None:
-    """The record's device, thread count and resolved settings; a CUDA item after a CUDA
-    error stops here."""
+    """The record's device, threads and settings; a CUDA item after a CUDA error stops here."""
     record = run.record
     if run.threads is not None:
         record.extra["cpu_threads"] = run.threads
@@ -510,14 +491,10 @@ def _input_maker(run: ItemRun, memory: ItemMemory | None) -> Callable[[int], tup
 
 
 def _grad_mode(problem: Any) -> Any:
-    """`torch.no_grad` for nn.Module kernels and KernelBench problems, else a no-op.
-
-    A module's parameters require gradients, so a forward outside no_grad records the
-    autograd graph and keeps every activation it saves alive as long as the output lives:
-    the check held a network's saved activations (ten times its footprint and more) and the
-    timing paid for recording the graph on every call. KernelBench's own evaluation runs the
-    models under no_grad. Plain functions keep the caller's mode (one may use autograd).
-    """
+    """`torch.no_grad` for nn.Module kernels and KernelBench problems (as KernelBench's own
+    evaluation runs them), else a no-op: outside no_grad a module's forward records the
+    autograd graph and keeps its saved activations alive with the output, and the timing pays
+    for the graph on every call. Plain functions keep the caller's mode (one may use autograd)."""
     if problem.kind in ("kernelbench", "module"):
         import torch
 

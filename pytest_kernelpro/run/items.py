@@ -155,9 +155,8 @@ def _is_an_alias(module: Any, name: str, obj: Any, defined_here: bool) -> bool:
 
 
 def _refuse_parametrize(obj: Any, name: str) -> None:
-    """A kernel is called with its inputs alone, so `@pytest.mark.parametrize` on it has no
-    argument to fill: refused with the ways to get several items, not left to a TypeError
-    when the kernel is called without the parameter."""
+    """A kernel is called with its inputs alone, so `@pytest.mark.parametrize` on it is
+    refused with the ways to get several items, not left to a TypeError."""
     for mark in getattr(obj, "pytestmark", None) or []:
         if mark.name == "parametrize":
             break

@@ -1,9 +1,7 @@
 """The profile stage of a kernel item: ncu, SASS and a timeline of the kernel, then the
-tools' findings and guidance (`profile`, under --kernelpro-profile), and the automatic
-profile of a regressed kernel within the session's budget (`auto_profile`, from the gate
-stage). A profiler failure never fails the kernel. The session's builds it looks up
-(`SessionCapture`) are captured from configure on, where a CUDA GPU is, so a CPU session
-imports none of this module."""
+tools' findings and guidance (under --kernelpro-profile, or for a regressed kernel within the
+session's budget). A profiler failure never fails the kernel. The session's builds are
+captured from configure on only where a CUDA GPU is, so a CPU session imports none of this."""
 
 from __future__ import annotations
 
@@ -52,8 +50,7 @@ class SessionCapture:
 
 
 def profile(run: ItemRun, profiling: Profiling, device: str | None = None) -> None:
-    """ncu, SASS and timeline of the kernel, then the tools' findings and guidance; a
-    profiler failure never fails the kernel."""
+    """ncu, SASS and timeline of the kernel, then the tools' findings and guidance."""
     device = run.device if device is None else device
     record = run.record
     if not device.startswith("cuda"):

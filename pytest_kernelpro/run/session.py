@@ -76,9 +76,8 @@ class KernelproSession:
     # Why this xdist worker has no GPU of its own (`run/workers.py`), else None: a kernel
     # item that would be timed on a GPU here fails with it.
     gpu_shared_by_workers: str | None = None
-    # Fixed for the session, read once, here (at configure): the records log's and the
-    # artifacts' paths, the timing budget by device kind ("cpu", "cuda") and whether this
-    # process is an xdist worker; the hooks, the items and the session's finish read these.
+    # Fixed for the session, read once here (at configure); the hooks, the items and the
+    # session's finish read these.
     records_path: Path = field(init=False)
     artifacts_dir: Path = field(init=False)
     time_budget_s: dict[str, float] = field(init=False)
@@ -112,8 +111,7 @@ class KernelproSession:
         )
 
     def coverage(self) -> tuple[list[str], list[str]] | None:
-        """Under --kernelpro-check, the baseline's entries no kernel matched and the kernels
-        without an entry (`gate.baseline.unmatched`); None without a check or a baseline."""
+        """Under --kernelpro-check, `gate.baseline.unmatched` of its baseline; else None."""
         baseline = self._baseline
         if not self.settings.check or baseline is None:
             return None
@@ -210,9 +208,8 @@ class KernelproSession:
 
     def reprobe_ceilings(self, device: str, why: str) -> Ceilings:
         """The device's ceilings re-probed once per session (a kernel exceeded them): on the
-        CPU the best of the old and a new probe (`measure.ceiling_probe.reprobe`), which
-        makes them trusted; GPU ceilings and a ceilings file from settings are returned as
-        they are."""
+        CPU the best of the old and a new probe, which makes them trusted; GPU ceilings and a
+        ceilings file from settings are returned as they are."""
         from pytest_kernelpro.measure.ceiling_probe import reprobe, reprobe_summary
         from pytest_kernelpro.measure.ceilings import default_cache_dir
 
@@ -295,9 +292,9 @@ class KernelproSession:
 
     def write_outputs(self) -> None:
         """Write the JSON report and, when asked, the baseline and the history; never raise into
-        pytest. A write that fails is noted (`self.write_failed`): the session fails, and no
-        line says the file was written."""
-        from pytest_kernelpro.gate.report import build_report, write_json_report
+        pytest. A write that fails is noted (`write_failed`), never said to be written."""
+        from pytest_kernelpro.fileio import atomic_write_json
+        from pytest_kernelpro.gate.report import build_report
 
         settings = self.settings
         saving = settings.save_baseline is not None and not settings.correctness_only
@@ -311,7 +308,7 @@ class KernelproSession:
                 self.notes.append(noisy)
         report = build_report(self.records, meta=self.report_meta())
         try:
-            write_json_report(settings.json_path, report)
+            atomic_write_json(settings.json_path, report)  # a reader never sees half a file
             self.json_written = True
         except OSError as exc:
             self.write_failed("JSON report", settings.json_path, exc)
@@ -397,8 +394,7 @@ class KernelproSession:
         self.write_failed("records log", self.records_path, exc)
 
     def write_failed(self, what: str, path: Path | str, exc: BaseException) -> None:
-        """Note a requested write that failed: the session fails, naming `path` and the OS
-        error (`exc`)."""
+        """Note a requested write that failed: the session fails, naming `path` and the error."""
         detail = f"{exc.strerror} (errno {exc.errno})" if isinstance(exc, OSError) else str(exc)
         if isinstance(exc, OSError) and exc.filename and str(exc.filename) != str(path):
             detail += f" at {exc.filename}"
@@ -455,9 +451,7 @@ class KernelproSession:
 
 
 def start_session(config: pytest.Config) -> KernelproSession:
-    """The session of one pytest run, set up from its config (what `pytest_configure` does):
-    settings parsed once, an xdist worker pinned to its GPU, the problems directory added to
-    the paths to collect, the build capture for profiling."""
+    """The session of one pytest run, set up from its config (what `pytest_configure` does)."""
     import pytest
 
     from pytest_kernelpro.config import KernelproConfig
@@ -520,8 +514,7 @@ def is_within(child: Path, parent: Path) -> bool:
     return child.resolve().is_relative_to(parent.resolve())
 
 
-# -- end-of-session outputs: the artifacts folder's .gitignore, the terminal table (its texts:
-# `gate/format.py`, `gate/render_session.py`) --
+# -- end-of-session outputs: the artifacts folder's .gitignore, the terminal table --
 
 
 def _ignore_artifacts_dir(path: Any) -> None:
@@ -531,8 +524,7 @@ def _ignore_artifacts_dir(path: Any) -> None:
 
 
 def baseline_coverage_lines(kp: KernelproSession, full: bool) -> list[str]:
-    """What --kernelpro-check could not compare: entries without a kernel and the reverse
-    (`full`: every name, as with -v)."""
+    """What --kernelpro-check could not compare (`full`: every name, as with -v)."""
     coverage = kp.coverage()
     if coverage is None or not any(coverage):  # every entry matched: nothing to say
         return []
@@ -591,8 +583,7 @@ def terminal_summary(kp: KernelproSession, terminalreporter: Any) -> None:
 
 
 def plugin_sections(records: list[KernelRecord]) -> list[tuple[str, list[str]]]:
-    """The terminal sections other plugins attached to records (`record.sections`), one per
-    title, in the order the titles first appear."""
+    """Other plugins' terminal sections (`record.sections`), one per title, in order."""
     sections: dict[str, list[str]] = {}
     for record in records:
         for section in record.sections:
@@ -602,8 +593,7 @@ def plugin_sections(records: list[KernelRecord]) -> list[tuple[str, list[str]]]:
 
 def table_width(writer: Any) -> int | None:
     """The terminal's columns, or None where pytest writes to no terminal (a CI log, a pipe,
-    a file): the tables then take the width of their content, since a log has no width to
-    fit and a cut table loses its verdicts first."""
+    a file: gate/render_session.py's "Tables")."""
     if writer is None:
         return None
     stream = getattr(writer, "_file", None)
@@ -614,9 +604,8 @@ def table_width(writer: Any) -> int | None:
 
 
 def summary_notes(kp: KernelproSession, *, full: bool | None = None) -> list[str]:
-    """Lines for work that was asked for and did not run, and for timings not to trust
-    (the text: `gate.render_session.session_conditions`): one short line per condition, the full
-    text with -v (`full`: decide without the verbosity, for the JSON report)."""
+    """The session's conditions: one short line each, the full text with -v (`full`: decide
+    without the verbosity, for the JSON report)."""
     from pytest_kernelpro.gate.render_session import note_lines
 
     return note_lines(kp.conditions(), verbose=verbose(kp) if full is None else full)

@@ -1,16 +1,6 @@
-"""The stages of a kernel item, in the order `item_runner` runs them: the measure stage
-(`check`: the correctness trials; `time_item`: the timing, every timed call on fresh inputs
-with sampled outputs checked against the reference; `recheck`: the re-check after timing),
-the roofline stage (`roofline`: the reference's FLOPs and bytes priced on the device's
-ceilings; `roofline_floor`: the marker's `min_roofline` outside check mode, which in check
-mode the verdict applies) and the gate stage (`gate`: the verdict against the item's baseline
-entry, a provisional regression confirmed by timing the kernel again, in a fresh process by
-default (`run.fresh_process`), with the baseline's autotune choices pinned, and a confirmed
-regression profiled (`run.profile_stage.auto_profile`)).
-
-Each stage takes the item's state (`run.context.ItemRun`) and the kernel, its reference and
-inputs as values, fills its part of the record, and fails the item with a `KernelproError`
-that names what went wrong.
+"""The stages of a kernel item, in the order `item_runner` runs them (and the way its module
+docstring says): the measure stage (`check`, `time_item`, `recheck`), the roofline stage
+(`roofline`, `roofline_floor`) and the gate stage (`gate`). Each fills its part of the record.
 """
 
 from __future__ import annotations
@@ -81,11 +71,10 @@ def time_item(
     make_inputs: Callable[[int], tuple[Any, ...]],
     correctness: Any,
 ) -> tuple[float, Callable[[], Any]]:
-    """Time the kernel on `inputs`; returns the median and a re-measurement (the gate's
-    confirmation times the kernel again the same way). Every timed call gets fresh inputs
-    from `make_inputs` and sampled outputs are checked against the reference
-    (`measure.timing.fresh_inputs`); a kernel that did less than its work while timed fails
-    here, naming what was seen."""
+    """Time the kernel on `inputs`; returns the median and a re-measurement made the same way.
+    Every timed call gets fresh inputs from `make_inputs` and sampled outputs are checked
+    against the reference (`measure.timing.fresh_inputs`); a kernel that did less than its
+    work while timed fails here, naming what was seen."""
     from pytest_kernelpro.measure.timing import DishonestTiming, TimingBudget, time_kernel
 
     settings, device, record = run.session_settings, run.device, run.record
@@ -137,15 +126,13 @@ def _fresh_inputs(
     correctness: Any,
 ) -> Any:
     """The timed call's `FreshInputs`: new content every call from the item's own input maker,
-    the outputs of calls chosen after they returned compared with the reference's by the
-    correctness trials' rule (`measure.output_rule`: the tolerance the first trial's truth
-    calibrated, else the dtype rule)."""
+    and the outputs of calls chosen after they returned checked against the reference's by
+    the correctness trials' rule, with what their truth calibrated (`measure.output_rule`)."""
     import torch
 
     from pytest_kernelpro.measure.correctness_check import kept_rule
     from pytest_kernelpro.measure.timing.fresh_inputs import fresh_inputs
 
-    # The trials' rule, with what their truth calibrated (as the re-check after timing).
     rule = kept_rule(correctness, rtol=run.settings.rtol.value, atol=run.settings.atol.value)
     return fresh_inputs(
         torch,
@@ -277,8 +264,7 @@ def roofline(
 
 
 def roofline_floor(run: ItemRun, median_s: float) -> None:
-    """`min_roofline` outside check mode: the gate's one rule (`gate.verdict.roofline_floor`),
-    failing the item with the numbers behind it."""
+    """`min_roofline` outside check mode (`gate.verdict.roofline_floor`), failing the item."""
     from pytest_kernelpro.gate.verdict import roofline_floor as floor
 
     record = run.record
@@ -299,9 +285,8 @@ def gate(
     *,
     profiling: Profiling,
 ) -> None:
-    """The verdict against the item's baseline entry (a regression is confirmed by timing it
-    again, in a fresh process by default, with the baseline's autotune choices pinned, and
-    profiled); a failing verdict, or a baseline that did not load, fails the item."""
+    """The verdict against the item's baseline entry (a regression confirmed and profiled);
+    a failing verdict, or a baseline that did not load, fails the item."""
     from pytest_kernelpro.gate.verdict import decide_verdict, needs_confirmation
     from pytest_kernelpro.measure.roofline import kernel_efficiency
 

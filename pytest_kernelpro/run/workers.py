@@ -38,14 +38,10 @@ class WorkerGpu:
 def assign_worker_gpu(
     worker_id: str, worker_count: int, environ: dict[str, str] | None = None
 ) -> WorkerGpu:
-    """Pin this xdist worker to its own GPU by setting CUDA_VISIBLE_DEVICES.
-
-    With no GPU, nothing is pinned (CPU kernels only). With more workers than GPUs, workers
-    past the last GPU get none of their own and are left as they are: their ordinary tests
-    run as without the plugin (a suite's unit tests may share a GPU), while a kernel item
-    that would be timed on a GPU there fails with `shared` as its reason, because two
-    workers timing on one GPU spoil both measurements.
-    """
+    """Pin this xdist worker to its own GPU by setting CUDA_VISIBLE_DEVICES (with no GPU,
+    nothing is pinned). Workers past the last GPU are left as they are: their ordinary tests
+    run as without the plugin (a suite's unit tests may share a GPU), while a kernel item that
+    would be timed on a GPU there fails with `shared` as its reason."""
     env = os.environ if environ is None else environ
     gpus = visible_gpu_ids(env)
     if not gpus:

@@ -11,9 +11,10 @@ import pytest
 from gate_factories import make_record
 
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.render_session import render_terminal_table
-from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, build_report, write_json_report
+from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, build_report
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.plot import roofline_plot, roofline_points
@@ -46,7 +47,7 @@ def test_build_write_load(tmp_path: Path) -> None:
     assert report["summary"]["by_status"] == {"failed": 1, "ok": 1, "regressed": 1}
     assert report["summary"]["failed"] == 2
     assert sorted(report["summary"]["failed_names"]) == ["b[1]", "c[1]"]
-    path = write_json_report(tmp_path / ".kernelpro" / "kernelpro-report.json", report)
+    path = atomic_write_json(tmp_path / ".kernelpro" / "kernelpro-report.json", report)
     assert json.loads(path.read_text(encoding="utf-8")) == json.loads(json.dumps(report))
     loaded = load_report(path)
     again = records_of(loaded)
@@ -66,7 +67,7 @@ def test_load_report_errors(tmp_path: Path) -> None:
         load_report(tmp_path / "y.json")
     future = build_report([], meta={})
     future["schema_version"] = 99
-    write_json_report(tmp_path / "z.json", future)
+    atomic_write_json(tmp_path / "z.json", future)
     with pytest.raises(KernelproError, match="schema version 99"):
         load_report(tmp_path / "z.json")
 
@@ -79,7 +80,7 @@ def test_merge_worker_reports(tmp_path: Path) -> None:
     gw1 = build_report([other], meta={"wall_s": 41.0, "commit": "c1"})
     rerun = gated("a[1]", 1.3)
     gw2 = build_report([rerun], meta={"wall_s": 5.0, "commit": "c2"})
-    paths = [write_json_report(tmp_path / f"gw{i}.json", r) for i, r in enumerate((gw0, gw1, gw2))]
+    paths = [atomic_write_json(tmp_path / f"gw{i}.json", r) for i, r in enumerate((gw0, gw1, gw2))]
     merged = merge_report_dicts([load_report(p) for p in paths])
     assert {r["name"] for r in merged["records"]} == {"a[1]", "b[1]"}
     a = next(r for r in merged["records"] if r["name"] == "a[1]")

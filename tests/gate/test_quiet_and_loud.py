@@ -15,6 +15,7 @@ import pytest
 from gate_factories import make_record
 from msgspec.structs import replace
 
+from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.baseline import BaselineEntry
 from pytest_kernelpro.gate.baseline_save import entry_from_record, save_baseline, too_noisy_note
 from pytest_kernelpro.gate.format import NOTE_WIDTH, Note, fit, plain_note
@@ -26,7 +27,7 @@ from pytest_kernelpro.gate.render_session import (
     session_conditions,
     session_line,
 )
-from pytest_kernelpro.gate.report import build_report, write_json_report
+from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.gate.verdict import RESOLVABLE_TOLERANCE, decide_verdict
 from pytest_kernelpro.measure.timing.on_cpu import summarize_cpu_pairs
 from pytest_kernelpro.problem.model import did_you_mean, wrong_inputs_return
@@ -168,7 +169,7 @@ def test_compare_with_every_kernel_incomparable_fails_unless_no_fail(
     base = save_baseline(tmp_path / "base.yaml", [make_record("a[1]", device=CPU, seed=1)])
     assert base.entries
     head = [make_record("a[1]", device="cpu (Other CPU 9000, 1 thread)", seed=2)]
-    path = write_json_report(tmp_path / "head.json", build_report(head, meta={}))
+    path = atomic_write_json(tmp_path / "head.json", build_report(head, meta={}))
     assert compare_main([str(tmp_path / "base.yaml"), str(path)]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (

@@ -14,14 +14,10 @@ import pytest
 
 import pytest_kernelpro
 from pytest_kernelpro.errors import KernelproError
+from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.baseline import BaselineError, load_baseline
 from pytest_kernelpro.gate.baseline_save import save_baseline
-from pytest_kernelpro.gate.report import (
-    REPORT_SCHEMA_VERSION,
-    RecordsLog,
-    build_report,
-    write_json_report,
-)
+from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, RecordsLog, build_report
 from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import (
     PARTS,
@@ -65,7 +61,7 @@ def _records() -> list[KernelRecord]:
 
 def test_the_json_report_gives_back_the_records_it_was_written_with(tmp_path: Path) -> None:
     records = _records()
-    path = write_json_report(tmp_path / "r.json", build_report(records, meta={}))
+    path = atomic_write_json(tmp_path / "r.json", build_report(records, meta={}))
     data = load_report(path)
     assert data["schema_version"] == REPORT_SCHEMA_VERSION
     assert records_of(data) == records
@@ -74,8 +70,8 @@ def test_the_json_report_gives_back_the_records_it_was_written_with(tmp_path: Pa
 
 def test_merged_reports_keep_every_record_typed(tmp_path: Path) -> None:
     first, second, cpu = _records()
-    a = write_json_report(tmp_path / "a.json", build_report([first, cpu], meta={}))
-    b = write_json_report(tmp_path / "b.json", build_report([second], meta={}))
+    a = atomic_write_json(tmp_path / "a.json", build_report([first, cpu], meta={}))
+    b = atomic_write_json(tmp_path / "b.json", build_report([second], meta={}))
     merged = merge_report_dicts([load_report(a), load_report(b)])
     assert sorted(r.nodeid for r in records_of(merged)) == sorted(
         r.nodeid for r in (first, second, cpu)
@@ -112,7 +108,7 @@ def test_a_report_of_another_version_names_both_versions_and_the_fix(tmp_path: P
     report = build_report(_records(), meta={})
     report["schema_version"] = REPORT_SCHEMA_VERSION + 1
     report["tool"] = "pytest-kernelpro 9.0.0"
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     with pytest.raises(KernelproError) as caught:
         load_report(path)
     text = str(caught.value)
@@ -126,7 +122,7 @@ def test_a_report_of_another_version_names_both_versions_and_the_fix(tmp_path: P
 def test_a_report_without_a_version_is_refused(tmp_path: Path) -> None:
     report = build_report(_records(), meta={})
     del report["schema_version"]
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     with pytest.raises(KernelproError, match=r"schema version None.*reads version 1"):
         load_report(path)
 
@@ -134,7 +130,7 @@ def test_a_report_without_a_version_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("version", ["true", "1.0", '"1"', "null"])
 def test_a_version_that_only_compares_equal_to_1_is_refused(tmp_path: Path, version: str) -> None:
     """`true == 1` and `1.0 == 1` in Python: the version must be the integer itself."""
-    path = write_json_report(tmp_path / "r.json", build_report(_records(), meta={}))
+    path = atomic_write_json(tmp_path / "r.json", build_report(_records(), meta={}))
     text = path.read_text(encoding="utf-8").replace(
         '"schema_version": 1', f'"schema_version": {version}'
     )
@@ -155,7 +151,7 @@ def test_a_value_without_a_json_type_is_written_as_its_text(tmp_path: Path) -> N
     """A path in `extra` (what json.dumps(default=str) did before): written, never a crash."""
     (record,) = _records()[2:]
     record.extra["where"] = tmp_path
-    path = write_json_report(tmp_path / "r.json", build_report([record], meta={}))
+    path = atomic_write_json(tmp_path / "r.json", build_report([record], meta={}))
     assert records_of(load_report(path))[0].extra["where"] == str(tmp_path)
 
 
@@ -191,7 +187,7 @@ def test_a_baseline_of_another_version_names_both_versions_and_the_fix(tmp_path:
 
 
 def test_a_truncated_report_names_the_file(tmp_path: Path) -> None:
-    path = write_json_report(tmp_path / "r.json", build_report(_records(), meta={}))
+    path = atomic_write_json(tmp_path / "r.json", build_report(_records(), meta={}))
     path.write_text(path.read_text(encoding="utf-8")[:500], encoding="utf-8")
     with pytest.raises(KernelproError, match=rf"report {path} cannot be read as JSON"):
         load_report(path)
@@ -202,7 +198,7 @@ def test_a_report_record_of_the_wrong_types_names_the_file_record_and_field(
 ) -> None:
     report = build_report(_records(), meta={})
     report["records"][2]["timing"]["stats"]["median_s"] = "fast"
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     with pytest.raises(KernelproError) as caught:
         load_report(path)
     text = str(caught.value)
@@ -213,7 +209,7 @@ def test_a_report_record_of_the_wrong_types_names_the_file_record_and_field(
 def test_a_report_record_that_is_not_an_object_is_refused(tmp_path: Path) -> None:
     report = build_report(_records(), meta={})
     report["records"].append("not a record")
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     with pytest.raises(KernelproError, match=r"records\[3\]: not a kernel record"):
         load_report(path)
 

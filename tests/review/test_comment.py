@@ -10,9 +10,10 @@ import pytest
 from fake_github import running_fake_github
 from gate_factories import make_record
 
+from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.baseline_save import entry_from_record
 from pytest_kernelpro.gate.confirmation import confirm
-from pytest_kernelpro.gate.report import build_report, write_json_report
+from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.comment import MARKER, render_comment
@@ -227,7 +228,7 @@ def test_post_validates_its_arguments(kw: dict, match: str) -> None:
 def test_cli_writes_markdown_from_json(
     tmp_path: Path, report: dict, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     out = tmp_path / "comment.md"
     assert comment_main([str(path), "--out", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == render_comment(report)
@@ -236,8 +237,8 @@ def test_cli_writes_markdown_from_json(
 
 
 def test_cli_merges_several_reports(tmp_path: Path) -> None:
-    a = write_json_report(tmp_path / "a.json", build_report([gated("a[1]", 1.0)], meta={}))
-    b = write_json_report(tmp_path / "b.json", build_report([gated("b[1]", 1.3)], meta={}))
+    a = atomic_write_json(tmp_path / "a.json", build_report([gated("a[1]", 1.0)], meta={}))
+    b = atomic_write_json(tmp_path / "b.json", build_report([gated("b[1]", 1.3)], meta={}))
     out = tmp_path / "c.md"
     assert comment_main([str(a), str(b), "--out", str(out)]) == 0
     text = out.read_text(encoding="utf-8")
@@ -252,7 +253,7 @@ def test_cli_posts_with_the_token_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     with running_fake_github(TOKEN) as gh:
         gh.heads[12] = "a" * 40
@@ -274,7 +275,7 @@ def test_cli_posts_with_the_token_from_the_environment(
 def test_cli_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     monkeypatch.delenv("GH_TOKEN", raising=False)
-    path = write_json_report(tmp_path / "r.json", build_report([gated("a[1]", 1.0)], meta={}))
+    path = atomic_write_json(tmp_path / "r.json", build_report([gated("a[1]", 1.0)], meta={}))
     assert comment_main([str(path), "--post", "--repo", "o/r", "--pr", "x"]) == 2
     assert comment_main([str(path), "--post", "--repo", "o/r", "--pr", "3"]) == 1
     assert "GITHUB_TOKEN" in capsys.readouterr().err

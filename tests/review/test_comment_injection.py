@@ -20,7 +20,8 @@ from gate_factories import make_record
 from markdown_it import MarkdownIt
 
 from pytest_kernelpro.errors import KernelproError
-from pytest_kernelpro.gate.report import build_report, write_json_report
+from pytest_kernelpro.fileio import atomic_write_json
+from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.gate.verdict import decide_verdict
 from pytest_kernelpro.record import VerdictPart, part_of
 from pytest_kernelpro.review.comment import MARKER, render_comment
@@ -165,7 +166,7 @@ def test_the_cli_posts_nothing_for_a_malformed_report(
 ) -> None:
     report = hostile_report()
     report["records"][0]["gate"]["p_value"] = "0.01"
-    path = write_json_report(tmp_path / "r.json", report)
+    path = atomic_write_json(tmp_path / "r.json", report)
     out = tmp_path / "c.md"
     assert comment_main([str(path), "--out", str(out)]) == 1
     assert not out.exists()

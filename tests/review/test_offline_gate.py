@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from gate_factories import make_record
 
+from pytest_kernelpro.fileio import atomic_write_json
 from pytest_kernelpro.gate.baseline_save import save_baseline
-from pytest_kernelpro.gate.report import build_report, write_json_report
+from pytest_kernelpro.gate.report import build_report
 from pytest_kernelpro.review.offline_gate import compare_main
 
 
@@ -17,8 +18,8 @@ def _runs(tmp_path: Path) -> tuple[Path, Path]:
     head = [make_record("a[1]", seed=3), make_record("b[1]", median_s=60e-6, seed=4)]
     head.append(make_record("c[1]", seed=5))
     return (
-        write_json_report(tmp_path / "base.json", build_report(base, meta={})),
-        write_json_report(tmp_path / "head.json", build_report(head, meta={})),
+        atomic_write_json(tmp_path / "base.json", build_report(base, meta={})),
+        atomic_write_json(tmp_path / "head.json", build_report(head, meta={})),
     )
 
 
