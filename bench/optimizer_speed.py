@@ -255,6 +255,7 @@ def step_search(args: argparse.Namespace, deadline: float) -> dict[str, Any]:
                     "wall_split",
                     "both_peak_mb",
                     "device_peak_mb",
+                    "device_peak_at",
                 )
             }
         )

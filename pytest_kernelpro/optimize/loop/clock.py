@@ -138,6 +138,7 @@ class WallClock:
                 "both_peak_at": metrics.get("both_peak_at"),
                 # A CUDA problem's GPU memory above its level at the start (`device_peak.py`).
                 "device_peak_mb": metrics.get("device_peak_mb"),
+                "device_peak_at": metrics.get("device_peak_at"),
             }
         )
 

@@ -5,7 +5,8 @@ CUDA problem's worker and judge hold on the GPU is not among them. So while a CU
 evaluation runs, the session samples the device's used memory (total - free, the driver's
 count: every context and every caching allocator's reserve) and reports the largest use above
 the level at the evaluation's start (`device_peak_mb`, beside the footprint's
-`device_estimate_bytes`).
+`device_estimate_bytes`), and where the processes were at that peak (`device_peak_at`: the
+worker's last reported phase, the judge's host memory).
 
 The count is the device's, not the evaluation's own: anything else that allocates on the GPU
 meanwhile (another worker, another program) is in it, so it errs high. It is reported, never
@@ -17,18 +18,27 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 INTERVAL_S = 0.01  # a phase that holds a copy of a large output lasts far longer
 
 
 class DevicePeak:
-    """Samples `used_bytes()` on a thread of its own from construction until `stop()`."""
+    """Samples `used_bytes()` on a thread of its own from construction until `stop()`;
+    `where()` is read at each new peak (`at`)."""
 
-    def __init__(self, used_bytes: Callable[[], int], interval_s: float = INTERVAL_S) -> None:
+    def __init__(
+        self,
+        used_bytes: Callable[[], int],
+        where: Callable[[], Any] = lambda: None,
+        interval_s: float = INTERVAL_S,
+    ) -> None:
         self._used_bytes = used_bytes
+        self._where = where
         self._interval_s = interval_s
         self.base = used_bytes()
         self.peak = self.base
+        self.at: Any = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._sample, name="kernelpro-device-peak")
         self._thread.daemon = True
@@ -36,7 +46,12 @@ class DevicePeak:
 
     def _sample(self) -> None:
         while not self._stopped.wait(self._interval_s):
-            self.peak = max(self.peak, self._used_bytes())
+            self._take()
+
+    def _take(self) -> None:
+        used = self._used_bytes()
+        if used > self.peak:
+            self.peak, self.at = used, self._where()
 
     def stop(self) -> int:
         """Bytes above the level at the start, at the largest sample (one taken at the first
@@ -44,7 +59,7 @@ class DevicePeak:
         if not self._stopped.is_set():
             self._stopped.set()
             self._thread.join()
-            self.peak = max(self.peak, self._used_bytes())
+            self._take()
         return self.peak - self.base
 
 

@@ -64,7 +64,7 @@ from pytest_kernelpro.optimize.sandbox.handles import HandleChannels, Received
 from pytest_kernelpro.optimize.sandbox.isolation import Isolation
 from pytest_kernelpro.optimize.sandbox.measurement import PRECISION_KEY, session_fp32_precision
 from pytest_kernelpro.optimize.sandbox.pool import StandbyPool
-from pytest_kernelpro.optimize.sandbox.processes import remove_tree
+from pytest_kernelpro.optimize.sandbox.processes import last_phase, remove_tree
 from pytest_kernelpro.optimize.sandbox.project_view import set_session_view, task_project_view
 from pytest_kernelpro.optimize.sandbox.supervise import WorkerSupervision
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask, SandboxLimits
@@ -267,10 +267,23 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         env.setdefault("MALLOC_ARENA_MAX", "4")  # fewer 64 MB arenas under RLIMIT_AS
         return env
 
-    def _device_peak(self) -> DevicePeak | None:
-        """The sampler of a CUDA problem's GPU memory (`device_peak.py`); None on the CPU."""
+    def _device_peak(self, workdir: Path) -> DevicePeak | None:
+        """The sampler of a CUDA problem's GPU memory while the worker of `workdir` and its
+        judge run, with where they were at its peak (`device_peak.py`); None on the CPU."""
         device = session_device(self.task.device)
-        return DevicePeak(cuda_used_bytes(device)) if device.startswith("cuda") else None
+        if not device.startswith("cuda"):
+            return None
+
+        def where() -> dict[str, Any]:
+            # The judge reports no phases: its host memory says whether it was at work.
+            judge_dir = self.handles.judge_of(workdir)
+            judge = self.memory_now.get(judge_dir) if judge_dir is not None else None
+            return {
+                "worker_phase": last_phase(workdir / "progress.log"),
+                "judge_resident_mb": None if judge is None else round(judge[0], 1),
+            }
+
+        return DevicePeak(cuda_used_bytes(device), where)
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Build, check and time `candidate` in a worker; never raises for its failures
@@ -294,7 +307,7 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         prebuilt = builder.wait(candidate.code) if builder is not None else None
         waited = time.monotonic() - waiting  # compiles still running when this one's turn came
         # A CUDA problem's GPU memory, sampled from here while its processes run.
-        device_peak = self._device_peak()
+        device_peak = self._device_peak(workdir)
         # The judge starts with the worker and checks each output as it is handed over.
         beside = self._start_judge(workdir) if self.limits.judge else None
         try:
@@ -338,6 +351,7 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
             if device_peak is not None:
                 evaluation.metrics["device_peak_mb"] = round(device_peak.stop() / 2**20, 1)
+                evaluation.metrics["device_peak_at"] = device_peak.at
             # Its host memory at the peak: the worker and the judge beside it together, or
             # either alone, each with the outputs held by handle (`_watch`).
             evaluation.metrics["both_peak_mb"] = round(self.both_peak_mb.pop(workdir, 0.0), 1)
