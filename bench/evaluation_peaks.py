@@ -109,6 +109,7 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--pss-every", type=float, default=1.0, help="seconds; 0: no sampler")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--first", type=int, default=len(REPLIES), help="candidates evaluated")
     args = parser.parse_args()
 
     from pytest_kernelpro.optimize.sandbox.evaluator import (
@@ -133,7 +134,7 @@ def main() -> None:
     if sampler is not None:
         sampler.start()
     try:
-        for strategy, body in REPLIES:
+        for strategy, body in REPLIES[: args.first]:
             if sampler is not None:
                 sampler.reset()
             load_before = os.getloadavg()
@@ -164,6 +165,8 @@ def main() -> None:
                 ),
                 "pss_samples": sampler.samples if sampler else 0,
                 "pss_unread": sampler.pss_unread if sampler else 0,
+                "wall_split": metrics.get("wall_split"),
+                "phases": metrics.get("phases"),
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
             }
