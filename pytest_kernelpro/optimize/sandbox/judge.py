@@ -108,8 +108,13 @@ class _Reference:
         # comparison (one draw and one call) rather than made again from its seed after the
         # truth's re-run and when the first output comes (three of each): always on CUDA; on
         # the CPU where one more output fits the memory bound, decided at the truth's call
-        # (`footprint.Footprint.room_for_kept_reference`).
+        # (`footprint.Footprint.room_for_kept_reference`), and only where the truth is made
+        # before any output is handed over (`truth_first`: the judge beside a worker, told
+        # its truth). A judge that finds its truth on a handed-over output (the re-timing
+        # worker's) holds that output beside the re-run already: it makes the reference's
+        # output again, as a small problem's judge does.
         self.keeps_reference = self.device.type != "cpu"
+        self.truth_first = False
         # The first output's leaves as the worker names them (its output is not flattened):
         # flattened leaf path -> that path.
         self.worker_paths: dict[str, str] = {}
@@ -188,7 +193,9 @@ class _Reference:
             described: Any = leaves
             remake: Callable[[], list[Any]] | None = None
             if self.device.type == "cpu":
-                self.keeps_reference = _room_for_kept_reference(torch, kept[0], leaves)
+                self.keeps_reference = self.truth_first and _room_for_kept_reference(
+                    torch, kept[0], leaves
+                )
             if not self.keeps_reference and wide_dtype(torch, leaves)[0] is not None:
                 # The float64 re-run holds its widened inputs and output (2I + 2O); the
                 # reference's output beside them would be a third output: it goes, and the
@@ -287,6 +294,7 @@ def judge(
         from pytest_kernelpro.optimize.sandbox.checks import digest
         from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
 
+        ref.truth_first = True
         first_expected.append(ref.output(required[0][1]))
         if not ref.keeps_reference:
             # The worker's first call runs beside what this judge keeps: reference - truth,

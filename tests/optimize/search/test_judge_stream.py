@@ -571,6 +571,7 @@ def test_the_kept_reference_is_held_beside_the_truths_rerun_and_the_first_call(
     reference - truth while the worker makes its first call (two outputs, one otherwise)."""
     task = dict(TASK, reference=RECORDS_ITS_RERUN)
     ref = judge._Reference(task)
+    ref.truth_first = True  # as `judge.judge` beside a worker
     try:
         ref.output(judge.required_outputs(task)[0][1])
         seen = list(sys.modules["kernelpro_reference"].SEEN)
@@ -643,3 +644,27 @@ def test_one_more_output_fits_the_issues_size_and_not_a_quarter_of_it() -> None:
     assert softmax(16384).room_for_kept_reference()
     assert not softmax(4096).room_for_kept_reference()
     assert not Footprint(8 * 32 * 4, 8 * 32 * 4).room_for_kept_reference()
+
+
+def test_a_judge_finding_its_truth_on_a_handed_over_output_does_not_keep_the_reference(
+    keeps: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a worker to tell (the re-timing worker's judge, a mapping of outputs) the
+    truth is found with the first output already held: keeping the reference's output too
+    would hold two outputs beside the re-run, so it is made again after it (two draws of
+    the first inputs, not one), even where one more output fits."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    outputs = honest()
+    drawn: list[int] = []
+    make = measurement.make_inputs
+
+    def counting(module: Any, seed: int, device: Any) -> list[Any]:
+        drawn.append(seed)
+        return make(module, seed, device)
+
+    monkeypatch.setattr(measurement, "make_inputs", counting)
+    verdict, _ = run(outputs)
+    assert verdict["ok"], verdict
+    first = judge.required_outputs(TASK)[0][1]
+    assert drawn.count(first) == 2  # the truth's call and its output made again after it
