@@ -109,9 +109,6 @@ PEAKS = (
     Peak(1, 4, "the worker's first call beside the judge's truth"),
     Peak(0, 4, "the judge's truth measured against the first output's reference"),
 )
-# What a CUDA problem's evaluation holds in host memory besides the interpreters: the
-# handed-over output being checked, copied once from the device into a sealed memfd (the
-# judge maps the same pages), one at a time (module doc).
 # The judge's first output's reference kept from the truth's call to the first comparison,
 # as on CUDA (module doc): one output more beside the truth's re-run (2I + 3O) and beside the
 # worker's first call (the worker's I + 2O or 2I + O, the judge's reference and
@@ -123,6 +120,9 @@ KEPT_REFERENCE_PEAKS = (PEAKS[1], PEAKS[3])
 # 2 GiB copies and 0.9 GiB fixed, 11.4 of 12 GiB), a 4096x32768 one does not (3.5 of 3 GiB),
 # nor does a small problem, where the interpreters are most of the peak.
 KEPT_REFERENCE_BOUND = 3
+# What a CUDA problem's evaluation holds in host memory besides the interpreters: the
+# handed-over output being checked, copied once from the device into a sealed memfd (the
+# judge maps the same pages), one at a time (module doc).
 HOST_OF_CUDA = Peak(0, 1, "the handed-over output being checked, copied from the GPU")
 TEMPORARIES = 0.25  # comparison chunks on a GPU and the allocator's rounding, of the output
 # The table's copies and two fifths more: with the judge beside the worker, the measured peaks

@@ -313,8 +313,9 @@ class WorkerSupervision:
                     # the worker's checks and timing, which the worker's own limits bound, and
                     # then decides and times the reference: its run limit counts from the
                     # worker's end. Its build limit alone (300 s) killed the judges of a
-                    # 16384x32768 softmax while their workers, under the run limit scaled to the
-                    # gate's time, were still timing (bench/results/2026-12-06-optimizer-speed12-cpu.md).
+                    # 16384x32768 softmax while their workers, under the run limit scaled to
+                    # the gate's time, were still timing
+                    # (bench/results/2026-12-06-optimizer-speed12-cpu.md).
                     deadline = max(deadline, now + limits.run_timeout_s)
                 # This process's own memory: its processes' pages, and the outputs it handed over
                 # (a worker, until the judge has checked them) or was handed (a judge) counted
