@@ -29,6 +29,7 @@ smaps_rollup read of a 2.3 GB process took 77 ms here: the sampler is slow by de
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -109,6 +110,8 @@ def main() -> None:
     parser.add_argument("--label", default="")
     parser.add_argument("--pss-every", type=float, default=1.0, help="seconds; 0: no sampler")
     parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--memory-limit-mb", type=int, default=None, help="default: the sandbox's")
+    parser.add_argument("--first", type=int, default=len(REPLIES), help="candidates evaluated")
     args = parser.parse_args()
 
     from pytest_kernelpro.optimize.sandbox.evaluator import (
@@ -127,13 +130,15 @@ def main() -> None:
         cpu_threads=1,
     )
     limits = SandboxLimits(build_timeout_s=600.0, run_timeout_s=args.run_timeout)
+    if args.memory_limit_mb:  # the size needs more than half this machine's memory
+        limits = dataclasses.replace(limits, memory_limit_mb=args.memory_limit_mb)
     evaluator = SandboxEvaluator(task, limits)
     rows: list[dict[str, Any]] = []
     sampler = ProportionalSampler(args.pss_every) if args.pss_every > 0 else None
     if sampler is not None:
         sampler.start()
     try:
-        for strategy, body in REPLIES:
+        for strategy, body in REPLIES[: args.first]:
             if sampler is not None:
                 sampler.reset()
             load_before = os.getloadavg()
@@ -164,6 +169,8 @@ def main() -> None:
                 ),
                 "pss_samples": sampler.samples if sampler else 0,
                 "pss_unread": sampler.pss_unread if sampler else 0,
+                "wall_split": metrics.get("wall_split"),
+                "phases": metrics.get("phases"),
                 "load_before": [round(x, 2) for x in load_before],
                 "load_after": [round(x, 2) for x in os.getloadavg()],
             }

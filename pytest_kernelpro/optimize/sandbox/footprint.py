@@ -38,6 +38,14 @@ output is more than twice the inputs). `estimate` gives it for the problem's own
 the timing's inputs still counted at 4I whatever their width, as before the mix's second end
 was rolled instead of kept (an estimate that refuses should err high).
 
+The first output's reference on the CPU: made again from its seed after the truth's re-run
+and again when the first output comes (the table's CPU rows: two draws of the first inputs,
+two reference calls and two digests of an output), so that the judge holds one output fewer
+at both moments. Where one more output still fits within 3x the footprint with the
+interpreters (`Footprint.room_for_kept_reference`: large problems, where the fixed part is a
+small share) the judge keeps it instead, as on CUDA: 2I + 3O at its truth, I + 4O beside the
+worker's first call, both already counted by `estimate`.
+
 Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
 (`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
 device, and each gives the blocks torch's allocator keeps cached back before the other works
@@ -101,6 +109,17 @@ PEAKS = (
     Peak(1, 4, "the worker's first call beside the judge's truth"),
     Peak(0, 4, "the judge's truth measured against the first output's reference"),
 )
+# The judge's first output's reference kept from the truth's call to the first comparison,
+# as on CUDA (module doc): one output more beside the truth's re-run (2I + 3O) and beside the
+# worker's first call (the worker's I + 2O or 2I + O, the judge's reference and
+# reference - truth), for two draws of the first inputs and two reference calls fewer. Both
+# are already among `PEAKS`: keeping it never raises the estimate, only the measured peak.
+KEPT_REFERENCE_PEAKS = (PEAKS[1], PEAKS[3])
+# Kept only where those copies and `FIXED_BYTES` stay within this many footprints (the
+# issue's bound on one evaluation's peak): a 16384x32768 float32 softmax keeps it (5.25 of its
+# 2 GiB copies and 0.9 GiB fixed, 11.4 of 12 GiB), a 4096x32768 one does not (3.5 of 3 GiB),
+# nor does a small problem, where the interpreters are most of the peak.
+KEPT_REFERENCE_BOUND = 3
 # What a CUDA problem's evaluation holds in host memory besides the interpreters: the
 # handed-over output being checked, copied once from the device into a sealed memfd (the
 # judge maps the same pages), one at a time (module doc).
@@ -163,6 +182,14 @@ class Footprint:
         """Host bytes one evaluation holds at its peak, the fixed part included."""
         copies = HEADROOM * self.host_peak().bytes_for(self.inputs, self.outputs)
         return int(copies) + (CUDA_HOST_FIXED_BYTES if self.cuda else FIXED_BYTES)
+
+    def room_for_kept_reference(self) -> bool:
+        """Whether the judge keeps the first output's reference on the CPU instead of making
+        it again from its seed (module doc, `judge._Reference.keeps_reference`): where the
+        correctness phase's copies with it kept (`KEPT_REFERENCE_PEAKS`) and the fixed part
+        stay within `KEPT_REFERENCE_BOUND` footprints."""
+        held = max(p.bytes_for(self.inputs, self.outputs) for p in KEPT_REFERENCE_PEAKS)
+        return held + FIXED_BYTES <= KEPT_REFERENCE_BOUND * self.total
 
     def device_estimate(self) -> int | None:
         """Device bytes one evaluation holds at its peak (the worker and the judge on one

@@ -486,6 +486,13 @@ class HandleChannels:
         relay = self._relays.get(worker)
         return relay.judge_time_s() if relay is not None else 0.0
 
+    def judging_live_worker(self, judge: Path) -> bool:
+        """Whether `judge` is the judge beside a worker that has not ended yet (its relay
+        still open: `end_stream` closes it once the worker ended)."""
+        with self._lock:
+            relay = self._relay_of_judge.get(judge)
+            return relay is not None and self._relays.get(relay.worker) is relay
+
     def judge_of(self, worker: Path) -> Path | None:
         """The directory of the judge checking `worker`'s outputs as they come, if any."""
         relay = self._relays.get(worker)

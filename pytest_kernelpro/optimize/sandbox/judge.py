@@ -104,6 +104,17 @@ class _Reference:
 
         self.rule = new_rule(task)
         self._calls = 0
+        # Whether the first output's reference is kept from the truth's call to the first
+        # comparison (one draw and one call) rather than made again from its seed after the
+        # truth's re-run and when the first output comes (three of each): always on CUDA; on
+        # the CPU where one more output fits the memory bound, decided at the truth's call
+        # (`footprint.Footprint.room_for_kept_reference`), and only where the truth is made
+        # before any output is handed over (`truth_first`: the judge beside a worker, told
+        # its truth). A judge that finds its truth on a handed-over output (the re-timing
+        # worker's) holds that output beside the re-run already: it makes the reference's
+        # output again, as a small problem's judge does.
+        self.keeps_reference = self.device.type != "cpu"
+        self.truth_first = False
         # The first output's leaves as the worker names them (its output is not flattened):
         # flattened leaf path -> that path.
         self.worker_paths: dict[str, str] = {}
@@ -181,12 +192,17 @@ class _Reference:
             made: list[list[Any]] = []
             described: Any = leaves
             remake: Callable[[], list[Any]] | None = None
-            if self.device.type == "cpu" and wide_dtype(torch, leaves)[0] is not None:
+            if self.device.type == "cpu":
+                self.keeps_reference = self.truth_first and _room_for_kept_reference(
+                    torch, kept[0], leaves
+                )
+            if not self.keeps_reference and wide_dtype(torch, leaves)[0] is not None:
                 # The float64 re-run holds its widened inputs and output (2I + 2O); the
                 # reference's output beside them would be a third output: it goes, and the
                 # one the truth measures is made again from the seed once the re-run's
                 # inputs are gone (`run_truth`'s `remake`). An output with no wider type to
-                # re-run in has no re-run: it stays.
+                # re-run in has no re-run: it stays. Where one more output fits
+                # (`keeps_reference`) it stays beside the re-run too: no second draw.
                 described = map_tensors(torch, leaves, lambda t: t.detach().to("meta"))
                 del leaves
 
@@ -222,6 +238,18 @@ class _Reference:
 
         with torch.no_grad():
             return flatten(self.model(*self.inputs(seed)))
+
+
+def _room_for_kept_reference(torch: Any, inputs: Sequence[Any], leaves: Sequence[Any]) -> bool:
+    """Whether one more output of this problem fits the memory bound (its inputs' and output
+    leaves' bytes, `footprint.Footprint.room_for_kept_reference`)."""
+    from pytest_kernelpro.optimize.sandbox.checks import flatten
+    from pytest_kernelpro.optimize.sandbox.footprint import Footprint
+
+    def nbytes(values: Sequence[Any]) -> int:
+        return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
+
+    return Footprint(nbytes(flatten(list(inputs))), nbytes(leaves)).room_for_kept_reference()
 
 
 def judge(
@@ -260,18 +288,20 @@ def judge(
     ref = _Reference(task)
     required = required_outputs(task)
     first_expected: list[Any] = []  # the first output's reference, made ahead (`tell_truth`)
-    first_made: list[bytes] = []  # or, on the CPU, its digest: made again when it is due
+    first_made: list[bytes] = []  # or its digest (not `keeps_reference`): made again when due
     told: dict[str, Any] | None = None  # as this judge names the leaves (flattened)
     if tell_truth is not None and required:
         from pytest_kernelpro.optimize.sandbox.checks import digest
         from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
 
+        ref.truth_first = True
         first_expected.append(ref.output(required[0][1]))
-        if ref.device.type == "cpu":
+        if not ref.keeps_reference:
             # The worker's first call runs beside what this judge keeps: reference - truth,
             # which only the first comparison needs, and the reference's output, which is
             # made again from its seed when the first output comes (`output_again`),
-            # so the judge holds one output's size meanwhile, not two.
+            # so the judge holds one output's size meanwhile, not two (where one more
+            # output fits, `keeps_reference`, it keeps both: no third draw).
             first_made.append(digest(first_expected.pop()))
         # The truth's freed chunks stay in glibc's heap (half a 1 GiB softmax's footprint,
         # bench/results/2026-12-05-optimizer-memory7-cpu.md): given back before the worker,

@@ -308,6 +308,15 @@ class WorkerSupervision:
                 if run_started is None and phase in RUN_PHASES:
                     run_started = now
                     deadline = now + limits.run_timeout_s
+                if self.handles.judging_live_worker(workdir):
+                    # A judge beside a worker (trusted code, no phases of its own) lives through
+                    # the worker's checks and timing, which the worker's own limits bound, and
+                    # then decides and times the reference: its run limit counts from the
+                    # worker's end. Its build limit alone (300 s) killed the judges of a
+                    # 16384x32768 softmax while their workers, under the run limit scaled to
+                    # the gate's time, were still timing
+                    # (bench/results/2026-12-06-optimizer-speed12-cpu.md).
+                    deadline = max(deadline, now + limits.run_timeout_s)
                 # This process's own memory: its processes' pages, and the outputs it handed over
                 # (a worker, until the judge has checked them) or was handed (a judge) counted
                 # once: the pages of them it maps are taken off its shared pages (a shared

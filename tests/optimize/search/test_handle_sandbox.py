@@ -319,3 +319,33 @@ def test_a_truth_the_candidate_gives_its_own_worker_does_not_pass_the_judge(worl
     assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
     assert "differ from the reference computed in a trusted process (trial-1: " in ev.reason
     assert ev.speedup is None
+
+
+# Its first call outlasts the build limit below (the worker is then in its run phase, under
+# the run limit); the judge beside it, started with it, waits for that call's output.
+OUTLASTS_THE_BUILD_LIMIT = CORRECT.replace(
+    "    def forward(self, x):\n",
+    "    calls = 0\n\n    def forward(self, x):\n"
+    "        type(self).calls += 1\n"
+    "        if type(self).calls == 1:\n"
+    "            import time\n            time.sleep(50)\n",
+)
+
+
+@pytest.mark.slow
+def test_a_judge_lives_as_long_as_the_worker_beside_it_not_its_build_limit() -> None:
+    """The judge reports no phase, so the watch gave it the build limit from its start; a
+    worker under its run limit can take longer than that (a large problem's checks and
+    timing), and its judge was killed while waiting for an output ("the judge process ended
+    without a result (signal SIGKILL, timeout)"). The judge beside a live worker is held by
+    the worker's limits, then has its run limit for the verdict and the reference's time."""
+    task = KernelBenchTask(REFERENCE, name="softmax_linear", device="cpu", **FAST)
+    limits = SandboxLimits(build_timeout_s=40.0, run_timeout_s=300.0, memory_limit_mb=2048)
+    evaluator = SandboxEvaluator(task, limits)
+    try:
+        ev = evaluator.evaluate(Candidate(OUTLASTS_THE_BUILD_LIMIT))
+    finally:
+        evaluator.close()
+    assert ev.status == "correct", (ev.reason, ev.logs[-2000:])
+    assert ev.correctness["verified_by"].startswith("judge: outputs of trial-1")
+    assert ev.wall_s > limits.build_timeout_s  # the judge outlived its build limit

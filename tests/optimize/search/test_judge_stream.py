@@ -508,3 +508,163 @@ def test_a_float64_reference_has_no_rerun_and_its_output_is_not_made_again() -> 
     assert drawn == [task["seed"] + 1]
     assert ref.rule.truth is not None
     assert not ref.rule.truth.available
+
+
+# ----- the first output's reference kept where one more output fits (large problems) -----
+
+
+@pytest.fixture
+def keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This tiny problem judged as a large one is: one more output fits the memory bound."""
+    from pytest_kernelpro.optimize.sandbox import footprint
+
+    monkeypatch.setattr(footprint.Footprint, "room_for_kept_reference", lambda self: True)
+
+
+def _draws_of_one_evaluation(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], list[int]]:
+    """A judge beside a worker, honest outputs: its verdict and the seeds the input maker
+    was called with, in order."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    outputs = honest()
+    drawn: list[int] = []
+    make = measurement.make_inputs
+
+    def counting(module: Any, seed: int, device: Any) -> list[Any]:
+        drawn.append(seed)
+        return make(module, seed, device)
+
+    monkeypatch.setattr(measurement, "make_inputs", counting)
+    verdict, _ = run(outputs, lambda payload: None)
+    return verdict, drawn
+
+
+def test_a_small_problem_draws_the_first_inputs_three_times_in_the_judge(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where one more output does not fit (a small problem: the interpreters are most of the
+    peak) the judge makes the first output's reference again after the truth's re-run and
+    when the first output comes: three draws of the first inputs, one of each later's."""
+    verdict, drawn = _draws_of_one_evaluation(monkeypatch)
+    assert verdict["ok"], verdict
+    first = [seed for _, seed in judge.required_outputs(TASK)]
+    assert [drawn.count(seed) for seed in first] == [3, 1, 1, 1, 1]
+
+
+def test_where_one_more_output_fits_the_judge_draws_the_first_inputs_once(
+    keeps: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge keeps the reference's output of its first call (the one the truth is
+    measured on) to the first comparison: one draw of the first inputs and one reference
+    call, not three; every checked output still on its own draw, and honest outputs pass."""
+    verdict, drawn = _draws_of_one_evaluation(monkeypatch)
+    assert verdict["ok"], verdict
+    first = [seed for _, seed in judge.required_outputs(TASK)]
+    assert [drawn.count(seed) for seed in first] == [1, 1, 1, 1, 1]
+
+
+def test_the_kept_reference_is_held_beside_the_truths_rerun_and_the_first_call(
+    keeps: None,
+) -> None:
+    """What keeping costs, counted: the reference's output is alive during the float64
+    re-run (one float32 output-sized tensor; none where it is made again) and beside
+    reference - truth while the worker makes its first call (two outputs, one otherwise)."""
+    task = dict(TASK, reference=RECORDS_ITS_RERUN)
+    ref = judge._Reference(task)
+    ref.truth_first = True  # as `judge.judge` beside a worker
+    try:
+        ref.output(judge.required_outputs(task)[0][1])
+        seen = list(sys.modules["kernelpro_reference"].SEEN)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert ref.keeps_reference
+    assert seen == [1]
+    del ref  # its truth's difference is an output-sized tensor
+    outputs = honest()
+    held: list[int] = []
+    verdict, _ = run(outputs, lambda payload: held.append(_output_sized(outputs)))
+    assert verdict["ok"], verdict
+    assert held == [2]
+
+
+def test_a_kept_reference_still_fails_a_wrong_first_output(keeps: None) -> None:
+    """The kept output decides the first comparison as the one made again did: an output off
+    by one element fails at trial-1, every later output is still taken."""
+    outputs = honest()
+    bad = outputs[0][1][0].clone()
+    bad.view(-1)[-1] += 0.5
+    outputs[0] = (outputs[0][0], [bad])
+    verdict, taken = run(outputs, lambda payload: None)
+    assert not verdict["ok"]
+    assert verdict["reason"].startswith("trial-1: "), verdict["reason"]
+    assert taken == 5
+
+
+def test_a_kept_reference_is_the_truths_so_a_reference_not_deterministic_has_one_truth(
+    keeps: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made again, a reference whose output differs from call to call needs its truth found
+    again (the digests differ); kept, the output compared is the one the truth's difference
+    was measured on: one truth, and no digest compared."""
+    from pytest_kernelpro.optimize.sandbox import checks, measurement
+
+    found: list[int] = []
+    find_truth = measurement.find_truth
+
+    def counting(*args: Any, **kwargs: Any) -> None:
+        found.append(1)
+        find_truth(*args, **kwargs)
+
+    digested: list[int] = []
+    digest = checks.digest
+
+    def counting_digest(*args: Any, **kwargs: Any) -> bytes:
+        digested.append(1)
+        return digest(*args, **kwargs)
+
+    outputs = honest()
+    monkeypatch.setattr(measurement, "find_truth", counting)
+    monkeypatch.setattr(checks, "digest", counting_digest)
+    try:
+        judge.judge(dict(TASK, reference=NOT_DETERMINISTIC), iter(outputs[:1]), lambda p: None)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert len(found) == 1
+    assert digested == []
+
+
+def test_one_more_output_fits_the_issues_size_and_not_a_quarter_of_it() -> None:
+    """`room_for_kept_reference` by the footprint's own count: a 16384x32768 float32 softmax
+    (2 GiB in, 2 GiB out) keeps the reference, a 4096x32768 one and a small one do not."""
+    from pytest_kernelpro.optimize.sandbox.footprint import Footprint
+
+    def softmax(rows: int) -> Footprint:
+        return Footprint(rows * 32768 * 4, rows * 32768 * 4)
+
+    assert softmax(16384).room_for_kept_reference()
+    assert not softmax(4096).room_for_kept_reference()
+    assert not Footprint(8 * 32 * 4, 8 * 32 * 4).room_for_kept_reference()
+
+
+def test_a_judge_finding_its_truth_on_a_handed_over_output_does_not_keep_the_reference(
+    keeps: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a worker to tell (the re-timing worker's judge, a mapping of outputs) the
+    truth is found with the first output already held: keeping the reference's output too
+    would hold two outputs beside the re-run, so it is made again after it (two draws of
+    the first inputs, not one), even where one more output fits."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    outputs = honest()
+    drawn: list[int] = []
+    make = measurement.make_inputs
+
+    def counting(module: Any, seed: int, device: Any) -> list[Any]:
+        drawn.append(seed)
+        return make(module, seed, device)
+
+    monkeypatch.setattr(measurement, "make_inputs", counting)
+    verdict, _ = run(outputs)
+    assert verdict["ok"], verdict
+    first = judge.required_outputs(TASK)[0][1]
+    assert drawn.count(first) == 2  # the truth's call and its output made again after it
