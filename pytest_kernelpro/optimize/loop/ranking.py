@@ -143,7 +143,7 @@ def final_ranking(
         with_reference = False
         kept = contenders[: max(1, room.workers - 1)]
         others = [
-            replace(c, verdict="not re-measured", reason=f"no room on the GPU: {room.describe()}")
+            replace(c, verdict="not re-measured", reason=f"no room {room.where}: {room.describe()}")
             for c in contenders[len(kept) :]
         ] + others
         contenders = kept

@@ -220,19 +220,34 @@ def _device_memory_share(device: str, contenders: int) -> float | None:
 
 @dataclass(frozen=True)
 class DeviceRoom:
-    """How many contender workers one CUDA device holds at once (`workers_that_fit`)."""
+    """How many contender workers the problem's memory holds at once (`workers_that_fit`):
+    a CUDA device's, or the host's for a CPU problem (`where`)."""
 
     workers: int
     worker_bytes: int  # one worker's estimate
     free_bytes: int
+    where: str = "on the GPU"
 
     def describe(self) -> str:
         gib = 2**30
         return (
             f"{self.workers} re-measurement worker(s) of about {self.worker_bytes / gib:.1f} GiB "
             f"each (a worker times one contender with fresh inputs) fit in "
-            f"{CONTENDERS_MEMORY_SHARE:.0%} of the {self.free_bytes / gib:.1f} GiB free on the GPU"
+            f"{CONTENDERS_MEMORY_SHARE:.0%} of the {self.free_bytes / gib:.1f} GiB free {self.where}"
         )
+
+
+def host_memory(device: str) -> tuple[int, int] | None:
+    """(available, total) bytes of this machine's memory (`/proc/meminfo`), None where it
+    cannot be read; `device` is not read (the host's memory serves every CPU problem)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        return int(fields["MemAvailable"].split()[0]) * 1024, int(
+            fields["MemTotal"].split()[0]
+        ) * 1024
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def workers_that_fit(
@@ -240,25 +255,34 @@ def workers_that_fit(
     device: str,
     device_memory: Callable[[str], tuple[int, int] | None] | None = None,
 ) -> DeviceRoom | None:
-    """The contender workers that fit on `device` at once, all alive through every round:
-    each holds what the evaluation's worker holds in its timing phase (the same timer on the
-    same inputs; `footprint`'s estimate, which errs high). None where nothing bounds them (a
-    CPU problem, a reference the meta device cannot run, a device that cannot be read). Five
-    workers of 23_Softmax (6 GiB inputs and output) overran the H200 with each capped at its
-    equal share."""
+    """The contender workers that fit the problem's memory at once, all alive through every
+    round: each holds what the evaluation's worker holds in its timing phase (the same timer
+    on the same inputs; `footprint`'s estimate, which errs high), on a CUDA device with its
+    context, on the CPU with its interpreter in host memory. None where nothing bounds them
+    (a reference the meta device cannot run, a memory that cannot be read). Five workers of
+    23_Softmax (6 GiB inputs and output) overran the H200 with each capped at its equal
+    share; two of a 16384x32768 softmax (2 GiB each) beside the session ran a 24 GiB machine
+    out of memory."""
     from pytest_kernelpro.optimize.sandbox import footprint as footprints
 
-    if not device.startswith("cuda"):
-        return None
     found = footprints.meta_footprint(reference, device)
-    capacity = (device_memory or footprints.cuda_memory)(device) if found is not None else None
-    if found is None or capacity is None:
+    if found is None:
         return None
-    timing = footprints.WORKER_TIMING
-    worker = int(footprints.HEADROOM * timing.bytes_for(found.inputs, found.outputs))
-    worker += footprints.CUDA_CONTEXT_BYTES
+    worker = int(
+        footprints.HEADROOM * footprints.WORKER_TIMING.bytes_for(found.inputs, found.outputs)
+    )
+    if device.startswith("cuda"):
+        capacity = (device_memory or footprints.cuda_memory)(device)
+        worker += footprints.CUDA_CONTEXT_BYTES
+        where = "on the GPU"
+    else:
+        capacity = (device_memory or host_memory)(device)
+        worker += footprints.INTERPRETER_BYTES + footprints.HEAP_SLACK_BYTES
+        where = "in host memory"
+    if capacity is None:
+        return None
     free = capacity[0]
-    return DeviceRoom(int(CONTENDERS_MEMORY_SHARE * free // worker), worker, free)
+    return DeviceRoom(int(CONTENDERS_MEMORY_SHARE * free // worker), worker, free, where)
 
 
 def cap_device_memory(torch: Any, fraction: float, device: str) -> None:

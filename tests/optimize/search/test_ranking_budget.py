@@ -312,6 +312,24 @@ def test_a_gpu_with_room_for_one_worker_remeasures_the_current_kernel_and_the_fa
     assert left.reason.startswith(f"no room on the GPU: {workers} re-measurement worker(s)")
 
 
+def test_a_cpu_problem_without_host_memory_for_two_workers_remeasures_in_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the CPU the room is the host's memory: where it holds fewer than two workers, the
+    current kernel and the fastest pick take turns, and the slower pick's reason says where
+    the room ran out."""
+    room = remeasure_module.DeviceRoom(1, 18 << 30, 19 << 30, "in host memory")
+    monkeypatch.setattr(remeasure_module, "workers_that_fit", lambda source, device: room)
+    ranking, calls = _rank(monkeypatch, {2: 1.45, 3: 1.05}, device="cpu")
+    assert [c["labels"] for c in calls] == [["current", "node2"]]
+    assert calls[0]["one_at_a_time"] is True
+    left = next(c for c in ranking.candidates if c.node_id == 3)
+    assert left.reason.startswith(
+        "no room in host memory: 1 re-measurement worker(s) of about 18.0"
+    )
+    assert left.reason.endswith("19.0 GiB free in host memory")
+
+
 def test_room_for_every_contender_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     _room(monkeypatch, 4)
     _, calls = _rank(monkeypatch, {2: 1.45, 3: 1.05})

@@ -230,7 +230,7 @@ def test_the_contender_workers_that_fit_follow_the_evaluations_timing_estimate()
     """23_Softmax (6 GiB of input, 6 GiB of output, found on the meta device): a worker is
     estimated as the evaluation's worker in its timing phase, 1.4 x (4 inputs + 2.25
     outputs) + a CUDA context = 53.5 GiB. The H200's 126 GiB free hold two, an H100's 78
-    GiB one; a CPU problem or an unreadable device bounds nothing."""
+    GiB one; an unreadable device bounds nothing."""
     from pytest_kernelpro.optimize.sandbox import remeasure as module
 
     gib = 1 << 30
@@ -242,6 +242,36 @@ def test_the_contender_workers_that_fit_follow_the_evaluations_timing_estimate()
     h100 = module.workers_that_fit(SOFTMAX_23, "cuda:0", lambda d: (78 * gib, 80 * gib))
     assert h100 is not None
     assert h100.workers == 1
-    assert module.workers_that_fit(SOFTMAX_23, "cpu", lambda d: (78 * gib, 80 * gib)) is None
     assert module.workers_that_fit(SOFTMAX_23, "cuda", lambda d: None) is None
     assert module.workers_that_fit("class Model: ...", "cuda", lambda d: (gib, gib)) is None
+
+
+def test_on_the_cpu_the_contender_workers_that_fit_are_counted_in_host_memory() -> None:
+    """On a 24 GiB machine two re-measurement workers of a 16384x32768 float32 softmax (2 GiB
+    of input, 2 GiB of output) beside the session ran it out of memory (the kernel killed
+    one): a CPU worker is estimated as the evaluation's worker in its timing phase, 1.4 x
+    (4 inputs + 2.25 outputs) + its interpreter and heap slack (512 MiB), against the
+    host's available memory."""
+    from pytest_kernelpro.optimize.sandbox import remeasure as module
+
+    gib = 1 << 30
+    large = SOFTMAX_23.replace("torch.rand(4096, 393216)", "torch.rand(16384, 32768)")
+    worker = int(1.4 * (4 * 2 + 2.25 * 2) * gib) + gib // 2
+    room = module.workers_that_fit(large, "cpu", lambda d: (19 * gib, 24 * gib))
+    assert room is not None
+    assert (room.worker_bytes, room.workers, room.where) == (worker, 0, "in host memory")
+    assert room.describe().endswith("fit in 90% of the 19.0 GiB free in host memory")
+    plenty = module.workers_that_fit(large, "cpu", lambda d: (200 * gib, 256 * gib))
+    assert plenty is not None
+    assert plenty.workers == int(0.9 * 200 * gib // worker) == 10  # 180 GiB / 18 GiB
+    assert module.workers_that_fit(large, "cpu", lambda d: None) is None
+
+
+def test_the_host_memory_read_is_this_machines() -> None:
+    from pytest_kernelpro.optimize.sandbox import remeasure as module
+
+    found = module.host_memory("cpu")
+    if found is None:
+        pytest.skip("no /proc/meminfo here")
+    available, total = found
+    assert 0 < available <= total
