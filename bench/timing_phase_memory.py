@@ -4,7 +4,8 @@ outputs) of KernelBench 23_Softmax in one process, as a sandbox worker's timing 
 
 Prints, in copies of one call's input (6 GiB for 4096x393216 float32), the allocator's peak
 allocated and reserved bytes after the inputs are drawn, after the fresh inputs' setup and
-after the timing, and the device's used memory (the driver's count) at the end.
+after the timing (its peaks reset after the setup), and the device's used memory (the
+driver's count).
 
     python bench/timing_phase_memory.py [--rows 4096] [--cols 393216] [--device cuda]
 """
@@ -64,6 +65,7 @@ def main() -> None:
             torch, model, inputs, device=device, make_draw=draw, reference=model, check=check
         )
         stats("fresh inputs set up")
+        torch.cuda.reset_peak_memory_stats()  # the timing's own peaks from here
         result = time_kernel(None, device=device, budget=TimingBudget(), fresh=fresh)
         stats("timed")
     print(json.dumps({"copy_bytes": copy, "samples": len(result.samples_s),

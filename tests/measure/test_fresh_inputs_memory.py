@@ -391,3 +391,38 @@ def test_queued_bytes_counts_the_queued_copies_and_leaves_a_foreign_entry_to_dra
     assert fresh.queued_bytes() == 2 * 64 * 128 * 4
     with pytest.raises(DishonestTiming, match="queue of deferred output checks"):
         fresh.drain(tuple(keys))  # type: ignore[arg-type]
+
+
+def test_the_maker_setup_holds_at_most_three_copies_of_the_inputs() -> None:
+    """Where the mix does not fit (a new draw every call), the setup asks the maker twice for
+    one seed (does it repeat itself?). The draw that told the inputs regenerate and the kept
+    copy of the inputs are gone by then: the timed inputs and those two draws, 3 copies. Held
+    beside them they made 5 (an H100 worker of 23_Softmax held 5.25 copies of its 6 GiB
+    input at this moment, and kept them reserved through its timing)."""
+    shape = (64, 129)  # no other tensor of this test has it
+
+    def live_copies() -> int:
+        gc.collect()  # what is only garbage holds no memory worth counting
+        return sum(
+            1
+            for o in gc.get_objects()
+            if type(o) is torch.Tensor and tuple(o.shape) == shape and o.dtype == torch.float32
+        )
+
+    alive_at_draw: list[int] = []
+
+    def draw(seed: int) -> tuple[torch.Tensor]:
+        alive_at_draw.append(live_copies())
+        return _rows(seed, shape)
+
+    inputs = list(_rows(1, shape))
+    fresh = fresh_inputs(
+        torch, _softmax, inputs, device="cpu", make_draw=draw, reference=_softmax,
+        check=_check, free_bytes=1,
+    )  # fmt: skip
+    assert fresh.mode == "maker"
+    assert fresh.maker_repeats
+    # The second draw (the inputs regenerate), then the repeat check's two of one seed.
+    assert len(alive_at_draw) == 3
+    assert alive_at_draw[1:] == [1, 2]  # the timed inputs, then they and the check's first
+    assert max(alive_at_draw) + 1 <= 3  # with the draw being made

@@ -960,6 +960,10 @@ def fresh_inputs(
         for dst, src in zip(tensor_leaves(torch, inputs), a_leaves, strict=True):
             if not shared:  # a tried mix wrote them (a broadcast input was never written)
                 dst.copy_(src)
+    # The second draw and the kept copy (the loop's `src` holds its last leaf) go before the
+    # maker is asked twice more: held beside those two draws they made the setup 5 copies of
+    # the inputs where 3 are needed.
+    del second, a_leaves, src
     if regenerates and make_draw is not None:
         fresh.mode = "maker"
         fresh.make_draw = make_draw
