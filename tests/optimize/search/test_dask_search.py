@@ -195,7 +195,11 @@ def test_an_existing_scheduler_is_joined_by_its_address(cluster) -> None:
     with DaskCluster.start(cluster.address) as joined:
         assert not joined.local
         assert len(joined.probe()) == 2
-    # Leaving a cluster it joined stops nothing there.
+    # Leaving a cluster it joined stops nothing there: its two workers are still served. A
+    # count read at once saw none in one fresh-clone run (cause not found: a nanny's restart
+    # under load reads the same), so the scheduler is given the time a restart takes; a
+    # cluster that was stopped, or workers retired, never come back.
+    cluster.client.wait_for_workers(2, timeout=WAIT_S)
     assert len(cluster.workers()) == 2
 
 
