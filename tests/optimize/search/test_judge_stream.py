@@ -521,9 +521,11 @@ def keeps(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(footprint.Footprint, "room_for_kept_reference", lambda self: True)
 
 
-def _draws_of_one_evaluation(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], list[int]]:
-    """A judge beside a worker, honest outputs: its verdict and the seeds the input maker
-    was called with, in order."""
+def _draws_of_one_evaluation(
+    monkeypatch: pytest.MonkeyPatch, beside_a_worker: bool = True
+) -> tuple[dict[str, Any], list[int]]:
+    """A judge of honest outputs, beside a worker (told its truth) or not (a mapping of
+    outputs): its verdict and the seeds the input maker was called with, in order."""
     from pytest_kernelpro.optimize.sandbox import measurement
 
     outputs = honest()
@@ -535,7 +537,7 @@ def _draws_of_one_evaluation(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str,
         return make(module, seed, device)
 
     monkeypatch.setattr(measurement, "make_inputs", counting)
-    verdict, _ = run(outputs, lambda payload: None)
+    verdict, _ = run(outputs, lambda payload: None) if beside_a_worker else run(outputs)
     return verdict, drawn
 
 
@@ -653,18 +655,7 @@ def test_a_judge_finding_its_truth_on_a_handed_over_output_does_not_keep_the_ref
     truth is found with the first output already held: keeping the reference's output too
     would hold two outputs beside the re-run, so it is made again after it (two draws of
     the first inputs, not one), even where one more output fits."""
-    from pytest_kernelpro.optimize.sandbox import measurement
-
-    outputs = honest()
-    drawn: list[int] = []
-    make = measurement.make_inputs
-
-    def counting(module: Any, seed: int, device: Any) -> list[Any]:
-        drawn.append(seed)
-        return make(module, seed, device)
-
-    monkeypatch.setattr(measurement, "make_inputs", counting)
-    verdict, _ = run(outputs)
+    verdict, drawn = _draws_of_one_evaluation(monkeypatch, beside_a_worker=False)
     assert verdict["ok"], verdict
     first = judge.required_outputs(TASK)[0][1]
     assert drawn.count(first) == 2  # the truth's call and its output made again after it
