@@ -80,7 +80,7 @@ has no estimate: it is evaluated, and the watchdog still bounds it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -220,10 +220,14 @@ def meta_footprint(reference_source: str, device: str = "cpu") -> Footprint | No
     finally:
         sys.modules.pop(name, None)
 
-    def nbytes(leaves: list[Any]) -> int:
-        return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
+    return Footprint(
+        tensor_bytes(torch, flatten(inputs)), tensor_bytes(torch, flatten(output)), device
+    )
 
-    return Footprint(nbytes(flatten(inputs)), nbytes(flatten(output)), device)
+
+def tensor_bytes(torch: Any, leaves: Sequence[Any]) -> int:
+    """Bytes of the tensors among `leaves` (flattened inputs or outputs; other values hold none)."""
+    return sum(t.numel() * t.element_size() for t in leaves if isinstance(t, torch.Tensor))
 
 
 def _gib(n: float) -> str:

@@ -244,12 +244,10 @@ def _room_for_kept_reference(torch: Any, inputs: Sequence[Any], leaves: Sequence
     """Whether one more output of this problem fits the memory bound (its inputs' and output
     leaves' bytes, `footprint.Footprint.room_for_kept_reference`)."""
     from pytest_kernelpro.optimize.sandbox.checks import flatten
-    from pytest_kernelpro.optimize.sandbox.footprint import Footprint
+    from pytest_kernelpro.optimize.sandbox.footprint import Footprint, tensor_bytes
 
-    def nbytes(values: Sequence[Any]) -> int:
-        return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
-
-    return Footprint(nbytes(flatten(list(inputs))), nbytes(leaves)).room_for_kept_reference()
+    inputs_bytes = tensor_bytes(torch, flatten(list(inputs)))
+    return Footprint(inputs_bytes, tensor_bytes(torch, leaves)).room_for_kept_reference()
 
 
 def judge(

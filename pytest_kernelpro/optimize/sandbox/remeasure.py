@@ -238,16 +238,16 @@ class DeviceRoom:
 
 
 def host_memory(device: str) -> tuple[int, int] | None:
-    """(available, total) bytes of this machine's memory (`/proc/meminfo`), None where it
+    """(available, total) bytes of this machine's memory, None where the available part
     cannot be read; `device` is not read (the host's memory serves every CPU problem)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as handle:
-            fields = dict(line.split(":", 1) for line in handle if ":" in line)
-        return int(fields["MemAvailable"].split()[0]) * 1024, int(
-            fields["MemTotal"].split()[0]
-        ) * 1024
-    except (OSError, KeyError, ValueError):
+    import torch
+
+    from pytest_kernelpro.measure.timing.fresh_inputs import free_memory_bytes
+
+    available = free_memory_bytes(torch, "cpu")
+    if available is None:
         return None
+    return available, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def workers_that_fit(
