@@ -265,6 +265,15 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         if arch is not None:
             env[ARCH_ENV] = arch  # the same target as the builds made ahead
         env.setdefault("MALLOC_ARENA_MAX", "4")  # fewer 64 MB arenas under RLIMIT_AS
+        # The GPU's share of the memory bound: torch's default CUDA allocator keeps a freed
+        # block for requests of its own size only, so the judge's float32 copies stay
+        # reserved beside its float64 truth and the worker's input-sized ones beside its
+        # output-sized ones (2 copies more at the judge's truth, 2.2 at the worker's timing:
+        # bench/results/2026-12-06-device-calls5.md). Expandable segments reuse freed pages
+        # for any size. Nothing is shared by CUDA IPC (`handles.py`), which they would
+        # change; a setting of the user's is kept. The candidate and the reference are
+        # timed under the same allocator.
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
         return env
 
     def _device_peak(self, workdir: Path) -> DevicePeak | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,7 +15,11 @@ from pytest_kernelpro.optimize.sandbox import checks, measurement
 from pytest_kernelpro.optimize.sandbox.build_failures import summarize_build_error
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
 from pytest_kernelpro.optimize.sandbox.environment import is_secret_name, scrub_environment
-from pytest_kernelpro.optimize.sandbox.evaluator import KernelBenchTask, SandboxLimits
+from pytest_kernelpro.optimize.sandbox.evaluator import (
+    KernelBenchTask,
+    SandboxEvaluator,
+    SandboxLimits,
+)
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 
 
@@ -287,6 +292,23 @@ def test_scrub_environment_keeps_what_builds_need_and_drops_secrets() -> None:
         "TRITON_CACHE_DIR": "/t",
         "RANDOM_APP_SETTING": "1",
     }
+
+
+def test_sandboxed_processes_allocate_cuda_memory_in_expandable_segments(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # The worker's and the judge's GPU reserve stays at their live peak (a freed float32 block
+    # reused for the float64 truth); a user's own allocator setting is kept.
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    evaluator = SandboxEvaluator(KernelBenchTask("x", device="cpu"), SandboxLimits())
+    try:
+        assert evaluator.environment(tmp_path)["PYTORCH_CUDA_ALLOC_CONF"] == (
+            "expandable_segments:True"
+        )
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:64")
+        assert evaluator.environment(tmp_path)["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:64"
+    finally:
+        evaluator.close()
 
 
 def test_task_options_are_validated() -> None:
