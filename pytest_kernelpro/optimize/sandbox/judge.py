@@ -356,9 +356,11 @@ def judge(
     # Rule, factor, both errors against the truth, the truth's cost (nested: the result's
     # own "reference_error" means the reference failed).
     result["accuracy"] = ref.rule.summary()
-    if task.get("retime"):
+    if task.get("retime") or task.get("reference_timed"):
         # The winner's confirmation compares the fresh candidate time with the search's
         # (`optimize/sandbox/confirm.py`); a reference time is no part of that decision.
+        # `reference_timed`: an earlier judge of this search timed it
+        # (`worker_claims.WorkerClaims._run_judge`).
         return result
     # Timed as the worker times the candidate (new input content before every call, from the
     # problem's input maker): the speedup divides two times of one protocol.

@@ -38,6 +38,8 @@ class WorkerClaims:
     handles: HandleChannels
     standbys: StandbyPool
     _reference_ok: bool | None  # set once the judge has run the reference
+    # The reference's time, taken by the first judge that timed it (`_judged`).
+    _reference_timing: dict[str, Any] | None
     _task_payload: Callable[[], dict[str, Any]]
     # The launch of a sandboxed process (`supervise.WorkerSupervision._launch`).
     _launch: Callable[..., ProcessRun]
@@ -59,7 +61,13 @@ class WorkerClaims:
         if outputs is not None:
             self.handles.forward(judgedir, outputs)
         try:
-            task = {**self._task_payload(), "retime": retime}
+            # The reference is the same in every evaluation of a search and runs in a process
+            # no candidate code ran in: once one judge has timed it, later judges do not (at a
+            # large size its timing is minutes of every evaluation). The speedups of one
+            # search so share one denominator; the final ranking re-times both contenders
+            # side by side (`remeasure.py`).
+            timed = self._reference_timing is not None
+            task = {**self._task_payload(), "retime": retime, "reference_timed": timed}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
             command = [
                 self.limits.python,
@@ -150,6 +158,14 @@ class WorkerClaims:
                 wall_s=evaluation.wall_s,
             )
         ref_timing = dict(verdict.get("reference_timing") or {})
+        if ref_timing and self._reference_timing is None:
+            self._reference_timing = ref_timing
+        evaluation.metrics["reference_timed_by"] = "this evaluation's judge"
+        if not ref_timing and self._reference_timing is not None:
+            ref_timing = dict(self._reference_timing)
+            evaluation.metrics["reference_timed_by"] = (
+                "an earlier evaluation's judge (the reference is timed once per search)"
+            )
         candidate_s = positive(evaluation.timing.get("candidate", {}).get("median_s"))
         ref_s = positive(ref_timing.get("median_s"))
         if candidate_s is None or ref_s is None:

@@ -68,6 +68,22 @@ def test_honest_outputs_as_they_come_pass_and_each_is_checked() -> None:
     assert taken == len(outputs) == 5
 
 
+@pytest.mark.parametrize("timed_before", [False, True])
+def test_a_judge_times_the_reference_unless_an_earlier_judge_of_the_search_did(
+    timed_before: bool,
+) -> None:
+    task = dict(TASK, reference_timed=timed_before)
+    try:
+        verdict = judge.judge(task, iter(honest()))
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert verdict["ok"], verdict
+    if timed_before:
+        assert "reference_timing" not in verdict
+    else:
+        assert verdict["reference_timing"]["median_s"] > 0
+
+
 def test_a_bad_later_output_fails_and_the_rest_are_still_taken() -> None:
     outputs = honest()
     name, leaves = outputs[2]

@@ -5,11 +5,14 @@ verdict is "wrong" only where the judge says an honest worker would have passed 
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from pytest_kernelpro.optimize.sandbox.handles import Received
+from pytest_kernelpro.optimize.sandbox.task import SandboxLimits
 from pytest_kernelpro.optimize.sandbox.worker_claims import EXCESSIVE_SPEEDUP, WorkerClaims
 from pytest_kernelpro.optimize.search.interfaces import Evaluation
 
@@ -25,15 +28,24 @@ class Judged:
         return self.verdict
 
 
-def judged(candidate_s: float, verdict: dict[str, Any]) -> Evaluation:
-    claims = WorkerClaims.__new__(WorkerClaims)
-    claims._reference_ok = None
+def judged(
+    candidate_s: float, verdict: dict[str, Any], claims: WorkerClaims | None = None
+) -> Evaluation:
+    if claims is None:
+        claims = fresh_claims()
     claimed = Evaluation(
         status="correct",
         timing={"candidate": {"median_s": candidate_s}, "phase_s": 1.0},
         metrics={"candidate_median_s": candidate_s},
     )
     return claims._judged(claimed, Received(), Judged(verdict))  # type: ignore[arg-type]
+
+
+def fresh_claims() -> WorkerClaims:
+    claims = WorkerClaims.__new__(WorkerClaims)
+    claims._reference_ok = None
+    claims._reference_timing = None
+    return claims
 
 
 PASSED = {"ok": True, "checked": ["trial-1"], "reference_timing": {"median_s": 1.0}}
@@ -61,6 +73,23 @@ def test_a_verdict_without_the_judges_reference_time_gives_no_speedup() -> None:
     assert ev.speedup is None
 
 
+def test_the_first_judges_reference_time_is_every_later_evaluations() -> None:
+    """A judge started once the reference was timed does not time it again (its verdict has
+    no reference time): the speedup divides the first judge's time, and the evaluation says
+    whose it is. A judge that timed it anyway does not replace the first time."""
+    claims = fresh_claims()
+    first = judged(0.5, PASSED, claims)
+    assert first.metrics["reference_timed_by"] == "this evaluation's judge"
+    later = judged(0.25, {**PASSED, "reference_timing": {}}, claims)
+    assert later.status == "correct"
+    assert later.speedup == pytest.approx(4.0)
+    assert later.timing["reference"] == {"median_s": 1.0}
+    assert later.metrics["reference_timed_by"].startswith("an earlier evaluation's judge")
+    again = judged(0.25, {**PASSED, "reference_timing": {"median_s": 3.0}}, claims)
+    assert again.speedup == pytest.approx(12.0)  # its own judge's time, this once
+    assert claims._reference_timing == {"median_s": 1.0}
+
+
 @pytest.mark.parametrize(
     ("wrong", "status", "says"),
     [
@@ -76,3 +105,34 @@ def test_a_failed_verdict_is_wrong_only_where_the_judge_says_so(
     assert ev.reason.startswith(says), ev.reason
     assert ev.reason.endswith("(trial-1: off)")
     assert ev.speedup is None
+
+
+class Launched:
+    """What `_run_judge` needs of the evaluator, recording the task each judge was given."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.tasks = root, []
+
+    def scratch_dir(self, prefix: str, judge: bool = False) -> Path:
+        path = self.root / f"{prefix}{len(self.tasks)}"
+        path.mkdir()
+        return path
+
+    def launch(self, command: list[str], judgedir: Path, *rest: Any) -> Any:
+        self.tasks.append(json.loads((judgedir / "task.json").read_text("utf-8")))
+        (judgedir / "judge.json").write_text(json.dumps(PASSED), "utf-8")
+        return type("Run", (), {"peak_mb": 1.0})()
+
+
+def test_a_judge_is_told_whether_the_reference_was_timed_before(tmp_path: Path) -> None:
+    claims = fresh_claims()
+    launched = Launched(tmp_path)
+    claims.standbys = launched  # type: ignore[assignment]
+    claims.standbys.release = claims.standbys.remove = lambda path: None  # type: ignore[attr-defined]
+    claims.handles = type("Handles", (), {"finish": lambda self, path: None})()  # type: ignore[assignment]
+    claims.limits = SandboxLimits()
+    claims._task_payload = dict
+    claims._launch = launched.launch
+    for _ in range(2):
+        judged(0.5, claims._run_judge(None, streamed=launched.scratch_dir("judge")), claims)
+    assert [task["reference_timed"] for task in launched.tasks] == [False, True]
