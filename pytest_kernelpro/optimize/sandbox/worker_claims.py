@@ -106,8 +106,9 @@ class WorkerClaims:
         self, evaluation: Evaluation, outputs: Received, beside: JudgeBeside | None = None
     ) -> Evaluation:
         """The worker's "correct" is a claim: the judge checks its saved outputs (`beside`:
-        the judge that checked them as they came) and times the reference; the speedup is the
-        judge's reference time over the candidate's."""
+        the judge that checked them as they came) and times the reference, unless an earlier
+        judge of this search did; the speedup is that judge's reference time over the
+        candidate's."""
         if outputs.refused is not None:  # an honest worker's outputs always pass
             return Evaluation(
                 status="cheat",
