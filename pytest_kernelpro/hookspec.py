@@ -33,8 +33,8 @@ def pytest_kernelpro_defaults(config: Any) -> dict[str, Any] | None:
 @hookspec
 def pytest_kernelpro_device_specs() -> list[DeviceSpec]:
     """Return extra GPU specs; they win over the built-in table for matching names. An
-    optimizer prompt adds the per-SM limits and tensor-core shapes it knows for the spec's
-    `arch` (sm_80, sm_89, sm_90, sm_100) and the L2 of the built-in GPUs, never a guess.
+    optimizer prompt adds the per-SM limits and tensor-core shapes of the architectures it
+    knows (by the spec's `arch`) and the L2 of the built-in GPUs, never a guessed one.
 
     Example (conftest.py)::
 
