@@ -50,13 +50,7 @@ def pytest_kernelpro_device_specs() -> list[Any]:
             arch="sm_89",
             sms=142,
             dram_bandwidth_Bps=960e9,
-            l2_bytes=96 << 20,
-            smem_per_sm_bytes=100 << 10,
-            max_smem_per_block_bytes=99 << 10,
-            regs_per_sm=65536,
-            max_threads_per_sm=1536,
             peak_flops={"fp32": 91.1e12, "bf16_tensor": 364.2e12, "fp16_tensor": 364.2e12},
-            mma_shapes=("mma.sync m16n8k16",),
             source="NVIDIA RTX 6000 Ada datasheet",
         )
     ]

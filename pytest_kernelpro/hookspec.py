@@ -32,7 +32,9 @@ def pytest_kernelpro_defaults(config: Any) -> dict[str, Any] | None:
 
 @hookspec
 def pytest_kernelpro_device_specs() -> list[DeviceSpec]:
-    """Return extra GPU specs; they win over the built-in table for matching names.
+    """Return extra GPU specs; they win over the built-in table for matching names. An
+    optimizer prompt adds the per-SM limits and tensor-core shapes of the architectures it
+    knows (by the spec's `arch`) and the L2 of the built-in GPUs, never a guessed one.
 
     Example (conftest.py)::
 
@@ -40,11 +42,9 @@ def pytest_kernelpro_device_specs() -> list[DeviceSpec]:
 
         def pytest_kernelpro_device_specs():
             return [DeviceSpec(name="NVIDIA RTX 6000 Ada", aliases=("RTX 6000 Ada",), arch="sm_89",
-                               sms=142, dram_bandwidth_Bps=960e9, l2_bytes=96 << 20,
-                               smem_per_sm_bytes=100 << 10, max_smem_per_block_bytes=99 << 10,
-                               regs_per_sm=65536, max_threads_per_sm=1536,
+                               sms=142, dram_bandwidth_Bps=960e9,
                                peak_flops={"fp32": 91.1e12, "bf16_tensor": 364e12},
-                               mma_shapes=("mma.sync m16n8k16",), source="datasheet")]
+                               source="datasheet")]
     """
 
 

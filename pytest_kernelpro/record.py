@@ -316,17 +316,6 @@ class SectionPart(Part, frozen=True, kw_only=True):
     junit: tuple[Any, ...] = ()  # each a [name, value] pair
 
 
-PARTS: dict[str, type[Part]] = {
-    "correctness": CorrectnessPart,
-    "timing": TimingPart,
-    "roofline": RooflinePart,
-    "gate": VerdictPart,
-    "profile": ProfilePart,
-    "autotune": AutotunePart,
-    "environment": EnvironmentPart,
-}
-
-
 def part_of(part_type: type[S], measured: object) -> S:
     """`measured` (a producer's result, e.g. `TimingResult`) as the record's part, with no
     JSON form between; a part's `PLAIN` fields hold the producer's nested results in their

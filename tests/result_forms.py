@@ -1,11 +1,33 @@
 """The JSON form a measured result had before the record's parts held it (`record.part_of`
-writes the parts from the results' attributes): what a test compares a part with."""
+writes the parts from the results' attributes): what a test compares a part with. And the
+record's parts by their field on `KernelRecord` (`PARTS`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from typing import Any
+
+from pytest_kernelpro.record import (
+    AutotunePart,
+    CorrectnessPart,
+    EnvironmentPart,
+    Part,
+    ProfilePart,
+    RooflinePart,
+    TimingPart,
+    VerdictPart,
+)
+
+PARTS: dict[str, type[Part]] = {
+    "correctness": CorrectnessPart,
+    "timing": TimingPart,
+    "roofline": RooflinePart,
+    "gate": VerdictPart,
+    "profile": ProfilePart,
+    "autotune": AutotunePart,
+    "environment": EnvironmentPart,
+}
 
 
 def correctness_json(result: Any) -> dict[str, Any]:

@@ -141,12 +141,15 @@ def test_every_name_the_benchmarks_import_from_the_package_exists() -> None:
     [
         ("def f():\n    from pytest_kernelpro.record import NoSuchName\n", "NoSuchName"),
         ("def f():\n    import pytest_kernelpro.no_such_module\n", "no_such_module"),
-        ("CODE = '''\nfrom pytest_kernelpro.problem import load_problem, Gone\n'''\n", "Gone"),
+        (
+            "CODE = '''\nfrom pytest_kernelpro.profile.problem_loader import load_problem, Gone\n'''\n",
+            "Gone",
+        ),
         ('"""See `pytest_kernelpro.locate.load_problem`."""\n', "locate"),
         ("def f():\n    from pytest_kernelpro.record import KernelRecord\n", None),
         ('"""`pytest_kernelpro.record.KernelRecord.median_s`, `pytest_kernelpro.gate`."""\n', None),
         ('"""`pytest_kernelpro.record.KernelRecord.no_such_method`."""\n', "no_such_method"),
-        ("CODE = 'from pytest_kernelpro.problem import ProblemLocator, load_problem'\n", None),
+        ("CODE = 'from pytest_kernelpro.profile.problem_loader import load_problem'\n", None),
     ],
 )
 def test_finder_on_a_small_file(tmp_path: Path, source: str, expected: str | None) -> None:

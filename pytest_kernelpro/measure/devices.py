@@ -44,13 +44,7 @@ class DeviceSpec:
     arch: str
     sms: int
     dram_bandwidth_Bps: float
-    l2_bytes: int
-    smem_per_sm_bytes: int
-    max_smem_per_block_bytes: int
-    regs_per_sm: int
-    max_threads_per_sm: int
     peak_flops: Mapping[str, float]
-    mma_shapes: tuple[str, ...]
     source: str
     notes: str = ""
 
@@ -62,15 +56,7 @@ class DeviceSpec:
             raise KernelproConfigError(
                 f"{where}: arch {self.arch!r} is not like 'sm_90'; use the sm_XY form"
             )
-        for attr in (
-            "sms",
-            "dram_bandwidth_Bps",
-            "l2_bytes",
-            "smem_per_sm_bytes",
-            "max_smem_per_block_bytes",
-            "regs_per_sm",
-            "max_threads_per_sm",
-        ):
+        for attr in ("sms", "dram_bandwidth_Bps"):
             value = getattr(self, attr)
             if not isinstance(value, (int, float)) or value <= 0:
                 raise KernelproConfigError(f"{where}: {attr}={value!r} must be a positive number")
@@ -87,7 +73,6 @@ class DeviceSpec:
         # A private copy of plain floats, so a caller's later edit of its dict cannot change us.
         object.__setattr__(self, "peak_flops", {k: float(v) for k, v in self.peak_flops.items()})
         object.__setattr__(self, "aliases", tuple(self.aliases))
-        object.__setattr__(self, "mma_shapes", tuple(self.mma_shapes))
 
     def matches(self, device_name: str) -> bool:
         """Whether `device_name` (as torch reports it) is this spec's name or an alias."""

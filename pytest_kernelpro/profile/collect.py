@@ -137,7 +137,7 @@ def select_kernels(
 
 
 def _spec(locator: Any, device: str, mode: str, **extra: Any) -> dict[str, Any]:
-    from pytest_kernelpro.problem.locate import project_import_path
+    from pytest_kernelpro.profile.problem_loader import project_import_path
 
     return {
         # The session's import path (a `pythonpath` ini, a src/ layout): without it the

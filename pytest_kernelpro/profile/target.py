@@ -6,7 +6,7 @@
      "mode": "ncu" | "timeline" | "nsys", "seed": 0, "runs": 10, "output": "events.json",
      "extra_cuda_cflags": ["-lineinfo", "-Xptxas=-v"], "triton_cache_dir": "..."}
 
-It loads the problem (`pytest_kernelpro.problem.locate.load_problem`), builds the kernel callable
+It loads the problem (`problem_loader.load_problem`), builds the kernel callable
 (`Problem.kernel_factory(device)`) and its inputs (the harness's kernels, outside any
 profiled range), warms the kernel up once (Triton JIT, cuBLAS handles, lazy module loading), then:
 
@@ -91,7 +91,8 @@ def run_in_profiler_range(fn: Callable[[], Any], *, runs: int = 10, warmup: int 
 
 
 def _kernel_callable(spec: dict[str, Any]) -> Callable[[], Any]:
-    from pytest_kernelpro.problem import ProblemLocator, load_problem
+    from pytest_kernelpro.problem import ProblemLocator
+    from pytest_kernelpro.profile.problem_loader import load_problem
 
     locator = ProblemLocator(
         str(spec["problem_file"]), str(spec["qualname"]), spec.get("shape_index")
@@ -155,7 +156,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if spec.get("triton_cache_dir"):
         os.environ["TRITON_CACHE_DIR"] = str(spec["triton_cache_dir"])
     try:
-        from pytest_kernelpro.problem.locate import extend_import_path
+        from pytest_kernelpro.profile.problem_loader import extend_import_path
 
         extend_import_path([str(p) for p in spec.get("sys_path") or ()])
         run_spec(spec)

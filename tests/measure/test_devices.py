@@ -25,8 +25,6 @@ def test_every_spec_is_complete_and_dense(spec: DeviceSpec) -> None:
     assert spec.arch.startswith("sm_")
     assert set(spec.peak_flops) <= set(PEAK_KEYS)
     assert {"fp32", "bf16_tensor", "fp16_tensor", "tf32_tensor"} <= set(spec.peak_flops)
-    assert spec.max_smem_per_block_bytes < spec.smem_per_sm_bytes
-    assert spec.mma_shapes
     assert spec.source
     assert spec.aliases
     # Dense tensor rates keep the hardware's ratios: TF32 = BF16 / 2, FP8 = 2 x BF16. A rate

@@ -19,7 +19,8 @@ torch = pytest.importorskip("torch")
 
 from pytest_kernelpro.optimize.loop.shims import kernelbench_source  # noqa: E402
 from pytest_kernelpro.optimize.sandbox.harness import _Pipeline  # noqa: E402
-from pytest_kernelpro.problem import ProblemLocator, load_problem  # noqa: E402
+from pytest_kernelpro.problem import ProblemLocator  # noqa: E402
+from pytest_kernelpro.profile.problem_loader import load_problem  # noqa: E402
 
 TEST_MODULE = """
 import pytest, torch

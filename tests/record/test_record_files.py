@@ -11,6 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from result_forms import PARTS
 
 import pytest_kernelpro
 from pytest_kernelpro.errors import KernelproError
@@ -20,7 +21,6 @@ from pytest_kernelpro.gate.baseline_save import save_baseline
 from pytest_kernelpro.gate.report import REPORT_SCHEMA_VERSION, RecordsLog, build_report
 from pytest_kernelpro.gate.report_read import read_records_log
 from pytest_kernelpro.record import (
-    PARTS,
     CorrectnessPart,
     KernelRecord,
     SectionPart,

@@ -11,11 +11,10 @@ from typing import Any
 
 import msgspec
 import pytest
-from result_forms import correctness_json
+from result_forms import PARTS, correctness_json
 
 from pytest_kernelpro.measure.correctness_check import CorrectnessResult
 from pytest_kernelpro.record import (
-    PARTS,
     CorrectnessPart,
     KernelRecord,
     ProfilePart,

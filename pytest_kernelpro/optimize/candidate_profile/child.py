@@ -43,7 +43,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Build, profile and analyze the candidate of `spec`; the Analysis dict."""
     from pytest_kernelpro.analysis.core import RooflineFacts, profile_and_analyze
     from pytest_kernelpro.optimize.build.extension import cached_extension_builds
-    from pytest_kernelpro.problem import ProblemLocator, import_file
+    from pytest_kernelpro.problem import ProblemLocator
+    from pytest_kernelpro.problem.kernelbench import import_file
     from pytest_kernelpro.profile.capture import DEFAULT_CUDA_FLAGS, capture_extensions
 
     problem_file = str(spec["problem_file"])

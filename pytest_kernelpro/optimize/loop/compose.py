@@ -39,7 +39,7 @@ from pytest_kernelpro.optimize.loop.shims import (
     current_kernel_code,
     kernelbench_source,
 )
-from pytest_kernelpro.problem.locate import project_import_path
+from pytest_kernelpro.profile.problem_loader import project_import_path
 
 if TYPE_CHECKING:
     from pytest_kernelpro.optimize.search.ranking import SearchRanking

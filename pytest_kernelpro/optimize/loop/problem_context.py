@@ -23,7 +23,8 @@ def problem_context(
     import inspect
 
     from pytest_kernelpro.optimize.agents.problem_context import build_context
-    from pytest_kernelpro.problem import MarkerOptions, lookup_qualname, marker_of
+    from pytest_kernelpro.problem import MarkerOptions, marker_of
+    from pytest_kernelpro.profile.problem_loader import lookup_qualname
 
     problem = run.problem
     if problem.kind == "kernelbench":

@@ -3,8 +3,8 @@
 The sandbox and the optimizer's checker speak KernelBench (`class Model`, `get_inputs`,
 `ModelNew`). A marked kernel is not written that way, so these generated modules rebuild the
 item's problem in the sandbox's process through the one problem loader
-(`pytest_kernelpro.problem.load_problem`) and present its reference as `Model` and the user's
-current kernel as `ModelNew`. A KernelBench file is used as it is.
+(`pytest_kernelpro.profile.problem_loader.load_problem`) and present its reference as `Model`
+and the user's current kernel as `ModelNew`. A KernelBench file is used as it is.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ SHIM_TEMPLATE = '''\
 import torch
 from torch import nn
 
-from pytest_kernelpro.problem import ProblemLocator, load_problem
+from pytest_kernelpro.problem import ProblemLocator
+from pytest_kernelpro.profile.problem_loader import load_problem
 
 _PROBLEM = load_problem(ProblemLocator(path={path!r}, qualname={qualname!r}, shape_index={shape_index!r}))
 _DEVICE = {device!r}
@@ -74,7 +75,8 @@ CURRENT_KERNEL_TEMPLATE = '''\
 import torch
 from torch import nn
 
-from pytest_kernelpro.problem import ProblemLocator, load_problem
+from pytest_kernelpro.problem import ProblemLocator
+from pytest_kernelpro.profile.problem_loader import load_problem
 
 _CURRENT = load_problem(ProblemLocator(path={path!r}, qualname={qualname!r}, shape_index={shape_index!r}))
 

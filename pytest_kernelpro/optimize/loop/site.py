@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_kernelpro.optimize.loop.patch import KernelSite, import_style_of, repository_root
-from pytest_kernelpro.problem import lookup_qualname
+from pytest_kernelpro.profile.problem_loader import lookup_qualname
 
 if TYPE_CHECKING:
     from pytest_kernelpro.problem import ProblemLocator

@@ -25,7 +25,7 @@ from pytest_kernelpro.optimize.sandbox.project_view import (
     ini_data_patterns,
     project_view,
 )
-from pytest_kernelpro.problem.locate import project_import_path
+from pytest_kernelpro.profile.problem_loader import project_import_path
 
 TEST_PATTERNS = ("test_*.py", "*_test.py")
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_kernelpro.optimize.sandbox.task import KernelBenchTask
-from pytest_kernelpro.problem.locate import project_import_path
+from pytest_kernelpro.profile.problem_loader import project_import_path
 
 MAX_FILES = 2000
 NATIVE_SUFFIXES = (

@@ -570,7 +570,7 @@ def _worker(work: Path, label: str) -> int:
     from pytest_kernelpro.measure.correctness_check import clone_inputs
     from pytest_kernelpro.measure.timing import TimingBudget, time_kernel
     from pytest_kernelpro.optimize.sandbox.built_models import build_models
-    from pytest_kernelpro.problem import import_file
+    from pytest_kernelpro.problem.kernelbench import import_file
 
     config = json.loads((work / "config.json").read_text(encoding="utf-8"))
     device = config["device"]

@@ -15,6 +15,7 @@ from pytest_kernelpro.optimize.agents.prompts import (
     code_block,
     gpu_context,
 )
+from pytest_kernelpro.optimize.agents.prompts.gpu_facts import ARCH_FACTS
 from pytest_kernelpro.optimize.cutlass.locate import install_from_root
 
 REFERENCE = (Path(__file__).parents[2] / "data" / "agents" / "reference.py").read_text()
@@ -29,7 +30,7 @@ def test_h200_injection_has_wgmma_shapes_and_sm90a(h200) -> None:
     spec = find_device_spec("NVIDIA H200")
     assert h200.target == "sm_90a"
     assert h200.spec == spec
-    for shape in spec.mma_shapes:
+    for shape in ARCH_FACTS[spec.arch].mma_shapes:
         assert shape in h200.text
     assert "wgmma.mma_async m64nNk16" in h200.text
     assert "-gencode=arch=compute_90a,code=sm_90a" in h200.text

@@ -18,7 +18,7 @@ from pytest_kernelpro.optimize.loop.patch import (
     import_style_of,
     rewired_source,
 )
-from pytest_kernelpro.problem import import_file
+from pytest_kernelpro.problem.kernelbench import import_file
 from pytest_kernelpro.problem.language import detect_language_of
 
 CANDIDATE = """import torch

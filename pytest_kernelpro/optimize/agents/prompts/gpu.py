@@ -1,5 +1,6 @@
-"""GPU-aware prompt injection: the target's architecture, limits, tensor-core instruction
-shapes and, where CUTLASS is found, its include paths, build flags and hard constraints.
+"""GPU-aware prompt injection: the target's architecture, limits and tensor-core instruction
+shapes (`gpu_facts.py`) and, where CUTLASS is found, its include paths, build flags and hard
+constraints.
 
 Built once per agent (`gpu_context(device_name)`), so the model does not have to remember
 which MMA instruction shapes and compile target a given GPU needs.
@@ -7,10 +8,12 @@ which MMA instruction shapes and compile target a given GPU needs.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from pytest_kernelpro.measure.devices import find_device_spec
+from pytest_kernelpro.optimize.agents.prompts.gpu_facts import ARCH_FACTS, L2_BYTES
 
 if TYPE_CHECKING:
     from pytest_kernelpro.measure.devices import DeviceSpec
@@ -58,13 +61,23 @@ def _kib(n: float) -> str:
 
 
 def _spec_lines(spec: DeviceSpec, target: str) -> list[str]:
+    # "sm_90a" names the arch-specific target of sm_90's hardware: the same facts.
+    facts = ARCH_FACTS.get(spec.arch.rstrip(string.ascii_lowercase))
+    l2_bytes = L2_BYTES.get(spec.name)
+    limits = [f"{spec.sms} SMs"]
+    if facts is not None:
+        limits += [
+            f"shared memory {_kib(facts.smem_per_sm_bytes)} per SM, at most "
+            f"{_kib(facts.max_smem_per_block_bytes)} per block (opt in above 48 KB with "
+            "cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, bytes))",
+            f"{facts.regs_per_sm} registers and {facts.max_threads_per_sm} threads per SM",
+        ]
+    if l2_bytes is not None:
+        limits.append(f"L2 {l2_bytes / 2**20:.0f} MB")
+    limits.append(f"DRAM {spec.dram_bandwidth_Bps / 1e12:.2f} TB/s")
     lines = [
         f"## Target GPU: {spec.name} ({spec.arch}; compile for `{target}`)",
-        f"- {spec.sms} SMs; shared memory {_kib(spec.smem_per_sm_bytes)} per SM, at most "
-        f"{_kib(spec.max_smem_per_block_bytes)} per block (opt in above 48 KB with "
-        "cudaFuncSetAttribute(..., cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)); "
-        f"{spec.regs_per_sm} registers and {spec.max_threads_per_sm} threads per SM; "
-        f"L2 {spec.l2_bytes / 2**20:.0f} MB; DRAM {spec.dram_bandwidth_Bps / 1e12:.2f} TB/s.",
+        "- " + "; ".join(limits) + ".",
     ]
     peaks = [
         f"{_PEAK_LABELS.get(k, k)} {v / 1e12:.0f} T"
@@ -73,9 +86,15 @@ def _spec_lines(spec: DeviceSpec, target: str) -> list[str]:
     ]
     if peaks:
         lines.append("- Dense peak FLOP/s: " + ", ".join(peaks) + ".")
-    if spec.mma_shapes:
+    if facts is None:
+        lines.append(
+            "- The shared-memory, register and thread limits and the tensor-core instructions "
+            f"of {spec.arch} are not known here: read them from "
+            "`torch.cuda.get_device_properties()` and the PTX ISA before relying on them."
+        )
+    else:
         lines.append("- Tensor-core instructions of this architecture (use exactly these shapes):")
-        lines += [f"  - `{shape}`" for shape in spec.mma_shapes]
+        lines += [f"  - `{shape}`" for shape in facts.mma_shapes]
     return lines
 
 

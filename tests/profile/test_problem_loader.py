@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pytest_kernelpro.errors import KernelproConfigError
-from pytest_kernelpro.problem import ProblemLocator, load_problem, lookup_qualname
+from pytest_kernelpro.problem import ProblemLocator
+from pytest_kernelpro.profile.problem_loader import load_problem, lookup_qualname
 
 SOURCE = """
 import pytest

@@ -1,7 +1,8 @@
-"""The one problem loader: a kernel item's Problem rebuilt from its file in another process.
+"""The one problem loader: a kernel item's Problem rebuilt from its file in another process
+(the profiler's target here, the optimizer's sandbox and shims), with the session's import path.
 
 A KernelBench file becomes its problem as at collection; a marked kernel is found by its
-qualified name and rebuilt from its marker.
+qualified name and rebuilt from its marker. A check session never loads it.
 """
 
 from __future__ import annotations
