@@ -269,8 +269,8 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         # The GPU's share of the memory bound: torch's default CUDA allocator keeps a freed
         # block for requests of its own size only, so the judge's float32 copies stay
         # reserved beside its float64 truth and the worker's input-sized ones beside its
-        # output-sized ones (2 copies more at the judge's truth, 2.2 at the worker's timing:
-        # bench/results/2026-12-06-device-calls5.md). Expandable segments reuse freed pages
+        # output-sized ones, copies it no longer uses
+        # (bench/results/2026-12-06-device-calls5.md). Expandable segments reuse freed pages
         # for any size. Nothing is shared by CUDA IPC (`handles.py`), which they would
         # change; a setting of the user's is kept. The candidate and the reference are
         # timed under the same allocator.
