@@ -63,9 +63,9 @@ class WorkerClaims:
         try:
             # The reference is the same in every evaluation of a search and runs in a process
             # no candidate code ran in: once one judge has timed it, later judges do not (at a
-            # large size its timing is minutes of every evaluation). The speedups of one
-            # search so share one denominator; the final ranking re-times both contenders
-            # side by side (`remeasure.py`).
+            # large size its timing was most of every judge's time after its worker). The
+            # speedups of one search so share one denominator; the final ranking re-times
+            # both contenders side by side (`remeasure.py`).
             timed = self._reference_timing is not None
             task = {**self._task_payload(), "retime": retime, "reference_timed": timed}
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
