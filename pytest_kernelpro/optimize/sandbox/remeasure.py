@@ -219,7 +219,7 @@ def _device_memory_share(device: str, contenders: int) -> float | None:
 
 
 @dataclass(frozen=True)
-class DeviceRoom:
+class MemoryRoom:
     """How many contender workers the problem's memory holds at once (`workers_that_fit`):
     a CUDA device's, or the host's for a CPU problem (`where`)."""
 
@@ -253,8 +253,8 @@ def host_memory(device: str) -> tuple[int, int] | None:
 def workers_that_fit(
     reference: str,
     device: str,
-    device_memory: Callable[[str], tuple[int, int] | None] | None = None,
-) -> DeviceRoom | None:
+    memory_of: Callable[[str], tuple[int, int] | None] | None = None,
+) -> MemoryRoom | None:
     """The contender workers that fit the problem's memory at once, all alive through every
     round: each holds what the evaluation's worker holds in its timing phase (the same timer
     on the same inputs; `footprint`'s estimate, which errs high), on a CUDA device with its
@@ -272,17 +272,17 @@ def workers_that_fit(
         footprints.HEADROOM * footprints.WORKER_TIMING.bytes_for(found.inputs, found.outputs)
     )
     if device.startswith("cuda"):
-        capacity = (device_memory or footprints.cuda_memory)(device)
+        capacity = (memory_of or footprints.cuda_memory)(device)
         worker += footprints.CUDA_CONTEXT_BYTES
         where = "on the GPU"
     else:
-        capacity = (device_memory or host_memory)(device)
+        capacity = (memory_of or host_memory)(device)
         worker += footprints.INTERPRETER_BYTES + footprints.HEAP_SLACK_BYTES
         where = "in host memory"
     if capacity is None:
         return None
     free = capacity[0]
-    return DeviceRoom(int(CONTENDERS_MEMORY_SHARE * free // worker), worker, free, where)
+    return MemoryRoom(int(CONTENDERS_MEMORY_SHARE * free // worker), worker, free, where)
 
 
 def cap_device_memory(torch: Any, fraction: float, device: str) -> None:

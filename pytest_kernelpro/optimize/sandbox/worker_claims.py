@@ -159,10 +159,11 @@ class WorkerClaims:
                 wall_s=evaluation.wall_s,
             )
         ref_timing = dict(verdict.get("reference_timing") or {})
-        if ref_timing and self._reference_timing is None:
-            self._reference_timing = ref_timing
-        evaluation.metrics["reference_timed_by"] = "this evaluation's judge"
-        if not ref_timing and self._reference_timing is not None:
+        if ref_timing:
+            if self._reference_timing is None:
+                self._reference_timing = ref_timing
+            evaluation.metrics["reference_timed_by"] = "this evaluation's judge"
+        elif self._reference_timing is not None:
             ref_timing = dict(self._reference_timing)
             evaluation.metrics["reference_timed_by"] = (
                 "an earlier evaluation's judge (the reference is timed once per search)"

@@ -270,7 +270,7 @@ def test_on_a_cpu_far_slower_picks_are_re_measured_all_the_same(
 
 
 def _room(monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
-    room = remeasure_module.DeviceRoom(workers=workers, worker_bytes=53 << 30, free_bytes=126 << 30)
+    room = remeasure_module.MemoryRoom(workers=workers, worker_bytes=53 << 30, free_bytes=126 << 30)
     monkeypatch.setattr(remeasure_module, "workers_that_fit", lambda source, device: room)
 
 
@@ -318,7 +318,7 @@ def test_a_cpu_problem_without_host_memory_for_two_workers_remeasures_in_turns(
     """On the CPU the room is the host's memory: where it holds fewer than two workers, the
     current kernel and the fastest pick take turns, and the slower pick's reason says where
     the room ran out."""
-    room = remeasure_module.DeviceRoom(1, 18 << 30, 19 << 30, "in host memory")
+    room = remeasure_module.MemoryRoom(1, 18 << 30, 19 << 30, "in host memory")
     monkeypatch.setattr(remeasure_module, "workers_that_fit", lambda source, device: room)
     ranking, calls = _rank(monkeypatch, {2: 1.45, 3: 1.05}, device="cpu")
     assert [c["labels"] for c in calls] == [["current", "node2"]]
