@@ -32,6 +32,13 @@ if TYPE_CHECKING:
     from pytest_kernelpro.tools.registry import ToolRegistry, ToolRun
     from pytest_kernelpro.tools.stage1 import Stage1
 
+# The roofline keys `measure.roofline.price_measured` reads: a finding's pricing of a timed
+# kernel (what a child process is sent to price it).
+PRICING_KEYS = tuple(
+    "flops min_bytes peak_flops peak_name bandwidth_Bps compute_time_s memory_time_s "
+    "roofline_time_s flops_source bytes_source paths".split()
+)
+
 
 @dataclass(frozen=True)
 class RooflineFacts:
@@ -45,7 +52,7 @@ class RooflineFacts:
     roofline_time_s: float | None = None
     efficiency: float | None = None  # roofline time / the kernel's timed median
     timed_median_s: float | None = None
-    # What pricing a timed kernel needs (`measure.roofline.PRICING_KEYS` of the roofline):
+    # What pricing a timed kernel needs (`PRICING_KEYS` of the roofline):
     # a candidate faster than the op-level peak allows reads its share at the peak its rate
     # implies, not above 100% (which would cap every finding as "near the roofline").
     pricing: dict[str, Any] | None = None
@@ -59,7 +66,7 @@ class RooflineFacts:
         efficiency: float | None = None,
     ) -> RooflineFacts:
         """From a record's `roofline` dict (`measure.roofline`) and a measured median."""
-        from pytest_kernelpro.measure.roofline import PRICING_KEYS, kernel_efficiency
+        from pytest_kernelpro.measure.roofline import kernel_efficiency
 
         r = dict(roofline or {})
         dtype = next((op.get("dtype") for op in r.get("ops") or [] if op.get("dtype")), None)

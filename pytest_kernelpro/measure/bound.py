@@ -194,15 +194,6 @@ def intact(*extra: Kept) -> bool:
     return True
 
 
-def tampered() -> list[str]:
-    """'time.perf_counter (now some_module.fake)' for every rebound kept name and torch
-    timing function whose code is not torch's."""
-    if intact():
-        return []
-    found = [f"{name} (now {_describe(current)})" for name, current in _replacements()]
-    return found + _torch_tampered()
-
-
 def keep_module(module: Any) -> None:
     """Keep every name of `module`'s namespace but dunders: the last statement of each timing
     module, so what is kept is what its own code bound."""
@@ -229,7 +220,7 @@ def keep_module(module: Any) -> None:
 
 
 def _replacements() -> list[tuple[str, Any]]:
-    """(the rebound name, what it points to now) for every rebinding `tampered` sees."""
+    """(the rebound name, what it points to now) for every rebinding `binding_failure` sees."""
     out = []
     for kept in (_STDLIB, _NAMESPACES, _ATTRIBUTES):
         for where, name, current, original in zip(

@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -68,9 +68,6 @@ class OpCost:
     dtype: str
     peak_key: str
     count: int = 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 _GEMM = {

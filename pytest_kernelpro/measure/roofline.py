@@ -111,7 +111,7 @@ class ReferenceAnalysis:
             out[f.name] = None if isinstance(value, float) and not math.isfinite(value) else value
         return {
             **out,
-            "ops": [op.to_dict() for op in self.ops],
+            "ops": [asdict(op) for op in self.ops],
             "unpriced_ops": list(self.unpriced_ops),
             "notes": list(self.notes),
             "bound_band": list(self.bound_band),
@@ -375,12 +375,6 @@ def _dominant(ops: Sequence[OpCost], op_rate: Mapping[str, float], bandwidth: fl
     return max(per_category, key=lambda c: per_category[c])
 
 
-# The roofline keys `price_measured` reads (what a child process is sent to price a kernel).
-PRICING_KEYS = tuple(
-    "flops min_bytes peak_flops peak_name bandwidth_Bps compute_time_s memory_time_s "
-    "roofline_time_s flops_source bytes_source paths".split()
-)
-
 # How far a measured rate may exceed a measured ceiling (one library kernel's rate, not the
 # unit's limit) before it counts as exceeded (bench/results/2026-12-01-peak-paths-h200.md).
 CEILING_MARGIN = 0.10
@@ -442,9 +436,6 @@ class MeasuredPeak:
     problem: str | None = None
     note: str | None = None
     bandwidth_ratio: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def short(self) -> str | None:
         """A few words for a table cell ("3xTF32, inferred")."""
@@ -600,7 +591,7 @@ def record_pricing(roofline: Any, median_s: float) -> tuple[float | None, dict[s
     priced = price_measured(roofline, median_s)
     if priced is None:
         return None, None
-    return priced.efficiency, (priced.to_dict() if priced.note else None)
+    return priced.efficiency, (asdict(priced) if priced.note else None)
 
 
 def kernel_efficiency(roofline: Any, median_s: float | None) -> float | None:

@@ -279,11 +279,6 @@ class Problem:
     init_inputs: Any = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def init_arguments(self) -> list[Any]:
-        """The constructor arguments as a list (a callable `init_inputs` is called)."""
-        init = self.init_inputs() if callable(self.init_inputs) else self.init_inputs
-        return list(init or ())
-
     @functools.cached_property
     def language(self) -> str:
         if self.language_given is not None:

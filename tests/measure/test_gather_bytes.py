@@ -7,6 +7,7 @@ counted as read. These tests pin the count on the CPU (`measure/flops.gathered_s
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 import pytest
@@ -99,10 +100,10 @@ def test_a_gather_at_its_bandwidth_is_not_impossible_and_one_beyond_it_is() -> N
     honest = selected / TRUSTED_GPU["bandwidth_Bps"] / 0.8
     priced = price_measured(analysis.to_dict(), honest)
     assert priced is not None
-    assert impossible_failure(priced.to_dict(), ceilings=ceilings, median_s=honest, timing=flushed) is None  # fmt: skip
+    assert impossible_failure(asdict(priced), ceilings=ceilings, median_s=honest, timing=flushed) is None  # fmt: skip
     too_fast = honest / 10
     priced = price_measured(analysis.to_dict(), too_fast)
     assert priced is not None
-    failure = impossible_failure(priced.to_dict(), ceilings=ceilings, median_s=too_fast, timing=flushed)  # fmt: skip
+    failure = impossible_failure(asdict(priced), ceilings=ceilings, median_s=too_fast, timing=flushed)  # fmt: skip
     assert failure is not None
     assert "impossible time" in failure

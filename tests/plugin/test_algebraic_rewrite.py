@@ -14,6 +14,7 @@ reference's FLOP count against a trusted 191 GFLOP/s ceiling).
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import pytest
 import torch
@@ -162,7 +163,7 @@ def test_the_rewrite_timed_for_real_is_never_impossible_on_the_references_flops(
     assert priced.problem == "flops"
     timing = type("Timing", (), {"flushed_l2": True, "flush_reason": "on"})()
     assert (
-        impossible_failure(priced.to_dict(), ceilings=ceilings, median_s=median, timing=timing)
+        impossible_failure(asdict(priced), ceilings=ceilings, median_s=median, timing=timing)
         is None
     )
 
@@ -231,7 +232,7 @@ def test_the_same_ratio_on_a_gpu_or_a_cached_result_on_the_cpu_is_impossible() -
         assert priced is not None
         assert priced.bandwidth_ratio == pytest.approx(ratio, rel=1e-6)
         return impossible_failure(
-            priced.to_dict(), ceilings=ceilings, median_s=median, timing=flushed
+            asdict(priced), ceilings=ceilings, median_s=median, timing=flushed
         )
 
     assert verdict("cpu (test, trusted)", 1.5) is None
@@ -251,6 +252,6 @@ def test_the_same_ratio_on_a_gpu_or_a_cached_result_on_the_cpu_is_impossible() -
     priced = price_measured(analysis.to_dict(), 1e-3)
     assert priced is not None
     assert (
-        impossible_failure(priced.to_dict(), ceilings=untrusted, median_s=1e-3, timing=flushed)
+        impossible_failure(asdict(priced), ceilings=untrusted, median_s=1e-3, timing=flushed)
         is None
     )

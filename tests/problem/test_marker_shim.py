@@ -67,7 +67,7 @@ def test_a_module_kernels_candidate_is_built_with_the_markers_init_inputs(tmp_pa
     path.write_text(TEST_MODULE, encoding="utf-8")
     locator = ProblemLocator(path=str(path), qualname="SwiGLU")
     problem = load_problem(locator)
-    assert problem.init_arguments() == [16, 8]
+    assert problem.init_inputs == (16, 8)
     run = types.SimpleNamespace(problem=problem, locator=locator)
     shim = kernelbench_source(run, "cpu")  # type: ignore[arg-type]
 

@@ -79,10 +79,6 @@ class TimingBudget:
         if problems:
             raise KernelproConfigError("invalid TimingBudget: " + "; ".join(problems))
 
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-safe dict."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class TimingResult:

@@ -29,7 +29,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pytest_kernelpro.errors import KernelproError
@@ -611,7 +611,7 @@ def time_cpu(
         calls_per_sample=sampler.calls,
         flush_bytes=nbytes,
         rounds=log.rounds,
-        budget=budget.to_dict(),
+        budget=asdict(budget),
         threads=threads,
         cpu_load=load.to_dict(),
         flush_reason=flush_reason,

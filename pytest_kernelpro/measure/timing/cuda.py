@@ -19,7 +19,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from operator import attrgetter, is_not
 from typing import Any
 
@@ -201,7 +201,7 @@ def time_cuda(
         throttled_samples=sum(log.throttled),
         clocks=summarize_readings(extra.pop("readings")),
         rounds=log.rounds,
-        budget=budget.to_dict(),
+        budget=asdict(budget),
         **extra,
     )
 

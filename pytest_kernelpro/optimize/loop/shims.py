@@ -49,8 +49,10 @@ def get_inputs():
 
 
 def get_init_inputs():
-    # The marker's init_inputs: the candidate's ModelNew is built with them, as the prompt says.
-    return _PROBLEM.init_arguments()
+    # The marker's init_inputs (a callable is called): the candidate's ModelNew is built with
+    # them, as the prompt says.
+    init = _PROBLEM.init_inputs
+    return list((init() if callable(init) else init) or ())
 '''
 
 

@@ -16,7 +16,7 @@ import json
 import os
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,7 +48,7 @@ def header_record(
         "algorithm": algorithm,
         "config": dict(config),
         "reward": reward.to_dict(),
-        "budget": budget.to_dict(),
+        "budget": asdict(budget),
         "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
 

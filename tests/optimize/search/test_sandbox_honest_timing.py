@@ -60,6 +60,12 @@ EXPECTED = {
         "refused while timed: its module (<kernelpro_candidate>) rebound json.dumps (to "
         "kernelpro_candidate.<lambda>), found and put back before this timing"
     ),
+    # Rebound after its timing, on the worker's call after it: the worker's last look at its
+    # kept bindings, before it writes its result, names it.
+    "rebinds_after_timing": re.escape(
+        "time.perf_counter (now kernelpro_candidate.ModelNew.forward.<locals>.<lambda>, made by "
+        "kernelpro_candidate (<kernelpro_candidate>)) was replaced in the worker"
+    ),
 }
 
 
