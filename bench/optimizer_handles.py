@@ -44,6 +44,20 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+# A VM's free page reporting hands pages free for about 2 s back to its host; touching them
+# again costs a host fault each (on this VM 1.1-1.6 s a GiB instead of 0.36). The run's
+# processes take turns and wait on each other, so their memory goes cold between turns more
+# than one gate process's does. The order is the smallest block reported (above the largest
+# order, 10, nothing is): recorded with every run.
+PAGE_REPORTING_ORDER = Path("/sys/module/page_reporting/parameters/page_reporting_order")
+
+
+def page_reporting_order() -> int | None:
+    try:
+        return int(PAGE_REPORTING_ORDER.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
 
 PROBLEM = """import torch
 from torch import nn
@@ -291,6 +305,7 @@ def measure(
         "sandbox_memory_mb": sandbox_memory_mb,
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],
+        "page_reporting_order": page_reporting_order(),
     }
 
 
