@@ -18,9 +18,9 @@ counts. A copy the rules need is marked with the rule; what they do not need was
 
 | where | held at that moment | copies | rule / what changed |
 |---|---|---|---|
-| judge, the truth of the first output (the worker waits for it, holding no input or output) | its draw of the first call's inputs and the reference's call on a copy (2I + O); the float64 re-run (widened inputs 2I, output 2O); on the CPU the reference's output goes before the re-run and is made again from the seed after it (`run_truth`'s `remake`), elsewhere it stays beside the re-run; then reference - truth in float32 beside the re-run's output | CPU: 2I + O, 3I while widening, 2I + 2O, I + 3O, then 4O; CUDA: 3I + O, 2I + 3O, then 4O | the correctness rule's truth (`measure.output_rule`), found on the first checked call's inputs, in a process the candidate never ran in; made before that call's output is handed over (`judge.judge`'s `tell_truth`), so no handed-over output is held beside it (was 2I + 4O, and the worker's own truth, 2I + 3O, in its turn); the re-run beside the reference's output was 2I + 3O on the CPU too |
-| worker, trial 1 (the judge holds reference - truth, and on CUDA the reference's output) | sealed inputs (one read-only set, `input_handles.py`); on the CPU a reference call on a copy whose output goes (whether it writes its inputs), then the candidate's call, then the reference's output (`harness._Pipeline.candidate_first`); on CUDA the reference first, its output beside the candidate's call | CPU: 2I + O, I + O and the candidate's temporaries, I + 2O; CUDA: 2I + 3O, then I + 4O | the first call decided in the worker by the truth calibrated (`measurement.take_truth`), in the judge by the truth itself; the judge keeps the reference's output as its digest on the CPU and makes it again for the comparison (`judge._Reference.output_again`: the same bytes, else its truth is found again); was 2I + 3O, then I + 4O on the CPU too |
-| judge, trial 1's output (the worker waits) | the handed-over output, the reference's output (on the CPU made again: its inputs while it runs), reference - truth | 3O (I + 3O while the CPU's is made again) | the first output compared with the truth (`CorrectnessRule.judge`) |
+| judge, the truth of the first output (the worker waits for it, holding no input or output) | its draw of the first call's inputs and the reference's call on a copy (2I + O); the float64 re-run (widened inputs 2I, output 2O); the reference's output goes before the re-run and is made again from the seed after it (`run_truth`'s `remake`), unless it is kept (below); then reference - truth in float32 beside the re-run's output | 2I + O, 3I while widening, 2I + 2O, I + 3O, then 4O | the correctness rule's truth (`measure.output_rule`), found on the first checked call's inputs, in a process the candidate never ran in; made before that call's output is handed over (`judge.judge`'s `tell_truth`), so no handed-over output is held beside it (was 2I + 4O, and the worker's own truth, 2I + 3O, in its turn); the re-run beside the reference's output was 2I + 3O, and so it stayed on CUDA until the GPU's measured peaks (bench/results/2026-12-06-device-calls6.md) |
+| worker, trial 1 (the judge holds reference - truth) | sealed inputs (one read-only set, `input_handles.py`; on CUDA the inputs themselves, their digest compared after the call); on the CPU a reference call on a copy whose output goes (whether it writes its inputs), then the candidate's call, then the reference's output (`harness._Pipeline.candidate_first`); on CUDA the reference first, its output beside the candidate's call and the copy of the candidate's output taken on its stream (`harness._Pipeline.run_candidate`) | CPU: 2I + O, I + O and the candidate's temporaries, I + 2O; CUDA: I + 3O | the first call decided in the worker by the truth calibrated (`measurement.take_truth`), in the judge by the truth itself; the judge keeps the reference's output as its digest and makes it again for the comparison (`judge._Reference.output_again`: the same bytes, else its truth is found again); was 2I + 3O, then I + 4O; on CUDA a copy of the inputs for the candidate and the judge's kept output made it 2I + 3O and I + 5O |
+| judge, trial 1's output (the worker waits) | the handed-over output, the reference's output (made again: its inputs while it runs), reference - truth | 3O (I + 3O while it is made again) | the first output compared with the truth (`CorrectnessRule.judge`) |
 | worker, trials 2-3, in-place, shape | sealed inputs (in-place: the maker's tensors refilled), the reference's output, the candidate's output and its handed-over copy, compare chunks; on the CPU trials 2-3 and the call after timing run the candidate first (no reference output beside its temporaries); the inputs are dropped before the copy is handed over (the judge starts on it at once) | I + 2O (was I + 3O) | earlier outputs kept as digests for the cache check (`checks.digest`), not as outputs; an output bit-identical to the reference's skips the rule's passes (`measurement.identical_reports`); bitwise checks compare chunk by chunk (`checks.same_values`) |
 | judge, later outputs | its inputs, the reference's output, the handed-over output | I + 2O | each dropped before the next is asked for (`handles.stream_outputs`) |
 | worker, timing (the candidate only) | the timed inputs, the mix's first end (its second is the first rolled, views made per chunk), its pools of one byte a weight (`measure.timing.fresh_inputs`: a quarter of float32 inputs, half of 16-bit ones, all of 8-bit ones), the call's output while it runs; at a checked call the output's copy and the reference's output on the call's content, rebuilt into the timed inputs | 2.25I + 2O (2.5I for 16-bit inputs, 3I for 8-bit) | new content every timed call and checks no kernel can predict; the reference is timed by the judge only (its time is the speedup's; the worker's was a claim nothing decided by) |
@@ -38,13 +38,14 @@ output is more than twice the inputs). `estimate` gives it for the problem's own
 the timing's inputs still counted at 4I whatever their width, as before the mix's second end
 was rolled instead of kept (an estimate that refuses should err high).
 
-The first output's reference on the CPU: made again from its seed after the truth's re-run
-and again when the first output comes (the table's CPU rows: two draws of the first inputs,
-two reference calls and two digests of an output), so that the judge holds one output fewer
-at both moments. Where one more output still fits within 3x the footprint with the
+The first output's reference: made again from its seed after the truth's re-run and again
+when the first output comes (the table's rows: two draws of the first inputs, two reference
+calls and two digests of an output), so that the judge holds one output fewer at both
+moments. On the CPU, where one more output still fits within 3x the footprint with the
 interpreters (`Footprint.room_for_kept_reference`: large problems, where the fixed part is a
-small share) the judge keeps it instead, as on CUDA: 2I + 3O at its truth, I + 4O beside the
-worker's first call, both already counted by `estimate`.
+small share), the judge keeps it instead (a CPU draw of a large input takes seconds): 2I + 3O
+at its truth, I + 4O beside the worker's first call, both already counted by `estimate`. On
+a GPU a draw and a call take milliseconds: it is always made again.
 
 Where the copies live. On the CPU every copy above is in host memory. On a CUDA problem
 (`Footprint.device`) they are in the GPU's memory: the worker and the judge run on one
@@ -110,7 +111,7 @@ PEAKS = (
     Peak(0, 4, "the judge's truth measured against the first output's reference"),
 )
 # The judge's first output's reference kept from the truth's call to the first comparison,
-# as on CUDA (module doc): one output more beside the truth's re-run (2I + 3O) and beside the
+# on the CPU (module doc): one output more beside the truth's re-run (2I + 3O) and beside the
 # worker's first call (the worker's I + 2O or 2I + O, the judge's reference and
 # reference - truth), for two draws of the first inputs and two reference calls fewer. Both
 # are already among `PEAKS`: keeping it never raises the estimate, only the measured peak.

@@ -329,12 +329,8 @@ class _Pipeline:
                             "cheat",
                             f"returns the same output for different inputs (cached, {label})",
                         )
-            # A sealed input cannot have changed (a write faults); a copied one can.
-            if (
-                not ref_modifies
-                and inputs.copied
-                and not checks.same_values(cand_args, inputs.values)
-            ):
+            # A sealed input cannot have changed (a write faults); a shared or copied one can.
+            if not ref_modifies and inputs.modified(cand_args):
                 raise Rejected("cheat", f"modifies its inputs in place ({label})")
             if not ref_aliases and checks.shares_storage(out, cand_args):
                 raise Rejected("cheat", f"returns an output that aliases an input ({label})")

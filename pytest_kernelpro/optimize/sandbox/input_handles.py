@@ -18,11 +18,17 @@ What that guarantees:
 
 A reference that writes into its own inputs (found on its first call, on a copy) gets
 writable copies (`writable`), and the candidate with it: a kernel may do what the problem
-does. Inputs that are not contiguous CPU tensors (CUDA tensors: device memory, no host
-footprint; views with strides; tensors that require grad; non-tensor values) are kept as the
-maker made them and copied for each call that may write (`measure.correctness.clone_inputs`),
-as before. Inputs do not cross processes: the judge makes its own from the same seeds in a
-process the candidate never ran in, so no input the candidate's process made is trusted.
+does. A plain tensor that cannot be sealed (a CUDA tensor: device memory, no host pages to
+seal; a view with strides) is handed to a call that must not write as it is, its digest
+(`checks.digest`: a fingerprint made on a GPU, SHA-256 of the bytes on the CPU) taken when
+it is handed over and compared after the call (`modified`): a copy per call would be one
+input set more at the worker's peak, beside the judge's copies on the same GPU
+(bench/results/2026-12-06-device-calls6.md). What is neither (tensors that require grad,
+subclasses, tensors inside lists, non-tensor values) is kept as the maker made it and copied
+for each call (`clone_inputs`). Like every check in the worker, the digest's is a claim made
+where the candidate runs. Inputs do not cross processes: the judge makes its own from the
+same seeds in a process the candidate never ran in, so no input the candidate's process made
+is trusted.
 """
 
 from __future__ import annotations
@@ -46,6 +52,9 @@ class SealedInputs:
         self.torch = torch
         self._fds: list[int] = []
         self._sealed_at: set[int] = set()
+        # Handed as they are to a call that must not write: position -> digest when handed.
+        self._shared_at = {k for k, value in enumerate(values) if _shareable(torch, value)}
+        self._digests: dict[int, bytes] = {}
         self.sealed_bytes = 0
         sealed: list[Any] = []
         try:
@@ -69,20 +78,34 @@ class SealedInputs:
 
     def read_only(self) -> list[Any]:
         """The inputs of a call that must not write: the sealed ones themselves (a write
-        faults), a copy of every other (`copied` says whether there is any), so the call
-        cannot change what a later call sees."""
+        faults), the shared ones themselves with their digests taken now, a copy of every
+        other; `modified` says whether the call changed any."""
+        from pytest_kernelpro.optimize.sandbox.checks import digest
+
+        self._digests = {k: digest(self.values[k]) for k in sorted(self._shared_at)}
         return [
-            value if k in self._sealed_at else clone_inputs(self.torch, value)
+            value
+            if k in self._sealed_at or k in self._shared_at
+            else clone_inputs(self.torch, value)
             for k, value in enumerate(self.values)
         ]
 
-    @property
-    def copied(self) -> bool:
-        """`read_only()` copies an input (one not sealed holds a tensor)."""
-        return any(
-            k not in self._sealed_at and _holds_tensor(self.torch, value)
-            for k, value in enumerate(self.values)
-        )
+    def modified(self, given: Sequence[Any]) -> bool:
+        """Whether the call given `read_only()`'s inputs changed one: a shared input by its
+        digest, a copied one against the value it copies (a sealed one cannot change)."""
+        from pytest_kernelpro.optimize.sandbox.checks import digest, same_values
+
+        for k, value in enumerate(self.values):
+            if k in self._digests:
+                if digest(given[k]) != self._digests[k]:
+                    return True
+            elif (
+                k not in self._sealed_at
+                and _holds_tensor(self.torch, value)
+                and not same_values(given[k], value)
+            ):
+                return True
+        return False
 
     def close(self) -> None:
         """Close the descriptors (mappings still held keep their pages until dropped)."""
@@ -101,16 +124,24 @@ def _holds_tensor(torch: Any, value: Any) -> bool:
     return False
 
 
+def _plain(torch: Any, value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor) and type(value) is torch.Tensor and not value.requires_grad
+    )
+
+
 def _sealable(torch: Any, value: Any) -> bool:
     return (
-        isinstance(value, torch.Tensor)
-        and type(value) is torch.Tensor
+        _plain(torch, value)
         and value.device.type == "cpu"
         and value.numel() > 0
         and value.is_contiguous()
-        and not value.requires_grad
         and str(value.dtype).removeprefix("torch.") in DTYPES
     )
+
+
+def _shareable(torch: Any, value: Any) -> bool:
+    return _plain(torch, value) and not _sealable(torch, value)
 
 
 def _read_only(torch: Any, fd: int, like: Any) -> Any:

@@ -106,14 +106,16 @@ class _Reference:
         self._calls = 0
         # Whether the first output's reference is kept from the truth's call to the first
         # comparison (one draw and one call) rather than made again from its seed after the
-        # truth's re-run and when the first output comes (three of each): always on CUDA; on
-        # the CPU where one more output fits the memory bound, decided at the truth's call
+        # truth's re-run and when the first output comes (three of each): never on a GPU,
+        # where a draw and a call take milliseconds and the kept output would sit beside the
+        # worker's first call on the same device (bench/results/2026-12-06-device-calls6.md);
+        # on the CPU where one more output fits the memory bound, decided at the truth's call
         # (`footprint.Footprint.room_for_kept_reference`), and only where the truth is made
         # before any output is handed over (`truth_first`: the judge beside a worker, told
         # its truth). A judge that finds its truth on a handed-over output (the re-timing
         # worker's) holds that output beside the re-run already: it makes the reference's
         # output again, as a small problem's judge does.
-        self.keeps_reference = self.device.type != "cpu"
+        self.keeps_reference = False
         self.truth_first = False
         # The first output's leaves as the worker names them (its output is not flattened):
         # flattened leaf path -> that path.
@@ -231,7 +233,7 @@ class _Reference:
         return leaves
 
     def output_of(self, seed: int) -> list[Any]:
-        """The reference's output leaves on a new draw of `seed`'s inputs (CPU)."""
+        """The reference's output leaves on a new draw of `seed`'s inputs."""
         import torch
 
         from pytest_kernelpro.optimize.sandbox.checks import flatten

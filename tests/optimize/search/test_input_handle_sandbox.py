@@ -45,8 +45,9 @@ WRITING_REFERENCE = REFERENCE.replace(
 )
 assert WRITING_REFERENCE != REFERENCE
 WRITING_CANDIDATE = CORRECT.replace(FORWARD, FORWARD + "        x.relu_()\n")
-# Inputs that are not sealed (strided: the problem's layout is kept) are copied for each call,
-# as CUDA inputs are: the CPU stand-in of the device path, where a write is found by comparison.
+# Inputs that are not sealed (strided: the problem's layout is kept) are handed to the call as
+# they are, as CUDA inputs are: the CPU stand-in of the device path, where a write is found by
+# the input's digest taken before the call.
 STRIDED_REFERENCE = REFERENCE.replace(
     "return [torch.randn(batch, n)]", "return [torch.randn(n, batch).t()]"
 )
@@ -81,7 +82,7 @@ def world() -> dict[str, object]:
         KernelBenchTask(STRIDED_REFERENCE, name="strided_softmax", device="cpu", **FAST), limits
     )
     try:
-        found["writes a copied input"] = strided.evaluate(Candidate(WRITES_VALUES))
+        found["writes a shared input"] = strided.evaluate(Candidate(WRITES_VALUES))
     finally:
         strided.close()
     found["after"] = {"memfds": memfds(), "shm": shm_entries()}
@@ -123,8 +124,8 @@ def test_a_reference_that_writes_its_inputs_gives_the_candidate_copies(world) ->
 
 
 @pytest.mark.slow
-def test_a_candidate_writing_an_input_that_is_copied_is_refused_by_comparison(world) -> None:
-    ev = _ev(world, "writes a copied input")
+def test_a_candidate_writing_an_input_that_is_shared_is_refused_by_its_digest(world) -> None:
+    ev = _ev(world, "writes a shared input")
     assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
     assert "modifies its inputs in place (trial 1/3)" in ev.reason
 

@@ -50,8 +50,8 @@ def test_the_sealed_inputs_hold_the_makers_values_without_a_copy_per_call() -> N
     inputs = SealedInputs(torch, made)
     try:
         assert inputs.sealed_bytes == 8 * 16 * 4 + 5 * 8
-        assert not inputs.copied
         views = inputs.read_only()
+        assert not inputs.modified(views)
         for got, want in zip(views, expected, strict=True):
             if isinstance(want, torch.Tensor):
                 assert torch.equal(got, want)
@@ -70,18 +70,40 @@ def test_the_sealed_inputs_hold_the_makers_values_without_a_copy_per_call() -> N
         inputs.close()
 
 
-def test_inputs_that_cannot_be_sealed_are_copied_for_each_call() -> None:
+def test_a_plain_tensor_that_cannot_be_sealed_is_shared_and_its_writes_seen() -> None:
+    """A strided CPU tensor is the CPU stand-in of a CUDA input: handed to the call as it is
+    (no copy), its digest taken when handed and compared after the call."""
     strided = torch.randn(16, 8).t()  # not contiguous: its strides are the problem's
+    inputs = SealedInputs(torch, [strided, torch.randn(8)])
+    try:
+        assert inputs.sealed_bytes == 8 * 4
+        views = inputs.read_only()
+        assert views[0].data_ptr() == strided.data_ptr()
+        assert views[0].stride() == strided.stride()
+        assert not inputs.modified(views)
+        views[0][3, 5] += 1.0  # one element of 128
+        assert inputs.modified(views)
+        views[0][3, 5] -= 1.0  # put back exactly: the same bytes again
+        assert not inputs.modified(views)
+        views[0].mul_(-1.0)  # a sign flip: the same values up to sign, other bytes
+        assert inputs.modified(views)
+    finally:
+        inputs.close()
+
+
+def test_what_is_neither_sealed_nor_shared_is_copied_for_each_call() -> None:
     grad = torch.randn(4, requires_grad=True)
     nested = [torch.randn(3)]
-    inputs = SealedInputs(torch, [strided, grad, nested])
+    inputs = SealedInputs(torch, [grad, nested])
     try:
         assert inputs.sealed_bytes == 0
-        assert inputs.copied
         views = inputs.read_only()
-        assert views[0].data_ptr() != strided.data_ptr()
-        assert views[0].stride() == strided.stride()
-        assert views[2][0].data_ptr() != nested[0].data_ptr()
+        assert views[0].data_ptr() != grad.data_ptr()
+        assert views[1][0].data_ptr() != nested[0].data_ptr()
+        assert not inputs.modified(views)
+        with torch.no_grad():
+            views[1][0].add_(1.0)
+        assert inputs.modified(views)
     finally:
         inputs.close()
 
@@ -193,20 +215,19 @@ def test_a_private_copy_on_write_mapping_changes_only_itself() -> None:
 
 
 @pytest.mark.gpu
-def test_cuda_inputs_stay_on_their_device_and_are_copied_for_each_call() -> None:
-    """The device-agnostic path: a CUDA input is made where it runs and never sealed
-    (device memory has no host footprint to share); a call that must not write gets its own
-    copy on the device, as a strided CPU input does (the CPU stand-in above)."""
+def test_cuda_inputs_stay_on_their_device_shared_and_their_writes_seen() -> None:
+    """The device-agnostic path: a CUDA input is made where it runs and never sealed (device
+    memory has no host pages to seal); a call that must not write gets it as it is and its
+    writes are seen by its digest, as a strided CPU input's are (the CPU stand-in above)."""
     made = torch.randn(64, 32, device="cuda")
     inputs = SealedInputs(torch, [made, torch.randn(8)])
     try:
         assert inputs.sealed_bytes == 8 * 4
-        assert inputs.copied
         view = inputs.read_only()[0]
         assert view.device == made.device
-        assert view.data_ptr() != made.data_ptr()
-        assert torch.equal(view, made)
-        view.add_(1)
-        assert not torch.equal(view, inputs.values[0])
+        assert view.data_ptr() == made.data_ptr()
+        assert not inputs.modified([view, inputs.values[1]])
+        view[7, 3] += 1.0
+        assert inputs.modified([view, inputs.values[1]])
     finally:
         inputs.close()
