@@ -117,7 +117,13 @@ def send_output(
 ) -> list[Any]:
     """Hand one checked output's leaves to the session over `channel` (this process's
     channel when None). Returns the leaves as handed over: each tensor a private mapping of
-    its sealed memfd (the same pages as the session's, no copy), values as sent."""
+    its sealed memfd (the same pages as the session's, no copy), values as sent.
+
+    A list of `leaves` is emptied as its leaves are copied, and this process's freed memory
+    given back (`release_freed_heap`) before the session is told the output is whole: the
+    judge starts on it at once, so where the caller gave away its last reference
+    (`judge.save_output`), the output's memory on the device is free by then, never held
+    beside the judge's first copies."""
     channel = channel or _process_socket()
     if channel is None:
         raise HandleError(
@@ -125,7 +131,11 @@ def send_output(
             "nowhere to go; the worker runs only under SandboxEvaluator"
         )
     kept: list[Any] = []
-    for k, leaf in enumerate(leaves):
+    pending = leaves if isinstance(leaves, list) else list(leaves)
+    pending.reverse()
+    k = 0
+    while pending:
+        leaf = pending.pop()
         if isinstance(leaf, torch.Tensor):
             dtype = str(leaf.dtype).removeprefix("torch.")
             if dtype not in DTYPES:
@@ -147,6 +157,9 @@ def send_output(
             )
             _send(channel, {"output": name, "leaf": k, "kind": "value", "value": value}, None)
             kept.append(value)
+        k += 1
+    leaf = None
+    release_freed_heap()
     # The output is whole: the session may forward it to the judge now (`Relay`).
     _send(channel, {"sent": name, "leaves": len(kept)}, None)
     return kept

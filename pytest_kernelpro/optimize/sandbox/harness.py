@@ -350,8 +350,10 @@ class _Pipeline:
             # while a tensor views them. Gone before the output is handed over: the judge
             # starts on it at once (its own inputs and reference output), never beside these.
             del inputs
-        handed = self.save_output(label, out)
+        holder = [out]  # the hand-over takes the only reference (`judge.save_output`)
         del out
+        handed = self.save_output(label, holder)
+        del holder
         if handed is not None:
             self.await_judge(handed)
         return found
@@ -392,16 +394,17 @@ class _Pipeline:
             raise Rejected("wrong", f"wrong result ({label}): {decided.failure}")
         return True
 
-    def save_output(self, label: str, out: Any) -> str | None:
-        """Hand the candidate's output for `label` to the trusted side (`judge.py`) by handle
-        (`handles.py`); the judge recomputes the reference in a process the candidate never
-        ran in and compares. Returns the output's name (to `await_judge`), None when nothing
-        was handed over: a call the judge does not check, or no channel (the pipeline run
-        outside the sandbox, as tests do; a judge would find the output missing)."""
+    def save_output(self, label: str, holder: list[Any]) -> str | None:
+        """Hand the candidate's output for `label` (the only item of `holder`, taken from it)
+        to the trusted side (`judge.py`) by handle (`handles.py`); the judge recomputes the
+        reference in a process the candidate never ran in and compares. Returns the output's
+        name (to `await_judge`), None when nothing was handed over: a call the judge does not
+        check, or no channel (the pipeline run outside the sandbox, as tests do; a judge
+        would find the output missing)."""
         name = judge.output_name(label)
         if name is None or not os.environ.get(HANDLE_FD_ENV):
             return None
-        judge.save_output(name, out)
+        judge.save_output(name, holder)
         return name
 
     def await_judge(self, name: str) -> None:
@@ -514,8 +517,10 @@ class _Pipeline:
         out, _ = self.run_candidate(args, ref_out)
         self.compare(ref_out, out, "inputs changed in place")
         del ref_out, args  # before the judge starts on the output (`check_call`)
-        handed = self.save_output("inputs changed in place", out)
+        holder = [out]
         del out
+        handed = self.save_output("inputs changed in place", holder)
+        del holder
         if handed is not None:
             self.await_judge(handed)
 

@@ -64,16 +64,17 @@ def required_outputs(task: dict[str, Any]) -> list[tuple[str, int]]:
     return [*names, ("inplace", seed + 102), ("after-timing", seed + 301)]
 
 
-def save_output(name: str, output: Any) -> list[Any]:
-    """Hand an output's leaves to the session by handle (`handles.send_output`: each tensor
-    copied once from the device into a sealed memfd, numbers as they are); returns this
-    process's private mapping of them."""
+def save_output(name: str, holder: list[Any]) -> list[Any]:
+    """Hand the output `holder` holds (its only item, taken from it) to the session by
+    handle (`handles.send_output`: each tensor copied once from the device into a sealed
+    memfd, numbers as they are, the device's copy freed before the judge is told); returns
+    this process's private mapping of them."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.checks import flatten
     from pytest_kernelpro.optimize.sandbox.handles import send_output
 
-    return send_output(torch, name, flatten(output))
+    return send_output(torch, name, flatten(holder.pop()))
 
 
 class _Reference:

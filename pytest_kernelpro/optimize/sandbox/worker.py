@@ -196,7 +196,9 @@ def retime(task: dict[str, Any], progress: Any) -> dict[str, Any]:
             return {"status": "cheat", "reason": f"refused while re-timed: {exc}"}
         out = pipeline.new_model(*final_args)
     pipeline.sync()
-    judge.save_output(judge.RETIMED, out)
+    holder = [out]
+    del out
+    judge.save_output(judge.RETIMED, holder)
     progress("done")
     flushed = "cache flushed" if result.flushed_l2 else "no cache flush"
     return {

@@ -71,7 +71,7 @@ def session(tmp_path: Path, limit: int = 2**30) -> tuple[HandleChannels, socket.
 def hand_over(tmp_path: Path, outputs: dict[str, list[object]]) -> handles.Received:
     channels, worker = session(tmp_path)
     for name, leaves in outputs.items():
-        send_output(torch, name, leaves, channel=worker)
+        send_output(torch, name, list(leaves), channel=worker)  # a list it sends is emptied
     worker.close()  # the worker exited
     return channels.finish(tmp_path)
 
@@ -657,3 +657,34 @@ def test_a_truth_too_large_for_one_message_goes_as_none(tmp_path: Path) -> None:
         worker.close()
         judge_end.close()
         channels.close()
+
+
+def test_the_output_is_freed_before_the_session_is_told_it_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The judge starts on an output as soon as the session has it whole: the worker's own
+    copy (device memory on a GPU) must be gone by then, not held beside the judge's first
+    copies. `send_output` empties the list it is given and gives the freed memory back before
+    its last message."""
+    import weakref
+
+    channels, worker = session(tmp_path)
+    out = torch.randn(512, 512)
+    alive = weakref.ref(out)
+    leaves = [out]
+    del out
+    seen: list[tuple[str, bool]] = []
+    send = handles._send
+
+    def recording_send(channel: socket.socket, line: dict[str, object], fd: int | None) -> None:
+        seen.append(("sent" if "sent" in line else "leaf", alive() is not None))
+        send(channel, line, fd)
+
+    monkeypatch.setattr(handles, "_send", recording_send)
+    kept = send_output(torch, "trial-1", leaves, channel=worker)
+    assert leaves == []
+    assert seen == [("leaf", True), ("sent", False)]
+    worker.close()
+    received = channels.finish(tmp_path)
+    assert torch.equal(to_judge(received)["trial-1"][0], kept[0])
+    received.close()
