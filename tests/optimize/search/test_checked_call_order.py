@@ -107,11 +107,11 @@ def test_no_input_is_alive_when_a_checked_calls_output_is_handed_to_the_judge(
     found: dict[str, int] = {}
     save = harness._Pipeline.save_output
 
-    def counting(self: Any, label: str, out: Any) -> str | None:
+    def counting(self: Any, label: str, holder: list[Any]) -> str | None:
         gc.collect()
         inputs = [o for o in gc.get_objects() if type(o) is torch.Tensor and o.shape == (16, 64)]
         found[label] = len(inputs)
-        return save(self, label, out)
+        return save(self, label, holder)
 
     monkeypatch.setattr(harness._Pipeline, "save_output", counting)
     result, _seen = _run(CANDIDATE)

@@ -414,7 +414,7 @@ def test_the_worker_waits_for_the_judge_holding_no_sealed_input(
         alive_at_wait.append(sum(ref() is not None for ref in views))
 
     monkeypatch.setattr(input_handles.SealedInputs, "__init__", opening)
-    monkeypatch.setattr(harness._Pipeline, "save_output", lambda self, label, out: label)
+    monkeypatch.setattr(harness._Pipeline, "save_output", lambda self, label, holder: label)
     monkeypatch.setattr(harness._Pipeline, "await_judge", waiting)
     result, _ = run_in_process(SOFTMAX_REFERENCE, SOFTMAX_CANDIDATE)
     assert result["status"] == "correct", result.get("reason")

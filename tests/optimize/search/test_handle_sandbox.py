@@ -66,19 +66,22 @@ ATTACKS = {
 HAND = "from pytest_kernelpro.optimize.sandbox import handles as _handles, judge as _judge\n_hand = _judge.save_output\n"
 JUDGED_ATTACKS = {
     # A good trial-1, then a bad trial-2 (the worker's own comparison saw the good one).
-    "bad later output": HAND + "def _save(name, output):\n"
-    "    return _hand(name, output + 1 if name == 'trial-2' else output)\n"
+    "bad later output": HAND + "def _save(name, holder):\n"
+    "    if name == 'trial-2':\n"
+    "        holder = [holder.pop() + 1]\n"
+    "    return _hand(name, holder)\n"
     "_judge.save_output = _save\n",
     # A good trial-1 handed over, then a bad one under the same name.
-    "good then bad": HAND + "def _save(name, output):\n"
-    "    kept = _hand(name, output)\n"
+    "good then bad": HAND + "def _save(name, holder):\n"
+    "    output = holder[0]\n"
+    "    kept = _hand(name, holder)\n"
     "    if name == 'trial-1':\n"
-    "        _hand(name, output + 1)\n"
+    "        _hand(name, [output + 1])\n"
     "    return kept\n"
     "_judge.save_output = _save\n",
     # Outputs handed over under each other's names, without waiting for the judge.
     "out of order": HAND + "_swap = {'trial-2': 'trial-3', 'trial-3': 'trial-2'}\n"
-    "_judge.save_output = lambda name, output: _hand(_swap.get(name, name), output)\n"
+    "_judge.save_output = lambda name, holder: _hand(_swap.get(name, name), holder)\n"
     "_handles.await_checked = lambda name, channel=None: None\n",
     # Never waits for the judge: every output must still be checked.
     "impatient": HAND + "_handles.await_checked = lambda name, channel=None: None\n",
