@@ -81,9 +81,10 @@ def test_a_plain_tensor_that_cannot_be_sealed_is_shared_and_its_writes_seen() ->
         assert views[0].data_ptr() == strided.data_ptr()
         assert views[0].stride() == strided.stride()
         assert not inputs.modified(views)
-        views[0][3, 5] += 1.0  # one element of 128
+        original = views[0][3, 5].item()
+        views[0][3, 5] = original + 1.0  # one element of 128
         assert inputs.modified(views)
-        views[0][3, 5] -= 1.0  # put back exactly: the same bytes again
+        views[0][3, 5] = original  # put back: the same bytes again
         assert not inputs.modified(views)
         views[0].mul_(-1.0)  # a sign flip: the same values up to sign, other bytes
         assert inputs.modified(views)
