@@ -133,8 +133,7 @@ def send_output(
     kept: list[Any] = []
     pending = leaves if isinstance(leaves, list) else list(leaves)
     pending.reverse()
-    k = 0
-    while pending:
+    for k in range(len(pending)):
         leaf = pending.pop()
         if isinstance(leaf, torch.Tensor):
             dtype = str(leaf.dtype).removeprefix("torch.")
@@ -157,7 +156,6 @@ def send_output(
             )
             _send(channel, {"output": name, "leaf": k, "kind": "value", "value": value}, None)
             kept.append(value)
-        k += 1
     leaf = None
     release_freed_heap()
     # The output is whole: the session may forward it to the judge now (`Relay`).
@@ -185,11 +183,11 @@ def release_freed_heap() -> None:
 def await_checked(name: str, channel: socket.socket | None = None) -> None:
     """Wait until the session says output `name` was checked (by the judge, or kept for it):
     the worker makes its next output only then, so one handed-over output is held at a time.
-    The message carries no verdict (`{"checked": NAME}`, sent pass or fail)."""
+    The message carries no verdict (`{"checked": NAME}`, sent pass or fail). This process's
+    freed memory was given back before the output was said whole (`send_output`)."""
     channel = channel or _process_socket()
     if channel is None:
         return
-    release_freed_heap()  # the judge's memory is in use while this process waits
     while True:
         data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
         for fd in fds:
