@@ -93,6 +93,7 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
         self._isolation: Isolation | None = None
         self._reference_ok: bool | None = None  # set once the judge has run the reference
         self._reference_timing: dict[str, Any] | None = None  # once a judge timed it
+        self._known_truth: dict[str, Any] | None = None  # once a judge found it
         self._fits: dict[str, Any] | None = None  # the problem's footprint, once it fits
         self.build_cache = BuildCache(self.limits.build_cache_dir, writable=True)
         # The builds ahead of the worker compile candidate input: in the worker's sandbox.

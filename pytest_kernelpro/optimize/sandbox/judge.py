@@ -18,6 +18,10 @@ working directory is new), and decides a candidate that claims to be correct by 
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
   its comparison); a missing or unreadable output file is a failure too, since an honest
   worker always writes them;
+- the float64 truth is found by the first judge of a search only: its verdict carries the
+  truth's numbers (`known_truth`), which the session gives every later judge
+  (`_Reference.take_known_truth`): no re-run, every output decided by the calibrated
+  tolerance, as the worker decides it;
 - it times the reference itself (the gate's timer on new input content every call, as the
   worker times the candidate), so a candidate cannot make its speedup larger by slowing the
   reference down or by writing a number into the result.
@@ -118,6 +122,7 @@ class _Reference:
         # output again, as a small problem's judge does.
         self.keeps_reference = False
         self.truth_first = False
+        self.truth_taken = False  # an earlier judge's (`take_known_truth`)
         # The first output's leaves as the worker names them (its output is not flattened):
         # flattened leaf path -> that path.
         self.worker_paths: dict[str, str] = {}
@@ -126,6 +131,33 @@ class _Reference:
         self.model = build_module(
             self.module.Model, init_inputs_of(self.module), str(self.device), seed=self.seed
         )
+
+    def take_known_truth(self, known: Mapping[str, Any]) -> None:
+        """The truth an earlier judge of this search found (`known_truth`): the rule is
+        calibrated by its numbers and the reference's first call here is an ordinary one (no
+        float64 re-run, no reduced-precision search), so every output, the first included,
+        is decided by the calibrated tolerance, as the worker decides it. Raises KeyError,
+        TypeError or ValueError on another shape (`measurement.take_truth`): the rule is then
+        left as it was, to find the truth here."""
+        from pytest_kernelpro.optimize.sandbox.measurement import new_rule, take_truth
+
+        rule = new_rule(self.task)
+        take_truth(rule, known["payload"])
+        paths = {str(k): str(v) for k, v in dict(known["paths"]).items()}
+        self.rule, self.worker_paths = rule, paths
+        self._calls = 1
+        self.truth_taken = True
+
+    def known_truth(self) -> dict[str, Any] | None:
+        """What a later judge of this search takes instead of finding the truth again
+        (`take_known_truth`): the truth's numbers and the worker's names of the leaves; None
+        before the truth is found. The truth depends on the reference and the first checked
+        call's seed only, the same in every evaluation of a search."""
+        from pytest_kernelpro.optimize.sandbox.measurement import truth_payload
+
+        if self.rule.truth is None:
+            return None
+        return {"payload": truth_payload(self.rule), "paths": dict(self.worker_paths)}
 
     def inputs(self, seed: int) -> list[Any]:
         from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
@@ -288,10 +320,18 @@ def judge(
 
     ref = _Reference(task)
     required = required_outputs(task)
+    if task.get("known_truth") is not None:
+        try:
+            ref.take_known_truth(task["known_truth"])
+        except (KeyError, TypeError, ValueError):
+            pass  # found here instead, as by the first judge of the search
     first_expected: list[Any] = []  # the first output's reference, made ahead (`tell_truth`)
     first_made: list[bytes] = []  # or its digest (not `keeps_reference`): made again when due
     told: dict[str, Any] | None = None  # as this judge names the leaves (flattened)
-    if tell_truth is not None and required:
+    if tell_truth is not None and required and ref.truth_taken:
+        told = truth_payload(ref.rule)
+        tell_truth(truth_payload(ref.rule, ref.worker_paths))
+    elif tell_truth is not None and required:
         from pytest_kernelpro.optimize.sandbox.checks import digest
         from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
 
@@ -350,12 +390,18 @@ def judge(
         # This output's memory goes before the next is asked for: the mapping here is its
         # last holder (the session closed its descriptor once forwarded).
         del saved
+    # The truth depends on the reference and the seed alone: a later judge of the search
+    # takes it (`WorkerClaims._run_judge`) whatever this candidate's verdict.
+    found: dict[str, Any] = {"truth_taken": True} if ref.truth_taken else {}
+    if not ref.truth_taken and ref.known_truth() is not None:
+        found["known_truth"] = ref.known_truth()
     if failure is not None:
-        return {"ok": False, "reason": failure, "wrong": wrong}
+        return {"ok": False, "reason": failure, "wrong": wrong, **found}
     if len(checked) < len(required):
         missing = required[len(checked)][0]
-        return {"ok": False, "reason": f"{missing}: no output {missing} was handed over"}
+        return {"ok": False, "reason": f"{missing}: no output {missing} was handed over", **found}
     result = {"ok": True, "checked": checked, "max_abs_err": worst_abs, "max_rel_err": worst_rel}
+    result.update(found)
     # Rule, factor, both errors against the truth, the truth's cost (nested: the result's
     # own "reference_error" means the reference failed).
     result["accuracy"] = ref.rule.summary()

@@ -40,6 +40,8 @@ class WorkerClaims:
     _reference_ok: bool | None  # set once the judge has run the reference
     # The reference's time, taken by the first judge that timed it (`_judged`).
     _reference_timing: dict[str, Any] | None
+    # The correctness rule's truth, found by the first judge that found one (`_run_judge`).
+    _known_truth: dict[str, Any] | None
     _task_payload: Callable[[], dict[str, Any]]
     # The launch of a sandboxed process (`supervise.WorkerSupervision._launch`).
     _launch: Callable[..., ProcessRun]
@@ -68,6 +70,13 @@ class WorkerClaims:
             # both contenders side by side (`remeasure.py`).
             timed = self._reference_timing is not None
             task = {**self._task_payload(), "retime": retime, "reference_timed": timed}
+            # So is its truth (the float64 re-run of the first checked call, and that call's
+            # comparison with it: at a large size, most of a judge's time before the worker's
+            # first call, which waits for it): a later judge takes the first one's numbers
+            # (`judge._Reference.take_known_truth`) and decides every output by the
+            # calibrated tolerance, as the worker and every later call of the first do.
+            if self._known_truth is not None:
+                task["known_truth"] = self._known_truth
             (judgedir / "task.json").write_text(json.dumps(task), "utf-8")
             command = [
                 self.limits.python,
@@ -84,6 +93,8 @@ class WorkerClaims:
             )
             try:
                 verdict = dict(json.loads(read_text(judgedir / "judge.json")))
+                if self._known_truth is None and isinstance(verdict.get("known_truth"), dict):
+                    self._known_truth = verdict["known_truth"]
                 # Host memory at its peak: the judge's processes and the outputs it was handed.
                 verdict["peak_mb"] = round(run.peak_mb, 1)
                 return verdict
@@ -125,6 +136,11 @@ class WorkerClaims:
         # check's); a judge beside the worker checked its outputs while it waited.
         evaluation.metrics["judge_s"] = time.perf_counter() - started
         evaluation.metrics["judge_peak_mb"] = verdict.get("peak_mb")
+        evaluation.metrics["truth_by"] = (
+            "an earlier evaluation's judge (the truth is found once per search)"
+            if verdict.get("truth_taken")
+            else "this evaluation's judge"
+        )
         # A failed judge names the reference's exception in "reference_error"; a passing one
         # carries the correctness rule's "reference_error" (its normwise error): not a failure.
         if not verdict.get("ok") and verdict.get("reference_error"):

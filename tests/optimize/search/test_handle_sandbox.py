@@ -101,12 +101,28 @@ LOOSE = {
         }},
     },
 }  # fmt: skip
+# The first judge's truth decides every later judge of the search (`WorkerClaims._run_judge`):
+# a forged verdict carrying a loose truth, written wherever a judge's directory can be found.
+PLANT = (
+    "import glob, json, os, tempfile\n"
+    f"_forged = json.dumps({{'ok': True, 'checked': [], 'known_truth': {{'payload': {LOOSE!r}, "
+    "'paths': {'output': 'output'}}})\n"
+    "for _dir in {tempfile.gettempdir(), '/tmp', '/dev/shm', os.path.dirname(os.getcwd())}:\n"
+    "    for _judge in glob.glob(os.path.join(_dir, 'kernelpro-judge-*')):\n"
+    "        try:\n"
+    "            with open(os.path.join(_judge, 'judge.json'), 'w') as _f:\n"
+    "                _f.write(_forged)\n"
+    "        except OSError:\n"
+    "            pass\n"
+)
 TRUTH_ATTACKS = {
     # The candidate says the truth on the worker's channel: only the judge's is handed on.
     "truth sent": CHANNEL + f"END.send(json.dumps({{'truth': {LOOSE!r}}}).encode())\n",
     # The candidate gives its own worker a loose truth: the judge compares with its own.
     "truth patched": "from pytest_kernelpro.optimize.sandbox import handles as _handles\n"
     f"_handles.await_truth = lambda channel=None: {LOOSE!r}\n",
+    # A loose truth planted for the judges after it, and the same off output.
+    "truth planted": PLANT,
 }
 # Hands over trial 1's output, then hangs in trial 2 until the run timeout kills it.
 HANGS = CORRECT.replace(
@@ -149,6 +165,7 @@ def world() -> dict[str, object]:
     return {
         "before": before,
         "after": held,
+        "known truth": evaluator._known_truth,
         **dict(zip(names, evaluations, strict=True)),
     }
 
@@ -322,6 +339,29 @@ def test_a_truth_the_candidate_gives_its_own_worker_does_not_pass_the_judge(worl
     assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
     assert "differ from the reference computed in a trusted process (trial-1: " in ev.reason
     assert ev.speedup is None
+
+
+@pytest.mark.slow
+def test_a_truth_planted_for_later_judges_is_not_the_one_they_take(world) -> None:
+    """Every judge after the first takes the first one's truth, kept by the session; a
+    candidate that writes a forged verdict with a loose truth wherever it finds a judge's
+    directory changes neither: its own off output is wrong at its first trial, the truth the
+    session kept is the reference's own error (a float32 softmax's, not the planted 1.0),
+    and the evaluations judged by it after the first said so."""
+    ev = _ev(world, "truth planted")
+    assert ev.status == "wrong", (ev.reason, ev.logs[-2000:])
+    assert ev.reason.startswith("wrong result (trial 1/3)"), ev.reason
+    known = world["known truth"]
+    assert isinstance(known, dict)
+    (leaf,) = known["payload"]["truth"]["leaves"].values()
+    assert 0 < leaf["reference_error_norm"] < 1e-5, leaf
+    by = [
+        world[name].metrics.get("truth_by", "")
+        for name in world
+        if isinstance(world[name], Evaluation)
+    ]
+    assert "this evaluation's judge" in by
+    assert any(b.startswith("an earlier evaluation's judge") for b in by), by
 
 
 # Its first call outlasts the build limit below (the worker is then in its run phase, under

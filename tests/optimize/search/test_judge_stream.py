@@ -675,3 +675,70 @@ def test_a_judge_finding_its_truth_on_a_handed_over_output_does_not_keep_the_ref
     assert verdict["ok"], verdict
     first = judge.required_outputs(TASK)[0][1]
     assert drawn.count(first) == 2  # the truth's call and its output made again after it
+
+
+# ----- the truth of an earlier judge of the search (`judge._Reference.take_known_truth`) -----
+
+
+def test_a_later_judge_takes_the_first_judges_truth_and_finds_none_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The truth depends on the reference and the seed alone: the first judge's verdict
+    carries it, a later judge given it runs no float64 re-run (`find_truth` raises here),
+    tells the worker the same numbers, and passes the honest outputs by the calibrated
+    tolerance."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    first, told_first, _ = told_run(honest())
+    assert first["ok"], first
+    known = json.loads(json.dumps(first["known_truth"]))  # as it crosses task.json
+
+    def found_again(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the later judge found the truth again")
+
+    outputs = honest()  # made with a truth (`ref.output`'s first call): before the patch
+    monkeypatch.setattr(measurement, "find_truth", found_again)
+    told: list[Any] = []
+    try:
+        later = judge.judge({**TASK, "known_truth": known}, iter(outputs), told.append)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert later["ok"], later
+    assert later["truth_taken"] is True
+    assert "known_truth" not in later  # only a judge that found it gives it on
+    assert later["checked"] == [name for name, _ in outputs]
+    assert json.loads(json.dumps(told)) == told_first
+
+
+def test_a_judge_that_took_the_truth_still_fails_a_bad_first_output_as_a_broken_claim() -> None:
+    """With no truth of its own the first output is decided by the tolerance the worker was
+    told: one that fails it is a claim the worker broke, not "wrong"; so is a later one."""
+    first, _, _ = told_run(honest())
+    for at in (0, 3):
+        outputs = honest()
+        name, leaves = outputs[at]
+        outputs[at] = (name, [leaves[0] * 1.001])
+        try:
+            verdict = judge.judge({**TASK, "known_truth": first["known_truth"]}, iter(outputs), id)
+        finally:
+            sys.modules.pop("kernelpro_reference", None)
+        assert not verdict["ok"]
+        assert verdict["reason"].startswith(f"{name}: "), verdict["reason"]
+        assert verdict["wrong"] is False
+
+
+@pytest.mark.parametrize(
+    "known",
+    [{}, {"payload": {"reduced": None}, "paths": {}}, {"payload": {}, "paths": None}],
+    ids=["empty", "no truth in the payload", "no payload"],
+)
+def test_a_known_truth_of_another_shape_is_found_again(known: dict[str, Any]) -> None:
+    verdict, _ = run(honest())
+    try:
+        again = judge.judge({**TASK, "known_truth": known}, iter(honest()), id)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert again["ok"], again
+    assert "truth_taken" not in again
+    found, first = (v["known_truth"]["payload"]["truth"] for v in (again, verdict))
+    assert found["leaves"] == first["leaves"]  # the same truth, found again

@@ -45,6 +45,7 @@ def fresh_claims() -> WorkerClaims:
     claims = WorkerClaims.__new__(WorkerClaims)
     claims._reference_ok = None
     claims._reference_timing = None
+    claims._known_truth = None
     return claims
 
 
@@ -136,3 +137,51 @@ def test_a_judge_is_told_whether_the_reference_was_timed_before(tmp_path: Path) 
     for _ in range(2):
         judged(0.5, claims._run_judge(None, streamed=launched.scratch_dir("judge")), claims)
     assert [task["reference_timed"] for task in launched.tasks] == [False, True]
+
+
+def test_the_first_truth_a_judge_found_is_every_later_judges() -> None:
+    """A judge's verdict carries the truth it found (`judge._Reference.known_truth`); every
+    later judge of the search is given the first one, even where an earlier verdict failed
+    (the truth is the reference's, not the candidate's), and a later verdict's does not
+    replace it. The evaluation says whose truth decided it."""
+    import tempfile
+
+    claims = fresh_claims()
+    verdicts = [
+        {"ok": False, "reason": "trial-1: off", "known_truth": {"payload": "first"}},
+        {**PASSED, "truth_taken": True},
+        {**PASSED, "known_truth": {"payload": "second"}},
+        {**PASSED, "truth_taken": True},
+    ]
+
+    class Verdicts(Launched):
+        def launch(self, command: list[str], judgedir: Path, *rest: Any) -> Any:
+            run = super().launch(command, judgedir, *rest)
+            verdict = verdicts[len(self.tasks) - 1]
+            (judgedir / "judge.json").write_text(json.dumps(verdict), "utf-8")
+            return run
+
+    with tempfile.TemporaryDirectory() as root:
+        launched = Verdicts(Path(root))
+        claims.standbys = launched  # type: ignore[assignment]
+        claims.standbys.release = claims.standbys.remove = lambda path: None  # type: ignore[attr-defined]
+        claims.handles = type("Handles", (), {"finish": lambda self, path: None})()  # type: ignore[assignment]
+        claims.limits = SandboxLimits()
+        claims._task_payload = dict
+        claims._launch = launched.launch
+        evaluations = [
+            judged(0.5, claims._run_judge(None, streamed=launched.scratch_dir("judge")), claims)
+            for _ in verdicts
+        ]
+    assert [task.get("known_truth") for task in launched.tasks] == [
+        None,
+        {"payload": "first"},
+        {"payload": "first"},
+        {"payload": "first"},
+    ]
+    assert claims._known_truth == {"payload": "first"}
+    by = [ev.metrics["truth_by"] for ev in evaluations]
+    assert by[0] == by[2] == "this evaluation's judge"
+    assert by[1].startswith("an earlier evaluation's judge")
+    assert by[3] == by[1]
+    assert [ev.status for ev in evaluations] == ["cheat", "correct", "correct", "correct"]
