@@ -624,6 +624,13 @@ class _Pipeline:
         # The phase's length by the clock kept before the candidate ran: its parent compares
         # it with what it saw (`outside_view.py`).
         phase_s = bound.perf_counter() - phase_started
+        # What the timing freed goes back (glibc's heap, torch's cached CUDA blocks) before
+        # the call after timing: left cached, the call's own allocations (its inputs, both
+        # outputs, the early copy) came on top of the timing's blocks on a GPU
+        # (bench/results/2026-12-06-device-calls6.md: the peaks over 3x were in this call).
+        from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
+
+        release_freed_heap()
         self.progress("timed")
         try:
             self.check_call(functools.partial(self.inputs, self.seed + 301), "after timing")
