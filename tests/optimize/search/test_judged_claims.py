@@ -125,28 +125,35 @@ class Launched:
         return type("Run", (), {"peak_mb": 1.0})()
 
 
-def test_a_judge_is_told_whether_the_reference_was_timed_before(tmp_path: Path) -> None:
+def launching(launched: Launched) -> WorkerClaims:
+    """Fresh claims whose judges `launched` starts (`_run_judge`)."""
     claims = fresh_claims()
-    launched = Launched(tmp_path)
     claims.standbys = launched  # type: ignore[assignment]
     claims.standbys.release = claims.standbys.remove = lambda path: None  # type: ignore[attr-defined]
     claims.handles = type("Handles", (), {"finish": lambda self, path: None})()  # type: ignore[assignment]
     claims.limits = SandboxLimits()
     claims._task_payload = dict
     claims._launch = launched.launch
+    return claims
+
+
+def judge_once(claims: WorkerClaims, launched: Launched) -> Evaluation:
+    return judged(0.5, claims._run_judge(None, streamed=launched.scratch_dir("judge")), claims)
+
+
+def test_a_judge_is_told_whether_the_reference_was_timed_before(tmp_path: Path) -> None:
+    launched = Launched(tmp_path)
+    claims = launching(launched)
     for _ in range(2):
-        judged(0.5, claims._run_judge(None, streamed=launched.scratch_dir("judge")), claims)
+        judge_once(claims, launched)
     assert [task["reference_timed"] for task in launched.tasks] == [False, True]
 
 
-def test_the_first_truth_a_judge_found_is_every_later_judges() -> None:
+def test_the_first_truth_a_judge_found_is_every_later_judges(tmp_path: Path) -> None:
     """A judge's verdict carries the truth it found (`judge._Reference.known_truth`); every
     later judge of the search is given the first one, even where an earlier verdict failed
     (the truth is the reference's, not the candidate's), and a later verdict's does not
     replace it. The evaluation says whose truth decided it."""
-    import tempfile
-
-    claims = fresh_claims()
     verdicts = [
         {"ok": False, "reason": "trial-1: off", "known_truth": {"payload": "first"}},
         {**PASSED, "truth_taken": True},
@@ -161,18 +168,9 @@ def test_the_first_truth_a_judge_found_is_every_later_judges() -> None:
             (judgedir / "judge.json").write_text(json.dumps(verdict), "utf-8")
             return run
 
-    with tempfile.TemporaryDirectory() as root:
-        launched = Verdicts(Path(root))
-        claims.standbys = launched  # type: ignore[assignment]
-        claims.standbys.release = claims.standbys.remove = lambda path: None  # type: ignore[attr-defined]
-        claims.handles = type("Handles", (), {"finish": lambda self, path: None})()  # type: ignore[assignment]
-        claims.limits = SandboxLimits()
-        claims._task_payload = dict
-        claims._launch = launched.launch
-        evaluations = [
-            judged(0.5, claims._run_judge(None, streamed=launched.scratch_dir("judge")), claims)
-            for _ in verdicts
-        ]
+    launched = Verdicts(tmp_path)
+    claims = launching(launched)
+    evaluations = [judge_once(claims, launched) for _ in verdicts]
     assert [task.get("known_truth") for task in launched.tasks] == [
         None,
         {"payload": "first"},
