@@ -214,6 +214,12 @@ class _Pipeline:
             self.rule = measurement.new_rule(self.task)
             return False
         self._precision_known = True
+        # Whether the reference writes its inputs, as the judge found on the truth's call:
+        # this worker's first checked call needs no reference call of its own to find it
+        # (`check_call`). Like every check here, what this process decides by is a claim.
+        modifies = payload.get("modifies_inputs")
+        if isinstance(modifies, bool):
+            self._ref_modifies = modifies
         if self.rule.reduced:
             self.correctness["reduced_precision"] = self.rule.reduced
         self.correctness["truth"] = "the judge's, calibrating every check here"

@@ -123,6 +123,8 @@ class _Reference:
         self.keeps_reference = False
         self.truth_first = False
         self.truth_taken = False  # an earlier judge's (`take_known_truth`)
+        # Whether the reference writes its inputs, found on the truth's call (None: not yet).
+        self.modifies_inputs: bool | None = None
         # The first output's leaves as the worker names them (its output is not flattened):
         # flattened leaf path -> that path.
         self.worker_paths: dict[str, str] = {}
@@ -144,7 +146,9 @@ class _Reference:
         rule = new_rule(self.task)
         take_truth(rule, known["payload"])
         paths = {str(k): str(v) for k, v in dict(known["paths"]).items()}
+        modifies = known.get("modifies_inputs")
         self.rule, self.worker_paths = rule, paths
+        self.modifies_inputs = modifies if isinstance(modifies, bool) else None
         self._calls = 1
         self.truth_taken = True
 
@@ -157,7 +161,24 @@ class _Reference:
 
         if self.rule.truth is None:
             return None
-        return {"payload": truth_payload(self.rule), "paths": dict(self.worker_paths)}
+        return {
+            "payload": truth_payload(self.rule),
+            "paths": dict(self.worker_paths),
+            "modifies_inputs": self.modifies_inputs,
+        }
+
+    def worker_truth(self) -> dict[str, Any]:
+        """What the worker beside this judge is told before its first call
+        (`harness._Pipeline.judge_truth`): the truth's numbers under its names of the leaves,
+        and whether the reference writes its inputs (found on the truth's call: the worker
+        then gives the candidate sealed inputs or copies without a reference call of its own
+        to find it)."""
+        from pytest_kernelpro.optimize.sandbox.measurement import truth_payload
+
+        return {
+            **truth_payload(self.rule, self.worker_paths),
+            "modifies_inputs": self.modifies_inputs,
+        }
 
     def inputs(self, seed: int) -> list[Any]:
         from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
@@ -191,7 +212,7 @@ class _Reference:
 
         from pytest_kernelpro.measure.correctness_check import clone_inputs, wide_dtype
         from pytest_kernelpro.measure.output_rule import leaves_of, map_tensors
-        from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten
+        from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten, same_values
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
         truth_now = self._calls == 0 and truth
@@ -205,9 +226,11 @@ class _Reference:
             args = clone_inputs(torch, kept[0]) if kept else self.inputs(seed)
             with torch.no_grad():
                 out = self.model(*args)
-            del args
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            if kept:  # the truth's call, on a copy of inputs kept as drawn
+                self.modifies_inputs = not same_values(kept[0], args)
+            del args
             return out
 
         started = time.perf_counter()
@@ -328,10 +351,7 @@ def judge(
     first_expected: list[Any] = []  # the first output's reference, made ahead (`tell_truth`)
     first_made: list[bytes] = []  # or its digest (not `keeps_reference`): made again when due
     told: dict[str, Any] | None = None  # as this judge names the leaves (flattened)
-    if tell_truth is not None and required and ref.truth_taken:
-        told = truth_payload(ref.rule)
-        tell_truth(truth_payload(ref.rule, ref.worker_paths))
-    elif tell_truth is not None and required:
+    if tell_truth is not None and required and not ref.truth_taken:
         from pytest_kernelpro.optimize.sandbox.checks import digest
         from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
 
@@ -348,8 +368,9 @@ def judge(
         # bench/results/2026-12-05-optimizer-memory7-cpu.md): given back before the worker,
         # told, starts its first call beside what this judge keeps for it.
         release_freed_heap()
+    if tell_truth is not None and required:
         told = truth_payload(ref.rule)
-        tell_truth(truth_payload(ref.rule, ref.worker_paths))
+        tell_truth(ref.worker_truth())
     if isinstance(outputs, Mapping):  # in order, up to the first one missing
         names = [name for name, _seed in required]
         given = names[: next((i for i, n in enumerate(names) if n not in outputs), len(names))]

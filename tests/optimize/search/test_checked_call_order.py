@@ -118,3 +118,45 @@ def test_no_input_is_alive_when_a_checked_calls_output_is_handed_to_the_judge(
     assert result["status"] == "correct", result.get("reason")
     for label in ("trial 2/3", "trial 3/3", "inputs changed in place"):
         assert found[label] == 0, found
+
+
+def test_the_judges_word_on_input_writes_saves_the_workers_own_reference_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The judge finds on its truth's call whether the reference writes its inputs and tells
+    the worker with the truth (`judge._Reference.worker_truth`): the worker's first checked
+    call then runs the reference once, not once more to find that out. Told the same truth
+    without that word, it makes the extra call. The judge beside the worker is this process's
+    judge code; no output is handed over (no channel here)."""
+    import sys
+
+    from pytest_kernelpro.optimize.sandbox import handles, judge
+
+    task = {"reference": REFERENCE, "device": "cpu", "seed": 42}
+    try:
+        ref = judge._Reference(task)
+        ref.output(judge.required_outputs(task)[0][1])
+        told = ref.worker_truth()
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert told["modifies_inputs"] is False
+    calls: dict[str, int] = {}
+    run_reference = harness._Pipeline.run_reference
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1  # the checked calls' reference calls (the timing's checks are not)
+        return run_reference(self, *args, **kwargs)
+
+    monkeypatch.setenv(handles.HANDLE_FD_ENV, "-1")  # a judge beside: its truth is asked for
+    monkeypatch.setattr(harness._Pipeline, "save_output", lambda self, label, holder: None)
+    monkeypatch.setattr(harness._Pipeline, "run_reference", counted)
+    for name, payload in (
+        ("told", told),
+        ("not told", {k: v for k, v in told.items() if k != "modifies_inputs"}),
+    ):
+        calls[name] = 0
+        monkeypatch.setattr(handles, "await_truth", lambda channel=None, p=payload: p)
+        result, _seen = _run(CANDIDATE)
+        assert result["status"] == "correct", (name, result.get("reason"))
+        assert result["correctness"]["truth"] == "the judge's, calibrating every check here"
+    assert calls["not told"] == calls["told"] + 1, calls

@@ -742,3 +742,21 @@ def test_a_known_truth_of_another_shape_is_found_again(known: dict[str, Any]) ->
     assert "truth_taken" not in again
     found, first = (v["known_truth"]["payload"]["truth"] for v in (again, verdict))
     assert found["leaves"] == first["leaves"]  # the same truth, found again
+
+
+@pytest.mark.parametrize(
+    ("reference", "writes"), [(REFERENCE, False), (WRITES_ITS_INPUT, True)], ids=["reads", "writes"]
+)
+def test_the_worker_is_told_whether_the_reference_writes_its_inputs(
+    reference: str, writes: bool
+) -> None:
+    """Found on the truth's call (it runs on a copy of the inputs as drawn) and told with the
+    truth; a later judge that takes the truth tells its worker the same."""
+    task = {**TASK, "reference": reference}
+    told: list[dict[str, Any]] = []
+    try:
+        first = judge.judge(task, iter(()), told.append)
+        judge.judge({**task, "known_truth": first["known_truth"]}, iter(()), told.append)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert [payload["modifies_inputs"] for payload in told] == [writes, writes]
