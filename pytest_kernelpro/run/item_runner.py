@@ -10,6 +10,7 @@ the session goes on.
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -275,14 +276,25 @@ class BuiltKernel:
     capture: AutotuneCapture | None  # None: no autotuner to watch (run.context.autotune_capture)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Measured:
     """What the measure stage gives the later ones."""
 
     correctness: Any
     inputs: tuple[Any, ...]  # the timing inputs
     median_s: float
-    remeasure: Callable[[], Any]  # the timing again, for the gate's confirmation
+    remeasure: Callable[[], Any] | None  # the timing again, for the gate's confirmation
+
+    def release(self) -> None:
+        """Drop the tensors only the gate reads (the timing inputs, the re-measurement's
+        fresh content, the correctness rule's truth) and give torch's cached CUDA blocks
+        back: another plugin's work on the measured item (the optimizer's sandboxed
+        evaluations, other processes on the same device and host) then does not run beside
+        one of this problem's footprints held by the session."""
+        self.inputs, self.remeasure, self.correctness = (), None, None
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
 
 
 def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phase) -> None:
@@ -388,6 +400,8 @@ def _price_and_gate(
     # Another plugin's work on the measured item (the optimizer's search), the record's time
     # so far what the gate spent checking and timing it (the search sizes its limits on it).
     run.record.wall_s = phase.item_s(run.record)
+    if not run.session_settings.check:
+        measured.release()  # nothing after reads them but the gate, which does not run
     session.config.hook.pytest_kernelpro_item_measured(
         run=run, session=session, set_phase=set_phase
     )
@@ -396,6 +410,7 @@ def _price_and_gate(
         roofline_floor(run, measured.median_s)
         return
     phase.enter("gating (confirmation re-measurement, regression profile)", "gate")
+    assert measured.remeasure is not None  # released only where no gate runs
     rule = getattr(measured.correctness, "rule_state", None)
 
     def fresh_remeasure(pins: list[dict[str, Any]]) -> Any:

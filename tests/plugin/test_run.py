@@ -338,3 +338,35 @@ def test_a_plugin_on_the_measured_item_sees_the_gates_time_so_far(
     assert seen > 0.0
     final = records_by_name(kp_project)["add"]["wall_s"]
     assert final >= seen + 0.3
+
+
+def test_a_plugin_on_the_measured_item_works_beside_none_of_its_tensors(
+    kp_project: pytest.Pytester,
+) -> None:
+    """Without --kernelpro-check nothing after another plugin's work reads the timing's
+    inputs, the re-measurement's fresh content or the correctness rule's truth: the session
+    drops them before that work (the optimizer's evaluations run beside the session, on the
+    same host and device), so no tensor of the problem's size is alive at the hook. Under
+    --kernelpro-check the gate reads them after it: kept."""
+    kp_project.makeconftest(
+        "import gc, torch\n"
+        "SEEN = []\n"
+        "def pytest_kernelpro_item_measured(run, session, set_phase):\n"
+        "    gc.collect()\n"
+        "    SEEN.append(sum(1 for o in gc.get_objects()\n"
+        "                    if type(o) is torch.Tensor and o.numel() == 65536))\n"
+        "def pytest_sessionfinish(session):\n"
+        "    print('alive at the hook:', SEEN)\n"
+    )
+    kp_project.makepyfile(test_k=GOOD)
+    baseline = f"--kernelpro-save-baseline={kp_project.path / 'kernelpro-baseline.yaml'}"
+    for flags, alive in (((baseline,), "[0]"), (("--kernelpro-check",), None)):
+        # In a process of its own: this one holds other tests' tensors.
+        result = kp_project.runpytest_subprocess("-p", "no:randomly", "-s", "-k", "add", *flags)
+        result.assert_outcomes(passed=1)
+        found = re.search(r"alive at the hook: (\[[0-9, ]*\])", result.stdout.str())
+        assert found is not None, result.stdout.str()
+        if alive is not None:
+            assert found.group(1) == alive
+        else:  # the gate's inputs and re-measurement, still held
+            assert found.group(1) != "[0]"
