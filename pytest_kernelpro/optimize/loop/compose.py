@@ -323,6 +323,7 @@ def run_search(
         caches=sandbox.compile_caches,
         current_is_reference=current_is_reference(run),
         cpu_threads=cpu_threads,
+        truth=sandbox.search_truth(),  # the workers' checks take it: no float64 re-run each
     )
     clock.remeasure += time.perf_counter() - started
     started = time.perf_counter()

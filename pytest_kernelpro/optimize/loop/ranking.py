@@ -74,6 +74,7 @@ def final_ranking(
     current_is_reference: bool = False,
     budget_s: float | None = None,
     cpu_threads: int | None = None,
+    truth: dict[str, Any] | None = None,
 ) -> SearchRanking:
     """Re-measure the contenders with the current kernel and the reference; rank them. The
     caller counts the whole of it as the wall split's `remeasure` (the statistics' imports
@@ -165,6 +166,7 @@ def final_ranking(
         budget_s=RANKING_BUDGET_S if budget_s is None else budget_s,
         cpu_threads=cpu_threads,
         one_at_a_time=one_at_a_time,
+        truth=truth,
     )
     baseline, base_label = "current", "current kernel"
     if "current" not in measured.samples:

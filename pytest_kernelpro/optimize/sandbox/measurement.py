@@ -224,6 +224,19 @@ def truth_payload(rule: CorrectnessRule, paths: Mapping[str, str] | None = None)
     return {"reduced": rule.reduced, "truth": found}
 
 
+def worker_named(known: Mapping[str, Any]) -> dict[str, Any]:
+    """The truth a search's first judge found (`judge._Reference.known_truth`: its
+    `truth_payload` and the worker's names of the flattened leaves) as a process that judges
+    unflattened outputs takes it (`take_truth`). Raises KeyError, TypeError, ValueError or
+    AttributeError on another shape."""
+    payload, paths = dict(known["payload"]), dict(known["paths"])
+    truth = payload["truth"]
+    if truth is not None:
+        leaves = {paths.get(path, path): numbers for path, numbers in dict(truth["leaves"]).items()}
+        truth = {**truth, "leaves": leaves}
+    return {**payload, "truth": truth}
+
+
 def take_truth(rule: CorrectnessRule, payload: Mapping[str, Any]) -> None:
     """Give `rule` (a worker's, before its first call) the judge's truth (`truth_payload`):
     its reduced precision, and the truth calibrated as `CorrectnessRule.judge` calibrates it

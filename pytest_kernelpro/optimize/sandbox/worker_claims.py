@@ -46,6 +46,18 @@ class WorkerClaims:
     # The launch of a sandboxed process (`supervise.WorkerSupervision._launch`).
     _launch: Callable[..., ProcessRun]
 
+    def search_truth(self) -> dict[str, Any] | None:
+        """The truth the search's first judge found, as a process that judges unflattened
+        outputs takes it (`measurement.worker_named`); None before one was found."""
+        from pytest_kernelpro.optimize.sandbox.measurement import worker_named
+
+        if self._known_truth is None:
+            return None
+        try:
+            return worker_named(self._known_truth)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
     def _start_judge(self, worker_dir: Path) -> JudgeBeside:
         """A judge started beside the worker of `worker_dir`, checking each output as the
         worker hands it over (`JudgeBeside`)."""

@@ -275,3 +275,34 @@ def test_the_host_memory_read_is_this_machines() -> None:
         pytest.skip("no /proc/meminfo here")
     available, total = found
     assert 0 < available <= total
+
+
+def test_the_searchs_truth_calibrates_every_worker_which_finds_none_of_its_own():
+    """Given the truth the search's first judge found (its numbers, no tensor), a contender's
+    worker makes no float64 re-run of its own: a wrong contender is refused by the tolerance
+    that truth calibrates (the message of a later call's check, not of the first call's
+    comparison with the truth), and the reference passes."""
+    import sys
+
+    from pytest_kernelpro.optimize.sandbox import judge, measurement
+
+    task = {"reference": REFERENCE, "device": "cpu", "seed": 42}
+    try:
+        ref = judge._Reference(task)
+        ref.output(judge.required_outputs(task)[0][1])  # the first checked call's: its truth
+        known = ref.known_truth()
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert known is not None
+    result = remeasure(
+        REFERENCE,
+        [("reference", "ModelNew = Model\n"), ("wrong", WRONG)],
+        device="cpu",
+        rounds=1,
+        timing=TIMING,
+        timeout_s=240,
+        truth=measurement.worker_named(known),
+    )
+    assert set(result.samples) == {"reference"}
+    assert result.errors["wrong"].startswith("wrong result when re-measured: output: ")
+    assert "float64 truth" not in result.errors["wrong"], result.errors["wrong"]
