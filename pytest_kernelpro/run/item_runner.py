@@ -10,7 +10,6 @@ the session goes on.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -285,17 +284,6 @@ class _Measured:
     median_s: float
     remeasure: Callable[[], Any] | None  # the timing again, for the gate's confirmation
 
-    def release(self) -> None:
-        """Drop the tensors only the gate reads (the timing inputs, the re-measurement's
-        fresh content, the correctness rule's truth) and give torch's cached CUDA blocks
-        back: another plugin's work on the measured item (the optimizer's sandboxed
-        evaluations, other processes on the same device and host) then does not run beside
-        one of this problem's footprints held by the session."""
-        self.inputs, self.remeasure, self.correctness = (), None, None
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-
 
 def _run(item: KernelItem, session: KernelproSession, run: ItemRun, phase: _Phase) -> None:
     """The stages in order."""
@@ -400,8 +388,11 @@ def _price_and_gate(
     # Another plugin's work on the measured item (the optimizer's search), the record's time
     # so far what the gate spent checking and timing it (the search sizes its limits on it).
     run.record.wall_s = phase.item_s(run.record)
-    if not run.session_settings.check:
-        measured.release()  # nothing after reads them but the gate, which does not run
+    if not run.session_settings.check:  # what only the gate reads is not held beside that work
+        from pytest_kernelpro.measure.gpu_memory import release_cached
+
+        measured.inputs, measured.remeasure, measured.correctness = (), None, None
+        release_cached(run.device, 0)  # and torch's CUDA cache goes back to the device
     session.config.hook.pytest_kernelpro_item_measured(
         run=run, session=session, set_phase=set_phase
     )
@@ -419,12 +410,7 @@ def _price_and_gate(
 
         return remeasure_in_fresh_process(item, session, pins, rule, limit=run.time_limit.value)
 
-    gate(
-        run,
-        measured.remeasure,
-        fresh_remeasure,
-        profiling=session.profiling,
-    )
+    gate(run, measured.remeasure, fresh_remeasure, profiling=session.profiling)
 
 
 @contextlib.contextmanager
