@@ -63,7 +63,7 @@ from pytest_kernelpro.optimize.sandbox.build_failures import (
 )
 from pytest_kernelpro.optimize.sandbox.built_models import build_kernel
 from pytest_kernelpro.optimize.sandbox.checks import classify_exception
-from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV
+from pytest_kernelpro.optimize.sandbox.handles import HANDLE_FD_ENV, release_freed_heap
 from pytest_kernelpro.optimize.sandbox.input_handles import SealedInputs
 from pytest_kernelpro.optimize.sandbox.loader import load_source
 from pytest_kernelpro.problem.build import build_module, init_inputs_of
@@ -634,8 +634,6 @@ class _Pipeline:
         # the call after timing: left cached, the call's own allocations (its inputs, both
         # outputs, the early copy) came on top of the timing's blocks on a GPU
         # (bench/results/2026-12-06-device-calls6.md: the peaks over 3x were in this call).
-        from pytest_kernelpro.optimize.sandbox.handles import release_freed_heap
-
         release_freed_heap()
         self.progress("timed")
         try:

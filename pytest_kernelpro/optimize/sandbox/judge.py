@@ -173,12 +173,10 @@ class _Reference:
         and whether the reference writes its inputs (found on the truth's call: the worker
         then gives the candidate sealed inputs or copies without a reference call of its own
         to find it)."""
-        from pytest_kernelpro.optimize.sandbox.measurement import truth_payload
+        from pytest_kernelpro.optimize.sandbox.measurement import truth_payload, worker_named
 
-        return {
-            **truth_payload(self.rule, self.worker_paths),
-            "modifies_inputs": self.modifies_inputs,
-        }
+        named = worker_named({"payload": truth_payload(self.rule), "paths": self.worker_paths})
+        return {**named, "modifies_inputs": self.modifies_inputs}
 
     def inputs(self, seed: int) -> list[Any]:
         from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
@@ -413,9 +411,10 @@ def judge(
         del saved
     # The truth depends on the reference and the seed alone: a later judge of the search
     # takes it (`WorkerClaims._run_judge`) whatever this candidate's verdict.
+    known = None if ref.truth_taken else ref.known_truth()
     found: dict[str, Any] = {"truth_taken": True} if ref.truth_taken else {}
-    if not ref.truth_taken and ref.known_truth() is not None:
-        found["known_truth"] = ref.known_truth()
+    if known is not None:
+        found["known_truth"] = known
     if failure is not None:
         return {"ok": False, "reason": failure, "wrong": wrong, **found}
     if len(checked) < len(required):

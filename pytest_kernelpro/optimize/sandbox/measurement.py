@@ -202,13 +202,13 @@ _LEAF_NUMBERS = (
 )  # fmt: skip
 
 
-def truth_payload(rule: CorrectnessRule, paths: Mapping[str, str] | None = None) -> dict[str, Any]:
+def truth_payload(rule: CorrectnessRule) -> dict[str, Any]:
     """JSON-safe: what the judge's truth (found by `find_truth`) tells the worker, so the
     worker needs no truth of its own (`take_truth`): the reduced precision of the
     reference's fp32 matmuls/convs, and per floating leaf the reference's error numbers
     that calibrate the tolerance of later calls (`measure.output_rule.calibrate`). No
-    tensor: the first call's comparison with the truth itself stays the judge's. `paths`
-    renames leaves (the judge's flattened output's to the worker's unflattened one's)."""
+    tensor: the first call's comparison with the truth itself stays the judge's. Leaves
+    under the judge's (flattened) names: `worker_named` renames them."""
     truth = rule.truth
     found: dict[str, Any] | None = None
     if truth is not None:
@@ -217,7 +217,7 @@ def truth_payload(rule: CorrectnessRule, paths: Mapping[str, str] | None = None)
             "skipped": truth.skipped,
             "seconds": truth.seconds,
             "leaves": {
-                (paths or {}).get(path, path): {name: getattr(leaf, name) for name in _LEAF_NUMBERS}
+                path: {name: getattr(leaf, name) for name in _LEAF_NUMBERS}
                 for path, leaf in truth.leaves.items()
             },
         }
