@@ -311,6 +311,10 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
             **self._task_payload(),
             "candidate": candidate.code,
             "memory_limit_mb": self.limits.memory_limit_mb,
+            # A judge beside the worker decides each checked output as it comes and says
+            # why it refused one: the worker makes no comparison of its own for those
+            # (`harness._Pipeline.judge_decides`).
+            "judge_beside": self.limits.judge,
         }
         received = Received()
         builder = self._builder()

@@ -45,7 +45,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,9 @@ ITEMSIZE = {
 }  # fmt: skip
 MAX_LEAVES = 4096  # leaves of all outputs of one evaluation
 MAX_MESSAGE = 64 * 1024  # bytes of one manifest line
+# Characters of a judge's failure carried with its acknowledgment (`stream_outputs`): the
+# gate's rule says why in a line or two; the rest is cut, never the message refused.
+MAX_FAILURE = 2000
 FINISH_WAIT_S = 10.0  # after the process ended, for the messages it left queued
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
 
@@ -180,14 +183,16 @@ def release_freed_heap() -> None:
         torch.cuda.empty_cache()
 
 
-def await_checked(name: str, channel: socket.socket | None = None) -> None:
+def await_checked(name: str, channel: socket.socket | None = None) -> str | None:
     """Wait until the session says output `name` was checked (by the judge, or kept for it):
     the worker makes its next output only then, so one handed-over output is held at a time.
-    The message carries no verdict (`{"checked": NAME}`, sent pass or fail). This process's
-    freed memory was given back before the output was said whole (`send_output`)."""
+    Returns why the judge refused it (`{"checked": NAME, "failed": WHY}`), None where it
+    passed, was kept for a judge that checks after the worker ended, or no judge decided (its
+    channel broke: its verdict says so). This process's freed memory was given back before
+    the output was said whole (`send_output`)."""
     channel = channel or _process_socket()
     if channel is None:
-        return
+        return None
     while True:
         data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE + 1, 4)
         for fd in fds:
@@ -196,7 +201,8 @@ def await_checked(name: str, channel: socket.socket | None = None) -> None:
             raise HandleError(f"the session closed the channel before output {name} was checked")
         line = json.loads(data.decode("utf-8"))
         if isinstance(line, dict) and line.get("checked") == name:
-            return
+            failed = line.get("failed")
+            return failed if isinstance(failed, str) else None
 
 
 def await_truth(channel: socket.socket | None = None) -> dict[str, Any] | None:
@@ -562,7 +568,8 @@ class HandleChannels:
             relay.queue.clear()
 
     def _break(self, relay: Relay) -> None:
-        """The judge is gone: the worker waits for nothing more."""
+        """The judge is gone: the worker waits for nothing more (and hears no refusal: the
+        judge's end is the evaluation's verdict, `worker_claims.judge_end_error`)."""
         relay.broken = True
         for name in list(relay.pending):
             self._checked(relay, name)
@@ -607,8 +614,9 @@ class HandleChannels:
         with contextlib.suppress(OSError):
             end.send(json.dumps({"truth": payload}).encode("utf-8"), socket.MSG_DONTWAIT)
 
-    def _checked(self, relay: Relay, name: str) -> None:
-        """Output `name` was checked: its bytes leave the count, and the worker hears it."""
+    def _checked(self, relay: Relay, name: str, failed: str | None = None) -> None:
+        """Output `name` was checked: its bytes leave the count, and the worker hears it, with
+        the judge's reason where the judge refused it (`failed`)."""
         size = relay.pending.pop(name, None)
         if size is None:
             return
@@ -619,15 +627,18 @@ class HandleChannels:
         if received is not None:
             with received.lock:
                 received.nbytes -= size
-        self._tell_checked(relay.worker, name)
+        self._tell_checked(relay.worker, name, failed)
 
-    def _tell_checked(self, workdir: Path, name: str) -> None:
+    def _tell_checked(self, workdir: Path, name: str, failed: str | None = None) -> None:
         end = self.end_of(workdir)
         if end is None:
             return
+        line: dict[str, Any] = {"checked": name}
+        if failed is not None:
+            line["failed"] = failed[:MAX_FAILURE]
         # Never blocks the session: a worker that does not read its channel misses the word.
         with contextlib.suppress(OSError):
-            end.send(json.dumps({"checked": name}).encode("utf-8"), socket.MSG_DONTWAIT)
+            end.send(json.dumps(line).encode("utf-8"), socket.MSG_DONTWAIT)
 
     def _sent(self, workdir: Path, received: Received, line: dict[str, Any]) -> None:
         """A process says output `line["sent"]` is whole: forwarded to its judge, or kept
@@ -703,7 +714,10 @@ class HandleChannels:
                 if isinstance(line, dict) and "checked" in line and not fds:
                     judging = self._relay_of_judge.get(workdir)  # only a judge's word counts
                     if judging is not None and isinstance(line["checked"], str):
-                        self._checked(judging, line["checked"])
+                        failed = line.get("failed")
+                        self._checked(
+                            judging, line["checked"], failed if isinstance(failed, str) else None
+                        )
                     continue
                 if isinstance(line, dict) and "sent" in line and not fds:
                     self._sent(workdir, received, line)  # answered even once refused
@@ -821,16 +835,22 @@ def _start_sending(end: socket.socket, outputs: Received) -> None:
 
 
 def stream_outputs(
-    torch: Any, channel: socket.socket | None = None, *, acknowledge: bool = False
+    torch: Any,
+    channel: socket.socket | None = None,
+    *,
+    acknowledge: bool = False,
+    failures: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[str, list[Any]]]:
     """Each output the session forwards to this judge over `channel` (this process's channel
     when None), as (name, leaves: tensors mapped privately from their sealed memfds, plain
     values), as soon as it is whole (`{"sent": NAME}`); ends at the end message.
 
     `acknowledge`: when the caller asks for the next output, this one's leaves are dropped
-    here and `{"checked": NAME}` goes to the session (pass or fail: no verdict), so the
-    worker waiting for it (`await_checked`) makes its next output only once the caller holds
-    no reference to this one."""
+    here and `{"checked": NAME}` goes to the session, so the worker waiting for it
+    (`await_checked`) makes its next output only once the caller holds no reference to this
+    one. With the caller's reason where it refused the output (`failures[NAME]`, set before
+    it asks for the next): the worker, which makes no comparison of its own for a call the
+    judge decides (`harness._Pipeline.judge_decides`), stops at that call with that reason."""
     channel = channel or _process_socket()
     if channel is None:
         raise HandleError(f"no handle channel in this process (${HANDLE_FD_ENV} unset)")
@@ -855,8 +875,12 @@ def stream_outputs(
                 del whole
                 if acknowledge:
                     release_freed_heap()  # the worker's memory is in use next
+                    ack: dict[str, Any] = {"checked": name}
+                    failed = failures.get(name) if failures is not None else None
+                    if failed is not None:
+                        ack["failed"] = failed[:MAX_FAILURE]
                     try:
-                        _send(channel, {"checked": name}, None)
+                        _send(channel, ack, None)
                     except OSError as exc:  # shut by the session: no verdict is wanted
                         raise HandleError(f"the session closed the channel ({exc})") from None
                 continue

@@ -109,7 +109,13 @@ class _Pipeline:
         # matmuls/convs may run in, found on that call, relaxes the fallback as in the gate.
         self.rule = measurement.new_rule(task)
         self._precision_known = False
-        self._ref_modifies: bool | None = None  # found on the reference's first call
+        # Whether the reference writes its inputs, and whether its output aliases them: found
+        # on its first call here, or told by the judge beside this worker (`judge_truth`).
+        self._ref_modifies: bool | None = None
+        self._ref_aliases: bool | None = None
+        # The next checked call's inputs, drawn while the judge checked the last output
+        # (`await_judge`): (its maker, the drawn set).
+        self._drawn_ahead: list[tuple[Callable[[], list[Any]], list[Any]]] = []
         self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
         self.findings: list[dict[str, Any]] = []
 
@@ -159,6 +165,8 @@ class _Pipeline:
         if self._ref_modifies is None:
             self._ref_modifies = not checks.same_values(before, args)
         aliases = checks.shares_storage(out, args)
+        if self._ref_aliases is None:
+            self._ref_aliases = aliases
         # The call's own copy of its inputs goes before the truth widens them (one input
         # set fewer at the first call's peak).
         del args
@@ -217,9 +225,11 @@ class _Pipeline:
         # Whether the reference writes its inputs, as the judge found on the truth's call:
         # this worker's first checked call needs no reference call of its own to find it
         # (`check_call`). Like every check here, what this process decides by is a claim.
-        modifies = payload.get("modifies_inputs")
+        modifies, aliases = payload.get("modifies_inputs"), payload.get("aliases_inputs")
         if isinstance(modifies, bool):
             self._ref_modifies = modifies
+        if isinstance(aliases, bool):
+            self._ref_aliases = aliases
         if self.rule.reduced:
             self.correctness["reduced_precision"] = self.rule.reduced
         self.correctness["truth"] = "the judge's, calibrating every check here"
@@ -272,13 +282,23 @@ class _Pipeline:
         previous: list[tuple[Callable[[], list[Any]], bytes]] | None = None,
         *,
         reference_may_raise: bool = False,
+        ahead: Callable[[], list[Any]] | None = None,
     ) -> bytes:
-        """One checked call on the inputs `make()` returns: reference and candidate, every
-        per-call check; returns the digest of the candidate's output (`checks.digest`), which
-        a later call compares with its own, or b"" where `previous` is None (no list to
-        join: a second shape, the call after timing; a digest reads the whole output). The
-        output is handed over (a judged call's) and the worker waits until the judge has
-        checked it, holding nothing of the call by then: one handed-over output at a time.
+        """One checked call on the inputs `make()` returns: candidate and, where this worker
+        decides the call, reference, every per-call check; returns the digest of the
+        candidate's output (`checks.digest`), which a later call compares with its own, or
+        b"" where `previous` is None (no list to join: a second shape, the call after timing;
+        a digest reads the whole output). The output is handed over (a judged call's) and the
+        worker waits until the judge has checked it, holding nothing of the call by then: one
+        handed-over output at a time.
+
+        A call the judge beside this worker decides (`judge_decides`) makes no comparison
+        here and no reference output where none is needed (on the CPU, the candidate running
+        first): the judge computes the reference in its own process anyway and its refusal
+        comes with its acknowledgment (`await_judge`). The worker's comparison was a second
+        computation of the same verdict, and its reference output the call's largest
+        allocation after the candidate's. `ahead`: the next checked call's maker, drawn while
+        the judge checks this call's output (`await_judge`).
 
         The inputs are sealed once (`input_handles.SealedInputs`) and the maker's tensors
         dropped: the reference and the candidate read the same read-only pages, no copy
@@ -293,42 +313,46 @@ class _Pipeline:
         `previous` holds (inputs maker, candidate output's digest) of the earlier calls on
         other inputs: a candidate that returns an earlier output where the reference's
         changed returns a cache (any earlier call: an address-keyed cache hits whichever
-        trial's input the allocator put at the same address). The earlier reference output is
-        made again only when the candidate's matches, so no call keeps an output.
+        trial's input the allocator put at the same address). The reference outputs are made
+        only when the candidate's matches, so no call keeps an output.
 
         `reference_may_raise`: an exception of the reference (a shape the problem does not
         accept) is raised as `ReferenceRaised`, before the candidate runs.
         """
         truth_pending = not self._precision_known and not self.judge_truth()
+        ref_out: Any = None
         if truth_pending:
             # The reference's first call and its truth before the candidate's inputs exist
             # (`first_reference`): one input set fewer at the worker's peak.
-            ref_out, ref_modifies, ref_aliases = self.first_reference(make)
+            ref_out, _, _ = self.first_reference(make)
         # On the CPU the candidate runs before the reference, so its call and its
         # temporaries never sit beside the reference's output (`candidate_first`).
         later = self.candidate_first(truth_pending, reference_may_raise)
-        inputs = SealedInputs(torch, make(), label=judge.output_name(label) or "shape")
+        decides = not self.judge_decides(label)
+        inputs = SealedInputs(torch, self.drawn(make), label=judge.output_name(label) or "shape")
         try:
             try:
-                if later and self._ref_modifies is None:
+                if not truth_pending and not later:
+                    ref_out, _, _ = self.reference_on(inputs)
+                elif later and (self._ref_modifies is None or self._ref_aliases is None):
                     # Whether the reference writes its inputs decides what the candidate is
-                    # given (sealed or a copy): found on a call of its own, whose output goes.
+                    # given (sealed or a copy), whether it aliases them whether the
+                    # candidate may: found on a call of its own, whose output goes.
                     self.run_reference(inputs.writable(), pristine=inputs.values)
-                elif not truth_pending and not later:
-                    ref_out, ref_modifies, ref_aliases = self.reference_on(inputs)
             except Exception as exc:
                 if reference_may_raise:
                     raise ReferenceRaised(label) from exc
                 raise
-            if later:
-                ref_modifies = bool(self._ref_modifies)
+            ref_modifies, ref_aliases = bool(self._ref_modifies), bool(self._ref_aliases)
             cand_args = inputs.writable() if ref_modifies else inputs.read_only()
             out, early = self.run_candidate(cand_args, None if later else ref_out)
             found = checks.digest(out) if previous is not None else b""
-            if later:
-                ref_out, _, ref_aliases = self.reference_on(inputs)
+            if later and decides:
+                ref_out, _, _ = self.reference_on(inputs)
             for remake, before in previous or []:
                 if before == found:
+                    if ref_out is None:
+                        ref_out, _, _ = self.reference_on(inputs)
                     ref_before, _, _ = self.run_reference(remake())
                     if not checks.same_values(ref_before, ref_out):
                         raise Rejected(
@@ -341,9 +365,10 @@ class _Pipeline:
             if not ref_aliases and checks.shares_storage(out, cand_args):
                 raise Rejected("cheat", f"returns an output that aliases an input ({label})")
             del cand_args
-            ok = self.compare(ref_out, out, label)
+            if decides:
+                self.compare(ref_out, out, label)
             del ref_out
-            if ok and early is not None and not checks.same_values(early, out):
+            if early is not None and not checks.same_values(early, out):
                 raise Rejected(
                     "cheat",
                     "output was not ready on the current stream when the call "
@@ -361,8 +386,29 @@ class _Pipeline:
         handed = self.save_output(label, holder)
         del holder
         if handed is not None:
-            self.await_judge(handed)
+            self.await_judge(handed, label, ahead)
         return found
+
+    def judge_decides(self, label: str) -> bool:
+        """Whether the judge beside this worker decides the output of the checked call
+        `label`, and says so with its acknowledgment (`handles.await_checked`): a judged
+        call, handed over by handle, with the task saying a judge checks each output as it
+        comes (`task["judge_beside"]`). Without one (no judge, or a call the judge does not
+        check: a second shape) the worker compares. Like all of this process's verdicts the
+        comparison was a claim; the judge's is the one the evaluation goes by."""
+        return (
+            bool(self.task.get("judge_beside"))
+            and judge.output_name(label) is not None
+            and bool(os.environ.get(HANDLE_FD_ENV))
+        )
+
+    def drawn(self, make: Callable[[], list[Any]]) -> list[Any]:
+        """`make()`, or the set drawn from it ahead while the judge checked the last output
+        (`await_judge`)."""
+        if self._drawn_ahead and self._drawn_ahead[0][0] is make:
+            return self._drawn_ahead.pop()[1]
+        self._drawn_ahead.clear()
+        return make()
 
     def reference_on(self, inputs: SealedInputs) -> tuple[Any, bool, bool]:
         """The reference's call on a checked call's inputs: the sealed ones where it is known
@@ -413,13 +459,26 @@ class _Pipeline:
         judge.save_output(name, holder)
         return name
 
-    def await_judge(self, name: str) -> None:
-        """Wait until the session says output `name` was checked (`handles.await_checked`):
-        the judge checks each output as it comes, so the session holds one at a time. Call it
-        holding nothing of the call: the judge's memory is in use meanwhile."""
+    def await_judge(
+        self, name: str, label: str, ahead: Callable[[], list[Any]] | None = None
+    ) -> None:
+        """Wait until the session says output `name` (of the checked call `label`) was checked
+        (`handles.await_checked`): the judge checks each output as it comes, so the session
+        holds one at a time. Call it holding nothing of the call: the judge's memory is in
+        use meanwhile. Raises `Rejected("wrong")` with the judge's reason where it refused
+        the output.
+
+        `ahead`: the next checked call's inputs are drawn meanwhile (`drawn`), one input set
+        beside the judge's (its inputs and two outputs at its peak), on a core the judge's
+        draw leaves idle: the maker's draw is most of a large problem's checked call."""
         from pytest_kernelpro.optimize.sandbox.handles import await_checked
 
-        await_checked(name)
+        if ahead is not None:
+            self._drawn_ahead[:] = [(ahead, ahead())]
+        failed = await_checked(name)
+        if failed is not None:
+            self._drawn_ahead.clear()
+            raise Rejected("wrong", f"wrong result ({label}): {failed}")
 
     # ----- phases -----
 
@@ -482,17 +541,19 @@ class _Pipeline:
         self.progress("correctness")
         trials = max(1, int(self.task.get("correct_trials", 3)))
         previous: list[tuple[Callable[[], list[Any]], bytes]] = []
-        for trial in range(trials):
-            seed = self.seed + 1 + trial
-            make = functools.partial(self.inputs, seed)
-            found = self.check_call(make, f"trial {trial + 1}/{trials}", previous)
+        makes = [functools.partial(self.inputs, self.seed + 1 + trial) for trial in range(trials)]
+        # The check on inputs changed in place starts from a draw of its own.
+        in_place = functools.partial(self.inputs, self.seed + 101)
+        for trial, make in enumerate(makes):
+            ahead = makes[trial + 1] if trial + 1 < trials else in_place
+            found = self.check_call(make, f"trial {trial + 1}/{trials}", previous, ahead=ahead)
             previous.append((make, found))
             self.correctness["trials"] = self.correctness["passed"] = trial + 1
-        del previous
+        del previous, makes
         self.correctness["checks"].append("fresh inputs")
         self.progress("checks")
         # Same tensors, new values: a result cached by input address goes stale.
-        args = self.inputs(self.seed + 101)
+        args = self.drawn(in_place)
         self.run_candidate(args)
         fresh = self.inputs(self.seed + 102)
         for dst, src in zip(args, fresh, strict=True):
@@ -515,20 +576,28 @@ class _Pipeline:
         self.correctness["checks"].append("inputs changed in place")
 
     def check_call_inplace(self, holder: list[list[Any]]) -> None:
+        label = "inputs changed in place"
         args = holder.pop()
-        # A reference that does not write its inputs reads them as they are: no copy.
-        ref_args = args if self._ref_modifies is False else clone_inputs(torch, args)
-        ref_out, _, _ = self.run_reference(ref_args)
-        del ref_args
+        ref_out = None
+        decides = not self.judge_decides(label)
+        # The reference's output: for this worker's comparison, or on a GPU for the
+        # candidate's pre-poisoned blocks (`run_candidate`); none where the judge decides on
+        # the CPU (`check_call`).
+        if decides or self.device.type == "cuda":
+            # A reference that does not write its inputs reads them as they are: no copy.
+            ref_args = args if self._ref_modifies is False else clone_inputs(torch, args)
+            ref_out, _, _ = self.run_reference(ref_args)
+            del ref_args
         out, _ = self.run_candidate(args, ref_out)
-        self.compare(ref_out, out, "inputs changed in place")
+        if decides:
+            self.compare(ref_out, out, label)
         del ref_out, args  # before the judge starts on the output (`check_call`)
         holder = [out]
         del out
-        handed = self.save_output("inputs changed in place", holder)
+        handed = self.save_output(label, holder)
         del holder
         if handed is not None:
-            self.await_judge(handed)
+            self.await_judge(handed, label)
 
     def shapes(self) -> None:
         mode = self.task.get("shape_check", "auto")

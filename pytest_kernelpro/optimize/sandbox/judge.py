@@ -17,7 +17,9 @@ working directory is new), and decides a candidate that claims to be correct by 
   each call's inputs from its seed, computes the reference outputs and compares them with the
   saved ones by the gate's rule (`measurement.verdict`: the gate's tolerances, TF32-aware, and
   its comparison); a missing or unreadable output file is a failure too, since an honest
-  worker always writes them;
+  worker always writes them. The judge beside a worker sends why it refused an output with
+  its acknowledgment: the worker, which makes no comparison of its own for those calls
+  (`harness._Pipeline.judge_decides`), stops there and reports the judge's reason;
 - the float64 truth is found by the first judge of a search only: its verdict carries the
   truth's numbers (`known_truth`), which the session gives every later judge
   (`_Reference.take_known_truth`): no re-run, every output decided by the calibrated
@@ -123,8 +125,10 @@ class _Reference:
         self.keeps_reference = False
         self.truth_first = False
         self.truth_taken = False  # an earlier judge's (`take_known_truth`)
-        # Whether the reference writes its inputs, found on the truth's call (None: not yet).
+        # Whether the reference writes its inputs, and whether its output aliases them, found
+        # on the truth's call (None: not yet).
         self.modifies_inputs: bool | None = None
+        self.aliases_inputs: bool | None = None
         # The first output's leaves as the worker names them (its output is not flattened):
         # flattened leaf path -> that path.
         self.worker_paths: dict[str, str] = {}
@@ -146,9 +150,10 @@ class _Reference:
         rule = new_rule(self.task)
         take_truth(rule, known["payload"])
         paths = {str(k): str(v) for k, v in dict(known["paths"]).items()}
-        modifies = known.get("modifies_inputs")
+        modifies, aliases = known.get("modifies_inputs"), known.get("aliases_inputs")
         self.rule, self.worker_paths = rule, paths
         self.modifies_inputs = modifies if isinstance(modifies, bool) else None
+        self.aliases_inputs = aliases if isinstance(aliases, bool) else None
         self._calls = 1
         self.truth_taken = True
 
@@ -164,19 +169,44 @@ class _Reference:
         return {
             "payload": truth_payload(self.rule),
             "paths": dict(self.worker_paths),
-            "modifies_inputs": self.modifies_inputs,
+            **self._reference_calls(),
         }
+
+    def _reference_calls(self) -> dict[str, bool | None]:
+        """What the truth's call found of the reference's calls: whether it writes its inputs
+        and whether its output aliases them."""
+        return {"modifies_inputs": self.modifies_inputs, "aliases_inputs": self.aliases_inputs}
 
     def worker_truth(self) -> dict[str, Any]:
         """What the worker beside this judge is told before its first call
         (`harness._Pipeline.judge_truth`): the truth's numbers under its names of the leaves,
-        and whether the reference writes its inputs (found on the truth's call: the worker
-        then gives the candidate sealed inputs or copies without a reference call of its own
-        to find it)."""
+        and whether the reference writes its inputs or returns an alias of them (found on the
+        truth's call: the worker then gives the candidate sealed inputs or copies, and decides
+        whether an aliasing output is allowed, without a reference call of its own)."""
         from pytest_kernelpro.optimize.sandbox.measurement import truth_payload, worker_named
 
         named = worker_named({"payload": truth_payload(self.rule), "paths": self.worker_paths})
-        return {**named, "modifies_inputs": self.modifies_inputs}
+        return {**named, **self._reference_calls()}
+
+    def worker_failure(self, decided: Any) -> str:
+        """The reason of a refused output (`measurement.verdict`'s) naming its leaves as the
+        worker does (its output is not flattened: "output", not "output[0]"): what the worker
+        reports, so the candidate's author reads its own output's names."""
+        import dataclasses
+
+        from pytest_kernelpro.measure.output_rule import failure_text
+        from pytest_kernelpro.optimize.sandbox.measurement import without_values
+
+        failed = []
+        for report in decided.reports:
+            if report.ok:
+                continue
+            named = self.worker_paths.get(report.path, report.path)
+            message = report.message or ""
+            if message.startswith(f"{report.path}:"):
+                message = named + message[len(report.path) :]
+            failed.append(dataclasses.replace(report, message=message))
+        return without_values(failure_text(failed)) if failed else str(decided.failure)
 
     def inputs(self, seed: int) -> list[Any]:
         from pytest_kernelpro.optimize.sandbox.measurement import make_inputs
@@ -210,7 +240,12 @@ class _Reference:
 
         from pytest_kernelpro.measure.correctness_check import clone_inputs, wide_dtype
         from pytest_kernelpro.measure.output_rule import leaves_of, map_tensors
-        from pytest_kernelpro.optimize.sandbox.checks import flat_paths, flatten, same_values
+        from pytest_kernelpro.optimize.sandbox.checks import (
+            flat_paths,
+            flatten,
+            same_values,
+            shares_storage,
+        )
         from pytest_kernelpro.optimize.sandbox.measurement import find_truth, run_reference
 
         truth_now = self._calls == 0 and truth
@@ -228,6 +263,7 @@ class _Reference:
                 torch.cuda.synchronize(self.device)
             if kept:  # the truth's call, on a copy of inputs kept as drawn
                 self.modifies_inputs = not same_values(kept[0], args)
+                self.aliases_inputs = shares_storage(out, args)
             del args
             return out
 
@@ -310,6 +346,7 @@ def judge(
     task: dict[str, Any],
     outputs: Mapping[str, list[Any]] | Iterable[tuple[str, list[Any]]],
     tell_truth: Callable[[dict[str, Any]], None] | None = None,
+    failures: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Check the handed-over outputs against the reference and time the reference.
 
@@ -327,7 +364,12 @@ def judge(
     before the next is asked for), or a mapping by name. They must come in the order of `required_outputs`, each once:
     the first is the call the truth is found on, as in the worker. Every output is taken
     (and so acknowledged) even after one failed, unchecked then: the worker is never left
-    waiting, and the first failure is the verdict."""
+    waiting, and the first failure is the verdict.
+
+    `failures` (the judge beside a worker: `handles.stream_outputs`, which sends each with its
+    acknowledgment): why each refused output was refused, by name, set before the next is
+    asked for. The worker makes no comparison of its own for a call this judge decides
+    (`harness._Pipeline.judge_decides`): it stops at the first refusal with that reason."""
     import torch
 
     from pytest_kernelpro.optimize.sandbox.measurement import (
@@ -400,12 +442,16 @@ def judge(
                     checked.append(name)
                 else:
                     failure = f"{name}: {decided.failure}"
+                    if failures is not None:
+                        failures[name] = ref.worker_failure(decided)
                     if position == 0 and told is not None:
                         # What the worker decided this call by: the truth calibrated.
                         claim = new_rule(task)
                         take_truth(claim, told)
                         wrong = verdict(torch, saved, expected, claim).ok
                 del expected
+        if failure is not None and failures is not None:
+            failures.setdefault(name, failure)  # out of order, or after a refused one
         # This output's memory goes before the next is asked for: the mapping here is its
         # last holder (the session closed its descriptor once forwarded).
         del saved
@@ -473,7 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             # A re-timing worker finds its own truth before the candidate runs (`worker.retime`).
             tell = None if task.get("retime") else send_truth
-            result = judge(task, stream_outputs(torch, acknowledge=True), tell)
+            failures: dict[str, str] = {}  # sent with each acknowledgment
+            streamed = stream_outputs(torch, acknowledge=True, failures=failures)
+            result = judge(task, streamed, tell, failures)
     except HandleError as exc:  # the channel, not the reference
         result = {"ok": False, "judge_error": f"the outputs' channel: {exc}"}
     except Exception as exc:

@@ -220,6 +220,11 @@ class WorkerClaims:
                     "the code.",
                 }
             )
+        # The errors and the rule's accuracy as the judge measured them: the numbers the
+        # verdict went by (the worker compares none of the calls a judge beside it decides).
+        for key in ("max_abs_err", "max_rel_err", "accuracy"):
+            if key in verdict:
+                evaluation.correctness[key] = verdict[key]
         evaluation.correctness["verified_by"] = (
             "judge: outputs of " + ", ".join(verdict.get("checked") or []) + " compared with "
             "the reference in a process without candidate code"

@@ -160,3 +160,123 @@ def test_the_judges_word_on_input_writes_saves_the_workers_own_reference_call(
         assert result["status"] == "correct", (name, result.get("reason"))
         assert result["correctness"]["truth"] == "the judge's, calibrating every check here"
     assert calls["not told"] == calls["told"] + 1, calls
+
+
+def _judged_run(
+    monkeypatch: pytest.MonkeyPatch,
+    refusals: dict[str, str] | None = None,
+    *,
+    judge_beside: bool = True,
+) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """The harness in this process beside a stand-in of the judge's channel: the first
+    judge's word (`judge._Reference.worker_truth`, made here by the judge's own code), and
+    an acknowledgment for every handed-over output carrying `refusals[name]` where given.
+    Returns the result and the events in order: ("reference", None) for each reference call
+    of the worker's checked calls, ("draw", seed) for each draw, ("handed", name) and
+    ("acknowledged", name)."""
+    import sys
+
+    from pytest_kernelpro.optimize.sandbox import handles, judge
+
+    task = {"reference": REFERENCE, "device": "cpu", "seed": 42}
+    try:
+        ref = judge._Reference(task)
+        ref.output(judge.required_outputs(task)[0][1])
+        told = ref.worker_truth()
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    events: list[tuple[str, Any]] = []
+    run_reference = harness._Pipeline.run_reference
+    inputs = harness._Pipeline.inputs
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        events.append(("reference", None))
+        return run_reference(self, *args, **kwargs)
+
+    def drawing(self: Any, seed: int) -> list[Any]:
+        events.append(("draw", seed))
+        return inputs(self, seed)
+
+    def handing(self: Any, label: str, holder: list[Any]) -> str | None:
+        name = judge.output_name(label)
+        holder.clear()
+        if name is not None:
+            events.append(("handed", name))
+        return name
+
+    def acknowledging(name: str, channel: Any = None) -> str | None:
+        events.append(("acknowledged", name))
+        return (refusals or {}).get(name)
+
+    monkeypatch.setenv(handles.HANDLE_FD_ENV, "-1")
+    monkeypatch.setattr(handles, "await_truth", lambda channel=None: told)
+    monkeypatch.setattr(handles, "await_checked", acknowledging)
+    monkeypatch.setattr(harness._Pipeline, "save_output", handing)
+    monkeypatch.setattr(harness._Pipeline, "run_reference", counted)
+    monkeypatch.setattr(harness._Pipeline, "inputs", drawing)
+    result, _seen = _run_with(CANDIDATE, judge_beside=judge_beside)
+    return result, events
+
+
+def _run_with(candidate: str, **task_keys: Any) -> tuple[dict[str, Any], Any]:
+    return run_in_process(
+        REFERENCE, candidate, read=lambda module: list(module.SEEN), seed=42, **task_keys
+    )
+
+
+def test_a_call_the_judge_decides_makes_no_reference_output_in_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a judge beside it that says why it refuses an output, the worker compares none of
+    the calls the judge decides (the three trials, the check with inputs changed in place,
+    the call after timing): the judge computes the reference anyway. Only the second shape,
+    which no judge checks, runs the worker's reference. Without a judge beside it (the same
+    channel, `judge_beside` off), every checked call runs it."""
+    result, events = _judged_run(monkeypatch)
+    assert result["status"] == "correct", result.get("reason")
+    assert [e for e in events if e[0] == "reference"] == [("reference", None)], events
+    alone, events_alone = _judged_run(monkeypatch, judge_beside=False)
+    assert alone["status"] == "correct", alone.get("reason")
+    assert len([e for e in events_alone if e[0] == "reference"]) == 6, events_alone
+
+
+@pytest.mark.parametrize(
+    ("refused", "status", "starts"),
+    [
+        ("trial-2", "wrong", "wrong result (trial 2/3): "),
+        ("inplace", "cheat", "returns a stale output when its inputs change in place"),
+        ("after-timing", "cheat", "wrong once timed (behaves differently after repeated calls)"),
+    ],
+)
+def test_the_judges_refusal_stops_the_worker_with_its_reason(
+    monkeypatch: pytest.MonkeyPatch, refused: str, status: str, starts: str
+) -> None:
+    """The worker stops at the call the judge refused, with the judge's reason, under the
+    name that call's failure has (a stale output, a kernel wrong once timed), and hands over
+    nothing after it."""
+    why = "max abs error 0.5 above the tolerance 1e-05 (the judge's words)"
+    result, events = _judged_run(monkeypatch, {refused: why})
+    assert result["status"] == status, result
+    assert result["reason"].startswith(starts), result["reason"]
+    assert why in result["reason"]
+    handed = [name for kind, name in events if kind == "handed"]
+    assert handed[-1] == refused, handed
+
+
+def test_the_next_calls_inputs_are_drawn_while_the_judge_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the judge checks a trial's output the worker draws the next call's inputs (the
+    next trial's, after the last the in-place check's first set): the draw is most of a
+    large problem's call, and the judge's own draw leaves a core idle. Each set is drawn
+    once; after a refusal the set drawn ahead is dropped, not used."""
+    result, events = _judged_run(monkeypatch)
+    assert result["status"] == "correct", result.get("reason")
+    order = [e for e in events if e[0] in ("draw", "handed", "acknowledged")]
+    for name, next_seed in (("trial-1", 44), ("trial-2", 45), ("trial-3", 42 + 101)):
+        handed = order.index(("handed", name))
+        assert order[handed + 1] == ("draw", next_seed), order
+        assert order[handed + 2] == ("acknowledged", name), order
+    draws = [seed for kind, seed in events if kind == "draw"]
+    for seed in (43, 44, 45, 42 + 101):
+        assert draws.count(seed) == 1, draws

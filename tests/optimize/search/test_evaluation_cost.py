@@ -409,7 +409,7 @@ def test_the_worker_waits_for_the_judge_holding_no_sealed_input(
 
     alive_at_wait: list[int] = []
 
-    def waiting(self: object, name: str) -> None:
+    def waiting(self: object, name: str, label: str, ahead: object = None) -> None:
         gc.collect()
         alive_at_wait.append(sum(ref() is not None for ref in views))
 

@@ -64,13 +64,21 @@ ATTACKS = {
 # Hand-overs the judge beside the worker must catch as each output comes: the candidate
 # rewrites what the harness hands over (its own check in the worker passed on the real output).
 HAND = "from pytest_kernelpro.optimize.sandbox import handles as _handles, judge as _judge\n_hand = _judge.save_output\n"
-JUDGED_ATTACKS = {
-    # A good trial-1, then a bad trial-2 (the worker's own comparison saw the good one).
-    "bad later output": HAND + "def _save(name, holder):\n"
+# The judge's refusal, which comes with its acknowledgment, never heard: the worker goes on and
+# claims correct.
+DEAF = "_handles.await_checked = lambda name, channel=None: None\n"
+BAD_LATER = (
+    HAND + "def _save(name, holder):\n"
     "    if name == 'trial-2':\n"
     "        holder = [holder.pop() + 1]\n"
     "    return _hand(name, holder)\n"
-    "_judge.save_output = _save\n",
+    "_judge.save_output = _save\n"
+)
+JUDGED_ATTACKS = {
+    # A good trial-1, then a bad trial-2: the judge refuses it, and the worker stops there.
+    "bad later output": BAD_LATER,
+    # The same, the judge's refusal not heard: the worker claims correct.
+    "bad later output, refusal ignored": BAD_LATER + DEAF,
     # A good trial-1 handed over, then a bad one under the same name.
     "good then bad": HAND + "def _save(name, holder):\n"
     "    output = holder[0]\n"
@@ -81,10 +89,9 @@ JUDGED_ATTACKS = {
     "_judge.save_output = _save\n",
     # Outputs handed over under each other's names, without waiting for the judge.
     "out of order": HAND + "_swap = {'trial-2': 'trial-3', 'trial-3': 'trial-2'}\n"
-    "_judge.save_output = lambda name, holder: _hand(_swap.get(name, name), holder)\n"
-    "_handles.await_checked = lambda name, channel=None: None\n",
+    "_judge.save_output = lambda name, holder: _hand(_swap.get(name, name), holder)\n" + DEAF,
     # Never waits for the judge: every output must still be checked.
-    "impatient": HAND + "_handles.await_checked = lambda name, channel=None: None\n",
+    "impatient": HAND + DEAF,
 }
 # Off by a relative 1e-3: far outside the truth's tolerance of a float32 softmax, inside one
 # that a forged truth (the reference's own error said to be 1) would calibrate.
@@ -121,6 +128,9 @@ TRUTH_ATTACKS = {
     # The candidate gives its own worker a loose truth: the judge compares with its own.
     "truth patched": "from pytest_kernelpro.optimize.sandbox import handles as _handles\n"
     f"_handles.await_truth = lambda channel=None: {LOOSE!r}\n",
+    # The same, and the judge's refusal not heard: the loosened worker claims correct.
+    "truth patched, refusal ignored": "from pytest_kernelpro.optimize.sandbox import handles "
+    f"as _handles\n_handles.await_truth = lambda channel=None: {LOOSE!r}\n" + DEAF,
     # A loose truth planted for the judges after it, and the same off output.
     "truth planted": PLANT,
 }
@@ -216,10 +226,24 @@ def test_a_forged_handle_is_refused_and_the_candidate_not_believed(world, name, 
 
 
 @pytest.mark.slow
+def test_an_output_the_judge_refuses_stops_the_worker_with_the_judges_reason(world) -> None:
+    """The worker makes no comparison of its own for a call the judge decides: a bad trial-2
+    output (handed over in place of the one the kernel returned) is refused by the judge as
+    it comes, and the worker, told why with the acknowledgment, stops there, wrong, with the
+    judge's reason (its own check never saw that output)."""
+    ev = _ev(world, "bad later output")
+    assert ev.status == "wrong", (ev.reason, ev.logs[-2000:])
+    assert ev.reason.startswith("wrong result (trial 2/3): "), ev.reason
+    assert "outside rtol=" in ev.reason
+    assert ev.correctness["passed"] == 1
+    assert ev.speedup is None
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "says"),
     [
-        ("bad later output", "(trial-2: "),
+        ("bad later output, refusal ignored", "(trial-2: "),
         ("out of order", "(trial-3: handed over where trial-2 was due"),
     ],
 )
@@ -227,7 +251,8 @@ def test_an_output_checked_as_it_comes_is_checked_against_the_judges_reference(
     world, name, says
 ) -> None:
     """The judge beside the worker compares each handed-over output, in order, with the
-    reference it computes itself: a good first output does not carry a bad later one."""
+    reference it computes itself: a good first output does not carry a bad later one, and a
+    worker that does not hear the judge's refusal and claims correct is a broken claim."""
     ev = _ev(world, name)
     assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
     assert "differ from the reference computed in a trusted process" in ev.reason
@@ -333,9 +358,15 @@ def test_a_truth_the_candidate_sends_on_its_channel_is_not_its_workers(world) ->
 
 @pytest.mark.slow
 def test_a_truth_the_candidate_gives_its_own_worker_does_not_pass_the_judge(world) -> None:
-    """A worker loosened by the candidate claims correct; the judge compares the first
-    output with its own truth, and the tolerance it told fails it too: a broken claim."""
+    """A worker loosened by the candidate would pass the off output; it compares none of the
+    calls the judge decides, and the judge, by its own truth, refuses the first output and
+    says why: the worker stops at trial 1, wrong. Not hearing that refusal, the loosened
+    worker claims correct: the tolerance the judge told fails the first output too, a
+    broken claim."""
     ev = _ev(world, "truth patched")
+    assert ev.status == "wrong", (ev.reason, ev.logs[-2000:])
+    assert ev.reason.startswith("wrong result (trial 1/3)"), ev.reason
+    ev = _ev(world, "truth patched, refusal ignored")
     assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
     assert "differ from the reference computed in a trusted process (trial-1: " in ev.reason
     assert ev.speedup is None

@@ -386,6 +386,33 @@ def test_only_the_judges_word_frees_an_output_not_the_workers(tmp_path: Path) ->
         channels.close()
 
 
+def test_the_judges_refusal_reaches_the_worker_with_its_acknowledgment(tmp_path: Path) -> None:
+    """The judge's reason for refusing an output (`failures`, set before it asks for the next)
+    goes with its acknowledgment through the session to the waiting worker, cut to
+    `MAX_FAILURE` characters; an output it passed is acknowledged without one. A worker that
+    sends a refusal itself (a "checked" word with a reason) is not heard, as any word of
+    its own."""
+    channels, worker, judge_end, _worker_dir = streamed(tmp_path)
+    try:
+        failures: dict[str, str] = {}
+        outputs = handles.stream_outputs(torch, judge_end, acknowledge=True, failures=failures)
+        send_output(torch, "trial-1", [torch.ones(4)], channel=worker)
+        name, _leaves = next(outputs)
+        send_output(torch, "trial-2", [torch.ones(4)], channel=worker)
+        name, _leaves = next(outputs)  # trial-1 passed: no reason set for it
+        assert handles.await_checked("trial-1", channel=worker) is None
+        raw_send(worker, {"checked": "trial-2", "failed": "the worker's own word"}, [])
+        failures[name] = "x" * (handles.MAX_FAILURE + 500)
+        channels.end_stream(_worker_dir, judged=True)
+        assert list(outputs) == []
+        said = handles.await_checked("trial-2", channel=worker)
+        assert said == "x" * handles.MAX_FAILURE
+    finally:
+        worker.close()
+        judge_end.close()
+        channels.close()
+
+
 def test_a_stream_ended_without_a_verdict_shuts_the_judges_channel(tmp_path: Path) -> None:
     before = memfds()
     channels, worker, judge_end, worker_dir = streamed(tmp_path)

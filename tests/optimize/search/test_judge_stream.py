@@ -760,3 +760,59 @@ def test_the_worker_is_told_whether_the_reference_writes_its_inputs(
     finally:
         sys.modules.pop("kernelpro_reference", None)
     assert [payload["modifies_inputs"] for payload in told] == [writes, writes]
+
+
+# Returns its input itself: its output aliases its input.
+RETURNS_ITS_INPUT = REFERENCE.replace("return torch.softmax(x, dim=-1)", "return x.relu_()")
+
+
+@pytest.mark.parametrize(
+    ("reference", "aliases"),
+    [(REFERENCE, False), (RETURNS_ITS_INPUT, True)],
+    ids=["a new output", "its input"],
+)
+def test_the_worker_is_told_whether_the_references_output_aliases_its_inputs(
+    reference: str, aliases: bool
+) -> None:
+    """Found on the truth's call and told with the truth, by the first judge and by a later
+    one: the worker, which makes no reference call of its own for the calls the judge
+    decides, then knows whether a candidate's output may alias its inputs."""
+    task = {**TASK, "reference": reference}
+    told: list[dict[str, Any]] = []
+    try:
+        first = judge.judge(task, iter(()), told.append)
+        judge.judge({**task, "known_truth": first["known_truth"]}, iter(()), told.append)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert [payload["aliases_inputs"] for payload in told] == [aliases, aliases]
+
+
+def test_the_judge_says_why_it_refused_each_output_before_it_takes_the_next() -> None:
+    """`failures`: the reason for a refused output is set by the time the judge asks for the
+    next one (the stream sends it with that acknowledgment, `handles.stream_outputs`), its
+    leaves named as the worker names them; passed outputs have none, and an output taken
+    after the first refusal carries the verdict's reason."""
+    failures: dict[str, str] = {}
+    seen: list[dict[str, str]] = []
+    outputs = honest()
+    name, leaves = outputs[1]
+    outputs[1] = (name, [leaves[0] + 0.5])
+
+    def stream() -> Iterator[tuple[str, list[Any]]]:
+        for item in outputs:
+            seen.append(dict(failures))  # what the acknowledgment of the last one carries
+            yield item
+        seen.append(dict(failures))
+
+    try:
+        verdict = judge.judge(TASK, stream(), None, failures)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert not verdict["ok"]
+    assert seen[1] == {}  # trial-1 passed
+    assert list(seen[2]) == ["trial-2"]
+    assert "outside rtol=" in seen[2]["trial-2"]
+    # Named as the worker names its output (a tensor: "output"), not as flattened here.
+    assert verdict["reason"].startswith("trial-2: output[0]: "), verdict["reason"]
+    assert seen[2]["trial-2"] == "output: " + verdict["reason"].removeprefix("trial-2: output[0]: ")
+    assert seen[-1]["after-timing"] == verdict["reason"]
