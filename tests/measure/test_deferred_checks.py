@@ -214,7 +214,8 @@ def _rewrites_the_draw_in_place(found: dict[str, Any]) -> Any:
         if "memo" not in found:
             found["memo"] = (x.clone(), _tanh2(x))
             return found["memo"][1]
-        for leaf in state._draw:
+        # Where the timer still holds the draw (a repeating maker's goes once copied in).
+        for leaf in state._draw if isinstance(state._draw, (list, tuple)) else ():
             leaf.copy_(found["memo"][0])
         return found["memo"][1]
 

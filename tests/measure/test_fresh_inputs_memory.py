@@ -426,3 +426,45 @@ def test_the_maker_setup_holds_at_most_three_copies_of_the_inputs() -> None:
     assert len(alive_at_draw) == 3
     assert alive_at_draw[1:] == [1, 2]  # the timed inputs, then they and the check's first
     assert max(alive_at_draw) + 1 <= 3  # with the draw being made
+
+
+def test_a_repeating_makers_checked_call_holds_two_copies_of_the_inputs() -> None:
+    """A maker that repeats its draw for a seed: the check draws the call's content again from
+    the seed (what a kernel wrote into a kept draw is not what the reference reads), so the
+    call's draw goes once copied into the timed inputs, and the check's draw is the
+    reference's argument as drawn, not copied again. At the reference's call: the timed
+    inputs and the check's draw, 2 copies (were 4: the kept draw and the draw's copy beside
+    them; with the output's copy and the reference's output, 5 copies of a softmax's 2 GiB at
+    the issue's size, bench/results/2026-12-06-optimizer-speed15-cpu.md). Counted for a
+    kernel whose output has another shape than its input."""
+    shape = (64, 131)  # no other tensor of this test has it
+
+    def live_copies() -> int:
+        gc.collect()
+        return sum(
+            1
+            for o in gc.get_objects()
+            if type(o) is torch.Tensor and tuple(o.shape) == shape and o.dtype == torch.float32
+        )
+
+    at_reference: list[int] = []
+
+    def row_sums(x: torch.Tensor) -> torch.Tensor:  # an output of another shape: not counted
+        return x.sum(dim=-1)
+
+    def reference(x: torch.Tensor) -> torch.Tensor:
+        at_reference.append(live_copies())
+        return row_sums(x)
+
+    inputs = list(_rows(1, shape))
+    fresh = fresh_inputs(
+        torch, row_sums, inputs, device="cpu", make_draw=lambda seed: _rows(seed, shape),
+        reference=reference, check=_check, free_bytes=1,
+    )  # fmt: skip
+    assert fresh.mode == "maker"
+    assert fresh.maker_repeats
+    at_reference.clear()  # the setup's trials
+    for _ in range(3):
+        content = fresh.before()
+        fresh.after(fresh.call(), force=True, content=content)
+    assert at_reference == [2, 2, 2], at_reference

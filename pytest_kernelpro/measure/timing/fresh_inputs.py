@@ -66,6 +66,7 @@ PENDING_BYTES = 2**28  # GPU: or once they hold this many bytes (device memory, 
 # A queued check: the call's number, the mix's offset and what else names the content (the
 # maker's draw, or the fixed content's copy).
 CheckKey = tuple[int, int, Any]
+REDRAW = "drawn again from its seed"  # a repeating maker's content: its draw is not kept
 
 
 class DishonestTiming(KernelproError):
@@ -330,8 +331,8 @@ class FreshInputs:
     _offset: int = 0
     _used: set[int] = field(default_factory=set)  # offsets of earlier calls: never again
     make_draw: Callable[[int], Sequence[Any]] | None = None  # maker: a new draw per call
-    # maker: a seed repeats its draw, so a check draws again from the seed (`_offset`), not
-    # from the kept draw a kernel could rewrite.
+    # maker: a seed repeats its draw, so a check draws again from the seed (`_offset`) and no
+    # draw is kept past its copy into the timed inputs (`REDRAW`): none a kernel could rewrite.
     maker_repeats: bool = False
     reference: Callable[..., Any] | None = None
     check: Callable[[Any, Any], str | None] | None = None  # failure text of got vs expected
@@ -424,6 +425,7 @@ class FreshInputs:
                     leaves = tensor_leaves(torch, self._draw)
                     for dst, src in zip(self._targets, leaves, strict=True):
                         dst.copy_(src)
+                    self._draw = REDRAW if self.maker_repeats else self._draw
                     return self._offset, self._draw
                 elif new:
                     bump = torch.autograd.graph.increment_version
@@ -625,12 +627,12 @@ class FreshInputs:
             with torch.no_grad():
                 if held is None:  # the mix: rebuilt from the kept ends and pools
                     expected = FreshInputs.before(self, offset, expected=True)  # `expected_on`
-                else:
-                    if self.mode == "maker":
-                        again = self.maker_repeats and self.make_draw is not None
-                        content = self.content(draw=self.make_draw(offset) if again else held)
-                    else:
-                        content = held
+                else:  # a repeating maker's draw made again is used as drawn (no copy)
+                    content = held
+                    if held is REDRAW and self.make_draw is not None:
+                        content = self.make_draw(offset)
+                    elif self.mode == "maker":
+                        content = self.content(draw=held)
                     expected = self.reference(*content)
                     del content
             # Bit-identical outputs pass without the full rule.
