@@ -444,8 +444,12 @@ def judge(
                     failure = f"{name}: {decided.failure}"
                     if failures is not None:
                         failures[name] = ref.worker_failure(decided)
-                    if position == 0 and told is not None:
-                        # What the worker decided this call by: the truth calibrated.
+                    if position == 0 and told is not None and not ref.truth_taken:
+                        # What the worker decided this call by: the truth calibrated (a judge
+                        # that took an earlier one's truth decided by it already: the same
+                        # verdict, and on a large wrong output the rule's failure passes
+                        # took 40 s at 16384x32768, bench/results/2026-12-06-optimizer-
+                        # speed16-cpu.md).
                         claim = new_rule(task)
                         take_truth(claim, told)
                         wrong = verdict(torch, saved, expected, claim).ok

@@ -195,6 +195,10 @@ def test_an_honest_candidate_is_judged_on_its_handed_over_outputs(world) -> None
     assert ev.metrics["footprint"]["footprint_bytes"] == 2 * 16 * 64 * 4
     # The worker found no truth of its own: the judge's came by the session.
     assert ev.correctness["truth"] == "the judge's, calibrating every check here"
+    # The errors recorded are the judge's, which decided every judged call (the worker
+    # compared only the second shape).
+    assert 0.0 <= ev.correctness["max_abs_err"] < 1e-6, ev.correctness
+    assert ev.correctness["accuracy"]["factor"] is not None, ev.correctness["accuracy"]
     assert ev.metrics["both_peak_at"]["worker_phase"]  # where the evaluation's peak was
 
 

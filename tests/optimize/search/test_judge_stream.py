@@ -816,3 +816,35 @@ def test_the_judge_says_why_it_refused_each_output_before_it_takes_the_next() ->
     assert verdict["reason"].startswith("trial-2: output[0]: "), verdict["reason"]
     assert seen[2]["trial-2"] == "output: " + verdict["reason"].removeprefix("trial-2: output[0]: ")
     assert seen[-1]["after-timing"] == verdict["reason"]
+
+
+def test_a_judge_that_took_the_truth_decides_a_refused_first_output_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its rule is the tolerance the worker was told: the verdict on a refused first output is
+    the worker's claim's too, so it is not made a second time (the rule's failure passes over
+    a large wrong output took 40 s each at 16384x32768). The first judge, which decides the
+    first output by the truth itself, still asks what the told tolerance says of it."""
+    from pytest_kernelpro.optimize.sandbox import measurement
+
+    first, _, _ = told_run(honest())
+    calls: list[int] = []
+    decide = measurement.verdict
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return decide(*args, **kwargs)
+
+    monkeypatch.setattr(measurement, "verdict", counted)
+    for known, made in ((first["known_truth"], 1), (None, 2)):
+        outputs = honest()
+        name, leaves = outputs[0]
+        outputs[0] = (name, [leaves[0] * 1.001])
+        calls.clear()
+        try:
+            verdict = judge.judge({**TASK, "known_truth": known}, iter(outputs), id)
+        finally:
+            sys.modules.pop("kernelpro_reference", None)
+        assert not verdict["ok"]
+        assert verdict["reason"].startswith("trial-1: "), verdict["reason"]
+        assert len(calls) == made, (known is None, calls)
