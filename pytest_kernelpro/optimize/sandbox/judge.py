@@ -202,9 +202,8 @@ class _Reference:
             if report.ok:
                 continue
             named = self.worker_paths.get(report.path, report.path)
-            message = report.message or ""
-            if message.startswith(f"{report.path}:"):
-                message = named + message[len(report.path) :]
+            # Every mention: the rule's note on a constant factor comes before the leaf's own.
+            message = (report.message or "").replace(f"{report.path}:", f"{named}:")
             failed.append(dataclasses.replace(report, message=message))
         return without_values(failure_text(failed)) if failed else str(decided.failure)
 

@@ -848,3 +848,22 @@ def test_a_judge_that_took_the_truth_decides_a_refused_first_output_once(
         assert not verdict["ok"]
         assert verdict["reason"].startswith("trial-1: "), verdict["reason"]
         assert len(calls) == made, (known is None, calls)
+
+
+def test_the_reason_sent_to_the_worker_names_every_leaf_as_the_worker_does() -> None:
+    """An output off by a constant factor: the rule's reason names the leaf twice (its note on
+    the factor, then the leaf's own comparison); both mentions are the worker's name of it
+    ("output"), none the flattened one ("output[0]"), as in a reason the worker made."""
+    failures: dict[str, str] = {}
+    outputs = honest()
+    name, leaves = outputs[1]
+    outputs[1] = (name, [leaves[0] * 1.01])
+    try:
+        verdict = judge.judge(TASK, iter(outputs), None, failures)
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+    assert not verdict["ok"]
+    said = failures["trial-2"]
+    assert "the kernel returned 1.01 times the reference" in said, said
+    assert said.count("output:") >= 2, said
+    assert "output[0]" not in said, said
