@@ -73,6 +73,22 @@ def _first_value(seed: int) -> float:
     return float(measurement.make_inputs(module, seed, "cpu")[0].reshape(-1)[0])
 
 
+def _first_judges_word() -> dict[str, Any]:
+    """What the first judge of a search tells its worker before its first call (the truth,
+    whether the reference writes or aliases its inputs), made by the judge's own code."""
+    import sys
+
+    from pytest_kernelpro.optimize.sandbox import judge
+
+    task = {"reference": REFERENCE, "device": "cpu", "seed": 42}
+    try:
+        ref = judge._Reference(task)
+        ref.output(judge.required_outputs(task)[0][1])
+        return ref.worker_truth()
+    finally:
+        sys.modules.pop("kernelpro_reference", None)
+
+
 def test_no_reference_output_is_alive_while_the_candidate_makes_a_later_checked_call() -> None:
     """Trials 2 and 3 and the call after timing (seeds 44, 45, 343): the reference's output
     of the call is made after the candidate's, so none is alive during the candidate's call
@@ -128,17 +144,9 @@ def test_the_judges_word_on_input_writes_saves_the_workers_own_reference_call(
     call then runs the reference once, not once more to find that out. Told the same truth
     without that word, it makes the extra call. The judge beside the worker is this process's
     judge code; no output is handed over (no channel here)."""
-    import sys
+    from pytest_kernelpro.optimize.sandbox import handles
 
-    from pytest_kernelpro.optimize.sandbox import handles, judge
-
-    task = {"reference": REFERENCE, "device": "cpu", "seed": 42}
-    try:
-        ref = judge._Reference(task)
-        ref.output(judge.required_outputs(task)[0][1])
-        told = ref.worker_truth()
-    finally:
-        sys.modules.pop("kernelpro_reference", None)
+    told = _first_judges_word()
     assert told["modifies_inputs"] is False
     calls: dict[str, int] = {}
     run_reference = harness._Pipeline.run_reference
@@ -174,17 +182,9 @@ def _judged_run(
     Returns the result and the events in order: ("reference", None) for each reference call
     of the worker's checked calls, ("draw", seed) for each draw, ("handed", name) and
     ("acknowledged", name)."""
-    import sys
-
     from pytest_kernelpro.optimize.sandbox import handles, judge
 
-    task = {"reference": REFERENCE, "device": "cpu", "seed": 42}
-    try:
-        ref = judge._Reference(task)
-        ref.output(judge.required_outputs(task)[0][1])
-        told = ref.worker_truth()
-    finally:
-        sys.modules.pop("kernelpro_reference", None)
+    told = _first_judges_word()
     events: list[tuple[str, Any]] = []
     run_reference = harness._Pipeline.run_reference
     inputs = harness._Pipeline.inputs

@@ -752,6 +752,13 @@ def test_the_worker_is_told_whether_the_reference_writes_its_inputs(
 ) -> None:
     """Found on the truth's call (it runs on a copy of the inputs as drawn) and told with the
     truth; a later judge that takes the truth tells its worker the same."""
+    told = _told_by_the_first_judge_and_a_later_one(reference)
+    assert [payload["modifies_inputs"] for payload in told] == [writes, writes]
+
+
+def _told_by_the_first_judge_and_a_later_one(reference: str) -> list[dict[str, Any]]:
+    """What the first judge of a search tells its worker, then what a later judge that takes
+    the first one's truth tells its own (no output is handed over to either)."""
     task = {**TASK, "reference": reference}
     told: list[dict[str, Any]] = []
     try:
@@ -759,7 +766,7 @@ def test_the_worker_is_told_whether_the_reference_writes_its_inputs(
         judge.judge({**task, "known_truth": first["known_truth"]}, iter(()), told.append)
     finally:
         sys.modules.pop("kernelpro_reference", None)
-    assert [payload["modifies_inputs"] for payload in told] == [writes, writes]
+    return told
 
 
 # Returns its input itself: its output aliases its input.
@@ -777,13 +784,7 @@ def test_the_worker_is_told_whether_the_references_output_aliases_its_inputs(
     """Found on the truth's call and told with the truth, by the first judge and by a later
     one: the worker, which makes no reference call of its own for the calls the judge
     decides, then knows whether a candidate's output may alias its inputs."""
-    task = {**TASK, "reference": reference}
-    told: list[dict[str, Any]] = []
-    try:
-        first = judge.judge(task, iter(()), told.append)
-        judge.judge({**task, "known_truth": first["known_truth"]}, iter(()), told.append)
-    finally:
-        sys.modules.pop("kernelpro_reference", None)
+    told = _told_by_the_first_judge_and_a_later_one(reference)
     assert [payload["aliases_inputs"] for payload in told] == [aliases, aliases]
 
 
