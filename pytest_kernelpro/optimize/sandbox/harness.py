@@ -14,8 +14,10 @@ done.
 - correctness: `correct_trials` trials, each on fresh random inputs (a new seed per trial),
   with allocations poisoned (NaN) during the candidate's run, the gate's dtype tolerances
   (relaxed for an fp32 reference whose matmuls/convs may run in TF32 or bf16) and its
-  comparison (a NaN passes only where the reference itself has one). The anti-cheating
-  checks run on the same calls:
+  comparison (a NaN passes only where the reference itself has one); where a judge beside
+  the worker decides a call's output (`judge_decides`: every trial, the in-place check and
+  the call after timing), the comparison is the judge's alone and its refusal comes with its
+  acknowledgment. The anti-cheating checks run on the same calls:
   * calls into the reference (Model.forward or a reference function) while the candidate
     runs → cheat; * a forbidden aten op (TorchDispatchMode) → cheat; * a CUDA stream
     created or switched to, or an output not ready on the current stream → cheat;
@@ -328,7 +330,7 @@ class _Pipeline:
         # On the CPU the candidate runs before the reference, so its call and its
         # temporaries never sit beside the reference's output (`candidate_first`).
         later = self.candidate_first(truth_pending, reference_may_raise)
-        decides = not self.judge_decides(label)
+        worker_decides = not self.judge_decides(label)
         inputs = SealedInputs(torch, self.drawn(make), label=judge.output_name(label) or "shape")
         try:
             try:
@@ -347,7 +349,7 @@ class _Pipeline:
             cand_args = inputs.writable() if ref_modifies else inputs.read_only()
             out, early = self.run_candidate(cand_args, None if later else ref_out)
             found = checks.digest(out) if previous is not None else b""
-            if later and decides:
+            if later and worker_decides:
                 ref_out, _, _ = self.reference_on(inputs)
             for remake, before in previous or []:
                 if before == found:
@@ -365,7 +367,7 @@ class _Pipeline:
             if not ref_aliases and checks.shares_storage(out, cand_args):
                 raise Rejected("cheat", f"returns an output that aliases an input ({label})")
             del cand_args
-            if decides:
+            if worker_decides:
                 self.compare(ref_out, out, label)
             del ref_out
             if early is not None and not checks.same_values(early, out):
@@ -579,17 +581,17 @@ class _Pipeline:
         label = "inputs changed in place"
         args = holder.pop()
         ref_out = None
-        decides = not self.judge_decides(label)
+        worker_decides = not self.judge_decides(label)
         # The reference's output: for this worker's comparison, or on a GPU for the
         # candidate's pre-poisoned blocks (`run_candidate`); none where the judge decides on
         # the CPU (`check_call`).
-        if decides or self.device.type == "cuda":
+        if worker_decides or self.device.type == "cuda":
             # A reference that does not write its inputs reads them as they are: no copy.
             ref_args = args if self._ref_modifies is False else clone_inputs(torch, args)
             ref_out, _, _ = self.run_reference(ref_args)
             del ref_args
         out, _ = self.run_candidate(args, ref_out)
-        if decides:
+        if worker_decides:
             self.compare(ref_out, out, label)
         del ref_out, args  # before the judge starts on the output (`check_call`)
         holder = [out]
