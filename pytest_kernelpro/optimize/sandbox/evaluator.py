@@ -361,7 +361,11 @@ class SandboxEvaluator(WorkerSupervision, WorkerClaims, WinnerConfirmation):
                 }
             evaluation.metrics["sandbox"] = self.isolation.describe()
             evaluation.metrics["footprint"] = self._fits
-            if evaluation.status == "correct" and self.limits.judge:
+            # A hand-over the session refused is no honest worker's (a forged or reused
+            # handle): a cheat, also where the judge's refusal of what the candidate handed
+            # over in its stead made the worker say "wrong" (`WorkerClaims._judged`).
+            forged = received.refused is not None and evaluation.status == "wrong"
+            if (evaluation.status == "correct" or forged) and self.limits.judge:
                 evaluation = self._judged(evaluation, received, beside)
             evaluation.metrics["wall_split"] = wall_split(evaluation.metrics, waited)
             if device_peak is not None:

@@ -134,6 +134,25 @@ TRUTH_ATTACKS = {
     # A loose truth planted for the judges after it, and the same off output.
     "truth planted": PLANT,
 }
+# A forged trial-1 sent in the candidate's first call, after the worker has the judge's truth:
+# the judge refuses it and says so, and that word reaches the worker before its own trial-1 is
+# acknowledged (the call waits for it), so the worker says "wrong". The session refused the
+# worker's own trial-1 (sent after its end): a forged hand-over, a cheat, whatever the
+# worker says.
+PRE_EMPTED_IN_CALL = (
+    CHANNEL
+    + "import time as _time, torch as _torch\n"
+    + "from pytest_kernelpro.optimize.sandbox import handles as _handles\n"
+    + CORRECT.replace(
+        "    def forward(self, x):\n",
+        "    calls = 0\n\n    def forward(self, x):\n"
+        "        type(self).calls += 1\n"
+        "        if type(self).calls == 1:\n"
+        "            _handles.send_output(_torch, 'trial-1', [_torch.full((16, 64), 1 / 64)], "
+        "channel=END)\n"
+        "            _time.sleep(5)\n",
+    )
+)
 # Hands over trial 1's output, then hangs in trial 2 until the run timeout kills it.
 HANGS = CORRECT.replace(
     "    def forward(self, x):\n",
@@ -156,12 +175,13 @@ def world() -> dict[str, object]:
     # run timeout while the other slot evaluates the honest candidate, then the memory scan
     # (which so runs while the session holds another evaluation's outputs), then the rest.
     attacks = {"others' memory": ATTACKS["others' memory"], **ATTACKS, **JUDGED_ATTACKS}
-    names = ["hangs", "honest", *attacks, *TRUTH_ATTACKS]
+    names = ["hangs", "honest", *attacks, *TRUTH_ATTACKS, "pre-empted in its first call"]
     codes = [
         HANGS,
         CORRECT,
         *(attack + "\n" + CORRECT for attack in attacks.values()),
         *(attack + "\n" + OFF for attack in TRUTH_ATTACKS.values()),
+        PRE_EMPTED_IN_CALL,
     ]
     try:
         evaluations = evaluator.evaluate_many([Candidate(code) for code in codes], jobs=2)
@@ -261,6 +281,19 @@ def test_an_output_checked_as_it_comes_is_checked_against_the_judges_reference(
     assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
     assert "differ from the reference computed in a trusted process" in ev.reason
     assert says in ev.reason
+    assert ev.speedup is None
+
+
+@pytest.mark.slow
+def test_a_forged_output_the_judge_refused_is_a_cheat_though_the_worker_says_wrong(world) -> None:
+    """The judge's refusal of a forged trial-1 made the worker stop, wrong; the session had
+    refused the worker's own trial-1 as sent after the forged one's end. A refused hand-over
+    is no honest worker's: the evaluation is a cheat, with the refusal as its reason (it was
+    "wrong" before the evaluator looked at refused hand-overs of a worker saying "wrong")."""
+    ev = _ev(world, "pre-empted in its first call")
+    assert ev.status == "cheat", (ev.reason, ev.logs[-2000:])
+    assert ev.reason.startswith("result not confirmed: the outputs it handed over were refused")
+    assert "trial-1" in ev.reason
     assert ev.speedup is None
 
 
