@@ -446,9 +446,8 @@ def judge(
                     if position == 0 and told is not None and not ref.truth_taken:
                         # What the worker decided this call by: the truth calibrated (a judge
                         # that took an earlier one's truth decided by it already: the same
-                        # verdict, and on a large wrong output the rule's failure passes
-                        # took 40 s at 16384x32768, bench/results/2026-12-06-optimizer-
-                        # speed16-cpu.md).
+                        # verdict, whose failure passes are most of a judge's time on a large
+                        # wrong output, bench/results/2026-12-06-optimizer-speed16-cpu.md).
                         claim = new_rule(task)
                         take_truth(claim, told)
                         wrong = verdict(torch, saved, expected, claim).ok
