@@ -183,6 +183,15 @@ def release_freed_heap() -> None:
         torch.cuda.empty_cache()
 
 
+def checked_word(name: str, failed: str | None = None) -> dict[str, Any]:
+    """The word that output `name` was checked, from the judge to the session and from the
+    session to the worker: with the judge's reason where it refused it, cut to
+    `MAX_FAILURE` characters."""
+    return (
+        {"checked": name} if failed is None else {"checked": name, "failed": failed[:MAX_FAILURE]}
+    )
+
+
 def await_checked(name: str, channel: socket.socket | None = None) -> str | None:
     """Wait until the session says output `name` was checked (by the judge, or kept for it):
     the worker makes its next output only then, so one handed-over output is held at a time.
@@ -633,12 +642,9 @@ class HandleChannels:
         end = self.end_of(workdir)
         if end is None:
             return
-        line: dict[str, Any] = {"checked": name}
-        if failed is not None:
-            line["failed"] = failed[:MAX_FAILURE]
         # Never blocks the session: a worker that does not read its channel misses the word.
         with contextlib.suppress(OSError):
-            end.send(json.dumps(line).encode("utf-8"), socket.MSG_DONTWAIT)
+            end.send(json.dumps(checked_word(name, failed)).encode("utf-8"), socket.MSG_DONTWAIT)
 
     def _sent(self, workdir: Path, received: Received, line: dict[str, Any]) -> None:
         """A process says output `line["sent"]` is whole: forwarded to its judge, or kept
@@ -875,12 +881,9 @@ def stream_outputs(
                 del whole
                 if acknowledge:
                     release_freed_heap()  # the worker's memory is in use next
-                    ack: dict[str, Any] = {"checked": name}
                     failed = failures.get(name) if failures is not None else None
-                    if failed is not None:
-                        ack["failed"] = failed[:MAX_FAILURE]
                     try:
-                        _send(channel, ack, None)
+                        _send(channel, checked_word(name, failed), None)
                     except OSError as exc:  # shut by the session: no verdict is wanted
                         raise HandleError(f"the session closed the channel ({exc})") from None
                 continue

@@ -117,7 +117,7 @@ class _Pipeline:
         self._ref_aliases: bool | None = None
         # The next checked call's inputs, drawn while the judge checked the last output
         # (`await_judge`): (its maker, the drawn set).
-        self._drawn_ahead: list[tuple[Callable[[], list[Any]], list[Any]]] = []
+        self._drawn_ahead: tuple[Callable[[], list[Any]], list[Any]] | None = None
         self.build_s = 0.0  # building the candidate (its module, load_cuda/load_inline, ModelNew)
         self.findings: list[dict[str, Any]] = []
 
@@ -398,18 +398,21 @@ class _Pipeline:
         comes (`task["judge_beside"]`). Without one (no judge, or a call the judge does not
         check: a second shape) the worker compares. Like all of this process's verdicts the
         comparison was a claim; the judge's is the one the evaluation goes by."""
-        return (
-            bool(self.task.get("judge_beside"))
-            and judge.output_name(label) is not None
-            and bool(os.environ.get(HANDLE_FD_ENV))
-        )
+        return bool(self.task.get("judge_beside")) and self.handed_name(label) is not None
+
+    def handed_name(self, label: str) -> str | None:
+        """The name the output of the checked call `label` is handed over under
+        (`judge.output_name`), None where it is not: a call the judge does not check, or no
+        channel (the pipeline run outside the sandbox, as tests do)."""
+        return judge.output_name(label) if os.environ.get(HANDLE_FD_ENV) else None
 
     def drawn(self, make: Callable[[], list[Any]]) -> list[Any]:
         """`make()`, or the set drawn from it ahead while the judge checked the last output
         (`await_judge`)."""
-        if self._drawn_ahead and self._drawn_ahead[0][0] is make:
-            return self._drawn_ahead.pop()[1]
-        self._drawn_ahead.clear()
+        ahead, self._drawn_ahead = self._drawn_ahead, None
+        if ahead is not None and ahead[0] is make:
+            return ahead[1]
+        del ahead
         return make()
 
     def reference_on(self, inputs: SealedInputs) -> tuple[Any, bool, bool]:
@@ -455,8 +458,8 @@ class _Pipeline:
         name (to `await_judge`), None when nothing was handed over: a call the judge does not
         check, or no channel (the pipeline run outside the sandbox, as tests do; a judge
         would find the output missing)."""
-        name = judge.output_name(label)
-        if name is None or not os.environ.get(HANDLE_FD_ENV):
+        name = self.handed_name(label)
+        if name is None:
             return None
         judge.save_output(name, holder)
         return name
@@ -476,10 +479,10 @@ class _Pipeline:
         from pytest_kernelpro.optimize.sandbox.handles import await_checked
 
         if ahead is not None:
-            self._drawn_ahead[:] = [(ahead, ahead())]
+            self._drawn_ahead = (ahead, ahead())
         failed = await_checked(name)
         if failed is not None:
-            self._drawn_ahead.clear()
+            self._drawn_ahead = None
             raise Rejected("wrong", f"wrong result ({label}): {failed}")
 
     # ----- phases -----

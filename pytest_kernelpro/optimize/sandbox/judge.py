@@ -194,8 +194,7 @@ class _Reference:
         reports, so the candidate's author reads its own output's names."""
         import dataclasses
 
-        from pytest_kernelpro.measure.output_rule import failure_text
-        from pytest_kernelpro.optimize.sandbox.measurement import without_values
+        from pytest_kernelpro.optimize.sandbox.measurement import failure_reason
 
         failed = []
         for report in decided.reports:
@@ -205,7 +204,7 @@ class _Reference:
             # Every mention: the rule's note on a constant factor comes before the leaf's own.
             message = (report.message or "").replace(f"{report.path}:", f"{named}:")
             failed.append(dataclasses.replace(report, message=message))
-        return without_values(failure_text(failed)) if failed else str(decided.failure)
+        return failure_reason(failed) if failed else str(decided.failure)
 
     def inputs(self, seed: int) -> list[Any]:
         from pytest_kernelpro.optimize.sandbox.measurement import make_inputs

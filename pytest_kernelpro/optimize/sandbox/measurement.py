@@ -331,11 +331,17 @@ def verdict(
     return OutputsVerdict(
         ok=not failed,
         reports=reports,
-        failure=without_values(failure_text(failed)) if failed else None,
+        failure=failure_reason(failed) if failed else None,
         max_abs=max((r.max_abs for r in reports), default=0.0),
         max_rel=max((r.max_rel for r in reports), default=0.0),
         tolerance=None if worst is None else worst.tolerance,
     )
+
+
+def failure_reason(failed: Sequence[LeafReport]) -> str:
+    """A refused output's reason: its failing leaves' messages (`failure_text`), without the
+    kernel's values (`without_values`), as every reason that may reach a prompt."""
+    return without_values(failure_text(list(failed)))
 
 
 def identical_reports(
